@@ -1,0 +1,72 @@
+"""Types shared by the rollout loop, the inference engines and every trainer adapter.
+
+Field names follow SkyRL's ``GeneratorInput`` / ``GeneratorOutput`` so that code written for
+SkyRL-train reads these unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Protocol, TypedDict, runtime_checkable
+
+ConversationType = List[Dict[str, Any]]
+
+
+class SamplingParams(TypedDict, total=False):
+    max_generate_length: int
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    stop: List[str]
+    logprobs: bool
+    seed: int
+
+
+class TrajectoryID(TypedDict):
+    instance_id: str
+    repetition_id: int
+
+
+class GeneratorInput(TypedDict, total=False):
+    prompts: List[ConversationType]
+    env_classes: List[str]
+    env_extras: List[Dict[str, Any]]
+    sampling_params: Optional[SamplingParams]
+    trajectory_ids: Optional[List[TrajectoryID]]
+    batch_metadata: Optional[Dict[str, Any]]
+
+
+class GeneratorOutput(TypedDict, total=False):
+    prompt_token_ids: List[List[int]]
+    response_ids: List[List[int]]
+    # A float per trajectory, or per-token rewards (reward of each assistant turn on its last token).
+    rewards: List[Any]
+    loss_masks: List[List[int]]
+    stop_reasons: List[str]
+    rollout_logprobs: Optional[List[List[float]]]
+    rollout_metrics: Dict[str, Any]
+    trajectory_ids: List[TrajectoryID]
+    env_metrics: List[Dict[str, Any]]
+    is_last_step: Optional[List[bool]]
+
+
+class InferenceEngineOutput(TypedDict, total=False):
+    response_ids: List[List[int]]
+    responses: List[str]
+    stop_reasons: List[str]  # "stop" | "length" | "abort"
+    response_logprobs: Optional[List[List[float]]]
+
+
+@runtime_checkable
+class InferenceEngine(Protocol):
+    """An engine that turns prompt token ids into response token ids (token-in/token-out)."""
+
+    async def generate(
+        self, prompt_token_ids: List[List[int]], sampling_params: Optional[SamplingParams] = None
+    ) -> InferenceEngineOutput: ...
+
+    async def update_weights(self, named_tensors: Any) -> None: ...
+
+    async def sleep(self) -> None: ...
+
+    async def wake_up(self) -> None: ...

@@ -1,0 +1,81 @@
+"""The core environment contract: ``Env`` and the step output types.
+
+Compatible with SkyRL-gym: an env has ``init(prompt) -> (observation, info)``,
+``step(action) -> StepOutput`` and ``close()``; it is a context manager and knows its
+``spec`` once built by :func:`skyrl_gym.make`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Generic, List, Optional, Tuple, TypedDict, TypeVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from skyrl_gym.registration import EnvSpec
+
+ObsType = TypeVar("ObsType")
+ActType = TypeVar("ActType")
+
+MessageType = Dict[str, Any]
+"""One chat message in the OpenAI format: ``{"role": ..., "content": ...}``."""
+
+ConversationType = List[MessageType]
+
+
+class _StepOutputRequired(TypedDict):
+    observations: ConversationType
+    reward: float
+    done: bool
+    metadata: Dict[str, Any]
+
+
+class StepOutput(_StepOutputRequired, total=False):
+    """What ``Env.step`` returns.
+
+    ``observations`` are new chat messages for the model (empty when there are none),
+    ``reward`` the reward of this step, ``done`` whether the episode has ended, ``metadata``
+    free-form diagnostics (parsed answers, tool errors, reasons for a zero reward), and the
+    optional ``postprocessed_action`` the action as the env wants it recorded (e.g. cut after a
+    stop tag).
+    """
+
+    postprocessed_action: Optional[str]
+
+
+# SkyRL-gym names this type ``EnvStepOutput`` in ``core``.
+EnvStepOutput = StepOutput
+
+
+class Env(Generic[ObsType, ActType]):
+    """Base class of every environment.
+
+    Subclasses implement :meth:`step` and usually :meth:`init`; :meth:`close` releases external
+    resources (databases, sandboxes, HTTP sessions) and must be safe to call twice.
+    """
+
+    spec: Optional["EnvSpec"] = None
+
+    def init(self, prompt: Any = None) -> Tuple[ObsType, Dict[str, Any]]:
+        """Start an episode; return the first observation (the prompt for the model) and info."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement init()")
+
+    def step(self, action: ActType) -> StepOutput:
+        """Apply one action (the model's text) and return observations, reward, done and metadata."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement step()")
+
+    def close(self) -> None:
+        """Release resources. Calling it on a closed env has no effect."""
+
+    @property
+    def unwrapped(self) -> "Env[ObsType, ActType]":
+        return self
+
+    def __str__(self) -> str:
+        env_id = self.spec.id if self.spec is not None else None
+        return f"{type(self).__name__}<{env_id}>" if env_id else f"Env({type(self).__name__})"
+
+    def __enter__(self) -> "Env[ObsType, ActType]":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        self.close()
+        return False

@@ -1,0 +1,19 @@
+"""Registers the built-in envs. Entry points are strings: nothing is imported until ``make``.
+
+Keep one ``register`` call per env, grouped by family; ids match SkyRL-gym's where it has them.
+"""
+
+from skyrl_gym.registration import deregister, register
+
+# --- math ---------------------------------------------------------------------------------------
+register(id="gsm8k", entry_point="skyrl_gym.envs.gsm8k.env:GSM8kEnv")
+register(id="gsm8k_multi_turn", entry_point="skyrl_gym.envs.gsm8k.multi_turn_env:GSM8kMultiTurnEnv")
+register(id="aime", entry_point="skyrl_gym.envs.aime.env:AIMEEnv")
+register(id="math", entry_point="skyrl_gym.envs.math.env:MathEnv")
+register(id="multiply", entry_point="skyrl_gym.envs.multiply.env:MultiplyEnv")
+
+# --- tools: SQL, search (issue: tool environments) ------------------------------------------------
+
+# --- code (issue: sandboxes) ----------------------------------------------------------------------
+
+__all__ = ["register", "deregister"]

@@ -1,0 +1,289 @@
+"""The env registry: ``register``, ``make``, ``spec``, ``deregister``, ``pprint_registry``.
+
+Ids may carry a version (``gsm8k-v1``); an unversioned id resolves to the exact id if registered,
+else to the highest registered version. Third-party packages register through the
+``skyrl_gym.envs`` entry-point group, read lazily on the first lookup so that installed envs exist
+in every process (Ray workers included) without importing anything by hand:
+
+* ``my_env = "my_pkg.env:MyEnv"`` registers the id ``my_env`` (nothing is imported until ``make``);
+* ``my_pkg = "my_pkg.registration"`` (a module, no colon) is imported and may call ``register``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import importlib
+import json
+import re
+import threading
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+
+from skyrl_gym.core import Env
+from skyrl_gym.errors import EnvCreationError, RegistrationError, UnregisteredEnv
+
+ENTRY_POINT_GROUP = "skyrl_gym.envs"
+_VERSION_RE = re.compile(r"^(?P<name>.+?)-v(?P<version>\d+)$")
+
+EnvCreator = Callable[..., Env]
+
+
+def parse_env_id(env_id: str) -> Tuple[str, Optional[int]]:
+    """Split ``"gsm8k-v1"`` into ``("gsm8k", 1)``; an unversioned id gives ``(id, None)``."""
+    match = _VERSION_RE.match(env_id)
+    if match is None:
+        return env_id, None
+    return match.group("name"), int(match.group("version"))
+
+
+@dataclasses.dataclass
+class EnvSpec:
+    """Everything needed to build an env: its id, entry point and default keyword arguments."""
+
+    id: str
+    entry_point: Union[str, EnvCreator, None] = None
+    kwargs: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    description: Optional[str] = None
+    provider: str = "skyrl-gym"
+
+    @property
+    def name(self) -> str:
+        return parse_env_id(self.id)[0]
+
+    @property
+    def version(self) -> Optional[int]:
+        return parse_env_id(self.id)[1]
+
+    def make(self, **kwargs: Any) -> Env:
+        return make(self, **kwargs)
+
+    def load_entry_point(self) -> EnvCreator:
+        if self.entry_point is None:
+            raise EnvCreationError(f"env {self.id!r} is registered without an entry point")
+        if callable(self.entry_point):
+            return self.entry_point
+        return load_env_creator(self.entry_point, env_id=self.id)
+
+    def get_description(self) -> str:
+        """The registered description, else the first line of the entry point's docstring."""
+        if self.description:
+            return self.description
+        try:
+            doc = self.load_entry_point().__doc__ or ""
+        except Exception as exc:  # a broken plugin must not break `skyrl-gym list`
+            return f"(cannot load: {exc})"
+        return doc.strip().splitlines()[0] if doc.strip() else ""
+
+    def to_json(self) -> str:
+        """Serialise the spec; the entry point must be a ``"module:Attr"`` string or importable callable."""
+        entry_point = self.entry_point
+        if callable(entry_point):
+            entry_point = f"{entry_point.__module__}:{entry_point.__qualname__}"
+        data = {
+            "id": self.id,
+            "entry_point": entry_point,
+            "kwargs": self.kwargs,
+            "description": self.description,
+            "provider": self.provider,
+        }
+        try:
+            return json.dumps(data)
+        except TypeError as exc:
+            raise ValueError(f"the kwargs of env {self.id!r} cannot be written as JSON: {exc}") from exc
+
+    @staticmethod
+    def from_json(text: str) -> "EnvSpec":
+        data = json.loads(text)
+        unknown = set(data) - {f.name for f in dataclasses.fields(EnvSpec)}
+        if unknown:
+            raise ValueError(f"unknown EnvSpec fields in JSON: {sorted(unknown)}")
+        return EnvSpec(**data)
+
+
+def load_env_creator(name: str, env_id: Optional[str] = None) -> EnvCreator:
+    """Import ``"package.module:Attr"`` and return ``Attr``."""
+    where = f" for env {env_id!r}" if env_id else ""
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise EnvCreationError(f"entry point {name!r}{where} must have the form 'package.module:Attr'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EnvCreationError(f"cannot import module {module_name!r}{where}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise EnvCreationError(f"module {module_name!r} has no attribute {attr!r}{where}") from exc
+    return obj
+
+
+class EnvRegistry(dict):
+    """A dict of id -> :class:`EnvSpec` that reads installed plugins before the first lookup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._plugins_loaded = False
+        self._plugin_lock = threading.RLock()
+        self.plugin_errors: Dict[str, str] = {}
+
+    def load_plugins(self) -> None:
+        if self._plugins_loaded:
+            return
+        with self._plugin_lock:
+            if self._plugins_loaded:
+                return
+            self._plugins_loaded = True  # set first: a plugin module may call register()
+            _load_entry_point_plugins(self)
+
+    # Every read goes through load_plugins(); writes do not, so register() stays cheap.
+    def __getitem__(self, key: str) -> EnvSpec:
+        self.load_plugins()
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.load_plugins()
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.load_plugins()
+        return super().__contains__(key)
+
+    def __iter__(self) -> Iterator[str]:
+        self.load_plugins()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self.load_plugins()
+        return super().__len__()
+
+    def keys(self):  # type: ignore[override]
+        self.load_plugins()
+        return super().keys()
+
+    def values(self):  # type: ignore[override]
+        self.load_plugins()
+        return super().values()
+
+    def items(self):  # type: ignore[override]
+        self.load_plugins()
+        return super().items()
+
+
+registry = EnvRegistry()
+
+
+def _load_entry_point_plugins(target: EnvRegistry) -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        provider = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown"
+        try:
+            if ":" in ep.value:
+                if dict.__contains__(target, ep.name):
+                    continue  # an explicit register() call wins over the entry point
+                dict.__setitem__(target, ep.name, EnvSpec(id=ep.name, entry_point=ep.value, provider=provider))
+            else:
+                importlib.import_module(ep.value)
+        except Exception as exc:  # one broken plugin must not hide the others
+            target.plugin_errors[f"{provider}:{ep.name}"] = f"{type(exc).__name__}: {exc}"
+
+
+def register(
+    id: str,
+    entry_point: Union[str, EnvCreator, None] = None,
+    kwargs: Optional[Dict[str, Any]] = None,
+    description: Optional[str] = None,
+    provider: str = "skyrl-gym",
+    **extra: Any,
+) -> EnvSpec:
+    """Register an env under ``id``. A duplicate id raises :class:`RegistrationError`."""
+    if not isinstance(id, str) or not id.strip():
+        raise RegistrationError(f"env id must be a non-empty string, got {id!r}")
+    if extra:
+        raise RegistrationError(f"register({id!r}) got unknown arguments: {sorted(extra)}")
+    if entry_point is not None and not callable(entry_point) and not isinstance(entry_point, str):
+        raise RegistrationError(
+            f"entry point of env {id!r} must be a 'module:Attr' string or a callable, got {entry_point!r}"
+        )
+    if isinstance(entry_point, str) and ":" not in entry_point:
+        raise RegistrationError(f"entry point {entry_point!r} of env {id!r} must have the form 'module:Attr'")
+    if dict.__contains__(registry, id):
+        raise RegistrationError(f"env {id!r} is already registered; call deregister({id!r}) first to replace it")
+    new_spec = EnvSpec(
+        id=id, entry_point=entry_point, kwargs=dict(kwargs or {}), description=description, provider=provider
+    )
+    dict.__setitem__(registry, id, new_spec)
+    return new_spec
+
+
+def deregister(id: str) -> None:
+    if not dict.__contains__(registry, id):
+        raise UnregisteredEnv(f"cannot deregister env {id!r}: it is not registered")
+    dict.__delitem__(registry, id)
+
+
+def _resolve_id(env_id: str) -> str:
+    if env_id in registry:
+        return env_id
+    name, version = parse_env_id(env_id)
+    if version is None:
+        versions = [(v, k) for k in registry for n, v in [parse_env_id(k)] if n == name and v is not None]
+        if versions:
+            return max(versions)[1]
+    suggestions = difflib.get_close_matches(env_id, list(registry), n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+    raise UnregisteredEnv(f"no env registered with id {env_id!r}.{hint} Run `skyrl-gym list` to see them all.")
+
+
+def spec(env_id: str) -> EnvSpec:
+    """The :class:`EnvSpec` of ``env_id`` (an unversioned id resolves to the latest version)."""
+    return registry[_resolve_id(env_id)]
+
+
+def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
+    """Build a registered env. ``kwargs`` override deep copies of the spec's default kwargs.
+
+    >>> env = make("gsm8k", extras={"reward_spec": {"ground_truth": "72"}})
+    """
+    env_spec = id if isinstance(id, EnvSpec) else spec(id)
+    creator = env_spec.load_entry_point()
+    merged = {**copy.deepcopy(env_spec.kwargs), **kwargs}
+    try:
+        env = creator(**merged)
+    except TypeError as exc:
+        raise TypeError(f"{exc} (raised by the entry point of env {env_spec.id!r} with kwargs {sorted(merged)})") from exc
+    if not isinstance(env, Env):
+        raise EnvCreationError(
+            f"the entry point of env {env_spec.id!r} returned {type(env).__name__}, which is not a skyrl_gym.Env"
+            + (" (a gymnasium.Env? subclass skyrl_gym.Env or BaseTextEnv instead)" if _looks_like_gymnasium(env) else "")
+        )
+    try:
+        env.spec = env_spec
+    except AttributeError:  # a class with __slots__ or a read-only property: leave it be
+        pass
+    return env
+
+
+def _looks_like_gymnasium(obj: Any) -> bool:
+    return any(cls.__module__.startswith(("gymnasium", "gym.")) for cls in type(obj).__mro__)
+
+
+def pprint_registry(print_output: bool = True, exclude_namespaces: Optional[List[str]] = None) -> Optional[str]:
+    """Print (or return) the registered ids grouped by provider."""
+    by_provider: Dict[str, List[str]] = {}
+    for env_id, env_spec in sorted(registry.items()):
+        by_provider.setdefault(env_spec.provider, []).append(env_id)
+    lines = []
+    for provider, ids in sorted(by_provider.items()):
+        if exclude_namespaces and provider in exclude_namespaces:
+            continue
+        lines.append(f"===== {provider} =====")
+        lines.append("  ".join(ids))
+    text = "\n".join(lines)
+    if print_output:
+        print(text)
+        return None
+    return text

@@ -1,0 +1,122 @@
+"""Find tool calls in model text. Malformed or unclosed calls are reported, never raised.
+
+Two syntaxes, shared by every env:
+
+* XML tags: ``<sql>SELECT 1</sql>``, ``<search>query</search>``, ``<tool><python>print(1)</python></tool>``;
+* JSON calls: ``<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>``
+  (the Hermes / Qwen format that native tool-calling chat templates produce).
+
+The scanners use ``str.find`` rather than regular expressions, so a 10 MB action costs linear time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+
+@dataclasses.dataclass
+class ToolCall:
+    """One call: the tool ``name``, its ``arguments`` (JSON calls) and the raw ``content`` between the tags."""
+
+    name: str
+    arguments: Dict[str, Any]
+    content: str
+    syntax: str  # "xml" or "json"
+
+
+@dataclasses.dataclass
+class ParsedToolCalls:
+    calls: List[ToolCall] = dataclasses.field(default_factory=list)
+    errors: List[str] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.calls)
+
+
+def find_tag_blocks(text: str, tag: str) -> Tuple[List[str], List[str]]:
+    """Every ``<tag>...</tag>`` body in order, and errors for openings left unclosed."""
+    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+    bodies: List[str] = []
+    errors: List[str] = []
+    pos = 0
+    while True:
+        start = text.find(open_tag, pos)
+        if start < 0:
+            break
+        body_start = start + len(open_tag)
+        end = text.find(close_tag, body_start)
+        if end < 0:
+            errors.append(f"unclosed <{tag}> tag: add </{tag}> after the {tag} content")
+            break
+        bodies.append(text[body_start:end])
+        pos = end + len(close_tag)
+    return bodies, errors
+
+
+def extract_tag(text: str, tag: str, which: str = "last") -> Optional[str]:
+    """The body of the first or last complete ``<tag>...</tag>`` block, stripped; ``None`` if absent."""
+    bodies, _ = find_tag_blocks(text, tag)
+    if not bodies:
+        return None
+    return (bodies[-1] if which == "last" else bodies[0]).strip()
+
+
+def parse_xml_tool_calls(text: str, tags: Iterable[str], wrapper: Optional[str] = None) -> ParsedToolCalls:
+    """Calls written as ``<tag>content</tag>`` for each of ``tags``, in the order they appear.
+
+    With ``wrapper="tool"``, only tags inside ``<tool>...</tool>`` count (``<tool><python>..</python></tool>``).
+    """
+    result = ParsedToolCalls()
+    regions = [text]
+    if wrapper is not None:
+        regions, wrap_errors = find_tag_blocks(text, wrapper)
+        result.errors.extend(wrap_errors)
+    found: List[Tuple[int, int, ToolCall]] = []
+    for region_index, region in enumerate(regions):
+        for tag in tags:
+            bodies, errors = find_tag_blocks(region, tag)
+            result.errors.extend(errors)
+            offset = 0
+            for body in bodies:
+                offset = region.find(f"<{tag}>", offset)
+                found.append((region_index, offset, ToolCall(name=tag, arguments={}, content=body.strip(), syntax="xml")))
+                offset += 1
+    result.calls = [call for _, _, call in sorted(found, key=lambda item: (item[0], item[1]))]
+    return result
+
+
+def parse_json_tool_calls(text: str, tag: str = "tool_call") -> ParsedToolCalls:
+    """Calls written as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``."""
+    result = ParsedToolCalls()
+    bodies, errors = find_tag_blocks(text, tag)
+    result.errors.extend(errors)
+    for index, body in enumerate(bodies, start=1):
+        try:
+            payload = json.loads(body)
+        except json.JSONDecodeError as exc:
+            result.errors.append(f"tool call {index} is not valid JSON ({exc.msg} at character {exc.pos})")
+            continue
+        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
+            result.errors.append(f'tool call {index} must be an object with a "name" string and an "arguments" object')
+            continue
+        arguments = payload.get("arguments", payload.get("parameters", {}))
+        if isinstance(arguments, str):  # some models emit arguments as a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                result.errors.append(f'tool call {index}: "arguments" is a string that is not valid JSON')
+                continue
+        if not isinstance(arguments, dict):
+            result.errors.append(f'tool call {index}: "arguments" must be an object, got {type(arguments).__name__}')
+            continue
+        result.calls.append(ToolCall(name=payload["name"], arguments=arguments, content=body.strip(), syntax="json"))
+    return result
+
+
+def parse_tool_calls(text: str, xml_tags: Sequence[str] = (), wrapper: Optional[str] = None) -> ParsedToolCalls:
+    """JSON calls if the text has any ``<tool_call>`` block, else XML calls for ``xml_tags``."""
+    if "<tool_call>" in text:
+        return parse_json_tool_calls(text)
+    return parse_xml_tool_calls(text, xml_tags, wrapper=wrapper)
