@@ -1,0 +1,32 @@
+"""Fixtures for the trainer tests: a tiny random causal LM (a real Qwen2 architecture) on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def write_tiny_lm(out: Path, vocab_size: int = 64, seed: int = 0) -> Path:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        "qwen2",
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
