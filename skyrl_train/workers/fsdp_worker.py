@@ -380,6 +380,22 @@ class TrainingWorker:
         model.save_pretrained(out_dir)
         AutoTokenizer.from_pretrained(tokenizer_source or self.spec.model_path).save_pretrained(out_dir)
 
+    def connect_weight_broadcast(self, backend: str, host: str, port: int, world_size: int) -> None:
+        """Rank 0 joins a process group of its own with the engines (see ``weight_sync``)."""
+        if self.rank == 0:
+            from skyrl_train.weight_sync import BroadcastGroup
+
+            self._broadcast_group = BroadcastGroup(backend, host, port, 0, world_size)
+
+    def broadcast_weights(self) -> int:
+        """Every rank joins the unsharding; rank 0 broadcasts the full weights. Returns bytes sent."""
+        state = self.full_state_dict()
+        if self.rank != 0:
+            return 0
+        from skyrl_train.weight_sync import send_state_dict
+
+        return send_state_dict(self._broadcast_group, state)
+
     def get_rng_state(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {"torch": torch.get_rng_state()}
         if torch.cuda.is_available():

@@ -1,0 +1,144 @@
+"""The trainer's side of generation: engines, the rollout generator, and weight sync to the engines.
+
+The trainer only needs something with ``async generate(GeneratorInput) -> GeneratorOutput`` (the rollout
+loop of ``adapters.rollout``) and engines it can put to sleep, wake and update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Dict, List, Optional, Protocol
+
+from adapters.types import GeneratorInput, GeneratorOutput
+
+
+class Generator(Protocol):
+    async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput: ...
+
+
+def sampling_params_dict(params: Any) -> Dict[str, Any]:
+    """The config's sampling section as the ``SamplingParams`` dict engines take."""
+    out: Dict[str, Any] = {
+        "max_generate_length": int(params.max_generate_length),
+        "temperature": float(params.temperature),
+        "top_p": float(params.top_p),
+        "logprobs": bool(params.logprobs),
+    }
+    if params.top_k and params.top_k > 0:
+        out["top_k"] = int(params.top_k)
+    if params.min_p:
+        out["min_p"] = float(params.min_p)
+    if params.stop:
+        out["stop"] = list(params.stop)
+    return out
+
+
+def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
+    """Inference engines for ``generator.backend``: hf (in-process), vllm (local), remote (HTTP servers)."""
+    g = cfg.generator
+    if g.backend == "hf":
+        from adapters.engines.hf import HFEngine
+
+        batch = cfg.trainer.train_batch_size * g.n_samples_per_prompt
+        return [HFEngine(model_path, tokenizer, max_batch_size=max(64, batch)) for _ in range(g.num_inference_engines)]
+    if g.backend == "vllm":
+        try:
+            from adapters.engines.vllm import VLLMEngine  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise RuntimeError(
+                "generator.backend=vllm needs the vllm extra (pip install 'skyrl-gym[vllm]') and adapters.engines.vllm"
+            ) from exc
+        return [
+            VLLMEngine(
+                model_path,
+                tensor_parallel_size=g.inference_engine_tensor_parallel_size,
+                gpu_memory_utilization=g.gpu_memory_utilization,
+            )
+            for _ in range(g.num_inference_engines)
+        ]
+    if g.backend == "remote":
+        try:
+            from adapters.engines.remote import RemoteEngine  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise RuntimeError("generator.backend=remote needs adapters.engines.remote") from exc
+        return [RemoteEngine(url, tokenizer=tokenizer) for url in g.remote_inference_engine_urls]
+    raise ValueError(f"unknown generator.backend {g.backend!r}")
+
+
+class EngineRouter:
+    """Spreads one batch over several engines (round-robin by prompt) behind the single-engine protocol."""
+
+    def __init__(self, engines: List[Any]):
+        if not engines:
+            raise ValueError("no inference engines")
+        self.engines = engines
+        self._next = 0
+
+    async def generate(self, prompt_token_ids: List[List[int]], sampling_params: Optional[Dict[str, Any]] = None) -> Any:
+        if len(self.engines) == 1:
+            return await self.engines[0].generate(prompt_token_ids, sampling_params)
+        shares: List[List[int]] = [[] for _ in self.engines]
+        for i in range(len(prompt_token_ids)):
+            shares[(self._next + i) % len(self.engines)].append(i)
+        self._next = (self._next + len(prompt_token_ids)) % len(self.engines)
+        outs = await asyncio.gather(
+            *(e.generate([prompt_token_ids[i] for i in rows], sampling_params) for e, rows in zip(self.engines, shares) if rows)
+        )
+        merged: Dict[str, List[Any]] = {}
+        order: List[int] = [i for rows in shares if rows for i in rows]
+        for out in outs:
+            for key, values in out.items():
+                if values is not None:
+                    merged.setdefault(key, []).extend(values)
+        result: Dict[str, Any] = {}
+        for key, values in merged.items():
+            placed: List[Any] = [None] * len(prompt_token_ids)
+            for position, value in zip(order, values):
+                placed[position] = value
+            result[key] = placed
+        return result
+
+    async def update_weights(self, named_tensors: Any) -> None:
+        await asyncio.gather(*(e.update_weights(named_tensors) for e in self.engines))
+
+    async def sleep(self) -> None:
+        await asyncio.gather(*(e.sleep() for e in self.engines))
+
+    async def wake_up(self) -> None:
+        await asyncio.gather(*(e.wake_up() for e in self.engines))
+
+
+def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
+    """The rollout loop of ``adapters.rollout`` configured from the trainer config."""
+    from adapters.rollout import RolloutConfig, RolloutGenerator  # type: ignore[attr-defined]
+
+    g = cfg.generator
+    rollout_cfg = RolloutConfig(
+        sampling_params=sampling_params_dict(g.sampling_params),  # type: ignore[arg-type]
+        max_turns=g.max_turns,
+        max_input_length=g.max_input_length,
+        batched=g.max_turns == 1,
+        apply_overlong_filtering=g.apply_overlong_filtering,
+        zero_reward_on_non_stop=g.zero_reward_on_non_stop,
+        env_configs=_env_configs(cfg),
+        chat_template_kwargs=dict(g.chat_template_kwargs),
+    )
+    return RolloutGenerator(engine, tokenizer, rollout_cfg)
+
+
+def _env_configs(cfg: Any) -> Dict[str, Any]:
+    config = dict(cfg.environment.env_config)
+    return {cfg.environment.env_class: config} if config else {}
+
+
+class Timer:
+    def __init__(self, sink: Dict[str, float], key: str):
+        self.sink, self.key = sink, key
+
+    def __enter__(self) -> "Timer":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.sink[self.key] = self.sink.get(self.key, 0.0) + time.perf_counter() - self.start
