@@ -66,38 +66,13 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
     raise ValueError(f"unknown generator.backend {g.backend!r}")
 
 
-class EngineRouter:
-    """Spreads one batch over several engines (round-robin by prompt) behind the single-engine protocol."""
+class EngineSet:
+    """The trainer's handle on all engines: weight updates, sleep and wake reach every one of them."""
 
     def __init__(self, engines: List[Any]):
         if not engines:
             raise ValueError("no inference engines")
         self.engines = engines
-        self._next = 0
-
-    async def generate(self, prompt_token_ids: List[List[int]], sampling_params: Optional[Dict[str, Any]] = None) -> Any:
-        if len(self.engines) == 1:
-            return await self.engines[0].generate(prompt_token_ids, sampling_params)
-        shares: List[List[int]] = [[] for _ in self.engines]
-        for i in range(len(prompt_token_ids)):
-            shares[(self._next + i) % len(self.engines)].append(i)
-        self._next = (self._next + len(prompt_token_ids)) % len(self.engines)
-        outs = await asyncio.gather(
-            *(e.generate([prompt_token_ids[i] for i in rows], sampling_params) for e, rows in zip(self.engines, shares) if rows)
-        )
-        merged: Dict[str, List[Any]] = {}
-        order: List[int] = [i for rows in shares if rows for i in rows]
-        for out in outs:
-            for key, values in out.items():
-                if values is not None:
-                    merged.setdefault(key, []).extend(values)
-        result: Dict[str, Any] = {}
-        for key, values in merged.items():
-            placed: List[Any] = [None] * len(prompt_token_ids)
-            for position, value in zip(order, values):
-                placed[position] = value
-            result[key] = placed
-        return result
 
     async def update_weights(self, named_tensors: Any) -> None:
         await asyncio.gather(*(e.update_weights(named_tensors) for e in self.engines))
@@ -124,7 +99,8 @@ def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
         env_configs=_env_configs(cfg),
         chat_template_kwargs=dict(g.chat_template_kwargs),
     )
-    return RolloutGenerator(engine, tokenizer, rollout_cfg)
+    engines = engine.engines if isinstance(engine, EngineSet) else engine
+    return RolloutGenerator(engines, tokenizer, rollout_cfg)
 
 
 def _env_configs(cfg: Any) -> Dict[str, Any]:

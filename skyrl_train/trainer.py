@@ -29,7 +29,7 @@ from skyrl_train.algorithms.sampling_filters import dynamic_sampling, overlong_f
 from skyrl_train.config.loader import to_dict
 from skyrl_train.config.validation import cuda_available, loggers_of, policy_world_size, uses_critic, uses_ref
 from skyrl_train.dataset import PromptDataset, load_dataset_rows
-from skyrl_train.generation import EngineRouter, Generator, Timer, build_generator, create_engines, sampling_params_dict
+from skyrl_train.generation import EngineSet, Generator, Timer, build_generator, create_engines, sampling_params_dict
 from skyrl_train.tracking import Tracker, plot_reward_curve
 from skyrl_train.workers.batch import TrainingBatch, build_batch
 from skyrl_train.workers.fsdp_worker import WorkerSpec
@@ -121,7 +121,7 @@ class PPOTrainer:
         if self._given_engine is not None:
             self.engine = self._given_engine
         else:
-            self.engine = EngineRouter(create_engines(self.cfg, self.model_path, self.tokenizer))
+            self.engine = EngineSet(create_engines(self.cfg, self.model_path, self.tokenizer))
         self.generator = self._given_generator or build_generator(self.cfg, self.engine, self.tokenizer)
         log_dir = _expand(self.t.log_path) / self.t.run_name
         self.tracker = Tracker(
@@ -292,9 +292,10 @@ class PPOTrainer:
 
     @staticmethod
     def _accumulate_rollout_timings(output: GeneratorOutput, timings: Dict[str, float]) -> None:
-        for key, value in (output.get("rollout_metrics") or {}).items():
-            if isinstance(value, (int, float)) and "env" in key and ("time" in key or key.endswith("_s")):
-                timings["env"] = timings.get("env", 0.0) + float(value)
+        # Seconds spent inside env calls, summed over trajectories (they may overlap in wall time).
+        splits = output.get("trajectory_time_splits") or {}  # type: ignore[misc]
+        if splits.get("env"):
+            timings["env"] = timings.get("env", 0.0) + float(sum(splits["env"]))
 
     def compute_advantages_and_returns(self, batch: TrainingBatch) -> TrainingBatch:
         t = batch.tensors
@@ -323,6 +324,7 @@ class PPOTrainer:
 
     def train_step(self) -> Dict[str, float]:
         assert self.policy is not None
+        step_start = time.perf_counter()
         timings: Dict[str, float] = {}
         self._step_metrics: Dict[str, float] = {}
         if self._prefetched is not None:
@@ -368,7 +370,7 @@ class PPOTrainer:
         metrics.update(self._step_metrics)
         metrics.update(_reward_metrics(output, uids))
         metrics.update({f"timing/{k}": v for k, v in timings.items()})
-        metrics["timing/step"] = sum(timings.values())
+        metrics["timing/step"] = time.perf_counter() - step_start
         return metrics
 
     def _update(self, batch: TrainingBatch) -> Dict[str, float]:
@@ -376,18 +378,32 @@ class PPOTrainer:
         n = self.cfg.generator.n_samples_per_prompt
         metrics: Dict[str, List[float]] = defaultdict(list)
         generator = torch.Generator().manual_seed(self.t.seed + self.global_step)
+        num_groups = batch.size // n
+        kept_groups = list(range(num_groups))
+        if self.algo.zero_variance_filter:
+            scores = batch.tensors["token_level_scores"].sum(-1).view(num_groups, n)
+            informative = (scores.max(-1).values - scores.min(-1).values) > 1e-6
+            kept_groups = [g for g in range(num_groups) if bool(informative[g])]
+            metrics["policy/trained_group_fraction"].append(len(kept_groups) / num_groups)
+            if self.policy.world_size > 1 and kept_groups:
+                # every rank needs the same share: mask the uninformative groups out instead of dropping them
+                drop = torch.ones(batch.size)
+                for g in kept_groups:
+                    drop[g * n : (g + 1) * n] = 0
+                batch = batch.with_tensors(response_mask=batch.tensors["response_mask"] * (1 - drop).unsqueeze(-1))
+                kept_groups = list(range(num_groups))
+        if not kept_groups:
+            return {k: sum(v) / len(v) for k, v in metrics.items()}
         for _epoch in range(self.t.update_epochs_per_batch):
             # Shuffle whole groups across mini-batches (deterministic in the step, so resume is exact).
-            groups = torch.randperm(batch.size // n, generator=generator).tolist()
-            rows = [g * n + j for g in groups for j in range(n)]
+            order = torch.randperm(len(kept_groups), generator=generator).tolist()
+            rows = [kept_groups[i] * n + j for i in order for j in range(n)]
             if self.critic is not None:
-                per = self.t.critic_mini_batch_size * n
-                for start in range(0, batch.size, per):
-                    for k, v in self.critic.train_step(batch.select(rows[start : start + per])).items():
+                for part in _mini_batches(rows, num_groups, self.t.critic_mini_batch_size, n):
+                    for k, v in self.critic.train_step(batch.select(part)).items():
                         metrics[k].append(v)
-            per = self.t.policy_mini_batch_size * n
-            for start in range(0, batch.size, per):
-                for k, v in self.policy.train_step(batch.select(rows[start : start + per])).items():
+            for part in _mini_batches(rows, num_groups, self.t.policy_mini_batch_size, n):
+                for k, v in self.policy.train_step(batch.select(part)).items():
                     metrics[k].append(v)
         return {k: sum(v) / len(v) for k, v in metrics.items()}
 
@@ -422,7 +438,7 @@ class PPOTrainer:
         if not self.val_rows:
             return {}
         g = self.cfg.generator
-        sampling = sampling_params_dict(g.eval_sampling_params)
+        sampling = sampling_params_dict(g.eval_sampling_params or g.sampling_params)
         n = g.eval_n_samples_per_prompt
         rewards_by_uid: Dict[str, List[float]] = defaultdict(list)
         source_of: Dict[str, str] = {}
@@ -579,6 +595,14 @@ def _scalar_reward(reward: Any) -> float:
     if isinstance(reward, (list, tuple)):
         return float(sum(reward))
     return float(reward)
+
+
+def _mini_batches(rows: List[int], num_groups: int, mini_batch_groups: int, n: int) -> List[List[int]]:
+    """The configured number of mini-batches (train_batch / mini_batch), over the rows kept for training."""
+    count = max(1, num_groups // mini_batch_groups)
+    kept = len(rows) // n
+    bounds = [round(i * kept / count) * n for i in range(count + 1)]
+    return [rows[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def _progress_bar(enabled: bool, total: int, initial: int) -> Any:

@@ -129,6 +129,9 @@ class AlgorithmConfig:
     use_entropy_loss: bool = False
     entropy_loss_coef: float = 0.01
     advantage_batch_normalize: bool = False
+    zero_variance_filter: bool = False
+    """Leave out of the update every group whose rewards all agree (its advantages are all 0 under
+    grpo/rloo): no effect on the gradient direction, less compute."""
     policy_loss_type: str = "regular"
     """``regular`` (PPO clip), ``dual_clip``, ``gspo``, ``cispo`` or a user-registered name."""
     loss_reduction: str = "token_mean"
@@ -231,9 +234,8 @@ class GeneratorConfig:
     max_turns: int = 1
     max_input_length: Optional[int] = None
     sampling_params: SamplingParamsConfig = field(default_factory=SamplingParamsConfig)
-    eval_sampling_params: SamplingParamsConfig = field(
-        default_factory=lambda: SamplingParamsConfig(temperature=0.0)
-    )
+    eval_sampling_params: Optional[SamplingParamsConfig] = None
+    """Sampling for evaluation; null uses ``sampling_params``."""
     eval_n_samples_per_prompt: int = 1
     apply_overlong_filtering: bool = False
     zero_reward_on_non_stop: bool = False

@@ -186,13 +186,15 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
             )
     if g.weight_sync_backend == "nccl" and has_cuda is False:
         problems.append("generator.weight_sync_backend=nccl: needs CUDA GPUs (use gloo on CPU)")
-    if g.backend == "hf" and g.weight_sync_backend in ("gloo", "nccl"):
+    if g.backend in ("vllm", "remote") and g.weight_sync_backend == "inprocess":
         problems.append(
-            f"generator.weight_sync_backend={g.weight_sync_backend}: the hf engine is updated in process "
-            "(use auto or inprocess)"
+            f"generator.weight_sync_backend=inprocess: {g.backend} engines run in other processes "
+            "(use gloo/nccl broadcast or checkpoint)"
         )
 
     sp = g.sampling_params
+    if g.eval_sampling_params is not None and g.eval_sampling_params.temperature < 0:
+        problems.append(f"generator.eval_sampling_params.temperature={g.eval_sampling_params.temperature}: must be >= 0")
     if sp.temperature < 0:
         problems.append(f"generator.sampling_params.temperature={sp.temperature}: must be >= 0")
     if not 0 < sp.top_p <= 1:

@@ -101,6 +101,10 @@ class TrainingWorker:
 
         if self.world_size == 1 and not torch.cuda.is_available():
             return
+        if self._dist_init is None and self.world_size == 1:
+            from skyrl_train.weight_sync import free_port
+
+            self._dist_init = f"tcp://127.0.0.1:{free_port()}"
         if not dist.is_initialized():
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             dist.init_process_group(backend, init_method=self._dist_init, rank=self.rank, world_size=self.world_size)
@@ -240,17 +244,15 @@ class TrainingWorker:
         assert self.optimizer is not None, f"the {self.spec.role} worker has no optimizer"
         start_time = time.perf_counter()
         micro = self.spec.micro_train_batch_size
-        if batch.size % micro:
-            raise ValueError(f"{batch.size} rows do not split into micro-batches of {micro}")
-        n_micro = batch.size // micro
         self.optimizer.zero_grad(set_to_none=True)
         totals: Dict[str, float] = {}
         for start in range(0, batch.size, micro):
-            part = batch.select(range(start, start + micro))
+            part = batch.select(range(start, min(batch.size, start + micro)))
+            weight = part.size / batch.size  # equal micro-batches weigh 1/n each; a short last one less
             loss, metrics = self._loss(part)
-            (loss / n_micro).backward()
+            (loss * weight).backward()
             for k, v in metrics.items():
-                totals[k] = totals.get(k, 0.0) + v / n_micro
+                totals[k] = totals.get(k, 0.0) + v * weight
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], self.spec.optimizer.max_grad_norm
         )
