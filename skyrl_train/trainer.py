@@ -538,10 +538,10 @@ class PPOTrainer:
                 step = self.global_step
                 if self.t.eval_interval > 0 and step % self.t.eval_interval == 0 and step < self.total_steps:
                     metrics.update(self.evaluate())
+                self.tracker.log(metrics, step)
                 if self.t.ckpt_interval > 0 and step % self.t.ckpt_interval == 0:
                     self.save_checkpoint()
                     last_ckpt = step
-                self.tracker.log(metrics, step)
                 if progress is not None:
                     progress.update(1)
                     progress.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+
 import pytest
 
 
@@ -30,3 +31,23 @@ def write_tiny_lm(out: Path, vocab_size: int = 64, seed: int = 0) -> Path:
 @pytest.fixture(scope="session")
 def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model() -> Path:
+    """A tiny random Qwen2 with the embedded SmolLM2 tokenizer and chat template (cached between runs)."""
+    from adapters.models import build_tiny_model
+
+    return build_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Training rows for the letter-share toy env (registered for this process)."""
+    from skyrl_gym.data import write_jsonl
+    from tests.skyrl_train.toy_envs import register_toy_env, toy_rows
+
+    register_toy_env()
+    path = tmp_path_factory.mktemp("toy") / "train.jsonl"
+    write_jsonl(toy_rows(64), path)
+    return path
