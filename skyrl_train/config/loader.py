@@ -21,6 +21,17 @@ DEFAULTS_YAML = Path(__file__).with_name("ppo_base_config.yaml")
 
 C = TypeVar("C")
 
+# Newer SkyRL releases nest the engine keys under generator.inference_engine; both spellings work.
+KEY_ALIASES = {
+    "generator.inference_engine.backend": "generator.backend",
+    "generator.inference_engine.num_engines": "generator.num_inference_engines",
+    "generator.inference_engine.tensor_parallel_size": "generator.inference_engine_tensor_parallel_size",
+    "generator.inference_engine.weight_sync_backend": "generator.weight_sync_backend",
+    "generator.inference_engine.run_engines_locally": "generator.run_engines_locally",
+    "generator.inference_engine.gpu_memory_utilization": "generator.gpu_memory_utilization",
+    "generator.inference_engine.model_dtype": "generator.model_dtype",
+}
+
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message names every offending key and why."""
@@ -90,8 +101,9 @@ def _parse_overrides(overrides: Iterable[str]) -> List[str]:
         if "=" not in item:
             raise ConfigError(f"{item!r}: overrides are written key=value (e.g. trainer.epochs=2)")
         key, value = item.split("=", 1)
-        key = key.lstrip("+")  # Hydra's "+key=value" spelling is accepted for familiarity
-        cleaned.append(f"{key.strip()}={value}")
+        key = key.lstrip("+").strip()  # Hydra's "+key=value" spelling is accepted for familiarity
+        key = KEY_ALIASES.get(key, key)
+        cleaned.append(f"{key}={value}")
     return cleaned
 
 

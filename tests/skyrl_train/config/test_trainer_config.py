@@ -160,3 +160,21 @@ def test_user_algorithm_section_adds_keys(data_file):
     assert cfg.trainer.algorithm.eps_clip_high == 0.2
     with pytest.raises(ConfigError, match="overlong_buffer_len"):
         load_config(_valid(data_file, "trainer.algorithm.overlong_buffer_len=4"))
+
+
+def test_newer_skyrl_engine_key_spelling_is_an_alias():
+    cfg = load_config(["generator.inference_engine.backend=vllm", "generator.inference_engine.num_engines=4"], validate=False)
+    assert cfg.generator.backend == "vllm" and cfg.generator.num_inference_engines == 4
+
+
+def test_example_gsm8k_script_uses_only_known_keys():
+    import re
+    import shlex
+
+    script = (Path(__file__).resolve().parents[3] / "examples" / "gsm8k" / "run_gsm8k.sh").read_text()
+    command = script[script.index("python -m skyrl_train.entrypoints.main_base") :]
+    command = re.sub(r"\$\{?(\w+)\}?", "1", command.replace("\\\n", " "))
+    overrides = [a for a in shlex.split(command)[3:] if "=" in a]
+    assert len(overrides) > 30
+    cfg = load_config(overrides, validate=False)
+    assert cfg.trainer.train_batch_size == 1024 and cfg.generator.n_samples_per_prompt == 5
