@@ -10,6 +10,7 @@ import asyncio
 import copy
 import logging
 import math
+import queue
 import random
 import threading
 import time
@@ -99,8 +100,7 @@ class PPOTrainer:
         self.eval_history: List[Dict[str, float]] = []
         self.model_path: Optional[str] = None
         self._weight_sync: Any = None
-        self._prefetched: Optional["Future[Any]"] = None
-        self._prefetch_seconds = 0.0
+        self._producer: Any = None
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -327,14 +327,15 @@ class PPOTrainer:
         step_start = time.perf_counter()
         timings: Dict[str, float] = {}
         self._step_metrics: Dict[str, float] = {}
-        if self._prefetched is not None:
-            output, uids, extra = self._prefetched.result()
-            timings["generate"] = self._prefetch_seconds
-            self._prefetched = None
+        if self._producer is not None:
+            wait_start = time.perf_counter()
+            item = self._producer.get()
+            output, uids, extra = item["batch"]
+            timings["generate"] = item["seconds"]
+            timings["generate_wait"] = time.perf_counter() - wait_start  # what overlap did not hide
+            extra = dict(extra, **{"async/staleness": float(self.global_step - item["weights_step"])})
         else:
             output, uids, extra = self._collect_training_batch(timings)
-        if self.t.async_training.enabled and self.global_step + 1 < self.total_steps:
-            self._start_prefetch()
         metrics: Dict[str, float] = dict(extra)
         output, uids = self.postprocess_generator_output(output, uids)
         loss_masks = output["loss_masks"]
@@ -416,22 +417,48 @@ class PPOTrainer:
         self._weight_sync.sync()
 
     # ------------------------------------------------------------------ one-step-off async
-    def _start_prefetch(self) -> None:
-        """Generate the next batch in a thread while this one trains (weights at most one step stale)."""
-        result: "Future[Any]" = Future()
+    def _start_producer(self, batches: int) -> None:
+        """Generate batches in a background thread, at most ``max_staleness_steps`` ahead of training.
 
-        def work() -> None:
-            try:
-                t0 = time.perf_counter()
-                timings: Dict[str, float] = {}
-                value = self._collect_training_batch(timings)
-                self._prefetch_seconds = time.perf_counter() - t0
-                result.set_result(value)
-            except BaseException as exc:  # surfaced when the step reads the result
-                result.set_exception(exc)
+        A batch generated with the weights of step k is trained on at step k + staleness; the queue's
+        bound blocks the producer so the lag never exceeds the configured staleness.
+        """
+        bound = max(1, self.t.async_training.max_staleness_steps)
+        results: "queue.Queue[Dict[str, Any]]" = queue.Queue(maxsize=bound)
+        stop = threading.Event()
 
-        self._prefetched = result
-        threading.Thread(target=work, name="skyrl-prefetch", daemon=True).start()
+        def produce() -> None:
+            for _ in range(batches):
+                if stop.is_set():
+                    return
+                try:
+                    t0 = time.perf_counter()
+                    weights_step = self.global_step
+                    batch = self._collect_training_batch({})
+                    item = {"batch": batch, "seconds": time.perf_counter() - t0, "weights_step": weights_step}
+                except BaseException as exc:  # handed to the training thread, which re-raises it
+                    item = {"error": exc}
+                while not stop.is_set():
+                    try:
+                        results.put(item, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if "error" in item:
+                    return
+
+        class _Producer:
+            def get(self_inner) -> Dict[str, Any]:
+                item = results.get()
+                if "error" in item:
+                    raise item["error"]
+                return item
+
+            def stop(self_inner) -> None:
+                stop.set()
+
+        self._producer = _Producer()
+        threading.Thread(target=produce, name="skyrl-async-generation", daemon=True).start()
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> Dict[str, float]:
@@ -521,7 +548,6 @@ class PPOTrainer:
         if self.policy is None:
             self.setup()
         assert self.tracker is not None
-        self._prefetched = None
         resumed = self.maybe_resume()
         if resumed is not None:
             logger.info("resumed from %s at step %d", resumed, self.global_step)
@@ -532,6 +558,8 @@ class PPOTrainer:
             self.tracker.log(before, self.global_step)
         progress = _progress_bar(self.t.progress_bar, self.total_steps, self.global_step)
         last_ckpt = -1
+        if self.t.async_training.enabled:
+            self._start_producer(self.total_steps - self.global_step)
         try:
             while self.global_step < self.total_steps:
                 metrics = self.train_step()
@@ -550,6 +578,9 @@ class PPOTrainer:
         finally:
             if progress is not None:
                 progress.close()
+            if self._producer is not None:
+                self._producer.stop()
+                self._producer = None
         if self.val_rows and (self.t.eval_interval > 0 or self.t.eval_before_train):
             after = self.evaluate()
             result["eval_after"] = after
