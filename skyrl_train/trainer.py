@@ -361,8 +361,14 @@ class PPOTrainer:
             batch = self.compute_advantages_and_returns(batch)
             if self.algo.use_kl_loss:
                 batch = batch.with_tensors(kl_coef=torch.full((batch.size,), float(self.kl_ctrl.value)))
+        # Colocated engines give their memory back while the policy trains (a no-op for CPU engines).
+        colocated = self.t.placement.colocate_all and self._producer is None
+        if colocated:
+            self._runner.run(self.engine.sleep())  # type: ignore[union-attr]
         with Timer(timings, "train"):
             metrics.update(self._update(batch))
+        if colocated:
+            self._runner.run(self.engine.wake_up())  # type: ignore[union-attr]
         if self.algo.use_kl_loss and "policy/kl_loss" in metrics:
             self.kl_ctrl.update(metrics["policy/kl_loss"], n_steps=batch.size)
         with Timer(timings, "sync"):
