@@ -130,8 +130,11 @@ def _explain(
     # Inside an assistant turn: did the template drop or rewrite this turn, or is it a re-tokenization?
     this_turn = trajectory.turns[turn]
     generated_text = chat.decode(trajectory.ids[this_turn.start : this_turn.output_end], skip_special_tokens=False)
-    retemplated_text = chat.decode(retemplated[position:], skip_special_tokens=False)
-    if "<think>" in generated_text and "<think>" not in retemplated_text[: len(generated_text) + 64]:
+    # The re-templated rendering of this turn: up to its end-of-turn token.
+    rest = retemplated[position:]
+    turn_end = rest.index(chat.turn_end_token_id) if chat.turn_end_token_id in rest else len(rest)
+    retemplated_text = chat.decode(rest[:turn_end], skip_special_tokens=False)
+    if "<think>" in generated_text and "<think>" not in retemplated_text:
         return (
             f"turn {turn}: the template removes the <think> block of an earlier assistant turn when later messages "
             "follow; re-templated text is not what the model saw or produced"
