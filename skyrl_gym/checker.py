@@ -1,0 +1,437 @@
+"""The env checker: drive an env through dataset rows and adversarial actions, report contract breaches.
+
+>>> report = skyrl_gym.check_env("gsm8k", "rows.jsonl")
+>>> report.ok, print(report)
+
+For every row the checker builds a fresh env (``make(id, env_config=..., extras=row)``), calls
+``init(prompt)`` and plays one episode per action: the row's reference answer when it has one, an
+empty string, ~10 MB of text, a unicode soup and unclosed tool/answer tags. Each action is played
+twice on fresh envs to compare rewards. Every breach of the contract becomes a :class:`Finding`
+in plain words; nothing the env raises escapes the checker.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import threading
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from skyrl_gym.core import Env
+from skyrl_gym.data import read_records, row_extras, validate_row
+from skyrl_gym.errors import DataError
+from skyrl_gym.registration import EnvSpec, make, spec
+
+ERROR = "error"
+WARNING = "warning"
+
+HUGE_ACTION_CHARS = 10_000_000
+
+# Adversarial actions: (label, text). The huge one is built lazily (10 MB) and shared between rows.
+ADVERSARIAL_ACTIONS: Tuple[Tuple[str, str], ...] = (
+    ("empty string", ""),
+    (
+        "unicode",
+        "Ünïcödé ∑∫√ 中文 العربية עברית 🙂🚀👩‍👩‍👧 \u200b\u200d\u202e reversed \ufeff combining e\u0301 \x00 nul",
+    ),
+    (
+        "unclosed tags",
+        "<think>let me see <answer>42 <tool><python>print(1) <sql>SELECT * FROM <search>query "
+        '<tool_call>{"name": "f", "arguments": {"x": \\boxed{12 #### ',
+    ),
+)
+
+
+@dataclasses.dataclass
+class Finding:
+    """One breach of the contract (``error``) or a doubtful behaviour (``warning``)."""
+
+    severity: str
+    kind: str  # make, init, step, types, reward, done, determinism, close, row, metrics
+    message: str
+    env_id: str
+    row_index: Optional[int] = None
+    action: Optional[str] = None
+
+    def __str__(self) -> str:
+        where = [f"row {self.row_index}"] if self.row_index is not None else []
+        if self.action is not None:
+            where.append(f"action {self.action!r}")
+        location = f" [{', '.join(where)}]" if where else ""
+        return f"{self.severity.upper():7s} {self.kind}{location}: {self.message}"
+
+
+@dataclasses.dataclass
+class CheckReport:
+    """What :func:`check_env` found. ``ok`` is true when there is no error-level finding."""
+
+    env_id: str
+    findings: List[Finding] = dataclasses.field(default_factory=list)
+    rows_checked: int = 0
+    episodes: int = 0
+
+    @property
+    def errors(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def kinds(self) -> List[str]:
+        return sorted({f.kind for f in self.findings})
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        verdict = "OK" if self.ok else "FAILED"
+        head = (
+            f"check {self.env_id}: {verdict} - {self.rows_checked} row(s), {self.episodes} episode(s), "
+            f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
+        )
+        return "\n".join([head] + [f"  {finding}" for finding in self.findings])
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _call_with_timeout(fn: Callable[[], Any], timeout_s: Optional[float]) -> Any:
+    """Run ``fn``; raise :class:`_Timeout` when it takes longer. A hung call is left running in a daemon
+    thread (Python cannot kill a thread), so the checker can report it and move on."""
+    if not timeout_s:
+        return fn()
+    result: Dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True, name="skyrl-gym-check")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise _Timeout(f"did not return within {timeout_s:g} s")
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
+
+
+def _describe_exception(exc: BaseException) -> str:
+    """``Type: message`` plus where it was raised (the last frames), short enough for a report."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(frames))
+    message = str(exc)
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return f"{type(exc).__name__}: {message}" + (f" (at {where})" if where else "")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class _EnvFactory:
+    """Builds fresh envs for the checker from an id, a spec, a class/callable or an env instance."""
+
+    def __init__(self, env_or_id: Any, env_config: Any, make_kwargs: Mapping[str, Any]):
+        self.env_config = env_config if env_config is not None else {}
+        self.make_kwargs = dict(make_kwargs)
+        self.creator: Callable[..., Any]
+        if isinstance(env_or_id, str):
+            env_spec = spec(env_or_id)
+            self.env_id = env_spec.id
+            self.creator = lambda **kw: make(env_spec, **kw)
+        elif isinstance(env_or_id, EnvSpec):
+            self.env_id = env_or_id.id
+            self.creator = lambda **kw: make(env_or_id, **kw)
+        elif isinstance(env_or_id, Env):
+            # An instance cannot be re-used for other rows: rebuild it from its spec or its class.
+            if env_or_id.spec is not None:
+                env_spec = env_or_id.spec
+                self.env_id = env_spec.id
+                self.creator = lambda **kw: make(env_spec, **kw)
+            else:
+                self.env_id = type(env_or_id).__name__
+                self.creator = type(env_or_id)
+        elif callable(env_or_id):
+            self.env_id = getattr(env_or_id, "__name__", repr(env_or_id))
+            self.creator = env_or_id
+        else:
+            raise TypeError(f"check_env expects an env id, EnvSpec, Env class or Env, got {type(env_or_id).__name__}")
+
+    def build(self, extras: Dict[str, Any]) -> Any:
+        return self.creator(env_config=copy.deepcopy(self.env_config), extras=copy.deepcopy(extras), **self.make_kwargs)
+
+
+def _reference_action(row: Mapping[str, Any]) -> Optional[str]:
+    """The row's own reference answer: ``reference_action`` (row or extra_info), else ``extra_info``'s
+    ``answer`` / ``solution`` when it is text (GSM8K rows keep the worked solution there)."""
+    extra_info = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
+    for value in (row.get("reference_action"), extra_info.get("reference_action"), extra_info.get("answer"), extra_info.get("solution")):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+@dataclasses.dataclass
+class _Episode:
+    rewards: List[float]
+    done: bool
+    steps: int
+    max_turns: Optional[int]
+
+
+class _Checker:
+    def __init__(
+        self,
+        factory: _EnvFactory,
+        report: CheckReport,
+        max_turns_slack: int,
+        step_timeout_s: Optional[float],
+        check_determinism: bool,
+    ):
+        self.factory = factory
+        self.report = report
+        self.max_turns_slack = max_turns_slack
+        self.step_timeout_s = step_timeout_s
+        self.check_determinism = check_determinism
+        self.row_unusable = False
+
+    def add(self, severity: str, kind: str, message: str, row_index: Optional[int], action: Optional[str] = None) -> None:
+        self.report.findings.append(Finding(severity, kind, message, self.factory.env_id, row_index, action))
+
+    # ----- one episode --------------------------------------------------------------------------
+    def episode(self, row_index: Optional[int], prompt: Any, extras: Dict[str, Any], label: str, action: str,
+                report: bool = True) -> Optional[_Episode]:
+        """Play ``action`` every turn until done; return the rewards, or None when the episode broke."""
+        add = self.add if report else (lambda *a, **k: None)
+        try:
+            env = _call_with_timeout(lambda: self.factory.build(extras), self.step_timeout_s)
+        except Exception as exc:
+            add(ERROR, "make", f"building the env raised {_describe_exception(exc)}", row_index, label)
+            self.row_unusable = report
+            return None
+        if not isinstance(env, Env):
+            add(ERROR, "make", f"the entry point returned a {type(env).__name__}, not a skyrl_gym.Env", row_index, label)
+            self.row_unusable = report
+            return None
+        self.report.episodes += report
+        try:
+            return self._play(env, row_index, prompt, label, action, add, report)
+        finally:
+            self._close(env, row_index, label, add)
+
+    def _play(self, env: Env, row_index, prompt, label, action, add, report: bool) -> Optional[_Episode]:
+        try:
+            result = _call_with_timeout(lambda: env.init(copy.deepcopy(prompt)), self.step_timeout_s)
+        except Exception as exc:
+            add(ERROR, "init", f"init(prompt) raised {_describe_exception(exc)}", row_index, label)
+            self.row_unusable = report
+            return None
+        if not (isinstance(result, tuple) and len(result) == 2):
+            add(ERROR, "init", f"init() must return (observation, info), got {_short(result)}", row_index, label)
+            self.row_unusable = report
+            return None
+        observation, info = result
+        self._check_messages(observation, "init() observation", row_index, label, add)
+        if not isinstance(info, dict):
+            add(ERROR, "init", f"init() info must be a dict, got {type(info).__name__}", row_index, label)
+
+        max_turns = getattr(env, "max_turns", None)
+        max_turns = max_turns if isinstance(max_turns, int) and max_turns > 0 else None
+        limit = (max_turns or 1) + self.max_turns_slack
+        rewards: List[float] = []
+        for turn in range(1, limit + 1):
+            try:
+                output = _call_with_timeout(lambda: env.step(action), self.step_timeout_s)
+            except _Timeout as exc:
+                add(ERROR, "step", f"step() on turn {turn} {exc} (a hang stalls a whole training batch)", row_index, label)
+                return None
+            except Exception as exc:
+                add(ERROR, "step", f"step() on turn {turn} raised {_describe_exception(exc)}", row_index, label)
+                return None
+            reward, done = self._check_step_output(output, turn, row_index, label, add)
+            if reward is None:
+                return None
+            rewards.append(reward)
+            if done:
+                return _Episode(rewards, True, turn, max_turns)
+        add(ERROR, "done",
+            f"not done after {limit} steps (max_turns={max_turns if max_turns is not None else 'unset'} "
+            f"+ {self.max_turns_slack} slack); an episode must end by max_turns", row_index, label)
+        return _Episode(rewards, False, limit, max_turns)
+
+    def _close(self, env: Env, row_index, label, add) -> None:
+        for attempt in ("first", "second"):
+            try:
+                _call_with_timeout(env.close, self.step_timeout_s)
+            except Exception as exc:
+                what = "close()" if attempt == "first" else "a second close() (close must be idempotent)"
+                add(ERROR, "close", f"{what} raised {_describe_exception(exc)}", row_index, label)
+                return
+
+    # ----- type checks --------------------------------------------------------------------------
+    def _check_messages(self, messages: Any, what: str, row_index, label, add) -> None:
+        if not isinstance(messages, list):
+            add(ERROR, "types", f"{what} must be a list of chat messages, got {type(messages).__name__}", row_index, label)
+            return
+        for position, message in enumerate(messages):
+            if not isinstance(message, dict):
+                add(ERROR, "types", f"{what}[{position}] must be a dict with 'role' and 'content', got "
+                    f"{type(message).__name__}", row_index, label)
+            elif not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+                add(ERROR, "types", f"{what}[{position}] needs string 'role' and 'content', got "
+                    f"role={_short(message.get('role'), 30)}, content of type {type(message.get('content')).__name__}",
+                    row_index, label)
+
+    def _check_step_output(self, output: Any, turn: int, row_index, label, add) -> Tuple[Optional[float], bool]:
+        if not isinstance(output, Mapping):
+            add(ERROR, "types", f"step() must return a dict (StepOutput), got {type(output).__name__}", row_index, label)
+            return None, False
+        missing = [key for key in ("observations", "reward", "done", "metadata") if key not in output]
+        if missing:
+            add(ERROR, "types", f"step() output lacks {missing} on turn {turn}", row_index, label)
+            return None, False
+        self._check_messages(output["observations"], f"step() observations (turn {turn})", row_index, label, add)
+        reward = output["reward"]
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+            add(ERROR, "types", f"reward must be a float, got {type(reward).__name__} {_short(reward, 40)} on turn {turn}",
+                row_index, label)
+            try:
+                reward = float(reward)
+            except (TypeError, ValueError):
+                return None, False
+        elif not isinstance(reward, float):
+            add(WARNING, "types", f"reward is an int ({reward}); return a float", row_index, label)
+        if not math.isfinite(reward):
+            add(ERROR, "reward", f"reward is {reward} on turn {turn}; rewards must be finite", row_index, label)
+        done = output["done"]
+        if not isinstance(done, bool):
+            add(ERROR, "types", f"done must be a bool, got {type(done).__name__} {_short(done, 40)} on turn {turn}",
+                row_index, label)
+        if not isinstance(output["metadata"], dict):
+            add(ERROR, "types", f"metadata must be a dict, got {type(output['metadata']).__name__} on turn {turn}",
+                row_index, label)
+        post = output.get("postprocessed_action")
+        if post is not None and not isinstance(post, str):
+            add(ERROR, "types", f"postprocessed_action must be a str or None, got {type(post).__name__}", row_index, label)
+        return float(reward), bool(done)
+
+    # ----- a whole row --------------------------------------------------------------------------
+    def row(self, row_index: Optional[int], row: Mapping[str, Any], actions: Sequence[Tuple[str, str]]) -> None:
+        prompt, extras = row.get("prompt"), row_extras(row)
+        self.report.rows_checked += 1
+        own = _reference_action(row)
+        row_actions = ([("reference answer", own)] if own is not None else []) + list(actions)
+        for label, action in row_actions:
+            self.row_unusable = False
+            first = self.episode(row_index, prompt, extras, label, action)
+            if self.row_unusable:
+                return  # make/init fail for this row: every other action would repeat the same finding
+            if first is None:
+                continue
+            if label == "reference answer" and first.rewards and max(first.rewards) <= 0:
+                self.add(WARNING, "reward", f"the row's reference answer earned {first.rewards} (expected a "
+                         "positive reward; is the ground truth or the reward function wrong?)", row_index, label)
+            if self.check_determinism:
+                second = self.episode(row_index, prompt, extras, label, action, report=False)
+                if second is None:
+                    self.add(ERROR, "determinism", "the same action failed on a second fresh env but not on the "
+                             "first; episodes must not depend on earlier ones", row_index, label)
+                elif second.rewards != first.rewards:
+                    self.add(ERROR, "determinism", f"the same action on two fresh envs gave rewards {first.rewards} "
+                             f"and {second.rewards}; rewards must be deterministic", row_index, label)
+
+
+def _rows_from(rows: Any) -> List[Any]:
+    """Raw rows (not yet validated, so that each bad row becomes a finding instead of an abort)."""
+    if rows is None:
+        return [{"prompt": [{"role": "user", "content": "Hello."}]}]
+    if isinstance(rows, (str, Path)):
+        return list(read_records(rows))
+    if isinstance(rows, Mapping):
+        return [rows]
+    return list(rows)
+
+
+def check_env(
+    env_or_id: Any,
+    rows: Union[str, Path, Iterable[Mapping[str, Any]], Mapping[str, Any], None] = None,
+    *,
+    env_config: Any = None,
+    actions: Optional[Mapping[str, str]] = None,
+    adversarial: bool = True,
+    huge_action_chars: int = HUGE_ACTION_CHARS,
+    max_turns_slack: int = 2,
+    step_timeout_s: Optional[float] = 60.0,
+    check_determinism: bool = True,
+    max_rows: Optional[int] = None,
+    make_kwargs: Optional[Mapping[str, Any]] = None,
+) -> CheckReport:
+    """Check an env against the contract and return a :class:`CheckReport`.
+
+    Args:
+        env_or_id: a registered id, an :class:`EnvSpec`, an Env class or factory taking
+            ``(env_config=, extras=)``, or an env instance (rebuilt from its spec or class per row).
+        rows: dataset rows (a list of dicts or a JSONL/JSON/Parquet path); each is validated and
+            reported by number. Without rows a single user message is used with empty extras.
+        env_config: passed to every env built.
+        actions: extra ``{label: text}`` actions to play on every row.
+        adversarial: play the built-in adversarial actions (empty, huge, unicode, unclosed tags).
+        huge_action_chars: size of the huge action.
+        max_turns_slack: steps allowed past ``max_turns`` before "not done" is reported.
+        step_timeout_s: a make/init/step/close taking longer is reported as hanging (None: no limit).
+        check_determinism: play every action twice on fresh envs and compare rewards.
+        max_rows: check at most this many rows.
+    """
+    factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
+    report = CheckReport(env_id=factory.env_id)
+    checker = _Checker(factory, report, max_turns_slack, step_timeout_s, check_determinism)
+    try:
+        raw_rows = _rows_from(rows)
+    except (OSError, DataError, ValueError) as exc:
+        report.findings.append(Finding(ERROR, "row", f"cannot read rows: {exc}", factory.env_id))
+        return report
+    if not raw_rows:
+        report.findings.append(Finding(ERROR, "row", "no rows to check", factory.env_id))
+        return report
+
+    play: List[Tuple[str, str]] = list(ADVERSARIAL_ACTIONS) if adversarial else []
+    if adversarial and huge_action_chars > 0:
+        # Long text with an answer-looking tail: envs must bound the work they do per character.
+        tail = " The answer is #### 7 \\boxed{7} <answer>7</answer>"
+        play.insert(1, (f"huge string ({huge_action_chars:,} chars)", "x" * max(0, huge_action_chars - len(tail)) + tail))
+    play += list((actions or {}).items())
+    if not play and all(_reference_action(r) is None for r in raw_rows if isinstance(r, Mapping)):
+        report.findings.append(Finding(WARNING, "row", "no actions to play (adversarial=False, no actions given, "
+                                       "no reference answers in the rows)", factory.env_id))
+
+    for index, raw in enumerate(raw_rows):
+        if max_rows is not None and index >= max_rows:
+            break
+        try:
+            row = validate_row(raw, index)
+        except DataError as exc:
+            report.findings.append(Finding(ERROR, "row", str(exc), factory.env_id, index))
+            continue
+        env_class = row.get("env_class")
+        if isinstance(env_or_id, str) and env_class and env_class != env_or_id and env_class != factory.env_id:
+            report.findings.append(Finding(WARNING, "row", f"the row's env_class is {env_class!r}, checking it with "
+                                           f"{factory.env_id!r}", factory.env_id, index))
+        checker.row(index, row, play)
+    return report
+
+
+__all__ = ["check_env", "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING"]
