@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import queue
 import threading
 import traceback
 from pathlib import Path
@@ -104,27 +105,48 @@ class _Timeout(Exception):
     pass
 
 
-def _call_with_timeout(fn: Callable[[], Any], timeout_s: Optional[float]) -> Any:
-    """Run ``fn``; raise :class:`_Timeout` when it takes longer. A hung call is left running in a daemon
-    thread (Python cannot kill a thread), so the checker can report it and move on."""
-    if not timeout_s:
-        return fn()
-    result: Dict[str, Any] = {}
+class _EpisodeThread:
+    """Runs every call of one episode (make, init, steps, close) on one thread of its own, waiting at most
+    ``timeout_s`` for each. One thread per episode because envs may hold thread-bound resources (an
+    SQLite connection, an event loop); a hung call is abandoned with its daemon thread (Python cannot
+    kill a thread), so the checker can report it and move on."""
 
-    def target() -> None:
+    def __init__(self, timeout_s: Optional[float]):
+        self.timeout_s = timeout_s
+        self.calls: "queue.Queue[Optional[Tuple[Callable[[], Any], queue.Queue]]]" = queue.Queue()
+        self.hung = False
+        self.thread = threading.Thread(target=self._serve, daemon=True, name="skyrl-gym-check")
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self.calls.get()
+            if item is None:
+                return
+            fn, answer = item
+            try:
+                answer.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                answer.put((False, exc))
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        if self.hung:
+            raise _Timeout("an earlier call of this episode is still running")
+        answer: queue.Queue = queue.Queue(maxsize=1)
+        self.calls.put((fn, answer))
         try:
-            result["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - reported to the caller's thread
-            result["error"] = exc
+            ok, value = answer.get(timeout=self.timeout_s)
+        except queue.Empty:
+            self.hung = True
+            raise _Timeout(f"did not return within {self.timeout_s:g} s") from None
+        if not ok:
+            raise value
+        return value
 
-    thread = threading.Thread(target=target, daemon=True, name="skyrl-gym-check")
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise _Timeout(f"did not return within {timeout_s:g} s")
-    if "error" in result:
-        raise result["error"]
-    return result.get("value")
+    def stop(self) -> None:
+        if not self.hung:
+            self.calls.put(None)
+            self.thread.join()
 
 
 def _describe_exception(exc: BaseException) -> str:
@@ -217,8 +239,19 @@ class _Checker:
                 report: bool = True) -> Optional[_Episode]:
         """Play ``action`` every turn until done; return the rewards, or None when the episode broke."""
         add = self.add if report else (lambda *a, **k: None)
+        worker = _EpisodeThread(self.step_timeout_s)
         try:
-            env = _call_with_timeout(lambda: self.factory.build(extras), self.step_timeout_s)
+            return self._episode(worker, row_index, prompt, extras, label, action, add, report)
+        finally:
+            worker.stop()
+
+    def _episode(self, worker: _EpisodeThread, row_index, prompt, extras, label, action, add, report) -> Optional[_Episode]:
+        try:
+            env = worker.call(lambda: self.factory.build(extras))
+        except _Timeout as exc:
+            add(ERROR, "make", f"building the env {exc}", row_index, label)
+            self.row_unusable = report
+            return None
         except Exception as exc:
             add(ERROR, "make", f"building the env raised {_describe_exception(exc)}", row_index, label)
             self.row_unusable = report
@@ -229,13 +262,17 @@ class _Checker:
             return None
         self.report.episodes += report
         try:
-            return self._play(env, row_index, prompt, label, action, add, report)
+            return self._play(worker, env, row_index, prompt, label, action, add, report)
         finally:
-            self._close(env, row_index, label, add)
+            self._close(worker, env, row_index, label, add)
 
-    def _play(self, env: Env, row_index, prompt, label, action, add, report: bool) -> Optional[_Episode]:
+    def _play(self, worker: _EpisodeThread, env: Env, row_index, prompt, label, action, add, report: bool) -> Optional[_Episode]:
         try:
-            result = _call_with_timeout(lambda: env.init(copy.deepcopy(prompt)), self.step_timeout_s)
+            result = worker.call(lambda: env.init(copy.deepcopy(prompt)))
+        except _Timeout as exc:
+            add(ERROR, "init", f"init(prompt) {exc}", row_index, label)
+            self.row_unusable = report
+            return None
         except Exception as exc:
             add(ERROR, "init", f"init(prompt) raised {_describe_exception(exc)}", row_index, label)
             self.row_unusable = report
@@ -255,7 +292,7 @@ class _Checker:
         rewards: List[float] = []
         for turn in range(1, limit + 1):
             try:
-                output = _call_with_timeout(lambda: env.step(action), self.step_timeout_s)
+                output = worker.call(lambda: env.step(action))
             except _Timeout as exc:
                 add(ERROR, "step", f"step() on turn {turn} {exc} (a hang stalls a whole training batch)", row_index, label)
                 return None
@@ -273,10 +310,15 @@ class _Checker:
             f"+ {self.max_turns_slack} slack); an episode must end by max_turns", row_index, label)
         return _Episode(rewards, False, limit, max_turns)
 
-    def _close(self, env: Env, row_index, label, add) -> None:
+    def _close(self, worker: _EpisodeThread, env: Env, row_index, label, add) -> None:
+        if worker.hung:
+            return  # the env is stuck in an earlier call (already reported); it cannot be closed
         for attempt in ("first", "second"):
             try:
-                _call_with_timeout(env.close, self.step_timeout_s)
+                worker.call(env.close)
+            except _Timeout as exc:
+                add(ERROR, "close", f"close() {exc}", row_index, label)
+                return
             except Exception as exc:
                 what = "close()" if attempt == "first" else "a second close() (close must be idempotent)"
                 add(ERROR, "close", f"{what} raised {_describe_exception(exc)}", row_index, label)

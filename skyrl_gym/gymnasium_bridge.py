@@ -216,6 +216,7 @@ class SkyRLGymnasiumEnv(gymnasium.Env):
         if max_turns is not None and (not isinstance(max_turns, int) or max_turns < 1):
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
         self.env_spec = skyrl_gym.spec(env_id)  # fails early, naming the id, if it is unknown
+        sync_registry()  # ids registered with skyrl_gym since the last sync get their Gymnasium id
         self.env_id = self.env_spec.id
         self.env_config = env_config if env_config is not None else {}
         self.rows: List[Dict[str, Any]] = load_rows(rows) if rows is not None else []
@@ -372,22 +373,11 @@ def sync_registry() -> Dict[str, str]:
         if gym_id in gym_registry:  # registered by someone else: leave theirs alone
             skipped[env_id] = f"{gym_id} is already registered with Gymnasium by another package"
             continue
-        gymnasium.register(id=gym_id, entry_point=_make_bridged, kwargs={"env_id": env_id})
+        gymnasium.register(id=gym_id, entry_point=ENTRY_POINT, kwargs={"env_id": env_id})
         _bridged[gym_id] = env_id
     if LAZY_ID not in gym_registry:
-        gymnasium.register(id=LAZY_ID, entry_point=_make_bridged)
+        gymnasium.register(id=LAZY_ID, entry_point=ENTRY_POINT)
     return dict(_bridged)
-
-
-def _make_bridged(**kwargs: Any) -> SkyRLGymnasiumEnv:
-    """Gymnasium's entry point for bridged ids; re-syncs so that ids registered since appear."""
-    env = SkyRLGymnasiumEnv(**kwargs)
-    sync_registry()
-    return env
-
-
-# Gymnasium reads ``metadata`` from the entry point to validate render modes.
-_make_bridged.metadata = SkyRLGymnasiumEnv.metadata  # type: ignore[attr-defined]
 
 
 def make(env_id: str, **kwargs: Any) -> gymnasium.Env:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import sqlite3
 import time
-from typing import Any, Dict, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -93,6 +94,23 @@ class HangsOnLongTextEnv(SayTheNumberEnv):
         if len(action) > 1000:
             time.sleep(3)
         return super().step(action)
+
+
+class SQLiteAnswerEnv(SayTheNumberEnv):
+    """Keeps its answer in a real SQLite database; sqlite3 connections refuse use from another thread."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE TABLE answer (value TEXT)")
+        self.db.execute("INSERT INTO answer VALUES (?)", (self.answer,))
+
+    def step(self, action):
+        (value,) = self.db.execute("SELECT value FROM answer").fetchone()
+        return {"observations": [], "reward": float(value in action), "done": True, "metadata": {}}
+
+    def close(self):
+        self.db.close()  # sqlite3 allows closing twice
 
 
 class WrongAnswerKeyEnv(SayTheNumberEnv):
@@ -209,6 +227,11 @@ def test_a_hanging_step_is_reported_and_the_check_moves_on(registered):
     assert time.monotonic() - started < 3  # did not wait for the hung call
     [finding] = _errors_of_kind(report, "step")
     assert finding.action == "huge string (5,000 chars)" and "did not return within 0.5 s" in finding.message
+
+
+def test_an_env_with_thread_bound_resources_is_driven_from_one_thread(registered):
+    report = check_env(registered(SQLiteAnswerEnv), ROWS, step_timeout_s=30)
+    assert report.ok and report.findings == [], str(report)
 
 
 def test_reference_answer_that_earns_nothing_is_a_warning(registered):

@@ -242,3 +242,16 @@ def test_rows_from_a_jsonl_file(tmp_path, guess_the_word):
     env = gymnasium.make("skyrl_gym/guess_the_word-v0", rows=str(path))
     obs, _ = env.reset(options={"index": 2})
     assert obs[0]["content"].endswith("an animal.")
+
+
+def test_vector_envs_batch_episodes():
+    rows = BUILTIN_ROWS["gsm8k"]
+    vec = gymnasium.make_vec("skyrl_gym/gsm8k-v0", num_envs=2, vectorization_mode="sync", rows=rows)
+    obs, _ = vec.reset(seed=0)
+    assert len(obs) == 2 and all(o[0]["role"] == "user" for o in obs)
+    answers = [f"#### {rows[0]['reward_spec']['ground_truth']}" if "Natalia" in o[0]["content"] else "#### 10"
+               for o in obs]
+    _, rewards, terminated, truncated, info = vec.step(answers)
+    assert rewards.tolist() == [1.0, 1.0] and terminated.tolist() == [True, True] and not truncated.any()
+    assert sorted(info["parsed_answer"].tolist()) == ["10", "72"]
+    vec.close()
