@@ -51,7 +51,7 @@ class Finding:
     """One breach of the contract (``error``) or a doubtful behaviour (``warning``)."""
 
     severity: str
-    kind: str  # make, init, step, types, reward, done, determinism, close, row, metrics
+    kind: str  # row, make, init, step, types, reward, done, determinism, close, metrics
     message: str
     env_id: str
     row_index: Optional[int] = None
@@ -223,7 +223,9 @@ class _Checker:
         max_turns_slack: int,
         step_timeout_s: Optional[float],
         check_determinism: bool,
+        max_observation_chars: int = 100_000,
     ):
+        self.max_observation_chars = max_observation_chars
         self.factory = factory
         self.report = report
         self.max_turns_slack = max_turns_slack
@@ -304,6 +306,7 @@ class _Checker:
                 return None
             rewards.append(reward)
             if done:
+                self._check_metrics(worker, env, row_index, label, add)
                 return _Episode(rewards, True, turn, max_turns)
         add(ERROR, "done",
             f"not done after {limit} steps (max_turns={max_turns if max_turns is not None else 'unset'} "
@@ -324,8 +327,32 @@ class _Checker:
                 add(ERROR, "close", f"{what} raised {_describe_exception(exc)}", row_index, label)
                 return
 
+    def _check_metrics(self, worker: _EpisodeThread, env: Env, row_index, label, add) -> None:
+        """``get_metrics()`` must give a dict that ``aggregate_metrics`` can average (SkyRL logs both)."""
+        if not hasattr(env, "get_metrics"):
+            return
+        try:
+            metrics = worker.call(env.get_metrics)
+            if not isinstance(metrics, dict):
+                add(ERROR, "metrics", f"get_metrics() must return a dict, got {type(metrics).__name__}", row_index, label)
+                return
+            if hasattr(env, "aggregate_metrics"):
+                aggregated = worker.call(lambda: env.aggregate_metrics([metrics, metrics]))
+                if not isinstance(aggregated, dict):
+                    add(ERROR, "metrics", f"aggregate_metrics() must return a dict, got {type(aggregated).__name__}",
+                        row_index, label)
+        except _Timeout as exc:
+            add(ERROR, "metrics", f"get_metrics()/aggregate_metrics() {exc}", row_index, label)
+        except Exception as exc:
+            add(ERROR, "metrics", f"get_metrics()/aggregate_metrics() raised {_describe_exception(exc)}", row_index, label)
+
     # ----- type checks --------------------------------------------------------------------------
     def _check_messages(self, messages: Any, what: str, row_index, label, add) -> None:
+        if isinstance(messages, list):
+            size = sum(len(m.get("content")) for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str))
+            if size > self.max_observation_chars:
+                add(WARNING, "types", f"{what} holds {size:,} characters (more than {self.max_observation_chars:,}); "
+                    "an env should bound what it adds to the model's context (echoing the action?)", row_index, label)
         if not isinstance(messages, list):
             add(ERROR, "types", f"{what} must be a list of chat messages, got {type(messages).__name__}", row_index, label)
             return
@@ -421,6 +448,7 @@ def check_env(
     check_determinism: bool = True,
     max_rows: Optional[int] = None,
     make_kwargs: Optional[Mapping[str, Any]] = None,
+    max_observation_chars: int = 100_000,
 ) -> CheckReport:
     """Check an env against the contract and return a :class:`CheckReport`.
 
@@ -437,10 +465,12 @@ def check_env(
         step_timeout_s: a make/init/step/close taking longer is reported as hanging (None: no limit).
         check_determinism: play every action twice on fresh envs and compare rewards.
         max_rows: check at most this many rows.
+        make_kwargs: other keyword arguments for the env's constructor.
+        max_observation_chars: warn when one step's new messages hold more characters than this.
     """
     factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
     report = CheckReport(env_id=factory.env_id)
-    checker = _Checker(factory, report, max_turns_slack, step_timeout_s, check_determinism)
+    checker = _Checker(factory, report, max_turns_slack, step_timeout_s, check_determinism, max_observation_chars)
     try:
         raw_rows = _rows_from(rows)
     except (OSError, DataError, ValueError) as exc:

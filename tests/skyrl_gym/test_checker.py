@@ -113,6 +113,19 @@ class SQLiteAnswerEnv(SayTheNumberEnv):
         self.db.close()  # sqlite3 allows closing twice
 
 
+class EchoEnv(SayTheNumberEnv):
+    """Echoes the action back as a user message: 10 MB of action become 10 MB of context."""
+
+    def step(self, action):
+        return {"observations": [{"role": "user", "content": f"You said: {action}"}], "reward": 0.0, "done": True,
+                "metadata": {}}
+
+
+class BadMetricsEnv(SayTheNumberEnv):
+    def get_metrics(self):
+        return ["accuracy", 1.0]
+
+
 class WrongAnswerKeyEnv(SayTheNumberEnv):
     def step(self, action):
         return {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
@@ -232,6 +245,19 @@ def test_a_hanging_step_is_reported_and_the_check_moves_on(registered):
 def test_an_env_with_thread_bound_resources_is_driven_from_one_thread(registered):
     report = check_env(registered(SQLiteAnswerEnv), ROWS, step_timeout_s=30)
     assert report.ok and report.findings == [], str(report)
+
+
+def test_observations_that_echo_a_huge_action_are_a_warning(registered):
+    report = check_env(registered(EchoEnv), ROWS[:1], check_determinism=False)
+    assert report.ok
+    [warning] = report.warnings
+    assert warning.action == "huge string (10,000,000 chars)" and "holds 10,000,010 characters" in warning.message
+
+
+def test_metrics_must_be_a_dict(registered):
+    report = check_env(registered(BadMetricsEnv), ROWS[:1], adversarial=False, actions={"seven": "7"})
+    [finding] = _errors_of_kind(report, "metrics")
+    assert "get_metrics() must return a dict, got list" in finding.message
 
 
 def test_reference_answer_that_earns_nothing_is_a_warning(registered):
