@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from skyrl_gym.core import Env
 from skyrl_gym.data import read_records, row_extras, validate_row
 from skyrl_gym.errors import DataError
-from skyrl_gym.registration import EnvSpec, make, spec
+from skyrl_gym.registration import EnvSpec, make, registry, spec
 
 ERROR = "error"
 WARNING = "warning"
@@ -449,6 +449,7 @@ def check_env(
     max_rows: Optional[int] = None,
     make_kwargs: Optional[Mapping[str, Any]] = None,
     max_observation_chars: int = 100_000,
+    gymnasium: bool = False,
 ) -> CheckReport:
     """Check an env against the contract and return a :class:`CheckReport`.
 
@@ -467,6 +468,7 @@ def check_env(
         max_rows: check at most this many rows.
         make_kwargs: other keyword arguments for the env's constructor.
         max_observation_chars: warn when one step's new messages hold more characters than this.
+        gymnasium: also run Gymnasium's ``check_env`` on the env through the bridge (needs gymnasium).
     """
     factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
     report = CheckReport(env_id=factory.env_id)
@@ -490,6 +492,7 @@ def check_env(
         report.findings.append(Finding(WARNING, "row", "no actions to play (adversarial=False, no actions given, "
                                        "no reference answers in the rows)", factory.env_id))
 
+    valid_rows: List[Mapping[str, Any]] = []
     for index, raw in enumerate(raw_rows):
         if max_rows is not None and index >= max_rows:
             break
@@ -503,7 +506,43 @@ def check_env(
             report.findings.append(Finding(WARNING, "row", f"the row's env_class is {env_class!r}, checking it with "
                                            f"{factory.env_id!r}", factory.env_id, index))
         checker.row(index, row, play)
+        valid_rows.append(row)
+    if gymnasium and valid_rows:
+        _check_with_gymnasium(factory, report, valid_rows)
     return report
+
+
+def _check_with_gymnasium(factory: _EnvFactory, report: CheckReport, rows: List[Mapping[str, Any]]) -> None:
+    """Run Gymnasium's own ``check_env`` on the env through the bridge; its warnings become warnings."""
+    import warnings
+
+    try:
+        from gymnasium.utils.env_checker import check_env as gymnasium_check_env
+
+        from skyrl_gym import gymnasium_bridge
+    except ImportError as exc:
+        report.findings.append(Finding(ERROR, "gymnasium", f"cannot run Gymnasium's checker: {exc}", factory.env_id))
+        return
+    if factory.env_id not in registry:
+        report.findings.append(Finding(WARNING, "gymnasium", "Gymnasium's checker needs a registered env id; skipped",
+                                       factory.env_id))
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            # through gymnasium.make, so that env.spec is set and the determinism checks run
+            env = gymnasium_bridge.make(factory.env_id, env_config=copy.deepcopy(factory.env_config), rows=rows,
+                                        **factory.make_kwargs)
+            try:
+                gymnasium_check_env(env.unwrapped, skip_render_check=True)
+            finally:
+                env.close()
+        except Exception as exc:
+            report.findings.append(Finding(ERROR, "gymnasium", f"Gymnasium's check_env failed: "
+                                           f"{_describe_exception(exc)}", factory.env_id))
+    for warning in caught:
+        report.findings.append(Finding(WARNING, "gymnasium", f"Gymnasium's check_env warned: {warning.message}",
+                                       factory.env_id))
 
 
 __all__ = ["check_env", "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING"]

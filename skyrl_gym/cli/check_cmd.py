@@ -24,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--huge-chars", type=int, default=10_000_000, help="size of the huge action (default 10 MB)")
     parser.add_argument("--no-adversarial", action="store_true", help="play only the rows' reference answers")
     parser.add_argument("--no-determinism", action="store_true", help="play each action once, not twice")
+    parser.add_argument("--gymnasium", action="store_true",
+                        help="also run Gymnasium's check_env on the env through the bridge (needs gymnasium)")
     parser.set_defaults(func=run_check)
 
 
@@ -42,6 +44,7 @@ def run_check(args: argparse.Namespace) -> int:
             huge_action_chars=args.huge_chars,
             adversarial=not args.no_adversarial,
             check_determinism=not args.no_determinism,
+            gymnasium=args.gymnasium,
         )
     except (UsageError, UnregisteredEnv) as exc:
         error(str(exc))

@@ -296,3 +296,23 @@ def test_builtin_envs_pass(env_id):
     report = check_env(env_id, BUILTIN_ROWS[env_id])
     assert report.ok and not report.warnings, str(report)
     assert report.episodes == len(BUILTIN_ROWS[env_id]) * 5  # reference answer + 4 adversarial actions
+
+
+class UnseededRandomPromptEnv(SayTheNumberEnv):
+    """Picks its prompt with the global random module: Gymnasium's seeded-reset check must catch it."""
+
+    def init(self, prompt=None):
+        import random
+
+        return [{"role": "user", "content": f"Say {self.answer} (nonce {random.random()})"}], {}
+
+
+def test_gymnasiums_own_checker_runs_through_the_bridge(registered):
+    pytest.importorskip("gymnasium")
+    report = check_env("gsm8k", BUILTIN_ROWS["gsm8k"], gymnasium=True, huge_action_chars=0)
+    assert report.ok and report.findings == [], str(report)
+
+    report = check_env(registered(UnseededRandomPromptEnv), ROWS, gymnasium=True, adversarial=False,
+                       actions={"seven": "7"}, check_determinism=False)
+    [finding] = report.errors
+    assert finding.kind == "gymnasium" and "reset(seed=123)` is non-deterministic" in finding.message
