@@ -243,8 +243,13 @@ class SkyRLGymnasiumEnv(gymnasium.Env):
         prompt, extras = self._choose_episode(options or {})
         self._close_inner()
         kwargs = {**self.make_kwargs, "env_config": self.env_config, "extras": extras}
+        self.episode_over = True  # until init succeeds, step() must ask for a reset
         self.inner_env = skyrl_gym.make(self.env_id, **kwargs)
-        observation, info = self.inner_env.init(prompt_messages(prompt))
+        try:
+            observation, info = self.inner_env.init(prompt_messages(prompt))
+        except BaseException:
+            self._close_inner()
+            raise
         self.conversation = [dict(m) for m in prompt_messages(observation)]
         self.turns = 0
         self.episode_over = False
