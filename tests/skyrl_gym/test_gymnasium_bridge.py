@@ -51,7 +51,9 @@ WORD_ROWS = [
 
 @pytest.fixture
 def guess_the_word() -> Iterator[str]:
-    skyrl_gym.register(id="guess_the_word", entry_point=f"{__name__}:GuessTheWordEnv")
+    from skyrl_gym.envs import register  # where SkyRL's examples import it from
+
+    register(id="guess_the_word", entry_point=f"{__name__}:GuessTheWordEnv")
     bridge.sync_registry()  # ids registered after the bridge's import get their Gymnasium id here
     try:
         yield "guess_the_word"
