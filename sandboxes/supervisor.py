@@ -265,7 +265,9 @@ class Supervisor:
                 if not os.path.isdir(directory):
                     continue
                 for entry in os.listdir(directory):
-                    remove_tree(os.path.join(directory, entry))
+                    path = os.path.join(directory, entry)
+                    if path != self.scratch:  # the scratch folder may sit inside another wiped folder
+                        remove_tree(path)
 
         if self.run_as is not None:
             self._as_run_user(wipe)
