@@ -46,7 +46,9 @@ def _make(kind: str):
     if kind == "docker-warm":
         pytest.skip("docker backend: not built yet")
     if kind == "remote":
-        pytest.skip("remote backend: not built yet")
+        from tests.sandboxes.remote_support import make_remote_sandbox
+
+        return make_remote_sandbox(TEST_LIMITS)
     raise ValueError(kind)
 
 
