@@ -40,11 +40,23 @@ def local_sandbox(request) -> Iterator:
 ALL_BACKENDS = LOCAL_BACKENDS + ["docker-warm", "remote"]
 
 
-def _make(kind: str):
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A running Docker engine with the sandbox image; started (and stopped) by the tests if needed."""
+    from tests.sandboxes.docker_support import start_engine
+
+    engine = start_engine()
+    yield engine
+    engine.stop()
+
+
+def _make(kind: str, request):
     if kind.startswith("local-"):
         return _make_local(kind)
     if kind == "docker-warm":
-        pytest.skip("docker backend: not built yet")
+        from tests.sandboxes.docker_support import make_docker_sandbox
+
+        return make_docker_sandbox(request.getfixturevalue("docker_engine"), TEST_LIMITS)
     if kind == "remote":
         from tests.sandboxes.remote_support import make_remote_sandbox
 
@@ -55,6 +67,6 @@ def _make(kind: str):
 @pytest.fixture(scope="session", params=ALL_BACKENDS)
 def sandbox(request) -> Iterator:
     """Every backend this machine can run, one session-wide instance each."""
-    box = _make(request.param)
+    box = _make(request.param, request)
     yield box
     box.close()
