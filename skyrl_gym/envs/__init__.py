@@ -15,5 +15,8 @@ register(id="multiply", entry_point="skyrl_gym.envs.multiply.env:MultiplyEnv")
 # --- tools: SQL, search (issue: tool environments) ------------------------------------------------
 
 # --- code (issue: sandboxes) ----------------------------------------------------------------------
+register(id="lcb", entry_point="skyrl_gym.envs.lcb.env:LCBEnv")
+register(id="humaneval", entry_point="skyrl_gym.envs.humaneval.env:HumanEvalEnv")
+register(id="code_interpreter", entry_point="skyrl_gym.envs.code_interpreter.env:CodeInterpreterEnv")
 
 __all__ = ["register", "deregister"]
