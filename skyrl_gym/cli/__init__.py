@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "skyrl_gym.cli.registry_cmds",  # list, info
     "skyrl_gym.cli.check_cmd",  # check
     "skyrl_gym.cli.step_cmd",  # step
+    "skyrl_gym.cli.serve_retriever",  # serve-retriever
 ]
 
 
