@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "skyrl_gym.cli.registry_cmds",  # list, info
     "skyrl_gym.cli.check_cmd",  # check
     "skyrl_gym.cli.step_cmd",  # step
+    "skyrl_gym.cli.score_cmd",  # score
     "skyrl_gym.cli.serve_retriever",  # serve-retriever
 ]
 
@@ -28,7 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name.rpartition(".")[0] and exc.name != module_name:
+                raise
+            continue  # a package that is not installed (e.g. adapters in a bare env-hub install)
+        module.register(subparsers)
     return parser
 
 

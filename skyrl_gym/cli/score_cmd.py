@@ -1,0 +1,156 @@
+"""``skyrl-gym score``: score responses through the envs their rows name, with a progress bar.
+
+    skyrl-gym score --rows test.jsonl --response-field extra_info.answer     # reference solutions
+    skyrl-gym score --rows rows.parquet --responses completions.jsonl          # {"response": ...} per line
+
+Each row is scored by a fresh env (``env_class``, or ``--env``) with one step. Prints a table per env
+(rows, mean reward, share of reward 1.0, errors, episodes/s) and optionally writes one JSON line per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import traceback
+from typing import Any, Dict, List, Mapping, Optional
+
+
+def _dig(row: Mapping[str, Any], dotted: str) -> Any:
+    value: Any = row
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            raise KeyError(dotted)
+        value = value[part]
+    return value
+
+
+def score_rows(
+    rows: List[Mapping[str, Any]],
+    responses: List[str],
+    env_id: Optional[str] = None,
+    env_config: Optional[Dict[str, Any]] = None,
+    progress: bool = True,
+) -> List[Dict[str, Any]]:
+    """One result dict per row: env, reward, done, metadata, or the error that row raised."""
+    import skyrl_gym
+    from skyrl_gym.data import row_extras
+
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        tqdm = None
+    iterator = zip(rows, responses)
+    if progress and tqdm is not None:
+        iterator = tqdm(iterator, total=len(rows), desc="scoring", unit="row")
+    results = []
+    for index, (row, response) in enumerate(iterator):
+        env_class = env_id or row.get("env_class")
+        result: Dict[str, Any] = {"index": index, "env": env_class}
+        try:
+            if not env_class:
+                raise ValueError(f"row {index} has no env_class; pass --env")
+            with skyrl_gym.make(env_class, env_config=env_config or {}, extras=row_extras(row)) as env:
+                env.init(row.get("prompt"))
+                output = env.step(response)
+            result.update(reward=float(output["reward"]), done=bool(output["done"]), metadata=output["metadata"])
+        except Exception as exc:  # one bad row is reported, the rest are still scored
+            result.update(reward=None, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=3))
+        results.append(result)
+    return results
+
+
+def summarize(results: List[Dict[str, Any]], seconds: float) -> List[Dict[str, Any]]:
+    by_env: Dict[str, List[Dict[str, Any]]] = {}
+    for result in results:
+        by_env.setdefault(str(result["env"]), []).append(result)
+    table = []
+    for env_id, items in sorted(by_env.items()):
+        rewards = [r["reward"] for r in items if r.get("reward") is not None]
+        table.append(
+            {
+                "env": env_id,
+                "rows": len(items),
+                "mean_reward": sum(rewards) / len(rewards) if rewards else float("nan"),
+                "solved": sum(1 for r in rewards if r >= 1.0) / len(rewards) if rewards else float("nan"),
+                "errors": sum(1 for r in items if "error" in r),
+                "episodes_per_s": len(items) / seconds if seconds > 0 else float("nan"),
+            }
+        )
+    return table
+
+
+def print_table(table: List[Dict[str, Any]]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover
+        for line in table:
+            print(line)
+        return
+    view = Table(title="skyrl-gym score")
+    for column in ("env", "rows", "mean reward", "reward = 1.0", "errors", "episodes/s"):
+        view.add_column(column, justify="left" if column == "env" else "right")
+    for line in table:
+        view.add_row(
+            line["env"], str(line["rows"]), f"{line['mean_reward']:.4f}", f"{line['solved']:.1%}",
+            str(line["errors"]), f"{line['episodes_per_s']:,.0f}",
+        )
+    Console().print(view)
+
+
+def run(args: argparse.Namespace) -> int:
+    from skyrl_gym.data import load_rows, read_records
+
+    rows = load_rows(args.rows, limit=args.limit)
+    if args.responses:
+        records = list(read_records(args.responses))
+        responses = [r["response"] if isinstance(r, Mapping) else str(r) for r in records][: len(rows)]
+        if len(responses) != len(rows):
+            print(f"error: {args.responses} has {len(responses)} responses for {len(rows)} rows")
+            return 2
+    else:
+        try:
+            responses = [str(_dig(row, args.response_field)) for row in rows]
+        except KeyError as exc:
+            print(f"error: a row has no field {exc.args[0]!r}; use --response-field or --responses")
+            return 2
+        if args.perturb:
+            responses = [_change_final_number(text) for text in responses]
+    env_config = json.loads(args.env_config) if args.env_config else {}
+    start = time.perf_counter()
+    results = score_rows(rows, responses, env_id=args.env, env_config=env_config, progress=not args.quiet)
+    table = summarize(results, time.perf_counter() - start)
+    print_table(table)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            for result in results:
+                handle.write(json.dumps(result, default=str) + "\n")
+        print(f"wrote {len(results)} results to {args.output}")
+    return 1 if any("error" in r for r in results) else 0
+
+
+def _change_final_number(text: str) -> str:
+    """The same text with the number after its last '#### ' increased by one (a wrong answer)."""
+    head, marker, tail = text.rpartition("#### ")
+    number = tail.strip().replace(",", "")
+    try:
+        return f"{head}{marker}{int(float(number)) + 1}"
+    except ValueError:
+        return text + " #### -1"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("score", help="score responses through the envs of their rows", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", required=True, help="dataset rows (.jsonl, .json or .parquet)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--responses", help='file with one {"response": ...} per row')
+    source.add_argument("--response-field", default="extra_info.answer", help="dotted field of the row holding the response")
+    parser.add_argument("--perturb", action="store_true", help="change the final '#### N' of each response (expect reward 0)")
+    parser.add_argument("--env", help="env id for every row (default: each row's env_class)")
+    parser.add_argument("--env-config", help="env_config as JSON")
+    parser.add_argument("--limit", type=int, help="score only the first N rows")
+    parser.add_argument("--output", help="write one JSON result per row here")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)

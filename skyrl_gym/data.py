@@ -1,0 +1,176 @@
+"""Dataset rows: the row type, validation that names the row and field, and loaders.
+
+A row (SkyRL-gym's format)::
+
+    {
+      "data_source": "openai/gsm8k",
+      "prompt": [{"role": "user", "content": "..."}],
+      "env_class": "gsm8k",
+      "reward_spec": {"method": "rule", "ground_truth": "72"},
+      "extra_info": {"split": "test", "index": 0},
+    }
+
+Every column other than ``prompt`` and ``env_class`` reaches the env as ``extras`` (``reward_spec``
+and ``extra_info`` included). Parquet and Hugging Face loading import their libraries lazily.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, TypedDict, Union
+
+from skyrl_gym.errors import DataError
+
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+class RewardSpec(TypedDict, total=False):
+    method: str
+    ground_truth: Any
+
+
+class DatasetRow(TypedDict, total=False):
+    data_source: str
+    prompt: List[Dict[str, Any]]
+    env_class: str
+    reward_spec: RewardSpec
+    extra_info: Dict[str, Any]
+
+
+def validate_row(row: Any, index: Optional[int] = None, require_env_class: bool = False) -> DatasetRow:
+    """Check one row and return it; a malformed row raises :class:`DataError` naming row and field."""
+    where = f"row {index}" if index is not None else "row"
+    if not isinstance(row, Mapping):
+        raise DataError(f"{where}: expected a mapping of column -> value, got {type(row).__name__}")
+    prompt = row.get("prompt")
+    if prompt is None:
+        raise DataError(f"{where}: field 'prompt' is missing (a list of chat messages)")
+    if isinstance(prompt, str):
+        raise DataError(f"{where}: field 'prompt' is a string; it must be a list of {{'role', 'content'}} messages")
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise DataError(f"{where}: field 'prompt' must be a non-empty list of chat messages, got {prompt!r:.80}")
+    for position, message in enumerate(prompt):
+        if not isinstance(message, Mapping):
+            raise DataError(f"{where}: prompt[{position}] must be a dict with 'role' and 'content'")
+        if message.get("role") not in _ROLES:
+            raise DataError(f"{where}: prompt[{position}].role is {message.get('role')!r}; expected one of {sorted(_ROLES)}")
+        if not isinstance(message.get("content"), str):
+            raise DataError(f"{where}: prompt[{position}].content must be a string")
+    env_class = row.get("env_class")
+    if env_class is None and require_env_class:
+        raise DataError(f"{where}: field 'env_class' is missing (the id of the env that scores this row)")
+    if env_class is not None and not isinstance(env_class, str):
+        raise DataError(f"{where}: field 'env_class' must be a string, got {type(env_class).__name__}")
+    reward_spec = row.get("reward_spec")
+    if reward_spec is not None and not isinstance(reward_spec, Mapping):
+        raise DataError(f"{where}: field 'reward_spec' must be a dict like {{'method': 'rule', 'ground_truth': ...}}")
+    extra_info = row.get("extra_info")
+    if extra_info is not None and not isinstance(extra_info, Mapping):
+        raise DataError(f"{where}: field 'extra_info' must be a dict, got {type(extra_info).__name__}")
+    return row  # type: ignore[return-value]
+
+
+def row_extras(row: Mapping[str, Any]) -> Dict[str, Any]:
+    """The ``extras`` an env receives for a row: every column except ``prompt`` and ``env_class``."""
+    return {key: value for key, value in row.items() if key not in ("prompt", "env_class")}
+
+
+def _to_plain(value: Any) -> Any:
+    """Parquet gives numpy arrays for lists; envs and JSON want plain Python values."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, Mapping):
+        return {key: _to_plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_plain(item) for item in value]
+    return value
+
+
+def _read_jsonl(path: Path) -> Iterator[Dict[str, Any]]:
+    with path.open("r", encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}: line {line_number} is not valid JSON ({exc.msg})") from exc
+
+
+def _read_parquet(path: Path) -> Iterator[Dict[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ImportError("reading Parquet needs pyarrow: pip install 'skyrl-gym[data]'") from exc
+    table = pq.read_table(path)
+    for record in table.to_pylist():
+        yield _to_plain(record)
+
+
+def read_records(path: Union[str, Path]) -> Iterator[Dict[str, Any]]:
+    """Raw records of a ``.jsonl``, ``.json`` (a list) or ``.parquet`` file, without validation."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        yield from _read_jsonl(path)
+    elif suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise DataError(f"{path}: a .json dataset must hold a list of rows")
+        yield from data
+    elif suffix in (".parquet", ".pq"):
+        yield from _read_parquet(path)
+    else:
+        raise DataError(f"{path}: unknown dataset format {suffix!r}; use .jsonl, .json or .parquet")
+
+
+def load_rows(
+    source: Union[str, Path, Iterable[Mapping[str, Any]]],
+    validate: bool = True,
+    limit: Optional[int] = None,
+) -> List[DatasetRow]:
+    """Rows from a file (JSONL/JSON/Parquet) or an iterable of dicts, validated one by one."""
+    records: Iterable[Mapping[str, Any]] = read_records(source) if isinstance(source, (str, Path)) else source
+    rows: List[DatasetRow] = []
+    for index, record in enumerate(records):
+        if limit is not None and index >= limit:
+            break
+        record = _to_plain(record)
+        rows.append(validate_row(record, index) if validate else record)  # type: ignore[arg-type]
+    return rows
+
+
+def write_parquet(rows: Iterable[Mapping[str, Any]], path: Union[str, Path]) -> Path:
+    """Write rows to Parquet (the format SkyRL-train and veRL read)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ImportError("writing Parquet needs pyarrow: pip install 'skyrl-gym[data]'") from exc
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist([dict(row) for row in rows]), path)
+    return path
+
+
+def write_jsonl(rows: Iterable[Mapping[str, Any]], path: Union[str, Path]) -> Path:
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def load_hf_dataset(name: str, split: str = "train", subset: Optional[str] = None, **kwargs: Any) -> Iterator[Dict[str, Any]]:
+    """Raw records of a Hugging Face hub dataset (needs the ``datasets`` package and network access)."""
+    try:
+        import datasets
+    except ImportError as exc:
+        raise ImportError("loading from the hub needs the datasets package: pip install 'skyrl-gym[hf]'") from exc
+    dataset = datasets.load_dataset(name, subset, split=split, **kwargs)
+    for record in dataset:
+        yield dict(record)

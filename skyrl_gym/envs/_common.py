@@ -1,0 +1,34 @@
+"""Small helpers shared by the built-in envs: reading the ground truth and bounding action size."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+from skyrl_gym.errors import DataError
+
+# Rule-based rewards only need the end of a long answer; scanning 10 MB of text per step would turn
+# one adversarial sample into a stalled batch. Envs score at most this many trailing characters.
+MAX_SCORED_CHARS = 100_000
+
+
+def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field: str = "reward_spec") -> Any:
+    """``extras[field]["ground_truth"]``, or a :class:`DataError` that names what is missing."""
+    if not isinstance(extras, Mapping):
+        raise DataError(f"env {env_id!r} needs extras with {field}.ground_truth (the dataset row), got {extras!r}")
+    spec = extras.get(field)
+    if not isinstance(spec, Mapping):
+        raise DataError(f"env {env_id!r}: the row has no {field!r} dict (expected {{'ground_truth': ...}})")
+    if spec.get("ground_truth") is None:
+        raise DataError(f"env {env_id!r}: {field}.ground_truth is missing from the row")
+    return spec["ground_truth"]
+
+
+def clip_action(action: Any, metadata: Dict[str, Any]) -> str:
+    """The action as a string, keeping its last ``MAX_SCORED_CHARS`` characters (noted in metadata)."""
+    if not isinstance(action, str):
+        metadata["action_type_error"] = f"action must be a string, got {type(action).__name__}"
+        action = "" if action is None else str(action)
+    if len(action) > MAX_SCORED_CHARS:
+        metadata["action_clipped_from_chars"] = len(action)
+        action = action[-MAX_SCORED_CHARS:]
+    return action

@@ -1,0 +1,28 @@
+"""Math with a boxed answer, graded for mathematical equivalence by math-verify (``0.5`` = ``\\frac{1}{2}``)."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from skyrl_gym.core import StepOutput
+from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs.base_text_env import BaseTextEnv
+from skyrl_gym.rewards.math import DEFAULT_TIMEOUT_S, compute_math_score
+
+
+class MathEnv(BaseTextEnv):
+    """Math word problems; the last \\boxed{} answer is checked with math-verify (1.0 / 0.0)."""
+
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
+        super().__init__(env_config, extras)
+        self.ground_truth = str(require_ground_truth(extras, "math"))
+        config = self.env_config if isinstance(self.env_config, dict) else {}
+        self.timeout = float(config.get("verify_timeout", DEFAULT_TIMEOUT_S))
+
+    def step(self, action: str) -> StepOutput:
+        self.turns += 1
+        metadata: Dict[str, Any] = {}
+        text = clip_action(action, metadata)
+        result = compute_math_score(text, self.ground_truth, timeout=self.timeout)
+        metadata.update({"pred": result["pred"], "reason": result["reason"]})
+        return StepOutput(observations=[], reward=result["score"], done=True, metadata=metadata)

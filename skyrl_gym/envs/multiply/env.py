@@ -1,0 +1,55 @@
+"""Multiplication with a ``\\boxed{}`` answer (the seed's example env), optionally with retries."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from skyrl_gym.core import StepOutput
+from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs.base_text_env import BaseTextEnv
+from skyrl_gym.errors import DataError
+from skyrl_gym.rewards.boxed import last_boxed_content
+
+BOXED_WRONG_REWARD = 0.5  # the seed's value for a boxed but wrong final answer
+
+
+class MultiplyEnv(BaseTextEnv):
+    """Multiply two numbers; 1.0 for the right \\boxed{} product, partial credit for a boxed wrong one.
+
+    ``extras["max_turns"]`` (default 5) allows retries with feedback; ``env_config["boxed_wrong_reward"]``
+    sets the partial credit (default 0.5). The answer is the last complete, non-empty box, so an empty
+    ``\\boxed{}`` copied from the instruction or a box cut off by the length limit earns nothing.
+    """
+
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
+        super().__init__(env_config, extras)
+        self.ground_truth = str(require_ground_truth(extras, "multiply")).strip()
+        max_turns = self.extras.get("max_turns", (self.extras.get("extra_info") or {}).get("max_turns", 5))
+        try:
+            self.max_turns = int(max_turns)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"env 'multiply': max_turns must be an integer, got {max_turns!r}") from exc
+        config = self.env_config if isinstance(self.env_config, dict) else {}
+        self.boxed_wrong_reward = float(config.get("boxed_wrong_reward", BOXED_WRONG_REWARD))
+
+    def step(self, action: str) -> StepOutput:
+        self.turns += 1
+        metadata: Dict[str, Any] = {}
+        answer = last_boxed_content(clip_action(action, metadata))
+        metadata["parsed_answer"] = answer
+        correct = answer is not None and answer.replace(",", "") == self.ground_truth
+        done = correct or self.turns >= self.max_turns
+        if correct:
+            reward = 1.0
+        elif done and answer is not None:
+            reward = self.boxed_wrong_reward
+        else:
+            reward = 0.0
+        if done:
+            return StepOutput(observations=[], reward=reward, done=True, metadata=metadata)
+        feedback = (
+            f"Your answer '{answer}' is incorrect. Please try again."
+            if answer is not None
+            else "Please provide your answer in the format \\boxed{your_answer}."
+        )
+        return StepOutput(observations=[{"role": "user", "content": feedback}], reward=0.0, done=False, metadata=metadata)

@@ -1,0 +1,115 @@
+"""The built-in math envs: values as in SkyRL-gym, clear errors on bad rows, safe on huge actions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
+from skyrl_gym.envs.gsm8k.multi_turn_env import LAST_TURN_MESSAGE, RETRY_MESSAGE
+from skyrl_gym.envs.multiply.dataset import make_rows
+from skyrl_gym.errors import DataError
+
+
+def _gsm8k(ground_truth="18"):
+    return skyrl_gym.make("gsm8k", extras={"reward_spec": {"method": "rule", "ground_truth": ground_truth}})
+
+
+def test_every_gsm8k_reference_solution_scores_one_and_a_changed_number_scores_zero(gsm8k_test_file):
+    rows = list(gsm8k_rows(gsm8k_test_file, split="test"))
+    assert len(rows) == 1319
+    for row in rows:
+        reference = row["extra_info"]["answer"]
+        env = skyrl_gym.make("gsm8k", extras=row)
+        assert env.step(reference)["reward"] == 1.0, row["extra_info"]["index"]
+        head, _, final = reference.rpartition("#### ")
+        wrong = head + "#### " + str(int(float(final.replace(",", ""))) + 1)
+        assert skyrl_gym.make("gsm8k", extras=row).step(wrong)["reward"] == 0.0
+
+
+def test_gsm8k_is_one_step():
+    output = _gsm8k().step("3 + 15 = 18\n#### 18")
+    assert output == {"observations": [], "reward": 1.0, "done": True, "metadata": {"parsed_answer": "18"}}
+
+
+@pytest.mark.parametrize("extras, message", [
+    ({}, "reward_spec"),
+    ({"reward_spec": {}}, "reward_spec.ground_truth is missing"),
+    (None, "needs extras"),
+])
+def test_missing_ground_truth_is_a_clear_error(extras, message):
+    with pytest.raises(DataError, match=message):
+        skyrl_gym.make("gsm8k", extras=extras)
+
+
+def test_huge_and_odd_actions_give_zero_with_a_reason():
+    output = _gsm8k().step("x" * 10_000_000)
+    assert output["reward"] == 0.0 and output["metadata"]["action_clipped_from_chars"] == 10_000_000
+    assert _gsm8k().step("∑ 😀 #### 18")["reward"] == 1.0
+    odd = _gsm8k().step(None)  # type: ignore[arg-type]
+    assert odd["reward"] == 0.0 and "action must be a string" in odd["metadata"]["action_type_error"]
+
+
+def test_gsm8k_multi_turn_rewards_and_messages():
+    row = {"reward_spec": {"ground_truth": "18"}, "extra_info": {"max_turns": 3}}
+    env = skyrl_gym.make("gsm8k_multi_turn", extras=row)
+    first = env.step("I think #### 17")
+    assert first["reward"] == pytest.approx(0.2 / 3) and not first["done"]
+    assert first["observations"] == [{"role": "user", "content": RETRY_MESSAGE}]
+    second = env.step("no idea")
+    assert second["reward"] == 0.0 and second["observations"] == [{"role": "user", "content": LAST_TURN_MESSAGE}]
+    third = env.step("#### 18")
+    assert third == {"observations": [], "reward": 1.0, "done": True, "metadata": {"parsed_answer": "18"}}
+    assert env.get_metrics() == {"steps": 3}
+
+
+def test_gsm8k_multi_turn_max_turns_sources():
+    assert skyrl_gym.make("gsm8k_multi_turn", extras={"reward_spec": {"ground_truth": "1"}}).max_turns == 5
+    env = skyrl_gym.make("gsm8k_multi_turn", extras={"reward_spec": {"ground_truth": "1"}, "max_turns": 2})
+    assert env.max_turns == 2
+    env.step("#### 0")
+    assert env.step("#### 0")["done"]
+    with pytest.raises(DataError, match="max_turns must be an integer"):
+        skyrl_gym.make("gsm8k_multi_turn", extras={"reward_spec": {"ground_truth": "1"}, "max_turns": "many"})
+
+
+def test_aime_reads_reward_model_or_reward_spec():
+    env = skyrl_gym.make("aime", extras={"reward_model": {"ground_truth": "204"}})
+    output = env.step("long reasoning...\nAnswer: \\boxed{204}")
+    assert output["reward"] == 1.0 and output["metadata"] == {"acc": True, "pred": "204"}
+    env = skyrl_gym.make("aime", extras={"reward_spec": {"ground_truth": "204"}})
+    assert env.step("Answer: 203")["reward"] == -1.0
+    # only the last 300 characters count
+    assert skyrl_gym.make("aime", extras={"reward_spec": {"ground_truth": "1"}}).step("Answer: 1" + " " * 400)["reward"] == -1.0
+
+
+def test_math_env_uses_mathematical_equivalence():
+    env = skyrl_gym.make("math", extras={"reward_spec": {"ground_truth": r"\frac{1}{2}"}})
+    output = env.step(r"The answer is \boxed{0.5}.")
+    assert output["reward"] == 1.0 and output["metadata"]["pred"] == "0.5"
+    wrong = skyrl_gym.make("math", extras={"reward_spec": {"ground_truth": r"\frac{1}{2}"}}).step(r"\boxed{0.25}")
+    assert wrong["reward"] == 0.0
+
+
+def test_multiply_env_and_its_dataset():
+    rows = make_rows(5, num_digits=2, seed=7)
+    assert rows == make_rows(5, num_digits=2, seed=7)  # deterministic
+    assert rows != make_rows(5, num_digits=2, seed=8)
+    row = rows[0]
+    a, b = (int(x) for x in row["prompt"][-1]["content"].split(" * "))
+    assert row["reward_spec"]["ground_truth"] == str(a * b)
+    env = skyrl_gym.make("multiply", extras=row)
+    first = env.step(r"\boxed{1}")
+    assert first["reward"] == 0.0 and "incorrect" in first["observations"][0]["content"]
+    assert env.step(rf"\boxed{{{a * b}}}")["reward"] == 1.0
+    single = skyrl_gym.make("multiply", env_config={"boxed_wrong_reward": 0.1}, extras={**row, "max_turns": 1})
+    assert single.step(r"\boxed{1}") ["reward"] == 0.1
+    empty = skyrl_gym.make("multiply", extras={**row, "max_turns": 1}).step(r"put it in \boxed{}")
+    assert empty["reward"] == 0.0
+
+
+def test_rows_round_trip_through_json():
+    rows = make_rows(2, seed=1)
+    assert json.loads(json.dumps(rows)) == rows

@@ -1,0 +1,100 @@
+"""Reward functions: values compatible with SkyRL-gym, robust on adversarial text."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from skyrl_gym.rewards.boxed import last_boxed_content, last_boxed_only_string, remove_boxed
+from skyrl_gym.rewards.gsm8k import compute_score, extract_solution
+from skyrl_gym.rewards.math import compute_math_score, math_equal
+from skyrl_gym.rewards.normalize import minerva_match, normalize_final_answer
+from skyrl_gym.rewards.squad import exact_match, normalize_answer
+
+
+@pytest.mark.parametrize(
+    "text, strict, flexible",
+    [
+        ("so the answer is\n#### 1,234", "1234", "1,234"),  # flexible keeps commas, as in veRL
+        ("#### -7.5 and later #### 3", "-7.5", "3"),
+        ("The total is $18.", None, "18."),
+        ("no numbers here", None, None),
+        ("#### $5", None, "5"),
+    ],
+)
+def test_gsm8k_extraction(text, strict, flexible):
+    assert extract_solution(text, "strict") == strict
+    assert extract_solution(text, "flexible") == flexible
+
+
+def test_gsm8k_scores():
+    assert compute_score("#### 18", "18") == 1.0
+    assert compute_score("#### 17", "18") == 0.0
+    assert compute_score("#### 17", "18", format_score=0.04) == 0.04
+    assert compute_score("18", "18") == 0.0  # strict needs the #### marker
+    assert compute_score("... 18", "18", method="flexible") == 1.0
+    with pytest.raises(ValueError, match="unknown GSM8K extraction method"):
+        extract_solution("x", "fuzzy")
+
+
+def test_boxed_extraction_with_nesting_and_unfinished_boxes():
+    assert last_boxed_only_string(r"a \boxed{\frac{1}{2}} b") == r"\boxed{\frac{1}{2}}"
+    assert last_boxed_content(r"\boxed{1} then \boxed{\sqrt{\frac{a}{b}}}") == r"\sqrt{\frac{a}{b}}"
+    assert last_boxed_content(r"answer \boxed{42} and a cut-off \boxed{4") == "42"
+    assert last_boxed_content(r"put it in \boxed{}") is None
+    assert last_boxed_content(r"\fbox{7}") == "7"
+    assert last_boxed_content(r"$\boxed 9$") == "9"
+    assert last_boxed_content("nothing") is None
+    assert remove_boxed(r"\boxed{x}") == "x"
+    with pytest.raises(ValueError, match="not a boxed expression"):
+        remove_boxed("x")
+
+
+@pytest.mark.parametrize(
+    "raw, normalized",
+    [
+        ("10 degrees", "10"),
+        (r"\text{5 cm}", "5"),
+        ("1,000", "1000"),
+        (r"x = \frac12", r"\frac{1}{2}"),
+        (r"\boxed{\sqrt2}", r"\sqrt{2}"),
+        (r"$\$3.50$", "3.50"),
+    ],
+)
+def test_minerva_normalisation(raw, normalized):
+    assert normalize_final_answer(raw) == normalized
+
+
+def test_minerva_match_reads_the_answer_line():
+    assert minerva_match("work...\nAnswer: \\boxed{204}", "204") == (True, "204")
+    assert minerva_match("no answer line", "204") == (False, "[INVALID]")
+
+
+def test_squad_normalisation_and_exact_match():
+    assert normalize_answer("The  Eiffel Tower!") == "eiffel tower"
+    assert exact_match("the eiffel tower", ["Eiffel Tower", "Paris"])
+    assert exact_match("Paris.", "paris")
+    assert not exact_match("London", ["Paris"])
+
+
+def test_math_equivalence_with_math_verify():
+    assert math_equal("0.5", r"\frac{1}{2}").equal
+    assert math_equal(r"\frac{\sqrt{2}}{2}", r"\frac{1}{\sqrt{2}}").equal
+    assert not math_equal(r"\frac{1}{3}", r"\frac{1}{2}").equal
+    assert math_equal("3", "3.0").reason == "numeric"
+    assert compute_math_score(r"so \boxed{0.5}", r"\frac{1}{2}")["score"] == 1.0
+    assert compute_math_score("no box", "1") == {"score": 0.0, "pred": None, "reason": "no \\boxed{} answer"}
+
+
+def test_math_verify_is_bounded_in_time():
+    """A pathological expression must not hang the caller: it gets False and the reason."""
+    math_equal("1", "2/2")  # warm the helper process so the timing below is the check alone
+    adversarial = "9" * 40 + "^" + "9" * 40 + "^" + "9" * 40
+    start = time.monotonic()
+    verdict = math_equal(adversarial, "1", timeout=1.0)
+    elapsed = time.monotonic() - start
+    assert verdict.equal is False and verdict.reason == "timeout"
+    assert elapsed < 30  # generous bound: the point is that it returns at all
+    assert math_equal(r"\frac{2}{4}", "0.5").equal  # the helper is replaced and works again
+    assert math_equal("x" * 5000, "1").reason == "too long"

@@ -1,0 +1,163 @@
+"""The registry: register, make, spec, versions, plugins, and the errors users see."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym import BaseTextEnv, EnvSpec, StepOutput
+from skyrl_gym.errors import EnvCreationError, RegistrationError, UnregisteredEnv
+
+
+class EchoEnv(BaseTextEnv):
+    """Echo env used by the registry tests."""
+
+    def __init__(self, env_config=None, extras=None, greeting="hi"):
+        super().__init__(env_config, extras)
+        self.greeting = greeting
+
+    def step(self, action: str) -> StepOutput:
+        return StepOutput(observations=[{"role": "user", "content": self.greeting + action}], reward=0.0, done=True, metadata={})
+
+
+@pytest.fixture
+def temp_ids():
+    created = []
+
+    def _register(env_id, *args, **kwargs):
+        created.append(env_id)
+        return skyrl_gym.register(env_id, *args, **kwargs)
+
+    yield _register
+    for env_id in created:
+        if dict.__contains__(skyrl_gym.registry, env_id):
+            skyrl_gym.deregister(env_id)
+
+
+def test_builtin_envs_are_registered():
+    for env_id in ["gsm8k", "gsm8k_multi_turn", "aime", "math", "multiply"]:
+        assert env_id in skyrl_gym.registry
+        assert skyrl_gym.spec(env_id).provider == "skyrl-gym"
+
+
+def test_make_with_callable_and_string_entry_points(temp_ids):
+    temp_ids("echo-callable", entry_point=EchoEnv)
+    temp_ids("echo-string", entry_point=f"{__name__}:EchoEnv")
+    for env_id in ("echo-callable", "echo-string"):
+        env = skyrl_gym.make(env_id)
+        assert isinstance(env, EchoEnv)
+        assert env.spec.id == env_id
+
+
+def test_make_merges_deep_copies_of_spec_kwargs(temp_ids):
+    shared_config = {"nested": {"value": 1}}
+    temp_ids("echo-kwargs", entry_point=EchoEnv, kwargs={"env_config": shared_config, "greeting": "hello "})
+    env = skyrl_gym.make("echo-kwargs", greeting="hey ")
+    assert env.greeting == "hey "  # make's own kwargs win
+    env.env_config["nested"]["value"] = 99  # mutating one env's config must not leak into the spec
+    assert skyrl_gym.spec("echo-kwargs").kwargs["env_config"]["nested"]["value"] == 1
+    assert skyrl_gym.make("echo-kwargs").env_config["nested"]["value"] == 1
+
+
+def test_duplicate_id_is_refused(temp_ids):
+    temp_ids("echo-dup", entry_point=EchoEnv)
+    with pytest.raises(RegistrationError, match="'echo-dup' is already registered"):
+        skyrl_gym.register("echo-dup", entry_point=EchoEnv)
+
+
+def test_unknown_id_suggests_close_matches():
+    with pytest.raises(UnregisteredEnv, match="Did you mean: 'gsm8k'"):
+        skyrl_gym.make("gsm8kk")
+
+
+def test_entry_point_returning_a_non_env_names_the_id(temp_ids):
+    temp_ids("not-an-env", entry_point=lambda **kw: object())
+    with pytest.raises(EnvCreationError, match="'not-an-env'.*not a skyrl_gym.Env"):
+        skyrl_gym.make("not-an-env")
+
+
+def test_bad_entry_point_strings_are_clear(temp_ids):
+    with pytest.raises(RegistrationError, match="module:Attr"):
+        skyrl_gym.register("bad-ep", entry_point="no_colon_here")
+    temp_ids("missing-module", entry_point="no_such_module_xyz:Env")
+    with pytest.raises(EnvCreationError, match="cannot import module 'no_such_module_xyz' for env 'missing-module'"):
+        skyrl_gym.make("missing-module")
+
+
+def test_unversioned_id_resolves_to_latest_version(temp_ids):
+    temp_ids("versioned-v0", entry_point=EchoEnv, kwargs={"greeting": "v0"})
+    temp_ids("versioned-v2", entry_point=EchoEnv, kwargs={"greeting": "v2"})
+    temp_ids("versioned-v1", entry_point=EchoEnv, kwargs={"greeting": "v1"})
+    assert skyrl_gym.make("versioned").greeting == "v2"
+    assert skyrl_gym.make("versioned-v1").greeting == "v1"
+    assert skyrl_gym.spec("versioned").version == 2
+
+
+def test_env_spec_json_round_trip(temp_ids):
+    original = temp_ids("echo-json", entry_point=f"{__name__}:EchoEnv", kwargs={"greeting": "yo"}, description="d")
+    restored = EnvSpec.from_json(original.to_json())
+    assert restored == original
+    callable_spec = EnvSpec("echo-callable-json", entry_point=EchoEnv)
+    assert json.loads(callable_spec.to_json())["entry_point"] == f"{__name__}:EchoEnv"
+
+
+def test_pprint_registry_lists_builtins():
+    text = skyrl_gym.pprint_registry(print_output=False)
+    assert "skyrl-gym" in text and "gsm8k_multi_turn" in text
+
+
+def test_entry_point_plugin_is_discovered_lazily_in_a_fresh_process(tmp_path):
+    """A package that declares the `skyrl_gym.envs` entry point works in any process, no import needed."""
+    package = tmp_path / "hello_plugin"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "env.py").write_text(
+        textwrap.dedent(
+            """
+            from skyrl_gym import BaseTextEnv
+            IMPORTED = True
+
+            class HelloEnv(BaseTextEnv):
+                '''Says hello.'''
+                def step(self, action):
+                    return {"observations": [], "reward": float(action == "hello"), "done": True, "metadata": {}}
+            """
+        )
+    )
+    dist_info = tmp_path / "hello_plugin-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: hello-plugin\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[skyrl_gym.envs]\nhello = hello_plugin.env:HelloEnv\n")
+    script = textwrap.dedent(
+        """
+        import sys, skyrl_gym
+        assert "hello_plugin.env" not in sys.modules  # discovery imports nothing
+        spec = skyrl_gym.spec("hello")
+        assert "hello_plugin.env" not in sys.modules
+        env = skyrl_gym.make("hello")
+        print(spec.provider, env.step("hello")["reward"])
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": f"{tmp_path}:{skyrl_gym.__path__[0]}/.."},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["hello-plugin", "1.0"]
+
+
+def test_import_is_light():
+    """`import skyrl_gym` must not import torch, transformers, ray or pandas."""
+    script = "import sys, skyrl_gym; print(sorted(m for m in ('torch','transformers','ray','pandas','numpy') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            env={"PYTHONPATH": f"{skyrl_gym.__path__[0]}/.."})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

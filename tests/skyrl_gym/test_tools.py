@@ -1,0 +1,118 @@
+"""Tool groups, their OpenAI schemas, and the tool-call parsers."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import pytest
+
+from skyrl_gym import BaseTextEnv
+from skyrl_gym.errors import ToolError
+from skyrl_gym.tools import ToolGroup, parse_json_tool_calls, parse_tool_calls, parse_xml_tool_calls, tool
+from skyrl_gym.tools.parsers import extract_tag
+
+
+class CalculatorTools(ToolGroup):
+    def __init__(self):
+        super().__init__(name="calculator")
+
+    @tool
+    def add(self, a: int, b: int = 0) -> int:
+        """Add two integers.
+
+        Args:
+            a: The first number.
+            b: The second number,
+                zero by default.
+        """
+        return a + b
+
+    @tool(name="mean")
+    def average(self, values: List[float], label: Optional[str] = None) -> float:
+        """Arithmetic mean of a list of numbers."""
+        return sum(values) / len(values)
+
+
+class OtherTools(ToolGroup):
+    def __init__(self):
+        super().__init__(name="other")
+
+    @tool
+    def add(self, text: str) -> str:
+        """Concatenate."""
+        return text + text
+
+
+def test_tools_execute_and_map_to_their_group():
+    tools = CalculatorTools()
+    assert sorted(tools.get_tool_names()) == ["add", "mean"]
+    assert tools.execute_tool("add", 2, b=3) == 5
+    assert tools.execute_tool("mean", [1.0, 2.0, 6.0]) == 3.0
+    assert tools.get_tool_to_group_mapping() == {"add": "calculator", "mean": "calculator"}
+    with pytest.raises(ToolError, match="tool 'nope' not found in group 'calculator'"):
+        tools.execute_tool("nope")
+
+
+def test_openai_schema_from_signature_and_docstring():
+    schemas = {s["function"]["name"]: s for s in CalculatorTools().get_tool_schemas()}
+    add = schemas["add"]
+    assert add["type"] == "function"
+    assert add["function"]["description"] == "Add two integers."
+    assert add["function"]["parameters"] == {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "description": "The first number."},
+            "b": {"type": "integer", "description": "The second number, zero by default.", "default": 0},
+        },
+        "required": ["a"],
+    }
+    mean = schemas["mean"]["function"]["parameters"]
+    assert mean["properties"]["values"] == {"type": "array", "items": {"type": "number"}}
+    assert mean["properties"]["label"] == {"type": "string"}
+    assert mean["required"] == ["values"]
+
+
+def test_env_executes_tools_and_refuses_duplicate_names():
+    env = BaseTextEnv()
+    env.init_tool_groups([CalculatorTools()])
+    assert env._execute_tool("calculator", "add", [1, 2]) == 3
+    assert env._execute_tool("calculator", "add", {"a": 1, "b": 5}) == 6
+    assert [s["function"]["name"] for s in env.tool_schemas()] == ["add", "mean"]
+    with pytest.raises(ToolError, match="tool 'add' is defined by both group 'calculator' and group 'other'"):
+        env.init_tool_groups([CalculatorTools(), OtherTools()])
+
+
+def test_xml_calls_in_order_with_wrapper():
+    text = "think <tool><search>capital of France</search></tool> then <tool><python>print(1)</python></tool>"
+    parsed = parse_xml_tool_calls(text, ["python", "search"], wrapper="tool")
+    assert [(c.name, c.content) for c in parsed.calls] == [("search", "capital of France"), ("python", "print(1)")]
+    assert parsed.errors == []
+
+
+def test_unclosed_and_malformed_calls_are_reported_not_raised():
+    parsed = parse_xml_tool_calls("<sql>SELECT 1", ["sql"])
+    assert parsed.calls == [] and parsed.errors == ["unclosed <sql> tag: add </sql> after the sql content"]
+    parsed = parse_json_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call><tool_call>{oops}</tool_call>')
+    assert [(c.name, c.arguments) for c in parsed.calls] == [("add", {"a": 1})]
+    assert "tool call 2 is not valid JSON" in parsed.errors[0]
+    parsed = parse_json_tool_calls('<tool_call>["add"]</tool_call><tool_call>{"name": "f", "arguments": 3}</tool_call>')
+    assert parsed.calls == [] and len(parsed.errors) == 2
+
+
+def test_json_arguments_given_as_a_string_are_decoded():
+    parsed = parse_json_tool_calls('<tool_call>{"name": "add", "arguments": "{\\"a\\": 2}"}</tool_call>')
+    assert parsed.calls[0].arguments == {"a": 2}
+
+
+def test_parse_tool_calls_prefers_json_blocks():
+    assert parse_tool_calls('<tool_call>{"name": "sql", "arguments": {}}</tool_call>', ["sql"]).calls[0].syntax == "json"
+    assert parse_tool_calls("<sql>SELECT 1</sql>", ["sql"]).calls[0].syntax == "xml"
+
+
+def test_extract_tag_and_huge_input_is_linear():
+    assert extract_tag("<answer>a</answer> <answer> b </answer>", "answer") == "b"
+    assert extract_tag("<answer>a</answer>", "answer", which="first") == "a"
+    assert extract_tag("none", "answer") is None
+    huge = "<sql>" * 200_000 + "x" * 5_000_000
+    parsed = parse_xml_tool_calls(huge, ["sql"])
+    assert parsed.calls == [] and parsed.errors
