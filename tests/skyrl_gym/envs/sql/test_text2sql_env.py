@@ -128,6 +128,29 @@ def test_spider_layout_resolves_db_id_and_public_loader_reads_questions(tmp_path
     assert loaded[0]["prompt"][1]["content"] == rows[0]["prompt"][1]["content"]
 
 
+def test_prepare_public_dataset_script_writes_parquet_rows_the_env_accepts(tmp_path):
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from tests.tool_env_support import REPO_ROOT
+
+    build_sample_databases(tmp_path, layout="bird")
+    out = tmp_path / "bird.parquet"
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "text2sql" / "prepare_public_dataset.py"), str(out),
+         "--db-path", str(tmp_path), "--dataset", "bird", "--limit", "3"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == 3 and rows[0]["data"] == "bird"
+    env = skyrl_gym.make("text2sql", env_config={"db_path": str(tmp_path)}, extras=rows[1])
+    gold = rows[1]["reward_spec"]["ground_truth"]
+    assert env.step(f"<think>t</think><solution>{gold}</solution>")["reward"] == 1.0
+
+
 def test_bad_rows_get_errors_that_name_the_field(sample, tmp_path):
     out, rows = sample
     with pytest.raises(DataError, match="data='wikisql'"):
