@@ -223,8 +223,8 @@ def run_read_only_query(db_file: str, sql: str, limits: QueryLimits = QueryLimit
             text = "not authorized: the query tried to do something other than reading (the database is read-only)"
         elif "too big" in text:
             return fail("too_large", f"{text} (values are limited to {limits.max_value_bytes} bytes)")
-        if parse_problem:
-            text = f"{text} (parser: {parse_problem})"
+        if parse_problem:  # both parsers reject it: report the position sqlglot found
+            return fail("parse", f"{parse_problem} (SQLite: {text})")
         return fail("sqlite", text)
     except (MemoryError, OverflowError) as exc:
         return fail("too_large", f"the result is too large ({type(exc).__name__})")
