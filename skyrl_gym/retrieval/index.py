@@ -1,4 +1,4 @@
-"""Indexes that rank corpus documents for queries: BM25 (``bm25s``), and a dense FAISS index.
+"""Indexes that rank corpus documents for queries: BM25 (``bm25s``) here, dense FAISS in ``dense``.
 
 Both implement :class:`Retriever`: ``search(queries, k)`` returns, per query, up to ``k``
 ``(document_position, score)`` pairs, best first, leaving out documents that do not match at all.
@@ -83,38 +83,3 @@ class BM25Retriever:
         for row_positions, row_scores in zip(positions.tolist(), scores.tolist()):
             results.append([(int(p), float(s)) for p, s in zip(row_positions, row_scores) if s > 0.0])
         return results
-
-
-class DenseRetriever:
-    """Inner-product search over document embeddings with FAISS (the ``dense`` extra).
-
-    ``encode`` turns a list of texts into a float32 matrix; the user brings the encoder (an
-    embedding model of their choice) and a FAISS index built over the same corpus order.
-    """
-
-    def __init__(self, index: Any, encode: Any) -> None:
-        self._index = index
-        self._encode = encode
-
-    def __len__(self) -> int:
-        return int(self._index.ntotal)
-
-    @classmethod
-    def load(cls, index_file: str, encode: Any) -> "DenseRetriever":
-        try:
-            import faiss
-        except ImportError as exc:  # pragma: no cover - depends on the optional extra
-            raise ImportError("the dense retriever needs faiss: pip install 'skyrl-gym[dense]'") from exc
-        return cls(faiss.read_index(index_file), encode)
-
-    def search(self, queries: Sequence[str], k: int) -> List[Hits]:
-        import numpy as np
-
-        if not queries:
-            return []
-        vectors = np.asarray(self._encode(list(queries)), dtype="float32")
-        scores, positions = self._index.search(vectors, max(1, min(int(k), len(self))))
-        return [
-            [(int(p), float(s)) for p, s in zip(row_p, row_s) if p >= 0]
-            for row_p, row_s in zip(positions.tolist(), scores.tolist())
-        ]
