@@ -31,10 +31,12 @@ from skyrl_gym.tools.parsers import find_tag_blocks
 from skyrl_gym.tools.sql import SQLDisplay, SQLToolGroup
 from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult
 
+# No literal tags in here: the reward's format check reads the whole transcript, observations
+# included, and a "<solution>" in this text would count as a second solution block.
 INVALID_ACTION_MESSAGE = (
     "Your previous action is invalid. Follow the format of outputting thinking process and sql tool, and try again."
-    " Expected: <think>your reasoning</think> then either <sql>one SELECT query</sql> to explore the database,"
-    " or <solution>your final SQL query</solution> to finish."
+    " Expected: your reasoning inside think tags, then either one SELECT query inside sql tags to explore the"
+    " database, or your final SQL query inside solution tags to finish."
 )
 
 

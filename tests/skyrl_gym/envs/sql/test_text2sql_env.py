@@ -74,8 +74,15 @@ def test_invalid_action_gets_the_expected_format(sample):
     env, _ = make_env(sample, index=0)
     out = env.step("<think>I forgot the tool tags</think> SELECT 1")
     observation = first_observation(out)
-    assert INVALID_ACTION_MESSAGE in observation and "<sql>" in observation
+    assert INVALID_ACTION_MESSAGE in observation and "sql tags" in observation
     assert out["metadata"]["tool_input"][1] is None and not out["done"]
+
+
+def test_invalid_action_then_correct_solution_still_scores_one(sample):
+    env, row = make_env(sample, index=3)
+    env.step("<think>no tool call</think>")
+    final = env.step(f"<think>now</think>\n<solution>{row['reward_spec']['ground_truth']}</solution>")
+    assert final["reward"] == 1.0
 
 
 def test_max_turns_without_solution_ends_with_format_failure(sample):
