@@ -1,7 +1,7 @@
 """Episodes per second of the ``search`` env against the bundled retrieval server, and how much of
-the time the event loop was blocked.
+the time the event loop was blocked (with ``--sql``, the same for ``text2sql`` on SQLite).
 
-    python bench/tool_env_throughput.py [--concurrency 1 64 512] [--episodes 600] [--documents 20000]
+    python bench/tool_env_throughput.py [--concurrency 1 64 512] [--episodes 1500] [--documents 20000] [--sql]
 
 It writes a corpus, starts ``python -m skyrl_gym.retrieval`` on 127.0.0.1 (a real BM25 server
 in its own process), then runs two-turn episodes (``<search>`` then ``<answer>``) at each
@@ -176,12 +176,76 @@ def run_threads(url: str, episodes: int, concurrency: int) -> Dict[str, float]:
     return {"episodes_per_s": episodes / wall, "wall_s": wall}
 
 
+def sql_rows(out_dir: str) -> List[Dict[str, Any]]:
+    import importlib.util
+
+    path = os.path.join(REPO_ROOT, "examples", "text2sql", "build_sample_databases.py")
+    spec = importlib.util.spec_from_file_location("build_sample_databases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module.build(out_dir)
+
+
+SQL_EXPLORE = "<think>look at the data</think><sql>SELECT * FROM {table} LIMIT 20</sql>"
+SQL_TABLES = {"retail": "orders", "university": "enrollments", "flights": "flights"}
+
+
+async def run_sql_async(db_path: str, rows: List[Dict[str, Any]], episodes: int, concurrency: int) -> Dict[str, float]:
+    gate = asyncio.Semaphore(concurrency)
+
+    async def episode(i: int) -> float:
+        row = rows[i % len(rows)]
+        async with gate:
+            env = skyrl_gym.make("text2sql", env_config={"db_path": db_path}, extras=row)
+            await env.astep(SQL_EXPLORE.format(table=SQL_TABLES[row["db_id"]]))
+            final = await env.astep(f"<think>ok</think><solution>{row['reward_spec']['ground_truth']}</solution>")
+            return final["reward"]
+
+    with CallbackTimer() as timer:
+        start = time.perf_counter()
+        rewards = await asyncio.gather(*(episode(i) for i in range(episodes)))
+        wall = time.perf_counter() - start
+    assert all(r == 1.0 for r in rewards), "a gold solution did not score 1.0"
+    return {"episodes_per_s": episodes / wall, "busy": timer.busy / wall, "blocked": timer.blocked / wall,
+            "longest_blocking_ms": timer.longest_blocking * 1000}
+
+
+def run_sql_threads(db_path: str, rows: List[Dict[str, Any]], episodes: int, concurrency: int) -> Dict[str, float]:
+    def episode(i: int) -> float:
+        row = rows[i % len(rows)]
+        env = skyrl_gym.make("text2sql", env_config={"db_path": db_path}, extras=row)
+        env.step(SQL_EXPLORE.format(table=SQL_TABLES[row["db_id"]]))
+        return env.step(f"<think>ok</think><solution>{row['reward_spec']['ground_truth']}</solution>")["reward"]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(episode, range(episodes)))
+    return {"episodes_per_s": episodes / (time.perf_counter() - start)}
+
+
+def bench_sql(concurrency_levels: List[int], episodes: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = sql_rows(tmp)
+        print(f"\ntext2sql env, two-turn episodes (one exploratory query, then the solution: 2 reward queries), "
+              f"sample SQLite databases, tool pool of {os.environ.get('SKYRL_GYM_TOOL_THREADS', '32')} threads")
+        print(f"{'concurrency':>11}  {'episodes':>8}  {'astep ep/s':>10}  {'loop busy':>9}  {'loop blocked':>12}  "
+              f"{'longest block':>13}  {'step-in-threads ep/s':>20}")
+        for concurrency in concurrency_levels:
+            n = episodes if concurrency > 1 else max(100, episodes // 6)
+            result = asyncio.run(run_sql_async(tmp, rows, n, concurrency))
+            threaded = run_sql_threads(tmp, rows, n, concurrency)
+            print(f"{concurrency:>11}  {n:>8}  {result['episodes_per_s']:10.1f}  {result['busy'] * 100:8.1f}%  "
+                  f"{result['blocked'] * 100:11.2f}%  {result['longest_blocking_ms']:11.1f}ms  "
+                  f"{threaded['episodes_per_s']:20.1f}", flush=True)
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
     parser.add_argument("--episodes", type=int, default=1500, help="episodes per run (a sixth of it at concurrency 1)")
     parser.add_argument("--documents", type=int, default=20000)
     parser.add_argument("--skip-threads", action="store_true", help="only the async path")
+    parser.add_argument("--sql", action="store_true", help="also measure text2sql episodes on the sample databases")
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -206,6 +270,8 @@ def main(argv: List[str] | None = None) -> int:
         finally:
             process.terminate()
             process.wait(timeout=10)
+    if args.sql:
+        bench_sql(args.concurrency, args.episodes)
     return 0
 
 

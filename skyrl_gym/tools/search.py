@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_SEARCH_URL = "http://127.0.0.1:8000/retrieve"
 DEFAULT_TIMEOUT = 30.0
 RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
+MAX_QUERY_CHARS = 4000  # a search query longer than this is cut (queries are a few words)
 
 SearchResponse = Tuple[Optional[Dict[str, Any]], Optional[str]]
 
@@ -262,7 +263,7 @@ class SearchToolGroup(ToolGroup):
         if query is None:
             return ""
         api_response, error_msg = call_search_api(
-            self.search_url, query.strip(), topk=self.topk, timeout=self.timeout, log_requests=self.log_requests,
+            self.search_url, query.strip()[:MAX_QUERY_CHARS], topk=self.topk, timeout=self.timeout, log_requests=self.log_requests,
             session=self._get_shared_session(self.base_url, self.max_connections), retry=self.retry,
         )
         text, self.last_metadata = format_search_result(api_response, error_msg)
@@ -279,7 +280,7 @@ class SearchToolGroup(ToolGroup):
 
             return await run_blocking(self.search, query)
         api_response, error_msg = await acall_search_api(
-            self.search_url, query.strip(), session, topk=self.topk, timeout=self.timeout,
+            self.search_url, query.strip()[:MAX_QUERY_CHARS], session, topk=self.topk, timeout=self.timeout,
             log_requests=self.log_requests, retry=self.retry,
         )
         text, self.last_metadata = format_search_result(api_response, error_msg)

@@ -20,6 +20,7 @@ bad query, and each query uses its own connection, so one bad query cannot affec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -55,6 +56,7 @@ class QueryLimits:
     keep_rows: Optional[int] = 50
     max_bytes: int = 32 * 1024 * 1024
     max_value_bytes: int = 10 * 1024 * 1024  # SQLITE_LIMIT_LENGTH: largest string/blob a query may build
+    max_query_chars: int = 100_000  # longer texts are refused before parsing (parsing them is costly)
 
 
 @dataclasses.dataclass
@@ -85,12 +87,16 @@ def _describe_parse_error(exc: Exception) -> str:
     return f"{first.get('description', 'syntax error')} at {where}" + (f" near {near!r}" if near else "")
 
 
+@functools.lru_cache(maxsize=8192)
 def check_read_only(sql: str) -> Tuple[Optional[ErrorKind], Optional[str]]:
     """Return ``(None, None)`` if ``sql`` is one read-only statement, else ``(kind, message)``.
 
     ``kind`` is ``"parse"`` when sqlglot cannot parse the text (the caller may still let SQLite
     try it under the authorizer, since sqlglot does not know every SQLite construct) and
     ``"rejected"`` when the statement would write or change settings.
+
+    Cached: parsing is pure Python and most of a query's cost, and the same texts recur (the gold
+    query of every sample of a prompt, common exploratory queries).
     """
     import sqlglot
     from sqlglot import exp
@@ -175,6 +181,8 @@ def run_read_only_query(db_file: str, sql: str, limits: QueryLimits = QueryLimit
         return fail("rejected", f"the query must be text, got {type(sql).__name__}")
     if not os.path.isfile(db_file):
         return fail("missing_db", f"database file not found: {db_file}")
+    if len(sql) > limits.max_query_chars:
+        return fail("rejected", f"the query is {len(sql)} characters long; the limit is {limits.max_query_chars}")
     kind, message = check_read_only(sql)
     parse_problem = message if kind == "parse" else None
     if kind == "rejected":
@@ -194,7 +202,9 @@ def run_read_only_query(db_file: str, sql: str, limits: QueryLimits = QueryLimit
     try:
         conn = open_read_only(db_file)
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
-        conn.set_progress_handler(past_deadline, 2000)
+        # Every 20 000 SQLite VM steps (well under a millisecond): fine enough for the deadline, rare
+        # enough that the callback (which takes the GIL) does not slow queries or the event loop.
+        conn.set_progress_handler(past_deadline, 20_000)
         cursor = conn.execute(sql)
         result.columns = [d[0] for d in (cursor.description or [])]
         keep = limits.keep_rows

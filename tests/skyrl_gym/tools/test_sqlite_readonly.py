@@ -114,6 +114,11 @@ def test_huge_string_values_hit_the_length_limit(retail_db):
     assert result.error_kind == "too_large"
 
 
+def test_overlong_query_text_is_refused_before_parsing(retail_db):
+    result = run_read_only_query(str(retail_db), "SELECT " + "1 + " * 50_000 + "1")
+    assert result.error_kind == "rejected" and "the limit is 100000" in result.error
+
+
 def test_parse_errors_are_reported_in_plain_words_with_the_position(retail_db):
     result = run_read_only_query(str(retail_db), "SELECT (customer_id FROM customers")
     assert result.error_kind == "parse"
