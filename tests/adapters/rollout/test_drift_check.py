@@ -9,7 +9,7 @@ import pytest
 from adapters.rollout import ChatTokenizer, RolloutConfig, RolloutGenerator, check_drift
 from tests.adapters.support import ScriptedEngine, user
 
-pytestmark = pytest.mark.asyncio
+
 
 # ChatML that, like Qwen3's template, drops the <think> block of assistant turns that come before the last user
 # message (models trained this way never see their old reasoning). Written for these tests on SmolLM2's

@@ -13,7 +13,7 @@ import pytest
 from adapters.rollout import RolloutConfig, RolloutGenerator
 from tests.adapters.conftest import assert_no_template_drift
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def row(env_class: str, question: str, answer: str) -> Dict[str, Any]:
