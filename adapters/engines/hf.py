@@ -253,9 +253,15 @@ class HFEngine:
 
         cache = DynamicCache()
         with torch.inference_mode():
-            out = self.model(
+            prefill = dict(
                 input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
             )
+            try:
+                # Only the last position's logits are needed; computing the full vocabulary for every prompt
+                # token dominates the prefill of small models.
+                out = self.model(**prefill, logits_to_keep=1)
+            except TypeError:  # models without logits_to_keep
+                out = self.model(**prefill)
             next_logits = out.logits[:, -1, :].float()
             last_pos = positions[:, -1:]
             for step in range(sampling.max_tokens):
@@ -329,27 +335,35 @@ class HFEngine:
             return tokens.cpu(), logprob_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
         scaled = logits / sampling.temperature
         logprob_all = torch.log_softmax(scaled, dim=-1)
-        filtered = scaled.clone()
-        if sampling.top_k and sampling.top_k > 0:
-            kth = torch.topk(filtered, min(sampling.top_k, filtered.shape[-1]), dim=-1).values[:, -1:]
-            filtered[filtered < kth] = float("-inf")
-        if sampling.min_p > 0:
-            probs = torch.softmax(filtered, dim=-1)
-            threshold = probs.max(dim=-1, keepdim=True).values * sampling.min_p
-            filtered[probs < threshold] = float("-inf")
-        if sampling.top_p < 1.0:
-            sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
-            cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-            remove = cumulative - torch.softmax(sorted_logits, dim=-1) > sampling.top_p
-            sorted_logits[remove] = float("-inf")
-            filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, sorted_logits)
-        probs = torch.softmax(filtered, dim=-1).cpu()
-        if all(g is None for g in generators):
-            tokens = torch.multinomial(probs, 1).squeeze(-1)
+        filtering = (sampling.top_k and sampling.top_k > 0) or sampling.min_p > 0 or sampling.top_p < 1.0
+        if not filtering:
+            probs = logprob_all.exp()
         else:
-            tokens = torch.stack(
-                [torch.multinomial(probs[row], 1, generator=generators[row]).squeeze(-1) for row in range(probs.shape[0])]
-            )
+            filtered = scaled.clone()
+            if sampling.top_k and sampling.top_k > 0:
+                kth = torch.topk(filtered, min(sampling.top_k, filtered.shape[-1]), dim=-1).values[:, -1:]
+                filtered[filtered < kth] = float("-inf")
+            if sampling.min_p > 0:
+                probs = torch.softmax(filtered, dim=-1)
+                threshold = probs.max(dim=-1, keepdim=True).values * sampling.min_p
+                filtered[probs < threshold] = float("-inf")
+            if sampling.top_p < 1.0:
+                sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
+                sorted_probs = torch.softmax(sorted_logits, dim=-1)
+                remove = sorted_probs.cumsum(dim=-1) - sorted_probs > sampling.top_p
+                sorted_logits[remove] = float("-inf")
+                filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, sorted_logits)
+            probs = torch.softmax(filtered, dim=-1)
+        probs = probs.cpu()
+        # Exponential race (argmax of p / Exp(1)): an exact draw from `probs`, much cheaper than
+        # torch.multinomial over a large vocabulary on CPU.
+        noise = torch.empty_like(probs)
+        if all(g is None for g in generators):
+            noise.exponential_()
+        else:
+            for row, generator in enumerate(generators):
+                noise[row].exponential_(generator=generator)
+        tokens = (probs / noise).argmax(dim=-1)
         return tokens, logprob_all.cpu().gather(-1, tokens[:, None]).squeeze(-1)
 
 

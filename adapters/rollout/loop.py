@@ -98,6 +98,7 @@ async def run_trajectory(
         )
         conversation, _info = await env_runner.call("init", env.init, copy.deepcopy(prompt))
         conversation = list(conversation)
+        trajectory.conversation = conversation  # the same list: grows with every turn
         trajectory.prompt_ids = chat.prompt_ids(conversation)
         trajectory.prompt_message_count = len(conversation)
         done = False
@@ -112,7 +113,10 @@ async def run_trajectory(
 
             model_start = time.perf_counter()
             if hasattr(engine, "engine_for"):  # an EngineClient: keep the trajectory on one engine
-                output = await engine.generate([context], sampling_params, session_ids=[session])
+                output = await engine.generate([context], sampling_params, session_ids=[session],
+                                               messages=[list(conversation)])
+            elif getattr(engine, "wants_messages", False):  # a chat-completions engine templates by itself
+                output = await engine.generate([context], sampling_params, messages=[list(conversation)])
             else:
                 output = await engine.generate([context], sampling_params)
             trajectory.model_seconds += time.perf_counter() - model_start
@@ -208,6 +212,7 @@ async def run_trajectory(
         logger.warning("trajectory %s of %s ended by an env error: %s", session, env_class, exc)
         if not trajectory.prompt_ids:
             trajectory.prompt_ids = chat.prompt_ids(prompt)
+            trajectory.conversation = list(prompt)
     finally:
         if env is not None:
             try:
