@@ -1,28 +1,35 @@
-"""``run_python``: one call for envs that just want to run a snippet safely."""
+"""Process-wide shared sandboxes and ``run_python``, for envs that just want to run a snippet safely."""
 
 from __future__ import annotations
 
 import atexit
+import json
 import threading
-from typing import Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from sandboxes.protocol import Sandbox
 from sandboxes.types import Limits, RunRequest, RunResult
 
-_shared: Optional[Sandbox] = None
+_shared: Dict[str, Sandbox] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_sandbox() -> Sandbox:
-    """A process-wide warm local sandbox, started on first use and closed at exit."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            from sandboxes.local import LocalSandbox
+def shared_sandbox(config: Optional[Mapping[str, Any]] = None) -> Sandbox:
+    """One sandbox per distinct config for the whole process, started on first use, closed at exit.
 
-            _shared = LocalSandbox()
-            atexit.register(_shared.close)
-        return _shared
+    Envs are built per episode; sharing the sandbox keeps one warm pool instead of one per episode.
+    ``config`` is what :func:`sandboxes.sandbox_from_config` takes (default: a warm local sandbox).
+    """
+    key = json.dumps(dict(config or {}), sort_keys=True, default=str)
+    with _shared_lock:
+        box = _shared.get(key)
+        if box is None:
+            from sandboxes.factory import sandbox_from_config
+
+            box = sandbox_from_config(config)
+            _shared[key] = box
+            atexit.register(box.close)
+        return box
 
 
 def run_python(code: str, stdin: Union[str, bytes] = "", timeout: Optional[float] = None,

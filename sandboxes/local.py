@@ -138,7 +138,10 @@ class LocalSandbox(BaseSandbox):
             argv += ["--ro-bind", extra, extra]
         argv += ["--proc", "/proc", "--dev", "/dev",
                  "--size", str(scratch_bytes), "--tmpfs", "/sandbox", "--dir", SCRATCH, "--dir", TMP,
-                 "--symlink", TMP, "/tmp", "--chdir", SCRATCH]
+                 "--symlink", TMP, "/tmp",
+                 # bubblewrap's own root (holding /etc, the mount points) is writable unless made read-only:
+                 # a warm worker's program could otherwise leave files there for the next program.
+                 "--remount-ro", "/", "--chdir", SCRATCH]
         argv += self._supervisor_args(mode, SCRATCH, [TMP], run_as=None)
         preexec = _drop_to_nobody if os.geteuid() == 0 else None
         return argv, preexec
@@ -151,21 +154,26 @@ class LocalSandbox(BaseSandbox):
         prefix = real.parent.parent
         return [str(prefix)] if prefix != Path("/") else [str(real.parent)]
 
-    def _unshare_argv(self, mode: str) -> Tuple[List[str], Optional[Callable[[], None]], str]:
+    def _unshare_argv(self, mode: str) -> Tuple[List[str], Optional[Callable[[], None]]]:
         if os.geteuid() != 0:
             raise SandboxUnavailable("the unshare fallback needs root; install bubblewrap for unprivileged sandboxes")
-        base = tempfile.mkdtemp(prefix="sandbox-")
-        os.chmod(base, 0o755)
-        scratch, tmp = f"{base}/work", f"{base}/tmp"
-        size = (self.limits.scratch_mb or 256)
-        supervisor = " ".join(_shell_quote(arg) for arg in self._supervisor_args(mode, scratch, [tmp], run_as=NOBODY))
-        # Inside new namespaces: a size-limited tmpfs over the scratch base, owned by nobody; a
-        # private /tmp; then the supervisor (PID 1 of the new PID namespace).
-        script = (f"mount -t tmpfs -o size={size}m,mode=755 tmpfs {base} && mkdir -m 700 {scratch} {tmp} && "
-                  f"chown {NOBODY[0]}:{NOBODY[1]} {scratch} {tmp} && mount --bind {tmp} /tmp && exec {supervisor}")
+        size = self.limits.scratch_mb or 256
+        scratch = "/tmp/work"
+        supervisor = " ".join(_shell_quote(arg) for arg in self._supervisor_args(mode, scratch, ["/tmp"], run_as=NOBODY))
+        # Homes, and the top folder holding the caller's working folder (a project checkout).
+        top_of_cwd = "/" + os.getcwd().strip("/").split("/")[0]
+        system = {"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/dev", "/sys", "/tmp", "/var", "/opt"}
+        hide = sorted({"/root", "/home", "/mnt", "/media", "/srv", "/run", os.path.expanduser("~"), top_of_cwd} - system)
+        hide = [path for path in hide if os.path.isdir(path)]
+        # In the new mount namespace (private propagation): a size-limited tmpfs as /tmp holding the
+        # scratch folder, empty read-only tmpfs over homes and the caller's folders; then the
+        # supervisor, PID 1 of the new PID namespace, which runs programs as nobody.
+        hides = "".join(f"mount -t tmpfs -o size=4k,mode=755,ro tmpfs {_shell_quote(path)} && " for path in hide)
+        script = (f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /tmp && mkdir -m 700 {scratch} && "
+                  f"chown {NOBODY[0]}:{NOBODY[1]} {scratch} && {hides}cd / && exec {supervisor}")
         argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount", "--ipc", "--uts",
                 "sh", "-c", script]
-        return argv, None, base
+        return argv, None
 
     def _none_argv(self, mode: str) -> Tuple[List[str], str]:
         base = tempfile.mkdtemp(prefix="sandbox-none-")
@@ -179,8 +187,7 @@ class LocalSandbox(BaseSandbox):
         if self.isolation == "bwrap":
             argv, preexec = self._bwrap_argv(mode)
         elif self.isolation == "unshare":
-            argv, preexec, base = self._unshare_argv(mode)
-            cleanup = lambda: shutil.rmtree(base, ignore_errors=True)  # noqa: E731
+            argv, preexec = self._unshare_argv(mode)
         else:
             argv, base = self._none_argv(mode)
             preexec = None

@@ -265,7 +265,9 @@ class Supervisor:
                 if not os.path.isdir(directory):
                     continue
                 for entry in os.listdir(directory):
-                    remove_tree(os.path.join(directory, entry))
+                    path = os.path.join(directory, entry)
+                    if path != self.scratch:  # the scratch folder may sit inside another wiped folder
+                        remove_tree(path)
 
         if self.run_as is not None:
             self._as_run_user(wipe)
@@ -345,11 +347,12 @@ def run_python_in_child(request, env, scratch):
         exec(code, module.__dict__)
     except SystemExit as exc:
         exit_code = exit_code_of(exc)
-    except BaseException:
+    except BaseException as exc:
         import traceback
 
-        try:
-            traceback.print_exc()
+        try:  # leave out our own frame: the traceback starts in the program, as under `python main.py`
+            tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+            traceback.print_exception(type(exc), exc, tb)
         except BaseException:
             pass
         exit_code = 1

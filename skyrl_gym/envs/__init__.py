@@ -19,5 +19,8 @@ register(id="search", entry_point="skyrl_gym.envs.search.env:SearchEnv")
 register(id="searchcode", entry_point="skyrl_gym.envs.searchcode.env:SearchCodeEnv")
 
 # --- code (issue: sandboxes) ----------------------------------------------------------------------
+register(id="lcb", entry_point="skyrl_gym.envs.lcb.env:LCBEnv")
+register(id="humaneval", entry_point="skyrl_gym.envs.humaneval.env:HumanEvalEnv")
+register(id="code_interpreter", entry_point="skyrl_gym.envs.code_interpreter.env:CodeInterpreterEnv")
 
 __all__ = ["register", "deregister"]

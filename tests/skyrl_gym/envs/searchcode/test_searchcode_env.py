@@ -55,7 +55,7 @@ def test_python_errors_and_timeouts_are_observations(server, sandbox_ready):
     error = first_observation(env.step("<tool><python>raise ValueError('fail')</python></tool>"))
     assert error.startswith("Error executing Python code:") and error.endswith("ValueError: fail")
     timeout = first_observation(env.step("<tool><python>while True: pass</python></tool>"))
-    assert timeout == "Error executing Python code: Execution timed out after 1 seconds."
+    assert timeout == "Error executing Python code: Execution timed out after 1.0 seconds."  # as SkyRL-gym prints it
     silent = first_observation(env.step("<tool><python>x = 1</python></tool>"))
     assert "print()" in silent
     assert env.step("<solution>#### 7</solution>")["reward"] == 0.0
