@@ -55,11 +55,16 @@ def test_explore_then_solve_scores_one(sample):
     assert env.get_metrics()["solved"] is True
 
 
-def test_wrong_query_scores_zero_and_bad_format_scores_minus_one(sample):
+def test_wrong_query_scores_zero_and_bad_format_scores_minus_one_with_the_reason(sample):
     env, _ = make_env(sample, index=0)
-    assert env.step("<think>guess</think><solution>SELECT COUNT(*) FROM customers</solution>")["reward"] == 0.0
+    wrong = env.step("<think>guess</think><solution>SELECT COUNT(*) FROM customers</solution>")
+    assert wrong["reward"] == 0.0 and wrong["metadata"]["reward_reason"] == "different rows (1 returned, 1 expected)"
     env, _ = make_env(sample, index=0)
-    assert env.step("<solution>SELECT COUNT(*) FROM customers WHERE country = 'Portugal'</solution>")["reward"] == -1.0
+    broken = env.step("<think>guess</think><solution>SELECT COUNT(*) FROM clients</solution>")
+    assert broken["reward"] == 0.0 and "no such table: clients" in broken["metadata"]["reward_reason"]
+    env, _ = make_env(sample, index=0)
+    unformatted = env.step("<solution>SELECT COUNT(*) FROM customers WHERE country = 'Portugal'</solution>")
+    assert unformatted["reward"] == -1.0 and unformatted["metadata"]["reward_reason"].startswith("format check failed")
 
 
 def test_observation_not_followed_by_thinking_fails_the_format(sample):
