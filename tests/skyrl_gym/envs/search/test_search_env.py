@@ -40,6 +40,7 @@ def test_search_then_answer_scores_one(server):
     assert out1["metadata"]["tool_input"] == ["who wrote Hamlet"] and out1["metadata"]["search_status"] == "success"
     out2 = env.step("<think>Found it.</think><answer> the Shakespeare. </answer>")
     assert out2["done"] and out2["observations"] == [] and out2["reward"] == 1.0
+    assert out2["metadata"] == {"answer": "the Shakespeare.", "targets": ["William Shakespeare", "Shakespeare"]}
     assert env.get_metrics() == {"turns": 2, "searches": 1, "search_errors": 0, "correct": True}
 
 
