@@ -477,6 +477,11 @@ def main(argv):
             __import__(name)
         except Exception:
             pass
+    # Forked children would otherwise have the collector walk (and so copy) every preloaded object.
+    import gc
+
+    gc.collect()
+    gc.freeze()
     run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
     os.makedirs(args.scratch, exist_ok=True)
     supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, sys.executable)
