@@ -106,7 +106,10 @@ def test_cannot_read_shadow_or_callers_environment(sandbox, tmp_snapshot, monkey
 
 def test_cannot_write_outside_scratch(sandbox, tmp_snapshot, tmp_path):
     marker = f"escape-{uuid.uuid4().hex}"
-    targets = [f"/tmp/{marker}", f"/usr/{marker}", f"/etc/{marker}", str(tmp_path / marker), f"/{marker}"]
+    # /tmp and /dev/shm are private to the sandbox (writable, never the host's); the rest must refuse.
+    private = [f"/tmp/{marker}", f"/dev/shm/{marker}"]
+    refused = [f"/usr/{marker}", f"/etc/{marker}", str(tmp_path / marker), f"/{marker}", f"/var/tmp/{marker}"]
+    targets = private + refused
     code = (
         "import sys\n"
         f"for path in {targets!r}:\n"
@@ -119,10 +122,35 @@ def test_cannot_write_outside_scratch(sandbox, tmp_snapshot, tmp_path):
     )
     result = sandbox.run(code)
     assert result.status == Status.OK, result
-    for path in targets[1:]:
+    for path in refused:
         assert f"refused {path}" in result.stdout, result.stdout
     for path in targets:  # the sandbox's /tmp is private: even a write there never reaches the host
         assert not os.path.exists(path), path
+    assert_nothing_left(tmp_snapshot, sandbox)
+
+
+def test_nothing_a_run_leaves_reaches_the_next_run(sandbox, tmp_snapshot):
+    """Files in the scratch folder, /tmp and /dev/shm, and System V IPC objects (which live in the
+    sandbox's IPC namespace) are gone before the next run, even on the same warm worker."""
+    leave = (
+        "import ctypes\n"
+        "for path in ('left.txt', '/tmp/left.txt', '/dev/shm/left.txt'):\n"
+        "    open(path, 'w').write('secret')\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.shmget(4242, 4096, 0o1000 | 0o600) >= 0, libc.msgget(4243, 0o1000 | 0o600) >= 0)\n"
+    )
+    look = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "in_tmp = [e for e in os.listdir('/tmp') if os.path.join('/tmp', e) != os.getcwd()]\n"
+        "print(sorted(os.listdir('.')), in_tmp, os.listdir('/dev/shm'),"
+        " libc.shmget(4242, 0, 0), libc.msgget(4243, 0))\n"
+    )
+    for _ in range(3):  # one at a time: the pool hands back the worker that just ran
+        left = sandbox.run(leave)
+        assert left.status == Status.OK and left.stdout == "True True\n", left
+        seen = sandbox.run(look)
+        assert seen.stdout == "['main.py'] [] [] -1 -1\n", seen
     assert_nothing_left(tmp_snapshot, sandbox)
 
 
