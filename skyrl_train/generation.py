@@ -35,7 +35,7 @@ def sampling_params_dict(params: Any) -> Dict[str, Any]:
 
 
 def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
-    """Inference engines for ``generator.backend``: hf (in-process), vllm (local), remote (HTTP servers)."""
+    """Inference engines for ``generator.backend``: hf and vllm (in this process), remote and sglang (servers)."""
     g = cfg.generator
     if g.backend == "hf":
         from adapters.engines.hf import HFEngine
@@ -43,26 +43,23 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
         batch = cfg.trainer.train_batch_size * g.n_samples_per_prompt
         return [HFEngine(model_path, tokenizer, max_batch_size=max(64, batch)) for _ in range(g.num_inference_engines)]
     if g.backend == "vllm":
-        try:
-            from adapters.engines.vllm import VLLMEngine  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise RuntimeError(
-                "generator.backend=vllm needs the vllm extra (pip install 'skyrl-gym[vllm]') and adapters.engines.vllm"
-            ) from exc
-        return [
-            VLLMEngine(
-                model_path,
-                tensor_parallel_size=g.inference_engine_tensor_parallel_size,
-                gpu_memory_utilization=g.gpu_memory_utilization,
-            )
-            for _ in range(g.num_inference_engines)
-        ]
+        # in this process, so weights arrive without pickling (in-process, or received from a broadcast)
+        from adapters.engines.vllm_engine import VLLMEngine
+
+        kwargs: Dict[str, Any] = {"tensor_parallel_size": g.inference_engine_tensor_parallel_size}
+        if g.gpu_memory_utilization:
+            kwargs["gpu_memory_utilization"] = g.gpu_memory_utilization
+        if g.model_dtype != "auto":
+            kwargs["dtype"] = g.model_dtype
+        return [VLLMEngine(model_path, seed=cfg.trainer.seed + i, **kwargs) for i in range(g.num_inference_engines)]
     if g.backend == "remote":
-        try:
-            from adapters.engines.remote import RemoteEngine  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise RuntimeError("generator.backend=remote needs adapters.engines.remote") from exc
-        return [RemoteEngine(url, tokenizer=tokenizer) for url in g.remote_inference_engine_urls]
+        from adapters.engines.remote import RemoteEngine
+
+        return [RemoteEngine(url, tokenizer) for url in g.remote_inference_engine_urls]
+    if g.backend == "sglang":
+        from adapters.engines.sglang import SGLangEngine
+
+        return [SGLangEngine(url, tokenizer, model_path=model_path) for url in g.remote_inference_engine_urls]
     raise ValueError(f"unknown generator.backend {g.backend!r}")
 
 

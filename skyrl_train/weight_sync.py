@@ -2,12 +2,12 @@
 
 Three ways, picked by ``generator.weight_sync_backend`` (``auto`` chooses by ``generator.backend``):
 
-- ``inprocess`` (auto for ``hf``): the policy's unsharded state dict is handed to the engine's
+- ``inprocess`` (auto for ``hf``, and for ``vllm`` without Ray): the policy's unsharded state dict is handed to the engine's
   ``update_weights`` (through Ray's object store when the policy runs in Ray actors);
-- ``gloo`` / ``nccl`` (auto for ``vllm``: nccl on GPU, gloo on CPU): policy rank 0 broadcasts every tensor
+- ``gloo`` / ``nccl`` (auto for ``vllm`` with Ray workers: nccl on GPU, gloo on CPU): policy rank 0 broadcasts every tensor
   over a process group of its own that it shares with the engine side (``WeightReceiver``), which is
   separate from the FSDP group, so the engines never join training collectives;
-- ``checkpoint`` (auto for ``remote``): rank 0 writes a Hugging Face folder and each engine reloads from it
+- ``checkpoint`` (auto for ``remote`` and ``sglang``): rank 0 writes a Hugging Face folder and each engine reloads from it
   (``update_weights(path)``: SGLang's ``/update_weights_from_disk``, vLLM's ``reload_weights``).
 """
 
@@ -28,11 +28,12 @@ def resolve_backend(cfg: Any) -> str:
     g = cfg.generator
     if g.weight_sync_backend != "auto":
         return g.weight_sync_backend
-    if g.backend == "hf":
-        return "inprocess"
-    if g.backend == "remote":
+    if g.backend in ("remote", "sglang"):
         return "checkpoint"
-    return "nccl" if torch.cuda.is_available() else "gloo"
+    if g.backend == "vllm" and cfg.trainer.use_ray:
+        # policy ranks are Ray actors, the engines live here: broadcast over a group of their own
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return "inprocess"
 
 
 def free_port() -> int:

@@ -221,7 +221,8 @@ class SamplingParamsConfig:
 @dataclass
 class GeneratorConfig:
     backend: str = "hf"
-    """``hf`` (transformers, in-process), ``vllm`` (local engines), ``remote`` (HTTP servers)."""
+    """``hf`` (transformers) or ``vllm`` engines in this process; ``remote`` (OpenAI-compatible vLLM server) or
+    ``sglang`` servers at ``remote_inference_engine_urls``."""
     model_dtype: str = "auto"
     num_inference_engines: int = 1
     inference_engine_tensor_parallel_size: int = 1

@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 from skyrl_train.config.loader import ConfigError
 
 STRATEGIES = ("fsdp2", "fsdp")
-BACKENDS = ("hf", "vllm", "remote")
+BACKENDS = ("hf", "vllm", "remote", "sglang")
 WEIGHT_SYNC_BACKENDS = ("auto", "inprocess", "gloo", "nccl", "checkpoint")
 LOGGERS = ("console", "tensorboard", "wandb", "jsonl")
 RESUME_MODES = (None, "none", "latest", "from_path")
@@ -177,19 +177,19 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
         problems.append(
             f"generator.weight_sync_backend={g.weight_sync_backend!r}: expected one of {', '.join(WEIGHT_SYNC_BACKENDS)}"
         )
-    if g.backend == "remote":
+    if g.backend in ("remote", "sglang"):
         if not g.remote_inference_engine_urls:
-            problems.append("generator.remote_inference_engine_urls: generator.backend=remote needs server URLs")
+            problems.append(f"generator.remote_inference_engine_urls: generator.backend={g.backend} needs server URLs")
         if t.placement.colocate_all:
             problems.append(
                 "trainer.placement.colocate_all=true: remote engines run elsewhere and cannot be colocated"
             )
     if g.weight_sync_backend == "nccl" and has_cuda is False:
         problems.append("generator.weight_sync_backend=nccl: needs CUDA GPUs (use gloo on CPU)")
-    if g.backend in ("vllm", "remote") and g.weight_sync_backend == "inprocess":
+    if g.backend in ("remote", "sglang") and g.weight_sync_backend in ("inprocess", "gloo", "nccl"):
         problems.append(
-            f"generator.weight_sync_backend=inprocess: {g.backend} engines run in other processes "
-            "(use gloo/nccl broadcast or checkpoint)"
+            f"generator.weight_sync_backend={g.weight_sync_backend}: {g.backend} servers run elsewhere and "
+            "reload from a folder (use checkpoint or auto)"
         )
 
     sp = g.sampling_params
