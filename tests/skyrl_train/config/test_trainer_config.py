@@ -111,7 +111,7 @@ def test_many_problems_reported_together(tmp_path):
                 "trainer.algorithm.advantage_estimator=grpo",
                 "generator.n_samples_per_prompt=1",
                 "trainer.algorithm.policy_loss_type=ppo",
-                "generator.backend=sglang",
+                "generator.backend=tgi",
                 "trainer.logger=mlflow",
             ]
         )
