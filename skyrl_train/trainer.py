@@ -114,6 +114,8 @@ class PPOTrainer:
         default_env = self.cfg.environment.env_class
         self.train_rows = load_dataset_rows(self.cfg.data.train_data, default_env)
         self.val_rows = load_dataset_rows(self.cfg.data.val_data, default_env) if self.cfg.data.val_data else []
+        self.train_rows = self._drop_long_prompts(self.train_rows, "data.train_data")
+        self.val_rows = self._drop_long_prompts(self.val_rows, "data.val_data")
         self.dataset = PromptDataset(self.train_rows, self.t.train_batch_size, self.t.seed, self.cfg.data.shuffle)
         self.total_steps = self._total_steps()
         self._build_workers()
@@ -132,6 +134,21 @@ class PPOTrainer:
             config=to_dict(self.cfg),
             console_stream=self.console_stream,
         )
+
+    def _drop_long_prompts(self, rows: List[Dict[str, Any]], key: str) -> List[Dict[str, Any]]:
+        """Leave out rows whose templated prompt is longer than trainer.max_prompt_length (as SkyRL does)."""
+        limit = self.t.max_prompt_length
+        kept = []
+        for row in rows:
+            ids = self.tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):  # a BatchEncoding
+                ids = ids["input_ids"]
+            if len(ids) <= limit:
+                kept.append(row)
+        if len(kept) < len(rows):
+            logger.warning("%s: %d of %d rows have prompts over trainer.max_prompt_length=%d tokens; left out",
+                           key, len(rows) - len(kept), len(rows), limit)
+        return kept
 
     def _total_steps(self) -> int:
         steps = self.dataset.batches_per_epoch * self.t.epochs
@@ -426,15 +443,18 @@ class PPOTrainer:
     def _start_producer(self, batches: int) -> None:
         """Generate batches in a background thread, at most ``max_staleness_steps`` ahead of training.
 
-        A batch generated with the weights of step k is trained on at step k + staleness; the queue's
-        bound blocks the producer so the lag never exceeds the configured staleness.
+        The batch trained at step k is generated only once the policy of step k - staleness is in the
+        engines, so no batch is ever more than ``max_staleness_steps`` policy versions old.
         """
         bound = max(1, self.t.async_training.max_staleness_steps)
-        results: "queue.Queue[Dict[str, Any]]" = queue.Queue(maxsize=bound)
+        results: "queue.Queue[Dict[str, Any]]" = queue.Queue()
         stop = threading.Event()
+        first = self.global_step
 
         def produce() -> None:
-            for _ in range(batches):
+            for step in range(first, first + batches):
+                while self.global_step < step - bound and not stop.is_set():
+                    time.sleep(0.005)
                 if stop.is_set():
                     return
                 try:
@@ -444,12 +464,7 @@ class PPOTrainer:
                     item = {"batch": batch, "seconds": time.perf_counter() - t0, "weights_step": weights_step}
                 except BaseException as exc:  # handed to the training thread, which re-raises it
                     item = {"error": exc}
-                while not stop.is_set():
-                    try:
-                        results.put(item, timeout=0.5)
-                        break
-                    except queue.Full:
-                        continue
+                results.put(item)
                 if "error" in item:
                     return
 
