@@ -68,13 +68,16 @@ def quickstart_overrides(out_dir: Path, steps: int, model: str) -> Dict[str, Any
 
 
 def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32, seed: int = 0) -> None:
-    """Single-digit products, one turn each; validation rows come from a different split (held out)."""
+    """Single-digit products, one turn each; no validation question appears in the training rows."""
     from skyrl_gym.data import write_jsonl
     from skyrl_gym.envs.multiply.dataset import make_rows
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    train = make_rows(num_train, num_digits=1, seed=seed, split="train", max_turns=1)
     val = make_rows(num_val, num_digits=1, seed=seed, split="validation", max_turns=1)
+    # there are only 100 single-digit products: keep every validation question out of training
+    held_out = {row["prompt"][-1]["content"] for row in val}
+    candidates = make_rows(num_train * 3, num_digits=1, seed=seed, split="train", max_turns=1)
+    train = [row for row in candidates if row["prompt"][-1]["content"] not in held_out][:num_train]
     write_jsonl(train, data_dir / "train.jsonl")
     write_jsonl(val, data_dir / "validation.jsonl")
 
