@@ -96,6 +96,21 @@ class TrainingWorker:
         self.global_step = 0
 
     # ------------------------------------------------------------------ set-up
+    def rendezvous_address(self) -> tuple:
+        """This node's IP and a free port, for rank 0 to host the process-group rendezvous."""
+        from skyrl_train.weight_sync import free_port
+
+        try:
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        except Exception:  # not in Ray
+            host = "127.0.0.1"
+        return host, free_port()
+
+    def set_dist_init(self, init_method: str) -> None:
+        self._dist_init = init_method
+
     def init_process_group(self) -> None:
         import torch.distributed as dist
 

@@ -7,7 +7,6 @@ evenly across them (data parallel, FSDP2 shards within the group).
 
 from __future__ import annotations
 
-import socket
 from typing import Any, Dict, List, Optional, Protocol
 
 import torch
@@ -43,22 +42,6 @@ class LocalWorkerGroup:
         return self.worker.train_step(batch)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
-class _RankInfo:
-    """Tiny actor method host: the node IP and a free port for rank 0's rendezvous."""
-
-    @staticmethod
-    def address() -> tuple[str, int]:
-        import ray
-
-        return ray.util.get_node_ip_address(), _free_port()
-
-
 class RayWorkerGroup:
     """``num_workers`` Ray actors of one role, one per placement-group bundle."""
 
@@ -81,24 +64,23 @@ class RayWorkerGroup:
         remote_cls = ray.remote(TrainingWorker)
 
         def options(index: int) -> Dict[str, Any]:
-            return dict(
+            opts: Dict[str, Any] = dict(
                 num_cpus=num_cpus_per_actor,
                 num_gpus=num_gpus_per_actor,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=placement_group, placement_group_bundle_index=bundle_offset + index
                 ),
-                runtime_env={"env_vars": env_vars or {}},
             )
+            if env_vars:  # a runtime env of its own costs a fresh worker set-up, so only when asked
+                opts["runtime_env"] = {"env_vars": env_vars}
+            return opts
 
-        # Rank 0's node hosts the rendezvous; ask it for an address before starting the others.
-        probe = ray.remote(_RankInfo).options(**options(0)).remote()
-        host, port = ray.get(probe.address.remote())
-        ray.kill(probe)
-        init_method = f"tcp://{host}:{port}"
         self.actors = [
-            remote_cls.options(**options(i)).remote(spec, rank=i, world_size=num_workers, dist_init=init_method)
-            for i in range(num_workers)
+            remote_cls.options(**options(i)).remote(spec, rank=i, world_size=num_workers) for i in range(num_workers)
         ]
+        # Rank 0's node hosts the rendezvous: ask it for an address, then tell every rank.
+        host, port = ray.get(self.actors[0].rendezvous_address.remote())
+        self.call("set_dist_init", f"tcp://{host}:{port}")
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
         import ray

@@ -51,3 +51,14 @@ def toy_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("toy") / "train.jsonl"
     write_jsonl(toy_rows(64), path)
     return path
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray instance (2 CPUs, no dashboard) shared by the Ray tests of the session."""
+    ray = pytest.importorskip("ray")
+    from skyrl_train.ray_utils import init_ray
+
+    init_ray(num_cpus=2)
+    yield ray
+    ray.shutdown()

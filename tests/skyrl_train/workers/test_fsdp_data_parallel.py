@@ -32,9 +32,10 @@ def _spec(model_dir):
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tiny_lm_dir):
-    ray = pytest.importorskip("ray")
-    from skyrl_train.ray_utils import create_placement_group, init_ray
+def test_two_gloo_ranks_match_one_process(tiny_lm_dir, ray_cluster):
+    from ray.util.placement_group import remove_placement_group
+
+    from skyrl_train.ray_utils import create_placement_group
 
     algo = AlgorithmConfig()
     loss_fn = POLICY_LOSSES.get("regular")
@@ -46,19 +47,18 @@ def test_two_gloo_ranks_match_one_process(tiny_lm_dir):
     single_metrics = single.train_step(_batch())
     single_weights = single.worker.full_state_dict()
 
-    init_ray(num_cpus=2)
+    pg = create_placement_group(2, use_gpu=False)
+    group = RayWorkerGroup(_spec(tiny_lm_dir), 2, pg)
     try:
-        pg = create_placement_group(2, use_gpu=False)
-        group = RayWorkerGroup(_spec(tiny_lm_dir), 2, pg)
         group.call("load_model")
         assert group.call("ping") == [0, 1]
         group.call("configure_algorithm", algo, loss_fn, 1.0)
         sharded_forward = group.forward(_batch())
         sharded_metrics = group.train_step(_batch())
         sharded_weights = group.call("full_state_dict")[0]
-        group.shutdown()
     finally:
-        ray.shutdown()
+        group.shutdown()
+        remove_placement_group(pg)
 
     torch.testing.assert_close(sharded_forward["log_probs"], single_forward["log_probs"], atol=1e-5, rtol=1e-5)
     assert sharded_metrics["policy/loss"] == pytest.approx(single_metrics["policy/loss"], abs=1e-5)
