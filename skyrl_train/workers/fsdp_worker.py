@@ -132,12 +132,18 @@ class TrainingWorker:
         torch.manual_seed(self.spec.seed)
         cuda = self.device.type == "cuda"
         load_dtype = torch.float32  # master weights stay fp32; mixed precision casts for compute on GPU
+        extra: Dict[str, Any] = {}
+        if cuda:
+            import importlib.util
+
+            # flash attention where it is installed (GPU only); PyTorch SDPA otherwise
+            extra["attn_implementation"] = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
         if self.spec.role == "critic":
             config = AutoConfig.from_pretrained(self.spec.model_path)
-            body = AutoModel.from_pretrained(self.spec.model_path, dtype=load_dtype)
+            body = AutoModel.from_pretrained(self.spec.model_path, dtype=load_dtype, **extra)
             model: torch.nn.Module = ValueModel(body, config.hidden_size)
         else:
-            model = AutoModelForCausalLM.from_pretrained(self.spec.model_path, dtype=load_dtype)
+            model = AutoModelForCausalLM.from_pretrained(self.spec.model_path, dtype=load_dtype, **extra)
         if self.spec.role != "ref" and self.spec.lora is not None and self.spec.lora.rank > 0:
             model = self._apply_lora(model)
         if self.spec.gradient_checkpointing and self.spec.role != "ref":
