@@ -59,7 +59,11 @@ class ValueModel(torch.nn.Module):
 
 
 def response_log_probs(
-    logits: torch.Tensor, input_ids: torch.Tensor, prompt_length: int, temperature: float = 1.0
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    prompt_length: int,
+    temperature: float = 1.0,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities and entropies of the response tokens, ``(B, T)`` each.
 
@@ -71,7 +75,9 @@ def response_log_probs(
     targets = input_ids[:, prompt_length:]
     log_softmax = torch.log_softmax(logits.float(), dim=-1)
     log_probs = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        # only an entropy bonus needs its gradient; as a metric it would double the backward's memory
+        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
     return log_probs, entropy
 
 
@@ -237,7 +243,8 @@ class TrainingWorker:
             logits_to_keep=T + 1,
         )
         logits = out.logits[:, :-1, :]  # positions P-1 .. P+T-2
-        return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature), t
+        entropy_grad = bool(self.algorithm is not None and self.algorithm.use_entropy_loss)
+        return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature, entropy_grad), t
 
     @torch.no_grad()
     def forward(self, batch: TrainingBatch) -> Dict[str, torch.Tensor]:

@@ -107,3 +107,20 @@ def test_value_loss_clipping():
     # token 1: unclipped (1-0)^2=1, clipped v=0.7 -> 0.49 -> max 1; token 2: 1 -> 0.5 * (1 + 1) / 2
     assert float(loss) == pytest.approx(0.5)
     assert metrics["vf_clip_fraction"] == 0.0
+
+
+def test_response_log_probs_and_entropy_by_hand():
+    from skyrl_train.workers.fsdp_worker import response_log_probs
+
+    # vocab of 2, prompt length 1, one response token (id 1); logits [0, ln 3] -> p = [1/4, 3/4]
+    logits = torch.tensor([[[0.0, math.log(3.0)]]], requires_grad=True)
+    input_ids = torch.tensor([[0, 1]])
+    log_probs, entropy = response_log_probs(logits, input_ids, prompt_length=1)
+    assert float(log_probs) == pytest.approx(math.log(0.75))
+    assert float(entropy) == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
+    assert not entropy.requires_grad
+    _, entropy = response_log_probs(logits, input_ids, prompt_length=1, entropy_grad=True)
+    assert entropy.requires_grad
+    # temperature 2 halves the logits: p = softmax([0, ln 3 / 2]) = [1, sqrt 3] / (1 + sqrt 3)
+    log_probs, _ = response_log_probs(logits, input_ids, prompt_length=1, temperature=2.0)
+    assert float(log_probs) == pytest.approx(math.log(math.sqrt(3) / (1 + math.sqrt(3))))
