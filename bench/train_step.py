@@ -122,6 +122,7 @@ config = GRPOConfig(
     per_device_train_batch_size=%(batch)d, num_generations=%(samples)d, max_completion_length=%(new_tokens)d,
     gradient_accumulation_steps=1, beta=0.0, temperature=1.0, logging_steps=1, save_strategy="no",
     weight_decay=0.0, max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True,
+    gradient_checkpointing=False,  # as in the bundled trainer's run (TRL turns it on by default)
 )
 timer = StepTimer()
 trainer = GRPOTrainer(model=model, reward_funcs=multiply_env_reward, args=config, train_dataset=dataset,
