@@ -355,15 +355,15 @@ class HFEngine:
                 filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, sorted_logits)
             probs = torch.softmax(filtered, dim=-1)
         probs = probs.cpu()
-        # Exponential race (argmax of p / Exp(1)): an exact draw from `probs`, much cheaper than
-        # torch.multinomial over a large vocabulary on CPU.
-        noise = torch.empty_like(probs)
+        # Inverse-CDF draw: one uniform number per row and a search in the cumulative distribution. Exact, and
+        # on CPU far cheaper than torch.multinomial or Gumbel noise over a 50k-token vocabulary.
+        cdf = probs.cumsum(dim=-1)
         if all(g is None for g in generators):
-            noise.exponential_()
+            uniform = torch.rand((probs.shape[0], 1))
         else:
-            for row, generator in enumerate(generators):
-                noise[row].exponential_(generator=generator)
-        tokens = (probs / noise).argmax(dim=-1)
+            uniform = torch.cat([torch.rand((1, 1), generator=g) for g in generators])
+        # right=True: the first token whose cdf exceeds the draw, so a zero-probability token is never picked.
+        tokens = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
         return tokens, logprob_all.cpu().gather(-1, tokens[:, None]).squeeze(-1)
 
 
