@@ -257,6 +257,10 @@ class Supervisor:
         elif self.run_as is not None:
             # The program ran as its own uid: a helper with that uid kills all its processes.
             self._as_run_user(lambda: os.kill(-1, signal.SIGKILL), ignore=(ProcessLookupError,))
+        else:
+            # No namespace of our own (isolation "none"): we are a child subreaper, so whatever the
+            # run daemonised was re-parented to us; kill our children until none is left.
+            kill_children()
         reap_all()
 
     def _wipe(self):
@@ -426,6 +430,27 @@ def kill_group(pid):
         pass
 
 
+def kill_children(rounds=20):
+    me = str(os.getpid())
+    for _ in range(rounds):
+        children = []
+        try:
+            for task in os.listdir("/proc/%s/task" % me):
+                with open("/proc/%s/task/%s/children" % (me, task)) as handle:
+                    children += [int(pid) for pid in handle.read().split()]
+        except OSError:
+            return
+        if not children:
+            return
+        for pid in children:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        reap_all(patience_s=0.5)
+
+
 def reap_all(patience_s=2.0):
     give_up = time.monotonic() + patience_s
     while time.monotonic() < give_up:
@@ -502,6 +527,11 @@ def main(argv):
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except Exception:
         pass
+    if os.getpid() != 1:
+        try:  # orphans of a run come back to us (PR_SET_CHILD_SUBREAPER = 36), so we can kill them
+            ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+        except Exception:
+            pass
     for name in filter(None, args.preload.split(",")):
         try:
             __import__(name)

@@ -131,6 +131,14 @@ def test_no_isolation_only_when_asked_and_with_a_warning():
     try:
         result = unsafe.run("import os\nprint(os.getcwd().startswith('/tmp/sandbox-none-'))")
         assert result.stdout == "True\n", result
+        # Even without namespaces, a daemonised grandchild does not outlive the run.
+        daemon = unsafe.run(
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    pid = os.fork()\n    if pid == 0:\n"
+            "        time.sleep(60)\n    print(pid, flush=True)\n    os._exit(0)\ntime.sleep(0.2)\n"
+        )
+        grandchild = int(daemon.stdout)
+        with pytest.raises(ProcessLookupError):
+            os.kill(grandchild, 0)
     finally:
         unsafe.close()
     with pytest.raises(ValueError, match="isolation must be one of"):
