@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from skyrl_gym.tools.core import ToolGroup, tool
 
 NO_OUTPUT_MESSAGE = "The code ran without printing anything; print() the values you want to see."
-TIMEOUT_MESSAGE = "Error executing Python code: Execution timed out after {timeout:g} seconds."
+TIMEOUT_MESSAGE = "Error executing Python code: Execution timed out after {timeout} seconds."
 
 _sandboxes_by_config: Dict[str, Any] = {}
 _sandboxes_lock = threading.Lock()
@@ -71,7 +71,7 @@ class PythonCodeExecutorToolGroup(ToolGroup):
         stateful: bool = False,
         max_output_chars: Optional[int] = None,
     ) -> None:
-        self.timeout = float(timeout)
+        self.timeout = timeout  # kept as given: SkyRL-gym prints it as is ("10.0 seconds")
         self.stateful = stateful
         self.max_output_chars = max_output_chars
         self._sandbox = sandbox

@@ -47,6 +47,7 @@ def test_search_then_compute_then_solve(server, sandbox_ready):
     assert first_observation(out2) == "8849"
     final = env.step("<solution>The height is #### 8849</solution>")
     assert final["done"] and final["reward"] == 1.0
+    assert final["metadata"] == {"parsed_answer": "8849", "ground_truth": "8849"}
     assert env.get_metrics() == {"turns": 3, "search_calls": 1, "python_calls": 1, "correct": True}
 
 
@@ -55,7 +56,7 @@ def test_python_errors_and_timeouts_are_observations(server, sandbox_ready):
     error = first_observation(env.step("<tool><python>raise ValueError('fail')</python></tool>"))
     assert error.startswith("Error executing Python code:") and error.endswith("ValueError: fail")
     timeout = first_observation(env.step("<tool><python>while True: pass</python></tool>"))
-    assert timeout == "Error executing Python code: Execution timed out after 1 seconds."
+    assert timeout == "Error executing Python code: Execution timed out after 1.0 seconds."  # as SkyRL-gym prints it
     silent = first_observation(env.step("<tool><python>x = 1</python></tool>"))
     assert "print()" in silent
     assert env.step("<solution>#### 7</solution>")["reward"] == 0.0
