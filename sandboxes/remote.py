@@ -29,7 +29,8 @@ def result_from_response(data: Dict[str, Any]) -> RunResult:
     else:
         status = Status.ERROR if code not in (None, 0) else Status.KILLED
     return RunResult(status=status, exit_code=code, stdout=run.get("stdout") or "", stderr=run.get("stderr") or "",
-                     wall_time_s=float(run.get("execution_time") or 0.0), message=str(data.get("message") or ""))
+                     wall_time_s=float(run.get("execution_time") or 0.0), message=str(data.get("message") or ""),
+                     files=dict(data.get("files") or {}))
 
 
 class RemoteSandbox(BaseSandbox):
@@ -61,7 +62,8 @@ class RemoteSandbox(BaseSandbox):
         stdin = request.stdin.decode("utf-8", "replace") if isinstance(request.stdin, bytes) else request.stdin
         body: Dict[str, Any] = {
             "language": "python", "stdin": stdin, "compile_timeout": limits.wall_s, "run_timeout": limits.wall_s,
-            "files": {name: b64(content) for name, content in request.files.items()}, "fetch_files": [],
+            "files": {name: b64(content) for name, content in request.files.items()},
+            "fetch_files": list(request.fetch_files),
             "limits": limits.to_dict(), "argv": list(request.argv),
         }
         if request.code is not None:

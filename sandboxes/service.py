@@ -2,8 +2,9 @@
 
 Request fields (SandboxFusion's): ``code``, ``language`` (``python`` or ``bash``), ``stdin``,
 ``compile_timeout`` (unused for Python), ``run_timeout``, ``memory_limit_MB``, ``files`` (path ->
-base64 content), ``fetch_files`` (accepted, answered empty). Extensions: ``command`` (a command line
-instead of ``code``), ``argv``, ``limits`` (this project's ``Limits`` fields).
+base64 content), ``fetch_files`` (paths read back after the run, answered in ``files`` as base64).
+Extensions: ``command`` (a command line instead of ``code``), ``argv``, ``limits`` (this project's
+``Limits`` fields).
 
 Response (SandboxFusion's shape): ``status`` (``Success`` | ``Failed`` | ``SandboxError``),
 ``message``, ``compile_result`` (null), ``run_result`` (``status``: ``Finished`` |
@@ -57,16 +58,22 @@ def request_from_body(body: Dict[str, Any], default_limits: Limits) -> RunReques
             files[name] = base64.b64decode(content or "", validate=True)
         except (binascii.Error, TypeError, ValueError):
             raise BadRequest(f"files[{name!r}] must be base64-encoded content") from None
+    fetch_files = body.get("fetch_files") or []
+    if not isinstance(fetch_files, list) or not all(isinstance(name, str) for name in fetch_files):
+        raise BadRequest("fetch_files must be a list of relative paths")
     stdin = body.get("stdin") or ""
     try:
         if body.get("command") is not None:
-            return RunRequest(command=body["command"], stdin=stdin, files=files, limits=limits, argv=body.get("argv") or [])
+            return RunRequest(command=body["command"], stdin=stdin, files=files, limits=limits, argv=body.get("argv") or [],
+                              fetch_files=fetch_files)
         code = body.get("code")
         if not isinstance(code, str):
             raise BadRequest("code must be a string (or give `command`, a list of strings)")
         if language == "bash":
-            return RunRequest(command=["bash", "-c", code], stdin=stdin, files=files, limits=limits)
-        return RunRequest(code=code, stdin=stdin, files=files, limits=limits, argv=body.get("argv") or [])
+            return RunRequest(command=["bash", "-c", code], stdin=stdin, files=files, limits=limits,
+                              fetch_files=fetch_files)
+        return RunRequest(code=code, stdin=stdin, files=files, limits=limits, argv=body.get("argv") or [],
+                          fetch_files=fetch_files)
     except (TypeError, ValueError) as exc:
         raise BadRequest(str(exc)) from None
 
@@ -89,7 +96,7 @@ def response_from_result(result: RunResult) -> Dict[str, Any]:
             "stderr": result.stderr,
         },
         "executor_pod_name": None,
-        "files": {},
+        "files": dict(result.files),
         "sandbox": result.to_dict(),
     }
 

@@ -71,6 +71,7 @@ class Supervisor:
     # ----- one run ---------------------------------------------------------------------------
     def run(self, request):
         limits = request.get("limits") or {}
+        self._fetch_list = list(request.get("fetch_files") or [])
         started = time.monotonic()
         try:
             self._write_files(request)
@@ -222,8 +223,60 @@ class Supervisor:
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         }
         result["status"], result["message"] = classify(result, reason, limits, stderr)
+        if self._fetch_list:
+            result["files"] = self._fetch(self._fetch_list, cap)
         self._wipe()
         return result
+
+    def _fetch(self, names, cap):
+        """Read back the requested files from the scratch folder, never following a link out of it."""
+        def read_all():
+            found = {}
+            for name in names:
+                path = os.path.normpath(os.path.join(self.scratch, name))
+                if not path.startswith(self.scratch + os.sep) or os.path.realpath(path) != path:
+                    continue
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        data = os.read(fd, cap if cap else 1 << 30)
+                        found[name] = base64.b64encode(data).decode("ascii")
+                finally:
+                    os.close(fd)
+            return found
+
+        if self.run_as is None:
+            return read_all()
+        # Read as the program's uid, through a pipe from a helper, so root's rights are never used.
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            try:
+                os.setgroups([])
+                os.setgid(self.run_as[1])
+                os.setuid(self.run_as[0])
+                data = json.dumps(read_all()).encode()
+                while data:
+                    data = data[os.write(write_fd, data):]
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        chunks = []
+        while True:
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+        try:
+            return json.loads(b"".join(chunks) or b"{}")
+        except ValueError:
+            return {}
 
     @staticmethod
     def _read_into(fd, streams, truncated, cap, open_fds):

@@ -74,8 +74,9 @@ class RunRequest:
     """One program to run: Python source (``code``) or a command line (``command``), not both.
 
     ``files`` are written into the scratch folder (relative paths only) before the program starts;
-    ``stdin`` is fed to it; ``limits`` default to the sandbox's own; ``argv`` are extra arguments
-    given to a Python program (``sys.argv[1:]``).
+    ``fetch_files`` are read back from it afterwards (into ``RunResult.files``); ``stdin`` is fed
+    to it; ``limits`` default to the sandbox's own; ``argv`` are extra arguments given to a Python
+    program (``sys.argv[1:]``).
     """
 
     code: Optional[str] = None
@@ -84,6 +85,7 @@ class RunRequest:
     files: Dict[str, FileContent] = dataclasses.field(default_factory=dict)
     limits: Optional[Limits] = None
     argv: List[str] = dataclasses.field(default_factory=list)
+    fetch_files: List[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if (self.code is None) == (self.command is None):
@@ -102,6 +104,10 @@ class RunRequest:
                 raise ValueError(f"RunRequest.files: {name!r} must be a relative path inside the scratch folder")
             if not isinstance(content, (str, bytes)):
                 raise TypeError(f"RunRequest.files[{name!r}] must be str or bytes, got {type(content).__name__}")
+        for name in self.fetch_files:
+            if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(f"RunRequest.fetch_files: {name!r} must be a relative path inside the scratch "
+                                 "folder")
         if isinstance(self.limits, Mapping):
             self.limits = Limits.from_dict(self.limits)
 
@@ -123,6 +129,9 @@ class RunResult:
     signal: Optional[int] = None
     message: str = ""  # why the sandbox chose this status, or what failed in the sandbox
     backend: str = ""
+    # The requested ``fetch_files`` that existed after the run: path -> base64 of the content (each
+    # cut to the output limit; a file that could not be read safely is left out).
+    files: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -44,6 +44,7 @@ def encode_request(request: RunRequest, limits: Limits) -> Dict[str, Any]:
         "files": {name: b64(content) for name, content in request.files.items()},
         "limits": limits.to_dict(),
         "argv": list(request.argv),
+        "fetch_files": list(request.fetch_files),
     }
     if request.code is not None:
         payload["code"] = request.code

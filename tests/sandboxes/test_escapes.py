@@ -3,6 +3,7 @@ with the right status, and leave no process or file behind."""
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import threading
@@ -151,6 +152,21 @@ def test_nothing_a_run_leaves_reaches_the_next_run(sandbox, tmp_snapshot):
         assert left.status == Status.OK and left.stdout == "True True\n", left
         seen = sandbox.run(look)
         assert seen.stdout == "['main.py'] [] [] -1 -1\n", seen
+    assert_nothing_left(tmp_snapshot, sandbox)
+
+
+def test_fetched_files_never_follow_links_out_of_scratch(sandbox, tmp_snapshot):
+    code = (
+        "import os\n"
+        "open('out.txt', 'w').write('result')\n"
+        "os.symlink('/etc/passwd', 'link.txt')\n"
+        "os.mkdir('dir')\n"
+        "os.symlink('/etc', 'up')\n"
+    )
+    request = RunRequest(code=code, fetch_files=["out.txt", "link.txt", "dir", "up/passwd", "missing.txt"])
+    result = sandbox.run(request)
+    assert result.status == Status.OK, result
+    assert result.files == {"out.txt": base64.b64encode(b"result").decode()}
     assert_nothing_left(tmp_snapshot, sandbox)
 
 

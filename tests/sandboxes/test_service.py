@@ -30,12 +30,13 @@ def test_health(served):
 def test_sandboxfusion_request_and_response_shape(served):
     body = {"code": "import sys\nprint(open('data.txt').read() + sys.stdin.read())", "language": "python",
             "stdin": "!", "compile_timeout": 10, "run_timeout": 10, "memory_limit_MB": -1,
-            "files": {"data.txt": base64.b64encode(b"hello").decode()}, "fetch_files": []}
+            "files": {"data.txt": base64.b64encode(b"hello").decode()}, "fetch_files": ["data.txt"]}
     data = requests.post(f"{served.url}/run_code", json=body, timeout=30).json()
     assert data["status"] == "Success" and data["compile_result"] is None
     run = data["run_result"]
     assert run["status"] == "Finished" and run["return_code"] == 0 and run["stdout"] == "hello!\n"
     assert run["stderr"] == "" and run["execution_time"] > 0
+    assert data["files"] == {"data.txt": base64.b64encode(b"hello").decode()}
 
 
 def test_failures_map_to_sandboxfusion_statuses(served):
