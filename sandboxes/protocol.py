@@ -8,7 +8,7 @@ import concurrent.futures
 import time
 from typing import List, Optional, Protocol, Sequence, Union, runtime_checkable
 
-from sandboxes.types import Limits, RunRequest, RunResult, Status
+from sandboxes.types import Limits, RunRequest, RunResult
 
 RequestLike = Union[RunRequest, str]
 
@@ -25,9 +25,13 @@ class Sandbox(Protocol):
 
     async def arun(self, request: RequestLike) -> RunResult: ...
 
-    def run_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]: ...
+    def run_batch(
+        self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
+    ) -> List[RunResult]: ...
 
-    async def arun_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]: ...
+    async def arun_batch(
+        self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
+    ) -> List[RunResult]: ...
 
     def close(self) -> None: ...
 
@@ -73,23 +77,30 @@ class BaseSandbox:
         try:
             result = self._run(request, limits)
         except Exception as exc:  # a backend failure is a result, never the caller's exception
-            result = RunResult.sandbox_error(f"{type(exc).__name__}: {exc}", backend=self.name,
-                                             wall_time_s=time.monotonic() - started)
+            result = RunResult.sandbox_error(
+                f"{type(exc).__name__}: {exc}", backend=self.name, wall_time_s=time.monotonic() - started
+            )
         result.backend = self.name
         return result
 
     async def arun(self, request: RequestLike) -> RunResult:
         return await asyncio.to_thread(self.run, request)
 
-    def run_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]:
+    def run_batch(
+        self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
+    ) -> List[RunResult]:
         requests = list(requests)
         if not requests:
             return []
         workers = max(1, min(len(requests), concurrency or self.default_concurrency))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{self.name}-batch") as pool:
+        with concurrent.futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=f"{self.name}-batch"
+        ) as pool:
             return list(pool.map(self.run, requests))
 
-    async def arun_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]:
+    async def arun_batch(
+        self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
+    ) -> List[RunResult]:
         requests = list(requests)
         gate = asyncio.Semaphore(max(1, concurrency or self.default_concurrency))
 
@@ -114,5 +125,3 @@ class BaseSandbox:
                 self.close()
         except Exception:
             pass
-
-

@@ -12,7 +12,6 @@ Response (SandboxFusion's shape): ``status`` (``Success`` | ``Failed`` | ``Sandb
 ``executor_pod_name``, ``files``; plus ``sandbox``: this project's full typed result.
 """
 
-
 import asyncio
 import base64
 import binascii
@@ -64,26 +63,47 @@ def request_from_body(body: Dict[str, Any], default_limits: Limits) -> RunReques
     stdin = body.get("stdin") or ""
     try:
         if body.get("command") is not None:
-            return RunRequest(command=body["command"], stdin=stdin, files=files, limits=limits, argv=body.get("argv") or [],
-                              fetch_files=fetch_files)
+            return RunRequest(
+                command=body["command"],
+                stdin=stdin,
+                files=files,
+                limits=limits,
+                argv=body.get("argv") or [],
+                fetch_files=fetch_files,
+            )
         code = body.get("code")
         if not isinstance(code, str):
             raise BadRequest("code must be a string (or give `command`, a list of strings)")
         if language == "bash":
-            return RunRequest(command=["bash", "-c", code], stdin=stdin, files=files, limits=limits,
-                              fetch_files=fetch_files)
-        return RunRequest(code=code, stdin=stdin, files=files, limits=limits, argv=body.get("argv") or [],
-                          fetch_files=fetch_files)
+            return RunRequest(
+                command=["bash", "-c", code], stdin=stdin, files=files, limits=limits, fetch_files=fetch_files
+            )
+        return RunRequest(
+            code=code,
+            stdin=stdin,
+            files=files,
+            limits=limits,
+            argv=body.get("argv") or [],
+            fetch_files=fetch_files,
+        )
     except (TypeError, ValueError) as exc:
         raise BadRequest(str(exc)) from None
 
 
 def response_from_result(result: RunResult) -> Dict[str, Any]:
     if result.status == Status.SANDBOX_ERROR:
-        return {"status": "SandboxError", "message": result.message, "compile_result": None, "run_result": None,
-                "executor_pod_name": None, "files": {}, "sandbox": result.to_dict()}
+        return {
+            "status": "SandboxError",
+            "message": result.message,
+            "compile_result": None,
+            "run_result": None,
+            "executor_pod_name": None,
+            "files": {},
+            "sandbox": result.to_dict(),
+        }
     run_status = {Status.TIMEOUT: "TimeLimitExceeded", Status.OK: "Finished", Status.ERROR: "Finished"}.get(
-        result.status, "Error")
+        result.status, "Error"
+    )
     return {
         "status": "Success" if result.status == Status.OK else "Failed",
         "message": result.message,
@@ -119,21 +139,30 @@ def create_app(sandbox: Sandbox, max_concurrency: int = 4, max_queue: int = 256)
 
     @app.get("/health")
     async def health() -> Dict[str, Any]:
-        return {"status": "ok", "backend": getattr(sandbox, "name", "?"), "max_concurrency": max_concurrency, **state}
+        return {
+            "status": "ok",
+            "backend": getattr(sandbox, "name", "?"),
+            "max_concurrency": max_concurrency,
+            **state,
+        }
 
     @app.post("/run_code")
     async def run_code(request: Request) -> JSONResponse:
         try:
             body = await request.json()
         except ValueError:
-            return JSONResponse({"status": "SandboxError", "message": "the body is not valid JSON"}, status_code=400)
+            return JSONResponse(
+                {"status": "SandboxError", "message": "the body is not valid JSON"}, status_code=400
+            )
         try:
             run_request = request_from_body(body, sandbox.limits)
         except BadRequest as exc:
             return JSONResponse({"status": "SandboxError", "message": f"bad request: {exc}"}, status_code=400)
         if state["waiting"] >= max_queue:
-            return JSONResponse({"status": "SandboxError", "message": "too many queued requests; retry later"},
-                                status_code=503)
+            return JSONResponse(
+                {"status": "SandboxError", "message": "too many queued requests; retry later"},
+                status_code=503,
+            )
         state["waiting"] += 1
         admitted = False
         try:
@@ -154,8 +183,13 @@ def create_app(sandbox: Sandbox, max_concurrency: int = 4, max_queue: int = 256)
     return app
 
 
-def serve(sandbox: Sandbox, host: str = "127.0.0.1", port: int = 8080, max_concurrency: int = 4,
-          log_level: str = "warning") -> None:
+def serve(
+    sandbox: Sandbox,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    max_concurrency: int = 4,
+    log_level: str = "warning",
+) -> None:
     """Serve until SIGINT/SIGTERM; the sandbox (and its warm workers) is closed on the way out."""
     import uvicorn
 

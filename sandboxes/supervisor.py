@@ -130,7 +130,14 @@ class Supervisor:
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
             os.closerange(3, 65536)
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGCHLD):
+            for sig in (
+                signal.SIGINT,
+                signal.SIGTERM,
+                signal.SIGPIPE,
+                signal.SIGXCPU,
+                signal.SIGXFSZ,
+                signal.SIGCHLD,
+            ):
                 signal.signal(sig, signal.SIG_DFL)
             if self.run_as is not None:
                 os.setgroups([])
@@ -138,8 +145,14 @@ class Supervisor:
                 os.setuid(self.run_as[0])
             set_rlimits(limits)
             os.chdir(self.scratch)
-            env = {"PATH": DEFAULT_PATH, "HOME": self.scratch, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-                   "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+            env = {
+                "PATH": DEFAULT_PATH,
+                "HOME": self.scratch,
+                "TMPDIR": "/tmp",
+                "LANG": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONIOENCODING": "utf-8",
+            }
             env.update(request.get("env") or {})
             if request.get("command") is not None:
                 command = request["command"]
@@ -230,6 +243,7 @@ class Supervisor:
 
     def _fetch(self, names, cap):
         """Read back the requested files from the scratch folder, never following a link out of it."""
+
         def read_all():
             found = {}
             for name in names:
@@ -261,7 +275,7 @@ class Supervisor:
                 os.setuid(self.run_as[0])
                 data = json.dumps(read_all()).encode()
                 while data:
-                    data = data[os.write(write_fd, data):]
+                    data = data[os.write(write_fd, data) :]
             finally:
                 os._exit(0)
         os.close(write_fd)
@@ -398,11 +412,18 @@ def run_python_in_child(request, env, scratch):
     module.__file__ = path
     module.__builtins__ = __builtins__
     sys.modules["__main__"] = module
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8",
-                                  errors="backslashreplace")
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
+    sys.stdin = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace"
+    )
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     exit_code = 0
     try:
@@ -533,7 +554,7 @@ def remove_sysv_ipc():
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    for (table, function), ids in zip(tables, pending):
+    for (_, function), ids in zip(tables, pending):
         for ipc_id in ids:
             if function == "semctl":
                 libc.semctl(int(ipc_id), 0, 0)  # IPC_RMID = 0
@@ -597,7 +618,9 @@ def main(argv):
     gc.freeze()
     run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
     os.makedirs(args.scratch, exist_ok=True)
-    supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, sys.executable)
+    supervisor = Supervisor(
+        os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, sys.executable
+    )
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if args.mode == "serve":
         write_frame(1, {"ready": True, "pid": os.getpid()})

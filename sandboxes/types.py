@@ -47,7 +47,9 @@ class Limits:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0
+            ):
                 raise ValueError(f"Limits.{field.name} must be a positive number or None, got {value!r}")
 
     def replace(self, **changes: Any) -> "Limits":
@@ -89,7 +91,9 @@ class RunRequest:
 
     def __post_init__(self) -> None:
         if (self.code is None) == (self.command is None):
-            raise ValueError("RunRequest needs exactly one of `code` (Python source) or `command` (a list of strings)")
+            raise ValueError(
+                "RunRequest needs exactly one of `code` (Python source) or `command` (a list of strings)"
+            )
         if self.code is not None and not isinstance(self.code, str):
             raise TypeError(f"RunRequest.code must be a str, got {type(self.code).__name__}")
         if self.command is not None:
@@ -101,13 +105,18 @@ class RunRequest:
             raise TypeError(f"RunRequest.stdin must be str or bytes, got {type(self.stdin).__name__}")
         for name, content in self.files.items():
             if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
-                raise ValueError(f"RunRequest.files: {name!r} must be a relative path inside the scratch folder")
+                raise ValueError(
+                    f"RunRequest.files: {name!r} must be a relative path inside the scratch folder"
+                )
             if not isinstance(content, (str, bytes)):
-                raise TypeError(f"RunRequest.files[{name!r}] must be str or bytes, got {type(content).__name__}")
+                raise TypeError(
+                    f"RunRequest.files[{name!r}] must be str or bytes, got {type(content).__name__}"
+                )
         for name in self.fetch_files:
             if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
-                raise ValueError(f"RunRequest.fetch_files: {name!r} must be a relative path inside the scratch "
-                                 "folder")
+                raise ValueError(
+                    f"RunRequest.fetch_files: {name!r} must be a relative path inside the scratch folder"
+                )
         if isinstance(self.limits, Mapping):
             self.limits = Limits.from_dict(self.limits)
 

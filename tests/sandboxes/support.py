@@ -9,8 +9,9 @@ from typing import Dict, Iterable, List, Set
 from sandboxes import Limits
 
 # Tight limits so that escape attempts end quickly in CI.
-TEST_LIMITS = Limits(wall_s=3, cpu_s=2, memory_mb=256, processes=32, output_bytes=64_000, file_size_mb=8,
-                     scratch_mb=16)
+TEST_LIMITS = Limits(
+    wall_s=3, cpu_s=2, memory_mb=256, processes=32, output_bytes=64_000, file_size_mb=8, scratch_mb=16
+)
 SANDBOX_UID = 65534
 
 
@@ -75,5 +76,3 @@ def stray_processes(container_ids: Iterable[str] = ()) -> List[str]:
 
 def host_tmp_entries() -> Set[str]:
     return set(os.listdir("/tmp"))
-
-

@@ -249,7 +249,13 @@ def test_a_bad_program_never_blocks_the_rest_of_a_batch(sandbox, tmp_snapshot):
         RunRequest(code="raise SystemExit(3)"),
     ]
     results = sandbox.run_batch(requests, concurrency=2)
-    assert [r.status for r in results] == [Status.TIMEOUT, Status.OUTPUT_LIMIT, Status.KILLED, Status.OK, Status.ERROR]
+    assert [r.status for r in results] == [
+        Status.TIMEOUT,
+        Status.OUTPUT_LIMIT,
+        Status.KILLED,
+        Status.OK,
+        Status.ERROR,
+    ]
     assert results[3].stdout == "45\n" and results[4].exit_code == 3
     assert_nothing_left(tmp_snapshot, sandbox)
 
@@ -262,7 +268,9 @@ def test_programs_run_as_an_unprivileged_user(sandbox):
     assert SANDBOX_UID == 65534
 
 
-@pytest.mark.skipif(not AS_ROOT, reason="the leak detector looks for processes of the sandbox uid, which needs root")
+@pytest.mark.skipif(
+    not AS_ROOT, reason="the leak detector looks for processes of the sandbox uid, which needs root"
+)
 def test_the_leak_detector_sees_a_leftover_process():
     import subprocess
 

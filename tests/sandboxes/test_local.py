@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import time
@@ -10,7 +9,16 @@ import warnings
 
 import pytest
 
-from sandboxes import Limits, RunRequest, RunResult, Sandbox, Status, get_sandbox, run_python, sandbox_from_config
+from sandboxes import (
+    Limits,
+    RunRequest,
+    RunResult,
+    Sandbox,
+    Status,
+    get_sandbox,
+    run_python,
+    sandbox_from_config,
+)
 from sandboxes.local import LocalSandbox
 
 needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed")
@@ -59,8 +67,15 @@ def test_exceptions_and_exit_codes(box):
 
 
 def test_command_lines_run_too(box):
-    result = box.run(RunRequest(command=["sh", "-c", "read x; echo got $x; echo oops >&2; exit 4"], stdin="1\n"))
-    assert (result.status, result.exit_code, result.stdout, result.stderr) == (Status.ERROR, 4, "got 1\n", "oops\n")
+    result = box.run(
+        RunRequest(command=["sh", "-c", "read x; echo got $x; echo oops >&2; exit 4"], stdin="1\n")
+    )
+    assert (result.status, result.exit_code, result.stdout, result.stderr) == (
+        Status.ERROR,
+        4,
+        "got 1\n",
+        "oops\n",
+    )
     missing = box.run(RunRequest(command=["no-such-program"]))
     assert missing.exit_code == 127 and "no-such-program" in missing.stderr
 
@@ -75,7 +90,9 @@ def test_per_request_limits_override_the_sandbox_limits(box):
 def test_runs_do_not_see_each_others_files_or_processes(box):
     writer = box.run("open('secret.txt', 'w').write('mine')\nopen('/tmp/also', 'w').write('x')\nprint('ok')")
     assert writer.ok
-    readers = box.run_batch(["import os\nprint(sorted(os.listdir('.')), os.listdir('/tmp'))"] * 4, concurrency=2)
+    readers = box.run_batch(
+        ["import os\nprint(sorted(os.listdir('.')), os.listdir('/tmp'))"] * 4, concurrency=2
+    )
     assert all(r.stdout == "['main.py'] []\n" for r in readers), readers
     # Two programs running at once: each sees only its own processes.
     code = "import os, time\ntime.sleep(0.3)\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, os.getpid()])"

@@ -24,13 +24,24 @@ def served():
 
 def test_health(served):
     health = requests.get(f"{served.url}/health", timeout=5).json()
-    assert health["status"] == "ok" and health["backend"] == "local-bwrap-warm" and health["max_concurrency"] == 2
+    assert (
+        health["status"] == "ok"
+        and health["backend"] == "local-bwrap-warm"
+        and health["max_concurrency"] == 2
+    )
 
 
 def test_sandboxfusion_request_and_response_shape(served):
-    body = {"code": "import sys\nprint(open('data.txt').read() + sys.stdin.read())", "language": "python",
-            "stdin": "!", "compile_timeout": 10, "run_timeout": 10, "memory_limit_MB": -1,
-            "files": {"data.txt": base64.b64encode(b"hello").decode()}, "fetch_files": ["data.txt"]}
+    body = {
+        "code": "import sys\nprint(open('data.txt').read() + sys.stdin.read())",
+        "language": "python",
+        "stdin": "!",
+        "compile_timeout": 10,
+        "run_timeout": 10,
+        "memory_limit_MB": -1,
+        "files": {"data.txt": base64.b64encode(b"hello").decode()},
+        "fetch_files": ["data.txt"],
+    }
     data = requests.post(f"{served.url}/run_code", json=body, timeout=30).json()
     assert data["status"] == "Success" and data["compile_result"] is None
     run = data["run_result"]
@@ -53,7 +64,9 @@ def test_failures_map_to_sandboxfusion_statuses(served):
 
 
 def test_bad_requests_get_400_with_a_reason(served):
-    response = requests.post(f"{served.url}/run_code", json={"code": "print(1)", "language": "cobol"}, timeout=10)
+    response = requests.post(
+        f"{served.url}/run_code", json={"code": "print(1)", "language": "cobol"}, timeout=10
+    )
     assert response.status_code == 400 and "cobol" in response.json()["message"]
     response = requests.post(f"{served.url}/run_code", json={"code": 5}, timeout=10)
     assert response.status_code == 400 and "code must be a string" in response.json()["message"]
@@ -82,10 +95,22 @@ def test_unreachable_service_gives_a_sandbox_error():
 
 
 def test_plain_sandboxfusion_responses_are_understood():
-    timeout = {"status": "Failed", "message": "", "run_result": {"status": "TimeLimitExceeded", "execution_time": 1.0,
-                                                                  "return_code": None, "stdout": "", "stderr": ""}}
+    timeout = {
+        "status": "Failed",
+        "message": "",
+        "run_result": {
+            "status": "TimeLimitExceeded",
+            "execution_time": 1.0,
+            "return_code": None,
+            "stdout": "",
+            "stderr": "",
+        },
+    }
     assert result_from_response(timeout).status == Status.TIMEOUT
-    ok = {"status": "Success", "run_result": {"status": "Finished", "return_code": 0, "stdout": "1\n", "stderr": ""}}
+    ok = {
+        "status": "Success",
+        "run_result": {"status": "Finished", "return_code": 0, "stdout": "1\n", "stderr": ""},
+    }
     assert result_from_response(ok).stdout == "1\n"
     assert result_from_response({"status": "SandboxError", "message": "x"}).status == Status.SANDBOX_ERROR
     assert isinstance(get_sandbox("remote"), RemoteSandbox)

@@ -10,8 +10,9 @@ from sandboxes import Limits
 from tests.sandboxes.remote_support import start_server
 
 pytestmark = pytest.mark.verl
-sandbox_fusion = pytest.importorskip("verl.utils.reward_score.sandbox_fusion.utils",
-                                     reason="verl is not installed in this environment")
+sandbox_fusion = pytest.importorskip(
+    "verl.utils.reward_score.sandbox_fusion.utils", reason="verl is not installed in this environment"
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,9 @@ def test_call_sandbox_api(url):
 
 def test_check_correctness_verdicts(url):
     in_outs = {"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]}
-    results, metadata = sandbox_fusion.check_correctness(url, in_outs, "a, b = map(int, input().split())\nprint(a + b)",
-                                                         timeout=5)
+    results, metadata = sandbox_fusion.check_correctness(
+        url, in_outs, "a, b = map(int, input().split())\nprint(a + b)", timeout=5
+    )
     assert results == [True, True] and [m["status"] for m in metadata] == ["success", "success"]
     wrong, _ = sandbox_fusion.check_correctness(url, in_outs, "print(0)", timeout=5)
     assert wrong == [False, False]
