@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 import warnings
 
 import pytest
