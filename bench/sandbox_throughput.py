@@ -5,7 +5,8 @@
 
 Workloads: ``short`` (a one-line program) and ``lcb`` (one ``lcb`` env step grading a correct
 solution against 2 stdin tests, i.e. 2 sandboxed runs). Each at concurrency 1 and 2. The baseline,
-a bare unsandboxed ``python3 -c`` subprocess of the same interpreter, is measured in the same run.
+bare unsandboxed ``python3 -c`` subprocesses of the same interpreter (one per program, one per lcb
+test, same comparison of outputs), is measured in the same run.
 """
 
 from __future__ import annotations
@@ -70,6 +71,23 @@ def bare_python_task(python: str) -> Callable[[], bool]:
     def task() -> bool:
         done = subprocess.run([python, "-c", SHORT_PROGRAM], capture_output=True, text=True)
         return done.stdout == "4950\n"
+
+    return task
+
+
+def bare_lcb_task(python: str) -> Callable[[], bool]:
+    """The lcb grading work without any sandbox: one bare ``python3 -c`` subprocess per test."""
+    from skyrl_gym.envs.lcb.grading import PREAMBLE, extract_last_code_block, parse_tests, stdout_matches
+
+    tests = parse_tests(LCB_TESTS)
+
+    def task() -> bool:
+        program = PREAMBLE + "\n" + (extract_last_code_block(LCB_ANSWER) or "")
+        for test in tests:
+            done = subprocess.run([python, "-c", program], input=test["input"], capture_output=True, text=True)
+            if done.returncode != 0 or not stdout_matches(done.stdout, test["output"]):
+                return False
+        return True
 
     return task
 
@@ -143,6 +161,9 @@ def main() -> None:
                 measure(bare_python_task(python), args.runs // 2, concurrency),
             )
         )
+        rows.append(
+            ("bare python -c", "lcb (2 tests)", concurrency, measure(bare_lcb_task(python), args.runs // 4, concurrency))
+        )
         print(f"  measured bare python -c, concurrency {concurrency}", flush=True)
     engines: Dict[str, object] = {}
     for concurrency in args.concurrency:
@@ -167,14 +188,13 @@ def main() -> None:
             box.close()
     for engine in engines.values():
         engine.stop()  # type: ignore[attr-defined]
-    baseline = {c: m["per_s"] for n, w, c, m in rows if n == "bare python -c"}
+    baseline = {(w, c): m["per_s"] for n, w, c, m in rows if n == "bare python -c"}
     print()
     print(
         f"{'backend':<22}{'workload':<16}{'conc':>5}{'exec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs bare':>9}{'fail':>6}"
     )
     for name, workload, concurrency, m in rows:
-        ratio = m["per_s"] / baseline[concurrency] if workload == "short" else float("nan")
-        ratio_text = f"{ratio:.2f}x" if ratio == ratio else "-"
+        ratio_text = f"{m['per_s'] / baseline[(workload, concurrency)]:.2f}x"
         print(
             f"{name:<22}{workload:<16}{concurrency:>5}{m['per_s']:>10.1f}{m['p50_ms']:>10.2f}{m['p99_ms']:>10.2f}"
             f"{ratio_text:>9}{int(m['failures']):>6}"
