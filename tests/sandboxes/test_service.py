@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import threading
+import time
 
 import pytest
 import requests
@@ -114,3 +116,25 @@ def test_plain_sandboxfusion_responses_are_understood():
     assert result_from_response(ok).stdout == "1\n"
     assert result_from_response({"status": "SandboxError", "message": "x"}).status == Status.SANDBOX_ERROR
     assert isinstance(get_sandbox("remote"), RemoteSandbox)
+
+
+def test_the_service_never_runs_more_than_max_concurrency_programs(served):
+    seen_running = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen_running.append(requests.get(f"{served.url}/health", timeout=5).json()["running"])
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            results = list(pool.map(served.run, ["import time\ntime.sleep(1)"] * 5))
+    finally:
+        done.set()
+        watcher.join()
+    assert all(r.status == Status.OK for r in results)
+    assert max(seen_running) == 2  # the service's --max-concurrency, reached and never passed
+
