@@ -15,6 +15,7 @@ Response (SandboxFusion's shape): ``status`` (``Success`` | ``Failed`` | ``Sandb
 import asyncio
 import base64
 import binascii
+import concurrent.futures
 import contextlib
 import logging
 from typing import Any, AsyncIterator, Dict, List
@@ -128,11 +129,15 @@ def create_app(sandbox: Sandbox, max_concurrency: int = 4, max_queue: int = 256)
     from fastapi.responses import JSONResponse
 
     gate = asyncio.Semaphore(max_concurrency)
+    # Runs block a thread each (a worker's pipe, a container's socket): give them their own threads,
+    # as many as may run at once, rather than the event loop's small default pool.
+    runners = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="run_code")
     state = {"waiting": 0, "running": 0, "served": 0}
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         yield
+        runners.shutdown(wait=False, cancel_futures=True)
         sandbox.close()  # clean shutdown: warm workers go with the service
 
     app = FastAPI(title="sandboxes", description="SandboxFusion-compatible code execution", lifespan=lifespan)
@@ -171,7 +176,8 @@ def create_app(sandbox: Sandbox, max_concurrency: int = 4, max_queue: int = 256)
                 admitted = True
                 state["running"] += 1
                 try:
-                    result = await sandbox.arun(run_request)
+                    loop = asyncio.get_running_loop()
+                    result = await loop.run_in_executor(runners, sandbox.run, run_request)
                 finally:
                     state["running"] -= 1
                     state["served"] += 1
