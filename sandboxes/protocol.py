@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from typing import List, Optional, Protocol, Sequence, Union, runtime_checkable
 
@@ -59,6 +60,8 @@ class BaseSandbox:
     def __init__(self, limits: Optional[Union[Limits, dict]] = None) -> None:
         self.limits = Limits.from_dict(limits) if not isinstance(limits, Limits) else limits
         self._closed = False
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._executor_lock = threading.Lock()
 
     # -- to implement --------------------------------------------------------------------------
     def _run(self, request: RunRequest, limits: Limits) -> RunResult:
@@ -84,7 +87,14 @@ class BaseSandbox:
         return result
 
     async def arun(self, request: RequestLike) -> RunResult:
-        return await asyncio.to_thread(self.run, request)
+        # A pool of our own: asyncio's default one is small (cpus + 4) and shared with everything else.
+        if self._executor is None:
+            with self._executor_lock:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=max(32, self.default_concurrency), thread_name_prefix=f"{self.name}-arun"
+                    )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.run, request)
 
     def run_batch(
         self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
@@ -112,6 +122,8 @@ class BaseSandbox:
 
     def close(self) -> None:
         self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
 
     def __enter__(self) -> "BaseSandbox":
         return self
