@@ -11,6 +11,7 @@ whose owner is gone (a caller that was killed), and ``close`` removes its own.
 from __future__ import annotations
 
 import os
+import secrets
 import select
 import socket
 import struct
@@ -26,7 +27,9 @@ from sandboxes.workers import SUPERVISOR_SOURCE, SupervisorWorker, WarmPool, Wor
 LABEL = "io.skyrl-gym.sandbox"
 OWNER_LABEL = "io.skyrl-gym.sandbox.owner"
 SCRATCH = "/sandbox/work"
-PROGRAM_USER = "65534:65534"
+# Containers share the host's user namespace, where RLIMIT_NPROC counts a uid's processes
+# machine-wide: each container's programs get a uid of their own (see sandboxes.local).
+PROGRAM_UID_RANGE = (260_000, 320_000)
 # The supervisor runs as root inside the container with only these capabilities; the program it
 # forks switches to nobody, which clears them.
 SUPERVISOR_CAPS = ["SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"]
@@ -216,6 +219,8 @@ class DockerSandbox(BaseSandbox):
 
     def _start_worker(self, mode: str) -> SupervisorWorker:
         container = self.client.containers.run(**self._container_kwargs())
+        uid = PROGRAM_UID_RANGE[0] + secrets.randbelow(PROGRAM_UID_RANGE[1] - PROGRAM_UID_RANGE[0])
+        program_user = f"{uid}:{uid}"
         command = [
             self.python,
             "-I",
@@ -229,7 +234,7 @@ class DockerSandbox(BaseSandbox):
             "--wipe",
             "/dev/shm",
             "--run-as",
-            PROGRAM_USER,
+            program_user,
         ]
         if mode == "serve" and self.preload:
             command += ["--preload", self.preload]

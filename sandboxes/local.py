@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -36,6 +37,15 @@ from sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorke
 logger = logging.getLogger(__name__)
 
 NOBODY = (65534, 65534)
+# Programs of the unshare fallback (and of docker containers) run in the host's user namespace,
+# where RLIMIT_NPROC counts every process of a uid machine-wide. Each worker therefore gets a uid of
+# its own from this range: its process limit is its own, and its cleanup kill(-1) reaches only it.
+PROGRAM_UID_RANGE = (200_000, 260_000)
+
+
+def fresh_program_uid() -> Tuple[int, int]:
+    uid = PROGRAM_UID_RANGE[0] + secrets.randbelow(PROGRAM_UID_RANGE[1] - PROGRAM_UID_RANGE[0])
+    return uid, uid
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
 # Imported once by warm supervisors so that programs importing them start instantly.
 DEFAULT_PRELOAD = (
@@ -222,9 +232,10 @@ class LocalSandbox(BaseSandbox):
             )
         size = self.limits.scratch_mb or 256
         scratch = "/tmp/work"
+        program_user = fresh_program_uid()
         supervisor = " ".join(
             _shell_quote(arg)
-            for arg in self._supervisor_args(mode, scratch, ["/tmp", "/dev/shm"], run_as=NOBODY)
+            for arg in self._supervisor_args(mode, scratch, ["/tmp", "/dev/shm"], run_as=program_user)
         )
         # Homes, and the top folder holding the caller's working folder (a project checkout).
         top_of_cwd = "/" + os.getcwd().strip("/").split("/")[0]
@@ -257,7 +268,7 @@ class LocalSandbox(BaseSandbox):
         script = (
             "for m in $(awk '{print $2}' /proc/self/mounts); do mount -o remount,bind,ro \"$m\" 2>/dev/null; done; "
             f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /tmp && mkdir -m 700 {scratch} && "
-            f"chown {NOBODY[0]}:{NOBODY[1]} {scratch} && "
+            f"chown {program_user[0]}:{program_user[1]} {scratch} && "
             f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /dev/shm && {hides}cd / && exec {supervisor}"
         )
         argv = [

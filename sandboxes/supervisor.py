@@ -313,22 +313,45 @@ class Supervisor:
 
     # ----- cleaning up -----------------------------------------------------------------------
     def _kill_leftovers(self, pid):
-        """Kill every process the run started, also those that left its process group."""
+        """Kill every process the run started, also those that left its process group, and do not
+        answer before they are all gone (and reaped)."""
         kill_group(pid)
+        give_up = time.monotonic() + 10.0
+        while True:
+            if self.pid1 and self.run_as is None:
+                # PID 1 of a private namespace: kill(-1) reaches everything in it except ourselves.
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except OSError:
+                    pass
+            elif self.run_as is not None:
+                # The program ran as its own uid: a helper with that uid kills all its processes.
+                self._as_run_user(lambda: os.kill(-1, signal.SIGKILL), ignore=(ProcessLookupError,))
+            else:
+                # No namespace of our own (isolation "none"): we are a child subreaper, so whatever
+                # the run daemonised was re-parented to us; kill our children until none is left.
+                kill_children()
+            reap_all(patience_s=0.5)
+            if not self._leftovers() or time.monotonic() > give_up:
+                return
+            time.sleep(0.005)
+
+    def _leftovers(self):
+        """Processes of the run still present (zombies included), where we can tell."""
         if self.pid1 and self.run_as is None:
-            # PID 1 of a private namespace: kill(-1) reaches everything in it except ourselves.
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
-        elif self.run_as is not None:
-            # The program ran as its own uid: a helper with that uid kills all its processes.
-            self._as_run_user(lambda: os.kill(-1, signal.SIGKILL), ignore=(ProcessLookupError,))
-        else:
-            # No namespace of our own (isolation "none"): we are a child subreaper, so whatever the
-            # run daemonised was re-parented to us; kill our children until none is left.
-            kill_children()
-        reap_all()
+            me = str(os.getpid())
+            return [name for name in os.listdir("/proc") if name.isdigit() and name != me]
+        if self.run_as is not None:
+            found = []
+            for name in os.listdir("/proc"):
+                if name.isdigit():
+                    try:
+                        if os.stat("/proc/" + name).st_uid == self.run_as[0]:
+                            found.append(name)
+                    except OSError:
+                        pass
+            return found
+        return []
 
     def _wipe(self):
         def wipe():
