@@ -15,7 +15,6 @@ import secrets
 import select
 import socket
 import struct
-import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Union
@@ -186,7 +185,6 @@ class DockerSandbox(BaseSandbox):
         self.name = "docker-warm" if warm else "docker"
         self.default_concurrency = pool_size if warm else 2
         self._session = uuid.uuid4().hex[:10]
-        self._lock = threading.Lock()
         remove_orphaned_containers(self.client)
         self._pool: Optional[WarmPool] = None
         if warm:

@@ -61,12 +61,11 @@ def write_frame(fd, payload):
 
 
 class Supervisor:
-    def __init__(self, scratch, wipe_dirs, run_as, pid1, python_argv0):
+    def __init__(self, scratch, wipe_dirs, run_as, pid1):
         self.scratch = scratch
         self.wipe_dirs = [scratch] + [d for d in wipe_dirs if d != scratch]
         self.run_as = run_as  # (uid, gid) the program runs as, or None for our own
         self.pid1 = pid1  # True when we are PID 1 of a private PID namespace
-        self.python_argv0 = python_argv0
 
     # ----- one run ---------------------------------------------------------------------------
     def run(self, request):
@@ -641,9 +640,7 @@ def main(argv):
     gc.freeze()
     run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
     os.makedirs(args.scratch, exist_ok=True)
-    supervisor = Supervisor(
-        os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, sys.executable
-    )
+    supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if args.mode == "serve":
         write_frame(1, {"ready": True, "pid": os.getpid()})
