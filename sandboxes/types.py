@@ -33,6 +33,9 @@ class Limits:
     and threads (RLIMIT_NPROC inside the sandbox's own user namespace; the pids limit in docker),
     ``output_bytes`` stdout and stderr each, ``file_size_mb`` any single written file
     (RLIMIT_FSIZE), ``scratch_mb`` the private writable folder and /tmp together.
+
+    Most limits apply per run, so a request may carry its own. ``scratch_mb`` (and, in docker, the
+    container's memory and pids ceilings) are set when a worker starts, from the sandbox's limits.
     """
 
     wall_s: Optional[float] = 10.0
