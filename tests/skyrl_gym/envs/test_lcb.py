@@ -135,3 +135,54 @@ def test_omegaconf_env_config_and_sandbox_choice_as_in_skyrl_gym():
     )
     assert output["reward"] == 1.0
     assert env.sandbox.name == "local-bwrap" and env.limits.wall_s == 2
+
+
+def test_livecodebench_problems_become_rows_that_grade(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    problems = [
+        {
+            "question_id": "abc001_a",
+            "platform": "atcoder",
+            "question_content": "Print the sum of two integers.",
+            "starter_code": "",
+            "public_test_cases": json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]),
+            "private_test_cases": "eJzLSM3JyVcozy/KSQEAGgQEXQ==",  # an opaque blob: never unpickled
+            "metadata": "{}",
+        },
+        {
+            "question_id": "lc-1",
+            "platform": "leetcode",
+            "question_content": "Return a + b.",
+            "starter_code": "class Solution:\n    def add(self, a: int, b: int) -> int:\n        ",
+            "public_test_cases": json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}]),
+            "metadata": json.dumps({"func_name": "add"}),
+        },
+    ]
+    source = tmp_path / "problems.jsonl"
+    source.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    subprocess.run(
+        [
+            sys.executable,
+            str(repo / "examples/lcb/prepare_dataset.py"),
+            "--problems",
+            str(source),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        check=True,
+        cwd=repo,
+        capture_output=True,
+        env={"PYTHONPATH": str(repo)},
+    )
+    rows = [json.loads(line) for line in (tmp_path / "out" / "test.jsonl").read_text().splitlines()]
+    assert [row["extra_info"]["question_id"] for row in rows] == ["abc001_a", "lc-1"]
+    stdin_env = skyrl_gym.make("lcb", extras=rows[0])
+    assert stdin_env.step(fenced("a, b = map(int, input().split())\nprint(a + b)"))["reward"] == 1.0
+    functional_env = skyrl_gym.make("lcb", extras=rows[1])
+    assert "class Solution" in rows[1]["prompt"][0]["content"]
+    answer = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b"
+    assert functional_env.step(fenced(answer))["reward"] == 1.0
