@@ -7,7 +7,6 @@ their ``env_class`` and the rollout generator (``adapters.rollout``) makes and s
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import math
 import queue

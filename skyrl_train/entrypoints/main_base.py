@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, List, Optional, Sequence, Type
+from typing import Any, Optional, Sequence, Type
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

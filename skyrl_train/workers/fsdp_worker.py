@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 
 from skyrl_train.workers.batch import TrainingBatch
 
