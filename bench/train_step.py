@@ -40,7 +40,7 @@ def write_rows(folder: Path) -> Path:
     return path
 
 
-def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path) -> Dict[str, Any]:
+def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool) -> Dict[str, Any]:
     from skyrl_train.config import load_config
     from skyrl_train.trainer import PPOTrainer
 
@@ -69,6 +69,7 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path) -> Dict[str, 
             "trainer.logger=jsonl",
             f"trainer.log_path={out}",
             "trainer.progress_bar=false",
+            f"trainer.cpu_bf16_autocast={str(bf16).lower()}",
         ]
     )
     with PPOTrainer(cfg) as trainer:
@@ -81,7 +82,7 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path) -> Dict[str, 
     return {"step_s": split["step"], "split": split, "steps": len(history)}
 
 
-TRL_SCRIPT = r'''
+TRL_TEMPLATE = r'''
 import json, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 model_dir, rows_path, steps, out = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
@@ -123,6 +124,7 @@ config = GRPOConfig(
     gradient_accumulation_steps=1, beta=0.0, temperature=1.0, logging_steps=1, save_strategy="no",
     weight_decay=0.0, max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True,
     gradient_checkpointing=False,  # as in the bundled trainer's run (TRL turns it on by default)
+    bf16=%(bf16)s,  # TRL's default is bf16 autocast; the bundled trainer's --bf16 flag matches it
 )
 timer = StepTimer()
 trainer = GRPOTrainer(model=model, reward_funcs=multiply_env_reward, args=config, train_dataset=dataset,
@@ -130,12 +132,16 @@ trainer = GRPOTrainer(model=model, reward_funcs=multiply_env_reward, args=config
 trainer.train()
 times = timer.times[1:]
 print("TRL_RESULT " + json.dumps({"step_s": statistics.mean(times), "steps": len(times), "all": timer.times}))
-''' % {"lr": LR, "batch": PROMPTS * SAMPLES, "samples": SAMPLES, "new_tokens": NEW_TOKENS}
+'''
 
 
-def bench_trl(python: str, model_dir: str, rows: Path, steps: int, out: Path) -> Dict[str, Any]:
+def trl_script(bf16: bool) -> str:
+    return TRL_TEMPLATE % {"lr": LR, "batch": PROMPTS * SAMPLES, "samples": SAMPLES, "new_tokens": NEW_TOKENS, "bf16": bf16}
+
+
+def bench_trl(python: str, model_dir: str, rows: Path, steps: int, out: Path, bf16: bool) -> Dict[str, Any]:
     script = out / "trl_grpo_step.py"
-    script.write_text(TRL_SCRIPT)
+    script.write_text(trl_script(bf16))
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", WANDB_DISABLED="true")
     proc = subprocess.run(
         [python, str(script), str(ROOT), model_dir, str(rows), str(steps), str(out / "trl")],
@@ -151,6 +157,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny", help="'tiny' (random Qwen2, SmolLM2 tokenizer) or a model name/folder")
     parser.add_argument("--steps", type=int, default=5, help="steps per trainer (the first is a warm-up)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's default)")
     parser.add_argument("--trl-python", default=os.environ.get("TRL_PYTHON", "/work/.venvs/trl/bin/python"))
     args = parser.parse_args()
 
@@ -163,7 +170,8 @@ def main() -> int:
         print(f"model: {args.model} ({model_dir}); batch {PROMPTS} prompts x {SAMPLES} samples, "
               f"{NEW_TOKENS} new tokens, {args.steps} steps each (first one dropped)", flush=True)
         t0 = time.perf_counter()
-        ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl")
+        print(f"precision: {'bf16 autocast' if args.bf16 else 'float32'} in both", flush=True)
+        ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", args.bf16)
         print(f"skyrl_train: {ours['step_s']:.2f} s/step  (ran {time.perf_counter() - t0:.0f}s)", flush=True)
         split = ours["split"]
         print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in ("generate", "env", "prepare", "train", "sync")))
@@ -172,7 +180,7 @@ def main() -> int:
             print(f"TRL: skipped ({args.trl_python} not found; pass --trl-python)")
             return 0
         t0 = time.perf_counter()
-        theirs = bench_trl(args.trl_python, model_dir, rows, args.steps, out)
+        theirs = bench_trl(args.trl_python, model_dir, rows, args.steps, out, args.bf16)
         print(f"TRL GRPOTrainer: {theirs['step_s']:.2f} s/step  (ran {time.perf_counter() - t0:.0f}s)")
         print(f"speed-up (TRL s/step / skyrl_train s/step): {theirs['step_s'] / ours['step_s']:.2f}x")
     return 0

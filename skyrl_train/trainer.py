@@ -174,6 +174,7 @@ class PPOTrainer:
             micro_forward_batch_size=self.t.micro_forward_batch_size_per_gpu,
             seed=self.t.seed,
             total_training_steps=updates,
+            cpu_bf16_autocast=self.t.cpu_bf16_autocast,
         )
 
     def _build_workers(self) -> None:

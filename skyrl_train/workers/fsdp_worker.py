@@ -36,6 +36,7 @@ class WorkerSpec:
     micro_forward_batch_size: int = 1
     seed: int = 42
     total_training_steps: int = 1000
+    cpu_bf16_autocast: bool = False
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -229,6 +230,12 @@ class TrainingWorker:
 
     # ------------------------------------------------------------------ forward passes
     def _forward(self, batch: TrainingBatch) -> Any:
+        if self.device.type == "cpu" and self.spec.cpu_bf16_autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return self._forward_impl(batch)
+        return self._forward_impl(batch)
+
+    def _forward_impl(self, batch: TrainingBatch) -> Any:
         t = {k: v.to(self.device) for k, v in batch.tensors.items()}
         T = batch.response_length
         if self.spec.role == "critic":
