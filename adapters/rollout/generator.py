@@ -1,0 +1,339 @@
+"""``RolloutGenerator``: many trajectories at once on one event loop, returned as a SkyRL ``GeneratorOutput``."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from adapters.engines.base import resolve_sampling
+from adapters.engines.client import EngineClient
+from adapters.rollout.chat import ChatTokenizer
+from adapters.rollout.config import RolloutConfig
+from adapters.rollout.drift import check_drift
+from adapters.rollout.loop import EnvCallError, _EnvRunner, run_trajectory
+from adapters.rollout.metrics import rollout_metrics
+from adapters.rollout.trajectory import Trajectory, Turn
+from adapters.types import GeneratorInput, GeneratorOutput, SamplingParams, TrajectoryID
+
+# Dataset-row columns that are not env extras.
+_ROW_KEYS_NOT_EXTRAS = ("prompt", "env_class")
+
+
+class RolloutGenerator:
+    """Generates trajectories for a batch of prompts with an inference engine and skyrl-gym envs.
+
+    >>> generator = RolloutGenerator(HFEngine("smollm2-135m"), tokenizer, RolloutConfig(max_turns=2))  # doctest: +SKIP
+    >>> output = await generator.generate({"prompts": [...], "env_classes": ["gsm8k"], "env_extras": [row]})  # doctest: +SKIP
+
+    Args:
+        engine: one engine, a list of engines (spread with per-trajectory affinity), or an :class:`EngineClient`.
+        tokenizer: the policy's tokenizer (its chat template drives the token bookkeeping).
+        config: :class:`RolloutConfig` (defaults: single turn, 256 new tokens).
+    """
+
+    def __init__(self, engine: Any, tokenizer: Any, config: Optional[RolloutConfig] = None) -> None:
+        self.config = config or RolloutConfig()
+        if isinstance(engine, EngineClient):
+            self.client = engine
+        elif isinstance(engine, (list, tuple)):
+            self.client = EngineClient(list(engine))
+        else:
+            self.client = EngineClient([engine])
+        self.tokenizer = tokenizer
+        self.chat = ChatTokenizer(tokenizer, self.config.chat_template, self.config.chat_template_kwargs)
+        self._executor: Optional[ThreadPoolExecutor] = None
+
+    # ------------------------------------------------------------------ public API
+    async def generate(self, input_batch: GeneratorInput) -> GeneratorOutput:
+        """SkyRL's generator interface: one output row per input prompt (per turn with step-wise trajectories)."""
+        trajectories = await self.run(
+            prompts=input_batch["prompts"],
+            env_classes=input_batch["env_classes"],
+            env_extras=input_batch.get("env_extras"),
+            trajectory_ids=input_batch.get("trajectory_ids"),
+            sampling_params=input_batch.get("sampling_params"),
+        )
+        return self.to_generator_output(trajectories)
+
+    async def run(
+        self,
+        prompts: Sequence[List[Dict[str, Any]]],
+        env_classes: Sequence[str],
+        env_extras: Optional[Sequence[Optional[Dict[str, Any]]]] = None,
+        trajectory_ids: Optional[Sequence[TrajectoryID]] = None,
+        sampling_params: Optional[SamplingParams] = None,
+        progress: Any = None,
+    ) -> List[Trajectory]:
+        """Run one trajectory per prompt; returns :class:`Trajectory` records in input order.
+
+        ``progress`` (e.g. a tqdm bar) gets ``update(1)`` per finished trajectory.
+        """
+        count = len(prompts)
+        if len(env_classes) != count:
+            raise ValueError(f"got {len(env_classes)} env_classes for {count} prompts")
+        extras = list(env_extras) if env_extras is not None else [{} for _ in range(count)]
+        if len(extras) != count:
+            raise ValueError(f"got {len(extras)} env_extras for {count} prompts")
+        ids = list(trajectory_ids) if trajectory_ids is not None else [
+            TrajectoryID(instance_id=str(i), repetition_id=0) for i in range(count)
+        ]
+        if len(ids) != count:
+            raise ValueError(f"got {len(ids)} trajectory_ids for {count} prompts")
+        for i, prompt in enumerate(prompts):
+            if not isinstance(prompt, list) or not all(isinstance(m, dict) and "role" in m for m in prompt):
+                raise ValueError(f"prompts[{i}] must be a list of chat messages ({{'role', 'content'}}), got {prompt!r:.100}")
+        params = dict(sampling_params if sampling_params is not None else self.config.sampling_params)
+        resolve_sampling(params)  # fail early, before any env is built
+
+        own_progress = None
+        if progress is None and self.config.show_progress:
+            from tqdm.auto import tqdm
+
+            progress = own_progress = tqdm(total=count, desc="rollouts", unit="traj")
+        try:
+            if self.config.batched:
+                trajectories = await self._run_batched(prompts, env_classes, extras, ids, params)
+                if progress is not None:
+                    progress.update(count)
+            else:
+                trajectories = await self._run_concurrently(prompts, env_classes, extras, ids, params, progress)
+        finally:
+            if own_progress is not None:
+                own_progress.close()
+        if self.config.check_drift:
+            for trajectory in trajectories:
+                trajectory.drift = check_drift(trajectory, self.chat)
+        return trajectories
+
+    async def run_rows(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        n_samples_per_prompt: int = 1,
+        sampling_params: Optional[SamplingParams] = None,
+        progress: Any = None,
+    ) -> List[Trajectory]:
+        """Run ``n_samples_per_prompt`` trajectories for each dataset row (``prompt``, ``env_class``, extras).
+
+        Every other column of a row (``reward_spec``, ``extra_info``, ``data_source``, ...) is passed to the env
+        as ``extras``. A row's ``uid`` column, if any, names its trajectories; else its index does.
+        """
+        if n_samples_per_prompt < 1:
+            raise ValueError(f"n_samples_per_prompt must be >= 1, got {n_samples_per_prompt}")
+        prompts, env_classes, extras, ids = [], [], [], []
+        for index, row in enumerate(rows):
+            for key in _ROW_KEYS_NOT_EXTRAS:
+                if key not in row:
+                    raise ValueError(f"row {index} has no {key!r} field (fields: {sorted(row)})")
+            for repetition in range(n_samples_per_prompt):
+                prompts.append(copy.deepcopy(list(row["prompt"])))
+                env_classes.append(str(row["env_class"]))
+                extras.append({k: copy.deepcopy(v) for k, v in row.items() if k not in _ROW_KEYS_NOT_EXTRAS})
+                ids.append(TrajectoryID(instance_id=str(row.get("uid", index)), repetition_id=repetition))
+        return await self.run(prompts, env_classes, extras, ids, sampling_params, progress=progress)
+
+    def to_generator_output(self, trajectories: Sequence[Trajectory]) -> GeneratorOutput:
+        """Trajectories -> SkyRL's ``GeneratorOutput`` (applying overlong filtering and reward zeroing options)."""
+        config = self.config
+        metrics = rollout_metrics(trajectories)
+        rows: Dict[str, List[Any]] = {key: [] for key in (
+            "prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons", "rollout_logprobs",
+            "trajectory_ids", "env_metrics", "is_last_step", "trajectory_rewards", "num_turns", "errors",
+        )}
+        times: Dict[str, List[float]] = {"model": [], "env": [], "total": []}
+        has_logprobs = bool(trajectories) and all(t.logprobs is not None or not t.turns for t in trajectories)
+        for t in trajectories:
+            zero_reward = config.zero_reward_on_non_stop and t.stop_reason != "stop"
+            filtered = config.apply_overlong_filtering and t.stop_reason != "stop"
+            if config.step_wise_trajectories:
+                samples = t.step_samples() or [_empty_step(t, self.chat)]
+            else:
+                samples = [{
+                    "prompt_ids": t.prompt_ids,
+                    "response_ids": t.response_ids() or [self.chat.turn_end_token_id],
+                    "loss_mask": t.response_loss_mask() if t.turns else [0],
+                    "rewards": t.per_token_rewards() if t.turns else [0.0],
+                    "logprobs": t.response_logprobs() if t.turns else [0.0],
+                    "is_last_step": True,
+                }]
+            for sample in samples:
+                rewards = [0.0] * len(sample["rewards"]) if zero_reward else list(sample["rewards"])
+                rows["prompt_token_ids"].append(list(sample["prompt_ids"]))
+                rows["response_ids"].append(list(sample["response_ids"]))
+                rows["rewards"].append(rewards if config.per_token_rewards else float(sum(rewards)))
+                rows["loss_masks"].append([0] * len(sample["loss_mask"]) if filtered else list(sample["loss_mask"]))
+                rows["stop_reasons"].append(t.stop_reason)
+                rows["rollout_logprobs"].append(list(sample["logprobs"] or []) if has_logprobs else None)
+                rows["trajectory_ids"].append(t.trajectory_id)
+                rows["env_metrics"].append(t.env_metrics if sample["is_last_step"] else {})
+                rows["is_last_step"].append(sample["is_last_step"])
+                rows["trajectory_rewards"].append(0.0 if zero_reward else t.total_reward)
+                rows["num_turns"].append(t.num_turns)
+                rows["errors"].append(t.error)
+                times["model"].append(t.model_seconds)
+                times["env"].append(t.env_seconds)
+                times["total"].append(t.total_seconds)
+        output: GeneratorOutput = {
+            "prompt_token_ids": rows["prompt_token_ids"],
+            "response_ids": rows["response_ids"],
+            "rewards": rows["rewards"],
+            "loss_masks": rows["loss_masks"],
+            "stop_reasons": rows["stop_reasons"],
+            "rollout_logprobs": rows["rollout_logprobs"] if has_logprobs else None,
+            "rollout_metrics": metrics,
+            "trajectory_ids": rows["trajectory_ids"],
+            "env_metrics": rows["env_metrics"],
+            "is_last_step": rows["is_last_step"] if config.step_wise_trajectories else None,
+            "trajectory_rewards": rows["trajectory_rewards"],
+            "num_turns": rows["num_turns"],
+            "errors": rows["errors"],
+            "trajectory_time_splits": times,
+        }
+        return output
+
+    def close(self) -> None:
+        """Stop the env thread pool (engines are the caller's to close)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    # ------------------------------------------------------------------ internals
+    @property
+    def executor(self) -> Optional[ThreadPoolExecutor]:
+        if self.config.max_env_workers == 0:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self.config.max_env_workers, thread_name_prefix="skyrl-env")
+        return self._executor
+
+    async def _run_concurrently(
+        self,
+        prompts: Sequence[List[Dict[str, Any]]],
+        env_classes: Sequence[str],
+        extras: Sequence[Optional[Dict[str, Any]]],
+        ids: Sequence[TrajectoryID],
+        params: Dict[str, Any],
+        progress: Any,
+    ) -> List[Trajectory]:
+        limit = self.config.max_concurrent_trajectories
+        semaphore = asyncio.Semaphore(limit) if limit else None
+        executor = self.executor
+
+        async def one(i: int) -> Trajectory:
+            if semaphore is None:
+                result = await run_trajectory(
+                    self.client, self.chat, self.config, prompts[i], env_classes[i], extras[i], ids[i], params, executor
+                )
+            else:
+                async with semaphore:
+                    result = await run_trajectory(
+                        self.client, self.chat, self.config, prompts[i], env_classes[i], extras[i], ids[i], params,
+                        executor,
+                    )
+            if progress is not None:
+                progress.update(1)
+            return result
+
+        tasks = [asyncio.ensure_future(one(i)) for i in range(len(prompts))]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
+
+    async def _run_batched(
+        self,
+        prompts: Sequence[List[Dict[str, Any]]],
+        env_classes: Sequence[str],
+        extras: Sequence[Optional[Dict[str, Any]]],
+        ids: Sequence[TrajectoryID],
+        params: Dict[str, Any],
+    ) -> List[Trajectory]:
+        """Single-turn: every prompt in one engine call, then one env step each."""
+        import skyrl_gym
+
+        executor = self.executor
+        runners = [_EnvRunner(executor) for _ in prompts]
+        trajectories = [Trajectory(trajectory_id=ids[i], env_class=env_classes[i], prompt_ids=[]) for i in range(len(prompts))]
+        envs: List[Any] = [None] * len(prompts)
+
+        async def start(i: int) -> None:
+            extra = dict(extras[i] or {})
+            extra["max_turns"] = 1
+            try:
+                envs[i] = await runners[i].call(
+                    "make", skyrl_gym.make, env_classes[i],
+                    env_config=self.config.env_configs.get(env_classes[i], {}), extras=extra,
+                )
+                conversation, _ = await runners[i].call("init", envs[i].init, copy.deepcopy(prompts[i]))
+                trajectories[i].conversation = list(conversation)
+            except EnvCallError as exc:
+                trajectories[i].error, trajectories[i].stop_reason = str(exc), "error"
+                trajectories[i].conversation = list(prompts[i])
+            trajectories[i].prompt_ids = self.chat.prompt_ids(trajectories[i].conversation)
+            trajectories[i].prompt_message_count = len(trajectories[i].conversation)
+
+        await asyncio.gather(*(start(i) for i in range(len(prompts))))
+        live = [i for i, t in enumerate(trajectories) if t.error is None]
+        model_start = time.perf_counter()
+        output = await self.client.generate([trajectories[i].prompt_ids for i in live], params) if live else None
+        model_seconds = time.perf_counter() - model_start
+
+        async def finish(j: int, i: int) -> None:
+            t = trajectories[i]
+            output_ids = list(output["response_ids"][j])
+            logprobs = (output.get("response_logprobs") or [None] * len(live))[j]
+            text = self.chat.decode(output_ids, skip_special_tokens=True)
+            t.model_seconds = model_seconds  # the batch's wall time: every trajectory waited for all of it
+            try:
+                step = await runners[i].call("step", envs[i].step, text)
+                reward = float(step["reward"])
+                t.env_metrics = dict(await runners[i].call("get_metrics", envs[i].get_metrics) or {})
+            except (EnvCallError, KeyError, TypeError) as exc:
+                t.error, reward = f"step: {exc}", 0.0
+            t.ids, t.loss_mask = output_ids, [1] * len(output_ids)
+            t.logprobs = list(logprobs) if logprobs is not None else None
+            t.conversation.append({"role": "assistant", "content": self.chat.assistant_text(output_ids)})
+            t.turns.append(Turn(0, len(output_ids), len(output_ids), len(t.prompt_ids), reward,
+                                output["stop_reasons"][j], text))
+            t.stop_reason = "error" if t.error else output["stop_reasons"][j]
+
+        await asyncio.gather(*(finish(j, i) for j, i in enumerate(live)))
+        for i, env in enumerate(envs):
+            if env is not None:
+                try:
+                    await runners[i].call("close", env.close)
+                except EnvCallError:
+                    pass
+            trajectories[i].env_seconds = runners[i].seconds
+            trajectories[i].total_seconds = trajectories[i].model_seconds + runners[i].seconds
+        return trajectories
+
+
+def _empty_step(t: Trajectory, chat: ChatTokenizer) -> Dict[str, Any]:
+    """A placeholder sample for a trajectory that failed before its first turn (masked out, reward 0)."""
+    return {"prompt_ids": t.prompt_ids, "response_ids": [chat.turn_end_token_id], "loss_mask": [0], "rewards": [0.0],
+            "logprobs": [0.0], "stop_reason": t.stop_reason, "is_last_step": True}
+
+
+async def generate_rollouts(
+    engine: Any,
+    tokenizer: Any,
+    rows: Sequence[Mapping[str, Any]],
+    n_samples_per_prompt: int = 1,
+    config: Optional[RolloutConfig] = None,
+    sampling_params: Optional[SamplingParams] = None,
+) -> GeneratorOutput:
+    """One call from dataset rows to a ``GeneratorOutput`` (builds and closes a :class:`RolloutGenerator`)."""
+    generator = RolloutGenerator(engine, tokenizer, config)
+    try:
+        trajectories = await generator.run_rows(rows, n_samples_per_prompt, sampling_params)
+        return generator.to_generator_output(trajectories)
+    finally:
+        generator.close()
+
+
+__all__ = ["RolloutGenerator", "generate_rollouts"]

@@ -1,0 +1,26 @@
+import skyrl_gym
+from skyrl_gym import BaseTextEnv, StepOutput
+from skyrl_gym.rewards import last_boxed_content
+
+
+class ReverseEnv(BaseTextEnv):
+    """Reverse a word; two tries, the answer in \\boxed{}."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.word = extras["reward_spec"]["ground_truth"]
+        self.max_turns = 2
+
+    def step(self, action: str) -> StepOutput:
+        self.turns += 1
+        correct = last_boxed_content(action) == self.word[::-1]
+        done = correct or self.turns >= self.max_turns
+        retry = [] if done else [{"role": "user", "content": "Not quite. Try again."}]
+        return StepOutput(observations=retry, reward=float(correct), done=done, metadata={})
+
+
+skyrl_gym.register(id="reverse", entry_point=ReverseEnv)
+
+env = skyrl_gym.make("reverse", extras={"reward_spec": {"ground_truth": "gym"}})
+prompt, _ = env.init([{"role": "user", "content": "Reverse 'gym'."}])
+print(env.step(r"\boxed{myg}"))  # observations: [], reward: 1.0, done: True

@@ -1,0 +1,1 @@
+"""Countdown: reach a target number with + - * / over given numbers (a community env example)."""

@@ -1,0 +1,36 @@
+"""Solvable Countdown rows: the target is built from the numbers, so a solution always exists."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Dict, List
+
+PROMPT = (
+    "Using the numbers {numbers}, create an equation that equals {target}. Use + - * / and each number "
+    "exactly once. Show your reasoning, then give the expression in <answer></answer> tags, "
+    "e.g. <answer>(1 + 2) / 3</answer>."
+)
+
+
+def make_rows(num_rows: int, num_numbers: int = 3, seed: int = 0) -> List[Dict[str, Any]]:
+    rng = random.Random(seed)
+    rows = []
+    while len(rows) < num_rows:
+        numbers = [rng.randint(1, 20) for _ in range(num_numbers)]
+        target = numbers[0]
+        for number in numbers[1:]:
+            target = rng.choice([target + number, target * number, abs(target - number)])
+        if target == 0:
+            continue
+        shuffled = numbers[:]
+        rng.shuffle(shuffled)
+        rows.append(
+            {
+                "data_source": "countdown",
+                "prompt": [{"role": "user", "content": PROMPT.format(numbers=shuffled, target=target)}],
+                "env_class": "countdown",
+                "reward_spec": {"method": "rule", "ground_truth": {"target": target, "numbers": shuffled}},
+                "extra_info": {"index": len(rows)},
+            }
+        )
+    return rows
