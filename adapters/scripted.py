@@ -17,26 +17,11 @@ from adapters.types import InferenceEngineOutput, SamplingParams
 
 
 def end_of_turn_token_id(tokenizer: Any) -> int:
-    """The token that closes an assistant turn in the tokenizer's chat template (``<|im_end|>`` for ChatML).
+    """The token that closes an assistant turn in the tokenizer's chat template (``<|im_end|>`` for ChatML),
+    which is not always ``eos_token_id`` (tokenizers converted from GGUF may name ``<|im_start|>`` as EOS)."""
+    from adapters.rollout.chat import ChatTokenizer
 
-    A model stops its turn with this token; it is not always ``eos_token_id`` (tokenizers converted from
-    GGUF may name ``<|im_start|>`` as EOS). Falls back to ``eos_token_id`` when there is no chat template.
-    """
-    marker = "SCRIPTED_TURN_MARKER"
-    try:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": "x"}, {"role": "assistant", "content": marker}], tokenize=False
-        )
-    except Exception:
-        text = None
-    if text and marker in text:
-        suffix = text.split(marker, 1)[1]
-        ids = tokenizer.encode(suffix, add_special_tokens=False) if suffix else []
-        if ids:
-            return int(ids[0])
-    if tokenizer.eos_token_id is None:
-        raise ValueError("the tokenizer has neither a chat template that closes a turn nor an EOS token")
-    return int(tokenizer.eos_token_id)
+    return ChatTokenizer(tokenizer).turn_end_token_id
 
 
 class ScriptError(LookupError):

@@ -58,7 +58,9 @@ class SkyRLGymAgentLoop(AgentLoopBase):
 
     * ``env_configs``: ``{env_id: env_config}`` given to ``skyrl_gym.make`` (database folders, search URLs);
     * ``max_turns``: a cap on assistant turns on top of the env's own ``max_turns`` (default: veRL's
-      ``rollout.multi_turn.max_assistant_turns`` when set, else none).
+      ``rollout.multi_turn.max_assistant_turns`` when set, else none);
+    * ``max_tokens_per_turn``: a cap on the tokens of one assistant turn (default: whatever is left of
+      ``rollout.response_length``).
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class SkyRLGymAgentLoop(AgentLoopBase):
         *args: Any,
         env_configs: Optional[Mapping[str, Any]] = None,
         max_turns: Optional[int] = None,
+        max_tokens_per_turn: Optional[int] = None,
         tools: Any = None,  # veRL passes its tool list to every loop; env tools live in the env
         **kwargs: Any,
     ) -> None:
@@ -74,6 +77,7 @@ class SkyRLGymAgentLoop(AgentLoopBase):
         configured_cap = max_turns if max_turns is not None else self.rollout_config.multi_turn.max_assistant_turns
         self.max_turns_cap: Optional[int] = int(configured_cap) if configured_cap else None
         self.response_length: int = int(self.rollout_config.response_length)
+        self.max_tokens_per_turn: Optional[int] = int(max_tokens_per_turn) if max_tokens_per_turn else None
 
     async def _env_call(self, fn: Any, *args: Any) -> Any:
         """Env calls may block (SQL, sandboxes, HTTP): run them off the event loop."""
@@ -115,6 +119,8 @@ class SkyRLGymAgentLoop(AgentLoopBase):
             if budget <= 0:
                 stop = "response_length"
                 break
+            if self.max_tokens_per_turn is not None:
+                budget = min(budget, self.max_tokens_per_turn)
             loop = asyncio.get_running_loop()
             started = loop.time()
             output = await self.server_manager.generate(
