@@ -1,0 +1,548 @@
+"""The env checker: drive an env through dataset rows and adversarial actions, report contract breaches.
+
+>>> report = skyrl_gym.check_env("gsm8k", "rows.jsonl")
+>>> report.ok, print(report)
+
+For every row the checker builds a fresh env (``make(id, env_config=..., extras=row)``), calls
+``init(prompt)`` and plays one episode per action: the row's reference answer when it has one, an
+empty string, ~10 MB of text, a unicode soup and unclosed tool/answer tags. Each action is played
+twice on fresh envs to compare rewards. Every breach of the contract becomes a :class:`Finding`
+in plain words; nothing the env raises escapes the checker.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import queue
+import threading
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from skyrl_gym.core import Env
+from skyrl_gym.data import read_records, row_extras, validate_row
+from skyrl_gym.errors import DataError
+from skyrl_gym.registration import EnvSpec, make, registry, spec
+
+ERROR = "error"
+WARNING = "warning"
+
+HUGE_ACTION_CHARS = 10_000_000
+
+# Adversarial actions: (label, text). The huge one is built lazily (10 MB) and shared between rows.
+ADVERSARIAL_ACTIONS: Tuple[Tuple[str, str], ...] = (
+    ("empty string", ""),
+    (
+        "unicode",
+        "Ünïcödé ∑∫√ 中文 العربية עברית 🙂🚀👩‍👩‍👧 \u200b\u200d\u202e reversed \ufeff combining e\u0301 \x00 nul",
+    ),
+    (
+        "unclosed tags",
+        "<think>let me see <answer>42 <tool><python>print(1) <sql>SELECT * FROM <search>query "
+        '<tool_call>{"name": "f", "arguments": {"x": \\boxed{12 #### ',
+    ),
+)
+
+
+@dataclasses.dataclass
+class Finding:
+    """One breach of the contract (``error``) or a doubtful behaviour (``warning``)."""
+
+    severity: str
+    kind: str  # row, make, init, step, types, reward, done, determinism, close, metrics
+    message: str
+    env_id: str
+    row_index: Optional[int] = None
+    action: Optional[str] = None
+
+    def __str__(self) -> str:
+        where = [f"row {self.row_index}"] if self.row_index is not None else []
+        if self.action is not None:
+            where.append(f"action {self.action!r}")
+        location = f" [{', '.join(where)}]" if where else ""
+        return f"{self.severity.upper():7s} {self.kind}{location}: {self.message}"
+
+
+@dataclasses.dataclass
+class CheckReport:
+    """What :func:`check_env` found. ``ok`` is true when there is no error-level finding."""
+
+    env_id: str
+    findings: List[Finding] = dataclasses.field(default_factory=list)
+    rows_checked: int = 0
+    episodes: int = 0
+
+    @property
+    def errors(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def kinds(self) -> List[str]:
+        return sorted({f.kind for f in self.findings})
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        verdict = "OK" if self.ok else "FAILED"
+        head = (
+            f"check {self.env_id}: {verdict} - {self.rows_checked} row(s), {self.episodes} episode(s), "
+            f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
+        )
+        return "\n".join([head] + [f"  {finding}" for finding in self.findings])
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _EpisodeThread:
+    """Runs every call of one episode (make, init, steps, close) on one thread of its own, waiting at most
+    ``timeout_s`` for each. One thread per episode because envs may hold thread-bound resources (an
+    SQLite connection, an event loop); a hung call is abandoned with its daemon thread (Python cannot
+    kill a thread), so the checker can report it and move on."""
+
+    def __init__(self, timeout_s: Optional[float]):
+        self.timeout_s = timeout_s
+        self.calls: "queue.Queue[Optional[Tuple[Callable[[], Any], queue.Queue]]]" = queue.Queue()
+        self.hung = False
+        self.thread = threading.Thread(target=self._serve, daemon=True, name="skyrl-gym-check")
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            item = self.calls.get()
+            if item is None:
+                return
+            fn, answer = item
+            try:
+                answer.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                answer.put((False, exc))
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        if self.hung:
+            raise _Timeout("an earlier call of this episode is still running")
+        answer: queue.Queue = queue.Queue(maxsize=1)
+        self.calls.put((fn, answer))
+        try:
+            ok, value = answer.get(timeout=self.timeout_s)
+        except queue.Empty:
+            self.hung = True
+            raise _Timeout(f"did not return within {self.timeout_s:g} s") from None
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        if not self.hung:
+            self.calls.put(None)
+            self.thread.join()
+
+
+def _describe_exception(exc: BaseException) -> str:
+    """``Type: message`` plus where it was raised (the last frames), short enough for a report."""
+    frames = traceback.extract_tb(exc.__traceback__)[-3:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in reversed(frames))
+    message = str(exc)
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return f"{type(exc).__name__}: {message}" + (f" (at {where})" if where else "")
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class _EnvFactory:
+    """Builds fresh envs for the checker from an id, a spec, a class/callable or an env instance."""
+
+    def __init__(self, env_or_id: Any, env_config: Any, make_kwargs: Mapping[str, Any]):
+        self.env_config = env_config if env_config is not None else {}
+        self.make_kwargs = dict(make_kwargs)
+        self.creator: Callable[..., Any]
+        if isinstance(env_or_id, str):
+            env_spec = spec(env_or_id)
+            self.env_id = env_spec.id
+            self.creator = lambda **kw: make(env_spec, **kw)
+        elif isinstance(env_or_id, EnvSpec):
+            self.env_id = env_or_id.id
+            self.creator = lambda **kw: make(env_or_id, **kw)
+        elif isinstance(env_or_id, Env):
+            # An instance cannot be re-used for other rows: rebuild it from its spec or its class.
+            if env_or_id.spec is not None:
+                env_spec = env_or_id.spec
+                self.env_id = env_spec.id
+                self.creator = lambda **kw: make(env_spec, **kw)
+            else:
+                self.env_id = type(env_or_id).__name__
+                self.creator = type(env_or_id)
+        elif callable(env_or_id):
+            self.env_id = getattr(env_or_id, "__name__", repr(env_or_id))
+            self.creator = env_or_id
+        else:
+            raise TypeError(f"check_env expects an env id, EnvSpec, Env class or Env, got {type(env_or_id).__name__}")
+
+    def build(self, extras: Dict[str, Any]) -> Any:
+        return self.creator(env_config=copy.deepcopy(self.env_config), extras=copy.deepcopy(extras), **self.make_kwargs)
+
+
+def _reference_action(row: Mapping[str, Any]) -> Optional[str]:
+    """The row's own reference answer: ``reference_action`` (row or extra_info), else ``extra_info``'s
+    ``answer`` / ``solution`` when it is text (GSM8K rows keep the worked solution there)."""
+    extra_info = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
+    for value in (row.get("reference_action"), extra_info.get("reference_action"), extra_info.get("answer"), extra_info.get("solution")):
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+@dataclasses.dataclass
+class _Episode:
+    rewards: List[float]
+    done: bool
+    steps: int
+    max_turns: Optional[int]
+
+
+class _Checker:
+    def __init__(
+        self,
+        factory: _EnvFactory,
+        report: CheckReport,
+        max_turns_slack: int,
+        step_timeout_s: Optional[float],
+        check_determinism: bool,
+        max_observation_chars: int = 100_000,
+    ):
+        self.max_observation_chars = max_observation_chars
+        self.factory = factory
+        self.report = report
+        self.max_turns_slack = max_turns_slack
+        self.step_timeout_s = step_timeout_s
+        self.check_determinism = check_determinism
+        self.row_unusable = False
+
+    def add(self, severity: str, kind: str, message: str, row_index: Optional[int], action: Optional[str] = None) -> None:
+        self.report.findings.append(Finding(severity, kind, message, self.factory.env_id, row_index, action))
+
+    # ----- one episode --------------------------------------------------------------------------
+    def episode(self, row_index: Optional[int], prompt: Any, extras: Dict[str, Any], label: str, action: str,
+                report: bool = True) -> Optional[_Episode]:
+        """Play ``action`` every turn until done; return the rewards, or None when the episode broke."""
+        add = self.add if report else (lambda *a, **k: None)
+        worker = _EpisodeThread(self.step_timeout_s)
+        try:
+            return self._episode(worker, row_index, prompt, extras, label, action, add, report)
+        finally:
+            worker.stop()
+
+    def _episode(self, worker: _EpisodeThread, row_index, prompt, extras, label, action, add, report) -> Optional[_Episode]:
+        try:
+            env = worker.call(lambda: self.factory.build(extras))
+        except _Timeout as exc:
+            add(ERROR, "make", f"building the env {exc}", row_index, label)
+            self.row_unusable = report
+            return None
+        except Exception as exc:
+            add(ERROR, "make", f"building the env raised {_describe_exception(exc)}", row_index, label)
+            self.row_unusable = report
+            return None
+        if not isinstance(env, Env):
+            add(ERROR, "make", f"the entry point returned a {type(env).__name__}, not a skyrl_gym.Env", row_index, label)
+            self.row_unusable = report
+            return None
+        self.report.episodes += report
+        try:
+            return self._play(worker, env, row_index, prompt, label, action, add, report)
+        finally:
+            self._close(worker, env, row_index, label, add)
+
+    def _play(self, worker: _EpisodeThread, env: Env, row_index, prompt, label, action, add, report: bool) -> Optional[_Episode]:
+        try:
+            result = worker.call(lambda: env.init(copy.deepcopy(prompt)))
+        except _Timeout as exc:
+            add(ERROR, "init", f"init(prompt) {exc}", row_index, label)
+            self.row_unusable = report
+            return None
+        except Exception as exc:
+            add(ERROR, "init", f"init(prompt) raised {_describe_exception(exc)}", row_index, label)
+            self.row_unusable = report
+            return None
+        if not (isinstance(result, tuple) and len(result) == 2):
+            add(ERROR, "init", f"init() must return (observation, info), got {_short(result)}", row_index, label)
+            self.row_unusable = report
+            return None
+        observation, info = result
+        self._check_messages(observation, "init() observation", row_index, label, add)
+        if not isinstance(info, dict):
+            add(ERROR, "init", f"init() info must be a dict, got {type(info).__name__}", row_index, label)
+
+        max_turns = getattr(env, "max_turns", None)
+        max_turns = max_turns if isinstance(max_turns, int) and max_turns > 0 else None
+        limit = (max_turns or 1) + self.max_turns_slack
+        rewards: List[float] = []
+        for turn in range(1, limit + 1):
+            try:
+                output = worker.call(lambda: env.step(action))
+            except _Timeout as exc:
+                add(ERROR, "step", f"step() on turn {turn} {exc} (a hang stalls a whole training batch)", row_index, label)
+                return None
+            except Exception as exc:
+                add(ERROR, "step", f"step() on turn {turn} raised {_describe_exception(exc)}", row_index, label)
+                return None
+            reward, done = self._check_step_output(output, turn, row_index, label, add)
+            if reward is None:
+                return None
+            rewards.append(reward)
+            if done:
+                self._check_metrics(worker, env, row_index, label, add)
+                return _Episode(rewards, True, turn, max_turns)
+        add(ERROR, "done",
+            f"not done after {limit} steps (max_turns={max_turns if max_turns is not None else 'unset'} "
+            f"+ {self.max_turns_slack} slack); an episode must end by max_turns", row_index, label)
+        return _Episode(rewards, False, limit, max_turns)
+
+    def _close(self, worker: _EpisodeThread, env: Env, row_index, label, add) -> None:
+        if worker.hung:
+            return  # the env is stuck in an earlier call (already reported); it cannot be closed
+        for attempt in ("first", "second"):
+            try:
+                worker.call(env.close)
+            except _Timeout as exc:
+                add(ERROR, "close", f"close() {exc}", row_index, label)
+                return
+            except Exception as exc:
+                what = "close()" if attempt == "first" else "a second close() (close must be idempotent)"
+                add(ERROR, "close", f"{what} raised {_describe_exception(exc)}", row_index, label)
+                return
+
+    def _check_metrics(self, worker: _EpisodeThread, env: Env, row_index, label, add) -> None:
+        """``get_metrics()`` must give a dict that ``aggregate_metrics`` can average (SkyRL logs both)."""
+        if not hasattr(env, "get_metrics"):
+            return
+        try:
+            metrics = worker.call(env.get_metrics)
+            if not isinstance(metrics, dict):
+                add(ERROR, "metrics", f"get_metrics() must return a dict, got {type(metrics).__name__}", row_index, label)
+                return
+            if hasattr(env, "aggregate_metrics"):
+                aggregated = worker.call(lambda: env.aggregate_metrics([metrics, metrics]))
+                if not isinstance(aggregated, dict):
+                    add(ERROR, "metrics", f"aggregate_metrics() must return a dict, got {type(aggregated).__name__}",
+                        row_index, label)
+        except _Timeout as exc:
+            add(ERROR, "metrics", f"get_metrics()/aggregate_metrics() {exc}", row_index, label)
+        except Exception as exc:
+            add(ERROR, "metrics", f"get_metrics()/aggregate_metrics() raised {_describe_exception(exc)}", row_index, label)
+
+    # ----- type checks --------------------------------------------------------------------------
+    def _check_messages(self, messages: Any, what: str, row_index, label, add) -> None:
+        if isinstance(messages, list):
+            size = sum(len(m.get("content")) for m in messages if isinstance(m, dict) and isinstance(m.get("content"), str))
+            if size > self.max_observation_chars:
+                add(WARNING, "types", f"{what} holds {size:,} characters (more than {self.max_observation_chars:,}); "
+                    "an env should bound what it adds to the model's context (echoing the action?)", row_index, label)
+        if not isinstance(messages, list):
+            add(ERROR, "types", f"{what} must be a list of chat messages, got {type(messages).__name__}", row_index, label)
+            return
+        for position, message in enumerate(messages):
+            if not isinstance(message, dict):
+                add(ERROR, "types", f"{what}[{position}] must be a dict with 'role' and 'content', got "
+                    f"{type(message).__name__}", row_index, label)
+            elif not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+                add(ERROR, "types", f"{what}[{position}] needs string 'role' and 'content', got "
+                    f"role={_short(message.get('role'), 30)}, content of type {type(message.get('content')).__name__}",
+                    row_index, label)
+
+    def _check_step_output(self, output: Any, turn: int, row_index, label, add) -> Tuple[Optional[float], bool]:
+        if not isinstance(output, Mapping):
+            add(ERROR, "types", f"step() must return a dict (StepOutput), got {type(output).__name__}", row_index, label)
+            return None, False
+        missing = [key for key in ("observations", "reward", "done", "metadata") if key not in output]
+        if missing:
+            add(ERROR, "types", f"step() output lacks {missing} on turn {turn}", row_index, label)
+            return None, False
+        self._check_messages(output["observations"], f"step() observations (turn {turn})", row_index, label, add)
+        reward = output["reward"]
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+            add(ERROR, "types", f"reward must be a float, got {type(reward).__name__} {_short(reward, 40)} on turn {turn}",
+                row_index, label)
+            try:
+                reward = float(reward)
+            except (TypeError, ValueError):
+                return None, False
+        elif not isinstance(reward, float):
+            add(WARNING, "types", f"reward is an int ({reward}); return a float", row_index, label)
+        if not math.isfinite(reward):
+            add(ERROR, "reward", f"reward is {reward} on turn {turn}; rewards must be finite", row_index, label)
+        done = output["done"]
+        if not isinstance(done, bool):
+            add(ERROR, "types", f"done must be a bool, got {type(done).__name__} {_short(done, 40)} on turn {turn}",
+                row_index, label)
+        if not isinstance(output["metadata"], dict):
+            add(ERROR, "types", f"metadata must be a dict, got {type(output['metadata']).__name__} on turn {turn}",
+                row_index, label)
+        post = output.get("postprocessed_action")
+        if post is not None and not isinstance(post, str):
+            add(ERROR, "types", f"postprocessed_action must be a str or None, got {type(post).__name__}", row_index, label)
+        return float(reward), bool(done)
+
+    # ----- a whole row --------------------------------------------------------------------------
+    def row(self, row_index: Optional[int], row: Mapping[str, Any], actions: Sequence[Tuple[str, str]]) -> None:
+        prompt, extras = row.get("prompt"), row_extras(row)
+        self.report.rows_checked += 1
+        own = _reference_action(row)
+        row_actions = ([("reference answer", own)] if own is not None else []) + list(actions)
+        for label, action in row_actions:
+            self.row_unusable = False
+            first = self.episode(row_index, prompt, extras, label, action)
+            if self.row_unusable:
+                return  # make/init fail for this row: every other action would repeat the same finding
+            if first is None:
+                continue
+            if label == "reference answer" and first.rewards and max(first.rewards) <= 0:
+                self.add(WARNING, "reward", f"the row's reference answer earned {first.rewards} (expected a "
+                         "positive reward; is the ground truth or the reward function wrong?)", row_index, label)
+            if self.check_determinism:
+                second = self.episode(row_index, prompt, extras, label, action, report=False)
+                if second is None:
+                    self.add(ERROR, "determinism", "the same action failed on a second fresh env but not on the "
+                             "first; episodes must not depend on earlier ones", row_index, label)
+                elif second.rewards != first.rewards:
+                    self.add(ERROR, "determinism", f"the same action on two fresh envs gave rewards {first.rewards} "
+                             f"and {second.rewards}; rewards must be deterministic", row_index, label)
+
+
+def _rows_from(rows: Any) -> List[Any]:
+    """Raw rows (not yet validated, so that each bad row becomes a finding instead of an abort)."""
+    if rows is None:
+        return [{"prompt": [{"role": "user", "content": "Hello."}]}]
+    if isinstance(rows, (str, Path)):
+        return list(read_records(rows))
+    if isinstance(rows, Mapping):
+        return [rows]
+    return list(rows)
+
+
+def check_env(
+    env_or_id: Any,
+    rows: Union[str, Path, Iterable[Mapping[str, Any]], Mapping[str, Any], None] = None,
+    *,
+    env_config: Any = None,
+    actions: Optional[Mapping[str, str]] = None,
+    adversarial: bool = True,
+    huge_action_chars: int = HUGE_ACTION_CHARS,
+    max_turns_slack: int = 2,
+    step_timeout_s: Optional[float] = 60.0,
+    check_determinism: bool = True,
+    max_rows: Optional[int] = None,
+    make_kwargs: Optional[Mapping[str, Any]] = None,
+    max_observation_chars: int = 100_000,
+    gymnasium: bool = False,
+) -> CheckReport:
+    """Check an env against the contract and return a :class:`CheckReport`.
+
+    Args:
+        env_or_id: a registered id, an :class:`EnvSpec`, an Env class or factory taking
+            ``(env_config=, extras=)``, or an env instance (rebuilt from its spec or class per row).
+        rows: dataset rows (a list of dicts or a JSONL/JSON/Parquet path); each is validated and
+            reported by number. Without rows a single user message is used with empty extras.
+        env_config: passed to every env built.
+        actions: extra ``{label: text}`` actions to play on every row.
+        adversarial: play the built-in adversarial actions (empty, huge, unicode, unclosed tags).
+        huge_action_chars: size of the huge action.
+        max_turns_slack: steps allowed past ``max_turns`` before "not done" is reported.
+        step_timeout_s: a make/init/step/close taking longer is reported as hanging (None: no limit).
+        check_determinism: play every action twice on fresh envs and compare rewards.
+        max_rows: check at most this many rows.
+        make_kwargs: other keyword arguments for the env's constructor.
+        max_observation_chars: warn when one step's new messages hold more characters than this.
+        gymnasium: also run Gymnasium's ``check_env`` on the env through the bridge (needs gymnasium).
+    """
+    factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
+    report = CheckReport(env_id=factory.env_id)
+    checker = _Checker(factory, report, max_turns_slack, step_timeout_s, check_determinism, max_observation_chars)
+    try:
+        raw_rows = _rows_from(rows)
+    except (OSError, DataError, ValueError) as exc:
+        report.findings.append(Finding(ERROR, "row", f"cannot read rows: {exc}", factory.env_id))
+        return report
+    if not raw_rows:
+        report.findings.append(Finding(ERROR, "row", "no rows to check", factory.env_id))
+        return report
+
+    play: List[Tuple[str, str]] = list(ADVERSARIAL_ACTIONS) if adversarial else []
+    if adversarial and huge_action_chars > 0:
+        # Long text with an answer-looking tail: envs must bound the work they do per character.
+        tail = " The answer is #### 7 \\boxed{7} <answer>7</answer>"
+        play.insert(1, (f"huge string ({huge_action_chars:,} chars)", "x" * max(0, huge_action_chars - len(tail)) + tail))
+    play += list((actions or {}).items())
+    if not play and all(_reference_action(r) is None for r in raw_rows if isinstance(r, Mapping)):
+        report.findings.append(Finding(WARNING, "row", "no actions to play (adversarial=False, no actions given, "
+                                       "no reference answers in the rows)", factory.env_id))
+
+    valid_rows: List[Mapping[str, Any]] = []
+    for index, raw in enumerate(raw_rows):
+        if max_rows is not None and index >= max_rows:
+            break
+        try:
+            row = validate_row(raw, index)
+        except DataError as exc:
+            report.findings.append(Finding(ERROR, "row", str(exc), factory.env_id, index))
+            continue
+        env_class = row.get("env_class")
+        if isinstance(env_or_id, str) and env_class and env_class != env_or_id and env_class != factory.env_id:
+            report.findings.append(Finding(WARNING, "row", f"the row's env_class is {env_class!r}, checking it with "
+                                           f"{factory.env_id!r}", factory.env_id, index))
+        checker.row(index, row, play)
+        valid_rows.append(row)
+    if gymnasium and valid_rows:
+        _check_with_gymnasium(factory, report, valid_rows)
+    return report
+
+
+def _check_with_gymnasium(factory: _EnvFactory, report: CheckReport, rows: List[Mapping[str, Any]]) -> None:
+    """Run Gymnasium's own ``check_env`` on the env through the bridge; its warnings become warnings."""
+    import warnings
+
+    try:
+        from gymnasium.utils.env_checker import check_env as gymnasium_check_env
+
+        from skyrl_gym import gymnasium_bridge
+    except ImportError as exc:
+        report.findings.append(Finding(ERROR, "gymnasium", f"cannot run Gymnasium's checker: {exc}", factory.env_id))
+        return
+    if factory.env_id not in registry:
+        report.findings.append(Finding(WARNING, "gymnasium", "Gymnasium's checker needs a registered env id; skipped",
+                                       factory.env_id))
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            # through gymnasium.make, so that env.spec is set and the determinism checks run
+            env = gymnasium_bridge.make(factory.env_id, env_config=copy.deepcopy(factory.env_config), rows=rows,
+                                        **factory.make_kwargs)
+            try:
+                gymnasium_check_env(env.unwrapped, skip_render_check=True)
+            finally:
+                env.close()
+        except Exception as exc:
+            report.findings.append(Finding(ERROR, "gymnasium", f"Gymnasium's check_env failed: "
+                                           f"{_describe_exception(exc)}", factory.env_id))
+    for warning in caught:
+        report.findings.append(Finding(WARNING, "gymnasium", f"Gymnasium's check_env warned: {warning.message}",
+                                       factory.env_id))
+
+
+__all__ = ["check_env", "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING"]

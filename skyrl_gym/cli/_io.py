@@ -1,0 +1,50 @@
+"""Helpers shared by the ``list``/``info``/``check``/``step`` commands: JSON arguments, rows, output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+
+class UsageError(Exception):
+    """Bad command-line input; the message says which argument and why (exit code 2)."""
+
+
+def parse_json_arg(text: str | None, flag: str, default: Any = None) -> Any:
+    """``--flag '{"a": 1}'`` or ``--flag @file.json``."""
+    if text is None:
+        return default
+    source = text
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.exists():
+            raise UsageError(f"{flag}: file not found: {path}")
+        source = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{flag} is not valid JSON ({exc.msg} at position {exc.pos}): {text[:80]!r}") from exc
+
+
+def load_row(path: str, index: int) -> Tuple[Any, Dict[str, Any]]:
+    """``(prompt, extras)`` of row ``index`` of a JSONL/JSON/Parquet rows file."""
+    from skyrl_gym.data import load_rows, row_extras
+
+    rows: List[Dict[str, Any]] = [dict(r) for r in load_rows(path)]
+    if not rows:
+        raise UsageError(f"{path} holds no rows")
+    if not -len(rows) <= index < len(rows):
+        raise UsageError(f"--index {index} is out of range: {path} has {len(rows)} rows")
+    row = rows[index]
+    return row.get("prompt"), row_extras(row)
+
+
+def to_json(value: Any, indent: int | None = None) -> str:
+    """JSON for display; values JSON cannot hold are shown with ``repr``."""
+    return json.dumps(value, ensure_ascii=False, indent=indent, default=repr)
+
+
+def error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)

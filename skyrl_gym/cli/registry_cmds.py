@@ -1,0 +1,173 @@
+"""``skyrl-gym list`` (every registered env) and ``skyrl-gym info ID`` (one env in detail)."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from skyrl_gym.cli._io import UsageError, error, load_row, to_json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    list_parser = subparsers.add_parser("list", help="list the registered envs: id, description, provider")
+    list_parser.add_argument("--provider", help="only envs of this provider (package name)")
+    list_parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    list_parser.set_defaults(func=run_list)
+
+    info_parser = subparsers.add_parser("info", help="show one env: spec, entry point, docs, README, tools")
+    info_parser.add_argument("env_id", metavar="ID")
+    info_parser.add_argument("--row", metavar="FILE", help="a rows file to build the env from (for tool schemas)")
+    info_parser.add_argument("--index", type=int, default=0, help="row of --row to use (default 0)")
+    info_parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info_parser.set_defaults(func=run_info)
+
+
+# ----- list ---------------------------------------------------------------------------------------
+
+
+def env_table(provider: Optional[str] = None) -> List[Dict[str, str]]:
+    import skyrl_gym
+
+    rows = []
+    for env_id, env_spec in sorted(skyrl_gym.registry.items()):
+        if provider and env_spec.provider != provider:
+            continue
+        rows.append({"id": env_id, "description": env_spec.get_description(), "provider": env_spec.provider})
+    return rows
+
+
+def run_list(args: argparse.Namespace) -> int:
+    import skyrl_gym
+
+    rows = env_table(args.provider)
+    plugin_errors = dict(skyrl_gym.registry.plugin_errors)
+    if args.json:
+        print(to_json({"envs": rows, "plugin_errors": plugin_errors}, indent=2))
+        return 0
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        width = max([len(r["id"]) for r in rows] + [2])
+        provider_width = max([len(r["provider"]) for r in rows] + [8])
+        print(f"{'ID':{width}}  {'PROVIDER':{provider_width}}  DESCRIPTION")
+        for r in rows:
+            print(f"{r['id']:{width}}  {r['provider']:{provider_width}}  {r['description']}")
+    else:
+        table = Table(title=f"skyrl-gym environments ({len(rows)})")
+        table.add_column("id", style="bold", no_wrap=True)
+        table.add_column("description")
+        table.add_column("provider", no_wrap=True)
+        for r in rows:
+            table.add_row(r["id"], r["description"], r["provider"])
+        Console(width=None if sys.stdout.isatty() else 160).print(table)
+    for name, message in sorted(plugin_errors.items()):
+        print(f"warning: plugin {name} failed to load: {message}", file=sys.stderr)
+    return 0
+
+
+# ----- info ---------------------------------------------------------------------------------------
+
+
+def _entry_point_name(entry_point: Any) -> str:
+    if isinstance(entry_point, str) or entry_point is None:
+        return str(entry_point)
+    return f"{getattr(entry_point, '__module__', '?')}:{getattr(entry_point, '__qualname__', repr(entry_point))}"
+
+
+def _readme_of(creator: Any) -> Optional[Path]:
+    """The README.md next to the module that defines the env (``envs/<id>/README.md``)."""
+    try:
+        source = inspect.getsourcefile(creator)
+    except TypeError:
+        return None
+    if source is None:
+        return None
+    folder = Path(source).resolve().parent
+    for name in ("README.md", "readme.md", "README.rst"):
+        if (folder / name).exists():
+            return folder / name
+    return None
+
+
+def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dict[str, Any]:
+    import skyrl_gym
+    from skyrl_gym.registration import parse_env_id
+
+    env_spec = skyrl_gym.spec(env_id)
+    info: Dict[str, Any] = {
+        "id": env_spec.id,
+        "gymnasium_id": f"skyrl_gym/{parse_env_id(env_spec.id)[0]}-v{env_spec.version or 0}",
+        "provider": env_spec.provider,
+        "entry_point": _entry_point_name(env_spec.entry_point),
+        "kwargs": env_spec.kwargs,
+        "description": env_spec.get_description(),
+    }
+    try:
+        creator = env_spec.load_entry_point()
+    except Exception as exc:
+        info["load_error"] = f"{type(exc).__name__}: {exc}"
+        return info
+    info["docstring"] = inspect.getdoc(creator) or ""
+    readme = _readme_of(creator)
+    info["readme"] = str(readme) if readme else None
+
+    extras: Dict[str, Any] = {}
+    if row_file:
+        _, extras = load_row(row_file, index)
+    try:
+        with skyrl_gym.make(env_spec.id, env_config={}, extras=extras) as env:
+            schemas = env.tool_schemas() if hasattr(env, "tool_schemas") else []
+            info["max_turns"] = getattr(env, "max_turns", None)
+        info["tool_schemas"] = schemas
+    except Exception as exc:
+        hint = "" if row_file else " (give a row with --row FILE to build it)"
+        info["tool_schemas"] = None
+        info["tool_schemas_error"] = f"building the env raised {type(exc).__name__}: {exc}{hint}"
+    return info
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from skyrl_gym.errors import UnregisteredEnv
+
+    try:
+        info = env_info(args.env_id, args.row, args.index)
+    except (UnregisteredEnv, UsageError, FileNotFoundError) as exc:
+        error(str(exc))
+        return 2
+    if args.json:
+        print(to_json(info, indent=2))
+        return 0
+    lines = [
+        f"id:           {info['id']}",
+        f"gymnasium id: {info['gymnasium_id']}",
+        f"provider:     {info['provider']}",
+        f"entry point:  {info['entry_point']}",
+        f"kwargs:       {to_json(info['kwargs'])}",
+        f"description:  {info['description']}",
+    ]
+    if "load_error" in info:
+        lines.append(f"cannot load the entry point: {info['load_error']}")
+        print("\n".join(lines))
+        return 1
+    lines.append(f"README:       {info['readme'] or '(none)'}")
+    if info.get("max_turns") is not None:
+        lines.append(f"max_turns:    {info['max_turns']}")
+    if info["tool_schemas"] is None:
+        lines.append(f"tools:        unknown - {info['tool_schemas_error']}")
+    elif not info["tool_schemas"]:
+        lines.append("tools:        none")
+    else:
+        lines.append("tools:")
+        for schema in info["tool_schemas"]:
+            function = schema.get("function", schema)
+            lines.append(f"  - {function.get('name')}: {function.get('description', '')}")
+            lines.append(f"    parameters: {to_json(function.get('parameters', {}))}")
+    if info["docstring"]:
+        lines.append("")
+        lines.append(info["docstring"])
+    print("\n".join(lines))
+    return 0

@@ -1,0 +1,318 @@
+"""``skyrl_gym.check_env``: each kind of contract breach caught on a small, deliberately broken env,
+and a clean report on the built-in envs."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sqlite3
+import time
+from typing import Any, Iterator
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym.checker import CheckReport, Finding, check_env
+from skyrl_gym.envs.base_text_env import BaseTextEnv
+from tests.skyrl_gym.builtin_rows import BUILTIN_ROWS, builtin_env_ids
+
+ROWS = [
+    {"prompt": [{"role": "user", "content": "Say 7."}], "reward_spec": {"ground_truth": "7"}},
+    {"prompt": [{"role": "user", "content": "Say 8."}], "reward_spec": {"ground_truth": "8"}},
+]
+
+
+class SayTheNumberEnv(BaseTextEnv):
+    """A correct env: 1.0 when the action contains the ground truth, one step."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.answer = self.extras["reward_spec"]["ground_truth"]
+
+    def step(self, action):
+        self.turns += 1
+        return {"observations": [], "reward": float(self.answer in action), "done": True, "metadata": {}}
+
+
+class WrongTypesEnv(SayTheNumberEnv):
+    def step(self, action):
+        return {"observations": "not a list", "reward": "1", "done": 1, "metadata": None}
+
+
+class BadMessagesEnv(SayTheNumberEnv):
+    def step(self, action):
+        return {"observations": [{"role": "user"}, "hi"], "reward": 0.0, "done": True, "metadata": {}}
+
+
+class NanRewardEnv(SayTheNumberEnv):
+    def step(self, action):
+        return {"observations": [], "reward": float("nan"), "done": True, "metadata": {}}
+
+
+class NeverDoneEnv(SayTheNumberEnv):
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.max_turns = 2
+
+    def step(self, action):
+        return {"observations": [{"role": "user", "content": "more"}], "reward": 0.0, "done": False, "metadata": {}}
+
+
+class CrashesOnEmptyEnv(SayTheNumberEnv):
+    def step(self, action):
+        if not action:
+            raise ValueError("cannot score an empty answer")
+        return super().step(action)
+
+
+_counter = itertools.count()
+
+
+class FlakyRewardEnv(SayTheNumberEnv):
+    def step(self, action):
+        return {"observations": [], "reward": float(next(_counter) % 2), "done": True, "metadata": {}}
+
+
+class CloseTwiceFailsEnv(SayTheNumberEnv):
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.handle = object()
+
+    def close(self):
+        if self.handle is None:
+            raise RuntimeError("already closed")
+        self.handle = None
+
+
+class BadInitEnv(SayTheNumberEnv):
+    def init(self, prompt=None):
+        return "the prompt"
+
+
+class HangsOnLongTextEnv(SayTheNumberEnv):
+    def step(self, action):
+        if len(action) > 1000:
+            time.sleep(3)
+        return super().step(action)
+
+
+class SQLiteAnswerEnv(SayTheNumberEnv):
+    """Keeps its answer in a real SQLite database; sqlite3 connections refuse use from another thread."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE TABLE answer (value TEXT)")
+        self.db.execute("INSERT INTO answer VALUES (?)", (self.answer,))
+
+    def step(self, action):
+        (value,) = self.db.execute("SELECT value FROM answer").fetchone()
+        return {"observations": [], "reward": float(value in action), "done": True, "metadata": {}}
+
+    def close(self):
+        self.db.close()  # sqlite3 allows closing twice
+
+
+class EchoEnv(SayTheNumberEnv):
+    """Echoes the action back as a user message: 10 MB of action become 10 MB of context."""
+
+    def step(self, action):
+        return {"observations": [{"role": "user", "content": f"You said: {action}"}], "reward": 0.0, "done": True,
+                "metadata": {}}
+
+
+class BadMetricsEnv(SayTheNumberEnv):
+    def get_metrics(self):
+        return ["accuracy", 1.0]
+
+
+class WrongAnswerKeyEnv(SayTheNumberEnv):
+    def step(self, action):
+        return {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
+
+
+@pytest.fixture
+def registered() -> Iterator[Any]:
+    ids = []
+
+    def register(env_class) -> str:
+        env_id = f"checker_test_{env_class.__name__}"
+        skyrl_gym.register(id=env_id, entry_point=env_class)
+        ids.append(env_id)
+        return env_id
+
+    yield register
+    for env_id in ids:
+        skyrl_gym.deregister(env_id)
+
+
+def _errors_of_kind(report: CheckReport, kind: str) -> list:
+    return [f for f in report.errors if f.kind == kind]
+
+
+def test_a_correct_env_passes(registered):
+    report = check_env(registered(SayTheNumberEnv), ROWS)
+    assert report.ok and report.findings == [], str(report)
+    assert report.rows_checked == 2
+    assert report.episodes == 2 * 4  # empty, huge, unicode, unclosed tags per row
+    assert str(report).startswith("check checker_test_SayTheNumberEnv: OK - 2 row(s), 8 episode(s)")
+
+
+def test_wrong_types_are_named(registered):
+    report = check_env(registered(WrongTypesEnv), ROWS[:1], check_determinism=False)
+    messages = " | ".join(f.message for f in _errors_of_kind(report, "types"))
+    assert "step() observations (turn 1) must be a list of chat messages, got str" in messages
+    assert "reward must be a float, got str '1'" in messages
+    assert "done must be a bool, got int 1" in messages
+    assert "metadata must be a dict, got NoneType" in messages
+    assert not report.ok
+
+
+def test_malformed_messages_are_named(registered):
+    report = check_env(registered(BadMessagesEnv), ROWS[:1], adversarial=False, actions={"seven": "7"})
+    messages = [f.message for f in _errors_of_kind(report, "types")]
+    assert any("[0] needs string 'role' and 'content'" in m for m in messages)
+    assert any("[1] must be a dict with 'role' and 'content', got str" in m for m in messages)
+
+
+def test_non_finite_reward(registered):
+    report = check_env(registered(NanRewardEnv), ROWS[:1], adversarial=False, actions={"seven": "7"})
+    [finding] = _errors_of_kind(report, "reward")
+    assert "reward is nan on turn 1; rewards must be finite" in finding.message
+    assert (finding.row_index, finding.action) == (0, "seven")
+
+
+def test_not_done_within_max_turns(registered):
+    report = check_env(registered(NeverDoneEnv), ROWS[:1], adversarial=False, actions={"seven": "7"},
+                       max_turns_slack=1)
+    [finding] = _errors_of_kind(report, "done")
+    assert "not done after 3 steps (max_turns=2 + 1 slack)" in finding.message
+
+
+def test_exceptions_are_reported_with_where_they_came_from(registered):
+    report = check_env(registered(CrashesOnEmptyEnv), ROWS)
+    crashes = _errors_of_kind(report, "step")
+    assert [(f.row_index, f.action) for f in crashes] == [(0, "empty string"), (1, "empty string")]
+    assert "raised ValueError: cannot score an empty answer" in crashes[0].message
+    assert "test_checker.py:" in crashes[0].message and "in step" in crashes[0].message
+    assert report.episodes == 8  # the other actions still ran
+
+
+def test_non_deterministic_reward(registered):
+    report = check_env(registered(FlakyRewardEnv), ROWS[:1], adversarial=False, actions={"seven": "7"})
+    [finding] = _errors_of_kind(report, "determinism")
+    assert "gave rewards" in finding.message and "must be deterministic" in finding.message
+
+
+def test_close_not_idempotent(registered):
+    report = check_env(registered(CloseTwiceFailsEnv), ROWS[:1], adversarial=False, actions={"seven": "7"})
+    [finding] = _errors_of_kind(report, "close")
+    assert "a second close() (close must be idempotent) raised RuntimeError: already closed" in finding.message
+
+
+def test_init_returning_the_wrong_shape(registered):
+    report = check_env(registered(BadInitEnv), ROWS)
+    init_errors = _errors_of_kind(report, "init")
+    # reported once per row, not once per action
+    assert [f.row_index for f in init_errors] == [0, 1]
+    assert "init() must return (observation, info), got 'the prompt'" in init_errors[0].message
+
+
+def test_rows_failing_validation_are_reported_and_the_rest_checked(registered):
+    rows = [ROWS[0], {"prompt": "a bare string"}, {"reward_spec": {"ground_truth": "1"}}, ROWS[1]]
+    report = check_env(registered(SayTheNumberEnv), rows)
+    row_errors = _errors_of_kind(report, "row")
+    assert [f.row_index for f in row_errors] == [1, 2]
+    assert "field 'prompt' is a string" in row_errors[0].message
+    assert "field 'prompt' is missing" in row_errors[1].message
+    assert report.rows_checked == 2
+
+
+def test_a_row_the_env_cannot_be_built_from(registered):
+    report = check_env(registered(SayTheNumberEnv), [{"prompt": [{"role": "user", "content": "no answer"}]}])
+    [finding] = report.errors
+    assert finding.kind == "make" and "KeyError: 'reward_spec'" in finding.message
+
+
+def test_a_hanging_step_is_reported_and_the_check_moves_on(registered):
+    started = time.monotonic()
+    report = check_env(registered(HangsOnLongTextEnv), ROWS[:1], step_timeout_s=0.5, huge_action_chars=5000)
+    assert time.monotonic() - started < 3  # did not wait for the hung call
+    [finding] = _errors_of_kind(report, "step")
+    assert finding.action == "huge string (5,000 chars)" and "did not return within 0.5 s" in finding.message
+
+
+def test_an_env_with_thread_bound_resources_is_driven_from_one_thread(registered):
+    report = check_env(registered(SQLiteAnswerEnv), ROWS, step_timeout_s=30)
+    assert report.ok and report.findings == [], str(report)
+
+
+def test_observations_that_echo_a_huge_action_are_a_warning(registered):
+    report = check_env(registered(EchoEnv), ROWS[:1], check_determinism=False)
+    assert report.ok
+    [warning] = report.warnings
+    assert warning.action == "huge string (10,000,000 chars)" and "holds 10,000,010 characters" in warning.message
+
+
+def test_metrics_must_be_a_dict(registered):
+    report = check_env(registered(BadMetricsEnv), ROWS[:1], adversarial=False, actions={"seven": "7"})
+    [finding] = _errors_of_kind(report, "metrics")
+    assert "get_metrics() must return a dict, got list" in finding.message
+
+
+def test_reference_answer_that_earns_nothing_is_a_warning(registered):
+    rows = [{**ROWS[0], "extra_info": {"reference_action": "7"}}]
+    assert check_env(registered(SayTheNumberEnv), rows, adversarial=False).findings == []
+    report = check_env(registered(WrongAnswerKeyEnv), rows, adversarial=False)
+    assert report.ok
+    [warning] = report.warnings
+    assert warning.action == "reference answer" and "earned [0.0]" in warning.message
+
+
+def test_accepts_a_class_an_instance_and_a_rows_file(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    by_class = check_env(SayTheNumberEnv, path)
+    by_instance = check_env(SayTheNumberEnv(extras=ROWS[0]), str(path))
+    assert by_class.ok and by_instance.ok and by_class.rows_checked == by_instance.rows_checked == 2
+    missing = check_env(SayTheNumberEnv, tmp_path / "missing.jsonl")
+    assert not missing.ok and "cannot read rows" in missing.errors[0].message
+
+
+def test_finding_reads_as_one_line():
+    finding = Finding("error", "reward", "reward is nan", "my_env", 3, "empty string")
+    assert str(finding) == "ERROR   reward [row 3, action 'empty string']: reward is nan"
+
+
+def test_the_package_level_check_env_is_this_checker(registered):
+    report = skyrl_gym.check_env(registered(NanRewardEnv), ROWS[:1], adversarial=False, actions={"a": "7"})
+    assert isinstance(report, CheckReport) and not report.ok
+
+
+@pytest.mark.parametrize("env_id", builtin_env_ids())
+def test_builtin_envs_pass(env_id):
+    if env_id not in BUILTIN_ROWS:
+        pytest.skip(f"no sample rows for {env_id!r} in tests/skyrl_gym/builtin_rows.py")
+    report = check_env(env_id, BUILTIN_ROWS[env_id])
+    assert report.ok and not report.warnings, str(report)
+    assert report.episodes == len(BUILTIN_ROWS[env_id]) * 5  # reference answer + 4 adversarial actions
+
+
+class UnseededRandomPromptEnv(SayTheNumberEnv):
+    """Picks its prompt with the global random module: Gymnasium's seeded-reset check must catch it."""
+
+    def init(self, prompt=None):
+        import random
+
+        return [{"role": "user", "content": f"Say {self.answer} (nonce {random.random()})"}], {}
+
+
+def test_gymnasiums_own_checker_runs_through_the_bridge(registered):
+    pytest.importorskip("gymnasium")
+    report = check_env("gsm8k", BUILTIN_ROWS["gsm8k"], gymnasium=True, huge_action_chars=0)
+    assert report.ok and report.findings == [], str(report)
+
+    report = check_env(registered(UnseededRandomPromptEnv), ROWS, gymnasium=True, adversarial=False,
+                       actions={"seven": "7"}, check_determinism=False)
+    [finding] = report.errors
+    assert finding.kind == "gymnasium" and "reset(seed=123)` is non-deterministic" in finding.message

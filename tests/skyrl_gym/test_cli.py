@@ -1,0 +1,230 @@
+"""The ``skyrl-gym`` commands list, info, check and step, called as ``skyrl_gym.cli.main([...])``."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Iterator, List
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym.cli import main
+from skyrl_gym.envs.base_text_env import BaseTextEnv
+from skyrl_gym.tools.core import ToolGroup, tool
+from tests.skyrl_gym.builtin_rows import BUILTIN_ROWS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class CalculatorTools(ToolGroup):
+    def __init__(self):
+        super().__init__(name="calculator")
+
+    @tool
+    def add(self, a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: the first addend
+            b: the second addend
+        """
+        return a + b
+
+
+class CalculatorEnv(BaseTextEnv):
+    """Answer with a sum; the calculator tool may help."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.init_tool_groups([CalculatorTools()])
+        self.max_turns = 2
+
+    def step(self, action):
+        self.turns += 1
+        if action == "boom":
+            raise RuntimeError("the calculator caught fire")
+        return {"observations": [], "reward": 1.0 if "3" in action else 0.0, "done": True, "metadata": {"seen": len(action)}}
+
+
+class InfiniteRewardEnv(BaseTextEnv):
+    def step(self, action):
+        return {"observations": [], "reward": float("inf"), "done": True, "metadata": {}}
+
+
+@pytest.fixture
+def envs() -> Iterator[None]:
+    skyrl_gym.register(id="cli_calculator", entry_point=CalculatorEnv, description="a test env with one tool")
+    skyrl_gym.register(id="cli_infinite", entry_point=InfiniteRewardEnv)
+    yield
+    skyrl_gym.deregister("cli_calculator")
+    skyrl_gym.deregister("cli_infinite")
+
+
+def write_rows(path: Path, rows: List[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def run_cli(capsys, argv: List[str], stdin: str = "", monkeypatch=None):
+    if monkeypatch is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ----- list / info --------------------------------------------------------------------------------
+
+
+def test_list_shows_ids_descriptions_and_providers(capsys, envs):
+    code, out, _ = run_cli(capsys, ["list"])
+    assert code == 0
+    for env_id in ("gsm8k", "multiply", "cli_calculator"):
+        assert env_id in out
+    assert "a test env with one tool" in out and "skyrl-gym" in out
+
+    code, out, _ = run_cli(capsys, ["list", "--json"])
+    envs_listed = {e["id"]: e for e in json.loads(out)["envs"]}
+    assert envs_listed["gsm8k"]["description"].startswith("Grade-school math")
+    assert envs_listed["cli_calculator"] == {"id": "cli_calculator", "description": "a test env with one tool",
+                                             "provider": "skyrl-gym"}
+
+
+def test_info_shows_spec_entry_point_docstring_and_tools(capsys, envs):
+    code, out, _ = run_cli(capsys, ["info", "cli_calculator"])
+    assert code == 0
+    assert "gymnasium id: skyrl_gym/cli_calculator-v0" in out
+    assert f"entry point:  {__name__}:CalculatorEnv" in out
+    assert "- add: Add two integers." in out and '"a": {"type": "integer"' in out
+    assert "Answer with a sum; the calculator tool may help." in out
+
+    code, out, _ = run_cli(capsys, ["info", "cli_calculator", "--json"])
+    info = json.loads(out)
+    assert info["max_turns"] == 2 and info["tool_schemas"][0]["function"]["name"] == "add"
+
+
+def test_info_builds_the_env_from_a_row_when_it_needs_one(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, ["info", "gsm8k"])
+    assert code == 0 and "tools:        unknown - building the env raised DataError" in out and "--row FILE" in out
+    rows = write_rows(tmp_path / "rows.jsonl", BUILTIN_ROWS["gsm8k"])
+    code, out, _ = run_cli(capsys, ["info", "gsm8k", "--row", str(rows)])
+    assert "tools:        none" in out and "max_turns:    1" in out
+
+
+def test_info_finds_the_env_readme(capsys, tmp_path, monkeypatch):
+    package = tmp_path / "readme_env_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "env.py").write_text(textwrap.dedent('''
+        from skyrl_gym import BaseTextEnv
+
+        class ReadmeEnv(BaseTextEnv):
+            """An env with a README beside it."""
+            def step(self, action):
+                return {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
+    '''))
+    (package / "README.md").write_text("# readme env\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    skyrl_gym.register(id="cli_readme_env", entry_point="readme_env_pkg.env:ReadmeEnv")
+    try:
+        code, out, _ = run_cli(capsys, ["info", "cli_readme_env"])
+    finally:
+        skyrl_gym.deregister("cli_readme_env")
+    assert code == 0 and f"README:       {package / 'README.md'}" in out
+
+
+def test_info_of_an_unknown_id_suggests_close_ones(capsys):
+    code, _, err = run_cli(capsys, ["info", "gsm8"])
+    assert code == 2 and "no env registered with id 'gsm8'" in err and "'gsm8k'" in err
+
+
+# ----- check --------------------------------------------------------------------------------------
+
+
+def test_check_passes_a_good_env_and_exits_1_on_breaches(capsys, tmp_path, envs):
+    rows = write_rows(tmp_path / "gsm8k.jsonl", BUILTIN_ROWS["gsm8k"])
+    code, out, _ = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows)])
+    assert code == 0 and out.startswith("check gsm8k: OK - 2 row(s), 10 episode(s), 0 error(s)")
+
+    plain = write_rows(tmp_path / "plain.jsonl", [{"prompt": [{"role": "user", "content": "hi"}]}])
+    code, out, _ = run_cli(capsys, ["check", "cli_infinite", "--rows", str(plain), "--no-determinism"])
+    assert code == 1
+    assert "check cli_infinite: FAILED" in out
+    assert "ERROR   reward [row 0, action 'empty string']: reward is inf on turn 1; rewards must be finite" in out
+
+
+def test_check_reports_bad_rows_and_bad_arguments(capsys, tmp_path):
+    rows = write_rows(tmp_path / "bad.jsonl", [{"prompt": "just a string", "reward_spec": {"ground_truth": "1"}}])
+    code, out, _ = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows)])
+    assert code == 1 and "row [row 0]: row 0: field 'prompt' is a string" in out
+
+    code, _, err = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows), "--env-config", "{not json"])
+    assert code == 2 and "--env-config is not valid JSON" in err
+
+
+# ----- step ---------------------------------------------------------------------------------------
+
+
+def test_step_plays_a_row_from_piped_actions(capsys, tmp_path, monkeypatch):
+    rows = write_rows(tmp_path / "rows.jsonl", BUILTIN_ROWS["gsm8k_multi_turn"])  # max_turns 3
+    code, out, _ = run_cli(capsys, ["step", "gsm8k_multi_turn", "--row", str(rows), "--index", "0"],
+                           stdin="I do not know\n#### 70\n#### 72\n#### 72\n", monkeypatch=monkeypatch)
+    assert code == 0
+    assert "[user] Natalia sold clips to 48 of her friends" in out
+    assert "reward: 0.0   done: False" in out
+    assert "[user] Please provide your step-by-step reasoning" in out
+    assert "reward: 1.0   done: True" in out
+    assert out.rstrip().endswith("episode done after 3 turn(s), total reward 1.06667")
+
+
+def test_step_reads_multiline_blocks_and_prints_json(capsys, monkeypatch):
+    stdin = "48 / 2 = 24\n48 + 24 = 72\n#### 72\n.\nnever read\n"
+    code, out, _ = run_cli(
+        capsys,
+        ["step", "gsm8k", "--prompt", "How many clips?", "--extras", '{"reward_spec": {"ground_truth": "72"}}',
+         "--multiline", "--json"],
+        stdin=stdin, monkeypatch=monkeypatch)
+    assert code == 0
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["event"] for e in events] == ["init", "step", "end"]
+    assert events[0]["observations"] == [{"role": "user", "content": "How many clips?"}]
+    step = events[1]
+    assert step["action_chars"] == len("48 / 2 = 24\n48 + 24 = 72\n#### 72")
+    assert (step["reward"], step["done"], step["metadata"]["parsed_answer"]) == (1.0, True, "72")
+
+
+def test_step_stops_cleanly_when_input_ends_and_reports_env_errors(capsys, monkeypatch, envs):
+    code, out, _ = run_cli(capsys, ["step", "cli_calculator", "--prompt", "1+2?"], stdin="", monkeypatch=monkeypatch)
+    assert code == 0 and "episode not done (input ended) after 0 turn(s)" in out
+
+    code, out, err = run_cli(capsys, ["step", "cli_calculator", "--prompt", "1+2?"], stdin="boom\n",
+                             monkeypatch=monkeypatch)
+    assert code == 1 and "step() on turn 1 raised RuntimeError: the calculator caught fire" in err
+
+
+def test_step_rejects_bad_arguments(capsys, tmp_path, monkeypatch):
+    code, _, err = run_cli(capsys, ["step", "gsm8k", "--extras", "[1, 2]"], monkeypatch=monkeypatch)
+    assert code == 2 and "--extras must be a JSON object" in err
+    rows = write_rows(tmp_path / "rows.jsonl", BUILTIN_ROWS["gsm8k"])
+    code, _, err = run_cli(capsys, ["step", "gsm8k", "--row", str(rows), "--index", "5"], monkeypatch=monkeypatch)
+    assert code == 2 and "--index 5 is out of range" in err and "2 rows" in err
+    code, _, err = run_cli(capsys, ["step", "gsm8k", "--prompt", "hi"], monkeypatch=monkeypatch)
+    assert code == 1 and "building env 'gsm8k' raised DataError" in err
+
+
+def test_python_dash_m_cli_drives_an_env_through_a_pipe(tmp_path):
+    rows = write_rows(tmp_path / "rows.jsonl", BUILTIN_ROWS["multiply"])
+    answer = BUILTIN_ROWS["multiply"][1]["reward_spec"]["ground_truth"]
+    result = subprocess.run(
+        [sys.executable, "-m", "skyrl_gym.cli", "step", "multiply", "--row", str(rows), "--index", "1"],
+        input=f"maybe \\boxed{{1}}\nso \\boxed{{{answer}}}\n", capture_output=True, text=True, cwd=REPO_ROOT,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[user] Your answer '1' is incorrect. Please try again." in result.stdout
+    assert "reward: 1.0   done: True" in result.stdout
