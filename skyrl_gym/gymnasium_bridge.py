@@ -12,8 +12,8 @@ points, so use its ``module:id`` syntax when nothing imported this module yet::
 An episode is one dataset row: ``reset(options={"prompt": ..., "extras": {...}})`` or
 ``reset(options={"row": {...}})`` or ``reset(options={"index": i})`` choose it; with no such option a
 row is sampled from the ``rows`` given at ``make``. Ids registered with skyrl_gym after this module
-was imported are reachable at once through ``skyrl_gym/lazy-v0`` (``env_id=...``) and get their own
-Gymnasium id on the next :func:`sync_registry` (run by every bridged ``make``) or through :func:`make`.
+was imported get their Gymnasium id at once (the bridge listens to registry changes); ids that cannot
+be Gymnasium ids are reachable through ``skyrl_gym/lazy-v0`` with ``env_id=...``.
 
 ``import skyrl_gym`` never imports this module: gymnasium and numpy are optional (extra ``gymnasium``).
 """
@@ -39,7 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 import skyrl_gym
 from skyrl_gym import data
 from skyrl_gym.data import row_extras
-from skyrl_gym.registration import parse_env_id
+from skyrl_gym.registration import add_change_listener, parse_env_id
 
 NAMESPACE = "skyrl_gym"
 LAZY_ID = f"{NAMESPACE}/lazy-v0"
@@ -395,6 +395,8 @@ def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
 
 
 sync_registry()
+# Ids registered or removed later get (or lose) their Gymnasium id at once.
+add_change_listener(sync_registry)
 
 __all__ = [
     "SkyRLGymnasiumEnv",

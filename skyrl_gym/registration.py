@@ -174,6 +174,21 @@ class EnvRegistry(dict):
 
 registry = EnvRegistry()
 
+# Called with no arguments after every register()/deregister(), so that mirrors of the registry
+# (the Gymnasium bridge) follow it. Listeners must be cheap and must not raise.
+_change_listeners: List[Callable[[], None]] = []
+
+
+def add_change_listener(listener: Callable[[], None]) -> None:
+    """Call ``listener()`` after every change of the registry."""
+    if listener not in _change_listeners:
+        _change_listeners.append(listener)
+
+
+def _notify_change() -> None:
+    for listener in list(_change_listeners):
+        listener()
+
 
 def _load_entry_point_plugins(target: EnvRegistry) -> None:
     from importlib.metadata import entry_points
@@ -216,6 +231,7 @@ def register(
         id=id, entry_point=entry_point, kwargs=dict(kwargs or {}), description=description, provider=provider
     )
     dict.__setitem__(registry, id, new_spec)
+    _notify_change()
     return new_spec
 
 
@@ -223,6 +239,7 @@ def deregister(id: str) -> None:
     if not dict.__contains__(registry, id):
         raise UnregisteredEnv(f"cannot deregister env {id!r}: it is not registered")
     dict.__delitem__(registry, id)
+    _notify_change()
 
 
 def _resolve_id(env_id: str) -> str:

@@ -54,12 +54,19 @@ def guess_the_word() -> Iterator[str]:
     from skyrl_gym.envs import register  # where SkyRL's examples import it from
 
     register(id="guess_the_word", entry_point=f"{__name__}:GuessTheWordEnv")
-    bridge.sync_registry()  # ids registered after the bridge's import get their Gymnasium id here
     try:
         yield "guess_the_word"
     finally:
         skyrl_gym.deregister("guess_the_word")
-        bridge.sync_registry()
+
+
+def test_ids_registered_later_follow_into_gymnasium(guess_the_word):
+    """The bridge listens to the registry: no sync call is needed after register or deregister."""
+    assert "skyrl_gym/guess_the_word-v0" in gymnasium.envs.registration.registry
+    skyrl_gym.register(id="guess_the_word_later", entry_point=f"{__name__}:GuessTheWordEnv")
+    assert "skyrl_gym/guess_the_word_later-v0" in gymnasium.envs.registration.registry
+    skyrl_gym.deregister("guess_the_word_later")
+    assert "skyrl_gym/guess_the_word_later-v0" not in gymnasium.envs.registration.registry
 
 
 def test_import_skyrl_gym_does_not_import_gymnasium():
@@ -207,10 +214,9 @@ def test_observations_normalise_messages_without_losing_the_conversation():
 def test_ids_registered_later_are_reachable(guess_the_word):
     skyrl_gym.register(id="guess_later-v3", entry_point=GuessTheWordEnv)
     try:
-        assert "skyrl_gym/guess_later-v3" not in gymnasium.registry
+        assert "skyrl_gym/guess_later-v3" in gymnasium.registry  # the bridge follows the registry
         env = gymnasium.make(bridge.LAZY_ID, env_id="guess_later-v3", rows=WORD_ROWS)  # resolves at make
         env.reset(seed=3)
-        assert "skyrl_gym/guess_later-v3" in gymnasium.registry  # a bridged make re-syncs the ids
         assert bridge.make("guess_later", rows=WORD_ROWS).reset(seed=0)[0][0]["role"] == "user"
     finally:
         skyrl_gym.deregister("guess_later-v3")
