@@ -175,6 +175,44 @@ def _run_coroutine(coroutine: Any) -> Any:
     return result["value"]
 
 
+def rollout_episodes(
+    rows: Sequence[Mapping[str, Any]],
+    engine: Any,
+    tokenizer: Any,
+    max_turns: int,
+    sampling_params: Mapping[str, Any],
+    env_configs: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, List[Any]]:
+    """One episode per row with ``engine``, in the shape TRL wants back from a ``rollout_func``.
+
+    ``prompt_ids``, ``completion_ids`` (every turn and the observations between them), ``logprobs`` (0 on
+    observation tokens), ``env_mask`` (1 model token, 0 env token), and the columns ``env_reward`` (the
+    episode's total reward) and ``env_turns`` that reach the reward functions.
+    """
+    from adapters.rollout import RolloutConfig, RolloutGenerator
+
+    generator = RolloutGenerator(
+        engine,
+        tokenizer,
+        RolloutConfig(max_turns=max_turns, sampling_params=dict(sampling_params), env_configs=dict(env_configs or {})),
+    )
+    try:
+        trajectories = _run_coroutine(generator.run_rows([dict(row) for row in rows]))
+    finally:
+        generator.close()
+    for trajectory in trajectories:
+        if trajectory.error:
+            logger.warning("episode of env %r ended with an error: %s", trajectory.env_class, trajectory.error)
+    return {
+        "prompt_ids": [list(t.prompt_ids) for t in trajectories],
+        "completion_ids": [t.response_ids() for t in trajectories],
+        "logprobs": [t.response_logprobs() or [0.0] * len(t.response_ids()) for t in trajectories],
+        "env_mask": [t.response_loss_mask() for t in trajectories],
+        EPISODE_REWARD_COLUMN: [t.total_reward for t in trajectories],
+        EPISODE_TURNS_COLUMN: [len(t.turns) for t in trajectories],
+    }
+
+
 def env_rollout_func(
     rows: Iterable[Mapping[str, Any]],
     max_turns: int = 3,
@@ -210,7 +248,6 @@ def env_rollout_func(
 
     def rollout_func(prompts: List[Any], trainer: Any) -> Dict[str, List[Any]]:
         from adapters.engines.hf import HFEngine
-        from adapters.rollout import RolloutConfig, RolloutGenerator
 
         batch_rows = []
         for i, prompt in enumerate(prompts):
@@ -219,9 +256,8 @@ def env_rollout_func(
                 raise DataError(f"env_rollout_func: prompt {i} is not among the rows the rollout function was built with")
             batch_rows.append(row)
         args = trainer.args
-        per_turn = max_tokens_per_turn or max(1, int(args.max_completion_length) // max_turns)
-        sampling = {
-            "max_generate_length": per_turn,
+        sampling: Dict[str, Any] = {
+            "max_generate_length": max_tokens_per_turn or max(1, int(args.max_completion_length) // max_turns),
             "temperature": float(temperature if temperature is not None else args.temperature),
             "logprobs": True,
         }
@@ -231,29 +267,12 @@ def env_rollout_func(
             sampling["top_k"] = int(args.top_k)
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
-        engine = HFEngine(model, trainer.processing_class)
-        generator = RolloutGenerator(
-            engine,
-            trainer.processing_class,
-            RolloutConfig(max_turns=max_turns, sampling_params=sampling, env_configs=dict(env_configs or {})),
-        )
+        engine = HFEngine(model, trainer.processing_class)  # the policy itself: no weight sync needed
         try:
-            trajectories = _run_coroutine(generator.run_rows(batch_rows))
+            return rollout_episodes(batch_rows, engine, trainer.processing_class, max_turns, sampling, env_configs)
         finally:
             engine.close()
-            generator.close()
             model.train(was_training)
-        for trajectory in trajectories:
-            if trajectory.error:
-                logger.warning("episode of env %r ended with an error: %s", trajectory.env_class, trajectory.error)
-        return {
-            "prompt_ids": [list(t.prompt_ids) for t in trajectories],
-            "completion_ids": [t.response_ids() for t in trajectories],
-            "logprobs": [t.response_logprobs() or [0.0] * len(t.response_ids()) for t in trajectories],
-            "env_mask": [t.response_loss_mask() for t in trajectories],
-            EPISODE_REWARD_COLUMN: [t.total_reward for t in trajectories],
-            EPISODE_TURNS_COLUMN: [len(t.turns) for t in trajectories],
-        }
 
     return rollout_func
 
@@ -266,5 +285,6 @@ __all__ = [
     "env_rollout_func",
     "episode_reward",
     "prompt_key",
+    "rollout_episodes",
     "rows_to_dataset",
 ]

@@ -69,6 +69,8 @@ def row_to_verl(row: Mapping[str, Any], index: Optional[int] = None, agent_name:
     """One dataset row as a veRL row. ``index`` (the row's position) fills ``extra_info.index`` when absent."""
     row = validate_row(_to_plain(dict(row)), index, require_env_class=True)
     reward_spec = dict(row.get("reward_spec") or {})
+    # Rows in SkyRL's AIME layout carry veRL's own reward_model column instead of reward_spec.
+    verl_reward = reward_spec or dict(row.get("reward_model") or {})
     extra_info = dict(row.get("extra_info") or {})
     added: List[str] = []
     if "index" not in extra_info:
@@ -92,7 +94,10 @@ def row_to_verl(row: Mapping[str, Any], index: Optional[int] = None, agent_name:
         "data_source": row.get("data_source", row["env_class"]),
         "prompt": [dict(message) for message in row["prompt"]],
         "ability": row.get("ability", row["env_class"]),
-        "reward_model": {"style": reward_spec.get("method", "rule"), "ground_truth": reward_spec.get("ground_truth")},
+        "reward_model": {
+            "style": verl_reward.get("method", verl_reward.get("style", "rule")),
+            "ground_truth": verl_reward.get("ground_truth"),
+        },
         "extra_info": extra_info,
         "agent_name": agent_name,
         "env_class": row["env_class"],
