@@ -253,9 +253,15 @@ class HFEngine:
 
         cache = DynamicCache()
         with torch.inference_mode():
-            out = self.model(
+            prefill = dict(
                 input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
             )
+            try:
+                # Only the last position's logits are needed; computing the full vocabulary for every prompt
+                # token dominates the prefill of small models.
+                out = self.model(**prefill, logits_to_keep=1)
+            except TypeError:  # models without logits_to_keep
+                out = self.model(**prefill)
             next_logits = out.logits[:, -1, :].float()
             last_pos = positions[:, -1:]
             for step in range(sampling.max_tokens):

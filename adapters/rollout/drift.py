@@ -27,6 +27,9 @@ class DriftReport:
     """
 
     ok: bool
+    # "none"; "tokenization": the template reproduces the text but re-tokenizing it gives other ids than the
+    # model generated; "template": the re-templated text itself differs (the template rewrote something).
+    kind: str = "none"
     position: Optional[int] = None
     turn: Optional[int] = None
     recorded: str = ""
@@ -41,7 +44,7 @@ class DriftReport:
             return "no drift"
         where = f"turn {self.turn}" if self.turn is not None else "outside model output"
         return (
-            f"drift at token {self.position} ({where}): recorded {self.recorded!r} vs re-templated "
+            f"{self.kind} drift at token {self.position} ({where}): recorded {self.recorded!r} vs re-templated "
             f"{self.retemplated!r}: {self.reason}"
         )
 
@@ -66,14 +69,29 @@ def check_drift(trajectory: Trajectory, chat: ChatTokenizer) -> DriftReport:
         position = limit
     prompt_length = len(trajectory.prompt_ids)
     turn = _turn_at(trajectory, position - prompt_length)
+    recorded_text = chat.decode(recorded, skip_special_tokens=False)
+    retemplated_text = chat.template_text(messages, add_generation_prompt=False)
+    kind = "tokenization" if retemplated_text.startswith(recorded_text) else "template"
     report = DriftReport(
         ok=False,
+        kind=kind,
         position=position,
         turn=turn,
         recorded=chat.decode(recorded[position : position + _CONTEXT_TOKENS], skip_special_tokens=False),
         retemplated=chat.decode(retemplated[position : position + _CONTEXT_TOKENS], skip_special_tokens=False),
     )
-    report.reason = _explain(trajectory, chat, recorded, retemplated, position, turn)
+    if kind == "tokenization":
+        report.reason = (
+            "same text, different tokens: the model's token sequence is not the tokenizer's canonical "
+            "tokenization of its own text, so re-tokenizing the conversation changes it"
+        )
+    else:
+        char = next((i for i, (a, b) in enumerate(zip(recorded_text, retemplated_text)) if a != b),
+                    min(len(recorded_text), len(retemplated_text)))
+        report.reason = _explain(trajectory, chat, recorded, retemplated, position, turn) + (
+            f" (text differs at character {char}: recorded {recorded_text[char:char + 40]!r} vs re-templated "
+            f"{retemplated_text[char:char + 40]!r})"
+        )
     return report
 
 
@@ -112,17 +130,11 @@ def _explain(
     # Inside an assistant turn: did the template drop or rewrite this turn, or is it a re-tokenization?
     this_turn = trajectory.turns[turn]
     generated_text = chat.decode(trajectory.ids[this_turn.start : this_turn.output_end], skip_special_tokens=False)
-    retemplated_text = chat.decode(retemplated[position:], skip_special_tokens=False)
-    offset_in_turn = position - prompt_length - this_turn.start
-    generated_rest = chat.decode(
-        trajectory.ids[this_turn.start + offset_in_turn : this_turn.output_end], skip_special_tokens=False
-    )
-    if retemplated_text.startswith(generated_rest.rstrip(chat.decode([chat.turn_end_token_id], False))):
-        return (
-            f"turn {turn}: same text, different tokens: the model's token sequence is not the tokenizer's canonical "
-            "tokenization of its own text, so re-tokenizing changes it"
-        )
-    if "<think>" in generated_text and "<think>" not in retemplated_text[: len(generated_text) + 64]:
+    # The re-templated rendering of this turn: up to its end-of-turn token.
+    rest = retemplated[position:]
+    turn_end = rest.index(chat.turn_end_token_id) if chat.turn_end_token_id in rest else len(rest)
+    retemplated_text = chat.decode(rest[:turn_end], skip_special_tokens=False)
+    if "<think>" in generated_text and "<think>" not in retemplated_text:
         return (
             f"turn {turn}: the template removes the <think> block of an earlier assistant turn when later messages "
             "follow; re-templated text is not what the model saw or produced"

@@ -98,6 +98,7 @@ async def run_trajectory(
         )
         conversation, _info = await env_runner.call("init", env.init, copy.deepcopy(prompt))
         conversation = list(conversation)
+        trajectory.conversation = conversation  # the same list: grows with every turn
         trajectory.prompt_ids = chat.prompt_ids(conversation)
         trajectory.prompt_message_count = len(conversation)
         done = False
@@ -208,6 +209,7 @@ async def run_trajectory(
         logger.warning("trajectory %s of %s ended by an env error: %s", session, env_class, exc)
         if not trajectory.prompt_ids:
             trajectory.prompt_ids = chat.prompt_ids(prompt)
+            trajectory.conversation = list(prompt)
     finally:
         if env is not None:
             try:

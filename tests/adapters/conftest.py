@@ -1,0 +1,48 @@
+"""Fixtures for the adapters tests: the embedded SmolLM2 tokenizer, a tiny random model, drift checking."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+import pytest
+
+from tests.adapters.support import register_test_envs
+
+register_test_envs()
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Any:
+    """The real SmolLM2-135M-Instruct tokenizer and chat template (from the embedded GGUF, cached)."""
+    from adapters.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tokenizer: Any) -> Path:
+    """A tiny random Qwen2 (hidden 64, 2 heads of 32) with the SmolLM2 tokenizer."""
+    from adapters.models import build_tiny_model
+
+    return build_tiny_model()
+
+
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_model_dir: Path) -> Any:
+    from adapters.engines.hf import HFEngine
+
+    engine = HFEngine(str(tiny_model_dir), device="cpu")
+    yield engine
+    engine.close()
+
+
+def assert_no_template_drift(trajectories: Iterable[Any], chat: Any) -> None:
+    """Every trajectory in these tests goes through the drift check. With the project's templates the
+    re-templated text must reproduce the recording; a random model may still produce non-canonical token
+    sequences ("tokenization" drift), which the check reports but which is not a template fault."""
+    from adapters.rollout import check_drift
+
+    for trajectory in trajectories:
+        report = trajectory.drift if trajectory.drift is not None else check_drift(trajectory, chat)
+        assert report.kind != "template", f"{trajectory.trajectory_id}: {report}"

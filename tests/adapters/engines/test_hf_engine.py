@@ -1,0 +1,139 @@
+"""HFEngine on a tiny random Qwen2 with the real SmolLM2 tokenizer: batching, stops, logprobs, weights."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from adapters.engines import EngineClient, EngineError
+from adapters.engines.hf import HFEngine
+
+pytestmark = pytest.mark.asyncio
+
+GREEDY = {"max_generate_length": 8, "temperature": 0.0}
+# The tiny random model's greedy output is mostly one repeated token; seeded sampling gives varied,
+# reproducible sequences (each row has its own generator, so batching does not change them).
+SEEDED = {"max_generate_length": 8, "temperature": 1.0, "seed": 7}
+
+
+def prompt(tokenizer: Any, text: str) -> list:
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         tokenize=True, return_dict=False)
+
+
+async def test_batched_generation_matches_one_by_one(tokenizer: Any, tiny_engine: HFEngine) -> None:
+    prompts = [prompt(tokenizer, "short"), prompt(tokenizer, "a much longer prompt with more tokens in it")]
+    together = await tiny_engine.generate(prompts, SEEDED)
+    alone = [await tiny_engine.generate([p], SEEDED) for p in prompts]
+    assert len(set(together["response_ids"][0])) > 1
+    assert together["response_ids"] == [a["response_ids"][0] for a in alone]  # left padding does not leak
+    assert together["stop_reasons"] == ["length", "length"]
+    assert all(len(ids) == 8 for ids in together["response_ids"])
+    assert together["responses"][0] == tokenizer.decode(together["response_ids"][0], skip_special_tokens=True)
+
+
+async def test_concurrent_requests_share_batches(tokenizer: Any, tiny_engine: HFEngine) -> None:
+    before = dict(tiny_engine.stats)
+    p = prompt(tokenizer, "hi")
+    outputs = await asyncio.gather(*(tiny_engine.generate([p], GREEDY) for _ in range(8)))
+    assert len({tuple(o["response_ids"][0]) for o in outputs}) == 1
+    assert tiny_engine.stats["sequences"] - before["sequences"] == 8
+    assert tiny_engine.stats["batches"] - before["batches"] < 8
+
+
+async def test_logprobs_are_those_of_the_sampled_tokens(tokenizer: Any, tiny_engine: HFEngine) -> None:
+    import torch
+
+    p = prompt(tokenizer, "logprobs please")
+    out = await tiny_engine.generate([p], {"max_generate_length": 6, "temperature": 0.7, "logprobs": True, "seed": 3})
+    ids, logprobs = out["response_ids"][0], out["response_logprobs"][0]
+    assert len(ids) == len(logprobs) == 6
+    with torch.no_grad():
+        logits = tiny_engine.model(torch.tensor([p + ids])).logits[0, len(p) - 1 : -1].float() / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+    assert torch.allclose(expected, torch.tensor(logprobs), atol=1e-3)
+
+
+async def test_seeded_sampling_is_reproducible(tokenizer: Any, tiny_engine: HFEngine) -> None:
+    p = prompt(tokenizer, "sample")
+    params = {"max_generate_length": 8, "temperature": 1.0, "seed": 11}
+    first, second = await tiny_engine.generate([p], params), await tiny_engine.generate([p], params)
+    other = await tiny_engine.generate([p], {**params, "seed": 12})
+    assert first["response_ids"] == second["response_ids"]
+    assert other["response_ids"] != first["response_ids"]
+
+
+async def test_stop_strings_and_stop_tokens(tokenizer: Any, tiny_engine: HFEngine) -> None:
+    p = prompt(tokenizer, "stop test")
+    seeded = {"max_generate_length": 8, "temperature": 1.0, "seed": 5}  # varied tokens, reproducible
+    free = (await tiny_engine.generate([p], seeded))["response_ids"][0]
+    # Stop on the text of a later token that did not occur before: generation ends right there, reason "stop".
+    k, stop_text = next(
+        (k, tokenizer.decode(free[k : k + 1]).strip())
+        for k in range(1, len(free))
+        if tokenizer.decode(free[k : k + 1]).strip()
+        and tokenizer.decode(free[k : k + 1]).strip() not in tokenizer.decode(free[:k])
+    )
+    stopped = await tiny_engine.generate([p], {**seeded, "stop": [stop_text]})
+    ids = stopped["response_ids"][0]
+    assert stopped["stop_reasons"] == ["stop"] and ids == free[: len(ids)] and len(ids) <= k + 1
+    assert stop_text in tokenizer.decode(ids)
+    by_token = await tiny_engine.generate([p], {**seeded, "stop_token_ids": [free[1]]})
+    assert by_token["response_ids"][0] == free[: free.index(free[1]) + 1] and by_token["stop_reasons"] == ["stop"]
+
+
+async def test_bad_requests_name_the_problem(tiny_engine: HFEngine) -> None:
+    with pytest.raises(ValueError, match=r"prompt_token_ids\[1\]"):
+        await tiny_engine.generate([[1, 2], []], GREEDY)
+    with pytest.raises(ValueError, match="max_new_tokenz"):
+        await tiny_engine.generate([[1, 2]], {"max_new_tokenz": 3})
+    with pytest.raises(ValueError, match="temperature"):
+        await tiny_engine.generate([[1, 2]], {"temperature": -1})
+
+
+async def test_update_weights_changes_the_next_generation(tokenizer: Any, tiny_model_dir: Any) -> None:
+    import torch
+
+    engine = HFEngine(str(tiny_model_dir), device="cpu")
+    try:
+        p = prompt(tokenizer, "weights")
+        before = (await engine.generate([p], GREEDY))["response_ids"][0]
+        state = {k: v.clone() for k, v in engine.model.state_dict().items()}
+        torch.manual_seed(1)
+        # Large random layer weights: the tiny model no longer just echoes its last input token.
+        new_weights = {k: torch.randn_like(v) for k, v in state.items() if ".layers." in k and v.dim() == 2}
+        await engine.update_weights(new_weights)
+        after = (await engine.generate([p], GREEDY))["response_ids"][0]
+        assert after != before and engine.weight_version == 1
+        await engine.update_weights(state)  # and back
+        assert (await engine.generate([p], GREEDY))["response_ids"][0] == before
+        with pytest.raises(KeyError, match="no_such.weight"):
+            await engine.update_weights({"no_such.weight": torch.zeros(1)})
+        await engine.sleep()
+        with pytest.raises(EngineError, match="asleep"):
+            await engine.generate([p], GREEDY)
+        await engine.wake_up()
+        assert (await engine.generate([p], GREEDY))["response_ids"][0] == before
+    finally:
+        engine.close()
+
+
+async def test_client_spreads_trajectories_and_keeps_each_on_one_engine(tokenizer: Any, tiny_model_dir: Any) -> None:
+    engines = [HFEngine(str(tiny_model_dir), device="cpu") for _ in range(2)]
+    client = EngineClient(engines)
+    try:
+        p = prompt(tokenizer, "route me")
+        sessions = [f"traj{i}" for i in range(6)]
+        first = await client.generate([p] * 6, SEEDED, session_ids=sessions)
+        pinned = {s: client.engine_for(s) for s in sessions}
+        assert set(pinned.values()) == {0, 1}  # both engines got trajectories
+        second = await client.generate([p] * 6, SEEDED, session_ids=sessions)
+        assert {s: client.engine_for(s) for s in sessions} == pinned  # affinity holds across turns
+        assert first["response_ids"] == second["response_ids"]  # same weights and seeds: same outputs, in order
+        assert all(e.stats["sequences"] == 6 for e in engines)
+        client.finish_session("traj0")
+        assert "traj0" not in client._affinity
+    finally:
+        client.close()

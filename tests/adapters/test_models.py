@@ -1,0 +1,54 @@
+"""The model resolver: embedded SmolLM2 (offline, cached), local folders, GGUF files, hub ids, tiny models."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.models import ModelResolutionError, build_tiny_model, load_model_and_tokenizer, resolve_model
+
+
+def test_embedded_default_is_a_cached_float_checkpoint(tokenizer: Any) -> None:
+    resolved = resolve_model("smollm2-135m")
+    assert resolved.source == "embedded"
+    assert (resolved.path / "config.json").is_file() and (resolved.path / "model.safetensors").is_file()
+    assert resolve_model(None).path == resolved.path  # the default
+    assert tokenizer.chat_template and "<|im_start|>" in tokenizer.chat_template
+
+
+def test_local_folder_and_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
+    assert resolve_model(str(tiny_model_dir)).source == "local"
+    with pytest.raises(ModelResolutionError, match="does not exist"):
+        resolve_model(str(tmp_path / "missing"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelResolutionError, match="no config.json"):
+        resolve_model(str(empty))
+    with pytest.raises(ModelResolutionError, match="unknown model 'gpt-17'"):
+        resolve_model("gpt-17")
+
+
+def test_hub_id_without_network_fails_clearly(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelResolutionError, match="could not fetch hub model 'someone/some-model'"):
+        resolve_model("someone/some-model")
+
+
+def test_tiny_llama_loads_and_runs(tmp_path: Path) -> None:
+    import torch
+
+    folder = build_tiny_model(tmp_path / "tiny-llama", architecture="llama")
+    model, tokenizer = load_model_and_tokenizer(str(folder), device="cpu")
+    assert model.config.model_type == "llama"
+    assert model.config.hidden_size // model.config.num_attention_heads == 32  # a head size vLLM CPU supports
+    ids = torch.tensor([tokenizer.encode("hello")])
+    assert model(ids).logits.shape == (1, ids.shape[1], len(tokenizer))
+    with pytest.raises(ValueError, match="unknown tiny architecture"):
+        build_tiny_model(tmp_path / "x", architecture="gpt9")
