@@ -60,7 +60,7 @@ def _sample(output, i, tokenizer):
     return ids, mask, length
 
 
-def test_multi_turn_env_episode_with_scripted_actions(tmp_path, gsm8k_test_file, tiny_model_dir, tiny_tokenizer):
+def test_multi_turn_env_episode_with_scripted_actions(tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer):
     rows = list(gsm8k_rows(gsm8k_test_file, limit=3, env_class="gsm8k_multi_turn"))
     for row in rows:
         row["max_turns"] = 3
@@ -74,8 +74,8 @@ def test_multi_turn_env_episode_with_scripted_actions(tmp_path, gsm8k_test_file,
     verl_rows[2]["agent_name"] = "single_turn_agent"  # per-row choice of the loop
     path = write_parquet(verl_rows, tmp_path / "train.parquet")
     config = _config(tiny_model_dir, response_length=256)
-    batch = load_batch(path, config, tiny_tokenizer)
-    engine = ScriptedEngine(tiny_tokenizer, scripts)
+    batch = load_batch(path, config, tokenizer)
+    engine = ScriptedEngine(tokenizer, scripts)
 
     output = asyncio.run(generate_sequences(config, EngineServerManager(engine), batch))
     extra = output.non_tensor_batch
@@ -85,16 +85,16 @@ def test_multi_turn_env_episode_with_scripted_actions(tmp_path, gsm8k_test_file,
     assert extra["assistant_turns"][0] == 3
     assert extra["__num_turns__"][0] == 1 + 3 + 2  # prompt, 3 assistant turns, 2 env messages
     assert extra["skyrl_gym_reward"][0] == pytest.approx(1.0 + 0.4 / 3)
-    ids, mask, length = _sample(output, 0, tiny_tokenizer)
+    ids, mask, length = _sample(output, 0, tokenizer)
 
     # Mask 1 exactly on the model's tokens (the scripted actions and their end-of-turn token), 0 on the env's.
     runs = _segments(mask)
     model_runs = [(s, e) for v, s, e in runs if v == 1]
     env_runs = [(s, e) for v, s, e in runs if v == 0]
-    assert [tiny_tokenizer.decode(ids[s:e], skip_special_tokens=True) for s, e in model_runs] == scripts[
+    assert [tokenizer.decode(ids[s:e], skip_special_tokens=True) for s, e in model_runs] == scripts[
         rows[0]["extra_info"]["question"]
     ]
-    env_texts = [tiny_tokenizer.decode(ids[s:e]) for s, e in env_runs]
+    env_texts = [tokenizer.decode(ids[s:e]) for s, e in env_runs]
     assert len(env_texts) == 2 and RETRY_MESSAGE in env_texts[0] and LAST_TURN_MESSAGE in env_texts[1]
     # Each turn's reward sits on the last token of that turn.
     assert list(extra["turn_reward_positions"][0]) == [e - 1 for s, e in model_runs]
@@ -103,7 +103,7 @@ def test_multi_turn_env_episode_with_scripted_actions(tmp_path, gsm8k_test_file,
 
     # Row 1: right at once, one turn, all tokens trained on.
     assert list(extra["turn_scores"][1]) == [1.0] and extra["assistant_turns"][1] == 1
-    assert set(_sample(output, 1, tiny_tokenizer)[1]) == {1}
+    assert set(_sample(output, 1, tokenizer)[1]) == {1}
 
     # Row 2 went through veRL's own loop: no env reward yet (veRL's reward workers score it later), so
     # veRL leaves rm_scores for the reward stage.
@@ -114,7 +114,7 @@ def test_multi_turn_env_episode_with_scripted_actions(tmp_path, gsm8k_test_file,
 
 
 def test_tiny_model_rollout_registered_from_the_example_agent_loop_file(
-    tmp_path, gsm8k_test_file, tiny_model_dir, tiny_tokenizer
+    tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer
 ):
     """A real transformers model generates; the loop is found through examples/verl/agent_loop.yaml."""
     from adapters.engines.hf import HFEngine
@@ -128,7 +128,7 @@ def test_tiny_model_rollout_registered_from_the_example_agent_loop_file(
     config = _config(
         tiny_model_dir, response_length=160, extra=[f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_file}"]
     )
-    batch = load_batch(path, config, tiny_tokenizer)
+    batch = load_batch(path, config, tokenizer)
     engine = HFEngine(str(tiny_model_dir))
     server = EngineServerManager(engine)
 
@@ -137,13 +137,13 @@ def test_tiny_model_rollout_registered_from_the_example_agent_loop_file(
     extra = output.non_tensor_batch
     assert server.calls == 4  # two turns for each of the two rows
     for i in range(2):
-        ids, mask, _ = _sample(output, i, tiny_tokenizer)
+        ids, mask, _ = _sample(output, i, tokenizer)
         assert extra["assistant_turns"][i] == 2 and extra["skyrl_gym_error"][i] is None
         assert len(extra["turn_scores"][i]) == 2
         values = [v for v, _, _ in _segments(mask)]
         assert values == [1, 0, 1], values  # model turn, env message, model turn
         env_start, env_end = [(s, e) for v, s, e in _segments(mask) if v == 0][0]
-        assert LAST_TURN_MESSAGE in tiny_tokenizer.decode(ids[env_start:env_end])
+        assert LAST_TURN_MESSAGE in tokenizer.decode(ids[env_start:env_end])
         # Each model turn is at most 12 tokens; logprobs are real (negative) on model tokens, 0 on env tokens.
         assert all(e - s <= 12 + 1 for v, s, e in _segments(mask) if v == 1)
         logprobs = output.batch["rollout_log_probs"][i, : len(mask)].tolist()
@@ -160,7 +160,7 @@ class _StepRaises(skyrl_gym.BaseTextEnv):
         raise RuntimeError("the database went away")
 
 
-def test_an_env_that_raises_ends_its_own_episode_not_the_batch(tmp_path, tiny_model_dir, tiny_tokenizer):
+def test_an_env_that_raises_ends_its_own_episode_not_the_batch(tmp_path, tiny_model_dir, tokenizer):
     skyrl_gym.register(id="test_verl_step_raises", entry_point=_StepRaises)
     try:
         rows = [
@@ -171,8 +171,8 @@ def test_an_env_that_raises_ends_its_own_episode_not_the_batch(tmp_path, tiny_mo
         ]
         path = write_parquet(rows_to_verl(rows), tmp_path / "rows.parquet")
         config = _config(tiny_model_dir, response_length=64)
-        batch = load_batch(path, config, tiny_tokenizer)
-        engine = ScriptedEngine(tiny_tokenizer, {"broken env row": ["#### 1"], "good env row": ["#### 4"]})
+        batch = load_batch(path, config, tokenizer)
+        engine = ScriptedEngine(tokenizer, {"broken env row": ["#### 1"], "good env row": ["#### 4"]})
         output = asyncio.run(generate_sequences(config, EngineServerManager(engine), batch))
     finally:
         skyrl_gym.deregister("test_verl_step_raises")

@@ -39,7 +39,7 @@ def test_unknown_env_is_a_clear_error():
 
 
 @pytest.mark.verl
-def test_verl_reward_worker_scores_gsm8k_rows_with_the_env(tmp_path, gsm8k_test_file, tiny_model_dir, tiny_tokenizer):
+def test_verl_reward_worker_scores_gsm8k_rows_with_the_env(tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer):
     """veRL's RewardLoopWorker -> NaiveRewardManager -> our compute_score, on real GSM8K rows."""
     pytest.importorskip("verl")
     import numpy as np
@@ -57,9 +57,9 @@ def test_verl_reward_worker_scores_gsm8k_rows_with_the_env(tmp_path, gsm8k_test_
         if i % 2:
             solution = solution.rsplit("####", 1)[0] + "#### " + str(int(row["reward_spec"]["ground_truth"]) + 1)
         responses.append(solution)
-    encoded = [tiny_tokenizer.encode(text, add_special_tokens=False) for text in responses]
+    encoded = [tokenizer.encode(text, add_special_tokens=False) for text in responses]
     width = max(len(ids) for ids in encoded)
-    pad = tiny_tokenizer.pad_token_id
+    pad = tokenizer.pad_token_id
     response_tensor = torch.tensor([ids + [pad] * (width - len(ids)) for ids in encoded])
     prompt_tensor = torch.full((len(rows), 4), pad)
     attention = torch.cat(
