@@ -13,8 +13,17 @@ from pathlib import Path
 from typing import Any, Iterable, List, Optional, Sequence, Union
 
 
-def compose_config(model_path: Union[str, Path], overrides: Sequence[str] = ()) -> Any:
-    """veRL's PPO trainer config (``ppo_trainer.yaml``) with ``actor_rollout_ref.model.path`` and overrides."""
+def compose_config(
+    model_path: Union[str, Path],
+    overrides: Sequence[str] = (),
+    config_dir: Optional[Union[str, Path]] = None,
+    config_name: str = "ppo_trainer",
+) -> Any:
+    """veRL's trainer config with ``actor_rollout_ref.model.path`` and overrides, as ``main_ppo`` would see it.
+
+    By default veRL's own ``ppo_trainer.yaml``; ``config_dir``/``config_name`` load a config that extends it
+    (such as ``examples/verl/gsm8k_multi_turn.yaml``, which puts ``pkg://verl.trainer.config`` on its search path).
+    """
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
@@ -22,12 +31,12 @@ def compose_config(model_path: Union[str, Path], overrides: Sequence[str] = ()) 
 
     from verl.experimental.reward_loop import migrate_legacy_reward_impl
 
-    config_dir = os.path.dirname(os.path.abspath(verl_config_pkg.__file__))
+    directory = str(Path(config_dir).resolve()) if config_dir else os.path.dirname(os.path.abspath(verl_config_pkg.__file__))
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=config_dir, version_base=None):
+    with initialize_config_dir(config_dir=directory, version_base=None):
         config = compose(
-            config_name="ppo_trainer",
+            config_name=config_name,
             overrides=[f"actor_rollout_ref.model.path={model_path}", *overrides],
         )
     return migrate_legacy_reward_impl(config)
