@@ -164,32 +164,35 @@ class RolloutAdapter:
         from adapters.rollout import RolloutConfig, RolloutGenerator
 
         engine = _scripted_engine(cases, references, context)
-        runs = []
-        for case, ref in zip(cases, references):
-            # SkyRL's generator hands its max_turns to the env: use the env's own value.
+        runs: List[Optional[Run]] = [None] * len(cases)
+        # SkyRL's generator hands its max_turns to every env: one generator per distinct env max_turns.
+        for max_turns, indices in _group_by_max_turns(references).items():
+            env_configs = {cases[i].row["env_class"]: cases[i].env_config for i in indices if cases[i].env_config is not None}
             config = RolloutConfig(
-                max_turns=ref.max_turns,
-                sampling_params={"max_generate_length": 4096},
-                env_configs={case.row["env_class"]: case.env_config} if case.env_config is not None else {},
-                max_env_workers=0,
+                max_turns=max_turns, sampling_params={"max_generate_length": 4096}, env_configs=env_configs, max_env_workers=0
             )
             generator = RolloutGenerator(engine, context.require_tokenizer(), config)
             try:
-                (trajectory,) = asyncio.run(generator.run_rows([copy.deepcopy(case.row)]))
+                trajectories = asyncio.run(generator.run_rows([copy.deepcopy(cases[i].row) for i in indices]))
             finally:
                 generator.close()
-            ids = trajectory.response_ids()
-            runs.append(
-                Run(
+            for i, trajectory in zip(indices, trajectories):
+                runs[i] = Run(
                     turn_rewards=[float(t.reward) for t in trajectory.turns],
                     total_reward=trajectory.total_reward,
                     turns=len(trajectory.turns),
-                    token_ids=ids,
+                    token_ids=trajectory.response_ids(),
                     mask=trajectory.response_loss_mask(),
                     error=trajectory.error,
                 )
-            )
-        return runs
+        return [run for run in runs if run is not None]
+
+
+def _group_by_max_turns(references: Sequence[Reference]) -> Dict[int, List[int]]:
+    groups: Dict[int, List[int]] = {}
+    for index, ref in enumerate(references):
+        groups.setdefault(ref.max_turns, []).append(index)
+    return groups
 
 
 class VerlAdapter:
@@ -275,29 +278,31 @@ class TrlAdapter:
 
         tokenizer = context.require_tokenizer()
         engine = _scripted_engine(cases, references, context)
-        runs = []
-        for case, ref in zip(cases, references):
-            env_configs = {case.row["env_class"]: case.env_config} if case.env_config is not None else None
-            result = rollout_episodes([case.row], engine, tokenizer, ref.max_turns, {"max_generate_length": 4096}, env_configs)
-            total = episode_reward([case.row["prompt"]], [""], **{k: v for k, v in result.items() if k.startswith("env_")})[0]
-            notes = []
-            columns = {k: [v] for k, v in row_extras(case.row).items()}
-            first = env_reward(case.row["env_class"], env_config=case.env_config)(
-                [case.row["prompt"]], [[{"role": "assistant", "content": case.actions[0]}]], **columns
-            )[0]
-            if first is None or not math.isclose(first, ref.rewards[0], abs_tol=1e-9):
-                notes.append(f"env_reward scored the first action {first}, the env gave {ref.rewards[0]}")
-            runs.append(
-                Run(
+        runs: List[Optional[Run]] = [None] * len(cases)
+        for max_turns, indices in _group_by_max_turns(references).items():
+            rows = [cases[i].row for i in indices]
+            env_configs = {cases[i].row["env_class"]: cases[i].env_config for i in indices if cases[i].env_config is not None}
+            result = rollout_episodes(rows, engine, tokenizer, max_turns, {"max_generate_length": 4096}, env_configs or None)
+            totals = episode_reward([r["prompt"] for r in rows], [""] * len(rows),
+                                    **{k: v for k, v in result.items() if k.startswith("env_")})
+            for j, i in enumerate(indices):
+                case, ref = cases[i], references[i]
+                notes = []
+                columns = {k: [v] for k, v in row_extras(case.row).items()}
+                first = env_reward(case.row["env_class"], env_config=case.env_config)(
+                    [case.row["prompt"]], [[{"role": "assistant", "content": case.actions[0]}]], **columns
+                )[0]
+                if first is None or not math.isclose(first, ref.rewards[0], abs_tol=1e-9):
+                    notes.append(f"env_reward scored the first action {first}, the env gave {ref.rewards[0]}")
+                runs[i] = Run(
                     turn_rewards=None,
-                    total_reward=float(total),
-                    turns=int(result["env_turns"][0]),
-                    token_ids=list(result["completion_ids"][0]),
-                    mask=list(result["env_mask"][0]),
+                    total_reward=float(totals[j]),
+                    turns=int(result["env_turns"][j]),
+                    token_ids=list(result["completion_ids"][j]),
+                    mask=list(result["env_mask"][j]),
                     notes=notes,
                 )
-            )
-        return runs
+        return [run for run in runs if run is not None]
 
 
 class GymnasiumAdapter:
