@@ -1,0 +1,29 @@
+"""Safe-by-default execution of untrusted code.
+
+    from sandboxes import get_sandbox, RunRequest
+    with get_sandbox("local") as box:
+        result = box.run(RunRequest(code="print(input()[::-1])", stdin="abc"))
+        assert result.status == "ok" and result.stdout == "cba\\n"
+
+Backends: ``local`` (bubblewrap namespaces, warm pool), ``docker``, ``remote`` (HTTP service).
+"""
+
+from sandboxes.convenience import run_python, shared_sandbox
+from sandboxes.factory import BACKENDS, get_sandbox, sandbox_from_config
+from sandboxes.protocol import BaseSandbox, Sandbox
+from sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable, Status
+
+__all__ = [
+    "BACKENDS",
+    "BaseSandbox",
+    "Limits",
+    "RunRequest",
+    "RunResult",
+    "Sandbox",
+    "SandboxUnavailable",
+    "Status",
+    "get_sandbox",
+    "run_python",
+    "sandbox_from_config",
+    "shared_sandbox",
+]

@@ -13,7 +13,14 @@ register(id="math", entry_point="skyrl_gym.envs.math.env:MathEnv")
 register(id="multiply", entry_point="skyrl_gym.envs.multiply.env:MultiplyEnv")
 
 # --- tools: SQL, search (issue: tool environments) ------------------------------------------------
+register(id="text2sql", entry_point="skyrl_gym.envs.sql.env:SQLEnv")
+register(id="sql", entry_point="skyrl_gym.envs.sql.env:SQLEnv")
+register(id="search", entry_point="skyrl_gym.envs.search.env:SearchEnv")
+register(id="searchcode", entry_point="skyrl_gym.envs.searchcode.env:SearchCodeEnv")
 
 # --- code (issue: sandboxes) ----------------------------------------------------------------------
+register(id="lcb", entry_point="skyrl_gym.envs.lcb.env:LCBEnv")
+register(id="humaneval", entry_point="skyrl_gym.envs.humaneval.env:HumanEvalEnv")
+register(id="code_interpreter", entry_point="skyrl_gym.envs.code_interpreter.env:CodeInterpreterEnv")
 
 __all__ = ["register", "deregister"]

@@ -1,0 +1,151 @@
+"""Sandbox throughput: executions/s and latency percentiles, beside a bare ``python -c`` subprocess.
+
+    python bench/sandbox_throughput.py                       # every backend this machine can run
+    python bench/sandbox_throughput.py --runs 300 --backends local-bwrap-warm
+
+Workloads: ``short`` (a one-line program) and ``lcb`` (one ``lcb`` env step grading a correct
+solution against 2 stdin tests, i.e. 2 sandboxed runs). Each at concurrency 1 and 2. The baseline,
+a bare unsandboxed ``python3 -c`` subprocess of the same interpreter, is measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sandboxes import Limits, Status  # noqa: E402
+from sandboxes.local import LocalSandbox, default_python  # noqa: E402
+
+SHORT_PROGRAM = "print(sum(range(100)))"
+LCB_TESTS = json.dumps([
+    {"input": "4\n8 2 5 1\n", "output": "3\n", "testtype": "stdin"},
+    {"input": "3\n3 2 1\n", "output": "2\n", "testtype": "stdin"},
+])
+LCB_ANSWER = ("```python\nN = int(input())\nA = list(map(int, input().split()))\nB = sorted(A, reverse=True)\n"
+              "print(A.index(B[1]) + 1)\n```")
+
+
+def measure(task: Callable[[], bool], runs: int, concurrency: int) -> Dict[str, float]:
+    latencies: List[float] = []
+    failures = 0
+
+    def timed() -> None:
+        nonlocal failures
+        started = time.perf_counter()
+        ok = task()
+        latencies.append(time.perf_counter() - started)
+        failures += 0 if ok else 1
+
+    for _ in range(min(5, runs)):  # warm-up: caches, lazily started pools
+        task()
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(lambda _: timed(), range(runs)))
+    elapsed = time.perf_counter() - started
+    ordered = sorted(latencies)
+    return {
+        "per_s": runs / elapsed,
+        "p50_ms": statistics.median(ordered) * 1000,
+        "p99_ms": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000,
+        "failures": failures,
+    }
+
+
+def bare_python_task(python: str) -> Callable[[], bool]:
+    def task() -> bool:
+        done = subprocess.run([python, "-c", SHORT_PROGRAM], capture_output=True, text=True)
+        return done.stdout == "4950\n"
+
+    return task
+
+
+def make_sandboxes(names: List[str], concurrency: int):
+    for name in names:
+        try:
+            if name.startswith("local-"):
+                _, isolation, mode = name.split("-")
+                box = LocalSandbox(isolation=isolation, warm=(mode == "warm"), pool_size=max(2, concurrency),
+                                   limits=Limits(wall_s=10, cpu_s=10))
+            elif name == "docker-warm":
+                from sandboxes.docker_backend import DockerSandbox
+
+                box = DockerSandbox(pool_size=max(2, concurrency), limits=Limits(wall_s=10, cpu_s=10))
+            elif name == "remote":
+                from sandboxes.remote import RemoteSandbox
+
+                box = RemoteSandbox(url=os.environ.get("SANDBOX_URL", "http://127.0.0.1:8080"))
+            else:
+                raise ValueError(f"unknown backend {name}")
+            if hasattr(box, "wait_ready") and not box.wait_ready(120):
+                raise RuntimeError("workers did not start")
+            probe = box.run(SHORT_PROGRAM)
+            if probe.status != Status.OK:
+                raise RuntimeError(f"probe run failed: {probe.status} {probe.message}")
+        except Exception as exc:  # report and go on with the other backends
+            print(f"  skipped {name}: {exc}", flush=True)
+            continue
+        yield name, box
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=200, help="runs per warm measurement (cold ones use a quarter)")
+    parser.add_argument("--backends", nargs="*", default=None)
+    parser.add_argument("--concurrency", nargs="*", type=int, default=[1, 2])
+    args = parser.parse_args()
+    names = args.backends
+    if names is None:
+        names = ["local-bwrap-warm", "local-bwrap-cold"] if shutil.which("bwrap") else []
+        if os.geteuid() == 0 and shutil.which("unshare"):
+            names.append("local-unshare-warm")
+        if os.environ.get("SANDBOX_BENCH_DOCKER"):
+            names.append("docker-warm")
+        if os.environ.get("SANDBOX_URL"):
+            names.append("remote")
+    python = default_python()
+    import skyrl_gym
+
+    rows = []
+    print(f"cpus: {os.cpu_count()}  interpreter: {python}  runs: {args.runs}", flush=True)
+    for concurrency in args.concurrency:
+        rows.append(("bare python -c", "short", concurrency, measure(bare_python_task(python), args.runs // 2, concurrency)))
+        print(f"  measured bare python -c, concurrency {concurrency}", flush=True)
+    for concurrency in args.concurrency:
+        for name, box in make_sandboxes(names, concurrency):
+            runs = args.runs if ("warm" in name or name == "remote") else max(20, args.runs // 4)
+
+            def short_task(box=box) -> bool:
+                return box.run(SHORT_PROGRAM).stdout == "4950\n"
+
+            def lcb_task(box=box) -> bool:
+                env = skyrl_gym.make("lcb", extras={"reward_spec": {"method": "rule", "ground_truth": LCB_TESTS}})
+                env._sandbox = box  # the env under test, on this backend
+                return env.step(LCB_ANSWER)["reward"] == 1.0
+
+            rows.append((name, "short", concurrency, measure(short_task, runs, concurrency)))
+            rows.append((name, "lcb (2 tests)", concurrency, measure(lcb_task, max(10, runs // 2), concurrency)))
+            print(f"  measured {name}, concurrency {concurrency}", flush=True)
+            box.close()
+    baseline = {c: m["per_s"] for n, w, c, m in rows if n == "bare python -c"}
+    print()
+    print(f"{'backend':<22}{'workload':<16}{'conc':>5}{'exec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs bare':>9}{'fail':>6}")
+    for name, workload, concurrency, m in rows:
+        ratio = m["per_s"] / baseline[concurrency] if workload == "short" else float("nan")
+        ratio_text = f"{ratio:.2f}x" if ratio == ratio else "-"
+        print(f"{name:<22}{workload:<16}{concurrency:>5}{m['per_s']:>10.1f}{m['p50_ms']:>10.2f}{m['p99_ms']:>10.2f}"
+              f"{ratio_text:>9}{int(m['failures']):>6}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The ``sandboxes`` command: ``serve`` (the HTTP service), ``run`` (one program), ``build-image``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+
+def _limits_from(args: argparse.Namespace):
+    from sandboxes.types import Limits
+
+    return Limits(wall_s=args.wall_s, cpu_s=args.cpu_s or args.wall_s, memory_mb=args.memory_mb,
+                  processes=args.processes, output_bytes=args.output_bytes)
+
+
+def _add_limit_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", default="local", choices=["local", "docker", "remote"])
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
+                        help="backend option, e.g. --option pool_size=4 --option isolation='\"bwrap\"'")
+    parser.add_argument("--wall-s", type=float, default=10.0)
+    parser.add_argument("--cpu-s", type=float, default=None)
+    parser.add_argument("--memory-mb", type=int, default=1024)
+    parser.add_argument("--processes", type=int, default=64)
+    parser.add_argument("--output-bytes", type=int, default=1_000_000)
+
+
+def _backend_options(args: argparse.Namespace) -> dict:
+    options = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--option needs KEY=VALUE, got {item!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sandboxes.factory import get_sandbox
+    from sandboxes.service import serve
+
+    options = _backend_options(args)
+    if args.backend == "local":
+        options.setdefault("pool_size", args.max_concurrency)
+    sandbox = get_sandbox(args.backend, limits=_limits_from(args), **options)
+    print(f"sandboxes: serving {sandbox.name} on http://{args.host}:{args.port} "
+          f"(at most {args.max_concurrency} programs at once)", file=sys.stderr, flush=True)
+    serve(sandbox, host=args.host, port=args.port, max_concurrency=args.max_concurrency, log_level=args.log_level)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sandboxes.factory import get_sandbox
+    from sandboxes.types import RunRequest
+
+    code = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
+    stdin = Path(args.stdin).read_text(encoding="utf-8") if args.stdin else ""
+    with get_sandbox(args.backend, limits=_limits_from(args), **_backend_options(args)) as sandbox:
+        result = sandbox.run(RunRequest(code=code, stdin=stdin))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        sys.stdout.write(result.stdout)
+        sys.stderr.write(result.stderr)
+        print(f"[{result.status}] exit={result.exit_code} wall={result.wall_time_s:.3f}s {result.message}".rstrip(),
+              file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def _build_image(args: argparse.Namespace) -> int:
+    from sandboxes.images.build_image import build_image
+
+    print(build_image(tag=args.tag, suite=args.suite, rebuild=args.rebuild))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sandboxes", description="Run untrusted code safely.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="SandboxFusion-compatible HTTP service (/run_code, /health)")
+    _add_limit_options(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--max-concurrency", type=int, default=4)
+    serve.add_argument("--log-level", default="warning")
+    serve.set_defaults(func=_serve)
+
+    run = commands.add_parser("run", help="run one Python file (or - for stdin) in a sandbox")
+    _add_limit_options(run)
+    run.add_argument("file")
+    run.add_argument("--stdin", default=None, help="a file fed to the program's stdin")
+    run.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    run.set_defaults(func=_run)
+
+    image = commands.add_parser("build-image", help="build the docker backend's image (debootstrap + docker import)")
+    image.add_argument("--tag", default=None)
+    image.add_argument("--suite", default="bookworm")
+    image.add_argument("--rebuild", action="store_true")
+    image.set_defaults(func=_build_image)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

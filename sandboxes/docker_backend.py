@@ -1,0 +1,243 @@
+"""The ``docker`` backend: programs run in containers of a locally built image.
+
+Containers have no network, a read-only root, tmpfs scratch and /tmp, memory/CPU/pids limits, all
+capabilities dropped but those the supervisor needs to hand the program to ``nobody``, and
+``no-new-privileges``. A warm worker is a container plus a supervisor started with ``docker exec``
+and kept attached, so each program costs a framed message over the exec socket, not a new exec.
+Containers are labelled with their owner (host and PID); a new ``DockerSandbox`` removes the ones
+whose owner is gone (a caller that was killed), and ``close`` removes its own.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import threading
+import time
+import uuid
+from typing import Any, Dict, List, Optional, Union
+
+from sandboxes.protocol import BaseSandbox
+from sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
+from sandboxes.workers import SUPERVISOR_SOURCE, SupervisorWorker, WarmPool, WorkerDied
+
+LABEL = "io.skyrl-gym.sandbox"
+OWNER_LABEL = "io.skyrl-gym.sandbox.owner"
+SCRATCH = "/sandbox/work"
+PROGRAM_USER = "65534:65534"
+# The supervisor runs as root inside the container with only these capabilities; the program it
+# forks switches to nobody, which clears them.
+SUPERVISOR_CAPS = ["SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"]
+DEFAULT_PRELOAD = "collections,itertools,functools,heapq,bisect,math,re,string,json,random,operator,copy,typing,decimal"
+_FRAME = struct.Struct(">BxxxI")  # docker's multiplexed stream header: stream id, 3 pad bytes, size
+
+
+def owner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_orphaned_containers(client: Any) -> List[str]:
+    """Remove sandbox containers that are no longer running, or whose owning process on this host
+    is gone. Running containers of another host are left alone: their owner may be alive."""
+    removed = []
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
+        running = container.status in ("running", "created", "restarting")
+        if running and (owner_host != host or (pid.isdigit() and _pid_alive(int(pid)))):
+            continue
+        try:
+            container.remove(force=True)
+            removed.append(container.name)
+        except Exception:
+            pass
+    return removed
+
+
+class DockerExecChannel:
+    """A supervisor started with ``docker exec`` whose stdin/stdout is the attached exec socket."""
+
+    def __init__(self, client: Any, container: Any, command: List[str]) -> None:
+        self.client = client
+        self.container = container
+        exec_id = client.api.exec_create(container.id, command, stdin=True, stdout=True, stderr=True, tty=False,
+                                         user="0")["Id"]
+        self._sock_wrapper = client.api.exec_start(exec_id, socket=True, tty=False)
+        self._sock: socket.socket = getattr(self._sock_wrapper, "_sock", self._sock_wrapper)
+        self._sock.setblocking(True)
+        self._raw = bytearray()  # bytes from the socket not yet split into frames
+        self._stdout = bytearray()  # demultiplexed stdout of the supervisor
+        self._stderr = bytearray()
+        self._killed = False
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            raise WorkerDied(f"could not send to the container's supervisor: {exc}") from None
+
+    def _pump(self, deadline: Optional[float]) -> None:
+        timeout = None if deadline is None else deadline - time.monotonic()
+        if timeout is not None and timeout <= 0:
+            raise TimeoutError("the container's supervisor did not answer in time")
+        readable, _, _ = select.select([self._sock], [], [], timeout)
+        if not readable:
+            return
+        chunk = self._sock.recv(1 << 16)
+        if not chunk:
+            stderr = self._stderr.decode("utf-8", "replace")[-1000:]
+            raise WorkerDied(f"the container's supervisor exited; stderr: {stderr or 'nothing'}")
+        self._raw.extend(chunk)
+        while len(self._raw) >= _FRAME.size:
+            stream, size = _FRAME.unpack_from(self._raw)
+            if len(self._raw) < _FRAME.size + size:
+                break
+            payload = bytes(self._raw[_FRAME.size:_FRAME.size + size])
+            del self._raw[:_FRAME.size + size]
+            (self._stdout if stream == 1 else self._stderr).extend(payload)
+
+    def recv_exact(self, size: int, deadline: Optional[float]) -> bytes:
+        while len(self._stdout) < size:
+            self._pump(deadline)
+        data = bytes(self._stdout[:size])
+        del self._stdout[:size]
+        return data
+
+    def alive(self) -> bool:
+        return not self._killed
+
+    def kill(self, grace_s: float = 0.0) -> None:
+        if self._killed:
+            return
+        self._killed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        try:
+            self.container.remove(force=True)
+        except Exception:
+            pass
+
+
+class DockerSandbox(BaseSandbox):
+    """Runs programs in containers of ``image`` (built by ``sandboxes build-image``).
+
+    ``warm=True`` keeps ``pool_size`` containers, each with an attached supervisor; ``warm=False``
+    creates and removes a container per run. ``base_url`` picks the engine (default: the
+    environment's ``DOCKER_HOST`` or the local socket).
+    """
+
+    name = "docker"
+
+    def __init__(self, limits: Optional[Union[Limits, dict]] = None, image: Optional[str] = None, warm: bool = True,
+                 pool_size: int = 2, base_url: Optional[str] = None, python: str = "/usr/bin/python3",
+                 cpus: float = 1.0, preload: str = DEFAULT_PRELOAD, client: Any = None) -> None:
+        super().__init__(limits)
+        try:
+            import docker
+        except ImportError as exc:
+            raise SandboxUnavailable("the docker backend needs the docker package: pip install 'skyrl-gym[docker]'") from exc
+        from sandboxes.images.build_image import DEFAULT_TAG, image_exists
+
+        try:
+            self.client = client or (docker.DockerClient(base_url=base_url) if base_url else docker.from_env())
+            self.client.ping()
+        except Exception as exc:
+            raise SandboxUnavailable(f"cannot reach a Docker engine ({exc}); start dockerd") from exc
+        self.image = image or DEFAULT_TAG
+        if not image_exists(self.client, self.image):
+            raise SandboxUnavailable(f"image {self.image!r} not found; build it with `sandboxes build-image`")
+        self.python = python
+        self.cpus = cpus
+        self.preload = preload
+        self.warm = warm
+        self.name = "docker-warm" if warm else "docker"
+        self.default_concurrency = pool_size if warm else 2
+        self._session = uuid.uuid4().hex[:10]
+        self._lock = threading.Lock()
+        remove_orphaned_containers(self.client)
+        self._pool: Optional[WarmPool] = None
+        if warm:
+            self._pool = WarmPool(lambda: self._start_worker("serve"), size=pool_size, name=self.name)
+
+    def _container_kwargs(self) -> Dict[str, Any]:
+        limits = self.limits
+        memory_mb = (limits.memory_mb or 1024) + 128  # room for the supervisor beside the program
+        scratch_mb = limits.scratch_mb or 256
+        return dict(
+            image=self.image,
+            command=["sleep", "infinity"],
+            detach=True,
+            init=True,  # a real PID 1 that reaps whatever a run leaves
+            network_mode="none",
+            read_only=True,
+            tmpfs={"/sandbox": f"size={scratch_mb}m,mode=755", "/tmp": f"size={scratch_mb}m,mode=1777"},
+            mem_limit=f"{memory_mb}m",
+            memswap_limit=f"{memory_mb}m",
+            pids_limit=(limits.processes or 64) + 16,
+            nano_cpus=int(self.cpus * 1e9),
+            cap_drop=["ALL"],
+            cap_add=SUPERVISOR_CAPS,
+            security_opt=["no-new-privileges"],
+            ipc_mode="private",
+            labels={LABEL: "1", OWNER_LABEL: owner_id(), f"{LABEL}.session": self._session},
+            name=f"skyrl-sandbox-{self._session}-{uuid.uuid4().hex[:8]}",
+            environment={"LANG": "C.UTF-8"},
+        )
+
+    def _start_worker(self, mode: str) -> SupervisorWorker:
+        container = self.client.containers.run(**self._container_kwargs())
+        command = [self.python, "-I", "-c", SUPERVISOR_SOURCE, mode, "--scratch", SCRATCH, "--wipe", "/tmp",
+                   "--run-as", PROGRAM_USER]
+        if mode == "serve" and self.preload:
+            command += ["--preload", self.preload]
+        try:
+            channel = DockerExecChannel(self.client, container, command)
+            return SupervisorWorker(channel, expect_ready=(mode == "serve"))
+        except Exception:
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass
+            raise
+
+    def _run(self, request: RunRequest, limits: Limits) -> RunResult:
+        if self._pool is not None:
+            return self._pool.run(request, limits)
+        worker = self._start_worker("once")
+        try:
+            return worker.run(request, limits)
+        finally:
+            worker.kill()
+
+    def wait_ready(self, timeout_s: float = 120.0) -> bool:
+        return self._pool.wait_ready(timeout_s) if self._pool is not None else True
+
+    def containers(self) -> List[Any]:
+        """This sandbox's containers (for inspection and tests)."""
+        return self.client.containers.list(all=True, filters={"label": f"{LABEL}.session={self._session}"})
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        super().close()
+        if self._pool is not None:
+            self._pool.close()
+        for container in self.containers():  # anything a failed start left behind
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass

@@ -1,0 +1,1 @@
+"""Building the images the docker backend runs (no registry needed)."""

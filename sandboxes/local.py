@@ -1,0 +1,222 @@
+"""The ``local`` backend: Linux namespaces and rlimits on this machine.
+
+Isolation modes:
+
+* ``bwrap`` (bubblewrap, the default when installed): new user, PID, network, IPC, UTS and cgroup
+  namespaces; the system (``/usr``, a few files of ``/etc``) mounted read-only; no home folders, no
+  project files; a size-limited tmpfs holding the scratch folder and ``/tmp``; an empty environment.
+  When the caller is root, bubblewrap is started as ``nobody`` (uid 65534) so that the program
+  holds no privilege on the host's files at all (``/etc/shadow`` stays unreadable).
+* ``unshare`` (fallback, root only): PID, network, mount, IPC and UTS namespaces from util-linux
+  ``unshare``, tmpfs scratch and ``/tmp``, the program run as ``nobody``. The system is not
+  remounted read-only, so file access is guarded by the uid only.
+* ``none``: no isolation at all (rlimits and timeouts only). Refused unless asked for by name,
+  and it warns.
+
+Runs go to a warm pool of supervisors (``warm=True``, the default): each one sits in its own
+sandbox with its imports done and forks a fresh child per program. ``warm=False`` starts a fresh
+sandbox per run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from sandboxes.protocol import BaseSandbox
+from sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
+from sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorker, WarmPool
+
+logger = logging.getLogger(__name__)
+
+NOBODY = (65534, 65534)
+ISOLATIONS = ("auto", "bwrap", "unshare", "none")
+# Imported once by warm supervisors so that programs importing them start instantly.
+DEFAULT_PRELOAD = (
+    "collections,itertools,functools,heapq,bisect,math,re,string,json,random,operator,copy,typing,"
+    "decimal,fractions,statistics,datetime,io,traceback,dataclasses,enum,array,numbers,textwrap"
+)
+# /etc files a program may legitimately need (dynamic loader, locale, time zone, users, hosts).
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
+             "hosts", "alternatives", "mime.types", "ssl/openssl.cnf")
+SCRATCH = "/sandbox/work"
+TMP = "/sandbox/tmp"
+
+
+def default_python() -> str:
+    """The interpreter programs run with: the system's ``python3`` (readable by an unprivileged
+    sandbox user, unlike a virtualenv under a private home), else the caller's own."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return sys.executable
+
+
+def resolve_isolation(isolation: str) -> str:
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
+    if isolation != "auto":
+        return isolation
+    if shutil.which("bwrap"):
+        return "bwrap"
+    if shutil.which("unshare") and os.geteuid() == 0:
+        return "unshare"
+    raise SandboxUnavailable(
+        "no isolation tool found: install bubblewrap (`apt-get install bubblewrap`), or run as root with "
+        "util-linux `unshare`; pass isolation='none' to run WITHOUT isolation (unsafe for untrusted code)"
+    )
+
+
+def _drop_to_nobody() -> None:
+    os.setgroups([])
+    os.setgid(NOBODY[1])
+    os.setuid(NOBODY[0])
+
+
+class LocalSandbox(BaseSandbox):
+    """Runs programs on this machine inside Linux namespaces (see the module docstring).
+
+    ``pool_size`` warm workers run that many programs at once; ``python`` is the interpreter used
+    for ``code`` requests (its installation must be under ``/usr`` or listed in ``ro_binds``);
+    ``ro_binds`` are extra host paths made visible read-only at the same place; ``preload`` the
+    modules warm workers import up front.
+    """
+
+    name = "local"
+
+    def __init__(self, limits: Optional[Union[Limits, dict]] = None, isolation: str = "auto", warm: bool = True,
+                 pool_size: int = 2, python: Optional[str] = None, ro_binds: Sequence[str] = (),
+                 preload: Union[str, Sequence[str]] = DEFAULT_PRELOAD, max_runs_per_worker: Optional[int] = 1000) -> None:
+        super().__init__(limits)
+        self.isolation = resolve_isolation(isolation)
+        if self.isolation == "none":
+            warnings.warn("LocalSandbox(isolation='none') runs untrusted code WITHOUT any isolation: only rlimits "
+                          "and timeouts apply", RuntimeWarning, stacklevel=2)
+        self.python = python or default_python()
+        self.ro_binds = [str(Path(path)) for path in ro_binds]
+        self.preload = preload if isinstance(preload, str) else ",".join(preload)
+        self.warm = warm
+        self.name = f"local-{self.isolation}" + ("-warm" if warm else "")
+        self.default_concurrency = pool_size if warm else 2
+        self._pool: Optional[WarmPool] = None
+        if warm:
+            self._pool = WarmPool(lambda: self._start_worker("serve"), size=pool_size,
+                                  max_runs_per_worker=max_runs_per_worker, name=self.name)
+
+    # -- launching --------------------------------------------------------------------------------
+    def _supervisor_args(self, mode: str, scratch: str, wipe: Sequence[str], run_as: Optional[Tuple[int, int]]) -> List[str]:
+        args = [self.python, "-I", "-c", SUPERVISOR_SOURCE, mode, "--scratch", scratch]
+        for folder in wipe:
+            args += ["--wipe", folder]
+        if run_as is not None:
+            args += ["--run-as", f"{run_as[0]}:{run_as[1]}"]
+        if mode == "serve" and self.preload:
+            args += ["--preload", self.preload]
+        return args
+
+    def _bwrap_argv(self, mode: str) -> Tuple[List[str], Optional[Callable[[], None]]]:
+        scratch_bytes = (self.limits.scratch_mb or 256) * 1024 * 1024
+        argv = ["bwrap", "--unshare-all", "--unshare-cgroup-try", "--die-with-parent", "--as-pid-1", "--new-session",
+                "--clearenv", "--hostname", "sandbox"]
+        for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            path = Path("/") / top
+            if path.is_symlink():
+                argv += ["--symlink", os.readlink(path), str(path)]
+            elif path.is_dir():
+                argv += ["--ro-bind", str(path), str(path)]
+        for name in ETC_FILES:
+            path = Path("/etc") / name
+            if path.exists():
+                argv += ["--ro-bind", str(path), str(path)]
+        for extra in [*self.ro_binds, *self._python_binds()]:
+            argv += ["--ro-bind", extra, extra]
+        argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--size", str(scratch_bytes), "--tmpfs", "/sandbox", "--dir", SCRATCH, "--dir", TMP,
+                 "--symlink", TMP, "/tmp",
+                 # bubblewrap's own root (holding /etc, the mount points) is writable unless made read-only:
+                 # a warm worker's program could otherwise leave files there for the next program.
+                 "--remount-ro", "/", "--chdir", SCRATCH]
+        argv += self._supervisor_args(mode, SCRATCH, [TMP], run_as=None)
+        preexec = _drop_to_nobody if os.geteuid() == 0 else None
+        return argv, preexec
+
+    def _python_binds(self) -> List[str]:
+        """Folders outside /usr that the interpreter needs (a /opt or /usr/local build)."""
+        real = Path(os.path.realpath(self.python))
+        if str(real).startswith("/usr/"):
+            return []
+        prefix = real.parent.parent
+        return [str(prefix)] if prefix != Path("/") else [str(real.parent)]
+
+    def _unshare_argv(self, mode: str) -> Tuple[List[str], Optional[Callable[[], None]]]:
+        if os.geteuid() != 0:
+            raise SandboxUnavailable("the unshare fallback needs root; install bubblewrap for unprivileged sandboxes")
+        size = self.limits.scratch_mb or 256
+        scratch = "/tmp/work"
+        supervisor = " ".join(_shell_quote(arg) for arg in self._supervisor_args(mode, scratch, ["/tmp"], run_as=NOBODY))
+        # Homes, and the top folder holding the caller's working folder (a project checkout).
+        top_of_cwd = "/" + os.getcwd().strip("/").split("/")[0]
+        system = {"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/dev", "/sys", "/tmp", "/var", "/opt"}
+        hide = sorted({"/root", "/home", "/mnt", "/media", "/srv", "/run", os.path.expanduser("~"), top_of_cwd} - system)
+        hide = [path for path in hide if os.path.isdir(path)]
+        # In the new mount namespace (private propagation): a size-limited tmpfs as /tmp holding the
+        # scratch folder, empty read-only tmpfs over homes and the caller's folders; then the
+        # supervisor, PID 1 of the new PID namespace, which runs programs as nobody.
+        hides = "".join(f"mount -t tmpfs -o size=4k,mode=755,ro tmpfs {_shell_quote(path)} && " for path in hide)
+        script = (f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /tmp && mkdir -m 700 {scratch} && "
+                  f"chown {NOBODY[0]}:{NOBODY[1]} {scratch} && {hides}cd / && exec {supervisor}")
+        argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount", "--ipc", "--uts",
+                "sh", "-c", script]
+        return argv, None
+
+    def _none_argv(self, mode: str) -> Tuple[List[str], str]:
+        base = tempfile.mkdtemp(prefix="sandbox-none-")
+        scratch = f"{base}/work"
+        os.mkdir(scratch)
+        return self._supervisor_args(mode, scratch, [], run_as=None), base
+
+    def _start_worker(self, mode: str) -> SupervisorWorker:
+        env: Dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        cleanup: Optional[Callable[[], None]] = None
+        if self.isolation == "bwrap":
+            argv, preexec = self._bwrap_argv(mode)
+        elif self.isolation == "unshare":
+            argv, preexec = self._unshare_argv(mode)
+        else:
+            argv, base = self._none_argv(mode)
+            preexec = None
+            cleanup = lambda: shutil.rmtree(base, ignore_errors=True)  # noqa: E731
+        channel = ProcessChannel(argv, env=env, preexec_fn=preexec, cwd="/", on_kill=cleanup)
+        try:
+            return SupervisorWorker(channel, expect_ready=(mode == "serve"))
+        except Exception:
+            channel.kill()
+            raise
+
+    # -- running ----------------------------------------------------------------------------------
+    def _run(self, request: RunRequest, limits: Limits) -> RunResult:
+        if self._pool is not None:
+            return self._pool.run(request, limits)
+        worker = self._start_worker("once")
+        try:
+            return worker.run(request, limits)
+        finally:
+            worker.kill(grace_s=2.0)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
+        return self._pool.wait_ready(timeout_s) if self._pool is not None else True
+
+    def close(self) -> None:
+        super().close()
+        if self._pool is not None:
+            self._pool.close()
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"

@@ -1,0 +1,118 @@
+"""The ``Sandbox`` protocol every backend implements, and a base class that derives the async and
+batch calls from a backend's synchronous ``_run``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from typing import List, Optional, Protocol, Sequence, Union, runtime_checkable
+
+from sandboxes.types import Limits, RunRequest, RunResult, Status
+
+RequestLike = Union[RunRequest, str]
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """Runs untrusted programs under limits. Every call returns a :class:`RunResult`; a program that
+    hangs, prints forever or crashes gives a result with the matching status, never an exception."""
+
+    name: str
+    limits: Limits
+
+    def run(self, request: RequestLike) -> RunResult: ...
+
+    async def arun(self, request: RequestLike) -> RunResult: ...
+
+    def run_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]: ...
+
+    async def arun_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]: ...
+
+    def close(self) -> None: ...
+
+
+def as_request(request: RequestLike) -> RunRequest:
+    """A plain string is Python source."""
+    if isinstance(request, RunRequest):
+        return request
+    if isinstance(request, str):
+        return RunRequest(code=request)
+    raise TypeError(f"expected a RunRequest or Python source as str, got {type(request).__name__}")
+
+
+class BaseSandbox:
+    """Implements ``run``/``arun``/``run_batch``/``arun_batch`` on top of ``_run(request, limits)``.
+
+    Subclasses set ``name`` and implement ``_run``, which may block (a worker's pipe, an HTTP call);
+    async calls run it in threads so the event loop never blocks. ``concurrency`` bounds how many
+    programs run at once in a batch (default: the backend's ``default_concurrency``).
+    """
+
+    name = "base"
+    default_concurrency = 2
+
+    def __init__(self, limits: Optional[Union[Limits, dict]] = None) -> None:
+        self.limits = Limits.from_dict(limits) if not isinstance(limits, Limits) else limits
+        self._closed = False
+
+    # -- to implement --------------------------------------------------------------------------
+    def _run(self, request: RunRequest, limits: Limits) -> RunResult:
+        raise NotImplementedError
+
+    # -- public API ----------------------------------------------------------------------------
+    def run(self, request: RequestLike) -> RunResult:
+        started = time.monotonic()
+        try:
+            request = as_request(request)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{self.name} sandbox: bad request: {exc}") from None
+        if self._closed:
+            return RunResult.sandbox_error(f"the {self.name} sandbox is closed", backend=self.name)
+        limits = request.limits or self.limits
+        try:
+            result = self._run(request, limits)
+        except Exception as exc:  # a backend failure is a result, never the caller's exception
+            result = RunResult.sandbox_error(f"{type(exc).__name__}: {exc}", backend=self.name,
+                                             wall_time_s=time.monotonic() - started)
+        result.backend = self.name
+        return result
+
+    async def arun(self, request: RequestLike) -> RunResult:
+        return await asyncio.to_thread(self.run, request)
+
+    def run_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]:
+        requests = list(requests)
+        if not requests:
+            return []
+        workers = max(1, min(len(requests), concurrency or self.default_concurrency))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{self.name}-batch") as pool:
+            return list(pool.map(self.run, requests))
+
+    async def arun_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]:
+        requests = list(requests)
+        gate = asyncio.Semaphore(max(1, concurrency or self.default_concurrency))
+
+        async def one(request: RequestLike) -> RunResult:
+            async with gate:
+                return await self.arun(request)
+
+        return list(await asyncio.gather(*(one(request) for request in requests)))
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> "BaseSandbox":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # best effort: warm workers must not outlive their owner
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:
+            pass
+
+

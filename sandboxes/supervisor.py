@@ -1,0 +1,500 @@
+"""The supervisor that runs *inside* a sandbox (bubblewrap, unshare, a Docker container).
+
+Standard library only, and self-contained: backends start it as ``python3 -I -c <this source>``, so
+it needs no file inside the sandbox. It reads length-prefixed JSON requests on fd 0 and writes one
+length-prefixed JSON result per request on fd 1.
+
+For each request it forks a child in a fresh process group, gives it a private scratch folder, a
+scrubbed environment, rlimits, stdin from a memfd and pipes for stdout/stderr, and either runs the
+Python source in that child (no new interpreter: this is what makes warm workers fast, the modules
+given to ``--preload`` are already imported) or ``execve``s a command. It enforces the wall-clock
+limit and the output limits itself, then kills every process the run left (the whole PID namespace
+when it is PID 1 there, else every process of the run's uid) and wipes the scratch folder and /tmp,
+so that the next run sees nothing of this one.
+
+``serve`` mode loops over requests (a warm worker, "zygote"); ``once`` mode answers one and exits.
+"""
+
+import base64
+import errno
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import stat
+import struct
+import sys
+import time
+
+HEADER = struct.Struct(">I")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+
+
+def read_exact(fd, size):
+    chunks = []
+    while size:
+        chunk = os.read(fd, size)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd):
+    header = read_exact(fd, HEADER.size)
+    if header is None:
+        return None
+    body = read_exact(fd, HEADER.unpack(header)[0])
+    return None if body is None else json.loads(body.decode("utf-8"))
+
+
+def write_frame(fd, payload):
+    data = json.dumps(payload).encode("utf-8")
+    data = HEADER.pack(len(data)) + data
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+class Supervisor:
+    def __init__(self, scratch, wipe_dirs, run_as, pid1, python_argv0):
+        self.scratch = scratch
+        self.wipe_dirs = [scratch] + [d for d in wipe_dirs if d != scratch]
+        self.run_as = run_as  # (uid, gid) the program runs as, or None for our own
+        self.pid1 = pid1  # True when we are PID 1 of a private PID namespace
+        self.python_argv0 = python_argv0
+
+    # ----- one run ---------------------------------------------------------------------------
+    def run(self, request):
+        limits = request.get("limits") or {}
+        started = time.monotonic()
+        try:
+            self._write_files(request)
+            stdin_fd = self._stdin_fd(request)
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+        except OSError as exc:
+            return {"status": "sandbox_error", "message": "could not prepare the run: %s" % exc}
+        pid = os.fork()
+        if pid == 0:  # the child never returns
+            self._child(request, limits, stdin_fd, out_w, err_w, (out_r, err_r))
+        os.close(out_w)
+        os.close(err_w)
+        os.close(stdin_fd)
+        try:
+            result = self._watch(pid, limits, out_r, err_r, started)
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+        return result
+
+    def _write_files(self, request):
+        files = dict(request.get("files") or {})
+        if request.get("code") is not None:
+            files.setdefault("main.py", base64.b64encode(request["code"].encode("utf-8")).decode("ascii"))
+        for name, content_b64 in files.items():
+            path = os.path.normpath(os.path.join(self.scratch, name))
+            if not path.startswith(self.scratch + os.sep):
+                raise OSError("file %r would land outside the scratch folder" % name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(base64.b64decode(content_b64))
+        if self.run_as is not None:  # the program must be able to write its own scratch folder
+            for root, dirs, names in os.walk(self.scratch):
+                for entry in [root] + [os.path.join(root, n) for n in dirs + names]:
+                    os.chown(entry, self.run_as[0], self.run_as[1])
+
+    def _stdin_fd(self, request):
+        data = base64.b64decode(request.get("stdin_b64") or "")
+        fd = os.memfd_create("stdin", 0) if hasattr(os, "memfd_create") else None
+        if fd is None:  # very old kernels: a pipe that holds at most 64 KiB before it would block
+            read_fd, write_fd = os.pipe()
+            os.write(write_fd, data[:65536])
+            os.close(write_fd)
+            return read_fd
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    def _child(self, request, limits, stdin_fd, out_w, err_w, parent_fds):
+        try:
+            os.setsid()
+            for fd in parent_fds:
+                os.close(fd)
+            os.dup2(stdin_fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            if self.run_as is not None:
+                os.setgroups([])
+                os.setgid(self.run_as[1])
+                os.setuid(self.run_as[0])
+            set_rlimits(limits)
+            os.chdir(self.scratch)
+            env = {"PATH": DEFAULT_PATH, "HOME": self.scratch, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+                   "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+            env.update(request.get("env") or {})
+            if request.get("command") is not None:
+                command = request["command"]
+                try:
+                    os.execvpe(command[0], command, env)
+                except OSError as exc:
+                    os.write(2, ("cannot run %r: %s\n" % (command[0], exc.strerror)).encode())
+                    os._exit(127)
+            os._exit(run_python_in_child(request, env, self.scratch))
+        except BaseException as exc:  # nothing may escape a forked child
+            try:
+                os.write(2, ("sandbox child failed: %r\n" % (exc,)).encode())
+            finally:
+                os._exit(126)
+
+    def _watch(self, pid, limits, out_r, err_r, started):
+        wall = limits.get("wall_s")
+        deadline = started + wall if wall else None
+        cap = limits.get("output_bytes")
+        streams = {out_r: bytearray(), err_r: bytearray()}
+        truncated = {out_r: False, err_r: False}
+        open_fds = [out_r, err_r]
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        reason = None
+        waited = None
+        while True:
+            if waited is None:
+                done_pid, status, usage = os.wait4(pid, os.WNOHANG)
+                if done_pid == pid:
+                    waited = (status, usage)
+            if waited is not None:
+                break
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                reason = "timeout"
+                break
+            timeout = None if deadline is None else max(0.0, deadline - now)
+            if pidfd is None:  # no pidfd to wake us when the child exits: poll
+                timeout = 0.01 if timeout is None else min(timeout, 0.01)
+            watch = open_fds + ([pidfd] if pidfd is not None else [])
+            try:
+                readable, _, _ = select.select(watch, [], [], timeout)
+            except InterruptedError:
+                continue
+            for fd in readable:
+                if fd == pidfd:
+                    continue
+                if not self._read_into(fd, streams, truncated, cap, open_fds):
+                    continue
+            if cap is not None and (truncated[out_r] or truncated[err_r]):
+                reason = "output_limit"
+                break
+        if waited is None:  # still running: a limit was hit
+            kill_group(pid)
+            _, status, usage = os.wait4(pid, 0)
+            waited = (status, usage)
+        wall_time = time.monotonic() - started
+        self._kill_leftovers(pid)
+        # Drain what is still buffered; every writer is dead now, so EOF comes at once.
+        drain_deadline = time.monotonic() + 1.0
+        while open_fds and time.monotonic() < drain_deadline:
+            readable, _, _ = select.select(open_fds, [], [], 0.1)
+            for fd in readable:
+                self._read_into(fd, streams, truncated, cap, open_fds)
+        if pidfd is not None:
+            os.close(pidfd)
+        status, usage = waited
+        stdout = bytes(streams[out_r])
+        stderr = bytes(streams[err_r])
+        result = {
+            "stdout": stdout.decode("utf-8", "replace"),
+            "stderr": stderr.decode("utf-8", "replace"),
+            "stdout_truncated": truncated[out_r],
+            "stderr_truncated": truncated[err_r],
+            "wall_time_s": round(wall_time, 6),
+            "cpu_time_s": round(usage.ru_utime + usage.ru_stime, 6),
+            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        }
+        result["status"], result["message"] = classify(result, reason, limits, stderr)
+        self._wipe()
+        return result
+
+    @staticmethod
+    def _read_into(fd, streams, truncated, cap, open_fds):
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            open_fds.remove(fd)
+            return False
+        buffer = streams[fd]
+        if cap is None or len(buffer) < cap:
+            room = len(chunk) if cap is None else cap - len(buffer)
+            buffer.extend(chunk[:room])
+            if cap is not None and len(chunk) > room:
+                truncated[fd] = True
+        else:
+            truncated[fd] = True
+        return True
+
+    # ----- cleaning up -----------------------------------------------------------------------
+    def _kill_leftovers(self, pid):
+        """Kill every process the run started, also those that left its process group."""
+        kill_group(pid)
+        if self.pid1 and self.run_as is None:
+            # PID 1 of a private namespace: kill(-1) reaches everything in it except ourselves.
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+        elif self.run_as is not None:
+            # The program ran as its own uid: a helper with that uid kills all its processes.
+            self._as_run_user(lambda: os.kill(-1, signal.SIGKILL), ignore=(ProcessLookupError,))
+        reap_all()
+
+    def _wipe(self):
+        def wipe():
+            for directory in self.wipe_dirs:
+                if not os.path.isdir(directory):
+                    continue
+                for entry in os.listdir(directory):
+                    path = os.path.join(directory, entry)
+                    if path != self.scratch:  # the scratch folder may sit inside another wiped folder
+                        remove_tree(path)
+
+        if self.run_as is not None:
+            self._as_run_user(wipe)
+        else:
+            wipe()
+
+    def _as_run_user(self, action, ignore=()):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(self.run_as[1])
+                os.setuid(self.run_as[0])
+                action()
+            except ignore:
+                pass
+            except BaseException:
+                os._exit(1)
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+
+def set_rlimits(limits):
+    def setlimit(which, value):
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+    if limits.get("cpu_s"):
+        cpu = max(1, int(-(-limits["cpu_s"] // 1)))
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        except (ValueError, OSError):
+            pass
+    if limits.get("memory_mb"):
+        setlimit(resource.RLIMIT_AS, int(limits["memory_mb"]) * 1024 * 1024)
+    if limits.get("processes"):
+        setlimit(resource.RLIMIT_NPROC, int(limits["processes"]))
+    if limits.get("file_size_mb"):
+        setlimit(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * 1024 * 1024)
+    if limits.get("open_files"):
+        setlimit(resource.RLIMIT_NOFILE, int(limits["open_files"]))
+    setlimit(resource.RLIMIT_CORE, 0)
+
+
+def run_python_in_child(request, env, scratch):
+    """Run the request's Python source in this (forked) process as if it were ``python main.py``."""
+    import atexit
+    import io
+    import random
+    import types
+
+    atexit._clear()  # the supervisor's own exit handlers are not the program's
+    os.environ.clear()
+    os.environ.update(env)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # as the interpreter sets them at start-up
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    random.seed()  # a forked child would otherwise repeat the supervisor's random sequence
+    path = os.path.join(scratch, "main.py")
+    sys.argv = [path] + list(request.get("argv") or [])
+    sys.path.insert(0, scratch)
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    module.__builtins__ = __builtins__
+    sys.modules["__main__"] = module
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8",
+                                  errors="backslashreplace")
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    exit_code = 0
+    try:
+        code = compile(request["code"], path, "exec")
+        exec(code, module.__dict__)
+    except SystemExit as exc:
+        exit_code = exit_code_of(exc)
+    except BaseException as exc:
+        import traceback
+
+        try:  # leave out our own frame: the traceback starts in the program, as under `python main.py`
+            tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+            traceback.print_exception(type(exc), exc, tb)
+        except BaseException:
+            pass
+        exit_code = 1
+    try:
+        import threading
+
+        threading._shutdown()  # wait for non-daemon threads, as the interpreter does at exit
+    except BaseException:
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            exit_code = exit_code or 120
+    return exit_code
+
+
+def exit_code_of(exc):
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    try:
+        sys.stderr.write(str(exc.code) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def classify(result, reason, limits, stderr):
+    if reason == "timeout":
+        return "timeout", "wall-clock limit of %ss reached" % limits.get("wall_s")
+    if reason == "output_limit":
+        return "output_limit", "output went past %s bytes" % limits.get("output_bytes")
+    sig = result["signal"]
+    cpu_limit = limits.get("cpu_s")
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_limit and result["cpu_time_s"] >= cpu_limit):
+        return "timeout", "CPU-time limit of %ss reached" % cpu_limit
+    if sig == signal.SIGXFSZ:
+        return "output_limit", "a written file went past %s MB" % limits.get("file_size_mb")
+    tail = stderr[-4096:].decode("utf-8", "replace")
+    if result["exit_code"] == 0:
+        return "ok", ""
+    if any(marker in tail for marker in MEMORY_MARKERS):
+        return "memory", "memory limit of %s MB reached" % limits.get("memory_mb")
+    if sig is not None:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return "killed", "killed by signal %s" % name
+    if "File too large" in tail:
+        return "output_limit", "a written file went past %s MB" % limits.get("file_size_mb")
+    return "error", "exited with code %s" % result["exit_code"]
+
+
+def kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def reap_all(patience_s=2.0):
+    give_up = time.monotonic() + patience_s
+    while time.monotonic() < give_up:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            # Children still exiting (SIGKILL was sent): wait briefly, they cannot resist it.
+            time.sleep(0.001)
+            continue
+
+
+def remove_tree(path):
+    def make_writable_and_retry(function, failed_path, _exc_info):
+        try:
+            parent = os.path.dirname(failed_path)
+            os.chmod(parent, stat.S_IRWXU)
+            if os.path.isdir(failed_path) and not os.path.islink(failed_path):
+                os.chmod(failed_path, stat.S_IRWXU)
+            function(failed_path)
+        except OSError:
+            pass
+
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, stat.S_IRWXU)
+            shutil.rmtree(path, onerror=make_writable_and_retry)
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            pass
+
+
+def main(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="sandbox-supervisor")
+    parser.add_argument("mode", choices=["serve", "once"])
+    parser.add_argument("--scratch", default="/scratch")
+    parser.add_argument("--wipe", action="append", default=[], help="more folders to empty after each run")
+    parser.add_argument("--run-as", default=None, help="UID:GID the program runs as")
+    parser.add_argument("--preload", default="", help="comma-separated modules to import once, up front")
+    args = parser.parse_args(argv)
+    # Nobody may ptrace us or read our memory, not even a program running with our uid.
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:
+        pass
+    for name in filter(None, args.preload.split(",")):
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
+    os.makedirs(args.scratch, exist_ok=True)
+    supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, sys.executable)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    if args.mode == "serve":
+        write_frame(1, {"ready": True, "pid": os.getpid()})
+    while True:
+        request = read_frame(0)
+        if request is None:
+            return 0
+        try:
+            result = supervisor.run(request)
+        except Exception as exc:  # report, keep serving
+            result = {"status": "sandbox_error", "message": "supervisor failed: %r" % (exc,)}
+        write_frame(1, result)
+        if args.mode == "once":
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,133 @@
+"""``search``: answer a question, calling a retrieval service with ``<search>query</search>``.
+
+The results come back as ``<information>...</information>``; the episode ends on
+``<answer>...</answer>`` or at ``max_turns`` (default 2). The reward is 1.0 when the last answer
+matches a target after SQuAD normalisation, else 0.0 (see :mod:`skyrl_gym.envs.search.utils`).
+
+Dataset row (extras)::
+
+    {"reward_spec": {"method": "rule", "ground_truth": {"target": ["Paris"]}}, "max_turns": 2}
+
+``env_config``: ``search_url`` (default ``http://127.0.0.1:8000/retrieve``), ``topk`` (3),
+``timeout`` (30 s per attempt), ``log_requests``, ``retry_attempts`` (4), ``retry_delay_s`` (0.5).
+Use ``astep`` from async code: the request is then awaited on the event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from skyrl_gym.core import ConversationType, StepOutput
+from skyrl_gym.envs._common import require_ground_truth
+from skyrl_gym.envs.base_text_env import BaseTextEnv
+from skyrl_gym.envs.config_values import config_value
+from skyrl_gym.envs.search.utils import compute_score, extract_solution, targets_of
+from skyrl_gym.errors import DataError
+from skyrl_gym.tools.parsers import find_tag_blocks
+from skyrl_gym.tools.search import DEFAULT_SEARCH_URL, RetryPolicy, SearchToolGroup
+
+
+@dataclass
+class SearchEnvConfig:
+    log_requests: bool = False
+    search_url: str = DEFAULT_SEARCH_URL
+    topk: int = 3
+    timeout: float = 30.0
+    retry_attempts: int = 4
+    retry_delay_s: float = 0.5
+
+
+def search_tool_group_from_config(env_config: Any) -> SearchToolGroup:
+    """A ``SearchToolGroup`` configured from an env's ``env_config`` (shared by search envs)."""
+    retry = RetryPolicy(
+        attempts=int(config_value(env_config, "retry_attempts", 4)),
+        initial_delay_s=float(config_value(env_config, "retry_delay_s", 0.5)),
+    )
+    return SearchToolGroup(
+        search_url=str(config_value(env_config, "search_url", DEFAULT_SEARCH_URL)),
+        topk=int(config_value(env_config, "topk", 3)),
+        timeout=float(config_value(env_config, "timeout", 30.0)),
+        log_requests=bool(config_value(env_config, "log_requests", False)),
+        retry=retry,
+    )
+
+
+class SearchEnv(BaseTextEnv):
+    """Multi-turn question answering with a search tool (Search-R1 style)."""
+
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__(env_config, extras)
+        self.ground_truth = require_ground_truth(self.extras, "search")
+        try:
+            targets_of(self.ground_truth)
+        except ValueError as exc:
+            raise DataError(f"env 'search': {exc}") from None
+        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", 2))
+        self.tool_group = search_tool_group_from_config(env_config)
+        self.init_tool_groups([self.tool_group])
+        self.chat_history: ConversationType = []
+        self._searches = 0
+        self._search_errors = 0
+        self._final_reward: Optional[float] = None
+
+    def _parse_action(self, action: str) -> List[Optional[str]]:
+        """``[query]`` of the first complete ``<search>`` block, or ``[None]``."""
+        bodies, _ = find_tag_blocks(action, "search")
+        return [bodies[0] if bodies else None]
+
+    def _get_reward(self, action: str, done: bool) -> float:
+        if not done:
+            return 0.0
+        return compute_score("".join(m["content"] for m in self.chat_history), self.ground_truth)
+
+    def _is_done(self, action: str) -> bool:
+        if self.turns >= self.max_turns:
+            return True
+        return "<answer>" in action and "</answer>" in action
+
+    def _begin(self, action: str) -> Tuple[Optional[StepOutput], List[Optional[str]]]:
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        self.turns += 1
+        self.chat_history.append({"role": "assistant", "content": action})
+        if self._is_done(action):
+            self._final_reward = self._get_reward(action, True)
+            answer = extract_solution("".join(m["content"] for m in self.chat_history))
+            return StepOutput(observations=[], reward=self._final_reward, done=True, metadata={"answer": answer}), [None]
+        return None, self._parse_action(action)
+
+    def _observe(self, query: List[Optional[str]], tool_output: str) -> StepOutput:
+        observation = {"role": "user", "content": "\n<information>" + tool_output + "</information>\n"}
+        self.chat_history.append(observation)
+        metadata: Dict[str, Any] = {"tool_group": "SearchToolGroup", "tool_name": "search", "tool_input": query}
+        if query[0] is not None:
+            self._searches += 1
+            status = self.tool_group.last_metadata.get("status")
+            metadata["search_status"] = status
+            self._search_errors += int(status == "api_error")
+        return StepOutput(observations=[observation], reward=0.0, done=False, metadata=metadata)
+
+    def step(self, action: str) -> StepOutput:
+        final, query = self._begin(action)
+        if final is not None:
+            return final
+        return self._observe(query, self.tool_group.search(query[0]))
+
+    async def astep(self, action: str) -> StepOutput:
+        """Like :meth:`step`; the search request is awaited on the running event loop."""
+        final, query = self._begin(action)
+        if final is not None:
+            return final
+        return self._observe(query, await self.tool_group.asearch(query[0]))
+
+    async def ainit(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:
+        return self.init(prompt)
+
+    def get_metrics(self) -> Dict[str, Any]:
+        return {
+            "turns": self.turns,
+            "searches": self._searches,
+            "search_errors": self._search_errors,
+            "correct": self._final_reward == 1.0,
+        }

@@ -1,0 +1,41 @@
+"""The ``search`` reward: exact match of the last ``<answer>`` after SQuAD normalisation."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, List, Optional, Union
+
+from skyrl_gym.rewards.squad import exact_match, normalize_answer
+
+__all__ = ["normalize_answer", "em_check", "extract_solution", "targets_of", "compute_score"]
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def em_check(prediction: str, golden_answers: Union[str, List[str]]) -> int:
+    return int(exact_match(prediction, golden_answers))
+
+
+def extract_solution(solution_str: str) -> Optional[str]:
+    """The content of the last ``<answer>...</answer>``, stripped; ``None`` if there is none."""
+    matches = _ANSWER.findall(solution_str)
+    return matches[-1].strip() if matches else None
+
+
+def targets_of(ground_truth: Any) -> List[str]:
+    """The accepted answers: ``{"target": str | [str, ...]}`` (SkyRL-gym rows) or a str / list."""
+    target = ground_truth.get("target") if isinstance(ground_truth, dict) else ground_truth
+    if isinstance(target, str):
+        return [target]
+    if isinstance(target, (list, tuple)) or hasattr(target, "tolist"):
+        values = target.tolist() if hasattr(target, "tolist") else target
+        return [str(v) for v in values]
+    raise ValueError(f"search ground_truth must be a string, a list of strings or {{'target': ...}}, got {ground_truth!r}")
+
+
+def compute_score(solution_str: str, ground_truth: Any, method: str = "strict", format_score: float = 0.0, score: float = 1.0) -> float:
+    """``score`` if the last answer matches a target, ``format_score`` if it does not, 0.0 without an answer."""
+    answer = extract_solution(solution_str)
+    if answer is None:
+        return 0.0
+    return float(score) if exact_match(answer, targets_of(ground_truth)) else float(format_score)

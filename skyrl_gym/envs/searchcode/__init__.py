@@ -1,0 +1,1 @@
+"""Two tools in one env: search and sandboxed Python (id ``searchcode``)."""

@@ -1,0 +1,140 @@
+"""``searchcode``: solve a problem with a search tool and a sandboxed Python tool.
+
+Calls are written ``<tool><search>query</search></tool>`` or ``<tool><python>code</python></tool>``;
+the tool's output comes back as the next user message. The episode ends on
+``<solution>...</solution>`` or at ``max_turns`` (default 2), and is scored like ``gsm8k`` (the
+first ``#### N`` in the whole conversation must equal the ground truth).
+
+Dataset row (extras)::
+
+    {"reward_spec": {"method": "rule", "ground_truth": "42"}, "max_turns": 4}
+
+``env_config``: the search settings of the ``search`` env (``search_url``, ``topk``, ``timeout``,
+``retry_attempts``, ``retry_delay_s``), ``python_timeout`` (seconds, default 10) and ``sandbox``
+(a :func:`sandboxes.sandbox_from_config` mapping; default: the shared warm local sandbox).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from skyrl_gym.core import ConversationType, StepOutput
+from skyrl_gym.envs._common import require_ground_truth
+from skyrl_gym.envs.base_text_env import BaseTextEnv
+from skyrl_gym.envs.config_values import config_value
+from skyrl_gym.envs.search.env import search_tool_group_from_config
+from skyrl_gym.rewards.gsm8k import compute_score
+from skyrl_gym.tools.parsers import find_tag_blocks
+from skyrl_gym.tools.python import NO_OUTPUT_MESSAGE, PythonCodeExecutorToolGroup
+
+_INNER_CALL = re.compile(r"<(\w+)>(.*?)</\1>", re.DOTALL)
+EXPECTED_FORMAT = (
+    " Call a tool as <tool><search>your query</search></tool> or <tool><python>your code</python></tool>,"
+    " or give the final answer as <solution>... #### N</solution>."
+)
+
+
+class ToolCallError(ValueError):
+    """The action has no usable tool call; the message is shown to the model."""
+
+
+class SearchCodeEnv(BaseTextEnv):
+    """Multi-tool env: search plus Python in a sandbox."""
+
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__(env_config, extras)
+        self.ground_truth = str(require_ground_truth(self.extras, "searchcode"))
+        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", 2))
+        self.search_tools = search_tool_group_from_config(env_config)
+        self.python_tools = PythonCodeExecutorToolGroup(
+            timeout=float(config_value(env_config, "python_timeout", 10.0)),
+            sandbox_config=config_value(env_config, "sandbox"),
+        )
+        self.init_tool_groups([self.search_tools, self.python_tools])
+        self.chat_history: ConversationType = []
+        self._calls: Dict[str, int] = {"search": 0, "python": 0}
+        self._final_reward: Optional[float] = None
+
+    def _parse_action(self, action: str) -> Tuple[str, str, List[str]]:
+        """``(group, tool, [input])`` of the first ``<tool>`` block; raises :class:`ToolCallError`."""
+        blocks, _ = find_tag_blocks(action, "tool")
+        if not blocks:
+            raise ToolCallError("No <tool>...</tool> block found in action string.")
+        inner = _INNER_CALL.search(blocks[0].strip())
+        if not inner:
+            raise ToolCallError("No valid inner tool tag found inside <tool> block.")
+        tool_name, tool_input = inner.group(1), inner.group(2).strip()
+        if tool_name not in self.tool_to_toolgroup:
+            raise ToolCallError(f"Tool '{tool_name}' not found in any registered tool group.")
+        return self.tool_to_toolgroup[tool_name], tool_name, [tool_input]
+
+    def _get_reward(self, action: str, done: bool) -> float:
+        if not done:
+            return 0.0
+        return compute_score("\n".join(m["content"] for m in self.chat_history), self.ground_truth)
+
+    def _is_done(self, action: str) -> bool:
+        if self.turns >= self.max_turns:
+            return True
+        return "<solution>" in action and "</solution>" in action
+
+    def _begin(self, action: str) -> Tuple[Optional[StepOutput], Optional[Tuple[str, str, List[str]]], Optional[str]]:
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        self.turns += 1
+        self.chat_history.append({"role": "assistant", "content": action})
+        if self._is_done(action):
+            self._final_reward = self._get_reward(action, True)
+            return StepOutput(observations=[], reward=self._final_reward, done=True, metadata={}), None, None
+        try:
+            return None, self._parse_action(action), None
+        except ToolCallError as exc:
+            return None, None, str(exc) + EXPECTED_FORMAT
+
+    def _observe(self, call: Optional[Tuple[str, str, List[str]]], output: Optional[str], error: Optional[str]) -> StepOutput:
+        if call is not None:
+            self._calls[call[1]] = self._calls.get(call[1], 0) + 1
+        content = error if error is not None else (output or NO_OUTPUT_MESSAGE)
+        observation = {"role": "user", "content": content}
+        self.chat_history.append(observation)
+        group_name, tool_name, tool_input = call if call is not None else (None, None, "")
+        metadata = {
+            "tool_group": group_name,
+            "tool_name": tool_name,
+            "tool_input": tool_input,
+            "tools": [group.get_tool_names() for group in self.tool_groups],
+        }
+        return StepOutput(observations=[observation], reward=0.0, done=False, metadata=metadata)
+
+    def step(self, action: str) -> StepOutput:
+        final, call, error = self._begin(action)
+        if final is not None:
+            return final
+        output = None if call is None else self._execute_tool(call[0], call[1], call[2])
+        return self._observe(call, output, error)
+
+    async def astep(self, action: str) -> StepOutput:
+        """Like :meth:`step`; search is awaited on the loop and Python runs off the loop."""
+        final, call, error = self._begin(action)
+        if final is not None:
+            return final
+        output = None
+        if call is not None:
+            code_or_query = call[2][0]
+            if call[1] == "search":
+                output = await self.search_tools.asearch(code_or_query)
+            else:
+                output = await self.python_tools.apython(code_or_query)
+        return self._observe(call, output, error)
+
+    async def ainit(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:
+        return self.init(prompt)
+
+    def get_metrics(self) -> Dict[str, Any]:
+        return {
+            "turns": self.turns,
+            "search_calls": self._calls.get("search", 0),
+            "python_calls": self._calls.get("python", 0),
+            "correct": self._final_reward == 1.0,
+        }

@@ -1,0 +1,63 @@
+"""Find a dataset row's SQLite file and describe its schema.
+
+Rows name their database as SkyRL-gym's do: ``extras["data"]`` (``synsql``, ``spider`` or
+``bird``) plus ``extras["db_id"]``, resolved under ``env_config.db_path`` with the folder layout
+of each public dataset; or directly with ``extras["db_file"]`` (absolute, or relative to
+``db_path``) for any other database.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import Any, Dict, List, Mapping, Optional
+
+from skyrl_gym.errors import DataError
+from skyrl_gym.tools.sqlite_readonly import open_read_only
+
+# Where each public dataset keeps its databases, relative to ``db_path``:
+# <db_path>/<folder>/<db_id>/<db_id>.sqlite
+DATASET_DB_FOLDERS: Dict[str, str] = {
+    "synsql": os.path.join("SynSQL-2.5M", "databases"),
+    "spider": os.path.join("spider", "database"),
+    "bird": os.path.join("bird", "train", "train_databases"),
+}
+
+
+def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> str:
+    """The SQLite file a row refers to; raises ``DataError``/``FileNotFoundError`` naming the field."""
+    db_file = extras.get("db_file")
+    if db_file:
+        path = str(db_file)
+        if not os.path.isabs(path) and db_path:
+            path = os.path.join(str(db_path), path)
+    else:
+        db_id = extras.get("db_id")
+        data = extras.get("data")
+        if not db_id:
+            raise DataError('text2sql row needs "db_file", or "db_id" with "data" (one of synsql, spider, bird)')
+        if data not in DATASET_DB_FOLDERS:
+            raise DataError(
+                f'text2sql row has data={data!r}; expected one of {sorted(DATASET_DB_FOLDERS)} '
+                f'(or give the database path in "db_file")'
+            )
+        if not db_path:
+            raise DataError(f"text2sql env_config.db_path is not set; it must point at the folder holding {DATASET_DB_FOLDERS[data]}")
+        path = os.path.join(str(db_path), DATASET_DB_FOLDERS[data], str(db_id), f"{db_id}.sqlite")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Database file not found at: {path}")
+    return path
+
+
+def schema_ddl(db_file: str) -> str:
+    """The ``CREATE TABLE`` statements of a database, as text prompts show the schema."""
+    conn: Optional[sqlite3.Connection] = None
+    try:
+        conn = open_read_only(db_file)
+        rows: List[tuple] = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND sql IS NOT NULL ORDER BY rowid"
+        ).fetchall()
+    finally:
+        if conn is not None:
+            conn.close()
+    return "\n\n".join(row[0].strip() + ";" for row in rows)

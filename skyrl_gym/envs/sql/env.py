@@ -1,0 +1,156 @@
+"""``text2sql`` (also ``sql``): answer a question with SQL, exploring a real SQLite database.
+
+Each turn the model either runs one exploratory query with ``<sql>...</sql>`` and reads the result
+inside ``<observation>...</observation>`` (with a reminder of the turns left), or ends the episode
+with its final query in ``<solution>...</solution>``. The episode also ends at ``max_turns``.
+Only the final step is rewarded: see :mod:`skyrl_gym.envs.sql.utils`.
+
+Dataset row (extras)::
+
+    {"db_id": "retail", "data": "spider" | "bird" | "synsql"  (or "db_file": "/path/x.sqlite"),
+     "reward_spec": {"method": "rule", "ground_truth": "<gold SQL>"}, "max_turns": 5}
+
+``env_config``: ``db_path`` (root of the public layouts), ``sql_timeout_s`` (per tool query,
+default 5), ``reward_timeout_s`` (default 30), ``max_rows_shown`` (default 50), ``max_turns``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+from skyrl_gym.core import ConversationType, StepOutput
+from skyrl_gym.envs.base_text_env import BaseTextEnv
+from skyrl_gym.envs.config_values import config_value
+from skyrl_gym.envs.sql.databases import resolve_database_file
+from skyrl_gym.envs.sql.utils import REWARD_LIMITS, compute_score_single
+from skyrl_gym.errors import DataError
+from skyrl_gym.tools.blocking import run_blocking
+from skyrl_gym.tools.parsers import find_tag_blocks
+from skyrl_gym.tools.sql import SQLDisplay, SQLToolGroup
+from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult
+
+# No literal tags in here: the reward's format check reads the whole transcript, observations
+# included, and a "<solution>" in this text would count as a second solution block.
+INVALID_ACTION_MESSAGE = (
+    "Your previous action is invalid. Follow the format of outputting thinking process and sql tool, and try again."
+    " Expected: your reasoning inside think tags, then either one SELECT query inside sql tags to explore the"
+    " database, or your final SQL query inside solution tags to finish."
+)
+
+
+@dataclass
+class Text2SQLEnvConfig:
+    """Settings shared by all text2sql episodes (SkyRL-gym's ``db_path`` plus limits)."""
+
+    db_path: Optional[str] = None
+    sql_timeout_s: float = 5.0
+    reward_timeout_s: float = 30.0
+    max_rows_shown: int = 50
+
+
+class SQLEnv(BaseTextEnv):
+    """Multi-turn text-to-SQL over one read-only SQLite database per episode."""
+
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__(env_config, extras)
+        extras = self.extras
+        reward_spec = extras.get("reward_spec")
+        if not isinstance(reward_spec, dict) or not isinstance(reward_spec.get("ground_truth"), str):
+            raise DataError('text2sql row needs "reward_spec": {"ground_truth": "<gold SQL query>"}')
+        self.gold_sql: str = reward_spec["ground_truth"]
+        self.db_id: Optional[str] = extras.get("db_id")
+        self.task: Optional[str] = extras.get("data")
+        self.db_path: Optional[str] = config_value(env_config, "db_path")
+        self.db_file: str = resolve_database_file(extras, self.db_path)
+        self.max_turns = int(extras.get("max_turns") or config_value(env_config, "max_turns", 5))
+
+        tool_limits = dataclasses.replace(QueryLimits(), timeout_s=float(config_value(env_config, "sql_timeout_s", 5.0)))
+        self.reward_limits = dataclasses.replace(
+            REWARD_LIMITS, timeout_s=float(config_value(env_config, "reward_timeout_s", REWARD_LIMITS.timeout_s))
+        )
+        display = SQLDisplay(max_rows_shown=int(config_value(env_config, "max_rows_shown", 50)))
+        self.tool_group = SQLToolGroup(self.db_file, limits=tool_limits, display=display)
+        self.init_tool_groups([self.tool_group])
+
+        # role/content of every action and observation: the reward reads them joined together.
+        self.chat_history: ConversationType = []
+        self._tool_calls = 0
+        self._tool_errors = 0
+        self._final_reward: Optional[float] = None
+
+    # ----- parsing -----------------------------------------------------------------------------
+    def _parse_action(self, action: str) -> Tuple[str, str, Tuple[Optional[str], Optional[str], int]]:
+        """``(group, tool, (db_id, sql_or_None, turns_left))`` as SkyRL-gym reports it."""
+        bodies, _ = find_tag_blocks(action, "sql")
+        sql = bodies[0] if bodies else None
+        return self.tool_group.get_name(), "sql", (self.db_id, sql, self.max_turns - self.turns)
+
+    def _is_done(self, action: str) -> bool:
+        if self.turns >= self.max_turns:
+            return True
+        return "<solution>" in action and "</solution>" in action
+
+    # ----- one step, shared by step() and astep() -------------------------------------------------
+    def _begin(self, action: str) -> Tuple[bool, Tuple[str, str, Any]]:
+        if not isinstance(action, str):
+            action = "" if action is None else str(action)
+        self.turns += 1
+        self.chat_history.append({"role": "assistant", "content": action})
+        done = self._is_done(action)
+        return done, ("", "", None) if done else self._parse_action(action)
+
+    def _compute_reward(self) -> float:
+        transcript = "".join(message["content"] for message in self.chat_history)
+        return float(compute_score_single(transcript, self.gold_sql, self.db_file, self.reward_limits))
+
+    def _final_output(self, reward: float) -> StepOutput:
+        self._final_reward = reward
+        return StepOutput(observations=[], reward=reward, done=True, metadata={"db_id": self.db_id})
+
+    def _observe(self, call: Tuple[str, str, Any], result: Optional[QueryResult]) -> StepOutput:
+        group_name, tool_name, tool_input = call
+        turns_left = tool_input[2]
+        if result is None:
+            body = INVALID_ACTION_MESSAGE
+        else:
+            self._tool_calls += 1
+            self._tool_errors += int(not result.ok)
+            body = self.tool_group.render(result)
+        reminder = f"<reminder>You have {turns_left} turns left to complete the task.</reminder>"
+        observation = {"role": "user", "content": f"\n\n<observation>{body}\n{reminder}</observation>\n\n"}
+        self.chat_history.append(observation)
+        metadata: Dict[str, Any] = {"tool_group": group_name, "tool_name": tool_name, "tool_input": tool_input}
+        if result is not None and not result.ok:
+            metadata["tool_error"] = result.error_kind
+        return StepOutput(observations=[observation], reward=0.0, done=False, metadata=metadata)
+
+    def step(self, action: str) -> StepOutput:
+        done, call = self._begin(action)
+        if done:
+            return self._final_output(self._compute_reward())
+        sql = call[2][1]
+        result = self.tool_group.run(sql.strip()) if sql is not None else None
+        return self._observe(call, result)
+
+    async def astep(self, action: str) -> StepOutput:
+        """Like :meth:`step`, with the queries run in the bounded tool pool (the loop stays free)."""
+        done, call = self._begin(action)
+        if done:
+            return self._final_output(await run_blocking(self._compute_reward))
+        sql = call[2][1]
+        result = await run_blocking(self.tool_group.run, sql.strip()) if sql is not None else None
+        return self._observe(call, result)
+
+    async def ainit(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:
+        return self.init(prompt)
+
+    def get_metrics(self) -> Dict[str, Any]:
+        return {
+            "turns": self.turns,
+            "sql_calls": self._tool_calls,
+            "sql_errors": self._tool_errors,
+            "solved": self._final_reward == 1.0,
+            "format_ok": self._final_reward is not None and self._final_reward >= 0.0,
+        }

@@ -1,0 +1,76 @@
+"""The text2sql reward, as SkyRL-gym computes it.
+
+* -1.0 when the format check fails: exactly one ``<solution>...</solution>``; at least one
+  ``<think>...</think>``; no ``<think>``/``<sql>``/``<observation>`` tags inside the solution; every
+  ``</observation>`` before the solution followed (after whitespace) by ``<think>``.
+* Otherwise 1.0 when the predicted and the gold query return the same set of rows, else 0.0.
+
+Both queries run read-only under the same guards as the tool, with the reward's own limits.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Tuple
+
+from skyrl_gym.tools.sqlite_readonly import QueryLimits, run_read_only_query
+
+THINK_START, THINK_END = "<think>", "</think>"
+SQL_START, SQL_END = "<sql>", "</sql>"
+SOLUTION_START, SOLUTION_END = "<solution>", "</solution>"
+OBS_START, OBS_END = "<observation>", "</observation>"
+
+# The reward compares whole results: keep every row, allow big gold results, wait longer than a tool call.
+REWARD_LIMITS = QueryLimits(timeout_s=30.0, max_rows=1_000_000, keep_rows=None, max_bytes=512 * 1024 * 1024)
+
+_FORBIDDEN_IN_SOLUTION = re.compile(r"</?(think|sql|observation)\b", re.IGNORECASE)
+_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_OBS_END = re.compile(r"</observation>", re.IGNORECASE)
+
+FormatCheck = Tuple[bool, Optional[List[str]], Optional[str], None]
+
+
+def verify_format_and_extract(output: str) -> FormatCheck:
+    """``(is_valid, thoughts, solution_sql, None)``; on failure ``(False, None, None, None)``."""
+    invalid: FormatCheck = (False, None, None, None)
+    if output.count(SOLUTION_START) != 1:
+        return invalid
+    before_solution, after_start = output.split(SOLUTION_START, 1)
+    if after_start.count(SOLUTION_END) != 1:
+        return invalid
+    solution_text = after_start.split(SOLUTION_END, 1)[0]
+    if _FORBIDDEN_IN_SOLUTION.search(solution_text):
+        return invalid
+    thoughts = _THINK_BLOCK.findall(output)
+    if not thoughts:
+        return invalid
+    for match in _OBS_END.finditer(before_solution):
+        if not before_solution[match.end() :].lstrip().lower().startswith(THINK_START):
+            return invalid
+    return True, thoughts, solution_text.strip(), None
+
+
+def same_result_rows(db_file: str, predicted_sql: str, gold_sql: str, limits: QueryLimits = REWARD_LIMITS) -> bool:
+    """True when both queries run and return the same set of rows (order and duplicates ignored)."""
+    predicted = run_read_only_query(db_file, predicted_sql, limits)
+    if not predicted.ok or predicted.more_rows:
+        return False
+    gold = run_read_only_query(db_file, gold_sql, limits)
+    if not gold.ok or gold.more_rows:
+        return False
+    return frozenset(predicted.rows) == frozenset(gold.rows)
+
+
+def calculate_reward_single(completion: str, reference: str, db_file: str, limits: QueryLimits = REWARD_LIMITS) -> float:
+    is_valid, _, predicted_sql, _ = verify_format_and_extract(completion)
+    if not is_valid or predicted_sql is None:
+        return -1.0
+    return 1.0 if same_result_rows(db_file, predicted_sql, reference, limits) else 0.0
+
+
+def compute_score_single(completion: str, reference: str, db_file: str, limits: QueryLimits = REWARD_LIMITS) -> float:
+    """The episode reward; any unexpected failure scores 0.0 rather than raising."""
+    try:
+        return calculate_reward_single(completion, reference, db_file, limits)
+    except Exception:
+        return 0.0

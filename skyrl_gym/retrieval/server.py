@@ -1,0 +1,180 @@
+"""The HTTP retrieval service: ``POST /retrieve`` and ``GET /health`` (FastAPI + uvicorn).
+
+Request (the Search-R1 shape, plus batches)::
+
+    {"query": "who wrote hamlet", "topk": 3, "return_scores": true}
+    {"queries": ["q1", "q2"], "topk": 3, "return_scores": true}      # or "query": ["q1", "q2"]
+
+Response: one list of hits per query, best first::
+
+    {"result": [[{"document": {"id": "7", "contents": "\\"Hamlet\\"\\n..."}, "score": 11.2}, ...]]}
+
+(with ``return_scores: false`` each hit is the document itself, as Search-R1's server returns it).
+
+Concurrent requests are gathered into one index call: whatever queries are waiting when the
+index becomes free are searched together, which costs no latency when idle and amortises the
+per-call overhead under load. The index runs in its own thread, so the event loop keeps
+accepting requests while it works.
+"""
+
+# No "from __future__ import annotations": FastAPI must resolve the request model defined in create_app.
+
+import asyncio
+import concurrent.futures
+import socket
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from skyrl_gym.retrieval.index import Hits, Retriever
+
+MAX_QUERIES_PER_REQUEST = 1024
+MAX_TOPK = 100
+
+
+class QueryBatcher:
+    """Feeds queries from many concurrent requests to the index in batches, one batch at a time."""
+
+    def __init__(self, retriever: Retriever, max_batch: int = 256) -> None:
+        self._retriever = retriever
+        self._max_batch = max_batch
+        self._queue: "asyncio.Queue[Tuple[List[str], int, asyncio.Future]]" = asyncio.Queue()
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="retriever")
+        self._task: Optional[asyncio.Task] = None
+        self.batches = 0
+        self.queries = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def search(self, queries: List[str], k: int) -> List[Hits]:
+        future: asyncio.Future = asyncio.get_running_loop().create_future()
+        await self._queue.put((queries, k, future))
+        return await future
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            items = [await self._queue.get()]
+            count = len(items[0][0])
+            while count < self._max_batch and not self._queue.empty():
+                item = self._queue.get_nowait()
+                items.append(item)
+                count += len(item[0])
+            all_queries = [q for queries, _, _ in items for q in queries]
+            k = max(item[1] for item in items)
+            try:
+                hits = await loop.run_in_executor(self._executor, self._retriever.search, all_queries, k)
+            except Exception as exc:  # an index failure fails these requests, not the server
+                for _, _, future in items:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            self.batches += 1
+            self.queries += len(all_queries)
+            start = 0
+            for queries, item_k, future in items:
+                if not future.done():
+                    future.set_result([row[:item_k] for row in hits[start : start + len(queries)]])
+                start += len(queries)
+
+
+def create_app(retriever: Retriever, documents: Sequence[Dict[str, Any]], default_topk: int = 3, name: str = "bm25") -> Any:
+    """The FastAPI application serving ``retriever`` over ``documents`` (same order as the index)."""
+    import contextlib
+
+    from fastapi import FastAPI, HTTPException
+    from pydantic import BaseModel
+
+    class RetrieveRequest(BaseModel):
+        query: Optional[Any] = None
+        queries: Optional[List[str]] = None
+        topk: Optional[int] = None
+        return_scores: bool = False
+
+    state: Dict[str, QueryBatcher] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any):
+        batcher = QueryBatcher(retriever)
+        batcher.start()
+        state["batcher"] = batcher
+        yield
+        await batcher.stop()
+
+    app = FastAPI(title="skyrl-gym retriever", lifespan=lifespan)
+
+    @app.get("/health")
+    async def health() -> Dict[str, Any]:
+        batcher = state.get("batcher")
+        return {
+            "status": "ok",
+            "retriever": name,
+            "documents": len(documents),
+            "batches": batcher.batches if batcher else 0,
+            "queries": batcher.queries if batcher else 0,
+        }
+
+    @app.post("/retrieve")
+    async def retrieve(request: RetrieveRequest) -> Dict[str, Any]:
+        if request.queries is not None:
+            queries, batched = request.queries, True
+        elif isinstance(request.query, list):
+            queries, batched = request.query, True
+        elif isinstance(request.query, str):
+            queries, batched = [request.query], False
+        else:
+            raise HTTPException(400, 'send "query" (a string or a list of strings) or "queries" (a list of strings)')
+        if not all(isinstance(q, str) for q in queries):
+            raise HTTPException(400, "every query must be a string")
+        if len(queries) > MAX_QUERIES_PER_REQUEST:
+            raise HTTPException(400, f"at most {MAX_QUERIES_PER_REQUEST} queries per request, got {len(queries)}")
+        topk = default_topk if request.topk is None else request.topk
+        if not 1 <= topk <= MAX_TOPK:
+            raise HTTPException(400, f"topk must be between 1 and {MAX_TOPK}, got {topk}")
+        hits = await state["batcher"].search(list(queries), topk) if queries else []
+        result = [
+            [{"document": documents[p], "score": s} if request.return_scores else documents[p] for p, s in row]
+            for row in hits
+        ]
+        return {"result": result, "batched": batched}
+
+    return app
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket; ``port=0`` picks a free port (read it back with ``getsockname``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto says
+    # TCP, and without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
+    """Serve ``app`` until interrupted; prints the URL (with the real port) once listening."""
+    import uvicorn
+
+    sock = bind_socket(host, port)
+    actual_port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level=log_level, backlog=2048, timeout_keep_alive=30)
+    server = uvicorn.Server(config)
+    print(f"retriever listening on http://{host}:{actual_port}/retrieve", flush=True)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        sys.stdout.flush()

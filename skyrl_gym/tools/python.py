@@ -1,0 +1,137 @@
+"""``PythonCodeExecutorToolGroup``: a ``python`` tool that runs model-written code in a sandbox.
+
+Code never runs in the env's own process: it goes to a :mod:`sandboxes` backend (by default the
+process-wide warm local sandbox: namespaces, no network, a scratch folder, time/memory/output
+limits). Group name, tool name and output wording follow SkyRL-gym's tool (the program's stdout, or
+``Error executing Python code: ...`` with its stderr, or a time-out message), so envs written for it
+work unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Dict, List, Mapping, Optional
+
+from skyrl_gym.tools.core import ToolGroup, tool
+
+NO_OUTPUT_MESSAGE = "The code ran without printing anything; print() the values you want to see."
+TIMEOUT_MESSAGE = "Error executing Python code: Execution timed out after {timeout} seconds."
+
+_sandboxes_by_config: Dict[str, Any] = {}
+_sandboxes_lock = threading.Lock()
+
+
+def sandbox_for(config: Optional[Mapping[str, Any]]) -> Any:
+    """One shared sandbox per distinct config (``None``: the shared warm local sandbox), so that
+    episodes reuse warm workers instead of starting a sandbox each."""
+    from sandboxes import sandbox_from_config, shared_sandbox
+
+    if not config:
+        return shared_sandbox()
+    key = json.dumps(dict(config), sort_keys=True, default=str)
+    with _sandboxes_lock:
+        if key not in _sandboxes_by_config:
+            _sandboxes_by_config[key] = sandbox_from_config(dict(config))
+        return _sandboxes_by_config[key]
+
+
+def render_run_result(result: Any, timeout: float) -> str:
+    """SkyRL-gym's wording for a finished run."""
+    status = str(result.status)
+    if status == "timeout":
+        return TIMEOUT_MESSAGE.format(timeout=timeout)
+    if status == "sandbox_error":
+        return f"Error executing Python code: the sandbox failed ({result.message})"
+    if result.stderr and result.stderr.strip():
+        return f"Error executing Python code: {result.stderr.strip()}"
+    output = result.stdout.strip() if result.stdout else ""
+    if status == "output_limit" or result.stdout_truncated:
+        return output + "\n[output truncated]"
+    if status != "ok":
+        detail = result.message or f"exit code {result.exit_code}"
+        return f"Error executing Python code: {status}: {detail}"
+    return output
+
+
+class PythonCodeExecutorToolGroup(ToolGroup):
+    """Runs Python in ``sandbox`` (any :class:`sandboxes.Sandbox`), or in one built from
+    ``sandbox_config``, or in the shared warm local sandbox.
+
+    With ``stateful=True`` each call first replays the earlier calls that succeeded (their output
+    hidden), so variables and imports carry over between turns like in a notebook.
+    ``max_output_chars`` cuts what the model sees.
+    """
+
+    def __init__(
+        self,
+        timeout: float = 10.0,
+        sandbox: Any = None,
+        sandbox_config: Optional[Mapping[str, Any]] = None,
+        stateful: bool = False,
+        max_output_chars: Optional[int] = None,
+    ) -> None:
+        self.timeout = timeout  # kept as given: SkyRL-gym prints it as is ("10.0 seconds")
+        self.stateful = stateful
+        self.max_output_chars = max_output_chars
+        self._sandbox = sandbox
+        self._sandbox_config = sandbox_config
+        self.history: List[str] = []
+        super().__init__(name="PythonCodeExecutorToolGroup")
+
+    @property
+    def sandbox(self) -> Any:
+        if self._sandbox is None:
+            self._sandbox = sandbox_for(self._sandbox_config)
+        return self._sandbox
+
+    def _program(self, code: str) -> str:
+        if not (self.stateful and self.history):
+            return code
+        return (
+            "import contextlib as _cl, io as _io\n"
+            f"for _cell in {self.history!r}:\n"
+            "    with _cl.redirect_stdout(_io.StringIO()), _cl.redirect_stderr(_io.StringIO()):\n"
+            "        try:\n"
+            "            exec(compile(_cell, '<earlier cell>', 'exec'), globals())\n"
+            "        except BaseException:\n"
+            "            pass\n"
+            "del _cell, _cl, _io\n"
+            f"exec(compile({code!r}, '<cell>', 'exec'), globals())\n"
+        )
+
+    def _request(self, code: str) -> Any:
+        from sandboxes import RunRequest
+
+        limits = self.sandbox.limits.replace(wall_s=self.timeout, cpu_s=self.timeout)
+        return RunRequest(code=self._program(code), limits=limits)
+
+    def _finish(self, code: str, result: Any) -> str:
+        if str(result.status) == "ok" and not (result.stderr and result.stderr.strip()):
+            self.history.append(code)
+        text = render_run_result(result, self.timeout)
+        if self.max_output_chars is not None and len(text) > self.max_output_chars:
+            cut = len(text) - self.max_output_chars
+            text = text[: self.max_output_chars] + f"\n... ({cut} more characters cut)"
+        return text
+
+    @tool
+    def python(self, code: str) -> str:
+        """Run Python code in a sandbox and return what it printed (or the error).
+
+        Args:
+            code: a complete Python program; print() what you want to see.
+        """
+        try:
+            result = self.sandbox.run(self._request(code))
+        except Exception as exc:  # a sandbox that cannot start is reported, not raised
+            return f"Error executing Python code: the sandbox is unavailable ({type(exc).__name__}: {exc})"
+        return self._finish(code, result)
+
+    async def apython(self, code: str) -> str:
+        """:meth:`python` awaited without blocking the event loop."""
+        try:
+            result = await self.sandbox.arun(self._request(code))
+        except Exception as exc:
+            return f"Error executing Python code: the sandbox is unavailable ({type(exc).__name__}: {exc})"
+        return self._finish(code, result)

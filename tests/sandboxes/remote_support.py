@@ -1,0 +1,73 @@
+"""Start a real ``sandboxes serve`` process on 127.0.0.1 for the remote backend's tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from sandboxes import Limits
+from sandboxes.remote import RemoteSandbox
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ServedSandbox(RemoteSandbox):
+    """A remote sandbox that owns the server it talks to, and stops it on close."""
+
+    def __init__(self, server: subprocess.Popen, url: str, limits: Limits) -> None:
+        super().__init__(url=url, limits=limits)
+        self.server = server
+
+    def close(self) -> None:
+        super().close()
+        if self.server.poll() is None:
+            self.server.send_signal(signal.SIGTERM)  # clean shutdown: uvicorn stops, the sandbox closes
+            try:
+                self.server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+
+
+def start_server(limits: Limits, max_concurrency: int = 2) -> ServedSandbox:
+    pytest.importorskip("fastapi", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
+    pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
+    if not shutil.which("bwrap"):
+        pytest.skip("the service under test uses the local bubblewrap backend, which is not installed")
+    port = free_port()
+    command = [sys.executable, "-m", "sandboxes.cli", "serve", "--port", str(port),
+               "--max-concurrency", str(max_concurrency), "--wall-s", str(limits.wall_s), "--cpu-s", str(limits.cpu_s)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    server = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            output = server.stdout.read().decode("utf-8", "replace") if server.stdout else ""
+            raise RuntimeError(f"sandboxes serve exited with {server.returncode}: {output[-2000:]}")
+        try:
+            if requests.get(f"{url}/health", timeout=1).status_code == 200:
+                return ServedSandbox(server, url, limits)
+        except requests.RequestException:
+            time.sleep(0.2)
+    server.kill()
+    raise RuntimeError("sandboxes serve did not become healthy within 60 s")
+
+
+def make_remote_sandbox(limits: Limits) -> ServedSandbox:
+    return start_server(limits)

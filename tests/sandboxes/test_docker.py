@@ -1,0 +1,77 @@
+"""The docker backend against a real Docker engine (started by the tests when needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandboxes import Limits, Status
+from sandboxes.docker_backend import LABEL, OWNER_LABEL, DockerSandbox, remove_orphaned_containers
+from tests.sandboxes.docker_support import make_docker_sandbox
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def client(docker_engine):
+    import docker
+
+    return docker.DockerClient(base_url=docker_engine.base_url)
+
+
+def test_containers_are_locked_down_and_removed_on_close(docker_engine, client):
+    box = make_docker_sandbox(docker_engine, Limits(wall_s=5, memory_mb=256, processes=32), pool_size=1)
+    try:
+        assert box.run("print('hi')").stdout == "hi\n"
+        (container,) = box.containers()
+        config = client.api.inspect_container(container.id)
+        host = config["HostConfig"]
+        assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
+        assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+        assert host["Memory"] == (256 + 128) * 2**20 and host["PidsLimit"] == 32 + 16
+        assert set(host["Tmpfs"]) == {"/sandbox", "/tmp"}
+        assert config["Config"]["Labels"][LABEL] == "1"
+    finally:
+        box.close()
+    assert box.containers() == []
+    assert client.containers.list(all=True, filters={"label": f"{LABEL}.session={box._session}"}) == []
+
+
+def test_a_cold_sandbox_uses_one_container_per_run(docker_engine, client):
+    box = make_docker_sandbox(docker_engine, Limits(wall_s=5), warm=False)
+    try:
+        result = box.run("import socket\nprint(socket.gethostname() != '')")
+        assert result.status == Status.OK and result.stdout == "True\n", result
+        assert box.containers() == []  # removed right after the run
+    finally:
+        box.close()
+
+
+def test_containers_of_a_dead_owner_are_removed_on_start(docker_engine, client):
+    from sandboxes.images.build_image import DEFAULT_TAG
+
+    orphan = client.containers.run(DEFAULT_TAG, ["sleep", "infinity"], detach=True, network_mode="none",
+                                   labels={LABEL: "1", OWNER_LABEL: "some-host-that-died:1"})
+    import socket
+
+    ours = client.containers.run(DEFAULT_TAG, ["sleep", "infinity"], detach=True, network_mode="none",
+                                 labels={LABEL: "1", OWNER_LABEL: f"{socket.gethostname()}:999999999"})
+    try:
+        removed = remove_orphaned_containers(client)
+        assert ours.name in removed  # its owner process (on this host) does not exist
+        assert orphan.name not in removed  # another host's: its owner may be alive
+        assert client.containers.list(all=True, filters={"id": ours.id}) == []
+        orphan.stop(timeout=0)
+        assert orphan.name in remove_orphaned_containers(client)  # stopped: nobody can be using it
+    finally:
+        for container in (orphan, ours):
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass
+
+
+def test_missing_image_is_a_clear_error(docker_engine):
+    from sandboxes.types import SandboxUnavailable
+
+    with pytest.raises(SandboxUnavailable, match="sandboxes build-image"):
+        DockerSandbox(base_url=docker_engine.base_url, image="no-such-image:latest")

@@ -1,0 +1,216 @@
+"""Escape attempts, run on every backend the machine can run. Each must be contained, reported
+with the right status, and leave no process or file behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+
+import pytest
+
+from sandboxes import RunRequest, Status
+from tests.sandboxes.support import SANDBOX_UID, host_tmp_entries, stray_processes
+
+pytestmark = pytest.mark.slow
+
+AS_ROOT = os.geteuid() == 0
+
+
+def assert_nothing_left(before_tmp: set) -> None:
+    # The supervisor kills leftovers before it answers; allow the kernel a moment to finish.
+    deadline = time.monotonic() + 3
+    while AS_ROOT and stray_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if AS_ROOT:
+        assert stray_processes() == [], "a run left processes behind"
+    new_files = {name for name in host_tmp_entries() - before_tmp if "pytest" not in name}
+    assert not {n for n in new_files if n.startswith(("escape", "sandbox"))}, new_files
+
+
+@pytest.fixture
+def tmp_snapshot():
+    return host_tmp_entries()
+
+
+def test_fork_bomb_is_contained(sandbox, tmp_snapshot):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    started = time.monotonic()
+    result = sandbox.run(code)
+    assert result.status == Status.TIMEOUT, result
+    assert time.monotonic() - started < 15
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_memory_bomb_reports_memory(sandbox, tmp_snapshot):
+    result = sandbox.run("chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 2**20))\n")
+    assert result.status == Status.MEMORY, result
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_infinite_loop_times_out(sandbox, tmp_snapshot):
+    result = sandbox.run("while True:\n    pass\n")
+    assert result.status == Status.TIMEOUT, result
+    assert result.wall_time_s < sandbox.limits.wall_s + 2
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_sleeping_program_times_out_on_wall_clock(sandbox, tmp_snapshot):
+    result = sandbox.run("import time\ntime.sleep(3600)\n")
+    assert result.status == Status.TIMEOUT and "wall" in result.message, result
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_busy_child_left_running_after_exit_is_killed(sandbox, tmp_snapshot):
+    code = (
+        "import os, sys\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        while True:\n"
+        "            pass\n"
+        "    os._exit(0)\n"
+        "print('parent done')\n"
+    )
+    result = sandbox.run(code)
+    assert result.status == Status.OK and result.stdout == "parent done\n", result
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_cannot_read_shadow_or_callers_environment(sandbox, tmp_snapshot, monkeypatch):
+    secret = f"secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("SANDBOX_TEST_SECRET", secret)
+    code = (
+        "import os, glob\n"
+        "try:\n"
+        "    print(open('/etc/shadow').read())\n"
+        "except OSError as exc:\n"
+        "    print('shadow:', type(exc).__name__)\n"
+        "print('env:', dict(os.environ))\n"
+        "for path in glob.glob('/proc/*/environ'):\n"
+        "    try:\n"
+        "        print(path, open(path, 'rb').read())\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    result = sandbox.run(code)
+    assert result.status == Status.OK, result
+    assert "shadow: " in result.stdout and "root:" not in result.stdout
+    assert secret not in result.stdout and "SANDBOX_TEST_SECRET" not in result.stdout
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_cannot_write_outside_scratch(sandbox, tmp_snapshot, tmp_path):
+    marker = f"escape-{uuid.uuid4().hex}"
+    targets = [f"/tmp/{marker}", f"/usr/{marker}", f"/etc/{marker}", str(tmp_path / marker), f"/{marker}"]
+    code = (
+        "import sys\n"
+        f"for path in {targets!r}:\n"
+        "    try:\n"
+        "        open(path, 'w').write('x')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', path, type(exc).__name__)\n"
+        "open('inside.txt', 'w').write('fine')\n"
+    )
+    result = sandbox.run(code)
+    assert result.status == Status.OK, result
+    for path in targets[1:]:
+        assert f"refused {path}" in result.stdout, result.stdout
+    for path in targets:  # the sandbox's /tmp is private: even a write there never reaches the host
+        assert not os.path.exists(path), path
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_cannot_connect_to_a_server_on_the_host_loopback(sandbox, tmp_snapshot):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(5)
+    server.settimeout(0.2)
+    port = server.getsockname()[1]
+    accepted = []
+    stop = threading.Event()
+
+    def accept_loop():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                accepted.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept_loop, daemon=True)
+    thread.start()
+    try:
+        code = (
+            "import socket\n"
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'hello')\n"
+            "print('connected')\n"
+        )
+        result = sandbox.run(code)
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert result.status == Status.ERROR and "connected" not in result.stdout, result
+    assert accepted == []
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_100_mb_of_output_is_cut(sandbox, tmp_snapshot):
+    code = "import sys\nchunk = 'x' * 2**20\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+    result = sandbox.run(code)
+    assert result.status == Status.OUTPUT_LIMIT, result
+    assert result.stdout_truncated and len(result.stdout) <= sandbox.limits.output_bytes
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_killing_the_parent_does_not_break_the_sandbox(sandbox, tmp_snapshot):
+    code = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(-1, signal.SIGKILL)\nprint('survived')\n"
+    result = sandbox.run(code)
+    # kill(-1) takes the program itself down; the supervisor above it is out of its reach.
+    assert result.status in (Status.KILLED, Status.ERROR), result
+    assert "survived" not in result.stdout
+    follow_up = sandbox.run("print('still serving')")
+    assert follow_up.status == Status.OK and follow_up.stdout == "still serving\n", follow_up
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_filling_the_disk_is_bounded(sandbox, tmp_snapshot):
+    code = (
+        "i = 0\n"
+        "while True:\n"
+        "    with open(f'fill-{i}', 'wb') as f:\n"
+        "        f.write(b'x' * 2**20)\n"
+        "    i += 1\n"
+    )
+    result = sandbox.run(code)
+    assert result.status in (Status.ERROR, Status.OUTPUT_LIMIT), result
+    assert "No space left on device" in result.stderr or "File too large" in result.stderr, result.stderr
+    follow_up = sandbox.run("import os\nprint(sorted(os.listdir('.')))")
+    assert follow_up.stdout == "['main.py']\n", follow_up  # the next run starts from an empty scratch folder
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_a_bad_program_never_blocks_the_rest_of_a_batch(sandbox, tmp_snapshot):
+    requests = [
+        RunRequest(code="while True:\n    pass"),
+        RunRequest(code="import sys\nwhile True:\n    sys.stdout.write('y' * 65536)"),
+        RunRequest(code="import ctypes\nctypes.string_at(0)"),
+        RunRequest(code="print(sum(range(10)))"),
+        RunRequest(code="raise SystemExit(3)"),
+    ]
+    results = sandbox.run_batch(requests, concurrency=2)
+    assert [r.status for r in results] == [Status.TIMEOUT, Status.OUTPUT_LIMIT, Status.KILLED, Status.OK, Status.ERROR]
+    assert results[3].stdout == "45\n" and results[4].exit_code == 3
+    assert_nothing_left(tmp_snapshot)
+
+
+def test_programs_run_as_an_unprivileged_user(sandbox):
+    if not AS_ROOT:
+        pytest.skip("the uid check applies when the caller is root")
+    result = sandbox.run("import os\nprint(os.getuid(), os.geteuid())")
+    assert result.stdout.split() != ["0", "0"], result
+    assert SANDBOX_UID == 65534

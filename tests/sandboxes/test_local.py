@@ -1,0 +1,158 @@
+"""The ``Sandbox`` API on the local backend: requests, results, limits, async and batch calls."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+import warnings
+
+import pytest
+
+from sandboxes import Limits, RunRequest, RunResult, Sandbox, Status, get_sandbox, run_python, sandbox_from_config
+from sandboxes.local import LocalSandbox
+
+needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed")
+
+
+@pytest.fixture(scope="module")
+def box():
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    sandbox = get_sandbox("local", pool_size=2, limits={"wall_s": 5, "cpu_s": 5})
+    assert sandbox.wait_ready(60)
+    yield sandbox
+    sandbox.close()
+
+
+def test_a_local_sandbox_is_a_sandbox(box):
+    assert isinstance(box, Sandbox)
+    assert box.name == "local-bwrap-warm"
+
+
+def test_stdin_stdout_and_timings(box):
+    result = box.run(RunRequest(code="name = input()\nprint(f'hello {name}')", stdin="world\n"))
+    assert result.status == Status.OK and result.ok
+    assert result.stdout == "hello world\n" and result.stderr == ""
+    assert result.exit_code == 0 and result.wall_time_s > 0 and result.cpu_time_s >= 0
+
+
+def test_files_argv_and_imports_from_scratch(box):
+    request = RunRequest(
+        code="import sys, helper\nprint(helper.double(int(open('data/n.txt').read())), sys.argv[1:])",
+        files={"helper.py": "def double(x):\n    return 2 * x\n", "data/n.txt": b"21"},
+        argv=["--flag"],
+    )
+    result = box.run(request)
+    assert result.stdout == "42 ['--flag']\n", result
+
+
+def test_exceptions_and_exit_codes(box):
+    failed = box.run("raise ValueError('bad input')")
+    assert failed.status == Status.ERROR and failed.exit_code == 1
+    assert "ValueError: bad input" in failed.stderr and 'main.py", line 1' in failed.stderr
+    assert box.run("import sys; sys.exit(7)").exit_code == 7
+    assert box.run("import sys; sys.exit('message')").stderr == "message\n"
+    syntax = box.run("def f(:\n  pass")
+    assert syntax.status == Status.ERROR and "SyntaxError" in syntax.stderr
+
+
+def test_command_lines_run_too(box):
+    result = box.run(RunRequest(command=["sh", "-c", "read x; echo got $x; echo oops >&2; exit 4"], stdin="1\n"))
+    assert (result.status, result.exit_code, result.stdout, result.stderr) == (Status.ERROR, 4, "got 1\n", "oops\n")
+    missing = box.run(RunRequest(command=["no-such-program"]))
+    assert missing.exit_code == 127 and "no-such-program" in missing.stderr
+
+
+def test_per_request_limits_override_the_sandbox_limits(box):
+    result = box.run(RunRequest(code="import time\ntime.sleep(5)", limits=Limits(wall_s=0.5)))
+    assert result.status == Status.TIMEOUT and result.wall_time_s < 2
+    cut = box.run(RunRequest(code="print('z' * 5000)", limits={"output_bytes": 100}))
+    assert cut.status == Status.OUTPUT_LIMIT and cut.stdout == "z" * 100 and cut.stdout_truncated
+
+
+def test_runs_do_not_see_each_others_files_or_processes(box):
+    writer = box.run("open('secret.txt', 'w').write('mine')\nopen('/tmp/also', 'w').write('x')\nprint('ok')")
+    assert writer.ok
+    readers = box.run_batch(["import os\nprint(sorted(os.listdir('.')), os.listdir('/tmp'))"] * 4, concurrency=2)
+    assert all(r.stdout == "['main.py'] []\n" for r in readers), readers
+    # Two programs running at once: each sees only its own processes.
+    code = "import os, time\ntime.sleep(0.3)\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()) == [1, os.getpid()])"
+    first, second = box.run_batch([code, code], concurrency=2)
+    assert first.stdout == second.stdout == "True\n", (first, second)  # only the supervisor and itself
+
+
+def test_random_state_differs_between_runs_of_a_warm_worker(box):
+    values = {box.run("import random\nprint(random.random())").stdout for _ in range(4)}
+    assert len(values) == 4
+
+
+async def test_async_calls_and_async_batches(box):
+    result = await box.arun("print('async')")
+    assert result.stdout == "async\n"
+    started = time.monotonic()
+    results = await box.arun_batch(["import time\ntime.sleep(0.5)\nprint(1)"] * 4, concurrency=2)
+    assert [r.stdout for r in results] == ["1\n"] * 4
+    assert time.monotonic() - started < 4  # ran two at a time, not one by one
+
+
+def test_run_python_convenience(box):
+    result = run_python("print(int(input()) + 1)", stdin="41", timeout=3, sandbox=box)
+    assert result.stdout == "42\n" and result.ok
+
+
+def test_results_round_trip_through_dicts(box):
+    result = box.run("print('x')")
+    again = RunResult.from_dict(result.to_dict())
+    assert again == result and result.to_dict()["status"] == "ok"
+
+
+def test_bad_requests_raise_clear_errors():
+    with pytest.raises(ValueError, match="exactly one of `code`"):
+        RunRequest()
+    with pytest.raises(TypeError, match="list of strings"):
+        RunRequest(command="echo hi")
+    with pytest.raises(ValueError, match="relative path"):
+        RunRequest(code="", files={"../x": "y"})
+    with pytest.raises(ValueError, match="wall_s"):
+        Limits(wall_s=-1)
+    with pytest.raises(ValueError, match="unknown limit"):
+        Limits.from_dict({"walltime": 3})
+    with pytest.raises(ValueError, match="unknown sandbox backend 'cloud'"):
+        get_sandbox("cloud")
+    with pytest.raises(TypeError, match="bad option for the 'local' sandbox backend"):
+        get_sandbox("local", pool_sizes=3)
+
+
+def test_no_isolation_only_when_asked_and_with_a_warning():
+    with pytest.warns(RuntimeWarning, match="WITHOUT any isolation"):
+        unsafe = LocalSandbox(isolation="none", warm=False, limits={"wall_s": 5})
+    try:
+        result = unsafe.run("import os\nprint(os.getcwd().startswith('/tmp/sandbox-none-'))")
+        assert result.stdout == "True\n", result
+    finally:
+        unsafe.close()
+    with pytest.raises(ValueError, match="isolation must be one of"):
+        LocalSandbox(isolation="off")
+
+
+@needs_bwrap
+def test_config_mapping_builds_a_cold_sandbox():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the safe default never warns
+        cold = sandbox_from_config({"backend": "local", "warm": False, "limits": {"wall_s": 5}})
+    try:
+        assert cold.name == "local-bwrap" and cold.limits.wall_s == 5
+        assert cold.run("print(2 + 2)").stdout == "4\n"
+    finally:
+        cold.close()
+
+
+def test_a_closed_sandbox_returns_a_sandbox_error():
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    sandbox = LocalSandbox(pool_size=1)
+    sandbox.close()
+    result = sandbox.run("print(1)")
+    assert result.status == Status.SANDBOX_ERROR and "closed" in result.message

@@ -1,0 +1,90 @@
+"""``sandboxes serve`` as a real HTTP server on 127.0.0.1, spoken to as SandboxFusion and through
+the ``remote`` backend."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+
+import pytest
+import requests
+
+from sandboxes import Limits, RunRequest, Status, get_sandbox
+from sandboxes.remote import RemoteSandbox, result_from_response
+from tests.sandboxes.remote_support import free_port, start_server
+
+
+@pytest.fixture(scope="module")
+def served():
+    box = start_server(Limits(wall_s=5, cpu_s=5), max_concurrency=2)
+    yield box
+    box.close()
+    assert box.server.returncode is not None  # the server stopped on SIGTERM
+
+
+def test_health(served):
+    health = requests.get(f"{served.url}/health", timeout=5).json()
+    assert health["status"] == "ok" and health["backend"] == "local-bwrap-warm" and health["max_concurrency"] == 2
+
+
+def test_sandboxfusion_request_and_response_shape(served):
+    body = {"code": "import sys\nprint(open('data.txt').read() + sys.stdin.read())", "language": "python",
+            "stdin": "!", "compile_timeout": 10, "run_timeout": 10, "memory_limit_MB": -1,
+            "files": {"data.txt": base64.b64encode(b"hello").decode()}, "fetch_files": []}
+    data = requests.post(f"{served.url}/run_code", json=body, timeout=30).json()
+    assert data["status"] == "Success" and data["compile_result"] is None
+    run = data["run_result"]
+    assert run["status"] == "Finished" and run["return_code"] == 0 and run["stdout"] == "hello!\n"
+    assert run["stderr"] == "" and run["execution_time"] > 0
+
+
+def test_failures_map_to_sandboxfusion_statuses(served):
+    def post(**body):
+        return requests.post(f"{served.url}/run_code", json={"language": "python", **body}, timeout=30).json()
+
+    failed = post(code="raise SystemExit(2)")
+    assert failed["status"] == "Failed" and failed["run_result"]["status"] == "Finished"
+    assert failed["run_result"]["return_code"] == 2
+    slow = post(code="import time\ntime.sleep(10)", run_timeout=0.5)
+    assert slow["status"] == "Failed" and slow["run_result"]["status"] == "TimeLimitExceeded"
+    bash = post(code="echo $((6 * 7))", language="bash")
+    assert bash["run_result"]["stdout"] == "42\n"
+
+
+def test_bad_requests_get_400_with_a_reason(served):
+    response = requests.post(f"{served.url}/run_code", json={"code": "print(1)", "language": "cobol"}, timeout=10)
+    assert response.status_code == 400 and "cobol" in response.json()["message"]
+    response = requests.post(f"{served.url}/run_code", json={"code": 5}, timeout=10)
+    assert response.status_code == 400 and "code must be a string" in response.json()["message"]
+    response = requests.post(f"{served.url}/run_code", data=b"{not json", timeout=10)
+    assert response.status_code == 400
+
+
+def test_remote_backend_round_trip_and_concurrency_limit(served):
+    result = served.run(RunRequest(code="print(input() * 2)", stdin="ab"))
+    assert result.status == Status.OK and result.stdout == "abab\n"
+    assert served.run(RunRequest(command=["sh", "-c", "exit 3"])).exit_code == 3
+    # Four 0.5 s programs through a service that runs 2 at a time take at least two rounds.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(served.run, ["import time\ntime.sleep(0.5)\nprint('z')"] * 4))
+    assert [r.stdout for r in results] == ["z\n"] * 4
+    assert requests.get(f"{served.url}/health", timeout=5).json()["served"] >= 4
+
+
+def test_unreachable_service_gives_a_sandbox_error():
+    box = get_sandbox("remote", url=f"http://127.0.0.1:{free_port()}")
+    try:
+        result = box.run("print(1)")
+        assert result.status == Status.SANDBOX_ERROR and "could not reach" in result.message
+    finally:
+        box.close()
+
+
+def test_plain_sandboxfusion_responses_are_understood():
+    timeout = {"status": "Failed", "message": "", "run_result": {"status": "TimeLimitExceeded", "execution_time": 1.0,
+                                                                  "return_code": None, "stdout": "", "stderr": ""}}
+    assert result_from_response(timeout).status == Status.TIMEOUT
+    ok = {"status": "Success", "run_result": {"status": "Finished", "return_code": 0, "stdout": "1\n", "stderr": ""}}
+    assert result_from_response(ok).stdout == "1\n"
+    assert result_from_response({"status": "SandboxError", "message": "x"}).status == Status.SANDBOX_ERROR
+    assert isinstance(get_sandbox("remote"), RemoteSandbox)

@@ -1,0 +1,93 @@
+"""Full ``search`` episodes through the real retrieval server started on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym.envs.search.utils import compute_score, extract_solution
+from skyrl_gym.errors import DataError
+from skyrl_gym.tools.search import SearchToolGroup
+from tests.tool_env_support import RetrieverProcess, first_observation, search_config, write_corpus
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    process = RetrieverProcess(write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.jsonl"))
+    yield process
+    process.stop()
+
+
+def make_env(url, target, max_turns=2):
+    return skyrl_gym.make(
+        "search",
+        env_config=search_config(url),
+        extras={"reward_spec": {"method": "rule", "ground_truth": {"target": target}}, "max_turns": max_turns},
+    )
+
+
+def test_search_then_answer_scores_one(server):
+    env = make_env(server.url, ["William Shakespeare", "Shakespeare"])
+    out1 = env.step("<think>I should look it up.</think><search>who wrote Hamlet</search>")
+    observation = first_observation(out1)
+    assert not out1["done"] and out1["reward"] == 0.0
+    assert observation.startswith("\n<information>") and observation.endswith("</information>\n")
+    result = json.loads(observation[len("\n<information>") : -len("</information>\n")])["result"]
+    assert result.startswith("Doc 1: \"Hamlet\"\nHamlet is a tragedy written by William Shakespeare")
+    assert out1["metadata"]["tool_input"] == ["who wrote Hamlet"] and out1["metadata"]["search_status"] == "success"
+    out2 = env.step("<think>Found it.</think><answer> the Shakespeare. </answer>")
+    assert out2["done"] and out2["observations"] == [] and out2["reward"] == 1.0
+    assert env.get_metrics() == {"turns": 2, "searches": 1, "search_errors": 0, "correct": True}
+
+
+def test_wrong_answer_and_missing_answer_score_zero(server):
+    env = make_env(server.url, "Paris")
+    assert env.step("<answer>Lyon</answer>")["reward"] == 0.0
+    env = make_env(server.url, "Paris", max_turns=2)
+    env.step("<search>capital of France</search>")
+    final = env.step("<search>again</search>")
+    assert final["done"] and final["reward"] == 0.0
+
+
+def test_action_without_search_tag_gets_empty_information(server):
+    env = make_env(server.url, "Paris", max_turns=3)
+    out = env.step("I will search <search>unclosed")
+    assert first_observation(out) == "\n<information></information>\n"
+
+
+def test_async_episodes_share_one_loop_and_pooled_connections(server):
+    questions = [("capital of Germany", "Berlin"), ("highest mountain", "Mount Everest"), ("Python programming language", "Python")]
+
+    async def episode(question, target):
+        env = make_env(server.url, target)
+        out = await env.astep(f"<search>{question}</search>")
+        assert "<information>" in first_observation(out)
+        top = json.loads(first_observation(out).strip()[len("<information>") : -len("</information>")])["result"]
+        answer = top.split("\n", 1)[0].split('"')[1].split(" (")[0]  # the title of the best document
+        final = await env.astep(f"<answer>{answer}</answer>")
+        return final["reward"]
+
+    async def main():
+        rewards = await asyncio.gather(*(episode(q, t) for q, t in questions * 20))
+        await SearchToolGroup.close_async_sessions()
+        return rewards
+
+    assert asyncio.run(main()) == [1.0] * 60
+
+
+def test_reward_matches_skyrl_gym_rules():
+    assert compute_score("<answer>The Eiffel Tower!</answer>", {"target": ["eiffel tower"]}) == 1.0
+    assert compute_score("<answer>wrong</answer><answer>Paris</answer>", {"target": "Paris"}) == 1.0
+    assert compute_score("no answer", {"target": "Paris"}) == 0.0
+    assert compute_score("<answer>Paris</answer>", "Paris") == 1.0
+    assert extract_solution("<answer>  a  </answer>") == "a"
+
+
+def test_row_without_ground_truth_is_rejected_with_the_field_name():
+    with pytest.raises(DataError, match="ground_truth"):
+        skyrl_gym.make("search", env_config={}, extras={"reward_spec": {"method": "rule"}})
+    with pytest.raises(DataError, match="search ground_truth"):
+        skyrl_gym.make("search", env_config={}, extras={"reward_spec": {"ground_truth": {"target": 5}}})

@@ -1,0 +1,99 @@
+"""The retrieval service misbehaves: the env retries, then reports in an observation; batches go on."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym.tools.search import SearchToolGroup
+from tests.tool_env_support import (
+    MisbehavingServer,
+    RetrieverProcess,
+    first_observation,
+    search_config,
+    unused_port_url,
+    write_corpus,
+)
+
+EXTRAS = {"reward_spec": {"method": "rule", "ground_truth": {"target": "Paris"}}, "max_turns": 3}
+
+
+@pytest.fixture
+def flaky():
+    servers = []
+
+    def start(**kwargs):
+        servers.append(MisbehavingServer(**kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def test_500s_are_retried_until_the_service_answers(flaky):
+    server = flaky(fail_first=2)
+    env = skyrl_gym.make("search", env_config=search_config(server.url, retry_attempts=3), extras=EXTRAS)
+    out = env.step("<search>capital of France</search>")
+    assert "Result for capital of France" in first_observation(out)
+    assert server.requests == 3
+
+
+def test_persistent_500s_become_an_error_observation_and_the_episode_goes_on(flaky):
+    server = flaky(always_fail=True)
+    env = skyrl_gym.make("search", env_config=search_config(server.url, retry_attempts=3), extras=EXTRAS)
+    out = env.step("<search>capital of France</search>")
+    observation = first_observation(out)
+    assert "Search error: Server Error (500) on attempt 3/3; gave up after 3 attempts" in observation
+    assert out["metadata"]["search_status"] == "api_error" and not out["done"]
+    assert server.requests == 3
+    assert env.step("<answer>Paris</answer>")["reward"] == 1.0
+    assert env.get_metrics()["search_errors"] == 1
+
+
+def test_hanging_service_times_out_on_every_attempt(flaky):
+    server = flaky(hang_s=3.0)
+    env = skyrl_gym.make("search", env_config=search_config(server.url, timeout=0.3, retry_attempts=2), extras=EXTRAS)
+    start = time.monotonic()
+    observation = first_observation(env.step("<search>anything</search>"))
+    assert time.monotonic() - start < 2.5
+    assert "Timeout Error: no answer within 0.3 s on attempt 2/2" in observation
+
+
+def test_server_killed_mid_episode(tmp_path):
+    server = RetrieverProcess(write_corpus(tmp_path / "corpus.jsonl"))
+    try:
+        env = skyrl_gym.make("search", env_config=search_config(server.url), extras=EXTRAS)
+        assert "Paris is the capital" in first_observation(env.step("<search>capital of France</search>"))
+        server.kill()
+        observation = first_observation(env.step("<search>capital of France again</search>"))
+        assert "Search error: Connection Error on attempt 3/3" in observation
+        assert env.step("<answer>Paris</answer>")["reward"] == 1.0
+    finally:
+        server.stop()
+
+
+def test_a_batch_of_async_episodes_finishes_while_the_service_is_down_or_flaky(flaky):
+    flaky_server = flaky(fail_first=10)
+    down_url = unused_port_url()
+
+    async def episode(url):
+        env = skyrl_gym.make("search", env_config=search_config(url, retry_attempts=3), extras=EXTRAS)
+        observation = first_observation(await env.astep("<search>capital of France</search>"))
+        final = await env.astep("<answer>Paris</answer>")
+        return observation, final["reward"]
+
+    async def main():
+        results = await asyncio.gather(*(episode(down_url if i % 2 else flaky_server.url) for i in range(40)))
+        await SearchToolGroup.close_async_sessions()
+        return results
+
+    results = asyncio.run(main())
+    assert [reward for _, reward in results] == [1.0] * 40
+    down = [obs for i, (obs, _) in enumerate(results) if i % 2]
+    served = [obs for i, (obs, _) in enumerate(results) if not i % 2]
+    assert all("Connection Error" in obs for obs in down)
+    assert all("Result for capital of France" in obs for obs in served)  # the first 10 failures were retried

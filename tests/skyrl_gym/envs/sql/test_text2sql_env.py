@@ -1,0 +1,206 @@
+"""text2sql episodes on the generated SQLite databases: observations, rewards, layouts, safety."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym.envs.sql.dataset import load_public_rows
+from skyrl_gym.envs.sql.env import INVALID_ACTION_MESSAGE
+from skyrl_gym.envs.sql.utils import verify_format_and_extract
+from skyrl_gym.errors import DataError
+from tests.tool_env_support import build_sample_databases, first_observation, sha256_of
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    out = tmp_path_factory.mktemp("text2sql")
+    rows = build_sample_databases(out)
+    return out, rows
+
+
+def make_env(sample, index=0, **extras):
+    out, rows = sample
+    row = dict(rows[index], **extras)
+    return skyrl_gym.make("text2sql", env_config={"db_path": str(out), "sql_timeout_s": 1.0}, extras=row), row
+
+
+def test_rows_carry_prompt_schema_and_gold_sql(sample):
+    out, rows = sample
+    assert len(rows) == 16
+    row = rows[0]
+    assert row["env_class"] == "text2sql" and row["db_file"] == "databases/retail.sqlite"
+    assert "CREATE TABLE customers" in row["prompt"][1]["content"]
+    assert row["extra_info"]["question"] in row["prompt"][1]["content"]
+    assert [json.loads(line)["reward_spec"] for line in open(out / "rows.jsonl")][0] == row["reward_spec"]
+
+
+def test_explore_then_solve_scores_one(sample):
+    env, row = make_env(sample, index=0)
+    prompt, _ = env.init(row["prompt"])
+    assert prompt == row["prompt"]
+    out1 = env.step("<think>Which countries are there?</think>\n<sql>SELECT DISTINCT country FROM customers ORDER BY country</sql>")
+    observation = first_observation(out1)
+    assert out1["reward"] == 0.0 and not out1["done"]
+    assert observation.startswith("\n\n<observation>") and observation.endswith("</observation>\n\n")
+    assert "Portugal" in observation and "rows]" in observation
+    assert "<reminder>You have 4 turns left to complete the task.</reminder>" in observation
+    assert out1["metadata"]["tool_input"][1] == "SELECT DISTINCT country FROM customers ORDER BY country"
+    out2 = env.step("<think>Count them.</think>\n<solution>SELECT count(customer_id) FROM customers WHERE country='Portugal';</solution>")
+    assert out2["done"] and out2["observations"] == []
+    assert out2["reward"] == 1.0
+    assert env.get_metrics()["solved"] is True
+
+
+def test_wrong_query_scores_zero_and_bad_format_scores_minus_one(sample):
+    env, _ = make_env(sample, index=0)
+    assert env.step("<think>guess</think><solution>SELECT COUNT(*) FROM customers</solution>")["reward"] == 0.0
+    env, _ = make_env(sample, index=0)
+    assert env.step("<solution>SELECT COUNT(*) FROM customers WHERE country = 'Portugal'</solution>")["reward"] == -1.0
+
+
+def test_observation_not_followed_by_thinking_fails_the_format(sample):
+    env, row = make_env(sample, index=0)
+    env.step("<think>look</think><sql>SELECT 1</sql>")
+    final = env.step(f"Here it is.<think>ok</think><solution>{row['reward_spec']['ground_truth']}</solution>")
+    assert final["reward"] == -1.0
+
+
+def test_invalid_action_gets_the_expected_format(sample):
+    env, _ = make_env(sample, index=0)
+    out = env.step("<think>I forgot the tool tags</think> SELECT 1")
+    observation = first_observation(out)
+    assert INVALID_ACTION_MESSAGE in observation and "sql tags" in observation
+    assert out["metadata"]["tool_input"][1] is None and not out["done"]
+
+
+def test_invalid_action_then_correct_solution_still_scores_one(sample):
+    env, row = make_env(sample, index=3)
+    env.step("<think>no tool call</think>")
+    final = env.step(f"<think>now</think>\n<solution>{row['reward_spec']['ground_truth']}</solution>")
+    assert final["reward"] == 1.0
+
+
+def test_max_turns_without_solution_ends_with_format_failure(sample):
+    env, _ = make_env(sample, index=0, max_turns=2)
+    assert not env.step("<think>a</think><sql>SELECT 1</sql>")["done"]
+    final = env.step("<think>b</think><sql>SELECT 2</sql>")
+    assert final["done"] and final["reward"] == -1.0
+
+
+def test_malicious_queries_are_contained_and_the_episode_goes_on(sample):
+    out, rows = sample
+    db_file = out / "databases" / "retail.sqlite"
+    before = sha256_of(db_file)
+    env, row = make_env(sample, index=0, max_turns=8)
+    attacks = {
+        "DROP TABLE customers": "DROP statements are not allowed",
+        "ATTACH DATABASE 'evil.db' AS evil": "ATTACH statements are not allowed",
+        "PRAGMA writable_schema=ON": "changes database settings",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c": "SQL Timeout",
+        "SELECT a.order_id FROM order_items a, order_items b": "Truncated to the first 50 of more than 100000 rows",
+    }
+    for sql, expected in attacks.items():
+        out_step = env.step(f"<think>try</think><sql>{sql}</sql>")
+        assert expected in first_observation(out_step), sql
+        assert not out_step["done"]
+    final = env.step(f"<think>done</think><solution>{row['reward_spec']['ground_truth']}</solution>")
+    assert final["reward"] == 1.0
+    assert sha256_of(db_file) == before
+    assert env.get_metrics()["sql_errors"] == 4
+
+
+def test_destructive_solution_scores_zero_and_changes_nothing(sample):
+    out, _ = sample
+    db_file = out / "databases" / "retail.sqlite"
+    before = sha256_of(db_file)
+    env, _ = make_env(sample, index=0)
+    assert env.step("<think>x</think><solution>DELETE FROM customers</solution>")["reward"] == 0.0
+    assert sha256_of(db_file) == before
+
+
+def test_spider_layout_resolves_db_id_and_public_loader_reads_questions(tmp_path):
+    rows = build_sample_databases(tmp_path, layout="spider")
+    assert (tmp_path / "spider" / "database" / "flights" / "flights.sqlite").is_file()
+    assert rows[0]["data"] == "spider" and "db_file" not in rows[0]
+    env = skyrl_gym.make("sql", env_config={"db_path": str(tmp_path)}, extras=rows[-1])
+    gold = rows[-1]["reward_spec"]["ground_truth"]
+    assert env.step(f"<think>t</think><solution>{gold}</solution>")["reward"] == 1.0
+    loaded = list(load_public_rows(str(tmp_path), "spider", "train"))
+    assert [r["reward_spec"]["ground_truth"] for r in loaded] == [r["reward_spec"]["ground_truth"] for r in rows]
+    assert loaded[0]["prompt"][1]["content"] == rows[0]["prompt"][1]["content"]
+
+
+def test_prepare_public_dataset_script_writes_parquet_rows_the_env_accepts(tmp_path):
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from tests.tool_env_support import REPO_ROOT
+
+    build_sample_databases(tmp_path, layout="bird")
+    out = tmp_path / "bird.parquet"
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "text2sql" / "prepare_public_dataset.py"), str(out),
+         "--db-path", str(tmp_path), "--dataset", "bird", "--limit", "3"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == 3 and rows[0]["data"] == "bird"
+    env = skyrl_gym.make("text2sql", env_config={"db_path": str(tmp_path)}, extras=rows[1])
+    gold = rows[1]["reward_spec"]["ground_truth"]
+    assert env.step(f"<think>t</think><solution>{gold}</solution>")["reward"] == 1.0
+
+
+def test_bad_rows_get_errors_that_name_the_field(sample, tmp_path):
+    out, rows = sample
+    with pytest.raises(DataError, match="data='wikisql'"):
+        skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": None, "data": "wikisql"})
+    with pytest.raises(DataError, match="ground_truth"):
+        skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={"db_file": rows[0]["db_file"]})
+    with pytest.raises(FileNotFoundError, match="nowhere.sqlite"):
+        skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": "nowhere.sqlite"})
+
+
+def test_one_bad_episode_does_not_affect_others_running_concurrently(sample):
+    """Episodes awaited together on one loop: a never-ending query in one, normal ones in the rest."""
+    out, rows = sample
+
+    async def episode(index: int, sql: str) -> float:
+        row = rows[index]
+        env = skyrl_gym.make("text2sql", env_config={"db_path": str(out), "sql_timeout_s": 1.0}, extras=row)
+        await env.astep(f"<think>look</think><sql>{sql}</sql>")
+        final = await env.astep(f"<think>answer</think><solution>{row['reward_spec']['ground_truth']}</solution>")
+        return final["reward"]
+
+    async def main():
+        endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
+        jobs = [episode(i % len(rows), endless if i == 0 else "SELECT 1") for i in range(24)]
+        return await asyncio.gather(*jobs)
+
+    assert asyncio.run(main()) == [1.0] * 24
+
+
+@pytest.mark.parametrize(
+    "output, valid",
+    [
+        ("<think>t</think>\n<solution>SELECT 1</solution>", True),
+        ("<solution>SELECT 1</solution>", False),
+        ("<think>t</think><solution>SELECT 1<solution>x</solution>", False),
+        ("<think>t</think><solution>SELECT 1</solution>x</solution>", False),
+        ("<think>t</think><solution><sql>SELECT 1</sql></solution>", False),
+        ("<observation>o</observation>\n<think>t</think><solution>SELECT 1</solution>", True),
+        ("<observation>o</observation>\ntext<think>t</think><solution>SELECT 1</solution>", False),
+        ("", False),
+    ],
+)
+def test_verify_format_matches_skyrl_gym_rules(output, valid):
+    is_valid, thoughts, solution, _ = verify_format_and_extract(output)
+    assert is_valid is valid
+    assert (solution is not None) is valid and (thoughts is not None) is valid
