@@ -3,10 +3,11 @@ import os
 
 from trl import GRPOConfig, GRPOTrainer
 
+from adapters.models import resolve_model
 from adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 
-MODEL = os.environ.get("MODEL", "HuggingFaceTB/SmolLM2-135M-Instruct")
+MODEL = os.environ.get("MODEL") or str(resolve_model("smollm2-135m").path)  # the embedded SmolLM2, no download
 GSM8K = os.environ.get("GSM8K_JSONL")  # a local GSM8K JSONL file; None reads the hub
 args = GRPOConfig(output_dir="outputs/trl", max_steps=2, per_device_train_batch_size=4, num_generations=2,
                   max_completion_length=16, use_cpu=True, report_to="none")
