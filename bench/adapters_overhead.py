@@ -6,8 +6,9 @@ Episodes are gsm8k_multi_turn rows with three scripted turns (two formatted wron
 right one), replayed with the conformance kit's scripted engine, so the figures are the adapters' own
 cost (tokenization, bookkeeping, env calls, batching), not a model's. "env (direct)" is the same
 episodes stepped on the env without any adapter: the baseline. Prints one line per adapter.
-The veRL figure includes what each call of veRL's path costs once (composing its Hydra config, reading
-the rows with its RLHFDataset, building the worker: about 4-5 s here), so it falls with more episodes.
+The veRL figure includes what each call of veRL's path costs once (writing the rows as Parquet, reading
+them with its RLHFDataset, building its AgentLoopWorker; the Hydra config is composed once, before
+timing), so it falls with more episodes per call.
 """
 
 from __future__ import annotations
