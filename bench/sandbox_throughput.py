@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -70,21 +70,29 @@ def bare_python_task(python: str) -> Callable[[], bool]:
     return task
 
 
-def make_sandboxes(names: List[str], concurrency: int):
+def make_sandboxes(names: List[str], concurrency: int, engines: Dict[str, object]):
+    """Yield (name, sandbox) for each backend that starts here; say why for those that do not.
+
+    ``docker-warm`` uses ``SANDBOX_DOCKER_HOST`` or starts the tests' private dockerd (root);
+    ``remote`` starts a real ``sandboxes serve`` on 127.0.0.1 (local backend behind it).
+    """
+    limits = Limits(wall_s=10, cpu_s=10)
     for name in names:
         try:
             if name.startswith("local-"):
                 _, isolation, mode = name.split("-")
                 box = LocalSandbox(isolation=isolation, warm=(mode == "warm"), pool_size=max(2, concurrency),
-                                   limits=Limits(wall_s=10, cpu_s=10))
+                                   limits=limits)
             elif name == "docker-warm":
-                from sandboxes.docker_backend import DockerSandbox
+                from tests.sandboxes.docker_support import make_docker_sandbox, start_engine
 
-                box = DockerSandbox(pool_size=max(2, concurrency), limits=Limits(wall_s=10, cpu_s=10))
+                if "docker" not in engines:
+                    engines["docker"] = start_engine()
+                box = make_docker_sandbox(engines["docker"], limits, pool_size=max(2, concurrency))
             elif name == "remote":
-                from sandboxes.remote import RemoteSandbox
+                from tests.sandboxes.remote_support import start_server
 
-                box = RemoteSandbox(url=os.environ.get("SANDBOX_URL", "http://127.0.0.1:8080"))
+                box = start_server(limits, max_concurrency=max(2, concurrency))
             else:
                 raise ValueError(f"unknown backend {name}")
             if hasattr(box, "wait_ready") and not box.wait_ready(120):
@@ -92,7 +100,9 @@ def make_sandboxes(names: List[str], concurrency: int):
             probe = box.run(SHORT_PROGRAM)
             if probe.status != Status.OK:
                 raise RuntimeError(f"probe run failed: {probe.status} {probe.message}")
-        except Exception as exc:  # report and go on with the other backends
+        except BaseException as exc:  # pytest.skip raises a BaseException: report it and go on
+            if isinstance(exc, KeyboardInterrupt):
+                raise
             print(f"  skipped {name}: {exc}", flush=True)
             continue
         yield name, box
@@ -109,10 +119,7 @@ def main() -> None:
         names = ["local-bwrap-warm", "local-bwrap-cold"] if shutil.which("bwrap") else []
         if os.geteuid() == 0 and shutil.which("unshare"):
             names.append("local-unshare-warm")
-        if os.environ.get("SANDBOX_BENCH_DOCKER"):
-            names.append("docker-warm")
-        if os.environ.get("SANDBOX_URL"):
-            names.append("remote")
+        names += ["docker-warm", "remote"]
     python = default_python()
     import skyrl_gym
 
@@ -121,8 +128,9 @@ def main() -> None:
     for concurrency in args.concurrency:
         rows.append(("bare python -c", "short", concurrency, measure(bare_python_task(python), args.runs // 2, concurrency)))
         print(f"  measured bare python -c, concurrency {concurrency}", flush=True)
+    engines: Dict[str, object] = {}
     for concurrency in args.concurrency:
-        for name, box in make_sandboxes(names, concurrency):
+        for name, box in make_sandboxes(names, concurrency, engines):
             runs = args.runs if ("warm" in name or name == "remote") else max(20, args.runs // 4)
 
             def short_task(box=box) -> bool:
@@ -137,6 +145,8 @@ def main() -> None:
             rows.append((name, "lcb (2 tests)", concurrency, measure(lcb_task, max(10, runs // 2), concurrency)))
             print(f"  measured {name}, concurrency {concurrency}", flush=True)
             box.close()
+    for engine in engines.values():
+        engine.stop()  # type: ignore[attr-defined]
     baseline = {c: m["per_s"] for n, w, c, m in rows if n == "bare python -c"}
     print()
     print(f"{'backend':<22}{'workload':<16}{'conc':>5}{'exec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs bare':>9}{'fail':>6}")

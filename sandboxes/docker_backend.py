@@ -201,7 +201,7 @@ class DockerSandbox(BaseSandbox):
     def _start_worker(self, mode: str) -> SupervisorWorker:
         container = self.client.containers.run(**self._container_kwargs())
         command = [self.python, "-I", "-c", SUPERVISOR_SOURCE, mode, "--scratch", SCRATCH, "--wipe", "/tmp",
-                   "--run-as", PROGRAM_USER]
+                   "--wipe", "/dev/shm", "--run-as", PROGRAM_USER]
         if mode == "serve" and self.preload:
             command += ["--preload", self.preload]
         try:

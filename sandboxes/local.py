@@ -137,12 +137,15 @@ class LocalSandbox(BaseSandbox):
         for extra in [*self.ro_binds, *self._python_binds()]:
             argv += ["--ro-bind", extra, extra]
         argv += ["--proc", "/proc", "--dev", "/dev",
+                 # /dev/shm (POSIX shared memory, multiprocessing) would otherwise be a plain writable
+                 # folder of bubblewrap's /dev that outlives a run: a tmpfs of its own, wiped per run.
+                 "--size", str(scratch_bytes), "--tmpfs", "/dev/shm",
                  "--size", str(scratch_bytes), "--tmpfs", "/sandbox", "--dir", SCRATCH, "--dir", TMP,
                  "--symlink", TMP, "/tmp",
                  # bubblewrap's own root (holding /etc, the mount points) is writable unless made read-only:
                  # a warm worker's program could otherwise leave files there for the next program.
                  "--remount-ro", "/", "--chdir", SCRATCH]
-        argv += self._supervisor_args(mode, SCRATCH, [TMP], run_as=None)
+        argv += self._supervisor_args(mode, SCRATCH, [TMP, "/dev/shm"], run_as=None)
         preexec = _drop_to_nobody if os.geteuid() == 0 else None
         return argv, preexec
 
@@ -159,18 +162,22 @@ class LocalSandbox(BaseSandbox):
             raise SandboxUnavailable("the unshare fallback needs root; install bubblewrap for unprivileged sandboxes")
         size = self.limits.scratch_mb or 256
         scratch = "/tmp/work"
-        supervisor = " ".join(_shell_quote(arg) for arg in self._supervisor_args(mode, scratch, ["/tmp"], run_as=NOBODY))
+        supervisor = " ".join(_shell_quote(arg) for arg in self._supervisor_args(mode, scratch, ["/tmp", "/dev/shm"],
+                                                                                  run_as=NOBODY))
         # Homes, and the top folder holding the caller's working folder (a project checkout).
         top_of_cwd = "/" + os.getcwd().strip("/").split("/")[0]
         system = {"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/dev", "/sys", "/tmp", "/var", "/opt"}
         hide = sorted({"/root", "/home", "/mnt", "/media", "/srv", "/run", os.path.expanduser("~"), top_of_cwd} - system)
         hide = [path for path in hide if os.path.isdir(path)]
-        # In the new mount namespace (private propagation): a size-limited tmpfs as /tmp holding the
-        # scratch folder, empty read-only tmpfs over homes and the caller's folders; then the
-        # supervisor, PID 1 of the new PID namespace, which runs programs as nobody.
+        # In the new mount namespace (private propagation): every mount made read-only (a bind
+        # remount only changes this namespace's view), then size-limited tmpfs as /tmp (holding the
+        # scratch folder) and /dev/shm, empty read-only tmpfs over homes and the caller's folders;
+        # then the supervisor, PID 1 of the new PID namespace, which runs programs as nobody.
         hides = "".join(f"mount -t tmpfs -o size=4k,mode=755,ro tmpfs {_shell_quote(path)} && " for path in hide)
-        script = (f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /tmp && mkdir -m 700 {scratch} && "
-                  f"chown {NOBODY[0]}:{NOBODY[1]} {scratch} && {hides}cd / && exec {supervisor}")
+        script = ("for m in $(awk '{print $2}' /proc/self/mounts); do mount -o remount,bind,ro \"$m\" 2>/dev/null; done; "
+                  f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /tmp && mkdir -m 700 {scratch} && "
+                  f"chown {NOBODY[0]}:{NOBODY[1]} {scratch} && "
+                  f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /dev/shm && {hides}cd / && exec {supervisor}")
         argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount", "--ipc", "--uts",
                 "sh", "-c", script]
         return argv, None

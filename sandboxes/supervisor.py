@@ -269,10 +269,14 @@ class Supervisor:
                     if path != self.scratch:  # the scratch folder may sit inside another wiped folder
                         remove_tree(path)
 
-        if self.run_as is not None:
-            self._as_run_user(wipe)
-        else:
+        def wipe_all():
             wipe()
+            remove_sysv_ipc()
+
+        if self.run_as is not None:
+            self._as_run_user(wipe_all)
+        else:
+            wipe_all()
 
     def _as_run_user(self, action, ignore=()):
         pid = os.fork()
@@ -312,6 +316,8 @@ def set_rlimits(limits):
     if limits.get("open_files"):
         setlimit(resource.RLIMIT_NOFILE, int(limits["open_files"]))
     setlimit(resource.RLIMIT_CORE, 0)
+    # POSIX message queues cannot be listed (and so not cleaned) from inside: allow none.
+    setlimit(resource.RLIMIT_MSGQUEUE, 0)
 
 
 def run_python_in_child(request, env, scratch):
@@ -433,6 +439,30 @@ def reap_all(patience_s=2.0):
             continue
 
 
+def remove_sysv_ipc():
+    """Remove the System V shared memory segments, message queues and semaphores a run created:
+    they live in the sandbox's IPC namespace, which outlives one run in a warm worker."""
+    tables = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
+    pending = []
+    for table, _ in tables:
+        try:
+            with open("/proc/sysvipc/" + table) as handle:
+                pending.append([line.split()[1] for line in handle.readlines()[1:] if line.strip()])
+        except (OSError, IndexError):
+            pending.append([])
+    if not any(pending):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for (table, function), ids in zip(tables, pending):
+        for ipc_id in ids:
+            if function == "semctl":
+                libc.semctl(int(ipc_id), 0, 0)  # IPC_RMID = 0
+            else:
+                getattr(libc, function)(int(ipc_id), 0, None)
+
+
 def remove_tree(path):
     def make_writable_and_retry(function, failed_path, _exc_info):
         try:
@@ -477,6 +507,11 @@ def main(argv):
             __import__(name)
         except Exception:
             pass
+    # Forked children would otherwise have the collector walk (and so copy) every preloaded object.
+    import gc
+
+    gc.collect()
+    gc.freeze()
     run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
     os.makedirs(args.scratch, exist_ok=True)
     supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, sys.executable)

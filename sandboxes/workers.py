@@ -27,7 +27,7 @@ from sandboxes.types import Limits, RunRequest, RunResult, Status
 HEADER = struct.Struct(">I")
 SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text(encoding="utf-8")
 # Time the host allows beyond the program's own wall limit before it declares the worker hung.
-BACKSTOP_S = 5.0
+BACKSTOP_S = 10.0
 
 
 class WorkerDied(RuntimeError):

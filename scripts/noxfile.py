@@ -35,7 +35,7 @@ def _pytest(session: nox.Session, *args: str) -> None:
 def core(session: nox.Session) -> None:
     """The env hub, sandboxes, tool envs, rollouts and the bundled trainer."""
     session.install(TORCH)
-    _install(session, "-e", f"{ROOT}[dev,train,search,docker,code,sandbox-service,data,gymnasium,embedded-model]")
+    _install(session, "-e", f"{ROOT}[dev,train,search,dense,docker,code,sandbox-service,data,gymnasium,embedded-model]")
     _pytest(session, "tests", "-m", "not vllm and not verl and not trl")
 
 

@@ -161,6 +161,24 @@ def build_sample_databases(out_dir: Path, layout: str = "plain") -> List[Dict[st
     return load_sample_database_builder().build(str(out_dir), layout)
 
 
+_shared_sample_dir: Optional[Path] = None
+
+
+def shared_sample_databases() -> Path:
+    """The sample databases built once per test process in a temporary folder (removed at exit)."""
+    global _shared_sample_dir
+    if _shared_sample_dir is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="skyrl-sample-sql-"))
+        atexit.register(shutil.rmtree, folder, True)
+        build_sample_databases(folder)
+        _shared_sample_dir = folder
+    return _shared_sample_dir
+
+
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

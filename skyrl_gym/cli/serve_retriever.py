@@ -23,6 +23,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--topk", type=int, default=3, help="results per query when the request gives no topk")
     parser.add_argument("--retriever", default="bm25", choices=["bm25", "dense"])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="bm25: threads searching one batch of queries (-1: all CPUs; default 1)")
     parser.add_argument("--encoder", default="hf", choices=["hf", "hashing"],
                         help="dense only: 'hf' = mean-pooled local Hugging Face model (--encoder-model), "
                              "'hashing' = hashed bag of words (no model)")
@@ -65,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError, DataError) as exc:
         print(f"serve-retriever: {exc}", file=sys.stderr)
         return 1
+    if hasattr(retriever, "threads"):
+        retriever.threads = args.threads
     app = create_app(retriever, documents, default_topk=args.topk, name=args.retriever)
     serve(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -34,9 +34,10 @@ def corpus_fingerprint(documents: Sequence[Dict[str, Any]]) -> str:
 class BM25Retriever:
     """BM25 over the documents' ``contents`` with English stop words removed."""
 
-    def __init__(self, model: Any, num_documents: int) -> None:
+    def __init__(self, model: Any, num_documents: int, threads: int = 1) -> None:
         self._model = model
         self._num_documents = num_documents
+        self.threads = threads  # bm25s worker threads per batch (-1: all CPUs, 0 or 1: none)
 
     def __len__(self) -> int:
         return self._num_documents
@@ -78,7 +79,8 @@ class BM25Retriever:
             return []
         k = max(1, min(int(k), self._num_documents))
         query_tokens = bm25s.tokenize(list(queries), stopwords="en", show_progress=False, return_ids=False)
-        positions, scores = self._model.retrieve(query_tokens, k=k, show_progress=False, n_threads=1)
+        threads = self.threads if len(queries) > 1 else 1
+        positions, scores = self._model.retrieve(query_tokens, k=k, show_progress=False, n_threads=threads)
         results: List[Hits] = []
         for row_positions, row_scores in zip(positions.tolist(), scores.tolist()):
             results.append([(int(p), float(s)) for p, s in zip(row_positions, row_scores) if s > 0.0])

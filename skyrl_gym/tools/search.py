@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_SEARCH_URL = "http://127.0.0.1:8000/retrieve"
 DEFAULT_TIMEOUT = 30.0
-RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_QUERY_CHARS = 4000  # a search query longer than this is cut (queries are a few words)
 
 SearchResponse = Tuple[Optional[Dict[str, Any]], Optional[str]]

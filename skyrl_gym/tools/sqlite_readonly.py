@@ -231,6 +231,8 @@ def run_read_only_query(db_file: str, sql: str, limits: QueryLimits = QueryLimit
         text = str(exc)
         if "not authorized" in text:
             text = "not authorized: the query tried to do something other than reading (the database is read-only)"
+        elif "out of memory" in text:
+            return fail("too_large", "the query ran out of memory")
         elif "too big" in text:
             return fail("too_large", f"{text} (values are limited to {limits.max_value_bytes} bytes)")
         if parse_problem:  # both parsers reject it: report the position sqlglot found

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Set
+from typing import Dict, Iterable, List, Set
 
 from sandboxes import Limits
 
@@ -21,25 +21,55 @@ def _innermost_pid(status_text: str) -> str:
     return ""
 
 
-def stray_processes() -> List[str]:
+def _parent_map() -> Dict[int, int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+    return parents
+
+
+def _descends_from(pid: int, ancestor: int, parents: Dict[int, int]) -> bool:
+    seen = set()
+    while pid and pid not in seen:
+        if pid == ancestor:
+            return True
+        seen.add(pid)
+        pid = parents.get(pid, 0)
+    return False
+
+
+def stray_processes(container_ids: Iterable[str] = ()) -> List[str]:
     """Live processes of the sandbox uid that are neither a bubblewrap launcher nor a supervisor
     (PID 1 of its namespace): what a run left behind. Programs run as this uid on every backend
-    when the tests run as root."""
+    when the tests run as root.
+
+    Only processes of *this* test session count (descendants of this process, or inside one of
+    ``container_ids``), so that sandboxes other people run on the same machine do not interfere.
+    """
+    parents = _parent_map()
+    me = os.getpid()
+    containers = [cid for cid in container_ids if cid]
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in parents:
+        entry = Path("/proc") / str(pid)
         try:
             if entry.stat().st_uid != SANDBOX_UID:
                 continue
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
             status = (entry / "status").read_text()
+            cgroup = (entry / "cgroup").read_text()
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
-        state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "?")
         if cmdline.startswith("bwrap ") or _innermost_pid(status) == "1":
             continue
-        found.append(f"pid {entry.name} state {state}: {cmdline[:100]}")
+        if not (_descends_from(pid, me, parents) or any(cid in cgroup for cid in containers)):
+            continue
+        state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "?")
+        found.append(f"pid {pid} state {state}: {cmdline[:100]}")
     return found
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from skyrl_gym.envs.gsm8k.dataset import record_to_row
+from skyrl_gym.data import load_rows
 from skyrl_gym.envs.multiply.dataset import make_rows
 
 GSM8K_RECORDS = [
@@ -60,6 +61,46 @@ BUILTIN_ROWS: Dict[str, List[Dict[str, Any]]] = {
         for row in make_rows(2, num_digits=2, seed=3, max_turns=2)
     ],
 }
+
+
+def _tool_env_rows() -> Dict[str, List[Dict[str, Any]]]:
+    """text2sql rows over the generated sample databases (absolute ``db_file``: no env_config needed);
+    search/searchcode rows whose reference answers need no retrieval server."""
+    from tests.tool_env_support import shared_sample_databases
+
+    folder = shared_sample_databases()
+    sql_rows = []
+    for row in load_rows(str(folder / "rows.jsonl"))[:2]:
+        gold = row["reward_spec"]["ground_truth"]
+        sql_rows.append({**row, "db_file": str(folder / row["db_file"]), "max_turns": 3,
+                         "extra_info": {**row["extra_info"], "reference_action": f"<think>known</think><solution>{gold}</solution>"}})
+    search_row = {
+        "data_source": "searchR1_demo",
+        "prompt": _user("Answer the question; search with <search>query</search>, answer inside <answer></answer>. "
+                        "Question: what is the capital of France?"),
+        "env_class": "search",
+        "reward_spec": {"method": "rule", "ground_truth": {"target": ["Paris"]}},
+        "max_turns": 2,
+        "extra_info": {"reference_action": "<think>I know this.</think><answer>Paris</answer>"},
+    }
+    searchcode_row = {
+        "data_source": "searchcode_demo",
+        "prompt": _user("What is 17 * 3? Tools: <tool><search>q</search></tool>, <tool><python>code</python></tool>. "
+                        "Finish with <solution>#### N</solution>."),
+        "env_class": "searchcode",
+        "reward_spec": {"method": "rule", "ground_truth": "51"},
+        "max_turns": 3,
+        "extra_info": {"reference_action": "<solution>17 * 3 = 51 #### 51</solution>"},
+    }
+    return {
+        "text2sql": sql_rows,
+        "sql": [{**row, "env_class": "sql"} for row in sql_rows],
+        "search": [search_row],
+        "searchcode": [searchcode_row],
+    }
+
+
+BUILTIN_ROWS.update(_tool_env_rows())
 
 
 def builtin_env_ids() -> List[str]:

@@ -94,7 +94,8 @@ class SearchEnv(BaseTextEnv):
         if self._is_done(action):
             self._final_reward = self._get_reward(action, True)
             answer = extract_solution("".join(m["content"] for m in self.chat_history))
-            return StepOutput(observations=[], reward=self._final_reward, done=True, metadata={"answer": answer}), [None]
+            metadata = {"answer": answer, "targets": targets_of(self.ground_truth)}
+            return StepOutput(observations=[], reward=self._final_reward, done=True, metadata=metadata), [None]
         return None, self._parse_action(action)
 
     def _observe(self, query: List[Optional[str]], tool_output: str) -> StepOutput:

@@ -24,7 +24,7 @@ from skyrl_gym.envs._common import require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.search.env import search_tool_group_from_config
-from skyrl_gym.rewards.gsm8k import compute_score
+from skyrl_gym.rewards.gsm8k import compute_score, extract_solution
 from skyrl_gym.tools.parsers import find_tag_blocks
 from skyrl_gym.tools.python import NO_OUTPUT_MESSAGE, PythonCodeExecutorToolGroup
 
@@ -86,7 +86,9 @@ class SearchCodeEnv(BaseTextEnv):
         self.chat_history.append({"role": "assistant", "content": action})
         if self._is_done(action):
             self._final_reward = self._get_reward(action, True)
-            return StepOutput(observations=[], reward=self._final_reward, done=True, metadata={}), None, None
+            answer = extract_solution("\n".join(m["content"] for m in self.chat_history))
+            metadata = {"parsed_answer": answer, "ground_truth": self.ground_truth}
+            return StepOutput(observations=[], reward=self._final_reward, done=True, metadata=metadata), None, None
         try:
             return None, self._parse_action(action), None
         except ToolCallError as exc:

@@ -46,6 +46,10 @@ def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> 
         path = os.path.join(str(db_path), DATASET_DB_FOLDERS[data], str(db_id), f"{db_id}.sqlite")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Database file not found at: {path}")
+    with open(path, "rb") as handle:
+        header = handle.read(16)
+    if header != b"SQLite format 3\x00":
+        raise DataError(f"text2sql database {path} is not a SQLite 3 file (its first bytes are {header[:16]!r})")
     return path
 
 

@@ -24,7 +24,7 @@ from skyrl_gym.core import ConversationType, StepOutput
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.sql.databases import resolve_database_file
-from skyrl_gym.envs.sql.utils import REWARD_LIMITS, compute_score_single
+from skyrl_gym.envs.sql.utils import REWARD_LIMITS, score_with_reason
 from skyrl_gym.errors import DataError
 from skyrl_gym.tools.blocking import run_blocking
 from skyrl_gym.tools.parsers import find_tag_blocks
@@ -101,13 +101,15 @@ class SQLEnv(BaseTextEnv):
         done = self._is_done(action)
         return done, ("", "", None) if done else self._parse_action(action)
 
-    def _compute_reward(self) -> float:
+    def _compute_reward(self) -> Tuple[float, str]:
         transcript = "".join(message["content"] for message in self.chat_history)
-        return float(compute_score_single(transcript, self.gold_sql, self.db_file, self.reward_limits))
+        return score_with_reason(transcript, self.gold_sql, self.db_file, self.reward_limits)
 
-    def _final_output(self, reward: float) -> StepOutput:
-        self._final_reward = reward
-        return StepOutput(observations=[], reward=reward, done=True, metadata={"db_id": self.db_id})
+    def _final_output(self, scored: Tuple[float, str]) -> StepOutput:
+        reward, reason = scored
+        self._final_reward = float(reward)
+        return StepOutput(observations=[], reward=float(reward), done=True,
+                          metadata={"db_id": self.db_id, "reward_reason": reason})
 
     def _observe(self, call: Tuple[str, str, Any], result: Optional[QueryResult]) -> StepOutput:
         group_name, tool_name, tool_input = call

@@ -50,27 +50,45 @@ def verify_format_and_extract(output: str) -> FormatCheck:
     return True, thoughts, solution_text.strip(), None
 
 
+def compare_results(db_file: str, predicted_sql: str, gold_sql: str, limits: QueryLimits = REWARD_LIMITS) -> Tuple[bool, str]:
+    """``(same, reason)``: whether both queries run and return the same set of rows (order and
+    duplicates ignored), and in words why not."""
+    predicted = run_read_only_query(db_file, predicted_sql, limits)
+    if not predicted.ok:
+        return False, f"solution query failed ({predicted.error_kind}): {predicted.error}"
+    if predicted.more_rows:
+        return False, f"solution query returned more than {limits.max_rows} rows"
+    gold = run_read_only_query(db_file, gold_sql, limits)
+    if not gold.ok:
+        return False, f"gold query failed ({gold.error_kind}): {gold.error}"
+    if gold.more_rows:
+        return False, f"gold query returned more than {limits.max_rows} rows"
+    if frozenset(predicted.rows) != frozenset(gold.rows):
+        return False, f"different rows ({predicted.row_count} returned, {gold.row_count} expected)"
+    return True, "same rows"
+
+
 def same_result_rows(db_file: str, predicted_sql: str, gold_sql: str, limits: QueryLimits = REWARD_LIMITS) -> bool:
     """True when both queries run and return the same set of rows (order and duplicates ignored)."""
-    predicted = run_read_only_query(db_file, predicted_sql, limits)
-    if not predicted.ok or predicted.more_rows:
-        return False
-    gold = run_read_only_query(db_file, gold_sql, limits)
-    if not gold.ok or gold.more_rows:
-        return False
-    return frozenset(predicted.rows) == frozenset(gold.rows)
+    return compare_results(db_file, predicted_sql, gold_sql, limits)[0]
+
+
+def score_with_reason(completion: str, reference: str, db_file: str, limits: QueryLimits = REWARD_LIMITS) -> Tuple[float, str]:
+    """The episode reward and why; any unexpected failure scores 0.0 rather than raising."""
+    try:
+        is_valid, _, predicted_sql, _ = verify_format_and_extract(completion)
+        if not is_valid or predicted_sql is None:
+            return -1.0, "format check failed (one solution block, think blocks, think after every observation)"
+        same, reason = compare_results(db_file, predicted_sql, reference, limits)
+        return (1.0 if same else 0.0), reason
+    except Exception as exc:
+        return 0.0, f"scoring failed: {type(exc).__name__}: {exc}"
 
 
 def calculate_reward_single(completion: str, reference: str, db_file: str, limits: QueryLimits = REWARD_LIMITS) -> float:
-    is_valid, _, predicted_sql, _ = verify_format_and_extract(completion)
-    if not is_valid or predicted_sql is None:
-        return -1.0
-    return 1.0 if same_result_rows(db_file, predicted_sql, reference, limits) else 0.0
+    return score_with_reason(completion, reference, db_file, limits)[0]
 
 
 def compute_score_single(completion: str, reference: str, db_file: str, limits: QueryLimits = REWARD_LIMITS) -> float:
     """The episode reward; any unexpected failure scores 0.0 rather than raising."""
-    try:
-        return calculate_reward_single(completion, reference, db_file, limits)
-    except Exception:
-        return 0.0
+    return score_with_reason(completion, reference, db_file, limits)[0]

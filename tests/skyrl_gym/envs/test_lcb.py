@@ -90,3 +90,14 @@ def test_bad_rows_name_the_problem():
         skyrl_gym.make("lcb", extras={"reward_spec": {"method": "rule"}})
     with pytest.raises(DataError, match="func_name"):
         make(json.dumps([{"input": "1", "output": "1", "testtype": "functional"}]))
+
+
+def test_omegaconf_env_config_and_sandbox_choice_as_in_skyrl_gym():
+    omegaconf = pytest.importorskip("omegaconf")
+    config = omegaconf.DictConfig({"env_class": "lcb", "timeout": 2,
+                                   "sandbox": {"backend": "local", "pool_size": 1, "warm": False}})
+    env = skyrl_gym.make("lcb", env_config=config,
+                         extras={"reward_spec": {"method": "rule", "ground_truth": SECOND_LARGEST}})
+    output = env.step(fenced("A = input(); B = list(map(int, input().split()))\nprint(B.index(sorted(B)[-2]) + 1)"))
+    assert output["reward"] == 1.0
+    assert env.sandbox.name == "local-bwrap" and env.limits.wall_s == 2

@@ -97,9 +97,11 @@ def test_index_folder_is_saved_by_the_cli_and_loaded_on_restart(tmp_path):
     first = RetrieverProcess(corpus, "--index", str(tmp_path / "idx"))
     first.stop()
     assert "built BM25 index of 10 documents" in first.output
-    second = RetrieverProcess(corpus, "--index", str(tmp_path / "idx"))
+    second = RetrieverProcess(corpus, "--index", str(tmp_path / "idx"), "--threads", "2")
     try:
         assert "loaded BM25 index of 10 documents" in second.output
         assert post(second.url, {"query": "Everest", "topk": 1})[1]["result"][0][0]["id"] == "3"
+        batch = post(second.url, {"queries": ["Everest", "Berlin Germany", "Jupiter moons"], "topk": 1})[1]["result"]
+        assert [hits[0]["id"] for hits in batch] == ["3", "1", "9"]
     finally:
         second.stop()

@@ -40,6 +40,7 @@ def test_search_then_answer_scores_one(server):
     assert out1["metadata"]["tool_input"] == ["who wrote Hamlet"] and out1["metadata"]["search_status"] == "success"
     out2 = env.step("<think>Found it.</think><answer> the Shakespeare. </answer>")
     assert out2["done"] and out2["observations"] == [] and out2["reward"] == 1.0
+    assert out2["metadata"] == {"answer": "the Shakespeare.", "targets": ["William Shakespeare", "Shakespeare"]}
     assert env.get_metrics() == {"turns": 2, "searches": 1, "search_errors": 0, "correct": True}
 
 
@@ -91,3 +92,24 @@ def test_row_without_ground_truth_is_rejected_with_the_field_name():
         skyrl_gym.make("search", env_config={}, extras={"reward_spec": {"method": "rule"}})
     with pytest.raises(DataError, match="search ground_truth"):
         skyrl_gym.make("search", env_config={}, extras={"reward_spec": {"ground_truth": {"target": 5}}})
+
+
+def test_rows_from_the_example_script_drive_a_full_episode(server, tmp_path):
+    import subprocess
+    import sys
+
+    from skyrl_gym.data import load_rows, validate_row
+    from tests.tool_env_support import REPO_ROOT
+
+    source = tmp_path / "qa.jsonl"
+    source.write_text(json.dumps({"question": "Who wrote Hamlet?", "golden_answers": ["William Shakespeare"]}) + "\n")
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / "search" / "make_search_rows.py"), str(source),
+                           str(tmp_path / "rows.jsonl"), "--max-turns", "3"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (row,) = load_rows(str(tmp_path / "rows.jsonl"))
+    validate_row(row, 0)
+    assert "<search>" in row["prompt"][1]["content"] and row["prompt"][1]["content"].endswith("Who wrote Hamlet?")
+    env = skyrl_gym.make("search", env_config=search_config(server.url), extras=row)
+    env.init(row["prompt"])
+    assert "Shakespeare" in first_observation(env.step("<think>?</think><search>Hamlet author</search>"))
+    assert env.step("<answer>William Shakespeare</answer>")["reward"] == 1.0

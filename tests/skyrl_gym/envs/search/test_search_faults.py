@@ -97,3 +97,19 @@ def test_a_batch_of_async_episodes_finishes_while_the_service_is_down_or_flaky(f
     served = [obs for i, (obs, _) in enumerate(results) if not i % 2]
     assert all("Connection Error" in obs for obs in down)
     assert all("Result for capital of France" in obs for obs in served)  # the first 10 failures were retried
+
+
+def test_hanging_service_times_out_on_the_async_path_too(flaky):
+    server = flaky(hang_s=3.0)
+
+    async def main():
+        env = skyrl_gym.make("search", env_config=search_config(server.url, timeout=0.3, retry_attempts=2), extras=EXTRAS)
+        start = time.monotonic()
+        observation = first_observation(await env.astep("<search>anything</search>"))
+        elapsed = time.monotonic() - start
+        await SearchToolGroup.close_async_sessions()
+        return observation, elapsed
+
+    observation, elapsed = asyncio.run(main())
+    assert elapsed < 2.5
+    assert "Timeout Error: no answer within 0.3 s on attempt 2/2" in observation

@@ -47,6 +47,7 @@ def test_search_then_compute_then_solve(server, sandbox_ready):
     assert first_observation(out2) == "8849"
     final = env.step("<solution>The height is #### 8849</solution>")
     assert final["done"] and final["reward"] == 1.0
+    assert final["metadata"] == {"parsed_answer": "8849", "ground_truth": "8849"}
     assert env.get_metrics() == {"turns": 3, "search_calls": 1, "python_calls": 1, "correct": True}
 
 

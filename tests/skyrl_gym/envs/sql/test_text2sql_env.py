@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 
 import pytest
 
@@ -56,11 +55,16 @@ def test_explore_then_solve_scores_one(sample):
     assert env.get_metrics()["solved"] is True
 
 
-def test_wrong_query_scores_zero_and_bad_format_scores_minus_one(sample):
+def test_wrong_query_scores_zero_and_bad_format_scores_minus_one_with_the_reason(sample):
     env, _ = make_env(sample, index=0)
-    assert env.step("<think>guess</think><solution>SELECT COUNT(*) FROM customers</solution>")["reward"] == 0.0
+    wrong = env.step("<think>guess</think><solution>SELECT COUNT(*) FROM customers</solution>")
+    assert wrong["reward"] == 0.0 and wrong["metadata"]["reward_reason"] == "different rows (1 returned, 1 expected)"
     env, _ = make_env(sample, index=0)
-    assert env.step("<solution>SELECT COUNT(*) FROM customers WHERE country = 'Portugal'</solution>")["reward"] == -1.0
+    broken = env.step("<think>guess</think><solution>SELECT COUNT(*) FROM clients</solution>")
+    assert broken["reward"] == 0.0 and "no such table: clients" in broken["metadata"]["reward_reason"]
+    env, _ = make_env(sample, index=0)
+    unformatted = env.step("<solution>SELECT COUNT(*) FROM customers WHERE country = 'Portugal'</solution>")
+    assert unformatted["reward"] == -1.0 and unformatted["metadata"]["reward_reason"].startswith("format check failed")
 
 
 def test_observation_not_followed_by_thinking_fails_the_format(sample):
@@ -164,6 +168,9 @@ def test_bad_rows_get_errors_that_name_the_field(sample, tmp_path):
         skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": None, "data": "wikisql"})
     with pytest.raises(DataError, match="ground_truth"):
         skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={"db_file": rows[0]["db_file"]})
+    (tmp_path / "notes.sqlite").write_text("not a database")
+    with pytest.raises(DataError, match="is not a SQLite 3 file"):
+        skyrl_gym.make("text2sql", env_config={}, extras={**rows[0], "db_file": str(tmp_path / "notes.sqlite")})
     with pytest.raises(FileNotFoundError, match="nowhere.sqlite"):
         skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": "nowhere.sqlite"})
 

@@ -1,0 +1,40 @@
+"""step_env / init_env: one awaitable call for envs with and without an async path."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import skyrl_gym
+from skyrl_gym.tools.blocking import init_env, step_env
+from tests.tool_env_support import shared_sample_databases
+
+
+def test_sync_env_steps_in_the_pool_and_async_env_on_the_loop():
+    folder = shared_sample_databases()
+    loop_thread = []
+
+    class RecordingGsm8k:
+        def __init__(self):
+            self.env = skyrl_gym.make("gsm8k", extras={"reward_spec": {"ground_truth": "72"}})
+
+        def init(self, prompt):
+            return self.env.init(prompt)
+
+        def step(self, action):
+            loop_thread.append(threading.current_thread() is threading.main_thread())
+            return self.env.step(action)
+
+    async def main():
+        plain = RecordingGsm8k()
+        await init_env(plain, [{"role": "user", "content": "q"}])
+        plain_out = await step_env(plain, "#### 72")
+        row = {"reward_spec": {"ground_truth": "SELECT COUNT(*) FROM airports"}, "db_file": str(folder / "databases" / "flights.sqlite")}
+        sql_env = skyrl_gym.make("text2sql", env_config={}, extras=row)
+        await init_env(sql_env, [])
+        sql_out = await step_env(sql_env, "<think>t</think><solution>SELECT COUNT(code) FROM airports</solution>")
+        return plain_out, sql_out
+
+    plain_out, sql_out = asyncio.run(main())
+    assert plain_out["reward"] == 1.0 and loop_thread == [False]  # the sync env ran off the loop thread
+    assert sql_out["reward"] == 1.0 and sql_out["done"]
