@@ -120,8 +120,9 @@ def _dequantise_gguf(gguf_file: Path, out_dir: Path) -> Path:
 
 
 def _gguf_cache_folder(gguf_file: Path, name: Optional[str] = None) -> Path:
-    stat = gguf_file.stat()
-    key = hashlib.sha1(f"{gguf_file.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:10]
+    # Keyed by file name and size (not path or mtime): the same GGUF installed in several virtual environments
+    # shares one dequantised copy.
+    key = hashlib.sha1(f"{gguf_file.name}:{gguf_file.stat().st_size}".encode()).hexdigest()[:10]
     return cache_dir() / f"{name or gguf_file.stem}-{key}"
 
 

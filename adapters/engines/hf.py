@@ -13,6 +13,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
@@ -52,7 +53,8 @@ class HFEngine:
             stop strings and decoding ``responses``.
         device / dtype: default to CUDA+bfloat16 when available, else CPU+float32.
         max_batch_size: at most this many sequences are decoded together.
-        batch_wait_s: how long the worker waits for more requests to batch after the first one arrives.
+        batch_wait_s: the worker keeps collecting requests into one batch while they arrive less than this
+            many seconds apart, for at most ``max_batch_wait_s`` after the first one.
     """
 
     def __init__(
@@ -63,7 +65,8 @@ class HFEngine:
         device: Optional[str] = None,
         dtype: Any = None,
         max_batch_size: int = 64,
-        batch_wait_s: float = 0.005,
+        batch_wait_s: float = 0.01,
+        max_batch_wait_s: float = 0.1,
     ) -> None:
         import torch
 
@@ -82,6 +85,7 @@ class HFEngine:
         self.model.eval()
         self.max_batch_size = int(max_batch_size)
         self.batch_wait_s = float(batch_wait_s)
+        self.max_batch_wait_s = float(max_batch_wait_s)
         eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
         eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
         if tokenizer.eos_token_id is not None:
@@ -184,20 +188,22 @@ class HFEngine:
                 self._fail_pending(EngineError("HFEngine was closed"))
                 return
             pending: List[_Request] = [first]
-            # Collect what arrives in the next few milliseconds so concurrent trajectories share a batch.
-            deadline_wait = self.batch_wait_s
-            while True:
+            # Collect what arrives while requests keep coming (gaps shorter than batch_wait_s), for at most
+            # max_batch_wait_s: trajectories started together reach the engine a few milliseconds apart (env
+            # set-up, templating), and a batch cannot be joined once it runs.
+            collect_until = time.monotonic() + self.max_batch_wait_s
+            while len(pending) < self.max_batch_size * 4:
+                remaining = collect_until - time.monotonic()
+                if remaining <= 0:
+                    break
                 try:
-                    item = self._queue.get(timeout=deadline_wait)
+                    item = self._queue.get(timeout=min(self.batch_wait_s, remaining))
                 except queue.Empty:
                     break
                 if item is _SHUTDOWN:
                     self._queue.put(_SHUTDOWN)
                     break
                 pending.append(item)
-                deadline_wait = 0.0005 if len(pending) < self.max_batch_size * 4 else 0.0
-                if len(pending) >= self.max_batch_size * 4:
-                    break
             groups: Dict[ResolvedSampling, List[_Request]] = {}
             for request in pending:
                 groups.setdefault(request.sampling.without_seed(), []).append(request)
@@ -335,27 +341,35 @@ class HFEngine:
             return tokens.cpu(), logprob_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
         scaled = logits / sampling.temperature
         logprob_all = torch.log_softmax(scaled, dim=-1)
-        filtered = scaled.clone()
-        if sampling.top_k and sampling.top_k > 0:
-            kth = torch.topk(filtered, min(sampling.top_k, filtered.shape[-1]), dim=-1).values[:, -1:]
-            filtered[filtered < kth] = float("-inf")
-        if sampling.min_p > 0:
-            probs = torch.softmax(filtered, dim=-1)
-            threshold = probs.max(dim=-1, keepdim=True).values * sampling.min_p
-            filtered[probs < threshold] = float("-inf")
-        if sampling.top_p < 1.0:
-            sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
-            cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-            remove = cumulative - torch.softmax(sorted_logits, dim=-1) > sampling.top_p
-            sorted_logits[remove] = float("-inf")
-            filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, sorted_logits)
-        probs = torch.softmax(filtered, dim=-1).cpu()
-        if all(g is None for g in generators):
-            tokens = torch.multinomial(probs, 1).squeeze(-1)
+        filtering = (sampling.top_k and sampling.top_k > 0) or sampling.min_p > 0 or sampling.top_p < 1.0
+        if not filtering:
+            probs = logprob_all.exp()
         else:
-            tokens = torch.stack(
-                [torch.multinomial(probs[row], 1, generator=generators[row]).squeeze(-1) for row in range(probs.shape[0])]
-            )
+            filtered = scaled.clone()
+            if sampling.top_k and sampling.top_k > 0:
+                kth = torch.topk(filtered, min(sampling.top_k, filtered.shape[-1]), dim=-1).values[:, -1:]
+                filtered[filtered < kth] = float("-inf")
+            if sampling.min_p > 0:
+                probs = torch.softmax(filtered, dim=-1)
+                threshold = probs.max(dim=-1, keepdim=True).values * sampling.min_p
+                filtered[probs < threshold] = float("-inf")
+            if sampling.top_p < 1.0:
+                sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
+                sorted_probs = torch.softmax(sorted_logits, dim=-1)
+                remove = sorted_probs.cumsum(dim=-1) - sorted_probs > sampling.top_p
+                sorted_logits[remove] = float("-inf")
+                filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, sorted_logits)
+            probs = torch.softmax(filtered, dim=-1)
+        probs = probs.cpu()
+        # Inverse-CDF draw: one uniform number per row and a search in the cumulative distribution. Exact, and
+        # on CPU far cheaper than torch.multinomial or Gumbel noise over a 50k-token vocabulary.
+        cdf = probs.cumsum(dim=-1)
+        if all(g is None for g in generators):
+            uniform = torch.rand((probs.shape[0], 1))
+        else:
+            uniform = torch.cat([torch.rand((1, 1), generator=g) for g in generators])
+        # right=True: the first token whose cdf exceeds the draw, so a zero-probability token is never picked.
+        tokens = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
         return tokens, logprob_all.cpu().gather(-1, tokens[:, None]).squeeze(-1)
 
 

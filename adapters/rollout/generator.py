@@ -279,7 +279,12 @@ class RolloutGenerator:
         await asyncio.gather(*(start(i) for i in range(len(prompts))))
         live = [i for i, t in enumerate(trajectories) if t.error is None]
         model_start = time.perf_counter()
-        output = await self.client.generate([trajectories[i].prompt_ids for i in live], params) if live else None
+        output = None
+        if live:
+            output = await self.client.generate(
+                [trajectories[i].prompt_ids for i in live], params,
+                messages=[list(trajectories[i].conversation) for i in live],
+            )
         model_seconds = time.perf_counter() - model_start
 
         async def finish(j: int, i: int) -> None:

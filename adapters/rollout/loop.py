@@ -113,7 +113,10 @@ async def run_trajectory(
 
             model_start = time.perf_counter()
             if hasattr(engine, "engine_for"):  # an EngineClient: keep the trajectory on one engine
-                output = await engine.generate([context], sampling_params, session_ids=[session])
+                output = await engine.generate([context], sampling_params, session_ids=[session],
+                                               messages=[list(conversation)])
+            elif getattr(engine, "wants_messages", False):  # a chat-completions engine templates by itself
+                output = await engine.generate([context], sampling_params, messages=[list(conversation)])
             else:
                 output = await engine.generate([context], sampling_params)
             trajectory.model_seconds += time.perf_counter() - model_start

@@ -15,9 +15,12 @@ register_test_envs()
 @pytest.fixture(scope="session")
 def tokenizer() -> Any:
     """The real SmolLM2-135M-Instruct tokenizer and chat template (from the embedded GGUF, cached)."""
-    from adapters.models import load_tokenizer
+    from adapters.models import ModelResolutionError, load_tokenizer
 
-    return load_tokenizer("smollm2-135m")
+    try:
+        return load_tokenizer("smollm2-135m")
+    except ModelResolutionError as exc:  # a session without the embedded-model extra (the core one has it)
+        pytest.skip(f"embedded model unavailable: {exc}")
 
 
 @pytest.fixture(scope="session")

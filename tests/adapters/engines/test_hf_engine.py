@@ -10,7 +10,7 @@ import pytest
 from adapters.engines import EngineClient, EngineError
 from adapters.engines.hf import HFEngine
 
-pytestmark = pytest.mark.asyncio
+
 
 GREEDY = {"max_generate_length": 8, "temperature": 0.0}
 # The tiny random model's greedy output is mostly one repeated token; seeded sampling gives varied,
@@ -137,3 +137,23 @@ async def test_client_spreads_trajectories_and_keeps_each_on_one_engine(tokenize
         assert "traj0" not in client._affinity
     finally:
         client.close()
+
+
+def test_sampling_draws_from_the_filtered_distribution() -> None:
+    import math
+
+    import torch
+
+    from adapters.engines.base import resolve_sampling
+
+    logits = torch.tensor([[0.0, math.log(2.0), math.log(5.0), -50.0]]).repeat(4000, 1)  # p = 1/8, 2/8, 5/8, ~0
+    generators = [torch.Generator().manual_seed(i) for i in range(4000)]
+    tokens, logprobs = HFEngine._sample(logits, resolve_sampling({"temperature": 1.0}), generators)
+    shares = torch.bincount(tokens, minlength=4).float() / 4000
+    assert torch.allclose(shares, torch.tensor([1 / 8, 2 / 8, 5 / 8, 0.0]), atol=0.03), shares
+    assert torch.allclose(logprobs[tokens == 2], torch.tensor(math.log(5 / 8)), atol=1e-5)
+    # top_k=1 and a tiny top_p both reduce to the most likely token; its logprob stays the unfiltered one.
+    for params in ({"temperature": 1.0, "top_k": 1}, {"temperature": 1.0, "top_p": 0.01}):
+        tokens, logprobs = HFEngine._sample(logits[:50], resolve_sampling(params), [None] * 50)
+        assert tokens.tolist() == [2] * 50
+        assert torch.allclose(logprobs, torch.tensor(math.log(5 / 8)), atol=1e-5)

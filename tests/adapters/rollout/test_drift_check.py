@@ -9,7 +9,7 @@ import pytest
 from adapters.rollout import ChatTokenizer, RolloutConfig, RolloutGenerator, check_drift
 from tests.adapters.support import ScriptedEngine, user
 
-pytestmark = pytest.mark.asyncio
+
 
 # ChatML that, like Qwen3's template, drops the <think> block of assistant turns that come before the last user
 # message (models trained this way never see their old reasoning). Written for these tests on SmolLM2's
@@ -85,3 +85,18 @@ async def test_drift_check_reports_non_canonical_tokenization(tokenizer: Any) ->
     report = check_drift(t, generator.chat)
     assert not report.ok and report.kind == "tokenization" and report.turn == 0
     assert "canonical" in report.reason
+
+
+@pytest.mark.trl
+async def test_drift_check_catches_the_real_qwen3_template_shipped_with_trl(tokenizer: Any) -> None:
+    """The same check with Qwen3's own chat template (TRL ships a copy); runs where trl is installed."""
+    trl = pytest.importorskip("trl", reason="TRL ships the Qwen3 template used here")
+    from pathlib import Path
+
+    template_path = Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
+    if not template_path.is_file():
+        pytest.skip(f"this TRL version has no {template_path.name}")
+    generator, t = await rollout(tokenizer, template_path.read_text())
+    assert t.turns[0].observation_method == "fixed_base"
+    assert not t.drift.ok and t.drift.kind == "template" and t.drift.turn == 0
+    assert "<think>" in t.drift.recorded and "removes the <think> block" in t.drift.reason

@@ -16,7 +16,7 @@ from adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory
 from tests.adapters.conftest import assert_no_template_drift
 from tests.adapters.support import CountdownTurnsEnv, ScriptedEngine, user
 
-pytestmark = pytest.mark.asyncio
+
 
 
 def make_generator(engine: Any, tokenizer: Any, **config: Any) -> RolloutGenerator:

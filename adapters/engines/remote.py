@@ -1,0 +1,306 @@
+"""``RemoteEngine``: any OpenAI-compatible server (``/v1/completions`` or ``/v1/chat/completions``).
+
+Token-in/token-out where the server allows it: the prompt goes as a list of token ids and the reply's ids are
+read from ``token_ids`` (vLLM returns them with ``"return_token_ids": true``). A server that refuses token-id
+prompts gets the decoded text instead, and one that returns no ids has its text re-tokenized; both fallbacks
+log a warning once, because the recorded ids may then differ from what the model really produced.
+
+Weight updates use vLLM's development endpoints (server started with ``VLLM_SERVER_DEV_MODE=1``):
+``POST /collective_rpc`` with ``reload_weights`` from a folder, then ``/reset_prefix_cache``. A state dict is
+written as safetensors into ``weights_dir`` first (a folder the server can read).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+from typing import Any, Dict, List, Mapping, Optional
+
+from adapters.engines.base import (
+    EngineError,
+    ResolvedSampling,
+    SequenceResult,
+    assemble_output,
+    resolve_sampling,
+    validate_prompts,
+)
+from adapters.types import InferenceEngineOutput, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class RemoteEngine:
+    """Client of an OpenAI-compatible server behind the :class:`~adapters.types.InferenceEngine` protocol.
+
+    Args:
+        base_url: the server root, e.g. ``http://127.0.0.1:8000`` (with or without ``/v1``).
+        tokenizer: the model's tokenizer (object or model name): decodes replies, and is needed for the text
+            fallbacks. Without it, only fully token-faithful servers work.
+        model: the model name the server serves; asked from ``/v1/models`` when None.
+        api: ``"completions"`` (token ids in and out) or ``"chat"`` (the server applies its own chat template to
+            the conversation; the rollout loop passes the messages along with the ids).
+        api_key: sent as a bearer token if given (or from ``OPENAI_API_KEY``).
+        max_concurrency: requests in flight at once.
+        weights_dir: where :meth:`update_weights` writes a state dict for the server to load.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        tokenizer: Any = None,
+        *,
+        model: Optional[str] = None,
+        api: str = "completions",
+        api_key: Optional[str] = None,
+        timeout_s: float = 600.0,
+        max_concurrency: int = 256,
+        weights_dir: Optional[str] = None,
+    ) -> None:
+        if api not in ("completions", "chat"):
+            raise ValueError(f"api must be 'completions' or 'chat', got {api!r}")
+        root = base_url.rstrip("/")
+        self.root_url = root[: -len("/v1")] if root.endswith("/v1") else root
+        if isinstance(tokenizer, (str, os.PathLike)):
+            from adapters.models import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer)
+        self.tokenizer = tokenizer
+        self.model = model
+        self.api = api
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.timeout_s = timeout_s
+        self.max_concurrency = max_concurrency
+        self.weights_dir = weights_dir
+        self.wants_messages = api == "chat"
+        self._prompt_as_text = False
+        self._warned: set = set()
+        self._sessions: Dict[int, Any] = {}
+        self.weight_version = 0
+
+    # ------------------------------------------------------------------ HTTP plumbing
+    def _session(self) -> Any:
+        """One aiohttp session per event loop (sessions cannot cross loops)."""
+        import aiohttp
+
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(id(loop))
+        if session is None or session.closed:
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            session = aiohttp.ClientSession(
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
+                connector=aiohttp.TCPConnector(limit=self.max_concurrency),
+            )
+            self._sessions[id(loop)] = session
+        return session
+
+    async def _post(self, path: str, payload: Dict[str, Any]) -> Any:
+        session = self._session()
+        try:
+            async with session.post(self.root_url + path, json=payload) as response:
+                body = await response.text()
+                if response.status >= 400:
+                    raise EngineError(f"POST {path} -> HTTP {response.status}: {body[:500]}")
+                if not body:
+                    return None
+                try:
+                    return await response.json(content_type=None)
+                except ValueError:
+                    return body
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise EngineError(f"POST {self.root_url}{path} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def _model_name(self) -> str:
+        if self.model is None:
+            session = self._session()
+            try:
+                async with session.get(self.root_url + "/v1/models") as response:
+                    data = await response.json(content_type=None)
+                self.model = data["data"][0]["id"]
+            except Exception as exc:
+                raise EngineError(f"could not ask {self.root_url}/v1/models for the model name: {exc}") from exc
+        return self.model
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message)
+
+    # ------------------------------------------------------------------ protocol
+    async def generate(
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[SamplingParams] = None,
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
+    ) -> InferenceEngineOutput:
+        """Generate one continuation per prompt. ``messages`` (one conversation per prompt) is required by
+        ``api="chat"``; the ids are then only used to check that the server templated them the same way."""
+        prompts = validate_prompts(prompt_token_ids)
+        sampling = resolve_sampling(sampling_params)  # type: ignore[arg-type]
+        if self.api == "chat" and (messages is None or len(messages) != len(prompts)):
+            raise ValueError("RemoteEngine(api='chat') needs the conversation of every prompt (messages=...)")
+        model = await self._model_name()
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(i: int) -> SequenceResult:
+            async with semaphore:
+                if self.api == "chat":
+                    return await self._chat(model, prompts[i], messages[i], sampling)  # type: ignore[index]
+                return await self._completion(model, prompts[i], sampling)
+
+        results = await asyncio.gather(*(one(i) for i in range(len(prompts))))
+        return assemble_output(list(results), sampling.logprobs)
+
+    def _common_payload(self, model: str, sampling: ResolvedSampling) -> Dict[str, Any]:
+        payload: Dict[str, Any] = {
+            "model": model,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "return_token_ids": True,  # vLLM extension; other servers ignore unknown fields
+            "include_stop_str_in_output": True,
+            "skip_special_tokens": True,
+        }
+        if sampling.top_k > 0:
+            payload["top_k"] = sampling.top_k
+        if sampling.min_p > 0:
+            payload["min_p"] = sampling.min_p
+        if sampling.stop:
+            payload["stop"] = list(sampling.stop)
+        if sampling.stop_token_ids:
+            payload["stop_token_ids"] = list(sampling.stop_token_ids)
+        if sampling.seed is not None:
+            payload["seed"] = sampling.seed
+        return payload
+
+    async def _completion(self, model: str, prompt: List[int], sampling: ResolvedSampling) -> SequenceResult:
+        payload = self._common_payload(model, sampling)
+        if sampling.logprobs:
+            payload["logprobs"] = 1
+        if not self._prompt_as_text:
+            try:
+                data = await self._post("/v1/completions", {**payload, "prompt": prompt})
+            except EngineError as exc:
+                if " 400" not in str(exc) and " 422" not in str(exc):
+                    raise
+                self._require_tokenizer("send the prompt as text")
+                self._prompt_as_text = True
+                self._warn_once(
+                    "prompt_text",
+                    f"{self.root_url} refused a token-id prompt ({exc}); sending decoded text instead: the server "
+                    "re-tokenizes the prompt, which may differ from the recorded ids",
+                )
+        if self._prompt_as_text:
+            text_prompt = self.tokenizer.decode(prompt, skip_special_tokens=False)
+            data = await self._post("/v1/completions", {**payload, "prompt": text_prompt})
+        choice = data["choices"][0]
+        token_logprobs = None
+        if sampling.logprobs and choice.get("logprobs"):
+            token_logprobs = choice["logprobs"].get("token_logprobs")
+        return self._result(choice.get("text") or "", choice.get("token_ids"), choice.get("finish_reason"),
+                            token_logprobs, sampling)
+
+    async def _chat(
+        self, model: str, prompt: List[int], conversation: List[Dict[str, Any]], sampling: ResolvedSampling
+    ) -> SequenceResult:
+        payload = self._common_payload(model, sampling)
+        payload["messages"] = conversation
+        if sampling.logprobs:
+            payload["logprobs"] = True
+            payload["top_logprobs"] = 0
+        data = await self._post("/v1/chat/completions", payload)
+        server_prompt = data.get("prompt_token_ids") if isinstance(data, dict) else None
+        if server_prompt is not None and list(server_prompt) != list(prompt):
+            self._warn_once(
+                "chat_prompt",
+                "the server's chat template produced other prompt ids than the local template: recorded "
+                "trajectories will not match what the server's model saw (use api='completions' for token-in)",
+            )
+        choice = data["choices"][0]
+        token_logprobs = None
+        if sampling.logprobs and choice.get("logprobs") and choice["logprobs"].get("content") is not None:
+            token_logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
+        text = (choice.get("message") or {}).get("content") or ""
+        return self._result(text, choice.get("token_ids"), choice.get("finish_reason"), token_logprobs, sampling)
+
+    def _result(
+        self,
+        text: str,
+        token_ids: Optional[List[int]],
+        finish_reason: Optional[str],
+        token_logprobs: Optional[List[Optional[float]]],
+        sampling: ResolvedSampling,
+    ) -> SequenceResult:
+        reason = "length" if finish_reason == "length" else ("abort" if finish_reason == "abort" else "stop")
+        if token_ids is None:
+            self._require_tokenizer("re-tokenize the reply")
+            self._warn_once(
+                "reply_text",
+                f"{self.root_url} returned no token ids; re-tokenizing the reply text (not token-faithful: the ids "
+                "may differ from what the model generated)",
+            )
+            token_ids = self.tokenizer.encode(text, add_special_tokens=False)
+            ends_on_stop_string = any(text.endswith(s) for s in sampling.stop)
+            if reason == "stop" and not ends_on_stop_string and self.tokenizer.eos_token_id is not None:
+                token_ids = token_ids + [self.tokenizer.eos_token_id]  # the model stopped on EOS
+            token_logprobs = None if token_logprobs is None or len(token_logprobs) != len(token_ids) else token_logprobs
+        token_ids = [int(t) for t in token_ids]
+        logprobs = None
+        if sampling.logprobs:
+            if token_logprobs is None or len(token_logprobs) != len(token_ids):
+                self._warn_once("logprobs", "the server returned no usable logprobs; using 0.0")
+                logprobs = [0.0] * len(token_ids)
+            else:
+                logprobs = [float(lp) if lp is not None else 0.0 for lp in token_logprobs]
+        if self.tokenizer is not None:
+            text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+        return SequenceResult(token_ids=token_ids, text=text, stop_reason=reason, logprobs=logprobs)
+
+    def _require_tokenizer(self, purpose: str) -> None:
+        if self.tokenizer is None:
+            raise EngineError(f"RemoteEngine needs a tokenizer to {purpose}; pass tokenizer=...")
+
+    # ------------------------------------------------------------------ weights and memory
+    async def update_weights(self, named_tensors: Any) -> None:
+        """Reload weights on a vLLM server in dev mode: from a folder, or from a state dict saved to ``weights_dir``."""
+        if isinstance(named_tensors, (str, os.PathLike)):
+            folder = str(named_tensors)
+        else:
+            folder = await asyncio.get_running_loop().run_in_executor(None, self._save_state_dict, named_tensors)
+        await self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": folder}})
+        await self._post("/reset_prefix_cache", {})
+        self.weight_version += 1
+
+    def _save_state_dict(self, named_tensors: Any) -> str:
+        from safetensors.torch import save_file
+
+        if self.weights_dir is None:
+            self.weights_dir = tempfile.mkdtemp(prefix="skyrl-gym-weights-")
+        items = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+        tensors = {name: tensor.detach().cpu().clone() for name, tensor in items}  # clone: tied weights share storage
+        os.makedirs(self.weights_dir, exist_ok=True)
+        save_file(tensors, os.path.join(self.weights_dir, "model.safetensors"))
+        return self.weights_dir
+
+    async def sleep(self) -> None:
+        await self._post("/sleep", {})
+
+    async def wake_up(self) -> None:
+        await self._post("/wake_up", {})
+
+    async def aclose(self) -> None:
+        sessions, self._sessions = self._sessions, {}
+        for session in sessions.values():
+            if not session.closed:
+                await session.close()
+
+    def close(self) -> None:
+        """Drop HTTP sessions (call :meth:`aclose` from a running loop to close them cleanly)."""
+        self._sessions = {}
+
+
+__all__ = ["RemoteEngine"]

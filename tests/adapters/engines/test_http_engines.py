@@ -1,0 +1,128 @@
+"""The SGLang and OpenAI-compatible clients against real local HTTP servers backed by a real (tiny) model.
+
+SGLang cannot run on this CPU machine, so its client is tested against ``http_test_servers``, which speaks
+SGLang's native API; the OpenAI client is tested against real ``vllm serve`` in ``test_vllm.py`` and here
+against a text-only server for its fallbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from adapters.engines import EngineError
+from adapters.engines.hf import HFEngine
+from adapters.engines.remote import RemoteEngine
+from adapters.engines.sglang import SGLangEngine
+from adapters.rollout import RolloutConfig, RolloutGenerator
+from tests.adapters.conftest import assert_no_template_drift
+from tests.adapters.http_test_servers import make_app, serve
+from tests.adapters.support import user
+
+
+SEEDED = {"max_generate_length": 6, "temperature": 1.0, "seed": 9}
+GREEDY = {"max_generate_length": 6, "temperature": 0.0}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path) -> Iterator[Any]:
+    backend = HFEngine(str(tiny_model_dir), device="cpu")
+    app = make_app(backend, str(tiny_model_dir))
+    with serve(app) as url:
+        yield url, backend, app.state.sglang
+    backend.close()
+
+
+def prompt(tokenizer: Any, text: str) -> list:
+    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                         tokenize=True, return_dict=False)
+
+
+async def test_sglang_generate_returns_the_models_ids_and_logprobs(server: Any, tokenizer: Any) -> None:
+    url, backend, _ = server
+    engine = SGLangEngine(url, tokenizer)
+    try:
+        prompts = [prompt(tokenizer, "one"), prompt(tokenizer, "two two")]
+        out = await engine.generate(prompts, {**SEEDED, "logprobs": True})
+        direct = await backend.generate(prompts, {**SEEDED, "logprobs": True})
+        assert out["response_ids"] == direct["response_ids"]
+        for got, want in zip(out["response_logprobs"], direct["response_logprobs"]):
+            assert got == pytest.approx(want)
+        assert out["stop_reasons"] == ["length", "length"]
+        assert out["responses"][0] == tokenizer.decode(out["response_ids"][0], skip_special_tokens=True)
+    finally:
+        await engine.aclose()
+
+
+async def test_sglang_weight_update_and_memory_release(server: Any, tokenizer: Any, tiny_model_dir: Path,
+                                                       tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    url, _, state = server
+    engine = SGLangEngine(url, tokenizer, weights_dir=str(tmp_path / "w"))
+    try:
+        p = prompt(tokenizer, "weights")
+        before = (await engine.generate([p], GREEDY))["response_ids"][0]
+        torch.manual_seed(1)
+        original = load_file(str(tiny_model_dir / "model.safetensors"))
+        scrambled = {k: torch.randn_like(v) for k, v in original.items() if ".layers." in k and v.dim() == 2}
+        await engine.update_weights(scrambled)  # saved as a checkpoint folder, loaded with update_weights_from_disk
+        assert state["model_path"] == str(tmp_path / "w") and (tmp_path / "w" / "config.json").is_file()
+        assert (await engine.generate([p], GREEDY))["response_ids"][0] != before
+        await engine.update_weights(str(tiny_model_dir))
+        assert (await engine.generate([p], GREEDY))["response_ids"][0] == before
+        with pytest.raises(EngineError, match="success|refused|HTTP"):
+            await engine.update_weights(str(tmp_path / "missing"))
+        await engine.sleep()
+        with pytest.raises(EngineError, match="memory released"):
+            await engine.generate([p], GREEDY)
+        await engine.wake_up()
+        assert (await engine.generate([p], GREEDY))["response_ids"][0] == before
+    finally:
+        await engine.aclose()
+
+
+async def test_rollout_through_the_sglang_client(server: Any, tokenizer: Any) -> None:
+    url, _, _ = server
+    engine = SGLangEngine(url, tokenizer)
+    generator = RolloutGenerator(engine, tokenizer, RolloutConfig(
+        max_turns=2, check_drift=True, sampling_params={**SEEDED, "logprobs": True}))
+    try:
+        trajectories = await generator.run([user("a"), user("b")], ["test_countdown_turns"] * 2, [{"turns": 2}] * 2)
+    finally:
+        generator.close()
+        await engine.aclose()
+    assert_no_template_drift(trajectories, generator.chat)
+    assert all(t.num_turns == 2 and len(t.response_logprobs()) == len(t.response_ids()) for t in trajectories)
+
+
+async def test_remote_engine_falls_back_to_text_with_a_warning(server: Any, tokenizer: Any,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    url, _, _ = server
+    engine = RemoteEngine(url + "/v1", tokenizer)
+    try:
+        with caplog.at_level(logging.WARNING, logger="adapters.engines.remote"):
+            out = await engine.generate([prompt(tokenizer, "text please")], {**SEEDED, "stop": ["."]})
+        assert engine.model == "text-only"
+        assert engine._prompt_as_text  # the server refused the token-id prompt
+        messages = " ".join(r.getMessage() for r in caplog.records)
+        assert "refused a token-id prompt" in messages and "returned no token ids" in messages
+        text = out["responses"][0]
+        ids = out["response_ids"][0]
+        expected = tokenizer.encode(text, add_special_tokens=False)
+        assert ids[: len(expected)] == expected  # re-tokenized text (plus EOS when the model stopped on it)
+    finally:
+        await engine.aclose()
+
+
+async def test_remote_engine_reports_unreachable_servers_clearly(tokenizer: Any) -> None:
+    engine = RemoteEngine("http://127.0.0.1:9", tokenizer, model="m")
+    with pytest.raises(EngineError, match="127.0.0.1:9/v1/completions failed"):
+        await engine.generate([[1, 2, 3]], GREEDY)
+    await engine.aclose()
+    with pytest.raises(ValueError, match="needs the conversation"):
+        await RemoteEngine("http://127.0.0.1:9", tokenizer, model="m", api="chat").generate([[1]], GREEDY)
