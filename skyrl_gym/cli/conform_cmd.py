@@ -51,7 +51,7 @@ def _read_actions(path: str) -> List[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from adapters.conformance import Context, cases_from_rows, format_table, run_conformance
-    from adapters.conformance_cases import builtin_case_set
+    from adapters.conformance import builtin_case_set
 
     env_config = json.loads(args.env_config) if args.env_config else None
     if args.rows:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import skyrl_gym
-from adapters.conformance_cases import builtin_case_set
+from adapters.conformance import builtin_case_set
 from adapters.conformance import (
     Case,
     Context,

@@ -22,9 +22,9 @@ from typing import Any, Callable, Dict, Iterator, List
 
 import skyrl_gym
 
-from adapters.conformance import Case
+from adapters.conformance.kit import Case
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(env_class: str, question: str, ground_truth: Any, system: str = "", **columns: Any) -> Dict[str, Any]:
