@@ -84,9 +84,6 @@ class SkyRLGymAgentLoop(AgentLoopBase):
         return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
     async def run(self, sampling_params: Dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        row = verl_to_row(kwargs)
-        env_class = row["env_class"]
-        messages: List[Dict[str, Any]] = [dict(m) for m in row["prompt"]]
         metrics: Dict[str, Any] = {"generate_sequences": 0.0, "tool_calls": 0.0}
         turn_rewards: List[float] = []
         turn_reward_positions: List[int] = []
@@ -94,14 +91,19 @@ class SkyRLGymAgentLoop(AgentLoopBase):
         stop = "env_done"
         env = None
         request_id = uuid4().hex
+        env_class = str(kwargs.get("env_class") or "?")
+        messages: List[Dict[str, Any]] = [dict(m) for m in (kwargs.get("raw_prompt") or kwargs.get("prompt") or [])]
 
-        try:
+        try:  # a bad row or a broken env ends this episode only, never veRL's batch
+            row = verl_to_row(kwargs)
+            env_class = row["env_class"]
+            messages = [dict(m) for m in row["prompt"]]
             env = await self._env_call(
                 lambda: skyrl_gym.make(env_class, env_config=self.env_configs.get(env_class), extras=row_extras(row))
             )
             observation, _info = await self._env_call(env.init, messages)
             messages = [dict(m) for m in observation]
-        except Exception as exc:  # a bad row or a broken env ends this episode only
+        except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             logger.warning("skyrl_gym env %r failed to start: %s", env_class, error)
 
@@ -209,7 +211,10 @@ class SkyRLGymAgentLoop(AgentLoopBase):
             prompt_ids=final_prompt_ids,
             response_ids=response_ids[:kept],
             response_mask=response_mask[:kept],
-            response_logprobs=response_logprobs[:kept] if response_logprobs else None,
+            # veRL stacks logprobs over the batch: a sample that generated nothing still needs a (empty) list.
+            response_logprobs=(
+                response_logprobs[:kept] if response_logprobs is not None else ([] if sampling_params.get("logprobs") else None)
+            ),
             reward_score=episode_reward,
             # veRL counts chat turns: the prompt, each assistant turn and each observation turn.
             num_turns=1 + assistant_turns + observation_turns,

@@ -168,6 +168,9 @@ def test_an_env_that_raises_ends_its_own_episode_not_the_batch(tmp_path, tiny_mo
              "reward_spec": {"method": "rule", "ground_truth": "1"}},
             {"data_source": "t", "prompt": [{"role": "user", "content": "good env row"}], "env_class": "gsm8k",
              "reward_spec": {"method": "rule", "ground_truth": "4"}},
+            {"data_source": "t", "prompt": [{"role": "user", "content": "row without ground truth"}], "env_class": "gsm8k"},
+            {"data_source": "t", "prompt": [{"role": "user", "content": "row of an unknown env"}], "env_class": "gsm9k",
+             "reward_spec": {"method": "rule", "ground_truth": "4"}},
         ]
         path = write_parquet(rows_to_verl(rows), tmp_path / "rows.parquet")
         config = _config(tiny_model_dir, response_length=64)
@@ -180,3 +183,7 @@ def test_an_env_that_raises_ends_its_own_episode_not_the_batch(tmp_path, tiny_mo
     assert "RuntimeError: the database went away" in extra["skyrl_gym_error"][0]
     assert extra["skyrl_gym_reward"][0] == 0.0 and extra["stop"][0] == "error"
     assert extra["skyrl_gym_error"][1] is None and extra["skyrl_gym_reward"][1] == 1.0
+    # Rows the env cannot start from: no model call, reward 0, the reason recorded.
+    assert "ground_truth" in extra["skyrl_gym_error"][2] and extra["assistant_turns"][2] == 0
+    assert "gsm9k" in extra["skyrl_gym_error"][3] and extra["skyrl_gym_reward"][3] == 0.0
+    assert engine.turns == {"broken env row": 1, "good env row": 1}
