@@ -99,7 +99,10 @@ async def run_trajectory(
         conversation, _info = await env_runner.call("init", env.init, copy.deepcopy(prompt))
         conversation = list(conversation)
         trajectory.conversation = conversation  # the same list: grows with every turn
-        trajectory.prompt_ids = chat.prompt_ids(conversation)
+        try:
+            trajectory.prompt_ids = chat.prompt_ids(conversation)
+        except Exception as exc:  # init() returned something the chat template cannot render
+            raise EnvCallError("init", ValueError(f"the prompt returned by init() cannot be templated: {exc}")) from exc
         trajectory.prompt_message_count = len(conversation)
         done = False
         while not done:
@@ -126,9 +129,15 @@ async def run_trajectory(
             if sampling.logprobs and output_logprobs is None:
                 raise RuntimeError(f"{type(engine).__name__} returned no logprobs although they were requested")
             text = chat.decode(output_ids, skip_special_tokens=True)
+            if not output_ids:  # nothing generated: close the turn so its reward has a token to sit on
+                output_ids = [chat.turn_end_token_id]
+                output_logprobs = [] if output_logprobs is not None else None
+                empty_output = True
+            else:
+                empty_output = False
 
             ends_turn = bool(output_ids) and output_ids[-1] in (chat.turn_end_token_id, chat.eos_token_id)
-            added_eos = False
+            added_eos = empty_output
             if multi_turn and not ends_turn and stop_reason == "stop" and sampling.stop and (
                 config.append_eos_token_after_stop_str_in_multi_turn
             ):
@@ -138,7 +147,8 @@ async def run_trajectory(
             step_output = await env_runner.call("step", env.step, text)
             try:
                 _validate_step_output(step_output)
-            except TypeError as exc:
+                reward = float(step_output["reward"])
+            except (TypeError, ValueError) as exc:
                 raise EnvCallError("step", exc) from exc
             done = bool(step_output["done"])
             observations = list(step_output.get("observations") or [])
@@ -193,7 +203,7 @@ async def run_trajectory(
                     output_end=start + len(output_ids),
                     end=len(trajectory.ids),
                     context_length=len(context),
-                    reward=float(step_output["reward"]),
+                    reward=reward,
                     stop_reason=stop_reason,
                     text=text,
                     added_eos=added_eos,
@@ -211,7 +221,10 @@ async def run_trajectory(
         trajectory.stop_reason = "error"
         logger.warning("trajectory %s of %s ended by an env error: %s", session, env_class, exc)
         if not trajectory.prompt_ids:
-            trajectory.prompt_ids = chat.prompt_ids(prompt)
+            try:
+                trajectory.prompt_ids = chat.prompt_ids(prompt)
+            except Exception:  # a prompt that cannot be templated still yields a (masked-out) row
+                trajectory.prompt_ids = [chat.turn_end_token_id]
             trajectory.conversation = list(prompt)
     finally:
         if env is not None:

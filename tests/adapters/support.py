@@ -52,7 +52,19 @@ class FailingEnv(BaseTextEnv):
         return StepOutput(observations=[{"role": "user", "content": "go on"}], reward=0.5, done=False, metadata={})
 
 
-TEST_ENVS = {"test_countdown_turns": CountdownTurnsEnv, "test_failing": FailingEnv}
+class MalformedEnv(BaseTextEnv):
+    """Misbehaves without raising: ``extras["mode"]`` "bad_reward" returns reward None, "bad_init" a string prompt."""
+
+    def init(self, prompt: Any = None) -> Any:
+        if self.extras.get("mode") == "bad_init":
+            return "not a conversation", {}
+        return super().init(prompt)
+
+    def step(self, action: str) -> StepOutput:
+        return {"observations": [], "reward": None, "done": True, "metadata": {}}  # type: ignore[typeddict-item]
+
+
+TEST_ENVS = {"test_countdown_turns": CountdownTurnsEnv, "test_failing": FailingEnv, "test_malformed": MalformedEnv}
 
 
 def register_test_envs() -> None:

@@ -218,6 +218,17 @@ async def test_an_env_that_raises_ends_only_its_own_trajectory(tokenizer: Any) -
     assert output["loss_masks"][2] == [0] and output["rollout_metrics"]["generate/num_errors"] == 2
 
 
+async def test_malformed_env_output_is_an_error_of_that_trajectory(tokenizer: Any) -> None:
+    generator = make_generator(ScriptedEngine(tokenizer, ["x"]), tokenizer, sampling_params={"max_generate_length": 4})
+    bad_reward, bad_init, good = await generator.run(
+        [user("a"), user("b"), user("c")], ["test_malformed", "test_malformed", "test_countdown_turns"],
+        [{"mode": "bad_reward"}, {"mode": "bad_init"}, {"turns": 1}],
+    )
+    assert bad_reward.stop_reason == "error" and bad_reward.error.startswith("step:")
+    assert bad_init.stop_reason == "error" and "cannot be templated" in bad_init.error
+    assert good.error is None and good.total_reward == 1.0
+
+
 async def test_hundreds_of_trajectories_share_one_loop_and_a_bounded_env_pool(tokenizer: Any) -> None:
     in_step, peak, lock = [0], [0], threading.Lock()
     original_step = CountdownTurnsEnv.step
