@@ -5,7 +5,8 @@
 
 Workloads: ``short`` (a one-line program) and ``lcb`` (one ``lcb`` env step grading a correct
 solution against 2 stdin tests, i.e. 2 sandboxed runs). Each at concurrency 1 and 2. The baseline,
-a bare unsandboxed ``python3 -c`` subprocess of the same interpreter, is measured in the same run.
+bare unsandboxed ``python3 -c`` subprocesses of the same interpreter (one per program, one per lcb
+test, same comparison of outputs), is measured in the same run.
 """
 
 from __future__ import annotations
@@ -28,12 +29,16 @@ from sandboxes import Limits, Status  # noqa: E402
 from sandboxes.local import LocalSandbox, default_python  # noqa: E402
 
 SHORT_PROGRAM = "print(sum(range(100)))"
-LCB_TESTS = json.dumps([
-    {"input": "4\n8 2 5 1\n", "output": "3\n", "testtype": "stdin"},
-    {"input": "3\n3 2 1\n", "output": "2\n", "testtype": "stdin"},
-])
-LCB_ANSWER = ("```python\nN = int(input())\nA = list(map(int, input().split()))\nB = sorted(A, reverse=True)\n"
-              "print(A.index(B[1]) + 1)\n```")
+LCB_TESTS = json.dumps(
+    [
+        {"input": "4\n8 2 5 1\n", "output": "3\n", "testtype": "stdin"},
+        {"input": "3\n3 2 1\n", "output": "2\n", "testtype": "stdin"},
+    ]
+)
+LCB_ANSWER = (
+    "```python\nN = int(input())\nA = list(map(int, input().split()))\nB = sorted(A, reverse=True)\n"
+    "print(A.index(B[1]) + 1)\n```"
+)
 
 
 def measure(task: Callable[[], bool], runs: int, concurrency: int) -> Dict[str, float]:
@@ -70,6 +75,23 @@ def bare_python_task(python: str) -> Callable[[], bool]:
     return task
 
 
+def bare_lcb_task(python: str) -> Callable[[], bool]:
+    """The lcb grading work without any sandbox: one bare ``python3 -c`` subprocess per test."""
+    from skyrl_gym.envs.lcb.grading import PREAMBLE, extract_last_code_block, parse_tests, stdout_matches
+
+    tests = parse_tests(LCB_TESTS)
+
+    def task() -> bool:
+        program = PREAMBLE + "\n" + (extract_last_code_block(LCB_ANSWER) or "")
+        for test in tests:
+            done = subprocess.run([python, "-c", program], input=test["input"], capture_output=True, text=True)
+            if done.returncode != 0 or not stdout_matches(done.stdout, test["output"]):
+                return False
+        return True
+
+    return task
+
+
 def make_sandboxes(names: List[str], concurrency: int, engines: Dict[str, object]):
     """Yield (name, sandbox) for each backend that starts here; say why for those that do not.
 
@@ -81,8 +103,9 @@ def make_sandboxes(names: List[str], concurrency: int, engines: Dict[str, object
         try:
             if name.startswith("local-"):
                 _, isolation, mode = name.split("-")
-                box = LocalSandbox(isolation=isolation, warm=(mode == "warm"), pool_size=max(2, concurrency),
-                                   limits=limits)
+                box = LocalSandbox(
+                    isolation=isolation, warm=(mode == "warm"), pool_size=max(2, concurrency), limits=limits
+                )
             elif name == "docker-warm":
                 from tests.sandboxes.docker_support import make_docker_sandbox, start_engine
 
@@ -109,8 +132,12 @@ def make_sandboxes(names: List[str], concurrency: int, engines: Dict[str, object
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=200, help="runs per warm measurement (cold ones use a quarter)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--runs", type=int, default=200, help="runs per warm measurement (cold ones use a quarter)"
+    )
     parser.add_argument("--backends", nargs="*", default=None)
     parser.add_argument("--concurrency", nargs="*", type=int, default=[1, 2])
     args = parser.parse_args()
@@ -126,7 +153,17 @@ def main() -> None:
     rows = []
     print(f"cpus: {os.cpu_count()}  interpreter: {python}  runs: {args.runs}", flush=True)
     for concurrency in args.concurrency:
-        rows.append(("bare python -c", "short", concurrency, measure(bare_python_task(python), args.runs // 2, concurrency)))
+        rows.append(
+            (
+                "bare python -c",
+                "short",
+                concurrency,
+                measure(bare_python_task(python), args.runs // 2, concurrency),
+            )
+        )
+        rows.append(
+            ("bare python -c", "lcb (2 tests)", concurrency, measure(bare_lcb_task(python), args.runs // 4, concurrency))
+        )
         print(f"  measured bare python -c, concurrency {concurrency}", flush=True)
     engines: Dict[str, object] = {}
     for concurrency in args.concurrency:
@@ -137,24 +174,31 @@ def main() -> None:
                 return box.run(SHORT_PROGRAM).stdout == "4950\n"
 
             def lcb_task(box=box) -> bool:
-                env = skyrl_gym.make("lcb", extras={"reward_spec": {"method": "rule", "ground_truth": LCB_TESTS}})
+                env = skyrl_gym.make(
+                    "lcb", extras={"reward_spec": {"method": "rule", "ground_truth": LCB_TESTS}}
+                )
                 env._sandbox = box  # the env under test, on this backend
                 return env.step(LCB_ANSWER)["reward"] == 1.0
 
             rows.append((name, "short", concurrency, measure(short_task, runs, concurrency)))
-            rows.append((name, "lcb (2 tests)", concurrency, measure(lcb_task, max(10, runs // 2), concurrency)))
+            rows.append(
+                (name, "lcb (2 tests)", concurrency, measure(lcb_task, max(10, runs // 2), concurrency))
+            )
             print(f"  measured {name}, concurrency {concurrency}", flush=True)
             box.close()
     for engine in engines.values():
         engine.stop()  # type: ignore[attr-defined]
-    baseline = {c: m["per_s"] for n, w, c, m in rows if n == "bare python -c"}
+    baseline = {(w, c): m["per_s"] for n, w, c, m in rows if n == "bare python -c"}
     print()
-    print(f"{'backend':<22}{'workload':<16}{'conc':>5}{'exec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs bare':>9}{'fail':>6}")
+    print(
+        f"{'backend':<22}{'workload':<16}{'conc':>5}{'exec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs bare':>9}{'fail':>6}"
+    )
     for name, workload, concurrency, m in rows:
-        ratio = m["per_s"] / baseline[concurrency] if workload == "short" else float("nan")
-        ratio_text = f"{ratio:.2f}x" if ratio == ratio else "-"
-        print(f"{name:<22}{workload:<16}{concurrency:>5}{m['per_s']:>10.1f}{m['p50_ms']:>10.2f}{m['p99_ms']:>10.2f}"
-              f"{ratio_text:>9}{int(m['failures']):>6}")
+        ratio_text = f"{m['per_s'] / baseline[(workload, concurrency)]:.2f}x"
+        print(
+            f"{name:<22}{workload:<16}{concurrency:>5}{m['per_s']:>10.1f}{m['p50_ms']:>10.2f}{m['p99_ms']:>10.2f}"
+            f"{ratio_text:>9}{int(m['failures']):>6}"
+        )
 
 
 if __name__ == "__main__":

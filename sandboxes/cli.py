@@ -12,14 +12,24 @@ from typing import List, Optional
 def _limits_from(args: argparse.Namespace):
     from sandboxes.types import Limits
 
-    return Limits(wall_s=args.wall_s, cpu_s=args.cpu_s or args.wall_s, memory_mb=args.memory_mb,
-                  processes=args.processes, output_bytes=args.output_bytes)
+    return Limits(
+        wall_s=args.wall_s,
+        cpu_s=args.cpu_s or args.wall_s,
+        memory_mb=args.memory_mb,
+        processes=args.processes,
+        output_bytes=args.output_bytes,
+    )
 
 
 def _add_limit_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default="local", choices=["local", "docker", "remote"])
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
-                        help="backend option, e.g. --option pool_size=4 --option isolation='\"bwrap\"'")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="backend option, e.g. --option pool_size=4 --option isolation='\"bwrap\"'",
+    )
     parser.add_argument("--wall-s", type=float, default=10.0)
     parser.add_argument("--cpu-s", type=float, default=None)
     parser.add_argument("--memory-mb", type=int, default=1024)
@@ -48,9 +58,19 @@ def _serve(args: argparse.Namespace) -> int:
     if args.backend == "local":
         options.setdefault("pool_size", args.max_concurrency)
     sandbox = get_sandbox(args.backend, limits=_limits_from(args), **options)
-    print(f"sandboxes: serving {sandbox.name} on http://{args.host}:{args.port} "
-          f"(at most {args.max_concurrency} programs at once)", file=sys.stderr, flush=True)
-    serve(sandbox, host=args.host, port=args.port, max_concurrency=args.max_concurrency, log_level=args.log_level)
+    print(
+        f"sandboxes: serving {sandbox.name} on http://{args.host}:{args.port} "
+        f"(at most {args.max_concurrency} programs at once)",
+        file=sys.stderr,
+        flush=True,
+    )
+    serve(
+        sandbox,
+        host=args.host,
+        port=args.port,
+        max_concurrency=args.max_concurrency,
+        log_level=args.log_level,
+    )
     return 0
 
 
@@ -67,8 +87,10 @@ def _run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(result.stdout)
         sys.stderr.write(result.stderr)
-        print(f"[{result.status}] exit={result.exit_code} wall={result.wall_time_s:.3f}s {result.message}".rstrip(),
-              file=sys.stderr)
+        print(
+            f"[{result.status}] exit={result.exit_code} wall={result.wall_time_s:.3f}s {result.message}".rstrip(),
+            file=sys.stderr,
+        )
     return 0 if result.ok else 1
 
 
@@ -98,7 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the whole result as JSON")
     run.set_defaults(func=_run)
 
-    image = commands.add_parser("build-image", help="build the docker backend's image (debootstrap + docker import)")
+    image = commands.add_parser(
+        "build-image", help="build the docker backend's image (debootstrap + docker import)"
+    )
     image.add_argument("--tag", default=None)
     image.add_argument("--suite", default="bookworm")
     image.add_argument("--rebuild", action="store_true")

@@ -32,8 +32,13 @@ def shared_sandbox(config: Optional[Mapping[str, Any]] = None) -> Sandbox:
         return box
 
 
-def run_python(code: str, stdin: Union[str, bytes] = "", timeout: Optional[float] = None,
-               sandbox: Optional[Sandbox] = None, limits: Optional[Limits] = None) -> RunResult:
+def run_python(
+    code: str,
+    stdin: Union[str, bytes] = "",
+    timeout: Optional[float] = None,
+    sandbox: Optional[Sandbox] = None,
+    limits: Optional[Limits] = None,
+) -> RunResult:
     """Run Python source in ``sandbox`` (default: the shared warm local sandbox). ``timeout`` sets
     the wall-clock and CPU limits, on top of ``limits`` or the sandbox's own."""
     box = sandbox if sandbox is not None else shared_sandbox()

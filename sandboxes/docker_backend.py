@@ -11,10 +11,10 @@ whose owner is gone (a caller that was killed), and ``close`` removes its own.
 from __future__ import annotations
 
 import os
+import secrets
 import select
 import socket
 import struct
-import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Union
@@ -26,11 +26,15 @@ from sandboxes.workers import SUPERVISOR_SOURCE, SupervisorWorker, WarmPool, Wor
 LABEL = "io.skyrl-gym.sandbox"
 OWNER_LABEL = "io.skyrl-gym.sandbox.owner"
 SCRATCH = "/sandbox/work"
-PROGRAM_USER = "65534:65534"
+# Containers share the host's user namespace, where RLIMIT_NPROC counts a uid's processes
+# machine-wide: each container's programs get a uid of their own (see sandboxes.local).
+PROGRAM_UID_RANGE = (260_000, 320_000)
 # The supervisor runs as root inside the container with only these capabilities; the program it
 # forks switches to nobody, which clears them.
 SUPERVISOR_CAPS = ["SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"]
-DEFAULT_PRELOAD = "collections,itertools,functools,heapq,bisect,math,re,string,json,random,operator,copy,typing,decimal"
+DEFAULT_PRELOAD = (
+    "collections,itertools,functools,heapq,bisect,math,re,string,json,random,operator,copy,typing,decimal"
+)
 _FRAME = struct.Struct(">BxxxI")  # docker's multiplexed stream header: stream id, 3 pad bytes, size
 
 
@@ -72,8 +76,9 @@ class DockerExecChannel:
     def __init__(self, client: Any, container: Any, command: List[str]) -> None:
         self.client = client
         self.container = container
-        exec_id = client.api.exec_create(container.id, command, stdin=True, stdout=True, stderr=True, tty=False,
-                                         user="0")["Id"]
+        exec_id = client.api.exec_create(
+            container.id, command, stdin=True, stdout=True, stderr=True, tty=False, user="0"
+        )["Id"]
         self._sock_wrapper = client.api.exec_start(exec_id, socket=True, tty=False)
         self._sock: socket.socket = getattr(self._sock_wrapper, "_sock", self._sock_wrapper)
         self._sock.setblocking(True)
@@ -104,8 +109,8 @@ class DockerExecChannel:
             stream, size = _FRAME.unpack_from(self._raw)
             if len(self._raw) < _FRAME.size + size:
                 break
-            payload = bytes(self._raw[_FRAME.size:_FRAME.size + size])
-            del self._raw[:_FRAME.size + size]
+            payload = bytes(self._raw[_FRAME.size : _FRAME.size + size])
+            del self._raw[: _FRAME.size + size]
             (self._stdout if stream == 1 else self._stderr).extend(payload)
 
     def recv_exact(self, size: int, deadline: Optional[float]) -> bytes:
@@ -142,18 +147,31 @@ class DockerSandbox(BaseSandbox):
 
     name = "docker"
 
-    def __init__(self, limits: Optional[Union[Limits, dict]] = None, image: Optional[str] = None, warm: bool = True,
-                 pool_size: int = 2, base_url: Optional[str] = None, python: str = "/usr/bin/python3",
-                 cpus: float = 1.0, preload: str = DEFAULT_PRELOAD, client: Any = None) -> None:
+    def __init__(
+        self,
+        limits: Optional[Union[Limits, dict]] = None,
+        image: Optional[str] = None,
+        warm: bool = True,
+        pool_size: int = 2,
+        base_url: Optional[str] = None,
+        python: str = "/usr/bin/python3",
+        cpus: float = 1.0,
+        preload: str = DEFAULT_PRELOAD,
+        client: Any = None,
+    ) -> None:
         super().__init__(limits)
         try:
             import docker
         except ImportError as exc:
-            raise SandboxUnavailable("the docker backend needs the docker package: pip install 'skyrl-gym[docker]'") from exc
+            raise SandboxUnavailable(
+                "the docker backend needs the docker package: pip install 'skyrl-gym[docker]'"
+            ) from exc
         from sandboxes.images.build_image import DEFAULT_TAG, image_exists
 
         try:
-            self.client = client or (docker.DockerClient(base_url=base_url) if base_url else docker.from_env())
+            self.client = client or (
+                docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+            )
             self.client.ping()
         except Exception as exc:
             raise SandboxUnavailable(f"cannot reach a Docker engine ({exc}); start dockerd") from exc
@@ -167,7 +185,6 @@ class DockerSandbox(BaseSandbox):
         self.name = "docker-warm" if warm else "docker"
         self.default_concurrency = pool_size if warm else 2
         self._session = uuid.uuid4().hex[:10]
-        self._lock = threading.Lock()
         remove_orphaned_containers(self.client)
         self._pool: Optional[WarmPool] = None
         if warm:
@@ -200,8 +217,23 @@ class DockerSandbox(BaseSandbox):
 
     def _start_worker(self, mode: str) -> SupervisorWorker:
         container = self.client.containers.run(**self._container_kwargs())
-        command = [self.python, "-I", "-c", SUPERVISOR_SOURCE, mode, "--scratch", SCRATCH, "--wipe", "/tmp",
-                   "--wipe", "/dev/shm", "--run-as", PROGRAM_USER]
+        uid = PROGRAM_UID_RANGE[0] + secrets.randbelow(PROGRAM_UID_RANGE[1] - PROGRAM_UID_RANGE[0])
+        program_user = f"{uid}:{uid}"
+        command = [
+            self.python,
+            "-I",
+            "-c",
+            SUPERVISOR_SOURCE,
+            mode,
+            "--scratch",
+            SCRATCH,
+            "--wipe",
+            "/tmp",
+            "--wipe",
+            "/dev/shm",
+            "--run-as",
+            program_user,
+        ]
         if mode == "serve" and self.preload:
             command += ["--preload", self.preload]
         try:

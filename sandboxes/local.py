@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -36,6 +37,15 @@ from sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorke
 logger = logging.getLogger(__name__)
 
 NOBODY = (65534, 65534)
+# Programs of the unshare fallback (and of docker containers) run in the host's user namespace,
+# where RLIMIT_NPROC counts every process of a uid machine-wide. Each worker therefore gets a uid of
+# its own from this range: its process limit is its own, and its cleanup kill(-1) reaches only it.
+PROGRAM_UID_RANGE = (200_000, 260_000)
+
+
+def fresh_program_uid() -> Tuple[int, int]:
+    uid = PROGRAM_UID_RANGE[0] + secrets.randbelow(PROGRAM_UID_RANGE[1] - PROGRAM_UID_RANGE[0])
+    return uid, uid
 ISOLATIONS = ("auto", "bwrap", "unshare", "none")
 # Imported once by warm supervisors so that programs importing them start instantly.
 DEFAULT_PRELOAD = (
@@ -43,8 +53,19 @@ DEFAULT_PRELOAD = (
     "decimal,fractions,statistics,datetime,io,traceback,dataclasses,enum,array,numbers,textwrap"
 )
 # /etc files a program may legitimately need (dynamic loader, locale, time zone, users, hosts).
-ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "passwd", "group", "nsswitch.conf",
-             "hosts", "alternatives", "mime.types", "ssl/openssl.cnf")
+ETC_FILES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "alternatives",
+    "mime.types",
+    "ssl/openssl.cnf",
+)
 SCRATCH = "/sandbox/work"
 TMP = "/sandbox/tmp"
 
@@ -90,14 +111,26 @@ class LocalSandbox(BaseSandbox):
 
     name = "local"
 
-    def __init__(self, limits: Optional[Union[Limits, dict]] = None, isolation: str = "auto", warm: bool = True,
-                 pool_size: int = 2, python: Optional[str] = None, ro_binds: Sequence[str] = (),
-                 preload: Union[str, Sequence[str]] = DEFAULT_PRELOAD, max_runs_per_worker: Optional[int] = 1000) -> None:
+    def __init__(
+        self,
+        limits: Optional[Union[Limits, dict]] = None,
+        isolation: str = "auto",
+        warm: bool = True,
+        pool_size: int = 2,
+        python: Optional[str] = None,
+        ro_binds: Sequence[str] = (),
+        preload: Union[str, Sequence[str]] = DEFAULT_PRELOAD,
+        max_runs_per_worker: Optional[int] = 1000,
+    ) -> None:
         super().__init__(limits)
         self.isolation = resolve_isolation(isolation)
         if self.isolation == "none":
-            warnings.warn("LocalSandbox(isolation='none') runs untrusted code WITHOUT any isolation: only rlimits "
-                          "and timeouts apply", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                "LocalSandbox(isolation='none') runs untrusted code WITHOUT any isolation: only rlimits "
+                "and timeouts apply",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self.python = python or default_python()
         self.ro_binds = [str(Path(path)) for path in ro_binds]
         self.preload = preload if isinstance(preload, str) else ",".join(preload)
@@ -106,11 +139,17 @@ class LocalSandbox(BaseSandbox):
         self.default_concurrency = pool_size if warm else 2
         self._pool: Optional[WarmPool] = None
         if warm:
-            self._pool = WarmPool(lambda: self._start_worker("serve"), size=pool_size,
-                                  max_runs_per_worker=max_runs_per_worker, name=self.name)
+            self._pool = WarmPool(
+                lambda: self._start_worker("serve"),
+                size=pool_size,
+                max_runs_per_worker=max_runs_per_worker,
+                name=self.name,
+            )
 
     # -- launching --------------------------------------------------------------------------------
-    def _supervisor_args(self, mode: str, scratch: str, wipe: Sequence[str], run_as: Optional[Tuple[int, int]]) -> List[str]:
+    def _supervisor_args(
+        self, mode: str, scratch: str, wipe: Sequence[str], run_as: Optional[Tuple[int, int]]
+    ) -> List[str]:
         args = [self.python, "-I", "-c", SUPERVISOR_SOURCE, mode, "--scratch", scratch]
         for folder in wipe:
             args += ["--wipe", folder]
@@ -122,8 +161,17 @@ class LocalSandbox(BaseSandbox):
 
     def _bwrap_argv(self, mode: str) -> Tuple[List[str], Optional[Callable[[], None]]]:
         scratch_bytes = (self.limits.scratch_mb or 256) * 1024 * 1024
-        argv = ["bwrap", "--unshare-all", "--unshare-cgroup-try", "--die-with-parent", "--as-pid-1", "--new-session",
-                "--clearenv", "--hostname", "sandbox"]
+        argv = [
+            "bwrap",
+            "--unshare-all",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--as-pid-1",
+            "--new-session",
+            "--clearenv",
+            "--hostname",
+            "sandbox",
+        ]
         for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             path = Path("/") / top
             if path.is_symlink():
@@ -136,15 +184,35 @@ class LocalSandbox(BaseSandbox):
                 argv += ["--ro-bind", str(path), str(path)]
         for extra in [*self.ro_binds, *self._python_binds()]:
             argv += ["--ro-bind", extra, extra]
-        argv += ["--proc", "/proc", "--dev", "/dev",
-                 # /dev/shm (POSIX shared memory, multiprocessing) would otherwise be a plain writable
-                 # folder of bubblewrap's /dev that outlives a run: a tmpfs of its own, wiped per run.
-                 "--size", str(scratch_bytes), "--tmpfs", "/dev/shm",
-                 "--size", str(scratch_bytes), "--tmpfs", "/sandbox", "--dir", SCRATCH, "--dir", TMP,
-                 "--symlink", TMP, "/tmp",
-                 # bubblewrap's own root (holding /etc, the mount points) is writable unless made read-only:
-                 # a warm worker's program could otherwise leave files there for the next program.
-                 "--remount-ro", "/", "--chdir", SCRATCH]
+        argv += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            # /dev/shm (POSIX shared memory, multiprocessing) would otherwise be a plain writable
+            # folder of bubblewrap's /dev that outlives a run: a tmpfs of its own, wiped per run.
+            "--size",
+            str(scratch_bytes),
+            "--tmpfs",
+            "/dev/shm",
+            "--size",
+            str(scratch_bytes),
+            "--tmpfs",
+            "/sandbox",
+            "--dir",
+            SCRATCH,
+            "--dir",
+            TMP,
+            "--symlink",
+            TMP,
+            "/tmp",
+            # bubblewrap's own root (holding /etc, the mount points) is writable unless made read-only:
+            # a warm worker's program could otherwise leave files there for the next program.
+            "--remount-ro",
+            "/",
+            "--chdir",
+            SCRATCH,
+        ]
         argv += self._supervisor_args(mode, SCRATCH, [TMP, "/dev/shm"], run_as=None)
         preexec = _drop_to_nobody if os.geteuid() == 0 else None
         return argv, preexec
@@ -159,27 +227,64 @@ class LocalSandbox(BaseSandbox):
 
     def _unshare_argv(self, mode: str) -> Tuple[List[str], Optional[Callable[[], None]]]:
         if os.geteuid() != 0:
-            raise SandboxUnavailable("the unshare fallback needs root; install bubblewrap for unprivileged sandboxes")
+            raise SandboxUnavailable(
+                "the unshare fallback needs root; install bubblewrap for unprivileged sandboxes"
+            )
         size = self.limits.scratch_mb or 256
         scratch = "/tmp/work"
-        supervisor = " ".join(_shell_quote(arg) for arg in self._supervisor_args(mode, scratch, ["/tmp", "/dev/shm"],
-                                                                                  run_as=NOBODY))
+        program_user = fresh_program_uid()
+        supervisor = " ".join(
+            _shell_quote(arg)
+            for arg in self._supervisor_args(mode, scratch, ["/tmp", "/dev/shm"], run_as=program_user)
+        )
         # Homes, and the top folder holding the caller's working folder (a project checkout).
         top_of_cwd = "/" + os.getcwd().strip("/").split("/")[0]
-        system = {"/", "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/proc", "/dev", "/sys", "/tmp", "/var", "/opt"}
-        hide = sorted({"/root", "/home", "/mnt", "/media", "/srv", "/run", os.path.expanduser("~"), top_of_cwd} - system)
+        system = {
+            "/",
+            "/usr",
+            "/etc",
+            "/bin",
+            "/sbin",
+            "/lib",
+            "/lib64",
+            "/proc",
+            "/dev",
+            "/sys",
+            "/tmp",
+            "/var",
+            "/opt",
+        }
+        hide = sorted(
+            {"/root", "/home", "/mnt", "/media", "/srv", "/run", os.path.expanduser("~"), top_of_cwd} - system
+        )
         hide = [path for path in hide if os.path.isdir(path)]
         # In the new mount namespace (private propagation): every mount made read-only (a bind
         # remount only changes this namespace's view), then size-limited tmpfs as /tmp (holding the
         # scratch folder) and /dev/shm, empty read-only tmpfs over homes and the caller's folders;
         # then the supervisor, PID 1 of the new PID namespace, which runs programs as nobody.
-        hides = "".join(f"mount -t tmpfs -o size=4k,mode=755,ro tmpfs {_shell_quote(path)} && " for path in hide)
-        script = ("for m in $(awk '{print $2}' /proc/self/mounts); do mount -o remount,bind,ro \"$m\" 2>/dev/null; done; "
-                  f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /tmp && mkdir -m 700 {scratch} && "
-                  f"chown {NOBODY[0]}:{NOBODY[1]} {scratch} && "
-                  f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /dev/shm && {hides}cd / && exec {supervisor}")
-        argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount", "--ipc", "--uts",
-                "sh", "-c", script]
+        hides = "".join(
+            f"mount -t tmpfs -o size=4k,mode=755,ro tmpfs {_shell_quote(path)} && " for path in hide
+        )
+        script = (
+            "for m in $(awk '{print $2}' /proc/self/mounts); do mount -o remount,bind,ro \"$m\" 2>/dev/null; done; "
+            f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /tmp && mkdir -m 700 {scratch} && "
+            f"chown {program_user[0]}:{program_user[1]} {scratch} && "
+            f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /dev/shm && {hides}cd / && exec {supervisor}"
+        )
+        argv = [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "--net",
+            "--mount",
+            "--ipc",
+            "--uts",
+            "sh",
+            "-c",
+            script,
+        ]
         return argv, None
 
     def _none_argv(self, mode: str) -> Tuple[List[str], str]:

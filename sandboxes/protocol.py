@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from typing import List, Optional, Protocol, Sequence, Union, runtime_checkable
 
-from sandboxes.types import Limits, RunRequest, RunResult, Status
+from sandboxes.types import Limits, RunRequest, RunResult
 
 RequestLike = Union[RunRequest, str]
 
@@ -25,9 +26,13 @@ class Sandbox(Protocol):
 
     async def arun(self, request: RequestLike) -> RunResult: ...
 
-    def run_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]: ...
+    def run_batch(
+        self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
+    ) -> List[RunResult]: ...
 
-    async def arun_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]: ...
+    async def arun_batch(
+        self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
+    ) -> List[RunResult]: ...
 
     def close(self) -> None: ...
 
@@ -55,6 +60,8 @@ class BaseSandbox:
     def __init__(self, limits: Optional[Union[Limits, dict]] = None) -> None:
         self.limits = Limits.from_dict(limits) if not isinstance(limits, Limits) else limits
         self._closed = False
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._executor_lock = threading.Lock()
 
     # -- to implement --------------------------------------------------------------------------
     def _run(self, request: RunRequest, limits: Limits) -> RunResult:
@@ -73,23 +80,37 @@ class BaseSandbox:
         try:
             result = self._run(request, limits)
         except Exception as exc:  # a backend failure is a result, never the caller's exception
-            result = RunResult.sandbox_error(f"{type(exc).__name__}: {exc}", backend=self.name,
-                                             wall_time_s=time.monotonic() - started)
+            result = RunResult.sandbox_error(
+                f"{type(exc).__name__}: {exc}", backend=self.name, wall_time_s=time.monotonic() - started
+            )
         result.backend = self.name
         return result
 
     async def arun(self, request: RequestLike) -> RunResult:
-        return await asyncio.to_thread(self.run, request)
+        # A pool of our own: asyncio's default one is small (cpus + 4) and shared with everything else.
+        if self._executor is None:
+            with self._executor_lock:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=max(32, self.default_concurrency), thread_name_prefix=f"{self.name}-arun"
+                    )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.run, request)
 
-    def run_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]:
+    def run_batch(
+        self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
+    ) -> List[RunResult]:
         requests = list(requests)
         if not requests:
             return []
         workers = max(1, min(len(requests), concurrency or self.default_concurrency))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{self.name}-batch") as pool:
+        with concurrent.futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix=f"{self.name}-batch"
+        ) as pool:
             return list(pool.map(self.run, requests))
 
-    async def arun_batch(self, requests: Sequence[RequestLike], concurrency: Optional[int] = None) -> List[RunResult]:
+    async def arun_batch(
+        self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
+    ) -> List[RunResult]:
         requests = list(requests)
         gate = asyncio.Semaphore(max(1, concurrency or self.default_concurrency))
 
@@ -101,6 +122,8 @@ class BaseSandbox:
 
     def close(self) -> None:
         self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
 
     def __enter__(self) -> "BaseSandbox":
         return self
@@ -114,5 +137,3 @@ class BaseSandbox:
                 self.close()
         except Exception:
             pass
-
-

@@ -28,8 +28,15 @@ def result_from_response(data: Dict[str, Any]) -> RunResult:
         status = Status.OK if code == 0 else Status.ERROR
     else:
         status = Status.ERROR if code not in (None, 0) else Status.KILLED
-    return RunResult(status=status, exit_code=code, stdout=run.get("stdout") or "", stderr=run.get("stderr") or "",
-                     wall_time_s=float(run.get("execution_time") or 0.0), message=str(data.get("message") or ""))
+    return RunResult(
+        status=status,
+        exit_code=code,
+        stdout=run.get("stdout") or "",
+        stderr=run.get("stderr") or "",
+        wall_time_s=float(run.get("execution_time") or 0.0),
+        message=str(data.get("message") or ""),
+        files=dict(data.get("files") or {}),
+    )
 
 
 class RemoteSandbox(BaseSandbox):
@@ -41,8 +48,13 @@ class RemoteSandbox(BaseSandbox):
 
     name = "remote"
 
-    def __init__(self, url: str = "http://127.0.0.1:8080", limits: Optional[Union[Limits, dict]] = None,
-                 concurrency: int = 4, connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        limits: Optional[Union[Limits, dict]] = None,
+        concurrency: int = 4,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
         super().__init__(limits)
         import requests
 
@@ -50,19 +62,30 @@ class RemoteSandbox(BaseSandbox):
         self.default_concurrency = concurrency
         self.connect_timeout_s = connect_timeout_s
         self._http = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=concurrency, pool_maxsize=max(concurrency, 10))
+        adapter = requests.adapters.HTTPAdapter(
+            pool_connections=concurrency, pool_maxsize=max(concurrency, 10)
+        )
         self._http.mount("http://", adapter)
         self._http.mount("https://", adapter)
 
     def _body(self, request: RunRequest, limits: Limits) -> Dict[str, Any]:
         def b64(content: Union[str, bytes]) -> str:
-            return base64.b64encode(content.encode("utf-8") if isinstance(content, str) else content).decode("ascii")
+            return base64.b64encode(content.encode("utf-8") if isinstance(content, str) else content).decode(
+                "ascii"
+            )
 
-        stdin = request.stdin.decode("utf-8", "replace") if isinstance(request.stdin, bytes) else request.stdin
+        stdin = (
+            request.stdin.decode("utf-8", "replace") if isinstance(request.stdin, bytes) else request.stdin
+        )
         body: Dict[str, Any] = {
-            "language": "python", "stdin": stdin, "compile_timeout": limits.wall_s, "run_timeout": limits.wall_s,
-            "files": {name: b64(content) for name, content in request.files.items()}, "fetch_files": [],
-            "limits": limits.to_dict(), "argv": list(request.argv),
+            "language": "python",
+            "stdin": stdin,
+            "compile_timeout": limits.wall_s,
+            "run_timeout": limits.wall_s,
+            "files": {name: b64(content) for name, content in request.files.items()},
+            "fetch_files": list(request.fetch_files),
+            "limits": limits.to_dict(),
+            "argv": list(request.argv),
         }
         if request.code is not None:
             body["code"] = request.code
@@ -76,19 +99,26 @@ class RemoteSandbox(BaseSandbox):
         started = time.monotonic()
         read_timeout = (limits.wall_s or 600.0) + HTTP_MARGIN_S
         try:
-            response = self._http.post(f"{self.url}/run_code", json=self._body(request, limits),
-                                       timeout=(self.connect_timeout_s, read_timeout))
+            response = self._http.post(
+                f"{self.url}/run_code",
+                json=self._body(request, limits),
+                timeout=(self.connect_timeout_s, read_timeout),
+            )
         except requests.RequestException as exc:
-            return RunResult.sandbox_error(f"could not reach the sandbox service at {self.url}: {exc}",
-                                           wall_time_s=time.monotonic() - started)
+            return RunResult.sandbox_error(
+                f"could not reach the sandbox service at {self.url}: {exc}",
+                wall_time_s=time.monotonic() - started,
+            )
         try:
             data = response.json()
         except ValueError:
             data = {}
         if response.status_code != 200:
             message = data.get("message") if isinstance(data, dict) else None
-            return RunResult.sandbox_error(f"the sandbox service answered HTTP {response.status_code}: "
-                                           f"{message or response.text[:300]}", wall_time_s=time.monotonic() - started)
+            return RunResult.sandbox_error(
+                f"the sandbox service answered HTTP {response.status_code}: {message or response.text[:300]}",
+                wall_time_s=time.monotonic() - started,
+            )
         return result_from_response(data)
 
     def health(self) -> Dict[str, Any]:

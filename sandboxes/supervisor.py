@@ -61,16 +61,16 @@ def write_frame(fd, payload):
 
 
 class Supervisor:
-    def __init__(self, scratch, wipe_dirs, run_as, pid1, python_argv0):
+    def __init__(self, scratch, wipe_dirs, run_as, pid1):
         self.scratch = scratch
         self.wipe_dirs = [scratch] + [d for d in wipe_dirs if d != scratch]
         self.run_as = run_as  # (uid, gid) the program runs as, or None for our own
         self.pid1 = pid1  # True when we are PID 1 of a private PID namespace
-        self.python_argv0 = python_argv0
 
     # ----- one run ---------------------------------------------------------------------------
     def run(self, request):
         limits = request.get("limits") or {}
+        self._fetch_list = list(request.get("fetch_files") or [])
         started = time.monotonic()
         try:
             self._write_files(request)
@@ -129,7 +129,14 @@ class Supervisor:
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
             os.closerange(3, 65536)
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGCHLD):
+            for sig in (
+                signal.SIGINT,
+                signal.SIGTERM,
+                signal.SIGPIPE,
+                signal.SIGXCPU,
+                signal.SIGXFSZ,
+                signal.SIGCHLD,
+            ):
                 signal.signal(sig, signal.SIG_DFL)
             if self.run_as is not None:
                 os.setgroups([])
@@ -137,8 +144,14 @@ class Supervisor:
                 os.setuid(self.run_as[0])
             set_rlimits(limits)
             os.chdir(self.scratch)
-            env = {"PATH": DEFAULT_PATH, "HOME": self.scratch, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-                   "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+            env = {
+                "PATH": DEFAULT_PATH,
+                "HOME": self.scratch,
+                "TMPDIR": "/tmp",
+                "LANG": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONIOENCODING": "utf-8",
+            }
             env.update(request.get("env") or {})
             if request.get("command") is not None:
                 command = request["command"]
@@ -222,8 +235,61 @@ class Supervisor:
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         }
         result["status"], result["message"] = classify(result, reason, limits, stderr)
+        if self._fetch_list:
+            result["files"] = self._fetch(self._fetch_list, cap)
         self._wipe()
         return result
+
+    def _fetch(self, names, cap):
+        """Read back the requested files from the scratch folder, never following a link out of it."""
+
+        def read_all():
+            found = {}
+            for name in names:
+                path = os.path.normpath(os.path.join(self.scratch, name))
+                if not path.startswith(self.scratch + os.sep) or os.path.realpath(path) != path:
+                    continue
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        data = os.read(fd, cap if cap else 1 << 30)
+                        found[name] = base64.b64encode(data).decode("ascii")
+                finally:
+                    os.close(fd)
+            return found
+
+        if self.run_as is None:
+            return read_all()
+        # Read as the program's uid, through a pipe from a helper, so root's rights are never used.
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            try:
+                os.setgroups([])
+                os.setgid(self.run_as[1])
+                os.setuid(self.run_as[0])
+                data = json.dumps(read_all()).encode()
+                while data:
+                    data = data[os.write(write_fd, data) :]
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        chunks = []
+        while True:
+            chunk = os.read(read_fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+        try:
+            return json.loads(b"".join(chunks) or b"{}")
+        except ValueError:
+            return {}
 
     @staticmethod
     def _read_into(fd, streams, truncated, cap, open_fds):
@@ -246,18 +312,45 @@ class Supervisor:
 
     # ----- cleaning up -----------------------------------------------------------------------
     def _kill_leftovers(self, pid):
-        """Kill every process the run started, also those that left its process group."""
+        """Kill every process the run started, also those that left its process group, and do not
+        answer before they are all gone (and reaped)."""
         kill_group(pid)
+        give_up = time.monotonic() + 10.0
+        while True:
+            if self.pid1 and self.run_as is None:
+                # PID 1 of a private namespace: kill(-1) reaches everything in it except ourselves.
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except OSError:
+                    pass
+            elif self.run_as is not None:
+                # The program ran as its own uid: a helper with that uid kills all its processes.
+                self._as_run_user(lambda: os.kill(-1, signal.SIGKILL), ignore=(ProcessLookupError,))
+            else:
+                # No namespace of our own (isolation "none"): we are a child subreaper, so whatever
+                # the run daemonised was re-parented to us; kill our children until none is left.
+                kill_children()
+            reap_all(patience_s=0.5)
+            if not self._leftovers() or time.monotonic() > give_up:
+                return
+            time.sleep(0.005)
+
+    def _leftovers(self):
+        """Processes of the run still present (zombies included), where we can tell."""
         if self.pid1 and self.run_as is None:
-            # PID 1 of a private namespace: kill(-1) reaches everything in it except ourselves.
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
-        elif self.run_as is not None:
-            # The program ran as its own uid: a helper with that uid kills all its processes.
-            self._as_run_user(lambda: os.kill(-1, signal.SIGKILL), ignore=(ProcessLookupError,))
-        reap_all()
+            me = str(os.getpid())
+            return [name for name in os.listdir("/proc") if name.isdigit() and name != me]
+        if self.run_as is not None:
+            found = []
+            for name in os.listdir("/proc"):
+                if name.isdigit():
+                    try:
+                        if os.stat("/proc/" + name).st_uid == self.run_as[0]:
+                            found.append(name)
+                    except OSError:
+                        pass
+            return found
+        return []
 
     def _wipe(self):
         def wipe():
@@ -341,11 +434,18 @@ def run_python_in_child(request, env, scratch):
     module.__file__ = path
     module.__builtins__ = __builtins__
     sys.modules["__main__"] = module
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8",
-                                  errors="backslashreplace")
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)
+    sys.stdin = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace"
+    )
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     exit_code = 0
     try:
@@ -426,6 +526,27 @@ def kill_group(pid):
         pass
 
 
+def kill_children(rounds=20):
+    me = str(os.getpid())
+    for _ in range(rounds):
+        children = []
+        try:
+            for task in os.listdir("/proc/%s/task" % me):
+                with open("/proc/%s/task/%s/children" % (me, task)) as handle:
+                    children += [int(pid) for pid in handle.read().split()]
+        except OSError:
+            return
+        if not children:
+            return
+        for pid in children:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        reap_all(patience_s=0.5)
+
+
 def reap_all(patience_s=2.0):
     give_up = time.monotonic() + patience_s
     while time.monotonic() < give_up:
@@ -455,7 +576,7 @@ def remove_sysv_ipc():
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    for (table, function), ids in zip(tables, pending):
+    for (_, function), ids in zip(tables, pending):
         for ipc_id in ids:
             if function == "semctl":
                 libc.semctl(int(ipc_id), 0, 0)  # IPC_RMID = 0
@@ -502,6 +623,11 @@ def main(argv):
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except Exception:
         pass
+    if os.getpid() != 1:
+        try:  # orphans of a run come back to us (PR_SET_CHILD_SUBREAPER = 36), so we can kill them
+            ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+        except Exception:
+            pass
     for name in filter(None, args.preload.split(",")):
         try:
             __import__(name)
@@ -514,7 +640,7 @@ def main(argv):
     gc.freeze()
     run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
     os.makedirs(args.scratch, exist_ok=True)
-    supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, sys.executable)
+    supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if args.mode == "serve":
         write_frame(1, {"ready": True, "pid": os.getpid()})

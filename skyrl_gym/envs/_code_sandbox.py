@@ -30,5 +30,7 @@ def sandbox_for(env_config: Any) -> Sandbox:
     """The shared sandbox for ``env_config["sandbox"]`` (default: a warm local bubblewrap pool)."""
     settings = config_dict(env_config).get("sandbox") or {}
     if not isinstance(settings, dict):
-        raise TypeError(f'env_config["sandbox"] must be a mapping such as {{"backend": "local"}}, got {settings!r}')
+        raise TypeError(
+            f'env_config["sandbox"] must be a mapping such as {{"backend": "local"}}, got {settings!r}'
+        )
     return shared_sandbox(settings)

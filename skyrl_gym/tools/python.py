@@ -9,31 +9,19 @@ work unchanged.
 
 from __future__ import annotations
 
-import json
-import threading
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 from skyrl_gym.tools.core import ToolGroup, tool
 
 NO_OUTPUT_MESSAGE = "The code ran without printing anything; print() the values you want to see."
 TIMEOUT_MESSAGE = "Error executing Python code: Execution timed out after {timeout} seconds."
 
-_sandboxes_by_config: Dict[str, Any] = {}
-_sandboxes_lock = threading.Lock()
-
-
 def sandbox_for(config: Optional[Mapping[str, Any]]) -> Any:
-    """One shared sandbox per distinct config (``None``: the shared warm local sandbox), so that
+    """The process-wide sandbox for ``config`` (``None``: the shared warm local sandbox), so that
     episodes reuse warm workers instead of starting a sandbox each."""
-    from sandboxes import sandbox_from_config, shared_sandbox
+    from sandboxes import shared_sandbox
 
-    if not config:
-        return shared_sandbox()
-    key = json.dumps(dict(config), sort_keys=True, default=str)
-    with _sandboxes_lock:
-        if key not in _sandboxes_by_config:
-            _sandboxes_by_config[key] = sandbox_from_config(dict(config))
-        return _sandboxes_by_config[key]
+    return shared_sandbox(dict(config) if config else None)
 
 
 def render_run_result(result: Any, timeout: float) -> str:

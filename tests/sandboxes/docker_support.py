@@ -67,10 +67,24 @@ def start_engine() -> DockerEngine:
             PRIVATE_ROOT.mkdir(parents=True, exist_ok=True)
             log = open(PRIVATE_ROOT.parent / "skyrl-sandbox-dockerd.log", "ab")
             process = subprocess.Popen(
-                ["dockerd", "--host", base_url, "--data-root", str(DATA_ROOT), "--exec-root", str(PRIVATE_ROOT / "exec"),
-                 "--pidfile", str(PRIVATE_ROOT / "dockerd.pid"), "--bridge", "none", "--iptables=false",
-                 "--ip6tables=false"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    "dockerd",
+                    "--host",
+                    base_url,
+                    "--data-root",
+                    str(DATA_ROOT),
+                    "--exec-root",
+                    str(PRIVATE_ROOT / "exec"),
+                    "--pidfile",
+                    str(PRIVATE_ROOT / "dockerd.pid"),
+                    "--bridge",
+                    "none",
+                    "--iptables=false",
+                    "--ip6tables=false",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
             deadline = time.monotonic() + 90
             while not _ping(base_url):

@@ -50,8 +50,20 @@ def start_server(limits: Limits, max_concurrency: int = 2) -> ServedSandbox:
     if not shutil.which("bwrap"):
         pytest.skip("the service under test uses the local bubblewrap backend, which is not installed")
     port = free_port()
-    command = [sys.executable, "-m", "sandboxes.cli", "serve", "--port", str(port),
-               "--max-concurrency", str(max_concurrency), "--wall-s", str(limits.wall_s), "--cpu-s", str(limits.cpu_s)]
+    command = [
+        sys.executable,
+        "-m",
+        "sandboxes.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--max-concurrency",
+        str(max_concurrency),
+        "--wall-s",
+        str(limits.wall_s),
+        "--cpu-s",
+        str(limits.cpu_s),
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     server = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

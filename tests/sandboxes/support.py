@@ -9,8 +9,9 @@ from typing import Dict, Iterable, List, Set
 from sandboxes import Limits
 
 # Tight limits so that escape attempts end quickly in CI.
-TEST_LIMITS = Limits(wall_s=3, cpu_s=2, memory_mb=256, processes=32, output_bytes=64_000, file_size_mb=8,
-                     scratch_mb=16)
+TEST_LIMITS = Limits(
+    wall_s=3, cpu_s=2, memory_mb=256, processes=32, output_bytes=64_000, file_size_mb=8, scratch_mb=16
+)
 SANDBOX_UID = 65534
 
 
@@ -43,12 +44,13 @@ def _descends_from(pid: int, ancestor: int, parents: Dict[int, int]) -> bool:
 
 
 def stray_processes(container_ids: Iterable[str] = ()) -> List[str]:
-    """Live processes of the sandbox uid that are neither a bubblewrap launcher nor a supervisor
-    (PID 1 of its namespace): what a run left behind. Programs run as this uid on every backend
-    when the tests run as root.
+    """Live sandbox processes that are neither a bubblewrap launcher nor a supervisor (PID 1 of its
+    namespace, or root in a container): what a run left behind.
 
-    Only processes of *this* test session count (descendants of this process, or inside one of
-    ``container_ids``), so that sandboxes other people run on the same machine do not interfere.
+    Programs never run as root (when the tests run as root, bubblewrap sandboxes run as uid 65534,
+    unshare and docker programs as a uid of their worker's own), so a stray is a non-root process of
+    *this* test session: a descendant of this process, or inside one of ``container_ids``. Sandboxes
+    other people run on the same machine do not count.
     """
     parents = _parent_map()
     me = os.getpid()
@@ -57,7 +59,7 @@ def stray_processes(container_ids: Iterable[str] = ()) -> List[str]:
     for pid in parents:
         entry = Path("/proc") / str(pid)
         try:
-            if entry.stat().st_uid != SANDBOX_UID:
+            if entry.stat().st_uid == 0:
                 continue
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
             status = (entry / "status").read_text()
@@ -75,5 +77,3 @@ def stray_processes(container_ids: Iterable[str] = ()) -> List[str]:
 
 def host_tmp_entries() -> Set[str]:
     return set(os.listdir("/tmp"))
-
-

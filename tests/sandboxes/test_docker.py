@@ -49,12 +49,22 @@ def test_a_cold_sandbox_uses_one_container_per_run(docker_engine, client):
 def test_containers_of_a_dead_owner_are_removed_on_start(docker_engine, client):
     from sandboxes.images.build_image import DEFAULT_TAG
 
-    orphan = client.containers.run(DEFAULT_TAG, ["sleep", "infinity"], detach=True, network_mode="none",
-                                   labels={LABEL: "1", OWNER_LABEL: "some-host-that-died:1"})
+    orphan = client.containers.run(
+        DEFAULT_TAG,
+        ["sleep", "infinity"],
+        detach=True,
+        network_mode="none",
+        labels={LABEL: "1", OWNER_LABEL: "some-host-that-died:1"},
+    )
     import socket
 
-    ours = client.containers.run(DEFAULT_TAG, ["sleep", "infinity"], detach=True, network_mode="none",
-                                 labels={LABEL: "1", OWNER_LABEL: f"{socket.gethostname()}:999999999"})
+    ours = client.containers.run(
+        DEFAULT_TAG,
+        ["sleep", "infinity"],
+        detach=True,
+        network_mode="none",
+        labels={LABEL: "1", OWNER_LABEL: f"{socket.gethostname()}:999999999"},
+    )
     try:
         removed = remove_orphaned_containers(client)
         assert ours.name in removed  # its owner process (on this host) does not exist

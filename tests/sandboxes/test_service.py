@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import threading
+import time
 
 import pytest
 import requests
@@ -24,18 +26,30 @@ def served():
 
 def test_health(served):
     health = requests.get(f"{served.url}/health", timeout=5).json()
-    assert health["status"] == "ok" and health["backend"] == "local-bwrap-warm" and health["max_concurrency"] == 2
+    assert (
+        health["status"] == "ok"
+        and health["backend"] == "local-bwrap-warm"
+        and health["max_concurrency"] == 2
+    )
 
 
 def test_sandboxfusion_request_and_response_shape(served):
-    body = {"code": "import sys\nprint(open('data.txt').read() + sys.stdin.read())", "language": "python",
-            "stdin": "!", "compile_timeout": 10, "run_timeout": 10, "memory_limit_MB": -1,
-            "files": {"data.txt": base64.b64encode(b"hello").decode()}, "fetch_files": []}
+    body = {
+        "code": "import sys\nprint(open('data.txt').read() + sys.stdin.read())",
+        "language": "python",
+        "stdin": "!",
+        "compile_timeout": 10,
+        "run_timeout": 10,
+        "memory_limit_MB": -1,
+        "files": {"data.txt": base64.b64encode(b"hello").decode()},
+        "fetch_files": ["data.txt"],
+    }
     data = requests.post(f"{served.url}/run_code", json=body, timeout=30).json()
     assert data["status"] == "Success" and data["compile_result"] is None
     run = data["run_result"]
     assert run["status"] == "Finished" and run["return_code"] == 0 and run["stdout"] == "hello!\n"
     assert run["stderr"] == "" and run["execution_time"] > 0
+    assert data["files"] == {"data.txt": base64.b64encode(b"hello").decode()}
 
 
 def test_failures_map_to_sandboxfusion_statuses(served):
@@ -52,7 +66,9 @@ def test_failures_map_to_sandboxfusion_statuses(served):
 
 
 def test_bad_requests_get_400_with_a_reason(served):
-    response = requests.post(f"{served.url}/run_code", json={"code": "print(1)", "language": "cobol"}, timeout=10)
+    response = requests.post(
+        f"{served.url}/run_code", json={"code": "print(1)", "language": "cobol"}, timeout=10
+    )
     assert response.status_code == 400 and "cobol" in response.json()["message"]
     response = requests.post(f"{served.url}/run_code", json={"code": 5}, timeout=10)
     assert response.status_code == 400 and "code must be a string" in response.json()["message"]
@@ -81,10 +97,44 @@ def test_unreachable_service_gives_a_sandbox_error():
 
 
 def test_plain_sandboxfusion_responses_are_understood():
-    timeout = {"status": "Failed", "message": "", "run_result": {"status": "TimeLimitExceeded", "execution_time": 1.0,
-                                                                  "return_code": None, "stdout": "", "stderr": ""}}
+    timeout = {
+        "status": "Failed",
+        "message": "",
+        "run_result": {
+            "status": "TimeLimitExceeded",
+            "execution_time": 1.0,
+            "return_code": None,
+            "stdout": "",
+            "stderr": "",
+        },
+    }
     assert result_from_response(timeout).status == Status.TIMEOUT
-    ok = {"status": "Success", "run_result": {"status": "Finished", "return_code": 0, "stdout": "1\n", "stderr": ""}}
+    ok = {
+        "status": "Success",
+        "run_result": {"status": "Finished", "return_code": 0, "stdout": "1\n", "stderr": ""},
+    }
     assert result_from_response(ok).stdout == "1\n"
     assert result_from_response({"status": "SandboxError", "message": "x"}).status == Status.SANDBOX_ERROR
     assert isinstance(get_sandbox("remote"), RemoteSandbox)
+
+
+def test_the_service_never_runs_more_than_max_concurrency_programs(served):
+    seen_running = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen_running.append(requests.get(f"{served.url}/health", timeout=5).json()["running"])
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            results = list(pool.map(served.run, ["import time\ntime.sleep(1)"] * 5))
+    finally:
+        done.set()
+        watcher.join()
+    assert all(r.status == Status.OK for r in results)
+    assert max(seen_running) == 2  # the service's --max-concurrency, reached and never passed
+

@@ -28,8 +28,12 @@ class CodeInterpreterEnv(BaseTextEnv):
     or ``"tool"``). Reward: 1.0 for a correct boxed answer at the end, else 0.0; tool turns give 0.0.
     """
 
-    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None,
-                 sandbox: Optional[Sandbox] = None) -> None:
+    def __init__(
+        self,
+        env_config: Any = None,
+        extras: Optional[Dict[str, Any]] = None,
+        sandbox: Optional[Sandbox] = None,
+    ) -> None:
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "code_interpreter"))
         config = config_dict(env_config)
@@ -39,7 +43,9 @@ class CodeInterpreterEnv(BaseTextEnv):
         self.verify_timeout = float(config.get("verify_timeout", DEFAULT_TIMEOUT_S))
         self._config = env_config
         self.python_tool = PythonCodeExecutorToolGroup(
-            timeout=float(config.get("timeout", 10.0)), sandbox=sandbox, stateful=bool(config.get("stateful", True)),
+            timeout=float(config.get("timeout", 10.0)),
+            sandbox=sandbox,
+            stateful=bool(config.get("stateful", True)),
             max_output_chars=int(config.get("max_output_chars", 2000)),
         )
         self.init_tool_groups([self.python_tool])
@@ -74,7 +80,9 @@ class CodeInterpreterEnv(BaseTextEnv):
             self.tool_calls += 1
             if not isinstance(code, str) or not code.strip():
                 self.tool_errors += 1
-                outputs.append('Error: the python tool needs code, e.g. <tool><python>print(1)</python></tool>')
+                outputs.append(
+                    "Error: the python tool needs code, e.g. <tool><python>print(1)</python></tool>"
+                )
                 continue
             output = self._execute_tool(self.python_tool.name, "python", [code])
             if output.startswith("Error executing Python code"):
@@ -82,8 +90,12 @@ class CodeInterpreterEnv(BaseTextEnv):
             outputs.append(output)
         observation = "\n".join(f"<output>\n{output}\n</output>" for output in outputs)
         metadata["tool_calls"] = len(calls)
-        return StepOutput(observations=[{"role": self.observation_role, "content": observation}], reward=0.0,
-                          done=False, metadata=metadata)
+        return StepOutput(
+            observations=[{"role": self.observation_role, "content": observation}],
+            reward=0.0,
+            done=False,
+            metadata=metadata,
+        )
 
     def get_metrics(self) -> Dict[str, Any]:
         return {"turns": self.turns, "tool_calls": self.tool_calls, "tool_errors": self.tool_errors}

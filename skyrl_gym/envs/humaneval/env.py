@@ -28,8 +28,12 @@ def build_program(problem_prompt: str, code: str, test: str, entry_point: str) -
 
 def parse_ground_truth(value: Any) -> Dict[str, str]:
     data = json.loads(value) if isinstance(value, (str, bytes)) else value
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) for k in ("prompt", "test", "entry_point")):
-        raise DataError("env 'humaneval': reward_spec.ground_truth must hold 'prompt', 'test' and 'entry_point' strings")
+    if not isinstance(data, dict) or not all(
+        isinstance(data.get(k), str) for k in ("prompt", "test", "entry_point")
+    ):
+        raise DataError(
+            "env 'humaneval': reward_spec.ground_truth must hold 'prompt', 'test' and 'entry_point' strings"
+        )
     return data
 
 
@@ -37,8 +41,12 @@ class HumanEvalEnv(BaseTextEnv):
     """Single turn. The code is the last fenced block of the response, or the whole response when it
     has none (a raw completion). ``metadata``: ``parsed_code``, ``status``, ``stderr`` (cut)."""
 
-    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None,
-                 sandbox: Optional[Sandbox] = None) -> None:
+    def __init__(
+        self,
+        env_config: Any = None,
+        extras: Optional[Dict[str, Any]] = None,
+        sandbox: Optional[Sandbox] = None,
+    ) -> None:
         super().__init__(env_config, extras)
         self.problem = parse_ground_truth(require_ground_truth(extras, "humaneval"))
         config = config_dict(env_config)
@@ -64,9 +72,13 @@ class HumanEvalEnv(BaseTextEnv):
         if not code.strip():
             metadata.update(status="no_code", stderr="")
             return StepOutput(observations=[], reward=0.0, done=True, metadata=metadata)
-        program = build_program(self.problem["prompt"], code, self.problem["test"], self.problem["entry_point"])
+        program = build_program(
+            self.problem["prompt"], code, self.problem["test"], self.problem["entry_point"]
+        )
         result = self.sandbox.run(RunRequest(code=program, limits=self.limits))
         metadata.update(status=result.status.value, stderr=result.stderr[-1000:])
         if result.status == Status.SANDBOX_ERROR:
             metadata["sandbox_error"] = result.message
-        return StepOutput(observations=[], reward=1.0 if result.status == Status.OK else 0.0, done=True, metadata=metadata)
+        return StepOutput(
+            observations=[], reward=1.0 if result.status == Status.OK else 0.0, done=True, metadata=metadata
+        )

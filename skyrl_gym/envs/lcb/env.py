@@ -27,8 +27,12 @@ class LCBEnv(BaseTextEnv):
     ``metadata``: ``parsed_code``, ``tests`` (one verdict per test), ``num_passed``.
     """
 
-    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None,
-                 sandbox: Optional[Sandbox] = None) -> None:
+    def __init__(
+        self,
+        env_config: Any = None,
+        extras: Optional[Dict[str, Any]] = None,
+        sandbox: Optional[Sandbox] = None,
+    ) -> None:
         super().__init__(env_config, extras)
         try:
             self.tests = parse_tests(require_ground_truth(extras, "lcb"))
@@ -36,7 +40,9 @@ class LCBEnv(BaseTextEnv):
             raise DataError(f"env 'lcb': {exc}") from None
         config = config_dict(env_config)
         timeout = float(config.get("timeout", DEFAULT_TEST_TIMEOUT_S))
-        self.limits = Limits(wall_s=timeout, cpu_s=timeout, memory_mb=int(config.get("memory_mb", DEFAULT_MEMORY_MB)))
+        self.limits = Limits(
+            wall_s=timeout, cpu_s=timeout, memory_mb=int(config.get("memory_mb", DEFAULT_MEMORY_MB))
+        )
         self.stop_on_first_failure = bool(config.get("stop_on_first_failure", True))
         self._sandbox = sandbox
         self._config = env_config
@@ -60,8 +66,10 @@ class LCBEnv(BaseTextEnv):
         metadata["tests"] = [verdict.to_dict() for verdict in result.verdicts]
         metadata["num_passed"] = result.num_passed
         if any(v.verdict == "sandbox_error" for v in result.verdicts):
-            logger.warning("lcb: the sandbox failed while grading: %s",
-                           next(v.detail for v in result.verdicts if v.verdict == "sandbox_error"))
+            logger.warning(
+                "lcb: the sandbox failed while grading: %s",
+                next(v.detail for v in result.verdicts if v.verdict == "sandbox_error"),
+            )
         return StepOutput(observations=[], reward=1.0 if result.passed else 0.0, done=True, metadata=metadata)
 
     def get_metrics(self) -> Dict[str, Any]:

@@ -56,7 +56,8 @@ except ImportError:
     pass
 """
 
-FUNCTIONAL_HARNESS = """
+FUNCTIONAL_HARNESS = (
+    """
 
 def __lcb_call():
     import json as _json
@@ -72,7 +73,9 @@ def __lcb_call():
 
 
 __lcb_call()
-""" % RESULT_MARKER
+"""
+    % RESULT_MARKER
+)
 
 
 @dataclasses.dataclass
@@ -109,9 +112,13 @@ def parse_tests(ground_truth: Any) -> List[Dict[str, Any]]:
         raise ValueError("lcb ground_truth must be a non-empty JSON list of tests")
     for index, test in enumerate(tests):
         if not isinstance(test, dict) or "input" not in test or "output" not in test:
-            raise ValueError(f"lcb test {index} must be an object with 'input' and 'output', got {test!r:.200}")
+            raise ValueError(
+                f"lcb test {index} must be an object with 'input' and 'output', got {test!r:.200}"
+            )
         if test.get("testtype", "stdin") not in ("stdin", "functional"):
-            raise ValueError(f"lcb test {index}: testtype must be 'stdin' or 'functional', got {test.get('testtype')!r}")
+            raise ValueError(
+                f"lcb test {index}: testtype must be 'stdin' or 'functional', got {test.get('testtype')!r}"
+            )
         if test.get("testtype") == "functional" and not (test.get("metadata") or {}).get("func_name"):
             raise ValueError(f"lcb test {index} is functional but has no metadata.func_name")
     return tests
@@ -149,7 +156,7 @@ def _failure_verdict(result: RunResult) -> str:
 
 
 def _short(text: str, length: int = 300) -> str:
-    return text if len(text) <= length else text[: length // 2] + " ...(cut)... " + text[-length // 2:]
+    return text if len(text) <= length else text[: length // 2] + " ...(cut)... " + text[-length // 2 :]
 
 
 def run_test(sandbox: Sandbox, code: str, test: Dict[str, Any], index: int, limits: Limits) -> TestVerdict:
@@ -160,30 +167,50 @@ def run_test(sandbox: Sandbox, code: str, test: Dict[str, Any], index: int, limi
             expected = json.loads(test["output"])
         except json.JSONDecodeError as exc:
             return TestVerdict(index, "sandbox_error", f"test data is not JSON: {exc}")
-        request = RunRequest(code=PREAMBLE + "\n" + code + FUNCTIONAL_HARNESS, limits=limits,
-                             files={"__lcb_args.json": json.dumps({"func_name": func_name, "args": args})})
+        request = RunRequest(
+            code=PREAMBLE + "\n" + code + FUNCTIONAL_HARNESS,
+            limits=limits,
+            files={"__lcb_args.json": json.dumps({"func_name": func_name, "args": args})},
+        )
         result = sandbox.run(request)
         if result.status != Status.OK:
-            return TestVerdict(index, _failure_verdict(result), _short(result.stderr or result.message), result.wall_time_s)
+            return TestVerdict(
+                index, _failure_verdict(result), _short(result.stderr or result.message), result.wall_time_s
+            )
         lines = [line for line in result.stdout.split("\n") if line.startswith(RESULT_MARKER)]
         if not lines:
             return TestVerdict(index, "runtime_error", "the function returned no value", result.wall_time_s)
-        value = json.loads(lines[-1][len(RESULT_MARKER):])
+        value = json.loads(lines[-1][len(RESULT_MARKER) :])
         if value != expected:
-            return TestVerdict(index, "wrong_answer", f"got {_short(repr(value))}, expected {_short(repr(expected))}",
-                               result.wall_time_s)
+            return TestVerdict(
+                index,
+                "wrong_answer",
+                f"got {_short(repr(value))}, expected {_short(repr(expected))}",
+                result.wall_time_s,
+            )
         return TestVerdict(index, "passed", "", result.wall_time_s)
     result = sandbox.run(RunRequest(code=PREAMBLE + "\n" + code, stdin=str(test["input"]), limits=limits))
     if result.status != Status.OK:
-        return TestVerdict(index, _failure_verdict(result), _short(result.stderr or result.message), result.wall_time_s)
+        return TestVerdict(
+            index, _failure_verdict(result), _short(result.stderr or result.message), result.wall_time_s
+        )
     if not stdout_matches(result.stdout, str(test["output"])):
-        return TestVerdict(index, "wrong_answer", f"got {_short(result.stdout)!r}, expected {_short(str(test['output']))!r}",
-                           result.wall_time_s)
+        return TestVerdict(
+            index,
+            "wrong_answer",
+            f"got {_short(result.stdout)!r}, expected {_short(str(test['output']))!r}",
+            result.wall_time_s,
+        )
     return TestVerdict(index, "passed", "", result.wall_time_s)
 
 
-def grade(sandbox: Sandbox, code: str, tests: Sequence[Dict[str, Any]], limits: Limits,
-          stop_on_first_failure: bool = True) -> GradeResult:
+def grade(
+    sandbox: Sandbox,
+    code: str,
+    tests: Sequence[Dict[str, Any]],
+    limits: Limits,
+    stop_on_first_failure: bool = True,
+) -> GradeResult:
     verdicts: List[TestVerdict] = []
     for index, test in enumerate(tests):
         verdict = run_test(sandbox, code, test, index, limits)

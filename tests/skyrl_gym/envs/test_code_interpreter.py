@@ -14,8 +14,11 @@ pytestmark = pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (b
 
 
 def make(answer: str = "3628800", **config):
-    return skyrl_gym.make("code_interpreter", env_config=config,
-                          extras={"reward_spec": {"method": "rule", "ground_truth": answer}})
+    return skyrl_gym.make(
+        "code_interpreter",
+        env_config=config,
+        extras={"reward_spec": {"method": "rule", "ground_truth": answer}},
+    )
 
 
 def test_xml_tool_call_then_boxed_answer():
@@ -42,7 +45,7 @@ def test_errors_and_timeouts_become_observations():
     crashed = env.step("<tool><python>1 / 0</python></tool>")
     assert "ZeroDivisionError" in crashed["observations"][0]["content"] and not crashed["done"]
     hung = env.step("<tool><python>while True: pass</python></tool>")
-    assert "timed out after 1 seconds" in hung["observations"][0]["content"]
+    assert "timed out after 1" in hung["observations"][0]["content"]
     assert env.get_metrics()["tool_errors"] == 2
 
 
@@ -50,7 +53,11 @@ def test_wrong_answer_and_max_turns():
     env = make(max_turns=2)
     assert env.step("<tool><python>print(1)</python></tool>")["done"] is False
     last = env.step("<tool><python>print(2)</python></tool>")  # the last turn is graded, not run
-    assert last["done"] is True and last["reward"] == 0.0 and last["metadata"]["reason_done"] == "max_turns reached"
+    assert (
+        last["done"] is True
+        and last["reward"] == 0.0
+        and last["metadata"]["reason_done"] == "max_turns reached"
+    )
     assert make().step("\\boxed{12}")["reward"] == 0.0
 
 
@@ -58,5 +65,7 @@ def test_the_tool_group_matches_skyrl_gym_conventions():
     group = PythonCodeExecutorToolGroup(timeout=2)
     assert group.name == "PythonCodeExecutorToolGroup" and group.get_tool_names() == ["python"]
     assert group.execute_tool("python", "print('hi')") == "hi"
-    assert group.execute_tool("python", "import sys; sys.exit('bad')").startswith("Error executing Python code: bad")
+    assert group.execute_tool("python", "import sys; sys.exit('bad')").startswith(
+        "Error executing Python code: bad"
+    )
     assert group.get_tool_schemas()[0]["function"]["parameters"]["required"] == ["code"]

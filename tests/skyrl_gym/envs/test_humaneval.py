@@ -41,22 +41,45 @@ def test_every_canonical_solution_passes_and_a_stub_fails():
         # The canonical solution is a body continuation, as in the original HumanEval protocol.
         rewards.append(env.step(problem["canonical_solution"])["reward"])
     assert rewards == [1.0] * 164
-    stub = skyrl_gym.make("humaneval", extras=rows[0]).step("```python\ndef has_close_elements(numbers, threshold):\n"
-                                                           "    return False\n```")
-    assert stub["reward"] == 0.0 and stub["metadata"]["status"] == "error" and "AssertionError" in stub["metadata"]["stderr"]
+    stub = skyrl_gym.make("humaneval", extras=rows[0]).step(
+        "```python\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+    )
+    assert (
+        stub["reward"] == 0.0
+        and stub["metadata"]["status"] == "error"
+        and "AssertionError" in stub["metadata"]["stderr"]
+    )
 
 
 @needs_bwrap
 def test_a_whole_function_in_a_code_block_passes():
     row = make_rows(limit=1)[0]
-    answer = ("Sure:\n```python\nfrom typing import List\n\ndef has_close_elements(numbers: List[float], threshold: float)"
-              " -> bool:\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```")
+    answer = (
+        "Sure:\n```python\nfrom typing import List\n\ndef has_close_elements(numbers: List[float], threshold: float)"
+        " -> bool:\n    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])\n```"
+    )
     output = skyrl_gym.make("humaneval", extras=row).step(answer)
     assert output["reward"] == 1.0 and output["metadata"]["status"] == "ok"
 
 
 def test_dataset_script_writes_rows(tmp_path):
-    subprocess.run([sys.executable, str(REPO / "examples/humaneval/prepare_dataset.py"), "--output", str(tmp_path),
-                    "--limit", "3"], check=True, cwd=REPO, capture_output=True, env={"PYTHONPATH": str(REPO)})
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "examples/humaneval/prepare_dataset.py"),
+            "--output",
+            str(tmp_path),
+            "--limit",
+            "3",
+        ],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+        env={"PYTHONPATH": str(REPO)},
+    )
     lines = (tmp_path / "test.jsonl").read_text().splitlines()
-    assert [json.loads(line)["extra_info"]["task_id"] for line in lines] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert [json.loads(line)["extra_info"]["task_id"] for line in lines] == [
+        "HumanEval/0",
+        "HumanEval/1",
+        "HumanEval/2",
+    ]
