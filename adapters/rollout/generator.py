@@ -142,7 +142,8 @@ class RolloutGenerator:
             "prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons", "rollout_logprobs",
             "trajectory_ids", "env_metrics", "is_last_step", "trajectory_rewards", "num_turns", "errors",
         )}
-        times: Dict[str, List[float]] = {"model": [], "env": [], "total": []}
+        # SkyRL's keys: "llm" (engine calls) and "env" (env calls); "total" is the end-to-end time.
+        times: Dict[str, List[float]] = {"llm": [], "env": [], "total": []}
         has_logprobs = bool(trajectories) and all(t.logprobs is not None or not t.turns for t in trajectories)
         for t in trajectories:
             zero_reward = config.zero_reward_on_non_stop and t.stop_reason != "stop"
@@ -172,7 +173,7 @@ class RolloutGenerator:
                 rows["trajectory_rewards"].append(0.0 if zero_reward else t.total_reward)
                 rows["num_turns"].append(t.num_turns)
                 rows["errors"].append(t.error)
-                times["model"].append(t.model_seconds)
+                times["llm"].append(t.model_seconds)
                 times["env"].append(t.env_seconds)
                 times["total"].append(t.total_seconds)
         output: GeneratorOutput = {
@@ -190,6 +191,7 @@ class RolloutGenerator:
             "num_turns": rows["num_turns"],
             "errors": rows["errors"],
             "trajectory_time_splits": times,
+            "trajectory_generation_times": list(times["total"]),
         }
         return output
 

@@ -157,3 +157,15 @@ def test_sampling_draws_from_the_filtered_distribution() -> None:
         tokens, logprobs = HFEngine._sample(logits[:50], resolve_sampling(params), [None] * 50)
         assert tokens.tolist() == [2] * 50
         assert torch.allclose(logprobs, torch.tensor(math.log(5 / 8)), atol=1e-5)
+
+
+async def test_rows_that_finish_early_leave_the_batch_without_disturbing_the_others(tokenizer: Any,
+                                                                                     tiny_engine: HFEngine) -> None:
+    short_prompt, long_prompt = prompt(tokenizer, "stop early"), prompt(tokenizer, "keep going for a while please")
+    free = (await tiny_engine.generate([short_prompt], SEEDED))["response_ids"][0]
+    params = {**SEEDED, "stop_token_ids": [free[1]]}  # the first row stops at its second token at the latest
+    together = await tiny_engine.generate([short_prompt, long_prompt, short_prompt], params)
+    alone = [(await tiny_engine.generate([p], params))["response_ids"][0] for p in (short_prompt, long_prompt)]
+    assert len(together["response_ids"][0]) <= 2 and together["stop_reasons"][0] == "stop"
+    assert len(together["response_ids"][1]) > len(together["response_ids"][0])  # the batch really shrank
+    assert together["response_ids"] == [alone[0], alone[1], alone[0]]

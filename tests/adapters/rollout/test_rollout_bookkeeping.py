@@ -93,7 +93,8 @@ async def test_generator_output_follows_skyrl_field_names(tokenizer: Any) -> Non
     assert output["rollout_metrics"]["drift/num_drifted"] == 0
     assert output["rollout_metrics"]["generate/avg_reward"] == 2.0
     split = output["trajectory_time_splits"]
-    assert all(total >= model + env for model, env, total in zip(split["model"], split["env"], split["total"]))
+    assert all(total >= llm + env for llm, env, total in zip(split["llm"], split["env"], split["total"]))
+    assert output["trajectory_generation_times"] == split["total"]
 
 
 async def test_stop_string_ends_turn_and_eos_is_appended_masked(tokenizer: Any) -> None:

@@ -1,0 +1,290 @@
+"""TRL adapter: ``skyrl_gym`` envs as reward functions and multi-turn rollouts for ``GRPOTrainer``.
+
+Single-turn training needs one line::
+
+    from adapters.trl import env_reward
+    trainer = GRPOTrainer(model=..., reward_funcs=[env_reward("gsm8k")], train_dataset=rows_to_dataset(rows))
+
+The reward function builds the env of each row (the ``env_id`` given, or the row's ``env_class``
+column) with the row's columns as ``extras`` (``reward_spec`` with the ground truth, ``extra_info``, ...),
+steps it once with the completion and returns the env's reward.
+
+Multi-turn episodes go through TRL's ``rollout_func`` hook::
+
+    trainer = GRPOTrainer(model=..., reward_funcs=[episode_reward], train_dataset=dataset,
+                          rollout_func=env_rollout_func(rows, max_turns=3))
+
+:func:`env_rollout_func` runs this project's rollout loop (:mod:`adapters.rollout`) with the policy
+being trained as the engine: token ids in and out, observation tokens from the chat template with
+``env_mask`` 0 (TRL excludes them from the loss), and the sampled tokens' logprobs. TRL gives a
+``rollout_func`` only the prompts, so it finds each prompt's row (ground truth, env) in the rows it
+was built with. The episode reward reaches the reward functions as the ``env_reward`` column, read
+by :func:`episode_reward`.
+
+This module imports TRL, torch and transformers only inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import skyrl_gym
+from skyrl_gym.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+# Keyword arguments TRL passes to reward functions that are not dataset columns.
+_TRL_REWARD_KWARGS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+_NOT_EXTRAS = frozenset({"prompt", "completion", "env_class"})
+EPISODE_REWARD_COLUMN = "env_reward"
+EPISODE_TURNS_COLUMN = "env_turns"
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a TRL completion: a string, or a list of chat messages (their contents joined)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Sequence):
+        parts = []
+        for message in completion:
+            content = message.get("content") if isinstance(message, Mapping) else message
+            if isinstance(content, list):  # typed content blocks
+                content = "".join(block.get("text", "") for block in content if isinstance(block, Mapping))
+            parts.append(content or "")
+        return "".join(parts)
+    raise TypeError(f"a completion must be a string or a list of messages, got {type(completion).__name__}")
+
+
+def _row_columns(kwargs: Mapping[str, Any], index: int) -> Dict[str, Any]:
+    return {
+        key: values[index]
+        for key, values in kwargs.items()
+        if key not in _TRL_REWARD_KWARGS and isinstance(values, (list, tuple)) and index < len(values)
+    }
+
+
+def _extras_for(columns: Mapping[str, Any], index: int, env_id: str) -> Dict[str, Any]:
+    extras = {key: value for key, value in columns.items() if key not in _NOT_EXTRAS}
+    spec = extras.get("reward_spec")
+    if spec is None and "ground_truth" in extras:  # a flat dataset: a ground_truth column
+        extras["reward_spec"] = {"method": "rule", "ground_truth": extras.pop("ground_truth")}
+    elif spec is None:
+        raise DataError(
+            f"env_reward({env_id!r}): dataset row {index} has no 'reward_spec' column (a dict with 'ground_truth') "
+            f"and no 'ground_truth' column; columns seen: {sorted(columns)}"
+        )
+    return extras
+
+
+def env_reward(
+    env_id: Optional[str] = None,
+    env_config: Any = None,
+    env_configs: Optional[Mapping[str, Any]] = None,
+) -> Callable[..., List[Optional[float]]]:
+    """A ``GRPOTrainer`` reward function that scores each completion with one step of a ``skyrl_gym`` env.
+
+    ``env_id`` fixes the env; None uses each row's ``env_class`` column. ``env_config`` (or ``env_configs``
+    per env id) is passed to ``skyrl_gym.make``. A row the env cannot read (no ground truth) raises
+    :class:`DataError` naming the row; an env that raises while scoring yields ``None`` for that completion
+    (TRL leaves it out of the reward) and a warning, so one bad sample does not stop training.
+    """
+    if env_id is not None:
+        skyrl_gym.spec(env_id)  # unknown ids fail here, with the registry's suggestion, not mid-training
+
+    def reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> List[Optional[float]]:
+        rewards: List[Optional[float]] = []
+        for i, completion in enumerate(completions):
+            columns = _row_columns(kwargs, i)
+            row_env = env_id or columns.get("env_class")
+            if not row_env:
+                raise DataError(f"env_reward(): dataset row {i} has no 'env_class' column; pass env_reward('<env id>')")
+            extras = _extras_for(columns, i, row_env)
+            config = env_config if env_config is not None else (env_configs or {}).get(row_env)
+            env = skyrl_gym.make(row_env, env_config=config, extras=extras)
+            try:
+                prompt = prompts[i] if isinstance(prompts[i], list) else [{"role": "user", "content": str(prompts[i])}]
+                env.init([dict(m) for m in prompt])
+                rewards.append(float(env.step(completion_text(completion))["reward"]))
+            except DataError:
+                raise
+            except Exception as exc:
+                logger.warning("env %r raised while scoring completion %d: %s: %s", row_env, i, type(exc).__name__, exc)
+                rewards.append(None)
+            finally:
+                env.close()
+        return rewards
+
+    reward.__name__ = f"{env_id or 'skyrl_gym'}_reward"
+    reward.__qualname__ = reward.__name__
+    return reward
+
+
+def episode_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> List[Optional[float]]:
+    """The episode reward of each completion rolled out by :func:`env_rollout_func` (its ``env_reward`` column)."""
+    values = kwargs.get(EPISODE_REWARD_COLUMN)
+    if values is None:
+        raise DataError(
+            "episode_reward needs the 'env_reward' values that env_rollout_func returns; "
+            "pass rollout_func=env_rollout_func(rows, ...) to GRPOTrainer"
+        )
+    return [None if value is None else float(value) for value in values]
+
+
+def rows_to_dataset(rows: Iterable[Mapping[str, Any]]) -> Any:
+    """A ``datasets.Dataset`` of dataset rows: TRL reads ``prompt``; the other columns reach reward functions."""
+    from datasets import Dataset
+
+    from skyrl_gym.data import load_rows
+
+    return Dataset.from_list([dict(row) for row in load_rows(list(rows))])
+
+
+def prompt_key(prompt: Any) -> str:
+    """A key for a prompt that survives a trip through ``datasets`` (which fills absent message keys with None)."""
+    if isinstance(prompt, str):
+        return json.dumps(prompt)
+    messages = [{k: v for k, v in dict(m).items() if v is not None} for m in prompt]
+    return json.dumps(messages, sort_keys=True, ensure_ascii=False)
+
+
+def _run_coroutine(coroutine: Any) -> Any:
+    """Run a coroutine to completion from sync code, also when the caller's thread already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    result: Dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="skyrl-gym-trl-rollout")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+def rollout_episodes(
+    rows: Sequence[Mapping[str, Any]],
+    engine: Any,
+    tokenizer: Any,
+    max_turns: int,
+    sampling_params: Mapping[str, Any],
+    env_configs: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, List[Any]]:
+    """One episode per row with ``engine``, in the shape TRL wants back from a ``rollout_func``.
+
+    ``prompt_ids``, ``completion_ids`` (every turn and the observations between them), ``logprobs`` (0 on
+    observation tokens), ``env_mask`` (1 model token, 0 env token), and the columns ``env_reward`` (the
+    episode's total reward) and ``env_turns`` that reach the reward functions.
+    """
+    from adapters.rollout import RolloutConfig, RolloutGenerator
+
+    generator = RolloutGenerator(
+        engine,
+        tokenizer,
+        RolloutConfig(max_turns=max_turns, sampling_params=dict(sampling_params), env_configs=dict(env_configs or {})),
+    )
+    try:
+        trajectories = _run_coroutine(generator.run_rows([dict(row) for row in rows]))
+    finally:
+        generator.close()
+    for trajectory in trajectories:
+        if trajectory.error:
+            logger.warning("episode of env %r ended with an error: %s", trajectory.env_class, trajectory.error)
+    return {
+        "prompt_ids": [list(t.prompt_ids) for t in trajectories],
+        "completion_ids": [t.response_ids() for t in trajectories],
+        "logprobs": [t.response_logprobs() or [0.0] * len(t.response_ids()) for t in trajectories],
+        "env_mask": [t.response_loss_mask() for t in trajectories],
+        EPISODE_REWARD_COLUMN: [t.total_reward for t in trajectories],
+        EPISODE_TURNS_COLUMN: [len(t.turns) for t in trajectories],
+    }
+
+
+def env_rollout_func(
+    rows: Iterable[Mapping[str, Any]],
+    max_turns: int = 3,
+    max_tokens_per_turn: Optional[int] = None,
+    env_id: Optional[str] = None,
+    env_configs: Optional[Mapping[str, Any]] = None,
+    temperature: Optional[float] = None,
+) -> Callable[[List[Any], Any], Dict[str, List[Any]]]:
+    """A TRL ``rollout_func`` that plays multi-turn episodes of each prompt's env with the policy being trained.
+
+    ``rows`` are the training rows (a list or a ``datasets.Dataset``); each prompt TRL hands over is looked up
+    among them to find its env and ground truth. ``max_turns`` is passed to the env as ``extras["max_turns"]``
+    (as SkyRL's generator does). Each turn may use ``max_tokens_per_turn`` tokens (default: TRL's
+    ``max_completion_length`` divided by ``max_turns``).
+    """
+    table: Dict[str, Dict[str, Any]] = {}
+    for index, row in enumerate(rows):
+        row = dict(row)
+        if env_id is not None:
+            row["env_class"] = env_id
+        if not row.get("env_class"):
+            raise DataError(f"env_rollout_func: row {index} has no 'env_class' (or pass env_id=...)")
+        key = prompt_key(row["prompt"])
+        known = table.get(key)
+        if known is not None and (known["env_class"], known.get("reward_spec")) != (row["env_class"], row.get("reward_spec")):
+            raise DataError(
+                f"env_rollout_func: row {index} has the same prompt as an earlier row but another env or ground "
+                "truth; TRL gives rollout functions only the prompt, so prompts must identify their rows"
+            )
+        table[key] = row
+    if not table:
+        raise DataError("env_rollout_func: no rows given")
+
+    def rollout_func(prompts: List[Any], trainer: Any) -> Dict[str, List[Any]]:
+        from adapters.engines.hf import HFEngine
+
+        batch_rows = []
+        for i, prompt in enumerate(prompts):
+            row = table.get(prompt_key(prompt))
+            if row is None:
+                raise DataError(f"env_rollout_func: prompt {i} is not among the rows the rollout function was built with")
+            batch_rows.append(row)
+        args = trainer.args
+        sampling: Dict[str, Any] = {
+            "max_generate_length": max_tokens_per_turn or max(1, int(args.max_completion_length) // max_turns),
+            "temperature": float(temperature if temperature is not None else args.temperature),
+            "logprobs": True,
+        }
+        if getattr(args, "top_p", None) is not None:
+            sampling["top_p"] = float(args.top_p)
+        if getattr(args, "top_k", None):
+            sampling["top_k"] = int(args.top_k)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        engine = HFEngine(model, trainer.processing_class)  # the policy itself: no weight sync needed
+        try:
+            return rollout_episodes(batch_rows, engine, trainer.processing_class, max_turns, sampling, env_configs)
+        finally:
+            engine.close()
+            model.train(was_training)
+
+    return rollout_func
+
+
+__all__ = [
+    "EPISODE_REWARD_COLUMN",
+    "EPISODE_TURNS_COLUMN",
+    "completion_text",
+    "env_reward",
+    "env_rollout_func",
+    "episode_reward",
+    "prompt_key",
+    "rollout_episodes",
+    "rows_to_dataset",
+]

@@ -1,0 +1,153 @@
+"""The conformance kit over every built-in env, and what it does with an adapter that drops a reward."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import skyrl_gym
+from adapters.conformance import builtin_case_set
+from adapters.conformance import (
+    Case,
+    Context,
+    OpenAIAdapter,
+    RolloutAdapter,
+    Run,
+    builtin_cases,
+    format_table,
+    play_reference,
+    run_conformance,
+)
+
+
+def builtin_env_ids():
+    """Envs shipped with the project (skyrl_gym.envs and envs_contrib), not test envs registered by fixtures."""
+    ids = []
+    for env_id, spec in sorted(skyrl_gym.registry.items()):
+        entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+        if entry.startswith(("skyrl_gym.envs.", "envs_contrib.")):
+            ids.append(env_id)
+    return ids
+
+
+@pytest.fixture(scope="module")
+def context(tiny_model_dir, tokenizer):
+    return Context(model_dir=tiny_model_dir, tokenizer=tokenizer)
+
+
+def _conform(env_id, context, only=None):
+    """Every built-in env has cases; the tool envs' cases bring their database / retrieval server / sandbox."""
+    with builtin_case_set(env_id) as cases:
+        return run_conformance(env_id, cases, context=context, only=only)
+
+
+@pytest.mark.parametrize("env_id", builtin_env_ids())
+def test_every_installed_adapter_conforms_on_builtin_env(env_id, context):
+    report = _conform(env_id, context)
+    assert report.ok, format_table(report)
+    # The adapters that need nothing beyond the core install always run.
+    assert {"rollout", "gymnasium", "openai"} <= set(report.ran())
+
+
+@pytest.mark.verl
+@pytest.mark.parametrize("env_id", builtin_env_ids())
+def test_verl_agent_loop_conforms_on_builtin_env(env_id, context):
+    pytest.importorskip("verl")
+    report = _conform(env_id, context, only=["verl"])
+    assert report.ran() == ["verl"] and report.ok, format_table(report)
+
+
+@pytest.mark.trl
+@pytest.mark.parametrize("env_id", builtin_env_ids())
+def test_trl_adapter_conforms_on_builtin_env(env_id, context):
+    pytest.importorskip("trl")
+    report = _conform(env_id, context, only=["trl"])
+    assert report.ran() == ["trl"] and report.ok, format_table(report)
+
+
+class DropsLastTurnReward(RolloutAdapter):
+    """A faulty adapter: the bundled rollout, but the reward of each episode's last turn is lost."""
+
+    name = "drops-a-reward"
+
+    def run(self, cases, context, references):
+        runs = super().run(cases, context, references)
+        return [
+            Run(turn_rewards=r.turn_rewards[:-1] + [0.0], total_reward=sum(r.turn_rewards[:-1]), turns=r.turns,
+                token_ids=r.token_ids, mask=r.mask)
+            for r in runs
+        ]
+
+
+class MarksObservationsAsModelTokens(RolloutAdapter):
+    name = "bad-mask"
+
+    def run(self, cases, context, references):
+        return [Run(r.turn_rewards, r.total_reward, r.turns, r.token_ids, [1] * len(r.mask)) for r in super().run(cases, context, references)]
+
+
+def test_the_kit_flags_an_adapter_that_drops_a_turns_reward(context):
+    report = run_conformance(
+        "gsm8k_multi_turn", adapters=[RolloutAdapter(), DropsLastTurnReward(), OpenAIAdapter()], context=context
+    )
+    assert not report.ok
+    assert report.status("drops-a-reward", "rewards") == "FAIL"
+    assert report.status("drops-a-reward", "turns") == "ok"  # the turn happened; its reward went missing
+    assert report.status("rollout", "rewards") == "ok" and report.status("openai", "rewards") == "ok"
+    table = format_table(report)
+    assert "drops-a-reward: case 0: turn rewards" in table and "MISMATCH" in table
+
+
+def test_the_kit_flags_observation_tokens_in_the_loss_mask(context):
+    report = run_conformance("multiply", adapters=[MarksObservationsAsModelTokens()], context=context)
+    assert report.status("bad-mask", "masks") == "FAIL" and report.status("bad-mask", "rewards") == "ok"
+    assert any("runs of mask 1" in problem for problem in report.adapters[0].problems)
+
+
+def test_an_adapter_that_raises_fails_ran_without_stopping_the_others(context):
+    class Broken(OpenAIAdapter):
+        name = "broken"
+
+        def run(self, cases, context, references):
+            raise ConnectionError("trainer endpoint unreachable")
+
+    report = run_conformance("gsm8k", adapters=[Broken(), OpenAIAdapter()], context=context)
+    assert report.status("broken", "ran") == "FAIL" and report.status("openai", "ran") == "ok"
+    assert "ConnectionError: trainer endpoint unreachable" in format_table(report)
+
+
+def test_reference_play_and_bad_cases():
+    case = builtin_cases("gsm8k_multi_turn")[0]
+    reference = play_reference(case)
+    assert reference.rewards == pytest.approx([0.2 / 3, 0.2 / 3, 1.0]) and reference.ended_by == "done"
+    with pytest.raises(ValueError, match="ran out of actions"):
+        play_reference(Case(case.row, ["#### 1"]))
+    with pytest.raises(ValueError, match="distinct prompts"):
+        run_conformance("gsm8k", [builtin_cases("gsm8k")[0]] * 2, adapters=[OpenAIAdapter()])
+    skyrl_gym.register(id="test_conformance_uncatalogued", entry_point="skyrl_gym.envs.gsm8k.env:GSM8kEnv")
+    try:
+        with pytest.raises(LookupError, match="no built-in conformance cases.*--rows ROWS --actions ACTIONS"):
+            builtin_cases("test_conformance_uncatalogued")
+    finally:
+        skyrl_gym.deregister("test_conformance_uncatalogued")
+    with pytest.raises(LookupError, match="builtin_case_set"):
+        builtin_cases("sql")  # its cases need a database that only lives inside builtin_case_set
+
+
+def test_cli_conform_prints_the_table_and_fails_on_mismatch(tmp_path, tiny_model_dir, capsys):
+    from skyrl_gym.cli import main
+
+    assert main(["conform", "multiply", "--adapters", "rollout,gymnasium,openai", "--model", str(tiny_model_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "rollout" in out and "all adapters conform" in out
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"prompt": [{"role": "user", "content": "6*7? Use \\boxed{}"}], "env_class": "multiply",
+                                "reward_spec": {"ground_truth": "42"}, "max_turns": 2}) + "\n")
+    actions = tmp_path / "actions.jsonl"
+    actions.write_text(json.dumps(["\\boxed{41}", "\\boxed{42}"]) + "\n")
+    assert main(["conform", "multiply", "--rows", str(rows), "--actions", str(actions), "--adapters", "openai"]) == 0
+    assert "openai" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--actions"):
+        main(["conform", "multiply", "--rows", str(rows)])

@@ -1,0 +1,52 @@
+"""``env_reward``: a skyrl_gym env as a TRL reward function (plain calls; no TRL needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.trl import completion_text, env_reward, episode_reward, prompt_key
+from skyrl_gym.errors import DataError
+
+PROMPTS = [[{"role": "user", "content": "2+2?"}], [{"role": "user", "content": "3+3?"}]]
+
+
+def test_env_reward_reads_the_ground_truth_from_the_reward_spec_column():
+    reward = env_reward("gsm8k")
+    completions = [[{"role": "assistant", "content": "#### 4"}], [{"role": "assistant", "content": "#### 7"}]]
+    spec = [{"method": "rule", "ground_truth": "4"}, {"method": "rule", "ground_truth": "6"}]
+    assert reward(PROMPTS, completions, reward_spec=spec, trainer_state=None) == [1.0, 0.0]
+    assert reward.__name__ == "gsm8k_reward"
+
+
+def test_env_reward_per_row_env_class_and_flat_ground_truth_column():
+    reward = env_reward()
+    rewards = reward(PROMPTS, ["#### 4", r"\boxed{6}"], env_class=["gsm8k", "math"], ground_truth=["4", "6"])
+    assert rewards == [1.0, 1.0]
+
+
+def test_env_reward_passes_extra_columns_to_the_env():
+    # multiply gives partial credit for a boxed wrong answer on the last turn: max_turns comes from a column.
+    reward = env_reward("multiply")
+    spec = [{"ground_truth": "12"}, {"ground_truth": "12"}]
+    assert reward(PROMPTS, [r"\boxed{13}", r"\boxed{13}"], reward_spec=spec, max_turns=[1, 5]) == [0.5, 0.0]
+
+
+def test_missing_ground_truth_names_the_row():
+    with pytest.raises(DataError, match="row 1 has no 'reward_spec'"):
+        env_reward("gsm8k")(PROMPTS, ["#### 4", "#### 6"], extra_info=[{}, {}], reward_spec=[{"ground_truth": "4"}])
+
+
+def test_unknown_env_fails_when_the_reward_is_built():
+    with pytest.raises(Exception, match="gsm9k"):
+        env_reward("gsm9k")
+
+
+def test_episode_reward_reads_the_rollout_column_and_explains_when_missing():
+    assert episode_reward(PROMPTS, ["a", "b"], env_reward=[1.0, 0.25]) == [1.0, 0.25]
+    with pytest.raises(DataError, match="env_rollout_func"):
+        episode_reward(PROMPTS, ["a", "b"])
+
+
+def test_completion_text_and_prompt_key():
+    assert completion_text([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]) == "ab"
+    assert prompt_key([{"role": "user", "content": "x", "name": None}]) == prompt_key([{"content": "x", "role": "user"}])
