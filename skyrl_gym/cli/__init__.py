@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = [
     "skyrl_gym.cli.eval_cmd",  # eval (rollouts with a model)
     "skyrl_gym.cli.serve_retriever",  # serve-retriever
     "skyrl_gym.cli.conform_cmd",  # conform
+    "skyrl_gym.cli.train_cmd",  # train, quickstart
 ]
 
 
