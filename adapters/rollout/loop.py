@@ -46,6 +46,20 @@ class _EnvRunner:
         finally:
             self.seconds += time.perf_counter() - start
 
+    async def step(self, env: Any, action: str) -> Any:
+        """``await env.astep(action)`` where the env has an async path (the tool envs wait on HTTP or
+        SQLite there without holding a thread), else ``env.step`` through :meth:`call`."""
+        astep = getattr(env, "astep", None)
+        if astep is None or not asyncio.iscoroutinefunction(astep):
+            return await self.call("step", env.step, action)
+        start = time.perf_counter()
+        try:
+            return await astep(action)
+        except Exception as exc:
+            raise EnvCallError("step", exc) from exc
+        finally:
+            self.seconds += time.perf_counter() - start
+
 
 def _session_key(trajectory_id: TrajectoryID) -> str:
     return f"{trajectory_id['instance_id']}_{trajectory_id['repetition_id']}"
@@ -144,7 +158,7 @@ async def run_trajectory(
                 output_ids.append(chat.turn_end_token_id)
                 added_eos = True
 
-            step_output = await env_runner.call("step", env.step, text)
+            step_output = await env_runner.step(env, text)
             try:
                 _validate_step_output(step_output)
                 reward = float(step_output["reward"])

@@ -17,9 +17,17 @@ def make_rows(num_rows: int, num_numbers: int = 3, seed: int = 0) -> List[Dict[s
     rows = []
     while len(rows) < num_rows:
         numbers = [rng.randint(1, 20) for _ in range(num_numbers)]
-        target = numbers[0]
+        target, solution = numbers[0], str(numbers[0])
         for number in numbers[1:]:
-            target = rng.choice([target + number, target * number, abs(target - number)])
+            operation = rng.choice("+*-")
+            if operation == "+":
+                target, solution = target + number, f"({solution} + {number})"
+            elif operation == "*":
+                target, solution = target * number, f"({solution} * {number})"
+            elif target >= number:
+                target, solution = target - number, f"({solution} - {number})"
+            else:
+                target, solution = number - target, f"({number} - {solution})"
         if target == 0:
             continue
         shuffled = numbers[:]
@@ -30,7 +38,7 @@ def make_rows(num_rows: int, num_numbers: int = 3, seed: int = 0) -> List[Dict[s
                 "prompt": [{"role": "user", "content": PROMPT.format(numbers=shuffled, target=target)}],
                 "env_class": "countdown",
                 "reward_spec": {"method": "rule", "ground_truth": {"target": target, "numbers": shuffled}},
-                "extra_info": {"index": len(rows)},
+                "extra_info": {"index": len(rows), "solution": f"<answer>{solution}</answer>"},
             }
         )
     return rows

@@ -46,6 +46,7 @@ def test_generated_rows_are_solvable_by_construction():
     for row in rows:
         truth = row["reward_spec"]["ground_truth"]
         assert truth["target"] > 0 and len(truth["numbers"]) == 3
+        assert CountdownEnv(extras=row).step(row["extra_info"]["solution"])["reward"] == 1.0
 
 
 def test_registered_through_the_entry_point_when_installed():

@@ -103,6 +103,54 @@ def _tool_env_rows() -> Dict[str, List[Dict[str, Any]]]:
 BUILTIN_ROWS.update(_tool_env_rows())
 
 
+def _code_env_rows() -> Dict[str, List[Dict[str, Any]]]:
+    """Rows for the sandboxed code envs (the checker runs them through the real local sandbox) and
+    the community countdown env; reference actions are correct solutions."""
+    import json
+
+    from envs_contrib.countdown.dataset import make_rows as countdown_rows
+    from skyrl_gym.envs.humaneval.dataset import load_problems, problem_to_row
+
+    lcb_tests = [
+        {"input": "3\n4 9 2\n", "output": "9\n", "testtype": "stdin"},
+        {"input": "[1, 2]\n[3]", "output": "[1, 2, 3]", "testtype": "functional", "metadata": {"func_name": "concat"}},
+    ]
+    lcb_solution = (
+        "```python\nimport sys\n\ndef concat(a, b):\n    return a + b\n\n"
+        "data = sys.stdin.read().split()\nif data:  # functional tests call concat() with no stdin\n    print(max(map(int, data[1:])))\n```"
+    )
+    problem = next(iter(load_problems().values()))
+    humaneval = problem_to_row(problem)
+    humaneval_solution = "```python\n" + problem["prompt"] + problem["canonical_solution"] + "\n```"
+    rows: Dict[str, List[Dict[str, Any]]] = {
+        "lcb": [
+            {
+                "data_source": "livecodebench",
+                "prompt": _user("Print the largest of n numbers; also define concat(a, b). Answer in a ```python block."),
+                "env_class": "lcb",
+                "reward_spec": {"method": "rule", "ground_truth": json.dumps(lcb_tests)},
+                "extra_info": {"reference_action": lcb_solution},
+            }
+        ],
+        "code_interpreter": [
+            {
+                "data_source": "code_interpreter_demo",
+                "prompt": _user("What is 2**10? Use <tool><python>...</python></tool>; answer in \\boxed{}."),
+                "env_class": "code_interpreter",
+                "reward_spec": {"method": "rule", "ground_truth": "1024"},
+                "max_turns": 3,
+                "extra_info": {"reference_action": "2**10 is \\boxed{1024}."},
+            }
+        ],
+        "countdown": countdown_rows(2, seed=5),  # extra_info.solution is the reference action
+    }
+    rows["humaneval"] = [{**humaneval, "extra_info": {**humaneval["extra_info"], "reference_action": humaneval_solution}}]
+    return rows
+
+
+BUILTIN_ROWS.update(_code_env_rows())
+
+
 def builtin_env_ids() -> List[str]:
     """Every env registered by skyrl-gym itself (plugins excluded)."""
     import skyrl_gym
