@@ -59,7 +59,7 @@ def verl(session: nox.Session) -> None:
     # Only what these tests need: with the whole `dev` extra, pip's resolver ran for over 13 minutes here.
     # search: the conformance cases' BM25 server; gymnasium: the bridge column of the conformance table.
     _install(session, "-e", f"{ROOT}[data,search,gymnasium,embedded-model,verl]", *TEST_TOOLS)
-    _pytest(session, "tests/adapters", "-m", "verl")
+    _pytest(session, "tests/adapters", "tests/sandboxes/test_service_verl.py", "-m", "verl")
 
 
 @nox.session(python="3.11")

@@ -155,4 +155,8 @@ def builtin_env_ids() -> List[str]:
     """Every env registered by skyrl-gym itself (plugins excluded)."""
     import skyrl_gym
 
-    return sorted(env_id for env_id, spec in skyrl_gym.registry.items() if spec.provider == "skyrl-gym")
+    return sorted(
+        env_id
+        for env_id, spec in skyrl_gym.registry.items()
+        if spec.provider == "skyrl-gym" and not env_id.startswith("test")  # envs other tests register
+    )
