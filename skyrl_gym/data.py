@@ -76,14 +76,15 @@ def row_extras(row: Mapping[str, Any]) -> Dict[str, Any]:
     return {key: value for key, value in row.items() if key not in ("prompt", "env_class")}
 
 
-def _to_plain(value: Any) -> Any:
-    """Parquet gives numpy arrays for lists; envs and JSON want plain Python values."""
+def to_plain(value: Any) -> Any:
+    """Plain Python values: Parquet readers (pyarrow, veRL's loader) give numpy arrays for list columns;
+    envs and JSON want lists and dicts."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         value = value.tolist()
     if isinstance(value, Mapping):
-        return {key: _to_plain(item) for key, item in value.items()}
+        return {key: to_plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_to_plain(item) for item in value]
+        return [to_plain(item) for item in value]
     return value
 
 
@@ -105,7 +106,7 @@ def _read_parquet(path: Path) -> Iterator[Dict[str, Any]]:
         raise ImportError("reading Parquet needs pyarrow: pip install 'skyrl-gym[data]'") from exc
     table = pq.read_table(path)
     for record in table.to_pylist():
-        yield _to_plain(record)
+        yield to_plain(record)
 
 
 def read_records(path: Union[str, Path]) -> Iterator[Dict[str, Any]]:
@@ -138,7 +139,7 @@ def load_rows(
     for index, record in enumerate(records):
         if limit is not None and index >= limit:
             break
-        record = _to_plain(record)
+        record = to_plain(record)
         rows.append(validate_row(record, index) if validate else record)  # type: ignore[arg-type]
     return rows
 

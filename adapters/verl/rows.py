@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
-from skyrl_gym.data import DatasetRow, row_extras, validate_row
+from skyrl_gym.data import DatasetRow, row_extras, to_plain, validate_row
 from skyrl_gym.errors import DataError
 
 AGENT_NAME = "skyrl_gym_agent"
@@ -54,20 +54,9 @@ DATA_SOURCE_ENVS: Dict[str, str] = {
 }
 
 
-def _to_plain(value: Any) -> Any:
-    """Plain Python values: veRL hands numpy arrays and 0-d objects for list and dict columns."""
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        value = value.tolist()
-    if isinstance(value, Mapping):
-        return {key: _to_plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_to_plain(item) for item in value]
-    return value
-
-
 def row_to_verl(row: Mapping[str, Any], index: Optional[int] = None, agent_name: str = AGENT_NAME) -> Dict[str, Any]:
     """One dataset row as a veRL row. ``index`` (the row's position) fills ``extra_info.index`` when absent."""
-    row = validate_row(_to_plain(dict(row)), index, require_env_class=True)
+    row = validate_row(to_plain(dict(row)), index, require_env_class=True)
     reward_spec = dict(row.get("reward_spec") or {})
     # Rows in SkyRL's AIME layout carry veRL's own reward_model column instead of reward_spec.
     verl_reward = reward_spec or dict(row.get("reward_model") or {})
@@ -140,7 +129,7 @@ def env_class_of(verl_row: Mapping[str, Any]) -> str:
 
 def verl_to_row(verl_row: Mapping[str, Any]) -> DatasetRow:
     """A veRL row (from Parquet, or the keyword arguments veRL gives an agent loop) as a dataset row."""
-    verl_row = _to_plain(dict(verl_row))
+    verl_row = to_plain(dict(verl_row))
     sidecar = read_sidecar(verl_row.get("extra_info"))
     prompt = verl_row.get("prompt")
     if prompt is None:
