@@ -26,6 +26,7 @@ from adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
+from adapters.engines.http_sessions import LoopSessions
 from adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -76,25 +77,12 @@ class RemoteEngine:
         self.wants_messages = api == "chat"
         self._prompt_as_text = False
         self._warned: set = set()
-        self._sessions: Dict[int, Any] = {}
+        self._http = LoopSessions(self.api_key, self.timeout_s, self.max_concurrency)
         self.weight_version = 0
 
     # ------------------------------------------------------------------ HTTP plumbing
     def _session(self) -> Any:
-        """One aiohttp session per event loop (sessions cannot cross loops)."""
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(id(loop))
-        if session is None or session.closed:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            session = aiohttp.ClientSession(
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(limit=self.max_concurrency),
-            )
-            self._sessions[id(loop)] = session
-        return session
+        return self._http.get()
 
     async def _post(self, path: str, payload: Dict[str, Any]) -> Any:
         session = self._session()
@@ -293,14 +281,11 @@ class RemoteEngine:
         await self._post("/wake_up", {})
 
     async def aclose(self) -> None:
-        sessions, self._sessions = self._sessions, {}
-        for session in sessions.values():
-            if not session.closed:
-                await session.close()
+        await self._http.aclose()
 
     def close(self) -> None:
         """Drop HTTP sessions (call :meth:`aclose` from a running loop to close them cleanly)."""
-        self._sessions = {}
+        self._http.forget()
 
 
 __all__ = ["RemoteEngine"]

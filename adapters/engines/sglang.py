@@ -29,6 +29,7 @@ from adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
+from adapters.engines.http_sessions import LoopSessions
 from adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -67,23 +68,11 @@ class SGLangEngine:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
-        self._sessions: Dict[int, Any] = {}
+        self._http = LoopSessions(self.api_key, self.timeout_s, self.max_concurrency)
         self.weight_version = 0
 
     def _session(self) -> Any:
-        import aiohttp
-
-        loop = asyncio.get_running_loop()
-        session = self._sessions.get(id(loop))
-        if session is None or session.closed:
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            session = aiohttp.ClientSession(
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(limit=self.max_concurrency),
-            )
-            self._sessions[id(loop)] = session
-        return session
+        return self._http.get()
 
     async def _request(self, method: str, path: str, payload: Optional[Dict[str, Any]] = None) -> Any:
         try:
@@ -203,13 +192,10 @@ class SGLangEngine:
         await self._request("POST", "/resume_memory_occupation", {})
 
     async def aclose(self) -> None:
-        sessions, self._sessions = self._sessions, {}
-        for session in sessions.values():
-            if not session.closed:
-                await session.close()
+        await self._http.aclose()
 
     def close(self) -> None:
-        self._sessions = {}
+        self._http.forget()
 
 
 __all__ = ["SGLangEngine"]
