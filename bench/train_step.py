@@ -3,11 +3,13 @@
 Both trainers get the same model, the same rows (single-digit products from the ``multiply`` env,
 scored by the same env), the same batch (8 prompts x 4 samples), 16 new tokens, lr 1e-5, no KL term.
 TRL's ``GRPOTrainer`` runs in its own virtual environment (its transformers pin clashes), started by
-this script as a subprocess in the same run.
+this script as a subprocess in the same run. The bundled trainer packs each micro-batch (one copy of each
+prompt, no padding; ``skyrl_train/workers/packing.py``) unless ``--no-packing``; TRL pads.
 
     python bench/train_step.py                         # tiny random Qwen2 (SmolLM2 tokenizer)
     python bench/train_step.py --model smollm2-135m     # the embedded SmolLM2-135M-Instruct
     python bench/train_step.py --trl-python /work/.venvs/trl/bin/python --steps 6
+    python bench/train_step.py --model smollm2-135m --no-packing   # the padded layout, for comparison
 
 Prints seconds per step (mean over the steps after the first, which warms up) and the ratio.
 """
@@ -40,7 +42,7 @@ def write_rows(folder: Path) -> Path:
     return path
 
 
-def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool) -> Dict[str, Any]:
+def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, packing: bool = True) -> Dict[str, Any]:
     from skyrl_train.config import load_config
     from skyrl_train.trainer import PPOTrainer
 
@@ -70,6 +72,7 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool) -
             f"trainer.log_path={out}",
             "trainer.progress_bar=false",
             f"trainer.cpu_bf16_autocast={str(bf16).lower()}",
+            f"trainer.use_sample_packing={str(packing).lower()}",
         ]
     )
     with PPOTrainer(cfg) as trainer:
@@ -79,7 +82,8 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool) -
         key: statistics.mean(h.get(f"timing/{key}", 0.0) for h in history)
         for key in ("generate", "env", "prepare", "train", "sync", "step")
     }
-    return {"step_s": split["step"], "split": split, "steps": len(history)}
+    tokens = statistics.mean(h.get("policy/model_tokens", 0.0) for h in history)
+    return {"step_s": split["step"], "split": split, "steps": len(history), "model_tokens": tokens}
 
 
 TRL_TEMPLATE = r'''
@@ -158,6 +162,7 @@ def main() -> int:
     parser.add_argument("--model", default="tiny", help="'tiny' (random Qwen2, SmolLM2 tokenizer) or a model name/folder")
     parser.add_argument("--steps", type=int, default=5, help="steps per trainer (the first is a warm-up)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's default)")
+    parser.add_argument("--no-packing", action="store_true", help="padded micro-batches (trainer.use_sample_packing=false)")
     parser.add_argument("--trl-python", default=os.environ.get("TRL_PYTHON", "/work/.venvs/trl/bin/python"))
     args = parser.parse_args()
 
@@ -171,11 +176,13 @@ def main() -> int:
               f"{NEW_TOKENS} new tokens, {args.steps} steps each (first one dropped)", flush=True)
         t0 = time.perf_counter()
         print(f"precision: {'bf16 autocast' if args.bf16 else 'float32'} in both", flush=True)
-        ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", args.bf16)
+        print(f"sequence packing: {'off' if args.no_packing else 'on'}", flush=True)
+        ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", args.bf16, packing=not args.no_packing)
         print(f"skyrl_train: {ours['step_s']:.2f} s/step  (ran {time.perf_counter() - t0:.0f}s)", flush=True)
         split = ours["split"]
         print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in ("generate", "env", "prepare", "train", "sync")))
         print("  (env time is summed inside generation; it overlaps with it)")
+        print(f"  tokens through the policy per training step: {ours['model_tokens']:.0f} (padding included)")
         if not Path(args.trl_python).exists():
             print(f"TRL: skipped ({args.trl_python} not found; pass --trl-python)")
             return 0

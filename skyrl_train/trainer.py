@@ -175,6 +175,7 @@ class PPOTrainer:
             seed=self.t.seed,
             total_training_steps=updates,
             cpu_bf16_autocast=self.t.cpu_bf16_autocast,
+            sample_packing=self.t.use_sample_packing,
         )
 
     def _build_workers(self) -> None:

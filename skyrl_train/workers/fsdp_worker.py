@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from skyrl_train.workers.batch import TrainingBatch
+from skyrl_train.workers.packing import PACKABLE_ATTENTION, pack
 
 ROLES = ("policy", "ref", "critic")
 
@@ -37,6 +38,8 @@ class WorkerSpec:
     seed: int = 42
     total_training_steps: int = 1000
     cpu_bf16_autocast: bool = False
+    sample_packing: bool = True
+    """Pack micro-batches (shared prompts, no padding; see ``packing``) where attention takes a 4D mask."""
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -100,6 +103,9 @@ class TrainingWorker:
         self.algorithm: Any = None
         self.temperature = 1.0
         self.global_step = 0
+        self.packing = False
+        self.tokens_run = 0
+        """Tokens (padding included) through the model so far: what packing saves shows here."""
 
     # ------------------------------------------------------------------ set-up
     def rendezvous_address(self) -> tuple:
@@ -162,6 +168,9 @@ class TrainingWorker:
         if self.world_size > 1 or cuda:
             self._shard(model)
         self.model = model
+        attention = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
+        attention = getattr(attention, "_attn_implementation", None)
+        self.packing = bool(self.spec.sample_packing and attention in PACKABLE_ATTENTION)
         if self.spec.role == "ref":
             model.eval()
             for p in model.parameters():
@@ -238,18 +247,26 @@ class TrainingWorker:
     def _forward_impl(self, batch: TrainingBatch) -> Any:
         t = {k: v.to(self.device) for k, v in batch.tensors.items()}
         T = batch.response_length
+        if self.packing:
+            packed = pack(batch.tensors, batch.prompt_length)
+            inputs = {
+                "input_ids": packed.input_ids.to(self.device),
+                "attention_mask": packed.attention_mask.to(self.device),
+                "position_ids": packed.position_ids.to(self.device),
+            }
+            keep = packed.keep
+            select = lambda kept: packed.gather(kept)  # noqa: E731  (R, keep, ...) -> (B, T, ...)
+        else:
+            inputs = {k: t[k] for k in ("input_ids", "attention_mask", "position_ids")}
+            keep = T + 1
+            select = lambda kept: kept[:, :-1]  # noqa: E731  positions P-1 .. P+T-2
+        self.tokens_run += int(inputs["input_ids"].numel())
         if self.spec.role == "critic":
-            values = self.model(t["input_ids"], t["attention_mask"], t["position_ids"])
-            return values[:, batch.prompt_length - 1 : batch.prompt_length - 1 + T].float(), t
-        out = self.model(
-            input_ids=t["input_ids"],
-            attention_mask=t["attention_mask"],
-            position_ids=t["position_ids"],
-            use_cache=False,
-            logits_to_keep=T + 1,
-        )
-        logits = out.logits[:, :-1, :]  # positions P-1 .. P+T-2
+            values = self.model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])
+            return select(values[:, values.shape[1] - keep :]).float(), t
+        out = self.model(**inputs, use_cache=False, logits_to_keep=keep)
         entropy_grad = bool(self.algorithm is not None and self.algorithm.use_entropy_loss)
+        logits = select(out.logits)
         return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature, entropy_grad), t
 
     @torch.no_grad()
@@ -277,6 +294,7 @@ class TrainingWorker:
         """One optimizer step on this worker's share of a mini-batch (gradient accumulation over micro-batches)."""
         assert self.optimizer is not None, f"the {self.spec.role} worker has no optimizer"
         start_time = time.perf_counter()
+        tokens_before = self.tokens_run
         micro = self.spec.micro_train_batch_size
         self.optimizer.zero_grad(set_to_none=True)
         totals: Dict[str, float] = {}
@@ -302,6 +320,7 @@ class TrainingWorker:
         out = {f"{prefix}/{k}": v for k, v in totals.items()}
         out[f"{prefix}/grad_norm"] = grad_norm_value
         out[f"{prefix}/lr"] = float(self.scheduler.get_last_lr()[0])
+        out[f"{prefix}/model_tokens"] = float(self.tokens_run - tokens_before)  # padding included
         out[f"timing/{prefix}_train_step_s"] = time.perf_counter() - start_time
         return out
 

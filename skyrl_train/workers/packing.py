@@ -1,0 +1,163 @@
+"""Sequence packing with shared prompts: a micro-batch without padding and with each prompt computed once.
+
+The padded layout (``batch.py``) spends compute on padding and, in GRPO-style groups, runs the same
+prompt once per sample. Packing lays the micro-batch out differently and tells attention what may see
+what with an explicit mask, so every response token still sees exactly what it saw in its padded row:
+
+* rows of the micro-batch with identical prompts form a *segment*: the prompt once, then one *branch*
+  per response;
+* a segment's prompt body (all prompt tokens but the last) is shared; each branch starts with its own
+  copy of the last prompt token followed by the response, at the positions the padded row gave them;
+* a token attends to tokens of its own segment with a lower or equal position, either in the prompt
+  body or in its own branch; a padding token attends only to itself;
+* segments are packed into rows no longer than the longest segment (first fit, longest first); prompt
+  bodies go on the left of a row and branches on the right, and rows are left-padded, so all the
+  positions whose logits are needed sit in the last ``keep`` columns of every row.
+
+The copy of the last prompt token is what makes the last property hold: the logit that predicts a
+response's first token comes from the branch, not from the shared prompt in the middle of the row.
+Attention implementations that take a 4D mask (``sdpa``, ``eager``) can run packed rows; flash
+attention cannot, so the worker uses the padded layout there.
+
+The result is exact (the same log-probabilities up to float reordering) and, for 4 samples of an
+80-token prompt with 16-token answers, runs about a third of the padded tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+import torch
+
+PACKABLE_ATTENTION = ("sdpa", "eager")
+
+
+@dataclass
+class PackedBatch:
+    input_ids: torch.Tensor
+    """(R, L) token ids, left-padded."""
+    position_ids: torch.Tensor
+    """(R, L) the position each token had in its padded row."""
+    attention_mask: torch.Tensor
+    """(R, 1, L, L) boolean, True where a query (row) may attend to a key (column)."""
+    keep: int
+    """How many columns at the right end of each row hold every position whose output is needed."""
+    gather_index: torch.Tensor
+    """(B, T) for each padded row and response slot, the index into the flattened ``(R, keep)`` outputs
+    of the position that predicts that response token (a valid dummy index where the slot is padding)."""
+
+    num_real_tokens: int
+    """Tokens that are not padding."""
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.numel())
+
+    def gather(self, kept: torch.Tensor) -> torch.Tensor:
+        """Outputs of the kept columns, ``(R, keep, ...)``, rearranged to the padded ``(B, T, ...)``."""
+        flat = kept.reshape(kept.shape[0] * kept.shape[1], *kept.shape[2:])
+        B, T = self.gather_index.shape
+        return flat.index_select(0, self.gather_index.reshape(-1)).reshape(B, T, *kept.shape[2:])
+
+
+@dataclass
+class _Segment:
+    prompt: List[int]
+    responses: List[Tuple[int, List[int]]]
+    """(padded row, response tokens) for each row that shares this prompt."""
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt) - 1 + sum(1 + len(r) for _, r in self.responses)
+
+
+def _rows(tensors: Dict[str, torch.Tensor], prompt_length: int) -> List[Tuple[List[int], List[int]]]:
+    """The (prompt, response) token lists of each padded row, padding removed."""
+    ids = tensors["input_ids"].tolist()
+    attention = tensors["attention_mask"].tolist()
+    rows = []
+    for row_ids, row_mask in zip(ids, attention):
+        prompt = [t for t, m in zip(row_ids[:prompt_length], row_mask[:prompt_length]) if m]
+        response_len = sum(row_mask[prompt_length:])
+        rows.append((prompt, row_ids[prompt_length : prompt_length + response_len]))
+    return rows
+
+
+def pack(tensors: Dict[str, torch.Tensor], prompt_length: int, pad_token_id: int = 0) -> PackedBatch:
+    """Pack the padded rows of one micro-batch (see the module docstring for the layout)."""
+    rows = _rows(tensors, prompt_length)
+    response_slots = int(tensors["input_ids"].shape[1]) - prompt_length
+    for i, (prompt, _) in enumerate(rows):
+        if not prompt:
+            raise ValueError(f"row {i} has an empty prompt; packing needs at least one prompt token")
+
+    segments: Dict[Tuple[int, ...], _Segment] = {}
+    for i, (prompt, response) in enumerate(rows):
+        segments.setdefault(tuple(prompt), _Segment(prompt, [])).responses.append((i, response))
+
+    # first fit, longest first, into rows as long as the longest segment
+    capacity = max(s.length for s in segments.values())
+    bins: List[List[_Segment]] = []
+    room: List[int] = []
+    for seg in sorted(segments.values(), key=lambda s: s.length, reverse=True):
+        for b, free in enumerate(room):
+            if seg.length <= free:
+                bins[b].append(seg)
+                room[b] -= seg.length
+                break
+        else:
+            bins.append([seg])
+            room.append(capacity - seg.length)
+
+    R, L = len(bins), capacity
+    input_ids = torch.full((R, L), pad_token_id, dtype=torch.long)
+    position_ids = torch.zeros((R, L), dtype=torch.long)
+    segment_ids = torch.full((R, L), -1, dtype=torch.long)  # -1: padding
+    branch_ids = torch.zeros((R, L), dtype=torch.long)  # 0: prompt body, k: k-th branch of its segment
+    # (bin, column) of the position predicting each response token of each padded row
+    predictors: List[List[Tuple[int, int]]] = [[] for _ in rows]
+    branch_widths: List[int] = []
+
+    for b, segs in enumerate(bins):
+        pad = L - sum(s.length for s in segs)
+        tokens: List[int] = []
+        positions: List[int] = []
+        seg_of: List[int] = []
+        branch_of: List[int] = []
+        for s, seg in enumerate(segs):  # prompt bodies first
+            body = seg.prompt[:-1]
+            tokens += body
+            positions += range(len(body))
+            seg_of += [s] * len(body)
+            branch_of += [0] * len(body)
+        branch_start = pad + len(tokens)
+        for s, seg in enumerate(segs):  # then the branches: last prompt token + response
+            p = len(seg.prompt)
+            for k, (row, response) in enumerate(seg.responses, start=1):
+                column = pad + len(tokens)
+                predictors[row] = [(b, column + t) for t in range(len(response))]
+                tokens += [seg.prompt[-1], *response]
+                positions += range(p - 1, p + len(response))
+                seg_of += [s] * (1 + len(response))
+                branch_of += [k] * (1 + len(response))
+        input_ids[b, pad:] = torch.as_tensor(tokens, dtype=torch.long)
+        position_ids[b, pad:] = torch.as_tensor(positions, dtype=torch.long)
+        segment_ids[b, pad:] = torch.as_tensor(seg_of, dtype=torch.long)
+        branch_ids[b, pad:] = torch.as_tensor(branch_of, dtype=torch.long)
+        branch_widths.append(L - branch_start)
+
+    same_segment = segment_ids[:, :, None] == segment_ids[:, None, :]
+    visible_branch = (branch_ids[:, None, :] == 0) | (branch_ids[:, :, None] == branch_ids[:, None, :])
+    not_later = position_ids[:, None, :] <= position_ids[:, :, None]
+    real = segment_ids >= 0
+    mask = same_segment & visible_branch & not_later & real[:, None, :] & real[:, :, None]
+    mask |= torch.eye(L, dtype=torch.bool).expand(R, L, L)  # padding sees itself (no empty softmax rows)
+
+    keep = max(1, max(branch_widths))
+    first_kept = L - keep
+    gather_index = torch.zeros((len(rows), response_slots), dtype=torch.long)
+    for row, cols in enumerate(predictors):
+        for t, (b, column) in enumerate(cols):
+            gather_index[row, t] = b * keep + (column - first_kept)
+    return PackedBatch(input_ids, position_ids, mask.unsqueeze(1), keep, gather_index, int(real.sum()))

@@ -1,0 +1,117 @@
+"""Sequence packing gives the padded layout's log-probabilities, values and gradients, with fewer tokens."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from skyrl_train.config.schema import AlgorithmConfig, OptimizerConfig
+from skyrl_train.algorithms import POLICY_LOSSES
+from skyrl_train.workers.batch import build_batch
+from skyrl_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
+from skyrl_train.workers.packing import pack
+
+
+def _grouped_batch(groups=3, samples=4, seed=0, vocab=64):
+    """GRPO-shaped rows: a few prompts of different lengths, several responses of different lengths each."""
+    rng = random.Random(seed)
+    prompts, responses, masks, uids, rewards = [], [], [], [], []
+    for g in range(groups):
+        prompt = [rng.randrange(1, vocab) for _ in range(rng.randint(2, 9))]
+        for _ in range(samples):
+            response = [rng.randrange(1, vocab) for _ in range(rng.randint(1, 7))]
+            prompts.append(prompt)
+            responses.append(response)
+            masks.append([1] * len(response))
+            uids.append(f"g{g}")
+            rewards.append(float(rng.random()))
+    # one multi-turn-like row whose middle tokens are an observation (loss mask 0)
+    responses[-1] = responses[-1] + [5, 6, 7]
+    masks[-1] = masks[-1][: len(responses[-1]) - 3] + [0, 0, 1]
+    return build_batch(prompts, responses, masks, pad_token_id=0, uids=uids, rewards=rewards)
+
+
+def test_layout_stores_each_prompt_once_and_is_causal_in_positions():
+    batch = _grouped_batch(groups=2, samples=3)
+    packed = pack(batch.tensors, batch.prompt_length)
+    attention = batch.tensors["attention_mask"]
+    prompt_lengths = attention[:, : batch.prompt_length].sum(1).tolist()
+    response_lengths = attention[:, batch.prompt_length :].sum(1).tolist()
+    # each distinct prompt once (its last token once per response), each response token once
+    distinct = {i // 3: prompt_lengths[i] for i in range(batch.size)}
+    expected = sum(p - 1 for p in distinct.values()) + sum(1 + r for r in response_lengths)
+    assert packed.num_real_tokens == expected
+    assert packed.num_tokens < batch.tensors["input_ids"].numel()
+    mask = packed.attention_mask[:, 0]
+    assert mask.shape[-1] == mask.shape[-2] == packed.input_ids.shape[1]
+    pos = packed.position_ids
+    assert not (mask & (pos[:, None, :] > pos[:, :, None])).any(), "a token attends to a later position"
+
+
+def test_rejects_an_empty_prompt():
+    tensors = build_batch([[1, 2], [3]], [[4], [5]], [[1], [1]], pad_token_id=0).tensors
+    tensors["attention_mask"][1, :2] = 0
+    with pytest.raises(ValueError, match="row 1 has an empty prompt"):
+        pack(tensors, 2)
+
+
+def _worker(model_dir, role="policy", packing=True):
+    spec = WorkerSpec(
+        role=role,
+        model_path=str(model_dir),
+        optimizer=OptimizerConfig(lr=1e-3),
+        micro_train_batch_size=64,
+        micro_forward_batch_size=64,
+        sample_packing=packing,
+    )
+    worker = TrainingWorker(spec)
+    worker.load_model()
+    if role == "policy":
+        worker.configure_algorithm(AlgorithmConfig(), POLICY_LOSSES.get("regular"), 1.0)
+    return worker
+
+
+@pytest.mark.parametrize("role", ["policy", "critic"])
+def test_packed_forward_equals_padded(tiny_lm_dir, role):
+    batch = _grouped_batch()
+    padded, packed = _worker(tiny_lm_dir, role, packing=False), _worker(tiny_lm_dir, role, packing=True)
+    assert packed.packing and not padded.packing
+    a, b = padded.forward(batch), packed.forward(batch)
+    mask = batch.tensors["response_mask"].bool() | (batch.tensors["attention_mask"][:, batch.prompt_length :] > 0)
+    for key in a:
+        assert torch.allclose(a[key][mask], b[key][mask], atol=1e-5), key
+    assert packed.tokens_run < 0.7 * padded.tokens_run
+
+
+def test_packed_training_step_equals_padded(tiny_lm_dir):
+    batch = _grouped_batch(seed=3)
+    T = batch.response_length
+    batch = batch.with_tensors(advantages=torch.linspace(-1, 1, batch.size)[:, None].expand(-1, T).contiguous())
+    padded, packed = _worker(tiny_lm_dir, packing=False), _worker(tiny_lm_dir, packing=True)
+    ma, mb = padded.train_step(batch), packed.train_step(batch)
+    assert abs(ma["policy/loss"] - mb["policy/loss"]) < 1e-5
+    assert abs(ma["policy/grad_norm"] - mb["policy/grad_norm"]) < 1e-4 * max(1.0, ma["policy/grad_norm"])
+    for (name, p), q in zip(padded.model.named_parameters(), packed.model.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
+
+
+def test_packing_with_a_real_chat_model_and_shared_prompts(tiny_chat_model):
+    """The embedded SmolLM2 tokenizer's chat prompts, four samples each, on the tiny chat model."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_chat_model))
+    prompts, responses = [], []
+    for question in ("What is 3 * 4?", "What is 7 * 8? Think first."):
+        ids = tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        for answer in ("12", "The answer is \\boxed{56}.", "I do not know", "56"):
+            prompts.append(ids)
+            responses.append(tok(answer + "<|im_end|>", add_special_tokens=False)["input_ids"])
+    batch = build_batch(prompts, responses, [[1] * len(r) for r in responses], tok.pad_token_id)
+    padded, packed = _worker(tiny_chat_model, packing=False), _worker(tiny_chat_model, packing=True)
+    a, b = padded.forward(batch), packed.forward(batch)
+    mask = batch.tensors["response_mask"].bool()
+    assert torch.allclose(a["log_probs"][mask], b["log_probs"][mask], atol=1e-5)
+    assert packed.tokens_run < 0.5 * padded.tokens_run
