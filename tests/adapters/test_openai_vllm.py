@@ -10,7 +10,6 @@ openai = pytest.importorskip("openai")
 
 from adapters.openai_agents import chat_completions_agent, run_episode  # noqa: E402
 from skyrl_gym.envs.gsm8k.multi_turn_env import LAST_TURN_MESSAGE  # noqa: E402
-from tests.adapters.engines.test_vllm import vllm_server  # noqa: E402,F401  (fixture: `vllm serve` with the tiny model)
 
 
 def test_chat_completions_agent_plays_a_multi_turn_env_on_vllm(vllm_server):

@@ -7,10 +7,6 @@ the session stays a few minutes long. Each part checks a weight update that chan
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
@@ -103,48 +99,7 @@ async def test_multi_turn_rollout_on_vllm(vllm_engine: Any, tokenizer: Any) -> N
 
 
 # ---------------------------------------------------------------------------------------------- the server
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import requests
-
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
-             "--served-model-name", "tiny", "--max-model-len", "1024", "--dtype", "float32", "--enforce-eager",
-             "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 480  # ~50 s on an idle 2-core machine; far more when it is shared
-        while time.time() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"vLLM server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if requests.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail(f"vLLM server not healthy after 480 s:\n{log.read_text()[-3000:]}")
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+# `vllm_server` (tests/conftest.py): one `vllm serve` with the tiny model for the whole session.
 
 
 async def test_remote_engine_token_in_token_out_against_vllm_serve(vllm_server: str, tokenizer: Any,
