@@ -3,10 +3,10 @@
     python -m skyrl_train.quickstart                # or: skyrl-gym quickstart
     python -m skyrl_train.quickstart --steps 20 trainer.policy.optimizer_config.lr=2e-5
 
-On this project's 2-core CPU, 40 steps took 5.8 minutes in all on a quiet machine (27 while it was
-heavily shared). The model starts out rarely boxing a correct product (reward ~0); with reward 1.0 for a
-correct ``\\boxed{}`` product and 0.1 for a boxed wrong one it reached a held-out greedy eval reward of
-0.41 (from 0.0) after 40 steps in the measured runs. It evaluates greedily on held-out rows before and
+On this project's 2-core CPU, 40 steps took 4.8 minutes in all on a quiet machine (27 while it was
+heavily shared, before sequence packing). The model starts out rarely boxing a correct product (reward ~0);
+with reward 1.0 for a correct ``\\boxed{}`` product and 0.1 for a boxed wrong one it reached a held-out
+greedy eval reward of 0.41-0.55 (from 0.0) after 40 steps in the measured runs. It evaluates greedily on held-out rows before and
 after training, saves a checkpoint and a Hugging Face export, and plots reward per step. On a machine
 with a GPU the same command trains there. Any trainer key can be overridden as ``key=value``.
 """

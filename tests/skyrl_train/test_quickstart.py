@@ -2,7 +2,7 @@
 
 CI runs the machinery on the tiny random model (2 steps) and the real recipe (SmolLM2-135M) for 12 steps,
 long enough for it to start boxing answers (reward ~0 -> ~0.1). The full 40-step run with evaluations
-(6 minutes on a quiet 2-core machine, 27 on a busy one) is opt-in with SKYRL_GYM_FULL_QUICKSTART=1.
+(5 minutes on a quiet 2-core machine, far more on a busy one) is opt-in with SKYRL_GYM_FULL_QUICKSTART=1.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_real_model_reward_rises_in_12_steps(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("SKYRL_GYM_FULL_QUICKSTART") != "1", reason="the full quickstart takes 6-25 minutes; set SKYRL_GYM_FULL_QUICKSTART=1")
+@pytest.mark.skipif(os.environ.get("SKYRL_GYM_FULL_QUICKSTART") != "1", reason="the full quickstart takes 5-25 minutes; set SKYRL_GYM_FULL_QUICKSTART=1")
 def test_full_quickstart_improves_reward(tmp_path):
     summary = run_quickstart(tmp_path, steps=40)
     assert summary["train_reward_last_steps"] > summary["train_reward_first_steps"] + 0.2
