@@ -174,7 +174,8 @@ class TrainerConfig:
     gradient_checkpointing: bool = True
     use_sample_packing: bool = True
     """Pack each micro-batch: no padding, and rows that share a prompt compute it once (exact; see
-    ``skyrl_train.workers.packing``). Used where attention takes a 4D mask (sdpa, eager), not with flash attention."""
+    ``skyrl_train.workers.packing``). With flash attention, which takes no 4D mask, sequences are packed end
+    to end instead (no padding; prompts repeated)."""
     cpu_bf16_autocast: bool = False
     """On CPU, run forward/backward under bfloat16 autocast (fp32 master weights), as TRL does by
     default; much faster on CPUs with AVX512-BF16/AMX, slightly less precise. GPUs use fsdp_config.mixed_precision."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from skyrl_train.workers.batch import TrainingBatch
-from skyrl_train.workers.packing import PACKABLE_ATTENTION, pack
+from skyrl_train.workers.packing import layout, layout_for
 
 ROLES = ("policy", "ref", "critic")
 
@@ -103,7 +103,8 @@ class TrainingWorker:
         self.algorithm: Any = None
         self.temperature = 1.0
         self.global_step = 0
-        self.packing = False
+        self.layout = "padded"
+        """How micro-batches reach the model: ``shared_prefix``, ``varlen`` or ``padded`` (see ``packing``)."""
         self.tokens_run = 0
         """Tokens (padding included) through the model so far: what packing saves shows here."""
 
@@ -170,7 +171,7 @@ class TrainingWorker:
         self.model = model
         attention = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
         attention = getattr(attention, "_attn_implementation", None)
-        self.packing = bool(self.spec.sample_packing and attention in PACKABLE_ATTENTION)
+        self.layout = layout_for(attention, self.spec.sample_packing)
         if self.spec.role == "ref":
             model.eval()
             for p in model.parameters():
@@ -246,27 +247,15 @@ class TrainingWorker:
 
     def _forward_impl(self, batch: TrainingBatch) -> Any:
         t = {k: v.to(self.device) for k, v in batch.tensors.items()}
-        T = batch.response_length
-        if self.packing:
-            packed = pack(batch.tensors, batch.prompt_length)
-            inputs = {
-                "input_ids": packed.input_ids.to(self.device),
-                "attention_mask": packed.attention_mask.to(self.device),
-                "position_ids": packed.position_ids.to(self.device),
-            }
-            keep = packed.keep
-            select = lambda kept: packed.gather(kept)  # noqa: E731  (R, keep, ...) -> (B, T, ...)
-        else:
-            inputs = {k: t[k] for k in ("input_ids", "attention_mask", "position_ids")}
-            keep = T + 1
-            select = lambda kept: kept[:, :-1]  # noqa: E731  positions P-1 .. P+T-2
-        self.tokens_run += int(inputs["input_ids"].numel())
+        rows = layout(self.layout, batch.tensors, batch.prompt_length)
+        inputs = rows.model_inputs(self.device)
+        self.tokens_run += rows.num_tokens
         if self.spec.role == "critic":
-            values = self.model(inputs["input_ids"], inputs["attention_mask"], inputs["position_ids"])
-            return select(values[:, values.shape[1] - keep :]).float(), t
-        out = self.model(**inputs, use_cache=False, logits_to_keep=keep)
+            values = self.model(**inputs)
+            return rows.gather(rows.kept(values)).float(), t
+        out = self.model(**inputs, use_cache=False, logits_to_keep=rows.logits_to_keep(self.device))
         entropy_grad = bool(self.algorithm is not None and self.algorithm.use_entropy_loss)
-        logits = select(out.logits)
+        logits = rows.gather(out.logits)  # (B, T, V): the logits that predict each response token
         return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature, entropy_grad), t
 
     @torch.no_grad()

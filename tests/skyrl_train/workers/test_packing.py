@@ -11,7 +11,7 @@ from skyrl_train.config.schema import AlgorithmConfig, OptimizerConfig
 from skyrl_train.algorithms import POLICY_LOSSES
 from skyrl_train.workers.batch import build_batch
 from skyrl_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
-from skyrl_train.workers.packing import pack
+from skyrl_train.workers.packing import layout_for, pack, pack_varlen
 
 
 def _grouped_batch(groups=3, samples=4, seed=0, vocab=64):
@@ -50,46 +50,68 @@ def test_layout_stores_each_prompt_once_and_is_causal_in_positions():
     assert not (mask & (pos[:, None, :] > pos[:, :, None])).any(), "a token attends to a later position"
 
 
-def test_rejects_an_empty_prompt():
+def test_varlen_layout_is_every_row_end_to_end_with_positions_restarting():
+    batch = _grouped_batch(groups=2, samples=2)
+    packed = pack_varlen(batch.tensors, batch.prompt_length)
+    attention = batch.tensors["attention_mask"]
+    assert packed.attention_mask is None and packed.input_ids.shape == (1, int(attention.sum()))
+    starts = (packed.position_ids[0] == 0).nonzero().flatten().tolist()
+    lengths = [b - a for a, b in zip(starts, starts[1:] + [packed.input_ids.shape[1]])]
+    assert lengths == attention.sum(1).tolist()
+    # the kept columns are exactly the positions that predict a response token
+    assert len(packed.keep) == int(attention[:, batch.prompt_length :].sum())
+
+
+def test_attention_implementations_get_their_layout():
+    assert layout_for("sdpa") == layout_for("eager") == "shared_prefix"
+    assert layout_for("flash_attention_2") == "varlen"
+    assert layout_for("flex_attention") == layout_for("sdpa", enabled=False) == "padded"
+
+
+@pytest.mark.parametrize("packer", [pack, pack_varlen])
+def test_rejects_an_empty_prompt(packer):
     tensors = build_batch([[1, 2], [3]], [[4], [5]], [[1], [1]], pad_token_id=0).tensors
     tensors["attention_mask"][1, :2] = 0
     with pytest.raises(ValueError, match="row 1 has an empty prompt"):
-        pack(tensors, 2)
+        packer(tensors, 2)
 
 
-def _worker(model_dir, role="policy", packing=True):
+def _worker(model_dir, role="policy", layout="shared_prefix"):
     spec = WorkerSpec(
         role=role,
         model_path=str(model_dir),
         optimizer=OptimizerConfig(lr=1e-3),
         micro_train_batch_size=64,
         micro_forward_batch_size=64,
-        sample_packing=packing,
+        sample_packing=layout != "padded",
     )
     worker = TrainingWorker(spec)
     worker.load_model()
+    assert worker.layout == ("shared_prefix" if layout != "padded" else "padded")  # what sdpa gets
+    worker.layout = layout  # varlen is flash attention's layout; under sdpa transformers masks it the same way
     if role == "policy":
         worker.configure_algorithm(AlgorithmConfig(), POLICY_LOSSES.get("regular"), 1.0)
     return worker
 
 
+@pytest.mark.parametrize("layout", ["shared_prefix", "varlen"])
 @pytest.mark.parametrize("role", ["policy", "critic"])
-def test_packed_forward_equals_padded(tiny_lm_dir, role):
+def test_packed_forward_equals_padded(tiny_lm_dir, role, layout):
     batch = _grouped_batch()
-    padded, packed = _worker(tiny_lm_dir, role, packing=False), _worker(tiny_lm_dir, role, packing=True)
-    assert packed.packing and not padded.packing
+    padded, packed = _worker(tiny_lm_dir, role, "padded"), _worker(tiny_lm_dir, role, layout)
     a, b = padded.forward(batch), packed.forward(batch)
     mask = batch.tensors["response_mask"].bool() | (batch.tensors["attention_mask"][:, batch.prompt_length :] > 0)
     for key in a:
         assert torch.allclose(a[key][mask], b[key][mask], atol=1e-5), key
-    assert packed.tokens_run < 0.7 * padded.tokens_run
+    assert packed.tokens_run < (0.7 if layout == "shared_prefix" else 0.9) * padded.tokens_run
 
 
-def test_packed_training_step_equals_padded(tiny_lm_dir):
+@pytest.mark.parametrize("layout", ["shared_prefix", "varlen"])
+def test_packed_training_step_equals_padded(tiny_lm_dir, layout):
     batch = _grouped_batch(seed=3)
     T = batch.response_length
     batch = batch.with_tensors(advantages=torch.linspace(-1, 1, batch.size)[:, None].expand(-1, T).contiguous())
-    padded, packed = _worker(tiny_lm_dir, packing=False), _worker(tiny_lm_dir, packing=True)
+    padded, packed = _worker(tiny_lm_dir, layout="padded"), _worker(tiny_lm_dir, layout=layout)
     ma, mb = padded.train_step(batch), packed.train_step(batch)
     assert abs(ma["policy/loss"] - mb["policy/loss"]) < 1e-5
     assert abs(ma["policy/grad_norm"] - mb["policy/grad_norm"]) < 1e-4 * max(1.0, ma["policy/grad_norm"])
@@ -110,7 +132,7 @@ def test_packing_with_a_real_chat_model_and_shared_prompts(tiny_chat_model):
             prompts.append(ids)
             responses.append(tok(answer + "<|im_end|>", add_special_tokens=False)["input_ids"])
     batch = build_batch(prompts, responses, [[1] * len(r) for r in responses], tok.pad_token_id)
-    padded, packed = _worker(tiny_chat_model, packing=False), _worker(tiny_chat_model, packing=True)
+    padded, packed = _worker(tiny_chat_model, layout="padded"), _worker(tiny_chat_model)
     a, b = padded.forward(batch), packed.forward(batch)
     mask = batch.tensors["response_mask"].bool()
     assert torch.allclose(a["log_probs"][mask], b["log_probs"][mask], atol=1e-5)
