@@ -1,14 +1,12 @@
 """The quickstart: its machinery end to end, and the real model's reward rising.
 
-CI runs the machinery on the tiny random model (2 steps) and the real recipe (SmolLM2-135M) for 12 steps,
-long enough for it to start boxing answers (reward ~0 -> ~0.1). The full 40-step run with evaluations
-(5 minutes on a quiet 2-core machine, far more on a busy one) is opt-in with SKYRL_GYM_FULL_QUICKSTART=1.
+CI runs the machinery on the tiny random model (2 steps), then the quickstart itself: 40 steps of the real
+recipe (SmolLM2-135M) with evaluations, about 5 minutes on a quiet 2-core machine.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -38,22 +36,11 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_real_model_reward_rises_in_12_steps(tmp_path):
-    summary = run_quickstart(
-        tmp_path,
-        steps=12,
-        extra_overrides=["trainer.eval_before_train=false", "data.val_data=[]", "trainer.hf_save_interval=-1",
-                         "trainer.progress_bar=false"],
-    )
-    rewards = summary["reward_per_step"]
-    assert len(rewards) == 12
-    first, last = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4
-    assert last > first + 0.03, f"reward did not rise: {rewards}"
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("SKYRL_GYM_FULL_QUICKSTART") != "1", reason="the full quickstart takes 5-25 minutes; set SKYRL_GYM_FULL_QUICKSTART=1")
 def test_full_quickstart_improves_reward(tmp_path):
+    """The README's main job as it is: 40 GRPO steps of SmolLM2-135M-Instruct, evaluated before and after."""
     summary = run_quickstart(tmp_path, steps=40)
-    assert summary["train_reward_last_steps"] > summary["train_reward_first_steps"] + 0.2
-    assert summary["eval_after"]["eval/reward"] > summary["eval_before"]["eval/reward"]
+    assert len(summary["reward_per_step"]) == 40
+    # measured: 0.003-0.011 -> 0.25-0.30 (train), 0.0 -> 0.41-0.55 (held-out, greedy)
+    assert summary["train_reward_last_steps"] > summary["train_reward_first_steps"] + 0.15, summary["reward_per_step"]
+    assert summary["eval_after"]["eval/reward"] > summary["eval_before"]["eval/reward"] + 0.2
+    assert (tmp_path / "reward_per_step.png").read_bytes()[:4] == b"\x89PNG"
