@@ -2,6 +2,7 @@
 
     python bench/sandbox_throughput.py                       # every backend this machine can run
     python bench/sandbox_throughput.py --runs 300 --backends local-bwrap-warm
+    python bench/sandbox_throughput.py --backends local-bwrap-warm local-bwrap-warm-noseccomp  # the filter's cost
 
 Workloads: ``short`` (a one-line program) and ``lcb`` (one ``lcb`` env step grading a correct
 solution against 2 stdin tests, i.e. 2 sandboxed runs). Each at concurrency 1 and 2. The baseline,
@@ -102,9 +103,13 @@ def make_sandboxes(names: List[str], concurrency: int, engines: Dict[str, object
     for name in names:
         try:
             if name.startswith("local-"):
-                _, isolation, mode = name.split("-")
+                _, isolation, mode, *flags = name.split("-")
                 box = LocalSandbox(
-                    isolation=isolation, warm=(mode == "warm"), pool_size=max(2, concurrency), limits=limits
+                    isolation=isolation,
+                    warm=(mode == "warm"),
+                    pool_size=max(2, concurrency),
+                    limits=limits,
+                    seccomp="noseccomp" not in flags,
                 )
             elif name == "docker-warm":
                 from tests.sandboxes.docker_support import make_docker_sandbox, start_engine
@@ -191,12 +196,12 @@ def main() -> None:
     baseline = {(w, c): m["per_s"] for n, w, c, m in rows if n == "bare python -c"}
     print()
     print(
-        f"{'backend':<22}{'workload':<16}{'conc':>5}{'exec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs bare':>9}{'fail':>6}"
+        f"{'backend':<28}{'workload':<16}{'conc':>5}{'exec/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'vs bare':>9}{'fail':>6}"
     )
     for name, workload, concurrency, m in rows:
         ratio_text = f"{m['per_s'] / baseline[(workload, concurrency)]:.2f}x"
         print(
-            f"{name:<22}{workload:<16}{concurrency:>5}{m['per_s']:>10.1f}{m['p50_ms']:>10.2f}{m['p99_ms']:>10.2f}"
+            f"{name:<28}{workload:<16}{concurrency:>5}{m['per_s']:>10.1f}{m['p50_ms']:>10.2f}{m['p99_ms']:>10.2f}"
             f"{ratio_text:>9}{int(m['failures']):>6}"
         )
 

@@ -13,6 +13,10 @@ Isolation modes:
 * ``none``: no isolation at all (rlimits and timeouts only). Refused unless asked for by name,
   and it warns.
 
+In every mode each program also runs under a seccomp filter (x86_64; ``seccomp=False`` turns it off):
+namespaces, mounts, ptrace, keyrings, eBPF, io_uring, perf events and the like fail with EPERM (see
+``supervisor.py`` for the list).
+
 Runs go to a warm pool of supervisors (``warm=True``, the default): each one sits in its own
 sandbox with its imports done and forks a fresh child per program. ``warm=False`` starts a fresh
 sandbox per run.
@@ -121,9 +125,11 @@ class LocalSandbox(BaseSandbox):
         ro_binds: Sequence[str] = (),
         preload: Union[str, Sequence[str]] = DEFAULT_PRELOAD,
         max_runs_per_worker: Optional[int] = 1000,
+        seccomp: bool = True,
     ) -> None:
         super().__init__(limits)
         self.isolation = resolve_isolation(isolation)
+        self.seccomp = seccomp
         if self.isolation == "none":
             warnings.warn(
                 "LocalSandbox(isolation='none') runs untrusted code WITHOUT any isolation: only rlimits "
@@ -157,6 +163,8 @@ class LocalSandbox(BaseSandbox):
             args += ["--run-as", f"{run_as[0]}:{run_as[1]}"]
         if mode == "serve" and self.preload:
             args += ["--preload", self.preload]
+        if not self.seccomp:
+            args.append("--no-seccomp")
         return args
 
     def _bwrap_argv(self, mode: str) -> Tuple[List[str], Optional[Callable[[], None]]]:

@@ -32,6 +32,79 @@ HEADER = struct.Struct(">I")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 
+# ----- the seccomp filter ------------------------------------------------------------------------
+# A deny list, not an allow list: programs keep every ordinary system call (threads, fork, exec, files,
+# sockets in their empty network namespace) and lose the kernel interfaces that sandbox escapes and
+# kernel exploits go through: namespaces, mounts, tracing other processes, keyrings, eBPF, io_uring,
+# perf events, userfaultfd, modules. A denied call fails with EPERM (clone3 with ENOSYS, so that libc
+# falls back to clone, whose namespace flags the filter can see). System call numbers are per
+# architecture; these are x86_64's, and on other machines programs run without the filter.
+AUDIT_ARCH_X86_64 = 0xC000003E
+DENIED_SYSCALLS_X86_64 = {
+    "ptrace": 101, "syslog": 103, "personality": 135, "pivot_root": 155, "chroot": 161, "acct": 163,
+    "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169, "sethostname": 170,
+    "setdomainname": 171, "iopl": 172, "ioperm": 173, "init_module": 175, "delete_module": 176,
+    "quotactl": 179, "lookup_dcookie": 212, "kexec_load": 246, "add_key": 248, "request_key": 249,
+    "keyctl": 250, "unshare": 272, "perf_event_open": 298, "name_to_handle_at": 303,
+    "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
+    "kcmp": 312, "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
+    "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+}
+CLONE_X86_64, CLONE3_X86_64 = 56, 435
+# CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
+CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+
+
+def seccomp_program():
+    """The filter as classic BPF (``struct sock_filter`` records), or None where it does not apply."""
+    if os.uname().machine != "x86_64":
+        return None
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|{JEQ,JGE,JSET}|K, BPF_RET|K
+    allow, deny, no_sys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    code = []  # (opcode, jump-if-true label or None, jump-if-false label or None, k)
+    code.append((ld, None, None, 4))  # seccomp_data.arch
+    code.append((jeq, None, "deny", AUDIT_ARCH_X86_64))
+    code.append((ld, None, None, 0))  # seccomp_data.nr
+    code.append((jge, "deny", None, 0x40000000))  # the x32 ABI's numbers
+    for nr in sorted(DENIED_SYSCALLS_X86_64.values()):
+        code.append((jeq, "deny", None, nr))
+    code.append((jeq, "no_sys", None, CLONE3_X86_64))
+    code.append((jeq, None, "allow", CLONE_X86_64))
+    code.append((ld, None, None, 16))  # low 32 bits of clone's flags (args[0])
+    code.append((jset, "deny", "allow", CLONE_NAMESPACE_FLAGS))
+    labels = {"allow": len(code), "deny": len(code) + 1, "no_sys": len(code) + 2}
+    code += [(ret, None, None, allow), (ret, None, None, deny), (ret, None, None, no_sys)]
+    records = []
+    for index, (opcode, if_true, if_false, k) in enumerate(code):
+        jt = labels[if_true] - index - 1 if if_true else 0
+        jf = labels[if_false] - index - 1 if if_false else 0
+        records.append(struct.pack("=HBBI", opcode, jt, jf, k))
+    return b"".join(records)
+
+
+def seccomp_installer(program):
+    """A function that applies the filter to the calling process and all it starts; everything it needs
+    is built here, once, so that a forked child only makes the two ``prctl`` calls."""
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    pointer = ctypes.byref(fprog)
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def install():
+        _keep = buffer  # noqa: F841  (the filter's memory lives as long as this function)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS, which the kernel requires first
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+        if libc.prctl(22, 2, pointer, 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+    return install
+
 
 def read_exact(fd, size):
     chunks = []
@@ -61,7 +134,8 @@ def write_frame(fd, payload):
 
 
 class Supervisor:
-    def __init__(self, scratch, wipe_dirs, run_as, pid1):
+    def __init__(self, scratch, wipe_dirs, run_as, pid1, seccomp=None):
+        self.seccomp = seccomp_installer(seccomp) if seccomp is not None else None  # for every program
         self.scratch = scratch
         self.wipe_dirs = [scratch] + [d for d in wipe_dirs if d != scratch]
         self.run_as = run_as  # (uid, gid) the program runs as, or None for our own
@@ -143,6 +217,8 @@ class Supervisor:
                 os.setgid(self.run_as[1])
                 os.setuid(self.run_as[0])
             set_rlimits(limits)
+            if self.seccomp is not None:
+                self.seccomp()
             os.chdir(self.scratch)
             env = {
                 "PATH": DEFAULT_PATH,
@@ -615,6 +691,7 @@ def main(argv):
     parser.add_argument("--wipe", action="append", default=[], help="more folders to empty after each run")
     parser.add_argument("--run-as", default=None, help="UID:GID the program runs as")
     parser.add_argument("--preload", default="", help="comma-separated modules to import once, up front")
+    parser.add_argument("--no-seccomp", action="store_true", help="run programs without the seccomp filter")
     args = parser.parse_args(argv)
     # Nobody may ptrace us or read our memory, not even a program running with our uid.
     try:
@@ -640,10 +717,11 @@ def main(argv):
     gc.freeze()
     run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
     os.makedirs(args.scratch, exist_ok=True)
-    supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1)
+    seccomp = None if args.no_seccomp else seccomp_program()
+    supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, seccomp)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if args.mode == "serve":
-        write_frame(1, {"ready": True, "pid": os.getpid()})
+        write_frame(1, {"ready": True, "pid": os.getpid(), "seccomp": seccomp is not None})
     while True:
         request = read_frame(0)
         if request is None:

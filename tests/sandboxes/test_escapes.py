@@ -285,3 +285,70 @@ def test_the_leak_detector_sees_a_leftover_process():
         leftover.kill()
         leftover.wait()
     assert not any(f"pid {leftover.pid} " in line for line in stray_processes())
+
+
+SECCOMP_PROBE = r"""
+import ctypes, errno, json, os, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+
+def call(nr, *args):
+    # in a child of its own, so a call that gets through (a new namespace, being traced) changes nothing here
+    pid = os.fork()
+    if pid == 0:
+        result = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+        os._exit(255 if result >= 0 else ctypes.get_errno())  # in a successful clone's child too: 255
+    code = os.waitpid(pid, 0)[1] >> 8
+    return "ok" if code == 255 else errno.errorcode.get(code, str(code))
+
+probes = {
+    "unshare(CLONE_NEWUSER)": call(272, 0x10000000),
+    "clone(CLONE_NEWUSER)": call(56, 0x10000000 | 17, 0, 0, 0, 0),
+    "ptrace(PTRACE_TRACEME)": call(101, 0, 0, 0, 0),
+    "keyctl(GET_KEYRING_ID)": call(250, 0, -3, 0),
+    "io_uring_setup": call(425, 1, 0),
+    "userfaultfd": call(323, 0),
+    "perf_event_open": call(298, 0, 0, -1, -1, 0),
+}
+thread = threading.Thread(target=lambda: None)
+thread.start()
+thread.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+ordinary = {
+    "thread": True,
+    "fork": os.waitpid(pid, 0)[1] >> 8,
+    "subprocess": subprocess.run(["/bin/echo", "hi"], capture_output=True, text=True).stdout.strip(),
+}
+print(json.dumps({"probes": probes, "ordinary": ordinary}))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
+def test_kernel_interfaces_are_denied_by_seccomp(sandbox):
+    import json
+
+    result = sandbox.run(RunRequest(code=SECCOMP_PROBE))
+    assert result.status == Status.OK, (result.status, result.stderr)
+    report = json.loads(result.stdout)
+    assert report["probes"] == {name: "EPERM" for name in report["probes"]}, report["probes"]
+    assert report["ordinary"] == {"thread": True, "fork": 7, "subprocess": "hi"}
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
+def test_without_seccomp_the_probes_get_through(tmp_snapshot):
+    """The probe can tell: with the filter off, bubblewrap alone lets a program trace itself and make a user namespace."""
+    import json
+    import shutil
+
+    from sandboxes.local import LocalSandbox
+    from tests.sandboxes.support import TEST_LIMITS
+
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    with LocalSandbox(limits=TEST_LIMITS, isolation="bwrap", warm=False, seccomp=False) as box:
+        result = box.run(RunRequest(code=SECCOMP_PROBE))
+    assert result.status == Status.OK, (result.status, result.stderr)
+    probes = json.loads(result.stdout)["probes"]
+    assert probes["ptrace(PTRACE_TRACEME)"] == "ok"
+    assert probes["unshare(CLONE_NEWUSER)"] == "ok"
