@@ -223,11 +223,20 @@ def run_sql_threads(db_path: str, rows: List[Dict[str, Any]], episodes: int, con
     return {"episodes_per_s": episodes / (time.perf_counter() - start)}
 
 
+def _sql_workers() -> str:
+    from skyrl_gym.tools.blocking import tool_process_pool
+
+    pool = tool_process_pool()
+    if pool is None:
+        return f"the tool thread pool ({os.environ.get('SKYRL_GYM_TOOL_THREADS', '32')} threads; SKYRL_GYM_TOOL_PROCESSES=0)"
+    return f"{pool._max_workers} tool worker processes"
+
+
 def bench_sql(concurrency_levels: List[int], episodes: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = sql_rows(tmp)
         print(f"\ntext2sql env, two-turn episodes (one exploratory query, then the solution: 2 reward queries), "
-              f"sample SQLite databases, tool pool of {os.environ.get('SKYRL_GYM_TOOL_THREADS', '32')} threads")
+              f"sample SQLite databases, queries in {_sql_workers()}")
         print(f"{'concurrency':>11}  {'episodes':>8}  {'astep ep/s':>10}  {'loop busy':>9}  {'loop blocked':>12}  "
               f"{'longest block':>13}  {'step-in-threads ep/s':>20}")
         for concurrency in concurrency_levels:
@@ -246,7 +255,11 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--documents", type=int, default=20000)
     parser.add_argument("--skip-threads", action="store_true", help="only the async path")
     parser.add_argument("--sql", action="store_true", help="also measure text2sql episodes on the sample databases")
+    parser.add_argument("--sql-only", action="store_true", help="only the text2sql measurement")
     args = parser.parse_args(argv)
+    if args.sql_only:
+        bench_sql(args.concurrency, args.episodes)
+        return 0
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = os.path.join(tmp, "corpus.jsonl")

@@ -7,7 +7,7 @@ The guards (read-only open, statement check, authorizer, time/row/size limits) l
 from __future__ import annotations
 
 import dataclasses
-from skyrl_gym.tools.blocking import run_blocking
+from skyrl_gym.tools.blocking import run_cpu_bound
 from skyrl_gym.tools.core import ToolGroup, tool
 from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult, format_result, run_read_only_query
 
@@ -53,8 +53,8 @@ class SQLToolGroup(ToolGroup):
         return self.render(self.run(query))
 
     async def asql(self, query: str) -> str:
-        """``sql`` run in the bounded tool thread pool, so the event loop stays free."""
-        return self.render(await run_blocking(self.run, query))
+        """``sql`` run in a tool worker process, so the event loop stays free (see ``tools.blocking``)."""
+        return self.render(await run_cpu_bound(run_read_only_query, self.db_file, query, self.limits))
 
 
 # SkyRL-gym's class name.

@@ -26,10 +26,10 @@ from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.sql.databases import resolve_database_file
 from skyrl_gym.envs.sql.utils import REWARD_LIMITS, score_with_reason
 from skyrl_gym.errors import DataError
-from skyrl_gym.tools.blocking import run_blocking
+from skyrl_gym.tools.blocking import run_cpu_bound
 from skyrl_gym.tools.parsers import find_tag_blocks
 from skyrl_gym.tools.sql import SQLDisplay, SQLToolGroup
-from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult
+from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult, run_read_only_query
 
 # No literal tags in here: the reward's format check reads the whole transcript, observations
 # included, and a "<solution>" in this text would count as a second solution block.
@@ -101,9 +101,10 @@ class SQLEnv(BaseTextEnv):
         done = self._is_done(action)
         return done, ("", "", None) if done else self._parse_action(action)
 
-    def _compute_reward(self) -> Tuple[float, str]:
+    def _reward_call(self) -> Tuple[Any, ...]:
+        """``score_with_reason`` and its arguments (the reward reads the whole transcript)."""
         transcript = "".join(message["content"] for message in self.chat_history)
-        return score_with_reason(transcript, self.gold_sql, self.db_file, self.reward_limits)
+        return score_with_reason, transcript, self.gold_sql, self.db_file, self.reward_limits
 
     def _final_output(self, scored: Tuple[float, str]) -> StepOutput:
         reward, reason = scored
@@ -131,18 +132,22 @@ class SQLEnv(BaseTextEnv):
     def step(self, action: str) -> StepOutput:
         done, call = self._begin(action)
         if done:
-            return self._final_output(self._compute_reward())
+            score, *args = self._reward_call()
+            return self._final_output(score(*args))
         sql = call[2][1]
         result = self.tool_group.run(sql.strip()) if sql is not None else None
         return self._observe(call, result)
 
     async def astep(self, action: str) -> StepOutput:
-        """Like :meth:`step`, with the queries run in the bounded tool pool (the loop stays free)."""
+        """Like :meth:`step`, with the queries (sqlglot parsing, SQLite) run in tool worker processes,
+        so hundreds of concurrent episodes neither block the event loop nor fight it for the GIL."""
         done, call = self._begin(action)
         if done:
-            return self._final_output(await run_blocking(self._compute_reward))
+            return self._final_output(await run_cpu_bound(*self._reward_call()))
         sql = call[2][1]
-        result = await run_blocking(self.tool_group.run, sql.strip()) if sql is not None else None
+        result = None
+        if sql is not None:
+            result = await run_cpu_bound(run_read_only_query, self.db_file, sql.strip(), self.tool_group.limits)
         return self._observe(call, result)
 
     async def ainit(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:
