@@ -230,6 +230,19 @@ _TINY_CONFIGS: Dict[str, Dict[str, Any]] = {
         max_position_embeddings=2048,
         tie_word_embeddings=True,
     ),
+    # Not tiny: Qwen2.5-0.5B's shape (random weights) for throughput figures. With the SmolLM2 tokenizer's
+    # 49152-token vocabulary instead of 151936 it has about 0.40B parameters (Qwen2.5-0.5B: 0.49B).
+    "qwen2.5-0.5b": dict(
+        model_type="qwen2",
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+    ),
 }
 
 
@@ -242,6 +255,9 @@ def build_tiny_model(
 ) -> Path:
     """Write a tiny random causal LM (hidden 64, 2 layers, 2 heads of size 32) with a real tokenizer.
 
+    ``architecture="qwen2.5-0.5b"`` writes Qwen2.5-0.5B's shape instead (random weights, ~0.40B parameters
+    with this vocabulary), for throughput figures.
+
     The tokenizer (and its chat template) comes from ``tokenizer_from`` (default: the embedded SmolLM2), so
     token bookkeeping is tested on a real template while generation takes milliseconds. Without ``out_dir``
     the model is cached under :func:`cache_dir` and reused. Returns the folder.
@@ -253,7 +269,8 @@ def build_tiny_model(
         raise ValueError(f"unknown tiny architecture {architecture!r}; choose one of {sorted(_TINY_CONFIGS)}")
     tokenizer = load_tokenizer(tokenizer_from)
     if out_dir is None:
-        out_dir = cache_dir() / f"tiny-{architecture}-seed{seed}-vocab{len(tokenizer)}"
+        kind = "tiny" if architecture in ("qwen2", "llama") else "random"
+        out_dir = cache_dir() / f"{kind}-{architecture}-seed{seed}-vocab{len(tokenizer)}"
     out = Path(out_dir)
     if _is_hf_checkpoint(out):
         return out

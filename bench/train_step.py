@@ -10,6 +10,7 @@ prompt, no padding; ``skyrl_train/workers/packing.py``) unless ``--no-packing``;
     python bench/train_step.py --model smollm2-135m     # the embedded SmolLM2-135M-Instruct
     python bench/train_step.py --trl-python /work/.venvs/trl/bin/python --steps 6
     python bench/train_step.py --model smollm2-135m --no-packing   # the padded layout, for comparison
+    python bench/train_step.py --model random-qwen2.5-0.5b --steps 3  # Qwen2.5-0.5B's shape, random weights
 
 Prints seconds per step (mean over the steps after the first, which warms up) and the ratio.
 """
@@ -83,7 +84,9 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
         for key in ("generate", "env", "prepare", "train", "sync", "step")
     }
     tokens = statistics.mean(h.get("policy/model_tokens", 0.0) for h in history)
-    return {"step_s": split["step"], "split": split, "steps": len(history), "model_tokens": tokens}
+    generated = statistics.mean(h.get("generate/response_length", 0.0) for h in history) * PROMPTS * SAMPLES
+    return {"step_s": split["step"], "split": split, "steps": len(history), "model_tokens": tokens,
+            "generated_tokens": generated}
 
 
 TRL_TEMPLATE = r'''
@@ -157,9 +160,26 @@ def bench_trl(python: str, model_dir: str, rows: Path, steps: int, out: Path, bf
     raise RuntimeError(f"TRL run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
+def count_parameters(model_dir: str) -> int:
+    """From the safetensors headers, without loading the weights."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in Path(model_dir).glob("*.safetensors"):
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():
+                shape = f.get_slice(name).get_shape()
+                count = 1
+                for dim in shape:
+                    count *= dim
+                total += count
+    return total
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="tiny", help="'tiny' (random Qwen2, SmolLM2 tokenizer) or a model name/folder")
+    parser.add_argument("--model", default="tiny", help="'tiny' (random Qwen2, SmolLM2 tokenizer), 'random-qwen2.5-0.5b' "
+                        "(Qwen2.5-0.5B's shape, random weights, SmolLM2 tokenizer) or a model name/folder")
     parser.add_argument("--steps", type=int, default=5, help="steps per trainer (the first is a warm-up)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's default)")
     parser.add_argument("--no-packing", action="store_true", help="padded micro-batches (trainer.use_sample_packing=false)")
@@ -168,10 +188,19 @@ def main() -> int:
 
     from adapters.models import build_tiny_model, resolve_model
 
-    model_dir = str(build_tiny_model() if args.model == "tiny" else resolve_model(args.model).path)
+    if args.model == "tiny":
+        model_dir = str(build_tiny_model())
+    elif args.model == "random-qwen2.5-0.5b":
+        model_dir = str(build_tiny_model(architecture="qwen2.5-0.5b"))
+    else:
+        model_dir = str(resolve_model(args.model).path)
     with tempfile.TemporaryDirectory(prefix="bench-train-step-") as tmp:
         out = Path(tmp)
         rows = write_rows(out)
+        import torch
+
+        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
+        print(f"device: {device}; parameters: {count_parameters(model_dir) / 1e6:.0f}M", flush=True)
         print(f"model: {args.model} ({model_dir}); batch {PROMPTS} prompts x {SAMPLES} samples, "
               f"{NEW_TOKENS} new tokens, {args.steps} steps each (first one dropped)", flush=True)
         t0 = time.perf_counter()
@@ -182,7 +211,9 @@ def main() -> int:
         split = ours["split"]
         print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in ("generate", "env", "prepare", "train", "sync")))
         print("  (env time is summed inside generation; it overlaps with it)")
-        print(f"  tokens through the policy per training step: {ours['model_tokens']:.0f} (padding included)")
+        print(f"  tokens through the policy per training step: {ours['model_tokens']:.0f} (padding included), "
+              f"{ours['model_tokens'] / max(split['train'], 1e-9):.0f} tokens/s in training; "
+              f"{ours['generated_tokens']:.0f} generated, {ours['generated_tokens'] / max(split['generate'], 1e-9):.0f} tokens/s")
         if not Path(args.trl_python).exists():
             print(f"TRL: skipped ({args.trl_python} not found; pass --trl-python)")
             return 0
