@@ -176,6 +176,7 @@ class PPOTrainer:
             total_training_steps=updates,
             cpu_bf16_autocast=self.t.cpu_bf16_autocast,
             sample_packing=self.t.use_sample_packing,
+            max_tokens_per_microbatch=self.t.max_tokens_per_microbatch,
         )
 
     def _build_workers(self) -> None:

@@ -199,6 +199,10 @@ class TrainerConfig:
     micro_train_batch_size_per_gpu: int = 1
     """Sequences per forward/backward pass on one worker."""
     micro_forward_batch_size_per_gpu: int = 1
+    max_tokens_per_microbatch: int = -1
+    """When > 0, micro-batches are consecutive rows up to this many tokens (as packing runs them: a prompt
+    shared by rows counts once) instead of ``micro_*_batch_size_per_gpu`` rows; a longer row goes alone.
+    -1 (the default) counts rows."""
     eval_batch_size: int = 1024
     eval_before_train: bool = True
     eval_interval: int = 5

@@ -133,6 +133,12 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
                         f"divisible by {cworld} critic workers x micro_train_batch_size_per_gpu"
                     )
 
+    if t.max_tokens_per_microbatch != -1 and t.max_tokens_per_microbatch <= 0:
+        problems.append(
+            f"trainer.max_tokens_per_microbatch={t.max_tokens_per_microbatch}: must be -1 (micro-batches by "
+            "row count) or a positive token budget"
+        )
+
     if algo.advantage_estimator not in ADVANTAGE_ESTIMATORS:
         problems.append(
             f"trainer.algorithm.advantage_estimator={algo.advantage_estimator!r}: not registered "

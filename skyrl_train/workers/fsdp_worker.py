@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from skyrl_train.workers.batch import TrainingBatch
-from skyrl_train.workers.packing import layout, layout_for
+from skyrl_train.workers.packing import layout, layout_for, plan_micro_batches
 
 ROLES = ("policy", "ref", "critic")
 
@@ -39,7 +39,9 @@ class WorkerSpec:
     total_training_steps: int = 1000
     cpu_bf16_autocast: bool = False
     sample_packing: bool = True
-    """Pack micro-batches (shared prompts, no padding; see ``packing``) where attention takes a 4D mask."""
+    """Pack micro-batches (see ``packing``): shared prompts under sdpa/eager, end to end under flash attention."""
+    max_tokens_per_microbatch: int = -1
+    """> 0: micro-batches by token budget instead of by row count (``packing.plan_micro_batches``)."""
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -258,22 +260,46 @@ class TrainingWorker:
         logits = rows.gather(out.logits)  # (B, T, V): the logits that predict each response token
         return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature, entropy_grad), t
 
+    def _micro_batches(self, batch: TrainingBatch, rows: int) -> List[List[int]]:
+        """Row indices of each micro-batch: ``rows`` rows each, or up to the token budget when one is set."""
+        budget = self.spec.max_tokens_per_microbatch
+        if budget > 0:
+            shared = self.layout == "shared_prefix"
+            return plan_micro_batches(batch.tensors, batch.prompt_length, budget, share_prompts=shared)
+        return [list(range(start, min(batch.size, start + rows))) for start in range(0, batch.size, rows)]
+
+    def _extra_micro_batches(self, count: int) -> int:
+        """How many empty passes this rank adds so that every rank runs as many as the busiest one.
+
+        FSDP's collectives pair up forward and backward passes across ranks, so the counts must match;
+        with a token budget each rank's share of rows may split differently.
+        """
+        import torch.distributed as dist
+
+        if self.spec.max_tokens_per_microbatch <= 0 or self.world_size == 1 or not dist.is_initialized():
+            return 0
+        most = torch.tensor([count], device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        return int(most.item()) - count
+
     @torch.no_grad()
     def forward(self, batch: TrainingBatch) -> Dict[str, torch.Tensor]:
         """Log-probs (policy/ref) or values (critic) for every row, in micro-batches."""
         was_training = self.model.training
         self.model.eval()
         outputs: Dict[str, List[torch.Tensor]] = {}
-        micro = self.spec.micro_forward_batch_size
-        for start in range(0, batch.size, micro):
-            part = batch.select(range(start, min(batch.size, start + micro)))
-            result, _ = self._forward(part)
+        parts = self._micro_batches(batch, self.spec.micro_forward_batch_size)
+        extra = self._extra_micro_batches(len(parts))  # agreed before any pass: collectives go in order
+        for rows in parts:
+            result, _ = self._forward(batch.select(rows))
             if self.spec.role == "critic":
                 outputs.setdefault("values", []).append(result.cpu())
             else:
                 log_probs, entropy = result
                 outputs.setdefault("log_probs", []).append(log_probs.cpu())
                 outputs.setdefault("entropy", []).append(entropy.cpu())
+        for _ in range(extra):
+            self._forward(batch.select([0]))  # joins the other ranks' collectives; the result is dropped
         if was_training:
             self.model.train()
         return {k: torch.cat(v) for k, v in outputs.items()}
@@ -284,16 +310,19 @@ class TrainingWorker:
         assert self.optimizer is not None, f"the {self.spec.role} worker has no optimizer"
         start_time = time.perf_counter()
         tokens_before = self.tokens_run
-        micro = self.spec.micro_train_batch_size
         self.optimizer.zero_grad(set_to_none=True)
         totals: Dict[str, float] = {}
-        for start in range(0, batch.size, micro):
-            part = batch.select(range(start, min(batch.size, start + micro)))
-            weight = part.size / batch.size  # equal micro-batches weigh 1/n each; a short last one less
-            loss, metrics = self._loss(part)
+        parts = self._micro_batches(batch, self.spec.micro_train_batch_size)
+        extra = self._extra_micro_batches(len(parts))  # agreed before any pass: collectives go in order
+        for rows in parts:
+            weight = len(rows) / batch.size  # each micro-batch weighs its share of the rows
+            loss, metrics = self._loss(batch.select(rows))
             (loss * weight).backward()
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + v * weight
+        for _ in range(extra):
+            loss, _ = self._loss(batch.select([0]))
+            (loss * 0.0).backward()  # joins the other ranks' collectives; adds nothing to the gradients
         grad_norm = torch.nn.utils.clip_grad_norm_(
             [p for p in self.model.parameters() if p.requires_grad], self.spec.optimizer.max_grad_norm
         )

@@ -265,3 +265,39 @@ def layout_for(attention: Optional[str], enabled: bool = True) -> str:
     if enabled and attention in VARLEN_ATTENTION:
         return "varlen"
     return "padded"
+
+
+def plan_micro_batches(
+    tensors: Dict[str, torch.Tensor], prompt_length: int, max_tokens: int, share_prompts: bool
+) -> List[List[int]]:
+    """Split the rows into micro-batches of consecutive rows holding at most ``max_tokens`` tokens each.
+
+    Tokens are counted as the layout runs them: with ``share_prompts`` a prompt already in the micro-batch
+    costs nothing more than its last token (each branch's copy). A row longer than the budget goes alone.
+    Consecutive rows keep a GRPO group together, so its prompt is shared.
+    """
+    attention = tensors["attention_mask"]
+    prompt_lengths = attention[:, :prompt_length].sum(1).tolist()
+    response_lengths = attention[:, prompt_length:].sum(1).tolist()
+    rows = _rows(tensors, prompt_length) if share_prompts else None
+    parts: List[List[int]] = []
+    current: List[int] = []
+    used = 0
+    seen: set = set()
+    for i, (p, r) in enumerate(zip(prompt_lengths, response_lengths)):
+        key = tuple(rows[i][0]) if rows is not None else None
+
+        def cost() -> int:
+            if rows is None:
+                return int(p + r)
+            return int(r + 1 + (0 if key in seen else p - 1))
+
+        if current and used + cost() > max_tokens:
+            parts.append(current)
+            current, used, seen = [], 0, set()
+        used += cost()
+        current.append(i)
+        seen.add(key)
+    if current:
+        parts.append(current)
+    return parts

@@ -21,18 +21,26 @@ def _batch():
     return batch.with_tensors(advantages=advantages * batch.tensors["response_mask"])
 
 
-def _spec(model_dir):
+def _spec(model_dir, max_tokens_per_microbatch=-1):
     return WorkerSpec(
         "policy",
         str(model_dir),
         optimizer=OptimizerConfig(lr=1e-2, weight_decay=0.0),
         micro_train_batch_size=2,
         micro_forward_batch_size=2,
+        max_tokens_per_microbatch=max_tokens_per_microbatch,
     )
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_match_one_process(tiny_lm_dir, ray_cluster):
+@pytest.mark.timeout(300)  # a rank out of step with the other hangs in a collective: fail instead
+@pytest.mark.parametrize(
+    "budget",
+    # 8 tokens: rank 0's rows (6 and 5 tokens) need two micro-batches, rank 1's (5 and 3) one, so rank 1
+    # must join rank 0's second pass with an empty one or FSDP's collectives would hang
+    [-1, 8],
+)
+def test_two_gloo_ranks_match_one_process(tiny_lm_dir, ray_cluster, budget):
     from ray.util.placement_group import remove_placement_group
 
     from skyrl_train.ray_utils import create_placement_group
@@ -40,7 +48,7 @@ def test_two_gloo_ranks_match_one_process(tiny_lm_dir, ray_cluster):
     algo = AlgorithmConfig()
     loss_fn = POLICY_LOSSES.get("regular")
 
-    single = LocalWorkerGroup(_spec(tiny_lm_dir))
+    single = LocalWorkerGroup(_spec(tiny_lm_dir, budget))
     single.call("load_model")
     single.call("configure_algorithm", algo, loss_fn, 1.0)
     single_forward = single.forward(_batch())
@@ -48,7 +56,7 @@ def test_two_gloo_ranks_match_one_process(tiny_lm_dir, ray_cluster):
     single_weights = single.worker.full_state_dict()
 
     pg = create_placement_group(2, use_gpu=False)
-    group = RayWorkerGroup(_spec(tiny_lm_dir), 2, pg)
+    group = RayWorkerGroup(_spec(tiny_lm_dir, budget), 2, pg)
     try:
         group.call("load_model")
         assert group.call("ping") == [0, 1]

@@ -137,3 +137,39 @@ def test_packing_with_a_real_chat_model_and_shared_prompts(tiny_chat_model):
     mask = batch.tensors["response_mask"].bool()
     assert torch.allclose(a["log_probs"][mask], b["log_probs"][mask], atol=1e-5)
     assert packed.tokens_run < 0.5 * padded.tokens_run
+
+
+def test_token_budget_micro_batches_keep_rows_in_order_and_count_shared_prompts_once():
+    from skyrl_train.workers.packing import plan_micro_batches
+
+    # two groups of two rows: prompts of 5 and 3 tokens, responses of 2-4 tokens
+    batch = build_batch([[1, 2, 3, 4, 5]] * 2 + [[6, 7, 8]] * 2, [[9, 9], [9, 9, 9], [9] * 4, [9]], [[1] * 2, [1] * 3, [1] * 4, [1]], 0)
+    plain = plan_micro_batches(batch.tensors, batch.prompt_length, max_tokens=8, share_prompts=False)
+    assert plain == [[0], [1], [2], [3]]  # rows of 7, 8, 7 and 4 tokens: no two fit in 8
+    shared = plan_micro_batches(batch.tensors, batch.prompt_length, max_tokens=12, share_prompts=True)
+    # a group's second row costs its response and one prompt token: 7 + 4 = 11, then 7 + 2 = 9
+    assert shared == [[0, 1], [2, 3]]
+    assert plan_micro_batches(batch.tensors, batch.prompt_length, 1, share_prompts=True) == [[0], [1], [2], [3]]
+    whole = plan_micro_batches(batch.tensors, batch.prompt_length, 10_000, share_prompts=True)
+    assert whole == [[0, 1, 2, 3]]
+
+
+def test_token_budget_micro_batches_give_the_whole_batch_update(tiny_lm_dir):
+    """Under sequence_mean each micro-batch's loss weighs its share of the rows: the step is the full batch's."""
+    batch = _grouped_batch(seed=5)
+    T = batch.response_length
+    batch = batch.with_tensors(advantages=torch.linspace(-1, 1, batch.size)[:, None].expand(-1, T).contiguous())
+    results = []
+    for budget in (-1, 20):
+        spec = WorkerSpec(role="policy", model_path=str(tiny_lm_dir), optimizer=OptimizerConfig(lr=1e-3),
+                          micro_train_batch_size=64, micro_forward_batch_size=64, max_tokens_per_microbatch=budget)
+        worker = TrainingWorker(spec)
+        worker.load_model()
+        worker.configure_algorithm(AlgorithmConfig(loss_reduction="sequence_mean"), POLICY_LOSSES.get("regular"), 1.0)
+        results.append((worker.train_step(batch), worker))
+    (whole, w1), (budgeted, w2) = results
+    assert len(w2._micro_batches(batch, 64)) > 2  # the budget really split the batch
+    assert budgeted["policy/loss"] == pytest.approx(whole["policy/loss"], abs=1e-5)
+    assert budgeted["policy/grad_norm"] == pytest.approx(whole["policy/grad_norm"], rel=1e-4)
+    for (name, p), q in zip(w1.model.named_parameters(), w2.model.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
