@@ -103,6 +103,12 @@ def test_batch_sizes_that_do_not_divide_fail_before_loading(data_file):
         )
 
 
+def test_token_budget_must_be_positive_or_off(data_file):
+    with pytest.raises(ConfigError, match="trainer.max_tokens_per_microbatch=0: must be -1"):
+        load_config(_valid(data_file, "trainer.max_tokens_per_microbatch=0"))
+    assert load_config(_valid(data_file, "trainer.max_tokens_per_microbatch=4096")).trainer.max_tokens_per_microbatch == 4096
+
+
 def test_many_problems_reported_together(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(
