@@ -40,6 +40,10 @@ class SQLToolGroup(ToolGroup):
         """Structured result of one query (rows or an error); never raises."""
         return run_read_only_query(self.db_file, query, self.limits)
 
+    async def arun(self, query: str) -> QueryResult:
+        """``run`` in a tool worker process, so the event loop stays free (see ``tools.blocking``)."""
+        return await run_cpu_bound(run_read_only_query, self.db_file, query, self.limits)
+
     def render(self, result: QueryResult) -> str:
         return format_result(result, self.display.max_rows_shown, self.display.max_chars, self.display.max_cell_chars)
 
@@ -54,7 +58,7 @@ class SQLToolGroup(ToolGroup):
 
     async def asql(self, query: str) -> str:
         """``sql`` run in a tool worker process, so the event loop stays free (see ``tools.blocking``)."""
-        return self.render(await run_cpu_bound(run_read_only_query, self.db_file, query, self.limits))
+        return self.render(await self.arun(query))
 
 
 # SkyRL-gym's class name.

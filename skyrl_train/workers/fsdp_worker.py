@@ -171,9 +171,8 @@ class TrainingWorker:
         if self.world_size > 1 or cuda:
             self._shard(model)
         self.model = model
-        attention = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
-        attention = getattr(attention, "_attn_implementation", None)
-        self.layout = layout_for(attention, self.spec.sample_packing)
+        config = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
+        self.layout = layout_for(getattr(config, "_attn_implementation", None), self.spec.sample_packing)
         if self.spec.role == "ref":
             model.eval()
             for p in model.parameters():

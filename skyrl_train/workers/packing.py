@@ -286,16 +286,13 @@ def plan_micro_batches(
     seen: set = set()
     for i, (p, r) in enumerate(zip(prompt_lengths, response_lengths)):
         key = tuple(rows[i][0]) if rows is not None else None
-
-        def cost() -> int:
-            if rows is None:
-                return int(p + r)
-            return int(r + 1 + (0 if key in seen else p - 1))
-
-        if current and used + cost() > max_tokens:
+        alone = int(p + r)  # the row's cost in a micro-batch that does not yet hold its prompt
+        cost = alone if rows is None or key not in seen else int(r + 1)
+        if current and used + cost > max_tokens:
             parts.append(current)
             current, used, seen = [], 0, set()
-        used += cost()
+            cost = alone
+        used += cost
         current.append(i)
         seen.add(key)
     if current:

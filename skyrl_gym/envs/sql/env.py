@@ -29,7 +29,7 @@ from skyrl_gym.errors import DataError
 from skyrl_gym.tools.blocking import run_cpu_bound
 from skyrl_gym.tools.parsers import find_tag_blocks
 from skyrl_gym.tools.sql import SQLDisplay, SQLToolGroup
-from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult, run_read_only_query
+from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult
 
 # No literal tags in here: the reward's format check reads the whole transcript, observations
 # included, and a "<solution>" in this text would count as a second solution block.
@@ -101,10 +101,10 @@ class SQLEnv(BaseTextEnv):
         done = self._is_done(action)
         return done, ("", "", None) if done else self._parse_action(action)
 
-    def _reward_call(self) -> Tuple[Any, ...]:
-        """``score_with_reason`` and its arguments (the reward reads the whole transcript)."""
+    def _reward_args(self) -> Tuple[Any, ...]:
+        """``score_with_reason``'s arguments (the reward reads the whole transcript)."""
         transcript = "".join(message["content"] for message in self.chat_history)
-        return score_with_reason, transcript, self.gold_sql, self.db_file, self.reward_limits
+        return transcript, self.gold_sql, self.db_file, self.reward_limits
 
     def _final_output(self, scored: Tuple[float, str]) -> StepOutput:
         reward, reason = scored
@@ -132,8 +132,7 @@ class SQLEnv(BaseTextEnv):
     def step(self, action: str) -> StepOutput:
         done, call = self._begin(action)
         if done:
-            score, *args = self._reward_call()
-            return self._final_output(score(*args))
+            return self._final_output(score_with_reason(*self._reward_args()))
         sql = call[2][1]
         result = self.tool_group.run(sql.strip()) if sql is not None else None
         return self._observe(call, result)
@@ -143,11 +142,9 @@ class SQLEnv(BaseTextEnv):
         so hundreds of concurrent episodes neither block the event loop nor fight it for the GIL."""
         done, call = self._begin(action)
         if done:
-            return self._final_output(await run_cpu_bound(*self._reward_call()))
+            return self._final_output(await run_cpu_bound(score_with_reason, *self._reward_args()))
         sql = call[2][1]
-        result = None
-        if sql is not None:
-            result = await run_cpu_bound(run_read_only_query, self.db_file, sql.strip(), self.tool_group.limits)
+        result = await self.tool_group.arun(sql.strip()) if sql is not None else None
         return self._observe(call, result)
 
     async def ainit(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:
