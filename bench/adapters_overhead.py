@@ -18,7 +18,7 @@ import time
 
 
 def cases(count: int):
-    from adapters.conformance import Case
+    from skygym_adapters.conformance import Case
 
     out = []
     for i in range(count):
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
 
     from pathlib import Path
 
-    from adapters.conformance import Context, default_adapters, play_reference
+    from skygym_adapters.conformance import Context, default_adapters, play_reference
 
     episodes = cases(args.episodes)
     context = Context(model_dir=Path(args.model) if args.model else None)

@@ -44,17 +44,17 @@ def episode_rows(count: int, gsm8k: Path) -> List[Dict[str, Any]]:
 
 def make_engine(kind: str, model: str) -> Any:
     if kind == "hf":
-        from adapters.engines.hf import HFEngine
+        from skygym_adapters.engines.hf import HFEngine
 
         return HFEngine(model, device=os.environ.get("BENCH_DEVICE"))
-    from adapters.engines.vllm_engine import VLLMEngine
+    from skygym_adapters.engines.vllm_engine import VLLMEngine
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     return VLLMEngine(model, dtype="float32", max_model_len=2048, enforce_eager=True)
 
 
 async def measure(engine: Any, tokenizer: Any, rows: List[Dict[str, Any]], concurrency: int, args: argparse.Namespace) -> Dict[str, float]:
-    from adapters.rollout import RolloutConfig, RolloutGenerator
+    from skygym_adapters.rollout import RolloutConfig, RolloutGenerator
 
     config = RolloutConfig(
         max_turns=args.max_turns,
@@ -83,7 +83,7 @@ async def measure(engine: Any, tokenizer: Any, rows: List[Dict[str, Any]], concu
 
 
 def run_engine(kind: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
-    from adapters.models import build_tiny_model, load_tokenizer
+    from skygym_adapters.models import build_tiny_model, load_tokenizer
 
     model = str(build_tiny_model()) if args.model == "tiny" else args.model
     tokenizer = load_tokenizer(model)

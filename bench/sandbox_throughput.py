@@ -26,8 +26,8 @@ from typing import Callable, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sandboxes import Limits, Status  # noqa: E402
-from sandboxes.local import LocalSandbox, default_python  # noqa: E402
+from skygym_sandboxes import Limits, Status  # noqa: E402
+from skygym_sandboxes.local import LocalSandbox, default_python  # noqa: E402
 
 SHORT_PROGRAM = "print(sum(range(100)))"
 LCB_TESTS = json.dumps(
@@ -97,7 +97,7 @@ def make_sandboxes(names: List[str], concurrency: int, engines: Dict[str, object
     """Yield (name, sandbox) for each backend that starts here; say why for those that do not.
 
     ``docker-warm`` uses ``SANDBOX_DOCKER_HOST`` or starts the tests' private dockerd (root);
-    ``remote`` starts a real ``sandboxes serve`` on 127.0.0.1 (local backend behind it).
+    ``remote`` starts a real ``skygym-sandboxes serve`` on 127.0.0.1 (local backend behind it).
     """
     limits = Limits(wall_s=10, cpu_s=10)
     for name in names:

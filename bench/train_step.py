@@ -4,7 +4,7 @@ Both trainers get the same model, the same rows (single-digit products from the 
 scored by the same env), the same batch (8 prompts x 4 samples), 16 new tokens, lr 1e-5, no KL term.
 TRL's ``GRPOTrainer`` runs in its own virtual environment (its transformers pin clashes), started by
 this script as a subprocess in the same run. The bundled trainer packs each micro-batch (one copy of each
-prompt, no padding; ``skyrl_train/workers/packing.py``) unless ``--no-packing``; TRL pads.
+prompt, no padding; ``skygym_train/workers/packing.py``) unless ``--no-packing``; TRL pads.
 
     python bench/train_step.py                         # tiny random Qwen2 (SmolLM2 tokenizer)
     python bench/train_step.py --model smollm2-135m     # the embedded SmolLM2-135M-Instruct
@@ -44,8 +44,8 @@ def write_rows(folder: Path) -> Path:
 
 
 def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, packing: bool = True) -> Dict[str, Any]:
-    from skyrl_train.config import load_config
-    from skyrl_train.trainer import PPOTrainer
+    from skygym_train.config import load_config
+    from skygym_train.trainer import PPOTrainer
 
     cfg = load_config(
         [
@@ -186,7 +186,7 @@ def main() -> int:
     parser.add_argument("--trl-python", default=os.environ.get("TRL_PYTHON", "/work/.venvs/trl/bin/python"))
     args = parser.parse_args()
 
-    from adapters.models import build_tiny_model, resolve_model
+    from skygym_adapters.models import build_tiny_model, resolve_model
 
     if args.model == "tiny":
         model_dir = str(build_tiny_model())

@@ -1,6 +1,6 @@
 """Safe-by-default execution of untrusted code.
 
-    from sandboxes import get_sandbox, RunRequest
+    from skygym_sandboxes import get_sandbox, RunRequest
     with get_sandbox("local") as box:
         result = box.run(RunRequest(code="print(input()[::-1])", stdin="abc"))
         assert result.status == "ok" and result.stdout == "cba\\n"
@@ -8,10 +8,10 @@
 Backends: ``local`` (bubblewrap namespaces, warm pool), ``docker``, ``remote`` (HTTP service).
 """
 
-from sandboxes.convenience import run_python, shared_sandbox
-from sandboxes.factory import BACKENDS, get_sandbox, sandbox_from_config
-from sandboxes.protocol import BaseSandbox, Sandbox
-from sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable, Status
+from skygym_sandboxes.convenience import run_python, shared_sandbox
+from skygym_sandboxes.factory import BACKENDS, get_sandbox, sandbox_from_config
+from skygym_sandboxes.protocol import BaseSandbox, Sandbox
+from skygym_sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable, Status
 
 __all__ = [
     "BACKENDS",

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 
 def _limits_from(args: argparse.Namespace):
-    from sandboxes.types import Limits
+    from skygym_sandboxes.types import Limits
 
     return Limits(
         wall_s=args.wall_s,
@@ -51,8 +51,8 @@ def _backend_options(args: argparse.Namespace) -> dict:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from sandboxes.factory import get_sandbox
-    from sandboxes.service import serve
+    from skygym_sandboxes.factory import get_sandbox
+    from skygym_sandboxes.service import serve
 
     options = _backend_options(args)
     if args.backend == "local":
@@ -75,8 +75,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sandboxes.factory import get_sandbox
-    from sandboxes.types import RunRequest
+    from skygym_sandboxes.factory import get_sandbox
+    from skygym_sandboxes.types import RunRequest
 
     code = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(encoding="utf-8")
     stdin = Path(args.stdin).read_text(encoding="utf-8") if args.stdin else ""
@@ -95,14 +95,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _build_image(args: argparse.Namespace) -> int:
-    from sandboxes.images.build_image import build_image
+    from skygym_sandboxes.images.build_image import build_image
 
     print(build_image(tag=args.tag, suite=args.suite, rebuild=args.rebuild))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sandboxes", description="Run untrusted code safely.")
+    parser = argparse.ArgumentParser(prog="skygym-sandboxes", description="Run untrusted code safely.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="SandboxFusion-compatible HTTP service (/run_code, /health)")

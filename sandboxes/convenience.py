@@ -7,8 +7,8 @@ import json
 import threading
 from typing import Any, Dict, Mapping, Optional, Union
 
-from sandboxes.protocol import Sandbox
-from sandboxes.types import Limits, RunRequest, RunResult
+from skygym_sandboxes.protocol import Sandbox
+from skygym_sandboxes.types import Limits, RunRequest, RunResult
 
 _shared: Dict[str, Sandbox] = {}
 _shared_lock = threading.Lock()
@@ -18,13 +18,13 @@ def shared_sandbox(config: Optional[Mapping[str, Any]] = None) -> Sandbox:
     """One sandbox per distinct config for the whole process, started on first use, closed at exit.
 
     Envs are built per episode; sharing the sandbox keeps one warm pool instead of one per episode.
-    ``config`` is what :func:`sandboxes.sandbox_from_config` takes (default: a warm local sandbox).
+    ``config`` is what :func:`skygym_sandboxes.sandbox_from_config` takes (default: a warm local sandbox).
     """
     key = json.dumps(dict(config or {}), sort_keys=True, default=str)
     with _shared_lock:
         box = _shared.get(key)
         if box is None:
-            from sandboxes.factory import sandbox_from_config
+            from skygym_sandboxes.factory import sandbox_from_config
 
             box = sandbox_from_config(config)
             _shared[key] = box

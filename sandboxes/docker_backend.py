@@ -19,15 +19,15 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional, Union
 
-from sandboxes.protocol import BaseSandbox
-from sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
-from sandboxes.workers import SUPERVISOR_SOURCE, SupervisorWorker, WarmPool, WorkerDied
+from skygym_sandboxes.protocol import BaseSandbox
+from skygym_sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
+from skygym_sandboxes.workers import SUPERVISOR_SOURCE, SupervisorWorker, WarmPool, WorkerDied
 
 LABEL = "io.skyrl-gym.sandbox"
 OWNER_LABEL = "io.skyrl-gym.sandbox.owner"
 SCRATCH = "/sandbox/work"
 # Containers share the host's user namespace, where RLIMIT_NPROC counts a uid's processes
-# machine-wide: each container's programs get a uid of their own (see sandboxes.local).
+# machine-wide: each container's programs get a uid of their own (see skygym_sandboxes.local).
 PROGRAM_UID_RANGE = (260_000, 320_000)
 # The supervisor runs as root inside the container with only these capabilities; the program it
 # forks switches to nobody, which clears them.
@@ -138,7 +138,7 @@ class DockerExecChannel:
 
 
 class DockerSandbox(BaseSandbox):
-    """Runs programs in containers of ``image`` (built by ``sandboxes build-image``).
+    """Runs programs in containers of ``image`` (built by ``skygym-sandboxes build-image``).
 
     ``warm=True`` keeps ``pool_size`` containers, each with an attached supervisor; ``warm=False``
     creates and removes a container per run. ``base_url`` picks the engine (default: the
@@ -166,7 +166,7 @@ class DockerSandbox(BaseSandbox):
             raise SandboxUnavailable(
                 "the docker backend needs the docker package: pip install 'skyrl-gym[docker]'"
             ) from exc
-        from sandboxes.images.build_image import DEFAULT_TAG, image_exists
+        from skygym_sandboxes.images.build_image import DEFAULT_TAG, image_exists
 
         try:
             self.client = client or (
@@ -177,7 +177,7 @@ class DockerSandbox(BaseSandbox):
             raise SandboxUnavailable(f"cannot reach a Docker engine ({exc}); start dockerd") from exc
         self.image = image or DEFAULT_TAG
         if not image_exists(self.client, self.image):
-            raise SandboxUnavailable(f"image {self.image!r} not found; build it with `sandboxes build-image`")
+            raise SandboxUnavailable(f"image {self.image!r} not found; build it with `skygym-sandboxes build-image`")
         self.python = python
         self.cpus = cpus
         self.preload = preload

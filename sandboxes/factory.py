@@ -6,13 +6,13 @@ from __future__ import annotations
 import importlib
 from typing import Any, Dict, Mapping, Optional
 
-from sandboxes.protocol import Sandbox
+from skygym_sandboxes.protocol import Sandbox
 
-# Backend name -> "module:Class". Imported on use, so `import sandboxes` stays light.
+# Backend name -> "module:Class". Imported on use, so `import skygym_sandboxes` stays light.
 BACKENDS: Dict[str, str] = {
-    "local": "sandboxes.local:LocalSandbox",
-    "docker": "sandboxes.docker_backend:DockerSandbox",
-    "remote": "sandboxes.remote:RemoteSandbox",
+    "local": "skygym_sandboxes.local:LocalSandbox",
+    "docker": "skygym_sandboxes.docker_backend:DockerSandbox",
+    "remote": "skygym_sandboxes.remote:RemoteSandbox",
 }
 
 

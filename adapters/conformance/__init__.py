@@ -3,7 +3,7 @@
 For an env and a few rows, each with a script of assistant texts, the kit plays every episode
 
 * directly against the env (the reference: per-turn rewards, turns, observations),
-* through the bundled rollout loop (:mod:`adapters.rollout`) with a scripted engine,
+* through the bundled rollout loop (:mod:`skygym_adapters.rollout`) with a scripted engine,
 * through veRL's own ``AgentLoopWorker`` and our ``skyrl_gym_agent`` loop (when ``verl`` is installed),
 * through the TRL adapter's rollout and reward functions (when ``trl`` is installed),
 * through the Gymnasium bridge (when ``gymnasium`` is installed),
@@ -14,15 +14,15 @@ and (for adapters that produce tokens) built a well-formed mask: one run of 1s p
 decodes to exactly the scripted text, 0s on everything the env said. :func:`format_table` prints the
 adapter x check table; ``skyrl-gym conform ENV`` does it from the command line.
 
-* :mod:`adapters.conformance.kit`: cases, reference play, checks, report;
-* :mod:`adapters.conformance.adapters`: the adapters driven;
-* :mod:`adapters.conformance.cases`: built-in cases for every built-in env, with their resources.
+* :mod:`skygym_adapters.conformance.kit`: cases, reference play, checks, report;
+* :mod:`skygym_adapters.conformance.adapters`: the adapters driven;
+* :mod:`skygym_adapters.conformance.cases`: built-in cases for every built-in env, with their resources.
 
 Adapters are small classes with ``name``, ``produces_tokens``, ``available()`` and
 ``run(cases, context, references)``; pass your own to :func:`run_conformance` to check another trainer.
 """
 
-from adapters.conformance.kit import (
+from skygym_adapters.conformance.kit import (
     CHECKS,
     AdapterReport,
     Case,
@@ -37,7 +37,7 @@ from adapters.conformance.kit import (
     play_reference,
     run_conformance,
 )
-from adapters.conformance.adapters import (
+from skygym_adapters.conformance.adapters import (
     GymnasiumAdapter,
     OpenAIAdapter,
     RolloutAdapter,
@@ -45,7 +45,7 @@ from adapters.conformance.adapters import (
     VerlAdapter,
     default_adapters,
 )
-from adapters.conformance.cases import builtin_case_set, has_builtin_cases
+from skygym_adapters.conformance.cases import builtin_case_set, has_builtin_cases
 
 __all__ = [
     "CHECKS",

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from skyrl_gym.data import row_extras
 
-from adapters.conformance.kit import Case, Context, Reference, Run
+from skygym_adapters.conformance.kit import Case, Context, Reference, Run
 
 
 def _scripts(cases: Sequence[Case], references: Sequence[Reference]) -> Dict[str, List[str]]:
@@ -25,7 +25,7 @@ def _scripts(cases: Sequence[Case], references: Sequence[Reference]) -> Dict[str
 
 
 def _scripted_engine(cases: Sequence[Case], references: Sequence[Reference], context: Context) -> Any:
-    from adapters.scripted import ScriptedEngine
+    from skygym_adapters.scripted import ScriptedEngine
 
     return ScriptedEngine(context.require_tokenizer(), _scripts(cases, references))
 
@@ -42,7 +42,7 @@ class RolloutAdapter:
         return True, ""
 
     def run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference]) -> List[Run]:
-        from adapters.rollout import RolloutConfig, RolloutGenerator
+        from skygym_adapters.rollout import RolloutConfig, RolloutGenerator
 
         engine = _scripted_engine(cases, references, context)
         runs: List[Optional[Run]] = [None] * len(cases)
@@ -94,9 +94,9 @@ class VerlAdapter:
             return self._run(cases, context, references, Path(folder))
 
     def _run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference], workdir: Path) -> List[Run]:
-        from adapters.verl.local import compose_config, generate_sequences, load_batch
-        from adapters.verl.rows import rows_to_verl
-        from adapters.verl.server import EngineServerManager
+        from skygym_adapters.verl.local import compose_config, generate_sequences, load_batch
+        from skygym_adapters.verl.rows import rows_to_verl
+        from skygym_adapters.verl.server import EngineServerManager
         from skyrl_gym.data import write_parquet
 
         tokenizer = context.require_tokenizer()
@@ -109,11 +109,11 @@ class VerlAdapter:
 
         loop_file.write_text(
             yaml.safe_dump(
-                [{"name": "skyrl_gym_agent", "_target_": "adapters.verl.agent_loop.SkyRLGymAgentLoop", "env_configs": env_configs}]
+                [{"name": "skyrl_gym_agent", "_target_": "skygym_adapters.verl.agent_loop.SkyRLGymAgentLoop", "env_configs": env_configs}]
             )
         )
         if context.model_dir is None:
-            from adapters.models import resolve_model
+            from skygym_adapters.models import resolve_model
 
             context.model_dir = resolve_model(None).path
         key = ("verl_config", str(context.model_dir))
@@ -167,7 +167,7 @@ class TrlAdapter:
         return True, ""
 
     def run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference]) -> List[Run]:
-        from adapters.trl import env_reward, episode_reward, rollout_episodes
+        from skygym_adapters.trl import env_reward, episode_reward, rollout_episodes
 
         tokenizer = context.require_tokenizer()
         engine = _scripted_engine(cases, references, context)
@@ -256,7 +256,7 @@ class OpenAIAdapter:
         return {"role": "assistant", "content": text, "tool_calls": calls}
 
     def run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference]) -> List[Run]:
-        from adapters.openai_agents import EnvChatSession, run_episode
+        from skygym_adapters.openai_agents import EnvChatSession, run_episode
 
         runs = []
         for case in cases:

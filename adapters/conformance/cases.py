@@ -22,9 +22,8 @@ from typing import Any, Callable, Dict, Iterator, List
 
 import skyrl_gym
 
-from adapters.conformance.kit import Case
+from skygym_adapters.conformance.kit import Case
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _row(env_class: str, question: str, ground_truth: Any, system: str = "", **columns: Any) -> Dict[str, Any]:
@@ -155,11 +154,10 @@ def retrieval_server(timeout_s: float = 120.0) -> Iterator[str]:
         corpus = Path(folder) / "corpus.jsonl"
         corpus.write_text("".join(json.dumps(doc) + "\n" for doc in CORPUS), encoding="utf-8")
         log_path = Path(folder) / "server.log"
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
         with open(log_path, "w+", encoding="utf-8") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "skyrl_gym.retrieval", "--corpus", str(corpus), "--port", "0"],
-                stdout=log, stderr=subprocess.STDOUT, env=env,
+                stdout=log, stderr=subprocess.STDOUT,
             )
             try:
                 deadline = time.monotonic() + timeout_s

@@ -3,7 +3,7 @@
 For an env and a few rows, each with a script of assistant texts, the kit plays every episode
 
 * directly against the env (the reference: per-turn rewards, turns, observations),
-* through the bundled rollout loop (:mod:`adapters.rollout`) with a scripted engine,
+* through the bundled rollout loop (:mod:`skygym_adapters.rollout`) with a scripted engine,
 * through veRL's own ``AgentLoopWorker`` and our ``skyrl_gym_agent`` loop (when ``verl`` is installed),
 * through the TRL adapter's rollout and reward functions (when ``trl`` is installed),
 * through the Gymnasium bridge (when ``gymnasium`` is installed),
@@ -92,7 +92,7 @@ class Context:
         if self.tokenizer is None:
             from transformers import AutoTokenizer
 
-            from adapters.models import resolve_model
+            from skygym_adapters.models import resolve_model
 
             if self.model_dir is None:
                 self.model_dir = resolve_model(None).path
@@ -241,7 +241,7 @@ def run_conformance(
     ``only`` restricts the run to adapters with those names.
     """
     if cases is None:
-        from adapters.conformance.cases import builtin_case_set
+        from skygym_adapters.conformance.cases import builtin_case_set
 
         with builtin_case_set(env_id) as builtin:
             return run_conformance(env_id, builtin, adapters, context, only)
@@ -259,7 +259,7 @@ def run_conformance(
     references = [play_reference(case) for case in cases]
     reports = []
     if adapters is None:
-        from adapters.conformance.adapters import default_adapters
+        from skygym_adapters.conformance.adapters import default_adapters
 
         adapters = default_adapters()
     for adapter in adapters:
@@ -301,11 +301,11 @@ def format_table(report: ConformanceReport) -> str:
 # Cases
 # ----------------------------------------------------------------------------------------------
 def builtin_cases(env_id: str) -> List[Case]:
-    """Scripted cases of a built-in env that needs no running resources (see :mod:`adapters.conformance.cases`).
+    """Scripted cases of a built-in env that needs no running resources (see :mod:`skygym_adapters.conformance.cases`).
 
     Envs whose cases need a database, a retrieval server or a sandbox: use ``builtin_case_set(env_id)``.
     """
-    from adapters.conformance.cases import builtin_case_set
+    from skygym_adapters.conformance.cases import builtin_case_set
 
     with builtin_case_set(env_id) as cases:
         for case in cases:

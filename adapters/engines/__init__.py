@@ -1,13 +1,13 @@
-"""Inference engines behind one async protocol (:class:`adapters.types.InferenceEngine`).
+"""Inference engines behind one async protocol (:class:`skygym_adapters.types.InferenceEngine`).
 
 =========  ==========================================================================================
-``hf``      :class:`~adapters.engines.hf.HFEngine`: transformers, batched, logprobs, CPU or GPU
-``vllm``    :class:`~adapters.engines.vllm_engine.VLLMEngine`: in-process vLLM, weight updates from a state dict
-``remote``  :class:`~adapters.engines.remote.RemoteEngine`: any OpenAI-compatible server
-``sglang``  :class:`~adapters.engines.sglang.SGLangEngine`: SGLang's native HTTP API
+``hf``      :class:`~skygym_adapters.engines.hf.HFEngine`: transformers, batched, logprobs, CPU or GPU
+``vllm``    :class:`~skygym_adapters.engines.vllm_engine.VLLMEngine`: in-process vLLM, weight updates from a state dict
+``remote``  :class:`~skygym_adapters.engines.remote.RemoteEngine`: any OpenAI-compatible server
+``sglang``  :class:`~skygym_adapters.engines.sglang.SGLangEngine`: SGLang's native HTTP API
 =========  ==========================================================================================
 
-:class:`~adapters.engines.client.EngineClient` spreads requests over several engines with per-trajectory
+:class:`~skygym_adapters.engines.client.EngineClient` spreads requests over several engines with per-trajectory
 affinity. Each engine module imports its heavy dependency only when an engine is built.
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.engines.base import EngineError, ResolvedSampling, resolve_sampling
-from adapters.engines.client import EngineClient
+from skygym_adapters.engines.base import EngineError, ResolvedSampling, resolve_sampling
+from skygym_adapters.engines.client import EngineClient
 
 ENGINE_KINDS = ("hf", "vllm", "remote", "sglang")
 
@@ -25,19 +25,19 @@ def make_engine(kind: str, **kwargs: Any) -> Any:
     """Build an engine by kind: ``make_engine("hf", model="smollm2-135m")``,
     ``make_engine("remote", base_url=..., tokenizer=...)``. Keyword arguments go to the engine's constructor."""
     if kind == "hf":
-        from adapters.engines.hf import HFEngine
+        from skygym_adapters.engines.hf import HFEngine
 
         return HFEngine(**kwargs)
     if kind == "vllm":
-        from adapters.engines.vllm_engine import VLLMEngine
+        from skygym_adapters.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine(**kwargs)
     if kind == "remote":
-        from adapters.engines.remote import RemoteEngine
+        from skygym_adapters.engines.remote import RemoteEngine
 
         return RemoteEngine(**kwargs)
     if kind == "sglang":
-        from adapters.engines.sglang import SGLangEngine
+        from skygym_adapters.engines.sglang import SGLangEngine
 
         return SGLangEngine(**kwargs)
     raise ValueError(f"unknown engine kind {kind!r}; choose one of {ENGINE_KINDS}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from adapters.types import InferenceEngineOutput, SamplingParams
+from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 DEFAULT_MAX_GENERATE_LENGTH = 256
 
@@ -36,7 +36,7 @@ _KNOWN_KEYS = set(SamplingParams.__annotations__) | {"max_tokens", "max_new_toke
 
 
 def resolve_sampling(params: Optional[Dict[str, Any]]) -> ResolvedSampling:
-    """Validate a :class:`~adapters.types.SamplingParams` dict and fill in defaults.
+    """Validate a :class:`~skygym_adapters.types.SamplingParams` dict and fill in defaults.
 
     Accepts ``max_tokens``/``max_new_tokens`` as aliases of ``max_generate_length``. ``logprobs`` may be a
     bool or a vLLM-style integer (any value that is not None/False asks for the sampled token's logprob).
@@ -88,7 +88,7 @@ class SequenceResult:
 
 
 def assemble_output(results: List[SequenceResult], want_logprobs: bool) -> InferenceEngineOutput:
-    """Per-sequence results -> the batched :class:`~adapters.types.InferenceEngineOutput`."""
+    """Per-sequence results -> the batched :class:`~skygym_adapters.types.InferenceEngineOutput`."""
     output: InferenceEngineOutput = {
         "response_ids": [r.token_ids for r in results],
         "responses": [r.text for r in results],

@@ -11,12 +11,12 @@ import asyncio
 import zlib
 from typing import Any, Dict, List, Optional, Sequence
 
-from adapters.engines.base import EngineError, validate_prompts
-from adapters.types import InferenceEngine, InferenceEngineOutput, SamplingParams
+from skygym_adapters.engines.base import EngineError, validate_prompts
+from skygym_adapters.types import InferenceEngine, InferenceEngineOutput, SamplingParams
 
 
 class EngineClient:
-    """Spreads ``generate`` calls over ``engines``; is itself an :class:`~adapters.types.InferenceEngine`.
+    """Spreads ``generate`` calls over ``engines``; is itself an :class:`~skygym_adapters.types.InferenceEngine`.
 
     ``session_ids`` (one per prompt, e.g. a trajectory id) pin a trajectory to one engine: the first request of a
     session picks the least-loaded engine, later ones reuse it. Without session ids prompts go to the least-loaded

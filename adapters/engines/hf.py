@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from adapters.engines.base import (
+from skygym_adapters.engines.base import (
     EngineError,
     ResolvedSampling,
     SequenceResult,
@@ -26,7 +26,7 @@ from adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
-from adapters.types import InferenceEngineOutput, SamplingParams
+from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +42,13 @@ _SHUTDOWN = object()
 
 
 class HFEngine:
-    """A transformers causal LM behind the :class:`~adapters.types.InferenceEngine` protocol.
+    """A transformers causal LM behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
     >>> engine = HFEngine("smollm2-135m")                       # doctest: +SKIP
     >>> out = await engine.generate([[1, 2, 3]], {"max_generate_length": 8, "logprobs": True})  # doctest: +SKIP
 
     Args:
-        model: a model name for :func:`adapters.models.resolve_model`, or a loaded ``PreTrainedModel``.
+        model: a model name for :func:`skygym_adapters.models.resolve_model`, or a loaded ``PreTrainedModel``.
         tokenizer: needed when ``model`` is a loaded module (else loaded with the model); used for EOS ids,
             stop strings and decoding ``responses``.
         device / dtype: default to CUDA+bfloat16 when available, else CPU+float32.
@@ -71,7 +71,7 @@ class HFEngine:
         import torch
 
         if model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-            from adapters.models import load_model_and_tokenizer
+            from skygym_adapters.models import load_model_and_tokenizer
 
             model, loaded_tokenizer = load_model_and_tokenizer(model, dtype=dtype, device=device)
             tokenizer = tokenizer or loaded_tokenizer

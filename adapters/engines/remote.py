@@ -18,7 +18,7 @@ import os
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
-from adapters.engines.base import (
+from skygym_adapters.engines.base import (
     EngineError,
     ResolvedSampling,
     SequenceResult,
@@ -26,14 +26,14 @@ from adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
-from adapters.engines.http_sessions import LoopSessions
-from adapters.types import InferenceEngineOutput, SamplingParams
+from skygym_adapters.engines.http_sessions import LoopSessions
+from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
 
 class RemoteEngine:
-    """Client of an OpenAI-compatible server behind the :class:`~adapters.types.InferenceEngine` protocol.
+    """Client of an OpenAI-compatible server behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
     Args:
         base_url: the server root, e.g. ``http://127.0.0.1:8000`` (with or without ``/v1``).
@@ -64,7 +64,7 @@ class RemoteEngine:
         root = base_url.rstrip("/")
         self.root_url = root[: -len("/v1")] if root.endswith("/v1") else root
         if isinstance(tokenizer, (str, os.PathLike)):
-            from adapters.models import load_tokenizer
+            from skygym_adapters.models import load_tokenizer
 
             tokenizer = load_tokenizer(tokenizer)
         self.tokenizer = tokenizer

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
-from adapters.engines.base import (
+from skygym_adapters.engines.base import (
     EngineError,
     ResolvedSampling,
     SequenceResult,
@@ -29,14 +29,14 @@ from adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
-from adapters.engines.http_sessions import LoopSessions
-from adapters.types import InferenceEngineOutput, SamplingParams
+from skygym_adapters.engines.http_sessions import LoopSessions
+from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 
 
 class SGLangEngine:
-    """SGLang's native API behind the :class:`~adapters.types.InferenceEngine` protocol.
+    """SGLang's native API behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
     Args:
         base_url: the server root, e.g. ``http://127.0.0.1:30000``.
@@ -59,7 +59,7 @@ class SGLangEngine:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         if isinstance(tokenizer, (str, os.PathLike)):
-            from adapters.models import load_tokenizer
+            from skygym_adapters.models import load_tokenizer
 
             tokenizer = load_tokenizer(tokenizer)
         self.tokenizer = tokenizer

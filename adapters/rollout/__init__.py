@@ -2,7 +2,7 @@
 
 Public API::
 
-    from adapters.rollout import RolloutConfig, RolloutGenerator, generate_rollouts, check_drift
+    from skygym_adapters.rollout import RolloutConfig, RolloutGenerator, generate_rollouts, check_drift
 
     generator = RolloutGenerator(engine, tokenizer, RolloutConfig(max_turns=3, check_drift=True))
     output = await generator.generate({"prompts": [...], "env_classes": [...], "env_extras": [...]})
@@ -17,13 +17,13 @@ difference between templating the conversation with and without the new messages
 extension). Nothing the model generated is ever re-tokenized. See docs/rollouts.md.
 """
 
-from adapters.rollout.chat import ChatTokenizer, ObservationIds, TemplateError
-from adapters.rollout.config import RolloutConfig
-from adapters.rollout.drift import DriftReport, check_drift
-from adapters.rollout.generator import RolloutGenerator, generate_rollouts
-from adapters.rollout.loop import EnvCallError, run_trajectory
-from adapters.rollout.metrics import pass_at_k, rollout_metrics
-from adapters.rollout.trajectory import Trajectory, Turn
+from skygym_adapters.rollout.chat import ChatTokenizer, ObservationIds, TemplateError
+from skygym_adapters.rollout.config import RolloutConfig
+from skygym_adapters.rollout.drift import DriftReport, check_drift
+from skygym_adapters.rollout.generator import RolloutGenerator, generate_rollouts
+from skygym_adapters.rollout.loop import EnvCallError, run_trajectory
+from skygym_adapters.rollout.metrics import pass_at_k, rollout_metrics
+from skygym_adapters.rollout.trajectory import Trajectory, Turn
 
 __all__ = [
     "ChatTokenizer",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from adapters.types import SamplingParams
+from skygym_adapters.types import SamplingParams
 
 
 @dataclass
@@ -27,7 +27,7 @@ class RolloutConfig:
             per trajectory, with ``is_last_step`` marking each trajectory's last turn.
         apply_overlong_filtering: zero the loss mask of trajectories that did not end with ``"stop"``.
         zero_reward_on_non_stop: zero the reward of trajectories that did not end with ``"stop"``.
-        check_drift: run :func:`adapters.rollout.drift.check_drift` on every trajectory; the reports go to
+        check_drift: run :func:`skygym_adapters.rollout.drift.check_drift` on every trajectory; the reports go to
             ``rollout_metrics["drift/..."]`` and to each trajectory.
         max_env_workers: threads for blocking env calls (make, init, step, close); 0 runs them on the loop.
         max_concurrent_trajectories: trajectories in flight at once (None: all of them).

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from adapters.rollout.chat import ChatTokenizer
-from adapters.rollout.trajectory import Trajectory
+from skygym_adapters.rollout.chat import ChatTokenizer
+from skygym_adapters.rollout.trajectory import Trajectory
 
 _CONTEXT_TOKENS = 8
 

@@ -8,15 +8,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from adapters.engines.base import resolve_sampling
-from adapters.engines.client import EngineClient
-from adapters.rollout.chat import ChatTokenizer
-from adapters.rollout.config import RolloutConfig
-from adapters.rollout.drift import check_drift
-from adapters.rollout.loop import EnvCallError, _EnvRunner, run_trajectory
-from adapters.rollout.metrics import rollout_metrics
-from adapters.rollout.trajectory import Trajectory, Turn
-from adapters.types import GeneratorInput, GeneratorOutput, SamplingParams, TrajectoryID
+from skygym_adapters.engines.base import resolve_sampling
+from skygym_adapters.engines.client import EngineClient
+from skygym_adapters.rollout.chat import ChatTokenizer
+from skygym_adapters.rollout.config import RolloutConfig
+from skygym_adapters.rollout.drift import check_drift
+from skygym_adapters.rollout.loop import EnvCallError, _EnvRunner, run_trajectory
+from skygym_adapters.rollout.metrics import rollout_metrics
+from skygym_adapters.rollout.trajectory import Trajectory, Turn
+from skygym_adapters.types import GeneratorInput, GeneratorOutput, SamplingParams, TrajectoryID
 
 # Dataset-row columns that are not env extras.
 _ROW_KEYS_NOT_EXTRAS = ("prompt", "env_class")

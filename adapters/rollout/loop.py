@@ -9,11 +9,11 @@ import time
 from concurrent.futures import Executor
 from typing import Any, Dict, List, Optional
 
-from adapters.engines.base import resolve_sampling
-from adapters.rollout.chat import ChatTokenizer
-from adapters.rollout.config import RolloutConfig
-from adapters.rollout.trajectory import Trajectory, Turn
-from adapters.types import SamplingParams, TrajectoryID
+from skygym_adapters.engines.base import resolve_sampling
+from skygym_adapters.rollout.chat import ChatTokenizer
+from skygym_adapters.rollout.config import RolloutConfig
+from skygym_adapters.rollout.trajectory import Trajectory, Turn
+from skygym_adapters.types import SamplingParams, TrajectoryID
 
 logger = logging.getLogger(__name__)
 

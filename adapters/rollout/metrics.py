@@ -6,7 +6,7 @@ import math
 from collections import Counter, defaultdict
 from typing import Any, Dict, List, Sequence
 
-from adapters.rollout.trajectory import Trajectory
+from skygym_adapters.rollout.trajectory import Trajectory
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

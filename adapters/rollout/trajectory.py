@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
-from adapters.types import TrajectoryID
+from skygym_adapters.types import TrajectoryID
 
 
 @dataclass

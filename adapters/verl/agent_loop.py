@@ -1,7 +1,7 @@
 """A veRL agent loop that runs any ``skyrl_gym`` env inside veRL's multi-turn rollout.
 
 Registered in veRL's agent-loop registry as ``skyrl_gym_agent``: rows whose ``agent_name`` column says
-so (see :mod:`adapters.verl.rows`) are rolled out here, other rows keep veRL's own loops. Each episode:
+so (see :mod:`skygym_adapters.verl.rows`) are rolled out here, other rows keep veRL's own loops. Each episode:
 
 1. builds the row's env (``env_class`` column) with the row's other columns as ``extras``;
 2. tokenizes ``env.init(prompt)`` with veRL's Continuous Token builder (the same token bookkeeping as
@@ -32,8 +32,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 import skyrl_gym
 from skyrl_gym.data import row_extras
 
-from adapters.verl.reward import ENV_CLASS_KEY, EPISODE_REWARD_KEY
-from adapters.verl.rows import AGENT_NAME, verl_to_row
+from skygym_adapters.verl.reward import ENV_CLASS_KEY, EPISODE_REWARD_KEY
+from skygym_adapters.verl.rows import AGENT_NAME, verl_to_row
 
 logger = logging.getLogger(__name__)
 

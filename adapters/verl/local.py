@@ -2,7 +2,7 @@
 
 veRL normally runs its agent-loop and reward workers as Ray actors next to vLLM servers. Both worker
 classes are plain Python classes that Ray wraps, so they also run in-process, served by
-:class:`adapters.verl.server.EngineServerManager`. The tests and the conformance kit use this to drive
+:class:`skygym_adapters.verl.server.EngineServerManager`. The tests and the conformance kit use this to drive
 veRL's real code on a CPU; users can use it to debug a dataset and env before launching a cluster run.
 """
 
@@ -55,7 +55,7 @@ def load_batch(parquet_files: Union[str, Path, Iterable[Union[str, Path]]], conf
 
 async def generate_sequences(config: Any, server_manager: Any, batch: Any) -> Any:
     """veRL's ``AgentLoopWorker.generate_sequences`` on ``batch``, in this process, through ``server_manager``."""
-    import adapters.verl.agent_loop  # noqa: F401  registers skyrl_gym_agent in veRL's registry
+    import skygym_adapters.verl.agent_loop  # noqa: F401  registers skyrl_gym_agent in veRL's registry
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 
     worker = AgentLoopWorker(config, server_manager)

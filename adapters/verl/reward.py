@@ -2,7 +2,7 @@
 
 Point veRL at it with::
 
-    reward.custom_reward_function.path=pkg://adapters.verl.reward
+    reward.custom_reward_function.path=pkg://skygym_adapters.verl.reward
     reward.custom_reward_function.name=compute_score
 
 veRL calls ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=, **reward_kwargs)`` once
@@ -19,7 +19,7 @@ from typing import Any, Dict, Mapping, Optional
 import skyrl_gym
 from skyrl_gym.errors import DataError
 
-from adapters.verl.rows import SIDECAR_COLUMN, env_class_of, read_sidecar
+from skygym_adapters.verl.rows import SIDECAR_COLUMN, env_class_of, read_sidecar
 
 # Keys our agent loop puts in veRL's extra_fields (veRL merges them into extra_info for the reward function).
 EPISODE_REWARD_KEY = "skyrl_gym_reward"
@@ -69,7 +69,7 @@ def compute_score(
     env_id = env_class or env_class_of(
         {"data_source": data_source, "extra_info": extra_info, "env_class": extra_info.get(ENV_CLASS_KEY)}
     )
-    # Rows converted by adapters.verl.rows carry their other columns (max_turns, db_id, ...) in extra_info.
+    # Rows converted by skygym_adapters.verl.rows carry their other columns (max_turns, db_id, ...) in extra_info.
     extras: Dict[str, Any] = {"data_source": data_source, **(read_sidecar(extra_info).get("extras") or {})}
     extra_info.pop(SIDECAR_COLUMN, None)
     for key in ("num_turns", "rollout_reward_scores", "turn_scores", "tool_rewards"):  # added by veRL's managers

@@ -122,7 +122,7 @@ def env_class_of(verl_row: Mapping[str, Any]) -> str:
     if not env_class:
         raise DataError(
             f"veRL row of data_source {verl_row.get('data_source')!r} names no env: add an 'env_class' column "
-            f"(convert rows with adapters.verl.rows.rows_to_verl) or one of the known data sources {sorted(DATA_SOURCE_ENVS)}"
+            f"(convert rows with skygym_adapters.verl.rows.rows_to_verl) or one of the known data sources {sorted(DATA_SOURCE_ENVS)}"
         )
     return str(env_class)
 

@@ -2,7 +2,7 @@
 
 veRL's agent loops talk to ``server_manager.generate(request_id, *, prompt_ids, sampling_params, ...)``
 and expect a ``TokenOutput`` (``token_ids``, ``log_probs``, ``stop_reason``). :class:`EngineServerManager`
-answers that call with any :class:`adapters.types.InferenceEngine` (a transformers model, a vLLM server,
+answers that call with any :class:`skygym_adapters.types.InferenceEngine` (a transformers model, a vLLM server,
 a scripted engine), so veRL's own agent-loop worker can run on a machine without Ray actors or vLLM,
 and the conformance kit can push scripted actions through veRL's real code.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from adapters.types import InferenceEngine, SamplingParams
+from skygym_adapters.types import InferenceEngine, SamplingParams
 
 # veRL's stop reasons: "completed" (EOS or stop), "length" is reported by veRL servers as "completed" too,
 # "aborted" when the request was cancelled.

@@ -1,4 +1,4 @@
-from sandboxes import RunRequest, get_sandbox
+from skygym_sandboxes import RunRequest, get_sandbox
 
 with get_sandbox("local", limits={"wall_s": 2}) as box:  # warm bubblewrap sandboxes, no network
     result = box.run(RunRequest(code="print(input()[::-1])", stdin="abc"))

@@ -3,8 +3,8 @@ import os
 
 from trl import GRPOConfig, GRPOTrainer
 
-from adapters.models import resolve_model
-from adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset
+from skygym_adapters.models import resolve_model
+from skygym_adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 
 MODEL = os.environ.get("MODEL") or str(resolve_model("smollm2-135m").path)  # the embedded SmolLM2, no download

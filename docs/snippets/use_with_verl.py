@@ -2,8 +2,8 @@
 # reward function veRL calls for rows its own loops rolled out.
 import os
 
-from adapters.verl.reward import compute_score
-from adapters.verl.rows import read_verl_parquet, write_verl_parquet
+from skygym_adapters.verl.reward import compute_score
+from skygym_adapters.verl.rows import read_verl_parquet, write_verl_parquet
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 
 GSM8K = os.environ.get("GSM8K_JSONL")  # a local GSM8K JSONL file; None reads the hub

@@ -14,7 +14,7 @@ set -x
 : "${INFERENCE_BACKEND:=vllm}"
 : "${WEIGHT_SYNC:=auto}"  # auto: nccl for vllm on GPU, in-process for hf
 
-python -m skyrl_train.entrypoints.main_base \
+python -m skygym_train.entrypoints.main_base \
   data.train_data="['$DATA_DIR/train.parquet']" \
   data.val_data="['$DATA_DIR/validation.parquet']" \
   trainer.algorithm.advantage_estimator="grpo" \

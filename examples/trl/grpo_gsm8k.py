@@ -19,7 +19,7 @@ import os
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gsm8k_file", help="GSM8K JSONL (question/answer); default: the hub's openai/gsm8k")
-    parser.add_argument("--model", default="smollm2-135m", help="model name or folder (adapters.models.resolve_model)")
+    parser.add_argument("--model", default="smollm2-135m", help="model name or folder (skygym_adapters.models.resolve_model)")
     parser.add_argument("--output_dir", default="outputs/trl_grpo_gsm8k")
     parser.add_argument("--limit", type=int, default=256, help="training rows")
     parser.add_argument("--max_steps", type=int, default=20)
@@ -34,8 +34,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl import GRPOConfig, GRPOTrainer
 
-    from adapters.models import resolve_model
-    from adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset
+    from skygym_adapters.models import resolve_model
+    from skygym_adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset
     from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 
     env_class = "gsm8k_multi_turn" if args.multi_turn else "gsm8k"

@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", required=True, help="a veRL Parquet file (examples/verl/prepare_gsm8k.py)")
-    parser.add_argument("--model", default="smollm2-135m", help="model name or folder (adapters.models.resolve_model)")
+    parser.add_argument("--model", default="smollm2-135m", help="model name or folder (skygym_adapters.models.resolve_model)")
     parser.add_argument("--limit", type=int, default=4)
     parser.add_argument("--max_tokens_per_turn", type=int, default=64)
     parser.add_argument("--response_length", type=int, default=512)
@@ -29,10 +29,10 @@ def main(argv=None) -> int:
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
-    from adapters.engines.hf import HFEngine
-    from adapters.models import resolve_model
-    from adapters.verl.local import compose_config, generate_sequences, load_batch
-    from adapters.verl.server import EngineServerManager
+    from skygym_adapters.engines.hf import HFEngine
+    from skygym_adapters.models import resolve_model
+    from skygym_adapters.verl.local import compose_config, generate_sequences, load_batch
+    from skygym_adapters.verl.server import EngineServerManager
 
     model_dir = resolve_model(args.model).path
     rows_file = Path(args.rows)

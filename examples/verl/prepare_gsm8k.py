@@ -13,7 +13,7 @@ import argparse
 import os
 from pathlib import Path
 
-from adapters.verl.rows import AGENT_NAME, write_verl_parquet
+from skygym_adapters.verl.rows import AGENT_NAME, write_verl_parquet
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 
 

@@ -1,8 +1,8 @@
 """Build the docker backend's image locally: a minimal Debian root filesystem with python3 made
 by ``debootstrap`` and loaded with ``docker import``. No image registry is involved.
 
-    python -m sandboxes.images.build_image            # or: sandboxes build-image
-    python -m sandboxes.images.build_image --rebuild
+    python -m skygym_sandboxes.images.build_image            # or: skygym-sandboxes build-image
+    python -m skygym_sandboxes.images.build_image --rebuild
 
 The root filesystem tarball is cached (``$XDG_CACHE_HOME/skyrl-gym``), so a rebuild after a
 daemon reset takes seconds. ``debootstrap`` needs root and the Debian package mirror that apt

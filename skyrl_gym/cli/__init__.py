@@ -1,8 +1,11 @@
 """The ``skyrl-gym`` command line.
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds a parser and sets
-``func``. Modules are imported only when listed here; keep their top level light (import heavy
-packages inside the command function) so that ``skyrl-gym --help`` stays instant.
+``func``. The core's own modules are listed here; commands that need a higher layer (``eval`` and
+``conform`` from ``skygym_adapters``, ``train`` and ``quickstart`` from ``skygym_train``) are contributed by
+the package that owns them through the ``skyrl_gym.cli`` entry-point group, so the core never imports
+upward. Keep a module's top level light (import heavy packages inside the command function) so that
+``skyrl-gym --help`` stays instant.
 """
 
 from __future__ import annotations
@@ -10,7 +13,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import List, Optional
+from importlib.metadata import entry_points
+from typing import Any, Iterator, List, Optional
+
+# Entry-point group through which other packages contribute subcommand modules (each with ``register``).
+ENTRY_POINT_GROUP = "skyrl_gym.cli"
 
 # Subcommand modules, in the order `--help` shows them. A module whose optional dependencies are
 # missing is still listed; its command reports what to install when run.
@@ -19,11 +26,20 @@ SUBCOMMAND_MODULES = [
     "skyrl_gym.cli.check_cmd",  # check
     "skyrl_gym.cli.step_cmd",  # step
     "skyrl_gym.cli.score_cmd",  # score
-    "skyrl_gym.cli.eval_cmd",  # eval (rollouts with a model)
     "skyrl_gym.cli.serve_retriever",  # serve-retriever
-    "skyrl_gym.cli.conform_cmd",  # conform
-    "skyrl_gym.cli.train_cmd",  # train, quickstart
 ]
+
+
+def _subcommand_modules() -> Iterator[Any]:
+    """The core's modules, then those contributed through entry points (sorted by name)."""
+    for module_name in SUBCOMMAND_MODULES:
+        yield importlib.import_module(module_name)
+    for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
+        try:
+            yield entry_point.load()
+        except Exception as exc:  # a broken plugin must not take the whole CLI down
+            print(f"warning: skyrl-gym command plugin {entry_point.name!r} ({entry_point.value}) failed to load: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,13 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="skyrl-gym", description="Environments for RL on language models: list, inspect, check, drive, train."
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name.rpartition(".")[0] and exc.name != module_name:
-                raise
-            continue  # a package that is not installed (e.g. adapters in a bare env-hub install)
+    for module in _subcommand_modules():
         module.register(subparsers)
     return parser
 

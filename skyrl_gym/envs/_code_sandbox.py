@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
-from sandboxes import Sandbox, shared_sandbox
+from skygym_sandboxes import Sandbox, shared_sandbox
 
 
 def plain(value: Any) -> Any:

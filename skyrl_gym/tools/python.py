@@ -19,7 +19,7 @@ TIMEOUT_MESSAGE = "Error executing Python code: Execution timed out after {timeo
 def sandbox_for(config: Optional[Mapping[str, Any]]) -> Any:
     """The process-wide sandbox for ``config`` (``None``: the shared warm local sandbox), so that
     episodes reuse warm workers instead of starting a sandbox each."""
-    from sandboxes import shared_sandbox
+    from skygym_sandboxes import shared_sandbox
 
     return shared_sandbox(dict(config) if config else None)
 
@@ -43,7 +43,7 @@ def render_run_result(result: Any, timeout: float) -> str:
 
 
 class PythonCodeExecutorToolGroup(ToolGroup):
-    """Runs Python in ``sandbox`` (any :class:`sandboxes.Sandbox`), or in one built from
+    """Runs Python in ``sandbox`` (any :class:`skygym_sandboxes.Sandbox`), or in one built from
     ``sandbox_config``, or in the shared warm local sandbox.
 
     With ``stateful=True`` each call first replays the earlier calls that succeeded (their output
@@ -89,7 +89,7 @@ class PythonCodeExecutorToolGroup(ToolGroup):
         )
 
     def _request(self, code: str) -> Any:
-        from sandboxes import RunRequest
+        from skygym_sandboxes import RunRequest
 
         limits = self.sandbox.limits.replace(wall_s=self.timeout, cpu_s=self.timeout)
         return RunRequest(code=self._program(code), limits=limits)

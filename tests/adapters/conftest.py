@@ -15,7 +15,7 @@ register_test_envs()
 @pytest.fixture(scope="session")
 def tokenizer() -> Any:
     """The real SmolLM2-135M-Instruct tokenizer and chat template (from the embedded GGUF, cached)."""
-    from adapters.models import ModelResolutionError, load_tokenizer
+    from skygym_adapters.models import ModelResolutionError, load_tokenizer
 
     try:
         return load_tokenizer("smollm2-135m")
@@ -26,14 +26,14 @@ def tokenizer() -> Any:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tokenizer: Any) -> Path:
     """A tiny random Qwen2 (hidden 64, 2 heads of 32) with the SmolLM2 tokenizer."""
-    from adapters.models import build_tiny_model
+    from skygym_adapters.models import build_tiny_model
 
     return build_tiny_model()
 
 
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_model_dir: Path) -> Any:
-    from adapters.engines.hf import HFEngine
+    from skygym_adapters.engines.hf import HFEngine
 
     engine = HFEngine(str(tiny_model_dir), device="cpu")
     yield engine
@@ -44,7 +44,7 @@ def assert_no_template_drift(trajectories: Iterable[Any], chat: Any) -> None:
     """Every trajectory in these tests goes through the drift check. With the project's templates the
     re-templated text must reproduce the recording; a random model may still produce non-canonical token
     sequences ("tokenization" drift), which the check reports but which is not a template fault."""
-    from adapters.rollout import check_drift
+    from skygym_adapters.rollout import check_drift
 
     for trajectory in trajectories:
         report = trajectory.drift if trajectory.drift is not None else check_drift(trajectory, chat)

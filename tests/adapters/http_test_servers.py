@@ -4,7 +4,7 @@
   ``/release_memory_occupation``, ``/resume_memory_occupation``, ``/get_model_info``, ``/health``), written from
   SGLang's documented request/response fields, because SGLang itself cannot run on this CPU machine;
 - a text-only OpenAI ``/v1/completions`` (refuses token-id prompts, returns no token ids), like servers that
-  lack vLLM's extensions, to exercise :class:`~adapters.engines.remote.RemoteEngine`'s fallbacks.
+  lack vLLM's extensions, to exercise :class:`~skygym_adapters.engines.remote.RemoteEngine`'s fallbacks.
 
 The servers run uvicorn in a background thread of the test process.
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from adapters.engines.base import assemble_output, resolve_sampling, SequenceResult
+from skygym_adapters.engines.base import assemble_output, resolve_sampling, SequenceResult
 from skyrl_gym import registration
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs.base_text_env import BaseTextEnv

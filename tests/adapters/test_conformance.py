@@ -7,8 +7,8 @@ import json
 import pytest
 
 import skyrl_gym
-from adapters.conformance import builtin_case_set
-from adapters.conformance import (
+from skygym_adapters.conformance import builtin_case_set
+from skygym_adapters.conformance import (
     Case,
     Context,
     OpenAIAdapter,

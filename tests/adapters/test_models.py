@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from adapters.models import ModelResolutionError, build_tiny_model, load_model_and_tokenizer, resolve_model
+from skygym_adapters.models import ModelResolutionError, build_tiny_model, load_model_and_tokenizer, resolve_model
 
 
 def test_embedded_default_is_a_cached_float_checkpoint(tokenizer: Any) -> None:

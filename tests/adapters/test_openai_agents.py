@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import skyrl_gym
-from adapters.openai_agents import (
+from skygym_adapters.openai_agents import (
     EnvChatSession,
     assistant_message_to_action,
     chat_completions_agent,

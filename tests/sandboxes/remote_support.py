@@ -1,4 +1,4 @@
-"""Start a real ``sandboxes serve`` process on 127.0.0.1 for the remote backend's tests."""
+"""Start a real ``skygym-sandboxes serve`` process on 127.0.0.1 for the remote backend's tests."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from sandboxes import Limits
-from sandboxes.remote import RemoteSandbox
+from skygym_sandboxes import Limits
+from skygym_sandboxes.remote import RemoteSandbox
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,7 +53,7 @@ def start_server(limits: Limits, max_concurrency: int = 2) -> ServedSandbox:
     command = [
         sys.executable,
         "-m",
-        "sandboxes.cli",
+        "skygym_sandboxes.cli",
         "serve",
         "--port",
         str(port),
@@ -71,14 +71,14 @@ def start_server(limits: Limits, max_concurrency: int = 2) -> ServedSandbox:
     while time.monotonic() < deadline:
         if server.poll() is not None:
             output = server.stdout.read().decode("utf-8", "replace") if server.stdout else ""
-            raise RuntimeError(f"sandboxes serve exited with {server.returncode}: {output[-2000:]}")
+            raise RuntimeError(f"skygym-sandboxes serve exited with {server.returncode}: {output[-2000:]}")
         try:
             if requests.get(f"{url}/health", timeout=1).status_code == 200:
                 return ServedSandbox(server, url, limits)
         except requests.RequestException:
             time.sleep(0.2)
     server.kill()
-    raise RuntimeError("sandboxes serve did not become healthy within 60 s")
+    raise RuntimeError("skygym-sandboxes serve did not become healthy within 60 s")
 
 
 def make_remote_sandbox(limits: Limits) -> ServedSandbox:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Dict, Iterable, List, Set
 
-from sandboxes import Limits
+from skygym_sandboxes import Limits
 
 # Tight limits so that escape attempts end quickly in CI.
 TEST_LIMITS = Limits(
@@ -47,7 +47,7 @@ def stray_processes(container_ids: Iterable[str] = ()) -> List[str]:
     """Live sandbox processes that are neither a bubblewrap launcher nor a supervisor (PID 1 of its
     namespace, or root in a container): what a run left behind.
 
-    Programs never run as root (when the tests run as root, bubblewrap sandboxes run as uid 65534,
+    Programs never run as root (when the tests run as root, bubblewrap skygym-sandboxes run as uid 65534,
     unshare and docker programs as a uid of their worker's own), so a stray is a non-root process of
     *this* test session: a descendant of this process, or inside one of ``container_ids``. Sandboxes
     other people run on the same machine do not count.

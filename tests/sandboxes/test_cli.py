@@ -23,7 +23,7 @@ def test_run_a_file_and_get_json(tmp_path):
         [
             sys.executable,
             "-m",
-            "sandboxes.cli",
+            "skygym_sandboxes.cli",
             "run",
             str(program),
             "--stdin",
@@ -45,7 +45,7 @@ def test_run_a_file_and_get_json(tmp_path):
 
 def test_help_lists_the_commands():
     done = subprocess.run(
-        [sys.executable, "-m", "sandboxes.cli", "--help"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "skygym_sandboxes.cli", "--help"], cwd=REPO, capture_output=True, text=True
     )
     assert done.returncode == 0
     assert all(command in done.stdout for command in ("serve", "run", "build-image"))

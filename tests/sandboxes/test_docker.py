@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandboxes import Limits, Status
-from sandboxes.docker_backend import LABEL, OWNER_LABEL, DockerSandbox, remove_orphaned_containers
+from skygym_sandboxes import Limits, Status
+from skygym_sandboxes.docker_backend import LABEL, OWNER_LABEL, DockerSandbox, remove_orphaned_containers
 from tests.sandboxes.docker_support import make_docker_sandbox
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -47,7 +47,7 @@ def test_a_cold_sandbox_uses_one_container_per_run(docker_engine, client):
 
 
 def test_containers_of_a_dead_owner_are_removed_on_start(docker_engine, client):
-    from sandboxes.images.build_image import DEFAULT_TAG
+    from skygym_sandboxes.images.build_image import DEFAULT_TAG
 
     orphan = client.containers.run(
         DEFAULT_TAG,
@@ -81,7 +81,7 @@ def test_containers_of_a_dead_owner_are_removed_on_start(docker_engine, client):
 
 
 def test_missing_image_is_a_clear_error(docker_engine):
-    from sandboxes.types import SandboxUnavailable
+    from skygym_sandboxes.types import SandboxUnavailable
 
-    with pytest.raises(SandboxUnavailable, match="sandboxes build-image"):
+    with pytest.raises(SandboxUnavailable, match="skygym-sandboxes build-image"):
         DockerSandbox(base_url=docker_engine.base_url, image="no-such-image:latest")

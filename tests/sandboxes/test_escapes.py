@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from sandboxes import RunRequest, Status
+from skygym_sandboxes import RunRequest, Status
 from tests.sandboxes.support import SANDBOX_UID, host_tmp_entries, stray_processes
 
 pytestmark = pytest.mark.slow
@@ -341,7 +341,7 @@ def test_without_seccomp_the_probes_get_through(tmp_snapshot):
     import json
     import shutil
 
-    from sandboxes.local import LocalSandbox
+    from skygym_sandboxes.local import LocalSandbox
     from tests.sandboxes.support import TEST_LIMITS
 
     if not shutil.which("bwrap"):

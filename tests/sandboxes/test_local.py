@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from sandboxes import (
+from skygym_sandboxes import (
     Limits,
     RunRequest,
     RunResult,
@@ -18,7 +18,7 @@ from sandboxes import (
     run_python,
     sandbox_from_config,
 )
-from sandboxes.local import LocalSandbox
+from skygym_sandboxes.local import LocalSandbox
 
 needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed")
 

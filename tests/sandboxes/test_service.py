@@ -1,4 +1,4 @@
-"""``sandboxes serve`` as a real HTTP server on 127.0.0.1, spoken to as SandboxFusion and through
+"""``skygym-sandboxes serve`` as a real HTTP server on 127.0.0.1, spoken to as SandboxFusion and through
 the ``remote`` backend."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 import pytest
 import requests
 
-from sandboxes import Limits, RunRequest, Status, get_sandbox
-from sandboxes.remote import RemoteSandbox, result_from_response
+from skygym_sandboxes import Limits, RunRequest, Status, get_sandbox
+from skygym_sandboxes.remote import RemoteSandbox, result_from_response
 from tests.sandboxes.remote_support import free_port, start_server
 
 

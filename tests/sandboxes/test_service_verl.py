@@ -1,4 +1,4 @@
-"""veRL's own SandboxFusion client (``verl.utils.reward_score.sandbox_fusion``) against ``sandboxes serve``.
+"""veRL's own SandboxFusion client (``verl.utils.reward_score.sandbox_fusion``) against ``skygym-sandboxes serve``.
 
 Runs in the ``verl`` test session (the verl package pins its own transformers)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandboxes import Limits
+from skygym_sandboxes import Limits
 from tests.sandboxes.remote_support import start_server
 
 pytestmark = pytest.mark.verl

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from sandboxes import Limits, RunRequest, Status
-from sandboxes.local import LocalSandbox
-from sandboxes.workers import BACKSTOP_S
+from skygym_sandboxes import Limits, RunRequest, Status
+from skygym_sandboxes.local import LocalSandbox
+from skygym_sandboxes.workers import BACKSTOP_S
 
 pytestmark = pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed")
 

@@ -108,7 +108,7 @@ def _code_env_rows() -> Dict[str, List[Dict[str, Any]]]:
     the community countdown env; reference actions are correct solutions."""
     import json
 
-    from envs_contrib.countdown.dataset import make_rows as countdown_rows
+    from skygym_contrib.countdown.dataset import make_rows as countdown_rows
     from skyrl_gym.envs.humaneval.dataset import load_problems, problem_to_row
 
     lcb_tests = [

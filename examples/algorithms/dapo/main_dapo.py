@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, List, Sequence, Tuple
 
-from skyrl_train.config import AlgorithmConfig, make_config
-from skyrl_train.trainer import PPOTrainer
+from skygym_train.config import AlgorithmConfig, make_config
+from skygym_train.trainer import PPOTrainer
 
 
 @dataclass
@@ -74,7 +74,7 @@ class DAPOTrainer(PPOTrainer):
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    from skyrl_train.entrypoints.main_base import main as run_main
+    from skygym_train.entrypoints.main_base import main as run_main
 
     return run_main(list(argv) or sys.argv[1:], trainer_cls=DAPOTrainer, config_cls=DAPOConfig)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from sandboxes import Sandbox
+from skygym_sandboxes import Sandbox
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
 from skyrl_gym.envs._common import clip_action, require_ground_truth

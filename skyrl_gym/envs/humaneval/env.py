@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from sandboxes import Limits, RunRequest, Sandbox, Status
+from skygym_sandboxes import Limits, RunRequest, Sandbox, Status
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
 from skyrl_gym.envs._common import clip_action, require_ground_truth

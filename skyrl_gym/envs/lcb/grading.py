@@ -22,7 +22,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Dict, List, Optional, Sequence
 
-from sandboxes import Limits, RunRequest, RunResult, Sandbox, Status
+from skygym_sandboxes import Limits, RunRequest, RunResult, Sandbox, Status
 
 CODE_BLOCK = re.compile(r"```(?:\w+)?\n(.*?)```", re.DOTALL)
 RESULT_MARKER = "\x1e__lcb_result__:"

@@ -11,7 +11,7 @@ Dataset row (extras)::
 
 ``env_config``: the search settings of the ``search`` env (``search_url``, ``topk``, ``timeout``,
 ``retry_attempts``, ``retry_delay_s``), ``python_timeout`` (seconds, default 10) and ``sandbox``
-(a :func:`sandboxes.sandbox_from_config` mapping; default: the shared warm local sandbox).
+(a :func:`skygym_sandboxes.sandbox_from_config` mapping; default: the shared warm local sandbox).
 """
 
 from __future__ import annotations

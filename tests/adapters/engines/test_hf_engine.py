@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from adapters.engines import EngineClient, EngineError
-from adapters.engines.hf import HFEngine
+from skygym_adapters.engines import EngineClient, EngineError
+from skygym_adapters.engines.hf import HFEngine
 
 
 
@@ -144,7 +144,7 @@ def test_sampling_draws_from_the_filtered_distribution() -> None:
 
     import torch
 
-    from adapters.engines.base import resolve_sampling
+    from skygym_adapters.engines.base import resolve_sampling
 
     logits = torch.tensor([[0.0, math.log(2.0), math.log(5.0), -50.0]]).repeat(4000, 1)  # p = 1/8, 2/8, 5/8, ~0
     generators = [torch.Generator().manual_seed(i) for i in range(4000)]

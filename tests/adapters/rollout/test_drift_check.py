@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from adapters.rollout import ChatTokenizer, RolloutConfig, RolloutGenerator, check_drift
+from skygym_adapters.rollout import ChatTokenizer, RolloutConfig, RolloutGenerator, check_drift
 from tests.adapters.support import ScriptedEngine, user
 
 

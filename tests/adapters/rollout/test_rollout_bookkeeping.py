@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory
+from skygym_adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory
 from tests.adapters.conftest import assert_no_template_drift
 from tests.adapters.support import CountdownTurnsEnv, ScriptedEngine, user
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from adapters.rollout import RolloutConfig, RolloutGenerator
+from skygym_adapters.rollout import RolloutConfig, RolloutGenerator
 from tests.adapters.conftest import assert_no_template_drift
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ BUILT_IN_ROWS: List[Dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def smollm2_engine() -> Any:
-    from adapters.engines.hf import HFEngine
+    from skygym_adapters.engines.hf import HFEngine
 
     engine = HFEngine("smollm2-135m", device="cpu")
     yield engine
@@ -99,7 +99,7 @@ async def test_tool_search_and_code_envs_roll_out_with_smollm2(tokenizer: Any, s
     countdown), one row each, through the same loop: the model's text reaches the env, tool observations
     come back as masked tokens, and the bookkeeping holds on whatever the model writes."""
     import skyrl_gym
-    from adapters.conformance.cases import retrieval_server
+    from skygym_adapters.conformance.cases import retrieval_server
     from tests.skyrl_gym.builtin_rows import BUILTIN_ROWS
 
     env_ids = sorted(set(BUILTIN_ROWS) - {r["env_class"] for r in BUILT_IN_ROWS})

@@ -10,7 +10,7 @@ pytest.importorskip("trl")
 pytestmark = pytest.mark.trl
 
 import skyrl_gym  # noqa: E402
-from adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset  # noqa: E402
+from skygym_adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset  # noqa: E402
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows  # noqa: E402
 from skyrl_gym.envs.gsm8k.multi_turn_env import LAST_TURN_MESSAGE  # noqa: E402
 

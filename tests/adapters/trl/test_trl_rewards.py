@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.trl import completion_text, env_reward, episode_reward, prompt_key
+from skygym_adapters.trl import completion_text, env_reward, episode_reward, prompt_key
 from skyrl_gym.errors import DataError
 
 PROMPTS = [[{"role": "user", "content": "2+2?"}], [{"role": "user", "content": "3+3?"}]]

@@ -18,10 +18,10 @@ pytest.importorskip("verl")
 pytestmark = pytest.mark.verl
 
 import skyrl_gym  # noqa: E402
-from adapters.scripted import ScriptedEngine  # noqa: E402
-from adapters.verl.local import compose_config, generate_sequences, load_batch  # noqa: E402
-from adapters.verl.rows import rows_to_verl  # noqa: E402
-from adapters.verl.server import EngineServerManager  # noqa: E402
+from skygym_adapters.scripted import ScriptedEngine  # noqa: E402
+from skygym_adapters.verl.local import compose_config, generate_sequences, load_batch  # noqa: E402
+from skygym_adapters.verl.rows import rows_to_verl  # noqa: E402
+from skygym_adapters.verl.server import EngineServerManager  # noqa: E402
 from skyrl_gym.data import write_parquet  # noqa: E402
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows  # noqa: E402
 from skyrl_gym.envs.gsm8k.multi_turn_env import LAST_TURN_MESSAGE, RETRY_MESSAGE  # noqa: E402
@@ -117,7 +117,7 @@ def test_tiny_model_rollout_registered_from_the_example_agent_loop_file(
     tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer
 ):
     """A real transformers model generates; the loop is found through examples/verl/agent_loop.yaml."""
-    from adapters.engines.hf import HFEngine
+    from skygym_adapters.engines.hf import HFEngine
 
     rows = list(gsm8k_rows(gsm8k_test_file, limit=2, env_class="gsm8k_multi_turn"))
     for row in rows:

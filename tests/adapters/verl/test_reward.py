@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from adapters.verl.reward import compute_score
-from adapters.verl.rows import rows_to_verl
+from skygym_adapters.verl.reward import compute_score
+from skygym_adapters.verl.rows import rows_to_verl
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 from skyrl_gym.errors import DataError
 
@@ -46,7 +46,7 @@ def test_verl_reward_worker_scores_gsm8k_rows_with_the_env(tmp_path, gsm8k_test_
     import torch
     from verl.protocol import DataProto
 
-    from adapters.verl.local import compose_config, compute_rewards
+    from skygym_adapters.verl.local import compose_config, compute_rewards
 
     rows = list(gsm8k_rows(gsm8k_test_file, limit=12))
     verl_rows = rows_to_verl(rows)
@@ -80,7 +80,7 @@ def test_verl_reward_worker_scores_gsm8k_rows_with_the_env(tmp_path, gsm8k_test_
         tiny_model_dir,
         [
             "actor_rollout_ref.rollout.name=vllm",
-            "reward.custom_reward_function.path=pkg://adapters.verl.reward",
+            "reward.custom_reward_function.path=pkg://skygym_adapters.verl.reward",
             "reward.custom_reward_function.name=compute_score",
         ],
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.verl.rows import AGENT_NAME, read_verl_parquet, row_to_verl, rows_to_verl, verl_to_row, write_verl_parquet
+from skygym_adapters.verl.rows import AGENT_NAME, read_verl_parquet, row_to_verl, rows_to_verl, verl_to_row, write_verl_parquet
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 from skyrl_gym.errors import DataError
 

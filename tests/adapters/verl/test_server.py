@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from adapters.verl.server import EngineServerManager, verl_to_engine_sampling
+from skygym_adapters.verl.server import EngineServerManager, verl_to_engine_sampling
 
 
 def test_verl_sampling_params_become_engine_sampling_params():
@@ -23,7 +23,7 @@ def test_generate_returns_verl_token_output(tokenizer):
     pytest.importorskip("verl")
     from verl.workers.rollout.replica import TokenOutput
 
-    from adapters.scripted import ScriptedEngine
+    from skygym_adapters.scripted import ScriptedEngine
 
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "say hi"}], add_generation_prompt=True, tokenize=False)
     server = EngineServerManager(ScriptedEngine(tokenizer, {"say hi": ["hi there"]}))

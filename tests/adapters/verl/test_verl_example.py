@@ -20,7 +20,7 @@ def _load(name):
 def test_example_config_extends_verl_and_loads_our_reward_function(tiny_model_dir):
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
-    from adapters.verl.local import compose_config
+    from skygym_adapters.verl.local import compose_config
 
     config = compose_config(tiny_model_dir, config_dir=EXAMPLES, config_name="gsm8k_multi_turn")
     assert config.actor_rollout_ref.rollout.agent.default_agent_loop == "skyrl_gym_agent"

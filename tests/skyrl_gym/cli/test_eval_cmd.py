@@ -23,7 +23,7 @@ def gsm8k_rows() -> List[Dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from adapters.models import build_tiny_model
+    from skygym_adapters.models import build_tiny_model
 
     return build_tiny_model()
 
@@ -55,7 +55,7 @@ def test_eval_with_the_hf_engine_writes_trajectories_with_token_ids(tmp_path: Pa
 
 
 def test_eval_with_a_remote_server(tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture) -> None:
-    from adapters.engines.hf import HFEngine
+    from skygym_adapters.engines.hf import HFEngine
     from tests.adapters.http_test_servers import make_app, serve
 
     data = tmp_path / "rows.jsonl"

@@ -21,7 +21,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sandbox_ready():
-    from sandboxes import run_python
+    from skygym_sandboxes import run_python
 
     result = run_python("print('ready')", timeout=20)
     if result.status == "sandbox_error":

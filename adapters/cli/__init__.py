@@ -1,0 +1,1 @@
+"""``skyrl-gym`` subcommands contributed by the adapters package (entry-point group ``skyrl_gym.cli``)."""

@@ -1,0 +1,153 @@
+"""``skyrl-gym eval``: roll out a dataset with a model and print how it did.
+
+    skyrl-gym eval --env gsm8k --data rows.parquet --engine hf --model smollm2-135m -n 4
+    skyrl-gym eval --data rows.jsonl --engine remote --base-url http://127.0.0.1:8000 --model DIR_OR_NAME
+
+Runs ``-n`` samples per row through the rows' envs (``--env`` overrides ``env_class``), with a progress bar;
+prints mean reward, pass@1 and pass@k, mean turns, response length, stop reasons and env metrics; and writes every
+trajectory (token ids, loss masks, rewards, conversation) as JSONL to ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, List
+
+ENGINES = ("hf", "vllm", "remote", "sglang")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="roll out a dataset with a model (hf, vllm, remote, sglang) and report rewards and pass@k",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--data", required=True, help="dataset rows (JSONL, JSON or Parquet)")
+    parser.add_argument("--env", default=None, help="env id for every row (default: each row's env_class)")
+    parser.add_argument("--engine", choices=ENGINES, default="hf")
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="model name, folder or hub id (for remote/sglang: the tokenizer to use)")
+    parser.add_argument("--base-url", default=None, help="server URL for --engine remote/sglang")
+    parser.add_argument("--api", choices=("completions", "chat"), default="completions",
+                        help="OpenAI API of --engine remote (completions keeps token ids in and out)")
+    parser.add_argument("-n", "--samples", type=int, default=1, help="samples per prompt (pass@k uses k = n)")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N rows")
+    parser.add_argument("--max-tokens", type=int, default=256, help="new tokens per turn")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    parser.add_argument("--max-turns", type=int, default=1)
+    parser.add_argument("--max-input-length", type=int, default=None, help="end a trajectory past this many tokens")
+    parser.add_argument("--env-config", default=None, help="JSON env_config for the env(s)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (hf engine)")
+    parser.add_argument("--check-drift", action="store_true", help="verify re-templating reproduces every trajectory")
+    parser.add_argument("--output", default="eval_trajectories.jsonl", help="where to write trajectories (JSONL)")
+    parser.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(func=run)
+
+
+def _build_engine(args: argparse.Namespace) -> Any:
+    from skygym_adapters.engines import make_engine
+
+    if args.engine in ("remote", "sglang") and not args.base_url:
+        raise SystemExit(f"error: --engine {args.engine} needs --base-url")
+    if args.engine == "hf":
+        return make_engine("hf", model=args.model, device=args.device)
+    if args.engine == "vllm":
+        return make_engine("vllm", model=args.model)
+    if args.engine == "remote":
+        return make_engine("remote", base_url=args.base_url, tokenizer=args.model, api=args.api)
+    return make_engine("sglang", base_url=args.base_url, tokenizer=args.model)
+
+
+def _print_summary(summary: Dict[str, Any]) -> None:
+    rows: List[tuple] = []
+    for key, value in summary.items():
+        if key in ("env_metrics", "stop_reasons"):
+            continue
+        rows.append((key, f"{value:.4g}" if isinstance(value, float) else str(value)))
+    for reason, count in sorted(summary.get("stop_reasons", {}).items()):
+        rows.append((f"stop reason: {reason}", str(count)))
+    for key, value in sorted(summary.get("env_metrics", {}).items()):
+        rows.append((f"env: {key}", f"{value:.4g}" if isinstance(value, float) else str(value)))
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - rich is a dependency
+        for name, value in rows:
+            print(f"{name:32} {value}")
+        return
+    table = Table(title="skyrl-gym eval")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from skyrl_gym.data import load_rows
+    from skyrl_gym.errors import DataError
+
+    if args.samples < 1:
+        print("error: -n must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        rows = load_rows(args.data, limit=args.limit)
+    except (DataError, OSError, ValueError) as exc:
+        print(f"error: cannot read {args.data}: {exc}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"error: {args.data} has no rows", file=sys.stderr)
+        return 2
+    env_config: Dict[str, Any] = {}
+    if args.env_config:
+        try:
+            env_config = json.loads(args.env_config)
+        except json.JSONDecodeError as exc:
+            print(f"error: --env-config is not JSON: {exc}", file=sys.stderr)
+            return 2
+
+    from skygym_adapters.evaluation import evaluate, write_trajectories
+    from skygym_adapters.rollout import RolloutConfig
+
+    sampling: Dict[str, Any] = {"max_generate_length": args.max_tokens, "temperature": args.temperature,
+                                "top_p": args.top_p, "logprobs": True}
+    if args.seed is not None:
+        sampling["seed"] = args.seed
+    if args.stop:
+        sampling["stop"] = args.stop
+    env_classes = {args.env} if args.env else {str(row.get("env_class")) for row in rows}
+    config = RolloutConfig(
+        sampling_params=sampling,  # type: ignore[arg-type]
+        max_turns=args.max_turns,
+        max_input_length=args.max_input_length,
+        check_drift=args.check_drift,
+        env_configs={env: env_config for env in env_classes} if env_config else {},
+    )
+    engine = _build_engine(args)
+    tokenizer = getattr(engine, "tokenizer", None)
+    if tokenizer is None:
+        print("error: the engine has no tokenizer; pass --model", file=sys.stderr)
+        return 2
+    try:
+        result = asyncio.run(evaluate(rows, engine, tokenizer, args.samples, config, env_class=args.env,
+                                      progress=not args.no_progress))
+    finally:
+        close = getattr(engine, "close", None)
+        if callable(close):
+            close()
+    _print_summary(result.summary)
+    path = write_trajectories(result.trajectories, args.output)
+    print(f"wrote {len(result.trajectories)} trajectories to {path}")
+    if args.summary_json:
+        with open(args.summary_json, "w", encoding="utf-8") as handle:
+            json.dump(result.summary, handle, indent=2)
+    return 0

@@ -1,0 +1,54 @@
+"""``skyrl-gym train key=value ...`` and ``skyrl-gym quickstart``: the bundled trainer (``train`` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+_MISSING = "the trainer needs the train extra: pip install 'skyrl-gym[train,embedded-model]'"
+
+
+def _train(args: argparse.Namespace) -> int:
+    try:
+        from skygym_train.entrypoints.main_base import run
+    except ImportError as exc:
+        print(f"error: {_MISSING} ({exc})", file=sys.stderr)
+        return 2
+    return run(args)
+
+
+def _quickstart(args: argparse.Namespace) -> int:
+    try:
+        from skygym_train.quickstart import run_quickstart
+    except ImportError as exc:
+        print(f"error: {_MISSING} ({exc})", file=sys.stderr)
+        return 2
+    from pathlib import Path
+
+    run_quickstart(Path(args.out), args.steps, args.model, args.overrides)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    train = subparsers.add_parser(
+        "train",
+        help="train a model with the bundled Ray/FSDP2 trainer (SkyRL config keys: key=value ...)",
+        description="Run the bundled trainer; overrides use SkyRL-train's dotted key names.",
+    )
+    train.add_argument("--config-file", default=None, help="a YAML file of config values (under the overrides)")
+    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    train.add_argument("--check", action="store_true", help="validate the config and exit")
+    train.add_argument("overrides", nargs="*", help="config overrides, dotted.key=value")
+    train.set_defaults(func=_train)
+
+    quick = subparsers.add_parser(
+        "quickstart",
+        help="GRPO on the embedded SmolLM2-135M (multiplication, a few minutes on CPU), with eval and a plot",
+        description="Train the embedded SmolLM2-135M-Instruct with GRPO on single-digit multiplication.",
+    )
+    quick.add_argument("--out", default="outputs/quickstart", help="folder for data, logs, checkpoint, plot")
+    quick.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
+    quick.add_argument("--model", default="smollm2-135m", help="model name or folder")
+    quick.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
+    quick.set_defaults(func=_quickstart)

@@ -1,0 +1,272 @@
+"""The trainer's configuration as dataclasses.
+
+Key names follow SkyRL-train (``trainer.algorithm.advantage_estimator``, ``generator.n_samples_per_prompt``,
+...) so that commands written for SkyRL carry over. Defaults live in ``ppo_base_config.yaml`` beside this
+file; the dataclasses give OmegaConf the types to check and the set of keys that exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class DataConfig:
+    train_data: List[str] = field(default_factory=list)
+    """JSONL or Parquet files of dataset rows (``prompt``, ``env_class``, ``reward_spec``, ...)."""
+    val_data: List[str] = field(default_factory=list)
+    shuffle: bool = True
+
+
+@dataclass
+class LoraConfig:
+    rank: int = 0
+    """0 disables LoRA."""
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: str = "all-linear"
+
+
+@dataclass
+class ModelConfig:
+    path: Optional[str] = None
+    """A local folder, a hub id, or an embedded model name (``smollm2-135m``)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class OptimizerConfig:
+    lr: float = 1e-6
+    adam_betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    num_warmup_steps: int = 0
+    scheduler: str = "constant_with_warmup"
+
+
+@dataclass
+class MixedPrecisionConfig:
+    param_dtype: str = "bf16"
+    reduce_dtype: str = "fp32"
+
+
+@dataclass
+class FSDPConfig:
+    cpu_offload: bool = False
+    reshard_after_forward: bool = True
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
+    """Used on GPU only; CPU training runs in float32."""
+
+
+@dataclass
+class PolicyConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optimizer_config: OptimizerConfig = field(default_factory=OptimizerConfig)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class RefConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """``model.path`` defaults to the policy's."""
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class CriticConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """``model.path`` defaults to the policy's (a value head is added on top)."""
+    optimizer_config: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=5e-6))
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class PlacementConfig:
+    colocate_all: bool = True
+    """Training workers and inference engines share devices (engines sleep while the policy trains)."""
+    colocate_policy_ref: bool = True
+    policy_num_nodes: int = 1
+    policy_num_gpus_per_node: int = 1
+    critic_num_nodes: int = 1
+    critic_num_gpus_per_node: int = 1
+    ref_num_nodes: int = 1
+    ref_num_gpus_per_node: int = 1
+
+
+@dataclass
+class KLCtrlConfig:
+    type: str = "fixed"
+    """``fixed`` or ``adaptive``."""
+    kl_target: float = 0.1
+    horizon: int = 10000
+
+
+@dataclass
+class DynamicSamplingConfig:
+    type: Optional[str] = None
+    """``None``, ``filter`` (drop groups whose rewards all agree and sample more) or ``replace``."""
+    max_sample_batches: int = 30
+    min_replace_ratio: float = 0.3
+
+
+@dataclass
+class CISPOConfig:
+    cispo_eps_clip_low: float = 1.0
+    """The importance weight is clamped to [1 - low, 1 + high]; 1.0 leaves no lower bound."""
+    cispo_eps_clip_high: float = 4.0
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage_estimator: str = "grpo"
+    """``grpo``, ``rloo``, ``reinforce++``, ``gae`` or a name registered by the user."""
+    kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
+    kl_estimator_type: str = "k3"
+    use_kl_in_reward: bool = False
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    use_entropy_loss: bool = False
+    entropy_loss_coef: float = 0.01
+    advantage_batch_normalize: bool = False
+    zero_variance_filter: bool = False
+    """Leave out of the update every group whose rewards all agree (its advantages are all 0 under
+    grpo/rloo): no effect on the gradient direction, less compute."""
+    policy_loss_type: str = "regular"
+    """``regular`` (PPO clip), ``dual_clip``, ``gspo``, ``cispo`` or a user-registered name."""
+    loss_reduction: str = "token_mean"
+    """``token_mean``, ``sequence_mean`` or ``seq_mean_token_sum_norm``."""
+    grpo_norm_by_std: bool = True
+    lambd: float = 1.0
+    gamma: float = 1.0
+    eps_clip_low: float = 0.2
+    eps_clip_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    value_clip: float = 0.2
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    cispo: CISPOConfig = field(default_factory=CISPOConfig)
+    max_seq_len: Optional[int] = None
+    """Constant that ``seq_mean_token_sum_norm`` divides by; defaults to prompt + response length limits."""
+
+
+@dataclass
+class AsyncTrainingConfig:
+    enabled: bool = False
+    """Generate the next batch while the current one trains (one-step-off)."""
+    max_staleness_steps: int = 1
+    """How many policy updates a batch may lag behind; 0 means synchronous."""
+
+
+@dataclass
+class TrainerConfig:
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    strategy: str = "fsdp2"
+    """``fsdp2`` (``fsdp`` is accepted as a synonym)."""
+    use_ray: bool = True
+    """False runs everything in this process (one worker): the fast path for small CPU runs."""
+    num_cpu_workers: int = 1
+    """Policy workers to start when there is no GPU (each a gloo rank)."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    gradient_checkpointing: bool = True
+    use_sample_packing: bool = True
+    """Pack each micro-batch: no padding, and rows that share a prompt compute it once (exact; see
+    ``skygym_train.workers.packing``). With flash attention, which takes no 4D mask, sequences are packed end
+    to end instead (no padding; prompts repeated)."""
+    cpu_bf16_autocast: bool = False
+    """On CPU, run forward/backward under bfloat16 autocast (fp32 master weights), as TRL does by
+    default; much faster on CPUs with AVX512-BF16/AMX, slightly less precise. GPUs use fsdp_config.mixed_precision."""
+    seed: int = 42
+    resume_mode: Optional[str] = "latest"
+    """``latest``, ``from_path`` (with ``resume_path``) or ``none``."""
+    resume_path: Optional[str] = None
+    ckpt_path: str = "~/ckpts/skyrl"
+    max_ckpts_to_keep: int = -1
+    ckpt_interval: int = 10
+    hf_save_interval: int = -1
+    export_path: str = "~/exports/skyrl"
+    epochs: int = 1
+    max_training_steps: Optional[int] = None
+    update_epochs_per_batch: int = 1
+    train_batch_size: int = 1024
+    """Prompts per training step."""
+    policy_mini_batch_size: int = 256
+    """Prompts per optimizer step."""
+    critic_mini_batch_size: int = 256
+    micro_train_batch_size_per_gpu: int = 1
+    """Sequences per forward/backward pass on one worker."""
+    micro_forward_batch_size_per_gpu: int = 1
+    max_tokens_per_microbatch: int = -1
+    """When > 0, micro-batches are consecutive rows up to this many tokens (as packing runs them: a prompt
+    shared by rows counts once) instead of ``micro_*_batch_size_per_gpu`` rows; a longer row goes alone.
+    -1 (the default) counts rows."""
+    eval_batch_size: int = 1024
+    eval_before_train: bool = True
+    eval_interval: int = 5
+    """Steps between evaluations; -1 disables periodic evaluation."""
+    max_prompt_length: int = 512
+    project_name: str = "skyrl"
+    run_name: str = "test_run"
+    logger: str = "console"
+    """``console``, ``tensorboard``, ``wandb``, ``jsonl``, or several joined by commas."""
+    log_path: str = "/tmp/skyrl-logs"
+    progress_bar: bool = True
+    plot_path: Optional[str] = None
+    """Write a PNG of mean reward per step here at the end of training."""
+
+
+@dataclass
+class SamplingParamsConfig:
+    max_generate_length: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    logprobs: Optional[int] = 1
+    stop: Optional[List[str]] = None
+
+
+@dataclass
+class GeneratorConfig:
+    backend: str = "hf"
+    """``hf`` (transformers) or ``vllm`` engines in this process; ``remote`` (OpenAI-compatible vLLM server) or
+    ``sglang`` servers at ``remote_inference_engine_urls``."""
+    model_dtype: str = "auto"
+    num_inference_engines: int = 1
+    inference_engine_tensor_parallel_size: int = 1
+    weight_sync_backend: str = "auto"
+    """``auto``, ``inprocess``, ``gloo``, ``nccl`` or ``checkpoint``."""
+    run_engines_locally: bool = True
+    remote_inference_engine_urls: List[str] = field(default_factory=list)
+    gpu_memory_utilization: float = 0.8
+    enforce_eager: bool = True
+    """vLLM: skip CUDA-graph capture / compilation (quick start-up; what short RL jobs and CPUs want)."""
+    n_samples_per_prompt: int = 5
+    max_turns: int = 1
+    max_input_length: Optional[int] = None
+    sampling_params: SamplingParamsConfig = field(default_factory=SamplingParamsConfig)
+    eval_sampling_params: Optional[SamplingParamsConfig] = None
+    """Sampling for evaluation; null uses ``sampling_params``."""
+    eval_n_samples_per_prompt: int = 1
+    apply_overlong_filtering: bool = False
+    zero_reward_on_non_stop: bool = False
+    chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EnvironmentConfig:
+    env_class: str = "gsm8k"
+    """Used for rows that do not name their own ``env_class``."""
+    env_config: Dict[str, Any] = field(default_factory=dict)
+    """Passed to every env as ``env_config``."""
+
+
+@dataclass
+class SkyRLTrainConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)

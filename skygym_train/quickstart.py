@@ -1,0 +1,176 @@
+"""The quickstart: GRPO on the embedded SmolLM2-135M-Instruct, learning to box single-digit products.
+
+    python -m skygym_train.quickstart                # or: skyrl-gym quickstart
+    python -m skygym_train.quickstart --steps 20 trainer.policy.optimizer_config.lr=2e-5
+
+On this project's 2-core CPU, 40 steps took 4.8 minutes in all on a quiet machine (27 while it was
+heavily shared, before sequence packing). The model starts out rarely boxing a correct product (reward ~0);
+with reward 1.0 for a correct ``\\boxed{}`` product and 0.1 for a boxed wrong one it reached a held-out
+greedy eval reward of 0.41-0.55 (from 0.0) after 40 steps in the measured runs. It evaluates greedily on held-out rows before and
+after training, saves a checkpoint and a Hugging Face export, and plots reward per step. On a machine
+with a GPU the same command trains there. Any trainer key can be overridden as ``key=value``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+
+def quickstart_overrides(out_dir: Path, steps: int, model: str) -> Dict[str, Any]:
+    """The recipe from INTEGRATIONS.md (what worked on a 2-core CPU), as trainer config keys."""
+    return {
+        "data.train_data": [str(out_dir / "data" / "train.jsonl")],
+        "data.val_data": [str(out_dir / "data" / "validation.jsonl")],
+        "environment.env_class": "multiply",
+        # 1.0 for a correct boxed product, 0.1 for a boxed wrong number: a gentle slope towards the format
+        "environment.env_config": {"boxed_wrong_reward": 0.1},
+        "trainer.policy.model.path": model,
+        "trainer.use_ray": False,
+        "trainer.strategy": "fsdp2",
+        "trainer.algorithm.advantage_estimator": "grpo",
+        "trainer.algorithm.policy_loss_type": "regular",
+        "trainer.algorithm.use_kl_loss": False,
+        "trainer.algorithm.zero_variance_filter": True,
+        "trainer.policy.optimizer_config.lr": 1e-5,
+        "trainer.policy.optimizer_config.weight_decay": 0.0,
+        "trainer.policy.optimizer_config.max_grad_norm": 1.0,
+        "trainer.gradient_checkpointing": False,
+        "trainer.train_batch_size": 8,
+        "trainer.policy_mini_batch_size": 8,
+        "trainer.micro_train_batch_size_per_gpu": 8,
+        "trainer.micro_forward_batch_size_per_gpu": 16,
+        "trainer.eval_batch_size": 32,
+        "trainer.eval_before_train": True,
+        "trainer.eval_interval": -1,
+        "trainer.epochs": 100,
+        "trainer.max_training_steps": steps,
+        "trainer.ckpt_interval": steps,
+        "trainer.ckpt_path": str(out_dir / "ckpts"),
+        "trainer.export_path": str(out_dir / "export"),
+        "trainer.hf_save_interval": steps,
+        "trainer.resume_mode": "none",
+        "trainer.logger": "console,jsonl",
+        "trainer.log_path": str(out_dir / "logs"),
+        "trainer.run_name": "quickstart",
+        "trainer.project_name": "skyrl-gym-quickstart",
+        "trainer.plot_path": str(out_dir / "reward_per_step.png"),
+        "generator.backend": "hf",
+        "generator.n_samples_per_prompt": 4,
+        "generator.max_turns": 1,
+        "generator.sampling_params.temperature": 1.0,
+        "generator.sampling_params.max_generate_length": 16,
+        "generator.eval_sampling_params": {"temperature": 0.0, "max_generate_length": 16, "top_p": 1.0},
+    }
+
+
+def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32, seed: int = 0) -> None:
+    """Single-digit products, one turn each; no validation question appears in the training rows."""
+    from skyrl_gym.data import write_jsonl
+    from skyrl_gym.envs.multiply.dataset import make_rows
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    val = make_rows(num_val, num_digits=1, seed=seed, split="validation", max_turns=1)
+    # there are only 100 single-digit products: keep every validation question out of training
+    held_out = {row["prompt"][-1]["content"] for row in val}
+    candidates = make_rows(num_train * 3, num_digits=1, seed=seed, split="train", max_turns=1)
+    train = [row for row in candidates if row["prompt"][-1]["content"] not in held_out][:num_train]
+    write_jsonl(train, data_dir / "train.jsonl")
+    write_jsonl(val, data_dir / "validation.jsonl")
+
+
+def run_quickstart(
+    out_dir: Path, steps: int = 40, model: str = "smollm2-135m", extra_overrides: Sequence[str] = ()
+) -> Dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    from skygym_train.config.loader import load_config
+    from skygym_train.trainer import PPOTrainer
+
+    started = time.perf_counter()
+    out_dir = out_dir.expanduser().resolve()
+    write_multiply_rows(out_dir / "data")
+    base = quickstart_overrides(out_dir, steps, model)
+    # user key=value overrides win over the recipe
+    merged = OmegaConf.merge(OmegaConf.create(_nest(base)), OmegaConf.from_dotlist(list(extra_overrides)))
+    cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
+    print(f"quickstart: GRPO on {model}, {steps} steps of {cfg.trainer.train_batch_size} prompts x "
+          f"{cfg.generator.n_samples_per_prompt} samples; outputs in {out_dir}", file=sys.stderr, flush=True)
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        device = "GPU" if trainer.policy is not None and _on_gpu() else "CPU"
+        print(f"quickstart: model loaded on {device} in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+        result = trainer.fit()
+    result["minutes"] = (time.perf_counter() - started) / 60
+    summary = _summary(result)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(_report(summary), flush=True)
+    return summary
+
+
+def _on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _nest(flat: Dict[str, Any]) -> Dict[str, Any]:
+    from skygym_train.config.loader import _nest as nest
+
+    return nest(flat)
+
+
+def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
+    history: List[Dict[str, float]] = result.get("history", [])
+    rewards = [h["reward/mean"] for h in history if "reward/mean" in h]
+    window = max(1, min(5, len(rewards) // 4 or 1))
+    return {
+        "steps": result.get("global_step"),
+        "minutes": round(result["minutes"], 2),
+        "train_reward_first_steps": round(sum(rewards[:window]) / window, 4) if rewards else None,
+        "train_reward_last_steps": round(sum(rewards[-window:]) / window, 4) if rewards else None,
+        "eval_before": result.get("eval_before"),
+        "eval_after": result.get("eval_after"),
+        "checkpoint": result.get("checkpoint"),
+        "export": result.get("export"),
+        "plot": result.get("plot"),
+        "reward_per_step": [round(r, 4) for r in rewards],
+    }
+
+
+def _report(summary: Dict[str, Any]) -> str:
+    before = (summary.get("eval_before") or {}).get("eval/reward")
+    after = (summary.get("eval_after") or {}).get("eval/reward")
+    lines = [
+        "",
+        "== quickstart finished in {:.1f} min ({} steps)".format(summary["minutes"], summary["steps"]),
+        f"   train reward (mean of first / last steps): {summary['train_reward_first_steps']} -> {summary['train_reward_last_steps']}",
+        f"   held-out eval reward (greedy): {before} -> {after}",
+        f"   checkpoint: {summary['checkpoint']}",
+        f"   Hugging Face export: {summary['export']}",
+        f"   reward plot: {summary['plot']}",
+    ]
+    return "\n".join(lines)
+
+
+def build_arg_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="python -m skygym_train.quickstart", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="outputs/quickstart", help="folder for data, logs, checkpoint, plot")
+    parser.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
+    parser.add_argument("--model", default="smollm2-135m", help="model name or folder (default: the embedded SmolLM2)")
+    parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_arg_parser().parse_args(argv)
+    run_quickstart(Path(args.out), args.steps, args.model, args.overrides)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

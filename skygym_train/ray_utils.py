@@ -1,0 +1,53 @@
+"""Starting Ray for the trainer and placing actor groups with placement groups."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+
+def init_ray(num_cpus: Optional[int] = None, num_gpus: Optional[int] = None, **kwargs: Any) -> None:
+    """Start (or join) Ray with the dashboard off; workers see the driver's non-site-packages import paths.
+
+    On a small machine ``num_cpus`` bounds the workers Ray starts (e.g. ``num_cpus=2``).
+    """
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if ray.is_initialized():
+        return
+    # The packages themselves are installed (editable or wheel); this carries a user's own script folder.
+    paths = [p for p in sys.path if p and "site-packages" not in p]
+    env_vars = {
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths + os.environ.get("PYTHONPATH", "").split(os.pathsep))).strip(os.pathsep),
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAY_AUTH_MODE": "disabled",
+    }
+    ray.init(
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        include_dashboard=False,
+        log_to_driver=kwargs.pop("log_to_driver", True),
+        runtime_env={"env_vars": env_vars},
+        **kwargs,
+    )
+
+
+def bundles(num: int, use_gpu: bool, cpus_per_bundle: float = 1.0) -> List[Dict[str, float]]:
+    return [{"GPU": 1.0, "CPU": cpus_per_bundle} if use_gpu else {"CPU": cpus_per_bundle} for _ in range(num)]
+
+
+def create_placement_group(num_bundles: int, use_gpu: bool, strategy: str = "PACK", timeout_s: float = 120) -> Any:
+    """A placement group of one bundle per worker; fails with the resources it asked for if Ray has none."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    pg = placement_group(bundles(num_bundles, use_gpu), strategy=strategy)
+    ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+    if not ready:
+        raise RuntimeError(
+            f"Ray could not reserve {num_bundles} x {'1 GPU' if use_gpu else '1 CPU'} within {timeout_s:.0f}s "
+            f"(cluster has {ray.cluster_resources()}); lower the worker counts in trainer.placement"
+        )
+    return pg

@@ -1,0 +1,713 @@
+"""The RL training loop: generate, score, compute advantages, update, sync weights, evaluate, checkpoint.
+
+``PPOTrainer(cfg).fit()`` runs a whole job. The trainer never imports a concrete environment: rows name
+their ``env_class`` and the rollout generator (``skygym_adapters.rollout``) makes and steps the envs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import queue
+import random
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from skygym_adapters.types import GeneratorInput, GeneratorOutput
+from skygym_train import checkpoint as ckpt
+from skygym_train.algorithms.advantages import ADVANTAGE_ESTIMATORS, masked_mean
+from skygym_train.algorithms.kl import apply_kl_penalty, make_kl_controller
+from skygym_train.algorithms.policy_losses import POLICY_LOSSES
+from skygym_train.algorithms.sampling_filters import dynamic_sampling, overlong_filter
+from skygym_train.config.loader import to_dict
+from skygym_train.config.validation import cuda_available, loggers_of, policy_world_size, uses_critic, uses_ref
+from skygym_train.dataset import PromptDataset, load_dataset_rows
+from skygym_train.generation import EngineSet, Generator, Timer, build_generator, create_engines, sampling_params_dict
+from skygym_train.tracking import Tracker, plot_reward_curve
+from skygym_train.workers.batch import TrainingBatch, build_batch
+from skygym_train.workers.fsdp_worker import WorkerSpec
+from skygym_train.workers.group import LocalWorkerGroup, WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+SUCCESS_THRESHOLD = 1.0  # a sample counts towards pass@k when its reward reaches this
+
+
+def _expand(path: str) -> Path:
+    return Path(path).expanduser()
+
+
+class _AsyncRunner:
+    """One event loop in a background thread: engines and the rollout loop live on it for the whole run."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="skyrl-train-loop", daemon=True)
+        self.thread.start()
+
+    def submit(self, coro: Any) -> "Future[Any]":
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Any) -> Any:
+        return self.submit(coro).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
+
+class PPOTrainer:
+    """Builds the workers and engines from a validated config and runs the training loop.
+
+    Hooks for subclasses (as in SkyRL): ``postprocess_generator_output`` (e.g. DAPO's soft overlong
+    punishment), ``compute_advantages_and_returns``.
+    """
+
+    def __init__(
+        self,
+        cfg: Any,
+        *,
+        generator: Optional[Generator] = None,
+        engine: Any = None,
+        tokenizer: Any = None,
+        console_stream: Any = None,
+    ):
+        self.cfg = cfg
+        self.t = cfg.trainer
+        self.algo = cfg.trainer.algorithm
+        self._given_generator = generator
+        self._given_engine = engine
+        self.tokenizer = tokenizer
+        self.console_stream = console_stream
+        self.global_step = 0
+        self.kl_ctrl = make_kl_controller(self.algo)
+        self.policy: Optional[WorkerGroup] = None
+        self.ref: Optional[WorkerGroup] = None
+        self.critic: Optional[WorkerGroup] = None
+        self.engine: Any = None
+        self.generator: Optional[Generator] = None
+        self._runner: Optional[_AsyncRunner] = None
+        self._placement_groups: List[Any] = []
+        self.tracker: Optional[Tracker] = None
+        self.eval_history: List[Dict[str, float]] = []
+        self.model_path: Optional[str] = None
+        self._weight_sync: Any = None
+        self._producer: Any = None
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self) -> None:
+        from skygym_adapters.models import load_tokenizer, resolve_model
+
+        random.seed(self.t.seed)
+        torch.manual_seed(self.t.seed)
+        self.model_path = str(resolve_model(self.t.policy.model.path).path)
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.model_path)
+        default_env = self.cfg.environment.env_class
+        self.train_rows = load_dataset_rows(self.cfg.data.train_data, default_env)
+        self.val_rows = load_dataset_rows(self.cfg.data.val_data, default_env) if self.cfg.data.val_data else []
+        self.train_rows = self._drop_long_prompts(self.train_rows, "data.train_data")
+        self.val_rows = self._drop_long_prompts(self.val_rows, "data.val_data")
+        self.dataset = PromptDataset(self.train_rows, self.t.train_batch_size, self.t.seed, self.cfg.data.shuffle)
+        self.total_steps = self._total_steps()
+        self._build_workers()
+        self._runner = _AsyncRunner()
+        if self._given_engine is not None:
+            self.engine = self._given_engine
+        else:
+            self.engine = EngineSet(create_engines(self.cfg, self.model_path, self.tokenizer))
+        self.generator = self._given_generator or build_generator(self.cfg, self.engine, self.tokenizer)
+        log_dir = _expand(self.t.log_path) / self.t.run_name
+        self.tracker = Tracker(
+            loggers_of(self.cfg),
+            project=self.t.project_name,
+            run_name=self.t.run_name,
+            log_dir=log_dir,
+            config=to_dict(self.cfg),
+            console_stream=self.console_stream,
+        )
+
+    def _drop_long_prompts(self, rows: List[Dict[str, Any]], key: str) -> List[Dict[str, Any]]:
+        """Leave out rows whose templated prompt is longer than trainer.max_prompt_length (as SkyRL does)."""
+        limit = self.t.max_prompt_length
+        kept = []
+        for row in rows:
+            ids = self.tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+            if hasattr(ids, "keys"):  # a BatchEncoding
+                ids = ids["input_ids"]
+            if len(ids) <= limit:
+                kept.append(row)
+        if len(kept) < len(rows):
+            logger.warning("%s: %d of %d rows have prompts over trainer.max_prompt_length=%d tokens; left out",
+                           key, len(rows) - len(kept), len(rows), limit)
+        return kept
+
+    def _total_steps(self) -> int:
+        steps = self.dataset.batches_per_epoch * self.t.epochs
+        if self.t.max_training_steps:
+            steps = min(steps, self.t.max_training_steps)
+        return steps
+
+    def _spec(self, role: str) -> WorkerSpec:
+        section = {"policy": self.t.policy, "ref": self.t.ref, "critic": self.t.critic}[role]
+        from skygym_adapters.models import resolve_model
+
+        path = self.model_path if not section.model.path else str(resolve_model(section.model.path).path)
+        mini = self.t.critic_mini_batch_size if role == "critic" else self.t.policy_mini_batch_size
+        updates = (self.t.train_batch_size // mini) * self.t.update_epochs_per_batch * max(1, self.total_steps)
+        return WorkerSpec(
+            role=role,
+            model_path=str(path),
+            optimizer=getattr(section, "optimizer_config", None),
+            lora=section.model.lora,
+            gradient_checkpointing=self.t.gradient_checkpointing,
+            mixed_precision=section.fsdp_config.mixed_precision,
+            reshard_after_forward=section.fsdp_config.reshard_after_forward,
+            micro_train_batch_size=self.t.micro_train_batch_size_per_gpu,
+            micro_forward_batch_size=self.t.micro_forward_batch_size_per_gpu,
+            seed=self.t.seed,
+            total_training_steps=updates,
+            cpu_bf16_autocast=self.t.cpu_bf16_autocast,
+            sample_packing=self.t.use_sample_packing,
+            max_tokens_per_microbatch=self.t.max_tokens_per_microbatch,
+        )
+
+    def _build_workers(self) -> None:
+        roles = ["policy"] + (["ref"] if uses_ref(self.cfg) else []) + (["critic"] if uses_critic(self.cfg) else [])
+        groups: Dict[str, WorkerGroup] = {}
+        if not self.t.use_ray:
+            for role in roles:
+                groups[role] = LocalWorkerGroup(self._spec(role))
+        else:
+            groups = self._build_ray_groups(roles)
+        for group in groups.values():
+            group.call("load_model")
+        self.policy = groups["policy"]
+        self.ref = groups.get("ref")
+        self.critic = groups.get("critic")
+        loss_fn = POLICY_LOSSES.get(self.algo.policy_loss_type)
+        temperature = self.cfg.generator.sampling_params.temperature or 1.0
+        for group in groups.values():
+            group.call("configure_algorithm", self.algo, loss_fn, temperature)
+
+    def _build_ray_groups(self, roles: List[str]) -> Dict[str, WorkerGroup]:
+        from skygym_train.ray_utils import create_placement_group, init_ray
+        from skygym_train.workers.group import RayWorkerGroup
+
+        init_ray()
+        use_gpu = cuda_available()
+        world = policy_world_size(self.cfg, use_gpu)
+        p = self.t.placement
+        groups: Dict[str, WorkerGroup] = {}
+        shared = p.colocate_all or p.colocate_policy_ref
+        if shared:
+            # One bundle per device; every role takes a fraction of it (they never run at the same time).
+            pg = create_placement_group(world, use_gpu)
+            self._placement_groups.append(pg)
+            fraction = 1.0 / len(roles)
+            for role in roles:
+                groups[role] = RayWorkerGroup(
+                    self._spec(role),
+                    world,
+                    pg,
+                    num_gpus_per_actor=fraction if use_gpu else 0.0,
+                    num_cpus_per_actor=fraction,
+                )
+        else:
+            for role in roles:
+                if use_gpu:
+                    n = getattr(p, f"{role}_num_nodes") * getattr(p, f"{role}_num_gpus_per_node")
+                else:
+                    n = self.t.num_cpu_workers
+                pg = create_placement_group(n, use_gpu)
+                self._placement_groups.append(pg)
+                groups[role] = RayWorkerGroup(self._spec(role), n, pg, num_gpus_per_actor=1.0 if use_gpu else 0.0)
+        return groups
+
+    # ------------------------------------------------------------------ generation
+    def _generator_input(
+        self, rows: Sequence[Dict[str, Any]], n_samples: int, sampling: Dict[str, Any], tag: str
+    ) -> Tuple[GeneratorInput, List[str], List[Dict[str, Any]]]:
+        prompts, env_classes, extras, traj_ids, uids, row_of = [], [], [], [], [], []
+        for i, row in enumerate(rows):
+            uid = f"{tag}-{i}"
+            row_extras = {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
+            for rep in range(n_samples):
+                prompts.append(row["prompt"])
+                env_classes.append(row["env_class"])
+                extras.append(row_extras)
+                traj_ids.append({"instance_id": uid, "repetition_id": rep})
+                uids.append(uid)
+                row_of.append(row)
+        return (
+            GeneratorInput(
+                prompts=prompts,
+                env_classes=env_classes,
+                env_extras=extras,
+                sampling_params=sampling,  # type: ignore[typeddict-item]
+                trajectory_ids=traj_ids,  # type: ignore[typeddict-item]
+                batch_metadata={"global_step": self.global_step, "training_phase": tag.split("-")[0]},
+            ),
+            uids,
+            row_of,
+        )
+
+    def _generate(self, rows: Sequence[Dict[str, Any]], n: int, sampling: Dict[str, Any], tag: str) -> Tuple[GeneratorOutput, List[str], List[Dict[str, Any]], float]:
+        assert self._runner is not None and self.generator is not None
+        gen_input, uids, row_of = self._generator_input(rows, n, sampling, tag)
+        start = time.perf_counter()
+        output = self._runner.run(self.generator.generate(gen_input))
+        return output, uids, row_of, time.perf_counter() - start
+
+    def postprocess_generator_output(self, output: GeneratorOutput, uids: List[str]) -> Tuple[GeneratorOutput, List[str]]:
+        """Hook: reshape rewards before advantages (DAPO's soft overlong punishment overrides this)."""
+        return output, uids
+
+    # ------------------------------------------------------------------ one step
+    def _collect_training_batch(self, timings: Dict[str, float]) -> Tuple[GeneratorOutput, List[str], Dict[str, float]]:
+        """Generate a batch; with dynamic sampling, keep generating until enough informative groups."""
+        g = self.cfg.generator
+        sampling = sampling_params_dict(g.sampling_params)
+        ds = self.algo.dynamic_sampling
+        extra: Dict[str, float] = {}
+        collected: Optional[GeneratorOutput] = None
+        collected_uids: List[str] = []
+        for attempt in range(max(1, ds.max_sample_batches if ds.type else 1)):
+            rows = self.dataset.next_batch()
+            output, uids, _, seconds = self._generate(rows, g.n_samples_per_prompt, sampling, f"train-{self.global_step}-{attempt}")
+            timings["generate"] = timings.get("generate", 0.0) + seconds
+            self._accumulate_rollout_timings(output, timings)
+            if not ds.type:
+                return output, uids, extra
+            rewards = [_scalar_reward(r) for r in output["rewards"]]
+            decision = dynamic_sampling(
+                rewards, uids, kind=ds.type, target_groups=self.t.train_batch_size, min_replace_ratio=ds.min_replace_ratio,
+                rng=random.Random(f"{self.t.seed}:{self.global_step}:{attempt}"),
+            )
+            extra["dynamic_sampling/dropped_groups"] = extra.get("dynamic_sampling/dropped_groups", 0) + decision.dropped_groups
+            part = _select_output(output, decision.keep_rows)
+            part_uids = [uids[i] for i in decision.keep_rows]
+            collected = part if collected is None else _concat_outputs(collected, part)
+            collected_uids += part_uids
+            if ds.type == "replace":
+                return collected, collected_uids, extra
+            kept = len(dict.fromkeys(collected_uids))
+            if kept >= self.t.train_batch_size:
+                rows_needed = self.t.train_batch_size * g.n_samples_per_prompt
+                keep = list(range(rows_needed))
+                extra["dynamic_sampling/batches"] = attempt + 1
+                return _select_output(collected, keep), collected_uids[:rows_needed], extra
+        raise RuntimeError(
+            f"dynamic sampling found fewer than {self.t.train_batch_size} groups with differing rewards after "
+            f"{ds.max_sample_batches} batches (trainer.algorithm.dynamic_sampling.max_sample_batches)"
+        )
+
+    @staticmethod
+    def _accumulate_rollout_timings(output: GeneratorOutput, timings: Dict[str, float]) -> None:
+        # Seconds spent inside env calls, summed over trajectories (they may overlap in wall time).
+        splits = output.get("trajectory_time_splits") or {}  # type: ignore[misc]
+        if splits.get("env"):
+            timings["env"] = timings.get("env", 0.0) + float(sum(splits["env"]))
+
+    def compute_advantages_and_returns(self, batch: TrainingBatch) -> TrainingBatch:
+        t = batch.tensors
+        mask = t["response_mask"]
+        rewards = t["token_level_scores"]
+        if self.algo.use_kl_in_reward and "ref_log_probs" in t:
+            rewards, mean_kl = apply_kl_penalty(
+                rewards, t["old_log_probs_for_kl"], t["ref_log_probs"], mask, self.kl_ctrl.value, self.algo.kl_estimator_type
+            )
+            self.kl_ctrl.update(mean_kl, n_steps=batch.size)
+            self._step_metrics["policy/kl"] = mean_kl
+            self._step_metrics["policy/kl_coef"] = self.kl_ctrl.value
+        estimator = ADVANTAGE_ESTIMATORS.get(self.algo.advantage_estimator)
+        advantages, returns = estimator(
+            token_level_rewards=rewards,
+            response_mask=mask,
+            index=batch.uids,
+            values=t.get("values"),
+            config=self.algo,
+        )
+        if self.algo.advantage_batch_normalize:
+            mean = masked_mean(advantages, mask)
+            std = ((advantages - mean).pow(2) * mask).sum() / mask.sum().clamp_min(1)
+            advantages = (advantages - mean) / (std.sqrt() + 1e-8) * mask
+        return batch.with_tensors(advantages=advantages, returns=returns, token_level_rewards=rewards)
+
+    def train_step(self) -> Dict[str, float]:
+        assert self.policy is not None
+        step_start = time.perf_counter()
+        timings: Dict[str, float] = {}
+        self._step_metrics: Dict[str, float] = {}
+        if self._producer is not None:
+            wait_start = time.perf_counter()
+            item = self._producer.get()
+            output, uids, extra = item["batch"]
+            timings["generate"] = item["seconds"]
+            timings["generate_wait"] = time.perf_counter() - wait_start  # what overlap did not hide
+            extra = dict(extra, **{"async/staleness": float(self.global_step - item["weights_step"])})
+        else:
+            output, uids, extra = self._collect_training_batch(timings)
+        metrics: Dict[str, float] = dict(extra)
+        output, uids = self.postprocess_generator_output(output, uids)
+        loss_masks = output["loss_masks"]
+        if self.cfg.generator.apply_overlong_filtering:
+            loss_masks = overlong_filter(loss_masks, output.get("stop_reasons") or ["stop"] * len(loss_masks))
+        with Timer(timings, "prepare"):
+            batch = build_batch(
+                output["prompt_token_ids"], output["response_ids"], loss_masks,
+                self.tokenizer.pad_token_id or 0, uids=uids, rewards=output["rewards"],
+            )
+            needs_old = (
+                self.t.policy_mini_batch_size < self.t.train_batch_size
+                or self.t.update_epochs_per_batch > 1
+                or self.t.async_training.enabled
+            )
+            if needs_old or (self.algo.use_kl_in_reward and self.ref is not None):
+                old = self.policy.forward(batch)["log_probs"]
+                batch = batch.with_tensors(old_log_probs_for_kl=old, **({"old_log_probs": old} if needs_old else {}))
+            if self.ref is not None:
+                batch = batch.with_tensors(ref_log_probs=self.ref.forward(batch)["log_probs"])
+            if self.critic is not None:
+                batch = batch.with_tensors(values=self.critic.forward(batch)["values"] * batch.tensors["response_mask"])
+            batch = self.compute_advantages_and_returns(batch)
+            if self.algo.use_kl_loss:
+                batch = batch.with_tensors(kl_coef=torch.full((batch.size,), float(self.kl_ctrl.value)))
+        # Colocated engines give their memory back while the policy trains (a no-op for CPU engines).
+        colocated = self.t.placement.colocate_all and self._producer is None
+        if colocated:
+            self._runner.run(self.engine.sleep())  # type: ignore[union-attr]
+        with Timer(timings, "train"):
+            metrics.update(self._update(batch))
+        if colocated:
+            self._runner.run(self.engine.wake_up())  # type: ignore[union-attr]
+        if self.algo.use_kl_loss and "policy/kl_loss" in metrics:
+            self.kl_ctrl.update(metrics["policy/kl_loss"], n_steps=batch.size)
+        with Timer(timings, "sync"):
+            self.sync_weights()
+        self.global_step += 1
+        metrics.update(self._step_metrics)
+        metrics.update(_reward_metrics(output, uids))
+        metrics.update({f"timing/{k}": v for k, v in timings.items()})
+        metrics["timing/step"] = time.perf_counter() - step_start
+        return metrics
+
+    def _update(self, batch: TrainingBatch) -> Dict[str, float]:
+        assert self.policy is not None
+        n = self.cfg.generator.n_samples_per_prompt
+        metrics: Dict[str, List[float]] = defaultdict(list)
+        generator = torch.Generator().manual_seed(self.t.seed + self.global_step)
+        num_groups = batch.size // n
+        kept_groups = list(range(num_groups))
+        if self.algo.zero_variance_filter:
+            scores = batch.tensors["token_level_scores"].sum(-1).view(num_groups, n)
+            informative = (scores.max(-1).values - scores.min(-1).values) > 1e-6
+            kept_groups = [g for g in range(num_groups) if bool(informative[g])]
+            metrics["policy/trained_group_fraction"].append(len(kept_groups) / num_groups)
+            if self.policy.world_size > 1 and kept_groups:
+                # every rank needs the same share: mask the uninformative groups out instead of dropping them
+                drop = torch.ones(batch.size)
+                for g in kept_groups:
+                    drop[g * n : (g + 1) * n] = 0
+                batch = batch.with_tensors(response_mask=batch.tensors["response_mask"] * (1 - drop).unsqueeze(-1))
+                kept_groups = list(range(num_groups))
+        if not kept_groups:
+            return {k: sum(v) / len(v) for k, v in metrics.items()}
+        for _epoch in range(self.t.update_epochs_per_batch):
+            # Shuffle whole groups across mini-batches (deterministic in the step, so resume is exact).
+            order = torch.randperm(len(kept_groups), generator=generator).tolist()
+            rows = [kept_groups[i] * n + j for i in order for j in range(n)]
+            if self.critic is not None:
+                for part in _mini_batches(rows, num_groups, self.t.critic_mini_batch_size, n):
+                    for k, v in self.critic.train_step(batch.select(part)).items():
+                        metrics[k].append(v)
+            for part in _mini_batches(rows, num_groups, self.t.policy_mini_batch_size, n):
+                for k, v in self.policy.train_step(batch.select(part)).items():
+                    metrics[k].append(v)
+        return {k: sum(v) / len(v) for k, v in metrics.items()}
+
+    def sync_weights(self) -> None:
+        """Push the policy's new weights into the engines (in process for hf; see weight_sync for others)."""
+        from skygym_train.weight_sync import EngineWeightSync
+
+        if self._weight_sync is None:
+            self._weight_sync = EngineWeightSync(self.cfg, self.policy, self.engine, self._runner)
+        self._weight_sync.sync()
+
+    # ------------------------------------------------------------------ one-step-off async
+    def _start_producer(self, batches: int) -> None:
+        """Generate batches in a background thread, at most ``max_staleness_steps`` ahead of training.
+
+        The batch trained at step k is generated only once the policy of step k - staleness is in the
+        engines, so no batch is ever more than ``max_staleness_steps`` policy versions old.
+        """
+        bound = max(1, self.t.async_training.max_staleness_steps)
+        results: "queue.Queue[Dict[str, Any]]" = queue.Queue()
+        stop = threading.Event()
+        first = self.global_step
+
+        def produce() -> None:
+            for step in range(first, first + batches):
+                while self.global_step < step - bound and not stop.is_set():
+                    time.sleep(0.005)
+                if stop.is_set():
+                    return
+                try:
+                    t0 = time.perf_counter()
+                    weights_step = self.global_step
+                    batch = self._collect_training_batch({})
+                    item = {"batch": batch, "seconds": time.perf_counter() - t0, "weights_step": weights_step}
+                except BaseException as exc:  # handed to the training thread, which re-raises it
+                    item = {"error": exc}
+                results.put(item)
+                if "error" in item:
+                    return
+
+        class _Producer:
+            def get(self_inner) -> Dict[str, Any]:
+                item = results.get()
+                if "error" in item:
+                    raise item["error"]
+                return item
+
+            def stop(self_inner) -> None:
+                stop.set()
+
+        self._producer = _Producer()
+        threading.Thread(target=produce, name="skyrl-async-generation", daemon=True).start()
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> Dict[str, float]:
+        if not self.val_rows:
+            return {}
+        g = self.cfg.generator
+        sampling = sampling_params_dict(g.eval_sampling_params or g.sampling_params)
+        n = g.eval_n_samples_per_prompt
+        rewards_by_uid: Dict[str, List[float]] = defaultdict(list)
+        source_of: Dict[str, str] = {}
+        lengths: List[int] = []
+        seconds = 0.0
+        for start in range(0, len(self.val_rows), self.t.eval_batch_size):
+            rows = self.val_rows[start : start + self.t.eval_batch_size]
+            output, uids, row_of, took = self._generate(rows, n, sampling, f"eval-{self.global_step}-{start}")
+            seconds += took
+            for uid, reward, row, resp in zip(uids, output["rewards"], row_of, output["response_ids"]):
+                rewards_by_uid[uid].append(_scalar_reward(reward))
+                source_of[uid] = str(row.get("data_source", "unknown"))
+                lengths.append(len(resp))
+        all_rewards = [r for rs in rewards_by_uid.values() for r in rs]
+        metrics = {
+            "eval/reward": sum(all_rewards) / len(all_rewards),
+            f"eval/pass@{n}": sum(any(r >= SUCCESS_THRESHOLD for r in rs) for rs in rewards_by_uid.values()) / len(rewards_by_uid),
+            "eval/response_length": sum(lengths) / len(lengths),
+            "timing/eval": seconds,
+        }
+        by_source: Dict[str, List[float]] = defaultdict(list)
+        for uid, rs in rewards_by_uid.items():
+            by_source[source_of[uid]].extend(rs)
+        if len(by_source) > 1:
+            for source, rs in by_source.items():
+                metrics[f"eval/{source}/reward"] = sum(rs) / len(rs)
+        self.eval_history.append({"step": float(self.global_step), **metrics})
+        return metrics
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        assert self.policy is not None and self.tracker is not None
+        states = {"policy": self.policy.call("training_state")[0]}
+        if self.critic is not None:
+            states["critic"] = self.critic.call("training_state")[0]
+        trainer_state = {
+            "global_step": self.global_step,
+            "dataset": self.dataset.state_dict(),
+            "kl_coef": self.kl_ctrl.value,
+            "history": self.tracker.history,
+            "eval_history": self.eval_history,
+        }
+        return ckpt.save_checkpoint(_expand(self.t.ckpt_path), self.global_step, states, trainer_state, self.t.max_ckpts_to_keep)
+
+    def maybe_resume(self) -> Optional[Path]:
+        mode = self.t.resume_mode
+        if mode in (None, "none"):
+            return None
+        folder = Path(self.t.resume_path).expanduser() if mode == "from_path" else ckpt.latest_checkpoint(_expand(self.t.ckpt_path))
+        if folder is None:
+            return None
+        assert self.policy is not None and self.tracker is not None
+        policy_state = ckpt.load_worker_state(folder, "policy")
+        if policy_state is None:
+            raise FileNotFoundError(f"checkpoint {folder} has no policy.pt")
+        self.policy.call("load_training_state", policy_state)
+        if self.critic is not None:
+            critic_state = ckpt.load_worker_state(folder, "critic")
+            if critic_state is not None:
+                self.critic.call("load_training_state", critic_state)
+        state = ckpt.load_trainer_state(folder)
+        self.global_step = int(state["global_step"])
+        self.dataset.load_state_dict(state["dataset"])
+        self.kl_ctrl.value = float(state["kl_coef"])
+        self.tracker.history = list(state.get("history", []))
+        self.eval_history = list(state.get("eval_history", []))
+        ckpt.restore_rng_state(state["rng"])
+        self.sync_weights()
+        return folder
+
+    def export_hf(self, out_dir: Optional[str] = None) -> Path:
+        """Write the policy as a Hugging Face folder (LoRA merged) that transformers and vLLM load."""
+        assert self.policy is not None
+        target = _expand(out_dir or str(Path(self.t.export_path) / f"global_step_{self.global_step}"))
+        self.policy.call("save_hf", str(target), self.model_path)
+        return target
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self, on_step: Optional[Callable[[int, Dict[str, float]], None]] = None) -> Dict[str, Any]:
+        if self.policy is None:
+            self.setup()
+        assert self.tracker is not None
+        resumed = self.maybe_resume()
+        if resumed is not None:
+            logger.info("resumed from %s at step %d", resumed, self.global_step)
+        result: Dict[str, Any] = {"resumed_from": str(resumed) if resumed else None}
+        if self.t.eval_before_train and self.global_step == 0 and self.val_rows:
+            before = self.evaluate()
+            result["eval_before"] = before
+            self.tracker.log(before, self.global_step)
+        progress = _progress_bar(self.t.progress_bar, self.total_steps, self.global_step)
+        last_ckpt = -1
+        if self.t.async_training.enabled:
+            self._start_producer(self.total_steps - self.global_step)
+        try:
+            while self.global_step < self.total_steps:
+                metrics = self.train_step()
+                step = self.global_step
+                if self.t.eval_interval > 0 and step % self.t.eval_interval == 0 and step < self.total_steps:
+                    metrics.update(self.evaluate())
+                self.tracker.log(metrics, step)
+                if self.t.ckpt_interval > 0 and step % self.t.ckpt_interval == 0:
+                    self.save_checkpoint()
+                    last_ckpt = step
+                if progress is not None:
+                    progress.update(1)
+                    progress.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+                if on_step is not None:
+                    on_step(step, metrics)
+        finally:
+            if progress is not None:
+                progress.close()
+            if self._producer is not None:
+                self._producer.stop()
+                self._producer = None
+        if self.val_rows and (self.t.eval_interval > 0 or self.t.eval_before_train):
+            after = self.evaluate()
+            result["eval_after"] = after
+            self.tracker.log(after, self.global_step)
+        if self.t.ckpt_interval > 0 and last_ckpt != self.global_step and self.global_step > 0:
+            self.save_checkpoint()
+        result["checkpoint"] = str(ckpt.step_dir(_expand(self.t.ckpt_path), self.global_step)) if self.t.ckpt_interval > 0 else None
+        if self.t.hf_save_interval > 0:
+            result["export"] = str(self.export_hf())
+        if self.t.plot_path:
+            result["plot"] = str(plot_reward_curve(self.tracker.history, _expand(self.t.plot_path), f"{self.t.run_name}: reward per step"))
+        result["global_step"] = self.global_step
+        result["history"] = self.tracker.history
+        return result
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+        if self._runner is not None:
+            if self.engine is not None and hasattr(self.engine, "engines"):
+                for engine in self.engine.engines:
+                    if hasattr(engine, "close"):
+                        engine.close()
+            self._runner.close()
+        for group in (self.policy, self.ref, self.critic):
+            if group is not None and hasattr(group, "shutdown"):
+                group.shutdown()
+        if self._placement_groups:
+            from ray.util.placement_group import remove_placement_group
+
+            for pg in self._placement_groups:
+                remove_placement_group(pg)
+
+    def __enter__(self) -> "PPOTrainer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------- helpers
+def _scalar_reward(reward: Any) -> float:
+    if isinstance(reward, (list, tuple)):
+        return float(sum(reward))
+    return float(reward)
+
+
+def _mini_batches(rows: List[int], num_groups: int, mini_batch_groups: int, n: int) -> List[List[int]]:
+    """The configured number of mini-batches (train_batch / mini_batch), over the rows kept for training."""
+    count = max(1, num_groups // mini_batch_groups)
+    kept = len(rows) // n
+    bounds = [round(i * kept / count) * n for i in range(count + 1)]
+    return [rows[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc="training", unit="step", dynamic_ncols=True)
+
+
+def _select_output(output: GeneratorOutput, rows: Sequence[int]) -> GeneratorOutput:
+    out: Dict[str, Any] = {}
+    size = len(output["response_ids"])
+    for key, value in output.items():
+        if isinstance(value, list) and len(value) == size:
+            out[key] = [value[i] for i in rows]
+        else:
+            out[key] = value
+    return out  # type: ignore[return-value]
+
+
+def _concat_outputs(a: GeneratorOutput, b: GeneratorOutput) -> GeneratorOutput:
+    out: Dict[str, Any] = dict(a)
+    size = len(a["response_ids"])
+    for key, value in b.items():
+        if isinstance(value, list) and isinstance(a.get(key), list) and len(a[key]) == size:  # type: ignore[arg-type]
+            out[key] = list(a[key]) + list(value)  # type: ignore[arg-type]
+    return out  # type: ignore[return-value]
+
+
+def _reward_metrics(output: GeneratorOutput, uids: List[str]) -> Dict[str, float]:
+    rewards = [_scalar_reward(r) for r in output["rewards"]]
+    lengths = [len(r) for r in output["response_ids"]]
+    groups: Dict[str, List[float]] = defaultdict(list)
+    for uid, r in zip(uids, rewards):
+        groups[uid].append(r)
+    n = max(len(v) for v in groups.values())
+    stop = output.get("stop_reasons") or []
+    metrics = {
+        "reward/mean": sum(rewards) / len(rewards),
+        "reward/max": max(rewards),
+        "reward/min": min(rewards),
+        f"reward/pass@{n}": sum(any(r >= SUCCESS_THRESHOLD for r in rs) for rs in groups.values()) / len(groups),
+        "reward/solve_none_fraction": sum(all(r <= 0 for r in rs) for rs in groups.values()) / len(groups),
+        "reward/solve_all_fraction": sum(all(r >= SUCCESS_THRESHOLD for r in rs) for rs in groups.values()) / len(groups),
+        "generate/response_length": sum(lengths) / len(lengths),
+        "generate/max_response_length": float(max(lengths)),
+    }
+    if stop:
+        metrics["generate/truncated_fraction"] = sum(s == "length" for s in stop) / len(stop)
+    for key, value in (output.get("rollout_metrics") or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value)):
+            metrics[f"rollout/{key}"] = float(value)
+    return metrics

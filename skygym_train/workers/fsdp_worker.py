@@ -1,0 +1,527 @@
+"""Training workers: policy, reference and critic models, sharded with FSDP2 when there is more than one.
+
+One class serves all three roles. A worker is a plain object: the local fast path uses it directly, the
+Ray controller wraps it in ``ray.remote`` and runs one per device. With ``world_size > 1`` (or on CUDA)
+the model is wrapped with ``torch.distributed.fsdp.fully_shard`` per decoder layer over a process group
+(gloo on CPU, NCCL on CUDA); gradients are averaged across ranks by FSDP's reduce-scatter.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from skygym_train.workers.batch import TrainingBatch
+from skygym_train.workers.packing import layout, layout_for, plan_micro_batches
+
+ROLES = ("policy", "ref", "critic")
+
+
+@dataclass
+class WorkerSpec:
+    role: str
+    model_path: str
+    """A folder of Hugging Face weights (already resolved)."""
+    optimizer: Any = None
+    """An OptimizerConfig (policy/critic)."""
+    lora: Any = None
+    gradient_checkpointing: bool = False
+    mixed_precision: Any = None
+    reshard_after_forward: bool = True
+    micro_train_batch_size: int = 1
+    micro_forward_batch_size: int = 1
+    seed: int = 42
+    total_training_steps: int = 1000
+    cpu_bf16_autocast: bool = False
+    sample_packing: bool = True
+    """Pack micro-batches (see ``packing``): shared prompts under sdpa/eager, end to end under flash attention."""
+    max_tokens_per_microbatch: int = -1
+    """> 0: micro-batches by token budget instead of by row count (``packing.plan_micro_batches``)."""
+
+
+def _dtype(name: str) -> torch.dtype:
+    return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+class ValueModel(torch.nn.Module):
+    """A transformer body with a scalar head per token (the critic)."""
+
+    def __init__(self, body: torch.nn.Module, hidden_size: int):
+        super().__init__()
+        self.body = body
+        self.value_head = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        return self.value_head(hidden).squeeze(-1)
+
+
+def response_log_probs(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    prompt_length: int,
+    temperature: float = 1.0,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities and entropies of the response tokens, ``(B, T)`` each.
+
+    ``logits`` covers positions ``P-1 .. P+T-2`` (the ones that predict the response). Logits are divided
+    by the sampling temperature so the ratio to the generator's probabilities is 1 before any update.
+    """
+    if temperature and temperature != 1.0:
+        logits = logits / temperature
+    targets = input_ids[:, prompt_length:]
+    log_softmax = torch.log_softmax(logits.float(), dim=-1)
+    log_probs = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        # only an entropy bonus needs its gradient; as a metric it would double the backward's memory
+        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    return log_probs, entropy
+
+
+class TrainingWorker:
+    """Holds one shard of a model; computes log-probs/values and takes optimizer steps."""
+
+    def __init__(self, spec: WorkerSpec, rank: int = 0, world_size: int = 1, dist_init: Optional[str] = None):
+        if spec.role not in ROLES:
+            raise ValueError(f"unknown worker role {spec.role!r}; expected one of {ROLES}")
+        self.spec = spec
+        self.rank = rank
+        self.world_size = world_size
+        self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
+        self._dist_init = dist_init
+        self.model: Any = None
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.scheduler: Any = None
+        self.sharded = False
+        self.policy_loss_fn: Optional[Callable] = None
+        self.algorithm: Any = None
+        self.temperature = 1.0
+        self.global_step = 0
+        self.layout = "padded"
+        """How micro-batches reach the model: ``shared_prefix``, ``varlen`` or ``padded`` (see ``packing``)."""
+        self.tokens_run = 0
+        """Tokens (padding included) through the model so far: what packing saves shows here."""
+
+    # ------------------------------------------------------------------ set-up
+    def rendezvous_address(self) -> tuple:
+        """This node's IP and a free port, for rank 0 to host the process-group rendezvous."""
+        from skygym_train.weight_sync import free_port
+
+        try:
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        except Exception:  # not in Ray
+            host = "127.0.0.1"
+        return host, free_port()
+
+    def set_dist_init(self, init_method: str) -> None:
+        self._dist_init = init_method
+
+    def init_process_group(self) -> None:
+        import torch.distributed as dist
+
+        if self.world_size == 1 and not torch.cuda.is_available():
+            return
+        if self._dist_init is None and self.world_size == 1:
+            from skygym_train.weight_sync import free_port
+
+            self._dist_init = f"tcp://127.0.0.1:{free_port()}"
+        if not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend, init_method=self._dist_init, rank=self.rank, world_size=self.world_size)
+
+    def load_model(self) -> int:
+        """Load the weights, shard them, build the optimizer. Returns the parameter count."""
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+        self.init_process_group()
+        torch.manual_seed(self.spec.seed)
+        cuda = self.device.type == "cuda"
+        load_dtype = torch.float32  # master weights stay fp32; mixed precision casts for compute on GPU
+        extra: Dict[str, Any] = {}
+        if cuda:
+            import importlib.util
+
+            # flash attention where it is installed (GPU only); PyTorch SDPA otherwise
+            extra["attn_implementation"] = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+        if self.spec.role == "critic":
+            config = AutoConfig.from_pretrained(self.spec.model_path)
+            body = AutoModel.from_pretrained(self.spec.model_path, dtype=load_dtype, **extra)
+            model: torch.nn.Module = ValueModel(body, config.hidden_size)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(self.spec.model_path, dtype=load_dtype, **extra)
+        if self.spec.role != "ref" and self.spec.lora is not None and self.spec.lora.rank > 0:
+            model = self._apply_lora(model)
+        if self.spec.gradient_checkpointing and self.spec.role != "ref":
+            target = model.body if isinstance(model, ValueModel) else model
+            if hasattr(target, "gradient_checkpointing_enable"):
+                target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                if hasattr(target, "config"):
+                    target.config.use_cache = False
+        model.to(self.device)
+        if self.world_size > 1 or cuda:
+            self._shard(model)
+        self.model = model
+        config = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
+        self.layout = layout_for(getattr(config, "_attn_implementation", None), self.spec.sample_packing)
+        if self.spec.role == "ref":
+            model.eval()
+            for p in model.parameters():
+                p.requires_grad_(False)
+        else:
+            model.train()
+            self._build_optimizer()
+        return sum(p.numel() for p in model.parameters())
+
+    def _apply_lora(self, model: torch.nn.Module) -> torch.nn.Module:
+        from peft import LoraConfig, get_peft_model
+
+        lora = self.spec.lora
+        targets: Any = lora.target_modules
+        config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
+        if isinstance(model, ValueModel):
+            model.body = get_peft_model(model.body, config)
+            return model
+        return get_peft_model(model, config)
+
+    def _shard(self, model: torch.nn.Module) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(self.device.type, (self.world_size,))
+        kwargs: Dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.spec.reshard_after_forward}
+        if self.device.type == "cuda" and self.spec.mixed_precision is not None:
+            kwargs["mp_policy"] = MixedPrecisionPolicy(
+                param_dtype=_dtype(self.spec.mixed_precision.param_dtype),
+                reduce_dtype=_dtype(self.spec.mixed_precision.reduce_dtype),
+            )
+        # one FSDP unit per decoder layer, so only one layer's full weights exist at a time
+        for module in model.modules():
+            if type(module).__name__.endswith("DecoderLayer"):
+                fully_shard(module, **kwargs)
+        fully_shard(model, **kwargs)
+        self.sharded = True
+
+    def _build_optimizer(self) -> None:
+        opt = self.spec.optimizer
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=opt.lr, betas=tuple(opt.adam_betas), weight_decay=opt.weight_decay, foreach=True
+        )
+        warmup = max(0, int(opt.num_warmup_steps))
+        total = max(1, self.spec.total_training_steps)
+        kind = opt.scheduler
+
+        def factor(step: int) -> float:
+            if warmup and step < warmup:
+                return (step + 1) / warmup
+            if kind == "cosine":
+                progress = min(1.0, (step - warmup) / max(1, total - warmup))
+                return 0.5 * (1 + math.cos(math.pi * progress))
+            if kind == "linear":
+                return max(0.0, 1 - (step - warmup) / max(1, total - warmup))
+            return 1.0
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+
+    def configure_algorithm(self, algorithm: Any, policy_loss_fn: Optional[Callable], temperature: float) -> None:
+        """Set the loss (a function, so user-registered losses reach Ray workers by value)."""
+        self.algorithm = algorithm
+        self.policy_loss_fn = policy_loss_fn
+        self.temperature = temperature or 1.0
+
+    # ------------------------------------------------------------------ forward passes
+    def _forward(self, batch: TrainingBatch) -> Any:
+        if self.device.type == "cpu" and self.spec.cpu_bf16_autocast:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return self._forward_impl(batch)
+        return self._forward_impl(batch)
+
+    def _forward_impl(self, batch: TrainingBatch) -> Any:
+        t = {k: v.to(self.device) for k, v in batch.tensors.items()}
+        rows = layout(self.layout, batch.tensors, batch.prompt_length)
+        inputs = rows.model_inputs(self.device)
+        self.tokens_run += rows.num_tokens
+        if self.spec.role == "critic":
+            values = self.model(**inputs)
+            return rows.gather(rows.kept(values)).float(), t
+        out = self.model(**inputs, use_cache=False, logits_to_keep=rows.logits_to_keep(self.device))
+        entropy_grad = bool(self.algorithm is not None and self.algorithm.use_entropy_loss)
+        logits = rows.gather(out.logits)  # (B, T, V): the logits that predict each response token
+        return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature, entropy_grad), t
+
+    def _micro_batches(self, batch: TrainingBatch, rows: int) -> List[List[int]]:
+        """Row indices of each micro-batch: ``rows`` rows each, or up to the token budget when one is set."""
+        budget = self.spec.max_tokens_per_microbatch
+        if budget > 0:
+            shared = self.layout == "shared_prefix"
+            return plan_micro_batches(batch.tensors, batch.prompt_length, budget, share_prompts=shared)
+        return [list(range(start, min(batch.size, start + rows))) for start in range(0, batch.size, rows)]
+
+    def _extra_micro_batches(self, count: int) -> int:
+        """How many empty passes this rank adds so that every rank runs as many as the busiest one.
+
+        FSDP's collectives pair up forward and backward passes across ranks, so the counts must match;
+        with a token budget each rank's share of rows may split differently.
+        """
+        import torch.distributed as dist
+
+        if self.spec.max_tokens_per_microbatch <= 0 or self.world_size == 1 or not dist.is_initialized():
+            return 0
+        most = torch.tensor([count], device=self.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        return int(most.item()) - count
+
+    @torch.no_grad()
+    def forward(self, batch: TrainingBatch) -> Dict[str, torch.Tensor]:
+        """Log-probs (policy/ref) or values (critic) for every row, in micro-batches."""
+        was_training = self.model.training
+        self.model.eval()
+        outputs: Dict[str, List[torch.Tensor]] = {}
+        parts = self._micro_batches(batch, self.spec.micro_forward_batch_size)
+        extra = self._extra_micro_batches(len(parts))  # agreed before any pass: collectives go in order
+        for rows in parts:
+            result, _ = self._forward(batch.select(rows))
+            if self.spec.role == "critic":
+                outputs.setdefault("values", []).append(result.cpu())
+            else:
+                log_probs, entropy = result
+                outputs.setdefault("log_probs", []).append(log_probs.cpu())
+                outputs.setdefault("entropy", []).append(entropy.cpu())
+        for _ in range(extra):
+            self._forward(batch.select([0]))  # joins the other ranks' collectives; the result is dropped
+        if was_training:
+            self.model.train()
+        return {k: torch.cat(v) for k, v in outputs.items()}
+
+    # ------------------------------------------------------------------ training
+    def train_step(self, batch: TrainingBatch) -> Dict[str, float]:
+        """One optimizer step on this worker's share of a mini-batch (gradient accumulation over micro-batches)."""
+        assert self.optimizer is not None, f"the {self.spec.role} worker has no optimizer"
+        start_time = time.perf_counter()
+        tokens_before = self.tokens_run
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: Dict[str, float] = {}
+        parts = self._micro_batches(batch, self.spec.micro_train_batch_size)
+        extra = self._extra_micro_batches(len(parts))  # agreed before any pass: collectives go in order
+        for rows in parts:
+            weight = len(rows) / batch.size  # each micro-batch weighs its share of the rows
+            loss, metrics = self._loss(batch.select(rows))
+            (loss * weight).backward()
+            for k, v in metrics.items():
+                totals[k] = totals.get(k, 0.0) + v * weight
+        for _ in range(extra):
+            loss, _ = self._loss(batch.select([0]))
+            (loss * 0.0).backward()  # joins the other ranks' collectives; adds nothing to the gradients
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.model.parameters() if p.requires_grad], self.spec.optimizer.max_grad_norm
+        )
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        grad_norm_value = float(grad_norm)
+        if math.isfinite(grad_norm_value):
+            self.optimizer.step()
+        self.scheduler.step()
+        self.global_step += 1
+        totals = self._mean_across_ranks(totals)
+        prefix = "policy" if self.spec.role == "policy" else "critic"
+        out = {f"{prefix}/{k}": v for k, v in totals.items()}
+        out[f"{prefix}/grad_norm"] = grad_norm_value
+        out[f"{prefix}/lr"] = float(self.scheduler.get_last_lr()[0])
+        out[f"{prefix}/model_tokens"] = float(self.tokens_run - tokens_before)  # padding included
+        out[f"timing/{prefix}_train_step_s"] = time.perf_counter() - start_time
+        return out
+
+    def _mean_across_ranks(self, values: Dict[str, float]) -> Dict[str, float]:
+        import torch.distributed as dist
+
+        if self.world_size == 1 or not dist.is_initialized() or not values:
+            return values
+        keys = sorted(values)
+        t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return {k: float(v) / self.world_size for k, v in zip(keys, t.tolist())}
+
+    def _loss(self, batch: TrainingBatch) -> tuple[torch.Tensor, Dict[str, float]]:
+        from skygym_train.algorithms.kl import kl_estimate
+        from skygym_train.algorithms.policy_losses import reduce_loss, value_loss
+
+        result, t = self._forward(batch)
+        mask = t["response_mask"]
+        algo = self.algorithm
+        if self.spec.role == "critic":
+            loss, metrics = value_loss(result, t["values"], t["returns"], mask, algo.value_clip if algo else None)
+            metrics["value_loss"] = float(loss.detach())
+            return loss, metrics
+        log_probs, entropy = result
+        # On-policy with a single update, the old policy is the current one: reuse this forward pass.
+        old = t["old_log_probs"] if "old_log_probs" in t else log_probs.detach()
+        assert self.policy_loss_fn is not None, "configure_algorithm() was not called"
+        loss, metrics = self.policy_loss_fn(log_probs, old, t["advantages"], mask, algo)
+        metrics = dict(metrics)
+        metrics["pg_loss"] = float(loss.detach())
+        reduction, max_len = algo.loss_reduction, algo.max_seq_len
+        entropy_mean = reduce_loss(entropy, mask, "token_mean")
+        metrics["entropy"] = float(entropy_mean.detach())
+        if algo.use_entropy_loss:
+            loss = loss - algo.entropy_loss_coef * reduce_loss(entropy, mask, reduction, max_len)
+        if algo.use_kl_loss and "ref_log_probs" in t:
+            kl = kl_estimate(log_probs, t["ref_log_probs"], algo.kl_estimator_type)
+            kl_loss = reduce_loss(kl, mask, reduction, max_len)
+            coef = float(t["kl_coef"][0]) if "kl_coef" in t else algo.kl_loss_coef
+            loss = loss + coef * kl_loss
+            metrics["kl_loss"] = float(kl_loss.detach())
+        metrics["loss"] = float(loss.detach())
+        return loss, metrics
+
+    # ------------------------------------------------------------------ weights and state
+    def full_state_dict(self) -> Dict[str, torch.Tensor]:
+        """Unsharded weights on CPU (on rank 0; other ranks get an empty dict). LoRA is merged in."""
+        if self.sharded:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        else:
+            state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        if self.spec.lora is not None and self.spec.lora.rank > 0 and state:
+            state = _merge_lora_state(state, self.spec.lora)
+        return state
+
+    def training_state(self) -> Dict[str, Any]:
+        """Model, optimizer and scheduler state, unsharded (rank 0 holds it all)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        if self.sharded:
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            model_state, optim_state = get_state_dict(self.model, self.optimizer, options=options)
+        else:
+            model_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+            optim_state = self.optimizer.state_dict() if self.optimizer is not None else {}
+        return {
+            "model": model_state,
+            "optimizer": optim_state,
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "global_step": self.global_step,
+        }
+
+    def load_training_state(self, state: Dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        if self.sharded:
+            options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+            set_state_dict(
+                self.model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+                options=options,
+            )
+        else:
+            self.model.load_state_dict(state["model"])
+            if self.optimizer is not None and state.get("optimizer"):
+                self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.global_step = int(state.get("global_step", 0))
+
+    def save_hf(self, out_dir: str, tokenizer_source: Optional[str] = None) -> None:
+        """Write a Hugging Face folder (merged LoRA) that transformers and vLLM load (rank 0 writes)."""
+        state = self.full_state_dict()
+        if self.rank != 0:
+            return
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        config = AutoConfig.from_pretrained(self.spec.model_path)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        real_missing = [k for k in missing if not k.endswith("lm_head.weight")]
+        if real_missing or unexpected:
+            raise RuntimeError(f"export mismatch: missing {real_missing[:5]}, unexpected {unexpected[:5]}")
+        if "lm_head.weight" in missing:
+            model.tie_weights()
+        os.makedirs(out_dir, exist_ok=True)
+        model.save_pretrained(out_dir)
+        AutoTokenizer.from_pretrained(tokenizer_source or self.spec.model_path).save_pretrained(out_dir)
+
+    def save_weights(self, out_dir: str) -> int:
+        """Write every weight to ``out_dir/model.safetensors`` (plus ``config.json``) for engines to reload.
+
+        Unlike :meth:`save_hf`, tied weights are written under each name: vLLM's in-place reload leaves a
+        tied ``lm_head`` at its old value when the file has none. Rank 0 writes; returns the bytes written.
+        """
+        state = self.full_state_dict()
+        if self.rank != 0:
+            return 0
+        from safetensors.torch import save_file
+        from transformers import AutoConfig
+
+        os.makedirs(out_dir, exist_ok=True)
+        tensors = {name: tensor.contiguous().clone() for name, tensor in state.items()}  # clone: tied share storage
+        partial = os.path.join(out_dir, "model.safetensors.partial")
+        save_file(tensors, partial, metadata={"format": "pt"})
+        os.replace(partial, os.path.join(out_dir, "model.safetensors"))  # a reader never sees half a file
+        AutoConfig.from_pretrained(self.spec.model_path).save_pretrained(out_dir)
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+
+    def connect_weight_broadcast(self, backend: str, host: str, port: int, world_size: int) -> None:
+        """Rank 0 joins a process group of its own with the engines (see ``weight_sync``)."""
+        if self.rank == 0:
+            from skygym_train.weight_sync import BroadcastGroup
+
+            self._broadcast_group = BroadcastGroup(backend, host, port, 0, world_size)
+
+    def broadcast_weights(self) -> int:
+        """Every rank joins the unsharding; rank 0 broadcasts the full weights. Returns bytes sent."""
+        state = self.full_state_dict()
+        if self.rank != 0:
+            return 0
+        from skygym_train.weight_sync import send_state_dict
+
+        return send_state_dict(self._broadcast_group, state)
+
+    def get_rng_state(self) -> Dict[str, Any]:
+        state: Dict[str, Any] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state()
+        return state
+
+    def set_rng_state(self, state: Dict[str, Any]) -> None:
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state(state["cuda"])
+
+    def ping(self) -> int:
+        return self.rank
+
+    def shutdown(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _merge_lora_state(state: Dict[str, torch.Tensor], lora: Any) -> Dict[str, torch.Tensor]:
+    """Fold ``B @ A * alpha / r`` into each base weight and drop the peft prefixes."""
+    scale = lora.alpha / lora.rank
+    merged: Dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if ".lora_" in key:
+            continue
+        clean = key.replace("base_model.model.", "").replace(".base_layer", "")
+        if key.endswith(".base_layer.weight"):
+            stem = key[: -len(".base_layer.weight")]
+            a = state.get(f"{stem}.lora_A.default.weight")
+            b = state.get(f"{stem}.lora_B.default.weight")
+            if a is not None and b is not None:
+                value = value + (b.float() @ a.float()).to(value.dtype) * scale
+        merged[clean] = value
+    return merged

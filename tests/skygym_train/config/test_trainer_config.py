@@ -1,0 +1,186 @@
+"""Loading the trainer config: SkyRL key names, YAML defaults, typo suggestions, validation before loading."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from skygym_train.config import AlgorithmConfig, ConfigError, SkyRLTrainConfig, load_config, make_config, validate_config
+from skygym_train.config.loader import DEFAULTS_YAML
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> str:
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
+    return str(path)
+
+
+def _valid(data_file: str, *extra: str):
+    return [f"data.train_data=[{data_file}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false", *extra]
+
+
+def test_skyrl_key_names_are_accepted(data_file):
+    cfg = load_config(
+        _valid(
+            data_file,
+            "trainer.algorithm.advantage_estimator=rloo",
+            "trainer.strategy=fsdp2",
+            "trainer.placement.colocate_all=false",
+            "trainer.placement.policy_num_gpus_per_node=4",
+            "trainer.train_batch_size=16",
+            "trainer.policy_mini_batch_size=8",
+            "trainer.micro_train_batch_size_per_gpu=2",
+            "trainer.micro_forward_batch_size_per_gpu=4",
+            "trainer.epochs=3",
+            "trainer.eval_batch_size=32",
+            "trainer.eval_before_train=false",
+            "trainer.eval_interval=5",
+            "trainer.ckpt_interval=10",
+            "trainer.logger=console,jsonl",
+            "trainer.project_name=p",
+            "trainer.run_name=r",
+            "generator.backend=hf",
+            "generator.num_inference_engines=2",
+            "generator.inference_engine_tensor_parallel_size=1",
+            "generator.weight_sync_backend=inprocess",
+            "generator.n_samples_per_prompt=4",
+            "generator.max_turns=3",
+            "generator.sampling_params.temperature=0.7",
+            "generator.sampling_params.max_generate_length=64",
+            "environment.env_class=gsm8k",
+            "environment.env_config.boxed_wrong_reward=0.1",
+        )
+    )
+    assert isinstance(cfg, SkyRLTrainConfig)
+    assert cfg.trainer.algorithm.advantage_estimator == "rloo"
+    assert cfg.trainer.placement.policy_num_gpus_per_node == 4
+    assert cfg.generator.sampling_params.temperature == 0.7
+    assert cfg.environment.env_config == {"boxed_wrong_reward": 0.1}
+    assert cfg.trainer.epochs == 3 and cfg.trainer.eval_before_train is False
+
+
+def test_yaml_defaults_match_the_dataclasses():
+    yaml_keys = set(OmegaConf.to_container(OmegaConf.load(DEFAULTS_YAML)).keys())
+    assert yaml_keys == {"data", "trainer", "generator", "environment"}
+    from_yaml = OmegaConf.merge(OmegaConf.structured(SkyRLTrainConfig), OmegaConf.load(DEFAULTS_YAML))
+    assert OmegaConf.to_container(from_yaml) == OmegaConf.to_container(OmegaConf.structured(SkyRLTrainConfig))
+
+
+def test_typo_gets_a_close_match_suggestion():
+    with pytest.raises(ConfigError, match="did you mean 'algorithm'"):
+        load_config(["trainer.algoritm.advantage_estimator=rloo"])
+    with pytest.raises(ConfigError, match="trainer.policy.optimizer_config.lr"):
+        load_config(["trainer.lr=1e-5"])
+
+
+def test_wrong_type_names_the_key():
+    with pytest.raises(ConfigError, match="trainer.train_batch_size"):
+        load_config(["trainer.train_batch_size=eight"])
+
+
+def test_override_without_equals_is_rejected():
+    with pytest.raises(ConfigError, match="key=value"):
+        load_config(["trainer.epochs"])
+
+
+def test_batch_sizes_that_do_not_divide_fail_before_loading(data_file):
+    with pytest.raises(ConfigError) as info:
+        load_config(_valid(data_file, "trainer.train_batch_size=10", "trainer.policy_mini_batch_size=4"))
+    assert "trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4" in str(info.value)
+    with pytest.raises(ConfigError, match="micro_train_batch_size_per_gpu=3"):
+        load_config(
+            _valid(
+                data_file,
+                "trainer.train_batch_size=4",
+                "trainer.policy_mini_batch_size=2",
+                "generator.n_samples_per_prompt=4",
+                "trainer.micro_train_batch_size_per_gpu=3",
+            )
+        )
+
+
+def test_token_budget_must_be_positive_or_off(data_file):
+    with pytest.raises(ConfigError, match="trainer.max_tokens_per_microbatch=0: must be -1"):
+        load_config(_valid(data_file, "trainer.max_tokens_per_microbatch=0"))
+    assert load_config(_valid(data_file, "trainer.max_tokens_per_microbatch=4096")).trainer.max_tokens_per_microbatch == 4096
+
+
+def test_many_problems_reported_together(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config(
+            [
+                f"data.train_data=[{tmp_path / 'missing.jsonl'}]",
+                "trainer.algorithm.advantage_estimator=grpo",
+                "generator.n_samples_per_prompt=1",
+                "trainer.algorithm.policy_loss_type=ppo",
+                "generator.backend=tgi",
+                "trainer.logger=mlflow",
+            ]
+        )
+    problems = "\n".join(info.value.problems)
+    for needle in ("trainer.policy.model.path", "missing.jsonl", "at least 2", "policy_loss_type='ppo'", "generator.backend", "mlflow"):
+        assert needle in problems
+
+
+def test_worker_count_checked_against_batch(data_file):
+    cfg = load_config(_valid(data_file, "trainer.train_batch_size=3", "trainer.policy_mini_batch_size=3", "generator.n_samples_per_prompt=3",
+                             "trainer.micro_train_batch_size_per_gpu=1"), validate=False)
+    cfg.trainer.use_ray = True
+    cfg.trainer.num_cpu_workers = 2
+    with pytest.raises(ConfigError, match="cannot be split evenly over 2 policy workers"):
+        validate_config(cfg, has_cuda=False)
+
+
+def test_async_needs_separate_resources(data_file):
+    with pytest.raises(ConfigError, match="colocate_all"):
+        load_config(_valid(data_file, "trainer.async_training.enabled=true", "trainer.placement.colocate_all=true"))
+    cfg = load_config(_valid(data_file, "trainer.async_training.enabled=true", "trainer.placement.colocate_all=false",
+                             "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4"))
+    assert cfg.trainer.async_training.max_staleness_steps == 1
+
+
+def test_dict_overrides_and_config_file(tmp_path, data_file):
+    user = tmp_path / "user.yaml"
+    user.write_text("trainer:\n  epochs: 7\n  algorithm:\n    eps_clip_high: 0.28\n")
+    cfg = load_config({"data.train_data": [data_file], "trainer": {"policy": {"model": {"path": "x"}}}, "trainer.use_ray": False},
+                      config_file=user)
+    assert cfg.trainer.epochs == 7 and cfg.trainer.algorithm.eps_clip_high == 0.28
+    with pytest.raises(ConfigError, match="epoch"):
+        user.write_text("trainer:\n  epoch: 7\n")
+        load_config([], config_file=user, validate=False)
+
+
+def test_user_algorithm_section_adds_keys(data_file):
+    @dataclass
+    class DAPOAlgorithmConfig(AlgorithmConfig):
+        overlong_buffer_len: int = 512
+        overlong_buffer_penalty_factor: float = 1.0
+
+    DAPOConfig = make_config(algorithm_cls=DAPOAlgorithmConfig)
+    cfg = load_config(_valid(data_file, "trainer.algorithm.overlong_buffer_len=4"), schema=DAPOConfig)
+    assert cfg.trainer.algorithm.overlong_buffer_len == 4
+    assert cfg.trainer.algorithm.eps_clip_high == 0.2
+    with pytest.raises(ConfigError, match="overlong_buffer_len"):
+        load_config(_valid(data_file, "trainer.algorithm.overlong_buffer_len=4"))
+
+
+def test_newer_skyrl_engine_key_spelling_is_an_alias():
+    cfg = load_config(["generator.inference_engine.backend=vllm", "generator.inference_engine.num_engines=4"], validate=False)
+    assert cfg.generator.backend == "vllm" and cfg.generator.num_inference_engines == 4
+
+
+def test_example_gsm8k_script_uses_only_known_keys():
+    import re
+    import shlex
+
+    script = (Path(__file__).resolve().parents[3] / "examples" / "gsm8k" / "run_gsm8k.sh").read_text()
+    command = script[script.index("python -m skygym_train.entrypoints.main_base") :]
+    command = re.sub(r"\$\{?(\w+)\}?", "1", command.replace("\\\n", " "))
+    overrides = [a for a in shlex.split(command)[3:] if "=" in a]
+    assert len(overrides) > 30
+    cfg = load_config(overrides, validate=False)
+    assert cfg.trainer.train_batch_size == 1024 and cfg.generator.n_samples_per_prompt == 5

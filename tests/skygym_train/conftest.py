@@ -1,0 +1,64 @@
+"""Fixtures for the trainer tests: a tiny random causal LM (a real Qwen2 architecture) on disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+import pytest
+
+
+def write_tiny_lm(out: Path, vocab_size: int = 64, seed: int = 0) -> Path:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        "qwen2",
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(str(out))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_chat_model() -> Path:
+    """A tiny random Qwen2 with the embedded SmolLM2 tokenizer and chat template (cached between runs)."""
+    from skygym_adapters.models import build_tiny_model
+
+    return build_tiny_model()
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Training rows for the letter-share toy env (registered for this process)."""
+    from skyrl_gym.data import write_jsonl
+    from tests.skygym_train.toy_envs import register_toy_env, toy_rows
+
+    register_toy_env()
+    path = tmp_path_factory.mktemp("toy") / "train.jsonl"
+    write_jsonl(toy_rows(64), path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray instance (2 CPUs, no dashboard) shared by the Ray tests of the session."""
+    ray = pytest.importorskip("ray")
+    from skygym_train.ray_utils import init_ray
+
+    init_ray(num_cpus=2)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,44 @@
+"""LoRA training: adapters merged into the weights the engine receives and into the Hugging Face export."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from skygym_train.config import load_config
+from skygym_train.trainer import PPOTrainer
+from tests.skygym_train.toy_envs import toy_overrides
+
+
+@pytest.mark.slow
+def test_lora_run_syncs_merged_weights_and_exports_a_loadable_folder(tiny_chat_model, toy_data, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    cfg = load_config(
+        toy_overrides(
+            tiny_chat_model,
+            toy_data,
+            tmp_path,
+            **{
+                "trainer.max_training_steps": 2,
+                "trainer.policy.model.lora.rank": 4,
+                "trainer.policy.model.lora.alpha": 8,
+                "trainer.policy.model.lora.target_modules": "all-linear",
+                "trainer.gradient_checkpointing": "true",
+                "trainer.policy.optimizer_config.lr": 1e-2,
+            },
+        )
+    )
+    initial = AutoModelForCausalLM.from_pretrained(str(tiny_chat_model)).state_dict()
+    with PPOTrainer(cfg) as trainer:
+        trainer.fit()
+        trainable = [n for n, p in trainer.policy.worker.model.named_parameters() if p.requires_grad]
+        assert trainable and all("lora_" in n for n in trainable)
+        engine_state = {k: v.detach().clone() for k, v in trainer.engine.engines[0].model.state_dict().items()}
+        export = trainer.export_hf(str(tmp_path / "export"))
+    exported = AutoModelForCausalLM.from_pretrained(str(export)).state_dict()
+    assert (export / "tokenizer_config.json").exists()
+    changed = [k for k in initial if not torch.allclose(initial[k], exported[k])]
+    assert changed and all("proj" in k for k in changed)  # only LoRA-targeted projections moved
+    for name, value in exported.items():
+        torch.testing.assert_close(engine_state[name], value, msg=name)

@@ -1,0 +1,175 @@
+"""Sequence packing gives the padded layout's log-probabilities, values and gradients, with fewer tokens."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from skygym_train.config.schema import AlgorithmConfig, OptimizerConfig
+from skygym_train.algorithms import POLICY_LOSSES
+from skygym_train.workers.batch import build_batch
+from skygym_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
+from skygym_train.workers.packing import layout_for, pack, pack_varlen
+
+
+def _grouped_batch(groups=3, samples=4, seed=0, vocab=64):
+    """GRPO-shaped rows: a few prompts of different lengths, several responses of different lengths each."""
+    rng = random.Random(seed)
+    prompts, responses, masks, uids, rewards = [], [], [], [], []
+    for g in range(groups):
+        prompt = [rng.randrange(1, vocab) for _ in range(rng.randint(2, 9))]
+        for _ in range(samples):
+            response = [rng.randrange(1, vocab) for _ in range(rng.randint(1, 7))]
+            prompts.append(prompt)
+            responses.append(response)
+            masks.append([1] * len(response))
+            uids.append(f"g{g}")
+            rewards.append(float(rng.random()))
+    # one multi-turn-like row whose middle tokens are an observation (loss mask 0)
+    responses[-1] = responses[-1] + [5, 6, 7]
+    masks[-1] = masks[-1][: len(responses[-1]) - 3] + [0, 0, 1]
+    return build_batch(prompts, responses, masks, pad_token_id=0, uids=uids, rewards=rewards)
+
+
+def test_layout_stores_each_prompt_once_and_is_causal_in_positions():
+    batch = _grouped_batch(groups=2, samples=3)
+    packed = pack(batch.tensors, batch.prompt_length)
+    attention = batch.tensors["attention_mask"]
+    prompt_lengths = attention[:, : batch.prompt_length].sum(1).tolist()
+    response_lengths = attention[:, batch.prompt_length :].sum(1).tolist()
+    # each distinct prompt once (its last token once per response), each response token once
+    distinct = {i // 3: prompt_lengths[i] for i in range(batch.size)}
+    expected = sum(p - 1 for p in distinct.values()) + sum(1 + r for r in response_lengths)
+    assert packed.num_real_tokens == expected
+    assert packed.num_tokens < batch.tensors["input_ids"].numel()
+    mask = packed.attention_mask[:, 0]
+    assert mask.shape[-1] == mask.shape[-2] == packed.input_ids.shape[1]
+    pos = packed.position_ids
+    assert not (mask & (pos[:, None, :] > pos[:, :, None])).any(), "a token attends to a later position"
+
+
+def test_varlen_layout_is_every_row_end_to_end_with_positions_restarting():
+    batch = _grouped_batch(groups=2, samples=2)
+    packed = pack_varlen(batch.tensors, batch.prompt_length)
+    attention = batch.tensors["attention_mask"]
+    assert packed.attention_mask is None and packed.input_ids.shape == (1, int(attention.sum()))
+    starts = (packed.position_ids[0] == 0).nonzero().flatten().tolist()
+    lengths = [b - a for a, b in zip(starts, starts[1:] + [packed.input_ids.shape[1]])]
+    assert lengths == attention.sum(1).tolist()
+    # the kept columns are exactly the positions that predict a response token
+    assert len(packed.keep) == int(attention[:, batch.prompt_length :].sum())
+
+
+def test_attention_implementations_get_their_layout():
+    assert layout_for("sdpa") == layout_for("eager") == "shared_prefix"
+    assert layout_for("flash_attention_2") == "varlen"
+    assert layout_for("flex_attention") == layout_for("sdpa", enabled=False) == "padded"
+
+
+@pytest.mark.parametrize("packer", [pack, pack_varlen])
+def test_rejects_an_empty_prompt(packer):
+    tensors = build_batch([[1, 2], [3]], [[4], [5]], [[1], [1]], pad_token_id=0).tensors
+    tensors["attention_mask"][1, :2] = 0
+    with pytest.raises(ValueError, match="row 1 has an empty prompt"):
+        packer(tensors, 2)
+
+
+def _worker(model_dir, role="policy", layout="shared_prefix"):
+    spec = WorkerSpec(
+        role=role,
+        model_path=str(model_dir),
+        optimizer=OptimizerConfig(lr=1e-3),
+        micro_train_batch_size=64,
+        micro_forward_batch_size=64,
+        sample_packing=layout != "padded",
+    )
+    worker = TrainingWorker(spec)
+    worker.load_model()
+    assert worker.layout == ("shared_prefix" if layout != "padded" else "padded")  # what sdpa gets
+    worker.layout = layout  # varlen is flash attention's layout; under sdpa transformers masks it the same way
+    if role == "policy":
+        worker.configure_algorithm(AlgorithmConfig(), POLICY_LOSSES.get("regular"), 1.0)
+    return worker
+
+
+@pytest.mark.parametrize("layout", ["shared_prefix", "varlen"])
+@pytest.mark.parametrize("role", ["policy", "critic"])
+def test_packed_forward_equals_padded(tiny_lm_dir, role, layout):
+    batch = _grouped_batch()
+    padded, packed = _worker(tiny_lm_dir, role, "padded"), _worker(tiny_lm_dir, role, layout)
+    a, b = padded.forward(batch), packed.forward(batch)
+    mask = batch.tensors["response_mask"].bool() | (batch.tensors["attention_mask"][:, batch.prompt_length :] > 0)
+    for key in a:
+        assert torch.allclose(a[key][mask], b[key][mask], atol=1e-5), key
+    assert packed.tokens_run < (0.7 if layout == "shared_prefix" else 0.9) * padded.tokens_run
+
+
+@pytest.mark.parametrize("layout", ["shared_prefix", "varlen"])
+def test_packed_training_step_equals_padded(tiny_lm_dir, layout):
+    batch = _grouped_batch(seed=3)
+    T = batch.response_length
+    batch = batch.with_tensors(advantages=torch.linspace(-1, 1, batch.size)[:, None].expand(-1, T).contiguous())
+    padded, packed = _worker(tiny_lm_dir, layout="padded"), _worker(tiny_lm_dir, layout=layout)
+    ma, mb = padded.train_step(batch), packed.train_step(batch)
+    assert abs(ma["policy/loss"] - mb["policy/loss"]) < 1e-5
+    assert abs(ma["policy/grad_norm"] - mb["policy/grad_norm"]) < 1e-4 * max(1.0, ma["policy/grad_norm"])
+    for (name, p), q in zip(padded.model.named_parameters(), packed.model.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
+
+
+def test_packing_with_a_real_chat_model_and_shared_prompts(tiny_chat_model):
+    """The embedded SmolLM2 tokenizer's chat prompts, four samples each, on the tiny chat model."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_chat_model))
+    prompts, responses = [], []
+    for question in ("What is 3 * 4?", "What is 7 * 8? Think first."):
+        ids = tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        for answer in ("12", "The answer is \\boxed{56}.", "I do not know", "56"):
+            prompts.append(ids)
+            responses.append(tok(answer + "<|im_end|>", add_special_tokens=False)["input_ids"])
+    batch = build_batch(prompts, responses, [[1] * len(r) for r in responses], tok.pad_token_id)
+    padded, packed = _worker(tiny_chat_model, layout="padded"), _worker(tiny_chat_model)
+    a, b = padded.forward(batch), packed.forward(batch)
+    mask = batch.tensors["response_mask"].bool()
+    assert torch.allclose(a["log_probs"][mask], b["log_probs"][mask], atol=1e-5)
+    assert packed.tokens_run < 0.5 * padded.tokens_run
+
+
+def test_token_budget_micro_batches_keep_rows_in_order_and_count_shared_prompts_once():
+    from skygym_train.workers.packing import plan_micro_batches
+
+    # two groups of two rows: prompts of 5 and 3 tokens, responses of 2-4 tokens
+    batch = build_batch([[1, 2, 3, 4, 5]] * 2 + [[6, 7, 8]] * 2, [[9, 9], [9, 9, 9], [9] * 4, [9]], [[1] * 2, [1] * 3, [1] * 4, [1]], 0)
+    plain = plan_micro_batches(batch.tensors, batch.prompt_length, max_tokens=8, share_prompts=False)
+    assert plain == [[0], [1], [2], [3]]  # rows of 7, 8, 7 and 4 tokens: no two fit in 8
+    shared = plan_micro_batches(batch.tensors, batch.prompt_length, max_tokens=12, share_prompts=True)
+    # a group's second row costs its response and one prompt token: 7 + 4 = 11, then 7 + 2 = 9
+    assert shared == [[0, 1], [2, 3]]
+    assert plan_micro_batches(batch.tensors, batch.prompt_length, 1, share_prompts=True) == [[0], [1], [2], [3]]
+    whole = plan_micro_batches(batch.tensors, batch.prompt_length, 10_000, share_prompts=True)
+    assert whole == [[0, 1, 2, 3]]
+
+
+def test_token_budget_micro_batches_give_the_whole_batch_update(tiny_lm_dir):
+    """Under sequence_mean each micro-batch's loss weighs its share of the rows: the step is the full batch's."""
+    batch = _grouped_batch(seed=5)
+    T = batch.response_length
+    batch = batch.with_tensors(advantages=torch.linspace(-1, 1, batch.size)[:, None].expand(-1, T).contiguous())
+    results = []
+    for budget in (-1, 20):
+        spec = WorkerSpec(role="policy", model_path=str(tiny_lm_dir), optimizer=OptimizerConfig(lr=1e-3),
+                          micro_train_batch_size=64, micro_forward_batch_size=64, max_tokens_per_microbatch=budget)
+        worker = TrainingWorker(spec)
+        worker.load_model()
+        worker.configure_algorithm(AlgorithmConfig(loss_reduction="sequence_mean"), POLICY_LOSSES.get("regular"), 1.0)
+        results.append((worker.train_step(batch), worker))
+    (whole, w1), (budgeted, w2) = results
+    assert len(w2._micro_batches(batch, 64)) > 2  # the budget really split the batch
+    assert budgeted["policy/loss"] == pytest.approx(whole["policy/loss"], abs=1e-5)
+    assert budgeted["policy/grad_norm"] == pytest.approx(whole["policy/grad_norm"], rel=1e-4)
+    for (name, p), q in zip(w1.model.named_parameters(), w2.model.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
