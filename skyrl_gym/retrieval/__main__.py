@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from skyrl_gym.cli import serve_retriever
+from skyrl_gym.retrieval import command
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m skyrl_gym.retrieval")
-    serve_retriever.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["serve-retriever", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="python -m skyrl_gym.retrieval", description=command.DESCRIPTION)
+    command.add_arguments(parser)
+    args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 
 

@@ -1,5 +1,9 @@
 """Dense retrieval: document embeddings in a FAISS inner-product index (the ``dense`` extra).
 
+It plugs into the core's retrieval service as the ``dense`` retriever kind (the ``skyrl_gym.retrievers``
+entry point ``dense = "skygym_adapters.retrieval.dense:DENSE"``), so ``skyrl-gym serve-retriever
+--retriever dense`` works while ``skyrl_gym`` itself never imports torch, transformers or faiss.
+
 An :class:`Encoder` turns texts into L2-normalised float32 rows, so inner product is cosine
 similarity. Two encoders ship:
 
@@ -17,9 +21,10 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence
 
 from skyrl_gym.retrieval.index import Hits
+from skyrl_gym.retrieval.kinds import missing_modules
 
 _INDEX_FILE = "dense.faiss"
 _MARKER_FILE = "skyrl_dense_index.json"
@@ -144,3 +149,54 @@ class DenseRetriever:
             [(int(p), float(s)) for p, s in zip(row_p, row_s) if p >= 0]
             for row_p, row_s in zip(positions.tolist(), scores.tolist())
         ]
+
+
+class _DenseFactory:
+    def __init__(self, encoder: Encoder) -> None:
+        self.encoder = encoder
+        self.label = f"dense ({encoder.spec})"
+
+    def build(self, documents: Sequence[Dict[str, Any]]) -> DenseRetriever:
+        return DenseRetriever.build(documents, self.encoder)
+
+    def load(self, index_dir: str, fingerprint: str) -> Optional[DenseRetriever]:
+        return DenseRetriever.load(index_dir, fingerprint, self.encoder)
+
+
+class DenseKind:
+    """``--retriever dense``: FAISS inner product over embeddings from a local model or hashed words."""
+
+    name = "dense"
+    help = "FAISS over embeddings (the 'dense' extra; --encoder hf also needs torch + transformers)"
+
+    def add_arguments(self, group: Any) -> None:
+        group.add_argument("--encoder", default="hf", choices=["hf", "hashing"],
+                           help="dense: 'hf' = mean-pooled local Hugging Face model (--encoder-model), "
+                                "'hashing' = hashed bag of words (no model)")
+        group.add_argument("--encoder-model", default=None, help="dense+hf: model folder on disk")
+        group.add_argument("--gguf-file", default=None, help="dense+hf: GGUF weights file inside the model folder")
+        group.add_argument("--query-prefix", default="", help="dense+hf: text put before queries (E5: 'query: ')")
+        group.add_argument("--passage-prefix", default="",
+                           help="dense+hf: text put before documents (E5: 'passage: ')")
+
+    def missing(self) -> List[str]:
+        return missing_modules({"faiss": "pip install 'skyrl-gym[dense]'", "numpy": "pip install numpy"})
+
+    def factory(self, options: Mapping[str, Any]) -> _DenseFactory:
+        encoder_kind = options.get("encoder") or "hf"
+        if encoder_kind == "hashing":
+            return _DenseFactory(HashingEncoder())
+        if encoder_kind != "hf":
+            raise ValueError(f"unknown dense encoder {encoder_kind!r}; use 'hf' or 'hashing'")
+        if not options.get("encoder_model"):
+            raise ValueError("--retriever dense --encoder hf needs --encoder-model PATH (a local model folder)")
+        problems = missing_modules({"torch": "pip install 'skyrl-gym[train]'",
+                                    "transformers": "pip install 'skyrl-gym[train]'"})
+        if problems:
+            raise ValueError(f"--encoder hf needs: {'; '.join(problems)} (or use --encoder hashing)")
+        return _DenseFactory(TransformersEncoder(
+            options["encoder_model"], gguf_file=options.get("gguf_file"),
+            query_prefix=options.get("query_prefix") or "", passage_prefix=options.get("passage_prefix") or ""))
+
+
+DENSE = DenseKind()

@@ -1,0 +1,59 @@
+"""The retrieval service's command line, shared by ``skyrl-gym serve-retriever`` and
+``python -m skyrl_gym.retrieval``: the options (each retriever kind adds its own) and ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from skyrl_gym.retrieval.kinds import missing_modules, plugin_errors, retriever_kinds
+
+DESCRIPTION = (
+    "Build (or load) an index over a JSONL corpus (one {\"id\", \"contents\"} object per line, "
+    "or {\"title\", \"text\"}) and serve it at POST /retrieve, the API the search envs call. "
+    "The server needs the 'search' extra; --retriever dense also needs the 'dense' extra (faiss)."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    kinds = retriever_kinds()
+    warn_broken_plugins()
+    parser.add_argument("--corpus", required=True, help="JSONL corpus file")
+    parser.add_argument("--index", default=None, help="folder to save the index in and reload it from")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--topk", type=int, default=3, help="results per query when the request gives no topk")
+    parser.add_argument("--retriever", default="bm25", choices=sorted(kinds),
+                        help="index kind: " + "; ".join(f"{name}: {kind.help}" for name, kind in sorted(kinds.items())))
+    parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    for name, kind in sorted(kinds.items()):
+        kind.add_arguments(parser.add_argument_group(f"--retriever {name}"))
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    kind = retriever_kinds()[args.retriever]
+    problems = missing_modules({"fastapi": "pip install 'skyrl-gym[search]'",
+                                "uvicorn": "pip install 'skyrl-gym[search]'"}) + kind.missing()
+    if problems:
+        print(f"serve-retriever --retriever {args.retriever} needs: {'; '.join(problems)}", file=sys.stderr)
+        return 1
+    from skyrl_gym.errors import DataError
+    from skyrl_gym.retrieval.build import load_retriever
+    from skyrl_gym.retrieval.server import create_app, serve
+
+    try:
+        retriever, documents = load_retriever(args.corpus, args.index, args.retriever, vars(args),
+                                              log=lambda message: print(message, flush=True))
+    except (OSError, ValueError, DataError) as exc:
+        print(f"serve-retriever: {exc}", file=sys.stderr)
+        return 1
+    app = create_app(retriever, documents, default_topk=args.topk, name=args.retriever)
+    serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+def warn_broken_plugins(stream: Any = sys.stderr) -> None:
+    for name, error in sorted(plugin_errors.items()):
+        print(f"warning: retriever plugin {name!r} failed to load: {error}", file=stream)
