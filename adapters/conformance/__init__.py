@@ -14,9 +14,10 @@ and (for adapters that produce tokens) built a well-formed mask: one run of 1s p
 decodes to exactly the scripted text, 0s on everything the env said. :func:`format_table` prints the
 adapter x check table; ``skyrl-gym conform ENV`` does it from the command line.
 
-* :mod:`skygym_adapters.conformance.kit`: cases, reference play, checks, report;
+* :mod:`skygym_adapters.conformance.kit`: cases, reference play, checks, report (imports no other module here);
 * :mod:`skygym_adapters.conformance.adapters`: the adapters driven;
-* :mod:`skygym_adapters.conformance.cases`: built-in cases for every built-in env, with their resources.
+* :mod:`skygym_adapters.conformance.cases`: built-in cases for every built-in env, with their resources;
+* :mod:`skygym_adapters.conformance.runner`: ``run_conformance`` and ``builtin_cases``, which use all three.
 
 Adapters are small classes with ``name``, ``produces_tokens``, ``available()`` and
 ``run(cases, context, references)``; pass your own to :func:`run_conformance` to check another trainer.
@@ -31,11 +32,9 @@ from skygym_adapters.conformance.kit import (
     Context,
     Reference,
     Run,
-    builtin_cases,
     cases_from_rows,
     format_table,
     play_reference,
-    run_conformance,
 )
 from skygym_adapters.conformance.adapters import (
     GymnasiumAdapter,
@@ -46,6 +45,7 @@ from skygym_adapters.conformance.adapters import (
     default_adapters,
 )
 from skygym_adapters.conformance.cases import builtin_case_set, has_builtin_cases
+from skygym_adapters.conformance.runner import builtin_cases, run_conformance
 
 __all__ = [
     "CHECKS",

@@ -15,7 +15,9 @@ decodes to exactly the scripted text, 0s on everything the env said. :func:`form
 adapter x check table; ``skyrl-gym conform ENV`` does it from the command line.
 
 Adapters are small classes with ``name``, ``available()`` and ``run(cases, context)``; pass your own to
-:func:`run_conformance` to check an adapter of your trainer the same way.
+:func:`skygym_adapters.conformance.runner.run_conformance` to check an adapter of your trainer the same way.
+This module depends on no other module of the kit: ``adapters`` and ``cases`` build on it, and ``runner``
+puts the three together.
 """
 
 from __future__ import annotations
@@ -194,7 +196,7 @@ class ConformanceReport:
         return [a.adapter for a in self.adapters if not a.skipped_reason]
 
 
-def _check(adapter: Any, runs: Sequence[Run], cases: Sequence[Case], refs: Sequence[Reference], context: Context) -> AdapterReport:
+def check_runs(adapter: Any, runs: Sequence[Run], cases: Sequence[Case], refs: Sequence[Reference], context: Context) -> AdapterReport:
     status = {check: OK for check in CHECKS}
     problems: List[str] = []
 
@@ -228,57 +230,6 @@ def _check(adapter: Any, runs: Sequence[Run], cases: Sequence[Case], refs: Seque
     return AdapterReport(adapter.name, status, problems)
 
 
-def run_conformance(
-    env_id: str,
-    cases: Optional[Sequence[Case]] = None,
-    adapters: Optional[Sequence[Any]] = None,
-    context: Optional[Context] = None,
-    only: Optional[Sequence[str]] = None,
-) -> ConformanceReport:
-    """Replay ``cases`` (default: the env's built-in cases, resources included) through each available adapter.
-
-    An adapter that raises is reported as failing ``ran`` with the error; it does not stop the others.
-    ``only`` restricts the run to adapters with those names.
-    """
-    if cases is None:
-        from skygym_adapters.conformance.cases import builtin_case_set
-
-        with builtin_case_set(env_id) as builtin:
-            return run_conformance(env_id, builtin, adapters, context, only)
-    cases = list(cases)
-    if not cases:
-        raise ValueError(f"no conformance cases for env {env_id!r}")
-    for case in cases:
-        if case.row.get("env_class") not in (None, env_id):
-            raise ValueError(f"a case for {env_id!r} has env_class {case.row['env_class']!r}")
-        case.row.setdefault("env_class", env_id)
-    keys = [case.key for case in cases]
-    if len(set(keys)) != len(keys):
-        raise ValueError("conformance cases need distinct prompts (the scripted engine finds its script by prompt)")
-    context = context or Context()
-    references = [play_reference(case) for case in cases]
-    reports = []
-    if adapters is None:
-        from skygym_adapters.conformance.adapters import default_adapters
-
-        adapters = default_adapters()
-    for adapter in adapters:
-        if only is not None and adapter.name not in only:
-            continue
-        available, reason = adapter.available()
-        if not available:
-            reports.append(AdapterReport(adapter.name, {c: SKIPPED for c in CHECKS}, skipped_reason=reason))
-            continue
-        try:
-            runs = adapter.run(cases, context, references)
-        except Exception as exc:
-            status = {c: FAIL for c in CHECKS}
-            reports.append(AdapterReport(adapter.name, status, [f"the adapter raised {type(exc).__name__}: {exc}"]))
-            continue
-        reports.append(_check(adapter, runs, cases, references, context))
-    return ConformanceReport(env_id, len(cases), reports)
-
-
 def format_table(report: ConformanceReport) -> str:
     """The adapter x check table, then the problems found (plain text)."""
     header = ["adapter", *CHECKS]
@@ -300,20 +251,6 @@ def format_table(report: ConformanceReport) -> str:
 # ----------------------------------------------------------------------------------------------
 # Cases
 # ----------------------------------------------------------------------------------------------
-def builtin_cases(env_id: str) -> List[Case]:
-    """Scripted cases of a built-in env that needs no running resources (see :mod:`skygym_adapters.conformance.cases`).
-
-    Envs whose cases need a database, a retrieval server or a sandbox: use ``builtin_case_set(env_id)``.
-    """
-    from skygym_adapters.conformance.cases import builtin_case_set
-
-    with builtin_case_set(env_id) as cases:
-        for case in cases:
-            if case.env_config is not None:
-                raise LookupError(f"the cases of {env_id!r} need running resources: use builtin_case_set({env_id!r})")
-        return copy.deepcopy(cases)
-
-
 def cases_from_rows(rows: Sequence[Mapping[str, Any]], actions: Sequence[Sequence[str]], env_config: Any = None) -> List[Case]:
     """Cases from dataset rows and one list of assistant texts per row."""
     if len(rows) != len(actions):
@@ -337,9 +274,8 @@ __all__ = [
     "Context",
     "Reference",
     "Run",
-    "builtin_cases",
+    "check_runs",
     "cases_from_rows",
     "format_table",
     "play_reference",
-    "run_conformance",
 ]

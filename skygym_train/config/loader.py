@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type,
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from skygym_train.config.errors import ConfigError
 from skygym_train.config.schema import AlgorithmConfig, SkyRLTrainConfig, TrainerConfig
 
 DEFAULTS_YAML = Path(__file__).with_name("ppo_base_config.yaml")
@@ -31,15 +32,6 @@ KEY_ALIASES = {
     "generator.inference_engine.gpu_memory_utilization": "generator.gpu_memory_utilization",
     "generator.inference_engine.model_dtype": "generator.model_dtype",
 }
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message names every offending key and why."""
-
-    def __init__(self, problems: Union[str, Sequence[str]]):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"invalid trainer configuration:\n{lines}")
 
 
 def _is_open_dict_field(node: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Optional
 
-from skygym_train.config.loader import ConfigError
+from skygym_train.config.errors import ConfigError
 
 STRATEGIES = ("fsdp2", "fsdp")
 BACKENDS = ("hf", "vllm", "remote", "sglang")

@@ -1,0 +1,83 @@
+"""Runs the kit: built-in cases (from :mod:`.cases`) through the default adapters (from :mod:`.adapters`),
+checked against the reference play with :mod:`.kit`'s checks."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, List, Optional, Sequence
+
+from skygym_adapters.conformance.adapters import default_adapters
+from skygym_adapters.conformance.cases import builtin_case_set
+from skygym_adapters.conformance.kit import (
+    CHECKS,
+    FAIL,
+    SKIPPED,
+    AdapterReport,
+    Case,
+    ConformanceReport,
+    Context,
+    check_runs,
+    play_reference,
+)
+
+
+def run_conformance(
+    env_id: str,
+    cases: Optional[Sequence[Case]] = None,
+    adapters: Optional[Sequence[Any]] = None,
+    context: Optional[Context] = None,
+    only: Optional[Sequence[str]] = None,
+) -> ConformanceReport:
+    """Replay ``cases`` (default: the env's built-in cases, resources included) through each available adapter.
+
+    An adapter that raises is reported as failing ``ran`` with the error; it does not stop the others.
+    ``only`` restricts the run to adapters with those names.
+    """
+    if cases is None:
+        with builtin_case_set(env_id) as builtin:
+            return run_conformance(env_id, builtin, adapters, context, only)
+    cases = list(cases)
+    if not cases:
+        raise ValueError(f"no conformance cases for env {env_id!r}")
+    for case in cases:
+        if case.row.get("env_class") not in (None, env_id):
+            raise ValueError(f"a case for {env_id!r} has env_class {case.row['env_class']!r}")
+        case.row.setdefault("env_class", env_id)
+    keys = [case.key for case in cases]
+    if len(set(keys)) != len(keys):
+        raise ValueError("conformance cases need distinct prompts (the scripted engine finds its script by prompt)")
+    context = context or Context()
+    references = [play_reference(case) for case in cases]
+    reports = []
+    if adapters is None:
+        adapters = default_adapters()
+    for adapter in adapters:
+        if only is not None and adapter.name not in only:
+            continue
+        available, reason = adapter.available()
+        if not available:
+            reports.append(AdapterReport(adapter.name, {c: SKIPPED for c in CHECKS}, skipped_reason=reason))
+            continue
+        try:
+            runs = adapter.run(cases, context, references)
+        except Exception as exc:
+            status = {c: FAIL for c in CHECKS}
+            reports.append(AdapterReport(adapter.name, status, [f"the adapter raised {type(exc).__name__}: {exc}"]))
+            continue
+        reports.append(check_runs(adapter, runs, cases, references, context))
+    return ConformanceReport(env_id, len(cases), reports)
+
+
+def builtin_cases(env_id: str) -> List[Case]:
+    """Scripted cases of a built-in env that needs no running resources (see :mod:`skygym_adapters.conformance.cases`).
+
+    Envs whose cases need a database, a retrieval server or a sandbox: use ``builtin_case_set(env_id)``.
+    """
+    with builtin_case_set(env_id) as cases:
+        for case in cases:
+            if case.env_config is not None:
+                raise LookupError(f"the cases of {env_id!r} need running resources: use builtin_case_set({env_id!r})")
+        return copy.deepcopy(cases)
+
+
+__all__ = ["builtin_cases", "run_conformance"]
