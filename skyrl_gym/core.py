@@ -7,10 +7,7 @@ Compatible with SkyRL-gym: an env has ``init(prompt) -> (observation, info)``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Generic, List, Optional, Tuple, TypedDict, TypeVar
-
-if TYPE_CHECKING:  # pragma: no cover
-    from skyrl_gym.registration import EnvSpec
+from typing import Any, Dict, Generic, List, Optional, Tuple, TypedDict, TypeVar
 
 ObsType = TypeVar("ObsType")
 ActType = TypeVar("ActType")
@@ -52,7 +49,9 @@ class Env(Generic[ObsType, ActType]):
     resources (databases, sandboxes, HTTP sessions) and must be safe to call twice.
     """
 
-    spec: Optional["EnvSpec"] = None
+    # The skyrl_gym.registration.EnvSpec that built this env (set by make). Typed Any so that the env
+    # contract does not import the registry, which imports it.
+    spec: Any = None
 
     def init(self, prompt: Any = None) -> Tuple[ObsType, Dict[str, Any]]:
         """Start an episode; return the first observation (the prompt for the model) and info."""
