@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from skygym_adapters.engines.base import BaseInferenceEngine
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 
@@ -28,7 +29,7 @@ class ScriptError(LookupError):
     """The engine got a prompt that matches no script, or a script ran out of actions."""
 
 
-class ScriptedEngine:
+class ScriptedEngine(BaseInferenceEngine):
     def __init__(self, tokenizer: Any, scripts: Mapping[str, Sequence[str]], end_token_id: Optional[int] = None):
         self.tokenizer = tokenizer
         self.scripts: Dict[str, List[str]] = {key: list(actions) for key, actions in scripts.items()}
@@ -60,7 +61,12 @@ class ScriptedEngine:
         return actions[turn]
 
     async def generate(
-        self, prompt_token_ids: List[List[int]], sampling_params: Optional[SamplingParams] = None
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[SamplingParams] = None,
+        *,
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput:
         params = sampling_params or {}
         max_len = params.get("max_generate_length")
@@ -83,12 +89,6 @@ class ScriptedEngine:
 
     async def update_weights(self, named_tensors: Any) -> None:
         """Scripts have no weights."""
-
-    async def sleep(self) -> None:
-        """Nothing to offload."""
-
-    async def wake_up(self) -> None:
-        """Nothing to reload."""
 
 
 __all__ = ["ScriptedEngine", "ScriptError", "end_of_turn_token_id"]

@@ -74,14 +74,37 @@ class InferenceEngineOutput(TypedDict, total=False):
 
 @runtime_checkable
 class InferenceEngine(Protocol):
-    """An engine that turns prompt token ids into response token ids (token-in/token-out)."""
+    """An engine that turns prompt token ids into response token ids (token-in/token-out).
+
+    Every engine (HF, vLLM, SGLang, remote, scripted, and :class:`~skygym_adapters.engines.client.EngineClient`
+    over several of them) implements all of it; :class:`~skygym_adapters.engines.base.BaseInferenceEngine` has
+    the defaults. Callers never probe for methods.
+
+    ``messages`` (the conversation of each prompt) is used by engines that template by themselves
+    (``needs_messages``: an OpenAI chat-completions server) and ignored by the others. ``session_ids`` (one per
+    prompt, e.g. a trajectory id) keep a conversation on one engine where several serve; ``finish_session``
+    forgets it.
+    """
+
+    needs_messages: bool
 
     async def generate(
-        self, prompt_token_ids: List[List[int]], sampling_params: Optional[SamplingParams] = None
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[SamplingParams] = None,
+        *,
+        messages: Optional[List[ConversationType]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput: ...
+
+    def finish_session(self, session_id: str) -> None: ...
 
     async def update_weights(self, named_tensors: Any) -> None: ...
 
     async def sleep(self) -> None: ...
 
     async def wake_up(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -6,7 +6,6 @@ loop of ``skygym_adapters.rollout``) and engines it can put to sleep, wake and u
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any, Dict, List, Protocol
 
@@ -66,24 +65,6 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
     raise ValueError(f"unknown generator.backend {g.backend!r}")
 
 
-class EngineSet:
-    """The trainer's handle on all engines: weight updates, sleep and wake reach every one of them."""
-
-    def __init__(self, engines: List[Any]):
-        if not engines:
-            raise ValueError("no inference engines")
-        self.engines = engines
-
-    async def update_weights(self, named_tensors: Any) -> None:
-        await asyncio.gather(*(e.update_weights(named_tensors) for e in self.engines))
-
-    async def sleep(self) -> None:
-        await asyncio.gather(*(e.sleep() for e in self.engines))
-
-    async def wake_up(self) -> None:
-        await asyncio.gather(*(e.wake_up() for e in self.engines))
-
-
 def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
     """The rollout loop of ``skygym_adapters.rollout`` configured from the trainer config."""
     from skygym_adapters.rollout import RolloutConfig, RolloutGenerator  # type: ignore[attr-defined]
@@ -99,8 +80,7 @@ def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
         env_configs=_env_configs(cfg),
         chat_template_kwargs=dict(g.chat_template_kwargs),
     )
-    engines = engine.engines if isinstance(engine, EngineSet) else engine
-    return RolloutGenerator(engines, tokenizer, rollout_cfg)
+    return RolloutGenerator(engine, tokenizer, rollout_cfg)
 
 
 def _env_configs(cfg: Any) -> Dict[str, Any]:

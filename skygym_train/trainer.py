@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from skygym_adapters.types import GeneratorInput, GeneratorOutput
+from skygym_adapters.types import GeneratorInput, GeneratorOutput, InferenceEngine
 from skygym_train import checkpoint as ckpt
 from skygym_train.algorithms.advantages import ADVANTAGE_ESTIMATORS, masked_mean
 from skygym_train.algorithms.kl import apply_kl_penalty, make_kl_controller
@@ -29,7 +29,7 @@ from skygym_train.algorithms.sampling_filters import dynamic_sampling, overlong_
 from skygym_train.config.loader import to_dict
 from skygym_train.config.validation import cuda_available, loggers_of, policy_world_size, uses_critic, uses_ref
 from skygym_train.dataset import PromptDataset, load_dataset_rows
-from skygym_train.generation import EngineSet, Generator, Timer, build_generator, create_engines, sampling_params_dict
+from skygym_train.generation import Generator, Timer, build_generator, create_engines, sampling_params_dict
 from skygym_train.tracking import Tracker, plot_reward_curve
 from skygym_train.workers.batch import TrainingBatch, build_batch
 from skygym_train.workers.fsdp_worker import WorkerSpec
@@ -91,7 +91,7 @@ class PPOTrainer:
         self.policy: Optional[WorkerGroup] = None
         self.ref: Optional[WorkerGroup] = None
         self.critic: Optional[WorkerGroup] = None
-        self.engine: Any = None
+        self.engine: Optional[InferenceEngine] = None
         self.generator: Optional[Generator] = None
         self._runner: Optional[_AsyncRunner] = None
         self._placement_groups: List[Any] = []
@@ -122,7 +122,9 @@ class PPOTrainer:
         if self._given_engine is not None:
             self.engine = self._given_engine
         else:
-            self.engine = EngineSet(create_engines(self.cfg, self.model_path, self.tokenizer))
+            from skygym_adapters.engines import EngineClient
+
+            self.engine = EngineClient(create_engines(self.cfg, self.model_path, self.tokenizer))
         self.generator = self._given_generator or build_generator(self.cfg, self.engine, self.tokenizer)
         log_dir = _expand(self.t.log_path) / self.t.run_name
         self.tracker = Tracker(
@@ -623,10 +625,8 @@ class PPOTrainer:
         if self.tracker is not None:
             self.tracker.close()
         if self._runner is not None:
-            if self.engine is not None and hasattr(self.engine, "engines"):
-                for engine in self.engine.engines:
-                    if hasattr(engine, "close"):
-                        engine.close()
+            if self.engine is not None:
+                self.engine.close()
             self._runner.close()
         for group in (self.policy, self.ref, self.critic):
             if group is not None and hasattr(group, "shutdown"):

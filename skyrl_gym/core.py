@@ -61,6 +61,19 @@ class Env(Generic[ObsType, ActType]):
         """Apply one action (the model's text) and return observations, reward, done and metadata."""
         raise NotImplementedError(f"{type(self).__name__} does not implement step()")
 
+    async def astep(self, action: ActType) -> StepOutput:
+        """``step`` for async callers. Envs that wait on I/O (HTTP, SQLite, sandboxes) override it to await
+        without holding a thread; by default the blocking ``step`` runs in a worker thread, so callers always
+        ``await env.astep(action)`` whatever the env."""
+        import asyncio  # here, not at the top: `import skyrl_gym` stays light
+
+        return await asyncio.to_thread(self.step, action)
+
+    @property
+    def has_native_astep(self) -> bool:
+        """True when the env's class overrides :meth:`astep` (it awaits its I/O on the caller's loop)."""
+        return type(self.unwrapped).astep is not Env.astep
+
     def close(self) -> None:
         """Release resources. Calling it on a closed env has no effect."""
 

@@ -114,3 +114,38 @@ def validate_prompts(prompt_token_ids: Any) -> List[List[int]]:
             raise ValueError(f"prompt_token_ids[{i}] holds something other than non-negative ints")
         prompts.append(list(ids))
     return prompts
+
+
+class BaseInferenceEngine:
+    """Defaults of the :class:`~skygym_adapters.types.InferenceEngine` interface: engines subclass it and write
+    ``generate`` (and ``update_weights`` where weights can change)."""
+
+    needs_messages: bool = False
+
+    async def generate(
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[Dict[str, Any]] = None,
+        *,
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
+    ) -> InferenceEngineOutput:
+        raise NotImplementedError(f"{type(self).__name__} must implement generate()")
+
+    def finish_session(self, session_id: str) -> None:
+        """One engine keeps no per-session state."""
+
+    async def update_weights(self, named_tensors: Any) -> None:
+        raise EngineError(f"{type(self).__name__} cannot update its weights")
+
+    async def sleep(self) -> None:
+        """Nothing to offload by default."""
+
+    async def wake_up(self) -> None:
+        """Nothing to reload by default."""
+
+    async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to release by default."""

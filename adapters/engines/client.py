@@ -11,11 +11,11 @@ import asyncio
 import zlib
 from typing import Any, Dict, List, Optional, Sequence
 
-from skygym_adapters.engines.base import EngineError, validate_prompts
+from skygym_adapters.engines.base import BaseInferenceEngine, EngineError, validate_prompts
 from skygym_adapters.types import InferenceEngine, InferenceEngineOutput, SamplingParams
 
 
-class EngineClient:
+class EngineClient(BaseInferenceEngine):
     """Spreads ``generate`` calls over ``engines``; is itself an :class:`~skygym_adapters.types.InferenceEngine`.
 
     ``session_ids`` (one per prompt, e.g. a trajectory id) pin a trajectory to one engine: the first request of a
@@ -27,9 +27,13 @@ class EngineClient:
         if not engines:
             raise ValueError("EngineClient needs at least one engine")
         for i, engine in enumerate(engines):
-            if not callable(getattr(engine, "generate", None)):
-                raise TypeError(f"engine {i} ({type(engine).__name__}) has no generate() method")
+            if not isinstance(engine, InferenceEngine):
+                raise TypeError(
+                    f"engine {i} ({type(engine).__name__}) does not implement the InferenceEngine interface "
+                    "(subclass skygym_adapters.engines.base.BaseInferenceEngine)"
+                )
         self.engines: List[InferenceEngine] = list(engines)
+        self.needs_messages = any(engine.needs_messages for engine in self.engines)
         self._in_flight = [0] * len(self.engines)
         self._affinity: Dict[str, int] = {}
         self.requests_per_engine = [0] * len(self.engines)
@@ -57,11 +61,11 @@ class EngineClient:
         self,
         prompt_token_ids: List[List[int]],
         sampling_params: Optional[SamplingParams] = None,
-        session_ids: Optional[List[Optional[str]]] = None,
+        *,
         messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput:
-        """Route each prompt to an engine. ``messages`` (the conversation of each prompt) reach only engines
-        that set ``wants_messages`` (a chat-completions remote engine)."""
+        """Route each prompt to an engine; ``messages`` go along (engines that template by themselves need them)."""
         prompts = validate_prompts(prompt_token_ids)
         if messages is not None and len(messages) != len(prompts):
             raise ValueError(f"got {len(messages)} conversations for {len(prompts)} prompts")
@@ -110,12 +114,9 @@ class EngineClient:
         self.requests_per_engine[index] += len(prompts)
         engine = self.engines[index]
         try:
-            if getattr(engine, "wants_messages", False):
-                if messages is None:
-                    raise ValueError(f"engine {index} ({type(engine).__name__}) needs the conversations (messages=)")
-                output = await engine.generate(prompts, sampling_params, messages=messages)
-            else:
-                output = await engine.generate(prompts, sampling_params)
+            if engine.needs_messages and messages is None:
+                raise ValueError(f"engine {index} ({type(engine).__name__}) needs the conversations (messages=)")
+            output = await engine.generate(prompts, sampling_params, messages=messages)
         finally:
             self._in_flight[index] -= len(prompts)
         if len(output["response_ids"]) != len(prompts):
@@ -132,16 +133,17 @@ class EngineClient:
         await asyncio.gather(*(engine.update_weights(named_tensors) for engine in self.engines))
 
     async def sleep(self) -> None:
-        await asyncio.gather(*(e.sleep() for e in self.engines if hasattr(e, "sleep")))
+        await asyncio.gather(*(e.sleep() for e in self.engines))
 
     async def wake_up(self) -> None:
-        await asyncio.gather(*(e.wake_up() for e in self.engines if hasattr(e, "wake_up")))
+        await asyncio.gather(*(e.wake_up() for e in self.engines))
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(e.aclose() for e in self.engines))
 
     def close(self) -> None:
         for engine in self.engines:
-            close = getattr(engine, "close", None)
-            if callable(close):
-                close()
+            engine.close()
 
 
 __all__ = ["EngineClient"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from skygym_adapters.engines.base import (
+    BaseInferenceEngine,
     EngineError,
     ResolvedSampling,
     SequenceResult,
@@ -41,7 +42,7 @@ class _Request:
 _SHUTDOWN = object()
 
 
-class HFEngine:
+class HFEngine(BaseInferenceEngine):
     """A transformers causal LM behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
     >>> engine = HFEngine("smollm2-135m")                       # doctest: +SKIP
@@ -103,9 +104,14 @@ class HFEngine:
 
     # ------------------------------------------------------------------ protocol
     async def generate(
-        self, prompt_token_ids: List[List[int]], sampling_params: Optional[SamplingParams] = None
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[SamplingParams] = None,
+        *,
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput:
-        """Generate one continuation per prompt; returns ids, decoded text, stop reasons and (optionally) logprobs."""
+        """Generate one continuation per prompt (``messages`` and ``session_ids`` are not needed here); returns ids, decoded text, stop reasons and (optionally) logprobs."""
         prompts = validate_prompts(prompt_token_ids)
         sampling = resolve_sampling(sampling_params)  # type: ignore[arg-type]
         futures = [self.submit(prompt, sampling) for prompt in prompts]

@@ -19,6 +19,7 @@ import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 from skygym_adapters.engines.base import (
+    BaseInferenceEngine,
     EngineError,
     ResolvedSampling,
     SequenceResult,
@@ -32,7 +33,7 @@ from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 logger = logging.getLogger(__name__)
 
 
-class RemoteEngine:
+class RemoteEngine(BaseInferenceEngine):
     """Client of an OpenAI-compatible server behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
     Args:
@@ -74,7 +75,7 @@ class RemoteEngine:
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
         self.weights_dir = weights_dir
-        self.wants_messages = api == "chat"
+        self.needs_messages = api == "chat"
         self._prompt_as_text = False
         self._warned: set = set()
         self._http = LoopSessions(self.api_key, self.timeout_s, self.max_concurrency)
@@ -123,7 +124,9 @@ class RemoteEngine:
         self,
         prompt_token_ids: List[List[int]],
         sampling_params: Optional[SamplingParams] = None,
+        *,
         messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput:
         """Generate one continuation per prompt. ``messages`` (one conversation per prompt) is required by
         ``api="chat"``; the ids are then only used to check that the server templated them the same way."""

@@ -22,6 +22,7 @@ import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 from skygym_adapters.engines.base import (
+    BaseInferenceEngine,
     EngineError,
     ResolvedSampling,
     SequenceResult,
@@ -35,7 +36,7 @@ from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 logger = logging.getLogger(__name__)
 
 
-class SGLangEngine:
+class SGLangEngine(BaseInferenceEngine):
     """SGLang's native API behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
     Args:
@@ -88,7 +89,12 @@ class SGLangEngine:
 
     # ------------------------------------------------------------------ protocol
     async def generate(
-        self, prompt_token_ids: List[List[int]], sampling_params: Optional[SamplingParams] = None
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[SamplingParams] = None,
+        *,
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput:
         """One ``/generate`` call for the whole batch (``input_ids`` as a list of id lists)."""
         prompts = validate_prompts(prompt_token_ids)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from skygym_adapters.engines.base import (
+    BaseInferenceEngine,
     EngineError,
     ResolvedSampling,
     SequenceResult,
@@ -59,7 +60,7 @@ def _default_context(model_path: str, cap: int = 4096) -> int:
     return min(cap, int(length)) if isinstance(length, (int, float)) and length > 0 else cap
 
 
-class VLLMEngine:
+class VLLMEngine(BaseInferenceEngine):
     """vLLM behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
     Args:
@@ -113,7 +114,12 @@ class VLLMEngine:
 
     # ------------------------------------------------------------------ protocol
     async def generate(
-        self, prompt_token_ids: List[List[int]], sampling_params: Optional[SamplingParams] = None
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[SamplingParams] = None,
+        *,
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput:
         prompts = validate_prompts(prompt_token_ids)
         sampling = resolve_sampling(sampling_params)  # type: ignore[arg-type]

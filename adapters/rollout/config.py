@@ -22,7 +22,9 @@ class RolloutConfig:
             episode is one assistant message and observations are appended as raw text tokens inside it.
         append_eos_token_after_stop_str_in_multi_turn: when a turn ends on a stop string (not EOS), append the
             end-of-turn token (loss mask 0) so the next turn starts a well-formed message.
-        batched: single-turn mode: all prompts go to the engine in one call, then one env step each.
+        batched: SkyRL's single-turn batched generation: every trajectory is in flight at once (no
+            ``max_concurrent_trajectories`` cap), so the engine decodes the prompts as one batch; episodes still run
+            through the one episode driver.
         step_wise_trajectories: return one sample per turn (prompt = context at that turn) instead of one
             per trajectory, with ``is_last_step`` marking each trajectory's last turn.
         apply_overlong_filtering: zero the loss mask of trajectories that did not end with ``"stop"``.

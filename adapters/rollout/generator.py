@@ -6,17 +6,17 @@ import asyncio
 import copy
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from skygym_adapters.engines.base import resolve_sampling
 from skygym_adapters.engines.client import EngineClient
 from skygym_adapters.rollout.chat import ChatTokenizer
 from skygym_adapters.rollout.config import RolloutConfig
 from skygym_adapters.rollout.drift import check_drift
-from skygym_adapters.rollout.loop import EnvCallError, _EnvRunner, run_trajectory
+from skygym_adapters.rollout.loop import run_trajectory
 from skygym_adapters.rollout.metrics import rollout_metrics
-from skygym_adapters.rollout.trajectory import Trajectory, Turn
-from skygym_adapters.types import GeneratorInput, GeneratorOutput, SamplingParams, TrajectoryID
+from skygym_adapters.rollout.trajectory import Trajectory
+from skygym_adapters.types import GeneratorInput, GeneratorOutput, InferenceEngine, SamplingParams, TrajectoryID
 
 # Dataset-row columns that are not env extras.
 _ROW_KEYS_NOT_EXTRAS = ("prompt", "env_class")
@@ -34,7 +34,12 @@ class RolloutGenerator:
         config: :class:`RolloutConfig` (defaults: single turn, 256 new tokens).
     """
 
-    def __init__(self, engine: Any, tokenizer: Any, config: Optional[RolloutConfig] = None) -> None:
+    def __init__(
+        self,
+        engine: Union[InferenceEngine, Sequence[InferenceEngine]],
+        tokenizer: Any,
+        config: Optional[RolloutConfig] = None,
+    ) -> None:
         self.config = config or RolloutConfig()
         if isinstance(engine, EngineClient):
             self.client = engine
@@ -94,12 +99,7 @@ class RolloutGenerator:
 
             progress = own_progress = tqdm(total=count, desc="rollouts", unit="traj")
         try:
-            if self.config.batched:
-                trajectories = await self._run_batched(prompts, env_classes, extras, ids, params)
-                if progress is not None:
-                    progress.update(count)
-            else:
-                trajectories = await self._run_concurrently(prompts, env_classes, extras, ids, params, progress)
+            trajectories = await self._run_concurrently(prompts, env_classes, extras, ids, params, progress)
         finally:
             if own_progress is not None:
                 own_progress.close()
@@ -219,7 +219,7 @@ class RolloutGenerator:
         params: Dict[str, Any],
         progress: Any,
     ) -> List[Trajectory]:
-        limit = self.config.max_concurrent_trajectories
+        limit = None if self.config.batched else self.config.max_concurrent_trajectories
         semaphore = asyncio.Semaphore(limit) if limit else None
         executor = self.executor
 
@@ -245,79 +245,6 @@ class RolloutGenerator:
             for task in tasks:
                 task.cancel()
             raise
-
-    async def _run_batched(
-        self,
-        prompts: Sequence[List[Dict[str, Any]]],
-        env_classes: Sequence[str],
-        extras: Sequence[Optional[Dict[str, Any]]],
-        ids: Sequence[TrajectoryID],
-        params: Dict[str, Any],
-    ) -> List[Trajectory]:
-        """Single-turn: every prompt in one engine call, then one env step each."""
-        import skyrl_gym
-
-        executor = self.executor
-        runners = [_EnvRunner(executor) for _ in prompts]
-        trajectories = [Trajectory(trajectory_id=ids[i], env_class=env_classes[i], prompt_ids=[]) for i in range(len(prompts))]
-        envs: List[Any] = [None] * len(prompts)
-
-        async def start(i: int) -> None:
-            extra = dict(extras[i] or {})
-            extra["max_turns"] = 1
-            try:
-                envs[i] = await runners[i].call(
-                    "make", skyrl_gym.make, env_classes[i],
-                    env_config=self.config.env_configs.get(env_classes[i], {}), extras=extra,
-                )
-                conversation, _ = await runners[i].call("init", envs[i].init, copy.deepcopy(prompts[i]))
-                trajectories[i].conversation = list(conversation)
-            except EnvCallError as exc:
-                trajectories[i].error, trajectories[i].stop_reason = str(exc), "error"
-                trajectories[i].conversation = list(prompts[i])
-            trajectories[i].prompt_ids = self.chat.prompt_ids(trajectories[i].conversation)
-            trajectories[i].prompt_message_count = len(trajectories[i].conversation)
-
-        await asyncio.gather(*(start(i) for i in range(len(prompts))))
-        live = [i for i, t in enumerate(trajectories) if t.error is None]
-        model_start = time.perf_counter()
-        output = None
-        if live:
-            output = await self.client.generate(
-                [trajectories[i].prompt_ids for i in live], params,
-                messages=[list(trajectories[i].conversation) for i in live],
-            )
-        model_seconds = time.perf_counter() - model_start
-
-        async def finish(j: int, i: int) -> None:
-            t = trajectories[i]
-            output_ids = list(output["response_ids"][j])
-            logprobs = (output.get("response_logprobs") or [None] * len(live))[j]
-            text = self.chat.decode(output_ids, skip_special_tokens=True)
-            t.model_seconds = model_seconds  # the batch's wall time: every trajectory waited for all of it
-            try:
-                step = await runners[i].call("step", envs[i].step, text)
-                reward = float(step["reward"])
-                t.env_metrics = dict(await runners[i].call("get_metrics", envs[i].get_metrics) or {})
-            except (EnvCallError, KeyError, TypeError) as exc:
-                t.error, reward = f"step: {exc}", 0.0
-            t.ids, t.loss_mask = output_ids, [1] * len(output_ids)
-            t.logprobs = list(logprobs) if logprobs is not None else None
-            t.conversation.append({"role": "assistant", "content": self.chat.assistant_text(output_ids)})
-            t.turns.append(Turn(0, len(output_ids), len(output_ids), len(t.prompt_ids), reward,
-                                output["stop_reasons"][j], text))
-            t.stop_reason = "error" if t.error else output["stop_reasons"][j]
-
-        await asyncio.gather(*(finish(j, i) for j, i in enumerate(live)))
-        for i, env in enumerate(envs):
-            if env is not None:
-                try:
-                    await runners[i].call("close", env.close)
-                except EnvCallError:
-                    pass
-            trajectories[i].env_seconds = runners[i].seconds
-            trajectories[i].total_seconds = trajectories[i].model_seconds + runners[i].seconds
-        return trajectories
 
 
 def _empty_step(t: Trajectory, chat: ChatTokenizer) -> Dict[str, Any]:

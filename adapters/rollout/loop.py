@@ -1,83 +1,172 @@
-"""The agent loop of one trajectory: token-in/token-out generation interleaved with env steps."""
+"""A trajectory token for token: the episode driver (:mod:`skyrl_gym.episode`) with a token-in/token-out policy.
+
+The episode itself (make, init, act, step, stop rules, the turn limit, env errors) is :func:`skyrl_gym.episode.run_episode`;
+this module is the policy that generates with an :class:`~skygym_adapters.types.InferenceEngine` and records every
+token: the model's ids with loss mask 1, observation ids (from the chat template) with loss mask 0, logprobs, and
+each turn's reward on its last token.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import time
 from concurrent.futures import Executor
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
-from skygym_adapters.engines.base import resolve_sampling
+from skyrl_gym.episode import (
+    BasePolicy,
+    EnvCallError,
+    EnvCaller,
+    Episode,
+    EpisodeEnd,
+    StepRecord,
+    make_env_factory,
+    run_episode,
+)
+
+from skygym_adapters.engines.base import ResolvedSampling, resolve_sampling
 from skygym_adapters.rollout.chat import ChatTokenizer
 from skygym_adapters.rollout.config import RolloutConfig
 from skygym_adapters.rollout.trajectory import Trajectory, Turn
-from skygym_adapters.types import SamplingParams, TrajectoryID
+from skygym_adapters.types import InferenceEngine, SamplingParams, TrajectoryID
 
 logger = logging.getLogger(__name__)
 
-
-class EnvCallError(Exception):
-    """An env method raised; ends only the trajectory it belongs to."""
-
-    def __init__(self, method: str, error: BaseException) -> None:
-        super().__init__(f"{method}: {type(error).__name__}: {error}")
-        self.method = method
-        self.error = error
-
-
-class _EnvRunner:
-    """Runs blocking env calls in a bounded thread pool (or inline) and accumulates their time."""
-
-    def __init__(self, executor: Optional[Executor]) -> None:
-        self.executor = executor
-        self.seconds = 0.0
-
-    async def call(self, method: str, func: Any, *args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            if self.executor is None:
-                return func(*args, **kwargs)
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor, lambda: func(*args, **kwargs))
-        except Exception as exc:
-            raise EnvCallError(method, exc) from exc
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    async def step(self, env: Any, action: str) -> Any:
-        """``await env.astep(action)`` where the env has an async path (the tool envs wait on HTTP or
-        SQLite there without holding a thread), else ``env.step`` through :meth:`call`."""
-        astep = getattr(env, "astep", None)
-        if astep is None or not asyncio.iscoroutinefunction(astep):
-            return await self.call("step", env.step, action)
-        start = time.perf_counter()
-        try:
-            return await astep(action)
-        except Exception as exc:
-            raise EnvCallError("step", exc) from exc
-        finally:
-            self.seconds += time.perf_counter() - start
+__all__ = ["EnvCallError", "TokenPolicy", "run_trajectory"]
 
 
 def _session_key(trajectory_id: TrajectoryID) -> str:
     return f"{trajectory_id['instance_id']}_{trajectory_id['repetition_id']}"
 
 
-def _validate_step_output(output: Any) -> Dict[str, Any]:
-    if not isinstance(output, dict) or "done" not in output or "reward" not in output:
-        raise TypeError(f"env.step must return a StepOutput dict with reward/done/observations, got {output!r:.120}")
-    observations = output.get("observations") or []
-    if not isinstance(observations, list) or any(
-        not isinstance(m, dict) or "role" not in m or "content" not in m for m in observations
-    ):
-        raise TypeError(f"env.step observations must be a list of chat messages, got {observations!r:.120}")
-    return output
+class TokenPolicy(BasePolicy):
+    """Plays the model's side of an episode through ``engine`` and records it, token for token, in ``trajectory``."""
+
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        chat: ChatTokenizer,
+        config: RolloutConfig,
+        trajectory: Trajectory,
+        sampling_params: Dict[str, Any],
+    ) -> None:
+        self.engine = engine
+        self.chat = chat
+        self.config = config
+        self.trajectory = trajectory
+        self.sampling_params = sampling_params
+        self.sampling: ResolvedSampling = resolve_sampling(sampling_params)
+        self.session = _session_key(trajectory.trajectory_id)
+        self.multi_turn = config.use_conversation_multi_turn
+        self._pending: Optional[Dict[str, Any]] = None  # the generated turn, until the env has answered it
+
+    async def start(self, episode: Episode) -> Optional[EpisodeEnd]:
+        trajectory = self.trajectory
+        trajectory.conversation = [dict(m) for m in episode.prompt]  # grows with every turn
+        try:
+            trajectory.prompt_ids = self.chat.prompt_ids(trajectory.conversation)
+        except Exception as exc:  # init() returned something the chat template cannot render
+            raise EnvCallError("init", ValueError(f"the prompt returned by init() cannot be templated: {exc}")) from exc
+        trajectory.prompt_message_count = len(trajectory.conversation)
+        return None
+
+    async def act(self, episode: Episode) -> Union[str, EpisodeEnd]:
+        trajectory, chat = self.trajectory, self.chat
+        context = trajectory.prompt_ids + trajectory.ids
+        if self.config.max_input_length is not None and len(context) > self.config.max_input_length:
+            return EpisodeEnd.LENGTH
+        started = time.perf_counter()
+        output = await self.engine.generate(
+            [context], self.sampling_params, messages=[list(trajectory.conversation)], session_ids=[self.session]
+        )
+        trajectory.model_seconds += time.perf_counter() - started
+        output_ids = list(output["response_ids"][0])
+        logprobs = (output.get("response_logprobs") or [None])[0]
+        if self.sampling.logprobs and logprobs is None:
+            raise RuntimeError(f"{type(self.engine).__name__} returned no logprobs although they were requested")
+        text = chat.decode(output_ids, skip_special_tokens=True)
+        added_eos = False
+        if not output_ids:  # nothing generated: close the turn so its reward has a token to sit on
+            output_ids, logprobs, added_eos = [chat.turn_end_token_id], ([] if logprobs is not None else None), True
+        stop_reason = output["stop_reasons"][0]
+        if self.multi_turn and not self._ends_turn(output_ids) and stop_reason == "stop" and self.sampling.stop and (
+            self.config.append_eos_token_after_stop_str_in_multi_turn
+        ):
+            output_ids.append(chat.turn_end_token_id)
+            added_eos = True
+        self._pending = {"ids": output_ids, "logprobs": logprobs, "added_eos": added_eos, "stop_reason": stop_reason,
+                         "text": text, "context_length": len(context)}
+        return text
+
+    async def observe(self, episode: Episode, step: StepRecord) -> Optional[EpisodeEnd]:
+        trajectory, chat, turn = self.trajectory, self.chat, self._pending
+        assert turn is not None, "observe() without act()"
+        self._pending = None
+        output_ids, added_eos = turn["ids"], turn["added_eos"]
+        if step.output.get("postprocessed_action") is not None:
+            # Re-tokenizing a rewritten action would break token-faithfulness: keep the model's tokens.
+            logger.debug("env %s rewrote the action; the model's own tokens are kept", trajectory.env_class)
+        if self.multi_turn and not step.done and not added_eos and not self._ends_turn(output_ids):
+            # A turn cut by max_generate_length (or a stop string with EOS-appending off) must still be closed
+            # before the next message starts; the closing token is not the model's, so it is masked out.
+            output_ids.append(chat.turn_end_token_id)
+            added_eos = True
+        logprobs = list(turn["logprobs"]) if turn["logprobs"] is not None else None
+        if logprobs is not None and added_eos:
+            logprobs.append(0.0)
+        observation_ids, method, note = self._observation_ids(output_ids, step)
+        self._record(turn, step.reward, output_ids, logprobs, added_eos, observation_ids, method, note)
+        return None
+
+    # ------------------------------------------------------------------ helpers
+    def _ends_turn(self, ids: List[int]) -> bool:
+        return bool(ids) and ids[-1] in (self.chat.turn_end_token_id, self.chat.eos_token_id)
+
+    def _observation_ids(self, output_ids: List[int], step: StepRecord) -> Any:
+        """The observation's token ids, how they were made, and a note when templating needed a fallback."""
+        conversation, chat = self.trajectory.conversation, self.chat
+        if self.multi_turn:
+            conversation.append({"role": "assistant", "content": chat.assistant_text(output_ids)})
+            ids, method, note = [], "", ""
+            if not step.done:
+                obs = chat.observation_ids(conversation, step.observations, add_generation_prompt=True)
+                ids, method, note = obs.ids, obs.method, obs.note
+                if note:
+                    logger.warning("trajectory %s: %s", self.session, note)
+            conversation.extend(step.observations)
+            return ids, method, note
+        count = self.trajectory.prompt_message_count
+        _append_to_single_assistant_message(conversation, count, step.action)
+        if step.done or not step.observations:
+            return [], "", ""
+        raw = "".join(str(m["content"]) for m in step.observations)
+        _append_to_single_assistant_message(conversation, count, raw)
+        return chat.encode(raw), "raw", ""
+
+    def _record(self, turn: Dict[str, Any], reward: float, output_ids: List[int], logprobs: Optional[List[float]],
+                added_eos: bool, observation_ids: List[int], method: str, note: str) -> None:
+        trajectory = self.trajectory
+        start = len(trajectory.ids)
+        turn_mask = [1] * len(output_ids)
+        if added_eos:
+            turn_mask[-1] = 0
+        trajectory.ids.extend(output_ids + observation_ids)
+        trajectory.loss_mask.extend(turn_mask + [0] * len(observation_ids))
+        if logprobs is not None:
+            if trajectory.logprobs is None:
+                trajectory.logprobs = [0.0] * start
+            trajectory.logprobs.extend(logprobs + [0.0] * len(observation_ids))
+        trajectory.turns.append(
+            Turn(start=start, output_end=start + len(output_ids), end=len(trajectory.ids),
+                 context_length=turn["context_length"], reward=reward, stop_reason=turn["stop_reason"],
+                 text=turn["text"], added_eos=added_eos, observation_method=method, observation_note=note)
+        )
+        trajectory.stop_reason = turn["stop_reason"]
 
 
 async def run_trajectory(
-    engine: Any,
+    engine: InferenceEngine,
     chat: ChatTokenizer,
     config: RolloutConfig,
     prompt: List[Dict[str, Any]],
@@ -89,174 +178,53 @@ async def run_trajectory(
 ) -> Trajectory:
     """Run one episode of ``env_class`` on ``prompt`` with ``engine`` and record it token for token.
 
-    An env that raises (in make, init, step or get_metrics) ends this trajectory with ``stop_reason="error"``,
-    the error text in :attr:`Trajectory.error`, zero reward and an all-zero loss mask. Engine errors propagate:
-    a broken engine is the caller's problem, not one trajectory's.
+    The turn limit is :func:`skyrl_gym.episode.resolve_max_turns`: the row's ``max_turns``, else the env's own,
+    capped by ``config.max_turns``. An env that raises (in make, init, step or get_metrics) ends this trajectory
+    with ``stop_reason="error"``, the error text in :attr:`Trajectory.error`, zero reward and an all-zero loss
+    mask. Engine errors propagate: a broken engine is the caller's problem, not one trajectory's.
     """
-    import skyrl_gym
-
-    started = time.perf_counter()
-    sampling_params = dict(sampling_params if sampling_params is not None else config.sampling_params)
-    sampling = resolve_sampling(sampling_params)
-    env_runner = _EnvRunner(executor)
-    session = _session_key(trajectory_id)
+    params = dict(sampling_params if sampling_params is not None else config.sampling_params)
     extras = dict(env_extras or {})
-    extras["max_turns"] = config.max_turns
-    multi_turn = config.use_conversation_multi_turn
-
     trajectory = Trajectory(trajectory_id=trajectory_id, env_class=env_class, prompt_ids=[])
-    env = None
+    policy = TokenPolicy(engine, chat, config, trajectory, params)
+    make_env = make_env_factory(env_class, config.env_configs.get(env_class, {}), extras)
     try:
-        env = await env_runner.call(
-            "make", skyrl_gym.make, env_class, env_config=config.env_configs.get(env_class, {}), extras=extras
+        episode = await run_episode(
+            make_env, copy.deepcopy(prompt), policy, env_class=env_class, max_turns_cap=config.max_turns,
+            row_max_turns=extras.get("max_turns"), caller=EnvCaller(executor),
         )
-        conversation, _info = await env_runner.call("init", env.init, copy.deepcopy(prompt))
-        conversation = list(conversation)
-        trajectory.conversation = conversation  # the same list: grows with every turn
-        try:
-            trajectory.prompt_ids = chat.prompt_ids(conversation)
-        except Exception as exc:  # init() returned something the chat template cannot render
-            raise EnvCallError("init", ValueError(f"the prompt returned by init() cannot be templated: {exc}")) from exc
-        trajectory.prompt_message_count = len(conversation)
-        done = False
-        while not done:
-            if len(trajectory.turns) >= config.max_turns:
-                trajectory.truncated_by_max_turns = True
-                break
-            context = trajectory.prompt_ids + trajectory.ids
-            if config.max_input_length is not None and len(context) > config.max_input_length:
-                trajectory.stop_reason = "length"
-                break
+    finally:
+        engine.finish_session(policy.session)
+    _finish(trajectory, episode, chat, config, prompt)
+    return trajectory
 
-            model_start = time.perf_counter()
-            if hasattr(engine, "engine_for"):  # an EngineClient: keep the trajectory on one engine
-                output = await engine.generate([context], sampling_params, session_ids=[session],
-                                               messages=[list(conversation)])
-            elif getattr(engine, "wants_messages", False):  # a chat-completions engine templates by itself
-                output = await engine.generate([context], sampling_params, messages=[list(conversation)])
-            else:
-                output = await engine.generate([context], sampling_params)
-            trajectory.model_seconds += time.perf_counter() - model_start
-            output_ids = list(output["response_ids"][0])
-            stop_reason = output["stop_reasons"][0]
-            output_logprobs = (output.get("response_logprobs") or [None])[0]
-            if sampling.logprobs and output_logprobs is None:
-                raise RuntimeError(f"{type(engine).__name__} returned no logprobs although they were requested")
-            text = chat.decode(output_ids, skip_special_tokens=True)
-            if not output_ids:  # nothing generated: close the turn so its reward has a token to sit on
-                output_ids = [chat.turn_end_token_id]
-                output_logprobs = [] if output_logprobs is not None else None
-                empty_output = True
-            else:
-                empty_output = False
 
-            ends_turn = bool(output_ids) and output_ids[-1] in (chat.turn_end_token_id, chat.eos_token_id)
-            added_eos = empty_output
-            if multi_turn and not ends_turn and stop_reason == "stop" and sampling.stop and (
-                config.append_eos_token_after_stop_str_in_multi_turn
-            ):
-                output_ids.append(chat.turn_end_token_id)
-                added_eos = True
-
-            step_output = await env_runner.step(env, text)
-            try:
-                _validate_step_output(step_output)
-                reward = float(step_output["reward"])
-            except (TypeError, ValueError) as exc:
-                raise EnvCallError("step", exc) from exc
-            done = bool(step_output["done"])
-            observations = list(step_output.get("observations") or [])
-            if step_output.get("postprocessed_action") is not None:
-                # Re-tokenizing a rewritten action would break token-faithfulness: keep the model's tokens and
-                # only note the rewrite.
-                logger.debug("env %s rewrote the action; the model's own tokens are kept", env_class)
-
-            if multi_turn and not done and not added_eos and not (
-                output_ids and output_ids[-1] in (chat.turn_end_token_id, chat.eos_token_id)
-            ):
-                # A turn cut by max_generate_length (or a stop string with EOS-appending off) must still be closed
-                # before the next message starts; the closing token is not the model's, so it is masked out.
-                output_ids.append(chat.turn_end_token_id)
-                added_eos = True
-
-            logprobs = list(output_logprobs) if output_logprobs is not None else None
-            if logprobs is not None and added_eos:
-                logprobs.append(0.0)
-
-            observation_ids: List[int] = []
-            method, note = "", ""
-            if multi_turn:
-                conversation.append({"role": "assistant", "content": chat.assistant_text(output_ids)})
-                if not done:
-                    obs = chat.observation_ids(conversation, observations, add_generation_prompt=True)
-                    observation_ids, method, note = obs.ids, obs.method, obs.note
-                    if note:
-                        logger.warning("trajectory %s: %s", session, note)
-                conversation.extend(observations)
-            else:
-                _append_to_single_assistant_message(conversation, trajectory.prompt_message_count, text)
-                if not done and observations:
-                    raw = "".join(str(m["content"]) for m in observations)
-                    observation_ids = chat.encode(raw)
-                    method = "raw"
-                    _append_to_single_assistant_message(conversation, trajectory.prompt_message_count, raw)
-
-            start = len(trajectory.ids)
-            turn_mask = [1] * len(output_ids)
-            if added_eos:
-                turn_mask[-1] = 0
-            trajectory.ids.extend(output_ids + observation_ids)
-            trajectory.loss_mask.extend(turn_mask + [0] * len(observation_ids))
-            if logprobs is not None:
-                if trajectory.logprobs is None:
-                    trajectory.logprobs = [0.0] * start
-                trajectory.logprobs.extend(logprobs + [0.0] * len(observation_ids))
-            trajectory.turns.append(
-                Turn(
-                    start=start,
-                    output_end=start + len(output_ids),
-                    end=len(trajectory.ids),
-                    context_length=len(context),
-                    reward=reward,
-                    stop_reason=stop_reason,
-                    text=text,
-                    added_eos=added_eos,
-                    observation_method=method,
-                    observation_note=note,
-                )
-            )
-            trajectory.stop_reason = stop_reason
-
-        if not multi_turn and trajectory.turns:
-            _finish_single_message(trajectory, chat)
-        trajectory.env_metrics = dict(await env_runner.call("get_metrics", _metrics_of, env) or {})
-    except EnvCallError as exc:
-        trajectory.error = str(exc)
+def _finish(trajectory: Trajectory, episode: Episode, chat: ChatTokenizer, config: RolloutConfig,
+            prompt: List[Dict[str, Any]]) -> None:
+    """Copy how the episode ended into the trajectory (SkyRL's stop reasons: the engine's, ``length``, ``error``)."""
+    trajectory.episode_end = episode.end
+    trajectory.truncated_by_max_turns = episode.end is EpisodeEnd.MAX_TURNS
+    trajectory.env_seconds = episode.env_seconds
+    trajectory.total_seconds = episode.total_seconds
+    if episode.close_error:
+        logger.warning("trajectory %s: env.close failed: %s", _session_key(trajectory.trajectory_id), episode.close_error)
+    if episode.end is EpisodeEnd.ERROR:
+        trajectory.error = episode.error
         trajectory.stop_reason = "error"
-        logger.warning("trajectory %s of %s ended by an env error: %s", session, env_class, exc)
+        logger.warning("trajectory %s of %s ended by an env error: %s",
+                       _session_key(trajectory.trajectory_id), trajectory.env_class, episode.error)
         if not trajectory.prompt_ids:
             try:
                 trajectory.prompt_ids = chat.prompt_ids(prompt)
             except Exception:  # a prompt that cannot be templated still yields a (masked-out) row
                 trajectory.prompt_ids = [chat.turn_end_token_id]
             trajectory.conversation = list(prompt)
-    finally:
-        if env is not None:
-            try:
-                await env_runner.call("close", env.close)
-            except EnvCallError as exc:  # a failing close must not hide the episode
-                logger.warning("trajectory %s: env.close failed: %s", session, exc)
-        close_session = getattr(engine, "finish_session", None)
-        if callable(close_session):
-            close_session(session)
-    trajectory.env_seconds = env_runner.seconds
-    trajectory.total_seconds = time.perf_counter() - started
-    return trajectory
-
-
-def _metrics_of(env: Any) -> Dict[str, Any]:
-    get_metrics = getattr(env, "get_metrics", None)
-    return get_metrics() if callable(get_metrics) else {}
+        return
+    if episode.end is EpisodeEnd.LENGTH:
+        trajectory.stop_reason = "length"
+    trajectory.env_metrics = episode.env_metrics
+    if not config.use_conversation_multi_turn and trajectory.turns:
+        _finish_single_message(trajectory, chat)
 
 
 def _append_to_single_assistant_message(conversation: List[Dict[str, Any]], prompt_count: int, text: str) -> None:

@@ -48,6 +48,8 @@ class Trajectory:
     env_metrics: Dict[str, Any] = field(default_factory=dict)
     error: Optional[str] = None
     truncated_by_max_turns: bool = False
+    # How the episode ended (skyrl_gym.episode.EpisodeEnd: env_done, max_turns, length, aborted, error).
+    episode_end: Optional[Any] = None
     # Single-message mode appends a final EOS (loss mask 1, as SkyRL does) after the last turn.
     final_eos_appended: bool = False
     model_seconds: float = 0.0
@@ -129,6 +131,7 @@ class Trajectory:
             "total_reward": self.total_reward,
             "logprobs": self.response_logprobs(),
             "stop_reason": self.stop_reason,
+            "episode_end": None if self.episode_end is None else str(getattr(self.episode_end, "value", self.episode_end)),
             "num_turns": self.num_turns,
             "conversation": self.conversation,
             "turns": [asdict(t) for t in self.turns],

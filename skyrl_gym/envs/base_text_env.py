@@ -27,9 +27,27 @@ class BaseTextEnv(Env[ConversationType, str]):
         self.env_config = env_config if env_config is not None else {}
         self.extras = extras if extras is not None else {}
         self.turns = 0
-        self.max_turns = 1
+        self._max_turns = 1  # SkyRL-gym's default; "unset" until a subclass or the episode driver assigns one
+        self._max_turns_is_default = True
         self.tool_groups: List[Any] = []
         self.tool_to_toolgroup: Dict[str, str] = {}
+
+    @property
+    def max_turns(self) -> int:
+        """The last turn of an episode. The episode driver resolves it once (the row's ``max_turns``, else the
+        env's own, capped by the caller) and writes it back here, so the env and the driver agree."""
+        return self._max_turns
+
+    @max_turns.setter
+    def max_turns(self, value: int) -> None:
+        self._max_turns = value
+        self._max_turns_is_default = False
+
+    @property
+    def max_turns_is_default(self) -> bool:
+        """True while ``max_turns`` is the base class's placeholder (1) that no subclass has set: the episode
+        driver then takes the turn limit from the row or its caller instead."""
+        return self._max_turns_is_default
 
     # ----- tools -------------------------------------------------------------------------------
     def init_tool_groups(self, tool_groups: Sequence[Any] = ()) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from skygym_adapters.engines.base import assemble_output, resolve_sampling, SequenceResult
+from skygym_adapters.engines.base import BaseInferenceEngine, assemble_output, resolve_sampling, SequenceResult
 from skyrl_gym import registration
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs.base_text_env import BaseTextEnv
@@ -76,7 +76,7 @@ def register_test_envs() -> None:
 Reply = Union[str, Callable[[List[int]], str]]
 
 
-class ScriptedEngine:
+class ScriptedEngine(BaseInferenceEngine):
     """Answers each prompt with the next scripted text (cycling), tokenized, plus EOS unless a stop string or the
     length limit ends it first. Honors ``max_generate_length`` and ``stop`` like vLLM with
     ``include_stop_str_in_output``. Logprobs are a constant -0.5."""
@@ -88,7 +88,8 @@ class ScriptedEngine:
         self.calls = 0
         self.prompts: List[List[int]] = []
 
-    async def generate(self, prompt_token_ids: List[List[int]], sampling_params: Optional[Dict[str, Any]] = None):
+    async def generate(self, prompt_token_ids: List[List[int]], sampling_params: Optional[Dict[str, Any]] = None,
+                       *, messages: Any = None, session_ids: Any = None):
         sampling = resolve_sampling(sampling_params)
         results = []
         for prompt in prompt_token_ids:
@@ -113,8 +114,8 @@ class ScriptedEngine:
             )
         return assemble_output(results, sampling.logprobs)
 
-    async def update_weights(self, named_tensors: Any) -> None:  # pragma: no cover - protocol completeness
-        return None
+    async def update_weights(self, named_tensors: Any) -> None:
+        """Scripts have no weights."""
 
 
 def user(text: str) -> List[Dict[str, str]]:

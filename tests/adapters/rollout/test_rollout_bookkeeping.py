@@ -226,7 +226,7 @@ async def test_malformed_env_output_is_an_error_of_that_trajectory(tokenizer: An
         [{"mode": "bad_reward"}, {"mode": "bad_init"}, {"turns": 1}],
     )
     assert bad_reward.stop_reason == "error" and bad_reward.error.startswith("step:")
-    assert bad_init.stop_reason == "error" and "cannot be templated" in bad_init.error
+    assert bad_init.stop_reason == "error" and "init() must return a list of chat messages" in bad_init.error
     assert good.error is None and good.total_reward == 1.0
 
 

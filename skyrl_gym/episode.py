@@ -1,0 +1,377 @@
+"""The one episode driver: build an env, ``init`` it, then let a policy act and the env step until the episode ends.
+
+Every place that plays episodes uses :func:`run_episode`: the token-in/token-out rollout and the trainer's generator,
+evaluation, the veRL agent loop, TRL, the OpenAI-agents adapter, the conformance kit, the checker and
+``skyrl-gym step``. What differs between them is the *policy* (how the next action is produced and what is recorded
+about it) and the *env caller* (where blocking env calls run); the episode itself is written once, here:
+
+1. build the env (``make_env``), ``init`` it with the prompt, hand the first observation to the policy;
+2. resolve the turn limit once (:func:`resolve_max_turns`) and tell the env (``env.max_turns``);
+3. loop: the policy acts (or stops the episode with a reason); the env steps; the step output is validated; the
+   policy observes the step; stop when the env is done or the turn limit is reached;
+4. collect the env's metrics and close it, whatever happened.
+
+An exception raised by an env call, or by a policy hook as :class:`EnvCallError`, ends only that episode, with
+:attr:`EpisodeEnd.ERROR` and the error text; any other exception from the policy (a broken engine) propagates.
+
+How an episode ended has one vocabulary, :class:`EpisodeEnd`: ``env_done`` is termination (the env said done);
+``max_turns`` and ``length`` are truncation (a limit ended it); ``aborted`` and ``error`` are neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import math
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple, Union
+
+from skyrl_gym.core import ConversationType, Env, MessageType, StepOutput
+
+
+class EpisodeEnd(str, enum.Enum):
+    """Why an episode ended."""
+
+    ENV_DONE = "env_done"  # terminated: the env returned done=True
+    MAX_TURNS = "max_turns"  # truncated: the turn limit (resolve_max_turns) was reached first
+    LENGTH = "length"  # truncated: the policy's context or token budget was used up
+    ABORTED = "aborted"  # the policy stopped without a limit being reached (an aborted generation, ...)
+    ERROR = "error"  # an env call raised or returned something malformed
+
+    @property
+    def terminated(self) -> bool:
+        return self is EpisodeEnd.ENV_DONE
+
+    @property
+    def truncated(self) -> bool:
+        return self in (EpisodeEnd.MAX_TURNS, EpisodeEnd.LENGTH)
+
+
+class EnvCallError(Exception):
+    """An env call (``make``, ``init``, ``step``, ``get_metrics``) failed; ends only its own episode."""
+
+    def __init__(self, method: str, error: BaseException) -> None:
+        super().__init__(f"{method}: {type(error).__name__}: {error}")
+        self.method = method
+        self.error = error
+
+
+def resolve_max_turns(row_max_turns: Any, env_max_turns: Any, cap: Optional[int]) -> Optional[int]:
+    """The turn limit of an episode, in one documented order.
+
+    1. the dataset row's ``max_turns`` (``extras["max_turns"]``), when it is a positive integer;
+    2. else the env's own ``max_turns`` after construction (its default, or what it read from the row);
+    3. then the caller's cap (``RolloutConfig.max_turns``, veRL's ``max_assistant_turns``, ...) bounds it.
+
+    None means no limit: the env alone ends the episode.
+    """
+    limit = next((int(v) for v in (row_max_turns, env_max_turns) if _positive_int(v)), None)
+    if cap is not None:
+        if not _positive_int(cap):
+            raise ValueError(f"a max_turns cap must be a positive integer or None, got {cap!r}")
+        limit = int(cap) if limit is None else min(limit, int(cap))
+    return limit
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+@dataclass
+class StepRecord:
+    """One turn: the policy's action and what the env answered."""
+
+    action: str
+    reward: float
+    done: bool
+    observations: ConversationType
+    metadata: Dict[str, Any]
+    output: StepOutput  # the env's raw step output
+
+
+@dataclass
+class Episode:
+    """A finished (or running) episode. ``messages`` is the conversation as text: the prompt the env returned
+    from ``init``, then each action as an assistant message followed by the env's observations."""
+
+    env_class: str
+    prompt: ConversationType = field(default_factory=list)
+    info: Dict[str, Any] = field(default_factory=dict)
+    messages: ConversationType = field(default_factory=list)
+    steps: List[StepRecord] = field(default_factory=list)
+    max_turns: Optional[int] = None
+    end: Optional[EpisodeEnd] = None
+    error: Optional[str] = None
+    error_method: Optional[str] = None
+    close_error: Optional[str] = None
+    env_metrics: Dict[str, Any] = field(default_factory=dict)
+    env_seconds: float = 0.0
+    total_seconds: float = 0.0
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.steps)
+
+    @property
+    def rewards(self) -> List[float]:
+        return [step.reward for step in self.steps]
+
+    @property
+    def total_reward(self) -> float:
+        """The sum of the turn rewards; 0.0 for an episode that ended in an error."""
+        return 0.0 if self.end is EpisodeEnd.ERROR else float(sum(self.rewards))
+
+    @property
+    def terminated(self) -> bool:
+        return self.end is not None and self.end.terminated
+
+    @property
+    def truncated(self) -> bool:
+        return self.end is not None and self.end.truncated
+
+
+class Policy(Protocol):
+    """What plays the model's side of an episode. Subclass :class:`BasePolicy`, which has no-op hooks."""
+
+    async def start(self, episode: Episode) -> Optional[EpisodeEnd]:
+        """The env has returned its first observation (``episode.prompt``); return an :class:`EpisodeEnd` to stop."""
+
+    async def act(self, episode: Episode) -> Union[str, EpisodeEnd]:
+        """The next action, or an :class:`EpisodeEnd` (e.g. ``LENGTH`` when the context is full) to stop."""
+
+    async def observe(self, episode: Episode, step: StepRecord) -> Optional[EpisodeEnd]:
+        """The env has answered ``step`` (already in ``episode.steps``); return an :class:`EpisodeEnd` to stop."""
+
+
+class BasePolicy:
+    """A policy with no-op ``start``/``observe``: subclasses write ``act``."""
+
+    async def start(self, episode: Episode) -> Optional[EpisodeEnd]:
+        return None
+
+    async def act(self, episode: Episode) -> Union[str, EpisodeEnd]:
+        raise NotImplementedError(f"{type(self).__name__} must implement act(episode)")
+
+    async def observe(self, episode: Episode, step: StepRecord) -> Optional[EpisodeEnd]:
+        return None
+
+
+class ScriptedPolicy(BasePolicy):
+    """Plays fixed actions in order (the last one again once they run out): tests, the checker, the CLI."""
+
+    def __init__(self, actions: Union[str, List[str]]) -> None:
+        self.actions = [actions] if isinstance(actions, str) else list(actions)
+        if not self.actions:
+            raise ValueError("ScriptedPolicy needs at least one action")
+
+    async def act(self, episode: Episode) -> Union[str, EpisodeEnd]:
+        return self.actions[min(episode.num_turns, len(self.actions) - 1)]
+
+
+class EnvCaller:
+    """Runs an env's blocking calls, inline on the loop (``executor=None``) or in ``executor``, and adds up their
+    time. An exception becomes :class:`EnvCallError` naming the call. Subclass it to run calls elsewhere (the
+    checker runs each episode on a thread of its own, with a timeout per call)."""
+
+    def __init__(self, executor: Optional[Executor] = None) -> None:
+        self.executor = executor
+        self.seconds = 0.0
+
+    async def call(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await self._run(fn, *args)
+        except EnvCallError:
+            raise
+        except Exception as exc:
+            raise EnvCallError(method, exc) from exc
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.executor is None:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.executor, lambda: fn(*args))
+
+    async def step(self, env: Env, action: str) -> Any:
+        """``await env.astep(action)`` when the env awaits its own I/O, else ``env.step`` through :meth:`call`."""
+        if not env.has_native_astep:
+            return await self.call("step", env.step, action)
+        start = time.perf_counter()
+        try:
+            return await env.astep(action)
+        except Exception as exc:
+            raise EnvCallError("step", exc) from exc
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def validate_step_output(output: Any, turn: int) -> Tuple[float, bool]:
+    """The reward and done flag of a step output, or :class:`TypeError`/:class:`ValueError` saying what is wrong."""
+    if not isinstance(output, Mapping) or "reward" not in output or "done" not in output:
+        raise TypeError(f"step() on turn {turn} must return a StepOutput dict with reward/done/observations, "
+                        f"got {output!r:.120}")
+    observations = output.get("observations") or []
+    if not isinstance(observations, list) or any(
+        not isinstance(m, Mapping) or "role" not in m or "content" not in m for m in observations
+    ):
+        raise TypeError(f"step() on turn {turn}: observations must be a list of chat messages, got {observations!r:.120}")
+    raw = output["reward"]
+    try:  # numbers of any kind (numpy scalars included), but not text or booleans
+        reward = float(raw) if not isinstance(raw, (str, bytes, bool)) else math.nan
+    except (TypeError, ValueError):
+        reward = math.nan
+    if not math.isfinite(reward):
+        raise ValueError(f"step() on turn {turn}: reward must be a finite number, got {raw!r:.60}")
+    return reward, bool(output["done"])
+
+
+StepValidator = Callable[[Any, int], Tuple[float, bool]]
+
+
+async def run_episode(
+    make_env: Callable[[], Env],
+    prompt: ConversationType,
+    policy: Policy,
+    *,
+    env_class: str = "",
+    max_turns_cap: Optional[int] = None,
+    row_max_turns: Any = None,
+    caller: Optional[EnvCaller] = None,
+    validate: StepValidator = validate_step_output,
+    enforce_turn_limit: bool = True,
+) -> Episode:
+    """Play one episode of the env that ``make_env()`` builds, with ``policy`` choosing the actions.
+
+    ``max_turns_cap`` and ``row_max_turns`` feed :func:`resolve_max_turns`. ``enforce_turn_limit=False`` lets the
+    env end the episode on its own (the checker tests that it does), stopping only at ``max_turns_cap``.
+    """
+    started = time.perf_counter()
+    caller = caller or EnvCaller()
+    episode = Episode(env_class=env_class)
+    env: Optional[Env] = None
+    try:
+        env = await caller.call("make", make_env)
+        await _init(env, prompt, caller, episode)
+        episode.max_turns = _turn_limit(env, row_max_turns, max_turns_cap, enforce_turn_limit)
+        episode.end = await policy.start(episode)
+        while episode.end is None:
+            episode.end = await _turn(env, policy, caller, episode, validate)
+        episode.env_metrics = dict(await caller.call("get_metrics", _metrics_of, env) or {})
+    except EnvCallError as exc:
+        episode.end, episode.error, episode.error_method = EpisodeEnd.ERROR, str(exc), exc.method
+    finally:
+        if env is not None:
+            try:
+                await caller.call("close", env.close)
+            except EnvCallError as exc:  # a failing close must not hide the episode
+                episode.close_error = str(exc)
+        episode.env_seconds = caller.seconds
+        episode.total_seconds = time.perf_counter() - started
+    return episode
+
+
+async def _init(env: Env, prompt: ConversationType, caller: EnvCaller, episode: Episode) -> None:
+    result = await caller.call("init", env.init, [dict(m) for m in prompt])
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise EnvCallError("init", TypeError(f"init() must return (observation, info), got {result!r:.120}"))
+    observation, info = result
+    if not isinstance(observation, list) or any(
+        not isinstance(m, Mapping) or "role" not in m or "content" not in m for m in observation
+    ):
+        raise EnvCallError("init", TypeError(f"init() must return a list of chat messages, got {observation!r:.120}"))
+    episode.prompt = [dict(m) for m in observation]
+    episode.info = info if isinstance(info, dict) else {}
+    episode.messages = [dict(m) for m in observation]
+
+
+def _turn_limit(env: Env, row_max_turns: Any, cap: Optional[int], enforce: bool) -> Optional[int]:
+    # BaseTextEnv's placeholder of 1, which no subclass set, is not a default of the env's own.
+    env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
+    if not enforce:
+        return cap
+    limit = resolve_max_turns(row_max_turns, env_max_turns, cap)
+    if limit is not None and hasattr(env, "max_turns") and env.max_turns != limit:
+        env.max_turns = limit  # the env and the driver agree on which turn is the last one
+    return limit
+
+
+async def _turn(env: Env, policy: Policy, caller: EnvCaller, episode: Episode, validate: StepValidator) -> Optional[EpisodeEnd]:
+    """One turn; returns how the episode ended, or None to go on."""
+    if episode.max_turns is not None and episode.num_turns >= episode.max_turns:
+        return EpisodeEnd.MAX_TURNS
+    action = await policy.act(episode)
+    if isinstance(action, EpisodeEnd):
+        return action
+    turn = episode.num_turns + 1
+    output = await caller.step(env, action)
+    try:
+        reward, done = validate(output, turn)
+    except (TypeError, ValueError) as exc:
+        raise EnvCallError("step", exc) from exc
+    observations = [dict(m) for m in output.get("observations") or []]
+    step = StepRecord(action, reward, done, observations, dict(output.get("metadata") or {}), output)
+    episode.steps.append(step)
+    episode.messages.append({"role": "assistant", "content": action})
+    episode.messages.extend(observations)
+    stop = await policy.observe(episode, step)
+    if done:
+        return EpisodeEnd.ENV_DONE
+    return stop
+
+
+def _metrics_of(env: Env) -> Dict[str, Any]:
+    get_metrics = getattr(env, "get_metrics", None)  # BaseTextEnv has it; a bare Env need not
+    return get_metrics() if callable(get_metrics) else {}
+
+
+def make_env_factory(env_class: str, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None) -> Callable[[], Env]:
+    """``make_env`` for :func:`run_episode` from a registered id (``skyrl_gym.make``)."""
+    from skyrl_gym.registration import make
+
+    return lambda: make(env_class, env_config=env_config, extras=dict(extras or {}))
+
+
+def run_sync(coroutine: Any) -> Any:
+    """Run a coroutine to completion from sync code, also when the calling thread already runs an event loop
+    (then on a thread of its own)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    import threading
+
+    result: Dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="skyrl-gym-episode")
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+__all__ = [
+    "BasePolicy",
+    "EnvCallError",
+    "EnvCaller",
+    "Episode",
+    "EpisodeEnd",
+    "MessageType",
+    "Policy",
+    "ScriptedPolicy",
+    "StepRecord",
+    "make_env_factory",
+    "resolve_max_turns",
+    "run_episode",
+    "run_sync",
+    "validate_step_output",
+]
