@@ -71,13 +71,13 @@ def quickstart_overrides(out_dir: Path, steps: int, model: str) -> Dict[str, Any
 def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32, seed: int = 0) -> None:
     """Single-digit products, one turn each; no validation question appears in the training rows."""
     from skyrl_gym.data import write_jsonl
-    from skyrl_gym.envs.multiply.dataset import make_rows
+    from skyrl_gym.datasets import build_rows
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    val = make_rows(num_val, num_digits=1, seed=seed, split="validation", max_turns=1)
+    val = build_rows("multiply", split="validation", size=num_val, seed=seed, num_digits=1, max_turns=1)
     # there are only 100 single-digit products: keep every validation question out of training
     held_out = {row["prompt"][-1]["content"] for row in val}
-    candidates = make_rows(num_train * 3, num_digits=1, seed=seed, split="train", max_turns=1)
+    candidates = build_rows("multiply", split="train", size=num_train * 3, seed=seed, num_digits=1, max_turns=1)
     train = [row for row in candidates if row["prompt"][-1]["content"] not in held_out][:num_train]
     write_jsonl(train, data_dir / "train.jsonl")
     write_jsonl(val, data_dir / "validation.jsonl")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 PROMPT = (
     "Using the numbers {numbers}, create an equation that equals {target}. Use + - * / and each number "
@@ -13,8 +13,18 @@ PROMPT = (
 
 
 def make_rows(num_rows: int, num_numbers: int = 3, seed: int = 0) -> List[Dict[str, Any]]:
-    rng = random.Random(seed)
-    rows = []
+    return _generate(random.Random(seed), num_rows, num_numbers)
+
+
+def build_rows(split: str, size: Optional[int], seed: int, num_numbers: int = 3) -> List[Dict[str, Any]]:
+    """The ``countdown`` dataset builder (the ``skyrl_gym.datasets`` entry point): rows seeded by seed and split."""
+    if size is None:
+        raise ValueError("countdown rows are generated: give a size, e.g. build_rows('countdown', size=256)")
+    return _generate(random.Random(f"countdown:{seed}:{split}"), size, num_numbers)
+
+
+def _generate(rng: random.Random, num_rows: int, num_numbers: int) -> List[Dict[str, Any]]:
+    rows: List[Dict[str, Any]] = []
     while len(rows) < num_rows:
         numbers = [rng.randint(1, 20) for _ in range(num_numbers)]
         target, solution = numbers[0], str(numbers[0])

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from skyrl_gym.data import write_parquet
-from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
+from skyrl_gym.datasets import build_rows
 
 
 def main() -> None:
@@ -27,8 +27,8 @@ def main() -> None:
     args = parser.parse_args()
 
     output_dir = Path(args.output_dir).expanduser()
-    train = list(gsm8k_rows(args.train_file, "train", args.env_class, limit=args.max_train_dataset_length))
-    test = list(gsm8k_rows(args.test_file, "test", args.env_class))
+    train = build_rows("gsm8k", "train", args.max_train_dataset_length, source=args.train_file, env_class=args.env_class)
+    test = build_rows("gsm8k", "test", source=args.test_file, env_class=args.env_class)
     write_parquet(train, output_dir / "train.parquet")
     write_parquet(test, output_dir / "validation.parquet")
     print(f"wrote {len(train)} train and {len(test)} validation rows to {output_dir}")

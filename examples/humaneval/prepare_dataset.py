@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from skyrl_gym.envs.humaneval.dataset import make_rows
+from skyrl_gym.datasets import build_rows
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
     parser.add_argument("--parquet", action="store_true", help="also write test.parquet (needs pyarrow)")
     args = parser.parse_args()
-    rows = make_rows(args.limit)
+    rows = build_rows("humaneval", split="test", size=args.limit)
     args.output.mkdir(parents=True, exist_ok=True)
     jsonl = args.output / "test.jsonl"
     with jsonl.open("w", encoding="utf-8") as handle:

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from skyrl_gym.data import write_parquet
-from skyrl_gym.envs.multiply.dataset import make_rows
+from skyrl_gym.datasets import build_rows
 
 
 def main() -> None:
@@ -22,8 +22,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     output_dir = Path(args.output_dir).expanduser()
-    train = make_rows(args.train_size, args.num_digits, args.seed, "train", args.max_turns)
-    test = make_rows(args.test_size, args.num_digits, args.seed, "test", args.max_turns)
+    train = build_rows("multiply", "train", args.train_size, args.seed, num_digits=args.num_digits, max_turns=args.max_turns)
+    test = build_rows("multiply", "test", args.test_size, args.seed, num_digits=args.num_digits, max_turns=args.max_turns)
     write_parquet(train, output_dir / "train.parquet")
     write_parquet(test, output_dir / "validation.parquet")
     print(f"wrote {len(train)} train and {len(test)} validation rows to {output_dir}")

@@ -36,10 +36,10 @@ def main(argv=None) -> int:
 
     from skygym_adapters.models import resolve_model
     from skygym_adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset
-    from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
+    from skyrl_gym.datasets import build_rows
 
     env_class = "gsm8k_multi_turn" if args.multi_turn else "gsm8k"
-    rows = list(gsm8k_rows(args.gsm8k_file, split="train", env_class=env_class, limit=args.limit))
+    rows = build_rows(env_class, split="train", size=args.limit, source=args.gsm8k_file)
     config = GRPOConfig(
         output_dir=args.output_dir,
         max_steps=args.max_steps,

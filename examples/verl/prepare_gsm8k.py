@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from skygym_adapters.verl.rows import AGENT_NAME, write_verl_parquet
-from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
+from skyrl_gym.datasets import build_rows
 
 
 def main(argv=None) -> int:
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
 
     out = Path(args.output_dir)
     for split, source in (("train", args.train_file), ("test", args.test_file)):
-        rows = list(gsm8k_rows(source, split=split, env_class=args.env, limit=args.limit))
+        rows = build_rows(args.env, split=split, size=args.limit, source=source)
         if args.max_turns is not None:
             for row in rows:
                 row["max_turns"] = args.max_turns

@@ -43,3 +43,16 @@ def gsm8k_rows(
         if limit is not None and index >= limit:
             return
         yield record_to_row(record, index, split, env_class)
+
+
+def build_rows(split: str, size: Optional[int], seed: int, source: Union[str, Path, None] = None,
+               env_class: str = "gsm8k") -> Iterator[Dict[str, Any]]:
+    """The ``gsm8k`` dataset builder: the published records in order (the seed does not change them), from
+    ``source`` (a local JSONL or Parquet file) or from the hub when it is None."""
+    return gsm8k_rows(source, split=split, env_class=env_class, limit=size)
+
+
+def build_multi_turn_rows(split: str, size: Optional[int], seed: int,
+                          source: Union[str, Path, None] = None) -> Iterator[Dict[str, Any]]:
+    """The ``gsm8k_multi_turn`` dataset builder: the same records, scored by the multi-turn env."""
+    return gsm8k_rows(source, split=split, env_class="gsm8k_multi_turn", limit=size)

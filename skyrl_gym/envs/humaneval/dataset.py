@@ -47,3 +47,14 @@ def iter_rows(limit: Optional[int] = None) -> Iterator[Dict[str, Any]]:
 
 def make_rows(limit: Optional[int] = None) -> List[Dict[str, Any]]:
     return list(iter_rows(limit))
+
+
+def build_rows(split: str, size: Optional[int], seed: int, instruction: str = INSTRUCTION) -> Iterator[Dict[str, Any]]:
+    """The ``humaneval`` dataset builder: the 164 problems in the package's order (HumanEval has only a
+    ``test`` split; the seed does not change the rows)."""
+    if split != "test":
+        raise ValueError(f"HumanEval has only a 'test' split, not {split!r}: build_rows('humaneval', split='test')")
+    for index, problem in enumerate(load_problems().values()):
+        if size is not None and index >= size:
+            return
+        yield problem_to_row(problem, instruction)

@@ -38,3 +38,12 @@ def make_rows(
             row["max_turns"] = max_turns
         rows.append(row)
     return rows
+
+
+def build_rows(split: str, size: Optional[int], seed: int, num_digits: int = 2, max_turns: Optional[int] = None,
+               system_prompt: str = SYSTEM_PROMPT) -> List[Dict[str, Any]]:
+    """The ``multiply`` dataset builder (``skyrl_gym.datasets.build_rows("multiply", ...)``)."""
+    if size is None:
+        raise ValueError("multiply rows are generated: give a size, e.g. build_rows('multiply', size=512)")
+    return make_rows(size, num_digits=num_digits, seed=seed, split=split, max_turns=max_turns,
+                     system_prompt=system_prompt)

@@ -136,3 +136,13 @@ def load_public_rows(db_path: str, data: str, split: str = "train", limit: Optio
             external_knowledge=knowledge, max_turns=max_turns, index=index,
         )
         produced += 1
+
+
+def build_rows(split: str, size: Optional[int], seed: int, db_path: Optional[str] = None, data: Optional[str] = None,
+               max_turns: int = 5) -> Iterator[Dict[str, Any]]:
+    """The ``text2sql`` dataset builder: a public dataset (``data``: spider, bird, synsql) unpacked under
+    ``db_path``, in the published order (the seed does not change the rows)."""
+    if not db_path or not data:
+        raise ValueError("text2sql rows come from a public dataset on disk: "
+                         f"build_rows('text2sql', db_path=FOLDER, data=one of {sorted(QUESTION_FILES)})")
+    return load_public_rows(db_path, data, split=split, limit=size, max_turns=max_turns)

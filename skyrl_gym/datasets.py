@@ -1,0 +1,203 @@
+"""Dataset builders: dataset rows for an env through one public API, never through the env's own modules.
+
+    import skyrl_gym.datasets as datasets
+
+    datasets.has_dataset("multiply")                                          # True
+    rows = datasets.build_rows("multiply", split="train", size=512, seed=0, num_digits=1)
+
+A builder is registered beside its env (``skyrl_gym/envs/__init__.py`` for the built-in ones) with
+:func:`register_dataset`; third-party packages declare it as an entry point, read on the first lookup
+(as envs are)::
+
+    [project.entry-points."skyrl_gym.datasets"]
+    my_env = "my_pkg.dataset:build_rows"     # a builder (imported only when rows are built)
+    my_pkg = "my_pkg.registration"           # or a module (no colon) that calls register_dataset
+
+A builder is ``builder(split, size, seed, **kwargs) -> iterable of rows``. Its contract:
+
+* row ``i`` depends only on ``(seed, split, i)`` and the keyword arguments, not on ``size``: a
+  smaller ``size`` gives a prefix of a larger one, and the same call gives the same rows in any
+  process (generated datasets seed their generator from ``seed`` and ``split``; published
+  datasets such as GSM8K return their records in the published order and ignore the seed);
+* ``size=None`` means every row, for datasets that have an end (generated ones ask for a size).
+
+:func:`build_rows` validates every row (:func:`skyrl_gym.data.validate_row`) and records where it
+came from in ``extra_info["origin"]``: the env id, split, seed, index, the builder, and its keyword
+arguments as JSON, which is enough to build the same row again.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import itertools
+import json
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+
+from skyrl_gym.data import validate_row
+from skyrl_gym.errors import DataError, RegistrationError
+
+ENTRY_POINT_GROUP = "skyrl_gym.datasets"
+
+Builder = Callable[..., Iterable[Dict[str, Any]]]
+
+_builders: Dict[str, Union[str, Builder]] = {}
+_plugins_loaded = False
+_lock = threading.RLock()
+plugin_errors: Dict[str, str] = {}
+
+
+class UnknownDataset(RegistrationError, LookupError):
+    """No dataset builder is registered for the env id; the message lists the ones that are."""
+
+
+def register_dataset(env_id: str, builder: Union[str, Builder], replace: bool = False) -> None:
+    """Register the dataset builder of ``env_id``: a callable or a ``"package.module:function"`` string
+    (imported on first use, so registering costs nothing)."""
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise RegistrationError(f"a dataset needs a non-empty env id, got {env_id!r}")
+    if isinstance(builder, str):
+        if ":" not in builder:
+            raise RegistrationError(f"dataset builder {builder!r} of {env_id!r} must have the form 'module:function'")
+    elif not callable(builder):
+        raise RegistrationError(f"dataset builder of {env_id!r} must be a callable or a 'module:function' string")
+    with _lock:
+        if env_id in _builders and not replace:
+            raise RegistrationError(
+                f"a dataset builder for {env_id!r} is already registered; pass replace=True to replace it"
+            )
+        _builders[env_id] = builder
+
+
+def deregister_dataset(env_id: str) -> None:
+    with _lock:
+        if env_id not in _builders:
+            raise RegistrationError(f"no dataset builder registered for {env_id!r}")
+        del _builders[env_id]
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    with _lock:
+        if _plugins_loaded:
+            return
+        _plugins_loaded = True  # first: a plugin module may call register_dataset()
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                if ":" in ep.value:
+                    _builders.setdefault(ep.name, ep.value)  # an explicit register_dataset() call wins
+                else:
+                    importlib.import_module(ep.value)
+            except Exception as exc:  # one broken plugin must not hide the others
+                plugin_errors[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+
+
+def has_dataset(env_id: str) -> bool:
+    """Whether rows for ``env_id`` can be built with :func:`build_rows`."""
+    _load_plugins()
+    return env_id in _builders
+
+
+def dataset_ids() -> List[str]:
+    """Every env id with a registered dataset builder, sorted."""
+    _load_plugins()
+    return sorted(_builders)
+
+
+def builder_name(env_id: str) -> str:
+    """``"module:function"`` of the builder of ``env_id`` (as recorded in the rows' origin)."""
+    builder = _lookup(env_id)
+    if isinstance(builder, str):
+        return builder
+    return f"{getattr(builder, '__module__', '?')}:{getattr(builder, '__qualname__', repr(builder))}"
+
+
+def _lookup(env_id: str) -> Union[str, Builder]:
+    _load_plugins()
+    if env_id in _builders:
+        return _builders[env_id]
+    suggestions = difflib.get_close_matches(env_id, list(_builders), n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+    broken = f" (its plugin failed to load: {plugin_errors[env_id]})" if env_id in plugin_errors else ""
+    raise UnknownDataset(
+        f"no dataset builder for env {env_id!r}{broken}.{hint} Envs with one: {', '.join(sorted(_builders))}. "
+        "Register one with skyrl_gym.datasets.register_dataset(env_id, builder)."
+    )
+
+
+def _resolve(env_id: str) -> Builder:
+    builder = _lookup(env_id)
+    if callable(builder):
+        return builder
+    module_name, _, attr = builder.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise RegistrationError(f"cannot load the dataset builder {builder!r} of env {env_id!r}: {exc}") from exc
+    return obj
+
+
+def _kwargs_json(kwargs: Dict[str, Any]) -> str:
+    return json.dumps(kwargs, sort_keys=True, default=str)
+
+
+def build_rows(
+    env_id: str, split: str = "train", size: Optional[int] = None, seed: int = 0, **kwargs: Any
+) -> List[Dict[str, Any]]:
+    """``size`` rows (every row when ``None`` and the dataset has an end) of the ``split`` split of
+    ``env_id``'s dataset; row ``i`` is the same for the same ``(seed, split, i)`` and ``kwargs``.
+
+    Keyword arguments go to the builder (e.g. ``num_digits`` for ``multiply``, ``source`` for a local
+    GSM8K file). Every row is validated; ``extra_info["origin"]`` records how to build it again.
+    """
+    if size is not None and (not isinstance(size, int) or size < 0):
+        raise ValueError(f"size must be a non-negative integer or None, got {size!r}")
+    if not isinstance(split, str) or not split:
+        raise ValueError(f"split must be a non-empty string such as 'train' or 'test', got {split!r}")
+    builder = _resolve(env_id)
+    name = builder_name(env_id)
+    produced = builder(split=split, size=size, seed=seed, **kwargs)
+    if size is not None:
+        produced = itertools.islice(produced, size)
+    kwargs_json = _kwargs_json(kwargs)
+    rows = []
+    for index, row in enumerate(produced):
+        try:
+            row = dict(validate_row(dict(row), index, require_env_class=True))
+        except DataError as exc:
+            raise DataError(f"the dataset builder {name} of env {env_id!r} made an invalid row: {exc}") from None
+        extra_info = dict(row.get("extra_info") or {})
+        extra_info["origin"] = {"env_id": env_id, "split": split, "seed": seed, "index": index, "builder": name,
+                                "kwargs": kwargs_json}
+        row["extra_info"] = extra_info
+        rows.append(row)
+    return rows
+
+
+def rebuild_row(origin: Dict[str, Any]) -> Dict[str, Any]:
+    """The row that ``extra_info["origin"]`` describes, built again."""
+    kwargs = json.loads(origin.get("kwargs") or "{}")
+    rows = build_rows(origin["env_id"], split=origin["split"], size=origin["index"] + 1, seed=origin["seed"], **kwargs)
+    if len(rows) <= origin["index"]:
+        raise DataError(f"the {origin['env_id']!r} dataset has no row {origin['index']} in split {origin['split']!r}")
+    return rows[origin["index"]]
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "UnknownDataset",
+    "build_rows",
+    "builder_name",
+    "dataset_ids",
+    "deregister_dataset",
+    "has_dataset",
+    "rebuild_row",
+    "register_dataset",
+]

