@@ -1,20 +1,30 @@
-"""Run model-written SQL against a SQLite file without letting it change anything or run forever.
+"""Run model-written SQL against a SQLite file without letting it change anything, run long or eat memory.
 
-Four independent guards, so that a gap in one does not open the database:
+Independent guards, so that a gap in one does not open the database or the machine:
 
 1. ``check_read_only`` parses the query with ``sqlglot`` and lets through only ``SELECT`` (with
    ``WITH``/``UNION``/subqueries), ``EXPLAIN [QUERY PLAN] SELECT`` and a few schema-reading
    ``PRAGMA``s; parse errors come back in plain words (line, column, what was expected).
 2. The file is opened through a ``file:...?mode=ro`` URI: SQLite itself refuses every write.
 3. An authorizer callback denies, at prepare time, every action except reading tables, calling
-   functions and recursive CTEs (no ATTACH, no PRAGMA assignments, no DDL), and connection limits
-   forbid attached databases and cap the size of any string or blob a query can build.
-4. A progress handler aborts the query once its deadline passes (a never-ending recursive CTE, a
-   huge cross join), and rows are fetched in chunks up to a row and byte budget, so a query that
-   returns a million rows costs a bounded amount of memory.
+   functions and recursive CTEs (no ATTACH, no PRAGMA assignments, no DDL). Connection limits forbid
+   attached databases and cap the query text and any string or blob a query builds
+   (``SQLITE_LIMIT_LENGTH``); temporary tables and sorts stay in memory, under the heap limit.
+4. Time: a watchdog thread calls ``Connection.interrupt()`` at the deadline, which stops SQLite at its
+   next VM step. Some built-in functions loop in C without stepping the VM (``printf('%.*c', 1e9,
+   'x')`` takes ~13 s, ``instr`` or ``LIKE`` over long strings far longer), so each query runs in a
+   forked *query process* that is killed (SIGKILL) when it outlives the deadline by a grace period,
+   with ``RLIMIT_CPU`` as a backstop should its parent die.
+5. Memory: the query process has SQLite's ``hard_heap_limit`` and an ``RLIMIT_AS`` of its address
+   space at the fork plus ``memory_bytes``; rows are fetched one at a time and their size counted
+   as they come, so the kept rows stop at ``max_bytes`` and discarded rows are never held.
 
-Every failure is returned as a :class:`QueryResult` with ``error`` set; nothing here raises for a
-bad query, and each query uses its own connection, so one bad query cannot affect another.
+Every failure is a :class:`QueryResult` with ``error`` set, and a stopped query names the limit it
+hit (``query stopped: result over 32 MB (limit max_bytes)``); nothing here raises for a bad query.
+The query process exits after one query, so whatever a query did to memory is gone with it and the
+caller (a tool worker process) is ready for the next one. Where ``os.fork`` is unavailable, or
+``QueryLimits.isolate`` is False, the same steps run in the calling process: the interrupt then
+bounds VM work but not a long C-level function call, and only SQLite's length limit bounds memory.
 """
 
 from __future__ import annotations
@@ -23,8 +33,13 @@ import dataclasses
 import functools
 import logging
 import os
+import pickle
 import re
+import select
+import signal
 import sqlite3
+import sys
+import threading
 import time
 import urllib.parse
 from typing import Any, List, Literal, Optional, Sequence, Tuple
@@ -45,11 +60,17 @@ _PRAGMA = re.compile(r"^\s*PRAGMA\s+(?:\w+\s*\.\s*)?(\w+)\s*(\(|=)?", re.IGNOREC
 
 _sqlglot_logger = logging.getLogger("sqlglot")
 
+# Fork only where it is cheap and safe for what the child does (SQLite, pickle, os._exit).
+_CAN_FORK = hasattr(os, "fork") and sys.platform.startswith("linux")
+# Address space a query process may reserve beyond memory_bytes: thread stack, malloc arenas.
+_ADDRESS_SPACE_SLACK = 512 * 1024 * 1024
+
 
 @dataclasses.dataclass(frozen=True)
 class QueryLimits:
     """Bounds on one query. ``max_rows`` rows are counted at most; ``keep_rows`` of them are kept
-    (``None`` keeps all counted rows, as the reward does); ``max_bytes`` bounds the kept rows."""
+    (``None`` keeps all counted rows, as the reward does); ``max_bytes`` bounds the kept rows (their
+    size in Python, roughly). Field names are the names error messages give for a limit."""
 
     timeout_s: float = 5.0
     max_rows: int = 100_000
@@ -57,6 +78,9 @@ class QueryLimits:
     max_bytes: int = 32 * 1024 * 1024
     max_value_bytes: int = 10 * 1024 * 1024  # SQLITE_LIMIT_LENGTH: largest string/blob a query may build
     max_query_chars: int = 100_000  # longer texts are refused before parsing (parsing them is costly)
+    memory_bytes: int = 512 * 1024 * 1024  # memory the query process may add (SQLite heap and address space)
+    grace_s: float = 1.0  # after the interrupt, how long the query process has to stop before it is killed
+    isolate: bool = True  # run in a forked query process (see the module docstring)
 
 
 @dataclasses.dataclass
@@ -75,6 +99,25 @@ class QueryResult:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+def _size(n: int) -> str:
+    mb = 1024 * 1024
+    if n >= mb:
+        return f"{n // mb} MB" if n % mb == 0 else f"{n / mb:.1f} MB"
+    return f"{n // 1024} KB" if n >= 1024 else f"{n} bytes"
+
+
+def _stopped(what: str, limit: str) -> str:
+    return f"query stopped: {what} (limit {limit})"
+
+
+def _timeout_message(limits: QueryLimits) -> str:
+    return _stopped(f"ran longer than {limits.timeout_s:g} s", "timeout_s")
+
+
+def _memory_message(limits: QueryLimits) -> str:
+    return _stopped(f"used more than {_size(limits.memory_bytes)} of memory", "memory_bytes")
 
 
 def _describe_parse_error(exc: Exception) -> str:
@@ -151,103 +194,234 @@ def _authorizer(action: int, arg1: Optional[str], arg2: Optional[str], _db: Opti
     return sqlite3.SQLITE_DENY
 
 
-def open_read_only(db_file: str) -> sqlite3.Connection:
+def open_read_only(db_file: str, limits: Optional[QueryLimits] = None) -> sqlite3.Connection:
     """A connection that SQLite itself keeps read-only, with the authorizer and limits set."""
     uri = "file:" + urllib.parse.quote(os.path.abspath(db_file)) + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
     conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    if limits is not None:
+        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
+        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 4 * limits.max_query_chars)  # UTF-8 bytes
+    conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp tables under the heap limit, not on disk
     conn.set_authorizer(_authorizer)
     return conn
 
 
+# ---------------------------------------------------------------------------------------- steps
+
+
+def _screen(db_file: str, sql: Any, limits: QueryLimits) -> Tuple[Optional[Tuple[ErrorKind, str]], Optional[str]]:
+    """Checks before anything runs: ``((kind, message) or None, sqlglot's parse problem or None)``."""
+    if not isinstance(sql, str):
+        return ("rejected", f"the query must be text, got {type(sql).__name__}"), None
+    if not os.path.isfile(db_file):
+        return ("missing_db", f"database file not found: {db_file}"), None
+    if len(sql) > limits.max_query_chars:
+        return ("rejected", f"query refused: it is {len(sql)} characters long, the limit is {limits.max_query_chars} "
+                            "(limit max_query_chars)"), None
+    kind, message = check_read_only(sql)
+    if kind == "rejected":
+        return ("rejected", message or "statement rejected"), None
+    return None, (message if kind == "parse" else None)
+
+
+class _Watchdog:
+    """Calls ``conn.interrupt()`` once ``timeout_s`` has passed; SQLite stops at its next VM step."""
+
+    def __init__(self, conn: sqlite3.Connection, timeout_s: float) -> None:
+        self.fired = False
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, timeout_s), self._interrupt)
+        self._timer.daemon = True
+
+    def _interrupt(self) -> None:
+        with self._lock:
+            if self._conn is None:
+                return
+            self.fired = True
+            self._conn.interrupt()
+
+    def __enter__(self) -> "_Watchdog":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._conn = None  # an interrupt that comes late must not touch a closed connection
+
+
 def _row_bytes(row: Sequence[Any]) -> int:
-    size = 16
+    """Roughly what a row costs as a Python tuple."""
+    size = 56 + 8 * len(row)
     for value in row:
-        size += len(value) if isinstance(value, (str, bytes)) else 8
+        size += 40 + len(value) if isinstance(value, (str, bytes)) else 32
     return size
 
 
-def run_read_only_query(db_file: str, sql: str, limits: QueryLimits = QueryLimits()) -> QueryResult:
-    """Run one query under every guard and return rows or a plain-words error. Never raises."""
-    start = time.monotonic()
+def _fetch_rows(cursor: sqlite3.Cursor, limits: QueryLimits, result: QueryResult) -> Optional[Tuple[ErrorKind, str]]:
+    """Rows one at a time into ``result``, counting rows and the bytes of kept rows as they come."""
+    keep = limits.keep_rows
+    kept_bytes = 0
+    while True:
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        if result.row_count >= limits.max_rows:
+            result.more_rows = True
+            return None
+        result.row_count += 1
+        if keep is None or len(result.rows) < keep:
+            kept_bytes += _row_bytes(row)
+            if kept_bytes > limits.max_bytes:
+                result.rows = []
+                return "too_large", _stopped(f"result over {_size(limits.max_bytes)}", "max_bytes")
+            result.rows.append(tuple(row))
+
+
+def _describe_sqlite_error(exc: sqlite3.Error, limits: QueryLimits, parse_problem: Optional[str]) -> Tuple[ErrorKind, str]:
+    text = str(exc)
+    if "not authorized" in text:
+        text = "not authorized: the query tried to do something other than reading (the database is read-only)"
+    elif "out of memory" in text:
+        return "too_large", _memory_message(limits)
+    elif "too big" in text:
+        return "too_large", _stopped(f"a value over {_size(limits.max_value_bytes)}", "max_value_bytes")
+    elif "too long" in text:
+        return "rejected", _stopped(f"the query text is over {4 * limits.max_query_chars} bytes", "max_query_chars")
+    if parse_problem:  # both parsers reject it: report the position sqlglot found
+        return "parse", f"{parse_problem} (SQLite: {text})"
+    return "sqlite", text
+
+
+def _execute(db_file: str, sql: str, limits: QueryLimits, parse_problem: Optional[str]) -> QueryResult:
+    """Open, run under the watchdog, fetch under the caps; every failure becomes ``result.error``."""
     result = QueryResult(sql=sql)
-
-    def fail(kind: ErrorKind, message: str) -> QueryResult:
-        result.error, result.error_kind = message, kind
-        result.elapsed_s = time.monotonic() - start
-        return result
-
-    if not isinstance(sql, str):
-        return fail("rejected", f"the query must be text, got {type(sql).__name__}")
-    if not os.path.isfile(db_file):
-        return fail("missing_db", f"database file not found: {db_file}")
-    if len(sql) > limits.max_query_chars:
-        return fail("rejected", f"the query is {len(sql)} characters long; the limit is {limits.max_query_chars}")
-    kind, message = check_read_only(sql)
-    parse_problem = message if kind == "parse" else None
-    if kind == "rejected":
-        return fail("rejected", message or "statement rejected")
-
-    deadline = time.monotonic() + limits.timeout_s
-    timed_out = False
-
-    def past_deadline() -> int:
-        nonlocal timed_out
-        if time.monotonic() > deadline:
-            timed_out = True
-            return 1  # non-zero aborts the running statement with "interrupted"
-        return 0
-
+    failure: Optional[Tuple[ErrorKind, str]] = None
     conn: Optional[sqlite3.Connection] = None
+    watchdog: Optional[_Watchdog] = None
     try:
-        conn = open_read_only(db_file)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
-        # Every 20 000 SQLite VM steps (well under a millisecond): fine enough for the deadline, rare
-        # enough that the callback (which takes the GIL) does not slow queries or the event loop.
-        conn.set_progress_handler(past_deadline, 20_000)
-        cursor = conn.execute(sql)
-        result.columns = [d[0] for d in (cursor.description or [])]
-        keep = limits.keep_rows
-        kept_bytes = 0
-        while True:
-            chunk = cursor.fetchmany(1000)
-            if not chunk:
-                break
-            for row in chunk:
-                if result.row_count >= limits.max_rows:
-                    result.more_rows = True
-                    break
-                result.row_count += 1
-                if keep is None or len(result.rows) < keep:
-                    kept_bytes += _row_bytes(row)
-                    if kept_bytes > limits.max_bytes:
-                        return fail("too_large", f"the result is larger than {limits.max_bytes // (1024 * 1024)} MB")
-                    result.rows.append(tuple(row))
-            if result.more_rows:
-                break
+        conn = open_read_only(db_file, limits)
+        with _Watchdog(conn, limits.timeout_s) as watchdog:
+            cursor = conn.execute(sql)
+            result.columns = [d[0] for d in (cursor.description or [])]
+            failure = _fetch_rows(cursor, limits, result)
     except sqlite3.Error as exc:
-        if timed_out:
-            return fail("timeout", f"the query ran longer than {limits.timeout_s:g} s and was stopped")
-        text = str(exc)
-        if "not authorized" in text:
-            text = "not authorized: the query tried to do something other than reading (the database is read-only)"
-        elif "out of memory" in text:
-            return fail("too_large", "the query ran out of memory")
-        elif "too big" in text:
-            return fail("too_large", f"{text} (values are limited to {limits.max_value_bytes} bytes)")
-        if parse_problem:  # both parsers reject it: report the position sqlglot found
-            return fail("parse", f"{parse_problem} (SQLite: {text})")
-        return fail("sqlite", text)
-    except (MemoryError, OverflowError) as exc:
-        return fail("too_large", f"the result is too large ({type(exc).__name__})")
+        failure = ("timeout", _timeout_message(limits)) if watchdog is not None and watchdog.fired else (
+            _describe_sqlite_error(exc, limits, parse_problem))
+    except MemoryError:
+        failure = ("too_large", _memory_message(limits))
+    except OverflowError as exc:
+        failure = ("too_large", f"the result is too large ({exc})")
     except Exception as exc:  # a guard must never take the caller down
-        return fail("sqlite", f"{type(exc).__name__}: {exc}")
+        failure = ("sqlite", f"{type(exc).__name__}: {exc}")
     finally:
         if conn is not None:
             try:
                 conn.close()
             except Exception:
                 pass
+    if failure is not None:
+        result.rows, result.error_kind, result.error = [], failure[0], failure[1]
+    return result
+
+
+def _limit_query_process(limits: QueryLimits) -> None:
+    """In the query process: cap SQLite's heap, the address space it may add, CPU seconds, file size."""
+    import resource  # POSIX only; this runs only where _CAN_FORK
+
+    sqlite3.connect(":memory:").execute(f"PRAGMA hard_heap_limit = {int(limits.memory_bytes)}").close()
+    with open("/proc/self/statm") as handle:
+        mapped = int(handle.read().split()[0]) * resource.getpagesize()
+    address_space = mapped + limits.memory_bytes + _ADDRESS_SPACE_SLACK
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    cpu_s = int(limits.timeout_s + limits.grace_s) + 2
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an over-long write fails instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.memory_bytes, limits.memory_bytes))
+
+
+def _query_process_main(write_fd: int, db_file: str, sql: str, limits: QueryLimits, parse_problem: Optional[str]) -> None:
+    code = 1
+    try:
+        try:
+            _limit_query_process(limits)
+            result = _execute(db_file, sql, limits, parse_problem)
+        except MemoryError:
+            result = QueryResult(sql=sql, error=_memory_message(limits), error_kind="too_large")
+        payload = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(write_fd, view):]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _read_until(fd: int, deadline: float) -> Tuple[bytes, bool]:
+    """Everything written to ``fd`` until EOF, or ``(partial, True)`` when ``deadline`` passes first."""
+    chunks: List[bytes] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return b"", True
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks), False
+        chunks.append(chunk)
+
+
+def _run_in_query_process(db_file: str, sql: str, limits: QueryLimits, parse_problem: Optional[str]) -> QueryResult:
+    """``_execute`` in a forked process with resource limits; killed if it outlives the deadline."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the query process
+        os.close(read_fd)
+        _query_process_main(write_fd, db_file, sql, limits, parse_problem)
+    os.close(write_fd)
+    status: Optional[int] = None
+    try:
+        payload, late = _read_until(read_fd, time.monotonic() + limits.timeout_s + limits.grace_s)
+        if late:
+            os.kill(pid, signal.SIGKILL)
+        status = os.waitpid(pid, 0)[1]
+    finally:
+        os.close(read_fd)
+        if status is None:  # interrupted while waiting: leave no query process behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+    if late:
+        return QueryResult(sql=sql, error=_timeout_message(limits), error_kind="timeout")
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and payload:
+        return pickle.loads(payload)
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        return QueryResult(sql=sql, error=_timeout_message(limits), error_kind="timeout")
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:  # the kernel's out-of-memory killer
+        return QueryResult(sql=sql, error=_memory_message(limits) + " or was killed", error_kind="too_large")
+    how = f"signal {signal.Signals(os.WTERMSIG(status)).name}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
+    return QueryResult(sql=sql, error=f"the query process ended without a result ({how})", error_kind="sqlite")
+
+
+def run_read_only_query(db_file: str, sql: str, limits: QueryLimits = QueryLimits()) -> QueryResult:
+    """Run one query under every guard and return rows or a plain-words error. Never raises."""
+    start = time.monotonic()
+    refusal, parse_problem = _screen(db_file, sql, limits)
+    if refusal is not None:
+        result = QueryResult(sql=sql if isinstance(sql, str) else repr(sql), error=refusal[1], error_kind=refusal[0])
+    elif limits.isolate and _CAN_FORK:
+        try:
+            result = _run_in_query_process(db_file, sql, limits, parse_problem)
+        except OSError as exc:  # no fork possible (process limit, memory): say so rather than raise
+            result = QueryResult(sql=sql, error=f"could not start the query process: {exc}", error_kind="sqlite")
+    else:
+        result = _execute(db_file, sql, limits, parse_problem)
     result.elapsed_s = time.monotonic() - start
     return result
 

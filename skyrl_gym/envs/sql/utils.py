@@ -20,8 +20,9 @@ SQL_START, SQL_END = "<sql>", "</sql>"
 SOLUTION_START, SOLUTION_END = "<solution>", "</solution>"
 OBS_START, OBS_END = "<observation>", "</observation>"
 
-# The reward compares whole results: keep every row, allow big gold results, wait longer than a tool call.
-REWARD_LIMITS = QueryLimits(timeout_s=30.0, max_rows=1_000_000, keep_rows=None, max_bytes=512 * 1024 * 1024)
+# The reward compares whole results: keep every row, allow big gold results (128 MB as Python rows, under
+# the query process's 512 MB memory limit), wait longer than a tool call.
+REWARD_LIMITS = QueryLimits(timeout_s=30.0, max_rows=1_000_000, keep_rows=None, max_bytes=128 * 1024 * 1024)
 
 _FORBIDDEN_IN_SOLUTION = re.compile(r"</?(think|sql|observation)\b", re.IGNORECASE)
 _THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)

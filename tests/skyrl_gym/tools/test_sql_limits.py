@@ -1,0 +1,152 @@
+"""Issue 13: SQL that builds huge values, loops inside a SQLite function or returns huge rows is
+stopped within a small multiple of its timeout, with an observation naming the limit it hit; the
+tool worker process stays small and answers the next query. Real SQLite, real worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import os
+import resource
+import time
+
+import pytest
+
+from skyrl_gym.envs.sql.utils import REWARD_LIMITS, compare_results, score_with_reason
+from skyrl_gym.tools.sql import SQLToolGroup
+from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult, format_result, run_read_only_query
+from tests.tool_env_support import build_sample_databases
+
+TIMEOUT_S = 1.0
+LIMITS = dataclasses.replace(QueryLimits(), timeout_s=TIMEOUT_S)
+ONE_GB = 1024 ** 3
+
+
+def _rows(n: int) -> str:
+    return f"WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {n}) "
+
+
+# (name, query, the limit the error must name)
+ATTACKS = [
+    # printf repeats the character in a C loop that never looks at the interrupt flag (~13 s here)
+    ("printf precision", "SELECT printf('%.*c', 1000000000, 'x')", "timeout_s"),
+    ("printf width", "SELECT printf('%1000000000d', 1) || printf('%.*c', 1000000000, 'y')", "timeout_s"),
+    ("randomblob", "SELECT randomblob(1e9)", "max_value_bytes"),
+    ("zeroblob", "SELECT hex(zeroblob(1000000000))", "max_value_bytes"),
+    ("recursive concatenation", "WITH RECURSIVE c(s) AS (SELECT 'x' UNION ALL SELECT s || s FROM c) SELECT length(s) FROM c",
+     "max_value_bytes"),
+    ("9 MB rows", _rows(2000) + "SELECT i, randomblob(9000000) FROM c", "max_bytes"),
+    ("9 MB text rows", _rows(2000) + "SELECT hex(zeroblob(4500000)) FROM c", "max_bytes"),
+    # each value is under max_value_bytes; together they are 2.7 GB (SQLite's heap limit stops it)
+    ("one 2.7 GB row", "SELECT " + ", ".join(["zeroblob(9000000)"] * 300), "memory_bytes"),
+    ("instr over long strings", "SELECT instr(printf('%.*c', 5000000, 'a'), printf('%.*c', 2000000, 'a') || 'b')",
+     "timeout_s"),
+    ("sort of huge keys", _rows(3000) + "SELECT i FROM c ORDER BY randomblob(1000000) || i LIMIT 1", "timeout_s"),
+    ("never-ending recursion", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT MAX(x) FROM c",
+     "timeout_s"),
+]
+
+
+@pytest.fixture(scope="module")
+def retail_db(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sqllimits")
+    build_sample_databases(out)
+    return str(out / "databases" / "retail.sqlite")
+
+
+@pytest.fixture(scope="module")
+def worker():
+    """One tool worker process, made as ``skyrl_gym.tools.blocking`` makes them (forkserver)."""
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("forkserver"))
+    yield pool
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _peak_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"/proc/{pid}/status has no VmHWM line")
+
+
+def _check_stopped(result: QueryResult, limit: str, elapsed: float) -> None:
+    assert elapsed < 10 * TIMEOUT_S, f"took {elapsed:.1f} s with a {TIMEOUT_S} s timeout"
+    assert not result.ok, f"the query was not stopped: {result.row_count} rows"
+    assert result.error.startswith("query stopped:") and f"(limit {limit})" in result.error, result.error
+
+
+@pytest.mark.parametrize("name, sql, limit", ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_attack_in_a_tool_worker_is_stopped_and_the_worker_stays_small_and_usable(retail_db, worker, name, sql, limit):
+    pid_before = worker.submit(os.getpid).result()
+    start = time.monotonic()
+    result = worker.submit(run_read_only_query, retail_db, sql, LIMITS).result(timeout=60)
+    _check_stopped(result, limit, time.monotonic() - start)
+    assert f"(limit {limit})" in format_result(result)
+    # the same worker process answers the next query correctly
+    assert worker.submit(os.getpid).result() == pid_before
+    after = worker.submit(run_read_only_query, retail_db, "SELECT COUNT(*) FROM customers", LIMITS).result(timeout=60)
+    assert after.ok and after.rows[0][0] > 0, after.error
+    assert _peak_rss_bytes(pid_before) < ONE_GB
+
+
+def test_attacks_run_in_this_process_keep_its_memory_and_its_query_processes_bounded(retail_db):
+    for name, sql, limit in ATTACKS:
+        if limit != "timeout_s" or name.startswith("sort"):  # the memory attacks; the slow ones are covered above
+            start = time.monotonic()
+            _check_stopped(run_read_only_query(retail_db, sql, LIMITS), limit, time.monotonic() - start)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < ONE_GB
+    # ru_maxrss of reaped children: the largest query process this test process has run
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 < ONE_GB
+    assert run_read_only_query(retail_db, "SELECT 1 + 1", LIMITS).rows == [(2,)]
+
+
+def test_the_sql_tool_observation_names_the_limit(retail_db, monkeypatch):
+    monkeypatch.setenv("SKYRL_GYM_TOOL_PROCESSES", "1")
+    group = SQLToolGroup(retail_db, limits=LIMITS)
+    start = time.monotonic()
+    text = asyncio.run(group.asql("SELECT printf('%.*c', 1000000000, 'x')"))
+    assert time.monotonic() - start < 10 * TIMEOUT_S
+    assert text.startswith("SQL Timeout: query stopped: ran longer than 1 s (limit timeout_s)")
+    assert group.sql("SELECT randomblob(1e9)") == (
+        "Error executing SQL: query stopped: a value over 10 MB (limit max_value_bytes).")
+    assert asyncio.run(group.asql("SELECT 7")).endswith("[1 row]")
+
+
+def test_the_reward_is_bounded_the_same_way(retail_db):
+    limits = dataclasses.replace(REWARD_LIMITS, timeout_s=TIMEOUT_S)
+    gold = "SELECT COUNT(*) FROM customers"
+    for sql, limit in [("SELECT printf('%.*c', 1000000000, 'x')", "timeout_s"),
+                       (_rows(2000) + "SELECT i, randomblob(9000000) FROM c", "max_bytes"),
+                       ("SELECT " + ", ".join(["zeroblob(9000000)"] * 300), "memory_bytes")]:
+        start = time.monotonic()
+        same, reason = compare_results(retail_db, sql, gold, limits)
+        assert time.monotonic() - start < 10 * TIMEOUT_S
+        assert not same and reason.startswith("solution query failed") and f"(limit {limit})" in reason, reason
+        completion = f"<think>t</think><solution>{sql}</solution>"
+        assert score_with_reason(completion, gold, retail_db, limits)[0] == 0.0
+    # a gold query over a limit fails the reward with the reason, it does not raise
+    same, reason = compare_results(retail_db, gold, "SELECT randomblob(1e9)", limits)
+    assert not same and reason.startswith("gold query failed") and "(limit max_value_bytes)" in reason
+    assert compare_results(retail_db, gold, gold, limits) == (True, "same rows")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < ONE_GB
+
+
+def test_without_a_query_process_the_watchdog_interrupt_still_stops_vm_work(retail_db):
+    """``isolate=False`` runs in the calling thread: the interrupt from the watchdog thread stops a
+    query that keeps stepping the VM (there is no progress handler any more)."""
+    limits = dataclasses.replace(LIMITS, isolate=False)
+    for name, sql, limit in ATTACKS:
+        if name in ("never-ending recursion", "sort of huge keys", "9 MB rows", "recursive concatenation"):
+            start = time.monotonic()
+            _check_stopped(run_read_only_query(retail_db, sql, limits), limit, time.monotonic() - start)
+    assert run_read_only_query(retail_db, "SELECT 1 + 1", limits).rows == [(2,)]
+
+
+def test_limits_do_not_get_in_the_way_of_ordinary_queries(retail_db):
+    result = run_read_only_query(retail_db, _rows(100_000) + "SELECT i, 'row ' || i FROM c", dataclasses.replace(
+        REWARD_LIMITS, timeout_s=30.0))
+    assert result.ok and result.row_count == 100_000 and len(result.rows) == 100_000, result.error
+    assert result.rows[-1] == (100_000, "row 100000")
