@@ -24,12 +24,14 @@ sandbox per run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -70,8 +72,10 @@ ETC_FILES = (
     "mime.types",
     "ssl/openssl.cnf",
 )
+SANDBOX_ROOT = "/sandbox"
 SCRATCH = "/sandbox/work"
 TMP = "/sandbox/tmp"
+SHM = "/sandbox/shm"
 
 
 def default_python() -> str:
@@ -154,9 +158,16 @@ class LocalSandbox(BaseSandbox):
 
     # -- launching --------------------------------------------------------------------------------
     def _supervisor_args(
-        self, mode: str, scratch: str, wipe: Sequence[str], run_as: Optional[Tuple[int, int]]
+        self,
+        mode: str,
+        root: str,
+        dirs: Sequence[str],
+        wipe: Sequence[str],
+        run_as: Optional[Tuple[int, int]],
     ) -> List[str]:
-        args = [self.python, "-I", "-c", SUPERVISOR_SOURCE, mode, "--scratch", scratch]
+        args = [self.python, "-I", "-c", SUPERVISOR_SOURCE, mode, "--root", root, "--work", f"{root}/work"]
+        for folder in dirs:
+            args += ["--dir", folder]
         for folder in wipe:
             args += ["--wipe", folder]
         if run_as is not None:
@@ -197,20 +208,21 @@ class LocalSandbox(BaseSandbox):
             "/proc",
             "--dev",
             "/dev",
-            # /dev/shm (POSIX shared memory, multiprocessing) would otherwise be a plain writable
-            # folder of bubblewrap's /dev that outlives a run: a tmpfs of its own, wiped per run.
+            # /dev/shm (POSIX shared memory, multiprocessing): a size-limited tmpfs of its own,
+            # emptied after every run. The rest of /dev (the usual device nodes) is read-only, so a
+            # program can park nothing there.
             "--size",
             str(scratch_bytes),
             "--tmpfs",
             "/dev/shm",
+            "--remount-ro",
+            "/dev",
+            # The one writable area: a size-limited tmpfs holding the work folder and /tmp, emptied
+            # after every run (the supervisor makes the work folder anew).
             "--size",
             str(scratch_bytes),
             "--tmpfs",
-            "/sandbox",
-            "--dir",
-            SCRATCH,
-            "--dir",
-            TMP,
+            SANDBOX_ROOT,
             "--symlink",
             TMP,
             "/tmp",
@@ -219,9 +231,9 @@ class LocalSandbox(BaseSandbox):
             "--remount-ro",
             "/",
             "--chdir",
-            SCRATCH,
+            SANDBOX_ROOT,
         ]
-        argv += self._supervisor_args(mode, SCRATCH, [TMP, "/dev/shm"], run_as=None)
+        argv += self._supervisor_args(mode, SANDBOX_ROOT, [TMP], ["/dev/shm"], run_as=None)
         preexec = _drop_to_nobody if os.geteuid() == 0 else None
         return argv, preexec
 
@@ -238,47 +250,18 @@ class LocalSandbox(BaseSandbox):
             raise SandboxUnavailable(
                 "the unshare fallback needs root; install bubblewrap for unprivileged sandboxes"
             )
-        size = self.limits.scratch_mb or 256
-        scratch = "/tmp/work"
         program_user = fresh_program_uid()
-        supervisor = " ".join(
-            _shell_quote(arg)
-            for arg in self._supervisor_args(mode, scratch, ["/tmp", "/dev/shm"], run_as=program_user)
-        )
-        # Homes, and the top folder holding the caller's working folder (a project checkout).
-        top_of_cwd = "/" + os.getcwd().strip("/").split("/")[0]
-        system = {
-            "/",
-            "/usr",
-            "/etc",
-            "/bin",
-            "/sbin",
-            "/lib",
-            "/lib64",
-            "/proc",
-            "/dev",
-            "/sys",
-            "/tmp",
-            "/var",
-            "/opt",
+        # The supervisor starts as root in new PID, network, mount, IPC, UTS and cgroup namespaces,
+        # builds a minimal root there (read-only /usr and a few /etc files, a minimal read-only
+        # /dev, a size-limited /sandbox owned by the program's user; see RootBuilder in
+        # supervisor.py), pivots into it, and runs programs as the worker's own unprivileged uid.
+        setup = {
+            "size_mb": int(self.limits.scratch_mb or 128),
+            "etc_files": list(ETC_FILES),
+            "ro_binds": [*self.ro_binds, *self._python_binds()],
         }
-        hide = sorted(
-            {"/root", "/home", "/mnt", "/media", "/srv", "/run", os.path.expanduser("~"), top_of_cwd} - system
-        )
-        hide = [path for path in hide if os.path.isdir(path)]
-        # In the new mount namespace (private propagation): every mount made read-only (a bind
-        # remount only changes this namespace's view), then size-limited tmpfs as /tmp (holding the
-        # scratch folder) and /dev/shm, empty read-only tmpfs over homes and the caller's folders;
-        # then the supervisor, PID 1 of the new PID namespace, which runs programs as nobody.
-        hides = "".join(
-            f"mount -t tmpfs -o size=4k,mode=755,ro tmpfs {_shell_quote(path)} && " for path in hide
-        )
-        script = (
-            "for m in $(awk '{print $2}' /proc/self/mounts); do mount -o remount,bind,ro \"$m\" 2>/dev/null; done; "
-            f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /tmp && mkdir -m 700 {scratch} && "
-            f"chown {program_user[0]}:{program_user[1]} {scratch} && "
-            f"mount -t tmpfs -o size={size}m,mode=1777 tmpfs /dev/shm && {hides}cd / && exec {supervisor}"
-        )
+        args = self._supervisor_args(mode, SANDBOX_ROOT, [TMP, SHM], [], run_as=program_user)
+        args += ["--setup-root", json.dumps(setup)]
         argv = [
             "unshare",
             "--pid",
@@ -287,19 +270,18 @@ class LocalSandbox(BaseSandbox):
             "--mount-proc",
             "--net",
             "--mount",
+            "--propagation",
+            "private",
             "--ipc",
             "--uts",
-            "sh",
-            "-c",
-            script,
+            "--cgroup",
+            *args,
         ]
         return argv, None
 
     def _none_argv(self, mode: str) -> Tuple[List[str], str]:
         base = tempfile.mkdtemp(prefix="sandbox-none-")
-        scratch = f"{base}/work"
-        os.mkdir(scratch)
-        return self._supervisor_args(mode, scratch, [], run_as=None), base
+        return self._supervisor_args(mode, base, [], [], run_as=None), base
 
     def _start_worker(self, mode: str) -> SupervisorWorker:
         env: Dict[str, str] = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
@@ -320,12 +302,14 @@ class LocalSandbox(BaseSandbox):
             raise
 
     # -- running ----------------------------------------------------------------------------------
-    def _run(self, request: RunRequest, limits: Limits) -> RunResult:
+    def _run(
+        self, request: RunRequest, limits: Limits, cancel: Optional[threading.Event] = None
+    ) -> RunResult:
         if self._pool is not None:
-            return self._pool.run(request, limits)
+            return self._pool.run(request, limits, cancel=cancel)
         worker = self._start_worker("once")
         try:
-            return worker.run(request, limits)
+            return worker.run(request, limits, cancel)
         finally:
             worker.kill(grace_s=2.0)
 
@@ -337,6 +321,3 @@ class LocalSandbox(BaseSandbox):
         if self._pool is not None:
             self._pool.close()
 
-
-def _shell_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"

@@ -64,11 +64,15 @@ class BaseSandbox:
         self._executor_lock = threading.Lock()
 
     # -- to implement --------------------------------------------------------------------------
-    def _run(self, request: RunRequest, limits: Limits) -> RunResult:
+    def _run(
+        self, request: RunRequest, limits: Limits, cancel: Optional[threading.Event] = None
+    ) -> RunResult:
         raise NotImplementedError
 
     # -- public API ----------------------------------------------------------------------------
-    def run(self, request: RequestLike) -> RunResult:
+    def run(self, request: RequestLike, cancel: Optional[threading.Event] = None) -> RunResult:
+        """Run one program. ``cancel``, when set by another thread, abandons the run: its sandbox
+        is torn down (and replaced) and the result is a ``sandbox_error``."""
         started = time.monotonic()
         try:
             request = as_request(request)
@@ -78,7 +82,7 @@ class BaseSandbox:
             return RunResult.sandbox_error(f"the {self.name} sandbox is closed", backend=self.name)
         limits = request.limits or self.limits
         try:
-            result = self._run(request, limits)
+            result = self._run(request, limits, cancel) if cancel is not None else self._run(request, limits)
         except Exception as exc:  # a backend failure is a result, never the caller's exception
             result = RunResult.sandbox_error(
                 f"{type(exc).__name__}: {exc}", backend=self.name, wall_time_s=time.monotonic() - started

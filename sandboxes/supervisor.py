@@ -1,27 +1,41 @@
 """The supervisor that runs *inside* a sandbox (bubblewrap, unshare, a Docker container).
 
 Standard library only, and self-contained: backends start it as ``python3 -I -c <this source>``, so
-it needs no file inside the sandbox. It reads length-prefixed JSON requests on fd 0 and writes one
-length-prefixed JSON result per request on fd 1.
+it needs no file inside the sandbox.
 
-For each request it forks a child in a fresh process group, gives it a private scratch folder, a
-scrubbed environment, rlimits, stdin from a memfd and pipes for stdout/stderr, and either runs the
-Python source in that child (no new interpreter: this is what makes warm workers fast, the modules
-given to ``--preload`` are already imported) or ``execve``s a command. It enforces the wall-clock
-limit and the output limits itself, then kills every process the run left (the whole PID namespace
-when it is PID 1 there, else every process of the run's uid) and wipes the scratch folder and /tmp,
-so that the next run sees nothing of this one.
+Protocol (fd 0 in, fd 1 out). A request is a length-prefixed JSON *control* object (``id``,
+``limits``, ``fetch_files``, ``payload_bytes``) followed by ``payload_bytes`` opaque bytes: the
+program's code or command, stdin, files and argv, as JSON. A reply is a length-prefixed JSON object
+that echoes the request's ``id`` and gives the byte counts of the raw stdout, stderr and fetched
+files that follow it. Any framing error ends the supervisor: the host then replaces the worker.
 
-``serve`` mode loops over requests (a warm worker, "zygote"); ``once`` mode answers one and exits.
+Every run starts clean:
+
+* The supervisor never holds a run's data in its own memory, so a program forked from it cannot
+  find an earlier run's code, stdin or output there. The payload is copied, through one buffer that
+  is zeroed after each use, from fd 0 into a memfd that only the run's child reads; the child's
+  stdout and stderr go, through the same buffer, into memfds that are copied to fd 1 the same way.
+* The child writes the request's files itself, as the program's user, into a work folder that was
+  created empty for this run.
+* After the run every process of it is killed, then the whole writable area (the sandbox root
+  holding the work folder and /tmp, plus /dev/shm) is emptied by an iterative walk that follows no
+  link, cannot recurse out of its stack, and works on any depth of tree; the work folder is then
+  made anew. A tree that cannot be emptied within its budget retires the worker (the reply says
+  ``retire``; the supervisor exits after it).
+* The supervisor ignores every signal a program could send it (it is PID 1 of the namespace, or
+  another uid), and it is not dumpable, so a program cannot ptrace it or read its memory.
+
+``serve`` mode loops over requests (a warm worker); ``once`` mode answers one and exits. With
+``--setup-root`` (the unshare fallback, started as root in fresh mount/PID/network namespaces) the
+supervisor first builds a minimal read-only root of its own and pivots into it.
 """
 
-import base64
 import errno
 import json
+import math
 import os
 import resource
 import select
-import shutil
 import signal
 import stat
 import struct
@@ -29,8 +43,39 @@ import sys
 import time
 
 HEADER = struct.Struct(">I")
+MAX_CONTROL_BYTES = 1 << 20
+MAX_PAYLOAD_BYTES = 1 << 30
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+# Ceilings the supervisor applies whatever it is sent (the host validates limits first).
+HARD_LIMITS = {
+    "wall_s": 3600.0,
+    "cpu_s": 3600.0,
+    "memory_mb": 65536,
+    "processes": 4096,
+    "output_bytes": 64 * 1024 * 1024,
+    "file_size_mb": 4096,
+    "open_files": 65536,
+}
+DEFAULT_LIMITS = {"wall_s": 10.0, "output_bytes": 1000000}
+MAX_FETCH_FILES = 64
+FETCH_TOTAL_FACTOR = 4
+WIPE_BUDGET_S = 5.0
+WIPE_BUDGET_ENTRIES = 500000
+READY = b"R"
+
+# The one buffer every run's bytes pass through in the supervisor; zeroed after each use.
+BUFFER_SIZE = 1 << 16
+BUFFER = bytearray(BUFFER_SIZE)
+ZEROS = bytes(BUFFER_SIZE)
+
+
+def scrub():
+    BUFFER[:] = ZEROS
+
+
+class ProtocolError(Exception):
+    """The stream from the host is not a well-formed request: the supervisor must stop."""
+
 
 # ----- the seccomp filter ------------------------------------------------------------------------
 # A deny list, not an allow list: programs keep every ordinary system call (threads, fork, exec, files,
@@ -106,7 +151,9 @@ def seccomp_installer(program):
     return install
 
 
+# ----- framing ------------------------------------------------------------------------------------
 def read_exact(fd, size):
+    """Small reads (headers, control objects): returns None on EOF."""
     chunks = []
     while size:
         chunk = os.read(fd, size)
@@ -117,170 +164,377 @@ def read_exact(fd, size):
     return b"".join(chunks)
 
 
-def read_frame(fd):
+def read_control(fd):
     header = read_exact(fd, HEADER.size)
     if header is None:
         return None
-    body = read_exact(fd, HEADER.unpack(header)[0])
-    return None if body is None else json.loads(body.decode("utf-8"))
+    (size,) = HEADER.unpack(header)
+    if size > MAX_CONTROL_BYTES:
+        raise ProtocolError("control object of %d bytes" % size)
+    body = read_exact(fd, size)
+    if body is None:
+        raise ProtocolError("end of input inside a control object")
+    control = json.loads(body.decode("utf-8"))
+    if not isinstance(control, dict) or not isinstance(control.get("id"), str):
+        raise ProtocolError("a control object without an id")
+    return control
 
 
-def write_frame(fd, payload):
-    data = json.dumps(payload).encode("utf-8")
-    data = HEADER.pack(len(data)) + data
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
+def copy_fd(source, target, size):
+    """Copy ``size`` bytes from ``source`` to ``target`` through the scrubbed buffer; the count copied."""
+    copied = 0
+    try:
+        while copied < size:
+            want = min(BUFFER_SIZE, size - copied)
+            got = os.readv(source, [memoryview(BUFFER)[:want]])
+            if got == 0:
+                break
+            write_all(target, memoryview(BUFFER)[:got])
+            copied += got
+    finally:
+        scrub()
+    return copied
+
+
+def new_memfd(name):
+    return os.memfd_create(name, os.MFD_CLOEXEC)
+
+
+def send_reply(fd, reply, blobs):
+    """The reply object, then each (memfd, size) blob's bytes."""
+    data = json.dumps(reply).encode("utf-8")
+    write_all(fd, HEADER.pack(len(data)) + data)
+    for blob_fd, size in blobs:
+        os.lseek(blob_fd, 0, os.SEEK_SET)
+        if copy_fd(blob_fd, fd, size) != size:
+            raise ProtocolError("a reply blob was shorter than announced")
+
+
+# ----- limits -------------------------------------------------------------------------------------
+def clean_limits(raw):
+    """Finite positive numbers under the hard ceilings; anything else falls back to a default or None."""
+    limits = {}
+    raw = raw if isinstance(raw, dict) else {}
+    for name, ceiling in HARD_LIMITS.items():
+        value = raw.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            value = DEFAULT_LIMITS.get(name)
+        if value is not None:
+            value = min(value, ceiling)
+            if not name.endswith("_s"):
+                value = max(1, int(math.ceil(value)))
+        limits[name] = value
+    return limits
+
+
+def set_rlimits(limits):
+    def setlimit(which, value):
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+    if limits.get("cpu_s"):
+        cpu = max(1, int(math.ceil(limits["cpu_s"])))
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        except (ValueError, OSError):
+            pass
+    if limits.get("memory_mb"):
+        setlimit(resource.RLIMIT_AS, int(limits["memory_mb"]) * 1024 * 1024)
+    if limits.get("processes"):
+        setlimit(resource.RLIMIT_NPROC, int(limits["processes"]))
+    if limits.get("file_size_mb"):
+        setlimit(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * 1024 * 1024)
+    if limits.get("open_files"):
+        setlimit(resource.RLIMIT_NOFILE, int(limits["open_files"]))
+    setlimit(resource.RLIMIT_CORE, 0)
+    # POSIX message queues cannot be listed (and so not cleaned) from inside: allow none.
+    setlimit(resource.RLIMIT_MSGQUEUE, 0)
+
+
+# ----- paths that follow no link --------------------------------------------------------------------
+def path_parts(name):
+    """The components of a relative path inside the work folder, or None if it is not one."""
+    if not isinstance(name, str) or not name or "\0" in name or name.startswith("/"):
+        return None
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return parts
+
+
+def open_beneath(root_fd, parts, flags, mode=0o600, make_dirs=False):
+    """Open ``parts`` below the directory ``root_fd`` without following any link on the way."""
+    fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            if make_dirs:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+class WipeFailed(Exception):
+    pass
+
+
+def empty_directory(path, deadline, budget):
+    """Remove everything inside ``path`` (not ``path`` itself), iteratively: one directory fd at a time,
+    going down by name and back up by "..", never following a link, so no depth of tree can exhaust
+    a stack, a path length or the open-file limit. Raises WipeFailed if it cannot finish."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise WipeFailed("%s is not a directory" % path)
+    if info.st_mode & 0o700 != 0o700:
+        os.chmod(path, stat.S_IMODE(info.st_mode) | 0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    depth = 0
+    operations = 0
+    try:
+        while True:
+            operations += 1
+            if operations > budget or time.monotonic() > deadline:
+                raise WipeFailed("more than the cleanup budget under %s" % path)
+            descended = False
+            with os.scandir(fd) as entries:
+                batch = [(entry.name, entry.is_dir(follow_symlinks=False)) for _, entry in zip(range(1024), entries)]
+            for name, is_dir in batch:
+                operations += 1
+                if not is_dir:
+                    os.unlink(name, dir_fd=fd)
+                    continue
+                try:
+                    os.rmdir(name, dir_fd=fd)
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EACCES, errno.EPERM):
+                        raise
+                # Not empty (or not ours to list yet): make it ours to list, go down into it.
+                child_info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISDIR(child_info.st_mode):
+                    raise WipeFailed("%r changed under the cleanup" % name)
+                if child_info.st_mode & 0o700 != 0o700:
+                    os.chmod(name, 0o700, dir_fd=fd)  # a directory (checked just now): no link to follow
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                depth += 1
+                descended = True
+                break
+            if descended or batch:
+                continue
+            if depth == 0:
+                return
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            depth -= 1
+    except OSError as exc:
+        raise WipeFailed("cannot empty %s: %s" % (path, exc))
+    finally:
+        os.close(fd)
+
+
+def remove_sysv_ipc():
+    """Remove the System V shared memory segments, message queues and semaphores a run created:
+    they live in the sandbox's IPC namespace, which outlives one run in a warm worker."""
+    tables = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
+    pending = []
+    for table, _ in tables:
+        try:
+            with open("/proc/sysvipc/" + table) as handle:
+                pending.append([line.split()[1] for line in handle.readlines()[1:] if line.strip()])
+        except (OSError, IndexError):
+            pending.append([])
+    if not any(pending):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for (_, function), ids in zip(tables, pending):
+        for ipc_id in ids:
+            if function == "semctl":
+                libc.semctl(int(ipc_id), 0, 0)  # IPC_RMID = 0
+            else:
+                getattr(libc, function)(int(ipc_id), 0, None)
+
+
+# ----- the supervisor -------------------------------------------------------------------------------
 class Supervisor:
-    def __init__(self, scratch, wipe_dirs, run_as, pid1, seccomp=None):
+    def __init__(self, root, work, make_dirs, wipe_dirs, run_as, pid1, seccomp=None):
         self.seccomp = seccomp_installer(seccomp) if seccomp is not None else None  # for every program
-        self.scratch = scratch
-        self.wipe_dirs = [scratch] + [d for d in wipe_dirs if d != scratch]
+        self.root = root  # the writable sandbox area, emptied after every run
+        self.work = work  # the program's working folder, inside root, made anew for every run
+        self.make_dirs = make_dirs  # more folders inside root made anew for every run (/tmp's target)
+        self.wipe_dirs = [d for d in wipe_dirs if d != root]  # more folders emptied (/dev/shm)
         self.run_as = run_as  # (uid, gid) the program runs as, or None for our own
         self.pid1 = pid1  # True when we are PID 1 of a private PID namespace
 
     # ----- one run ---------------------------------------------------------------------------
-    def run(self, request):
-        limits = request.get("limits") or {}
-        self._fetch_list = list(request.get("fetch_files") or [])
-        started = time.monotonic()
+    def run(self, control):
+        """Read the payload, run it; (reply, blobs, retire). Blobs are memfds the caller closes."""
+        limits = clean_limits(control.get("limits"))
+        size = control.get("payload_bytes")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_PAYLOAD_BYTES:
+            raise ProtocolError("payload_bytes must be a byte count, got %r" % (size,))
+        payload_fd = new_memfd("payload")
         try:
-            self._write_files(request)
-            stdin_fd = self._stdin_fd(request)
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-        except OSError as exc:
-            return {"status": "sandbox_error", "message": "could not prepare the run: %s" % exc}
+            if copy_fd(0, payload_fd, size) != size:
+                raise ProtocolError("end of input inside a payload")
+            os.lseek(payload_fd, 0, os.SEEK_SET)
+            return self._run(control, limits, payload_fd)
+        finally:
+            os.close(payload_fd)
+
+    def _run(self, control, limits, payload_fd):
+        started = time.monotonic()
+        fetch = []
+        for name in control.get("fetch_files") or []:
+            parts = path_parts(name)
+            if parts is not None and "/".join(parts) not in fetch:
+                fetch.append("/".join(parts))
+        fetch = fetch[:MAX_FETCH_FILES]
+        out_mem, err_mem, files_mem = new_memfd("stdout"), new_memfd("stderr"), new_memfd("files")
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:  # the child never returns
-            self._child(request, limits, stdin_fd, out_w, err_w, (out_r, err_r))
-        os.close(out_w)
-        os.close(err_w)
-        os.close(stdin_fd)
+            self._child(limits, payload_fd, out_w, err_w, ready_w)
+        for fd in (out_w, err_w, ready_w):
+            os.close(fd)
         try:
-            result = self._watch(pid, limits, out_r, err_r, started)
+            reply, sizes = self._watch(pid, limits, out_r, err_r, ready_r, out_mem, err_mem, started)
         finally:
-            os.close(out_r)
-            os.close(err_r)
-        return result
+            for fd in (out_r, err_r, ready_r):
+                os.close(fd)
+        found, clean, why = self._after_run(fetch, limits["output_bytes"], files_mem)
+        reply["id"] = control["id"]
+        reply["stdout_bytes"], reply["stderr_bytes"] = sizes
+        reply["files"] = found
+        retire = not clean
+        if retire:
+            reply["retire"] = True
+            reply["retire_reason"] = why
+        return reply, [(out_mem, sizes[0]), (err_mem, sizes[1]), (files_mem, sum(n for _, n in found))], retire
 
-    def _write_files(self, request):
-        files = dict(request.get("files") or {})
-        if request.get("code") is not None:
-            files.setdefault("main.py", base64.b64encode(request["code"].encode("utf-8")).decode("ascii"))
-        for name, content_b64 in files.items():
-            path = os.path.normpath(os.path.join(self.scratch, name))
-            if not path.startswith(self.scratch + os.sep):
-                raise OSError("file %r would land outside the scratch folder" % name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as handle:
-                handle.write(base64.b64decode(content_b64))
-        if self.run_as is not None:  # the program must be able to write its own scratch folder
-            for root, dirs, names in os.walk(self.scratch):
-                for entry in [root] + [os.path.join(root, n) for n in dirs + names]:
-                    os.chown(entry, self.run_as[0], self.run_as[1])
-
-    def _stdin_fd(self, request):
-        data = base64.b64decode(request.get("stdin_b64") or "")
-        fd = os.memfd_create("stdin", 0) if hasattr(os, "memfd_create") else None
-        if fd is None:  # very old kernels: a pipe that holds at most 64 KiB before it would block
-            read_fd, write_fd = os.pipe()
-            os.write(write_fd, data[:65536])
-            os.close(write_fd)
-            return read_fd
-        os.write(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-        return fd
-
-    def _child(self, request, limits, stdin_fd, out_w, err_w, parent_fds):
+    def _child(self, limits, payload_fd, out_w, err_w, ready_w):
         try:
             os.setsid()
-            for fd in parent_fds:
-                os.close(fd)
-            os.dup2(stdin_fd, 0)
+            for sig in signal.valid_signals():
+                if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                    try:
+                        signal.signal(sig, signal.SIG_DFL)
+                    except (OSError, ValueError):
+                        pass
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            os.closerange(3, 65536)
-            for sig in (
-                signal.SIGINT,
-                signal.SIGTERM,
-                signal.SIGPIPE,
-                signal.SIGXCPU,
-                signal.SIGXFSZ,
-                signal.SIGCHLD,
-            ):
-                signal.signal(sig, signal.SIG_DFL)
             if self.run_as is not None:
                 os.setgroups([])
                 os.setgid(self.run_as[1])
                 os.setuid(self.run_as[0])
+            os.chdir(self.work)
+            chunks = []
+            while True:
+                chunk = os.read(payload_fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            payload = json.loads(b"".join(chunks).decode("utf-8"))
+            del chunks
+            write_payload_files(self.work, payload)
+            stdin_fd = os.memfd_create("stdin", 0)
+            write_all(stdin_fd, decode_b64(payload.get("stdin_b64") or ""))
+            os.lseek(stdin_fd, 0, os.SEEK_SET)
+            os.dup2(stdin_fd, 0)
             set_rlimits(limits)
+            os.write(ready_w, READY)
+            os.closerange(3, 1 << 16)
             if self.seccomp is not None:
                 self.seccomp()
-            os.chdir(self.scratch)
             env = {
                 "PATH": DEFAULT_PATH,
-                "HOME": self.scratch,
+                "HOME": self.work,
                 "TMPDIR": "/tmp",
                 "LANG": "C.UTF-8",
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "PYTHONIOENCODING": "utf-8",
             }
-            env.update(request.get("env") or {})
-            if request.get("command") is not None:
-                command = request["command"]
+            if payload.get("command") is not None:
+                command = [str(part) for part in payload["command"]]
                 try:
                     os.execvpe(command[0], command, env)
                 except OSError as exc:
                     os.write(2, ("cannot run %r: %s\n" % (command[0], exc.strerror)).encode())
                     os._exit(127)
-            os._exit(run_python_in_child(request, env, self.scratch))
+            os._exit(run_python_in_child(payload, env, self.work))
         except BaseException as exc:  # nothing may escape a forked child
             try:
-                os.write(2, ("sandbox child failed: %r\n" % (exc,)).encode())
+                os.write(2, ("sandbox child failed: %s\n" % (exc,)).encode("utf-8", "replace"))
             finally:
                 os._exit(126)
 
-    def _watch(self, pid, limits, out_r, err_r, started):
-        wall = limits.get("wall_s")
-        deadline = started + wall if wall else None
-        cap = limits.get("output_bytes")
-        streams = {out_r: bytearray(), err_r: bytearray()}
+    def _watch(self, pid, limits, out_r, err_r, ready_r, out_mem, err_mem, started):
+        deadline = started + limits["wall_s"]
+        cap = limits["output_bytes"]
+        sinks = {out_r: out_mem, err_r: err_mem}
+        sizes = {out_r: 0, err_r: 0}
         truncated = {out_r: False, err_r: False}
-        open_fds = [out_r, err_r]
         try:
             pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError):
             pidfd = None
+        poller = select.poll()
+        for fd in (out_r, err_r, ready_r) + ((pidfd,) if pidfd is not None else ()):
+            poller.register(fd, select.POLLIN)
+        open_fds = {out_r, err_r}
+        prepared = False
         reason = None
         waited = None
         while True:
-            if waited is None:
-                done_pid, status, usage = os.wait4(pid, os.WNOHANG)
-                if done_pid == pid:
-                    waited = (status, usage)
-            if waited is not None:
+            done_pid, status, usage = os.wait4(pid, os.WNOHANG)
+            if done_pid == pid:
+                waited = (status, usage)
                 break
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if now >= deadline:
                 reason = "timeout"
                 break
-            timeout = None if deadline is None else max(0.0, deadline - now)
-            if pidfd is None:  # no pidfd to wake us when the child exits: poll
-                timeout = 0.01 if timeout is None else min(timeout, 0.01)
-            watch = open_fds + ([pidfd] if pidfd is not None else [])
+            timeout_ms = int(math.ceil((deadline - now) * 1000))
+            if pidfd is None:  # nothing wakes us when the child exits: poll
+                timeout_ms = min(timeout_ms, 10)
             try:
-                readable, _, _ = select.select(watch, [], [], timeout)
+                events = poller.poll(timeout_ms)
             except InterruptedError:
                 continue
-            for fd in readable:
-                if fd == pidfd:
-                    continue
-                if not self._read_into(fd, streams, truncated, cap, open_fds):
-                    continue
-            if cap is not None and (truncated[out_r] or truncated[err_r]):
+            for fd, _ in events:
+                if fd == ready_r:
+                    if os.read(ready_r, 1) == READY:
+                        prepared = True
+                    poller.unregister(ready_r)
+                elif fd in open_fds:
+                    if not self._pump(fd, sinks, sizes, truncated, cap):
+                        open_fds.discard(fd)
+                        poller.unregister(fd)
+            if truncated[out_r] or truncated[err_r]:
                 reason = "output_limit"
                 break
         if waited is None:  # still running: a limit was hit
@@ -288,21 +542,23 @@ class Supervisor:
             _, status, usage = os.wait4(pid, 0)
             waited = (status, usage)
         wall_time = time.monotonic() - started
+        if not prepared:  # the ready byte may still sit in the pipe
+            try:
+                prepared = os.read(ready_r, 1) == READY
+            except OSError:
+                pass
         self._kill_leftovers(pid)
         # Drain what is still buffered; every writer is dead now, so EOF comes at once.
         drain_deadline = time.monotonic() + 1.0
         while open_fds and time.monotonic() < drain_deadline:
-            readable, _, _ = select.select(open_fds, [], [], 0.1)
-            for fd in readable:
-                self._read_into(fd, streams, truncated, cap, open_fds)
+            for fd, _ in poller.poll(100):
+                if fd in open_fds and not self._pump(fd, sinks, sizes, truncated, cap):
+                    open_fds.discard(fd)
+                    poller.unregister(fd)
         if pidfd is not None:
             os.close(pidfd)
         status, usage = waited
-        stdout = bytes(streams[out_r])
-        stderr = bytes(streams[err_r])
-        result = {
-            "stdout": stdout.decode("utf-8", "replace"),
-            "stderr": stderr.decode("utf-8", "replace"),
+        reply = {
             "stdout_truncated": truncated[out_r],
             "stderr_truncated": truncated[err_r],
             "wall_time_s": round(wall_time, 6),
@@ -310,37 +566,49 @@ class Supervisor:
             "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         }
-        result["status"], result["message"] = classify(result, reason, limits, stderr)
-        if self._fetch_list:
-            result["files"] = self._fetch(self._fetch_list, cap)
-        self._wipe()
-        return result
+        if not prepared and reason != "timeout":
+            reply["status"], reply["message"] = "sandbox_error", "could not prepare the run"
+        else:
+            reply["status"], reply["message"] = classify(reply, reason, limits)
+        return reply, (sizes[out_r], sizes[err_r])
 
-    def _fetch(self, names, cap):
-        """Read back the requested files from the scratch folder, never following a link out of it."""
+    @staticmethod
+    def _pump(fd, sinks, sizes, truncated, cap):
+        """Move what ``fd`` has into its memfd (up to the cap); False at EOF."""
+        try:
+            got = os.readv(fd, [BUFFER])
+        except OSError:
+            got = 0
+        try:
+            if not got:
+                return False
+            room = cap - sizes[fd]
+            keep = min(got, max(0, room))
+            if keep:
+                write_all(sinks[fd], memoryview(BUFFER)[:keep])
+                sizes[fd] += keep
+            if got > keep:
+                truncated[fd] = True
+            return True
+        finally:
+            scrub()
 
-        def read_all():
-            found = {}
-            for name in names:
-                path = os.path.normpath(os.path.join(self.scratch, name))
-                if not path.startswith(self.scratch + os.sep) or os.path.realpath(path) != path:
-                    continue
-                try:
-                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                except OSError:
-                    continue
-                try:
-                    if stat.S_ISREG(os.fstat(fd).st_mode):
-                        data = os.read(fd, cap if cap else 1 << 30)
-                        found[name] = base64.b64encode(data).decode("ascii")
-                finally:
-                    os.close(fd)
-            return found
+    # ----- after a run ---------------------------------------------------------------------------
+    def _after_run(self, fetch, cap, files_mem):
+        """Read back the fetched files, empty the sandbox and make the work folder anew, as the
+        program's user. (found [(name, size)], clean, why)."""
+
+        def action():
+            found = self._fetch(fetch, cap, files_mem) if fetch else []
+            try:
+                self.reset()
+                return found, True, ""
+            except (WipeFailed, OSError) as exc:
+                return found, False, str(exc)
 
         if self.run_as is None:
-            return read_all()
-        # Read as the program's uid, through a pipe from a helper, so root's rights are never used.
-        read_fd, write_fd = os.pipe()
+            return action()
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
@@ -348,9 +616,7 @@ class Supervisor:
                 os.setgroups([])
                 os.setgid(self.run_as[1])
                 os.setuid(self.run_as[0])
-                data = json.dumps(read_all()).encode()
-                while data:
-                    data = data[os.write(write_fd, data) :]
+                write_all(write_fd, json.dumps(action()).encode())
             finally:
                 os._exit(0)
         os.close(write_fd)
@@ -363,30 +629,47 @@ class Supervisor:
         os.close(read_fd)
         os.waitpid(pid, 0)
         try:
-            return json.loads(b"".join(chunks) or b"{}")
-        except ValueError:
-            return {}
+            found, clean, why = json.loads(b"".join(chunks))
+            return [(str(name), int(size)) for name, size in found], bool(clean), str(why)
+        except (ValueError, TypeError):
+            return [], False, "the cleanup helper failed"
 
-    @staticmethod
-    def _read_into(fd, streams, truncated, cap, open_fds):
+    def _fetch(self, names, cap, files_mem):
+        """Copy the requested regular files of the work folder into ``files_mem``; no link is followed."""
+        found = []
+        budget = cap * FETCH_TOTAL_FACTOR
         try:
-            chunk = os.read(fd, 65536)
+            root_fd = os.open(self.work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            chunk = b""
-        if not chunk:
-            open_fds.remove(fd)
-            return False
-        buffer = streams[fd]
-        if cap is None or len(buffer) < cap:
-            room = len(chunk) if cap is None else cap - len(buffer)
-            buffer.extend(chunk[:room])
-            if cap is not None and len(chunk) > room:
-                truncated[fd] = True
-        else:
-            truncated[fd] = True
-        return True
+            return found
+        try:
+            for name in names:
+                if budget <= 0:
+                    break
+                try:
+                    fd = open_beneath(root_fd, name.split("/"), os.O_RDONLY | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        size = copy_fd(fd, files_mem, min(cap, budget))
+                        budget -= size
+                        found.append((name, size))
+                finally:
+                    os.close(fd)
+        finally:
+            os.close(root_fd)
+        return found
 
-    # ----- cleaning up -----------------------------------------------------------------------
+    def reset(self):
+        """Empty the sandbox's writable area and make the work folder (and make_dirs) anew."""
+        deadline = time.monotonic() + WIPE_BUDGET_S
+        for directory in [self.root] + self.wipe_dirs:
+            empty_directory(directory, deadline, WIPE_BUDGET_ENTRIES)
+        for directory in [self.work] + self.make_dirs:
+            os.mkdir(directory, 0o700)
+        remove_sysv_ipc()
+
     def _kill_leftovers(self, pid):
         """Kill every process the run started, also those that left its process group, and do not
         answer before they are all gone (and reaped)."""
@@ -401,7 +684,7 @@ class Supervisor:
                     pass
             elif self.run_as is not None:
                 # The program ran as its own uid: a helper with that uid kills all its processes.
-                self._as_run_user(lambda: os.kill(-1, signal.SIGKILL), ignore=(ProcessLookupError,))
+                self._as_run_user(lambda: os.kill(-1, signal.SIGKILL))
             else:
                 # No namespace of our own (isolation "none"): we are a child subreaper, so whatever
                 # the run daemonised was re-parented to us; kill our children until none is left.
@@ -428,26 +711,7 @@ class Supervisor:
             return found
         return []
 
-    def _wipe(self):
-        def wipe():
-            for directory in self.wipe_dirs:
-                if not os.path.isdir(directory):
-                    continue
-                for entry in os.listdir(directory):
-                    path = os.path.join(directory, entry)
-                    if path != self.scratch:  # the scratch folder may sit inside another wiped folder
-                        remove_tree(path)
-
-        def wipe_all():
-            wipe()
-            remove_sysv_ipc()
-
-        if self.run_as is not None:
-            self._as_run_user(wipe_all)
-        else:
-            wipe_all()
-
-    def _as_run_user(self, action, ignore=()):
+    def _as_run_user(self, action):
         pid = os.fork()
         if pid == 0:
             try:
@@ -455,41 +719,42 @@ class Supervisor:
                 os.setgid(self.run_as[1])
                 os.setuid(self.run_as[0])
                 action()
-            except ignore:
-                pass
             except BaseException:
                 os._exit(1)
             os._exit(0)
         os.waitpid(pid, 0)
 
 
-def set_rlimits(limits):
-    def setlimit(which, value):
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            pass
+def decode_b64(text):
+    import base64
 
-    if limits.get("cpu_s"):
-        cpu = max(1, int(-(-limits["cpu_s"] // 1)))
-        try:
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        except (ValueError, OSError):
-            pass
-    if limits.get("memory_mb"):
-        setlimit(resource.RLIMIT_AS, int(limits["memory_mb"]) * 1024 * 1024)
-    if limits.get("processes"):
-        setlimit(resource.RLIMIT_NPROC, int(limits["processes"]))
-    if limits.get("file_size_mb"):
-        setlimit(resource.RLIMIT_FSIZE, int(limits["file_size_mb"]) * 1024 * 1024)
-    if limits.get("open_files"):
-        setlimit(resource.RLIMIT_NOFILE, int(limits["open_files"]))
-    setlimit(resource.RLIMIT_CORE, 0)
-    # POSIX message queues cannot be listed (and so not cleaned) from inside: allow none.
-    setlimit(resource.RLIMIT_MSGQUEUE, 0)
+    return base64.b64decode(text)
 
 
-def run_python_in_child(request, env, scratch):
+def write_payload_files(work, payload):
+    """In the child, as the program's user: the request's files (and main.py) into the fresh work folder."""
+    files = dict(payload.get("files") or {})
+    if payload.get("code") is not None:
+        files.setdefault("main.py", None)
+    root_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name, content_b64 in files.items():
+            parts = path_parts(name)
+            if parts is None:
+                raise OSError(errno.EINVAL, "file %r would land outside the work folder" % (name,))
+            data = payload["code"].encode("utf-8") if content_b64 is None else decode_b64(content_b64)
+            fd = open_beneath(root_fd, parts, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, make_dirs=True)
+            try:
+                write_all(fd, data)
+            except OSError as exc:
+                raise OSError(exc.errno, "writing %r: %s" % (name, exc.strerror))
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root_fd)
+
+
+def run_python_in_child(payload, env, work):
     """Run the request's Python source in this (forked) process as if it were ``python main.py``."""
     import atexit
     import io
@@ -503,9 +768,9 @@ def run_python_in_child(request, env, scratch):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     random.seed()  # a forked child would otherwise repeat the supervisor's random sequence
-    path = os.path.join(scratch, "main.py")
-    sys.argv = [path] + list(request.get("argv") or [])
-    sys.path.insert(0, scratch)
+    path = os.path.join(work, "main.py")
+    sys.argv = [path] + [str(arg) for arg in payload.get("argv") or []]
+    sys.path.insert(0, work)
     module = types.ModuleType("__main__")
     module.__file__ = path
     module.__builtins__ = __builtins__
@@ -523,9 +788,12 @@ def run_python_in_child(request, env, scratch):
         line_buffering=True,
     )
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    source = payload["code"]
+    payload.clear()
     exit_code = 0
     try:
-        code = compile(request["code"], path, "exec")
+        code = compile(source, path, "exec")
+        del source
         exec(code, module.__dict__)
     except SystemExit as exc:
         exit_code = exit_code_of(exc)
@@ -568,7 +836,8 @@ def exit_code_of(exc):
     return 1
 
 
-def classify(result, reason, limits, stderr):
+def classify(result, reason, limits):
+    """Status from how the run ended; the host refines ``error`` from stderr (memory, file size)."""
     if reason == "timeout":
         return "timeout", "wall-clock limit of %ss reached" % limits.get("wall_s")
     if reason == "output_limit":
@@ -579,19 +848,14 @@ def classify(result, reason, limits, stderr):
         return "timeout", "CPU-time limit of %ss reached" % cpu_limit
     if sig == signal.SIGXFSZ:
         return "output_limit", "a written file went past %s MB" % limits.get("file_size_mb")
-    tail = stderr[-4096:].decode("utf-8", "replace")
     if result["exit_code"] == 0:
         return "ok", ""
-    if any(marker in tail for marker in MEMORY_MARKERS):
-        return "memory", "memory limit of %s MB reached" % limits.get("memory_mb")
     if sig is not None:
         try:
             name = signal.Signals(sig).name
         except ValueError:
             name = str(sig)
         return "killed", "killed by signal %s" % name
-    if "File too large" in tail:
-        return "output_limit", "a written file went past %s MB" % limits.get("file_size_mb")
     return "error", "exited with code %s" % result["exit_code"]
 
 
@@ -636,50 +900,146 @@ def reap_all(patience_s=2.0):
             continue
 
 
-def remove_sysv_ipc():
-    """Remove the System V shared memory segments, message queues and semaphores a run created:
-    they live in the sandbox's IPC namespace, which outlives one run in a warm worker."""
-    tables = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
-    pending = []
-    for table, _ in tables:
+SYNCHRONOUS_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGSYS", "SIGTRAP")
+
+
+def ignore_signals():
+    """A program may signal us (same uid under bubblewrap): every asynchronous signal is ignored, so
+    nothing it sends (SIGINT, SIGTERM, SIGHUP, SIGUSR1, ...) can stop or confuse the supervisor.
+    SIGCHLD keeps its default so that children can be waited for; the signals of a fault keep
+    theirs (as PID 1 of the namespace, or under another uid, no program can send them to us)."""
+    keep = {signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD}
+    keep |= {getattr(signal, name) for name in SYNCHRONOUS_SIGNALS if hasattr(signal, name)}
+    for sig in signal.valid_signals():
+        if sig in keep:
+            continue
         try:
-            with open("/proc/sysvipc/" + table) as handle:
-                pending.append([line.split()[1] for line in handle.readlines()[1:] if line.strip()])
-        except (OSError, IndexError):
-            pending.append([])
-    if not any(pending):
-        return
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    for (_, function), ids in zip(tables, pending):
-        for ipc_id in ids:
-            if function == "semctl":
-                libc.semctl(int(ipc_id), 0, 0)  # IPC_RMID = 0
-            else:
-                getattr(libc, function)(int(ipc_id), 0, None)
-
-
-def remove_tree(path):
-    def make_writable_and_retry(function, failed_path, _exc_info):
-        try:
-            parent = os.path.dirname(failed_path)
-            os.chmod(parent, stat.S_IRWXU)
-            if os.path.isdir(failed_path) and not os.path.islink(failed_path):
-                os.chmod(failed_path, stat.S_IRWXU)
-            function(failed_path)
-        except OSError:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError):
             pass
 
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            os.chmod(path, stat.S_IRWXU)
-            shutil.rmtree(path, onerror=make_writable_and_retry)
+
+# ----- the unshare fallback's root ------------------------------------------------------------------
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+MNT_DETACH = 2
+PIVOT_ROOT_NR = {"x86_64": 155, "aarch64": 41}
+
+
+def unescape_mount_path(field):
+    """A mount point as /proc/self/mountinfo writes it: space, tab, newline and backslash are
+    octal escapes (``\\040`` ...)."""
+    out = bytearray()
+    index = 0
+    while index < len(field):
+        if field[index : index + 1] == b"\\" and len(field) >= index + 4 and field[index + 1 : index + 4].isdigit():
+            out.append(int(field[index + 1 : index + 4], 8) & 0xFF)
+            index += 4
         else:
-            os.unlink(path)
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            pass
+            out += field[index : index + 1]
+            index += 1
+    return os.fsdecode(bytes(out))
+
+
+def mount_points():
+    with open("/proc/self/mountinfo", "rb") as handle:
+        return [unescape_mount_path(line.split(b" ")[4]) for line in handle.read().splitlines() if line]
+
+
+class RootBuilder:
+    """Builds a minimal root (as bubblewrap does) in the unshare fallback's private mount namespace:
+    a tmpfs holding read-only binds of /usr and the /bin, /lib links, a few /etc files, a minimal
+    read-only /dev, a fresh /proc, and a size-limited tmpfs /sandbox owned by the program's user
+    (/tmp and /dev/shm point into it); then pivots into it. Nothing else of the host, and so no host
+    unix socket file, is reachable; abstract sockets stay behind in the host's network namespace."""
+
+    def __init__(self, spec):
+        import ctypes
+
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.ctypes = ctypes
+        self.spec = spec
+        self.new = spec.get("mount_at", "/tmp")
+
+    def mount(self, source, target, fstype, flags, data=None):
+        encode = lambda text: None if text is None else os.fsencode(text)  # noqa: E731
+        if self.libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)) != 0:
+            code = self.ctypes.get_errno()
+            raise OSError(code, "mount %s on %s: %s" % (source or fstype, target, os.strerror(code)))
+
+    def read_only(self, target, recursive=True, nodev=True):
+        """Make ``target`` (and every mount below it) read-only and nosuid; check each one."""
+        prefix = target.rstrip("/") + "/"
+        points = [p for p in mount_points() if p == target or (recursive and p.startswith(prefix))]
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | (MS_NODEV if nodev else 0)
+        for point in points:
+            self.mount(None, point, None, flags)
+        for point in points:
+            try:
+                if not os.statvfs(point).f_flag & os.ST_RDONLY:
+                    raise OSError(errno.EROFS, "%s stayed writable" % point)
+            except FileNotFoundError:  # hidden below a later mount: not reachable
+                pass
+
+    def bind(self, source, target, recursive=True):
+        if os.path.isdir(source):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if not os.path.exists(target):
+                os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        self.mount(source, target, None, MS_BIND | (MS_REC if recursive else 0))
+        self.read_only(target)
+
+    def build(self):
+        spec, new = self.spec, self.new
+        uid, gid = spec["run_as"]
+        self.mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=8m,mode=755")
+        for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = "/" + top
+            if os.path.islink(host):
+                os.symlink(os.readlink(host), new + host)
+            elif os.path.isdir(host):
+                self.bind(host, new + host)
+        os.mkdir(new + "/etc", 0o755)
+        for name in spec.get("etc_files", []):
+            host = "/etc/" + name
+            if os.path.exists(host):
+                self.bind(host, new + host, recursive=False)
+        for extra in spec.get("ro_binds", []):
+            if os.path.exists(extra):
+                self.bind(extra, new + extra)
+        os.mkdir(new + "/proc", 0o555)
+        self.mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        os.mkdir(new + "/dev", 0o755)
+        self.mount("tmpfs", new + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=755")
+        for device in ("null", "zero", "full", "random", "urandom"):
+            if os.path.exists("/dev/" + device):
+                os.close(os.open(new + "/dev/" + device, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666))
+                self.mount("/dev/" + device, new + "/dev/" + device, None, MS_BIND)
+        for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                             ("stderr", "/proc/self/fd/2"), ("shm", "/sandbox/shm")):
+            os.symlink(target, new + "/dev/" + link)
+        self.read_only(new + "/dev", nodev=False)
+        os.mkdir(new + "/sandbox", 0o755)
+        self.mount(
+            "tmpfs", new + "/sandbox", "tmpfs", MS_NOSUID | MS_NODEV,
+            "size=%dm,mode=700,uid=%d,gid=%d" % (int(spec["size_mb"]), uid, gid),
+        )
+        os.symlink("/sandbox/tmp", new + "/tmp")
+        os.mkdir(new + "/.old-root", 0o700)
+        nr = PIVOT_ROOT_NR.get(os.uname().machine)
+        if nr is None:
+            raise OSError(errno.ENOSYS, "pivot_root: unknown system call number on %s" % os.uname().machine)
+        if self.libc.syscall(nr, os.fsencode(new), os.fsencode(new + "/.old-root")) != 0:
+            code = self.ctypes.get_errno()
+            raise OSError(code, "pivot_root: %s" % os.strerror(code))
+        os.chdir("/")
+        if self.libc.umount2(b"/.old-root", MNT_DETACH) != 0:
+            code = self.ctypes.get_errno()
+            raise OSError(code, "umount of the old root: %s" % os.strerror(code))
+        os.rmdir("/.old-root")
+        self.read_only("/", recursive=False)  # the mounts below it were made read-only one by one
 
 
 def main(argv):
@@ -687,20 +1047,30 @@ def main(argv):
 
     parser = argparse.ArgumentParser(prog="sandbox-supervisor")
     parser.add_argument("mode", choices=["serve", "once"])
-    parser.add_argument("--scratch", default="/scratch")
+    parser.add_argument("--root", required=True, help="the writable sandbox area, emptied after each run")
+    parser.add_argument("--work", required=True, help="the program's working folder, inside --root")
+    parser.add_argument("--dir", action="append", default=[], help="more folders inside --root, made anew per run")
     parser.add_argument("--wipe", action="append", default=[], help="more folders to empty after each run")
     parser.add_argument("--run-as", default=None, help="UID:GID the program runs as")
     parser.add_argument("--preload", default="", help="comma-separated modules to import once, up front")
     parser.add_argument("--no-seccomp", action="store_true", help="run programs without the seccomp filter")
+    parser.add_argument("--setup-root", default=None, help="JSON: build a minimal root first (unshare fallback)")
     args = parser.parse_args(argv)
+    pid1 = os.getpid() == 1
+    ignore_signals()
+    run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
+    if args.setup_root:
+        spec = json.loads(args.setup_root)
+        spec["run_as"] = run_as
+        RootBuilder(spec).build()
     # Nobody may ptrace us or read our memory, not even a program running with our uid.
-    try:
-        import ctypes
+    import ctypes
 
+    try:
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except Exception:
         pass
-    if os.getpid() != 1:
+    if not pid1:
         try:  # orphans of a run come back to us (PR_SET_CHILD_SUBREAPER = 36), so we can kill them
             ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
         except Exception:
@@ -715,23 +1085,41 @@ def main(argv):
 
     gc.collect()
     gc.freeze()
-    run_as = tuple(int(part) for part in args.run_as.split(":")) if args.run_as else None
-    os.makedirs(args.scratch, exist_ok=True)
     seccomp = None if args.no_seccomp else seccomp_program()
-    supervisor = Supervisor(os.path.abspath(args.scratch), args.wipe, run_as, os.getpid() == 1, seccomp)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    supervisor = Supervisor(
+        os.path.abspath(args.root), os.path.abspath(args.work), [os.path.abspath(d) for d in args.dir],
+        [os.path.abspath(d) for d in args.wipe], run_as, pid1, seccomp,
+    )
+
+    # The sandbox folders, made as the program's user (a failure here ends us: the host reports it).
+    found, clean, why = supervisor._after_run([], 1, None)
+    if not clean:
+        raise WipeFailed("could not prepare the sandbox folders: %s" % why)
     if args.mode == "serve":
-        write_frame(1, {"ready": True, "pid": os.getpid(), "seccomp": seccomp is not None})
+        ready = json.dumps({"ready": True, "pid": os.getpid(), "seccomp": seccomp is not None}).encode()
+        write_all(1, HEADER.pack(len(ready)) + ready)
     while True:
-        request = read_frame(0)
-        if request is None:
+        control = read_control(0)  # a ProtocolError ends us: the host replaces the worker
+        if control is None:
             return 0
+        blobs = []
         try:
-            result = supervisor.run(request)
-        except Exception as exc:  # report, keep serving
-            result = {"status": "sandbox_error", "message": "supervisor failed: %r" % (exc,)}
-        write_frame(1, result)
-        if args.mode == "once":
+            reply, blobs, retire = supervisor.run(control)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # report, then stop: our state is no longer known to be clean
+            reply, retire = {"status": "sandbox_error", "message": "supervisor failed: %r" % (exc,)}, True
+            reply.update({"id": control["id"], "retire": True, "stdout_bytes": 0, "stderr_bytes": 0, "files": []})
+            blobs = []
+        try:
+            send_reply(1, reply, blobs)
+        finally:
+            for fd, _ in blobs:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        if retire or args.mode == "once":
             return 0
 
 

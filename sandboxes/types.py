@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
+import numbers
+import posixpath
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 FileContent = Union[str, bytes]
@@ -24,15 +27,53 @@ class Status(str, enum.Enum):
         return self.value
 
 
+# The most any request may ask for; a larger value is lowered to it (see ``Limits``).
+LIMIT_MAXIMA: Dict[str, float] = {
+    "wall_s": 3600.0,
+    "cpu_s": 3600.0,
+    "memory_mb": 65536,
+    "processes": 4096,
+    "output_bytes": 64 * 1024 * 1024,
+    "file_size_mb": 4096,
+    "scratch_mb": 4096,
+    "open_files": 65536,
+}
+_WHOLE_NUMBER_LIMITS = frozenset(name for name in LIMIT_MAXIMA if not name.endswith("_s"))
+
+
+def check_limit(name: str, value: Any) -> Union[int, float]:
+    """``value`` as a valid limit ``name``: a finite positive number, lowered to ``LIMIT_MAXIMA``;
+    whole-number limits are rounded up. Anything else raises ``ValueError`` naming the field."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"Limits.{name} must be a positive number (or null for the default), got {value!r}"
+        )
+    number = float(value)
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(
+            f"Limits.{name} must be a finite number above 0 (at most {LIMIT_MAXIMA[name]:g}), got {value!r}"
+        )
+    number = min(number, float(LIMIT_MAXIMA[name]))
+    if name in _WHOLE_NUMBER_LIMITS:
+        return max(1, int(math.ceil(number)))
+    return number
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Resource limits of one run. ``None`` leaves a limit unset (not recommended for untrusted code).
+    """Resource limits of one run, always in force.
 
     ``wall_s`` bounds real time, ``cpu_s`` CPU time (RLIMIT_CPU), ``memory_mb`` the address space
     (RLIMIT_AS; the container's memory in the docker backend), ``processes`` the number of processes
     and threads (RLIMIT_NPROC inside the sandbox's own user namespace; the pids limit in docker),
     ``output_bytes`` stdout and stderr each, ``file_size_mb`` any single written file
     (RLIMIT_FSIZE), ``scratch_mb`` the private writable folder and /tmp together.
+
+    Every value must be a finite number above 0; ``None`` (JSON ``null``) means the default shown
+    here, never "unlimited". A value above ``LIMIT_MAXIMA`` (1 hour of wall or CPU time, 64 GiB of
+    memory, 4096 processes, 64 MiB of output, 4 GiB files and scratch, 65536 open files) is lowered
+    to it; whole-number limits are rounded up. Anything else (NaN, infinity, 0, a negative number, a
+    string, a bool) raises ``ValueError`` naming the field.
 
     Most limits apply per run, so a request may carry its own. ``scratch_mb`` (and, in docker, the
     container's memory and pids ceilings) are set when a worker starts, from the sandbox's limits.
@@ -50,10 +91,8 @@ class Limits:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value is not None and (
-                not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0
-            ):
-                raise ValueError(f"Limits.{field.name} must be a positive number or None, got {value!r}")
+            value = field.default if value is None else check_limit(field.name, value)
+            object.__setattr__(self, field.name, value)
 
     def replace(self, **changes: Any) -> "Limits":
         return dataclasses.replace(self, **changes)
@@ -63,12 +102,15 @@ class Limits:
 
     @classmethod
     def from_dict(cls, data: Optional[Mapping[str, Any]]) -> "Limits":
+        """Limits from a mapping (an env config, a JSON body); ``None`` gives the defaults."""
         if data is None:
             return cls()
         if isinstance(data, Limits):
             return data
+        if not isinstance(data, Mapping):
+            raise ValueError(f"limits must be a mapping of limit names to numbers, got {type(data).__name__}")
         known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(str(key) for key in set(data) - known)
         if unknown:
             raise ValueError(f"unknown limit(s) {unknown}; known limits are {sorted(known)}")
         return cls(**dict(data))
@@ -106,22 +148,54 @@ class RunRequest:
                 raise ValueError("RunRequest.command must not be empty")
         if not isinstance(self.stdin, (str, bytes)):
             raise TypeError(f"RunRequest.stdin must be str or bytes, got {type(self.stdin).__name__}")
-        for name, content in self.files.items():
-            if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
-                raise ValueError(
-                    f"RunRequest.files: {name!r} must be a relative path inside the scratch folder"
-                )
+        files: Dict[str, FileContent] = {}
+        for name, content in dict(self.files).items():
+            clean = relative_path("RunRequest.files", name)
+            if clean in files:
+                raise ValueError(f"RunRequest.files: {name!r} names the same file as another entry ({clean!r})")
             if not isinstance(content, (str, bytes)):
                 raise TypeError(
                     f"RunRequest.files[{name!r}] must be str or bytes, got {type(content).__name__}"
                 )
+            files[clean] = content
+        self.files = files
+        if isinstance(self.fetch_files, (str, bytes)) or not isinstance(self.fetch_files, (list, tuple)):
+            raise TypeError("RunRequest.fetch_files must be a list of relative paths")
+        fetch: List[str] = []
         for name in self.fetch_files:
-            if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
-                raise ValueError(
-                    f"RunRequest.fetch_files: {name!r} must be a relative path inside the scratch folder"
-                )
+            clean = relative_path("RunRequest.fetch_files", name)
+            if clean not in fetch:  # "a.txt", "./a.txt" and "x/../a.txt" are one file, fetched once
+                fetch.append(clean)
+        if len(fetch) > MAX_FETCH_FILES:
+            raise ValueError(
+                f"RunRequest.fetch_files names {len(fetch)} files; at most {MAX_FETCH_FILES} may be fetched"
+            )
+        self.fetch_files = fetch
+        if isinstance(self.argv, (str, bytes)) or not all(isinstance(arg, str) for arg in self.argv):
+            raise TypeError("RunRequest.argv must be a list of strings")
+        self.argv = list(self.argv)
         if isinstance(self.limits, Mapping):
             self.limits = Limits.from_dict(self.limits)
+        elif self.limits is not None and not isinstance(self.limits, Limits):
+            raise TypeError(f"RunRequest.limits must be Limits, a mapping or None, got {type(self.limits).__name__}")
+
+
+# At most this many files may be read back per run; each is cut to the output limit, and all of
+# them together to FETCH_TOTAL_FACTOR times it.
+MAX_FETCH_FILES = 64
+FETCH_TOTAL_FACTOR = 4
+
+
+def relative_path(what: str, name: Any) -> str:
+    """``name`` as a normalised path inside the scratch folder ("./a//b" -> "a/b"), or ValueError."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ValueError(f"{what}: {name!r} must be a non-empty relative path inside the scratch folder")
+    if name.startswith("/") or ".." in name.split("/"):
+        raise ValueError(f"{what}: {name!r} must be a relative path inside the scratch folder (no '/' start, no '..')")
+    clean = posixpath.normpath(name)
+    if clean in (".", "") or clean.startswith(("/", "../")) or clean == "..":
+        raise ValueError(f"{what}: {name!r} does not name a file inside the scratch folder")
+    return clean
 
 
 @dataclasses.dataclass

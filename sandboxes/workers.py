@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import queue
+import secrets
 import select
 import signal
 import struct
@@ -26,31 +27,55 @@ from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
 
 HEADER = struct.Struct(">I")
 SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text(encoding="utf-8")
-# Time the host allows beyond the program's own wall limit before it declares the worker hung.
-BACKSTOP_S = 10.0
+# Time the host allows beyond the program's own wall limit (for writing files, killing leftovers
+# and cleaning up) before it declares the worker hung and tears it down.
+BACKSTOP_S = 20.0
+# A reply larger than this is not one the supervisor can have meant: the worker is torn down.
+MAX_REPLY_JSON_BYTES = 1 << 20
+MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+
+
+CANCEL_POLL_S = 0.05
 
 
 class WorkerDied(RuntimeError):
     """The worker's channel closed or broke in the middle of a run."""
 
 
-def encode_request(request: RunRequest, limits: Limits) -> Dict[str, Any]:
-    def b64(data: Any) -> str:
-        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-        return base64.b64encode(raw).decode("ascii")
+class Cancelled(RuntimeError):
+    """The caller gave up on the run (a client that went away); the worker is torn down."""
 
+
+class ProtocolViolation(RuntimeError):
+    """The worker's reply is not the answer to the request just sent (wrong id, bad framing)."""
+
+
+def _b64(data: Any) -> str:
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def encode_request(request: RunRequest, limits: Limits, request_id: str) -> bytes:
+    """One request on the wire: a control object (id, limits, what to fetch, the payload's size) the
+    supervisor reads, then the payload (code or command, stdin, files, argv) that only the run's own
+    child reads."""
     payload: Dict[str, Any] = {
-        "stdin_b64": b64(request.stdin),
-        "files": {name: b64(content) for name, content in request.files.items()},
-        "limits": limits.to_dict(),
+        "stdin_b64": _b64(request.stdin),
+        "files": {name: _b64(content) for name, content in request.files.items()},
         "argv": list(request.argv),
-        "fetch_files": list(request.fetch_files),
     }
     if request.code is not None:
         payload["code"] = request.code
     else:
         payload["command"] = list(request.command or [])
-    return payload
+    body = json.dumps(payload).encode("utf-8")
+    control = {
+        "id": request_id,
+        "limits": limits.to_dict(),
+        "fetch_files": list(request.fetch_files),
+        "payload_bytes": len(body),
+    }
+    return frame(control) + body
 
 
 def frame(payload: Dict[str, Any]) -> bytes:
@@ -58,8 +83,18 @@ def frame(payload: Dict[str, Any]) -> bytes:
     return HEADER.pack(len(data)) + data
 
 
-def result_from_reply(reply: Dict[str, Any]) -> RunResult:
-    return RunResult.from_dict(reply)
+def refine_status(result: RunResult, limits: Limits) -> RunResult:
+    """The supervisor classifies without reading a program's output; the host looks at stderr."""
+    tail = result.stderr[-4096:]
+    if result.status == Status.ERROR:
+        if any(marker in tail for marker in MEMORY_MARKERS):
+            result.status, result.message = Status.MEMORY, f"memory limit of {limits.memory_mb} MB reached"
+        elif "File too large" in tail:
+            result.status = Status.OUTPUT_LIMIT
+            result.message = f"a written file went past {limits.file_size_mb} MB"
+    elif result.status == Status.SANDBOX_ERROR and tail.strip():
+        result.message = f"{result.message}: {tail.strip()[-500:]}"
+    return result
 
 
 class Channel(Protocol):
@@ -67,7 +102,9 @@ class Channel(Protocol):
 
     def send(self, data: bytes) -> None: ...
 
-    def recv_exact(self, size: int, deadline: Optional[float]) -> bytes: ...
+    def recv_exact(
+        self, size: int, deadline: Optional[float], cancel: Optional[threading.Event] = None
+    ) -> bytes: ...
 
     def kill(self, grace_s: float = 0.0) -> None: ...
 
@@ -112,12 +149,18 @@ class ProcessChannel:
         except (BrokenPipeError, OSError, ValueError) as exc:
             raise WorkerDied(f"could not send to the sandbox worker: {exc}; {self.stderr_tail()}") from None
 
-    def recv_exact(self, size: int, deadline: Optional[float]) -> bytes:
+    def recv_exact(
+        self, size: int, deadline: Optional[float], cancel: Optional[threading.Event] = None
+    ) -> bytes:
         chunks: List[bytes] = []
         while size:
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
                 raise TimeoutError("the sandbox worker did not answer in time")
+            if cancel is not None:
+                if cancel.is_set():
+                    raise Cancelled("the run was cancelled")
+                timeout = CANCEL_POLL_S if timeout is None else min(timeout, CANCEL_POLL_S)
             readable, _, _ = select.select([self._stdout_fd], [], [], timeout)
             if not readable:
                 continue
@@ -176,48 +219,122 @@ class ProcessChannel:
 
 
 class SupervisorWorker:
-    """One supervisor behind a channel: send a request, read its result, under a host-side deadline."""
+    """One supervisor behind a channel: send a request, read *its* result, under a host-side deadline.
+
+    Every request carries a fresh id that the reply must echo. A worker whose protocol state is
+    uncertain (no answer in time, a broken or malformed reply, a wrong id, a cancelled run, a
+    supervisor that says it could not clean up) is killed at once and never used again.
+    """
 
     def __init__(self, channel: Channel, startup_timeout_s: float = 30.0, expect_ready: bool = True) -> None:
         self.channel = channel
         self.runs = 0
+        self.broken = False
         if expect_ready:
-            hello = self._recv(time.monotonic() + startup_timeout_s)
+            hello = self._recv_json(time.monotonic() + startup_timeout_s, None)
             if not hello.get("ready"):
                 raise WorkerDied(f"the sandbox worker sent {hello!r} instead of its ready message")
 
-    def _recv(self, deadline: Optional[float]) -> Dict[str, Any]:
-        header = self.channel.recv_exact(HEADER.size, deadline)
-        body = self.channel.recv_exact(HEADER.unpack(header)[0], deadline)
-        return json.loads(body.decode("utf-8"))
-
-    def run(self, request: RunRequest, limits: Limits) -> RunResult:
-        started = time.monotonic()
-        deadline = None if limits.wall_s is None else started + limits.wall_s + BACKSTOP_S
+    def _recv_json(self, deadline: Optional[float], cancel: Optional[threading.Event]) -> Dict[str, Any]:
+        (size,) = HEADER.unpack(self.channel.recv_exact(HEADER.size, deadline, cancel))
+        if size > MAX_REPLY_JSON_BYTES:
+            raise ProtocolViolation(f"a reply header announced {size} bytes")
         try:
-            self.channel.send(frame(encode_request(request, limits)))
-            reply = self._recv(deadline)
+            data = json.loads(self.channel.recv_exact(size, deadline, cancel).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolViolation(f"a reply that is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ProtocolViolation("a reply that is not a JSON object")
+        return data
+
+    def _read_reply(
+        self, request_id: str, limits: Limits, deadline: Optional[float], cancel: Optional[threading.Event]
+    ) -> RunResult:
+        reply = self._recv_json(deadline, cancel)
+        if reply.get("id") != request_id:
+            raise ProtocolViolation(
+                f"the reply answers request {reply.get('id')!r}, not {request_id!r}"
+            )
+        ceiling = (limits.output_bytes or 0) + 1
+        sizes = [reply.get("stdout_bytes"), reply.get("stderr_bytes")]
+        files = reply.get("files") or []
+        try:
+            files = [(str(name), int(size)) for name, size in files]
+        except (TypeError, ValueError):
+            raise ProtocolViolation("a reply with a malformed file list") from None
+        for size in sizes + [size for _, size in files]:
+            if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= ceiling:
+                raise ProtocolViolation(f"a reply announcing {size!r} bytes of output")
+        stdout = self.channel.recv_exact(sizes[0], deadline, cancel) if sizes[0] else b""
+        stderr = self.channel.recv_exact(sizes[1], deadline, cancel) if sizes[1] else b""
+        fetched = {}
+        for name, size in files:
+            fetched[name] = base64.b64encode(self.channel.recv_exact(size, deadline, cancel) if size else b"")
+        known = {"status", "exit_code", "stdout_truncated", "stderr_truncated", "wall_time_s",
+                 "cpu_time_s", "signal", "message"}
+        values = {key: reply[key] for key in known if key in reply}
+        try:
+            result = RunResult.from_dict(values)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolViolation(f"a reply with bad fields: {exc}") from None
+        result.stdout = stdout.decode("utf-8", "replace")
+        result.stderr = stderr.decode("utf-8", "replace")
+        result.files = {name: data.decode("ascii") for name, data in fetched.items()}
+        if reply.get("retire"):
+            self.broken = True  # the supervisor could not clean up: it has exited, retire the worker
+        return refine_status(result, limits)
+
+    def run(
+        self, request: RunRequest, limits: Limits, cancel: Optional[threading.Event] = None
+    ) -> RunResult:
+        if self.broken:
+            return RunResult.sandbox_error("this sandbox worker was retired")
+        started = time.monotonic()
+        deadline = started + (limits.wall_s or 10.0) + BACKSTOP_S
+        request_id = secrets.token_hex(12)
+        self.runs += 1
+        failure: Optional[RunResult] = None
+        try:
+            self.channel.send(encode_request(request, limits, request_id))
+            result = self._read_reply(request_id, limits, deadline, cancel)
         except TimeoutError:
-            self.channel.kill()
-            return RunResult(
+            failure = RunResult(
                 status=Status.TIMEOUT,
                 wall_time_s=time.monotonic() - started,
                 message="the sandbox stopped answering; it was torn down",
             )
         except WorkerDied as exc:
-            self.channel.kill()
-            return RunResult(
+            failure = RunResult(
                 status=Status.KILLED,
                 wall_time_s=time.monotonic() - started,
                 message=f"the sandbox was torn down during the run: {exc}",
             )
-        self.runs += 1
-        return result_from_reply(reply)
+        except Cancelled:
+            failure = RunResult.sandbox_error(
+                "the run was cancelled; its sandbox was torn down", wall_time_s=time.monotonic() - started
+            )
+        except BaseException as exc:  # ProtocolViolation, or anything else: the stream is in an unknown state
+            failure = RunResult.sandbox_error(
+                f"the sandbox worker broke the protocol ({type(exc).__name__}: {exc}); it was torn down",
+                wall_time_s=time.monotonic() - started,
+            )
+            if not isinstance(exc, Exception):
+                self.broken = True
+                self.channel.kill()
+                raise
+        if failure is not None:
+            self.broken = True
+            self.channel.kill()
+            return failure
+        if self.broken:
+            self.channel.kill(grace_s=1.0)
+        return result
 
     def alive(self) -> bool:
-        return self.channel.alive()
+        return not self.broken and self.channel.alive()
 
     def kill(self, grace_s: float = 0.0) -> None:
+        self.broken = True
         self.channel.kill(grace_s)
 
 
@@ -341,13 +458,19 @@ class WarmPool:
             if not self._closed:
                 self._spawn_async()
 
-    def run(self, request: RunRequest, limits: Limits, acquire_timeout_s: float = 120.0) -> RunResult:
+    def run(
+        self,
+        request: RunRequest,
+        limits: Limits,
+        acquire_timeout_s: float = 120.0,
+        cancel: Optional[threading.Event] = None,
+    ) -> RunResult:
         try:
             worker = self._acquire(acquire_timeout_s)
         except (RuntimeError, TimeoutError) as exc:
             return RunResult.sandbox_error(str(exc))
         try:
-            return worker.run(request, limits)
+            return worker.run(request, limits, cancel)
         finally:
             self._release(worker)
 
