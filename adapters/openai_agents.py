@@ -18,6 +18,7 @@ callable; :func:`chat_completions_agent` makes one from an OpenAI-compatible cli
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 import skyrl_gym
 from skyrl_gym.core import Env
 from skyrl_gym.data import row_extras, validate_row
+from skyrl_gym.episode import BasePolicy, EnvCallError, EpisodeEnd, StepRecord, make_env_factory, resolve_max_turns
+from skyrl_gym.episode import Episode as EpisodeRecord
+from skyrl_gym.episode import run_episode as drive_episode
+from skyrl_gym.episode import run_sync
 
 Message = Dict[str, Any]
 Agent = Callable[[List[Message], List[Dict[str, Any]]], Any]
@@ -122,7 +127,8 @@ class EnvChatSession:
         self.tools: List[Dict[str, Any]] = list(schemas()) if callable(schemas) else []
         env_formatter = getattr(unwrapped, "tool_call_to_action", None)
         self.tool_call_to_action = tool_call_to_action or env_formatter or default_tool_call_to_action
-        self.max_turns = max_turns if max_turns is not None else getattr(unwrapped, "max_turns", None)
+        env_max_turns = None if getattr(unwrapped, "max_turns_is_default", False) else getattr(unwrapped, "max_turns", None)
+        self.max_turns = resolve_max_turns(None, env_max_turns, max_turns)
         self.rewards: List[float] = []
         self.done = False
         self.env_done = False  # the env itself ended the episode (not the turn cap)
@@ -193,7 +199,7 @@ class Episode:
     messages: List[Message]
     rewards: List[float]
     done: bool
-    stop: str  # "env_done" | "max_turns" | "error"
+    stop: str  # an EpisodeEnd value: "env_done" | "max_turns" | "error"
     error: Optional[str] = None
 
     @property
@@ -205,35 +211,84 @@ class Episode:
         return len(self.rewards)
 
 
-def run_episode(
+class ChatAgentPolicy(BasePolicy):
+    """The episode driver's policy for an agent written against the chat API: ``agent(messages, tools)`` answers
+    with an assistant message; its tool calls become the env's action text, and the env's observations come back
+    as ``tool`` messages answering them."""
+
+    def __init__(self, agent: Agent, tool_call_to_action: Optional[Callable[[str, Any], str]] = None) -> None:
+        self.agent = agent
+        self.tool_call_to_action = tool_call_to_action
+        self.env: Optional[Env] = None  # set by make_env, before start()
+        self.tools: List[Dict[str, Any]] = []
+        self.messages: List[Message] = []
+        self._pending: Optional[Message] = None
+
+    async def start(self, episode: EpisodeRecord) -> Optional[EpisodeEnd]:
+        unwrapped = getattr(self.env, "unwrapped", self.env)
+        schemas = getattr(unwrapped, "tool_schemas", None)  # BaseTextEnv has tools; a bare Env need not
+        self.tools = list(schemas()) if callable(schemas) else []
+        self.tool_call_to_action = (self.tool_call_to_action or getattr(unwrapped, "tool_call_to_action", None)
+                                    or default_tool_call_to_action)
+        self.messages = [dict(m) for m in episode.prompt]
+        return None
+
+    async def act(self, episode: EpisodeRecord) -> Union[str, EpisodeEnd]:
+        try:
+            reply = self.agent([dict(m) for m in self.messages], list(self.tools))
+            if inspect.isawaitable(reply):
+                reply = await reply
+            self._pending = normalize_assistant_message(reply)
+        except Exception as exc:  # the agent's failure ends this episode only
+            raise EnvCallError("agent", exc) from exc
+        return assistant_message_to_action(self._pending, self.tool_call_to_action)
+
+    async def observe(self, episode: EpisodeRecord, step: StepRecord) -> Optional[EpisodeEnd]:
+        message, self._pending = self._pending, None
+        assert message is not None, "observe() without act()"
+        self.messages.append(message)
+        self.messages.extend(EnvChatSession._answer_calls(message.get("tool_calls") or [], step.observations))
+        return None
+
+
+async def arun_episode(
     agent: Agent,
-    row_or_session: Union[Mapping[str, Any], EnvChatSession],
+    row: Mapping[str, Any],
     max_turns: Optional[int] = None,
     env_config: Any = None,
+    env_id: Optional[str] = None,
 ) -> Episode:
-    """Play one episode: ``agent(messages, tools)`` answers until the env is done or ``max_turns`` is reached.
+    """Play one episode of the row's env with ``agent`` through the episode driver (``agent`` may be async).
 
-    An agent or env error ends the episode with ``stop="error"`` and the error text; nothing is raised.
+    The turn limit is the row's ``max_turns``, else the env's own, capped by ``max_turns``. An agent or env error
+    ends the episode with ``stop="error"`` and the error text; nothing is raised.
     """
-    session = (
-        row_or_session
-        if isinstance(row_or_session, EnvChatSession)
-        else EnvChatSession.from_row(row_or_session, env_config=env_config, max_turns=max_turns)
-    )
-    if max_turns is not None:
-        session.max_turns = max_turns
-    stop, error = "env_done", None
-    try:
-        while not session.done:
-            reply = agent([dict(m) for m in session.messages], list(session.tools))
-            session.step(reply)
-        if not session.env_done:
-            stop = "max_turns"
-    except Exception as exc:
-        stop, error = "error", f"{type(exc).__name__}: {exc}"
-    finally:
-        session.close()
-    return Episode(session.messages, list(session.rewards), session.done, stop, error)
+    row = validate_row(dict(row), require_env_class=env_id is None)
+    env_class = env_id or row["env_class"]
+    extras = row_extras(row)
+    policy = ChatAgentPolicy(agent)
+    make = make_env_factory(env_class, env_config, extras)
+
+    def make_env() -> Env:
+        policy.env = make()
+        return policy.env
+
+    record = await drive_episode(make_env, row["prompt"], policy, env_class=env_class, max_turns_cap=max_turns,
+                               row_max_turns=extras.get("max_turns"))
+    end = record.end or EpisodeEnd.ERROR
+    messages = policy.messages or [dict(m) for m in row["prompt"]]
+    return Episode(messages, record.rewards, end is not EpisodeEnd.ERROR, end.value, record.error)
+
+
+def run_episode(
+    agent: Agent,
+    row: Mapping[str, Any],
+    max_turns: Optional[int] = None,
+    env_config: Any = None,
+    env_id: Optional[str] = None,
+) -> Episode:
+    """:func:`arun_episode` from sync code."""
+    return run_sync(arun_episode(agent, row, max_turns=max_turns, env_config=env_config, env_id=env_id))
 
 
 def chat_completions_agent(client: Any, model: str, **create_kwargs: Any) -> Agent:
@@ -253,8 +308,10 @@ def chat_completions_agent(client: Any, model: str, **create_kwargs: Any) -> Age
 
 
 __all__ = [
+    "ChatAgentPolicy",
     "EnvChatSession",
     "Episode",
+    "arun_episode",
     "StepResult",
     "assistant_message_to_action",
     "chat_completions_agent",

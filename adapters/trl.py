@@ -29,10 +29,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import skyrl_gym
+from skyrl_gym.episode import EpisodeEnd, ScriptedPolicy, make_env_factory, run_episode, run_sync
 from skyrl_gym.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def env_reward(
         skyrl_gym.spec(env_id)  # unknown ids fail here, with the registry's suggestion, not mid-training
 
     def reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> List[Optional[float]]:
-        rewards: List[Optional[float]] = []
+        episodes = []
         for i, completion in enumerate(completions):
             columns = _row_columns(kwargs, i)
             row_env = env_id or columns.get("env_class")
@@ -106,23 +106,31 @@ def env_reward(
                 raise DataError(f"env_reward(): dataset row {i} has no 'env_class' column; pass env_reward('<env id>')")
             extras = _extras_for(columns, i, row_env)
             config = env_config if env_config is not None else (env_configs or {}).get(row_env)
-            env = skyrl_gym.make(row_env, env_config=config, extras=extras)
-            try:
-                prompt = prompts[i] if isinstance(prompts[i], list) else [{"role": "user", "content": str(prompts[i])}]
-                env.init([dict(m) for m in prompt])
-                rewards.append(float(env.step(completion_text(completion))["reward"]))
-            except DataError:
-                raise
-            except Exception as exc:
-                logger.warning("env %r raised while scoring completion %d: %s: %s", row_env, i, type(exc).__name__, exc)
+            prompt = prompts[i] if isinstance(prompts[i], list) else [{"role": "user", "content": str(prompts[i])}]
+            # One turn: the completion TRL generated, scored by the env (the episode stops after it).
+            episodes.append(run_episode(
+                make_env_factory(row_env, config, extras), prompt, ScriptedPolicy(completion_text(completion), repeat_last=False),
+                env_class=row_env, row_max_turns=extras.get("max_turns"),
+            ))
+        results = run_sync(_gather(episodes))
+        rewards: List[Optional[float]] = []
+        for i, episode in enumerate(results):
+            if isinstance(episode.exception, DataError):
+                raise episode.exception  # a row the env cannot read: fix the data, not one sample
+            if episode.end is EpisodeEnd.ERROR or not episode.steps:
+                logger.warning("env %r raised while scoring completion %d: %s", episode.env_class, i, episode.error)
                 rewards.append(None)
-            finally:
-                env.close()
+            else:
+                rewards.append(episode.steps[0].reward)
         return rewards
 
     reward.__name__ = f"{env_id or 'skyrl_gym'}_reward"
     reward.__qualname__ = reward.__name__
     return reward
+
+
+async def _gather(coroutines: List[Any]) -> List[Any]:
+    return list(await asyncio.gather(*coroutines))
 
 
 def episode_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> List[Optional[float]]:
@@ -153,28 +161,6 @@ def prompt_key(prompt: Any) -> str:
     return json.dumps(messages, sort_keys=True, ensure_ascii=False)
 
 
-def _run_coroutine(coroutine: Any) -> Any:
-    """Run a coroutine to completion from sync code, also when the caller's thread already runs a loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    result: Dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result["value"] = asyncio.run(coroutine)
-        except BaseException as exc:  # re-raised in the caller's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=target, name="skyrl-gym-trl-rollout")
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
-
-
 def rollout_episodes(
     rows: Sequence[Mapping[str, Any]],
     engine: Any,
@@ -197,7 +183,7 @@ def rollout_episodes(
         RolloutConfig(max_turns=max_turns, sampling_params=dict(sampling_params), env_configs=dict(env_configs or {})),
     )
     try:
-        trajectories = _run_coroutine(generator.run_rows([dict(row) for row in rows]))
+        trajectories = run_sync(generator.run_rows([dict(row) for row in rows]))
     finally:
         generator.close()
     for trajectory in trajectories:

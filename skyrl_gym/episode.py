@@ -50,7 +50,9 @@ class EpisodeEnd(str, enum.Enum):
 
 
 class EnvCallError(Exception):
-    """An env call (``make``, ``init``, ``step``, ``get_metrics``) failed; ends only its own episode."""
+    """An env call (``make``, ``init``, ``step``, ``get_metrics``) failed, or a policy hook failed in a way that
+    concerns only this episode (an agent that raised, a prompt the chat template cannot render): ends only its own
+    episode, with ``method`` naming what failed."""
 
     def __init__(self, method: str, error: BaseException) -> None:
         super().__init__(f"{method}: {type(error).__name__}: {error}")
@@ -105,6 +107,7 @@ class Episode:
     end: Optional[EpisodeEnd] = None
     error: Optional[str] = None
     error_method: Optional[str] = None
+    exception: Optional[BaseException] = field(default=None, repr=False)  # what the failing call raised
     close_error: Optional[str] = None
     env_metrics: Dict[str, Any] = field(default_factory=dict)
     env_seconds: float = 0.0
@@ -159,14 +162,18 @@ class BasePolicy:
 
 
 class ScriptedPolicy(BasePolicy):
-    """Plays fixed actions in order (the last one again once they run out): tests, the checker, the CLI."""
+    """Plays fixed actions in order: reward functions, tests, the checker. Once they run out it plays the last one
+    again (``repeat_last=True``) or stops the episode as ``ABORTED``."""
 
-    def __init__(self, actions: Union[str, List[str]]) -> None:
+    def __init__(self, actions: Union[str, List[str]], repeat_last: bool = True) -> None:
         self.actions = [actions] if isinstance(actions, str) else list(actions)
         if not self.actions:
             raise ValueError("ScriptedPolicy needs at least one action")
+        self.repeat_last = repeat_last
 
     async def act(self, episode: Episode) -> Union[str, EpisodeEnd]:
+        if episode.num_turns >= len(self.actions) and not self.repeat_last:
+            return EpisodeEnd.ABORTED
         return self.actions[min(episode.num_turns, len(self.actions) - 1)]
 
 
@@ -262,6 +269,7 @@ async def run_episode(
         episode.env_metrics = dict(await caller.call("get_metrics", _metrics_of, env) or {})
     except EnvCallError as exc:
         episode.end, episode.error, episode.error_method = EpisodeEnd.ERROR, str(exc), exc.method
+        episode.exception = exc.error
     finally:
         if env is not None:
             try:

@@ -256,13 +256,13 @@ class OpenAIAdapter:
         return {"role": "assistant", "content": text, "tool_calls": calls}
 
     def run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference]) -> List[Run]:
-        from skygym_adapters.openai_agents import EnvChatSession, run_episode
+        from skygym_adapters.openai_agents import run_episode
 
         runs = []
         for case in cases:
             actions = iter(case.actions)
-            session = EnvChatSession.from_row(copy.deepcopy(case.row), env_config=copy.deepcopy(case.env_config))
-            episode = run_episode(lambda messages, tools: self.as_message(next(actions)), session)
+            episode = run_episode(lambda messages, tools: self.as_message(next(actions)), copy.deepcopy(case.row),
+                                  env_config=copy.deepcopy(case.env_config))
             runs.append(
                 Run(turn_rewards=list(episode.rewards), total_reward=episode.total_reward, turns=episode.turns,
                     error=episode.error)

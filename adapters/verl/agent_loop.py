@@ -22,20 +22,32 @@ file instead: ``actor_rollout_ref.rollout.agent.agent_loop_config_path=examples/
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any, Dict, List, Mapping, Optional
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Mapping, Optional, Union
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-import skyrl_gym
 from skyrl_gym.data import row_extras
+from skyrl_gym.episode import (
+    BasePolicy,
+    EnvCaller,
+    Episode,
+    EpisodeEnd,
+    StepRecord,
+    make_env_factory,
+    run_episode,
+)
 
 from skygym_adapters.verl.reward import ENV_CLASS_KEY, EPISODE_REWARD_KEY
 from skygym_adapters.verl.rows import AGENT_NAME, verl_to_row
 
 logger = logging.getLogger(__name__)
+
+# One pool for the blocking env calls of every episode of this worker process.
+_DEFAULT_EXECUTOR = ThreadPoolExecutor(max_workers=32, thread_name_prefix="skyrl-gym-verl-env")
 
 
 def _plain_config(value: Any) -> Any:
@@ -79,146 +91,129 @@ class SkyRLGymAgentLoop(AgentLoopBase):
         self.response_length: int = int(self.rollout_config.response_length)
         self.max_tokens_per_turn: Optional[int] = int(max_tokens_per_turn) if max_tokens_per_turn else None
 
-    async def _env_call(self, fn: Any, *args: Any) -> Any:
-        """Env calls may block (SQL, sandboxes, HTTP): run them off the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-
     async def run(self, sampling_params: Dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        metrics: Dict[str, Any] = {"generate_sequences": 0.0, "tool_calls": 0.0}
-        turn_rewards: List[float] = []
-        turn_reward_positions: List[int] = []
-        error: Optional[str] = None
-        stop = "env_done"
-        env = None
-        request_id = uuid4().hex
         env_class = str(kwargs.get("env_class") or "?")
-        messages: List[Dict[str, Any]] = [dict(m) for m in (kwargs.get("raw_prompt") or kwargs.get("prompt") or [])]
-
-        try:  # a bad row or a broken env ends this episode only, never veRL's batch
+        prompt: List[Dict[str, Any]] = [dict(m) for m in (kwargs.get("raw_prompt") or kwargs.get("prompt") or [])]
+        policy = _VerlPolicy(self, sampling_params)
+        try:  # a bad row ends this episode only, never veRL's batch
             row = verl_to_row(kwargs)
-            env_class = row["env_class"]
-            messages = [dict(m) for m in row["prompt"]]
-            env = await self._env_call(
-                lambda: skyrl_gym.make(env_class, env_config=self.env_configs.get(env_class), extras=row_extras(row))
-            )
-            observation, _info = await self._env_call(env.init, messages)
-            messages = [dict(m) for m in observation]
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            logger.warning("skyrl_gym env %r failed to start: %s", env_class, error)
-
-        prompt_ids = await self.ct_build_initial_tokens(messages)
-        runtime_ids: List[int] = list(prompt_ids)
-        response_mask: List[int] = []
-        response_logprobs: Optional[List[float]] = None
-        assistant_turns = 0
-        observation_turns = 0
-        env_max_turns = getattr(env, "max_turns", None) if env is not None else None
-        turn_cap = min(c for c in (env_max_turns, self.max_turns_cap) if c) if (env_max_turns or self.max_turns_cap) else None
-
-        while env is not None and error is None:
-            budget = self.response_length - len(response_mask)
-            if budget <= 0:
-                stop = "response_length"
-                break
-            if self.max_tokens_per_turn is not None:
-                budget = min(budget, self.max_tokens_per_turn)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            output = await self.server_manager.generate(
-                request_id=request_id, prompt_ids=runtime_ids, sampling_params={**sampling_params, "max_tokens": budget}
+            episode = Episode(env_class=env_class, end=EpisodeEnd.ERROR, error=f"row: {type(exc).__name__}: {exc}")
+            logger.warning("skyrl_gym row for env %r is unusable: %s", env_class, episode.error)
+        else:
+            env_class, prompt = row["env_class"], [dict(m) for m in row["prompt"]]
+            extras = row_extras(row)
+            episode = await run_episode(
+                make_env_factory(env_class, self.env_configs.get(env_class), extras), prompt, policy,
+                env_class=env_class, max_turns_cap=self.max_turns_cap, row_max_turns=extras.get("max_turns"),
+                caller=EnvCaller(_DEFAULT_EXECUTOR),  # env calls may block (SQL, sandboxes, HTTP): off the loop
             )
-            metrics["generate_sequences"] += loop.time() - started
-            wants_logprobs = bool(output.log_probs) or response_logprobs is not None
-            merge, response_mask, merged_logprobs = await self.ct_merge_assistant_token(
-                runtime_ids,
-                output.token_ids,
-                response_mask,
-                (response_logprobs or []) if wants_logprobs else None,
-                assistant_logprobs=output.log_probs or None,
-            )
-            runtime_ids = merge.token_ids
-            if merged_logprobs is not None:
-                response_logprobs = merged_logprobs
-            assistant_turns += 1
-            action = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
-            messages.append({"role": "assistant", "content": action})
-            started = loop.time()
-            try:
-                step = await self._env_call(env.step, action)
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                logger.warning("skyrl_gym env %r raised in step: %s", env_class, error)
-                break
-            finally:
-                metrics["tool_calls"] += loop.time() - started
-            turn_rewards.append(float(step["reward"]))
-            turn_reward_positions.append(len(response_mask) - 1)
-            if step["done"]:
-                break
-            if output.stop_reason == "aborted":
-                stop = "aborted"
-                break
-            if turn_cap is not None and assistant_turns >= turn_cap:
-                stop = "max_turns"
-                break
-            new_messages = [dict(m) for m in step.get("observations") or []]
-            if not new_messages:
-                # Nothing to say back: the chat has no next turn to open, so the episode ends here.
-                stop = "no_observation"
-                break
-            previous = list(messages)
-            messages.extend(new_messages)
-            observation_turns += 1
-            merge, merged_mask, merged_logprobs = await self.ct_merge_context_msg(
-                previous, messages, runtime_ids, response_mask, response_logprobs
-            )
-            if len(merged_mask) >= self.response_length:
-                stop = "response_length"
-                break
-            runtime_ids, response_mask = merge.token_ids, merged_mask
-            if response_logprobs is not None:
-                response_logprobs = merged_logprobs or []
+            if episode.error:
+                logger.warning("skyrl_gym env %r ended with an error: %s", env_class, episode.error)
+        if policy.prompt_ids is None:  # the episode never started: still hand veRL a (masked-out) sample
+            await policy.start(Episode(env_class=env_class, prompt=prompt))
+        return policy.output(episode, env_class, sampling_params)
 
-        env_metrics: Dict[str, Any] = {}
-        if env is not None:
-            try:
-                env_metrics = dict(env.get_metrics() or {}) if hasattr(env, "get_metrics") else {}
-            except Exception as exc:
-                env_metrics = {"metrics_error": f"{type(exc).__name__}: {exc}"}
-            try:
-                await self._env_call(env.close)
-            except Exception as exc:
-                logger.warning("skyrl_gym env %r raised in close: %s", env_class, exc)
 
-        episode_reward = 0.0 if error else float(sum(turn_rewards))
-        n_response = len(response_mask)
-        response_ids = runtime_ids[len(runtime_ids) - n_response :] if n_response else []
-        final_prompt_ids = runtime_ids[: len(runtime_ids) - n_response]
-        kept = min(n_response, self.response_length)
+class _VerlPolicy(BasePolicy):
+    """The model's side of an episode through veRL's server manager, with veRL's own token bookkeeping
+    (``ct_build_initial_tokens`` / ``ct_merge_assistant_token`` / ``ct_merge_context_msg``)."""
+
+    def __init__(self, loop: SkyRLGymAgentLoop, sampling_params: Dict[str, Any]) -> None:
+        self.loop = loop
+        self.sampling_params = sampling_params
+        self.request_id = uuid4().hex
+        self.prompt_ids: Optional[List[int]] = None
+        self.runtime_ids: List[int] = []
+        self.response_mask: List[int] = []
+        self.response_logprobs: Optional[List[float]] = None
+        self.turn_reward_positions: List[int] = []
+        self.observation_turns = 0
+        self.aborted = False
+        self.metrics: Dict[str, Any] = {"generate_sequences": 0.0, "tool_calls": 0.0}
+
+    async def start(self, episode: Episode) -> Optional[EpisodeEnd]:
+        self.prompt_ids = list(await self.loop.ct_build_initial_tokens([dict(m) for m in episode.prompt]))
+        self.runtime_ids = list(self.prompt_ids)
+        return None
+
+    async def act(self, episode: Episode) -> Union[str, EpisodeEnd]:
+        budget = self.loop.response_length - len(self.response_mask)
+        if budget <= 0:
+            return EpisodeEnd.LENGTH
+        if self.loop.max_tokens_per_turn is not None:
+            budget = min(budget, self.loop.max_tokens_per_turn)
+        started = time.perf_counter()
+        output = await self.loop.server_manager.generate(
+            request_id=self.request_id, prompt_ids=self.runtime_ids,
+            sampling_params={**self.sampling_params, "max_tokens": budget},
+        )
+        self.metrics["generate_sequences"] += time.perf_counter() - started
+        wants_logprobs = bool(output.log_probs) or self.response_logprobs is not None
+        merge, self.response_mask, merged_logprobs = await self.loop.ct_merge_assistant_token(
+            self.runtime_ids, output.token_ids, self.response_mask,
+            (self.response_logprobs or []) if wants_logprobs else None,
+            assistant_logprobs=output.log_probs or None,
+        )
+        self.runtime_ids = merge.token_ids
+        if merged_logprobs is not None:
+            self.response_logprobs = merged_logprobs
+        self.aborted = output.stop_reason == "aborted"
+        return self.loop.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+
+    async def observe(self, episode: Episode, step: StepRecord) -> Optional[EpisodeEnd]:
+        self.turn_reward_positions.append(len(self.response_mask) - 1)
+        if step.done:
+            return None
+        if self.aborted:
+            return EpisodeEnd.ABORTED
+        if episode.max_turns is not None and episode.num_turns >= episode.max_turns:
+            return None  # the driver ends the episode at the turn limit: nothing more will be generated
+        if not step.observations:
+            return EpisodeEnd.ABORTED  # nothing to say back: the chat has no next turn to open
+        previous = episode.messages[: len(episode.messages) - len(step.observations)]
+        self.observation_turns += 1
+        merge, merged_mask, merged_logprobs = await self.loop.ct_merge_context_msg(
+            previous, list(episode.messages), self.runtime_ids, self.response_mask, self.response_logprobs
+        )
+        if len(merged_mask) >= self.loop.response_length:
+            return EpisodeEnd.LENGTH
+        self.runtime_ids, self.response_mask = merge.token_ids, merged_mask
+        if self.response_logprobs is not None:
+            self.response_logprobs = merged_logprobs or []
+        return None
+
+    def output(self, episode: Episode, env_class: str, sampling_params: Dict[str, Any]) -> AgentLoopOutput:
+        response_length = self.loop.response_length
+        n_response = len(self.response_mask)
+        response_ids = self.runtime_ids[len(self.runtime_ids) - n_response :] if n_response else []
+        final_prompt_ids = self.runtime_ids[: len(self.runtime_ids) - n_response]
+        kept = min(n_response, response_length)
         extra_fields = {
-            "turn_scores": list(turn_rewards),
+            "turn_scores": list(episode.rewards),
             "tool_rewards": [],
-            "turn_reward_positions": [p for p in turn_reward_positions if p < kept],
-            "assistant_turns": assistant_turns,
-            "stop": "error" if error else stop,
-            EPISODE_REWARD_KEY: episode_reward,
+            "turn_reward_positions": [p for p in self.turn_reward_positions if p < kept],
+            "assistant_turns": episode.num_turns,
+            "stop": (episode.end or EpisodeEnd.ERROR).value,
+            EPISODE_REWARD_KEY: episode.total_reward,
             ENV_CLASS_KEY: env_class,
-            "skyrl_gym_error": error,
-            "skyrl_gym_env_metrics": env_metrics,
+            "skyrl_gym_error": episode.error,
+            "skyrl_gym_env_metrics": episode.env_metrics,
         }
+        self.metrics["tool_calls"] = episode.env_seconds
         return AgentLoopOutput(
             prompt_ids=final_prompt_ids,
             response_ids=response_ids[:kept],
-            response_mask=response_mask[:kept],
+            response_mask=self.response_mask[:kept],
             # veRL stacks logprobs over the batch: a sample that generated nothing still needs a (empty) list.
             response_logprobs=(
-                response_logprobs[:kept] if response_logprobs is not None else ([] if sampling_params.get("logprobs") else None)
+                self.response_logprobs[:kept] if self.response_logprobs is not None
+                else ([] if sampling_params.get("logprobs") else None)
             ),
-            reward_score=episode_reward,
+            reward_score=episode.total_reward,
             # veRL counts chat turns: the prompt, each assistant turn and each observation turn.
-            num_turns=1 + assistant_turns + observation_turns,
-            metrics=metrics,
+            num_turns=1 + episode.num_turns + self.observation_turns,
+            metrics=self.metrics,
             extra_fields=extra_fields,
         )
 

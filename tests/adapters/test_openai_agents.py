@@ -102,8 +102,9 @@ def test_run_episode_with_an_agent_function(calculator_row):
 def test_an_agent_that_never_answers_stops_at_max_turns_and_a_crash_is_reported(calculator_row):
     episode = run_episode(lambda m, t: {"role": "assistant", "content": "hmm"}, calculator_row)
     assert episode.turns == 3 and episode.total_reward == 0.0 and episode.done
+    # The cap becomes the env's own max_turns (the driver tells the env), so the env itself ends turn 2.
     capped = run_episode(lambda m, t: {"role": "assistant", "content": "hmm"}, calculator_row, max_turns=2)
-    assert capped.turns == 2 and capped.stop == "max_turns"
+    assert capped.turns == 2 and capped.stop == "env_done"
 
     def broken(messages, tools):
         raise ConnectionError("endpoint down")
@@ -172,3 +173,20 @@ def test_the_openai_client_against_an_http_endpoint(calculator_row):
     first, second = _ScriptedChatServer.requests[-2:]
     assert first["tools"][0]["function"]["name"] == "multiply" and first["temperature"] == 0.0
     assert second["messages"][-1] == {"role": "tool", "tool_call_id": "call_x", "content": "42"}
+
+
+def test_an_env_without_a_turn_limit_of_its_own_is_truncated_at_the_cap():
+    import skyrl_gym
+    from skyrl_gym import BaseTextEnv, StepOutput
+
+    class Chatty(BaseTextEnv):  # never done, never sets max_turns
+        def step(self, action):
+            return StepOutput(observations=[{"role": "user", "content": "more"}], reward=0.5, done=False, metadata={})
+
+    skyrl_gym.register("test_openai_chatty", entry_point=Chatty)
+    try:
+        row = {"prompt": [{"role": "user", "content": "talk"}], "env_class": "test_openai_chatty"}
+        episode = run_episode(lambda m, t: {"role": "assistant", "content": "hi"}, row, max_turns=3)
+        assert episode.turns == 3 and episode.stop == "max_turns" and episode.total_reward == 1.5
+    finally:
+        skyrl_gym.deregister("test_openai_chatty")
