@@ -21,6 +21,8 @@ from tests.tool_env_support import build_sample_databases
 
 TIMEOUT_S = 1.0
 LIMITS = dataclasses.replace(QueryLimits(), timeout_s=TIMEOUT_S)
+# Attacks that must hit a size limit get more time, so a loaded machine cannot turn them into timeouts.
+SIZE_TIMEOUT_S = 5.0
 ONE_GB = 1024 ** 3
 
 
@@ -72,8 +74,12 @@ def _peak_rss_bytes(pid: int) -> int:
     raise AssertionError(f"/proc/{pid}/status has no VmHWM line")
 
 
-def _check_stopped(result: QueryResult, limit: str, elapsed: float) -> None:
-    assert elapsed < 10 * TIMEOUT_S, f"took {elapsed:.1f} s with a {TIMEOUT_S} s timeout"
+def _limits_for(limit: str, base: QueryLimits = LIMITS) -> QueryLimits:
+    return base if limit == "timeout_s" else dataclasses.replace(base, timeout_s=SIZE_TIMEOUT_S)
+
+
+def _check_stopped(result: QueryResult, limit: str, elapsed: float, timeout_s: float = TIMEOUT_S) -> None:
+    assert elapsed < 10 * timeout_s, f"took {elapsed:.1f} s with a {timeout_s} s timeout"
     assert not result.ok, f"the query was not stopped: {result.row_count} rows"
     assert result.error.startswith("query stopped:") and f"(limit {limit})" in result.error, result.error
 
@@ -82,8 +88,9 @@ def _check_stopped(result: QueryResult, limit: str, elapsed: float) -> None:
 def test_attack_in_a_tool_worker_is_stopped_and_the_worker_stays_small_and_usable(retail_db, worker, name, sql, limit):
     pid_before = worker.submit(os.getpid).result()
     start = time.monotonic()
-    result = worker.submit(run_read_only_query, retail_db, sql, LIMITS).result(timeout=60)
-    _check_stopped(result, limit, time.monotonic() - start)
+    limits = _limits_for(limit)
+    result = worker.submit(run_read_only_query, retail_db, sql, limits).result(timeout=120)
+    _check_stopped(result, limit, time.monotonic() - start, limits.timeout_s)
     assert f"(limit {limit})" in format_result(result)
     # the same worker process answers the next query correctly
     assert worker.submit(os.getpid).result() == pid_before
@@ -95,8 +102,8 @@ def test_attack_in_a_tool_worker_is_stopped_and_the_worker_stays_small_and_usabl
 def test_attacks_run_in_this_process_keep_its_memory_and_its_query_processes_bounded(retail_db):
     for name, sql, limit in ATTACKS:
         if limit != "timeout_s" or name.startswith("sort"):  # the memory attacks; the slow ones are covered above
-            start = time.monotonic()
-            _check_stopped(run_read_only_query(retail_db, sql, LIMITS), limit, time.monotonic() - start)
+            start, limits = time.monotonic(), _limits_for(limit)
+            _check_stopped(run_read_only_query(retail_db, sql, limits), limit, time.monotonic() - start, limits.timeout_s)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < ONE_GB
     # ru_maxrss of reaped children: the largest query process this test process has run
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 < ONE_GB
@@ -116,14 +123,14 @@ def test_the_sql_tool_observation_names_the_limit(retail_db, monkeypatch):
 
 
 def test_the_reward_is_bounded_the_same_way(retail_db):
-    limits = dataclasses.replace(REWARD_LIMITS, timeout_s=TIMEOUT_S)
     gold = "SELECT COUNT(*) FROM customers"
     for sql, limit in [("SELECT printf('%.*c', 1000000000, 'x')", "timeout_s"),
-                       (_rows(2000) + "SELECT i, randomblob(9000000) FROM c", "max_bytes"),
+                       (_rows(2000) + "SELECT i, zeroblob(9000000) FROM c", "max_bytes"),
                        ("SELECT " + ", ".join(["zeroblob(9000000)"] * 300), "memory_bytes")]:
+        limits = _limits_for(limit, dataclasses.replace(REWARD_LIMITS, timeout_s=TIMEOUT_S))
         start = time.monotonic()
         same, reason = compare_results(retail_db, sql, gold, limits)
-        assert time.monotonic() - start < 10 * TIMEOUT_S
+        assert time.monotonic() - start < 10 * limits.timeout_s
         assert not same and reason.startswith("solution query failed") and f"(limit {limit})" in reason, reason
         completion = f"<think>t</think><solution>{sql}</solution>"
         assert score_with_reason(completion, gold, retail_db, limits)[0] == 0.0
@@ -137,11 +144,10 @@ def test_the_reward_is_bounded_the_same_way(retail_db):
 def test_without_a_query_process_the_watchdog_interrupt_still_stops_vm_work(retail_db):
     """``isolate=False`` runs in the calling thread: the interrupt from the watchdog thread stops a
     query that keeps stepping the VM (there is no progress handler any more)."""
-    limits = dataclasses.replace(LIMITS, isolate=False)
     for name, sql, limit in ATTACKS:
         if name in ("never-ending recursion", "sort of huge keys", "9 MB rows", "recursive concatenation"):
-            start = time.monotonic()
-            _check_stopped(run_read_only_query(retail_db, sql, limits), limit, time.monotonic() - start)
+            start, limits = time.monotonic(), _limits_for(limit, dataclasses.replace(LIMITS, isolate=False))
+            _check_stopped(run_read_only_query(retail_db, sql, limits), limit, time.monotonic() - start, limits.timeout_s)
     assert run_read_only_query(retail_db, "SELECT 1 + 1", limits).rows == [(2,)]
 
 
