@@ -1,13 +1,14 @@
-"""``humaneval``: complete a function; reward 1.0 when HumanEval's ``check`` passes in a sandbox."""
+"""``humaneval``: complete a function; reward 1.0 when HumanEval's ``check`` passes against it in a sandbox."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Dict, Optional
 
-from skygym_sandboxes import Limits, RunRequest, Sandbox, Status
+from skygym_sandboxes import Limits, Sandbox
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
+from skyrl_gym.envs._grading import grade_check
 from skyrl_gym.envs._common import clip_action, require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.lcb.grading import extract_last_code_block
@@ -16,14 +17,27 @@ from skyrl_gym.errors import DataError
 DEFAULT_TIMEOUT_S = 5.0
 
 
-def build_program(problem_prompt: str, code: str, test: str, entry_point: str) -> str:
-    """The prompt (imports, helpers, signature), then the model's code, then the tests.
+def build_program(problem_prompt: str, code: str) -> str:
+    """The prompt (imports, helpers, signature), then the model's code: what the candidate process runs.
 
     A completion that continues the prompt's function body (indented, as in the original HumanEval
     protocol) is appended directly; a whole function is appended after it and replaces the stub.
+    The tests never join it: they run in the grading harness, which calls the entry point.
     """
     joiner = "" if code[:1] in (" ", "\t") else "\n"
-    return f"{problem_prompt}{joiner}{code}\n\n{test}\n\ncheck({entry_point})\n"
+    return f"{problem_prompt}{joiner}{code}\n"
+
+
+# The sandbox status names this env reported before verdicts existed, kept for ``metadata["status"]``.
+_STATUS_OF_VERDICT = {
+    "passed": "ok",
+    "wrong_answer": "error",
+    "runtime_error": "error",
+    "timeout": "timeout",
+    "memory": "memory",
+    "output_limit": "output_limit",
+    "sandbox_error": "sandbox_error",
+}
 
 
 def parse_ground_truth(value: Any) -> Dict[str, str]:
@@ -39,7 +53,12 @@ def parse_ground_truth(value: Any) -> Dict[str, str]:
 
 class HumanEvalEnv(BaseTextEnv):
     """Single turn. The code is the last fenced block of the response, or the whole response when it
-    has none (a raw completion). ``metadata``: ``parsed_code``, ``status``, ``stderr`` (cut)."""
+    has none (a raw completion). ``metadata``: ``parsed_code``, ``status``, ``stderr`` (cut), and
+    ``reason`` whenever the reward is 0.0.
+
+    The completion runs in a candidate process of the grading harness (:mod:`skyrl_gym.envs._grading`);
+    the problem's ``check`` runs in the harness itself with a proxy for the entry point, so the
+    completion can neither see the tests nor fake their result (``sys.exit(0)`` is a failure)."""
 
     def __init__(
         self,
@@ -70,15 +89,21 @@ class HumanEvalEnv(BaseTextEnv):
             code = text.rstrip()
         metadata["parsed_code"] = code
         if not code.strip():
-            metadata.update(status="no_code", stderr="")
+            metadata.update(status="no_code", stderr="", reason="the response holds no code")
             return StepOutput(observations=[], reward=0.0, done=True, metadata=metadata)
-        program = build_program(
-            self.problem["prompt"], code, self.problem["test"], self.problem["entry_point"]
+        program = build_program(self.problem["prompt"], code)
+        result = grade_check(
+            self.sandbox,
+            program,
+            self.problem["prompt"],
+            self.problem["test"],
+            self.problem["entry_point"],
+            self.limits,
         )
-        result = self.sandbox.run(RunRequest(code=program, limits=self.limits))
-        metadata.update(status=result.status.value, stderr=result.stderr[-1000:])
-        if result.status == Status.SANDBOX_ERROR:
-            metadata["sandbox_error"] = result.message
-        return StepOutput(
-            observations=[], reward=1.0 if result.status == Status.OK else 0.0, done=True, metadata=metadata
-        )
+        verdict = result.verdicts[0].verdict
+        metadata.update(status=_STATUS_OF_VERDICT.get(verdict, "error"), stderr=result.stderr[-1000:])
+        if verdict == "sandbox_error":
+            metadata["sandbox_error"] = result.reason
+        if not result.passed:
+            metadata["reason"] = result.reason
+        return StepOutput(observations=[], reward=1.0 if result.passed else 0.0, done=True, metadata=metadata)

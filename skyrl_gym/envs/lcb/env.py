@@ -24,7 +24,8 @@ class LCBEnv(BaseTextEnv):
 
     ``env_config``: ``sandbox`` (backend and options, see ``docs/sandboxes.md``), ``timeout``
     (seconds per test), ``memory_mb``, ``stop_on_first_failure`` (default true).
-    ``metadata``: ``parsed_code``, ``tests`` (one verdict per test), ``num_passed``.
+    ``metadata``: ``parsed_code``, ``tests`` (one verdict per test), ``num_passed``, and ``reason``
+    whenever the reward is 0.0.
     """
 
     def __init__(
@@ -65,6 +66,8 @@ class LCBEnv(BaseTextEnv):
         result = grade(self.sandbox, code, self.tests, self.limits, self.stop_on_first_failure)
         metadata["tests"] = [verdict.to_dict() for verdict in result.verdicts]
         metadata["num_passed"] = result.num_passed
+        if not result.passed:
+            metadata["reason"] = result.reason
         if any(v.verdict == "sandbox_error" for v in result.verdicts):
             logger.warning(
                 "lcb: the sandbox failed while grading: %s",

@@ -8,24 +8,32 @@ code block of the response is the program.
   after stripping, each line is equal or parses to the same decimals.
 * ``functional`` tests call ``func_name`` (a method of ``Solution`` when the code defines that
   class) with the input's lines parsed as JSON arguments; the return value (tuples as lists) must
-  equal the JSON-parsed expected output. The comparison happens here, outside the sandbox: the
-  expected outputs never enter it.
+  equal the JSON-parsed expected output.
 
-Every test is its own sandboxed run with its own time limit; grading stops at the first failure.
+All tests of a response are graded in one sandboxed run of the trusted harness
+(:mod:`skyrl_gym.envs._grading`): every test runs the program in a fresh process with its own time
+limit, the harness compares the results (the program never sees an expected output) and reports a
+verdict the program cannot forge. Grading stops at the first failure.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
-from decimal import Decimal, InvalidOperation
 from typing import Any, Dict, List, Optional, Sequence
 
-from skygym_sandboxes import Limits, RunRequest, RunResult, Sandbox, Status
+from skygym_sandboxes import Limits, Sandbox
+from skyrl_gym.envs._grading import (  # noqa: F401  (TestVerdict, GradeResult: this module's API)
+    GradeResult,
+    TestVerdict,
+    broken_test,
+    call_test,
+    grade_tests,
+    stdin_test,
+)
+from skyrl_gym.envs._sandbox_harness import short as _short, stdout_matches  # noqa: F401
 
 CODE_BLOCK = re.compile(r"```(?:\w+)?\n(.*?)```", re.DOTALL)
-RESULT_MARKER = "\x1e__lcb_result__:"
 # Names that LiveCodeBench programs commonly use without importing them (SkyRL-gym puts the same
 # kind of import block before every program). numpy/pandas are optional in the sandbox image.
 PREAMBLE = """\
@@ -56,49 +64,6 @@ except ImportError:
     pass
 """
 
-FUNCTIONAL_HARNESS = (
-    """
-
-def __lcb_call():
-    import json as _json
-    with open("__lcb_args.json") as _handle:
-        _args = _json.load(_handle)
-    _name = _args["func_name"]
-    _owner = globals().get("Solution")
-    _target = getattr(_owner(), _name) if isinstance(_owner, type) and hasattr(_owner, _name) else globals()[_name]
-    _value = _target(*_args["args"])
-    if isinstance(_value, tuple):
-        _value = list(_value)
-    print(%r + _json.dumps(_value), flush=True)
-
-
-__lcb_call()
-"""
-    % RESULT_MARKER
-)
-
-
-@dataclasses.dataclass
-class TestVerdict:
-    index: int
-    verdict: str  # passed | wrong_answer | runtime_error | timeout | memory | output_limit | sandbox_error | not_run
-    detail: str = ""
-    wall_time_s: float = 0.0
-
-    def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass
-class GradeResult:
-    passed: bool
-    verdicts: List[TestVerdict]
-
-    @property
-    def num_passed(self) -> int:
-        return sum(v.verdict == "passed" for v in self.verdicts)
-
-
 def extract_last_code_block(response: str) -> Optional[str]:
     """The last fenced code block of ``response``, stripped; ``None`` when there is none."""
     blocks = CODE_BLOCK.findall(response or "")
@@ -124,84 +89,15 @@ def parse_tests(ground_truth: Any) -> List[Dict[str, Any]]:
     return tests
 
 
-def _decimal_line(line: str) -> Optional[List[Decimal]]:
+def _harness_test(test: Dict[str, Any]) -> Dict[str, Any]:
+    if test.get("testtype", "stdin") != "functional":
+        return stdin_test(str(test["input"]), str(test["output"]))
     try:
-        return [Decimal(token) for token in line.split()]
-    except (InvalidOperation, ValueError):
-        return None
-
-
-def stdout_matches(actual: str, expected: str) -> bool:
-    """Line by line after stripping; a line also matches when its tokens are equal as decimals."""
-    actual_lines = [line.strip() for line in actual.strip().split("\n")]
-    expected_lines = [line.strip() for line in expected.strip().split("\n")]
-    if len(actual_lines) != len(expected_lines):
-        return False
-    for got, want in zip(actual_lines, expected_lines):
-        if got == want:
-            continue
-        got_numbers, want_numbers = _decimal_line(got), _decimal_line(want)
-        if got_numbers is None or want_numbers is None or got_numbers != want_numbers:
-            return False
-    return True
-
-
-def _failure_verdict(result: RunResult) -> str:
-    return {
-        Status.TIMEOUT: "timeout",
-        Status.MEMORY: "memory",
-        Status.OUTPUT_LIMIT: "output_limit",
-        Status.SANDBOX_ERROR: "sandbox_error",
-    }.get(result.status, "runtime_error")
-
-
-def _short(text: str, length: int = 300) -> str:
-    return text if len(text) <= length else text[: length // 2] + " ...(cut)... " + text[-length // 2 :]
-
-
-def run_test(sandbox: Sandbox, code: str, test: Dict[str, Any], index: int, limits: Limits) -> TestVerdict:
-    if test.get("testtype", "stdin") == "functional":
-        func_name = test["metadata"]["func_name"]
-        try:
-            args = [json.loads(line) for line in str(test["input"]).split("\n")]
-            expected = json.loads(test["output"])
-        except json.JSONDecodeError as exc:
-            return TestVerdict(index, "sandbox_error", f"test data is not JSON: {exc}")
-        request = RunRequest(
-            code=PREAMBLE + "\n" + code + FUNCTIONAL_HARNESS,
-            limits=limits,
-            files={"__lcb_args.json": json.dumps({"func_name": func_name, "args": args})},
-        )
-        result = sandbox.run(request)
-        if result.status != Status.OK:
-            return TestVerdict(
-                index, _failure_verdict(result), _short(result.stderr or result.message), result.wall_time_s
-            )
-        lines = [line for line in result.stdout.split("\n") if line.startswith(RESULT_MARKER)]
-        if not lines:
-            return TestVerdict(index, "runtime_error", "the function returned no value", result.wall_time_s)
-        value = json.loads(lines[-1][len(RESULT_MARKER) :])
-        if value != expected:
-            return TestVerdict(
-                index,
-                "wrong_answer",
-                f"got {_short(repr(value))}, expected {_short(repr(expected))}",
-                result.wall_time_s,
-            )
-        return TestVerdict(index, "passed", "", result.wall_time_s)
-    result = sandbox.run(RunRequest(code=PREAMBLE + "\n" + code, stdin=str(test["input"]), limits=limits))
-    if result.status != Status.OK:
-        return TestVerdict(
-            index, _failure_verdict(result), _short(result.stderr or result.message), result.wall_time_s
-        )
-    if not stdout_matches(result.stdout, str(test["output"])):
-        return TestVerdict(
-            index,
-            "wrong_answer",
-            f"got {_short(result.stdout)!r}, expected {_short(str(test['output']))!r}",
-            result.wall_time_s,
-        )
-    return TestVerdict(index, "passed", "", result.wall_time_s)
+        args = [json.loads(line) for line in str(test["input"]).split("\n")]
+        expected = json.loads(test["output"])
+    except (json.JSONDecodeError, TypeError) as exc:
+        return broken_test(f"test data is not JSON: {exc}")
+    return call_test(test["metadata"]["func_name"], args, expected)
 
 
 def grade(
@@ -211,11 +107,7 @@ def grade(
     limits: Limits,
     stop_on_first_failure: bool = True,
 ) -> GradeResult:
-    verdicts: List[TestVerdict] = []
-    for index, test in enumerate(tests):
-        verdict = run_test(sandbox, code, test, index, limits)
-        verdicts.append(verdict)
-        if verdict.verdict != "passed" and stop_on_first_failure:
-            verdicts.extend(TestVerdict(i, "not_run") for i in range(index + 1, len(tests)))
-            break
-    return GradeResult(passed=all(v.verdict == "passed" for v in verdicts), verdicts=verdicts)
+    """Grade ``code`` against ``tests`` in one sandboxed run of the trusted harness (see
+    :mod:`skyrl_gym.envs._grading`); ``limits.wall_s`` is per test."""
+    harness_tests = [_harness_test(test) for test in tests]
+    return grade_tests(sandbox, code, harness_tests, limits, PREAMBLE, stop_on_first_failure)
