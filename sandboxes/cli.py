@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 
 def _limits_from(args: argparse.Namespace):
+    from skygym_sandboxes.types import Limits
+
+    try:
+        return _make_limits(args)
+    except ValueError as exc:
+        raise SystemExit(f"skygym-sandboxes: {exc}") from None
+
+
+def _make_limits(args: argparse.Namespace):
     from skygym_sandboxes.types import Limits
 
     return Limits(
@@ -54,13 +64,25 @@ def _serve(args: argparse.Namespace) -> int:
     from skygym_sandboxes.factory import get_sandbox
     from skygym_sandboxes.service import serve
 
+    from skygym_sandboxes.service import TOKEN_ENV, is_loopback
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if not token and not is_loopback(args.host):
+        print(
+            f"skygym-sandboxes serve: refusing to serve on {args.host} without a bearer token (anyone who "
+            f"can reach it could run code). Set {TOKEN_ENV} or pass --token, or bind 127.0.0.1.",
+            file=sys.stderr,
+        )
+        return 2
+    max_concurrency = args.max_concurrency or os.cpu_count() or 1
     options = _backend_options(args)
     if args.backend == "local":
-        options.setdefault("pool_size", args.max_concurrency)
+        options.setdefault("pool_size", max_concurrency)
     sandbox = get_sandbox(args.backend, limits=_limits_from(args), **options)
     print(
         f"sandboxes: serving {sandbox.name} on http://{args.host}:{args.port} "
-        f"(at most {args.max_concurrency} programs at once)",
+        f"(at most {max_concurrency} programs at once, {args.max_queue} waiting; "
+        f"{'bearer token required' if token else 'no token'})",
         file=sys.stderr,
         flush=True,
     )
@@ -68,8 +90,10 @@ def _serve(args: argparse.Namespace) -> int:
         sandbox,
         host=args.host,
         port=args.port,
-        max_concurrency=args.max_concurrency,
+        max_concurrency=max_concurrency,
         log_level=args.log_level,
+        token=token,
+        max_queue=args.max_queue,
     )
     return 0
 
@@ -107,9 +131,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="SandboxFusion-compatible HTTP service (/run_code, /health)")
     _add_limit_options(serve)
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default loopback; any other needs a token)"
+    )
     serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--max-concurrency", type=int, default=4)
+    serve.add_argument(
+        "--max-concurrency", type=int, default=None, help="programs run at once (default: the CPU count)"
+    )
+    serve.add_argument("--max-queue", type=int, default=64, help="requests that may wait; past it: HTTP 429")
+    serve.add_argument(
+        "--token",
+        default=None,
+        help="bearer token every request must carry (default: $SKYGYM_SANDBOX_TOKEN); required off loopback",
+    )
     serve.add_argument("--log-level", default="warning")
     serve.set_defaults(func=_serve)
 

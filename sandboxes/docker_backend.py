@@ -15,13 +15,21 @@ import secrets
 import select
 import socket
 import struct
+import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Union
 
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
-from skygym_sandboxes.workers import SUPERVISOR_SOURCE, SupervisorWorker, WarmPool, WorkerDied
+from skygym_sandboxes.workers import (
+    CANCEL_POLL_S,
+    SUPERVISOR_SOURCE,
+    Cancelled,
+    SupervisorWorker,
+    WarmPool,
+    WorkerDied,
+)
 
 LABEL = "io.skyrl-gym.sandbox"
 OWNER_LABEL = "io.skyrl-gym.sandbox.owner"
@@ -93,10 +101,12 @@ class DockerExecChannel:
         except OSError as exc:
             raise WorkerDied(f"could not send to the container's supervisor: {exc}") from None
 
-    def _pump(self, deadline: Optional[float]) -> None:
+    def _pump(self, deadline: Optional[float], poll_s: Optional[float] = None) -> None:
         timeout = None if deadline is None else deadline - time.monotonic()
         if timeout is not None and timeout <= 0:
             raise TimeoutError("the container's supervisor did not answer in time")
+        if poll_s is not None:
+            timeout = poll_s if timeout is None else min(timeout, poll_s)
         readable, _, _ = select.select([self._sock], [], [], timeout)
         if not readable:
             return
@@ -113,9 +123,13 @@ class DockerExecChannel:
             del self._raw[: _FRAME.size + size]
             (self._stdout if stream == 1 else self._stderr).extend(payload)
 
-    def recv_exact(self, size: int, deadline: Optional[float]) -> bytes:
+    def recv_exact(
+        self, size: int, deadline: Optional[float], cancel: Optional[threading.Event] = None
+    ) -> bytes:
         while len(self._stdout) < size:
-            self._pump(deadline)
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("the run was cancelled")
+            self._pump(deadline, poll_s=CANCEL_POLL_S if cancel is not None else None)
         data = bytes(self._stdout[:size])
         del self._stdout[:size]
         return data
@@ -190,7 +204,7 @@ class DockerSandbox(BaseSandbox):
         if warm:
             self._pool = WarmPool(lambda: self._start_worker("serve"), size=pool_size, name=self.name)
 
-    def _container_kwargs(self) -> Dict[str, Any]:
+    def _container_kwargs(self, uid: int) -> Dict[str, Any]:
         limits = self.limits
         memory_mb = (limits.memory_mb or 1024) + 128  # room for the supervisor beside the program
         scratch_mb = limits.scratch_mb or 256
@@ -201,7 +215,12 @@ class DockerSandbox(BaseSandbox):
             init=True,  # a real PID 1 that reaps whatever a run leaves
             network_mode="none",
             read_only=True,
-            tmpfs={"/sandbox": f"size={scratch_mb}m,mode=755", "/tmp": f"size={scratch_mb}m,mode=1777"},
+            # /sandbox (the work folder's parent) belongs to the program's uid: the supervisor, root,
+            # never writes into it; the program's own uid writes files, fetches and cleans up.
+            tmpfs={
+                "/sandbox": f"size={scratch_mb}m,mode=700,uid={uid},gid={uid}",
+                "/tmp": f"size={scratch_mb}m,mode=1777",
+            },
             mem_limit=f"{memory_mb}m",
             memswap_limit=f"{memory_mb}m",
             pids_limit=(limits.processes or 64) + 16,
@@ -216,8 +235,8 @@ class DockerSandbox(BaseSandbox):
         )
 
     def _start_worker(self, mode: str) -> SupervisorWorker:
-        container = self.client.containers.run(**self._container_kwargs())
         uid = PROGRAM_UID_RANGE[0] + secrets.randbelow(PROGRAM_UID_RANGE[1] - PROGRAM_UID_RANGE[0])
+        container = self.client.containers.run(**self._container_kwargs(uid))
         program_user = f"{uid}:{uid}"
         command = [
             self.python,
@@ -225,7 +244,9 @@ class DockerSandbox(BaseSandbox):
             "-c",
             SUPERVISOR_SOURCE,
             mode,
-            "--scratch",
+            "--root",
+            "/sandbox",
+            "--work",
             SCRATCH,
             "--wipe",
             "/tmp",
@@ -246,12 +267,14 @@ class DockerSandbox(BaseSandbox):
                 pass
             raise
 
-    def _run(self, request: RunRequest, limits: Limits) -> RunResult:
+    def _run(
+        self, request: RunRequest, limits: Limits, cancel: Optional[threading.Event] = None
+    ) -> RunResult:
         if self._pool is not None:
-            return self._pool.run(request, limits)
+            return self._pool.run(request, limits, cancel=cancel)
         worker = self._start_worker("once")
         try:
-            return worker.run(request, limits)
+            return worker.run(request, limits, cancel)
         finally:
             worker.kill()
 

@@ -4,6 +4,8 @@ speaks SandboxFusion's ``/run_code``)."""
 from __future__ import annotations
 
 import base64
+import os
+import threading
 import time
 from typing import Any, Dict, Optional, Union
 
@@ -54,11 +56,15 @@ class RemoteSandbox(BaseSandbox):
         limits: Optional[Union[Limits, dict]] = None,
         concurrency: int = 4,
         connect_timeout_s: float = 5.0,
+        token: Optional[str] = None,
     ) -> None:
         super().__init__(limits)
         import requests
 
+        from skygym_sandboxes.service import TOKEN_ENV
+
         self.url = url.rstrip("/")
+        token = token or os.environ.get(TOKEN_ENV) or None
         self.default_concurrency = concurrency
         self.connect_timeout_s = connect_timeout_s
         self._http = requests.Session()
@@ -67,6 +73,8 @@ class RemoteSandbox(BaseSandbox):
         )
         self._http.mount("http://", adapter)
         self._http.mount("https://", adapter)
+        if token:
+            self._http.headers["Authorization"] = f"Bearer {token}"
 
     def _body(self, request: RunRequest, limits: Limits) -> Dict[str, Any]:
         def b64(content: Union[str, bytes]) -> str:
@@ -93,7 +101,9 @@ class RemoteSandbox(BaseSandbox):
             body["command"] = list(request.command or [])
         return body
 
-    def _run(self, request: RunRequest, limits: Limits) -> RunResult:
+    def _run(
+        self, request: RunRequest, limits: Limits, cancel: Optional[threading.Event] = None
+    ) -> RunResult:
         import requests
 
         started = time.monotonic()

@@ -17,59 +17,116 @@ import base64
 import binascii
 import concurrent.futures
 import contextlib
+import functools
+import hmac
+import ipaddress
+import json
 import logging
-from typing import Any, AsyncIterator, Dict, List
+import os
+import threading
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional
 
 from skygym_sandboxes.protocol import Sandbox
-from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
+from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status, check_limit
 
 logger = logging.getLogger(__name__)
 
 LANGUAGES = ("python", "bash")
+TOKEN_ENV = "SKYGYM_SANDBOX_TOKEN"
+MAX_BODY_BYTES = 64 * 1024 * 1024
+DISCONNECT_POLL_S = 0.1
 
 
 class BadRequest(ValueError):
     """The request body is not a valid run request; the message says which field is wrong."""
 
 
-def request_from_body(body: Dict[str, Any], default_limits: Limits) -> RunRequest:
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _string(body: Mapping[str, Any], name: str, default: str = "") -> str:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _string_list(body: Mapping[str, Any], name: str) -> List[str]:
+    value = body.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise BadRequest(f"{name} must be a list of strings")
+    return value
+
+
+def limits_from_body(body: Mapping[str, Any], default_limits: Limits) -> Limits:
+    """The service's limits, overridden by the body's ``limits`` (null entries keep the service's
+    value), ``run_timeout`` and ``memory_limit_MB``; invalid values raise BadRequest naming the field."""
+    limits = default_limits
+    overrides = body.get("limits")
+    try:
+        if overrides is not None:
+            if not isinstance(overrides, dict):
+                raise BadRequest("limits must be an object of limit names to numbers (or null)")
+            given = {key: value for key, value in overrides.items() if value is not None}
+            limits = Limits.from_dict({**default_limits.to_dict(), **given})
+        run_timeout = body.get("run_timeout")
+        if run_timeout is not None:
+            seconds = check_limit("wall_s", run_timeout)
+            limits = limits.replace(wall_s=seconds, cpu_s=seconds)
+        memory = body.get("memory_limit_MB")
+        # SandboxFusion sends -1 (or 0) for "the service's default".
+        if memory is not None and not (isinstance(memory, (int, float)) and not isinstance(memory, bool) and memory <= 0):
+            limits = limits.replace(memory_mb=check_limit("memory_mb", memory))
+    except BadRequest:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"limits: {exc}") from None
+    return limits
+
+
+def request_from_body(body: Any, default_limits: Limits) -> RunRequest:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     language = body.get("language", "python")
+    if language is None:
+        language = "python"
     if language not in LANGUAGES:
         raise BadRequest(f"language {language!r} is not supported; this service runs {list(LANGUAGES)}")
-    limits = default_limits
-    if body.get("limits") is not None:
-        try:
-            limits = Limits.from_dict({**default_limits.to_dict(), **body["limits"]})
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(f"limits: {exc}") from None
-    run_timeout = body.get("run_timeout")
-    if run_timeout is not None:
-        if not isinstance(run_timeout, (int, float)) or run_timeout <= 0:
-            raise BadRequest(f"run_timeout must be a positive number of seconds, got {run_timeout!r}")
-        limits = limits.replace(wall_s=float(run_timeout), cpu_s=float(run_timeout))
-    memory = body.get("memory_limit_MB")
-    if isinstance(memory, (int, float)) and memory > 0:
-        limits = limits.replace(memory_mb=int(memory))
+    limits = limits_from_body(body, default_limits)
+    raw_files = body.get("files")
+    if raw_files is None:
+        raw_files = {}
+    if not isinstance(raw_files, dict):
+        raise BadRequest("files must be an object of relative paths to base64 content")
     files: Dict[str, bytes] = {}
-    for name, content in (body.get("files") or {}).items():
+    for name, content in raw_files.items():
+        if content is not None and not isinstance(content, str):
+            raise BadRequest(f"files[{name!r}] must be base64-encoded content (a string)")
         try:
             files[name] = base64.b64decode(content or "", validate=True)
-        except (binascii.Error, TypeError, ValueError):
+        except (binascii.Error, ValueError):
             raise BadRequest(f"files[{name!r}] must be base64-encoded content") from None
-    fetch_files = body.get("fetch_files") or []
-    if not isinstance(fetch_files, list) or not all(isinstance(name, str) for name in fetch_files):
-        raise BadRequest("fetch_files must be a list of relative paths")
-    stdin = body.get("stdin") or ""
+    fetch_files = _string_list(body, "fetch_files")
+    argv = _string_list(body, "argv")
+    stdin = _string(body, "stdin")
     try:
         if body.get("command") is not None:
             return RunRequest(
-                command=body["command"],
+                command=_string_list(body, "command"),
                 stdin=stdin,
                 files=files,
                 limits=limits,
-                argv=body.get("argv") or [],
+                argv=argv,
                 fetch_files=fetch_files,
             )
         code = body.get("code")
@@ -79,14 +136,9 @@ def request_from_body(body: Dict[str, Any], default_limits: Limits) -> RunReques
             return RunRequest(
                 command=["bash", "-c", code], stdin=stdin, files=files, limits=limits, fetch_files=fetch_files
             )
-        return RunRequest(
-            code=code,
-            stdin=stdin,
-            files=files,
-            limits=limits,
-            argv=body.get("argv") or [],
-            fetch_files=fetch_files,
-        )
+        return RunRequest(code=code, stdin=stdin, files=files, limits=limits, argv=argv, fetch_files=fetch_files)
+    except BadRequest:
+        raise
     except (TypeError, ValueError) as exc:
         raise BadRequest(str(exc)) from None
 
@@ -122,17 +174,32 @@ def response_from_result(result: RunResult) -> Dict[str, Any]:
     }
 
 
-def create_app(sandbox: Sandbox, max_concurrency: int = 4, max_queue: int = 256):
-    """A FastAPI app serving ``sandbox``. At most ``max_concurrency`` programs run at once; past
-    ``max_queue`` waiting requests the service answers 503 so that clients back off."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+def create_app(
+    sandbox: Sandbox,
+    max_concurrency: Optional[int] = None,
+    max_queue: int = 64,
+    token: Optional[str] = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+):
+    """A FastAPI app serving ``sandbox``.
 
+    At most ``max_concurrency`` programs run at once (default: this machine's CPU count); up to
+    ``max_queue`` more wait, and past that the service answers 429 so that clients back off. With
+    ``token``, every request must carry ``Authorization: Bearer <token>`` (401 otherwise). A client
+    that disconnects while its run waits or runs gets the run cancelled and its sandbox torn down
+    (and replaced), so its slot is freed at once. Malformed bodies get 400 (not JSON) or 422 (a
+    field is wrong) with the reason; bodies over ``max_body_bytes`` get 413.
+    """
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response
+
+    max_concurrency = max(1, int(max_concurrency or os.cpu_count() or 1))
     gate = asyncio.Semaphore(max_concurrency)
     # Runs block a thread each (a worker's pipe, a container's socket): give them their own threads,
     # as many as may run at once, rather than the event loop's small default pool.
     runners = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="run_code")
-    state = {"waiting": 0, "running": 0, "served": 0}
+    state = {"waiting": 0, "running": 0, "served": 0, "rejected": 0, "cancelled": 0}
+    expected = f"Bearer {token}".encode("utf-8") if token else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -142,48 +209,79 @@ def create_app(sandbox: Sandbox, max_concurrency: int = 4, max_queue: int = 256)
 
     app = FastAPI(title="sandboxes", description="SandboxFusion-compatible code execution", lifespan=lifespan)
 
+    def refuse(status_code: int, message: str) -> JSONResponse:
+        state["rejected"] += 1
+        return JSONResponse({"status": "SandboxError", "message": message}, status_code=status_code)
+
+    def authorised(request: Request) -> bool:
+        if expected is None:
+            return True
+        given = request.headers.get("authorization", "").encode("utf-8", "replace")
+        return hmac.compare_digest(given, expected)
+
     @app.get("/health")
-    async def health() -> Dict[str, Any]:
+    async def health(request: Request) -> Any:
+        if not authorised(request):
+            return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
         return {
             "status": "ok",
             "backend": getattr(sandbox, "name", "?"),
             "max_concurrency": max_concurrency,
+            "max_queue": max_queue,
             **state,
         }
 
     @app.post("/run_code")
-    async def run_code(request: Request) -> JSONResponse:
+    async def run_code(request: Request) -> Any:
+        if not authorised(request):
+            return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            return refuse(413, f"the body is over {max_body_bytes} bytes")
+        raw = await request.body()
+        if len(raw) > max_body_bytes:
+            return refuse(413, f"the body is over {max_body_bytes} bytes")
         try:
-            body = await request.json()
-        except ValueError:
-            return JSONResponse(
-                {"status": "SandboxError", "message": "the body is not valid JSON"}, status_code=400
-            )
+            body = json.loads(raw)
+        except ValueError as exc:
+            return refuse(400, f"the body is not valid JSON: {exc}")
         try:
             run_request = request_from_body(body, sandbox.limits)
         except BadRequest as exc:
-            return JSONResponse({"status": "SandboxError", "message": f"bad request: {exc}"}, status_code=400)
+            return refuse(422, f"bad request: {exc}")
         if state["waiting"] >= max_queue:
-            return JSONResponse(
-                {"status": "SandboxError", "message": "too many queued requests; retry later"},
-                status_code=503,
-            )
+            return refuse(429, f"{max_queue} requests are already waiting; retry later")
         state["waiting"] += 1
-        admitted = False
         try:
-            async with gate:
-                state["waiting"] -= 1
-                admitted = True
-                state["running"] += 1
+            while True:
                 try:
-                    loop = asyncio.get_running_loop()
-                    result = await loop.run_in_executor(runners, sandbox.run, run_request)
-                finally:
-                    state["running"] -= 1
-                    state["served"] += 1
+                    await asyncio.wait_for(gate.acquire(), DISCONNECT_POLL_S * 2)
+                    break
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        state["cancelled"] += 1
+                        return Response(status_code=499)
         finally:
-            if not admitted:  # the client went away while queued
-                state["waiting"] -= 1
+            state["waiting"] -= 1
+        cancel = threading.Event()
+        state["running"] += 1
+        try:
+            loop = asyncio.get_running_loop()
+            future = loop.run_in_executor(runners, functools.partial(sandbox.run, run_request, cancel))
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    break
+                if not cancel.is_set() and await request.is_disconnected():
+                    cancel.set()  # the run is torn down; wait for its thread to hand the slot back
+            result = future.result()
+        finally:
+            state["running"] -= 1
+            state["served"] += 1
+            gate.release()
+        if cancel.is_set():
+            state["cancelled"] += 1
+            return Response(status_code=499)
         return JSONResponse(response_from_result(result))
 
     return app
@@ -193,17 +291,34 @@ def serve(
     sandbox: Sandbox,
     host: str = "127.0.0.1",
     port: int = 8080,
-    max_concurrency: int = 4,
+    max_concurrency: Optional[int] = None,
     log_level: str = "warning",
+    token: Optional[str] = None,
+    max_queue: int = 64,
 ) -> None:
-    """Serve until SIGINT/SIGTERM; the sandbox (and its warm workers) is closed on the way out."""
+    """Serve until SIGINT/SIGTERM; the sandbox (and its warm workers) is closed on the way out.
+    Binding anything but a loopback address needs a bearer ``token``."""
     import uvicorn
 
-    app = create_app(sandbox, max_concurrency=max_concurrency)
+    if not token and not is_loopback(host):
+        sandbox.close()
+        raise ValueError(
+            f"refusing to serve on {host} without a bearer token: anyone who can reach it could run code. "
+            f"Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1"
+        )
+    app = create_app(sandbox, max_concurrency=max_concurrency, max_queue=max_queue, token=token)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level)
     finally:
         sandbox.close()
 
 
-__all__: List[str] = ["create_app", "serve", "request_from_body", "response_from_result", "BadRequest"]
+__all__: List[str] = [
+    "create_app",
+    "serve",
+    "request_from_body",
+    "response_from_result",
+    "BadRequest",
+    "TOKEN_ENV",
+    "is_loopback",
+]

@@ -1,5 +1,5 @@
-"""Build the docker backend's image locally: a minimal Debian root filesystem with python3 made
-by ``debootstrap`` and loaded with ``docker import``. No image registry is involved.
+"""Build the docker backend's image locally: a minimal Debian root filesystem with python3, numpy
+and sympy made by ``debootstrap`` and loaded with ``docker import``. No image registry is involved.
 
     python -m skygym_sandboxes.images.build_image            # or: skygym-sandboxes build-image
     python -m skygym_sandboxes.images.build_image --rebuild
@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 DEFAULT_SUITE = "bookworm"
-DEFAULT_TAG = "skyrl-gym-sandbox-python:bookworm"
+# Debian packages in the image beside the minimal base: Python with numpy and sympy, which
+# model-written solutions import. The tag names the set, so an image built without them is not reused.
+PACKAGES = ("python3", "python3-numpy", "python3-sympy")
+DEFAULT_TAG = "skyrl-gym-sandbox-python:bookworm-numpy-sympy"
 
 
 def cache_dir() -> Path:
@@ -45,8 +48,9 @@ def apt_mirror() -> Optional[str]:
 
 
 def build_rootfs_tarball(suite: str = DEFAULT_SUITE, rebuild: bool = False) -> Path:
-    """``debootstrap --variant=minbase --include=python3 SUITE`` packed as a tarball (cached)."""
-    tarball = cache_dir() / f"sandbox-rootfs-{suite}.tar"
+    """``debootstrap --variant=minbase --include=python3,python3-numpy,python3-sympy SUITE`` packed
+    as a tarball (cached, per suite and package set)."""
+    tarball = cache_dir() / f"sandbox-rootfs-{suite}-{'-'.join(PACKAGES)}.tar"
     if tarball.exists() and not rebuild:
         return tarball
     if shutil.which("debootstrap") is None:
@@ -56,7 +60,7 @@ def build_rootfs_tarball(suite: str = DEFAULT_SUITE, rebuild: bool = False) -> P
     tarball.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sandbox-rootfs-") as workdir:
         rootfs = Path(workdir) / "rootfs"
-        command = ["debootstrap", "--variant=minbase", "--include=python3", suite, str(rootfs)]
+        command = ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), suite, str(rootfs)]
         mirror = apt_mirror()
         if mirror:
             command.append(mirror)
