@@ -45,3 +45,17 @@ def test_every_import_contract_is_kept(tmp_path):
     for name in _contract_names():
         assert f"{' '.join(name.split())} KEPT" in flat, f"contract {name!r} is not reported as kept:\n{output}"
     assert int(kept.group(1)) == len(_contract_names()) and kept.group(2) == "0", output
+
+
+def test_every_source_folder_is_a_regular_package_so_wheels_ship_it():
+    """setup.py finds packages with find_packages, which skips folders without ``__init__.py``: an editable
+    install still imports them (as namespace packages), a wheel silently leaves them out."""
+    repo = PYPROJECT.parent
+    missing = []
+    for folder in ("skyrl_gym", "sandboxes", "adapters", "skygym_train", "envs_contrib"):
+        for directory in [repo / folder, *(p for p in (repo / folder).rglob("*") if p.is_dir())]:
+            if "__pycache__" in directory.parts:
+                continue
+            if any(directory.glob("*.py")) and not (directory / "__init__.py").exists():
+                missing.append(str(directory.relative_to(repo)))
+    assert not missing, f"add an __init__.py to: {', '.join(missing)} (else `pip wheel` leaves them out)"

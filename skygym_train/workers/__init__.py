@@ -1,0 +1,1 @@
+"""Training workers: the batch layout, sequence packing, FSDP2 workers and worker groups."""
