@@ -73,24 +73,27 @@ def limits_from_body(body: Mapping[str, Any], default_limits: Limits) -> Limits:
     value), ``run_timeout`` and ``memory_limit_MB``; invalid values raise BadRequest naming the field."""
     limits = default_limits
     overrides = body.get("limits")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise BadRequest("limits must be an object of limit names to numbers (or null)")
+    field = "limits"
     try:
         if overrides is not None:
-            if not isinstance(overrides, dict):
-                raise BadRequest("limits must be an object of limit names to numbers (or null)")
             given = {key: value for key, value in overrides.items() if value is not None}
             limits = Limits.from_dict({**default_limits.to_dict(), **given})
+        field = "run_timeout"
         run_timeout = body.get("run_timeout")
         if run_timeout is not None:
             seconds = check_limit("wall_s", run_timeout)
             limits = limits.replace(wall_s=seconds, cpu_s=seconds)
+        field = "memory_limit_MB"
         memory = body.get("memory_limit_MB")
         # SandboxFusion sends -1 (or 0) for "the service's default".
-        if memory is not None and not (isinstance(memory, (int, float)) and not isinstance(memory, bool) and memory <= 0):
+        if memory is not None and not (
+            isinstance(memory, (int, float)) and not isinstance(memory, bool) and memory <= 0
+        ):
             limits = limits.replace(memory_mb=check_limit("memory_mb", memory))
-    except BadRequest:
-        raise
     except (TypeError, ValueError) as exc:
-        raise BadRequest(f"limits: {exc}") from None
+        raise BadRequest(f"{field}: {exc}") from None
     return limits
 
 

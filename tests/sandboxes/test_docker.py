@@ -85,3 +85,15 @@ def test_missing_image_is_a_clear_error(docker_engine):
 
     with pytest.raises(SandboxUnavailable, match="skygym-sandboxes build-image"):
         DockerSandbox(base_url=docker_engine.base_url, image="no-such-image:latest")
+
+
+def test_numpy_and_sympy_are_importable_in_the_image(docker_engine):
+    box = make_docker_sandbox(docker_engine, Limits(wall_s=20, cpu_s=20, memory_mb=1024), pool_size=1)
+    try:
+        result = box.run(
+            "import numpy, sympy\nx = sympy.Symbol('x')\n"
+            "print(int(numpy.arange(5).sum()), sympy.factor(x**2 - 1))"
+        )
+    finally:
+        box.close()
+    assert result.status == Status.OK and result.stdout == "10 (x - 1)*(x + 1)\n", result

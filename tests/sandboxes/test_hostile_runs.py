@@ -1,0 +1,261 @@
+"""What one run does can never reach another: results always go to the run that asked for them,
+every run starts from a clean sandbox (files, memory, /dev), and nothing a program does (signals,
+fd games, deep trees, planted links, filling its disk) stops the sandbox from serving the next run.
+Run on every backend this machine can run."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import uuid
+
+import pytest
+
+from skygym_sandboxes import Limits, RunRequest, Status
+from skygym_sandboxes.workers import encode_request
+
+pytestmark = pytest.mark.slow
+
+
+def marker() -> str:
+    return f"TRACE-{uuid.uuid4().hex}-END"
+
+
+# A program that reports every TRACE marker in its own process memory, in the scratch area, /tmp,
+# /dev/shm and /dev. Its source names no concrete marker (only the pattern), so whatever it finds
+# came from an earlier run.
+SCAN_FOR_TRACES = r"""
+import ctypes, os, re
+ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: forked from a non-dumpable supervisor
+pattern = re.compile(rb"TRACE-[0-9a-f]{32}-END")
+found = set()
+with open("/proc/self/mem", "rb", buffering=0) as mem:
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+            continue
+        start, end = (int(part, 16) for part in fields[0].split("-"))
+        tail = b""
+        while start < end:
+            size = min(1 << 20, end - start)
+            try:
+                mem.seek(start)
+                chunk = tail + mem.read(size)
+            except (OSError, ValueError, OverflowError):
+                break
+            found.update(pattern.findall(chunk))
+            tail = chunk[-64:]
+            start += size
+for top in ("/sandbox", "/tmp", "/dev/shm", "/dev", os.getcwd()):
+    for folder, dirs, names in os.walk(top):
+        for name in names:
+            path = os.path.join(folder, name)
+            found.update(pattern.findall(os.fsencode(path)))
+            try:
+                if os.path.isfile(path) and not os.path.islink(path):
+                    with open(path, "rb") as handle:
+                        found.update(pattern.findall(handle.read(1 << 20)))
+            except OSError:
+                pass
+print(sorted(item.decode() for item in found))
+"""
+
+
+def test_every_reply_answers_its_own_request_whatever_the_limits(sandbox):
+    """Extreme limits (lowered to the maxima, or tiny) mixed with honest runs, concurrently: each
+    result carries its own marker and nobody else's."""
+    extremes = [
+        Limits(wall_s=1e10, cpu_s=1e10),
+        Limits(wall_s=1e-9),
+        Limits(output_bytes=1, wall_s=2),
+        Limits(wall_s=2, memory_mb=10**9),
+        None,
+    ]
+    requests, markers = [], []
+    for index in range(15):
+        mark = marker()
+        markers.append(mark)
+        limits = extremes[index % len(extremes)]
+        if limits is not None:
+            limits = limits.replace(scratch_mb=sandbox.limits.scratch_mb)
+        requests.append(RunRequest(code=f"print({mark!r})", limits=limits))
+    results = sandbox.run_batch(requests, concurrency=3)
+    for mark, result in zip(markers, results):
+        others = [other for other in markers if other != mark and other in result.stdout]
+        assert others == [], (mark, result)
+        if result.status == Status.OK:
+            assert result.stdout == mark + "\n", result
+    assert sum(result.status == Status.OK for result in results) >= 9  # all but the 1-byte and 1-ns ones
+
+
+def test_a_reply_to_another_request_is_refused_and_the_worker_replaced(sandbox):
+    """The pairing check itself: a stale reply (for an id nobody is waiting for) sitting in a
+    worker's stream is detected; that worker is torn down, never reused."""
+    if not hasattr(sandbox, "_start_worker"):
+        pytest.skip("the remote backend's workers live in the server; the same check runs there on local workers")
+    worker = sandbox._start_worker("serve")
+    try:
+        worker.channel.send(encode_request(RunRequest(code="print('stale')"), sandbox.limits, "stale-request"))
+        result = worker.run(RunRequest(code="print('mine')"), sandbox.limits)
+        assert result.status == Status.SANDBOX_ERROR and "stale-request" in result.message, result
+        assert "stale" not in result.stdout
+        assert not worker.alive()
+    finally:
+        worker.kill()
+    assert sandbox.run("print('served')").stdout == "served\n"
+
+
+def test_no_run_finds_an_earlier_runs_code_stdin_output_or_files(sandbox):
+    for _ in range(3):  # one at a time, so the pool hands back the worker that just ran
+        in_code, in_stdin, in_file = marker(), marker(), marker()
+        printed = marker()
+        hidden = printed[6:-4][::-1]  # printed, but never written as such in the source
+        leave = (
+            f"import sys\nsecret = {in_code!r}\ndata = sys.stdin.read()\nprint('TRACE-' + {hidden!r}[::-1] + '-END')\n"
+            "print(data, open('input.txt').read())\n"
+            "for path in ('left.txt', '/tmp/left.txt', '/dev/shm/left.txt'):\n"
+            "    open(path, 'w').write(secret + data)\n"
+            "try:\n    open('/sandbox/left.txt', 'w').write(secret)\nexcept OSError:\n    pass\n"
+        )
+        first = sandbox.run(RunRequest(code=leave, stdin=in_stdin, files={"input.txt": in_file}))
+        assert first.status == Status.OK and printed in first.stdout and in_stdin in first.stdout, first
+        seen = sandbox.run(SCAN_FOR_TRACES)
+        assert seen.status == Status.OK, seen
+        assert seen.stdout == "[]\n", f"a later run found traces of an earlier one: {seen.stdout[:500]}"
+
+
+def test_every_run_starts_with_a_fresh_work_folder_and_a_read_only_dev(sandbox):
+    baseline = sandbox.run("import os\nprint(sorted(os.listdir('/dev')))")
+    assert baseline.status == Status.OK, baseline
+    mess = (
+        "import os\n"
+        "refused = []\n"
+        "for path in ('/dev/parked', '/dev/pts/parked', '/dev/null.d'):\n"
+        "    try:\n        open(path, 'w').write('x' * 1000)\n    except OSError:\n        refused.append(path)\n"
+        "os.mkfifo('fifo')\n"
+        "os.symlink('loop', 'loop')\n"
+        "os.symlink('/etc', 'etc-link')\n"
+        "open('locked', 'w').write('x')\n"
+        "os.chmod('locked', 0)\n"
+        "os.mkdir('closed')\n"
+        "open('closed/inner', 'w').write('x')\n"
+        "os.chmod('closed', 0)\n"
+        "start = os.getcwd()\n"
+        "for _ in range(3000):\n"
+        "    os.mkdir('d')\n"
+        "    os.chdir('d')\n"
+        "os.chdir(start)\n"
+        "os.chmod(start, 0)\n"
+        "print(len(refused))\n"
+    )
+    for _ in range(2):
+        messy = sandbox.run(mess)
+        assert messy.status == Status.OK and messy.stdout == "3\n", messy
+        after = sandbox.run(
+            "import os\nprint(sorted(os.listdir('.')), os.listdir('/tmp'), os.listdir('/dev/shm'))\n"
+            "print(sorted(os.listdir('/dev')))"
+        )
+        assert after.status == Status.OK, after
+        assert after.stdout.splitlines() == ["['main.py'] [] []", baseline.stdout.strip()], after
+
+
+def test_filling_tmp_and_dev_shm_is_bounded_and_forgotten(sandbox):
+    fill = (
+        "import os\n"
+        "for folder in ('/tmp', '/dev/shm', '.'):\n"
+        "    written = 0\n"
+        "    try:\n"
+        "        with open(os.path.join(folder, 'fill'), 'wb') as handle:\n"
+        "            for _ in range(512):\n"
+        "                handle.write(b'x' * 2**20)\n"
+        "                handle.flush()\n"
+        "                written += 1\n"
+        "    except OSError as exc:\n"
+        "        pass\n"
+        "    print(folder, written < 512)\n"
+        "    os.unlink(os.path.join(folder, 'fill')) if folder == '.' else None\n"
+    )
+    result = sandbox.run(RunRequest(code=fill, limits=sandbox.limits.replace(file_size_mb=4096, wall_s=10)))
+    assert result.stdout.splitlines() == ["/tmp True", "/dev/shm True", ". True"], result
+    follow_up = sandbox.run("import os\nprint(os.listdir('/tmp'), os.listdir('/dev/shm'), os.listdir('.'))")
+    assert follow_up.stdout == "[] [] ['main.py']\n", follow_up
+
+
+def test_signals_and_fd_games_cannot_stop_the_supervisor(sandbox):
+    attack = (
+        "import os, signal, struct, sys, json\n"
+        "fake = json.dumps({'id': 'forged', 'status': 'ok', 'stdout_bytes': 0, 'stderr_bytes': 0}).encode()\n"
+        "os.write(1, struct.pack('>I', len(fake)) + fake)\n"
+        "for target in (1, os.getppid()):\n"
+        "    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,\n"
+        "                signal.SIGUSR2, signal.SIGALRM, signal.SIGPIPE, signal.SIGSTOP, signal.SIGCONT,\n"
+        "                signal.SIGKILL):\n"
+        "        try:\n            os.kill(target, sig)\n        except OSError:\n            pass\n"
+        "for fd in range(64):\n"
+        "    try:\n        os.write(fd, b'garbage')\n    except OSError:\n        pass\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n        os.dup2(2, fd)\n    except OSError:\n        pass\n"
+        "os.closerange(0, 1024)\n"
+    )
+    for _ in range(2):
+        sandbox.run(attack)
+        mark = marker()
+        follow_up = sandbox.run(RunRequest(code="print(input())", stdin=mark))
+        assert follow_up.status == Status.OK and follow_up.stdout == mark + "\n", follow_up
+
+
+def test_planted_links_are_never_followed_into_the_next_run(sandbox):
+    with open("/etc/passwd", "rb") as handle:
+        passwd = hashlib.sha256(handle.read()).hexdigest()
+    plant = (
+        "import os\n"
+        "for name, target in (('data.txt', '/etc/passwd'), ('sub', '/etc'), ('out.txt', '/etc/hostname')):\n"
+        "    os.symlink(target, name)\n"
+        "    try:\n        os.symlink(target, os.path.join('/tmp', name))\n    except OSError:\n        pass\n"
+    )
+    assert sandbox.run(plant).status == Status.OK
+    mark = marker()
+    result = sandbox.run(
+        RunRequest(
+            code="print(open('data.txt').read(), open('sub/inner.txt').read())\nopen('out.txt', 'w').write('out')",
+            files={"data.txt": mark, "sub/inner.txt": mark},
+            fetch_files=["data.txt", "sub/inner.txt", "out.txt"],
+        )
+    )
+    assert result.status == Status.OK and result.stdout == f"{mark} {mark}\n", result
+    assert set(result.files) == {"data.txt", "sub/inner.txt", "out.txt"}
+    with open("/etc/passwd", "rb") as handle:
+        assert hashlib.sha256(handle.read()).hexdigest() == passwd
+
+
+def test_host_unix_sockets_are_out_of_reach(sandbox, tmp_path):
+    abstract_name = f"\0skygym-test-{uuid.uuid4().hex}"
+    path_name = f"/tmp/skygym-test-{uuid.uuid4().hex}.sock"
+    servers = []
+    try:
+        for address in (abstract_name, path_name):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(address)
+            server.listen(5)
+            if address == path_name:
+                os.chmod(path_name, 0o777)
+            servers.append(server)
+        code = (
+            "import socket\n"
+            f"for address in ({abstract_name!r}, {path_name!r}):\n"
+            "    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "    try:\n"
+            "        client.connect(address)\n"
+            "        print('connected')\n"
+            "    except OSError as exc:\n"
+            "        print('refused', type(exc).__name__)\n"
+        )
+        result = sandbox.run(code)
+    finally:
+        for server in servers:
+            server.close()
+        if os.path.exists(path_name):
+            os.unlink(path_name)
+    assert result.status == Status.OK and "connected" not in result.stdout, result
+    assert result.stdout.count("refused") == 2, result
