@@ -104,8 +104,8 @@ def parse_report(result: RunResult, nonce: str, tests: int) -> GradeResult:
         return _no_report(tests, "runtime_error", "the grading harness's verdict is not JSON", result)
     if not isinstance(report, dict):
         return _no_report(tests, "runtime_error", "the grading harness's verdict is not an object", result)
-    if "error" in report:
-        return _no_report(tests, "sandbox_error", str(report["error"]), result)
+    if "error" in report:  # the harness broke down; a candidate can cause that (by signalling it)
+        return _no_report(tests, "runtime_error", str(report["error"]), result)
     rows = report.get("tests")
     if not isinstance(rows, list) or len(rows) != tests:
         return _no_report(

@@ -247,6 +247,7 @@ def runner_main(sock_fd):
 
 def candidate_process(job, command, fds, sock_fd):
     """In the forked child: keep only the given pipes as fds 0.., run the candidate, exit."""
+    exit_now = os._exit  # the candidate may replace os._exit; this process must still end here
     exit_code = 126
     try:
         os.close(sock_fd)
@@ -272,7 +273,7 @@ def candidate_process(job, command, fds, sock_fd):
             os.write(2, ("grader: the candidate process could not start: %r\n" % (exc,)).encode())
         except BaseException:
             pass
-    os._exit(exit_code)
+    exit_now(exit_code)
 
 
 def _exit_code_of(exc):
@@ -489,7 +490,9 @@ class Session:
                 os.close(fd)
         self.harness.pump(self, self.started + harness.timeout, lambda: self.pid is not None)
         if self.pid is None:
-            raise CandidateFailed("sandbox_error", "the runner did not start a candidate process")
+            raise CandidateFailed(
+                "runtime_error", "the runner started no candidate process (an earlier one may have stopped it)"
+            )
 
     # fds ---------------------------------------------------------------------------------------
     def close(self, name):
@@ -529,6 +532,8 @@ class Session:
         if len(self.resp) < HEADER.size:
             return None
         size = HEADER.unpack(bytes(self.resp[: HEADER.size]))[0]
+        if size > self.harness.output_bytes:
+            return b"!"  # no reply can be that long: the pipe holds garbage
         if len(self.resp) < HEADER.size + size:
             return None
         data = bytes(self.resp[HEADER.size : HEADER.size + size])
@@ -730,7 +735,7 @@ class Harness:
         if kind == b"N":
             raise CandidateFailed("wrong_answer", "the returned value cannot be checked: %s" % body)
         if kind != b"V":
-            raise CandidateFailed("runtime_error", "the candidate process sent a malformed reply")
+            raise CandidateFailed("runtime_error", "the candidate process sent a malformed reply to the call")
         try:
             return from_literal_text(body)
         except NotLiteral as exc:

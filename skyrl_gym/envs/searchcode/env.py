@@ -88,6 +88,12 @@ class SearchCodeEnv(BaseTextEnv):
             self._final_reward = self._get_reward(action, True)
             answer = extract_solution("\n".join(m["content"] for m in self.chat_history))
             metadata = {"parsed_answer": answer, "ground_truth": self.ground_truth}
+            if self._final_reward < 1.0:
+                metadata["reason"] = (
+                    "no '#### N' answer in the conversation"
+                    if answer is None
+                    else f"the answer {answer!r} does not equal the ground truth {self.ground_truth!r}"
+                )
             return StepOutput(observations=[], reward=self._final_reward, done=True, metadata=metadata), None, None
         try:
             return None, self._parse_action(action), None
