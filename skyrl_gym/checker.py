@@ -23,6 +23,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from skyrl_gym.core import Env
 from skyrl_gym.data import read_records, row_extras, validate_row
+from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, run_episode, run_sync
+from skyrl_gym.episode import Episode as EpisodeRecord
 from skyrl_gym.errors import DataError
 from skyrl_gym.registration import EnvSpec, make, registry, spec
 
@@ -215,6 +217,44 @@ class _Episode:
     max_turns: Optional[int]
 
 
+class _NotAnEnv(TypeError):
+    """The entry point built something that is not a ``skyrl_gym.Env``."""
+
+
+class _AlreadyReported(ValueError):
+    """A step output so malformed that the episode cannot go on; its findings are already in the report."""
+
+
+class _EpisodeThreadCaller(EnvCaller):
+    """The episode driver's env calls, each on the episode's own thread with the checker's timeout. Envs are
+    stepped through ``step`` (the synchronous contract is what is checked), never ``astep``."""
+
+    def __init__(self, worker: _EpisodeThread) -> None:
+        super().__init__()
+        self.worker = worker
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.worker.call(lambda: fn(*args))
+
+    async def step(self, env: Env, action: str) -> Any:
+        return await self.call("step", env.step, action)
+
+
+class _CheckPolicy(ScriptedPolicy):
+    """Plays the same action every turn and checks the first observation on the way."""
+
+    def __init__(self, checker: "_Checker", action: str, row_index: Optional[int], label: str, add: Callable) -> None:
+        super().__init__(action)
+        self.checker, self.row_index, self.label, self.add = checker, row_index, label, add
+
+    async def start(self, episode: EpisodeRecord) -> Optional[EpisodeEnd]:
+        self.checker._check_messages(episode.prompt, "init() observation", self.row_index, self.label, self.add)
+        if not isinstance(episode.info, dict):
+            self.add(ERROR, "init", f"init() info must be a dict, got {type(episode.info).__name__}", self.row_index,
+                     self.label)
+        return None
+
+
 class _Checker:
     def __init__(
         self,
@@ -239,112 +279,129 @@ class _Checker:
     # ----- one episode --------------------------------------------------------------------------
     def episode(self, row_index: Optional[int], prompt: Any, extras: Dict[str, Any], label: str, action: str,
                 report: bool = True) -> Optional[_Episode]:
-        """Play ``action`` every turn until done; return the rewards, or None when the episode broke."""
+        """Play ``action`` every turn until done, through the episode driver; return the rewards, or None when the
+        episode broke. The env must end the episode by itself: the driver stops only ``max_turns_slack`` turns
+        past the env's ``max_turns``."""
         add = self.add if report else (lambda *a, **k: None)
         worker = _EpisodeThread(self.step_timeout_s)
+        built: List[Env] = []
+
+        def make_env() -> Env:
+            env = self.factory.build(extras)
+            if not isinstance(env, Env):
+                raise _NotAnEnv(f"the entry point returned a {type(env).__name__}, not a skyrl_gym.Env")
+            built.append(env)
+            return env
+
+        policy = _CheckPolicy(self, action, row_index, label, add)
+        validate = lambda output, turn: self._validate(output, turn, row_index, label, add)  # noqa: E731
         try:
-            return self._episode(worker, row_index, prompt, extras, label, action, add, report)
+            record = run_sync(self._drive(make_env, prompt, policy, worker, validate))
+            return self._judge(record, built, worker, row_index, label, add, report)
         finally:
             worker.stop()
 
-    def _episode(self, worker: _EpisodeThread, row_index, prompt, extras, label, action, add, report) -> Optional[_Episode]:
-        try:
-            env = worker.call(lambda: self.factory.build(extras))
-        except _Timeout as exc:
-            add(ERROR, "make", f"building the env {exc}", row_index, label)
-            self.row_unusable = report
-            return None
-        except Exception as exc:
-            add(ERROR, "make", f"building the env raised {_describe_exception(exc)}", row_index, label)
-            self.row_unusable = report
-            return None
-        if not isinstance(env, Env):
-            add(ERROR, "make", f"the entry point returned a {type(env).__name__}, not a skyrl_gym.Env", row_index, label)
-            self.row_unusable = report
-            return None
-        self.report.episodes += report
-        try:
-            return self._play(worker, env, row_index, prompt, label, action, add, report)
-        finally:
-            self._close(worker, env, row_index, label, add)
+    async def _drive(self, make_env: Callable[[], Env], prompt: Any, policy: _CheckPolicy, worker: _EpisodeThread,
+                     validate: Callable[[Any, int], Tuple[float, bool]]) -> EpisodeRecord:
+        return await run_episode(make_env, copy.deepcopy(prompt) if isinstance(prompt, list) else [], policy,
+                                 env_class=self.factory.env_id, caller=_EpisodeThreadCaller(worker), validate=validate,
+                                 turns_past_limit=self.max_turns_slack)
 
-    def _play(self, worker: _EpisodeThread, env: Env, row_index, prompt, label, action, add, report: bool) -> Optional[_Episode]:
-        try:
-            result = worker.call(lambda: env.init(copy.deepcopy(prompt)))
-        except _Timeout as exc:
-            add(ERROR, "init", f"init(prompt) {exc}", row_index, label)
-            self.row_unusable = report
+    def _judge(self, record: EpisodeRecord, built: List[Env], worker: _EpisodeThread, row_index, label, add,
+               report: bool) -> Optional[_Episode]:
+        """Turn how the episode went into findings; None when it broke."""
+        if built:
+            self.report.episodes += report
+        if record.end is EpisodeEnd.ERROR:
+            self._report_error(record, row_index, label, add, report)
+            broken = True
+        else:
+            broken = False
+            if record.end is EpisodeEnd.MAX_TURNS:
+                limit = record.max_turns or 0
+                own = getattr(built[0], "max_turns", None) if built else None
+                add(ERROR, "done",
+                    f"not done after {limit} steps (max_turns={own if isinstance(own, int) else 'unset'} "
+                    f"+ {self.max_turns_slack} slack); an episode must end by max_turns", row_index, label)
+            elif built:
+                self._check_metrics(worker, built[0], record.env_metrics, row_index, label, add)
+        if built and not worker.hung:
+            self._close_again(worker, built[0], record, row_index, label, add)
+        if broken:
             return None
-        except Exception as exc:
-            add(ERROR, "init", f"init(prompt) raised {_describe_exception(exc)}", row_index, label)
-            self.row_unusable = report
-            return None
-        if not (isinstance(result, tuple) and len(result) == 2):
-            add(ERROR, "init", f"init() must return (observation, info), got {_short(result)}", row_index, label)
-            self.row_unusable = report
-            return None
-        observation, info = result
-        self._check_messages(observation, "init() observation", row_index, label, add)
-        if not isinstance(info, dict):
-            add(ERROR, "init", f"init() info must be a dict, got {type(info).__name__}", row_index, label)
+        own = getattr(built[0], "max_turns", None) if built else None
+        return _Episode(record.rewards, record.end is EpisodeEnd.ENV_DONE, record.num_turns,
+                        own if isinstance(own, int) and own > 0 else None)
 
-        max_turns = getattr(env, "max_turns", None)
-        max_turns = max_turns if isinstance(max_turns, int) and max_turns > 0 else None
-        limit = (max_turns or 1) + self.max_turns_slack
-        rewards: List[float] = []
-        for turn in range(1, limit + 1):
-            try:
-                output = worker.call(lambda: env.step(action))
-            except _Timeout as exc:
+    def _report_error(self, record: EpisodeRecord, row_index, label, add, report: bool) -> None:
+        exc, method, turn = record.exception, record.error_method, record.num_turns + 1
+        if isinstance(exc, _AlreadyReported):
+            return
+        if method == "make":
+            self.row_unusable = report
+            if isinstance(exc, _NotAnEnv):
+                add(ERROR, "make", str(exc), row_index, label)
+            elif isinstance(exc, _Timeout):
+                add(ERROR, "make", f"building the env {exc}", row_index, label)
+            else:
+                add(ERROR, "make", f"building the env raised {_describe_exception(exc)}", row_index, label)
+        elif method == "init":
+            self.row_unusable = report
+            if isinstance(exc, _Timeout):
+                add(ERROR, "init", f"init(prompt) {exc}", row_index, label)
+            elif record.error and "init() must return" in record.error:
+                add(ERROR, "init", str(exc), row_index, label)
+            else:
+                add(ERROR, "init", f"init(prompt) raised {_describe_exception(exc)}", row_index, label)
+        elif method == "step":
+            if isinstance(exc, _Timeout):
                 add(ERROR, "step", f"step() on turn {turn} {exc} (a hang stalls a whole training batch)", row_index, label)
-                return None
-            except Exception as exc:
+            else:
                 add(ERROR, "step", f"step() on turn {turn} raised {_describe_exception(exc)}", row_index, label)
-                return None
-            reward, done = self._check_step_output(output, turn, row_index, label, add)
-            if reward is None:
-                return None
-            rewards.append(reward)
-            if done:
-                self._check_metrics(worker, env, row_index, label, add)
-                return _Episode(rewards, True, turn, max_turns)
-        add(ERROR, "done",
-            f"not done after {limit} steps (max_turns={max_turns if max_turns is not None else 'unset'} "
-            f"+ {self.max_turns_slack} slack); an episode must end by max_turns", row_index, label)
-        return _Episode(rewards, False, limit, max_turns)
+        elif isinstance(exc, _Timeout):  # get_metrics
+            add(ERROR, "metrics", f"get_metrics() {exc}", row_index, label)
+        elif isinstance(exc, TypeError) and "must return a dict" in str(exc):
+            add(ERROR, "metrics", str(exc), row_index, label)
+        else:
+            add(ERROR, "metrics", f"get_metrics() raised {_describe_exception(exc)}", row_index, label)
 
-    def _close(self, worker: _EpisodeThread, env: Env, row_index, label, add) -> None:
-        if worker.hung:
-            return  # the env is stuck in an earlier call (already reported); it cannot be closed
-        for attempt in ("first", "second"):
-            try:
-                worker.call(env.close)
-            except _Timeout as exc:
-                add(ERROR, "close", f"close() {exc}", row_index, label)
-                return
-            except Exception as exc:
-                what = "close()" if attempt == "first" else "a second close() (close must be idempotent)"
-                add(ERROR, "close", f"{what} raised {_describe_exception(exc)}", row_index, label)
-                return
+    def _validate(self, output: Any, turn: int, row_index, label, add) -> Tuple[float, bool]:
+        reward, done = self._check_step_output(output, turn, row_index, label, add)
+        if reward is None:
+            raise _AlreadyReported(f"unusable step output on turn {turn}")
+        return reward, done
 
-    def _check_metrics(self, worker: _EpisodeThread, env: Env, row_index, label, add) -> None:
+    def _close_again(self, worker: _EpisodeThread, env: Env, record: EpisodeRecord, row_index, label, add) -> None:
+        """The driver closed the env once; close must also be idempotent."""
+        if record.close_error:
+            add(ERROR, "close", record.close_error.replace("close: ", "close() raised ", 1), row_index, label)
+            return
+        try:
+            worker.call(env.close)
+        except _Timeout as exc:
+            add(ERROR, "close", f"close() {exc}", row_index, label)
+        except Exception as exc:
+            add(ERROR, "close", f"a second close() (close must be idempotent) raised {_describe_exception(exc)}",
+                row_index, label)
+
+    def _check_metrics(self, worker: _EpisodeThread, env: Env, metrics: Any, row_index, label, add) -> None:
         """``get_metrics()`` must give a dict that ``aggregate_metrics`` can average (SkyRL logs both)."""
         if not hasattr(env, "get_metrics"):
             return
+        if not isinstance(metrics, dict):
+            add(ERROR, "metrics", f"get_metrics() must return a dict, got {type(metrics).__name__}", row_index, label)
+            return
+        if not hasattr(env, "aggregate_metrics"):
+            return
         try:
-            metrics = worker.call(env.get_metrics)
-            if not isinstance(metrics, dict):
-                add(ERROR, "metrics", f"get_metrics() must return a dict, got {type(metrics).__name__}", row_index, label)
-                return
-            if hasattr(env, "aggregate_metrics"):
-                aggregated = worker.call(lambda: env.aggregate_metrics([metrics, metrics]))
-                if not isinstance(aggregated, dict):
-                    add(ERROR, "metrics", f"aggregate_metrics() must return a dict, got {type(aggregated).__name__}",
-                        row_index, label)
+            aggregated = worker.call(lambda: env.aggregate_metrics([metrics, metrics]))
+            if not isinstance(aggregated, dict):
+                add(ERROR, "metrics", f"aggregate_metrics() must return a dict, got {type(aggregated).__name__}",
+                    row_index, label)
         except _Timeout as exc:
-            add(ERROR, "metrics", f"get_metrics()/aggregate_metrics() {exc}", row_index, label)
+            add(ERROR, "metrics", f"aggregate_metrics() {exc}", row_index, label)
         except Exception as exc:
-            add(ERROR, "metrics", f"get_metrics()/aggregate_metrics() raised {_describe_exception(exc)}", row_index, label)
+            add(ERROR, "metrics", f"aggregate_metrics() raised {_describe_exception(exc)}", row_index, label)
 
     # ----- type checks --------------------------------------------------------------------------
     def _check_messages(self, messages: Any, what: str, row_index, label, add) -> None:

@@ -100,7 +100,7 @@ class Episode:
 
     env_class: str
     prompt: ConversationType = field(default_factory=list)
-    info: Dict[str, Any] = field(default_factory=dict)
+    info: Any = field(default_factory=dict)
     messages: ConversationType = field(default_factory=list)
     steps: List[StepRecord] = field(default_factory=list)
     max_turns: Optional[int] = None
@@ -248,12 +248,13 @@ async def run_episode(
     row_max_turns: Any = None,
     caller: Optional[EnvCaller] = None,
     validate: StepValidator = validate_step_output,
-    enforce_turn_limit: bool = True,
+    turns_past_limit: int = 0,
 ) -> Episode:
     """Play one episode of the env that ``make_env()`` builds, with ``policy`` choosing the actions.
 
-    ``max_turns_cap`` and ``row_max_turns`` feed :func:`resolve_max_turns`. ``enforce_turn_limit=False`` lets the
-    env end the episode on its own (the checker tests that it does), stopping only at ``max_turns_cap``.
+    ``max_turns_cap`` and ``row_max_turns`` feed :func:`resolve_max_turns`, and the env is told the result
+    (``env.max_turns``). ``turns_past_limit > 0`` is for checking an env: it is not told, and the driver stops
+    only that many turns past the limit (1 when there is none), so an env that never ends is caught.
     """
     started = time.perf_counter()
     caller = caller or EnvCaller()
@@ -262,11 +263,14 @@ async def run_episode(
     try:
         env = await caller.call("make", make_env)
         await _init(env, prompt, caller, episode)
-        episode.max_turns = _turn_limit(env, row_max_turns, max_turns_cap, enforce_turn_limit)
+        episode.max_turns = _turn_limit(env, row_max_turns, max_turns_cap, turns_past_limit)
         episode.end = await policy.start(episode)
         while episode.end is None:
             episode.end = await _turn(env, policy, caller, episode, validate)
-        episode.env_metrics = dict(await caller.call("get_metrics", _metrics_of, env) or {})
+        metrics = await caller.call("get_metrics", _metrics_of, env)
+        if not isinstance(metrics, Mapping):
+            raise EnvCallError("get_metrics", TypeError(f"get_metrics() must return a dict, got {type(metrics).__name__}"))
+        episode.env_metrics = dict(metrics)
     except EnvCallError as exc:
         episode.end, episode.error, episode.error_method = EpisodeEnd.ERROR, str(exc), exc.method
         episode.exception = exc.error
@@ -291,16 +295,16 @@ async def _init(env: Env, prompt: ConversationType, caller: EnvCaller, episode: 
     ):
         raise EnvCallError("init", TypeError(f"init() must return a list of chat messages, got {observation!r:.120}"))
     episode.prompt = [dict(m) for m in observation]
-    episode.info = info if isinstance(info, dict) else {}
+    episode.info = info  # as the env returned it (the checker reports an info that is not a dict)
     episode.messages = [dict(m) for m in observation]
 
 
-def _turn_limit(env: Env, row_max_turns: Any, cap: Optional[int], enforce: bool) -> Optional[int]:
+def _turn_limit(env: Env, row_max_turns: Any, cap: Optional[int], turns_past_limit: int) -> Optional[int]:
     # BaseTextEnv's placeholder of 1, which no subclass set, is not a default of the env's own.
     env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
-    if not enforce:
-        return cap
     limit = resolve_max_turns(row_max_turns, env_max_turns, cap)
+    if turns_past_limit > 0:
+        return (limit or 1) + turns_past_limit
     if limit is not None and hasattr(env, "max_turns") and env.max_turns != limit:
         env.max_turns = limit  # the env and the driver agree on which turn is the last one
     return limit
@@ -319,8 +323,12 @@ async def _turn(env: Env, policy: Policy, caller: EnvCaller, episode: Episode, v
         reward, done = validate(output, turn)
     except (TypeError, ValueError) as exc:
         raise EnvCallError("step", exc) from exc
-    observations = [dict(m) for m in output.get("observations") or []]
-    step = StepRecord(action, reward, done, observations, dict(output.get("metadata") or {}), output)
+    raw_observations = output.get("observations") or []
+    # A lenient validator (the checker's) may let malformed messages through: keep them as they are.
+    observations = [dict(m) if isinstance(m, Mapping) else m for m in raw_observations] if isinstance(
+        raw_observations, list) else []
+    metadata = output.get("metadata")
+    step = StepRecord(action, reward, done, observations, dict(metadata) if isinstance(metadata, Mapping) else {}, output)
     episode.steps.append(step)
     episode.messages.append({"role": "assistant", "content": action})
     episode.messages.extend(observations)
@@ -332,7 +340,10 @@ async def _turn(env: Env, policy: Policy, caller: EnvCaller, episode: Episode, v
 
 def _metrics_of(env: Env) -> Dict[str, Any]:
     get_metrics = getattr(env, "get_metrics", None)  # BaseTextEnv has it; a bare Env need not
-    return get_metrics() if callable(get_metrics) else {}
+    if not callable(get_metrics):
+        return {}
+    metrics = get_metrics()
+    return {} if metrics is None else metrics
 
 
 def make_env_factory(env_class: str, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None) -> Callable[[], Env]:

@@ -4,16 +4,18 @@
     printf 'no idea\\n#### 72\\n' | skyrl-gym step gsm8k_multi_turn --prompt "..." --extras '{...}'
 
 Each line of stdin is one action; with ``--multiline`` an action is a block of lines ended by a line
-holding a single ``.``. The episode ends when the env says done or stdin ends.
+holding a single ``.``. The episode (played by the one episode driver, :mod:`skyrl_gym.episode`) ends when the
+env says done, its ``max_turns`` is reached, or stdin ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Dict, Iterator, List, Optional, TextIO
+from typing import Any, Iterator, List, Optional, TextIO, Union
 
 from skyrl_gym.cli._io import UsageError, error, load_row, parse_json_arg, to_json
+from skyrl_gym.episode import BasePolicy, Episode, EpisodeEnd, StepRecord, make_env_factory, run_episode, run_sync
 
 END_OF_BLOCK = "."
 
@@ -92,6 +94,36 @@ def _episode_inputs(args: argparse.Namespace) -> tuple:
     return prompt, extras
 
 
+class _StdinPolicy(BasePolicy):
+    """The episode driver's policy for a person at the terminal (or a pipe): each action is read from stdin, and
+    every observation is printed on the way."""
+
+    def __init__(self, env_id: str, actions: Iterator[str], out: _Printer) -> None:
+        self.env_id, self.actions, self.out = env_id, actions, out
+
+    async def start(self, episode: Episode) -> Optional[EpisodeEnd]:
+        self.out.messages(f"{self.env_id}: prompt", episode.prompt)
+        self.out.event(event="init", observations=episode.prompt, info=episode.info, max_turns=episode.max_turns)
+        return None
+
+    async def act(self, episode: Episode) -> Union[str, EpisodeEnd]:
+        return next(self.actions, EpisodeEnd.ABORTED)  # the input ended
+
+    async def observe(self, episode: Episode, step: StepRecord) -> Optional[EpisodeEnd]:
+        turn = episode.num_turns
+        self.out.messages(f"turn {turn}: observations", step.observations)
+        if not self.out.as_json:
+            print(f"reward: {step.reward}   done: {step.done}")
+            print(f"metadata: {to_json(step.metadata)}")
+        self.out.event(event="step", turn=turn, action_chars=len(step.action), observations=step.observations,
+                       reward=step.reward, done=step.done, metadata=step.metadata)
+        return None
+
+
+_ENDINGS = {EpisodeEnd.ENV_DONE: "done", EpisodeEnd.MAX_TURNS: "ended at max_turns",
+            EpisodeEnd.ABORTED: "not done (input ended)"}
+
+
 def run_step(args: argparse.Namespace, stdin: Optional[TextIO] = None) -> int:
     import skyrl_gym
     from skyrl_gym.errors import DataError, UnregisteredEnv
@@ -105,44 +137,20 @@ def run_step(args: argparse.Namespace, stdin: Optional[TextIO] = None) -> int:
     except (UsageError, UnregisteredEnv, DataError, FileNotFoundError) as exc:
         error(str(exc))
         return 2
-    try:
-        env = skyrl_gym.make(args.env_id, env_config=env_config, extras=extras)
-    except Exception as exc:  # the env's constructor rejected the row
-        error(f"building env {args.env_id!r} raised {type(exc).__name__}: {exc}")
+    policy = _StdinPolicy(args.env_id, read_actions(stdin, args.multiline, interactive=stdin.isatty()), out)
+    episode = run_sync(run_episode(make_env_factory(args.env_id, env_config, extras), prompt, policy,
+                                   env_class=args.env_id, row_max_turns=extras.get("max_turns")))
+    if episode.end is EpisodeEnd.ERROR:
+        what = {"make": f"building env {args.env_id!r}", "init": "init()",
+                "step": f"step() on turn {episode.num_turns + 1}"}.get(episode.error_method or "", episode.error_method)
+        error(f"{what} raised {type(episode.exception).__name__}: {episode.exception}")
+        out.event(event="error", turn=episode.num_turns + 1, error=f"{type(episode.exception).__name__}: {episode.exception}")
         return 1
-
-    with env:
-        try:
-            observation, info = env.init(prompt)
-        except Exception as exc:
-            error(f"init() raised {type(exc).__name__}: {exc}")
-            return 1
-        out.messages(f"{args.env_id}: prompt", observation)
-        out.event(event="init", observations=observation, info=info, max_turns=getattr(env, "max_turns", None))
-
-        turns, total_reward, done = 0, 0.0, False
-        for action in read_actions(stdin, args.multiline, interactive=stdin.isatty()):
-            turns += 1
-            try:
-                result: Dict[str, Any] = dict(env.step(action))
-            except Exception as exc:
-                error(f"step() on turn {turns} raised {type(exc).__name__}: {exc}")
-                out.event(event="error", turn=turns, error=f"{type(exc).__name__}: {exc}")
-                return 1
-            done = bool(result.get("done"))
-            reward = result.get("reward")
-            if isinstance(reward, (int, float)):
-                total_reward += reward
-            out.messages(f"turn {turns}: observations", result.get("observations"))
-            if not args.json:
-                print(f"reward: {reward}   done: {done}")
-                print(f"metadata: {to_json(result.get('metadata'))}")
-            out.event(event="step", turn=turns, action_chars=len(action), observations=result.get("observations"),
-                      reward=reward, done=done, metadata=result.get("metadata"))
-            if done:
-                break
-        summary = f"episode {'done' if done else 'not done (input ended)'} after {turns} turn(s), total reward {total_reward:g}"
-        if not args.json:
-            print(f"== {summary}")
-        out.event(event="end", done=done, turns=turns, total_reward=total_reward)
+    done = episode.end is EpisodeEnd.ENV_DONE
+    summary = (f"episode {_ENDINGS.get(episode.end, episode.end)} after {episode.num_turns} turn(s), "
+               f"total reward {episode.total_reward:g}")
+    if not args.json:
+        print(f"== {summary}")
+    out.event(event="end", done=done, turns=episode.num_turns, total_reward=episode.total_reward,
+              end=episode.end.value if episode.end else None)
     return 0

@@ -80,20 +80,3 @@ async def run_cpu_bound(func: Callable[..., T], *args: Any) -> T:
                 _process_pool = None
         pool.shutdown(wait=False, cancel_futures=True)
         return await loop.run_in_executor(tool_process_pool(), func, *args)
-
-
-async def step_env(env: Any, action: Any) -> Any:
-    """``await env.astep(action)`` when the env has an async path (the tool envs), else
-    ``env.step(action)`` in the tool pool: the one call a rollout loop needs for any env."""
-    astep = getattr(env, "astep", None)
-    if astep is not None and asyncio.iscoroutinefunction(astep):
-        return await astep(action)
-    return await run_blocking(env.step, action)
-
-
-async def init_env(env: Any, prompt: Any) -> Any:
-    """``env.ainit(prompt)`` when present, else ``env.init(prompt)`` in the tool pool."""
-    ainit = getattr(env, "ainit", None)
-    if ainit is not None and asyncio.iscoroutinefunction(ainit):
-        return await ainit(prompt)
-    return await run_blocking(env.init, prompt)

@@ -1,4 +1,5 @@
-"""step_env / init_env: one awaitable call for envs with and without an async path."""
+"""``await env.astep(action)`` for every env (a thread for blocking envs, the loop for tool envs), and the tool
+worker processes."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import asyncio
 import threading
 
 import skyrl_gym
-from skyrl_gym.tools.blocking import init_env, step_env
 from tests.tool_env_support import shared_sample_databases
 
 
@@ -14,28 +14,23 @@ def test_sync_env_steps_in_the_pool_and_async_env_on_the_loop():
     folder = shared_sample_databases()
     loop_thread = []
 
-    class RecordingGsm8k:
-        def __init__(self):
-            self.env = skyrl_gym.make("gsm8k", extras={"reward_spec": {"ground_truth": "72"}})
-
-        def init(self, prompt):
-            return self.env.init(prompt)
-
+    class RecordingGsm8k(type(skyrl_gym.make("gsm8k", extras={"reward_spec": {"ground_truth": "72"}}))):
         def step(self, action):
             loop_thread.append(threading.current_thread() is threading.main_thread())
-            return self.env.step(action)
+            return super().step(action)
 
     async def main():
-        plain = RecordingGsm8k()
-        await init_env(plain, [{"role": "user", "content": "q"}])
-        plain_out = await step_env(plain, "#### 72")
+        plain = RecordingGsm8k(extras={"reward_spec": {"ground_truth": "72"}})
+        plain.init([{"role": "user", "content": "q"}])
+        plain_out = await plain.astep("#### 72")
         row = {"reward_spec": {"ground_truth": "SELECT COUNT(*) FROM airports"}, "db_file": str(folder / "databases" / "flights.sqlite")}
         sql_env = skyrl_gym.make("text2sql", env_config={}, extras=row)
-        await init_env(sql_env, [])
-        sql_out = await step_env(sql_env, "<think>t</think><solution>SELECT COUNT(code) FROM airports</solution>")
-        return plain_out, sql_out
+        await sql_env.ainit([])
+        sql_out = await sql_env.astep("<think>t</think><solution>SELECT COUNT(code) FROM airports</solution>")
+        return plain, plain_out, sql_env, sql_out
 
-    plain_out, sql_out = asyncio.run(main())
+    plain, plain_out, sql_env, sql_out = asyncio.run(main())
+    assert not plain.has_native_astep and sql_env.has_native_astep
     assert plain_out["reward"] == 1.0 and loop_thread == [False]  # the sync env ran off the loop thread
     assert sql_out["reward"] == 1.0 and sql_out["done"]
 
