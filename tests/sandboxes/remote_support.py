@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Dict, Optional, Sequence
 
 import pytest
 import requests
@@ -29,8 +30,8 @@ def free_port() -> int:
 class ServedSandbox(RemoteSandbox):
     """A remote sandbox that owns the server it talks to, and stops it on close."""
 
-    def __init__(self, server: subprocess.Popen, url: str, limits: Limits) -> None:
-        super().__init__(url=url, limits=limits)
+    def __init__(self, server: subprocess.Popen, url: str, limits: Limits, token: Optional[str] = None) -> None:
+        super().__init__(url=url, limits=limits, token=token)
         self.server = server
 
     def close(self) -> None:
@@ -44,7 +45,15 @@ class ServedSandbox(RemoteSandbox):
                 self.server.wait()
 
 
-def start_server(limits: Limits, max_concurrency: int = 2) -> ServedSandbox:
+def start_server(
+    limits: Limits,
+    max_concurrency: Optional[int] = 2,
+    extra_args: Sequence[str] = (),
+    env: Optional[Dict[str, str]] = None,
+    token: Optional[str] = None,
+    host: str = "127.0.0.1",
+) -> ServedSandbox:
+    """A real ``skygym-sandboxes serve`` on ``host`` (a free port), healthy before this returns."""
     pytest.importorskip("fastapi", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
     pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
     if not shutil.which("bwrap"):
@@ -55,16 +64,18 @@ def start_server(limits: Limits, max_concurrency: int = 2) -> ServedSandbox:
         "-m",
         "skygym_sandboxes.cli",
         "serve",
+        "--host",
+        host,
         "--port",
         str(port),
-        "--max-concurrency",
-        str(max_concurrency),
+        *(["--max-concurrency", str(max_concurrency)] if max_concurrency else []),
+        *extra_args,
         "--wall-s",
         str(limits.wall_s),
         "--cpu-s",
         str(limits.cpu_s),
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     server = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -73,8 +84,9 @@ def start_server(limits: Limits, max_concurrency: int = 2) -> ServedSandbox:
             output = server.stdout.read().decode("utf-8", "replace") if server.stdout else ""
             raise RuntimeError(f"skygym-sandboxes serve exited with {server.returncode}: {output[-2000:]}")
         try:
-            if requests.get(f"{url}/health", timeout=1).status_code == 200:
-                return ServedSandbox(server, url, limits)
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            if requests.get(f"{url}/health", timeout=1, headers=headers).status_code == 200:
+                return ServedSandbox(server, url, limits, token=token)
         except requests.RequestException:
             time.sleep(0.2)
     server.kill()

@@ -1,0 +1,200 @@
+"""The service as an attacker meets it: a real ``skygym-sandboxes serve`` on 127.0.0.1 fed malformed
+bodies, hostile limits, rejected files, duplicate fetches, clients that vanish, floods, and (off
+loopback) requests without the token."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+import requests
+
+from skygym_sandboxes import Limits, Status
+from tests.sandboxes.remote_support import REPO, free_port, start_server
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def served():
+    box = start_server(
+        Limits(wall_s=5, cpu_s=5, output_bytes=100_000), max_concurrency=2, extra_args=["--output-bytes", "100000"]
+    )
+    yield box
+    box.close()
+
+
+def post(served, body, **kwargs):
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return requests.post(
+        f"{served.url}/run_code", data=data, headers={"Content-Type": "application/json"}, timeout=30, **kwargs
+    )
+
+
+def wait_for(condition, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+MALFORMED = [
+    ("[]", "JSON object"),
+    ('"code"', "JSON object"),
+    ({"code": "1", "files": [1]}, "files"),
+    ({"code": "1", "files": {"a": 5}}, "files"),
+    ({"code": "1", "files": {"a": "not base64!"}}, "files"),
+    ({"code": "1", "files": {"../a": ""}}, "relative path"),
+    ({"code": "1", "files": {"/etc/x": ""}}, "relative path"),
+    ({"code": "1", "fetch_files": "out.txt"}, "fetch_files"),
+    ({"code": "1", "fetch_files": [1]}, "fetch_files"),
+    ({"code": "1", "stdin": 5}, "stdin"),
+    ({"code": "1", "argv": [1]}, "argv"),
+    ({"command": "ls"}, "command"),
+    ({"command": []}, "command"),
+    ({"code": None}, "code"),
+    ({"code": "1", "language": "cobol"}, "cobol"),
+    ({"code": "1", "limits": "fast"}, "limits"),
+    ({"code": "1", "limits": {"wall_s": "fast"}}, "wall_s"),
+    ({"code": "1", "limits": {"walltime": 1}}, "walltime"),
+    ({"code": "1", "limits": {"wall_s": -1}}, "wall_s"),
+    ('{"code": "1", "limits": {"wall_s": NaN}}', "wall_s"),
+    ('{"code": "1", "limits": {"wall_s": Infinity}}', "wall_s"),
+    ('{"code": "1", "run_timeout": -Infinity}', "run_timeout"),
+    ({"code": "1", "run_timeout": "10"}, "run_timeout"),
+    ({"code": "1", "memory_limit_MB": "lots"}, "memory_limit_MB"),
+    ({"code": "1", "fetch_files": [f"f{i}" for i in range(65)]}, "at most 64"),
+]
+
+
+@pytest.mark.parametrize("body,reason", MALFORMED, ids=[str(i) for i in range(len(MALFORMED))])
+def test_malformed_bodies_get_4xx_with_the_reason(served, body, reason):
+    response = post(served, body)
+    assert 400 <= response.status_code < 500, (response.status_code, response.text)
+    assert reason in response.json()["message"], response.json()
+
+
+def test_broken_json_is_400_and_the_service_keeps_serving(served):
+    for raw in (b"{not json", b"\xff\xfe", b"", b"{" * 100000):
+        response = post(served, raw)
+        assert response.status_code == 400, (raw[:10], response.status_code, response.text[:200])
+    assert served.run("print('still here')").stdout == "still here\n"
+
+
+def test_null_limits_mean_the_service_defaults_never_no_limit(served):
+    flood = "import sys\nsys.stdout.write('x' * 1_000_000)"
+    for limits in (None, {"output_bytes": None, "wall_s": None}):
+        data = post(served, {"code": flood, "limits": limits, "run_timeout": None, "memory_limit_MB": None}).json()
+        assert data["sandbox"]["status"] == "output_limit", data["sandbox"]
+        assert len(data["run_result"]["stdout"]) == 100_000
+
+
+def test_huge_limits_are_lowered_and_replies_stay_paired(served):
+    markers = [uuid.uuid4().hex for _ in range(8)]
+
+    def one(index: int):
+        limits = {"wall_s": 1e10, "cpu_s": 1e300} if index % 2 else {"output_bytes": 10**15}
+        return post(served, {"code": f"print({markers[index]!r})", "limits": limits}).json()
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(one, range(len(markers))))
+    assert [reply["run_result"]["stdout"] for reply in replies] == [m + "\n" for m in markers]
+
+
+def test_files_of_a_rejected_or_failed_request_never_reach_a_later_run(served):
+    secret = base64.b64encode(b"left behind").decode()
+    assert post(served, {"code": "1", "files": {"leak.txt": secret}, "limits": {"wall_s": "x"}}).status_code == 422
+    # Accepted, but it cannot be prepared: "a" is a file, so "a/b" cannot be written.
+    failed = post(served, {"code": "1", "files": {"leak.txt": secret, "a": secret, "a/b": secret}}).json()
+    assert failed["status"] == "SandboxError", failed
+    for _ in range(3):
+        seen = served.run("import os\nprint(sorted(os.listdir('.')), os.listdir('/tmp'))")
+        assert seen.stdout == "['main.py'] []\n", seen
+
+
+def test_fetch_files_are_normalised_and_capped(served):
+    code = "open('out.txt', 'w').write('y' * 200_000)\nimport os\nos.mkdir('d')\nopen('d/z', 'w').write('z')"
+    spellings = ["out.txt", "./out.txt", ".//out.txt", "out.txt/.", "out.txt//", "d/z", "d//z", "./d/./z"]
+    data = post(served, {"code": code, "fetch_files": spellings}).json()
+    assert data["status"] == "Success", data
+    assert sorted(data["files"]) == ["d/z", "out.txt"]
+    assert len(base64.b64decode(data["files"]["out.txt"])) == 100_000  # cut to the output limit
+
+
+def test_a_client_that_disconnects_frees_its_slot(served):
+    def health():
+        return requests.get(f"{served.url}/health", timeout=5).json()
+
+    cancelled_before = health()["cancelled"]
+    body = json.dumps({"code": "import time\ntime.sleep(60)"}).encode()
+    port = int(served.url.rsplit(":", 1)[1])
+    clients = []
+    for _ in range(2):  # both slots of a service that runs 2 at a time
+        client = socket.create_connection(("127.0.0.1", port))
+        client.sendall(
+            b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        clients.append(client)
+    assert wait_for(lambda: health()["running"] == 2), health()
+    for client in clients:
+        client.close()
+    assert wait_for(lambda: health()["running"] == 0 and health()["cancelled"] >= cancelled_before + 2), health()
+    result = served.run("print('slot free')")
+    assert result.status == Status.OK and result.stdout == "slot free\n", result
+
+
+def test_a_full_queue_answers_429():
+    box = start_server(Limits(wall_s=10, cpu_s=10), max_concurrency=1, extra_args=["--max-queue", "1"])
+    try:
+        sleeper = {"code": "import time\ntime.sleep(1.5)\nprint('done')"}
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            codes = list(pool.map(lambda _: post(box, sleeper).status_code, range(4)))
+        assert 429 in codes and 200 in codes, codes
+        assert post(box, {"code": "print(1)"}).status_code == 200
+    finally:
+        box.close()
+
+
+def test_concurrency_defaults_to_the_cpu_count():
+    box = start_server(Limits(wall_s=5), max_concurrency=None)
+    try:
+        health = requests.get(f"{box.url}/health", timeout=5).json()
+        assert health["max_concurrency"] == os.cpu_count()
+    finally:
+        box.close()
+
+
+def test_off_loopback_the_service_needs_a_token():
+    refused = subprocess.run(
+        [sys.executable, "-m", "skygym_sandboxes.cli", "serve", "--host", "0.0.0.0", "--port", str(free_port())],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "SKYGYM_SANDBOX_TOKEN": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "without a bearer token" in refused.stderr, refused.stderr
+    token = uuid.uuid4().hex
+    box = start_server(Limits(wall_s=5), host="0.0.0.0", env={"SKYGYM_SANDBOX_TOKEN": token}, token=token)
+    try:
+        assert box.run("print('with token')").stdout == "with token\n"
+        assert post(box, {"code": "print(1)"}).status_code == 401
+        wrong = requests.post(
+            f"{box.url}/run_code", json={"code": "print(1)"}, headers={"Authorization": "Bearer nope"}, timeout=10
+        )
+        assert wrong.status_code == 401
+        assert requests.get(f"{box.url}/health", timeout=5).status_code == 401
+    finally:
+        box.close()
