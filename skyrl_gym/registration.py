@@ -59,11 +59,19 @@ class EnvSpec:
         return make(self, **kwargs)
 
     def load_entry_point(self) -> EnvCreator:
-        if self.entry_point is None:
+        """The callable behind the entry point; a ``"module:Attr"`` string is imported once per spec and the
+        result kept (until ``entry_point`` is changed), so ``make`` does not resolve it on every episode."""
+        entry_point = self.entry_point
+        if entry_point is None:
             raise EnvCreationError(f"env {self.id!r} is registered without an entry point")
-        if callable(self.entry_point):
-            return self.entry_point
-        return load_env_creator(self.entry_point, env_id=self.id)
+        if callable(entry_point):
+            return entry_point
+        cached = self.__dict__.get("_loaded_entry_point")
+        if cached is not None and cached[0] == entry_point:
+            return cached[1]
+        creator = load_env_creator(entry_point, env_id=self.id)
+        self.__dict__["_loaded_entry_point"] = (entry_point, creator)
+        return creator
 
     def get_description(self) -> str:
         """The registered description, else the first line of the entry point's docstring."""
@@ -257,6 +265,10 @@ def _resolve_id(env_id: str) -> str:
 
 def spec(env_id: str) -> EnvSpec:
     """The :class:`EnvSpec` of ``env_id`` (an unversioned id resolves to the latest version)."""
+    if registry._plugins_loaded:  # the common case, an exact id: one dict lookup
+        found = dict.get(registry, env_id)
+        if found is not None:
+            return found
     return registry[_resolve_id(env_id)]
 
 
@@ -267,7 +279,7 @@ def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
     """
     env_spec = id if isinstance(id, EnvSpec) else spec(id)
     creator = env_spec.load_entry_point()
-    merged = {**copy.deepcopy(env_spec.kwargs), **kwargs}
+    merged = {**copy.deepcopy(env_spec.kwargs), **kwargs} if env_spec.kwargs else kwargs
     try:
         env = creator(**merged)
     except TypeError as exc:

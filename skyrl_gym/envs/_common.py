@@ -13,10 +13,11 @@ MAX_SCORED_CHARS = 100_000
 
 def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field: str = "reward_spec") -> Any:
     """``extras[field]["ground_truth"]``, or a :class:`DataError` that names what is missing."""
-    if not isinstance(extras, Mapping):
+    # type(...) is dict first: rows are plain dicts, and isinstance against typing.Mapping is slow
+    if type(extras) is not dict and not isinstance(extras, Mapping):
         raise DataError(f"env {env_id!r} needs extras with {field}.ground_truth (the dataset row), got {extras!r}")
     spec = extras.get(field)
-    if not isinstance(spec, Mapping):
+    if type(spec) is not dict and not isinstance(spec, Mapping):
         raise DataError(f"env {env_id!r}: the row has no {field!r} dict (expected {{'ground_truth': ...}})")
     if spec.get("ground_truth") is None:
         raise DataError(f"env {env_id!r}: {field}.ground_truth is missing from the row")

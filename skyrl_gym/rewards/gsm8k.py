@@ -35,7 +35,11 @@ def compute_score(
 ) -> float:
     """``score`` if the extracted answer equals ``ground_truth``, ``format_score`` if an answer was
     given in the right form but is wrong, else 0.0."""
-    answer = extract_solution(solution_str, method=method)
+    return score_answer(extract_solution(solution_str, method=method), ground_truth, format_score, score)
+
+
+def score_answer(answer: Optional[str], ground_truth: str, format_score: float = 0.0, score: float = 1.0) -> float:
+    """:func:`compute_score` of an answer already extracted (``None``: none was given)."""
     if answer is None:
         return 0.0
     return float(score) if answer == str(ground_truth) else float(format_score)

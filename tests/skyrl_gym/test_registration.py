@@ -161,3 +161,19 @@ def test_import_is_light():
                             env={"PYTHONPATH": f"{skyrl_gym.__path__[0]}/.."})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_a_string_entry_point_is_loaded_once_and_again_when_it_changes():
+    from skyrl_gym.envs.gsm8k.env import GSM8kEnv
+    from skyrl_gym.envs.multiply.env import MultiplyEnv
+
+    spec = skyrl_gym.register(id="test_cached_entry_point", entry_point="skyrl_gym.envs.gsm8k.env:GSM8kEnv")
+    try:
+        row = {"reward_spec": {"ground_truth": "4"}}
+        assert type(skyrl_gym.make("test_cached_entry_point", extras=row)) is GSM8kEnv
+        assert spec.load_entry_point() is spec.load_entry_point() is GSM8kEnv
+        spec.entry_point = "skyrl_gym.envs.multiply.env:MultiplyEnv"
+        assert type(skyrl_gym.make("test_cached_entry_point", extras=row)) is MultiplyEnv
+        assert skyrl_gym.EnvSpec.from_json(spec.to_json()) == spec  # the cache is not part of the spec
+    finally:
+        skyrl_gym.deregister("test_cached_entry_point")

@@ -7,7 +7,7 @@ from typing import Any, Dict, Optional
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._common import clip_action, require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
-from skyrl_gym.rewards.gsm8k import compute_score, extract_solution
+from skyrl_gym.rewards.gsm8k import extract_solution, score_answer
 
 
 class GSM8kEnv(BaseTextEnv):
@@ -21,6 +21,6 @@ class GSM8kEnv(BaseTextEnv):
         self.turns += 1
         metadata: Dict[str, Any] = {}
         text = clip_action(action, metadata)
-        metadata["parsed_answer"] = extract_solution(text, method="strict")
-        reward = compute_score(text, self.ground_truth)
+        answer = metadata["parsed_answer"] = extract_solution(text, method="strict")
+        reward = score_answer(answer, self.ground_truth)
         return StepOutput(observations=[], reward=reward, done=True, metadata=metadata)
