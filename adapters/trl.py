@@ -32,7 +32,7 @@ import logging
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import skyrl_gym
-from skyrl_gym.episode import EpisodeEnd, ScriptedPolicy, make_env_factory, run_episode, run_sync
+from skyrl_gym.episode import EpisodeEnd, ascore_response, run_sync
 from skyrl_gym.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -108,10 +108,7 @@ def env_reward(
             config = env_config if env_config is not None else (env_configs or {}).get(row_env)
             prompt = prompts[i] if isinstance(prompts[i], list) else [{"role": "user", "content": str(prompts[i])}]
             # One turn: the completion TRL generated, scored by the env (the episode stops after it).
-            episodes.append(run_episode(
-                make_env_factory(row_env, config, extras), prompt, ScriptedPolicy(completion_text(completion), repeat_last=False),
-                env_class=row_env, row_max_turns=extras.get("max_turns"),
-            ))
+            episodes.append(ascore_response(row_env, prompt, completion_text(completion), config, extras))
         results = run_sync(_gather(episodes))
         rewards: List[Optional[float]] = []
         for i, episode in enumerate(results):

@@ -353,6 +353,25 @@ def make_env_factory(env_class: str, env_config: Any = None, extras: Optional[Ma
     return lambda: make(env_class, env_config=env_config, extras=dict(extras or {}))
 
 
+async def ascore_response(
+    env_class: str, prompt: ConversationType, response: str, env_config: Any = None,
+    extras: Optional[Mapping[str, Any]] = None,
+) -> Episode:
+    """One turn: the env of ``env_class`` scores ``response`` as the model's first action (reward functions, the
+    ``score`` command). The episode stops after that turn (``ABORTED`` unless the env said done); the reward is
+    ``episode.steps[0].reward`` when the episode did not end in an error."""
+    extras = dict(extras or {})
+    return await run_episode(make_env_factory(env_class, env_config, extras), list(prompt or []),
+                             ScriptedPolicy(response, repeat_last=False), env_class=env_class,
+                             row_max_turns=extras.get("max_turns"))
+
+
+def score_response(env_class: str, prompt: ConversationType, response: str, env_config: Any = None,
+                   extras: Optional[Mapping[str, Any]] = None) -> Episode:
+    """:func:`ascore_response` from sync code."""
+    return run_sync(ascore_response(env_class, prompt, response, env_config, extras))
+
+
 def run_sync(coroutine: Any) -> Any:
     """Run a coroutine to completion from sync code, also when the calling thread already runs an event loop
     (then on a thread of its own)."""
@@ -388,9 +407,11 @@ __all__ = [
     "Policy",
     "ScriptedPolicy",
     "StepRecord",
+    "ascore_response",
     "make_env_factory",
     "resolve_max_turns",
     "run_episode",
     "run_sync",
+    "score_response",
     "validate_step_output",
 ]

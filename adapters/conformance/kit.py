@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import skyrl_gym
 from skyrl_gym.data import row_extras, validate_row
+from skyrl_gym.episode import EpisodeEnd, ScriptedPolicy, make_env_factory, run_episode, run_sync
 
 CHECKS = ("ran", "rewards", "turns", "masks")
 OK, FAIL, NA, SKIPPED = "ok", "FAIL", "n/a", "skipped"
@@ -115,25 +116,24 @@ class ConformanceAdapter(Protocol):
 # The reference: the env played directly
 # ----------------------------------------------------------------------------------------------
 def play_reference(case: Case) -> Reference:
-    """Step the env with the case's actions until it is done (or its ``max_turns`` is reached)."""
+    """Play the case's actions on the env through the episode driver until it is done (or its turn limit)."""
     row = validate_row(case.row, require_env_class=True)
-    with skyrl_gym.make(row["env_class"], env_config=copy.deepcopy(case.env_config), extras=row_extras(copy.deepcopy(row))) as env:
-        env.init(copy.deepcopy(row["prompt"]))
-        max_turns = int(getattr(env, "max_turns", 1) or 1)
-        rewards: List[float] = []
-        observations: List[List[str]] = []
-        for action in case.actions:
-            output = env.step(action)
-            rewards.append(float(output["reward"]))
-            observations.append([str(m.get("content", "")) for m in output.get("observations") or []])
-            if output["done"]:
-                return Reference(rewards, observations, max_turns, "done")
-            if len(rewards) >= max_turns:
-                return Reference(rewards, observations, max_turns, "max_turns")
-    raise ValueError(
-        f"case for env {row['env_class']!r} ran out of actions after {len(rewards)} turns before the episode ended; "
-        "give actions until the env is done or its max_turns is reached"
-    )
+    extras = row_extras(copy.deepcopy(row))
+    episode = run_sync(run_episode(
+        make_env_factory(row["env_class"], copy.deepcopy(case.env_config), extras), copy.deepcopy(row["prompt"]),
+        ScriptedPolicy(list(case.actions), repeat_last=False), env_class=row["env_class"],
+        row_max_turns=extras.get("max_turns"),
+    ))
+    if episode.end is EpisodeEnd.ERROR:
+        raise episode.exception or RuntimeError(episode.error)
+    if episode.end is EpisodeEnd.ABORTED:
+        raise ValueError(
+            f"case for env {row['env_class']!r} ran out of actions after {episode.num_turns} turns before the episode "
+            "ended; give actions until the env is done or its max_turns is reached"
+        )
+    observations = [[str(m.get("content", "")) for m in step.observations] for step in episode.steps]
+    end = "done" if episode.end is EpisodeEnd.ENV_DONE else "max_turns"
+    return Reference(episode.rewards, observations, episode.max_turns or episode.num_turns, end)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional
 
 import skyrl_gym
+from skyrl_gym.episode import score_response
 from skyrl_gym.errors import DataError
 
 from skygym_adapters.verl.rows import SIDECAR_COLUMN, env_class_of, read_sidecar
@@ -44,9 +45,10 @@ def score_with_env(
     spec["ground_truth"] = ground_truth
     env_extras["reward_spec"] = spec
     env_extras["extra_info"] = dict(extra_info or {})
-    with skyrl_gym.make(env_class, env_config=env_config, extras=env_extras) as env:
-        env.init(list(prompt or []))
-        return float(env.step(solution_str)["reward"])
+    episode = score_response(env_class, list(prompt or []), solution_str, env_config, env_extras)
+    if episode.exception is not None:
+        raise episode.exception  # veRL's reward manager reports it for this sample
+    return episode.steps[0].reward
 
 
 def compute_score(

@@ -33,8 +33,8 @@ def score_rows(
     progress: bool = True,
 ) -> List[Dict[str, Any]]:
     """One result dict per row: env, reward, done, metadata, or the error that row raised."""
-    import skyrl_gym
     from skyrl_gym.data import row_extras
+    from skyrl_gym.episode import score_response
 
     try:
         from tqdm import tqdm
@@ -50,10 +50,11 @@ def score_rows(
         try:
             if not env_class:
                 raise ValueError(f"row {index} has no env_class; pass --env")
-            with skyrl_gym.make(env_class, env_config=env_config or {}, extras=row_extras(row)) as env:
-                env.init(row.get("prompt"))
-                output = env.step(response)
-            result.update(reward=float(output["reward"]), done=bool(output["done"]), metadata=output["metadata"])
+            episode = score_response(env_class, row.get("prompt") or [], response, env_config or {}, row_extras(row))
+            if episode.exception is not None:
+                raise episode.exception
+            step = episode.steps[0]
+            result.update(reward=step.reward, done=step.done, metadata=step.metadata)
         except Exception as exc:  # one bad row is reported, the rest are still scored
             result.update(reward=None, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=3))
         results.append(result)
