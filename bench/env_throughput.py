@@ -4,7 +4,8 @@
 
 `gsm8k` is driven with GSM8K reference solutions; `math` with three kinds of answers: equal strings
 (no math-verify call), plain numbers (numeric fast path) and LaTeX that needs math-verify (a call to
-the helper process). Figures are printed, never asserted.
+the helper process). Figures are printed, never asserted. `bench/core_vs_skyrl_gym.py` runs the gsm8k
+loop beside the public SkyRL-gym 0.4.0.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Callable, List, Tuple
 
 import skyrl_gym
-from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
+from skyrl_gym.datasets import build_rows
 
 DEFAULT_GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "test.jsonl"
 
@@ -57,7 +58,7 @@ def main() -> None:
 
     cases: List[Tuple[str, Callable[[], List[Tuple[str, dict, str]]]]] = []
     if args.gsm8k.exists():
-        rows = list(gsm8k_rows(args.gsm8k, limit=500))
+        rows = build_rows("gsm8k", split="test", size=500, source=str(args.gsm8k))
         cases.append(("gsm8k (reference solutions)", lambda: [("gsm8k", r, r["extra_info"]["answer"]) for r in rows]))
         cases.append(("gsm8k_multi_turn (1 turn)", lambda: [("gsm8k_multi_turn", r, r["extra_info"]["answer"]) for r in rows]))
     else:
