@@ -299,15 +299,23 @@ async def _init(env: Env, prompt: ConversationType, caller: EnvCaller, episode: 
     episode.messages = [dict(m) for m in observation]
 
 
-def _turn_limit(env: Env, row_max_turns: Any, cap: Optional[int], turns_past_limit: int) -> Optional[int]:
+def apply_turn_limit(env: Env, row_max_turns: Any = None, cap: Optional[int] = None) -> Optional[int]:
+    """Resolve an episode's turn limit (:func:`resolve_max_turns`) for a freshly built env and tell the env
+    (``env.max_turns``), so that the env and whoever drives it agree on the last turn. Used by the driver and by
+    the Gymnasium bridge; None means no limit."""
     # BaseTextEnv's placeholder of 1, which no subclass set, is not a default of the env's own.
     env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
     limit = resolve_max_turns(row_max_turns, env_max_turns, cap)
-    if turns_past_limit > 0:
-        return (limit or 1) + turns_past_limit
     if limit is not None and hasattr(env, "max_turns") and env.max_turns != limit:
-        env.max_turns = limit  # the env and the driver agree on which turn is the last one
+        env.max_turns = limit
     return limit
+
+
+def _turn_limit(env: Env, row_max_turns: Any, cap: Optional[int], turns_past_limit: int) -> Optional[int]:
+    if turns_past_limit > 0:  # checking an env: it is not told, and must end the episode by itself
+        env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
+        return (resolve_max_turns(row_max_turns, env_max_turns, cap) or 1) + turns_past_limit
+    return apply_turn_limit(env, row_max_turns, cap)
 
 
 async def _turn(env: Env, policy: Policy, caller: EnvCaller, episode: Episode, validate: StepValidator) -> Optional[EpisodeEnd]:
@@ -399,6 +407,7 @@ def run_sync(coroutine: Any) -> Any:
 
 __all__ = [
     "BasePolicy",
+    "apply_turn_limit",
     "EnvCallError",
     "EnvCaller",
     "Episode",

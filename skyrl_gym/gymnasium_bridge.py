@@ -39,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 import skyrl_gym
 from skyrl_gym import data
 from skyrl_gym.data import row_extras
+from skyrl_gym.episode import apply_turn_limit
 from skyrl_gym.registration import add_change_listener, parse_env_id
 
 NAMESPACE = "skyrl_gym"
@@ -182,7 +183,7 @@ class SkyRLGymnasiumEnv(gymnasium.Env):
         env_config: passed to the skyrl_gym env at every ``reset`` (settings shared by episodes).
         rows: dataset rows (a list of dicts, or a JSONL/Parquet path) that ``reset`` samples from.
         prompt, extras: a fixed episode, used when there are no rows and ``reset`` gets no options.
-        max_turns: override the env's own ``max_turns`` for truncation.
+        max_turns: a cap on the env's own ``max_turns`` (truncation comes at the lower of the two).
         max_action_chars, max_message_chars: bounds of the text spaces.
         make_kwargs: any other keyword argument of the skyrl_gym env's constructor.
 
@@ -252,6 +253,7 @@ class SkyRLGymnasiumEnv(gymnasium.Env):
             raise
         self.conversation = [dict(m) for m in prompt_messages(observation)]
         self.turns = 0
+        self.turn_limit = apply_turn_limit(self.inner_env, (extras or {}).get("max_turns"), self.max_turns_override)
         self.episode_over = False
         self.last_step_output = None
         return to_observation(observation), copy.deepcopy(dict(info or {}))
@@ -284,10 +286,12 @@ class SkyRLGymnasiumEnv(gymnasium.Env):
 
     @property
     def max_turns(self) -> int:
-        if self.max_turns_override is not None:
-            return self.max_turns_override
-        value = getattr(self.inner_env, "max_turns", 1)
-        return value if isinstance(value, int) and value > 0 else 1
+        """The episode's turn limit (the episode driver's rule: the row's, else the env's own, capped by
+        ``max_turns=`` given at make); 1 for an env that has none."""
+        limit = getattr(self, "turn_limit", None)
+        if limit is None and self.inner_env is None:
+            limit = self.max_turns_override
+        return limit or 1
 
     def step(self, action: str) -> Tuple[Tuple[Dict[str, str], ...], float, bool, bool, Dict[str, Any]]:
         if self.inner_env is None:

@@ -141,11 +141,28 @@ def test_truncated_when_max_turns_pass_without_done():
     # the env itself says done on its last turn: that is termination, not truncation
     assert steps[2][2] is True and steps[2][3] is False
 
+    # max_turns= caps the env's own limit and is told to the env (the episode driver's rule), so the env itself
+    # ends on turn 2
     env = gymnasium.make("skyrl_gym/gsm8k_multi_turn-v0", rows=BUILTIN_ROWS["gsm8k_multi_turn"], max_turns=2)
     env.reset(options={"index": 0})
     env.step("#### 1")
     _, _, terminated, truncated, _ = env.step("#### 1")
-    assert (terminated, truncated) == (False, True)
+    assert (terminated, truncated) == (True, False) and env.unwrapped.max_turns == 2
+
+
+def test_an_env_that_never_ends_by_itself_is_truncated_at_the_cap():
+    class Endless(skyrl_gym.BaseTextEnv):
+        def step(self, action):
+            return {"observations": [{"role": "user", "content": "more"}], "reward": 0.0, "done": False, "metadata": {}}
+
+    skyrl_gym.register("test_bridge_endless", entry_point=Endless)
+    try:
+        env = gymnasium.make("skyrl_gym/test_bridge_endless-v0", max_turns=2)
+        env.reset(options={"prompt": [{"role": "user", "content": "go"}]})
+        assert env.step("a")[2:4] == (False, False)
+        assert env.step("b")[2:4] == (False, True)
+    finally:
+        skyrl_gym.deregister("test_bridge_endless")
 
 
 def test_skyrl_style_env_runs_unchanged_through_make_and_through_the_bridge(guess_the_word):
