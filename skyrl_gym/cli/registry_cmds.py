@@ -106,6 +106,9 @@ def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dic
         "kwargs": env_spec.kwargs,
         "description": env_spec.get_description(),
     }
+    from skyrl_gym import datasets
+
+    info["dataset_builder"] = datasets.builder_name(env_spec.id) if datasets.has_dataset(env_spec.id) else None
     try:
         creator = env_spec.load_entry_point()
     except Exception as exc:
@@ -148,6 +151,8 @@ def run_info(args: argparse.Namespace) -> int:
         f"entry point:  {info['entry_point']}",
         f"kwargs:       {to_json(info['kwargs'])}",
         f"description:  {info['description']}",
+        "dataset:      " + (f"skyrl_gym.datasets.build_rows({info['id']!r}, ...) via {info['dataset_builder']}"
+                            if info["dataset_builder"] else "(no builder; bring your own rows)"),
     ]
     if "load_error" in info:
         lines.append(f"cannot load the entry point: {info['load_error']}")

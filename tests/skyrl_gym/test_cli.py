@@ -108,6 +108,13 @@ def test_info_shows_spec_entry_point_docstring_and_tools(capsys, envs):
     assert info["max_turns"] == 2 and info["tool_schemas"][0]["function"]["name"] == "add"
 
 
+def test_info_says_whether_the_env_has_a_dataset_builder(capsys):
+    code, out, _ = run_cli(capsys, ["info", "multiply"])
+    assert code == 0 and "dataset:      skyrl_gym.datasets.build_rows('multiply', ...)" in out
+    code, out, _ = run_cli(capsys, ["info", "aime", "--json"])
+    assert json.loads(out)["dataset_builder"] is None
+
+
 def test_info_builds_the_env_from_a_row_when_it_needs_one(capsys, tmp_path):
     code, out, _ = run_cli(capsys, ["info", "gsm8k"])
     assert code == 0 and "tools:        unknown - building the env raised DataError" in out and "--row FILE" in out
