@@ -207,7 +207,7 @@ def main() -> int:
         print(f"precision: {'bf16 autocast' if args.bf16 else 'float32'} in both", flush=True)
         print(f"sequence packing: {'off' if args.no_packing else 'on'}", flush=True)
         ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", args.bf16, packing=not args.no_packing)
-        print(f"skyrl_train: {ours['step_s']:.2f} s/step  (ran {time.perf_counter() - t0:.0f}s)", flush=True)
+        print(f"skygym_train: {ours['step_s']:.2f} s/step  (ran {time.perf_counter() - t0:.0f}s)", flush=True)
         split = ours["split"]
         print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in ("generate", "env", "prepare", "train", "sync")))
         print("  (env time is summed inside generation; it overlaps with it)")
@@ -220,7 +220,7 @@ def main() -> int:
         t0 = time.perf_counter()
         theirs = bench_trl(args.trl_python, model_dir, rows, args.steps, out, args.bf16)
         print(f"TRL GRPOTrainer: {theirs['step_s']:.2f} s/step  (ran {time.perf_counter() - t0:.0f}s)")
-        print(f"speed-up (TRL s/step / skyrl_train s/step): {theirs['step_s'] / ours['step_s']:.2f}x")
+        print(f"speed-up (TRL s/step / skygym_train s/step): {theirs['step_s'] / ours['step_s']:.2f}x")
     return 0
 
 

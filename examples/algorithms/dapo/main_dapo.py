@@ -1,4 +1,4 @@
-"""DAPO as a user plug-in of the bundled trainer (nothing in skyrl_train knows about it).
+"""DAPO as a user plug-in of the bundled trainer (nothing in skygym_train knows about it).
 
     python examples/algorithms/dapo/main_dapo.py data.train_data="['train.parquet']" ... \
         trainer.algorithm.overlong_buffer_len=512 trainer.algorithm.overlong_buffer_penalty_factor=1.0
