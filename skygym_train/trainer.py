@@ -536,6 +536,7 @@ class PPOTrainer:
         return ckpt.save_checkpoint(_expand(self.t.ckpt_path), self.global_step, states, trainer_state, self.t.max_ckpts_to_keep)
 
     def maybe_resume(self) -> Optional[Path]:
+        ckpt.recover_interrupted_saves(_expand(self.t.ckpt_path))  # what a killed save left behind
         mode = self.t.resume_mode
         if mode in (None, "none"):
             return None
