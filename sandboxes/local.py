@@ -3,13 +3,17 @@
 Isolation modes:
 
 * ``bwrap`` (bubblewrap, the default when installed): new user, PID, network, IPC, UTS and cgroup
-  namespaces; the system (``/usr``, a few files of ``/etc``) mounted read-only; no home folders, no
-  project files; a size-limited tmpfs holding the scratch folder and ``/tmp``; an empty environment.
-  When the caller is root, bubblewrap is started as ``nobody`` (uid 65534) so that the program
-  holds no privilege on the host's files at all (``/etc/shadow`` stays unreadable).
-* ``unshare`` (fallback, root only): PID, network, mount, IPC and UTS namespaces from util-linux
-  ``unshare``, tmpfs scratch and ``/tmp``, the program run as ``nobody``. The system is not
-  remounted read-only, so file access is guarded by the uid only.
+  namespaces; the system (``/usr``, a few files of ``/etc``) mounted read-only; a minimal
+  read-only ``/dev`` (null, zero, full, random, urandom, tty, pts) with a size-limited tmpfs
+  ``/dev/shm``; no home folders, no project files; one size-limited tmpfs (``/sandbox``) holding
+  the work folder and ``/tmp``; an empty environment. When the caller is root, bubblewrap is
+  started as ``nobody`` (uid 65534) so that the program holds no privilege on the host's files at
+  all (``/etc/shadow`` stays unreadable).
+* ``unshare`` (fallback, root only): PID, network, mount, IPC, UTS and cgroup namespaces from
+  util-linux ``unshare``; the supervisor then builds a minimal root like bubblewrap's (read-only
+  binds of ``/usr`` and a few ``/etc`` files, a minimal read-only ``/dev``, a size-limited
+  ``/sandbox``) and pivots into it; programs run as an unprivileged uid of the worker's own. No user
+  namespace (the supervisor is real root inside its namespaces).
 * ``none``: no isolation at all (rlimits and timeouts only). Refused unless asked for by name,
   and it warns.
 
@@ -18,8 +22,15 @@ namespaces, mounts, ptrace, keyrings, eBPF, io_uring, perf events and the like f
 ``supervisor.py`` for the list).
 
 Runs go to a warm pool of supervisors (``warm=True``, the default): each one sits in its own
-sandbox with its imports done and forks a fresh child per program. ``warm=False`` starts a fresh
-sandbox per run.
+sandbox with its imports done and forks a fresh child per program; the supervisor never holds a
+run's data in its memory and empties the sandbox after every run (see ``supervisor.py``).
+``warm=False`` starts a fresh sandbox per run.
+
+Programs run with the system interpreter, ``/usr/bin/python3`` (see :func:`default_python`), so the
+packages they can import are the system's: ``apt-get install python3-numpy python3-sympy`` makes
+numpy and sympy importable in every sandbox (they live under ``/usr``, mounted read-only). Another
+interpreter: ``python=`` plus ``ro_binds=`` for its folders, which the sandbox user must be able to
+read (a virtualenv under ``/root`` is not).
 """
 
 from __future__ import annotations
