@@ -1,4 +1,5 @@
-"""Shared test set-up: paths to the shared data and a clean registry per test where needed."""
+"""Test set-up shared by every test package: GSM8K-format data made by the tests, the vLLM server of the vllm
+session. No test reads a file outside the repository."""
 
 from __future__ import annotations
 
@@ -8,18 +9,18 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_DATA = Path(os.environ.get("SKYRL_GYM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-@pytest.fixture
-def gsm8k_test_file() -> Path:
-    path = SHARED_DATA / "gsm8k" / "test.jsonl"
-    if not path.exists():
-        pytest.skip(f"shared GSM8K data not found at {path}")
-    return path
+@pytest.fixture(scope="session")
+def gsm8k_test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A GSM8K-format JSONL file (24 worked word problems) made by the tests; the real GSM8K sweep is in
+    ``bench/gsm8k_reference_sweep.py``."""
+    from tests.fixtures.gsm8k_style import write_gsm8k_style_jsonl
+
+    return write_gsm8k_style_jsonl(tmp_path_factory.mktemp("gsm8k") / "test.jsonl")
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,10 @@ def _gsm8k(ground_truth="18"):
 
 
 def test_every_gsm8k_reference_solution_scores_one_and_a_changed_number_scores_zero(gsm8k_test_file):
+    # GSM8K-format rows made by the tests (thousands separators included); bench/gsm8k_reference_sweep.py runs
+    # the same check over the 1,319 real test records.
     rows = list(gsm8k_rows(gsm8k_test_file, split="test"))
-    assert len(rows) == 1319
+    assert len(rows) == 24
     for row in rows:
         reference = row["extra_info"]["answer"]
         env = skyrl_gym.make("gsm8k", extras=row)
