@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import marshal
 import secrets
+import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -22,6 +24,47 @@ from skygym_sandboxes import Limits, RunRequest, RunResult, Sandbox, Status
 from skyrl_gym.envs import _sandbox_harness
 
 HARNESS_SOURCE = Path(_sandbox_harness.__file__).read_text(encoding="utf-8")
+
+
+def _code_files() -> Dict[str, bytes]:
+    """The harness and runner, compiled here (compiling them in every run would cost more than the
+    grading of a small answer), with the interpreter tag they were compiled for, and the source for
+    sandboxes whose Python differs (the bootstrap then compiles it)."""
+    import importlib.util
+
+    harness = marshal.dumps(compile(HARNESS_SOURCE, "<grader-harness>", "exec"))
+    runner = marshal.dumps(compile(_sandbox_harness.runner_source(HARNESS_SOURCE), "<grader-runner>", "exec"))
+    tag = f"{sys.implementation.cache_tag}:{importlib.util.MAGIC_NUMBER!r}".encode()
+    return {
+        "grader_code.bin": tag + b"\n" + len(harness).to_bytes(4, "big") + harness + runner,
+        "grader_harness.py": HARNESS_SOURCE.encode("utf-8"),
+    }
+
+
+# The sandboxed program: load the harness (its bytecode when this interpreter matches, else its
+# source), then run it. Everything it reads was written by the sandbox before the run started.
+BOOTSTRAP = """\
+import sys
+def _grader_start():
+    marker = sys.modules.get("_frozen_importlib_external")
+    tag = ("%s:%r" % (sys.implementation.cache_tag, getattr(marker, "MAGIC_NUMBER", None))).encode()
+    with open("grader_code.bin", "rb") as handle:
+        head, _, rest = handle.read().partition(b"\\n")
+    namespace = {"__name__": "grader_harness", "__builtins__": __builtins__}
+    if head == tag:
+        import marshal
+        size = int.from_bytes(rest[:4], "big")
+        exec(marshal.loads(rest[4 : 4 + size]), namespace)
+        runner = ("marshal", rest[4 + size :])
+    else:
+        with open("grader_harness.py", encoding="utf-8") as handle:
+            source = handle.read()
+        exec(compile(source, "<grader-harness>", "exec"), namespace)
+        runner = ("source", namespace["runner_source"](source).encode("utf-8"))
+    namespace["harness_main"](runner)
+_grader_start()
+"""
+CODE_FILES = _code_files()
 # Time the harness needs besides the tests themselves: its own start, the runner's interpreter.
 HARNESS_OVERHEAD_S = 5.0
 VERDICTS = (
@@ -141,7 +184,7 @@ def run_harness(sandbox: Sandbox, job: Dict[str, Any], tests: int, limits: Limit
     payload = dict(job, nonce=nonce, timeout=per_test, output_bytes=limits.output_bytes or 1_000_000)
     total = per_test * max(tests, 1) + HARNESS_OVERHEAD_S
     run_limits = limits.replace(wall_s=total, cpu_s=total)
-    request = RunRequest(code=HARNESS_SOURCE, stdin=json.dumps(payload), limits=run_limits)
+    request = RunRequest(code=BOOTSTRAP, stdin=json.dumps(payload), files=dict(CODE_FILES), limits=run_limits)
     result = sandbox.run(request)
     return parse_report(result, nonce, tests)
 

@@ -27,16 +27,12 @@ channel no candidate process has a handle on: the nonce followed by the JSON rep
 that exits early, kills a process, hangs, or prints anything leaves no verdict or a failing one.
 """
 
-import ast
+import _socket
 import io
-import json
 import math
 import os
-import signal
-import socket
 import struct
 import sys
-import traceback
 
 HEADER = struct.Struct(">I")
 MAX_DEPTH = 200
@@ -91,6 +87,323 @@ def to_literal_text(value):
     return repr(plain_value(value))
 
 
+def eval_trusted_literal(text):
+    """Read a literal written by the harness (trusted): for the runner and candidate processes,
+    which do not import ``ast`` (it costs more than the rest of their start-up)."""
+    names = dict(_FLOAT_NAMES, **_COMPLEX_NAMES)
+    names.update(__builtins__={}, set=set, frozenset=frozenset)
+    return eval(text, names)
+
+
+# ----- small helpers ------------------------------------------------------------------------------
+def make_undumpable():
+    """PR_SET_DUMPABLE=0: a process of the same uid can no longer open /proc/<pid>/{fd,mem,environ}
+    of this one, nor ptrace it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
+def write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def read_exact(fd, size):
+    chunks = []
+    while size:
+        chunk = os.read(fd, min(size, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def send_with_fds(sock, data, fds):
+    sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))])
+
+
+def recv_with_fds(sock, size=1 << 16, max_fds=8):
+    data, ancillary, _, _ = sock.recvmsg(size, _socket.CMSG_LEN(max_fds * 4))
+    fds = []
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            count = len(payload) // 4
+            fds.extend(struct.unpack("%di" % count, payload[: count * 4]))
+    return data, fds
+
+
+def frame(data):
+    return HEADER.pack(len(data)) + data
+
+
+def read_frame(fd):
+    header = read_exact(fd, HEADER.size)
+    if header is None:
+        return None
+    return read_exact(fd, HEADER.unpack(header)[0])
+
+
+# ----- the runner and the candidate processes -----------------------------------------------------
+def runner_main(sock_fd):
+    """A fresh interpreter that knows only the public job; forks one candidate process per request.
+    Messages to the harness: ``pid <pid>`` once a candidate process exists, ``exit <pid> <status>``
+    once it has ended.
+
+    The runner holds no secret, but it makes itself (and so every candidate process it forks)
+    non-dumpable all the same: no candidate process can then take over its socket to the harness
+    or read another candidate process."""
+    make_undumpable()
+    job = eval_trusted_literal(sys.stdin.buffer.read().decode("utf-8", "surrogatepass"))
+    sys.path[:] = [p for p in job.get("path") or [] if isinstance(p, str) and p]
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    if job.get("preamble"):  # import the preamble's modules once, before any fork
+        try:
+            exec(compile(job["preamble"], "<preamble>", "exec"), {"__name__": "__preload__"})
+        except BaseException:
+            pass
+    # The candidate's code goes where `python main.py` would have it, so that tracebacks show its lines.
+    # (The harness read its own source from there before it started this runner.)
+    try:
+        with open(os.path.join(os.getcwd(), CANDIDATE_FILE), "w", encoding="utf-8", errors="surrogatepass") as handle:
+            handle.write(job["code"])
+    except OSError:
+        pass
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, sock_fd)
+    while True:
+        try:
+            message, fds = recv_with_fds(sock)
+        except OSError:
+            return 0
+        if not message:
+            return 0
+        command = eval_trusted_literal(message.decode("utf-8"))
+        pid = os.fork()
+        if pid == 0:
+            candidate_process(job, command, fds, sock_fd)  # never returns
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        for fd in fds:
+            os.close(fd)
+        sock.send(b"pid %d" % pid)
+        _, status = os.waitpid(pid, 0)
+        sock.send(b"exit %d %d" % (pid, status))
+
+
+def candidate_process(job, command, fds, sock_fd):
+    """In the forked child: keep only the given pipes as fds 0.., run the candidate, exit."""
+    exit_now = os._exit  # the candidate may replace os._exit; this process must still end here
+    exit_code = 126
+    try:
+        os.close(sock_fd)
+        os.setpgid(0, 0)
+        import fcntl
+
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.closerange(len(high), 1 << 16)
+        cpu_s = command.get("cpu_s")
+        if cpu_s:
+            import resource
+
+            seconds = max(1, int(math.ceil(cpu_s)))
+            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            if hard != resource.RLIM_INFINITY:
+                seconds = min(seconds, hard)
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, hard if hard != resource.RLIM_INFINITY else seconds + 1))
+        exit_code = run_candidate(job, command)
+    except BaseException as exc:  # nothing may escape a forked child
+        try:
+            os.write(2, ("grader: the candidate process could not start: %r\n" % (exc,)).encode())
+        except BaseException:
+            pass
+    exit_now(exit_code)
+
+
+def _exit_code_of(exc):
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    try:
+        sys.stderr.write(str(exc.code) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def _candidate_traceback(exc):
+    """The traceback from the first frame of the candidate's code on, as under ``python main.py``."""
+    path = os.path.join(os.getcwd(), CANDIDATE_FILE)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != path:
+        tb = tb.tb_next
+    import traceback
+
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _print_candidate_exception(exc):
+    sys.stderr.write(_candidate_traceback(exc))
+
+
+def run_candidate(job, command):
+    """Run the candidate's code as ``__main__`` (as ``python main.py`` would), then, when
+    ``command["serve"]``, answer call requests on fd 3 with replies on fd 4."""
+    import atexit
+    import builtins
+
+    if "random" in sys.modules:  # a fork would otherwise repeat the runner's random sequence
+        sys.modules["random"].seed()
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=True,
+    )
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    path = os.path.join(os.getcwd(), CANDIDATE_FILE)
+    code = job["code"]
+    sys.argv = [path]
+    module = type(sys)("__main__")
+    module.__file__ = path
+    module.__builtins__ = builtins
+    sys.modules["__main__"] = module
+    namespace = module.__dict__
+    exit_code = 0
+    loaded = False
+    try:
+        if job.get("preamble"):
+            exec(compile(job["preamble"], "<preamble>", "exec"), namespace)
+        exec(compile(code, path, "exec"), namespace)
+        loaded = True
+    except SystemExit as exc:
+        exit_code = _exit_code_of(exc)
+    except BaseException as exc:
+        try:
+            _print_candidate_exception(exc)
+        except BaseException:
+            pass
+        exit_code = 1
+    if loaded and command.get("serve"):
+        try:
+            serve_calls(namespace, command.get("owner"))
+        except SystemExit as exc:
+            exit_code = _exit_code_of(exc)
+        except BaseException as exc:
+            try:
+                _print_candidate_exception(exc)
+            except BaseException:
+                pass
+            exit_code = 1
+    try:
+        if "threading" in sys.modules:  # wait for non-daemon threads, as the interpreter does at exit
+            sys.modules["threading"]._shutdown()
+    except BaseException:
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            exit_code = exit_code or 120
+    return exit_code
+
+
+def serve_calls(namespace, owner_name):
+    """Each request on fd 3 is ``(name, args, kwargs)`` as a literal; each reply on fd 4 is ``V`` and
+    the returned value as a literal, or ``E`` and the traceback of what the call raised."""
+    while True:
+        request = read_frame(3)
+        if request is None:
+            return
+        try:
+            name, args, kwargs = eval_trusted_literal(request.decode("utf-8"))
+            owner = namespace.get(owner_name) if owner_name else None
+            if isinstance(owner, type) and hasattr(owner, name):
+                target = getattr(owner(), name)
+            elif name in namespace:
+                target = namespace[name]
+            else:
+                raise NameError("the code defines no function %r" % (name,))
+            value = target(*args, **kwargs)
+        except Exception as exc:
+            reply = b"E" + _candidate_traceback(exc).encode("utf-8", "backslashreplace")
+        else:
+            try:
+                reply = b"V" + to_literal_text(value).encode("utf-8", "surrogatepass")
+            except Exception as exc:  # NotLiteral, or a container that fails while being read
+                reply = b"N" + str(exc).encode("utf-8", "backslashreplace")
+        sys.stdout.flush()
+        write_all(4, frame(reply))
+
+
+# ===== the runner's source ends here: below is the harness's own part =====
+import ast  # noqa: E402
+import json  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from decimal import Decimal, InvalidOperation  # noqa: E402
+
+RUNNER_END = "# ===== the runner's source ends here"
+# How the runner interpreter loads its own code from the first argv[1] bytes of its stdin.
+RUNNER_LOADERS = {
+    "marshal": "import marshal, sys; exec(marshal.loads(sys.stdin.buffer.read(int(sys.argv[1]))))",
+    "source": "import sys; exec(compile(sys.stdin.buffer.read(int(sys.argv[1])), '<grader-runner>', 'exec'))",
+}
+
+
+def runner_source(source):
+    """The runner's program: this module's source up to :data:`RUNNER_END`, then its entry point."""
+    return source[: source.index(RUNNER_END)] + "\nsys.exit(runner_main(int(sys.argv[2])))\n"
+
+
+# ----- comparing printed output ------------------------------------------------------------------
+def _decimal_line(line):
+    try:
+        return [Decimal(token) for token in line.split()]
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def stdout_matches(actual, expected):
+    """Line by line after stripping; a line also matches when its tokens are equal as decimals."""
+    actual_lines = [line.strip() for line in actual.strip().split("\n")]
+    expected_lines = [line.strip() for line in expected.strip().split("\n")]
+    if len(actual_lines) != len(expected_lines):
+        return False
+    for got, want in zip(actual_lines, expected_lines):
+        if got == want:
+            continue
+        got_numbers, want_numbers = _decimal_line(got), _decimal_line(want)
+        if got_numbers is None or want_numbers is None or got_numbers != want_numbers:
+            return False
+    return True
+
+
+def short(text, length=DETAIL_CHARS):
+    return text if len(text) <= length else text[: length // 2] + " ...(cut)... " + text[-length // 2 :]
+
+
+# ----- reading literals from a candidate (strictly) ---------------------------------------------------
 def from_literal_text(text):
     """The value written by ``text``, a Python literal (``inf``, ``nan``, ``set()`` and
     ``frozenset(...)`` included); anything else raises :class:`NotLiteral`."""
@@ -161,284 +474,6 @@ def _hashable(build):
         raise NotLiteral("unhashable set member or dict key: %s" % exc) from None
 
 
-# ----- small helpers ------------------------------------------------------------------------------
-def make_undumpable():
-    """PR_SET_DUMPABLE=0: a process of the same uid can no longer open /proc/<pid>/{fd,mem,environ}
-    of this one, nor ptrace it."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE = 4
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
-
-
-def write_all(fd, data):
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def read_exact(fd, size):
-    chunks = []
-    while size:
-        chunk = os.read(fd, min(size, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def frame(data):
-    return HEADER.pack(len(data)) + data
-
-
-def read_frame(fd):
-    header = read_exact(fd, HEADER.size)
-    if header is None:
-        return None
-    return read_exact(fd, HEADER.unpack(header)[0])
-
-
-# ----- the runner and the candidate processes -----------------------------------------------------
-def runner_main(sock_fd):
-    """A fresh interpreter that knows only the public job; forks one candidate process per request."""
-    make_undumpable()
-    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    os.close(null)
-    # Import what candidate processes use (and the preamble's modules) once, before any fork.
-    import atexit  # noqa: F401
-    import builtins  # noqa: F401
-    import linecache  # noqa: F401
-    import random  # noqa: F401
-    import resource  # noqa: F401
-    import threading  # noqa: F401
-    import types  # noqa: F401
-
-    if job.get("preamble"):
-        try:
-            exec(compile(job["preamble"], "<preamble>", "exec"), {"__name__": "__preload__"})
-        except BaseException:
-            pass
-    sock = socket.socket(fileno=sock_fd)
-    while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(sock, 1 << 16, 8)
-        except OSError:
-            return 0
-        if not message:
-            return 0
-        command = json.loads(message.decode("utf-8"))
-        pid = os.fork()
-        if pid == 0:
-            candidate_process(job, command, fds, sock_fd)  # never returns
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
-        for fd in fds:
-            os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
-        _, status = os.waitpid(pid, 0)
-        sock.send(json.dumps({"exit": pid, "status": status}).encode())
-
-
-def candidate_process(job, command, fds, sock_fd):
-    """In the forked child: keep only the given pipes as fds 0.., run the candidate, exit."""
-    exit_now = os._exit  # the candidate may replace os._exit; this process must still end here
-    exit_code = 126
-    try:
-        os.close(sock_fd)
-        os.setpgid(0, 0)
-        import fcntl
-
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]
-        for target, fd in enumerate(high):
-            os.dup2(fd, target)
-        os.closerange(len(high), 1 << 16)
-        cpu_s = command.get("cpu_s")
-        if cpu_s:
-            import resource
-
-            seconds = max(1, int(math.ceil(cpu_s)))
-            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-            if hard != resource.RLIM_INFINITY:
-                seconds = min(seconds, hard)
-            resource.setrlimit(resource.RLIMIT_CPU, (seconds, hard if hard != resource.RLIM_INFINITY else seconds + 1))
-        exit_code = run_candidate(job, command)
-    except BaseException as exc:  # nothing may escape a forked child
-        try:
-            os.write(2, ("grader: the candidate process could not start: %r\n" % (exc,)).encode())
-        except BaseException:
-            pass
-    exit_now(exit_code)
-
-
-def _exit_code_of(exc):
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code & 0xFF
-    try:
-        sys.stderr.write(str(exc.code) + "\n")
-    except BaseException:
-        pass
-    return 1
-
-
-def _candidate_traceback(exc):
-    """The traceback from the first frame of the candidate's code on, as under ``python main.py``."""
-    path = os.path.join(os.getcwd(), CANDIDATE_FILE)
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != path:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
-
-
-def _print_candidate_exception(exc):
-    sys.stderr.write(_candidate_traceback(exc))
-
-
-def run_candidate(job, command):
-    """Run the candidate's code as ``__main__`` (as ``python main.py`` would), then, when
-    ``command["serve"]``, answer call requests on fd 3 with replies on fd 4."""
-    import atexit
-    import builtins
-    import linecache
-    import random
-    import types
-
-    random.seed()  # a fork would otherwise repeat the runner's random sequence
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
-    )
-    sys.stderr = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-    path = os.path.join(os.getcwd(), CANDIDATE_FILE)
-    code = job["code"]
-    linecache.cache[path] = (len(code), None, code.splitlines(True), path)
-    sys.argv = [path]
-    module = types.ModuleType("__main__")
-    module.__file__ = path
-    module.__builtins__ = builtins
-    sys.modules["__main__"] = module
-    namespace = module.__dict__
-    exit_code = 0
-    loaded = False
-    try:
-        if job.get("preamble"):
-            exec(compile(job["preamble"], "<preamble>", "exec"), namespace)
-        exec(compile(code, path, "exec"), namespace)
-        loaded = True
-    except SystemExit as exc:
-        exit_code = _exit_code_of(exc)
-    except BaseException as exc:
-        try:
-            _print_candidate_exception(exc)
-        except BaseException:
-            pass
-        exit_code = 1
-    if loaded and command.get("serve"):
-        try:
-            serve_calls(namespace, command.get("owner"))
-        except SystemExit as exc:
-            exit_code = _exit_code_of(exc)
-        except BaseException as exc:
-            try:
-                _print_candidate_exception(exc)
-            except BaseException:
-                pass
-            exit_code = 1
-    try:
-        import threading
-
-        threading._shutdown()
-    except BaseException:
-        pass
-    try:
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            exit_code = exit_code or 120
-    return exit_code
-
-
-def serve_calls(namespace, owner_name):
-    """Each request on fd 3 is ``(name, args, kwargs)`` as a literal; each reply on fd 4 is ``V`` and
-    the returned value as a literal, or ``E`` and the traceback of what the call raised."""
-    while True:
-        request = read_frame(3)
-        if request is None:
-            return
-        try:
-            name, args, kwargs = from_literal_text(request.decode("utf-8"))
-            owner = namespace.get(owner_name) if owner_name else None
-            if isinstance(owner, type) and hasattr(owner, name):
-                target = getattr(owner(), name)
-            elif name in namespace:
-                target = namespace[name]
-            else:
-                raise NameError("the code defines no function %r" % (name,))
-            value = target(*args, **kwargs)
-        except Exception as exc:
-            reply = b"E" + _candidate_traceback(exc).encode("utf-8", "backslashreplace")
-        else:
-            try:
-                reply = b"V" + to_literal_text(value).encode("utf-8", "surrogatepass")
-            except Exception as exc:  # NotLiteral, or a container that fails while being read
-                reply = b"N" + str(exc).encode("utf-8", "backslashreplace")
-        sys.stdout.flush()
-        write_all(4, frame(reply))
-
-
-# ===== the runner's source ends here: below is the harness's own part =====
-import select  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
-from decimal import Decimal, InvalidOperation  # noqa: E402
-
-RUNNER_END = "# ===== the runner's source ends here"
-
-
-# ----- comparing printed output ------------------------------------------------------------------
-def _decimal_line(line):
-    try:
-        return [Decimal(token) for token in line.split()]
-    except (InvalidOperation, ValueError):
-        return None
-
-
-def stdout_matches(actual, expected):
-    """Line by line after stripping; a line also matches when its tokens are equal as decimals."""
-    actual_lines = [line.strip() for line in actual.strip().split("\n")]
-    expected_lines = [line.strip() for line in expected.strip().split("\n")]
-    if len(actual_lines) != len(expected_lines):
-        return False
-    for got, want in zip(actual_lines, expected_lines):
-        if got == want:
-            continue
-        got_numbers, want_numbers = _decimal_line(got), _decimal_line(want)
-        if got_numbers is None or want_numbers is None or got_numbers != want_numbers:
-            return False
-    return True
-
-
-def short(text, length=DETAIL_CHARS):
-    return text if len(text) <= length else text[: length // 2] + " ...(cut)... " + text[-length // 2 :]
-
-
 # ----- the harness ----------------------------------------------------------------------------------
 class CandidateFailed(BaseException):
     """The candidate process cannot answer (gone, too slow, not a literal): the test fails, and test
@@ -475,11 +510,12 @@ class Session:
         self.pid = None
         self.status = None  # the wait status once the runner reports the exit
         self.over_limit = False
-        command = {"serve": serve, "cpu_s": harness.timeout, "owner": owner}
+        self.timed_out = False  # a deadline passed while waiting on this process
+        command = repr({"serve": serve, "cpu_s": harness.timeout, "owner": owner}).encode()
         try:
             if harness.runner_gone:
                 raise OSError("the runner process is gone")
-            socket.send_fds(harness.sock, [json.dumps(command).encode()], child_ends)
+            send_with_fds(harness.sock, command, child_ends)
         except OSError as exc:
             harness.runner_gone = True
             for name in list(self.fds):
@@ -514,8 +550,15 @@ class Session:
                 if not self.harness.read_some(self, name):
                     break
 
-    def finish(self):
-        """Kill the candidate's process group, wait for the runner's report, close every pipe."""
+    def finish(self, grace_s=0.5):
+        """Let the candidate process end by itself (end of requests: it flushes its output and exits)
+        for at most ``grace_s``, then kill its process group, wait for the runner's report, and
+        close every pipe."""
+        if self.pid is not None and not self.exited() and grace_s > 0 and not (self.timed_out or self.over_limit):
+            self.close("req")
+            self.pending["in"].clear()
+            self.close("in")
+            self.harness.pump(self, time.monotonic() + grace_s, self.exited)
         if self.pid is not None:
             for kill in (os.killpg, os.kill):
                 try:
@@ -578,17 +621,21 @@ class Harness:
         self.messages = []
 
     # the runner ----------------------------------------------------------------------------------
-    def start_runner(self, source):
+    def start_runner(self, runner):
         """Start the runner: a fresh interpreter (``posix_spawn``, so nothing of this process's memory
-        goes with it) holding one end of a socket pair and, on its stdin, the public job."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        goes with it) holding one end of a socket pair and, on its stdin, its own code (``runner``:
+        ``("marshal" | "source", bytes)``) followed by the public job."""
+        kind, code = runner
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         job_r, job_w = os.pipe()
         os.set_inheritable(theirs.fileno(), True)
-        runner_source = source[: source.index(RUNNER_END)] + "\nsys.exit(runner_main(int(sys.argv[2])))\n"
+        loader = RUNNER_LOADERS[kind]
         try:
             self.runner = os.posix_spawn(
                 sys.executable,
-                [sys.executable, "-I", "-c", runner_source, "--runner", str(theirs.fileno())],
+                # -S: no site module (it costs more than the rest of the start); the runner takes this
+                # process's import path instead, which has no folder a candidate can write.
+                [sys.executable, "-I", "-S", "-c", loader, str(len(code)), str(theirs.fileno())],
                 dict(os.environ),
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, job_r, 0),
@@ -601,9 +648,9 @@ class Harness:
             theirs.close()
             os.close(job_r)
         self.sock = ours
-        public = {"code": self.payload["code"], "preamble": self.payload.get("preamble") or ""}
+        public = {"code": self.payload["code"], "preamble": self.payload.get("preamble") or "", "path": sys.path}
         try:
-            write_all(job_w, json.dumps(public).encode("utf-8"))
+            write_all(job_w, code + repr(public).encode("utf-8", "surrogatepass"))
         finally:
             os.close(job_w)
 
@@ -628,11 +675,15 @@ class Harness:
         if not data:
             self.runner_gone = True
             return
-        message = json.loads(data.decode("utf-8"))
-        if "pid" in message:
-            session.pid = int(message["pid"])
-        elif "exit" in message and session.pid == message["exit"]:
-            session.status = int(message["status"])
+        words = data.split()
+        try:
+            numbers = [int(word) for word in words[1:]]
+        except ValueError:
+            numbers = []
+        if words[:1] == [b"pid"] and len(numbers) == 1 and numbers[0] > 1:
+            session.pid = numbers[0]
+        elif words[:1] == [b"exit"] and len(numbers) == 2 and session.pid == numbers[0]:
+            session.status = numbers[1]
 
     # moving bytes ---------------------------------------------------------------------------------
     def read_some(self, session, name):
@@ -663,6 +714,7 @@ class Harness:
                 return True
             now = time.monotonic()
             if now >= deadline:
+                session.timed_out = True
                 return False
             reads = {session.fds[n]: n for n in ("out", "err", "resp") if session.fds.get(n) is not None}
             if not self.runner_gone:
@@ -851,8 +903,8 @@ class Harness:
         result = {"index": 0, "verdict": verdict, "detail": detail, "wall_time_s": round(elapsed, 6)}
         return {"tests": [result], "stderr": stderr[-4000:]}
 
-    def run(self, source):
-        self.start_runner(source)
+    def run(self, runner):
+        self.start_runner(runner)
         try:
             mode = self.payload["mode"]
             if mode == "tests":
@@ -866,7 +918,9 @@ class Harness:
             self.stop_runner()
 
 
-def harness_main():
+def harness_main(runner):
+    """The harness's entry point (called by the host's bootstrap program; ``runner`` is the runner's
+    code, see :meth:`Harness.start_runner`)."""
     make_undumpable()
     scratch = os.getcwd()
     # Nothing the harness imports from now on may come from a folder a candidate can write.
@@ -876,8 +930,6 @@ def harness_main():
     ]
     import linecache  # noqa: F401
 
-    with open(os.path.join(scratch, CANDIDATE_FILE), encoding="utf-8") as handle:  # this very source
-        source = handle.read()
     chunks = []
     while True:
         chunk = os.read(0, 1 << 20)
@@ -892,15 +944,10 @@ def harness_main():
     real_stdout = sys.stdout
     sys.stdout = io.StringIO()  # what test code prints is not part of the verdict channel
     try:
-        report = Harness(payload).run(source)
+        report = Harness(payload).run(runner)
     except BaseException as exc:  # only ever a failing report
         report = {"error": "the grading harness failed: %s" % short("".join(traceback.format_exception_only(type(exc), exc)).strip())}
     finally:
         sys.stdout = real_stdout
     write_all(1, (nonce + json.dumps(report) + "\n").encode("utf-8"))
 
-
-if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--runner":
-        sys.exit(runner_main(int(sys.argv[2])))
-    harness_main()

@@ -180,6 +180,7 @@ def test_a_stopped_harness_gives_no_verdict():
 # the secrets (the expected output, HumanEval's check) anywhere it can read.
 SNOOP = """
 import os
+NEEDLE = NEEDLE_REVERSED[::-1]  # so that the candidate's own file does not hold the needle
 me = os.getpid()
 def read(path, size=1 << 20):
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a pipe must not block the snooping
@@ -225,7 +226,7 @@ for pid in os.listdir('/proc'):
 
 def test_a_stdin_program_reaches_no_other_process_and_no_expected_output():
     # Passing needs "clean": nothing of another process was readable and the token was nowhere.
-    code = SNOOP.replace("NEEDLE", repr(TOKEN)) + "print('clean' if not reached and not secret_hits else (reached, secret_hits))"
+    code = SNOOP.replace("NEEDLE_REVERSED", repr(TOKEN[::-1])) + "print('clean' if not reached and not secret_hits else (reached, secret_hits))"
     output = lcb([{"input": "x\n", "output": "clean\n", "testtype": "stdin"}, STDIN_TESTS[0]], fenced(code))
     verdicts = output["metadata"]["tests"]
     assert verdicts[0]["verdict"] == "passed", verdicts[0]
@@ -235,7 +236,7 @@ def test_a_stdin_program_reaches_no_other_process_and_no_expected_output():
 def test_a_humaneval_completion_cannot_find_the_check_code():
     needle = "assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True"
     code = (
-        SNOOP.replace("NEEDLE", repr(needle))
+        SNOOP.replace("NEEDLE_REVERSED", repr(needle[::-1]))
         + "import sys\nsys.stderr.write('SNOOP %r %r\\n' % (reached, secret_hits))\n"
         + "def has_close_elements(numbers, threshold):\n    return False"
     )
