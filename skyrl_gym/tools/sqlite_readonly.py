@@ -64,6 +64,16 @@ _sqlglot_logger = logging.getLogger("sqlglot")
 _CAN_FORK = hasattr(os, "fork") and sys.platform.startswith("linux")
 # Address space a query process may reserve beyond memory_bytes: thread stack, malloc arenas.
 _ADDRESS_SPACE_SLACK = 512 * 1024 * 1024
+# Query processes one process runs at once (threads beyond wait), so memory stays within this many
+# times memory_bytes. A tool worker process runs one query at a time anyway; this bounds the thread-pool
+# mode (SKYRL_GYM_TOOL_PROCESSES=0) and sync calls from many threads.
+_QUERY_PROCESS_SLOTS = threading.BoundedSemaphore(
+    max(1, int(os.environ.get("SKYRL_GYM_SQL_QUERY_PROCESSES", str(min(8, os.cpu_count() or 1)))))
+)
+# Connection.setlimit and the limit constants arrived in Python 3.11; SQLite's numbering is stable.
+_LIMIT_LENGTH = getattr(sqlite3, "SQLITE_LIMIT_LENGTH", 0)
+_LIMIT_SQL_LENGTH = getattr(sqlite3, "SQLITE_LIMIT_SQL_LENGTH", 1)
+_LIMIT_ATTACHED = getattr(sqlite3, "SQLITE_LIMIT_ATTACHED", 7)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,10 +208,11 @@ def open_read_only(db_file: str, limits: Optional[QueryLimits] = None) -> sqlite
     """A connection that SQLite itself keeps read-only, with the authorizer and limits set."""
     uri = "file:" + urllib.parse.quote(os.path.abspath(db_file)) + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    if limits is not None:
-        conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
-        conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, 4 * limits.max_query_chars)  # UTF-8 bytes
+    if hasattr(conn, "setlimit"):  # Python 3.11+; before, the authorizer and the query process remain
+        conn.setlimit(_LIMIT_ATTACHED, 0)
+        if limits is not None:
+            conn.setlimit(_LIMIT_LENGTH, limits.max_value_bytes)
+            conn.setlimit(_LIMIT_SQL_LENGTH, 4 * limits.max_query_chars)  # UTF-8 bytes
     conn.execute("PRAGMA temp_store = MEMORY")  # sorts and temp tables under the heap limit, not on disk
     conn.set_authorizer(_authorizer)
     return conn
@@ -417,7 +428,8 @@ def run_read_only_query(db_file: str, sql: str, limits: QueryLimits = QueryLimit
         result = QueryResult(sql=sql if isinstance(sql, str) else repr(sql), error=refusal[1], error_kind=refusal[0])
     elif limits.isolate and _CAN_FORK:
         try:
-            result = _run_in_query_process(db_file, sql, limits, parse_problem)
+            with _QUERY_PROCESS_SLOTS:
+                result = _run_in_query_process(db_file, sql, limits, parse_problem)
         except OSError as exc:  # no fork possible (process limit, memory): say so rather than raise
             result = QueryResult(sql=sql, error=f"could not start the query process: {exc}", error_kind="sqlite")
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -116,6 +117,31 @@ def test_malicious_queries_are_contained_and_the_episode_goes_on(sample):
     assert final["reward"] == 1.0
     assert sha256_of(db_file) == before
     assert env.get_metrics()["sql_errors"] == 4
+
+
+def test_wall_clock_and_memory_attacks_end_as_observations_and_a_zero_reward(sample):
+    """Issue 13 inside an episode, on the tool-worker path: a C-level loop SQLite's interrupt cannot
+    stop, a row too big to keep, then the same loop as the solution; the episode goes on and ends."""
+    out, rows = sample
+    row = rows[0]
+    env = skyrl_gym.make("text2sql", env_config={"db_path": str(out), "sql_timeout_s": 1.0, "reward_timeout_s": 1.0},
+                         extras=row)
+    slow = "SELECT printf('%.*c', 1000000000, 'x')"
+    wide = "SELECT " + ", ".join(["zeroblob(9000000)"] * 300)
+
+    async def main():
+        start = time.monotonic()
+        first = await env.astep(f"<think>t</think><sql>{slow}</sql>")
+        second = await env.astep(f"<think>t</think><sql>{wide}</sql>")
+        final = await env.astep(f"<think>t</think><solution>{slow}</solution>")
+        return first, second, final, time.monotonic() - start
+
+    first, second, final, elapsed = asyncio.run(main())
+    assert "SQL Timeout: query stopped: ran longer than 1 s (limit timeout_s)" in first_observation(first)
+    assert "(limit memory_bytes)" in first_observation(second) and not second["done"]
+    assert final["done"] and final["reward"] == 0.0
+    assert "(limit timeout_s)" in final["metadata"]["reward_reason"], final["metadata"]["reward_reason"]
+    assert elapsed < 30, f"three bounded queries took {elapsed:.0f} s"
 
 
 def test_destructive_solution_scores_zero_and_changes_nothing(sample):
