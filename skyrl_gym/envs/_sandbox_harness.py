@@ -1,30 +1,32 @@
 """The trusted grading harness that runs *inside* a sandbox for the code envs (``humaneval``, ``lcb``).
 
-Standard library only and self-contained: the host sends this file's source as the program of one
-sandboxed run (``skyrl_gym.envs._grading``), and the secrets (a per-run nonce, the tests, their
-expected outputs, HumanEval's ``check``) on the run's stdin. The host imports it too, for the
-literal codec and :func:`stdout_matches`, so that both sides share one implementation.
+Standard library only and self-contained. The host (:mod:`skyrl_gym.envs._grading`) runs it as one
+sandboxed program per graded response: the program's files hold this module (compiled, plus its
+source as a fall-back), and the run's stdin holds the secrets (a nonce made on the host for this run,
+the tests, their expected outputs, HumanEval's ``check``). The host imports it too, for the literal
+codec and :func:`stdout_matches`, so that both sides share one implementation.
 
-Three processes, so that the verdict is something the candidate cannot write:
+Three kinds of processes, so that the verdict is something the candidate cannot write:
 
-* the **harness** (this program, the sandbox's own process) makes itself non-dumpable, reads the
-  secrets from stdin, and never executes candidate code. It starts
-* the **runner**, a *fresh* interpreter (``python -I -c <this source> --runner``: an exec, so none
-  of the harness's memory, secrets included, is copied into it) that knows only the public part
-  of the job (the candidate's code). For each test the harness hands the runner a set of pipe ends
+* the **harness** (the sandbox's own process) makes itself non-dumpable (no process of the same uid
+  can open its ``/proc/<pid>/fd``, ``mem`` or ``environ``, nor ptrace it), reads the secrets from
+  stdin, and never executes candidate code. It starts
+* the **runner**, a *fresh* interpreter (``posix_spawn`` of ``python -I -S``: none of the harness's
+  memory, secrets included, is copied into it) that is given only the public part of the job (the
+  candidate's code, the preamble). For each test the harness hands the runner a set of pipe ends
   over a Unix socket; the runner forks
-* a **candidate** process that holds only those pipes as fds 0-4 (stdin, stdout, stderr, call
-  requests, call replies), runs the candidate's code as ``__main__``, and, for functional tests,
-  then answers calls. Arguments and return values cross as Python literals (``repr`` on one side, a
-  strict literal evaluator on the other, never pickle): an object that is not a plain value (one
-  whose ``__eq__`` always returns True, say) cannot cross, and the call fails.
+* a **candidate** process that holds only those pipes, as fds 0-4 (stdin, stdout, stderr, call
+  requests, call replies), runs the candidate's code as ``__main__`` (``main.py``), and, for
+  functional tests, then answers calls. Arguments and return values cross as Python literals
+  (``repr`` on one side, a strict literal evaluator on the harness's side, never pickle): an object
+  that is not a plain value (one whose ``__eq__`` always returns True, say) cannot cross.
 
-The harness feeds stdin, reads stdout/stderr and call replies under its own deadlines, and does
-every comparison itself (stdin tests: output against the expected output; functional tests: the
-returned value against the expected value; HumanEval: the problem's own ``check`` runs in the
-harness with a proxy for the candidate function). At the end it writes one line to its stdout, a
-channel no candidate process has a handle on: the nonce followed by the JSON report. A candidate
-that exits early, kills a process, hangs, or prints anything leaves no verdict or a failing one.
+The harness feeds stdin, reads stdout/stderr and call replies under its own deadlines, and makes
+every comparison itself (stdin tests: output against expected output; functional tests: returned
+value against expected value; HumanEval: the problem's own ``check`` runs in the harness with a proxy
+for the candidate function). At the end it writes one line to its stdout, which no candidate process
+has a handle on: the nonce, then the JSON report. A candidate that exits early, kills or stops a
+process, hangs, or prints anything leaves no verdict or a failing one.
 """
 
 import _socket

