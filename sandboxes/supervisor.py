@@ -4,17 +4,21 @@ Standard library only, and self-contained: backends start it as ``python3 -I -c 
 it needs no file inside the sandbox.
 
 Protocol (fd 0 in, fd 1 out). A request is a length-prefixed JSON *control* object (``id``,
-``limits``, ``fetch_files``, ``payload_bytes``) followed by ``payload_bytes`` opaque bytes: the
-program's code or command, stdin, files and argv, as JSON. A reply is a length-prefixed JSON object
-that echoes the request's ``id`` and gives the byte counts of the raw stdout, stderr and fetched
-files that follow it. Any framing error ends the supervisor: the host then replaces the worker.
+``limits``, ``fetch_count``, ``payload_bytes``) followed by ``payload_bytes`` opaque bytes: the
+program's code or command, stdin, files, argv and the names of the files to fetch, as JSON. A reply
+is a length-prefixed JSON object that echoes the request's ``id`` and gives the byte counts of the
+raw stdout, stderr and fetched files (by their index in the request) that follow it. Any framing
+error ends the supervisor: the host then replaces the worker.
 
 Every run starts clean:
 
 * The supervisor never holds a run's data in its own memory, so a program forked from it cannot
-  find an earlier run's code, stdin or output there. The payload is copied, through one buffer that
-  is zeroed after each use, from fd 0 into a memfd that only the run's child reads; the child's
-  stdout and stderr go, through the same buffer, into memfds that are copied to fd 1 the same way.
+  find an earlier run's code, stdin, output, file names or file contents there. The payload is
+  copied, through one buffer that is zeroed after each use, from fd 0 into a memfd that only the
+  run's child reads; the child's stdout and stderr go, through the same buffer, into memfds that are
+  copied to fd 1 the same way. Whatever touches the names and contents of the run's files (writing
+  the request's files, fetching, emptying the sandbox) happens in the run's child or in a helper
+  process forked for it, which exits.
 * The child writes the request's files itself, as the program's user, into a work folder that was
   created empty for this run.
 * After the run every process of it is killed, then the whole writable area (the sandbox root
@@ -406,19 +410,15 @@ class Supervisor:
 
     def _run(self, control, limits, payload_fd):
         started = time.monotonic()
-        fetch = []
-        for name in control.get("fetch_files") or []:
-            parts = path_parts(name)
-            if parts is not None and "/".join(parts) not in fetch:
-                fetch.append("/".join(parts))
-        fetch = fetch[:MAX_FETCH_FILES]
+        fetch_count = control.get("fetch_count") or 0
         out_mem, err_mem, files_mem = new_memfd("stdout"), new_memfd("stderr"), new_memfd("files")
+        fetch_mem = new_memfd("fetch")
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:  # the child never returns
-            self._child(limits, payload_fd, out_w, err_w, ready_w)
+            self._child(limits, payload_fd, out_w, err_w, ready_w, fetch_mem)
         for fd in (out_w, err_w, ready_w):
             os.close(fd)
         try:
@@ -426,7 +426,10 @@ class Supervisor:
         finally:
             for fd in (out_r, err_r, ready_r):
                 os.close(fd)
-        found, clean, why = self._after_run(fetch, limits["output_bytes"], files_mem)
+        try:
+            found, clean, why = self._after_run(fetch_count, limits["output_bytes"], files_mem, fetch_mem)
+        finally:
+            os.close(fetch_mem)
         reply["id"] = control["id"]
         reply["stdout_bytes"], reply["stderr_bytes"] = sizes
         reply["files"] = found
@@ -436,7 +439,7 @@ class Supervisor:
             reply["retire_reason"] = why
         return reply, [(out_mem, sizes[0]), (err_mem, sizes[1]), (files_mem, sum(n for _, n in found))], retire
 
-    def _child(self, limits, payload_fd, out_w, err_w, ready_w):
+    def _child(self, limits, payload_fd, out_w, err_w, ready_w, fetch_mem):
         try:
             os.setsid()
             for sig in signal.valid_signals():
@@ -461,6 +464,8 @@ class Supervisor:
             payload = json.loads(b"".join(chunks).decode("utf-8"))
             del chunks
             write_payload_files(self.work, payload)
+            # The names to fetch after the run, for the helper that fetches them (never for us).
+            write_all(fetch_mem, json.dumps(payload.get("fetch_files") or []).encode("utf-8"))
             stdin_fd = os.memfd_create("stdin", 0)
             write_all(stdin_fd, decode_b64(payload.get("stdin_b64") or ""))
             os.lseek(stdin_fd, 0, os.SEEK_SET)
@@ -594,28 +599,42 @@ class Supervisor:
             scrub()
 
     # ----- after a run ---------------------------------------------------------------------------
-    def _after_run(self, fetch, cap, files_mem):
-        """Read back the fetched files, empty the sandbox and make the work folder anew, as the
-        program's user. (found [(name, size)], clean, why)."""
+    def _after_run(self, fetch_count, cap, files_mem, fetch_mem):
+        """In a helper process (as the program's user where there is one, so that root's rights are
+        never used on the program's files, and so that no name or content of them ever enters our
+        memory): read back the fetched files, empty the sandbox, make the work folder anew.
+        Returns (found [(index, size)], clean, why)."""
 
         def action():
-            found = self._fetch(fetch, cap, files_mem) if fetch else []
+            found = []
+            if fetch_count and fetch_mem is not None:
+                os.lseek(fetch_mem, 0, os.SEEK_SET)
+                chunks = []
+                while True:
+                    chunk = os.read(fetch_mem, 1 << 16)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                try:
+                    names = json.loads(b"".join(chunks) or b"[]")
+                except ValueError:
+                    names = []
+                found = self._fetch(names[:MAX_FETCH_FILES], cap, files_mem)
             try:
                 self.reset()
                 return found, True, ""
             except (WipeFailed, OSError) as exc:
                 return found, False, str(exc)
 
-        if self.run_as is None:
-            return action()
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             os.close(read_fd)
             try:
-                os.setgroups([])
-                os.setgid(self.run_as[1])
-                os.setuid(self.run_as[0])
+                if self.run_as is not None:
+                    os.setgroups([])
+                    os.setgid(self.run_as[1])
+                    os.setuid(self.run_as[0])
                 write_all(write_fd, json.dumps(action()).encode())
             finally:
                 os._exit(0)
@@ -630,12 +649,13 @@ class Supervisor:
         os.waitpid(pid, 0)
         try:
             found, clean, why = json.loads(b"".join(chunks))
-            return [(str(name), int(size)) for name, size in found], bool(clean), str(why)
+            return [(int(index), int(size)) for index, size in found], bool(clean), str(why)
         except (ValueError, TypeError):
             return [], False, "the cleanup helper failed"
 
     def _fetch(self, names, cap, files_mem):
-        """Copy the requested regular files of the work folder into ``files_mem``; no link is followed."""
+        """Copy the requested regular files of the work folder into ``files_mem``; no link is followed.
+        Returns [(index in names, size)]."""
         found = []
         budget = cap * FETCH_TOTAL_FACTOR
         try:
@@ -643,18 +663,19 @@ class Supervisor:
         except OSError:
             return found
         try:
-            for name in names:
-                if budget <= 0:
-                    break
+            for index, name in enumerate(names):
+                parts = path_parts(name)
+                if budget <= 0 or parts is None:
+                    continue
                 try:
-                    fd = open_beneath(root_fd, name.split("/"), os.O_RDONLY | os.O_NONBLOCK)
+                    fd = open_beneath(root_fd, parts, os.O_RDONLY | os.O_NONBLOCK)
                 except OSError:
                     continue
                 try:
                     if stat.S_ISREG(os.fstat(fd).st_mode):
                         size = copy_fd(fd, files_mem, min(cap, budget))
                         budget -= size
-                        found.append((name, size))
+                        found.append((index, size))
                 finally:
                     os.close(fd)
         finally:
@@ -1092,7 +1113,7 @@ def main(argv):
     )
 
     # The sandbox folders, made as the program's user (a failure here ends us: the host reports it).
-    found, clean, why = supervisor._after_run([], 1, None)
+    found, clean, why = supervisor._after_run(0, 1, None, None)
     if not clean:
         raise WipeFailed("could not prepare the sandbox folders: %s" % why)
     if args.mode == "serve":

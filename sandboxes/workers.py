@@ -56,13 +56,14 @@ def _b64(data: Any) -> str:
 
 
 def encode_request(request: RunRequest, limits: Limits, request_id: str) -> bytes:
-    """One request on the wire: a control object (id, limits, what to fetch, the payload's size) the
-    supervisor reads, then the payload (code or command, stdin, files, argv) that only the run's own
-    child reads."""
+    """One request on the wire: a control object (id, limits, the payload's size) the supervisor
+    reads, then the payload (code or command, stdin, files, argv, names to fetch) that only the run's
+    own child (and the helper that fetches files) reads."""
     payload: Dict[str, Any] = {
         "stdin_b64": _b64(request.stdin),
         "files": {name: _b64(content) for name, content in request.files.items()},
         "argv": list(request.argv),
+        "fetch_files": list(request.fetch_files),
     }
     if request.code is not None:
         payload["code"] = request.code
@@ -72,7 +73,7 @@ def encode_request(request: RunRequest, limits: Limits, request_id: str) -> byte
     control = {
         "id": request_id,
         "limits": limits.to_dict(),
-        "fetch_files": list(request.fetch_files),
+        "fetch_count": len(request.fetch_files),
         "payload_bytes": len(body),
     }
     return frame(control) + body
@@ -248,7 +249,12 @@ class SupervisorWorker:
         return data
 
     def _read_reply(
-        self, request_id: str, limits: Limits, deadline: Optional[float], cancel: Optional[threading.Event]
+        self,
+        request_id: str,
+        limits: Limits,
+        fetch_names: List[str],
+        deadline: Optional[float],
+        cancel: Optional[threading.Event],
     ) -> RunResult:
         reply = self._recv_json(deadline, cancel)
         if reply.get("id") != request_id:
@@ -259,8 +265,8 @@ class SupervisorWorker:
         sizes = [reply.get("stdout_bytes"), reply.get("stderr_bytes")]
         files = reply.get("files") or []
         try:
-            files = [(str(name), int(size)) for name, size in files]
-        except (TypeError, ValueError):
+            files = [(fetch_names[int(index)], int(size)) for index, size in files]
+        except (TypeError, ValueError, IndexError):
             raise ProtocolViolation("a reply with a malformed file list") from None
         for size in sizes + [size for _, size in files]:
             if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= ceiling:
@@ -296,7 +302,7 @@ class SupervisorWorker:
         failure: Optional[RunResult] = None
         try:
             self.channel.send(encode_request(request, limits, request_id))
-            result = self._read_reply(request_id, limits, deadline, cancel)
+            result = self._read_reply(request_id, limits, list(request.fetch_files), deadline, cancel)
         except TimeoutError:
             failure = RunResult(
                 status=Status.TIMEOUT,

@@ -107,19 +107,32 @@ def test_a_reply_to_another_request_is_refused_and_the_worker_replaced(sandbox):
 
 
 def test_no_run_finds_an_earlier_runs_code_stdin_output_or_files(sandbox):
+    """Code, stdin, argv, output, file contents and file *names* (given, fetched, or made by the
+    program) of one run: none of it is in a later run's memory or sandbox."""
     for _ in range(3):  # one at a time, so the pool hands back the worker that just ran
-        in_code, in_stdin, in_file = marker(), marker(), marker()
+        in_code, in_stdin, in_file, in_name, in_argv, made, fetched = (marker() for _ in range(7))
         printed = marker()
         hidden = printed[6:-4][::-1]  # printed, but never written as such in the source
         leave = (
-            f"import sys\nsecret = {in_code!r}\ndata = sys.stdin.read()\nprint('TRACE-' + {hidden!r}[::-1] + '-END')\n"
-            "print(data, open('input.txt').read())\n"
+            f"import os, sys\nsecret = {in_code!r}\ndata = sys.stdin.read()\n"
+            f"print('TRACE-' + {hidden!r}[::-1] + '-END')\n"
+            f"print(data, open('input.txt').read(), sys.argv[1], os.path.exists({in_name!r}))\n"
+            f"os.mkdir({made!r})\nopen({fetched!r}, 'w').write(secret)\n"
             "for path in ('left.txt', '/tmp/left.txt', '/dev/shm/left.txt'):\n"
             "    open(path, 'w').write(secret + data)\n"
             "try:\n    open('/sandbox/left.txt', 'w').write(secret)\nexcept OSError:\n    pass\n"
         )
-        first = sandbox.run(RunRequest(code=leave, stdin=in_stdin, files={"input.txt": in_file}))
+        first = sandbox.run(
+            RunRequest(
+                code=leave,
+                stdin=in_stdin,
+                argv=[in_argv],
+                files={"input.txt": in_file, in_name: "x"},
+                fetch_files=[fetched],
+            )
+        )
         assert first.status == Status.OK and printed in first.stdout and in_stdin in first.stdout, first
+        assert first.stdout.split()[-2:] == [in_argv, "True"] and set(first.files) == {fetched}, first
         seen = sandbox.run(SCAN_FOR_TRACES)
         assert seen.status == Status.OK, seen
         assert seen.stdout == "[]\n", f"a later run found traces of an earlier one: {seen.stdout[:500]}"
