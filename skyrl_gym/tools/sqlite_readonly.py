@@ -389,7 +389,12 @@ def _read_until(fd: int, deadline: float) -> Tuple[bytes, bool]:
 def _run_in_query_process(db_file: str, sql: str, limits: QueryLimits, parse_problem: Optional[str]) -> QueryResult:
     """``_execute`` in a forked process with resource limits; killed if it outlives the deadline."""
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
     if pid == 0:  # the query process
         os.close(read_fd)
         _query_process_main(write_fd, db_file, sql, limits, parse_problem)

@@ -87,6 +87,7 @@ def _check_stopped(result: QueryResult, limit: str, elapsed: float, timeout_s: f
 @pytest.mark.parametrize("name, sql, limit", ATTACKS, ids=[a[0] for a in ATTACKS])
 def test_attack_in_a_tool_worker_is_stopped_and_the_worker_stays_small_and_usable(retail_db, worker, name, sql, limit):
     pid_before = worker.submit(os.getpid).result()
+    fds_before = len(os.listdir(f"/proc/{pid_before}/fd"))
     start = time.monotonic()
     limits = _limits_for(limit)
     result = worker.submit(run_read_only_query, retail_db, sql, limits).result(timeout=120)
@@ -97,6 +98,10 @@ def test_attack_in_a_tool_worker_is_stopped_and_the_worker_stays_small_and_usabl
     after = worker.submit(run_read_only_query, retail_db, "SELECT COUNT(*) FROM customers", LIMITS).result(timeout=60)
     assert after.ok and after.rows[0][0] > 0, after.error
     assert _peak_rss_bytes(pid_before) < ONE_GB
+    # no query process, pipe or zombie is left behind
+    assert len(os.listdir(f"/proc/{pid_before}/fd")) == fds_before
+    with open(f"/proc/{pid_before}/task/{pid_before}/children") as handle:
+        assert handle.read().split() == []
 
 
 def test_attacks_run_in_this_process_keep_its_memory_and_its_query_processes_bounded(retail_db):
