@@ -165,7 +165,11 @@ def prune_checkpoints(root: Path, keep: int, protect: Iterable[int] = ()) -> Lis
     slots = max(0, keep - len([s for s in by_recency if s in protected]))
     removed = removable[slots:]
     for step in removed:
-        shutil.rmtree(step_dir(root, step), ignore_errors=True)
+        # renamed first, so a kill halfway through the removal leaves a temporary folder, not a torn checkpoint
+        doomed = root / f"{_TMP_PREFIX}{step}.pruned"
+        shutil.rmtree(doomed, ignore_errors=True)
+        os.rename(step_dir(root, step), doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
     return removed
 
 

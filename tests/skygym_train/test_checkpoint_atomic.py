@@ -104,7 +104,7 @@ def test_kill_9_at_random_points_of_saving_always_leaves_a_complete_latest_check
     zygote = subprocess.Popen([sys.executable, str(script), str(root)], cwd=str(REPO), env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rng = random.Random(13)
-    rounds, expected_start, kills_mid_save, kills_mid_swap, saves = 12, 0, 0, 0, 0
+    rounds, expected_start, kills_mid_save, kills_mid_swap, saves = 20, 0, 0, 0, 0
     try:
         for round_ in range(rounds):
             zygote.stdin.write("go\n")
