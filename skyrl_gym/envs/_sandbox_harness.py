@@ -762,6 +762,12 @@ class Harness:
         if session.fds.get("req") is None:
             raise CandidateFailed(*session.failure())
         session.pending["req"].extend(frame(request.encode("utf-8", "surrogatepass")))
+        try:  # most requests fit the pipe at once: no need to wait for select to say so
+            del session.pending["req"][: os.write(session.fds["req"], session.pending["req"])]
+        except BlockingIOError:
+            pass
+        except OSError:  # the candidate process closed its end: the pump below finds out why
+            session.pending["req"].clear()
         reply = [None]
 
         def answered():
@@ -924,6 +930,18 @@ def harness_main(runner):
     """The harness's entry point (called by the host's bootstrap program; ``runner`` is the runner's
     code, see :meth:`Harness.start_runner`)."""
     make_undumpable()
+    # Only fds 0-2 and those made here may reach the runner: whatever else the sandbox left open
+    # stays out of every child process.
+    try:
+        inherited = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        inherited = list(range(3, 256))
+    for fd in inherited:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
     scratch = os.getcwd()
     # Nothing the harness imports from now on may come from a folder a candidate can write.
     writable = tuple(os.path.realpath(p) for p in (scratch, "/tmp", "/sandbox", "/dev/shm", "/var/tmp"))
