@@ -12,7 +12,7 @@ Independent guards, so that a gap in one does not open the database or the machi
    (``SQLITE_LIMIT_LENGTH``); temporary tables and sorts stay in memory, under the heap limit.
 4. Time: a watchdog thread calls ``Connection.interrupt()`` at the deadline, which stops SQLite at its
    next VM step. Some built-in functions loop in C without stepping the VM (``printf('%.*c', 1e9,
-   'x')`` takes ~13 s, ``instr`` or ``LIKE`` over long strings far longer), so each query runs in a
+   'x')`` takes ~13 s, ``instr`` over strings of a few MB minutes), so each query runs in a
    forked *query process* that is killed (SIGKILL) when it outlives the deadline by a grace period,
    with ``RLIMIT_CPU`` as a backstop should its parent die.
 5. Memory: the query process has SQLite's ``hard_heap_limit`` and an ``RLIMIT_AS`` of its address
