@@ -12,24 +12,10 @@ Only the public tests are used unless the problems carry ``private_test_cases`` 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator
 
-from skyrl_gym.envs.lcb.dataset import problem_to_row
-
-
-def read_jsonl(path: Path) -> Iterator[Dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
-
-
-def read_hub(name: str, split: str) -> Iterable[Dict[str, Any]]:
-    from datasets import load_dataset
-
-    return load_dataset(name, split=split, trust_remote_code=False)
+from skyrl_gym.datasets import build_rows
+from skyrl_gym.data import write_jsonl
 
 
 def main() -> None:
@@ -43,23 +29,11 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("data/lcb"))
     parser.add_argument("--limit", type=int, default=None)
     args = parser.parse_args()
-    problems = read_jsonl(args.problems) if args.problems else read_hub(args.hub, args.split)
+    rows = build_rows("lcb", split=args.split, size=args.limit,
+                      source=str(args.problems) if args.problems else None, hub=args.hub)
     args.output.mkdir(parents=True, exist_ok=True)
-    out = args.output / f"{args.split}.jsonl"
-    written = skipped = 0
-    with out.open("w", encoding="utf-8") as handle:
-        for problem in problems:
-            if args.limit is not None and written >= args.limit:
-                break
-            try:
-                row = problem_to_row(problem)
-            except ValueError as exc:
-                skipped += 1
-                print(f"skipped: {exc}")
-                continue
-            handle.write(json.dumps(row) + "\n")
-            written += 1
-    print(f"wrote {written} rows to {out} ({skipped} skipped)")
+    out = write_jsonl(rows, args.output / f"{args.split}.jsonl")
+    print(f"wrote {len(rows)} rows to {out} (problems without usable tests are left out)")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ register(id="searchcode", entry_point="skyrl_gym.envs.searchcode.env:SearchCodeE
 
 # --- code (issue: sandboxes) ----------------------------------------------------------------------
 register(id="lcb", entry_point="skyrl_gym.envs.lcb.env:LCBEnv")
+register_dataset("lcb", "skyrl_gym.envs.lcb.dataset:build_rows")
 register(id="humaneval", entry_point="skyrl_gym.envs.humaneval.env:HumanEvalEnv")
 register_dataset("humaneval", "skyrl_gym.envs.humaneval.dataset:build_rows")
 register(id="code_interpreter", entry_point="skyrl_gym.envs.code_interpreter.env:CodeInterpreterEnv")

@@ -45,7 +45,7 @@ def test_the_countdown_builder_comes_from_its_package_entry_point():
 
 
 def test_builtin_envs_with_a_builder_are_listed():
-    assert {"multiply", "gsm8k", "gsm8k_multi_turn", "humaneval", "text2sql", "countdown"} <= set(datasets.dataset_ids())
+    assert {"multiply", "gsm8k", "gsm8k_multi_turn", "humaneval", "lcb", "text2sql", "countdown"} <= set(datasets.dataset_ids())
     assert not datasets.has_dataset("aime")
 
 
@@ -58,6 +58,24 @@ def test_gsm8k_rows_from_a_local_file(tmp_path):
     assert rows[1]["extra_info"]["origin"]["kwargs"] == json.dumps({"source": str(source)})
     multi = datasets.build_rows("gsm8k_multi_turn", split="test", source=str(source))
     assert len(multi) == 4 and {row["env_class"] for row in multi} == {"gsm8k_multi_turn"}
+
+
+def test_lcb_rows_from_a_local_file_leave_out_problems_without_tests(tmp_path):
+    problems = [
+        {"question_id": "p1", "question_content": "Print a + b.", "starter_code": "",
+         "public_test_cases": json.dumps([{"input": "1 2", "output": "3", "testtype": "stdin"}]), "metadata": "{}"},
+        {"question_id": "no-tests", "question_content": "?", "starter_code": "", "public_test_cases": "[]",
+         "metadata": "{}"},
+        {"question_id": "p2", "question_content": "Print a * b.", "starter_code": "",
+         "public_test_cases": json.dumps([{"input": "2 3", "output": "6", "testtype": "stdin"}]), "metadata": "{}"},
+    ]
+    source = tmp_path / "problems.jsonl"
+    source.write_text("".join(json.dumps(p) + "\n" for p in problems))
+    rows = datasets.build_rows("lcb", split="test", source=str(source))
+    assert [row["extra_info"]["question_id"] for row in rows] == ["p1", "p2"]
+    assert [r["extra_info"]["origin"]["index"] for r in rows] == [0, 1]
+    with pytest.raises(ValueError, match="exactly one of source=FILE"):
+        datasets.build_rows("lcb", size=1)
 
 
 def test_humaneval_has_only_a_test_split():

@@ -10,7 +10,7 @@ passes them already decoded as a JSON list (``private_test_cases``).
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 INSTRUCTION_STDIN = (
     "Solve the problem in Python. Read the input from standard input and write the answer to standard "
@@ -64,3 +64,27 @@ def problem_to_row(problem: Mapping[str, Any], include_private: bool = True) -> 
             "contest_date": str(problem.get("contest_date") or ""),
         },
     }
+
+
+def build_rows(split: str, size: Optional[int], seed: int, source: Optional[str] = None, hub: Optional[str] = None,
+               include_private: bool = True) -> Iterator[Dict[str, Any]]:
+    """The ``lcb`` dataset builder: LiveCodeBench problems from ``source`` (a local JSONL, JSON or Parquet file of
+    problems) or ``hub`` (a dataset name on the Hugging Face hub, e.g. ``livecodebench/code_generation_lite``),
+    in their published order; problems without usable tests are left out. The seed does not change the rows."""
+    from skyrl_gym.data import load_hf_dataset, read_records
+
+    if (source is None) == (hub is None):
+        raise ValueError("lcb rows need exactly one of source=FILE (a JSONL/Parquet file of LiveCodeBench problems) "
+                         "or hub=NAME (e.g. 'livecodebench/code_generation_lite')")
+    problems = read_records(source) if source is not None else load_hf_dataset(hub, split=split, trust_remote_code=False)
+    produced = 0
+    for problem in problems:
+        if size is not None and produced >= size:
+            return
+        try:
+            row = problem_to_row(problem, include_private=include_private)
+        except ValueError:
+            continue
+        produced += 1
+        yield row
+
