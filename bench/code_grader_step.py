@@ -3,8 +3,8 @@
     python bench/code_grader_step.py [--steps 20] [--humaneval-problems 20]
 
 One thread, one step at a time: ``humaneval`` steps grade the canonical solutions of the first
-problems; ``lcb`` steps grade a correct program on two stdin tests and a correct ``Solution`` class on
-two functional tests. The sandbox is warmed up first (one untimed step of each kind). Figures are
+problems; ``lcb`` steps grade a correct program on two and on twenty stdin tests, and a correct
+``Solution`` class on two functional tests. The sandbox is warmed up first (one untimed step of each kind). Figures are
 printed (median and p90 of the step latency), never asserted.
 """
 
@@ -26,6 +26,9 @@ LCB_STDIN = json.dumps(
 )
 LCB_STDIN_ANSWER = (
     "```python\nN = int(input())\nA = list(map(int, input().split()))\nprint(A.index(sorted(A)[-2]) + 1)\n```"
+)
+LCB_STDIN_MANY = json.dumps(
+    [{"input": f"3\n{i} {i + 7} {i + 3}\n", "output": "3\n", "testtype": "stdin"} for i in range(20)]
 )
 LCB_FUNCTIONAL = json.dumps(
     [
@@ -76,6 +79,7 @@ def main() -> None:
     cases: List[Tuple[str, Callable[[], List[Tuple[str, dict, str]]]]] = [
         ("humaneval (canonical solutions)", lambda: humaneval_steps(args.humaneval_problems)),
         ("lcb stdin (2 tests)", lambda: lcb_steps(LCB_STDIN, LCB_STDIN_ANSWER)),
+        ("lcb stdin (20 tests)", lambda: lcb_steps(LCB_STDIN_MANY, LCB_STDIN_ANSWER)),
         ("lcb functional (2 tests)", lambda: lcb_steps(LCB_FUNCTIONAL, LCB_FUNCTIONAL_ANSWER)),
     ]
     print(f"{'env (answers)':34} {'median ms':>10} {'p90 ms':>10} {'rewarded':>9} {'steps':>6}")
