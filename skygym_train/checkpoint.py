@@ -23,6 +23,7 @@ back, and every other temporary folder is removed.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -67,9 +68,13 @@ def restore_rng_state(state: Dict[str, Any]) -> None:
 
 
 def _fsync_dir(path: Path) -> None:
+    """Make a folder's entries (a new file, a rename) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:  # some file systems cannot fsync a folder; their renames are as durable as they get
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
     finally:
         os.close(fd)
 
