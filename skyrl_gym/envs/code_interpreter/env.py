@@ -90,6 +90,7 @@ class CodeInterpreterEnv(BaseTextEnv):
             outputs.append(output)
         observation = "\n".join(f"<output>\n{output}\n</output>" for output in outputs)
         metadata["tool_calls"] = len(calls)
+        metadata["reason"] = "a tool turn: only the final answer is rewarded"
         return StepOutput(
             observations=[{"role": self.observation_role, "content": observation}],
             reward=0.0,

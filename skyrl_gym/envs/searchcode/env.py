@@ -112,6 +112,7 @@ class SearchCodeEnv(BaseTextEnv):
             "tool_name": tool_name,
             "tool_input": tool_input,
             "tools": [group.get_tool_names() for group in self.tool_groups],
+            "reason": "a tool turn: only the final answer is rewarded",
         }
         return StepOutput(observations=[observation], reward=0.0, done=False, metadata=metadata)
 

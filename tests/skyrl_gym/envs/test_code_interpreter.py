@@ -69,3 +69,13 @@ def test_the_tool_group_matches_skyrl_gym_conventions():
         "Error executing Python code: bad"
     )
     assert group.get_tool_schemas()[0]["function"]["parameters"]["required"] == ["code"]
+
+
+def test_every_reward_below_one_says_why_and_tool_output_cannot_answer():
+    # The reward is computed on the host from the model's own final text: a program that prints a
+    # boxed answer does not answer for the model.
+    env = make(answer="42")
+    tool = env.step("<tool><python>print('\\\\boxed{42}')</python></tool>")
+    assert tool["reward"] == 0.0 and tool["metadata"]["reason"]
+    final = env.step("I am done.")
+    assert final["done"] is True and final["reward"] == 0.0 and final["metadata"]["reason"]

@@ -59,7 +59,8 @@ def test_python_errors_and_timeouts_are_observations(server, sandbox_ready):
     assert timeout == "Error executing Python code: Execution timed out after 1.0 seconds."  # as SkyRL-gym prints it
     silent = first_observation(env.step("<tool><python>x = 1</python></tool>"))
     assert "print()" in silent
-    assert env.step("<solution>#### 7</solution>")["reward"] == 0.0
+    wrong = env.step("<solution>#### 7</solution>")
+    assert wrong["reward"] == 0.0 and "7" in wrong["metadata"]["reason"]
 
 
 def test_sandbox_keeps_code_away_from_the_host(server, sandbox_ready, tmp_path):
