@@ -218,10 +218,13 @@ def candidate_process(job, command, fds, sock_fd):
             import resource
 
             seconds = max(1, int(math.ceil(cpu_s)))
-            soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            _, hard = resource.getrlimit(resource.RLIMIT_CPU)
             if hard != resource.RLIM_INFINITY:
                 seconds = min(seconds, hard)
-            resource.setrlimit(resource.RLIMIT_CPU, (seconds, hard if hard != resource.RLIM_INFINITY else seconds + 1))
+                hard = min(hard, seconds + 1)
+            else:
+                hard = seconds + 1
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, hard))  # SIGXCPU, then SIGKILL a second later
         exit_code = run_candidate(job, command)
     except BaseException as exc:  # nothing may escape a forked child
         try:
