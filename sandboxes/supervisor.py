@@ -16,15 +16,15 @@ Every run starts clean:
   find an earlier run's code, stdin, output, file names or file contents there. The payload is
   copied, through one buffer that is zeroed after each use, from fd 0 into a memfd that only the
   run's child reads; the child's stdout and stderr go, through the same buffer, into memfds that are
-  copied to fd 1 the same way. Whatever touches the names and contents of the run's files (writing
-  the request's files, fetching, emptying the sandbox) happens in the run's child or in a helper
-  process forked for it, which exits.
+  copied to fd 1 the same way. The request's files are written by the run's child and fetched files
+  read by a helper process forked for it, which exits.
 * The child writes the request's files itself, as the program's user, into a work folder that was
   created empty for this run.
 * After the run every process of it is killed, then the whole writable area (the sandbox root
   holding the work folder and /tmp, plus /dev/shm) is emptied by an iterative walk that follows no
-  link, cannot recurse out of its stack, and works on any depth of tree; the work folder is then
-  made anew. A tree that cannot be emptied within its budget retires the worker (the reply says
+  link, cannot recurse out of its stack, works on any depth of tree, and reads directory entries
+  into the scrubbed buffer with getdents64 (names are handed back to unlinkat by address, never
+  copied into an object); the work folder is then made anew. A tree that cannot be emptied within its budget retires the worker (the reply says
   ``retire``; the supervisor exits after it).
 * The supervisor ignores every signal a program could send it (it is PID 1 of the namespace, or
   another uid), and it is not dumpable, so a program cannot ptrace it or read its memory.
@@ -212,9 +212,27 @@ def new_memfd(name):
 
 
 def send_reply(fd, reply, blobs):
-    """The reply object, then each (memfd, size) blob's bytes."""
+    """The reply object, then each (memfd, size) blob's bytes; one write when it all fits the buffer."""
     data = json.dumps(reply).encode("utf-8")
-    write_all(fd, HEADER.pack(len(data)) + data)
+    head = HEADER.pack(len(data)) + data
+    total = len(head) + sum(size for _, size in blobs)
+    if total <= BUFFER_SIZE:
+        try:
+            BUFFER[: len(head)] = head
+            at = len(head)
+            for blob_fd, size in blobs:
+                end = at + size
+                os.lseek(blob_fd, 0, os.SEEK_SET)
+                while at < end:
+                    got = os.readv(blob_fd, [memoryview(BUFFER)[at:end]])
+                    if got == 0:
+                        raise ProtocolError("a reply blob was shorter than announced")
+                    at += got
+            write_all(fd, memoryview(BUFFER)[:total])
+        finally:
+            scrub()
+        return
+    write_all(fd, head)
     for blob_fd, size in blobs:
         os.lseek(blob_fd, 0, os.SEEK_SET)
         if copy_fd(blob_fd, fd, size) != size:
@@ -297,10 +315,49 @@ class WipeFailed(Exception):
     pass
 
 
+AT_REMOVEDIR = 0x200
+DT_DIR, DT_UNKNOWN = 4, 0
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+GETDENTS64_NR = {"x86_64": 217, "aarch64": 61}
+DIRENT = struct.Struct("=QqHB")  # d_ino, d_off, d_reclen, d_type; d_name follows, NUL-terminated
+
+
+class _Raw:
+    """libc's *at calls on names that stay in the scrubbed buffer: directory entries are read with
+    getdents64 into BUFFER and passed back to the kernel by address, so no file name of a run ever
+    becomes an object in our memory."""
+
+    instance = None
+
+    def __init__(self):
+        import ctypes
+
+        self.ctypes = ctypes
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.view = (ctypes.c_char * BUFFER_SIZE).from_buffer(BUFFER)
+        self.base = ctypes.addressof(self.view)
+        getdents = getattr(self.libc, "getdents64", None)
+        if getdents is not None:
+            self.getdents = lambda fd: getdents(fd, ctypes.c_void_p(self.base), BUFFER_SIZE)
+        else:
+            nr = GETDENTS64_NR[os.uname().machine]
+            self.getdents = lambda fd: self.libc.syscall(nr, fd, ctypes.c_void_p(self.base), BUFFER_SIZE)
+
+    @classmethod
+    def get(cls):
+        if cls.instance is None:
+            cls.instance = cls()
+        return cls.instance
+
+    def errno(self):
+        return self.ctypes.get_errno()
+
+
 def empty_directory(path, deadline, budget):
     """Remove everything inside ``path`` (not ``path`` itself), iteratively: one directory fd at a time,
     going down by name and back up by "..", never following a link, so no depth of tree can exhaust
-    a stack, a path length or the open-file limit. Raises WipeFailed if it cannot finish."""
+    a stack, a path length or the open-file limit; names stay in the scrubbed buffer. Raises
+    WipeFailed if it cannot finish within ``deadline`` and ``budget`` operations."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -309,7 +366,9 @@ def empty_directory(path, deadline, budget):
         raise WipeFailed("%s is not a directory" % path)
     if info.st_mode & 0o700 != 0o700:
         os.chmod(path, stat.S_IMODE(info.st_mode) | 0o700)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    raw = _Raw.get()
+    libc, c_void_p = raw.libc, raw.ctypes.c_void_p
+    fd = os.open(path, DIRECTORY_FLAGS)
     depth = 0
     operations = 0
     try:
@@ -317,34 +376,50 @@ def empty_directory(path, deadline, budget):
             operations += 1
             if operations > budget or time.monotonic() > deadline:
                 raise WipeFailed("more than the cleanup budget under %s" % path)
-            descended = False
-            with os.scandir(fd) as entries:
-                batch = [(entry.name, entry.is_dir(follow_symlinks=False)) for _, entry in zip(range(1024), entries)]
-            for name, is_dir in batch:
+            os.lseek(fd, 0, os.SEEK_SET)
+            size = raw.getdents(fd)
+            if size < 0:
+                raise WipeFailed("cannot list a folder under %s: %s" % (path, os.strerror(raw.errno())))
+            progress = descended = False
+            offset = 0
+            while offset < size:
+                _, _, length, kind = DIRENT.unpack_from(BUFFER, offset)
+                at = offset + DIRENT.size
+                offset += length
+                if BUFFER[at] == 46 and (BUFFER[at + 1] == 0 or (BUFFER[at + 1] == 46 and BUFFER[at + 2] == 0)):
+                    continue  # "." and ".."
                 operations += 1
-                if not is_dir:
-                    os.unlink(name, dir_fd=fd)
+                name = c_void_p(raw.base + at)
+                if kind != DT_DIR:
+                    if libc.unlinkat(fd, name, 0) == 0:
+                        progress = True
+                        continue
+                    code = raw.errno()
+                    if code == errno.ENOENT:
+                        continue
+                    if code != errno.EISDIR:
+                        raise WipeFailed("cannot remove an entry under %s: %s" % (path, os.strerror(code)))
+                if libc.unlinkat(fd, name, AT_REMOVEDIR) == 0:
+                    progress = True
                     continue
-                try:
-                    os.rmdir(name, dir_fd=fd)
-                    continue
-                except OSError as exc:
-                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.EACCES, errno.EPERM):
-                        raise
-                # Not empty (or not ours to list yet): make it ours to list, go down into it.
-                child_info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if not stat.S_ISDIR(child_info.st_mode):
-                    raise WipeFailed("%r changed under the cleanup" % name)
-                if child_info.st_mode & 0o700 != 0o700:
-                    os.chmod(name, 0o700, dir_fd=fd)  # a directory (checked just now): no link to follow
-                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                code = raw.errno()
+                if code not in (errno.ENOTEMPTY, errno.EEXIST, errno.EACCES, errno.EPERM):
+                    raise WipeFailed("cannot remove a folder under %s: %s" % (path, os.strerror(code)))
+                # Not empty (or not ours to list yet): make it ours to list, go down into it. It is a
+                # directory (d_type, or EISDIR just now) and nothing runs any more: no link to follow.
+                libc.fchmodat(fd, name, 0o700, 0)
+                child = libc.openat(fd, name, DIRECTORY_FLAGS, 0)
+                if child < 0:
+                    raise WipeFailed("cannot open a folder under %s: %s" % (path, os.strerror(raw.errno())))
                 os.close(fd)
                 fd = child
                 depth += 1
                 descended = True
                 break
-            if descended or batch:
+            if descended or progress:
                 continue
+            if offset < size or size == BUFFER_SIZE:  # pragma: no cover - entries left that we could not touch
+                raise WipeFailed("entries under %s could not be removed" % path)
             if depth == 0:
                 return
             parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
@@ -352,28 +427,34 @@ def empty_directory(path, deadline, budget):
             fd = parent
             depth -= 1
     except OSError as exc:
-        raise WipeFailed("cannot empty %s: %s" % (path, exc))
+        raise WipeFailed("cannot empty %s: %s" % (path, exc.strerror))
     finally:
         os.close(fd)
+        scrub()
+
+
+def sysv_ipc_objects():
+    """The ids of the System V shared memory segments, message queues and semaphores that exist."""
+    found = []
+    for table in ("shm", "msg", "sem"):
+        try:
+            with open("/proc/sysvipc/" + table) as handle:
+                found.append([line.split()[1] for line in handle.readlines()[1:] if line.strip()])
+        except (OSError, IndexError):
+            found.append([])
+    return found
 
 
 def remove_sysv_ipc():
     """Remove the System V shared memory segments, message queues and semaphores a run created:
     they live in the sandbox's IPC namespace, which outlives one run in a warm worker."""
-    tables = (("shm", "shmctl"), ("msg", "msgctl"), ("sem", "semctl"))
-    pending = []
-    for table, _ in tables:
-        try:
-            with open("/proc/sysvipc/" + table) as handle:
-                pending.append([line.split()[1] for line in handle.readlines()[1:] if line.strip()])
-        except (OSError, IndexError):
-            pending.append([])
+    pending = sysv_ipc_objects()
     if not any(pending):
         return
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    for (_, function), ids in zip(tables, pending):
+    for function, ids in zip(("shmctl", "msgctl", "semctl"), pending):
         for ipc_id in ids:
             if function == "semctl":
                 libc.semctl(int(ipc_id), 0, 0)  # IPC_RMID = 0
@@ -600,32 +681,20 @@ class Supervisor:
 
     # ----- after a run ---------------------------------------------------------------------------
     def _after_run(self, fetch_count, cap, files_mem, fetch_mem):
-        """In a helper process (as the program's user where there is one, so that root's rights are
-        never used on the program's files, and so that no name or content of them ever enters our
-        memory): read back the fetched files, empty the sandbox, make the work folder anew.
+        """Read back the fetched files (in a helper process, as the program's user where there is
+        one, so that no name or content of them enters our memory and root's rights are never used
+        on them), then empty the sandbox and make the work folder anew.
         Returns (found [(index, size)], clean, why)."""
+        found = []
+        if fetch_count and fetch_mem is not None:
+            found = self._fetch_in_helper(cap, files_mem, fetch_mem)
+        try:
+            self.reset()
+            return found, True, ""
+        except (WipeFailed, OSError) as exc:
+            return found, False, str(exc)
 
-        def action():
-            found = []
-            if fetch_count and fetch_mem is not None:
-                os.lseek(fetch_mem, 0, os.SEEK_SET)
-                chunks = []
-                while True:
-                    chunk = os.read(fetch_mem, 1 << 16)
-                    if not chunk:
-                        break
-                    chunks.append(chunk)
-                try:
-                    names = json.loads(b"".join(chunks) or b"[]")
-                except ValueError:
-                    names = []
-                found = self._fetch(names[:MAX_FETCH_FILES], cap, files_mem)
-            try:
-                self.reset()
-                return found, True, ""
-            except (WipeFailed, OSError) as exc:
-                return found, False, str(exc)
-
+    def _fetch_in_helper(self, cap, files_mem, fetch_mem):
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
@@ -635,7 +704,15 @@ class Supervisor:
                     os.setgroups([])
                     os.setgid(self.run_as[1])
                     os.setuid(self.run_as[0])
-                write_all(write_fd, json.dumps(action()).encode())
+                os.lseek(fetch_mem, 0, os.SEEK_SET)
+                chunks = []
+                while True:
+                    chunk = os.read(fetch_mem, 1 << 16)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                names = json.loads(b"".join(chunks) or b"[]")
+                write_all(write_fd, json.dumps(self._fetch(names[:MAX_FETCH_FILES], cap, files_mem)).encode())
             finally:
                 os._exit(0)
         os.close(write_fd)
@@ -648,10 +725,9 @@ class Supervisor:
         os.close(read_fd)
         os.waitpid(pid, 0)
         try:
-            found, clean, why = json.loads(b"".join(chunks))
-            return [(int(index), int(size)) for index, size in found], bool(clean), str(why)
+            return [(int(index), int(size)) for index, size in json.loads(b"".join(chunks) or b"[]")]
         except (ValueError, TypeError):
-            return [], False, "the cleanup helper failed"
+            return []
 
     def _fetch(self, names, cap, files_mem):
         """Copy the requested regular files of the work folder into ``files_mem``; no link is followed.
@@ -683,13 +759,23 @@ class Supervisor:
         return found
 
     def reset(self):
-        """Empty the sandbox's writable area and make the work folder (and make_dirs) anew."""
+        """Empty the sandbox's writable area and make the work folder (and make_dirs) anew, owned by
+        the program's user. Runs in the supervisor itself: nothing it does follows a link, and no
+        name of the run's files becomes an object in its memory (see ``empty_directory``)."""
         deadline = time.monotonic() + WIPE_BUDGET_S
         for directory in [self.root] + self.wipe_dirs:
             empty_directory(directory, deadline, WIPE_BUDGET_ENTRIES)
         for directory in [self.work] + self.make_dirs:
             os.mkdir(directory, 0o700)
-        remove_sysv_ipc()
+            if self.run_as is not None and os.geteuid() != self.run_as[0]:
+                os.chown(directory, self.run_as[0], self.run_as[1], follow_symlinks=False)
+        if any(sysv_ipc_objects()):
+            # Only their owner may remove them where we lack CAP_SYS_ADMIN (docker).
+            if self.run_as is not None and os.geteuid() != self.run_as[0]:
+                self._as_run_user(remove_sysv_ipc)
+            remove_sysv_ipc()
+            if any(sysv_ipc_objects()):
+                raise WipeFailed("System V IPC objects of the run could not be removed")
 
     def _kill_leftovers(self, pid):
         """Kill every process the run started, also those that left its process group, and do not

@@ -140,6 +140,7 @@ class ProcessChannel:
             bufsize=0,
         )
         self._stdout_fd = self.process.stdout.fileno()  # type: ignore[union-attr]
+        self._pending = bytearray()  # read from the worker, not yet asked for
         self._on_kill = on_kill
         self._killed = False
 
@@ -153,8 +154,8 @@ class ProcessChannel:
     def recv_exact(
         self, size: int, deadline: Optional[float], cancel: Optional[threading.Event] = None
     ) -> bytes:
-        chunks: List[bytes] = []
-        while size:
+        pending = self._pending
+        while len(pending) < size:
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
                 raise TimeoutError("the sandbox worker did not answer in time")
@@ -165,14 +166,15 @@ class ProcessChannel:
             readable, _, _ = select.select([self._stdout_fd], [], [], timeout)
             if not readable:
                 continue
-            chunk = os.read(self._stdout_fd, size)
+            chunk = os.read(self._stdout_fd, max(1 << 16, size - len(pending)))
             if not chunk:
                 raise WorkerDied(
                     f"the sandbox worker exited (code {self.process.poll()}); {self.stderr_tail()}"
                 )
-            chunks.append(chunk)
-            size -= len(chunk)
-        return b"".join(chunks)
+            pending += chunk
+        data = bytes(pending[:size])
+        del pending[:size]
+        return data
 
     def stderr_tail(self) -> str:
         """What the launcher said on stderr, once it has exited (never blocks on a live one)."""
