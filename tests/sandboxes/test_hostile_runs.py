@@ -272,3 +272,49 @@ def test_host_unix_sockets_are_out_of_reach(sandbox, tmp_path):
             os.unlink(path_name)
     assert result.status == Status.OK and "connected" not in result.stdout, result
     assert result.stdout.count("refused") == 2, result
+
+
+hypothesis = pytest.importorskip("hypothesis", reason="property tests need hypothesis (pip install 'skyrl-gym[dev]')")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PAIRING_PROGRAMS = {
+    "print": "print({mark!r})",
+    "exit": "print({mark!r}, flush=True)\nraise SystemExit(3)",
+    "crash": "import os\nprint({mark!r}, flush=True)\nos.abort()",
+    "flood": "import sys\nsys.stdout.write({mark!r} + 'x' * 10**6)",
+    "hang": "print({mark!r}, flush=True)\nimport time\ntime.sleep(60)",
+    "forge": (
+        "import json, os, struct\nfake = json.dumps({{'id': 'x', 'status': 'ok', 'stdout_bytes': 0}}).encode()\n"
+        "os.write(1, struct.pack('>I', len(fake)) + fake)\nprint({mark!r})"
+    ),
+}
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(
+    plan=st.lists(
+        st.tuples(
+            st.sampled_from(sorted(PAIRING_PROGRAMS)),
+            st.sampled_from([None, 1e10, 1e-6, 0.5, 2.0]),
+            st.sampled_from([None, 1, 40, 10**12]),
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_property_each_result_belongs_to_its_request(sandbox, plan):
+    """Any sequence of programs (honest, failing, crashing, flooding, hanging, forging reply frames)
+    under any limits, sent at once: every result carries its own marker or none, never another's."""
+    markers, requests = [], []
+    for kind, wall_s, output_bytes in plan:
+        mark = marker()
+        markers.append(mark)
+        limits = sandbox.limits.replace(wall_s=min(wall_s or 0.5, 0.5) if kind == "hang" else wall_s)
+        limits = limits.replace(output_bytes=output_bytes)
+        requests.append(RunRequest(code=PAIRING_PROGRAMS[kind].format(mark=mark), limits=limits))
+    results = sandbox.run_batch(requests, concurrency=len(requests))
+    for (kind, wall_s, output_bytes), mark, result in zip(plan, markers, results):
+        assert not any(other in result.stdout for other in markers if other != mark), (kind, result)
+        if kind == "print" and (wall_s is None or wall_s >= 0.5) and (output_bytes or 10**6) >= 200:
+            assert result.status == Status.OK and result.stdout == mark + "\n", (kind, wall_s, result)
