@@ -627,35 +627,11 @@ class Harness:
 
     # the runner ----------------------------------------------------------------------------------
     def start_runner(self, runner):
-        """Start the runner: a fresh interpreter (``posix_spawn``, so nothing of this process's memory
-        goes with it) holding one end of a socket pair and, on its stdin, its own code (``runner``:
-        ``("marshal" | "source", bytes)``) followed by the public job."""
-        kind, code = runner
-        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
-        job_r, job_w = os.pipe()
-        os.set_inheritable(theirs.fileno(), True)
-        loader = RUNNER_LOADERS[kind]
-        try:
-            self.runner = os.posix_spawn(
-                sys.executable,
-                # -S: no site module (it costs more than the rest of the start); the runner takes this
-                # process's import path instead, which has no folder a candidate can write.
-                [sys.executable, "-I", "-S", "-c", loader, str(len(code)), str(theirs.fileno())],
-                dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, job_r, 0),
-                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-                ],
-                setpgroup=0,
-            )
-        finally:
-            theirs.close()
-            os.close(job_r)
-        self.sock = ours
+        """Hand the started runner (see :func:`spawn_runner`) the public part of the job."""
+        self.runner, self.sock, job_w = runner
         public = {"code": self.payload["code"], "preamble": self.payload.get("preamble") or "", "path": sys.path}
         try:
-            write_all(job_w, code + repr(public).encode("utf-8", "surrogatepass"))
+            write_all(job_w, repr(public).encode("utf-8", "surrogatepass"))
         finally:
             os.close(job_w)
 
@@ -929,6 +905,37 @@ class Harness:
             self.stop_runner()
 
 
+def spawn_runner(runner):
+    """Start the runner: a fresh interpreter (``posix_spawn``, so nothing of this process's memory goes
+    with it) holding one end of a socket pair and, on its stdin, its own code (``runner``:
+    ``("marshal" | "source", bytes)``); the public job follows on that stdin later. Returns
+    ``(pid, our socket end, the stdin's write end)``."""
+    kind, code = runner
+    ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    job_r, job_w = os.pipe()
+    os.set_inheritable(theirs.fileno(), True)
+    try:
+        pid = os.posix_spawn(
+            sys.executable,
+            # -S: no site module (it costs more than the rest of the start); the runner takes the
+            # harness's import path instead, which has no folder a candidate can write.
+            [sys.executable, "-I", "-S", "-c", RUNNER_LOADERS[kind], str(len(code)), str(theirs.fileno())],
+            dict(os.environ),
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, job_r, 0),
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+            ],
+            setpgroup=0,
+        )
+    finally:
+        theirs.close()
+        os.close(job_r)
+    # The code fits the pipe or the runner is reading it: its start overlaps the harness's own work.
+    write_all(job_w, code)
+    return pid, ours, job_w
+
+
 def harness_main(runner):
     """The harness's entry point (called by the host's bootstrap program; ``runner`` is the runner's
     code, see :meth:`Harness.start_runner`)."""
@@ -953,6 +960,7 @@ def harness_main(runner):
     ]
     import linecache  # noqa: F401
 
+    started_runner = spawn_runner(runner)  # before the secrets are even read
     chunks = []
     while True:
         chunk = os.read(0, 1 << 20)
@@ -967,7 +975,7 @@ def harness_main(runner):
     real_stdout = sys.stdout
     sys.stdout = io.StringIO()  # what test code prints is not part of the verdict channel
     try:
-        report = Harness(payload).run(runner)
+        report = Harness(payload).run(started_runner)
     except BaseException as exc:  # only ever a failing report
         report = {"error": "the grading harness failed: %s" % short("".join(traceback.format_exception_only(type(exc), exc)).strip())}
     finally:
