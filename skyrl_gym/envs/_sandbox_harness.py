@@ -768,7 +768,10 @@ class Harness:
             if verdict == "runtime_error" and not session.stderr_text().strip():
                 detail = "the candidate process ended without answering the call (%s)" % detail
             raise CandidateFailed(verdict, detail)
-        kind, body = reply[0][:1], reply[0][1:].decode("utf-8", "surrogatepass")
+        try:
+            kind, body = reply[0][:1], reply[0][1:].decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            raise CandidateFailed("runtime_error", "the candidate process sent a reply that is not UTF-8") from None
         if kind == b"E":
             raise CandidateRaised(body)
         if kind == b"N":

@@ -343,3 +343,22 @@ def test_the_host_accepts_only_one_verdict_line_with_the_nonce_from_a_clean_exit
     for name, run in rejected.items():
         result = parse_report(run, nonce, 1)
         assert not result.passed and result.reason, name
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [b"V\xff\xfe", b"V" + b"[" * 300 + b"]" * 300, b"V__import__('os').system('true')", b"X", b"V" + b"9" * 5000],
+    ids=["not utf-8", "too deep", "a call", "unknown kind", "huge int"],
+)
+def test_forged_replies_on_the_reply_pipe_fail(reply):
+    # The function itself writes a reply frame on fd 4 and then blocks: the harness reads the forgery.
+    body = (
+        "import os, struct, time\n"
+        f"    data = {reply!r}\n"
+        "    os.write(4, struct.pack('>I', len(data)) + data)\n"
+        "    time.sleep(5)"
+    )
+    code = "class Solution:\n    def solve(self, a, b):\n        " + body.replace("\n    ", "\n        ")
+    assert_scores_zero(lcb(FUNCTIONAL_TESTS, fenced(code)))
+    he = "def has_close_elements(numbers, threshold):\n    " + body
+    assert_scores_zero(humaneval(fenced(he)))
