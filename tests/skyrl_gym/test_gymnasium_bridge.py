@@ -280,3 +280,22 @@ def test_vector_envs_batch_episodes():
     assert rewards.tolist() == [1.0, 1.0] and terminated.tolist() == [True, True] and not truncated.any()
     assert sorted(info["parsed_answer"].tolist()) == ["10", "72"]
     vec.close()
+
+
+@pytest.mark.parametrize("order", ["skyrl_gym first", "gymnasium first"])
+def test_the_gymnasium_idiom_works_after_import_skyrl_gym_in_either_order(order):
+    """``gymnasium.make("skyrl_gym/<id>-v0")`` in a fresh interpreter, with no bridge import and no module prefix."""
+    import subprocess
+    import sys
+
+    imports = "import skyrl_gym, sys; assert 'gymnasium' not in sys.modules; import gymnasium" if order == "skyrl_gym first" \
+        else "import gymnasium, skyrl_gym"
+    code = imports + """
+env = gymnasium.make("skyrl_gym/gsm8k-v0", rows=[{"prompt": [{"role": "user", "content": "q"}], "env_class": "gsm8k",
+                     "reward_spec": {"method": "rule", "ground_truth": "72"}}])
+env.reset(seed=0)
+print(env.step("#### 72")[1])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "1.0"
