@@ -65,8 +65,10 @@ def _grader_start():
 _grader_start()
 """
 CODE_FILES = _code_files()
-# Time the harness needs besides the tests themselves: its own start, the runner's interpreter.
-HARNESS_OVERHEAD_S = 5.0
+# Time the harness needs besides the tests themselves: its own start and the runner's interpreter
+# (at most RUNNER_STARTUP_S, which no test's time limit counts), then its own work between tests.
+RUNNER_STARTUP_S = 5.0
+HARNESS_OVERHEAD_S = 10.0
 VERDICTS = (
     "passed",
     "wrong_answer",
@@ -181,7 +183,9 @@ def run_harness(sandbox: Sandbox, job: Dict[str, Any], tests: int, limits: Limit
     """
     per_test = float(limits.wall_s or 10.0)
     nonce = "\x1eskyrl-verdict-" + secrets.token_hex(16) + ":"
-    payload = dict(job, nonce=nonce, timeout=per_test, output_bytes=limits.output_bytes or 1_000_000)
+    payload = dict(
+        job, nonce=nonce, timeout=per_test, output_bytes=limits.output_bytes or 1_000_000, startup_s=RUNNER_STARTUP_S
+    )
     total = per_test * max(tests, 1) + HARNESS_OVERHEAD_S
     run_limits = limits.replace(wall_s=total, cpu_s=total)
     request = RunRequest(code=BOOTSTRAP, stdin=json.dumps(payload), files=dict(CODE_FILES), limits=run_limits)

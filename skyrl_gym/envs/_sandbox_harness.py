@@ -152,8 +152,8 @@ def read_frame(fd):
 # ----- the runner and the candidate processes -----------------------------------------------------
 def runner_main(sock_fd):
     """A fresh interpreter that knows only the public job; forks one candidate process per request.
-    Messages to the harness: ``pid <pid>`` once a candidate process exists, ``exit <pid> <status>``
-    once it has ended.
+    Messages to the harness: ``ready`` once it can fork candidates, ``pid <pid>`` once a candidate
+    process exists, ``exit <pid> <status>`` once it has ended.
 
     The runner holds no secret, but it makes itself (and so every candidate process it forks)
     non-dumpable all the same: no candidate process can then take over its socket to the harness
@@ -178,6 +178,7 @@ def runner_main(sock_fd):
     except OSError:
         pass
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, sock_fd)
+    sock.send(b"ready")
     while True:
         try:
             message, fds = recv_with_fds(sock)
@@ -621,6 +622,8 @@ class Harness:
         self.timeout = float(payload["timeout"])
         self.output_bytes = int(payload.get("output_bytes") or 1_000_000)
         self.runner_gone = False
+        self.runner_ready = False
+        self.startup_s = float(payload.get("startup_s") or 5.0)
         self.sock = None
         self.runner = None
         self.messages = []
@@ -634,6 +637,25 @@ class Harness:
             write_all(job_w, repr(public).encode("utf-8", "surrogatepass"))
         finally:
             os.close(job_w)
+
+    def wait_for_runner(self):
+        """Wait (at most ``startup_s``) until the runner can fork candidates: the tests' own time
+        limits start with their candidate processes, not with the runner's interpreter."""
+        deadline = time.monotonic() + self.startup_s
+        while not self.runner_ready and not self.runner_gone:
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            try:
+                readable, _, _ = select.select([self.sock.fileno()], [], [], deadline - now)
+            except InterruptedError:
+                continue
+            if readable:
+                self.on_message(None)
+        if not self.runner_ready:
+            raise RuntimeError(
+                "the runner process %s" % ("died at start" if self.runner_gone else "did not start within %ss" % self.startup_s)
+            )
 
     def stop_runner(self):
         if self.sock is not None:
@@ -656,11 +678,16 @@ class Harness:
         if not data:
             self.runner_gone = True
             return
+        if data == b"ready":
+            self.runner_ready = True
+            return
         words = data.split()
         try:
             numbers = [int(word) for word in words[1:]]
         except ValueError:
             numbers = []
+        if session is None:
+            return
         if words[:1] == [b"pid"] and len(numbers) == 1 and numbers[0] > 1:
             session.pid = numbers[0]
         elif words[:1] == [b"exit"] and len(numbers) == 2 and session.pid == numbers[0]:
@@ -896,6 +923,7 @@ class Harness:
     def run(self, runner):
         self.start_runner(runner)
         try:
+            self.wait_for_runner()
             mode = self.payload["mode"]
             if mode == "tests":
                 return self.run_tests(
