@@ -1,7 +1,8 @@
 """Grading code in a sandbox with a verdict the candidate cannot forge (shared by ``humaneval`` and ``lcb``).
 
 The whole grading of one response is one sandboxed run of the trusted harness
-(:mod:`skyrl_gym.envs._sandbox_harness`): its program is the harness's source, its stdin carries the
+(:mod:`skyrl_gym.envs._sandbox_harness`): its program is a small bootstrap that loads the harness from
+the run's files (compiled here, or its source when the sandbox's Python differs), its stdin carries the
 secrets (a nonce made here for this run, the tests and their expected outputs, HumanEval's
 ``check``). The harness runs the candidate in processes of its own that have no handle on the
 harness's stdout and never see the secrets, compares the results itself, and writes one line: the
