@@ -32,8 +32,18 @@ LCB_STDIN_MANY = json.dumps(
 )
 LCB_FUNCTIONAL = json.dumps(
     [
-        {"input": "[2, 7, 11, 15]\n9", "output": "[0, 1]", "testtype": "functional", "metadata": {"func_name": "twoSum"}},
-        {"input": "[3, 3]\n6", "output": "[0, 1]", "testtype": "functional", "metadata": {"func_name": "twoSum"}},
+        {
+            "input": "[2, 7, 11, 15]\n9",
+            "output": "[0, 1]",
+            "testtype": "functional",
+            "metadata": {"func_name": "twoSum"},
+        },
+        {
+            "input": "[3, 3]\n6",
+            "output": "[0, 1]",
+            "testtype": "functional",
+            "metadata": {"func_name": "twoSum"},
+        },
     ]
 )
 LCB_FUNCTIONAL_ANSWER = (
@@ -68,11 +78,17 @@ def measure(steps: List[Tuple[str, dict, str]], count: int) -> Tuple[float, floa
         latencies.append(time.perf_counter() - start)
         rewards.append(output["reward"])
     latencies.sort()
-    return statistics.median(latencies), latencies[int(0.9 * (len(latencies) - 1))], sum(rewards) / len(rewards)
+    return (
+        statistics.median(latencies),
+        latencies[int(0.9 * (len(latencies) - 1))],
+        sum(rewards) / len(rewards),
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--humaneval-problems", type=int, default=20)
     args = parser.parse_args()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from skygym_sandboxes import Limits, RunRequest, RunResult, Sandbox, Status
+
 from skyrl_gym.envs import _sandbox_harness
 
 HARNESS_SOURCE = Path(_sandbox_harness.__file__).read_text(encoding="utf-8")
@@ -142,7 +143,10 @@ def parse_report(result: RunResult, nonce: str, tests: int) -> GradeResult:
         or stdout.count("\n") != 1
     ):
         return _no_report(
-            tests, "runtime_error", "the grading harness's output is not one verdict line with this run's nonce", result
+            tests,
+            "runtime_error",
+            "the grading harness's output is not one verdict line with this run's nonce",
+            result,
         )
     try:
         report = json.loads(stdout[len(nonce) : -1])
@@ -155,17 +159,28 @@ def parse_report(result: RunResult, nonce: str, tests: int) -> GradeResult:
     rows = report.get("tests")
     if not isinstance(rows, list) or len(rows) != tests:
         return _no_report(
-            tests, "runtime_error", f"the grading harness reported {len(rows or [])} tests, expected {tests}", result
+            tests,
+            "runtime_error",
+            f"the grading harness reported {len(rows or [])} tests, expected {tests}",
+            result,
         )
     verdicts: List[TestVerdict] = []
     for index, row in enumerate(rows):
         if not isinstance(row, dict) or row.get("index") != index or row.get("verdict") not in VERDICTS:
-            return _no_report(tests, "runtime_error", f"the grading harness's verdict for test {index} is malformed", result)
+            return _no_report(
+                tests, "runtime_error", f"the grading harness's verdict for test {index} is malformed", result
+            )
         verdicts.append(
-            TestVerdict(index, str(row["verdict"]), str(row.get("detail") or ""), float(row.get("wall_time_s") or 0.0))
+            TestVerdict(
+                index, str(row["verdict"]), str(row.get("detail") or ""), float(row.get("wall_time_s") or 0.0)
+            )
         )
     failed = next((v for v in verdicts if v.verdict != "passed"), None)
-    reason = "" if failed is None else f"test {failed.index}: {failed.verdict}" + (f": {failed.detail}" if failed.detail else "")
+    reason = (
+        ""
+        if failed is None
+        else f"test {failed.index}: {failed.verdict}" + (f": {failed.detail}" if failed.detail else "")
+    )
     return GradeResult(
         passed=failed is None,
         verdicts=verdicts,
@@ -185,7 +200,11 @@ def run_harness(sandbox: Sandbox, job: Dict[str, Any], tests: int, limits: Limit
     per_test = float(limits.wall_s or 10.0)
     nonce = "\x1eskyrl-verdict-" + secrets.token_hex(16) + ":"
     payload = dict(
-        job, nonce=nonce, timeout=per_test, output_bytes=limits.output_bytes or 1_000_000, startup_s=RUNNER_STARTUP_S
+        job,
+        nonce=nonce,
+        timeout=per_test,
+        output_bytes=limits.output_bytes or 1_000_000,
+        startup_s=RUNNER_STARTUP_S,
     )
     total = per_test * max(tests, 1) + HARNESS_OVERHEAD_S
     run_limits = limits.replace(wall_s=total, cpu_s=total)

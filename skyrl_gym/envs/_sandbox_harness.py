@@ -173,7 +173,9 @@ def runner_main(sock_fd):
     # The candidate's code goes where `python main.py` would have it, so that tracebacks show its lines.
     # (The harness read its own source from there before it started this runner.)
     try:
-        with open(os.path.join(os.getcwd(), CANDIDATE_FILE), "w", encoding="utf-8", errors="surrogatepass") as handle:
+        with open(
+            os.path.join(os.getcwd(), CANDIDATE_FILE), "w", encoding="utf-8", errors="surrogatepass"
+        ) as handle:
             handle.write(job["code"])
     except OSError:
         pass
@@ -270,7 +272,9 @@ def run_candidate(job, command):
 
     if "random" in sys.modules:  # a fork would otherwise repeat the runner's random sequence
         sys.modules["random"].seed()
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace")
+    sys.stdin = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="replace"
+    )
     sys.stdout = io.TextIOWrapper(
         io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="backslashreplace"
     )
@@ -361,13 +365,13 @@ def serve_calls(namespace, owner_name):
 
 
 # ===== the runner's source ends here: below is the harness's own part =====
-import ast  # noqa: E402
-import json  # noqa: E402
-import select  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-from decimal import Decimal, InvalidOperation  # noqa: E402
+import ast
+import json
+import select
+import signal
+import time
+import traceback
+from decimal import Decimal, InvalidOperation
 
 RUNNER_END = "# ===== the runner's source ends here"
 # How the runner interpreter loads its own code from the first argv[1] bytes of its stdin.
@@ -506,7 +510,13 @@ class Session:
         child_ends = [pipes[0][0], pipes[1][1], pipes[2][1]] + ([pipes[3][0], pipes[4][1]] if serve else [])
         self.in_w, self.out_r, self.err_r = pipes[0][1], pipes[1][0], pipes[2][0]
         self.req_w, self.resp_r = (pipes[3][1], pipes[4][0]) if serve else (None, None)
-        self.fds = {"in": self.in_w, "out": self.out_r, "err": self.err_r, "req": self.req_w, "resp": self.resp_r}
+        self.fds = {
+            "in": self.in_w,
+            "out": self.out_r,
+            "err": self.err_r,
+            "req": self.req_w,
+            "resp": self.resp_r,
+        }
         for fd in self.fds.values():
             if fd is not None:
                 os.set_blocking(fd, False)
@@ -533,7 +543,8 @@ class Session:
         self.harness.pump(self, self.started + harness.timeout, lambda: self.pid is not None)
         if self.pid is None:
             raise CandidateFailed(
-                "runtime_error", "the runner started no candidate process (an earlier one may have stopped it)"
+                "runtime_error",
+                "the runner started no candidate process (an earlier one may have stopped it)",
             )
 
     # fds ---------------------------------------------------------------------------------------
@@ -560,7 +571,12 @@ class Session:
         """Let the candidate process end by itself (end of requests: it flushes its output and exits)
         for at most ``grace_s``, then kill its process group, wait for the runner's report, and
         close every pipe."""
-        if self.pid is not None and not self.exited() and grace_s > 0 and not (self.timed_out or self.over_limit):
+        if (
+            self.pid is not None
+            and not self.exited()
+            and grace_s > 0
+            and not (self.timed_out or self.over_limit)
+        ):
             self.close("req")
             self.pending["in"].clear()
             self.close("in")
@@ -632,7 +648,11 @@ class Harness:
     def start_runner(self, runner):
         """Hand the started runner (see :func:`spawn_runner`) the public part of the job."""
         self.runner, self.sock, job_w = runner
-        public = {"code": self.payload["code"], "preamble": self.payload.get("preamble") or "", "path": sys.path}
+        public = {
+            "code": self.payload["code"],
+            "preamble": self.payload.get("preamble") or "",
+            "path": sys.path,
+        }
         try:
             write_all(job_w, repr(public).encode("utf-8", "surrogatepass"))
         finally:
@@ -654,7 +674,8 @@ class Harness:
                 self.on_message(None)
         if not self.runner_ready:
             raise RuntimeError(
-                "the runner process %s" % ("died at start" if self.runner_gone else "did not start within %ss" % self.startup_s)
+                "the runner process %s"
+                % ("died at start" if self.runner_gone else "did not start within %ss" % self.startup_s)
             )
 
     def stop_runner(self):
@@ -731,7 +752,11 @@ class Harness:
             for name in ("in", "req"):
                 if session.fds.get(name) is not None and session.pending[name]:
                     writes[session.fds[name]] = name
-            if session.fds.get("in") is not None and not session.pending["in"] and session.close_stdin_when_sent:
+            if (
+                session.fds.get("in") is not None
+                and not session.pending["in"]
+                and session.close_stdin_when_sent
+            ):
                 session.close("in")
             if not reads and not writes:
                 return done()
@@ -798,7 +823,9 @@ class Harness:
         try:
             kind, body = reply[0][:1], reply[0][1:].decode("utf-8", "surrogatepass")
         except UnicodeDecodeError:
-            raise CandidateFailed("runtime_error", "the candidate process sent a reply that is not UTF-8") from None
+            raise CandidateFailed(
+                "runtime_error", "the candidate process sent a reply that is not UTF-8"
+            ) from None
         if kind == b"E":
             raise CandidateRaised(body)
         if kind == b"N":
@@ -808,7 +835,9 @@ class Harness:
         try:
             return from_literal_text(body)
         except NotLiteral as exc:
-            raise CandidateFailed("runtime_error", "the returned value did not arrive as a literal: %s" % exc) from None
+            raise CandidateFailed(
+                "runtime_error", "the returned value did not arrive as a literal: %s" % exc
+            ) from None
 
     # modes -------------------------------------------------------------------------------------------------
     def run_stdin_test(self, test):
@@ -829,7 +858,11 @@ class Harness:
             return verdict, detail, elapsed
         stdout = session.out.decode("utf-8", "replace")
         if not stdout_matches(stdout, str(test["output"])):
-            return "wrong_answer", "got %r, expected %r" % (short(stdout), short(str(test["output"]))), elapsed
+            return (
+                "wrong_answer",
+                "got %r, expected %r" % (short(stdout), short(str(test["output"]))),
+                elapsed,
+            )
         return "passed", "", elapsed
 
     def run_functional_test(self, test):
@@ -853,7 +886,11 @@ class Harness:
         except (TypeError, ValueError) as exc:
             return "wrong_answer", "the returned value is not JSON-like: %s" % exc, elapsed
         if got != test["expected"]:
-            return "wrong_answer", "got %s, expected %s" % (short(repr(got)), short(repr(test["expected"]))), elapsed
+            return (
+                "wrong_answer",
+                "got %s, expected %s" % (short(repr(got)), short(repr(test["expected"]))),
+                elapsed,
+            )
         return "passed", "", elapsed
 
     def run_tests(self, run_one):
@@ -861,9 +898,14 @@ class Harness:
         tests = self.payload["tests"]
         for index, test in enumerate(tests):
             verdict, detail, elapsed = run_one(test)
-            results.append({"index": index, "verdict": verdict, "detail": detail, "wall_time_s": round(elapsed, 6)})
+            results.append(
+                {"index": index, "verdict": verdict, "detail": detail, "wall_time_s": round(elapsed, 6)}
+            )
             if verdict != "passed" and self.payload.get("stop_on_first_failure", True):
-                results.extend({"index": i, "verdict": "not_run", "detail": "", "wall_time_s": 0.0} for i in range(index + 1, len(tests)))
+                results.extend(
+                    {"index": i, "verdict": "not_run", "detail": "", "wall_time_s": 0.0}
+                    for i in range(index + 1, len(tests))
+                )
                 break
         return {"tests": results, "stderr": ""}
 
@@ -876,7 +918,10 @@ class Harness:
         try:
             session = Session(self, serve=True)
         except CandidateFailed as exc:
-            return {"tests": [{"index": 0, "verdict": exc.verdict, "detail": exc.detail, "wall_time_s": 0.0}], "stderr": ""}
+            return {
+                "tests": [{"index": 0, "verdict": exc.verdict, "detail": exc.detail, "wall_time_s": 0.0}],
+                "stderr": "",
+            }
         deadline = session.started + self.timeout
         failures = []
 
@@ -892,7 +937,10 @@ class Harness:
         namespace = {"__name__": "__check__", "__builtins__": __builtins__}
         verdict, detail, harness_tb = "passed", "", ""
         try:
-            for name, source in (("prompt.py", self.payload["prompt"]), ("test.py", self.payload["test_code"])):
+            for name, source in (
+                ("prompt.py", self.payload["prompt"]),
+                ("test.py", self.payload["test_code"]),
+            ):
                 linecache.cache[name] = (len(source), None, source.splitlines(True), name)
                 exec(compile(source, name, "exec"), namespace)
                 # Test code that names the entry point (HumanEval/33 does) means the candidate's.
@@ -909,7 +957,10 @@ class Harness:
                 tb = tb.tb_next
             harness_tb = "".join(traceback.format_exception(type(exc), exc, tb))
             kind = "wrong_answer" if isinstance(exc, AssertionError) else "runtime_error"
-            verdict, detail = kind, short(harness_tb.strip().splitlines()[-1] if harness_tb.strip() else repr(exc))
+            verdict, detail = (
+                kind,
+                short(harness_tb.strip().splitlines()[-1] if harness_tb.strip() else repr(exc)),
+            )
         if verdict == "passed" and failures:  # test code swallowed a failure: it still fails
             verdict, detail = failures[0].verdict, failures[0].detail
         elapsed = time.monotonic() - session.started
@@ -927,7 +978,9 @@ class Harness:
             mode = self.payload["mode"]
             if mode == "tests":
                 return self.run_tests(
-                    lambda test: (self.run_functional_test if test.get("kind") == "call" else self.run_stdin_test)(test)
+                    lambda test: (
+                        self.run_functional_test if test.get("kind") == "call" else self.run_stdin_test
+                    )(test)
                 )
             if mode == "check":
                 return self.run_check()
@@ -986,9 +1039,7 @@ def harness_main(runner):
     scratch = os.getcwd()
     # Nothing the harness imports from now on may come from a folder a candidate can write.
     writable = tuple(os.path.realpath(p) for p in (scratch, "/tmp", "/sandbox", "/dev/shm", "/var/tmp"))
-    sys.path[:] = [
-        p for p in sys.path if p and not any(os.path.realpath(p).startswith(w) for w in writable)
-    ]
+    sys.path[:] = [p for p in sys.path if p and not any(os.path.realpath(p).startswith(w) for w in writable)]
     import linecache  # noqa: F401
 
     started_runner = spawn_runner(runner)  # before the secrets are even read
@@ -1008,8 +1059,10 @@ def harness_main(runner):
     try:
         report = Harness(payload).run(started_runner)
     except BaseException as exc:  # only ever a failing report
-        report = {"error": "the grading harness failed: %s" % short("".join(traceback.format_exception_only(type(exc), exc)).strip())}
+        report = {
+            "error": "the grading harness failed: %s"
+            % short("".join(traceback.format_exception_only(type(exc), exc)).strip())
+        }
     finally:
         sys.stdout = real_stdout
     write_all(1, (nonce + json.dumps(report) + "\n").encode("utf-8"))
-

