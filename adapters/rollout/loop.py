@@ -12,7 +12,7 @@ import copy
 import logging
 import time
 from concurrent.futures import Executor
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from skyrl_gym.episode import (
     BasePolicy,
@@ -175,8 +175,12 @@ async def run_trajectory(
     trajectory_id: TrajectoryID,
     sampling_params: Optional[SamplingParams] = None,
     executor: Optional[Executor] = None,
+    make_env: Optional[Callable[[], Any]] = None,
 ) -> Trajectory:
     """Run one episode of ``env_class`` on ``prompt`` with ``engine`` and record it token for token.
+
+    ``make_env`` builds the env instead of ``skyrl_gym.make(env_class, ...)`` (the agent layer hands over an env
+    its task built beforehand).
 
     The turn limit is :func:`skyrl_gym.episode.resolve_max_turns`: the row's ``max_turns``, else the env's own,
     capped by ``config.max_turns``. An env that raises (in make, init, step or get_metrics) ends this trajectory
@@ -187,7 +191,7 @@ async def run_trajectory(
     extras = dict(env_extras or {})
     trajectory = Trajectory(trajectory_id=trajectory_id, env_class=env_class, prompt_ids=[])
     policy = TokenPolicy(engine, chat, config, trajectory, params)
-    make_env = make_env_factory(env_class, config.env_configs.get(env_class, {}), extras)
+    make_env = make_env or make_env_factory(env_class, config.env_configs.get(env_class, {}), extras)
     try:
         episode = await run_episode(
             make_env, copy.deepcopy(prompt), policy, env_class=env_class, max_turns_cap=config.max_turns,
