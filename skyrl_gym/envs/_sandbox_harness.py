@@ -18,8 +18,9 @@ Three kinds of processes, so that the verdict is something the candidate cannot 
 * a **candidate** process that holds only those pipes, as fds 0-4 (stdin, stdout, stderr, call
   requests, call replies), runs the candidate's code as ``__main__`` (``main.py``), and, for
   functional tests, then answers calls. Arguments and return values cross as Python literals
-  (``repr`` on one side, a strict literal evaluator on the harness's side, never pickle): an object
-  that is not a plain value (one whose ``__eq__`` always returns True, say) cannot cross.
+  (``repr`` on one side, a strict literal evaluator on the harness's side; HumanEval) or as JSON
+  (``lcb``), never pickle: an object that is not a plain value (one whose ``__eq__`` always returns
+  True, say) cannot cross.
 
 The harness feeds stdin, reads stdout/stderr and call replies under its own deadlines, and makes
 every comparison itself (stdin tests: output against expected output; functional tests: returned
