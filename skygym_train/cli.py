@@ -20,7 +20,7 @@ def _quickstart(args: argparse.Namespace) -> int:
 
     from skygym_train.quickstart import run_quickstart
 
-    run_quickstart(Path(args.out), args.steps, args.model, args.overrides)
+    run_quickstart(Path(args.out), args.steps, args.model, args.overrides, save_checkpoint=args.checkpoint)
     return 0
 
 
@@ -41,8 +41,6 @@ def register(subparsers: Any) -> None:
         help="GRPO on the embedded SmolLM2-135M (multiplication, a few minutes on CPU), with eval and a plot",
         description="Train the embedded SmolLM2-135M-Instruct with GRPO on single-digit multiplication.",
     )
-    quick.add_argument("--out", default="outputs/quickstart", help="folder for data, logs, checkpoint, plot")
-    quick.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
-    quick.add_argument("--model", default="smollm2-135m", help="model name or folder")
-    quick.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
-    quick.set_defaults(func=_quickstart)
+    from skygym_train.quickstart import build_arg_parser  # stdlib only at import time
+
+    build_arg_parser(quick).set_defaults(func=_quickstart)

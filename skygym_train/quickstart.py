@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 
-def quickstart_overrides(out_dir: Path, steps: int, model: str) -> Dict[str, Any]:
-    """The recipe from INTEGRATIONS.md (what worked on a 2-core CPU), as trainer config keys."""
+def quickstart_overrides(out_dir: Path, steps: int, model: str, save_checkpoint: bool = False) -> Dict[str, Any]:
+    """The recipe (what worked on a 2-core CPU), as trainer config keys. The outputs stay small by default: a
+    bfloat16 Hugging Face export, and a training checkpoint (weights plus optimizer state, several times the
+    model's size) only with ``save_checkpoint``."""
     return {
         "data.train_data": [str(out_dir / "data" / "train.jsonl")],
         "data.val_data": [str(out_dir / "data" / "validation.jsonl")],
@@ -49,9 +51,10 @@ def quickstart_overrides(out_dir: Path, steps: int, model: str) -> Dict[str, Any
         "trainer.eval_interval": -1,
         "trainer.epochs": 100,
         "trainer.max_training_steps": steps,
-        "trainer.ckpt_interval": steps,
+        "trainer.ckpt_interval": steps if save_checkpoint else -1,
         "trainer.ckpt_path": str(out_dir / "ckpts"),
         "trainer.export_path": str(out_dir / "export"),
+        "trainer.export_dtype": "bfloat16",
         "trainer.hf_save_interval": steps,
         "trainer.resume_mode": "none",
         "trainer.logger": "console,jsonl",
@@ -84,7 +87,11 @@ def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32,
 
 
 def run_quickstart(
-    out_dir: Path, steps: int = 40, model: str = "smollm2-135m", extra_overrides: Sequence[str] = ()
+    out_dir: Path,
+    steps: int = 40,
+    model: str = "smollm2-135m",
+    extra_overrides: Sequence[str] = (),
+    save_checkpoint: bool = False,
 ) -> Dict[str, Any]:
     from omegaconf import OmegaConf
 
@@ -94,7 +101,7 @@ def run_quickstart(
     started = time.perf_counter()
     out_dir = out_dir.expanduser().resolve()
     write_multiply_rows(out_dir / "data")
-    base = quickstart_overrides(out_dir, steps, model)
+    base = quickstart_overrides(out_dir, steps, model, save_checkpoint)
     # user key=value overrides win over the recipe
     merged = OmegaConf.merge(OmegaConf.create(_nest(base)), OmegaConf.from_dotlist(list(extra_overrides)))
     cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
@@ -106,6 +113,7 @@ def run_quickstart(
         print(f"quickstart: model loaded on {device} in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
         result = trainer.fit()
     result["minutes"] = (time.perf_counter() - started) / 60
+    result["output_mb"] = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file()) / 1e6
     summary = _summary(result)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(_report(summary), flush=True)
@@ -131,6 +139,7 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "steps": result.get("global_step"),
         "minutes": round(result["minutes"], 2),
+        "output_mb": round(result.get("output_mb", 0.0), 1),
         "train_reward_first_steps": round(sum(rewards[:window]) / window, 4) if rewards else None,
         "train_reward_last_steps": round(sum(rewards[-window:]) / window, 4) if rewards else None,
         "eval_before": result.get("eval_before"),
@@ -150,9 +159,10 @@ def _report(summary: Dict[str, Any]) -> str:
         "== quickstart finished in {:.1f} min ({} steps)".format(summary["minutes"], summary["steps"]),
         f"   train reward (mean of first / last steps): {summary['train_reward_first_steps']} -> {summary['train_reward_last_steps']}",
         f"   held-out eval reward (greedy): {before} -> {after}",
-        f"   checkpoint: {summary['checkpoint']}",
+        f"   checkpoint: {summary['checkpoint'] or 'none (pass --checkpoint to keep one for resuming)'}",
         f"   Hugging Face export: {summary['export']}",
         f"   reward plot: {summary['plot']}",
+        f"   outputs: {summary['output_mb']:.0f} MB",
     ]
     return "\n".join(lines)
 
@@ -162,13 +172,15 @@ def build_arg_parser(parser: Optional[argparse.ArgumentParser] = None) -> argpar
     parser.add_argument("--out", default="outputs/quickstart", help="folder for data, logs, checkpoint, plot")
     parser.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
     parser.add_argument("--model", default="smollm2-135m", help="model name or folder (default: the embedded SmolLM2)")
+    parser.add_argument("--checkpoint", action="store_true",
+                        help="also keep a training checkpoint (weights + optimizer state, ~1.7 GB) to resume from")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides, key=value")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_arg_parser().parse_args(argv)
-    run_quickstart(Path(args.out), args.steps, args.model, args.overrides)
+    run_quickstart(Path(args.out), args.steps, args.model, args.overrides, save_checkpoint=args.checkpoint)
     return 0
 
 

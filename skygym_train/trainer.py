@@ -566,7 +566,7 @@ class PPOTrainer:
         """Write the policy as a Hugging Face folder (LoRA merged) that transformers and vLLM load."""
         assert self.policy is not None
         target = _expand(out_dir or str(Path(self.t.export_path) / f"global_step_{self.global_step}"))
-        self.policy.call("save_hf", str(target), self.model_path)
+        self.policy.call("save_hf", str(target), self.model_path, self.t.export_dtype)
         return target
 
     # ------------------------------------------------------------------ the loop

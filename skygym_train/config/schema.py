@@ -188,6 +188,9 @@ class TrainerConfig:
     ckpt_interval: int = 10
     hf_save_interval: int = -1
     export_path: str = "~/exports/skyrl"
+    export_dtype: str = "float32"
+    """dtype of the Hugging Face export: ``float32``, ``bfloat16`` (half the size) or ``float16``; training is not
+    affected (a key of this project, not of SkyRL-train)."""
     epochs: int = 1
     max_training_steps: Optional[int] = None
     update_epochs_per_batch: int = 1

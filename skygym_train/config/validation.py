@@ -14,6 +14,9 @@ LOGGERS = ("console", "tensorboard", "wandb", "jsonl")
 RESUME_MODES = (None, "none", "latest", "from_path")
 
 
+EXPORT_DTYPES = ("float32", "bfloat16", "float16")
+
+
 def cuda_available() -> bool:
     try:
         import torch
@@ -177,6 +180,8 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
 
     if t.strategy not in STRATEGIES:
         problems.append(f"trainer.strategy={t.strategy!r}: this trainer supports {', '.join(STRATEGIES)}")
+    if t.export_dtype not in EXPORT_DTYPES:
+        problems.append(f"trainer.export_dtype={t.export_dtype!r}: expected one of {', '.join(EXPORT_DTYPES)}")
     if g.backend not in BACKENDS:
         problems.append(f"generator.backend={g.backend!r}: expected one of {', '.join(BACKENDS)}")
     if g.weight_sync_backend not in WEIGHT_SYNC_BACKENDS:

@@ -433,8 +433,9 @@ class TrainingWorker:
             self.scheduler.load_state_dict(state["scheduler"])
         self.global_step = int(state.get("global_step", 0))
 
-    def save_hf(self, out_dir: str, tokenizer_source: Optional[str] = None) -> None:
-        """Write a Hugging Face folder (merged LoRA) that transformers and vLLM load (rank 0 writes)."""
+    def save_hf(self, out_dir: str, tokenizer_source: Optional[str] = None, dtype: str = "float32") -> None:
+        """Write a Hugging Face folder (merged LoRA, safetensors in ``dtype``) that transformers and vLLM load
+        (rank 0 writes)."""
         state = self.full_state_dict()
         if self.rank != 0:
             return
@@ -448,6 +449,7 @@ class TrainingWorker:
             raise RuntimeError(f"export mismatch: missing {real_missing[:5]}, unexpected {unexpected[:5]}")
         if "lm_head.weight" in missing:
             model.tie_weights()
+        model.to(getattr(torch, dtype))
         os.makedirs(out_dir, exist_ok=True)
         model.save_pretrained(out_dir)
         AutoTokenizer.from_pretrained(tokenizer_source or self.spec.model_path).save_pretrained(out_dir)

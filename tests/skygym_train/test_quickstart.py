@@ -19,13 +19,15 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
         tmp_path,
         steps=2,
         model=str(tiny_chat_model),
+        save_checkpoint=True,
         extra_overrides=["trainer.eval_batch_size=8", "trainer.progress_bar=false", "generator.sampling_params.max_generate_length=4",
                          "generator.eval_sampling_params.max_generate_length=4"],
     )
     assert summary["steps"] == 2
     assert "eval/reward" in summary["eval_before"] and "eval/reward" in summary["eval_after"]
     assert (tmp_path / "ckpts" / "global_step_2" / "policy.pt").exists()
-    assert (tmp_path / "export" / "global_step_2" / "config.json").exists()
+    export_config = json.loads((tmp_path / "export" / "global_step_2" / "config.json").read_text())
+    assert export_config.get("dtype", export_config.get("torch_dtype")) == "bfloat16"  # half the size of float32
     assert (tmp_path / "reward_per_step.png").read_bytes()[:4] == b"\x89PNG"
     assert json.loads((tmp_path / "summary.json").read_text())["reward_per_step"] == summary["reward_per_step"]
     assert len(summary["reward_per_step"]) == 2
@@ -40,6 +42,8 @@ def test_full_quickstart_improves_reward(tmp_path):
     """The README's main job as it is: 40 GRPO steps of SmolLM2-135M-Instruct, evaluated before and after."""
     summary = run_quickstart(tmp_path, steps=40)
     assert len(summary["reward_per_step"]) == 40
+    assert summary["checkpoint"] is None and not (tmp_path / "ckpts").exists()  # small outputs by default
+    assert summary["output_mb"] < 400, summary["output_mb"]
     # measured: 0.003-0.011 -> 0.25-0.30 (train), 0.0 -> 0.41-0.55 (held-out, greedy)
     assert summary["train_reward_last_steps"] > summary["train_reward_first_steps"] + 0.15, summary["reward_per_step"]
     assert summary["eval_after"]["eval/reward"] > summary["eval_before"]["eval/reward"] + 0.2
