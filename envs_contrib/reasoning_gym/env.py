@@ -1,0 +1,96 @@
+"""One env class for every ``reasoning_gym/<name>`` id (the id's ``dataset`` kwarg picks the dataset).
+
+Single turn. The answer is the body of the last complete ``<answer>...</answer>`` block of the response,
+stripped (reasoning-gym's own system prompt asks for exactly that); the reward is reasoning-gym's
+``score_answer(answer, entry)`` for the row's entry, between 0.0 and 1.0 (some datasets give partial credit).
+Every reward below 1.0 is explained in ``metadata["reason"]``.
+
+The entry comes from the row (``reward_spec`` as written by the dataset builder: dataset, settings, seed,
+index), or, for a row without one, from ``env_config``: ``{"seed": 0, "index": 0, "split": "train",
+"settings": {...}}``; then ``init`` replaces the prompt with the generated question.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Optional, Tuple
+
+from skyrl_gym import BaseTextEnv, StepOutput
+from skyrl_gym.errors import DataError
+from skyrl_gym.tools.parsers import extract_tag
+
+from skygym_contrib.reasoning_gym import generate
+from skygym_contrib.reasoning_gym.names import env_id
+
+MAX_ANSWER_CHARS = 20_000  # longer answers are not scored (some scorers parse with sympy or regexes)
+
+
+class ReasoningGymEnv(BaseTextEnv):
+    """A reasoning-gym task, scored by reasoning-gym's own score_answer on the <answer> block."""
+
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None, dataset: str = ""):
+        super().__init__(env_config, extras)
+        generate.check_name(dataset)
+        self.dataset = dataset
+        self.max_turns = 1
+        spec = (extras or {}).get("reward_spec") or {}
+        config = self.env_config if isinstance(self.env_config, dict) else {}
+        self.generated_prompt = False
+        try:
+            if spec.get("dataset") is not None:
+                if spec["dataset"] != dataset:
+                    raise DataError(f"env {env_id(dataset)!r}: the row is for reasoning-gym dataset "
+                                    f"{spec['dataset']!r}; use env_class {env_id(spec['dataset'])!r}")
+                settings = spec.get("settings") or "{}"
+                settings = settings if isinstance(settings, str) else generate.settings_json(settings)
+                seed, index = int(spec["seed"]), int(spec["index"])
+            else:
+                settings = generate.settings_json(config.get("settings") or {})
+                seed, index = generate.locate(int(config.get("seed", 0)), str(config.get("split", "train")),
+                                              int(config.get("index", 0)))
+                self.generated_prompt = True
+            self.scorer = generate.dataset(dataset, settings, seed)
+            self.entry = self.scorer[index]
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+            if isinstance(exc, DataError):
+                raise
+            raise DataError(f"env {env_id(dataset)!r}: cannot generate the row's entry ({exc}); build rows with "
+                            f"skyrl_gym.datasets.build_rows({env_id(dataset)!r}, size=N), or give env_config "
+                            "{'seed': S, 'index': I, 'settings': {...}}") from exc
+        truth = spec.get("ground_truth")
+        if not self.generated_prompt and truth is not None and str(truth) != str(self.entry.get("answer")):
+            raise DataError(f"env {env_id(dataset)!r}: the row's ground_truth {str(truth)[:80]!r} is not the answer "
+                            f"reasoning-gym {generate.version()} generates for it ({str(self.entry.get('answer'))[:80]!r}); "
+                            "the rows were built with another reasoning-gym version: build them again")
+
+    def init(self, prompt: Any = None) -> Tuple[Any, Dict[str, Any]]:
+        if self.generated_prompt:
+            prompt = [{"role": "system", "content": generate.system_prompt()},
+                      {"role": "user", "content": self.entry["question"]}]
+        return super().init(prompt)
+
+    def step(self, action: str) -> StepOutput:
+        self.turns += 1
+        answer = extract_tag(action if isinstance(action, str) else "", "answer")
+        metadata: Dict[str, Any] = {"dataset": self.dataset, "answer": answer}
+        reward = 0.0
+        if answer is None:
+            metadata["reason"] = "no complete <answer>...</answer> block in the response"
+        elif len(answer) > MAX_ANSWER_CHARS:
+            metadata["reason"] = f"the answer is {len(answer):,} characters long; at most {MAX_ANSWER_CHARS:,} are scored"
+        else:
+            try:
+                reward = float(self.scorer.score_answer(answer, self.entry))
+            except Exception as exc:  # a scorer that cannot parse the answer: it is wrong, not an env error
+                metadata["reason"] = f"reasoning-gym's score_answer could not read the answer: {type(exc).__name__}: {exc}"
+                reward = 0.0
+            else:
+                if reward != reward or reward < 0.0:  # NaN or negative: treat as wrong
+                    metadata["reason"] = f"reasoning-gym's score_answer returned {reward}; counted as 0.0"
+                    reward = 0.0
+                elif reward < 1.0:
+                    expected = self.entry.get("answer")
+                    shown = f"; expected {str(expected)[:200]!r}" if expected is not None else ""
+                    kind = "wrong answer" if reward == 0.0 else "partial credit"
+                    metadata["reason"] = f"{kind}: reasoning-gym scored {answer[:200]!r} {reward:g}{shown}"
+        return StepOutput(observations=[], reward=min(reward, 1.0), done=True, metadata=metadata)

@@ -1,0 +1,99 @@
+"""The reasoning-gym bridge: every reasoning-gym dataset is an id, its rows come from the dataset builder and
+its rewards from reasoning-gym's own score_answer."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+reasoning_gym = pytest.importorskip("reasoning_gym", reason="the reasoning_gym/* envs need it: pip install reasoning-gym")
+
+import skyrl_gym  # noqa: E402
+from skygym_contrib.reasoning_gym.names import DATASETS  # noqa: E402
+from skyrl_gym import datasets  # noqa: E402
+from skyrl_gym.checker import check_env  # noqa: E402
+from skyrl_gym.data import row_extras  # noqa: E402
+from skyrl_gym.errors import DataError  # noqa: E402
+
+IDS = [f"reasoning_gym/{name}" for name in sorted(DATASETS)]
+
+
+def play(row, action):
+    env = skyrl_gym.make(row["env_class"], extras=row_extras(row))
+    env.init(row["prompt"])
+    return env.step(action)
+
+
+def test_the_static_list_matches_the_installed_reasoning_gym():
+    assert sorted(DATASETS) == sorted(reasoning_gym.factory.DATASETS), (
+        "envs_contrib/reasoning_gym/names.py is out of date with the installed reasoning-gym: add or remove names")
+
+
+def test_every_dataset_is_registered_with_a_dataset_builder():
+    for env_id in IDS:
+        assert env_id in skyrl_gym.registry and datasets.has_dataset(env_id)
+        assert skyrl_gym.spec(env_id).get_description().startswith("reasoning-gym ")
+
+
+def test_registering_does_not_import_reasoning_gym():
+    code = ("import sys, skyrl_gym; from skyrl_gym import datasets; "
+            "assert 'reasoning_gym/sudoku' in skyrl_gym.registry and datasets.has_dataset('reasoning_gym/sudoku'); "
+            "assert 'reasoning_gym' not in sys.modules, 'registration imported reasoning_gym'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_check_passes_on_rows_from_the_builder(env_id):
+    rows = datasets.build_rows(env_id, split="test", size=2, seed=0)
+    report = check_env(env_id, rows, huge_action_chars=200_000)
+    assert report.ok, str(report)
+    for row in rows:
+        if row["reward_spec"]["ground_truth"] is not None:
+            assert play(row, row["extra_info"]["reference_action"])["reward"] == 1.0
+
+
+def test_wrong_and_missing_answers_say_why():
+    row = datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=3)[0]
+    truth = row["reward_spec"]["ground_truth"]
+    wrong = play(row, f"<answer>{int(truth) + 1}</answer>")
+    assert wrong["reward"] == 0.0 and wrong["metadata"]["reason"].startswith("wrong answer")
+    assert "no complete <answer>" in play(row, truth)["metadata"]["reason"]
+    assert play(row, f"thinking... <answer>0</answer> no, <answer>{truth}</answer>")["reward"] == 1.0  # the last block
+
+
+def test_a_scorer_that_cannot_parse_the_answer_gives_zero_with_its_error():
+    row = datasets.build_rows("reasoning_gym/prime_factorization", size=1, seed=0)[0]
+    output = play(row, "<answer>not a number</answer>")
+    assert output["reward"] == 0.0 and "could not read the answer" in output["metadata"]["reason"]
+
+
+def test_settings_seed_and_split_make_the_rows():
+    easy = datasets.build_rows("reasoning_gym/chain_sum", size=3, seed=1, min_terms=2, max_terms=2, min_digits=1,
+                               max_digits=1)
+    assert all(re.search(r": \d [+-] \d =$", row["prompt"][1]["content"]) for row in easy)  # two one-digit terms
+    assert datasets.build_rows("reasoning_gym/chain_sum", size=2, seed=1, min_terms=2, max_terms=2, min_digits=1,
+                               max_digits=1) == easy[:2]
+    train = datasets.build_rows("reasoning_gym/chain_sum", split="train", size=3, seed=1)
+    test = datasets.build_rows("reasoning_gym/chain_sum", split="test", size=3, seed=1)
+    assert [r["prompt"] for r in train] != [r["prompt"] for r in test]
+    assert datasets.rebuild_row(easy[2]["extra_info"]["origin"]) == easy[2]
+    with pytest.raises(ValueError, match="no setting.*max_terms"):
+        datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=0, max_term=3)
+
+
+def test_the_env_makes_its_own_question_from_env_config():
+    env = skyrl_gym.make("reasoning_gym/gcd", env_config={"seed": 5, "index": 2, "settings": {"max_value": 50}})
+    prompt, _ = env.init([{"role": "user", "content": "Hello."}])
+    assert "<answer>" in prompt[0]["content"] and "GCD" in prompt[1]["content"].upper()
+    row = datasets.build_rows("reasoning_gym/gcd", split="train", size=3, seed=5, max_value=50)[2]
+    assert prompt == row["prompt"]
+
+
+def test_rows_from_another_reasoning_gym_version_are_refused():
+    row = datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=0)[0]
+    row["reward_spec"]["ground_truth"] = "12345"
+    with pytest.raises(DataError, match="build them again"):
+        skyrl_gym.make("reasoning_gym/chain_sum", extras=row_extras(row))
