@@ -1,0 +1,191 @@
+"""Where an agent's next message comes from.
+
+``openai_server`` (alias ``openai``): any OpenAI-compatible chat server. Messages go out, an assistant message
+(text and/or tool calls) comes back; the server applies its own chat template, so evaluation needs neither a
+tokenizer nor transformers. ``backend_config``: ``base_url``, ``model`` (asked from ``/v1/models`` when left out),
+``api_key`` (else ``OPENAI_API_KEY``), ``timeout`` (seconds per request), ``max_concurrency``. SkyAgent's
+``api_url`` and ``model_name`` are read as ``base_url`` and ``model``.
+
+``skyrl-train`` (alias ``skyrl_train``): the bundled trainer's inference engines, token in and token out (any
+:class:`~skygym_adapters.types.InferenceEngine`: hf, vllm, remote, sglang, or a list of them), with the
+policy's tokenizer. Trajectories are recorded by the rollout loop (:mod:`skygym_adapters.rollout`), so training
+gets prompt and response ids, loss masks and logprobs exactly as the trainer's own generator records them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+from skygym_adapters.engines.base import EngineError, resolve_sampling
+from skygym_adapters.engines.http_sessions import LoopSessions
+
+from skygym_adapters.agents.config import AgentConfigError
+
+
+@dataclass
+class ChatReply:
+    """One assistant message (``{"role": "assistant", "content", "tool_calls"?}``) and why generation stopped."""
+
+    message: Dict[str, Any]
+    finish_reason: str  # "stop" | "length" | "tool_calls" | ...
+
+
+class OpenAIChatBackend:
+    """A client of ``POST {base_url}/v1/chat/completions`` (aiohttp; one session per event loop)."""
+
+    needs_tokenizer = False
+    token_level = False
+
+    _ALIASES = {"api_url": "base_url", "model_name": "model"}
+    _KEYS = ("base_url", "model", "api_key", "timeout", "max_concurrency")
+
+    def __init__(self, base_url: str, model: Optional[str] = None, api_key: Optional[str] = None,
+                 timeout: float = 600.0, max_concurrency: int = 256, tokenizer: Any = None) -> None:
+        if not base_url:
+            raise AgentConfigError("the openai_server backend needs generator.backend_config.base_url "
+                                   "(e.g. http://127.0.0.1:8000)")
+        root = str(base_url).rstrip("/")
+        self.root_url = root[: -len("/v1")] if root.endswith("/v1") else root
+        self.model = model
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.timeout = float(timeout)
+        self.tokenizer = tokenizer  # optional: only used to count context tokens
+        self._http = LoopSessions(self.api_key, self.timeout, int(max_concurrency))
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], tokenizer: Any = None) -> "OpenAIChatBackend":
+        cfg = {cls._ALIASES.get(k, k): v for k, v in dict(cfg or {}).items()}
+        unknown = sorted(set(cfg) - set(cls._KEYS))
+        if unknown:
+            raise AgentConfigError(f"unknown key(s) {unknown} in generator.backend_config for openai_server; "
+                                   f"valid keys: {list(cls._KEYS)} (SkyAgent's api_url and model_name also work)")
+        return cls(tokenizer=tokenizer, **cfg)
+
+    async def _model_name(self) -> str:
+        if self.model is None:
+            try:
+                async with self._http.get().get(self.root_url + "/v1/models") as response:
+                    data = await response.json(content_type=None)
+                self.model = data["data"][0]["id"]
+            except Exception as exc:
+                raise EngineError(f"could not ask {self.root_url}/v1/models for the model name ({type(exc).__name__}: "
+                                  f"{exc}); set generator.backend_config.model") from exc
+        return self.model
+
+    @staticmethod
+    def payload_sampling(params: Mapping[str, Any]) -> Dict[str, Any]:
+        """SkyAgent's ``sampling_params`` (vLLM/OpenAI names) validated by the engines' own rules, as request fields."""
+        sampling = resolve_sampling(dict(params or {}))
+        payload: Dict[str, Any] = {"max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
+                                   "top_p": sampling.top_p}
+        if sampling.top_k > 0:
+            payload["top_k"] = sampling.top_k
+        if sampling.min_p > 0:
+            payload["min_p"] = sampling.min_p
+        if sampling.stop:
+            payload["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            payload["seed"] = sampling.seed
+        return payload
+
+    async def chat(self, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]],
+                   sampling_params: Mapping[str, Any]) -> ChatReply:
+        payload = {"model": await self._model_name(), "messages": messages, **self.payload_sampling(sampling_params)}
+        if tools:
+            payload["tools"] = tools
+        url = self.root_url + "/v1/chat/completions"
+        try:
+            async with self._http.get().post(url, json=payload) as response:
+                body = await response.text()
+                if response.status >= 400:
+                    raise EngineError(f"POST {url} -> HTTP {response.status}: {body[:300]}")
+                data = await response.json(content_type=None)
+        except EngineError:
+            raise
+        except asyncio.TimeoutError as exc:
+            raise EngineError(f"POST {url} timed out after {self.timeout:g} s "
+                              "(raise generator.backend_config.timeout)") from exc
+        except Exception as exc:
+            raise EngineError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
+        try:
+            choice = data["choices"][0]
+            message = dict(choice["message"])
+        except (KeyError, IndexError, TypeError) as exc:
+            raise EngineError(f"{url} answered without choices[0].message: {str(data)[:300]}") from exc
+        message["role"] = "assistant"
+        return ChatReply(message, str(choice.get("finish_reason") or "stop"))
+
+    def count_tokens(self, messages: List[Dict[str, Any]]) -> Optional[int]:
+        """Context length by the tokenizer's chat template, when a tokenizer was given (None otherwise)."""
+        if self.tokenizer is None:
+            return None
+        from skygym_adapters.rollout.chat import _as_ids
+
+        plain = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
+        return len(_as_ids(self.tokenizer.apply_chat_template(plain, tokenize=True, add_generation_prompt=True)))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class TokenBackend:
+    """The bundled trainer's engines behind the rollout loop: token ids in, token ids out, recorded for training."""
+
+    needs_tokenizer = True
+    token_level = True
+
+    def __init__(self, engine: Any, tokenizer: Any, chat_template_kwargs: Optional[Dict[str, Any]] = None) -> None:
+        if engine is None:
+            raise AgentConfigError("the skyrl-train backend needs an inference engine: pass infer_engine= (an hf, vllm, "
+                                   "remote or sglang engine from skygym_adapters.engines.make_engine, or a list of them)")
+        if tokenizer is None:
+            raise AgentConfigError("the skyrl-train backend records token ids and needs the policy's tokenizer; "
+                                   "pass tokenizer= (or use infer_backend: openai_server for tokenizer-free evaluation)")
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], engine: Any, tokenizer: Any,
+                    chat_template_kwargs: Optional[Dict[str, Any]] = None) -> "TokenBackend":
+        if cfg:
+            raise AgentConfigError(f"the skyrl-train backend takes no generator.backend_config (got keys {sorted(cfg)}); "
+                                   "configure the engine you pass as infer_engine instead")
+        return cls(engine, tokenizer, chat_template_kwargs)
+
+    async def aclose(self) -> None:
+        """The engines are the caller's to close."""
+
+
+def _openai(cfg: Mapping[str, Any], infer_engine: Any, tokenizer: Any, **_: Any) -> OpenAIChatBackend:
+    return OpenAIChatBackend.from_config(cfg, tokenizer)
+
+
+def _token(cfg: Mapping[str, Any], infer_engine: Any, tokenizer: Any, **kwargs: Any) -> TokenBackend:
+    return TokenBackend.from_config(cfg, infer_engine, tokenizer, kwargs.get("chat_template_kwargs"))
+
+
+BACKEND_REGISTRY: Dict[str, Callable[..., Any]] = {
+    "openai_server": _openai,
+    "openai": _openai,
+    "skyrl-train": _token,
+    "skyrl_train": _token,
+}
+
+
+def register_backend(name: str, factory: Callable[..., Any]) -> None:
+    """``factory(backend_config, infer_engine, tokenizer, **kwargs)`` returns an object with ``token_level`` and
+    either ``chat(messages, tools, sampling_params)`` (chat) or ``engine`` + ``tokenizer`` (token level)."""
+    BACKEND_REGISTRY[name] = factory
+
+
+def build_backend(name: str, cfg: Mapping[str, Any], infer_engine: Any, tokenizer: Any, **kwargs: Any) -> Any:
+    if name not in BACKEND_REGISTRY:
+        raise AgentConfigError(f"unknown generator.infer_backend {name!r}; choose one of {sorted(BACKEND_REGISTRY)}")
+    return BACKEND_REGISTRY[name](cfg, infer_engine, tokenizer, **kwargs)
+
+
+__all__ = ["BACKEND_REGISTRY", "ChatReply", "OpenAIChatBackend", "TokenBackend", "build_backend", "register_backend"]

@@ -1,0 +1,111 @@
+"""``skyrl-gym agent eval CONFIG.yaml --data ROWS.jsonl --output OUT.jsonl [--limit N]``: evaluate an agent.
+
+Runs the agent YAML's task on the rows (``generator.num_trajectories`` per row; ``val_config`` applies), with a
+progress bar; prints a summary table (mean reward, pass@k when there are several trajectories per row, finish
+reasons, errors) and writes one JSON line per trajectory (``instance_id``, ``trajectory_id``, ``reward``,
+``finish_reason``, ``messages``, ``error``, ``eval_error``). ``--base-url``, ``--model`` and ``--api-key`` override
+``generator.backend_config`` of an ``openai_server`` backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Dict, List
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("agent", help="run agents (SkyAgent's YAML) on dataset rows",
+                                   description="Agents on the hub: see docs/agents.md.")
+    commands = parser.add_subparsers(dest="agent_command", metavar="SUBCOMMAND")
+    ev = commands.add_parser("eval", help="evaluate an agent on rows and write its trajectories",
+                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ev.add_argument("config", help="the agent YAML (or the name of a shipped config)")
+    ev.add_argument("--data", required=True, help="dataset rows (JSONL, JSON or Parquet)")
+    ev.add_argument("--output", default="agent_trajectories.jsonl", help="one JSON line per trajectory")
+    ev.add_argument("--limit", type=int, default=None, help="use only the first N rows")
+    ev.add_argument("--base-url", default=None, help="override generator.backend_config.base_url")
+    ev.add_argument("--model", default=None, help="override generator.backend_config.model")
+    ev.add_argument("--api-key", default=None, help="override generator.backend_config.api_key")
+    ev.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
+    ev.add_argument("--no-progress", action="store_true")
+    ev.set_defaults(func=run_eval)
+    parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
+
+
+def _print_summary(summary: Dict[str, Any]) -> None:
+    rows: List[tuple] = []
+    for key, value in summary.items():
+        if key == "finish_reasons":
+            continue
+        rows.append((key, f"{value:.4g}" if isinstance(value, float) else str(value)))
+    for reason, count in sorted(summary.get("finish_reasons", {}).items()):
+        rows.append((f"finish reason: {reason}", str(count)))
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="skyrl-gym agent eval")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in rows:
+        table.add_row(name, value)
+    Console(width=100).print(table)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from skyrl_gym.data import load_rows
+    from skyrl_gym.errors import DataError
+
+    from skygym_adapters.agents import AgentConfigError, AgentRunner, load_agent_config
+
+    try:
+        config = load_agent_config(args.config)
+        overrides = {k: v for k, v in (("base_url", args.base_url), ("model", args.model), ("api_key", args.api_key))
+                     if v is not None}
+        config.generator.backend_config.update(overrides)
+        runner = AgentRunner(config, infer_engine=None, tokenizer=None)
+    except AgentConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        rows = load_rows(args.data, limit=args.limit)
+    except (DataError, OSError, ValueError) as exc:
+        print(f"error: cannot read {args.data}: {exc}", file=sys.stderr)
+        return 2
+    if not rows:
+        print(f"error: {args.data} has no rows", file=sys.stderr)
+        return 2
+    bar = None
+    if not args.no_progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(rows) * config.num_trajectories(True), desc="agent eval", unit="traj")
+
+    async def main() -> Dict[str, Any]:
+        try:
+            return await runner.run(rows, val_mode=True, on_trajectory_done=(lambda t: bar.update(1)) if bar else None)
+        finally:
+            await runner.aclose()
+
+    try:
+        out = asyncio.run(main())
+    except AgentConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if bar is not None:
+            bar.close()
+    _print_summary(out["summary"])
+    with open(args.output, "w", encoding="utf-8") as handle:
+        for result in out["results"]:
+            line = {key: result.get(key) for key in ("instance_id", "trajectory_id", "reward", "finish_reason",
+                                                     "messages", "error", "eval_error", "num_turns")}
+            handle.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    print(f"wrote {len(out['results'])} trajectories to {args.output}")
+    if args.summary_json:
+        with open(args.summary_json, "w", encoding="utf-8") as handle:
+            json.dump(out["summary"], handle, indent=2)
+    return 0

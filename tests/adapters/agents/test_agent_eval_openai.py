@@ -1,0 +1,138 @@
+"""The agent layer against an OpenAI-compatible server on 127.0.0.1: gsm8k rows through ``task: env``, scored by
+the gsm8k env, from Python (``AutoAgentRunner``) and from the command line (``skyrl-gym agent eval``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from skygym_adapters.agents import AutoAgentRunner
+from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
+from tests.adapters.agents.chat_server import chat_server
+
+
+@pytest.fixture
+def rows(gsm8k_test_file):
+    return list(gsm8k_rows(gsm8k_test_file, limit=6))
+
+
+def truth_for(body, rows):
+    question = body["messages"][-1]["content"] if body["messages"][-1]["role"] == "user" else body["messages"][0]["content"]
+    for index, row in enumerate(rows):
+        if row["prompt"][0]["content"] == question:
+            return index, row["reward_spec"]["ground_truth"]
+    raise AssertionError(f"unknown question {question[:60]!r}")
+
+
+def answers_even_rows(rows):
+    """Right (``#### N``) for rows 0, 2, 4; a wrong number for rows 1, 3, 5."""
+
+    def respond(body):
+        index, truth = truth_for(body, rows)
+        number = int(truth.replace(",", ""))
+        return f"Working it out... #### {number if index % 2 == 0 else number + 1}"
+
+    return respond
+
+
+def write_config(tmp_path: Path, url: str, **generator) -> Path:
+    import yaml
+
+    config = {
+        "agent_cls": "react",
+        "task": "env",
+        "env_class": "gsm8k",
+        "generator": {"infer_backend": "openai_server", "backend_config": {"base_url": url, "model": "scripted-model"},
+                      "sampling_params": {"temperature": 0.0, "max_tokens": 64}, "max_iterations": 1,
+                      "num_trajectories": 1, **generator},
+        "dispatcher": {"type": "async_pipeline", "max_parallel_agents": 4, "max_eval_parallel_agents": 2},
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_python_entry_scores_each_gsm8k_row_through_the_env_task(tmp_path, rows):
+    with chat_server(answers_even_rows(rows)) as server:
+        runner = AutoAgentRunner.from_task(str(write_config(tmp_path, server.url)), infer_engine=None, tokenizer=None)
+        out = asyncio.run(runner.run(rows, val_mode=True))
+    assert out["rewards"] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    first = out["results"][0]
+    assert first["instance_id"] == 0 and first["trajectory_id"] == 0 and first["finish_reason"] == "FINISH"
+    assert first["error"] is None and first["eval_error"] is None
+    assert [m["role"] for m in out["messages"][0]] == ["user", "assistant"]
+    assert out["summary"]["mean_reward"] == 0.5 and out["summary"]["finish_reasons"] == {"FINISH": 6}
+    # the request the server saw: the row's prompt, the configured model and sampling parameters
+    request = server.requests[0]
+    assert request["model"] == "scripted-model" and request["temperature"] == 0.0 and request["max_tokens"] == 64
+    assert "tools" not in request  # gsm8k has no tools
+
+
+def test_pass_at_k_over_several_trajectories_per_instance(tmp_path, rows):
+    seen = {}
+
+    def first_try_only(body):  # right on each question's first request, wrong afterwards
+        index, truth = truth_for(body, rows)
+        seen[index] = seen.get(index, 0) + 1
+        return f"#### {truth if seen[index] == 1 else 'nope'}"
+
+    with chat_server(first_try_only) as server:
+        config = write_config(tmp_path, server.url, num_trajectories=3)
+        out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(rows[:2], val_mode=True))
+    assert len(out["results"]) == 6 and sorted(out["rewards"]) == [0, 0, 0, 0, 1, 1]
+    assert [(r["instance_id"], r["trajectory_id"]) for r in out["results"]] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert out["summary"]["pass@1"] == pytest.approx(1 / 3) and out["summary"]["pass@3"] == 1.0
+
+
+def test_a_backend_timeout_fails_that_trajectory_and_the_batch_goes_on(tmp_path, rows):
+    respond = answers_even_rows(rows)
+
+    def slow_on_row_two(body):
+        index, _ = truth_for(body, rows)
+        return ("sleep", 1.5, respond(body)) if index == 2 else respond(body)
+
+    with chat_server(slow_on_row_two) as server:
+        config = write_config(tmp_path, server.url, backend_config={"base_url": server.url, "model": "m", "timeout": 0.3})
+        out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(rows[:4], val_mode=True))
+    assert out["rewards"] == [1.0, 0.0, 0.0, 0.0]
+    failed = out["results"][2]
+    assert failed["finish_reason"] == "error_backend" and "timed out after 0.3 s" in failed["error"]
+    assert [r["finish_reason"] for r in out["results"]] == ["FINISH", "FINISH", "error_backend", "FINISH"]
+    assert out["summary"]["errors"] == 1
+
+
+def test_agent_eval_command_writes_one_line_per_trajectory(tmp_path, rows):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    output = tmp_path / "out.jsonl"
+    with chat_server(answers_even_rows(rows)) as server:
+        config = write_config(tmp_path, server.url)
+        # a subprocess: the installed command, and proof that chat evaluation never imports transformers or torch
+        code = ("import sys; from skyrl_gym.cli import main; rc = main(sys.argv[1:]); "
+                "assert 'transformers' not in sys.modules and 'torch' not in sys.modules, 'heavy import'; sys.exit(rc)")
+        proc = subprocess.run([sys.executable, "-c", code, "agent", "eval", str(config), "--data", str(data),
+                               "--output", str(output), "--limit", "4", "--no-progress"],
+                              capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [line["reward"] for line in lines] == [1.0, 0.0, 1.0, 0.0]
+    assert set(lines[0]) >= {"instance_id", "trajectory_id", "reward", "finish_reason", "messages", "error"}
+    assert lines[1]["messages"][-1]["content"].endswith(str(int(rows[1]["reward_spec"]["ground_truth"].replace(",", "")) + 1))
+    assert re.search(r"mean_reward\s*│?\s*0\.5", proc.stdout), proc.stdout
+    assert "FINISH" in proc.stdout
+
+
+def test_agent_eval_command_reports_bad_config_with_the_choices(tmp_path, rows):
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(rows[0]) + "\n")
+    config = tmp_path / "bad.yaml"
+    config.write_text("task: env\ngenerator:\n  infer_backend: nope\n")
+    from skyrl_gym.cli import main
+
+    assert main(["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
