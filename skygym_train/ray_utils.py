@@ -38,16 +38,27 @@ def bundles(num: int, use_gpu: bool, cpus_per_bundle: float = 1.0) -> List[Dict[
     return [{"GPU": 1.0, "CPU": cpus_per_bundle} if use_gpu else {"CPU": cpus_per_bundle} for _ in range(num)]
 
 
-def create_placement_group(num_bundles: int, use_gpu: bool, strategy: str = "PACK", timeout_s: float = 120) -> Any:
+def cpus_per_worker(num_workers: int) -> int:
+    """CPU cores for each of ``num_workers`` CPU training workers: the largest node's cores shared evenly (at
+    least 1), so a single worker on a 2-core machine trains on both cores instead of Ray's default of one."""
+    import ray
+
+    largest_node = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=1)
+    return max(1, int(largest_node) // max(1, num_workers))
+
+
+def create_placement_group(num_bundles: int, use_gpu: bool, strategy: str = "PACK", timeout_s: float = 120,
+                           cpus_per_bundle: float = 1.0) -> Any:
     """A placement group of one bundle per worker; fails with the resources it asked for if Ray has none."""
     import ray
     from ray.util.placement_group import placement_group
 
-    pg = placement_group(bundles(num_bundles, use_gpu), strategy=strategy)
+    pg = placement_group(bundles(num_bundles, use_gpu, cpus_per_bundle), strategy=strategy)
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
         raise RuntimeError(
-            f"Ray could not reserve {num_bundles} x {'1 GPU' if use_gpu else '1 CPU'} within {timeout_s:.0f}s "
+            f"Ray could not reserve {num_bundles} x {'1 GPU' if use_gpu else f'{cpus_per_bundle:g} CPU'} within "
+            f"{timeout_s:.0f}s "
             f"(cluster has {ray.cluster_resources()}); lower the worker counts in trainer.placement"
         )
     return pg

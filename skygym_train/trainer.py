@@ -200,7 +200,7 @@ class PPOTrainer:
             group.call("configure_algorithm", self.algo, loss_fn, temperature)
 
     def _build_ray_groups(self, roles: List[str]) -> Dict[str, WorkerGroup]:
-        from skygym_train.ray_utils import create_placement_group, init_ray
+        from skygym_train.ray_utils import cpus_per_worker, create_placement_group, init_ray
         from skygym_train.workers.group import RayWorkerGroup
 
         init_ray()
@@ -210,8 +210,10 @@ class PPOTrainer:
         groups: Dict[str, WorkerGroup] = {}
         shared = p.colocate_all or p.colocate_policy_ref
         if shared:
-            # One bundle per device; every role takes a fraction of it (they never run at the same time).
-            pg = create_placement_group(world, use_gpu)
+            # One bundle per device; every role takes a fraction of it (they never run at the same time), and on
+            # CPU each role's torch uses all of the bundle's cores.
+            cpus = 1 if use_gpu else cpus_per_worker(world)
+            pg = create_placement_group(world, use_gpu, cpus_per_bundle=cpus)
             self._placement_groups.append(pg)
             fraction = 1.0 / len(roles)
             for role in roles:
@@ -220,7 +222,8 @@ class PPOTrainer:
                     world,
                     pg,
                     num_gpus_per_actor=fraction if use_gpu else 0.0,
-                    num_cpus_per_actor=fraction,
+                    num_cpus_per_actor=fraction * cpus,
+                    num_threads=None if use_gpu else cpus,
                 )
         else:
             for role in roles:
@@ -228,9 +231,11 @@ class PPOTrainer:
                     n = getattr(p, f"{role}_num_nodes") * getattr(p, f"{role}_num_gpus_per_node")
                 else:
                     n = self.t.num_cpu_workers
-                pg = create_placement_group(n, use_gpu)
+                cpus = 1 if use_gpu else cpus_per_worker(n * len(roles))
+                pg = create_placement_group(n, use_gpu, cpus_per_bundle=cpus)
                 self._placement_groups.append(pg)
-                groups[role] = RayWorkerGroup(self._spec(role), n, pg, num_gpus_per_actor=1.0 if use_gpu else 0.0)
+                groups[role] = RayWorkerGroup(self._spec(role), n, pg, num_gpus_per_actor=1.0 if use_gpu else 0.0,
+                                              num_cpus_per_actor=cpus, num_threads=None if use_gpu else cpus)
         return groups
 
     # ------------------------------------------------------------------ generation

@@ -89,9 +89,13 @@ def response_log_probs(
 class TrainingWorker:
     """Holds one shard of a model; computes log-probs/values and takes optimizer steps."""
 
-    def __init__(self, spec: WorkerSpec, rank: int = 0, world_size: int = 1, dist_init: Optional[str] = None):
+    def __init__(self, spec: WorkerSpec, rank: int = 0, world_size: int = 1, dist_init: Optional[str] = None,
+                 num_threads: Optional[int] = None):
         if spec.role not in ROLES:
             raise ValueError(f"unknown worker role {spec.role!r}; expected one of {ROLES}")
+        if num_threads:
+            # Ray gives an actor OMP_NUM_THREADS=1 unless told otherwise: use the cores the placement reserved.
+            torch.set_num_threads(int(num_threads))
         self.spec = spec
         self.rank = rank
         self.world_size = world_size
@@ -111,6 +115,10 @@ class TrainingWorker:
         """Tokens (padding included) through the model so far: what packing saves shows here."""
 
     # ------------------------------------------------------------------ set-up
+    def torch_threads(self) -> int:
+        """The intra-op threads this worker's torch uses (the cores its placement reserved, on CPU)."""
+        return torch.get_num_threads()
+
     def rendezvous_address(self) -> tuple:
         """This node's IP and a free port, for rank 0 to host the process-group rendezvous."""
         from skygym_train.weight_sync import free_port

@@ -54,6 +54,7 @@ class RayWorkerGroup:
         bundle_offset: int = 0,
         num_gpus_per_actor: float = 0.0,
         num_cpus_per_actor: float = 1.0,
+        num_threads: Optional[int] = None,
         env_vars: Optional[Dict[str, str]] = None,
     ):
         import ray
@@ -76,7 +77,8 @@ class RayWorkerGroup:
             return opts
 
         self.actors = [
-            remote_cls.options(**options(i)).remote(spec, rank=i, world_size=num_workers) for i in range(num_workers)
+            remote_cls.options(**options(i)).remote(spec, rank=i, world_size=num_workers, num_threads=num_threads)
+            for i in range(num_workers)
         ]
         # Rank 0's node hosts the rendezvous: ask it for an address, then tell every rank.
         host, port = ray.get(self.actors[0].rendezvous_address.remote())

@@ -69,3 +69,16 @@ def test_ray_fsdp_workers_and_weight_sync(tiny_chat_model, toy_data, tmp_path, r
         sync = EngineWeightSync(cfg, trainer.policy, trainer.engine, trainer._runner)
         sync.sync()
         _assert_engine_matches(_engine_state(trainer), policy)
+
+
+@pytest.mark.slow
+def test_a_cpu_worker_trains_on_every_core_its_placement_reserved(tiny_chat_model, toy_data, tmp_path, ray_cluster):
+    """Ray gives an actor OMP_NUM_THREADS=1; one policy worker on this 2-CPU Ray must still use both cores."""
+    from skygym_train.ray_utils import cpus_per_worker
+
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path,
+                                    **{"trainer.use_ray": "true", "trainer.num_cpu_workers": 1}))
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        assert cpus_per_worker(1) == 2
+        assert trainer.policy.call("torch_threads") == [2]
