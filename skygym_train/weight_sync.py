@@ -2,9 +2,9 @@
 
 Three ways, picked by ``generator.weight_sync_backend`` (``auto`` chooses by ``generator.backend``):
 
-- ``inprocess`` (auto for ``hf``, and for ``vllm`` without Ray): the policy's unsharded state dict is handed to the engine's
-  ``update_weights`` (through Ray's object store when the policy runs in Ray actors);
-- ``gloo`` / ``nccl`` (auto for ``vllm`` with Ray workers: nccl on GPU, gloo on CPU): policy rank 0 broadcasts every tensor
+- ``inprocess`` (auto for ``hf`` and ``vllm`` without Ray): the policy's unsharded state dict is handed to the engine's
+  ``update_weights`` in the same process (through Ray's object store only if chosen by hand with Ray workers);
+- ``gloo`` / ``nccl`` (auto for ``hf`` and ``vllm`` with Ray workers: nccl on GPU, gloo on CPU): policy rank 0 broadcasts every tensor
   over a process group of its own that it shares with the engine side (``WeightReceiver``), which is
   separate from the FSDP group, so the engines never join training collectives;
 - ``checkpoint`` (auto for ``remote`` and ``sglang``): rank 0 writes every weight (tied ones too) to one
@@ -31,8 +31,9 @@ def resolve_backend(cfg: Any) -> str:
         return g.weight_sync_backend
     if g.backend in ("remote", "sglang"):
         return "checkpoint"
-    if g.backend == "vllm" and cfg.trainer.use_ray:
-        # policy ranks are Ray actors, the engines live here: broadcast over a group of their own
+    if g.backend in ("vllm", "hf") and cfg.trainer.use_ray:
+        # policy ranks are Ray actors, the engines live here: broadcast over a group of their own rather than
+        # pickling a full state dict through Ray's object store
         return "nccl" if torch.cuda.is_available() else "gloo"
     return "inprocess"
 
