@@ -1,0 +1,1 @@
+"""Multi-turn text games with their state held by the env (``games/<name>``; see README.md)."""

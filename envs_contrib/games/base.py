@@ -1,0 +1,129 @@
+"""What every ``games/<name>`` env shares: the game's parameters, the ``<move>`` tag, invalid moves, turn limits.
+
+A game is a :class:`GameEnv` subclass with
+
+* ``generate(rng, **settings) -> params``: a new game as a JSON-able dict (the row's ``reward_spec.ground_truth``);
+* ``setup(params)``: the state, rebuilt from ``params`` (all randomness, opponents included, comes from them);
+* ``rules()`` and ``render()``: text; the prompt is the rules then the rendered state;
+* ``play(move) -> Outcome``: one move. An invalid move raises :class:`InvalidMove`, whose message goes back
+  to the model as the next observation (the state is unchanged); it is never an exception out of ``step``.
+
+Moves are the body of the last ``<move>...</move>`` block. Every zero reward says why in ``metadata["reason"]``.
+After :data:`MAX_INVALID_IN_A_ROW` invalid moves in a row, or ``max_turns`` moves, the game ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Dict, List, Optional, Tuple
+
+from skyrl_gym import BaseTextEnv, StepOutput
+from skyrl_gym.errors import DataError
+from skyrl_gym.tools.parsers import extract_tag
+
+MAX_INVALID_IN_A_ROW = 3
+MAX_MOVE_CHARS = 200
+
+
+class InvalidMove(ValueError):
+    """A move the rules do not allow; the message tells the model why and what to send instead."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    reward: float = 0.0
+    done: bool = False
+    text: str = ""  # what happened, shown to the model (the new state is appended when the game goes on)
+    reason: Optional[str] = None  # why the reward is zero (or the game ended)
+
+
+class GameEnv(BaseTextEnv):
+    """Base of the ``games/*`` envs."""
+
+    game_id = ""
+    default_max_turns = 10
+    move_hint = "<move>...</move>"
+
+    # --- what a game defines ------------------------------------------------------------------------
+    @classmethod
+    def generate(cls, rng: random.Random, **settings: Any) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def setup(self, params: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def rules(self) -> str:
+        raise NotImplementedError
+
+    def render(self) -> str:
+        raise NotImplementedError
+
+    def play(self, move: str) -> Outcome:
+        raise NotImplementedError
+
+    # --- shared -------------------------------------------------------------------------------------
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
+        super().__init__(env_config, extras)
+        config = self.env_config if isinstance(self.env_config, dict) else {}
+        params = ((extras or {}).get("reward_spec") or {}).get("ground_truth")
+        self.generated_prompt = params is None
+        if params is None:  # no row: a game from env_config {"seed": S, "settings": {...}}
+            params = self.generate(random.Random(f"{self.game_id}:{config.get('seed', 0)}"),
+                                   **(config.get("settings") or {}))
+        if not isinstance(params, dict):
+            raise DataError(f"env {self.game_id!r}: reward_spec.ground_truth must be the game's parameters (a dict) "
+                            f"as made by skyrl_gym.datasets.build_rows({self.game_id!r}, size=N), got {params!r:.80}")
+        try:
+            self.setup(dict(params))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"env {self.game_id!r}: bad game parameters {params!r:.120} ({type(exc).__name__}: "
+                            f"{exc}); build rows with skyrl_gym.datasets.build_rows({self.game_id!r}, size=N)") from exc
+        self.max_turns = int(config.get("max_turns", self.default_max_turns))
+        self.invalid_in_a_row = 0
+        self.finished = False
+
+    def prompt_text(self) -> str:
+        return f"{self.rules()}\n\n{self.render()}"
+
+    def init(self, prompt: Any = None) -> Tuple[Any, Dict[str, Any]]:
+        if self.generated_prompt:
+            prompt = [{"role": "user", "content": self.prompt_text()}]
+        return super().init(prompt)
+
+    def step(self, action: str) -> StepOutput:
+        self.turns += 1
+        metadata: Dict[str, Any] = {"turn": self.turns}
+        move = extract_tag(action if isinstance(action, str) else "", "move")
+        if self.finished:
+            return StepOutput(observations=[], reward=0.0, done=True, metadata={"reason": "the game is already over"})
+        try:
+            if move is None:
+                raise InvalidMove(f"No move found: put your move in {self.move_hint}.")
+            if len(move) > MAX_MOVE_CHARS:
+                raise InvalidMove(f"That move is {len(move):,} characters long; a move is at most {MAX_MOVE_CHARS}.")
+            outcome = self.play(move)
+        except InvalidMove as exc:
+            self.invalid_in_a_row += 1
+            metadata.update(move=move, invalid=True)
+            outcome = Outcome(0.0, False, f"Invalid move: {exc}", reason=f"invalid move: {exc}")
+            if self.invalid_in_a_row >= MAX_INVALID_IN_A_ROW:
+                outcome.done = True
+                outcome.reason = f"{MAX_INVALID_IN_A_ROW} invalid moves in a row end the game (last: {exc})"
+        else:
+            self.invalid_in_a_row = 0
+            metadata["move"] = move
+        if not outcome.done and self.turns >= self.max_turns:
+            outcome.done = True
+            if outcome.reward == 0.0:
+                outcome.reason = f"out of moves after {self.max_turns} turns" + (f" ({outcome.reason})" if outcome.reason else "")
+        if outcome.reward == 0.0:
+            metadata["reason"] = outcome.reason or "the move was played; no reward for it"
+        self.finished = outcome.done
+        observations: List[Dict[str, str]] = []
+        if not outcome.done:
+            text = f"{outcome.text}\n\n{self.render()}" if outcome.text else self.render()
+            observations = [{"role": "user", "content": text}]
+        else:
+            metadata["final"] = outcome.text
+        return StepOutput(observations=observations, reward=float(outcome.reward), done=outcome.done, metadata=metadata)

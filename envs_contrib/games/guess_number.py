@@ -1,0 +1,48 @@
+"""Guess a secret number with higher/lower hints."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Dict
+
+from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
+
+
+class GuessNumberEnv(GameEnv):
+    """Find a secret number 1-100 from higher/lower hints in 7 guesses: 1.0 when found."""
+
+    game_id = "games/guess_number"
+    default_max_turns = 7
+    move_hint = "<move>N</move> with a whole number"
+
+    @classmethod
+    def generate(cls, rng: random.Random, high: int = 100, **settings: Any) -> Dict[str, Any]:
+        if settings:
+            raise TypeError(f"{cls.game_id} has one setting, high, got {sorted(settings)}")
+        return {"secret": rng.randint(1, int(high)), "high": int(high)}
+
+    def setup(self, params: Dict[str, Any]) -> None:
+        self.secret, self.high = int(params["secret"]), int(params["high"])
+        self.low_bound, self.high_bound = 1, self.high
+
+    def rules(self) -> str:
+        return (f"I am thinking of a whole number from 1 to {self.high}. Guess it as <move>N</move>; after each guess "
+                "I say whether the number is higher or lower. Finding it scores 1.0.")
+
+    def render(self) -> str:
+        return f"The number is between {self.low_bound} and {self.high_bound}."
+
+    def play(self, move: str) -> Outcome:
+        text = move.strip()
+        if not text.lstrip("-").isdigit():
+            raise InvalidMove(f"{move!r} is not a whole number; send e.g. <move>50</move>.")
+        guess = int(text)
+        if not 1 <= guess <= self.high:
+            raise InvalidMove(f"{guess} is outside 1-{self.high}.")
+        if guess == self.secret:
+            return Outcome(1.0, True, f"{guess} is right.")
+        if guess < self.secret:
+            self.low_bound = max(self.low_bound, guess + 1)
+            return Outcome(0.0, False, f"{guess}: higher.", reason=f"{guess} is too low")
+        self.high_bound = min(self.high_bound, guess - 1)
+        return Outcome(0.0, False, f"{guess}: lower.", reason=f"{guess} is too high")

@@ -1,0 +1,61 @@
+"""Mastermind: find a hidden code from black/white peg feedback."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Dict, List, Tuple
+
+from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
+
+BLACK_BONUS = 0.02  # per black peg of a wrong guess
+
+
+def score(guess: List[int], code: List[int]) -> Tuple[int, int]:
+    black = sum(g == c for g, c in zip(guess, code))
+    common = sum(min(guess.count(d), code.count(d)) for d in set(guess))
+    return black, common - black
+
+
+class MastermindEnv(GameEnv):
+    """Mastermind, a 4-digit code of colours 1-6 in 10 guesses: 1.0 for the code, 0.02 per black peg."""
+
+    game_id = "games/mastermind"
+    default_max_turns = 10
+    move_hint = "<move>DDDD</move>, four digits 1-6"
+
+    @classmethod
+    def generate(cls, rng: random.Random, length: int = 4, colours: int = 6, **settings: Any) -> Dict[str, Any]:
+        if settings:
+            raise TypeError(f"{cls.game_id} has settings length and colours, got {sorted(settings)}")
+        return {"code": [rng.randint(1, int(colours)) for _ in range(int(length))], "colours": int(colours)}
+
+    def setup(self, params: Dict[str, Any]) -> None:
+        self.code = [int(d) for d in params["code"]]
+        self.colours = int(params["colours"])
+        if not 1 <= self.colours <= 9 or not all(1 <= d <= self.colours for d in self.code):
+            raise ValueError("code digits must lie in 1..colours, colours at most 9")
+        self.history: list = []
+
+    def rules(self) -> str:
+        n = len(self.code)
+        return (f"Let's play Mastermind. I hide a code of {n} digits, each 1-{self.colours} (repeats allowed). Guess it "
+                f"as <move>{'1234'[:n] if n <= 4 else '1' * n}</move>. For each guess you get black pegs (right digit, "
+                f"right place) and white pegs (right digit, wrong place). You have {self.max_turns} guesses. "
+                "The code scores 1.0; each black peg of a wrong guess 0.02.")
+
+    def render(self) -> str:
+        if not self.history:
+            return "No guesses yet."
+        return "Guesses:\n" + "\n".join(f"{g}: {b} black, {w} white" for g, b, w in self.history)
+
+    def play(self, move: str) -> Outcome:
+        text = move.strip().replace(" ", "")
+        if len(text) != len(self.code) or not text.isdigit() or not all(1 <= int(d) <= self.colours for d in text):
+            raise InvalidMove(f"{move!r} is not {len(self.code)} digits 1-{self.colours}.")
+        guess = [int(d) for d in text]
+        black, white = score(guess, self.code)
+        self.history.append((text, black, white))
+        if black == len(self.code):
+            return Outcome(1.0, True, f"{text} is the code.")
+        return Outcome(BLACK_BONUS * black, False, f"{text}: {black} black, {white} white.",
+                       reason=f"{text} has no digit in the right place")
