@@ -414,3 +414,35 @@ def test_forged_replies_on_the_reply_pipe_fail(reply):
     assert_scores_zero(lcb(FUNCTIONAL_TESTS, fenced(code)))
     he = "def has_close_elements(numbers, threshold):\n    " + body
     assert_scores_zero(humaneval(fenced(he)))
+
+
+PIDFD_GETFD = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+stolen = []
+for pid in [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:
+    pidfd = libc.syscall(434, pid, 0)  # pidfd_open (x86_64)
+    if pidfd < 0:
+        continue
+    for target in range(0, 8):
+        fd = libc.syscall(438, pidfd, target, 0)  # pidfd_getfd: needs ptrace access to the process
+        if fd >= 0:
+            stolen.append((pid, target))
+            try:
+                os.write(fd, FORGED)
+            except OSError:
+                pass
+    os.close(pidfd)
+print('clean' if not stolen else stolen)
+"""
+
+
+@pytest.mark.skipif(
+    __import__("platform").machine() != "x86_64", reason="the system call numbers used are x86_64's"
+)
+def test_no_fd_of_another_process_can_be_taken_with_pidfd_getfd():
+    code = PIDFD_GETFD.replace("FORGED", LINES)
+    output = lcb([{"input": "x\n", "output": "clean\n", "testtype": "stdin"}, STDIN_TESTS[0]], fenced(code))
+    verdicts = output["metadata"]["tests"]
+    assert verdicts[0]["verdict"] == "passed", verdicts[0]
+    assert output["reward"] == 0.0 and verdicts[1]["verdict"] == "wrong_answer"
