@@ -37,12 +37,11 @@ def register_dispatcher(name: str) -> Callable[[Dispatcher], Dispatcher]:
 
 
 def iter_trajectories(trajectories: Dict[Any, Dict[int, Any]]) -> Iterator[Tuple[Any, int, Any]]:
-    """(instance key, trajectory id, trajectory), trajectory ids first so that every instance starts early."""
-    width = max((len(per) for per in trajectories.values()), default=0)
-    for trajectory_id in range(width):
-        for key, per in trajectories.items():
-            if trajectory_id in per:
-                yield key, trajectory_id, per[trajectory_id]
+    """(instance key, trajectory id, trajectory), lowest trajectory ids first so that every instance starts early."""
+    order = [(trajectory_id, position, key) for position, (key, per) in enumerate(trajectories.items())
+             for trajectory_id in per]
+    for trajectory_id, _, key in sorted(order, key=lambda item: (item[0], item[1])):
+        yield key, trajectory_id, trajectories[key][trajectory_id]
 
 
 async def run_stage(trajectory: Any, name: str) -> bool:
