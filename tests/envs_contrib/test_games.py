@@ -1,0 +1,154 @@
+"""The games/* envs: golden trajectories (known-good moves with their rewards, known-bad moves answered with an
+observation), seeded rows from the dataset builders, and the checker on every game."""
+
+from __future__ import annotations
+
+import pytest
+
+import skyrl_gym
+from skygym_contrib.games.catalog import GAMES
+from skygym_contrib.games.game_2048 import slide, slide_row_left
+from skyrl_gym import datasets
+from skyrl_gym.checker import check_env
+from skyrl_gym.errors import DataError
+
+
+def game(env_id, **params):
+    env = skyrl_gym.make(env_id, extras={"reward_spec": {"ground_truth": params}})
+    env.init([{"role": "user", "content": "(the rules)"}])
+    return env
+
+
+def play(env, *moves):
+    """Play ``moves`` in order; return (reward, done, observation text, reason) per move."""
+    out = []
+    for move in moves:
+        step = env.step(f"Thinking... <move>{move}</move>" if move is not None else "no tag here")
+        text = step["observations"][0]["content"] if step["observations"] else step["metadata"].get("final", "")
+        out.append((step["reward"], step["done"], text, step["metadata"].get("reason")))
+    return out
+
+
+def test_wordle_golden_trajectory():
+    env = game("games/wordle", secret="crane")
+    (r1, d1, t1, _), (r2, d2, t2, why2), (r3, d3, _, _) = play(env, "apple", "cat", "crane")
+    assert (r1, d1) == (0.02, False) and "APPLE: Y___G" in t1  # a elsewhere, e in place
+    assert (r2, d2) == (0.0, False) and "not a five-letter word" in t2 and "invalid move" in why2
+    assert (r3, d3) == (1.0, True)
+
+
+def test_wordle_out_of_guesses_names_the_word():
+    env = game("games/wordle", secret="crane")
+    steps = play(env, "ghost", "ghost", "ghost", "ghost", "ghost", "ghost")
+    assert [s[0] for s in steps] == [0.0] * 6 and steps[-1][1] is True and "'crane'" in steps[-1][3]
+
+
+def test_tictactoe_against_minimax_golden_draw_and_loss():
+    draw = play(game("games/tictactoe", opponent_first=False, seed=0), "1", "2", "7", "6", "9")
+    assert [s[0] for s in draw] == [0.0, 0.0, 0.0, 0.0, 0.5] and draw[-1][1] is True
+    assert "O takes cell 5" in draw[0][2] and "X 2 3\n4 O 6" in draw[0][2]
+    loss = play(game("games/tictactoe", opponent_first=False, seed=0), "1", "9", "3", "4")
+    assert loss[-1][:2] == (0.0, True) and loss[-1][3] == "lost: O took cell 8 and won"
+
+
+def test_tictactoe_bad_moves_are_observations_and_three_in_a_row_end_the_game():
+    env = game("games/tictactoe", opponent_first=False, seed=0)
+    steps = play(env, "1", "1", "10", None)
+    assert "cell 1 is taken by X" in steps[1][2] and "not a cell" in steps[2][2] and "No move found" in steps[3][3]
+    assert steps[1][1] is steps[2][1] is False and steps[3][1] is True
+    assert "3 invalid moves in a row" in steps[3][3]
+
+
+def test_tictactoe_random_opponent_is_seeded():
+    first = play(game("games/tictactoe_random", opponent_first=False, seed=7), "5", "1", "9")
+    again = play(game("games/tictactoe_random", opponent_first=False, seed=7), "5", "1", "9")
+    assert first == again and first[-1][:2] == (1.0, True)
+
+
+def test_nim_golden_win_and_bad_moves():
+    env = game("games/nim", heaps=[1, 2])
+    steps = play(env, "3 1", "2 5", "2 1", "2 1")
+    assert "there is no heap 3" in steps[0][2] and "heap 2 has 2" in steps[1][2]
+    assert "Opponent takes 1 from heap 1" in steps[2][2] and steps[2][:2] == (0.0, False)
+    assert steps[3][:2] == (1.0, True)
+
+
+def test_guess_number_golden_binary_search():
+    steps = play(game("games/guess_number", secret=37, high=100), "50", "25", "101", "37")
+    assert [s[0] for s in steps] == [0.0, 0.0, 0.0, 1.0]
+    assert "lower" in steps[0][2] and "between 26 and 49" in steps[1][2] and "outside 1-100" in steps[2][2]
+
+
+def test_blackjack_golden_hands():
+    win = play(game("games/blackjack", seed=6), "stand")  # 20 against a dealer 6 6 who draws to 19
+    assert win == [(1.0, True, "You 20, dealer 6 6 4 3 = 19. You win.", None)]
+    push = play(game("games/blackjack", seed=2), "hit", "stand")  # 4 6 + J = 20 against Q J
+    assert push[0][:2] == (0.0, False) and push[1][:2] == (0.5, True)
+    bust = play(game("games/blackjack", seed=3), "double", "hit")  # 3 Q + J
+    assert "not a blackjack move" in bust[0][2] and bust[1][:2] == (0.0, True) and bust[1][3] == "bust with 23"
+
+
+def test_hangman_golden_trajectory():
+    steps = play(game("games/hangman", secret="apple"), "p", "z", "p", "a", "l", "e")
+    assert [s[0] for s in steps] == [0.1, 0.0, 0.0, 0.05, 0.05, 1.0]
+    assert "'z' is not in the word" == steps[1][3] and "was tried already" in steps[2][2]
+    assert "Word: a p p l _" in steps[4][2]
+
+
+def test_mastermind_golden_trajectory():
+    steps = play(game("games/mastermind", code=[1, 2, 3, 4], colours=6), "1243", "1237", "5566", "1234")
+    assert [s[0] for s in steps] == [0.04, 0.0, 0.0, 1.0]
+    assert "2 black, 2 white" in steps[0][2] and "not 4 digits 1-6" in steps[1][2]
+    assert steps[2][3] == "5566 has no digit in the right place"
+
+
+def test_lights_out_golden_solution_and_bad_press():
+    steps = play(game("games/lights_out", grid=["010", "111", "010"]), "4 4", "1 1", "1 1", "2 2")
+    assert "off the 3x3 grid" in steps[0][2] and steps[1][3] == "4 light(s) still on"
+    assert steps[3][:2] == (1.0, True)
+
+
+def test_twenty_questions_golden_trajectory():
+    steps = play(game("games/twenty_questions", secret="eagle"), "ask: can it fly?", "ask: is it blue?",
+                 "ask: is it an animal?", "guess: dog", "guess: eagle")
+    assert "Answer: yes" in steps[0][2] and "ask about exactly one of" in steps[1][2]
+    assert steps[3][3] == "wrong guess 'dog'" and steps[4][:2] == (0.96, True)  # 1.0 - 0.02 x 2 questions
+
+
+def test_2048_slides_merge_once_and_reward_the_merged_value():
+    assert slide_row_left([2, 2, 4, 0]) == ([4, 4, 0, 0], 4)
+    assert slide_row_left([2, 2, 2, 2]) == ([4, 4, 0, 0], 8)
+    assert slide([[0, 0, 0, 2], [0, 0, 0, 2], [0, 0, 0, 0], [0, 0, 0, 0]], "up")[0][0] == [0, 0, 0, 4]
+    env = game("games/2048", seed=1, target=8)
+    env.board = [[2, 4, 0, 0], [4, 2, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    stuck = play(env, "left")
+    assert "moves no tile" in stuck[0][2] and stuck[0][0] == 0.0  # nothing can slide left
+    env.board = [[2, 2, 0, 0], [4, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]
+    merged = play(env, "right")
+    assert merged[0][0] == 0.004 and "Slid right" in merged[0][2]
+    assert play(env, "down", "right", "left", "up")  # the game goes on with seeded tiles, never raising
+
+
+def test_bad_rows_name_the_builder():
+    with pytest.raises(DataError, match="build_rows"):
+        skyrl_gym.make("games/wordle", extras={"reward_spec": {"ground_truth": "crane"}})
+    with pytest.raises(DataError, match="bad game parameters"):
+        skyrl_gym.make("games/nim", extras={"reward_spec": {"ground_truth": {"heap": [1]}}})
+
+
+def test_builder_rows_are_seeded_and_their_prompt_is_the_first_state():
+    rows = datasets.build_rows("games/nim", split="train", size=4, seed=3, heaps=4)
+    assert rows == datasets.build_rows("games/nim", split="train", size=4, seed=3, heaps=4)
+    assert all(len(row["reward_spec"]["ground_truth"]["heaps"]) == 4 for row in rows)
+    assert "Heaps: 1:" in rows[0]["prompt"][0]["content"]
+    with pytest.raises(TypeError, match="heaps and max_size"):
+        datasets.build_rows("games/nim", size=1, heap=4)
+    env = skyrl_gym.make("games/nim", env_config={"seed": 9})  # no row: the game comes from env_config
+    prompt, _ = env.init([{"role": "user", "content": "Hello."}])
+    assert "Let's play Nim" in prompt[0]["content"]
+
+
+@pytest.mark.parametrize("env_id", sorted(GAMES))
+def test_check_passes_on_rows_from_the_builder(env_id):
+    report = check_env(env_id, datasets.build_rows(env_id, split="test", size=2, seed=0), huge_action_chars=200_000)
+    assert report.ok, str(report)
