@@ -35,7 +35,7 @@ _INSTALL = {
     "trl": "pip install 'skyrl-gym[trl]'   (nox -s trl)",
 }
 # Modules that belong to an extra without being listed above (dependencies of the listed ones).
-_ALSO = {"safetensors": "train", "tokenizers": "train", "accelerate": "train", "yaml": "train", "requests": "train",
+_ALSO = {"huggingface_hub": "train", "safetensors": "train", "tokenizers": "train", "accelerate": "train", "yaml": "train", "requests": "train",
          "openai": "trl", "hypothesis": "dev", "nox": "dev", "reasoning_gym": "dev", "importlinter": "dev"}
 
 

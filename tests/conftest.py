@@ -37,6 +37,21 @@ def pytest_make_collect_report(collector):
         report.longrepr = (str(collector.path), 0, f"Skipped: {message}")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The same for a fixture or test that imports a missing extra while it runs (e.g. a model fixture)."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is None or not isinstance(call.excinfo.value, ModuleNotFoundError):
+        return
+    from skyrl_gym.extras import missing_extra_message
+
+    message = missing_extra_message(call.excinfo.value)
+    if message is not None and report.failed:
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {message}")
+
+
 @pytest.fixture(scope="session")
 def gsm8k_test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GSM8K-format JSONL file (24 worked word problems) made by the tests; the real GSM8K sweep is in

@@ -43,6 +43,9 @@ class RetrieverProcess:
     """``python -m skyrl_gym.retrieval --corpus ... --port 0`` with the URL it printed."""
 
     def __init__(self, corpus: Path, *extra_args: str, timeout_s: float = 60.0) -> None:
+        from tests.fixtures.extras import require_extra
+
+        require_extra("search", ("bm25s", "fastapi", "uvicorn"))
         self.log_path = corpus.parent / f"retriever-{os.getpid()}-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w+", encoding="utf-8")
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))

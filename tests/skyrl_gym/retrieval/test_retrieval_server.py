@@ -12,6 +12,7 @@ import requests
 
 from skyrl_gym.retrieval.corpus import CorpusError, load_corpus
 from skyrl_gym.retrieval.index import BM25Retriever, corpus_fingerprint
+from tests.fixtures.extras import require_extra
 from tests.tool_env_support import REPO_ROOT, RetrieverProcess, write_corpus
 
 
@@ -83,6 +84,7 @@ def test_saved_index_is_reused_for_the_same_corpus_and_rebuilt_for_another(tmp_p
 
 
 def test_cli_reports_a_bad_corpus_line_by_number(tmp_path):
+    require_extra("search", ("bm25s", "fastapi", "uvicorn"))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "0", "contents": "fine"}\n{"id": "1", "body": "no contents"}\n')
     with pytest.raises(CorpusError, match="line 2"):
@@ -93,6 +95,7 @@ def test_cli_reports_a_bad_corpus_line_by_number(tmp_path):
 
 
 def test_index_folder_is_saved_by_the_cli_and_loaded_on_restart(tmp_path):
+    require_extra("search", ("bm25s", "fastapi", "uvicorn"))
     corpus = write_corpus(tmp_path / "corpus.jsonl")
     first = RetrieverProcess(corpus, "--index", str(tmp_path / "idx"))
     first.stop()
