@@ -32,9 +32,14 @@ class ConsoleLogger:
         self.stream = stream or sys.stderr
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        shown = [f"{k}={metrics[k]:.4g}" for k in self.KEYS if k in metrics]
-        timing = [f"{k.split('/', 1)[1]}={metrics[k]:.2f}s" for k in sorted(metrics) if k.startswith("timing/")]
-        print(f"[step {step}] " + " ".join(shown + timing), file=self.stream, flush=True)
+        shown = [f"{k}={metrics[k]:.3f}" for k in self.KEYS if k in metrics]
+        timing = [f"{k.split('/', 1)[1]}={metrics[k]:.1f}s" for k in sorted(metrics) if k.startswith("timing/")]
+        line = f"[step {step}] " + " ".join(shown + timing)
+        # tqdm.write puts the line above any progress bar on the same stream instead of through it.
+        from tqdm.auto import tqdm
+
+        tqdm.write(line, file=self.stream)
+        self.stream.flush()
 
     def close(self) -> None:
         pass
@@ -138,8 +143,9 @@ def plot_reward_curve(history: List[Mapping[str, float]], out_path: Path, title:
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
         ax.plot([s for s, _ in train], [r for _, r in train], label="train reward (mean)", marker=".")
-    if evals:
-        ax.plot([s for s, _ in evals], [r for _, r in evals], label="eval reward", marker="o", linestyle="--")
+    if evals:  # evaluations are points in time (often only before and after): markers, no joining line
+        ax.plot([s for s, _ in evals], [r for _, r in evals], label="held-out eval reward", marker="D", markersize=8,
+                linestyle="none")
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.set_title(title)

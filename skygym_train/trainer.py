@@ -501,14 +501,19 @@ class PPOTrainer:
         source_of: Dict[str, str] = {}
         lengths: List[int] = []
         seconds = 0.0
+        bar = _eval_progress_bar(self.t.progress_bar, len(self.val_rows))
         for start in range(0, len(self.val_rows), self.t.eval_batch_size):
             rows = self.val_rows[start : start + self.t.eval_batch_size]
             output, uids, row_of, took = self._generate(rows, n, sampling, f"eval-{self.global_step}-{start}")
             seconds += took
+            if bar is not None:
+                bar.update(len(rows))
             for uid, reward, row, resp in zip(uids, output["rewards"], row_of, output["response_ids"]):
                 rewards_by_uid[uid].append(_scalar_reward(reward))
                 source_of[uid] = str(row.get("data_source", "unknown"))
                 lengths.append(len(resp))
+        if bar is not None:
+            bar.close()
         all_rewards = [r for rs in rewards_by_uid.values() for r in rs]
         metrics = {
             "eval/reward": sum(all_rewards) / len(all_rewards),
@@ -671,6 +676,15 @@ def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc="training", unit="step", dynamic_ncols=True)
+
+
+def _eval_progress_bar(enabled: bool, total: int) -> Any:
+    """Evaluation has a bar of its own (over held-out rows), below the training bar while it runs."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="evaluating", unit="row", dynamic_ncols=True, leave=False)
 
 
 def _select_output(output: GeneratorOutput, rows: Sequence[int]) -> GeneratorOutput:

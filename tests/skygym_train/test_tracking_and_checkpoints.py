@@ -18,7 +18,7 @@ def test_console_jsonl_tensorboard_loggers(tmp_path):
     tracker.log({"reward/mean": 0.25, "timing/generate": 1.5, "note": "text", "bad": float("nan")}, step=1)
     tracker.log({"reward/mean": 0.5, "eval/reward": 0.4}, step=2)
     tracker.close()
-    assert "[step 1] reward/mean=0.25" in stream.getvalue() and "generate=1.50s" in stream.getvalue()
+    assert "[step 1] reward/mean=0.250 generate=1.5s" in stream.getvalue()  # rounded, one line per step
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2] and "note" not in lines[0] and "bad" not in lines[0]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
