@@ -19,6 +19,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 # torch first, pinned: otherwise a dependency may pull a multi-GB CUDA build on a CPU machine.
+echo "== installing into $VENV (torch, then skyrl-gym[train,embedded-model,data]; about 2 minutes the first time, nothing is compiled)"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
 "$VENV/bin/pip" install -q "torch==2.13.0"
 "$VENV/bin/pip" install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[train,embedded-model,data]"

@@ -107,6 +107,7 @@ def run_quickstart(
     cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
     print(f"quickstart: GRPO on {model}, {steps} steps of {cfg.trainer.train_batch_size} prompts x "
           f"{cfg.generator.n_samples_per_prompt} samples; outputs in {out_dir}", file=sys.stderr, flush=True)
+    print("quickstart: loading the model and the trainer ...", file=sys.stderr, flush=True)
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
         device = "GPU" if trainer.policy is not None and _on_gpu() else "CPU"
