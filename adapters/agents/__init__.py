@@ -11,7 +11,7 @@ A SkyAgent script ports by changing its imports::
 driver (:func:`skyrl_gym.episode.run_episode`). See docs/agents.md.
 """
 
-from skygym_adapters.agents.agents import AgentRun, ReActAgent, ReActChatPolicy, finish_reason_of
+from skygym_adapters.agents.agents import AgentRun, CodeActAgent, ReActAgent, ReActChatPolicy, finish_reason_of
 from skygym_adapters.agents.backends import (BACKEND_REGISTRY, ChatReply, OpenAIChatBackend, TokenBackend,
                                              build_backend, register_backend)
 from skygym_adapters.agents.config import (AgentConfig, AgentConfigError, load_agent_config, parse_agent_config)
@@ -19,12 +19,12 @@ from skygym_adapters.agents.dispatchers import DISPATCHER_REGISTRY, register_dis
 from skygym_adapters.agents.runner import (AGENT_REGISTRY, AgentRunner, AutoAgentRunner, register_agent,
                                            summarize_results)
 from skygym_adapters.agents.tasks import TASK_REGISTRY, BaseTask, EnvTask, GeneralReactTask, register_task
-from skygym_adapters.agents.tools import (TOOL_REGISTRY, AgentToolEnv, CodeInterpreterTool, FinishTool,
+from skygym_adapters.agents.tools import (TOOL_REGISTRY, AgentToolEnv, CodeActToolEnv, CodeInterpreterTool, FinishTool,
                                           register_tool)
 from skygym_adapters.agents.trajectory import BaseTrajectory, ReActTrajectory, TrajectoryConfig, TrajectoryResult
 
 __all__ = [
-    "AGENT_REGISTRY", "AgentConfig", "AgentConfigError", "AgentRun", "AgentRunner", "AgentToolEnv", "AutoAgentRunner",
+    "AGENT_REGISTRY", "AgentConfig", "CodeActAgent", "CodeActToolEnv", "AgentConfigError", "AgentRun", "AgentRunner", "AgentToolEnv", "AutoAgentRunner",
     "BACKEND_REGISTRY", "BaseTask", "BaseTrajectory", "ChatReply", "CodeInterpreterTool", "DISPATCHER_REGISTRY",
     "EnvTask", "FinishTool", "GeneralReactTask", "OpenAIChatBackend", "ReActAgent", "ReActChatPolicy",
     "ReActTrajectory", "TASK_REGISTRY", "TOOL_REGISTRY", "TokenBackend", "TrajectoryConfig", "TrajectoryResult",

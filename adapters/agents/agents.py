@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from skyrl_gym.episode import EnvCaller, Episode, EpisodeEnd, run_episode
 
-from skygym_adapters.agents.tools import AgentToolEnv
+from skygym_adapters.agents.tools import AgentToolEnv, CodeActToolEnv
 from skygym_adapters.openai_agents import ChatAgentPolicy
 from skygym_adapters.types import TrajectoryID
 
@@ -111,6 +111,10 @@ class ReActChatPolicy(ChatAgentPolicy):
 class ReActAgent:
     """An LLM with tools (see the module docstring). Built per trajectory from its :class:`TrajectoryConfig`."""
 
+    # the env an agent acts in when its task has none of its own (BaseTask.initialize_runtime builds it)
+    tool_env_cls = AgentToolEnv
+    default_tools: List[str] = []
+
     def __init__(self, traj_config: Any, infer_engine: Any, tokenizer: Any) -> None:
         self.cfg = traj_config
         self.backend = infer_engine
@@ -121,12 +125,15 @@ class ReActAgent:
         messages = [dict(m) for m in instruction]
         if not isinstance(env, AgentToolEnv) or not env.tool_names:
             return messages  # an env's own prompt already says how to act in it
-        prefix = tools_prompt(env)
+        prefix = self.system_prompt(env)
         if messages and messages[0]["role"] == "system":
             messages[0]["content"] = prefix + "\n\n" + str(messages[0]["content"])
         else:
             messages.insert(0, {"role": "system", "content": prefix})
         return messages
+
+    def system_prompt(self, env: AgentToolEnv) -> str:
+        return tools_prompt(env)
 
     async def run(self, instruction: List[Dict[str, Any]], env: Any, *, env_class: str = "agent",
                   extras: Optional[Dict[str, Any]] = None, rollout: Any = None, executor: Any = None) -> AgentRun:
@@ -194,4 +201,18 @@ class ReActAgent:
         return str(content)
 
 
-__all__ = ["AgentRun", "FINISH_REASONS", "ReActAgent", "ReActChatPolicy", "finish_reason_of", "tools_prompt"]
+class CodeActAgent(ReActAgent):
+    """CodeAct: the model acts by writing Python (a fenced ```python block), which runs in the hub's sandbox with
+    state kept between turns; the output comes back as the next message; ``finish`` ends the trajectory. Its tools
+    default to ``[finish]`` (the code blocks replace a code tool). SkyAgent's OpenHands CodeAct agent (bash,
+    file editing, SWE-bench containers) is not built: the hub has no SWE env yet."""
+
+    tool_env_cls = CodeActToolEnv
+    default_tools = ["finish"]
+
+    def system_prompt(self, env: AgentToolEnv) -> str:
+        return ("Solve the task by writing Python. Put code in a ```python block: it runs in a sandbox (variables and "
+                "imports are kept between your messages) and you get back what it printed.\n\n" + tools_prompt(env))
+
+
+__all__ = ["AgentRun", "CodeActAgent", "FINISH_REASONS", "ReActAgent", "ReActChatPolicy", "finish_reason_of", "tools_prompt"]

@@ -20,7 +20,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from skygym_adapters.agents.agents import ReActAgent
+from skygym_adapters.agents.agents import CodeActAgent, ReActAgent
 from skygym_adapters.agents.backends import build_backend
 from skygym_adapters.agents.config import AgentConfig, AgentConfigError, load_agent_config, parse_agent_config
 from skygym_adapters.agents.dispatchers import DISPATCHER_REGISTRY
@@ -34,7 +34,8 @@ from skygym_adapters.types import GeneratorOutput
 logger = logging.getLogger(__name__)
 
 # agent_cls short name -> (trajectory class, agent class)
-AGENT_REGISTRY: Dict[str, Tuple[type, type]] = {"react": (ReActTrajectory, ReActAgent)}
+AGENT_REGISTRY: Dict[str, Tuple[type, type]] = {"react": (ReActTrajectory, ReActAgent),
+                                                 "codeact": (ReActTrajectory, CodeActAgent)}
 AGENT_ALIASES = {"skyrl_agent.agents.react.ReActAgent": "react", "ReActAgent": "react",
                  "skyrl_agent.agents.oh_codeact.OHCodeActAgent": "codeact", "OHCodeActAgent": "codeact"}
 
@@ -109,8 +110,8 @@ class AgentRunner:
         if self.cfg.dispatcher.type not in DISPATCHER_REGISTRY:
             raise AgentConfigError(f"unknown dispatcher.type {self.cfg.dispatcher.type!r}; choose one of "
                                    f"{sorted(DISPATCHER_REGISTRY)} (or register one with register_dispatcher)")
-        for tool in build_tools(self.cfg.tools):  # names checked now, not on the first trajectory
-            del tool
+        self.tools = list(self.cfg.tools) or list(getattr(self.agent_cls, "default_tools", []))
+        build_tools(self.tools)  # names checked now, not on the first trajectory
         self.backend = build_backend(g.infer_backend, g.backend_config, infer_engine, tokenizer,
                                      chat_template_kwargs=template_kwargs)
         self.tokenizer = tokenizer
@@ -191,9 +192,10 @@ class AgentRunner:
             for trajectory_id in ids:
                 cfg = TrajectoryConfig(instance_id=data["instance_id"], trajectory_id=trajectory_id,
                                        max_prompt_length=g.max_prompt_length, sampling_params=dict(sampling_params),
-                                       max_iterations=g.max_iterations, tools=list(self.cfg.tools),
+                                       max_iterations=g.max_iterations, tools=list(self.tools),
                                        agent_cls=self.cfg.agent_cls, env_class=self.cfg.env_class,
-                                       env_config=dict(self.cfg.env_config))
+                                       env_config=dict(self.cfg.env_config),
+                                       tool_env_cls=getattr(self.agent_cls, "tool_env_cls", None))
                 per[trajectory_id] = self.traj_cls(cfg, data, self.backend, self.tokenizer, self.task, val_mode=val_mode,
                                                    agent_cls=self.agent_cls, rollout=rollout, executor=self.executor)
             self.trajectories[index] = per

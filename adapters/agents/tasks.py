@@ -29,7 +29,7 @@ class BaseTask:
 
     async def initialize_runtime(self, instance: Mapping[str, Any], cfg: Any) -> Any:
         """Start what the agent acts in and return it (an env for the agents of this package)."""
-        return AgentToolEnv(build_tools(cfg.tools))
+        return (getattr(cfg, "tool_env_cls", None) or AgentToolEnv)(build_tools(cfg.tools))
 
     async def get_instruction(self, instance: Mapping[str, Any]) -> List[Dict[str, Any]]:
         raise NotImplementedError(f"{type(self).__name__} must implement get_instruction(instance)")

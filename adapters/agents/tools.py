@@ -141,4 +141,39 @@ class AgentToolEnv(BaseTextEnv):
         return {"tool_calls": self.tool_calls, "finished": self.finished}
 
 
-__all__ = ["AgentToolEnv", "CodeInterpreterTool", "FinishTool", "TOOL_REGISTRY", "build_tools", "register_tool"]
+
+
+CODEACT_NO_ACTION = ("No code was found in your message. Write Python in a ```python code block to run it, or call "
+                     "finish with your answer.")
+
+
+class CodeActToolEnv(AgentToolEnv):
+    """CodeAct's action space: a fenced ```python block in the message is code to run (in the sandbox, stateful:
+    variables and imports carry over between turns); tool calls (``finish`` and the others) work as in
+    :class:`AgentToolEnv`."""
+
+    def __init__(self, tools: Sequence[ToolGroup], max_turns: Optional[int] = None) -> None:
+        from skyrl_gym.tools.python import PythonCodeExecutorToolGroup
+
+        super().__init__(tools, max_turns)
+        self.python = PythonCodeExecutorToolGroup(stateful=True)
+
+    def step(self, action: str) -> Dict[str, Any]:  # type: ignore[override]
+        from skyrl_gym.envs.lcb.grading import extract_last_code_block
+
+        parsed = parse_tool_calls(action, xml_tags=self.tool_names)
+        code = None if parsed.calls else extract_last_code_block(action)
+        if code is None:
+            out = super().step(action)
+            if out["observations"] and out["observations"][-1]["content"].startswith("No tool call was found"):
+                out["observations"][-1] = {"role": "user", "content": CODEACT_NO_ACTION}
+            return out
+        self.turns += 1
+        self.tool_calls += 1
+        output = self.python.python(code)
+        return {"observations": [{"role": "user", "content": f"Execution output:\n{output}"}], "reward": 0.0,
+                "done": False, "metadata": {}}
+
+
+__all__ = ["AgentToolEnv", "CodeActToolEnv", "CodeInterpreterTool", "FinishTool", "TOOL_REGISTRY", "build_tools",
+           "register_tool"]

@@ -42,6 +42,7 @@ class TrajectoryConfig:
     agent_cls: str = "react"
     env_class: Optional[str] = None
     env_config: Dict[str, Any] = field(default_factory=dict)
+    tool_env_cls: Any = None  # the agent's env for tasks without one (AgentToolEnv, CodeActToolEnv)
 
 
 async def maybe_await(value: Any) -> Any:

@@ -131,6 +131,20 @@ def test_code_interpreter_runs_in_the_sandbox():
     assert CodeInterpreterTool().code_interpreter("print(sum(range(10)))") == "45"
 
 
+def test_codeact_agent_acts_with_code_blocks_whose_state_persists():
+    replies = iter(["```python\nx = 6 * 7\nprint(x)\n```", "```python\nprint(x + 0)\n```",
+                    "No code here.", r"<finish>\boxed{42}</finish>"])
+    with chat_server(lambda body: next(replies)) as server:
+        config = react_config(server.url, agent_cls="codeact", tools=[], generator__max_iterations=5)
+        result = asyncio.run(AgentRunner(config).run([MATH_ROW], val_mode=True))["results"][0]
+    observations = [m["content"] for m in result["messages"] if m["role"] == "user"][1:]
+    assert observations[:2] == ["Execution output:\n42", "Execution output:\n42"]  # x survived between turns
+    assert observations[2].startswith("No code was found in your message")
+    assert result["finish_reason"] == "FINISH_TOOL" and result["reward"] == 1.0
+    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["finish"]  # codeact's default tools
+    assert "```python block" in server.requests[0]["messages"][0]["content"]
+
+
 # ---------------------------------------------------------------- the YAML's errors
 def test_unknown_keys_list_the_valid_ones():
     with pytest.raises(AgentConfigError, match=r"unknown key\(s\) \['generator.max_turns'\].*'max_iterations'"):
@@ -142,7 +156,7 @@ def test_unknown_keys_list_the_valid_ones():
 
 
 @pytest.mark.parametrize("config, message", [
-    ({"agent_cls": "planner"}, r"unknown agent_cls 'planner'; choose one of \['react'\]"),
+    ({"agent_cls": "planner"}, r"unknown agent_cls 'planner'; choose one of \['codeact', 'react'\]"),
     ({"task": "swe_bench"}, r"unknown task 'swe_bench'; choose one of \['env', 'general_react'\].*SWE-bench tasks are not built"),
     ({"generator": {"infer_backend": "tinker"}}, r"unknown generator.infer_backend 'tinker'; choose one of \['openai', 'openai_server', 'skyrl-train', 'skyrl_train'\]"),
     ({"tools": ["web_browser"]}, r"unknown tool\(s\) \['web_browser'\].*registered tools: \['code_interpreter', 'finish'\]"),
