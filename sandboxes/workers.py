@@ -36,6 +36,8 @@ MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "ou
 
 
 CANCEL_POLL_S = 0.05
+# A worker that fails to start is retried this many times before a caller is told.
+SPAWN_RETRIES = 2
 
 
 class WorkerDied(RuntimeError):
@@ -401,6 +403,7 @@ class WarmPool:
         self._all: List[SupervisorWorker] = []
         self._starting = 0
         self._last_error: Optional[str] = None
+        self._failures_in_row = 0
         self._cond = threading.Condition()
         self._closed = False
         for _ in range(size):
@@ -420,16 +423,25 @@ class WarmPool:
             worker = self._start_worker()
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
+        retry = False
         with self._cond:
-            self._starting -= 1
             if worker is not None and self._closed:
                 worker.kill()
             elif worker is not None:
                 self._all.append(worker)
                 self._idle.append(worker)
+                self._failures_in_row = 0
+            elif not self._closed and self._failures_in_row < SPAWN_RETRIES:
+                self._failures_in_row += 1  # a machine under load: try again before giving up
+                retry = True
             else:
+                self._failures_in_row = 0
                 self._last_error = error
+            if not retry:
+                self._starting -= 1
             self._cond.notify_all()
+        if retry:
+            _Spawner.submit(self._spawn)
 
     def _acquire(self, timeout_s: float) -> SupervisorWorker:
         deadline = time.monotonic() + timeout_s

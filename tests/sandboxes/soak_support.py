@@ -132,6 +132,7 @@ class SoakReport:
     elapsed_s: float = 0.0
     statuses: Dict[str, collections.Counter] = field(default_factory=lambda: collections.defaultdict(collections.Counter))
     problems: List[str] = field(default_factory=list)
+    sandbox_errors: List[str] = field(default_factory=list)  # of hostile runs: allowed, but shown
 
     def summary(self) -> str:
         lines = [
@@ -144,12 +145,15 @@ class SoakReport:
             counts = ", ".join(f"{status} {n}" for status, n in sorted(self.statuses[kind].items()))
             lines.append(f"  {kind:<15} {counts}")
         lines += [f"  problem: {problem}" for problem in self.problems[:20]]
+        lines += [f"  sandbox_error of a hostile run: {message}" for message in self.sandbox_errors[:10]]
         return "\n".join(lines)
 
 
 def check(kind: str, mark: str, result: RunResult, report: SoakReport) -> None:
     text = result.stdout + "\n" + result.stderr + "\n" + result.message
     report.statuses[kind][str(result.status)] += 1
+    if result.status == Status.SANDBOX_ERROR and kind not in HONEST:
+        report.sandbox_errors.append(f"{kind}: {result.message[:300]}")
     run_lines = [line[4:] for line in result.stdout.splitlines() if line.startswith("RUN:")]
     foreign_runs = [line for line in run_lines if MARKER.fullmatch(line) and line != mark]
     if foreign_runs:
