@@ -40,6 +40,11 @@ AGENT_ALIASES = {"skyrl_agent.agents.react.ReActAgent": "react", "ReActAgent": "
                  "skyrl_agent.agents.oh_codeact.OHCodeActAgent": "codeact", "OHCodeActAgent": "codeact"}
 
 
+# SkyAgent's rule: trajectories that ended for these reasons are not trained on (all-zero loss mask), nor are
+# those whose evaluation failed.
+MASKED_FINISH_REASONS = ("CONTEXT_WINDOW_EXCEEDED", "max_iterations_reached", "error_runtime", "error_backend", "aborted")
+
+
 def register_agent(name: str, trajectory_cls: type, agent_cls: type) -> None:
     AGENT_REGISTRY[name] = (trajectory_cls, agent_cls)
 
@@ -282,6 +287,9 @@ class AgentRunner:
                 trajectory.turns[-1].reward += reward - trajectory.total_reward
             trajectories.append(trajectory)
         output = rollout.to_generator_output(trajectories)
+        for row, t in enumerate(ordered):
+            if t.result.get("finish_reason") in MASKED_FINISH_REASONS or t.result.get("eval_error") is not None:
+                output["loss_masks"][row] = [0] * len(output["loss_masks"][row])
         reasons = Counter(str(t.result.get("finish_reason")) for t in ordered)
         metrics = output["rollout_metrics"]
         for reason, count in reasons.items():
@@ -305,5 +313,5 @@ class AutoAgentRunner:
         return AgentRunner.from_task(task, infer_engine, tokenizer)
 
 
-__all__ = ["AGENT_REGISTRY", "AgentRunner", "AutoAgentRunner", "get_field", "register_agent", "resolve_agent",
+__all__ = ["AGENT_REGISTRY", "MASKED_FINISH_REASONS", "AgentRunner", "AutoAgentRunner", "get_field", "register_agent", "resolve_agent",
            "summarize_results"]

@@ -136,3 +136,41 @@ def test_agent_eval_command_reports_bad_config_with_the_choices(tmp_path, rows):
     from skyrl_gym.cli import main
 
     assert main(["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
+
+
+def test_a_multi_turn_env_is_played_until_it_is_done(tmp_path, gsm8k_test_file):
+    rows = list(gsm8k_rows(gsm8k_test_file, limit=1, env_class="gsm8k_multi_turn"))
+    truth = rows[0]["reward_spec"]["ground_truth"]
+    replies = iter(["#### 1", f"#### {truth}"])
+    with chat_server(lambda body: next(replies)) as server:
+        config = write_config(tmp_path, server.url, max_iterations=4)
+        text = config.read_text().replace("env_class: gsm8k\n", "")  # each row's env_class
+        config.write_text(text)
+        out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(rows, val_mode=True))
+    result = out["results"][0]
+    assert result["reward"] == pytest.approx(0.2 / 5 + 1.0) and result["num_turns"] == 2
+    assert [m["role"] for m in result["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert result["finish_reason"] == "FINISH"
+
+
+def test_shipped_config_by_name_with_command_line_overrides(tmp_path, rows):
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    output = tmp_path / "out.jsonl"
+    from skyrl_gym.cli import main
+
+    with chat_server(answers_even_rows(rows)) as server:
+        rc = main(["agent", "eval", "gsm8k_env", "--data", str(data), "--output", str(output), "--base-url", server.url,
+                   "--model", "served-name", "--no-progress"])
+    assert rc == 0 and server.requests[0]["model"] == "served-name"
+    assert [json.loads(line)["reward"] for line in output.read_text().splitlines()] == [1.0, 0.0]
+
+
+def test_data_keys_pick_the_instance_and_its_id_out_of_nested_rows(tmp_path, rows):
+    nested = [{"instance": row, "meta": {"id": f"gsm-{i}"}} for i, row in enumerate(rows[:2])]
+    with chat_server(answers_even_rows(rows)) as server:
+        config = write_config(tmp_path, server.url)
+        text = config.read_text() + "data:\n  instance_key: instance\n  instance_id_key: meta.id\n"
+        config.write_text(text)
+        out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(nested, val_mode=True))
+    assert [r["instance_id"] for r in out["results"]] == ["gsm-0", "gsm-1"] and out["rewards"] == [1.0, 0.0]

@@ -94,6 +94,17 @@ def test_an_engine_failure_fails_its_trajectory_with_a_masked_row(rows, tokenize
     assert out["rollout_metrics"]["agent/finish_reason/error_backend"] == 0.25
 
 
+def test_trajectories_cut_by_the_iteration_cap_are_not_trained_on(tokenizer):
+    row = {"data_source": "math", "prompt": [{"role": "user", "content": "What is 6 times 7?"}],
+           "reward_spec": {"ground_truth": "42"}}
+    engine = ScriptedEngine(tokenizer, {"6 times 7": ["Hmm.", "Hmm again."]})
+    config = {"task": "general_react", "tools": ["finish"],
+              "generator": {"infer_backend": "skyrl-train", "max_iterations": 2, "sampling_params": {"max_tokens": 32}}}
+    out = asyncio.run(AgentRunner(config, infer_engine=engine, tokenizer=tokenizer).run([row]))
+    assert out["rollout_metrics"]["agent/finish_reason/max_iterations_reached"] == 1.0
+    assert out["num_turns"] == [2] and set(out["loss_masks"][0]) == {0}
+
+
 def test_a_real_model_behind_the_engine_interface(rows, tiny_engine, tokenizer):
     runner = AgentRunner(env_config(sampling_params={"max_tokens": 8, "temperature": 1.0, "logprobs": True}),
                          infer_engine=tiny_engine, tokenizer=tokenizer)
