@@ -492,6 +492,64 @@ def _rows_from(rows: Any) -> List[Any]:
     return list(rows)
 
 
+GOLDEN_FILE = "golden.json"
+
+
+class NoRowsFor(LookupError):
+    """No rows to check an env with: it has no working dataset builder and ships no golden cases."""
+
+
+def golden_rows(env_id: str) -> Tuple[List[Dict[str, Any]], Optional[Path]]:
+    """The golden cases shipped with an env: the rows of ``golden.json`` beside its entry point's module whose
+    ``env_class`` is ``env_id`` (a JSON list of rows, each with a ``reference_action``); ``([], None)`` if none."""
+    import importlib.util
+
+    entry_point = spec(env_id).entry_point
+    module = entry_point.partition(":")[0] if isinstance(entry_point, str) else getattr(entry_point, "__module__", None)
+    try:
+        found = importlib.util.find_spec(module) if module else None
+    except (ImportError, ValueError):
+        found = None
+    if found is None or not found.origin:
+        return [], None
+    path = Path(found.origin).parent / GOLDEN_FILE
+    if not path.exists():
+        return [], None
+    rows = [row for row in read_records(path) if isinstance(row, Mapping) and row.get("env_class") == spec(env_id).id]
+    return rows, (path if rows else None)
+
+
+def default_rows(env_id: str, size: int = 2, seed: int = 0) -> Tuple[List[Dict[str, Any]], str]:
+    """Rows to check ``env_id`` with when none are given, and where they came from: ``size`` rows of the test split
+    from its dataset builder (:mod:`skyrl_gym.datasets`), else the golden cases shipped with it (also when the
+    builder fails, e.g. without network access). Raises :class:`NoRowsFor` naming what to pass instead."""
+    from skyrl_gym import datasets
+
+    env_id = spec(env_id).id
+    builder_error = None
+    if datasets.has_dataset(env_id):
+        try:
+            rows = datasets.build_rows(env_id, split="test", size=size, seed=seed)
+        except Exception as exc:  # a builder that needs the network or an extra: fall back to golden cases
+            builder_error = f"{type(exc).__name__}: {exc}"
+        else:
+            if rows:
+                return rows, (f"{len(rows)} row(s) from the dataset builder: skyrl_gym.datasets.build_rows({env_id!r}, "
+                              f"split='test', size={size}, seed={seed})")
+            builder_error = "it built no rows"
+    rows, path = golden_rows(env_id)
+    if rows:
+        why = f" (its dataset builder failed: {builder_error})" if builder_error else ""
+        return rows[:size], f"{len(rows[:size])} golden case(s) from {path}{why}"
+    if builder_error:
+        raise NoRowsFor(f"cannot build rows for {env_id!r}: its dataset builder failed ({builder_error}) and it ships no "
+                        f"golden cases. Fix what the builder needs, or pass rows: skyrl-gym check {env_id} --rows FILE "
+                        "(JSONL, JSON or Parquet rows; see the README's 'The dataset row').")
+    raise NoRowsFor(f"{env_id!r} has no dataset builder and ships no golden cases, so there are no rows to check it "
+                    f"with: pass rows in the README's row format, skyrl-gym check {env_id} --rows FILE (see "
+                    f"`skyrl-gym info {env_id}` for the row it expects).")
+
+
 def check_env(
     env_or_id: Any,
     rows: Union[str, Path, Iterable[Mapping[str, Any]], Mapping[str, Any], None] = None,
@@ -602,4 +660,4 @@ def _check_with_gymnasium(factory: _EnvFactory, report: CheckReport, rows: List[
                                        factory.env_id))
 
 
-__all__ = ["check_env", "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING"]
+__all__ = ["check_env", "default_rows", "golden_rows", "NoRowsFor", "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING"]

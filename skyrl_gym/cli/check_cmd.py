@@ -1,4 +1,7 @@
-"""``skyrl-gym check ID --rows FILE``: run the env checker and print its report (exit 1 on breaches)."""
+"""``skyrl-gym check ID [--rows FILE]``: run the env checker and print its report (exit 1 on breaches).
+
+Without ``--rows`` the rows come from the env's dataset builder, else from the golden cases it ships
+(:func:`skyrl_gym.checker.default_rows`)."""
 
 from __future__ import annotations
 
@@ -16,9 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Exit code 0: no errors; 1: errors found; 2: bad arguments.",
     )
     parser.add_argument("env_id", metavar="ID")
-    parser.add_argument("--rows", metavar="FILE", help="dataset rows (JSONL, JSON or Parquet)")
+    parser.add_argument("--rows", metavar="FILE", help="dataset rows (JSONL, JSON or Parquet); default: rows from the "
+                        "env's dataset builder (test split, seed 0), else the golden cases shipped with the env")
     parser.add_argument("--env-config", metavar="JSON", help="env_config as JSON, or @file.json")
-    parser.add_argument("--max-rows", type=int, help="check at most this many rows")
+    parser.add_argument("--max-rows", type=int, help="check at most this many rows (without --rows: how many to build, "
+                        "default 2)")
     parser.add_argument("--step-timeout", type=float, default=60.0, metavar="SECONDS",
                         help="report a make/init/step/close slower than this as hanging (default 60)")
     parser.add_argument("--huge-chars", type=int, default=10_000_000, help="size of the huge action (default 10 MB)")
@@ -30,14 +35,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from skyrl_gym.checker import check_env
+    from skyrl_gym.checker import NoRowsFor, check_env, default_rows
     from skyrl_gym.errors import UnregisteredEnv
 
     try:
         env_config = parse_json_arg(args.env_config, "--env-config", default={})
+        rows = args.rows
+        if rows is None:
+            rows, source = default_rows(args.env_id, size=args.max_rows or 2)
+            print(f"checking {source}")
         report = check_env(
             args.env_id,
-            args.rows,
+            rows,
             env_config=env_config,
             max_rows=args.max_rows,
             step_timeout_s=args.step_timeout or None,
@@ -46,7 +55,7 @@ def run_check(args: argparse.Namespace) -> int:
             check_determinism=not args.no_determinism,
             gymnasium=args.gymnasium,
         )
-    except (UsageError, UnregisteredEnv) as exc:
+    except (UsageError, UnregisteredEnv, NoRowsFor) as exc:
         error(str(exc))
         return 2
     print(report)

@@ -8,54 +8,19 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from skyrl_gym.envs.gsm8k.dataset import record_to_row
+from skyrl_gym.checker import golden_rows
 from skyrl_gym.data import load_rows
 from skyrl_gym.envs.multiply.dataset import make_rows
-
-GSM8K_RECORDS = [
-    {
-        "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-        "How many clips did Natalia sell altogether in April and May?",
-        "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
-        "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72",
-    },
-    {
-        "question": "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. "
-        "How much did she earn?",
-        "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\n"
-        "Working 50 minutes, she earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10",
-    },
-]
 
 
 def _user(text: str) -> List[Dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
+# gsm8k, gsm8k_multi_turn, aime and math ship golden cases (golden.json beside the env), which
+# `skyrl-gym check ID` uses when it cannot build rows; the tests check the same rows.
 BUILTIN_ROWS: Dict[str, List[Dict[str, Any]]] = {
-    "gsm8k": [record_to_row(r, i, "test") for i, r in enumerate(GSM8K_RECORDS)],
-    "gsm8k_multi_turn": [
-        {**record_to_row(r, i, "test", env_class="gsm8k_multi_turn"), "max_turns": 3}
-        for i, r in enumerate(GSM8K_RECORDS)
-    ],
-    "aime": [
-        {
-            "data_source": "aime",
-            "prompt": _user("Find the remainder when 2^10 is divided by 1000."),
-            "env_class": "aime",
-            "reward_model": {"ground_truth": "24"},
-            "extra_info": {"reference_action": "2^10 = 1024, so the remainder is 24.\nAnswer: 24"},
-        }
-    ],
-    "math": [
-        {
-            "data_source": "math",
-            "prompt": _user("What is 1/2 as a decimal? Put the answer in \\boxed{}."),
-            "env_class": "math",
-            "reward_spec": {"method": "rule", "ground_truth": "\\frac{1}{2}"},
-            "extra_info": {"reference_action": "One half is \\boxed{0.5}."},
-        }
-    ],
+    **{env_id: golden_rows(env_id)[0] for env_id in ("gsm8k", "gsm8k_multi_turn", "aime", "math")},
     "multiply": [
         {**row, "extra_info": {**row["extra_info"], "reference_action": f"\\boxed{{{row['reward_spec']['ground_truth']}}}"}}
         for row in make_rows(2, num_digits=2, seed=3, max_turns=2)
@@ -152,11 +117,13 @@ BUILTIN_ROWS.update(_code_env_rows())
 
 
 def builtin_env_ids() -> List[str]:
-    """Every env registered by skyrl-gym itself (plugins excluded)."""
+    """Every env registered by skyrl-gym itself (plugins excluded). The ``reasoning_gym/*`` and ``games/*`` families
+    are checked on rows from their dataset builders in tests/envs_contrib."""
     import skyrl_gym
 
     return sorted(
         env_id
         for env_id, spec in skyrl_gym.registry.items()
         if spec.provider == "skyrl-gym" and not env_id.startswith("test")  # envs other tests register
+        and not env_id.startswith(("reasoning_gym/", "games/"))
     )

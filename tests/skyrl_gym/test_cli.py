@@ -174,6 +174,24 @@ def test_check_reports_bad_rows_and_bad_arguments(capsys, tmp_path):
     assert code == 2 and "--env-config is not valid JSON" in err
 
 
+def test_check_without_rows_builds_them_or_uses_the_golden_cases(capsys):
+    code, out, _ = run_cli(capsys, ["check", "multiply", "--huge-chars", "1000"])
+    assert code == 0 and out.startswith("checking 2 row(s) from the dataset builder: skyrl_gym.datasets.build_rows("
+                                        "'multiply', split='test', size=2, seed=0)")
+    assert "check multiply: OK - 2 row(s)" in out
+
+    # gsm8k's builder reads the hub; without it (or offline) the golden cases shipped with the env are checked
+    code, out, _ = run_cli(capsys, ["check", "gsm8k", "--huge-chars", "1000", "--max-rows", "1"])
+    assert code == 0 and "check gsm8k: OK - 1 row(s)" in out
+    assert "from the dataset builder" in out or "golden case(s) from" in out and "golden.json" in out
+
+
+def test_check_without_rows_says_what_to_pass_when_there_are_none(capsys):
+    code, _, err = run_cli(capsys, ["check", "search"])
+    assert code == 2 and "has no dataset builder and ships no golden cases" in err
+    assert "skyrl-gym check search --rows FILE" in err
+
+
 # ----- step ---------------------------------------------------------------------------------------
 
 
