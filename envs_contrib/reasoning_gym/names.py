@@ -126,4 +126,4 @@ def env_id(name: str) -> str:
 
 def description(name: str) -> str:
     category, task = DATASETS[name]
-    return f"reasoning-gym {category}: {task}; <answer> tag, scored by reasoning-gym"
+    return f"reasoning-gym {category}: {task}."

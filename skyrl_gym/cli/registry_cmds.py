@@ -15,6 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     list_parser = subparsers.add_parser("list", help="list the registered envs: id, description, provider")
     list_parser.add_argument("--provider", help="only envs of this provider (package name)")
     list_parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    list_parser.add_argument("--markdown", action="store_true",
+                             help="print the catalogue page (docs/catalogue.md) of the envs skyrl-gym provides")
     list_parser.set_defaults(func=run_list)
 
     info_parser = subparsers.add_parser("info", help="show one env: spec, entry point, docs, README, tools")
@@ -42,6 +44,11 @@ def env_table(provider: Optional[str] = None) -> List[Dict[str, str]]:
 def run_list(args: argparse.Namespace) -> int:
     import skyrl_gym
 
+    if args.markdown:
+        from skyrl_gym.catalogue import markdown
+
+        print(markdown(), end="")
+        return 0
     rows = env_table(args.provider)
     plugin_errors = dict(skyrl_gym.registry.plugin_errors)
     if args.json:

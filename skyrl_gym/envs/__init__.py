@@ -29,8 +29,10 @@ register(id="searchcode", entry_point="skyrl_gym.envs.searchcode.env:SearchCodeE
 # --- code (issue: sandboxes) ----------------------------------------------------------------------
 register(id="lcb", entry_point="skyrl_gym.envs.lcb.env:LCBEnv")
 register_dataset("lcb", "skyrl_gym.envs.lcb.dataset:build_rows")
-register(id="humaneval", entry_point="skyrl_gym.envs.humaneval.env:HumanEvalEnv")
+register(id="humaneval", entry_point="skyrl_gym.envs.humaneval.env:HumanEvalEnv",
+         description="The 164 HumanEval problems: 1.0 when the completed function passes its tests in a sandbox.")
 register_dataset("humaneval", "skyrl_gym.envs.humaneval.dataset:build_rows")
-register(id="code_interpreter", entry_point="skyrl_gym.envs.code_interpreter.env:CodeInterpreterEnv")
+register(id="code_interpreter", entry_point="skyrl_gym.envs.code_interpreter.env:CodeInterpreterEnv",
+         description="Math with a sandboxed Python tool over several turns; 1.0 for a correct \\boxed{} answer.")
 
 __all__ = ["register", "deregister"]
