@@ -142,9 +142,10 @@ class ReActAgent:
         prompt = self.instruction(instruction, env)
         if getattr(self.backend, "token_level", False):
             return await self._run_tokens(prompt, env, env_class, extras or {}, rollout, executor)
-        return await self._run_chat(prompt, env, env_class, executor)
+        return await self._run_chat(prompt, env, env_class, extras or {}, executor)
 
-    async def _run_chat(self, prompt: List[Dict[str, Any]], env: Any, env_class: str, executor: Any) -> AgentRun:
+    async def _run_chat(self, prompt: List[Dict[str, Any]], env: Any, env_class: str, extras: Dict[str, Any],
+                        executor: Any) -> AgentRun:
         policy = ReActChatPolicy(self.backend, self.cfg.sampling_params, self.cfg.max_prompt_length)
 
         def make_env() -> Any:
@@ -152,7 +153,8 @@ class ReActAgent:
             return env
 
         episode = await run_episode(make_env, prompt, policy, env_class=env_class,
-                                    max_turns_cap=self.cfg.max_iterations, caller=EnvCaller(executor))
+                                    max_turns_cap=self.cfg.max_iterations, row_max_turns=extras.get("max_turns"),
+                                    caller=EnvCaller(executor))
         reason = finish_reason_of(episode.end, getattr(env, "finished", False), episode.error_method)
         messages = policy.messages or [dict(m) for m in prompt]
         return AgentRun(messages=messages, finish_reason=reason, answer=self._answer(env, messages),

@@ -44,6 +44,8 @@ class OpenAIChatBackend:
 
     def __init__(self, base_url: str, model: Optional[str] = None, api_key: Optional[str] = None,
                  timeout: float = 600.0, max_concurrency: int = 256, tokenizer: Any = None) -> None:
+        import aiohttp  # noqa: F401  (a missing one fails here, where the CLI names the extra to install)
+
         if not base_url:
             raise AgentConfigError("the openai_server backend needs generator.backend_config.base_url "
                                    "(e.g. http://127.0.0.1:8000)")

@@ -174,3 +174,12 @@ def test_data_keys_pick_the_instance_and_its_id_out_of_nested_rows(tmp_path, row
         config.write_text(text)
         out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(nested, val_mode=True))
     assert [r["instance_id"] for r in out["results"]] == ["gsm-0", "gsm-1"] and out["rewards"] == [1.0, 0.0]
+
+
+def test_a_rows_max_turns_bounds_the_episode(tmp_path, gsm8k_test_file):
+    rows = [{**row, "max_turns": 2} for row in gsm8k_rows(gsm8k_test_file, limit=1, env_class="gsm8k_multi_turn")]
+    with chat_server(lambda body: "#### 1") as server:
+        config = write_config(tmp_path, server.url, max_iterations=4)
+        config.write_text(config.read_text().replace("env_class: gsm8k\n", ""))
+        out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(rows, val_mode=True))
+    assert out["results"][0]["num_turns"] == 2 and len(server.requests) == 2
