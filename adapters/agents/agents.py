@@ -34,8 +34,15 @@ from skygym_adapters.types import TrajectoryID
 
 logger = logging.getLogger(__name__)
 
-FINISH_REASONS = ("FINISH_TOOL", "FINISH", "max_iterations_reached", "CONTEXT_WINDOW_EXCEEDED", "error_runtime",
-                  "error_backend", "aborted")
+FINISH_REASONS = (
+    "FINISH_TOOL",
+    "FINISH",
+    "max_iterations_reached",
+    "CONTEXT_WINDOW_EXCEEDED",
+    "error_runtime",
+    "error_backend",
+    "aborted",
+)
 
 
 def finish_reason_of(end: Optional[EpisodeEnd], finished_tool: bool, error_method: Optional[str]) -> str:
@@ -73,9 +80,11 @@ def tools_prompt(env: AgentToolEnv) -> str:
         fn = schema["function"]
         params = ", ".join(fn["parameters"].get("properties", {}))
         lines.append(f"- {fn['name']}({params}): {fn['description']}")
-    return ("You can call these tools:\n" + "\n".join(lines) + "\n\nCall a tool with "
-            '<tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>, or with <TOOL>argument</TOOL> for a tool '
-            "of one argument. When you know the final answer, call finish with it, e.g. <finish>\\boxed{42}</finish>.")
+    return (
+        "You can call these tools:\n" + "\n".join(lines) + "\n\nCall a tool with "
+        '<tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>, or with <TOOL>argument</TOOL> for a tool '
+        "of one argument. When you know the final answer, call finish with it, e.g. <finish>\\boxed{42}</finish>."
+    )
 
 
 class ReActChatPolicy(ChatAgentPolicy):
@@ -83,7 +92,9 @@ class ReActChatPolicy(ChatAgentPolicy):
     conversation passes ``max_prompt_length`` tokens (counted when a tokenizer was given), and a reply the server
     cut for length ends the trajectory (``CONTEXT_WINDOW_EXCEEDED``) instead of being run as an action."""
 
-    def __init__(self, backend: Any, sampling_params: Dict[str, Any], max_prompt_length: Optional[int]) -> None:
+    def __init__(
+        self, backend: Any, sampling_params: Dict[str, Any], max_prompt_length: Optional[int]
+    ) -> None:
         super().__init__(self._ask)
         self.backend = backend
         self.sampling_params = dict(sampling_params)
@@ -135,8 +146,16 @@ class ReActAgent:
     def system_prompt(self, env: AgentToolEnv) -> str:
         return tools_prompt(env)
 
-    async def run(self, instruction: List[Dict[str, Any]], env: Any, *, env_class: str = "agent",
-                  extras: Optional[Dict[str, Any]] = None, rollout: Any = None, executor: Any = None) -> AgentRun:
+    async def run(
+        self,
+        instruction: List[Dict[str, Any]],
+        env: Any,
+        *,
+        env_class: str = "agent",
+        extras: Optional[Dict[str, Any]] = None,
+        rollout: Any = None,
+        executor: Any = None,
+    ) -> AgentRun:
         """Play ``env`` (already built by the task) from ``instruction`` until it ends; never raises for a failure
         of the env, a tool or the backend (the run's ``finish_reason`` and ``error`` say what happened)."""
         prompt = self.instruction(instruction, env)
@@ -144,33 +163,65 @@ class ReActAgent:
             return await self._run_tokens(prompt, env, env_class, extras or {}, rollout, executor)
         return await self._run_chat(prompt, env, env_class, extras or {}, executor)
 
-    async def _run_chat(self, prompt: List[Dict[str, Any]], env: Any, env_class: str, extras: Dict[str, Any],
-                        executor: Any) -> AgentRun:
+    async def _run_chat(
+        self, prompt: List[Dict[str, Any]], env: Any, env_class: str, extras: Dict[str, Any], executor: Any
+    ) -> AgentRun:
         policy = ReActChatPolicy(self.backend, self.cfg.sampling_params, self.cfg.max_prompt_length)
 
         def make_env() -> Any:
             policy.env = env
             return env
 
-        episode = await run_episode(make_env, prompt, policy, env_class=env_class,
-                                    max_turns_cap=self.cfg.max_iterations, row_max_turns=extras.get("max_turns"),
-                                    caller=EnvCaller(executor))
+        episode = await run_episode(
+            make_env,
+            prompt,
+            policy,
+            env_class=env_class,
+            max_turns_cap=self.cfg.max_iterations,
+            row_max_turns=extras.get("max_turns"),
+            caller=EnvCaller(executor),
+        )
         reason = finish_reason_of(episode.end, getattr(env, "finished", False), episode.error_method)
         messages = policy.messages or [dict(m) for m in prompt]
-        return AgentRun(messages=messages, finish_reason=reason, answer=self._answer(env, messages),
-                        env_reward=episode.total_reward, error=episode.error, num_turns=episode.num_turns,
-                        episode=episode, env_metrics=episode.env_metrics)
+        return AgentRun(
+            messages=messages,
+            finish_reason=reason,
+            answer=self._answer(env, messages),
+            env_reward=episode.total_reward,
+            error=episode.error,
+            num_turns=episode.num_turns,
+            episode=episode,
+            env_metrics=episode.env_metrics,
+        )
 
-    async def _run_tokens(self, prompt: List[Dict[str, Any]], env: Any, env_class: str, extras: Dict[str, Any],
-                          rollout: Any, executor: Any) -> AgentRun:
+    async def _run_tokens(
+        self,
+        prompt: List[Dict[str, Any]],
+        env: Any,
+        env_class: str,
+        extras: Dict[str, Any],
+        rollout: Any,
+        executor: Any,
+    ) -> AgentRun:
         from skygym_adapters.rollout.loop import run_trajectory
         from skygym_adapters.rollout.trajectory import Trajectory
 
-        trajectory_id = TrajectoryID(instance_id=str(self.cfg.instance_id), repetition_id=int(self.cfg.trajectory_id))
+        trajectory_id = TrajectoryID(
+            instance_id=str(self.cfg.instance_id), repetition_id=int(self.cfg.trajectory_id)
+        )
         try:
-            trajectory = await run_trajectory(rollout.client, rollout.chat, rollout.config, copy.deepcopy(prompt),
-                                              env_class, extras, trajectory_id, self.cfg.sampling_params,
-                                              executor, make_env=lambda: env)
+            trajectory = await run_trajectory(
+                rollout.client,
+                rollout.chat,
+                rollout.config,
+                copy.deepcopy(prompt),
+                env_class,
+                extras,
+                trajectory_id,
+                self.cfg.sampling_params,
+                executor,
+                make_env=lambda: env,
+            )
         except Exception as exc:  # the engine failed: this trajectory fails, the batch goes on
             error = f"{type(exc).__name__}: {exc}"
             logger.warning("trajectory %s: the inference engine failed: %s", trajectory_id, error)
@@ -178,17 +229,32 @@ class ReActAgent:
                 prompt_ids = rollout.chat.prompt_ids(prompt)
             except Exception:
                 prompt_ids = [rollout.chat.turn_end_token_id]
-            trajectory = Trajectory(trajectory_id=trajectory_id, env_class=env_class, prompt_ids=prompt_ids,
-                                    conversation=list(prompt), error=error, stop_reason="error")
-            return AgentRun(messages=list(prompt), finish_reason="error_backend", error=error, trajectory=trajectory)
+            trajectory = Trajectory(
+                trajectory_id=trajectory_id,
+                env_class=env_class,
+                prompt_ids=prompt_ids,
+                conversation=list(prompt),
+                error=error,
+                stop_reason="error",
+            )
+            return AgentRun(
+                messages=list(prompt), finish_reason="error_backend", error=error, trajectory=trajectory
+            )
         method = None
         if trajectory.error:
             method = trajectory.error.split(":", 1)[0]
         reason = finish_reason_of(trajectory.episode_end, getattr(env, "finished", False), method)
         messages = [dict(m) for m in trajectory.conversation]
-        return AgentRun(messages=messages, finish_reason=reason, answer=self._answer(env, messages),
-                        env_reward=trajectory.total_reward, error=trajectory.error, num_turns=trajectory.num_turns,
-                        trajectory=trajectory, env_metrics=trajectory.env_metrics)
+        return AgentRun(
+            messages=messages,
+            finish_reason=reason,
+            answer=self._answer(env, messages),
+            env_reward=trajectory.total_reward,
+            error=trajectory.error,
+            num_turns=trajectory.num_turns,
+            trajectory=trajectory,
+            env_metrics=trajectory.env_metrics,
+        )
 
     @staticmethod
     def _answer(env: Any, messages: List[Dict[str, Any]]) -> Optional[str]:
@@ -213,8 +279,19 @@ class CodeActAgent(ReActAgent):
     default_tools = ["finish"]
 
     def system_prompt(self, env: AgentToolEnv) -> str:
-        return ("Solve the task by writing Python. Put code in a ```python block: it runs in a sandbox (variables and "
-                "imports are kept between your messages) and you get back what it printed.\n\n" + tools_prompt(env))
+        return (
+            "Solve the task by writing Python. Put code in a ```python block: it runs in a sandbox (variables and "
+            "imports are kept between your messages) and you get back what it printed.\n\n"
+            + tools_prompt(env)
+        )
 
 
-__all__ = ["AgentRun", "CodeActAgent", "FINISH_REASONS", "ReActAgent", "ReActChatPolicy", "finish_reason_of", "tools_prompt"]
+__all__ = [
+    "AgentRun",
+    "CodeActAgent",
+    "FINISH_REASONS",
+    "ReActAgent",
+    "ReActChatPolicy",
+    "finish_reason_of",
+    "tools_prompt",
+]

@@ -15,6 +15,7 @@ gets prompt and response ids, loss masks and logprobs exactly as the trainer's o
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
@@ -23,6 +24,8 @@ from skygym_adapters.engines.base import EngineError, resolve_sampling
 from skygym_adapters.engines.http_sessions import LoopSessions
 
 from skygym_adapters.agents.config import AgentConfigError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,14 +44,24 @@ class OpenAIChatBackend:
 
     _ALIASES = {"api_url": "base_url", "model_name": "model"}
     _KEYS = ("base_url", "model", "api_key", "timeout", "max_concurrency")
+    _IGNORED = ("model_max_len", "require_token_ids")  # SkyAgent's; the server's own limits apply here
 
-    def __init__(self, base_url: str, model: Optional[str] = None, api_key: Optional[str] = None,
-                 timeout: float = 600.0, max_concurrency: int = 256, tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: Optional[str] = None,
+        api_key: Optional[str] = None,
+        timeout: float = 600.0,
+        max_concurrency: int = 256,
+        tokenizer: Any = None,
+    ) -> None:
         import aiohttp  # noqa: F401  (a missing one fails here, where the CLI names the extra to install)
 
         if not base_url:
-            raise AgentConfigError("the openai_server backend needs generator.backend_config.base_url "
-                                   "(e.g. http://127.0.0.1:8000)")
+            raise AgentConfigError(
+                "the openai_server backend needs generator.backend_config.base_url "
+                "(e.g. http://127.0.0.1:8000)"
+            )
         root = str(base_url).rstrip("/")
         self.root_url = root[: -len("/v1")] if root.endswith("/v1") else root
         self.model = model
@@ -60,10 +73,18 @@ class OpenAIChatBackend:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], tokenizer: Any = None) -> "OpenAIChatBackend":
         cfg = {cls._ALIASES.get(k, k): v for k, v in dict(cfg or {}).items()}
+        for key in cls._IGNORED:
+            if cfg.pop(key, None) is not None:
+                logger.info(
+                    "generator.backend_config.%s is accepted for SkyAgent compatibility but has no effect",
+                    key,
+                )
         unknown = sorted(set(cfg) - set(cls._KEYS))
         if unknown:
-            raise AgentConfigError(f"unknown key(s) {unknown} in generator.backend_config for openai_server; "
-                                   f"valid keys: {list(cls._KEYS)} (SkyAgent's api_url and model_name also work)")
+            raise AgentConfigError(
+                f"unknown key(s) {unknown} in generator.backend_config for openai_server; "
+                f"valid keys: {list(cls._KEYS)} (SkyAgent's api_url and model_name also work)"
+            )
         return cls(tokenizer=tokenizer, **cfg)
 
     async def _model_name(self) -> str:
@@ -73,16 +94,21 @@ class OpenAIChatBackend:
                     data = await response.json(content_type=None)
                 self.model = data["data"][0]["id"]
             except Exception as exc:
-                raise EngineError(f"could not ask {self.root_url}/v1/models for the model name ({type(exc).__name__}: "
-                                  f"{exc}); set generator.backend_config.model") from exc
+                raise EngineError(
+                    f"could not ask {self.root_url}/v1/models for the model name ({type(exc).__name__}: "
+                    f"{exc}); set generator.backend_config.model"
+                ) from exc
         return self.model
 
     @staticmethod
     def payload_sampling(params: Mapping[str, Any]) -> Dict[str, Any]:
         """SkyAgent's ``sampling_params`` (vLLM/OpenAI names) validated by the engines' own rules, as request fields."""
         sampling = resolve_sampling(dict(params or {}))
-        payload: Dict[str, Any] = {"max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
-                                   "top_p": sampling.top_p}
+        payload: Dict[str, Any] = {
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+        }
         if sampling.top_k > 0:
             payload["top_k"] = sampling.top_k
         if sampling.min_p > 0:
@@ -93,9 +119,14 @@ class OpenAIChatBackend:
             payload["seed"] = sampling.seed
         return payload
 
-    async def chat(self, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]],
-                   sampling_params: Mapping[str, Any]) -> ChatReply:
-        payload = {"model": await self._model_name(), "messages": messages, **self.payload_sampling(sampling_params)}
+    async def chat(
+        self, messages: List[Dict[str, Any]], tools: List[Dict[str, Any]], sampling_params: Mapping[str, Any]
+    ) -> ChatReply:
+        payload = {
+            "model": await self._model_name(),
+            "messages": messages,
+            **self.payload_sampling(sampling_params),
+        }
         if tools:
             payload["tools"] = tools
         url = self.root_url + "/v1/chat/completions"
@@ -108,8 +139,9 @@ class OpenAIChatBackend:
         except EngineError:
             raise
         except asyncio.TimeoutError as exc:
-            raise EngineError(f"POST {url} timed out after {self.timeout:g} s "
-                              "(raise generator.backend_config.timeout)") from exc
+            raise EngineError(
+                f"POST {url} timed out after {self.timeout:g} s (raise generator.backend_config.timeout)"
+            ) from exc
         except Exception as exc:
             raise EngineError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
         try:
@@ -127,7 +159,9 @@ class OpenAIChatBackend:
         from skygym_adapters.rollout.chat import _as_ids
 
         plain = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
-        return len(_as_ids(self.tokenizer.apply_chat_template(plain, tokenize=True, add_generation_prompt=True)))
+        return len(
+            _as_ids(self.tokenizer.apply_chat_template(plain, tokenize=True, add_generation_prompt=True))
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -139,23 +173,36 @@ class TokenBackend:
     needs_tokenizer = True
     token_level = True
 
-    def __init__(self, engine: Any, tokenizer: Any, chat_template_kwargs: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self, engine: Any, tokenizer: Any, chat_template_kwargs: Optional[Dict[str, Any]] = None
+    ) -> None:
         if engine is None:
-            raise AgentConfigError("the skyrl-train backend needs an inference engine: pass infer_engine= (an hf, vllm, "
-                                   "remote or sglang engine from skygym_adapters.engines.make_engine, or a list of them)")
+            raise AgentConfigError(
+                "the skyrl-train backend needs an inference engine: pass infer_engine= (an hf, vllm, "
+                "remote or sglang engine from skygym_adapters.engines.make_engine, or a list of them)"
+            )
         if tokenizer is None:
-            raise AgentConfigError("the skyrl-train backend records token ids and needs the policy's tokenizer; "
-                                   "pass tokenizer= (or use infer_backend: openai_server for tokenizer-free evaluation)")
+            raise AgentConfigError(
+                "the skyrl-train backend records token ids and needs the policy's tokenizer; "
+                "pass tokenizer= (or use infer_backend: openai_server for tokenizer-free evaluation)"
+            )
         self.engine = engine
         self.tokenizer = tokenizer
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], engine: Any, tokenizer: Any,
-                    chat_template_kwargs: Optional[Dict[str, Any]] = None) -> "TokenBackend":
+    def from_config(
+        cls,
+        cfg: Mapping[str, Any],
+        engine: Any,
+        tokenizer: Any,
+        chat_template_kwargs: Optional[Dict[str, Any]] = None,
+    ) -> "TokenBackend":
         if cfg:
-            raise AgentConfigError(f"the skyrl-train backend takes no generator.backend_config (got keys {sorted(cfg)}); "
-                                   "configure the engine you pass as infer_engine instead")
+            raise AgentConfigError(
+                f"the skyrl-train backend takes no generator.backend_config (got keys {sorted(cfg)}); "
+                "configure the engine you pass as infer_engine instead"
+            )
         return cls(engine, tokenizer, chat_template_kwargs)
 
     async def aclose(self) -> None:
@@ -186,8 +233,17 @@ def register_backend(name: str, factory: Callable[..., Any]) -> None:
 
 def build_backend(name: str, cfg: Mapping[str, Any], infer_engine: Any, tokenizer: Any, **kwargs: Any) -> Any:
     if name not in BACKEND_REGISTRY:
-        raise AgentConfigError(f"unknown generator.infer_backend {name!r}; choose one of {sorted(BACKEND_REGISTRY)}")
+        raise AgentConfigError(
+            f"unknown generator.infer_backend {name!r}; choose one of {sorted(BACKEND_REGISTRY)}"
+        )
     return BACKEND_REGISTRY[name](cfg, infer_engine, tokenizer, **kwargs)
 
 
-__all__ = ["BACKEND_REGISTRY", "ChatReply", "OpenAIChatBackend", "TokenBackend", "build_backend", "register_backend"]
+__all__ = [
+    "BACKEND_REGISTRY",
+    "ChatReply",
+    "OpenAIChatBackend",
+    "TokenBackend",
+    "build_backend",
+    "register_backend",
+]

@@ -129,8 +129,16 @@ class AgentConfig:
         return dict(self.generator.sampling_params)
 
 
-_IGNORED_GENERATOR_KEYS = ("qwen3_acc_thinking", "vision_is_active", "remove_think_tokens", "use_cot", "profile_tools",
-                           "debug_log", "enable_turn_reminder", "early_step_threshold")
+_IGNORED_GENERATOR_KEYS = (
+    "qwen3_acc_thinking",
+    "vision_is_active",
+    "remove_think_tokens",
+    "use_cot",
+    "profile_tools",
+    "debug_log",
+    "enable_turn_reminder",
+    "early_step_threshold",
+)
 
 
 def _build(cls: Any, data: Any, where: str) -> Any:
@@ -138,14 +146,18 @@ def _build(cls: Any, data: Any, where: str) -> Any:
     if data is None:
         return cls()
     if not isinstance(data, Mapping):
-        raise AgentConfigError(f"{where or 'the agent config'} must be a mapping, got {type(data).__name__}: {data!r:.80}")
+        raise AgentConfigError(
+            f"{where or 'the agent config'} must be a mapping, got {type(data).__name__}: {data!r:.80}"
+        )
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names))
     if unknown:
         section = f"under {where!r}" if where else "at the top level"
-        raise AgentConfigError(f"unknown key(s) {[f'{where}.{k}' if where else k for k in unknown]} in the agent config; "
-                               f"valid keys {section}: {names}")
+        raise AgentConfigError(
+            f"unknown key(s) {[f'{where}.{k}' if where else k for k in unknown]} in the agent config; "
+            f"valid keys {section}: {names}"
+        )
     kwargs = {}
     for name in names:
         if name not in data:
@@ -194,20 +206,28 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
 
 def _check(config: AgentConfig) -> AgentConfig:
     g, d = config.generator, config.dispatcher
-    for key, value in (("generator.max_iterations", g.max_iterations), ("generator.num_trajectories", g.num_trajectories),
-                       ("dispatcher.max_parallel_agents", d.max_parallel_agents)):
+    for key, value in (
+        ("generator.max_iterations", g.max_iterations),
+        ("generator.num_trajectories", g.num_trajectories),
+        ("dispatcher.max_parallel_agents", d.max_parallel_agents),
+    ):
         if value < 1:
             raise AgentConfigError(f"{key} must be at least 1, got {value}")
-    for key, optional in (("generator.max_prompt_length", g.max_prompt_length),
-                          ("generator.val_config.num_trajectories", g.val_config.num_trajectories),
-                          ("dispatcher.max_eval_parallel_agents", d.max_eval_parallel_agents),
-                          ("dispatcher.val_config.max_parallel_agents", d.val_config.max_parallel_agents),
-                          ("dispatcher.val_config.max_eval_parallel_agents", d.val_config.max_eval_parallel_agents)):
+    for key, optional in (
+        ("generator.max_prompt_length", g.max_prompt_length),
+        ("generator.val_config.num_trajectories", g.val_config.num_trajectories),
+        ("dispatcher.max_eval_parallel_agents", d.max_eval_parallel_agents),
+        ("dispatcher.val_config.max_parallel_agents", d.val_config.max_parallel_agents),
+        ("dispatcher.val_config.max_eval_parallel_agents", d.val_config.max_eval_parallel_agents),
+    ):
         if optional is not None and optional < 1:
             raise AgentConfigError(f"{key} must be at least 1 (or left out), got {optional}")
     for name in _IGNORED_GENERATOR_KEYS:
         if getattr(g, name) is not None:
-            logger.info("agent config: generator.%s is accepted for SkyAgent compatibility but has no effect here", name)
+            logger.info(
+                "agent config: generator.%s is accepted for SkyAgent compatibility but has no effect here",
+                name,
+            )
     return config
 
 
@@ -238,8 +258,10 @@ def load_agent_config(path_or_name: Union[str, os.PathLike]) -> AgentConfig:
     if not path.exists():
         shipped = builtin_configs()
         if str(path_or_name) not in shipped:
-            raise AgentConfigError(f"agent config {str(path_or_name)!r} is neither a YAML file nor a shipped config; "
-                                   f"shipped configs: {sorted(shipped)}")
+            raise AgentConfigError(
+                f"agent config {str(path_or_name)!r} is neither a YAML file nor a shipped config; "
+                f"shipped configs: {sorted(shipped)}"
+            )
         path = shipped[str(path_or_name)]
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

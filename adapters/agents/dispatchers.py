@@ -38,8 +38,11 @@ def register_dispatcher(name: str) -> Callable[[Dispatcher], Dispatcher]:
 
 def iter_trajectories(trajectories: Dict[Any, Dict[int, Any]]) -> Iterator[Tuple[Any, int, Any]]:
     """(instance key, trajectory id, trajectory), lowest trajectory ids first so that every instance starts early."""
-    order = [(trajectory_id, position, key) for position, (key, per) in enumerate(trajectories.items())
-             for trajectory_id in per]
+    order = [
+        (trajectory_id, position, key)
+        for position, (key, per) in enumerate(trajectories.items())
+        for trajectory_id in per
+    ]
     for trajectory_id, _, key in sorted(order, key=lambda item: (item[0], item[1])):
         yield key, trajectory_id, trajectories[key][trajectory_id]
 
@@ -64,8 +67,9 @@ def _done(cfg: Dict[str, Any], trajectory: Any) -> None:
 
 
 @register_dispatcher("async_pipeline")
-async def async_pipeline_dispatcher(cfg: Dict[str, Any], trajectories: Dict[Any, Dict[int, Any]], init_fn: str,
-                                    run_fn: str, eval_fn: str) -> None:
+async def async_pipeline_dispatcher(
+    cfg: Dict[str, Any], trajectories: Dict[Any, Dict[int, Any]], init_fn: str, run_fn: str, eval_fn: str
+) -> None:
     init_slots = asyncio.Semaphore(int(cfg["max_parallel_agents"]))
     run_slots = asyncio.Semaphore(int(cfg["max_parallel_agents"]))
     eval_slots = asyncio.Semaphore(int(cfg.get("max_eval_parallel_agents") or cfg["max_parallel_agents"]))
@@ -83,8 +87,9 @@ async def async_pipeline_dispatcher(cfg: Dict[str, Any], trajectories: Dict[Any,
 
 
 @register_dispatcher("async_batch")
-async def async_batch_dispatcher(cfg: Dict[str, Any], trajectories: Dict[Any, Dict[int, Any]], init_fn: str,
-                                 run_fn: str, eval_fn: str) -> None:
+async def async_batch_dispatcher(
+    cfg: Dict[str, Any], trajectories: Dict[Any, Dict[int, Any]], init_fn: str, run_fn: str, eval_fn: str
+) -> None:
     slots = asyncio.Semaphore(int(cfg["max_parallel_agents"]))
 
     async def one(trajectory: Any) -> None:
@@ -97,5 +102,12 @@ async def async_batch_dispatcher(cfg: Dict[str, Any], trajectories: Dict[Any, Di
     await asyncio.gather(*(one(t) for _, _, t in iter_trajectories(trajectories)))
 
 
-__all__ = ["DISPATCHER_REGISTRY", "Dispatcher", "async_batch_dispatcher", "async_pipeline_dispatcher",
-           "iter_trajectories", "register_dispatcher", "run_stage"]
+__all__ = [
+    "DISPATCHER_REGISTRY",
+    "Dispatcher",
+    "async_batch_dispatcher",
+    "async_pipeline_dispatcher",
+    "iter_trajectories",
+    "register_dispatcher",
+    "run_stage",
+]

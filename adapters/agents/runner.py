@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -27,22 +26,39 @@ from skygym_adapters.agents.dispatchers import DISPATCHER_REGISTRY
 from skygym_adapters.agents.registry import import_object
 from skygym_adapters.agents.tasks import resolve_task
 from skygym_adapters.agents.tools import build_tools
-from skygym_adapters.agents.trajectory import BaseTrajectory, ReActTrajectory, TrajectoryConfig, TrajectoryResult
+from skygym_adapters.agents.trajectory import (
+    BaseTrajectory,
+    ReActTrajectory,
+    TrajectoryConfig,
+    TrajectoryResult,
+)
 from skygym_adapters.rollout.metrics import pass_at_k
 from skygym_adapters.types import GeneratorOutput
 
 logger = logging.getLogger(__name__)
 
 # agent_cls short name -> (trajectory class, agent class)
-AGENT_REGISTRY: Dict[str, Tuple[type, type]] = {"react": (ReActTrajectory, ReActAgent),
-                                                 "codeact": (ReActTrajectory, CodeActAgent)}
-AGENT_ALIASES = {"skyrl_agent.agents.react.ReActAgent": "react", "ReActAgent": "react",
-                 "skyrl_agent.agents.oh_codeact.OHCodeActAgent": "codeact", "OHCodeActAgent": "codeact"}
+AGENT_REGISTRY: Dict[str, Tuple[type, type]] = {
+    "react": (ReActTrajectory, ReActAgent),
+    "codeact": (ReActTrajectory, CodeActAgent),
+}
+AGENT_ALIASES = {
+    "skyrl_agent.agents.react.ReActAgent": "react",
+    "ReActAgent": "react",
+    "skyrl_agent.agents.oh_codeact.OHCodeActAgent": "codeact",
+    "OHCodeActAgent": "codeact",
+}
 
 
 # SkyAgent's rule: trajectories that ended for these reasons are not trained on (all-zero loss mask), nor are
 # those whose evaluation failed.
-MASKED_FINISH_REASONS = ("CONTEXT_WINDOW_EXCEEDED", "max_iterations_reached", "error_runtime", "error_backend", "aborted")
+MASKED_FINISH_REASONS = (
+    "CONTEXT_WINDOW_EXCEEDED",
+    "max_iterations_reached",
+    "error_runtime",
+    "error_backend",
+    "aborted",
+)
 
 
 def register_agent(name: str, trajectory_cls: type, agent_cls: type) -> None:
@@ -58,8 +74,10 @@ def resolve_agent(name: str) -> Tuple[type, type]:
         if isinstance(obj, type) and issubclass(obj, BaseTrajectory):
             return obj, ReActAgent
         return ReActTrajectory, obj
-    raise AgentConfigError(f"unknown agent_cls {name!r}; choose one of {sorted(AGENT_REGISTRY)} or an import path "
-                           "(a BaseTrajectory subclass, or an agent class with ReActAgent's run())")
+    raise AgentConfigError(
+        f"unknown agent_cls {name!r}; choose one of {sorted(AGENT_REGISTRY)} or an import path "
+        "(a BaseTrajectory subclass, or an agent class with ReActAgent's run())"
+    )
 
 
 def get_field(path: str, content: Any) -> Any:
@@ -79,7 +97,9 @@ def summarize_results(results: Sequence[TrajectoryResult], success_threshold: fl
         return {"trajectories": 0}
     by_instance: Dict[str, List[bool]] = {}
     for r in results:
-        by_instance.setdefault(str(r["instance_id"]), []).append(float(r.get("reward") or 0.0) >= success_threshold)
+        by_instance.setdefault(str(r["instance_id"]), []).append(
+            float(r.get("reward") or 0.0) >= success_threshold
+        )
     k = min(len(v) for v in by_instance.values())
     summary: Dict[str, Any] = {
         "instances": len(by_instance),
@@ -88,7 +108,9 @@ def summarize_results(results: Sequence[TrajectoryResult], success_threshold: fl
         "pass@1": sum(pass_at_k(len(v), sum(v), 1) for v in by_instance.values()) / len(by_instance),
     }
     if k > 1:
-        summary[f"pass@{k}"] = sum(pass_at_k(len(v), sum(v), k) for v in by_instance.values()) / len(by_instance)
+        summary[f"pass@{k}"] = sum(pass_at_k(len(v), sum(v), k) for v in by_instance.values()) / len(
+            by_instance
+        )
     summary["mean_turns"] = sum(int(r.get("num_turns") or 0) for r in results) / len(results)
     summary["finish_reasons"] = dict(Counter(str(r.get("finish_reason")) for r in results))
     summary["errors"] = sum(r.get("error") is not None for r in results)
@@ -106,19 +128,26 @@ class AgentRunner:
             context tokens for ``max_prompt_length``.
     """
 
-    def __init__(self, cfg: Union[AgentConfig, Mapping[str, Any]], infer_engine: Any = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self, cfg: Union[AgentConfig, Mapping[str, Any]], infer_engine: Any = None, tokenizer: Any = None
+    ) -> None:
         self.cfg = parse_agent_config(cfg)
         g = self.cfg.generator
-        template_kwargs = {} if g.qwen3_enable_thinking is None else {"enable_thinking": g.qwen3_enable_thinking}
+        template_kwargs = (
+            {} if g.qwen3_enable_thinking is None else {"enable_thinking": g.qwen3_enable_thinking}
+        )
         self.traj_cls, self.agent_cls = resolve_agent(self.cfg.agent_cls)
         self.task = resolve_task(self.cfg.task)
         if self.cfg.dispatcher.type not in DISPATCHER_REGISTRY:
-            raise AgentConfigError(f"unknown dispatcher.type {self.cfg.dispatcher.type!r}; choose one of "
-                                   f"{sorted(DISPATCHER_REGISTRY)} (or register one with register_dispatcher)")
+            raise AgentConfigError(
+                f"unknown dispatcher.type {self.cfg.dispatcher.type!r}; choose one of "
+                f"{sorted(DISPATCHER_REGISTRY)} (or register one with register_dispatcher)"
+            )
         self.tools = list(self.cfg.tools) or list(getattr(self.agent_cls, "default_tools", []))
         build_tools(self.tools)  # names checked now, not on the first trajectory
-        self.backend = build_backend(g.infer_backend, g.backend_config, infer_engine, tokenizer,
-                                     chat_template_kwargs=template_kwargs)
+        self.backend = build_backend(
+            g.infer_backend, g.backend_config, infer_engine, tokenizer, chat_template_kwargs=template_kwargs
+        )
         self.tokenizer = tokenizer
         self.chat_template_kwargs = template_kwargs
         self.trajectories: Dict[Any, Dict[int, BaseTrajectory]] = {}
@@ -143,8 +172,10 @@ class AgentRunner:
                 rows.append(row)
             return rows
         if isinstance(batch, Mapping):
-            raise TypeError("run() takes a list of rows or a GeneratorInput (with 'prompts'), got a mapping with keys "
-                            f"{sorted(batch)[:8]}")
+            raise TypeError(
+                "run() takes a list of rows or a GeneratorInput (with 'prompts'), got a mapping with keys "
+                f"{sorted(batch)[:8]}"
+            )
         return [dict(row) for row in batch]
 
     def _get_data(self, content: Mapping[str, Any], index: int) -> Dict[str, Any]:
@@ -177,13 +208,23 @@ class AgentRunner:
         from skygym_adapters.rollout import RolloutConfig, RolloutGenerator
 
         g = self.cfg.generator
-        config = RolloutConfig(sampling_params=dict(sampling_params), max_turns=g.max_iterations,  # type: ignore[arg-type]
-                               max_input_length=g.max_prompt_length, chat_template_kwargs=dict(self.chat_template_kwargs),
-                               max_env_workers=0)
+        config = RolloutConfig(
+            sampling_params=dict(sampling_params),
+            max_turns=g.max_iterations,  # type: ignore[arg-type]
+            max_input_length=g.max_prompt_length,
+            chat_template_kwargs=dict(self.chat_template_kwargs),
+            max_env_workers=0,
+        )
         return RolloutGenerator(self.backend.engine, self.backend.tokenizer, config)
 
-    def _build(self, rows: List[Dict[str, Any]], val_mode: bool, repetitions: Optional[List[Tuple[Any, int]]],
-               rollout: Any, sampling_params: Dict[str, Any]) -> None:
+    def _build(
+        self,
+        rows: List[Dict[str, Any]],
+        val_mode: bool,
+        repetitions: Optional[List[Tuple[Any, int]]],
+        rollout: Any,
+        sampling_params: Dict[str, Any],
+    ) -> None:
         g = self.cfg.generator
         self.trajectories = {}
         for index, row in enumerate(rows):
@@ -195,19 +236,38 @@ class AgentRunner:
                 ids = list(range(self.cfg.num_trajectories(val_mode)))
             per: Dict[int, BaseTrajectory] = {}
             for trajectory_id in ids:
-                cfg = TrajectoryConfig(instance_id=data["instance_id"], trajectory_id=trajectory_id,
-                                       max_prompt_length=g.max_prompt_length, sampling_params=dict(sampling_params),
-                                       max_iterations=g.max_iterations, tools=list(self.tools),
-                                       agent_cls=self.cfg.agent_cls, env_class=self.cfg.env_class,
-                                       env_config=dict(self.cfg.env_config),
-                                       tool_env_cls=getattr(self.agent_cls, "tool_env_cls", None))
-                per[trajectory_id] = self.traj_cls(cfg, data, self.backend, self.tokenizer, self.task, val_mode=val_mode,
-                                                   agent_cls=self.agent_cls, rollout=rollout, executor=self.executor)
+                cfg = TrajectoryConfig(
+                    instance_id=data["instance_id"],
+                    trajectory_id=trajectory_id,
+                    max_prompt_length=g.max_prompt_length,
+                    sampling_params=dict(sampling_params),
+                    max_iterations=g.max_iterations,
+                    tools=list(self.tools),
+                    agent_cls=self.cfg.agent_cls,
+                    env_class=self.cfg.env_class,
+                    env_config=dict(self.cfg.env_config),
+                    tool_env_cls=getattr(self.agent_cls, "tool_env_cls", None),
+                )
+                per[trajectory_id] = self.traj_cls(
+                    cfg,
+                    data,
+                    self.backend,
+                    self.tokenizer,
+                    self.task,
+                    val_mode=val_mode,
+                    agent_cls=self.agent_cls,
+                    rollout=rollout,
+                    executor=self.executor,
+                )
             self.trajectories[index] = per
 
     # ------------------------------------------------------------------ running
-    async def run(self, batch: Any, val_mode: bool = False,
-                  on_trajectory_done: Optional[Callable[[BaseTrajectory], None]] = None) -> Dict[str, Any]:
+    async def run(
+        self,
+        batch: Any,
+        val_mode: bool = False,
+        on_trajectory_done: Optional[Callable[[BaseTrajectory], None]] = None,
+    ) -> Dict[str, Any]:
         """Run ``generator.num_trajectories`` trajectories per instance (``val_config``'s in ``val_mode``).
 
         Training (``val_mode=False``, token backends): the bundled trainer's ``GeneratorOutput``. Evaluation
@@ -220,30 +280,50 @@ class AgentRunner:
         prompt ``n_samples_per_prompt`` times), named by the input's ``trajectory_ids``."""
         rows = self._rows(input_batch)
         ids = input_batch.get("trajectory_ids")
-        repetitions = [(t["instance_id"], int(t["repetition_id"])) for t in ids] if ids else [(i, 0) for i in range(len(rows))]
+        repetitions = (
+            [(t["instance_id"], int(t["repetition_id"])) for t in ids]
+            if ids
+            else [(i, 0) for i in range(len(rows))]
+        )
         output = await self._run(rows, False, repetitions, None, input_batch.get("sampling_params"))
         return output  # type: ignore[return-value]
 
-    async def _run(self, rows: List[Dict[str, Any]], val_mode: bool, repetitions: Optional[List[Tuple[Any, int]]],
-                   on_trajectory_done: Optional[Callable[[BaseTrajectory], None]],
-                   sampling_override: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    async def _run(
+        self,
+        rows: List[Dict[str, Any]],
+        val_mode: bool,
+        repetitions: Optional[List[Tuple[Any, int]]],
+        on_trajectory_done: Optional[Callable[[BaseTrajectory], None]],
+        sampling_override: Optional[Mapping[str, Any]] = None,
+    ) -> Dict[str, Any]:
         if not val_mode and not getattr(self.backend, "token_level", False):
-            raise AgentConfigError(f"training output needs token ids, which infer_backend "
-                                   f"{self.cfg.generator.infer_backend!r} does not give; run with val_mode=True to "
-                                   "evaluate, or use infer_backend: skyrl-train with an engine and a tokenizer")
+            raise AgentConfigError(
+                f"training output needs token ids, which infer_backend "
+                f"{self.cfg.generator.infer_backend!r} does not give; run with val_mode=True to "
+                "evaluate, or use infer_backend: skyrl-train with an engine and a tokenizer"
+            )
         sampling = dict(sampling_override) if sampling_override else self.cfg.sampling_params(val_mode)
         rollout = self._rollout(sampling)
         self._build(rows, val_mode, repetitions, rollout, sampling)
         limits = self.cfg.dispatcher.limits(val_mode)
         dispatcher = DISPATCHER_REGISTRY[self.cfg.dispatcher.type]
         num_trajectories = 1 if repetitions is not None else self.cfg.num_trajectories(val_mode)
-        dispatcher_cfg = {"max_parallel_agents": limits.max_parallel_agents,
-                          "max_eval_parallel_agents": limits.max_eval_parallel_agents,
-                          "num_instances": len(rows), "num_trajectories": num_trajectories,
-                          "sampling_params": sampling, "on_trajectory_done": on_trajectory_done}
+        dispatcher_cfg = {
+            "max_parallel_agents": limits.max_parallel_agents,
+            "max_eval_parallel_agents": limits.max_eval_parallel_agents,
+            "num_instances": len(rows),
+            "num_trajectories": num_trajectories,
+            "sampling_params": sampling,
+            "on_trajectory_done": on_trajectory_done,
+        }
         try:
-            await dispatcher(dispatcher_cfg, self.trajectories, "initialize_trajectory", "generate_trajectory",
-                             "evaluate_trajectory")
+            await dispatcher(
+                dispatcher_cfg,
+                self.trajectories,
+                "initialize_trajectory",
+                "generate_trajectory",
+                "evaluate_trajectory",
+            )
             ordered = [t for per in self.trajectories.values() for _, t in sorted(per.items())]
             for t in ordered:
                 if t.result is None:  # a dispatcher that skipped it
@@ -258,10 +338,12 @@ class AgentRunner:
 
     def _eval_output(self, ordered: List[BaseTrajectory]) -> Dict[str, Any]:
         results = [t.result for t in ordered]
-        return {"rewards": [float(r.get("reward") or 0.0) for r in results],
-                "messages": [r.get("messages", []) for r in results],
-                "results": results,
-                "summary": summarize_results(results)}
+        return {
+            "rewards": [float(r.get("reward") or 0.0) for r in results],
+            "messages": [r.get("messages", []) for r in results],
+            "results": results,
+            "summary": summarize_results(results),
+        }
 
     def _training_output(self, ordered: List[BaseTrajectory], rollout: Any) -> GeneratorOutput:
         from skygym_adapters.rollout.trajectory import Trajectory
@@ -273,28 +355,40 @@ class AgentRunner:
             trajectory = getattr(run, "trajectory", None)
             reward = float(t.result.get("reward") or 0.0)
             if trajectory is None:  # failed before the agent ran: a masked-out row
-                prompt = list(t.data["instance"].get("prompt") or []) if hasattr(t.data["instance"], "get") else []
+                prompt = (
+                    list(t.data["instance"].get("prompt") or []) if hasattr(t.data["instance"], "get") else []
+                )
                 try:
                     prompt_ids = rollout.chat.prompt_ids(prompt)
                 except Exception:
                     prompt_ids = [rollout.chat.turn_end_token_id]
-                trajectory = Trajectory(trajectory_id=TrajectoryID(instance_id=str(t.cfg.instance_id),
-                                                                   repetition_id=int(t.cfg.trajectory_id)),
-                                        env_class=str(t.cfg.env_class or "agent"), prompt_ids=prompt_ids,
-                                        error=t.result.get("error") or "failed", stop_reason="error")
+                trajectory = Trajectory(
+                    trajectory_id=TrajectoryID(
+                        instance_id=str(t.cfg.instance_id), repetition_id=int(t.cfg.trajectory_id)
+                    ),
+                    env_class=str(t.cfg.env_class or "agent"),
+                    prompt_ids=prompt_ids,
+                    error=t.result.get("error") or "failed",
+                    stop_reason="error",
+                )
             elif trajectory.turns and trajectory.error is None and trajectory.total_reward != reward:
                 # the task's evaluation is the trajectory's reward: it sits on the last turn's last token
                 trajectory.turns[-1].reward += reward - trajectory.total_reward
             trajectories.append(trajectory)
         output = rollout.to_generator_output(trajectories)
         for row, t in enumerate(ordered):
-            if t.result.get("finish_reason") in MASKED_FINISH_REASONS or t.result.get("eval_error") is not None:
+            if (
+                t.result.get("finish_reason") in MASKED_FINISH_REASONS
+                or t.result.get("eval_error") is not None
+            ):
                 output["loss_masks"][row] = [0] * len(output["loss_masks"][row])
         reasons = Counter(str(t.result.get("finish_reason")) for t in ordered)
         metrics = output["rollout_metrics"]
         for reason, count in reasons.items():
             metrics[f"agent/finish_reason/{reason}"] = count / len(ordered)
-        metrics["agent/avg_reward"] = sum(float(t.result.get("reward") or 0.0) for t in ordered) / max(len(ordered), 1)
+        metrics["agent/avg_reward"] = sum(float(t.result.get("reward") or 0.0) for t in ordered) / max(
+            len(ordered), 1
+        )
         metrics["agent/num_eval_errors"] = sum(t.result.get("eval_error") is not None for t in ordered)
         return output
 
@@ -313,5 +407,13 @@ class AutoAgentRunner:
         return AgentRunner.from_task(task, infer_engine, tokenizer)
 
 
-__all__ = ["AGENT_REGISTRY", "MASKED_FINISH_REASONS", "AgentRunner", "AutoAgentRunner", "get_field", "register_agent", "resolve_agent",
-           "summarize_results"]
+__all__ = [
+    "AGENT_REGISTRY",
+    "MASKED_FINISH_REASONS",
+    "AgentRunner",
+    "AutoAgentRunner",
+    "get_field",
+    "register_agent",
+    "resolve_agent",
+    "summarize_results",
+]

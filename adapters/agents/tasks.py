@@ -16,7 +16,8 @@ stops) and ``evaluate_result`` (the reward).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Dict, List, Mapping, Optional
+import copy
+from typing import Any, Dict, List, Mapping
 
 from skyrl_gym.data import row_extras, validate_row
 
@@ -38,8 +39,9 @@ class BaseTask:
         """What to evaluate once the agent stopped (SkyAgent extracts a patch here); default: the agent's answer."""
         return run.answer
 
-    async def evaluate_result(self, result: Any, instance: Mapping[str, Any], data_source: str,
-                              instance_id: Any, trajectory_id: int) -> float:
+    async def evaluate_result(
+        self, result: Any, instance: Mapping[str, Any], data_source: str, instance_id: Any, trajectory_id: int
+    ) -> float:
         raise NotImplementedError(f"{type(self).__name__} must implement evaluate_result(...)")
 
 
@@ -54,8 +56,12 @@ class EnvTask(BaseTask):
             raise AgentConfigError("task: env needs env_class, in the agent YAML or in every row")
         validate_row(dict(instance))
         # env construction may block (a sandbox, a database): off the event loop
-        return await asyncio.to_thread(skyrl_gym.make, env_class, env_config=dict(cfg.env_config or {}) or None,
-                                       extras=row_extras(instance))
+        return await asyncio.to_thread(
+            skyrl_gym.make,
+            env_class,
+            env_config=dict(cfg.env_config or {}) or None,
+            extras=copy.deepcopy(row_extras(instance)),
+        )
 
     async def get_instruction(self, instance: Mapping[str, Any]) -> List[Dict[str, Any]]:
         return [dict(m) for m in validate_row(dict(instance))["prompt"]]
@@ -63,8 +69,9 @@ class EnvTask(BaseTask):
     async def complete_runtime(self, runtime: Any, run: Any) -> Any:
         return run.env_reward  # the env scored every turn; the driver closed it
 
-    async def evaluate_result(self, result: Any, instance: Mapping[str, Any], data_source: str,
-                              instance_id: Any, trajectory_id: int) -> float:
+    async def evaluate_result(
+        self, result: Any, instance: Mapping[str, Any], data_source: str, instance_id: Any, trajectory_id: int
+    ) -> float:
         return float(result or 0.0)
 
 
@@ -84,10 +91,13 @@ class GeneralReactTask(BaseTask):
     QA_SOURCES = ("2wikimultihopqa", "bamboogle", "hotpotqa", "musique", "nq", "popqa", "triviaqa", "squad")
 
     async def get_instruction(self, instance: Mapping[str, Any]) -> List[Dict[str, Any]]:
-        return [dict(m) for m in validate_row(dict(instance))["prompt"]]  # the agent adds how to call its tools
+        return [
+            dict(m) for m in validate_row(dict(instance))["prompt"]
+        ]  # the agent adds how to call its tools
 
-    async def evaluate_result(self, result: Any, instance: Mapping[str, Any], data_source: str,
-                              instance_id: Any, trajectory_id: int) -> float:
+    async def evaluate_result(
+        self, result: Any, instance: Mapping[str, Any], data_source: str, instance_id: Any, trajectory_id: int
+    ) -> float:
         if not result:
             return 0.0
         truth = ground_truth_of(instance)
@@ -101,14 +111,18 @@ class GeneralReactTask(BaseTask):
         from skyrl_gym.rewards.math import math_equal
 
         boxed = last_boxed_content(answer)
-        verdict = await asyncio.to_thread(math_equal, boxed if boxed is not None else answer.strip(), str(truth))
+        verdict = await asyncio.to_thread(
+            math_equal, boxed if boxed is not None else answer.strip(), str(truth)
+        )
         return float(verdict.equal)
 
 
 TASK_REGISTRY: Dict[str, type] = {"env": EnvTask, "general_react": GeneralReactTask}
 # SkyAgent's import paths, so its YAML files name the same tasks.
-TASK_ALIASES = {"skyrl_agent.tasks.general_react.utils.GeneralReactTask": "general_react",
-                "skyrl_agent.tasks.general_react.GeneralReactTask": "general_react"}
+TASK_ALIASES = {
+    "skyrl_agent.tasks.general_react.utils.GeneralReactTask": "general_react",
+    "skyrl_agent.tasks.general_react.GeneralReactTask": "general_react",
+}
 
 
 def register_task(name: str, cls: type) -> None:
@@ -123,9 +137,14 @@ def resolve_task(name: str) -> BaseTask:
         return TASK_REGISTRY[name]()
     if "." in name:
         return import_object(name, "task")()
-    hint = " (SWE-bench tasks are not built yet: there is no SWE env in the hub)" if "swe" in name.lower() else ""
-    raise AgentConfigError(f"unknown task {name!r}; choose one of {sorted(TASK_REGISTRY)} or an import path "
-                           f"(module.Class){hint}")
+    hint = (
+        " (SWE-bench tasks are not built yet: there is no SWE env in the hub)"
+        if "swe" in name.lower()
+        else ""
+    )
+    raise AgentConfigError(
+        f"unknown task {name!r}; choose one of {sorted(TASK_REGISTRY)} or an import path (module.Class){hint}"
+    )
 
 
 __all__ = ["BaseTask", "EnvTask", "GeneralReactTask", "TASK_REGISTRY", "register_task", "resolve_task"]

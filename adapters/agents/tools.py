@@ -58,7 +58,10 @@ class CodeInterpreterTool(ToolGroup):
         return self._python.python(code)
 
 
-TOOL_REGISTRY: Dict[str, Callable[[], ToolGroup]] = {"finish": FinishTool, "code_interpreter": CodeInterpreterTool}
+TOOL_REGISTRY: Dict[str, Callable[[], ToolGroup]] = {
+    "finish": FinishTool,
+    "code_interpreter": CodeInterpreterTool,
+}
 
 
 def register_tool(name: str) -> Callable[[Any], Any]:
@@ -74,13 +77,17 @@ def register_tool(name: str) -> Callable[[Any], Any]:
 def build_tools(names: Sequence[str]) -> List[ToolGroup]:
     unknown = [name for name in names if name not in TOOL_REGISTRY]
     if unknown:
-        raise AgentConfigError(f"unknown tool(s) {unknown} in tools; registered tools: {sorted(TOOL_REGISTRY)} "
-                               "(add one with skygym_adapters.agents.register_tool)")
+        raise AgentConfigError(
+            f"unknown tool(s) {unknown} in tools; registered tools: {sorted(TOOL_REGISTRY)} "
+            "(add one with skygym_adapters.agents.register_tool)"
+        )
     return [TOOL_REGISTRY[name]() for name in names]
 
 
-NO_TOOL_CALL = ("No tool call was found in your message. Call one of the tools {names} with "
-                '<tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>, or call finish with your answer.')
+NO_TOOL_CALL = (
+    "No tool call was found in your message. Call one of the tools {names} with "
+    '<tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>, or call finish with your answer.'
+)
 
 
 class AgentToolEnv(BaseTextEnv):
@@ -119,14 +126,20 @@ class AgentToolEnv(BaseTextEnv):
         for call in parsed.calls:
             name = call.name
             if name not in self.tool_to_toolgroup:
-                observations.append({"role": "user", "content": f"Tool {name!r} does not exist; the tools are "
-                                                                f"{self.tool_names}."})
+                observations.append(
+                    {
+                        "role": "user",
+                        "content": f"Tool {name!r} does not exist; the tools are {self.tool_names}.",
+                    }
+                )
                 continue
             self.tool_calls += 1
             try:
                 output = self._execute_tool(self.tool_to_toolgroup[name], name, self._arguments(name, call))
             except Exception as exc:  # a failing tool is something the model should hear about, not a crash
-                observations.append({"role": "user", "content": f"Tool {name!r} failed: {type(exc).__name__}: {exc}"})
+                observations.append(
+                    {"role": "user", "content": f"Tool {name!r} failed: {type(exc).__name__}: {exc}"}
+                )
                 continue
             if name == "finish":
                 self.answer, self.finished = str(output), True
@@ -141,10 +154,10 @@ class AgentToolEnv(BaseTextEnv):
         return {"tool_calls": self.tool_calls, "finished": self.finished}
 
 
-
-
-CODEACT_NO_ACTION = ("No code was found in your message. Write Python in a ```python code block to run it, or call "
-                     "finish with your answer.")
+CODEACT_NO_ACTION = (
+    "No code was found in your message. Write Python in a ```python code block to run it, or call "
+    "finish with your answer."
+)
 
 
 class CodeActToolEnv(AgentToolEnv):
@@ -165,15 +178,28 @@ class CodeActToolEnv(AgentToolEnv):
         code = None if parsed.calls else extract_last_code_block(action)
         if code is None:
             out = super().step(action)
-            if out["observations"] and out["observations"][-1]["content"].startswith("No tool call was found"):
+            if out["observations"] and out["observations"][-1]["content"].startswith(
+                "No tool call was found"
+            ):
                 out["observations"][-1] = {"role": "user", "content": CODEACT_NO_ACTION}
             return out
         self.turns += 1
         self.tool_calls += 1
         output = self.python.python(code)
-        return {"observations": [{"role": "user", "content": f"Execution output:\n{output}"}], "reward": 0.0,
-                "done": False, "metadata": {}}
+        return {
+            "observations": [{"role": "user", "content": f"Execution output:\n{output}"}],
+            "reward": 0.0,
+            "done": False,
+            "metadata": {},
+        }
 
 
-__all__ = ["AgentToolEnv", "CodeActToolEnv", "CodeInterpreterTool", "FinishTool", "TOOL_REGISTRY", "build_tools",
-           "register_tool"]
+__all__ = [
+    "AgentToolEnv",
+    "CodeActToolEnv",
+    "CodeInterpreterTool",
+    "FinishTool",
+    "TOOL_REGISTRY",
+    "build_tools",
+    "register_tool",
+]

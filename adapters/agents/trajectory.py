@@ -52,8 +52,18 @@ async def maybe_await(value: Any) -> Any:
 class BaseTrajectory(ABC):
     """One agent on one instance. Subclass and write the three stages (each async)."""
 
-    def __init__(self, cfg: TrajectoryConfig, data: Dict[str, Any], infer_engine: Any, tokenizer: Any, task: Any,
-                 val_mode: bool = False, agent_cls: Any = None, rollout: Any = None, executor: Any = None) -> None:
+    def __init__(
+        self,
+        cfg: TrajectoryConfig,
+        data: Dict[str, Any],
+        infer_engine: Any,
+        tokenizer: Any,
+        task: Any,
+        val_mode: bool = False,
+        agent_cls: Any = None,
+        rollout: Any = None,
+        executor: Any = None,
+    ) -> None:
         self.cfg = cfg
         self.data = data  # {"instance": ..., "instance_id": ..., "data_source": ...}
         self.infer_engine = infer_engine
@@ -68,15 +78,22 @@ class BaseTrajectory(ABC):
     def fail(self, finish_reason: str, error: str) -> None:
         """Mark this trajectory as failed (the later stages skip it)."""
         base = dict(self.result or {})
-        base.update(instance_id=self.cfg.instance_id, trajectory_id=self.cfg.trajectory_id, finish_reason=finish_reason,
-                    error=error, reward=0.0)
+        base.update(
+            instance_id=self.cfg.instance_id,
+            trajectory_id=self.cfg.trajectory_id,
+            finish_reason=finish_reason,
+            error=error,
+            reward=0.0,
+        )
         base.setdefault("messages", [])
         base.setdefault("eval_error", None)
         self.result = base  # type: ignore[assignment]
 
     @property
     def failed(self) -> bool:
-        return self.result is not None and self.result.get("error") is not None and "results" not in self.result
+        return (
+            self.result is not None and self.result.get("error") is not None and "results" not in self.result
+        )
 
     @abstractmethod
     async def initialize_trajectory(self) -> None: ...
@@ -107,20 +124,42 @@ class ReActTrajectory(BaseTrajectory):
         try:
             instruction = await maybe_await(self.task.get_instruction(instance))
             agent = self.agent_cls(self.cfg, self.infer_engine, self.tokenizer)
-            env_class = self.cfg.env_class or (instance.get("env_class") if hasattr(instance, "get") else None) or "agent"
-            extras = {k: v for k, v in instance.items() if k not in ("prompt", "env_class")} if hasattr(instance, "items") else {}
-            self.run = await agent.run(instruction, self.runtime, env_class=str(env_class), extras=extras,
-                                       rollout=self.rollout, executor=self.executor)
+            env_class = (
+                self.cfg.env_class
+                or (instance.get("env_class") if hasattr(instance, "get") else None)
+                or "agent"
+            )
+            extras = (
+                {k: v for k, v in instance.items() if k not in ("prompt", "env_class")}
+                if hasattr(instance, "items")
+                else {}
+            )
+            self.run = await agent.run(
+                instruction,
+                self.runtime,
+                env_class=str(env_class),
+                extras=extras,
+                rollout=self.rollout,
+                executor=self.executor,
+            )
             results = await maybe_await(self.task.complete_runtime(self.runtime, self.run))
         except Exception as exc:
             self._close_runtime()
             self.fail("error_runtime", f"generate: {type(exc).__name__}: {exc}")
             return
         run = self.run
-        self.result = TrajectoryResult(instance_id=self.cfg.instance_id, trajectory_id=self.cfg.trajectory_id,
-                                       messages=run.messages, results=results, finish_reason=run.finish_reason,
-                                       error=run.error, eval_error=None, reward=0.0, num_turns=run.num_turns,
-                                       state={"env_metrics": run.env_metrics})
+        self.result = TrajectoryResult(
+            instance_id=self.cfg.instance_id,
+            trajectory_id=self.cfg.trajectory_id,
+            messages=run.messages,
+            results=results,
+            finish_reason=run.finish_reason,
+            error=run.error,
+            eval_error=None,
+            reward=0.0,
+            num_turns=run.num_turns,
+            state={"env_metrics": run.env_metrics},
+        )
 
     def _close_runtime(self) -> None:
         close = getattr(self.runtime, "close", None)
@@ -128,7 +167,9 @@ class ReActTrajectory(BaseTrajectory):
             try:
                 close()
             except Exception:
-                logger.warning("closing the runtime of trajectory %s failed", self.cfg.instance_id, exc_info=True)
+                logger.warning(
+                    "closing the runtime of trajectory %s failed", self.cfg.instance_id, exc_info=True
+                )
 
     async def evaluate_trajectory(self) -> None:
         if self.result is None or self.failed:
@@ -137,9 +178,15 @@ class ReActTrajectory(BaseTrajectory):
             self.result["reward"] = 0.0
             return
         try:
-            reward = await maybe_await(self.task.evaluate_result(
-                self.result["results"], self.data["instance"], self.data["data_source"], self.cfg.instance_id,
-                self.cfg.trajectory_id))
+            reward = await maybe_await(
+                self.task.evaluate_result(
+                    self.result["results"],
+                    self.data["instance"],
+                    self.data["data_source"],
+                    self.cfg.instance_id,
+                    self.cfg.trajectory_id,
+                )
+            )
             self.result["reward"] = float(reward)
         except Exception as exc:
             self.result["reward"] = 0.0

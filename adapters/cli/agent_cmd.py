@@ -16,11 +16,18 @@ from typing import Any, Dict, List
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("agent", help="run agents (SkyAgent's YAML) on dataset rows",
-                                   description="Agents on the hub: see docs/agents.md.")
+    parser = subparsers.add_parser(
+        "agent",
+        help="run agents (SkyAgent's YAML) on dataset rows",
+        description="Agents on the hub: see docs/agents.md.",
+    )
     commands = parser.add_subparsers(dest="agent_command", metavar="SUBCOMMAND")
-    ev = commands.add_parser("eval", help="evaluate an agent on rows and write its trajectories",
-                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ev = commands.add_parser(
+        "eval",
+        help="evaluate an agent on rows and write its trajectories",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ev.add_argument("config", help="the agent YAML (or the name of a shipped config)")
     ev.add_argument("--data", required=True, help="dataset rows (JSONL, JSON or Parquet)")
     ev.add_argument("--output", default="agent_trajectories.jsonl", help="one JSON line per trajectory")
@@ -63,8 +70,11 @@ def run_eval(args: argparse.Namespace) -> int:
 
     try:
         config = load_agent_config(args.config)
-        overrides = {k: v for k, v in (("base_url", args.base_url), ("model", args.model), ("api_key", args.api_key))
-                     if v is not None}
+        overrides = {
+            k: v
+            for k, v in (("base_url", args.base_url), ("model", args.model), ("api_key", args.api_key))
+            if v is not None
+        }
         config.generator.backend_config.update(overrides)
         runner = AgentRunner(config, infer_engine=None, tokenizer=None)
     except AgentConfigError as exc:
@@ -86,7 +96,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
     async def main() -> Dict[str, Any]:
         try:
-            return await runner.run(rows, val_mode=True, on_trajectory_done=(lambda t: bar.update(1)) if bar else None)
+            return await runner.run(
+                rows, val_mode=True, on_trajectory_done=(lambda t: bar.update(1)) if bar else None
+            )
         finally:
             await runner.aclose()
 
@@ -101,8 +113,19 @@ def run_eval(args: argparse.Namespace) -> int:
     _print_summary(out["summary"])
     with open(args.output, "w", encoding="utf-8") as handle:
         for result in out["results"]:
-            line = {key: result.get(key) for key in ("instance_id", "trajectory_id", "reward", "finish_reason",
-                                                     "messages", "error", "eval_error", "num_turns")}
+            line = {
+                key: result.get(key)
+                for key in (
+                    "instance_id",
+                    "trajectory_id",
+                    "reward",
+                    "finish_reason",
+                    "messages",
+                    "error",
+                    "eval_error",
+                    "num_turns",
+                )
+            }
             handle.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
     print(f"wrote {len(out['results'])} trajectories to {args.output}")
     if args.summary_json:

@@ -47,8 +47,15 @@ def chat_server(respond: Callable[[Dict[str, Any]], Any], model: str = "scripted
                 answer, finish = answer
             if isinstance(answer, str):
                 answer = {"role": "assistant", "content": answer}
-            self._send({"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body.get("model"),
-                        "choices": [{"index": 0, "message": answer, "finish_reason": finish}]})
+            self._send(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model"),
+                    "choices": [{"index": 0, "message": answer, "finish_reason": finish}],
+                }
+            )
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -23,7 +23,11 @@ def rows(gsm8k_test_file):
 
 
 def truth_for(body, rows):
-    question = body["messages"][-1]["content"] if body["messages"][-1]["role"] == "user" else body["messages"][0]["content"]
+    question = (
+        body["messages"][-1]["content"]
+        if body["messages"][-1]["role"] == "user"
+        else body["messages"][0]["content"]
+    )
     for index, row in enumerate(rows):
         if row["prompt"][0]["content"] == question:
             return index, row["reward_spec"]["ground_truth"]
@@ -48,9 +52,14 @@ def write_config(tmp_path: Path, url: str, **generator) -> Path:
         "agent_cls": "react",
         "task": "env",
         "env_class": "gsm8k",
-        "generator": {"infer_backend": "openai_server", "backend_config": {"base_url": url, "model": "scripted-model"},
-                      "sampling_params": {"temperature": 0.0, "max_tokens": 64}, "max_iterations": 1,
-                      "num_trajectories": 1, **generator},
+        "generator": {
+            "infer_backend": "openai_server",
+            "backend_config": {"base_url": url, "model": "scripted-model"},
+            "sampling_params": {"temperature": 0.0, "max_tokens": 64},
+            "max_iterations": 1,
+            "num_trajectories": 1,
+            **generator,
+        },
         "dispatcher": {"type": "async_pipeline", "max_parallel_agents": 4, "max_eval_parallel_agents": 2},
     }
     path = tmp_path / "agent.yaml"
@@ -60,7 +69,9 @@ def write_config(tmp_path: Path, url: str, **generator) -> Path:
 
 def test_python_entry_scores_each_gsm8k_row_through_the_env_task(tmp_path, rows):
     with chat_server(answers_even_rows(rows)) as server:
-        runner = AutoAgentRunner.from_task(str(write_config(tmp_path, server.url)), infer_engine=None, tokenizer=None)
+        runner = AutoAgentRunner.from_task(
+            str(write_config(tmp_path, server.url)), infer_engine=None, tokenizer=None
+        )
         out = asyncio.run(runner.run(rows, val_mode=True))
     assert out["rewards"] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
     first = out["results"][0]
@@ -70,7 +81,9 @@ def test_python_entry_scores_each_gsm8k_row_through_the_env_task(tmp_path, rows)
     assert out["summary"]["mean_reward"] == 0.5 and out["summary"]["finish_reasons"] == {"FINISH": 6}
     # the request the server saw: the row's prompt, the configured model and sampling parameters
     request = server.requests[0]
-    assert request["model"] == "scripted-model" and request["temperature"] == 0.0 and request["max_tokens"] == 64
+    assert (
+        request["model"] == "scripted-model" and request["temperature"] == 0.0 and request["max_tokens"] == 64
+    )
     assert "tools" not in request  # gsm8k has no tools
 
 
@@ -86,7 +99,14 @@ def test_pass_at_k_over_several_trajectories_per_instance(tmp_path, rows):
         config = write_config(tmp_path, server.url, num_trajectories=3)
         out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(rows[:2], val_mode=True))
     assert len(out["results"]) == 6 and sorted(out["rewards"]) == [0, 0, 0, 0, 1, 1]
-    assert [(r["instance_id"], r["trajectory_id"]) for r in out["results"]] == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert [(r["instance_id"], r["trajectory_id"]) for r in out["results"]] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+    ]
     assert out["summary"]["pass@1"] == pytest.approx(1 / 3) and out["summary"]["pass@3"] == 1.0
 
 
@@ -98,7 +118,9 @@ def test_a_backend_timeout_fails_that_trajectory_and_the_batch_goes_on(tmp_path,
         return ("sleep", 1.5, respond(body)) if index == 2 else respond(body)
 
     with chat_server(slow_on_row_two) as server:
-        config = write_config(tmp_path, server.url, backend_config={"base_url": server.url, "model": "m", "timeout": 0.3})
+        config = write_config(
+            tmp_path, server.url, backend_config={"base_url": server.url, "model": "m", "timeout": 0.3}
+        )
         out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(rows[:4], val_mode=True))
     assert out["rewards"] == [1.0, 0.0, 0.0, 0.0]
     failed = out["results"][2]
@@ -114,16 +136,37 @@ def test_agent_eval_command_writes_one_line_per_trajectory(tmp_path, rows):
     with chat_server(answers_even_rows(rows)) as server:
         config = write_config(tmp_path, server.url)
         # a subprocess: the installed command, and proof that chat evaluation never imports transformers or torch
-        code = ("import sys; from skyrl_gym.cli import main; rc = main(sys.argv[1:]); "
-                "assert 'transformers' not in sys.modules and 'torch' not in sys.modules, 'heavy import'; sys.exit(rc)")
-        proc = subprocess.run([sys.executable, "-c", code, "agent", "eval", str(config), "--data", str(data),
-                               "--output", str(output), "--limit", "4", "--no-progress"],
-                              capture_output=True, text=True, timeout=120)
+        code = (
+            "import sys; from skyrl_gym.cli import main; rc = main(sys.argv[1:]); "
+            "assert 'transformers' not in sys.modules and 'torch' not in sys.modules, 'heavy import'; sys.exit(rc)"
+        )
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                code,
+                "agent",
+                "eval",
+                str(config),
+                "--data",
+                str(data),
+                "--output",
+                str(output),
+                "--limit",
+                "4",
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert [line["reward"] for line in lines] == [1.0, 0.0, 1.0, 0.0]
     assert set(lines[0]) >= {"instance_id", "trajectory_id", "reward", "finish_reason", "messages", "error"}
-    assert lines[1]["messages"][-1]["content"].endswith(str(int(rows[1]["reward_spec"]["ground_truth"].replace(",", "")) + 1))
+    assert lines[1]["messages"][-1]["content"].endswith(
+        str(int(rows[1]["reward_spec"]["ground_truth"].replace(",", "")) + 1)
+    )
     assert re.search(r"mean_reward\s*│?\s*0\.5", proc.stdout), proc.stdout
     assert "FINISH" in proc.stdout
 
@@ -135,7 +178,9 @@ def test_agent_eval_command_reports_bad_config_with_the_choices(tmp_path, rows):
     config.write_text("task: env\ngenerator:\n  infer_backend: nope\n")
     from skyrl_gym.cli import main
 
-    assert main(["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
+    assert (
+        main(["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl")]) == 2
+    )
 
 
 def test_a_multi_turn_env_is_played_until_it_is_done(tmp_path, gsm8k_test_file):
@@ -160,8 +205,22 @@ def test_shipped_config_by_name_with_command_line_overrides(tmp_path, rows):
     from skyrl_gym.cli import main
 
     with chat_server(answers_even_rows(rows)) as server:
-        rc = main(["agent", "eval", "gsm8k_env", "--data", str(data), "--output", str(output), "--base-url", server.url,
-                   "--model", "served-name", "--no-progress"])
+        rc = main(
+            [
+                "agent",
+                "eval",
+                "gsm8k_env",
+                "--data",
+                str(data),
+                "--output",
+                str(output),
+                "--base-url",
+                server.url,
+                "--model",
+                "served-name",
+                "--no-progress",
+            ]
+        )
     assert rc == 0 and server.requests[0]["model"] == "served-name"
     assert [json.loads(line)["reward"] for line in output.read_text().splitlines()] == [1.0, 0.0]
 
@@ -177,7 +236,9 @@ def test_data_keys_pick_the_instance_and_its_id_out_of_nested_rows(tmp_path, row
 
 
 def test_a_rows_max_turns_bounds_the_episode(tmp_path, gsm8k_test_file):
-    rows = [{**row, "max_turns": 2} for row in gsm8k_rows(gsm8k_test_file, limit=1, env_class="gsm8k_multi_turn")]
+    rows = [
+        {**row, "max_turns": 2} for row in gsm8k_rows(gsm8k_test_file, limit=1, env_class="gsm8k_multi_turn")
+    ]
     with chat_server(lambda body: "#### 1") as server:
         config = write_config(tmp_path, server.url, max_iterations=4)
         config.write_text(config.read_text().replace("env_class: gsm8k\n", ""))

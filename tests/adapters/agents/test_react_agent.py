@@ -8,8 +8,15 @@ import json
 
 import pytest
 
-from skygym_adapters.agents import (AgentConfigError, AgentRunner, AgentToolEnv, FinishTool, TOOL_REGISTRY,
-                                    parse_agent_config, register_tool)
+from skygym_adapters.agents import (
+    AgentConfigError,
+    AgentRunner,
+    AgentToolEnv,
+    FinishTool,
+    TOOL_REGISTRY,
+    parse_agent_config,
+    register_tool,
+)
 from skygym_adapters.agents.tools import CodeInterpreterTool
 from skyrl_gym.tools.core import ToolGroup, tool
 from tests.adapters.agents.chat_server import chat_server
@@ -46,7 +53,9 @@ def test_tool_env_runs_json_and_xml_calls_and_reports_problems_as_observations()
     out = env.step('<tool_call>{"name": "search", "arguments": {}}</tool_call>')
     assert "does not exist; the tools are ['finish', 'divide']" in out["observations"][0]["content"]
     out = env.step('<tool_call>{"name": "divide", "arguments": {"a": 1,</tool_call>')
-    assert out["observations"][0]["content"].startswith("Your tool call could not be parsed: tool call 1 is not valid JSON")
+    assert out["observations"][0]["content"].startswith(
+        "Your tool call could not be parsed: tool call 1 is not valid JSON"
+    )
     out = env.step("I think the answer is 2.")
     assert "No tool call was found" in out["observations"][0]["content"]
     out = env.step(r"Done. <finish>\boxed{2}</finish>")  # XML form: the body fills the tool's first parameter
@@ -55,10 +64,18 @@ def test_tool_env_runs_json_and_xml_calls_and_reports_problems_as_observations()
 
 
 def react_config(url, **over):
-    config = {"agent_cls": "react", "task": "general_react", "tools": ["finish", "code_interpreter"],
-              "generator": {"infer_backend": "openai_server", "backend_config": {"base_url": url, "model": "m"},
-                            "sampling_params": {"temperature": 0.0, "max_tokens": 128}, "max_iterations": 3},
-              "dispatcher": {"max_parallel_agents": 2}}
+    config = {
+        "agent_cls": "react",
+        "task": "general_react",
+        "tools": ["finish", "code_interpreter"],
+        "generator": {
+            "infer_backend": "openai_server",
+            "backend_config": {"base_url": url, "model": "m"},
+            "sampling_params": {"temperature": 0.0, "max_tokens": 128},
+            "max_iterations": 3,
+        },
+        "dispatcher": {"max_parallel_agents": 2},
+    }
     for key, value in over.items():
         section, _, name = key.partition("__")
         if name:
@@ -68,25 +85,47 @@ def react_config(url, **over):
     return config
 
 
-MATH_ROW = {"data_source": "math", "prompt": [{"role": "user", "content": "What is 6 times 7?"}],
-            "reward_spec": {"method": "rule", "ground_truth": "42"}}
+MATH_ROW = {
+    "data_source": "math",
+    "prompt": [{"role": "user", "content": "What is 6 times 7?"}],
+    "reward_spec": {"method": "rule", "ground_truth": "42"},
+}
 
 
 def test_react_agent_uses_a_native_tool_call_then_finishes_with_the_right_answer():
     def respond(body):
         if body["messages"][-1]["role"] != "tool":
-            return {"role": "assistant", "content": "Let me compute.", "tool_calls": [{
-                "id": "call_1", "type": "function",
-                "function": {"name": "code_interpreter", "arguments": json.dumps({"code": "print(6*7)"})}}]}
+            return {
+                "role": "assistant",
+                "content": "Let me compute.",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {
+                            "name": "code_interpreter",
+                            "arguments": json.dumps({"code": "print(6*7)"}),
+                        },
+                    }
+                ],
+            }
         return r"The tool printed it. <finish>\boxed{" + body["messages"][-1]["content"] + "}</finish>"
 
     with chat_server(respond) as server:
         out = asyncio.run(AgentRunner(react_config(server.url)).run([MATH_ROW], val_mode=True))
     result = out["results"][0]
-    assert result["finish_reason"] == "FINISH_TOOL" and result["reward"] == 1.0 and result["results"] == r"\boxed{42}"
+    assert (
+        result["finish_reason"] == "FINISH_TOOL"
+        and result["reward"] == 1.0
+        and result["results"] == r"\boxed{42}"
+    )
     roles = [m["role"] for m in result["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
-    assert result["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": "42"}  # from the sandbox
+    assert result["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "42",
+    }  # from the sandbox
     first = server.requests[0]
     assert [t["function"]["name"] for t in first["tools"]] == ["finish", "code_interpreter"]
     assert "call finish with it" in first["messages"][0]["content"]
@@ -94,11 +133,19 @@ def test_react_agent_uses_a_native_tool_call_then_finishes_with_the_right_answer
 
 def test_a_wrong_answer_scores_zero_and_an_agent_that_never_finishes_stops_at_max_iterations():
     with chat_server(lambda body: r"<finish>\boxed{41}</finish>") as server:
-        wrong = asyncio.run(AgentRunner(react_config(server.url)).run([MATH_ROW], val_mode=True))["results"][0]
+        wrong = asyncio.run(AgentRunner(react_config(server.url)).run([MATH_ROW], val_mode=True))["results"][
+            0
+        ]
     assert wrong["reward"] == 0.0 and wrong["finish_reason"] == "FINISH_TOOL"
     with chat_server(lambda body: "Still thinking about it.") as server:
-        stuck = asyncio.run(AgentRunner(react_config(server.url)).run([MATH_ROW], val_mode=True))["results"][0]
-    assert stuck["finish_reason"] == "max_iterations_reached" and stuck["num_turns"] == 3 and stuck["reward"] == 0.0
+        stuck = asyncio.run(AgentRunner(react_config(server.url)).run([MATH_ROW], val_mode=True))["results"][
+            0
+        ]
+    assert (
+        stuck["finish_reason"] == "max_iterations_reached"
+        and stuck["num_turns"] == 3
+        and stuck["reward"] == 0.0
+    )
     assert len(server.requests) == 3
     assert "No tool call was found" in server.requests[-1]["messages"][-1]["content"]
 
@@ -120,10 +167,17 @@ def test_max_prompt_length_is_counted_with_a_tokenizer_when_one_is_given(tokeniz
 
 
 def test_qa_rows_are_graded_by_exact_match(divide_tool):
-    row = {"data_source": "nq", "prompt": [{"role": "user", "content": "Capital of France?"}],
-           "reward_spec": {"ground_truth": ["Paris", "paris, france"]}}
-    with chat_server(lambda body: '<tool_call>{"name": "finish", "arguments": {"answer": "The Paris"}}</tool_call>') as s:
-        out = asyncio.run(AgentRunner(react_config(s.url, tools=["finish", "divide"])).run([row], val_mode=True))
+    row = {
+        "data_source": "nq",
+        "prompt": [{"role": "user", "content": "Capital of France?"}],
+        "reward_spec": {"ground_truth": ["Paris", "paris, france"]},
+    }
+    with chat_server(
+        lambda body: '<tool_call>{"name": "finish", "arguments": {"answer": "The Paris"}}</tool_call>'
+    ) as s:
+        out = asyncio.run(
+            AgentRunner(react_config(s.url, tools=["finish", "divide"])).run([row], val_mode=True)
+        )
     assert out["rewards"] == [1.0]
 
 
@@ -132,8 +186,14 @@ def test_code_interpreter_runs_in_the_sandbox():
 
 
 def test_codeact_agent_acts_with_code_blocks_whose_state_persists():
-    replies = iter(["```python\nx = 6 * 7\nprint(x)\n```", "```python\nprint(x + 0)\n```",
-                    "No code here.", r"<finish>\boxed{42}</finish>"])
+    replies = iter(
+        [
+            "```python\nx = 6 * 7\nprint(x)\n```",
+            "```python\nprint(x + 0)\n```",
+            "No code here.",
+            r"<finish>\boxed{42}</finish>",
+        ]
+    )
     with chat_server(lambda body: next(replies)) as server:
         config = react_config(server.url, agent_cls="codeact", tools=[], generator__max_iterations=5)
         result = asyncio.run(AgentRunner(config).run([MATH_ROW], val_mode=True))["results"][0]
@@ -141,28 +201,52 @@ def test_codeact_agent_acts_with_code_blocks_whose_state_persists():
     assert observations[:2] == ["Execution output:\n42", "Execution output:\n42"]  # x survived between turns
     assert observations[2].startswith("No code was found in your message")
     assert result["finish_reason"] == "FINISH_TOOL" and result["reward"] == 1.0
-    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == ["finish"]  # codeact's default tools
+    assert [t["function"]["name"] for t in server.requests[0]["tools"]] == [
+        "finish"
+    ]  # codeact's default tools
     assert "```python block" in server.requests[0]["messages"][0]["content"]
 
 
 # ---------------------------------------------------------------- the YAML's errors
 def test_unknown_keys_list_the_valid_ones():
-    with pytest.raises(AgentConfigError, match=r"unknown key\(s\) \['generator.max_turns'\].*'max_iterations'"):
+    with pytest.raises(
+        AgentConfigError, match=r"unknown key\(s\) \['generator.max_turns'\].*'max_iterations'"
+    ):
         parse_agent_config({"generator": {"max_turns": 3}})
-    with pytest.raises(AgentConfigError, match=r"unknown key\(s\) \['agent'\].*valid keys at the top level.*'agent_cls'"):
+    with pytest.raises(
+        AgentConfigError, match=r"unknown key\(s\) \['agent'\].*valid keys at the top level.*'agent_cls'"
+    ):
         parse_agent_config({"agent": "react"})
     with pytest.raises(AgentConfigError, match="generator.num_trajectories must be an integer"):
         parse_agent_config({"generator": {"num_trajectories": "four"}})
 
 
-@pytest.mark.parametrize("config, message", [
-    ({"agent_cls": "planner"}, r"unknown agent_cls 'planner'; choose one of \['codeact', 'react'\]"),
-    ({"task": "swe_bench"}, r"unknown task 'swe_bench'; choose one of \['env', 'general_react'\].*SWE-bench tasks are not built"),
-    ({"generator": {"infer_backend": "tinker"}}, r"unknown generator.infer_backend 'tinker'; choose one of \['openai', 'openai_server', 'skyrl-train', 'skyrl_train'\]"),
-    ({"tools": ["web_browser"]}, r"unknown tool\(s\) \['web_browser'\].*registered tools: \['code_interpreter', 'finish'\]"),
-    ({"generator": {"backend_config": {"url": "x"}}}, r"unknown key\(s\) \['url'\].*valid keys: \['base_url'"),
-    ({"generator": {"infer_backend": "skyrl-train"}}, r"the skyrl-train backend needs an inference engine"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"agent_cls": "planner"}, r"unknown agent_cls 'planner'; choose one of \['codeact', 'react'\]"),
+        (
+            {"task": "swe_bench"},
+            r"unknown task 'swe_bench'; choose one of \['env', 'general_react'\].*SWE-bench tasks are not built",
+        ),
+        (
+            {"generator": {"infer_backend": "tinker"}},
+            r"unknown generator.infer_backend 'tinker'; choose one of \['openai', 'openai_server', 'skyrl-train', 'skyrl_train'\]",
+        ),
+        (
+            {"tools": ["web_browser"]},
+            r"unknown tool\(s\) \['web_browser'\].*registered tools: \['code_interpreter', 'finish'\]",
+        ),
+        (
+            {"generator": {"backend_config": {"url": "x"}}},
+            r"unknown key\(s\) \['url'\].*valid keys: \['base_url'",
+        ),
+        (
+            {"generator": {"infer_backend": "skyrl-train"}},
+            r"the skyrl-train backend needs an inference engine",
+        ),
+    ],
+)
 def test_unknown_agent_task_backend_or_tool_lists_the_choices(config, message):
     config.setdefault("generator", {}).setdefault("backend_config", {"base_url": "http://127.0.0.1:9"})
     if config["generator"].get("infer_backend") == "skyrl-train":
@@ -172,15 +256,22 @@ def test_unknown_agent_task_backend_or_tool_lists_the_choices(config, message):
 
 
 def test_skyagent_names_and_keys_are_understood():
-    runner = AgentRunner({
-        "agent_cls": "skyrl_agent.agents.react.ReActAgent",
-        "task": "skyrl_agent.tasks.general_react.utils.GeneralReactTask",
-        "tools": ["finish"],
-        "generator": {"infer_backend": "openai_server", "backend_config": {"api_url": "http://127.0.0.1:9", "model_name": "m"},
-                      "vision_is_active": False, "qwen3_acc_thinking": True, "remove_think_tokens": False},
-        "dispatcher": {"type": "async_pipeline", "scheduler": "naive"},
-        "data": {"instance_key": "instance", "data_source_key": "data_source"},
-    })
+    runner = AgentRunner(
+        {
+            "agent_cls": "skyrl_agent.agents.react.ReActAgent",
+            "task": "skyrl_agent.tasks.general_react.utils.GeneralReactTask",
+            "tools": ["finish"],
+            "generator": {
+                "infer_backend": "openai_server",
+                "backend_config": {"api_url": "http://127.0.0.1:9", "model_name": "m"},
+                "vision_is_active": False,
+                "qwen3_acc_thinking": True,
+                "remove_think_tokens": False,
+            },
+            "dispatcher": {"type": "async_pipeline", "scheduler": "naive"},
+            "data": {"instance_key": "instance", "data_source_key": "data_source"},
+        }
+    )
     assert type(runner.task).__name__ == "GeneralReactTask" and runner.backend.model == "m"
     assert runner.backend.root_url == "http://127.0.0.1:9"
 

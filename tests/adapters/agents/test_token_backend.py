@@ -15,10 +15,17 @@ from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 
 
 def env_config(**generator):
-    return {"task": "env", "env_class": "gsm8k",
-            "generator": {"infer_backend": "skyrl-train", "sampling_params": {"max_tokens": 64, "temperature": 1.0},
-                          "max_iterations": 1, **generator},
-            "dispatcher": {"max_parallel_agents": 3}}
+    return {
+        "task": "env",
+        "env_class": "gsm8k",
+        "generator": {
+            "infer_backend": "skyrl-train",
+            "sampling_params": {"max_tokens": 64, "temperature": 1.0},
+            "max_iterations": 1,
+            **generator,
+        },
+        "dispatcher": {"max_parallel_agents": 3},
+    }
 
 
 @pytest.fixture
@@ -40,46 +47,87 @@ def test_training_output_is_the_rollout_loops_generator_output(rows, tokenizer):
     out = asyncio.run(AgentRunner(env_config(), infer_engine=engine, tokenizer=tokenizer).run(rows))
     assert out["trajectory_rewards"] == [1.0, 0.0, 1.0, 0.0]
     assert [r[-1] for r in out["rewards"]] == [1.0, 0.0, 1.0, 0.0]  # the reward sits on the last token
-    assert all(len(ids) == len(mask) == len(rw) for ids, mask, rw in zip(out["response_ids"], out["loss_masks"], out["rewards"]))
+    assert all(
+        len(ids) == len(mask) == len(rw)
+        for ids, mask, rw in zip(out["response_ids"], out["loss_masks"], out["rewards"])
+    )
     assert out["stop_reasons"] == ["stop"] * 4
     metrics = out["rollout_metrics"]
     assert metrics["agent/finish_reason/FINISH"] == 1.0 and metrics["generate/avg_reward"] == 0.5
     # the same tokens the rollout loop records for these rows by itself
     engine.reset()
-    plain = asyncio.run(generate_rollouts(engine, tokenizer, rows, config=RolloutConfig(
-        sampling_params={"max_tokens": 64, "temperature": 1.0})))
-    assert out["prompt_token_ids"] == plain["prompt_token_ids"] and out["response_ids"] == plain["response_ids"]
+    plain = asyncio.run(
+        generate_rollouts(
+            engine,
+            tokenizer,
+            rows,
+            config=RolloutConfig(sampling_params={"max_tokens": 64, "temperature": 1.0}),
+        )
+    )
+    assert (
+        out["prompt_token_ids"] == plain["prompt_token_ids"] and out["response_ids"] == plain["response_ids"]
+    )
     assert out["loss_masks"] == plain["loss_masks"]
 
 
 def test_generate_is_the_trainers_generator_interface(rows, tokenizer):
     engine = ScriptedEngine(tokenizer, {k: v * 2 for k, v in scripts_for(rows[:2]).items()})
-    batch = {"prompts": [r["prompt"] for r in rows[:2] for _ in range(2)],
-             "env_classes": ["gsm8k"] * 4,
-             "env_extras": [{k: v for k, v in r.items() if k not in ("prompt", "env_class")} for r in rows[:2] for _ in range(2)],
-             "trajectory_ids": [{"instance_id": f"q{i}", "repetition_id": j} for i in range(2) for j in range(2)]}
+    batch = {
+        "prompts": [r["prompt"] for r in rows[:2] for _ in range(2)],
+        "env_classes": ["gsm8k"] * 4,
+        "env_extras": [
+            {k: v for k, v in r.items() if k not in ("prompt", "env_class")}
+            for r in rows[:2]
+            for _ in range(2)
+        ],
+        "trajectory_ids": [{"instance_id": f"q{i}", "repetition_id": j} for i in range(2) for j in range(2)],
+    }
     out = asyncio.run(AgentRunner(env_config(), infer_engine=engine, tokenizer=tokenizer).generate(batch))
     assert out["trajectory_ids"] == batch["trajectory_ids"]
     assert out["trajectory_rewards"] == [1.0, 1.0, 0.0, 0.0]
 
 
 def test_a_react_task_reward_lands_on_the_last_token_and_tool_output_is_masked(tokenizer):
-    row = {"data_source": "math", "prompt": [{"role": "user", "content": "What is 6 times 7?"}],
-           "reward_spec": {"ground_truth": "42"}}
-    engine = ScriptedEngine(tokenizer, {"6 times 7": ['<tool_call>{"name": "code_interpreter", "arguments": '
-                                                      '{"code": "print(6*7)"}}</tool_call>', r"<finish>\boxed{42}</finish>"]})
-    config = {"task": "general_react", "tools": ["finish", "code_interpreter"],
-              "generator": {"infer_backend": "skyrl-train", "max_iterations": 4, "sampling_params": {"max_tokens": 64}}}
+    row = {
+        "data_source": "math",
+        "prompt": [{"role": "user", "content": "What is 6 times 7?"}],
+        "reward_spec": {"ground_truth": "42"},
+    }
+    engine = ScriptedEngine(
+        tokenizer,
+        {
+            "6 times 7": [
+                '<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(6*7)"}}</tool_call>',
+                r"<finish>\boxed{42}</finish>",
+            ]
+        },
+    )
+    config = {
+        "task": "general_react",
+        "tools": ["finish", "code_interpreter"],
+        "generator": {
+            "infer_backend": "skyrl-train",
+            "max_iterations": 4,
+            "sampling_params": {"max_tokens": 64},
+        },
+    }
     runner = AgentRunner(config, infer_engine=engine, tokenizer=tokenizer)
     out = asyncio.run(runner.run([row]))
-    assert out["trajectory_rewards"] == [1.0] and out["rewards"][0][-1] == 1.0 and sum(out["rewards"][0]) == 1.0
+    assert (
+        out["trajectory_rewards"] == [1.0] and out["rewards"][0][-1] == 1.0 and sum(out["rewards"][0]) == 1.0
+    )
     assert out["num_turns"] == [2] and out["rollout_metrics"]["agent/finish_reason/FINISH_TOOL"] == 1.0
     mask, ids = out["loss_masks"][0], out["response_ids"][0]
     observation = tokenizer.decode([t for t, m in zip(ids, mask) if m == 0])
     assert "42" in observation  # the sandbox's output came back as an observation, masked out of the loss
     assert "print(6*7)" in tokenizer.decode([t for t, m in zip(ids, mask) if m == 1])
-    evaluated = asyncio.run(AgentRunner(config, infer_engine=ScriptedEngine(tokenizer, {
-        "6 times 7": [r"<finish>\boxed{42}</finish>"]}), tokenizer=tokenizer).run([row], val_mode=True))
+    evaluated = asyncio.run(
+        AgentRunner(
+            config,
+            infer_engine=ScriptedEngine(tokenizer, {"6 times 7": [r"<finish>\boxed{42}</finish>"]}),
+            tokenizer=tokenizer,
+        ).run([row], val_mode=True)
+    )
     assert evaluated["rewards"] == [1.0] and evaluated["results"][0]["messages"][0]["role"] == "system"
 
 
@@ -95,19 +143,32 @@ def test_an_engine_failure_fails_its_trajectory_with_a_masked_row(rows, tokenize
 
 
 def test_trajectories_cut_by_the_iteration_cap_are_not_trained_on(tokenizer):
-    row = {"data_source": "math", "prompt": [{"role": "user", "content": "What is 6 times 7?"}],
-           "reward_spec": {"ground_truth": "42"}}
+    row = {
+        "data_source": "math",
+        "prompt": [{"role": "user", "content": "What is 6 times 7?"}],
+        "reward_spec": {"ground_truth": "42"},
+    }
     engine = ScriptedEngine(tokenizer, {"6 times 7": ["Hmm.", "Hmm again."]})
-    config = {"task": "general_react", "tools": ["finish"],
-              "generator": {"infer_backend": "skyrl-train", "max_iterations": 2, "sampling_params": {"max_tokens": 32}}}
+    config = {
+        "task": "general_react",
+        "tools": ["finish"],
+        "generator": {
+            "infer_backend": "skyrl-train",
+            "max_iterations": 2,
+            "sampling_params": {"max_tokens": 32},
+        },
+    }
     out = asyncio.run(AgentRunner(config, infer_engine=engine, tokenizer=tokenizer).run([row]))
     assert out["rollout_metrics"]["agent/finish_reason/max_iterations_reached"] == 1.0
     assert out["num_turns"] == [2] and set(out["loss_masks"][0]) == {0}
 
 
 def test_a_real_model_behind_the_engine_interface(rows, tiny_engine, tokenizer):
-    runner = AgentRunner(env_config(sampling_params={"max_tokens": 8, "temperature": 1.0, "logprobs": True}),
-                         infer_engine=tiny_engine, tokenizer=tokenizer)
+    runner = AgentRunner(
+        env_config(sampling_params={"max_tokens": 8, "temperature": 1.0, "logprobs": True}),
+        infer_engine=tiny_engine,
+        tokenizer=tokenizer,
+    )
     out = asyncio.run(runner.run(rows[:2]))
     assert len(out["response_ids"]) == 2 and out["rollout_logprobs"] is not None
     assert all(sum(mask) >= 1 for mask in out["loss_masks"])  # the model's own tokens are trained on
