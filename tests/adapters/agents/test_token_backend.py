@@ -173,3 +173,11 @@ def test_a_real_model_behind_the_engine_interface(rows, tiny_engine, tokenizer):
     assert len(out["response_ids"]) == 2 and out["rollout_logprobs"] is not None
     assert all(sum(mask) >= 1 for mask in out["loss_masks"])  # the model's own tokens are trained on
     assert out["trajectory_rewards"] == [0.0, 0.0]  # a random model does not solve GSM8K
+
+
+def test_max_prompt_length_stops_a_token_trajectory_before_the_context_overflows(rows, tokenizer):
+    engine = ScriptedEngine(tokenizer, scripts_for(rows))
+    runner = AgentRunner(env_config(max_prompt_length=10), infer_engine=engine, tokenizer=tokenizer)
+    out = asyncio.run(runner.run(rows[:1]))
+    assert out["rollout_metrics"]["agent/finish_reason/CONTEXT_WINDOW_EXCEEDED"] == 1.0
+    assert out["num_turns"] == [0] and set(out["loss_masks"][0]) == {0}
