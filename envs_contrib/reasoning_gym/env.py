@@ -50,7 +50,7 @@ class ReasoningGymEnv(BaseTextEnv):
                                               int(config.get("index", 0)))
                 self.generated_prompt = True
             self.scorer = generate.dataset(dataset, settings, seed)
-            self.entry = self.scorer[index]
+            self.entry = generate.entry(dataset, settings, seed, index)
         except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
             if isinstance(exc, DataError):
                 raise

@@ -8,6 +8,7 @@ many rows were asked for (some reasoning-gym datasets, e.g. ``acre``, generate a
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -76,7 +77,13 @@ def dataset(name: str, settings: str, seed: int) -> Any:
 
 
 def entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
-    """Item ``index`` of the dataset seeded ``seed``: ``{"question", "answer", "metadata"}``."""
+    """Item ``index`` of the dataset seeded ``seed``: ``{"question", "answer", "metadata"}`` (a copy: some
+    datasets take seconds to generate one item, e.g. futoshiki, so items are cached)."""
+    return copy.deepcopy(_cached_entry(name, settings, seed, index))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
     return dataset(name, settings, seed)[index]
 
 
