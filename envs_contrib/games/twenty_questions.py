@@ -77,7 +77,7 @@ class TwentyQuestionsEnv(GameEnv):
         if guessed:
             guess = guessed.group(1).strip().lower().rstrip(".!?")
             if guess == self.secret:
-                return Outcome(max(0.0, 1.0 - 0.02 * self.questions) or 0.01, True, f"Yes, it is {guess}.")
+                return Outcome(1.0 - 0.02 * self.questions, True, f"Yes, it is {guess}.")
             self.log.append(f"guess {guess}: no")
             return Outcome(0.0, False, f"No, it is not {guess}.", reason=f"wrong guess {guess!r}")
         if asked:

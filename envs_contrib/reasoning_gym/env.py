@@ -6,7 +6,7 @@ stripped (reasoning-gym's own system prompt asks for exactly that); the reward i
 Every reward below 1.0 is explained in ``metadata["reason"]``.
 
 The entry comes from the row (``reward_spec`` as written by the dataset builder: dataset, settings, seed,
-index), or, for a row without one, from ``env_config``: ``{"seed": 0, "index": 0, "split": "train",
+index), or, for a row with no reward_spec at all, from ``env_config``: ``{"seed": 0, "index": 0, "split": "train",
 "settings": {...}}``; then ``init`` replaces the prompt with the generated question.
 """
 
@@ -44,7 +44,11 @@ class ReasoningGymEnv(BaseTextEnv):
                 settings = spec.get("settings") or "{}"
                 settings = settings if isinstance(settings, str) else generate.settings_json(settings)
                 seed, index = int(spec["seed"]), int(spec["index"])
-            else:
+            elif spec:
+                raise DataError(f"env {env_id(dataset)!r}: the row's reward_spec names no reasoning-gym entry "
+                                "(dataset, settings, seed, index); build rows with "
+                                f"skyrl_gym.datasets.build_rows({env_id(dataset)!r}, size=N)")
+            else:  # no row at all: the question comes from env_config
                 settings = generate.settings_json(config.get("settings") or {})
                 seed, index = generate.locate(int(config.get("seed", 0)), str(config.get("split", "train")),
                                               int(config.get("index", 0)))

@@ -55,7 +55,8 @@ def dataset(name: str, settings: str, seed: int) -> Any:
     try:
         from reasoning_gym.factory import DATASETS as RG_DATASETS
     except ImportError as exc:
-        raise SettingsError("the reasoning_gym/* envs need the reasoning-gym package: pip install reasoning-gym") from exc
+        raise SettingsError("the reasoning_gym/* envs need the reasoning-gym package: "
+                            "pip install 'skyrl-gym[reasoning-gym]'") from exc
     dataset_cls, config_cls = RG_DATASETS[name]
     fields = {f.name for f in dataclasses.fields(config_cls)}
     config: Dict[str, Any] = json.loads(settings)

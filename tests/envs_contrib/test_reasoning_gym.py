@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-reasoning_gym = pytest.importorskip("reasoning_gym", reason="the reasoning_gym/* envs need it: pip install reasoning-gym")
+reasoning_gym = pytest.importorskip("reasoning_gym", reason="the reasoning_gym/* envs need reasoning-gym: pip install 'skyrl-gym[reasoning-gym]'")
 
 import skyrl_gym  # noqa: E402
 from skygym_contrib.reasoning_gym.names import DATASETS  # noqa: E402
@@ -97,3 +97,8 @@ def test_rows_from_another_reasoning_gym_version_are_refused():
     row["reward_spec"]["ground_truth"] = "12345"
     with pytest.raises(DataError, match="build them again"):
         skyrl_gym.make("reasoning_gym/chain_sum", extras=row_extras(row))
+
+
+def test_a_row_without_a_reasoning_gym_entry_is_refused():
+    with pytest.raises(DataError, match="names no reasoning-gym entry"):
+        skyrl_gym.make("reasoning_gym/gcd", extras={"reward_spec": {"method": "rule", "ground_truth": "6"}})
