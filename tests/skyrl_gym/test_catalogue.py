@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,11 @@ def test_the_catalogue_lists_families_and_where_rows_come_from():
     assert rows["games/wordle"] == "builder" and rows["aime"] == "golden cases"
     assert rows["gsm8k"] == "builder, golden cases" and rows["search"] == "bring your own"
     assert sum(len(envs) for envs in families.values()) >= 130
+
+
+def test_skyrl_gym_list_json_lists_the_whole_catalogue(capsys):
+    from skyrl_gym.cli import main
+
+    assert main(["list", "--json"]) == 0
+    listed = {env["id"] for env in json.loads(capsys.readouterr().out)["envs"]}
+    assert len(listed) >= 130 and {"games/wordle", "reasoning_gym/sudoku", "gsm8k"} <= listed
