@@ -12,4 +12,5 @@ GAMES = {
     "games/nim": "skygym_contrib.games.nim:NimEnv",
     "games/guess_number": "skygym_contrib.games.guess_number:GuessNumberEnv",
     "games/lights_out": "skygym_contrib.games.lights_out:LightsOutEnv",
+    "games/sokoban": "skygym_contrib.games.sokoban:SokobanEnv",
 }

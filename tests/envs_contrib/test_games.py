@@ -115,6 +115,23 @@ def test_twenty_questions_golden_trajectory():
     assert steps[3][3] == "wrong guess 'dog'" and steps[4][:2] == (0.96, True)  # 1.0 - 0.02 x 2 questions
 
 
+ROOM = ["######", "#....#", "#....#", "#....#", "#....#", "######"]
+
+
+def test_sokoban_golden_push_onto_the_goal_and_bad_moves():
+    env = game("games/sokoban", rows=ROOM, goal=[1, 4], box=[3, 3], player=[4, 3])
+    steps = play(env, "down", "left", "up", "right", "down", "right", "r", "up", "up")
+    assert "a wall blocks down" in steps[0][2] and steps[0][3].startswith("invalid move")
+    assert "Room:\n######\n#   .#\n#    #\n#  @$#\n#    #" in steps[3][2]  # pushed the box right
+    assert "a wall blocks right" in steps[6][2] and steps[6][1] is False  # "r" is right; the wall holds
+    assert [s[0] for s in steps] == [0.0] * 8 + [1.0] and steps[-1][1] is True
+
+
+def test_sokoban_box_in_a_corner_ends_the_game():
+    env = game("games/sokoban", rows=ROOM, goal=[4, 1], box=[2, 4], player=[3, 4])
+    assert play(env, "up") == [(0.0, True, "The box is stuck in a corner.", "lost: the box is stuck in a corner")]
+
+
 def test_2048_slides_merge_once_and_reward_the_merged_value():
     assert slide_row_left([2, 2, 4, 0]) == ([4, 4, 0, 0], 4)
     assert slide_row_left([2, 2, 2, 2]) == ([4, 4, 0, 0], 8)
