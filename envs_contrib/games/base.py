@@ -9,7 +9,8 @@ A game is a :class:`GameEnv` subclass with
   to the model as the next observation (the state is unchanged); it is never an exception out of ``step``.
 
 Moves are the body of the last ``<move>...</move>`` block. Every zero reward says why in ``metadata["reason"]``.
-After :data:`MAX_INVALID_IN_A_ROW` invalid moves in a row, or ``max_turns`` moves, the game ends.
+After :data:`MAX_INVALID_IN_A_ROW` invalid moves in a row, or ``max_turns`` moves (the row's ``max_turns``, else
+``env_config["max_turns"]``, else the game's default), the game ends.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class GameEnv(BaseTextEnv):
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"env {self.game_id!r}: bad game parameters {params!r:.120} ({type(exc).__name__}: "
                             f"{exc}); build rows with skyrl_gym.datasets.build_rows({self.game_id!r}, size=N)") from exc
-        self.max_turns = int(config.get("max_turns", self.default_max_turns))
+        row_limit = (extras or {}).get("max_turns")  # a row's max_turns wins over env_config's, as in other envs
+        self.max_turns = int(row_limit if row_limit else config.get("max_turns", self.default_max_turns))
         self.invalid_in_a_row = 0
         self.finished = False
 

@@ -100,6 +100,16 @@ def _readme_of(creator: Any) -> Optional[Path]:
     return None
 
 
+def _gymnasium_id(env_id: str) -> str:
+    """The env's Gymnasium id; Gymnasium names allow no '/', so ``games/nim`` goes through the lazy id."""
+    from skyrl_gym.registration import parse_env_id
+
+    name, version = parse_env_id(env_id)
+    if "/" in name:
+        return f"skyrl_gym/lazy-v0 with env_id={env_id!r} ('/' is not allowed in Gymnasium names)"
+    return f"skyrl_gym/{name}-v{version or 0}"
+
+
 def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dict[str, Any]:
     import skyrl_gym
     from skyrl_gym.registration import parse_env_id
@@ -107,7 +117,7 @@ def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dic
     env_spec = skyrl_gym.spec(env_id)
     info: Dict[str, Any] = {
         "id": env_spec.id,
-        "gymnasium_id": f"skyrl_gym/{parse_env_id(env_spec.id)[0]}-v{env_spec.version or 0}",
+        "gymnasium_id": _gymnasium_id(env_spec.id),
         "provider": env_spec.provider,
         "entry_point": _entry_point_name(env_spec.entry_point),
         "kwargs": env_spec.kwargs,

@@ -37,6 +37,13 @@ def test_wordle_golden_trajectory():
     assert (r3, d3) == (1.0, True)
 
 
+def test_a_rows_max_turns_ends_the_game_early():
+    env = skyrl_gym.make("games/guess_number", extras={"reward_spec": {"ground_truth": {"secret": 37, "high": 100}},
+                                                       "max_turns": 2})
+    steps = play(env, "50", "25")
+    assert steps[-1][:2] == (0.0, True) and steps[-1][3] == "out of moves after 2 turns (25 is too low)"
+
+
 def test_wordle_out_of_guesses_names_the_word():
     env = game("games/wordle", secret="crane")
     steps = play(env, "ghost", "ghost", "ghost", "ghost", "ghost", "ghost")
