@@ -13,6 +13,9 @@ from skyrl_gym.core import ConversationType, Env, EnvStepOutput, MessageType, St
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.registration import EnvSpec, deregister, make, pprint_registry, register, registry, spec
 from skyrl_gym import envs  # noqa: F401,E402  registers the built-in envs (string entry points, nothing heavy)
+from skyrl_gym.registration import mark_shipped as _mark_shipped
+
+_mark_shipped()  # a user's register() of one of these ids replaces ours, with a warning
 from skyrl_gym import _gymnasium_hook
 
 _gymnasium_hook.install()  # gymnasium.make("skyrl_gym/<id>-v0") once Gymnasium is imported, before or after us

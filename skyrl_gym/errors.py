@@ -21,5 +21,10 @@ class DataError(Error, ValueError):
     """A dataset row is malformed; the message names the row number and the field."""
 
 
+class MissingRewardSpec(DataError, AssertionError):
+    """A row lacks ``reward_spec`` or its ``ground_truth``. Also an ``AssertionError``, as SkyRL-gym's envs
+    raise one (``assert "reward_spec" in extras, "reward_spec field is required"``)."""
+
+
 class ToolError(Error):
     """A tool group or tool is misdefined (duplicate tool names, unknown tool)."""

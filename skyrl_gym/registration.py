@@ -18,6 +18,7 @@ import importlib
 import json
 import re
 import threading
+import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from skyrl_gym.core import Env
@@ -214,6 +215,16 @@ def _load_entry_point_plugins(target: EnvRegistry) -> None:
             target.plugin_errors[f"{provider}:{ep.name}"] = f"{type(exc).__name__}: {exc}"
 
 
+# Ids this package ships (set once the built-in envs are registered): a user's register() of one of them
+# replaces ours with a warning, as SkyRL-train's tutorials register ids (such as "multiply") that we ship too.
+_shipped_ids: set = set()
+
+
+def mark_shipped() -> None:
+    """Record the ids registered so far as shipped with the package (called by ``skyrl_gym/__init__``)."""
+    _shipped_ids.update(dict.keys(registry))
+
+
 def register(
     id: str,
     entry_point: Union[str, EnvCreator, None] = None,
@@ -222,7 +233,8 @@ def register(
     provider: str = "skyrl-gym",
     **extra: Any,
 ) -> EnvSpec:
-    """Register an env under ``id``. A duplicate id raises :class:`RegistrationError`."""
+    """Register an env under ``id``. An id this package ships is replaced, with a warning naming what was
+    replaced; any other duplicate id raises :class:`RegistrationError`."""
     if not isinstance(id, str) or not id.strip():
         raise RegistrationError(f"env id must be a non-empty string, got {id!r}")
     if extra:
@@ -233,6 +245,17 @@ def register(
         )
     if isinstance(entry_point, str) and ":" not in entry_point:
         raise RegistrationError(f"entry point {entry_point!r} of env {id!r} must have the form 'module:Attr'")
+    if dict.__contains__(registry, id) and id in _shipped_ids:
+        replaced = dict.__getitem__(registry, id)
+        _shipped_ids.discard(id)
+        where = replaced.entry_point if isinstance(replaced.entry_point, str) else repr(replaced.entry_point)
+        warnings.warn(
+            f"register({id!r}) replaces the env that skyrl_gym ships under this id (entry point {where}); "
+            f"skyrl_gym.make({id!r}) now builds yours",
+            UserWarning,
+            stacklevel=2,
+        )
+        dict.__delitem__(registry, id)
     if dict.__contains__(registry, id):
         raise RegistrationError(f"env {id!r} is already registered; call deregister({id!r}) first to replace it")
     new_spec = EnvSpec(
@@ -246,6 +269,7 @@ def register(
 def deregister(id: str) -> None:
     if not dict.__contains__(registry, id):
         raise UnregisteredEnv(f"cannot deregister env {id!r}: it is not registered")
+    _shipped_ids.discard(id)
     dict.__delitem__(registry, id)
     _notify_change()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional
 
-from skyrl_gym.errors import DataError
+from skyrl_gym.errors import DataError, MissingRewardSpec
 
 # Rule-based rewards only need the end of a long answer; scanning 10 MB of text per step would turn
 # one adversarial sample into a stalled batch. Envs score at most this many trailing characters.
@@ -18,10 +18,28 @@ def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field
         raise DataError(f"env {env_id!r} needs extras with {field}.ground_truth (the dataset row), got {extras!r}")
     spec = extras.get(field)
     if type(spec) is not dict and not isinstance(spec, Mapping):
-        raise DataError(f"env {env_id!r}: the row has no {field!r} dict (expected {{'ground_truth': ...}})")
+        raise MissingRewardSpec(
+            f"env {env_id!r}: {field} field is required; the row has no {field!r} dict (expected {{'ground_truth': ...}})"
+        )
     if spec.get("ground_truth") is None:
-        raise DataError(f"env {env_id!r}: {field}.ground_truth is missing from the row")
+        raise MissingRewardSpec(
+            f"env {env_id!r}: ground_truth is required in {field} field; {field}.ground_truth is missing from the row"
+        )
     return spec["ground_truth"]
+
+
+def uses_default_tool_path(env: Any, tool_group: Any) -> bool:
+    """True when neither the env's ``_execute_tool`` nor the group's ``execute_tool`` is overridden (on the
+    class or the instance), so an env may take its own async path to the tool instead of ``_execute_tool``."""
+    from skyrl_gym.envs.base_text_env import BaseTextEnv
+    from skyrl_gym.tools.core import ToolGroup
+
+    return (
+        type(env)._execute_tool is BaseTextEnv._execute_tool
+        and "_execute_tool" not in vars(env)
+        and type(tool_group).execute_tool is ToolGroup.execute_tool
+        and "execute_tool" not in vars(tool_group)
+    )
 
 
 def clip_action(action: Any, metadata: Dict[str, Any]) -> str:

@@ -16,6 +16,29 @@ from skyrl_gym.tools.core import ToolGroup, tool
 NO_OUTPUT_MESSAGE = "The code ran without printing anything; print() the values you want to see."
 TIMEOUT_MESSAGE = "Error executing Python code: Execution timed out after {timeout} seconds."
 
+_PROGRAM = """\
+import contextlib as _cl, io as _io, sys as _sys, traceback as _tb
+_ns = {{"__name__": "__main__", "__builtins__": __builtins__}}
+for _cell in {earlier!r}:  # earlier cells of a stateful tool, replayed with their output hidden
+    with _cl.redirect_stdout(_io.StringIO()), _cl.redirect_stderr(_io.StringIO()):
+        try:
+            exec(compile(_cell, "<string>", "exec"), _ns)
+        except BaseException:
+            pass
+try:
+    exec(compile({code!r}, "<string>", "exec"), _ns)
+except SystemExit:
+    raise
+except BaseException as _exc:
+    _frames = _exc.__traceback__
+    while _frames is not None and _frames.tb_frame.f_code.co_filename != "<string>":
+        _frames = _frames.tb_next
+    _sys.stdout.flush()
+    _tb.print_exception(type(_exc), _exc, _frames)
+    _sys.exit(1)
+"""
+
+
 def sandbox_for(config: Optional[Mapping[str, Any]]) -> Any:
     """The process-wide sandbox for ``config`` (``None``: the shared warm local sandbox), so that
     episodes reuse warm workers instead of starting a sandbox each."""
@@ -74,19 +97,10 @@ class PythonCodeExecutorToolGroup(ToolGroup):
         return self._sandbox
 
     def _program(self, code: str) -> str:
-        if not (self.stateful and self.history):
-            return code
-        return (
-            "import contextlib as _cl, io as _io\n"
-            f"for _cell in {self.history!r}:\n"
-            "    with _cl.redirect_stdout(_io.StringIO()), _cl.redirect_stderr(_io.StringIO()):\n"
-            "        try:\n"
-            "            exec(compile(_cell, '<earlier cell>', 'exec'), globals())\n"
-            "        except BaseException:\n"
-            "            pass\n"
-            "del _cell, _cl, _io\n"
-            f"exec(compile({code!r}, '<cell>', 'exec'), globals())\n"
-        )
+        # The code runs as SkyRL-gym runs it (``python -c``): compiled as "<string>", so a traceback reads
+        # 'File "<string>", line 1, in <module>' with no source line, and shows no frame of this wrapper.
+        earlier = self.history if self.stateful else []
+        return _PROGRAM.format(earlier=earlier, code=code)
 
     def _request(self, code: str) -> Any:
         from skygym_sandboxes import RunRequest

@@ -13,6 +13,7 @@ hundreds of episodes can wait on the service at once without threads.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import json
 import logging
@@ -31,6 +32,10 @@ DEFAULT_SEARCH_URL = "http://127.0.0.1:8000/retrieve"
 DEFAULT_TIMEOUT = 30.0
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_QUERY_CHARS = 4000  # a search query longer than this is cut (queries are a few words)
+# SkyRL-gym's names for the default retry policy of ``call_search_api`` (read at call time, so assigning
+# them changes the default). Ours are 4 tries from 0.5 s; SkyRL-gym's are 10 from 1 s.
+MAX_RETRIES = 4
+INITIAL_RETRY_DELAY = 0.5
 
 SearchResponse = Tuple[Optional[Dict[str, Any]], Optional[str]]
 
@@ -49,6 +54,18 @@ class RetryPolicy:
         return base * (1.0 + 0.25 * random.random())
 
 
+# The retry policy of the SearchToolGroup that is calling: the tool calls ``call_search_api`` with
+# SkyRL-gym's keyword arguments only, so that a replacement written for SkyRL-gym keeps working.
+_active_retry: contextvars.ContextVar[Optional[RetryPolicy]] = contextvars.ContextVar("search_retry", default=None)
+
+
+def _retry_policy(retry: Optional[RetryPolicy]) -> RetryPolicy:
+    if retry is not None:
+        return retry
+    active = _active_retry.get()
+    return active if active is not None else RetryPolicy(attempts=MAX_RETRIES, initial_delay_s=INITIAL_RETRY_DELAY)
+
+
 def _payload(query: str, topk: int, return_scores: bool) -> Dict[str, Any]:
     return {"query": query, "topk": topk, "return_scores": return_scores}
 
@@ -65,11 +82,14 @@ def call_search_api(
     timeout: float = DEFAULT_TIMEOUT,
     log_requests: bool = False,
     session: Any = None,
-    retry: RetryPolicy = RetryPolicy(),
+    retry: Optional[RetryPolicy] = None,
 ) -> SearchResponse:
-    """POST one query; ``(response_json, None)`` on success, ``(None, error_message)`` otherwise."""
+    """POST one query; ``(response_json, None)`` on success, ``(None, error_message)`` otherwise.
+
+    ``retry``: the policy; by default the calling ``SearchToolGroup``'s, else ``MAX_RETRIES`` tries."""
     import requests
 
+    retry = _retry_policy(retry)
     prefix = _log_prefix()
     own_session = session is None
     session = session or requests.Session()
@@ -262,10 +282,15 @@ class SearchToolGroup(ToolGroup):
         """
         if query is None:
             return ""
-        api_response, error_msg = call_search_api(
-            self.search_url, query.strip()[:MAX_QUERY_CHARS], topk=self.topk, timeout=self.timeout, log_requests=self.log_requests,
-            session=self._get_shared_session(self.base_url, self.max_connections), retry=self.retry,
-        )
+        token = _active_retry.set(self.retry)
+        try:  # SkyRL-gym's keyword arguments only: a replacement of call_search_api with its signature works
+            api_response, error_msg = call_search_api(
+                retrieval_service_url=self.search_url, query=query.strip()[:MAX_QUERY_CHARS], topk=self.topk,
+                return_scores=True, timeout=self.timeout, log_requests=self.log_requests,
+                session=self._get_shared_session(self.base_url, self.max_connections),
+            )
+        finally:
+            _active_retry.reset(token)
         text, self.last_metadata = format_search_result(api_response, error_msg)
         return text
 

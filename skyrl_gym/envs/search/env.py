@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
-from skyrl_gym.envs._common import require_ground_truth
+from skyrl_gym.envs._common import require_ground_truth, uses_default_tool_path
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.search.utils import compute_score, extract_solution, targets_of
@@ -98,11 +98,16 @@ class SearchEnv(BaseTextEnv):
             return StepOutput(observations=[], reward=self._final_reward, done=True, metadata=metadata), [None]
         return None, self._parse_action(action)
 
-    def _observe(self, query: List[Optional[str]], tool_output: str) -> StepOutput:
-        observation = {"role": "user", "content": "\n<information>" + tool_output + "</information>\n"}
+    def _observe(self, query: List[Optional[str]], tool_output: Optional[str], error: Optional[str] = None) -> StepOutput:
+        # A tool that raised: its message is the observation, as in SkyRL-gym.
+        content = error if error is not None else "\n<information>" + (tool_output or "") + "</information>\n"
+        observation = {"role": "user", "content": content}
         self.chat_history.append(observation)
         metadata: Dict[str, Any] = {"tool_group": "SearchToolGroup", "tool_name": "search", "tool_input": query}
-        if query[0] is not None:
+        if error is not None:
+            self._search_errors += 1
+            metadata["tool_error"] = error
+        elif query[0] is not None:
             self._searches += 1
             status = self.tool_group.last_metadata.get("status")
             metadata["search_status"] = status
@@ -113,14 +118,25 @@ class SearchEnv(BaseTextEnv):
         final, query = self._begin(action)
         if final is not None:
             return final
-        return self._observe(query, self.tool_group.search(query[0]))
+        try:  # through _execute_tool, so that a subclass overriding it is used
+            return self._observe(query, self._execute_tool("SearchToolGroup", "search", query))
+        except Exception as exc:
+            return self._observe(query, None, error=str(exc))
 
     async def astep(self, action: str) -> StepOutput:
-        """Like :meth:`step`; the search request is awaited on the running event loop."""
+        """Like :meth:`step`; the search request is awaited on the running event loop (or, when
+        ``_execute_tool`` or the tool group's ``execute_tool`` is overridden, that runs in a worker thread)."""
         final, query = self._begin(action)
         if final is not None:
             return final
-        return self._observe(query, await self.tool_group.asearch(query[0]))
+        try:
+            if uses_default_tool_path(self, self.tool_group):
+                return self._observe(query, await self.tool_group.asearch(query[0]))
+            from skyrl_gym.tools.blocking import run_blocking
+
+            return self._observe(query, await run_blocking(self._execute_tool, "SearchToolGroup", "search", query))
+        except Exception as exc:
+            return self._observe(query, None, error=str(exc))
 
     async def ainit(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:
         return self.init(prompt)

@@ -7,13 +7,21 @@ from typing import Any, List, Optional, Union
 
 from skyrl_gym.rewards.squad import exact_match, normalize_answer
 
-__all__ = ["normalize_answer", "em_check", "extract_solution", "targets_of", "compute_score"]
+__all__ = ["normalize_answer", "em_check", "subem_check", "extract_solution", "targets_of", "compute_score",
+           "compute_score_subem"]
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def em_check(prediction: str, golden_answers: Union[str, List[str]]) -> int:
     return int(exact_match(prediction, golden_answers))
+
+
+def subem_check(prediction: str, golden_answers: Union[str, List[str]]) -> int:
+    """1 when a normalised target occurs inside the normalised prediction, else 0."""
+    targets = [golden_answers] if isinstance(golden_answers, str) else golden_answers
+    normalized = normalize_answer(prediction)
+    return int(any(normalize_answer(target) in normalized for target in targets))
 
 
 def extract_solution(solution_str: str) -> Optional[str]:
@@ -39,3 +47,11 @@ def compute_score(solution_str: str, ground_truth: Any, method: str = "strict", 
     if answer is None:
         return 0.0
     return float(score) if exact_match(answer, targets_of(ground_truth)) else float(format_score)
+
+
+def compute_score_subem(solution_str: str, ground_truth: Any, method: str = "strict", format_score: float = 0.0, score: float = 1.0) -> float:
+    """Like :func:`compute_score`, with a substring match (:func:`subem_check`) instead of an exact one."""
+    answer = extract_solution(solution_str)
+    if answer is None:
+        return 0.0
+    return float(score) if subem_check(answer, targets_of(ground_truth)) else float(format_score)

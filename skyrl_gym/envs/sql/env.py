@@ -17,10 +17,12 @@ default 5), ``reward_timeout_s`` (default 30), ``max_rows_shown`` (default 50), 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
+from skyrl_gym.envs._common import require_ground_truth, uses_default_tool_path
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.sql.databases import resolve_database_file
@@ -28,17 +30,8 @@ from skyrl_gym.envs.sql.utils import REWARD_LIMITS, score_with_reason
 from skyrl_gym.errors import DataError
 from skyrl_gym.tools.blocking import run_cpu_bound
 from skyrl_gym.tools.parsers import find_tag_blocks
-from skyrl_gym.tools.sql import SQLDisplay, SQLToolGroup
+from skyrl_gym.tools.sql import INVALID_ACTION_MESSAGE, SQLCodeExecutorToolGroup, SQLDisplay
 from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult
-
-# No literal tags in here: the reward's format check reads the whole transcript, observations
-# included, and a "<solution>" in this text would count as a second solution block.
-INVALID_ACTION_MESSAGE = (
-    "Your previous action is invalid. Follow the format of outputting thinking process and sql tool, and try again."
-    " Expected: your reasoning inside think tags, then either one SELECT query inside sql tags to explore the"
-    " database, or your final SQL query inside solution tags to finish."
-)
-
 
 @dataclass
 class Text2SQLEnvConfig:
@@ -56,10 +49,10 @@ class SQLEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         extras = self.extras
-        reward_spec = extras.get("reward_spec")
-        if not isinstance(reward_spec, dict) or not isinstance(reward_spec.get("ground_truth"), str):
-            raise DataError('text2sql row needs "reward_spec": {"ground_truth": "<gold SQL query>"}')
-        self.gold_sql: str = reward_spec["ground_truth"]
+        gold_sql = require_ground_truth(extras, "text2sql")
+        if not isinstance(gold_sql, str):
+            raise DataError(f'text2sql row needs "reward_spec": {{"ground_truth": "<gold SQL query>"}}, got {gold_sql!r}')
+        self.gold_sql: str = gold_sql
         self.db_id: Optional[str] = extras.get("db_id")
         self.task: Optional[str] = extras.get("data")
         self.db_path: Optional[str] = config_value(env_config, "db_path")
@@ -71,7 +64,9 @@ class SQLEnv(BaseTextEnv):
             REWARD_LIMITS, timeout_s=float(config_value(env_config, "reward_timeout_s", REWARD_LIMITS.timeout_s))
         )
         display = SQLDisplay(max_rows_shown=int(config_value(env_config, "max_rows_shown", 50)))
-        self.tool_group = SQLToolGroup(self.db_file, limits=tool_limits, display=display)
+        self.tool_group = SQLCodeExecutorToolGroup(
+            os.path.dirname(os.path.dirname(self.db_file)), db_file=self.db_file, limits=tool_limits, display=display
+        )
         self.init_tool_groups([self.tool_group])
 
         # role/content of every action and observation: the reward reads them joined together.
@@ -112,30 +107,32 @@ class SQLEnv(BaseTextEnv):
         return StepOutput(observations=[], reward=float(reward), done=True,
                           metadata={"db_id": self.db_id, "reward_reason": reason})
 
-    def _observe(self, call: Tuple[str, str, Any], result: Optional[QueryResult]) -> StepOutput:
+    def _observe(self, call: Tuple[str, str, Any], text: str, result: Optional[QueryResult]) -> StepOutput:
         group_name, tool_name, tool_input = call
-        turns_left = tool_input[2]
-        if result is None:
-            body = INVALID_ACTION_MESSAGE
-        else:
+        if result is not None:
             self._tool_calls += 1
             self._tool_errors += int(not result.ok)
-            body = self.tool_group.render(result)
-        reminder = f"<reminder>You have {turns_left} turns left to complete the task.</reminder>"
-        observation = {"role": "user", "content": f"\n\n<observation>{body}\n{reminder}</observation>\n\n"}
+        observation = {"role": "user", "content": text}
         self.chat_history.append(observation)
         metadata: Dict[str, Any] = {"tool_group": group_name, "tool_name": tool_name, "tool_input": tool_input}
         if result is not None and not result.ok:
             metadata["tool_error"] = result.error_kind
         return StepOutput(observations=[observation], reward=0.0, done=False, metadata=metadata)
 
+    def _tool_text(self, call: Tuple[str, str, Any]) -> Tuple[str, Optional[QueryResult]]:
+        """The observation from ``_execute_tool`` (so a subclass overriding it is used); a tool that
+        raises gives its message as the observation, as in SkyRL-gym."""
+        try:
+            text = self._execute_tool(*call)
+        except Exception as exc:
+            return str(exc), None
+        return str(text), getattr(self.tool_group, "last_result", None)
+
     def step(self, action: str) -> StepOutput:
         done, call = self._begin(action)
         if done:
             return self._final_output(score_with_reason(*self._reward_args()))
-        sql = call[2][1]
-        result = self.tool_group.run(sql.strip()) if sql is not None else None
-        return self._observe(call, result)
+        return self._observe(call, *self._tool_text(call))
 
     async def astep(self, action: str) -> StepOutput:
         """Like :meth:`step`, with the queries (sqlglot parsing, SQLite) run in tool worker processes,
@@ -143,9 +140,15 @@ class SQLEnv(BaseTextEnv):
         done, call = self._begin(action)
         if done:
             return self._final_output(await run_cpu_bound(score_with_reason, *self._reward_args()))
-        sql = call[2][1]
+        if not uses_default_tool_path(self, self.tool_group):
+            from skyrl_gym.tools.blocking import run_blocking
+
+            return self._observe(call, *(await run_blocking(self._tool_text, call)))
+        db_id, sql, turns_left = call[2]
         result = await self.tool_group.arun(sql.strip()) if sql is not None else None
-        return self._observe(call, result)
+        body = self.tool_group.render(result) if result is not None else INVALID_ACTION_MESSAGE
+        reminder = f"<reminder>You have {turns_left} turns left to complete the task.</reminder>"
+        return self._observe(call, f"\n\n<observation>{body}\n{reminder}</observation>\n\n", result)
 
     async def ainit(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:
         return self.init(prompt)

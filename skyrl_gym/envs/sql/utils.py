@@ -69,6 +69,17 @@ def compare_results(db_file: str, predicted_sql: str, gold_sql: str, limits: Que
     return True, "same rows"
 
 
+def execute_sql_wrapper_single(db_file: str, sql: str, timeout: float, output_str: str) -> Tuple[str, str, Optional[frozenset], int, str]:
+    """SkyRL-gym's shape of one read-only query: ``(db_file, sql, frozenset(rows) or None, 1 | 0, output_str)``
+    (``None`` and 0 when the query fails, is refused or times out after ``timeout`` seconds)."""
+    import dataclasses
+
+    result = run_read_only_query(db_file, sql, dataclasses.replace(REWARD_LIMITS, timeout_s=float(timeout)))
+    if not result.ok or result.more_rows:
+        return db_file, sql, None, 0, output_str
+    return db_file, sql, frozenset(result.rows), 1, output_str
+
+
 def same_result_rows(db_file: str, predicted_sql: str, gold_sql: str, limits: QueryLimits = REWARD_LIMITS) -> bool:
     """True when both queries run and return the same set of rows (order and duplicates ignored)."""
     return compare_results(db_file, predicted_sql, gold_sql, limits)[0]

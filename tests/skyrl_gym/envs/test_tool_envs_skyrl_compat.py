@@ -13,8 +13,9 @@ def test_skyrl_gym_import_paths():
     from skyrl_gym.envs.search.utils import compute_score, em_check, extract_solution  # noqa: F401
     from skyrl_gym.envs.sql.utils import compute_score_single, verify_format_and_extract  # noqa: F401
     from skyrl_gym.tools import PythonCodeExecutorToolGroup, SearchToolGroup, SQLCodeExecutorToolGroup
+    from skyrl_gym.tools.sql import SQLToolGroup
 
-    assert SQLCodeExecutorToolGroup.__name__ == "SQLToolGroup"
+    assert issubclass(SQLCodeExecutorToolGroup, SQLToolGroup)  # SkyRL-gym's constructor and tool arguments
     assert SearchToolGroup(search_url="http://127.0.0.1:1/retrieve").get_tool_names() == ["search"]
     assert PythonCodeExecutorToolGroup().get_tool_names() == ["python"]
     assert em_check("The Paris!", ["paris"]) == 1
