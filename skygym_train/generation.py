@@ -40,7 +40,9 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
         from skygym_adapters.engines.hf import HFEngine
 
         batch = cfg.trainer.train_batch_size * g.n_samples_per_prompt
-        return [HFEngine(model_path, tokenizer, max_batch_size=max(64, batch)) for _ in range(g.num_inference_engines)]
+        dtype = None if g.model_dtype == "auto" else g.model_dtype
+        # validation allows one HF engine: more would be copies of the model in this process
+        return [HFEngine(model_path, tokenizer, dtype=dtype, max_batch_size=max(64, batch))]
     if g.backend == "vllm":
         # in this process, so weights arrive without pickling (in-process, or received from a broadcast)
         from skygym_adapters.engines.vllm_engine import VLLMEngine
@@ -53,6 +55,10 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
             kwargs["gpu_memory_utilization"] = g.gpu_memory_utilization
         if g.model_dtype != "auto":
             kwargs["dtype"] = g.model_dtype
+        for key in ("enable_prefix_caching", "enable_chunked_prefill", "max_num_batched_tokens", "max_num_seqs"):
+            if getattr(g, key) is not None:
+                kwargs[key] = getattr(g, key)
+        kwargs.update(dict(g.engine_init_kwargs))
         return [VLLMEngine(model_path, seed=cfg.trainer.seed + i, **kwargs) for i in range(g.num_inference_engines)]
     if g.backend == "remote":
         from skygym_adapters.engines.remote import RemoteEngine
@@ -74,18 +80,39 @@ def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
         sampling_params=sampling_params_dict(g.sampling_params),  # type: ignore[arg-type]
         max_turns=g.max_turns,
         max_input_length=g.max_input_length,
-        batched=g.max_turns == 1,
+        use_conversation_multi_turn=g.use_conversation_multi_turn,
+        append_eos_token_after_stop_str_in_multi_turn=g.append_eos_token_after_stop_str_in_multi_turn,
+        batched=g.batched,
         apply_overlong_filtering=g.apply_overlong_filtering,
         zero_reward_on_non_stop=g.zero_reward_on_non_stop,
-        env_configs=_env_configs(cfg),
+        max_env_workers=int(cfg.environment.skyrl_gym.get("max_env_workers", 32)),
+        env_configs=env_configs(cfg),
+        chat_template=chat_template(cfg),
         chat_template_kwargs=dict(g.chat_template_kwargs),
     )
     return RolloutGenerator(engine, tokenizer, rollout_cfg)
 
 
-def _env_configs(cfg: Any) -> Dict[str, Any]:
-    config = dict(cfg.environment.env_config)
-    return {cfg.environment.env_class: config} if config else {}
+def env_configs(cfg: Any) -> Dict[str, Any]:
+    """``env_config`` per env id, as SkyRL-train passes them: each ``environment.skyrl_gym.<id>`` section, with
+    ``environment.env_config`` over the section of ``environment.env_class``."""
+    configs: Dict[str, Any] = {
+        env_id: dict(section) for env_id, section in cfg.environment.skyrl_gym.items() if isinstance(section, dict)
+    }
+    own = dict(cfg.environment.env_config)
+    if own:
+        configs[cfg.environment.env_class] = {**configs.get(cfg.environment.env_class, {}), **own}
+    return configs
+
+
+def chat_template(cfg: Any) -> Any:
+    """The Jinja text of ``generator.chat_template`` (source=file), or None for the tokenizer's own."""
+    ct = cfg.generator.chat_template
+    if ct.source == "file" and ct.name_or_path:
+        from pathlib import Path
+
+        return Path(ct.name_or_path).expanduser().read_text(encoding="utf-8")
+    return None
 
 
 class Timer:

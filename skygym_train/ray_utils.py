@@ -44,7 +44,9 @@ def cpus_per_worker(num_workers: int) -> int:
     import ray
 
     largest_node = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=1)
-    return max(1, int(largest_node) // max(1, num_workers))
+    # inside a Ray task (SkyRL's tutorial runs the trainer in one) the task's own CPU is not free to reserve
+    free = ray.available_resources().get("CPU", largest_node)
+    return max(1, int(min(largest_node, free)) // max(1, num_workers))
 
 
 def create_placement_group(num_bundles: int, use_gpu: bool, strategy: str = "PACK", timeout_s: float = 120,

@@ -78,6 +78,10 @@ class PPOTrainer:
         engine: Any = None,
         tokenizer: Any = None,
         console_stream: Any = None,
+        train_rows: Optional[List[Dict[str, Any]]] = None,
+        val_rows: Optional[List[Dict[str, Any]]] = None,
+        generator_factory: Optional[Callable[[Any, Any, Any], Generator]] = None,
+        # generator_factory(cfg, tokenizer, engine_client) builds the generator once the engines exist
     ):
         self.cfg = cfg
         self.t = cfg.trainer
@@ -86,6 +90,8 @@ class PPOTrainer:
         self._given_engine = engine
         self.tokenizer = tokenizer
         self.console_stream = console_stream
+        self._given_rows = (train_rows, val_rows)
+        self._generator_factory = generator_factory
         self.global_step = 0
         self.kl_ctrl = make_kl_controller(self.algo)
         self.policy: Optional[WorkerGroup] = None
@@ -109,10 +115,22 @@ class PPOTrainer:
         torch.manual_seed(self.t.seed)
         self.model_path = str(resolve_model(self.t.policy.model.path).path)
         if self.tokenizer is None:
-            self.tokenizer = load_tokenizer(self.model_path)
+            self.tokenizer = self._load_tokenizer(load_tokenizer)
         default_env = self.cfg.environment.env_class
-        self.train_rows = load_dataset_rows(self.cfg.data.train_data, default_env)
-        self.val_rows = load_dataset_rows(self.cfg.data.val_data, default_env) if self.cfg.data.val_data else []
+        given_train, given_val = self._given_rows
+        self.train_rows = list(given_train) if given_train is not None else load_dataset_rows(self.cfg.data.train_data, default_env)
+        if given_val is not None:
+            self.val_rows = list(given_val)
+        else:
+            self.val_rows = load_dataset_rows(self.cfg.data.val_data, default_env) if self.cfg.data.val_data else []
+        for row in self.train_rows + self.val_rows:
+            if not row.get("env_class"):
+                row["env_class"] = default_env
+        check_env_classes(self.cfg, self.train_rows + self.val_rows)
+        from skygym_train.config.validation import config_warnings
+
+        for warning in config_warnings(self.cfg):
+            logger.warning("%s", warning)
         self.train_rows = self._drop_long_prompts(self.train_rows, "data.train_data")
         self.val_rows = self._drop_long_prompts(self.val_rows, "data.val_data")
         self.dataset = PromptDataset(self.train_rows, self.t.train_batch_size, self.t.seed, self.cfg.data.shuffle)
@@ -125,7 +143,12 @@ class PPOTrainer:
             from skygym_adapters.engines import EngineClient
 
             self.engine = EngineClient(create_engines(self.cfg, self.model_path, self.tokenizer))
-        self.generator = self._given_generator or build_generator(self.cfg, self.engine, self.tokenizer)
+        if self._given_generator is not None:
+            self.generator = self._given_generator
+        elif self._generator_factory is not None:  # SkyRL's argument order: (cfg, tokenizer, engine client)
+            self.generator = self._generator_factory(self.cfg, self.tokenizer, self.engine)
+        else:
+            self.generator = build_generator(self.cfg, self.engine, self.tokenizer)
         log_dir = _expand(self.t.log_path) / self.t.run_name
         self.tracker = Tracker(
             loggers_of(self.cfg),
@@ -135,6 +158,16 @@ class PPOTrainer:
             config=to_dict(self.cfg),
             console_stream=self.console_stream,
         )
+
+    def _load_tokenizer(self, load_tokenizer: Callable[[str], Any]) -> Any:
+        if not self.t.disable_fast_tokenizer:
+            return load_tokenizer(self.model_path)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(self.model_path, use_fast=False)
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        return tokenizer
 
     def _drop_long_prompts(self, rows: List[Dict[str, Any]], key: str) -> List[Dict[str, Any]]:
         """Leave out rows whose templated prompt is longer than trainer.max_prompt_length (as SkyRL does)."""
@@ -179,6 +212,11 @@ class PPOTrainer:
             cpu_bf16_autocast=self.t.cpu_bf16_autocast,
             sample_packing=self.t.use_sample_packing,
             max_tokens_per_microbatch=self.t.max_tokens_per_microbatch,
+            flash_attn=self.t.flash_attn,
+            bf16=self.t.bf16,
+            cpu_offload=section.fsdp_config.cpu_offload,
+            model_config_kwargs=dict(section.model_config_kwargs),
+            gradient_checkpointing_use_reentrant=self.t.gradient_checkpointing_use_reentrant,
         )
 
     def _build_workers(self) -> None:
@@ -362,6 +400,7 @@ class PPOTrainer:
             extra = dict(extra, **{"async/staleness": float(self.global_step - item["weights_step"])})
         else:
             output, uids, extra = self._collect_training_batch(timings)
+        self._check_failures(output)
         metrics: Dict[str, float] = dict(extra)
         output, uids = self.postprocess_generator_output(output, uids)
         loss_masks = output["loss_masks"]
@@ -405,6 +444,22 @@ class PPOTrainer:
         metrics.update({f"timing/{k}": v for k, v in timings.items()})
         metrics["timing/step"] = time.perf_counter() - step_start
         return metrics
+
+    def _check_failures(self, output: GeneratorOutput) -> None:
+        """Stop after ``trainer.max_failed_steps`` consecutive steps whose trajectories all ended in errors."""
+        errors = output.get("errors") or []  # type: ignore[misc]
+        if errors and all(e is not None for e in errors):
+            self._failed_steps = getattr(self, "_failed_steps", 0) + 1
+            limit = self.t.max_failed_steps
+            logger.warning("step %d: all %d trajectories failed; the first error: %s",
+                           self.global_step + 1, len(errors), errors[0])
+            if limit > 0 and self._failed_steps >= limit:
+                raise TrajectoriesFailed(
+                    f"every trajectory failed in {self._failed_steps} consecutive step(s) "
+                    f"(trainer.max_failed_steps={limit}); the first error: {errors[0]}"
+                )
+        else:
+            self._failed_steps = 0
 
     def _update(self, batch: TrainingBatch) -> Dict[str, float]:
         assert self.policy is not None
@@ -606,6 +661,8 @@ class PPOTrainer:
                 if self.t.ckpt_interval > 0 and step % self.t.ckpt_interval == 0:
                     self.save_checkpoint()
                     last_ckpt = step
+                if self.t.hf_save_interval > 0 and step % self.t.hf_save_interval == 0 and step < self.total_steps:
+                    self.export_hf()
                 if progress is not None:
                     progress.update(1)
                     progress.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
@@ -656,6 +713,33 @@ class PPOTrainer:
 
 
 # ---------------------------------------------------------------------- helpers
+class TrajectoriesFailed(RuntimeError):
+    """Every trajectory of ``trainer.max_failed_steps`` consecutive steps ended in an error."""
+
+
+def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
+    """Fail before the first step if ``environment.env_class`` or a row's ``env_class`` is not a registered env.
+
+    The message names where the id came from and the registered ids closest to it.
+    """
+    from skyrl_gym.errors import UnregisteredEnv
+    from skyrl_gym.registration import spec
+
+    from skygym_train.config.errors import ConfigError
+
+    where: Dict[str, str] = {cfg.environment.env_class: "environment.env_class"}
+    for index, row in enumerate(rows):
+        where.setdefault(str(row.get("env_class")), f"dataset row {index} (env_class column)")
+    problems = []
+    for env_id, source in where.items():
+        try:
+            spec(env_id)
+        except UnregisteredEnv as exc:  # its message has the close matches
+            problems.append(f"{source}={env_id}: {exc}")
+    if problems:
+        raise ConfigError(problems)
+
+
 def _scalar_reward(reward: Any) -> float:
     if isinstance(reward, (list, tuple)):
         return float(sum(reward))

@@ -136,11 +136,21 @@ def load_config(
         key = getattr(exc, "full_key", None) or "?"
         message = str(getattr(exc, "msg", None) or exc).splitlines()[0]
         raise ConfigError(f"{key}: {message}") from None
+    _apply_deprecated_spellings(cfg)
     if validate:
         from skygym_train.config.validation import validate_config
 
         validate_config(cfg)  # type: ignore[arg-type]
     return cfg  # type: ignore[return-value]
+
+
+def _apply_deprecated_spellings(cfg: Any) -> None:
+    """SkyRL-train's deprecated KL flags name an estimator: honour them when kl_estimator_type is left at k3."""
+    algo = getattr(getattr(cfg, "trainer", None), "algorithm", None)
+    if algo is None:
+        return
+    if getattr(algo, "use_abs_kl", False) and algo.kl_estimator_type == "k3" and not algo.use_kl_estimator_k3:
+        algo.kl_estimator_type = "abs"
 
 
 def _nest(flat: Mapping[str, Any]) -> Dict[str, Any]:

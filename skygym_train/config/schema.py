@@ -26,6 +26,14 @@ class LoraConfig:
     alpha: int = 16
     dropout: float = 0.0
     target_modules: str = "all-linear"
+    exclude_modules: Optional[str] = None
+    """Module names (a regex, as PEFT takes it) left without an adapter."""
+    init_method: str = "kaiming"
+    """How LoRA weights start: ``kaiming`` (PEFT's default), or a PEFT ``init_lora_weights`` name such as
+    ``gaussian``, ``pissa``, ``olora``."""
+    lora_sync_path: str = "/tmp/skyrl_lora_sync"
+    """SkyRL-train writes LoRA adapters here for its engines; the bundled trainer syncs merged weights instead,
+    so only this default is accepted."""
 
 
 @dataclass
@@ -43,6 +51,8 @@ class OptimizerConfig:
     max_grad_norm: float = 1.0
     num_warmup_steps: int = 0
     scheduler: str = "constant_with_warmup"
+    offload_after_step: bool = False
+    """false only: moving the optimizer state to host memory between steps is not bundled."""
 
 
 @dataclass
@@ -57,6 +67,8 @@ class FSDPConfig:
     reshard_after_forward: bool = True
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
     """Used on GPU only; CPU training runs in float32."""
+    fsdp_size: int = -1
+    """-1: shard over all ranks (the only layout offered; hybrid sharding is refused)."""
 
 
 @dataclass
@@ -64,6 +76,16 @@ class PolicyConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optimizer_config: OptimizerConfig = field(default_factory=OptimizerConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    sequence_parallel_size: int = 1
+    """1 only: sequence parallelism is not bundled."""
+    deepspeed_config: Optional[Any] = None
+    """Accepted as null only: DeepSpeed is not bundled."""
+    model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
+    use_torch_compile: bool = False
+    """false only: torch.compile of the logits is not bundled."""
+    record_memory: bool = False
+    """false only: CUDA memory snapshots are not bundled."""
 
 
 @dataclass
@@ -71,6 +93,12 @@ class RefConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """``model.path`` defaults to the policy's."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    sequence_parallel_size: int = 1
+    """1 only: sequence parallelism is not bundled."""
+    deepspeed_config: Optional[Any] = None
+    """Accepted as null only: DeepSpeed is not bundled."""
+    model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
 
 
 @dataclass
@@ -79,6 +107,12 @@ class CriticConfig:
     """``model.path`` defaults to the policy's (a value head is added on top)."""
     optimizer_config: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=5e-6))
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    sequence_parallel_size: int = 1
+    """1 only: sequence parallelism is not bundled."""
+    deepspeed_config: Optional[Any] = None
+    """Accepted as null only: DeepSpeed is not bundled."""
+    model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
 
 
 @dataclass
@@ -118,11 +152,35 @@ class CISPOConfig:
 
 
 @dataclass
+class SAPOConfig:
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
+
+
+@dataclass
+class ClipCovConfig:
+    clip_ratio: float = 0.0002
+    clip_cov_lb: float = 1.0
+    clip_cov_ub: float = 5.0
+
+
+@dataclass
+class KLCovConfig:
+    kl_cov_frac: float = 0.2
+    ppo_kl_coef: float = 1.0
+
+
+@dataclass
 class AlgorithmConfig:
     advantage_estimator: str = "grpo"
     """``grpo``, ``rloo``, ``reinforce++``, ``gae`` or a name registered by the user."""
     kl_ctrl: KLCtrlConfig = field(default_factory=KLCtrlConfig)
     kl_estimator_type: str = "k3"
+    """``k1``, ``k2``, ``k3`` or ``abs``."""
+    use_kl_estimator_k3: bool = False
+    """Deprecated SkyRL spelling: true sets ``kl_estimator_type=k3``."""
+    use_abs_kl: bool = False
+    """Deprecated SkyRL spelling: true sets ``kl_estimator_type=abs``."""
     use_kl_in_reward: bool = False
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
@@ -143,6 +201,18 @@ class AlgorithmConfig:
     eps_clip_high: float = 0.2
     clip_ratio_c: float = 3.0
     value_clip: float = 0.2
+    value_head_prefix: str = "value_head"
+    """Name of the critic's value head; only ``value_head`` is accepted (the bundled critic's head)."""
+    use_tis: bool = False
+    """Truncated importance sampling (needs rollout log-probs): false only, not bundled yet."""
+    tis_imp_ratio_cap: float = -1.0
+    """Read only with ``use_tis`` (refused): default only."""
+    sapo: SAPOConfig = field(default_factory=SAPOConfig)
+    """Read by the ``sapo`` policy loss only, which is not bundled: defaults only."""
+    clip_cov: ClipCovConfig = field(default_factory=ClipCovConfig)
+    """Read by the ``clip_cov`` policy loss only, which is not bundled: defaults only."""
+    kl_cov: KLCovConfig = field(default_factory=KLCovConfig)
+    """Read by the ``kl_cov`` policy loss only, which is not bundled: defaults only."""
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     cispo: CISPOConfig = field(default_factory=CISPOConfig)
     max_seq_len: Optional[int] = None
@@ -155,6 +225,15 @@ class AsyncTrainingConfig:
     """Generate the next batch while the current one trains (one-step-off)."""
     max_staleness_steps: int = 1
     """How many policy updates a batch may lag behind; 0 means synchronous."""
+
+
+@dataclass
+class FullyAsyncConfig:
+    max_staleness_steps: int = 4
+    """SkyRL-train's fully asynchronous trainer (a separate entry point) is not bundled: defaults only; see
+    ``trainer.async_training`` for one-step-off training."""
+    num_parallel_generation_workers: int = 768
+    """Defaults only (see ``max_staleness_steps``)."""
 
 
 @dataclass
@@ -171,7 +250,37 @@ class TrainerConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
+    fully_async: FullyAsyncConfig = field(default_factory=FullyAsyncConfig)
+    sequence_parallel_backend: str = "ulysses"
+    """Only ``ulysses`` is accepted; it matters only with ``sequence_parallel_size`` > 1, which is refused."""
     gradient_checkpointing: bool = True
+    gradient_checkpointing_use_reentrant: bool = False
+    """Passed to ``gradient_checkpointing_enable`` as ``use_reentrant``."""
+    bf16: Optional[bool] = None
+    """null: bfloat16 mixed precision on GPU (``fsdp_config.mixed_precision``), float32 on CPU. true: also bfloat16
+    autocast on CPU (as ``cpu_bf16_autocast``). false: float32 compute everywhere."""
+    flash_attn: Optional[bool] = None
+    """null: flash attention where CUDA and flash-attn are present, else PyTorch SDPA. true: require it (refused
+    without CUDA GPUs and flash-attn). false: SDPA."""
+    disable_fast_tokenizer: bool = False
+    """true loads the slow (Python) tokenizer."""
+    target_modules: Optional[str] = None
+    """Deprecated in SkyRL-train: only null is accepted; use ``trainer.policy.model.lora.target_modules``."""
+    exclude_modules: Optional[str] = None
+    """Deprecated in SkyRL-train: only null is accepted; use ``trainer.policy.model.lora.exclude_modules``."""
+    update_ref_every_epoch: bool = False
+    """false only: refreshing the reference model from the policy is not bundled."""
+    dump_data_batch: bool = False
+    """false only: dumping training batches is not bundled."""
+    dump_eval_results: bool = False
+    """false only: dumping evaluation outputs is not bundled (metrics go to ``trainer.logger``)."""
+    rope_scaling: Optional[Dict[str, Any]] = None
+    """null only: RoPE overrides are not wired into the bundled engines."""
+    rope_theta: Optional[float] = None
+    """null only (see ``rope_scaling``)."""
+    max_failed_steps: int = 3
+    """Stop, showing the first trajectory error, after this many consecutive steps in which every trajectory
+    ended in an error (an unknown env, a broken sandbox, ...); -1 never stops. A key of this project."""
     use_sample_packing: bool = True
     """Pack each micro-batch: no padding, and rows that share a prompt compute it once (exact; see
     ``skygym_train.workers.packing``). With flash attention, which takes no 4D mask, sequences are packed end
@@ -230,6 +339,16 @@ class SamplingParamsConfig:
     min_p: float = 0.0
     logprobs: Optional[int] = 1
     stop: Optional[List[str]] = None
+    repetition_penalty: float = 1.0
+    """1.0 only: the bundled engines sample without a repetition penalty."""
+
+
+@dataclass
+class ChatTemplateConfig:
+    source: str = "name"
+    """``file``: ``name_or_path`` is a Jinja file that replaces the tokenizer's template. ``name``: only a null
+    ``name_or_path`` is accepted (no named templates are bundled), meaning the tokenizer's own template."""
+    name_or_path: Optional[str] = None
 
 
 @dataclass
@@ -242,7 +361,8 @@ class GeneratorConfig:
     inference_engine_tensor_parallel_size: int = 1
     weight_sync_backend: str = "auto"
     """``auto``, ``inprocess``, ``gloo``, ``nccl`` or ``checkpoint``."""
-    run_engines_locally: bool = True
+    run_engines_locally: Optional[bool] = None
+    """null: follows ``backend`` (hf/vllm run here, remote/sglang elsewhere); an explicit value must agree with it."""
     remote_inference_engine_urls: List[str] = field(default_factory=list)
     gpu_memory_utilization: float = 0.8
     enforce_eager: bool = True
@@ -257,6 +377,54 @@ class GeneratorConfig:
     apply_overlong_filtering: bool = False
     zero_reward_on_non_stop: bool = False
     chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    chat_template: ChatTemplateConfig = field(default_factory=ChatTemplateConfig)
+    use_conversation_multi_turn: bool = True
+    """true: each env observation becomes a new chat message; false: observations are appended as raw tokens
+    inside one assistant message."""
+    append_eos_token_after_stop_str_in_multi_turn: bool = True
+    """When a turn ends on a stop string, append the end-of-turn token (loss mask 0)."""
+    batched: bool = False
+    """Single-turn batched generation: every trajectory in flight at once (needs ``max_turns=1``)."""
+    async_engine: bool = True
+    """true only: the bundled engines are asyncio engines."""
+    step_wise_trajectories: bool = False
+    """false only: the bundled trainer trains one sample per trajectory."""
+    model_name: Optional[str] = None
+    """The model the engines serve: null or the policy's path only, since they serve the policy being trained."""
+    engine_init_kwargs: Dict[str, Any] = field(default_factory=dict)
+    """Passed to the vLLM engine (``generator.backend=vllm`` only)."""
+    vllm_v1_disable_multiproc: Optional[bool] = None
+    """vLLM only; null or true (the bundled vLLM engine runs in this process)."""
+    enable_prefix_caching: Optional[bool] = None
+    """vLLM only (null: vLLM's default)."""
+    enable_chunked_prefill: Optional[bool] = None
+    """vLLM only (null: vLLM's default)."""
+    max_num_batched_tokens: Optional[int] = None
+    """vLLM only (null: vLLM's default)."""
+    max_num_seqs: Optional[int] = None
+    """vLLM only (null: vLLM's default)."""
+    fully_sharded_loras: bool = False
+    """false only: LoRA weights reach the engines merged."""
+    inference_engine_pipeline_parallel_size: int = 1
+    """1 only: pipeline parallel engines are not bundled."""
+    inference_engine_expert_parallel_size: int = 1
+    """1 only: expert parallel engines are not bundled."""
+    inference_engine_data_parallel_size: int = 1
+    """1 only: use ``num_inference_engines`` (vLLM) for more engines."""
+    weight_transfer_threshold_cuda_ipc_GB: float = 1.0
+    """Only read by SkyRL-train's cuda_ipc weight sync, which is not bundled: default only."""
+    override_existing_update_group: str = "auto"
+    """``auto`` only: the weight-sync group is created fresh for each run."""
+    enable_http_endpoint: bool = False
+    """false only: an OpenAI-compatible endpoint over the engines is not bundled."""
+    http_endpoint_host: str = "127.0.0.1"
+    """Read only with ``enable_http_endpoint`` (refused): default only."""
+    http_endpoint_port: int = 8000
+    """Read only with ``enable_http_endpoint`` (refused): default only."""
+    rope_scaling: Optional[Dict[str, Any]] = None
+    """null only (see ``trainer.rope_scaling``)."""
+    rope_theta: Optional[float] = None
+    """null only (see ``trainer.rope_scaling``)."""
 
 
 @dataclass
@@ -264,7 +432,10 @@ class EnvironmentConfig:
     env_class: str = "gsm8k"
     """Used for rows that do not name their own ``env_class``."""
     env_config: Dict[str, Any] = field(default_factory=dict)
-    """Passed to every env as ``env_config``."""
+    """Passed to the ``env_class`` env as ``env_config`` (over ``skyrl_gym.<env_class>``)."""
+    skyrl_gym: Dict[str, Any] = field(default_factory=lambda: {"max_env_workers": 32})
+    """SkyRL-train's env settings: ``max_env_workers`` (threads for env calls; 0: none) and one section per env
+    id, passed to that env as its ``env_config`` (e.g. ``environment.skyrl_gym.text2sql.db_path=...``)."""
 
 
 @dataclass

@@ -61,22 +61,49 @@ def loggers_of(cfg: Any) -> List[str]:
     return [name.strip() for name in str(value).split(",") if name.strip()]
 
 
+SCHEDULERS = ("constant_with_warmup", "constant", "cosine", "linear")
+
+
 def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
-    """Raise ``ConfigError`` listing every problem found (not just the first)."""
-    from skygym_train.algorithms.advantages import ADVANTAGE_ESTIMATORS
-    from skygym_train.algorithms.kl import KL_ESTIMATORS
-    from skygym_train.algorithms.policy_losses import LOSS_REDUCTIONS, POLICY_LOSSES
+    """Raise ``ConfigError`` listing every problem found (not just the first).
 
+    ``has_cuda`` defaults to whether this machine has CUDA GPUs: GPU-only settings are refused without them.
+    """
+    from skygym_train.config.compat import default_only_problems
+
+    has_cuda = cuda_available() if has_cuda is None else has_cuda
     problems: List[str] = []
-    t, g, algo = cfg.trainer, cfg.generator, cfg.trainer.algorithm
+    for check in (_check_model_and_data, _check_batch_sizes, _check_algorithm, _check_placement, _check_models,
+                  _check_engines, _check_generation, _check_run):
+        problems += check(cfg, has_cuda)
+    problems += default_only_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
 
-    def positive(key: str, value: Any) -> bool:
-        if not isinstance(value, int) or value < 1:
-            problems.append(f"{key}={value}: must be a positive integer")
-            return False
-        return True
 
-    if not t.policy.model.path:
+def config_warnings(cfg: Any, has_cuda: Optional[bool] = None) -> List[str]:
+    """Settings that run, but not quite as their name says on this machine (printed by ``--check`` and at start)."""
+    has_cuda = cuda_available() if has_cuda is None else has_cuda
+    t, g = cfg.trainer, cfg.generator
+    out: List[str] = []
+    if t.strategy == "fsdp":
+        out.append("trainer.strategy=fsdp: the bundled trainer runs FSDP2 (fully_shard) for both fsdp and fsdp2")
+    if t.placement.colocate_all and not has_cuda and g.backend in ("hf", "vllm"):
+        out.append("trainer.placement.colocate_all=true: without GPUs there is no accelerator memory for the engines "
+                   "to release while the policy trains, so colocation changes nothing here")
+    return out
+
+
+def _positive(key: str, value: Any, problems: List[str]) -> bool:
+    if not isinstance(value, int) or value < 1:
+        problems.append(f"{key}={value}: must be a positive integer")
+        return False
+    return True
+
+
+def _check_model_and_data(cfg: Any, has_cuda: bool) -> List[str]:
+    problems: List[str] = []
+    if not cfg.trainer.policy.model.path:
         problems.append("trainer.policy.model.path: not set (a local folder, hub id or 'smollm2-135m')")
     if not cfg.data.train_data:
         problems.append("data.train_data: no training files given")
@@ -84,9 +111,19 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
         for f in files:
             if "://" not in f and not Path(f).expanduser().exists():
                 problems.append(f"{key}: file {f} does not exist")
+    if not cfg.environment.env_class:
+        problems.append("environment.env_class: not set (the env of rows that do not name their own env_class)")
+    workers = cfg.environment.skyrl_gym.get("max_env_workers", 32)
+    if not isinstance(workers, int) or workers < 0:
+        problems.append(f"environment.skyrl_gym.max_env_workers={workers}: must be an integer >= 0")
+    return problems
 
-    sizes_ok = all(
-        positive(k, v)
+
+def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
+    problems: List[str] = []
+    t, g = cfg.trainer, cfg.generator
+    sizes_ok = all([
+        _positive(k, v, problems)
         for k, v in (
             ("trainer.train_batch_size", t.train_batch_size),
             ("trainer.policy_mini_batch_size", t.policy_mini_batch_size),
@@ -101,47 +138,55 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
             ("generator.inference_engine_tensor_parallel_size", g.inference_engine_tensor_parallel_size),
             ("trainer.num_cpu_workers", t.num_cpu_workers),
         )
-    )
-    if sizes_ok:
-        if t.train_batch_size % t.policy_mini_batch_size:
-            problems.append(
-                f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
-                f"trainer.policy_mini_batch_size={t.policy_mini_batch_size}"
-            )
-        world = policy_world_size(cfg, has_cuda)
-        per_step = t.policy_mini_batch_size * g.n_samples_per_prompt
-        if per_step % world:
-            problems.append(
-                f"trainer.policy_mini_batch_size * generator.n_samples_per_prompt = {per_step} sequences per "
-                f"optimizer step cannot be split evenly over {world} policy workers"
-            )
-        elif (per_step // world) % t.micro_train_batch_size_per_gpu:
-            problems.append(
-                f"trainer.micro_train_batch_size_per_gpu={t.micro_train_batch_size_per_gpu} does not divide the "
-                f"{per_step // world} sequences each policy worker gets per optimizer step "
-                f"(policy_mini_batch_size * n_samples_per_prompt / workers)"
-            )
-        if uses_critic(cfg):
-            if positive("trainer.critic_mini_batch_size", t.critic_mini_batch_size):
-                if t.train_batch_size % t.critic_mini_batch_size:
-                    problems.append(
-                        f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
-                        f"trainer.critic_mini_batch_size={t.critic_mini_batch_size}"
-                    )
-                critic_seqs = t.critic_mini_batch_size * g.n_samples_per_prompt
-                cworld = critic_world_size(cfg, has_cuda)
-                if critic_seqs % (cworld * t.micro_train_batch_size_per_gpu):
-                    problems.append(
-                        f"trainer.critic_mini_batch_size * generator.n_samples_per_prompt = {critic_seqs} is not "
-                        f"divisible by {cworld} critic workers x micro_train_batch_size_per_gpu"
-                    )
-
+    ])
     if t.max_tokens_per_microbatch != -1 and t.max_tokens_per_microbatch <= 0:
         problems.append(
             f"trainer.max_tokens_per_microbatch={t.max_tokens_per_microbatch}: must be -1 (micro-batches by "
             "row count) or a positive token budget"
         )
+    if not sizes_ok:
+        return problems
+    if t.train_batch_size % t.policy_mini_batch_size:
+        problems.append(
+            f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
+            f"trainer.policy_mini_batch_size={t.policy_mini_batch_size}"
+        )
+    world = policy_world_size(cfg, has_cuda)
+    per_step = t.policy_mini_batch_size * g.n_samples_per_prompt
+    if per_step % world:
+        problems.append(
+            f"trainer.policy_mini_batch_size * generator.n_samples_per_prompt = {per_step} sequences per "
+            f"optimizer step cannot be split evenly over {world} policy workers"
+        )
+    elif (per_step // world) % t.micro_train_batch_size_per_gpu:
+        problems.append(
+            f"trainer.micro_train_batch_size_per_gpu={t.micro_train_batch_size_per_gpu} does not divide the "
+            f"{per_step // world} sequences each policy worker gets per optimizer step "
+            f"(policy_mini_batch_size * n_samples_per_prompt / workers)"
+        )
+    if uses_critic(cfg) and _positive("trainer.critic_mini_batch_size", t.critic_mini_batch_size, problems):
+        if t.train_batch_size % t.critic_mini_batch_size:
+            problems.append(
+                f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
+                f"trainer.critic_mini_batch_size={t.critic_mini_batch_size}"
+            )
+        critic_seqs = t.critic_mini_batch_size * g.n_samples_per_prompt
+        cworld = critic_world_size(cfg, has_cuda)
+        if critic_seqs % (cworld * t.micro_train_batch_size_per_gpu):
+            problems.append(
+                f"trainer.critic_mini_batch_size * generator.n_samples_per_prompt = {critic_seqs} is not "
+                f"divisible by {cworld} critic workers x micro_train_batch_size_per_gpu"
+            )
+    return problems
 
+
+def _check_algorithm(cfg: Any, has_cuda: bool) -> List[str]:
+    from skygym_train.algorithms.advantages import ADVANTAGE_ESTIMATORS
+    from skygym_train.algorithms.kl import KL_ESTIMATORS
+    from skygym_train.algorithms.policy_losses import LOSS_REDUCTIONS, POLICY_LOSSES
+
+    problems: List[str] = []
+    algo, g = cfg.trainer.algorithm, cfg.generator
     if algo.advantage_estimator not in ADVANTAGE_ESTIMATORS:
         problems.append(
             f"trainer.algorithm.advantage_estimator={algo.advantage_estimator!r}: not registered "
@@ -153,8 +198,9 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
             "of the same prompt, so it needs at least 2 (every advantage would be 0)"
         )
     if algo.policy_loss_type not in POLICY_LOSSES:
+        not_bundled = " (a SkyRL-train loss that is not bundled)" if algo.policy_loss_type in ("sapo", "clip_cov", "kl_cov") else ""
         problems.append(
-            f"trainer.algorithm.policy_loss_type={algo.policy_loss_type!r}: not registered "
+            f"trainer.algorithm.policy_loss_type={algo.policy_loss_type!r}: not registered{not_bundled} "
             f"(known: {', '.join(POLICY_LOSSES.names())})"
         )
     if algo.loss_reduction not in LOSS_REDUCTIONS:
@@ -162,7 +208,17 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
             f"trainer.algorithm.loss_reduction={algo.loss_reduction!r}: expected one of {', '.join(LOSS_REDUCTIONS)}"
         )
     if algo.kl_estimator_type not in KL_ESTIMATORS + ("low_var_kl",):
-        problems.append(f"trainer.algorithm.kl_estimator_type={algo.kl_estimator_type!r}: expected k1, k2 or k3")
+        problems.append(
+            f"trainer.algorithm.kl_estimator_type={algo.kl_estimator_type!r}: expected one of {', '.join(KL_ESTIMATORS)}"
+        )
+    for flag, implied in (("use_kl_estimator_k3", "k3"), ("use_abs_kl", "abs")):
+        if getattr(algo, flag) and algo.kl_estimator_type != implied:
+            problems.append(
+                f"trainer.algorithm.{flag}=true contradicts kl_estimator_type={algo.kl_estimator_type!r}: "
+                f"set kl_estimator_type={implied} (the deprecated flag means that)"
+            )
+    if algo.use_kl_estimator_k3 and algo.use_abs_kl:
+        problems.append("trainer.algorithm.use_kl_estimator_k3 and use_abs_kl are both true: choose kl_estimator_type")
     if algo.kl_ctrl.type not in ("fixed", "adaptive"):
         problems.append(f"trainer.algorithm.kl_ctrl.type={algo.kl_ctrl.type!r}: expected 'fixed' or 'adaptive'")
     if algo.use_kl_loss and algo.use_kl_in_reward:
@@ -177,47 +233,195 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
         problems.append(
             f"trainer.algorithm.dynamic_sampling.type={algo.dynamic_sampling.type!r}: expected null, filter or replace"
         )
+    if algo.loss_reduction == "seq_mean_token_sum_norm" and algo.max_seq_len is not None and algo.max_seq_len < 1:
+        problems.append("trainer.algorithm.max_seq_len: must be positive")
+    return problems
 
+
+def _check_placement(cfg: Any, has_cuda: bool) -> List[str]:
+    """GPU counts: honoured with CUDA GPUs; without them only 1 is meaningful (CPU workers: num_cpu_workers)."""
+    problems: List[str] = []
+    t = cfg.trainer
+    p = t.placement
+    roles = ["policy"] + (["ref"] if uses_ref(cfg) else []) + (["critic"] if uses_critic(cfg) else [])
+    for role in ("policy", "ref", "critic"):
+        for what in ("num_nodes", "num_gpus_per_node"):
+            value = getattr(p, f"{role}_{what}")
+            if not isinstance(value, int) or value < 1:
+                problems.append(f"trainer.placement.{role}_{what}={value}: must be a positive integer")
+            elif not has_cuda and value != 1 and role in roles:
+                problems.append(
+                    f"trainer.placement.{role}_{what}={value}: this machine has no CUDA GPUs; CPU runs start "
+                    f"trainer.num_cpu_workers workers (set it instead and leave {role}_{what}=1)"
+                )
+    if has_cuda and not t.use_ray and p.policy_num_nodes * p.policy_num_gpus_per_node != 1:
+        problems.append(
+            f"trainer.placement.policy_num_gpus_per_node={p.policy_num_gpus_per_node} (x{p.policy_num_nodes} nodes): "
+            "trainer.use_ray=false trains one worker on one device; set trainer.use_ray=true to use more"
+        )
+    if has_cuda and t.use_ray:
+        policy = (p.policy_num_nodes, p.policy_num_gpus_per_node)
+        for role in roles[1:]:
+            shared = p.colocate_all or (role == "ref" and p.colocate_policy_ref)
+            mine = (getattr(p, f"{role}_num_nodes"), getattr(p, f"{role}_num_gpus_per_node"))
+            if shared and mine != policy:
+                problems.append(
+                    f"trainer.placement.{role}_num_nodes/{role}_num_gpus_per_node={mine[0]}x{mine[1]}: colocated "
+                    f"with the policy ({policy[0]}x{policy[1]}), so they must match it"
+                )
     if t.strategy not in STRATEGIES:
-        problems.append(f"trainer.strategy={t.strategy!r}: this trainer supports {', '.join(STRATEGIES)}")
+        problems.append(f"trainer.strategy={t.strategy!r}: this trainer supports {', '.join(STRATEGIES)} (both FSDP2)")
+    if t.async_training.enabled:
+        if p.colocate_all:
+            problems.append(
+                "trainer.async_training.enabled=true with trainer.placement.colocate_all=true: one-step-off "
+                "training overlaps generation with training, so engines need their own resources"
+            )
+        if t.async_training.max_staleness_steps < 1:
+            problems.append("trainer.async_training.max_staleness_steps: must be >= 1 when async training is on")
+    return problems
+
+
+def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
+    """The training models: optimizers, FSDP options, attention, precision, LoRA."""
+    problems: List[str] = []
+    t = cfg.trainer
+    for role in ("policy", "ref", "critic"):
+        section = getattr(t, role)
+        if section.fsdp_config.cpu_offload and not has_cuda:
+            problems.append(
+                f"trainer.{role}.fsdp_config.cpu_offload=true: needs CUDA GPUs (without them the weights already "
+                "live in host memory); leave it false"
+            )
+        opt = getattr(section, "optimizer_config", None)
+        if opt is not None and opt.scheduler not in SCHEDULERS:
+            problems.append(f"trainer.{role}.optimizer_config.scheduler={opt.scheduler!r}: expected one of "
+                            f"{', '.join(SCHEDULERS)}")
+    if t.flash_attn and not (has_cuda and flash_attn_installed()):
+        problems.append("trainer.flash_attn=true: needs CUDA GPUs with flash-attn installed; set it to false (SDPA) "
+                        "or leave it null (flash attention where available)")
     if t.export_dtype not in EXPORT_DTYPES:
         problems.append(f"trainer.export_dtype={t.export_dtype!r}: expected one of {', '.join(EXPORT_DTYPES)}")
+    if t.policy.model.lora.rank < 0:
+        problems.append("trainer.policy.model.lora.rank: must be >= 0")
+    return problems
+
+
+def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
+    """Inference engines: which settings each backend can honour, and weight sync on this machine."""
+    problems: List[str] = []
+    t, g = cfg.trainer, cfg.generator
     if g.backend not in BACKENDS:
         problems.append(f"generator.backend={g.backend!r}: expected one of {', '.join(BACKENDS)}")
+        return problems
+    remote = g.backend in ("remote", "sglang")
+    if g.run_engines_locally is not None and g.run_engines_locally == remote:
+        fix = ("set generator.backend=remote (or sglang) with generator.remote_inference_engine_urls"
+               if remote is False else "leave it null or false: remote/sglang engines run elsewhere")
+        problems.append(f"generator.run_engines_locally={str(g.run_engines_locally).lower()} contradicts "
+                        f"generator.backend={g.backend}: {fix}")
     if g.weight_sync_backend not in WEIGHT_SYNC_BACKENDS:
         problems.append(
             f"generator.weight_sync_backend={g.weight_sync_backend!r}: expected one of {', '.join(WEIGHT_SYNC_BACKENDS)}"
         )
-    if g.backend in ("remote", "sglang"):
+    if remote:
         if not g.remote_inference_engine_urls:
             problems.append(f"generator.remote_inference_engine_urls: generator.backend={g.backend} needs server URLs")
         if t.placement.colocate_all:
+            problems.append("trainer.placement.colocate_all=true: remote engines run elsewhere and cannot be colocated")
+        if g.weight_sync_backend in ("inprocess", "gloo", "nccl"):
             problems.append(
-                "trainer.placement.colocate_all=true: remote engines run elsewhere and cannot be colocated"
+                f"generator.weight_sync_backend={g.weight_sync_backend}: {g.backend} servers run elsewhere and "
+                "reload from a folder (use checkpoint or auto)"
             )
-    if g.weight_sync_backend == "nccl" and has_cuda is False:
-        problems.append("generator.weight_sync_backend=nccl: needs CUDA GPUs (use gloo on CPU)")
-    if g.backend in ("remote", "sglang") and g.weight_sync_backend in ("inprocess", "gloo", "nccl"):
+    elif g.remote_inference_engine_urls:
+        problems.append(f"generator.remote_inference_engine_urls: only used by backend=remote/sglang, not "
+                        f"{g.backend}; remove it or change the backend")
+    if g.weight_sync_backend == "nccl" and not has_cuda:
+        problems.append("generator.weight_sync_backend=nccl: needs CUDA GPUs; use gloo or auto on CPU")
+    if g.model_name not in (None, "", t.policy.model.path):
+        problems.append(f"generator.model_name={g.model_name}: the engines serve the policy being trained "
+                        f"({t.policy.model.path}); leave it null")
+    if g.backend in ("hf", "vllm") and g.num_inference_engines != 1:
         problems.append(
-            f"generator.weight_sync_backend={g.weight_sync_backend}: {g.backend} servers run elsewhere and "
-            "reload from a folder (use checkpoint or auto)"
+            f"generator.num_inference_engines={g.num_inference_engines}: {g.backend} engines run in the trainer's "
+            "process on one device, so more would only load copies of the model there; use 1"
+            + (" (inference_engine_tensor_parallel_size spans GPUs)" if g.backend == "vllm" else "")
         )
+    if remote and g.num_inference_engines not in (1, len(g.remote_inference_engine_urls)):
+        problems.append(
+            f"generator.num_inference_engines={g.num_inference_engines}: with backend={g.backend} the engines are the "
+            f"{len(g.remote_inference_engine_urls)} servers in generator.remote_inference_engine_urls"
+        )
+    if g.backend == "hf":
+        if g.inference_engine_tensor_parallel_size != 1:
+            problems.append(
+                f"generator.inference_engine_tensor_parallel_size={g.inference_engine_tensor_parallel_size}: the HF "
+                "engine runs on one device; use 1, or generator.backend=vllm"
+            )
+        if not g.enforce_eager:
+            problems.append("generator.enforce_eager=false: the HF engine has no CUDA graphs to capture; leave it true "
+                            "or use generator.backend=vllm")
+        if g.gpu_memory_utilization != 0.8:
+            problems.append(f"generator.gpu_memory_utilization={g.gpu_memory_utilization}: vLLM only; the HF engine "
+                            "does not reserve memory (leave 0.8 or use generator.backend=vllm)")
+    if g.backend != "vllm":
+        for key in ("vllm_v1_disable_multiproc", "enable_prefix_caching", "enable_chunked_prefill",
+                    "max_num_batched_tokens", "max_num_seqs"):
+            if getattr(g, key) is not None:
+                problems.append(f"generator.{key}={getattr(g, key)}: a vLLM engine setting, but generator.backend="
+                                f"{g.backend}; remove it or use backend=vllm")
+        if g.engine_init_kwargs:
+            problems.append(f"generator.engine_init_kwargs: passed to vLLM only, but generator.backend={g.backend}")
+    if g.vllm_v1_disable_multiproc is False:
+        problems.append("generator.vllm_v1_disable_multiproc=false: the bundled vLLM engine runs in this process "
+                        "(weights are synced in memory); leave it null or true")
+    return problems
 
-    sp = g.sampling_params
-    if g.eval_sampling_params is not None and g.eval_sampling_params.temperature < 0:
-        problems.append(f"generator.eval_sampling_params.temperature={g.eval_sampling_params.temperature}: must be >= 0")
-    if sp.temperature < 0:
-        problems.append(f"generator.sampling_params.temperature={sp.temperature}: must be >= 0")
-    if not 0 < sp.top_p <= 1:
-        problems.append(f"generator.sampling_params.top_p={sp.top_p}: must be in (0, 1]")
-    if sp.max_generate_length < 1:
-        problems.append("generator.sampling_params.max_generate_length: must be >= 1")
-    if algo.loss_reduction == "seq_mean_token_sum_norm" and algo.max_seq_len is not None and algo.max_seq_len < 1:
-        problems.append("trainer.algorithm.max_seq_len: must be positive")
 
-    for key, value in (("trainer.eval_interval", t.eval_interval), ("trainer.ckpt_interval", t.ckpt_interval)):
+def _check_generation(cfg: Any, has_cuda: bool) -> List[str]:
+    problems: List[str] = []
+    g = cfg.generator
+    for name in ("sampling_params", "eval_sampling_params"):
+        sp = getattr(g, name)
+        if sp is None:
+            continue
+        if sp.temperature < 0:
+            problems.append(f"generator.{name}.temperature={sp.temperature}: must be >= 0")
+        if not 0 < sp.top_p <= 1:
+            problems.append(f"generator.{name}.top_p={sp.top_p}: must be in (0, 1]")
+        if sp.max_generate_length < 1:
+            problems.append(f"generator.{name}.max_generate_length: must be >= 1")
+        if sp.logprobs is not None and sp.logprobs not in (0, 1):
+            problems.append(f"generator.{name}.logprobs={sp.logprobs}: only the sampled token's log-prob is "
+                            "recorded; use 1 (or 0/null for none)")
+    if g.batched and g.max_turns != 1:
+        problems.append(f"generator.batched=true: batched generation is single-turn, but generator.max_turns="
+                        f"{g.max_turns}; set batched=false or max_turns=1")
+    ct = g.chat_template
+    if ct.source not in ("name", "file"):
+        problems.append(f"generator.chat_template.source={ct.source!r}: expected name or file")
+    elif ct.source == "name" and ct.name_or_path:
+        problems.append(f"generator.chat_template.name_or_path={ct.name_or_path}: no named chat templates are "
+                        "bundled; use source=file with a Jinja file, or leave it null for the tokenizer's template")
+    elif ct.source == "file":
+        if not ct.name_or_path:
+            problems.append("generator.chat_template.name_or_path: source=file needs a Jinja template file")
+        elif not Path(ct.name_or_path).expanduser().is_file():
+            problems.append(f"generator.chat_template.name_or_path: file {ct.name_or_path} does not exist")
+    return problems
+
+
+def _check_run(cfg: Any, has_cuda: bool) -> List[str]:
+    problems: List[str] = []
+    t = cfg.trainer
+    for key, value in (("trainer.eval_interval", t.eval_interval), ("trainer.ckpt_interval", t.ckpt_interval),
+                       ("trainer.hf_save_interval", t.hf_save_interval)):
         if value == 0 or value < -1:
             problems.append(f"{key}={value}: use a positive number of steps, or -1 to disable")
+    if t.max_failed_steps == 0 or t.max_failed_steps < -1:
+        problems.append(f"trainer.max_failed_steps={t.max_failed_steps}: use a positive number of steps, or -1 "
+                        "to never stop")
     if t.resume_mode not in RESUME_MODES:
         problems.append(f"trainer.resume_mode={t.resume_mode!r}: expected latest, from_path or none")
     if t.resume_mode == "from_path" and not t.resume_path:
@@ -225,15 +429,10 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
     for name in loggers_of(cfg):
         if name not in LOGGERS:
             problems.append(f"trainer.logger: unknown logger {name!r}; choose from {', '.join(LOGGERS)}")
-    if t.async_training.enabled:
-        if t.placement.colocate_all:
-            problems.append(
-                "trainer.async_training.enabled=true with trainer.placement.colocate_all=true: one-step-off "
-                "training overlaps generation with training, so engines need their own resources"
-            )
-        if t.async_training.max_staleness_steps < 1:
-            problems.append("trainer.async_training.max_staleness_steps: must be >= 1 when async training is on")
-    if t.policy.model.lora.rank < 0:
-        problems.append("trainer.policy.model.lora.rank: must be >= 0")
-    if problems:
-        raise ConfigError(problems)
+    return problems
+
+
+def flash_attn_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flash_attn") is not None

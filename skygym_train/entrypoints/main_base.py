@@ -8,14 +8,25 @@ Every key of ``skygym_train/config/ppo_base_config.yaml`` can be overridden with
         environment.env_class=gsm8k trainer.logger=console
 
 ``--config-file my.yaml`` adds a YAML layer under the overrides; ``--print-config`` shows the result and
-exits; ``--check`` validates only. Bad configurations stop here, before any model loads.
+exits; ``--check`` validates only (the config, the machine, and every dataset row's ``env_class``). Bad
+configurations stop here, before any model loads.
+
+SkyRL-train's tutorial surface is here under our name: :class:`BasePPOExp` (subclass it for a custom
+generator, trainer or dataset), ``config_dir`` (the folder of ``ppo_base_config.yaml``), :func:`validate_cfg`
+and :func:`hydra_main`, which is ``hydra.main`` when Hydra is installed and otherwise reads the same
+``key=value`` overrides with this package's loader.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
-from typing import Any, Optional, Sequence, Type
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type
+
+config_dir = str(Path(__file__).resolve().parent.parent / "config")
+"""The folder holding ``ppo_base_config.yaml`` (for ``hydra.main(config_path=config_dir, ...)``)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -38,17 +49,161 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     if args.print_config:
         print(to_yaml(cfg))
         return 0
+    from skygym_train.config.validation import config_warnings
+
+    for warning in config_warnings(cfg):
+        print(f"warning: {warning}", file=sys.stderr)
     if args.check:
+        try:
+            check_datasets(cfg)
+        except (ConfigError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print("configuration is valid", file=sys.stderr)
         return 0
     if trainer_cls is None:
         from skygym_train.trainer import PPOTrainer
 
         trainer_cls = PPOTrainer
-    with trainer_cls(cfg) as trainer:
-        result = trainer.fit()
+    from skygym_train.trainer import TrajectoriesFailed
+
+    try:
+        with trainer_cls(cfg) as trainer:
+            result = trainer.fit()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TrajectoriesFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"finished at step {result['global_step']}; checkpoint: {result.get('checkpoint')}", file=sys.stderr)
     return 0
+
+
+def check_datasets(cfg: Any) -> None:
+    """Read the dataset files and check ``environment.env_class`` and every row's ``env_class`` are registered."""
+    from skygym_train.dataset import load_dataset_rows
+    from skygym_train.trainer import check_env_classes
+
+    rows = load_dataset_rows(cfg.data.train_data, cfg.environment.env_class)
+    if cfg.data.val_data:
+        rows += load_dataset_rows(cfg.data.val_data, cfg.environment.env_class)
+    check_env_classes(cfg, rows)
+
+
+# ---------------------------------------------------------------------- SkyRL-train's tutorial surface
+def _typed(cfg: Any, validate: bool = True) -> Any:
+    """A typed config from a typed config, a DictConfig (Hydra's) or a nested mapping, keys and values checked."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    from skygym_train.config.loader import load_config
+    from skygym_train.config.validation import validate_config
+
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        if validate:
+            validate_config(cfg)
+        return cfg
+    if isinstance(cfg, DictConfig):
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"expected a config (dataclass, DictConfig or mapping), got {type(cfg).__name__}")
+    return load_config(dict(cfg), validate=validate)
+
+
+def validate_cfg(cfg: Any) -> Any:
+    """Check a configuration as SkyRL-train's ``validate_cfg`` does; raises ``ConfigError`` listing every problem.
+
+    Takes the typed config, Hydra's ``DictConfig`` or a mapping; returns the typed config.
+    """
+    return _typed(cfg)
+
+
+class BasePPOExp:
+    """One training run from a config, with SkyRL-train's hooks to override.
+
+    Subclass and override ``get_train_dataset`` / ``get_eval_dataset`` (lists of dataset rows),
+    ``get_tokenizer``, ``get_generator(cfg, tokenizer, inference_engine_client)`` or ``get_trainer``; or set
+    ``trainer_cls`` to a :class:`~skygym_train.trainer.PPOTrainer` subclass. ``run()`` trains and returns the
+    trainer's result.
+    """
+
+    trainer_cls: Optional[Type[Any]] = None
+
+    def __init__(self, cfg: Any):
+        self.cfg = _typed(cfg)
+
+    def get_tokenizer(self) -> Any:
+        from skygym_adapters.models import load_tokenizer
+
+        return load_tokenizer(self.cfg.trainer.policy.model.path)
+
+    def get_train_dataset(self) -> List[Dict[str, Any]]:
+        from skygym_train.dataset import load_dataset_rows
+
+        return load_dataset_rows(self.cfg.data.train_data, self.cfg.environment.env_class)
+
+    def get_eval_dataset(self) -> List[Dict[str, Any]]:
+        from skygym_train.dataset import load_dataset_rows
+
+        if not self.cfg.data.val_data:
+            return []
+        return load_dataset_rows(self.cfg.data.val_data, self.cfg.environment.env_class)
+
+    def get_generator(self, cfg: Any, tokenizer: Any, inference_engine_client: Any) -> Any:
+        from skygym_train.generation import build_generator
+
+        return build_generator(cfg, inference_engine_client, tokenizer)
+
+    def get_trainer(self, cfg: Any, tokenizer: Any, train_dataset: List[Dict[str, Any]],
+                    eval_dataset: List[Dict[str, Any]], generator_factory: Callable[[Any, Any, Any], Any]) -> Any:
+        from skygym_train.trainer import PPOTrainer
+
+        trainer_cls = self.trainer_cls or PPOTrainer
+        return trainer_cls(cfg, tokenizer=tokenizer, train_rows=train_dataset, val_rows=eval_dataset,
+                           generator_factory=generator_factory)
+
+    def _setup_trainer(self) -> Any:
+        tokenizer = self.get_tokenizer()
+        return self.get_trainer(self.cfg, tokenizer, self.get_train_dataset(), self.get_eval_dataset(),
+                                self.get_generator)
+
+    def run(self) -> Dict[str, Any]:
+        with self._setup_trainer() as trainer:
+            return trainer.fit()
+
+
+def hydra_main(config_path: Optional[str] = None, config_name: Optional[str] = "ppo_base_config",
+               version_base: Any = None) -> Callable[[Callable[[Any], Any]], Callable[[], Any]]:
+    """``hydra.main`` when Hydra is installed; otherwise a stand-in with the same arguments.
+
+    The stand-in reads ``key=value`` (and ``+key=value``) overrides from the command line with this package's
+    loader (unknown keys are refused with close matches), over ``config_name``.yaml in ``config_path`` when
+    that is not this package's own ``ppo_base_config``, and calls the function with the typed config. Hydra's
+    own flags (``--multirun``, ``--cfg``, sweeps) are not offered by the stand-in.
+    """
+    try:
+        import hydra
+    except ImportError:
+        hydra = None
+    if hydra is not None:
+        return hydra.main(config_path=config_path, config_name=config_name, version_base=version_base)
+
+    def decorate(func: Callable[[Any], Any]) -> Callable[[], Any]:
+        @functools.wraps(func)
+        def wrapper(argv: Optional[Sequence[str]] = None) -> Any:
+            from skygym_train.config.loader import load_config
+
+            own = config_name in (None, "ppo_base_config") and (
+                config_path is None or Path(config_path).resolve() == Path(config_dir))
+            config_file = None if own else Path(config_path or ".") / f"{config_name}.yaml"
+            overrides = list(sys.argv[1:] if argv is None else argv)
+            return func(load_config(overrides, config_file=config_file, validate=False))
+
+        return wrapper
+
+    return decorate
 
 
 def main(argv: Optional[Sequence[str]] = None, trainer_cls: Optional[Type[Any]] = None, config_cls: Optional[Type[Any]] = None) -> int:

@@ -42,6 +42,15 @@ class WorkerSpec:
     """Pack micro-batches (see ``packing``): shared prompts under sdpa/eager, end to end under flash attention."""
     max_tokens_per_microbatch: int = -1
     """> 0: micro-batches by token budget instead of by row count (``packing.plan_micro_batches``)."""
+    flash_attn: Optional[bool] = None
+    """None: flash attention on CUDA where flash-attn is installed, else SDPA; True: flash attention; False: SDPA."""
+    bf16: Optional[bool] = None
+    """None: ``mixed_precision`` on GPU, fp32 on CPU; True: also bf16 autocast on CPU; False: fp32 compute."""
+    cpu_offload: bool = False
+    """FSDP2 CPU offload of parameters, gradients and optimizer state (CUDA only)."""
+    model_config_kwargs: Optional[Dict[str, Any]] = None
+    """Set on the Hugging Face config when the model loads."""
+    gradient_checkpointing_use_reentrant: bool = False
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -155,8 +164,12 @@ class TrainingWorker:
         torch.manual_seed(self.spec.seed)
         cuda = self.device.type == "cuda"
         load_dtype = torch.float32  # master weights stay fp32; mixed precision casts for compute on GPU
-        extra: Dict[str, Any] = {}
-        if cuda:
+        extra: Dict[str, Any] = dict(self.spec.model_config_kwargs or {})
+        if self.spec.flash_attn is False:
+            extra["attn_implementation"] = "sdpa"
+        elif self.spec.flash_attn:
+            extra["attn_implementation"] = "flash_attention_2"  # validation checked CUDA and flash-attn
+        elif cuda:
             import importlib.util
 
             # flash attention where it is installed (GPU only); PyTorch SDPA otherwise
@@ -172,7 +185,9 @@ class TrainingWorker:
         if self.spec.gradient_checkpointing and self.spec.role != "ref":
             target = model.body if isinstance(model, ValueModel) else model
             if hasattr(target, "gradient_checkpointing_enable"):
-                target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+                target.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": self.spec.gradient_checkpointing_use_reentrant}
+                )
                 if hasattr(target, "config"):
                     target.config.use_cache = False
         model.to(self.device)
@@ -195,7 +210,14 @@ class TrainingWorker:
 
         lora = self.spec.lora
         targets: Any = lora.target_modules
-        config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets)
+        options: Dict[str, Any] = {}
+        if getattr(lora, "exclude_modules", None):
+            options["exclude_modules"] = lora.exclude_modules
+        init = getattr(lora, "init_method", "kaiming")
+        if init != "kaiming":  # PEFT's default init (kaiming-uniform A, zero B) is SkyRL's "kaiming"
+            options["init_lora_weights"] = init
+        config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                            **options)
         if isinstance(model, ValueModel):
             model.body = get_peft_model(model.body, config)
             return model
@@ -207,7 +229,11 @@ class TrainingWorker:
 
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         kwargs: Dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.spec.reshard_after_forward}
-        if self.device.type == "cuda" and self.spec.mixed_precision is not None:
+        if self.device.type == "cuda" and self.spec.cpu_offload:
+            from torch.distributed.fsdp import CPUOffloadPolicy
+
+            kwargs["offload_policy"] = CPUOffloadPolicy()
+        if self.device.type == "cuda" and self.spec.mixed_precision is not None and self.spec.bf16 is not False:
             kwargs["mp_policy"] = MixedPrecisionPolicy(
                 param_dtype=_dtype(self.spec.mixed_precision.param_dtype),
                 reduce_dtype=_dtype(self.spec.mixed_precision.reduce_dtype),
@@ -249,7 +275,7 @@ class TrainingWorker:
 
     # ------------------------------------------------------------------ forward passes
     def _forward(self, batch: TrainingBatch) -> Any:
-        if self.device.type == "cpu" and self.spec.cpu_bf16_autocast:
+        if self.device.type == "cpu" and (self.spec.cpu_bf16_autocast or self.spec.bf16):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 return self._forward_impl(batch)
         return self._forward_impl(batch)

@@ -24,6 +24,7 @@ def _valid(data_file: str, *extra: str):
 
 
 def test_skyrl_key_names_are_accepted(data_file):
+    # GPU settings (four GPUs, two vLLM engines) are checked as on a GPU machine; test_machine_checks covers CPU
     cfg = load_config(
         _valid(
             data_file,
@@ -31,6 +32,7 @@ def test_skyrl_key_names_are_accepted(data_file):
             "trainer.strategy=fsdp2",
             "trainer.placement.colocate_all=false",
             "trainer.placement.policy_num_gpus_per_node=4",
+            "trainer.use_ray=true",
             "trainer.train_batch_size=16",
             "trainer.policy_mini_batch_size=8",
             "trainer.micro_train_batch_size_per_gpu=2",
@@ -43,9 +45,9 @@ def test_skyrl_key_names_are_accepted(data_file):
             "trainer.logger=console,jsonl",
             "trainer.project_name=p",
             "trainer.run_name=r",
-            "generator.backend=hf",
-            "generator.num_inference_engines=2",
-            "generator.inference_engine_tensor_parallel_size=1",
+            "generator.backend=vllm",
+            "generator.num_inference_engines=1",
+            "generator.inference_engine_tensor_parallel_size=2",
             "generator.weight_sync_backend=inprocess",
             "generator.n_samples_per_prompt=4",
             "generator.max_turns=3",
@@ -53,8 +55,10 @@ def test_skyrl_key_names_are_accepted(data_file):
             "generator.sampling_params.max_generate_length=64",
             "environment.env_class=gsm8k",
             "environment.env_config.boxed_wrong_reward=0.1",
-        )
+        ),
+        validate=False,
     )
+    validate_config(cfg, has_cuda=True)
     assert isinstance(cfg, SkyRLTrainConfig)
     assert cfg.trainer.algorithm.advantage_estimator == "rloo"
     assert cfg.trainer.placement.policy_num_gpus_per_node == 4
