@@ -519,23 +519,26 @@ def golden_rows(env_id: str) -> Tuple[List[Dict[str, Any]], Optional[Path]]:
     return rows, (path if rows else None)
 
 
-def default_rows(env_id: str, size: int = 2, seed: int = 0) -> Tuple[List[Dict[str, Any]], str]:
+def default_rows(env_id: str, size: int = 2, seed: int = 0,
+                 builder_kwargs: Optional[Mapping[str, Any]] = None) -> Tuple[List[Dict[str, Any]], str]:
     """Rows to check ``env_id`` with when none are given, and where they came from: ``size`` rows of the test split
-    from its dataset builder (:mod:`skyrl_gym.datasets`), else the golden cases shipped with it (also when the
-    builder fails, e.g. without network access). Raises :class:`NoRowsFor` naming what to pass instead."""
+    from its dataset builder (:mod:`skyrl_gym.datasets`, with ``builder_kwargs``), else the golden cases shipped
+    with it (also when the builder fails, e.g. without network access). Raises :class:`NoRowsFor` naming what to
+    pass instead."""
     from skyrl_gym import datasets
 
     env_id = spec(env_id).id
     builder_error = None
     if datasets.has_dataset(env_id):
         try:
-            rows = datasets.build_rows(env_id, split="test", size=size, seed=seed)
+            rows = datasets.build_rows(env_id, split="test", size=size, seed=seed, **dict(builder_kwargs or {}))
         except Exception as exc:  # a builder that needs the network or an extra: fall back to golden cases
             builder_error = f"{type(exc).__name__}: {exc}"
         else:
             if rows:
+                extra = "".join(f", {key}={value!r}" for key, value in sorted((builder_kwargs or {}).items()))
                 return rows, (f"{len(rows)} row(s) from the dataset builder: skyrl_gym.datasets.build_rows({env_id!r}, "
-                              f"split='test', size={size}, seed={seed})")
+                              f"split='test', size={size}, seed={seed}{extra})")
             builder_error = "it built no rows"
     rows, path = golden_rows(env_id)
     if rows:
@@ -543,8 +546,9 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0) -> Tuple[List[Dict[s
         return rows[:size], f"{len(rows[:size])} golden case(s) from {path}{why}"
     if builder_error:
         raise NoRowsFor(f"cannot build rows for {env_id!r}: its dataset builder failed ({builder_error}) and it ships no "
-                        f"golden cases. Fix what the builder needs, or pass rows: skyrl-gym check {env_id} --rows FILE "
-                        "(JSONL, JSON or Parquet rows; see the README's 'The dataset row').")
+                        f"golden cases. Give the builder what it needs (skyrl-gym check {env_id} --builder-args "
+                        f"'{{\"key\": \"value\"}}'), or pass rows: skyrl-gym check {env_id} --rows FILE (JSONL, JSON or "
+                        "Parquet rows; see the README's 'The dataset row').")
     raise NoRowsFor(f"{env_id!r} has no dataset builder and ships no golden cases, so there are no rows to check it "
                     f"with: pass rows in the README's row format, skyrl-gym check {env_id} --rows FILE (see "
                     f"`skyrl-gym info {env_id}` for the row it expects).")

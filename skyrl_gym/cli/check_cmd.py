@@ -22,6 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rows", metavar="FILE", help="dataset rows (JSONL, JSON or Parquet); default: rows from the "
                         "env's dataset builder (test split, seed 0), else the golden cases shipped with the env")
     parser.add_argument("--env-config", metavar="JSON", help="env_config as JSON, or @file.json")
+    parser.add_argument("--builder-args", metavar="JSON", help="without --rows: keyword arguments of the env's dataset "
+                        "builder as a JSON object, or @file.json (e.g. '{\"num_digits\": 2}' for multiply)")
     parser.add_argument("--max-rows", type=int, help="check at most this many rows (without --rows: how many to build, "
                         "default 2)")
     parser.add_argument("--step-timeout", type=float, default=60.0, metavar="SECONDS",
@@ -40,10 +42,15 @@ def run_check(args: argparse.Namespace) -> int:
 
     try:
         env_config = parse_json_arg(args.env_config, "--env-config", default={})
+        builder_args = parse_json_arg(args.builder_args, "--builder-args", default={})
+        if not isinstance(builder_args, dict):
+            raise UsageError("--builder-args must be a JSON object of keyword arguments, e.g. '{\"num_digits\": 2}'")
         rows = args.rows
         if rows is None:
-            rows, source = default_rows(args.env_id, size=args.max_rows or 2)
+            rows, source = default_rows(args.env_id, size=args.max_rows or 2, builder_kwargs=builder_args)
             print(f"checking {source}")
+        elif builder_args:
+            raise UsageError("--builder-args goes with building rows; with --rows FILE the rows are read as they are")
         report = check_env(
             args.env_id,
             rows,

@@ -17,8 +17,8 @@ def _user(text: str) -> List[Dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-# gsm8k, gsm8k_multi_turn, aime and math ship golden cases (golden.json beside the env), which
-# `skyrl-gym check ID` uses when it cannot build rows; the tests check the same rows.
+# gsm8k, gsm8k_multi_turn, aime, math, search, searchcode and code_interpreter ship golden cases (golden.json
+# beside the env), which `skyrl-gym check ID` uses when it cannot build rows; the tests check the same rows.
 BUILTIN_ROWS: Dict[str, List[Dict[str, Any]]] = {
     **{env_id: golden_rows(env_id)[0] for env_id in ("gsm8k", "gsm8k_multi_turn", "aime", "math")},
     "multiply": [
@@ -39,29 +39,11 @@ def _tool_env_rows() -> Dict[str, List[Dict[str, Any]]]:
         gold = row["reward_spec"]["ground_truth"]
         sql_rows.append({**row, "db_file": str(folder / row["db_file"]), "max_turns": 3,
                          "extra_info": {**row["extra_info"], "reference_action": f"<think>known</think><solution>{gold}</solution>"}})
-    search_row = {
-        "data_source": "searchR1_demo",
-        "prompt": _user("Answer the question; search with <search>query</search>, answer inside <answer></answer>. "
-                        "Question: what is the capital of France?"),
-        "env_class": "search",
-        "reward_spec": {"method": "rule", "ground_truth": {"target": ["Paris"]}},
-        "max_turns": 2,
-        "extra_info": {"reference_action": "<think>I know this.</think><answer>Paris</answer>"},
-    }
-    searchcode_row = {
-        "data_source": "searchcode_demo",
-        "prompt": _user("What is 17 * 3? Tools: <tool><search>q</search></tool>, <tool><python>code</python></tool>. "
-                        "Finish with <solution>#### N</solution>."),
-        "env_class": "searchcode",
-        "reward_spec": {"method": "rule", "ground_truth": "51"},
-        "max_turns": 3,
-        "extra_info": {"reference_action": "<solution>17 * 3 = 51 #### 51</solution>"},
-    }
     return {
         "text2sql": sql_rows,
         "sql": [{**row, "env_class": "sql"} for row in sql_rows],
-        "search": [search_row],
-        "searchcode": [searchcode_row],
+        "search": golden_rows("search")[0],  # reference answers that need no retrieval server
+        "searchcode": golden_rows("searchcode")[0],
     }
 
 
@@ -97,16 +79,7 @@ def _code_env_rows() -> Dict[str, List[Dict[str, Any]]]:
                 "extra_info": {"reference_action": lcb_solution},
             }
         ],
-        "code_interpreter": [
-            {
-                "data_source": "code_interpreter_demo",
-                "prompt": _user("What is 2**10? Use <tool><python>...</python></tool>; answer in \\boxed{}."),
-                "env_class": "code_interpreter",
-                "reward_spec": {"method": "rule", "ground_truth": "1024"},
-                "max_turns": 3,
-                "extra_info": {"reference_action": "2**10 is \\boxed{1024}."},
-            }
-        ],
+        "code_interpreter": golden_rows("code_interpreter")[0],
         "countdown": countdown_rows(2, seed=5),  # extra_info.solution is the reference action
     }
     rows["humaneval"] = [{**humaneval, "extra_info": {**humaneval["extra_info"], "reference_action": humaneval_solution}}]

@@ -36,7 +36,7 @@ def test_the_catalogue_lists_families_and_where_rows_come_from():
     assert {"core", "games", "reasoning_gym"} <= set(families)
     rows = {env["id"]: env["rows"] for envs in families.values() for env in envs}
     assert rows["games/wordle"] == "builder" and rows["aime"] == "golden cases"
-    assert rows["gsm8k"] == "builder, golden cases" and rows["search"] == "bring your own"
+    assert rows["gsm8k"] == "builder, golden cases" and rows["search"] == "golden cases"
     assert sum(len(envs) for envs in families.values()) >= 130
 
 

@@ -187,9 +187,23 @@ def test_check_without_rows_builds_them_or_uses_the_golden_cases(capsys):
 
 
 def test_check_without_rows_says_what_to_pass_when_there_are_none(capsys):
-    code, _, err = run_cli(capsys, ["check", "search"])
+    skyrl_gym.register("cli_no_rows", entry_point=CalculatorEnv)  # no dataset builder, no golden cases
+    try:
+        code, _, err = run_cli(capsys, ["check", "cli_no_rows"])
+    finally:
+        skyrl_gym.deregister("cli_no_rows")
     assert code == 2 and "has no dataset builder and ships no golden cases" in err
-    assert "skyrl-gym check search --rows FILE" in err
+    assert "skyrl-gym check cli_no_rows --rows FILE" in err
+
+    code, _, err = run_cli(capsys, ["check", "lcb"])  # its builder needs a file or a hub name
+    assert code == 2 and "its dataset builder failed" in err and "--builder-args" in err
+
+
+def test_check_passes_builder_args_to_the_dataset_builder(capsys):
+    code, out, _ = run_cli(capsys, ["check", "multiply", "--builder-args", '{"num_digits": 2}', "--huge-chars", "1000"])
+    assert code == 0 and "build_rows('multiply', split='test', size=2, seed=0, num_digits=2)" in out
+    code, _, err = run_cli(capsys, ["check", "multiply", "--builder-args", "[2]"])
+    assert code == 2 and "--builder-args must be a JSON object" in err
 
 
 # ----- step ---------------------------------------------------------------------------------------
