@@ -53,6 +53,9 @@ def test_check_passes_on_rows_from_the_builder(env_id):
     for row in rows:
         if row["reward_spec"]["ground_truth"] is not None:
             assert play(row, row["extra_info"]["reference_action"])["reward"] == 1.0
+        for action in ("<answer>surely not the answer</answer>", "no tags at all"):
+            output = play(row, action)
+            assert output["reward"] == 1.0 or output["metadata"]["reason"], (action, output)
 
 
 def test_wrong_and_missing_answers_say_why():
