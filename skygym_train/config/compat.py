@@ -6,8 +6,9 @@ No key is accepted and then ignored. ``DEFAULT_ONLY`` keys are refused at any va
 (the generic check below); the other refusals depend on the machine or on other keys and live in
 ``validation.py`` (each named in the table's note).
 
-``python -m skygym_train.config.compat [path/to/upstream/ppo_base_config.yaml]`` prints the table of
-docs/compat.md; given upstream's YAML it also checks that the table covers exactly its keys.
+``python -m skygym_train.config.compat [--upstream path/to/ppo_base_config.yaml] [--write-docs]`` prints the
+table (or writes it into its own section of docs/compat.md); given upstream's YAML (from the skyrl-train 0.3.1
+wheel, ``skyrl_train/config/ppo_base_config.yaml``) it first checks that the table covers exactly its keys.
 """
 
 from __future__ import annotations
@@ -375,5 +376,40 @@ def _default_text(key: str) -> str:
     return _show(value)
 
 
+DOCS_START = "<!-- skyrl-train-keys:start -->\n"
+DOCS_END = "<!-- skyrl-train-keys:end -->"
+DOCS_HEADING = "## SkyRL-train configuration keys\n\n"
+
+
+def write_docs(path: str, table: str) -> None:
+    """Replace this module's section of ``path`` (between its markers), leaving the rest of the page alone."""
+    from pathlib import Path
+
+    page = Path(path)
+    text = page.read_text(encoding="utf-8") if page.exists() else "# Compatibility with SkyRL\n\n"
+    if DOCS_START in text and DOCS_END in text:
+        head, rest = text.split(DOCS_START, 1)
+        tail = rest.split(DOCS_END, 1)[1]
+    else:
+        head, tail = text.rstrip("\n") + "\n\n" + DOCS_HEADING, "\n"
+    page.write_text(head + DOCS_START + table + DOCS_END + tail, encoding="utf-8")
+
+
+def _main(argv: List[str]) -> int:
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m skygym_train.config.compat", description=__doc__.split("\n")[0])
+    parser.add_argument("--upstream", help="SkyRL-train 0.3.1's ppo_base_config.yaml, to check the table against")
+    parser.add_argument("--write-docs", action="store_true", help="write the table into docs/compat.md")
+    args = parser.parse_args(argv)
+    table = render(args.upstream)
+    if args.write_docs:
+        write_docs(str(Path(__file__).resolve().parents[2] / "docs" / "compat.md"), table)
+    else:
+        print(table, end="")
+    return 0
+
+
 if __name__ == "__main__":
-    print(render(sys.argv[1] if len(sys.argv) > 1 else None), end="")
+    raise SystemExit(_main(sys.argv[1:]))

@@ -369,7 +369,8 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
         for key in ("vllm_v1_disable_multiproc", "enable_prefix_caching", "enable_chunked_prefill",
                     "max_num_batched_tokens", "max_num_seqs"):
             if getattr(g, key) is not None:
-                problems.append(f"generator.{key}={getattr(g, key)}: a vLLM engine setting, but generator.backend="
+                value = str(getattr(g, key)).lower() if isinstance(getattr(g, key), bool) else getattr(g, key)
+                problems.append(f"generator.{key}={value}: a vLLM engine setting, but generator.backend="
                                 f"{g.backend}; remove it or use backend=vllm")
         if g.engine_init_kwargs:
             problems.append(f"generator.engine_init_kwargs: passed to vLLM only, but generator.backend={g.backend}")

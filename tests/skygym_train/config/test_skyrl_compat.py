@@ -1,0 +1,179 @@
+"""Every SkyRL-train 0.3.1 key is honoured or refused with its reason: nothing accepted and then ignored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from skygym_train.config import ConfigError, SkyRLTrainConfig, load_config, validate_config
+from skygym_train.config.compat import DEFAULT_ONLY, HONOURED, REFUSED, RULES, render
+from skygym_train.config.loader import check_key
+from skygym_train.config.validation import config_warnings, cuda_available
+from skygym_train.entrypoints.main_base import main
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> str:
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
+    return str(path)
+
+
+def _valid(data_file: str, *extra: str):
+    return [f"data.train_data=[{data_file}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false", *extra]
+
+
+def _problems(overrides, has_cuda: bool) -> str:
+    cfg = load_config(overrides, validate=False)
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg, has_cuda=has_cuda)
+    return "\n".join(info.value.problems)
+
+
+def test_the_table_covers_upstreams_keys_and_every_one_loads():
+    assert len(RULES) == 195 + 8  # ppo_base_config.yaml and its environment.skyrl_gym defaults
+    assert {r.status for r in RULES.values()} == {HONOURED, REFUSED, DEFAULT_ONLY}
+    assert all(rule.note for rule in RULES.values() if rule.status != HONOURED)
+    schema = OmegaConf.structured(SkyRLTrainConfig)
+    for key in RULES:
+        check_key(schema, key)  # raises for a key the loader would reject
+
+
+def test_upstream_run_script_keys_load(data_file):
+    cfg = load_config(_valid(
+        data_file,
+        "environment.skyrl_gym.text2sql.db_path=/data/sql",
+        "environment.skyrl_gym.search.search_url=local-retriever:8000",
+        "environment.skyrl_gym.search.topk=5",
+        "environment.skyrl_gym.max_env_workers=4",
+        "generator.use_conversation_multi_turn=false",
+        "generator.chat_template.source=name",
+        "generator.async_engine=true",
+        "generator.batched=true",
+        "trainer.algorithm.use_tis=false",
+        "trainer.policy.sequence_parallel_size=1",
+        "trainer.flash_attn=false",
+        "+generator.engine_init_kwargs={}",
+    ))
+    assert cfg.environment.skyrl_gym["text2sql"] == {"db_path": "/data/sql"}
+    assert cfg.environment.skyrl_gym["max_env_workers"] == 4
+    assert cfg.generator.batched and not cfg.generator.use_conversation_multi_turn
+
+
+def test_default_only_keys_are_refused_with_the_reason(data_file):
+    problems = _problems(_valid(
+        data_file,
+        "trainer.policy.sequence_parallel_size=2",
+        "trainer.algorithm.use_tis=true",
+        "generator.step_wise_trajectories=true",
+        "generator.async_engine=false",
+        "trainer.fully_async.max_staleness_steps=2",
+        "generator.sampling_params.repetition_penalty=1.1",
+    ), has_cuda=True)
+    assert "trainer.policy.sequence_parallel_size=2: not supported by the bundled trainer (sequence parallelism" in problems
+    assert "trainer.algorithm.use_tis=true" in problems and "truncated importance sampling" in problems
+    assert "generator.step_wise_trajectories=true" in problems
+    assert "generator.async_engine=false" in problems and "leave it at true" in problems
+    assert "trainer.fully_async.max_staleness_steps=2" in problems
+    assert "generator.sampling_params.repetition_penalty=1.1" in problems
+
+
+def test_gpu_only_settings_are_refused_on_a_cpu_machine(data_file):
+    problems = _problems(_valid(
+        data_file,
+        "trainer.flash_attn=true",
+        "generator.weight_sync_backend=nccl",
+        "trainer.use_ray=true",
+        "trainer.placement.policy_num_gpus_per_node=4",
+        "trainer.policy.fsdp_config.cpu_offload=true",
+    ), has_cuda=False)
+    assert "trainer.flash_attn=true: needs CUDA GPUs with flash-attn installed" in problems
+    assert "generator.weight_sync_backend=nccl: needs CUDA GPUs" in problems
+    assert "trainer.placement.policy_num_gpus_per_node=4: this machine has no CUDA GPUs" in problems
+    assert "trainer.policy.fsdp_config.cpu_offload=true: needs CUDA GPUs" in problems
+
+
+@pytest.mark.skipif(cuda_available(), reason="checks what load_config refuses on a machine without CUDA GPUs")
+def test_load_config_checks_this_machine(data_file):
+    with pytest.raises(ConfigError, match="generator.weight_sync_backend=nccl: needs CUDA GPUs"):
+        load_config(_valid(data_file, "generator.weight_sync_backend=nccl"))
+    assert main(["--check", *_valid(data_file, "trainer.flash_attn=true")]) == 2
+
+
+def test_in_process_engines_refuse_copies_and_backend_mismatches(data_file):
+    problems = _problems(_valid(
+        data_file,
+        "generator.backend=hf",
+        "generator.num_inference_engines=4",
+        "generator.inference_engine_tensor_parallel_size=2",
+        "generator.run_engines_locally=false",
+        "generator.enable_prefix_caching=true",
+        "generator.gpu_memory_utilization=0.5",
+    ), has_cuda=True)
+    assert "generator.num_inference_engines=4: hf engines run in the trainer's process on one device" in problems
+    assert "generator.inference_engine_tensor_parallel_size=2: the HF engine runs on one device" in problems
+    assert "generator.run_engines_locally=false contradicts generator.backend=hf" in problems
+    assert "generator.enable_prefix_caching=true: a vLLM engine setting" in problems
+    assert "generator.gpu_memory_utilization=0.5: vLLM only" in problems
+    assert "generator.num_inference_engines=4: vllm engines" in _problems(
+        _valid(data_file, "generator.backend=vllm", "generator.num_inference_engines=4"), has_cuda=True)
+
+
+def test_strategy_fsdp_says_it_runs_fsdp2(data_file):
+    cfg = load_config(_valid(data_file, "trainer.strategy=fsdp"))
+    assert any("runs FSDP2" in w for w in config_warnings(cfg, has_cuda=False))
+    assert any("colocate_all=true" in w for w in config_warnings(cfg, has_cuda=False))
+    assert not any("colocate_all" in w for w in config_warnings(cfg, has_cuda=True))
+
+
+def test_deprecated_kl_flags_set_the_estimator(data_file):
+    assert load_config(_valid(data_file, "trainer.algorithm.use_abs_kl=true")).trainer.algorithm.kl_estimator_type == "abs"
+    problems = _problems(_valid(data_file, "trainer.algorithm.use_kl_estimator_k3=true",
+                                "trainer.algorithm.kl_estimator_type=k1"), has_cuda=False)
+    assert "use_kl_estimator_k3=true contradicts kl_estimator_type='k1'" in problems
+
+
+def test_chat_template_file_and_batched_need_their_partners(data_file, tmp_path):
+    problems = _problems(_valid(data_file, "generator.chat_template.name_or_path=qwen3_with_thinking",
+                                "generator.batched=true", "generator.max_turns=2"), has_cuda=False)
+    assert "no named chat templates are bundled" in problems
+    assert "generator.batched=true: batched generation is single-turn" in problems
+    template = tmp_path / "t.j2"
+    template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    cfg = load_config(_valid(data_file, "generator.chat_template.source=file",
+                             f"generator.chat_template.name_or_path={template}"))
+    from skygym_train.generation import chat_template
+
+    assert chat_template(cfg) == template.read_text()
+
+
+def test_skyrl_gym_sections_reach_each_env_as_its_env_config(data_file):
+    from skygym_train.generation import env_configs
+
+    cfg = load_config(_valid(data_file, "environment.skyrl_gym.text2sql.db_path=/data/sql",
+                             "environment.skyrl_gym.search.topk=5", "environment.env_class=search",
+                             "environment.env_config.timeout=7"))
+    assert env_configs(cfg) == {"text2sql": {"db_path": "/data/sql"}, "search": {"topk": 5, "timeout": 7}}
+
+
+def test_unknown_env_class_fails_the_check_with_close_matches(data_file, tmp_path, capsys):
+    assert main(["--check", *_valid(data_file, "environment.env_class=gsm9k")]) == 2
+    err = capsys.readouterr().err
+    assert "environment.env_class=gsm9k" in err and "'gsm8k'" in err
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": [{"role": "user", "content": "hi"}], "env_class": "multiplyy"}\n')
+    assert main(["--check", *_valid(str(rows))]) == 2
+    err = capsys.readouterr().err
+    assert "dataset row 0 (env_class column)=multiplyy" in err and "'multiply'" in err
+
+
+def test_committed_compat_page_is_current():
+    page = (ROOT / "docs" / "compat.md").read_text(encoding="utf-8")
+    start, end = "<!-- skyrl-train-keys:start -->\n", "<!-- skyrl-train-keys:end -->"
+    assert page[page.index(start) + len(start): page.index(end)] == render(), (
+        "docs/compat.md is stale: run `python -m skygym_train.config.compat --write-docs`")
+    assert "silently ignored" not in render()
