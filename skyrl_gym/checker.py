@@ -664,4 +664,5 @@ def _check_with_gymnasium(factory: _EnvFactory, report: CheckReport, rows: List[
                                        factory.env_id))
 
 
-__all__ = ["check_env", "default_rows", "golden_rows", "NoRowsFor", "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING"]
+__all__ = ["check_env", "default_rows", "golden_rows", "NoRowsFor",
+           "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING"]

@@ -172,7 +172,8 @@ def names(name: str) -> Dict[str, str]:
     import skyrl_gym
 
     if name in skyrl_gym.registry:
-        raise ScaffoldError(f"an env {name!r} is already registered (by {skyrl_gym.spec(name).provider}); pick another name")
+        provider = skyrl_gym.spec(name).provider
+        raise ScaffoldError(f"an env {name!r} is already registered (by {provider}); pick another name")
     words = name.split("_")
     return {
         "name": name,

@@ -118,7 +118,8 @@ class GameEnv(BaseTextEnv):
         if not outcome.done and self.turns >= self.max_turns:
             outcome.done = True
             if outcome.reward == 0.0:
-                outcome.reason = f"out of moves after {self.max_turns} turns" + (f" ({outcome.reason})" if outcome.reason else "")
+                last = f" ({outcome.reason})" if outcome.reason else ""
+                outcome.reason = f"out of moves after {self.max_turns} turns{last}"
         if outcome.reward == 0.0:
             metadata["reason"] = outcome.reason or "the move was played; no reward for it"
         self.finished = outcome.done

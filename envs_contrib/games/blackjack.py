@@ -55,7 +55,8 @@ class BlackjackEnv(GameEnv):
                 return Outcome(0.0, True, f"You drew {self.player[-1]}: {total}, bust.", reason=f"bust with {total}")
             if total == 21:
                 return self._stand()
-            return Outcome(0.0, False, f"You drew {self.player[-1]}.", reason="the hand goes on; rewards come at the end")
+            return Outcome(0.0, False, f"You drew {self.player[-1]}.",
+                           reason="the hand goes on; rewards come at the end")
         if choice == "stand":
             return self._stand()
         raise InvalidMove(f"{move!r} is not a blackjack move; send <move>hit</move> or <move>stand</move>.")

@@ -26,7 +26,8 @@ class LightsOutEnv(GameEnv):
             for r, c in cells:
                 _toggle(grid, r, c)
             if any(any(row) for row in grid):
-                return {"grid": ["".join(map(str, row)) for row in grid], "solution": [[r + 1, c + 1] for r, c in cells]}
+                return {"grid": ["".join(map(str, row)) for row in grid],
+                        "solution": [[r + 1, c + 1] for r, c in cells]}
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.grid: List[List[int]] = [[int(ch) for ch in row] for row in params["grid"]]

@@ -69,5 +69,6 @@ class NimEnv(GameEnv):
             return Outcome(1.0, True, "You took the last object and win.")
         reply = self._opponent()
         if not any(self.heaps):
-            return Outcome(0.0, True, reply + " It took the last object and wins.", reason="lost: the opponent took the last object")
+            return Outcome(0.0, True, reply + " It took the last object and wins.",
+                           reason="lost: the opponent took the last object")
         return Outcome(0.0, False, reply, reason="the game goes on; rewards come at the end")

@@ -63,8 +63,9 @@ class ReasoningGymEnv(BaseTextEnv):
                             "{'seed': S, 'index': I, 'settings': {...}}") from exc
         truth = spec.get("ground_truth")
         if not self.generated_prompt and truth is not None and str(truth) != str(self.entry.get("answer")):
+            generated = str(self.entry.get("answer"))[:80]
             raise DataError(f"env {env_id(dataset)!r}: the row's ground_truth {str(truth)[:80]!r} is not the answer "
-                            f"reasoning-gym {generate.version()} generates for it ({str(self.entry.get('answer'))[:80]!r}); "
+                            f"reasoning-gym {generate.version()} generates for it ({generated!r}); "
                             "the rows were built with another reasoning-gym version: build them again")
 
     def init(self, prompt: Any = None) -> Tuple[Any, Dict[str, Any]]:

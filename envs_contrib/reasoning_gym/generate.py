@@ -74,7 +74,8 @@ def dataset(name: str, settings: str, seed: int) -> Any:
         built = config_cls(**config, seed=seed, size=CHUNK)
         return dataset_cls(config=built)
     except (AssertionError, ValueError, TypeError) as exc:
-        raise SettingsError(f"reasoning-gym rejected the settings {settings} of {name!r}: {exc or type(exc).__name__}") from exc
+        why = str(exc) or type(exc).__name__
+        raise SettingsError(f"reasoning-gym rejected the settings {settings} of {name!r}: {why}") from exc
 
 
 def entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-reasoning_gym = pytest.importorskip("reasoning_gym", reason="the reasoning_gym/* envs need reasoning-gym: pip install 'skyrl-gym[reasoning-gym]'")
+reasoning_gym = pytest.importorskip(
+    "reasoning_gym", reason="the reasoning_gym/* envs need reasoning-gym: pip install 'skyrl-gym[reasoning-gym]'")
 
 import skyrl_gym  # noqa: E402
 from skygym_contrib.reasoning_gym.names import DATASETS  # noqa: E402

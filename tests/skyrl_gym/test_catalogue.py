@@ -28,7 +28,8 @@ def test_the_committed_catalogue_is_up_to_date():
     generated = subprocess.run([sys.executable, "-m", "skyrl_gym.catalogue"], capture_output=True, text=True,
                                check=True, cwd=REPO_ROOT).stdout
     committed = (REPO_ROOT / "docs" / "catalogue.md").read_text(encoding="utf-8")
-    assert committed == generated, "docs/catalogue.md is out of date: run python -m skyrl_gym.catalogue > docs/catalogue.md"
+    assert committed == generated, ("docs/catalogue.md is out of date: "
+                                    "run python -m skyrl_gym.catalogue > docs/catalogue.md")
 
 
 def test_the_catalogue_lists_families_and_where_rows_come_from():
