@@ -54,6 +54,11 @@ class GameEnv(BaseTextEnv):
     def setup(self, params: Dict[str, Any]) -> None:
         raise NotImplementedError
 
+    @classmethod
+    def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
+        """A move that wins at once, where the game has one (the rows' reference action, which the checker plays)."""
+        return None
+
     def rules(self) -> str:
         raise NotImplementedError
 

@@ -28,10 +28,14 @@ def build_rows(game_id: str, split: str, size: Optional[int], seed: int, **setti
 def _row(cls: Any, game_id: str, split: str, seed: int, index: int, settings: Dict[str, Any]) -> Dict[str, Any]:
     params = cls.generate(random.Random(f"{game_id}:{seed}:{split}:{index}"), **settings)
     env = cls(extras={"reward_spec": {"ground_truth": params}})
+    extra_info: Dict[str, Any] = {"split": split, "index": index}
+    winning = cls.winning_move(params)
+    if winning is not None:
+        extra_info["reference_action"] = f"<move>{winning}</move>"
     return {
         "data_source": game_id,
         "prompt": [{"role": "user", "content": env.prompt_text()}],
         "env_class": game_id,
         "reward_spec": {"method": "rule", "ground_truth": params},
-        "extra_info": {"split": split, "index": index},
+        "extra_info": extra_info,
     }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
 
@@ -20,6 +20,10 @@ class GuessNumberEnv(GameEnv):
         if settings:
             raise TypeError(f"{cls.game_id} has one setting, high, got {sorted(settings)}")
         return {"secret": rng.randint(1, int(high)), "high": int(high)}
+
+    @classmethod
+    def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
+        return str(params["secret"])
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.secret, self.high = int(params["secret"]), int(params["high"])

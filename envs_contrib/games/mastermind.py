@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
 
@@ -28,6 +28,10 @@ class MastermindEnv(GameEnv):
         if settings:
             raise TypeError(f"{cls.game_id} has settings length and colours, got {sorted(settings)}")
         return {"code": [rng.randint(1, int(colours)) for _ in range(int(length))], "colours": int(colours)}
+
+    @classmethod
+    def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
+        return "".join(str(int(d)) for d in params["code"])
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.code = [int(d) for d in params["code"]]

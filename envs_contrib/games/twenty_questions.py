@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
 
@@ -55,6 +55,10 @@ class TwentyQuestionsEnv(GameEnv):
         if settings:
             raise TypeError(f"{cls.game_id} has no settings, got {sorted(settings)}")
         return {"secret": rng.choice(sorted(THINGS))}
+
+    @classmethod
+    def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
+        return f"guess: {params['secret']}"
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.secret = str(params["secret"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
 
@@ -44,6 +44,10 @@ class WordleEnv(GameEnv):
         if settings:
             raise TypeError(f"{cls.game_id} has no settings, got {sorted(settings)}")
         return {"secret": rng.choice(WORDS)}
+
+    @classmethod
+    def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
+        return str(params["secret"])
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.secret = str(params["secret"]).lower()
