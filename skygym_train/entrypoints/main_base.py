@@ -193,13 +193,17 @@ def hydra_main(config_path: Optional[str] = None, config_name: Optional[str] = "
     def decorate(func: Callable[[Any], Any]) -> Callable[[], Any]:
         @functools.wraps(func)
         def wrapper(argv: Optional[Sequence[str]] = None) -> Any:
-            from skygym_train.config.loader import load_config
+            from skygym_train.config.loader import ConfigError, load_config
 
             own = config_name in (None, "ppo_base_config") and (
                 config_path is None or Path(config_path).resolve() == Path(config_dir))
             config_file = None if own else Path(config_path or ".") / f"{config_name}.yaml"
             overrides = list(sys.argv[1:] if argv is None else argv)
-            return func(load_config(overrides, config_file=config_file, validate=False))
+            try:
+                return func(load_config(overrides, config_file=config_file, validate=False))
+            except ConfigError as exc:  # as the command line reports it: every problem, exit status 2
+                print(f"error: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
 
         return wrapper
 
