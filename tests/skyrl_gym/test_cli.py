@@ -117,7 +117,7 @@ def test_info_says_whether_the_env_has_a_dataset_builder(capsys):
 
 def test_info_builds_the_env_from_a_row_when_it_needs_one(capsys, tmp_path):
     code, out, _ = run_cli(capsys, ["info", "gsm8k"])
-    assert code == 0 and "tools:        unknown - building the env raised DataError" in out and "--row FILE" in out
+    assert code == 0 and "tools:        unknown - building the env raised MissingRewardSpec" in out and "--row FILE" in out
     rows = write_rows(tmp_path / "rows.jsonl", BUILTIN_ROWS["gsm8k"])
     code, out, _ = run_cli(capsys, ["info", "gsm8k", "--row", str(rows)])
     assert "tools:        none" in out and "max_turns:    1" in out
@@ -253,7 +253,7 @@ def test_step_rejects_bad_arguments(capsys, tmp_path, monkeypatch):
     code, _, err = run_cli(capsys, ["step", "gsm8k", "--row", str(rows), "--index", "5"], monkeypatch=monkeypatch)
     assert code == 2 and "--index 5 is out of range" in err and "2 rows" in err
     code, _, err = run_cli(capsys, ["step", "gsm8k", "--prompt", "hi"], monkeypatch=monkeypatch)
-    assert code == 1 and "building env 'gsm8k' raised DataError" in err
+    assert code == 1 and "building env 'gsm8k' raised MissingRewardSpec" in err
 
 
 def test_python_dash_m_cli_drives_an_env_through_a_pipe(tmp_path):
