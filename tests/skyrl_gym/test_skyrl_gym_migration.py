@@ -132,6 +132,27 @@ def test_tool_exceptions_become_observations(tmp_path, server):
     assert first_observation(out) == "tool sql is down" and not out["done"]
 
 
+def test_searchcode_tools_go_through_execute_tool_and_their_errors_are_observations(server):
+    from skyrl_gym.envs.searchcode.env import SearchCodeEnv
+
+    calls = []
+
+    class Recording(SearchCodeEnv):
+        def _execute_tool(self, tool_group_name, tool_name, tool_input):
+            calls.append((tool_group_name, tool_name, tool_input))
+            if tool_name == "python":
+                raise RuntimeError("python is switched off")
+            return "searched"
+
+    row = {"reward_spec": {"method": "rule", "ground_truth": "4"}, "max_turns": 4}
+    env = Recording(search_config(server.url), row)
+    assert first_observation(env.step("<tool><search>q</search></tool>")) == "searched"
+    assert first_observation(env.step("<tool><python>print(1)</python></tool>")) == "python is switched off"
+    assert first_observation(asyncio.run(env.astep("<tool><search>r</search></tool>"))) == "searched"
+    assert [c[1:] for c in calls] == [("search", ["q"]), ("python", ["print(1)"]), ("search", ["r"])]
+    assert server.requests == 0
+
+
 def test_call_search_api_replaced_with_skyrl_gym_signature(monkeypatch, server):
     from skyrl_gym.tools import search
 

@@ -20,7 +20,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
-from skyrl_gym.envs._common import require_ground_truth
+from skyrl_gym.envs._common import require_ground_truth, uses_default_tool_path
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.search.env import search_tool_group_from_config
@@ -120,7 +120,12 @@ class SearchCodeEnv(BaseTextEnv):
         final, call, error = self._begin(action)
         if final is not None:
             return final
-        output = None if call is None else self._execute_tool(call[0], call[1], call[2])
+        output = None
+        if call is not None:
+            try:  # a tool that raises: its message is the observation, as in SkyRL-gym
+                output = self._execute_tool(call[0], call[1], call[2])
+            except Exception as exc:
+                error = str(exc)
         return self._observe(call, output, error)
 
     async def astep(self, action: str) -> StepOutput:
@@ -131,10 +136,17 @@ class SearchCodeEnv(BaseTextEnv):
         output = None
         if call is not None:
             code_or_query = call[2][0]
-            if call[1] == "search":
-                output = await self.search_tools.asearch(code_or_query)
-            else:
-                output = await self.python_tools.apython(code_or_query)
+            try:
+                if not all(uses_default_tool_path(self, group) for group in self.tool_groups):
+                    from skyrl_gym.tools.blocking import run_blocking  # an override of _execute_tool is used
+
+                    output = await run_blocking(self._execute_tool, call[0], call[1], call[2])
+                elif call[1] == "search":
+                    output = await self.search_tools.asearch(code_or_query)
+                else:
+                    output = await self.python_tools.apython(code_or_query)
+            except Exception as exc:
+                error = str(exc)
         return self._observe(call, output, error)
 
     async def ainit(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:
