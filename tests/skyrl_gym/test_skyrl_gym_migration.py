@@ -42,6 +42,10 @@ def test_aime_utils_minerva_and_strict_box():
     assert verify("\\boxed{5}", "5", strict_box_verify=True) == (True, "5")
     assert compute_score("x \\boxed{9}", "9", strict_box_verify=True) == {"score": 1.0, "acc": True, "pred": "9"}
     assert compute_score("Answer: 8", "9")["score"] == -1.0
+    from skyrl_gym.envs.aime.utils import REMOVED_EXPRESSIONS, SUBSTITUTIONS, normalize_final_answer
+
+    assert ("mbox", "text") in SUBSTITUTIONS and "dollars" in REMOVED_EXPRESSIONS
+    assert normalize_final_answer("12 dollars") == "12"
     with pytest.raises(ValueError, match="pause_tokens_index must hold 4 indices"):
         is_correct_strict_box("\\boxed{1}", "1", pause_tokens_index=[1])
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from skyrl_gym.rewards import normalize as _normalize
 from skyrl_gym.rewards.boxed import last_boxed_only_string, remove_boxed  # noqa: F401
 from skyrl_gym.rewards.normalize import extract_answer_line, minerva_match, normalize_final_answer  # noqa: F401
+
+# SkyRL-gym's names for the normalisation tables (read-only here: normalize_final_answer uses its own copies).
+SUBSTITUTIONS = list(_normalize._REPLACEMENTS)
+REMOVED_EXPRESSIONS = list(_normalize._DELETIONS)
 
 DEFAULT_ANSWER_PATTERN = r"(?i)Answer\s*:\s*([^\n<]+)"
 
