@@ -109,13 +109,13 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
-        from skygym_adapters.models import load_tokenizer, resolve_model
+        from skygym_adapters.models import resolve_model
 
         random.seed(self.t.seed)
         torch.manual_seed(self.t.seed)
         self.model_path = str(resolve_model(self.t.policy.model.path).path)
         if self.tokenizer is None:
-            self.tokenizer = self._load_tokenizer(load_tokenizer)
+            self.tokenizer = policy_tokenizer(self.cfg)
         default_env = self.cfg.environment.env_class
         given_train, given_val = self._given_rows
         self.train_rows = list(given_train) if given_train is not None else load_dataset_rows(self.cfg.data.train_data, default_env)
@@ -158,16 +158,6 @@ class PPOTrainer:
             config=to_dict(self.cfg),
             console_stream=self.console_stream,
         )
-
-    def _load_tokenizer(self, load_tokenizer: Callable[[str], Any]) -> Any:
-        if not self.t.disable_fast_tokenizer:
-            return load_tokenizer(self.model_path)
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(self.model_path, use_fast=False)
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        return tokenizer
 
     def _drop_long_prompts(self, rows: List[Dict[str, Any]], key: str) -> List[Dict[str, Any]]:
         """Leave out rows whose templated prompt is longer than trainer.max_prompt_length (as SkyRL does)."""
@@ -713,6 +703,20 @@ class PPOTrainer:
 
 
 # ---------------------------------------------------------------------- helpers
+def policy_tokenizer(cfg: Any) -> Any:
+    """The policy's tokenizer, slow when ``trainer.disable_fast_tokenizer`` is true, with a pad token set."""
+    from skygym_adapters.models import load_tokenizer, resolve_model
+
+    if not cfg.trainer.disable_fast_tokenizer:
+        return load_tokenizer(cfg.trainer.policy.model.path)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(cfg.trainer.policy.model.path).path), use_fast=False)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 class TrajectoriesFailed(RuntimeError):
     """Every trajectory of ``trainer.max_failed_steps`` consecutive steps ended in an error."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional
 
 UPSTREAM = "SkyRL-train 0.3.1"
 
@@ -203,7 +203,8 @@ RULES: Dict[str, Rule] = {
     "trainer.rope_theta": D("RoPE overrides are not wired into the bundled engines"),
     "generator.model_name": R("null or the policy's path (interpolations resolve); another model is refused: the "
                               "engines serve the policy being trained"),
-    "generator.model_dtype": H("vLLM dtype; for the HF engine the dtype it loads in"),
+    "generator.model_dtype": R("vLLM's dtype, the HF engine's load dtype; refused (but auto) with remote/sglang, "
+                               "whose servers choose theirs"),
     "generator.run_engines_locally": R("null (ours) follows generator.backend; true is refused with remote/sglang, "
                                        "false with hf/vllm (use backend=remote with remote_inference_engine_urls)"),
     "generator.num_inference_engines": R("with hf and vllm any value but 1 is refused (the engines run in the "
@@ -213,7 +214,8 @@ RULES: Dict[str, Rule] = {
     "generator.weight_sync_backend": R("auto, inprocess, gloo, nccl, checkpoint; nccl is refused without CUDA GPUs, "
                                        "cuda_ipc is not bundled"),
     "generator.weight_transfer_threshold_cuda_ipc_GB": D("read by cuda_ipc weight sync, which is not bundled"),
-    "generator.inference_engine_tensor_parallel_size": R("honoured with vllm; with hf any value but 1 is refused"),
+    "generator.inference_engine_tensor_parallel_size": R("honoured with vllm; with other backends any value but 1 "
+                                                         "is refused"),
     "generator.inference_engine_pipeline_parallel_size": D("pipeline-parallel engines are not bundled"),
     "generator.inference_engine_expert_parallel_size": D("expert-parallel engines are not bundled"),
     "generator.inference_engine_data_parallel_size": D("use generator.num_inference_engines"),
@@ -226,9 +228,10 @@ RULES: Dict[str, Rule] = {
     "generator.enable_prefix_caching": _VLLM_ONLY,
     "generator.enable_chunked_prefill": _VLLM_ONLY,
     "generator.max_num_batched_tokens": _VLLM_ONLY,
-    "generator.enforce_eager": R("honoured with vllm; false is refused with hf (no CUDA graphs there)"),
+    "generator.enforce_eager": R("honoured with vllm; false is refused with other backends"),
     "generator.fully_sharded_loras": D("LoRA weights reach the engines merged"),
-    "generator.gpu_memory_utilization": R("honoured with vllm; any value but the default is refused with hf"),
+    "generator.gpu_memory_utilization": R("honoured with vllm; any value but the default is refused with other "
+                                          "backends"),
     "generator.max_num_seqs": _VLLM_ONLY,
     "generator.remote_inference_engine_urls": R("used by backend=remote/sglang; refused when set with hf/vllm"),
     "generator.enable_http_endpoint": D("an HTTP endpoint over the engines is not bundled"),

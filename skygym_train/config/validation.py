@@ -353,18 +353,23 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
             f"generator.num_inference_engines={g.num_inference_engines}: with backend={g.backend} the engines are the "
             f"{len(g.remote_inference_engine_urls)} servers in generator.remote_inference_engine_urls"
         )
-    if g.backend == "hf":
+    if g.backend != "vllm":
+        # engine start-up settings: the HF engine has no use for them, remote servers take theirs where they start
+        why = ("the HF engine runs on one device" if g.backend == "hf"
+               else f"{g.backend} servers are configured where they start")
         if g.inference_engine_tensor_parallel_size != 1:
             problems.append(
-                f"generator.inference_engine_tensor_parallel_size={g.inference_engine_tensor_parallel_size}: the HF "
-                "engine runs on one device; use 1, or generator.backend=vllm"
+                f"generator.inference_engine_tensor_parallel_size={g.inference_engine_tensor_parallel_size}: {why}; "
+                "use 1, or generator.backend=vllm"
             )
         if not g.enforce_eager:
-            problems.append("generator.enforce_eager=false: the HF engine has no CUDA graphs to capture; leave it true "
-                            "or use generator.backend=vllm")
+            problems.append(f"generator.enforce_eager=false: a vLLM setting ({why}); leave it true or use "
+                            "generator.backend=vllm")
         if g.gpu_memory_utilization != 0.8:
-            problems.append(f"generator.gpu_memory_utilization={g.gpu_memory_utilization}: vLLM only; the HF engine "
-                            "does not reserve memory (leave 0.8 or use generator.backend=vllm)")
+            problems.append(f"generator.gpu_memory_utilization={g.gpu_memory_utilization}: vLLM only ({why}); leave "
+                            "0.8 or use generator.backend=vllm")
+        if remote and g.model_dtype != "auto":
+            problems.append(f"generator.model_dtype={g.model_dtype}: {why}; leave it auto")
     if g.backend != "vllm":
         for key in ("vllm_v1_disable_multiproc", "enable_prefix_caching", "enable_chunked_prefill",
                     "max_num_batched_tokens", "max_num_seqs"):

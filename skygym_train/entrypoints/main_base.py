@@ -135,9 +135,9 @@ class BasePPOExp:
         self.cfg = _typed(cfg)
 
     def get_tokenizer(self) -> Any:
-        from skygym_adapters.models import load_tokenizer
+        from skygym_train.trainer import policy_tokenizer
 
-        return load_tokenizer(self.cfg.trainer.policy.model.path)
+        return policy_tokenizer(self.cfg)
 
     def get_train_dataset(self) -> List[Dict[str, Any]]:
         from skygym_train.dataset import load_dataset_rows
