@@ -208,6 +208,8 @@ def _bind_scaffold():
 def _literal(value):
     if type(value) not in (str, int, float, bool, list, dict, tuple, set, frozenset, bytes, complex, type(None)):
         return None
+    if hasattr(value, "__len__") and len(value) > HOST["max_literal_chars"]:
+        return None  # too long to send whatever its repr: skip the repr
     text = _safe_repr(value)
     return text if len(text) <= HOST["max_literal_chars"] else None
 
