@@ -63,8 +63,7 @@ def _print_summary(summary: Dict[str, Any]) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     import asyncio
 
-    from skyrl_gym.data import load_rows
-    from skyrl_gym.errors import DataError
+    from skygym_adapters.cli import read_rows
 
     from skygym_adapters.agents import AgentConfigError, AgentRunner, load_agent_config
 
@@ -80,13 +79,8 @@ def run_eval(args: argparse.Namespace) -> int:
     except AgentConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        rows = load_rows(args.data, limit=args.limit)
-    except (DataError, OSError, ValueError) as exc:
-        print(f"error: cannot read {args.data}: {exc}", file=sys.stderr)
-        return 2
-    if not rows:
-        print(f"error: {args.data} has no rows", file=sys.stderr)
+    rows = read_rows(args.data, args.limit)
+    if rows is None:
         return 2
     bar = None
     if not args.no_progress:

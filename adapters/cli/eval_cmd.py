@@ -93,19 +93,13 @@ def _print_summary(summary: Dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from skyrl_gym.data import load_rows
-    from skyrl_gym.errors import DataError
+    from skygym_adapters.cli import read_rows
 
     if args.samples < 1:
         print("error: -n must be at least 1", file=sys.stderr)
         return 2
-    try:
-        rows = load_rows(args.data, limit=args.limit)
-    except (DataError, OSError, ValueError) as exc:
-        print(f"error: cannot read {args.data}: {exc}", file=sys.stderr)
-        return 2
-    if not rows:
-        print(f"error: {args.data} has no rows", file=sys.stderr)
+    rows = read_rows(args.data, args.limit)
+    if rows is None:
         return 2
     env_config: Dict[str, Any] = {}
     if args.env_config:
