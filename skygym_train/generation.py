@@ -96,9 +96,12 @@ def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
 def env_configs(cfg: Any) -> Dict[str, Any]:
     """``env_config`` per env id, as SkyRL-train passes them: each ``environment.skyrl_gym.<id>`` section, with
     ``environment.env_config`` over the section of ``environment.env_class``."""
-    configs: Dict[str, Any] = {
-        env_id: dict(section) for env_id, section in cfg.environment.skyrl_gym.items() if isinstance(section, dict)
-    }
+    configs: Dict[str, Any] = {}
+    for env_id, section in cfg.environment.skyrl_gym.items():
+        if isinstance(section, dict):
+            values = {key: value for key, value in section.items() if value is not None}  # null: the env's default
+            if values:
+                configs[env_id] = values
     own = dict(cfg.environment.env_config)
     if own:
         configs[cfg.environment.env_class] = {**configs.get(cfg.environment.env_class, {}), **own}

@@ -433,9 +433,16 @@ class EnvironmentConfig:
     """Used for rows that do not name their own ``env_class``."""
     env_config: Dict[str, Any] = field(default_factory=dict)
     """Passed to the ``env_class`` env as ``env_config`` (over ``skyrl_gym.<env_class>``)."""
-    skyrl_gym: Dict[str, Any] = field(default_factory=lambda: {"max_env_workers": 32})
+    skyrl_gym: Dict[str, Any] = field(default_factory=lambda: {
+        "max_env_workers": 32,
+        "text2sql": {"db_path": None},
+        "llm_as_a_judge": {"model": None, "base_url": None},
+        "search": {"log_requests": None, "search_url": None, "topk": None, "timeout": None},
+    })
     """SkyRL-train's env settings: ``max_env_workers`` (threads for env calls; 0: none) and one section per env
-    id, passed to that env as its ``env_config`` (e.g. ``environment.skyrl_gym.text2sql.db_path=...``)."""
+    id, passed to that env as its ``env_config`` (e.g. ``environment.skyrl_gym.text2sql.db_path=...``; any id,
+    any key). The sections SkyRL-train ships are listed with null values, meaning the env's own default, so
+    Hydra-style overrides of them need no ``+``."""
 
 
 @dataclass

@@ -60,6 +60,7 @@ def test_upstream_run_script_keys_load(data_file):
         "+generator.engine_init_kwargs={}",
     ))
     assert cfg.environment.skyrl_gym["text2sql"] == {"db_path": "/data/sql"}
+    assert cfg.environment.skyrl_gym["search"]["search_url"] == "local-retriever:8000"
     assert cfg.environment.skyrl_gym["max_env_workers"] == 4
     assert cfg.generator.batched and not cfg.generator.use_conversation_multi_turn
 

@@ -49,6 +49,7 @@ def test_hydra_main_without_hydra_reads_the_same_overrides(data_file, capsys):
     entry([f"data.train_data=[{data_file}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false",
            "+environment.skyrl_gym.text2sql.db_path=/data/sql"])
     assert seen[0].environment.skyrl_gym["text2sql"] == {"db_path": "/data/sql"}
+    assert seen[0].environment.skyrl_gym["search"]["topk"] is None  # null: the env's own default
     with pytest.raises(SystemExit) as info:
         entry(["trainer.algoritm.use_kl_loss=true"])
     assert info.value.code == 2 and "did you mean 'algorithm'" in capsys.readouterr().err
