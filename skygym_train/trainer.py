@@ -405,6 +405,7 @@ class PPOTrainer:
                 self.t.policy_mini_batch_size < self.t.train_batch_size
                 or self.t.update_epochs_per_batch > 1
                 or self.t.async_training.enabled
+                or self.algo.use_tis
             )
             if needs_old or (self.algo.use_kl_in_reward and self.ref is not None):
                 old = self.policy.forward(batch)["log_probs"]
@@ -414,6 +415,8 @@ class PPOTrainer:
             if self.critic is not None:
                 batch = batch.with_tensors(values=self.critic.forward(batch)["values"] * batch.tensors["response_mask"])
             batch = self.compute_advantages_and_returns(batch)
+            if self.algo.use_tis:
+                batch = self._truncated_importance_sampling(batch, output)
             if self.algo.use_kl_loss:
                 batch = batch.with_tensors(kl_coef=torch.full((batch.size,), float(self.kl_ctrl.value)))
         # Colocated engines give their memory back while the policy trains (a no-op for CPU engines).
@@ -434,6 +437,30 @@ class PPOTrainer:
         metrics.update({f"timing/{k}": v for k, v in timings.items()})
         metrics["timing/step"] = time.perf_counter() - step_start
         return metrics
+
+    def _truncated_importance_sampling(self, batch: TrainingBatch, output: GeneratorOutput) -> TrainingBatch:
+        """Weight each token's policy loss by min(pi_old / pi_rollout, tis_imp_ratio_cap) (detached).
+
+        The weight is positive, so scaling the advantages by it scales every bundled policy loss per token by it
+        (PPO's min/max clipping commutes with a positive factor): the loss of each registered policy loss type is
+        ``w * loss_t`` without changing the losses themselves.
+        """
+        rollout = output.get("rollout_logprobs")  # type: ignore[misc]
+        if rollout is None:
+            raise RuntimeError("trainer.algorithm.use_tis=true: the generator returned no rollout log-probs "
+                               "(generator.sampling_params.logprobs must be 1)")
+        t = batch.tensors
+        mask = t["response_mask"]
+        behaviour = torch.zeros_like(mask)
+        for i, row in enumerate(rollout):
+            if row:
+                behaviour[i, : len(row)] = torch.as_tensor(row[: mask.shape[1]], dtype=behaviour.dtype)
+        ratio = torch.exp(t["old_log_probs"] - behaviour)
+        weight = torch.where(mask > 0, ratio.clamp(max=float(self.algo.tis_imp_ratio_cap)), torch.ones_like(ratio))
+        tokens = mask.sum().clamp_min(1)
+        self._step_metrics["tis/weight_mean"] = float((weight * mask).sum() / tokens)
+        self._step_metrics["tis/capped_fraction"] = float(((ratio > self.algo.tis_imp_ratio_cap) * mask).sum() / tokens)
+        return batch.with_tensors(advantages=t["advantages"] * weight)
 
     def _check_failures(self, output: GeneratorOutput) -> None:
         """Stop after ``trainer.max_failed_steps`` consecutive steps whose trajectories all ended in errors."""

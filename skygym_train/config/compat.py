@@ -145,9 +145,10 @@ RULES: Dict[str, Rule] = {
     "trainer.algorithm.eps_clip_low": H(),
     "trainer.algorithm.eps_clip_high": H(),
     "trainer.algorithm.clip_ratio_c": H(),
-    "trainer.algorithm.tis_imp_ratio_cap": D("read only with use_tis, which is refused"),
-    "trainer.algorithm.use_tis": D("truncated importance sampling is not bundled (the trainer does not train on "
-                                   "rollout log-probs)"),
+    "trainer.algorithm.tis_imp_ratio_cap": H("the TIS weight's cap; use_tis=true with a cap <= 0 is refused"),
+    "trainer.algorithm.use_tis": R("honoured (the loss of each token weighted by min(pi_old/pi_rollout, cap)); "
+                                   "refused without rollout log-probs (sampling_params.logprobs null/0) or with "
+                                   "backend=remote/sglang"),
     "trainer.algorithm.sapo.tau_pos": D("read by the sapo loss, which is not bundled"),
     "trainer.algorithm.sapo.tau_neg": D("read by the sapo loss, which is not bundled"),
     "trainer.algorithm.value_clip": H(),

@@ -204,9 +204,11 @@ class AlgorithmConfig:
     value_head_prefix: str = "value_head"
     """Name of the critic's value head; only ``value_head`` is accepted (the bundled critic's head)."""
     use_tis: bool = False
-    """Truncated importance sampling (needs rollout log-probs): false only, not bundled yet."""
+    """Truncated importance sampling: weight each token's policy loss by min(pi_old / pi_rollout,
+    ``tis_imp_ratio_cap``), correcting for the engine's probabilities differing from the trainer's (needs
+    ``generator.sampling_params.logprobs=1``)."""
     tis_imp_ratio_cap: float = -1.0
-    """Read only with ``use_tis`` (refused): default only."""
+    """The cap of the TIS weight; must be > 0 when ``use_tis`` is true."""
     sapo: SAPOConfig = field(default_factory=SAPOConfig)
     """Read by the ``sapo`` policy loss only, which is not bundled: defaults only."""
     clip_cov: ClipCovConfig = field(default_factory=ClipCovConfig)

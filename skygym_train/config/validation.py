@@ -233,6 +233,16 @@ def _check_algorithm(cfg: Any, has_cuda: bool) -> List[str]:
         problems.append(
             f"trainer.algorithm.dynamic_sampling.type={algo.dynamic_sampling.type!r}: expected null, filter or replace"
         )
+    if algo.use_tis:
+        if algo.tis_imp_ratio_cap <= 0:
+            problems.append(f"trainer.algorithm.tis_imp_ratio_cap={algo.tis_imp_ratio_cap}: use_tis=true needs a "
+                            "positive cap (e.g. 2.0)")
+        if not g.sampling_params.logprobs:
+            problems.append("trainer.algorithm.use_tis=true: needs the engine's log-probs; set "
+                            "generator.sampling_params.logprobs=1")
+        if g.backend in ("remote", "sglang"):
+            problems.append(f"trainer.algorithm.use_tis=true: not offered with generator.backend={g.backend} (its "
+                            "log-probs are not checked against the trainer's); use hf or vllm")
     if algo.loss_reduction == "seq_mean_token_sum_norm" and algo.max_seq_len is not None and algo.max_seq_len < 1:
         problems.append("trainer.algorithm.max_seq_len: must be positive")
     return problems

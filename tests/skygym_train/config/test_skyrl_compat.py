@@ -69,14 +69,12 @@ def test_default_only_keys_are_refused_with_the_reason(data_file):
     problems = _problems(_valid(
         data_file,
         "trainer.policy.sequence_parallel_size=2",
-        "trainer.algorithm.use_tis=true",
         "generator.step_wise_trajectories=true",
         "generator.async_engine=false",
         "trainer.fully_async.max_staleness_steps=2",
         "generator.sampling_params.repetition_penalty=1.1",
     ), has_cuda=True)
     assert "trainer.policy.sequence_parallel_size=2: not supported by the bundled trainer (sequence parallelism" in problems
-    assert "trainer.algorithm.use_tis=true" in problems and "truncated importance sampling" in problems
     assert "generator.step_wise_trajectories=true" in problems
     assert "generator.async_engine=false" in problems and "leave it at true" in problems
     assert "trainer.fully_async.max_staleness_steps=2" in problems
@@ -178,3 +176,12 @@ def test_committed_compat_page_is_current():
     assert page[page.index(start) + len(start): page.index(end)] == render(), (
         "docs/compat.md is stale: run `python -m skygym_train.config.compat --write-docs`")
     assert "silently ignored" not in render()
+
+
+def test_truncated_importance_sampling_needs_a_cap_and_rollout_logprobs(data_file):
+    problems = _problems(_valid(data_file, "trainer.algorithm.use_tis=true",
+                                "generator.sampling_params.logprobs=null"), has_cuda=False)
+    assert "trainer.algorithm.tis_imp_ratio_cap=-1.0: use_tis=true needs a positive cap" in problems
+    assert "trainer.algorithm.use_tis=true: needs the engine's log-probs" in problems
+    cfg = load_config(_valid(data_file, "trainer.algorithm.use_tis=true", "trainer.algorithm.tis_imp_ratio_cap=2.0"))
+    assert cfg.trainer.algorithm.use_tis
