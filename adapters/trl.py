@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import skyrl_gym
 from skyrl_gym.episode import EpisodeEnd, ascore_response, run_sync
 from skyrl_gym.errors import DataError
+from skyrl_gym.registration import env_config_for
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def env_reward(
             if not row_env:
                 raise DataError(f"env_reward(): dataset row {i} has no 'env_class' column; pass env_reward('<env id>')")
             extras = _extras_for(columns, i, row_env)
-            config = env_config if env_config is not None else (env_configs or {}).get(row_env)
+            config = env_config if env_config is not None else env_config_for(dict(env_configs or {}), row_env)
             prompt = prompts[i] if isinstance(prompts[i], list) else [{"role": "user", "content": str(prompts[i])}]
             # One turn: the completion TRL generated, scored by the env (the episode stops after it).
             episodes.append(ascore_response(row_env, prompt, completion_text(completion), config, extras))

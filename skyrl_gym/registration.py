@@ -274,6 +274,23 @@ def deregister(id: str) -> None:
     _notify_change()
 
 
+def env_config_for(env_configs: Optional[Dict[str, Any]], env_id: str, default: Any = None) -> Any:
+    """The ``env_config`` section for ``env_id`` in a mapping of sections by id (a trainer's
+    ``environment.skyrl_gym.<id>``): its own, else that of an alias (another id registered with the same
+    entry point string, e.g. ``sql`` and ``text2sql``), else ``default``."""
+    if not env_configs:
+        return default
+    if env_id in env_configs:
+        return env_configs[env_id]
+    own = registry.get(env_id)
+    if own is not None and isinstance(own.entry_point, str):
+        for other_id, section in env_configs.items():
+            other = registry.get(other_id) if isinstance(other_id, str) else None
+            if other is not None and other.entry_point == own.entry_point:
+                return section
+    return default
+
+
 def _resolve_id(env_id: str) -> str:
     if env_id in registry:
         return env_id

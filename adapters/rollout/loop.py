@@ -24,6 +24,7 @@ from skyrl_gym.episode import (
     make_env_factory,
     run_episode,
 )
+from skyrl_gym.registration import env_config_for
 
 from skygym_adapters.engines.base import ResolvedSampling, resolve_sampling
 from skygym_adapters.rollout.chat import ChatTokenizer
@@ -191,7 +192,7 @@ async def run_trajectory(
     extras = dict(env_extras or {})
     trajectory = Trajectory(trajectory_id=trajectory_id, env_class=env_class, prompt_ids=[])
     policy = TokenPolicy(engine, chat, config, trajectory, params)
-    make_env = make_env or make_env_factory(env_class, config.env_configs.get(env_class, {}), extras)
+    make_env = make_env or make_env_factory(env_class, env_config_for(config.env_configs, env_class, {}), extras)
     try:
         episode = await run_episode(
             make_env, copy.deepcopy(prompt), policy, env_class=env_class, max_turns_cap=config.max_turns,

@@ -40,6 +40,7 @@ from skyrl_gym.episode import (
     make_env_factory,
     run_episode,
 )
+from skyrl_gym.registration import env_config_for
 
 from skygym_adapters.verl.reward import ENV_CLASS_KEY, EPISODE_REWARD_KEY
 from skygym_adapters.verl.rows import AGENT_NAME, verl_to_row
@@ -104,7 +105,7 @@ class SkyRLGymAgentLoop(AgentLoopBase):
             env_class, prompt = row["env_class"], [dict(m) for m in row["prompt"]]
             extras = row_extras(row)
             episode = await run_episode(
-                make_env_factory(env_class, self.env_configs.get(env_class), extras), prompt, policy,
+                make_env_factory(env_class, env_config_for(self.env_configs, env_class), extras), prompt, policy,
                 env_class=env_class, max_turns_cap=self.max_turns_cap, row_max_turns=extras.get("max_turns"),
                 caller=EnvCaller(_DEFAULT_EXECUTOR),  # env calls may block (SQL, sandboxes, HTTP): off the loop
             )

@@ -19,6 +19,7 @@ from typing import Any, Dict, Mapping, Optional
 import skyrl_gym
 from skyrl_gym.episode import score_response
 from skyrl_gym.errors import DataError
+from skyrl_gym.registration import env_config_for
 
 from skygym_adapters.verl.rows import SIDECAR_COLUMN, env_class_of, read_sidecar
 
@@ -76,7 +77,7 @@ def compute_score(
     extra_info.pop(SIDECAR_COLUMN, None)
     for key in ("num_turns", "rollout_reward_scores", "turn_scores", "tool_rewards"):  # added by veRL's managers
         extra_info.pop(key, None)
-    env_config = (env_configs or {}).get(env_id)
+    env_config = env_config_for(dict(env_configs or {}), env_id)
     try:
         return score_with_env(env_id, solution_str, ground_truth, extra_info, extras, env_config)
     except DataError as exc:

@@ -239,6 +239,28 @@ def test_sql_alias_builds_the_same_env(tmp_path, env_id):
     assert final["done"] and final["reward"] == 1.0
 
 
+def test_an_env_config_section_reaches_the_alias(tmp_path):
+    from skyrl_gym.registration import env_config_for
+
+    sections = {"text2sql": {"db_path": "/data/sql"}, "search": {"topk": 5}}
+    assert env_config_for(sections, "sql") == {"db_path": "/data/sql"}
+    assert env_config_for({"sql": {"db_path": "x"}}, "text2sql") == {"db_path": "x"}
+    assert env_config_for(sections, "search") == {"topk": 5}
+    assert env_config_for(sections, "gsm8k", {}) == {} and env_config_for(None, "sql") is None
+
+    # end to end: a row naming "sql" is scored with the text2sql section (the TRL reward function)
+    from skygym_adapters.trl import env_reward
+
+    rows = build_sample_databases(tmp_path, layout="spider")
+    gold = rows[0]["reward_spec"]["ground_truth"]
+    reward = env_reward(env_configs={"text2sql": {"db_path": str(tmp_path)}})
+    scores = reward(
+        prompts=["q"], completions=[f"<think>t</think><solution>{gold}</solution>"], env_class=["sql"],
+        reward_spec=[rows[0]["reward_spec"]], db_id=[rows[0]["db_id"]], data=["spider"],
+    )
+    assert scores == [1.0]
+
+
 # ----- registering an id we ship: the user's env wins, with a warning ----------------------------------------
 @pytest.fixture
 def shipped_multiply():
