@@ -204,6 +204,7 @@ def _load_entry_point_plugins(target: EnvRegistry) -> None:
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         provider = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown"
+        before = set(dict.keys(target))
         try:
             if ":" in ep.value:
                 if dict.__contains__(target, ep.name):
@@ -211,6 +212,8 @@ def _load_entry_point_plugins(target: EnvRegistry) -> None:
                 dict.__setitem__(target, ep.name, EnvSpec(id=ep.name, entry_point=ep.value, provider=provider))
             else:
                 importlib.import_module(ep.value)
+            if provider == _OWN_DISTRIBUTION:  # envs this package ships through its own entry points
+                _shipped_ids.update(set(dict.keys(target)) - before)
         except Exception as exc:  # one broken plugin must not hide the others
             target.plugin_errors[f"{provider}:{ep.name}"] = f"{type(exc).__name__}: {exc}"
 
@@ -218,6 +221,7 @@ def _load_entry_point_plugins(target: EnvRegistry) -> None:
 # Ids this package ships (set once the built-in envs are registered): a user's register() of one of them
 # replaces ours with a warning, as SkyRL-train's tutorials register ids (such as "multiply") that we ship too.
 _shipped_ids: set = set()
+_OWN_DISTRIBUTION = "skyrl-gym"
 
 
 def mark_shipped() -> None:

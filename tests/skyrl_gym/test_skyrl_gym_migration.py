@@ -302,3 +302,5 @@ def test_shipped_ids_include_the_builtins():
     from skyrl_gym import registration
 
     assert {"gsm8k", "multiply", "sql", "text2sql", "search", "lcb"} <= registration._shipped_ids
+    if "countdown" in skyrl_gym.registry:  # shipped through this distribution's own entry points (loaded lazily)
+        assert "countdown" in registration._shipped_ids
