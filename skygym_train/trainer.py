@@ -572,6 +572,7 @@ class PPOTrainer:
         rewards_by_uid: Dict[str, List[float]] = defaultdict(list)
         source_of: Dict[str, str] = {}
         lengths: List[int] = []
+        dumped: List[Dict[str, Any]] = []
         seconds = 0.0
         bar = _eval_progress_bar(self.t.progress_bar, len(self.val_rows))
         for start in range(0, len(self.val_rows), self.t.eval_batch_size):
@@ -584,8 +585,19 @@ class PPOTrainer:
                 rewards_by_uid[uid].append(_scalar_reward(reward))
                 source_of[uid] = str(row.get("data_source", "unknown"))
                 lengths.append(len(resp))
+            if self.t.dump_eval_results:
+                for i, (uid, row) in enumerate(zip(uids, row_of)):
+                    dumped.append({
+                        "uid": uid, "env_class": row["env_class"], "data_source": row.get("data_source"),
+                        "prompt": row["prompt"], "response": self.tokenizer.decode(output["response_ids"][i]),
+                        "reward": _scalar_reward(output["rewards"][i]),
+                        "stop_reason": (output.get("stop_reasons") or [None] * len(uids))[i],
+                        "error": (output.get("errors") or [None] * len(uids))[i],  # type: ignore[misc]
+                    })
         if bar is not None:
             bar.close()
+        if dumped:
+            self._dump_eval_results(dumped)
         all_rewards = [r for rs in rewards_by_uid.values() for r in rs]
         metrics = {
             "eval/reward": sum(all_rewards) / len(all_rewards),
@@ -601,6 +613,17 @@ class PPOTrainer:
                 metrics[f"eval/{source}/reward"] = sum(rs) / len(rs)
         self.eval_history.append({"step": float(self.global_step), **metrics})
         return metrics
+
+    def _dump_eval_results(self, records: List[Dict[str, Any]]) -> Path:
+        """``trainer.dump_eval_results``: one JSON line per evaluated sample, under ``export_path/dumped_evals``."""
+        import json
+
+        path = _expand(self.t.export_path) / "dumped_evals" / f"global_step_{self.global_step}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, default=str) + "\n")
+        return path
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

@@ -199,7 +199,8 @@ RULES: Dict[str, Rule] = {
     "trainer.run_name": H(),
     "trainer.logger": R("console, tensorboard, wandb, jsonl (comma-separated); others refused"),
     "trainer.dump_data_batch": D("dumping training batches is not bundled"),
-    "trainer.dump_eval_results": D("dumping evaluation outputs is not bundled; metrics go to trainer.logger"),
+    "trainer.dump_eval_results": H("one JSONL per evaluation under <export_path>/dumped_evals (default false here, "
+                                   "true upstream)"),
     "trainer.rope_scaling": D("RoPE overrides are not wired into the bundled engines"),
     "trainer.rope_theta": D("RoPE overrides are not wired into the bundled engines"),
     "generator.model_name": R("null or the policy's path (interpolations resolve); another model is refused: the "

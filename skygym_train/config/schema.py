@@ -275,7 +275,8 @@ class TrainerConfig:
     dump_data_batch: bool = False
     """false only: dumping training batches is not bundled."""
     dump_eval_results: bool = False
-    """false only: dumping evaluation outputs is not bundled (metrics go to ``trainer.logger``)."""
+    """Write every evaluated sample (prompt, decoded response, reward, stop reason, error) to
+    ``<export_path>/dumped_evals/global_step_<n>.jsonl`` at each evaluation."""
     rope_scaling: Optional[Dict[str, Any]] = None
     """null only: RoPE overrides are not wired into the bundled engines."""
     rope_theta: Optional[float] = None
