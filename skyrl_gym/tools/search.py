@@ -286,9 +286,11 @@ class SearchToolGroup(ToolGroup):
         try:  # SkyRL-gym's keyword arguments only: a replacement of call_search_api with its signature works
             api_response, error_msg = call_search_api(
                 retrieval_service_url=self.search_url, query=query.strip()[:MAX_QUERY_CHARS], topk=self.topk,
-                return_scores=True, timeout=self.timeout, log_requests=self.log_requests,
+                timeout=self.timeout, log_requests=self.log_requests,
                 session=self._get_shared_session(self.base_url, self.max_connections),
             )
+        except Exception as exc:  # ours never raises; a replacement may (SkyRL-gym's words for it)
+            api_response, error_msg = None, f"API Request Exception during batch search: {exc}"
         finally:
             _active_retry.reset(token)
         text, self.last_metadata = format_search_result(api_response, error_msg)

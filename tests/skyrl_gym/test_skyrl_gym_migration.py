@@ -171,6 +171,13 @@ def test_call_search_api_replaced_with_skyrl_gym_signature(monkeypatch, server):
     assert "replacement saw who" in first_observation(env.step("<search>who</search>"))
     assert calls == [("who", 2)]
 
+    def raising(retrieval_service_url, query, topk=3, return_scores=True, timeout=30, log_requests=True, session=None):
+        raise ConnectionError("proxy refused")
+
+    monkeypatch.setattr(search, "call_search_api", raising)
+    text = first_observation(env.step("<search>again</search>"))
+    assert "Search error: API Request Exception during batch search: proxy refused" in text
+
 
 def test_the_tool_retry_policy_still_applies(server):
     failing = MisbehavingServer(fail_first=2)
