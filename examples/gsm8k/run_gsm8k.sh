@@ -7,6 +7,8 @@ set -x
 #   NUM_GPUS=1 INFERENCE_BACKEND=hf LOGGER=console bash examples/gsm8k/run_gsm8k.sh   # one GPU, no vLLM
 #
 # Any key can be appended as an extra argument, e.g. `trainer.epochs=1`.
+# The engine runs in the trainer's process, so there is one (upstream's script starts one per GPU; more here
+# would be copies of the model on one device, which `--check` refuses).
 
 : "${DATA_DIR:="$HOME/data/gsm8k"}"
 : "${NUM_GPUS:=4}"
@@ -23,7 +25,7 @@ python -m skygym_train.entrypoints.main_base \
   trainer.strategy=fsdp2 \
   trainer.placement.policy_num_gpus_per_node=$NUM_GPUS \
   trainer.placement.ref_num_gpus_per_node=$NUM_GPUS \
-  generator.num_inference_engines=$NUM_GPUS \
+  generator.num_inference_engines=1 \
   generator.inference_engine_tensor_parallel_size=1 \
   trainer.epochs=20 \
   trainer.eval_batch_size=1024 \

@@ -22,7 +22,7 @@ if [ "${1:-}" = "--check" ]; then ENTRY=(python -m skygym_train.entrypoints.main
   trainer.placement.policy_num_gpus_per_node=$NUM_GPUS \
   trainer.placement.ref_num_gpus_per_node=$NUM_GPUS \
   generator.num_inference_engines=1 \
-  generator.inference_engine_tensor_parallel_size=$NUM_GPUS \
+  generator.inference_engine_tensor_parallel_size=1 \
   trainer.epochs=20 \
   trainer.update_epochs_per_batch=1 \
   trainer.train_batch_size=1024 \

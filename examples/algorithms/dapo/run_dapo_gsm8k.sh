@@ -24,7 +24,7 @@ python examples/algorithms/dapo/main_dapo.py \
   trainer.policy.model.path="Qwen/Qwen2.5-1.5B-Instruct" \
   trainer.placement.colocate_all=true \
   trainer.placement.policy_num_gpus_per_node=$NUM_GPUS \
-  generator.num_inference_engines=$NUM_GPUS \
+  generator.num_inference_engines=1 \
   generator.backend=vllm \
   trainer.train_batch_size=512 \
   trainer.policy_mini_batch_size=128 \
