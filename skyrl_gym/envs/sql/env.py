@@ -122,6 +122,8 @@ class SQLEnv(BaseTextEnv):
     def _tool_text(self, call: Tuple[str, str, Any]) -> Tuple[str, Optional[QueryResult]]:
         """The observation from ``_execute_tool`` (so a subclass overriding it is used); a tool that
         raises gives its message as the observation, as in SkyRL-gym."""
+        if hasattr(self.tool_group, "last_result"):
+            self.tool_group.last_result = None  # so an override that skips the tool reports no query
         try:
             text = self._execute_tool(*call)
         except Exception as exc:
