@@ -441,9 +441,10 @@ class PPOTrainer:
     def _truncated_importance_sampling(self, batch: TrainingBatch, output: GeneratorOutput) -> TrainingBatch:
         """Weight each token's policy loss by min(pi_old / pi_rollout, tis_imp_ratio_cap) (detached).
 
-        The weight is positive, so scaling the advantages by it scales every bundled policy loss per token by it
-        (PPO's min/max clipping commutes with a positive factor): the loss of each registered policy loss type is
-        ``w * loss_t`` without changing the losses themselves.
+        The weight is positive, so scaling the advantages by it scales each bundled policy loss (regular,
+        dual_clip, gspo, cispo) per token by it: PPO's min/max clipping commutes with a positive factor. A
+        user-registered loss gets the same scaled advantages, which equals weighting its loss only if that loss
+        is positively homogeneous in the advantage, as these are.
         """
         rollout = output.get("rollout_logprobs")  # type: ignore[misc]
         if rollout is None:
