@@ -43,7 +43,8 @@ def D(note: str) -> Rule:
 
 
 _GPU_COUNT = R("honoured with CUDA GPUs; on a machine without them any value but 1 is refused (CPU runs use "
-               "trainer.num_cpu_workers); with colocation it must equal the policy's")
+               "trainer.num_cpu_workers); with colocate_all or colocate_policy_ref every role shares the policy's "
+               "devices, so a different ref/critic count is refused")
 _NO_DS = D("DeepSpeed is not bundled (trainer.strategy=fsdp2)")
 _NO_SP = D("sequence parallelism is not bundled")
 _CPU_OFFLOAD = R("honoured on CUDA GPUs (FSDP2 CPUOffloadPolicy); refused without GPUs, where everything already "
@@ -57,7 +58,8 @@ RULES: Dict[str, Rule] = {
     "data.val_data": H(),
     "trainer.placement.colocate_all": H("GPU: engines sleep (release memory) while the policy trains; a warning "
                                         "says when there is nothing to release (CPU)"),
-    "trainer.placement.colocate_policy_ref": H(),
+    "trainer.placement.colocate_policy_ref": H("differs: the bundled trainer also places the critic on the "
+                                               "policy's devices when this is set"),
     "trainer.placement.policy_num_nodes": _GPU_COUNT,
     "trainer.placement.policy_num_gpus_per_node": _GPU_COUNT,
     "trainer.placement.critic_num_nodes": _GPU_COUNT,

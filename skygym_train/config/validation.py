@@ -271,13 +271,15 @@ def _check_placement(cfg: Any, has_cuda: bool) -> List[str]:
         )
     if has_cuda and t.use_ray:
         policy = (p.policy_num_nodes, p.policy_num_gpus_per_node)
+        # the trainer places every role on the policy's devices when colocate_all or colocate_policy_ref is set
+        shared = p.colocate_all or p.colocate_policy_ref
         for role in roles[1:]:
-            shared = p.colocate_all or (role == "ref" and p.colocate_policy_ref)
             mine = (getattr(p, f"{role}_num_nodes"), getattr(p, f"{role}_num_gpus_per_node"))
             if shared and mine != policy:
                 problems.append(
-                    f"trainer.placement.{role}_num_nodes/{role}_num_gpus_per_node={mine[0]}x{mine[1]}: colocated "
-                    f"with the policy ({policy[0]}x{policy[1]}), so they must match it"
+                    f"trainer.placement.{role}_num_nodes/{role}_num_gpus_per_node={mine[0]}x{mine[1]}: with "
+                    f"colocate_all or colocate_policy_ref the {role} shares the policy's {policy[0]}x{policy[1]} "
+                    "devices, so they must match it (or set both colocation flags false)"
                 )
     if t.strategy not in STRATEGIES:
         problems.append(f"trainer.strategy={t.strategy!r}: this trainer supports {', '.join(STRATEGIES)} (both FSDP2)")
