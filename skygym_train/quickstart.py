@@ -3,12 +3,12 @@
     python -m skygym_train.quickstart                # or: skyrl-gym quickstart
     python -m skygym_train.quickstart --steps 20 trainer.policy.optimizer_config.lr=2e-5
 
-On this project's 2-core CPU, 40 steps took 4.8 minutes in all on a quiet machine (27 while it was
-heavily shared, before sequence packing). The model starts out rarely boxing a correct product (reward ~0);
-with reward 1.0 for a correct ``\\boxed{}`` product and 0.1 for a boxed wrong one it reached a held-out
-greedy eval reward of 0.41-0.55 (from 0.0) after 40 steps in the measured runs. It evaluates greedily on held-out rows before and
-after training, saves a checkpoint and a Hugging Face export, and plots reward per step. On a machine
-with a GPU the same command trains there. Any trainer key can be overridden as ``key=value``.
+Each question comes after two worked examples (``3 * 4`` -> ``\\boxed{12}``), so the model starts at a held-out
+greedy reward of about 0.35 instead of 0.0; with 1.0 for a correct boxed product and 0.1 for a boxed wrong one,
+40 steps took it to 0.80 (train reward 0.25 -> 0.97) in a measured run on this project's 2-core CPU, 9 minutes of
+training on a busy machine (about 8.5 s a step once quiet). It evaluates greedily on held-out rows before and after
+training, writes a bfloat16 Hugging Face export (and a training checkpoint with ``--checkpoint``), and plots reward
+per step. On a machine with a GPU the same command trains there. Any trainer key can be overridden as ``key=value``.
 """
 
 from __future__ import annotations
@@ -71,19 +71,36 @@ def quickstart_overrides(out_dir: Path, steps: int, model: str, save_checkpoint:
     }
 
 
+# Two worked examples before each question: the base model knows single-digit products but rarely boxes them
+# (greedy reward 0.0 on the held-out rows with the instruction alone, 0.35 with these examples), so training spends
+# its steps on accuracy rather than on discovering the format.
+FEW_SHOT = ((3, 4), (7, 6))
+
+
+def _with_examples(row: Dict[str, Any]) -> Dict[str, Any]:
+    system, question = row["prompt"][:-1], row["prompt"][-1]
+    examples: List[Dict[str, str]] = []
+    for a, b in FEW_SHOT:
+        examples += [{"role": "user", "content": f"{a} * {b}"}, {"role": "assistant", "content": f"\\boxed{{{a * b}}}"}]
+    return {**row, "prompt": [*system, *examples, question]}
+
+
 def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32, seed: int = 0) -> None:
-    """Single-digit products, one turn each; no validation question appears in the training rows."""
+    """Single-digit products, one turn each, after two worked examples; no validation question (and no example)
+    appears in the training rows, and no example appears among the validation questions."""
     from skyrl_gym.data import write_jsonl
     from skyrl_gym.datasets import build_rows
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    val = build_rows("multiply", split="validation", size=num_val, seed=seed, num_digits=1, max_turns=1)
+    examples = {f"{a} * {b}" for a, b in FEW_SHOT} | {f"{b} * {a}" for a, b in FEW_SHOT}
+    candidates = build_rows("multiply", split="validation", size=num_val * 2, seed=seed, num_digits=1, max_turns=1)
+    val = [row for row in candidates if row["prompt"][-1]["content"] not in examples][:num_val]
     # there are only 100 single-digit products: keep every validation question out of training
-    held_out = {row["prompt"][-1]["content"] for row in val}
+    held_out = {row["prompt"][-1]["content"] for row in val} | examples
     candidates = build_rows("multiply", split="train", size=num_train * 3, seed=seed, num_digits=1, max_turns=1)
     train = [row for row in candidates if row["prompt"][-1]["content"] not in held_out][:num_train]
-    write_jsonl(train, data_dir / "train.jsonl")
-    write_jsonl(val, data_dir / "validation.jsonl")
+    write_jsonl([_with_examples(row) for row in train], data_dir / "train.jsonl")
+    write_jsonl([_with_examples(row) for row in val], data_dir / "validation.jsonl")
 
 
 def run_quickstart(
@@ -153,8 +170,7 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _report(summary: Dict[str, Any]) -> str:
-    before = (summary.get("eval_before") or {}).get("eval/reward")
-    after = (summary.get("eval_after") or {}).get("eval/reward")
+    before, after = (_rounded((summary.get(key) or {}).get("eval/reward")) for key in ("eval_before", "eval_after"))
     lines = [
         "",
         "== quickstart finished in {:.1f} min ({} steps)".format(summary["minutes"], summary["steps"]),
@@ -166,6 +182,10 @@ def _report(summary: Dict[str, Any]) -> str:
         f"   outputs: {summary['output_mb']:.0f} MB",
     ]
     return "\n".join(lines)
+
+
+def _rounded(value: Any) -> Any:
+    return round(value, 3) if isinstance(value, float) else value
 
 
 def build_arg_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:

@@ -88,7 +88,7 @@ def config_warnings(cfg: Any, has_cuda: Optional[bool] = None) -> List[str]:
     out: List[str] = []
     if t.strategy == "fsdp":
         out.append("trainer.strategy=fsdp: the bundled trainer runs FSDP2 (fully_shard) for both fsdp and fsdp2")
-    if t.placement.colocate_all and not has_cuda and g.backend in ("hf", "vllm"):
+    if t.use_ray and t.placement.colocate_all and not has_cuda and g.backend in ("hf", "vllm"):
         out.append("trainer.placement.colocate_all=true: without GPUs there is no accelerator memory for the engines "
                    "to release while the policy trains, so colocation changes nothing here")
     return out
