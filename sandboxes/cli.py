@@ -11,7 +11,6 @@ from typing import List, Optional
 
 
 def _limits_from(args: argparse.Namespace):
-    from skygym_sandboxes.types import Limits
 
     try:
         return _make_limits(args)

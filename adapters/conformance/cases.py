@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
 import sqlite3
 import subprocess
 import sys

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
-import skyrl_gym
 from skyrl_gym.data import row_extras, validate_row
 from skyrl_gym.episode import EpisodeEnd, ScriptedPolicy, make_env_factory, run_episode, run_sync
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 

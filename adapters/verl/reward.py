@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional
 
-import skyrl_gym
 from skyrl_gym.episode import score_response
 from skyrl_gym.errors import DataError
 from skyrl_gym.registration import env_config_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import random
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
 

@@ -112,7 +112,6 @@ def _gymnasium_id(env_id: str) -> str:
 
 def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dict[str, Any]:
     import skyrl_gym
-    from skyrl_gym.registration import parse_env_id
 
     env_spec = skyrl_gym.spec(env_id)
     info: Dict[str, Any] = {

@@ -11,7 +11,6 @@ The servers run uvicorn in a background thread of the test process.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 import time

@@ -128,7 +128,6 @@ async def test_remote_engine_token_in_token_out_against_vllm_serve(vllm_server: 
 
 async def test_remote_rollout_and_weight_update_through_the_server(vllm_server: str, tokenizer: Any,
                                                                    tiny_model_dir: Path, tmp_path: Path) -> None:
-    from safetensors.torch import load_file
 
     from skygym_adapters.engines.remote import RemoteEngine
 

@@ -10,7 +10,6 @@ import threading
 import time
 from typing import Any, Dict, List
 
-import pytest
 
 from skygym_adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory
 from tests.adapters.conftest import assert_no_template_drift
