@@ -125,8 +125,11 @@ def test_in_process_engines_refuse_copies_and_backend_mismatches(data_file):
 def test_strategy_fsdp_says_it_runs_fsdp2(data_file):
     cfg = load_config(_valid(data_file, "trainer.strategy=fsdp"))
     assert any("runs FSDP2" in w for w in config_warnings(cfg, has_cuda=False))
+    cfg.trainer.use_ray = True  # colocation is a placement of Ray workers: it only says something with Ray on
     assert any("colocate_all=true" in w for w in config_warnings(cfg, has_cuda=False))
     assert not any("colocate_all" in w for w in config_warnings(cfg, has_cuda=True))
+    cfg.trainer.use_ray = False
+    assert not any("colocate_all" in w for w in config_warnings(cfg, has_cuda=False))
 
 
 def test_deprecated_kl_flags_set_the_estimator(data_file):
