@@ -149,7 +149,8 @@ def test_import_adapters_is_adapterhub_and_our_commands_work(side_venv):
 
     out = work / "quickstart"
     quickstart = _run(
-        [str(python), "-m", "skygym_train.quickstart", "--out", str(out), "--steps", "1", "--model", str(build_tiny_model()),
+        [str(python), "-m", "skygym_train.quickstart", "--out", str(out), "--steps", "1", "--checkpoint",
+         "--model", str(build_tiny_model()),
          "trainer.eval_batch_size=8", "trainer.progress_bar=false", "trainer.algorithm.zero_variance_filter=false",
          "generator.sampling_params.max_generate_length=4", "generator.eval_sampling_params.max_generate_length=4"],
         venv, work,
