@@ -49,10 +49,12 @@ class GameEnv(BaseTextEnv):
     # --- what a game defines ------------------------------------------------------------------------
     @classmethod
     def generate(cls, rng: random.Random, **settings: Any) -> Dict[str, Any]:
-        raise NotImplementedError
+        """The game's parameters for one row, drawn from ``rng`` (each game defines it)."""
+        raise NotImplementedError(f"{cls.__name__} must define generate(rng, **settings)")
 
     def setup(self, params: Dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Set the starting state from a row's parameters (each game defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define setup(params)")
 
     @classmethod
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
@@ -60,13 +62,16 @@ class GameEnv(BaseTextEnv):
         return None
 
     def rules(self) -> str:
-        raise NotImplementedError
+        """The rules as the prompt states them (each game defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define rules()")
 
     def render(self) -> str:
-        raise NotImplementedError
+        """The state as text (each game defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define render()")
 
     def play(self, move: str) -> Outcome:
-        raise NotImplementedError
+        """Apply one parsed move (each game defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} must define play(move)")
 
     # --- shared -------------------------------------------------------------------------------------
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
