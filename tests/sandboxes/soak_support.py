@@ -12,6 +12,7 @@ runs) and ``bench/sandbox_soak.py`` (10,000 and more).
 from __future__ import annotations
 
 import collections
+import textwrap
 import concurrent.futures
 import random
 import re
@@ -24,6 +25,28 @@ from typing import Callable, Dict, List, Optional, Tuple
 from skygym_sandboxes import Limits, RunRequest, RunResult, Status
 
 MARKER = re.compile(r"SOAK-[0-9a-f]{32}-END")
+
+# Program text (run inside a sandbox) that adds every match of ``pattern`` in the program's own readable memory to
+# the set ``found``; shared by the soak's peekers and the hostile-run tests.
+MEMORY_SCAN = r"""
+with open("/proc/self/mem", "rb", buffering=0) as mem:
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+            continue
+        start, end = (int(part, 16) for part in fields[0].split("-"))
+        tail = b""
+        while start < end:
+            size = min(1 << 20, end - start)
+            try:
+                mem.seek(start)
+                chunk = tail + mem.read(size)
+            except (OSError, ValueError, OverflowError):
+                break
+            found.update(pattern.findall(chunk))
+            tail = chunk[-64:]
+            start += size
+"""
 
 PEEK = r"""
 import ctypes, os, re
@@ -50,24 +73,7 @@ for pid in os.listdir("/proc"):
         except OSError:
             pass
 if SCAN_MEMORY:
-    with open("/proc/self/mem", "rb", buffering=0) as mem:
-        for line in open("/proc/self/maps"):
-            fields = line.split()
-            if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")):
-                continue
-            start, end = (int(part, 16) for part in fields[0].split("-"))
-            tail = b""
-            while start < end:
-                size = min(1 << 20, end - start)
-                try:
-                    mem.seek(start)
-                    chunk = tail + mem.read(size)
-                except (OSError, ValueError, OverflowError):
-                    break
-                found.update(pattern.findall(chunk))
-                tail = chunk[-64:]
-                start += size
-for item in sorted(found):
+""" + textwrap.indent(MEMORY_SCAN, "    ") + r"""for item in sorted(found):
     if item.decode() != mine:
         print("SEEN:" + item.decode())
 """

@@ -14,6 +14,7 @@ import pytest
 
 from skygym_sandboxes import Limits, RunRequest, Status
 from skygym_sandboxes.workers import encode_request
+from tests.sandboxes.soak_support import MEMORY_SCAN
 
 pytestmark = pytest.mark.slow
 
@@ -30,24 +31,7 @@ import ctypes, os, re
 ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: forked from a non-dumpable supervisor
 pattern = re.compile(rb"TRACE-[0-9a-f]{32}-END")
 found = set()
-with open("/proc/self/mem", "rb", buffering=0) as mem:
-    for line in open("/proc/self/maps"):
-        fields = line.split()
-        if "r" not in fields[1] or line.rstrip().endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")):
-            continue
-        start, end = (int(part, 16) for part in fields[0].split("-"))
-        tail = b""
-        while start < end:
-            size = min(1 << 20, end - start)
-            try:
-                mem.seek(start)
-                chunk = tail + mem.read(size)
-            except (OSError, ValueError, OverflowError):
-                break
-            found.update(pattern.findall(chunk))
-            tail = chunk[-64:]
-            start += size
-for top in ("/sandbox", "/tmp", "/dev/shm", "/dev", os.getcwd()):
+""" + MEMORY_SCAN + r"""for top in ("/sandbox", "/tmp", "/dev/shm", "/dev", os.getcwd()):
     for folder, dirs, names in os.walk(top):
         for name in names:
             path = os.path.join(folder, name)
