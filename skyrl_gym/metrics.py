@@ -35,4 +35,9 @@ def aggregate_for_environment(env_id: str, metrics: List[Dict[str, Any]]) -> Dic
 
     creator = spec(env_id).load_entry_point()
     aggregate = getattr(creator, "aggregate_metrics", None)
-    return aggregate(metrics) if aggregate is not None else default_aggregate_metrics(metrics)
+    result = aggregate(metrics) if aggregate is not None else default_aggregate_metrics(metrics)
+    if any("judge_error" in m for m in metrics):  # episodes scored by an LLM judge (reward_spec.method "judge")
+        from skyrl_gym.rewards.judged_env import aggregate_judge_metrics
+
+        result = {**result, **aggregate_judge_metrics(metrics)}
+    return result

@@ -318,7 +318,9 @@ def spec(env_id: str) -> EnvSpec:
 
 
 def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
-    """Build a registered env. ``kwargs`` override deep copies of the spec's default kwargs.
+    """Build a registered env. ``kwargs`` override deep copies of the spec's default kwargs. A row whose
+    ``reward_spec.method`` is ``"judge"`` gets the env wrapped so that an LLM judge gives the episode's reward
+    (:mod:`skyrl_gym.rewards.judged_env`).
 
     >>> env = make("gsm8k", extras={"reward_spec": {"ground_truth": "72"}})
     """
@@ -338,7 +340,17 @@ def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
         env.spec = env_spec
     except AttributeError:  # a class with __slots__ or a read-only property: leave it be
         pass
+    extras = merged.get("extras")
+    if extras and _reward_method(extras) == "judge":  # any env, scored by an LLM judge (skyrl_gym.rewards.judged_env)
+        from skyrl_gym.rewards.judged_env import with_judge_reward
+
+        env = with_judge_reward(env, merged.get("env_config"), extras)
     return env
+
+
+def _reward_method(extras: Any) -> Any:
+    reward_spec = extras.get("reward_spec") if isinstance(extras, dict) else None
+    return reward_spec.get("method") if isinstance(reward_spec, dict) else None
 
 
 def _looks_like_gymnasium(obj: Any) -> bool:

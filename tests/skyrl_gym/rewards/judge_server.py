@@ -1,0 +1,151 @@
+"""A deterministic judge that speaks the OpenAI chat API, run as a real process by the judge tests.
+
+No judge model runs on the test machines, so this server follows a rule instead of a model: it reads the
+``<reference>``, ``<rubric>`` and ``<response>`` sections of the judge request (the hub's prompt) and answers
+
+* ``SCORE: 1`` when the reference (lower-cased, spaces squeezed) appears in the response, else ``SCORE: 0``;
+* ``VERDICT: CORRECT`` / ``INCORRECT`` when the rubric says "answer with a verdict";
+* ``Score: 10/10`` / ``0/10`` when the rubric says "out of 10"; ``SCORE: 10`` / ``0`` for "bare 0-10".
+
+The ``model`` of the request chooses a behaviour, so one server serves every case: ``rule-judge`` (the rule),
+``flaky-judge`` (503 the first time it sees a request, then the rule), ``slow-judge`` (sleeps 3 s first),
+``rambling-judge`` (an answer without a score); any other model is answered 404 like a server that does not have it.
+``GET /stats`` gives the requests seen and the most that were in flight at once.
+
+    python tests/skyrl_gym/rewards/judge_server.py [--port 0] [--token T]   # prints the port, then serves
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict
+
+MODELS = ("rule-judge", "flaky-judge", "slow-judge", "rambling-judge")
+
+
+def _section(text: str, name: str) -> str:
+    found = re.search(rf"<{name}>\n(.*?)\n</{name}>", text, re.DOTALL)
+    return found.group(1) if found else ""
+
+
+def _squeeze(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def rule_answer(body: Dict[str, Any]) -> str:
+    user = next((m.get("content", "") for m in reversed(body.get("messages") or []) if m.get("role") == "user"), "")
+    reference, rubric, response = _section(user, "reference"), _section(user, "rubric"), _section(user, "response")
+    agrees = bool(_squeeze(reference)) and _squeeze(reference) in _squeeze(response)
+    reasoning = f"The reference is {reference!r}; the response {'contains' if agrees else 'does not contain'} it."
+    if "answer with a verdict" in rubric.lower():
+        return f"{reasoning}\nVERDICT: {'CORRECT' if agrees else 'INCORRECT'}"
+    if "out of 10" in rubric.lower():
+        return f"{reasoning}\nScore: {10 if agrees else 0}/10"
+    if "bare 0-10" in rubric.lower():
+        return f"{reasoning}\nSCORE: {10 if agrees else 0}"
+    return f"{reasoning}\nSCORE: {1 if agrees else 0}"
+
+
+def make_handler(token: str, stats: Dict[str, Any], lock: threading.Lock) -> type:
+    seen_by_flaky: set = set()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # quiet
+            pass
+
+        def _send(self, payload: Any, status: int = 200) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
+                pass
+
+        def _authorised(self) -> bool:
+            if token and self.headers.get("Authorization") != f"Bearer {token}":
+                self._send({"error": {"message": "missing or wrong bearer token"}}, 401)
+                return False
+            return True
+
+        def do_GET(self) -> None:
+            if not self._authorised():
+                return
+            if self.path == "/stats":
+                with lock:
+                    self._send(dict(stats))
+            else:
+                self._send({"object": "list", "data": [{"id": m, "object": "model"} for m in MODELS]})
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if not self._authorised():
+                return
+            if not self.path.endswith("/v1/chat/completions"):
+                self._send({"error": {"message": f"no route {self.path}"}}, 404)
+                return
+            with lock:
+                stats["requests"] += 1
+                stats["in_flight"] += 1
+                stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
+            try:
+                self._answer(raw)
+            finally:
+                with lock:
+                    stats["in_flight"] -= 1
+
+        def _answer(self, raw: bytes) -> None:
+            body = json.loads(raw)
+            model = body.get("model")
+            if model not in MODELS:
+                self._send({"error": {"message": f"the model {model!r} does not exist"}}, 404)
+                return
+            time.sleep(0.05)  # long enough for concurrent requests to overlap
+            if model == "flaky-judge":
+                digest = hashlib.sha256(raw).hexdigest()
+                with lock:
+                    first_time = digest not in seen_by_flaky
+                    seen_by_flaky.add(digest)
+                if first_time:
+                    self._send({"error": {"message": "overloaded, try again"}}, 503)
+                    return
+            if model == "slow-judge":
+                time.sleep(3.0)
+            content = "I would need to think about this more." if model == "rambling-judge" else rule_answer(body)
+            self._send({
+                "id": "judge-1", "object": "chat.completion", "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                             "finish_reason": "stop"}],
+            })
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token", default="")
+    args = parser.parse_args()
+    stats = {"requests": 0, "in_flight": 0, "max_in_flight": 0}
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), make_handler(args.token, stats, threading.Lock()))
+    server.daemon_threads = True
+    print(server.server_address[1], flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
