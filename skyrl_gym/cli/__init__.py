@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES = [
     "skyrl_gym.cli.step_cmd",  # step
     "skyrl_gym.cli.score_cmd",  # score
     "skyrl_gym.cli.serve_retriever",  # serve-retriever
+    "skyrl_gym.cli.serve_env",  # serve-env
     "skyrl_gym.cli.doctor_cmd",  # doctor
     "skyrl_gym.cli.init_cmd",  # init
 ]

@@ -1,0 +1,419 @@
+"""The env service: sessions of registered envs behind HTTP (FastAPI + uvicorn, as the sandbox service).
+
+See :mod:`skyrl_gym.remote` for the protocol. Each session is one env built by :func:`skyrl_gym.make`; its calls run
+one at a time (a per-session lock), blocking ones on a thread pool so the event loop keeps serving the others, and
+envs that await their own I/O (``has_native_astep``) on the loop. A call that changes a session carries a
+``request_id``: its answer is kept (the last few per session), and a retry with the same id gets that answer, also
+when it arrives while the first call still runs, so a step is never applied twice. Sessions idle for longer than
+``idle_timeout_s`` are closed by a sweeper; at most ``max_sessions`` are open at once.
+"""
+
+# No "from __future__ import annotations": FastAPI resolves the ``Request`` annotations of the routes.
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import hmac
+import json
+import re
+import sys
+import time
+import uuid
+from typing import Any, AsyncIterator, Callable, Dict, Optional, Sequence, Tuple
+
+from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_SESSIONS = 4096
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+DEFAULT_ENV_THREADS = 32
+RESULTS_KEPT = 8  # answers kept per session for retried calls (a client retries its latest call only)
+_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+Reply = Tuple[int, bytes]
+
+
+class Refused(Exception):
+    """A request answered with a 4xx status and a message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _jsonable(value: Any) -> Any:
+    """``json.dumps``'s fallback for what envs put in metadata: numpy scalars and arrays, sets, bytes, objects."""
+    for method in ("item", "tolist"):  # numpy scalars / arrays
+        convert = getattr(value, method, None)
+        if callable(convert):
+            try:
+                return convert()
+            except Exception:
+                pass
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return repr(value)
+
+
+def encode(payload: Any) -> bytes:
+    # allow_nan: a NaN reward reaches the client as it is, so the client's checker reports it
+    return json.dumps(payload, default=_jsonable, ensure_ascii=False).encode("utf-8")
+
+
+class Session:
+    def __init__(self, session_id: str, env_id: str, env: Any) -> None:
+        self.session_id = session_id
+        self.env_id = env_id
+        self.env = env
+        self.lock = asyncio.Lock()
+        self.last_used = time.monotonic()
+        self.results: "collections.OrderedDict[str, Reply]" = collections.OrderedDict()
+        self.pending: Dict[str, "asyncio.Future[Reply]"] = {}
+
+    def describe(self, created: bool) -> Dict[str, Any]:
+        env = self.env
+        schemas = getattr(env, "tool_schemas", None)
+        try:
+            tool_schemas = schemas() if callable(schemas) else []
+        except Exception:
+            tool_schemas = []
+        max_turns = getattr(env, "max_turns", None)
+        return {
+            "session_id": self.session_id,
+            "env_id": self.env_id,
+            "created": created,
+            "max_turns": max_turns if isinstance(max_turns, int) else None,
+            "max_turns_is_default": bool(getattr(env, "max_turns_is_default", False)),
+            "tool_schemas": tool_schemas,
+        }
+
+    @property
+    def busy(self) -> bool:
+        return self.lock.locked() or bool(self.pending)
+
+
+def create_app(
+    token: Optional[str] = None,
+    max_sessions: int = DEFAULT_MAX_SESSIONS,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    env_threads: int = DEFAULT_ENV_THREADS,
+    env_ids: Optional[Sequence[str]] = None,
+) -> Any:
+    """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import Response
+
+    from skyrl_gym.errors import DataError, EnvCreationError, MissingRewardSpec, UnregisteredEnv
+    from skyrl_gym.registration import make, spec
+
+    sessions: Dict[str, Session] = {}
+    creating: Dict[str, "asyncio.Future[Reply]"] = {}
+    threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
+    stats = {"sessions_created": 0, "sessions_expired": 0, "sessions_closed": 0, "steps": 0, "retries_answered": 0,
+             "refused": 0, "env_errors": 0}
+    expected = f"Bearer {token}".encode("utf-8") if token else None
+    allowed = set(env_ids) if env_ids else None
+
+    async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(threads, fn, *args)
+
+    async def close_session(session: Session) -> Optional[str]:
+        async with session.lock:
+            try:
+                await in_thread(session.env.close)
+            except Exception as exc:
+                return f"{type(exc).__name__}: {exc}"
+        return None
+
+    async def sweep() -> None:
+        period = max(0.05, min(idle_timeout_s / 4, 30.0))
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for session in [s for s in sessions.values() if not s.busy and now - s.last_used > idle_timeout_s]:
+                if sessions.get(session.session_id) is session:
+                    del sessions[session.session_id]
+                    stats["sessions_expired"] += 1
+                    await close_session(session)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        sweeper = asyncio.ensure_future(sweep())
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            for session in list(sessions.values()):
+                sessions.pop(session.session_id, None)
+                await close_session(session)
+            threads.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(title="skyrl-gym env service", lifespan=lifespan)
+
+    def reply(status: int, payload: Any) -> Response:
+        return Response(encode(payload), status_code=status, media_type="application/json")
+
+    def refuse(status: int, message: str) -> Response:
+        stats["refused"] += 1
+        return reply(status, {"error": message})
+
+    def authorise(request: Request) -> None:
+        if expected is None:
+            return
+        given = request.headers.get("authorization", "").encode("utf-8", "replace")
+        if not hmac.compare_digest(given, expected):
+            raise Refused(401, f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads "
+                               f"it from {TOKEN_ENV} or --token)")
+
+    async def read_json(request: Request) -> Dict[str, Any]:
+        authorise(request)
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
+            raise Refused(413, f"the body is over {max_body_bytes} bytes (--max-body-bytes)")
+        raw = await request.body()
+        if len(raw) > max_body_bytes:
+            raise Refused(413, f"the body is over {max_body_bytes} bytes (--max-body-bytes)")
+        if not raw:
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise Refused(400, f"the body is not valid JSON: {exc}")
+        if not isinstance(body, dict):
+            raise Refused(400, f"the body must be a JSON object, got {type(body).__name__}")
+        return body
+
+    def optional_id(body: Dict[str, Any], field: str) -> Optional[str]:
+        value = body.get(field)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not _ID.match(value):
+            raise Refused(422, f"{field} must be 1-128 characters of letters, digits and _.:-, got {value!r:.80}")
+        return value
+
+    def optional_dict(body: Dict[str, Any], field: str) -> Optional[Dict[str, Any]]:
+        value = body.get(field)
+        if value is not None and not isinstance(value, dict):
+            raise Refused(422, f"{field} must be a JSON object (or null), got {type(value).__name__}")
+        return value
+
+    def session_of(session_id: str) -> Session:
+        session = sessions.get(session_id)
+        if session is None:
+            raise Refused(404, f"no session {session_id!r}: it was closed, expired after {idle_timeout_s:g} s "
+                               f"idle, or never existed (create one with POST /sessions)")
+        return session
+
+    def guarded(handler: Callable[..., Any]) -> Callable[..., Any]:
+        async def route(request: Request) -> Response:
+            try:
+                status, payload = await handler(request)
+            except Refused as exc:
+                return refuse(exc.status, exc.message)
+            return Response(payload, status_code=status, media_type="application/json")
+
+        route.__name__ = handler.__name__
+        return route
+
+    # ----- sessions ---------------------------------------------------------------------------------------------
+    async def create_session(request: Request) -> Reply:
+        body = await read_json(request)
+        session_id = optional_id(body, "session_id") or uuid.uuid4().hex
+        env_id = body.get("env_id")
+        if not isinstance(env_id, str) or not env_id:
+            raise Refused(422, "env_id is required: the registered id of the env to serve (e.g. 'gsm8k')")
+        env_config, extras = optional_dict(body, "env_config"), optional_dict(body, "extras")
+        existing = sessions.get(session_id)
+        if existing is not None:  # a retried create: the session is there already
+            if existing.env_id != env_id:
+                raise Refused(409, f"session {session_id!r} exists for env {existing.env_id!r}, not {env_id!r}")
+            return 200, encode(existing.describe(created=False))
+        if session_id in creating:
+            return await asyncio.shield(creating[session_id])
+        if env_id == REMOTE_ID:
+            raise Refused(422, "the service serves local envs; 'remote' would chain services")
+        if allowed is not None and env_id not in allowed:
+            raise Refused(404, f"this service serves only {sorted(allowed)}, not {env_id!r}")
+        try:
+            spec(env_id)
+        except UnregisteredEnv as exc:
+            raise Refused(404, str(exc))
+        if len(sessions) + len(creating) >= max_sessions:
+            raise Refused(429, f"the service holds {len(sessions)} sessions, its limit (--max-sessions "
+                               f"{max_sessions}); close sessions or wait for idle ones to expire "
+                               f"({idle_timeout_s:g} s)")
+
+        async def build() -> Reply:
+            try:
+                env = await in_thread(lambda: make(env_id, env_config=env_config, extras=extras))
+            except (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError) as exc:
+                return 422, encode({"error": f"cannot build env {env_id!r} from this row: "
+                                             f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__})
+            except Exception as exc:
+                stats["env_errors"] += 1
+                return 500, encode({"error": f"building env {env_id!r} raised {type(exc).__name__}: {exc}",
+                                    "error_type": type(exc).__name__, "method": "make"})
+            session = Session(session_id, env_id, env)
+            sessions[session_id] = session
+            stats["sessions_created"] += 1
+            return 200, encode(session.describe(created=True))
+
+        future = creating[session_id] = asyncio.ensure_future(build())
+        try:
+            return await asyncio.shield(future)
+        finally:
+            if future.done():
+                creating.pop(session_id, None)
+            else:
+                future.add_done_callback(lambda _f: creating.pop(session_id, None))
+
+    async def call(session: Session, request_id: Optional[str], method: str, operation: Callable[[], Any]) -> Reply:
+        """Run ``operation`` on the session once per ``request_id``; a retry gets the first call's answer."""
+        if request_id is not None:
+            done = session.results.get(request_id)
+            if done is not None:
+                stats["retries_answered"] += 1
+                return done
+            running = session.pending.get(request_id)
+            if running is not None:
+                stats["retries_answered"] += 1
+                return await asyncio.shield(running)
+
+        async def run() -> Reply:
+            async with session.lock:
+                session.last_used = time.monotonic()
+                try:
+                    result: Reply = (200, encode(await operation()))
+                except Refused as exc:
+                    result = (exc.status, encode({"error": exc.message}))
+                except Exception as exc:  # the env raised: the client's caller reports it as an env error
+                    stats["env_errors"] += 1
+                    result = (500, encode({"error": f"{method}() of env {session.env_id!r} raised "
+                                                    f"{type(exc).__name__}: {exc}",
+                                           "error_type": type(exc).__name__, "method": method}))
+                session.last_used = time.monotonic()
+                if request_id is not None:
+                    session.results[request_id] = result
+                    while len(session.results) > RESULTS_KEPT:
+                        session.results.popitem(last=False)
+                    session.pending.pop(request_id, None)
+                return result
+
+        task = asyncio.ensure_future(run())  # shielded: a client that hangs up does not cancel a step half-way
+        if request_id is not None:
+            session.pending[request_id] = task
+        return await asyncio.shield(task)
+
+    async def init_session(request: Request) -> Reply:
+        session = session_of(request.path_params["session_id"])
+        body = await read_json(request)
+        request_id = optional_id(body, "request_id")
+        prompt = body.get("prompt")
+        if prompt is not None and not isinstance(prompt, list):
+            raise Refused(422, f"prompt must be a list of chat messages (or null), got {type(prompt).__name__}")
+
+        async def operation() -> Any:
+            observation, info = await in_thread(session.env.init, prompt)
+            return {"observation": observation, "info": info}
+
+        return await call(session, request_id, "init", operation)
+
+    async def step_session(request: Request) -> Reply:
+        session = session_of(request.path_params["session_id"])
+        body = await read_json(request)
+        request_id = optional_id(body, "request_id")
+        if "action" not in body:
+            raise Refused(422, "action is required (the model's text)")
+        action, max_turns = body["action"], body.get("max_turns")
+        if max_turns is not None and (not isinstance(max_turns, int) or isinstance(max_turns, bool)):
+            raise Refused(422, f"max_turns must be an integer, got {max_turns!r:.40}")
+
+        async def operation() -> Any:
+            env = session.env
+            if max_turns is not None and getattr(env, "max_turns", None) != max_turns:
+                env.max_turns = max_turns  # the client's driver told its env the episode's turn limit
+            if env.has_native_astep:
+                output = await env.astep(action)
+            else:
+                output = await in_thread(env.step, action)
+            stats["steps"] += 1
+            turns = getattr(env, "turns", None)
+            answer = {"output": output, "turns": turns if isinstance(turns, int) else None}
+            get_metrics = getattr(env, "get_metrics", None)
+            if isinstance(output, dict) and output.get("done") and callable(get_metrics):
+                answer["metrics"] = await in_thread(get_metrics)  # saves the client a round trip at the end
+            return answer
+
+        return await call(session, request_id, "step", operation)
+
+    async def session_metrics(request: Request) -> Reply:
+        authorise(request)
+        session = session_of(request.path_params["session_id"])
+
+        async def operation() -> Any:
+            get_metrics = getattr(session.env, "get_metrics", None)
+            return await in_thread(get_metrics) if callable(get_metrics) else {}
+
+        return await call(session, None, "get_metrics", operation)
+
+    async def delete_session(request: Request) -> Reply:
+        authorise(request)
+        session = sessions.pop(request.path_params["session_id"], None)
+        if session is None:
+            return 200, encode({"closed": False})
+        stats["sessions_closed"] += 1
+        error = await close_session(session)
+        return 200, encode({"closed": True, **({"close_error": error} if error else {})})
+
+    async def health(request: Request) -> Reply:
+        authorise(request)
+        return 200, encode({"status": "ok", "sessions": len(sessions), "max_sessions": max_sessions,
+                            "idle_timeout_s": idle_timeout_s, "max_body_bytes": max_body_bytes, **stats})
+
+    app.add_api_route("/sessions", guarded(create_session), methods=["POST"])
+    app.add_api_route("/sessions/{session_id}/init", guarded(init_session), methods=["POST"])
+    app.add_api_route("/sessions/{session_id}/step", guarded(step_session), methods=["POST"])
+    app.add_api_route("/sessions/{session_id}/metrics", guarded(session_metrics), methods=["GET"])
+    app.add_api_route("/sessions/{session_id}", guarded(delete_session), methods=["DELETE"])
+    app.add_api_route("/health", guarded(health), methods=["GET"])
+    return app
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8010,
+    token: Optional[str] = None,
+    log_level: str = "warning",
+    **app_options: Any,
+) -> None:
+    """Serve until SIGINT/SIGTERM (every open env is closed on the way out); prints the URL once listening.
+    Binding anything but a loopback address needs a bearer ``token``."""
+    import uvicorn
+    from skygym_sandboxes.service import is_loopback
+
+    from skyrl_gym.retrieval.server import bind_socket
+
+    if not token and not is_loopback(host):
+        raise ValueError(f"refusing to serve envs on {host} without a bearer token: anyone who can reach it could "
+                         f"run the envs (and their tools). Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1")
+    app = create_app(token=token, **app_options)
+    sock = bind_socket(host, port)
+    actual_port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level=log_level, backlog=2048, timeout_keep_alive=60)
+    server = uvicorn.Server(config)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"env service listening on http://{shown}:{actual_port} "
+          f"({'bearer token required' if token else 'no token'})", flush=True)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        sys.stdout.flush()
+
+
+__all__ = ["create_app", "serve", "encode", "Refused", "MAX_BODY_BYTES", "DEFAULT_MAX_SESSIONS",
+           "DEFAULT_IDLE_TIMEOUT_S"]

@@ -1,0 +1,174 @@
+"""Envs as a service: ``skyrl-gym serve-env`` in a real process, and ``skyrl_gym.make("remote", ...)`` driving it."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+
+import pytest
+import requests
+
+pytest.importorskip("fastapi", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
+pytest.importorskip("uvicorn", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
+
+import skyrl_gym  # noqa: E402
+from skyrl_gym.episode import ScriptedPolicy, run_episode  # noqa: E402
+from skyrl_gym.errors import DataError  # noqa: E402
+from skyrl_gym.remote.client import RemoteEnv, RemoteEnvError  # noqa: E402
+from tests.skyrl_gym.remote.service_support import COUNTER_ID, REPO_ROOT, env_service  # noqa: E402
+
+TOKEN = "test-token-" + uuid.uuid4().hex[:8]
+GSM8K_ROW = {"reward_spec": {"method": "rule", "ground_truth": "72"}}
+PROMPT = [{"role": "user", "content": "48 clips in April, half as many in May: how many in all?"}]
+
+
+@pytest.fixture(scope="module")
+def service():
+    with env_service(token=TOKEN) as running:
+        yield running
+
+
+def remote(service, env_id: str = "gsm8k", extras=None, **options):
+    return skyrl_gym.make("remote", url=service.url, env_id=env_id, extras=extras, token=TOKEN, **options)
+
+
+def test_a_remote_env_gives_what_the_local_env_gives(service):
+    for action in ["#### 72", "#### 71", "", "The answer is 72", "x" * 20_000 + "#### 72"]:
+        with skyrl_gym.make("gsm8k", extras=GSM8K_ROW) as local, remote(service, extras=GSM8K_ROW) as far:
+            assert far.init(PROMPT) == local.init(PROMPT)
+            assert far.step(action) == local.step(action)
+            assert far.get_metrics() == local.get_metrics()
+    assert skyrl_gym.spec("remote").entry_point == "skyrl_gym.remote.client:RemoteEnv"
+    assert "remote" not in skyrl_gym.registry  # a spelling of make(), not a catalogue entry
+
+
+def test_multi_turn_observations_turns_and_the_drivers_turn_limit_reach_the_server(service):
+    env = remote(service, "gsm8k_multi_turn", extras={**GSM8K_ROW, "max_turns": 5})
+    assert env.max_turns == 5 and not env.max_turns_is_default
+    env.init(PROMPT)
+    env.max_turns = 2  # what the episode driver does: the server's env must end the episode at turn 2
+    first = env.step("I think 70")
+    assert first["done"] is False and first["observations"][0]["role"] == "user" and env.turns == 1
+    second = env.step("#### 70")
+    assert second["done"] is True and env.turns == 2
+    assert env.get_metrics() == {"steps": 2}
+    env.close()
+
+
+def test_a_retried_step_is_applied_once(service):
+    """The same request id twice (a client that retried after losing the answer) gets the first answer."""
+    env = remote(service, COUNTER_ID, extras={"max_turns": 5})
+    env.init([])
+    url, headers = f"{service.url}/sessions/{env.session_id}/step", {"Authorization": f"Bearer {TOKEN}"}
+    body = {"action": "good", "request_id": "step-1"}
+    first = requests.post(url, json=body, headers=headers, timeout=30).json()
+    again = requests.post(url, json=body, headers=headers, timeout=30).json()
+    assert first == again and first["output"]["metadata"]["applied_steps"] == 1
+    assert env.step("good")["metadata"]["applied_steps"] == 2  # a new request id is a new step
+    env.close()
+
+
+def test_a_step_slower_than_the_client_timeout_is_waited_for_not_applied_again(service):
+    env = remote(service, COUNTER_ID, extras={"max_turns": 5}, timeout_s=0.3, attempts=10, retry_delay_s=0.05)
+    env.init([])
+    output = env.step("sleep:1.2")  # times out 2-4 times; each retry carries the same request id
+    assert output["metadata"]["applied_steps"] == 1 and env.turns == 1
+    assert env.step("good")["metadata"]["applied_steps"] == 2
+    env.close()
+
+
+def test_async_steps_on_one_loop(service):
+    async def episode(i: int) -> list:
+        env = remote(service, COUNTER_ID, extras={"max_turns": 3})
+        env.init([{"role": "user", "content": f"episode {i}"}])
+        rewards = [(await env.astep(action))["reward"] for action in ("good", "bad", "good")]
+        env.close()
+        return rewards
+
+    async def main() -> list:
+        try:
+            return await asyncio.gather(*(episode(i) for i in range(16)))
+        finally:
+            await RemoteEnv.close_async_sessions()
+
+    assert asyncio.run(main()) == [[1.0, 0.0, 1.0]] * 16
+
+
+def test_the_episode_driver_plays_a_remote_env_and_an_env_error_becomes_an_episode_error(service):
+    async def play(actions):
+        return await run_episode(lambda: remote(service, COUNTER_ID, extras={"max_turns": 3}), [],
+                                 ScriptedPolicy(actions), env_class="remote")
+
+    ok = asyncio.run(play(["good", "good", "bad"]))
+    assert ok.error is None and [s.reward for s in ok.steps] == [1.0, 1.0, 0.0] and ok.env_metrics == {"applied_steps": 3}
+    failed = asyncio.run(play(["good", "raise"]))
+    assert failed.error_method == "step" and "ValueError: asked to raise" in failed.error
+    assert service.wait_for(lambda h: h["sessions"] == 0)["sessions"] == 0  # the driver closed both sessions
+
+
+def test_bad_input_gets_a_clear_error(service):
+    with pytest.raises(RemoteEnvError, match="no env registered with id 'gsm8kk'.*Did you mean: 'gsm8k'"):
+        remote(service, "gsm8kk", extras=GSM8K_ROW)
+    with pytest.raises(DataError, match="reward_spec field is required"):  # the row is at fault, as locally
+        remote(service, "gsm8k", extras={})
+    with pytest.raises(RemoteEnvError, match="needs the service's url"):
+        RemoteEnv(env_id="gsm8k")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    not_json = requests.post(service.url + "/sessions", data=b"{nope", headers=headers, timeout=10)
+    assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]
+    no_id = requests.post(service.url + "/sessions", json={"extras": {}}, headers=headers, timeout=10)
+    assert no_id.status_code == 422 and "env_id is required" in no_id.json()["error"]
+    env = remote(service, extras=GSM8K_ROW)
+    no_action = requests.post(f"{service.url}/sessions/{env.session_id}/step", json={}, headers=headers, timeout=10)
+    assert no_action.status_code == 422 and "action is required" in no_action.json()["error"]
+    env.close()
+    with pytest.raises(RemoteEnvError, match="session was closed"):
+        env.step("#### 72")
+    gone = requests.post(f"{service.url}/sessions/{env.session_id}/step", json={"action": "x"}, headers=headers,
+                         timeout=10)
+    assert gone.status_code == 404 and "closed, expired" in gone.json()["error"]
+
+
+def test_a_missing_or_wrong_token_is_refused(service):
+    with pytest.raises(RemoteEnvError, match="HTTP 401.*bearer token"):
+        skyrl_gym.make("remote", url=service.url, env_id="gsm8k", extras=GSM8K_ROW, token="wrong")
+    assert requests.get(service.url + "/health", timeout=10).status_code == 401
+
+
+def test_close_ends_the_session_and_sessions_left_open_are_closed_at_exit(service):
+    before = service.health()["sessions"]
+    env = remote(service, extras=GSM8K_ROW)
+    assert service.health()["sessions"] == before + 1
+    env.close()
+    env.close()  # twice is fine
+    assert service.health()["sessions"] == before
+    script = (f"import skyrl_gym; env = skyrl_gym.make('remote', url={service.url!r}, env_id='gsm8k', "
+              f"extras={GSM8K_ROW!r}, token={TOKEN!r}); env.init([]); print(env.session_id)")
+    leaked = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert leaked.returncode == 0, leaked.stderr
+    assert service.health()["sessions"] == before  # the exiting process closed it
+
+
+def test_limits_on_sessions_body_size_and_idle_time():
+    with env_service("--max-sessions", "2", "--max-body-bytes", "4096", "--idle-timeout", "0.5") as small:
+        first = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
+        second = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
+        with pytest.raises(RemoteEnvError, match="HTTP 429.*limit \\(--max-sessions 2\\)"):
+            skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
+        with pytest.raises(RemoteEnvError, match="HTTP 413.*over 4096 bytes"):
+            first.step("x" * 10_000)
+        # both sessions stay unused: the sweeper closes them once they are idle for 0.5 s
+        assert small.wait_for(lambda h: h["sessions"] == 0)["sessions_expired"] == 2
+        with pytest.raises(RemoteEnvError, match="HTTP 404.*expired after 0.5 s idle"):
+            second.step("good")
+        third = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)  # room again
+        third.close()
+
+
+def test_serving_beyond_loopback_needs_a_token():
+    result = subprocess.run([sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--host", "0.0.0.0", "--port", "0"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                            env={k: v for k, v in __import__("os").environ.items() if k != "SKYRL_GYM_ENV_SERVICE_TOKEN"})
+    assert result.returncode == 2 and "without a bearer token" in result.stderr
