@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Callable, Dict, Optional, Sequence, Tuple
 
 from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = 32 * 1024 * 1024  # the checker sends a 10 MB action: a remote env must take what a local one does
 DEFAULT_MAX_SESSIONS = 4096
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_ENV_THREADS = 32
