@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import logging
 import os
 import threading
 import time
@@ -32,6 +33,8 @@ from skyrl_gym.errors import DataError, Error
 from skyrl_gym.metrics import default_aggregate_metrics
 from skyrl_gym.remote import TOKEN_ENV, URL_ENV
 from skyrl_gym.tools.search import RetryPolicy
+
+logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 
@@ -132,6 +135,7 @@ class RemoteEnv(Env):
         self._max_turns_to_send: Optional[int] = None
         self._tool_schemas: List[Dict[str, Any]] = []
         self._closed = False
+        self.close_error: Optional[str] = None
         self._metrics: Optional[Dict[str, Any]] = None
         body = {"session_id": self.session_id, "env_id": env_id, "env_config": env_config, "extras": extras}
         # session_id is ours: a retried create finds the session made by the first try
@@ -339,13 +343,23 @@ class RemoteEnv(Env):
         return self._call("GET", f"/sessions/{self.session_id}/metrics", None, what="get_metrics")
 
     def close(self, timeout_s: Optional[float] = None) -> None:
-        """End the session on the server (a closed or expired session is fine); a second call does nothing."""
+        """End the session on the server (a closed or expired session is fine); a second call does nothing.
+
+        A server that cannot be reached does not make ``close`` raise: the session expires there after its idle
+        timeout. The reason is kept in ``close_error`` and logged."""
         if self._closed:
             return
         self._closed = True
         _open_envs.discard(self)
-        self._call("DELETE", f"/sessions/{self.session_id}", None, what="close",
-                   timeout_s=timeout_s, attempts=2 if timeout_s else None)
+        try:
+            answer = self._call("DELETE", f"/sessions/{self.session_id}", None, what="close",
+                                timeout_s=timeout_s, attempts=2 if timeout_s else None)
+        except RemoteEnvError as exc:
+            self.close_error = str(exc)
+            logger.warning("%s (the session expires on the server when idle)", exc)
+            return
+        if answer.get("close_error"):  # the server's env failed to close: as a local env's close() would raise
+            raise RemoteEnvError(f"remote env {self.env_id!r}: close() on the server raised {answer['close_error']}")
 
 
 __all__ = ["RemoteDataError", "RemoteEnv", "RemoteEnvError"]

@@ -163,8 +163,12 @@ def test_limits_on_sessions_body_size_and_idle_time():
         assert small.wait_for(lambda h: h["sessions"] == 0)["sessions_expired"] == 2
         with pytest.raises(RemoteEnvError, match="HTTP 404.*expired after 0.5 s idle"):
             second.step("good")
+        first.close(), second.close()  # already gone on the server: fine
         third = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)  # room again
         third.close()
+        orphan = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
+    orphan.close()  # the server is gone: close does not raise, and says why
+    assert "cannot connect" in orphan.close_error
 
 
 def test_serving_beyond_loopback_needs_a_token():
