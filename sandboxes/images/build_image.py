@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 DEFAULT_SUITE = "bookworm"
 # Debian packages in the image beside the minimal base: Python with numpy and sympy, which
@@ -47,10 +47,12 @@ def apt_mirror() -> Optional[str]:
     return None
 
 
-def build_rootfs_tarball(suite: str = DEFAULT_SUITE, rebuild: bool = False) -> Path:
-    """``debootstrap --variant=minbase --include=python3,python3-numpy,python3-sympy SUITE`` packed
-    as a tarball (cached, per suite and package set)."""
-    tarball = cache_dir() / f"sandbox-rootfs-{suite}-{'-'.join(PACKAGES)}.tar"
+def build_rootfs_tarball(
+    suite: str = DEFAULT_SUITE, rebuild: bool = False, packages: Sequence[str] = PACKAGES
+) -> Path:
+    """``debootstrap --variant=minbase --include=PACKAGES SUITE`` (by default python3, numpy and
+    sympy) packed as a tarball (cached, per suite and package set)."""
+    tarball = cache_dir() / f"sandbox-rootfs-{suite}-{'-'.join(packages)}.tar"
     if tarball.exists() and not rebuild:
         return tarball
     if shutil.which("debootstrap") is None:
@@ -60,7 +62,7 @@ def build_rootfs_tarball(suite: str = DEFAULT_SUITE, rebuild: bool = False) -> P
     tarball.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="sandbox-rootfs-") as workdir:
         rootfs = Path(workdir) / "rootfs"
-        command = ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), suite, str(rootfs)]
+        command = ["debootstrap", "--variant=minbase", "--include=" + ",".join(packages), suite, str(rootfs)]
         mirror = apt_mirror()
         if mirror:
             command.append(mirror)
@@ -91,16 +93,21 @@ def image_exists(client: Any, tag: str) -> bool:
 
 
 def build_image(
-    tag: Optional[str] = None, suite: str = DEFAULT_SUITE, rebuild: bool = False, client: Any = None
+    tag: Optional[str] = None,
+    suite: str = DEFAULT_SUITE,
+    rebuild: bool = False,
+    client: Any = None,
+    packages: Sequence[str] = PACKAGES,
 ) -> str:
-    """Make sure the image ``tag`` exists in the Docker engine (import it if needed); return the tag."""
+    """Make sure the image ``tag`` exists in the Docker engine (import it from a root filesystem of
+    ``packages`` if needed); return the tag."""
     import docker
 
     tag = tag or DEFAULT_TAG
     client = client or docker.from_env()
     if image_exists(client, tag) and not rebuild:
         return tag
-    tarball = build_rootfs_tarball(suite, rebuild=rebuild)
+    tarball = build_rootfs_tarball(suite, rebuild=rebuild, packages=packages)
     repository, _, version = tag.partition(":")
     client.api.import_image(
         src=str(tarball),

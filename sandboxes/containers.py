@@ -1,0 +1,298 @@
+"""Long-lived containers for episodes that need a whole machine (software-engineering tasks).
+
+One container per episode, started from a locally built image: no network, all capabilities
+dropped, ``no-new-privileges``, memory, CPU and process limits. Commands run with ``docker exec``
+under a wall-clock limit and an output cap; files are read and written through the Docker API, so
+a file's bytes never pass through a shell. Containers carry the same owner labels as the docker
+sandbox backend, so a crashed caller's containers are removed by the next one (one sweep for both).
+
+    with Container("skyrl-gym-swe-toolz:abc123") as box:
+        result = box.exec("python3 -m pytest -q", timeout_s=60)
+        box.write_file("/testbed/notes.txt", b"hello")
+
+What a command's output looks like when it is long: the first ``output_cap`` bytes, then one line
+``[output truncated: N more bytes]``. A command that runs past its limit is killed (its whole
+process group, and anything it left running in the background) and reported with ``timed_out``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+import os
+import posixpath
+import secrets
+import shlex
+import tarfile
+import time
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional
+
+from skygym_sandboxes.docker_backend import LABEL, OWNER_LABEL, owner_id, remove_orphaned_containers
+from skygym_sandboxes.types import SandboxUnavailable
+
+KIND_LABEL = f"{LABEL}.kind"
+DEFAULT_OUTPUT_CAP = 32_000
+# The container's main process only keeps it alive; commands arrive through `docker exec`.
+KEEPALIVE = ["sleep", "infinity"]
+
+
+def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
+    """A client for the Docker engine at ``base_url``, ``$SKYGYM_DOCKER_HOST``, or docker's own
+    defaults (``$DOCKER_HOST``, the local socket); raises :class:`SandboxUnavailable` saying what to do."""
+    try:
+        import docker
+    except ImportError as exc:
+        raise SandboxUnavailable("containers need the docker package: pip install 'skyrl-gym[docker]'") from exc
+    base_url = base_url or os.environ.get("SKYGYM_DOCKER_HOST")
+    try:
+        client = docker.DockerClient(base_url=base_url, timeout=timeout_s) if base_url else docker.from_env(timeout=timeout_s)
+        client.ping()
+    except Exception as exc:
+        where = base_url or os.environ.get("DOCKER_HOST") or "the default socket"
+        raise SandboxUnavailable(f"cannot reach a Docker engine at {where} ({exc}); start dockerd") from exc
+    return client
+
+
+@dataclass
+class ContainerLimits:
+    """Resources of one container. ``network`` stays off unless a task really needs it."""
+
+    memory_mb: int = 2048
+    cpus: float = 1.0
+    pids: int = 512
+    network: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("memory_mb", "cpus", "pids"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"ContainerLimits.{name} must be a positive number, got {value!r}")
+
+
+@dataclass
+class ExecResult:
+    exit_code: int
+    output: str
+    truncated: bool = False
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Container:
+    """One running container (see the module docstring). Close it, or use it as a context manager."""
+
+    def __init__(
+        self,
+        image: str,
+        client: Any = None,
+        limits: Optional[ContainerLimits] = None,
+        workdir: str = "/",
+        env: Optional[Mapping[str, str]] = None,
+        kind: str = "container",
+        base_url: Optional[str] = None,
+    ) -> None:
+        self.client = client or docker_client(base_url)
+        self.image = image
+        self.limits = limits or ContainerLimits()
+        self.workdir = workdir
+        self._container: Any = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="container-exec")
+        remove_orphaned_containers(self.client)
+        try:
+            import docker
+
+            self.client.images.get(image)
+        except docker.errors.ImageNotFound:
+            self._pool.shutdown(wait=False)
+            raise SandboxUnavailable(f"image {image!r} is not in the Docker engine; build it first") from None
+        try:
+            self._container = self.client.containers.run(
+                image,
+                KEEPALIVE,
+                detach=True,
+                labels={LABEL: "1", OWNER_LABEL: owner_id(), KIND_LABEL: kind},
+                network_mode="bridge" if self.limits.network else "none",
+                mem_limit=f"{self.limits.memory_mb}m",
+                memswap_limit=f"{self.limits.memory_mb}m",
+                nano_cpus=int(self.limits.cpus * 1e9),
+                pids_limit=self.limits.pids,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                working_dir=workdir,
+                environment=dict(env or {}),
+                tmpfs={"/tmp": "size=256m,exec"},
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    # ----- commands ---------------------------------------------------------------------------------
+    def exec(
+        self,
+        command: str,
+        timeout_s: float = 60.0,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        workdir: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> ExecResult:
+        """Run ``command`` with bash in the container; stdout and stderr together, capped at
+        ``output_cap`` bytes. Never raises for the command's own failure: see ``exit_code``."""
+        if self._container is None:
+            raise RuntimeError("the container is closed")
+        # A random end marker, so text the command prints can never pose as its exit status.
+        marker = "__skygym_rc_" + secrets.token_hex(8) + "__"
+        limit = max(1, int(timeout_s))
+        # The command comes in through the environment, so no quoting can break out of the wrapper.
+        # Output goes through a pipe that keeps the first bytes and drains the rest (no disk use);
+        # `setsid` puts the command in a process group of its own that the limit kills whole.
+        wrapper = (
+            f'setsid timeout -s KILL {limit} bash -c "$SKYGYM_COMMAND" </dev/null 2>&1'
+            f' | {{ head -c {output_cap}; printf "\\n{marker}"; wc -c | tr -d " \\n"; }}; '
+            f'printf " %s\\n" "${{PIPESTATUS[0]}}"'
+        )
+        environment = dict(env or {})
+        environment["SKYGYM_COMMAND"] = command
+        started = time.monotonic()
+        exec_id = self.client.api.exec_create(
+            self._container.id,
+            ["bash", "-c", wrapper],
+            stdout=True,
+            stderr=True,
+            environment=environment,
+            workdir=workdir or self.workdir,
+            user="0",
+        )["Id"]
+        future = self._pool.submit(self.client.api.exec_start, exec_id)
+        try:
+            raw = future.result(timeout=limit + 10)
+        except concurrent.futures.TimeoutError:
+            # Something the command started in the background keeps the pipe open: kill everything
+            # in the container but its keep-alive process, which ends the exec.
+            self._kill_all_but_init()
+            raw = future.result(timeout=30)
+        return self._parse(raw, marker, output_cap, limit, time.monotonic() - started)
+
+    @staticmethod
+    def _parse(raw: bytes, marker: str, output_cap: int, limit: int, duration_s: float) -> ExecResult:
+        # The wrapper's last line is "<marker><bytes left after the cap> <exit status>".
+        text = raw.decode("utf-8", "replace")
+        output, found, status = text.rpartition("\n" + marker)
+        if not found:  # the wrapper itself was killed
+            return ExecResult(exit_code=-1, output=text[:output_cap], timed_out=True, duration_s=duration_s)
+        leftover_text, _, rc_text = status.strip().partition(" ")
+        leftover = int(leftover_text) if leftover_text.isdigit() else 0
+        exit_code = int(rc_text) if rc_text.lstrip("-").isdigit() else -1
+        if leftover:
+            output += f"\n[output truncated: {leftover} more bytes]"
+        timed_out = exit_code == 137 and duration_s >= limit - 0.5
+        return ExecResult(exit_code, output, leftover > 0, timed_out, duration_s)
+
+    def _kill_all_but_init(self) -> None:
+        try:
+            self.client.api.exec_start(
+                self.client.api.exec_create(self._container.id, ["kill", "-9", "-1"], user="0")["Id"]
+            )
+        except Exception:
+            pass
+
+    # ----- files ------------------------------------------------------------------------------------
+    def read_file(self, path: str, max_bytes: int = 10_000_000) -> bytes:
+        """The bytes of the regular file at ``path``. Raises FileNotFoundError, IsADirectoryError or
+        ValueError (larger than ``max_bytes``)."""
+        import docker
+
+        try:
+            stream, stat = self._container.get_archive(path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(path) from None
+        if stat.get("size", 0) > max_bytes:
+            raise ValueError(f"{path} is {stat['size']} bytes, more than the {max_bytes} this reads")
+        data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            member = archive.next()
+            if member is None or member.isdir():
+                raise IsADirectoryError(path)
+            if not member.isfile():
+                raise ValueError(f"{path} is not a regular file")
+            handle = archive.extractfile(member)
+            assert handle is not None
+            return handle.read()
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Create or replace the file at the absolute ``path`` (its folder is created)."""
+        if not path.startswith("/"):
+            raise ValueError(f"write_file needs an absolute path, got {path!r}")
+        folder, name = posixpath.split(posixpath.normpath(path))
+        made = self.exec(f"mkdir -p -- {shlex.quote(folder)}", timeout_s=30)
+        if not made.ok:
+            raise OSError(f"cannot create {folder}: {made.output.strip()}")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            archive.addfile(info, io.BytesIO(data))
+        if not self._container.put_archive(folder, buffer.getvalue()):
+            raise OSError(f"the Docker engine refused to write {path}")
+
+    def put_tree(self, folder: str, files: Mapping[str, bytes]) -> None:
+        """Write many files under ``folder`` in one archive: relative paths, folders created (0755),
+        files 0644 whatever modes they came with."""
+        self.exec(f"mkdir -p -- {shlex.quote(folder)}", timeout_s=30)
+        buffer = io.BytesIO()
+        made = set()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            for rel, data in sorted(files.items()):
+                parts = rel.split("/")
+                for depth in range(1, len(parts)):
+                    parent = "/".join(parts[:depth])
+                    if parent not in made:
+                        made.add(parent)
+                        info = tarfile.TarInfo(parent)
+                        info.type, info.mode = tarfile.DIRTYPE, 0o755
+                        archive.addfile(info)
+                info = tarfile.TarInfo(rel)
+                info.size, info.mode, info.mtime = len(data), 0o644, 0
+                archive.addfile(info, io.BytesIO(data))
+        if not self._container.put_archive(folder, buffer.getvalue()):
+            raise OSError(f"the Docker engine refused to write under {folder}")
+
+    # ----- life cycle -------------------------------------------------------------------------------
+    def commit(self, repository: str, tag: str, changes: Optional[List[str]] = None) -> str:
+        """Save the container's filesystem as the image ``repository:tag``; returns the tag."""
+        self._container.commit(repository=repository, tag=tag, changes=changes or [])
+        return f"{repository}:{tag}"
+
+    @property
+    def id(self) -> Optional[str]:
+        return None if self._container is None else self._container.id
+
+    def close(self) -> None:
+        container, self._container = self._container, None
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "Container":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten container must not outlive its owner for long
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def containers_of_kind(client: Any, kind: str) -> List[Any]:
+    """Every container (running or not) this module started with ``kind``: what tests check is gone."""
+    return client.containers.list(all=True, filters={"label": f"{KIND_LABEL}={kind}"})

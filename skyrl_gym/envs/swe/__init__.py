@@ -1,0 +1,1 @@
+"""The ``swe`` environment: software-engineering tasks in docker containers (see README.md)."""

@@ -1,0 +1,151 @@
+"""SWE-bench's "resolved" rule, run in a fresh container the model's code never ran in.
+
+1. Set the repository up at ``base_commit``; apply the model's patch (one that does not apply is
+   not resolved).
+2. Put back every protected file the patch touched: the files of the hidden ``test_patch``, every
+   ``conftest.py``, pytest's configuration files, ``*.pth``, ``sitecustomize.py``. A patch whose
+   library code reaches for the test harness (pytest's internals, the report descriptor,
+   profiling hooks) is not resolved either.
+3. Apply the hidden ``test_patch`` and run the tests of FAIL_TO_PASS and PASS_TO_PASS. Outcomes
+   arrive over a descriptor of their own (see ``_pytest_report``); a report that is missing,
+   malformed or says a test twice counts every test as failed.
+4. Resolved iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes.
+
+What this cannot stop: code under test shares pytest's process, so code written to rewrite pytest's
+outcomes from inside (without naming pytest in the patch, e.g. by walking ``gc`` objects) could forge
+a pass. docs/swe.md has the whole threat model.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Set
+
+from skygym_sandboxes.containers import ContainerLimits
+
+from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
+from skyrl_gym.envs.swe.runtime import SWERuntime
+
+PROTECTED_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py"}
+# Library code has no business with these; a patch that adds them outside test files is refused.
+HARNESS_PATTERN = re.compile(
+    r"\b_?pytest\b|SKYGYM_|/proc/self/fd|\bos\.(?:dup2?|fdopen|write)\s*\(|\bsys\.(?:setprofile|settrace)\b"
+)
+_DIFF_PATH = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|\+\+\+ b/(\S+)|--- a/(\S+)|rename (?:from|to) (\S+))", re.MULTILINE)
+
+
+@dataclass
+class EvalReport:
+    instance_id: str
+    resolved: bool = False
+    patch_applied: bool = False
+    fail_to_pass: Dict[str, List[str]] = field(default_factory=lambda: {"success": [], "failure": []})
+    pass_to_pass: Dict[str, List[str]] = field(default_factory=lambda: {"success": [], "failure": []})
+    error: str = ""
+    instance_error: bool = False  # the row or its image is broken, not the patch
+    restored_paths: List[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def patch_paths(patch: str) -> Set[str]:
+    """Every path a unified or git diff touches."""
+    paths: Set[str] = set()
+    for match in _DIFF_PATH.finditer(patch):
+        paths.update(group for group in match.groups() if group and group != "/dev/null")
+    return paths
+
+
+def is_test_path(path: str) -> bool:
+    parts = path.split("/")
+    name = parts[-1]
+    return (
+        name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+        or any(part in ("tests", "test", "testing") for part in parts[:-1])
+    )
+
+
+def harness_tampering(patch: str) -> Optional[str]:
+    """Why the patch's non-test code touches the test harness, or None."""
+    current = ""
+    for line in patch.splitlines():
+        if line.startswith("+++ "):
+            current = line[6:] if line.startswith("+++ b/") else line[4:]
+            continue
+        if line.startswith("+") and current and not is_test_path(current):
+            found = HARNESS_PATTERN.search(line)
+            if found:
+                return f"{current} adds {found.group(0)!r}, which reaches for the test harness"
+    return None
+
+
+def protected_paths(instance: SWEInstance, model_patch: str) -> List[str]:
+    hidden = patch_paths(instance.test_patch)
+    touched = patch_paths(model_patch)
+    return sorted(
+        path
+        for path in touched
+        if path in hidden or path.rsplit("/", 1)[-1] in PROTECTED_NAMES or path.endswith(".pth")
+    )
+
+
+def evaluate_patch(
+    instance: SWEInstance,
+    model_patch: str,
+    client: Any = None,
+    timeout_s: float = 600.0,
+    limits: Optional[ContainerLimits] = None,
+    base_url: Optional[str] = None,
+) -> EvalReport:
+    """Apply ``model_patch`` and the hidden tests in a fresh container; the resolved verdict with per-test results."""
+    started = time.monotonic()
+    report = EvalReport(instance.instance_id)
+    with SWERuntime(instance, client=client, limits=limits, base_url=base_url) as runtime:
+        try:
+            runtime.setup()
+        except SWEInstanceError as exc:
+            report.error, report.instance_error = str(exc), True
+            return _finish(report, started)
+        applied = runtime.apply_patch(model_patch, "model")
+        if not applied.ok:
+            report.error = f"the model patch does not apply: {applied.output.strip()[-500:]}"
+            return _finish(report, started)
+        report.patch_applied = True
+        tampering = harness_tampering(model_patch)
+        if tampering:
+            report.error = f"the patch is refused: {tampering}"
+            return _finish(report, started)
+        report.restored_paths = protected_paths(instance, model_patch)
+        for path in report.restored_paths:
+            quoted = path.replace("'", "'\\''")
+            runtime.exec(
+                f"git checkout -q {instance.base_commit} -- '{quoted}' 2>/dev/null || rm -rf -- '{quoted}'", timeout_s=30
+            )
+        hidden = runtime.apply_patch(instance.test_patch, "tests")
+        if not hidden.ok:
+            report.error = (
+                f"instance {instance.instance_id!r}: field 'test_patch' does not apply at base_commit: "
+                f"{hidden.output.strip()[-500:]}"
+            )
+            report.instance_error = True
+            return _finish(report, started)
+        run = runtime.run_tests(instance.test_files, timeout_s=timeout_s)
+    for name, tests in (("fail_to_pass", instance.FAIL_TO_PASS), ("pass_to_pass", instance.PASS_TO_PASS)):
+        bucket = getattr(report, name)
+        for test_id in tests:
+            bucket["success" if run.passed(test_id) else "failure"].append(test_id)
+    if run.error:
+        report.error = run.error + (f"\n{run.log_tail[-1500:]}" if run.log_tail else "")
+    report.resolved = not run.error and not report.fail_to_pass["failure"] and not report.pass_to_pass["failure"]
+    return _finish(report, started)
+
+
+def _finish(report: EvalReport, started: float) -> EvalReport:
+    report.duration_s = round(time.monotonic() - started, 3)
+    return report

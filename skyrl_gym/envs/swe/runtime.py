@@ -1,0 +1,197 @@
+"""One SWE instance's repository in a container: set up at ``base_commit``, edit, diff, run tests.
+
+    with SWERuntime(instance) as runtime:      # a fresh container of instance.image_name
+        runtime.setup()                         # /testbed at base_commit (verified)
+        runtime.exec("sed -i s/a/b/ x.py")
+        patch = runtime.diff()                  # the git diff against base_commit
+        run = runtime.run_tests(["tests/test_x.py"])
+
+Built instances carry a ``setup_patch``: it is applied to the image's ``/testbed`` and committed as
+the only commit, with fixed author, committer and dates, so the commit id equals ``base_commit``
+whenever the image and patch are the ones the row was built from (checked: a mismatch is an error
+naming the instance). The history holds nothing but that commit: the fix cannot be read from it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from skygym_sandboxes.containers import Container, ContainerLimits, ExecResult
+
+from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
+
+TESTBED = "/testbed"
+HELPERS = "/opt/skygym"
+REPORT_PLUGIN = "skygym_pytest_report"
+REPORT_PLUGIN_SOURCE = (Path(__file__).parent / "_pytest_report.py").read_bytes()
+# Fixed commit metadata: the same tree gives the same commit id in every container.
+COMMIT_ENV = {
+    "GIT_AUTHOR_NAME": "skyrl-gym",
+    "GIT_AUTHOR_EMAIL": "swe@skyrl-gym.invalid",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+    "GIT_COMMITTER_NAME": "skyrl-gym",
+    "GIT_COMMITTER_EMAIL": "swe@skyrl-gym.invalid",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+}
+# What the model's tools must never put in a patch: bytecode and caches the test runs leave behind.
+GIT_EXCLUDES = "__pycache__/\n*.pyc\n.pytest_cache/\n*.egg-info/\n"
+CONTAINER_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "GIT_PAGER": "cat", "PAGER": "cat"}
+
+
+@dataclass
+class TestOutcome:
+    nodeid: str
+    outcome: str  # passed, failed, error, skipped, xfailed, xpassed
+    message: str = ""
+    calls: List[Any] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome in ("passed", "xfailed")
+
+
+@dataclass
+class TestRun:
+    """The per-test outcomes of one run, or why there are none (``error``): a timeout, a report
+    that is missing, malformed or written twice for a test (tampered)."""
+
+    outcomes: Dict[str, TestOutcome] = field(default_factory=dict)
+    error: str = ""
+    log_tail: str = ""
+    duration_s: float = 0.0
+
+    def passed(self, nodeid: str) -> bool:
+        outcome = self.outcomes.get(nodeid)
+        return outcome is not None and outcome.passed
+
+
+def parse_report(text: str) -> TestRun:
+    """The plugin's JSON lines. Anything else on the channel, a test reported twice, or no end line
+    makes the whole run invalid: an outcome that might be forged is never counted as a pass."""
+    run = TestRun()
+    ended = False
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            return TestRun(error="the test report holds a line that is not the reporter's (tampered or corrupted)")
+        if not isinstance(entry, dict) or ended:
+            return TestRun(error="the test report has extra lines (tampered or corrupted)")
+        if entry.get("end") is True:
+            ended = True
+            continue
+        nodeid, outcome = entry.get("nodeid"), entry.get("outcome")
+        if not isinstance(nodeid, str) or not isinstance(outcome, str) or nodeid in run.outcomes:
+            return TestRun(error=f"the test report is malformed or reports {nodeid!r} twice (tampered or corrupted)")
+        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, str(entry.get("message") or ""), list(entry.get("calls") or []))
+    if not ended:
+        return TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
+    return run
+
+
+class SWERuntime:
+    """A container of ``instance.image_name`` with the repository in ``/testbed`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        instance: SWEInstance,
+        client: Any = None,
+        limits: Optional[ContainerLimits] = None,
+        base_url: Optional[str] = None,
+    ) -> None:
+        self.instance = instance
+        self.container = Container(
+            instance.image_name, client=client, limits=limits, workdir=TESTBED, env=CONTAINER_ENV, kind="swe", base_url=base_url
+        )
+
+    # ----- set-up -----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Bring ``/testbed`` to ``base_commit``; raises :class:`SWEInstanceError` when it cannot."""
+        instance = self.instance
+        if instance.setup_patch:
+            self.container.write_file(f"{HELPERS}/setup.patch", instance.setup_patch.encode("utf-8"))
+            script = (
+                "set -e; rm -rf .git; git init -q; "
+                f"git apply --binary {HELPERS}/setup.patch; "
+                "git add -A; git commit -q --no-verify -m base; git rev-parse HEAD"
+            )
+        else:
+            script = f"git checkout -q -f {instance.base_commit} 2>&1 && git rev-parse HEAD"
+        done = self.container.exec(script, timeout_s=120, env=COMMIT_ENV)
+        head = done.output.strip().splitlines()[-1:] or [""]
+        if not done.ok:
+            raise SWEInstanceError(
+                f"instance {instance.instance_id!r}: cannot set up the repository at base_commit "
+                f"({'field setup_patch' if instance.setup_patch else 'image ' + instance.image_name}): {done.output.strip()[-400:]}"
+            )
+        if head[0] != instance.base_commit:
+            raise SWEInstanceError(
+                f"instance {instance.instance_id!r}: field 'base_commit' is {instance.base_commit} but the image "
+                f"{instance.image_name} with its setup_patch gives {head[0]} (the image or the row changed)"
+            )
+        self.exec(f"cat >> .git/info/exclude <<'EOF'\n{GIT_EXCLUDES}EOF")
+
+    # ----- the model's side -------------------------------------------------------------------------
+    def exec(self, command: str, timeout_s: float = 60.0, output_cap: int = 16_000) -> ExecResult:
+        return self.container.exec(command, timeout_s=timeout_s, output_cap=output_cap)
+
+    def diff(self) -> str:
+        """Everything changed since ``base_commit`` (new files included) as one git diff."""
+        done = self.container.exec(
+            f"git add -A && git diff --cached --binary {self.instance.base_commit}; git reset -q",
+            timeout_s=60,
+            output_cap=20_000_000,
+        )
+        if done.exit_code != 0:
+            raise RuntimeError(f"git diff failed in the container: {done.output[-400:]}")
+        return done.output
+
+    def apply_patch(self, patch: str, name: str) -> ExecResult:
+        """``git apply`` the patch in ``/testbed``; an empty patch applies trivially."""
+        if not patch.strip():
+            return ExecResult(0, "")
+        path = f"{HELPERS}/{name}.patch"
+        self.container.write_file(path, patch.encode("utf-8"))
+        return self.container.exec(f"git apply --binary --whitespace=nowarn {path} 2>&1", timeout_s=60)
+
+    # ----- tests ------------------------------------------------------------------------------------
+    def run_tests(self, test_files: Sequence[str], timeout_s: float = 600.0) -> TestRun:
+        return run_pytest(self.container, test_files, timeout_s=timeout_s)
+
+    # ----- life cycle -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.container.close()
+
+    def __enter__(self) -> "SWERuntime":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float = 600.0, trace: bool = False) -> TestRun:
+    """Run pytest on ``test_files`` in ``/testbed``; outcomes come over a descriptor of their own, not
+    the console (which goes to ``/tmp/skygym-pytest.log``). ``trace`` adds each test's called functions."""
+    container.write_file(f"{HELPERS}/{REPORT_PLUGIN}.py", REPORT_PLUGIN_SOURCE)
+    files = " ".join(shlex.quote(path) for path in test_files)
+    trace_env = f"SKYGYM_TRACE_ROOT={TESTBED}/ " if trace else ""
+    command = (
+        f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 {trace_env}"
+        "python3 -c 'import os, sys, pytest; os._exit(int(pytest.main(sys.argv[1:])))' "
+        f"-p {REPORT_PLUGIN} -p no:cacheprovider -o addopts= -q --rootdir={TESTBED} {files} "
+        "3>&1 1>/tmp/skygym-pytest.log 2>&1"
+    )
+    done = container.exec(command, timeout_s=timeout_s, output_cap=50_000_000, workdir=TESTBED)
+    run = parse_report(done.output)
+    if done.timed_out:
+        run = TestRun(error=f"the tests ran past {timeout_s:.0f} s")
+    run.duration_s = done.duration_s
+    if run.error:
+        run.log_tail = container.exec("tail -c 3000 /tmp/skygym-pytest.log", timeout_s=30).output
+    return run
