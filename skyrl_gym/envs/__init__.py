@@ -35,4 +35,9 @@ register_dataset("humaneval", "skyrl_gym.envs.humaneval.dataset:build_rows")
 register(id="code_interpreter", entry_point="skyrl_gym.envs.code_interpreter.env:CodeInterpreterEnv",
          description="Math with a sandboxed Python tool over several turns; 1.0 for a correct \\boxed{} answer.")
 
+# --- software engineering (issue: SWE tasks in docker sandboxes) -------------------------------------
+register(id="swe", entry_point="skyrl_gym.envs.swe.env:SWEEnv",
+         description="Fix a bug in a real repository in a container (bash, editor, submit); 1.0 iff SWE-bench's resolved rule holds.")
+register_dataset("swe", "skyrl_gym.envs.swe.dataset:build_rows")
+
 __all__ = ["register", "deregister"]

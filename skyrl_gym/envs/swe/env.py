@@ -1,0 +1,122 @@
+"""``swe``: fix a bug in a real repository inside a container, rewarded by SWE-bench's resolved rule.
+
+Each episode gets a container of the row's image with the repository at ``base_commit``. The model
+calls tools (``<tool_call>{"name": "bash", "arguments": {"command": "..."}}</tool_call>``, or
+``<bash>...</bash>``): ``bash``, ``str_replace_editor`` and ``submit`` (see :mod:`.tools`). When it
+submits, or at ``max_turns``, its patch is the ``git diff`` against ``base_commit``; the patch is
+graded in a fresh container with the hidden tests (:mod:`.grading`): reward 1.0 iff resolved.
+``metadata`` of the last step carries the patch and the per-test report.
+
+``env_config``: ``docker_host`` (default ``$SKYGYM_DOCKER_HOST`` or docker's own), ``bash_timeout_s``
+(60), ``output_cap`` (16000 bytes per tool result), ``eval_timeout_s`` (600), ``memory_mb`` (2048),
+``cpus`` (1.0), ``max_turns`` (30; a row's ``max_turns`` wins).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+from skygym_sandboxes.containers import ContainerLimits
+
+from skyrl_gym.core import ConversationType, StepOutput
+from skyrl_gym.envs.base_text_env import BaseTextEnv
+from skyrl_gym.envs.config_values import config_value
+from skyrl_gym.envs.swe.grading import EvalReport, evaluate_patch
+from skyrl_gym.envs.swe.instances import normalize_row
+from skyrl_gym.envs.swe.runtime import SWERuntime
+from skyrl_gym.envs.swe.tools import SWEToolGroup
+from skyrl_gym.tools.parsers import parse_tool_calls
+
+NO_TOOL_CALL = (
+    'No tool call was found. Call a tool with <tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call> '
+    "(tools: bash, str_replace_editor, submit); call submit when the fix is done."
+)
+
+
+class SWEEnv(BaseTextEnv):
+    def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__(env_config, extras)
+        self.instance = normalize_row(self.extras)
+        self.base_url: Optional[str] = config_value(env_config, "docker_host", None)
+        self.bash_timeout_s = float(config_value(env_config, "bash_timeout_s", 60.0))
+        self.output_cap = int(config_value(env_config, "output_cap", 16_000))
+        self.eval_timeout_s = float(config_value(env_config, "eval_timeout_s", 600.0))
+        self.limits = ContainerLimits(
+            memory_mb=int(config_value(env_config, "memory_mb", 2048)), cpus=float(config_value(env_config, "cpus", 1.0))
+        )
+        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", 30))
+        self.runtime: Optional[SWERuntime] = None
+        self.tools: Optional[SWEToolGroup] = None
+        self.tool_calls = 0
+        self.report: Optional[EvalReport] = None
+        self.patch = ""
+
+    def init(self, prompt: ConversationType = None) -> Tuple[ConversationType, Dict[str, Any]]:  # type: ignore[override]
+        self.runtime = SWERuntime(self.instance, limits=self.limits, base_url=self.base_url)
+        try:
+            self.runtime.setup()
+        except BaseException:
+            self.close()
+            raise
+        self.tools = SWEToolGroup(self.runtime.container, timeout_s=self.bash_timeout_s, output_cap=self.output_cap)
+        self.init_tool_groups([self.tools])
+        return (prompt if prompt is not None else []), {"instance_id": self.instance.instance_id}
+
+    def _arguments(self, call: Any) -> Dict[str, Any]:
+        if call.syntax == "json":
+            return dict(call.arguments)
+        return {"command": call.content} if call.name == "bash" else {}
+
+    def step(self, action: str) -> StepOutput:  # type: ignore[override]
+        if self.tools is None:
+            raise RuntimeError("call init() before step()")
+        self.turns += 1
+        parsed = parse_tool_calls(action, xml_tags=("bash", "submit"))
+        observations: List[Dict[str, str]] = [
+            {"role": "user", "content": f"Your tool call could not be parsed: {error}"} for error in parsed.errors
+        ]
+        for call in parsed.calls:
+            if call.name not in self.tool_to_toolgroup:
+                observations.append({"role": "user", "content": f"There is no tool {call.name!r}; the tools are {list(self.tool_to_toolgroup)}."})
+                continue
+            self.tool_calls += 1
+            try:
+                output = self._execute_tool("swe", call.name, self._arguments(call))
+            except TypeError as exc:  # wrong or missing arguments: tell the model, as a tool would
+                output = f"Error: bad arguments for {call.name}: {exc}"
+            if self.tools.submitted:
+                break
+            text = output if isinstance(output, str) else json.dumps(output, default=str)
+            observations.append({"role": "user", "content": text})
+        if not parsed.calls and not parsed.errors:
+            observations.append({"role": "user", "content": NO_TOOL_CALL})
+        if self.tools.submitted or self.turns >= self.max_turns:
+            return self._finish("submitted" if self.tools.submitted else "max_turns")
+        return {"observations": observations, "reward": 0.0, "done": False, "metadata": {}}
+
+    def _finish(self, reason: str) -> StepOutput:
+        assert self.runtime is not None
+        self.patch = self.runtime.diff()
+        self.runtime.close()
+        self.report = evaluate_patch(self.instance, self.patch, limits=self.limits, timeout_s=self.eval_timeout_s, base_url=self.base_url)
+        return {
+            "observations": [],
+            "reward": 1.0 if self.report.resolved else 0.0,
+            "done": True,
+            "metadata": {"finish_reason": reason, "resolved": self.report.resolved, "model_patch": self.patch,
+                         "report": self.report.to_dict()},
+        }
+
+    def close(self) -> None:
+        runtime, self.runtime = self.runtime, None
+        if runtime is not None:
+            runtime.close()
+
+    def get_metrics(self) -> Dict[str, Any]:
+        return {
+            "tool_calls": self.tool_calls,
+            "submitted": bool(self.tools and self.tools.submitted),
+            "resolved": bool(self.report and self.report.resolved),
+            "patch_lines": self.patch.count("\n"),
+        }
