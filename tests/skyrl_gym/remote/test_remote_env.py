@@ -176,3 +176,16 @@ def test_serving_beyond_loopback_needs_a_token():
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
                             env={k: v for k, v in __import__("os").environ.items() if k != "SKYRL_GYM_ENV_SERVICE_TOKEN"})
     assert result.returncode == 2 and "without a bearer token" in result.stderr
+
+
+def test_the_remote_can_be_described_by_env_config_as_a_trainer_section_would(service):
+    config = {"url": service.url, "env_id": "gsm8k", "token": TOKEN, "env_config": {}}
+    with skyrl_gym.make("remote", env_config=config, extras=GSM8K_ROW) as env:
+        env.init(PROMPT)
+        assert env.step("#### 72")["reward"] == 1.0 and env.env_id == "gsm8k"
+
+
+def test_serve_env_refuses_ids_that_are_not_registered():
+    result = subprocess.run([sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--envs", "gsm8k,nosuch"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "['nosuch']" in result.stderr
