@@ -32,6 +32,7 @@ from skyrl_gym.core import Env, StepOutput
 from skyrl_gym.errors import DataError, Error
 from skyrl_gym.metrics import default_aggregate_metrics
 from skyrl_gym.remote import TOKEN_ENV, URL_ENV
+from skyrl_gym.remote.wire import encode
 from skyrl_gym.tools.search import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -176,7 +177,10 @@ class RemoteEnv(Env):
 
     # ----- HTTP ------------------------------------------------------------------------------------------------
     def _headers(self) -> Dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
 
     def _sync_session(self) -> Any:
         import requests
@@ -215,7 +219,8 @@ class RemoteEnv(Env):
         last = "no attempt was made"
         for attempt in range(1, attempts + 1):
             try:
-                response = session.request(method, url, json=body, headers=self._headers(), timeout=timeout)
+                response = session.request(method, url, data=None if body is None else encode(body),
+                                           headers=self._headers(), timeout=timeout)
             except requests.exceptions.Timeout:
                 last = f"no answer within {timeout[1]:g} s"
             except requests.exceptions.ConnectionError as exc:
@@ -262,10 +267,11 @@ class RemoteEnv(Env):
         session = await self._async_session()
         url = self.url + path
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, connect=self.connect_timeout_s)
+        data = None if body is None else encode(body)
         last = "no attempt was made"
         for attempt in range(1, self.retry.attempts + 1):
             try:
-                async with session.request(method, url, json=body, timeout=timeout) as response:
+                async with session.request(method, url, data=data, timeout=timeout) as response:
                     text = await response.text()
                     if response.status in RETRYABLE_STATUS:
                         last = f"HTTP {response.status}: {text[:300]}"

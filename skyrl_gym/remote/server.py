@@ -22,6 +22,7 @@ import uuid
 from typing import Any, AsyncIterator, Callable, Dict, Optional, Sequence, Tuple
 
 from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
+from skyrl_gym.remote.wire import encode
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # the checker sends a 10 MB action: a remote env must take what a local one does
 DEFAULT_MAX_SESSIONS = 4096
@@ -40,27 +41,6 @@ class Refused(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-def _jsonable(value: Any) -> Any:
-    """``json.dumps``'s fallback for what envs put in metadata: numpy scalars and arrays, sets, bytes, objects."""
-    for method in ("item", "tolist"):  # numpy scalars / arrays
-        convert = getattr(value, method, None)
-        if callable(convert):
-            try:
-                return convert()
-            except Exception:
-                pass
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return repr(value)
-
-
-def encode(payload: Any) -> bytes:
-    # allow_nan: a NaN reward reaches the client as it is, so the client's checker reports it
-    return json.dumps(payload, default=_jsonable, ensure_ascii=False).encode("utf-8")
 
 
 class Session:
@@ -309,8 +289,8 @@ def create_app(
         return await asyncio.shield(task)
 
     async def init_session(request: Request) -> Reply:
+        body = await read_json(request)  # the token first: an unauthorised caller learns nothing of sessions
         session = session_of(request.path_params["session_id"])
-        body = await read_json(request)
         request_id = optional_id(body, "request_id")
         prompt = body.get("prompt")
         if prompt is not None and not isinstance(prompt, list):
@@ -323,8 +303,8 @@ def create_app(
         return await call(session, request_id, "init", operation)
 
     async def step_session(request: Request) -> Reply:
+        body = await read_json(request)  # the token first: an unauthorised caller learns nothing of sessions
         session = session_of(request.path_params["session_id"])
-        body = await read_json(request)
         request_id = optional_id(body, "request_id")
         if "action" not in body:
             raise Refused(422, "action is required (the model's text)")

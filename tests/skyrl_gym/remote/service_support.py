@@ -78,8 +78,11 @@ class CounterEnv(BaseTextEnv):
         self.applied.append(action)
         done = self.turns >= self.max_turns
         observations = [] if done else [{"role": "user", "content": f"turn {self.turns} done"}]
+        metadata: Dict[str, Any] = {"applied_steps": len(self.applied)}
+        if action == "odd values":  # what envs put in metadata that JSON has no type for
+            metadata.update(tags={"only"}, pair=(1, 2), raw=b"bytes", ratio=float("nan"))
         return StepOutput(observations=observations, reward=1.0 if action == "good" else 0.0, done=done,
-                          metadata={"applied_steps": len(self.applied)})
+                          metadata=metadata)
 
     def get_metrics(self) -> Dict[str, Any]:
         return {"applied_steps": len(self.applied)}

@@ -189,3 +189,13 @@ def test_serve_env_refuses_ids_that_are_not_registered():
     result = subprocess.run([sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--envs", "gsm8k,nosuch"],
                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "['nosuch']" in result.stderr
+
+
+def test_values_json_has_no_type_for_arrive_as_their_nearest_json(service):
+    import math
+
+    with remote(service, COUNTER_ID, extras={"max_turns": 2, "note": float("nan")}) as env:
+        env.init([])
+        metadata = env.step("odd values")["metadata"]
+    assert metadata["tags"] == ["only"] and metadata["pair"] == [1, 2] and metadata["raw"] == "bytes"
+    assert math.isnan(metadata["ratio"])
