@@ -77,6 +77,8 @@ def config_value(config: Any, key: str, default: Any = None) -> Any:
 class JudgeError(Error):
     """The judge is misconfigured (no endpoint, no model), unreachable, or its answer cannot be read."""
 
+    attempts = 0  # the HTTP attempts made before the error (set by the client)
+
 
 @dataclasses.dataclass(frozen=True)
 class JudgeEndpoint:
@@ -317,6 +319,11 @@ def judge_messages(
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
+def _after(attempts: int, error: JudgeError) -> JudgeError:
+    error.attempts = attempts
+    return error
+
+
 def _answer_text(data: Any, url: str) -> str:
     try:
         content = data["choices"][0]["message"]["content"]
@@ -376,7 +383,7 @@ class JudgeClient:
             except requests.exceptions.ConnectionError as exc:
                 last_error = f"cannot connect to the judge at {url} ({type(exc).__name__})"
             except requests.exceptions.RequestException as exc:
-                raise JudgeError(f"request to the judge at {url} failed: {exc}") from exc
+                raise _after(attempt, JudgeError(f"request to the judge at {url} failed: {exc}")) from exc
             else:
                 if response.status_code in RETRYABLE_STATUS:
                     last_error = f"the judge at {url} answered HTTP {response.status_code}: {response.text[:200]!r}"
@@ -384,18 +391,21 @@ class JudgeClient:
                     hint = {401: " (check api_key / " + API_KEY_ENV + ")", 403: " (check api_key)",
                             404: " (check base_url: it should name the server, e.g. http://host:8000/v1, "
                                  "and the model name)"}.get(response.status_code, "")
-                    raise JudgeError(f"the judge at {url} answered HTTP {response.status_code}{hint}: "
-                                     f"{response.text[:300]!r}")
+                    raise _after(attempt, JudgeError(f"the judge at {url} answered HTTP {response.status_code}"
+                                                     f"{hint}: {response.text[:300]!r}"))
                 else:
                     try:
                         data = response.json()
                     except ValueError:
-                        raise JudgeError(f"the judge at {url} answered something that is not JSON: "
-                                         f"{response.text[:300]!r}")
-                    return _answer_text(data, url), attempt
+                        raise _after(attempt, JudgeError(f"the judge at {url} answered something that is not "
+                                                         f"JSON: {response.text[:300]!r}"))
+                    try:
+                        return _answer_text(data, url), attempt
+                    except JudgeError as exc:
+                        raise _after(attempt, exc)
             if attempt < self.retry.attempts:
                 time.sleep(self.retry.delay(attempt))
-        raise JudgeError(f"{last_error}; gave up after {self.retry.attempts} attempts")
+        raise _after(self.retry.attempts, JudgeError(f"{last_error}; gave up after {self.retry.attempts} attempts"))
 
     # -- verdicts ------------------------------------------------------------------------------------------------
     @staticmethod
@@ -428,24 +438,26 @@ class JudgeClient:
         started = time.perf_counter()
         attempts = 0
         text = ""
+        verdict = Verdict(score=None, error="the judge call was interrupted")
         try:
             text, attempts = self._post(messages)
             score, label = parse_verdict(text, scale)
             verdict = Verdict(score=score, label=label, text=text, attempts=attempts)
         except JudgeError as exc:
-            verdict = Verdict(score=None, text=text, error=str(exc), attempts=attempts or self.retry.attempts)
+            verdict = Verdict(score=None, text=text, error=str(exc), attempts=attempts or exc.attempts)
         except Exception as exc:  # a bug or an odd answer must not take a batch down
             verdict = Verdict(score=None, text=text, error=f"{type(exc).__name__}: {exc}", attempts=attempts)
-        verdict.seconds = time.perf_counter() - started
-        with self._lock:
-            self._in_flight.pop(key, None)
-            if verdict.ok and self.endpoint.cache_size > 0:
-                self._cache[key] = verdict
-                while len(self._cache) > self.endpoint.cache_size:
-                    self._cache.popitem(last=False)
-            if not verdict.ok:
-                self.stats["errors"] += 1
-        future.set_result(verdict)
+        finally:  # also on KeyboardInterrupt: requests waiting for this one must not wait forever
+            verdict.seconds = time.perf_counter() - started
+            with self._lock:
+                self._in_flight.pop(key, None)
+                if verdict.ok and self.endpoint.cache_size > 0:
+                    self._cache[key] = verdict
+                    while len(self._cache) > self.endpoint.cache_size:
+                        self._cache.popitem(last=False)
+                if not verdict.ok:
+                    self.stats["errors"] += 1
+            future.set_result(verdict)
         return verdict
 
     def judge_many(self, requests: Iterable[List[Dict[str, str]]], scale: float = 1.0) -> List[Verdict]:

@@ -216,6 +216,8 @@ def test_a_failing_judge_gives_reward_0_and_says_why(server, config, expected_er
 
     assert re.search(expected_error, output["metadata"]["judge_error"]), output["metadata"]["judge_error"]
     assert metrics["judge_error"] == 1
+    attempts = {"HTTP 404": 1, "could not read a score": 1, "no answer from .* within 0.5 s": 1}
+    assert output["metadata"]["judge"]["attempts"] == attempts.get(expected_error, 2)  # 404s are not retried
 
 
 def test_a_batch_with_failing_judge_calls_is_scored_to_the_end_and_the_failures_are_counted(server):
