@@ -30,6 +30,7 @@ SUBCOMMAND_MODULES = [
     "skyrl_gym.cli.serve_env",  # serve-env
     "skyrl_gym.cli.doctor_cmd",  # doctor
     "skyrl_gym.cli.init_cmd",  # init
+    "skyrl_gym.cli.swe_cmd",  # swe build / validate / score
 ]
 
 

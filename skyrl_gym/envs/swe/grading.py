@@ -18,10 +18,11 @@ a pass. docs/swe.md has the whole threat model.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from skygym_sandboxes.containers import ContainerLimits
 
@@ -149,3 +150,27 @@ def evaluate_patch(
 def _finish(report: EvalReport, started: float) -> EvalReport:
     report.duration_s = round(time.monotonic() - started, 3)
     return report
+
+
+def evaluate_many(
+    instances: Sequence[SWEInstance],
+    patches: Sequence[str],
+    client: Any = None,
+    workers: int = 2,
+    timeout_s: float = 600.0,
+    on_done: Callable[[EvalReport], None] = lambda report: None,
+) -> List[EvalReport]:
+    """:func:`evaluate_patch` for each (instance, patch), ``workers`` containers at a time, in input order.
+    An unexpected failure of one evaluation becomes that instance's error, never the batch's."""
+
+    def one(pair: Any) -> EvalReport:
+        instance, patch = pair
+        try:
+            report = evaluate_patch(instance, patch, client=client, timeout_s=timeout_s)
+        except Exception as exc:  # the engine went away, a container could not start, ...
+            report = EvalReport(instance.instance_id, error=f"evaluation failed: {type(exc).__name__}: {exc}")
+        on_done(report)
+        return report
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return list(pool.map(one, zip(instances, patches)))

@@ -24,7 +24,6 @@ once a project's source is in place.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import hashlib
 import io
 import json
@@ -40,7 +39,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from skygym_sandboxes.containers import Container, docker_client
 from skygym_sandboxes.images.build_image import build_image, cache_dir, image_exists
 
-from skyrl_gym.envs.swe.grading import evaluate_patch
+from skyrl_gym.envs.swe.grading import evaluate_many
 from skyrl_gym.envs.swe.instances import SWEInstance, write_jsonl
 from skyrl_gym.envs.swe.runtime import CONTAINER_ENV, COMMIT_ENV, HELPERS, TESTBED, TestRun, run_pytest
 from skyrl_gym.envs.swe.synth.mutations import Mutation, find_mutations, sample_mutations
@@ -293,19 +292,13 @@ def synthesize(
 def check_gold(client: Any, instances: Sequence[SWEInstance], workers: int = 2,
                on_done: Callable[[], None] = lambda: None) -> Dict[str, str]:
     """instance_id -> why the gold patch does not resolve it, for the instances where it does not."""
-    failures: Dict[str, str] = {}
-
-    def check(instance: SWEInstance) -> Tuple[str, str]:
-        report = evaluate_patch(instance, instance.patch, client=client, timeout_s=300)
-        reason = "" if report.resolved else (report.error or f"still failing: {report.fail_to_pass['failure'] + report.pass_to_pass['failure']}")
-        return instance.instance_id, reason
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for instance_id, reason in pool.map(check, instances):
-            on_done()
-            if reason:
-                failures[instance_id] = reason
-    return failures
+    reports = evaluate_many(instances, [instance.patch for instance in instances], client=client, workers=workers,
+                            timeout_s=300, on_done=lambda report: on_done())
+    return {
+        report.instance_id: report.error or f"still failing: {report.fail_to_pass['failure'] + report.pass_to_pass['failure']}"
+        for report in reports
+        if not report.resolved
+    }
 
 
 def build(
