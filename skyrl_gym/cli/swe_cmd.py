@@ -63,6 +63,13 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
 
         from skyrl_gym.errors import DataError
 
+        import signal
+
+        def interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        # A terminated run cleans up like an interrupted one: containers are removed on the way out.
+        signal.signal(signal.SIGTERM, interrupt)
         try:
             return command(args)
         except (UsageError, DataError, FileNotFoundError, SandboxUnavailable) as exc:

@@ -172,5 +172,9 @@ def evaluate_many(
         on_done(report)
         return report
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="swe-eval")
+    try:
         return list(pool.map(one, zip(instances, patches)))
+    finally:
+        # On Ctrl-C nothing new starts; the evaluations under way finish and remove their containers.
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,221 @@
+"""SWE rows, bug injection, the editor and the grader's rules, without a Docker engine.
+
+The container-backed behaviour of the same pieces is tested with a real engine in test_swe_docker.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from skyrl_gym.envs.swe.editor import Editor
+from skyrl_gym.envs.swe.grading import harness_tampering, patch_paths, protected_paths
+from skyrl_gym.envs.swe.instances import (
+    SWEInstanceError,
+    load_instances,
+    normalize_row,
+    swebench_image_name,
+    write_jsonl,
+)
+from skyrl_gym.envs.swe.replay import hunks, replay_actions
+from skyrl_gym.envs.swe.runtime import parse_report
+from skyrl_gym.envs.swe.synth.mutations import KINDS, find_mutations, sample_mutations
+from skyrl_gym.envs.swe.synth.projects import PROJECTS, select_projects
+
+FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "swe" / "swebench_style_row.json"
+
+
+def fixture_row() -> dict:
+    return json.loads(FIXTURE.read_text())
+
+
+# ----- rows --------------------------------------------------------------------------------------------
+def test_a_swebench_row_loads_with_its_json_string_test_lists_and_image_name():
+    instance = normalize_row(fixture_row())
+    assert instance.FAIL_TO_PASS == ["tests/test_ops.py::test_add"]
+    assert instance.PASS_TO_PASS == []
+    assert instance.image_name == "swebench/sweb.eval.x86_64.example-org_1776_calc-17:latest"
+    assert instance.test_files == ["tests/test_ops.py"]
+    assert instance.extra["environment_setup_commit"].startswith("3f1c")  # unknown columns are kept
+    assert instance.to_row()["environment_setup_commit"] == instance.extra["environment_setup_commit"]
+
+
+def test_r2e_rows_name_their_image_and_swe_gym_rows_take_a_namespace():
+    row = fixture_row()
+    assert normalize_row({**row, "docker_image": "r2e/calc:17"}).image_name == "r2e/calc:17"
+    assert swebench_image_name("a__b-1", namespace="xingyaoww") == "xingyaoww/sweb.eval.x86_64.a_1776_b-1:latest"
+
+
+@pytest.mark.parametrize("field", ["base_commit", "patch", "FAIL_TO_PASS", "problem_statement"])
+def test_a_row_missing_a_field_is_an_error_naming_the_instance_and_the_field(field):
+    row = fixture_row()
+    del row[field]
+    with pytest.raises(SWEInstanceError, match=rf"example-org__calc-17.*{field}"):
+        normalize_row(row)
+
+
+def test_bad_test_lists_and_bad_lines_are_named(tmp_path):
+    with pytest.raises(SWEInstanceError, match="FAIL_TO_PASS.*empty"):
+        normalize_row({**fixture_row(), "FAIL_TO_PASS": "[]"})
+    with pytest.raises(SWEInstanceError, match="PASS_TO_PASS.*JSON list"):
+        normalize_row({**fixture_row(), "PASS_TO_PASS": "tests/a.py::t"})
+    broken = tmp_path / "rows.jsonl"
+    broken.write_text(json.dumps(fixture_row()) + "\n{not json\n")
+    with pytest.raises(SWEInstanceError, match=r"rows.jsonl:2"):
+        load_instances(broken)
+    with pytest.raises(FileNotFoundError, match="no such instances file"):
+        load_instances(tmp_path / "missing.jsonl")
+
+
+def test_instances_round_trip_through_jsonl(tmp_path):
+    instance = normalize_row(fixture_row())
+    path = tmp_path / "out" / "instances.jsonl"
+    assert write_jsonl([instance, instance], path) == 2
+    again = load_instances(path)
+    assert [i.to_row() for i in again] == [instance.to_row()] * 2
+    assert load_instances(path, limit=1)[0].instance_id == "example-org__calc-17"
+
+
+# ----- bug injection -----------------------------------------------------------------------------------
+SOURCE = b'''\
+def window(items, size=2, strict=True):
+    """A docstring is never removed."""
+    out = []
+    for start in range(0, len(items) - size + 1):
+        chunk = items[start : start + size]
+        if len(chunk) == size and strict:
+            out.append(chunk)
+        total = start + 1
+    return max(out, key=len) if out else []
+
+
+LIMIT = 3 < 4  # module level: never mutated
+'''
+
+
+def test_every_kind_of_bug_is_found_and_each_leaves_valid_python():
+    mutations = find_mutations("pkg/mod.py", SOURCE)
+    assert {m.kind for m in mutations} == set(KINDS)
+    for mutation in mutations:
+        mutated = mutation.apply(SOURCE)
+        ast.parse(mutated)
+        assert mutated != SOURCE
+        assert mutation.function == "window"
+        assert mutated.endswith(b"LIMIT = 3 < 4  # module level: never mutated\n")
+    removed = [m for m in mutations if m.kind == "remove_statement"]
+    assert all(b'"""A docstring' in m.apply(SOURCE) for m in removed)
+
+
+def test_mutations_are_sampled_deterministically_one_function_at_a_time():
+    source = SOURCE + b"\n\ndef other(a, b):\n    return a < b\n"
+    mutations = find_mutations("pkg/mod.py", source)
+    first = list(sample_mutations(mutations, seed=3))
+    assert first == list(sample_mutations(mutations, seed=3))
+    assert len(first) == 2 and {m.function for m in first} == {"window", "other"}
+    assert len(list(sample_mutations(mutations, seed=3, per_function=100))) == len(mutations)
+
+
+def test_a_file_that_does_not_parse_has_no_mutations_and_projects_are_pinned():
+    assert find_mutations("x.py", b"def broken(:\n") == []
+    assert all("==" in project.requirement for project in PROJECTS.values())
+    assert len(PROJECTS) >= 5
+    assert [p.name for p in select_projects("six, toolz")] == ["six", "toolz"]
+    with pytest.raises(ValueError, match="unknown project 'nope'.*toolz"):
+        select_projects("nope")
+
+
+# ----- editor (a folder stands in for the container here) -------------------------------------------------
+class FolderFiles:
+    """Unit-test double of the container's files: the real container path is in test_swe_docker.py."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _local(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
+
+    def read(self, path):
+        return self._local(path).read_bytes()
+
+    def write(self, path, data):
+        self._local(path).parent.mkdir(parents=True, exist_ok=True)
+        self._local(path).write_bytes(data)
+
+    def kind(self, path):
+        local = self._local(path)
+        return "dir" if local.is_dir() else "file" if local.exists() else "missing"
+
+    def listing(self, path):
+        return "\n".join(sorted(str(p) for p in self._local(path).iterdir()))
+
+
+def test_the_editor_views_edits_inserts_and_undoes(tmp_path):
+    editor = Editor(FolderFiles(tmp_path))
+    assert editor.run("create", "/testbed/a.py", file_text="x = 1\ny = 2\nz = 3") == "File created: /testbed/a.py"
+    assert "already exists" in editor.run("create", "/testbed/a.py", file_text="")
+    view = editor.run("view", "/testbed/a.py", view_range=[2, -1])
+    assert "     2\ty = 2" in view and "     3\tz = 3" in view and "x = 1" not in view
+    assert "outside the file's lines 1-3" in editor.run("view", "/testbed/a.py", view_range=[0, 9])
+    assert "was edited" in editor.run("str_replace", "/testbed/a.py", old_str="y = 2", new_str="y = 20")
+    assert "does not occur" in editor.run("str_replace", "/testbed/a.py", old_str="nope", new_str="")
+    editor.run("insert", "/testbed/a.py", insert_line=0, new_str="# top")
+    assert (tmp_path / "testbed/a.py").read_text() == "# top\nx = 1\ny = 20\nz = 3"
+    assert "occurs 3 times in /testbed/a.py (lines [2, 3, 4])" in editor.run("str_replace", "/testbed/a.py", old_str=" = ", new_str="=")
+    editor.run("undo_edit", "/testbed/a.py")
+    editor.run("undo_edit", "/testbed/a.py")
+    assert (tmp_path / "testbed/a.py").read_text() == "x = 1\ny = 2\nz = 3"
+    assert "no edit" in editor.run("undo_edit", "/testbed/a.py")
+    assert "not absolute" in editor.run("view", "a.py") and "/testbed/a.py" in editor.run("view", "a.py")
+    assert "unknown command" in editor.run("delete", "/testbed/a.py")
+    assert "does not exist" in editor.run("view", "/testbed/zzz.py")
+    assert "a.py" in editor.run("view", "/testbed")
+
+
+def test_a_long_view_is_cut_with_a_note_saying_how_to_see_the_rest(tmp_path):
+    (tmp_path / "big.py").write_text("\n".join(f"line_{i} = {i}" for i in range(5000)))
+    view = Editor(FolderFiles(tmp_path), max_view_chars=2000).run("view", "/big.py")
+    assert len(view) < 2300 and "view_range=[" in view and "shows the rest" in view
+
+
+# ----- grading rules -----------------------------------------------------------------------------------
+def test_the_test_report_is_refused_when_tampered_with():
+    good = '{"nodeid": "t.py::a", "outcome": "passed", "message": ""}\n{"end": true, "exitstatus": 0}\n'
+    assert parse_report(good).passed("t.py::a")
+    for bad in (
+        '{"nodeid": "t.py::a", "outcome": "passed"}\n',  # no end line: the run was cut short
+        "PASSED t.py::a\n" + good,  # console text on the report channel
+        '{"nodeid": "t.py::a", "outcome": "passed"}\n' + good,  # a test reported twice
+        good + '{"nodeid": "t.py::b", "outcome": "passed"}\n',  # lines after the end
+    ):
+        run = parse_report(bad)
+        assert run.error and not run.passed("t.py::a")
+
+
+def test_patches_that_touch_the_harness_or_protected_files_are_caught():
+    instance = normalize_row(fixture_row())
+    sneaky = "diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1 +1,2 @@\n+import _pytest.runner\n"
+    assert "reaches for the test harness" in harness_tampering(sneaky)
+    fd_write = sneaky.replace("import _pytest.runner", "os.write(3, b'{}')")
+    assert harness_tampering(fd_write)
+    in_tests = sneaky.replace("calc/ops.py", "tests/helpers.py")
+    assert harness_tampering(in_tests) is None  # tests may use pytest
+    assert harness_tampering(instance.patch) is None
+    edits_tests = (
+        "diff --git a/tests/test_ops.py b/tests/test_ops.py\n--- a/tests/test_ops.py\n+++ b/tests/test_ops.py\n"
+        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
+        "diff --git a/calc/x.pth b/calc/x.pth\n--- /dev/null\n+++ b/calc/x.pth\n"
+    )
+    assert patch_paths(edits_tests) == {"tests/test_ops.py", "conftest.py", "calc/x.pth"}
+    assert protected_paths(instance, edits_tests + instance.patch) == ["calc/x.pth", "conftest.py", "tests/test_ops.py"]
+
+
+def test_a_patch_replays_as_one_str_replace_per_hunk_then_submit():
+    instance = normalize_row(fixture_row())
+    assert hunks(instance.patch) == [("calc/ops.py", "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b")]
+    actions = replay_actions(instance.patch)
+    assert len(actions) == 2 and '"name": "submit"' in actions[-1]
+    call = json.loads(actions[0][len("<tool_call>") : -len("</tool_call>")])
+    assert call["arguments"]["path"] == "/testbed/calc/ops.py" and call["arguments"]["command"] == "str_replace"
