@@ -414,7 +414,9 @@ class JudgeClient:
 
     def judge(self, messages: List[Dict[str, str]], scale: float = 1.0) -> Verdict:
         """The verdict on one request; never raises. Identical requests (same endpoint, model, messages and
-        scale) are asked once: later ones get the cached verdict, concurrent ones wait for the first."""
+        scale) are asked once: later ones get the cached verdict, concurrent ones wait for the first. The cache keeps
+        every answer the judge gave at temperature 0 (an unreadable one too: asked again, it says the same), never
+        a transport failure."""
         key = self.cache_key([self.endpoint.chat_url, self.endpoint.model, self.endpoint.temperature,
                               self.endpoint.max_tokens, scale, messages])
         with self._lock:
@@ -423,6 +425,8 @@ class JudgeClient:
             if hit is not None:
                 self._cache.move_to_end(key)
                 self.stats["cache_hits"] += 1
+                if not hit.ok:
+                    self.stats["errors"] += 1
                 return dataclasses.replace(hit, cached=True, attempts=0, seconds=0.0)
             waiting = self._in_flight.get(key)
             if waiting is None:
@@ -439,8 +443,10 @@ class JudgeClient:
         attempts = 0
         text = ""
         verdict = Verdict(score=None, error="the judge call was interrupted")
+        answered = False  # the judge gave an answer (readable or not): at temperature 0 asking again gives it again
         try:
             text, attempts = self._post(messages)
+            answered = True
             score, label = parse_verdict(text, scale)
             verdict = Verdict(score=score, label=label, text=text, attempts=attempts)
         except JudgeError as exc:
@@ -449,9 +455,10 @@ class JudgeClient:
             verdict = Verdict(score=None, text=text, error=f"{type(exc).__name__}: {exc}", attempts=attempts)
         finally:  # also on KeyboardInterrupt: requests waiting for this one must not wait forever
             verdict.seconds = time.perf_counter() - started
+            cacheable = verdict.ok or (answered and self.endpoint.temperature == 0.0)
             with self._lock:
                 self._in_flight.pop(key, None)
-                if verdict.ok and self.endpoint.cache_size > 0:
+                if cacheable and self.endpoint.cache_size > 0:
                     self._cache[key] = verdict
                     while len(self._cache) > self.endpoint.cache_size:
                         self._cache.popitem(last=False)

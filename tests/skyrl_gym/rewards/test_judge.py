@@ -218,6 +218,12 @@ def test_a_failing_judge_gives_reward_0_and_says_why(server, config, expected_er
     assert metrics["judge_error"] == 1
     attempts = {"HTTP 404": 1, "could not read a score": 1, "no answer from .* within 0.5 s": 1}
     assert output["metadata"]["judge"]["attempts"] == attempts.get(expected_error, 2)  # 404s are not retried
+    # an unreadable answer is the judge's answer (asked again, it says the same): cached; a failed call is not
+    with skyrl_gym.make("gsm8k", env_config={"judge": settings}, extras=gsm8k_row("7")) as env:
+        env.init([{"role": "user", "content": f"fail {expected_error}"}])
+        again = env.step("#### 7")
+    assert again["metadata"]["judge"]["cached"] is (expected_error == "could not read a score")
+    assert again["metadata"]["judge_error"] == output["metadata"]["judge_error"]
 
 
 def test_a_batch_with_failing_judge_calls_is_scored_to_the_end_and_the_failures_are_counted(server):
