@@ -8,7 +8,8 @@ from typing import Any, Dict, List, Optional
 
 
 def init_ray(num_cpus: Optional[int] = None, num_gpus: Optional[int] = None, **kwargs: Any) -> None:
-    """Start (or join) Ray with the dashboard off; workers see the driver's non-site-packages import paths.
+    """Start (or join) Ray with the dashboard off; workers see the driver's non-site-packages import paths and run
+    at the driver's priority (``RAY_worker_niceness=0`` unless set).
 
     On a small machine ``num_cpus`` bounds the workers Ray starts (e.g. ``num_cpus=2``).
     """
@@ -17,6 +18,9 @@ def init_ray(num_cpus: Optional[int] = None, num_gpus: Optional[int] = None, **k
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if ray.is_initialized():
         return
+    # Ray starts worker processes at nice 15; a training actor is the job's main work, and on a busy machine it
+    # would yield its cores to every other process. Only applies when this call starts Ray.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     # The packages themselves are installed (editable or wheel); this carries a user's own script folder.
     paths = [p for p in sys.path if p and "site-packages" not in p]
     env_vars = {

@@ -106,11 +106,16 @@ class PPOTrainer:
         self.model_path: Optional[str] = None
         self._weight_sync: Any = None
         self._producer: Any = None
+        self._setup_started: Optional[float] = None
+        self.setup_seconds: Optional[float] = None
+        """Seconds ``setup()`` took (Ray, workers, models, engines); the first step logs ``timing/to_first_step``."""
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
         from skygym_adapters.models import resolve_model
 
+        self._setup_started = time.perf_counter()
+        ray_started = self._start_ray_in_background() if self.t.use_ray else None
         random.seed(self.t.seed)
         torch.manual_seed(self.t.seed)
         self.model_path = str(resolve_model(self.t.policy.model.path).path)
@@ -135,14 +140,20 @@ class PPOTrainer:
         self.val_rows = self._drop_long_prompts(self.val_rows, "data.val_data")
         self.dataset = PromptDataset(self.train_rows, self.t.train_batch_size, self.t.seed, self.cfg.data.shuffle)
         self.total_steps = self._total_steps()
-        self._build_workers()
+        if ray_started is not None:
+            ray_started.result()
+        # Ray workers load their model while this process loads the engine's: the two overlap.
+        workers_loaded = self._build_workers()
         self._runner = _AsyncRunner()
-        if self._given_engine is not None:
-            self.engine = self._given_engine
-        else:
-            from skygym_adapters.engines import EngineClient
+        try:
+            if self._given_engine is not None:
+                self.engine = self._given_engine
+            else:
+                from skygym_adapters.engines import EngineClient
 
-            self.engine = EngineClient(create_engines(self.cfg, self.model_path, self.tokenizer))
+                self.engine = EngineClient(create_engines(self.cfg, self.model_path, self.tokenizer))
+        finally:
+            workers_loaded()
         if self._given_generator is not None:
             self.generator = self._given_generator
         elif self._generator_factory is not None:  # SkyRL's argument order: (cfg, tokenizer, engine client)
@@ -158,6 +169,25 @@ class PPOTrainer:
             config=to_dict(self.cfg),
             console_stream=self.console_stream,
         )
+        self.setup_seconds = time.perf_counter() - self._setup_started
+        logger.info("set-up took %.1fs (Ray %s)", self.setup_seconds, "on" if self.t.use_ray else "off")
+
+    @staticmethod
+    def _start_ray_in_background() -> "Future[None]":
+        """Start Ray (its processes take seconds to come up) while this process loads the tokenizer and data."""
+        from skygym_train.ray_utils import init_ray
+
+        future: "Future[None]" = Future()
+
+        def start() -> None:
+            try:
+                init_ray()
+                future.set_result(None)
+            except BaseException as exc:  # re-raised by setup()
+                future.set_exception(exc)
+
+        threading.Thread(target=start, name="skyrl-ray-start", daemon=True).start()
+        return future
 
     def _drop_long_prompts(self, rows: List[Dict[str, Any]], key: str) -> List[Dict[str, Any]]:
         """Leave out rows whose templated prompt is longer than trainer.max_prompt_length (as SkyRL does)."""
@@ -209,7 +239,9 @@ class PPOTrainer:
             gradient_checkpointing_use_reentrant=self.t.gradient_checkpointing_use_reentrant,
         )
 
-    def _build_workers(self) -> None:
+    def _build_workers(self) -> Callable[[], None]:
+        """Create the worker groups and start loading their models; returns the call that waits for the loading
+        (Ray workers load in their own processes meanwhile; local ones have loaded when this returns)."""
         roles = ["policy"] + (["ref"] if uses_ref(self.cfg) else []) + (["critic"] if uses_critic(self.cfg) else [])
         groups: Dict[str, WorkerGroup] = {}
         if not self.t.use_ray:
@@ -217,21 +249,28 @@ class PPOTrainer:
                 groups[role] = LocalWorkerGroup(self._spec(role))
         else:
             groups = self._build_ray_groups(roles)
-        for group in groups.values():
-            group.call("load_model")
+        loading = [group.call_async("load_model") if hasattr(group, "call_async") else group.call("load_model")
+                   for group in groups.values()]
         self.policy = groups["policy"]
         self.ref = groups.get("ref")
         self.critic = groups.get("critic")
         loss_fn = POLICY_LOSSES.get(self.algo.policy_loss_type)
         temperature = self.cfg.generator.sampling_params.temperature or 1.0
-        for group in groups.values():
-            group.call("configure_algorithm", self.algo, loss_fn, temperature)
+
+        def finish() -> None:
+            for group, pending in zip(groups.values(), loading):
+                if hasattr(group, "call_async"):
+                    group.wait(pending)
+            for group in groups.values():
+                group.call("configure_algorithm", self.algo, loss_fn, temperature)
+
+        return finish
 
     def _build_ray_groups(self, roles: List[str]) -> Dict[str, WorkerGroup]:
         from skygym_train.ray_utils import cpus_per_worker, create_placement_group, init_ray
         from skygym_train.workers.group import RayWorkerGroup
 
-        init_ray()
+        init_ray()  # already up when setup() started it in the background
         use_gpu = cuda_available()
         world = policy_world_size(self.cfg, use_gpu)
         p = self.t.placement
@@ -431,6 +470,12 @@ class PPOTrainer:
             self.kl_ctrl.update(metrics["policy/kl_loss"], n_steps=batch.size)
         with Timer(timings, "sync"):
             self.sync_weights()
+        metrics["weight_sync/bytes"] = float(self._weight_sync.bytes_last)
+        if self._setup_started is not None and not getattr(self, "_first_step_logged", False):
+            self._first_step_logged = True
+            metrics["timing/to_first_step"] = step_start - self._setup_started
+            logger.info("first step started %.1fs after set-up began; weight sync: %s",
+                        metrics["timing/to_first_step"], self._weight_sync.describe())
         self.global_step += 1
         metrics.update(self._step_metrics)
         metrics.update(_reward_metrics(output, uids))
@@ -520,6 +565,10 @@ class PPOTrainer:
         if self._weight_sync is None:
             self._weight_sync = EngineWeightSync(self.cfg, self.policy, self.engine, self._runner)
         self._weight_sync.sync()
+
+    def weight_sync_backend(self) -> str:
+        """How weights reach the engines, e.g. ``shm (shared memory, no copy)`` or ``gloo (540 MiB per sync)``."""
+        return self._weight_sync.describe() if self._weight_sync is not None else "not started"
 
     # ------------------------------------------------------------------ one-step-off async
     def _start_producer(self, batches: int) -> None:

@@ -1,37 +1,63 @@
-"""Getting the policy's new weights into the inference engines after each step.
+"""Getting the policy's new weights into the inference engines after each step, at the cost of the transport.
 
-Three ways, picked by ``generator.weight_sync_backend`` (``auto`` chooses by ``generator.backend``):
+``generator.weight_sync_backend`` picks how (``auto`` chooses by ``generator.backend`` and where the policy runs):
 
-- ``inprocess`` (auto for ``hf`` and ``vllm`` without Ray): the policy's unsharded state dict is handed to the engine's
-  ``update_weights`` in the same process (through Ray's object store only if chosen by hand with Ray workers);
-- ``gloo`` / ``nccl`` (auto for ``hf`` and ``vllm`` with Ray workers: nccl on GPU, gloo on CPU): policy rank 0 broadcasts every tensor
-  over a process group of its own that it shares with the engine side (``WeightReceiver``), which is
-  separate from the FSDP group, so the engines never join training collectives;
+- ``inprocess`` (auto for ``hf`` and ``vllm`` without Ray): the engine lives in the policy's process. An ``hf``
+  engine on the policy's device and dtype then *shares* the policy's parameter tensors: nothing is copied at all,
+  each step's optimizer update is what the next rollout reads. Otherwise (a vLLM engine, another dtype, LoRA,
+  FSDP shards, one-step-off async training, where generation overlaps the update) the policy's unsharded state dict
+  is handed to the engine's ``update_weights`` (one copy);
+- ``shm`` (auto for ``hf`` with Ray CPU workers, sync training): the policy is one unsharded Ray actor on this node.
+  It moves its parameters into one shared-memory file (``/dev/shm``) and the engine maps the same pages: no copy
+  per step either. Where that cannot hold (several FSDP ranks, another node, another dtype, LoRA, async
+  training), ``auto`` falls back to the broadcast below (``shm`` chosen by hand fails with the reason);
+- ``gloo`` / ``nccl`` (auto for ``vllm`` with Ray workers, and the fall-back above: nccl on GPU, gloo on CPU):
+  policy rank 0 broadcasts the weights over a process group of its own that it shares with the engine side
+  (``WeightReceiver``), separate from the FSDP group, so the engines never join training collectives. The tensors
+  travel cast to the engine's dtype and packed into a few flat buckets (``BUCKET_BYTES`` each), and land in
+  receive buffers that are kept between steps; nothing is pickled through Ray's object store;
 - ``checkpoint`` (auto for ``remote`` and ``sglang``): rank 0 writes every weight (tied ones too) to one
   safetensors file beside ``config.json`` and each engine reloads from that folder (``update_weights(path)``:
   SGLang's ``/update_weights_from_disk``, vLLM's ``reload_weights``).
+
+``EngineWeightSync.bytes_last`` is what the last sync moved (0 when shared); the trainer logs it per step as
+``weight_sync/bytes`` beside ``timing/sync``.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import logging
+import math
+import os
 import socket
 import tempfile
 import threading
+import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
+logger = logging.getLogger(__name__)
+
+BUCKET_BYTES = 256 << 20
+"""The largest flat bucket a broadcast sends (whole tensors; one larger tensor travels alone)."""
+
+_ALIGN = 64  # bytes: each tensor in a shared file or a bucket starts on a cache line
+
 
 def resolve_backend(cfg: Any) -> str:
+    """The backend asked for, or the one ``auto`` prefers (``shm`` may still fall back to gloo at run time)."""
     g = cfg.generator
     if g.weight_sync_backend != "auto":
         return g.weight_sync_backend
     if g.backend in ("remote", "sglang"):
         return "checkpoint"
     if g.backend in ("vllm", "hf") and cfg.trainer.use_ray:
+        if g.backend == "hf" and not torch.cuda.is_available() and not cfg.trainer.async_training.enabled:
+            return "shm"
         # policy ranks are Ray actors, the engines live here: broadcast over a group of their own rather than
         # pickling a full state dict through Ray's object store
         return "nccl" if torch.cuda.is_available() else "gloo"
@@ -44,6 +70,46 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _aligned(numel: int, dtype: torch.dtype) -> int:
+    """``numel`` rounded up so that the next tensor starts on an ``_ALIGN``-byte boundary."""
+    per = max(1, _ALIGN // torch.empty(0, dtype=dtype).element_size())
+    return -(-numel // per) * per
+
+
+# ---------------------------------------------------------------------- shared memory (no copy across processes)
+def shared_memory_dir() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def move_parameters_to_shared_file(named: List[Tuple[str, torch.nn.Parameter]], path: str) -> Dict[str, Any]:
+    """Give each parameter storage in one file-backed shared buffer (values kept; the Parameter objects, and so the
+    optimizer's hold on them, stay the same). Returns what another process needs to map the same pages."""
+    dtype = named[0][1].dtype
+    total = sum(_aligned(p.numel(), dtype) for _, p in named)
+    buffer = torch.from_file(path, shared=True, size=total, dtype=dtype)
+    layout = []
+    offset = 0
+    with torch.no_grad():
+        for name, param in named:
+            view = buffer[offset : offset + param.numel()].view(param.shape)
+            view.copy_(param.data)
+            param.data = view
+            layout.append([name, offset, list(param.shape)])
+            offset += _aligned(param.numel(), dtype)
+    return {"path": path, "numel": total, "dtype": dtype_name(dtype), "layout": layout, "buffer": buffer}
+
+
+def map_shared_file(info: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+    """The other side of :func:`move_parameters_to_shared_file`: views of the same pages, by parameter name."""
+    buffer = torch.from_file(info["path"], shared=True, size=int(info["numel"]), dtype=getattr(torch, info["dtype"]))
+    return {name: buffer[offset : offset + math.prod(shape)].view(shape) for name, offset, shape in info["layout"]}
+
+
+# ---------------------------------------------------------------------- broadcast over a process group of its own
 class BroadcastGroup:
     """A process group of its own (TCPStore + gloo/NCCL) between policy rank 0 (rank 0) and receivers."""
 
@@ -71,62 +137,162 @@ def _encode(meta: Any) -> torch.Tensor:
     return torch.tensor(list(json.dumps(meta).encode()), dtype=torch.uint8)
 
 
-def send_state_dict(group: BroadcastGroup, state: Dict[str, torch.Tensor]) -> int:
-    """Rank 0: broadcast names/shapes/dtypes, then each tensor. Returns bytes sent."""
-    names = sorted(state)
-    meta = [[n, list(state[n].shape), str(state[n].dtype).replace("torch.", "")] for n in names]
-    header = _encode(meta).to(group.device)
+def plan_buckets(state: Dict[str, torch.Tensor], dtype: Optional[torch.dtype], bucket_bytes: int = BUCKET_BYTES
+                 ) -> List[Dict[str, Any]]:
+    """Group tensors (sorted by name) into flat buckets of one dtype each: floating tensors in ``dtype`` (the
+    engine's) when given, others as they are. Each bucket: ``dtype``, ``numel`` and ``items`` of
+    ``[name, offset, shape]``."""
+    buckets: List[Dict[str, Any]] = []
+    open_bucket: Dict[str, Dict[str, Any]] = {}
+    for name in sorted(state):
+        tensor = state[name]
+        send = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+        key = dtype_name(send)
+        size = _aligned(tensor.numel(), send)
+        element = torch.empty(0, dtype=send).element_size()
+        bucket = open_bucket.get(key)
+        if bucket is None or (bucket["numel"] + size) * element > bucket_bytes and bucket["items"]:
+            bucket = {"dtype": key, "numel": 0, "items": []}
+            buckets.append(bucket)
+            open_bucket[key] = bucket
+        bucket["items"].append([name, bucket["numel"], list(tensor.shape)])
+        bucket["numel"] += size
+    return buckets
+
+
+def send_state_dict(group: BroadcastGroup, state: Dict[str, torch.Tensor], dtype: Optional[torch.dtype] = None,
+                    bucket_bytes: int = BUCKET_BYTES) -> int:
+    """Rank 0: broadcast the bucket plan, then each bucket (tensors cast to ``dtype``). Returns bytes sent."""
+    buckets = plan_buckets(state, dtype, bucket_bytes)
+    header = _encode(buckets).to(group.device)
     group.broadcast(torch.tensor([header.numel()], dtype=torch.long, device=group.device))
     group.broadcast(header)
     sent = 0
-    for name in names:
-        tensor = state[name].to(group.device).contiguous()
-        group.broadcast(tensor)
-        sent += tensor.numel() * tensor.element_size()
+    for bucket in buckets:
+        flat = torch.empty(bucket["numel"], dtype=getattr(torch, bucket["dtype"]), device=group.device)
+        for name, offset, shape in bucket["items"]:
+            tensor = state[name]
+            flat[offset : offset + tensor.numel()].copy_(tensor.reshape(-1))  # casts to the bucket's dtype
+        group.broadcast(flat)
+        sent += flat.numel() * flat.element_size()
     return sent
 
 
-def receive_state_dict(group: BroadcastGroup) -> Iterator[Tuple[str, torch.Tensor]]:
-    """Receivers: yield ``(name, tensor)`` as each arrives (engines may load them one by one)."""
+def receive_state_dict(group: BroadcastGroup, buffers: Optional[Dict[int, torch.Tensor]] = None
+                       ) -> Iterable[Tuple[str, torch.Tensor]]:
+    """Receivers: every ``(name, tensor)`` sent, as views of the received buckets. ``buffers`` (bucket index ->
+    flat tensor) keeps the receive buffers between calls; the views stay valid until the next receive into them."""
     length = group.broadcast(torch.zeros(1, dtype=torch.long, device=group.device))
     header = group.broadcast(torch.zeros(int(length.item()), dtype=torch.uint8, device=group.device))
-    meta = json.loads(bytes(header.cpu().tolist()).decode())
-    for name, shape, dtype in meta:
-        buffer = torch.empty(shape, dtype=getattr(torch, dtype), device=group.device)
-        yield name, group.broadcast(buffer)
+    buckets = json.loads(bytes(header.cpu().tolist()).decode())
+    buffers = {} if buffers is None else buffers
+    received: List[Tuple[str, torch.Tensor]] = []
+    for index, bucket in enumerate(buckets):
+        dtype = getattr(torch, bucket["dtype"])
+        flat = buffers.get(index)
+        if flat is None or flat.numel() != bucket["numel"] or flat.dtype != dtype:
+            flat = buffers[index] = torch.empty(bucket["numel"], dtype=dtype, device=group.device)
+        group.broadcast(flat)
+        for name, offset, shape in bucket["items"]:
+            received.append((name, flat[offset : offset + math.prod(shape)].view(shape)))
+    return received
 
 
 class WeightReceiver:
     """Engine side of a broadcast sync, for an engine with ``update_weights(named_tensors)``.
 
-    For engines in this process (hf) it runs the receive in a thread while the policy sends; a vLLM
-    worker extension uses ``receive_state_dict`` the same way inside each engine worker.
+    For engines in this process (hf, vllm) it runs the receive in a thread while the policy sends. The receive
+    buffers are kept between steps; ``receive`` returns views of them (valid until the next ``receive``).
     """
 
     def __init__(self, backend: str, host: str, port: int, rank: int, world_size: int):
         self._args = (backend, host, port, rank, world_size)
         self.group: Optional[BroadcastGroup] = None
+        self._buffers: Dict[int, torch.Tensor] = {}
 
     def connect(self) -> None:
         self.group = BroadcastGroup(*self._args)
 
-    def receive(self) -> Dict[str, torch.Tensor]:
+    def receive(self) -> List[Tuple[str, torch.Tensor]]:
         assert self.group is not None, "connect() first"
-        return {name: tensor.cpu().clone() for name, tensor in receive_state_dict(self.group)}
+        return list(receive_state_dict(self.group, self._buffers))
+
+
+# ---------------------------------------------------------------------- the trainer's side
+def _engines(engine: Any) -> List[Any]:
+    return list(getattr(engine, "engines", None) or [engine])
+
+
+def engine_dtype(engine: Any) -> Optional[torch.dtype]:
+    """The dtype the engine's weights are in, where it says (``weight_dtype``); None: send as they are."""
+    dtypes = {getattr(e, "weight_dtype", None) for e in _engines(engine)}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
+class SharingUnavailable(RuntimeError):
+    """The engine cannot share the policy's memory here; the message says why."""
 
 
 class EngineWeightSync:
-    """Keeps the broadcast group (if any) between steps and runs one sync per call."""
+    """Picks the transport on the first sync, keeps its state (shared pages, broadcast group) and runs each sync.
+
+    ``backend`` is the transport in use (``inprocess``, ``shm``, ``gloo``, ``nccl``, ``checkpoint``), ``shared`` is
+    true when the engine reads the policy's own memory (nothing is copied per step), ``bytes_last`` what the last
+    sync moved.
+    """
 
     def __init__(self, cfg: Any, policy: Any, engine: Any, runner: Any):
         self.cfg, self.policy, self.engine, self.runner = cfg, policy, engine, runner
-        self.backend = resolve_backend(cfg)
+        self.requested = resolve_backend(cfg)
+        self.backend: Optional[str] = None
+        self.shared = False
+        self.fallback_reason: Optional[str] = None
         self.receiver: Optional[WeightReceiver] = None
         self.sync_dir: Optional[Path] = None
         self.bytes_last = 0
 
+    def describe(self) -> str:
+        if self.backend is None:
+            return f"{self.requested} (not started)"
+        how = "shared memory, no copy" if self.shared else f"{self.bytes_last / 2**20:.0f} MiB per sync"
+        note = f"; {self.fallback_reason}" if self.fallback_reason else ""
+        return f"{self.backend} ({how}{note})"
+
+    def prepare(self) -> None:
+        """Choose the transport and set it up (shared pages, broadcast group): done once, before the first sync."""
+        if self.backend is not None:
+            return
+        wanted = self.requested
+        if wanted == "inprocess":
+            try:
+                self._share_in_process()
+                self.shared = True
+            except SharingUnavailable as why:
+                logger.info("weight sync: the engine keeps a copy of its own (%s)", why)
+            self.backend = "inprocess"
+        elif wanted == "shm":
+            try:
+                self._share_through_file()
+                self.shared = True
+                self.backend = "shm"
+            except SharingUnavailable as why:
+                if self.cfg.generator.weight_sync_backend == "shm":
+                    raise RuntimeError(f"generator.weight_sync_backend=shm: {why}") from None
+                self.backend = "nccl" if torch.cuda.is_available() else "gloo"
+                self.fallback_reason = f"no shared memory: {why}"
+                logger.info("weight sync: %s broadcast (%s)", self.backend, why)
+        else:
+            self.backend = wanted
+        if self.backend in ("gloo", "nccl"):
+            self._connect_broadcast()
+        logger.info("weight sync: %s", self.describe())
+
     def sync(self) -> None:
-        if self.backend == "inprocess":
+        self.prepare()
+        if self.shared:
+            self._check_still_shared()
+            self.bytes_last = 0
+        elif self.backend == "inprocess":
             state = self.policy.call("full_state_dict")[0]
             self.runner.run(self.engine.update_weights(state))
             self.bytes_last = sum(t.numel() * t.element_size() for t in state.values())
@@ -138,20 +304,88 @@ class EngineWeightSync:
         else:
             self._broadcast()
 
+    # -- sharing
+    def _sharing_checks(self) -> Any:
+        t = self.cfg.trainer
+        if t.async_training.enabled:
+            raise SharingUnavailable("async training generates while the policy updates, so the engine needs a copy")
+        engines = _engines(self.engine)
+        if len(engines) != 1 or not hasattr(engines[0], "share_weights"):
+            raise SharingUnavailable(f"{type(engines[0]).__name__} cannot read another model's tensors")
+        if getattr(self.policy, "world_size", 1) != 1:
+            raise SharingUnavailable(f"the policy is sharded over {self.policy.world_size} FSDP ranks")
+        return engines[0]
+
+    def _share_in_process(self) -> None:
+        engine = self._sharing_checks()
+        worker = getattr(self.policy, "worker", None)
+        if worker is None:
+            raise SharingUnavailable("the policy runs in another process")
+        tensors, why = worker.shareable_parameters()
+        if tensors is None:
+            raise SharingUnavailable(why)
+        try:
+            engine.share_weights(tensors)
+        except ValueError as exc:
+            raise SharingUnavailable(str(exc)) from None
+
+    def _share_through_file(self) -> None:
+        engine = self._sharing_checks()
+        if getattr(self.policy, "worker", None) is not None:
+            raise SharingUnavailable("the policy runs in this process (use inprocess)")
+        import ray
+
+        here = ray.get_runtime_context().get_node_id()
+        if self.policy.call("node_id")[0] != here:
+            raise SharingUnavailable("the policy runs on another node")
+        dtype = getattr(engine, "weight_dtype", None)
+        path = os.path.join(shared_memory_dir(), f"skyrl-weights-{uuid.uuid4().hex}")
+        try:
+            info, why = self.policy.call("share_parameters_in_file", path, dtype_name(dtype) if dtype else None)[0]
+            if info is None:
+                raise SharingUnavailable(why)
+            tensors = map_shared_file(info)
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)  # both sides hold the pages mapped; nothing is left behind in /dev/shm
+        try:
+            engine.share_weights(tensors)
+        except ValueError as exc:
+            raise SharingUnavailable(str(exc)) from None
+
+    def _check_still_shared(self) -> None:
+        engine = _engines(self.engine)[0]
+        if not engine.shares_weights():
+            raise RuntimeError("weight sync: the engine no longer shares the policy's tensors (were they replaced?)")
+        engine.weight_version += 1
+
+    # -- broadcast
+    def _connect_broadcast(self) -> None:
+        host, port = "127.0.0.1", free_port()
+        self.receiver = WeightReceiver(self.backend, host, port, rank=1, world_size=2)  # type: ignore[arg-type]
+        self._call_policy_async("connect_weight_broadcast", self.backend, host, port, 2)
+        self.receiver.connect()
+        self._wait_policy()
+
     def _broadcast(self) -> None:
-        if self.receiver is None:
-            host, port = "127.0.0.1", free_port()
-            self.receiver = WeightReceiver(self.backend, host, port, rank=1, world_size=2)
-            self._call_policy_async("connect_weight_broadcast", self.backend, host, port, 2)
-            self.receiver.connect()
-            self._wait_policy()
-        received: Dict[str, Dict[str, torch.Tensor]] = {}
-        thread = threading.Thread(target=lambda: received.setdefault("state", self.receiver.receive()))  # type: ignore[union-attr]
+        assert self.receiver is not None
+        received: Dict[str, Any] = {}
+
+        def receive() -> None:
+            try:
+                received["pairs"] = self.receiver.receive()  # type: ignore[union-attr]
+            except BaseException as exc:  # re-raised below
+                received["error"] = exc
+
+        thread = threading.Thread(target=receive, name="skyrl-weight-receive")
         thread.start()
-        sizes = self.policy.call("broadcast_weights")
+        dtype = engine_dtype(self.engine)
+        sizes = self.policy.call("broadcast_weights", dtype_name(dtype) if dtype else None)
         thread.join()
+        if "error" in received:
+            raise received["error"]
         self.bytes_last = int(sizes[0])
-        self.runner.run(self.engine.update_weights(received["state"]))
+        self.runner.run(self.engine.update_weights(received["pairs"]))
 
     def _call_policy_async(self, method: str, *args: Any) -> None:
         result: List[Any] = []

@@ -99,6 +99,7 @@ class HFEngine(BaseInferenceEngine):
         self._closed = False
         self._sleeping = False
         self.weight_version = 0
+        self._shared_weights: Optional[Dict[str, Any]] = None  # set by share_weights
         # Counters for benchmarks: batches run and sequences/tokens generated.
         self.stats: Dict[str, int] = {"batches": 0, "sequences": 0, "generated_tokens": 0}
 
@@ -137,14 +138,15 @@ class HFEngine(BaseInferenceEngine):
         await asyncio.get_running_loop().run_in_executor(None, self._load_weights, named_tensors)
 
     async def sleep(self) -> None:
-        """Free accelerator memory by moving the model to CPU (no-op on CPU); generate() refuses meanwhile."""
+        """Free accelerator memory by moving the model to CPU (no-op on CPU, and while the weights are shared with a
+        trainer: that memory is the trainer's); generate() refuses meanwhile."""
         self._sleeping = True
-        if self.device.type != "cpu":
+        if self.device.type != "cpu" and self._shared_weights is None:
             with self._model_lock:
                 self.model.to("cpu")
 
     async def wake_up(self) -> None:
-        if self.device.type != "cpu":
+        if self.device.type != "cpu" and self._shared_weights is None:
             with self._model_lock:
                 self.model.to(self.device)
         self._sleeping = False
@@ -157,6 +159,42 @@ class HFEngine(BaseInferenceEngine):
             self._worker.join(timeout=30)
 
     # ------------------------------------------------------------------ weights
+    @property
+    def weight_dtype(self) -> Any:
+        """The dtype of the model's parameters (what weight updates are cast to)."""
+        return next(self.model.parameters()).dtype
+
+    def share_weights(self, tensors: Mapping[str, Any]) -> None:
+        """Read the given tensors in place of the model's own parameters (no copy): a trainer in this process, or one
+        whose pages are mapped here, updates them and the next generation sees the new weights.
+
+        Every parameter (tied ones once) needs a tensor of the same shape, dtype and device; otherwise ``ValueError``
+        and nothing changes. The caller must not update the tensors while a generation runs.
+        """
+        own = dict(self.model.named_parameters())
+        problems = [name for name in own if name not in tensors][:3]
+        for name, param in own.items():
+            given = tensors.get(name)
+            if given is not None and (tuple(given.shape), given.dtype, given.device) != (
+                tuple(param.shape), param.dtype, param.device
+            ):
+                problems.append(f"{name}: {tuple(given.shape)} {given.dtype} on {given.device}, the engine has "
+                                f"{tuple(param.shape)} {param.dtype} on {param.device}")
+        if problems:
+            raise ValueError("share_weights: " + "; ".join(p if ":" in p else f"{p}: missing" for p in problems[:3]))
+        with self._model_lock:
+            for name, param in own.items():
+                param.data = tensors[name]
+        self._shared_weights = {name: tensors[name] for name in own}
+        self.weight_version += 1
+
+    def shares_weights(self) -> bool:
+        """True while every parameter still reads the tensors given to :meth:`share_weights`."""
+        if self._shared_weights is None:
+            return False
+        return all(param.data_ptr() == self._shared_weights[name].data_ptr()
+                   for name, param in self.model.named_parameters())
+
     def _load_weights(self, named_tensors: Any) -> None:
         import torch
 
@@ -177,6 +215,11 @@ class HFEngine(BaseInferenceEngine):
                 )
             updates[name] = tensor
         with self._model_lock, torch.no_grad():
+            if self._shared_weights is not None:  # the tensors are a trainer's: take a copy of our own before writing
+                for param in self.model.parameters():
+                    param.data = param.data.clone()
+                self._shared_weights = None
+                state = dict(self.model.state_dict())
             for name, tensor in updates.items():
                 state[name].copy_(tensor.to(device=state[name].device, dtype=state[name].dtype))
         self.weight_version += 1

@@ -215,8 +215,8 @@ RULES: Dict[str, Rule] = {
                                          "trainer's process on one device: more would be copies of one model "
                                          "there); with remote/sglang it must be 1 or the number of URLs"),
     "generator.backend": R("hf, vllm, remote, sglang"),
-    "generator.weight_sync_backend": R("auto, inprocess, gloo, nccl, checkpoint; nccl is refused without CUDA GPUs, "
-                                       "cuda_ipc is not bundled"),
+    "generator.weight_sync_backend": R("auto, inprocess, shm, gloo, nccl, checkpoint; nccl is refused without CUDA "
+                                       "GPUs, shm needs hf with Ray workers, cuda_ipc is not bundled"),
     "generator.weight_transfer_threshold_cuda_ipc_GB": D("read by cuda_ipc weight sync, which is not bundled"),
     "generator.inference_engine_tensor_parallel_size": R("honoured with vllm; with other backends any value but 1 "
                                                          "is refused"),

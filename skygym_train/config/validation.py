@@ -9,7 +9,7 @@ from skygym_train.config.errors import ConfigError
 
 STRATEGIES = ("fsdp2", "fsdp")
 BACKENDS = ("hf", "vllm", "remote", "sglang")
-WEIGHT_SYNC_BACKENDS = ("auto", "inprocess", "gloo", "nccl", "checkpoint")
+WEIGHT_SYNC_BACKENDS = ("auto", "inprocess", "shm", "gloo", "nccl", "checkpoint")
 LOGGERS = ("console", "tensorboard", "wandb", "jsonl")
 RESUME_MODES = (None, "none", "latest", "from_path")
 
@@ -341,7 +341,7 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
             problems.append(f"generator.remote_inference_engine_urls: generator.backend={g.backend} needs server URLs")
         if t.placement.colocate_all:
             problems.append("trainer.placement.colocate_all=true: remote engines run elsewhere and cannot be colocated")
-        if g.weight_sync_backend in ("inprocess", "gloo", "nccl"):
+        if g.weight_sync_backend in ("inprocess", "shm", "gloo", "nccl"):
             problems.append(
                 f"generator.weight_sync_backend={g.weight_sync_backend}: {g.backend} servers run elsewhere and "
                 "reload from a folder (use checkpoint or auto)"
@@ -351,6 +351,9 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
                         f"{g.backend}; remove it or change the backend")
     if g.weight_sync_backend == "nccl" and not has_cuda:
         problems.append("generator.weight_sync_backend=nccl: needs CUDA GPUs; use gloo or auto on CPU")
+    if g.weight_sync_backend == "shm" and not (g.backend == "hf" and t.use_ray):
+        problems.append("generator.weight_sync_backend=shm: shares an hf engine's weights with a Ray policy worker "
+                        "on the same node; without Ray use inprocess (which shares them too), or auto")
     if g.model_name not in (None, "", t.policy.model.path):
         problems.append(f"generator.model_name={g.model_name}: the engines serve the policy being trained "
                         f"({t.policy.model.path}); leave it null")

@@ -122,6 +122,8 @@ class TrainingWorker:
         """How micro-batches reach the model: ``shared_prefix``, ``varlen`` or ``padded`` (see ``packing``)."""
         self.tokens_run = 0
         """Tokens (padding included) through the model so far: what packing saves shows here."""
+        self._shared_weights: Optional[torch.Tensor] = None
+        """The shared-memory buffer the parameters live in once an engine maps them (``weight_sync`` shm)."""
 
     # ------------------------------------------------------------------ set-up
     def torch_threads(self) -> int:
@@ -418,14 +420,19 @@ class TrainingWorker:
         return loss, metrics
 
     # ------------------------------------------------------------------ weights and state
-    def full_state_dict(self) -> Dict[str, torch.Tensor]:
-        """Unsharded weights on CPU (on rank 0; other ranks get an empty dict). LoRA is merged in."""
+    def full_state_dict(self, cpu_offload: bool = True) -> Dict[str, torch.Tensor]:
+        """Unsharded weights (on rank 0; other ranks get an empty dict), on CPU unless ``cpu_offload=False``. LoRA is
+        merged in."""
         if self.sharded:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-            state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            options = StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)
+            state = get_model_state_dict(self.model, options=options)
+        elif self._shared_weights is not None:
+            # views of one shared buffer: pickling a view (Ray) would carry the whole buffer, so hand out copies
+            state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         else:
-            state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+            state = {k: (v.detach().cpu() if cpu_offload else v.detach()) for k, v in self.model.state_dict().items()}
         if self.spec.lora is not None and self.spec.lora.rank > 0 and state:
             state = _merge_lora_state(state, self.spec.lora)
         return state
@@ -515,14 +522,59 @@ class TrainingWorker:
 
             self._broadcast_group = BroadcastGroup(backend, host, port, 0, world_size)
 
-    def broadcast_weights(self) -> int:
-        """Every rank joins the unsharding; rank 0 broadcasts the full weights. Returns bytes sent."""
-        state = self.full_state_dict()
+    def broadcast_weights(self, dtype: Optional[str] = None) -> int:
+        """Every rank joins the unsharding; rank 0 broadcasts the full weights in buckets, floating tensors cast to
+        ``dtype`` (the engine's). Returns bytes sent."""
+        on_cpu = self.rank != 0 or self._broadcast_group.device.type == "cpu"
+        state = self.full_state_dict(cpu_offload=on_cpu)  # NCCL sends from the GPU: no round trip through the host
         if self.rank != 0:
             return 0
         from skygym_train.weight_sync import send_state_dict
 
-        return send_state_dict(self._broadcast_group, state)
+        return send_state_dict(self._broadcast_group, state, getattr(torch, dtype) if dtype else None)
+
+    # ------------------------------------------------------------------ weights shared with an engine (no copy)
+    def _unshareable_reason(self, dtype: Optional[str]) -> Optional[str]:
+        if self.sharded:
+            return "the policy's parameters are FSDP shards"
+        if self.spec.lora is not None and self.spec.lora.rank > 0:
+            return "LoRA: the engine needs the merged weights"
+        if self.device.type != "cpu":
+            return "the policy is on a GPU"
+        dtypes = {p.dtype for p in self.model.parameters()}
+        if dtype is not None and dtypes != {getattr(torch, dtype)}:
+            return f"the engine runs in {dtype}, the policy's weights are {', '.join(sorted(map(str, dtypes)))}"
+        if len(dtypes) != 1:
+            return "the policy's parameters have several dtypes"
+        return None
+
+    def shareable_parameters(self) -> tuple:
+        """``({name: tensor}, None)``: the live parameter tensors, for an engine in this process to read in place
+        (the optimizer updates them in place); or ``(None, reason)``."""
+        why = self._unshareable_reason(None)
+        if why is not None:
+            return None, why
+        return {name: p.data for name, p in self.model.named_parameters()}, None
+
+    def node_id(self) -> Optional[str]:
+        try:
+            import ray
+
+            return ray.get_runtime_context().get_node_id()
+        except Exception:  # not in Ray
+            return None
+
+    def share_parameters_in_file(self, path: str, dtype: Optional[str] = None) -> tuple:
+        """Move the parameters into one shared-memory file at ``path`` (same values, same Parameter objects), for an
+        engine in another process on this node to map. Returns ``(layout, None)`` or ``(None, reason)``."""
+        why = self._unshareable_reason(dtype)
+        if why is not None:
+            return None, why
+        from skygym_train.weight_sync import move_parameters_to_shared_file
+
+        info = move_parameters_to_shared_file(list(self.model.named_parameters()), path)
+        self._shared_weights = info.pop("buffer")
+        return info, None
 
     def get_rng_state(self) -> Dict[str, Any]:
         state: Dict[str, Any] = {"torch": torch.get_rng_state()}

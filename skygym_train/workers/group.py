@@ -89,6 +89,15 @@ class RayWorkerGroup:
 
         return ray.get([getattr(actor, method).remote(*args, **kwargs) for actor in self.actors])
 
+    def call_async(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
+        """Start ``method`` on every actor and return at once (Ray object refs); ``wait`` collects the results."""
+        return [getattr(actor, method).remote(*args, **kwargs) for actor in self.actors]
+
+    def wait(self, pending: List[Any]) -> List[Any]:
+        import ray
+
+        return ray.get(pending)
+
     def forward(self, batch: TrainingBatch) -> Dict[str, torch.Tensor]:
         import ray
 

@@ -1,0 +1,151 @@
+"""Weight sync at the cost of its transport: no copy where the engine can read the policy's memory, a bucketed
+broadcast in the engine's dtype where it cannot.
+
+- without Ray, the hf engine reads the policy's own parameter tensors (``inprocess``): after each step the engine's
+  weights are the policy's, and nothing is copied;
+- with one Ray CPU worker on this node (``auto`` -> ``shm``), the policy's parameters live in one shared-memory
+  file that the engine maps: the same, across processes;
+- where sharing cannot hold (async training), the engine keeps a copy and each sync moves the weights;
+- the broadcast packs tensors into flat buckets, floating ones cast to the engine's dtype.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from skygym_train.config import load_config
+from skygym_train.trainer import PPOTrainer
+from skygym_train.weight_sync import (
+    BroadcastGroup,
+    free_port,
+    plan_buckets,
+    receive_state_dict,
+    send_state_dict,
+)
+from tests.skygym_train.toy_envs import toy_overrides
+
+
+def _engine(trainer):
+    return trainer.engine.engines[0]
+
+
+def _engine_state(trainer):
+    return {k: v.detach().clone() for k, v in _engine(trainer).model.named_parameters()}
+
+
+def _assert_engine_is_policy(trainer, before):
+    policy = trainer.policy.call("full_state_dict")[0]
+    after = _engine_state(trainer)
+    assert [k for k in before if not torch.equal(before[k], after[k])], "the engine's weights did not change"
+    for name, value in after.items():
+        torch.testing.assert_close(value, policy[name], msg=name)
+
+
+def test_without_ray_the_engine_reads_the_policys_tensors(tiny_chat_model, toy_data, tmp_path):
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 2}))
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        before = _engine_state(trainer)
+        result = trainer.fit()
+        sync = trainer._weight_sync
+        assert (sync.backend, sync.shared, sync.bytes_last) == ("inprocess", True, 0)
+        policy_params = dict(trainer.policy.worker.model.named_parameters())
+        for name, param in _engine(trainer).model.named_parameters():
+            assert param.data_ptr() == policy_params[name].data_ptr(), name
+        _assert_engine_is_policy(trainer, before)
+        steps = [h for h in result["history"] if "timing/step" in h]
+        assert [h["weight_sync/bytes"] for h in steps] == [0.0, 0.0]
+        assert "timing/to_first_step" in steps[0] and "timing/to_first_step" not in steps[1]
+        assert trainer.setup_seconds is not None and "shared memory" in trainer.weight_sync_backend()
+
+
+def test_async_training_keeps_a_copy_in_the_engine(tiny_chat_model, toy_data, tmp_path):
+    """One-step-off training generates while the policy updates: the engine must not read the live tensors."""
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
+        "trainer.max_training_steps": 2, "trainer.async_training.enabled": "true",
+        "trainer.placement.colocate_all": "false",
+    }))
+    with PPOTrainer(cfg) as trainer:
+        trainer.fit()
+        sync = trainer._weight_sync
+        assert (sync.backend, sync.shared) == ("inprocess", False) and sync.bytes_last > 0
+        engine_ptrs = {p.data_ptr() for p in _engine(trainer).model.parameters()}
+        assert not engine_ptrs & {p.data_ptr() for p in trainer.policy.worker.model.parameters()}
+
+
+def test_an_engine_update_never_writes_into_the_policys_tensors(tiny_chat_model, toy_data, tmp_path):
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1}))
+    with PPOTrainer(cfg) as trainer:
+        trainer.fit()
+        engine = _engine(trainer)
+        assert engine.shares_weights()
+        policy_before = {k: v.clone() for k, v in trainer.policy.worker.model.state_dict().items()}
+        zeros = {k: torch.zeros_like(v) for k, v in engine.model.named_parameters()}
+        trainer._runner.run(engine.update_weights(zeros))
+        assert not engine.shares_weights()
+        assert all(not p.any() for p in engine.model.parameters())
+        for name, value in trainer.policy.worker.model.state_dict().items():
+            assert torch.equal(value, policy_before[name]), name
+
+
+def test_share_weights_refuses_tensors_of_another_dtype(tiny_chat_model):
+    from skygym_adapters.engines.hf import HFEngine
+
+    engine = HFEngine(str(tiny_chat_model))
+    try:
+        halves = {k: v.detach().to(torch.bfloat16) for k, v in engine.model.named_parameters()}
+        with pytest.raises(ValueError, match="bfloat16"):
+            engine.share_weights(halves)
+        assert not engine.shares_weights()
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow
+def test_one_ray_cpu_worker_shares_its_weights_through_shared_memory(tiny_chat_model, toy_data, tmp_path, ray_cluster):
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
+        "trainer.use_ray": "true", "trainer.num_cpu_workers": 1, "trainer.max_training_steps": 2,
+    }))
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        before = _engine_state(trainer)
+        result = trainer.fit()
+        sync = trainer._weight_sync
+        assert (sync.backend, sync.shared, sync.bytes_last) == ("shm", True, 0)
+        assert _engine(trainer).shares_weights()
+        _assert_engine_is_policy(trainer, before)
+        assert all(h["policy/grad_norm"] > 0 for h in result["history"] if "policy/grad_norm" in h)
+
+
+def _broadcast_pair(state, dtype, bucket_bytes):
+    """Send ``state`` from a real gloo rank 0 to rank 1 (two threads of this process)."""
+    port = free_port()
+    received, sent = {}, {}
+
+    def receiver():
+        group = BroadcastGroup("gloo", "127.0.0.1", port, 1, 2)
+        received["pairs"] = [(n, t.clone()) for n, t in receive_state_dict(group)]
+
+    thread = threading.Thread(target=receiver)
+    thread.start()
+    group = BroadcastGroup("gloo", "127.0.0.1", port, 0, 2)
+    sent["bytes"] = send_state_dict(group, state, dtype, bucket_bytes)
+    thread.join(timeout=60)
+    return dict(received["pairs"]), sent["bytes"]
+
+
+def test_the_broadcast_sends_buckets_in_the_engines_dtype():
+    torch.manual_seed(0)
+    state = {f"layer{i}.weight": torch.randn(64, 32) for i in range(5)}
+    state["steps"] = torch.arange(7)  # not floating: travels as it is
+    buckets = plan_buckets(state, torch.bfloat16, bucket_bytes=64 * 32 * 2 * 2)
+    assert len(buckets) == 4  # 5 weights, two per bucket, plus the int64 tensor's own
+    got, sent = _broadcast_pair(state, torch.bfloat16, bucket_bytes=64 * 32 * 2 * 2)
+    assert set(got) == set(state)
+    for name, value in state.items():
+        expected = value.to(torch.bfloat16) if value.is_floating_point() else value
+        assert got[name].dtype == expected.dtype and torch.equal(got[name], expected), name
+    assert sent == 5 * 64 * 32 * 2 + 8 * 8  # bf16 weights; 7 int64 aligned to 64 bytes
