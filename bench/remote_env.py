@@ -31,13 +31,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def row(i: int, turns: int) -> Dict[str, Any]:
     a, b = 17 + i, 5 + 2 * i
-    return {"reward_spec": {"method": "rule", "ground_truth": str(a + b)}, "max_turns": turns,
-            "prompt": [{"role": "user", "content": f"Episode {i}: what is {a} + {b}? Answer after ####."}]}
+    return {
+        "reward_spec": {"method": "rule", "ground_truth": str(a + b)},
+        "max_turns": turns,
+        "prompt": [{"role": "user", "content": f"Episode {i}: what is {a} + {b}? Answer after ####."}],
+    }
 
 
 def actions(i: int, turns: int) -> List[str]:
     a, b = 17 + i, 5 + 2 * i
-    return [f"I think #### {a + b + k + 1}" for k in range(turns - 1)] + [f"{a} + {b} = {a + b}\n#### {a + b}"]
+    return [f"I think #### {a + b + k + 1}" for k in range(turns - 1)] + [
+        f"{a} + {b} = {a + b}\n#### {a + b}"
+    ]
 
 
 def percentile(values: List[float], q: float) -> float:
@@ -64,9 +69,15 @@ async def run_all(envs: List[Any], turns: int, mode: str) -> Dict[str, Any]:
     start = time.perf_counter()
     await asyncio.gather(*(episode(i, env) for i, env in enumerate(envs)))
     wall = time.perf_counter() - start
-    return {"steps": len(latencies), "p50_ms": 1e3 * percentile(latencies, 0.50),
-            "p99_ms": 1e3 * percentile(latencies, 0.99), "mean_ms": 1e3 * statistics.fmean(latencies),
-            "steps_per_s": len(latencies) / wall, "wall_s": wall, "reward_sum": sum(rewards)}
+    return {
+        "steps": len(latencies),
+        "p50_ms": 1e3 * percentile(latencies, 0.50),
+        "p99_ms": 1e3 * percentile(latencies, 0.99),
+        "mean_ms": 1e3 * statistics.fmean(latencies),
+        "steps_per_s": len(latencies) / wall,
+        "wall_s": wall,
+        "reward_sum": sum(rewards),
+    }
 
 
 def local_run(env_id: str, sessions: int, turns: int, mode: str) -> Dict[str, Any]:
@@ -90,7 +101,9 @@ def remote_run(url: str, env_id: str, sessions: int, turns: int) -> Dict[str, An
 
     def open_session(i: int) -> Any:
         r = row(i, turns)
-        env = skyrl_gym.make("remote", url=url, env_id=env_id, extras={k: v for k, v in r.items() if k != "prompt"})
+        env = skyrl_gym.make(
+            "remote", url=url, env_id=env_id, extras={k: v for k, v in r.items() if k != "prompt"}
+        )
         env.init(r["prompt"])
         return env
 
@@ -132,7 +145,9 @@ def echo_run(sessions: int, turns: int) -> Dict[str, Any]:
     """The HTTP floor: ``sessions`` clients each posting ``turns`` step-sized bodies to an echo route."""
     import aiohttp
 
-    process = subprocess.Popen([sys.executable, "-c", ECHO_SERVER], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", ECHO_SERVER], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True
+    )
     url = process.stdout.readline().strip()
     latencies: List[float] = []
 
@@ -156,15 +171,31 @@ def echo_run(sessions: int, turns: int) -> Dict[str, Any]:
     finally:
         process.terminate()
         process.wait(timeout=30)
-    return {"steps": len(latencies), "p50_ms": 1e3 * percentile(latencies, 0.50),
-            "p99_ms": 1e3 * percentile(latencies, 0.99), "mean_ms": 1e3 * statistics.fmean(latencies),
-            "steps_per_s": len(latencies) / wall}
+    return {
+        "steps": len(latencies),
+        "p50_ms": 1e3 * percentile(latencies, 0.50),
+        "p99_ms": 1e3 * percentile(latencies, 0.99),
+        "mean_ms": 1e3 * statistics.fmean(latencies),
+        "steps_per_s": len(latencies) / wall,
+    }
 
 
 def start_server(max_sessions: int) -> Any:
     process = subprocess.Popen(
-        [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--port", "0", "--max-sessions", str(max_sessions)],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "skyrl_gym.cli",
+            "serve-env",
+            "--port",
+            "0",
+            "--max-sessions",
+            str(max_sessions),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = process.stdout.readline()
     if not line.startswith("env service listening on "):
         process.kill()
@@ -173,7 +204,9 @@ def start_server(max_sessions: int) -> Any:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sessions", type=int, default=512)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--env", default="gsm8k_multi_turn")
@@ -191,17 +224,27 @@ def main() -> int:
     sums = {round(r["reward_sum"], 6) for r in (remote, inline, threaded)}
     assert len(sums) == 1, f"the remote and local episodes disagree on the rewards: {sums}"
 
-    print(f"{args.sessions} concurrent sessions of {args.env}, {args.turns} steps each, one event loop "
-          f"(CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}; server and client on this machine)")
+    print(
+        f"{args.sessions} concurrent sessions of {args.env}, {args.turns} steps each, one event loop "
+        f"(CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f}; server and client on this machine)"
+    )
     header = f"{'':34} {'steps':>6} {'p50 ms':>9} {'p99 ms':>9} {'mean ms':>9} {'steps/s':>9}"
     print(header)
     print("-" * len(header))
-    for name, r in (("local, env.step on the loop", inline), ("local, await env.astep (thread)", threaded),
-                    ("remote, await env.astep (HTTP)", remote), ("HTTP floor: FastAPI echo route", echo)):
-        print(f"{name:34} {r['steps']:>6} {r['p50_ms']:>9.3f} {r['p99_ms']:>9.2f} {r['mean_ms']:>9.2f} "
-              f"{r['steps_per_s']:>9.0f}")
-    print(f"remote session setup (create + init, 32 threads): {remote['setup_s']:.2f} s for {args.sessions}; "
-          f"close: {remote['close_s']:.2f} s")
+    for name, r in (
+        ("local, env.step on the loop", inline),
+        ("local, await env.astep (thread)", threaded),
+        ("remote, await env.astep (HTTP)", remote),
+        ("HTTP floor: FastAPI echo route", echo),
+    ):
+        print(
+            f"{name:34} {r['steps']:>6} {r['p50_ms']:>9.3f} {r['p99_ms']:>9.2f} {r['mean_ms']:>9.2f} "
+            f"{r['steps_per_s']:>9.0f}"
+        )
+    print(
+        f"remote session setup (create + init, 32 threads): {remote['setup_s']:.2f} s for {args.sessions}; "
+        f"close: {remote['close_s']:.2f} s"
+    )
     return 0
 
 

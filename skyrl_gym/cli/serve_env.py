@@ -27,20 +27,47 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback; any other needs a token)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default loopback; any other needs a token)"
+    )
     parser.add_argument("--port", type=int, default=8010, help="port (0: a free one, printed at start)")
-    parser.add_argument("--token", default=None,
-                        help=f"bearer token every request must carry (default: ${TOKEN_ENV}); required off loopback")
-    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="import MODULE first, so that its register() calls add envs (repeatable)")
-    parser.add_argument("--envs", default=None, help="comma-separated ids to serve (default: every registered id)")
-    parser.add_argument("--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS,
-                        help=f"sessions open at once; more are refused with 429 (default {DEFAULT_MAX_SESSIONS})")
-    parser.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT_S,
-                        help=f"seconds after which an unused session is closed (default {DEFAULT_IDLE_TIMEOUT_S:g})")
-    parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
-                        help=f"largest request body; larger ones get 413 (default {MAX_BODY_BYTES})")
-    parser.add_argument("--env-threads", type=int, default=32, help="threads for blocking env calls (default 32)")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=f"bearer token every request must carry (default: ${TOKEN_ENV}); required off loopback",
+    )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first, so that its register() calls add envs (repeatable)",
+    )
+    parser.add_argument(
+        "--envs", default=None, help="comma-separated ids to serve (default: every registered id)"
+    )
+    parser.add_argument(
+        "--max-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        help=f"sessions open at once; more are refused with 429 (default {DEFAULT_MAX_SESSIONS})",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=DEFAULT_IDLE_TIMEOUT_S,
+        help=f"seconds after which an unused session is closed (default {DEFAULT_IDLE_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        help=f"largest request body; larger ones get 413 (default {MAX_BODY_BYTES})",
+    )
+    parser.add_argument(
+        "--env-threads", type=int, default=32, help="threads for blocking env calls (default 32)"
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     parser.set_defaults(func=run)
 
@@ -53,15 +80,20 @@ def run(args: argparse.Namespace) -> int:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
     except ModuleNotFoundError as exc:
-        print(f"error: `skyrl-gym serve-env` needs the 'env-service' extra ({exc.name} is not installed): "
-              f"{install_command('env-service')}", file=sys.stderr)
+        print(
+            f"error: `skyrl-gym serve-env` needs the 'env-service' extra ({exc.name} is not installed): "
+            f"{install_command('env-service')}",
+            file=sys.stderr,
+        )
         return 2
     from skyrl_gym.remote.server import serve
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if args.max_sessions < 1 or args.idle_timeout <= 0 or args.max_body_bytes < 1024 or args.env_threads < 1:
-        print("error: --max-sessions and --env-threads must be >= 1, --idle-timeout > 0, --max-body-bytes >= 1024",
-              file=sys.stderr)
+        print(
+            "error: --max-sessions and --env-threads must be >= 1, --idle-timeout > 0, --max-body-bytes >= 1024",
+            file=sys.stderr,
+        )
         return 2
     import importlib
 
@@ -77,12 +109,23 @@ def run(args: argparse.Namespace) -> int:
 
         unknown = [e for e in env_ids if e not in skyrl_gym.registry]
         if unknown:
-            print(f"error: --envs names ids that are not registered: {unknown} (see `skyrl-gym list`)", file=sys.stderr)
+            print(
+                f"error: --envs names ids that are not registered: {unknown} (see `skyrl-gym list`)",
+                file=sys.stderr,
+            )
             return 2
     try:
-        serve(host=args.host, port=args.port, token=token, log_level=args.log_level, max_sessions=args.max_sessions,
-              idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes, env_threads=args.env_threads,
-              env_ids=env_ids)
+        serve(
+            host=args.host,
+            port=args.port,
+            token=token,
+            log_level=args.log_level,
+            max_sessions=args.max_sessions,
+            idle_timeout_s=args.idle_timeout,
+            max_body_bytes=args.max_body_bytes,
+            env_threads=args.env_threads,
+            env_ids=env_ids,
+        )
     except ValueError as exc:
         print(f"skyrl-gym serve-env: {exc}", file=sys.stderr)
         return 2

@@ -27,7 +27,9 @@ URL_ENV = "SKYRL_GYM_ENV_SERVICE_URL"
 REMOTE_ID = "remote"
 
 
-def __getattr__(name: str):  # RemoteEnv without importing the client (and requests) at `import skyrl_gym.remote`
+def __getattr__(
+    name: str,
+):  # RemoteEnv without importing the client (and requests) at `import skyrl_gym.remote`
     if name == "RemoteEnv":
         from skyrl_gym.remote.client import RemoteEnv
 

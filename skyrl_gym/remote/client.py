@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import threading
-import time
 import uuid
 import weakref
 from typing import Any, Dict, List, Optional, Tuple
@@ -117,10 +116,14 @@ class RemoteEnv(Env):
             env_config = _config_value(env_config, "env_config")
         url = url or os.environ.get(URL_ENV)
         if not url:
-            raise RemoteEnvError(f"RemoteEnv needs the service's url (url=..., env_config['url'] or {URL_ENV}); "
-                                 f"start one with `skyrl-gym serve-env`")
+            raise RemoteEnvError(
+                f"RemoteEnv needs the service's url (url=..., env_config['url'] or {URL_ENV}); "
+                f"start one with `skyrl-gym serve-env`"
+            )
         if not isinstance(env_id, str) or not env_id:
-            raise RemoteEnvError("RemoteEnv needs env_id: the id of the env the service should build (e.g. 'gsm8k')")
+            raise RemoteEnvError(
+                "RemoteEnv needs env_id: the id of the env the service should build (e.g. 'gsm8k')"
+            )
         if hasattr(env_config, "items") and not isinstance(env_config, dict):  # an OmegaConf section
             env_config = {k: v for k, v in env_config.items()}
         self.url = str(url).rstrip("/")
@@ -205,41 +208,45 @@ class RemoteEnv(Env):
         except (ValueError, AttributeError):
             message = text
         kind = RemoteDataError if error_type in ("DataError", "MissingRewardSpec") else RemoteEnvError
-        return kind(f"remote env {self.env_id!r} at {self.url}: {what} failed (HTTP {status}): {str(message)[:2000]}",
-                    status)
+        return kind(
+            f"remote env {self.env_id!r} at {self.url}: {what} failed (HTTP {status}): {str(message)[:2000]}",
+            status,
+        )
 
-    def _call(self, method: str, path: str, body: Optional[Dict[str, Any]], what: str,
-              timeout_s: Optional[float] = None, attempts: Optional[int] = None) -> Dict[str, Any]:
-        import requests
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Optional[Dict[str, Any]],
+        what: str,
+        timeout_s: Optional[float] = None,
+        attempts: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        from skyrl_gym.http_retry import RetriesExhausted, request_with_retries
 
-        session = self._sync_session()
-        url = self.url + path
-        attempts = attempts or self.retry.attempts
-        timeout = (self.connect_timeout_s, timeout_s or self.timeout_s)
-        last = "no attempt was made"
-        for attempt in range(1, attempts + 1):
-            try:
-                response = session.request(method, url, data=None if body is None else encode(body),
-                                           headers=self._headers(), timeout=timeout)
-            except requests.exceptions.Timeout:
-                last = f"no answer within {timeout[1]:g} s"
-            except requests.exceptions.ConnectionError as exc:
-                last = f"cannot connect ({type(exc).__name__})"
-            else:
-                if response.status_code in RETRYABLE_STATUS:
-                    last = f"HTTP {response.status_code}: {response.text[:300]}"
-                elif response.status_code >= 400:
-                    raise self._failure(what, response.status_code, response.text)
-                else:
-                    try:
-                        return response.json()
-                    except ValueError:
-                        raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} answered something "
-                                             f"that is not JSON: {response.text[:300]!r}")
-            if attempt < attempts:
-                time.sleep(self.retry.delay(attempt))
-        raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {last}; gave up after "
-                             f"{attempts} attempts")
+        try:
+            response, _ = request_with_retries(
+                self._sync_session(),
+                method,
+                self.url + path,
+                self.retry,
+                (self.connect_timeout_s, timeout_s or self.timeout_s),
+                RETRYABLE_STATUS,
+                attempts,
+                data=None if body is None else encode(body),
+                headers=self._headers(),
+            )
+        except RetriesExhausted as exc:
+            raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {exc}") from None
+        if response.status_code >= 400:
+            raise self._failure(what, response.status_code, response.text)
+        try:
+            return response.json()
+        except ValueError:
+            raise RemoteEnvError(
+                f"remote env {self.env_id!r} at {self.url}: {what} answered something that is not "
+                f"JSON: {response.text[:300]!r}"
+            ) from None
 
     async def _async_session(self) -> Any:
         import aiohttp
@@ -261,7 +268,9 @@ class RemoteEnv(Env):
         _async_sessions[key] = (loop, session, keeper)
         return session
 
-    async def _acall(self, method: str, path: str, body: Optional[Dict[str, Any]], what: str) -> Dict[str, Any]:
+    async def _acall(
+        self, method: str, path: str, body: Optional[Dict[str, Any]], what: str
+    ) -> Dict[str, Any]:
         import aiohttp
 
         session = await self._async_session()
@@ -281,16 +290,20 @@ class RemoteEnv(Env):
                         try:
                             return json.loads(text)
                         except ValueError:
-                            raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} answered "
-                                                 f"something that is not JSON: {text[:300]!r}")
+                            raise RemoteEnvError(
+                                f"remote env {self.env_id!r} at {self.url}: {what} answered "
+                                f"something that is not JSON: {text[:300]!r}"
+                            )
             except asyncio.TimeoutError:
                 last = f"no answer within {self.timeout_s:g} s"
             except aiohttp.ClientConnectionError as exc:
                 last = f"cannot connect ({type(exc).__name__})"
             if attempt < self.retry.attempts:
                 await asyncio.sleep(self.retry.delay(attempt))
-        raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {last}; gave up after "
-                             f"{self.retry.attempts} attempts")
+        raise RemoteEnvError(
+            f"remote env {self.env_id!r} at {self.url}: {what} failed: {last}; gave up after "
+            f"{self.retry.attempts} attempts"
+        )
 
     @staticmethod
     async def close_async_sessions() -> None:
@@ -308,8 +321,12 @@ class RemoteEnv(Env):
 
     def init(self, prompt: Any = None) -> Tuple[Any, Dict[str, Any]]:
         self._check_open()
-        answer = self._call("POST", f"/sessions/{self.session_id}/init",
-                            {"prompt": prompt, "request_id": uuid.uuid4().hex}, what="init")
+        answer = self._call(
+            "POST",
+            f"/sessions/{self.session_id}/init",
+            {"prompt": prompt, "request_id": uuid.uuid4().hex},
+            what="init",
+        )
         self.turns = 0
         self._metrics = None
         return answer["observation"], answer["info"]
@@ -329,8 +346,9 @@ class RemoteEnv(Env):
 
     def step(self, action: Any) -> StepOutput:
         self._check_open()
-        return self._stepped(self._call("POST", f"/sessions/{self.session_id}/step", self._step_body(action),
-                                        what="step"))
+        return self._stepped(
+            self._call("POST", f"/sessions/{self.session_id}/step", self._step_body(action), what="step")
+        )
 
     async def astep(self, action: Any) -> StepOutput:
         self._check_open()
@@ -338,8 +356,11 @@ class RemoteEnv(Env):
             import aiohttp  # noqa: F401
         except ImportError:
             return await asyncio.to_thread(self.step, action)
-        return self._stepped(await self._acall("POST", f"/sessions/{self.session_id}/step", self._step_body(action),
-                                               what="step"))
+        return self._stepped(
+            await self._acall(
+                "POST", f"/sessions/{self.session_id}/step", self._step_body(action), what="step"
+            )
+        )
 
     def get_metrics(self) -> Dict[str, Any]:
         if self._metrics is not None:  # sent with the step that ended the episode
@@ -358,14 +379,24 @@ class RemoteEnv(Env):
         self._closed = True
         _open_envs.discard(self)
         try:
-            answer = self._call("DELETE", f"/sessions/{self.session_id}", None, what="close",
-                                timeout_s=timeout_s, attempts=2 if timeout_s else None)
+            answer = self._call(
+                "DELETE",
+                f"/sessions/{self.session_id}",
+                None,
+                what="close",
+                timeout_s=timeout_s,
+                attempts=2 if timeout_s else None,
+            )
         except RemoteEnvError as exc:
             self.close_error = str(exc)
             logger.warning("%s (the session expires on the server when idle)", exc)
             return
-        if answer.get("close_error"):  # the server's env failed to close: as a local env's close() would raise
-            raise RemoteEnvError(f"remote env {self.env_id!r}: close() on the server raised {answer['close_error']}")
+        if answer.get(
+            "close_error"
+        ):  # the server's env failed to close: as a local env's close() would raise
+            raise RemoteEnvError(
+                f"remote env {self.env_id!r}: close() on the server raised {answer['close_error']}"
+            )
 
 
 __all__ = ["RemoteDataError", "RemoteEnv", "RemoteEnvError"]

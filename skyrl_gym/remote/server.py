@@ -24,7 +24,9 @@ from typing import Any, AsyncIterator, Callable, Dict, Optional, Sequence, Tuple
 from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
 from skyrl_gym.remote.wire import encode
 
-MAX_BODY_BYTES = 32 * 1024 * 1024  # the checker sends a 10 MB action: a remote env must take what a local one does
+MAX_BODY_BYTES = (
+    32 * 1024 * 1024
+)  # the checker sends a 10 MB action: a remote env must take what a local one does
 DEFAULT_MAX_SESSIONS = 4096
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_ENV_THREADS = 32
@@ -93,8 +95,15 @@ def create_app(
     sessions: Dict[str, Session] = {}
     creating: Dict[str, "asyncio.Future[Reply]"] = {}
     threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
-    stats = {"sessions_created": 0, "sessions_expired": 0, "sessions_closed": 0, "steps": 0, "retries_answered": 0,
-             "refused": 0, "env_errors": 0}
+    stats = {
+        "sessions_created": 0,
+        "sessions_expired": 0,
+        "sessions_closed": 0,
+        "steps": 0,
+        "retries_answered": 0,
+        "refused": 0,
+        "env_errors": 0,
+    }
     expected = f"Bearer {token}".encode("utf-8") if token else None
     allowed = set(env_ids) if env_ids else None
 
@@ -114,7 +123,9 @@ def create_app(
         while True:
             await asyncio.sleep(period)
             now = time.monotonic()
-            for session in [s for s in sessions.values() if not s.busy and now - s.last_used > idle_timeout_s]:
+            for session in [
+                s for s in sessions.values() if not s.busy and now - s.last_used > idle_timeout_s
+            ]:
                 if sessions.get(session.session_id) is session:
                     del sessions[session.session_id]
                     stats["sessions_expired"] += 1
@@ -146,8 +157,11 @@ def create_app(
             return
         given = request.headers.get("authorization", "").encode("utf-8", "replace")
         if not hmac.compare_digest(given, expected):
-            raise Refused(401, f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads "
-                               f"it from {TOKEN_ENV} or --token)")
+            raise Refused(
+                401,
+                f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads "
+                f"it from {TOKEN_ENV} or --token)",
+            )
 
     async def read_json(request: Request) -> Dict[str, Any]:
         authorise(request)
@@ -172,7 +186,9 @@ def create_app(
         if value is None:
             return None
         if not isinstance(value, str) or not _ID.match(value):
-            raise Refused(422, f"{field} must be 1-128 characters of letters, digits and _.:-, got {value!r:.80}")
+            raise Refused(
+                422, f"{field} must be 1-128 characters of letters, digits and _.:-, got {value!r:.80}"
+            )
         return value
 
     def optional_dict(body: Dict[str, Any], field: str) -> Optional[Dict[str, Any]]:
@@ -184,8 +200,11 @@ def create_app(
     def session_of(session_id: str) -> Session:
         session = sessions.get(session_id)
         if session is None:
-            raise Refused(404, f"no session {session_id!r}: it was closed, expired after {idle_timeout_s:g} s "
-                               f"idle, or never existed (create one with POST /sessions)")
+            raise Refused(
+                404,
+                f"no session {session_id!r}: it was closed, expired after {idle_timeout_s:g} s "
+                f"idle, or never existed (create one with POST /sessions)",
+            )
         return session
 
     def guarded(handler: Callable[..., Any]) -> Callable[..., Any]:
@@ -210,7 +229,9 @@ def create_app(
         existing = sessions.get(session_id)
         if existing is not None:  # a retried create: the session is there already
             if existing.env_id != env_id:
-                raise Refused(409, f"session {session_id!r} exists for env {existing.env_id!r}, not {env_id!r}")
+                raise Refused(
+                    409, f"session {session_id!r} exists for env {existing.env_id!r}, not {env_id!r}"
+                )
             return 200, encode(existing.describe(created=False))
         if session_id in creating:
             return await asyncio.shield(creating[session_id])
@@ -223,20 +244,32 @@ def create_app(
         except UnregisteredEnv as exc:
             raise Refused(404, str(exc))
         if len(sessions) + len(creating) >= max_sessions:
-            raise Refused(429, f"the service holds {len(sessions)} sessions, its limit (--max-sessions "
-                               f"{max_sessions}); close sessions or wait for idle ones to expire "
-                               f"({idle_timeout_s:g} s)")
+            raise Refused(
+                429,
+                f"the service holds {len(sessions)} sessions, its limit (--max-sessions "
+                f"{max_sessions}); close sessions or wait for idle ones to expire "
+                f"({idle_timeout_s:g} s)",
+            )
 
         async def build() -> Reply:
             try:
                 env = await in_thread(lambda: make(env_id, env_config=env_config, extras=extras))
             except (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError) as exc:
-                return 422, encode({"error": f"cannot build env {env_id!r} from this row: "
-                                             f"{type(exc).__name__}: {exc}", "error_type": type(exc).__name__})
+                return 422, encode(
+                    {
+                        "error": f"cannot build env {env_id!r} from this row: {type(exc).__name__}: {exc}",
+                        "error_type": type(exc).__name__,
+                    }
+                )
             except Exception as exc:
                 stats["env_errors"] += 1
-                return 500, encode({"error": f"building env {env_id!r} raised {type(exc).__name__}: {exc}",
-                                    "error_type": type(exc).__name__, "method": "make"})
+                return 500, encode(
+                    {
+                        "error": f"building env {env_id!r} raised {type(exc).__name__}: {exc}",
+                        "error_type": type(exc).__name__,
+                        "method": "make",
+                    }
+                )
             session = Session(session_id, env_id, env)
             sessions[session_id] = session
             stats["sessions_created"] += 1
@@ -251,7 +284,9 @@ def create_app(
             else:
                 future.add_done_callback(lambda _f: creating.pop(session_id, None))
 
-    async def call(session: Session, request_id: Optional[str], method: str, operation: Callable[[], Any]) -> Reply:
+    async def call(
+        session: Session, request_id: Optional[str], method: str, operation: Callable[[], Any]
+    ) -> Reply:
         """Run ``operation`` on the session once per ``request_id``; a retry gets the first call's answer."""
         if request_id is not None:
             done = session.results.get(request_id)
@@ -272,9 +307,17 @@ def create_app(
                     result = (exc.status, encode({"error": exc.message}))
                 except Exception as exc:  # the env raised: the client's caller reports it as an env error
                     stats["env_errors"] += 1
-                    result = (500, encode({"error": f"{method}() of env {session.env_id!r} raised "
-                                                    f"{type(exc).__name__}: {exc}",
-                                           "error_type": type(exc).__name__, "method": method}))
+                    result = (
+                        500,
+                        encode(
+                            {
+                                "error": f"{method}() of env {session.env_id!r} raised "
+                                f"{type(exc).__name__}: {exc}",
+                                "error_type": type(exc).__name__,
+                                "method": method,
+                            }
+                        ),
+                    )
                 session.last_used = time.monotonic()
                 if request_id is not None:
                     session.results[request_id] = result
@@ -283,7 +326,9 @@ def create_app(
                     session.pending.pop(request_id, None)
                 return result
 
-        task = asyncio.ensure_future(run())  # shielded: a client that hangs up does not cancel a step half-way
+        task = asyncio.ensure_future(
+            run()
+        )  # shielded: a client that hangs up does not cancel a step half-way
         if request_id is not None:
             session.pending[request_id] = task
         return await asyncio.shield(task)
@@ -294,7 +339,9 @@ def create_app(
         request_id = optional_id(body, "request_id")
         prompt = body.get("prompt")
         if prompt is not None and not isinstance(prompt, list):
-            raise Refused(422, f"prompt must be a list of chat messages (or null), got {type(prompt).__name__}")
+            raise Refused(
+                422, f"prompt must be a list of chat messages (or null), got {type(prompt).__name__}"
+            )
 
         async def operation() -> Any:
             observation, info = await in_thread(session.env.init, prompt)
@@ -351,8 +398,16 @@ def create_app(
 
     async def health(request: Request) -> Reply:
         authorise(request)
-        return 200, encode({"status": "ok", "sessions": len(sessions), "max_sessions": max_sessions,
-                            "idle_timeout_s": idle_timeout_s, "max_body_bytes": max_body_bytes, **stats})
+        return 200, encode(
+            {
+                "status": "ok",
+                "sessions": len(sessions),
+                "max_sessions": max_sessions,
+                "idle_timeout_s": idle_timeout_s,
+                "max_body_bytes": max_body_bytes,
+                **stats,
+            }
+        )
 
     app.add_api_route("/sessions", guarded(create_session), methods=["POST"])
     app.add_api_route("/sessions/{session_id}/init", guarded(init_session), methods=["POST"])
@@ -378,16 +433,21 @@ def serve(
     from skyrl_gym.retrieval.server import bind_socket
 
     if not token and not is_loopback(host):
-        raise ValueError(f"refusing to serve envs on {host} without a bearer token: anyone who can reach it could "
-                         f"run the envs (and their tools). Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1")
+        raise ValueError(
+            f"refusing to serve envs on {host} without a bearer token: anyone who can reach it could "
+            f"run the envs (and their tools). Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1"
+        )
     app = create_app(token=token, **app_options)
     sock = bind_socket(host, port)
     actual_port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=log_level, backlog=2048, timeout_keep_alive=60)
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
-    print(f"env service listening on http://{shown}:{actual_port} "
-          f"({'bearer token required' if token else 'no token'})", flush=True)
+    print(
+        f"env service listening on http://{shown}:{actual_port} "
+        f"({'bearer token required' if token else 'no token'})",
+        flush=True,
+    )
     try:
         server.run(sockets=[sock])
     finally:
@@ -395,5 +455,12 @@ def serve(
         sys.stdout.flush()
 
 
-__all__ = ["create_app", "serve", "encode", "Refused", "MAX_BODY_BYTES", "DEFAULT_MAX_SESSIONS",
-           "DEFAULT_IDLE_TIMEOUT_S"]
+__all__ = [
+    "create_app",
+    "serve",
+    "encode",
+    "Refused",
+    "MAX_BODY_BYTES",
+    "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_IDLE_TIMEOUT_S",
+]

@@ -40,7 +40,7 @@ import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from skyrl_gym.errors import Error
-from skyrl_gym.tools.search import RETRYABLE_STATUS, RetryPolicy
+from skyrl_gym.tools.search import RetryPolicy
 
 URL_ENV = "SKYRL_GYM_JUDGE_URL"
 MODEL_ENV = "SKYRL_GYM_JUDGE_MODEL"
@@ -112,7 +112,9 @@ class JudgeEndpoint:
         """The endpoint from ``env_config["judge"]``, each key falling back to its environment variable."""
         section = config_value(env_config, "judge", None)
         if section is not None and not (isinstance(section, Mapping) or hasattr(section, "get")):
-            raise JudgeError(f"env_config.judge must be a dict of judge settings, got {type(section).__name__}")
+            raise JudgeError(
+                f"env_config.judge must be a dict of judge settings, got {type(section).__name__}"
+            )
 
         def setting(key: str, variable: Optional[str], default: Any) -> Any:
             value = config_value(section, key, None) if section is not None else None
@@ -188,8 +190,19 @@ class Verdict:
 
 # ----- reading the verdict --------------------------------------------------------------------------------------
 _LABELS = {
-    "correct": 1.0, "incorrect": 0.0, "pass": 1.0, "fail": 0.0, "yes": 1.0, "no": 0.0, "right": 1.0,
-    "wrong": 0.0, "true": 1.0, "false": 0.0, "partially correct": 0.5, "partial": 0.5, "accept": 1.0,
+    "correct": 1.0,
+    "incorrect": 0.0,
+    "pass": 1.0,
+    "fail": 0.0,
+    "yes": 1.0,
+    "no": 0.0,
+    "right": 1.0,
+    "wrong": 0.0,
+    "true": 1.0,
+    "false": 0.0,
+    "partially correct": 0.5,
+    "partial": 0.5,
+    "accept": 1.0,
     "reject": 0.0,
 }
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)"
@@ -213,7 +226,11 @@ def _scaled(value: float, out_of: Optional[float], scale: float, text: str) -> f
     elif scale != 1.0:
         value = value / scale
     if not math.isfinite(value) or value < 0.0 or value > 1.0:
-        hint = " (set reward_spec.scale to the rubric's top score, e.g. 10)" if out_of is None and value > 1 else ""
+        hint = (
+            " (set reward_spec.scale to the rubric's top score, e.g. 10)"
+            if out_of is None and value > 1
+            else ""
+        )
         raise JudgeError(f"the judge's score {value:g} is outside [0, 1]{hint}: {text[-200:]!r}")
     return value
 
@@ -328,11 +345,15 @@ def _answer_text(data: Any, url: str) -> str:
     try:
         content = data["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError):
-        raise JudgeError(f"the judge endpoint {url} did not answer an OpenAI chat completion: {str(data)[:300]!r}")
+        raise JudgeError(
+            f"the judge endpoint {url} did not answer an OpenAI chat completion: {str(data)[:300]!r}"
+        )
     if isinstance(content, list):  # content parts
         content = "".join(part.get("text", "") for part in content if isinstance(part, Mapping))
     if not isinstance(content, str):
-        raise JudgeError(f"the judge endpoint {url} answered a message without text content: {str(data)[:300]!r}")
+        raise JudgeError(
+            f"the judge endpoint {url} answered a message without text content: {str(data)[:300]!r}"
+        )
     return content
 
 
@@ -368,57 +389,72 @@ class JudgeClient:
         """The judge's answer text and the attempts it took; :class:`JudgeError` when it cannot be had."""
         import requests
 
+        from skyrl_gym.http_retry import RetriesExhausted, request_with_retries
+
         url, endpoint = self.endpoint.chat_url, self.endpoint
-        payload = {"model": endpoint.model, "messages": messages, "temperature": endpoint.temperature,
-                   "max_tokens": endpoint.max_tokens}
-        last_error = "no attempt was made"
-        for attempt in range(1, self.retry.attempts + 1):
-            with self._lock:
-                self.stats["http_attempts"] += 1
-            try:
-                with self._gate:
-                    response = self._session().post(url, json=payload, timeout=endpoint.timeout_s)
-            except requests.exceptions.Timeout:
-                last_error = f"no answer from {url} within {endpoint.timeout_s:g} s"
-            except requests.exceptions.ConnectionError as exc:
-                last_error = f"cannot connect to the judge at {url} ({type(exc).__name__})"
-            except requests.exceptions.RequestException as exc:
-                raise _after(attempt, JudgeError(f"request to the judge at {url} failed: {exc}")) from exc
-            else:
-                if response.status_code in RETRYABLE_STATUS:
-                    last_error = f"the judge at {url} answered HTTP {response.status_code}: {response.text[:200]!r}"
-                elif response.status_code >= 400:
-                    hint = {401: " (check api_key / " + API_KEY_ENV + ")", 403: " (check api_key)",
-                            404: " (check base_url: it should name the server, e.g. http://host:8000/v1, "
-                                 "and the model name)"}.get(response.status_code, "")
-                    raise _after(attempt, JudgeError(f"the judge at {url} answered HTTP {response.status_code}"
-                                                     f"{hint}: {response.text[:300]!r}"))
-                else:
-                    try:
-                        data = response.json()
-                    except ValueError:
-                        raise _after(attempt, JudgeError(f"the judge at {url} answered something that is not "
-                                                         f"JSON: {response.text[:300]!r}"))
-                    try:
-                        return _answer_text(data, url), attempt
-                    except JudgeError as exc:
-                        raise _after(attempt, exc)
-            if attempt < self.retry.attempts:
-                time.sleep(self.retry.delay(attempt))
-        raise _after(self.retry.attempts, JudgeError(f"{last_error}; gave up after {self.retry.attempts} attempts"))
+        payload = {
+            "model": endpoint.model,
+            "messages": messages,
+            "temperature": endpoint.temperature,
+            "max_tokens": endpoint.max_tokens,
+        }
+        try:
+            response, attempt = request_with_retries(
+                _GatedSession(self), "POST", url, self.retry, endpoint.timeout_s, json=payload
+            )
+        except RetriesExhausted as exc:
+            raise _after(exc.attempts, JudgeError(f"the judge did not answer: {exc}")) from None
+        except requests.exceptions.RequestException as exc:
+            raise _after(1, JudgeError(f"request to the judge at {url} failed: {exc}")) from exc
+        if response.status_code >= 400:
+            hint = {
+                401: " (check api_key / " + API_KEY_ENV + ")",
+                403: " (check api_key)",
+                404: " (check base_url: it should name the server, e.g. http://host:8000/v1, "
+                "and the model name)",
+            }.get(response.status_code, "")
+            raise _after(
+                attempt,
+                JudgeError(
+                    f"the judge at {url} answered HTTP {response.status_code}{hint}: {response.text[:300]!r}"
+                ),
+            )
+        try:
+            data = response.json()
+        except ValueError:
+            raise _after(
+                attempt,
+                JudgeError(
+                    f"the judge at {url} answered something that is not JSON: {response.text[:300]!r}"
+                ),
+            ) from None
+        try:
+            return _answer_text(data, url), attempt
+        except JudgeError as exc:
+            raise _after(attempt, exc)
 
     # -- verdicts ------------------------------------------------------------------------------------------------
     @staticmethod
     def cache_key(payload: Any) -> str:
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+        return hashlib.sha256(
+            json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")
+        ).hexdigest()
 
     def judge(self, messages: List[Dict[str, str]], scale: float = 1.0) -> Verdict:
         """The verdict on one request; never raises. Identical requests (same endpoint, model, messages and
         scale) are asked once: later ones get the cached verdict, concurrent ones wait for the first. The cache keeps
         every answer the judge gave at temperature 0 (an unreadable one too: asked again, it says the same), never
         a transport failure."""
-        key = self.cache_key([self.endpoint.chat_url, self.endpoint.model, self.endpoint.temperature,
-                              self.endpoint.max_tokens, scale, messages])
+        key = self.cache_key(
+            [
+                self.endpoint.chat_url,
+                self.endpoint.model,
+                self.endpoint.temperature,
+                self.endpoint.max_tokens,
+                scale,
+                messages,
+            ]
+        )
         with self._lock:
             self.stats["requests"] += 1
             hit = self._cache.get(key)
@@ -443,7 +479,9 @@ class JudgeClient:
         attempts = 0
         text = ""
         verdict = Verdict(score=None, error="the judge call was interrupted")
-        answered = False  # the judge gave an answer (readable or not): at temperature 0 asking again gives it again
+        answered = (
+            False  # the judge gave an answer (readable or not): at temperature 0 asking again gives it again
+        )
         try:
             text, attempts = self._post(messages)
             answered = True
@@ -487,6 +525,21 @@ class JudgeClient:
             sessions, self._sessions = self._sessions, []
         for session in sessions:
             session.close()
+
+
+class _GatedSession:
+    """The calling thread's session, counting each attempt and holding one of ``max_concurrency`` slots only while
+    a request is on the wire (not during back-off)."""
+
+    def __init__(self, client: JudgeClient) -> None:
+        self.client = client
+        self.session = client._session()
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        with self.client._lock:
+            self.client.stats["http_attempts"] += 1
+        with self.client._gate:
+            return self.session.request(*args, **kwargs)
 
 
 _clients: Dict[JudgeEndpoint, JudgeClient] = {}

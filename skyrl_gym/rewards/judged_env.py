@@ -29,9 +29,20 @@ JUDGE_INPUTS = ("final", "transcript")
 
 # Attributes that belong to the wrapper; every other attribute is read from and written to the wrapped env, so
 # that the episode driver's ``env.max_turns = n`` reaches the env that counts turns.
-_OWN = frozenset({
-    "env", "spec", "client", "reference", "rubric", "scale", "judge_input", "_prompt", "_transcript", "_verdict",
-})
+_OWN = frozenset(
+    {
+        "env",
+        "spec",
+        "client",
+        "reference",
+        "rubric",
+        "scale",
+        "judge_input",
+        "_prompt",
+        "_transcript",
+        "_verdict",
+    }
+)
 
 
 def wants_judge(extras: Any) -> bool:
@@ -57,7 +68,9 @@ class JudgeRewardEnv(Env):
             raise DataError(f"reward_spec.rubric must be a string, got {type(rubric).__name__}")
         judge_input = reward_spec.get("judge_input", "final")
         if judge_input not in JUDGE_INPUTS:
-            raise DataError(f"reward_spec.judge_input must be one of {list(JUDGE_INPUTS)}, got {judge_input!r}")
+            raise DataError(
+                f"reward_spec.judge_input must be one of {list(JUDGE_INPUTS)}, got {judge_input!r}"
+            )
         try:
             scale = float(reward_spec.get("scale", 1.0))
         except (TypeError, ValueError):
@@ -115,10 +128,14 @@ class JudgeRewardEnv(Env):
             response = render_conversation(self._transcript, limit=self.client.endpoint.max_response_chars)
         else:
             response = action if isinstance(action, str) else ("" if action is None else str(action))
-        return judge_messages(response, self.reference, self.rubric, question, self.client.endpoint.max_response_chars)
+        return judge_messages(
+            response, self.reference, self.rubric, question, self.client.endpoint.max_response_chars
+        )
 
     def _record(self, action: Any, output: Mapping[str, Any]) -> None:
-        self._transcript.append({"role": "assistant", "content": action if isinstance(action, str) else str(action)})
+        self._transcript.append(
+            {"role": "assistant", "content": action if isinstance(action, str) else str(action)}
+        )
         for message in output.get("observations") or []:
             if isinstance(message, Mapping):
                 self._transcript.append(dict(message))

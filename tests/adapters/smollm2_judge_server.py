@@ -29,9 +29,13 @@ def main() -> None:
         if not isinstance(ids, torch.Tensor):  # transformers 5 answers a BatchEncoding
             ids = ids["input_ids"]
         with lock, torch.no_grad():
-            out = model.generate(ids, max_new_tokens=int(body.get("max_tokens") or 48), do_sample=False,
-                                 pad_token_id=tokenizer.eos_token_id)
-        return tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+            out = model.generate(
+                ids,
+                max_new_tokens=int(body.get("max_tokens") or 48),
+                do_sample=False,
+                pad_token_id=tokenizer.eos_token_id,
+            )
+        return tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -53,9 +57,20 @@ def main() -> None:
                 self._send({"error": {"message": f"the model {body.get('model')!r} does not exist"}}, 404)
                 return
             text = complete(body)
-            self._send({"id": "judge", "object": "chat.completion", "model": MODEL_NAME,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                     "finish_reason": "stop"}]})
+            self._send(
+                {
+                    "id": "judge",
+                    "object": "chat.completion",
+                    "model": MODEL_NAME,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                }
+            )
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True

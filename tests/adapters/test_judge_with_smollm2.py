@@ -20,9 +20,15 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def smollm2_judge(tokenizer):  # the tokenizer fixture skips, with the reason, where the embedded model is missing
-    process = subprocess.Popen([sys.executable, str(HERE / "smollm2_judge_server.py")], cwd=HERE.parents[1],
-                               stdout=subprocess.PIPE, text=True)
+def smollm2_judge(
+    tokenizer,
+):  # the tokenizer fixture skips, with the reason, where the embedded model is missing
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "smollm2_judge_server.py")],
+        cwd=HERE.parents[1],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     port = process.stdout.readline().strip()
     assert port.isdigit(), f"the SmolLM2 judge server did not start (printed {port!r})"
     yield f"http://127.0.0.1:{port}/v1"
@@ -32,10 +38,22 @@ def smollm2_judge(tokenizer):  # the tokenizer fixture skips, with the reason, w
 
 
 def test_a_real_models_answers_become_rewards_or_readable_errors(smollm2_judge):
-    config = {"judge": {"base_url": smollm2_judge, "model": "smollm2-135m", "max_tokens": 12, "cache_size": 77}}
-    row = {"reward_spec": {"method": "judge", "ground_truth": "72",
-                           "rubric": "Answer with one line 'SCORE: 1' if the response says 72, else 'SCORE: 0'."}}
-    prompt = [{"role": "user", "content": "Natalia sold 48 clips in April and half as many in May. How many in all?"}]
+    config = {
+        "judge": {"base_url": smollm2_judge, "model": "smollm2-135m", "max_tokens": 12, "cache_size": 77}
+    }
+    row = {
+        "reward_spec": {
+            "method": "judge",
+            "ground_truth": "72",
+            "rubric": "Answer with one line 'SCORE: 1' if the response says 72, else 'SCORE: 0'.",
+        }
+    }
+    prompt = [
+        {
+            "role": "user",
+            "content": "Natalia sold 48 clips in April and half as many in May. How many in all?",
+        }
+    ]
     outputs = []
     for _ in range(2):
         with skyrl_gym.make("gsm8k", env_config=config, extras=row) as env:
@@ -47,9 +65,13 @@ def test_a_real_models_answers_become_rewards_or_readable_errors(smollm2_judge):
     assert verdict["text"].strip(), "the model answered nothing"
     if "judge_error" in first["metadata"]:  # the model's text had no readable score: said, not raised
         assert first["reward"] == 0.0
-        assert any(reason in first["metadata"]["judge_error"] for reason in ("could not read a score", "outside [0, 1]"))
+        assert any(
+            reason in first["metadata"]["judge_error"]
+            for reason in ("could not read a score", "outside [0, 1]")
+        )
     else:
         assert first["reward"] == verdict["score"]
     assert second["metadata"]["judge"]["cached"] is True  # the same request is asked once
-    assert second["reward"] == first["reward"] and second["metadata"].get("judge_error") == first["metadata"].get(
-        "judge_error")
+    assert second["reward"] == first["reward"] and second["metadata"].get("judge_error") == first[
+        "metadata"
+    ].get("judge_error")

@@ -9,8 +9,12 @@ import functools
 
 import pytest
 
-pytest.importorskip("fastapi", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
-pytest.importorskip("uvicorn", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
+pytest.importorskip(
+    "fastapi", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'"
+)
+pytest.importorskip(
+    "uvicorn", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'"
+)
 
 import skyrl_gym  # noqa: E402
 from skygym_adapters.conformance import Case, Context, builtin_case_set, format_table, run_conformance  # noqa: E402
@@ -44,11 +48,18 @@ def test_the_checker_finds_the_same_on_a_remote_gsm8k_as_on_the_local_one(servic
 
 def test_the_checker_finds_the_same_on_a_remote_text2sql_as_on_the_local_one(service):
     with builtin_case_set("text2sql") as cases:
-        rows = [{**case.row, "extra_info": {**case.row.get("extra_info", {}), "reference_action": case.actions[-1]}}
-                for case in cases]
+        rows = [
+            {
+                **case.row,
+                "extra_info": {**case.row.get("extra_info", {}), "reference_action": case.actions[-1]},
+            }
+            for case in cases
+        ]
         config = cases[0].env_config
         local = check_env("text2sql", rows, env_config=config)
-        far = check_env(functools.partial(RemoteEnv, url=service.url, env_id="text2sql"), rows, env_config=config)
+        far = check_env(
+            functools.partial(RemoteEnv, url=service.url, env_id="text2sql"), rows, env_config=config
+        )
     assert local.ok and far.ok, str(far)
     assert far.episodes == local.episodes and _findings(far) == _findings(local)
 
@@ -56,12 +67,15 @@ def test_the_checker_finds_the_same_on_a_remote_text2sql_as_on_the_local_one(ser
 @pytest.mark.parametrize("env_id", ["gsm8k", "text2sql"])
 def test_every_installed_adapter_conforms_on_a_remote_env(service, context, env_id):
     remote_id = f"test_remote/{env_id}"  # "test" first: suites that walk the registry skip test envs
-    skyrl_gym.register(remote_id, entry_point=functools.partial(RemoteEnv, url=service.url, env_id=env_id),
-                       provider="tests")
+    skyrl_gym.register(
+        remote_id, entry_point=functools.partial(RemoteEnv, url=service.url, env_id=env_id), provider="tests"
+    )
     try:
         with builtin_case_set(env_id) as cases:
-            remote_cases = [Case({**copy.deepcopy(c.row), "env_class": remote_id}, list(c.actions), c.env_config)
-                            for c in cases]
+            remote_cases = [
+                Case({**copy.deepcopy(c.row), "env_class": remote_id}, list(c.actions), c.env_config)
+                for c in cases
+            ]
             local = run_conformance(env_id, [copy.deepcopy(c) for c in cases], context=context)
             far = run_conformance(remote_id, remote_cases, context=context)
     finally:

@@ -39,11 +39,22 @@ class ServiceProcess:
 @contextlib.contextmanager
 def env_service(*options: str, token: Optional[str] = None) -> Iterator[ServiceProcess]:
     """``skyrl-gym serve-env --port 0 --import <this module> OPTIONS``; yields its URL once it listens."""
-    command = [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--port", "0",
-               "--import", "tests.skyrl_gym.remote.service_support", *options]
+    command = [
+        sys.executable,
+        "-m",
+        "skyrl_gym.cli",
+        "serve-env",
+        "--port",
+        "0",
+        "--import",
+        "tests.skyrl_gym.remote.service_support",
+        *options,
+    ]
     if token:
         command += ["--token", token]
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         line = process.stdout.readline()
         if not line.startswith("env service listening on "):
@@ -81,8 +92,9 @@ class CounterEnv(BaseTextEnv):
         metadata: Dict[str, Any] = {"applied_steps": len(self.applied)}
         if action == "odd values":  # what envs put in metadata that JSON has no type for
             metadata.update(tags={"only"}, pair=(1, 2), raw=b"bytes", ratio=float("nan"))
-        return StepOutput(observations=observations, reward=1.0 if action == "good" else 0.0, done=done,
-                          metadata=metadata)
+        return StepOutput(
+            observations=observations, reward=1.0 if action == "good" else 0.0, done=done, metadata=metadata
+        )
 
     def get_metrics(self) -> Dict[str, Any]:
         return {"applied_steps": len(self.applied)}

@@ -10,8 +10,12 @@ import uuid
 import pytest
 import requests
 
-pytest.importorskip("fastapi", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
-pytest.importorskip("uvicorn", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
+pytest.importorskip(
+    "fastapi", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'"
+)
+pytest.importorskip(
+    "uvicorn", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'"
+)
 
 import skyrl_gym  # noqa: E402
 from skyrl_gym.episode import ScriptedPolicy, run_episode  # noqa: E402
@@ -98,11 +102,19 @@ def test_async_steps_on_one_loop(service):
 
 def test_the_episode_driver_plays_a_remote_env_and_an_env_error_becomes_an_episode_error(service):
     async def play(actions):
-        return await run_episode(lambda: remote(service, COUNTER_ID, extras={"max_turns": 3}), [],
-                                 ScriptedPolicy(actions), env_class="remote")
+        return await run_episode(
+            lambda: remote(service, COUNTER_ID, extras={"max_turns": 3}),
+            [],
+            ScriptedPolicy(actions),
+            env_class="remote",
+        )
 
     ok = asyncio.run(play(["good", "good", "bad"]))
-    assert ok.error is None and [s.reward for s in ok.steps] == [1.0, 1.0, 0.0] and ok.env_metrics == {"applied_steps": 3}
+    assert (
+        ok.error is None
+        and [s.reward for s in ok.steps] == [1.0, 1.0, 0.0]
+        and ok.env_metrics == {"applied_steps": 3}
+    )
     failed = asyncio.run(play(["good", "raise"]))
     assert failed.error_method == "step" and "ValueError: asked to raise" in failed.error
     assert service.wait_for(lambda h: h["sessions"] == 0)["sessions"] == 0  # the driver closed both sessions
@@ -121,13 +133,16 @@ def test_bad_input_gets_a_clear_error(service):
     no_id = requests.post(service.url + "/sessions", json={"extras": {}}, headers=headers, timeout=10)
     assert no_id.status_code == 422 and "env_id is required" in no_id.json()["error"]
     env = remote(service, extras=GSM8K_ROW)
-    no_action = requests.post(f"{service.url}/sessions/{env.session_id}/step", json={}, headers=headers, timeout=10)
+    no_action = requests.post(
+        f"{service.url}/sessions/{env.session_id}/step", json={}, headers=headers, timeout=10
+    )
     assert no_action.status_code == 422 and "action is required" in no_action.json()["error"]
     env.close()
     with pytest.raises(RemoteEnvError, match="session was closed"):
         env.step("#### 72")
-    gone = requests.post(f"{service.url}/sessions/{env.session_id}/step", json={"action": "x"}, headers=headers,
-                         timeout=10)
+    gone = requests.post(
+        f"{service.url}/sessions/{env.session_id}/step", json={"action": "x"}, headers=headers, timeout=10
+    )
     assert gone.status_code == 404 and "closed, expired" in gone.json()["error"]
 
 
@@ -144,9 +159,13 @@ def test_close_ends_the_session_and_sessions_left_open_are_closed_at_exit(servic
     env.close()
     env.close()  # twice is fine
     assert service.health()["sessions"] == before
-    script = (f"import skyrl_gym; env = skyrl_gym.make('remote', url={service.url!r}, env_id='gsm8k', "
-              f"extras={GSM8K_ROW!r}, token={TOKEN!r}); env.init([]); print(env.session_id)")
-    leaked = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    script = (
+        f"import skyrl_gym; env = skyrl_gym.make('remote', url={service.url!r}, env_id='gsm8k', "
+        f"extras={GSM8K_ROW!r}, token={TOKEN!r}); env.init([]); print(env.session_id)"
+    )
+    leaked = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert leaked.returncode == 0, leaked.stderr
     assert service.health()["sessions"] == before  # the exiting process closed it
 
@@ -164,7 +183,9 @@ def test_limits_on_sessions_body_size_and_idle_time():
         with pytest.raises(RemoteEnvError, match="HTTP 404.*expired after 0.5 s idle"):
             second.step("good")
         first.close(), second.close()  # already gone on the server: fine
-        third = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)  # room again
+        third = skyrl_gym.make(
+            "remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1
+        )  # room again
         third.close()
         orphan = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
     orphan.close()  # the server is gone: close does not raise, and says why
@@ -172,9 +193,14 @@ def test_limits_on_sessions_body_size_and_idle_time():
 
 
 def test_serving_beyond_loopback_needs_a_token():
-    result = subprocess.run([sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--host", "0.0.0.0", "--port", "0"],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                            env={k: v for k, v in __import__("os").environ.items() if k != "SKYRL_GYM_ENV_SERVICE_TOKEN"})
+    result = subprocess.run(
+        [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--host", "0.0.0.0", "--port", "0"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in __import__("os").environ.items() if k != "SKYRL_GYM_ENV_SERVICE_TOKEN"},
+    )
     assert result.returncode == 2 and "without a bearer token" in result.stderr
 
 
@@ -186,8 +212,13 @@ def test_the_remote_can_be_described_by_env_config_as_a_trainer_section_would(se
 
 
 def test_serve_env_refuses_ids_that_are_not_registered():
-    result = subprocess.run([sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--envs", "gsm8k,nosuch"],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--envs", "gsm8k,nosuch"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and "['nosuch']" in result.stderr
 
 

@@ -40,10 +40,18 @@ def _squeeze(text: str) -> str:
 
 
 def rule_answer(body: Dict[str, Any]) -> str:
-    user = next((m.get("content", "") for m in reversed(body.get("messages") or []) if m.get("role") == "user"), "")
-    reference, rubric, response = _section(user, "reference"), _section(user, "rubric"), _section(user, "response")
+    user = next(
+        (m.get("content", "") for m in reversed(body.get("messages") or []) if m.get("role") == "user"), ""
+    )
+    reference, rubric, response = (
+        _section(user, "reference"),
+        _section(user, "rubric"),
+        _section(user, "response"),
+    )
     agrees = bool(_squeeze(reference)) and _squeeze(reference) in _squeeze(response)
-    reasoning = f"The reference is {reference!r}; the response {'contains' if agrees else 'does not contain'} it."
+    reasoning = (
+        f"The reference is {reference!r}; the response {'contains' if agrees else 'does not contain'} it."
+    )
     if "answer with a verdict" in rubric.lower():
         return f"{reasoning}\nVERDICT: {'CORRECT' if agrees else 'INCORRECT'}"
     if "out of 10" in rubric.lower():
@@ -122,12 +130,23 @@ def make_handler(token: str, stats: Dict[str, Any], lock: threading.Lock) -> typ
                     return
             if model == "slow-judge":
                 time.sleep(3.0)
-            content = "I would need to think about this more." if model == "rambling-judge" else rule_answer(body)
-            self._send({
-                "id": "judge-1", "object": "chat.completion", "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                             "finish_reason": "stop"}],
-            })
+            content = (
+                "I would need to think about this more." if model == "rambling-judge" else rule_answer(body)
+            )
+            self._send(
+                {
+                    "id": "judge-1",
+                    "object": "chat.completion",
+                    "model": model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": content},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                }
+            )
 
     return Handler
 

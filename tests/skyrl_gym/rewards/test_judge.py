@@ -36,7 +36,9 @@ TOKEN = "judge-test-token"
 
 class JudgeServer:
     def __init__(self, token: str = "") -> None:
-        command = [sys.executable, str(HERE / "judge_server.py"), "--port", "0"] + (["--token", token] if token else [])
+        command = [sys.executable, str(HERE / "judge_server.py"), "--port", "0"] + (
+            ["--token", token] if token else []
+        )
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         port = self.process.stdout.readline().strip()  # the server prints its port once it listens
         assert port.isdigit(), f"the judge server did not start (printed {port!r})"
@@ -82,9 +84,13 @@ def test_parse_verdict_golden_cases(case):
 
 
 def test_the_request_holds_question_reference_rubric_and_the_tail_of_a_long_response():
-    messages = judge_messages("x" * 50 + "FINAL 42", {"answer": 42}, "be strict", "What is 6*7?", max_response_chars=10)
+    messages = judge_messages(
+        "x" * 50 + "FINAL 42", {"answer": 42}, "be strict", "What is 6*7?", max_response_chars=10
+    )
     user = messages[-1]["content"]
-    assert "<question>\nWhat is 6*7?\n</question>" in user and '{"answer": 42}' in user and "be strict" in user
+    assert (
+        "<question>\nWhat is 6*7?\n</question>" in user and '{"answer": 42}' in user and "be strict" in user
+    )
     assert "FINAL 42" in user and "x" * 11 not in user  # the tail: where the final answer is
 
 
@@ -96,7 +102,9 @@ def test_a_judge_row_without_an_endpoint_fails_at_make_naming_the_setting(monkey
     with pytest.raises(JudgeError, match="SKYRL_GYM_JUDGE_MODEL"):
         skyrl_gym.make("gsm8k", env_config={"judge": {"base_url": "http://127.0.0.1:9"}}, extras=gsm8k_row())
     with pytest.raises(JudgeError, match="http:// or https://"):
-        skyrl_gym.make("gsm8k", env_config={"judge": {"base_url": "127.0.0.1:9", "model": "m"}}, extras=gsm8k_row())
+        skyrl_gym.make(
+            "gsm8k", env_config={"judge": {"base_url": "127.0.0.1:9", "model": "m"}}, extras=gsm8k_row()
+        )
 
 
 def test_bad_reward_spec_fields_are_named(server):
@@ -130,7 +138,9 @@ def test_golden_episodes_against_the_judge_server(server, case):
     outputs = [env.step(action) for action in case["actions"]]
     env.close()
     assert outputs[-1]["done"] and [o["done"] for o in outputs[:-1]] == [False] * (len(outputs) - 1)
-    assert [o["reward"] for o in outputs] == case.get("rewards", [0.0] * (len(outputs) - 1) + [case["reward"]])
+    assert [o["reward"] for o in outputs] == case.get(
+        "rewards", [0.0] * (len(outputs) - 1) + [case["reward"]]
+    )
     last = outputs[-1]["metadata"]
     assert last["env_reward"] == pytest.approx(case["env_reward"], abs=1e-6)
     assert last["judge"]["score"] == case["reward"] and "judge_error" not in last
@@ -166,7 +176,9 @@ def test_identical_requests_are_asked_once(server):
 
 
 def test_a_503_is_retried_and_the_retry_is_recorded(server):
-    with skyrl_gym.make("gsm8k", env_config=judge_config(server, "flaky-judge"), extras=gsm8k_row("55")) as env:
+    with skyrl_gym.make(
+        "gsm8k", env_config=judge_config(server, "flaky-judge"), extras=gsm8k_row("55")
+    ) as env:
         env.init([{"role": "user", "content": "retry me"}])
         output = env.step("#### 55")
     assert output["reward"] == 1.0 and output["metadata"]["judge"]["attempts"] == 2
@@ -174,7 +186,9 @@ def test_a_503_is_retried_and_the_retry_is_recorded(server):
 
 def test_many_verdicts_at_once_stay_within_the_concurrency_limit(server):
     client = JudgeClient(JudgeEndpoint(base_url=server.url, model="rule-judge", max_concurrency=4))
-    requests_ = [judge_messages(f"#### {i}", str(i if i % 2 == 0 else i + 1), question=f"batch {i}") for i in range(24)]
+    requests_ = [
+        judge_messages(f"#### {i}", str(i if i % 2 == 0 else i + 1), question=f"batch {i}") for i in range(24)
+    ]
     before = server.stats()
     verdicts = client.judge_many(requests_)
     after = server.stats()
@@ -197,7 +211,10 @@ def _free_port() -> int:
         ({"model": "no-such-model"}, "HTTP 404"),
         ({"model": "rambling-judge"}, "could not read a score"),
         ({"model": "slow-judge", "timeout_s": 0.5, "attempts": 1}, "no answer from .* within 0.5 s"),
-        ({"base_url": "dead", "attempts": 2}, "cannot connect to the judge .*gave up after 2 attempts"),
+        (
+            {"base_url": "dead", "attempts": 2},
+            "did not answer: cannot connect to http.*gave up after 2 attempts",
+        ),
     ],
     ids=["unknown model", "unreadable answer", "timeout", "nothing listening"],
 )
@@ -231,10 +248,14 @@ def test_a_batch_with_failing_judge_calls_is_scored_to_the_end_and_the_failures_
     from skyrl_gym.cli.score_cmd import score_rows
 
     good, bad = judge_config(server), judge_config(server, "rambling-judge")
-    rows = [{"env_class": "gsm8k", "prompt": [{"role": "user", "content": f"q{i}"}], **gsm8k_row(str(i))}
-            for i in range(6)]
-    results = [score_rows([row], [f"#### {i}"], env_config=good if i % 3 else bad, progress=False)[0]
-               for i, row in enumerate(rows)]
+    rows = [
+        {"env_class": "gsm8k", "prompt": [{"role": "user", "content": f"q{i}"}], **gsm8k_row(str(i))}
+        for i in range(6)
+    ]
+    results = [
+        score_rows([row], [f"#### {i}"], env_config=good if i % 3 else bad, progress=False)[0]
+        for i, row in enumerate(rows)
+    ]
     assert [r["reward"] for r in results] == [0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
     errors = [r["metadata"].get("judge_error") for r in results]
     assert sum(e is not None for e in errors) == 2 and all("could not read" in e for e in errors if e)
@@ -245,9 +266,12 @@ def test_the_episode_driver_awaits_the_judge_without_blocking_its_loop(server):
 
     async def many() -> list:
         episodes = [
-            run_episode(make_env_factory("gsm8k", config, gsm8k_row(str(100 + i))),
-                        [{"role": "user", "content": f"driver {i}"}], ScriptedPolicy(f"#### {100 + i}"),
-                        env_class="gsm8k")
+            run_episode(
+                make_env_factory("gsm8k", config, gsm8k_row(str(100 + i))),
+                [{"role": "user", "content": f"driver {i}"}],
+                ScriptedPolicy(f"#### {100 + i}"),
+                env_class="gsm8k",
+            )
             for i in range(8)
         ]
         return await asyncio.gather(*episodes)
@@ -271,17 +295,31 @@ def test_a_bearer_token_is_sent_and_a_wrong_one_is_reported():
 
 def test_judge_metrics_are_aggregated_beside_the_envs_own(server):
     env = skyrl_gym.make("gsm8k_multi_turn", env_config=judge_config(server), extras=gsm8k_row("42"))
-    per_episode = [{"steps": 1, "judge_error": 0, "judge_score": 1.0, "judge_cached": 1},
-                   {"steps": 3, "judge_error": 1, "judge_cached": 0}]
+    per_episode = [
+        {"steps": 1, "judge_error": 0, "judge_score": 1.0, "judge_cached": 1},
+        {"steps": 3, "judge_error": 1, "judge_cached": 0},
+    ]
     assert env.aggregate_metrics(per_episode) == {
-        "avg_steps": 2.0, "judge_errors": 1, "judge_error_rate": 0.5, "judge_score": 1.0, "judge_cache_hit_rate": 0.5}
+        "avg_steps": 2.0,
+        "judge_errors": 1,
+        "judge_error_rate": 0.5,
+        "judge_score": 1.0,
+        "judge_cache_hit_rate": 0.5,
+    }
     env.close()
 
 
 def test_a_trainers_per_env_aggregate_keeps_the_judge_metrics():
     from skyrl_gym.metrics import aggregate_for_environment
 
-    per_episode = [{"steps": 2, "judge_error": 0, "judge_score": 0.5, "judge_cached": 0},
-                   {"steps": 4, "judge_error": 1, "judge_cached": 0}]
+    per_episode = [
+        {"steps": 2, "judge_error": 0, "judge_score": 0.5, "judge_cached": 0},
+        {"steps": 4, "judge_error": 1, "judge_cached": 0},
+    ]
     assert aggregate_for_environment("gsm8k_multi_turn", per_episode) == {
-        "avg_steps": 3.0, "judge_errors": 1, "judge_error_rate": 0.5, "judge_score": 0.5, "judge_cache_hit_rate": 0.0}
+        "avg_steps": 3.0,
+        "judge_errors": 1,
+        "judge_error_rate": 0.5,
+        "judge_score": 0.5,
+        "judge_cache_hit_rate": 0.0,
+    }
