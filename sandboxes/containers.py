@@ -18,15 +18,19 @@ process group, and anything it left running in the background) and reported with
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 import os
 import posixpath
 import secrets
 import shlex
+import signal
 import tarfile
+import threading
 import time
+import uuid
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional
+from typing import Any, Iterator, List, Mapping, Optional
 
 from skygym_sandboxes.docker_backend import LABEL, OWNER_LABEL, owner_id, remove_orphaned_containers
 from skygym_sandboxes.types import SandboxUnavailable
@@ -35,6 +39,20 @@ KIND_LABEL = f"{LABEL}.kind"
 DEFAULT_OUTPUT_CAP = 32_000
 # The container's main process only keeps it alive; commands arrive through `docker exec`.
 KEEPALIVE = ["sleep", "infinity"]
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends (main thread only): a container is either
+    created and recorded, or removed, never left half-way by an interrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
@@ -110,26 +128,37 @@ class Container:
         except docker.errors.ImageNotFound:
             self._pool.shutdown(wait=False)
             raise SandboxUnavailable(f"image {image!r} is not in the Docker engine; build it first") from None
+        self.name = f"skygym-{kind}-{uuid.uuid4().hex[:12]}"
         try:
-            self._container = self.client.containers.run(
-                image,
-                KEEPALIVE,
-                detach=True,
-                labels={LABEL: "1", OWNER_LABEL: owner_id(), KIND_LABEL: kind},
-                network_mode="bridge" if self.limits.network else "none",
-                mem_limit=f"{self.limits.memory_mb}m",
-                memswap_limit=f"{self.limits.memory_mb}m",
-                nano_cpus=int(self.limits.cpus * 1e9),
-                pids_limit=self.limits.pids,
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                working_dir=workdir,
-                environment=dict(env or {}),
-                tmpfs={"/tmp": "size=256m,exec"},
-            )
+            with signals_deferred():
+                self._container = self.client.containers.run(
+                    image,
+                    KEEPALIVE,
+                    name=self.name,
+                    detach=True,
+                    labels={LABEL: "1", OWNER_LABEL: owner_id(), KIND_LABEL: kind},
+                    network_mode="bridge" if self.limits.network else "none",
+                    mem_limit=f"{self.limits.memory_mb}m",
+                    memswap_limit=f"{self.limits.memory_mb}m",
+                    nano_cpus=int(self.limits.cpus * 1e9),
+                    pids_limit=self.limits.pids,
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges"],
+                    working_dir=workdir,
+                    environment=dict(env or {}),
+                    tmpfs={"/tmp": "size=256m,exec"},
+                )
         except BaseException:
+            self._remove_by_name()  # created but not started: it still has a name
             self.close()
             raise
+
+    def _remove_by_name(self) -> None:
+        with signals_deferred():
+            try:
+                self.client.containers.get(self.name).remove(force=True)
+            except Exception:
+                pass
 
     # ----- commands ---------------------------------------------------------------------------------
     def exec(
@@ -264,7 +293,8 @@ class Container:
     # ----- life cycle -------------------------------------------------------------------------------
     def commit(self, repository: str, tag: str, changes: Optional[List[str]] = None) -> str:
         """Save the container's filesystem as the image ``repository:tag``; returns the tag."""
-        self._container.commit(repository=repository, tag=tag, changes=changes or [])
+        with signals_deferred():
+            self._container.commit(repository=repository, tag=tag, changes=changes or [])
         return f"{repository}:{tag}"
 
     @property
@@ -274,10 +304,11 @@ class Container:
     def close(self) -> None:
         container, self._container = self._container, None
         if container is not None:
-            try:
-                container.remove(force=True)
-            except Exception:
-                pass
+            with signals_deferred():
+                try:
+                    container.remove(force=True)
+                except Exception:
+                    pass
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "Container":

@@ -26,7 +26,9 @@ def builtin_env_ids():
     ids = []
     for env_id, spec in sorted(skyrl_gym.registry.items()):
         entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
-        if entry.startswith(("skyrl_gym.envs.", "envs_contrib.")):
+        # swe: every episode is a Docker container of a built instance; its contract is checked by
+        # tests/skyrl_gym/envs/swe/test_swe_docker.py (the checker on a real instance).
+        if entry.startswith(("skyrl_gym.envs.", "envs_contrib.")) and env_id != "swe":
             ids.append(env_id)
     return ids
 

@@ -1,0 +1,250 @@
+"""The swe env, its tools, its grader and the `skyrl-gym swe` commands against a real Docker engine.
+
+Instances come from the real `skyrl-gym swe build` (see conftest.py): pinned projects fetched with
+pip, images built with debootstrap + docker import, bugs injected and checked.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
+from skyrl_gym.envs.swe.instances import REQUIRED_FIELDS, write_jsonl
+from skyrl_gym.envs.swe.runtime import SWERuntime
+from tests.skyrl_gym.envs.swe.conftest import BUILD_LIMIT, swe_cli
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def test_build_then_validate_resolves_every_gold_patch_and_no_empty_one(swe_built, swe_instances):
+    rows = [json.loads(line) for line in (swe_built / "instances.jsonl").read_text().splitlines()]
+    assert len(rows) == BUILD_LIMIT
+    assert all(field in row for row in rows for field in REQUIRED_FIELDS + ("PASS_TO_PASS", "hints_text", "version"))
+    assert len({row["repo"] for row in rows}) == 3
+    summary = json.loads((swe_built / "build_summary.json").read_text())
+    assert sum(entry["kept"] for entry in summary) == BUILD_LIMIT
+    done = swe_cli("validate", str(swe_built / "instances.jsonl"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"gold resolved {BUILD_LIMIT}/{BUILD_LIMIT}" in done.stdout
+    assert f"empty resolved 0/{BUILD_LIMIT}" in done.stdout
+    report = json.loads((swe_built / "validation.json").read_text())
+    assert report["gold_resolved"] == BUILD_LIMIT and report["empty_resolved"] == 0
+    assert all(entry["fail_to_pass"]["failure"] for entry in report["empty"])
+
+
+def test_the_repository_is_at_base_commit_with_the_hidden_tests_and_the_fix_out_of_reach(swe_instances, docker_client_for_tests):
+    instance = swe_instances[0]
+    with SWERuntime(instance, client=docker_client_for_tests) as runtime:
+        runtime.setup()
+        log = runtime.exec("git log --all --format=%H").output.split()
+        assert log == [instance.base_commit]  # one commit: no history holds the fix
+        for test_file in instance.test_files:
+            assert runtime.exec(f"test -e {test_file}").exit_code == 1
+        assert runtime.diff() == ""
+        network = runtime.exec("python3 -c 'import socket; socket.create_connection((\"10.0.0.1\", 80), timeout=2)'")
+        assert network.exit_code != 0
+
+
+def test_an_episode_replaying_the_gold_patch_through_the_tools_earns_1(swe_instances, docker_client_for_tests):
+    import skyrl_gym
+    from skygym_sandboxes.containers import containers_of_kind
+    from skyrl_gym.envs.swe.dataset import instance_row
+    from skyrl_gym.envs.swe.replay import replay_actions
+    from skyrl_gym.episode import ScriptedPolicy, run_episode, run_sync
+
+    instance = swe_instances[1]
+    row = instance_row(instance)
+    episode = run_sync(
+        run_episode(lambda: skyrl_gym.make("swe", extras=row), row["prompt"], ScriptedPolicy(replay_actions(instance.patch)))
+    )
+    assert episode.error is None and episode.total_reward == 1.0
+    assert episode.env_metrics["resolved"] is True and episode.env_metrics["submitted"] is True
+    final = episode.steps[-1].metadata
+    assert final["resolved"] and final["finish_reason"] == "submitted"
+    assert final["report"]["fail_to_pass"]["success"] == instance.FAIL_TO_PASS
+    assert final["model_patch"].count("@@") == instance.patch.count("@@")
+    assert containers_of_kind(docker_client_for_tests, "swe") == []
+
+
+def test_tools_time_out_cap_output_edit_files_and_end_at_max_turns(swe_instances, docker_client_for_tests):
+    import skyrl_gym
+    from skyrl_gym.envs.swe.dataset import instance_row
+
+    instance = swe_instances[0]
+    row = {**instance_row(instance), "max_turns": 6}
+    env = skyrl_gym.make("swe", env_config={"bash_timeout_s": 2, "output_cap": 1000}, extras=row)
+    env.init(row["prompt"])
+    try:
+        slow = env.step("<bash>sleep 30 & sleep 30; echo never</bash>")["observations"][0]["content"]
+        assert "ran past 2 s and was killed" in slow and "never" not in slow
+        loud = env.step('<tool_call>{"name": "bash", "arguments": {"command": "yes | head -c 5000"}}</tool_call>')
+        text = loud["observations"][0]["content"]
+        assert text.endswith("[output truncated: 4000 more bytes]") and len(text) < 1100
+        created = env.step(
+            '<tool_call>{"name": "str_replace_editor", "arguments": {"command": "create", "path": "/testbed/NOTES.txt", '
+            '"file_text": "one\\ntwo"}}</tool_call>'
+        )
+        assert created["observations"][0]["content"] == "File created: /testbed/NOTES.txt"
+        failed = env.step("<bash>cat NOTES.txt && false</bash>")["observations"][0]["content"]
+        assert failed == "one\ntwo\n[exit code 1]"
+        unknown = env.step('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call> and <bash>ls</bash>')
+        assert "There is no tool 'rm_rf'" in unknown["observations"][0]["content"]
+        last = env.step("I am thinking.")
+        assert last["done"] and last["reward"] == 0.0 and last["metadata"]["finish_reason"] == "max_turns"
+        assert "+++ b/NOTES.txt" in last["metadata"]["model_patch"]  # new files are part of the patch
+        assert not last["metadata"]["resolved"]
+    finally:
+        env.close()
+    from skygym_sandboxes.containers import containers_of_kind
+
+    assert containers_of_kind(docker_client_for_tests, "swe") == []
+
+
+def _patch_from_edits(instance, client, edits) -> str:
+    """The git diff of ``{path: text to append}`` at base_commit (made in a container of the instance)."""
+    with SWERuntime(instance, client=client) as runtime:
+        runtime.setup()
+        for path, text in edits.items():
+            try:
+                current = runtime.container.read_file(f"/testbed/{path}")
+            except FileNotFoundError:
+                current = b""
+            runtime.container.write_file(f"/testbed/{path}", current + text.encode())
+        return runtime.diff()
+
+
+CONFTEST_THAT_PASSES_EVERYTHING = """
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+"""
+
+# No word of pytest, os.write or the descriptor's name: it writes report lines to every descriptor.
+REPORT_FORGER = """
+_o = __import__("o" + "s")
+for _fd in range(3, 64):
+    try:
+        getattr(_o, "wr" + "ite")(_fd, {lines!r})
+    except Exception:
+        pass
+"""
+
+
+def test_hacks_on_the_tests_or_the_report_do_not_resolve(swe_instances, docker_client_for_tests):
+    instance = swe_instances[0]
+    hidden = instance.test_files[0]
+    library = instance.extra["mutation"]["path"]
+    fake_lines = "".join(
+        json.dumps({"nodeid": test_id, "outcome": "passed", "message": ""}) + "\n" for test_id in instance.FAIL_TO_PASS
+    ).encode()
+    hacks = {
+        "hidden test file written by the model": {hidden: "def test_ok():\n    pass\n"},
+        "conftest that passes every test": {"conftest.py": CONFTEST_THAT_PASSES_EVERYTHING},
+        "console lines that look like passes": {library: f"\nprint('PASSED {instance.FAIL_TO_PASS[0]}')\n"},
+        "report lines written to every descriptor": {library: REPORT_FORGER.format(lines=fake_lines)},
+    }
+    patches = {name: _patch_from_edits(instance, docker_client_for_tests, edits) for name, edits in hacks.items()}
+    assert all(patch.strip() for patch in patches.values())
+    reports = evaluate_many([instance] * len(patches), list(patches.values()), client=docker_client_for_tests)
+    for name, report in zip(patches, reports):
+        assert not report.resolved, name
+    by_name = dict(zip(patches, reports))
+    assert hidden in by_name["hidden test file written by the model"].restored_paths
+    assert "conftest.py" in by_name["conftest that passes every test"].restored_paths
+    assert "tampered" in by_name["report lines written to every descriptor"].error
+    # The same instance still resolves with its gold patch in the same grader.
+    assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
+
+
+def test_score_reports_resolved_unapplied_and_empty_predictions(swe_built, swe_instances, tmp_path):
+    first, second, third = swe_instances[:3]
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"instance_id": first.instance_id, "model_patch": first.patch, "model_name_or_path": "gold"},
+        {"instance_id": second.instance_id, "model_patch": "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n"},
+        {"instance_id": third.instance_id, "model_patch": ""},
+    ]))
+    done = swe_cli("score", "--instances", str(swe_built / "instances.jsonl"), "--predictions", str(predictions))
+    assert done.returncode == 0, done.stderr
+    assert f"resolved 1/3 submitted ({BUILD_LIMIT} instances)" in done.stdout
+    report = json.loads((tmp_path / "preds.jsonl.report.json").read_text())
+    assert report["resolved_ids"] == [first.instance_id]
+    assert report["patch_not_applied"] == 1 and report["empty_patch_instances"] == 1
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"instance_id": "nobody__nothing-1", "model_patch": ""}) + "\n")
+    refused = swe_cli("score", "--instances", str(swe_built / "instances.jsonl"), "--predictions", str(bad))
+    assert refused.returncode == 2 and "nobody__nothing-1" in refused.stderr
+
+
+def test_a_test_patch_that_does_not_apply_is_named(swe_instances, tmp_path):
+    broken = swe_instances[0]
+    broken.test_patch = "diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-missing\n+line\n"
+    path = tmp_path / "broken.jsonl"
+    write_jsonl([broken], path)
+    done = swe_cli("validate", str(path))
+    assert done.returncode == 1
+    assert f"gold does not resolve {broken.instance_id}" in done.stdout and "'test_patch' does not apply" in done.stdout
+    row = json.loads(path.read_text())
+    del row["base_commit"]
+    path.write_text(json.dumps(row) + "\n")
+    missing = swe_cli("validate", str(path))
+    assert missing.returncode == 2 and broken.instance_id in missing.stderr and "base_commit" in missing.stderr
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_command_leaves_no_container_or_image_behind(swe_built, docker_client_for_tests, how):
+    from skygym_sandboxes.containers import containers_of_kind
+    from skygym_sandboxes.docker_backend import OWNER_LABEL
+
+    client = docker_client_for_tests
+    dangling_before = {image.id for image in client.images.list(filters={"dangling": True})}
+    if how == signal.SIGINT:
+        command, kind = ["validate", str(swe_built / "instances.jsonl"), "--workers", "1"], "swe"
+    else:  # a build of a project whose image is cached: interrupted while it tries bugs
+        command, kind = ["build", "--out", str(swe_built / "again"), "--projects", "toolz", "--limit", "4", "--seed", "5"], "swe-build"
+    process = subprocess.Popen([sys.executable, "-m", "skyrl_gym.cli", "swe", *command, "--no-progress"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def started_by_it(kind):  # only the command's own containers: another build may share the engine
+        return [c for c in containers_of_kind(client, kind) if c.labels.get(OWNER_LABEL, "").endswith(f":{process.pid}")]
+
+    deadline = time.monotonic() + 300
+    while not started_by_it(kind):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no container started"
+        time.sleep(0.2)
+    time.sleep(1.0)
+    process.send_signal(how)
+    process.communicate(timeout=300)
+    assert process.returncode != 0
+    assert started_by_it("swe") == [] and started_by_it("swe-build") == []
+    assert {image.id for image in client.images.list(filters={"dangling": True})} <= dangling_before
+
+
+def test_a_project_that_cannot_be_fetched_is_a_clear_error(docker_client_for_tests):
+    from skyrl_gym.envs.swe.synth.builder import BuildError, synthesize
+    from skyrl_gym.envs.swe.synth.projects import Project
+
+    ghost = Project("ghost", "skygym-no-such-project-for-tests==0.0.1", "nobody/ghost", ("ghost",), ("tests",))
+    with pytest.raises(BuildError, match="project 'ghost': could not download skygym-no-such-project-for-tests==0.0.1"):
+        synthesize(docker_client_for_tests, ghost, quota=1)
+
+
+def test_the_swe_env_passes_the_checker_with_adversarial_actions(swe_instances):
+    """The checker's contract checks (empty, 10 MB, unicode and unclosed-tag actions, turn limits,
+    determinism) on a real instance; the conformance kit of the adapters is not run on swe (each
+    episode is a container), see tests/adapters/test_conformance.py."""
+    from skyrl_gym import check_env
+    from skyrl_gym.envs.swe.dataset import instance_row
+
+    row = instance_row(swe_instances[2], max_turns=2)
+    report = check_env("swe", [row], actions={"ls": "<bash>ls</bash>"})
+    assert report.ok, str(report)
