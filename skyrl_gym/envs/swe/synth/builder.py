@@ -49,6 +49,9 @@ BUILDER_VERSION = "1"
 BASE_PACKAGES = ("python3", "python3-pytest", "git")
 BASE_TAG = "skyrl-gym-swe-base:bookworm-python3-pytest-git"
 MAX_FAIL_TO_PASS = 40  # a bug that breaks more tests than this is not a task, it is an outage
+# A function that this many tests call is so central that a bug in it breaks too many of them: not tried.
+MAX_COVERING_TESTS = 150
+MUTATIONS_PER_FUNCTION = 3  # rounds over the functions before a project counts as exhausted
 PRISTINE = f"{HELPERS}/pristine"
 
 
@@ -64,6 +67,7 @@ class ProjectSummary:
     discarded: Dict[str, int] = field(default_factory=lambda: collections.defaultdict(int))
     error: str = ""
     seconds: float = 0.0
+    gold_failures: Dict[str, str] = field(default_factory=dict)
 
 
 # ----- sources ----------------------------------------------------------------------------------------
@@ -253,12 +257,15 @@ def synthesize(
         baseline = run_pytest(box, list(project.tests), timeout_s=600, trace=True)
         if baseline.error:
             raise BuildError(f"project {project.name!r}: its test suite does not run in the image: {baseline.error}\n{baseline.log_tail[-800:]}")
-        for mutation in sample_mutations(mutations, seed):
+        for mutation in sample_mutations(mutations, seed, per_function=MUTATIONS_PER_FUNCTION):
             if len(instances) >= quota or (max_tries is not None and summary.tried >= max_tries):
                 break
             covering = _covering_tests(mutation, baseline)
             if not covering:
                 summary.discarded["no test calls the function"] += 1
+                continue
+            if len(covering) > MAX_COVERING_TESTS:
+                summary.discarded[f"more than {MAX_COVERING_TESTS} tests call the function"] += 1
                 continue
             summary.tried += 1
             on_candidate()
@@ -316,7 +323,9 @@ def build(
     summaries: List[ProjectSummary] = []
     bar = tqdm(total=limit, desc="swe build", unit="instance", disable=not progress)
     try:
-        for project, quota in zip(projects, quotas):
+        carried = 0  # what earlier projects fell short of their share goes to the next ones
+        for project, share in zip(projects, quotas):
+            quota = share + carried
             if quota == 0:
                 continue
             bar.set_postfix_str(project.name)
@@ -325,7 +334,9 @@ def build(
             except BuildError as exc:
                 summaries.append(ProjectSummary(project.name, error=str(exc)))
                 bar.write(f"skipped {project.name}: {exc}")
+                carried = quota
                 continue
+            carried = quota - len(made)
             instances.extend(made)
             summaries.append(summary)
             bar.update(len(made))
@@ -338,10 +349,11 @@ def build(
         gold_bar.close()
     kept = [instance for instance in instances if instance.instance_id not in failures]
     for summary in summaries:
-        dropped = sum(1 for instance_id in failures if instance_id.startswith(summary.project + "__"))
+        dropped = {i: why for i, why in failures.items() if i.startswith(summary.project + "__")}
         if dropped:
-            summary.kept -= dropped
-            summary.discarded["the gold patch did not resolve it in a fresh container"] += dropped
+            summary.kept -= len(dropped)
+            summary.discarded["the gold patch did not resolve it in a fresh container"] += len(dropped)
+            summary.gold_failures.update({i: why[:500] for i, why in dropped.items()})
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl(kept, out / "instances.jsonl")
     (out / "build_summary.json").write_text(
