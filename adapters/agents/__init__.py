@@ -7,7 +7,8 @@ A SkyAgent script ports by changing its imports::
     runner = AutoAgentRunner.from_task("agent.yaml", infer_engine=engine, tokenizer=tokenizer)
     output = await runner.run(batch, val_mode=False)
 
-``task: env`` makes any registered env an agent task; every env-shaped flow runs through the one episode
+``task: env`` makes any registered env an agent task; ``task: swe_bench`` runs SWE-bench-format instances in
+containers; every env-shaped flow runs through the one episode
 driver (:func:`skyrl_gym.episode.run_episode`). See docs/agents.md.
 """
 
@@ -36,6 +37,7 @@ from skygym_adapters.agents.runner import (
     summarize_results,
 )
 from skygym_adapters.agents.tasks import TASK_REGISTRY, BaseTask, EnvTask, GeneralReactTask, register_task
+from skygym_adapters.agents.swe import SWEAgentEnv, SWEBenchTask
 from skygym_adapters.agents.tools import (
     TOOL_REGISTRY,
     AgentToolEnv,
@@ -74,6 +76,8 @@ __all__ = [
     "ReActAgent",
     "ReActChatPolicy",
     "ReActTrajectory",
+    "SWEAgentEnv",
+    "SWEBenchTask",
     "TASK_REGISTRY",
     "TOOL_REGISTRY",
     "TokenBackend",

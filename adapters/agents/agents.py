@@ -272,8 +272,9 @@ class ReActAgent:
 class CodeActAgent(ReActAgent):
     """CodeAct: the model acts by writing Python (a fenced ```python block), which runs in the hub's sandbox with
     state kept between turns; the output comes back as the next message; ``finish`` ends the trajectory. Its tools
-    default to ``[finish]`` (the code blocks replace a code tool). SkyAgent's OpenHands CodeAct agent (bash,
-    file editing, SWE-bench containers) is not built: the hub has no SWE env yet."""
+    default to ``[finish]`` (the code blocks replace a code tool). On ``task: swe_bench`` (SkyAgent's OpenHands
+    CodeAct setting) it acts in the task's container instead: tools ``bash``, ``str_replace_editor`` and
+    ``submit`` (``finish`` is read as ``submit``), and a fenced ```bash block runs as a ``bash`` call."""
 
     tool_env_cls = CodeActToolEnv
     default_tools = ["finish"]

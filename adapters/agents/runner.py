@@ -335,6 +335,10 @@ class AgentRunner:
             if rollout is not None:
                 rollout.close()
             self.trajectories = {}
+            # what a task started and still holds (containers of trajectories cut short: Ctrl-C, a crash)
+            close_all = getattr(self.task, "close_all_runtimes", None)
+            if callable(close_all):
+                close_all()
 
     def _eval_output(self, ordered: List[BaseTrajectory]) -> Dict[str, Any]:
         results = [t.result for t in ordered]

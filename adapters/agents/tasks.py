@@ -8,6 +8,8 @@ stops) and ``evaluate_result`` (the reward).
 * :class:`EnvTask` (``task: env``): ANY registered ``skyrl_gym`` env is an agent task, with no new code. The
   rows are the hub's usual rows; the env is ``env_class`` from the YAML, else each row's; the agent plays the
   env's episode and the reward is the env's (the sum of its turn rewards).
+* :class:`~skygym_adapters.agents.swe.SWEBenchTask` (``task: swe_bench``): SWE-bench-format instances, one
+  container per trajectory, the patch graded by the resolved rule in a fresh container (:mod:`.swe`).
 * :class:`GeneralReactTask` (``task: general_react``): math and QA rows for a ReAct agent with tools; the agent
   answers through the ``finish`` tool and the answer is graded with the hub's rewards (math-verify equivalence,
   or exact match) against ``reward_spec.ground_truth`` (or SkyAgent's ``reward_model.ground_truth``).
@@ -43,6 +45,12 @@ class BaseTask:
         self, result: Any, instance: Mapping[str, Any], data_source: str, instance_id: Any, trajectory_id: int
     ) -> float:
         raise NotImplementedError(f"{type(self).__name__} must implement evaluate_result(...)")
+
+    async def close_runtime(self, runtime: Any) -> None:
+        """Release the runtime of a trajectory that failed before ``complete_runtime`` (default: ``close()``)."""
+        close = getattr(runtime, "close", None)
+        if callable(close):
+            close()
 
 
 class EnvTask(BaseTask):
@@ -122,6 +130,9 @@ TASK_REGISTRY: Dict[str, type] = {"env": EnvTask, "general_react": GeneralReactT
 TASK_ALIASES = {
     "skyrl_agent.tasks.general_react.utils.GeneralReactTask": "general_react",
     "skyrl_agent.tasks.general_react.GeneralReactTask": "general_react",
+    "skyrl_agent.tasks.swebench.utils.SWEBenchTask": "swe_bench",
+    "skyrl_agent.tasks.swebench.SWEBenchTask": "swe_bench",
+    "SWEBenchTask": "swe_bench",
 }
 
 
@@ -137,13 +148,8 @@ def resolve_task(name: str) -> BaseTask:
         return TASK_REGISTRY[name]()
     if "." in name:
         return import_object(name, "task")()
-    hint = (
-        " (SWE-bench tasks are not built yet: there is no SWE env in the hub)"
-        if "swe" in name.lower()
-        else ""
-    )
     raise AgentConfigError(
-        f"unknown task {name!r}; choose one of {sorted(TASK_REGISTRY)} or an import path (module.Class){hint}"
+        f"unknown task {name!r}; choose one of {sorted(TASK_REGISTRY)} or an import path (module.Class)"
     )
 
 

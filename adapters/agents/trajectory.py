@@ -9,6 +9,7 @@ the batch.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from abc import ABC, abstractmethod
@@ -144,9 +145,12 @@ class ReActTrajectory(BaseTrajectory):
             )
             results = await maybe_await(self.task.complete_runtime(self.runtime, self.run))
         except Exception as exc:
-            self._close_runtime()
+            await self._close_runtime()
             self.fail("error_runtime", f"generate: {type(exc).__name__}: {exc}")
             return
+        except BaseException:  # cancelled (Ctrl-C): the runtime (a container) must not outlive the run
+            await asyncio.shield(self._close_runtime())
+            raise
         run = self.run
         self.result = TrajectoryResult(
             instance_id=self.cfg.instance_id,
@@ -161,15 +165,19 @@ class ReActTrajectory(BaseTrajectory):
             state={"env_metrics": run.env_metrics},
         )
 
-    def _close_runtime(self) -> None:
-        close = getattr(self.runtime, "close", None)
-        if callable(close):
-            try:
-                close()
-            except Exception:
-                logger.warning(
-                    "closing the runtime of trajectory %s failed", self.cfg.instance_id, exc_info=True
-                )
+    async def _close_runtime(self) -> None:
+        """The task releases the runtime of a trajectory that failed (``close_runtime``, else ``close()``)."""
+        runtime, self.runtime = self.runtime, None
+        if runtime is None:
+            return
+        try:
+            close_runtime = getattr(self.task, "close_runtime", None)
+            if callable(close_runtime):
+                await maybe_await(close_runtime(runtime))
+            elif callable(getattr(runtime, "close", None)):
+                runtime.close()
+        except Exception:
+            logger.warning("closing the runtime of trajectory %s failed", self.cfg.instance_id, exc_info=True)
 
     async def evaluate_trajectory(self) -> None:
         if self.result is None or self.failed:
