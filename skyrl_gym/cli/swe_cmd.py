@@ -59,11 +59,11 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     """Bad input and a missing Docker engine are one line on stderr and exit code 2, not a traceback."""
 
     def run(args: argparse.Namespace) -> int:
+        import signal
+
         from skygym_sandboxes.types import SandboxUnavailable
 
         from skyrl_gym.errors import DataError
-
-        import signal
 
         def interrupt(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt(f"signal {signum}")

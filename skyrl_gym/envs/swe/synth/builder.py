@@ -25,23 +25,21 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import io
 import json
-import os
 import subprocess
 import sys
 import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from skygym_sandboxes.containers import Container, docker_client
 from skygym_sandboxes.images.build_image import build_image, cache_dir, image_exists
 
 from skyrl_gym.envs.swe.grading import evaluate_many
 from skyrl_gym.envs.swe.instances import SWEInstance, write_jsonl
-from skyrl_gym.envs.swe.runtime import CONTAINER_ENV, COMMIT_ENV, HELPERS, TESTBED, TestRun, run_pytest
+from skyrl_gym.envs.swe.runtime import COMMIT_ENV, CONTAINER_ENV, HELPERS, TESTBED, TestRun, run_pytest
 from skyrl_gym.envs.swe.synth.mutations import Mutation, find_mutations, sample_mutations
 from skyrl_gym.envs.swe.synth.projects import Project
 
@@ -99,7 +97,7 @@ def read_sdist(path: Path) -> Dict[str, bytes]:
         for member in archive.getmembers():
             if not member.isfile():
                 continue
-            top, _, rel = member.name.partition("/")
+            _, _, rel = member.name.partition("/")
             if not rel or rel.startswith("/") or ".." in rel.split("/"):
                 continue
             handle = archive.extractfile(member)
@@ -216,7 +214,7 @@ def make_instance(
     done = box.exec(script, timeout_s=120, env=COMMIT_ENV)
     if not done.ok:
         raise BuildError(f"project {project.name!r}: writing the instance for {mutation.key} failed: {done.output[-400:]}")
-    read = lambda name: box.read_file(f"{HELPERS}/{name}").decode("utf-8")  # noqa: E731
+    read = lambda name: box.read_file(f"{HELPERS}/{name}").decode("utf-8")
     key = hashlib.sha256(f"{project.requirement}|{mutation.key}|{mutation.replacement!r}".encode()).hexdigest()[:10]
     return SWEInstance(
         instance_id=f"{project.name}__synth-{key}",

@@ -52,8 +52,9 @@ def test_the_repository_is_at_base_commit_with_the_hidden_tests_and_the_fix_out_
 
 
 def test_an_episode_replaying_the_gold_patch_through_the_tools_earns_1(swe_instances, docker_client_for_tests):
-    import skyrl_gym
     from skygym_sandboxes.containers import containers_of_kind
+
+    import skyrl_gym
     from skyrl_gym.envs.swe.dataset import instance_row
     from skyrl_gym.envs.swe.replay import replay_actions
     from skyrl_gym.episode import ScriptedPolicy, run_episode, run_sync
