@@ -149,7 +149,7 @@ def load_instances(
     namespace: str = SWEBENCH_NAMESPACE,
 ) -> List[SWEInstance]:
     """Instances from a JSONL file, an iterable of rows, or a dataset on the hub (``"princeton-nlp/SWE-bench_Lite"``,
-    ``"SWE-Gym/SWE-Gym"``, ``"R2E-Gym/R2E-Gym-Lite"``: needs the ``data`` extra and the internet)."""
+    ``"SWE-Gym/SWE-Gym"``, ``"R2E-Gym/R2E-Gym-Lite"``: needs the ``datasets`` package and the internet)."""
     if isinstance(source, (str, Path)) and Path(source).exists():
         rows: Iterable[Mapping[str, Any]] = read_jsonl(source)
     elif isinstance(source, str) and "/" in source and not source.endswith((".jsonl", ".json")):
@@ -170,7 +170,7 @@ def _hub_rows(name: str, split: str) -> Iterable[Mapping[str, Any]]:
     try:
         import datasets
     except ImportError as exc:
-        raise ImportError(f"loading {name!r} from the hub needs the datasets package: pip install 'skyrl-gym[data]'") from exc
+        raise ImportError(f"loading {name!r} from the hub needs the datasets package: pip install datasets") from exc
     return datasets.load_dataset(name, split=split)
 
 
