@@ -249,3 +249,35 @@ def test_agent_eval_command_scores_swe_rows_through_an_openai_compatible_server(
     assert line["finish_reason"] == "FINISH_TOOL" and "mean_reward" in printed
     child = owner_id().rpartition(":")[0] + f":{proc.pid}"
     assert [c for c in containers_of_kind(docker_client_for_tests, "swe") if c.labels.get(OWNER_LABEL) == child] == []
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_training_output_through_the_token_backend_carries_the_resolved_reward(
+    swe_instances, docker_client_for_tests, tokenizer
+):
+    from skygym_adapters.scripted import ScriptedEngine
+
+    solved, idle = swe_instances[0], swe_instances[2]
+    engine = ScriptedEngine(
+        tokenizer,
+        {
+            solved.problem_statement.strip(): replay_actions(solved.patch),
+            idle.problem_statement.strip(): ["Nothing to do. <tool_call>" + '{"name": "submit", "arguments": {}}</tool_call>'],
+        },
+    )
+    config = {
+        "agent_cls": "codeact",
+        "task": "swe_bench",
+        "data": {"instance_id_key": "instance_id"},
+        "generator": {"infer_backend": "skyrl-train", "sampling_params": {"max_tokens": 1024}, "max_iterations": 12},
+        "dispatcher": {"max_parallel_agents": 2},
+    }
+    runner = AgentRunner(config, infer_engine=engine, tokenizer=tokenizer)
+    out = asyncio.run(runner.run([instance_row(solved), instance_row(idle)]))
+    assert out["trajectory_rewards"] == [1.0, 0.0]
+    assert [r[-1] for r in out["rewards"]] == [1.0, 0.0]  # the task's verdict sits on the last token
+    assert all(len(ids) == len(mask) for ids, mask in zip(out["response_ids"], out["loss_masks"]))
+    assert 0 in out["loss_masks"][0] and 1 in out["loss_masks"][0]  # observations are masked, the model's tokens not
+    assert out["rollout_metrics"]["agent/finish_reason/FINISH_TOOL"] == 1.0
+    assert runner.task.live_runtimes == 0 and my_swe_containers(docker_client_for_tests) == []
