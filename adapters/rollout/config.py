@@ -32,6 +32,11 @@ class RolloutConfig:
         check_drift: run :func:`skygym_adapters.rollout.drift.check_drift` on every trajectory; the reports go to
             ``rollout_metrics["drift/..."]`` and to each trajectory.
         max_env_workers: threads for blocking env calls (make, init, step, close); 0 runs them on the loop.
+        ray_env_workers: 0 builds envs in this process. N > 0: every env is built and stepped in one of N Ray
+            actors (:class:`skygym_adapters.ray_envs.EnvWorkerPool`, started on first use, ended by
+            ``RolloutGenerator.close``), spread over the Ray cluster's nodes.
+        ray_env_worker_options: more arguments of that pool (``num_cpus_per_worker``, ``resources_per_worker``,
+            ``scheduling_strategy``, ``max_concurrency``, ``imports``, ...).
         max_concurrent_trajectories: trajectories in flight at once (None: all of them).
         env_configs: ``env_config`` per env class, passed to ``skyrl_gym.make``.
         chat_template / chat_template_kwargs: override the tokenizer's template / pass template variables.
@@ -51,6 +56,8 @@ class RolloutConfig:
     zero_reward_on_non_stop: bool = False
     check_drift: bool = False
     max_env_workers: int = 32
+    ray_env_workers: int = 0
+    ray_env_worker_options: Dict[str, Any] = field(default_factory=dict)
     max_concurrent_trajectories: Optional[int] = None
     env_configs: Dict[str, Any] = field(default_factory=dict)
     chat_template: Optional[str] = None
@@ -65,6 +72,8 @@ class RolloutConfig:
             raise ValueError(f"max_input_length must be >= 1 or None, got {self.max_input_length}")
         if self.max_env_workers < 0:
             raise ValueError(f"max_env_workers must be >= 0, got {self.max_env_workers}")
+        if not isinstance(self.ray_env_workers, int) or self.ray_env_workers < 0:
+            raise ValueError(f"ray_env_workers must be an integer >= 0, got {self.ray_env_workers!r}")
         if self.step_wise_trajectories and self.batched:
             raise ValueError("step_wise_trajectories cannot be combined with batched (single-turn) mode")
         if self.step_wise_trajectories and not self.use_conversation_multi_turn:

@@ -7,6 +7,8 @@ import copy
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from skyrl_gym.registration import env_config_for
+
 from skygym_adapters.engines.base import resolve_sampling
 from skygym_adapters.engines.client import EngineClient
 from skygym_adapters.rollout.chat import ChatTokenizer
@@ -31,6 +33,9 @@ class RolloutGenerator:
         engine: one engine, a list of engines (spread with per-trajectory affinity), or an :class:`EngineClient`.
         tokenizer: the policy's tokenizer (its chat template drives the token bookkeeping).
         config: :class:`RolloutConfig` (defaults: single turn, 256 new tokens).
+        env_pool: an :class:`~skygym_adapters.ray_envs.EnvWorkerPool` whose Ray actors build and step the envs
+            (the caller's to shut down); without it, ``config.ray_env_workers > 0`` makes the generator start one of
+            its own (ended by :meth:`close`).
     """
 
     def __init__(
@@ -38,8 +43,11 @@ class RolloutGenerator:
         engine: Union[InferenceEngine, Sequence[InferenceEngine]],
         tokenizer: Any,
         config: Optional[RolloutConfig] = None,
+        env_pool: Any = None,
     ) -> None:
         self.config = config or RolloutConfig()
+        self._env_pool = env_pool
+        self._owns_env_pool = False
         if isinstance(engine, EngineClient):
             self.client = engine
         elif isinstance(engine, (list, tuple)):
@@ -195,10 +203,24 @@ class RolloutGenerator:
         return output
 
     def close(self) -> None:
-        """Stop the env thread pool (engines are the caller's to close)."""
+        """Stop the env thread pool and the Ray env workers this generator started (engines are the caller's to
+        close)."""
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        if self._owns_env_pool and self._env_pool is not None:
+            self._env_pool.shutdown()
+            self._env_pool, self._owns_env_pool = None, False
+
+    @property
+    def env_pool(self) -> Any:
+        """The :class:`~skygym_adapters.ray_envs.EnvWorkerPool` envs are built in, or None (envs in this process)."""
+        if self._env_pool is None and self.config.ray_env_workers > 0:
+            from skygym_adapters.ray_envs import EnvWorkerPool
+
+            self._env_pool = EnvWorkerPool(self.config.ray_env_workers, **dict(self.config.ray_env_worker_options))
+            self._owns_env_pool = True
+        return self._env_pool
 
     # ------------------------------------------------------------------ internals
     @property
@@ -221,18 +243,27 @@ class RolloutGenerator:
         limit = None if self.config.batched else self.config.max_concurrent_trajectories
         semaphore = asyncio.Semaphore(limit) if limit else None
         executor = self.executor
+        pool = self.env_pool
+        if pool is not None:
+            await pool.astart()
+
+        def trajectory(i: int) -> Any:
+            if pool is None:
+                return run_trajectory(self.client, self.chat, self.config, prompts[i], env_classes[i], extras[i],
+                                      ids[i], params, executor)
+            from skygym_adapters.ray_envs import RayEnvCaller
+
+            make_env = pool.env_factory(env_classes[i], env_config_for(self.config.env_configs, env_classes[i], {}),
+                                        extras[i])
+            return run_trajectory(self.client, self.chat, self.config, prompts[i], env_classes[i], extras[i], ids[i],
+                                  params, executor, make_env=make_env, caller=RayEnvCaller(executor))
 
         async def one(i: int) -> Trajectory:
             if semaphore is None:
-                result = await run_trajectory(
-                    self.client, self.chat, self.config, prompts[i], env_classes[i], extras[i], ids[i], params, executor
-                )
+                result = await trajectory(i)
             else:
                 async with semaphore:
-                    result = await run_trajectory(
-                        self.client, self.chat, self.config, prompts[i], env_classes[i], extras[i], ids[i], params,
-                        executor,
-                    )
+                    result = await trajectory(i)
             if progress is not None:
                 progress.update(1)
             return result

@@ -177,11 +177,13 @@ async def run_trajectory(
     sampling_params: Optional[SamplingParams] = None,
     executor: Optional[Executor] = None,
     make_env: Optional[Callable[[], Any]] = None,
+    caller: Optional[EnvCaller] = None,
 ) -> Trajectory:
     """Run one episode of ``env_class`` on ``prompt`` with ``engine`` and record it token for token.
 
     ``make_env`` builds the env instead of ``skyrl_gym.make(env_class, ...)`` (the agent layer hands over an env
-    its task built beforehand).
+    its task built beforehand; the generator hands over one that builds it in a Ray env worker). ``caller`` runs
+    the env's calls instead of ``EnvCaller(executor)``.
 
     The turn limit is :func:`skyrl_gym.episode.resolve_max_turns`: the row's ``max_turns``, else the env's own,
     capped by ``config.max_turns``. An env that raises (in make, init, step or get_metrics) ends this trajectory
@@ -196,7 +198,7 @@ async def run_trajectory(
     try:
         episode = await run_episode(
             make_env, copy.deepcopy(prompt), policy, env_class=env_class, max_turns_cap=config.max_turns,
-            row_max_turns=extras.get("max_turns"), caller=EnvCaller(executor),
+            row_max_turns=extras.get("max_turns"), caller=caller or EnvCaller(executor),
         )
     finally:
         engine.finish_session(policy.session)
