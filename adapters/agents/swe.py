@@ -77,7 +77,15 @@ NO_ACTION = (
 )
 BASH_BLOCK = re.compile(r"```(?:bash|sh|shell|console)[ \t]*\n(.*?)```", re.DOTALL)
 # The swe env's keys (skyrl_gym/envs/swe/env.py), read from the agent YAML's env_config.
-SETTINGS_KEYS = ("docker_host", "bash_timeout_s", "output_cap", "eval_timeout_s", "memory_mb", "cpus", "max_turns")
+SETTINGS_KEYS = (
+    "docker_host",
+    "bash_timeout_s",
+    "output_cap",
+    "eval_timeout_s",
+    "memory_mb",
+    "cpus",
+    "max_turns",
+)
 
 
 @dataclass(frozen=True)
@@ -139,7 +147,9 @@ class SWEAgentEnv(BaseTextEnv):
         super().__init__({}, {})
         self.runtime = runtime
         self.instance = runtime.instance
-        self.tools = SWEToolGroup(runtime.container, timeout_s=settings.bash_timeout_s, output_cap=settings.output_cap)
+        self.tools = SWEToolGroup(
+            runtime.container, timeout_s=settings.bash_timeout_s, output_cap=settings.output_cap
+        )
         self.init_tool_groups([self.tools])
         self.max_turns = settings.max_turns
         self.tool_calls = 0
@@ -168,7 +178,8 @@ class SWEAgentEnv(BaseTextEnv):
         self.turns += 1
         parsed = parse_tool_calls(action, xml_tags=("bash", "submit", "finish"))
         observations: List[Dict[str, str]] = [
-            {"role": "user", "content": f"Your tool call could not be parsed: {error}"} for error in parsed.errors
+            {"role": "user", "content": f"Your tool call could not be parsed: {error}"}
+            for error in parsed.errors
         ]
         for call in parsed.calls:
             name = "submit" if call.name == "finish" else call.name
@@ -188,7 +199,9 @@ class SWEAgentEnv(BaseTextEnv):
         if not parsed.calls and not parsed.errors:
             blocks = BASH_BLOCK.findall(action or "")
             if blocks and blocks[-1].strip():
-                observations.append({"role": "user", "content": self._run("bash", {"command": blocks[-1].strip()})})
+                observations.append(
+                    {"role": "user", "content": self._run("bash", {"command": blocks[-1].strip()})}
+                )
             else:
                 observations.append({"role": "user", "content": NO_ACTION})
         return {"observations": observations, "reward": 0.0, "done": False, "metadata": {}}
@@ -217,8 +230,12 @@ class SWEBenchTask(BaseTask):
     # ----- threads for the blocking docker calls -------------------------------------------------------
     async def _off_loop(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(self._max_workers, thread_name_prefix="swe-task")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self._max_workers, thread_name_prefix="swe-task"
+            )
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, functools.partial(fn, *args, **kwargs)
+        )
 
     def _start(self, instance: SWEInstance, settings: SWESettings, abandoned: threading.Event) -> SWERuntime:
         runtime = SWERuntime(instance, limits=settings.limits, base_url=settings.docker_host)
@@ -252,7 +269,9 @@ class SWEBenchTask(BaseTask):
 
     async def get_instruction(self, instance: Mapping[str, Any]) -> List[Dict[str, Any]]:
         swe = swe_instance_of(instance)
-        issue = ISSUE_TEMPLATE.format(repo=swe.repo, testbed=TESTBED, problem_statement=swe.problem_statement.strip())
+        issue = ISSUE_TEMPLATE.format(
+            repo=swe.repo, testbed=TESTBED, problem_statement=swe.problem_statement.strip()
+        )
         return [{"role": "system", "content": SWE_SYSTEM_PROMPT}, {"role": "user", "content": issue}]
 
     async def complete_runtime(self, runtime: SWEAgentEnv, run: Any) -> Dict[str, Any]:
@@ -261,7 +280,11 @@ class SWEBenchTask(BaseTask):
             patch = await self._off_loop(runtime.runtime.diff)
         finally:
             await self._off_loop(self._release, runtime.runtime)
-        return {"instance_id": runtime.instance.instance_id, "git_patch": patch, "submitted": runtime.submitted}
+        return {
+            "instance_id": runtime.instance.instance_id,
+            "git_patch": patch,
+            "submitted": runtime.submitted,
+        }
 
     async def evaluate_result(
         self, result: Any, instance: Mapping[str, Any], data_source: str, instance_id: Any, trajectory_id: int
@@ -304,7 +327,9 @@ class SWEBenchTask(BaseTask):
             try:
                 runtime.close()
             except Exception:
-                logger.warning("removing the container of %s failed", runtime.instance.instance_id, exc_info=True)
+                logger.warning(
+                    "removing the container of %s failed", runtime.instance.instance_id, exc_info=True
+                )
 
     @property
     def live_runtimes(self) -> int:

@@ -1,5 +1,5 @@
 """``task: swe_bench`` (SWEBenchTask) against a real Docker engine and real instances built by ``skyrl-gym swe build``
-(the session fixtures of tests/skyrl_gym/envs/swe/conftest.py). The model is a real OpenAI-compatible HTTP server
+(the session fixtures of tests/skyrl_gym/envs/swe/conftest.py, imported by this folder's conftest.py). The model is a real OpenAI-compatible HTTP server
 whose replies are scripted (tests/adapters/agents/chat_server.py): one that replays the gold patch through the
 tools, one that submits nothing, one that only runs ```bash blocks, one that is cut off mid-run."""
 
@@ -13,7 +13,13 @@ import threading
 
 import pytest
 
-from skygym_adapters.agents import AgentConfigError, AgentRunner, SWEBenchTask, load_agent_config, parse_agent_config
+from skygym_adapters.agents import (
+    AgentConfigError,
+    AgentRunner,
+    SWEBenchTask,
+    load_agent_config,
+    parse_agent_config,
+)
 from skygym_adapters.agents.swe import SWE_SYSTEM_PROMPT, SWESettings
 from skygym_adapters.agents.tasks import resolve_task
 from skygym_sandboxes.containers import containers_of_kind
@@ -21,12 +27,6 @@ from skygym_sandboxes.docker_backend import OWNER_LABEL, owner_id
 from skyrl_gym.envs.swe.dataset import instance_row
 from skyrl_gym.envs.swe.replay import replay_actions
 from tests.adapters.agents.chat_server import chat_server
-from tests.skyrl_gym.envs.swe.conftest import (  # noqa: F401  (session fixtures: a real engine, built instances)
-    docker_client_for_tests,
-    swe_built,
-    swe_docker,
-    swe_instances,
-)
 
 docker_and_slow = [pytest.mark.docker, pytest.mark.slow]
 
@@ -69,9 +69,15 @@ def swe_config(url, **over):
 
 
 def test_swe_bench_is_reachable_by_our_name_and_by_skyagents_paths():
-    for name in ("swe_bench", "skyrl_agent.tasks.swebench.utils.SWEBenchTask", "skyrl_agent.tasks.swebench.SWEBenchTask"):
+    for name in (
+        "swe_bench",
+        "skyrl_agent.tasks.swebench.utils.SWEBenchTask",
+        "skyrl_agent.tasks.swebench.SWEBenchTask",
+    ):
         assert isinstance(resolve_task(name), SWEBenchTask)
-    runner = AgentRunner(load_agent_config("swe_bench"))  # the shipped config, as AutoAgentRunner.from_task finds it
+    runner = AgentRunner(
+        load_agent_config("swe_bench")
+    )  # the shipped config, as AutoAgentRunner.from_task finds it
     assert isinstance(runner.task, SWEBenchTask) and runner.agent_cls.__name__ == "CodeActAgent"
     skyagent = parse_agent_config(
         {
@@ -130,7 +136,11 @@ def test_an_agent_replaying_the_gold_patch_through_the_tools_resolves_and_earns_
     assert out["rewards"] == [1.0, 1.0], [r.get("error") or r.get("eval_error") for r in out["results"]]
     for instance, result in zip(instances, out["results"]):
         assert result["instance_id"] == instance.instance_id
-        assert result["finish_reason"] == "FINISH_TOOL" and result["error"] is None and result["eval_error"] is None
+        assert (
+            result["finish_reason"] == "FINISH_TOOL"
+            and result["error"] is None
+            and result["eval_error"] is None
+        )
         evaluated = result["results"]
         assert evaluated["submitted"] and evaluated["resolved"]
         assert evaluated["git_patch"].count("@@") == instance.patch.count("@@")
@@ -141,13 +151,19 @@ def test_an_agent_replaying_the_gold_patch_through_the_tools_resolves_and_earns_
         edits = [m["content"] for m in result["messages"] if m["role"] in ("user", "tool")][1:]
         assert edits and all(text.startswith("The file /testbed/") for text in edits)  # the editor's answers
     assert out["summary"]["pass@1"] == 1.0
-    assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {"bash", "str_replace_editor", "submit"}
+    assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {
+        "bash",
+        "str_replace_editor",
+        "submit",
+    }
     assert runner.task.live_runtimes == 0 and my_swe_containers(docker_client_for_tests) == []
 
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_submitting_nothing_or_only_running_bash_earns_0_on_skyagent_shaped_rows(swe_instances, docker_client_for_tests):
+def test_submitting_nothing_or_only_running_bash_earns_0_on_skyagent_shaped_rows(
+    swe_instances, docker_client_for_tests
+):
     quitter, explorer = swe_instances[2], swe_instances[3]
 
     def respond(body):
@@ -157,7 +173,8 @@ def test_submitting_nothing_or_only_running_bash_earns_0_on_skyagent_shaped_rows
 
     # SkyAgent's YAML names and row shape: the SWE-bench row under "instance"
     rows = [
-        {"prompt": i.problem_statement, "data_source": "swe-bench", "instance": i.to_row()} for i in (quitter, explorer)
+        {"prompt": i.problem_statement, "data_source": "swe-bench", "instance": i.to_row()}
+        for i in (quitter, explorer)
     ]
     config = {
         "agent_cls": "skyrl_agent.agents.oh_codeact.OHCodeActAgent",
@@ -177,7 +194,9 @@ def test_submitting_nothing_or_only_running_bash_earns_0_on_skyagent_shaped_rows
     assert out["rewards"] == [0.0, 0.0]
     assert gave_up["instance_id"] == quitter.instance_id and gave_up["finish_reason"] == "FINISH_TOOL"
     assert gave_up["results"]["git_patch"] == "" and gave_up["results"]["resolved"] is False
-    assert gave_up["eval_error"] is None and gave_up["results"]["report"]["error"].startswith("the patch is empty")
+    assert gave_up["eval_error"] is None and gave_up["results"]["report"]["error"].startswith(
+        "the patch is empty"
+    )
     assert explored["finish_reason"] == "max_iterations_reached" and explored["num_turns"] == 2
     assert explored["results"]["git_patch"] == "" and explored["results"]["submitted"] is False
     observation = explored["messages"][3]  # the ```bash block ran in /testbed
@@ -188,11 +207,15 @@ def test_submitting_nothing_or_only_running_bash_earns_0_on_skyagent_shaped_rows
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_broken_instance_fails_its_trajectory_only_and_leaves_no_container(swe_instances, docker_client_for_tests):
+def test_a_broken_instance_fails_its_trajectory_only_and_leaves_no_container(
+    swe_instances, docker_client_for_tests
+):
     good, broken = swe_instances[4], dict(instance_row(swe_instances[0]))
     broken["base_commit"] = "0" * 40  # the image and setup_patch give another commit: setup refuses it
     with chat_server(lambda body: '<tool_call>{"name": "submit", "arguments": {}}</tool_call>') as server:
-        out = asyncio.run(AgentRunner(swe_config(server.url)).run([instance_row(good), broken], val_mode=True))
+        out = asyncio.run(
+            AgentRunner(swe_config(server.url)).run([instance_row(good), broken], val_mode=True)
+        )
     ok, failed = out["results"]
     assert ok["finish_reason"] == "FINISH_TOOL" and ok["error"] is None and ok["reward"] == 0.0
     assert failed["finish_reason"] == "error_runtime" and "base_commit" in failed["error"]
@@ -238,9 +261,26 @@ def test_agent_eval_command_scores_swe_rows_through_an_openai_compatible_server(
     output = tmp_path / "out.jsonl"
     with chat_server(replaying_gold([instance])) as server:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "skyrl_gym.cli", "agent", "eval", "swe_bench", "--data", str(data),
-             "--output", str(output), "--base-url", server.url, "--model", "scripted-model", "--no-progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "skyrl_gym.cli",
+                "agent",
+                "eval",
+                "swe_bench",
+                "--data",
+                str(data),
+                "--output",
+                str(output),
+                "--base-url",
+                server.url,
+                "--model",
+                "scripted-model",
+                "--no-progress",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         printed, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, printed
@@ -248,7 +288,9 @@ def test_agent_eval_command_scores_swe_rows_through_an_openai_compatible_server(
     assert line["instance_id"] == instance.instance_id and line["reward"] == 1.0
     assert line["finish_reason"] == "FINISH_TOOL" and "mean_reward" in printed
     child = owner_id().rpartition(":")[0] + f":{proc.pid}"
-    assert [c for c in containers_of_kind(docker_client_for_tests, "swe") if c.labels.get(OWNER_LABEL) == child] == []
+    assert [
+        c for c in containers_of_kind(docker_client_for_tests, "swe") if c.labels.get(OWNER_LABEL) == child
+    ] == []
 
 
 @pytest.mark.docker
@@ -263,14 +305,20 @@ def test_training_output_through_the_token_backend_carries_the_resolved_reward(
         tokenizer,
         {
             solved.problem_statement.strip(): replay_actions(solved.patch),
-            idle.problem_statement.strip(): ["Nothing to do. <tool_call>" + '{"name": "submit", "arguments": {}}</tool_call>'],
+            idle.problem_statement.strip(): [
+                "Nothing to do. <tool_call>" + '{"name": "submit", "arguments": {}}</tool_call>'
+            ],
         },
     )
     config = {
         "agent_cls": "codeact",
         "task": "swe_bench",
         "data": {"instance_id_key": "instance_id"},
-        "generator": {"infer_backend": "skyrl-train", "sampling_params": {"max_tokens": 1024}, "max_iterations": 12},
+        "generator": {
+            "infer_backend": "skyrl-train",
+            "sampling_params": {"max_tokens": 1024},
+            "max_iterations": 12,
+        },
         "dispatcher": {"max_parallel_agents": 2},
     }
     runner = AgentRunner(config, infer_engine=engine, tokenizer=tokenizer)
@@ -278,6 +326,8 @@ def test_training_output_through_the_token_backend_carries_the_resolved_reward(
     assert out["trajectory_rewards"] == [1.0, 0.0]
     assert [r[-1] for r in out["rewards"]] == [1.0, 0.0]  # the task's verdict sits on the last token
     assert all(len(ids) == len(mask) for ids, mask in zip(out["response_ids"], out["loss_masks"]))
-    assert 0 in out["loss_masks"][0] and 1 in out["loss_masks"][0]  # observations are masked, the model's tokens not
+    assert (
+        0 in out["loss_masks"][0] and 1 in out["loss_masks"][0]
+    )  # observations are masked, the model's tokens not
     assert out["rollout_metrics"]["agent/finish_reason/FINISH_TOOL"] == 1.0
     assert runner.task.live_runtimes == 0 and my_swe_containers(docker_client_for_tests) == []
