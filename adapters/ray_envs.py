@@ -79,7 +79,9 @@ class EnvWorker:
     def _env(self, session_id: str) -> Env:
         env = self._sessions.get(session_id)
         if env is None:
-            raise KeyError(f"env worker {self.index}: no open session {session_id!r} (closed, or never created)")
+            raise KeyError(
+                f"env worker {self.index}: no open session {session_id!r} (closed, or never created)"
+            )
         return env
 
     def _run(self, method: str, fn: Callable[[], Any]) -> Any:
@@ -92,7 +94,9 @@ class EnvWorker:
             raise
 
     # --- the env's calls
-    def create(self, session_id: str, env_class: str, env_config: Any, extras: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    def create(
+        self, session_id: str, env_class: str, env_config: Any, extras: Optional[Dict[str, Any]]
+    ) -> Dict[str, Any]:
         def build() -> Dict[str, Any]:
             from skyrl_gym.registration import make
 
@@ -198,8 +202,14 @@ def _ray_exceptions() -> Tuple[type, type]:
 class RayEnv(Env):
     """An env session living in an :class:`EnvWorker` actor; behaves like the local env it forwards to."""
 
-    def __init__(self, pool: "EnvWorkerPool", worker: int, session_id: str, env_class: str,
-                 described: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        pool: "EnvWorkerPool",
+        worker: int,
+        session_id: str,
+        env_class: str,
+        described: Mapping[str, Any],
+    ) -> None:
         super().__init__()
         self.pool = pool
         self.worker = worker
@@ -327,8 +337,13 @@ class RayEnv(Env):
 class RayEnvFactory:
     """``make_env`` for :func:`skyrl_gym.episode.run_episode`: builds the env in a worker of ``pool``."""
 
-    def __init__(self, pool: "EnvWorkerPool", env_class: str, env_config: Any = None,
-                 extras: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        pool: "EnvWorkerPool",
+        env_class: str,
+        env_config: Any = None,
+        extras: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         self.pool, self.env_class, self.env_config = pool, env_class, env_config
         self.extras = dict(extras or {})
 
@@ -411,7 +426,9 @@ class EnvWorkerPool:
         if num_cpus_per_worker < 0:
             raise ValueError(f"num_cpus_per_worker must be >= 0, got {num_cpus_per_worker!r}")
         if scheduling_strategy not in SCHEDULING_STRATEGIES:
-            raise ValueError(f"scheduling_strategy must be one of {SCHEDULING_STRATEGIES}, got {scheduling_strategy!r}")
+            raise ValueError(
+                f"scheduling_strategy must be one of {SCHEDULING_STRATEGIES}, got {scheduling_strategy!r}"
+            )
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
         self.num_workers = num_workers
@@ -441,8 +458,12 @@ class EnvWorkerPool:
             if not ray.is_initialized():
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
                 ray.init(**{"include_dashboard": False, **self.ray_init_kwargs})
-            options: Dict[str, Any] = {"num_cpus": self.num_cpus_per_worker, "max_concurrency": self.max_concurrency,
-                                       "scheduling_strategy": self.scheduling_strategy, "max_restarts": 0}
+            options: Dict[str, Any] = {
+                "num_cpus": self.num_cpus_per_worker,
+                "max_concurrency": self.max_concurrency,
+                "scheduling_strategy": self.scheduling_strategy,
+                "max_restarts": 0,
+            }
             if self.resources_per_worker:
                 options["resources"] = dict(self.resources_per_worker)
             actor_class = ray.remote(EnvWorker)
@@ -514,8 +535,9 @@ class EnvWorkerPool:
         self.shutdown()
 
     # ----- sessions
-    def env_factory(self, env_class: str, env_config: Any = None,
-                    extras: Optional[Mapping[str, Any]] = None) -> RayEnvFactory:
+    def env_factory(
+        self, env_class: str, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None
+    ) -> RayEnvFactory:
         """``make_env`` for :func:`~skyrl_gym.episode.run_episode` (a :class:`RayEnvCaller` awaits it)."""
         return RayEnvFactory(self, env_class, env_config, extras)
 
@@ -542,28 +564,39 @@ class EnvWorkerPool:
             env_config = {k: v for k, v in env_config.items()}
         return uuid.uuid4().hex, env_config, dict(extras or {})
 
-    def make(self, env_class: str, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None) -> RayEnv:
+    def make(
+        self, env_class: str, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None
+    ) -> RayEnv:
         """Build ``env_class`` in a worker (blocking); see :meth:`amake`."""
         self.start()
         session_id, env_config, extras = self._create_args(env_class, env_config, extras)
         worker = self._pick()
         try:
-            described = self._get(worker, "create",
-                                  self._submit(worker, "create", session_id, env_class, env_config, extras), env_class)
+            described = self._get(
+                worker,
+                "create",
+                self._submit(worker, "create", session_id, env_class, env_config, extras),
+                env_class,
+            )
         except BaseException:
             self._session_closed(worker)
             raise
         return RayEnv(self, worker, session_id, env_class, described)
 
-    async def amake(self, env_class: str, env_config: Any = None,
-                    extras: Optional[Mapping[str, Any]] = None) -> RayEnv:
+    async def amake(
+        self, env_class: str, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None
+    ) -> RayEnv:
         """Build ``env_class`` in the least busy live worker and return the :class:`RayEnv` that drives it."""
         await self.astart()
         session_id, env_config, extras = self._create_args(env_class, env_config, extras)
         worker = self._pick()
         try:
             described = await self._await(
-                worker, "create", self._submit(worker, "create", session_id, env_class, env_config, extras), env_class)
+                worker,
+                "create",
+                self._submit(worker, "create", session_id, env_class, env_config, extras),
+                env_class,
+            )
         except BaseException:
             self._session_closed(worker)
             raise
@@ -602,7 +635,8 @@ class EnvWorkerPool:
             detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return EnvWorkerDied(
                 f"env worker {worker} (Ray actor on node {node}) died during {method} of a {env_class!r} env; its "
-                f"sessions are lost ({live} of {self.num_workers} workers left): {detail[:300]}")
+                f"sessions are lost ({live} of {self.num_workers} workers left): {detail[:300]}"
+            )
         if isinstance(exc, task_error):
             cause = getattr(exc, "cause", None)
             if isinstance(cause, BaseException):
@@ -650,5 +684,12 @@ class EnvWorkerPool:
         return out
 
 
-__all__ = ["EnvWorker", "EnvWorkerDied", "EnvWorkerPool", "RayEnv", "RayEnvCaller", "RayEnvFactory",
-           "SCHEDULING_STRATEGIES"]
+__all__ = [
+    "EnvWorker",
+    "EnvWorkerDied",
+    "EnvWorkerPool",
+    "RayEnv",
+    "RayEnvCaller",
+    "RayEnvFactory",
+    "SCHEDULING_STRATEGIES",
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import pytest
 
@@ -18,23 +18,12 @@ ray = pytest.importorskip("ray", reason="Ray env workers need ray: pip install -
 from skygym_adapters.ray_envs import EnvWorkerDied, EnvWorkerPool, RayEnv, RayEnvCaller  # noqa: E402
 from skygym_adapters.rollout import RolloutConfig, RolloutGenerator  # noqa: E402
 from skygym_adapters.scripted import ScriptedEngine  # noqa: E402
+
 from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, make_env_factory, run_episode  # noqa: E402
+from tests.adapters.ray_envs_support import CASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = "tests.adapters.ray_envs_support"
-
-# (env id, row extras, scripted actions): multi-turn episodes with per-turn rewards.
-CASES: List[Any] = [
-    ("gsm8k_multi_turn", {"reward_spec": {"method": "rule", "ground_truth": "72"}, "max_turns": 3},
-     ["I think it is 70", "#### 71", "#### 72"]),
-    ("gsm8k_multi_turn", {"reward_spec": {"method": "rule", "ground_truth": "18"}, "max_turns": 2},
-     ["#### 17", "no idea"]),
-    ("multiply", {"reward_spec": {"method": "rule", "ground_truth": "42"}, "max_turns": 3},
-     ["6 times 7", "\\boxed{41}", "\\boxed{42}"]),
-    ("multiply", {"reward_spec": {"method": "rule", "ground_truth": "12"}, "max_turns": 2},
-     ["\\boxed{11}", "\\boxed{13}"]),
-    ("test_countdown_turns", {"turns": 3}, ["a", "b", "c"]),
-]
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +32,17 @@ def local_ray():
     if ray.is_initialized():
         ray.shutdown()
     try:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}})
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}},
+        )
     except Exception as exc:  # pragma: no cover - a machine where Ray cannot start
-        pytest.skip(f"Ray could not start a local instance here ({type(exc).__name__}: {exc}); see `ray start --head`")
+        pytest.skip(
+            f"Ray could not start a local instance here ({type(exc).__name__}: {exc}); see `ray start --head`"
+        )
     yield
     ray.shutdown()
 
@@ -68,13 +64,24 @@ def own_pool(local_ray):
 
 
 def _summary(episode) -> Dict[str, Any]:
-    return {"end": episode.end, "rewards": episode.rewards, "messages": episode.messages,
-            "metrics": episode.env_metrics, "error": episode.error, "max_turns": episode.max_turns}
+    return {
+        "end": episode.end,
+        "rewards": episode.rewards,
+        "messages": episode.messages,
+        "metrics": episode.env_metrics,
+        "error": episode.error,
+        "max_turns": episode.max_turns,
+    }
 
 
 async def _local(env_id, extras, actions):
-    return await run_episode(make_env_factory(env_id, None, extras), [{"role": "user", "content": "q"}],
-                             ScriptedPolicy(actions), env_class=env_id, row_max_turns=extras.get("max_turns"))
+    return await run_episode(
+        make_env_factory(env_id, None, extras),
+        [{"role": "user", "content": "q"}],
+        ScriptedPolicy(actions),
+        env_class=env_id,
+        row_max_turns=extras.get("max_turns"),
+    )
 
 
 async def test_multi_turn_episodes_in_actors_match_local_ones(pool):
@@ -87,15 +94,22 @@ async def test_multi_turn_episodes_in_actors_match_local_ones(pool):
         assert local.end is not EpisodeEnd.ERROR, local.error
         turns += local.num_turns
         for caller in (RayEnvCaller(), EnvCaller()):  # awaited calls, and the plain driver's blocking calls
-            remote = await run_episode(pool.env_factory(env_id, None, extras), [{"role": "user", "content": "q"}],
-                                       ScriptedPolicy(actions), env_class=env_id, caller=caller,
-                                       row_max_turns=extras.get("max_turns"))
+            remote = await run_episode(
+                pool.env_factory(env_id, None, extras),
+                [{"role": "user", "content": "q"}],
+                ScriptedPolicy(actions),
+                env_class=env_id,
+                caller=caller,
+                row_max_turns=extras.get("max_turns"),
+            )
             assert _summary(remote) == _summary(local), (env_id, type(caller).__name__)
     assert [r for r in (await _local(*CASES[0])).rewards] == [0.0, pytest.approx(0.2 / 3), 1.0]
     infos = pool.worker_info()
     assert sum(i["calls"].get("step", 0) for i in infos) == 2 * turns
     assert all(i["calls"].get("create", 0) > 0 for i in infos), "sessions go to both workers"
-    assert [i["sessions_open"] for i in infos] == [0, 0] and pool.open_sessions() == [0, 0], "every session closed"
+    assert [i["sessions_open"] for i in infos] == [0, 0] and pool.open_sessions() == [0, 0], (
+        "every session closed"
+    )
     assert sum(i["sessions_closed"] for i in infos) == sum(i["sessions_created"] for i in infos)
 
 
@@ -103,9 +117,15 @@ async def test_a_ray_env_looks_like_the_local_env(pool):
     extras = {"reward_spec": {"method": "rule", "ground_truth": "42"}, "max_turns": 4}
     env = await pool.amake("multiply", {"boxed_wrong_reward": 0.25}, extras)
     local = make_env_factory("multiply", {"boxed_wrong_reward": 0.25}, extras)()
-    assert isinstance(env, RayEnv) and env.has_native_astep and env.node_id == ray.get_runtime_context().get_node_id()
+    assert (
+        isinstance(env, RayEnv)
+        and env.has_native_astep
+        and env.node_id == ray.get_runtime_context().get_node_id()
+    )
     assert env.max_turns == local.max_turns == 4 and env.tool_schemas() == []
-    assert env.init([{"role": "user", "content": "6 * 7"}]) == local.init([{"role": "user", "content": "6 * 7"}])
+    assert env.init([{"role": "user", "content": "6 * 7"}]) == local.init(
+        [{"role": "user", "content": "6 * 7"}]
+    )
     env.max_turns = local.max_turns = 2  # heard by the actor's env with the next step
     for action in ("\\boxed{40}", "\\boxed{41}"):
         assert await env.astep(action) == local.step(action)
@@ -128,11 +148,19 @@ async def test_env_errors_in_an_actor_are_the_same_error_results_as_local(pool):
     register_test_envs()
     for env_id, extras, actions in cases:
         local = await _local(env_id, extras, actions)
-        remote = await run_episode(pool.env_factory(env_id, None, extras), [{"role": "user", "content": "q"}],
-                                   ScriptedPolicy(actions), env_class=env_id, caller=RayEnvCaller())
+        remote = await run_episode(
+            pool.env_factory(env_id, None, extras),
+            [{"role": "user", "content": "q"}],
+            ScriptedPolicy(actions),
+            env_class=env_id,
+            caller=RayEnvCaller(),
+        )
         assert local.end is EpisodeEnd.ERROR and remote.end is EpisodeEnd.ERROR, env_id
         assert (remote.error, remote.error_method, type(remote.exception)) == (
-            local.error, local.error_method, type(local.exception)), env_id
+            local.error,
+            local.error_method,
+            type(local.exception),
+        ), env_id
     assert pool.open_sessions() == [0, 0]
     assert sum(i["sessions_open"] for i in pool.worker_info()) == 0
 
@@ -144,18 +172,30 @@ async def test_a_dead_actor_is_a_clear_error_and_new_sessions_go_to_the_live_one
     await env.ainit([{"role": "user", "content": "q"}])
     await env.astep("a")
     ray.kill(pool._actors[env.worker])
-    with pytest.raises(EnvWorkerDied, match=rf"env worker {env.worker} \(Ray actor on node .*\) died during step"):
+    with pytest.raises(
+        EnvWorkerDied, match=rf"env worker {env.worker} \(Ray actor on node .*\) died during step"
+    ):
         await env.astep("b")
     env.close()  # the session died with its actor: recorded, not raised
     assert env.close_error and "died" in env.close_error
     assert pool.alive().count(False) == 1
-    episodes = [await run_episode(pool.env_factory("test_countdown_turns", None, {"turns": 2}),
-                                  [{"role": "user", "content": "q"}], ScriptedPolicy("a"), caller=RayEnvCaller())
-                for _ in range(3)]
+    episodes = [
+        await run_episode(
+            pool.env_factory("test_countdown_turns", None, {"turns": 2}),
+            [{"role": "user", "content": "q"}],
+            ScriptedPolicy("a"),
+            caller=RayEnvCaller(),
+        )
+        for _ in range(3)
+    ]
     assert [e.rewards for e in episodes] == [[1.0, 2.0]] * 3
     ray.kill(pool._actors[1 - env.worker])
-    episode = await run_episode(pool.env_factory("test_countdown_turns", None, {"turns": 2}),
-                                [{"role": "user", "content": "q"}], ScriptedPolicy("a"), caller=RayEnvCaller())
+    episode = await run_episode(
+        pool.env_factory("test_countdown_turns", None, {"turns": 2}),
+        [{"role": "user", "content": "q"}],
+        ScriptedPolicy("a"),
+        caller=RayEnvCaller(),
+    )
     assert episode.end is EpisodeEnd.ERROR and episode.error_method in ("make", "init")
     assert "EnvWorkerDied" in episode.error and "died" in episode.error
     with pytest.raises(EnvWorkerDied, match="all 2 env workers have died"):
@@ -186,13 +226,18 @@ async def test_the_generator_routes_env_calls_to_the_actors_by_configuration(loc
     from tests.adapters.support import register_test_envs
 
     register_test_envs()
-    rows = [{"prompt": [{"role": "user", "content": f"question {i}"}], "env_class": env_id, **extras}
-            for i, (env_id, extras, _) in enumerate(CASES)]
+    rows = [
+        {"prompt": [{"role": "user", "content": f"question {i}"}], "env_class": env_id, **extras}
+        for i, (env_id, extras, _) in enumerate(CASES)
+    ]
     scripts = {f"question {i}": actions for i, (_, _, actions) in enumerate(CASES)}
 
     async def run(**config: Any):
-        generator = RolloutGenerator(ScriptedEngine(tokenizer, scripts), tokenizer,
-                                     RolloutConfig(max_turns=3, sampling_params={"max_generate_length": 32}, **config))
+        generator = RolloutGenerator(
+            ScriptedEngine(tokenizer, scripts),
+            tokenizer,
+            RolloutConfig(max_turns=3, sampling_params={"max_generate_length": 32}, **config),
+        )
         try:
             output = generator.to_generator_output(await generator.run_rows(rows))
             infos = generator.env_pool.worker_info() if generator.env_pool is not None else None
@@ -203,9 +248,18 @@ async def test_the_generator_routes_env_calls_to_the_actors_by_configuration(loc
     local, no_workers, plain = await run()
     assert no_workers is None and plain.env_pool is None
     remote, infos, generator = await run(
-        ray_env_workers=2, ray_env_worker_options={"num_cpus_per_worker": 0.5, "imports": [SUPPORT]})
-    for key in ("trajectory_rewards", "rewards", "response_ids", "loss_masks", "num_turns", "env_metrics", "errors",
-                "stop_reasons"):
+        ray_env_workers=2, ray_env_worker_options={"num_cpus_per_worker": 0.5, "imports": [SUPPORT]}
+    )
+    for key in (
+        "trajectory_rewards",
+        "rewards",
+        "response_ids",
+        "loss_masks",
+        "num_turns",
+        "env_metrics",
+        "errors",
+        "stop_reasons",
+    ):
         assert remote[key] == local[key], key
     assert local["trajectory_rewards"][0] == pytest.approx(0.2 / 3 + 1.0)
     # every env call went to the actors: one session per trajectory, one actor step per turn
