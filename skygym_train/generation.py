@@ -86,11 +86,29 @@ def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
         apply_overlong_filtering=g.apply_overlong_filtering,
         zero_reward_on_non_stop=g.zero_reward_on_non_stop,
         max_env_workers=int(cfg.environment.skyrl_gym.get("max_env_workers", 32)),
+        ray_env_workers=int(cfg.environment.ray_env_workers.num_workers),
+        ray_env_worker_options=ray_env_worker_options(cfg),
         env_configs=env_configs(cfg),
         chat_template=chat_template(cfg),
         chat_template_kwargs=dict(g.chat_template_kwargs),
     )
+    if rollout_cfg.ray_env_workers > 0:  # env workers are Ray actors: join (or start) Ray here, as the trainer does
+        from skygym_train.ray_utils import init_ray
+
+        init_ray()
     return RolloutGenerator(engine, tokenizer, rollout_cfg)
+
+
+def ray_env_worker_options(cfg: Any) -> Dict[str, Any]:
+    """``environment.ray_env_workers`` as the arguments of ``skygym_adapters.ray_envs.EnvWorkerPool``."""
+    w = cfg.environment.ray_env_workers
+    return {
+        "num_cpus_per_worker": float(w.num_cpus_per_worker),
+        "resources_per_worker": {str(k): float(v) for k, v in dict(w.resources_per_worker).items()},
+        "scheduling_strategy": str(w.scheduling_strategy),
+        "max_concurrency": int(w.max_concurrency),
+        "imports": [str(m) for m in w.imports],
+    }
 
 
 def env_configs(cfg: Any) -> Dict[str, Any]:

@@ -431,6 +431,27 @@ class GeneratorConfig:
 
 
 @dataclass
+class RayEnvWorkersConfig:
+    num_workers: int = 0
+    """0: envs run in the trainer's process (on ``environment.skyrl_gym.max_env_workers`` threads). N > 0: every
+    env of a rollout is built, stepped and closed in one of N Ray actors (``skygym_adapters.ray_envs``) placed over
+    the Ray cluster the trainer runs on, so env work spreads over its nodes; an env that raises there ends its
+    trajectory with the same error as a local one. A key of this project, not of SkyRL-train."""
+    num_cpus_per_worker: float = 1.0
+    """CPUs Ray reserves for each env worker (0 is allowed)."""
+    resources_per_worker: Dict[str, float] = field(default_factory=dict)
+    """Custom Ray resources each env worker needs, e.g. ``{env_node: 1}`` to keep env work on the nodes started
+    with ``ray start --resources='{"env_node": 1}'``."""
+    scheduling_strategy: str = "SPREAD"
+    """``SPREAD`` (env workers on as many nodes as possible) or ``DEFAULT`` (Ray's own placement)."""
+    max_concurrency: int = 32
+    """Env calls one worker runs at once (threads); more sessions on it wait their turn."""
+    imports: List[str] = field(default_factory=list)
+    """Modules each env worker imports when it starts, to register env ids that are neither built in nor
+    installed through an entry point."""
+
+
+@dataclass
 class EnvironmentConfig:
     env_class: str = "gsm8k"
     """Used for rows that do not name their own ``env_class``."""
@@ -446,6 +467,7 @@ class EnvironmentConfig:
     id, passed to that env as its ``env_config`` (e.g. ``environment.skyrl_gym.text2sql.db_path=...``; any id,
     any key). The sections SkyRL-train ships are listed with null values, meaning the env's own default, so
     Hydra-style overrides of them need no ``+``."""
+    ray_env_workers: RayEnvWorkersConfig = field(default_factory=RayEnvWorkersConfig)
 
 
 @dataclass

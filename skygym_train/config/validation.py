@@ -116,6 +116,18 @@ def _check_model_and_data(cfg: Any, has_cuda: bool) -> List[str]:
     workers = cfg.environment.skyrl_gym.get("max_env_workers", 32)
     if not isinstance(workers, int) or workers < 0:
         problems.append(f"environment.skyrl_gym.max_env_workers={workers}: must be an integer >= 0")
+    ray_workers = cfg.environment.ray_env_workers
+    if ray_workers.num_workers < 0:
+        problems.append(f"environment.ray_env_workers.num_workers={ray_workers.num_workers}: must be >= 0 "
+                        "(0: envs run in this process)")
+    if ray_workers.num_cpus_per_worker < 0:
+        problems.append(f"environment.ray_env_workers.num_cpus_per_worker={ray_workers.num_cpus_per_worker}: "
+                        "must be >= 0")
+    if ray_workers.scheduling_strategy not in ("SPREAD", "DEFAULT"):
+        problems.append(f"environment.ray_env_workers.scheduling_strategy={ray_workers.scheduling_strategy}: "
+                        "must be SPREAD or DEFAULT")
+    if ray_workers.max_concurrency < 1:
+        problems.append(f"environment.ray_env_workers.max_concurrency={ray_workers.max_concurrency}: must be >= 1")
     return problems
 
 

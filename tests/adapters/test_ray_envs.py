@@ -16,7 +16,6 @@ import pytest
 ray = pytest.importorskip("ray", reason="Ray env workers need ray: pip install -e '.[train]'")
 
 from skygym_adapters.ray_envs import EnvWorkerDied, EnvWorkerPool, RayEnv, RayEnvCaller  # noqa: E402
-from skygym_adapters.rollout import RolloutConfig, RolloutGenerator  # noqa: E402
 from skygym_adapters.scripted import ScriptedEngine  # noqa: E402
 
 from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, make_env_factory, run_episode  # noqa: E402
@@ -223,6 +222,10 @@ def test_a_pool_the_cluster_cannot_hold_says_so(local_ray):
 
 
 async def test_the_generator_routes_env_calls_to_the_actors_by_configuration(local_ray, tokenizer):
+    """The trainer's ``environment.ray_env_workers.*`` keys reach the generator (``build_generator``), which then
+    builds and steps every env in the actors: same output as with local envs, and the actors counted the calls."""
+    from skygym_train.config import load_config
+    from skygym_train.generation import build_generator
     from tests.adapters.support import register_test_envs
 
     register_test_envs()
@@ -232,12 +235,9 @@ async def test_the_generator_routes_env_calls_to_the_actors_by_configuration(loc
     ]
     scripts = {f"question {i}": actions for i, (_, _, actions) in enumerate(CASES)}
 
-    async def run(**config: Any):
-        generator = RolloutGenerator(
-            ScriptedEngine(tokenizer, scripts),
-            tokenizer,
-            RolloutConfig(max_turns=3, sampling_params={"max_generate_length": 32}, **config),
-        )
+    async def run(*overrides: str):
+        cfg = load_config(["generator.max_turns=3", *overrides], validate=False)
+        generator = build_generator(cfg, ScriptedEngine(tokenizer, scripts), tokenizer)
         try:
             output = generator.to_generator_output(await generator.run_rows(rows))
             infos = generator.env_pool.worker_info() if generator.env_pool is not None else None
@@ -248,18 +248,14 @@ async def test_the_generator_routes_env_calls_to_the_actors_by_configuration(loc
     local, no_workers, plain = await run()
     assert no_workers is None and plain.env_pool is None
     remote, infos, generator = await run(
-        ray_env_workers=2, ray_env_worker_options={"num_cpus_per_worker": 0.5, "imports": [SUPPORT]}
+        "environment.ray_env_workers.num_workers=2",
+        "environment.ray_env_workers.num_cpus_per_worker=0.5",
+        f"environment.ray_env_workers.imports=[{SUPPORT}]",
     )
-    for key in (
-        "trajectory_rewards",
-        "rewards",
-        "response_ids",
-        "loss_masks",
-        "num_turns",
-        "env_metrics",
-        "errors",
-        "stop_reasons",
-    ):
+    assert generator.config.ray_env_workers == 2
+    assert generator.config.ray_env_worker_options["scheduling_strategy"] == "SPREAD"
+    for key in ("trajectory_rewards", "rewards", "response_ids", "loss_masks", "num_turns", "env_metrics", "errors",
+                "stop_reasons"):
         assert remote[key] == local[key], key
     assert local["trajectory_rewards"][0] == pytest.approx(0.2 / 3 + 1.0)
     # every env call went to the actors: one session per trajectory, one actor step per turn
@@ -267,3 +263,22 @@ async def test_the_generator_routes_env_calls_to_the_actors_by_configuration(loc
     assert sum(i["calls"].get("step", 0) for i in infos) == sum(local["num_turns"])
     assert sum(i["sessions_open"] for i in infos) == 0
     assert generator._env_pool is None, "close() ended the pool the generator started"
+
+
+def test_the_trainer_config_refuses_bad_env_worker_settings():
+    from skygym_train.config import ConfigError, load_config, validate_config
+
+    cfg = load_config(
+        [
+            "environment.ray_env_workers.num_workers=-1",
+            "environment.ray_env_workers.scheduling_strategy=PACK",
+            "environment.ray_env_workers.max_concurrency=0",
+        ],
+        validate=False,
+    )
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg, has_cuda=False)
+    problems = "\n".join(info.value.problems)
+    assert "environment.ray_env_workers.num_workers=-1: must be >= 0" in problems
+    assert "environment.ray_env_workers.scheduling_strategy=PACK: must be SPREAD or DEFAULT" in problems
+    assert "environment.ray_env_workers.max_concurrency=0: must be >= 1" in problems
