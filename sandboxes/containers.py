@@ -326,4 +326,4 @@ class Container:
 
 def containers_of_kind(client: Any, kind: str) -> List[Any]:
     """Every container (running or not) this module started with ``kind``: what tests check is gone."""
-    return client.containers.list(all=True, filters={"label": f"{KIND_LABEL}={kind}"})
+    return client.containers.list(all=True, filters={"label": f"{KIND_LABEL}={kind}"}, ignore_removed=True)

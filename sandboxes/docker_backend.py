@@ -65,7 +65,8 @@ def remove_orphaned_containers(client: Any) -> List[str]:
     is gone. Running containers of another host are left alone: their owner may be alive."""
     removed = []
     host = socket.gethostname()
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
+    # ignore_removed: another process may remove a container between the listing and its inspection
+    for container in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
         running = container.status in ("running", "created", "restarting")
         if running and (owner_host != host or (pid.isdigit() and _pid_alive(int(pid)))):
