@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -192,6 +193,12 @@ class EnvWorker:
 
 
 # --------------------------------------------------------------------------------------------------- errors
+def _last_line(text: str) -> str:
+    """The last non-empty line of Ray's error text (the exception raised in the actor), without colour codes."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() if line.strip()]
+    return lines[-1][:500] if lines else text[:500]
+
+
 def _ray_exceptions() -> Tuple[type, type]:
     from ray.exceptions import RayActorError, RayTaskError
 
@@ -482,7 +489,9 @@ class EnvWorkerPool:
             except Exception as exc:
                 for actor in actors:
                     ray.kill(actor)
-                raise EnvWorkerDied(f"env workers failed to start: {type(exc).__name__}: {exc}") from exc
+                raise EnvWorkerDied(
+                    f"env workers failed to start ({type(exc).__name__}): {_last_line(str(exc))}"
+                ) from exc
             self._actors = actors
             self._alive = [True] * len(actors)
             self._open = [0] * len(actors)

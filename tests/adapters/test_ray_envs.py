@@ -219,6 +219,11 @@ def test_a_pool_the_cluster_cannot_hold_says_so(local_ray):
         pool.start()
     with pytest.raises(ValueError, match="scheduling_strategy"):
         EnvWorkerPool(1, scheduling_strategy="PACKED")
+    with pytest.raises(
+        EnvWorkerDied,
+        match=r"env workers failed to start \(ActorDiedError\): ModuleNotFoundError: No module named 'no_such_env_package'$",
+    ):
+        EnvWorkerPool(1, num_cpus_per_worker=0, imports=["no_such_env_package"]).start()
 
 
 async def test_the_generator_routes_env_calls_to_the_actors_by_configuration(local_ray, tokenizer):
@@ -254,8 +259,16 @@ async def test_the_generator_routes_env_calls_to_the_actors_by_configuration(loc
     )
     assert generator.config.ray_env_workers == 2
     assert generator.config.ray_env_worker_options["scheduling_strategy"] == "SPREAD"
-    for key in ("trajectory_rewards", "rewards", "response_ids", "loss_masks", "num_turns", "env_metrics", "errors",
-                "stop_reasons"):
+    for key in (
+        "trajectory_rewards",
+        "rewards",
+        "response_ids",
+        "loss_masks",
+        "num_turns",
+        "env_metrics",
+        "errors",
+        "stop_reasons",
+    ):
         assert remote[key] == local[key], key
     assert local["trajectory_rewards"][0] == pytest.approx(0.2 / 3 + 1.0)
     # every env call went to the actors: one session per trajectory, one actor step per turn
