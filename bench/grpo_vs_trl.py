@@ -15,6 +15,8 @@ alternates (ours-TRL, TRL-ours, ...). The first ``--warmup`` steps of each side 
     $V/python bench/grpo_vs_trl.py --no-ray              # the in-process path (trainer.use_ray=false)
     $V/python bench/grpo_vs_trl.py --steps 6 --trl-python /root/.cache/skyrl-gym/venvs/trl/bin/python
     $V/python bench/grpo_vs_trl.py --override generator.weight_sync_backend=gloo   # any trainer key
+    git worktree add /tmp/base <older commit>
+    $V/python bench/grpo_vs_trl.py --baseline /tmp/base   # a third side: the trainer of that checkout (before/after)
 
 Prints per-step medians (seconds, and the bundled trainer's split into rollout / train / sync), the time to
 the first step of each side, the step ratio (TRL s/step over ours) and the per-token ratio (seconds per
@@ -45,6 +47,20 @@ def _emit(kind: str, payload: Dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def _cpu_seconds(pids: List[int] = ()) -> float:
+    """User + system CPU seconds of this process and of ``pids`` (Ray actors on this node), all threads."""
+    own = os.times()
+    total = own.user + own.system
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        except OSError:
+            pass
+    return total
+
+
 def _commands():
     """Yield each command the driver sends (one line each) until it says quit or closes the pipe."""
     for line in sys.stdin:
@@ -56,7 +72,11 @@ def _commands():
 
 # ---------------------------------------------------------------------- the bundled trainer's side
 def run_ours(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(ROOT))
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.getLogger("skygym_train").setLevel(logging.INFO)  # set-up time, weight sync choice: into the side's log
+    sys.path.insert(0, args.root or str(ROOT))
     from skygym_train.config import load_config
     from skygym_train.trainer import PPOTrainer
 
@@ -93,10 +113,16 @@ def run_ours(args: argparse.Namespace) -> None:
     cfg = load_config(overrides)
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
-        _emit("READY", {"setup_s": getattr(trainer, "setup_seconds", None),
-                        "weight_sync": getattr(trainer, "weight_sync_backend", lambda: None)()})
+        _emit("READY", {"setup_s": getattr(trainer, "setup_seconds", None)})
+        actor_pids: List[int] = []
+        for actor in getattr(trainer.policy, "actors", []):  # Ray workers: their CPU time counts too
+            import ray
+
+            actor_pids.append(ray.get(actor.__ray_call__.remote(lambda self: os.getpid())))
         for _ in _commands():
+            cpu = _cpu_seconds(actor_pids)
             metrics = trainer.train_step()
+            cpu = _cpu_seconds(actor_pids) - cpu
             generated = metrics.get("generate/response_length", 0.0) * PROMPTS * SAMPLES
             _emit("STEP", {
                 "step_s": metrics["timing/step"],
@@ -106,7 +132,10 @@ def run_ours(args: argparse.Namespace) -> None:
                 "prepare_s": metrics.get("timing/prepare", 0.0),
                 "generated_tokens": generated,
                 "reward": metrics.get("reward/mean"),
-                "sync_bytes": metrics.get("sync/bytes"),
+                "sync_bytes": metrics.get("weight_sync/bytes"),
+                "weight_sync": getattr(trainer, "weight_sync_backend", lambda: None)(),
+                "to_first_step_s": metrics.get("timing/to_first_step"),
+                "cpu_s": cpu,
             })
 
 
@@ -154,7 +183,7 @@ def run_trl(args: argparse.Namespace) -> None:
                 sys.stdout.flush()
                 os._exit(0)
             state["rollout"] = 0.0
-            state["tokens_before"] = trainer.state.num_input_tokens_seen
+            state["cpu"] = _cpu_seconds()
             self.start = time.perf_counter()
 
         def on_step_end(self, args_, state_, control, **kw):
@@ -166,6 +195,7 @@ def run_trl(args: argparse.Namespace) -> None:
                 "train_s": step_s - state["rollout"],
                 "generated_tokens": lengths[-1] * PROMPTS * SAMPLES,
                 "reward": (trainer._metrics["train"].get("reward") or [None])[-1],
+                "cpu_s": _cpu_seconds() - state["cpu"],
             })
 
     state["t0"] = time.perf_counter()
@@ -197,13 +227,14 @@ def run_trl(args: argparse.Namespace) -> None:
 
 # ---------------------------------------------------------------------- the driver
 class Side:
-    def __init__(self, name: str, python: str, argv: List[str], log: Path, env: Dict[str, str]):
+    def __init__(self, name: str, python: str, argv: List[str], log: Path, env: Dict[str, str],
+                 cwd: Optional[Path] = None):
         self.name = name
         self.log = log.open("w")
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
             [python, str(Path(__file__).resolve()), *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.log, text=True, bufsize=1, env=env, cwd=str(ROOT),
+            stderr=self.log, text=True, bufsize=1, env=env, cwd=str(cwd or ROOT),
         )
         self.ready = self._read("READY")
         self.first_step_after_s = time.perf_counter() - self.started
@@ -247,6 +278,21 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+IMPORT_NAME_TO_FOLDER = {"skygym_sandboxes": "sandboxes", "skygym_adapters": "adapters",
+                         "skygym_train": "skygym_train", "skygym_contrib": "envs_contrib"}  # as setup.py maps them
+
+
+def baseline_env(checkout: Path, tmp: Path, env: Dict[str, str]) -> Dict[str, str]:
+    """An environment whose imports resolve to another checkout's packages (its folders under their import names)."""
+    links = tmp / "baseline-imports"
+    links.mkdir(exist_ok=True)
+    for name, folder in IMPORT_NAME_TO_FOLDER.items():
+        if not (links / name).exists():
+            (links / name).symlink_to(checkout / folder)
+    path = os.pathsep.join([str(links), str(checkout), env.get("PYTHONPATH", "")]).strip(os.pathsep)
+    return dict(env, PYTHONPATH=path)
+
+
 def drive(args: argparse.Namespace) -> Dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
@@ -269,26 +315,37 @@ def drive(args: argparse.Namespace) -> Dict[str, Any]:
     for item in args.override:
         ours_argv += ["--override", item]
     sides: List[Side] = []
+    named: List[Any] = []
     try:
         # Set-ups run one at a time, so each side's time to the first step is its own.
         ours = Side("ours", args.ours_python, ours_argv, tmp / "ours.log", env)
         sides.append(ours)
+        named.append(("ours", ours))
         print(f"bundled trainer ready: {ours.first_step_after_s:.1f}s from process start to the first step "
-              f"(trainer set-up {ours.ready.get('setup_s') or float('nan'):.1f}s; weight sync: "
-              f"{ours.ready.get('weight_sync')})", flush=True)
+              f"(trainer set-up {ours.ready.get('setup_s') or float('nan'):.1f}s)", flush=True)
+        if args.baseline:
+            checkout = Path(args.baseline).resolve()
+            base = Side("base", args.ours_python, [*ours_argv, "--root", str(checkout)], tmp / "base.log",
+                        baseline_env(checkout, tmp, env), cwd=checkout)  # Ray workers import from the cwd first
+            sides.append(base)
+            named.append(("base", base))
+            print(f"baseline trainer ({checkout}) ready: {base.first_step_after_s:.1f}s from process start to the "
+                  "first step", flush=True)
         trl = Side("trl", args.trl_python, ["--side", "trl", *common], tmp / "trl.log", env)
         sides.append(trl)
+        named.append(("trl", trl))
         print(f"TRL ready: {trl.first_step_after_s:.1f}s from process start to the first step", flush=True)
-        results: Dict[str, List[Dict[str, Any]]] = {"ours": [], "trl": []}
+        results: Dict[str, List[Dict[str, Any]]] = {name: [] for name, _ in named}
         for i in range(total):
-            order = [("ours", ours), ("trl", trl)] if i % 2 == 0 else [("trl", trl), ("ours", ours)]
+            order = named[i % len(named):] + named[: i % len(named)]  # each side leads in turn
             for name, side in order:
                 row = side.step()
                 row["load1"] = os.getloadavg()[0]
                 results[name].append(row)
                 split = f" (rollout {row['rollout_s']:.2f}, train {row['train_s']:.2f}"
-                split += f", sync {row['sync_s']:.2f})" if name == "ours" else ")"
-                print(f"step {i + 1} {name:4s}: {row['step_s']:.2f}s{split}, {row['generated_tokens']:.0f} tokens, "
+                split += f", sync {row['sync_s']:.2f})" if name != "trl" else ")"
+                print(f"step {i + 1} {name:4s}: {row['step_s']:.2f}s{split}, cpu {row.get('cpu_s', 0):.1f}s, "
+                      f"{row['generated_tokens']:.0f} tokens, "
                       f"reward {row['reward'] if row['reward'] is None else round(row['reward'], 3)}", flush=True)
     finally:
         for side in sides:
@@ -296,26 +353,40 @@ def drive(args: argparse.Namespace) -> Dict[str, Any]:
     load_after = _load()
     measured = {k: v[args.warmup:] for k, v in results.items()}
     summary: Dict[str, Any] = {"load_before": load_before, "load_after": load_after, "ray": args.ray,
-                               "override": args.override, "ours_first_step_s": ours.first_step_after_s,
-                               "trl_first_step_s": trl.first_step_after_s}
+                               "override": args.override, "baseline": args.baseline,
+                               "first_step_s": {name: side.first_step_after_s for name, side in named}}
     for name, rows_ in measured.items():
-        summary[name] = {key: _median(rows_, key) for key in ("step_s", "rollout_s", "train_s", "sync_s", "generated_tokens")}
+        summary[name] = {key: _median(rows_, key)
+                         for key in ("step_s", "rollout_s", "train_s", "sync_s", "generated_tokens", "cpu_s")}
         summary[name]["s_per_token"] = statistics.median(r["step_s"] / max(r["generated_tokens"], 1) for r in rows_)
     o, t = summary["ours"], summary["trl"]
     summary["step_ratio"] = t["step_s"] / o["step_s"]
     summary["token_ratio"] = t["s_per_token"] / o["s_per_token"]
     summary["sync_fraction"] = o["sync_s"] / o["step_s"]
+    summary["cpu_ratio"] = t["cpu_s"] / o["cpu_s"]
     print()
-    print("| side | s/step | rollout | train | sync | generated tokens | ms/token | first step after |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(f"| skygym_train (use_ray={str(args.ray).lower()}) | {o['step_s']:.2f} | {o['rollout_s']:.2f} | "
-          f"{o['train_s']:.2f} | {o['sync_s']:.2f} | {o['generated_tokens']:.0f} | {1000 * o['s_per_token']:.0f} | "
-          f"{ours.first_step_after_s:.1f}s |")
-    print(f"| TRL GRPOTrainer | {t['step_s']:.2f} | {t['rollout_s']:.2f} | {t['train_s']:.2f} | - | "
-          f"{t['generated_tokens']:.0f} | {1000 * t['s_per_token']:.0f} | {trl.first_step_after_s:.1f}s |")
+    print("| side | s/step | rollout | train | sync | CPU s/step | generated tokens | ms/token | first step after |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    labels = {"ours": f"skygym_train (use_ray={str(args.ray).lower()})", "base": f"baseline {args.baseline}",
+              "trl": "TRL GRPOTrainer"}
+    for name, _ in named:
+        r = summary[name]
+        sync = f"{r['sync_s']:.2f}" if name != "trl" else "-"
+        print(f"| {labels[name]} | {r['step_s']:.2f} | {r['rollout_s']:.2f} | {r['train_s']:.2f} | {sync} | "
+              f"{r['cpu_s']:.1f} | {r['generated_tokens']:.0f} | {1000 * r['s_per_token']:.0f} | "
+              f"{summary['first_step_s'][name]:.1f}s |")
     print()
     print(f"step ratio (TRL s/step / ours): {summary['step_ratio']:.2f}x; per generated token: "
-          f"{summary['token_ratio']:.2f}x; weight sync {100 * summary['sync_fraction']:.1f}% of our step")
+          f"{summary['token_ratio']:.2f}x; CPU seconds per step: {summary['cpu_ratio']:.2f}x; weight sync "
+          f"{100 * summary['sync_fraction']:.1f}% of our step")
+    if "base" in summary:
+        b = summary["base"]
+        summary["base_step_ratio"] = t["step_s"] / b["step_s"]
+        print(f"baseline: TRL s/step / baseline {summary['base_step_ratio']:.2f}x; baseline s/step / ours "
+              f"{b['step_s'] / o['step_s']:.2f}x; baseline sync {100 * b['sync_s'] / b['step_s']:.1f}% of its step")
+    for name in ("ours", "base"):
+        if name in results and results[name]:
+            print(f"{name}: weight sync {results[name][-1].get('weight_sync')}")
     print(f"load average before {load_before}, after {load_after} (1, 5, 15 min; {os.cpu_count()} cores)")
     print(f"logs: {tmp}")
     if args.json:
@@ -330,12 +401,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rows", help=argparse.SUPPRESS)
     parser.add_argument("--total-steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--model", default="smollm2-135m", help="a model name or folder (default: the embedded SmolLM2)")
     parser.add_argument("--steps", type=int, default=4, help="measured steps per side")
     parser.add_argument("--warmup", type=int, default=1, help="steps per side dropped before measuring")
     parser.add_argument("--ray", dest="ray", action="store_true", default=True, help="trainer.use_ray=true (default)")
     parser.add_argument("--no-ray", dest="ray", action="store_false", help="trainer.use_ray=false")
     parser.add_argument("--override", action="append", default=[], help="a trainer key=value for our side (repeatable)")
+    parser.add_argument("--baseline", help="another checkout of this repository (e.g. a git worktree of an older "
+                        "commit): its trainer runs as a third side, alternated with the other two")
     parser.add_argument("--trl-python", default=os.environ.get("TRL_PYTHON", DEFAULT_TRL_PYTHON))
     parser.add_argument("--ours-python", default=sys.executable)
     parser.add_argument("--json", help="also write the summary and every step to this file")

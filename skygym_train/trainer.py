@@ -112,36 +112,30 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
-        from skygym_adapters.models import resolve_model
-
         self._setup_started = time.perf_counter()
-        ray_started = self._start_ray_in_background() if self.t.use_ray else None
         random.seed(self.t.seed)
         torch.manual_seed(self.t.seed)
-        self.model_path = str(resolve_model(self.t.policy.model.path).path)
-        if self.tokenizer is None:
-            self.tokenizer = policy_tokenizer(self.cfg)
-        default_env = self.cfg.environment.env_class
-        given_train, given_val = self._given_rows
-        self.train_rows = list(given_train) if given_train is not None else load_dataset_rows(self.cfg.data.train_data, default_env)
-        if given_val is not None:
-            self.val_rows = list(given_val)
-        else:
-            self.val_rows = load_dataset_rows(self.cfg.data.val_data, default_env) if self.cfg.data.val_data else []
-        for row in self.train_rows + self.val_rows:
-            if not row.get("env_class"):
-                row["env_class"] = default_env
-        check_env_classes(self.cfg, self.train_rows + self.val_rows)
-        from skygym_train.config.validation import config_warnings
+        if self.t.use_ray:
+            # Ray's processes take seconds to come up: the tokenizer and the data load meanwhile, in a thread. Ray
+            # itself starts in this one: its processes get a parent-death signal bound to the starting thread.
+            from skygym_train.ray_utils import init_ray
 
-        for warning in config_warnings(self.cfg):
-            logger.warning("%s", warning)
-        self.train_rows = self._drop_long_prompts(self.train_rows, "data.train_data")
-        self.val_rows = self._drop_long_prompts(self.val_rows, "data.val_data")
-        self.dataset = PromptDataset(self.train_rows, self.t.train_batch_size, self.t.seed, self.cfg.data.shuffle)
-        self.total_steps = self._total_steps()
-        if ray_started is not None:
-            ray_started.result()
+            loaded: "Future[None]" = Future()
+
+            def load() -> None:
+                try:
+                    self._load_tokenizer_and_data()
+                    loaded.set_result(None)
+                except BaseException as exc:  # re-raised below
+                    loaded.set_exception(exc)
+
+            threading.Thread(target=load, name="skyrl-setup-data", daemon=True).start()
+            try:
+                init_ray()
+            finally:
+                loaded.result()
+        else:
+            self._load_tokenizer_and_data()
         # Ray workers load their model while this process loads the engine's: the two overlap.
         workers_loaded = self._build_workers()
         self._runner = _AsyncRunner()
@@ -172,22 +166,31 @@ class PPOTrainer:
         self.setup_seconds = time.perf_counter() - self._setup_started
         logger.info("set-up took %.1fs (Ray %s)", self.setup_seconds, "on" if self.t.use_ray else "off")
 
-    @staticmethod
-    def _start_ray_in_background() -> "Future[None]":
-        """Start Ray (its processes take seconds to come up) while this process loads the tokenizer and data."""
-        from skygym_train.ray_utils import init_ray
+    def _load_tokenizer_and_data(self) -> None:
+        from skygym_adapters.models import resolve_model
 
-        future: "Future[None]" = Future()
+        self.model_path = str(resolve_model(self.t.policy.model.path).path)
+        if self.tokenizer is None:
+            self.tokenizer = policy_tokenizer(self.cfg)
+        default_env = self.cfg.environment.env_class
+        given_train, given_val = self._given_rows
+        self.train_rows = list(given_train) if given_train is not None else load_dataset_rows(self.cfg.data.train_data, default_env)
+        if given_val is not None:
+            self.val_rows = list(given_val)
+        else:
+            self.val_rows = load_dataset_rows(self.cfg.data.val_data, default_env) if self.cfg.data.val_data else []
+        for row in self.train_rows + self.val_rows:
+            if not row.get("env_class"):
+                row["env_class"] = default_env
+        check_env_classes(self.cfg, self.train_rows + self.val_rows)
+        from skygym_train.config.validation import config_warnings
 
-        def start() -> None:
-            try:
-                init_ray()
-                future.set_result(None)
-            except BaseException as exc:  # re-raised by setup()
-                future.set_exception(exc)
-
-        threading.Thread(target=start, name="skyrl-ray-start", daemon=True).start()
-        return future
+        for warning in config_warnings(self.cfg):
+            logger.warning("%s", warning)
+        self.train_rows = self._drop_long_prompts(self.train_rows, "data.train_data")
+        self.val_rows = self._drop_long_prompts(self.val_rows, "data.val_data")
+        self.dataset = PromptDataset(self.train_rows, self.t.train_batch_size, self.t.seed, self.cfg.data.shuffle)
+        self.total_steps = self._total_steps()
 
     def _drop_long_prompts(self, rows: List[Dict[str, Any]], key: str) -> List[Dict[str, Any]]:
         """Leave out rows whose templated prompt is longer than trainer.max_prompt_length (as SkyRL does)."""
