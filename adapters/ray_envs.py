@@ -39,7 +39,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequ
 
 from skyrl_gym.core import Env, StepOutput
 from skyrl_gym.episode import EnvCaller
-from skyrl_gym.metrics import default_aggregate_metrics
+from skyrl_gym.remote.proxy import ProxyEnv
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def _ray_exceptions() -> Tuple[type, type]:
 
 
 # --------------------------------------------------------------------------------------------------- the client
-class RayEnv(Env):
+class RayEnv(ProxyEnv):
     """An env session living in an :class:`EnvWorker` actor; behaves like the local env it forwards to."""
 
     def __init__(
@@ -223,36 +223,9 @@ class RayEnv(Env):
         self.session_id = session_id
         self.env_class = env_class
         self.node_id: str = str(described.get("node_id") or "")
-        self.turns = 0
-        self._max_turns: Optional[int] = described.get("max_turns")
-        self._max_turns_is_default = bool(described.get("max_turns_is_default"))
-        self._max_turns_to_send: Optional[int] = None
-        self._tool_schemas: List[Dict[str, Any]] = list(described.get("tool_schemas") or [])
-        self._metrics: Optional[Dict[str, Any]] = None
+        self._describe(described)
         self._closed = False
         self.close_error: Optional[str] = None
-
-    # ----- what a BaseTextEnv shows
-    @property
-    def max_turns(self) -> Optional[int]:
-        return self._max_turns
-
-    @max_turns.setter
-    def max_turns(self, value: int) -> None:
-        self._max_turns = value
-        self._max_turns_is_default = False
-        self._max_turns_to_send = value  # the actor's env hears it with the next step
-
-    @property
-    def max_turns_is_default(self) -> bool:
-        return self._max_turns_is_default
-
-    def tool_schemas(self) -> List[Dict[str, Any]]:
-        return list(self._tool_schemas)
-
-    @staticmethod
-    def aggregate_metrics(metrics: List[Dict[str, Any]]) -> Dict[str, Any]:
-        return default_aggregate_metrics(metrics)
 
     def __str__(self) -> str:
         return f"RayEnv<{self.env_class} in env worker {self.worker}>"
@@ -282,13 +255,6 @@ class RayEnv(Env):
         result = await self._await("init", prompt)
         self.turns, self._metrics = 0, None
         return result
-
-    def _stepped(self, answer: Dict[str, Any]) -> StepOutput:
-        self._max_turns_to_send = None
-        self._metrics = answer.get("metrics")
-        turns = answer.get("turns")
-        self.turns = turns if isinstance(turns, int) else self.turns + 1
-        return answer["output"]
 
     def step(self, action: Any) -> StepOutput:
         self._check_open()

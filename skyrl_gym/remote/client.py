@@ -25,12 +25,12 @@ import os
 import threading
 import uuid
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-from skyrl_gym.core import Env, StepOutput
+from skyrl_gym.core import StepOutput
 from skyrl_gym.errors import DataError, Error
-from skyrl_gym.metrics import default_aggregate_metrics
 from skyrl_gym.remote import TOKEN_ENV, URL_ENV
+from skyrl_gym.remote.proxy import ProxyEnv
 from skyrl_gym.remote.wire import encode
 from skyrl_gym.tools.search import RetryPolicy
 
@@ -88,7 +88,7 @@ def _close_all_at_exit() -> None:
 atexit.register(_close_all_at_exit)
 
 
-class RemoteEnv(Env):
+class RemoteEnv(ProxyEnv):
     """A session of ``env_id`` on the env service at ``url``; behaves like ``skyrl_gym.make(env_id, ...)``.
 
     ``url`` and ``env_id`` may also come from ``env_config`` (``{"url", "env_id", "token", "env_config"}``: the
@@ -133,47 +133,14 @@ class RemoteEnv(Env):
         self.connect_timeout_s = float(connect_timeout_s)
         self.retry = RetryPolicy(attempts=max(1, int(attempts)), initial_delay_s=float(retry_delay_s))
         self.session_id = uuid.uuid4().hex
-        self.turns = 0
-        self._max_turns: Optional[int] = None
-        self._max_turns_is_default = True
-        self._max_turns_to_send: Optional[int] = None
-        self._tool_schemas: List[Dict[str, Any]] = []
+        self._describe({})
         self._closed = False
         self.close_error: Optional[str] = None
-        self._metrics: Optional[Dict[str, Any]] = None
         body = {"session_id": self.session_id, "env_id": env_id, "env_config": env_config, "extras": extras}
         # session_id is ours: a retried create finds the session made by the first try
         described = self._call("POST", "/sessions", body, what="create")
-        self._max_turns = described.get("max_turns")
-        self._max_turns_is_default = bool(described.get("max_turns_is_default"))
-        self._tool_schemas = list(described.get("tool_schemas") or [])
+        self._describe(described)
         _open_envs.add(self)
-
-    # ----- what a BaseTextEnv shows ------------------------------------------------------------------------------
-    @property
-    def max_turns(self) -> Optional[int]:
-        return self._max_turns
-
-    @max_turns.setter
-    def max_turns(self, value: int) -> None:
-        self._max_turns = value
-        self._max_turns_is_default = False
-        self._max_turns_to_send = value  # the server's env hears it with the next step
-
-    @property
-    def max_turns_is_default(self) -> bool:
-        return self._max_turns_is_default
-
-    def tool_schemas(self) -> List[Dict[str, Any]]:
-        return list(self._tool_schemas)
-
-    @property
-    def has_native_astep(self) -> bool:
-        return True
-
-    @staticmethod
-    def aggregate_metrics(metrics: List[Dict[str, Any]]) -> Dict[str, Any]:
-        return default_aggregate_metrics(metrics)
 
     def __str__(self) -> str:
         return f"RemoteEnv<{self.env_id} at {self.url}>"
@@ -336,13 +303,6 @@ class RemoteEnv(Env):
         if self._max_turns_to_send is not None:
             body["max_turns"] = self._max_turns_to_send
         return body
-
-    def _stepped(self, answer: Dict[str, Any]) -> StepOutput:
-        self._max_turns_to_send = None
-        self._metrics = answer.get("metrics")
-        turns = answer.get("turns")
-        self.turns = turns if isinstance(turns, int) else self.turns + 1
-        return answer["output"]
 
     def step(self, action: Any) -> StepOutput:
         self._check_open()
