@@ -91,12 +91,13 @@ BUILTIN_ROWS.update(_code_env_rows())
 
 def builtin_env_ids() -> List[str]:
     """Every env registered by skyrl-gym itself (plugins excluded). The ``reasoning_gym/*`` and ``games/*`` families
-    are checked on rows from their dataset builders in tests/envs_contrib."""
+    are checked on rows from their dataset builders in tests/envs_contrib; ``swe`` (a Docker container per episode, on
+    instances built by `skyrl-gym swe build`) is checked, rolled out and graded in tests/skyrl_gym/envs/swe."""
     import skyrl_gym
 
     return sorted(
         env_id
         for env_id, spec in skyrl_gym.registry.items()
         if spec.provider == "skyrl-gym" and not env_id.startswith("test")  # envs other tests register
-        and not env_id.startswith(("reasoning_gym/", "games/"))
+        and not env_id.startswith(("reasoning_gym/", "games/")) and env_id != "swe"
     )
