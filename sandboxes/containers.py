@@ -55,6 +55,21 @@ def signals_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+_swept_engines: set = set()
+_swept_lock = threading.Lock()
+
+
+def _sweep_orphans_once(client: Any) -> None:
+    """Remove crashed callers' containers the first time this process uses an engine, not on every
+    container (a container per episode would list every labelled container each time)."""
+    engine = getattr(getattr(client, "api", None), "base_url", None) or id(client)
+    with _swept_lock:
+        if engine in _swept_engines:
+            return
+        _swept_engines.add(engine)
+    remove_orphaned_containers(client)
+
+
 def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
     """A client for the Docker engine at ``base_url``, ``$SKYGYM_DOCKER_HOST``, or docker's own
     defaults (``$DOCKER_HOST``, the local socket); raises :class:`SandboxUnavailable` saying what to do."""
@@ -120,7 +135,7 @@ class Container:
         self.workdir = workdir
         self._container: Any = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="container-exec")
-        remove_orphaned_containers(self.client)
+        _sweep_orphans_once(self.client)
         try:
             import docker
 

@@ -27,7 +27,7 @@ from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
 TESTBED = "/testbed"
 HELPERS = "/opt/skygym"
 REPORT_PLUGIN = "skygym_pytest_report"
-REPORT_PLUGIN_SOURCE = (Path(__file__).parent / "_pytest_report.py").read_bytes()
+REPORT_PLUGIN_SOURCE = (Path(__file__).parent / "_pytest_report.py").read_text(encoding="utf-8")
 # Fixed commit metadata: the same tree gives the same commit id in every container.
 COMMIT_ENV = {
     "GIT_AUTHOR_NAME": "skyrl-gym",
@@ -178,16 +178,19 @@ class SWERuntime:
 def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float = 600.0, trace: bool = False) -> TestRun:
     """Run pytest on ``test_files`` in ``/testbed``; outcomes come over a descriptor of their own, not
     the console (which goes to ``/tmp/skygym-pytest.log``). ``trace`` adds each test's called functions."""
-    container.write_file(f"{HELPERS}/{REPORT_PLUGIN}.py", REPORT_PLUGIN_SOURCE)
     files = " ".join(shlex.quote(path) for path in test_files)
     trace_env = f"SKYGYM_TRACE_ROOT={TESTBED}/ " if trace else ""
+    # The plugin arrives in the same exec as the run (through the environment), not as a second round trip.
     command = (
+        f'mkdir -p {HELPERS} && printf %s "$SKYGYM_REPORT_PLUGIN" > {HELPERS}/{REPORT_PLUGIN}.py && unset SKYGYM_REPORT_PLUGIN && '
         f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 {trace_env}"
         "python3 -c 'import os, sys, pytest; os._exit(int(pytest.main(sys.argv[1:])))' "
         f"-p {REPORT_PLUGIN} -p no:cacheprovider -o addopts= -q --rootdir={TESTBED} {files} "
         "3>&1 1>/tmp/skygym-pytest.log 2>&1"
     )
-    done = container.exec(command, timeout_s=timeout_s, output_cap=50_000_000, workdir=TESTBED)
+    done = container.exec(
+        command, timeout_s=timeout_s, output_cap=50_000_000, workdir=TESTBED, env={"SKYGYM_REPORT_PLUGIN": REPORT_PLUGIN_SOURCE}
+    )
     run = parse_report(done.output)
     if done.timed_out:
         run = TestRun(error=f"the tests ran past {timeout_s:.0f} s")
