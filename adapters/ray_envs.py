@@ -479,18 +479,21 @@ class EnvWorkerPool:
             return self.start()
         return await asyncio.to_thread(self.start)
 
-    def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Close the sessions still open in every live actor (their envs' ``close``), then end the actors."""
+    def shutdown(self, timeout_s: float = 30.0) -> int:
+        """Close the sessions still open in every live actor (their envs' ``close``), then end the actors
+        (``ray.kill``: they go shortly after this returns). Returns how many sessions were closed."""
         with self._lock:
             if not self._started:
-                return
+                return 0
             actors, alive = self._actors, self._alive
             self._actors, self._alive, self._open, self._started = [], [], [], False
         import ray
 
         pending = [actor.close_all.remote() for actor, ok in zip(actors, alive) if ok]
+        closed = 0
         try:
             for result in ray.get(pending, timeout=timeout_s):
+                closed += result["closed"]
                 for error in result.get("errors", []):
                     logger.warning("env worker shutdown: close failed for %s", error)
         except Exception as exc:
@@ -500,6 +503,7 @@ class EnvWorkerPool:
                 ray.kill(actor)
             except Exception:
                 pass
+        return closed
 
     close = shutdown
 
