@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
-
 import pytest
 
 ray = pytest.importorskip("ray", reason="Ray env workers need ray: pip install -e '.[train]'")
