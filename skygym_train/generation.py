@@ -72,7 +72,12 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
 
 
 def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
-    """The rollout loop of ``skygym_adapters.rollout`` configured from the trainer config."""
+    """The rollout loop of ``skygym_adapters.rollout`` configured from the trainer config (or, with
+    ``generator.task`` set, the agent layer's runner: see ``skygym_train.agent_generator``)."""
+    if cfg.generator.task:
+        from skygym_train.agent_generator import build_agent_generator
+
+        return build_agent_generator(cfg, engine, tokenizer)
     from skygym_adapters.rollout import RolloutConfig, RolloutGenerator  # type: ignore[attr-defined]
 
     g = cfg.generator

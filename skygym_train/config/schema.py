@@ -428,6 +428,9 @@ class GeneratorConfig:
     """null only (see ``trainer.rope_scaling``)."""
     rope_theta: Optional[float] = None
     """null only (see ``trainer.rope_scaling``)."""
+    task: Optional[str] = None
+    """SkyAgent's key: an agent YAML (a path, or the name of one shipped with ``skygym_adapters.agents``);
+    ``AutoAgentRunner.from_task(task)`` becomes the generator. null: the rollout loop. See docs/agents.md."""
 
 
 @dataclass
