@@ -33,9 +33,17 @@ def sampling_params_dict(params: Any) -> Dict[str, Any]:
     return out
 
 
-def create_engines(cfg: Any, model_path: str, tokenizer: Any) -> List[Any]:
-    """Inference engines for ``generator.backend``: hf and vllm (in this process), remote and sglang (servers)."""
+def create_engines(cfg: Any, model_path: str, tokenizer: Any, placement_group: Any = None) -> List[Any]:
+    """Inference engines for ``generator.backend``: hf and vllm (in this process, or Ray actors with
+    ``generator.run_engines_locally=true`` and Ray on), remote and sglang (servers). ``placement_group``: the
+    policy's, which colocated engine actors share."""
     g = cfg.generator
+    from skygym_train.engine_actors import engines_are_ray_actors
+
+    if engines_are_ray_actors(cfg):
+        from skygym_train.engine_actors import create_engine_actors
+
+        return create_engine_actors(cfg, model_path, tokenizer, placement_group)
     if g.backend == "hf":
         from skygym_adapters.engines.hf import HFEngine
 
