@@ -56,8 +56,10 @@ _VLLM_ONLY = R("passed to vLLM with generator.backend=vllm; refused when set wit
 RULES: Dict[str, Rule] = {
     "data.train_data": H(),
     "data.val_data": H(),
-    "trainer.placement.colocate_all": H("GPU: engines sleep (release memory) while the policy trains; a warning "
-                                        "says when there is nothing to release (CPU)"),
+    "trainer.placement.colocate_all": H("engine actors (run_engines_locally=true with Ray) share the policy's "
+                                        "placement-group bundles, else get bundles of their own; GPU: engines "
+                                        "sleep (release memory) while the policy trains; a warning says when "
+                                        "there is nothing to release (CPU)"),
     "trainer.placement.colocate_policy_ref": H("differs: the bundled trainer also places the critic on the "
                                                "policy's devices when this is set"),
     "trainer.placement.policy_num_nodes": _GPU_COUNT,
@@ -209,11 +211,16 @@ RULES: Dict[str, Rule] = {
                               "engines serve the policy being trained"),
     "generator.model_dtype": R("vLLM's dtype, the HF engine's load dtype; refused (but auto) with remote/sglang, "
                                "whose servers choose theirs"),
-    "generator.run_engines_locally": R("null (ours) follows generator.backend; true is refused with remote/sglang, "
-                                       "false with hf/vllm (use backend=remote with remote_inference_engine_urls)"),
-    "generator.num_inference_engines": R("with hf and vllm any value but 1 is refused (the engines run in the "
-                                         "trainer's process on one device: more would be copies of one model "
-                                         "there); with remote/sglang it must be 1 or the number of URLs"),
+    "generator.run_engines_locally": R("true with trainer.use_ray=true: hf/vllm engines are Ray actors in placement "
+                                       "groups (the policy's bundles with colocate_all, else their own, "
+                                       "generator.engine_placement_strategy), weights broadcast from policy rank 0 "
+                                       "across nodes; null (ours) and true without Ray: engines in the trainer's "
+                                       "process; true is refused with remote/sglang, false with hf/vllm (use "
+                                       "backend=remote with remote_inference_engine_urls)"),
+    "generator.num_inference_engines": R("engine actors (run_engines_locally=true with Ray): that many actors; in "
+                                         "the trainer's process any value but 1 is refused (more would be copies "
+                                         "of one model there); with remote/sglang it must be 1 or the number of "
+                                         "URLs"),
     "generator.backend": R("hf, vllm, remote, sglang"),
     "generator.weight_sync_backend": R("auto, inprocess, shm, gloo, nccl, checkpoint; nccl is refused without CUDA "
                                        "GPUs, shm needs hf with Ray workers, cuda_ipc is not bundled"),

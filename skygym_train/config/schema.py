@@ -365,7 +365,12 @@ class GeneratorConfig:
     weight_sync_backend: str = "auto"
     """``auto``, ``inprocess``, ``gloo``, ``nccl`` or ``checkpoint``."""
     run_engines_locally: Optional[bool] = None
-    """null: follows ``backend`` (hf/vllm run here, remote/sglang elsewhere); an explicit value must agree with it."""
+    """null: follows ``backend`` (hf/vllm run in the trainer's process, remote/sglang elsewhere). true (as in SkyRL's
+    configs) with ``trainer.use_ray=true``: hf/vllm engines are Ray actors in placement groups, on the policy's
+    bundles with ``trainer.placement.colocate_all``, else on bundles of their own; false: remote/sglang only."""
+    engine_placement_strategy: str = "PACK"
+    """Ray placement strategy of the engine actors' own bundles (``colocate_all=false``): ``PACK``, ``SPREAD``,
+    ``STRICT_PACK`` or ``STRICT_SPREAD``."""
     remote_inference_engine_urls: List[str] = field(default_factory=list)
     gpu_memory_utilization: float = 0.8
     enforce_eager: bool = True

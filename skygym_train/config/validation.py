@@ -369,10 +369,13 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
     if g.model_name not in (None, "", t.policy.model.path):
         problems.append(f"generator.model_name={g.model_name}: the engines serve the policy being trained "
                         f"({t.policy.model.path}); leave it null")
-    if g.backend in ("hf", "vllm") and g.num_inference_engines != 1:
+    problems += _check_engine_actors(cfg, has_cuda)
+    actors = g.run_engines_locally is True and t.use_ray and g.backend in ("hf", "vllm")
+    if g.backend in ("hf", "vllm") and g.num_inference_engines != 1 and not actors:
         problems.append(
             f"generator.num_inference_engines={g.num_inference_engines}: {g.backend} engines run in the trainer's "
-            "process on one device, so more would only load copies of the model there; use 1"
+            "process on one device, so more would only load copies of the model there; use 1, or start them as Ray "
+            "actors (generator.run_engines_locally=true with trainer.use_ray=true)"
             + (" (inference_engine_tensor_parallel_size spans GPUs)" if g.backend == "vllm" else "")
         )
     if remote and g.num_inference_engines not in (1, len(g.remote_inference_engine_urls)):
@@ -409,6 +412,30 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
     if g.vllm_v1_disable_multiproc is False:
         problems.append("generator.vllm_v1_disable_multiproc=false: the bundled vLLM engine runs in this process "
                         "(weights are synced in memory); leave it null or true")
+    return problems
+
+
+ENGINE_PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+def _check_engine_actors(cfg: Any, has_cuda: bool) -> List[str]:
+    """Engines as Ray actors (``generator.run_engines_locally=true`` with Ray): what they cannot do."""
+    problems: List[str] = []
+    t, g = cfg.trainer, cfg.generator
+    if g.engine_placement_strategy not in ENGINE_PLACEMENT_STRATEGIES:
+        problems.append(f"generator.engine_placement_strategy={g.engine_placement_strategy!r}: expected one of "
+                        f"{', '.join(ENGINE_PLACEMENT_STRATEGIES)}")
+    if g.run_engines_locally is not True or g.backend not in ("hf", "vllm"):
+        return problems
+    if not t.use_ray:
+        return problems  # without Ray the engines run in the trainer's process, as with null
+    if g.weight_sync_backend in ("inprocess", "shm"):
+        problems.append(
+            f"generator.weight_sync_backend={g.weight_sync_backend}: with generator.run_engines_locally=true and "
+            "trainer.use_ray=true the engines are Ray actors, possibly on other nodes, so they cannot read the "
+            "policy's memory; use auto (a gloo/nccl broadcast from policy rank 0) or checkpoint (a folder every node "
+            "can read)"
+        )
     return problems
 
 
