@@ -145,7 +145,10 @@ class PPOTrainer:
             else:
                 from skygym_adapters.engines import EngineClient
 
-                self.engine = EngineClient(create_engines(self.cfg, self.model_path, self.tokenizer))
+                # engine actors colocated with the policy (colocate_all) take bundles of its placement group
+                colocated = self._placement_groups and self.t.placement.colocate_all
+                shared_pg = self._placement_groups[0] if colocated else None
+                self.engine = EngineClient(create_engines(self.cfg, self.model_path, self.tokenizer, shared_pg))
         finally:
             workers_loaded()
         if self._given_generator is not None:
@@ -285,7 +288,10 @@ class PPOTrainer:
             cpus = 1 if use_gpu else cpus_per_worker(world)
             pg = create_placement_group(world, use_gpu, cpus_per_bundle=cpus)
             self._placement_groups.append(pg)
-            fraction = 1.0 / len(roles)
+            from skygym_train.engine_actors import engines_are_ray_actors
+
+            # colocated engine actors (colocate_all) take a share of each bundle too
+            fraction = 1.0 / (len(roles) + (1 if p.colocate_all and engines_are_ray_actors(self.cfg) else 0))
             for role in roles:
                 groups[role] = RayWorkerGroup(
                     self._spec(role),
