@@ -77,6 +77,7 @@ def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
                   _check_engines, _check_generation, _check_run):
         problems += check(cfg, has_cuda)
     problems += default_only_problems(cfg)
+    problems += _check_agent_task(cfg, has_cuda)
     if problems:
         raise ConfigError(problems)
 
@@ -91,6 +92,10 @@ def config_warnings(cfg: Any, has_cuda: Optional[bool] = None) -> List[str]:
     if t.use_ray and t.placement.colocate_all and not has_cuda and g.backend in ("hf", "vllm"):
         out.append("trainer.placement.colocate_all=true: without GPUs there is no accelerator memory for the engines "
                    "to release while the policy trains, so colocation changes nothing here")
+    if g.task:
+        from skygym_train.agent_generator import agent_task_warnings
+
+        out += agent_task_warnings(cfg)
     return out
 
 
@@ -470,6 +475,15 @@ def _check_generation(cfg: Any, has_cuda: bool) -> List[str]:
         elif not Path(ct.name_or_path).expanduser().is_file():
             problems.append(f"generator.chat_template.name_or_path: file {ct.name_or_path} does not exist")
     return problems
+
+
+def _check_agent_task(cfg: Any, has_cuda: bool) -> List[str]:
+    """``generator.task``: the agent YAML loads, names registered parts and agrees with the trainer's keys."""
+    if not cfg.generator.task:
+        return []
+    from skygym_train.agent_generator import agent_task_problems
+
+    return agent_task_problems(cfg)
 
 
 def _check_run(cfg: Any, has_cuda: bool) -> List[str]:
