@@ -37,3 +37,64 @@ def test_the_trainer_takes_an_agent_runner_as_its_generator(tiny_chat_model, toy
     ]
     logged = {key for entry in logs for key in entry}
     assert any(key.endswith("agent/finish_reason/FINISH") for key in logged), sorted(logged)[:40]
+
+
+def _agent_yaml(path, **generator):
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "agent_cls": "react",
+        "task": "env",
+        # the shipped configs name a chat server; the trainer runs them on its own engines
+        "generator": {"infer_backend": "openai_server", "max_iterations": 1, **generator},
+        "dispatcher": {"max_parallel_agents": 8},
+    }))
+    return path
+
+
+def _logged(tmp_path):
+    return [
+        json.loads(line)
+        for path in (tmp_path / "logs").rglob("*.jsonl")
+        for line in path.read_text().splitlines()
+    ]
+
+
+def test_generator_task_makes_the_agent_runner_the_generator(tiny_chat_model, toy_data, tmp_path):
+    from skygym_train.agent_generator import AgentGenerator
+    from skygym_train.config.validation import config_warnings
+
+    task = _agent_yaml(tmp_path / "agent.yaml", sampling_params={"max_tokens": 3})
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
+        "trainer.max_training_steps": 2, "generator.task": str(task),
+        "generator.sampling_params.max_generate_length": 12}))
+    assert any("replaced by skyrl-train" in w for w in config_warnings(cfg, has_cuda=False))
+    with PPOTrainer(cfg) as trainer:
+        trainer.fit()
+        assert isinstance(trainer.generator, AgentGenerator)
+        assert trainer.global_step == 2
+    logs = _logged(tmp_path)
+    steps = [entry for entry in logs if any(key.endswith("agent/avg_reward") for key in entry)]
+    assert len(steps) == 2, sorted({key for entry in logs for key in entry})[:40]
+    # the YAML's max_tokens (3) won over the trainer's max_generate_length (12)
+    lengths = [value for entry in steps for key, value in entry.items() if key.endswith("generate/max_response_length")]
+    assert lengths and max(lengths) <= 4, lengths
+
+
+def test_generator_task_is_checked_before_anything_loads(tmp_path, capsys):
+    from skygym_train.entrypoints.main_base import main
+
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
+    keys = [f"data.train_data=[{data}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false"]
+    assert main(["--check", *keys, "generator.task=gsm8k_env"]) == 0
+    assert main(["--check", *keys, "generator.task=no_such_agent"]) == 2
+    err = capsys.readouterr().err
+    assert "generator.task=no_such_agent" in err and "'gsm8k_env'" in err and "'swe_bench'" in err
+    agent = _agent_yaml(tmp_path / "agent.yaml", max_iterations=3, num_trajectories=4)
+    assert main(["--check", *keys, f"generator.task={agent}", "generator.max_turns=2",
+                 "generator.n_samples_per_prompt=2", "environment.env_config.db_path=/x"]) == 2
+    err = capsys.readouterr().err
+    assert "generator.max_turns=2: with generator.task=" in err and "max_iterations (3)" in err
+    assert "generator.n_samples_per_prompt=2" in err and "4 trajectories per instance" in err
+    assert "environment.env_config={'db_path': '/x'}: not read" in err
