@@ -38,8 +38,10 @@ def init_ray(num_cpus: Optional[int] = None, num_gpus: Optional[int] = None, **k
     )
 
 
-def bundles(num: int, use_gpu: bool, cpus_per_bundle: float = 1.0) -> List[Dict[str, float]]:
-    return [{"GPU": 1.0, "CPU": cpus_per_bundle} if use_gpu else {"CPU": cpus_per_bundle} for _ in range(num)]
+def bundles(num: int, use_gpu: bool, cpus_per_bundle: float = 1.0, gpus_per_bundle: float = 1.0
+            ) -> List[Dict[str, float]]:
+    return [{"GPU": gpus_per_bundle, "CPU": cpus_per_bundle} if use_gpu else {"CPU": cpus_per_bundle}
+            for _ in range(num)]
 
 
 def cpus_per_worker(num_workers: int) -> int:
@@ -54,17 +56,20 @@ def cpus_per_worker(num_workers: int) -> int:
 
 
 def create_placement_group(num_bundles: int, use_gpu: bool, strategy: str = "PACK", timeout_s: float = 120,
-                           cpus_per_bundle: float = 1.0) -> Any:
-    """A placement group of one bundle per worker; fails with the resources it asked for if Ray has none."""
+                           cpus_per_bundle: float = 1.0, gpus_per_bundle: float = 1.0,
+                           what: str = "lower the worker counts in trainer.placement") -> Any:
+    """A placement group of one bundle per worker; fails with the resources it asked for if Ray has none (``what``:
+    the advice the error ends with)."""
     import ray
-    from ray.util.placement_group import placement_group
+    from ray.util.placement_group import placement_group, remove_placement_group
 
-    pg = placement_group(bundles(num_bundles, use_gpu, cpus_per_bundle), strategy=strategy)
+    pg = placement_group(bundles(num_bundles, use_gpu, cpus_per_bundle, gpus_per_bundle), strategy=strategy)
     ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
     if not ready:
+        remove_placement_group(pg)  # a pending group would take the resources once they free up
+        size = f"{gpus_per_bundle:g} GPU" if use_gpu else f"{cpus_per_bundle:g} CPU"
         raise RuntimeError(
-            f"Ray could not reserve {num_bundles} x {'1 GPU' if use_gpu else f'{cpus_per_bundle:g} CPU'} within "
-            f"{timeout_s:.0f}s "
-            f"(cluster has {ray.cluster_resources()}); lower the worker counts in trainer.placement"
+            f"Ray could not reserve {num_bundles} x {size} ({strategy}) within {timeout_s:.0f}s "
+            f"(cluster has {ray.cluster_resources()}, free {ray.available_resources()}); {what}"
         )
     return pg

@@ -20,6 +20,11 @@
   safetensors file beside ``config.json`` and each engine reloads from that folder (``update_weights(path)``:
   SGLang's ``/update_weights_from_disk``, vLLM's ``reload_weights``).
 
+Engines as Ray actors (``generator.run_engines_locally=true`` with Ray, see ``engine_actors``) take the broadcast
+too (``auto``: nccl for actors on GPUs of their own, gloo otherwise): policy rank 0 hosts the group's rendezvous on
+its own node's IP, every actor joins it with a ``WeightReceiver`` and loads what it receives, wherever it runs; the
+weights never pass through the driver.
+
 ``EngineWeightSync.bytes_last`` is what the last sync moved (0 when shared); the trainer logs it per step as
 ``weight_sync/bytes`` beside ``timing/sync``.
 """
@@ -55,6 +60,12 @@ def resolve_backend(cfg: Any) -> str:
         return g.weight_sync_backend
     if g.backend in ("remote", "sglang"):
         return "checkpoint"
+    from skygym_train.engine_actors import engines_are_ray_actors
+
+    if engines_are_ray_actors(cfg):
+        # a colocated actor shares policy rank 0's GPU, which NCCL refuses between two processes: gloo then
+        colocated = cfg.trainer.placement.colocate_all
+        return "nccl" if torch.cuda.is_available() and not colocated else "gloo"
     if g.backend in ("vllm", "hf") and cfg.trainer.use_ray:
         if g.backend == "hf" and not torch.cuda.is_available() and not cfg.trainer.async_training.enabled:
             return "shm"
@@ -250,11 +261,16 @@ class EngineWeightSync:
         self.receiver: Optional[WeightReceiver] = None
         self.sync_dir: Optional[Path] = None
         self.bytes_last = 0
+        self._actors: List[Any] = []  # engine actors that receive the broadcast themselves
+        self.rendezvous: Optional[str] = None
+        """``host:port`` of policy rank 0's broadcast group, when the engines are Ray actors."""
 
     def describe(self) -> str:
         if self.backend is None:
             return f"{self.requested} (not started)"
         how = "shared memory, no copy" if self.shared else f"{self.bytes_last / 2**20:.0f} MiB per sync"
+        if self._actors:
+            how += f" to {len(self._actors)} engine actor(s) from {self.rendezvous}"
         note = f"; {self.fallback_reason}" if self.fallback_reason else ""
         return f"{self.backend} ({how}{note})"
 
@@ -361,13 +377,45 @@ class EngineWeightSync:
 
     # -- broadcast
     def _connect_broadcast(self) -> None:
+        from skygym_train.engine_actors import actor_engines
+
+        actors = actor_engines(self.engine)
+        if actors:
+            self._connect_actors(actors)
+            return
         host, port = "127.0.0.1", free_port()
         self.receiver = WeightReceiver(self.backend, host, port, rank=1, world_size=2)  # type: ignore[arg-type]
         self._call_policy_async("connect_weight_broadcast", self.backend, host, port, 2)
         self.receiver.connect()
         self._wait_policy()
 
+    def _connect_actors(self, actors: List[Any]) -> None:
+        """Policy rank 0 hosts the group on its node's IP and a port free there (not 127.0.0.1: the actors may run
+        on other nodes); every engine actor joins as one more rank."""
+        import ray
+
+        host, port = self.policy.call("rendezvous_address")[0]
+        world = 1 + len(actors)
+        joining = self.policy.call_async("connect_weight_broadcast", self.backend, host, port, world)
+        joining += [actor.connect_weight_receiver(self.backend, host, port, rank, world)
+                    for rank, actor in enumerate(actors, start=1)]
+        ray.get(joining)
+        self._actors = actors
+        self.rendezvous = f"{host}:{port}"
+
+    def _broadcast_to_actors(self) -> None:
+        import ray
+
+        dtype = engine_dtype(self.engine)
+        receiving = [actor.receive_weights() for actor in self._actors]  # started before rank 0 sends
+        sizes = self.policy.call("broadcast_weights", dtype_name(dtype) if dtype else None)
+        ray.get(receiving)
+        self.bytes_last = int(sizes[0])
+
     def _broadcast(self) -> None:
+        if self._actors:
+            self._broadcast_to_actors()
+            return
         assert self.receiver is not None
         received: Dict[str, Any] = {}
 

@@ -441,6 +441,15 @@ def _check_engine_actors(cfg: Any, has_cuda: bool) -> List[str]:
             "policy's memory; use auto (a gloo/nccl broadcast from policy rank 0) or checkpoint (a folder every node "
             "can read)"
         )
+    if t.placement.colocate_all:
+        if g.weight_sync_backend == "nccl":
+            problems.append("generator.weight_sync_backend=nccl: colocated engine actors (trainer.placement."
+                            "colocate_all=true) share policy rank 0's GPU, and NCCL refuses two ranks on one GPU; "
+                            "use auto or gloo, or set colocate_all=false")
+        if g.inference_engine_tensor_parallel_size != 1:
+            problems.append(f"generator.inference_engine_tensor_parallel_size={g.inference_engine_tensor_parallel_size}"
+                            ": a colocated engine actor takes a share of one policy bundle (one GPU); set "
+                            "trainer.placement.colocate_all=false for engines that span GPUs")
     return problems
 
 

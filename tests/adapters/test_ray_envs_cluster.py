@@ -2,22 +2,13 @@
 second node, one CPU each), a driver that joins with ``ray.init(address=...)``, env workers placed with
 ``scheduling_strategy="SPREAD"`` and with a custom resource, episodes on both nodes with the same rewards as local.
 
-The nodes are started with ``--block`` in process groups of their own and a temp dir of their own, and ended by
-signalling those processes (``ray stop`` would end every Ray instance on the machine, other users' included).
+The cluster is ``tests.ray_two_nodes`` (nodes ended by signal, not ``ray stop``, which would end every Ray instance
+on the machine).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -28,148 +19,17 @@ from skygym_adapters.ray_envs import EnvWorkerPool, RayEnvCaller  # noqa: E402
 
 from skyrl_gym.episode import ScriptedPolicy, make_env_factory, run_episode  # noqa: E402
 from tests.adapters.ray_envs_support import CASES  # noqa: E402
+from tests.ray_two_nodes import two_node_ray_cluster  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = "tests.adapters.ray_envs_support"
-RAY = Path(sys.executable).with_name("ray")
-START_TIMEOUT_S = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _tail(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")[-1500:]
-    except OSError:
-        return ""
-
-
-def _stop(procs: List[subprocess.Popen], temp_dir: str) -> None:
-    """End the nodes this test started: SIGTERM to each ``ray start --block`` (it ends its node's processes), then
-    SIGKILL to whatever is left of them, found by their own process group or by this test's temp dir."""
-    for proc in reversed(procs):
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in reversed(procs):
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        import psutil
-    except ImportError:
-        return
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if temp_dir in " ".join(p.info["cmdline"] or []) and p.pid != os.getpid():
-                p.kill()
-        except (psutil.Error, TypeError):
-            pass
 
 
 @pytest.fixture(scope="module")
 def two_node_cluster():
-    if not RAY.exists():
-        pytest.skip(f"the `ray` command is not beside {sys.executable}: pip install -e '.[train]'")
-    temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
-    port = _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
-    common = [
-        "--num-cpus=1",
-        "--num-gpus=0",
-        "--object-store-memory=100000000",
-        "--block",
-        "--disable-usage-stats",
-        "--node-ip-address=127.0.0.1",
-    ]
-    procs: List[subprocess.Popen] = []
-    logs = [Path(temp_dir) / "head.log", Path(temp_dir) / "node2.log"]
-    address = f"127.0.0.1:{port}"
-    try:
-        with open(logs[0], "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(RAY),
-                        "start",
-                        "--head",
-                        f"--port={port}",
-                        "--include-dashboard=false",
-                        f"--temp-dir={temp_dir}/head",
-                        *common,
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _port_open(port):
-            if procs[0].poll() is not None or time.monotonic() > deadline:
-                pytest.skip(
-                    f"`ray start --head` did not come up within {START_TIMEOUT_S} s on this machine "
-                    f"(exit {procs[0].poll()}): {_tail(logs[0])}"
-                )
-            time.sleep(0.5)
-        with open(logs[1], "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(RAY),
-                        "start",
-                        f"--address={address}",
-                        '--resources={"node2": 1}',
-                        f"--temp-dir={temp_dir}/node2",
-                        *common,
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
-        if ray.is_initialized():
-            ray.shutdown()
-        os.environ["RAY_AUTH_MODE"] = "disabled"
-        ray.init(
-            address=address,
-            log_to_driver=False,
-            runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "RAY_AUTH_MODE": "disabled"}},
-        )
-        while len([n for n in ray.nodes() if n["Alive"]]) < 2:
-            if procs[1].poll() is not None or time.monotonic() > deadline:
-                pytest.skip(
-                    f"the second `ray start` did not join the head within {START_TIMEOUT_S} s "
-                    f"(exit {procs[1].poll()}): {_tail(logs[1])}"
-                )
-            time.sleep(0.5)
-        nodes = {
-            ("node2" if "node2" in n["Resources"] else "head"): n["NodeID"] for n in ray.nodes() if n["Alive"]
-        }
+    with two_node_ray_cluster(head_cpus=1, node2_cpus=1) as nodes:
         yield nodes
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        _stop(procs, temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 async def _episode(

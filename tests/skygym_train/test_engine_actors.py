@@ -1,0 +1,153 @@
+"""Inference engines as Ray actors (``generator.run_engines_locally=true`` with Ray).
+
+The trainer starts the HF engine in an actor, colocated on the policy's placement-group bundle or on bundles of its
+own; weights reach the actor by the gloo broadcast from policy rank 0, and the actor then generates from them. The
+two-node test places the engine actor on a second Ray node (two ``ray start`` processes on this machine).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from skygym_train.config import ConfigError, load_config
+from skygym_train.config.validation import validate_config
+from tests.skygym_train.toy_envs import toy_overrides
+
+ACTORS = {"trainer.use_ray": "true", "generator.run_engines_locally": "true", "trainer.num_cpu_workers": 1,
+          "trainer.max_training_steps": 1}
+
+
+def _config(tiny_chat_model, toy_data, tmp_path, **extra):
+    return load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{**ACTORS, **extra}))
+
+
+def _problems(tiny_chat_model, toy_data, tmp_path, has_cuda=False, **extra):
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{**ACTORS, **extra}), validate=False)
+    try:
+        validate_config(cfg, has_cuda=has_cuda)
+    except ConfigError as exc:
+        return "\n".join(exc.problems)
+    return ""
+
+
+def test_settings_engine_actors_cannot_honour_are_refused(tiny_chat_model, toy_data, tmp_path):
+    assert _problems(tiny_chat_model, toy_data, tmp_path, **{"generator.num_inference_engines": 2}) == ""
+    # several hf engines are only possible as actors
+    many_here = _problems(tiny_chat_model, toy_data, tmp_path,
+                          **{"generator.num_inference_engines": 2, "generator.run_engines_locally": "null"})
+    assert "generator.num_inference_engines=2" in many_here and "run_engines_locally=true" in many_here
+    for backend in ("inprocess", "shm"):
+        text = _problems(tiny_chat_model, toy_data, tmp_path, **{"generator.weight_sync_backend": backend})
+        assert f"generator.weight_sync_backend={backend}" in text and "Ray actors" in text
+    remote = _problems(tiny_chat_model, toy_data, tmp_path, **{
+        "generator.backend": "remote", "generator.remote_inference_engine_urls": "[http://127.0.0.1:1]",
+        "trainer.placement.colocate_all": "false"})
+    assert "generator.run_engines_locally=true contradicts generator.backend=remote" in remote
+    assert "nccl" in _problems(tiny_chat_model, toy_data, tmp_path, **{"generator.weight_sync_backend": "nccl"})
+    # with GPUs: NCCL cannot join two ranks on one GPU (a colocated actor shares policy rank 0's)
+    on_gpu = _problems(tiny_chat_model, toy_data, tmp_path, has_cuda=True, **{"generator.weight_sync_backend": "nccl"})
+    assert "colocated engine actors" in on_gpu
+    assert "engine_placement_strategy='NEAR'" in _problems(
+        tiny_chat_model, toy_data, tmp_path, **{"generator.engine_placement_strategy": "NEAR"})
+
+
+def _policy_sums(trainer):
+    return {k: float(v.double().sum()) for k, v in trainer.policy.call("full_state_dict")[0].items()}
+
+
+def _assert_same_weights(actor_sums, policy_sums):
+    assert set(actor_sums) == set(policy_sums)
+    for name, value in actor_sums.items():
+        assert value == pytest.approx(policy_sums[name], rel=1e-5, abs=1e-5), name
+
+
+def _greedy_logprobs_match_the_policy(trainer, client, model_dir):
+    """The actor's greedy continuation and its logprobs, recomputed from the policy's current weights here."""
+    from transformers import AutoModelForCausalLM
+
+    prompt = [[1, 2, 3, 4, 5]]
+    out = trainer._runner.run(client.generate(prompt, {"max_generate_length": 6, "temperature": 0.0,
+                                                       "logprobs": True}))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.load_state_dict(trainer.policy.call("full_state_dict")[0], strict=False)
+    ids = torch.tensor([prompt[0] + out["response_ids"][0]])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt[0]) - 1 : -1].float()
+    expected = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt[0]):, None]).squeeze(-1)
+    assert out["response_ids"][0] == logits.argmax(-1).tolist()
+    torch.testing.assert_close(torch.tensor(out["response_logprobs"][0]), expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_a_colocated_engine_actor_shares_the_policy_bundle_and_gets_its_weights(
+    tiny_chat_model, toy_data, tmp_path, ray_cluster
+):
+    from skygym_train.engine_actors import EngineActorClient
+    from skygym_train.trainer import PPOTrainer
+
+    cfg = _config(tiny_chat_model, toy_data, tmp_path)
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        (client,) = trainer.engine.engines
+        assert isinstance(client, EngineActorClient)
+        assert client.node_id == trainer.policy.call("node_id")[0]
+        assert client.info["torch_threads"] == 2  # the bundle's cores, taken in turn with the policy
+        before = client.weight_sums()
+        result = trainer.fit()
+        sync = trainer._weight_sync
+        assert result["global_step"] == 1 and sync.backend == "gloo" and sync.bytes_last > 0
+        after = client.weight_sums()
+        assert after != before, "the engine actor's weights did not change"
+        _assert_same_weights(after, _policy_sums(trainer))
+        _greedy_logprobs_match_the_policy(trainer, client, tiny_chat_model)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    pytest.importorskip("ray")
+    from tests.ray_two_nodes import two_node_ray_cluster
+
+    # the head's two CPUs go to the policy's bundle, so the engine's own bundle (one CPU) can only be on node2
+    with two_node_ray_cluster(head_cpus=2, node2_cpus=1) as nodes:
+        yield nodes
+
+
+@pytest.mark.slow
+def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_nodes(
+    tiny_chat_model, toy_data, tmp_path, two_nodes, capsys
+):
+    import json
+
+    import ray
+
+    from skygym_train.trainer import PPOTrainer
+
+    cfg = _config(tiny_chat_model, toy_data, tmp_path, **{"trainer.placement.colocate_all": "false",
+                                                          "trainer.max_training_steps": 2})
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        (client,) = trainer.engine.engines
+        policy_node = trainer.policy.call("node_id")[0]
+        assert policy_node == two_nodes["head"]
+        assert client.node_id == two_nodes["node2"] != policy_node
+        result = trainer.fit()
+        sync = trainer._weight_sync
+        head_ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == policy_node)
+        assert sync.backend == "gloo" and sync.rendezvous.split(":")[0] == head_ip
+        assert result["global_step"] == 2
+        _assert_same_weights(client.weight_sums(), _policy_sums(trainer))
+        _greedy_logprobs_match_the_policy(trainer, client, tiny_chat_model)
+
+        # one more sync, timed: policy rank 0 on the head to the actor on node2
+        start = time.perf_counter()
+        sync.sync()
+        seconds = time.perf_counter() - start
+        with capsys.disabled():
+            print(f"\n[engine actors] sync to node2: {sync.bytes_last / 2**20:.2f} MiB in {seconds * 1000:.0f} ms")
+    (log,) = (tmp_path / "logs").rglob("metrics.jsonl")
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    rewards = [row["reward/mean"] for row in rows if "reward/mean" in row]
+    assert len(rewards) == 2 and all(0.0 <= r <= 1.0 for r in rewards)
