@@ -687,9 +687,11 @@ class PPOTrainer:
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
         assert self.policy is not None and self.tracker is not None
-        states = {"policy": self.policy.call("training_state")[0]}
-        if self.critic is not None:
-            states["critic"] = self.critic.call("training_state")[0]
+        # every rank of a role writes its own shards into the role's folder (DCP); nothing is gathered
+        policy, critic = self.policy, self.critic
+        states: Dict[str, Any] = {"policy": lambda folder: policy.call("save_training_state", str(folder))}
+        if critic is not None:
+            states["critic"] = lambda folder: critic.call("save_training_state", str(folder))
         trainer_state = {
             "global_step": self.global_step,
             "dataset": self.dataset.state_dict(),
@@ -708,15 +710,15 @@ class PPOTrainer:
         if folder is None:
             return None
         assert self.policy is not None and self.tracker is not None
-        policy_state = ckpt.load_worker_state(folder, "policy")
-        if policy_state is None:
-            raise FileNotFoundError(f"checkpoint {folder} has no policy.pt")
-        self.policy.call("load_training_state", policy_state)
+        state = ckpt.load_trainer_state(folder)  # first: a file that is refused stops the resume before any load
+        policy_dir = ckpt.worker_state_dir(folder, "policy")
+        if policy_dir is None:
+            raise FileNotFoundError(f"checkpoint {folder} has no policy/ folder (the sharded training state)")
+        self.policy.call("load_training_state", str(policy_dir))
         if self.critic is not None:
-            critic_state = ckpt.load_worker_state(folder, "critic")
-            if critic_state is not None:
-                self.critic.call("load_training_state", critic_state)
-        state = ckpt.load_trainer_state(folder)
+            critic_dir = ckpt.worker_state_dir(folder, "critic")
+            if critic_dir is not None:
+                self.critic.call("load_training_state", str(critic_dir))
         self.global_step = int(state["global_step"])
         self.dataset.load_state_dict(state["dataset"])
         self.kl_ctrl.value = float(state["kl_coef"])
