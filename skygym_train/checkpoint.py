@@ -2,7 +2,20 @@
 
 Each folder holds the policy (and critic) training state (model, optimizer, scheduler), the trainer state
 (step, data position, KL coefficient, metric history) and the random states, so a killed run resumed with
-``trainer.resume_mode=latest`` continues exactly where it stopped.
+``trainer.resume_mode=latest`` continues exactly where it stopped::
+
+    global_step_<N>/
+        policy/              torch.distributed.checkpoint (DCP): .metadata plus one __<rank>_0.distcp per rank
+        critic/              (with a critic) the same
+        trainer_state.pt     plain data and tensors only, written last: a folder with it is complete
+
+Each training rank writes its own shard of the model and optimizer (``save_sharded``); nothing gathers the
+full model on one rank, and a resume may load on the same number of ranks or another (DCP reshards).
+
+Loading never runs code from the folder: ``trainer_state.pt`` (and a ``<role>.pt``) load with
+``torch.load(weights_only=True)``, DCP's ``.metadata`` goes through an unpickler that only builds DCP's own
+metadata classes, and DCP's non-tensor entries (optimizer hyper-parameters, scheduler state) load with
+``weights_only=True`` too. A file that asks for anything else fails with ``UnsafeCheckpointError``.
 
 A save survives ``kill -9`` (or a power cut) at any point:
 
@@ -23,13 +36,18 @@ back, and every other temporary folder is removed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
+import io
 import os
+import pickle
 import random
 import re
 import shutil
+import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 import torch
 
@@ -45,10 +63,28 @@ def step_dir(root: Path, step: int) -> Path:
     return root / f"global_step_{step}"
 
 
+class UnsafeCheckpointError(RuntimeError):
+    """A checkpoint file holds something other than tensors and plain data (it was not written by this trainer,
+    or was tampered with); it is refused without running any of it."""
+
+
+WorkerState = Union[Dict[str, Any], Callable[[Path], Any]]
+"""What ``save_checkpoint`` takes per role: a dict (written as ``<role>.pt``) or a function that writes the
+role's shards into the folder it is given (``<role>/``)."""
+
+
 def capture_rng_state() -> Dict[str, Any]:
+    """The random states as plain lists, ints and tensors, so the trainer state loads with ``weights_only=True``."""
     import numpy as np
 
-    state: Dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    version, internal, gauss_next = random.getstate()
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state: Dict[str, Any] = {
+        "python": {"version": version, "internal": list(internal), "gauss_next": gauss_next},
+        "numpy": {"kind": str(kind), "keys": [int(k) for k in keys], "pos": int(pos), "has_gauss": int(has_gauss),
+                  "cached_gaussian": float(cached_gaussian)},
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -57,11 +93,30 @@ def capture_rng_state() -> Dict[str, Any]:
 def restore_rng_state(state: Dict[str, Any]) -> None:
     import numpy as np
 
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["internal"]), py["gauss_next"]))
+    npy = state["numpy"]
+    keys = np.asarray(npy["keys"], dtype=np.uint32)
+    np.random.set_state((npy["kind"], keys, npy["pos"], npy["has_gauss"], npy["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` with numpy scalars and arrays turned into Python numbers and lists; anything the safe loader
+    would refuse raises here, at save time, naming where it is."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.Tensor)):
+        return value
+    if isinstance(value, dict):
+        return {k: _plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    if hasattr(value, "tolist") and type(value).__module__ == "numpy":  # numpy scalar or array
+        return value.tolist()
+    raise TypeError(f"checkpoint value {where} is a {type(value).__qualname__}; only tensors and plain data "
+                    "(dict, list, tuple, str, int, float, bool, None) can be saved")
 
 
 # ------------------------------------------------------------------------------------------ durable writes
@@ -86,6 +141,18 @@ def _save_durably(obj: Any, path: Path) -> None:
         os.fsync(handle.fileno())
 
 
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file and folder under ``folder`` (shard writers may leave some unsynced), deepest first."""
+    for dirpath, _, filenames in os.walk(folder, topdown=False):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
 def _write_pointer(root: Path, step: int) -> None:
     """The pointer file, replaced atomically: readers see the old step or the new one, never a torn file."""
     tmp = root / f"{LATEST_FILE}.{os.getpid()}.tmp"
@@ -107,11 +174,15 @@ def _is_complete(folder: Path) -> bool:
 def save_checkpoint(
     root: Path,
     step: int,
-    worker_states: Dict[str, Dict[str, Any]],
+    worker_states: Dict[str, WorkerState],
     trainer_state: Dict[str, Any],
     max_to_keep: int = -1,
 ) -> Path:
-    """Write ``global_step_<step>`` atomically, point ``LATEST_FILE`` at it, then prune (see module doc)."""
+    """Write ``global_step_<step>`` atomically, point ``LATEST_FILE`` at it, then prune (see module doc).
+
+    ``worker_states`` maps a role to its state dict (saved as ``<role>.pt``) or to a function that writes the
+    role's shards into the folder it is given (``<role>/`` inside the temporary folder; the trainer passes one
+    that has every rank call ``save_sharded``). ``trainer_state`` must be plain data and tensors."""
     root.mkdir(parents=True, exist_ok=True)
     recover_interrupted_saves(root)
     final = step_dir(root, step)
@@ -119,8 +190,13 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     for role, state in worker_states.items():
-        _save_durably(state, tmp / f"{role}.pt")
-    _save_durably({**trainer_state, "rng": capture_rng_state()}, tmp / TRAINER_STATE_FILE)
+        if callable(state):
+            (tmp / role).mkdir()
+            state(tmp / role)
+        else:
+            _save_durably(state, tmp / f"{role}.pt")
+    _fsync_tree(tmp)  # every shard on disk before the trainer state marks the folder complete
+    _save_durably(_plain({**trainer_state, "rng": capture_rng_state()}, "trainer_state"), tmp / TRAINER_STATE_FILE)
     _fsync_dir(tmp)
     _move_into_place(root, tmp, final, step)
     _write_pointer(root, step)
@@ -226,10 +302,146 @@ def latest_checkpoint(root: Path) -> Optional[Path]:
     raise FileNotFoundError(f"{root / LATEST_FILE} names step folder {folder}, which is missing or incomplete")
 
 
+def _load_safely(path: Path) -> Any:
+    """``torch.load(weights_only=True)``: tensors and plain data only; anything else is refused, not run."""
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        raise UnsafeCheckpointError(
+            f"refusing to load {path}: it holds objects other than tensors and plain data, and loading them could "
+            f"run code from the file. Only load checkpoints you trust; this one was not written by this trainer "
+            f"or was changed since. ({str(exc).splitlines()[0]})"
+        ) from exc
+
+
 def load_worker_state(folder: Path, role: str) -> Optional[Dict[str, Any]]:
+    """A role's state saved as a dict (``<role>.pt``), or None when there is none."""
     path = folder / f"{role}.pt"
-    return torch.load(path, weights_only=False) if path.exists() else None
+    return _load_safely(path) if path.exists() else None
+
+
+def worker_state_dir(folder: Path, role: str) -> Optional[Path]:
+    """The folder of a role's sharded (DCP) training state, or None when the checkpoint has none."""
+    path = folder / role
+    return path if (path / ".metadata").is_file() else None
 
 
 def load_trainer_state(folder: Path) -> Dict[str, Any]:
-    return torch.load(folder / TRAINER_STATE_FILE, weights_only=False)
+    return _load_safely(folder / TRAINER_STATE_FILE)
+
+
+# ------------------------------------------------------------------------------------------ sharded state (DCP)
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def save_sharded(state: Dict[str, Any], folder: Path) -> None:
+    """Write ``state`` with ``torch.distributed.checkpoint``: every rank calls this with its own shards (DTensors
+    under FSDP2) and writes only those; rank 0 also writes ``.metadata``. Works without a process group
+    (one process writes everything). Files are fsynced before this returns."""
+    import torch.distributed.checkpoint as dcp
+
+    writer = dcp.FileSystemWriter(str(folder), sync_files=True, overwrite=True)
+    with _single_process_is_intended():
+        dcp.save(state, storage_writer=writer, no_dist=not _distributed())
+
+
+def load_sharded(state: Dict[str, Any], folder: Path) -> None:
+    """Fill ``state`` (the layout ``save_sharded`` got, this rank's shards) in place from ``folder``, which may
+    have been written by a different number of ranks. Nothing in the folder is unpickled beyond DCP's metadata
+    classes and plain data (see ``UnsafeCheckpointError``)."""
+    import torch.distributed.checkpoint as dcp
+
+    metadata = folder / ".metadata"
+    if not metadata.is_file():
+        raise FileNotFoundError(f"{folder} is not a sharded checkpoint (no .metadata)")
+    with open(metadata, "rb") as handle:  # checked here too: inside dcp.load a refusal surfaces wrapped and retried
+        _MetadataUnpickler(handle, str(metadata)).load()
+    reader, planner = _safe_dcp_classes()
+    with _single_process_is_intended():
+        dcp.load(state, storage_reader=reader(str(folder)), planner=planner(), no_dist=not _distributed())
+
+
+@contextlib.contextmanager
+def _single_process_is_intended() -> Iterator[None]:
+    """DCP warns on every call without a process group; one process is a supported set-up here, not a mistake."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def _is_safe_global(module: str, name: str) -> bool:
+    if (module, name) in _METADATA_GLOBALS:
+        return True
+    # dtypes, layouts and memory formats: plain enumerations that torch pickles by name
+    return module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout, torch.memory_format))
+
+
+_METADATA_GLOBALS = {
+    ("torch.distributed.checkpoint.metadata", name)
+    for name in ("Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
+                 "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")
+} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch.serialization", "_get_layout"),
+    ("torch", "Size"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("collections", "OrderedDict"),
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Builds DCP's metadata classes and nothing else (DCP's own reader uses a plain ``pickle.load``)."""
+
+    def __init__(self, file: Any, path: str):
+        super().__init__(file)
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if _is_safe_global(module, name):
+            return super().find_class(module, name)
+        raise UnsafeCheckpointError(
+            f"refusing to load {self.path}: it asks for {module}.{name}, which is not part of a checkpoint's "
+            "metadata, and loading it could run code from the file. Only load checkpoints you trust."
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def _safe_dcp_classes() -> tuple:
+    """DCP's file reader and load planner, each with its one unpickling step made safe. Built on first use:
+    importing ``torch.distributed.checkpoint`` takes seconds, and only a save or a resume needs it."""
+    from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+    from torch.distributed.checkpoint._traverse import set_element
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class SafeReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            path = self._get_metadata_path(kwargs.get("rank"))
+            with self.fs.create_stream(path, "rb") as handle:
+                metadata = _MetadataUnpickler(handle, str(path)).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    class SafeLoadPlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            fqn = read_item.dest_index.fqn
+            try:
+                loaded = torch.load(value, weights_only=True)
+            except pickle.UnpicklingError as exc:
+                raise UnsafeCheckpointError(
+                    f"refusing to load entry {fqn!r} of a sharded checkpoint: it holds objects other than tensors "
+                    f"and plain data. Only load checkpoints you trust. ({str(exc).splitlines()[0]})"
+                ) from exc
+            if self.flatten_state_dict:
+                set_element(self.original_state_dict, self.mappings[fqn], loaded)
+            else:
+                self.state_dict[fqn] = loaded
+
+    return SafeReader, SafeLoadPlanner

@@ -12,6 +12,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -207,7 +208,10 @@ class TrainingWorker:
             self._build_optimizer()
         return sum(p.numel() for p in model.parameters())
 
-    def _apply_lora(self, model: torch.nn.Module) -> torch.nn.Module:
+    def _apply_lora(self, model: torch.nn.Module, initialise: bool = True) -> torch.nn.Module:
+        """Wrap ``model`` (a ValueModel's body) with peft LoRA adapters. ``initialise=False`` uses peft's default
+        init whatever ``init_method`` says: for a copy whose weights are then loaded, where an init that reads the
+        base weights (``pissa``, ``olora``) would have nothing to read."""
         from peft import LoraConfig, get_peft_model
 
         lora = self.spec.lora
@@ -216,7 +220,7 @@ class TrainingWorker:
         if getattr(lora, "exclude_modules", None):
             options["exclude_modules"] = lora.exclude_modules
         init = getattr(lora, "init_method", "kaiming")
-        if init != "kaiming":  # PEFT's default init (kaiming-uniform A, zero B) is SkyRL's "kaiming"
+        if init != "kaiming" and initialise:  # PEFT's default init (kaiming-uniform A, zero B) is SkyRL's "kaiming"
             options["init_lora_weights"] = init
         config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
                             **options)
@@ -248,26 +252,20 @@ class TrainingWorker:
         self.sharded = True
 
     def _build_optimizer(self) -> None:
+        from transformers import get_scheduler
+
         opt = self.spec.optimizer
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params, lr=opt.lr, betas=tuple(opt.adam_betas), weight_decay=opt.weight_decay, foreach=True
         )
-        warmup = max(0, int(opt.num_warmup_steps))
-        total = max(1, self.spec.total_training_steps)
-        kind = opt.scheduler
-
-        def factor(step: int) -> float:
-            if warmup and step < warmup:
-                return (step + 1) / warmup
-            if kind == "cosine":
-                progress = min(1.0, (step - warmup) / max(1, total - warmup))
-                return 0.5 * (1 + math.cos(math.pi * progress))
-            if kind == "linear":
-                return max(0.0, 1 - (step - warmup) / max(1, total - warmup))
-            return 1.0
-
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+        # transformers' schedulers, as SkyRL-train builds them (validation refuses names they cannot run with)
+        self.scheduler = get_scheduler(
+            opt.scheduler,
+            self.optimizer,
+            num_warmup_steps=max(0, int(opt.num_warmup_steps)),
+            num_training_steps=max(1, self.spec.total_training_steps),
+        )
 
     def configure_algorithm(self, algorithm: Any, policy_loss_fn: Optional[Callable], temperature: float) -> None:
         """Set the loss (a function, so user-registered losses reach Ray workers by value)."""
@@ -422,57 +420,89 @@ class TrainingWorker:
     # ------------------------------------------------------------------ weights and state
     def full_state_dict(self, cpu_offload: bool = True) -> Dict[str, torch.Tensor]:
         """Unsharded weights (on rank 0; other ranks get an empty dict), on CPU unless ``cpu_offload=False``. LoRA is
-        merged in."""
+        merged in (by peft, ``_merge_lora``).
+
+        This gathers the whole model on rank 0: it serves exports and engine weight sync, which need every weight in
+        one place. Training checkpoints do not use it (``save_training_state`` writes each rank's shards)."""
+        lora = self.spec.lora is not None and self.spec.lora.rank > 0
         if self.sharded:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
             options = StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload)
             state = get_model_state_dict(self.model, options=options)
-        elif self._shared_weights is not None:
-            # views of one shared buffer: pickling a view (Ray) would carry the whole buffer, so hand out copies
+        elif self._shared_weights is not None or lora:
+            # copies: a view of the shared buffer would carry the whole buffer when pickled (Ray), and the LoRA
+            # merge writes into the base weights it is given
             state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         else:
             state = {k: (v.detach().cpu() if cpu_offload else v.detach()) for k, v in self.model.state_dict().items()}
-        if self.spec.lora is not None and self.spec.lora.rank > 0 and state:
-            state = _merge_lora_state(state, self.spec.lora)
+        if lora and state:
+            state = self._merge_lora(state)
         return state
 
-    def training_state(self) -> Dict[str, Any]:
-        """Model, optimizer and scheduler state, unsharded (rank 0 holds it all)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    def _merge_lora(self, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """The weights with each LoRA adapter folded in by peft's own ``merge_and_unload`` (its scaling, rsLoRA,
+        fan_in_fan_out layers, DoRA), keyed as the plain model's. peft runs on an unsharded copy of the model built
+        on the meta device (no memory) and given ``state``'s tensors, which it merges in place."""
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
-        if self.sharded:
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            model_state, optim_state = get_state_dict(self.model, self.optimizer, options=options)
+        config = AutoConfig.from_pretrained(self.spec.model_path, **(self.spec.model_config_kwargs or {}))
+        with torch.device("meta"):
+            if self.spec.role == "critic":
+                skeleton: torch.nn.Module = ValueModel(AutoModel.from_config(config), config.hidden_size)
+            else:
+                skeleton = AutoModelForCausalLM.from_config(config)
+            skeleton = self._apply_lora(skeleton, initialise=False)
+        missing, unexpected = skeleton.load_state_dict(state, strict=False, assign=True)
+        if getattr(config, "tie_word_embeddings", False):  # assign=True replaced the tied Parameter under each name
+            (skeleton.body if isinstance(skeleton, ValueModel) else skeleton).get_base_model().tie_weights()
+        if unexpected or any(p.is_meta for p in skeleton.parameters()):
+            raise RuntimeError(f"LoRA merge: the weights do not fit the model (missing {missing[:5]}, unexpected "
+                               f"{unexpected[:5]})")
+        if isinstance(skeleton, ValueModel):
+            skeleton.body = skeleton.body.merge_and_unload()
+            merged = skeleton
         else:
-            model_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
-            optim_state = self.optimizer.state_dict() if self.optimizer is not None else {}
+            merged = skeleton.merge_and_unload()
+        return {k: v for k, v in merged.state_dict().items() if not v.is_meta}
+
+    def _sharded_training_state(self) -> Dict[str, Any]:
+        """This rank's model and optimizer state (its own shards under FSDP2: nothing is gathered), the scheduler
+        and the step, keyed as ``torch.distributed.checkpoint`` saves them."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(self.model, self.optimizer if self.optimizer is not None else [])
         return {
             "model": model_state,
             "optimizer": optim_state,
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else {},
             "global_step": self.global_step,
         }
 
-    def load_training_state(self, state: Dict[str, Any]) -> None:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+    def save_training_state(self, folder: str) -> None:
+        """Write model, optimizer and scheduler state into ``folder`` with DCP; every rank calls this at once and
+        writes only its own shards (``checkpoint.save_sharded``)."""
+        from skygym_train.checkpoint import save_sharded
 
-        if self.sharded:
-            options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
-            set_state_dict(
-                self.model,
-                self.optimizer,
-                model_state_dict=state["model"],
-                optim_state_dict=state["optimizer"],
-                options=options,
-            )
-        else:
-            self.model.load_state_dict(state["model"])
-            if self.optimizer is not None and state.get("optimizer"):
-                self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler is not None and state.get("scheduler") is not None:
+        save_sharded(self._sharded_training_state(), Path(folder))
+
+    def load_training_state(self, folder: str) -> None:
+        """Load what ``save_training_state`` wrote (by any number of ranks) into this rank's shards."""
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        from skygym_train.checkpoint import load_sharded
+
+        state = self._sharded_training_state()  # the layout to fill: this rank's shards, the optimizer's keys
+        load_sharded(state, Path(folder))
+        set_state_dict(
+            self.model,
+            self.optimizer if self.optimizer is not None else [],
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+        )
+        if self.scheduler is not None and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
-        self.global_step = int(state.get("global_step", 0))
+        self.global_step = int(state["global_step"])
 
     def save_hf(self, out_dir: str, tokenizer_source: Optional[str] = None, dtype: str = "float32") -> None:
         """Write a Hugging Face folder (merged LoRA, safetensors in ``dtype``) that transformers and vLLM load
@@ -595,21 +625,3 @@ class TrainingWorker:
 
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _merge_lora_state(state: Dict[str, torch.Tensor], lora: Any) -> Dict[str, torch.Tensor]:
-    """Fold ``B @ A * alpha / r`` into each base weight and drop the peft prefixes."""
-    scale = lora.alpha / lora.rank
-    merged: Dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        if ".lora_" in key:
-            continue
-        clean = key.replace("base_model.model.", "").replace(".base_layer", "")
-        if key.endswith(".base_layer.weight"):
-            stem = key[: -len(".base_layer.weight")]
-            a = state.get(f"{stem}.lora_A.default.weight")
-            b = state.get(f"{stem}.lora_B.default.weight")
-            if a is not None and b is not None:
-                value = value + (b.float() @ a.float()).to(value.dtype) * scale
-        merged[clean] = value
-    return merged
