@@ -44,7 +44,9 @@ def D(note: str) -> Rule:
 
 _GPU_COUNT = R("honoured with CUDA GPUs; on a machine without them any value but 1 is refused (CPU runs use "
                "trainer.num_cpu_workers); with colocate_all or colocate_policy_ref every role shares the policy's "
-               "devices, so a different ref/critic count is refused")
+               "devices, so a different ref/critic count is refused; colocated engine actors "
+               "(run_engines_locally=true with Ray) take a share of the policy's bundles, others get their own "
+               "(generator.num_inference_engines, generator.engine_placement_strategy)")
 _NO_DS = D("DeepSpeed is not bundled (trainer.strategy=fsdp2)")
 _NO_SP = D("sequence parallelism is not bundled")
 _CPU_OFFLOAD = R("honoured on CUDA GPUs (FSDP2 CPUOffloadPolicy); refused without GPUs, where everything already "

@@ -61,7 +61,34 @@ def loggers_of(cfg: Any) -> List[str]:
     return [name.strip() for name in str(value).split(",") if name.strip()]
 
 
-SCHEDULERS = ("constant_with_warmup", "constant", "cosine", "linear")
+SCHEDULERS_NEEDING_MORE = {
+    "cosine_with_min_lr": "needs min_lr or min_lr_rate",
+    "cosine_warmup_with_min_lr": "needs min_lr or min_lr_rate",
+    "warmup_stable_decay": "needs num_decay_steps",
+    "reduce_lr_on_plateau": "steps on a metric, not once per training step",
+    "greedy": "steps on a metric, not once per training step",
+}
+"""transformers schedulers that ``get_scheduler(name, optimizer, num_warmup_steps, num_training_steps)`` alone cannot
+run (SkyRL-train's config has no key for their extra arguments)."""
+
+
+def schedulers() -> List[str]:
+    """The LR schedules the trainer runs: transformers' ``SchedulerType`` names, as SkyRL-train passes them to
+    ``transformers.get_scheduler``, less ``SCHEDULERS_NEEDING_MORE``."""
+    from transformers.trainer_utils import SchedulerType
+
+    return [kind.value for kind in SchedulerType if kind.value not in SCHEDULERS_NEEDING_MORE]
+
+
+def _check_scheduler(role: str, name: str) -> List[str]:
+    key = f"trainer.{role}.optimizer_config.scheduler={name!r}"
+    valid = schedulers()
+    if name in valid:
+        return []
+    if name in SCHEDULERS_NEEDING_MORE:
+        return [f"{key}: transformers' {name} schedule {SCHEDULERS_NEEDING_MORE[name]}, which the config has no key "
+                f"for; use one of {', '.join(valid)}"]
+    return [f"{key}: not a transformers scheduler; expected one of {', '.join(valid)}"]
 
 
 def validate_config(cfg: Any, has_cuda: Optional[bool] = None) -> None:
@@ -90,8 +117,12 @@ def config_warnings(cfg: Any, has_cuda: Optional[bool] = None) -> List[str]:
     if t.strategy == "fsdp":
         out.append("trainer.strategy=fsdp: the bundled trainer runs FSDP2 (fully_shard) for both fsdp and fsdp2")
     if t.use_ray and t.placement.colocate_all and not has_cuda and g.backend in ("hf", "vllm"):
-        out.append("trainer.placement.colocate_all=true: without GPUs there is no accelerator memory for the engines "
-                   "to release while the policy trains, so colocation changes nothing here")
+        if g.run_engines_locally is True:
+            out.append("trainer.placement.colocate_all=true: the engine actors share the policy's CPU bundles (taking "
+                       "turns with training); without GPUs there is no accelerator memory for them to release")
+        else:
+            out.append("trainer.placement.colocate_all=true: without GPUs there is no accelerator memory for the "
+                       "engines to release while the policy trains, so colocation changes nothing here")
     if g.task:
         from skygym_train.agent_generator import agent_task_warnings
 
@@ -323,9 +354,8 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
                 "live in host memory); leave it false"
             )
         opt = getattr(section, "optimizer_config", None)
-        if opt is not None and opt.scheduler not in SCHEDULERS:
-            problems.append(f"trainer.{role}.optimizer_config.scheduler={opt.scheduler!r}: expected one of "
-                            f"{', '.join(SCHEDULERS)}")
+        if opt is not None:
+            problems += _check_scheduler(role, opt.scheduler)
     if t.flash_attn and not (has_cuda and flash_attn_installed()):
         problems.append("trainer.flash_attn=true: needs CUDA GPUs with flash-attn installed; set it to false (SDPA) "
                         "or leave it null (flash attention where available)")

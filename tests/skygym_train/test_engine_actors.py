@@ -125,8 +125,7 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
 
     from skygym_train.trainer import PPOTrainer
 
-    cfg = _config(tiny_chat_model, toy_data, tmp_path, **{"trainer.placement.colocate_all": "false",
-                                                          "trainer.max_training_steps": 2})
+    cfg = _config(tiny_chat_model, toy_data, tmp_path, **{"trainer.placement.colocate_all": "false"})
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
         (client,) = trainer.engine.engines
@@ -137,7 +136,7 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
         sync = trainer._weight_sync
         head_ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == policy_node)
         assert sync.backend == "gloo" and sync.rendezvous.split(":")[0] == head_ip
-        assert result["global_step"] == 2
+        assert result["global_step"] == 1
         _assert_same_weights(client.weight_sums(), _policy_sums(trainer))
         _greedy_logprobs_match_the_policy(trainer, client, tiny_chat_model)
 
@@ -150,4 +149,4 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
     (log,) = (tmp_path / "logs").rglob("metrics.jsonl")
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     rewards = [row["reward/mean"] for row in rows if "reward/mean" in row]
-    assert len(rewards) == 2 and all(0.0 <= r <= 1.0 for r in rewards)
+    assert len(rewards) == 1 and 0.0 <= rewards[0] <= 1.0
