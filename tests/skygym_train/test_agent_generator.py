@@ -98,3 +98,27 @@ def test_generator_task_is_checked_before_anything_loads(tmp_path, capsys):
     assert "generator.max_turns=2: with generator.task=" in err and "max_iterations (3)" in err
     assert "generator.n_samples_per_prompt=2" in err and "4 trajectories per instance" in err
     assert "environment.env_config={'db_path': '/x'}: not read" in err
+
+
+def test_the_agent_training_example_passes_check(tmp_path):
+    import os
+    import runpy
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from skyrl_gym.data import write_jsonl
+
+    root = Path(__file__).resolve().parents[2]
+    # the example's rows, written here so that the script's --check is its only Python start
+    tool_rows = runpy.run_path(str(root / "examples/agents/make_rows.py"))["tool_rows"]
+    (tmp_path / "data").mkdir()
+    write_jsonl(tool_rows("train", 8), tmp_path / "data" / "train.jsonl")
+    write_jsonl(tool_rows("validation", 4), tmp_path / "data" / "validation.jsonl")
+    env = {**os.environ, "DATA_DIR": str(tmp_path / "data"),
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    proc = subprocess.run(["bash", str(root / "examples/agents/train_agent_cpu.sh"), "--check"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "configuration is valid" in proc.stdout + proc.stderr
+    assert "multiply_tool_agent.yaml: its generator.infer_backend=openai_server is replaced" in proc.stderr
