@@ -89,8 +89,11 @@ RULES: Dict[str, Rule] = {
     "trainer.policy.optimizer_config.max_grad_norm": H(),
     "trainer.policy.optimizer_config.offload_after_step": _OFFLOAD_STEP,
     "trainer.policy.optimizer_config.num_warmup_steps": H(),
-    "trainer.policy.optimizer_config.scheduler": R("constant_with_warmup, constant, cosine and linear are honoured; "
-                                                   "other names are refused"),
+    "trainer.policy.optimizer_config.scheduler": R("built by transformers.get_scheduler; every "
+                                                   "SchedulerType name is honoured except cosine_with_min_lr, "
+                                                   "cosine_warmup_with_min_lr, warmup_stable_decay (they need "
+                                                   "arguments the config has no key for), reduce_lr_on_plateau and "
+                                                   "greedy (they step on a metric); unknown names are refused"),
     "trainer.policy.fsdp_config.cpu_offload": _CPU_OFFLOAD,
     "trainer.policy.fsdp_config.reshard_after_forward": R("true/false honoured; an integer (partial resharding) is "
                                                           "refused by the type check"),
