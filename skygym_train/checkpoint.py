@@ -106,6 +106,8 @@ def restore_rng_state(state: Dict[str, Any]) -> None:
 def _plain(value: Any, where: str) -> Any:
     """``value`` with numpy scalars and arrays turned into Python numbers and lists; anything the safe loader
     would refuse raises here, at save time, naming where it is."""
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalars (np.float64 is a float) and arrays
+        return value.tolist()
     if value is None or isinstance(value, (bool, int, float, str, bytes, torch.Tensor)):
         return value
     if isinstance(value, dict):
@@ -113,8 +115,6 @@ def _plain(value: Any, where: str) -> Any:
     if isinstance(value, (list, tuple)):
         items = [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
         return items if isinstance(value, list) else tuple(items)
-    if hasattr(value, "tolist") and type(value).__module__ == "numpy":  # numpy scalar or array
-        return value.tolist()
     raise TypeError(f"checkpoint value {where} is a {type(value).__qualname__}; only tensors and plain data "
                     "(dict, list, tuple, str, int, float, bool, None) can be saved")
 
@@ -310,8 +310,15 @@ def _load_safely(path: Path) -> Any:
         raise UnsafeCheckpointError(
             f"refusing to load {path}: it holds objects other than tensors and plain data, and loading them could "
             f"run code from the file. Only load checkpoints you trust; this one was not written by this trainer "
-            f"or was changed since. ({str(exc).splitlines()[0]})"
+            f"or was changed since. ({_refusal_reason(exc)})"
         ) from exc
+
+
+def _refusal_reason(exc: Exception) -> str:
+    """The line of torch's weights-only error that says what the file asked for."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    reason = next((line for line in lines if line.startswith("WeightsUnpickler error")), lines[0] if lines else "")
+    return reason.split(". Please use")[0]  # torch goes on to suggest allowlisting it, which is the risk
 
 
 def load_worker_state(folder: Path, role: str) -> Optional[Dict[str, Any]]:
@@ -437,7 +444,7 @@ def _safe_dcp_classes() -> tuple:
             except pickle.UnpicklingError as exc:
                 raise UnsafeCheckpointError(
                     f"refusing to load entry {fqn!r} of a sharded checkpoint: it holds objects other than tensors "
-                    f"and plain data. Only load checkpoints you trust. ({str(exc).splitlines()[0]})"
+                    f"and plain data. Only load checkpoints you trust. ({_refusal_reason(exc)})"
                 ) from exc
             if self.flatten_state_dict:
                 set_element(self.original_state_dict, self.mappings[fqn], loaded)
