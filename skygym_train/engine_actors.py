@@ -218,8 +218,10 @@ def create_engine_actors(cfg: Any, model_path: str, tokenizer: Any, placement_gr
     threads: List[Optional[int]] = []
     if placement_group is not None:
         roles = 1 + int(uses_ref(cfg)) + int(uses_critic(cfg))
-        share = 1.0 / (roles + 1)  # the trainer gives each role the same share of a bundle (see _build_ray_groups)
         specs = placement_group.bundle_specs
+        # the trainer gives the engines the share of a bundle that each role has (see _build_ray_groups); engines
+        # that share one bundle split it
+        share = 1.0 / (roles + 1) / -(-count // len(specs))
         for i in range(count):
             bundle = i % len(specs)
             spec = specs[bundle]

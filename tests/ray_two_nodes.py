@@ -32,10 +32,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _port_open(port: int) -> bool:
+def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 def _tail(path: Path) -> str:
@@ -73,9 +73,11 @@ def _stop(procs: List[subprocess.Popen], temp_dir: str) -> None:
 
 
 @contextlib.contextmanager
-def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1) -> Iterator[Dict[str, str]]:
+def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1, node_ip: str = "127.0.0.1"
+                         ) -> Iterator[Dict[str, str]]:
     """Start the two nodes, join them from this process, and yield ``{"head": node id, "node2": node id}``; skips
-    the test (with the node's log) when a node does not come up within ``START_TIMEOUT_S``."""
+    the test (with the node's log) when a node does not come up within ``START_TIMEOUT_S``. ``node_ip``: the
+    address both nodes announce (e.g. this machine's own, so that traffic between them leaves the loopback)."""
     import ray
 
     if not RAY.exists():
@@ -89,11 +91,11 @@ def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1) -> Iterator[Di
         "--object-store-memory=100000000",
         "--block",
         "--disable-usage-stats",
-        "--node-ip-address=127.0.0.1",
+        f"--node-ip-address={node_ip}",
     ]
     procs: List[subprocess.Popen] = []
     logs = [Path(temp_dir) / "head.log", Path(temp_dir) / "node2.log"]
-    address = f"127.0.0.1:{port}"
+    address = f"{node_ip}:{port}"
     try:
         with open(logs[0], "wb") as log:
             procs.append(
@@ -115,7 +117,7 @@ def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1) -> Iterator[Di
                 )
             )
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not _port_open(port):
+        while not _port_open(node_ip, port):
             if procs[0].poll() is not None or time.monotonic() > deadline:
                 pytest.skip(
                     f"`ray start --head` did not come up within {START_TIMEOUT_S} s on this machine "

@@ -107,12 +107,18 @@ def test_a_colocated_engine_actor_shares_the_policy_bundle_and_gets_its_weights(
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    pytest.importorskip("ray")
+    ray = pytest.importorskip("ray")
     from tests.ray_two_nodes import two_node_ray_cluster
 
-    # the head's two CPUs go to the policy's bundle, so the engine's own bundle (one CPU) can only be on node2
-    with two_node_ray_cluster(head_cpus=2, node2_cpus=1) as nodes:
+    had_local_ray = ray.is_initialized()  # the session's ray_cluster: started again afterwards
+    # the head's two CPUs go to the policy's bundle, so the engine's own bundle (one CPU) can only be on node2;
+    # both nodes announce this machine's own address, so the broadcast does not ride the loopback
+    with two_node_ray_cluster(head_cpus=2, node2_cpus=1, node_ip=ray.util.get_node_ip_address()) as nodes:
         yield nodes
+    if had_local_ray:
+        from skygym_train.ray_utils import init_ray
+
+        init_ray(num_cpus=2)
 
 
 @pytest.mark.slow
@@ -135,7 +141,8 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
         result = trainer.fit()
         sync = trainer._weight_sync
         head_ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == policy_node)
-        assert sync.backend == "gloo" and sync.rendezvous.split(":")[0] == head_ip
+        # the group's rendezvous is policy rank 0's node address (this machine's own here), not 127.0.0.1
+        assert sync.backend == "gloo" and sync.rendezvous.split(":")[0] == head_ip == ray.util.get_node_ip_address()
         assert result["global_step"] == 1
         _assert_same_weights(client.weight_sums(), _policy_sums(trainer))
         _greedy_logprobs_match_the_policy(trainer, client, tiny_chat_model)
