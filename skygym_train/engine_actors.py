@@ -19,17 +19,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from skygym_adapters.engines.base import BaseInferenceEngine, validate_prompts
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
+from skygym_train.config.validation import engines_are_ray_actors
 
-
-def engines_are_ray_actors(cfg: Any) -> bool:
-    """True when the trainer starts its hf/vllm engines as Ray actors: ``generator.run_engines_locally=true`` (set
-    explicitly, as SkyRL-train's configs do) with ``trainer.use_ray=true``."""
-    g = cfg.generator
-    return g.run_engines_locally is True and bool(cfg.trainer.use_ray) and g.backend in ("hf", "vllm")
+EngineBuilder = Callable[..., List[Any]]
+"""``(cfg, model_path, tokenizer) -> [engine]``: how the trainer's process builds its engines
+(``generation.create_engines``); each actor builds its one engine with it."""
 
 
 class EngineActor:
@@ -39,19 +37,18 @@ class EngineActor:
     engine batches them; blocking work (joining the broadcast group, receiving) runs in a thread.
     """
 
-    def __init__(self, cfg: Any, model_path: str, tokenizer: Any, index: int, num_threads: Optional[int] = None):
+    def __init__(self, cfg: Any, model_path: str, tokenizer: Any, index: int, build: EngineBuilder,
+                 num_threads: Optional[int] = None):
         import torch
 
         if num_threads:
             # Ray sets OMP_NUM_THREADS to the actor's (fractional, rounded) CPU request: use the bundle's cores
             torch.set_num_threads(int(num_threads))
-        from skygym_train.generation import create_engines
-
         own = copy.deepcopy(cfg)
         own.generator.run_engines_locally = None  # build it here, as the trainer's process would
         own.generator.num_inference_engines = 1
         own.trainer.seed = int(cfg.trainer.seed) + index  # vLLM: engines sample differently
-        self.engine = create_engines(own, model_path, tokenizer)[0]
+        self.engine = build(own, model_path, tokenizer)[0]
         self.index = index
         self.receiver: Any = None
         self.weights_received = 0
@@ -187,15 +184,10 @@ class EngineActorClient(BaseInferenceEngine):
             remove_placement_group(self._placement_group)
 
 
-def actor_engines(engine: Any) -> List[EngineActorClient]:
-    """The engine actors behind ``engine`` (an ``EngineClient`` or one engine); empty when it has none."""
-    engines = list(getattr(engine, "engines", None) or [engine])
-    return [e for e in engines if isinstance(e, EngineActorClient)]
-
-
-def create_engine_actors(cfg: Any, model_path: str, tokenizer: Any, placement_group: Any = None
-                         ) -> List[EngineActorClient]:
-    """Start ``generator.num_inference_engines`` engine actors and wait until each has loaded its model.
+def create_engine_actors(cfg: Any, model_path: str, tokenizer: Any, build: EngineBuilder,
+                         placement_group: Any = None) -> List[EngineActorClient]:
+    """Start ``generator.num_inference_engines`` engine actors and wait until each has loaded its model (each
+    builds it with ``build``, the trainer's ``create_engines``).
 
     ``placement_group``: the policy's (``colocate_all``): each actor takes a share of one of its bundles, as each
     training role does. Without it the actors get a placement group of their own: one bundle per engine of
@@ -246,7 +238,7 @@ def create_engine_actors(cfg: Any, model_path: str, tokenizer: Any, placement_gr
                     placement_group=owned, placement_group_bundle_index=i),
             ))
             threads.append(None if use_gpu else 1)
-    actors = [remote_cls.options(**opts).remote(cfg, model_path, tokenizer, i, threads[i])
+    actors = [remote_cls.options(**opts).remote(cfg, model_path, tokenizer, i, build, threads[i])
               for i, opts in enumerate(options)]
     try:
         infos = ray.get([actor.info.remote() for actor in actors])
@@ -263,4 +255,4 @@ def create_engine_actors(cfg: Any, model_path: str, tokenizer: Any, placement_gr
             for i, (actor, info) in enumerate(zip(actors, infos))]
 
 
-__all__ = ["EngineActor", "EngineActorClient", "actor_engines", "create_engine_actors", "engines_are_ray_actors"]
+__all__ = ["EngineActor", "EngineActorClient", "create_engine_actors", "engines_are_ray_actors"]

@@ -38,12 +38,12 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any, placement_group: A
     ``generator.run_engines_locally=true`` and Ray on), remote and sglang (servers). ``placement_group``: the
     policy's, which colocated engine actors share."""
     g = cfg.generator
-    from skygym_train.engine_actors import engines_are_ray_actors
+    from skygym_train.config.validation import engines_are_ray_actors
 
     if engines_are_ray_actors(cfg):
         from skygym_train.engine_actors import create_engine_actors
 
-        return create_engine_actors(cfg, model_path, tokenizer, placement_group)
+        return create_engine_actors(cfg, model_path, tokenizer, create_engines, placement_group)
     if g.backend == "hf":
         from skygym_adapters.engines.hf import HFEngine
 

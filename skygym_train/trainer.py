@@ -288,7 +288,7 @@ class PPOTrainer:
             cpus = 1 if use_gpu else cpus_per_worker(world)
             pg = create_placement_group(world, use_gpu, cpus_per_bundle=cpus)
             self._placement_groups.append(pg)
-            from skygym_train.engine_actors import engines_are_ray_actors
+            from skygym_train.config.validation import engines_are_ray_actors
 
             # colocated engine actors (colocate_all) take a share of each bundle too
             fraction = 1.0 / (len(roles) + (1 if p.colocate_all and engines_are_ray_actors(self.cfg) else 0))

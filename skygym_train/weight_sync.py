@@ -60,7 +60,7 @@ def resolve_backend(cfg: Any) -> str:
         return g.weight_sync_backend
     if g.backend in ("remote", "sglang"):
         return "checkpoint"
-    from skygym_train.engine_actors import engines_are_ray_actors
+    from skygym_train.config.validation import engines_are_ray_actors
 
     if engines_are_ray_actors(cfg):
         # a colocated actor shares policy rank 0's GPU, which NCCL refuses between two processes: gloo then
@@ -234,6 +234,12 @@ def _engines(engine: Any) -> List[Any]:
     return list(getattr(engine, "engines", None) or [engine])
 
 
+def actor_engines(engine: Any) -> List[Any]:
+    """The engines behind ``engine`` that are Ray actors receiving the broadcast themselves
+    (``engine_actors.EngineActorClient``); empty when there are none."""
+    return [e for e in _engines(engine) if hasattr(e, "connect_weight_receiver")]
+
+
 def engine_dtype(engine: Any) -> Optional[torch.dtype]:
     """The dtype the engine's weights are in, where it says (``weight_dtype``); None: send as they are."""
     dtypes = {getattr(e, "weight_dtype", None) for e in _engines(engine)}
@@ -377,8 +383,6 @@ class EngineWeightSync:
 
     # -- broadcast
     def _connect_broadcast(self) -> None:
-        from skygym_train.engine_actors import actor_engines
-
         actors = actor_engines(self.engine)
         if actors:
             self._connect_actors(actors)

@@ -405,8 +405,7 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
         problems.append(f"generator.model_name={g.model_name}: the engines serve the policy being trained "
                         f"({t.policy.model.path}); leave it null")
     problems += _check_engine_actors(cfg, has_cuda)
-    actors = g.run_engines_locally is True and t.use_ray and g.backend in ("hf", "vllm")
-    if g.backend in ("hf", "vllm") and g.num_inference_engines != 1 and not actors:
+    if g.backend in ("hf", "vllm") and g.num_inference_engines != 1 and not engines_are_ray_actors(cfg):
         problems.append(
             f"generator.num_inference_engines={g.num_inference_engines}: {g.backend} engines run in the trainer's "
             "process on one device, so more would only load copies of the model there; use 1, or start them as Ray "
@@ -453,6 +452,13 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
 ENGINE_PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
+def engines_are_ray_actors(cfg: Any) -> bool:
+    """True when the trainer starts its hf/vllm engines as Ray actors (``skygym_train.engine_actors``):
+    ``generator.run_engines_locally=true`` (set explicitly, as SkyRL-train's configs do) with ``trainer.use_ray=true``."""
+    g = cfg.generator
+    return g.run_engines_locally is True and bool(cfg.trainer.use_ray) and g.backend in ("hf", "vllm")
+
+
 def _check_engine_actors(cfg: Any, has_cuda: bool) -> List[str]:
     """Engines as Ray actors (``generator.run_engines_locally=true`` with Ray): what they cannot do."""
     problems: List[str] = []
@@ -460,10 +466,8 @@ def _check_engine_actors(cfg: Any, has_cuda: bool) -> List[str]:
     if g.engine_placement_strategy not in ENGINE_PLACEMENT_STRATEGIES:
         problems.append(f"generator.engine_placement_strategy={g.engine_placement_strategy!r}: expected one of "
                         f"{', '.join(ENGINE_PLACEMENT_STRATEGIES)}")
-    if g.run_engines_locally is not True or g.backend not in ("hf", "vllm"):
-        return problems
-    if not t.use_ray:
-        return problems  # without Ray the engines run in the trainer's process, as with null
+    if not engines_are_ray_actors(cfg):
+        return problems  # without Ray, run_engines_locally=true engines run in the trainer's process, as with null
     if g.weight_sync_backend in ("inprocess", "shm"):
         problems.append(
             f"generator.weight_sync_backend={g.weight_sync_backend}: with generator.run_engines_locally=true and "
