@@ -25,7 +25,7 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
     )
     assert summary["steps"] == 2
     assert "eval/reward" in summary["eval_before"] and "eval/reward" in summary["eval_after"]
-    assert (tmp_path / "ckpts" / "global_step_2" / "policy.pt").exists()
+    assert (tmp_path / "ckpts" / "global_step_2" / "policy" / ".metadata").is_file()  # sharded (DCP) training state
     export_config = json.loads((tmp_path / "export" / "global_step_2" / "config.json").read_text())
     assert export_config.get("dtype", export_config.get("torch_dtype")) == "bfloat16"  # half the size of float32
     assert (tmp_path / "reward_per_step.png").read_bytes()[:4] == b"\x89PNG"
