@@ -82,27 +82,31 @@ def _greedy_logprobs_match_the_policy(trainer, client, model_dir):
 
 
 @pytest.mark.slow
-def test_a_colocated_engine_actor_shares_the_policy_bundle_and_gets_its_weights(
+def test_colocated_engine_actors_share_the_policy_bundle_and_get_its_weights(
     tiny_chat_model, toy_data, tmp_path, ray_cluster
 ):
     from skygym_train.engine_actors import EngineActorClient
     from skygym_train.trainer import PPOTrainer
 
-    cfg = _config(tiny_chat_model, toy_data, tmp_path)
+    # two engines on the policy's one bundle: they split the engines' share of it
+    cfg = _config(tiny_chat_model, toy_data, tmp_path, **{"generator.num_inference_engines": 2})
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
-        (client,) = trainer.engine.engines
-        assert isinstance(client, EngineActorClient)
-        assert client.node_id == trainer.policy.call("node_id")[0]
-        assert client.info["torch_threads"] == 2  # the bundle's cores, taken in turn with the policy
-        before = client.weight_sums()
+        clients = trainer.engine.engines
+        assert len(clients) == 2 and all(isinstance(c, EngineActorClient) for c in clients)
+        assert {c.node_id for c in clients} == set(trainer.policy.call("node_id"))
+        assert len({c.info["pid"] for c in clients}) == 2
+        assert [c.info["torch_threads"] for c in clients] == [2, 2]  # the bundle's cores, in turn with the policy
+        before = clients[0].weight_sums()
         result = trainer.fit()
         sync = trainer._weight_sync
         assert result["global_step"] == 1 and sync.backend == "gloo" and sync.bytes_last > 0
-        after = client.weight_sums()
-        assert after != before, "the engine actor's weights did not change"
-        _assert_same_weights(after, _policy_sums(trainer))
-        _greedy_logprobs_match_the_policy(trainer, client, tiny_chat_model)
+        assert all(n > 0 for n in trainer.engine.requests_per_engine), "both engines generate"
+        after = [c.weight_sums() for c in clients]
+        assert after[0] != before, "the engine actor's weights did not change"
+        for sums in after:  # one broadcast reached both
+            _assert_same_weights(sums, _policy_sums(trainer))
+        _greedy_logprobs_match_the_policy(trainer, clients[1], tiny_chat_model)
 
 
 @pytest.fixture(scope="module")
