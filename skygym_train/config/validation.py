@@ -69,18 +69,26 @@ SCHEDULERS_NEEDING_MORE = {
     "greedy": "steps on a metric, not once per training step",
 }
 """transformers schedulers that ``get_scheduler(name, optimizer, num_warmup_steps, num_training_steps)`` alone cannot
-run (SkyRL-train's config has no key for their extra arguments)."""
+run (the config has no key for their extra arguments)."""
 
 
 def schedulers() -> List[str]:
-    """The LR schedules the trainer runs: transformers' ``SchedulerType`` names, as SkyRL-train passes them to
-    ``transformers.get_scheduler``, less ``SCHEDULERS_NEEDING_MORE``."""
+    """The LR schedules the trainer runs: transformers' ``SchedulerType`` names (what ``transformers.get_scheduler``
+    takes), less ``SCHEDULERS_NEEDING_MORE``."""
     from transformers.trainer_utils import SchedulerType
 
     return [kind.value for kind in SchedulerType if kind.value not in SCHEDULERS_NEEDING_MORE]
 
 
+_STANDARD_SCHEDULERS = frozenset(
+    ("constant_with_warmup", "constant", "linear", "cosine", "cosine_with_restarts", "polynomial", "inverse_sqrt")
+)
+"""Names transformers has had for years: accepted without importing it (seconds, on every ``--check``)."""
+
+
 def _check_scheduler(role: str, name: str) -> List[str]:
+    if name in _STANDARD_SCHEDULERS:
+        return []
     key = f"trainer.{role}.optimizer_config.scheduler={name!r}"
     valid = schedulers()
     if name in valid:

@@ -193,6 +193,9 @@ def _with_scheduler(data_file: str, name: str):
 
 
 def test_scheduler_names_are_transformers_and_the_rest_are_refused_with_the_choices(data_file):
+    from skygym_train.config.validation import _STANDARD_SCHEDULERS, schedulers
+
+    assert _STANDARD_SCHEDULERS <= set(schedulers())  # the names accepted without importing transformers are real
     assert _with_scheduler(data_file, "cosine_with_restarts").trainer.policy.optimizer_config.scheduler == \
         "cosine_with_restarts"
     with pytest.raises(ConfigError, match=r"scheduler='cosinus': not a transformers scheduler; expected one of "
