@@ -37,6 +37,7 @@ back, and every other temporary folder is removed.
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import functools
 import io
@@ -108,8 +109,13 @@ def _plain(value: Any, where: str) -> Any:
     would refuse raises here, at save time, naming where it is."""
     if type(value).__module__ == "numpy" and hasattr(value, "tolist"):  # numpy scalars (np.float64 is a float) and arrays
         return value.tolist()
-    if value is None or isinstance(value, (bool, int, float, str, bytes, torch.Tensor)):
+    if isinstance(value, enum.Enum):  # a member would pickle its class: keep its value
+        return _plain(value.value, where)
+    if value is None or isinstance(value, (bool, torch.Tensor)):
         return value
+    for plain in (int, float, str, bytes):  # a subclass would pickle its class: the base type's value
+        if isinstance(value, plain):
+            return value if type(value) is plain else plain(value)
     if isinstance(value, dict):
         return {k: _plain(v, f"{where}.{k}") for k, v in value.items()}
     if isinstance(value, (list, tuple)):

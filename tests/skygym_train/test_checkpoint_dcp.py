@@ -4,6 +4,7 @@ that never run code from the folder, transformers' LR schedules and peft's own L
 from __future__ import annotations
 
 import copy
+import enum
 import pickle
 import random
 from pathlib import Path
@@ -137,8 +138,12 @@ def test_a_file_that_would_run_code_is_refused_by_name_and_never_runs(tmp_path, 
     assert not marker.exists()
 
 
+class _Stop(str, enum.Enum):
+    LENGTH = "length"
+
+
 def test_trainer_state_and_random_states_round_trip_through_the_safe_loader(tmp_path):
-    history = [{"reward/mean": np.float64(0.5), "lengths": np.array([3, 4])}]
+    history = [{"reward/mean": np.float64(0.5), "lengths": np.array([3, 4]), "stop": _Stop.LENGTH}]
     random.seed(1)
     np.random.seed(2)
     torch.manual_seed(3)
@@ -149,7 +154,7 @@ def test_trainer_state_and_random_states_round_trip_through_the_safe_loader(tmp_
                 torch.rand(3))
 
     state = ckpt.load_trainer_state(folder)
-    assert state["history"] == [{"reward/mean": 0.5, "lengths": [3, 4]}]
+    assert state["history"] == [{"reward/mean": 0.5, "lengths": [3, 4], "stop": "length"}]
     ckpt.restore_rng_state(state["rng"])
     actual = (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), np.random.standard_normal(),
               torch.rand(3))
