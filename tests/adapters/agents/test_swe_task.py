@@ -1,5 +1,5 @@
 """``task: swe_bench`` (SWEBenchTask) against a real Docker engine and real instances built by ``skyrl-gym swe build``
-(the session fixtures of tests/skyrl_gym/envs/swe/conftest.py, imported by this folder's conftest.py). The model is a real OpenAI-compatible HTTP server
+(the session fixtures of tests/swe_fixtures.py). The model is a real OpenAI-compatible HTTP server
 whose replies are scripted (tests/adapters/agents/chat_server.py): one that replays the gold patch through the
 tools, one that submits nothing, one that only runs ```bash blocks, one that is cut off mid-run."""
 

@@ -1,6 +1,6 @@
 """The swe env, its tools, its grader and the `skyrl-gym swe` commands against a real Docker engine.
 
-Instances come from the real `skyrl-gym swe build` (see conftest.py): pinned projects fetched with
+Instances come from the real `skyrl-gym swe build` (see tests/swe_fixtures.py): pinned projects fetched with
 pip, images built with debootstrap + docker import, bugs injected and checked.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
 from skyrl_gym.envs.swe.instances import REQUIRED_FIELDS, write_jsonl
 from skyrl_gym.envs.swe.runtime import SWERuntime
-from tests.skyrl_gym.envs.swe.conftest import BUILD_LIMIT, swe_cli
+from tests.swe_fixtures import BUILD_LIMIT, swe_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

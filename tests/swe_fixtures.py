@@ -1,5 +1,8 @@
 """A real Docker engine (started by the test setup, see tests/sandboxes/docker_support.py) and SWE
-instances built by the real `skyrl-gym swe build` command, once per session."""
+instances built by the real `skyrl-gym swe build` command, once per session.
+
+A plugin of the root conftest (``pytest_plugins``), not a folder's conftest: the env's tests and the agent layer's
+SWE task tests share one definition, so the engine starts and the instances are built once per session."""
 
 from __future__ import annotations
 
