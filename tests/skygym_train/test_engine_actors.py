@@ -2,7 +2,8 @@
 
 The trainer starts the HF engine in an actor, colocated on the policy's placement-group bundle or on bundles of its
 own; weights reach the actor by the gloo broadcast from policy rank 0, and the actor then generates from them. The
-two-node test places the engine actor on a second Ray node (two ``ray start`` processes on this machine).
+two-node test places the engine actor on a second Ray node (two ``ray start`` processes on this machine) and trains
+one-step-off (generation on the actor overlapping training and weight sync).
 """
 
 from __future__ import annotations
@@ -135,7 +136,10 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
 
     from skygym_train.trainer import PPOTrainer
 
-    cfg = _config(tiny_chat_model, toy_data, tmp_path, **{"trainer.placement.colocate_all": "false"})
+    # one-step-off: a producer thread generates the next batch on the actor while the trainer trains and broadcasts
+    cfg = _config(tiny_chat_model, toy_data, tmp_path, **{"trainer.placement.colocate_all": "false",
+                                                          "trainer.async_training.enabled": "true",
+                                                          "trainer.max_training_steps": 2})
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
         (client,) = trainer.engine.engines
@@ -147,7 +151,8 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
         head_ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == policy_node)
         # the group's rendezvous is policy rank 0's node address (this machine's own here), not 127.0.0.1
         assert sync.backend == "gloo" and sync.rendezvous.split(":")[0] == head_ip == ray.util.get_node_ip_address()
-        assert result["global_step"] == 1
+        assert result["global_step"] == 2
+        assert all(h["async/staleness"] in (0.0, 1.0) for h in result["history"])  # one-step-off ran
         _assert_same_weights(client.weight_sums(), _policy_sums(trainer))
         _greedy_logprobs_match_the_policy(trainer, client, tiny_chat_model)
 
@@ -160,4 +165,4 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
     (log,) = (tmp_path / "logs").rglob("metrics.jsonl")
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     rewards = [row["reward/mean"] for row in rows if "reward/mean" in row]
-    assert len(rewards) == 1 and 0.0 <= rewards[0] <= 1.0
+    assert len(rewards) == 2 and all(0.0 <= r <= 1.0 for r in rewards)
