@@ -88,6 +88,7 @@ def test_colocated_engine_actors_share_the_policy_bundle_and_get_its_weights(
 ):
     from skygym_train.engine_actors import EngineActorClient
     from skygym_train.trainer import PPOTrainer
+    from skygym_train.weight_sync import EngineWeightSync
 
     # two engines on the policy's one bundle: they split the engines' share of it
     cfg = _config(tiny_chat_model, toy_data, tmp_path, **{"generator.num_inference_engines": 2})
@@ -108,6 +109,15 @@ def test_colocated_engine_actors_share_the_policy_bundle_and_get_its_weights(
         for sums in after:  # one broadcast reached both
             _assert_same_weights(sums, _policy_sums(trainer))
         _greedy_logprobs_match_the_policy(trainer, clients[1], tiny_chat_model)
+
+        # weights handed over through Ray (a state dict), then the checkpoint sync (a folder the actors read)
+        zeros = {name: torch.zeros_like(t) for name, t in trainer.policy.call("full_state_dict")[0].items()}
+        trainer._runner.run(trainer.engine.update_weights(zeros))
+        assert set(clients[0].weight_sums().values()) == {0.0}
+        cfg.generator.weight_sync_backend = "checkpoint"
+        EngineWeightSync(cfg, trainer.policy, trainer.engine, trainer._runner).sync()
+        for client in clients:
+            _assert_same_weights(client.weight_sums(), _policy_sums(trainer))
 
 
 @pytest.fixture(scope="module")
