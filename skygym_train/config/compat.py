@@ -228,10 +228,14 @@ RULES: Dict[str, Rule] = {
                                          "URLs"),
     "generator.backend": R("hf, vllm, remote, sglang"),
     "generator.weight_sync_backend": R("auto, inprocess, shm, gloo, nccl, checkpoint; nccl is refused without CUDA "
-                                       "GPUs, shm needs hf with Ray workers, cuda_ipc is not bundled"),
+                                       "GPUs, shm needs hf with Ray workers, cuda_ipc is not bundled; engine actors "
+                                       "(run_engines_locally=true with Ray) take the broadcast from policy rank 0 "
+                                       "(auto) or checkpoint, and refuse inprocess and shm (and nccl when "
+                                       "colocated)"),
     "generator.weight_transfer_threshold_cuda_ipc_GB": D("read by cuda_ipc weight sync, which is not bundled"),
-    "generator.inference_engine_tensor_parallel_size": R("honoured with vllm; with other backends any value but 1 "
-                                                         "is refused"),
+    "generator.inference_engine_tensor_parallel_size": R("honoured with vllm (engine actors of their own get "
+                                                         "that many GPUs per bundle; colocated ones refuse >1); "
+                                                         "with other backends any value but 1 is refused"),
     "generator.inference_engine_pipeline_parallel_size": D("pipeline-parallel engines are not bundled"),
     "generator.inference_engine_expert_parallel_size": D("expert-parallel engines are not bundled"),
     "generator.inference_engine_data_parallel_size": D("use generator.num_inference_engines"),
