@@ -10,6 +10,15 @@ tokenizer nor transformers. ``backend_config``: ``base_url``, ``model`` (asked f
 :class:`~skygym_adapters.types.InferenceEngine`: hf, vllm, remote, sglang, or a list of them), with the
 policy's tokenizer. Trajectories are recorded by the rollout loop (:mod:`skygym_adapters.rollout`), so training
 gets prompt and response ids, loss masks and logprobs exactly as the trainer's own generator records them.
+
+``verl``: veRL's server manager (what veRL hands its agent loops; ``infer_engine=`` is that object, anything with
+``async generate(request_id, *, prompt_ids, sampling_params)`` returning veRL's ``TokenOutput``), token in and token
+out, with logprobs when veRL's ``calculate_log_probs`` asks for them. It is the ``skyrl-train`` backend with
+:class:`VerlServerEngine` as its engine, so the rollout loop records ids, masks and logprobs the same way.
+``backend_config``: ``response_length`` (the response tokens one trajectory may use, as veRL's
+``rollout.response_length``; each turn's ``max_tokens`` is cut to what is left), ``extra_sampling_params`` (sent
+with every request as they are, e.g. veRL's ``repetition_penalty``). The veRL agent loop
+:mod:`skygym_adapters.verl.agent_runner_loop` fills both in.
 """
 
 from __future__ import annotations
@@ -17,10 +26,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from skygym_adapters.engines.base import EngineError, resolve_sampling
+from skygym_adapters.engines.base import BaseInferenceEngine, EngineError, resolve_sampling
 from skygym_adapters.engines.http_sessions import LoopSessions
 
 from skygym_adapters.agents.config import AgentConfigError
@@ -209,6 +219,116 @@ class TokenBackend:
         """The engines are the caller's to close."""
 
 
+class VerlServerEngine(BaseInferenceEngine):
+    """veRL's server manager as an :class:`~skygym_adapters.types.InferenceEngine` (see the module docstring).
+
+    Each trajectory (session id) gets one veRL request id, so veRL's sticky routing keeps its turns on one server
+    (prefix cache). With ``response_length``, a turn's ``max_tokens`` is cut to the response tokens the trajectory
+    has left (its first request's context is its prompt); once nothing is left, the server is not asked and the
+    turn is empty with stop reason ``length``. veRL's stop reasons map to this project's: ``aborted`` -> ``abort``;
+    a reply that used up its ``max_tokens`` without ending on EOS -> ``length``; else ``stop``.
+    """
+
+    _KEYS = ("response_length", "extra_sampling_params")
+
+    def __init__(
+        self,
+        server_manager: Any,
+        response_length: Optional[int] = None,
+        extra_sampling_params: Optional[Mapping[str, Any]] = None,
+        eos_token_ids: Any = (),
+    ) -> None:
+        if not callable(getattr(server_manager, "generate", None)):
+            raise AgentConfigError(
+                "the verl backend needs veRL's server manager as infer_engine (an object with "
+                "async generate(request_id, *, prompt_ids, sampling_params)); got "
+                f"{type(server_manager).__name__}"
+            )
+        if response_length is not None and int(response_length) < 1:
+            raise AgentConfigError(f"backend_config.response_length must be at least 1, got {response_length}")
+        self.server_manager = server_manager
+        self.response_length = None if response_length is None else int(response_length)
+        self.extra_sampling_params = dict(extra_sampling_params or {})
+        self.eos_token_ids = {int(t) for t in (eos_token_ids or ()) if t is not None}
+        self._requests: Dict[str, str] = {}  # session id -> veRL request id
+        self._prompt_lengths: Dict[str, int] = {}  # session id -> length of its first context (the prompt)
+        self.calls = 0
+
+    def verl_sampling(self, params: Mapping[str, Any], max_tokens: int) -> Dict[str, Any]:
+        """This project's sampling params as the dict veRL's servers take (vLLM names)."""
+        sampling = resolve_sampling(dict(params or {}))
+        out: Dict[str, Any] = {
+            **self.extra_sampling_params,
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k,
+            "logprobs": sampling.logprobs,
+        }
+        if sampling.min_p > 0:
+            out["min_p"] = sampling.min_p
+        if sampling.stop:
+            out["stop"] = list(sampling.stop)
+        if sampling.stop_token_ids:
+            out["stop_token_ids"] = list(sampling.stop_token_ids)
+        if sampling.seed is not None:
+            out["seed"] = sampling.seed
+        return out
+
+    async def _one(self, prompt: List[int], params: Mapping[str, Any], session: Optional[str]) -> Dict[str, Any]:
+        sampling = resolve_sampling(dict(params or {}))
+        max_tokens = sampling.max_tokens
+        if session is not None and self.response_length is not None:
+            first = self._prompt_lengths.setdefault(session, len(prompt))
+            left = self.response_length - (len(prompt) - first)
+            if left <= 0:
+                return {"ids": [], "logprobs": [] if sampling.logprobs else None, "stop": "length"}
+            max_tokens = min(max_tokens, left)
+        request_id = self._requests.setdefault(session, uuid.uuid4().hex) if session else uuid.uuid4().hex
+        self.calls += 1
+        output = await self.server_manager.generate(
+            request_id=request_id, prompt_ids=list(prompt), sampling_params=self.verl_sampling(params, max_tokens)
+        )
+        ids = [int(t) for t in output.token_ids]
+        logprobs = list(output.log_probs) if output.log_probs else None
+        if sampling.logprobs and logprobs is None and ids:
+            raise EngineError("veRL's server returned no log_probs although rollout logprobs were asked for")
+        if output.stop_reason == "aborted":
+            stop = "abort"
+        elif len(ids) >= max_tokens and not (ids and ids[-1] in self.eos_token_ids):
+            stop = "length"
+        else:
+            stop = "stop"
+        return {"ids": ids, "logprobs": logprobs if sampling.logprobs else None, "stop": stop}
+
+    async def generate(
+        self,
+        prompt_token_ids: List[List[int]],
+        sampling_params: Optional[Dict[str, Any]] = None,
+        *,
+        messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
+    ) -> Dict[str, Any]:
+        sessions = list(session_ids) if session_ids else [None] * len(prompt_token_ids)
+        results = await asyncio.gather(
+            *(self._one(list(p), sampling_params or {}, s) for p, s in zip(prompt_token_ids, sessions))
+        )
+        wants_logprobs = resolve_sampling(dict(sampling_params or {})).logprobs
+        return {
+            "response_ids": [r["ids"] for r in results],
+            "responses": [None for _ in results],
+            "stop_reasons": [r["stop"] for r in results],
+            "response_logprobs": [r["logprobs"] or [] for r in results] if wants_logprobs else None,
+        }
+
+    def finish_session(self, session_id: str) -> None:
+        self._requests.pop(session_id, None)
+        self._prompt_lengths.pop(session_id, None)
+
+    def close(self) -> None:
+        """The server manager is veRL's."""
+
+
 def _openai(cfg: Mapping[str, Any], infer_engine: Any, tokenizer: Any, **_: Any) -> OpenAIChatBackend:
     return OpenAIChatBackend.from_config(cfg, tokenizer)
 
@@ -217,7 +337,27 @@ def _token(cfg: Mapping[str, Any], infer_engine: Any, tokenizer: Any, **kwargs: 
     return TokenBackend.from_config(cfg, infer_engine, tokenizer, kwargs.get("chat_template_kwargs"))
 
 
+def _verl(cfg: Mapping[str, Any], infer_engine: Any, tokenizer: Any, **kwargs: Any) -> TokenBackend:
+    cfg = dict(cfg or {})
+    unknown = sorted(set(cfg) - set(VerlServerEngine._KEYS))
+    if unknown:
+        raise AgentConfigError(
+            f"unknown key(s) {unknown} in generator.backend_config for verl; valid keys: {list(VerlServerEngine._KEYS)}"
+        )
+    if infer_engine is None:
+        raise AgentConfigError(
+            "the verl backend needs veRL's server manager as infer_engine (the veRL agent loop "
+            "skyrl_agent_runner passes it); to evaluate without veRL use infer_backend: openai_server"
+        )
+    engine = infer_engine
+    if not isinstance(infer_engine, VerlServerEngine):
+        eos = getattr(tokenizer, "eos_token_id", None)
+        engine = VerlServerEngine(infer_engine, eos_token_ids=eos if isinstance(eos, (list, tuple)) else [eos], **cfg)
+    return TokenBackend(engine, tokenizer, kwargs.get("chat_template_kwargs"))
+
+
 BACKEND_REGISTRY: Dict[str, Callable[..., Any]] = {
+    "verl": _verl,
     "openai_server": _openai,
     "openai": _openai,
     "skyrl-train": _token,
@@ -244,6 +384,7 @@ __all__ = [
     "ChatReply",
     "OpenAIChatBackend",
     "TokenBackend",
+    "VerlServerEngine",
     "build_backend",
     "register_backend",
 ]
