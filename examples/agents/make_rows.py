@@ -1,7 +1,8 @@
-"""Rows for the agent examples: one-digit products for the ``code_interpreter`` env (a Python tool in a sandbox).
+"""Rows for the agent examples: one-digit products for the ``code_interpreter`` env (Python in a sandbox).
 
-The questions come from the ``multiply`` dataset builder (deterministic per seed, split and index); the prompt
-tells the model how to call the tool, and ``code_interpreter`` grades the last ``\\boxed{}`` (1.0 or 0.0).
+The questions come from the ``multiply`` dataset builder (deterministic per seed, split and index); the system
+prompt shows the tool call and the answer format with a worked example (SmolLM2-135M ignores a bare instruction
+to box its answer), and ``code_interpreter`` grades the last ``\\boxed{}`` (1.0 or 0.0).
 
     python examples/agents/make_rows.py --out /tmp/data/agent_multiply --train 64 --val 16
 """
@@ -15,8 +16,9 @@ from skyrl_gym.data import write_jsonl
 from skyrl_gym.datasets import build_rows
 
 SYSTEM = (
-    "You solve multiplication problems. You may run Python by writing <tool><python>print(...)</python></tool>; "
-    "its output comes back to you. When you know the product, reply with it as \\boxed{answer}."
+    "You can run Python: write <tool><python>print(7 * 8)</python></tool> and its output comes back. "
+    "Answer with the product in \\boxed{}. Example:\n"
+    "Q: What is 2 * 3?\nA: 2 * 3 = 6, so the answer is \\boxed{6}."
 )
 
 
@@ -28,7 +30,8 @@ def tool_rows(split: str, size: int, seed: int = 0, max_turns: int = 3) -> list:
             **row,
             "data_source": "agent_multiply",
             "env_class": "code_interpreter",
-            "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {question}?"}],
+            "prompt": [{"role": "system", "content": SYSTEM},
+                       {"role": "user", "content": f"What is {question}?"}],
             "max_turns": max_turns,
         })
     return rows
