@@ -163,3 +163,64 @@ def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1, node_ip: str =
             ray.shutdown()
         _stop(procs, temp_dir)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def second_ray_node(num_cpus: int = 1) -> Iterator[Dict[str, str]]:
+    """Join one more node (``ray start --address``, custom resource ``node2``) to the Ray this process is connected
+    to, announcing the head's own address; yield ``{"head": node id, "node2": node id}`` and end the node after.
+
+    Cheaper than :func:`two_node_ray_cluster` where a local Ray is already up (the session's): nothing is shut down
+    or started again but the second node. Skips when the node does not join within ``START_TIMEOUT_S``.
+    """
+    import ray
+
+    if not RAY.exists():
+        pytest.skip(f"the `ray` command is not beside {sys.executable}: pip install -e '.[train]'")
+    head = [n for n in ray.nodes() if n["Alive"]]
+    if len(head) != 1:
+        pytest.skip(f"second_ray_node expects a one-node Ray, this one has {len(head)} nodes")
+    address = ray.get_runtime_context().gcs_address
+    temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    log_path = Path(temp_dir) / "node2.log"
+    procs: List[subprocess.Popen] = []
+    try:
+        with open(log_path, "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        str(RAY),
+                        "start",
+                        f"--address={address}",
+                        '--resources={"node2": 1}',
+                        f"--temp-dir={temp_dir}/node2",
+                        f"--num-cpus={num_cpus}",
+                        "--num-gpus=0",
+                        "--object-store-memory=100000000",
+                        "--block",
+                        "--disable-usage-stats",
+                        f"--node-ip-address={head[0]['NodeManagerAddress']}",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+            if procs[0].poll() is not None or time.monotonic() > deadline:
+                pytest.skip(
+                    f"`ray start --address={address}` did not join within {START_TIMEOUT_S} s "
+                    f"(exit {procs[0].poll()}): {_tail(log_path)}"
+                )
+            time.sleep(0.5)
+        yield {("node2" if "node2" in n["Resources"] else "head"): n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    finally:
+        _stop(procs, temp_dir)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len([n for n in ray.nodes() if n["Alive"]]) > 1 and time.monotonic() < deadline:
+            time.sleep(0.5)  # later users of this Ray see one node again
+        shutil.rmtree(temp_dir, ignore_errors=True)

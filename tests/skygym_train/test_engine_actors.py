@@ -2,8 +2,8 @@
 
 The trainer starts the HF engine in an actor, colocated on the policy's placement-group bundle or on bundles of its
 own; weights reach the actor by the gloo broadcast from policy rank 0, and the actor then generates from them. The
-two-node test places the engine actor on a second Ray node (two ``ray start`` processes on this machine) and trains
-one-step-off (generation on the actor overlapping training and weight sync).
+two-node test places the engine actor on a second Ray node (a ``ray start`` process joined to the session's Ray on
+this machine) and trains one-step-off (generation on the actor overlapping training and weight sync).
 """
 
 from __future__ import annotations
@@ -121,19 +121,13 @@ def test_colocated_engine_actors_share_the_policy_bundle_and_get_its_weights(
 
 
 @pytest.fixture(scope="module")
-def two_nodes():
-    ray = pytest.importorskip("ray")
-    from tests.ray_two_nodes import two_node_ray_cluster
+def two_nodes(ray_cluster):
+    from tests.ray_two_nodes import second_ray_node
 
-    had_local_ray = ray.is_initialized()  # the session's ray_cluster: started again afterwards
-    # the head's two CPUs go to the policy's bundle, so the engine's own bundle (one CPU) can only be on node2;
-    # both nodes announce this machine's own address, so the broadcast does not ride the loopback
-    with two_node_ray_cluster(head_cpus=2, node2_cpus=1, node_ip=ray.util.get_node_ip_address()) as nodes:
+    # a second node joins the session's Ray (two CPUs, this machine's own address, so the broadcast leaves the
+    # loopback): the policy's bundle takes the head's two CPUs, so the engine's own bundle can only go to node2
+    with second_ray_node(num_cpus=1) as nodes:
         yield nodes
-    if had_local_ray:
-        from skygym_train.ray_utils import init_ray
-
-        init_ray(num_cpus=2)
 
 
 @pytest.mark.slow
@@ -159,7 +153,7 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
         result = trainer.fit()
         sync = trainer._weight_sync
         head_ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == policy_node)
-        # the group's rendezvous is policy rank 0's node address (this machine's own here), not 127.0.0.1
+        # the group's rendezvous is policy rank 0's node address (this machine's own here), not a loopback default
         assert sync.backend == "gloo" and sync.rendezvous.split(":")[0] == head_ip == ray.util.get_node_ip_address()
         assert result["global_step"] == 2
         assert all(h["async/staleness"] in (0.0, 1.0) for h in result["history"])  # one-step-off ran
