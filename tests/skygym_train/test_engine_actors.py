@@ -35,6 +35,11 @@ def _problems(tiny_chat_model, toy_data, tmp_path, has_cuda=False, **extra):
 
 
 def test_settings_engine_actors_cannot_honour_are_refused(tiny_chat_model, toy_data, tmp_path):
+    from skygym_train.config.validation import engines_are_ray_actors
+
+    assert engines_are_ray_actors(_config(tiny_chat_model, toy_data, tmp_path))
+    # without Ray, run_engines_locally=true is SkyRL's "launched by the trainer": the engine runs in its process
+    assert not engines_are_ray_actors(_config(tiny_chat_model, toy_data, tmp_path, **{"trainer.use_ray": "false"}))
     assert _problems(tiny_chat_model, toy_data, tmp_path, **{"generator.num_inference_engines": 2}) == ""
     # several hf engines are only possible as actors
     many_here = _problems(tiny_chat_model, toy_data, tmp_path,
