@@ -28,7 +28,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from skygym_adapters.engines.base import BaseInferenceEngine, EngineError, resolve_sampling
 from skygym_adapters.engines.http_sessions import LoopSessions
@@ -222,11 +222,14 @@ class TokenBackend:
 class VerlServerEngine(BaseInferenceEngine):
     """veRL's server manager as an :class:`~skygym_adapters.types.InferenceEngine` (see the module docstring).
 
-    Each trajectory (session id) gets one veRL request id, so veRL's sticky routing keeps its turns on one server
-    (prefix cache). With ``response_length``, a turn's ``max_tokens`` is cut to the response tokens the trajectory
-    has left (its first request's context is its prompt); once nothing is left, the server is not asked and the
-    turn is empty with stop reason ``length``. veRL's stop reasons map to this project's: ``aborted`` -> ``abort``;
-    a reply that used up its ``max_tokens`` without ending on EOS -> ``length``; else ``stop``.
+    A trajectory's requests are recognised by their context: its first request's context is its prompt, and every
+    later one starts with that prompt (the rollout loop only appends). Each trajectory gets one veRL request id,
+    so veRL's sticky routing keeps its turns on one server (prefix cache). With ``response_length``, a turn's
+    ``max_tokens`` is cut to the response tokens the trajectory has left; once nothing is left, the server is not
+    asked and the turn is empty with stop reason ``length``. veRL's stop reasons map to this project's:
+    ``aborted`` -> ``abort``; a reply that used up its ``max_tokens`` without ending on EOS -> ``length``; else
+    ``stop``. Made for the trajectories of one runner (the veRL loop builds one per sample): it remembers every
+    prompt it has seen.
     """
 
     _KEYS = ("response_length", "extra_sampling_params")
@@ -250,8 +253,7 @@ class VerlServerEngine(BaseInferenceEngine):
         self.response_length = None if response_length is None else int(response_length)
         self.extra_sampling_params = dict(extra_sampling_params or {})
         self.eos_token_ids = {int(t) for t in (eos_token_ids or ()) if t is not None}
-        self._requests: Dict[str, str] = {}  # session id -> veRL request id
-        self._prompt_lengths: Dict[str, int] = {}  # session id -> length of its first context (the prompt)
+        self._prompts: List[Tuple[List[int], str]] = []  # (prompt ids, veRL request id) of each trajectory
         self.calls = 0
 
     def verl_sampling(self, params: Mapping[str, Any], max_tokens: int) -> Dict[str, Any]:
@@ -275,16 +277,28 @@ class VerlServerEngine(BaseInferenceEngine):
             out["seed"] = sampling.seed
         return out
 
-    async def _one(self, prompt: List[int], params: Mapping[str, Any], session: Optional[str]) -> Dict[str, Any]:
+    def _trajectory_of(self, context: List[int]) -> Tuple[int, str]:
+        """(prompt length, request id) of the trajectory ``context`` belongs to: the longest known prompt that
+        starts it, else ``context`` is a new trajectory's prompt."""
+        best: Optional[Tuple[List[int], str]] = None
+        for prompt, request_id in self._prompts:
+            if len(prompt) <= len(context) and context[: len(prompt)] == prompt:
+                if best is None or len(prompt) > len(best[0]):
+                    best = (prompt, request_id)
+        if best is None:
+            best = (list(context), uuid.uuid4().hex)
+            self._prompts.append(best)
+        return len(best[0]), best[1]
+
+    async def _one(self, prompt: List[int], params: Mapping[str, Any]) -> Dict[str, Any]:
         sampling = resolve_sampling(dict(params or {}))
         max_tokens = sampling.max_tokens
-        if session is not None and self.response_length is not None:
-            first = self._prompt_lengths.setdefault(session, len(prompt))
-            left = self.response_length - (len(prompt) - first)
+        prompt_length, request_id = self._trajectory_of(prompt)
+        if self.response_length is not None:
+            left = self.response_length - (len(prompt) - prompt_length)
             if left <= 0:
                 return {"ids": [], "logprobs": [] if sampling.logprobs else None, "stop": "length"}
             max_tokens = min(max_tokens, left)
-        request_id = self._requests.setdefault(session, uuid.uuid4().hex) if session else uuid.uuid4().hex
         self.calls += 1
         output = await self.server_manager.generate(
             request_id=request_id, prompt_ids=list(prompt), sampling_params=self.verl_sampling(params, max_tokens)
@@ -309,10 +323,7 @@ class VerlServerEngine(BaseInferenceEngine):
         messages: Optional[List[List[Dict[str, Any]]]] = None,
         session_ids: Optional[List[Optional[str]]] = None,
     ) -> Dict[str, Any]:
-        sessions = list(session_ids) if session_ids else [None] * len(prompt_token_ids)
-        results = await asyncio.gather(
-            *(self._one(list(p), sampling_params or {}, s) for p, s in zip(prompt_token_ids, sessions))
-        )
+        results = await asyncio.gather(*(self._one([int(t) for t in p], sampling_params or {}) for p in prompt_token_ids))
         wants_logprobs = resolve_sampling(dict(sampling_params or {})).logprobs
         return {
             "response_ids": [r["ids"] for r in results],
@@ -320,10 +331,6 @@ class VerlServerEngine(BaseInferenceEngine):
             "stop_reasons": [r["stop"] for r in results],
             "response_logprobs": [r["logprobs"] or [] for r in results] if wants_logprobs else None,
         }
-
-    def finish_session(self, session_id: str) -> None:
-        self._requests.pop(session_id, None)
-        self._prompt_lengths.pop(session_id, None)
 
     def close(self) -> None:
         """The server manager is veRL's."""

@@ -135,10 +135,8 @@ def test_env_task_and_react_tools_run_as_agent_trajectories(tmp_path, gsm8k_test
     assert len(ids) > 0 and set(mask) == {0}
 
 
-def test_tiny_model_trajectories_with_logprobs_and_the_response_budget(
-    tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer
-):
-    """A real transformers model generates; no turn asks for more than the trajectory has left."""
+def test_tiny_model_trajectories_with_logprobs(tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer):
+    """A real transformers model generates; veRL gets its logprobs on the model's tokens."""
     from skygym_adapters.engines.hf import HFEngine
 
     rows = list(gsm8k_rows(gsm8k_test_file, limit=2, env_class="gsm8k_multi_turn"))
@@ -157,16 +155,6 @@ def test_tiny_model_trajectories_with_logprobs_and_the_response_budget(
         assert all(lp < 0 for lp, m in zip(logprobs, mask) if m == 1)
         assert all(lp == 0 for lp, m in zip(logprobs, mask) if m == 0)
 
-    # A response budget smaller than two turns and the env message between them: the second turn is cut to what
-    # is left, and nothing past rollout.response_length is generated or returned.
-    output, server = _run(tmp_path / "short", tiny_model_dir, tokenizer, rows[:1],
-                          {**agent, "generator": {"max_iterations": 2, "sampling_params": {"max_tokens": 30}}},
-                          HFEngine(str(tiny_model_dir)), 48)
-    ids, mask = _sample(output, 0)
-    assert len(ids) <= 48
-    model_tokens = sum(mask)
-    assert model_tokens <= 48 and output.non_tensor_batch["assistant_turns"][0] >= 1
-
 
 def test_a_row_the_task_cannot_start_is_one_masked_sample_not_a_failed_batch(tmp_path, tiny_model_dir, tokenizer):
     rows = [
@@ -183,3 +171,22 @@ def test_a_row_the_task_cannot_start_is_one_masked_sample_not_a_failed_batch(tmp
     assert extra["skyrl_gym_reward"][1] == 0.0 and extra["assistant_turns"][1] == 0
     assert set(_sample(output, 1)[1]) <= {0}
     assert server.calls == 1 and engine.turns == {"good env row": 1}
+
+
+def test_no_turn_asks_for_more_than_the_response_budget_left(tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer):
+    """The second turn's max_tokens is cut to what rollout.response_length leaves after turn one and the env's
+    message, so the turn ends exactly at the budget (its reward on the last response token) instead of being cut
+    off afterwards."""
+    rows = list(gsm8k_rows(gsm8k_test_file, limit=1, env_class="gsm8k_multi_turn"))
+    rows[0]["max_turns"] = 2
+    long_answer = "I keep counting the apples one by one " * 20
+    engine = ScriptedEngine(tokenizer, {rows[0]["extra_info"]["question"]: ["#### 1", long_answer]})
+    agent = {"task": "env", "generator": {"max_iterations": 2, "sampling_params": {"max_tokens": 400}}}
+    output, server = _run(tmp_path, tiny_model_dir, tokenizer, rows, agent, engine, response_length=96)
+    extra = output.non_tensor_batch
+    ids, mask = _sample(output, 0)
+    runs = [(v, s, e) for v, s, e in _segments(mask)]
+    assert [v for v, _, _ in runs] == [1, 0, 1] and len(ids) == 96
+    assert extra["finish_reason"][0] == "FINISH" and server.calls == 2
+    assert list(extra["turn_reward_positions"][0]) == [runs[0][2] - 1, 95]
+    assert long_answer.startswith(tokenizer.decode(ids[runs[2][1] :], skip_special_tokens=True))
