@@ -21,6 +21,18 @@ being trained as the engine: token ids in and out, observation tokens from the c
 was built with. The episode reward reaches the reward functions as the ``env_reward`` column, read
 by :func:`episode_reward`.
 
+An agent of the agent layer (:mod:`skygym_adapters.agents`: a task, an agent, its tools, from an agent YAML) can
+play the episodes instead::
+
+    trainer = GRPOTrainer(model=..., reward_funcs=[episode_reward], train_dataset=dataset,
+                          rollout_func=agent_rollout_func("agent.yaml", rows))
+
+:func:`agent_rollout_func` runs ONE trajectory of an :class:`~skygym_adapters.agents.AgentRunner` per prompt (TRL
+already repeats each prompt ``num_generations`` times) with the policy being trained as the engine
+(``infer_backend: skyrl-train``); ``env_mask`` is the runner's loss mask (observation tokens 0, and all 0 for
+trajectories the agent layer does not train on), ``env_reward`` the task's reward, ``agent_finish_reason`` why
+each trajectory stopped.
+
 This module imports TRL, torch and transformers only inside the functions that need them.
 """
 
@@ -159,6 +171,57 @@ def prompt_key(prompt: Any) -> str:
     return json.dumps(messages, sort_keys=True, ensure_ascii=False)
 
 
+def _prompt_table(
+    rows: Iterable[Mapping[str, Any]], env_id: Optional[str], what: str, require_env_class: bool = True
+) -> Dict[str, Dict[str, Any]]:
+    """Rows by :func:`prompt_key`: TRL hands a ``rollout_func`` only the prompts."""
+    table: Dict[str, Dict[str, Any]] = {}
+    for index, row in enumerate(rows):
+        row = dict(row)
+        if env_id is not None:
+            row["env_class"] = env_id
+        if require_env_class and not row.get("env_class"):
+            raise DataError(f"{what}: row {index} has no 'env_class' (or pass env_id=...)")
+        key = prompt_key(row["prompt"])
+        known = table.get(key)
+        if known is not None and (known.get("env_class"), known.get("reward_spec")) != (
+            row.get("env_class"), row.get("reward_spec")
+        ):
+            raise DataError(
+                f"{what}: row {index} has the same prompt as an earlier row but another env or ground "
+                "truth; TRL gives rollout functions only the prompt, so prompts must identify their rows"
+            )
+        table[key] = row
+    if not table:
+        raise DataError(f"{what}: no rows given")
+    return table
+
+
+def _rows_of(table: Mapping[str, Dict[str, Any]], prompts: List[Any], what: str) -> List[Dict[str, Any]]:
+    batch_rows = []
+    for i, prompt in enumerate(prompts):
+        row = table.get(prompt_key(prompt))
+        if row is None:
+            raise DataError(f"{what}: prompt {i} is not among the rows the rollout function was built with")
+        batch_rows.append(row)
+    return batch_rows
+
+
+def _trl_sampling(trainer: Any, max_tokens: int, temperature: Optional[float]) -> Dict[str, Any]:
+    """The trainer's sampling settings as this project's sampling params (logprobs always: TRL wants them)."""
+    args = trainer.args
+    sampling: Dict[str, Any] = {
+        "max_generate_length": max_tokens,
+        "temperature": float(temperature if temperature is not None else args.temperature),
+        "logprobs": True,
+    }
+    if getattr(args, "top_p", None) is not None:
+        sampling["top_p"] = float(args.top_p)
+    if getattr(args, "top_k", None):
+        sampling["top_k"] = int(args.top_k)
+    return sampling
+
+
 def rollout_episodes(
     rows: Sequence[Mapping[str, Any]],
     engine: Any,
@@ -212,43 +275,14 @@ def env_rollout_func(
     (as SkyRL's generator does). Each turn may use ``max_tokens_per_turn`` tokens (default: TRL's
     ``max_completion_length`` divided by ``max_turns``).
     """
-    table: Dict[str, Dict[str, Any]] = {}
-    for index, row in enumerate(rows):
-        row = dict(row)
-        if env_id is not None:
-            row["env_class"] = env_id
-        if not row.get("env_class"):
-            raise DataError(f"env_rollout_func: row {index} has no 'env_class' (or pass env_id=...)")
-        key = prompt_key(row["prompt"])
-        known = table.get(key)
-        if known is not None and (known["env_class"], known.get("reward_spec")) != (row["env_class"], row.get("reward_spec")):
-            raise DataError(
-                f"env_rollout_func: row {index} has the same prompt as an earlier row but another env or ground "
-                "truth; TRL gives rollout functions only the prompt, so prompts must identify their rows"
-            )
-        table[key] = row
-    if not table:
-        raise DataError("env_rollout_func: no rows given")
+    table = _prompt_table(rows, env_id, "env_rollout_func")
 
     def rollout_func(prompts: List[Any], trainer: Any) -> Dict[str, List[Any]]:
         from skygym_adapters.engines.hf import HFEngine
 
-        batch_rows = []
-        for i, prompt in enumerate(prompts):
-            row = table.get(prompt_key(prompt))
-            if row is None:
-                raise DataError(f"env_rollout_func: prompt {i} is not among the rows the rollout function was built with")
-            batch_rows.append(row)
-        args = trainer.args
-        sampling: Dict[str, Any] = {
-            "max_generate_length": max_tokens_per_turn or max(1, int(args.max_completion_length) // max_turns),
-            "temperature": float(temperature if temperature is not None else args.temperature),
-            "logprobs": True,
-        }
-        if getattr(args, "top_p", None) is not None:
-            sampling["top_p"] = float(args.top_p)
-        if getattr(args, "top_k", None):
-            sampling["top_k"] = int(args.top_k)
+        batch_rows = _rows_of(table, prompts, "env_rollout_func")
+        max_tokens = max_tokens_per_turn or max(1, int(trainer.args.max_completion_length) // max_turns)
+        sampling = _trl_sampling(trainer, max_tokens, temperature)
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
         engine = HFEngine(model, trainer.processing_class)  # the policy itself: no weight sync needed
@@ -261,7 +295,89 @@ def env_rollout_func(
     return rollout_func
 
 
+AGENT_FINISH_REASON_COLUMN = "agent_finish_reason"
+
+
+def agent_rollout_func(
+    agent_config: Any,
+    rows: Iterable[Mapping[str, Any]],
+    max_tokens_per_turn: Optional[int] = None,
+    temperature: Optional[float] = None,
+) -> Callable[[List[Any], Any], Dict[str, List[Any]]]:
+    """A TRL ``rollout_func`` whose episodes an agent of the agent layer plays (see the module docstring).
+
+    ``agent_config``: an agent YAML path, a shipped config's name, a mapping or an
+    :class:`~skygym_adapters.agents.AgentConfig`. Its ``infer_backend`` becomes ``skyrl-train`` over the policy
+    being trained and ``num_trajectories`` 1; TRL's ``temperature``/``top_p``/``top_k`` replace the YAML's, and a
+    turn may use ``max_tokens_per_turn`` tokens (default: the YAML's ``max_tokens``, else TRL's
+    ``max_completion_length`` divided by ``generator.max_iterations``). ``rows`` are the training rows, looked up by
+    prompt. Returns ``prompt_ids``, ``completion_ids``, ``logprobs``, ``env_mask`` (the runner's loss mask) and the
+    reward-function columns ``env_reward`` (the task's reward), ``env_turns`` and ``agent_finish_reason``.
+    """
+    import copy
+
+    from skygym_adapters.agents.config import AgentConfig, load_agent_config, parse_agent_config
+
+    base = agent_config if isinstance(agent_config, AgentConfig) else (
+        parse_agent_config(agent_config) if isinstance(agent_config, Mapping) else load_agent_config(agent_config)
+    )
+    table = _prompt_table(rows, None, "agent_rollout_func", require_env_class=False)
+
+    def rollout_func(prompts: List[Any], trainer: Any) -> Dict[str, List[Any]]:
+        from skygym_adapters.agents.runner import AgentRunner
+        from skygym_adapters.engines.hf import HFEngine
+
+        batch_rows = _rows_of(table, prompts, "agent_rollout_func")
+        cfg = copy.deepcopy(base)
+        g = cfg.generator
+        g.infer_backend, g.backend_config, g.num_trajectories = "skyrl-train", {}, 1
+        cfg.data.instance_id_key = None  # trajectory i is prompt i
+        own = {k: v for k, v in g.sampling_params.items() if k not in ("temperature", "top_p", "top_k", "logprobs")}
+        yaml_max = next((own.pop(k) for k in ("max_generate_length", "max_tokens", "max_new_tokens") if k in own), None)
+        max_tokens = max_tokens_per_turn or yaml_max or max(1, int(trainer.args.max_completion_length) // g.max_iterations)
+        g.sampling_params = {**own, **_trl_sampling(trainer, int(max_tokens), temperature)}
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        engine = HFEngine(model, trainer.processing_class)  # the policy itself: no weight sync needed
+        runner = AgentRunner(cfg, infer_engine=engine, tokenizer=trainer.processing_class)
+        finished: List[Any] = []
+
+        async def play() -> Any:
+            try:
+                return await runner.run(batch_rows, val_mode=False, on_trajectory_done=finished.append)
+            finally:
+                await runner.aclose()
+
+        try:
+            output = run_sync(play())
+        finally:
+            engine.close()
+            model.train(was_training)
+        by_instance = {(t.cfg.instance_id, t.cfg.trajectory_id): t for t in finished}
+        reasons = [
+            (by_instance[(i, 0)].result or {}).get("finish_reason") if (i, 0) in by_instance else None
+            for i in range(len(batch_rows))
+        ]
+        logprobs = output.get("rollout_logprobs")
+        return {
+            "prompt_ids": [list(ids) for ids in output["prompt_token_ids"]],
+            "completion_ids": [list(ids) for ids in output["response_ids"]],
+            "logprobs": [
+                list(logprobs[i]) if logprobs is not None and logprobs[i] is not None else [0.0] * len(ids)
+                for i, ids in enumerate(output["response_ids"])
+            ],
+            "env_mask": [list(mask) for mask in output["loss_masks"]],
+            EPISODE_REWARD_COLUMN: [float(r) for r in output["trajectory_rewards"]],
+            EPISODE_TURNS_COLUMN: list(output["num_turns"]),
+            AGENT_FINISH_REASON_COLUMN: reasons,
+        }
+
+    return rollout_func
+
+
 __all__ = [
+    "AGENT_FINISH_REASON_COLUMN",
+    "agent_rollout_func",
     "EPISODE_REWARD_COLUMN",
     "EPISODE_TURNS_COLUMN",
     "completion_text",
