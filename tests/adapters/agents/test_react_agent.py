@@ -231,7 +231,7 @@ def test_unknown_keys_list_the_valid_ones():
         ),
         (
             {"generator": {"infer_backend": "tinker"}},
-            r"unknown generator.infer_backend 'tinker'; choose one of \['openai', 'openai_server', 'skyrl-train', 'skyrl_train'\]",
+            r"unknown generator.infer_backend 'tinker'; choose one of \['openai', 'openai_server', 'skyrl-train', 'skyrl_train', 'verl'\]",
         ),
         (
             {"tools": ["web_browser"]},
