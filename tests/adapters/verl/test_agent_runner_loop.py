@@ -152,14 +152,15 @@ def test_tiny_model_trajectories_with_logprobs(tmp_path, gsm8k_test_file, tiny_m
     output, server = _run(tmp_path, tiny_model_dir, tokenizer, rows, agent, HFEngine(str(tiny_model_dir)), 160)
     extra = output.non_tensor_batch
     assert server.calls == 2
-    for i in range(1):
-        ids, mask = _sample(output, i)
-        assert extra["error"][i] is None and extra["assistant_turns"][i] == 2
-        assert [v for v, _, _ in _segments(mask)] == [1, 0, 1]
-        assert all(e - s <= 12 + 1 for v, s, e in _segments(mask) if v == 1)
-        logprobs = output.batch["rollout_log_probs"][i, : len(mask)].tolist()
-        assert all(lp < 0 for lp, m in zip(logprobs, mask) if m == 1)
-        assert all(lp == 0 for lp, m in zip(logprobs, mask) if m == 0)
+    ids, mask = _sample(output, 0)
+    assert extra["error"][0] is None and extra["assistant_turns"][0] == 2
+    runs = _segments(mask)
+    assert [v for v, _, _ in runs] == [1, 0, 1]  # model turn, the env's message, model turn
+    assert LAST_TURN_MESSAGE in tokenizer.decode(ids[runs[1][1] : runs[1][2]])
+    assert all(e - s <= 12 + 1 for v, s, e in runs if v == 1)  # the YAML's max_tokens (+ an end-of-turn token)
+    logprobs = output.batch["rollout_log_probs"][0, : len(mask)].tolist()
+    assert all(lp < 0 for lp, m in zip(logprobs, mask) if m == 1)  # the model's own sampled tokens
+    assert all(lp == 0 for lp, m in zip(logprobs, mask) if m == 0)
 
 
 def test_no_turn_asks_for_more_than_the_response_budget_left(tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer):
