@@ -54,25 +54,33 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {message}")
 
 
-# With pytest-xdist (`-n 2`, as scripts/test.sh runs the core session), tests that share a machine-wide resource
-# run on one worker, in order: the Docker engine the sandbox and SWE tests start (one per machine: a second
-# worker would start or stop it under the first) and the Ray trainer and env-worker tests (each starts a Ray
-# cluster, and two trainings at once only slow each other down on two cores). Everything else is spread out.
+# With pytest-xdist (`-n 2 --dist loadgroup`, as scripts/test.sh runs the core session), tests that share a
+# machine-wide resource run on one worker, in order: the Docker engine the sandbox and SWE tests start (one per
+# machine: a second worker would start or stop it under the first) and the Ray trainer and env-worker tests (each
+# starts a Ray cluster, and two trainings at once only slow each other down on two cores). Everything else is
+# spread test by test. The groups go by path: xdist's own `xdist_group` marks do not reach its scheduler under
+# pytest 9 (the test ids they rewrite are read-only there), so this scheduler groups by path itself.
 _XDIST_GROUPS = (
     ("docker", ("tests/sandboxes/", "tests/skyrl_gym/envs/swe/", "tests/adapters/agents/test_swe_task.py")),
     ("ray", ("tests/skygym_train/", "tests/adapters/test_ray_envs")),
 )
 
 
-def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "numprocesses", None):
-        return
-    for item in items:
-        path = item.path.relative_to(REPO_ROOT).as_posix()
-        for group, prefixes in _XDIST_GROUPS:
-            if path.startswith(prefixes):
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PathGroupScheduling(LoadScopeScheduling):
+        """One unit per group (largest first: xdist orders units by size), every other test a unit of its own."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            for group, prefixes in _XDIST_GROUPS:
+                if nodeid.startswith(prefixes):
+                    return group
+            return nodeid
+
+    return PathGroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
