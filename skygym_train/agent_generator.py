@@ -62,15 +62,19 @@ def agent_task_problems(cfg: Any) -> List[str]:
     problems: List[str] = []
     iterations = agent.generator.max_iterations
     if g.max_turns not in (1, iterations):
-        problems.append(f"generator.max_turns={g.max_turns}: with {where} the agent YAML's generator.max_iterations "
-                        f"({iterations}) is the turn limit; leave max_turns out or set it to {iterations}")
+        problems.append(
+            f"generator.max_turns={g.max_turns}: with {where} the agent YAML's generator.max_iterations "
+            f"({iterations}) is the turn limit; leave max_turns out or set it to {iterations}"
+        )
     for key, ours, theirs in (
         ("n_samples_per_prompt", g.n_samples_per_prompt, agent.generator.num_trajectories),
         ("eval_n_samples_per_prompt", g.eval_n_samples_per_prompt, agent.num_trajectories(val_mode=True)),
     ):
         if theirs not in (1, ours):
-            problems.append(f"generator.{key}={ours}: {where} asks for {theirs} trajectories per instance; the "
-                            f"trainer's {key} decides (it repeats each prompt); set num_trajectories to 1 or {ours}")
+            problems.append(
+                f"generator.{key}={ours}: {where} asks for {theirs} trajectories per instance; the "
+                f"trainer's {key} decides (it repeats each prompt); set num_trajectories to 1 or {ours}"
+            )
     problems += _unread_settings(cfg, where)
     return problems
 
@@ -85,8 +89,10 @@ def agent_task_warnings(cfg: Any) -> List[str]:
     except AgentConfigError:
         return []  # agent_task_problems reports it
     if agent.generator.infer_backend in CHAT_BACKENDS:
-        return [f"generator.task={g.task}: its generator.infer_backend={agent.generator.infer_backend} is replaced "
-                f"by {TRAINER_BACKEND}: the agents generate with the trainer's engines (backend_config is not read)"]
+        return [
+            f"generator.task={g.task}: its generator.infer_backend={agent.generator.infer_backend} is replaced "
+            f"by {TRAINER_BACKEND}: the agents generate with the trainer's engines (backend_config is not read)"
+        ]
     return []
 
 
@@ -102,15 +108,20 @@ def _check_names(agent: AgentConfig) -> None:
     resolve_task(agent.task)
     build_tools(agent.tools)
     if agent.dispatcher.type not in DISPATCHER_REGISTRY:
-        raise AgentConfigError(f"unknown dispatcher.type {agent.dispatcher.type!r}; choose one of "
-                               f"{sorted(DISPATCHER_REGISTRY)}")
+        raise AgentConfigError(
+            f"unknown dispatcher.type {agent.dispatcher.type!r}; choose one of {sorted(DISPATCHER_REGISTRY)}"
+        )
     if agent.generator.infer_backend not in BACKEND_REGISTRY:
-        raise AgentConfigError(f"unknown generator.infer_backend {agent.generator.infer_backend!r}; choose one of "
-                               f"{sorted(BACKEND_REGISTRY)}")
+        raise AgentConfigError(
+            f"unknown generator.infer_backend {agent.generator.infer_backend!r}; choose one of "
+            f"{sorted(BACKEND_REGISTRY)}"
+        )
     from skygym_adapters.engines.base import resolve_sampling
 
-    for key, params in (("generator.sampling_params", agent.generator.sampling_params),
-                        ("generator.val_config.sampling_params", agent.generator.val_config.sampling_params)):
+    for key, params in (
+        ("generator.sampling_params", agent.generator.sampling_params),
+        ("generator.val_config.sampling_params", agent.generator.val_config.sampling_params),
+    ):
         try:
             resolve_sampling(dict(params or {}))
         except ValueError as exc:
@@ -122,20 +133,43 @@ def _unread_settings(cfg: Any, where: str) -> List[str]:
     g, env = cfg.generator, cfg.environment
     unread = [
         ("generator.batched", g.batched, False, "agents play multi-turn episodes"),
-        ("generator.use_conversation_multi_turn", g.use_conversation_multi_turn, True,
-         "agents keep the chat conversation"),
-        ("generator.zero_reward_on_non_stop", g.zero_reward_on_non_stop, False,
-         "agents mask unfinished trajectories instead (finish reasons, docs/agents.md)"),
-        ("generator.chat_template_kwargs", dict(g.chat_template_kwargs), {},
-         "use the YAML's generator.qwen3_enable_thinking"),
-        ("generator.chat_template.name_or_path", g.chat_template.name_or_path, None,
-         "agents use the tokenizer's template"),
+        (
+            "generator.use_conversation_multi_turn",
+            g.use_conversation_multi_turn,
+            True,
+            "agents keep the chat conversation",
+        ),
+        (
+            "generator.zero_reward_on_non_stop",
+            g.zero_reward_on_non_stop,
+            False,
+            "agents mask unfinished trajectories instead (finish reasons, docs/agents.md)",
+        ),
+        (
+            "generator.chat_template_kwargs",
+            dict(g.chat_template_kwargs),
+            {},
+            "use the YAML's generator.qwen3_enable_thinking",
+        ),
+        (
+            "generator.chat_template.name_or_path",
+            g.chat_template.name_or_path,
+            None,
+            "agents use the tokenizer's template",
+        ),
         ("environment.env_config", dict(env.env_config), {}, "put it in the YAML's env_config"),
-        ("environment.ray_env_workers.num_workers", env.ray_env_workers.num_workers, 0,
-         "agents step their envs in this process"),
+        (
+            "environment.ray_env_workers.num_workers",
+            env.ray_env_workers.num_workers,
+            0,
+            "agents step their envs in this process",
+        ),
     ]
-    return [f"{key}={_show(value)}: not read with {where} ({why}); leave it at {_show(default)}"
-            for key, value, default, why in unread if value != default]
+    return [
+        f"{key}={_show(value)}: not read with {where} ({why}); leave it at {_show(default)}"
+        for key, value, default, why in unread
+        if value != default
+    ]
 
 
 def _show(value: Any) -> str:
@@ -180,8 +214,13 @@ def build_agent_generator(cfg: Any, engine: Any, tokenizer: Any) -> AgentGenerat
         agent.generator.infer_backend, agent.generator.backend_config = TRAINER_BACKEND, {}
     if agent.generator.max_prompt_length is None and g.max_input_length:
         agent.generator.max_prompt_length = int(g.max_input_length)
-    logger.info("generator.task=%s: the agent runner (%s on task %s, %d iterations) is the generator",
-                g.task, agent.agent_cls, agent.task, agent.generator.max_iterations)
+    logger.info(
+        "generator.task=%s: the agent runner (%s on task %s, %d iterations) is the generator",
+        g.task,
+        agent.agent_cls,
+        agent.task,
+        agent.generator.max_iterations,
+    )
     return AgentGenerator(AgentRunner(agent, infer_engine=engine, tokenizer=tokenizer))
 
 

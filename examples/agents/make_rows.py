@@ -26,14 +26,18 @@ def tool_rows(split: str, size: int, seed: int = 0, max_turns: int = 3) -> list:
     rows = []
     for row in build_rows("multiply", split=split, size=size, seed=seed, num_digits=1):
         question = row["prompt"][-1]["content"]
-        rows.append({
-            **row,
-            "data_source": "agent_multiply",
-            "env_class": "code_interpreter",
-            "prompt": [{"role": "system", "content": SYSTEM},
-                       {"role": "user", "content": f"What is {question}?"}],
-            "max_turns": max_turns,
-        })
+        rows.append(
+            {
+                **row,
+                "data_source": "agent_multiply",
+                "env_class": "code_interpreter",
+                "prompt": [
+                    {"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": f"What is {question}?"},
+                ],
+                "max_turns": max_turns,
+            }
+        )
     return rows
 
 

@@ -19,7 +19,9 @@ OUTPUT = re.compile(r"<output>\s*(-?\d+)\s*</output>")
 
 def uses_the_tool_on_even_factors(body):
     """``a`` even: run ``print(a * b)`` in the tool, then box what it printed. ``a`` odd: box a wrong product."""
-    question = next(m["content"] for m in body["messages"] if m["role"] == "user" and QUESTION.search(m["content"]))
+    question = next(
+        m["content"] for m in body["messages"] if m["role"] == "user" and QUESTION.search(m["content"])
+    )
     a, b = map(int, QUESTION.search(question).groups())
     printed = [OUTPUT.search(m["content"] or "") for m in body["messages"][2:]]
     printed = [m.group(1) for m in printed if m]
@@ -32,12 +34,22 @@ def uses_the_tool_on_even_factors(body):
 
 def test_eval_openai_script_scores_the_tool_agent_through_a_chat_server(tmp_path):
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
-           "ROWS": str(tmp_path / "data" / "validation.jsonl"), "OUT": str(tmp_path / "out.jsonl"), "LIMIT": "6"}
+    env = {
+        **os.environ,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "ROWS": str(tmp_path / "data" / "validation.jsonl"),
+        "OUT": str(tmp_path / "out.jsonl"),
+        "LIMIT": "6",
+    }
     with chat_server(uses_the_tool_on_even_factors) as server:
         env.update(BASE_URL=server.url, MODEL="served-name")
-        proc = subprocess.run(["bash", str(ROOT / "examples/agents/eval_openai.sh"), "--no-progress"], env=env,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            ["bash", str(ROOT / "examples/agents/eval_openai.sh"), "--no-progress"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert server.requests and all(r["model"] == "served-name" for r in server.requests)
     rows = [json.loads(line) for line in Path(env["ROWS"]).read_text().splitlines()][:6]
