@@ -61,8 +61,10 @@ def pytest_runtest_makereport(item, call):
 # spread test by test. The groups go by path: xdist's own `xdist_group` marks do not reach its scheduler under
 # pytest 9 (the test ids they rewrite are read-only there), so this scheduler groups by path itself.
 _XDIST_GROUPS = (
-    ("docker", ("tests/sandboxes/", "tests/skyrl_gym/envs/swe/", "tests/adapters/agents/test_swe_task.py")),
+    # the README's quickstart (minutes of real training, no Ray) first and on its own, beside the Ray group
+    ("quickstart", ("tests/skygym_train/test_quickstart.py",)),
     ("ray", ("tests/skygym_train/", "tests/adapters/test_ray_envs")),
+    ("docker", ("tests/sandboxes/", "tests/skyrl_gym/envs/swe/", "tests/adapters/agents/test_swe_task.py")),
 )
 
 
@@ -72,13 +74,24 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class PathGroupScheduling(LoadScopeScheduling):
-        """One unit per group (largest first: xdist orders units by size), every other test a unit of its own."""
+        """One unit per group, handed out first and in the order above (the longest chains start at once); every
+        other test is a unit of its own."""
+
+        _ordered = False
 
         def _split_scope(self, nodeid: str) -> str:
             for group, prefixes in _XDIST_GROUPS:
                 if nodeid.startswith(prefixes):
                     return group
             return nodeid
+
+        def _assign_work_unit(self, node) -> None:
+            if not self._ordered:
+                self._ordered = True
+                for group, _ in reversed(_XDIST_GROUPS):
+                    if group in self.workqueue:
+                        self.workqueue.move_to_end(group, last=False)
+            super()._assign_work_unit(node)
 
     return PathGroupScheduling(config, log)
 
