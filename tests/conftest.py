@@ -68,6 +68,7 @@ _XDIST_GROUPS = (
 )
 
 
+@pytest.hookimpl(optionalhook=True)  # the vllm, verl and trl sessions run without pytest-xdist
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadgroup":
         return None
