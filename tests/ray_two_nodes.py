@@ -72,6 +72,22 @@ def _stop(procs: List[subprocess.Popen], temp_dir: str) -> None:
             pass
 
 
+def _ray_env() -> Dict[str, str]:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
+def _ray_start(log_path: Path, node_ip: str, *args: str) -> subprocess.Popen:
+    """``ray start <args> --block`` for one CPU-only node announcing ``node_ip``, in a process group of its own
+    (so :func:`_stop` can end all of it), its output in ``log_path``."""
+    common = ["--num-gpus=0", "--object-store-memory=100000000", "--block", "--disable-usage-stats",
+              f"--node-ip-address={node_ip}"]
+    with open(log_path, "wb") as log:
+        return subprocess.Popen([str(RAY), "start", *args, *common], stdout=log, stderr=subprocess.STDOUT,
+                                env=_ray_env(), start_new_session=True)
+
+
 @contextlib.contextmanager
 def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1, node_ip: str = "127.0.0.1"
                          ) -> Iterator[Dict[str, str]]:
@@ -84,38 +100,12 @@ def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1, node_ip: str =
         pytest.skip(f"the `ray` command is not beside {sys.executable}: pip install -e '.[train]'")
     temp_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     port = _free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
-    common = [
-        "--num-gpus=0",
-        "--object-store-memory=100000000",
-        "--block",
-        "--disable-usage-stats",
-        f"--node-ip-address={node_ip}",
-    ]
     procs: List[subprocess.Popen] = []
     logs = [Path(temp_dir) / "head.log", Path(temp_dir) / "node2.log"]
     address = f"{node_ip}:{port}"
     try:
-        with open(logs[0], "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(RAY),
-                        "start",
-                        "--head",
-                        f"--port={port}",
-                        "--include-dashboard=false",
-                        f"--temp-dir={temp_dir}/head",
-                        f"--num-cpus={head_cpus}",
-                        *common,
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
+        procs.append(_ray_start(logs[0], node_ip, "--head", f"--port={port}", "--include-dashboard=false",
+                                f"--temp-dir={temp_dir}/head", f"--num-cpus={head_cpus}"))
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _port_open(node_ip, port):
             if procs[0].poll() is not None or time.monotonic() > deadline:
@@ -124,24 +114,8 @@ def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1, node_ip: str =
                     f"(exit {procs[0].poll()}): {_tail(logs[0])}"
                 )
             time.sleep(0.5)
-        with open(logs[1], "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(RAY),
-                        "start",
-                        f"--address={address}",
-                        '--resources={"node2": 1}',
-                        f"--temp-dir={temp_dir}/node2",
-                        f"--num-cpus={node2_cpus}",
-                        *common,
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
+        procs.append(_ray_start(logs[1], node_ip, f"--address={address}", '--resources={"node2": 1}',
+                                f"--temp-dir={temp_dir}/node2", f"--num-cpus={node2_cpus}"))
         if ray.is_initialized():
             ray.shutdown()
         os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -182,33 +156,11 @@ def second_ray_node(num_cpus: int = 1) -> Iterator[Dict[str, str]]:
         pytest.skip(f"second_ray_node expects a one-node Ray, this one has {len(head)} nodes")
     address = ray.get_runtime_context().gcs_address
     temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
     log_path = Path(temp_dir) / "node2.log"
     procs: List[subprocess.Popen] = []
     try:
-        with open(log_path, "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        str(RAY),
-                        "start",
-                        f"--address={address}",
-                        '--resources={"node2": 1}',
-                        f"--temp-dir={temp_dir}/node2",
-                        f"--num-cpus={num_cpus}",
-                        "--num-gpus=0",
-                        "--object-store-memory=100000000",
-                        "--block",
-                        "--disable-usage-stats",
-                        f"--node-ip-address={head[0]['NodeManagerAddress']}",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
+        procs.append(_ray_start(log_path, head[0]["NodeManagerAddress"], f"--address={address}",
+                                '--resources={"node2": 1}', f"--temp-dir={temp_dir}/node2", f"--num-cpus={num_cpus}"))
         deadline = time.monotonic() + START_TIMEOUT_S
         while len([n for n in ray.nodes() if n["Alive"]]) < 2:
             if procs[0].poll() is not None or time.monotonic() > deadline:
