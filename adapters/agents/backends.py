@@ -266,15 +266,8 @@ class VerlServerEngine(BaseInferenceEngine):
             "top_p": sampling.top_p,
             "top_k": sampling.top_k,
             "logprobs": sampling.logprobs,
+            **sampling.optional_fields(),
         }
-        if sampling.min_p > 0:
-            out["min_p"] = sampling.min_p
-        if sampling.stop:
-            out["stop"] = list(sampling.stop)
-        if sampling.stop_token_ids:
-            out["stop_token_ids"] = list(sampling.stop_token_ids)
-        if sampling.seed is not None:
-            out["seed"] = sampling.seed
         return out
 
     def _trajectory_of(self, context: List[int]) -> Tuple[int, str]:

@@ -31,6 +31,19 @@ class ResolvedSampling:
     def without_seed(self) -> "ResolvedSampling":
         return ResolvedSampling(**{**self.__dict__, "seed": None})
 
+    def optional_fields(self) -> Dict[str, Any]:
+        """``min_p``, ``stop``, ``stop_token_ids`` and ``seed`` as vLLM-style request fields, only those that are set."""
+        out: Dict[str, Any] = {}
+        if self.min_p > 0:
+            out["min_p"] = self.min_p
+        if self.stop:
+            out["stop"] = list(self.stop)
+        if self.stop_token_ids:
+            out["stop_token_ids"] = list(self.stop_token_ids)
+        if self.seed is not None:
+            out["seed"] = self.seed
+        return out
+
 
 _KNOWN_KEYS = set(SamplingParams.__annotations__) | {"max_tokens", "max_new_tokens"}
 

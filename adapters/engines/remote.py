@@ -158,14 +158,7 @@ class RemoteEngine(BaseInferenceEngine):
         }
         if sampling.top_k > 0:
             payload["top_k"] = sampling.top_k
-        if sampling.min_p > 0:
-            payload["min_p"] = sampling.min_p
-        if sampling.stop:
-            payload["stop"] = list(sampling.stop)
-        if sampling.stop_token_ids:
-            payload["stop_token_ids"] = list(sampling.stop_token_ids)
-        if sampling.seed is not None:
-            payload["seed"] = sampling.seed
+        payload.update(sampling.optional_fields())
         return payload
 
     async def _completion(self, model: str, prompt: List[int], sampling: ResolvedSampling) -> SequenceResult:
