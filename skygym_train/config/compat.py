@@ -47,7 +47,11 @@ _GPU_COUNT = R("honoured with CUDA GPUs; on a machine without them any value but
                "devices, so a different ref/critic count is refused; colocated engine actors "
                "(run_engines_locally=true with Ray) take a share of the policy's bundles, others get their own "
                "(generator.num_inference_engines, generator.engine_placement_strategy)")
-_NO_DS = D("DeepSpeed is not bundled (trainer.strategy=fsdp2)")
+_DS_CONFIG = R("honoured with trainer.strategy=deepspeed (null: ZeRO-3): passed to deepspeed.initialize; refused "
+               "with another strategy, and refused for the keys the trainer sets itself (train_batch_size, "
+               "train_micro_batch_size_per_gpu, gradient_accumulation_steps, optimizer, scheduler, "
+               "gradient_clipping: their trainer keys say what to set), for ZeRO stages other than 1-3 and for "
+               "offloads on CPU; disable_trace_cache turns ZeRO-3 prefetching off as upstream's does")
 _NO_SP = D("sequence parallelism is not bundled")
 _CPU_OFFLOAD = R("honoured on CUDA GPUs (FSDP2 CPUOffloadPolicy); refused without GPUs, where everything already "
                  "lives in host memory")
@@ -71,8 +75,9 @@ RULES: Dict[str, Rule] = {
     "trainer.placement.ref_num_nodes": _GPU_COUNT,
     "trainer.placement.ref_num_gpus_per_node": _GPU_COUNT,
     "trainer.sequence_parallel_backend": D("only ulysses; it matters only with sequence_parallel_size > 1 (refused)"),
-    "trainer.strategy": R("fsdp2 is honoured; fsdp runs FSDP2 too (a warning says so); deepspeed and megatron are "
-                          "refused"),
+    "trainer.strategy": R("fsdp2 and deepspeed (ZeRO 1-3 on CUDA, or on CPU through DeepSpeed's CPU accelerator "
+                          "over gloo) are honoured; fsdp runs FSDP2 too (a warning says so); megatron is refused; "
+                          "deepspeed without the deepspeed package is refused with the pip command"),
     "trainer.policy.model.path": H(),
     "trainer.policy.model.lora.rank": H(),
     "trainer.policy.model.lora.alpha": H(),
@@ -82,7 +87,7 @@ RULES: Dict[str, Rule] = {
     "trainer.policy.model.lora.exclude_modules": H(),
     "trainer.policy.model.lora.init_method": H("kaiming is PEFT's default; other PEFT init_lora_weights names pass "
                                                "through"),
-    "trainer.policy.deepspeed_config": _NO_DS,
+    "trainer.policy.deepspeed_config": _DS_CONFIG,
     "trainer.policy.optimizer_config.lr": H(),
     "trainer.policy.optimizer_config.adam_betas": H(),
     "trainer.policy.optimizer_config.weight_decay": H(),
@@ -104,7 +109,7 @@ RULES: Dict[str, Rule] = {
     "trainer.policy.model_config_kwargs": H("set on the model config when the training model loads"),
     "trainer.ref.model.path": H(),
     "trainer.ref.sequence_parallel_size": _NO_SP,
-    "trainer.ref.deepspeed_config": _NO_DS,
+    "trainer.ref.deepspeed_config": _DS_CONFIG,
     "trainer.ref.fsdp_config.cpu_offload": _CPU_OFFLOAD,
     "trainer.ref.fsdp_config.reshard_after_forward": H(),
     "trainer.ref.fsdp_config.fsdp_size": _FSDP_SIZE,
@@ -116,7 +121,7 @@ RULES: Dict[str, Rule] = {
     "trainer.critic.model.lora.target_modules": H(),
     "trainer.critic.model.lora.exclude_modules": H(),
     "trainer.critic.model.lora.init_method": H(),
-    "trainer.critic.deepspeed_config": _NO_DS,
+    "trainer.critic.deepspeed_config": _DS_CONFIG,
     "trainer.critic.optimizer_config.lr": H(),
     "trainer.critic.optimizer_config.adam_betas": H(),
     "trainer.critic.optimizer_config.weight_decay": H(),
@@ -206,7 +211,7 @@ RULES: Dict[str, Rule] = {
     "trainer.exclude_modules": D("deprecated upstream; use trainer.policy.model.lora.exclude_modules"),
     "trainer.project_name": H(),
     "trainer.run_name": H(),
-    "trainer.logger": R("console, tensorboard, wandb, jsonl (comma-separated); others refused"),
+    "trainer.logger": R("console, tensorboard, wandb, jsonl (a list, or comma-separated); others refused"),
     "trainer.dump_data_batch": D("dumping training batches is not bundled"),
     "trainer.dump_eval_results": H("one JSONL per evaluation under <export_path>/dumped_evals (default false here, "
                                    "true upstream)"),

@@ -79,7 +79,8 @@ class PolicyConfig:
     sequence_parallel_size: int = 1
     """1 only: sequence parallelism is not bundled."""
     deepspeed_config: Optional[Any] = None
-    """Accepted as null only: DeepSpeed is not bundled."""
+    """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
+    null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
     model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
     """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
     use_torch_compile: bool = False
@@ -96,7 +97,8 @@ class RefConfig:
     sequence_parallel_size: int = 1
     """1 only: sequence parallelism is not bundled."""
     deepspeed_config: Optional[Any] = None
-    """Accepted as null only: DeepSpeed is not bundled."""
+    """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
+    null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
     model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
     """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
 
@@ -110,7 +112,8 @@ class CriticConfig:
     sequence_parallel_size: int = 1
     """1 only: sequence parallelism is not bundled."""
     deepspeed_config: Optional[Any] = None
-    """Accepted as null only: DeepSpeed is not bundled."""
+    """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
+    null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
     model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
     """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
 
@@ -242,7 +245,8 @@ class FullyAsyncConfig:
 class TrainerConfig:
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     strategy: str = "fsdp2"
-    """``fsdp2`` (``fsdp`` is accepted as a synonym)."""
+    """``fsdp2`` (``fsdp`` is accepted as a synonym) or ``deepspeed`` (ZeRO 1-3, ``pip install deepspeed``; on CUDA,
+    or on CPU through DeepSpeed's CPU accelerator over gloo)."""
     use_ray: bool = True
     """False runs everything in this process (one worker): the fast path for small CPU runs."""
     num_cpu_workers: int = 1
@@ -325,8 +329,9 @@ class TrainerConfig:
     max_prompt_length: int = 512
     project_name: str = "skyrl"
     run_name: str = "test_run"
-    logger: str = "console"
-    """``console``, ``tensorboard``, ``wandb``, ``jsonl``, or several joined by commas."""
+    logger: Any = "console"
+    """``console``, ``tensorboard``, ``wandb``, ``jsonl``; several as a list (``[console,jsonl]``) or joined by
+    commas (``console,jsonl``)."""
     log_path: str = "/tmp/skyrl-logs"
     progress_bar: bool = True
     plot_path: Optional[str] = None

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, List, Optional
 
+from omegaconf import OmegaConf
+
 from skygym_train.config.errors import ConfigError
 
-STRATEGIES = ("fsdp2", "fsdp")
+STRATEGIES = ("fsdp2", "fsdp", "deepspeed")
 BACKENDS = ("hf", "vllm", "remote", "sglang")
 WEIGHT_SYNC_BACKENDS = ("auto", "inprocess", "shm", "gloo", "nccl", "checkpoint")
 LOGGERS = ("console", "tensorboard", "wandb", "jsonl")
@@ -57,8 +59,10 @@ def uses_ref(cfg: Any) -> bool:
 
 
 def loggers_of(cfg: Any) -> List[str]:
+    """``trainer.logger`` as names: a list (SkyRL-train's tracking takes one too) or a comma-separated string."""
     value = cfg.trainer.logger
-    return [name.strip() for name in str(value).split(",") if name.strip()]
+    parts = value if isinstance(value, (list, tuple)) or OmegaConf.is_list(value) else str(value).split(",")
+    return [str(name).strip() for name in parts if str(name).strip()]
 
 
 SCHEDULERS_NEEDING_MORE = {
@@ -338,7 +342,8 @@ def _check_placement(cfg: Any, has_cuda: bool) -> List[str]:
                     "devices, so they must match it (or set both colocation flags false)"
                 )
     if t.strategy not in STRATEGIES:
-        problems.append(f"trainer.strategy={t.strategy!r}: this trainer supports {', '.join(STRATEGIES)} (both FSDP2)")
+        problems.append(f"trainer.strategy={t.strategy!r}: this trainer supports {', '.join(STRATEGIES)} (fsdp and "
+                        "fsdp2 both run FSDP2)")
     if t.async_training.enabled:
         if p.colocate_all:
             problems.append(
@@ -364,6 +369,7 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
         opt = getattr(section, "optimizer_config", None)
         if opt is not None:
             problems += _check_scheduler(role, opt.scheduler)
+    problems += _check_deepspeed(cfg, has_cuda)
     if t.flash_attn and not (has_cuda and flash_attn_installed()):
         problems.append("trainer.flash_attn=true: needs CUDA GPUs with flash-attn installed; set it to false (SDPA) "
                         "or leave it null (flash attention where available)")
@@ -371,6 +377,60 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
         problems.append(f"trainer.export_dtype={t.export_dtype!r}: expected one of {', '.join(EXPORT_DTYPES)}")
     if t.policy.model.lora.rank < 0:
         problems.append("trainer.policy.model.lora.rank: must be >= 0")
+    return problems
+
+
+def _check_deepspeed(cfg: Any, has_cuda: bool) -> List[str]:
+    """``trainer.strategy=deepspeed`` and each role's ``deepspeed_config``; FSDP-only settings under DeepSpeed."""
+    import importlib.util
+
+    from skygym_train.config.deepspeed import OWNED_KEYS, ZERO_STAGES, offload_devices, zero_stage
+
+    problems: List[str] = []
+    t = cfg.trainer
+    deepspeed = t.strategy == "deepspeed"
+    if deepspeed and importlib.util.find_spec("deepspeed") is None:
+        problems.append("trainer.strategy=deepspeed: the deepspeed package is not installed; pip install "
+                        "'skyrl-gym[deepspeed]' (or use fsdp2)")
+    for role in ("policy", "ref", "critic"):
+        section = getattr(t, role)
+        raw = section.deepspeed_config
+        key = f"trainer.{role}.deepspeed_config"
+        if raw is None:
+            continue
+        if not deepspeed:
+            problems.append(f"{key}: only read with trainer.strategy=deepspeed (this run uses {t.strategy}); remove "
+                            "it or set trainer.strategy=deepspeed")
+            continue
+        config = OmegaConf.to_container(raw, resolve=True) if OmegaConf.is_config(raw) else raw
+        if not isinstance(config, dict):
+            problems.append(f"{key}: expected a mapping of DeepSpeed settings, got {type(config).__name__}")
+            continue
+        for owned, instead in OWNED_KEYS.items():
+            if owned in config:
+                problems.append(f"{key}.{owned}: set by the trainer; {instead.replace('<role>', role)}")
+        try:
+            stage = zero_stage(config)
+        except (TypeError, ValueError):
+            stage = -1
+        if stage not in ZERO_STAGES:
+            problems.append(f"{key}.zero_optimization.stage: expected one of {', '.join(map(str, ZERO_STAGES))}")
+        for offload, device in offload_devices(config).items():
+            if not has_cuda:
+                problems.append(f"{key}.zero_optimization.{offload}.device={device}: needs CUDA GPUs (without them "
+                                "the weights already live in host memory); set it to none")
+            elif device != "cpu":
+                problems.append(f"{key}.zero_optimization.{offload}.device={device}: only cpu offload is bundled")
+    if deepspeed:
+        for role in ("policy", "ref", "critic"):
+            fsdp = getattr(t, role).fsdp_config
+            if fsdp.cpu_offload:
+                problems.append(f"trainer.{role}.fsdp_config.cpu_offload=true: an FSDP setting; with "
+                                f"trainer.strategy=deepspeed set trainer.{role}.deepspeed_config.zero_optimization."
+                                "offload_param/offload_optimizer instead")
+            if fsdp.reshard_after_forward is not True:
+                problems.append(f"trainer.{role}.fsdp_config.reshard_after_forward: an FSDP setting; ZeRO-3 always "
+                                "re-partitions after the forward pass, so leave it true with trainer.strategy=deepspeed")
     return problems
 
 

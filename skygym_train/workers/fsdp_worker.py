@@ -52,6 +52,10 @@ class WorkerSpec:
     model_config_kwargs: Optional[Dict[str, Any]] = None
     """Set on the Hugging Face config when the model loads."""
     gradient_checkpointing_use_reentrant: bool = False
+    strategy: str = "fsdp2"
+    """``fsdp2`` (this module's ``TrainingWorker``) or ``deepspeed`` (``deepspeed_worker.DeepSpeedWorker``)."""
+    deepspeed_config: Optional[Dict[str, Any]] = None
+    """The role's DeepSpeed config (``trainer.<role>.deepspeed_config``, plain values); None: ZeRO-3 defaults."""
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -161,10 +165,25 @@ class TrainingWorker:
 
     def load_model(self) -> int:
         """Load the weights, shard them, build the optimizer. Returns the parameter count."""
-        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-
         self.init_process_group()
         torch.manual_seed(self.spec.seed)
+        model = self._load_module()
+        config = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
+        self.layout = layout_for(getattr(config, "_attn_implementation", None), self.spec.sample_packing)
+        if self.spec.role == "ref":
+            model.eval()
+            for p in model.parameters():
+                p.requires_grad_(False)
+        else:
+            model.train()
+        count = sum(p.numel() for p in model.parameters())  # before wrapping: ZeRO-3 leaves empty placeholders
+        self._wrap(model)
+        return count
+
+    def _load_module(self) -> torch.nn.Module:
+        """The role's model on this worker's device: Hugging Face weights in fp32, LoRA adapters, checkpointing."""
+        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
         cuda = self.device.type == "cuda"
         load_dtype = torch.float32  # master weights stay fp32; mixed precision casts for compute on GPU
         extra: Dict[str, Any] = dict(self.spec.model_config_kwargs or {})
@@ -193,20 +212,15 @@ class TrainingWorker:
                 )
                 if hasattr(target, "config"):
                     target.config.use_cache = False
-        model.to(self.device)
-        if self.world_size > 1 or cuda:
+        return model.to(self.device)
+
+    def _wrap(self, model: torch.nn.Module) -> None:
+        """Shard ``model`` with FSDP2 (more than one rank, or CUDA) and build its optimizer (policy and critic)."""
+        if self.world_size > 1 or self.device.type == "cuda":
             self._shard(model)
         self.model = model
-        config = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
-        self.layout = layout_for(getattr(config, "_attn_implementation", None), self.spec.sample_packing)
-        if self.spec.role == "ref":
-            model.eval()
-            for p in model.parameters():
-                p.requires_grad_(False)
-        else:
-            model.train()
+        if self.spec.role != "ref":
             self._build_optimizer()
-        return sum(p.numel() for p in model.parameters())
 
     def _apply_lora(self, model: torch.nn.Module, initialise: bool = True) -> torch.nn.Module:
         """Wrap ``model`` (a ValueModel's body) with peft LoRA adapters. ``initialise=False`` uses peft's default
@@ -252,20 +266,25 @@ class TrainingWorker:
         self.sharded = True
 
     def _build_optimizer(self) -> None:
+        self.optimizer, self.scheduler = self._new_optimizer(self.model)
+
+    def _new_optimizer(self, model: torch.nn.Module) -> tuple:
+        """AdamW over ``model``'s trainable parameters and its learning-rate schedule."""
         from transformers import get_scheduler
 
         opt = self.spec.optimizer
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(
             params, lr=opt.lr, betas=tuple(opt.adam_betas), weight_decay=opt.weight_decay, foreach=True
         )
         # transformers' schedulers, as SkyRL-train builds them (validation refuses names they cannot run with)
-        self.scheduler = get_scheduler(
+        scheduler = get_scheduler(
             opt.scheduler,
-            self.optimizer,
+            optimizer,
             num_warmup_steps=max(0, int(opt.num_warmup_steps)),
             num_training_steps=max(1, self.spec.total_training_steps),
         )
+        return optimizer, scheduler
 
     def configure_algorithm(self, algorithm: Any, policy_loss_fn: Optional[Callable], temperature: float) -> None:
         """Set the loss (a function, so user-registered losses reach Ray workers by value)."""
@@ -347,24 +366,18 @@ class TrainingWorker:
         totals: Dict[str, float] = {}
         parts = self._micro_batches(batch, self.spec.micro_train_batch_size)
         extra = self._extra_micro_batches(len(parts))  # agreed before any pass: collectives go in order
-        for rows in parts:
+        for index, rows in enumerate(parts):
             weight = len(rows) / batch.size  # each micro-batch weighs its share of the rows
+            self._before_backward(last=index == len(parts) - 1 and not extra)
             loss, metrics = self._loss(batch.select(rows))
-            (loss * weight).backward()
+            self._backward(loss * weight)
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + v * weight
-        for _ in range(extra):
+        for index in range(extra):
+            self._before_backward(last=index == extra - 1)
             loss, _ = self._loss(batch.select([0]))
-            (loss * 0.0).backward()  # joins the other ranks' collectives; adds nothing to the gradients
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            [p for p in self.model.parameters() if p.requires_grad], self.spec.optimizer.max_grad_norm
-        )
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
-        grad_norm_value = float(grad_norm)
-        if math.isfinite(grad_norm_value):
-            self.optimizer.step()
-        self.scheduler.step()
+            self._backward(loss * 0.0)  # joins the other ranks' collectives; adds nothing to the gradients
+        grad_norm_value = self._optimizer_step()
         self.global_step += 1
         totals = self._mean_across_ranks(totals)
         prefix = "policy" if self.spec.role == "policy" else "critic"
@@ -374,6 +387,26 @@ class TrainingWorker:
         out[f"{prefix}/model_tokens"] = float(self.tokens_run - tokens_before)  # padding included
         out[f"timing/{prefix}_train_step_s"] = time.perf_counter() - start_time
         return out
+
+    def _before_backward(self, last: bool) -> None:
+        """Called before each micro-batch's backward pass; ``last`` is the one before the optimizer step."""
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def _optimizer_step(self) -> float:
+        """Clip the accumulated gradients, step the optimizer (skipped when the norm is not finite) and the
+        schedule; returns the gradient norm before clipping."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            [p for p in self.model.parameters() if p.requires_grad], self.spec.optimizer.max_grad_norm
+        )
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        grad_norm_value = float(grad_norm)
+        if math.isfinite(grad_norm_value):
+            self.optimizer.step()
+        self.scheduler.step()
+        return grad_norm_value
 
     def _mean_across_ranks(self, values: Dict[str, float]) -> Dict[str, float]:
         import torch.distributed as dist

@@ -15,6 +15,15 @@ from skygym_train.workers.batch import TrainingBatch
 from skygym_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
 
 
+def worker_class(spec: WorkerSpec) -> type:
+    """The worker for ``spec.strategy``: FSDP2 (``TrainingWorker``) or DeepSpeed ZeRO (``DeepSpeedWorker``)."""
+    if spec.strategy == "deepspeed":
+        from skygym_train.workers.deepspeed_worker import DeepSpeedWorker
+
+        return DeepSpeedWorker
+    return TrainingWorker
+
+
 class WorkerGroup(Protocol):
     world_size: int
     role: str
@@ -30,7 +39,7 @@ class LocalWorkerGroup:
     def __init__(self, spec: WorkerSpec):
         self.role = spec.role
         self.world_size = 1
-        self.worker = TrainingWorker(spec)
+        self.worker = worker_class(spec)(spec)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> List[Any]:
         return [getattr(self.worker, method)(*args, **kwargs)]
@@ -62,7 +71,7 @@ class RayWorkerGroup:
 
         self.role = spec.role
         self.world_size = num_workers
-        remote_cls = ray.remote(TrainingWorker)
+        remote_cls = ray.remote(worker_class(spec))
 
         def options(index: int) -> Dict[str, Any]:
             opts: Dict[str, Any] = dict(

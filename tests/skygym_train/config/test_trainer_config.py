@@ -188,3 +188,13 @@ def test_example_gsm8k_script_uses_only_known_keys():
     assert len(overrides) > 30
     cfg = load_config(overrides, validate=False)
     assert cfg.trainer.train_batch_size == 1024 and cfg.generator.n_samples_per_prompt == 5
+
+
+def test_loggers_given_as_a_list_or_joined_by_commas(data_file):
+    from skygym_train.config.validation import loggers_of
+
+    as_list = load_config(_valid(data_file, "trainer.logger=[console,jsonl]"), validate=False)
+    joined = load_config(_valid(data_file, "trainer.logger='console, jsonl'"), validate=False)
+    assert loggers_of(as_list) == loggers_of(joined) == ["console", "jsonl"]
+    with pytest.raises(ConfigError, match="unknown logger 'mlflow'"):
+        load_config(_valid(data_file, "trainer.logger=[console,mlflow]"))
