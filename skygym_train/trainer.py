@@ -250,6 +250,7 @@ class PPOTrainer:
             cpu_offload=section.fsdp_config.cpu_offload,
             model_config_kwargs=dict(section.model_config_kwargs),
             gradient_checkpointing_use_reentrant=self.t.gradient_checkpointing_use_reentrant,
+            sequence_parallel_size=section.sequence_parallel_size,
             strategy="deepspeed" if self.t.strategy == "deepspeed" else "fsdp2",
             deepspeed_config=_plain_config(section.deepspeed_config),
         )

@@ -52,7 +52,10 @@ _DS_CONFIG = R("honoured with trainer.strategy=deepspeed (null: ZeRO-3): passed 
                "train_micro_batch_size_per_gpu, gradient_accumulation_steps, optimizer, scheduler, "
                "gradient_clipping: their trainer keys say what to set), for ZeRO stages other than 1-3 and for "
                "offloads on CPU; disable_trace_cache turns ZeRO-3 prefetching off as upstream's does")
-_NO_SP = D("sequence parallelism is not bundled")
+_SP = R("honoured (Ulysses: all-to-all heads, SDPA on whole sequences, FSDP2 over every rank); refused when it "
+         "does not divide the role's worker count, with trainer.use_ray=false, with trainer.strategy=deepspeed and "
+         "with trainer.flash_attn=true; sample packing is off for that role (padded rows); the model's head count "
+         "must be a multiple (checked when it loads)")
 _CPU_OFFLOAD = R("honoured on CUDA GPUs (FSDP2 CPUOffloadPolicy); refused without GPUs, where everything already "
                  "lives in host memory")
 _FSDP_SIZE = D("hybrid sharding is not bundled: -1 shards over all ranks")
@@ -74,7 +77,8 @@ RULES: Dict[str, Rule] = {
     "trainer.placement.critic_num_gpus_per_node": _GPU_COUNT,
     "trainer.placement.ref_num_nodes": _GPU_COUNT,
     "trainer.placement.ref_num_gpus_per_node": _GPU_COUNT,
-    "trainer.sequence_parallel_backend": D("only ulysses; it matters only with sequence_parallel_size > 1 (refused)"),
+    "trainer.sequence_parallel_backend": D("only ulysses is bundled; it matters only with a sequence_parallel_size "
+                                           "> 1"),
     "trainer.strategy": R("fsdp2 and deepspeed (ZeRO 1-3 on CUDA, or on CPU through DeepSpeed's CPU accelerator "
                           "over gloo) are honoured; fsdp runs FSDP2 too (a warning says so); megatron is refused; "
                           "deepspeed without the deepspeed package is refused with the pip command"),
@@ -103,12 +107,12 @@ RULES: Dict[str, Rule] = {
     "trainer.policy.fsdp_config.reshard_after_forward": R("true/false honoured; an integer (partial resharding) is "
                                                           "refused by the type check"),
     "trainer.policy.fsdp_config.fsdp_size": _FSDP_SIZE,
-    "trainer.policy.sequence_parallel_size": _NO_SP,
+    "trainer.policy.sequence_parallel_size": _SP,
     "trainer.policy.use_torch_compile": D("torch.compile of the logits is not bundled"),
     "trainer.policy.record_memory": D("CUDA memory snapshots are not bundled"),
     "trainer.policy.model_config_kwargs": H("set on the model config when the training model loads"),
     "trainer.ref.model.path": H(),
-    "trainer.ref.sequence_parallel_size": _NO_SP,
+    "trainer.ref.sequence_parallel_size": _SP,
     "trainer.ref.deepspeed_config": _DS_CONFIG,
     "trainer.ref.fsdp_config.cpu_offload": _CPU_OFFLOAD,
     "trainer.ref.fsdp_config.reshard_after_forward": H(),
@@ -132,7 +136,7 @@ RULES: Dict[str, Rule] = {
     "trainer.critic.fsdp_config.cpu_offload": _CPU_OFFLOAD,
     "trainer.critic.fsdp_config.reshard_after_forward": H(),
     "trainer.critic.fsdp_config.fsdp_size": _FSDP_SIZE,
-    "trainer.critic.sequence_parallel_size": _NO_SP,
+    "trainer.critic.sequence_parallel_size": _SP,
     "trainer.critic.model_config_kwargs": H("set on the model config when the critic loads"),
     "trainer.algorithm.advantage_estimator": R("grpo, rloo, reinforce++, gae and user-registered names; others "
                                                "refused with the registered list"),

@@ -77,7 +77,8 @@ class PolicyConfig:
     optimizer_config: OptimizerConfig = field(default_factory=OptimizerConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     sequence_parallel_size: int = 1
-    """1 only: sequence parallelism is not bundled."""
+    """> 1: Ulysses sequence parallelism: groups of this many of the role's ranks split each sequence (SDPA over
+    heads exchanged all-to-all); it must divide the role's worker count and the model's attention heads."""
     deepspeed_config: Optional[Any] = None
     """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
     null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
@@ -95,7 +96,8 @@ class RefConfig:
     """``model.path`` defaults to the policy's."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     sequence_parallel_size: int = 1
-    """1 only: sequence parallelism is not bundled."""
+    """> 1: Ulysses sequence parallelism: groups of this many of the role's ranks split each sequence (SDPA over
+    heads exchanged all-to-all); it must divide the role's worker count and the model's attention heads."""
     deepspeed_config: Optional[Any] = None
     """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
     null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
@@ -110,7 +112,8 @@ class CriticConfig:
     optimizer_config: OptimizerConfig = field(default_factory=lambda: OptimizerConfig(lr=5e-6))
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     sequence_parallel_size: int = 1
-    """1 only: sequence parallelism is not bundled."""
+    """> 1: Ulysses sequence parallelism: groups of this many of the role's ranks split each sequence (SDPA over
+    heads exchanged all-to-all); it must divide the role's worker count and the model's attention heads."""
     deepspeed_config: Optional[Any] = None
     """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
     null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
@@ -258,7 +261,7 @@ class TrainerConfig:
     async_training: AsyncTrainingConfig = field(default_factory=AsyncTrainingConfig)
     fully_async: FullyAsyncConfig = field(default_factory=FullyAsyncConfig)
     sequence_parallel_backend: str = "ulysses"
-    """Only ``ulysses`` is accepted; it matters only with ``sequence_parallel_size`` > 1, which is refused."""
+    """Only ``ulysses`` is bundled; it matters only with a ``sequence_parallel_size`` > 1."""
     gradient_checkpointing: bool = True
     gradient_checkpointing_use_reentrant: bool = False
     """Passed to ``gradient_checkpointing_enable`` as ``use_reentrant``."""

@@ -142,6 +142,12 @@ def config_warnings(cfg: Any, has_cuda: Optional[bool] = None) -> List[str]:
     return out
 
 
+def _data_parallel(workers: int, sequence_parallel_size: Any) -> int:
+    """How many data-parallel groups ``workers`` ranks form (sizes they cannot hold are refused elsewhere)."""
+    size = sequence_parallel_size if isinstance(sequence_parallel_size, int) and sequence_parallel_size > 0 else 1
+    return workers // size if workers % size == 0 else workers
+
+
 def _positive(key: str, value: Any, problems: List[str]) -> bool:
     if not isinstance(value, int) or value < 1:
         problems.append(f"{key}={value}: must be a positive integer")
@@ -211,7 +217,8 @@ def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
             f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
             f"trainer.policy_mini_batch_size={t.policy_mini_batch_size}"
         )
-    world = policy_world_size(cfg, has_cuda)
+    # ranks of one sequence-parallel group share their rows: the rows split over the groups
+    world = _data_parallel(policy_world_size(cfg, has_cuda), t.policy.sequence_parallel_size)
     per_step = t.policy_mini_batch_size * g.n_samples_per_prompt
     if per_step % world:
         problems.append(
@@ -231,7 +238,7 @@ def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
                 f"trainer.critic_mini_batch_size={t.critic_mini_batch_size}"
             )
         critic_seqs = t.critic_mini_batch_size * g.n_samples_per_prompt
-        cworld = critic_world_size(cfg, has_cuda)
+        cworld = _data_parallel(critic_world_size(cfg, has_cuda), t.critic.sequence_parallel_size)
         if critic_seqs % (cworld * t.micro_train_batch_size_per_gpu):
             problems.append(
                 f"trainer.critic_mini_batch_size * generator.n_samples_per_prompt = {critic_seqs} is not "
@@ -370,6 +377,7 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
         if opt is not None:
             problems += _check_scheduler(role, opt.scheduler)
     problems += _check_deepspeed(cfg, has_cuda)
+    problems += _check_sequence_parallel(cfg, has_cuda)
     if t.flash_attn and not (has_cuda and flash_attn_installed()):
         problems.append("trainer.flash_attn=true: needs CUDA GPUs with flash-attn installed; set it to false (SDPA) "
                         "or leave it null (flash attention where available)")
@@ -431,6 +439,36 @@ def _check_deepspeed(cfg: Any, has_cuda: bool) -> List[str]:
             if fsdp.reshard_after_forward is not True:
                 problems.append(f"trainer.{role}.fsdp_config.reshard_after_forward: an FSDP setting; ZeRO-3 always "
                                 "re-partitions after the forward pass, so leave it true with trainer.strategy=deepspeed")
+    return problems
+
+
+def _check_sequence_parallel(cfg: Any, has_cuda: bool) -> List[str]:
+    """``trainer.<role>.sequence_parallel_size`` (Ulysses): groups of ranks that the role's worker count holds."""
+    problems: List[str] = []
+    t, p = cfg.trainer, cfg.trainer.placement
+    for role in ("policy", "ref", "critic"):
+        size = getattr(t, role).sequence_parallel_size
+        key = f"trainer.{role}.sequence_parallel_size"
+        if not _positive(key, size, problems) or size == 1:
+            continue
+        if not t.use_ray:
+            problems.append(f"{key}={size}: trainer.use_ray=false trains one worker; sequence parallelism needs "
+                            "trainer.use_ray=true and several workers")
+            continue
+        if p.colocate_all or p.colocate_policy_ref or role == "policy":
+            workers = policy_world_size(cfg, has_cuda)
+        elif has_cuda:
+            workers = getattr(p, f"{role}_num_nodes") * getattr(p, f"{role}_num_gpus_per_node")
+        else:
+            workers = t.num_cpu_workers
+        if workers % size:
+            problems.append(f"{key}={size}: must divide the {role}'s {workers} workers (groups of {size} ranks share "
+                            "their rows)")
+        if t.strategy == "deepspeed":
+            problems.append(f"{key}={size}: sequence parallelism runs with FSDP2 here, not trainer.strategy=deepspeed")
+        if t.flash_attn:
+            problems.append(f"{key}={size}: Ulysses attention runs SDPA on the exchanged heads; set "
+                            "trainer.flash_attn to null or false")
     return problems
 
 

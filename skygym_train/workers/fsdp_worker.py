@@ -52,6 +52,8 @@ class WorkerSpec:
     model_config_kwargs: Optional[Dict[str, Any]] = None
     """Set on the Hugging Face config when the model loads."""
     gradient_checkpointing_use_reentrant: bool = False
+    sequence_parallel_size: int = 1
+    """> 1: Ulysses sequence parallelism over groups of this many ranks (``ulysses``), which share their rows."""
     strategy: str = "fsdp2"
     """``fsdp2`` (this module's ``TrainingWorker``) or ``deepspeed`` (``deepspeed_worker.DeepSpeedWorker``)."""
     deepspeed_config: Optional[Dict[str, Any]] = None
@@ -127,6 +129,9 @@ class TrainingWorker:
         """How micro-batches reach the model: ``shared_prefix``, ``varlen`` or ``padded`` (see ``packing``)."""
         self.tokens_run = 0
         """Tokens (padding included) through the model so far: what packing saves shows here."""
+        self._sp_group: Any = None
+        """This rank's sequence-parallel group (``ulysses``), when ``sequence_parallel_size`` > 1."""
+        self._sp_rank = 0
         self._shared_weights: Optional[torch.Tensor] = None
         """The shared-memory buffer the parameters live in once an engine maps them (``weight_sync`` shm)."""
 
@@ -166,10 +171,16 @@ class TrainingWorker:
     def load_model(self) -> int:
         """Load the weights, shard them, build the optimizer. Returns the parameter count."""
         self.init_process_group()
+        if self.spec.sequence_parallel_size > 1:
+            from skygym_train.workers.ulysses import new_groups
+
+            self._sp_group, self._sp_rank = new_groups(self.world_size, self.spec.sequence_parallel_size, self.rank)
         torch.manual_seed(self.spec.seed)
         model = self._load_module()
         config = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
         self.layout = layout_for(getattr(config, "_attn_implementation", None), self.spec.sample_packing)
+        if self._sp_group is not None:
+            self.layout = "padded"  # each rank runs a slice of whole rows; shared prompts would cross the slices
         if self.spec.role == "ref":
             model.eval()
             for p in model.parameters():
@@ -187,7 +198,11 @@ class TrainingWorker:
         cuda = self.device.type == "cuda"
         load_dtype = torch.float32  # master weights stay fp32; mixed precision casts for compute on GPU
         extra: Dict[str, Any] = dict(self.spec.model_config_kwargs or {})
-        if self.spec.flash_attn is False:
+        if self.spec.sequence_parallel_size > 1:
+            from skygym_train.workers.ulysses import register
+
+            extra["attn_implementation"] = register()  # SDPA over all-to-all exchanged heads
+        elif self.spec.flash_attn is False:
             extra["attn_implementation"] = "sdpa"
         elif self.spec.flash_attn:
             extra["attn_implementation"] = "flash_attention_2"  # validation checked CUDA and flash-attn
@@ -202,6 +217,11 @@ class TrainingWorker:
             model: torch.nn.Module = ValueModel(body, config.hidden_size)
         else:
             model = AutoModelForCausalLM.from_pretrained(self.spec.model_path, dtype=load_dtype, **extra)
+        if self._sp_group is not None:
+            from skygym_train.workers.ulysses import attach
+
+            attach(model.body if isinstance(model, ValueModel) else model, self._sp_group,
+                   self.spec.sequence_parallel_size)
         if self.spec.role != "ref" and self.spec.lora is not None and self.spec.lora.rank > 0:
             model = self._apply_lora(model)
         if self.spec.gradient_checkpointing and self.spec.role != "ref":
@@ -300,6 +320,8 @@ class TrainingWorker:
         return self._forward_impl(batch)
 
     def _forward_impl(self, batch: TrainingBatch) -> Any:
+        if self._sp_group is not None:
+            return self._forward_sequence_parallel(batch)
         t = {k: v.to(self.device) for k, v in batch.tensors.items()}
         rows = layout(self.layout, batch.tensors, batch.prompt_length)
         inputs = rows.model_inputs(self.device)
@@ -311,6 +333,35 @@ class TrainingWorker:
         entropy_grad = bool(self.algorithm is not None and self.algorithm.use_entropy_loss)
         logits = rows.gather(out.logits)  # (B, T, V): the logits that predict each response token
         return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature, entropy_grad), t
+
+    def _forward_sequence_parallel(self, batch: TrainingBatch) -> Any:
+        """``_forward_impl`` under Ulysses: this rank runs its slice of every (padded) row; the per-token results
+        of the group's slices are joined, so every rank returns what one process would (see ``ulysses``)."""
+        from skygym_train.workers.ulysses import full_attention_mask, gather_sequence
+
+        size = self.spec.sequence_parallel_size
+        t = {k: v.to(self.device) for k, v in batch.tensors.items()}
+        rows = layout("padded", batch.tensors, batch.prompt_length)
+        inputs = rows.model_inputs(self.device)
+        length = inputs["input_ids"].shape[1]
+        padded = -(-length // size) * size
+        ids, mask, positions = (torch.nn.functional.pad(inputs[k], (0, padded - length))
+                                for k in ("input_ids", "attention_mask", "position_ids"))
+        mine = slice(self._sp_rank * (padded // size), (self._sp_rank + 1) * (padded // size))
+        self.tokens_run += rows.num_tokens // size
+        local = {"input_ids": ids[:, mine], "attention_mask": full_attention_mask(mask),
+                 "position_ids": positions[:, mine]}
+        if self.spec.role == "critic":
+            values = gather_sequence(self.model(**local), self._sp_group)[:, :length]
+            return rows.gather(rows.kept(values)).float(), t
+        logits = self.model(**local, use_cache=False).logits
+        targets = torch.roll(ids, -1, dims=1)[:, mine]  # the token each position predicts
+        entropy_grad = bool(self.algorithm is not None and self.algorithm.use_entropy_loss)
+        log_probs, entropy = response_log_probs(logits, targets, 0, self.temperature, entropy_grad)
+        log_probs, entropy = (gather_sequence(x, self._sp_group) for x in (log_probs, entropy))
+        # positions P-1 .. P+T-2 predict the response tokens (as in the padded layout)
+        predicting = slice(batch.prompt_length - 1, length - 1)
+        return (log_probs[:, predicting], entropy[:, predicting]), t
 
     def _micro_batches(self, batch: TrainingBatch, rows: int) -> List[List[int]]:
         """Row indices of each micro-batch: ``rows`` rows each, or up to the token budget when one is set."""
@@ -368,6 +419,8 @@ class TrainingWorker:
         extra = self._extra_micro_batches(len(parts))  # agreed before any pass: collectives go in order
         for index, rows in enumerate(parts):
             weight = len(rows) / batch.size  # each micro-batch weighs its share of the rows
+            # a sequence-parallel rank's gradients are its tokens' share and FSDP averages over every rank
+            weight *= self.spec.sequence_parallel_size
             self._before_backward(last=index == len(parts) - 1 and not extra)
             loss, metrics = self._loss(batch.select(rows))
             self._backward(loss * weight)

@@ -71,6 +71,11 @@ class RayWorkerGroup:
 
         self.role = spec.role
         self.world_size = num_workers
+        self.sequence_parallel_size = spec.sequence_parallel_size
+        if num_workers % spec.sequence_parallel_size:
+            raise ValueError(f"{num_workers} {spec.role} workers cannot form groups of sequence_parallel_size="
+                             f"{spec.sequence_parallel_size}")
+        self.data_parallel_size = num_workers // spec.sequence_parallel_size
         remote_cls = ray.remote(worker_class(spec))
 
         def options(index: int) -> Dict[str, Any]:
@@ -107,19 +112,24 @@ class RayWorkerGroup:
 
         return ray.get(pending)
 
+    def _shares(self, parts: List[TrainingBatch]) -> List[TrainingBatch]:
+        """Each actor's part: the ranks of one sequence-parallel group (``ulysses``) share theirs."""
+        return [parts[rank // self.sequence_parallel_size] for rank in range(self.world_size)]
+
     def forward(self, batch: TrainingBatch) -> Dict[str, torch.Tensor]:
         import ray
 
-        parts = _split_padded(batch, self.world_size)
-        results = ray.get([actor.forward.remote(part) for actor, part in zip(self.actors, parts)])
+        parts = _split_padded(batch, self.data_parallel_size)
+        pending = [actor.forward.remote(part) for actor, part in zip(self.actors, self._shares(parts))]
+        results = ray.get(pending)[:: self.sequence_parallel_size]  # one answer per sequence-parallel group
         merged = {key: torch.cat([r[key] for r in results]) for key in results[0]}
         return {key: value[: batch.size] for key, value in merged.items()}
 
     def train_step(self, batch: TrainingBatch) -> Dict[str, float]:
         import ray
 
-        parts = batch.chunk(self.world_size)
-        results = ray.get([actor.train_step.remote(part) for actor, part in zip(self.actors, parts)])
+        parts = batch.chunk(self.data_parallel_size)
+        results = ray.get([actor.train_step.remote(part) for actor, part in zip(self.actors, self._shares(parts))])
         return results[0]  # metrics are already averaged across ranks
 
     def shutdown(self) -> None:

@@ -68,13 +68,11 @@ def test_upstream_run_script_keys_load(data_file):
 def test_default_only_keys_are_refused_with_the_reason(data_file):
     problems = _problems(_valid(
         data_file,
-        "trainer.policy.sequence_parallel_size=2",
         "generator.step_wise_trajectories=true",
         "generator.async_engine=false",
         "trainer.fully_async.max_staleness_steps=2",
         "generator.sampling_params.repetition_penalty=1.1",
     ), has_cuda=True)
-    assert "trainer.policy.sequence_parallel_size=2: not supported by the bundled trainer (sequence parallelism" in problems
     assert "generator.step_wise_trajectories=true" in problems
     assert "generator.async_engine=false" in problems and "leave it at true" in problems
     assert "trainer.fully_async.max_staleness_steps=2" in problems
