@@ -400,10 +400,10 @@ class EngineWeightSync:
 
         host, port = self.policy.call("rendezvous_address")[0]
         world = 1 + len(actors)
-        joining = self.policy.call_async("connect_weight_broadcast", self.backend, host, port, world)
-        joining += [actor.connect_weight_receiver(self.backend, host, port, rank, world)
-                    for rank, actor in enumerate(actors, start=1)]
-        ray.get(joining)
+        joining = [actor.connect_weight_receiver(self.backend, host, port, rank, world)
+                   for rank, actor in enumerate(actors, start=1)]
+        hosting = self.policy.call_async("connect_weight_broadcast", self.backend, host, port, world)
+        self._await_actors(actors, joining, hosting, "joining the weight broadcast")
         self._actors = actors
         self.rendezvous = f"{host}:{port}"
 
@@ -412,9 +412,33 @@ class EngineWeightSync:
 
         dtype = engine_dtype(self.engine)
         receiving = [actor.receive_weights() for actor in self._actors]  # started before rank 0 sends
-        sizes = self.policy.call("broadcast_weights", dtype_name(dtype) if dtype else None)
-        ray.get(receiving)
-        self.bytes_last = int(sizes[0])
+        sending = self.policy.call_async("broadcast_weights", dtype_name(dtype) if dtype else None)
+        self._await_actors(self._actors, receiving, sending, "receiving the weights")
+        self.bytes_last = int(ray.get(sending)[0])
+
+    def _await_actors(self, actors: List[Any], engine_refs: List[Any], policy_refs: List[Any], doing: str) -> None:
+        """Wait for both sides of a collective between policy rank 0 and the engine actors. An actor that fails or
+        dies stops the sync at once, naming its index and node; the policy's side cannot finish without it, so its
+        workers are ended too (otherwise rank 0 would wait out the group's timeout)."""
+        import ray
+
+        pending = engine_refs + policy_refs
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done[0])
+            except Exception as exc:
+                if done[0] not in engine_refs:
+                    raise
+                index = engine_refs.index(done[0])
+                for worker in getattr(self.policy, "actors", []):
+                    ray.kill(worker)
+                cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise RuntimeError(
+                    f"weight sync: engine actor {index} (node {getattr(actors[index], 'node_id', '?')}) failed while "
+                    f"{doing}, so the broadcast cannot complete; the policy workers were stopped. Cause: "
+                    f"{type(exc).__name__}: {cause}"
+                ) from exc
 
     def _broadcast(self) -> None:
         if self._actors:

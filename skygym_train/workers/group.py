@@ -132,11 +132,15 @@ class RayWorkerGroup:
         results = ray.get([actor.train_step.remote(part) for actor, part in zip(self.actors, self._shares(parts))])
         return results[0]  # metrics are already averaged across ranks
 
-    def shutdown(self) -> None:
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Close each worker's process groups, then end the actors. A worker that is dead, or stuck in a collective
+        whose peer died, gets ``timeout_s`` to answer and is ended anyway."""
         import ray
 
         try:
-            self.call("shutdown")
+            ray.get([actor.shutdown.remote() for actor in self.actors], timeout=timeout_s)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
+            pass  # ended below either way
         finally:
             for actor in self.actors:
                 ray.kill(actor)

@@ -175,3 +175,24 @@ def test_an_engine_actor_on_a_second_node_trains_with_weights_broadcast_across_n
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     rewards = [row["reward/mean"] for row in rows if "reward/mean" in row]
     assert len(rewards) == 2 and all(0.0 <= r <= 1.0 for r in rewards)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)  # the bug this guards against: rank 0 waiting out the broadcast group's 300 s timeout
+@pytest.mark.parametrize("stage", ["joining the weight broadcast", "receiving the weights"])
+def test_an_engine_actor_that_dies_stops_the_weight_sync_with_its_name(tiny_chat_model, toy_data, tmp_path,
+                                                                       ray_cluster, stage):
+    import ray
+
+    from skygym_train.trainer import PPOTrainer
+
+    cfg = _config(tiny_chat_model, toy_data, tmp_path)
+    with PPOTrainer(cfg) as trainer:  # leaving the block must not wait on the stopped workers either
+        trainer.setup()
+        if stage == "receiving the weights":
+            trainer.sync_weights()  # joined the group and received once
+        client = trainer.engine.engines[0]
+        ray.kill(client.actor)
+        with pytest.raises(RuntimeError, match=rf"engine actor 0 \(node [0-9a-f]+\) failed while {stage}") as info:
+            trainer.sync_weights()
+        assert "the policy workers were stopped" in str(info.value)
