@@ -246,3 +246,50 @@ def test_merged_weights_are_peft_merge_and_unload(tiny_lm_dir, tmp_path, arch):
     for name, value in before.items():
         assert not torch.allclose(merged[name.replace(".base_layer", "")], value), name  # the adapter is in
         assert torch.equal(live.state_dict()[name], value), name  # and the live model trains on, unmerged
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # a rank out of step with the other hangs in a collective: fail instead
+@pytest.mark.parametrize("kind", ["lora", "critic"])
+def test_two_ranks_resume_lora_adapters_and_the_critic_to_the_same_next_step(tiny_lm_dir, ray_cluster, tmp_path,
+                                                                             kind):
+    from dataclasses import replace
+
+    from ray.util.placement_group import remove_placement_group
+
+    from skygym_train.ray_utils import create_placement_group
+
+    spec = _spec(tiny_lm_dir)
+    batch = _batch()
+    if kind == "lora":  # only the adapters train: their shards and moments must come back
+        spec = replace(spec, lora=LoraConfig(rank=4, alpha=8, target_modules="all-linear"))
+    else:  # a value head on the body, with its own optimizer state
+        spec = replace(spec, role="critic")
+        mask = batch.tensors["response_mask"]
+        batch = batch.with_tensors(values=torch.zeros_like(mask, dtype=torch.float32),
+                                   returns=batch.tensors["advantages"].flip(1) * mask)
+    folder = tmp_path / kind
+    pg = create_placement_group(2, use_gpu=False)
+    try:
+        straight = _started(RayWorkerGroup(spec, 2, pg))
+        try:
+            straight.train_step(batch)
+            straight.call("save_training_state", str(folder))
+            straight.train_step(batch)
+            expected = straight.call("full_state_dict")[0]
+        finally:
+            straight.shutdown()
+        resumed = _started(RayWorkerGroup(spec, 2, pg))
+        try:
+            resumed.call("load_training_state", str(folder))
+            resumed.train_step(batch)
+            got = resumed.call("full_state_dict")[0]
+        finally:
+            resumed.shutdown()
+    finally:
+        remove_placement_group(pg)
+
+    assert sorted(path.name for path in folder.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    assert sorted(got) == sorted(expected)
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, atol=1e-6, rtol=1e-5, msg=name)
