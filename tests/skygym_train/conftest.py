@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 import pytest
 
 
@@ -62,3 +61,15 @@ def ray_cluster():
     init_ray(num_cpus=2)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture()
+def two_bundles(ray_cluster):
+    """A placement group of two one-CPU bundles (two gloo ranks), removed afterwards."""
+    from ray.util.placement_group import remove_placement_group
+
+    from skygym_train.ray_utils import create_placement_group
+
+    pg = create_placement_group(2, use_gpu=False)
+    yield pg
+    remove_placement_group(pg)

@@ -251,13 +251,9 @@ def test_merged_weights_are_peft_merge_and_unload(tiny_lm_dir, tmp_path, arch):
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # a rank out of step with the other hangs in a collective: fail instead
 @pytest.mark.parametrize("kind", ["lora", "critic"])
-def test_two_ranks_resume_lora_adapters_and_the_critic_to_the_same_next_step(tiny_lm_dir, ray_cluster, tmp_path,
+def test_two_ranks_resume_lora_adapters_and_the_critic_to_the_same_next_step(tiny_lm_dir, two_bundles, tmp_path,
                                                                              kind):
     from dataclasses import replace
-
-    from ray.util.placement_group import remove_placement_group
-
-    from skygym_train.ray_utils import create_placement_group
 
     spec = _spec(tiny_lm_dir)
     batch = _batch()
@@ -269,25 +265,21 @@ def test_two_ranks_resume_lora_adapters_and_the_critic_to_the_same_next_step(tin
         batch = batch.with_tensors(values=torch.zeros_like(mask, dtype=torch.float32),
                                    returns=batch.tensors["advantages"].flip(1) * mask)
     folder = tmp_path / kind
-    pg = create_placement_group(2, use_gpu=False)
+    straight = _started(RayWorkerGroup(spec, 2, two_bundles))
     try:
-        straight = _started(RayWorkerGroup(spec, 2, pg))
-        try:
-            straight.train_step(batch)
-            straight.call("save_training_state", str(folder))
-            straight.train_step(batch)
-            expected = straight.call("full_state_dict")[0]
-        finally:
-            straight.shutdown()
-        resumed = _started(RayWorkerGroup(spec, 2, pg))
-        try:
-            resumed.call("load_training_state", str(folder))
-            resumed.train_step(batch)
-            got = resumed.call("full_state_dict")[0]
-        finally:
-            resumed.shutdown()
+        straight.train_step(batch)
+        straight.call("save_training_state", str(folder))
+        straight.train_step(batch)
+        expected = straight.call("full_state_dict")[0]
     finally:
-        remove_placement_group(pg)
+        straight.shutdown()
+    resumed = _started(RayWorkerGroup(spec, 2, two_bundles))
+    try:
+        resumed.call("load_training_state", str(folder))
+        resumed.train_step(batch)
+        got = resumed.call("full_state_dict")[0]
+    finally:
+        resumed.shutdown()
 
     assert sorted(path.name for path in folder.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     assert sorted(got) == sorted(expected)

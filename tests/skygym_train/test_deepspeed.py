@@ -37,17 +37,6 @@ def _ray_group(spec, placement):
     return _started(RayWorkerGroup(spec, 2, placement))
 
 
-@pytest.fixture()
-def two_bundles(ray_cluster):
-    from ray.util.placement_group import remove_placement_group
-
-    from skygym_train.ray_utils import create_placement_group
-
-    pg = create_placement_group(2, use_gpu=False)
-    yield pg
-    remove_placement_group(pg)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # a rank out of step with the other hangs in a collective: fail instead
 @pytest.mark.parametrize("stage", [2, 3])
@@ -137,7 +126,7 @@ def test_a_deepspeed_training_run_keeps_the_engine_in_step_and_checkpoints(
     tiny_chat_model, toy_data, tmp_path, ray_cluster
 ):
     from skygym_train.trainer import PPOTrainer
-    from tests.skygym_train.test_ray_trainer import _assert_engine_matches, _engine_state
+    from tests.skygym_train.test_ray_trainer import fit_and_check_the_engine
 
     overrides = toy_overrides(
         tiny_chat_model,
@@ -155,17 +144,9 @@ def test_a_deepspeed_training_run_keeps_the_engine_in_step_and_checkpoints(
     )
     with PPOTrainer(load_config(overrides)) as trainer:
         trainer.setup()
-        before = _engine_state(trainer)
-        result = trainer.fit()
-        policy = trainer.policy.call("full_state_dict")[0]
-        after = _engine_state(trainer)
+        fit_and_check_the_engine(trainer, steps=2)
         # ZeRO partitions cannot be shared with the engine: a bucketed broadcast
         assert trainer._weight_sync.backend == "gloo"
-
-    assert result["global_step"] == 2
-    assert all(h["policy/grad_norm"] > 0 for h in result["history"] if "policy/grad_norm" in h)
-    assert [k for k in before if not torch.equal(before[k], after[k])], "the engine's weights did not change"
-    _assert_engine_matches(after, policy)
     saved = ckpt.latest_checkpoint(tmp_path / "ckpts")
     assert saved is not None and ckpt.worker_state_dir(saved, "policy") is not None
 

@@ -21,6 +21,20 @@ def _engine_state(trainer):
     return {k: v.detach().cpu().clone() for k, v in engine.model.state_dict().items()}
 
 
+def fit_and_check_the_engine(trainer, steps: int):
+    """Train ``steps`` steps (set up already); every step has a gradient, and afterwards the engine's weights have
+    moved and equal the policy's. Returns the policy's weights."""
+    before = _engine_state(trainer)
+    result = trainer.fit()
+    policy = trainer.policy.call("full_state_dict")[0]
+    after = _engine_state(trainer)
+    assert result["global_step"] == steps
+    assert all(h["policy/grad_norm"] > 0 for h in result["history"] if "policy/grad_norm" in h)
+    assert [k for k in before if not torch.equal(before[k], after[k])], "the engine's weights did not change"
+    _assert_engine_matches(after, policy)
+    return policy
+
+
 def _assert_engine_matches(engine_state, policy_state):
     compared = 0
     for name, value in engine_state.items():
@@ -49,16 +63,8 @@ def test_ray_fsdp_workers_and_weight_sync(tiny_chat_model, toy_data, tmp_path, r
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
         assert trainer.policy.world_size == 2
-        before = _engine_state(trainer)
-        result = trainer.fit()
-        policy = trainer.policy.call("full_state_dict")[0]
-        after = _engine_state(trainer)
+        policy = fit_and_check_the_engine(trainer, steps=2)
         assert trainer._weight_sync.backend == "gloo" and trainer._weight_sync.bytes_last > 0
-
-        assert result["global_step"] == 2
-        assert all(h["policy/grad_norm"] > 0 for h in result["history"] if "policy/grad_norm" in h)
-        assert [k for k in before if not torch.equal(before[k], after[k])], "the engine's weights did not change"
-        _assert_engine_matches(after, policy)
 
         # checkpoint-and-load: spoil the engine's weights, then sync through a Hugging Face folder
         engine_model = trainer.engine.engines[0].model

@@ -50,17 +50,6 @@ def _started(group):
     return group
 
 
-@pytest.fixture()
-def two_bundles(ray_cluster):
-    from ray.util.placement_group import remove_placement_group
-
-    from skygym_train.ray_utils import create_placement_group
-
-    pg = create_placement_group(2, use_gpu=False)
-    yield pg
-    remove_placement_group(pg)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # a rank out of step with the other hangs in a collective: fail instead
 @pytest.mark.parametrize("role", ["policy", "critic"])
@@ -99,7 +88,7 @@ def test_a_sequence_parallel_training_run_keeps_the_engine_in_step(
 ):
     from skygym_train.config import load_config
     from skygym_train.trainer import PPOTrainer
-    from tests.skygym_train.test_ray_trainer import _assert_engine_matches, _engine_state
+    from tests.skygym_train.test_ray_trainer import fit_and_check_the_engine
     from tests.skygym_train.toy_envs import toy_overrides
 
     overrides = toy_overrides(
@@ -116,15 +105,7 @@ def test_a_sequence_parallel_training_run_keeps_the_engine_in_step(
     with PPOTrainer(load_config(overrides)) as trainer:
         trainer.setup()
         assert trainer.policy.data_parallel_size == 1
-        before = _engine_state(trainer)
-        result = trainer.fit()
-        policy = trainer.policy.call("full_state_dict")[0]
-        after = _engine_state(trainer)
-
-    assert result["global_step"] == 2
-    assert all(h["policy/grad_norm"] > 0 for h in result["history"] if "policy/grad_norm" in h)
-    assert [k for k in before if not torch.equal(before[k], after[k])], "the engine's weights did not change"
-    _assert_engine_matches(after, policy)
+        fit_and_check_the_engine(trainer, steps=2)
 
 
 def test_sequence_parallel_sizes_the_workers_cannot_hold_are_refused(tmp_path, tiny_lm_dir, toy_data):
