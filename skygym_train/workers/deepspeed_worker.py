@@ -133,6 +133,15 @@ class DeepSpeedWorker(TrainingWorker):
             state = self._merge_lora(state)
         return state
 
+    def shutdown(self) -> None:
+        """DeepSpeed's own teardown: it also drops the groups it cached, so a later worker in this process starts
+        clean."""
+        import deepspeed.comm
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            deepspeed.comm.destroy_process_group()
+
     def _unshareable_reason(self, dtype: Optional[str]) -> Optional[str]:
         return "DeepSpeed holds the parameters (ZeRO partitions and its own optimizer copies)"
 
