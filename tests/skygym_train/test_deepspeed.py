@@ -206,3 +206,47 @@ def test_deepspeed_without_the_package_is_refused_with_the_install_command(
     )
     text = _problems(tmp_path, tiny_lm_dir, toy_data, **{"trainer.strategy": "deepspeed"})
     assert "pip install 'skyrl-gym[deepspeed]'" in text
+
+
+@pytest.mark.parametrize("variant", ["lora", "critic", "ref", "gradient_checkpointing"])
+def test_lora_the_critic_the_reference_and_checkpointing_match_fsdp2_in_one_process(
+    tiny_lm_dir, monkeypatch, variant
+):
+    from skygym_train.config.schema import LoraConfig
+
+    monkeypatch.setenv("LOCAL_RANK", "0")  # what the worker sets for DeepSpeed; restored afterwards
+    batch = _batch()
+    changes = {
+        "lora": {"lora": LoraConfig(rank=4, alpha=8)},
+        "critic": {"role": "critic"},
+        "ref": {"role": "ref"},
+        "gradient_checkpointing": {"gradient_checkpointing": True},
+    }[variant]
+    if variant == "critic":
+        mask = batch.tensors["response_mask"]
+        batch = batch.with_tensors(
+            values=torch.zeros_like(mask, dtype=torch.float32),
+            returns=batch.tensors["advantages"].flip(1) * mask,
+        )
+    results = {}
+    for strategy in (
+        "deepspeed",
+        "fsdp2",
+    ):  # a DeepSpeed worker, shut down, leaves the process clean for the next
+        spec = replace(_ds_spec(tiny_lm_dir, 3), micro_train_batch_size=2, strategy=strategy, **changes)
+        group = _started(LocalWorkerGroup(spec))
+        try:
+            out = group.forward(batch)
+            metrics = group.train_step(batch) if spec.role != "ref" else {}
+            results[strategy] = (out, metrics, group.call("full_state_dict")[0])
+        finally:
+            group.call("shutdown")
+    (ds_out, ds_metrics, ds_weights), (out, metrics, weights) = results["deepspeed"], results["fsdp2"]
+    for key, value in out.items():
+        torch.testing.assert_close(ds_out[key], value, atol=1e-6, rtol=1e-5, msg=key)
+    for key, value in metrics.items():
+        if key.endswith("grad_norm"):
+            assert ds_metrics[key] == pytest.approx(value, rel=1e-5) and value > 0
+    assert sorted(ds_weights) == sorted(weights)  # LoRA merged back into the plain names
+    for name, value in weights.items():
+        torch.testing.assert_close(ds_weights[name], value, atol=2e-5, rtol=1e-4, msg=name)
