@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import logging
 import os
 import pickle
@@ -386,6 +387,27 @@ def _read_until(fd: int, deadline: float) -> Tuple[bytes, bool]:
         chunks.append(chunk)
 
 
+class _QueryResultUnpickler(pickle.Unpickler):
+    """Builds a ``QueryResult`` of plain values and nothing else. The query process is a fork of this one that
+    runs model-written SQL: whatever it sends back is read as data, never as a recipe for other objects."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == (__name__, "QueryResult"):
+            return QueryResult
+        raise pickle.UnpicklingError(f"a query result may hold only plain values, not {module}.{name}")
+
+
+def load_query_result(payload: bytes, sql: str) -> QueryResult:
+    """The query process's answer, or an error result when it is anything but a ``QueryResult``."""
+    try:
+        result = _QueryResultUnpickler(io.BytesIO(payload)).load()
+    except Exception as exc:  # a malformed or hostile answer: never raised into the env
+        return QueryResult(sql=sql, error=f"the query process sent an unreadable result ({exc})", error_kind="sqlite")
+    if not isinstance(result, QueryResult):
+        return QueryResult(sql=sql, error="the query process sent an unreadable result", error_kind="sqlite")
+    return result
+
+
 def _run_in_query_process(db_file: str, sql: str, limits: QueryLimits, parse_problem: Optional[str]) -> QueryResult:
     """``_execute`` in a forked process with resource limits; killed if it outlives the deadline."""
     read_fd, write_fd = os.pipe()
@@ -416,7 +438,7 @@ def _run_in_query_process(db_file: str, sql: str, limits: QueryLimits, parse_pro
     if late:
         return QueryResult(sql=sql, error=_timeout_message(limits), error_kind="timeout")
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and payload:
-        return pickle.loads(payload)
+        return load_query_result(payload, sql)
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
         return QueryResult(sql=sql, error=_timeout_message(limits), error_kind="timeout")
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:  # the kernel's out-of-memory killer

@@ -143,3 +143,26 @@ def test_missing_database_is_an_error_not_an_exception(tmp_path):
     result = run_read_only_query(str(tmp_path / "absent.sqlite"), "SELECT 1")
     assert result.error_kind == "missing_db" and "absent.sqlite" in result.error
     assert not (tmp_path / "absent.sqlite").exists()
+
+
+class _Marker:
+    path = ""
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_query_result_that_asks_for_other_objects_is_an_error_and_builds_nothing(tmp_path):
+    import pickle
+
+    from skyrl_gym.tools.sqlite_readonly import QueryResult, load_query_result
+
+    _Marker.path = str(tmp_path / "ran")
+    hostile = pickle.dumps(QueryResult(sql="select 1", rows=[(_Marker(),)]))
+    result = load_query_result(hostile, "select 1")
+    assert result.error_kind == "sqlite" and "only plain values, not io.open" in result.error
+    assert not (tmp_path / "ran").exists()
+
+    honest = QueryResult(sql="select 1", columns=["a", "b"], rows=[(1, "x"), (None, b"\x00"), (2.5, "")], row_count=3)
+    assert load_query_result(pickle.dumps(honest, protocol=pickle.HIGHEST_PROTOCOL), "select 1") == honest
+    assert load_query_result(b"not a pickle", "select 1").error_kind == "sqlite"
