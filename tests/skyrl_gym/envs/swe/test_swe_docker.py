@@ -202,14 +202,19 @@ def test_a_test_patch_that_does_not_apply_is_named(swe_instances, tmp_path):
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_command_leaves_no_container_or_image_behind(swe_built, docker_client_for_tests, how):
+def test_an_interrupted_command_leaves_no_container_or_image_behind(swe_built, docker_client_for_tests, how,
+                                                                   tmp_path):
     from skygym_sandboxes.containers import containers_of_kind
     from skygym_sandboxes.docker_backend import OWNER_LABEL
 
     client = docker_client_for_tests
     dangling_before = {image.id for image in client.images.list(filters={"dangling": True})}
     if how == signal.SIGINT:
-        command, kind = ["validate", str(swe_built / "instances.jsonl"), "--workers", "1"], "swe"
+        # the instances six times over: a validation that outlasts the polling below by far, even when a loaded
+        # machine lists containers slowly (with five, it once finished before the signal arrived)
+        rows = (swe_built / "instances.jsonl").read_text().splitlines()
+        (tmp_path / "instances.jsonl").write_text("\n".join(rows * 6) + "\n")
+        command, kind = ["validate", str(tmp_path / "instances.jsonl"), "--workers", "1"], "swe"
     else:  # a build of a project whose image is cached: interrupted while it tries bugs
         command, kind = ["build", "--out", str(swe_built / "again"), "--projects", "toolz", "--limit", "4", "--seed", "5"], "swe-build"
     process = subprocess.Popen([sys.executable, "-m", "skyrl_gym.cli", "swe", *command, "--no-progress"],
@@ -224,8 +229,8 @@ def test_an_interrupted_command_leaves_no_container_or_image_behind(swe_built, d
         time.sleep(0.2)
     time.sleep(1.0)
     process.send_signal(how)
-    process.communicate(timeout=300)
-    assert process.returncode != 0
+    out, err = process.communicate(timeout=300)
+    assert process.returncode != 0, (out[-2000:], err[-2000:])
     assert started_by_it("swe") == [] and started_by_it("swe-build") == []
     assert {image.id for image in client.images.list(filters={"dangling": True})} <= dangling_before
 
