@@ -1,0 +1,1 @@
+"""Word sort: a skyrl-gym environment (see README.md)."""
