@@ -29,6 +29,7 @@ import tarfile
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Mapping, Optional
 
@@ -119,6 +120,8 @@ class ExecResult:
 class Container:
     """One running container (see the module docstring). Close it, or use it as a context manager."""
 
+    _open: "weakref.WeakSet[Container]" = weakref.WeakSet()  # every container of this process not yet closed
+
     def __init__(
         self,
         image: str,
@@ -167,6 +170,17 @@ class Container:
             self._remove_by_name()  # created but not started: it still has a name
             self.close()
             raise
+        Container._open.add(self)
+
+    @classmethod
+    def close_all(cls) -> int:
+        """Remove every container this process still holds; returns how many. For Ctrl-C and SIGTERM:
+        a command running in a removed container ends at once (its ``exec`` reports it killed, or
+        the next call raises that the container is closed), so threads waiting on one return."""
+        containers = list(cls._open)
+        for container in containers:
+            container.close()
+        return len(containers)
 
     def _remove_by_name(self) -> None:
         with signals_deferred():
@@ -318,6 +332,7 @@ class Container:
 
     def close(self) -> None:
         container, self._container = self._container, None
+        Container._open.discard(self)
         if container is not None:
             with signals_deferred():
                 try:

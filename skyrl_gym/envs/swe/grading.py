@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
-from skygym_sandboxes.containers import ContainerLimits
+from skygym_sandboxes.containers import Container, ContainerLimits
 
 from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
 from skyrl_gym.envs.swe.runtime import SWERuntime
@@ -173,8 +173,18 @@ def evaluate_many(
         return report
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="swe-eval")
+    futures = [pool.submit(one, pair) for pair in zip(instances, patches)]
     try:
-        return list(pool.map(one, zip(instances, patches)))
+        return [future.result() for future in futures]
+    except BaseException:
+        # Ctrl-C or SIGTERM: nothing new starts, and the evaluations under way stop now (their containers are
+        # removed, which ends the commands they wait on) rather than when their tests finish. Again until
+        # they are done: one may have been starting its container.
+        for future in futures:
+            future.cancel()
+        while not all(future.done() for future in futures):
+            Container.close_all()
+            concurrent.futures.wait(futures, timeout=1.0)
+        raise
     finally:
-        # On Ctrl-C nothing new starts; the evaluations under way finish and remove their containers.
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True)

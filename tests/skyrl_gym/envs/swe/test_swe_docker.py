@@ -6,6 +6,7 @@ pip, images built with debootstrap + docker import, bugs injected and checked.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -187,7 +188,7 @@ def test_score_reports_resolved_unapplied_and_empty_predictions(swe_built, swe_i
 
 
 def test_a_test_patch_that_does_not_apply_is_named(swe_instances, tmp_path):
-    broken = swe_instances[0]
+    broken = dataclasses.replace(swe_instances[0])  # a copy: the instances are shared by the session
     broken.test_patch = "diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-missing\n+line\n"
     path = tmp_path / "broken.jsonl"
     write_jsonl([broken], path)
@@ -202,18 +203,23 @@ def test_a_test_patch_that_does_not_apply_is_named(swe_instances, tmp_path):
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_command_leaves_no_container_or_image_behind(swe_built, docker_client_for_tests, how,
-                                                                   tmp_path):
+def test_an_interrupted_command_leaves_no_container_or_image_behind(swe_built, swe_instances, docker_client_for_tests,
+                                                                   how, tmp_path):
     from skygym_sandboxes.containers import containers_of_kind
     from skygym_sandboxes.docker_backend import OWNER_LABEL
 
     client = docker_client_for_tests
     dangling_before = {image.id for image in client.images.list(filters={"dangling": True})}
     if how == signal.SIGINT:
-        # the instances six times over: a validation that outlasts the polling below by far, even when a loaded
-        # machine lists containers slowly (with five, it once finished before the signal arrived)
-        rows = (swe_built / "instances.jsonl").read_text().splitlines()
-        (tmp_path / "instances.jsonl").write_text("\n".join(rows * 6) + "\n")
+        # a validation that is still running when the signal comes, however slowly the machine lists containers:
+        # the instance's hidden tests gain one that sleeps (the command never finishes on its own)
+        hanging = dataclasses.replace(swe_instances[0], instance_id="hang__forever-1")
+        hanging.test_patch += (
+            "diff --git a/test_skygym_hang.py b/test_skygym_hang.py\nnew file mode 100644\n--- /dev/null\n"
+            "+++ b/test_skygym_hang.py\n@@ -0,0 +1,3 @@\n+import time\n+def test_hang():\n+    time.sleep(3600)\n"
+        )
+        hanging.FAIL_TO_PASS = [*hanging.FAIL_TO_PASS, "test_skygym_hang.py::test_hang"]
+        write_jsonl([hanging], tmp_path / "instances.jsonl")
         command, kind = ["validate", str(tmp_path / "instances.jsonl"), "--workers", "1"], "swe"
     else:  # a build of a project whose image is cached: interrupted while it tries bugs
         command, kind = ["build", "--out", str(swe_built / "again"), "--projects", "toolz", "--limit", "4", "--seed", "5"], "swe-build"
@@ -229,7 +235,7 @@ def test_an_interrupted_command_leaves_no_container_or_image_behind(swe_built, d
         time.sleep(0.2)
     time.sleep(1.0)
     process.send_signal(how)
-    out, err = process.communicate(timeout=300)
+    out, err = process.communicate(timeout=120)  # it stops the evaluation under way, not waits an hour for it
     assert process.returncode != 0, (out[-2000:], err[-2000:])
     assert started_by_it("swe") == [] and started_by_it("swe-build") == []
     assert {image.id for image in client.images.list(filters={"dangling": True})} <= dangling_before
