@@ -53,8 +53,10 @@ def test_every_source_folder_is_a_regular_package_so_wheels_ship_it():
     repo = PYPROJECT.parent
     missing = []
     for folder in ("skyrl_gym", "sandboxes", "adapters", "skygym_train", "envs_contrib"):
+        # a folder with a pyproject.toml of its own is another distribution (envs_contrib/word_sort)
+        others = [toml.parent for toml in (repo / folder).rglob("pyproject.toml")]
         for directory in [repo / folder, *(p for p in (repo / folder).rglob("*") if p.is_dir())]:
-            if "__pycache__" in directory.parts:
+            if "__pycache__" in directory.parts or any(o == directory or o in directory.parents for o in others):
                 continue
             if any(directory.glob("*.py")) and not (directory / "__init__.py").exists():
                 missing.append(str(directory.relative_to(repo)))

@@ -165,6 +165,18 @@ async def test_env_errors_in_an_actor_are_the_same_error_results_as_local(pool):
     assert sum(i["sessions_open"] for i in pool.worker_info()) == 0
 
 
+def wait_until_dead(actor, timeout_s: float = 30.0) -> None:
+    """Until ``actor`` refuses calls: ray.kill is asynchronous, and a call may still be served just after it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(actor.info.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        assert time.monotonic() < deadline, f"the env worker outlived its kill by {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
 async def test_a_dead_actor_is_a_clear_error_and_new_sessions_go_to_the_live_one(own_pool):
     pool = own_pool
     extras = {"turns": 5}
@@ -172,6 +184,7 @@ async def test_a_dead_actor_is_a_clear_error_and_new_sessions_go_to_the_live_one
     await env.ainit([{"role": "user", "content": "q"}])
     await env.astep("a")
     ray.kill(pool._actors[env.worker])
+    wait_until_dead(pool._actors[env.worker])
     with pytest.raises(
         EnvWorkerDied, match=rf"env worker {env.worker} \(Ray actor on node .*\) died during step"
     ):
@@ -190,6 +203,7 @@ async def test_a_dead_actor_is_a_clear_error_and_new_sessions_go_to_the_live_one
     ]
     assert [e.rewards for e in episodes] == [[1.0, 2.0]] * 3
     ray.kill(pool._actors[1 - env.worker])
+    wait_until_dead(pool._actors[1 - env.worker])
     episode = await run_episode(
         pool.env_factory("test_countdown_turns", None, {"turns": 2}),
         [{"role": "user", "content": "q"}],
@@ -210,14 +224,7 @@ def test_shutdown_closes_the_sessions_left_open(local_ray):
     envs[0].close()
     assert pool.shutdown() == 2  # the two left open, in the actor
     assert pool.shutdown() == 0  # a second shutdown is a no-op
-    deadline = time.monotonic() + 30  # ray.kill is asynchronous: a call may still be served just after it
-    while True:
-        try:
-            ray.get(actor.info.remote(), timeout=10)
-        except ray.exceptions.RayActorError:
-            break
-        assert time.monotonic() < deadline, "the env worker outlived the pool's shutdown by 30 s"
-        time.sleep(0.2)
+    wait_until_dead(actor)
     assert all(isinstance(e, RayEnv) for e in envs)
 
 
