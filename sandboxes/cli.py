@@ -39,11 +39,12 @@ def _add_limit_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=JSON",
         help="backend option, e.g. --option pool_size=4 --option isolation='\"bwrap\"'",
     )
-    parser.add_argument("--wall-s", type=float, default=10.0)
-    parser.add_argument("--cpu-s", type=float, default=None)
-    parser.add_argument("--memory-mb", type=int, default=1024)
-    parser.add_argument("--processes", type=int, default=64)
-    parser.add_argument("--output-bytes", type=int, default=1_000_000)
+    ceiling = " (serve: the most a request may ask for)"
+    parser.add_argument("--wall-s", type=float, default=10.0, help="seconds of real time per run" + ceiling)
+    parser.add_argument("--cpu-s", type=float, default=None, help="CPU seconds per run (default: --wall-s)" + ceiling)
+    parser.add_argument("--memory-mb", type=int, default=1024, help="memory per run" + ceiling)
+    parser.add_argument("--processes", type=int, default=64, help="processes and threads per run" + ceiling)
+    parser.add_argument("--output-bytes", type=int, default=1_000_000, help="stdout and stderr, each" + ceiling)
 
 
 def _backend_options(args: argparse.Namespace) -> dict:
@@ -75,6 +76,16 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     max_concurrency = args.max_concurrency or os.cpu_count() or 1
     options = _backend_options(args)
+    if options.get("isolation") == "none" and not args.allow_no_isolation:
+        print(
+            "skygym-sandboxes serve: refusing to serve with isolation=none: every client's code would run on "
+            "this host with only rlimits around it. Pass --allow-no-isolation if every client is trusted.",
+            file=sys.stderr,
+        )
+        return 2
+    if args.max_body_bytes is not None and args.max_body_bytes < 1024:
+        print("skygym-sandboxes serve: --max-body-bytes must be at least 1024", file=sys.stderr)
+        return 2
     if args.backend == "local":
         options.setdefault("pool_size", max_concurrency)
     sandbox = get_sandbox(args.backend, limits=_limits_from(args), **options)
@@ -93,6 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         token=token,
         max_queue=args.max_queue,
+        **({"max_body_bytes": args.max_body_bytes} if args.max_body_bytes is not None else {}),
     )
     return 0
 
@@ -138,6 +150,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrency", type=int, default=None, help="programs run at once (default: the CPU count)"
     )
     serve.add_argument("--max-queue", type=int, default=64, help="requests that may wait; past it: HTTP 429")
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=None,
+        help="largest request body; larger ones (chunked too) get HTTP 413 (default 64 MiB)",
+    )
+    serve.add_argument(
+        "--allow-no-isolation",
+        action="store_true",
+        help="allow --option isolation=none (the local backend WITHOUT namespaces: only for trusted code)",
+    )
     serve.add_argument(
         "--token",
         default=None,

@@ -7,7 +7,8 @@ import base64
 import os
 import threading
 import time
-from typing import Any, Dict, Optional, Union
+import urllib.parse
+from typing import Any, Dict, Optional, Tuple, Union
 
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
@@ -18,9 +19,13 @@ HTTP_MARGIN_S = 30.0
 
 def result_from_response(data: Dict[str, Any]) -> RunResult:
     """This project's typed result when the service sent it, else one mapped from SandboxFusion's fields."""
-    if isinstance(data.get("sandbox"), dict):
-        return RunResult.from_dict(data["sandbox"])
     run = data.get("run_result") or {}
+    if isinstance(data.get("sandbox"), dict):
+        typed = dict(data["sandbox"])  # output and files travel once, in SandboxFusion's fields
+        typed.setdefault("stdout", run.get("stdout") or "")
+        typed.setdefault("stderr", run.get("stderr") or "")
+        typed.setdefault("files", dict(data.get("files") or {}))
+        return RunResult.from_dict(typed)
     if data.get("status") == "SandboxError" or not run:
         return RunResult.sandbox_error(str(data.get("message") or "the service reported a sandbox error"))
     code = run.get("return_code")
@@ -41,18 +46,34 @@ def result_from_response(data: Dict[str, Any]) -> RunResult:
     )
 
 
-class RemoteSandbox(BaseSandbox):
-    """Sends each run to ``url`` (the service's base URL, e.g. ``http://127.0.0.1:8080``).
+def origin(url: str) -> Tuple[str, str, Optional[int]]:
+    """``(scheme, host, port)`` of ``url``, the default port filled in: what a credential is bound to."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
 
-    A service that cannot be reached, answers an HTTP error or times out gives a
-    ``sandbox_error`` result, never an exception.
+
+class RemoteSandbox(BaseSandbox):
+    """Sends each run to ``url`` (the service's base URL; default ``$SKYGYM_SANDBOX_URL``, else
+    ``http://127.0.0.1:8080``).
+
+    ``token`` is sent as ``Authorization: Bearer``. Without it, ``$SKYGYM_SANDBOX_TOKEN`` is sent only to the
+    service the operator configured (``$SKYGYM_SANDBOX_URL``, else the default URL), never to another URL: a
+    URL that comes from a config or a client cannot collect the operator's token. Limits above the service's
+    own (its ``/health`` lists them) are lowered to them, as ``Limits`` lowers values above its maxima; the
+    service refuses a request that asks for more. A service that cannot be reached, answers an HTTP error or
+    times out gives a ``sandbox_error`` result, never an exception.
     """
 
     name = "remote"
 
     def __init__(
         self,
-        url: str = "http://127.0.0.1:8080",
+        url: Optional[str] = None,
         limits: Optional[Union[Limits, dict]] = None,
         concurrency: int = 4,
         connect_timeout_s: float = 5.0,
@@ -61,12 +82,22 @@ class RemoteSandbox(BaseSandbox):
         super().__init__(limits)
         import requests
 
-        from skygym_sandboxes.service import TOKEN_ENV
+        from skygym_sandboxes.service import DEFAULT_URL, TOKEN_ENV, URL_ENV
 
-        self.url = url.rstrip("/")
-        token = token or os.environ.get(TOKEN_ENV) or None
+        operator_url = os.environ.get(URL_ENV) or DEFAULT_URL
+        self.url = (url or operator_url).rstrip("/")
+        self._token_hint = ""
+        if token is None and os.environ.get(TOKEN_ENV):
+            if origin(self.url) == origin(operator_url):
+                token = os.environ[TOKEN_ENV]
+            else:
+                self._token_hint = (
+                    f" (${TOKEN_ENV} is sent only to ${URL_ENV}, {operator_url}, not to {self.url}: "
+                    f"pass token= for this service, or set {URL_ENV})"
+                )
         self.default_concurrency = concurrency
         self.connect_timeout_s = connect_timeout_s
+        self._ceilings: Optional[Dict[str, Any]] = None
         self._http = requests.Session()
         adapter = requests.adapters.HTTPAdapter(
             pool_connections=concurrency, pool_maxsize=max(concurrency, 10)
@@ -75,6 +106,23 @@ class RemoteSandbox(BaseSandbox):
         self._http.mount("https://", adapter)
         if token:
             self._http.headers["Authorization"] = f"Bearer {token}"
+
+    def _within_service_limits(self, limits: Limits) -> Limits:
+        """``limits`` lowered to the service's ceilings (read once from its ``/health``; a service that does
+        not list them, such as SandboxFusion, gets the limits as they are)."""
+        if self._ceilings is None:
+            try:
+                listed = self.health().get("limits")
+            except Exception:
+                return limits  # unreachable now: the run itself reports it
+            self._ceilings = dict(listed) if isinstance(listed, dict) else {}
+        lowered = {
+            name: ceiling
+            for name, ceiling in self._ceilings.items()
+            if isinstance(ceiling, (int, float)) and getattr(limits, name, None) is not None
+            and getattr(limits, name) > ceiling
+        }
+        return limits.replace(**lowered) if lowered else limits
 
     def _body(self, request: RunRequest, limits: Limits) -> Dict[str, Any]:
         def b64(content: Union[str, bytes]) -> str:
@@ -107,6 +155,7 @@ class RemoteSandbox(BaseSandbox):
         import requests
 
         started = time.monotonic()
+        limits = self._within_service_limits(limits)
         read_timeout = (limits.wall_s or 600.0) + HTTP_MARGIN_S
         try:
             response = self._http.post(
@@ -126,7 +175,8 @@ class RemoteSandbox(BaseSandbox):
         if response.status_code != 200:
             message = data.get("message") if isinstance(data, dict) else None
             return RunResult.sandbox_error(
-                f"the sandbox service answered HTTP {response.status_code}: {message or response.text[:300]}",
+                f"the sandbox service answered HTTP {response.status_code}: {message or response.text[:300]}"
+                + (self._token_hint if response.status_code == 401 else ""),
                 wall_time_s=time.monotonic() - started,
             )
         return result_from_response(data)

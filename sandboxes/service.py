@@ -20,12 +20,12 @@ import contextlib
 import functools
 import hmac
 import ipaddress
-import json
 import logging
 import os
 import threading
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 
+from skygym_sandboxes.http_bodies import BodyError, parse_json_object, read_limited_body
 from skygym_sandboxes.protocol import Sandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status, check_limit
 
@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 LANGUAGES = ("python", "bash")
 TOKEN_ENV = "SKYGYM_SANDBOX_TOKEN"
+# The service clients use by default; $SKYGYM_SANDBOX_TOKEN is sent to it only (skygym_sandboxes.remote).
+URL_ENV = "SKYGYM_SANDBOX_URL"
+DEFAULT_URL = "http://127.0.0.1:8080"
 MAX_BODY_BYTES = 64 * 1024 * 1024
 DISCONNECT_POLL_S = 0.1
 
@@ -68,36 +71,66 @@ def _string_list(body: Mapping[str, Any], name: str) -> List[str]:
     return value
 
 
-def limits_from_body(body: Mapping[str, Any], default_limits: Limits) -> Limits:
-    """The service's limits, overridden by the body's ``limits`` (null entries keep the service's
-    value), ``run_timeout`` and ``memory_limit_MB``; invalid values raise BadRequest naming the field."""
-    limits = default_limits
+# The operator's flag for each limit, named when a request asks for more than the service allows.
+LIMIT_FLAGS: Dict[str, str] = {
+    "wall_s": "--wall-s",
+    "cpu_s": "--cpu-s",
+    "memory_mb": "--memory-mb",
+    "processes": "--processes",
+    "output_bytes": "--output-bytes",
+}
+
+
+def _within_ceiling(field: str, name: str, value: Any, ceilings: Limits) -> Union[int, float]:
+    """``value`` as a valid limit ``name`` no higher than the service's own; BadRequest naming ``field``
+    otherwise (the operator's limits are ceilings: a request may lower them, never raise them)."""
+    try:
+        number = check_limit(name, value)
+    except ValueError as exc:
+        raise BadRequest(f"{field}: {exc}") from None
+    ceiling = getattr(ceilings, name)
+    if number > ceiling:
+        flag = LIMIT_FLAGS.get(name)
+        raise BadRequest(
+            f"{field} asks for {value!r}, above this service's {name} of {ceiling:g}"
+            f"{f' ({flag})' if flag else ''}; a request may lower a limit, never raise it"
+        )
+    return number
+
+
+def limits_from_body(body: Mapping[str, Any], ceilings: Limits) -> Limits:
+    """The service's limits (``ceilings``), lowered by the body's ``limits`` (null entries keep the service's
+    value), ``run_timeout`` and ``memory_limit_MB``. A value that is invalid, or above the service's own, raises
+    BadRequest naming the field: the operator's limits are ceilings, never raised by a request."""
+    limits = ceilings
     overrides = body.get("limits")
     if overrides is not None and not isinstance(overrides, dict):
         raise BadRequest("limits must be an object of limit names to numbers (or null)")
-    field = "limits"
-    try:
-        if overrides is not None:
-            given = {key: value for key, value in overrides.items() if value is not None}
-            limits = Limits.from_dict({**default_limits.to_dict(), **given})
-        field = "run_timeout"
-        run_timeout = body.get("run_timeout")
-        if run_timeout is not None:
-            seconds = check_limit("wall_s", run_timeout)
-            limits = limits.replace(wall_s=seconds, cpu_s=seconds)
-        field = "memory_limit_MB"
-        memory = body.get("memory_limit_MB")
-        # SandboxFusion sends -1 (or 0) for "the service's default".
-        if memory is not None and not (
-            isinstance(memory, (int, float)) and not isinstance(memory, bool) and memory <= 0
-        ):
-            limits = limits.replace(memory_mb=check_limit("memory_mb", memory))
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"{field}: {exc}") from None
+    if overrides:
+        known = set(ceilings.to_dict())
+        unknown = sorted(str(key) for key in set(overrides) - known)
+        if unknown:
+            raise BadRequest(f"limits: unknown limit(s) {unknown}; known limits are {sorted(known)}")
+        given = {
+            name: _within_ceiling(f"limits.{name}", name, value, ceilings)
+            for name, value in overrides.items()
+            if value is not None
+        }
+        limits = limits.replace(**given)
+    run_timeout = body.get("run_timeout")
+    if run_timeout is not None:
+        seconds = _within_ceiling("run_timeout", "wall_s", run_timeout, ceilings)
+        limits = limits.replace(wall_s=seconds, cpu_s=min(seconds, ceilings.cpu_s))
+    memory = body.get("memory_limit_MB")
+    # SandboxFusion sends -1 (or 0) for "the service's default".
+    if memory is not None and not (
+        isinstance(memory, (int, float)) and not isinstance(memory, bool) and memory <= 0
+    ):
+        limits = limits.replace(memory_mb=_within_ceiling("memory_limit_MB", "memory_mb", memory, ceilings))
     return limits
 
 
-def request_from_body(body: Any, default_limits: Limits) -> RunRequest:
+def request_from_body(body: Any, ceilings: Limits) -> RunRequest:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     language = body.get("language", "python")
@@ -105,7 +138,7 @@ def request_from_body(body: Any, default_limits: Limits) -> RunRequest:
         language = "python"
     if language not in LANGUAGES:
         raise BadRequest(f"language {language!r} is not supported; this service runs {list(LANGUAGES)}")
-    limits = limits_from_body(body, default_limits)
+    limits = limits_from_body(body, ceilings)
     raw_files = body.get("files")
     if raw_files is None:
         raw_files = {}
@@ -146,7 +179,15 @@ def request_from_body(body: Any, default_limits: Limits) -> RunRequest:
         raise BadRequest(str(exc)) from None
 
 
+# What the response carries once, in SandboxFusion's fields: left out of ``sandbox`` (the typed result), and put
+# back by the remote backend (``skygym_sandboxes.remote.result_from_response``).
+_CARRIED_ONCE = ("stdout", "stderr", "files")
+
+
 def response_from_result(result: RunResult) -> Dict[str, Any]:
+    """SandboxFusion's response shape; ``sandbox`` holds the rest of this project's typed result (its output
+    and files are not repeated there: they are in ``run_result`` and ``files``)."""
+    typed = {key: value for key, value in result.to_dict().items() if key not in _CARRIED_ONCE}
     if result.status == Status.SANDBOX_ERROR:
         return {
             "status": "SandboxError",
@@ -155,7 +196,7 @@ def response_from_result(result: RunResult) -> Dict[str, Any]:
             "run_result": None,
             "executor_pod_name": None,
             "files": {},
-            "sandbox": result.to_dict(),
+            "sandbox": typed,
         }
     run_status = {Status.TIMEOUT: "TimeLimitExceeded", Status.OK: "Finished", Status.ERROR: "Finished"}.get(
         result.status, "Error"
@@ -173,7 +214,7 @@ def response_from_result(result: RunResult) -> Dict[str, Any]:
         },
         "executor_pod_name": None,
         "files": dict(result.files),
-        "sandbox": result.to_dict(),
+        "sandbox": typed,
     }
 
 
@@ -190,8 +231,10 @@ def create_app(
     ``max_queue`` more wait, and past that the service answers 429 so that clients back off. With
     ``token``, every request must carry ``Authorization: Bearer <token>`` (401 otherwise). A client
     that disconnects while its run waits or runs gets the run cancelled and its sandbox torn down
-    (and replaced), so its slot is freed at once. Malformed bodies get 400 (not JSON) or 422 (a
-    field is wrong) with the reason; bodies over ``max_body_bytes`` get 413.
+    (and replaced), so its slot is freed at once. Malformed bodies get 400 (not JSON, nested too deep)
+    or 422 (a field is wrong, or a limit above the sandbox's own) with the reason; bodies over
+    ``max_body_bytes`` get 413, chunked ones too, as soon as they pass it. ``sandbox.limits`` are the
+    ceilings of every request.
     """
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
@@ -231,6 +274,8 @@ def create_app(
             "backend": getattr(sandbox, "name", "?"),
             "max_concurrency": max_concurrency,
             "max_queue": max_queue,
+            "max_body_bytes": max_body_bytes,
+            "limits": sandbox.limits.to_dict(),  # the ceilings: a request may lower these, never raise them
             **state,
         }
 
@@ -238,16 +283,10 @@ def create_app(
     async def run_code(request: Request) -> Any:
         if not authorised(request):
             return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            return refuse(413, f"the body is over {max_body_bytes} bytes")
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            return refuse(413, f"the body is over {max_body_bytes} bytes")
         try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            return refuse(400, f"the body is not valid JSON: {exc}")
+            body = parse_json_object(await read_limited_body(request, max_body_bytes, "--max-body-bytes"))
+        except BodyError as exc:
+            return refuse(exc.status, exc.message)
         try:
             run_request = request_from_body(body, sandbox.limits)
         except BadRequest as exc:
@@ -298,6 +337,7 @@ def serve(
     log_level: str = "warning",
     token: Optional[str] = None,
     max_queue: int = 64,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> None:
     """Serve until SIGINT/SIGTERM; the sandbox (and its warm workers) is closed on the way out.
     Binding anything but a loopback address needs a bearer ``token``."""
@@ -309,7 +349,9 @@ def serve(
             f"refusing to serve on {host} without a bearer token: anyone who can reach it could run code. "
             f"Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1"
         )
-    app = create_app(sandbox, max_concurrency=max_concurrency, max_queue=max_queue, token=token)
+    app = create_app(
+        sandbox, max_concurrency=max_concurrency, max_queue=max_queue, token=token, max_body_bytes=max_body_bytes
+    )
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level)
     finally:
@@ -323,5 +365,8 @@ __all__: List[str] = [
     "response_from_result",
     "BadRequest",
     "TOKEN_ENV",
+    "URL_ENV",
+    "DEFAULT_URL",
+    "LIMIT_FLAGS",
     "is_loopback",
 ]

@@ -39,7 +39,7 @@ def test_sandboxfusion_request_and_response_shape(served):
         "language": "python",
         "stdin": "!",
         "compile_timeout": 10,
-        "run_timeout": 10,
+        "run_timeout": 5,
         "memory_limit_MB": -1,
         "files": {"data.txt": base64.b64encode(b"hello").decode()},
         "fetch_files": ["data.txt"],

@@ -99,16 +99,61 @@ def test_null_limits_mean_the_service_defaults_never_no_limit(served):
         assert len(data["run_result"]["stdout"]) == 100_000
 
 
-def test_huge_limits_are_lowered_and_replies_stay_paired(served):
+@pytest.mark.parametrize(
+    "body,key",
+    [
+        ({"limits": {"wall_s": 6}}, "limits.wall_s"),
+        ({"limits": {"cpu_s": 1e10}}, "limits.cpu_s"),
+        ({"limits": {"memory_mb": 1025}}, "limits.memory_mb"),
+        ({"limits": {"processes": 65}}, "limits.processes"),
+        ({"limits": {"output_bytes": 100_001}}, "limits.output_bytes"),
+        ({"run_timeout": 5.5}, "run_timeout"),
+        ({"memory_limit_MB": 4096}, "memory_limit_MB"),
+    ],
+)
+def test_the_operators_limits_are_ceilings_a_request_cannot_raise(served, body, key):
+    """The service runs with --wall-s 5 --output-bytes 100000 (and the default 1024 MB, 64 processes): a
+    request asking for more is refused with a 422 naming the key, never run with more."""
+    response = post(served, {"code": "print('ran')", **body})
+    assert response.status_code == 422, response.text
+    message = response.json()["message"]
+    assert key in message and "never raise" in message, message
+
+
+def test_a_request_may_lower_the_limits_and_replies_stay_paired(served):
     markers = [uuid.uuid4().hex for _ in range(8)]
 
     def one(index: int):
-        limits = {"wall_s": 1e10, "cpu_s": 1e300} if index % 2 else {"output_bytes": 10**15}
+        limits = {"wall_s": 2, "cpu_s": 2} if index % 2 else {"output_bytes": 1000}
         return post(served, {"code": f"print({markers[index]!r})", "limits": limits}).json()
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         replies = list(pool.map(one, range(len(markers))))
     assert [reply["run_result"]["stdout"] for reply in replies] == [m + "\n" for m in markers]
+    lowered = post(served, {"code": "print('x' * 5000)", "limits": {"output_bytes": 100}}).json()
+    assert lowered["sandbox"]["status"] == "output_limit" and len(lowered["run_result"]["stdout"]) == 100
+
+
+def test_responses_carry_output_and_files_once(served):
+    big = "".join(uuid.uuid4().hex for _ in range(1500))  # 48 kB that repeats nowhere
+    code = f"print({big!r})\nopen('out.txt', 'w').write({big!r})"
+    raw = post(served, {"code": code, "fetch_files": ["out.txt"]}).content
+    assert raw.count(big.encode()) == 1  # stdout once (it was twice: run_result and sandbox)
+    assert raw.count(base64.b64encode(big.encode())) == 1  # the file once
+    result = served.run(code)  # the remote backend puts the typed result back together
+    assert result.stdout == big + "\n" and result.status == Status.OK
+
+
+def test_a_100000_deep_body_is_a_400_naming_the_nesting(served):
+    for field in ("files", "argv", "limits"):
+        raw = '{"code": "1", "' + field + '": ' + "[" * 100_000 + "]" * 100_000 + "}"
+        response = post(served, raw)
+        assert response.status_code == 400, (field, response.status_code, response.text[:200])
+        assert "nests" in response.json()["message"], response.json()
+    deep_but_parsable = '{"code": "1", "argv": ' + "[" * 500 + "]" * 500 + "}"
+    response = post(served, deep_but_parsable)
+    assert response.status_code == 400 and "levels deep" in response.json()["message"]
+    assert served.run("print('still here')").stdout == "still here\n"
 
 
 def test_files_of_a_rejected_or_failed_request_never_reach_a_later_run(served):

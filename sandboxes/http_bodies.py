@@ -1,0 +1,80 @@
+"""Request bodies read the way a server facing hostile clients must: the size limit holds while the body
+streams in (a chunked body without ``Content-Length`` included), and JSON nested deeper than a server will ever
+need is refused with a message instead of a ``RecursionError``. Shared by the sandbox service and
+``skyrl-gym serve-env``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict
+
+# Deeper than any run request or env row needs; far below the depth at which Python's own recursion (the JSON
+# decoder, deepcopy, the encoder) would fail.
+MAX_JSON_DEPTH = 64
+
+
+class BodyError(ValueError):
+    """A body the server will not read: ``status`` is the HTTP status to answer, the message says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> bytes:
+    """The body of a Starlette ``request``, refused (413) as soon as it passes ``max_bytes``: a declared
+    ``Content-Length`` over the limit is refused before reading, and a chunked body stops being read at the
+    limit, so memory never holds more than ``max_bytes`` of it. ``option`` names the setting that raises it."""
+    hint = f" ({option})" if option else ""
+    too_large = BodyError(413, f"the body is over {max_bytes} bytes{hint}")
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise BodyError(400, f"Content-Length must be a whole number, got {declared[:40]!r}")
+        if int(declared) > max_bytes:
+            raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        if len(body) + len(chunk) > max_bytes:
+            raise too_large
+        body += chunk
+    return bytes(body)
+
+
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """True when ``value`` (parsed JSON) nests lists and objects more than ``limit`` levels deep. Iterative, so
+    it cannot itself run out of stack."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def parse_json_object(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Dict[str, Any]:
+    """``raw`` as a JSON object, or :class:`BodyError` (400) saying what is wrong: not JSON, not an object, or
+    nested more than ``max_depth`` levels (a 100,000-deep body included, which the decoder itself cannot read)."""
+    too_deep = BodyError(400, f"the body nests lists or objects more than {max_depth} levels deep")
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise BodyError(400, f"the body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BodyError(400, f"the body must be a JSON object, got {type(body).__name__}")
+    if json_depth_exceeds(body, max_depth):
+        raise too_deep
+    return body
+
+
+__all__ = ["MAX_JSON_DEPTH", "BodyError", "json_depth_exceeds", "parse_json_object", "read_limited_body"]
