@@ -95,3 +95,42 @@ def start_server(
 
 def make_remote_sandbox(limits: Limits) -> ServedSandbox:
     return start_server(limits)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The most memory process ``pid`` has held so far (VmHWM), in MiB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
+
+
+def post_chunked(port: int, path: str, total_bytes: int, headers: Sequence[str] = ()) -> int:
+    """POST ``total_bytes`` of JSON-ish body with ``Transfer-Encoding: chunked`` (no Content-Length) to
+    127.0.0.1:``port``, as an attacker would; returns the HTTP status. A server that stops reading and answers
+    early ends the upload (a refused or reset send is what it should do)."""
+    chunk = 1 << 20
+    piece = b"%x\r\n" % chunk + b"[" * chunk + b"\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        head = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
+                "Transfer-Encoding: chunked", *headers]
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+        try:
+            for _ in range(total_bytes // chunk):
+                sock.sendall(piece)
+            sock.sendall(b"0\r\n\r\n")
+        except OSError:
+            pass  # the server answered and closed while we were still sending
+        reply = b""
+        try:
+            while b"\r\n" not in reply:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                reply += data
+        except OSError:
+            pass
+    if not reply.startswith(b"HTTP/1.1 "):
+        raise AssertionError(f"no HTTP answer to a chunked body of {total_bytes} bytes: {reply[:200]!r}")
+    return int(reply.split()[1])

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import http.server
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -18,15 +20,19 @@ import pytest
 import requests
 
 from skygym_sandboxes import Limits, Status
-from tests.sandboxes.remote_support import REPO, free_port, start_server
+from skygym_sandboxes.remote import RemoteSandbox
+from tests.sandboxes.remote_support import REPO, free_port, peak_rss_mib, post_chunked, start_server
 
 pytestmark = pytest.mark.slow
+MAX_BODY = 4 * 1024 * 1024
 
 
 @pytest.fixture(scope="module")
 def served():
     box = start_server(
-        Limits(wall_s=5, cpu_s=5, output_bytes=100_000), max_concurrency=2, extra_args=["--output-bytes", "100000"]
+        Limits(wall_s=5, cpu_s=5, output_bytes=100_000),
+        max_concurrency=2,
+        extra_args=["--output-bytes", "100000", "--max-body-bytes", str(MAX_BODY)],
     )
     yield box
     box.close()
@@ -144,6 +150,17 @@ def test_responses_carry_output_and_files_once(served):
     assert result.stdout == big + "\n" and result.status == Status.OK
 
 
+def test_bodies_are_limited_while_they_stream_chunked_ones_too(served):
+    port = int(served.url.rsplit(":", 1)[1])
+    declared = post(served, b" " * (MAX_BODY + 1))  # Content-Length over the limit: refused before reading
+    assert declared.status_code == 413, declared.text
+    before = peak_rss_mib(served.server.pid)
+    assert post_chunked(port, "/run_code", 300 * 1024 * 1024) == 413
+    grown = peak_rss_mib(served.server.pid) - before
+    assert grown < 64, f"a 300 MiB chunked body took the service's peak memory up {grown:.0f} MiB (limit 4 MiB)"
+    assert served.run("print('still here')").stdout == "still here\n"
+
+
 def test_a_100000_deep_body_is_a_400_naming_the_nesting(served):
     for field in ("files", "argv", "limits"):
         raw = '{"code": "1", "' + field + '": ' + "[" * 100_000 + "]" * 100_000 + "}"
@@ -242,4 +259,60 @@ def test_off_loopback_the_service_needs_a_token():
         assert wrong.status_code == 401
         assert requests.get(f"{box.url}/health", timeout=5).status_code == 401
     finally:
+        box.close()
+
+
+def test_isolation_none_needs_the_operators_explicit_flag():
+    refused = subprocess.run(
+        [sys.executable, "-m", "skygym_sandboxes.cli", "serve", "--port", str(free_port()), "--option", "isolation=none"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "--allow-no-isolation" in refused.stderr, refused.stderr
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """An attacker's HTTP server: it records the Authorization header of every request it gets."""
+
+    seen: list = []
+
+    def _answer(self) -> None:
+        self.seen.append(self.headers.get("Authorization"))
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"status": "ok"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_the_sandbox_token_goes_only_to_the_operators_service(monkeypatch):
+    token = uuid.uuid4().hex
+    box = start_server(Limits(wall_s=5), env={"SKYGYM_SANDBOX_TOKEN": token}, token=token)
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("SKYGYM_SANDBOX_TOKEN", token)
+        monkeypatch.setenv("SKYGYM_SANDBOX_URL", box.url)
+        with RemoteSandbox(limits=Limits(wall_s=5)) as operators:  # the operator's URL: the token goes along
+            assert operators.run("print('with the token')").stdout == "with the token\n"
+        elsewhere = f"http://127.0.0.1:{attacker.server_address[1]}"
+        with RemoteSandbox(url=elsewhere, limits=Limits(wall_s=5)) as chosen:  # a URL from a config or client
+            chosen.run("print(1)")
+        assert _Collector.seen and not any(_Collector.seen), _Collector.seen
+        with RemoteSandbox(url=box.url.replace("127.0.0.1", "localhost"), limits=Limits(wall_s=5)) as other:
+            refused = other.run("print(1)")  # another spelling is another origin: no token, and the reason why
+        assert refused.status == Status.SANDBOX_ERROR and "SKYGYM_SANDBOX_URL" in refused.message, refused
+    finally:
+        attacker.shutdown()
+        attacker.server_close()
         box.close()
