@@ -2,8 +2,8 @@
 
 Rows name their database as SkyRL-gym's do: ``extras["data"]`` (``synsql``, ``spider`` or
 ``bird``) plus ``extras["db_id"]``, resolved under ``env_config.db_path`` with the folder layout
-of each public dataset; or directly with ``extras["db_file"]`` (absolute, or relative to
-``db_path``) for any other database.
+of each public dataset; or directly with ``extras["db_file"]`` (relative to ``db_path``, or absolute) for
+any other database. With ``db_path`` set, the file must lie inside it (symlinks followed).
 """
 
 from __future__ import annotations
@@ -24,11 +24,22 @@ DATASET_DB_FOLDERS: Dict[str, str] = {
 }
 
 
+def _inside(folder: str, path: str) -> bool:
+    """True when ``path``, every symlink followed, lies inside ``folder`` (itself resolved)."""
+    root = os.path.realpath(folder)
+    return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+
 def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> str:
-    """The SQLite file a row refers to; raises ``DataError``/``FileNotFoundError`` naming the field."""
+    """The SQLite file a row refers to; raises ``DataError``/``FileNotFoundError`` naming the field.
+
+    With ``db_path`` set (always, on a server: the operator's data folder), the file must lie inside it once
+    every symlink is followed: a row naming an absolute path elsewhere, climbing out with ``..`` or through a
+    link is refused before the file is looked at, so a row learns nothing of files outside the folder. Errors
+    never show a file's contents."""
     db_file = extras.get("db_file")
     if db_file:
-        path = str(db_file)
+        field, path = "db_file", str(db_file)
         if not os.path.isabs(path) and db_path:
             path = os.path.join(str(db_path), path)
     else:
@@ -43,13 +54,21 @@ def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> 
             )
         if not db_path:
             raise DataError(f"text2sql env_config.db_path is not set; it must point at the folder holding {DATASET_DB_FOLDERS[data]}")
-        path = os.path.join(str(db_path), DATASET_DB_FOLDERS[data], str(db_id), f"{db_id}.sqlite")
+        field, path = "db_id", os.path.join(str(db_path), DATASET_DB_FOLDERS[data], str(db_id), f"{db_id}.sqlite")
+    if "\0" in path:
+        raise DataError(f"text2sql row's {field} holds a NUL character")
+    if db_path and not _inside(str(db_path), path):
+        raise DataError(
+            f"text2sql row's {field} {str(db_file or extras.get('db_id'))!r:.200} names a file outside the data "
+            f"folder (env_config.db_path); databases must lie inside it (no absolute paths elsewhere, no '..', "
+            f"no links out of it)"
+        )
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Database file not found at: {path}")
     with open(path, "rb") as handle:
         header = handle.read(16)
     if header != b"SQLite format 3\x00":
-        raise DataError(f"text2sql database {path} is not a SQLite 3 file (its first bytes are {header[:16]!r})")
+        raise DataError(f"text2sql database {path} is not a SQLite 3 file")
     return path
 
 

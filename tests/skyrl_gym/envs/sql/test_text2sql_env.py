@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import pytest
@@ -199,6 +200,37 @@ def test_bad_rows_get_errors_that_name_the_field(sample, tmp_path):
         skyrl_gym.make("text2sql", env_config={}, extras={**rows[0], "db_file": str(tmp_path / "notes.sqlite")})
     with pytest.raises(FileNotFoundError, match="nowhere.sqlite"):
         skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": "nowhere.sqlite"})
+
+
+def test_rows_cannot_reach_files_outside_the_data_folder(sample, tmp_path):
+    """A row is data from whoever wrote it (a client of serve-env included): with db_path set, it may name only
+    databases inside it, and no error shows a byte of a file."""
+    out, rows = sample
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.sqlite"
+    secret.write_bytes((out / rows[0]["db_file"]).read_bytes())  # a real SQLite file, queryable if reached
+    (outside / "notes.txt").write_text("TOP-SECRET-CONTENT")
+    (out / "link.sqlite").symlink_to(secret)
+    (out / "linked_dir").symlink_to(outside, target_is_directory=True)
+    attempts = {
+        "absolute path elsewhere": {"db_file": str(secret)},
+        "climbing out with ..": {"db_file": os.path.relpath(secret, out)},
+        "a link to a file outside": {"db_file": "link.sqlite"},
+        "a linked folder": {"db_file": "linked_dir/secret.sqlite"},
+        "a non-database outside": {"db_file": str(outside / "notes.txt")},
+        "db_id climbing out": {"db_file": None, "data": "spider", "db_id": "../../../outside/secret"},
+    }
+    for what, fields in attempts.items():
+        with pytest.raises(DataError, match="outside the data folder") as refused:
+            skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], **fields})
+        assert "TOP-SECRET" not in str(refused.value) and "SQLite format" not in str(refused.value), what
+    (out / "notes.txt").write_text("TOP-SECRET-CONTENT")
+    with pytest.raises(DataError, match="is not a SQLite 3 file") as not_sqlite:
+        skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": "notes.txt"})
+    assert "TOP-SECRET" not in str(not_sqlite.value)  # the error names the file, never its bytes
+    inside = skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras=rows[0])  # honest rows still work
+    inside.close()
 
 
 def test_one_bad_episode_does_not_affect_others_running_concurrently(sample):
