@@ -4,6 +4,11 @@
     skyrl-gym serve-env --port 0 --envs gsm8k,text2sql    # a free port (printed), two envs only
     skyrl-gym serve-env --import my_envs                  # also the envs that my_envs registers when imported
     SKYRL_GYM_ENV_SERVICE_TOKEN=... skyrl-gym serve-env --host 0.0.0.0   # beyond loopback: a token is required
+    skyrl-gym serve-env --env-config server.json          # the operator's settings (sandbox, judge, data folders)
+
+The operator's settings (``--env-config``, JSON ``{"*": {...}, "<env id>": {...}}``) hold everything that touches
+this host: sandbox backend and isolation, judge endpoint, data folders, services, and the ceilings of timeouts and
+limits. A client's ``env_config`` may set only the keys docs/security.md lists for its env, within those bounds.
 
 Clients: ``skyrl_gym.make("remote", url="http://127.0.0.1:8010", env_id="gsm8k", extras=row)``. The protocol is
 described in :mod:`skyrl_gym.remote`.
@@ -68,6 +73,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--env-threads", type=int, default=32, help="threads for blocking env calls (default 32)"
     )
+    parser.add_argument(
+        "--env-config",
+        default=None,
+        metavar="FILE",
+        help='the operator\'s env_config per env, JSON {"*": {...}, "<env id>": {...}} (sandbox, judge, db_path, '
+        "search_url, ceilings); clients may set only the keys docs/security.md lists",
+    )
+    parser.add_argument(
+        "--allow-no-isolation",
+        action="store_true",
+        help="allow a sandbox with isolation 'none' in --env-config (client code on this host: trusted clients only)",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     parser.set_defaults(func=run)
 
@@ -103,6 +120,15 @@ def run(args: argparse.Namespace) -> int:
         except Exception as exc:
             print(f"error: --import {module}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 2
+    from skyrl_gym.remote.policy import load_operator_config
+
+    try:
+        operator_config = (
+            load_operator_config(args.env_config, args.allow_no_isolation) if args.env_config else {}
+        )
+    except ValueError as exc:
+        print(f"skyrl-gym serve-env: {exc}", file=sys.stderr)
+        return 2
     env_ids = [e.strip() for e in args.envs.split(",") if e.strip()] if args.envs else None
     if env_ids:
         import skyrl_gym
@@ -125,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             env_threads=args.env_threads,
             env_ids=env_ids,
+            operator_config=operator_config,
+            allow_no_isolation=args.allow_no_isolation,
         )
     except ValueError as exc:
         print(f"skyrl-gym serve-env: {exc}", file=sys.stderr)

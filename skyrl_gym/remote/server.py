@@ -14,12 +14,11 @@ import collections
 import concurrent.futures
 import contextlib
 import hmac
-import json
 import re
 import sys
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
 from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
 from skyrl_gym.remote.wire import encode
@@ -84,13 +83,25 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     env_threads: int = DEFAULT_ENV_THREADS,
     env_ids: Optional[Sequence[str]] = None,
+    operator_config: Optional[Mapping[str, Any]] = None,
+    allow_no_isolation: bool = False,
 ) -> Any:
-    """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id)."""
+    """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id).
+
+    ``operator_config`` is the operator's ``env_config`` per env (``{"*": {...}, "<env id>": {...}}``, see
+    :mod:`skyrl_gym.remote.policy`): every session is built with it, and a client's ``env_config`` may add only
+    the keys the policy lets a client set, within its bounds (422 naming the key otherwise). A sandbox without
+    isolation in it raises ``ValueError`` unless ``allow_no_isolation``."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
+    from skygym_sandboxes.http_bodies import BodyError, parse_json_object, read_limited_body
+
     from skyrl_gym.errors import DataError, EnvCreationError, MissingRewardSpec, UnregisteredEnv
     from skyrl_gym.registration import make, spec
+    from skyrl_gym.remote.policy import PolicyError, check_operator_config, effective_env_config
+
+    operator = check_operator_config(operator_config or {}, allow_no_isolation)
 
     sessions: Dict[str, Session] = {}
     creating: Dict[str, "asyncio.Future[Reply]"] = {}
@@ -103,6 +114,7 @@ def create_app(
         "retries_answered": 0,
         "refused": 0,
         "env_errors": 0,
+        "calls_running": 0,  # env calls under way now (a gauge, not a counter)
     }
     expected = f"Bearer {token}".encode("utf-8") if token else None
     allowed = set(env_ids) if env_ids else None
@@ -165,21 +177,11 @@ def create_app(
 
     async def read_json(request: Request) -> Dict[str, Any]:
         authorise(request)
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            raise Refused(413, f"the body is over {max_body_bytes} bytes (--max-body-bytes)")
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            raise Refused(413, f"the body is over {max_body_bytes} bytes (--max-body-bytes)")
-        if not raw:
-            return {}
-        try:
-            body = json.loads(raw)
-        except ValueError as exc:
-            raise Refused(400, f"the body is not valid JSON: {exc}")
-        if not isinstance(body, dict):
-            raise Refused(400, f"the body must be a JSON object, got {type(body).__name__}")
-        return body
+        try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
+            raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes")
+            return parse_json_object(raw) if raw else {}
+        except BodyError as exc:
+            raise Refused(exc.status, exc.message) from None
 
     def optional_id(body: Dict[str, Any], field: str) -> Optional[str]:
         value = body.get(field)
@@ -240,9 +242,13 @@ def create_app(
         if allowed is not None and env_id not in allowed:
             raise Refused(404, f"this service serves only {sorted(allowed)}, not {env_id!r}")
         try:
-            spec(env_id)
+            creator = spec(env_id).load_entry_point()
         except UnregisteredEnv as exc:
             raise Refused(404, str(exc))
+        try:  # the operator's settings, plus what the client may choose within them
+            env_config = effective_env_config(operator, env_id, env_config, creator)
+        except PolicyError as exc:
+            raise Refused(422, str(exc))
         if len(sessions) + len(creating) >= max_sessions:
             raise Refused(
                 429,
@@ -301,6 +307,7 @@ def create_app(
         async def run() -> Reply:
             async with session.lock:
                 session.last_used = time.monotonic()
+                stats["calls_running"] += 1
                 try:
                     result: Reply = (200, encode(await operation()))
                 except Refused as exc:
@@ -318,6 +325,8 @@ def create_app(
                             }
                         ),
                     )
+                finally:
+                    stats["calls_running"] -= 1
                 session.last_used = time.monotonic()
                 if request_id is not None:
                     session.results[request_id] = result
@@ -437,7 +446,7 @@ def serve(
             f"refusing to serve envs on {host} without a bearer token: anyone who can reach it could "
             f"run the envs (and their tools). Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1"
         )
-    app = create_app(token=token, **app_options)
+    app = create_app(token=token, **app_options)  # ValueError: an operator setting is refused
     sock = bind_socket(host, port)
     actual_port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=log_level, backlog=2048, timeout_keep_alive=60)

@@ -18,6 +18,7 @@ a batch never stops for it.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from skyrl_gym.core import Env, StepOutput
@@ -171,8 +172,8 @@ class JudgeRewardEnv(Env):
     async def astep(self, action: Any) -> StepOutput:
         if self.env.has_native_astep:
             output = await self.env.astep(action)
-        else:
-            output = self.env.step(action)  # as the episode driver would call it
+        else:  # a blocking step: on a worker thread, so the caller's loop (serve-env's, a driver's) keeps serving
+            output = await asyncio.to_thread(self.env.step, action)
         if not isinstance(output, Mapping):
             return output
         self._record(action, output)

@@ -4,6 +4,7 @@ test envs (imported by the server with ``--import``) that sleep, raise and count
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -37,7 +38,9 @@ class ServiceProcess:
 
 
 @contextlib.contextmanager
-def env_service(*options: str, token: Optional[str] = None) -> Iterator[ServiceProcess]:
+def env_service(
+    *options: str, token: Optional[str] = None, env: Optional[Dict[str, str]] = None
+) -> Iterator[ServiceProcess]:
     """``skyrl-gym serve-env --port 0 --import <this module> OPTIONS``; yields its URL once it listens."""
     command = [
         sys.executable,
@@ -53,7 +56,12 @@ def env_service(*options: str, token: Optional[str] = None) -> Iterator[ServiceP
     if token:
         command += ["--token", token]
     process = subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        command,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env} if env else None,
     )
     try:
         line = process.stdout.readline()
@@ -73,7 +81,8 @@ def env_service(*options: str, token: Optional[str] = None) -> Iterator[ServiceP
 
 
 class CounterEnv(BaseTextEnv):
-    """A test env: counts the steps it applies; 'sleep:S' sleeps S seconds, 'raise' raises, 'good' earns 1."""
+    """A test env: counts the steps it applies; 'sleep:S' sleeps S seconds, 'wait:PATH' blocks until PATH exists
+    (20 s at most), 'raise' raises, 'good' earns 1."""
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
@@ -85,6 +94,10 @@ class CounterEnv(BaseTextEnv):
             raise ValueError("asked to raise")
         if isinstance(action, str) and action.startswith("sleep:"):
             time.sleep(float(action.split(":", 1)[1]))
+        if isinstance(action, str) and action.startswith("wait:"):  # blocks its thread until the file exists
+            deadline = time.monotonic() + 20
+            while not Path(action.split(":", 1)[1]).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
         self.turns += 1
         self.applied.append(action)
         done = self.turns >= self.max_turns

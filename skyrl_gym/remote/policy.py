@@ -1,0 +1,306 @@
+"""What a client of ``skyrl-gym serve-env`` may configure, and what only the operator may.
+
+The operator fixes at server start, in ``--env-config FILE`` (JSON: ``{"*": {...}, "<env id>": {...}}``), every
+``env_config`` key that touches the host: the sandbox backend and its isolation, the judge's endpoint and key,
+data folders, the retrieval service, the Docker engine. A client's ``env_config`` may set only the keys listed
+here for its env, each within bounds: a timeout, a limit or a number of attempts is at most the operator's value
+for that key (or, where the operator left it out, the ceiling listed here), so a client may lower it, never raise
+it. Anything else is refused with a 422 naming the key; nothing is silently dropped or lifted.
+
+``CLIENT_KEYS`` is the one table of what a client may set (the docs' table is generated from it, see
+:func:`markdown_table`); an env from another package may declare its own as a ``client_env_config`` attribute
+of its class (a mapping of key to :class:`Rule`), else a client may set none of its keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+from pathlib import Path
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+
+ANY_ENV = "*"
+
+# Keys only the operator may set, with what they give access to (named in the refusal).
+OPERATOR_KEYS: Dict[str, str] = {
+    "sandbox": "the sandbox backend, its isolation and its service URL",
+    "judge": "the LLM judge's endpoint, model and API key",
+    "db_path": "the folder of databases on the server",
+    "search_url": "the retrieval service the server calls",
+    "docker_host": "the Docker engine the server drives",
+    "log_requests": "what the server writes to its logs",
+    "retry_delay_s": "how hard the server retries a service",
+}
+
+# env ids whose envs need an operator key on a server: without it a row could name any file of the host.
+REQUIRED_OPERATOR_KEYS: Dict[str, Tuple[str, ...]] = {"sql": ("db_path",), "text2sql": ("db_path",)}
+
+
+class PolicyError(ValueError):
+    """A client's ``env_config`` asks for what it may not; the message names the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """What a client may give for one key.
+
+    ``kind``: ``"ceiling"`` (a finite number above 0, at most the operator's value or ``ceiling``), ``"range"``
+    (a number from ``low`` to ``high``), ``"flag"`` (true or false), ``"choice"`` (one of ``choices``),
+    ``"settings"`` (a JSON object). ``whole``: whole numbers only."""
+
+    kind: str
+    meaning: str
+    ceiling: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    whole: bool = False
+    choices: Tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.kind == "ceiling":
+            unit = "a whole number" if self.whole else "a number"
+            return f"{unit} > 0, at most the operator's value (default ceiling {self.ceiling:g})"
+        if self.kind == "range":
+            unit = "a whole number" if self.whole else "a number"
+            low, high = (int(self.low), int(self.high)) if self.whole else (self.low, self.high)  # type: ignore[arg-type]
+            return f"{unit} from {low} to {high}"
+        if self.kind == "flag":
+            return "true or false"
+        if self.kind == "choice":
+            return "one of " + ", ".join(f"`{choice}`" for choice in self.choices)
+        return "a JSON object"
+
+    def check(self, key: str, value: Any, operator_value: Any) -> Any:
+        where = f"env_config.{key}"
+        if self.kind == "flag":
+            if not isinstance(value, bool):
+                raise PolicyError(f"{where} must be true or false, got {value!r:.60}")
+            return value
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise PolicyError(f"{where} must be one of {list(self.choices)}, got {value!r:.60}")
+            return value
+        if self.kind == "settings":
+            if not isinstance(value, dict):
+                raise PolicyError(f"{where} must be a JSON object, got {type(value).__name__}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise PolicyError(f"{where} must be a finite number, got {value!r:.60}")
+        if self.whole and value != int(value):
+            raise PolicyError(f"{where} must be a whole number, got {value!r}")
+        if self.kind == "range":
+            if not self.low <= value <= self.high:  # type: ignore[operator]
+                raise PolicyError(f"{where} must be from {self.low:g} to {self.high:g}, got {value!r}")
+            return value
+        ceiling = self.ceiling if operator_value is None else operator_value
+        if value <= 0:
+            raise PolicyError(f"{where} must be above 0, got {value!r}")
+        if isinstance(ceiling, numbers.Real) and value > ceiling:
+            raise PolicyError(
+                f"{where} asks for {value!r}, above this server's ceiling of {ceiling:g} (the operator's "
+                f"--env-config sets it); a client may lower it, never raise it"
+            )
+        return value
+
+
+def _ceiling(meaning: str, ceiling: float, whole: bool = False) -> Rule:
+    return Rule("ceiling", meaning, ceiling=ceiling, whole=whole)
+
+
+MAX_TURNS = Rule("range", "turns per episode (a row's max_turns does the same)", low=1, high=1000, whole=True)
+SEED = Rule("range", "the generator's seed", low=0, high=2**32 - 1, whole=True)
+
+_SEARCH = {
+    "max_turns": MAX_TURNS,
+    "topk": _ceiling("passages per search", 10, whole=True),
+    "timeout": _ceiling("seconds per search request", 30.0),
+    "retry_attempts": _ceiling("tries per search request", 4, whole=True),
+}
+_SQL = {
+    "max_turns": MAX_TURNS,
+    "sql_timeout_s": _ceiling("seconds per query of the model", 5.0),
+    "reward_timeout_s": _ceiling("seconds per query of the reward", 30.0),
+    "max_rows_shown": _ceiling("rows shown per query result", 50, whole=True),
+}
+_GENERATED = {
+    "seed": SEED,
+    "settings": Rule("settings", "the generator's settings (validated by the env)"),
+}
+
+# env id (or "<namespace>/*") -> the env_config keys a client may set.
+CLIENT_KEYS: Dict[str, Dict[str, Rule]] = {
+    "aime": {},
+    "gsm8k": {},
+    "gsm8k_multi_turn": {},
+    "countdown": {},
+    "math": {"verify_timeout": _ceiling("seconds to verify an answer", 5.0)},
+    "multiply": {"boxed_wrong_reward": Rule("range", "reward of a boxed wrong answer", low=0, high=1)},
+    "code_interpreter": {
+        "max_turns": MAX_TURNS,
+        "observation_role": Rule("choice", "role of tool output messages", choices=("user", "tool")),
+        "timeout": _ceiling("seconds per Python call", 10.0),
+        "verify_timeout": _ceiling("seconds to verify the answer", 5.0),
+        "stateful": Rule("flag", "keep Python state between calls"),
+        "max_output_chars": _ceiling("characters of tool output shown", 2000, whole=True),
+    },
+    "humaneval": {
+        "timeout": _ceiling("seconds per test run", 5.0),
+        "memory_mb": _ceiling("memory of a test run (MB)", 1024, whole=True),
+    },
+    "lcb": {
+        "timeout": _ceiling("seconds per test", 6.0),
+        "memory_mb": _ceiling("memory of a test run (MB)", 1024, whole=True),
+        "stop_on_first_failure": Rule("flag", "stop at the first failing test"),
+    },
+    "search": dict(_SEARCH),
+    "searchcode": {**_SEARCH, "python_timeout": _ceiling("seconds per Python call", 10.0)},
+    "sql": dict(_SQL),
+    "text2sql": dict(_SQL),
+    "swe": {
+        "max_turns": MAX_TURNS,
+        "bash_timeout_s": _ceiling("seconds per bash command", 60.0),
+        "output_cap": _ceiling("characters of command output shown", 16_000, whole=True),
+        "eval_timeout_s": _ceiling("seconds for the hidden tests", 600.0),
+        "memory_mb": _ceiling("memory of the container (MB)", 2048, whole=True),
+        "cpus": _ceiling("CPUs of the container", 1.0),
+    },
+    "reasoning_gym/*": {
+        **_GENERATED,
+        "split": Rule("choice", "the split rows come from", choices=("train", "test")),
+        "index": Rule("range", "the entry of the split", low=0, high=10**12, whole=True),
+    },
+    "games/*": {**_GENERATED, "max_turns": MAX_TURNS},
+}
+
+
+def client_rules(env_id: str, creator: Any = None) -> Dict[str, Rule]:
+    """The keys a client may set for ``env_id``: the table's entry (exact id, then ``namespace/*``), else the
+    ``client_env_config`` of the env's class, else none."""
+    if env_id in CLIENT_KEYS:
+        return CLIENT_KEYS[env_id]
+    if "/" in env_id and env_id.split("/", 1)[0] + "/*" in CLIENT_KEYS:
+        return CLIENT_KEYS[env_id.split("/", 1)[0] + "/*"]
+    declared = getattr(creator, "client_env_config", None)
+    if isinstance(declared, Mapping) and all(isinstance(rule, Rule) for rule in declared.values()):
+        return dict(declared)
+    return {}
+
+
+def _operator_sections(operator_config: Mapping[str, Any], env_id: str) -> Iterator[Mapping[str, Any]]:
+    yield operator_config.get(ANY_ENV) or {}
+    if "/" in env_id:
+        yield operator_config.get(env_id.split("/", 1)[0] + "/*") or {}
+    yield operator_config.get(env_id) or {}
+
+
+def operator_env_config(operator_config: Mapping[str, Any], env_id: str) -> Dict[str, Any]:
+    """The operator's ``env_config`` for ``env_id``: ``"*"``, then ``"namespace/*"``, then the id's own keys."""
+    merged: Dict[str, Any] = {}
+    for section in _operator_sections(operator_config, env_id):
+        merged.update(section)
+    return merged
+
+
+def effective_env_config(
+    operator_config: Mapping[str, Any],
+    env_id: str,
+    client_config: Optional[Mapping[str, Any]],
+    creator: Any = None,
+) -> Dict[str, Any]:
+    """The ``env_config`` a session is built with: the operator's, plus the client's keys where the rules allow
+    them. Raises :class:`PolicyError` naming the first key a client may not set, or a value out of bounds."""
+    operator = operator_env_config(operator_config, env_id)
+    missing = [key for key in REQUIRED_OPERATOR_KEYS.get(env_id, ()) if operator.get(key) is None]
+    if missing:
+        raise PolicyError(
+            f"env {env_id!r} needs the operator's {', '.join(missing)} on a server ({OPERATOR_KEYS[missing[0]]}); "
+            f"this server was started without it (serve-env --env-config FILE)"
+        )
+    rules = client_rules(env_id, creator)
+    config = dict(operator)
+    for key in sorted(client_config or {}, key=str):
+        value = client_config[key]  # type: ignore[index]
+        if key in OPERATOR_KEYS:
+            raise PolicyError(
+                f"env_config.{key} is set by the server's operator, not by a client ({OPERATOR_KEYS[key]})"
+            )
+        rule = rules.get(key)
+        if rule is None:
+            allowed = sorted(rules) or "none"
+            raise PolicyError(
+                f"env_config.{key} is not a key a client may set for env {env_id!r} (a client may set: {allowed}; "
+                f"the operator sets the rest at server start)"
+            )
+        if value is None:
+            continue  # "the server's value"
+        config[key] = rule.check(key, value, operator.get(key))
+    return config
+
+
+def sandbox_settings(operator_config: Mapping[str, Any]) -> Iterator[Tuple[str, Any]]:
+    """``(section, settings)`` of every ``sandbox`` the operator's config names."""
+    for section, values in operator_config.items():
+        if isinstance(values, Mapping) and "sandbox" in values:
+            yield section, values["sandbox"]
+
+
+def check_operator_config(operator_config: Any, allow_no_isolation: bool = False) -> Dict[str, Any]:
+    """The operator's config, checked: a JSON object of sections (``"*"``, env ids, ``"namespace/*"``) that are
+    objects; a sandbox without isolation is refused unless ``allow_no_isolation``. Raises ``ValueError``."""
+    if not isinstance(operator_config, Mapping):
+        raise ValueError(f"--env-config must hold a JSON object of sections, got {type(operator_config).__name__}")
+    for section, values in operator_config.items():
+        if not isinstance(values, Mapping):
+            raise ValueError(f"--env-config section {section!r} must be an object of env_config keys")
+    for section, settings in sandbox_settings(operator_config):
+        if not isinstance(settings, Mapping):
+            raise ValueError(f"--env-config {section}.sandbox must be an object such as {{\"backend\": \"local\"}}")
+        if settings.get("isolation") == "none" and not allow_no_isolation:
+            raise ValueError(
+                f"--env-config {section}.sandbox has isolation 'none': every client's code would run on this "
+                f"host with only rlimits around it. Pass --allow-no-isolation if every client is trusted"
+            )
+    return dict(operator_config)
+
+
+def load_operator_config(path: str, allow_no_isolation: bool = False) -> Dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--env-config {path}: {exc}") from None
+    return check_operator_config(data, allow_no_isolation)
+
+
+def markdown_table() -> str:
+    """The docs' table of what a client may set, per env (docs/security.md holds it; a test keeps it current)."""
+    lines = ["| env | key a client may set | what it is | allowed values |", "|---|---|---|---|"]
+    for pattern in sorted(CLIENT_KEYS):
+        rules = CLIENT_KEYS[pattern]
+        if not rules:
+            lines.append(f"| `{pattern}` | (none) | | |")
+        for key, rule in sorted(rules.items()):
+            lines.append(f"| `{pattern}` | `{key}` | {rule.meaning} | {rule.describe()} |")
+    return "\n".join(lines) + "\n"
+
+
+def covered(env_id: str) -> bool:
+    """True when the table lists ``env_id`` (by its id or its namespace)."""
+    return env_id in CLIENT_KEYS or ("/" in env_id and env_id.split("/", 1)[0] + "/*" in CLIENT_KEYS)
+
+
+__all__ = [
+    "ANY_ENV",
+    "CLIENT_KEYS",
+    "OPERATOR_KEYS",
+    "PolicyError",
+    "Rule",
+    "check_operator_config",
+    "client_rules",
+    "covered",
+    "effective_env_config",
+    "load_operator_config",
+    "markdown_table",
+    "operator_env_config",
+]

@@ -1,0 +1,241 @@
+"""serve-env as an attacker meets it: a real ``skyrl-gym serve-env`` on 127.0.0.1 whose clients try to take the
+operator's powers (sandbox isolation, the judge's key, data folders, limits), send bodies built to exhaust it,
+or stall other clients with a slow step."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+pytest.importorskip("fastapi", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
+pytest.importorskip("uvicorn", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
+
+import skyrl_gym  # noqa: E402
+from skyrl_gym.remote import policy  # noqa: E402
+from tests.sandboxes.remote_support import peak_rss_mib, post_chunked  # noqa: E402
+from tests.skyrl_gym.remote.service_support import COUNTER_ID, REPO_ROOT, env_service  # noqa: E402
+from tests.skyrl_gym.rewards.test_judge import JudgeServer  # noqa: E402
+from tests.tool_env_support import build_sample_databases  # noqa: E402
+
+GSM8K_ROW = {"reward_spec": {"method": "rule", "ground_truth": "72"}}
+JUDGE_KEY = "operator-judge-key-" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="module")
+def judge():
+    server = JudgeServer(token=JUDGE_KEY)  # the operator's judge: it answers only requests that carry its key
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def data_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("operator-data")
+    rows = build_sample_databases(folder)
+    return folder, rows
+
+
+@pytest.fixture(scope="module")
+def service(judge, data_folder, tmp_path_factory):
+    """A server whose operator set the judge (its key in the server's environment), a data folder for text2sql,
+    and raised one ceiling (code_interpreter's timeout to 20 s)."""
+    config = {
+        "*": {"judge": {"base_url": judge.url, "model": "rule-judge", "attempts": 1}},
+        "text2sql": {"db_path": str(data_folder[0])},
+        "code_interpreter": {"timeout": 20},
+    }
+    path = tmp_path_factory.mktemp("operator") / "server.json"
+    path.write_text(json.dumps(config))
+    with env_service("--env-config", str(path), env={"SKYRL_GYM_JUDGE_API_KEY": JUDGE_KEY}) as running:
+        yield running
+
+
+def create(service, env_id, env_config=None, extras=None):
+    body = {"env_id": env_id, "env_config": env_config, "extras": extras}
+    return requests.post(service.url + "/sessions", json=body, timeout=60)
+
+
+def refused_naming(response, *words):
+    assert response.status_code == 422, (response.status_code, response.text)
+    message = response.json()["error"]
+    assert all(word in message for word in words), message
+    return message
+
+
+# ----- 1. operator settings and client settings ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "env_id,env_config,key",
+    [
+        ("code_interpreter", {"sandbox": {"backend": "local", "isolation": "none"}}, "env_config.sandbox"),
+        ("humaneval", {"sandbox": {"backend": "remote", "url": "http://127.0.0.1:9"}}, "env_config.sandbox"),
+        ("gsm8k", {"judge": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}, "env_config.judge"),
+        ("text2sql", {"db_path": "/"}, "env_config.db_path"),
+        ("search", {"search_url": "http://127.0.0.1:9/retrieve"}, "env_config.search_url"),
+        ("swe", {"docker_host": "tcp://127.0.0.1:9"}, "env_config.docker_host"),
+        ("search", {"log_requests": True}, "env_config.log_requests"),
+    ],
+)
+def test_a_client_cannot_set_what_touches_the_host(service, env_id, env_config, key):
+    extras = {"reward_spec": {"method": "rule", "ground_truth": "1"}}
+    refused_naming(create(service, env_id, env_config, extras), key, "operator")
+
+
+@pytest.mark.parametrize(
+    "env_id,env_config,key",
+    [
+        ("code_interpreter", {"timeout": 21}, "env_config.timeout"),  # the operator raised it to 20, no further
+        ("code_interpreter", {"verify_timeout": 1e9}, "env_config.verify_timeout"),
+        ("lcb", {"memory_mb": 1_000_000}, "env_config.memory_mb"),
+        ("text2sql", {"sql_timeout_s": 3600}, "env_config.sql_timeout_s"),
+        ("search", {"retry_attempts": 1000}, "env_config.retry_attempts"),
+        ("code_interpreter", {"timeout": float("nan")}, "env_config.timeout"),
+        ("code_interpreter", {"timeout": -1}, "env_config.timeout"),
+        ("code_interpreter", {"stateful": "yes"}, "env_config.stateful"),
+    ],
+)
+def test_limits_and_timeouts_are_ceilings_a_client_cannot_raise(service, env_id, env_config, key):
+    extras = {"reward_spec": {"method": "rule", "ground_truth": "1"}}
+    raw = json.dumps({"env_id": env_id, "env_config": env_config, "extras": extras}, allow_nan=True)
+    response = requests.post(service.url + "/sessions", data=raw, timeout=60)
+    refused_naming(response, key)
+
+
+def test_unknown_keys_are_refused_with_what_a_client_may_set(service):
+    message = refused_naming(create(service, "gsm8k", {"python_path": "/tmp"}, GSM8K_ROW), "env_config.python_path")
+    assert "none" in message  # gsm8k has no client keys
+    message = refused_naming(
+        create(service, "code_interpreter", {"sandbox_config": {}}, {"reward_spec": {"ground_truth": "1"}}),
+        "env_config.sandbox_config",
+    )
+    assert "timeout" in message and "max_turns" in message
+
+
+def test_a_client_may_choose_within_the_bounds(service):
+    extras = {"reward_spec": {"method": "rule", "ground_truth": "2"}}
+    within = create(service, "code_interpreter", {"timeout": 15, "stateful": False, "max_turns": 2}, extras)
+    assert within.status_code == 200, within.text
+    assert within.json()["max_turns"] == 2
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="the code env's default sandbox needs bubblewrap: apt-get install bubblewrap")
+def test_client_code_runs_in_the_operators_sandbox_not_on_the_host(service):
+    marker = Path("/tmp") / f"client-wrote-{uuid.uuid4().hex}"
+    extras = {"reward_spec": {"method": "rule", "ground_truth": "2"}, "max_turns": 3}
+    session = create(service, "code_interpreter", None, extras).json()["session_id"]
+    requests.post(f"{service.url}/sessions/{session}/init", json={"prompt": [{"role": "user", "content": "go"}]}, timeout=30)
+    code = f"import os\nopen({str(marker)!r}, 'w').write('x')\nprint(os.getuid(), os.path.exists({str(REPO_ROOT)!r}))"
+    step = requests.post(
+        f"{service.url}/sessions/{session}/step", json={"action": f"<tool><python>{code}</python></tool>"}, timeout=60
+    ).json()
+    shown = step["output"]["observations"][0]["content"]
+    assert "True" not in shown and not marker.exists(), shown  # no checkout inside, nothing written on the host
+
+
+def test_a_server_refuses_to_start_with_isolation_off_unless_told(tmp_path):
+    path = tmp_path / "server.json"
+    path.write_text(json.dumps({"code_interpreter": {"sandbox": {"backend": "local", "isolation": "none"}}}))
+    command = [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--port", "0", "--env-config", str(path)]
+    refused = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--allow-no-isolation" in refused.stderr, refused.stderr
+
+
+# ----- 2. secrets never follow a client-chosen URL ---------------------------------------------------------------
+def test_the_judge_key_never_reaches_a_client_chosen_url(service, judge):
+    before = judge.stats()["requests"]
+    attacker = JudgeServer()  # the client's own "judge": it would see the key in Authorization
+    try:
+        row = {"reward_spec": {"method": "judge", "ground_truth": "72"}}
+        steered = create(service, "gsm8k", {"judge": {"base_url": attacker.url, "model": "rule-judge"}}, row)
+        refused_naming(steered, "env_config.judge")
+        assert attacker.stats()["requests"] == 0
+        judged = create(service, "gsm8k", None, row).json()["session_id"]  # the operator's judge, with its key
+        requests.post(f"{service.url}/sessions/{judged}/init", json={"prompt": []}, timeout=30)
+        step = requests.post(f"{service.url}/sessions/{judged}/step", json={"action": "#### 72"}, timeout=60).json()
+        metadata = step["output"]["metadata"]
+        assert "judge" in metadata and "judge_error" not in metadata, metadata  # the key went to the operator's judge
+        assert judge.stats()["requests"] == before + 1 and attacker.stats()["requests"] == 0
+    finally:
+        attacker.stop()
+
+
+# ----- 3. data paths stay inside their folders -------------------------------------------------------------------
+def test_rows_cannot_read_server_files(service, data_folder, tmp_path):
+    folder, rows = data_folder
+    secret = tmp_path / "secret.sqlite"
+    secret.write_bytes((folder / rows[0]["db_file"]).read_bytes())
+    for db_file in (str(secret), "/etc/passwd", "../../../../../../etc/passwd"):
+        response = create(service, "text2sql", None, {**rows[0], "db_file": db_file})
+        message = refused_naming(response, "outside the data folder")
+        assert "root:" not in message and "SQLite format" not in message
+    honest = create(service, "text2sql", None, rows[0])
+    assert honest.status_code == 200, honest.text
+
+
+def test_text2sql_needs_the_operators_data_folder():
+    with env_service("--envs", "text2sql") as bare:
+        message = refused_naming(create(bare, "text2sql", None, {"db_file": "/etc/passwd"}), "db_path", "operator")
+        assert "root:" not in message
+
+
+# ----- 4. bounded servers ----------------------------------------------------------------------------------------
+def test_a_100000_deep_body_is_a_400_with_a_message(service):
+    for field in ("env_config", "extras"):
+        raw = '{"env_id": "gsm8k", "' + field + '": ' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "}"
+        response = requests.post(service.url + "/sessions", data=raw, timeout=60)
+        assert response.status_code == 400 and "nests" in response.json()["error"], response.text[:300]
+    assert create(service, "gsm8k", None, GSM8K_ROW).status_code == 200
+
+
+def test_a_300_mib_chunked_body_is_refused_while_it_streams(tmp_path):
+    with env_service("--max-body-bytes", str(1024 * 1024)) as small:
+        port = int(small.url.rsplit(":", 1)[1])
+        before = peak_rss_mib(small.process.pid)
+        assert post_chunked(port, "/sessions", 300 * 1024 * 1024) == 413
+        grown = peak_rss_mib(small.process.pid) - before
+        assert grown < 64, f"a 300 MiB chunked body took serve-env's peak memory up {grown:.0f} MiB (limit 1 MiB)"
+        assert small.health()["status"] == "ok"
+
+
+def test_a_slow_judged_step_does_not_stall_another_clients_health(service, tmp_path):
+    """A judged env (the operator's judge) whose own step blocks until this test lets it go: /health must be
+    answered meanwhile, and report the call under way (before, the blocking step held the event loop, so
+    /health waited for the step, which waited for the test)."""
+    release = tmp_path / "release"
+    extras = {"max_turns": 1, "reward_spec": {"method": "judge", "ground_truth": "good"}}
+    session = create(service, COUNTER_ID, None, extras).json()["session_id"]
+    requests.post(f"{service.url}/sessions/{session}/init", json={"prompt": []}, timeout=30)
+    answers = {}
+
+    def slow_step():
+        answers["step"] = requests.post(
+            f"{service.url}/sessions/{session}/step", json={"action": f"wait:{release}"}, timeout=60
+        ).json()
+
+    stepping = threading.Thread(target=slow_step)
+    stepping.start()
+    try:
+        health = service.wait_for(lambda h: h["calls_running"] >= 1, timeout_s=20)
+        assert health["calls_running"] >= 1 and not release.exists(), health
+    finally:
+        release.touch()
+        stepping.join()
+    assert "judge" in answers["step"]["output"]["metadata"], answers  # the step was judged, as a real one
+
+
+# ----- 5. the documented table is the policy -----------------------------------------------------------------------
+def test_every_registered_env_is_in_the_policy_and_the_docs_table_is_current():
+    uncovered = [env_id for env_id in skyrl_gym.registry if not env_id.startswith("test") and not policy.covered(env_id)]
+    assert uncovered == [], f"add these ids to skyrl_gym/remote/policy.py CLIENT_KEYS: {uncovered}"
+    page = (REPO_ROOT / "docs" / "security.md").read_text(encoding="utf-8")
+    assert policy.markdown_table() in page, (
+        "docs/security.md's table of client keys is stale: paste the output of "
+        "`python -c 'from skyrl_gym.remote.policy import markdown_table; print(markdown_table())'`"
+    )
