@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
+import tempfile
 
 import pytest
 
@@ -24,8 +26,12 @@ from tests.skyrl_gym.remote.service_support import env_service  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def service():
-    with env_service("--envs", "gsm8k,text2sql") as running:
+def service(tmp_path_factory):
+    # The operator's data folder for text2sql: the built-in cases write their database under the temp folder. A
+    # client may not choose db_path (docs/security.md), so the remote envs below are built without env_config.
+    operator = tmp_path_factory.mktemp("operator") / "server.json"
+    operator.write_text(json.dumps({"text2sql": {"db_path": tempfile.gettempdir()}}))
+    with env_service("--envs", "gsm8k,text2sql", "--env-config", str(operator)) as running:
         yield running
 
 
@@ -57,9 +63,7 @@ def test_the_checker_finds_the_same_on_a_remote_text2sql_as_on_the_local_one(ser
         ]
         config = cases[0].env_config
         local = check_env("text2sql", rows, env_config=config)
-        far = check_env(
-            functools.partial(RemoteEnv, url=service.url, env_id="text2sql"), rows, env_config=config
-        )
+        far = check_env(functools.partial(RemoteEnv, url=service.url, env_id="text2sql"), rows)
     assert local.ok and far.ok, str(far)
     assert far.episodes == local.episodes and _findings(far) == _findings(local)
 
@@ -73,7 +77,7 @@ def test_every_installed_adapter_conforms_on_a_remote_env(service, context, env_
     try:
         with builtin_case_set(env_id) as cases:
             remote_cases = [
-                Case({**copy.deepcopy(c.row), "env_class": remote_id}, list(c.actions), c.env_config)
+                Case({**copy.deepcopy(c.row), "env_class": remote_id}, list(c.actions), None)
                 for c in cases
             ]
             local = run_conformance(env_id, [copy.deepcopy(c) for c in cases], context=context)

@@ -1,0 +1,75 @@
+"""The policy of what a serve-env client may set (``skyrl_gym.remote.policy``), without a server: every key a
+built-in env reads is classified, and the rules hold at their edges."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from skyrl_gym.remote.policy import (
+    CLIENT_KEYS,
+    OPERATOR_KEYS,
+    PolicyError,
+    check_operator_config,
+    effective_env_config,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+READS = re.compile(
+    r"""config_value\(\s*(?:self\.)?env_config,\s*["'](\w+)["']"""  # config_value(env_config, "key", ...)
+    r"""|config\.get\(\s*["'](\w+)["']"""  # config = config_dict(env_config); config.get("key")
+    r"""|config_dict\([^)]*\)\.get\(\s*["'](\w+)["']"""
+)
+
+
+# Matches of the scan that are not env_config keys: reasoning_gym's composite reads "datasets" from its settings.
+NOT_ENV_CONFIG = {"datasets"}
+
+
+def keys_read_by_envs() -> set:
+    found = set()
+    for folder in (REPO / "skyrl_gym" / "envs", REPO / "envs_contrib"):
+        for source in folder.rglob("*.py"):
+            for match in READS.finditer(source.read_text(encoding="utf-8")):
+                found.add(next(group for group in match.groups() if group))
+    return found - NOT_ENV_CONFIG
+
+
+def test_every_env_config_key_a_built_in_env_reads_is_classified():
+    """A new key an env reads must be listed as a client key (with its bounds) or an operator key, or a client
+    of serve-env gets a 422 for it while nobody decided whether a client may set it."""
+    client = {key for rules in CLIENT_KEYS.values() for key in rules}
+    read = keys_read_by_envs()
+    assert {"sandbox", "db_path", "search_url", "timeout", "docker_host"} <= read  # the scan sees the envs
+    unclassified = sorted(read - client - set(OPERATOR_KEYS))
+    assert unclassified == [], f"classify in skyrl_gym/remote/policy.py: {unclassified}"
+    assert not client & set(OPERATOR_KEYS)
+
+
+def test_ceilings_come_from_the_operator_else_the_table():
+    operator = {"*": {"judge": {"base_url": "http://judge"}}, "code_interpreter": {"timeout": 30}}
+    config = effective_env_config(operator, "code_interpreter", {"timeout": 25, "verify_timeout": None})
+    assert config == {"judge": {"base_url": "http://judge"}, "timeout": 25}  # null: the operator's value
+    with pytest.raises(PolicyError, match="env_config.timeout .* ceiling of 30"):
+        effective_env_config(operator, "code_interpreter", {"timeout": 31})
+    with pytest.raises(PolicyError, match="env_config.verify_timeout .* ceiling of 5"):
+        effective_env_config(operator, "code_interpreter", {"verify_timeout": 6})
+    with pytest.raises(PolicyError, match="whole number"):
+        effective_env_config(operator, "code_interpreter", {"max_output_chars": 10.5})
+    with pytest.raises(PolicyError, match="true or false"):
+        effective_env_config(operator, "code_interpreter", {"stateful": 1})
+    with pytest.raises(PolicyError, match="env_config.seed must be from 0"):
+        effective_env_config({}, "games/nim", {"seed": -1})
+    assert effective_env_config({"games/*": {"seed": 3}}, "games/nim", {"max_turns": 4}) == {"seed": 3, "max_turns": 4}
+
+
+def test_operator_configs_are_checked_at_start():
+    with pytest.raises(ValueError, match="--allow-no-isolation"):
+        check_operator_config({"lcb": {"sandbox": {"isolation": "none"}}})
+    assert check_operator_config({"lcb": {"sandbox": {"isolation": "none"}}}, allow_no_isolation=True)
+    with pytest.raises(ValueError, match="section 'gsm8k' must be an object"):
+        check_operator_config({"gsm8k": 3})
+    with pytest.raises(ValueError, match="JSON object"):
+        check_operator_config([1])
