@@ -41,10 +41,14 @@ def _add_limit_options(parser: argparse.ArgumentParser) -> None:
     )
     ceiling = " (serve: the most a request may ask for)"
     parser.add_argument("--wall-s", type=float, default=10.0, help="seconds of real time per run" + ceiling)
-    parser.add_argument("--cpu-s", type=float, default=None, help="CPU seconds per run (default: --wall-s)" + ceiling)
+    parser.add_argument(
+        "--cpu-s", type=float, default=None, help="CPU seconds per run (default: --wall-s)" + ceiling
+    )
     parser.add_argument("--memory-mb", type=int, default=1024, help="memory per run" + ceiling)
     parser.add_argument("--processes", type=int, default=64, help="processes and threads per run" + ceiling)
-    parser.add_argument("--output-bytes", type=int, default=1_000_000, help="stdout and stderr, each" + ceiling)
+    parser.add_argument(
+        "--output-bytes", type=int, default=1_000_000, help="stdout and stderr, each" + ceiling
+    )
 
 
 def _backend_options(args: argparse.Namespace) -> dict:

@@ -1,6 +1,6 @@
 """Request bodies read the way a server facing hostile clients must: the size limit holds while the body
-streams in (a chunked body without ``Content-Length`` included), and JSON nested deeper than a server will ever
-need is refused with a message instead of a ``RecursionError``. Shared by the sandbox service and
+streams in (a chunked body without ``Content-Length`` included), and JSON nested deeper than a server will
+ever need is refused with a message instead of a ``RecursionError``. Shared by the sandbox service and
 ``skyrl-gym serve-env``."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ class BodyError(ValueError):
 async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> bytes:
     """The body of a Starlette ``request``, refused (413) as soon as it passes ``max_bytes``: a declared
     ``Content-Length`` over the limit is refused before reading, and a chunked body stops being read at the
-    limit, so memory never holds more than ``max_bytes`` of it. ``option`` names the setting that raises it."""
+    limit, so memory never holds more than ``max_bytes`` of it. ``option`` names the setting that raises
+    it."""
     hint = f" ({option})" if option else ""
     too_large = BodyError(413, f"the body is over {max_bytes} bytes{hint}")
     declared = request.headers.get("content-length")
@@ -43,8 +44,8 @@ async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> b
 
 
 def json_depth_exceeds(value: Any, limit: int) -> bool:
-    """True when ``value`` (parsed JSON) nests lists and objects more than ``limit`` levels deep. Iterative, so
-    it cannot itself run out of stack."""
+    """True when ``value`` (parsed JSON) nests lists and objects more than ``limit`` levels deep. Iterative,
+    so it cannot itself run out of stack."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -62,7 +63,8 @@ def json_depth_exceeds(value: Any, limit: int) -> bool:
 
 def parse_json_object(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Dict[str, Any]:
     """``raw`` as a JSON object, or :class:`BodyError` (400) saying what is wrong: not JSON, not an object, or
-    nested more than ``max_depth`` levels (a 100,000-deep body included, which the decoder itself cannot read)."""
+    nested more than ``max_depth`` levels (a 100,000-deep body included, which the decoder itself cannot
+    read)."""
     too_deep = BodyError(400, f"the body nests lists or objects more than {max_depth} levels deep")
     try:
         body = json.loads(raw)

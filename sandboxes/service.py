@@ -100,8 +100,8 @@ def _within_ceiling(field: str, name: str, value: Any, ceilings: Limits) -> Unio
 
 def limits_from_body(body: Mapping[str, Any], ceilings: Limits) -> Limits:
     """The service's limits (``ceilings``), lowered by the body's ``limits`` (null entries keep the service's
-    value), ``run_timeout`` and ``memory_limit_MB``. A value that is invalid, or above the service's own, raises
-    BadRequest naming the field: the operator's limits are ceilings, never raised by a request."""
+    value), ``run_timeout`` and ``memory_limit_MB``. A value that is invalid, or above the service's own,
+    raises BadRequest naming the field: the operator's limits are ceilings, never raised by a request."""
     limits = ceilings
     overrides = body.get("limits")
     if overrides is not None and not isinstance(overrides, dict):
@@ -179,8 +179,8 @@ def request_from_body(body: Any, ceilings: Limits) -> RunRequest:
         raise BadRequest(str(exc)) from None
 
 
-# What the response carries once, in SandboxFusion's fields: left out of ``sandbox`` (the typed result), and put
-# back by the remote backend (``skygym_sandboxes.remote.result_from_response``).
+# What the response carries once, in SandboxFusion's fields: left out of ``sandbox`` (the typed result), and
+# put back by the remote backend (``skygym_sandboxes.remote.result_from_response``).
 _CARRIED_ONCE = ("stdout", "stderr", "files")
 
 
@@ -350,7 +350,11 @@ def serve(
             f"Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1"
         )
     app = create_app(
-        sandbox, max_concurrency=max_concurrency, max_queue=max_queue, token=token, max_body_bytes=max_body_bytes
+        sandbox,
+        max_concurrency=max_concurrency,
+        max_queue=max_queue,
+        token=token,
+        max_body_bytes=max_body_bytes,
     )
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -4,11 +4,12 @@
     skyrl-gym serve-env --port 0 --envs gsm8k,text2sql    # a free port (printed), two envs only
     skyrl-gym serve-env --import my_envs                  # also the envs that my_envs registers when imported
     SKYRL_GYM_ENV_SERVICE_TOKEN=... skyrl-gym serve-env --host 0.0.0.0   # beyond loopback: a token is required
-    skyrl-gym serve-env --env-config server.json          # the operator's settings (sandbox, judge, data folders)
+    skyrl-gym serve-env --env-config server.json          # the operator's settings (sandbox, judge, data)
 
-The operator's settings (``--env-config``, JSON ``{"*": {...}, "<env id>": {...}}``) hold everything that touches
-this host: sandbox backend and isolation, judge endpoint, data folders, services, and the ceilings of timeouts and
-limits. A client's ``env_config`` may set only the keys docs/security.md lists for its env, within those bounds.
+The operator's settings (``--env-config``, JSON ``{"*": {...}, "<env id>": {...}}``) hold everything that
+touches this host: sandbox backend and isolation, judge endpoint, data folders, services, and the ceilings of
+timeouts and limits. A client's ``env_config`` may set only the keys docs/security.md lists for its env,
+within those bounds.
 
 Clients: ``skyrl_gym.make("remote", url="http://127.0.0.1:8010", env_id="gsm8k", extras=row)``. The protocol is
 described in :mod:`skyrl_gym.remote`.
@@ -77,13 +78,14 @@ def register(subparsers: Any) -> None:
         "--env-config",
         default=None,
         metavar="FILE",
-        help='the operator\'s env_config per env, JSON {"*": {...}, "<env id>": {...}} (sandbox, judge, db_path, '
-        "search_url, ceilings); clients may set only the keys docs/security.md lists",
+        help='the operator\'s env_config per env, JSON {"*": {...}, "<env id>": {...}} (sandbox, judge, '
+        "db_path, search_url, ceilings); clients may set only the keys docs/security.md lists",
     )
     parser.add_argument(
         "--allow-no-isolation",
         action="store_true",
-        help="allow a sandbox with isolation 'none' in --env-config (client code on this host: trusted clients only)",
+        help="allow a sandbox with isolation 'none' in --env-config (client code on this host: trusted "
+        "clients only)",
     )
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     parser.set_defaults(func=run)

@@ -1,11 +1,12 @@
 """What a client of ``skyrl-gym serve-env`` may configure, and what only the operator may.
 
-The operator fixes at server start, in ``--env-config FILE`` (JSON: ``{"*": {...}, "<env id>": {...}}``), every
-``env_config`` key that touches the host: the sandbox backend and its isolation, the judge's endpoint and key,
-data folders, the retrieval service, the Docker engine. A client's ``env_config`` may set only the keys listed
-here for its env, each within bounds: a timeout, a limit or a number of attempts is at most the operator's value
-for that key (or, where the operator left it out, the ceiling listed here), so a client may lower it, never raise
-it. Anything else is refused with a 422 naming the key; nothing is silently dropped or lifted.
+The operator fixes at server start, in ``--env-config FILE`` (JSON: ``{"*": {...}, "<env id>": {...}}``),
+every ``env_config`` key that touches the host: the sandbox backend and its isolation, the judge's endpoint
+and key, data folders, the retrieval service, the Docker engine. A client's ``env_config`` may set only the
+keys listed here for its env, each within bounds: a timeout, a limit or a number of attempts is at most the
+operator's value for that key (or, where the operator left it out, the ceiling listed here), so a client may
+lower it, never raise it. Anything else is refused with a 422 naming the key; nothing is silently dropped or
+lifted.
 
 ``CLIENT_KEYS`` is the one table of what a client may set (the docs' table is generated from it, see
 :func:`markdown_table`); an env from another package may declare its own as a ``client_env_config`` attribute
@@ -46,8 +47,9 @@ class PolicyError(ValueError):
 class Rule:
     """What a client may give for one key.
 
-    ``kind``: ``"ceiling"`` (a finite number above 0, at most the operator's value or ``ceiling``), ``"range"``
-    (a number from ``low`` to ``high``), ``"flag"`` (true or false), ``"choice"`` (one of ``choices``),
+    ``kind``: ``"ceiling"`` (a finite number above 0, at most the operator's value or ``ceiling``),
+    ``"range"`` (a number from ``low`` to ``high``), ``"flag"`` (true or false), ``"choice"`` (one of
+    ``choices``),
     ``"settings"`` (a JSON object). ``whole``: whole numbers only."""
 
     kind: str
@@ -196,7 +198,8 @@ def _operator_sections(operator_config: Mapping[str, Any], env_id: str) -> Itera
 
 
 def operator_env_config(operator_config: Mapping[str, Any], env_id: str) -> Dict[str, Any]:
-    """The operator's ``env_config`` for ``env_id``: ``"*"``, then ``"namespace/*"``, then the id's own keys."""
+    """The operator's ``env_config`` for ``env_id``: ``"*"``, then ``"namespace/*"``, then the id's own
+    keys."""
     merged: Dict[str, Any] = {}
     for section in _operator_sections(operator_config, env_id):
         merged.update(section)
@@ -209,13 +212,15 @@ def effective_env_config(
     client_config: Optional[Mapping[str, Any]],
     creator: Any = None,
 ) -> Dict[str, Any]:
-    """The ``env_config`` a session is built with: the operator's, plus the client's keys where the rules allow
-    them. Raises :class:`PolicyError` naming the first key a client may not set, or a value out of bounds."""
+    """The ``env_config`` a session is built with: the operator's, plus the client's keys where the rules
+    allow them. Raises :class:`PolicyError` naming the first key a client may not set, or a value out of
+    bounds."""
     operator = operator_env_config(operator_config, env_id)
     missing = [key for key in REQUIRED_OPERATOR_KEYS.get(env_id, ()) if operator.get(key) is None]
     if missing:
         raise PolicyError(
-            f"env {env_id!r} needs the operator's {', '.join(missing)} on a server ({OPERATOR_KEYS[missing[0]]}); "
+            f"env {env_id!r} needs the operator's {', '.join(missing)} on a server "
+            f"({OPERATOR_KEYS[missing[0]]}); "
             f"this server was started without it (serve-env --env-config FILE)"
         )
     rules = client_rules(env_id, creator)
@@ -230,7 +235,8 @@ def effective_env_config(
         if rule is None:
             allowed = sorted(rules) or "none"
             raise PolicyError(
-                f"env_config.{key} is not a key a client may set for env {env_id!r} (a client may set: {allowed}; "
+                f"env_config.{key} is not a key a client may set for env {env_id!r} "
+                f"(a client may set: {allowed}; "
                 f"the operator sets the rest at server start)"
             )
         if value is None:
@@ -247,16 +253,21 @@ def sandbox_settings(operator_config: Mapping[str, Any]) -> Iterator[Tuple[str, 
 
 
 def check_operator_config(operator_config: Any, allow_no_isolation: bool = False) -> Dict[str, Any]:
-    """The operator's config, checked: a JSON object of sections (``"*"``, env ids, ``"namespace/*"``) that are
-    objects; a sandbox without isolation is refused unless ``allow_no_isolation``. Raises ``ValueError``."""
+    """The operator's config, checked: a JSON object of sections (``"*"``, env ids, ``"namespace/*"``) that
+    are objects; a sandbox without isolation is refused unless ``allow_no_isolation``. Raises
+    ``ValueError``."""
     if not isinstance(operator_config, Mapping):
-        raise ValueError(f"--env-config must hold a JSON object of sections, got {type(operator_config).__name__}")
+        raise ValueError(
+            f"--env-config must hold a JSON object of sections, got {type(operator_config).__name__}"
+        )
     for section, values in operator_config.items():
         if not isinstance(values, Mapping):
             raise ValueError(f"--env-config section {section!r} must be an object of env_config keys")
     for section, settings in sandbox_settings(operator_config):
         if not isinstance(settings, Mapping):
-            raise ValueError(f"--env-config {section}.sandbox must be an object such as {{\"backend\": \"local\"}}")
+            raise ValueError(
+                f'--env-config {section}.sandbox must be an object such as {{"backend": "local"}}'
+            )
         if settings.get("isolation") == "none" and not allow_no_isolation:
             raise ValueError(
                 f"--env-config {section}.sandbox has isolation 'none': every client's code would run on this "
@@ -274,7 +285,8 @@ def load_operator_config(path: str, allow_no_isolation: bool = False) -> Dict[st
 
 
 def markdown_table() -> str:
-    """The docs' table of what a client may set, per env (docs/security.md holds it; a test keeps it current)."""
+    """The docs' table of what a client may set, per env (docs/security.md holds it; a test keeps it
+    current)."""
     lines = ["| env | key a client may set | what it is | allowed values |", "|---|---|---|---|"]
     for pattern in sorted(CLIENT_KEYS):
         rules = CLIENT_KEYS[pattern]

@@ -89,9 +89,9 @@ def create_app(
     """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id).
 
     ``operator_config`` is the operator's ``env_config`` per env (``{"*": {...}, "<env id>": {...}}``, see
-    :mod:`skyrl_gym.remote.policy`): every session is built with it, and a client's ``env_config`` may add only
-    the keys the policy lets a client set, within its bounds (422 naming the key otherwise). A sandbox without
-    isolation in it raises ``ValueError`` unless ``allow_no_isolation``."""
+    :mod:`skyrl_gym.remote.policy`): every session is built with it, and a client's ``env_config`` may add
+    only the keys the policy lets a client set, within its bounds (422 naming the key otherwise). A sandbox
+    without isolation in it raises ``ValueError`` unless ``allow_no_isolation``."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 

@@ -172,7 +172,7 @@ class JudgeRewardEnv(Env):
     async def astep(self, action: Any) -> StepOutput:
         if self.env.has_native_astep:
             output = await self.env.astep(action)
-        else:  # a blocking step: on a worker thread, so the caller's loop (serve-env's, a driver's) keeps serving
+        else:  # a blocking step: on a worker thread, so the caller's loop (serve-env's, a driver's) serves on
             output = await asyncio.to_thread(self.env.step, action)
         if not isinstance(output, Mapping):
             return output

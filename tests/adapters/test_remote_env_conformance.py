@@ -27,8 +27,8 @@ from tests.skyrl_gym.remote.service_support import env_service  # noqa: E402
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    # The operator's data folder for text2sql: the built-in cases write their database under the temp folder. A
-    # client may not choose db_path (docs/security.md), so the remote envs below are built without env_config.
+    # The operator's data folder for text2sql: the built-in cases write their database under the temp folder.
+    # A client may not choose db_path (docs/security.md): the remote envs below are built without env_config.
     operator = tmp_path_factory.mktemp("operator") / "server.json"
     operator.write_text(json.dumps({"text2sql": {"db_path": tempfile.gettempdir()}}))
     with env_service("--envs", "gsm8k,text2sql", "--env-config", str(operator)) as running:

@@ -157,7 +157,7 @@ def test_bodies_are_limited_while_they_stream_chunked_ones_too(served):
     before = peak_rss_mib(served.server.pid)
     assert post_chunked(port, "/run_code", 300 * 1024 * 1024) == 413
     grown = peak_rss_mib(served.server.pid) - before
-    assert grown < 64, f"a 300 MiB chunked body took the service's peak memory up {grown:.0f} MiB (limit 4 MiB)"
+    assert grown < 64, f"a 300 MiB chunked body took the service's peak memory up {grown:.0f} MiB (limit: 4)"
     assert served.run("print('still here')").stdout == "still here\n"
 
 
@@ -264,7 +264,8 @@ def test_off_loopback_the_service_needs_a_token():
 
 def test_isolation_none_needs_the_operators_explicit_flag():
     refused = subprocess.run(
-        [sys.executable, "-m", "skygym_sandboxes.cli", "serve", "--port", str(free_port()), "--option", "isolation=none"],
+        [sys.executable, "-m", "skygym_sandboxes.cli", "serve", "--port", str(free_port())]
+        + ["--option", "isolation=none"],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
@@ -310,7 +311,7 @@ def test_the_sandbox_token_goes_only_to_the_operators_service(monkeypatch):
             chosen.run("print(1)")
         assert _Collector.seen and not any(_Collector.seen), _Collector.seen
         with RemoteSandbox(url=box.url.replace("127.0.0.1", "localhost"), limits=Limits(wall_s=5)) as other:
-            refused = other.run("print(1)")  # another spelling is another origin: no token, and the reason why
+            refused = other.run("print(1)")  # another spelling, another origin: no token, and the reason why
         assert refused.status == Status.SANDBOX_ERROR and "SKYGYM_SANDBOX_URL" in refused.message, refused
     finally:
         attacker.shutdown()

@@ -54,14 +54,15 @@ def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> 
             )
         if not db_path:
             raise DataError(f"text2sql env_config.db_path is not set; it must point at the folder holding {DATASET_DB_FOLDERS[data]}")
-        field, path = "db_id", os.path.join(str(db_path), DATASET_DB_FOLDERS[data], str(db_id), f"{db_id}.sqlite")
+        field = "db_id"
+        path = os.path.join(str(db_path), DATASET_DB_FOLDERS[data], str(db_id), f"{db_id}.sqlite")
     if "\0" in path:
         raise DataError(f"text2sql row's {field} holds a NUL character")
     if db_path and not _inside(str(db_path), path):
         raise DataError(
-            f"text2sql row's {field} {str(db_file or extras.get('db_id'))!r:.200} names a file outside the data "
-            f"folder (env_config.db_path); databases must lie inside it (no absolute paths elsewhere, no '..', "
-            f"no links out of it)"
+            f"text2sql row's {field} {str(db_file or extras.get('db_id'))!r:.200} names a file outside the "
+            f"data folder (env_config.db_path); databases must lie inside it (no absolute paths elsewhere, "
+            f"no '..', no links out of it)"
         )
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Database file not found at: {path}")

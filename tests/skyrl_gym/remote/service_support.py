@@ -81,8 +81,8 @@ def env_service(
 
 
 class CounterEnv(BaseTextEnv):
-    """A test env: counts the steps it applies; 'sleep:S' sleeps S seconds, 'wait:PATH' blocks until PATH exists
-    (20 s at most), 'raise' raises, 'good' earns 1."""
+    """A test env: counts the steps it applies; 'sleep:S' sleeps S seconds, 'wait:PATH' blocks until PATH
+    exists (20 s at most), 'raise' raises, 'good' earns 1."""
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)

@@ -24,7 +24,8 @@ READS = re.compile(
 )
 
 
-# Matches of the scan that are not env_config keys: reasoning_gym's composite reads "datasets" from its settings.
+# Matches of the scan that are not env_config keys: reasoning_gym's composite reads "datasets" from its
+# settings.
 NOT_ENV_CONFIG = {"datasets"}
 
 
@@ -62,7 +63,10 @@ def test_ceilings_come_from_the_operator_else_the_table():
         effective_env_config(operator, "code_interpreter", {"stateful": 1})
     with pytest.raises(PolicyError, match="env_config.seed must be from 0"):
         effective_env_config({}, "games/nim", {"seed": -1})
-    assert effective_env_config({"games/*": {"seed": 3}}, "games/nim", {"max_turns": 4}) == {"seed": 3, "max_turns": 4}
+    assert effective_env_config({"games/*": {"seed": 3}}, "games/nim", {"max_turns": 4}) == {
+        "seed": 3,
+        "max_turns": 4,
+    }
 
 
 def test_operator_configs_are_checked_at_start():

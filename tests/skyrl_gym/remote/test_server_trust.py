@@ -1,6 +1,6 @@
-"""serve-env as an attacker meets it: a real ``skyrl-gym serve-env`` on 127.0.0.1 whose clients try to take the
-operator's powers (sandbox isolation, the judge's key, data folders, limits), send bodies built to exhaust it,
-or stall other clients with a slow step."""
+"""serve-env as an attacker meets it: a real ``skyrl-gym serve-env`` on 127.0.0.1 whose clients try to take
+the operator's powers (sandbox isolation, the judge's key, data folders, limits), send bodies built to exhaust
+it, or stall other clients with a slow step."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 import requests
 
-pytest.importorskip("fastapi", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
-pytest.importorskip("uvicorn", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'")
+pytest.importorskip(
+    "fastapi", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'"
+)
+pytest.importorskip(
+    "uvicorn", reason="serve-env needs fastapi and uvicorn: pip install 'skyrl-gym[env-service]'"
+)
 
 import skyrl_gym  # noqa: E402
 from skyrl_gym.remote import policy  # noqa: E402
@@ -45,8 +49,8 @@ def data_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def service(judge, data_folder, tmp_path_factory):
-    """A server whose operator set the judge (its key in the server's environment), a data folder for text2sql,
-    and raised one ceiling (code_interpreter's timeout to 20 s)."""
+    """A server whose operator set the judge (its key in the server's environment), a data folder for
+    text2sql, and raised one ceiling (code_interpreter's timeout to 20 s)."""
     config = {
         "*": {"judge": {"base_url": judge.url, "model": "rule-judge", "attempts": 1}},
         "text2sql": {"db_path": str(data_folder[0])},
@@ -70,7 +74,7 @@ def refused_naming(response, *words):
     return message
 
 
-# ----- 1. operator settings and client settings ------------------------------------------------------------------
+# ----- 1. operator settings and client settings -------------------------------------------------------------
 @pytest.mark.parametrize(
     "env_id,env_config,key",
     [
@@ -91,7 +95,11 @@ def test_a_client_cannot_set_what_touches_the_host(service, env_id, env_config, 
 @pytest.mark.parametrize(
     "env_id,env_config,key",
     [
-        ("code_interpreter", {"timeout": 21}, "env_config.timeout"),  # the operator raised it to 20, no further
+        (
+            "code_interpreter",
+            {"timeout": 21},
+            "env_config.timeout",
+        ),  # the operator raised it to 20, no further
         ("code_interpreter", {"verify_timeout": 1e9}, "env_config.verify_timeout"),
         ("lcb", {"memory_mb": 1_000_000}, "env_config.memory_mb"),
         ("text2sql", {"sql_timeout_s": 3600}, "env_config.sql_timeout_s"),
@@ -109,7 +117,9 @@ def test_limits_and_timeouts_are_ceilings_a_client_cannot_raise(service, env_id,
 
 
 def test_unknown_keys_are_refused_with_what_a_client_may_set(service):
-    message = refused_naming(create(service, "gsm8k", {"python_path": "/tmp"}, GSM8K_ROW), "env_config.python_path")
+    message = refused_naming(
+        create(service, "gsm8k", {"python_path": "/tmp"}, GSM8K_ROW), "env_config.python_path"
+    )
     assert "none" in message  # gsm8k has no client keys
     message = refused_naming(
         create(service, "code_interpreter", {"sandbox_config": {}}, {"reward_spec": {"ground_truth": "1"}}),
@@ -125,18 +135,32 @@ def test_a_client_may_choose_within_the_bounds(service):
     assert within.json()["max_turns"] == 2
 
 
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="the code env's default sandbox needs bubblewrap: apt-get install bubblewrap")
+@pytest.mark.skipif(
+    not shutil.which("bwrap"),
+    reason="the code env's default sandbox needs bubblewrap: apt-get install bubblewrap",
+)
 def test_client_code_runs_in_the_operators_sandbox_not_on_the_host(service):
     marker = Path("/tmp") / f"client-wrote-{uuid.uuid4().hex}"
     extras = {"reward_spec": {"method": "rule", "ground_truth": "2"}, "max_turns": 3}
     session = create(service, "code_interpreter", None, extras).json()["session_id"]
-    requests.post(f"{service.url}/sessions/{session}/init", json={"prompt": [{"role": "user", "content": "go"}]}, timeout=30)
-    code = f"import os\nopen({str(marker)!r}, 'w').write('x')\nprint(os.getuid(), os.path.exists({str(REPO_ROOT)!r}))"
+    requests.post(
+        f"{service.url}/sessions/{session}/init",
+        json={"prompt": [{"role": "user", "content": "go"}]},
+        timeout=30,
+    )
+    code = (
+        f"import os\nopen({str(marker)!r}, 'w').write('x')\n"
+        f"print(os.getuid(), os.path.exists({str(REPO_ROOT)!r}))"
+    )
     step = requests.post(
-        f"{service.url}/sessions/{session}/step", json={"action": f"<tool><python>{code}</python></tool>"}, timeout=60
+        f"{service.url}/sessions/{session}/step",
+        json={"action": f"<tool><python>{code}</python></tool>"},
+        timeout=60,
     ).json()
     shown = step["output"]["observations"][0]["content"]
-    assert "True" not in shown and not marker.exists(), shown  # no checkout inside, nothing written on the host
+    assert "True" not in shown and not marker.exists(), (
+        shown
+    )  # no checkout inside, nothing written on the host
 
 
 def test_a_server_refuses_to_start_with_isolation_off_unless_told(tmp_path):
@@ -147,7 +171,7 @@ def test_a_server_refuses_to_start_with_isolation_off_unless_told(tmp_path):
     assert refused.returncode == 2 and "--allow-no-isolation" in refused.stderr, refused.stderr
 
 
-# ----- 2. secrets never follow a client-chosen URL ---------------------------------------------------------------
+# ----- 2. secrets never follow a client-chosen URL ----------------------------------------------------------
 def test_the_judge_key_never_reaches_a_client_chosen_url(service, judge):
     before = judge.stats()["requests"]
     attacker = JudgeServer()  # the client's own "judge": it would see the key in Authorization
@@ -156,17 +180,23 @@ def test_the_judge_key_never_reaches_a_client_chosen_url(service, judge):
         steered = create(service, "gsm8k", {"judge": {"base_url": attacker.url, "model": "rule-judge"}}, row)
         refused_naming(steered, "env_config.judge")
         assert attacker.stats()["requests"] == 0
-        judged = create(service, "gsm8k", None, row).json()["session_id"]  # the operator's judge, with its key
+        judged = create(service, "gsm8k", None, row).json()[
+            "session_id"
+        ]  # the operator's judge, with its key
         requests.post(f"{service.url}/sessions/{judged}/init", json={"prompt": []}, timeout=30)
-        step = requests.post(f"{service.url}/sessions/{judged}/step", json={"action": "#### 72"}, timeout=60).json()
+        step = requests.post(
+            f"{service.url}/sessions/{judged}/step", json={"action": "#### 72"}, timeout=60
+        ).json()
         metadata = step["output"]["metadata"]
-        assert "judge" in metadata and "judge_error" not in metadata, metadata  # the key went to the operator's judge
+        assert "judge" in metadata and "judge_error" not in metadata, (
+            metadata
+        )  # the key went to the operator's judge
         assert judge.stats()["requests"] == before + 1 and attacker.stats()["requests"] == 0
     finally:
         attacker.stop()
 
 
-# ----- 3. data paths stay inside their folders -------------------------------------------------------------------
+# ----- 3. data paths stay inside their folders --------------------------------------------------------------
 def test_rows_cannot_read_server_files(service, data_folder, tmp_path):
     folder, rows = data_folder
     secret = tmp_path / "secret.sqlite"
@@ -181,11 +211,13 @@ def test_rows_cannot_read_server_files(service, data_folder, tmp_path):
 
 def test_text2sql_needs_the_operators_data_folder():
     with env_service("--envs", "text2sql") as bare:
-        message = refused_naming(create(bare, "text2sql", None, {"db_file": "/etc/passwd"}), "db_path", "operator")
+        message = refused_naming(
+            create(bare, "text2sql", None, {"db_file": "/etc/passwd"}), "db_path", "operator"
+        )
         assert "root:" not in message
 
 
-# ----- 4. bounded servers ----------------------------------------------------------------------------------------
+# ----- 4. bounded servers -----------------------------------------------------------------------------------
 def test_a_100000_deep_body_is_a_400_with_a_message(service):
     for field in ("env_config", "extras"):
         raw = '{"env_id": "gsm8k", "' + field + '": ' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "}"
@@ -200,7 +232,9 @@ def test_a_300_mib_chunked_body_is_refused_while_it_streams(tmp_path):
         before = peak_rss_mib(small.process.pid)
         assert post_chunked(port, "/sessions", 300 * 1024 * 1024) == 413
         grown = peak_rss_mib(small.process.pid) - before
-        assert grown < 64, f"a 300 MiB chunked body took serve-env's peak memory up {grown:.0f} MiB (limit 1 MiB)"
+        assert grown < 64, (
+            f"a 300 MiB chunked body took serve-env's peak memory up {grown:.0f} MiB (limit 1 MiB)"
+        )
         assert small.health()["status"] == "ok"
 
 
@@ -230,9 +264,13 @@ def test_a_slow_judged_step_does_not_stall_another_clients_health(service, tmp_p
     assert "judge" in answers["step"]["output"]["metadata"], answers  # the step was judged, as a real one
 
 
-# ----- 5. the documented table is the policy -----------------------------------------------------------------------
+# ----- 5. the documented table is the policy ----------------------------------------------------------------
 def test_every_registered_env_is_in_the_policy_and_the_docs_table_is_current():
-    uncovered = [env_id for env_id in skyrl_gym.registry if not env_id.startswith("test") and not policy.covered(env_id)]
+    uncovered = [
+        env_id
+        for env_id in skyrl_gym.registry
+        if not env_id.startswith("test") and not policy.covered(env_id)
+    ]
     assert uncovered == [], f"add these ids to skyrl_gym/remote/policy.py CLIENT_KEYS: {uncovered}"
     page = (REPO_ROOT / "docs" / "security.md").read_text(encoding="utf-8")
     assert policy.markdown_table() in page, (

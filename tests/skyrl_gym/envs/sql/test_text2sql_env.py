@@ -203,8 +203,8 @@ def test_bad_rows_get_errors_that_name_the_field(sample, tmp_path):
 
 
 def test_rows_cannot_reach_files_outside_the_data_folder(sample, tmp_path):
-    """A row is data from whoever wrote it (a client of serve-env included): with db_path set, it may name only
-    databases inside it, and no error shows a byte of a file."""
+    """A row is data from whoever wrote it (a client of serve-env included): with db_path set, it may name
+    only databases inside it, and no error shows a byte of a file."""
     out, rows = sample
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -227,9 +227,11 @@ def test_rows_cannot_reach_files_outside_the_data_folder(sample, tmp_path):
         assert "TOP-SECRET" not in str(refused.value) and "SQLite format" not in str(refused.value), what
     (out / "notes.txt").write_text("TOP-SECRET-CONTENT")
     with pytest.raises(DataError, match="is not a SQLite 3 file") as not_sqlite:
-        skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": "notes.txt"})
+        skyrl_gym.make(
+            "text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": "notes.txt"}
+        )
     assert "TOP-SECRET" not in str(not_sqlite.value)  # the error names the file, never its bytes
-    inside = skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras=rows[0])  # honest rows still work
+    inside = skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras=rows[0])  # honest rows work
     inside.close()
 
 
