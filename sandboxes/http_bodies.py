@@ -6,7 +6,7 @@ ever need is refused with a message instead of a ``RecursionError``. Shared by t
 from __future__ import annotations
 
 import json
-from typing import Any, Dict
+from typing import Any, Dict, Union
 
 # Deeper than any run request or env row needs; far below the depth at which Python's own recursion (the JSON
 # decoder, deepcopy, the encoder) would fail.
@@ -22,7 +22,7 @@ class BodyError(ValueError):
         self.message = message
 
 
-async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> bytes:
+async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> bytearray:
     """The body of a Starlette ``request``, refused (413) as soon as it passes ``max_bytes``: a declared
     ``Content-Length`` over the limit is refused before reading, and a chunked body stops being read at the
     limit, so memory never holds more than ``max_bytes`` of it. ``option`` names the setting that raises
@@ -40,7 +40,7 @@ async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> b
         if len(body) + len(chunk) > max_bytes:
             raise too_large
         body += chunk
-    return bytes(body)
+    return body  # not copied into bytes: json.loads reads a bytearray as it is
 
 
 def json_depth_exceeds(value: Any, limit: int) -> bool:
@@ -61,7 +61,7 @@ def json_depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def parse_json_object(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Dict[str, Any]:
+def parse_json_object(raw: Union[bytes, bytearray], max_depth: int = MAX_JSON_DEPTH) -> Dict[str, Any]:
     """``raw`` as a JSON object, or :class:`BodyError` (400) saying what is wrong: not JSON, not an object, or
     nested more than ``max_depth`` levels (a 100,000-deep body included, which the decoder itself cannot
     read)."""
