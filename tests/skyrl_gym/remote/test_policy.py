@@ -3,6 +3,7 @@ built-in env reads is classified, and the rules hold at their edges."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -77,3 +78,12 @@ def test_operator_configs_are_checked_at_start():
         check_operator_config({"gsm8k": 3})
     with pytest.raises(ValueError, match="JSON object"):
         check_operator_config([1])
+
+
+def test_the_docs_example_of_an_operator_config_is_accepted():
+    page = (REPO / "docs" / "security.md").read_text(encoding="utf-8")
+    example = json.loads(re.search(r"```json\n(.*?)```", page, re.DOTALL).group(1))
+    operator = check_operator_config(example)
+    config = effective_env_config(operator, "code_interpreter", {"timeout": 20, "max_turns": 3})
+    assert config["sandbox"] == example["code_interpreter"]["sandbox"] and config["timeout"] == 20
+    assert config["judge"] == example["*"]["judge"]
