@@ -93,7 +93,8 @@ class RemoteEnv(ProxyEnv):
 
     ``url`` and ``env_id`` may also come from ``env_config`` (``{"url", "env_id", "token", "env_config"}``: the
     spelling a trainer's ``environment.skyrl_gym.remote`` section uses), ``url`` from ``SKYRL_GYM_ENV_SERVICE_URL``
-    and ``token`` from ``SKYRL_GYM_ENV_SERVICE_TOKEN``. ``timeout_s`` bounds each HTTP call (a step that takes
+    and ``token`` from ``SKYRL_GYM_ENV_SERVICE_TOKEN``, which is sent only to the service that
+    ``SKYRL_GYM_ENV_SERVICE_URL`` names (never to a ``url`` from a config or a row: that one needs ``token=``). ``timeout_s`` bounds each HTTP call (a step that takes
     longer on the server is waited for by the retry, not applied again); ``attempts`` counts tries per call.
     """
 
@@ -128,7 +129,19 @@ class RemoteEnv(ProxyEnv):
             env_config = {k: v for k, v in env_config.items()}
         self.url = str(url).rstrip("/")
         self.env_id = env_id
-        self.token = token or os.environ.get(TOKEN_ENV) or None
+        self.token = token or None
+        self._token_hint = ""
+        if self.token is None and os.environ.get(TOKEN_ENV):  # the environment's token, bound to its URL
+            from skygym_sandboxes.remote import origin
+
+            bound_to = os.environ.get(URL_ENV) or ""
+            if bound_to and origin(self.url) == origin(bound_to):
+                self.token = os.environ[TOKEN_ENV]
+            else:
+                self._token_hint = (
+                    f" (${TOKEN_ENV} is sent only to ${URL_ENV}, {bound_to or 'unset'}, not to {self.url}: "
+                    f"pass token= for this service, or set {URL_ENV})"
+                )
         self.timeout_s = float(timeout_s)
         self.connect_timeout_s = float(connect_timeout_s)
         self.retry = RetryPolicy(attempts=max(1, int(attempts)), initial_delay_s=float(retry_delay_s))
@@ -175,8 +188,10 @@ class RemoteEnv(ProxyEnv):
         except (ValueError, AttributeError):
             message = text
         kind = RemoteDataError if error_type in ("DataError", "MissingRewardSpec") else RemoteEnvError
+        hint = self._token_hint if status == 401 else ""
         return kind(
-            f"remote env {self.env_id!r} at {self.url}: {what} failed (HTTP {status}): {str(message)[:2000]}",
+            f"remote env {self.env_id!r} at {self.url}: {what} failed (HTTP {status}): {str(message)[:2000]}"
+            + hint,
             status,
         )
 

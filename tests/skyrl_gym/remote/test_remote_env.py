@@ -230,3 +230,36 @@ def test_values_json_has_no_type_for_arrive_as_their_nearest_json(service):
         metadata = env.step("odd values")["metadata"]
     assert metadata["tags"] == ["only"] and metadata["pair"] == [1, 2] and metadata["raw"] == "bytes"
     assert math.isnan(metadata["ratio"])
+
+
+def test_the_environments_token_goes_only_to_the_service_it_names(service, monkeypatch):
+    import http.server
+    import threading
+
+    seen = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):  # a service a config or a row might point at
+        def do_POST(self):
+            seen.append(self.headers.get("Authorization"))
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    collector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    monkeypatch.setenv("SKYRL_GYM_ENV_SERVICE_TOKEN", TOKEN)
+    monkeypatch.setenv("SKYRL_GYM_ENV_SERVICE_URL", service.url)
+    try:
+        with skyrl_gym.make("remote", env_id="gsm8k", extras=GSM8K_ROW) as env:  # the named service: token sent
+            env.init(PROMPT)
+        elsewhere = f"http://127.0.0.1:{collector.server_address[1]}"
+        with pytest.raises(RemoteEnvError, match="SKYRL_GYM_ENV_SERVICE_URL"):
+            skyrl_gym.make("remote", url=elsewhere, env_id="gsm8k", extras=GSM8K_ROW)
+        assert seen and not any(seen), seen
+    finally:
+        collector.shutdown()
+        collector.server_close()
