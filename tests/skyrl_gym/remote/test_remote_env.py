@@ -254,7 +254,7 @@ def test_the_environments_token_goes_only_to_the_service_it_names(service, monke
     monkeypatch.setenv("SKYRL_GYM_ENV_SERVICE_TOKEN", TOKEN)
     monkeypatch.setenv("SKYRL_GYM_ENV_SERVICE_URL", service.url)
     try:
-        with skyrl_gym.make("remote", env_id="gsm8k", extras=GSM8K_ROW) as env:  # the named service: token sent
+        with skyrl_gym.make("remote", env_id="gsm8k", extras=GSM8K_ROW) as env:  # the named service: a token
             env.init(PROMPT)
         elsewhere = f"http://127.0.0.1:{collector.server_address[1]}"
         with pytest.raises(RemoteEnvError, match="SKYRL_GYM_ENV_SERVICE_URL"):
