@@ -94,9 +94,9 @@ class RemoteEnv(ProxyEnv):
     ``url`` and ``env_id`` may also come from ``env_config`` (``{"url", "env_id", "token", "env_config"}``: the
     spelling a trainer's ``environment.skyrl_gym.remote`` section uses), ``url`` from ``SKYRL_GYM_ENV_SERVICE_URL``
     and ``token`` from ``SKYRL_GYM_ENV_SERVICE_TOKEN``, which is sent only to the service that
-    ``SKYRL_GYM_ENV_SERVICE_URL`` names (never to a ``url`` from a config or a row: that one needs ``token=``).
-    ``timeout_s`` bounds each HTTP call (a step that takes longer on the server is waited for by the retry, not
-    applied again); ``attempts`` counts tries per call.
+    ``SKYRL_GYM_ENV_SERVICE_URL`` names (never to a ``url`` from a config or a row: that one needs
+    ``token=``). ``timeout_s`` bounds each HTTP call (a step that takes longer on the server is waited for by
+    the retry, not applied again); ``attempts`` counts tries per call.
     """
 
     def __init__(
