@@ -13,7 +13,9 @@ from skyrl_gym.remote.policy import (
     CLIENT_KEYS,
     OPERATOR_KEYS,
     PolicyError,
+    Rule,
     check_operator_config,
+    client_rules,
     effective_env_config,
 )
 
@@ -87,3 +89,15 @@ def test_the_docs_example_of_an_operator_config_is_accepted():
     config = effective_env_config(operator, "code_interpreter", {"timeout": 20, "max_turns": 3})
     assert config["sandbox"] == example["code_interpreter"]["sandbox"] and config["timeout"] == 20
     assert config["judge"] == example["*"]["judge"]
+
+
+def test_a_contributed_env_may_declare_its_client_keys():
+    class Contributed:
+        client_env_config = {"difficulty": Rule("range", "how hard", low=1, high=5, whole=True)}
+
+    assert client_rules("acme/puzzle", Contributed) == Contributed.client_env_config
+    assert effective_env_config({}, "acme/puzzle", {"difficulty": 3}, Contributed) == {"difficulty": 3}
+    with pytest.raises(PolicyError, match="env_config.difficulty must be from 1 to 5"):
+        effective_env_config({}, "acme/puzzle", {"difficulty": 9}, Contributed)
+    with pytest.raises(PolicyError, match="env_config.difficulty is not a key a client may set"):
+        effective_env_config({}, "acme/puzzle", {"difficulty": 3}, object)  # undeclared: no client keys
