@@ -245,6 +245,9 @@ def create_app(
             creator = spec(env_id).load_entry_point()
         except UnregisteredEnv as exc:
             raise Refused(404, str(exc))
+        except Exception as exc:  # a broken plugin: the server's fault, said as such
+            stats["env_errors"] += 1
+            raise Refused(500, f"loading env {env_id!r} raised {type(exc).__name__}: {exc}")
         try:  # the operator's settings, plus what the client may choose within them
             env_config = effective_env_config(operator, env_id, env_config, creator)
         except PolicyError as exc:
