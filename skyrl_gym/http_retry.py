@@ -1,15 +1,24 @@
-"""One HTTP request with retries, for the clients of the core package (the LLM judge, the remote env).
+"""One HTTP request with retries and deadlines, for the clients of the core package (the LLM judge, the remote env).
 
 Retries follow :class:`~skyrl_gym.tools.search.RetryPolicy` (exponential back-off with jitter, the search tool's):
 a connection error, a time-out or a status in ``retryable`` is tried again; any other answer is returned to the
 caller, who decides what it means. Only calls that are safe to repeat may use it (the remote env makes its calls
 safe with request ids).
+
+``timeout`` is a deadline for the whole attempt (connecting, sending, the headers and the whole body), not the
+socket time-out of ``requests``, which starts again with every byte read: a server that trickles one byte a second
+would otherwise hold a caller for as long as it likes. A watchdog shuts the attempt's socket when its deadline
+passes, which ends the blocked read at once. ``deadline`` (a :func:`time.monotonic` instant) bounds every attempt
+and back-off together.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
-from typing import Any, Collection, Optional, Tuple
+from typing import Any, Callable, Collection, ContextManager, List, Optional, Tuple
 
 from skyrl_gym.tools.search import RETRYABLE_STATUS, RetryPolicy
 
@@ -23,6 +32,161 @@ class RetriesExhausted(Exception):
         self.attempts = attempts
 
 
+class ReplyTooLarge(Exception):
+    """The server's answer is longer than the caller's ``max_body_bytes`` (it was not read further)."""
+
+    def __init__(self, url: str, limit: int, attempts: int) -> None:
+        super().__init__(f"{url} answered more than {limit} bytes; the rest was not read")
+        self.attempts = attempts
+
+
+# ----- the watchdog ---------------------------------------------------------------------------------------------
+_current = threading.local()  # the attempt under way in this thread (requests runs an attempt in its thread)
+
+
+class _Watchdog:
+    """Shuts the sockets of one attempt when its deadline passes. Connections register themselves when they
+    connect and when they send a request (a pooled connection is reused without connecting again)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._connections: List[Any] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, seconds), self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "_Watchdog":
+        _current.watchdog = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._timer.cancel()
+        _current.watchdog = None
+
+    def watch(self, connection: Any) -> None:
+        with self._lock:
+            self._connections.append(connection)
+            expired = self.expired
+        if expired:
+            _shut(connection)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            connections = list(self._connections)
+        for connection in connections:
+            _shut(connection)
+
+
+def _shut(connection: Any) -> None:
+    sock = getattr(connection, "sock", None)
+    if sock is None:
+        return
+    try:
+        # the plain socket's shutdown, also under TLS: a blocked read in another thread returns at once
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _register(connection: Any) -> None:
+    watchdog = getattr(_current, "watchdog", None)
+    if watchdog is not None:
+        watchdog.watch(connection)
+
+
+_adapter_class: Any = None
+_mount_lock = threading.Lock()
+
+
+def _deadline_adapter_class() -> Any:
+    """A ``requests`` adapter whose connections register with the attempt's watchdog (built once, on first use:
+    ``import skyrl_gym`` stays light)."""
+    global _adapter_class
+    if _adapter_class is not None:
+        return _adapter_class
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class WatchedHTTPConnection(HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            _register(self)
+
+        def request(self, *args: Any, **kwargs: Any) -> None:
+            _register(self)
+            super().request(*args, **kwargs)
+
+    class WatchedHTTPSConnection(HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            _register(self)
+
+        def request(self, *args: Any, **kwargs: Any) -> None:
+            _register(self)
+            super().request(*args, **kwargs)
+
+    class WatchedHTTPConnectionPool(HTTPConnectionPool):
+        ConnectionCls = WatchedHTTPConnection
+
+    class WatchedHTTPSConnectionPool(HTTPSConnectionPool):
+        ConnectionCls = WatchedHTTPSConnection
+
+    pools = {"http": WatchedHTTPConnectionPool, "https": WatchedHTTPSConnectionPool}
+
+    class DeadlineAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = dict(pools)
+
+        def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+            manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+            if not proxy.lower().startswith("socks"):
+                manager.pool_classes_by_scheme = dict(pools)
+            return manager
+
+    _adapter_class = DeadlineAdapter
+    return DeadlineAdapter
+
+
+def watch_deadlines(session: Any) -> Any:
+    """``session`` (a ``requests.Session``) with adapters whose sockets the per-attempt deadline can shut; idempotent.
+    :func:`request_with_retries` calls it on the session it is given."""
+    adapter_class = _deadline_adapter_class()
+    with _mount_lock:
+        for prefix in ("http://", "https://"):
+            if not isinstance(session.adapters.get(prefix), adapter_class):
+                session.mount(prefix, adapter_class())
+    return session
+
+
+# ----- the request ----------------------------------------------------------------------------------------------
+def _split(timeout: Any) -> Tuple[float, float]:
+    """``(connect, whole attempt)`` seconds from a ``requests`` time-out: a number bounds both; a tuple
+    ``(connect, read)`` bounds the attempt by their sum."""
+    if isinstance(timeout, tuple):
+        connect, read = float(timeout[0]), float(timeout[1])
+        return connect, connect + read
+    return float(timeout), float(timeout)
+
+
+def _read_body(response: Any, max_body_bytes: Optional[int], url: str, attempt: int) -> None:
+    """Reads the (streamed) body into the response, refusing one longer than ``max_body_bytes``."""
+    if max_body_bytes is None:
+        response.content  # noqa: B018 - reads it within the attempt's deadline
+        return
+    chunks, size = [], 0
+    for chunk in response.iter_content(64 * 1024):
+        size += len(chunk)
+        if size > max_body_bytes:
+            response.close()
+            raise ReplyTooLarge(url, max_body_bytes, attempt)
+        chunks.append(chunk)
+    response._content = b"".join(chunks)  # what ``requests`` itself fills when it reads a body
+
+
 def request_with_retries(
     session: Any,
     method: str,
@@ -31,30 +195,67 @@ def request_with_retries(
     timeout: Any,
     retryable: Collection[int] = RETRYABLE_STATUS,
     attempts: Optional[int] = None,
+    *,
+    deadline: Optional[float] = None,
+    max_body_bytes: Optional[int] = None,
+    slot: Optional[Callable[[], ContextManager[Any]]] = None,
     **request_options: Any,
 ) -> Tuple[Any, int]:
-    """``(response, attempts it took)`` for the first answer whose status is not in ``retryable``, or
-    :class:`RetriesExhausted`. ``session`` is a ``requests.Session``; ``timeout`` is given to it as is; other
-    errors of ``requests`` (an invalid URL, say) are raised at once."""
+    """``(response, attempts it took)`` for the first answer whose status is not in ``retryable``, its body read, or
+    :class:`RetriesExhausted`.
+
+    ``session`` is a ``requests.Session``; ``timeout`` (seconds, or ``(connect, read)``) is the deadline of each
+    attempt, headers and body included; ``deadline`` (a :func:`time.monotonic` instant) the deadline of all attempts
+    and back-offs; ``max_body_bytes`` refuses a longer answer with :class:`ReplyTooLarge`; ``slot()`` is held while
+    an attempt is on the wire (a concurrency limit), not during back-off. Other errors of ``requests`` (an invalid
+    URL, say) are raised at once."""
     import requests
 
+    watch_deadlines(session)
     attempts = attempts or policy.attempts
-    seconds = timeout[1] if isinstance(timeout, tuple) else timeout
+    connect_s, attempt_s = _split(timeout)
     reason = "no attempt was made"
+    made = 0
     for attempt in range(1, attempts + 1):
+        seconds = attempt_s
+        if deadline is not None:
+            seconds = min(seconds, deadline - time.monotonic())
+            if seconds <= 0:
+                reason = f"{reason}; the deadline passed" if made else f"no time was left to ask {url}"
+                break
+        made = attempt
+        watchdog = _Watchdog(seconds)
         try:
-            response = session.request(method, url, timeout=timeout, **request_options)
-        except requests.exceptions.Timeout:
-            reason = f"no answer from {url} within {seconds:g} s"
-        except requests.exceptions.ConnectionError as exc:
-            reason = f"cannot connect to {url} ({type(exc).__name__})"
+            with slot() if slot is not None else contextlib.nullcontext(), watchdog:
+                response = session.request(
+                    method, url, timeout=(min(connect_s, seconds), seconds), stream=True, **request_options
+                )
+                try:
+                    _read_body(response, max_body_bytes, url, attempt)
+                except BaseException:
+                    response.close()
+                    raise
+        except ReplyTooLarge:
+            raise
+        except requests.exceptions.RequestException as exc:
+            if watchdog.expired or isinstance(exc, requests.exceptions.Timeout):
+                reason = f"no complete answer from {url} within {seconds:.3g} s"
+            elif isinstance(exc, requests.exceptions.ConnectionError):
+                reason = f"cannot connect to {url} ({type(exc).__name__})"
+            elif isinstance(exc, requests.exceptions.ChunkedEncodingError):
+                reason = f"the answer from {url} broke off ({type(exc).__name__})"
+            else:
+                raise
         else:
             if response.status_code not in retryable:
                 return response, attempt
             reason = f"{url} answered HTTP {response.status_code}: {response.text[:200]!r}"
         if attempt < attempts:
-            time.sleep(policy.delay(attempt))
-    raise RetriesExhausted(reason, attempts)
+            pause = policy.delay(attempt)
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+    raise RetriesExhausted(reason, made)
 
 
-__all__ = ["RetriesExhausted", "request_with_retries"]
+__all__ = ["ReplyTooLarge", "RetriesExhausted", "request_with_retries", "watch_deadlines"]

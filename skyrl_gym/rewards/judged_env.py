@@ -23,7 +23,14 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from skyrl_gym.core import Env, StepOutput
 from skyrl_gym.errors import DataError, MissingRewardSpec
-from skyrl_gym.rewards.judge import JudgeEndpoint, Verdict, client_for, judge_messages, render_conversation
+from skyrl_gym.rewards.judge import (
+    ROW_FORBIDDEN_KEYS,
+    JudgeEndpoint,
+    JudgeRequest,
+    Verdict,
+    client_for,
+    render_conversation,
+)
 
 JUDGE_METHOD = "judge"
 JUDGE_INPUTS = ("final", "transcript")
@@ -60,6 +67,12 @@ class JudgeRewardEnv(Env):
     def __init__(self, env: Env, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None) -> None:
         object.__setattr__(self, "env", env)
         reward_spec = dict((extras or {}).get("reward_spec") or {})
+        endpoint_keys = sorted(ROW_FORBIDDEN_KEYS.intersection(reward_spec))
+        if endpoint_keys:  # the endpoint and its key are the operator's: a row never points the judge elsewhere
+            raise DataError(
+                f"reward_spec may not set {endpoint_keys}: the judge's endpoint, model and key come from the "
+                f"operator (env_config.judge or the SKYRL_GYM_JUDGE_* variables), not from a row"
+            )
         reference, rubric = reward_spec.get("ground_truth"), reward_spec.get("rubric")
         if reference is None and not rubric:
             raise MissingRewardSpec(
@@ -123,15 +136,13 @@ class JudgeRewardEnv(Env):
         self._verdict = None
         return observation, info
 
-    def _request(self, action: Any, output: Mapping[str, Any]) -> List[Dict[str, str]]:
+    def _request(self, action: Any, output: Mapping[str, Any]) -> JudgeRequest:
         question = render_conversation(self._prompt)
         if self.judge_input == "transcript":
             response = render_conversation(self._transcript, limit=self.client.endpoint.max_response_chars)
         else:
             response = action if isinstance(action, str) else ("" if action is None else str(action))
-        return judge_messages(
-            response, self.reference, self.rubric, question, self.client.endpoint.max_response_chars
-        )
+        return JudgeRequest(response, self.reference, self.rubric, question)
 
     def _record(self, action: Any, output: Mapping[str, Any]) -> None:
         self._transcript.append(
@@ -170,6 +181,8 @@ class JudgeRewardEnv(Env):
         return self._with_reward(output, verdict)
 
     async def astep(self, action: Any) -> StepOutput:
+        """The wrapped env's step (its own ``astep``, else its blocking ``step`` on a worker thread), then the
+        judge on a worker thread: the caller's event loop (serve-env's, the episode driver's) is never blocked."""
         if self.env.has_native_astep:
             output = await self.env.astep(action)
         else:  # a blocking step: on a worker thread, so the caller's loop (serve-env's, a driver's) serves on

@@ -85,12 +85,11 @@ def test_parse_verdict_golden_cases(case):
 
 def test_the_request_holds_question_reference_rubric_and_the_tail_of_a_long_response():
     messages = judge_messages(
-        "x" * 50 + "FINAL 42", {"answer": 42}, "be strict", "What is 6*7?", max_response_chars=10
+        "x" * 50 + "FINAL 42", {"answer": 42}, "be strict", "What is 6*7?", max_response_chars=10, fence="f00d"
     )
     user = messages[-1]["content"]
-    assert (
-        "<question>\nWhat is 6*7?\n</question>" in user and '{"answer": 42}' in user and "be strict" in user
-    )
+    assert "<question-f00d>\nWhat is 6*7?\n</question-f00d>" in user
+    assert '<reference-f00d>\n{"answer": 42}\n</reference-f00d>' in user and "be strict" in user
     assert "FINAL 42" in user and "x" * 11 not in user  # the tail: where the final answer is
 
 
@@ -210,7 +209,7 @@ def _free_port() -> int:
     [
         ({"model": "no-such-model"}, "HTTP 404"),
         ({"model": "rambling-judge"}, "could not read a score"),
-        ({"model": "slow-judge", "timeout_s": 0.5, "attempts": 1}, "no answer from .* within 0.5 s"),
+        ({"model": "slow-judge", "timeout_s": 0.5, "attempts": 1}, "no complete answer from .* within 0.5 s"),
         (
             {"base_url": "dead", "attempts": 2},
             "did not answer: cannot connect to http.*gave up after 2 attempts",
@@ -233,7 +232,7 @@ def test_a_failing_judge_gives_reward_0_and_says_why(server, config, expected_er
 
     assert re.search(expected_error, output["metadata"]["judge_error"]), output["metadata"]["judge_error"]
     assert metrics["judge_error"] == 1
-    attempts = {"HTTP 404": 1, "could not read a score": 1, "no answer from .* within 0.5 s": 1}
+    attempts = {"HTTP 404": 1, "could not read a score": 1, "no complete answer from .* within 0.5 s": 1}
     assert output["metadata"]["judge"]["attempts"] == attempts.get(expected_error, 2)  # 404s are not retried
     # an unreadable answer is the judge's answer (asked again, it says the same): cached; a failed call is not
     with skyrl_gym.make("gsm8k", env_config={"judge": settings}, extras=gsm8k_row("7")) as env:
