@@ -187,6 +187,12 @@ def _read_body(response: Any, max_body_bytes: Optional[int], url: str, attempt: 
     response._content = b"".join(chunks)  # what ``requests`` itself fills when it reads a body
 
 
+def _too_late(url: str, seconds: float, attempt_s: float) -> str:
+    if seconds >= attempt_s:
+        return f"no complete answer from {url} within {attempt_s:g} s"
+    return f"no complete answer from {url} before the deadline ({seconds:.2g} s were left)"
+
+
 def request_with_retries(
     session: Any,
     method: str,
@@ -239,7 +245,7 @@ def request_with_retries(
             raise
         except requests.exceptions.RequestException as exc:
             if watchdog.expired or isinstance(exc, requests.exceptions.Timeout):
-                reason = f"no complete answer from {url} within {seconds:.3g} s"
+                reason = _too_late(url, seconds, attempt_s)
             elif isinstance(exc, requests.exceptions.ConnectionError):
                 reason = f"cannot connect to {url} ({type(exc).__name__})"
             elif isinstance(exc, requests.exceptions.ChunkedEncodingError):
@@ -247,9 +253,13 @@ def request_with_retries(
             else:
                 raise
         else:
-            if response.status_code not in retryable:
+            if watchdog.expired:  # cut mid-headers, http.client may take what came for a whole (empty) answer
+                response.close()
+                reason = _too_late(url, seconds, attempt_s)
+            elif response.status_code not in retryable:
                 return response, attempt
-            reason = f"{url} answered HTTP {response.status_code}: {response.text[:200]!r}"
+            else:
+                reason = f"{url} answered HTTP {response.status_code}: {response.text[:200]!r}"
         if attempt < attempts:
             pause = policy.delay(attempt)
             if deadline is not None:

@@ -10,7 +10,7 @@ The endpoint comes from ``env_config["judge"]`` (keys below) or from environment
 ``api_key``                   SKYRL_GYM_JUDGE_API_KEY  sent as ``Authorization: Bearer``
 ``timeout_s`` (60)            SKYRL_GYM_JUDGE_TIMEOUT  the deadline of one attempt, body included
 ``attempts`` (3)              SKYRL_GYM_JUDGE_ATTEMPTS tries on connection errors, timeouts, 429 and 5xx
-``deadline_s``                --                  the deadline of one verdict (default timeout_s * attempts)
+``deadline_s``                --                  one verdict's deadline (default: the attempts and back-offs, + 1 s)
 ``max_concurrency`` (16)      SKYRL_GYM_JUDGE_CONCURRENCY  requests in flight per endpoint in this process
 ``cache_size`` (10000)        --                  verdicts kept in memory (0: no cache)
 ``max_tokens`` (512)          --                  the judge's answer budget
@@ -214,8 +214,11 @@ class JudgeEndpoint:
 
     @property
     def verdict_deadline_s(self) -> float:
-        """The most one verdict may take: waiting for a slot, every attempt and every back-off."""
-        return self.deadline_s if self.deadline_s is not None else self.timeout_s * self.attempts
+        """The most one verdict may take: waiting for a slot, every attempt and every back-off (by default
+        :func:`default_deadline_s`)."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        return default_deadline_s(self.timeout_s, self.attempts, self.retry_delay_s)
 
     @classmethod
     def from_config(cls, env_config: Any = None) -> "JudgeEndpoint":
@@ -279,6 +282,12 @@ class JudgeEndpoint:
         return endpoint
 
 
+def default_deadline_s(timeout_s: float, attempts: int, retry_delay_s: float) -> float:
+    """A verdict's deadline when none is set: every attempt's ``timeout_s``, the back-offs between them, and one
+    second for the work around them."""
+    return timeout_s * attempts + RetryPolicy(attempts, retry_delay_s).longest_wait() + 1.0
+
+
 def _bound_key(section: Any, configured_url: Optional[str], operator_url: Optional[str]) -> Optional[str]:
     """The key to send: the section's own (``""``: none), else the operator's when the URL is the operator's."""
     own = config_value(section, "api_key", None) if section is not None else None
@@ -332,11 +341,9 @@ def _operator_limits(section: Mapping[str, Any]) -> Dict[str, float]:
     timeout = _number("timeout_s", _setting(section, "timeout_s"), float)
     attempts = _number("attempts", _setting(section, "attempts"), int)
     deadline = _setting(section, "deadline_s")
-    return {
-        "timeout_s": timeout,
-        "attempts": attempts,
-        "deadline_s": timeout * attempts if deadline is None else _number("deadline_s", deadline, float),
-    }
+    if deadline is None:
+        deadline = default_deadline_s(timeout, attempts, _number("retry_delay_s", _setting(section, "retry_delay_s"), float))
+    return {"timeout_s": timeout, "attempts": attempts, "deadline_s": _number("deadline_s", deadline, float)}
 
 
 @dataclasses.dataclass
@@ -608,7 +615,8 @@ def judge_messages(
         f"<{name}-{fence}>\n{escape_section(texts[name])}\n</{name}-{fence}>\n" for name in _SECTIONS
     )
     user = (
-        f"{body}Grade the response in <response-{fence}> against the reference, following the rubric. "
+        f"{body}Grade the response (the section tagged response-{fence}) against the reference, following the "
+        "rubric. "
         "Your last line is your verdict: SCORE: <a number from 0 to 1>"
     )
     return [

@@ -53,6 +53,11 @@ class RetryPolicy:
         base = min(self.max_delay_s, self.initial_delay_s * (2 ** (attempt - 1)))
         return base * (1.0 + 0.25 * random.random())
 
+    def longest_wait(self, attempts: Optional[int] = None) -> float:
+        """The most time the back-offs between ``attempts`` tries (default: all) can take, jitter included."""
+        tries = self.attempts if attempts is None else attempts
+        return sum(min(self.max_delay_s, self.initial_delay_s * 2 ** (n - 1)) * 1.25 for n in range(1, tries))
+
 
 # The retry policy of the SearchToolGroup that is calling: the tool calls ``call_search_api`` with
 # SkyRL-gym's keyword arguments only, so that a replacement written for SkyRL-gym keeps working.

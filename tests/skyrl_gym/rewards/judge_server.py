@@ -52,10 +52,11 @@ TRICKLE_INTERVAL_S = 0.05
 
 def _section(text: str, name: str) -> str:
     """The section ``name`` of the request, found by the fence of its first tag, as a reader of its structure
-    would; an unfenced request has no sections."""
+    would (an unfenced request, as the hub sent before fences: the first ``<name>`` section)."""
     fence = re.match(r"<question-([0-9a-f]+)>\n", text)
     if not fence:
-        return ""
+        found = re.search(rf"<{name}>\n(.*?)\n</{name}>", text, re.DOTALL)
+        return found.group(1) if found else ""
     opening, closing = f"<{name}-{fence.group(1)}>\n", f"\n</{name}-{fence.group(1)}>"
     start = text.find(opening)
     end = text.find(closing, start + len(opening)) if start >= 0 else -1
@@ -193,6 +194,7 @@ def make_handler(token: str, stats: Dict[str, Any], lock: threading.Lock, redire
                 ],
             }
             if model in ("trickle-judge", "trickle-headers-judge"):
+                completion["padding"] = " " * 400  # about 30 s of trickle in all
                 self._trickle(json.dumps(completion).encode(), headers=model == "trickle-headers-judge")
             else:
                 self._send(completion)

@@ -9,13 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator
 
 import pytest
-import requests
 
 import skyrl_gym
 from skyrl_gym.episode import ScriptedPolicy, make_env_factory, run_episode
@@ -24,35 +21,16 @@ from skyrl_gym.rewards.judge import (
     JudgeClient,
     JudgeEndpoint,
     JudgeError,
+    JudgeRequest,
     judge_messages,
     judge_response,
     parse_verdict,
 )
+from tests.skyrl_gym.rewards.judge_support import JudgeServer, gsm8k_row
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = json.loads((HERE / "judge_golden.json").read_text())
 TOKEN = "judge-test-token"
-
-
-class JudgeServer:
-    def __init__(self, token: str = "") -> None:
-        command = [sys.executable, str(HERE / "judge_server.py"), "--port", "0"] + (
-            ["--token", token] if token else []
-        )
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        port = self.process.stdout.readline().strip()  # the server prints its port once it listens
-        assert port.isdigit(), f"the judge server did not start (printed {port!r})"
-        self.url = f"http://127.0.0.1:{port}"
-        self.token = token
-
-    def stats(self) -> Dict[str, Any]:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        return requests.get(self.url + "/stats", headers=headers, timeout=10).json()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
-        self.process.stdout.close()
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +43,6 @@ def server() -> Iterator[JudgeServer]:
 def judge_config(server: JudgeServer, model: str = "rule-judge", **settings: Any) -> Dict[str, Any]:
     # base_url in the OpenAI client's form (".../v1"); a fresh cache per test through a distinct cache_size
     return {"judge": {"base_url": server.url + "/v1", "model": model, "retry_delay_s": 0.01, **settings}}
-
-
-def gsm8k_row(truth: str = "72", **reward_spec: Any) -> Dict[str, Any]:
-    return {"reward_spec": {"method": "judge", "ground_truth": truth, **reward_spec}}
 
 
 # ----- reading verdicts ------------------------------------------------------------------------------------------
