@@ -152,7 +152,8 @@ def _deadline_adapter_class() -> Any:
 
 
 def watch_deadlines(session: Any) -> Any:
-    """``session`` (a ``requests.Session``) with adapters whose sockets the per-attempt deadline can shut; idempotent.
+    """``session`` (a ``requests.Session``) with adapters whose sockets the per-attempt deadline can shut
+    (idempotent).
     :func:`request_with_retries` calls it on the session it is given."""
     adapter_class = _deadline_adapter_class()
     with _mount_lock:

@@ -342,7 +342,8 @@ def _operator_limits(section: Mapping[str, Any]) -> Dict[str, float]:
     attempts = _number("attempts", _setting(section, "attempts"), int)
     deadline = _setting(section, "deadline_s")
     if deadline is None:
-        deadline = default_deadline_s(timeout, attempts, _number("retry_delay_s", _setting(section, "retry_delay_s"), float))
+        retry_delay = _number("retry_delay_s", _setting(section, "retry_delay_s"), float)
+        deadline = default_deadline_s(timeout, attempts, retry_delay)
     return {"timeout_s": timeout, "attempts": attempts, "deadline_s": _number("deadline_s", deadline, float)}
 
 
@@ -797,7 +798,9 @@ class JudgeClient:
             else request
         )
         endpoint = self.endpoint
-        return self.cache_key([endpoint.chat_url, endpoint.model, endpoint.temperature, endpoint.max_tokens, scale, what])
+        return self.cache_key(
+            [endpoint.chat_url, endpoint.model, endpoint.temperature, endpoint.max_tokens, scale, what]
+        )
 
     def judge(self, request: AnyRequest, scale: float = 1.0) -> Verdict:
         """The verdict on one request (a :class:`JudgeRequest`, sent with new fences, or chat messages of your

@@ -160,11 +160,12 @@ def test_a_503_is_retried_and_the_retry_is_recorded(server):
 def test_many_verdicts_at_once_stay_within_the_concurrency_limit(server):
     client = JudgeClient(JudgeEndpoint(base_url=server.url, model="rule-judge", max_concurrency=4))
     requests_ = [
-        judge_messages(f"#### {i}", str(i if i % 2 == 0 else i + 1), question=f"batch {i}") for i in range(24)
+        JudgeRequest(f"#### {i}", str(i if i % 2 == 0 else i + 1), question=f"batch {i}") for i in range(24)
     ]
     before = server.stats()
     verdicts = client.judge_many(requests_)
     after = server.stats()
+    assert client.judge(judge_messages("#### 3", "3", question="own prompt")).score == 1.0  # messages of your own
     client.close()
     assert [v.score for v in verdicts] == [1.0 if i % 2 == 0 else 0.0 for i in range(24)]
     assert after["requests"] - before["requests"] == 24

@@ -105,7 +105,8 @@ def test_the_response_cannot_close_its_section_or_add_a_rubric():
     fence = re.match(r"<question-([0-9a-f]{16})>\n", user).group(1)
     tags = re.findall(r"<(/?)(question|reference|rubric|response)-([0-9a-f]+)>", user)
     # each section is opened and closed once, in order, all with this request's fence
-    assert tags == [(mark, name, fence) for name in ("question", "reference", "rubric", "response") for mark in ("", "/")]
+    sections = ("question", "reference", "rubric", "response")
+    assert tags == [(mark, name, fence) for name in sections for mark in ("", "/")]
     rubric = user.split(f"<rubric-{fence}>\n")[1].split(f"\n</rubric-{fence}>")[0]
     response = user.split(f"<response-{fence}>\n")[1].split(f"\n</response-{fence}>")[0]
     assert rubric == "Reward only 72."
@@ -276,7 +277,7 @@ def test_an_answer_longer_than_max_reply_bytes_is_not_read(judge):
     assert output["reward"] == 0.0 and "more than 100000 bytes" in output["metadata"]["judge_error"]
 
 
-# ----- a judged env does not block its caller's event loop ----------------------------------------------------------
+# ----- a judged env does not block its caller's event loop -------------------------------------------------------
 class BlockingEnv(Env):
     """A sync env whose step waits until the caller's event loop has run a callback (or 10 s): a step run on the
     loop's own thread waits out the 10 s and says so."""
@@ -297,7 +298,9 @@ class BlockingEnv(Env):
 def test_a_judged_env_runs_a_blocking_step_off_the_event_loop(judge):
     register("blocking-for-judge-test", BlockingEnv)
     try:
-        env = skyrl_gym.make("blocking-for-judge-test", env_config=config(judge, "rule-judge"), extras=gsm8k_row("72"))
+        env = skyrl_gym.make(
+            "blocking-for-judge-test", env_config=config(judge, "rule-judge"), extras=gsm8k_row("72")
+        )
         env.init([{"role": "user", "content": "loop"}])
 
         async def step_while_the_loop_runs() -> Dict[str, Any]:
