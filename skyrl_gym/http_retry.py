@@ -110,31 +110,25 @@ def _deadline_adapter_class() -> Any:
     from urllib3.connection import HTTPConnection, HTTPSConnection
     from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-    class WatchedHTTPConnection(HTTPConnection):
+    class Watched:
+        """Registers the connection when it connects and when it sends a request."""
+
         def connect(self) -> None:
-            super().connect()
+            super().connect()  # type: ignore[misc]
             _register(self)
 
         def request(self, *args: Any, **kwargs: Any) -> None:
             _register(self)
-            super().request(*args, **kwargs)
+            super().request(*args, **kwargs)  # type: ignore[misc]
 
-    class WatchedHTTPSConnection(HTTPSConnection):
-        def connect(self) -> None:
-            super().connect()
-            _register(self)
+    def watched_pool(pool: type, connection: type) -> type:
+        watched = type("Watched" + connection.__name__, (Watched, connection), {})
+        return type("Watched" + pool.__name__, (pool,), {"ConnectionCls": watched})
 
-        def request(self, *args: Any, **kwargs: Any) -> None:
-            _register(self)
-            super().request(*args, **kwargs)
-
-    class WatchedHTTPConnectionPool(HTTPConnectionPool):
-        ConnectionCls = WatchedHTTPConnection
-
-    class WatchedHTTPSConnectionPool(HTTPSConnectionPool):
-        ConnectionCls = WatchedHTTPSConnection
-
-    pools = {"http": WatchedHTTPConnectionPool, "https": WatchedHTTPSConnectionPool}
+    pools = {
+        "http": watched_pool(HTTPConnectionPool, HTTPConnection),
+        "https": watched_pool(HTTPSConnectionPool, HTTPSConnection),
+    }
 
     class DeadlineAdapter(HTTPAdapter):
         def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
