@@ -19,7 +19,7 @@ do, then gives the rule's verdict), ``truncated-judge`` (quotes the response and
 ``GET /stats`` gives the requests seen, the most that were in flight at once, the ``Authorization`` headers received
 (``authorizations``) and the trickled answers whose client hung up before the end (``trickles_cut``).
 
-    python tests/skyrl_gym/rewards/judge_server.py [--port 0] [--token T] [--redirect-to URL]
+    python tests/skyrl_gym/rewards/judge_server.py [--port 0] [--token T] [--redirect-to URL] [--tls-cert C --tls-key K]
     # prints the port, then serves
 """
 
@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import json
 import re
+import ssl
 import sys
 import threading
 import time
@@ -215,7 +216,7 @@ def make_handler(token: str, stats: Dict[str, Any], lock: threading.Lock, redire
                     self.wfile.write(slow[i : i + 1])
                     self.wfile.flush()
                     time.sleep(TRICKLE_INTERVAL_S)
-            except (BrokenPipeError, ConnectionResetError):
+            except OSError:  # a broken pipe, a reset, a TLS end of file: the client hung up
                 with lock:
                     stats["trickles_cut"] += 1
             self.close_connection = True
@@ -228,11 +229,18 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--token", default="")
     parser.add_argument("--redirect-to", default="")
+    parser.add_argument("--tls-cert", default="", help="serve HTTPS with this certificate (PEM) ...")
+    parser.add_argument("--tls-key", default="", help="... and this key")
     args = parser.parse_args()
     stats = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "authorizations": [], "trickles_cut": 0}
     handler = make_handler(args.token, stats, threading.Lock(), args.redirect_to)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     server.daemon_threads = True
+    if args.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        # the handshake happens in the handler's thread, at its first read
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
     print(server.server_address[1], flush=True)
     try:
         server.serve_forever()

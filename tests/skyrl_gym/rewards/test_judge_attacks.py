@@ -30,7 +30,7 @@ from skyrl_gym.rewards.judge import (
     judge_section_for_client,
     parse_verdict,
 )
-from tests.skyrl_gym.rewards.judge_support import JudgeServer, gsm8k_row
+from tests.skyrl_gym.rewards.judge_support import JudgeServer, gsm8k_row, self_signed_certificate
 
 OPERATOR_KEY = "operator-secret-key"
 
@@ -260,6 +260,30 @@ def test_a_judge_that_trickles_bytes_is_cut_at_the_attempt_deadline(judge, model
     assert output["reward"] == 0.0 and output["metadata"]["judge"]["attempts"] == 2
     assert re.search(r"no complete answer from .* within 1 s; gave up after 2 attempts", error), error
     assert wait_for_cut_trickles(judge, before + 2) == before + 2  # the client hung up on both, mid-answer
+
+
+@pytest.fixture
+def tls_judge(tmp_path, monkeypatch) -> Iterator[JudgeServer]:
+    """The judge server over HTTPS, with a certificate of its own that the test's clients trust."""
+    pytest.importorskip(
+        "cryptography", reason="the HTTPS judge test makes its certificate with `pip install cryptography`"
+    )
+    cert, key = self_signed_certificate(tmp_path)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))  # requests trusts this certificate, and only it
+    server = JudgeServer(tls=(cert, key))
+    yield server
+    server.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_judge_that_trickles_over_https_is_cut_at_the_attempt_deadline_too(tls_judge):
+    assert play(config(tls_judge, "rule-judge"), "#### 72")["reward"] == 1.0  # the HTTPS path works
+    before = tls_judge.stats()["trickles_cut"]
+    output = play(config(tls_judge, "trickle-judge", timeout_s=1, attempts=2), "#### 72")
+    error = output["metadata"]["judge_error"]
+    assert output["reward"] == 0.0 and output["metadata"]["judge"]["attempts"] == 2
+    assert re.search(r"no complete answer from https://.* within 1 s; gave up after 2 attempts", error), error
+    assert wait_for_cut_trickles(tls_judge, before + 2) == before + 2
 
 
 @pytest.mark.timeout(90)
