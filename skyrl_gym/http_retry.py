@@ -18,7 +18,7 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Any, Callable, Collection, ContextManager, List, Optional, Tuple
+from typing import Any, Callable, Collection, ContextManager, Dict, List, Optional, Tuple
 
 from skyrl_gym.tools.search import RETRYABLE_STATUS, RetryPolicy
 
@@ -149,11 +149,23 @@ def watch_deadlines(session: Any) -> Any:
     """``session`` (a ``requests.Session``) with adapters whose sockets the per-attempt deadline can shut
     (idempotent).
     :func:`request_with_retries` calls it on the session it is given."""
+    from requests.adapters import HTTPAdapter
+
     adapter_class = _deadline_adapter_class()
     with _mount_lock:
         for prefix in ("http://", "https://"):
-            if not isinstance(session.adapters.get(prefix), adapter_class):
-                session.mount(prefix, adapter_class())
+            existing = session.adapters.get(prefix)
+            if isinstance(existing, adapter_class):
+                continue
+            settings: Dict[str, Any] = {}
+            if isinstance(existing, HTTPAdapter):  # keep the pool sizes and retries the caller chose
+                settings = {
+                    "pool_connections": existing._pool_connections,
+                    "pool_maxsize": existing._pool_maxsize,
+                    "pool_block": existing._pool_block,
+                    "max_retries": existing.max_retries,
+                }
+            session.mount(prefix, adapter_class(**settings))
     return session
 
 
