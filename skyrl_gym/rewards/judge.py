@@ -24,8 +24,8 @@ the task (question, reference, rubric); the policy writes the response, which is
 refuses a config that names another endpoint and would borrow it), redirects are never followed, and
 :func:`judge_section_for_client` is what a server lets its clients choose (:data:`OPERATOR_ONLY_KEYS`).
 
-The response is fenced in the request by tags carrying a random tag per call, with look-alike tags escaped, so it
-cannot close its section or add a rubric. The verdict is read only from the end of the judge's reply
+The response is fenced in the request by section tags that carry a code drawn at random per call, and look-alike
+tags inside it are escaped, so it cannot close its section or add a rubric. The verdict is read only from the end of the judge's reply
 (:func:`parse_verdict`: its last line, or a JSON object that ends it), never from text before it that may quote
 the response; a reply cut off at ``max_tokens`` is refused; scores must be finite and within the rubric's range.
 A request or an answer that fails gives a :class:`Verdict` with ``error`` set and no score, never an exception:
@@ -180,6 +180,8 @@ def _number(key: str, value: Any, kind: type) -> Any:
         raise JudgeSettingRefused(key, f"judge.{key} must be a number, got {value!r:.60}") from None
     if kind is float and not math.isfinite(number):
         raise JudgeSettingRefused(key, f"judge.{key} must be a finite number, got {value!r:.60}")
+    if kind is int and isinstance(value, float) and value != number:
+        raise JudgeSettingRefused(key, f"judge.{key} must be a whole number, got {value!r:.60}")
     return number
 
 
