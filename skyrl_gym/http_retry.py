@@ -15,6 +15,8 @@ and back-off together.
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import socket
 import threading
 import time
@@ -50,19 +52,21 @@ class _Watchdog:
 
     def __init__(self, seconds: float) -> None:
         self.expired = False
+        self.done = False
+        self.when = time.monotonic() + max(0.0, seconds)
         self._connections: List[Any] = []
         self._lock = threading.Lock()
-        self._timer = threading.Timer(max(0.0, seconds), self._expire)
-        self._timer.daemon = True
 
     def __enter__(self) -> "_Watchdog":
         _current.watchdog = self
-        self._timer.start()
+        _alarms.add(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._timer.cancel()
         _current.watchdog = None
+        with self._lock:
+            self.done = True
+            self._connections = []  # the alarm may outlive the attempt: it must not hold its connections
 
     def watch(self, connection: Any) -> None:
         with self._lock:
@@ -71,12 +75,52 @@ class _Watchdog:
         if expired:
             _shut(connection)
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
         with self._lock:
+            if self.done:
+                return
             self.expired = True
             connections = list(self._connections)
         for connection in connections:
             _shut(connection)
+
+
+class _Alarms:
+    """One daemon thread that expires the watchdogs whose deadline has passed: a thread per attempt would cost
+    more than a fast request. Finished attempts leave the heap when they reach its top (or in a sweep)."""
+
+    def __init__(self) -> None:
+        self._heap: List[Tuple[float, int, _Watchdog]] = []
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, watchdog: _Watchdog) -> None:
+        with self._wake:
+            if len(self._heap) > 4096:  # many fast attempts with long deadlines: drop the finished ones
+                self._heap = [entry for entry in self._heap if not entry[2].done]
+                heapq.heapify(self._heap)
+            heapq.heappush(self._heap, (watchdog.when, next(self._order), watchdog))
+            if self._thread is None or not self._thread.is_alive():  # first use, or in a forked child
+                self._thread = threading.Thread(target=self._run, name="http-deadlines", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def _next_due(self) -> _Watchdog:
+        with self._wake:
+            while True:
+                while self._heap and self._heap[0][2].done:
+                    heapq.heappop(self._heap)
+                if self._heap and self._heap[0][0] <= time.monotonic():
+                    return heapq.heappop(self._heap)[2]
+                self._wake.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+
+    def _run(self) -> None:
+        while True:
+            self._next_due().expire()
+
+
+_alarms = _Alarms()
 
 
 def _shut(connection: Any) -> None:
