@@ -19,10 +19,11 @@ The endpoint comes from ``env_config["judge"]`` (keys below) or from environment
 ============================  ==================  =================================================
 
 Trust (docs/rewards.md, "Threat model"): the operator chooses the endpoint, its key and the limits; the row chooses
-the task (question, reference, rubric); the policy writes the response, which is data. The key from
-``SKYRL_GYM_JUDGE_API_KEY`` goes only to the origin of ``SKYRL_GYM_JUDGE_URL`` (:meth:`JudgeEndpoint.from_config`
-refuses a config that names another endpoint and would borrow it), redirects are never followed, and
-:func:`judge_section_for_client` is what a server lets its clients choose (:data:`OPERATOR_ONLY_KEYS`).
+the task (question, reference, rubric); the policy writes the response, which is data. With
+``SKYRL_GYM_JUDGE_URL`` set, the key from ``SKYRL_GYM_JUDGE_API_KEY`` goes only to its origin
+(:meth:`JudgeEndpoint.from_config` refuses a config that names another endpoint and would borrow it); redirects are
+never followed; rows cannot name an endpoint; :func:`judge_section_for_client` is what a server may let its clients
+choose (:data:`OPERATOR_ONLY_KEYS`, :data:`CLIENT_LIMIT_KEYS`).
 
 The response is fenced in the request by section tags that carry a code drawn at random per call, and look-alike
 tags inside it are escaped, so it cannot close its section or add a rubric. The verdict is read only from the end of the judge's reply
@@ -226,10 +227,12 @@ class JudgeEndpoint:
     def from_config(cls, env_config: Any = None) -> "JudgeEndpoint":
         """The endpoint from ``env_config["judge"]``, each key falling back to its environment variable.
 
-        The key in ``SKYRL_GYM_JUDGE_API_KEY`` belongs to the endpoint in ``SKYRL_GYM_JUDGE_URL``: a config whose
-        ``base_url`` has another origin (scheme, host, port) and no ``api_key`` of its own is refused
-        (:class:`JudgeSettingRefused` naming ``base_url``), so the key never follows a URL someone else chose;
-        ``api_key: ""`` sends no key at all."""
+        The key in ``SKYRL_GYM_JUDGE_API_KEY`` belongs to the endpoint in ``SKYRL_GYM_JUDGE_URL`` when that is
+        set: a config whose ``base_url`` has another origin (scheme, host, port) and no ``api_key`` of its own is
+        refused (:class:`JudgeSettingRefused` naming ``base_url``), so the key never follows a URL someone else
+        chose. Without ``SKYRL_GYM_JUDGE_URL`` the config is the operator's word (a trainer's config; serve-env's
+        ``--env-config``, where a client cannot set ``judge``) and its ``base_url`` gets the key. ``api_key: ""``
+        sends no key at all."""
         section = _section_of(env_config)
         if section is not None:
             _check_keys(section)
@@ -291,19 +294,22 @@ def default_deadline_s(timeout_s: float, attempts: int, retry_delay_s: float) ->
 
 
 def _bound_key(section: Any, configured_url: Optional[str], operator_url: Optional[str]) -> Optional[str]:
-    """The key to send: the section's own (``""``: none), else the operator's when the URL is the operator's."""
+    """The key to send: the section's own (``""``: none); else the variable's, when the operator's endpoint is
+    ``SKYRL_GYM_JUDGE_URL`` and the config names none or the same origin, or when the variable is unset and the
+    config's endpoint is the operator's (a trainer's config, serve-env's ``--env-config``: a client never sets
+    ``judge`` there)."""
     own = config_value(section, "api_key", None) if section is not None else None
     if own is not None:
         return str(own) or None
     operator_key = os.environ.get(API_KEY_ENV) or None
-    if operator_key is None or configured_url is None:
+    if operator_key is None or configured_url is None or operator_url is None:
         return operator_key
-    if operator_url is None or origin(configured_url) != origin(operator_url):
+    if origin(configured_url) != origin(operator_url):
         raise JudgeSettingRefused(
             "base_url",
             f"env_config judge.base_url {configured_url!r} is not the operator's judge endpoint: the key in "
-            f"{API_KEY_ENV} is sent only to {URL_ENV} ({operator_url or 'not set'}). Point {URL_ENV} at this "
-            f"endpoint, or give judge.api_key for it ('' for none)",
+            f"{API_KEY_ENV} is sent only to {URL_ENV} ({operator_url}). Point {URL_ENV} at this endpoint, or "
+            f"give judge.api_key for it ('' for none)",
         )
     return operator_key
 

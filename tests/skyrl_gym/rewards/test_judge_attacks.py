@@ -182,6 +182,19 @@ def test_a_config_naming_another_endpoint_never_gets_the_operators_key(operator_
     assert attacker.stats()["requests"] == 0 and attacker.stats()["authorizations"] == []
 
 
+def test_without_the_url_variable_the_operators_config_names_the_keys_endpoint(monkeypatch):
+    """serve-env's documented setup: the endpoint in the operator's --env-config (a client cannot set ``judge``
+    there), the key in the server's environment."""
+    guarded = JudgeServer(token=OPERATOR_KEY)
+    try:
+        monkeypatch.delenv("SKYRL_GYM_JUDGE_URL", raising=False)
+        monkeypatch.setenv("SKYRL_GYM_JUDGE_API_KEY", OPERATOR_KEY)
+        assert play({"judge": {"base_url": guarded.url, "model": "rule-judge"}}, "#### 72")["reward"] == 1.0
+        assert guarded.stats()["authorizations"] == [f"Bearer {OPERATOR_KEY}"]
+    finally:
+        guarded.stop()
+
+
 def test_a_config_with_its_own_key_or_none_sends_that_and_never_the_operators(operator_judge, attacker):
     assert play({"judge": {"base_url": attacker.url, "api_key": "the-configs-own"}}, "#### 72")["reward"] == 1.0
     assert play({"judge": {"base_url": attacker.url, "api_key": "", "cache_size": 404}}, "#### 72")["reward"] == 1.0
