@@ -47,17 +47,22 @@ _current = threading.local()  # the attempt under way in this thread (requests r
 
 
 class _Watchdog:
-    """Shuts the sockets of one attempt when its deadline passes. Connections register themselves when they
-    connect and when they send a request (a pooled connection is reused without connecting again)."""
+    """Shuts the sockets of one attempt when its deadline passes: ``seconds`` after it starts (entering the
+    context, after any wait for a slot), or at ``deadline`` if that comes first. Connections register themselves
+    when they connect and when they send a request (a pooled connection is reused without connecting again)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, deadline: Optional[float] = None) -> None:
+        self.seconds, self.deadline = seconds, deadline
         self.expired = False
         self.done = False
-        self.when = time.monotonic() + max(0.0, seconds)
+        self.when = self.window = 0.0
         self._connections: List[Any] = []
         self._lock = threading.Lock()
 
     def __enter__(self) -> "_Watchdog":
+        now = time.monotonic()
+        self.when = now + self.seconds if self.deadline is None else min(now + self.seconds, self.deadline)
+        self.window = max(0.001, self.when - now)  # what this attempt has
         _current.watchdog = self
         _alarms.add(self)
         return self
@@ -274,18 +279,16 @@ def request_with_retries(
     reason = "no attempt was made"
     made = 0
     for attempt in range(1, attempts + 1):
-        seconds = attempt_s
-        if deadline is not None:
-            seconds = min(seconds, deadline - time.monotonic())
-            if seconds <= 0:
-                reason = f"{reason}; the deadline passed" if made else f"no time was left to ask {url}"
-                break
+        if deadline is not None and deadline <= time.monotonic():
+            reason = f"{reason}; the deadline passed" if made else f"no time was left to ask {url}"
+            break
         made = attempt
-        watchdog = _Watchdog(seconds)
+        watchdog = _Watchdog(attempt_s, deadline)
         try:
             with slot() if slot is not None else contextlib.nullcontext(), watchdog:
+                window = watchdog.window
                 response = session.request(
-                    method, url, timeout=(min(connect_s, seconds), seconds), stream=True, **request_options
+                    method, url, timeout=(min(connect_s, window), window), stream=True, **request_options
                 )
                 try:
                     _read_body(response, max_body_bytes, url, attempt)
@@ -296,7 +299,7 @@ def request_with_retries(
             raise
         except requests.exceptions.RequestException as exc:
             if watchdog.expired or isinstance(exc, requests.exceptions.Timeout):
-                reason = _too_late(url, seconds, attempt_s)
+                reason = _too_late(url, watchdog.window, attempt_s)
             elif isinstance(exc, requests.exceptions.ConnectionError):
                 reason = f"cannot connect to {url} ({type(exc).__name__})"
             elif isinstance(exc, requests.exceptions.ChunkedEncodingError):
@@ -306,7 +309,7 @@ def request_with_retries(
         else:
             if watchdog.expired:  # cut mid-headers, http.client may take what came for a whole (empty) answer
                 response.close()
-                reason = _too_late(url, seconds, attempt_s)
+                reason = _too_late(url, watchdog.window, attempt_s)
             elif response.status_code not in retryable:
                 return response, attempt
             else:

@@ -22,8 +22,10 @@ from skyrl_gym.errors import DataError
 from skyrl_gym.registration import deregister, register
 from skyrl_gym.rewards.judge import (
     OPERATOR_ONLY_KEYS,
+    JudgeClient,
     JudgeEndpoint,
     JudgeError,
+    JudgeRequest,
     JudgeSettingRefused,
     judge_messages,
     judge_response,
@@ -306,6 +308,20 @@ def test_the_verdict_deadline_bounds_all_attempts_together(judge):
     made = output["metadata"]["judge"]["attempts"]
     assert output["reward"] == 0.0 and 1 < made < 10, output["metadata"]  # the deadline, not the attempts, ended it
     assert wait_for_cut_trickles(judge, before + made) == before + made
+
+
+def test_a_verdict_waits_for_a_request_slot_no_longer_than_its_deadline(judge):
+    client = JudgeClient(
+        JudgeEndpoint(base_url=judge.url, model="rule-judge", max_concurrency=1, deadline_s=0.3)
+    )
+    client._gate.acquire()  # every slot is taken (by a request that will not end in time)
+    try:
+        verdict = client.judge(JudgeRequest("#### 72", "72"))
+    finally:
+        client._gate.release()
+    assert verdict.score is None and "no request slot" in verdict.error
+    assert client.judge(JudgeRequest("#### 72", "72")).score == 1.0  # a free slot: answered
+    client.close()
 
 
 @pytest.mark.timeout(60)
