@@ -195,9 +195,8 @@ def _deadline_adapter_class() -> Any:
 
 
 def watch_deadlines(session: Any) -> Any:
-    """``session`` (a ``requests.Session``) with adapters whose sockets the per-attempt deadline can shut
-    (idempotent).
-    :func:`request_with_retries` calls it on the session it is given."""
+    """``session`` (a ``requests.Session``) with adapters whose sockets the per-attempt deadline can shut, keeping
+    the pool settings of the adapters it replaces. Idempotent; :func:`request_with_retries` calls it."""
     from requests.adapters import HTTPAdapter
 
     adapter_class = _deadline_adapter_class()
