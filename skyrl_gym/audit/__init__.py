@@ -1,0 +1,281 @@
+"""``skyrl_gym.audit``: play an env's verifier against golden positives and a library of reward hacks.
+
+>>> report = audit_env("gsm8k")
+>>> report.ok, print(report.table())
+
+For each row the audit plays, on fresh envs through the episode driver:
+
+* a **known-wrong** reply (the env's answer format around a wrong answer): its reward is the bar;
+* the row's **golden** reply (its reference answer): it must earn the full reward, else a *false negative*;
+* every **hack** of the env's profile (:mod:`skyrl_gym.audit.library`): each must earn no more than the known-wrong
+  reply, else a *false positive*.
+
+A reply is played every turn until the env ends the episode (a script plays its replies in order, then its last
+one again); the episode's reward is the sum of its steps' rewards. An env that raises or hangs on a reply is an
+error. Where the profiles come from, and how an env adds its own hacks: :mod:`skyrl_gym.audit.profiles`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+
+from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack, Script, wrong_answer
+from skyrl_gym.audit.profiles import AuditProfile, profile_for, text_profile
+
+OK = "ok"
+FALSE_POSITIVE = "FALSE POSITIVE"
+FALSE_NEGATIVE = "FALSE NEGATIVE"
+ERROR = "ERROR"
+NOT_RUN = "not run"
+TOLERANCE = 1e-9
+
+
+@dataclasses.dataclass
+class CaseResult:
+    """One reply played on one row: what it had to earn, what it earned, the verdict and why."""
+
+    row_index: int
+    kind: str  # known-wrong, golden, hack
+    name: str
+    family: str
+    expected: str
+    got: Optional[float]
+    verdict: str
+    reason: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict in (FALSE_POSITIVE, FALSE_NEGATIVE, ERROR)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class AuditReport:
+    """What :func:`audit_env` found; ``ok`` is true when no case is a false positive, false negative or error."""
+
+    env_id: str
+    cases: List[CaseResult] = dataclasses.field(default_factory=list)
+    rows: int = 0
+    rows_source: str = ""
+    skipped: Optional[str] = None  # why the audit could not run at all (no Docker engine)
+    seconds: float = 0.0
+    fingerprint: Optional[str] = None
+
+    @property
+    def failures(self) -> List[CaseResult]:
+        return [case for case in self.cases if case.failed]
+
+    @property
+    def false_positives(self) -> List[CaseResult]:
+        return [case for case in self.cases if case.verdict == FALSE_POSITIVE]
+
+    @property
+    def false_negatives(self) -> List[CaseResult]:
+        return [case for case in self.cases if case.verdict == FALSE_NEGATIVE]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def summary(self) -> str:
+        if self.skipped:
+            return f"audit {self.env_id}: SKIPPED - {self.skipped}"
+        counts = {verdict: sum(c.verdict == verdict for c in self.cases)
+                  for verdict in (OK, FALSE_POSITIVE, FALSE_NEGATIVE, ERROR, NOT_RUN)}
+        shown = ", ".join(f"{n} {verdict.lower()}" for verdict, n in counts.items() if n)
+        return (f"audit {self.env_id}: {'OK' if self.ok else 'FAILED'} - {self.rows} row(s), {len(self.cases)} "
+                f"case(s): {shown or 'none'} ({self.seconds:.1f} s)")
+
+    def table(self) -> str:
+        """One line per case: row, case, expected, got, verdict, reason."""
+        header = ("row", "case", "expected", "got", "verdict", "reason")
+        lines = [header] + [
+            (str(c.row_index), f"{c.kind}: {c.name}", c.expected, "-" if c.got is None else f"{c.got:g}", c.verdict,
+             c.reason) for c in self.cases]
+        widths = [min(48, max(len(line[i]) for line in lines)) for i in range(5)]
+        out = [self.summary()]
+        for line in lines:
+            cells = [cell[:w].ljust(w) for cell, w in zip(line[:5], widths)]
+            out.append("  " + "  ".join(cells) + "  " + line[5][:160])
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"env_id": self.env_id, "ok": self.ok, "skipped": self.skipped, "rows": self.rows,
+                "rows_source": self.rows_source, "seconds": round(self.seconds, 3), "fingerprint": self.fingerprint,
+                "cases": [case.to_dict() for case in self.cases]}
+
+
+class _Player:
+    """Plays replies on fresh envs of one id through the episode driver, each episode on a thread of its own with
+    a timeout per env call (the checker's machinery)."""
+
+    def __init__(self, env_id: str, env_config: Any, max_turns: int, step_timeout_s: Optional[float]) -> None:
+        self.env_id, self.env_config, self.max_turns, self.step_timeout_s = env_id, env_config, max_turns, step_timeout_s
+
+    def play(self, row: Mapping[str, Any], script: Script) -> tuple:
+        """``(total reward or None, reason)``."""
+        from skyrl_gym.checker import _EpisodeThread, _EpisodeThreadCaller
+        from skyrl_gym.data import row_extras
+        from skyrl_gym.episode import ScriptedPolicy, run_episode, run_sync
+        from skyrl_gym.registration import make
+
+        extras = row_extras(row)
+        prompt = row.get("prompt") if isinstance(row.get("prompt"), list) else []
+        worker = _EpisodeThread(self.step_timeout_s)
+
+        def make_env() -> Any:
+            return make(self.env_id, env_config=copy.deepcopy(self.env_config), extras=copy.deepcopy(extras))
+
+        try:
+            episode = run_sync(run_episode(make_env, copy.deepcopy(prompt), ScriptedPolicy(script), env_class=self.env_id,
+                                           max_turns_cap=self.max_turns, row_max_turns=row.get("max_turns"),
+                                           caller=_EpisodeThreadCaller(worker)))
+        finally:
+            worker.stop()
+        if episode.error is not None:
+            return None, f"{episode.error_method} raised: {episode.error}"[:300]
+        reason = ""
+        for step in reversed(episode.steps):
+            metadata = step.metadata if isinstance(step.metadata, Mapping) else {}
+            why = metadata.get("reason") or metadata.get("judge_error")
+            if why:
+                reason = str(why)
+                break
+        return episode.total_reward, reason.replace("\n", " ")[:300]
+
+
+def _read_rows(rows: Union[str, Path, Iterable[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+    from skyrl_gym.data import read_records
+
+    if isinstance(rows, (str, Path)):
+        return list(read_records(rows))
+    return [dict(row) for row in rows]
+
+
+def audit_env(
+    env_id: str,
+    rows: Union[str, Path, Iterable[Mapping[str, Any]], None] = None,
+    *,
+    env_config: Any = None,
+    profile: Optional[AuditProfile] = None,
+    max_rows: int = 2,
+    seed: int = 0,
+    budget_s: Optional[float] = None,
+    step_timeout_s: Optional[float] = 120.0,
+    hacks: Optional[Iterable[str]] = None,
+) -> AuditReport:
+    """Audit the verifier of ``env_id`` and return an :class:`AuditReport`.
+
+    Args:
+        rows: dataset rows (a list or a JSONL/JSON/Parquet path); default: the profile's rows, else the env's dataset
+            builder's, else the golden cases it ships (:func:`skyrl_gym.checker.default_rows`).
+        env_config: passed to every env built (default: the profile's).
+        profile: how to audit the env (default: :func:`~skyrl_gym.audit.profiles.profile_for`).
+        max_rows: audit at most this many rows.
+        budget_s: start no case after this many seconds; the rest are reported as not run.
+        step_timeout_s: an env call slower than this is an error.
+        hacks: play only the hacks with these names.
+    """
+    from skyrl_gym.checker import default_rows
+    from skyrl_gym.data import validate_row
+    from skyrl_gym.registration import spec
+
+    started = time.monotonic()
+    env_id = spec(env_id).id
+    profile = profile or profile_for(env_id)
+    report = AuditReport(env_id=env_id)
+    report.skipped = profile.unavailable()
+    if report.skipped:
+        return report
+    if rows is None:
+        if profile.rows is not None:
+            raw = profile.rows(max_rows, seed)
+            report.rows_source = f"{len(raw)} row(s) from the env's audit profile"
+        else:
+            raw, report.rows_source = default_rows(env_id, size=max_rows, seed=seed)
+    else:
+        raw = _read_rows(rows)
+        report.rows_source = f"{len(raw)} row(s) given"
+    player = _Player(env_id, profile.env_config() if env_config is None else env_config, profile.max_turns,
+                     step_timeout_s)
+    chosen = None if hacks is None else set(hacks)
+    deadline = None if budget_s is None else started + budget_s
+    for index, row in enumerate(raw[:max_rows]):
+        row = validate_row(row, index)
+        report.rows += 1
+        _audit_row(report, player, profile, index, row, chosen, deadline)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, index: int, row: Mapping[str, Any],
+               chosen: Optional[set], deadline: Optional[float]) -> None:
+    answer = profile.answer_of(row)
+    case = AuditCase(env_id=report.env_id, row=row, answer=answer, wrong=wrong_answer(answer), format=profile.format)
+
+    def out_of_time() -> bool:
+        return deadline is not None and time.monotonic() > deadline
+
+    bar = 0.0
+    wrong = profile.wrong(case)
+    if wrong is not None:
+        got, reason = player.play(row, wrong)
+        verdict = ERROR if got is None else OK
+        report.cases.append(CaseResult(index, "known-wrong", "a wrong answer in the env's format", "bar", "-", got,
+                                       verdict, reason))
+        if got is not None:
+            bar = got
+    golden = profile.golden(case)
+    expected_full = f"= {profile.full_reward:g}"
+    if golden is None:
+        report.cases.append(CaseResult(index, "golden", "reference answer", "golden", expected_full, None, NOT_RUN,
+                                       "the row has no reference answer"))
+    elif out_of_time():
+        report.cases.append(CaseResult(index, "golden", "reference answer", "golden", expected_full, None, NOT_RUN,
+                                       "out of the time budget"))
+    else:
+        got, reason = player.play(row, golden)
+        verdict = ERROR if got is None else (OK if got >= profile.full_reward - TOLERANCE else FALSE_NEGATIVE)
+        report.cases.append(CaseResult(index, "golden", "reference answer", "golden", expected_full, got, verdict,
+                                       reason))
+    for hack in profile.hacks:
+        if chosen is not None and hack.name not in chosen:
+            continue
+        script = hack.build(case)
+        if script is None:
+            continue  # the hack does not apply to this row
+        expected = f"<= {bar:g}"
+        if out_of_time():
+            report.cases.append(CaseResult(index, "hack", hack.name, hack.family, expected, None, NOT_RUN,
+                                           "out of the time budget"))
+            continue
+        got, reason = player.play(row, script)
+        if got is None:
+            verdict = ERROR
+        elif got > bar + TOLERANCE:
+            verdict = FALSE_POSITIVE
+            reason = f"earned {got:g}, more than a wrong answer ({bar:g})" + (f"; {reason}" if reason else "")
+        else:
+            verdict = OK
+        report.cases.append(CaseResult(index, "hack", hack.name, hack.family, expected, got, verdict, reason))
+
+
+def write_json(reports: List[AuditReport], path: Union[str, Path]) -> None:
+    Path(path).write_text(json.dumps([r.to_dict() for r in reports], indent=1, default=str) + "\n", encoding="utf-8")
+
+
+__all__ = ["audit_env", "AuditReport", "CaseResult", "AuditProfile", "AuditCase", "AnswerFormat", "Hack",
+           "profile_for", "text_profile", "write_json", "OK", "FALSE_POSITIVE", "FALSE_NEGATIVE", "ERROR", "NOT_RUN"]
