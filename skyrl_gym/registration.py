@@ -59,6 +59,14 @@ class EnvSpec:
     def make(self, **kwargs: Any) -> Env:
         return make(self, **kwargs)
 
+    @property
+    def fingerprint(self) -> str:
+        """A hash of what decides this env's reward (its verifier code, kwargs, data builder): see
+        :mod:`skyrl_gym.fingerprint`. Computed on first use."""
+        from skyrl_gym.fingerprint import fingerprint_of
+
+        return fingerprint_of(self)
+
     def load_entry_point(self) -> EnvCreator:
         """The callable behind the entry point; a ``"module:Attr"`` string is imported once per spec and the
         result kept (until ``entry_point`` is changed), so ``make`` does not resolve it on every episode."""

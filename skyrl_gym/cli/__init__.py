@@ -24,6 +24,7 @@ ENTRY_POINT_GROUP = "skyrl_gym.cli"
 SUBCOMMAND_MODULES = [
     "skyrl_gym.cli.registry_cmds",  # list, info
     "skyrl_gym.cli.check_cmd",  # check
+    "skyrl_gym.cli.audit_cmd",  # audit, fingerprint
     "skyrl_gym.cli.step_cmd",  # step
     "skyrl_gym.cli.score_cmd",  # score
     "skyrl_gym.cli.serve_retriever",  # serve-retriever

@@ -1,0 +1,106 @@
+"""``skyrl-gym audit ID``: play an env's verifier against golden positives and the hack library (exit 1 on a false
+positive, a false negative or an env error); ``skyrl-gym fingerprint ID``: print the hash of what decides its reward.
+
+Without ``--rows`` the rows come from the env's audit profile, else its dataset builder, else its golden cases."""
+
+from __future__ import annotations
+
+import argparse
+
+from skyrl_gym.cli._io import UsageError, error, parse_json_arg
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="play an env's verifier against golden answers and known reward hacks; report false positives/negatives",
+        description="For every row, play a known-wrong answer (the bar), the row's reference answer (it must earn "
+        "the full reward: else a false negative) and every hack that fits the env's action format (each must earn "
+        "no more than the wrong answer: else a false positive). Prints a table per case. Exit code 0: no false "
+        "positive, false negative or error; 1: some; 2: bad arguments. See docs/audit.md.",
+    )
+    parser.add_argument("env_id", metavar="ID", nargs="+", help="one or more env ids")
+    parser.add_argument("--rows", metavar="FILE", help="dataset rows (JSONL, JSON or Parquet); default: the env's "
+                        "audit profile's rows, else its dataset builder's (test split), else its golden cases")
+    parser.add_argument("--env-config", metavar="JSON", help="env_config as JSON, or @file.json")
+    parser.add_argument("--max-rows", type=int, default=2, help="audit at most this many rows (default 2)")
+    parser.add_argument("--budget-s", type=float, metavar="N",
+                        help="start no case after N seconds (per env); the rest are reported as not run")
+    parser.add_argument("--step-timeout", type=float, default=120.0, metavar="SECONDS",
+                        help="an env call slower than this is an error (default 120)")
+    parser.add_argument("--hack", action="append", metavar="NAME", help="play only this hack (repeatable)")
+    parser.add_argument("--json", metavar="FILE", help="also write the reports as JSON here")
+    parser.add_argument("--failures-only", action="store_true", help="print only the cases that failed")
+    parser.set_defaults(func=run_audit)
+
+    fingerprint = subparsers.add_parser(
+        "fingerprint",
+        help="print the hash of what decides an env's reward (verifier code, reward settings, data builder version)",
+        description="Print the env's reward fingerprint: a hash of the source of the env's package, its registered "
+        "kwargs and the version of the distribution that ships it. Trajectories, checkpoints and model cards "
+        "record it; a changed fingerprint means the reward may mean something else.",
+    )
+    fingerprint.add_argument("env_id", metavar="ID", nargs="+")
+    fingerprint.add_argument("--explain", action="store_true", help="also list what went into the hash")
+    fingerprint.set_defaults(func=run_fingerprint)
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    from skyrl_gym.audit import audit_env, write_json
+    from skyrl_gym.checker import NoRowsFor
+    from skyrl_gym.errors import DataError, UnregisteredEnv
+
+    reports = []
+    try:
+        env_config = parse_json_arg(args.env_config, "--env-config", default=None)
+        if args.max_rows < 1:
+            raise UsageError("--max-rows must be at least 1")
+        for env_id in args.env_id:
+            report = audit_env(env_id, args.rows, env_config=env_config, max_rows=args.max_rows,
+                               budget_s=args.budget_s, step_timeout_s=args.step_timeout or None, hacks=args.hack)
+            report.fingerprint = _fingerprint_or_none(report.env_id)
+            reports.append(report)
+            if args.failures_only:
+                print(report.summary())
+                for case in report.failures:
+                    print(f"  row {case.row_index} {case.kind}: {case.name}: {case.verdict} (expected {case.expected}, "
+                          f"got {case.got}) {case.reason}")
+            else:
+                print(report.table())
+            if report.rows_source:
+                print(f"  rows: {report.rows_source}")
+    except (UsageError, UnregisteredEnv, NoRowsFor, DataError, OSError) as exc:
+        error(str(exc))
+        return 2
+    if args.json:
+        write_json(reports, args.json)
+        print(f"wrote {args.json}")
+    return 0 if all(report.ok for report in reports) else 1
+
+
+def _fingerprint_or_none(env_id: str):
+    try:
+        from skyrl_gym.registration import spec
+
+        return spec(env_id).fingerprint
+    except Exception:  # an env that cannot be hashed is still audited
+        return None
+
+
+def run_fingerprint(args: argparse.Namespace) -> int:
+    from skyrl_gym.errors import UnregisteredEnv
+    from skyrl_gym.registration import spec
+
+    try:
+        for env_id in args.env_id:
+            env_spec = spec(env_id)
+            print(f"{env_spec.id}\t{env_spec.fingerprint}" if len(args.env_id) > 1 else env_spec.fingerprint)
+            if args.explain:
+                from skyrl_gym.fingerprint import fingerprint_parts
+
+                for part in fingerprint_parts(env_spec):
+                    print(f"  {part}")
+    except UnregisteredEnv as exc:
+        error(str(exc))
+        return 2
+    return 0
