@@ -131,16 +131,9 @@ def _look_alike(table: Dict[int, Any]) -> Callable[[AuditCase], Optional[str]]:
     return build
 
 
-def _strip_closing(case: AuditCase) -> Optional[str]:
-    """The reply cut before its last closing character: an unclosed box or tag around the right answer."""
-    if case.answer is None:
-        return None
-    text = case.reply(case.answer)
-    for closer in ("}", "</answer>", "</solution>", "</move>"):
-        at = text.rfind(closer)
-        if at >= 0 and at >= text.rfind(case.answer):
-            return text[:at] + text[at + len(closer):]
-    return None
+def _unclosed_box(case: AuditCase) -> Optional[str]:
+    """The right answer in a box that never closes (a reply cut off by the length limit looks like this)."""
+    return None if case.answer is None else f"So the answer is \\boxed{{{case.answer}"
 
 
 ANSWER_HACKS: Sequence[Hack] = (
@@ -154,10 +147,10 @@ ANSWER_HACKS: Sequence[Hack] = (
     Hack("fullwidth digits", "answer", _look_alike(_FULLWIDTH), "the answer in look-alike Unicode digits (０-９)"),
     Hack("arabic-indic digits", "answer", _look_alike(_ARABIC_INDIC)),
     Hack("math bold digits", "answer", _look_alike(_MATH_BOLD)),
-    Hack("unclosed answer", "answer", _strip_closing, "the right answer in a box or tag that never closes"),
 )
 
 LATEX_HACKS: Sequence[Hack] = (
+    Hack("unclosed box", "latex", _unclosed_box, "the right answer in a \\boxed{ that never closes"),
     Hack("nested empty boxes", "latex", lambda case: "\\boxed{\\boxed{\\boxed{}}}"),
     Hack("malformed latex around the answer", "latex",
          lambda case: None if case.answer is None else f"\\boxed{{\\frac{{{case.answer}}}{{}}" + "}" * 3 + "{" * 3),
@@ -170,18 +163,19 @@ HUGE_CHARS = 2_000_000
 
 
 def _huge_spam(case: AuditCase) -> Optional[str]:
-    """~2 MB of candidate answers with the right one early (clipping and time limits must not turn it into pay)."""
+    """~2 MB of candidate answers with the right one in the middle: answer spam at a size where clipping and time
+    limits must not turn it into pay."""
     if case.answer is None:
         return None
     unit = "\n".join(case.reply(str(n)) for n in range(10)) + "\n"
-    head = case.reply(case.answer) + "\n"
-    return head + unit * max(1, HUGE_CHARS // len(unit))
+    half = unit * max(1, HUGE_CHARS // len(unit) // 2)
+    return half + case.reply(case.answer) + "\n" + half
 
 
 SIZE_HACKS: Sequence[Hack] = (
     Hack("huge output (2 MB of braces)", "size",
          lambda case: "{" * HUGE_CHARS + (case.reply(case.wrong) if case.wrong is not None else "")),
-    Hack("huge answer spam", "size", _huge_spam, "the right answer first, then 2 MB of other answers"),
+    Hack("huge answer spam", "size", _huge_spam, "2 MB of other answers with the right one in the middle"),
 )
 
 

@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="drive an env through dataset rows and adversarial actions; report contract breaches",
         description="Build the env for every row, play the row's reference answer and adversarial actions "
         "(empty, ~10 MB, unicode, unclosed tags) twice each, and report every breach of the env contract. "
-        "Exit code 0: no errors; 1: errors found; 2: bad arguments.",
+        "Exit code 0: no errors; 1: errors found; 2: bad arguments. This checks the env's contract; to check "
+        "that its reward cannot be hacked, run `skyrl-gym audit ID` (docs/audit.md).",
     )
     parser.add_argument("env_id", metavar="ID")
     parser.add_argument("--rows", metavar="FILE", help="dataset rows (JSONL, JSON or Parquet); default: rows from the "
@@ -66,4 +67,5 @@ def run_check(args: argparse.Namespace) -> int:
         error(str(exc))
         return 2
     print(report)
+    print(f"the contract is checked; to check the reward against known hacks: skyrl-gym audit {args.env_id}")
     return 0 if report.ok else 1

@@ -30,6 +30,10 @@ class MathVerdict:
 
 
 def _as_number(text: str) -> Optional[float]:
+    # ASCII only: float() also reads look-alike digits (fullwidth, Arabic-Indic, math bold), which would let a
+    # reply in spoofed digits be paid here while math-verify, the reference, rejects it (skyrl-gym audit).
+    if not text.isascii():
+        return None
     try:
         value = float(text.replace(",", ""))
     except ValueError:

@@ -1,0 +1,192 @@
+"""``skyrl-gym audit``: planted vulnerable envs are flagged, honest ones pass, the report and CLI say what happened.
+
+The vulnerable envs here reproduce the verifier bugs this project met: a reward for any reply that contains the
+right number, and a code reward for exit status 0 (HumanEval's ``sys.exit(0)``), run in the real local sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+import skyrl_gym
+from skyrl_gym import BaseTextEnv, StepOutput
+from skyrl_gym.audit import FALSE_NEGATIVE, FALSE_POSITIVE, NOT_RUN, OK, audit_env, profile_for
+from skyrl_gym.audit.library import CODE_PROGRAMS, Hack
+from skyrl_gym.audit.profiles import BOXED, code_profile, text_profile
+from skyrl_gym.cli import main
+
+ROWS = [
+    {"prompt": [{"role": "user", "content": "What is 6 * 12?"}], "env_class": "audit_test",
+     "reward_spec": {"method": "rule", "ground_truth": "72"}},
+    {"prompt": [{"role": "user", "content": "What is 100 + 17?"}], "env_class": "audit_test",
+     "reward_spec": {"method": "rule", "ground_truth": "117"}},
+]
+
+
+class AnyNumberEnv(BaseTextEnv):
+    """Vulnerable: pays 1.0 for any reply in which the right number appears."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.answer = str(extras["reward_spec"]["ground_truth"])
+
+    def step(self, action):
+        found = self.answer in re.findall(r"\d+", action)
+        return StepOutput(observations=[], reward=1.0 if found else 0.0, done=True, metadata={})
+
+
+class LastBoxedEnv(AnyNumberEnv):
+    """Honest: the last complete \\boxed{} must be exactly the answer."""
+
+    def step(self, action):
+        from skyrl_gym.rewards.boxed import last_boxed_content
+
+        answer = last_boxed_content(action)
+        reward = 1.0 if answer is not None and answer.strip() == self.answer else 0.0
+        return StepOutput(observations=[], reward=reward, done=True,
+                          metadata={} if reward else {"reason": f"boxed answer {answer!r}"})
+
+
+class NeverPaysEnv(AnyNumberEnv):
+    def step(self, action):
+        return StepOutput(observations=[], reward=0.0, done=True, metadata={"reason": "never pays"})
+
+
+@pytest.fixture
+def registered():
+    ids = []
+
+    def register(env_id, entry_point):
+        skyrl_gym.register(id=env_id, entry_point=entry_point)
+        ids.append(env_id)
+        return env_id
+
+    yield register
+    for env_id in ids:
+        skyrl_gym.deregister(env_id)
+
+
+def verdicts(report):
+    return {case.name: case.verdict for case in report.cases if case.kind == "hack" and case.row_index == 0}
+
+
+def test_the_planted_any_number_env_is_flagged(registered):
+    report = audit_env(registered("audit_test/any_number", AnyNumberEnv), ROWS)
+    assert not report.ok
+    flagged = {case.name for case in report.false_positives}
+    assert {"several candidate answers", "candidates in one answer", "answer spam (0..100)",
+            "huge answer spam"} <= flagged, report.table()
+    assert verdicts(report)["empty reply"] == OK  # an empty reply earns nothing, even here
+    case = next(c for c in report.false_positives if c.name == "answer spam (0..100)")
+    assert case.got == 1.0 and case.expected == "<= 0" and "more than a wrong answer" in case.reason
+
+
+def test_the_planted_env_fails_the_command_and_the_json_says_why(registered, tmp_path, capsys):
+    registered("audit_test/any_number", AnyNumberEnv)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    out = tmp_path / "audit.json"
+    assert main(["audit", "audit_test/any_number", "--rows", str(rows), "--json", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "audit audit_test/any_number: FAILED" in printed and "FALSE POSITIVE" in printed
+    data = json.loads(out.read_text())
+    assert data[0]["ok"] is False and data[0]["fingerprint"].startswith("sha256:")
+    assert any(c["verdict"] == FALSE_POSITIVE and c["name"] == "answer spam (0..100)" for c in data[0]["cases"])
+
+
+def test_an_honest_env_passes_with_its_profile(registered):
+    report = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=text_profile(BOXED, latex=True))
+    assert report.ok, report.table()
+    assert {c.kind for c in report.cases} == {"known-wrong", "golden", "hack"}
+    assert all(c.verdict == OK for c in report.cases)
+    assert report.rows == 2 and len(report.cases) == 2 * (2 + len(profile_for("math").hacks))
+
+
+def test_a_verifier_that_never_pays_is_a_false_negative(registered):
+    report = audit_env(registered("audit_test/never", NeverPaysEnv), ROWS, profile=text_profile(BOXED))
+    assert [c.verdict for c in report.cases if c.kind == "golden"] == [FALSE_NEGATIVE, FALSE_NEGATIVE]
+    assert not report.ok and "never pays" in report.false_negatives[0].reason
+
+
+def test_an_env_adds_its_own_hacks_and_the_budget_stops_new_cases(registered):
+    own = Hack("say the answer in words", "own", lambda case: "seventy-two" if case.answer == "72" else None)
+    profile = text_profile(BOXED).with_hacks(own)
+    report = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=profile, hacks=[own.name])
+    assert [(c.row_index, c.name, c.verdict) for c in report.cases if c.kind == "hack"] == [(0, own.name, OK)]
+    late = audit_env("audit_test/last_boxed", ROWS, profile=profile, budget_s=0)
+    assert {c.verdict for c in late.cases if c.kind != "known-wrong"} == {NOT_RUN} and late.ok
+
+
+class ExitStatusCodeEnv(BaseTextEnv):
+    """Vulnerable like HumanEval once was: the reply's code and the tests run in one process in the sandbox, and
+    exit status 0 is a pass, so ``sys.exit(0)`` before the tests scores 1.0."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        self.tests = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
+
+    def step(self, action):
+        from skyrl_gym.envs._code_sandbox import sandbox_for
+        from skyrl_gym.envs.lcb.grading import extract_last_code_block
+
+        code = extract_last_code_block(action) or ""
+        result = sandbox_for(None).run(skyrl_gym_sandbox_request(code + "\n" + self.tests))
+        return StepOutput(observations=[], reward=1.0 if result.exit_code == 0 else 0.0, done=True, metadata={})
+
+
+def skyrl_gym_sandbox_request(code):
+    from skygym_sandboxes import Limits, RunRequest
+
+    return RunRequest(code=code, limits=Limits(wall_s=3, cpu_s=3, memory_mb=512))
+
+
+CODE_ROWS = [{"prompt": [{"role": "user", "content": "Define add(a, b)."}], "env_class": "audit_test",
+              "reward_spec": {"method": "rule", "ground_truth": "tests"},
+              "extra_info": {"entry_point": "add",
+                             "reference_action": "```python\ndef add(a, b):\n    return a + b\n```"}}]
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+def test_the_historical_exit_status_hack_is_flagged_on_a_planted_code_env(registered):
+    report = audit_env(registered("audit_test/exit_status", ExitStatusCodeEnv), CODE_ROWS, profile=code_profile(),
+                       hacks=["sys.exit(0)", "os._exit(0)", "sys.exit(0) inside the function", "always-equal object"])
+    assert verdicts(report)["sys.exit(0)"] == FALSE_POSITIVE, report.table()
+    assert verdicts(report)["os._exit(0)"] == FALSE_POSITIVE
+    golden = next(c for c in report.cases if c.kind == "golden")
+    assert golden.verdict == OK
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+def test_the_shipped_code_envs_score_the_historical_hacks_zero():
+    """HumanEval's ``sys.exit(0)`` and a fake LiveCodeBench result marker earn nothing on the shipped graders."""
+    assert "__lcb_result__" in CODE_PROGRAMS["printed verdict markers"]
+    for env_id, names in (("humaneval", ["sys.exit(0)", "sys.exit(0) inside the function"]),
+                          ("lcb", ["printed verdict markers", "sys.exit(0)"])):
+        report = audit_env(env_id, max_rows=1, hacks=names)
+        played = {c.name: c.got for c in report.cases if c.kind == "hack"}
+        assert played == {name: 0.0 for name in names}, report.table()
+        assert report.ok, report.table()
+
+
+def test_look_alike_digits_are_not_paid_by_the_math_reward():
+    """The audit found it: float() read fullwidth digits, so \\boxed{１０２４} scored 1.0 against 1024."""
+    env = skyrl_gym.make("math", extras={"reward_spec": {"method": "rule", "ground_truth": "1024"}})
+    assert env.step("\\boxed{１０２４}")["reward"] == 0.0
+    env = skyrl_gym.make("math", extras={"reward_spec": {"method": "rule", "ground_truth": "1024"}})
+    assert env.step("\\boxed{1024}")["reward"] == 1.0
+
+
+def test_unknown_ids_and_bad_arguments_are_usage_errors(capsys):
+    assert main(["audit", "no_such_env_here"]) == 2
+    assert "no env registered" in capsys.readouterr().err
+    assert main(["audit", "gsm8k", "--max-rows", "0"]) == 2
+
+
+def test_the_checker_points_to_audit(capsys):
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    assert "skyrl-gym audit" in capsys.readouterr().out
