@@ -98,6 +98,8 @@ class AuditReport:
 
     def table(self) -> str:
         """One line per case: row, case, expected, got, verdict, reason."""
+        if self.skipped:
+            return self.summary()
         header = ("row", "case", "expected", "got", "verdict", "reason")
         lines = [header] + [
             (str(c.row_index), f"{c.kind}: {c.name}", c.expected, "-" if c.got is None else f"{c.got:g}", c.verdict,
@@ -251,7 +253,11 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
         verdict = ERROR if got is None else (OK if got >= profile.full_reward - TOLERANCE else FALSE_NEGATIVE)
         report.cases.append(CaseResult(index, "golden", "reference answer", "golden", expected_full, got, verdict,
                                        reason))
-    for hack in profile.hacks:
+    from skyrl_gym.audit.library import JUDGE_HACKS
+    from skyrl_gym.rewards.judged_env import wants_judge
+
+    judged = wants_judge(row) or wants_judge(row.get("extras") or {})
+    for hack in tuple(profile.hacks) + (tuple(JUDGE_HACKS) if judged else ()):
         if chosen is not None and hack.name not in chosen:
             continue
         script = hack.build(case)

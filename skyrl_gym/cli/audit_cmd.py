@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="For every row, play a known-wrong answer (the bar), the row's reference answer (it must earn "
         "the full reward: else a false negative) and every hack that fits the env's action format (each must earn "
         "no more than the wrong answer: else a false positive). Prints a table per case. Exit code 0: no false "
-        "positive, false negative or error; 1: some; 2: bad arguments. See docs/audit.md.",
+        "positive, false negative or error; 1: some; 2: bad arguments; 3: an audit could not run here (e.g. swe without a "
+        "Docker engine). See docs/audit.md.",
     )
     parser.add_argument("env_id", metavar="ID", nargs="+", help="one or more env ids")
     parser.add_argument("--rows", metavar="FILE", help="dataset rows (JSONL, JSON or Parquet); default: the env's "
@@ -75,7 +76,9 @@ def run_audit(args: argparse.Namespace) -> int:
     if args.json:
         write_json(reports, args.json)
         print(f"wrote {args.json}")
-    return 0 if all(report.ok for report in reports) else 1
+    if not all(report.ok for report in reports):
+        return 1
+    return 3 if any(report.skipped for report in reports) else 0
 
 
 def _fingerprint_or_none(env_id: str):
