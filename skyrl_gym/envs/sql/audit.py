@@ -58,5 +58,6 @@ SQL_HACKS = (
 
 def audit_profile(env_id: str) -> AuditProfile:
     return text_profile(SOLUTION, rows=lambda size, seed: audit_rows(size, seed, env_id),
+                        env_config=lambda: {"reward_timeout_s": 3.0},
                         wrong_of=lambda case: SOLUTION.reply("SELECT 1"),
                         golden_of=lambda case: SOLUTION.reply(case.answer)).with_hacks(*SQL_HACKS)
