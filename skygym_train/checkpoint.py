@@ -48,7 +48,7 @@ import re
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
 import torch
 
@@ -463,3 +463,49 @@ def _safe_dcp_classes() -> tuple:
                 self.state_dict[fqn] = loaded
 
     return SafeReader, SafeLoadPlanner
+
+
+# ------------------------------------------------------------------------------------------ reward fingerprints
+
+
+def env_fingerprints(rows: Iterable[Mapping[str, Any]]) -> Dict[str, str]:
+    """``{env_class: reward fingerprint}`` of the envs the rows use (:mod:`skyrl_gym.fingerprint`): what a checkpoint
+    and a model card record, so that a reward that changed between runs is seen."""
+    from skyrl_gym.fingerprint import fingerprints_of
+
+    return fingerprints_of([str(row.get("env_class")) for row in rows if row.get("env_class")])
+
+
+def fingerprint_changes(saved: Optional[Mapping[str, str]], current: Mapping[str, str]) -> List[str]:
+    """One line per env whose fingerprint differs between a checkpoint (``saved``) and this run (``current``)."""
+    if not saved:
+        return []
+    return [f"env {env_id!r}: reward fingerprint {saved[env_id]} in the checkpoint, {current[env_id]} now"
+            for env_id in sorted(set(saved) & set(current)) if saved[env_id] != current[env_id]]
+
+
+def warn_on_fingerprint_change(saved: Optional[Mapping[str, str]], current: Mapping[str, str]) -> List[str]:
+    """Warn when resuming a run whose envs' verifiers (or reward settings, or data builders) changed since the save:
+    the rewards before and after the resume may not mean the same thing."""
+    changes = fingerprint_changes(saved, current)
+    if changes:
+        warnings.warn("resuming with a changed reward: " + "; ".join(changes) + " (see `skyrl-gym fingerprint ID "
+                      "--explain`)", UserWarning, stacklevel=2)
+    return changes
+
+
+MODEL_CARD_FILE = "README.md"
+
+
+def write_model_card(folder: Path, fingerprints: Mapping[str, str], step: Optional[int] = None) -> Path:
+    """Add the reward fingerprints of the envs the model was trained on to the exported model's card
+    (``README.md``; appended when the export wrote one)."""
+    card = Path(folder) / MODEL_CARD_FILE
+    lines = ["", "## Rewards", "", "Trained with skyrl-gym" + (f" to step {step}" if step is not None else "")
+             + " on these environments (reward fingerprints: `skyrl-gym fingerprint ID`):", "",
+             "| env | reward fingerprint |", "|---|---|"]
+    lines += [f"| {env_id} | `{value}` |" for env_id, value in sorted(fingerprints.items())]
+    existing = card.read_text(encoding="utf-8") if card.exists() else "# Model trained with skyrl-gym\n"
+    card.write_text(existing.rstrip("\n") + "\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    return card
+

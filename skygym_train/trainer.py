@@ -708,6 +708,7 @@ class PPOTrainer:
             "kl_coef": self.kl_ctrl.value,
             "history": self.tracker.history,
             "eval_history": self.eval_history,
+            "env_fingerprints": self.env_fingerprints(),
         }
         return ckpt.save_checkpoint(_expand(self.t.ckpt_path), self.global_step, states, trainer_state, self.t.max_ckpts_to_keep)
 
@@ -721,6 +722,7 @@ class PPOTrainer:
             return None
         assert self.policy is not None and self.tracker is not None
         state = ckpt.load_trainer_state(folder)  # first: a file that is refused stops the resume before any load
+        ckpt.warn_on_fingerprint_change(state.get("env_fingerprints"), self.env_fingerprints())
         policy_dir = ckpt.worker_state_dir(folder, "policy")
         if policy_dir is None:
             raise FileNotFoundError(f"checkpoint {folder} has no policy/ folder (the sharded training state)")
@@ -743,7 +745,14 @@ class PPOTrainer:
         assert self.policy is not None
         target = _expand(out_dir or str(Path(self.t.export_path) / f"global_step_{self.global_step}"))
         self.policy.call("save_hf", str(target), self.model_path, self.t.export_dtype)
+        ckpt.write_model_card(target, self.env_fingerprints(), self.global_step)
         return target
+
+    def env_fingerprints(self) -> Dict[str, str]:
+        """The reward fingerprints of the envs of the training rows (computed once per run)."""
+        if getattr(self, "_env_fingerprints", None) is None:
+            self._env_fingerprints = ckpt.env_fingerprints(self.dataset.rows)
+        return self._env_fingerprints
 
     # ------------------------------------------------------------------ the loop
     def fit(self, on_step: Optional[Callable[[int, Dict[str, float]], None]] = None) -> Dict[str, Any]:

@@ -24,6 +24,7 @@ from skyrl_gym.episode import (
     make_env_factory,
     run_episode,
 )
+from skyrl_gym.fingerprint import fingerprint_or_none
 from skyrl_gym.registration import env_config_for
 
 from skygym_adapters.engines.base import ResolvedSampling, resolve_sampling
@@ -192,7 +193,8 @@ async def run_trajectory(
     """
     params = dict(sampling_params if sampling_params is not None else config.sampling_params)
     extras = dict(env_extras or {})
-    trajectory = Trajectory(trajectory_id=trajectory_id, env_class=env_class, prompt_ids=[])
+    trajectory = Trajectory(trajectory_id=trajectory_id, env_class=env_class, prompt_ids=[],
+                            env_fingerprint=fingerprint_or_none(env_class))
     policy = TokenPolicy(engine, chat, config, trajectory, params)
     make_env = make_env or make_env_factory(env_class, env_config_for(config.env_configs, env_class, {}), extras)
     try:

@@ -56,6 +56,8 @@ class Trajectory:
     env_seconds: float = 0.0
     total_seconds: float = 0.0
     drift: Optional[Any] = None  # a DriftReport when the rollout ran with check_drift
+    # The reward fingerprint of env_class (skyrl_gym.fingerprint): which verifier gave the reward.
+    env_fingerprint: Optional[str] = None
 
     # ------------------------------------------------------------------ views
     @property
@@ -124,6 +126,7 @@ class Trajectory:
         data = {
             "trajectory_id": dict(self.trajectory_id),
             "env_class": self.env_class,
+            "env_fingerprint": self.env_fingerprint,
             "prompt_ids": self.prompt_ids,
             "response_ids": self.response_ids(),
             "loss_mask": self.response_loss_mask(),

@@ -48,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     from skyrl_gym.audit import audit_env, write_json
+    from skyrl_gym.fingerprint import fingerprint_or_none
     from skyrl_gym.checker import NoRowsFor
     from skyrl_gym.errors import DataError, UnregisteredEnv
 
@@ -59,7 +60,7 @@ def run_audit(args: argparse.Namespace) -> int:
         for env_id in args.env_id:
             report = audit_env(env_id, args.rows, env_config=env_config, max_rows=args.max_rows,
                                budget_s=args.budget_s, step_timeout_s=args.step_timeout or None, hacks=args.hack)
-            report.fingerprint = _fingerprint_or_none(report.env_id)
+            report.fingerprint = fingerprint_or_none(report.env_id)
             reports.append(report)
             if args.failures_only:
                 print(report.summary())
@@ -79,15 +80,6 @@ def run_audit(args: argparse.Namespace) -> int:
     if not all(report.ok for report in reports):
         return 1
     return 3 if any(report.skipped for report in reports) else 0
-
-
-def _fingerprint_or_none(env_id: str):
-    try:
-        from skyrl_gym.registration import spec
-
-        return spec(env_id).fingerprint
-    except Exception:  # an env that cannot be hashed is still audited
-        return None
 
 
 def run_fingerprint(args: argparse.Namespace) -> int:
