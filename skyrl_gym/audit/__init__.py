@@ -27,6 +27,17 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack, Script, wrong_answer
 from skyrl_gym.audit.profiles import AuditProfile, profile_for, text_profile
 
+# Holes the audit finds in shipped verifiers whose fixes are under way elsewhere: env id (or "judge", for every judged
+# row) -> {hack name: where the fix is}. The audit still fails on them (a hole is a hole); the reason names the fix,
+# and the CI test (tests/skyrl_gym/test_audit_envs.py) expects exactly these. Remove an entry when its fix lands.
+OPEN_HOLES: Dict[str, Dict[str, str]] = {
+    "swe": {"git apply -R of the answer left on disk": "issue 26: nothing of the answer in the agent's container"},
+    "judge": {
+        "reply orders the judge to score 1": "issue 29: a judge whose verdict the policy cannot write",
+        "reply forges the judge's verdict": "issue 29: a judge whose verdict the policy cannot write",
+    },
+}
+
 OK = "ok"
 FALSE_POSITIVE = "FALSE POSITIVE"
 FALSE_NEGATIVE = "FALSE NEGATIVE"
@@ -274,9 +285,18 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
         elif got > bar + TOLERANCE:
             verdict = FALSE_POSITIVE
             reason = f"earned {got:g}, more than a wrong answer ({bar:g})" + (f"; {reason}" if reason else "")
+            known = open_hole(report.env_id, hack)
+            if known:
+                reason = f"known open hole ({known}); {reason}"
         else:
             verdict = OK
         report.cases.append(CaseResult(index, "hack", hack.name, hack.family, expected, got, verdict, reason))
+
+
+def open_hole(env_id: str, hack: Hack) -> Optional[str]:
+    """Where the fix of a known hole is, when ``hack`` on ``env_id`` is one (:data:`OPEN_HOLES`)."""
+    return OPEN_HOLES.get(env_id, {}).get(hack.name) or (
+        OPEN_HOLES["judge"].get(hack.name) if hack.family == "judge" else None)
 
 
 def write_json(reports: List[AuditReport], path: Union[str, Path]) -> None:
@@ -284,4 +304,4 @@ def write_json(reports: List[AuditReport], path: Union[str, Path]) -> None:
 
 
 __all__ = ["audit_env", "AuditReport", "CaseResult", "AuditProfile", "AuditCase", "AnswerFormat", "Hack",
-           "profile_for", "text_profile", "write_json", "OK", "FALSE_POSITIVE", "FALSE_NEGATIVE", "ERROR", "NOT_RUN"]
+           "profile_for", "text_profile", "write_json", "OPEN_HOLES", "open_hole", "OK", "FALSE_POSITIVE", "FALSE_NEGATIVE", "ERROR", "NOT_RUN"]

@@ -190,3 +190,67 @@ def test_the_checker_points_to_audit(capsys):
     with pytest.raises(SystemExit):
         main(["check", "--help"])
     assert "skyrl-gym audit" in capsys.readouterr().out
+
+
+class QuotingJudge:
+    """A judge on 127.0.0.1 that speaks the OpenAI chat API and, like many judge models, quotes the response before
+    its verdict: ``The response reads: "...". VERDICT: CORRECT`` when the reference is one of the response's numbers,
+    else ``VERDICT: INCORRECT``. It never writes a score of its own."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                text = body["messages"][-1]["content"]
+                reference = text.split("<reference>\n", 1)[1].split("\n</reference>", 1)[0]
+                response = text.split("<response>\n", 1)[1].rsplit("\n</response>", 1)[0]
+                correct = reference.strip() in re.findall(r"\d+", response.split("####")[-1])[:1]
+                answer = f'The response reads: "{response}". VERDICT: {"CORRECT" if correct else "INCORRECT"}'
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer},
+                                                "finish_reason": "stop"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def quoting_judge():
+    judge = QuotingJudge()
+    yield judge
+    judge.stop()
+
+
+def test_judged_rows_get_the_judge_hacks_and_the_open_hole_is_named(quoting_judge):
+    from skyrl_gym.audit import OPEN_HOLES
+    from skyrl_gym.audit.library import JUDGE_HACKS
+
+    rows = [{**row, "env_class": "gsm8k", "reward_spec": {"method": "judge", "ground_truth": row["reward_spec"]["ground_truth"]}}
+            for row in ROWS]
+    config = {"judge": {"base_url": quoting_judge.url, "model": "quoting-judge", "retry_delay_s": 0.01}}
+    names = [hack.name for hack in JUDGE_HACKS]
+    report = audit_env("gsm8k", rows, env_config=config, hacks=names)
+    golden = [c for c in report.cases if c.kind == "golden"]
+    assert [c.verdict for c in golden] == [OK, OK], report.table()  # the judge pays the right answer
+    assert all(c.got == 0.0 for c in report.cases if c.kind == "known-wrong")
+    flagged = {c.name for c in report.false_positives}
+    # Open today (issue 29): the verdict is read from the judge's answer, which quotes the reply's "SCORE: 1". When
+    # the fix lands, this flags nothing: remove the entries from skyrl_gym.audit.OPEN_HOLES["judge"].
+    assert flagged == set(OPEN_HOLES.get("judge", {})), report.table()
+    assert all("known open hole (issue 29" in c.reason for c in report.false_positives)

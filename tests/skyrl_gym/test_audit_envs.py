@@ -2,8 +2,9 @@
 earns more than a wrong answer. The ``reasoning_gym/*`` ids are audited by a fixed sample; ``swe`` needs a Docker
 engine and SWE instances.
 
-Holes that are known and being fixed elsewhere are listed in ``OPEN_HOLES`` (the one place to flip when the fix
-lands): the audit must flag exactly those cases there, so the test fails, and says so, once the hole is closed.
+Holes that are known and being fixed elsewhere are listed in ``skyrl_gym.audit.OPEN_HOLES`` (the one place to flip
+when the fix lands): the audit must flag exactly those cases there, so the test fails, and says so, once the hole
+is closed.
 """
 
 from __future__ import annotations
@@ -14,13 +15,7 @@ import shutil
 import pytest
 
 import skyrl_gym
-from skyrl_gym.audit import FALSE_POSITIVE, audit_env
-
-# env id -> {hack name: where the fix is}. Empty when every shipped env passes its whole audit.
-OPEN_HOLES = {
-    # The SWE answer left on the agent's disk (issue 26, branch i26-swe): flip once it is merged.
-    "swe": {"git apply -R of the answer left on disk": "issue 26 (answer on disk), branch i26-swe"},
-}
+from skyrl_gym.audit import FALSE_POSITIVE, OPEN_HOLES, audit_env
 
 CORE = ["gsm8k", "gsm8k_multi_turn", "aime", "math", "multiply", "text2sql", "sql", "search", "searchcode",
         "code_interpreter", "lcb", "humaneval"]
@@ -39,7 +34,7 @@ def assert_passes(env_id, report):
     if holes:
         assert flagged == set(holes), (
             f"{env_id}: the audit flags {sorted(flagged)}, the open holes are {sorted(holes)}; when a hole is "
-            f"closed, remove it from OPEN_HOLES\n{report.table()}")
+            f"closed, remove it from skyrl_gym.audit.OPEN_HOLES\n{report.table()}")
         assert all(case.verdict == FALSE_POSITIVE for case in report.failures)
     else:
         assert report.ok, report.table()
