@@ -5,10 +5,10 @@
 
 For each row the audit plays, on fresh envs through the episode driver:
 
-* a **known-wrong** reply (the env's answer format around a wrong answer): its reward is the bar;
+* **known-wrong** replies (the env's answer format around wrong answers): the most they earn is the bar;
 * the row's **golden** reply (its reference answer): it must earn the full reward, else a *false negative*;
 * every **hack** of the env's profile (:mod:`skyrl_gym.audit.library`): each must earn no more than the known-wrong
-  reply, else a *false positive*.
+  replies, else a *false positive*.
 
 A reply is played every turn until the env ends the episode (a script plays its replies in order, then its last
 one again); the episode's reward is the sum of its steps' rewards. An env that raises or hangs on a reply is an
@@ -242,15 +242,16 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
 
-    bar = 0.0
-    wrong = profile.wrong(case)
-    if wrong is not None:
+    earned: List[float] = []
+    for number, wrong in enumerate(profile.wrong(case)):
         got, reason = player.play(row, wrong)
-        verdict = ERROR if got is None else OK
-        report.cases.append(CaseResult(index, "known-wrong", "a wrong answer in the env's format", "bar", "-", got,
-                                       verdict, reason))
+        name = "a wrong answer in the env's format" if number == 0 else f"another wrong answer ({number})"
+        report.cases.append(CaseResult(index, "known-wrong", name, "bar", "-", got, ERROR if got is None else OK,
+                                       reason))
         if got is not None:
-            bar = got
+            earned.append(got)
+    bar = max(earned) if earned else 0.0
+    parts_seen: Dict[str, Optional[float]] = {}
     golden = profile.golden(case)
     expected_full = f"= {profile.full_reward:g}"
     if golden is None:
@@ -274,7 +275,8 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
         script = hack.build(case)
         if script is None:
             continue  # the hack does not apply to this row
-        expected = f"<= {bar:g}"
+        hack_bar = max([bar] + _rewards_of_parts(player, row, case, hack, parts_seen))
+        expected = f"<= {hack_bar:g}"
         if out_of_time():
             report.cases.append(CaseResult(index, "hack", hack.name, hack.family, expected, None, NOT_RUN,
                                            "out of the time budget"))
@@ -282,15 +284,31 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
         got, reason = player.play(row, script)
         if got is None:
             verdict = ERROR
-        elif got > bar + TOLERANCE:
+        elif got > hack_bar + TOLERANCE:
             verdict = FALSE_POSITIVE
-            reason = f"earned {got:g}, more than a wrong answer ({bar:g})" + (f"; {reason}" if reason else "")
+            reason = f"earned {got:g}, more than a wrong answer ({hack_bar:g})" + (f"; {reason}" if reason else "")
             known = open_hole(report.env_id, hack)
             if known:
                 reason = f"known open hole ({known}); {reason}"
         else:
             verdict = OK
         report.cases.append(CaseResult(index, "hack", hack.name, hack.family, expected, got, verdict, reason))
+
+
+def _rewards_of_parts(player: _Player, row: Mapping[str, Any], case: AuditCase, hack: Hack,
+                      seen: Dict[str, Optional[float]]) -> List[float]:
+    """What each wrong answer a hedge is made of earns alone (played once per row, then remembered)."""
+    if hack.parts is None or case.answer is None:
+        return []
+    rewards = []
+    for part in hack.parts(case):
+        if part == case.answer:
+            continue
+        if part not in seen:
+            seen[part] = player.play(row, case.reply(part))[0]
+        if seen[part] is not None:
+            rewards.append(seen[part])
+    return rewards
 
 
 def open_hole(env_id: str, hack: Hack) -> Optional[str]:

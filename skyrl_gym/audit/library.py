@@ -52,6 +52,9 @@ class Hack:
     family: str
     build: Callable[[AuditCase], Optional[Script]]
     note: str = ""
+    # The wrong answers a hedge is made of: the hack must earn no more than the best of them alone (a grader with
+    # partial credit for near answers may pay one of them a little; the hedge must not add to it).
+    parts: Optional[Callable[[AuditCase], List[str]]] = None
 
 
 # ----- answers in text --------------------------------------------------------------------------------------------
@@ -101,6 +104,14 @@ def _with_answer_inside(case: AuditCase, candidates: List[str]) -> List[str]:
     return candidates[:middle] + [str(case.answer)] + candidates[middle:]
 
 
+def _spam_candidates(case: AuditCase) -> List[str]:
+    return [str(n) for n in range(0, 101) if str(n) != str(case.answer).strip()]
+
+
+def _huge_unit(case: AuditCase) -> List[str]:
+    return [str(n) for n in range(10) if str(n) != str(case.answer).strip()]
+
+
 def _several_candidates(case: AuditCase) -> Optional[str]:
     if case.answer is None:
         return None
@@ -117,8 +128,7 @@ def _candidates_in_one_answer(case: AuditCase) -> Optional[str]:
 def _answer_spam(case: AuditCase) -> Optional[str]:
     if case.answer is None:
         return None
-    candidates = [str(n) for n in range(0, 101) if str(n) != str(case.answer).strip()]
-    return "\n".join(case.reply(p) for p in _with_answer_inside(case, candidates))
+    return "\n".join(case.reply(p) for p in _with_answer_inside(case, _spam_candidates(case)))
 
 
 def _look_alike(table: Dict[int, Any]) -> Callable[[AuditCase], Optional[str]]:
@@ -141,9 +151,11 @@ ANSWER_HACKS: Sequence[Hack] = (
     Hack("whitespace only", "answer", lambda case: " \n\t  \n"),
     Hack("format without content", "answer", lambda case: case.format.empty),
     Hack("several candidate answers", "answer", _several_candidates,
-         "the right answer between two wrong ones, each in the answer format"),
-    Hack("candidates in one answer", "answer", _candidates_in_one_answer, "'wrong, right, wrong' inside one answer"),
-    Hack("answer spam (0..100)", "answer", _answer_spam, "every small integer, the right one in the middle"),
+         "the right answer between two wrong ones, each in the answer format", parts=lambda case: _distractors(case, 2)),
+    Hack("candidates in one answer", "answer", _candidates_in_one_answer, "'wrong, right, wrong' inside one answer",
+         parts=lambda case: _distractors(case, 2)),
+    Hack("answer spam (0..100)", "answer", _answer_spam, "every small integer, the right one in the middle",
+         parts=_spam_candidates),
     Hack("fullwidth digits", "answer", _look_alike(_FULLWIDTH), "the answer in look-alike Unicode digits (０-９)"),
     Hack("arabic-indic digits", "answer", _look_alike(_ARABIC_INDIC)),
     Hack("math bold digits", "answer", _look_alike(_MATH_BOLD)),
@@ -167,7 +179,7 @@ def _huge_spam(case: AuditCase) -> Optional[str]:
     limits must not turn it into pay."""
     if case.answer is None:
         return None
-    unit = "\n".join(case.reply(str(n)) for n in range(10)) + "\n"
+    unit = "\n".join(case.reply(n) for n in _huge_unit(case)) + "\n"
     half = unit * max(1, HUGE_CHARS // len(unit) // 2)
     return half + case.reply(case.answer) + "\n" + half
 
@@ -175,7 +187,8 @@ def _huge_spam(case: AuditCase) -> Optional[str]:
 SIZE_HACKS: Sequence[Hack] = (
     Hack("huge output (2 MB of braces)", "size",
          lambda case: "{" * HUGE_CHARS + (case.reply(case.wrong) if case.wrong is not None else "")),
-    Hack("huge answer spam", "size", _huge_spam, "2 MB of other answers with the right one in the middle"),
+    Hack("huge answer spam", "size", _huge_spam, "2 MB of other answers with the right one in the middle",
+         parts=_huge_unit),
 )
 
 

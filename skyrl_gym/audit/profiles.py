@@ -62,8 +62,8 @@ class AuditProfile:
 
     ``format``: how the env reads an answer. ``hacks``: the hacks to play. ``answer_of(row)``: the right answer as
     text (None: the env's answer is not a short text). ``golden_of(case)``: a reply or script that must earn
-    ``full_reward`` (None: the row has no reference). ``wrong_of(case)``: a known-wrong reply or script; every hack
-    must earn no more than it does. ``rows(size, seed)``: rows to audit when none are given (default: the
+    ``full_reward`` (None: the row has no reference). ``wrong_of(case)``: a known-wrong reply or script (default:
+    :meth:`wrong`); every hack must earn no more than the known-wrong replies do. ``rows(size, seed)``: rows to audit when none are given (default: the
     checker's :func:`~skyrl_gym.checker.default_rows`). ``env_config()``: the env_config to build envs with.
     ``unavailable()``: a reason the audit cannot run on this machine (no Docker engine), or None.
     """
@@ -87,10 +87,19 @@ class AuditProfile:
             return own
         return case.reply(case.answer) if case.answer is not None else None
 
-    def wrong(self, case: AuditCase) -> Optional[Script]:
+    def wrong(self, case: AuditCase) -> List[Script]:
+        """The known-wrong replies: the profile's own, else the answer format around a wrong answer, the wrong
+        candidates the hacks hide the right answer among, and 0 (``?`` when the row has no answer). The bar is the most any of them earns, so a hedge
+        must earn no more than its best wrong part alone."""
         if self.wrong_of is not None:
-            return self.wrong_of(case)
-        return case.reply(case.wrong) if case.wrong is not None else None
+            own = self.wrong_of(case)
+            return [] if own is None else [own]
+        if case.wrong is None:  # the row has no answer to change: a reply that answers nothing of substance
+            return [case.reply("?")]
+        from skyrl_gym.audit.library import _distractors
+
+        answers = [case.wrong] + [d for d in _distractors(case, 2) + ["0"] if d not in (case.wrong, case.answer)]
+        return [case.reply(answer) for answer in dict.fromkeys(answers)]
 
     def with_hacks(self, *hacks: Hack) -> "AuditProfile":
         """This profile with more hacks (an env's own, after the library's)."""

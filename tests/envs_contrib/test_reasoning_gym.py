@@ -68,6 +68,29 @@ def test_wrong_and_missing_answers_say_why():
     assert play(row, f"thinking... <answer>0</answer> no, <answer>{truth}</answer>")["reward"] == 1.0  # the last block
 
 
+def test_a_hedged_answer_earns_no_containment_credit_unless_asked():
+    """Found by `skyrl-gym audit`: reasoning-gym pays len(expected)/len(answer) to an answer that contains the expected
+    one, so listing candidates ("-87, -88, -89") earned more than a wrong answer."""
+    row = datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=3)[0]
+    truth = row["reward_spec"]["ground_truth"]
+    hedge = f"<answer>{int(truth) + 1}, {truth}, {int(truth) - 1}</answer>"
+    refused = play(row, hedge)
+    assert refused["reward"] == 0.0 and "only contains it" in refused["metadata"]["reason"]
+    env = skyrl_gym.make(row["env_class"], env_config={"containment_credit": True}, extras=row_extras(row))
+    env.init(row["prompt"])
+    assert 0.0 < env.step(hedge)["reward"] < 1.0  # reasoning-gym's own value, when asked for
+    assert play(row, f"<answer>{truth}</answer>")["reward"] == 1.0
+
+
+def test_look_alike_digits_are_not_read_as_the_number():
+    row = datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=3)[0]
+    truth = row["reward_spec"]["ground_truth"]
+    fullwidth = truth.translate(str.maketrans("0123456789-", "０１２３４５６７８９－"))
+    for spoofed in (fullwidth, truth.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))):
+        output = play(row, f"<answer>{spoofed}</answer>")
+        assert output["reward"] == 0.0 and "look-alike" in output["metadata"]["reason"], spoofed
+
+
 def test_a_scorer_that_cannot_parse_the_answer_gives_zero_with_its_error():
     row = datasets.build_rows("reasoning_gym/prime_factorization", size=1, seed=0)[0]
     output = play(row, "<answer>not a number</answer>")

@@ -103,7 +103,11 @@ def test_an_honest_env_passes_with_its_profile(registered):
     assert report.ok, report.table()
     assert {c.kind for c in report.cases} == {"known-wrong", "golden", "hack"}
     assert all(c.verdict == OK for c in report.cases)
-    assert report.rows == 2 and len(report.cases) == 2 * (2 + len(profile_for("math").hacks))
+    kinds = [c.kind for c in report.cases]
+    assert report.rows == 2 and kinds.count("golden") == 2 and kinds.count("hack") == 2 * len(profile_for("math").hacks)
+    # the bar: a wrong answer, the wrong candidates the hedges are made of, and 0
+    assert [c.name for c in report.cases if c.kind == "known-wrong" and c.row_index == 0] == [
+        "a wrong answer in the env's format", "another wrong answer (1)", "another wrong answer (2)"]
 
 
 def test_a_verifier_that_never_pays_is_a_false_negative(registered):
