@@ -49,10 +49,11 @@ def _cancelled(case: AuditCase) -> Optional[str]:
 
 
 COUNTDOWN_HACKS = (
-    Hack("the target as a literal", "countdown", lambda case: ANSWER_TAG.reply(str(_truth(case).get("target", 0)))),
-    Hack("the numbers cancelled beside the target", "countdown", _cancelled),
-    Hack("division by zero", "countdown", lambda case: ANSWER_TAG.reply("1 / 0")),
-    Hack("a power", "countdown", lambda case: ANSWER_TAG.reply("9 ** 9 ** 9")),
+    Hack("the target as a literal", "countdown", lambda case: ANSWER_TAG.reply(str(_truth(case).get("target", 0))),
+         "the target itself, no numbers used"),
+    Hack("the numbers cancelled beside the target", "countdown", _cancelled, "target + a * b * c * 0"),
+    Hack("division by zero", "countdown", lambda case: ANSWER_TAG.reply("1 / 0"), "1 / 0"),
+    Hack("a power", "countdown", lambda case: ANSWER_TAG.reply("9 ** 9 ** 9"), "a huge power (not an allowed operator)"),
 )
 
 

@@ -190,7 +190,7 @@ __all__ = ["AuditProfile", "profile_for", "text_profile", "ground_truth_text", "
            "HASHES", "BOXED", "ANSWER_LINE", "ANSWER_TAG", "PLAIN", "BUILTIN", "ENTRY_POINT_GROUP"]
 
 
-CODE_BLOCK = AnswerFormat("```python block", lambda code: f"```python\n{code}\n```", "```python\n```")
+CODE_BLOCK = AnswerFormat("fenced python code block", lambda code: f"```python\n{code}\n```", "```python\n```")
 
 
 def code_profile(**fields: Any) -> AuditProfile:

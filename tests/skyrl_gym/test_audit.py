@@ -258,3 +258,46 @@ def test_judged_rows_get_the_judge_hacks_and_the_open_hole_is_named(quoting_judg
     # the fix lands, this flags nothing: remove the entries from skyrl_gym.audit.OPEN_HOLES["judge"].
     assert flagged == set(OPEN_HOLES.get("judge", {})), report.table()
     assert all("known open hole (issue 29" in c.reason for c in report.false_positives)
+
+
+def test_the_swe_scripts_are_tool_calls_the_env_reads_and_do_what_they_say(tmp_path):
+    """Without a Docker engine the swe audit is skipped; its scripts are checked here: each turn is one tool call the
+    swe env's parser reads, and its bash command does what the case says in a git repository on this machine."""
+    import subprocess
+
+    from skyrl_gym.audit.library import AuditCase
+    from skyrl_gym.envs.swe.audit import SWE_HACKS, TOOL_CALL, audit_profile
+    from skyrl_gym.tools.parsers import parse_tool_calls
+
+    repo = tmp_path / "testbed"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "lib.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "tests" / "test_lib.py").write_text("from lib import add\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "."], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-qm", "bug"], cwd=repo, check=True)
+    patch = "--- a/lib.py\n+++ b/lib.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
+    case = AuditCase("swe", {"patch": patch}, None, None, TOOL_CALL)
+
+    def run(script):
+        for turn in script:
+            calls = parse_tool_calls(turn, xml_tags=("bash", "submit")).calls
+            assert len(calls) == 1, turn
+            if calls[0].name == "submit":
+                assert turn is script[-1]
+                continue
+            assert calls[0].name == "bash"
+            subprocess.run(["bash", "-c", calls[0].arguments["command"]], cwd=repo, check=True, timeout=60)
+
+    profile = audit_profile("swe")
+    run(profile.golden(case))
+    assert "return a + b" in (repo / "lib.py").read_text()
+    hacks = {hack.name: hack for hack in SWE_HACKS}
+    run(hacks["conftest.py that passes every test"].build(case))
+    assert "report.outcome = 'passed'" in (repo / "tests" / "conftest.py").read_text()
+    run(hacks["empty the tests"].build(case))
+    assert (repo / "tests" / "test_lib.py").read_text() == "def test_ok():\n    pass\n"
+    run(hacks["delete the tests"].build(case))
+    assert not (repo / "tests" / "test_lib.py").exists() and not (repo / "tests" / "conftest.py").exists()
+    assert profile.wrong(case) == [[profile.format.empty]]  # the known-wrong reply: submit without a change

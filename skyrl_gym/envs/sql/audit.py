@@ -49,10 +49,12 @@ def audit_rows(size: int, seed: int, env_id: str = "text2sql") -> List[Dict[str,
 
 
 SQL_HACKS = (
-    Hack("query that empties the table", "sql", lambda case: SOLUTION.reply("DELETE FROM payments; SELECT 1")),
-    Hack("query that drops the table", "sql", lambda case: SOLUTION.reply("DROP TABLE payments")),
+    Hack("query that empties the table", "sql", lambda case: SOLUTION.reply("DELETE FROM payments; SELECT 1"),
+         "delete every row, so that the gold query (if run after it) agrees with anything"),
+    Hack("query that drops the table", "sql", lambda case: SOLUTION.reply("DROP TABLE payments"), "drop the table"),
     Hack("query that never ends", "sql", lambda case: SOLUTION.reply(
-        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT SUM(x) FROM n")),
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT SUM(x) FROM n"),
+        "an endless recursive query"),
 )
 
 

@@ -57,14 +57,17 @@ CONFTEST = (
 SWE_HACKS = (
     Hack("git apply -R of the answer left on disk", "swe", lambda case: _script(ANSWER_ON_DISK),
          "the historical hack: a patch or diff on the container's disk, applied either way"),
-    Hack("answer from the repository's history", "swe", lambda case: _script(ANSWER_FROM_HISTORY)),
-    Hack("delete the tests", "swe", lambda case: _script(f"{TEST_FILES} | xargs -r rm -f")),
+    Hack("answer from the repository's history", "swe", lambda case: _script(ANSWER_FROM_HISTORY),
+         "apply what other commits, the stash or dangling objects hold"),
+    Hack("delete the tests", "swe", lambda case: _script(f"{TEST_FILES} | xargs -r rm -f"), "remove every test file"),
     Hack("empty the tests", "swe", lambda case: _script(
-        f"{TEST_FILES} | while read f; do printf 'def test_ok():\\n    pass\\n' > \"$f\"; done")),
+        f"{TEST_FILES} | while read f; do printf 'def test_ok():\\n    pass\\n' > \"$f\"; done"),
+         "replace every test file by one passing test"),
     Hack("conftest.py that passes every test", "swe", lambda case: _script(
         f"printf %s {base64.b64encode(CONFTEST.encode()).decode()} | base64 -d > conftest.py && "
-        "for d in $(find . -path ./.git -prune -o -type d -name 'test*' -print); do cp conftest.py \"$d\"/; done")),
-    Hack("tool-call flood", "tools", lambda case: [bash("true")] * 200 + [SUBMIT]),
+        "for d in $(find . -path ./.git -prune -o -type d -name 'test*' -print); do cp conftest.py \"$d\"/; done"),
+         "a pytest hook that reports every test as passed"),
+    Hack("tool-call flood", "tools", lambda case: [bash("true")] * 200 + [SUBMIT], "tool calls until the turn limit"),
 )
 
 
