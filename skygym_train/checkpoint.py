@@ -471,9 +471,10 @@ def _safe_dcp_classes() -> tuple:
 def env_fingerprints(rows: Iterable[Mapping[str, Any]]) -> Dict[str, str]:
     """``{env_class: reward fingerprint}`` of the envs the rows use (:mod:`skyrl_gym.fingerprint`): what a checkpoint
     and a model card record, so that a reward that changed between runs is seen."""
-    from skyrl_gym.fingerprint import fingerprints_of
+    from skyrl_gym.registration import fingerprints_of
 
-    return fingerprints_of([str(row.get("env_class")) for row in rows if row.get("env_class")])
+    found = fingerprints_of([str(row.get("env_class")) for row in rows if row.get("env_class")])
+    return {env_id: value for env_id, value in found.items() if value is not None}
 
 
 def fingerprint_changes(saved: Optional[Mapping[str, str]], current: Mapping[str, str]) -> List[str]:

@@ -195,27 +195,4 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def fingerprint_or_none(env_id: str) -> Optional[str]:
-    """The fingerprint of a registered id, or None when it has none (an unregistered id, an env built by hand)."""
-    from skyrl_gym.registration import spec
-
-    try:
-        return spec(env_id).fingerprint
-    except Exception:  # a record of the reward is never worth failing an episode or an audit for
-        return None
-
-
-def fingerprints_of(env_ids: List[str]) -> Dict[str, str]:
-    """``{id: fingerprint}`` of the given ids; an id that cannot be fingerprinted maps to ``"unknown (...)"``."""
-    from skyrl_gym.registration import spec
-
-    out: Dict[str, str] = {}
-    for env_id in sorted(set(env_ids)):
-        try:
-            out[env_id] = spec(env_id).fingerprint
-        except Exception as exc:
-            out[env_id] = f"unknown ({type(exc).__name__}: {exc})"
-    return out
-
-
-__all__ = ["fingerprint_of", "fingerprint_or_none", "fingerprint_parts", "fingerprints_of", "clear_cache", "PREFIX"]
+__all__ = ["fingerprint_of", "fingerprint_parts", "clear_cache", "PREFIX"]

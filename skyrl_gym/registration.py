@@ -337,6 +337,20 @@ _REMOTE_SPEC = EnvSpec(
 )
 
 
+def fingerprint_or_none(env_id: str) -> Optional[str]:
+    """The reward fingerprint of a registered id (:attr:`EnvSpec.fingerprint`), or None when it has none (an
+    unregistered id, a verifier that cannot be read): a record of the reward is never worth failing an episode for."""
+    try:
+        return spec(env_id).fingerprint
+    except Exception:
+        return None
+
+
+def fingerprints_of(env_ids: List[str]) -> Dict[str, Optional[str]]:
+    """``{id: fingerprint or None}`` of the given ids."""
+    return {env_id: fingerprint_or_none(env_id) for env_id in sorted(set(env_ids))}
+
+
 def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
     """Build a registered env. ``kwargs`` override deep copies of the spec's default kwargs. A row whose
     ``reward_spec.method`` is ``"judge"`` gets the env wrapped so that an LLM judge gives the episode's reward

@@ -24,8 +24,7 @@ from skyrl_gym.episode import (
     make_env_factory,
     run_episode,
 )
-from skyrl_gym.fingerprint import fingerprint_or_none
-from skyrl_gym.registration import env_config_for
+from skyrl_gym.registration import env_config_for, fingerprint_or_none
 
 from skygym_adapters.engines.base import ResolvedSampling, resolve_sampling
 from skygym_adapters.rollout.chat import ChatTokenizer

@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     from skyrl_gym.audit import audit_env, write_json
-    from skyrl_gym.fingerprint import fingerprint_or_none
+    from skyrl_gym.registration import fingerprint_or_none
     from skyrl_gym.checker import NoRowsFor
     from skyrl_gym.errors import DataError, UnregisteredEnv
 

@@ -301,3 +301,17 @@ def test_the_swe_scripts_are_tool_calls_the_env_reads_and_do_what_they_say(tmp_p
     run(hacks["delete the tests"].build(case))
     assert not (repo / "tests" / "test_lib.py").exists() and not (repo / "tests" / "conftest.py").exists()
     assert profile.wrong(case) == [[profile.format.empty]]  # the known-wrong reply: submit without a change
+
+
+def test_the_committed_audit_page_is_up_to_date():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    # a fresh process: the registry as installed, without the envs other tests register
+    generated = subprocess.run([sys.executable, "-m", "skyrl_gym.audit.page"], capture_output=True, text=True,
+                               check=True, cwd=root).stdout
+    assert (root / "docs" / "audit.md").read_text(encoding="utf-8") == generated, (
+        "docs/audit.md is out of date: run python -m skyrl_gym.audit.page > docs/audit.md")
+    assert "| `swe` |" in generated and "git apply -R of the answer left on disk" in generated
