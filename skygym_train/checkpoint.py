@@ -465,12 +465,12 @@ def _safe_dcp_classes() -> tuple:
     return SafeReader, SafeLoadPlanner
 
 
-# ------------------------------------------------------------------------------------------ reward fingerprints
+# ---------------------------------------------------------------------------------- reward fingerprints
 
 
 def env_fingerprints(rows: Iterable[Mapping[str, Any]]) -> Dict[str, str]:
-    """``{env_class: reward fingerprint}`` of the envs the rows use (:mod:`skyrl_gym.fingerprint`): what a checkpoint
-    and a model card record, so that a reward that changed between runs is seen."""
+    """``{env_class: reward fingerprint}`` of the envs the rows use (:mod:`skyrl_gym.fingerprint`): what a
+    checkpoint and a model card record, so that a reward that changed between runs is seen."""
     from skyrl_gym.registration import fingerprints_of
 
     found = fingerprints_of([str(row.get("env_class")) for row in rows if row.get("env_class")])
@@ -478,7 +478,8 @@ def env_fingerprints(rows: Iterable[Mapping[str, Any]]) -> Dict[str, str]:
 
 
 def fingerprint_changes(saved: Optional[Mapping[str, str]], current: Mapping[str, str]) -> List[str]:
-    """One line per env whose fingerprint differs between a checkpoint (``saved``) and this run (``current``)."""
+    """One line per env whose fingerprint differs between a checkpoint (``saved``) and this run
+    (``current``)."""
     if not saved:
         return []
     return [f"env {env_id!r}: reward fingerprint {saved[env_id]} in the checkpoint, {current[env_id]} now"
@@ -486,12 +487,12 @@ def fingerprint_changes(saved: Optional[Mapping[str, str]], current: Mapping[str
 
 
 def warn_on_fingerprint_change(saved: Optional[Mapping[str, str]], current: Mapping[str, str]) -> List[str]:
-    """Warn when resuming a run whose envs' verifiers (or reward settings, or data builders) changed since the save:
-    the rewards before and after the resume may not mean the same thing."""
+    """Warn when resuming a run whose envs' verifiers (or reward settings, or data builders) changed since the
+    save: the rewards before and after the resume may not mean the same thing."""
     changes = fingerprint_changes(saved, current)
     if changes:
-        warnings.warn("resuming with a changed reward: " + "; ".join(changes) + " (see `skyrl-gym fingerprint ID "
-                      "--explain`)", UserWarning, stacklevel=2)
+        warnings.warn("resuming with a changed reward: " + "; ".join(changes)
+                      + " (see `skyrl-gym fingerprint ID --explain`)", UserWarning, stacklevel=2)
     return changes
 
 

@@ -1,4 +1,5 @@
-"""Reward fingerprints: a hash of what decides an env's reward, so a run records which reward it was trained on.
+"""Reward fingerprints: a hash of what decides an env's reward, so a run records which reward it was trained
+on.
 
 ``skyrl_gym.spec("gsm8k").fingerprint`` (computed on first use, then kept) hashes:
 
@@ -29,12 +30,25 @@ PREFIX = "sha256:"
 _cache: Dict[Tuple[str, str, str], Tuple[str, List[str]]] = {}
 _lock = threading.Lock()
 _SKIPPED_FILES = {"audit.py"}  # what audits the verifier does not decide the reward
-# The env contract's plumbing (registry, rows, episode driver, tool calling): every env imports it, none is scored
+# The env contract's plumbing (registry, rows, episode driver, tool calling): every env imports it, none is
+# scored
 # by it, so it is not followed (an edit there would change every fingerprint without changing a reward).
 PLUMBING = (
-    "skyrl_gym.core", "skyrl_gym.registration", "skyrl_gym.data", "skyrl_gym.datasets", "skyrl_gym.errors",
-    "skyrl_gym.error", "skyrl_gym.fingerprint", "skyrl_gym.metrics", "skyrl_gym.http_retry", "skyrl_gym.episode",
-    "skyrl_gym.checker", "skyrl_gym.audit", "skyrl_gym.tools", "skyrl_gym.envs.base_text_env", "skyrl_gym.cli",
+    "skyrl_gym.core",
+    "skyrl_gym.registration",
+    "skyrl_gym.data",
+    "skyrl_gym.datasets",
+    "skyrl_gym.errors",
+    "skyrl_gym.error",
+    "skyrl_gym.fingerprint",
+    "skyrl_gym.metrics",
+    "skyrl_gym.http_retry",
+    "skyrl_gym.episode",
+    "skyrl_gym.checker",
+    "skyrl_gym.audit",
+    "skyrl_gym.tools",
+    "skyrl_gym.envs.base_text_env",
+    "skyrl_gym.cli",
 )
 
 
@@ -129,7 +143,8 @@ def _entry_module(entry_point: Any) -> Optional[str]:
 
 
 def fingerprint_parts(env_spec: Any) -> List[str]:
-    """What goes into the fingerprint of ``env_spec``, one line each (``file NAME SHA``, ``kwargs ...``, ``uses
+    """What goes into the fingerprint of ``env_spec``, one line each (``file NAME SHA``, ``kwargs ...``,
+    ``uses
     DIST==VERSION``)."""
     return _compute(env_spec)[1]
 
@@ -154,8 +169,11 @@ def _compute(env_spec: Any) -> Tuple[str, List[str]]:
         if path is not None:
             folder = path.parent
             package = module.rpartition(".")[0] or module
-            start += [f"{package}.{p.stem}" if p.name != "__init__.py" else package
-                      for p in sorted(folder.glob("*.py")) if p.name not in _SKIPPED_FILES]
+            start += [
+                f"{package}.{p.stem}" if p.name != "__init__.py" else package
+                for p in sorted(folder.glob("*.py"))
+                if p.name not in _SKIPPED_FILES
+            ]
         start.append(module)
     builder = _builder_module(env_spec.id)
     if builder:
@@ -175,7 +193,9 @@ def _compute(env_spec: Any) -> Tuple[str, List[str]]:
 def _entry_point_name(entry_point: Any) -> str:
     if isinstance(entry_point, str) or entry_point is None:
         return str(entry_point)
-    return f"{getattr(entry_point, '__module__', '?')}:{getattr(entry_point, '__qualname__', repr(entry_point))}"
+    return (
+        f"{getattr(entry_point, '__module__', '?')}:{getattr(entry_point, '__qualname__', repr(entry_point))}"
+    )
 
 
 def _builder_module(env_id: str) -> Optional[str]:

@@ -339,7 +339,8 @@ _REMOTE_SPEC = EnvSpec(
 
 def fingerprint_or_none(env_id: str) -> Optional[str]:
     """The reward fingerprint of a registered id (:attr:`EnvSpec.fingerprint`), or None when it has none (an
-    unregistered id, a verifier that cannot be read): a record of the reward is never worth failing an episode for."""
+    unregistered id, a verifier that cannot be read): a record of the reward is never worth failing an episode
+    for."""
     try:
         return spec(env_id).fingerprint
     except Exception:

@@ -1,19 +1,22 @@
-"""The audit profile of ``countdown`` (``skyrl-gym audit countdown``): the answer hacks on the ``<answer>`` block, with
-the row's solution as the golden answer, and Countdown's own: the target written as a literal, the numbers cancelled
+"""The audit profile of ``countdown`` (``skyrl-gym audit countdown``): the answer hacks on the ``<answer>``
+block, with
+the row's solution as the golden answer, and Countdown's own: the target written as a literal, the numbers
+cancelled
 out beside the target, a division by zero and a power (not an allowed operator).
 
-Every one of them uses the numbers wrongly or not at all, so none may earn more than a well-formed wrong expression
+Every one of them uses the numbers wrongly or not at all, so none may earn more than a well-formed wrong
+expression
 (the format reward)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from skygym_contrib.countdown.env import evaluate
+
 from skyrl_gym.audit.library import AuditCase, Hack
 from skyrl_gym.audit.profiles import ANSWER_TAG, AuditProfile, text_profile
 from skyrl_gym.tools.parsers import extract_tag
-
-from skygym_contrib.countdown.env import evaluate
 
 
 def _truth(case: AuditCase) -> Mapping[str, Any]:
@@ -49,11 +52,20 @@ def _cancelled(case: AuditCase) -> Optional[str]:
 
 
 COUNTDOWN_HACKS = (
-    Hack("the target as a literal", "countdown", lambda case: ANSWER_TAG.reply(str(_truth(case).get("target", 0))),
-         "the target itself, no numbers used"),
+    Hack(
+        "the target as a literal",
+        "countdown",
+        lambda case: ANSWER_TAG.reply(str(_truth(case).get("target", 0))),
+        "the target itself, no numbers used",
+    ),
     Hack("the numbers cancelled beside the target", "countdown", _cancelled, "target + a * b * c * 0"),
     Hack("division by zero", "countdown", lambda case: ANSWER_TAG.reply("1 / 0"), "1 / 0"),
-    Hack("a power", "countdown", lambda case: ANSWER_TAG.reply("9 ** 9 ** 9"), "a huge power (not an allowed operator)"),
+    Hack(
+        "a power",
+        "countdown",
+        lambda case: ANSWER_TAG.reply("9 ** 9 ** 9"),
+        "a huge power (not an allowed operator)",
+    ),
 )
 
 

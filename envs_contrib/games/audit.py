@@ -1,4 +1,5 @@
-"""The audit profile of the ``games/*`` envs (``skyrl-gym audit games/nim``): moves go in ``<move>...</move>``; a row's
+"""The audit profile of the ``games/*`` envs (``skyrl-gym audit games/nim``): moves go in
+``<move>...</move>``; a row's
 winning move, where the game has one, is the golden answer and the answer the hacks hide among others (several
 moves in one reply, move spam). The known-wrong reply is an invalid move."""
 

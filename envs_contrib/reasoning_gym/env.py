@@ -27,9 +27,10 @@ MAX_ANSWER_CHARS = 20_000  # longer answers are not scored (some scorers parse w
 
 
 def _has_look_alike_digits(text: str) -> bool:
-    """Digits other than ASCII 0-9 (fullwidth, Arabic-Indic, math bold...), which Python's int() and float() read as
-    numbers: a reply in spoofed digits must not be paid as if it wrote the number."""
-    return not text.isascii() and any(not char.isascii() and unicodedata.category(char) == "Nd" for char in text)
+    """Digits other than ASCII 0-9 (fullwidth, Arabic-Indic, math bold...), which Python's int() and float()
+    read as numbers: a reply in spoofed digits must not be paid as if it wrote the number."""
+    return not text.isascii() and any(
+        not char.isascii() and unicodedata.category(char) == "Nd" for char in text)
 
 
 class ReasoningGymEnv(BaseTextEnv):
@@ -76,10 +77,11 @@ class ReasoningGymEnv(BaseTextEnv):
                             "the rows were built with another reasoning-gym version: build them again")
 
     def containment_credit_refused(self, answer: str, reward: float) -> bool:
-        """True for reasoning-gym's containment credit, ``len(expected) / len(answer)`` for an answer that only
-        contains the expected one (the default ``score_answer`` and ``compute_decimal_reward`` give it): a hedged
-        list of candidates ("-87, -88, -89") would earn it, so it is not paid unless
-        ``env_config["containment_credit"]`` is true. Other partial credit is the dataset's own and is kept."""
+        """True for reasoning-gym's containment credit, ``len(expected) / len(answer)`` for an answer that
+        only contains the expected one (the default ``score_answer`` and ``compute_decimal_reward`` give it):
+        a hedged list of candidates ("-87, -88, -89") would earn it, so it is not paid unless
+        ``env_config["containment_credit"]`` is true. Other partial credit is the dataset's own and is
+        kept."""
         config = self.env_config if isinstance(self.env_config, dict) else {}
         expected = self.entry.get("answer")
         if config.get("containment_credit") or not isinstance(expected, str) or not expected:
@@ -105,7 +107,8 @@ class ReasoningGymEnv(BaseTextEnv):
         elif len(answer) > MAX_ANSWER_CHARS:
             metadata["reason"] = f"the answer is {len(answer):,} characters long; at most {MAX_ANSWER_CHARS:,} are scored"
         elif _has_look_alike_digits(answer):
-            metadata["reason"] = "the answer writes digits other than ASCII 0-9 (look-alike Unicode digits are not read)"
+            metadata["reason"] = ("the answer writes digits other than ASCII 0-9 (look-alike Unicode digits "
+                                  "are not read)")
         else:
             try:
                 reward = float(self.scorer.score_answer(answer, self.entry))
@@ -117,8 +120,9 @@ class ReasoningGymEnv(BaseTextEnv):
                     metadata["reason"] = f"reasoning-gym's score_answer returned {reward}; counted as 0.0"
                     reward = 0.0
                 elif reward < 1.0 and self.containment_credit_refused(answer, reward):
-                    metadata["reason"] = (f"{answer[:200]!r} is not the answer, it only contains it; reasoning-gym's "
-                                          "credit for that is not paid (env_config containment_credit=true pays it)")
+                    metadata["reason"] = (f"{answer[:200]!r} is not the answer, it only contains it; "
+                                          "reasoning-gym's credit for that is not paid "
+                                          "(env_config containment_credit=true pays it)")
                     reward = 0.0
                 elif reward < 1.0:
                     expected = self.entry.get("answer")

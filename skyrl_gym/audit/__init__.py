@@ -7,11 +7,14 @@ For each row the audit plays, on fresh envs through the episode driver:
 
 * **known-wrong** replies (the env's answer format around wrong answers): the most they earn is the bar;
 * the row's **golden** reply (its reference answer): it must earn the full reward, else a *false negative*;
-* every **hack** of the env's profile (:mod:`skyrl_gym.audit.library`): each must earn no more than the known-wrong
+* every **hack** of the env's profile (:mod:`skyrl_gym.audit.library`): each must earn no more than the
+  known-wrong
   replies, else a *false positive*.
 
-A reply is played every turn until the env ends the episode (a script plays its replies in order, then its last
-one again); the episode's reward is the sum of its steps' rewards. An env that raises or hangs on a reply is an
+A reply is played every turn until the env ends the episode (a script plays its replies in order, then its
+last
+one again); the episode's reward is the sum of its steps' rewards. An env that raises or hangs on a reply is
+an
 error. Where the profiles come from, and how an env adds its own hacks: :mod:`skyrl_gym.audit.profiles`.
 """
 
@@ -27,11 +30,16 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack, Script, wrong_answer
 from skyrl_gym.audit.profiles import AuditProfile, profile_for, text_profile
 
-# Holes the audit finds in shipped verifiers whose fixes are under way elsewhere: env id (or "judge", for every judged
-# row) -> {hack name: where the fix is}. The audit still fails on them (a hole is a hole); the reason names the fix,
-# and the CI test (tests/skyrl_gym/test_audit_envs.py) expects exactly these. Remove an entry when its fix lands.
+# Holes the audit finds in shipped verifiers whose fixes are under way elsewhere: env id (or "judge", for
+# every judged
+# row) -> {hack name: where the fix is}. The audit still fails on them (a hole is a hole); the reason names
+# the fix,
+# and the CI test (tests/skyrl_gym/test_audit_envs.py) expects exactly these. Remove an entry when its fix
+# lands.
 OPEN_HOLES: Dict[str, Dict[str, str]] = {
-    "swe": {"git apply -R of the answer left on disk": "issue 26: nothing of the answer in the agent's container"},
+    "swe": {
+        "git apply -R of the answer left on disk": "issue 26: nothing of the answer in the agent's container"
+    },
     "judge": {
         "reply orders the judge to score 1": "issue 29: a judge whose verdict the policy cannot write",
         "reply forges the judge's verdict": "issue 29: a judge whose verdict the policy cannot write",
@@ -69,7 +77,8 @@ class CaseResult:
 
 @dataclasses.dataclass
 class AuditReport:
-    """What :func:`audit_env` found; ``ok`` is true when no case is a false positive, false negative or error."""
+    """What :func:`audit_env` found; ``ok`` is true when no case is a false positive, a false negative or an
+    error."""
 
     env_id: str
     cases: List[CaseResult] = dataclasses.field(default_factory=list)
@@ -101,11 +110,15 @@ class AuditReport:
     def summary(self) -> str:
         if self.skipped:
             return f"audit {self.env_id}: SKIPPED - {self.skipped}"
-        counts = {verdict: sum(c.verdict == verdict for c in self.cases)
-                  for verdict in (OK, FALSE_POSITIVE, FALSE_NEGATIVE, ERROR, NOT_RUN)}
+        counts = {
+            verdict: sum(c.verdict == verdict for c in self.cases)
+            for verdict in (OK, FALSE_POSITIVE, FALSE_NEGATIVE, ERROR, NOT_RUN)
+        }
         shown = ", ".join(f"{n} {verdict.lower()}" for verdict, n in counts.items() if n)
-        return (f"audit {self.env_id}: {'OK' if self.ok else 'FAILED'} - {self.rows} row(s), {len(self.cases)} "
-                f"case(s): {shown or 'none'} ({self.seconds:.1f} s)")
+        return (
+            f"audit {self.env_id}: {'OK' if self.ok else 'FAILED'} - {self.rows} row(s), {len(self.cases)} "
+            f"case(s): {shown or 'none'} ({self.seconds:.1f} s)"
+        )
 
     def table(self) -> str:
         """One line per case: row, case, expected, got, verdict, reason."""
@@ -113,8 +126,16 @@ class AuditReport:
             return self.summary()
         header = ("row", "case", "expected", "got", "verdict", "reason")
         lines = [header] + [
-            (str(c.row_index), f"{c.kind}: {c.name}", c.expected, "-" if c.got is None else f"{c.got:g}", c.verdict,
-             c.reason) for c in self.cases]
+            (
+                str(c.row_index),
+                f"{c.kind}: {c.name}",
+                c.expected,
+                "-" if c.got is None else f"{c.got:g}",
+                c.verdict,
+                c.reason,
+            )
+            for c in self.cases
+        ]
         widths = [min(48, max(len(line[i]) for line in lines)) for i in range(5)]
         out = [self.summary()]
         for line in lines:
@@ -126,17 +147,30 @@ class AuditReport:
         return self.table()
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"env_id": self.env_id, "ok": self.ok, "skipped": self.skipped, "rows": self.rows,
-                "rows_source": self.rows_source, "seconds": round(self.seconds, 3), "fingerprint": self.fingerprint,
-                "cases": [case.to_dict() for case in self.cases]}
+        return {
+            "env_id": self.env_id,
+            "ok": self.ok,
+            "skipped": self.skipped,
+            "rows": self.rows,
+            "rows_source": self.rows_source,
+            "seconds": round(self.seconds, 3),
+            "fingerprint": self.fingerprint,
+            "cases": [case.to_dict() for case in self.cases],
+        }
 
 
 class _Player:
-    """Plays replies on fresh envs of one id through the episode driver, each episode on a thread of its own with
+    """Plays replies on fresh envs of one id through the episode driver, each episode on a thread of its own
+    with
     a timeout per env call (the checker's machinery)."""
 
     def __init__(self, env_id: str, env_config: Any, max_turns: int, step_timeout_s: Optional[float]) -> None:
-        self.env_id, self.env_config, self.max_turns, self.step_timeout_s = env_id, env_config, max_turns, step_timeout_s
+        self.env_id, self.env_config, self.max_turns, self.step_timeout_s = (
+            env_id,
+            env_config,
+            max_turns,
+            step_timeout_s,
+        )
 
     def play(self, row: Mapping[str, Any], script: Script) -> tuple:
         """``(total reward or None, reason)``."""
@@ -153,9 +187,17 @@ class _Player:
             return make(self.env_id, env_config=copy.deepcopy(self.env_config), extras=copy.deepcopy(extras))
 
         try:
-            episode = run_sync(run_episode(make_env, copy.deepcopy(prompt), ScriptedPolicy(script), env_class=self.env_id,
-                                           max_turns_cap=self.max_turns, row_max_turns=row.get("max_turns"),
-                                           caller=_EpisodeThreadCaller(worker)))
+            episode = run_sync(
+                run_episode(
+                    make_env,
+                    copy.deepcopy(prompt),
+                    ScriptedPolicy(script),
+                    env_class=self.env_id,
+                    max_turns_cap=self.max_turns,
+                    row_max_turns=row.get("max_turns"),
+                    caller=_EpisodeThreadCaller(worker),
+                )
+            )
         finally:
             worker.stop()
         if episode.error is not None:
@@ -193,7 +235,8 @@ def audit_env(
     """Audit the verifier of ``env_id`` and return an :class:`AuditReport`.
 
     Args:
-        rows: dataset rows (a list or a JSONL/JSON/Parquet path); default: the profile's rows, else the env's dataset
+        rows: dataset rows (a list or a JSONL/JSON/Parquet path); default: the profile's rows, else the env's
+        dataset
             builder's, else the golden cases it ships (:func:`skyrl_gym.checker.default_rows`).
         env_config: passed to every env built (default: the profile's).
         profile: how to audit the env (default: :func:`~skyrl_gym.audit.profiles.profile_for`).
@@ -222,8 +265,9 @@ def audit_env(
     else:
         raw = _read_rows(rows)
         report.rows_source = f"{len(raw)} row(s) given"
-    player = _Player(env_id, profile.env_config() if env_config is None else env_config, profile.max_turns,
-                     step_timeout_s)
+    player = _Player(
+        env_id, profile.env_config() if env_config is None else env_config, profile.max_turns, step_timeout_s
+    )
     chosen = None if hacks is None else set(hacks)
     deadline = None if budget_s is None else started + budget_s
     for index, row in enumerate(raw[:max_rows]):
@@ -234,10 +278,19 @@ def audit_env(
     return report
 
 
-def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, index: int, row: Mapping[str, Any],
-               chosen: Optional[set], deadline: Optional[float]) -> None:
+def _audit_row(
+    report: AuditReport,
+    player: _Player,
+    profile: AuditProfile,
+    index: int,
+    row: Mapping[str, Any],
+    chosen: Optional[set],
+    deadline: Optional[float],
+) -> None:
     answer = profile.answer_of(row)
-    case = AuditCase(env_id=report.env_id, row=row, answer=answer, wrong=wrong_answer(answer), format=profile.format)
+    case = AuditCase(
+        env_id=report.env_id, row=row, answer=answer, wrong=wrong_answer(answer), format=profile.format
+    )
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
@@ -246,8 +299,9 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
     for number, wrong in enumerate(profile.wrong(case)):
         got, reason = player.play(row, wrong)
         name = "a wrong answer in the env's format" if number == 0 else f"another wrong answer ({number})"
-        report.cases.append(CaseResult(index, "known-wrong", name, "bar", "-", got, ERROR if got is None else OK,
-                                       reason))
+        report.cases.append(
+            CaseResult(index, "known-wrong", name, "bar", "-", got, ERROR if got is None else OK, reason)
+        )
         if got is not None:
             earned.append(got)
     bar = max(earned) if earned else 0.0
@@ -255,16 +309,37 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
     golden = profile.golden(case)
     expected_full = f"= {profile.full_reward:g}"
     if golden is None:
-        report.cases.append(CaseResult(index, "golden", "reference answer", "golden", expected_full, None, NOT_RUN,
-                                       "the row has no reference answer"))
+        report.cases.append(
+            CaseResult(
+                index,
+                "golden",
+                "reference answer",
+                "golden",
+                expected_full,
+                None,
+                NOT_RUN,
+                "the row has no reference answer",
+            )
+        )
     elif out_of_time():
-        report.cases.append(CaseResult(index, "golden", "reference answer", "golden", expected_full, None, NOT_RUN,
-                                       "out of the time budget"))
+        report.cases.append(
+            CaseResult(
+                index,
+                "golden",
+                "reference answer",
+                "golden",
+                expected_full,
+                None,
+                NOT_RUN,
+                "out of the time budget",
+            )
+        )
     else:
         got, reason = player.play(row, golden)
         verdict = ERROR if got is None else (OK if got >= profile.full_reward - TOLERANCE else FALSE_NEGATIVE)
-        report.cases.append(CaseResult(index, "golden", "reference answer", "golden", expected_full, got, verdict,
-                                       reason))
+        report.cases.append(
+            CaseResult(index, "golden", "reference answer", "golden", expected_full, got, verdict, reason)
+        )
     from skyrl_gym.audit.library import JUDGE_HACKS
     from skyrl_gym.rewards.judged_env import wants_judge
 
@@ -278,15 +353,20 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
         hack_bar = max([bar] + _rewards_of_parts(player, row, case, hack, parts_seen))
         expected = f"<= {hack_bar:g}"
         if out_of_time():
-            report.cases.append(CaseResult(index, "hack", hack.name, hack.family, expected, None, NOT_RUN,
-                                           "out of the time budget"))
+            report.cases.append(
+                CaseResult(
+                    index, "hack", hack.name, hack.family, expected, None, NOT_RUN, "out of the time budget"
+                )
+            )
             continue
         got, reason = player.play(row, script)
         if got is None:
             verdict = ERROR
         elif got > hack_bar + TOLERANCE:
             verdict = FALSE_POSITIVE
-            reason = f"earned {got:g}, more than a wrong answer ({hack_bar:g})" + (f"; {reason}" if reason else "")
+            reason = f"earned {got:g}, more than a wrong answer ({hack_bar:g})" + (
+                f"; {reason}" if reason else ""
+            )
             known = open_hole(report.env_id, hack)
             if known:
                 reason = f"known open hole ({known}); {reason}"
@@ -295,8 +375,9 @@ def _audit_row(report: AuditReport, player: _Player, profile: AuditProfile, inde
         report.cases.append(CaseResult(index, "hack", hack.name, hack.family, expected, got, verdict, reason))
 
 
-def _rewards_of_parts(player: _Player, row: Mapping[str, Any], case: AuditCase, hack: Hack,
-                      seen: Dict[str, Optional[float]]) -> List[float]:
+def _rewards_of_parts(
+    player: _Player, row: Mapping[str, Any], case: AuditCase, hack: Hack, seen: Dict[str, Optional[float]]
+) -> List[float]:
     """What each wrong answer a hedge is made of earns alone (played once per row, then remembered)."""
     if hack.parts is None or case.answer is None:
         return []
@@ -314,12 +395,32 @@ def _rewards_of_parts(player: _Player, row: Mapping[str, Any], case: AuditCase, 
 def open_hole(env_id: str, hack: Hack) -> Optional[str]:
     """Where the fix of a known hole is, when ``hack`` on ``env_id`` is one (:data:`OPEN_HOLES`)."""
     return OPEN_HOLES.get(env_id, {}).get(hack.name) or (
-        OPEN_HOLES["judge"].get(hack.name) if hack.family == "judge" else None)
+        OPEN_HOLES["judge"].get(hack.name) if hack.family == "judge" else None
+    )
 
 
 def write_json(reports: List[AuditReport], path: Union[str, Path]) -> None:
-    Path(path).write_text(json.dumps([r.to_dict() for r in reports], indent=1, default=str) + "\n", encoding="utf-8")
+    Path(path).write_text(
+        json.dumps([r.to_dict() for r in reports], indent=1, default=str) + "\n", encoding="utf-8"
+    )
 
 
-__all__ = ["audit_env", "AuditReport", "CaseResult", "AuditProfile", "AuditCase", "AnswerFormat", "Hack",
-           "profile_for", "text_profile", "write_json", "OPEN_HOLES", "open_hole", "OK", "FALSE_POSITIVE", "FALSE_NEGATIVE", "ERROR", "NOT_RUN"]
+__all__ = [
+    "audit_env",
+    "AuditReport",
+    "CaseResult",
+    "AuditProfile",
+    "AuditCase",
+    "AnswerFormat",
+    "Hack",
+    "profile_for",
+    "text_profile",
+    "write_json",
+    "OPEN_HOLES",
+    "open_hole",
+    "OK",
+    "FALSE_POSITIVE",
+    "FALSE_NEGATIVE",
+    "ERROR",
+    "NOT_RUN",
+]

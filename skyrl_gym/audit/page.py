@@ -1,4 +1,5 @@
-"""The "auditing a verifier" page, generated: ``python -m skyrl_gym.audit.page > docs/audit.md``. A test checks that
+"""The "auditing a verifier" page, generated: ``python -m skyrl_gym.audit.page > docs/audit.md``. A test
+checks that
 the committed page is up to date. Its tables come from the hack library and every shipped env's audit profile
 (nothing is played: CI plays them, ``tests/skyrl_gym/test_audit_envs.py``)."""
 
@@ -26,9 +27,10 @@ INTRO = """\
 
 Reinforcement learning finds every shortcut a verifier leaves open, and a hacked reward trains the wrong model
 without a sound. This project met three: a HumanEval completion that called `sys.exit(0)` scored 1.0; a fake
-LiveCodeBench result marker confused the grader; an SWE task's answer sat on the agent's disk and `git apply -R` of
-it scored 1.0. `skyrl-gym audit` plays an env's verifier against those and every other hack in its library before
-you train on it; `skyrl-gym check` (the [checker](checker.md)) checks the env's contract, the audit checks its reward.
+LiveCodeBench result marker confused the grader; an SWE task's answer sat on the agent's disk and `git apply
+-R` of it scored 1.0. `skyrl-gym audit` plays an env's verifier against those and every other hack in its
+library before you train on it; `skyrl-gym check` (the [checker](checker.md)) checks the env's contract, the
+audit checks its reward.
 
 ```
 $ skyrl-gym audit gsm8k
@@ -41,9 +43,9 @@ audit gsm8k: OK - 2 row(s), 30 case(s): 30 ok (0.3 s)
 $ skyrl-gym audit gsm8k math --failures-only --json audit.json
 ```
 
-For every row (from `--rows FILE`, else the env's audit profile, else its dataset builder, else its golden cases),
-on fresh envs through the episode driver, a reply played every turn until the env ends the episode (a script plays
-its replies in order), the episode's reward being the sum of its steps' rewards:
+For every row (from `--rows FILE`, else the env's audit profile, else its dataset builder, else its golden
+cases), on fresh envs through the episode driver, a reply played every turn until the env ends the episode (a
+script plays its replies in order), the episode's reward being the sum of its steps' rewards:
 
 * **known-wrong** replies: the env's answer format around wrong answers. The most they earn is the *bar*;
 * the row's **golden** reply (its reference answer): it must earn the full reward, else a **false negative**;
@@ -51,11 +53,12 @@ its replies in order), the episode's reward being the sum of its steps' rewards:
   positive**. A hedge (several answers in one reply) must also earn no more than its best wrong part alone, so
   a grader's partial credit for a near answer is not mistaken for a hack, and no hedge adds to it.
 
-The table has one line per case: row, case, expected, got, verdict and reason (the env's `metadata["reason"]`).
-Exit code 0: no false positive, false negative or env error; 1: some; 2: bad arguments; 3: an audit could not run
-here (`swe` without a Docker engine). Options: `--max-rows N` (default 2), `--budget-s N` (start no case after N
-seconds per env; the rest are reported as `not run`), `--hack NAME` (play only that hack), `--env-config JSON`,
-`--step-timeout SECONDS`, `--json FILE`, `--failures-only`. From Python:
+The table has one line per case: row, case, expected, got, verdict and reason (the env's
+`metadata["reason"]`). Exit code 0: no false positive, false negative or env error; 1: some; 2: bad arguments;
+3: an audit could not run here (`swe` without a Docker engine). Options: `--max-rows N` (default 2),
+`--budget-s N` (start no case after N seconds per env; the rest are reported as `not run`), `--hack NAME`
+(play only that hack), `--env-config JSON`, `--step-timeout SECONDS`, `--json FILE`, `--failures-only`. From
+Python:
 
 ```python
 from skyrl_gym.audit import audit_env
@@ -77,11 +80,11 @@ FAMILY_NOTES = {
 CONTRIBUTING = """\
 ## Adding an env's own hacks
 
-An env's audit profile says how it reads an answer and which hacks fit it. `skyrl_gym.audit.profiles.profile_for`
-finds it, first match wins:
+An env's audit profile says how it reads an answer and which hacks fit it.
+`skyrl_gym.audit.profiles.profile_for` finds it, first match wins:
 
-1. an entry point in the `skyrl_gym.audits` group named after the env id (or its family, `games/`), whose value is
-   an `AuditProfile` or a function `(env_id) -> AuditProfile`;
+1. an entry point in the `skyrl_gym.audits` group named after the env id (or its family, `games/`), whose
+   value is an `AuditProfile` or a function `(env_id) -> AuditProfile`;
 2. a module `audit.py` beside the env's entry point module (`my_pkg/audit.py` for `my_pkg.env:MyEnv`) with a
    function `audit_profile(env_id) -> AuditProfile`;
 3. the built-in profiles of the core text envs; else a plain-text profile with the generic hacks.
@@ -94,7 +97,7 @@ from skyrl_gym.audit import AuditProfile, Hack
 from skyrl_gym.audit.profiles import ANSWER_TAG, text_profile
 
 MY_HACKS = (
-    # build(case) -> the reply (or a list of replies, one per turn), or None where it does not apply to the row
+    # build(case) -> the reply (or one reply per turn), or None where the hack does not fit the row
     Hack("answer in words", "mine", lambda case: None if case.answer != "4" else case.reply("four")),
     Hack("answer twice", "mine", lambda case: case.reply(f"{case.wrong} {case.answer}"),
          parts=lambda case: [case.wrong]),  # the wrong answers it is made of
@@ -102,20 +105,20 @@ MY_HACKS = (
 
 
 def audit_profile(env_id: str) -> AuditProfile:
-    # answer_of(row): the right answer as text; golden: the row's reference_action, else the answer in the format
+    # answer_of(row): the answer as text; golden: the row's reference_action, else the answer in the format
     return text_profile(ANSWER_TAG).with_hacks(*MY_HACKS)
 ```
 
-`AuditProfile` fields: `format` (an `AnswerFormat`: `reply(answer)`, the `empty` format, a `tool_call`), `hacks`,
-`answer_of(row)`, `golden_of(case)`, `wrong_of(case)`, `rows(size, seed)` (rows of its own, e.g. a database made
-for the audit), `env_config()`, `unavailable()` (a reason the audit cannot run here), `full_reward`, `max_turns`.
-`code_profile(...)` is the profile of envs that run the reply's code. Add the env to
-`tests/skyrl_gym/test_audit_envs.py` (a test fails until every shipped env is audited there).
+`AuditProfile` fields: `format` (an `AnswerFormat`: `reply(answer)`, the `empty` format, a `tool_call`),
+`hacks`, `answer_of(row)`, `golden_of(case)`, `wrong_of(case)`, `rows(size, seed)` (rows of its own, e.g. a
+database made for the audit), `env_config()`, `unavailable()` (a reason the audit cannot run here),
+`full_reward`, `max_turns`. `code_profile(...)` is the profile of envs that run the reply's code. Add the env
+to `tests/skyrl_gym/test_audit_envs.py` (a test fails until every shipped env is audited there).
 
 ## Known open holes
 
-The audit still fails on these (a hole is a hole) and names the fix in its reason; CI expects exactly them. They
-are listed in one place, `skyrl_gym.audit.OPEN_HOLES`: remove an entry when its fix lands.
+The audit still fails on these (a hole is a hole) and names the fix in its reason; CI expects exactly them.
+They are listed in one place, `skyrl_gym.audit.OPEN_HOLES`: remove an entry when its fix lands.
 
 """
 
@@ -124,14 +127,14 @@ FINGERPRINTS = """\
 
 A verifier fix changes what "reward 0.8" means. `skyrl_gym.spec(id).fingerprint` is a hash of what decides the
 env's reward: the Python files of the env's folder and the modules of its package they import (not the env
-contract's plumbing), its registered kwargs, its dataset builder's module, and the versions of the distributions
-that code imports (`math-verify`, `reasoning-gym`...). `skyrl-gym fingerprint ID` prints it, `--explain` lists
-what went into it. It is computed on first use (`import skyrl_gym` does not hash anything).
+contract's plumbing), its registered kwargs, its dataset builder's module, and the versions of the
+distributions that code imports (`math-verify`, `reasoning-gym`...). `skyrl-gym fingerprint ID` prints it,
+`--explain` lists what went into it. It is computed on first use (`import skyrl_gym` does not hash anything).
 
-Every trajectory records it (`Trajectory.env_fingerprint`, in `to_json_dict()`); the trainer's checkpoints keep
-the fingerprints of the envs of the training rows (`env_fingerprints` in the trainer state), and the exported
-model's card (`README.md` of the export) lists them. Resuming a run whose env's fingerprint changed warns, with both
-values:
+Every trajectory records it (`Trajectory.env_fingerprint`, in `to_json_dict()`); the trainer's checkpoints
+keep the fingerprints of the envs of the training rows (`env_fingerprints` in the trainer state), and the
+exported model's card (`README.md` of the export) lists them. Resuming a run whose env's fingerprint changed
+warns, with both values:
 
 ```
 UserWarning: resuming with a changed reward: env 'gsm8k': reward fingerprint sha256:... in the checkpoint,
@@ -141,7 +144,10 @@ sha256:... now (see `skyrl-gym fingerprint ID --explain`)
 
 
 def _hack_rows(hacks: Tuple[Hack, ...]) -> List[str]:
-    return [f"| {hack.name.replace(chr(92), chr(92) * 2)} | {hack.family} | {hack.note or '-'} |" for hack in hacks]
+    return [
+        f"| {hack.name.replace(chr(92), chr(92) * 2)} | {hack.family} | {hack.note or '-'} |"
+        for hack in hacks
+    ]
 
 
 def _shipped() -> Dict[str, List[str]]:
@@ -171,15 +177,28 @@ def _env_row(env_id: str, label: str) -> str:
 
 def markdown() -> str:
     library = (*ANSWER_HACKS, *LATEX_HACKS, *SIZE_HACKS, *TOOL_HACKS, *CODE_HACKS, *JUDGE_HACKS)
-    lines = [INTRO, "## The hack library", "",
-             "Families: " + "; ".join(f"**{name}**: {note}" for name, note in FAMILY_NOTES.items())
-             + ". Envs add their own (`sql`, `swe`, `countdown` do: below).", "",
-             "| hack | family | what it tries |", "|---|---|---|", *_hack_rows(library), "",
-             "## Every shipped env", "",
-             "What each env's audit plays (CI runs every one: `tests/skyrl_gym/test_audit_envs.py`; the "
-             "`reasoning_gym/*` ids by a sample, `swe` where a Docker engine is reachable). *Rows*: where the golden "
-             "positives come from.", "",
-             "| env | answer format | rows | hacks played (family, count) | open holes |", "|---|---|---|---|---|"]
+    lines = [
+        INTRO,
+        "## The hack library",
+        "",
+        "Families: "
+        + "; ".join(f"**{name}**: {note}" for name, note in FAMILY_NOTES.items())
+        + ". Envs add their own (`sql`, `swe`, `countdown` do: below).",
+        "",
+        "| hack | family | what it tries |",
+        "|---|---|---|",
+        *_hack_rows(library),
+        "",
+        "## Every shipped env",
+        "",
+        "What each env's audit plays (CI runs every one: `tests/skyrl_gym/test_audit_envs.py`; the "
+        "`reasoning_gym/*` ids by a sample, `swe` where a Docker engine is reachable). "
+        "*Rows*: where the golden "
+        "positives come from.",
+        "",
+        "| env | answer format | rows | hacks played (family, count) | open holes |",
+        "|---|---|---|---|---|",
+    ]
     families = _shipped()
     for family in ["core"] + sorted(f for f in families if f != "core"):
         if family == "reasoning_gym":
@@ -199,8 +218,11 @@ def markdown() -> str:
                 lines.append(f"| {where} | {hack.name} | {hack.note or '-'} |")
     lines += ["", CONTRIBUTING.rstrip(), ""]
     lines += ["| env | hack | fix |", "|---|---|---|"]
-    lines += [f"| {env_id} | {hack} | {fix} |" for env_id, holes in sorted(OPEN_HOLES.items())
-              for hack, fix in sorted(holes.items())]
+    lines += [
+        f"| {env_id} | {hack} | {fix} |"
+        for env_id, holes in sorted(OPEN_HOLES.items())
+        for hack, fix in sorted(holes.items())
+    ]
     lines += ["", FINGERPRINTS.rstrip()]
     return "\n".join(lines) + "\n"
 

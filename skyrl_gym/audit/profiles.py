@@ -1,10 +1,13 @@
-"""Audit profiles: for each env, how it reads an answer, which hacks fit it, and where its golden positives come from.
+"""Audit profiles: for each env, how it reads an answer, which hacks fit it, and where its golden positives
+come from.
 
 :func:`profile_for` finds an env's profile, first match wins:
 
-1. an entry point in the ``skyrl_gym.audits`` group named after the env id (or its family, ``games/``), whose value
+1. an entry point in the ``skyrl_gym.audits`` group named after the env id (or its family, ``games/``), whose
+   value
    is an :class:`AuditProfile` or a callable ``(env_id) -> AuditProfile``;
-2. a module ``audit`` beside the env's entry point module (``my_pkg/audit.py`` for ``my_pkg.env:MyEnv``) with a
+2. a module ``audit`` beside the env's entry point module (``my_pkg/audit.py`` for ``my_pkg.env:MyEnv``) with
+   a
    function ``audit_profile(env_id) -> AuditProfile``;
 3. the profiles of the built-in text envs below;
 4. a plain-text profile (the reply is the answer) with the generic hacks.
@@ -60,10 +63,13 @@ def reference_action(row: Mapping[str, Any]) -> Optional[str]:
 class AuditProfile:
     """What the audit needs to know about one env.
 
-    ``format``: how the env reads an answer. ``hacks``: the hacks to play. ``answer_of(row)``: the right answer as
+    ``format``: how the env reads an answer. ``hacks``: the hacks to play. ``answer_of(row)``: the right
+    answer as
     text (None: the env's answer is not a short text). ``golden_of(case)``: a reply or script that must earn
-    ``full_reward`` (None: the row has no reference). ``wrong_of(case)``: a known-wrong reply or script (default:
-    :meth:`wrong`); every hack must earn no more than the known-wrong replies do. ``rows(size, seed)``: rows to audit when none are given (default: the
+    ``full_reward`` (None: the row has no reference). ``wrong_of(case)``: a known-wrong reply or script
+    (default:
+    :meth:`wrong`); every hack must earn no more than the known-wrong replies do. ``rows(size, seed)``: rows
+    to audit when none are given (default: the
     checker's :func:`~skyrl_gym.checker.default_rows`). ``env_config()``: the env_config to build envs with.
     ``unavailable()``: a reason the audit cannot run on this machine (no Docker engine), or None.
     """
@@ -89,7 +95,8 @@ class AuditProfile:
 
     def wrong(self, case: AuditCase) -> List[Script]:
         """The known-wrong replies: the profile's own, else the answer format around a wrong answer, the wrong
-        candidates the hacks hide the right answer among, and 0 (``?`` when the row has no answer). The bar is the most any of them earns, so a hedge
+        candidates the hacks hide the right answer among, and 0 (``?`` when the row has no answer). The bar is
+        the most any of them earns, so a hedge
         must earn no more than its best wrong part alone."""
         if self.wrong_of is not None:
             own = self.wrong_of(case)
@@ -98,7 +105,9 @@ class AuditProfile:
             return [case.reply("?")]
         from skyrl_gym.audit.library import _distractors
 
-        answers = [case.wrong] + [d for d in _distractors(case, 2) + ["0"] if d not in (case.wrong, case.answer)]
+        answers = [case.wrong] + [
+            d for d in _distractors(case, 2) + ["0"] if d not in (case.wrong, case.answer)
+        ]
         return [case.reply(answer) for answer in dict.fromkeys(answers)]
 
     def with_hacks(self, *hacks: Hack) -> "AuditProfile":
@@ -128,11 +137,19 @@ BUILTIN: Dict[str, Callable[[], AuditProfile]] = {
     "multiply": lambda: text_profile(BOXED, latex=True),
     "aime": lambda: text_profile(ANSWER_LINE, latex=True),
     "code_interpreter": lambda: text_profile(
-        dataclasses.replace(BOXED, tool_call="<tool><python>print(1)</python></tool>\n"), latex=True),
-    "search": lambda: text_profile(dataclasses.replace(ANSWER_TAG, tool_call="<search>the answer</search>\n")),
-    "searchcode": lambda: text_profile(AnswerFormat(
-        "<solution>#### N</solution>", lambda a: f"<solution>#### {a}</solution>", "<solution></solution>",
-        tool_call="<tool><python>print(1)</python></tool>\n")),
+        dataclasses.replace(BOXED, tool_call="<tool><python>print(1)</python></tool>\n"), latex=True
+    ),
+    "search": lambda: text_profile(
+        dataclasses.replace(ANSWER_TAG, tool_call="<search>the answer</search>\n")
+    ),
+    "searchcode": lambda: text_profile(
+        AnswerFormat(
+            "<solution>#### N</solution>",
+            lambda a: f"<solution>#### {a}</solution>",
+            "<solution></solution>",
+            tool_call="<tool><python>print(1)</python></tool>\n",
+        )
+    ),
 }
 
 
@@ -151,7 +168,11 @@ def _beside_env(env_id: str) -> Optional[AuditProfile]:
     from skyrl_gym.registration import spec
 
     entry_point = spec(env_id).entry_point
-    module = entry_point.partition(":")[0] if isinstance(entry_point, str) else getattr(entry_point, "__module__", None)
+    module = (
+        entry_point.partition(":")[0]
+        if isinstance(entry_point, str)
+        else getattr(entry_point, "__module__", None)
+    )
     if not module or "." not in module:
         return None
     name = module.rpartition(".")[0] + "." + AUDIT_MODULE
@@ -167,8 +188,10 @@ def _beside_env(env_id: str) -> Optional[AuditProfile]:
 def _as_profile(value: Any, env_id: str, where: str) -> AuditProfile:
     profile = value if isinstance(value, AuditProfile) else value(env_id)
     if not isinstance(profile, AuditProfile):
-        raise TypeError(f"the audit profile of {env_id!r} from {where} is a {type(profile).__name__}, "
-                        "not a skyrl_gym.audit.AuditProfile")
+        raise TypeError(
+            f"the audit profile of {env_id!r} from {where} is a {type(profile).__name__}, "
+            "not a skyrl_gym.audit.AuditProfile"
+        )
     return profile
 
 
@@ -186,16 +209,33 @@ def profile_for(env_id: str) -> AuditProfile:
     return text_profile(PLAIN)
 
 
-__all__ = ["AuditProfile", "profile_for", "text_profile", "ground_truth_text", "reference_action", "wrong_answer",
-           "HASHES", "BOXED", "ANSWER_LINE", "ANSWER_TAG", "PLAIN", "BUILTIN", "ENTRY_POINT_GROUP"]
+__all__ = [
+    "AuditProfile",
+    "profile_for",
+    "text_profile",
+    "ground_truth_text",
+    "reference_action",
+    "wrong_answer",
+    "HASHES",
+    "BOXED",
+    "ANSWER_LINE",
+    "ANSWER_TAG",
+    "PLAIN",
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+]
 
 
-CODE_BLOCK = AnswerFormat("fenced python code block", lambda code: f"```python\n{code}\n```", "```python\n```")
+CODE_BLOCK = AnswerFormat(
+    "fenced python code block", lambda code: f"```python\n{code}\n```", "```python\n```"
+)
 
 
 def code_profile(**fields: Any) -> AuditProfile:
-    """A profile for an env that runs the reply's code against hidden tests: the code hacks, the empty and huge
-    replies. A row's golden reply is its ``reference_action``; the known-wrong reply defines the function under
+    """A profile for an env that runs the reply's code against hidden tests: the code hacks, the empty and
+    huge
+    replies. A row's golden reply is its ``reference_action``; the known-wrong reply defines the function
+    under
     test (``extra_info.entry_point`` or ``func_name``) to return None and prints nothing useful."""
     from skyrl_gym.audit.library import CODE_HACKS, _entry_point, fenced
 
@@ -203,7 +243,11 @@ def code_profile(**fields: Any) -> AuditProfile:
         entry = _entry_point(case)
         return fenced("print(0)\n" + (f"def {entry}(*args, **kwargs):\n    return None\n" if entry else ""))
 
-    generic = [hack for hack in ANSWER_HACKS if hack.name in ("empty reply", "whitespace only", "format without content")]
+    generic = [
+        hack
+        for hack in ANSWER_HACKS
+        if hack.name in ("empty reply", "whitespace only", "format without content")
+    ]
     huge = Hack("huge output (2 MB of code)", "size", lambda case: fenced("x = 1\n" * 333_334))
     fields.setdefault("wrong_of", wrong)
     fields.setdefault("golden_of", lambda case: reference_action(case.row))

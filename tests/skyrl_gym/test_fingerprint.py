@@ -1,4 +1,5 @@
-"""Reward fingerprints: a hash of what decides an env's reward. Editing the verifier changes it; resuming a run whose
+"""Reward fingerprints: a hash of what decides an env's reward. Editing the verifier changes it; resuming a
+run whose
 env's fingerprint changed warns with both values; trajectories, checkpoints and model cards carry it."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import skyrl_gym
 from skyrl_gym import fingerprint
 from skyrl_gym.cli import main
 
-VERIFIER = '''
+VERIFIER = """
 from skyrl_gym import BaseTextEnv, StepOutput
 from {package}.scoring import score
 
@@ -21,18 +22,21 @@ from {package}.scoring import score
 class ToyEnv(BaseTextEnv):
     def step(self, action):
         return StepOutput(observations=[], reward=score(action), done=True, metadata={{}})
-'''
+"""
 
 
 @pytest.fixture
 def toy_package(tmp_path, monkeypatch):
-    """A package with an env and its scoring module, registered by a string entry point (as a plugin would be)."""
+    """A package with an env and its scoring module, registered by a string entry point (as a plugin would
+    be)."""
     package = "skygym_fp_toy_" + tmp_path.name.replace("-", "_")
     folder = tmp_path / package
     folder.mkdir()
     (folder / "__init__.py").write_text("")
     (folder / "env.py").write_text(VERIFIER.format(package=package))
-    (folder / "scoring.py").write_text("def score(action):\n    return 1.0 if action.strip() == '42' else 0.0\n")
+    (folder / "scoring.py").write_text(
+        "def score(action):\n    return 1.0 if action.strip() == '42' else 0.0\n"
+    )
     (folder / "README.md").write_text("not code")
     monkeypatch.syspath_prepend(str(tmp_path))
     env_id = f"{package}/toy"
@@ -63,7 +67,9 @@ def test_changing_the_verifier_changes_the_fingerprint(toy_package):
 def test_reward_settings_are_part_of_the_fingerprint(toy_package):
     env_id, folder = toy_package
     other = env_id + "_strict"
-    skyrl_gym.register(id=other, entry_point=skyrl_gym.spec(env_id).entry_point, kwargs={"env_config": {"strict": 1}})
+    skyrl_gym.register(
+        id=other, entry_point=skyrl_gym.spec(env_id).entry_point, kwargs={"env_config": {"strict": 1}}
+    )
     try:
         assert skyrl_gym.spec(other).fingerprint != skyrl_gym.spec(env_id).fingerprint
     finally:
@@ -84,13 +90,16 @@ def test_shipped_fingerprints_and_the_command(capsys):
 
 def test_import_stays_light():
     """``import skyrl_gym`` computes no fingerprint (nothing hashed, nothing read) until one is asked for."""
-    code = "import sys, skyrl_gym; print('skyrl_gym.fingerprint' in sys.modules, 'skyrl_gym.audit' in sys.modules)"
+    code = ("import sys, skyrl_gym; "
+            "print('skyrl_gym.fingerprint' in sys.modules, 'skyrl_gym.audit' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
 
 def test_resuming_with_a_changed_verifier_warns_with_both_values(toy_package, tmp_path):
-    pytest.importorskip("torch", reason="the trainer's checkpoints need torch: pip install 'skyrl-gym[train]'")
+    pytest.importorskip(
+        "torch", reason="the trainer's checkpoints need torch: pip install 'skyrl-gym[train]'"
+    )
     from skygym_train import checkpoint as ckpt
 
     env_id, folder = toy_package

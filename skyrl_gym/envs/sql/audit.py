@@ -1,4 +1,5 @@
-"""The audit profile of ``text2sql``/``sql`` (``skyrl-gym audit text2sql``): the answer, size and tool hacks on a
+"""The audit profile of ``text2sql``/``sql`` (``skyrl-gym audit text2sql``): the answer, size and tool hacks
+on a
 small SQLite database made for the audit, plus SQL's own: queries that write (if the grader ran the gold query
 after them on the same database, an emptied table would make both agree) and a query that never ends."""
 
@@ -11,15 +12,24 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
-from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack
+from skyrl_gym.audit.library import AnswerFormat, Hack
 from skyrl_gym.audit.profiles import AuditProfile, text_profile
 
-SOLUTION = AnswerFormat("<solution>SQL</solution>", lambda sql: f"<think>done</think><solution>{sql}</solution>",
-                        "<solution></solution>", tool_call="<sql>SELECT 1</sql>\n")
+SOLUTION = AnswerFormat(
+    "<solution>SQL</solution>",
+    lambda sql: f"<think>done</think><solution>{sql}</solution>",
+    "<solution></solution>",
+    tool_call="<sql>SELECT 1</sql>\n",
+)
 QUESTIONS = (
-    ("What is the total amount of the payments with an id above 2?", "SELECT SUM(amount) FROM payments WHERE id > 2"),
-    ("Which customer made the largest payment?",
-     "SELECT customer FROM payments ORDER BY amount DESC LIMIT 1"),
+    (
+        "What is the total amount of the payments with an id above 2?",
+        "SELECT SUM(amount) FROM payments WHERE id > 2",
+    ),
+    (
+        "Which customer made the largest payment?",
+        "SELECT customer FROM payments ORDER BY amount DESC LIMIT 1",
+    ),
 )
 _folder: List[Path] = []
 
@@ -32,8 +42,10 @@ def _database() -> Path:
         connection = sqlite3.connect(folder / "payments.sqlite")
         connection.executescript(
             "CREATE TABLE payments (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, amount INTEGER NOT NULL);"
-            "INSERT INTO payments VALUES (1, 'ana', 1200), (2, 'ben', 340), (3, 'chloe', 9075), (4, 'dmitri', 4410),"
-            "(5, 'elena', 77);")
+            "INSERT INTO payments VALUES (1, 'ana', 1200), (2, 'ben', 340), (3, 'chloe', 9075), "
+            "(4, 'dmitri', 4410),"
+            "(5, 'elena', 77);"
+        )
         connection.commit()
         connection.close()
         _folder.append(folder)
@@ -41,25 +53,57 @@ def _database() -> Path:
 
 
 def audit_rows(size: int, seed: int, env_id: str = "text2sql") -> List[Dict[str, Any]]:
-    schema = "CREATE TABLE payments (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, amount INTEGER NOT NULL);"
-    return [{"data_source": "skyrl_gym_audit", "env_class": env_id, "db_file": str(_database()), "max_turns": 3,
-             "prompt": [{"role": "user", "content": f"Schema:\n{schema}\nQuestion: {question}\nAnswer with "
-                         "<solution>SQL</solution>; explore with <sql>...</sql>."}],
-             "reward_spec": {"method": "rule", "ground_truth": gold}} for question, gold in QUESTIONS[:size]]
+    schema = (
+        "CREATE TABLE payments (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, amount INTEGER NOT NULL);"
+    )
+    return [
+        {
+            "data_source": "skyrl_gym_audit",
+            "env_class": env_id,
+            "db_file": str(_database()),
+            "max_turns": 3,
+            "prompt": [
+                {
+                    "role": "user",
+                    "content": f"Schema:\n{schema}\nQuestion: {question}\nAnswer with "
+                    "<solution>SQL</solution>; explore with <sql>...</sql>.",
+                }
+            ],
+            "reward_spec": {"method": "rule", "ground_truth": gold},
+        }
+        for question, gold in QUESTIONS[:size]
+    ]
 
 
 SQL_HACKS = (
-    Hack("query that empties the table", "sql", lambda case: SOLUTION.reply("DELETE FROM payments; SELECT 1"),
-         "delete every row, so that the gold query (if run after it) agrees with anything"),
-    Hack("query that drops the table", "sql", lambda case: SOLUTION.reply("DROP TABLE payments"), "drop the table"),
-    Hack("query that never ends", "sql", lambda case: SOLUTION.reply(
-        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT SUM(x) FROM n"),
-        "an endless recursive query"),
+    Hack(
+        "query that empties the table",
+        "sql",
+        lambda case: SOLUTION.reply("DELETE FROM payments; SELECT 1"),
+        "delete every row, so that the gold query (if run after it) agrees with anything",
+    ),
+    Hack(
+        "query that drops the table",
+        "sql",
+        lambda case: SOLUTION.reply("DROP TABLE payments"),
+        "drop the table",
+    ),
+    Hack(
+        "query that never ends",
+        "sql",
+        lambda case: SOLUTION.reply(
+            "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT SUM(x) FROM n"
+        ),
+        "an endless recursive query",
+    ),
 )
 
 
 def audit_profile(env_id: str) -> AuditProfile:
-    return text_profile(SOLUTION, rows=lambda size, seed: audit_rows(size, seed, env_id),
-                        env_config=lambda: {"reward_timeout_s": 3.0},
-                        wrong_of=lambda case: SOLUTION.reply("SELECT 1"),
-                        golden_of=lambda case: SOLUTION.reply(case.answer)).with_hacks(*SQL_HACKS)
+    return text_profile(
+        SOLUTION,
+        rows=lambda size, seed: audit_rows(size, seed, env_id),
+        env_config=lambda: {"reward_timeout_s": 3.0},
+        wrong_of=lambda case: SOLUTION.reply("SELECT 1"),
+        golden_of=lambda case: SOLUTION.reply(case.answer),
+    ).with_hacks(*SQL_HACKS)
