@@ -56,8 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="print the hash of what decides an env's reward (verifier code, reward settings, data builder)",
         description="Print the env's reward fingerprint: a hash of the env's verifier code within its "
         "package, its registered kwargs, its dataset builder and the versions of what that code imports. "
-        "Trajectories, checkpoints and model cards record it; a changed fingerprint means the reward may mean "
-        "something else.",
+        "Trajectories, checkpoints and model cards record it; a changed fingerprint means the reward may "
+        "mean something else.",
     )
     fingerprint.add_argument("env_id", metavar="ID", nargs="+")
     fingerprint.add_argument("--explain", action="store_true", help="also list what went into the hash")
