@@ -139,8 +139,10 @@ BUILTIN: Dict[str, Callable[[], AuditProfile]] = {
     "code_interpreter": lambda: text_profile(
         dataclasses.replace(BOXED, tool_call="<tool><python>print(1)</python></tool>\n"), latex=True
     ),
+    # the tool hacks reach no retrieval server: one short attempt each (the reward never needs one)
     "search": lambda: text_profile(
-        dataclasses.replace(ANSWER_TAG, tool_call="<search>the answer</search>\n")
+        dataclasses.replace(ANSWER_TAG, tool_call="<search>the answer</search>\n"),
+        env_config=lambda: {"retry_attempts": 1, "timeout": 2.0},
     ),
     "searchcode": lambda: text_profile(
         AnswerFormat(

@@ -388,3 +388,26 @@ def test_the_committed_audit_page_is_up_to_date():
         "docs/audit.md is out of date: run python -m skyrl_gym.audit.page > docs/audit.md"
     )
     assert "| `swe` |" in generated and "git apply -R of the answer left on disk" in generated
+
+
+def test_a_package_contributes_an_envs_profile_through_the_audits_entry_point(registered, tmp_path, monkeypatch):
+    """An installed distribution names the profile in the ``skyrl_gym.audits`` entry-point group (a real
+    ``.dist-info`` on sys.path, read by importlib.metadata); its own hack is played."""
+    package = tmp_path / "audit_plugin_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from skyrl_gym.audit import Hack\n"
+        "from skyrl_gym.audit.profiles import BOXED, text_profile\n\n"
+        "def profile(env_id):\n"
+        "    hack = Hack('plugin hack: answer and a wrong box', 'plugin', lambda case: case.reply(case.answer)\n"
+        "                + ' \\\\boxed{' + str(case.wrong) + '}', parts=lambda case: [case.wrong])\n"
+        "    return text_profile(BOXED).with_hacks(hack)\n")
+    info = tmp_path / "audit_plugin_pkg-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: audit-plugin-pkg\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[skyrl_gym.audits]\naudit_test/plugin = audit_plugin_pkg:profile\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env_id = registered("audit_test/plugin", LastBoxedEnv)
+    assert profile_for(env_id).format is BOXED
+    report = audit_env(env_id, ROWS, hacks=["plugin hack: answer and a wrong box"])
+    assert [c.verdict for c in report.cases if c.kind == "hack"] == [OK, OK], report.table()
