@@ -1,7 +1,8 @@
 """The audit profile of the ``games/*`` envs (``skyrl-gym audit games/nim``): moves go in
 ``<move>...</move>``; a row's
 winning move, where the game has one, is the golden answer and the answer the hacks hide among others (several
-moves in one reply, move spam). The known-wrong reply is an invalid move."""
+moves in one reply, move spam). The known-wrong replies are near misses of the winning move, or an invalid
+move where the game has none."""
 
 from __future__ import annotations
 
@@ -20,4 +21,4 @@ def winning_move(row: Mapping[str, Any]) -> Optional[str]:
 
 
 def audit_profile(env_id: str) -> AuditProfile:
-    return text_profile(MOVE, answer_of=winning_move, wrong_of=lambda case: MOVE.reply("not a move"))
+    return text_profile(MOVE, answer_of=winning_move)

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym import BaseTextEnv, StepOutput
 from skyrl_gym.errors import DataError
-from skyrl_gym.tools.parsers import extract_tag
+from skyrl_gym.tools.parsers import extract_tag, has_look_alike_digits
 
 MAX_INVALID_IN_A_ROW = 3
 MAX_MOVE_CHARS = 200
@@ -114,6 +114,8 @@ class GameEnv(BaseTextEnv):
                 raise InvalidMove(f"No move found: put your move in {self.move_hint}.")
             if len(move) > MAX_MOVE_CHARS:
                 raise InvalidMove(f"That move is {len(move):,} characters long; a move is at most {MAX_MOVE_CHARS}.")
+            if has_look_alike_digits(move):
+                raise InvalidMove("Write numbers with the digits 0-9.")
             outcome = self.play(move)
         except InvalidMove as exc:
             self.invalid_in_a_row += 1

@@ -13,24 +13,16 @@ index), or, for a row with no reward_spec at all, from ``env_config``: ``{"seed"
 from __future__ import annotations
 
 import json
-import unicodedata
 from typing import Any, Dict, Optional, Tuple
 
 from skyrl_gym import BaseTextEnv, StepOutput
 from skyrl_gym.errors import DataError
-from skyrl_gym.tools.parsers import extract_tag
+from skyrl_gym.tools.parsers import extract_tag, has_look_alike_digits
 
 from skygym_contrib.reasoning_gym import generate
 from skygym_contrib.reasoning_gym.names import env_id
 
 MAX_ANSWER_CHARS = 20_000  # longer answers are not scored (some scorers parse with sympy or regexes)
-
-
-def _has_look_alike_digits(text: str) -> bool:
-    """Digits other than ASCII 0-9 (fullwidth, Arabic-Indic, math bold...), which Python's int() and float()
-    read as numbers: a reply in spoofed digits must not be paid as if it wrote the number."""
-    return not text.isascii() and any(
-        not char.isascii() and unicodedata.category(char) == "Nd" for char in text)
 
 
 class ReasoningGymEnv(BaseTextEnv):
@@ -106,7 +98,7 @@ class ReasoningGymEnv(BaseTextEnv):
             metadata["reason"] = "no complete <answer>...</answer> block in the response"
         elif len(answer) > MAX_ANSWER_CHARS:
             metadata["reason"] = f"the answer is {len(answer):,} characters long; at most {MAX_ANSWER_CHARS:,} are scored"
-        elif _has_look_alike_digits(answer):
+        elif has_look_alike_digits(answer):
             metadata["reason"] = ("the answer writes digits other than ASCII 0-9 (look-alike Unicode digits "
                                   "are not read)")
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import unicodedata
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 
@@ -61,6 +62,14 @@ def extract_tag(text: str, tag: str, which: str = "last") -> Optional[str]:
     if not bodies:
         return None
     return (bodies[-1] if which == "last" else bodies[0]).strip()
+
+
+def has_look_alike_digits(text: str) -> bool:
+    """Whether ``text`` writes digits other than ASCII 0-9 (fullwidth, Arabic-Indic, math bold...). Python's
+    ``int()``, ``float()`` and ``str.isdigit()`` accept them, so a parser that does not ask would pay a reply
+    in spoofed digits as if it wrote the number (found by ``skyrl-gym audit``)."""
+    return not text.isascii() and any(
+        not char.isascii() and unicodedata.category(char) == "Nd" for char in text)
 
 
 def parse_xml_tool_calls(text: str, tags: Iterable[str], wrapper: Optional[str] = None) -> ParsedToolCalls:

@@ -86,6 +86,15 @@ def test_guess_number_golden_binary_search():
     assert "lower" in steps[0][2] and "between 26 and 49" in steps[1][2] and "outside 1-100" in steps[2][2]
 
 
+def test_look_alike_digits_are_an_invalid_move():
+    """Found by `skyrl-gym audit`: int() reads fullwidth digits, so "３７" won guess-the-number and mastermind."""
+    steps = play(game("games/guess_number", secret=37, high=100), "３７", "٣٧", "37")
+    assert [s[0] for s in steps] == [0.0, 0.0, 1.0]
+    assert steps[0][3].startswith("invalid move") and "digits 0-9" in steps[0][2]
+    steps = play(game("games/mastermind", code=[1, 2, 3, 4], colours=6), "１２３４", "1234")
+    assert [s[0] for s in steps] == [0.0, 1.0] and "digits 0-9" in steps[0][2]
+
+
 def test_blackjack_golden_hands():
     win = play(game("games/blackjack", seed=6), "stand")  # 20 against a dealer 6 6 who draws to 19
     assert win == [(1.0, True, "You 20, dealer 6 6 4 3 = 19. You win.", None)]

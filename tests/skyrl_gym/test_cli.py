@@ -195,7 +195,7 @@ def test_check_without_rows_says_what_to_pass_when_there_are_none(capsys):
     assert code == 2 and "has no dataset builder and ships no golden cases" in err
     assert "skyrl-gym check cli_no_rows --rows FILE" in err
 
-    code, _, err = run_cli(capsys, ["check", "lcb"])  # its builder needs a file or a hub name
+    code, _, err = run_cli(capsys, ["check", "text2sql"])  # its builder needs a dataset on disk
     assert code == 2 and "its dataset builder failed" in err and "--builder-args" in err
 
 
