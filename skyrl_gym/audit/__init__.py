@@ -52,6 +52,7 @@ FALSE_NEGATIVE = "FALSE NEGATIVE"
 ERROR = "ERROR"
 NOT_RUN = "not run"
 TOLERANCE = 1e-9
+OUT_OF_BUDGET = "out of the time budget"  # the reason of a case --budget-s left unplayed
 
 
 @dataclasses.dataclass
@@ -331,7 +332,7 @@ def _audit_row(
                 expected_full,
                 None,
                 NOT_RUN,
-                "out of the time budget",
+                OUT_OF_BUDGET,
             )
         )
     else:
@@ -355,7 +356,7 @@ def _audit_row(
         if out_of_time():
             report.cases.append(
                 CaseResult(
-                    index, "hack", hack.name, hack.family, expected, None, NOT_RUN, "out of the time budget"
+                    index, "hack", hack.name, hack.family, expected, None, NOT_RUN, OUT_OF_BUDGET
                 )
             )
             continue
@@ -418,6 +419,7 @@ __all__ = [
     "write_json",
     "OPEN_HOLES",
     "open_hole",
+    "OUT_OF_BUDGET",
     "OK",
     "FALSE_POSITIVE",
     "FALSE_NEGATIVE",

