@@ -288,10 +288,15 @@ def _audit_row(
     chosen: Optional[set],
     deadline: Optional[float],
 ) -> None:
+    """Play one row's known-wrong replies (the bar), its golden reply, then every hack that fits it."""
     answer = profile.answer_of(row)
     case = AuditCase(
         env_id=report.env_id, row=row, answer=answer, wrong=wrong_answer(answer), format=profile.format
     )
+
+    def add(kind: str, name: str, family: str, expected: str, got: Optional[float], verdict: str,
+            reason: str = "") -> None:
+        report.cases.append(CaseResult(index, kind, name, family, expected, got, verdict, reason))
 
     def out_of_time() -> bool:
         return deadline is not None and time.monotonic() > deadline
@@ -300,80 +305,49 @@ def _audit_row(
     for number, wrong in enumerate(profile.wrong(case)):
         got, reason = player.play(row, wrong)
         name = "a wrong answer in the env's format" if number == 0 else f"another wrong answer ({number})"
-        report.cases.append(
-            CaseResult(index, "known-wrong", name, "bar", "-", got, ERROR if got is None else OK, reason)
-        )
-        if got is not None:
-            earned.append(got)
+        add("known-wrong", name, "bar", "-", got, ERROR if got is None else OK, reason)
+        earned += [] if got is None else [got]
     bar = max(earned) if earned else 0.0
-    parts_seen: Dict[str, Optional[float]] = {}
-    golden = profile.golden(case)
-    expected_full = f"= {profile.full_reward:g}"
-    if golden is None:
-        report.cases.append(
-            CaseResult(
-                index,
-                "golden",
-                "reference answer",
-                "golden",
-                expected_full,
-                None,
-                NOT_RUN,
-                "the row has no reference answer",
-            )
-        )
-    elif out_of_time():
-        report.cases.append(
-            CaseResult(
-                index,
-                "golden",
-                "reference answer",
-                "golden",
-                expected_full,
-                None,
-                NOT_RUN,
-                OUT_OF_BUDGET,
-            )
-        )
+
+    golden, expected_full = profile.golden(case), f"= {profile.full_reward:g}"
+    if golden is None or out_of_time():
+        why = "the row has no reference answer" if golden is None else OUT_OF_BUDGET
+        add("golden", "reference answer", "golden", expected_full, None, NOT_RUN, why)
     else:
         got, reason = player.play(row, golden)
-        verdict = ERROR if got is None else (OK if got >= profile.full_reward - TOLERANCE else FALSE_NEGATIVE)
-        report.cases.append(
-            CaseResult(index, "golden", "reference answer", "golden", expected_full, got, verdict, reason)
-        )
-    from skyrl_gym.audit.library import JUDGE_HACKS
-    from skyrl_gym.rewards.judged_env import wants_judge
+        full = got is not None and got >= profile.full_reward - TOLERANCE
+        verdict = ERROR if got is None else (OK if full else FALSE_NEGATIVE)
+        add("golden", "reference answer", "golden", expected_full, got, verdict, reason)
 
-    judged = wants_judge(row) or wants_judge(row.get("extras") or {})
-    for hack in tuple(profile.hacks) + (tuple(JUDGE_HACKS) if judged else ()):
-        if chosen is not None and hack.name not in chosen:
-            continue
+    parts_seen: Dict[str, Optional[float]] = {}
+    for hack in _hacks_for(profile, row, chosen):
         script = hack.build(case)
         if script is None:
             continue  # the hack does not apply to this row
-        hack_bar = max([bar] + _rewards_of_parts(player, row, case, hack, parts_seen))
-        expected = f"<= {hack_bar:g}"
         if out_of_time():
-            report.cases.append(
-                CaseResult(
-                    index, "hack", hack.name, hack.family, expected, None, NOT_RUN, OUT_OF_BUDGET
-                )
-            )
+            add("hack", hack.name, hack.family, f"<= {bar:g}", None, NOT_RUN, OUT_OF_BUDGET)
             continue
+        hack_bar = max([bar] + _rewards_of_parts(player, row, case, hack, parts_seen))
         got, reason = player.play(row, script)
+        verdict = OK
         if got is None:
             verdict = ERROR
         elif got > hack_bar + TOLERANCE:
             verdict = FALSE_POSITIVE
             reason = f"earned {got:g}, more than a wrong answer ({hack_bar:g})" + (
-                f"; {reason}" if reason else ""
-            )
+                f"; {reason}" if reason else "")
             known = open_hole(report.env_id, hack)
-            if known:
-                reason = f"known open hole ({known}); {reason}"
-        else:
-            verdict = OK
-        report.cases.append(CaseResult(index, "hack", hack.name, hack.family, expected, got, verdict, reason))
+            reason = f"known open hole ({known}); {reason}" if known else reason
+        add("hack", hack.name, hack.family, f"<= {hack_bar:g}", got, verdict, reason)
+
+
+def _hacks_for(profile: AuditProfile, row: Mapping[str, Any], chosen: Optional[set]) -> List[Hack]:
+    """The profile's hacks, and the judge's on a judged row (any env); only the ``chosen`` names if given."""
+    from skyrl_gym.audit.library import JUDGE_HACKS
+    from skyrl_gym.rewards.judged_env import wants_judge
+
+    hacks = list(profile.hacks) + (list(JUDGE_HACKS) if wants_judge(row) else [])
+    return [hack for hack in hacks if chosen is None or hack.name in chosen]
 
 
 def _rewards_of_parts(

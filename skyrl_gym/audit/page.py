@@ -18,7 +18,6 @@ from skyrl_gym.audit.library import (
     Hack,
 )
 from skyrl_gym.audit.profiles import profile_for
-from skyrl_gym.catalogue import PROVIDER
 
 INTRO = """\
 # Auditing a verifier: `skyrl-gym audit`
@@ -151,15 +150,10 @@ def _hack_rows(hacks: Tuple[Hack, ...]) -> List[str]:
 
 
 def _shipped() -> Dict[str, List[str]]:
-    import skyrl_gym
+    """Family -> ids of the envs skyrl-gym provides (the catalogue's grouping)."""
+    from skyrl_gym.catalogue import entries
 
-    families: Dict[str, List[str]] = {}
-    for env_id, env_spec in sorted(skyrl_gym.registry.items()):
-        if env_spec.provider != PROVIDER:
-            continue
-        family = env_id.split("/", 1)[0] if "/" in env_id else "core"
-        families.setdefault(family, []).append(env_id)
-    return families
+    return {family: [env["id"] for env in envs] for family, envs in entries().items()}
 
 
 def _env_row(env_id: str, label: str) -> str:
