@@ -1,5 +1,5 @@
-"""The trainer records the reward fingerprints of its envs: in every checkpoint, in the exported model's card, and
-it warns, with both values, when a run resumes after its env's verifier changed."""
+"""The trainer records the reward fingerprints of its envs: in every checkpoint, in the exported model's card,
+and it warns, with both values, when a run resumes after its env's verifier changed."""
 
 from __future__ import annotations
 
