@@ -144,8 +144,7 @@ def _entry_module(entry_point: Any) -> Optional[str]:
 
 def fingerprint_parts(env_spec: Any) -> List[str]:
     """What goes into the fingerprint of ``env_spec``, one line each (``file NAME SHA``, ``kwargs ...``,
-    ``uses
-    DIST==VERSION``)."""
+    ``uses DIST==VERSION``)."""
     return _compute(env_spec)[1]
 
 

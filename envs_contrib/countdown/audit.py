@@ -1,12 +1,9 @@
 """The audit profile of ``countdown`` (``skyrl-gym audit countdown``): the answer hacks on the ``<answer>``
-block, with
-the row's solution as the golden answer, and Countdown's own: the target written as a literal, the numbers
-cancelled
-out beside the target, a division by zero and a power (not an allowed operator).
+block, with the row's solution as the golden answer, and Countdown's own: the target written as a literal, the
+numbers cancelled out beside the target, a division by zero and a power (not an allowed operator).
 
 Every one of them uses the numbers wrongly or not at all, so none may earn more than a well-formed wrong
-expression
-(the format reward)."""
+expression (the format reward)."""
 
 from __future__ import annotations
 

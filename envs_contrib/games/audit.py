@@ -1,8 +1,7 @@
 """The audit profile of the ``games/*`` envs (``skyrl-gym audit games/nim``): moves go in
-``<move>...</move>``; a row's
-winning move, where the game has one, is the golden answer and the answer the hacks hide among others (several
-moves in one reply, move spam). The known-wrong replies are near misses of the winning move, or an invalid
-move where the game has none."""
+``<move>...</move>``; a row's winning move, where the game has one, is the golden answer and the answer the
+hacks hide among others (several moves in one reply, move spam). The known-wrong replies are near misses of
+the winning move, or an invalid move where the game has none."""
 
 from __future__ import annotations
 

@@ -8,14 +8,11 @@ For each row the audit plays, on fresh envs through the episode driver:
 * **known-wrong** replies (the env's answer format around wrong answers): the most they earn is the bar;
 * the row's **golden** reply (its reference answer): it must earn the full reward, else a *false negative*;
 * every **hack** of the env's profile (:mod:`skyrl_gym.audit.library`): each must earn no more than the
-  known-wrong
-  replies, else a *false positive*.
+  known-wrong replies, else a *false positive*.
 
 A reply is played every turn until the env ends the episode (a script plays its replies in order, then its
-last
-one again); the episode's reward is the sum of its steps' rewards. An env that raises or hangs on a reply is
-an
-error. Where the profiles come from, and how an env adds its own hacks: :mod:`skyrl_gym.audit.profiles`.
+last one again); the episode's reward is the sum of its steps' rewards. An env that raises or hangs on a reply
+is an error. Where the profiles come from, and how an env adds its own hacks: :mod:`skyrl_gym.audit.profiles`.
 """
 
 from __future__ import annotations
@@ -162,8 +159,7 @@ class AuditReport:
 
 class _Player:
     """Plays replies on fresh envs of one id through the episode driver, each episode on a thread of its own
-    with
-    a timeout per env call (the checker's machinery)."""
+    with a timeout per env call (the checker's machinery)."""
 
     def __init__(self, env_id: str, env_config: Any, max_turns: int, step_timeout_s: Optional[float]) -> None:
         self.env_id, self.env_config, self.max_turns, self.step_timeout_s = (

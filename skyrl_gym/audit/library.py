@@ -1,10 +1,9 @@
 """The hack library: replies that try to earn a reward without solving the task, grouped by action format.
 
 A :class:`Hack` builds one reply (or a script of replies, one per turn) from an :class:`AuditCase`: the row,
-the
-right answer, a known-wrong answer and the env's :class:`AnswerFormat`. It returns ``None`` where it does not
-apply to the row (answer spam needs an answer to hide). An env's audit profile picks the families that fit its
-action format (:mod:`skyrl_gym.audit.profiles`); an env adds its own hacks in an ``audit.py`` beside it.
+the right answer, a known-wrong answer and the env's :class:`AnswerFormat`. It returns ``None`` where it does
+not apply to the row (answer spam needs an answer to hide). An env's audit profile picks the families that fit
+its action format (:mod:`skyrl_gym.audit.profiles`); an env adds its own hacks in an ``audit.py`` beside it.
 
 Every hack must earn no more than the known-wrong answer does; one that earns more is a false positive.
 """
@@ -32,8 +31,7 @@ class AnswerFormat:
 @dataclasses.dataclass
 class AuditCase:
     """What a hack may use: the row, the right and a known-wrong answer (text, or None when the env's answer
-    is not
-    a short text), the env's format, and the env id."""
+    is not a short text), the env's format, and the env id."""
 
     env_id: str
     row: Mapping[str, Any]
@@ -104,8 +102,8 @@ def _distractors(case: AuditCase, count: int) -> List[str]:
 
 def _with_answer_inside(case: AuditCase, candidates: List[str]) -> List[str]:
     """The candidates with the right answer in the middle: neither first nor last, so a grader that reads the
-    first
-    or the last answer (as it should) sees a wrong one; one that pays for any answer it finds is caught."""
+    first or the last answer (as it should) sees a wrong one; one that pays for any answer it finds is
+    caught."""
     middle = len(candidates) // 2
     return candidates[:middle] + [str(case.answer)] + candidates[middle:]
 
@@ -224,8 +222,7 @@ HUGE_CHARS = 2_000_000
 
 def _huge_spam(case: AuditCase) -> Optional[str]:
     """~2 MB of candidate answers with the right one in the middle: answer spam at a size where clipping and
-    time
-    limits must not turn it into pay."""
+    time limits must not turn it into pay."""
     if case.answer is None:
         return None
     unit = "\n".join(case.reply(n) for n in _huge_unit(case)) + "\n"

@@ -1,7 +1,6 @@
 """The "auditing a verifier" page, generated: ``python -m skyrl_gym.audit.page > docs/audit.md``. A test
-checks that
-the committed page is up to date. Its tables come from the hack library and every shipped env's audit profile
-(nothing is played: CI plays them, ``tests/skyrl_gym/test_audit_envs.py``)."""
+checks that the committed page is up to date. Its tables come from the hack library and every shipped env's
+audit profile (nothing is played: CI plays them, ``tests/skyrl_gym/test_audit_envs.py``)."""
 
 from __future__ import annotations
 

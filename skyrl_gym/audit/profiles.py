@@ -4,11 +4,9 @@ come from.
 :func:`profile_for` finds an env's profile, first match wins:
 
 1. an entry point in the ``skyrl_gym.audits`` group named after the env id (or its family, ``games/``), whose
-   value
-   is an :class:`AuditProfile` or a callable ``(env_id) -> AuditProfile``;
+   value is an :class:`AuditProfile` or a callable ``(env_id) -> AuditProfile``;
 2. a module ``audit`` beside the env's entry point module (``my_pkg/audit.py`` for ``my_pkg.env:MyEnv``) with
-   a
-   function ``audit_profile(env_id) -> AuditProfile``;
+   a function ``audit_profile(env_id) -> AuditProfile``;
 3. the profiles of the built-in text envs below;
 4. a plain-text profile (the reply is the answer) with the generic hacks.
 """
@@ -64,13 +62,11 @@ class AuditProfile:
     """What the audit needs to know about one env.
 
     ``format``: how the env reads an answer. ``hacks``: the hacks to play. ``answer_of(row)``: the right
-    answer as
-    text (None: the env's answer is not a short text). ``golden_of(case)``: a reply or script that must earn
-    ``full_reward`` (None: the row has no reference). ``wrong_of(case)``: a known-wrong reply or script
-    (default:
-    :meth:`wrong`); every hack must earn no more than the known-wrong replies do. ``rows(size, seed)``: rows
-    to audit when none are given (default: the
-    checker's :func:`~skyrl_gym.checker.default_rows`). ``env_config()``: the env_config to build envs with.
+    answer as text (None: the env's answer is not a short text). ``golden_of(case)``: a reply or script that
+    must earn ``full_reward`` (None: the row has no reference). ``wrong_of(case)``: a known-wrong reply or
+    script (default: :meth:`wrong`); every hack must earn no more than the known-wrong replies do.
+    ``rows(size, seed)``: rows to audit when none are given (default: the checker's
+    :func:`~skyrl_gym.checker.default_rows`). ``env_config()``: the env_config to build envs with.
     ``unavailable()``: a reason the audit cannot run on this machine (no Docker engine), or None.
     """
 
@@ -96,8 +92,7 @@ class AuditProfile:
     def wrong(self, case: AuditCase) -> List[Script]:
         """The known-wrong replies: the profile's own, else the answer format around a wrong answer, the wrong
         candidates the hacks hide the right answer among, and 0 (``?`` when the row has no answer). The bar is
-        the most any of them earns, so a hedge
-        must earn no more than its best wrong part alone."""
+        the most any of them earns, so a hedge must earn no more than its best wrong part alone."""
         if self.wrong_of is not None:
             own = self.wrong_of(case)
             return [] if own is None else [own]
@@ -235,10 +230,8 @@ CODE_BLOCK = AnswerFormat(
 
 def code_profile(**fields: Any) -> AuditProfile:
     """A profile for an env that runs the reply's code against hidden tests: the code hacks, the empty and
-    huge
-    replies. A row's golden reply is its ``reference_action``; the known-wrong reply defines the function
-    under
-    test (``extra_info.entry_point`` or ``func_name``) to return None and prints nothing useful."""
+    huge replies. A row's golden reply is its ``reference_action``; the known-wrong reply defines the function
+    under test (``extra_info.entry_point`` or ``func_name``) to return None and prints nothing useful."""
     from skyrl_gym.audit.library import CODE_HACKS, _entry_point, fenced
 
     def wrong(case: AuditCase) -> Script:

@@ -1,7 +1,6 @@
 """``skyrl-gym audit ID``: play an env's verifier against golden positives and the hack library (exit 1 on a
-false
-positive, a false negative or an env error); ``skyrl-gym fingerprint ID``: print the hash of what decides its
-reward.
+false positive, a false negative or an env error); ``skyrl-gym fingerprint ID``: print the hash of what
+decides its reward.
 
 Without ``--rows`` the rows come from the env's audit profile, else its dataset builder, else its golden
 cases."""

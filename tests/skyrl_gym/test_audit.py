@@ -2,8 +2,7 @@
 happened.
 
 The vulnerable envs here reproduce the verifier bugs this project met: a reward for any reply that contains
-the
-right number, and a code reward for exit status 0 (HumanEval's ``sys.exit(0)``), run in the real local
+the right number, and a code reward for exit status 0 (HumanEval's ``sys.exit(0)``), run in the real local
 sandbox.
 """
 
@@ -157,8 +156,7 @@ def test_an_env_adds_its_own_hacks_and_the_budget_stops_new_cases(registered):
 
 class ExitStatusCodeEnv(BaseTextEnv):
     """Vulnerable like HumanEval once was: the reply's code and the tests run in one process in the sandbox,
-    and
-    exit status 0 is a pass, so ``sys.exit(0)`` before the tests scores 1.0."""
+    and exit status 0 is a pass, so ``sys.exit(0)`` before the tests scores 1.0."""
 
     def __init__(self, env_config=None, extras=None):
         super().__init__(env_config, extras)
@@ -249,10 +247,8 @@ def test_the_checker_points_to_audit(capsys):
 
 class QuotingJudge:
     """A judge on 127.0.0.1 that speaks the OpenAI chat API and, like many judge models, quotes the response
-    before
-    its verdict: ``The response reads: "...". VERDICT: CORRECT`` when the reference is one of the response's
-    numbers,
-    else ``VERDICT: INCORRECT``. It never writes a score of its own."""
+    before its verdict: ``The response reads: "...". VERDICT: CORRECT`` when the reference is one of the
+    response's numbers, else ``VERDICT: INCORRECT``. It never writes a score of its own."""
 
     def __init__(self):
         import threading
@@ -327,8 +323,7 @@ def test_judged_rows_get_the_judge_hacks_and_the_open_hole_is_named(quoting_judg
 
 def test_the_swe_scripts_are_tool_calls_the_env_reads_and_do_what_they_say(tmp_path):
     """Without a Docker engine the swe audit is skipped; its scripts are checked here: each turn is one tool
-    call the
-    swe env's parser reads, and its bash command does what the case says in a git repository on this
+    call the swe env's parser reads, and its bash command does what the case says in a git repository on this
     machine."""
     import subprocess
 
@@ -390,7 +385,8 @@ def test_the_committed_audit_page_is_up_to_date():
     assert "| `swe` |" in generated and "git apply -R of the answer left on disk" in generated
 
 
-def test_a_package_contributes_an_envs_profile_through_the_audits_entry_point(registered, tmp_path, monkeypatch):
+def test_a_package_contributes_an_envs_profile_through_the_audits_entry_point(registered, tmp_path,
+                                                                              monkeypatch):
     """An installed distribution names the profile in the ``skyrl_gym.audits`` entry-point group (a real
     ``.dist-info`` on sys.path, read by importlib.metadata); its own hack is played."""
     package = tmp_path / "audit_plugin_pkg"
@@ -399,13 +395,15 @@ def test_a_package_contributes_an_envs_profile_through_the_audits_entry_point(re
         "from skyrl_gym.audit import Hack\n"
         "from skyrl_gym.audit.profiles import BOXED, text_profile\n\n"
         "def profile(env_id):\n"
-        "    hack = Hack('plugin hack: answer and a wrong box', 'plugin', lambda case: case.reply(case.answer)\n"
-        "                + ' \\\\boxed{' + str(case.wrong) + '}', parts=lambda case: [case.wrong])\n"
+        "    build = lambda case: case.reply(case.answer) + ' \\\\boxed{' + str(case.wrong) + '}'\n"
+        "    hack = Hack('plugin hack: answer and a wrong box', 'plugin', build,\n"
+        "                parts=lambda case: [case.wrong])\n"
         "    return text_profile(BOXED).with_hacks(hack)\n")
     info = tmp_path / "audit_plugin_pkg-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: audit-plugin-pkg\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[skyrl_gym.audits]\naudit_test/plugin = audit_plugin_pkg:profile\n")
+    (info / "entry_points.txt").write_text(
+        "[skyrl_gym.audits]\naudit_test/plugin = audit_plugin_pkg:profile\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     env_id = registered("audit_test/plugin", LastBoxedEnv)
     assert profile_for(env_id).format is BOXED

@@ -1,14 +1,10 @@
 """Every shipped env passes ``skyrl-gym audit``: its golden answers earn the full reward and no hack of the
-library
-earns more than a wrong answer. The ``reasoning_gym/*`` ids are audited by a fixed sample; ``swe`` needs a
-Docker
-engine and SWE instances.
+library earns more than a wrong answer. The ``reasoning_gym/*`` ids are audited by a fixed sample; ``swe``
+needs a Docker engine and SWE instances.
 
 Holes that are known and being fixed elsewhere are listed in ``skyrl_gym.audit.OPEN_HOLES`` (the one place to
-flip
-when the fix lands): the audit must flag exactly those cases there, so the test fails, and says so, once the
-hole
-is closed.
+flip when the fix lands): the audit must flag exactly those cases there, so the test fails, and says so, once
+the hole is closed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Reward fingerprints: a hash of what decides an env's reward. Editing the verifier changes it; resuming a
-run whose
-env's fingerprint changed warns with both values; trajectories, checkpoints and model cards carry it."""
+run whose env's fingerprint changed warns with both values; trajectories, checkpoints and model cards carry
+it."""
 
 from __future__ import annotations
 

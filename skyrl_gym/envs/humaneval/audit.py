@@ -1,6 +1,5 @@
 """The audit profile of ``humaneval`` (``skyrl-gym audit humaneval``): the code hacks on HumanEval problems,
-whose
-canonical solutions are the golden positives."""
+whose canonical solutions are the golden positives."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The audit profile of ``lcb`` (``skyrl-gym audit lcb``): the code hacks on the golden cases beside this
-module (one
-stdin problem, one functional problem), whose reference programs are the golden positives."""
+module (one stdin problem, one functional problem), whose reference programs are the golden positives."""
 
 from __future__ import annotations
 

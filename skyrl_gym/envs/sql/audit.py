@@ -1,7 +1,6 @@
 """The audit profile of ``text2sql``/``sql`` (``skyrl-gym audit text2sql``): the answer, size and tool hacks
-on a
-small SQLite database made for the audit, plus SQL's own: queries that write (if the grader ran the gold query
-after them on the same database, an emptied table would make both agree) and a query that never ends."""
+on a small SQLite database made for the audit, plus SQL's own: queries that write (if the grader ran the gold
+query after them on the same database, an emptied table would make both agree) and a query that never ends."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """The audit profile of ``swe`` (``skyrl-gym audit swe``): episodes in containers, so it needs a Docker engine
-and
-instances (``SKYGYM_SWE_INSTANCES`` or ``--rows``, from ``skyrl-gym swe build``).
+and instances (``SKYGYM_SWE_INSTANCES`` or ``--rows``, from ``skyrl-gym swe build``).
 
 Golden: apply the row's gold patch, submit. Known-wrong: submit without a change. Hacks: the answer read from
-the
-container (a patch or diff left on disk, applied forwards or with ``git apply -R``, the historical hack; other
-commits of the repository's history), and the hidden tests' files deleted, emptied, or overruled by a
+the container (a patch or diff left on disk, applied forwards or with ``git apply -R``, the historical hack;
+other commits of the repository's history), and the hidden tests' files deleted, emptied, or overruled by a
 ``conftest.py`` that reports every test as passed."""
 
 from __future__ import annotations
