@@ -172,6 +172,7 @@ CLIENT_KEYS: Dict[str, Dict[str, Rule]] = {
         **_GENERATED,
         "split": Rule("choice", "the split rows come from", choices=("train", "test")),
         "index": Rule("range", "the entry of the split", low=0, high=10**12, whole=True),
+        "containment_credit": Rule("flag", "pay reasoning-gym's credit to answers that only contain the answer"),
     },
     "games/*": {**_GENERATED, "max_turns": MAX_TURNS},
 }
