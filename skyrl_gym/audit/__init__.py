@@ -50,6 +50,7 @@ ERROR = "ERROR"
 NOT_RUN = "not run"
 TOLERANCE = 1e-9
 OUT_OF_BUDGET = "out of the time budget"  # the reason of a case --budget-s left unplayed
+UNUSABLE_ROW = ("make raised", "init raised")  # an episode that failed before its first step
 
 
 @dataclasses.dataclass
@@ -302,6 +303,8 @@ def _audit_row(
         got, reason = player.play(row, wrong)
         name = "a wrong answer in the env's format" if number == 0 else f"another wrong answer ({number})"
         add("known-wrong", name, "bar", "-", got, ERROR if got is None else OK, reason)
+        if got is None and reason.startswith(UNUSABLE_ROW):
+            return  # the env cannot be built or started for this row: every other case would say the same
         earned += [] if got is None else [got]
     bar = max(earned) if earned else 0.0
 

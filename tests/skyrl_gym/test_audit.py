@@ -409,3 +409,13 @@ def test_a_package_contributes_an_envs_profile_through_the_audits_entry_point(re
     assert profile_for(env_id).format is BOXED
     report = audit_env(env_id, ROWS, hacks=["plugin hack: answer and a wrong box"])
     assert [c.verdict for c in report.cases if c.kind == "hack"] == [OK, OK], report.table()
+
+
+def test_a_row_the_env_cannot_be_built_from_is_one_error_not_thirty(registered):
+    broken = {"prompt": [{"role": "user", "content": "?"}], "env_class": "x", "reward_spec": {}}
+    report = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), [broken] + ROWS[:1],
+                       profile=text_profile(BOXED))
+    row0 = [c for c in report.cases if c.row_index == 0]
+    assert len(row0) == 1 and row0[0].verdict == "ERROR" and "make raised" in row0[0].reason
+    assert not report.ok
+    assert {c.verdict for c in report.cases if c.row_index == 1} == {OK}  # the next row is still audited
