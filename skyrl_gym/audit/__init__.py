@@ -236,7 +236,7 @@ def audit_env(
         rows: dataset rows (a list or a JSONL/JSON/Parquet path); default: the profile's rows, else the env's
         dataset
             builder's, else the golden cases it ships (:func:`skyrl_gym.checker.default_rows`).
-        env_config: passed to every env built (default: the profile's).
+        env_config: passed to every env built, over the profile's own settings.
         profile: how to audit the env (default: :func:`~skyrl_gym.audit.profiles.profile_for`).
         max_rows: audit at most this many rows.
         budget_s: start no case after this many seconds; the rest are reported as not run.
@@ -263,9 +263,10 @@ def audit_env(
     else:
         raw = _read_rows(rows)
         report.rows_source = f"{len(raw)} row(s) given"
-    player = _Player(
-        env_id, profile.env_config() if env_config is None else env_config, profile.max_turns, step_timeout_s
-    )
+    defaults = profile.env_config()
+    if isinstance(env_config, Mapping) and isinstance(defaults, Mapping):
+        env_config = {**defaults, **env_config}  # the profile's settings (short timeouts), overridden by yours
+    player = _Player(env_id, defaults if env_config is None else env_config, profile.max_turns, step_timeout_s)
     chosen = None if hacks is None else set(hacks)
     deadline = None if budget_s is None else started + budget_s
     for index, row in enumerate(raw[:max_rows]):
