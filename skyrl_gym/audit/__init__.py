@@ -265,8 +265,9 @@ def audit_env(
         report.rows_source = f"{len(raw)} row(s) given"
     defaults = profile.env_config()
     if isinstance(env_config, Mapping) and isinstance(defaults, Mapping):
-        env_config = {**defaults, **env_config}  # the profile's settings (short timeouts), overridden by yours
-    player = _Player(env_id, defaults if env_config is None else env_config, profile.max_turns, step_timeout_s)
+        env_config = {**defaults, **env_config}  # the profile's settings (short timeouts), then the caller's
+    config = defaults if env_config is None else env_config
+    player = _Player(env_id, config, profile.max_turns, step_timeout_s)
     chosen = None if hacks is None else set(hacks)
     deadline = None if budget_s is None else started + budget_s
     for index, row in enumerate(raw[:max_rows]):
