@@ -4,9 +4,8 @@ on.
 ``skyrl_gym.spec("gsm8k").fingerprint`` (computed on first use, then kept) hashes:
 
 * the env's verifier code within its package: every Python file of the folder of the entry point's module (its
-  ``audit.py`` excepted), and every module of the same top-level package those files import, followed
-  transitively (not into a package's ``__init__``, which re-exports, nor into the env contract's plumbing,
-  :data:`PLUMBING`);
+  ``audit.py`` excepted), and every module of its distribution those files import, followed transitively (not
+  into a package's ``__init__``, which re-exports, nor into the env contract's plumbing, :data:`PLUMBING`);
 * its reward settings: the spec's registered kwargs;
 * the data builder: the module of its dataset builder (followed the same way), and the versions of the
   distributions the hashed code imports from outside its package (``math-verify``, ``reasoning-gym``...).
@@ -31,8 +30,7 @@ _cache: Dict[Tuple[str, str, str], Tuple[str, List[str]]] = {}
 _lock = threading.Lock()
 _SKIPPED_FILES = {"audit.py"}  # what audits the verifier does not decide the reward
 # The env contract's plumbing (registry, rows, episode driver, tool calling): every env imports it, none is
-# scored
-# by it, so it is not followed (an edit there would change every fingerprint without changing a reward).
+# scored by it, so it is not followed (an edit there would change every fingerprint without changing a reward).
 PLUMBING = (
     "skyrl_gym.core",
     "skyrl_gym.registration",
@@ -46,7 +44,8 @@ PLUMBING = (
     "skyrl_gym.episode",
     "skyrl_gym.checker",
     "skyrl_gym.audit",
-    "skyrl_gym.tools",
+    "skyrl_gym.tools.core",
+    "skyrl_gym.tools.blocking",
     "skyrl_gym.envs.base_text_env",
     "skyrl_gym.cli",
 )
@@ -106,12 +105,22 @@ def _distribution_versions(tops: Set[str]) -> List[str]:
     return out
 
 
+def _own_tops(tops: Set[str]) -> Set[str]:
+    """The top-level packages of the distributions that ship ``tops`` (``skyrl_gym``, ``skygym_contrib``,
+    ``skygym_sandboxes``... for skyrl-gym): their code is hashed, not only their version named."""
+    from importlib.metadata import packages_distributions
+
+    by_top = packages_distributions()
+    dists = {dist for top in tops for dist in by_top.get(top, [])}
+    return set(tops) | {top for top, owners in by_top.items() if dists & set(owners)}
+
+
 def _collect(start_modules: List[str]) -> Tuple[Dict[str, Path], Set[str]]:
     """The files of the modules to hash (name -> path) and the top-level names imported from outside."""
     files: Dict[str, Path] = {}
     outside: Set[str] = set()
     pending = list(start_modules)
-    own_tops = {name.split(".")[0] for name in start_modules}
+    own_tops = _own_tops({name.split(".")[0] for name in start_modules})
     stdlib = set(getattr(sys, "stdlib_module_names", ()))
     while pending:
         name = pending.pop()
