@@ -30,7 +30,7 @@ _cache: Dict[Tuple[str, str, str], Tuple[str, List[str]]] = {}
 _lock = threading.Lock()
 _SKIPPED_FILES = {"audit.py"}  # what audits the verifier does not decide the reward
 # The env contract's plumbing (registry, rows, episode driver, tool calling): every env imports it, none is
-# scored by it, so it is not followed (an edit there would change every fingerprint without changing a reward).
+# scored by it, so it is not followed (an edit there would change every fingerprint, no reward).
 PLUMBING = (
     "skyrl_gym.core",
     "skyrl_gym.registration",
