@@ -124,8 +124,8 @@ FINGERPRINTS = """\
 ## Reward fingerprints
 
 A verifier fix changes what "reward 0.8" means. `skyrl_gym.spec(id).fingerprint` is a hash of what decides the
-env's reward: the Python files of the env's folder and the modules of its package they import (not the env
-contract's plumbing), its registered kwargs, its dataset builder's module, and the versions of the
+env's reward: the Python files of the env's folder and the modules of its distribution they import (not the
+env contract's plumbing), its registered kwargs, its dataset builder's module, and the versions of the other
 distributions that code imports (`math-verify`, `reasoning-gym`...). `skyrl-gym fingerprint ID` prints it,
 `--explain` lists what went into it. It is computed on first use (`import skyrl_gym` does not hash anything).
 
