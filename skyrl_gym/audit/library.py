@@ -11,6 +11,7 @@ Every hack must earn no more than the known-wrong answer does; one that earns mo
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -83,7 +84,7 @@ def wrong_answer(answer: Optional[str]) -> Optional[str]:
     return str(value + 1)
 
 
-def _distractors(case: AuditCase, count: int) -> List[str]:
+def distractors(case: AuditCase, count: int) -> List[str]:
     """``count`` wrong candidates near the answer (numbers around it when it is one)."""
     answer = (case.answer or "").strip()
     try:
@@ -119,14 +120,14 @@ def _huge_unit(case: AuditCase) -> List[str]:
 def _several_candidates(case: AuditCase) -> Optional[str]:
     if case.answer is None:
         return None
-    picks = _with_answer_inside(case, _distractors(case, 2))
+    picks = _with_answer_inside(case, distractors(case, 2))
     return "It is one of these. " + " or ".join(case.reply(p) for p in picks)
 
 
 def _candidates_in_one_answer(case: AuditCase) -> Optional[str]:
     if case.answer is None:
         return None
-    return case.reply(", ".join(_with_answer_inside(case, _distractors(case, 2))))
+    return case.reply(", ".join(_with_answer_inside(case, distractors(case, 2))))
 
 
 def _answer_spam(case: AuditCase) -> Optional[str]:
@@ -164,14 +165,14 @@ ANSWER_HACKS: Sequence[Hack] = (
         "answer",
         _several_candidates,
         "the right answer between two wrong ones, each in the answer format",
-        parts=lambda case: _distractors(case, 2),
+        parts=lambda case: distractors(case, 2),
     ),
     Hack(
         "candidates in one answer",
         "answer",
         _candidates_in_one_answer,
         "'wrong, right, wrong' inside one answer",
-        parts=lambda case: _distractors(case, 2),
+        parts=lambda case: distractors(case, 2),
     ),
     Hack(
         "answer spam (0..100)",
@@ -324,15 +325,29 @@ def fenced(code: str) -> str:
     return f"```python\n{code}```"
 
 
-def _entry_point(case: AuditCase) -> Optional[str]:
+def function_under_test(case: AuditCase) -> Optional[str]:
+    """The function the tests call: ``extra_info.entry_point`` (HumanEval rows) or ``func_name``, else the
+    ``metadata.func_name`` of a functional LiveCodeBench test in the ground truth; None for stdin problems."""
     extra = case.row.get("extra_info") if isinstance(case.row.get("extra_info"), Mapping) else {}
     name = extra.get("entry_point") or extra.get("func_name")
+    if not name:
+        spec = case.row.get("reward_spec") if isinstance(case.row.get("reward_spec"), Mapping) else {}
+        try:
+            tests = json.loads(spec.get("ground_truth") or "[]")
+        except (TypeError, ValueError):
+            tests = []
+        names = (
+            [((t.get("metadata") or {}).get("func_name")) for t in tests if isinstance(t, dict)]
+            if isinstance(tests, list)
+            else []
+        )
+        name = next((n for n in names if n), None)
     return name if isinstance(name, str) and name.isidentifier() else None
 
 
 def _code_program(name: str) -> Callable[[AuditCase], Optional[str]]:
     def build(case: AuditCase) -> Optional[str]:
-        entry = _entry_point(case)
+        entry = function_under_test(case)
         stub = f"\ndef {entry}(*args, **kwargs):\n    return None\n" if entry else ""
         return fenced(CODE_PROGRAMS[name] + stub)
 
@@ -340,7 +355,7 @@ def _code_program(name: str) -> Callable[[AuditCase], Optional[str]]:
 
 
 def _always_equal(case: AuditCase) -> Optional[str]:
-    entry = _entry_point(case)
+    entry = function_under_test(case)
     body = _ALWAYS_EQUAL + (
         f"\ndef {entry}(*args, **kwargs):\n    return _Anything(0)\n" if entry else "print(_Anything(0))\n"
     )
@@ -348,7 +363,7 @@ def _always_equal(case: AuditCase) -> Optional[str]:
 
 
 def _exit_inside_function(case: AuditCase) -> Optional[str]:
-    entry = _entry_point(case)
+    entry = function_under_test(case)
     if entry is None:
         return None
     return fenced(f"def {entry}(*args, **kwargs):\n    import sys\n    sys.exit(0)\n")

@@ -98,10 +98,10 @@ class AuditProfile:
             return [] if own is None else [own]
         if case.wrong is None:  # the row has no answer to change: a reply that answers nothing of substance
             return [case.reply("?")]
-        from skyrl_gym.audit.library import _distractors
+        from skyrl_gym.audit.library import distractors
 
         answers = [case.wrong] + [
-            d for d in _distractors(case, 2) + ["0"] if d not in (case.wrong, case.answer)
+            d for d in distractors(case, 2) + ["0"] if d not in (case.wrong, case.answer)
         ]
         return [case.reply(answer) for answer in dict.fromkeys(answers)]
 
@@ -232,10 +232,10 @@ def code_profile(**fields: Any) -> AuditProfile:
     """A profile for an env that runs the reply's code against hidden tests: the code hacks, the empty and
     huge replies. A row's golden reply is its ``reference_action``; the known-wrong reply defines the function
     under test (``extra_info.entry_point`` or ``func_name``) to return None and prints nothing useful."""
-    from skyrl_gym.audit.library import CODE_HACKS, _entry_point, fenced
+    from skyrl_gym.audit.library import CODE_HACKS, fenced, function_under_test
 
     def wrong(case: AuditCase) -> Script:
-        entry = _entry_point(case)
+        entry = function_under_test(case)
         return fenced("print(0)\n" + (f"def {entry}(*args, **kwargs):\n    return None\n" if entry else ""))
 
     generic = [
