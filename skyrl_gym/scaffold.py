@@ -107,6 +107,25 @@ def build_rows(split: str, size: Optional[int], seed: int) -> Iterator[Dict[str,
         }}
 '''
 
+AUDIT = '''"""The audit profile of the {name!r} env: how ``skyrl-gym audit {name}`` reads its answers.
+
+Add hacks of your own that fit your env (skyrl-gym's docs/audit.md, "Adding an env's own hacks")."""
+
+from skyrl_gym.audit import AuditProfile, Hack
+from skyrl_gym.audit.profiles import ANSWER_TAG, text_profile
+
+OWN_HACKS = (
+    Hack("the word itself", "{name}",
+         lambda case: ANSWER_TAG.reply(case.answer[::-1]) if case.answer else None, "the word as given"),
+)
+
+
+def audit_profile(env_id: str) -> AuditProfile:
+    # the answer of a row is the reversed word: the golden reply, and what the hacks hide among wrong ones
+    answer_of = lambda row: row["reward_spec"]["ground_truth"][::-1]  # noqa: E731
+    return text_profile(ANSWER_TAG, answer_of=answer_of).with_hacks(*OWN_HACKS)
+'''
+
 TEST = '''"""The {name!r} env through skyrl_gym's public API, as installed (entry points)."""
 
 import skyrl_gym
@@ -132,6 +151,13 @@ def test_rewards_and_reasons():
 def test_the_checker_passes_on_builder_rows():
     report = check_env("{name}", datasets.build_rows("{name}", split="test", size=2, seed=0), huge_action_chars=100_000)
     assert report.ok, str(report)
+
+
+def test_the_audit_passes():
+    from skyrl_gym.audit import audit_env
+
+    report = audit_env("{name}", max_rows=2)
+    assert report.ok, report.table()
 '''
 
 README = '''# {title}
@@ -145,6 +171,7 @@ A skyrl-gym environment, registered as `{name}`.
 ```bash
 pip install -e .[dev]
 skyrl-gym check {name}      # the checker, on rows from the dataset builder
+skyrl-gym audit {name}      # golden answers and reward hacks against the verifier ({package}/audit.py)
 python -m pytest tests
 ```
 
@@ -197,6 +224,7 @@ def scaffold(name: str, directory: Optional[Path] = None) -> Path:
         package / "__init__.py": INIT,
         package / "env.py": ENV,
         package / "dataset.py": DATASET,
+        package / "audit.py": AUDIT,
         root / "tests" / f"test_{name}.py": TEST,
     }
     for path, template in files.items():

@@ -29,4 +29,4 @@ def test_init_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
 def test_the_scaffolded_package_installs_and_passes_the_checker_and_its_own_tests(tmp_path):
     root = scaffold(NAME, tmp_path / "pkg")
     summary = check_and_test(NAME, root, tmp_path / "site", cwd=tmp_path)
-    assert "3 passed" in summary, summary
+    assert "4 passed" in summary, summary

@@ -59,3 +59,13 @@ def test_the_checker_passes_on_builder_rows():
     rows = datasets.build_rows("word_sort", split="test", size=4, seed=0)
     report = check_env("word_sort", rows, huge_action_chars=100_000)
     assert report.ok, str(report)
+
+
+def test_the_audit_passes():
+    """Golden answers earn 1.0; no reward hack (the library's and word_sort's own, in audit.py) earns more
+    than a wrong answer."""
+    from skyrl_gym.audit import audit_env
+
+    report = audit_env("word_sort", max_rows=2)
+    assert report.ok, report.table()
+    assert {"the words in reverse order", "every word twice"} <= {case.name for case in report.cases}
