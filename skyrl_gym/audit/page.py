@@ -80,11 +80,11 @@ FOUND = """\
 
 Its first run flagged these, now fixed (each with a test that fails without the fix):
 
-* `math`, `code_interpreter` (and every `\\boxed{}` env graded by `skyrl_gym.rewards.math`): the numeric shortcut
-  read the answer with `float()`, which accepts fullwidth and Arabic-Indic digits, so `\\boxed{１０２４}` earned 1.0;
-  only ASCII numbers take the shortcut now.
-* `reasoning_gym/*`: reasoning-gym pays `len(expected) / len(answer)` to an answer that contains the expected one,
-  so a hedged list ("-87, -88, -89") earned more than a wrong answer; that credit is refused (`env_config
+* `math`, `code_interpreter` (and every `\\boxed{}` env graded by `skyrl_gym.rewards.math`): the numeric
+  shortcut read the answer with `float()`, which accepts fullwidth and Arabic-Indic digits, so
+  `\\boxed{１０２４}` earned 1.0; only ASCII numbers take the shortcut now.
+* `reasoning_gym/*`: reasoning-gym pays `len(expected) / len(answer)` to an answer that contains the expected
+  one, so a hedged list ("-87, -88, -89") earned more than a wrong answer; that credit is refused (`env_config
   containment_credit=true` restores it), and answers in look-alike digits earn 0.
 * `games/guess_number`, `games/mastermind`: moves in look-alike digits were read as numbers and won; they are
   invalid moves now (`skyrl_gym.tools.parsers.has_look_alike_digits`, shared by the games and reasoning_gym).
