@@ -235,12 +235,7 @@ def markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+if __name__ == "__main__":
     import sys
 
     sys.stdout.write(markdown())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
