@@ -22,7 +22,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack, Script, wrong_answer
 from skyrl_gym.audit.profiles import AuditProfile, profile_for, text_profile
@@ -158,20 +158,18 @@ class AuditReport:
         }
 
 
+@dataclasses.dataclass
 class _Player:
     """Plays replies on fresh envs of one id through the episode driver, each episode on a thread of its own
     with a timeout per env call (the checker's machinery)."""
 
-    def __init__(self, env_id: str, env_config: Any, max_turns: int, step_timeout_s: Optional[float]) -> None:
-        self.env_id, self.env_config, self.max_turns, self.step_timeout_s = (
-            env_id,
-            env_config,
-            max_turns,
-            step_timeout_s,
-        )
+    env_id: str
+    env_config: Any
+    max_turns: int
+    step_timeout_s: Optional[float]
 
-    def play(self, row: Mapping[str, Any], script: Script) -> tuple:
-        """``(total reward or None, reason)``."""
+    def play(self, row: Mapping[str, Any], script: Script) -> Tuple[Optional[float], str]:
+        """``(total reward, reason)``; the reward is None when the env raised or hung (the reason says where)."""
         from skyrl_gym.checker import _EpisodeThread, _EpisodeThreadCaller
         from skyrl_gym.data import row_extras
         from skyrl_gym.episode import ScriptedPolicy, run_episode, run_sync
