@@ -169,7 +169,8 @@ class _Player:
     step_timeout_s: Optional[float]
 
     def play(self, row: Mapping[str, Any], script: Script) -> Tuple[Optional[float], str]:
-        """``(total reward, reason)``; the reward is None when the env raised or hung (the reason says where)."""
+        """``(total reward, reason)``; the reward is None when the env raised or hung (the reason says
+        where)."""
         from skyrl_gym.checker import _EpisodeThread, _EpisodeThreadCaller
         from skyrl_gym.data import row_extras
         from skyrl_gym.episode import ScriptedPolicy, run_episode, run_sync
