@@ -37,10 +37,6 @@ OPEN_HOLES: Dict[str, Dict[str, str]] = {
     "swe": {
         "git apply -R of the answer left on disk": "issue 26: nothing of the answer in the agent's container"
     },
-    "judge": {
-        "reply orders the judge to score 1": "issue 29: a judge whose verdict the policy cannot write",
-        "reply forges the judge's verdict": "issue 29: a judge whose verdict the policy cannot write",
-    },
 }
 
 OK = "ok"
@@ -370,7 +366,7 @@ def _rewards_of_parts(
 def open_hole(env_id: str, hack: Hack) -> Optional[str]:
     """Where the fix of a known hole is, when ``hack`` on ``env_id`` is one (:data:`OPEN_HOLES`)."""
     return OPEN_HOLES.get(env_id, {}).get(hack.name) or (
-        OPEN_HOLES["judge"].get(hack.name) if hack.family == "judge" else None
+        OPEN_HOLES.get("judge", {}).get(hack.name) if hack.family == "judge" else None
     )
 
 
