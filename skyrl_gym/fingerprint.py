@@ -17,6 +17,7 @@ and the fingerprint changes; ``skyrl-gym fingerprint ID --explain`` lists what w
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 import json
@@ -91,28 +92,52 @@ def _module_name_of(path: Path, top: str, root: Path) -> str:
     return ".".join([top] + parts) if parts else top
 
 
-def _distribution_versions(tops: Set[str]) -> List[str]:
-    from importlib.metadata import packages_distributions, version
+@functools.lru_cache(maxsize=1)
+def _tops_to_distributions() -> Dict[str, Tuple[str, ...]]:
+    """Top-level import name -> the distributions whose ``top_level.txt`` names it (read once per process; far
+    cheaper than ``packages_distributions``, which reads every installed file list)."""
+    from importlib.metadata import distributions
 
-    by_top = packages_distributions()
-    out = []
-    for top in sorted(tops):
-        for dist in sorted(set(by_top.get(top, []))):
+    found: Dict[str, Set[str]] = {}
+    for dist in distributions():
+        for top in (dist.read_text("top_level.txt") or "").split():
+            found.setdefault(top, set()).add(dist.metadata["Name"])
+    return {top: tuple(sorted(names)) for top, names in found.items()}
+
+
+def _distributions_of(top: str) -> Tuple[str, ...]:
+    """The distributions that ship the top-level package ``top`` (by ``top_level.txt``, else by its name)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    known = _tops_to_distributions().get(top)
+    if known:
+        return known
+    for guess in dict.fromkeys((top, top.replace("_", "-"))):
+        try:
+            return (distribution(guess).metadata["Name"],)
+        except PackageNotFoundError:
+            continue
+    return ()
+
+
+def _distribution_versions(tops: Set[str]) -> List[str]:
+    from importlib.metadata import version
+
+    out = set()
+    for top in tops:
+        for dist in _distributions_of(top):
             try:
-                out.append(f"uses {dist}=={version(dist)}")
+                out.add(f"uses {dist}=={version(dist)}")
             except Exception:  # metadata that cannot be read: the name alone
-                out.append(f"uses {dist}")
-    return out
+                out.add(f"uses {dist}")
+    return sorted(out)
 
 
 def _own_tops(tops: Set[str]) -> Set[str]:
     """The top-level packages of the distributions that ship ``tops`` (``skyrl_gym``, ``skygym_contrib``,
     ``skygym_sandboxes``... for skyrl-gym): their code is hashed, not only their version named."""
-    from importlib.metadata import packages_distributions
-
-    by_top = packages_distributions()
-    dists = {dist for top in tops for dist in by_top.get(top, [])}
-    return set(tops) | {top for top, owners in by_top.items() if dists & set(owners)}
+    dists = {dist for top in tops for dist in _distributions_of(top)}
+    return set(tops) | {top for top, owners in _tops_to_distributions().items() if dists & set(owners)}
 
 
 def _collect(start_modules: List[str]) -> Tuple[Dict[str, Path], Set[str]]:
