@@ -92,7 +92,7 @@ def _within_ceiling(field: str, name: str, value: Any, ceilings: Limits) -> Unio
     if number > ceiling:
         flag = LIMIT_FLAGS.get(name)
         raise BadRequest(
-            f"{field} asks for {value!r}, above this service's {name} of {ceiling:g}"
+            f"{field} asks for {value!r:.40}, above this service's {name} of {ceiling:g}"
             f"{f' ({flag})' if flag else ''}; a request may lower a limit, never raise it"
         )
     return number

@@ -48,10 +48,13 @@ def check_limit(name: str, value: Any) -> Union[int, float]:
         raise ValueError(
             f"Limits.{name} must be a positive number (or null for the default), got {value!r}"
         )
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # a whole number too large for a float (JSON carries 400 digits): past any maximum
+        number = float(LIMIT_MAXIMA[name]) if value > 0 else -math.inf
     if not math.isfinite(number) or number <= 0:
         raise ValueError(
-            f"Limits.{name} must be a finite number above 0 (at most {LIMIT_MAXIMA[name]:g}), got {value!r}"
+            f"Limits.{name} must be a finite number above 0 (at most {LIMIT_MAXIMA[name]:g}), got {value!r:.40}"
         )
     number = min(number, float(LIMIT_MAXIMA[name]))
     if name in _WHOLE_NUMBER_LIMITS:

@@ -25,7 +25,7 @@ any_value = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([1e10, 1e308, float("inf"), float("-inf"), float("nan"), 0, -0.0, 5e-324]),
+    st.sampled_from([1e10, 1e308, float("inf"), float("-inf"), float("nan"), 0, -0.0, 5e-324, 10**400, -(10**400)]),
     st.text(max_size=5),
     st.lists(st.integers(), max_size=2),
 )
@@ -36,6 +36,8 @@ def acceptable(value) -> bool:
         return True
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
+    if isinstance(value, int):
+        return value > 0  # a whole number is finite however many digits it has (it is lowered to the maximum)
     return math.isfinite(value) and value > 0
 
 
