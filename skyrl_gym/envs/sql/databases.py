@@ -31,7 +31,7 @@ def _inside(folder: str, path: str) -> bool:
 
 
 def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> str:
-    """The SQLite file a row refers to; raises ``DataError``/``FileNotFoundError`` naming the field.
+    """The SQLite file a row refers to; raises ``DataError`` naming the field.
 
     With ``db_path`` set (always, on a server: the operator's data folder), the file must lie inside it once
     every symlink is followed: a row naming an absolute path elsewhere, climbing out with ``..`` or through a
@@ -64,12 +64,17 @@ def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> 
             f"data folder (env_config.db_path); databases must lie inside it (no absolute paths elsewhere, "
             f"no '..', no links out of it)"
         )
+    # A row's mistake, said in the row's words: the data folder's own path stays on the server.
+    named = f"text2sql row's {field} {str(db_file or extras.get('db_id'))!r:.200}"
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"Database file not found at: {path}")
-    with open(path, "rb") as handle:
-        header = handle.read(16)
+        raise DataError(f"{named}: database file not found" + ("" if db_path else f" at {path}"))
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(16)
+    except OSError as exc:
+        raise DataError(f"{named}: the database cannot be read ({exc.strerror})") from None
     if header != b"SQLite format 3\x00":
-        raise DataError(f"text2sql database {path} is not a SQLite 3 file")
+        raise DataError(f"{named} is not a SQLite 3 file")
     return path
 
 

@@ -198,7 +198,7 @@ def test_bad_rows_get_errors_that_name_the_field(sample, tmp_path):
     (tmp_path / "notes.sqlite").write_text("not a database")
     with pytest.raises(DataError, match="is not a SQLite 3 file"):
         skyrl_gym.make("text2sql", env_config={}, extras={**rows[0], "db_file": str(tmp_path / "notes.sqlite")})
-    with pytest.raises(FileNotFoundError, match="nowhere.sqlite"):
+    with pytest.raises(DataError, match="'nowhere.sqlite': database file not found"):
         skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": "nowhere.sqlite"})
 
 
