@@ -74,8 +74,8 @@ class Rule:
             return "one of " + ", ".join(f"`{choice}`" for choice in self.choices)
         return "a JSON object"
 
-    def check(self, key: str, value: Any, operator_value: Any) -> Any:
-        where = f"env_config.{key}"
+    def check(self, key: str, value: Any, operator_value: Any, where: str = "") -> Any:
+        where = where or f"env_config.{key}"
         if self.kind == "flag":
             if not isinstance(value, bool):
                 raise PolicyError(f"{where} must be true or false, got {value!r:.60}")
@@ -88,7 +88,7 @@ class Rule:
             if not isinstance(value, dict):
                 raise PolicyError(f"{where} must be a JSON object, got {type(value).__name__}")
             return value
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value):
             raise PolicyError(f"{where} must be a finite number, got {value!r:.60}")
         if self.whole and value != int(value):
             raise PolicyError(f"{where} must be a whole number, got {value!r}")
@@ -105,6 +105,15 @@ class Rule:
                 f"--env-config sets it); a client may lower it, never raise it"
             )
         return value
+
+
+def _finite(value: numbers.Real) -> bool:
+    """True for a number a float can hold that is not NaN or infinite (a 400-digit integer is not: JSON
+    carries it, and ``math.isfinite`` raises ``OverflowError`` on it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _ceiling(meaning: str, ceiling: float, whole: bool = False) -> Rule:
@@ -246,6 +255,20 @@ def effective_env_config(
     return config
 
 
+def check_row(extras: Optional[Mapping[str, Any]]) -> None:
+    """A client's row may set what a client's ``env_config`` may, no more: its ``max_turns`` (at the top or
+    in ``extra_info``, where envs read it) within :data:`MAX_TURNS`. Raises :class:`PolicyError`."""
+    if not extras:
+        return
+    where_value = [("extras.max_turns", extras.get("max_turns"))]
+    extra_info = extras.get("extra_info")
+    if isinstance(extra_info, Mapping):
+        where_value.append(("extras.extra_info.max_turns", extra_info.get("max_turns")))
+    for where, value in where_value:
+        if value is not None:
+            MAX_TURNS.check("max_turns", value, None, where=where)
+
+
 def sandbox_settings(operator_config: Mapping[str, Any]) -> Iterator[Tuple[str, Any]]:
     """``(section, settings)`` of every ``sandbox`` the operator's config names."""
     for section, values in operator_config.items():
@@ -305,11 +328,13 @@ def covered(env_id: str) -> bool:
 
 __all__ = [
     "ANY_ENV",
+    "MAX_TURNS",
     "CLIENT_KEYS",
     "OPERATOR_KEYS",
     "PolicyError",
     "Rule",
     "check_operator_config",
+    "check_row",
     "client_rules",
     "covered",
     "effective_env_config",

@@ -99,7 +99,13 @@ def create_app(
 
     from skyrl_gym.errors import DataError, EnvCreationError, MissingRewardSpec, UnregisteredEnv
     from skyrl_gym.registration import make, spec
-    from skyrl_gym.remote.policy import PolicyError, check_operator_config, effective_env_config
+    from skyrl_gym.remote.policy import (
+        MAX_TURNS,
+        PolicyError,
+        check_operator_config,
+        check_row,
+        effective_env_config,
+    )
 
     operator = check_operator_config(operator_config or {}, allow_no_isolation)
 
@@ -250,6 +256,7 @@ def create_app(
             raise Refused(500, f"loading env {env_id!r} raised {type(exc).__name__}: {exc}")
         try:  # the operator's settings, plus what the client may choose within them
             env_config = effective_env_config(operator, env_id, env_config, creator)
+            check_row(extras)
         except PolicyError as exc:
             raise Refused(422, str(exc))
         if len(sessions) + len(creating) >= max_sessions:
@@ -368,8 +375,11 @@ def create_app(
         if "action" not in body:
             raise Refused(422, "action is required (the model's text)")
         action, max_turns = body["action"], body.get("max_turns")
-        if max_turns is not None and (not isinstance(max_turns, int) or isinstance(max_turns, bool)):
-            raise Refused(422, f"max_turns must be an integer, got {max_turns!r:.40}")
+        if max_turns is not None:  # within the bounds a row's or an env_config's max_turns has
+            try:
+                max_turns = int(MAX_TURNS.check("max_turns", max_turns, None, where="max_turns"))
+            except PolicyError as exc:
+                raise Refused(422, str(exc)) from None
 
         async def operation() -> Any:
             env = session.env

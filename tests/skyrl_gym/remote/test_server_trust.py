@@ -171,6 +171,40 @@ def test_a_server_refuses_to_start_with_isolation_off_unless_told(tmp_path):
     assert refused.returncode == 2 and "--allow-no-isolation" in refused.stderr, refused.stderr
 
 
+# A 400-digit integer is valid JSON that no float holds (math.isfinite raised OverflowError: a 500).
+HUGE = "1" + "0" * 400
+
+
+@pytest.mark.parametrize(
+    "body,key",
+    [
+        ('{"env_id": "code_interpreter", "env_config": {"timeout": %s}}' % HUGE, "env_config.timeout"),
+        ('{"env_id": "code_interpreter", "env_config": {"max_turns": -%s}}' % HUGE, "env_config.max_turns"),
+        ('{"env_id": "reasoning_gym/leg_counting", "env_config": {"seed": %s}}' % HUGE, "env_config.seed"),
+        # a row's max_turns is a client's setting too: within the bounds of env_config's (it was unbounded)
+        ('{"env_id": "code_interpreter", "extras": {"max_turns": %s}}' % HUGE, "extras.max_turns"),
+        ('{"env_id": "code_interpreter", "extras": {"max_turns": 1e400}}', "extras.max_turns"),
+        ('{"env_id": "search", "extras": {"max_turns": 1000000000}}', "extras.max_turns"),
+        ('{"env_id": "multiply", "extras": {"extra_info": {"max_turns": 1e9}}}', "extras.extra_info.max_turns"),
+        ('{"env_id": "code_interpreter", "extras": {"max_turns": [5]}}', "extras.max_turns"),
+    ],
+)
+def test_numbers_no_float_holds_and_unbounded_row_settings_are_a_422_naming_the_key(service, body, key):
+    refused_naming(requests.post(service.url + "/sessions", data=body, timeout=60), key)
+    assert service.health()["status"] == "ok"
+
+
+@pytest.mark.parametrize("max_turns", ["0", "-5", "1001", HUGE, "1e400", "2.5", "true", '"3"'])
+def test_a_steps_max_turns_is_held_to_the_same_bounds(service, max_turns):
+    session = create(service, COUNTER_ID, None, {"max_turns": 3}).json()["session_id"]
+    response = requests.post(
+        f"{service.url}/sessions/{session}/step", data='{"action": "a", "max_turns": %s}' % max_turns, timeout=30
+    )
+    refused_naming(response, "max_turns")
+    ok = requests.post(f"{service.url}/sessions/{session}/step", json={"action": "a", "max_turns": 2}, timeout=30)
+    assert ok.status_code == 200 and ok.json()["turns"] == 1, ok.text
+
+
 # ----- 2. secrets never follow a client-chosen URL ----------------------------------------------------------
 def test_the_judge_key_never_reaches_a_client_chosen_url(service, judge):
     before = judge.stats()["requests"]
@@ -207,6 +241,14 @@ def test_rows_cannot_read_server_files(service, data_folder, tmp_path):
         assert "root:" not in message and "SQLite format" not in message
     honest = create(service, "text2sql", None, rows[0])
     assert honest.status_code == 200, honest.text
+
+
+def test_a_row_naming_a_missing_database_is_a_422_that_keeps_the_data_folder_to_itself(service, data_folder):
+    folder, rows = data_folder
+    for db_file in ("nowhere.sqlite", ".", ["a"], {"a": 1}):
+        response = create(service, "text2sql", None, {**rows[0], "db_file": db_file})
+        message = refused_naming(response, "db_file", "not found")  # was a 500 naming the server's path
+        assert str(folder) not in message, message
 
 
 def test_text2sql_needs_the_operators_data_folder():
