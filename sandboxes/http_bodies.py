@@ -1,12 +1,13 @@
-"""Request bodies read the way a server facing hostile clients must: the size limit holds while the body
-streams in (a chunked body without ``Content-Length`` included), and JSON nested deeper than a server will
-ever need is refused with a message instead of a ``RecursionError``. Shared by the sandbox service and
-``skyrl-gym serve-env``."""
+"""Requests read the way a server facing hostile clients must: the bearer token compared in constant time,
+the size limit holding while the body streams in (a chunked body without ``Content-Length`` included), and
+JSON nested deeper than a server will ever need refused with a message instead of a ``RecursionError``.
+Shared by the sandbox service, ``skyrl-gym serve-env`` and ``skyrl-gym serve-retriever``."""
 
 from __future__ import annotations
 
+import hmac
 import json
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
 
 # Deeper than any run request or env row needs; far below the depth at which Python's own recursion (the JSON
 # decoder, deepcopy, the encoder) would fail.
@@ -20,6 +21,15 @@ class BodyError(ValueError):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+def bearer_matches(request: Any, token: Optional[str]) -> bool:
+    """True when ``token`` is unset, or the Starlette ``request`` carries ``Authorization: Bearer <token>``
+    (compared in constant time, so the answer's timing tells nothing of the token)."""
+    if not token:
+        return True
+    given = request.headers.get("authorization", "").encode("utf-8", "replace")
+    return hmac.compare_digest(given, f"Bearer {token}".encode("utf-8"))
 
 
 async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> bytearray:
@@ -79,4 +89,4 @@ def parse_json_object(raw: Union[bytes, bytearray], max_depth: int = MAX_JSON_DE
     return body
 
 
-__all__ = ["MAX_JSON_DEPTH", "BodyError", "json_depth_exceeds", "parse_json_object", "read_limited_body"]
+__all__ = ["MAX_JSON_DEPTH", "BodyError", "bearer_matches", "json_depth_exceeds", "parse_json_object", "read_limited_body"]

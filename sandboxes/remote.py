@@ -57,6 +57,24 @@ def origin(url: str) -> Tuple[str, str, Optional[int]]:
     return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
 
 
+def bound_token(
+    url: str, token_env: str, url_env: str, default_url: Optional[str] = None
+) -> Tuple[Optional[str], str]:
+    """``($token_env, "")`` when ``url`` is the service the operator configured (``$url_env``, else
+    ``default_url``; same scheme, host and port), else ``(None, hint)``: the hint, for a 401's message, says
+    why no token went. A URL from a config, a row or a client never collects the environment's token."""
+    token = os.environ.get(token_env)
+    if not token:
+        return None, ""
+    bound_to = os.environ.get(url_env) or default_url or ""
+    if bound_to and origin(url) == origin(bound_to):
+        return token, ""
+    return None, (
+        f" (${token_env} is sent only to ${url_env}, {bound_to or 'unset'}, not to {url}: "
+        f"pass token= for this service, or set {url_env})"
+    )
+
+
 class RemoteSandbox(BaseSandbox):
     """Sends each run to ``url`` (the service's base URL; default ``$SKYGYM_SANDBOX_URL``, else
     ``http://127.0.0.1:8080``).
@@ -87,14 +105,8 @@ class RemoteSandbox(BaseSandbox):
         operator_url = os.environ.get(URL_ENV) or DEFAULT_URL
         self.url = (url or operator_url).rstrip("/")
         self._token_hint = ""
-        if token is None and os.environ.get(TOKEN_ENV):
-            if origin(self.url) == origin(operator_url):
-                token = os.environ[TOKEN_ENV]
-            else:
-                self._token_hint = (
-                    f" (${TOKEN_ENV} is sent only to ${URL_ENV}, {operator_url}, not to {self.url}: "
-                    f"pass token= for this service, or set {URL_ENV})"
-                )
+        if token is None:
+            token, self._token_hint = bound_token(self.url, TOKEN_ENV, URL_ENV, DEFAULT_URL)
         self.default_concurrency = concurrency
         self.connect_timeout_s = connect_timeout_s
         self._ceilings: Optional[Dict[str, Any]] = None

@@ -18,14 +18,13 @@ import binascii
 import concurrent.futures
 import contextlib
 import functools
-import hmac
 import ipaddress
 import logging
 import os
 import threading
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 
-from skygym_sandboxes.http_bodies import BodyError, parse_json_object, read_limited_body
+from skygym_sandboxes.http_bodies import BodyError, bearer_matches, parse_json_object, read_limited_body
 from skygym_sandboxes.protocol import Sandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status, check_limit
 
@@ -245,7 +244,6 @@ def create_app(
     # as many as may run at once, rather than the event loop's small default pool.
     runners = concurrent.futures.ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="run_code")
     state = {"waiting": 0, "running": 0, "served": 0, "rejected": 0, "cancelled": 0}
-    expected = f"Bearer {token}".encode("utf-8") if token else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -260,10 +258,7 @@ def create_app(
         return JSONResponse({"status": "SandboxError", "message": message}, status_code=status_code)
 
     def authorised(request: Request) -> bool:
-        if expected is None:
-            return True
-        given = request.headers.get("authorization", "").encode("utf-8", "replace")
-        return hmac.compare_digest(given, expected)
+        return bearer_matches(request, token)
 
     @app.get("/health")
     async def health(request: Request) -> Any:

@@ -132,17 +132,10 @@ class RemoteEnv(ProxyEnv):
         self.env_id = env_id
         self.token = token or None
         self._token_hint = ""
-        if self.token is None and os.environ.get(TOKEN_ENV):  # the environment's token, bound to its URL
-            from skygym_sandboxes.remote import origin
+        if self.token is None:  # the environment's token, bound to its URL
+            from skygym_sandboxes.remote import bound_token
 
-            bound_to = os.environ.get(URL_ENV) or ""
-            if bound_to and origin(self.url) == origin(bound_to):
-                self.token = os.environ[TOKEN_ENV]
-            else:
-                self._token_hint = (
-                    f" (${TOKEN_ENV} is sent only to ${URL_ENV}, {bound_to or 'unset'}, not to {self.url}: "
-                    f"pass token= for this service, or set {URL_ENV})"
-                )
+            self.token, self._token_hint = bound_token(self.url, TOKEN_ENV, URL_ENV)
         self.timeout_s = float(timeout_s)
         self.connect_timeout_s = float(connect_timeout_s)
         self.retry = RetryPolicy(attempts=max(1, int(attempts)), initial_delay_s=float(retry_delay_s))

@@ -13,7 +13,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import hmac
 import re
 import sys
 import time
@@ -95,7 +94,7 @@ def create_app(
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
-    from skygym_sandboxes.http_bodies import BodyError, parse_json_object, read_limited_body
+    from skygym_sandboxes.http_bodies import BodyError, bearer_matches, parse_json_object, read_limited_body
 
     from skyrl_gym.errors import DataError, EnvCreationError, MissingRewardSpec, UnregisteredEnv
     from skyrl_gym.registration import make, spec
@@ -122,7 +121,6 @@ def create_app(
         "env_errors": 0,
         "calls_running": 0,  # env calls under way now (a gauge, not a counter)
     }
-    expected = f"Bearer {token}".encode("utf-8") if token else None
     allowed = set(env_ids) if env_ids else None
 
     async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -171,10 +169,7 @@ def create_app(
         return reply(status, {"error": message})
 
     def authorise(request: Request) -> None:
-        if expected is None:
-            return
-        given = request.headers.get("authorization", "").encode("utf-8", "replace")
-        if not hmac.compare_digest(given, expected):
+        if not bearer_matches(request, token):
             raise Refused(
                 401,
                 f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads "
