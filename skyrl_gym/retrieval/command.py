@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 from skyrl_gym.retrieval.kinds import missing_modules, plugin_errors, retriever_kinds
+from skyrl_gym.retrieval.server import MAX_BODY_BYTES, TOKEN_ENV
 
 DESCRIPTION = (
     "Build (or load) an index over a JSONL corpus (one {\"id\", \"contents\"} object per line, "
@@ -24,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--topk", type=int, default=3, help="results per query when the request gives no topk")
+    parser.add_argument("--token", default=None,
+                        help=f"bearer token every request must carry (default: ${TOKEN_ENV}); required off loopback")
+    parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                        help=f"largest request body; larger ones get 413 (default {MAX_BODY_BYTES})")
     parser.add_argument("--retriever", default="bm25", choices=sorted(kinds),
                         help="index kind: " + "; ".join(f"{name}: {kind.help}" for name, kind in sorted(kinds.items())))
     parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
@@ -41,16 +47,25 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from skyrl_gym.errors import DataError
     from skyrl_gym.retrieval.build import load_retriever
-    from skyrl_gym.retrieval.server import create_app, serve
+    from skyrl_gym.retrieval.server import check_bind, create_app, serve
 
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    try:
+        if args.max_body_bytes < 1024:
+            raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
+        check_bind(args.host, token)  # before the index is built, which may take long
+    except ValueError as exc:
+        print(f"serve-retriever: {exc}", file=sys.stderr)
+        return 2
     try:
         retriever, documents = load_retriever(args.corpus, args.index, args.retriever, vars(args),
                                               log=lambda message: print(message, flush=True))
     except (OSError, ValueError, DataError) as exc:
         print(f"serve-retriever: {exc}", file=sys.stderr)
         return 1
-    app = create_app(retriever, documents, default_topk=args.topk, name=args.retriever)
-    serve(app, host=args.host, port=args.port, log_level=args.log_level)
+    app = create_app(retriever, documents, default_topk=args.topk, name=args.retriever, token=token,
+                     max_body_bytes=args.max_body_bytes)
+    serve(app, host=args.host, port=args.port, log_level=args.log_level, token=token)
     return 0
 
 

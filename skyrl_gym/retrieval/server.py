@@ -29,6 +29,10 @@ from skyrl_gym.retrieval.index import Hits, Retriever
 
 MAX_QUERIES_PER_REQUEST = 1024
 MAX_TOPK = 100
+MAX_BODY_BYTES = 8 * 1024 * 1024  # 1024 queries of 8 KB each: far more than a search env sends
+TOKEN_ENV = "SKYRL_GYM_RETRIEVER_TOKEN"
+# The service the search envs send $SKYRL_GYM_RETRIEVER_TOKEN to (default: skyrl_gym.tools.search's URL).
+URL_ENV = "SKYRL_GYM_RETRIEVER_URL"
 
 
 class QueryBatcher:
@@ -87,12 +91,25 @@ class QueryBatcher:
                 start += len(queries)
 
 
-def create_app(retriever: Retriever, documents: Sequence[Dict[str, Any]], default_topk: int = 3, name: str = "bm25") -> Any:
-    """The FastAPI application serving ``retriever`` over ``documents`` (same order as the index)."""
+def create_app(
+    retriever: Retriever,
+    documents: Sequence[Dict[str, Any]],
+    default_topk: int = 3,
+    name: str = "bm25",
+    token: Optional[str] = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> Any:
+    """The FastAPI application serving ``retriever`` over ``documents`` (same order as the index).
+
+    With ``token``, every route needs ``Authorization: Bearer <token>`` (401 otherwise). Bodies are read as the
+    other two servers read them (:mod:`skygym_sandboxes.http_bodies`): over ``max_body_bytes`` is a 413 while
+    the body streams in, chunked ones too; not JSON or nested too deep is a 400; a wrong field a 422."""
     import contextlib
 
-    from fastapi import FastAPI, HTTPException
-    from pydantic import BaseModel
+    from fastapi import FastAPI, HTTPException, Request
+    from fastapi.exceptions import RequestValidationError
+    from pydantic import BaseModel, ValidationError
+    from skygym_sandboxes.http_bodies import BodyError, bearer_matches, parse_json_object, read_limited_body
 
     class RetrieveRequest(BaseModel):
         query: Optional[Any] = None
@@ -112,8 +129,16 @@ def create_app(retriever: Retriever, documents: Sequence[Dict[str, Any]], defaul
 
     app = FastAPI(title="skyrl-gym retriever", lifespan=lifespan)
 
+    def authorise(request: Request) -> None:
+        if not bearer_matches(request, token):
+            raise HTTPException(
+                401, f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads it from "
+                f"{TOKEN_ENV} or --token)"
+            )
+
     @app.get("/health")
-    async def health() -> Dict[str, Any]:
+    async def health(request: Request) -> Dict[str, Any]:
+        authorise(request)
         batcher = state.get("batcher")
         return {
             "status": "ok",
@@ -121,10 +146,22 @@ def create_app(retriever: Retriever, documents: Sequence[Dict[str, Any]], defaul
             "documents": len(documents),
             "batches": batcher.batches if batcher else 0,
             "queries": batcher.queries if batcher else 0,
+            "max_body_bytes": max_body_bytes,
         }
 
     @app.post("/retrieve")
-    async def retrieve(request: RetrieveRequest) -> Dict[str, Any]:
+    async def retrieve(raw: Request) -> Dict[str, Any]:
+        authorise(raw)
+        try:
+            body = parse_json_object(await read_limited_body(raw, max_body_bytes, "--max-body-bytes"))
+        except BodyError as exc:
+            raise HTTPException(exc.status, exc.message) from None
+        try:
+            request = RetrieveRequest.model_validate(body)
+        except ValidationError as exc:
+            # without the inputs: a client's NaN or infinity in the answer would make it a 500
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            raise RequestValidationError(errors) from None
         if request.queries is not None:
             queries, batched = request.queries, True
         elif isinstance(request.query, list):
@@ -164,15 +201,30 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
-    """Serve ``app`` until interrupted; prints the URL (with the real port) once listening."""
+def check_bind(host: str, token: Optional[str]) -> None:
+    """``ValueError`` unless ``host`` is a loopback address or a bearer ``token`` guards the service."""
+    from skygym_sandboxes.service import is_loopback
+
+    if not token and not is_loopback(host):
+        raise ValueError(
+            f"refusing to serve the corpus on {host} without a bearer token: anyone who can reach it could "
+            f"query it. Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1"
+        )
+
+
+def serve(
+    app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning", token: Optional[str] = None
+) -> None:
+    """Serve ``app`` until interrupted; prints the URL (with the real port) once listening. Binding anything
+    but a loopback address needs the bearer ``token`` the app was built with."""
     import uvicorn
 
+    check_bind(host, token)
     sock = bind_socket(host, port)
     actual_port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=log_level, backlog=2048, timeout_keep_alive=30)
     server = uvicorn.Server(config)
-    print(f"retriever listening on http://{host}:{actual_port}/retrieve", flush=True)
+    print(f"retriever listening on http://{host}:{actual_port}/retrieve", flush=True)  # the URL ends the line
     try:
         server.run(sockets=[sock])
     finally:

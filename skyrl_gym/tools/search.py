@@ -29,6 +29,17 @@ from skyrl_gym.tools.core import ToolGroup, tool
 logger = logging.getLogger(__name__)
 
 DEFAULT_SEARCH_URL = "http://127.0.0.1:8000/retrieve"
+
+
+def _auth_headers(url: str) -> Dict[str, str]:
+    """``$SKYRL_GYM_RETRIEVER_TOKEN`` as a bearer header, for the retriever the operator configured only
+    (``$SKYRL_GYM_RETRIEVER_URL``, else the default URL): a ``search_url`` from elsewhere never gets it."""
+    from skygym_sandboxes.remote import bound_token
+
+    from skyrl_gym.retrieval.server import TOKEN_ENV, URL_ENV
+
+    token, _hint = bound_token(url, TOKEN_ENV, URL_ENV, DEFAULT_SEARCH_URL)
+    return {"Authorization": f"Bearer {token}"} if token else {}
 DEFAULT_TIMEOUT = 30.0
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_QUERY_CHARS = 4000  # a search query longer than this is cut (queries are a few words)
@@ -241,14 +252,17 @@ class SearchToolGroup(ToolGroup):
         import requests
         from requests.adapters import HTTPAdapter
 
+        headers = _auth_headers(base_url)
+        key = f"{base_url} {headers}"  # a token set (or changed) later gets a session of its own
         with cls._session_lock:
-            session = cls._session_pool.get(base_url)
+            session = cls._session_pool.get(key)
             if session is None:
                 session = requests.Session()
+                session.headers.update(headers)
                 adapter = HTTPAdapter(pool_connections=16, pool_maxsize=max_connections, max_retries=0)
                 session.mount("http://", adapter)
                 session.mount("https://", adapter)
-                cls._session_pool[base_url] = session
+                cls._session_pool[key] = session
             return session
 
     def _get_async_session(self) -> Any:
@@ -264,7 +278,7 @@ class SearchToolGroup(ToolGroup):
             if stale_loop.is_closed():
                 del self._async_sessions[stale_key]
         connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=self.max_connections)
-        session = aiohttp.ClientSession(connector=connector)
+        session = aiohttp.ClientSession(connector=connector, headers=_auth_headers(self.base_url))
         self._async_sessions[key] = (loop, session)
         return session
 

@@ -1,0 +1,111 @@
+"""serve-retriever as an attacker meets it: a real retrieval server on 127.0.0.1 whose clients come without
+the operator's token, send bodies built to exhaust it, or steer the search envs' token to their own URL. The
+same protection as serve-env and the sandbox service, from the same code (skygym_sandboxes.http_bodies)."""
+
+from __future__ import annotations
+
+import http.server
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+import requests
+
+from skyrl_gym.retrieval.server import TOKEN_ENV, URL_ENV
+from skyrl_gym.tools.search import SearchToolGroup
+from tests.sandboxes.remote_support import peak_rss_mib, post_chunked
+from tests.tool_env_support import REPO_ROOT, RetrieverProcess, write_corpus
+
+TOKEN = "operator-retriever-token-" + uuid.uuid4().hex
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.jsonl")
+
+
+@pytest.fixture(scope="module")
+def guarded(corpus):
+    process = RetrieverProcess(corpus, "--token", TOKEN, "--max-body-bytes", str(1024 * 1024))
+    yield process
+    process.stop()
+
+
+def bearer(token=TOKEN):
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_every_route_needs_the_operators_token(guarded):
+    health = guarded.url.replace("/retrieve", "/health")
+    query = {"query": "who wrote Hamlet", "topk": 1}
+    for headers in ({}, bearer("wrong"), bearer(TOKEN + "x"), {"Authorization": TOKEN}):
+        assert requests.post(guarded.url, json=query, headers=headers, timeout=10).status_code == 401
+        refused = requests.get(health, headers=headers, timeout=10)
+        assert refused.status_code == 401 and TOKEN_ENV in refused.json()["detail"], refused.text
+    answer = requests.post(guarded.url, json=query, headers=bearer(), timeout=10)
+    assert answer.status_code == 200 and answer.json()["result"][0][0]["id"] == "2", answer.text
+    assert requests.get(health, headers=bearer(), timeout=10).json()["documents"] == 10
+
+
+def test_serving_beyond_loopback_needs_a_token(corpus):
+    command = [sys.executable, "-m", "skyrl_gym.retrieval", "--corpus", str(corpus), "--host", "0.0.0.0"]
+    refused = subprocess.run(
+        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"}
+    )
+    assert refused.returncode == 2 and TOKEN_ENV in refused.stderr, (refused.returncode, refused.stderr)
+
+
+def test_a_100000_deep_body_is_a_400_naming_the_nesting(guarded):
+    for raw in ('{"query": ' + "[" * 100_000 + "]" * 100_000 + "}", "[" * 100_000):
+        response = requests.post(guarded.url, data=raw, headers=bearer(), timeout=30)
+        assert response.status_code == 400 and "nests" in response.json()["detail"], response.text[:300]
+    for raw, status in (("{not json", 400), ('"query"', 400), ('{"queries": "x"}', 422), ('{"topk": 1e400}', 422)):
+        response = requests.post(guarded.url, data=raw, headers=bearer(), timeout=30)
+        assert response.status_code == status, (raw, response.status_code, response.text[:300])
+
+
+def test_a_300_mib_chunked_body_is_refused_while_it_streams(guarded):
+    port = int(guarded.url.split(":")[2].split("/")[0])
+    before = peak_rss_mib(guarded.process.pid)
+    assert post_chunked(port, "/retrieve", 300 * 1024 * 1024, headers=[f"Authorization: Bearer {TOKEN}"]) == 413
+    grown = peak_rss_mib(guarded.process.pid) - before
+    assert grown < 64, f"a 300 MiB chunked body took the retriever's peak memory up {grown:.0f} MiB (limit 1 MiB)"
+    declared = requests.post(guarded.url, data=b"x" * (1024 * 1024 + 1), headers=bearer(), timeout=30)
+    assert declared.status_code == 413 and "--max-body-bytes" in declared.json()["detail"], declared.text
+
+
+class Collector(http.server.BaseHTTPRequestHandler):
+    """An attacker's "retriever": it records the Authorization header each request carried."""
+
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        Collector.seen.append(self.headers.get("Authorization"))
+        body = b'{"result": [[]]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_search_tool_sends_the_token_to_the_operators_retriever_only(guarded, monkeypatch):
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(URL_ENV, guarded.url)
+    found = SearchToolGroup(search_url=guarded.url, topk=1).search("who wrote Hamlet")
+    assert "Shakespeare" in found, found  # the token went to the operator's retriever, which answered
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector)
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    try:
+        elsewhere = f"http://127.0.0.1:{attacker.server_address[1]}/retrieve"
+        SearchToolGroup(search_url=elsewhere, topk=1).search("who wrote Hamlet")
+        assert Collector.seen == [None], Collector.seen  # asked, but without the operator's token
+    finally:
+        attacker.shutdown()
+        attacker.server_close()
