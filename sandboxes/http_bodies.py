@@ -89,4 +89,11 @@ def parse_json_object(raw: Union[bytes, bytearray], max_depth: int = MAX_JSON_DE
     return body
 
 
-__all__ = ["MAX_JSON_DEPTH", "BodyError", "bearer_matches", "json_depth_exceeds", "parse_json_object", "read_limited_body"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "BodyError",
+    "bearer_matches",
+    "json_depth_exceeds",
+    "parse_json_object",
+    "read_limited_body",
+]

@@ -54,7 +54,8 @@ def check_limit(name: str, value: Any) -> Union[int, float]:
         number = float(LIMIT_MAXIMA[name]) if value > 0 else -math.inf
     if not math.isfinite(number) or number <= 0:
         raise ValueError(
-            f"Limits.{name} must be a finite number above 0 (at most {LIMIT_MAXIMA[name]:g}), got {value!r:.40}"
+            f"Limits.{name} must be a finite number above 0 (at most {LIMIT_MAXIMA[name]:g}), "
+            f"got {value!r:.40}"
         )
     number = min(number, float(LIMIT_MAXIMA[name]))
     if name in _WHOLE_NUMBER_LIMITS:

@@ -107,6 +107,9 @@ def create_app(
     )
 
     operator = check_operator_config(operator_config or {}, allow_no_isolation)
+    # What building an env from a client's row raises when the row is wrong: a 422 naming it, not a 500.
+    # OverflowError: a number no int holds (a seed of 1e400).
+    row_errors = (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError, OverflowError)
 
     sessions: Dict[str, Session] = {}
     creating: Dict[str, "asyncio.Future[Reply]"] = {}
@@ -265,7 +268,7 @@ def create_app(
         async def build() -> Reply:
             try:
                 env = await in_thread(lambda: make(env_id, env_config=env_config, extras=extras))
-            except (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError) as exc:
+            except row_errors as exc:
                 return 422, encode(
                     {
                         "error": f"cannot build env {env_id!r} from this row: {type(exc).__name__}: {exc}",

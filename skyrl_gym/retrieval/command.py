@@ -27,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--topk", type=int, default=3, help="results per query when the request gives no topk")
     parser.add_argument("--token", default=None,
-                        help=f"bearer token every request must carry (default: ${TOKEN_ENV}); required off loopback")
+                        help=f"bearer token every request must carry (default: ${TOKEN_ENV}); "
+                             "required off loopback")
     parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
                         help=f"largest request body; larger ones get 413 (default {MAX_BODY_BYTES})")
     parser.add_argument("--retriever", default="bm25", choices=sorted(kinds),

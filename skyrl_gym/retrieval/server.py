@@ -101,9 +101,9 @@ def create_app(
 ) -> Any:
     """The FastAPI application serving ``retriever`` over ``documents`` (same order as the index).
 
-    With ``token``, every route needs ``Authorization: Bearer <token>`` (401 otherwise). Bodies are read as the
-    other two servers read them (:mod:`skygym_sandboxes.http_bodies`): over ``max_body_bytes`` is a 413 while
-    the body streams in, chunked ones too; not JSON or nested too deep is a 400; a wrong field a 422."""
+    With ``token``, every route needs ``Authorization: Bearer <token>`` (401 otherwise). Bodies are read as
+    the other two servers read them (:mod:`skygym_sandboxes.http_bodies`): over ``max_body_bytes`` is a 413
+    while the body streams in, chunked ones too; not JSON or nested too deep is a 400; a wrong field a 422."""
     import contextlib
 
     from fastapi import FastAPI, HTTPException, Request
@@ -132,8 +132,9 @@ def create_app(
     def authorise(request: Request) -> None:
         if not bearer_matches(request, token):
             raise HTTPException(
-                401, f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads it from "
-                f"{TOKEN_ENV} or --token)"
+                401,
+                f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads it "
+                f"from {TOKEN_ENV} or --token)",
             )
 
     @app.get("/health")
@@ -213,7 +214,11 @@ def check_bind(host: str, token: Optional[str]) -> None:
 
 
 def serve(
-    app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning", token: Optional[str] = None
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "warning",
+    token: Optional[str] = None,
 ) -> None:
     """Serve ``app`` until interrupted; prints the URL (with the real port) once listening. Binding anything
     but a loopback address needs the bearer ``token`` the app was built with."""

@@ -25,7 +25,8 @@ any_value = st.one_of(
     st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True),
-    st.sampled_from([1e10, 1e308, float("inf"), float("-inf"), float("nan"), 0, -0.0, 5e-324, 10**400, -(10**400)]),
+    st.sampled_from([1e10, 1e308, float("inf"), float("-inf"), float("nan"), 0, -0.0, 5e-324]),
+    st.sampled_from([10**400, -(10**400)]),  # valid JSON that no float holds
     st.text(max_size=5),
     st.lists(st.integers(), max_size=2),
 )

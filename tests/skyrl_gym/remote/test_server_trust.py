@@ -185,7 +185,10 @@ HUGE = "1" + "0" * 400
         ('{"env_id": "code_interpreter", "extras": {"max_turns": %s}}' % HUGE, "extras.max_turns"),
         ('{"env_id": "code_interpreter", "extras": {"max_turns": 1e400}}', "extras.max_turns"),
         ('{"env_id": "search", "extras": {"max_turns": 1000000000}}', "extras.max_turns"),
-        ('{"env_id": "multiply", "extras": {"extra_info": {"max_turns": 1e9}}}', "extras.extra_info.max_turns"),
+        (
+            '{"env_id": "multiply", "extras": {"extra_info": {"max_turns": 1e9}}}',
+            "extras.extra_info.max_turns",
+        ),
         ('{"env_id": "code_interpreter", "extras": {"max_turns": [5]}}', "extras.max_turns"),
     ],
 )
@@ -194,14 +197,26 @@ def test_numbers_no_float_holds_and_unbounded_row_settings_are_a_422_naming_the_
     assert service.health()["status"] == "ok"
 
 
+def test_a_rows_number_no_int_holds_is_a_422_not_a_500(service):
+    pytest.importorskip(
+        "reasoning_gym", reason="the row is a reasoning_gym one: pip install 'skyrl-gym[reasoning-gym]'"
+    )
+    spec = '{"method": "rule", "ground_truth": "1", "dataset": "leg_counting", "seed": 1e400, "index": 0}'
+    body = '{"env_id": "reasoning_gym/leg_counting", "extras": {"reward_spec": %s}}' % spec
+    refused_naming(requests.post(service.url + "/sessions", data=body, timeout=60), "OverflowError")
+
+
 @pytest.mark.parametrize("max_turns", ["0", "-5", "1001", HUGE, "1e400", "2.5", "true", '"3"'])
 def test_a_steps_max_turns_is_held_to_the_same_bounds(service, max_turns):
     session = create(service, COUNTER_ID, None, {"max_turns": 3}).json()["session_id"]
     response = requests.post(
-        f"{service.url}/sessions/{session}/step", data='{"action": "a", "max_turns": %s}' % max_turns, timeout=30
+        f"{service.url}/sessions/{session}/step",
+        data='{"action": "a", "max_turns": %s}' % max_turns,
+        timeout=30,
     )
     refused_naming(response, "max_turns")
-    ok = requests.post(f"{service.url}/sessions/{session}/step", json={"action": "a", "max_turns": 2}, timeout=30)
+    step = f"{service.url}/sessions/{session}/step"
+    ok = requests.post(step, json={"action": "a", "max_turns": 2}, timeout=30)
     assert ok.status_code == 200 and ok.json()["turns"] == 1, ok.text
 
 

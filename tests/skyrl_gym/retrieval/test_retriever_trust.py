@@ -61,7 +61,12 @@ def test_a_100000_deep_body_is_a_400_naming_the_nesting(guarded):
     for raw in ('{"query": ' + "[" * 100_000 + "]" * 100_000 + "}", "[" * 100_000):
         response = requests.post(guarded.url, data=raw, headers=bearer(), timeout=30)
         assert response.status_code == 400 and "nests" in response.json()["detail"], response.text[:300]
-    for raw, status in (("{not json", 400), ('"query"', 400), ('{"queries": "x"}', 422), ('{"topk": 1e400}', 422)):
+    for raw, status in (
+        ("{not json", 400),
+        ('"query"', 400),
+        ('{"queries": "x"}', 422),
+        ('{"topk": 1e400}', 422),
+    ):
         response = requests.post(guarded.url, data=raw, headers=bearer(), timeout=30)
         assert response.status_code == status, (raw, response.status_code, response.text[:300])
 
@@ -69,9 +74,13 @@ def test_a_100000_deep_body_is_a_400_naming_the_nesting(guarded):
 def test_a_300_mib_chunked_body_is_refused_while_it_streams(guarded):
     port = int(guarded.url.split(":")[2].split("/")[0])
     before = peak_rss_mib(guarded.process.pid)
-    assert post_chunked(port, "/retrieve", 300 * 1024 * 1024, headers=[f"Authorization: Bearer {TOKEN}"]) == 413
+    assert (
+        post_chunked(port, "/retrieve", 300 * 1024 * 1024, headers=[f"Authorization: Bearer {TOKEN}"]) == 413
+    )
     grown = peak_rss_mib(guarded.process.pid) - before
-    assert grown < 64, f"a 300 MiB chunked body took the retriever's peak memory up {grown:.0f} MiB (limit 1 MiB)"
+    assert grown < 64, (
+        f"a 300 MiB chunked body took the retriever's peak memory up {grown:.0f} MiB (limit 1 MiB)"
+    )
     declared = requests.post(guarded.url, data=b"x" * (1024 * 1024 + 1), headers=bearer(), timeout=30)
     assert declared.status_code == 413 and "--max-body-bytes" in declared.json()["detail"], declared.text
 
@@ -81,7 +90,7 @@ class Collector(http.server.BaseHTTPRequestHandler):
 
     seen: list = []
 
-    def do_POST(self):  # noqa: N802 (http.server's name)
+    def do_POST(self):  # http.server calls it by this name
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         Collector.seen.append(self.headers.get("Authorization"))
         body = b'{"result": [[]]}'
