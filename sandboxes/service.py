@@ -26,7 +26,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 
 from skygym_sandboxes.http_bodies import BodyError, bearer_matches, parse_json_object, read_limited_body
 from skygym_sandboxes.protocol import Sandbox
-from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status, check_limit
+from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status, check_file_count, check_limit
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +143,10 @@ def request_from_body(body: Any, ceilings: Limits) -> RunRequest:
         raw_files = {}
     if not isinstance(raw_files, dict):
         raise BadRequest("files must be an object of relative paths to base64 content")
+    try:
+        check_file_count("files", raw_files)  # before any is decoded
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
     files: Dict[str, bytes] = {}
     for name, content in raw_files.items():
         if content is not None and not isinstance(content, str):

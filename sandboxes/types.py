@@ -152,6 +152,7 @@ class RunRequest:
                 raise ValueError("RunRequest.command must not be empty")
         if not isinstance(self.stdin, (str, bytes)):
             raise TypeError(f"RunRequest.stdin must be str or bytes, got {type(self.stdin).__name__}")
+        check_file_count("RunRequest.files", self.files)
         files: Dict[str, FileContent] = {}
         for name, content in dict(self.files).items():
             clean = relative_path("RunRequest.files", name)
@@ -188,6 +189,15 @@ class RunRequest:
 # them together to FETCH_TOTAL_FACTOR times it.
 MAX_FETCH_FILES = 64
 FETCH_TOTAL_FACTOR = 4
+# At most this many files may be written in per run: 4.5 million empty ones fit a 64 MiB body, and took the
+# service to 1.3 GiB and a minute of work before the program ran.
+MAX_FILES = 1024
+
+
+def check_file_count(what: str, files: Any) -> None:
+    """``ValueError`` when ``files`` holds more than :data:`MAX_FILES` entries."""
+    if len(files) > MAX_FILES:
+        raise ValueError(f"{what} names {len(files)} files; at most {MAX_FILES} may be written in per run")
 
 
 def relative_path(what: str, name: Any) -> str:
