@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S
+
 
 def _limits_from(args: argparse.Namespace):
 
@@ -90,6 +92,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.max_body_bytes is not None and args.max_body_bytes < 1024:
         print("skygym-sandboxes serve: --max-body-bytes must be at least 1024", file=sys.stderr)
         return 2
+    if not args.client_timeout > 0:
+        print("skygym-sandboxes serve: --client-timeout must be above 0", file=sys.stderr)
+        return 2
     if args.backend == "local":
         options.setdefault("pool_size", max_concurrency)
     sandbox = get_sandbox(args.backend, limits=_limits_from(args), **options)
@@ -108,6 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         token=token,
         max_queue=args.max_queue,
+        client_timeout_s=args.client_timeout,
         **({"max_body_bytes": args.max_body_bytes} if args.max_body_bytes is not None else {}),
     )
     return 0
@@ -159,6 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="largest request body; larger ones (chunked too) get HTTP 413 (default 64 MiB)",
+    )
+    serve.add_argument(
+        "--client-timeout",
+        type=float,
+        default=CLIENT_TIMEOUT_S,
+        help="seconds a client has to send a request's head, and again its body; slower ones are cut off "
+        f"(default {CLIENT_TIMEOUT_S:g})",
     )
     serve.add_argument(
         "--allow-no-isolation",

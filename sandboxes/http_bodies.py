@@ -1,10 +1,13 @@
 """Requests read the way a server facing hostile clients must: the bearer token compared in constant time,
-the size limit holding while the body streams in (a chunked body without ``Content-Length`` included), and
-JSON nested deeper than a server will ever need refused with a message instead of a ``RecursionError``.
-Shared by the sandbox service, ``skyrl-gym serve-env`` and ``skyrl-gym serve-retriever``."""
+the size limit holding while the body streams in (a chunked body without ``Content-Length`` included), a
+deadline on sending the request (a slow client's connection is closed, its body a 408), a cap on open
+connections, and JSON nested deeper than a server will ever need refused with a message instead of a
+``RecursionError``. Shared by the sandbox service, ``skyrl-gym serve-env`` and
+``skyrl-gym serve-retriever``."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from typing import Any, Dict, Optional, Union
@@ -12,6 +15,11 @@ from typing import Any, Dict, Optional, Union
 # Deeper than any run request or env row needs; far below the depth at which Python's own recursion (the JSON
 # decoder, deepcopy, the encoder) would fail.
 MAX_JSON_DEPTH = 64
+# Seconds a client has to send a request's head (from connecting, or from its previous answer) and, again, its
+# body; uvicorn itself waits forever for both, so slow clients could hold every file descriptor.
+CLIENT_TIMEOUT_S = 60.0
+# Open connections at most; more are closed as they arrive (below the usual file-descriptor limits).
+MAX_CONNECTIONS = 4096
 
 
 class BodyError(ValueError):
@@ -32,11 +40,48 @@ def bearer_matches(request: Any, token: Optional[str]) -> bool:
     return hmac.compare_digest(given, f"Bearer {token}".encode("utf-8"))
 
 
-async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> bytearray:
+def guarded_http_protocol(
+    client_timeout_s: float = CLIENT_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS
+) -> Any:
+    """uvicorn's h11 protocol (pass it as ``http=``) with what it lacks against slow clients: a connection
+    that has not sent a whole request head within ``client_timeout_s`` of opening, or of its previous
+    answer, is closed (an idle one, or one dripping its head a byte at a time), and past
+    ``max_connections`` open connections a new one is closed at once. A request under way is never cut: its body has
+    :func:`read_limited_body`'s deadline, its answer takes what it takes."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.close()
+                return
+            self._await_next_head()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._await_next_head()
+
+        def _await_next_head(self) -> None:
+            waiting_after = self.cycle  # None, or the request just answered
+
+            def too_slow() -> None:
+                idle = self.cycle is None or self.cycle.response_complete
+                if self.cycle is waiting_after and idle and not self.transport.is_closing():
+                    self.transport.close()
+
+            self.loop.call_later(client_timeout_s, too_slow)
+
+    return GuardedH11Protocol
+
+
+async def read_limited_body(
+    request: Any, max_bytes: int, option: str = "", timeout_s: float = CLIENT_TIMEOUT_S
+) -> bytearray:
     """The body of a Starlette ``request``, refused (413) as soon as it passes ``max_bytes``: a declared
     ``Content-Length`` over the limit is refused before reading, and a chunked body stops being read at the
     limit, so memory never holds more than ``max_bytes`` of it. ``option`` names the setting that raises
-    it."""
+    it. A body not all there within ``timeout_s`` is a 408."""
     hint = f" ({option})" if option else ""
     too_large = BodyError(413, f"the body is over {max_bytes} bytes{hint}")
     declared = request.headers.get("content-length")
@@ -46,10 +91,17 @@ async def read_limited_body(request: Any, max_bytes: int, option: str = "") -> b
         if int(declared) > max_bytes:
             raise too_large
     body = bytearray()
-    async for chunk in request.stream():
-        if len(body) + len(chunk) > max_bytes:
-            raise too_large
-        body += chunk
+
+    async def read() -> None:
+        async for chunk in request.stream():
+            if len(body) + len(chunk) > max_bytes:
+                raise too_large
+            body.extend(chunk)
+
+    try:
+        await asyncio.wait_for(read(), timeout_s)
+    except asyncio.TimeoutError:
+        raise BodyError(408, f"the body did not arrive within {timeout_s:g} s (--client-timeout)") from None
     return body  # not copied into bytes: json.loads reads a bytearray as it is
 
 
@@ -90,9 +142,12 @@ def parse_json_object(raw: Union[bytes, bytearray], max_depth: int = MAX_JSON_DE
 
 
 __all__ = [
+    "CLIENT_TIMEOUT_S",
+    "MAX_CONNECTIONS",
     "MAX_JSON_DEPTH",
     "BodyError",
     "bearer_matches",
+    "guarded_http_protocol",
     "json_depth_exceeds",
     "parse_json_object",
     "read_limited_body",

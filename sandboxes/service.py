@@ -24,7 +24,14 @@ import os
 import threading
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 
-from skygym_sandboxes.http_bodies import BodyError, bearer_matches, parse_json_object, read_limited_body
+from skygym_sandboxes.http_bodies import (
+    CLIENT_TIMEOUT_S,
+    BodyError,
+    bearer_matches,
+    guarded_http_protocol,
+    parse_json_object,
+    read_limited_body,
+)
 from skygym_sandboxes.protocol import Sandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status, check_file_count, check_limit
 
@@ -227,6 +234,7 @@ def create_app(
     max_queue: int = 64,
     token: Optional[str] = None,
     max_body_bytes: int = MAX_BODY_BYTES,
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
 ):
     """A FastAPI app serving ``sandbox``.
 
@@ -236,7 +244,8 @@ def create_app(
     that disconnects while its run waits or runs gets the run cancelled and its sandbox torn down
     (and replaced), so its slot is freed at once. Malformed bodies get 400 (not JSON, nested too deep)
     or 422 (a field is wrong, or a limit above the sandbox's own) with the reason; bodies over
-    ``max_body_bytes`` get 413, chunked ones too, as soon as they pass it. ``sandbox.limits`` are the
+    ``max_body_bytes`` get 413, chunked ones too, as soon as they pass it; a body not all there within
+    ``client_timeout_s`` gets 408. ``sandbox.limits`` are the
     ceilings of every request.
     """
     from fastapi import FastAPI, Request
@@ -283,7 +292,8 @@ def create_app(
         if not authorised(request):
             return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
         try:
-            body = parse_json_object(await read_limited_body(request, max_body_bytes, "--max-body-bytes"))
+            raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
+            body = parse_json_object(raw)
         except BodyError as exc:
             return refuse(exc.status, exc.message)
         try:
@@ -337,9 +347,11 @@ def serve(
     token: Optional[str] = None,
     max_queue: int = 64,
     max_body_bytes: int = MAX_BODY_BYTES,
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
 ) -> None:
     """Serve until SIGINT/SIGTERM; the sandbox (and its warm workers) is closed on the way out.
-    Binding anything but a loopback address needs a bearer ``token``."""
+    Binding anything but a loopback address needs a bearer ``token``. A client has ``client_timeout_s`` to
+    send each request's head and, again, its body (see :mod:`skygym_sandboxes.http_bodies`)."""
     import uvicorn
 
     if not token and not is_loopback(host):
@@ -354,9 +366,11 @@ def serve(
         max_queue=max_queue,
         token=token,
         max_body_bytes=max_body_bytes,
+        client_timeout_s=client_timeout_s,
     )
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
+        protocol = guarded_http_protocol(client_timeout_s)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol)
     finally:
         sandbox.close()
 

@@ -25,7 +25,12 @@ from typing import Any
 
 def register(subparsers: Any) -> None:
     from skyrl_gym.remote import TOKEN_ENV
-    from skyrl_gym.remote.server import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_MAX_SESSIONS, MAX_BODY_BYTES
+    from skyrl_gym.remote.server import (
+        CLIENT_TIMEOUT_S,
+        DEFAULT_IDLE_TIMEOUT_S,
+        DEFAULT_MAX_SESSIONS,
+        MAX_BODY_BYTES,
+    )
 
     parser = subparsers.add_parser(
         "serve-env",
@@ -87,6 +92,13 @@ def register(subparsers: Any) -> None:
         help="allow a sandbox with isolation 'none' in --env-config (client code on this host: trusted "
         "clients only)",
     )
+    parser.add_argument(
+        "--client-timeout",
+        type=float,
+        default=CLIENT_TIMEOUT_S,
+        help="seconds a client has to send a request's head, and again its body; slower ones are cut off "
+        f"(default {CLIENT_TIMEOUT_S:g})",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     parser.set_defaults(func=run)
 
@@ -108,9 +120,16 @@ def run(args: argparse.Namespace) -> int:
     from skyrl_gym.remote.server import serve
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    if args.max_sessions < 1 or args.idle_timeout <= 0 or args.max_body_bytes < 1024 or args.env_threads < 1:
+    if (
+        args.max_sessions < 1
+        or args.idle_timeout <= 0
+        or args.max_body_bytes < 1024
+        or args.env_threads < 1
+        or not args.client_timeout > 0
+    ):
         print(
-            "error: --max-sessions and --env-threads must be >= 1, --idle-timeout > 0, --max-body-bytes >= 1024",
+            "error: --max-sessions and --env-threads must be >= 1, --idle-timeout and --client-timeout > 0, "
+            "--max-body-bytes >= 1024",
             file=sys.stderr,
         )
         return 2
@@ -148,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             port=args.port,
             token=token,
             log_level=args.log_level,
+            client_timeout_s=args.client_timeout,
             max_sessions=args.max_sessions,
             idle_timeout_s=args.idle_timeout,
             max_body_bytes=args.max_body_bytes,

@@ -18,9 +18,10 @@ answered from the first one's result instead of being applied twice):
 ==========================================  =====================================================================
 
 Errors are JSON ``{"error": message}``: 400 (not JSON, or nested too deep), 401 (token), 404 (unknown env id
-or session), 413 (body too large, refused while it streams), 422 (a field is wrong, an ``env_config`` key a
-client may not set or a value above its ceiling (:mod:`skyrl_gym.remote.policy`), or the env refused the row),
-429 (too many sessions), 500 (the env raised: the message names the call and the exception).
+or session), 408 (a body slower than ``--client-timeout``), 413 (body too large, refused while it streams),
+422 (a field is wrong, an ``env_config`` key a client may not set or a value above its ceiling
+(:mod:`skyrl_gym.remote.policy`), or the env refused the row), 429 (too many sessions), 500 (the env raised:
+the message names the call and the exception).
 """
 
 TOKEN_ENV = "SKYRL_GYM_ENV_SERVICE_TOKEN"

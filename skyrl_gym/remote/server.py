@@ -19,6 +19,8 @@ import time
 import uuid
 from typing import Any, AsyncIterator, Callable, Dict, Mapping, Optional, Sequence, Tuple
 
+from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S
+
 from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
 from skyrl_gym.remote.wire import encode
 
@@ -84,6 +86,7 @@ def create_app(
     env_ids: Optional[Sequence[str]] = None,
     operator_config: Optional[Mapping[str, Any]] = None,
     allow_no_isolation: bool = False,
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
 ) -> Any:
     """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id).
 
@@ -182,7 +185,7 @@ def create_app(
     async def read_json(request: Request) -> Dict[str, Any]:
         authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
-            raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes")
+            raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
             return parse_json_object(raw) if raw else {}
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
@@ -443,11 +446,14 @@ def serve(
     port: int = 8010,
     token: Optional[str] = None,
     log_level: str = "warning",
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
     **app_options: Any,
 ) -> None:
     """Serve until SIGINT/SIGTERM (every open env is closed on the way out); prints the URL once listening.
-    Binding anything but a loopback address needs a bearer ``token``."""
+    Binding anything but a loopback address needs a bearer ``token``. A client has ``client_timeout_s`` to
+    send each request's head and, again, its body."""
     import uvicorn
+    from skygym_sandboxes.http_bodies import guarded_http_protocol
     from skygym_sandboxes.service import is_loopback
 
     from skyrl_gym.retrieval.server import bind_socket
@@ -457,10 +463,17 @@ def serve(
             f"refusing to serve envs on {host} without a bearer token: anyone who can reach it could "
             f"run the envs (and their tools). Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1"
         )
-    app = create_app(token=token, **app_options)  # ValueError: an operator setting is refused
+    # ValueError: an operator setting is refused
+    app = create_app(token=token, client_timeout_s=client_timeout_s, **app_options)
     sock = bind_socket(host, port)
     actual_port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=log_level, backlog=2048, timeout_keep_alive=60)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        backlog=2048,
+        timeout_keep_alive=60,
+        http=guarded_http_protocol(client_timeout_s),
+    )
     server = uvicorn.Server(config)
     shown = f"[{host}]" if ":" in host else host
     print(

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from skyrl_gym.retrieval.kinds import missing_modules, plugin_errors, retriever_kinds
-from skyrl_gym.retrieval.server import MAX_BODY_BYTES, TOKEN_ENV
+from skyrl_gym.retrieval.server import CLIENT_TIMEOUT_S, MAX_BODY_BYTES, TOKEN_ENV
 
 DESCRIPTION = (
     "Build (or load) an index over a JSONL corpus (one {\"id\", \"contents\"} object per line, "
@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default=None,
                         help=f"bearer token every request must carry (default: ${TOKEN_ENV}); "
                              "required off loopback")
+    parser.add_argument("--client-timeout", type=float, default=CLIENT_TIMEOUT_S,
+                        help="seconds a client has to send a request's head, and again its body "
+                             f"(default {CLIENT_TIMEOUT_S:g})")
     parser.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
                         help=f"largest request body; larger ones get 413 (default {MAX_BODY_BYTES})")
     parser.add_argument("--retriever", default="bm25", choices=sorted(kinds),
@@ -54,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.max_body_bytes < 1024:
             raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")
+        if not args.client_timeout > 0:
+            raise ValueError(f"--client-timeout must be above 0, got {args.client_timeout}")
         check_bind(args.host, token)  # before the index is built, which may take long
     except ValueError as exc:
         print(f"serve-retriever: {exc}", file=sys.stderr)
@@ -65,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"serve-retriever: {exc}", file=sys.stderr)
         return 1
     app = create_app(retriever, documents, default_topk=args.topk, name=args.retriever, token=token,
-                     max_body_bytes=args.max_body_bytes)
-    serve(app, host=args.host, port=args.port, log_level=args.log_level, token=token)
+                     max_body_bytes=args.max_body_bytes, client_timeout_s=args.client_timeout)
+    serve(app, host=args.host, port=args.port, log_level=args.log_level, token=token,
+          client_timeout_s=args.client_timeout)
     return 0
 
 

@@ -25,6 +25,8 @@ import socket
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S
+
 from skyrl_gym.retrieval.index import Hits, Retriever
 
 MAX_QUERIES_PER_REQUEST = 1024
@@ -98,6 +100,7 @@ def create_app(
     name: str = "bm25",
     token: Optional[str] = None,
     max_body_bytes: int = MAX_BODY_BYTES,
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
 ) -> Any:
     """The FastAPI application serving ``retriever`` over ``documents`` (same order as the index).
 
@@ -154,7 +157,9 @@ def create_app(
     async def retrieve(raw: Request) -> Dict[str, Any]:
         authorise(raw)
         try:
-            body = parse_json_object(await read_limited_body(raw, max_body_bytes, "--max-body-bytes"))
+            body = parse_json_object(
+                await read_limited_body(raw, max_body_bytes, "--max-body-bytes", client_timeout_s)
+            )
         except BodyError as exc:
             raise HTTPException(exc.status, exc.message) from None
         try:
@@ -219,15 +224,24 @@ def serve(
     port: int = 8000,
     log_level: str = "warning",
     token: Optional[str] = None,
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
 ) -> None:
     """Serve ``app`` until interrupted; prints the URL (with the real port) once listening. Binding anything
-    but a loopback address needs the bearer ``token`` the app was built with."""
+    but a loopback address needs the bearer ``token`` the app was built with. A client has
+    ``client_timeout_s`` to send each request's head (and, in the app, its body)."""
     import uvicorn
+    from skygym_sandboxes.http_bodies import guarded_http_protocol
 
     check_bind(host, token)
     sock = bind_socket(host, port)
     actual_port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=log_level, backlog=2048, timeout_keep_alive=30)
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        backlog=2048,
+        timeout_keep_alive=30,
+        http=guarded_http_protocol(client_timeout_s),
+    )
     server = uvicorn.Server(config)
     print(f"retriever listening on http://{host}:{actual_port}/retrieve", flush=True)  # the URL ends the line
     try:

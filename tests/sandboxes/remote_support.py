@@ -134,3 +134,45 @@ def post_chunked(port: int, path: str, total_bytes: int, headers: Sequence[str] 
     if not reply.startswith(b"HTTP/1.1 "):
         raise AssertionError(f"no HTTP answer to a chunked body of {total_bytes} bytes: {reply[:200]!r}")
     return int(reply.split()[1])
+
+
+def slow_clients(port: int, path: str, headers: Sequence[str] = ()) -> Dict[str, bytes]:
+    """Three slow clients of 127.0.0.1:``port``, as a slowloris attacker sends them: one that connects and sends
+    nothing, one that sends half a request head, one that sends the head and half its body. Returns what each
+    got back before the server closed its connection (20 s at most, so that a server that never closes them
+    fails the caller's assertion instead of hanging it)."""
+    head = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", *headers]
+    sends = {
+        "idle": b"",
+        "half a head": ("\r\n".join(head[:2]) + "\r\n").encode(),
+        "half a body": ("\r\n".join([*head, "Content-Length: 100"]) + "\r\n\r\n" + '{"co').encode(),
+    }
+    sockets = {}
+    for name, data in sends.items():
+        sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+        sock.sendall(data)
+        sockets[name] = sock
+    got: Dict[str, bytes] = {}
+    for name, sock in sockets.items():
+        reply = b""
+        try:
+            while True:
+                data = sock.recv(4096)
+                if not data:
+                    break
+                reply += data
+        except socket.timeout:
+            reply += b"<still open after 20 s>"
+        except OSError:
+            pass  # reset by the server: closed too
+        finally:
+            sock.close()
+        got[name] = reply
+    return got
+
+
+def assert_slow_clients_cut_off(port: int, path: str, headers: Sequence[str] = ()) -> None:
+    got = slow_clients(port, path, headers)
+    assert not any(b"still open" in reply for reply in got.values()), got
+    assert got["idle"] == b"" and got["half a head"] == b"", got  # closed without an answer
+    assert got["half a body"].startswith(b"HTTP/1.1 408"), got  # the body's deadline: a 408 saying so

@@ -21,7 +21,14 @@ import requests
 
 from skygym_sandboxes import Limits, Status
 from skygym_sandboxes.remote import RemoteSandbox
-from tests.sandboxes.remote_support import REPO, free_port, peak_rss_mib, post_chunked, start_server
+from tests.sandboxes.remote_support import (
+    REPO,
+    assert_slow_clients_cut_off,
+    free_port,
+    peak_rss_mib,
+    post_chunked,
+    start_server,
+)
 
 pytestmark = pytest.mark.slow
 MAX_BODY = 4 * 1024 * 1024
@@ -32,7 +39,7 @@ def served():
     box = start_server(
         Limits(wall_s=5, cpu_s=5, output_bytes=100_000),
         max_concurrency=2,
-        extra_args=["--output-bytes", "100000", "--max-body-bytes", str(MAX_BODY)],
+        extra_args=["--output-bytes", "100000", "--max-body-bytes", str(MAX_BODY), "--client-timeout", "1"],
     )
     yield box
     box.close()
@@ -164,6 +171,13 @@ def test_bodies_are_limited_while_they_stream_chunked_ones_too(served):
     assert post_chunked(port, "/run_code", 300 * 1024 * 1024) == 413
     grown = peak_rss_mib(served.server.pid) - before
     assert grown < 64, f"a 300 MiB chunked body took the service's peak memory up {grown:.0f} MiB (limit: 4)"
+    assert served.run("print('still here')").stdout == "still here\n"
+
+
+def test_slow_clients_are_cut_off_and_others_still_served(served):
+    """Slowloris: uvicorn alone kept an idle connection, a half-sent head and a half-sent body open forever
+    (each holding a file descriptor); with --client-timeout 1 each is closed, the body with a 408."""
+    assert_slow_clients_cut_off(int(served.url.rsplit(":", 1)[1]), "/run_code")
     assert served.run("print('still here')").stdout == "still here\n"
 
 
@@ -323,3 +337,42 @@ def test_the_sandbox_token_goes_only_to_the_operators_service(monkeypatch):
         attacker.shutdown()
         attacker.server_close()
         box.close()
+
+
+def test_connections_past_the_cap_are_closed_as_they_arrive():
+    """The protocol every server runs under: with room for 3 connections, a 4th is closed at once (its file
+    descriptor freed), and one of the 3 closing makes room again."""
+    pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
+    import uvicorn
+    from fastapi import FastAPI
+
+    from skygym_sandboxes.http_bodies import guarded_http_protocol
+
+    app = FastAPI()
+    app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    config.http = guarded_http_protocol(client_timeout_s=30, max_connections=3)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: server.started), "the test server did not start"
+        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        assert extra.recv(100) == b""  # closed by the server, without an answer
+        extra.close()
+        held.pop().close()
+
+        def healthy() -> bool:
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/health", timeout=5).ok
+            except requests.RequestException:  # the closed connection not yet counted out
+                return False
+
+        assert wait_for(healthy)
+        for sock in held:
+            sock.close()
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -24,7 +24,7 @@ pytest.importorskip(
 
 import skyrl_gym  # noqa: E402
 from skyrl_gym.remote import policy  # noqa: E402
-from tests.sandboxes.remote_support import peak_rss_mib, post_chunked  # noqa: E402
+from tests.sandboxes.remote_support import assert_slow_clients_cut_off, peak_rss_mib, post_chunked  # noqa: E402
 from tests.skyrl_gym.remote.service_support import COUNTER_ID, REPO_ROOT, env_service  # noqa: E402
 from tests.skyrl_gym.rewards.test_judge import JudgeServer  # noqa: E402
 from tests.tool_env_support import build_sample_databases  # noqa: E402
@@ -293,6 +293,14 @@ def test_a_300_mib_chunked_body_is_refused_while_it_streams(tmp_path):
             f"a 300 MiB chunked body took serve-env's peak memory up {grown:.0f} MiB (limit 1 MiB)"
         )
         assert small.health()["status"] == "ok"
+
+
+def test_slow_clients_are_cut_off_and_others_still_served():
+    """Slowloris: uvicorn alone kept an idle connection, a half-sent head and a half-sent body open forever
+    (each holding a file descriptor); with --client-timeout 1 each is closed, the body with a 408."""
+    with env_service("--client-timeout", "1", token="t") as guarded:
+        assert_slow_clients_cut_off(int(guarded.url.rsplit(":", 1)[1]), "/sessions", ["Authorization: Bearer t"])
+        assert guarded.health()["status"] == "ok"
 
 
 def test_a_slow_judged_step_does_not_stall_another_clients_health(service, tmp_path):

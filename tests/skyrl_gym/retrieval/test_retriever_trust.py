@@ -15,7 +15,7 @@ import requests
 
 from skyrl_gym.retrieval.server import TOKEN_ENV, URL_ENV
 from skyrl_gym.tools.search import SearchToolGroup
-from tests.sandboxes.remote_support import peak_rss_mib, post_chunked
+from tests.sandboxes.remote_support import assert_slow_clients_cut_off, peak_rss_mib, post_chunked
 from tests.tool_env_support import REPO_ROOT, RetrieverProcess, write_corpus
 
 TOKEN = "operator-retriever-token-" + uuid.uuid4().hex
@@ -83,6 +83,18 @@ def test_a_300_mib_chunked_body_is_refused_while_it_streams(guarded):
     )
     declared = requests.post(guarded.url, data=b"x" * (1024 * 1024 + 1), headers=bearer(), timeout=30)
     assert declared.status_code == 413 and "--max-body-bytes" in declared.json()["detail"], declared.text
+
+
+def test_slow_clients_are_cut_off_and_others_still_served(corpus):
+    """Slowloris: uvicorn alone kept an idle connection, a half-sent head and a half-sent body open forever
+    (each holding a file descriptor); with --client-timeout 1 each is closed, the body with a 408."""
+    process = RetrieverProcess(corpus, "--client-timeout", "1")
+    try:
+        assert_slow_clients_cut_off(int(process.url.split(":")[2].split("/")[0]), "/retrieve")
+        answer = requests.post(process.url, json={"query": "who wrote Hamlet", "topk": 1}, timeout=10)
+        assert answer.status_code == 200, answer.text
+    finally:
+        process.stop()
 
 
 class Collector(http.server.BaseHTTPRequestHandler):
