@@ -46,8 +46,8 @@ def guarded_http_protocol(
     """uvicorn's h11 protocol (pass it as ``http=``) with what it lacks against slow clients: a connection
     that has not sent a whole request head within ``client_timeout_s`` of opening, or of its previous
     answer, is closed (an idle one, or one dripping its head a byte at a time), and past
-    ``max_connections`` open connections a new one is closed at once. A request under way is never cut: its body has
-    :func:`read_limited_body`'s deadline, its answer takes what it takes."""
+    ``max_connections`` open connections a new one is closed at once. A request under way is never cut: its
+    body has :func:`read_limited_body`'s deadline, its answer takes what it takes."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):

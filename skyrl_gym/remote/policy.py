@@ -47,7 +47,8 @@ class PolicyError(ValueError):
 class Rule:
     """What a client may give for one key.
 
-    ``kind``: ``"ceiling"`` (a finite number above 0, at most the operator's value or ``ceiling``),
+    ``kind``: ``"ceiling"`` (a finite number above 0, at most the operator's value, else ``ceiling``, else the
+    env's own default: its class's ``config_defaults[key]``, the one place that default is written),
     ``"range"`` (a number from ``low`` to ``high``), ``"flag"`` (true or false), ``"choice"`` (one of
     ``choices``),
     ``"settings"`` (a JSON object). ``whole``: whole numbers only."""
@@ -60,10 +61,13 @@ class Rule:
     whole: bool = False
     choices: Tuple[str, ...] = ()
 
-    def describe(self) -> str:
+    def describe(self, env_default: Any = None) -> str:
         if self.kind == "ceiling":
             unit = "a whole number" if self.whole else "a number"
-            return f"{unit} > 0, at most the operator's value (default ceiling {self.ceiling:g})"
+            if self.ceiling is not None:
+                return f"{unit} > 0, at most the operator's value (default ceiling {self.ceiling:g})"
+            default = f"the env's default, {env_default:g}"
+            return f"{unit} > 0, at most the operator's value (default ceiling: {default})"
         if self.kind == "range":
             unit = "a whole number" if self.whole else "a number"
             low, high = (int(self.low), int(self.high)) if self.whole else (self.low, self.high)  # type: ignore[arg-type]
@@ -74,7 +78,9 @@ class Rule:
             return "one of " + ", ".join(f"`{choice}`" for choice in self.choices)
         return "a JSON object"
 
-    def check(self, key: str, value: Any, operator_value: Any, where: str = "") -> Any:
+    def check(
+        self, key: str, value: Any, operator_value: Any, where: str = "", env_default: Any = None
+    ) -> Any:
         where = where or f"env_config.{key}"
         if self.kind == "flag":
             if not isinstance(value, bool):
@@ -96,10 +102,15 @@ class Rule:
             if not self.low <= value <= self.high:  # type: ignore[operator]
                 raise PolicyError(f"{where} must be from {self.low:g} to {self.high:g}, got {value!r}")
             return value
-        ceiling = self.ceiling if operator_value is None else operator_value
+        ceiling = next((c for c in (operator_value, self.ceiling, env_default) if c is not None), None)
+        if not isinstance(ceiling, numbers.Real):  # no ceiling known: refused, never unbounded
+            raise PolicyError(
+                f"{where} has no ceiling on this server (the env declares no default for it): the operator "
+                f"must set one in --env-config before a client may choose it"
+            )
         if value <= 0:
             raise PolicyError(f"{where} must be above 0, got {value!r}")
-        if isinstance(ceiling, numbers.Real) and value > ceiling:
+        if value > ceiling:
             raise PolicyError(
                 f"{where} asks for {value!r}, above this server's ceiling of {ceiling:g} (the operator's "
                 f"--env-config sets it); a client may lower it, never raise it"
@@ -116,7 +127,8 @@ def _finite(value: numbers.Real) -> bool:
         return False
 
 
-def _ceiling(meaning: str, ceiling: float, whole: bool = False) -> Rule:
+def _ceiling(meaning: str, whole: bool = False, ceiling: Optional[float] = None) -> Rule:
+    """A limit a client may lower: at most the operator's value, else ``ceiling``, else the env's default."""
     return Rule("ceiling", meaning, ceiling=ceiling, whole=whole)
 
 
@@ -125,15 +137,15 @@ SEED = Rule("range", "the generator's seed", low=0, high=2**32 - 1, whole=True)
 
 _SEARCH = {
     "max_turns": MAX_TURNS,
-    "topk": _ceiling("passages per search", 10, whole=True),
-    "timeout": _ceiling("seconds per search request", 30.0),
-    "retry_attempts": _ceiling("tries per search request", 4, whole=True),
+    "topk": _ceiling("passages per search", whole=True, ceiling=10),  # above the default of 3
+    "timeout": _ceiling("seconds per search request"),
+    "retry_attempts": _ceiling("tries per search request", whole=True),
 }
 _SQL = {
     "max_turns": MAX_TURNS,
-    "sql_timeout_s": _ceiling("seconds per query of the model", 5.0),
-    "reward_timeout_s": _ceiling("seconds per query of the reward", 30.0),
-    "max_rows_shown": _ceiling("rows shown per query result", 50, whole=True),
+    "sql_timeout_s": _ceiling("seconds per query of the model"),
+    "reward_timeout_s": _ceiling("seconds per query of the reward"),
+    "max_rows_shown": _ceiling("rows shown per query result", whole=True),
 }
 _GENERATED = {
     "seed": SEED,
@@ -146,36 +158,36 @@ CLIENT_KEYS: Dict[str, Dict[str, Rule]] = {
     "gsm8k": {},
     "gsm8k_multi_turn": {},
     "countdown": {},
-    "math": {"verify_timeout": _ceiling("seconds to verify an answer", 5.0)},
+    "math": {"verify_timeout": _ceiling("seconds to verify an answer")},
     "multiply": {"boxed_wrong_reward": Rule("range", "reward of a boxed wrong answer", low=0, high=1)},
     "code_interpreter": {
         "max_turns": MAX_TURNS,
         "observation_role": Rule("choice", "role of tool output messages", choices=("user", "tool")),
-        "timeout": _ceiling("seconds per Python call", 10.0),
-        "verify_timeout": _ceiling("seconds to verify the answer", 5.0),
+        "timeout": _ceiling("seconds per Python call"),
+        "verify_timeout": _ceiling("seconds to verify the answer"),
         "stateful": Rule("flag", "keep Python state between calls"),
-        "max_output_chars": _ceiling("characters of tool output shown", 2000, whole=True),
+        "max_output_chars": _ceiling("characters of tool output shown", whole=True),
     },
     "humaneval": {
-        "timeout": _ceiling("seconds per test run", 5.0),
-        "memory_mb": _ceiling("memory of a test run (MB)", 1024, whole=True),
+        "timeout": _ceiling("seconds per test run"),
+        "memory_mb": _ceiling("memory of a test run (MB)", whole=True),
     },
     "lcb": {
-        "timeout": _ceiling("seconds per test", 6.0),
-        "memory_mb": _ceiling("memory of a test run (MB)", 1024, whole=True),
+        "timeout": _ceiling("seconds per test"),
+        "memory_mb": _ceiling("memory of a test run (MB)", whole=True),
         "stop_on_first_failure": Rule("flag", "stop at the first failing test"),
     },
     "search": dict(_SEARCH),
-    "searchcode": {**_SEARCH, "python_timeout": _ceiling("seconds per Python call", 10.0)},
+    "searchcode": {**_SEARCH, "python_timeout": _ceiling("seconds per Python call")},
     "sql": dict(_SQL),
     "text2sql": dict(_SQL),
     "swe": {
         "max_turns": MAX_TURNS,
-        "bash_timeout_s": _ceiling("seconds per bash command", 60.0),
-        "output_cap": _ceiling("characters of command output shown", 16_000, whole=True),
-        "eval_timeout_s": _ceiling("seconds for the hidden tests", 600.0),
-        "memory_mb": _ceiling("memory of the container (MB)", 2048, whole=True),
-        "cpus": _ceiling("CPUs of the container", 1.0),
+        "bash_timeout_s": _ceiling("seconds per bash command"),
+        "output_cap": _ceiling("characters of command output shown", whole=True),
+        "eval_timeout_s": _ceiling("seconds for the hidden tests"),
+        "memory_mb": _ceiling("memory of the container (MB)", whole=True),
+        "cpus": _ceiling("CPUs of the container"),
     },
     "reasoning_gym/*": {
         **_GENERATED,
@@ -198,6 +210,17 @@ def client_rules(env_id: str, creator: Any = None) -> Dict[str, Rule]:
     if isinstance(declared, Mapping) and all(isinstance(rule, Rule) for rule in declared.values()):
         return dict(declared)
     return {}
+
+
+def _creator(env_id: str) -> Any:
+    """The registered entry point of ``env_id`` (its class holds its ``config_defaults``), else None."""
+    from skyrl_gym.errors import UnregisteredEnv
+    from skyrl_gym.registration import spec
+
+    try:
+        return spec(env_id).load_entry_point()
+    except (UnregisteredEnv, ImportError):
+        return None
 
 
 def _operator_sections(operator_config: Mapping[str, Any], env_id: str) -> Iterator[Mapping[str, Any]]:
@@ -233,7 +256,10 @@ def effective_env_config(
             f"({OPERATOR_KEYS[missing[0]]}); "
             f"this server was started without it (serve-env --env-config FILE)"
         )
+    if creator is None:
+        creator = _creator(env_id)
     rules = client_rules(env_id, creator)
+    env_defaults = getattr(creator, "config_defaults", None) or {}
     config = dict(operator)
     for key in sorted(client_config or {}, key=str):
         value = client_config[key]  # type: ignore[index]
@@ -251,7 +277,7 @@ def effective_env_config(
             )
         if value is None:
             continue  # "the server's value"
-        config[key] = rule.check(key, value, operator.get(key))
+        config[key] = rule.check(key, value, operator.get(key), env_default=env_defaults.get(key))
     return config
 
 
@@ -316,8 +342,9 @@ def markdown_table() -> str:
         rules = CLIENT_KEYS[pattern]
         if not rules:
             lines.append(f"| `{pattern}` | (none) | | |")
+        defaults = {} if pattern.endswith("/*") else getattr(_creator(pattern), "config_defaults", None) or {}
         for key, rule in sorted(rules.items()):
-            lines.append(f"| `{pattern}` | `{key}` | {rule.meaning} | {rule.describe()} |")
+            lines.append(f"| `{pattern}` | `{key}` | {rule.meaning} | {rule.describe(defaults.get(key))} |")
     return "\n".join(lines) + "\n"
 
 

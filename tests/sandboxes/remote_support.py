@@ -137,10 +137,10 @@ def post_chunked(port: int, path: str, total_bytes: int, headers: Sequence[str] 
 
 
 def slow_clients(port: int, path: str, headers: Sequence[str] = ()) -> Dict[str, bytes]:
-    """Three slow clients of 127.0.0.1:``port``, as a slowloris attacker sends them: one that connects and sends
-    nothing, one that sends half a request head, one that sends the head and half its body. Returns what each
-    got back before the server closed its connection (20 s at most, so that a server that never closes them
-    fails the caller's assertion instead of hanging it)."""
+    """Three slow clients of 127.0.0.1:``port``, as a slowloris attacker sends them: one that connects and
+    sends nothing, one that sends half a request head, one that sends the head and half its body. Returns what
+    each got back before the server closed its connection (20 s at most, so that a server that never closes
+    them fails the caller's assertion instead of hanging it)."""
     head = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json", *headers]
     sends = {
         "idle": b"",

@@ -28,6 +28,9 @@ class CodeInterpreterEnv(BaseTextEnv):
     or ``"tool"``). Reward: 1.0 for a correct boxed answer at the end, else 0.0; tool turns give 0.0.
     """
 
+    # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
+    config_defaults = {"timeout": 10.0, "verify_timeout": DEFAULT_TIMEOUT_S, "max_output_chars": 2000}
+
     def __init__(
         self,
         env_config: Any = None,
@@ -40,13 +43,14 @@ class CodeInterpreterEnv(BaseTextEnv):
         row = self.extras if isinstance(self.extras, dict) else {}
         self.max_turns = int(row.get("max_turns") or config.get("max_turns", 5))
         self.observation_role = str(config.get("observation_role", "user"))
-        self.verify_timeout = float(config.get("verify_timeout", DEFAULT_TIMEOUT_S))
+        defaults = self.config_defaults
+        self.verify_timeout = float(config.get("verify_timeout", defaults["verify_timeout"]))
         self._config = env_config
         self.python_tool = PythonCodeExecutorToolGroup(
-            timeout=float(config.get("timeout", 10.0)),
+            timeout=float(config.get("timeout", defaults["timeout"])),
             sandbox=sandbox,
             stateful=bool(config.get("stateful", True)),
-            max_output_chars=int(config.get("max_output_chars", 2000)),
+            max_output_chars=int(config.get("max_output_chars", defaults["max_output_chars"])),
         )
         self.init_tool_groups([self.python_tool])
         self.tool_calls = 0

@@ -60,6 +60,9 @@ class HumanEvalEnv(BaseTextEnv):
     the problem's ``check`` runs in the harness itself with a proxy for the entry point, so the
     completion can neither see the tests nor fake their result (``sys.exit(0)`` is a failure)."""
 
+    # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
+    config_defaults = {"timeout": DEFAULT_TIMEOUT_S, "memory_mb": 1024}
+
     def __init__(
         self,
         env_config: Any = None,
@@ -69,8 +72,10 @@ class HumanEvalEnv(BaseTextEnv):
         super().__init__(env_config, extras)
         self.problem = parse_ground_truth(require_ground_truth(extras, "humaneval"))
         config = config_dict(env_config)
-        timeout = float(config.get("timeout", DEFAULT_TIMEOUT_S))
-        self.limits = Limits(wall_s=timeout, cpu_s=timeout, memory_mb=int(config.get("memory_mb", 1024)))
+        defaults = self.config_defaults
+        timeout = float(config.get("timeout", defaults["timeout"]))
+        memory_mb = int(config.get("memory_mb", defaults["memory_mb"]))
+        self.limits = Limits(wall_s=timeout, cpu_s=timeout, memory_mb=memory_mb)
         self._sandbox = sandbox
         self._config = env_config
 

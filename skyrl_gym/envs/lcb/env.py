@@ -28,6 +28,9 @@ class LCBEnv(BaseTextEnv):
     whenever the reward is 0.0.
     """
 
+    # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
+    config_defaults = {"timeout": DEFAULT_TEST_TIMEOUT_S, "memory_mb": DEFAULT_MEMORY_MB}
+
     def __init__(
         self,
         env_config: Any = None,
@@ -40,9 +43,11 @@ class LCBEnv(BaseTextEnv):
         except ValueError as exc:
             raise DataError(f"env 'lcb': {exc}") from None
         config = config_dict(env_config)
-        timeout = float(config.get("timeout", DEFAULT_TEST_TIMEOUT_S))
+        timeout = float(config.get("timeout", self.config_defaults["timeout"]))
         self.limits = Limits(
-            wall_s=timeout, cpu_s=timeout, memory_mb=int(config.get("memory_mb", DEFAULT_MEMORY_MB))
+            wall_s=timeout,
+            cpu_s=timeout,
+            memory_mb=int(config.get("memory_mb", self.config_defaults["memory_mb"])),
         )
         self.stop_on_first_failure = bool(config.get("stop_on_first_failure", True))
         self._sandbox = sandbox

@@ -13,11 +13,14 @@ from skyrl_gym.rewards.math import DEFAULT_TIMEOUT_S, compute_math_score
 class MathEnv(BaseTextEnv):
     """Math word problems; the last \\boxed{} answer is checked with math-verify (1.0 / 0.0)."""
 
+    # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
+    config_defaults = {"verify_timeout": DEFAULT_TIMEOUT_S}
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "math"))
         config = self.env_config if isinstance(self.env_config, dict) else {}
-        self.timeout = float(config.get("verify_timeout", DEFAULT_TIMEOUT_S))
+        self.timeout = float(config.get("verify_timeout", self.config_defaults["verify_timeout"]))
 
     def step(self, action: str) -> StepOutput:
         self.turns += 1

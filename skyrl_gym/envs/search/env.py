@@ -15,7 +15,7 @@ Use ``astep`` from async code: the request is then awaited on the event loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
@@ -38,23 +38,31 @@ class SearchEnvConfig:
     retry_delay_s: float = 0.5
 
 
+# The defaults of the env_config keys the search envs read: also serve-env's ceilings of what a client may
+# set.
+SEARCH_DEFAULTS: Dict[str, Any] = asdict(SearchEnvConfig())
+
+
 def search_tool_group_from_config(env_config: Any) -> SearchToolGroup:
     """A ``SearchToolGroup`` configured from an env's ``env_config`` (shared by search envs)."""
+    defaults = SEARCH_DEFAULTS
     retry = RetryPolicy(
-        attempts=int(config_value(env_config, "retry_attempts", 4)),
-        initial_delay_s=float(config_value(env_config, "retry_delay_s", 0.5)),
+        attempts=int(config_value(env_config, "retry_attempts", defaults["retry_attempts"])),
+        initial_delay_s=float(config_value(env_config, "retry_delay_s", defaults["retry_delay_s"])),
     )
     return SearchToolGroup(
-        search_url=str(config_value(env_config, "search_url", DEFAULT_SEARCH_URL)),
-        topk=int(config_value(env_config, "topk", 3)),
-        timeout=float(config_value(env_config, "timeout", 30.0)),
-        log_requests=bool(config_value(env_config, "log_requests", False)),
+        search_url=str(config_value(env_config, "search_url", defaults["search_url"])),
+        topk=int(config_value(env_config, "topk", defaults["topk"])),
+        timeout=float(config_value(env_config, "timeout", defaults["timeout"])),
+        log_requests=bool(config_value(env_config, "log_requests", defaults["log_requests"])),
         retry=retry,
     )
 
 
 class SearchEnv(BaseTextEnv):
     """Multi-turn question answering with a search tool (Search-R1 style)."""
+
+    config_defaults = SEARCH_DEFAULTS
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)

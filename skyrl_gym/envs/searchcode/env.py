@@ -23,7 +23,7 @@ from skyrl_gym.core import ConversationType, StepOutput
 from skyrl_gym.envs._common import require_ground_truth, uses_default_tool_path
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
-from skyrl_gym.envs.search.env import search_tool_group_from_config
+from skyrl_gym.envs.search.env import SEARCH_DEFAULTS, search_tool_group_from_config
 from skyrl_gym.rewards.gsm8k import compute_score, extract_solution
 from skyrl_gym.tools.parsers import find_tag_blocks
 from skyrl_gym.tools.python import NO_OUTPUT_MESSAGE, PythonCodeExecutorToolGroup
@@ -42,13 +42,16 @@ class ToolCallError(ValueError):
 class SearchCodeEnv(BaseTextEnv):
     """Multi-tool env: search plus Python in a sandbox."""
 
+    # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
+    config_defaults = {**SEARCH_DEFAULTS, "python_timeout": 10.0}
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(self.extras, "searchcode"))
         self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", 2))
         self.search_tools = search_tool_group_from_config(env_config)
         self.python_tools = PythonCodeExecutorToolGroup(
-            timeout=float(config_value(env_config, "python_timeout", 10.0)),
+            timeout=float(config_value(env_config, "python_timeout", self.config_defaults["python_timeout"])),
             sandbox_config=config_value(env_config, "sandbox"),
         )
         self.init_tool_groups([self.search_tools, self.python_tools])

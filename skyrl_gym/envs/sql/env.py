@@ -38,13 +38,16 @@ class Text2SQLEnvConfig:
     """Settings shared by all text2sql episodes (SkyRL-gym's ``db_path`` plus limits)."""
 
     db_path: Optional[str] = None
-    sql_timeout_s: float = 5.0
-    reward_timeout_s: float = 30.0
+    sql_timeout_s: float = QueryLimits.timeout_s
+    reward_timeout_s: float = REWARD_LIMITS.timeout_s
     max_rows_shown: int = 50
 
 
 class SQLEnv(BaseTextEnv):
     """Multi-turn text-to-SQL over one read-only SQLite database per episode."""
+
+    # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
+    config_defaults = dataclasses.asdict(Text2SQLEnvConfig())
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
@@ -59,11 +62,15 @@ class SQLEnv(BaseTextEnv):
         self.db_file: str = resolve_database_file(extras, self.db_path)
         self.max_turns = int(extras.get("max_turns") or config_value(env_config, "max_turns", 5))
 
-        tool_limits = dataclasses.replace(QueryLimits(), timeout_s=float(config_value(env_config, "sql_timeout_s", 5.0)))
+        defaults = self.config_defaults
+        sql_timeout_s = float(config_value(env_config, "sql_timeout_s", defaults["sql_timeout_s"]))
+        tool_limits = dataclasses.replace(QueryLimits(), timeout_s=sql_timeout_s)
         self.reward_limits = dataclasses.replace(
-            REWARD_LIMITS, timeout_s=float(config_value(env_config, "reward_timeout_s", REWARD_LIMITS.timeout_s))
+            REWARD_LIMITS,
+            timeout_s=float(config_value(env_config, "reward_timeout_s", defaults["reward_timeout_s"])),
         )
-        display = SQLDisplay(max_rows_shown=int(config_value(env_config, "max_rows_shown", 50)))
+        max_rows_shown = int(config_value(env_config, "max_rows_shown", defaults["max_rows_shown"]))
+        display = SQLDisplay(max_rows_shown=max_rows_shown)
         self.tool_group = SQLCodeExecutorToolGroup(
             os.path.dirname(os.path.dirname(self.db_file)), db_file=self.db_file, limits=tool_limits, display=display
         )

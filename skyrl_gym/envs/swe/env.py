@@ -35,15 +35,26 @@ NO_TOOL_CALL = (
 
 
 class SWEEnv(BaseTextEnv):
+    # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
+    config_defaults = {
+        "bash_timeout_s": 60.0,
+        "output_cap": 16_000,
+        "eval_timeout_s": 600.0,
+        "memory_mb": 2048,
+        "cpus": 1.0,
+    }
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.instance = normalize_row(self.extras)
         self.base_url: Optional[str] = config_value(env_config, "docker_host", None)
-        self.bash_timeout_s = float(config_value(env_config, "bash_timeout_s", 60.0))
-        self.output_cap = int(config_value(env_config, "output_cap", 16_000))
-        self.eval_timeout_s = float(config_value(env_config, "eval_timeout_s", 600.0))
+        defaults = self.config_defaults
+        self.bash_timeout_s = float(config_value(env_config, "bash_timeout_s", defaults["bash_timeout_s"]))
+        self.output_cap = int(config_value(env_config, "output_cap", defaults["output_cap"]))
+        self.eval_timeout_s = float(config_value(env_config, "eval_timeout_s", defaults["eval_timeout_s"]))
         self.limits = ContainerLimits(
-            memory_mb=int(config_value(env_config, "memory_mb", 2048)), cpus=float(config_value(env_config, "cpus", 1.0))
+            memory_mb=int(config_value(env_config, "memory_mb", defaults["memory_mb"])),
+            cpus=float(config_value(env_config, "cpus", defaults["cpus"])),
         )
         self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", 30))
         self.runtime: Optional[SWERuntime] = None

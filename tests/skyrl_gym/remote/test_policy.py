@@ -101,3 +101,35 @@ def test_a_contributed_env_may_declare_its_client_keys():
         effective_env_config({}, "acme/puzzle", {"difficulty": 9}, Contributed)
     with pytest.raises(PolicyError, match="env_config.difficulty is not a key a client may set"):
         effective_env_config({}, "acme/puzzle", {"difficulty": 3}, object)  # undeclared: no client keys
+
+
+def test_a_ceiling_is_the_envs_own_default_written_once():
+    """Every limit a client may lower has a ceiling: the operator's, else an explicit one, else the default
+    the env itself uses (its class's ``config_defaults``, which the env reads: one place holds each
+    default)."""
+    from skyrl_gym.registration import spec
+
+    for env_id, rules in CLIENT_KEYS.items():
+        if env_id.endswith("/*"):
+            continue
+        defaults = getattr(spec(env_id).load_entry_point(), "config_defaults", {})
+        operator = {env_id: {"db_path": "/srv/data"}}  # the sql envs need their data folder on a server
+        for key, rule in rules.items():
+            if rule.kind == "ceiling" and rule.ceiling is None:
+                assert isinstance(defaults.get(key), (int, float)), f"{env_id}: no default for {key}"
+                default = defaults[key]
+                assert effective_env_config(operator, env_id, {key: default})[key] == default
+                with pytest.raises(PolicyError, match=f"env_config.{key} .* ceiling of {default:g}"):
+                    effective_env_config(operator, env_id, {key: default * 2})
+    # lcb's tests run with 2048 MB by default: a client may ask for that (the table said 1024: a stale copy)
+    assert effective_env_config({}, "lcb", {"memory_mb": 2048})["memory_mb"] == 2048
+
+
+def test_a_limit_with_no_ceiling_anywhere_is_refused_not_unbounded():
+    class Contributed:  # declares a limit a client may lower, but no default for it
+        client_env_config = {"budget_s": Rule("ceiling", "seconds of budget")}
+
+    with pytest.raises(PolicyError, match="env_config.budget_s has no ceiling on this server"):
+        effective_env_config({}, "acme/puzzle", {"budget_s": 10}, Contributed)
+    operator = {"acme/puzzle": {"budget_s": 20}}
+    assert effective_env_config(operator, "acme/puzzle", {"budget_s": 10}, Contributed) == {"budget_s": 10}

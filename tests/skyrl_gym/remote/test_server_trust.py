@@ -24,7 +24,11 @@ pytest.importorskip(
 
 import skyrl_gym  # noqa: E402
 from skyrl_gym.remote import policy  # noqa: E402
-from tests.sandboxes.remote_support import assert_slow_clients_cut_off, peak_rss_mib, post_chunked  # noqa: E402
+from tests.sandboxes.remote_support import (  # noqa: E402
+    assert_slow_clients_cut_off,
+    peak_rss_mib,
+    post_chunked,
+)
 from tests.skyrl_gym.remote.service_support import COUNTER_ID, REPO_ROOT, env_service  # noqa: E402
 from tests.skyrl_gym.rewards.test_judge import JudgeServer  # noqa: E402
 from tests.tool_env_support import build_sample_databases  # noqa: E402
@@ -299,7 +303,8 @@ def test_slow_clients_are_cut_off_and_others_still_served():
     """Slowloris: uvicorn alone kept an idle connection, a half-sent head and a half-sent body open forever
     (each holding a file descriptor); with --client-timeout 1 each is closed, the body with a 408."""
     with env_service("--client-timeout", "1", token="t") as guarded:
-        assert_slow_clients_cut_off(int(guarded.url.rsplit(":", 1)[1]), "/sessions", ["Authorization: Bearer t"])
+        port = int(guarded.url.rsplit(":", 1)[1])
+        assert_slow_clients_cut_off(port, "/sessions", ["Authorization: Bearer t"])
         assert guarded.health()["status"] == "ok"
 
 
