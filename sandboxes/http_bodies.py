@@ -40,6 +40,14 @@ def bearer_matches(request: Any, token: Optional[str]) -> bool:
     return hmac.compare_digest(given, f"Bearer {token}".encode("utf-8"))
 
 
+def unauthorised_message(token_env: str) -> str:
+    """What a 401 says: the header expected, and where the server reads its token from."""
+    return (
+        f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads it from {token_env} "
+        f"or --token)"
+    )
+
+
 def guarded_http_protocol(
     client_timeout_s: float = CLIENT_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS
 ) -> Any:
@@ -148,6 +156,7 @@ __all__ = [
     "BodyError",
     "bearer_matches",
     "guarded_http_protocol",
+    "unauthorised_message",
     "json_depth_exceeds",
     "parse_json_object",
     "read_limited_body",

@@ -31,6 +31,7 @@ from skygym_sandboxes.http_bodies import (
     guarded_http_protocol,
     parse_json_object,
     read_limited_body,
+    unauthorised_message,
 )
 from skygym_sandboxes.protocol import Sandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status, check_file_count, check_limit
@@ -276,7 +277,7 @@ def create_app(
     @app.get("/health")
     async def health(request: Request) -> Any:
         if not authorised(request):
-            return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+            return refuse(401, unauthorised_message(TOKEN_ENV))
         return {
             "status": "ok",
             "backend": getattr(sandbox, "name", "?"),
@@ -290,7 +291,7 @@ def create_app(
     @app.post("/run_code")
     async def run_code(request: Request) -> Any:
         if not authorised(request):
-            return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+            return refuse(401, unauthorised_message(TOKEN_ENV))
         try:
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
             body = parse_json_object(raw)

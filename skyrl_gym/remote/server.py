@@ -14,7 +14,6 @@ import collections
 import concurrent.futures
 import contextlib
 import re
-import sys
 import time
 import uuid
 from typing import Any, AsyncIterator, Callable, Dict, Mapping, Optional, Sequence, Tuple
@@ -97,7 +96,13 @@ def create_app(
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
-    from skygym_sandboxes.http_bodies import BodyError, bearer_matches, parse_json_object, read_limited_body
+    from skygym_sandboxes.http_bodies import (
+        BodyError,
+        bearer_matches,
+        parse_json_object,
+        read_limited_body,
+        unauthorised_message,
+    )
 
     from skyrl_gym.errors import DataError, EnvCreationError, MissingRewardSpec, UnregisteredEnv
     from skyrl_gym.registration import make, spec
@@ -176,11 +181,7 @@ def create_app(
 
     def authorise(request: Request) -> None:
         if not bearer_matches(request, token):
-            raise Refused(
-                401,
-                f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads "
-                f"it from {TOKEN_ENV} or --token)",
-            )
+            raise Refused(401, unauthorised_message(TOKEN_ENV))
 
     async def read_json(request: Request) -> Dict[str, Any]:
         authorise(request)
@@ -452,11 +453,9 @@ def serve(
     """Serve until SIGINT/SIGTERM (every open env is closed on the way out); prints the URL once listening.
     Binding anything but a loopback address needs a bearer ``token``. A client has ``client_timeout_s`` to
     send each request's head and, again, its body."""
-    import uvicorn
-    from skygym_sandboxes.http_bodies import guarded_http_protocol
     from skygym_sandboxes.service import is_loopback
 
-    from skyrl_gym.retrieval.server import bind_socket
+    from skyrl_gym.retrieval.server import run_server
 
     if not token and not is_loopback(host):
         raise ValueError(
@@ -465,27 +464,15 @@ def serve(
         )
     # ValueError: an operator setting is refused
     app = create_app(token=token, client_timeout_s=client_timeout_s, **app_options)
-    sock = bind_socket(host, port)
-    actual_port = sock.getsockname()[1]
-    config = uvicorn.Config(
+    run_server(
         app,
-        log_level=log_level,
-        backlog=2048,
-        timeout_keep_alive=60,
-        http=guarded_http_protocol(client_timeout_s),
+        host,
+        port,
+        log_level,
+        60,
+        client_timeout_s,
+        lambda url: f"env service listening on {url} ({'bearer token required' if token else 'no token'})",
     )
-    server = uvicorn.Server(config)
-    shown = f"[{host}]" if ":" in host else host
-    print(
-        f"env service listening on http://{shown}:{actual_port} "
-        f"({'bearer token required' if token else 'no token'})",
-        flush=True,
-    )
-    try:
-        server.run(sockets=[sock])
-    finally:
-        sock.close()
-        sys.stdout.flush()
 
 
 __all__ = [

@@ -23,7 +23,7 @@ import asyncio
 import concurrent.futures
 import socket
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S
 
@@ -112,7 +112,13 @@ def create_app(
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
     from pydantic import BaseModel, ValidationError
-    from skygym_sandboxes.http_bodies import BodyError, bearer_matches, parse_json_object, read_limited_body
+    from skygym_sandboxes.http_bodies import (
+        BodyError,
+        bearer_matches,
+        parse_json_object,
+        read_limited_body,
+        unauthorised_message,
+    )
 
     class RetrieveRequest(BaseModel):
         query: Optional[Any] = None
@@ -134,11 +140,7 @@ def create_app(
 
     def authorise(request: Request) -> None:
         if not bearer_matches(request, token):
-            raise HTTPException(
-                401,
-                f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads it "
-                f"from {TOKEN_ENV} or --token)",
-            )
+            raise HTTPException(401, unauthorised_message(TOKEN_ENV))
 
     @app.get("/health")
     async def health(request: Request) -> Dict[str, Any]:
@@ -229,21 +231,39 @@ def serve(
     """Serve ``app`` until interrupted; prints the URL (with the real port) once listening. Binding anything
     but a loopback address needs the bearer ``token`` the app was built with. A client has
     ``client_timeout_s`` to send each request's head (and, in the app, its body)."""
+    check_bind(host, token)
+    # the URL ends the line: tests and scripts read it from there
+    run_server(
+        app, host, port, log_level, 30, client_timeout_s, lambda url: f"retriever listening on {url}/retrieve"
+    )
+
+
+def run_server(
+    app: Any,
+    host: str,
+    port: int,
+    log_level: str,
+    timeout_keep_alive: int,
+    client_timeout_s: float,
+    banner: Callable[[str], str],
+) -> None:
+    """Serve ``app`` on ``host:port`` (``port=0``: a free one) with uvicorn, slow clients cut off after
+    ``client_timeout_s`` (:func:`skygym_sandboxes.http_bodies.guarded_http_protocol`), until interrupted;
+    prints ``banner(url)`` once listening. Shared by serve-retriever and serve-env."""
     import uvicorn
     from skygym_sandboxes.http_bodies import guarded_http_protocol
 
-    check_bind(host, token)
     sock = bind_socket(host, port)
-    actual_port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
     config = uvicorn.Config(
         app,
         log_level=log_level,
         backlog=2048,
-        timeout_keep_alive=30,
+        timeout_keep_alive=timeout_keep_alive,
         http=guarded_http_protocol(client_timeout_s),
     )
     server = uvicorn.Server(config)
-    print(f"retriever listening on http://{host}:{actual_port}/retrieve", flush=True)  # the URL ends the line
+    print(banner(f"http://{shown}:{sock.getsockname()[1]}"), flush=True)
     try:
         server.run(sockets=[sock])
     finally:
