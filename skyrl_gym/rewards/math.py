@@ -13,8 +13,9 @@ import dataclasses
 import importlib.util
 import math
 import multiprocessing
+import os
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from skyrl_gym.rewards.boxed import last_boxed_content
 from skyrl_gym.rewards.normalize import normalize_final_answer
@@ -114,7 +115,47 @@ class _VerifyHelper:
             self._kill()
 
 
-_helper = _VerifyHelper()
+class _VerifyPool:
+    """Up to ``size`` helper processes, each serving one call at a time: a call takes a free helper (starting
+    one while fewer than ``size`` exist) and waits only when all are busy. One helper for the whole process
+    made every caller wait behind the slowest: on ``serve-env`` a client sending expressions that time out
+    held every other client's math reward for as long as it kept sending them."""
+
+    def __init__(self, size: int) -> None:
+        self._size = max(1, size)
+        self._helpers: List[_VerifyHelper] = []
+        self._free: List[_VerifyHelper] = []
+        self._changed = threading.Condition()
+
+    def check(self, prediction: str, gold: str, timeout: float) -> MathVerdict:
+        with self._changed:
+            while not self._free and len(self._helpers) >= self._size:
+                self._changed.wait()
+            if self._free:
+                helper = self._free.pop()
+            else:
+                helper = _VerifyHelper()
+                self._helpers.append(helper)
+        try:
+            return helper.check(prediction, gold, timeout)
+        finally:
+            with self._changed:
+                self._free.append(helper)
+                self._changed.notify()
+
+    def close(self) -> None:
+        """Ends every helper now, busy ones included (their calls get an error verdict); the next call starts
+        one again."""
+        with self._changed:
+            helpers = list(self._helpers)
+        for helper in helpers:
+            process = helper._process
+            if process is not None:
+                process.kill()  # without the helper's lock: a busy helper's call sees its pipe close
+
+
+# Helpers start on demand: a single-threaded caller only ever starts one.
+_helper = _VerifyPool(min(4, os.cpu_count() or 1) + 1)
 atexit.register(_helper.close)
 
 

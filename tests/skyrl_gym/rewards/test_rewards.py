@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -98,3 +99,32 @@ def test_math_verify_is_bounded_in_time():
     assert elapsed < 30  # generous bound: the point is that it returns at all
     assert math_equal(r"\frac{2}{4}", "0.5").equal  # the helper is replaced and works again
     assert math_equal("x" * 5000, "1").reason == "too long"
+
+
+def test_a_hard_expression_does_not_hold_up_other_callers():
+    """serve-env runs many clients' envs in one process: a client whose answers time out math-verify must not
+    make everyone else's math reward wait behind it (one helper for the process did: an honest check took 20 s
+    beside two such callers instead of 0). The honest check returns while the hard one is still running."""
+    from skyrl_gym.rewards import math as math_reward
+
+    math_equal("1", "2/2")  # one helper started and warm
+    pool = math_reward._helper
+    hard_done = threading.Event()
+
+    def hard_caller():
+        math_equal(r"9^{9^{9^{9^9}}}", "1", timeout=120)
+        hard_done.set()
+
+    caller = threading.Thread(target=hard_caller)
+    caller.start()
+    try:
+        deadline = time.monotonic() + 30  # only stops a broken test from hanging: nothing is timed
+        while pool._free and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not pool._free, "the hard check never took the warm helper"
+        assert math_equal(r"\frac{144}{2}", "72").equal
+        assert not hard_done.is_set()  # answered beside the hard check, not after it
+    finally:
+        pool.close()  # ends the hard check (its helper is killed); helpers start again on the next call
+        caller.join(timeout=60)
+    assert math_equal(r"\frac{2}{4}", "0.5").equal
