@@ -31,6 +31,10 @@ from skyrl_gym.retrieval.index import Hits, Retriever
 
 MAX_QUERIES_PER_REQUEST = 1024
 MAX_TOPK = 100
+MAX_QUERY_CHARS = 4000  # a query is a few words; the search envs cut theirs to this
+# All the queries of one request together: the index searches one batch at a time, so one request of 8 MB of
+# query text held every other client for 5.7 s; 512 K characters take about 0.4 s.
+MAX_REQUEST_QUERY_CHARS = 512_000
 MAX_BODY_BYTES = 8 * 1024 * 1024  # 1024 queries of 8 KB each: far more than a search env sends
 TOKEN_ENV = "SKYRL_GYM_RETRIEVER_TOKEN"
 # The service the search envs send $SKYRL_GYM_RETRIEVER_TOKEN to (default: skyrl_gym.tools.search's URL).
@@ -182,6 +186,17 @@ def create_app(
             raise HTTPException(400, "every query must be a string")
         if len(queries) > MAX_QUERIES_PER_REQUEST:
             raise HTTPException(400, f"at most {MAX_QUERIES_PER_REQUEST} queries per request, got {len(queries)}")
+        longest = max((len(q) for q in queries), default=0)
+        if longest > MAX_QUERY_CHARS:
+            raise HTTPException(
+                400, f"a query may be at most {MAX_QUERY_CHARS} characters, got one of {longest}"
+            )
+        total = sum(len(q) for q in queries)
+        if total > MAX_REQUEST_QUERY_CHARS:
+            raise HTTPException(
+                400,
+                f"the queries of one request may hold at most {MAX_REQUEST_QUERY_CHARS} characters, got {total}",
+            )
         topk = default_topk if request.topk is None else request.topk
         if not 1 <= topk <= MAX_TOPK:
             raise HTTPException(400, f"topk must be between 1 and {MAX_TOPK}, got {topk}")

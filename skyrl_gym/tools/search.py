@@ -24,6 +24,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
+from skyrl_gym.retrieval.server import MAX_QUERY_CHARS  # a longer query is cut to it before it is sent
 from skyrl_gym.tools.core import ToolGroup, tool
 
 logger = logging.getLogger(__name__)
@@ -40,9 +41,10 @@ def _auth_headers(url: str) -> Dict[str, str]:
 
     token, _hint = bound_token(url, TOKEN_ENV, URL_ENV, DEFAULT_SEARCH_URL)
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 DEFAULT_TIMEOUT = 30.0
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-MAX_QUERY_CHARS = 4000  # a search query longer than this is cut (queries are a few words)
 # SkyRL-gym's names for the default retry policy of ``call_search_api`` (read at call time, so assigning
 # them changes the default). Ours are 4 tries from 0.5 s; SkyRL-gym's are 10 from 1 s.
 MAX_RETRIES = 4

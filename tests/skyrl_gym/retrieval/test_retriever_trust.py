@@ -97,6 +97,18 @@ def test_slow_clients_are_cut_off_and_others_still_served(corpus):
         process.stop()
 
 
+def test_query_text_is_bounded_so_one_request_cannot_hold_the_index(guarded):
+    """The index searches one batch at a time: one 7.9 MB query held it (and every other client) for 5.7 s."""
+    for body, words in (
+        ({"query": "hamlet " * 1000}, "at most 4000 characters"),
+        ({"queries": ["hamlet capital " * 200] * 200}, "at most 512000 characters"),
+    ):
+        response = requests.post(guarded.url, json=body, headers=bearer(), timeout=30)
+        assert response.status_code == 400 and words in response.json()["detail"], response.text[:300]
+    within = {"queries": ["who wrote Hamlet"] * 1024, "topk": 1}
+    assert requests.post(guarded.url, json=within, headers=bearer(), timeout=30).status_code == 200
+
+
 class Collector(http.server.BaseHTTPRequestHandler):
     """An attacker's "retriever": it records the Authorization header each request carried."""
 
