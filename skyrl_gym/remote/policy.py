@@ -35,8 +35,10 @@ OPERATOR_KEYS: Dict[str, str] = {
     "retry_delay_s": "how hard the server retries a service",
 }
 
-# env ids whose envs need an operator key on a server: without it a row could name any file of the host.
-REQUIRED_OPERATOR_KEYS: Dict[str, Tuple[str, ...]] = {"sql": ("db_path",), "text2sql": ("db_path",)}
+# An env class that needs operator keys on a server (without them a row could name any file of the host) says so
+# in an attribute of this name, a tuple of keys: the class, not its id, so that every id it is registered under
+# (an alias, an --import of the operator's own) needs them too.
+REQUIRES_OPERATOR_KEYS = "server_requires_env_config"
 
 
 class PolicyError(ValueError):
@@ -249,15 +251,16 @@ def effective_env_config(
     allow them. Raises :class:`PolicyError` naming the first key a client may not set, or a value out of
     bounds."""
     operator = operator_env_config(operator_config, env_id)
-    missing = [key for key in REQUIRED_OPERATOR_KEYS.get(env_id, ()) if operator.get(key) is None]
+    if creator is None:
+        creator = _creator(env_id)
+    required = getattr(creator, REQUIRES_OPERATOR_KEYS, ())
+    missing = [key for key in required if operator.get(key) is None]
     if missing:
         raise PolicyError(
             f"env {env_id!r} needs the operator's {', '.join(missing)} on a server "
-            f"({OPERATOR_KEYS[missing[0]]}); "
+            f"({OPERATOR_KEYS.get(missing[0], 'set by the operator')}); "
             f"this server was started without it (serve-env --env-config FILE)"
         )
-    if creator is None:
-        creator = _creator(env_id)
     rules = client_rules(env_id, creator)
     env_defaults = getattr(creator, "config_defaults", None) or {}
     config = dict(operator)

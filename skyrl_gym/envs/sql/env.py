@@ -48,6 +48,8 @@ class SQLEnv(BaseTextEnv):
 
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
     config_defaults = dataclasses.asdict(Text2SQLEnvConfig())
+    # On serve-env the operator must give the data folder: without it a row's db_file could name any file.
+    server_requires_env_config = ("db_path",)
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)

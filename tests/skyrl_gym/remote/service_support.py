@@ -114,3 +114,7 @@ class CounterEnv(BaseTextEnv):
 
 
 register(COUNTER_ID, entry_point=CounterEnv, description="A test env of the env service.", provider="tests")
+
+# The text2sql env under an id of the operator's own (an --import): it needs the operator's data folder too.
+register("test_service/sql_alias", entry_point="skyrl_gym.envs.sql.env:SQLEnv", description="text2sql again.",
+         provider="tests")

@@ -271,11 +271,12 @@ def test_a_row_naming_a_missing_database_is_a_422_that_keeps_the_data_folder_to_
 
 
 def test_text2sql_needs_the_operators_data_folder():
-    with env_service("--envs", "text2sql") as bare:
-        message = refused_naming(
-            create(bare, "text2sql", None, {"db_file": "/etc/passwd"}), "db_path", "operator"
-        )
-        assert "root:" not in message
+    with env_service("--envs", "text2sql,test_service/sql_alias") as bare:
+        for env_id in ("text2sql", "test_service/sql_alias"):  # the env's class needs it, under any id
+            message = refused_naming(
+                create(bare, env_id, None, {"db_file": "/etc/passwd"}), "db_path", "operator"
+            )
+            assert "root:" not in message
 
 
 # ----- 4. bounded servers -----------------------------------------------------------------------------------
