@@ -20,6 +20,8 @@ MAX_JSON_DEPTH = 64
 CLIENT_TIMEOUT_S = 60.0
 # Open connections at most; more are closed as they arrive (below the usual file-descriptor limits).
 MAX_CONNECTIONS = 4096
+# FastAPI's own pages (/docs, /redoc, /openapi.json) answer without the token: every server turns them off.
+NO_PUBLIC_DOCS: Dict[str, Any] = {"docs_url": None, "redoc_url": None, "openapi_url": None}
 
 
 class BodyError(ValueError):
@@ -153,6 +155,7 @@ __all__ = [
     "CLIENT_TIMEOUT_S",
     "MAX_CONNECTIONS",
     "MAX_JSON_DEPTH",
+    "NO_PUBLIC_DOCS",
     "BodyError",
     "bearer_matches",
     "guarded_http_protocol",

@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 
 from skygym_sandboxes.http_bodies import (
     CLIENT_TIMEOUT_S,
+    NO_PUBLIC_DOCS,
     BodyError,
     bearer_matches,
     guarded_http_protocol,
@@ -265,7 +266,12 @@ def create_app(
         runners.shutdown(wait=False, cancel_futures=True)
         sandbox.close()  # clean shutdown: warm workers go with the service
 
-    app = FastAPI(title="sandboxes", description="SandboxFusion-compatible code execution", lifespan=lifespan)
+    app = FastAPI(
+        title="sandboxes",
+        description="SandboxFusion-compatible code execution",
+        lifespan=lifespan,
+        **NO_PUBLIC_DOCS,
+    )
 
     def refuse(status_code: int, message: str) -> JSONResponse:
         state["rejected"] += 1

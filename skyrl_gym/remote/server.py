@@ -97,6 +97,7 @@ def create_app(
     from fastapi.responses import Response
 
     from skygym_sandboxes.http_bodies import (
+        NO_PUBLIC_DOCS,
         BodyError,
         bearer_matches,
         parse_json_object,
@@ -170,7 +171,7 @@ def create_app(
                 await close_session(session)
             threads.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="skyrl-gym env service", lifespan=lifespan)
+    app = FastAPI(title="skyrl-gym env service", lifespan=lifespan, **NO_PUBLIC_DOCS)
 
     def reply(status: int, payload: Any) -> Response:
         return Response(encode(payload), status_code=status, media_type="application/json")

@@ -117,6 +117,7 @@ def create_app(
     from fastapi.exceptions import RequestValidationError
     from pydantic import BaseModel, ValidationError
     from skygym_sandboxes.http_bodies import (
+        NO_PUBLIC_DOCS,
         BodyError,
         bearer_matches,
         parse_json_object,
@@ -140,7 +141,7 @@ def create_app(
         yield
         await batcher.stop()
 
-    app = FastAPI(title="skyrl-gym retriever", lifespan=lifespan)
+    app = FastAPI(title="skyrl-gym retriever", lifespan=lifespan, **NO_PUBLIC_DOCS)
 
     def authorise(request: Request) -> None:
         if not bearer_matches(request, token):

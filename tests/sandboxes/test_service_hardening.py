@@ -278,6 +278,8 @@ def test_off_loopback_the_service_needs_a_token():
         )
         assert wrong.status_code == 401
         assert requests.get(f"{box.url}/health", timeout=5).status_code == 401
+        for page in ("/docs", "/redoc", "/openapi.json"):  # FastAPI's own pages answered without the token
+            assert requests.get(box.url + page, timeout=5).status_code == 404, page
     finally:
         box.close()
 

@@ -44,6 +44,8 @@ def test_every_route_needs_the_operators_token(guarded):
         assert requests.post(guarded.url, json=query, headers=headers, timeout=10).status_code == 401
         refused = requests.get(health, headers=headers, timeout=10)
         assert refused.status_code == 401 and TOKEN_ENV in refused.json()["detail"], refused.text
+    for page in ("/docs", "/redoc", "/openapi.json"):  # FastAPI's own pages answered without the token
+        assert requests.get(guarded.url.replace("/retrieve", page), timeout=10).status_code == 404, page
     answer = requests.post(guarded.url, json=query, headers=bearer(), timeout=10)
     assert answer.status_code == 200 and answer.json()["result"][0][0]["id"] == "2", answer.text
     assert requests.get(health, headers=bearer(), timeout=10).json()["documents"] == 10
