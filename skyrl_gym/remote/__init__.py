@@ -18,8 +18,9 @@ answered from the first one's result instead of being applied twice):
 ==========================================  =====================================================================
 
 Errors are JSON ``{"error": message}``: 400 (not JSON, or nested too deep), 401 (token), 404 (unknown env id
-or session), 408 (a body slower than ``--client-timeout``), 413 (body too large, refused while it streams),
-422 (a field is wrong, an ``env_config`` key a client may not set or a value above its ceiling
+or session), 408 (a body slower than ``--client-timeout``), 410 (a retried call whose kept answer was dropped
+to bound the server's memory: the call was applied once), 413 (body too large, refused while it streams), 422
+(a field is wrong, an ``env_config`` key a client may not set or a value above its ceiling
 (:mod:`skyrl_gym.remote.policy`), or the env refused the row), 429 (too many sessions), 500 (the env raised:
 the message names the call and the exception).
 """

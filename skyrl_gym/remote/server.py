@@ -30,6 +30,9 @@ DEFAULT_MAX_SESSIONS = 4096
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_ENV_THREADS = 32
 RESULTS_KEPT = 8  # answers kept per session for retried calls (a client retries its latest call only)
+# The bytes of those answers, all sessions together: an env may echo a 32 MB action into its answer, and 8 per
+# session times thousands of sessions had no bound. Past it the oldest answers give way to a small 410.
+MAX_KEPT_BYTES = 256 * 1024 * 1024
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 Reply = Tuple[int, bytes]
@@ -86,6 +89,7 @@ def create_app(
     operator_config: Optional[Mapping[str, Any]] = None,
     allow_no_isolation: bool = False,
     client_timeout_s: float = CLIENT_TIMEOUT_S,
+    max_kept_bytes: int = MAX_KEPT_BYTES,
 ) -> Any:
     """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id).
 
@@ -138,7 +142,39 @@ def create_app(
     async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(threads, fn, *args)
 
+    kept: "collections.OrderedDict[Tuple[str, str], int]" = collections.OrderedDict()  # oldest first
+    kept_bytes = [0]
+
+    def keep(session: Session, request_id: str, result: Reply) -> None:
+        """Keep ``result`` for a retry of ``request_id``, within RESULTS_KEPT per session and max_kept_bytes
+        in all; an answer dropped for the budget leaves a 410 saying so (a retry never runs a call twice)."""
+        session.results[request_id] = result
+        kept[(session.session_id, request_id)] = len(result[1])
+        kept_bytes[0] += len(result[1])
+        while len(session.results) > RESULTS_KEPT:
+            old_id, _ = session.results.popitem(last=False)
+            kept_bytes[0] -= kept.pop((session.session_id, old_id), 0)
+        while kept_bytes[0] > max_kept_bytes and len(kept) > 1:
+            (owner_id, old_id), size = kept.popitem(last=False)
+            kept_bytes[0] -= size
+            owner = sessions.get(owner_id)
+            if owner is not None and old_id in owner.results:
+                owner.results[old_id] = (
+                    410,
+                    encode(
+                        {
+                            "error": f"the answer to request {old_id!r} was applied once and then dropped: the "
+                            f"server keeps at most {max_kept_bytes} bytes of answers for retries"
+                        }
+                    ),
+                )
+
+    def forget(session: Session) -> None:
+        for request_id in session.results:
+            kept_bytes[0] -= kept.pop((session.session_id, request_id), 0)
+
     async def close_session(session: Session) -> Optional[str]:
+        forget(session)
         async with session.lock:
             try:
                 await in_thread(session.env.close)
@@ -342,9 +378,7 @@ def create_app(
                     stats["calls_running"] -= 1
                 session.last_used = time.monotonic()
                 if request_id is not None:
-                    session.results[request_id] = result
-                    while len(session.results) > RESULTS_KEPT:
-                        session.results.popitem(last=False)
+                    keep(session, request_id, result)
                     session.pending.pop(request_id, None)
                 return result
 
@@ -430,6 +464,7 @@ def create_app(
                 "max_sessions": max_sessions,
                 "idle_timeout_s": idle_timeout_s,
                 "max_body_bytes": max_body_bytes,
+                "kept_answer_bytes": kept_bytes[0],
                 **stats,
             }
         )

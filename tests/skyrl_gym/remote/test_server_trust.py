@@ -350,3 +350,50 @@ def test_every_registered_env_is_in_the_policy_and_the_docs_table_is_current():
         "docs/security.md's table of client keys is stale: paste the output of "
         "`python -c 'from skyrl_gym.remote.policy import markdown_table; print(markdown_table())'`"
     )
+
+
+def test_answers_kept_for_retries_stay_within_a_memory_budget():
+    """An env may echo an action into its answer (countdown puts the whole equation in its metadata), and the
+    server keeps the last 8 answers of every session for retries: with thousands of sessions of 32 MB actions
+    that had no bound. Past the budget the oldest answers give way to a 410 (a retry still never runs a call
+    twice); the latest are answered as before."""
+    import time
+
+    import uvicorn
+
+    from skyrl_gym.remote.server import create_app
+    from tests.sandboxes.remote_support import free_port
+
+    budget = 3 * 1024 * 1024
+    port = free_port()
+    config = uvicorn.Config(create_app(max_kept_bytes=budget), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30  # only stops a broken test from hanging
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        row = {"reward_spec": {"method": "rule", "ground_truth": {"target": 24, "numbers": [1, 2, 3, 4]}}}
+        action = "<answer>" + "1+" * 250_000 + "1</answer>"  # a 0.5 MB equation, echoed in the answer
+        steps = []
+        for n in range(4):
+            session = requests.post(f"{url}/sessions", json={"env_id": "countdown", "extras": row}, timeout=30)
+            session_id = session.json()["session_id"]
+            for m in range(3):
+                body = {"action": action, "request_id": f"r{n}-{m}"}
+                answer = requests.post(f"{url}/sessions/{session_id}/step", json=body, timeout=60)
+                assert answer.status_code == 200, answer.text[:300]
+                steps.append((session_id, body, answer.content))
+        health = requests.get(f"{url}/health", timeout=10).json()
+        assert health["kept_answer_bytes"] <= budget, health  # 12 answers of 0.5 MB were 6 MB
+        first_id, first_body, _ = steps[0]
+        dropped = requests.post(f"{url}/sessions/{first_id}/step", json=first_body, timeout=60)
+        assert dropped.status_code == 410 and "applied once" in dropped.json()["error"], dropped.text[:300]
+        last_id, last_body, last_answer = steps[-1]
+        again = requests.post(f"{url}/sessions/{last_id}/step", json=last_body, timeout=60)
+        assert again.status_code == 200 and again.content == last_answer
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
