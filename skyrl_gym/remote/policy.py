@@ -35,9 +35,9 @@ OPERATOR_KEYS: Dict[str, str] = {
     "retry_delay_s": "how hard the server retries a service",
 }
 
-# An env class that needs operator keys on a server (without them a row could name any file of the host) says so
-# in an attribute of this name, a tuple of keys: the class, not its id, so that every id it is registered under
-# (an alias, an --import of the operator's own) needs them too.
+# An env class that needs operator keys on a server (without them a row could name any file of the host) says
+# so in an attribute of this name, a tuple of keys: the class, not its id, so that every id it is registered
+# under (an alias, an --import of the operator's own) needs them too.
 REQUIRES_OPERATOR_KEYS = "server_requires_env_config"
 
 

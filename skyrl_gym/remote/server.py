@@ -163,8 +163,8 @@ def create_app(
                     410,
                     encode(
                         {
-                            "error": f"the answer to request {old_id!r} was applied once and then dropped: the "
-                            f"server keeps at most {max_kept_bytes} bytes of answers for retries"
+                            "error": f"the answer to request {old_id!r} was applied once and then dropped: "
+                            f"the server keeps at most {max_kept_bytes} bytes of answers for retries"
                         }
                     ),
                 )

@@ -196,7 +196,8 @@ def create_app(
         if total > MAX_REQUEST_QUERY_CHARS:
             raise HTTPException(
                 400,
-                f"the queries of one request may hold at most {MAX_REQUEST_QUERY_CHARS} characters, got {total}",
+                f"the queries of one request may hold at most {MAX_REQUEST_QUERY_CHARS} characters, "
+                f"got {total}",
             )
         topk = default_topk if request.topk is None else request.topk
         if not 1 <= topk <= MAX_TOPK:

@@ -366,7 +366,8 @@ def test_answers_kept_for_retries_stay_within_a_memory_budget():
 
     budget = 3 * 1024 * 1024
     port = free_port()
-    config = uvicorn.Config(create_app(max_kept_bytes=budget), host="127.0.0.1", port=port, log_level="warning")
+    app = create_app(max_kept_bytes=budget)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -379,7 +380,8 @@ def test_answers_kept_for_retries_stay_within_a_memory_budget():
         action = "<answer>" + "1+" * 250_000 + "1</answer>"  # a 0.5 MB equation, echoed in the answer
         steps = []
         for n in range(4):
-            session = requests.post(f"{url}/sessions", json={"env_id": "countdown", "extras": row}, timeout=30)
+            created = {"env_id": "countdown", "extras": row}
+            session = requests.post(f"{url}/sessions", json=created, timeout=30)
             session_id = session.json()["session_id"]
             for m in range(3):
                 body = {"action": action, "request_id": f"r{n}-{m}"}
