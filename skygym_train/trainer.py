@@ -476,7 +476,7 @@ class PPOTrainer:
             if self.algo.use_tis:
                 batch = self._truncated_importance_sampling(batch, output)
             if self.algo.use_kl_loss:
-                batch = batch.with_tensors(kl_coef=torch.full((batch.size,), float(self.kl_ctrl.value)))
+                batch = batch.with_tensors(kl_coef=batch.tensors["response_mask"].new_full((batch.size,), float(self.kl_ctrl.value)))
         # Colocated engines give their memory back while the policy trains (a no-op for CPU engines).
         colocated = self.t.placement.colocate_all and self._producer is None
         if colocated:
@@ -519,7 +519,8 @@ class PPOTrainer:
         behaviour = torch.zeros_like(mask)
         for i, row in enumerate(rollout):
             if row:
-                behaviour[i, : len(row)] = torch.as_tensor(row[: mask.shape[1]], dtype=behaviour.dtype)
+                behaviour[i, : len(row)] = torch.as_tensor(row[: mask.shape[1]], dtype=behaviour.dtype,
+                                                           device=behaviour.device)
         ratio = torch.exp(t["old_log_probs"] - behaviour)
         weight = torch.where(mask > 0, ratio.clamp(max=float(self.algo.tis_imp_ratio_cap)), torch.ones_like(ratio))
         tokens = mask.sum().clamp_min(1)
@@ -557,7 +558,7 @@ class PPOTrainer:
             metrics["policy/trained_group_fraction"].append(len(kept_groups) / num_groups)
             if self.policy.world_size > 1 and kept_groups:
                 # every rank needs the same share: mask the uninformative groups out instead of dropping them
-                drop = torch.ones(batch.size)
+                drop = batch.tensors["response_mask"].new_ones(batch.size)
                 for g in kept_groups:
                     drop[g * n : (g + 1) * n] = 0
                 batch = batch.with_tensors(response_mask=batch.tensors["response_mask"] * (1 - drop).unsqueeze(-1))

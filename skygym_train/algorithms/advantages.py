@@ -103,7 +103,7 @@ def reinforce_plus_plus_advantage(
     """Discounted return-to-go per token, whitened across the whole batch (no critic, no groups)."""
     gamma = float(_config_value(config, "gamma", 1.0))
     returns = torch.zeros_like(token_level_rewards)
-    running = torch.zeros(token_level_rewards.shape[0], dtype=token_level_rewards.dtype)
+    running = token_level_rewards.new_zeros(token_level_rewards.shape[0])
     for t in reversed(range(token_level_rewards.shape[1])):
         running = token_level_rewards[:, t] + gamma * running
         returns[:, t] = running
@@ -129,9 +129,9 @@ def gae_advantage(
     lam = float(_config_value(config, "lambd", 1.0))
     batch, length = token_level_rewards.shape
     advantages_reversed = []
-    last_gae = torch.zeros(batch, dtype=token_level_rewards.dtype)
+    last_gae = token_level_rewards.new_zeros(batch)
     for t in reversed(range(length)):
-        next_value = values[:, t + 1] * response_mask[:, t + 1] if t + 1 < length else torch.zeros(batch)
+        next_value = values[:, t + 1] * response_mask[:, t + 1] if t + 1 < length else values.new_zeros(batch)
         delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
         last_gae = delta + gamma * lam * last_gae
         last_gae = last_gae * response_mask[:, t]

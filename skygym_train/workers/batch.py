@@ -34,7 +34,7 @@ class TrainingBatch:
     def select(self, rows: Sequence[int]) -> "TrainingBatch":
         index = torch.as_tensor(list(rows), dtype=torch.long)
         return TrainingBatch(
-            {k: v.index_select(0, index) for k, v in self.tensors.items()},
+            {k: v.index_select(0, index.to(v.device)) for k, v in self.tensors.items()},
             self.prompt_length,
             [self.uids[i] for i in rows] if self.uids else [],
         )

@@ -75,7 +75,8 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
+        hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                           use_cache=False).last_hidden_state
         return self.value_head(hidden).squeeze(-1)
 
 

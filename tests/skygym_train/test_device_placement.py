@@ -1,0 +1,123 @@
+"""The trainer's tensors follow the device of the data they meet, checked on a CPU-only machine.
+
+``tests.device_emulation`` makes the ``meta`` device stand for a GPU: real values, but an op that mixes it with a
+CPU tensor fails as it would on CUDA. A worker's forward pass and training step, the advantage estimators and the
+policy losses run there and must give what they give on the CPU. (The first GPU training step crashed on a packing
+index left on the CPU; these tests fail on that code.)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from skygym_train.algorithms import ADVANTAGE_ESTIMATORS, POLICY_LOSSES
+from skygym_train.algorithms.policy_losses import value_loss
+from skygym_train.config.schema import AlgorithmConfig, OptimizerConfig
+from skygym_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
+from skygym_train.workers.packing import layout
+from tests.device_emulation import DeviceMismatch, emulated_device, is_on_device, on_device
+from tests.skygym_train.workers.test_packing import _grouped_batch
+
+
+def test_the_emulated_device_fails_where_cuda_fails_and_passes_where_it_passes():
+    with emulated_device() as device:
+        x = torch.arange(12.0, device=device).reshape(4, 3)
+        assert is_on_device(x) and x.device == device
+        with pytest.raises(DeviceMismatch):
+            x.index_select(0, torch.tensor([0, 2]))  # the packing crash
+        with pytest.raises(DeviceMismatch):
+            x + torch.ones(4, 3)
+        assert float((x * torch.tensor(2.0)).sum()) == 132.0  # 0-dim CPU tensors are fine, as on CUDA
+        assert x[torch.tensor([0, 2])].shape == (2, 3)  # a CPU index in advanced indexing too
+        assert torch.equal(x.cpu(), torch.arange(12.0).reshape(4, 3)) and not is_on_device(x.cpu())
+
+
+def _worker(model_dir, role, packing, device=None):
+    spec = WorkerSpec(role=role, model_path=str(model_dir), optimizer=OptimizerConfig(lr=1e-3),
+                      micro_train_batch_size=4, micro_forward_batch_size=4)
+    worker = TrainingWorker(spec)
+    if device is not None:
+        worker.device = device
+    worker.load_model()
+    worker.layout = packing
+    algo = AlgorithmConfig(use_kl_loss=True, use_entropy_loss=True)
+    worker.configure_algorithm(algo, POLICY_LOSSES.get("regular"), 0.7)
+    return worker
+
+
+def _training_batch():
+    batch = _grouped_batch(seed=5)
+    B, T = batch.size, batch.response_length
+    return batch.with_tensors(
+        advantages=torch.linspace(-1, 1, B)[:, None].expand(-1, T).contiguous(),
+        old_log_probs=torch.full((B, T), -4.0),
+        ref_log_probs=torch.full((B, T), -4.1),
+        values=torch.zeros(B, T),
+        returns=torch.linspace(0, 1, B)[:, None].expand(-1, T).contiguous(),
+    )
+
+
+@pytest.mark.parametrize("packing", ["shared_prefix", "varlen", "padded"])
+@pytest.mark.parametrize("role", ["policy", "critic"])
+def test_a_worker_step_on_a_device_gives_the_cpu_step(tiny_lm_dir, role, packing):
+    batch = _training_batch()
+    cpu = _worker(tiny_lm_dir, role, packing)
+    expected_forward, expected_step = cpu.forward(batch), cpu.train_step(batch)
+    with emulated_device() as device:
+        worker = _worker(tiny_lm_dir, role, packing, device)
+        assert all(is_on_device(p) for p in worker.model.parameters())
+        got_forward, got_step = worker.forward(batch), worker.train_step(batch)
+        after = {name: p.detach().cpu() for name, p in worker.model.named_parameters()}
+    for key, value in expected_forward.items():
+        torch.testing.assert_close(got_forward[key], value, atol=1e-5, rtol=1e-5)
+        assert not is_on_device(got_forward[key])  # results come back to the host for the driver
+    for key, value in expected_step.items():
+        if not key.startswith("timing/"):
+            assert got_step[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    for name, p in cpu.model.named_parameters():
+        torch.testing.assert_close(after[name], p.detach(), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ADVANTAGE_ESTIMATORS.names())
+def test_advantage_estimators_keep_the_device_of_their_inputs(name):
+    torch.manual_seed(0)
+    B, T = 6, 5
+    inputs = dict(token_level_rewards=torch.randn(B, T), response_mask=(torch.rand(B, T) > 0.2).float(),
+                  values=torch.randn(B, T))
+    kwargs = dict(index=["a", "a", "a", "b", "b", "b"], config=AlgorithmConfig())
+    expected = ADVANTAGE_ESTIMATORS.get(name)(**inputs, **kwargs)
+    with emulated_device():
+        got = ADVANTAGE_ESTIMATORS.get(name)(**{k: on_device(v) for k, v in inputs.items()}, **kwargs)
+        assert all(is_on_device(x) for x in got)
+        got = [x.cpu() for x in got]
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", POLICY_LOSSES.names())
+def test_policy_losses_keep_the_device_of_their_inputs(name):
+    torch.manual_seed(0)
+    B, T = 4, 6
+    inputs = [torch.randn(B, T) - 3, torch.randn(B, T) - 3, torch.randn(B, T), (torch.rand(B, T) > 0.3).float()]
+    expected, expected_metrics = POLICY_LOSSES.get(name)(*inputs, AlgorithmConfig())
+    with emulated_device():
+        loss, metrics = POLICY_LOSSES.get(name)(*[on_device(x) for x in inputs], AlgorithmConfig())
+        assert is_on_device(loss)
+        value = float(loss)
+        values = on_device(torch.randn(B, T))
+        critic_loss, _ = value_loss(values, on_device(inputs[2]), on_device(inputs[0]), on_device(inputs[3]), 0.2)
+        assert is_on_device(critic_loss)
+    assert value == pytest.approx(float(expected), rel=1e-5)
+    assert metrics.keys() == expected_metrics.keys()
+
+
+@pytest.mark.parametrize("packing", ["shared_prefix", "varlen"])
+def test_packed_outputs_are_gathered_on_their_own_device(packing):
+    batch = _grouped_batch()
+    rows = layout(packing, batch.tensors, batch.prompt_length)
+    columns = rows.num_tokens
+    with emulated_device() as device:
+        outputs = torch.randn(rows.input_ids.shape[0], columns // rows.input_ids.shape[0], 3, device=device)
+        gathered = rows.gather(rows.kept(outputs))
+        assert is_on_device(gathered) and gathered.shape == (batch.size, batch.response_length, 3)
