@@ -66,6 +66,8 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any, placement_group: A
         for key in ("enable_prefix_caching", "enable_chunked_prefill", "max_num_batched_tokens", "max_num_seqs"):
             if getattr(g, key) is not None:
                 kwargs[key] = getattr(g, key)
+        if engines_sleep_while_training(cfg):
+            kwargs["enable_sleep_mode"] = True  # the trainer puts it to sleep while the policy trains
         kwargs.update(dict(g.engine_init_kwargs))
         return [VLLMEngine(model_path, seed=cfg.trainer.seed + i, **kwargs) for i in range(g.num_inference_engines)]
     if g.backend == "remote":
@@ -77,6 +79,21 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any, placement_group: A
 
         return [SGLangEngine(url, tokenizer, model_path=model_path) for url in g.remote_inference_engine_urls]
     raise ValueError(f"unknown generator.backend {g.backend!r}")
+
+
+def engines_sleep_while_training(cfg: Any) -> bool:
+    """Whether the trainer puts the engines to sleep while the policy trains
+    (``trainer.placement.colocate_all``, on CUDA): vLLM engines (sleep mode gives back their KV cache and
+    weights) and engine actors, which hold a GPU share in processes of their own. Not an HF engine in the
+    trainer's process: it holds no cache between steps, and moving its weights to the host and back every
+    step would cost more than the memory is worth (while it shares the policy's weights there is nothing to
+    give back at all)."""
+    from skygym_train.config.validation import cuda_available, engines_are_ray_actors
+
+    t, g = cfg.trainer, cfg.generator
+    if not t.placement.colocate_all or t.async_training.enabled or not cuda_available():
+        return False
+    return g.backend == "vllm" or engines_are_ray_actors(cfg)
 
 
 def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:

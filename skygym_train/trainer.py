@@ -29,7 +29,14 @@ from skygym_train.algorithms.sampling_filters import dynamic_sampling, overlong_
 from skygym_train.config.loader import to_dict
 from skygym_train.config.validation import cuda_available, loggers_of, policy_world_size, uses_critic, uses_ref
 from skygym_train.dataset import PromptDataset, load_dataset_rows
-from skygym_train.generation import Generator, Timer, build_generator, create_engines, sampling_params_dict
+from skygym_train.generation import (
+    Generator,
+    Timer,
+    build_generator,
+    create_engines,
+    engines_sleep_while_training,
+    sampling_params_dict,
+)
 from skygym_train.tracking import Tracker, plot_reward_curve
 from skygym_train.workers.batch import TrainingBatch, build_batch
 from skygym_train.workers.fsdp_worker import WorkerSpec
@@ -476,9 +483,10 @@ class PPOTrainer:
             if self.algo.use_tis:
                 batch = self._truncated_importance_sampling(batch, output)
             if self.algo.use_kl_loss:
-                batch = batch.with_tensors(kl_coef=batch.tensors["response_mask"].new_full((batch.size,), float(self.kl_ctrl.value)))
-        # Colocated engines give their memory back while the policy trains (a no-op for CPU engines).
-        colocated = self.t.placement.colocate_all and self._producer is None
+                coef = batch.tensors["response_mask"].new_full((batch.size,), float(self.kl_ctrl.value))
+                batch = batch.with_tensors(kl_coef=coef)
+        # Colocated engines give their memory back while the policy trains (see engines_sleep_while_training).
+        colocated = self._producer is None and engines_sleep_while_training(self.cfg)
         if colocated:
             self._runner.run(self.engine.sleep())  # type: ignore[union-attr]
         with Timer(timings, "train"):

@@ -71,8 +71,21 @@ def resolve_backend(cfg: Any) -> str:
             return "shm"
         # policy ranks are Ray actors, the engines live here: broadcast over a group of their own rather than
         # pickling a full state dict through Ray's object store
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        return _broadcast_backend(cfg)
     return "inprocess"
+
+
+def _broadcast_backend(cfg: Any) -> str:
+    """nccl between GPUs; gloo on CPU, and where the engines in this process share GPU 0 with a colocated
+    policy rank 0 (NCCL refuses two ranks on one GPU)."""
+    return "nccl" if torch.cuda.is_available() and not cfg.trainer.placement.colocate_all else "gloo"
+
+
+def cuda_device_uuid() -> Optional[str]:
+    """The UUID of this process's current CUDA device (one GPU has one UUID in every process), or None."""
+    if not torch.cuda.is_available():
+        return None
+    return str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
 
 
 def free_port() -> int:
@@ -300,7 +313,7 @@ class EngineWeightSync:
             except SharingUnavailable as why:
                 if self.cfg.generator.weight_sync_backend == "shm":
                     raise RuntimeError(f"generator.weight_sync_backend=shm: {why}") from None
-                self.backend = "nccl" if torch.cuda.is_available() else "gloo"
+                self.backend = _broadcast_backend(self.cfg)
                 self.fallback_reason = f"no shared memory: {why}"
                 logger.info("weight sync: %s broadcast (%s)", self.backend, why)
         else:
@@ -315,7 +328,10 @@ class EngineWeightSync:
             self._check_still_shared()
             self.bytes_last = 0
         elif self.backend == "inprocess":
-            state = self.policy.call("full_state_dict")[0]
+            # a policy in this process hands over its tensors where they are (on its GPU the engine copies
+            # them there, cast to its dtype, with no trip through host memory)
+            here = getattr(self.policy, "worker", None) is not None
+            state = self.policy.call("full_state_dict", not here)[0]
             self.runner.run(self.engine.update_weights(state))
             self.bytes_last = sum(t.numel() * t.element_size() for t in state.values())
         elif self.backend == "checkpoint":
@@ -387,6 +403,12 @@ class EngineWeightSync:
         if actors:
             self._connect_actors(actors)
             return
+        if self.backend == "nccl" and self.policy.call("cuda_device_uuid")[0] == cuda_device_uuid():
+            why = "policy rank 0 runs on this process's GPU, and NCCL refuses two ranks on one GPU"
+            if self.cfg.generator.weight_sync_backend == "nccl":
+                raise RuntimeError(f"generator.weight_sync_backend=nccl: {why}; use auto or gloo")
+            self.backend, self.fallback_reason = "gloo", why
+            logger.info("weight sync: gloo broadcast (%s)", why)
         host, port = "127.0.0.1", free_port()
         self.receiver = WeightReceiver(self.backend, host, port, rank=1, world_size=2)  # type: ignore[arg-type]
         self._call_policy_async("connect_weight_broadcast", self.backend, host, port, 2)

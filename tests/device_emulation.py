@@ -1,12 +1,12 @@
 """A second device on a CPU-only machine, for tests that code follows the device of its data.
 
 On a GPU, a tensor made without ``device=`` lands on the CPU and the first op that meets it with a CUDA tensor
-fails (``index_select`` with a CPU index on CUDA logits was the trainer's first GPU crash). On a CPU-only machine
-every tensor is on the CPU, so such code passes every test. Inside :func:`emulated_device` a tensor on the
-``meta`` device is a real CPU tensor in disguise (:class:`OnDevice`): it computes real values (losses, gradients,
-``float()`` all work) but reports ``device='meta'``, and an op that mixes it with a plain CPU tensor raises
-:class:`DeviceMismatch` as CUDA would. What CUDA accepts is accepted: 0-dim CPU tensors beside device tensors,
-CPU index tensors in advanced indexing, ``copy_`` and ``.to()`` across devices.
+fails (``index_select`` with a CPU index on CUDA logits was the trainer's first GPU crash). On a CPU-only
+machine every tensor is on the CPU, so such code passes every test. Inside :func:`emulated_device` a tensor on
+the ``meta`` device is a real CPU tensor in disguise (:class:`OnDevice`): it computes real values (losses,
+gradients, ``float()`` all work) but reports ``device='meta'``, and an op that mixes it with a plain CPU
+tensor raises :class:`DeviceMismatch` as CUDA would. What CUDA accepts is accepted: 0-dim CPU tensors beside
+device tensors, CPU index tensors in advanced indexing, ``copy_`` and ``.to()`` across devices.
 
 Code under test picks the device as it would pick ``cuda``: ``model.to(torch.device("meta"))``,
 ``torch.zeros(..., device=x.device)``, ``torch.tensor(data, device="meta")``.
@@ -35,6 +35,10 @@ _MIXED_OK = {
     _aten._index_put_impl_.default,
     _aten._to_copy.default,
 }
+
+
+TRANSFERS = {"to_host": 0, "to_device": 0}
+"""Bytes copied between the host and the emulated device since :func:`emulated_device` began."""
 
 
 class DeviceMismatch(RuntimeError):
@@ -93,12 +97,23 @@ def _run(func: Any, args: Any, kwargs: Any) -> Any:
         kwargs_["device"] = torch.device("cpu")
     out = func(*args_, **kwargs_)
     if func is _aten.copy_.default:
+        _count(args[1], args[0], args_[1])
         return args[0]
+    if func is _aten._to_copy.default and target is not None:
+        _count(args[0], DEVICE if _on_device(target) else torch.device("cpu"), out)
     if func is _aten._local_scalar_dense.default:
         return out
     if _on_device(target) or (target is None and "device" in seen):
         return pytree.tree_map_only(torch.Tensor, OnDevice, out)
     return out
+
+
+def _count(source: Any, destination: Any, data: torch.Tensor) -> None:
+    """Add a copy from ``source`` to ``destination`` (tensors or devices) to :data:`TRANSFERS`."""
+    on = [isinstance(x, OnDevice) or (isinstance(x, torch.device) and x.type == DEVICE.type)
+          for x in (source, destination)]
+    if on[0] != on[1]:
+        TRANSFERS["to_device" if on[1] else "to_host"] += data.numel() * data.element_size()
 
 
 class _Dispatch(TorchDispatchMode):
@@ -115,9 +130,11 @@ class _Factories(TorchFunctionMode):
             kwargs["device"] = "cpu"
             return OnDevice(func(*args, **kwargs))
         if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and isinstance(args[0], OnDevice):
-            # a list index becomes a tensor on the indexed tensor's device below dispatch; CUDA takes a CPU one too
+            # a list index becomes a tensor on the indexed tensor's device below dispatch; CUDA takes a CPU
+            # one too
             index = args[1]
-            if isinstance(index, list) or (isinstance(index, tuple) and any(isinstance(i, list) for i in index)):
+            listed = isinstance(index, tuple) and any(isinstance(i, list) for i in index)
+            if isinstance(index, list) or listed:
                 index = torch.as_tensor(index) if isinstance(index, list) else tuple(
                     torch.as_tensor(i) if isinstance(i, list) else i for i in index)
                 args = (args[0], index, *args[2:])
@@ -128,9 +145,10 @@ class _Factories(TorchFunctionMode):
 def emulated_device() -> Iterator[torch.device]:
     """Within: :data:`DEVICE` stands for a GPU (see the module docstring). Yields the device."""
     swap = torch.__future__.get_swap_module_params_on_conversion()
-    # Module.to() swaps each parameter's contents in place (as it keeps a CUDA parameter object): tied weights stay
-    # one parameter
+    # Module.to() swaps each parameter's contents in place (as it keeps a CUDA parameter object): tied
+    # weights stay one parameter
     torch.__future__.set_swap_module_params_on_conversion(True)
+    TRANSFERS.update(to_host=0, to_device=0)
     try:
         with _Factories(), _Dispatch():
             yield DEVICE

@@ -220,8 +220,17 @@ class HFEngine(BaseInferenceEngine):
                     param.data = param.data.clone()
                 self._shared_weights = None
                 state = dict(self.model.state_dict())
+            # the parameters themselves: a tied weight is one object under two names, written once
+            targets = {**dict(self.model.named_buffers(remove_duplicate=False)),
+                       **dict(self.model.named_parameters(remove_duplicate=False))}
+            written = set()
             for name, tensor in updates.items():
-                state[name].copy_(tensor.to(device=state[name].device, dtype=state[name].dtype))
+                target = targets.get(name, state[name])
+                if id(target) in written:
+                    continue
+                written.add(id(target))
+                # one copy, cast to the engine's dtype on the way (device to device when both are on one GPU)
+                target.copy_(tensor)
         self.weight_version += 1
 
     # ------------------------------------------------------------------ worker

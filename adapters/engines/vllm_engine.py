@@ -102,6 +102,8 @@ class VLLMEngine(BaseInferenceEngine):
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         kwargs.update(llm_kwargs)
+        self.sleep_mode = bool(kwargs.get("enable_sleep_mode", False))
+        """Built with vLLM's sleep mode (``enable_sleep_mode=True``): :meth:`sleep` gives GPU memory back."""
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._queue: "queue.Queue[Any]" = queue.Queue()
@@ -156,13 +158,18 @@ class VLLMEngine(BaseInferenceEngine):
 
     async def sleep(self) -> None:
         """Release accelerator memory (vLLM sleep mode; needs ``enable_sleep_mode=True``, not available on CPU)."""
+        if not self.sleep_mode:
+            raise EngineError("VLLMEngine.sleep: this engine was built without sleep mode, which vLLM cannot "
+                              "put to sleep; build it with enable_sleep_mode=True (on CUDA), or do not call "
+                              "sleep()")
         with self._lock:
             self.llm.sleep(level=1)
         self._sleeping = True
 
     async def wake_up(self) -> None:
-        with self._lock:
-            self.llm.wake_up()
+        if self._sleeping:
+            with self._lock:
+                self.llm.wake_up()
         self._sleeping = False
 
     def close(self) -> None:

@@ -511,6 +511,7 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
         problems.append(f"generator.model_name={g.model_name}: the engines serve the policy being trained "
                         f"({t.policy.model.path}); leave it null")
     problems += _check_engine_actors(cfg, has_cuda)
+    problems += _check_engines_beside_training(cfg, has_cuda)
     if g.backend in ("hf", "vllm") and g.num_inference_engines != 1 and not engines_are_ray_actors(cfg):
         problems.append(
             f"generator.num_inference_engines={g.num_inference_engines}: {g.backend} engines run in the trainer's "
@@ -552,6 +553,41 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
     if g.vllm_v1_disable_multiproc is False:
         problems.append("generator.vllm_v1_disable_multiproc=false: the bundled vLLM engine runs in this process "
                         "(weights are synced in memory); leave it null or true")
+    return problems
+
+
+VLLM_SHARE_BESIDE_TRAINING = 0.5
+"""The most of a GPU's memory an in-process vLLM engine may claim while the policy trains on the same GPU."""
+
+
+def _check_engines_beside_training(cfg: Any, has_cuda: bool) -> List[str]:
+    """Engines that share a GPU with the policy: what cannot work there (checked only with CUDA GPUs)."""
+    problems: List[str] = []
+    t, g = cfg.trainer, cfg.generator
+    if not has_cuda or g.backend not in ("hf", "vllm") or engines_are_ray_actors(cfg):
+        return problems
+    # the engines run in the trainer's process: on the policy's GPU without Ray, on the driver's GPU 0 with it
+    if t.use_ray and t.placement.colocate_all and g.weight_sync_backend == "nccl":
+        problems.append(
+            "generator.weight_sync_backend=nccl: the engine runs in the trainer's process on GPU 0, which "
+            "policy rank 0 shares with trainer.placement.colocate_all=true, and NCCL refuses two ranks on "
+            "one GPU; use auto (gloo there) or gloo, or set colocate_all=false"
+        )
+    if g.backend == "vllm" and not t.use_ray and g.gpu_memory_utilization > VLLM_SHARE_BESIDE_TRAINING:
+        problems.append(
+            f"generator.gpu_memory_utilization={g.gpu_memory_utilization}: with trainer.use_ray=false the "
+            "vLLM engine runs in the trainer's process on the policy's GPU, where the policy's weights and "
+            "optimizer state (about 16 bytes a parameter) stay; vLLM claims this share of the whole GPU when "
+            f"it starts and fails if it is not free. Set it to at most {VLLM_SHARE_BESIDE_TRAINING} (what "
+            "the policy leaves), or trainer.use_ray=true with engines on GPUs of their own"
+        )
+    if g.backend == "vllm" and t.placement.colocate_all and not t.async_training.enabled:
+        if g.engine_init_kwargs.get("enable_sleep_mode") is False:
+            problems.append(
+                "generator.engine_init_kwargs.enable_sleep_mode=false: with "
+                "trainer.placement.colocate_all=true the trainer puts the vLLM engine to sleep while the policy "
+                "trains, which needs sleep mode; remove the key (the trainer turns it on) or set colocate_all=false"
+            )
     return problems
 
 

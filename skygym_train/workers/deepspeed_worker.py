@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
@@ -54,6 +54,25 @@ def engine_config(spec: Any, cuda: bool) -> Dict[str, Any]:
     return config
 
 
+GATHER_BYTES = 256 << 20
+"""About how many bytes of ZeRO-3 partitioned parameters ``full_state_dict`` gathers at once."""
+
+
+def _groups_by_bytes(tensors: List[torch.Tensor], limit: int) -> List[List[torch.Tensor]]:
+    """Consecutive runs of ``tensors`` whose full sizes (``ds_numel`` for a ZeRO-3 partition) add up to at
+    most ``limit`` bytes each (a larger tensor goes alone)."""
+    groups: List[List[torch.Tensor]] = []
+    used = limit
+    for tensor in tensors:
+        size = int(getattr(tensor, "ds_numel", tensor.numel())) * tensor.element_size()
+        if used + size > limit:
+            groups.append([])
+            used = 0
+        groups[-1].append(tensor)
+        used += size
+    return groups
+
+
 class DeepSpeedWorker(TrainingWorker):
     """A ``TrainingWorker`` whose model is a DeepSpeed ZeRO engine (``self.model``; the HF module is
     ``self.model.module``)."""
@@ -75,6 +94,9 @@ class DeepSpeedWorker(TrainingWorker):
             world_size=self.world_size,
             verbose=False,
         )
+
+    def _shards_on_cuda(self) -> bool:
+        return False  # deepspeed.initialize places the module on the device itself
 
     def _wrap(self, model: torch.nn.Module) -> None:
         import deepspeed
@@ -114,21 +136,21 @@ class DeepSpeedWorker(TrainingWorker):
         module = self.model.module
         stage3 = self.model.zero_optimization_stage() == 3
         gathered: Dict[int, torch.Tensor] = {}  # rank 0's copies, by parameter
-        seen: set = set()
-        state: Dict[str, torch.Tensor] = {}
-        for name, tensor in module.state_dict(keep_vars=True).items():
-            # tied weights: one gathering, on every rank alike (or the collectives pair wrongly)
-            key = id(tensor)
-            if key not in seen:
-                seen.add(key)
-                with deepspeed.zero.GatheredParameters([tensor], enabled=stage3 and hasattr(tensor, "ds_id")):
-                    if self.rank == 0:
+        named = list(module.state_dict(keep_vars=True).items())
+        # tied weights: one gathering, on every rank alike (or the collectives pair wrongly); parameters are
+        # gathered in groups of about GATHER_BYTES (one collective each, not one per parameter)
+        unique = list({id(tensor): tensor for _, tensor in named}.values())
+        for group in _groups_by_bytes(unique, GATHER_BYTES):
+            partitioned = [t for t in group if hasattr(t, "ds_id")]
+            with deepspeed.zero.GatheredParameters(partitioned, enabled=stage3 and bool(partitioned)):
+                if self.rank == 0:
+                    for tensor in group:
                         value = tensor.detach()
-                        gathered[key] = value.cpu().clone() if cpu_offload else value.clone()
-            if self.rank == 0:
-                state[name] = gathered[key]
+                        # one copy: to the host, or on the device (the gathered buffer is freed on exit)
+                        gathered[id(tensor)] = value.to("cpu", copy=True) if cpu_offload else value.clone()
         if self.rank != 0:
             return {}
+        state: Dict[str, torch.Tensor] = {name: gathered[id(tensor)] for name, tensor in named}
         if self.spec.lora is not None and self.spec.lora.rank > 0:
             state = self._merge_lora(state)
         return state

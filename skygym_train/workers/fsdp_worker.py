@@ -153,6 +153,12 @@ class TrainingWorker:
             host = "127.0.0.1"
         return host, free_port()
 
+    def cuda_device_uuid(self) -> Optional[str]:
+        """This worker's GPU (``weight_sync`` refuses an NCCL group between two processes on one GPU)."""
+        from skygym_train.weight_sync import cuda_device_uuid
+
+        return cuda_device_uuid()
+
     def set_dist_init(self, init_method: str) -> None:
         self._dist_init = init_method
 
@@ -233,11 +239,22 @@ class TrainingWorker:
                 )
                 if hasattr(target, "config"):
                     target.config.use_cache = False
+        if self._shards_on_cuda():
+            # fully_shard moves each layer to the GPU as it shards it: the whole fp32 model never sits on a
+            # rank's GPU (with CPU offload the shards stay on the host)
+            return model
         return model.to(self.device)
 
+    def _shards_on_cuda(self) -> bool:
+        """True when ``_wrap`` will shard a CUDA model with FSDP2 (see there)."""
+        return self.device.type == "cuda" and (self.world_size > 1 or self.spec.cpu_offload)
+
     def _wrap(self, model: torch.nn.Module) -> None:
-        """Shard ``model`` with FSDP2 (more than one rank, or CUDA) and build its optimizer (policy and critic)."""
-        if self.world_size > 1 or self.device.type == "cuda":
+        """Shard ``model`` with FSDP2 (more than one rank, or CPU offload on CUDA) and build its optimizer
+        (policy and critic). One device keeps plain parameters: an engine in this process can then read them
+        or copy them on the device (``weight_sync``), and bf16 compute comes from autocast
+        (``_autocast_dtype``) instead of FSDP's mixed-precision policy."""
+        if self.world_size > 1 or self._shards_on_cuda():
             self._shard(model)
         self.model = model
         if self.spec.role != "ref":
@@ -314,9 +331,21 @@ class TrainingWorker:
         self.temperature = temperature or 1.0
 
     # ------------------------------------------------------------------ forward passes
+    def _autocast_dtype(self) -> Optional[torch.dtype]:
+        """The dtype the forward pass computes in under autocast, or None (fp32, or FSDP's policy casts)."""
+        if self.device.type == "cpu":
+            return torch.bfloat16 if (self.spec.cpu_bf16_autocast or self.spec.bf16) else None
+        if self.sharded or self.spec.bf16 is False:
+            return None  # sharded: FSDP's MixedPrecisionPolicy casts the gathered parameters
+        if self.spec.mixed_precision is not None:
+            dtype = _dtype(self.spec.mixed_precision.param_dtype)
+            return None if dtype == torch.float32 else dtype
+        return torch.bfloat16 if self.spec.bf16 else None
+
     def _forward(self, batch: TrainingBatch) -> Any:
-        if self.device.type == "cpu" and (self.spec.cpu_bf16_autocast or self.spec.bf16):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+        dtype = self._autocast_dtype()
+        if dtype is not None:
+            with torch.autocast(self.device.type, dtype=dtype):
                 return self._forward_impl(batch)
         return self._forward_impl(batch)
 
@@ -656,8 +685,6 @@ class TrainingWorker:
             return "the policy's parameters are FSDP shards"
         if self.spec.lora is not None and self.spec.lora.rank > 0:
             return "LoRA: the engine needs the merged weights"
-        if self.device.type != "cpu":
-            return "the policy is on a GPU"
         dtypes = {p.dtype for p in self.model.parameters()}
         if dtype is not None and dtypes != {getattr(torch, dtype)}:
             return f"the engine runs in {dtype}, the policy's weights are {', '.join(sorted(map(str, dtypes)))}"

@@ -80,7 +80,7 @@ class PackedBatch:
         """Outputs of the kept columns, ``(R, keep, ...)``, rearranged to the padded ``(B, T, ...)``."""
         flat = kept.reshape(kept.shape[0] * kept.shape[1], *kept.shape[2:])
         B, T = self.gather_index.shape
-        index = self.gather_index.reshape(-1).to(flat.device)  # built on the host; the outputs may be on a GPU
+        index = self.gather_index.reshape(-1).to(flat.device)  # built on the host; outputs may be on a GPU
         return flat.index_select(0, index).reshape(B, T, *kept.shape[2:])
 
 

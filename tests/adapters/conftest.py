@@ -14,11 +14,14 @@ register_test_envs()
 
 @pytest.fixture(scope="session")
 def tokenizer() -> Any:
-    """The real SmolLM2-135M-Instruct tokenizer and chat template (from the embedded GGUF, cached)."""
+    """The real SmolLM2-135M-Instruct tokenizer and chat template (from the embedded GGUF, cached; or from
+    the tiny model ``SKYRL_GYM_TINY_MODEL`` names where the embedded model is not installed, see
+    ``tests.tiny_models``)."""
     from skygym_adapters.models import ModelResolutionError, load_tokenizer
+    from tests.tiny_models import chat_model_name
 
     try:
-        return load_tokenizer("smollm2-135m")
+        return load_tokenizer(chat_model_name())
     except ModelResolutionError as exc:  # a session without the embedded-model extra (the core one has it)
         pytest.skip(f"embedded model unavailable: {exc}")
 
@@ -27,8 +30,9 @@ def tokenizer() -> Any:
 def tiny_model_dir(tokenizer: Any) -> Path:
     """A tiny random Qwen2 (hidden 64, 2 heads of 32) with the SmolLM2 tokenizer."""
     from skygym_adapters.models import build_tiny_model
+    from tests.tiny_models import given_tiny_model
 
-    return build_tiny_model()
+    return given_tiny_model() or build_tiny_model()
 
 
 @pytest.fixture(scope="module")

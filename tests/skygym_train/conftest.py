@@ -34,10 +34,13 @@ def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_chat_model() -> Path:
-    """A tiny random Qwen2 with the embedded SmolLM2 tokenizer and chat template (cached between runs)."""
+    """A tiny random Qwen2 with the embedded SmolLM2 tokenizer and chat template (cached between runs), or
+    the one ``SKYRL_GYM_TINY_MODEL`` names where the embedded model is not installed
+    (``tests.tiny_models``)."""
     from skygym_adapters.models import build_tiny_model
+    from tests.tiny_models import given_tiny_model
 
-    return build_tiny_model()
+    return given_tiny_model() or build_tiny_model()
 
 
 @pytest.fixture(scope="session")

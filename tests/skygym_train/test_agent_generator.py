@@ -8,6 +8,7 @@ from skygym_adapters.agents import AgentRunner
 from skygym_train.config import load_config
 from skygym_train.trainer import PPOTrainer
 from tests.skygym_train.toy_envs import toy_overrides
+from tests.tiny_models import CHAT_MODEL
 
 
 def test_the_trainer_takes_an_agent_runner_as_its_generator(tiny_chat_model, toy_data, tmp_path):
@@ -86,7 +87,7 @@ def test_generator_task_is_checked_before_anything_loads(tmp_path, capsys):
 
     data = tmp_path / "train.jsonl"
     data.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
-    keys = [f"data.train_data=[{data}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false"]
+    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false"]
     assert main(["--check", *keys, "generator.task=gsm8k_env"]) == 0
     assert main(["--check", *keys, "generator.task=no_such_agent"]) == 2
     err = capsys.readouterr().err

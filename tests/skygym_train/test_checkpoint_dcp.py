@@ -20,6 +20,7 @@ from skygym_train.config.schema import AlgorithmConfig, LoraConfig, OptimizerCon
 from skygym_train.workers.batch import build_batch
 from skygym_train.workers.fsdp_worker import WorkerSpec
 from skygym_train.workers.group import LocalWorkerGroup, RayWorkerGroup
+from tests.tiny_models import CHAT_MODEL
 
 
 def _batch():
@@ -193,7 +194,7 @@ def data_file(tmp_path: Path) -> str:
 
 
 def _with_scheduler(data_file: str, name: str):
-    return load_config([f"data.train_data=[{data_file}]", "trainer.policy.model.path=smollm2-135m",
+    return load_config([f"data.train_data=[{data_file}]", f"trainer.policy.model.path={CHAT_MODEL}",
                         "trainer.use_ray=false", f"trainer.policy.optimizer_config.scheduler={name}"])
 
 

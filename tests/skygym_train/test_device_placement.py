@@ -1,9 +1,9 @@
 """The trainer's tensors follow the device of the data they meet, checked on a CPU-only machine.
 
-``tests.device_emulation`` makes the ``meta`` device stand for a GPU: real values, but an op that mixes it with a
-CPU tensor fails as it would on CUDA. A worker's forward pass and training step, the advantage estimators and the
-policy losses run there and must give what they give on the CPU. (The first GPU training step crashed on a packing
-index left on the CPU; these tests fail on that code.)
+``tests.device_emulation`` makes the ``meta`` device stand for a GPU: real values, but an op that mixes it
+with a CPU tensor fails as it would on CUDA. A worker's forward pass and training step, the advantage
+estimators and the policy losses run there and must give what they give on the CPU. (The first GPU training
+step crashed on a packing index left on the CPU; these tests fail on that code.)
 """
 
 from __future__ import annotations
@@ -99,14 +99,16 @@ def test_advantage_estimators_keep_the_device_of_their_inputs(name):
 def test_policy_losses_keep_the_device_of_their_inputs(name):
     torch.manual_seed(0)
     B, T = 4, 6
-    inputs = [torch.randn(B, T) - 3, torch.randn(B, T) - 3, torch.randn(B, T), (torch.rand(B, T) > 0.3).float()]
+    mask = (torch.rand(B, T) > 0.3).float()
+    inputs = [torch.randn(B, T) - 3, torch.randn(B, T) - 3, torch.randn(B, T), mask]
     expected, expected_metrics = POLICY_LOSSES.get(name)(*inputs, AlgorithmConfig())
     with emulated_device():
         loss, metrics = POLICY_LOSSES.get(name)(*[on_device(x) for x in inputs], AlgorithmConfig())
         assert is_on_device(loss)
         value = float(loss)
         values = on_device(torch.randn(B, T))
-        critic_loss, _ = value_loss(values, on_device(inputs[2]), on_device(inputs[0]), on_device(inputs[3]), 0.2)
+        critic_loss, _ = value_loss(values, on_device(inputs[2]), on_device(inputs[0]), on_device(inputs[3]),
+        0.2)
         assert is_on_device(critic_loss)
     assert value == pytest.approx(float(expected), rel=1e-5)
     assert metrics.keys() == expected_metrics.keys()

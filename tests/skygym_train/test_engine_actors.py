@@ -52,7 +52,9 @@ def test_settings_engine_actors_cannot_honour_are_refused(tiny_chat_model, toy_d
         "generator.backend": "remote", "generator.remote_inference_engine_urls": "[http://127.0.0.1:1]",
         "trainer.placement.colocate_all": "false"})
     assert "generator.run_engines_locally=true contradicts generator.backend=remote" in remote
-    assert "nccl" in _problems(tiny_chat_model, toy_data, tmp_path, **{"generator.weight_sync_backend": "nccl"})
+    cpu_only = _problems(tiny_chat_model, toy_data, tmp_path, has_cuda=False,
+                         **{"generator.weight_sync_backend": "nccl"})
+    assert "generator.weight_sync_backend=nccl: needs CUDA GPUs" in cpu_only
     # with GPUs: NCCL cannot join two ranks on one GPU (a colocated actor shares policy rank 0's)
     on_gpu = _problems(tiny_chat_model, toy_data, tmp_path, has_cuda=True, **{"generator.weight_sync_backend": "nccl"})
     assert "colocated engine actors" in on_gpu

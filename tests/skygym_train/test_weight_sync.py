@@ -104,6 +104,49 @@ def test_share_weights_refuses_tensors_of_another_dtype(tiny_chat_model):
         engine.close()
 
 
+def test_a_policy_on_a_gpu_reaches_a_bf16_engine_in_one_device_copy(tiny_chat_model, toy_data, tmp_path):
+    """The policy (fp32) and a bf16 engine on one GPU (emulated, ``tests.device_emulation``): the engine
+    cannot read the fp32 tensors, so each sync copies them, device to device, cast on the way; nothing goes
+    through the host."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from skygym_adapters.engines.hf import HFEngine
+    from skygym_train.config.schema import OptimizerConfig
+    from skygym_train.trainer import _AsyncRunner
+    from skygym_train.weight_sync import EngineWeightSync
+    from skygym_train.workers.fsdp_worker import WorkerSpec
+    from skygym_train.workers.group import LocalWorkerGroup
+    from tests.device_emulation import TRANSFERS, emulated_device, is_on_device
+
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path))
+    runner = _AsyncRunner()
+    with emulated_device() as device:
+        policy = LocalWorkerGroup(WorkerSpec(role="policy", model_path=str(tiny_chat_model),
+                                             optimizer=OptimizerConfig(lr=1e-3)))
+        policy.worker.device = device
+        policy.worker.load_model()
+        assert not policy.worker.sharded  # one device: plain parameters, no FSDP wrapper
+        model = AutoModelForCausalLM.from_pretrained(str(tiny_chat_model), dtype=torch.bfloat16).to(device)
+        engine = HFEngine(model, AutoTokenizer.from_pretrained(str(tiny_chat_model)))
+        with torch.no_grad():
+            for p in policy.worker.model.parameters():
+                p.add_(0.5)  # as after a step: the engine's weights must change
+        sync = EngineWeightSync(cfg, policy, engine, runner)
+        TRANSFERS.update(to_host=0, to_device=0)
+        sync.sync()
+        assert TRANSFERS == {"to_host": 0, "to_device": 0}, "the weights went through the host"
+        assert (sync.backend, sync.shared) == ("inprocess", False) and sync.bytes_last > 0
+        policy_state = {k: v.detach().cpu() for k, v in policy.worker.model.state_dict().items()}
+        engine_state = {k: v.detach() for k, v in engine.model.state_dict().items()}
+        assert all(is_on_device(v) for v in engine_state.values())
+        engine_state = {k: v.cpu() for k, v in engine_state.items()}
+    runner.close()
+    engine.close()
+    for name, value in engine_state.items():
+        assert value.dtype == torch.bfloat16
+        torch.testing.assert_close(value, policy_state[name].to(torch.bfloat16), msg=name)
+
+
 @pytest.mark.slow
 def test_one_ray_cpu_worker_shares_its_weights_through_shared_memory(tiny_chat_model, toy_data, tmp_path, ray_cluster):
     cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{

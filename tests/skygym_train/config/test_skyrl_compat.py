@@ -12,6 +12,7 @@ from skygym_train.config.compat import DEFAULT_ONLY, HONOURED, REFUSED, RULES, r
 from skygym_train.config.loader import check_key
 from skygym_train.config.validation import config_warnings, cuda_available
 from skygym_train.entrypoints.main_base import main
+from tests.tiny_models import CHAT_MODEL
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -24,7 +25,8 @@ def data_file(tmp_path: Path) -> str:
 
 
 def _valid(data_file: str, *extra: str):
-    return [f"data.train_data=[{data_file}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false", *extra]
+    return [f"data.train_data=[{data_file}]", f"trainer.policy.model.path={CHAT_MODEL}",
+            "trainer.use_ray=false", *extra]
 
 
 def _problems(overrides, has_cuda: bool) -> str:

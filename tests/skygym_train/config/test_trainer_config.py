@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from skygym_train.config import AlgorithmConfig, ConfigError, SkyRLTrainConfig, load_config, make_config, validate_config
 from skygym_train.config.loader import DEFAULTS_YAML
+from tests.tiny_models import CHAT_MODEL
 
 
 @pytest.fixture
@@ -20,7 +21,8 @@ def data_file(tmp_path: Path) -> str:
 
 
 def _valid(data_file: str, *extra: str):
-    return [f"data.train_data=[{data_file}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false", *extra]
+    return [f"data.train_data=[{data_file}]", f"trainer.policy.model.path={CHAT_MODEL}",
+            "trainer.use_ray=false", *extra]
 
 
 def test_skyrl_key_names_are_accepted(data_file):

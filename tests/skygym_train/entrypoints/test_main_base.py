@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from skyrl_gym.cli import main as skyrl_gym_main
 from skygym_train.entrypoints.main_base import main
+from tests.tiny_models import CHAT_MODEL
 
 
 def test_check_and_print_config(tmp_path, capsys):
     data = tmp_path / "train.jsonl"
     data.write_text('{"prompt": [{"role": "user", "content": "hi"}], "env_class": "multiply"}\n')
-    keys = [f"data.train_data=[{data}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false"]
+    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false"]
     assert main(["--check", *keys]) == 0
     assert main(["--print-config", *keys, "trainer.algorithm.advantage_estimator=rloo"]) == 0
     out = capsys.readouterr().out

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from skygym_train.config import ConfigError, SkyRLTrainConfig
 from skygym_train.entrypoints.main_base import BasePPOExp, config_dir, hydra_main, main, validate_cfg
 from skygym_train.utils import initialize_ray  # noqa: F401  (the name the tutorial imports)
+from tests.tiny_models import CHAT_MODEL
 
 HAS_HYDRA = importlib.util.find_spec("hydra") is not None
 
@@ -28,7 +29,7 @@ def test_validate_cfg_takes_the_dictconfig_hydra_builds_from_config_dir(data_fil
     assert (Path(config_dir) / "ppo_base_config.yaml").is_file()
     cfg = OmegaConf.load(Path(config_dir) / "ppo_base_config.yaml")
     cfg.data.train_data = [data_file]
-    cfg.trainer.policy.model.path = "smollm2-135m"
+    cfg.trainer.policy.model.path = CHAT_MODEL
     cfg.trainer.use_ray = False
     typed = validate_cfg(cfg)
     assert isinstance(typed, SkyRLTrainConfig) and typed.data.train_data == [data_file]
@@ -46,7 +47,8 @@ def test_hydra_main_without_hydra_reads_the_same_overrides(data_file, capsys):
     def entry(cfg: Any) -> None:
         seen.append(validate_cfg(cfg))
 
-    entry([f"data.train_data=[{data_file}]", "trainer.policy.model.path=smollm2-135m", "trainer.use_ray=false",
+    entry([f"data.train_data=[{data_file}]", f"trainer.policy.model.path={CHAT_MODEL}",
+           "trainer.use_ray=false",
            "+environment.skyrl_gym.text2sql.db_path=/data/sql"])
     assert seen[0].environment.skyrl_gym["text2sql"] == {"db_path": "/data/sql"}
     assert seen[0].environment.skyrl_gym["search"]["topk"] is None  # null: the env's own default
