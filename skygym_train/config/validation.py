@@ -585,8 +585,9 @@ def _check_engines_beside_training(cfg: Any, has_cuda: bool) -> List[str]:
         if g.engine_init_kwargs.get("enable_sleep_mode") is False:
             problems.append(
                 "generator.engine_init_kwargs.enable_sleep_mode=false: with "
-                "trainer.placement.colocate_all=true the trainer puts the vLLM engine to sleep while the policy "
-                "trains, which needs sleep mode; remove the key (the trainer turns it on) or set colocate_all=false"
+                "trainer.placement.colocate_all=true the trainer puts the vLLM engine to sleep while the "
+                "policy trains, which needs sleep mode; remove the key (the trainer turns it on) or set "
+                "colocate_all=false"
             )
     return problems
 
