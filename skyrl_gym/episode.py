@@ -178,9 +178,10 @@ class ScriptedPolicy(BasePolicy):
 
 
 class EnvCaller:
-    """Runs an env's blocking calls, inline on the loop (``executor=None``) or in ``executor``, and adds up their
-    time. An exception becomes :class:`EnvCallError` naming the call. Subclass it to run calls elsewhere (the
-    checker runs each episode on a thread of its own, with a timeout per call)."""
+    """Runs an env's blocking calls, inline on the loop (``executor=None``) or in ``executor``, and adds up the
+    time they run (``seconds``: busy time, not the wait for a free executor thread, which under many episodes
+    would count each other's work). An exception becomes :class:`EnvCallError` naming the call. Subclass it to
+    run calls elsewhere (the checker runs each episode on a thread of its own, with a timeout per call)."""
 
     def __init__(self, executor: Optional[Executor] = None) -> None:
         self.executor = executor
@@ -188,6 +189,7 @@ class EnvCaller:
 
     async def call(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
         start = time.perf_counter()
+        self._ran: Optional[float] = None  # what _run measured of the call itself (calls of a caller take turns)
         try:
             return await self._run(fn, *args)
         except EnvCallError:
@@ -195,12 +197,20 @@ class EnvCaller:
         except Exception as exc:
             raise EnvCallError(method, exc) from exc
         finally:
-            self.seconds += time.perf_counter() - start
+            self.seconds += self._ran if self._ran is not None else time.perf_counter() - start
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self.executor is None:
             return fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(self.executor, lambda: fn(*args))
+
+        def timed() -> Any:
+            begin = time.perf_counter()  # on the executor's thread: the queue wait before it is not env time
+            try:
+                return fn(*args)
+            finally:
+                self._ran = time.perf_counter() - begin
+
+        return await asyncio.get_running_loop().run_in_executor(self.executor, timed)
 
     async def step(self, env: Env, action: str) -> Any:
         """``await env.astep(action)`` when the env awaits its own I/O, else ``env.step`` through :meth:`call`."""

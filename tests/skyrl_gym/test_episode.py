@@ -205,6 +205,38 @@ def test_blocking_steps_run_in_the_callers_executor():
     assert seen and seen[0].startswith("env-pool")
 
 
+def test_env_time_counts_the_call_not_its_wait_for_a_free_thread(monkeypatch):
+    """Episodes share the executor: a call queued behind another episode's work must not count that work. A clock
+    that only the two calls move keeps the check exact."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from skyrl_gym import episode as episode_module
+
+    clock = [0.0]
+    monkeypatch.setattr(episode_module.time, "perf_counter", lambda: clock[0])
+    release = threading.Event()
+
+    def other_episodes_work():
+        release.wait(10)
+        clock[0] += 10.0
+
+    def env_step():
+        clock[0] += 1.0
+        return "done"
+
+    async def main(pool):
+        pool.submit(other_episodes_work)  # holds the only thread
+        caller = EnvCaller(pool)
+        call = asyncio.ensure_future(caller.call("step", env_step))
+        await asyncio.sleep(0)  # the call is queued behind the other work
+        release.set()
+        assert await call == "done"
+        return caller.seconds
+
+    with ThreadPoolExecutor(1) as pool:
+        assert asyncio.run(main(pool)) == 1.0
+
+
 def test_the_default_astep_of_any_env_awaits_step():
     out = asyncio.run(Counter().astep("stop"))
     assert out["done"] and out["reward"] == 1.0
