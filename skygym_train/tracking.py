@@ -156,3 +156,25 @@ def plot_reward_curve(history: List[Mapping[str, float]], out_path: Path, title:
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
+
+
+class PeakMemory:
+    """The most memory this process held over a span (a training step): ``torch.cuda.max_memory_allocated`` on
+    ``device`` when it is a GPU (reset when the span starts), else the process's peak resident set (the high-water
+    mark since it started: the OS keeps no per-span peak)."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def gib(self) -> float:
+        import torch
+
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**30
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

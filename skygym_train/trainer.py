@@ -37,7 +37,7 @@ from skygym_train.generation import (
     engines_sleep_while_training,
     sampling_params_dict,
 )
-from skygym_train.tracking import Tracker, plot_reward_curve
+from skygym_train.tracking import PeakMemory, Tracker, plot_reward_curve
 from skygym_train.workers.batch import TrainingBatch, build_batch
 from skygym_train.workers.fsdp_worker import WorkerSpec
 from skygym_train.workers.group import LocalWorkerGroup, WorkerGroup
@@ -444,6 +444,7 @@ class PPOTrainer:
     def train_step(self) -> Dict[str, float]:
         assert self.policy is not None
         step_start = time.perf_counter()
+        peak = PeakMemory("cuda" if torch.cuda.is_available() else "cpu")  # this process: engine, driver
         timings: Dict[str, float] = {}
         self._step_metrics: Dict[str, float] = {}
         if self._producer is not None:
@@ -508,6 +509,7 @@ class PPOTrainer:
         metrics.update(_reward_metrics(output, uids))
         metrics.update({f"timing/{k}": v for k, v in timings.items()})
         metrics["timing/step"] = time.perf_counter() - step_start
+        metrics["memory/peak_gib"] = peak.gib()
         return metrics
 
     def _truncated_importance_sampling(self, batch: TrainingBatch, output: GeneratorOutput) -> TrainingBatch:

@@ -80,22 +80,56 @@ class ValueModel(torch.nn.Module):
         return self.value_head(hidden).squeeze(-1)
 
 
+LOG_PROB_CHUNK_TOKENS = 4096
+"""Response tokens per chunk of :func:`response_log_probs`: the fp32 copy of a chunk's logits is what it adds."""
+
+
 def response_log_probs(
     logits: torch.Tensor,
     input_ids: torch.Tensor,
     prompt_length: int,
     temperature: float = 1.0,
     entropy_grad: bool = False,
+    chunk_tokens: int = LOG_PROB_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities and entropies of the response tokens, ``(B, T)`` each.
 
     ``logits`` covers positions ``P-1 .. P+T-2`` (the ones that predict the response). Logits are divided
     by the sampling temperature so the ratio to the generator's probabilities is 1 before any update.
+
+    Rows go through in chunks of about ``chunk_tokens`` tokens, each upcast to fp32 on its own, and under autograd
+    each chunk is recomputed in the backward pass instead of keeping its fp32 log-softmax: the memory beyond the
+    logits themselves is one chunk's, not the micro-batch's full vocabulary in fp32 (twice, with the entropy).
     """
-    if temperature and temperature != 1.0:
-        logits = logits / temperature
     targets = input_ids[:, prompt_length:]
-    log_softmax = torch.log_softmax(logits.float(), dim=-1)
+    rows = max(1, chunk_tokens // max(1, targets.shape[1]))
+    recompute = torch.is_grad_enabled() and logits.requires_grad
+    with_entropy_grad = entropy_grad and torch.is_grad_enabled()
+    log_probs, entropies = [], []
+    for start in range(0, logits.shape[0], rows):
+        part = (logits[start : start + rows], targets[start : start + rows], float(temperature or 1.0),
+                with_entropy_grad)
+        if recompute:
+            from torch.utils.checkpoint import checkpoint
+
+            lp, ent = checkpoint(_token_log_probs, *part, use_reentrant=False)
+        else:
+            lp, ent = _token_log_probs(*part)
+        log_probs.append(lp)
+        entropies.append(ent)
+    if len(log_probs) == 1:
+        return log_probs[0], entropies[0]
+    return torch.cat(log_probs), torch.cat(entropies)
+
+
+def _token_log_probs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, entropy_grad: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk of :func:`response_log_probs`: ``log p(target)`` and the entropy, in fp32."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_softmax = torch.log_softmax(logits, dim=-1)
     log_probs = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         # only an entropy bonus needs its gradient; as a metric it would double the backward's memory
@@ -440,8 +474,11 @@ class TrainingWorker:
     # ------------------------------------------------------------------ training
     def train_step(self, batch: TrainingBatch) -> Dict[str, float]:
         """One optimizer step on this worker's share of a mini-batch (gradient accumulation over micro-batches)."""
+        from skygym_train.tracking import PeakMemory
+
         assert self.optimizer is not None, f"the {self.spec.role} worker has no optimizer"
         start_time = time.perf_counter()
+        peak = PeakMemory(self.device)
         tokens_before = self.tokens_run
         self.optimizer.zero_grad(set_to_none=True)
         totals: Dict[str, float] = {}
@@ -469,6 +506,7 @@ class TrainingWorker:
         out[f"{prefix}/lr"] = float(self.scheduler.get_last_lr()[0])
         out[f"{prefix}/model_tokens"] = float(self.tokens_run - tokens_before)  # padding included
         out[f"timing/{prefix}_train_step_s"] = time.perf_counter() - start_time
+        out[f"memory/{prefix}_peak_gib"] = peak.gib()  # GPU: allocated in this step; CPU: the process's peak RSS
         return out
 
     def _before_backward(self, last: bool) -> None:

@@ -72,8 +72,9 @@ def test_a_worker_step_on_a_device_gives_the_cpu_step(tiny_lm_dir, role, packing
     for key, value in expected_forward.items():
         torch.testing.assert_close(got_forward[key], value, atol=1e-5, rtol=1e-5)
         assert not is_on_device(got_forward[key])  # results come back to the host for the driver
+    assert expected_step[f"memory/{role}_peak_gib"] > 0  # on CPU the process's peak RSS
     for key, value in expected_step.items():
-        if not key.startswith("timing/"):
+        if not key.startswith(("timing/", "memory/")):
             assert got_step[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     for name, p in cpu.model.named_parameters():
         torch.testing.assert_close(after[name], p.detach(), atol=1e-5, rtol=1e-4)
