@@ -178,9 +178,9 @@ class ScriptedPolicy(BasePolicy):
 
 
 class EnvCaller:
-    """Runs an env's blocking calls, inline on the loop (``executor=None``) or in ``executor``, and adds up the
-    time they run (``seconds``: busy time, not the wait for a free executor thread, which under many episodes
-    would count each other's work). An exception becomes :class:`EnvCallError` naming the call. Subclass it to
+    """Runs an env's blocking calls, inline on the loop (``executor=None``) or in ``executor``, and adds up
+    the time they run (``seconds``: busy time, not the wait for a free executor thread, which under many
+    episodes would count each other's work). An exception becomes :class:`EnvCallError` naming the call. Subclass it to
     run calls elsewhere (the checker runs each episode on a thread of its own, with a timeout per call)."""
 
     def __init__(self, executor: Optional[Executor] = None) -> None:
@@ -189,7 +189,7 @@ class EnvCaller:
 
     async def call(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
         start = time.perf_counter()
-        self._ran: Optional[float] = None  # what _run measured of the call itself (calls of a caller take turns)
+        self._ran: Optional[float] = None  # what _run timed of the call itself (a caller's calls take turns)
         try:
             return await self._run(fn, *args)
         except EnvCallError:

@@ -259,9 +259,9 @@ RULES: Dict[str, Rule] = {
     "generator.max_num_batched_tokens": _VLLM_ONLY,
     "generator.enforce_eager": R("honoured with vllm; false is refused with other backends"),
     "generator.fully_sharded_loras": D("LoRA weights reach the engines merged"),
-    "generator.gpu_memory_utilization": R("honoured with vllm; above 0.5 refused on a GPU with trainer.use_ray="
-                                          "false (the policy shares the GPU); any value but the default is "
-                                          "refused with other backends"),
+    "generator.gpu_memory_utilization": R("honoured with vllm; above 0.5 refused on a GPU with "
+                                          "trainer.use_ray=false (the policy shares the GPU); any value but "
+                                          "the default is refused with other backends"),
     "generator.max_num_seqs": _VLLM_ONLY,
     "generator.remote_inference_engine_urls": R("used by backend=remote/sglang; refused when set with hf/vllm"),
     "generator.enable_http_endpoint": D("an HTTP endpoint over the engines is not bundled"),

@@ -81,7 +81,7 @@ class ValueModel(torch.nn.Module):
 
 
 LOG_PROB_CHUNK_TOKENS = 4096
-"""Response tokens per chunk of :func:`response_log_probs`: the fp32 copy of a chunk's logits is what it adds."""
+"""Response tokens per chunk of :func:`response_log_probs` (what it holds in fp32 at a time)."""
 
 
 def response_log_probs(
@@ -97,9 +97,9 @@ def response_log_probs(
     ``logits`` covers positions ``P-1 .. P+T-2`` (the ones that predict the response). Logits are divided
     by the sampling temperature so the ratio to the generator's probabilities is 1 before any update.
 
-    Rows go through in chunks of about ``chunk_tokens`` tokens, each upcast to fp32 on its own, and under autograd
-    each chunk is recomputed in the backward pass instead of keeping its fp32 log-softmax: the memory beyond the
-    logits themselves is one chunk's, not the micro-batch's full vocabulary in fp32 (twice, with the entropy).
+    Rows go through in chunks of about ``chunk_tokens`` tokens, each upcast to fp32 on its own, and under
+    autograd each chunk is recomputed in the backward pass instead of keeping its fp32 log-softmax: the memory
+    beyond the logits themselves is one chunk's, not the micro-batch's whole vocabulary in fp32.
     """
     targets = input_ids[:, prompt_length:]
     rows = max(1, chunk_tokens // max(1, targets.shape[1]))
@@ -506,7 +506,7 @@ class TrainingWorker:
         out[f"{prefix}/lr"] = float(self.scheduler.get_last_lr()[0])
         out[f"{prefix}/model_tokens"] = float(self.tokens_run - tokens_before)  # padding included
         out[f"timing/{prefix}_train_step_s"] = time.perf_counter() - start_time
-        out[f"memory/{prefix}_peak_gib"] = peak.gib()  # GPU: allocated in this step; CPU: the process's peak RSS
+        out[f"memory/{prefix}_peak_gib"] = peak.gib()  # GPU: allocated in this step; CPU: peak RSS
         return out
 
     def _before_backward(self, last: bool) -> None:

@@ -206,8 +206,8 @@ def test_blocking_steps_run_in_the_callers_executor():
 
 
 def test_env_time_counts_the_call_not_its_wait_for_a_free_thread(monkeypatch):
-    """Episodes share the executor: a call queued behind another episode's work must not count that work. A clock
-    that only the two calls move keeps the check exact."""
+    """Episodes share the executor: a call queued behind another episode's work must not count that work. A
+    clock that only the two calls move keeps the check exact."""
     from concurrent.futures import ThreadPoolExecutor
 
     from skyrl_gym import episode as episode_module

@@ -1,5 +1,5 @@
-"""Response log-probs in chunks: the values, entropies and gradients of one pass over the whole micro-batch, with
-only one chunk's fp32 logits alive at a time (the rest are recomputed in the backward pass)."""
+"""Response log-probs in chunks: the values, entropies and gradients of one pass over the whole micro-batch,
+with only one chunk's fp32 logits alive at a time (the rest are recomputed in the backward pass)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def _inputs(dtype=torch.float32):
 def _reference(logits, input_ids, P, temperature):
     log_softmax = torch.log_softmax(logits.float() / temperature, dim=-1)
     targets = input_ids[:, P:]
-    return log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1), -(log_softmax.exp() * log_softmax).sum(-1)
+    entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    return log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1), entropy
 
 
 @pytest.mark.parametrize("chunk_tokens", [1, 10, 4096])  # a row a chunk, two rows, all in one
