@@ -181,8 +181,8 @@ class EnvCaller:
     """Runs an env's blocking calls, inline on the loop (``executor=None``) or in ``executor``, and adds up
     the time they run (``seconds``: busy time, not the wait for a free executor thread, which under many
     episodes would count each other's work). An exception becomes :class:`EnvCallError` naming the call.
-    Subclass it to run calls elsewhere (the checker runs each episode on a thread of its own, with a timeout per
-    call)."""
+    Subclass it to run calls elsewhere (the checker runs each episode on a thread of its own, with a timeout
+    per call)."""
 
     def __init__(self, executor: Optional[Executor] = None) -> None:
         self.executor = executor
