@@ -243,6 +243,19 @@ _TINY_CONFIGS: Dict[str, Dict[str, Any]] = {
         rope_theta=1000000.0,
         tie_word_embeddings=True,
     ),
+    # Qwen2.5-1.5B's shape (random weights): about 1.4B parameters with the SmolLM2 vocabulary (the real one:
+    # 1.54B).
+    "qwen2.5-1.5b": dict(
+        model_type="qwen2",
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+    ),
 }
 
 
@@ -255,8 +268,8 @@ def build_tiny_model(
 ) -> Path:
     """Write a tiny random causal LM (hidden 64, 2 layers, 2 heads of size 32) with a real tokenizer.
 
-    ``architecture="qwen2.5-0.5b"`` writes Qwen2.5-0.5B's shape instead (random weights, ~0.40B parameters
-    with this vocabulary), for throughput figures.
+    ``architecture="qwen2.5-0.5b"`` (or ``"qwen2.5-1.5b"``) writes Qwen2.5-0.5B's (1.5B's) shape instead
+    (random weights, ~0.40B (1.4B) parameters with this vocabulary), for throughput figures.
 
     The tokenizer (and its chat template) comes from ``tokenizer_from`` (default: the embedded SmolLM2), so
     token bookkeeping is tested on a real template while generation takes milliseconds. Without ``out_dir``

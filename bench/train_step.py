@@ -1,10 +1,10 @@
 """Time one GRPO step of the bundled trainer, split into generation / env / training / sync, beside TRL.
 
 Both trainers get the same model, the same rows (single-digit products from the ``multiply`` env,
-scored by the same env), the same batch (8 prompts x 4 samples), 16 new tokens, lr 1e-5, no KL term.
-TRL's ``GRPOTrainer`` runs in its own virtual environment (its transformers pin clashes), started by
-this script as a subprocess in the same run. The bundled trainer packs each micro-batch (one copy of each
-prompt, no padding; ``skygym_train/workers/packing.py``) unless ``--no-packing``; TRL pads.
+scored by the same env), the same batch (8 prompts x 4 samples by default), 16 new tokens by default, lr 1e-5,
+no KL term. TRL's ``GRPOTrainer`` runs in a subprocess in the same run (its own virtual environment on the CPU
+machine, where its transformers pin clashes; ``--trl-python``). The bundled trainer packs each micro-batch (one
+copy of each prompt, no padding; ``skygym_train/workers/packing.py``) unless ``--no-packing``; TRL pads.
 
     python bench/train_step.py                         # tiny random Qwen2 (SmolLM2 tokenizer)
     python bench/train_step.py --model smollm2-135m     # the embedded SmolLM2-135M-Instruct
@@ -12,7 +12,15 @@ prompt, no padding; ``skygym_train/workers/packing.py``) unless ``--no-packing``
     python bench/train_step.py --model smollm2-135m --no-packing   # the padded layout, for comparison
     python bench/train_step.py --model random-qwen2.5-0.5b --steps 3  # Qwen2.5-0.5B's shape, random weights
 
-Prints seconds per step (mean over the steps after the first, which warms up) and the ratio.
+On a GPU (``--device cuda``) both trainers run on it in bf16 (fp32 master weights, bf16 compute: TRL's
+``bf16=True``, the bundled trainer's mixed precision), HF generation in both; the GPU shapes are 16 prompts x 8
+samples at 128 or 512 new tokens:
+
+    python bench/train_step.py --device cuda --model random-qwen2.5-0.5b --prompts 16 --samples 8 --new-tokens 128
+    python bench/train_step.py --device cuda --model random-qwen2.5-1.5b --prompts 16 --samples 8 --new-tokens 512
+
+Prints seconds per step (mean over the steps after the first, which warms up), the split, generated tokens per
+second and peak memory for both, and the ratio. ``--json PATH`` writes the same figures.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 PROMPTS, SAMPLES, NEW_TOKENS, LR = 8, 4, 16, 1e-5
+RANDOM_SHAPES = {"random-qwen2.5-0.5b": "qwen2.5-0.5b", "random-qwen2.5-1.5b": "qwen2.5-1.5b"}
 
 
 def write_rows(folder: Path) -> Path:
@@ -43,7 +52,8 @@ def write_rows(folder: Path) -> Path:
     return path
 
 
-def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, packing: bool = True) -> Dict[str, Any]:
+def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, packing: bool = True,
+                micro_batch: int = 0) -> Dict[str, Any]:
     from skygym_train.config import load_config
     from skygym_train.trainer import PPOTrainer
 
@@ -57,8 +67,8 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
             f"trainer.train_batch_size={PROMPTS}",
             f"trainer.policy_mini_batch_size={PROMPTS}",
             f"generator.n_samples_per_prompt={SAMPLES}",
-            f"trainer.micro_train_batch_size_per_gpu={PROMPTS * SAMPLES}",
-            f"trainer.micro_forward_batch_size_per_gpu={PROMPTS * SAMPLES}",
+            f"trainer.micro_train_batch_size_per_gpu={micro_batch or PROMPTS * SAMPLES}",
+            f"trainer.micro_forward_batch_size_per_gpu={micro_batch or PROMPTS * SAMPLES}",
             f"generator.sampling_params.max_generate_length={NEW_TOKENS}",
             f"trainer.policy.optimizer_config.lr={LR}",
             "trainer.policy.optimizer_config.weight_decay=0.0",
@@ -85,8 +95,10 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
     }
     tokens = statistics.mean(h.get("policy/model_tokens", 0.0) for h in history)
     generated = statistics.mean(h.get("generate/response_length", 0.0) for h in history) * PROMPTS * SAMPLES
+    peak = max(max(h.get("memory/peak_gib", 0.0), h.get("memory/policy_peak_gib", 0.0)) for h in history)
     return {"step_s": split["step"], "split": split, "steps": len(history), "model_tokens": tokens,
-            "generated_tokens": generated}
+            "generated_tokens": generated, "peak_gib": peak, "all": [h["timing/step"] for h in result["history"]
+                                                                     if "timing/step" in h]}
 
 
 TRL_TEMPLATE = r'''
@@ -94,6 +106,7 @@ import json, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 model_dir, rows_path, steps, out = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 import torch
+cuda = %(cuda)s
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -117,38 +130,62 @@ def multiply_env_reward(prompts, completions, ground_truth, **kwargs):
 
 class StepTimer(TrainerCallback):
     def __init__(self):
-        self.times, self.start = [], None
+        self.times, self.start, self.peaks, self.lengths, self.generate = [], None, [], [], []
     def on_step_begin(self, args, state, control, **kw):
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
         self.start = time.perf_counter()
     def on_step_end(self, args, state, control, **kw):
+        if cuda:
+            torch.cuda.synchronize()
         self.times.append(time.perf_counter() - self.start)
+        if cuda:
+            self.peaks.append(torch.cuda.max_memory_allocated() / 2**30)
+        else:
+            import resource
+            self.peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+    def on_log(self, args, state, control, logs=None, **kw):
+        logs = logs or {}
+        if "completions/mean_length" in logs:
+            self.lengths.append(float(logs["completions/mean_length"]))
+        for key, value in logs.items():  # TRL's own timing of its generation, where it logs one
+            if "Time taken" in key and "generate" in key.lower():
+                self.generate.append(float(value))
 
 tokenizer = AutoTokenizer.from_pretrained(model_dir)
-model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)  # fp32 master weights, as ours
 config = GRPOConfig(
-    output_dir=out, use_cpu=True, report_to="none", max_steps=steps, learning_rate=%(lr)s,
+    output_dir=out, use_cpu=not cuda, report_to="none", max_steps=steps, learning_rate=%(lr)s,
     per_device_train_batch_size=%(batch)d, num_generations=%(samples)d, max_completion_length=%(new_tokens)d,
     gradient_accumulation_steps=1, beta=0.0, temperature=1.0, logging_steps=1, save_strategy="no",
     weight_decay=0.0, max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True,
     gradient_checkpointing=False,  # as in the bundled trainer's run (TRL turns it on by default)
-    bf16=%(bf16)s,  # TRL's default is bf16 autocast; the bundled trainer's --bf16 flag matches it
+    bf16=%(bf16)s,  # TRL's default is bf16 autocast; the bundled trainer's --bf16 flag (GPU: mixed precision) matches it
 )
 timer = StepTimer()
 trainer = GRPOTrainer(model=model, reward_funcs=multiply_env_reward, args=config, train_dataset=dataset,
                       processing_class=tokenizer, callbacks=[timer])
 trainer.train()
 times = timer.times[1:]
-print("TRL_RESULT " + json.dumps({"step_s": statistics.mean(times), "steps": len(times), "all": timer.times}))
+lengths = timer.lengths[1:] or timer.lengths
+result = {"step_s": statistics.mean(times), "steps": len(times), "all": timer.times,
+          "peak_gib": max(timer.peaks[1:] or timer.peaks),
+          "generated_tokens": (statistics.mean(lengths) if lengths else 0.0) * %(batch)d}
+if timer.generate[1:]:
+    result["generate_s"] = statistics.mean(timer.generate[1:])
+print("TRL_RESULT " + json.dumps(result))
 '''
 
 
-def trl_script(bf16: bool) -> str:
-    return TRL_TEMPLATE % {"lr": LR, "batch": PROMPTS * SAMPLES, "samples": SAMPLES, "new_tokens": NEW_TOKENS, "bf16": bf16}
+def trl_script(bf16: bool, cuda: bool = False) -> str:
+    return TRL_TEMPLATE % {"lr": LR, "batch": PROMPTS * SAMPLES, "samples": SAMPLES, "new_tokens": NEW_TOKENS,
+                           "bf16": bf16, "cuda": cuda}
 
 
-def bench_trl(python: str, model_dir: str, rows: Path, steps: int, out: Path, bf16: bool) -> Dict[str, Any]:
+def bench_trl(python: str, model_dir: str, rows: Path, steps: int, out: Path, bf16: bool,
+              cuda: bool = False) -> Dict[str, Any]:
     script = out / "trl_grpo_step.py"
-    script.write_text(trl_script(bf16))
+    script.write_text(trl_script(bf16, cuda))
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", WANDB_DISABLED="true")
     proc = subprocess.run(
         [python, str(script), str(ROOT), model_dir, str(rows), str(steps), str(out / "trl")],
@@ -176,51 +213,109 @@ def count_parameters(model_dir: str) -> int:
     return total
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="tiny", help="'tiny' (random Qwen2, SmolLM2 tokenizer), 'random-qwen2.5-0.5b' "
-                        "(Qwen2.5-0.5B's shape, random weights, SmolLM2 tokenizer) or a model name/folder")
-    parser.add_argument("--steps", type=int, default=5, help="steps per trainer (the first is a warm-up)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's default)")
-    parser.add_argument("--no-packing", action="store_true", help="padded micro-batches (trainer.use_sample_packing=false)")
-    parser.add_argument("--trl-python", default=os.environ.get("TRL_PYTHON", "/work/.venvs/trl/bin/python"))
-    args = parser.parse_args()
+def default_trl_python() -> str:
+    """TRL's own virtual environment where there is one (the CPU machine), else this interpreter."""
+    given = os.environ.get("TRL_PYTHON", "/work/.venvs/trl/bin/python")
+    return given if Path(given).exists() else sys.executable
 
+
+def report(name: str, result: Dict[str, Any]) -> None:
+    split = result.get("split")
+    generated = result.get("generated_tokens", 0.0)
+    line = f"{name}: {result['step_s']:.2f} s/step"
+    if generated:
+        line += f", {generated / result['step_s']:.0f} generated tokens/s per step"
+    if "peak_gib" in result:
+        line += f", peak memory {result['peak_gib']:.2f} GiB"
+    print(line, flush=True)
+    if split:
+        print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in ("generate", "env", "prepare", "train", "sync")))
+        print(f"  generation: {generated:.0f} tokens in {split['generate']:.2f}s = "
+              f"{generated / max(split['generate'], 1e-9):.0f} tokens/s; env time is the env calls' own, summed "
+              "over trajectories (it overlaps generation)")
+        print(f"  tokens through the policy per training step: {result['model_tokens']:.0f} (padding included), "
+              f"{result['model_tokens'] / max(split['train'], 1e-9):.0f} tokens/s in training")
+    elif result.get("generate_s"):
+        print(f"  generation: {generated:.0f} tokens in {result['generate_s']:.2f}s = "
+              f"{generated / result['generate_s']:.0f} tokens/s")
+
+
+def main() -> int:
+    global PROMPTS, SAMPLES, NEW_TOKENS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="tiny", help="'tiny' (random Qwen2, SmolLM2 tokenizer), "
+                        "'random-qwen2.5-0.5b' or 'random-qwen2.5-1.5b' (those shapes, random weights, SmolLM2 "
+                        "tokenizer) or a model name/folder")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (GPUs hidden from both trainers) or cuda (both on the first GPU, bf16)")
+    parser.add_argument("--steps", type=int, default=5, help="steps per trainer (the first is a warm-up)")
+    parser.add_argument("--prompts", type=int, default=PROMPTS, help="prompts per step")
+    parser.add_argument("--samples", type=int, default=SAMPLES, help="samples per prompt")
+    parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="new tokens per sample at most")
+    parser.add_argument("--micro-batch", type=int, default=0, help="rows per micro-batch (default: the whole batch)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's default; "
+                        "always on with --device cuda)")
+    parser.add_argument("--no-packing", action="store_true", help="padded micro-batches (trainer.use_sample_packing=false)")
+    parser.add_argument("--trl-python", default=None, help="the Python that runs TRL (default: TRL_PYTHON, "
+                        "/work/.venvs/trl/bin/python where it exists, else this one)")
+    parser.add_argument("--skip-trl", action="store_true", help="time the bundled trainer only")
+    parser.add_argument("--tokenizer-from", default=os.environ.get("SKYRL_GYM_TINY_MODEL"),
+                        help="a model folder whose tokenizer the random models take (default: SKYRL_GYM_TINY_MODEL, "
+                        "else the embedded SmolLM2)")
+    parser.add_argument("--json", default=None, help="write the figures to this file too")
+    args = parser.parse_args()
+    PROMPTS, SAMPLES, NEW_TOKENS = args.prompts, args.samples, args.new_tokens
+    cuda = args.device == "cuda"
+    if not cuda:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch starts: both trainers stay on the CPU
+    bf16 = args.bf16 or cuda
+
+    import torch
+
+    if cuda and not torch.cuda.is_available():
+        print("--device cuda: this machine has no CUDA GPU", file=sys.stderr)
+        return 2
     from skygym_adapters.models import build_tiny_model, resolve_model
 
     if args.model == "tiny":
-        model_dir = str(build_tiny_model())
-    elif args.model == "random-qwen2.5-0.5b":
-        model_dir = str(build_tiny_model(architecture="qwen2.5-0.5b"))
+        model_dir = str(build_tiny_model(tokenizer_from=args.tokenizer_from))
+    elif args.model in RANDOM_SHAPES:
+        model_dir = str(build_tiny_model(architecture=RANDOM_SHAPES[args.model], tokenizer_from=args.tokenizer_from))
     else:
         model_dir = str(resolve_model(args.model).path)
+    figures: Dict[str, Any] = {"model": args.model, "device": args.device, "prompts": PROMPTS, "samples": SAMPLES,
+                               "new_tokens": NEW_TOKENS}
     with tempfile.TemporaryDirectory(prefix="bench-train-step-") as tmp:
         out = Path(tmp)
         rows = write_rows(out)
-        import torch
-
-        device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)"
+        device = torch.cuda.get_device_name(0) if cuda else f"CPU ({os.cpu_count()} cores)"
+        figures["device_name"] = device
         print(f"device: {device}; parameters: {count_parameters(model_dir) / 1e6:.0f}M", flush=True)
         print(f"model: {args.model} ({model_dir}); batch {PROMPTS} prompts x {SAMPLES} samples, "
               f"{NEW_TOKENS} new tokens, {args.steps} steps each (first one dropped)", flush=True)
-        t0 = time.perf_counter()
-        print(f"precision: {'bf16 autocast' if args.bf16 else 'float32'} in both", flush=True)
+        print(f"precision: {'bf16 compute, fp32 master weights' if bf16 else 'float32'} in both", flush=True)
         print(f"sequence packing: {'off' if args.no_packing else 'on'}", flush=True)
-        ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", args.bf16, packing=not args.no_packing)
-        print(f"skygym_train: {ours['step_s']:.2f} s/step  (ran {time.perf_counter() - t0:.0f}s)", flush=True)
-        split = ours["split"]
-        print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in ("generate", "env", "prepare", "train", "sync")))
-        print("  (env time is summed inside generation; it overlaps with it)")
-        print(f"  tokens through the policy per training step: {ours['model_tokens']:.0f} (padding included), "
-              f"{ours['model_tokens'] / max(split['train'], 1e-9):.0f} tokens/s in training; "
-              f"{ours['generated_tokens']:.0f} generated, {ours['generated_tokens'] / max(split['generate'], 1e-9):.0f} tokens/s")
-        if not Path(args.trl_python).exists():
-            print(f"TRL: skipped ({args.trl_python} not found; pass --trl-python)")
-            return 0
         t0 = time.perf_counter()
-        theirs = bench_trl(args.trl_python, model_dir, rows, args.steps, out, args.bf16)
-        print(f"TRL GRPOTrainer: {theirs['step_s']:.2f} s/step  (ran {time.perf_counter() - t0:.0f}s)")
-        print(f"speed-up (TRL s/step / skygym_train s/step): {theirs['step_s'] / ours['step_s']:.2f}x")
+        ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", bf16, packing=not args.no_packing,
+                           micro_batch=args.micro_batch)
+        figures["skygym_train"] = ours
+        report(f"skygym_train (ran {time.perf_counter() - t0:.0f}s)", ours)
+        trl_python = args.trl_python or default_trl_python()
+        if args.skip_trl:
+            print("TRL: skipped (--skip-trl)")
+        else:
+            if cuda:
+                torch.cuda.empty_cache()
+            t0 = time.perf_counter()
+            theirs = bench_trl(trl_python, model_dir, rows, args.steps, out, bf16, cuda)
+            figures["trl"] = theirs
+            report(f"TRL GRPOTrainer (ran {time.perf_counter() - t0:.0f}s)", theirs)
+            figures["speedup"] = theirs["step_s"] / ours["step_s"]
+            print(f"speed-up (TRL s/step / skygym_train s/step): {figures['speedup']:.2f}x")
+            if theirs.get("peak_gib"):
+                print(f"peak memory, skygym_train / TRL: {ours['peak_gib'] / theirs['peak_gib']:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0
 
 
