@@ -156,8 +156,8 @@ tokenizer = AutoTokenizer.from_pretrained(model_dir)
 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)  # fp32 master weights, as ours
 config = GRPOConfig(
     output_dir=out, use_cpu=not cuda, report_to="none", max_steps=steps, learning_rate=%(lr)s,
-    per_device_train_batch_size=%(batch)d, num_generations=%(samples)d, max_completion_length=%(new_tokens)d,
-    gradient_accumulation_steps=1, beta=0.0, temperature=1.0, logging_steps=1, save_strategy="no",
+    per_device_train_batch_size=%(micro)d, num_generations=%(samples)d, max_completion_length=%(new_tokens)d,
+    gradient_accumulation_steps=%(accumulate)d,  # one optimizer step (and one generation) per batch, as ours beta=0.0, temperature=1.0, logging_steps=1, save_strategy="no",
     weight_decay=0.0, max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True,
     gradient_checkpointing=False,  # as in the bundled trainer's run (TRL turns it on by default)
     bf16=%(bf16)s,  # TRL's default is bf16 autocast; the bundled trainer's --bf16 flag (GPU: mixed precision) matches it
@@ -177,15 +177,19 @@ print("TRL_RESULT " + json.dumps(result))
 '''
 
 
-def trl_script(bf16: bool, cuda: bool = False) -> str:
-    return TRL_TEMPLATE % {"lr": LR, "batch": PROMPTS * SAMPLES, "samples": SAMPLES, "new_tokens": NEW_TOKENS,
-                           "bf16": bf16, "cuda": cuda}
+def trl_script(bf16: bool, cuda: bool = False, micro_batch: int = 0) -> str:
+    batch = PROMPTS * SAMPLES
+    micro = micro_batch or batch
+    if batch % micro or micro % SAMPLES:
+        raise ValueError(f"--micro-batch {micro} must divide the batch ({batch}) and be a multiple of the samples")
+    return TRL_TEMPLATE % {"lr": LR, "batch": batch, "samples": SAMPLES, "new_tokens": NEW_TOKENS,
+                           "bf16": bf16, "cuda": cuda, "micro": micro, "accumulate": batch // micro}
 
 
 def bench_trl(python: str, model_dir: str, rows: Path, steps: int, out: Path, bf16: bool,
-              cuda: bool = False) -> Dict[str, Any]:
+              cuda: bool = False, micro_batch: int = 0) -> Dict[str, Any]:
     script = out / "trl_grpo_step.py"
-    script.write_text(trl_script(bf16, cuda))
+    script.write_text(trl_script(bf16, cuda, micro_batch))
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", WANDB_DISABLED="true")
     proc = subprocess.run(
         [python, str(script), str(ROOT), model_dir, str(rows), str(steps), str(out / "trl")],
@@ -252,7 +256,8 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=PROMPTS, help="prompts per step")
     parser.add_argument("--samples", type=int, default=SAMPLES, help="samples per prompt")
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="new tokens per sample at most")
-    parser.add_argument("--micro-batch", type=int, default=0, help="rows per micro-batch (default: the whole batch)")
+    parser.add_argument("--micro-batch", type=int, default=0, help="rows per micro-batch in both trainers (TRL: "
+                        "per_device_train_batch_size, with gradient accumulation up to the batch; default: the batch)")
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's default; "
                         "always on with --device cuda)")
     parser.add_argument("--no-packing", action="store_true", help="padded micro-batches (trainer.use_sample_packing=false)")
@@ -307,7 +312,7 @@ def main() -> int:
             if cuda:
                 torch.cuda.empty_cache()
             t0 = time.perf_counter()
-            theirs = bench_trl(trl_python, model_dir, rows, args.steps, out, bf16, cuda)
+            theirs = bench_trl(trl_python, model_dir, rows, args.steps, out, bf16, cuda, args.micro_batch)
             figures["trl"] = theirs
             report(f"TRL GRPOTrainer (ran {time.perf_counter() - t0:.0f}s)", theirs)
             figures["speedup"] = theirs["step_s"] / ours["step_s"]

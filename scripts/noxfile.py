@@ -16,7 +16,7 @@ CONSTRAINTS = ROOT / "scripts" / "constraints.txt"
 TORCH = "torch==2.13.0"  # a CPU build; installed first so nothing pulls a CUDA build
 TEST_TOOLS = ("pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3")
 
-nox.options.sessions = ["core", "vllm", "verl", "trl"]
+nox.options.sessions = ["core", "vllm", "verl", "trl", "gpu"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 
@@ -84,3 +84,21 @@ def trl(session: nox.Session) -> None:
     _install(session, "-e", f"{ROOT}[data,search,gymnasium,embedded-model,trl]", *TEST_TOOLS)
     _install_embedded_model(session)
     _pytest(session, "tests/adapters", "-m", "trl")
+
+
+@nox.session(python="3.11")
+def gpu(session: nox.Session) -> None:
+    """The trainer's and the adapters' tests with CUDA present (``scripts/test_gpu.sh``); skipped without a GPU."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None or subprocess.run([smi, "-L"], capture_output=True).returncode != 0:
+        session.skip("no CUDA GPU on this machine (nvidia-smi finds none): the gpu session needs one")
+    # torch as pip's index serves it (on Linux the default index serves a CUDA build; set PIP_INDEX_URL where the
+    # configured one serves CPU builds only)
+    session.install(TORCH)
+    _install(session, "-e", f"{ROOT}[dev,train,deepspeed,data,embedded-model]")
+    _install_embedded_model(session)
+    session.chdir(ROOT)
+    session.run("bash", "scripts/test_gpu.sh", *session.posargs, env={"PYTHON": "python"}, external=True)

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU checks in one call: the GPU test session, then the bundled trainer beside TRL on the same GPU.
+#   bash bench/gpu_check.sh                    # tests, 0.5B at 128 new tokens, 1.5B at 512 new tokens
+#   bash bench/gpu_check.sh tests 05b-128      # only these parts (tests, 05b-128, 05b-512, 15b-128, 15b-512)
+# Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S seconds) so one slow part cannot
+# eat the others' time; what each printed lands in $OUT (default ./gpu-check): gpu_tests.log, bench_<part>.log
+# and bench_<part>.json. A summary of every part is printed at the end. Needs a CUDA GPU, the project's
+# [train,deepspeed] dependencies and TRL in this Python; SKYRL_GYM_TINY_MODEL (a folder with the SmolLM2
+# tokenizer) stands in for the embedded model where that is not installed.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+OUT="${OUT:-$ROOT/gpu-check}"
+mkdir -p "$OUT"
+TEST_S="${GPU_CHECK_TEST_S:-200}"
+BENCH_S="${GPU_CHECK_BENCH_S:-180}"
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(tests 05b-128 15b-512)
+summary=()
+start=$SECONDS
+for part in "${parts[@]}"; do
+  t0=$SECONDS
+  case "$part" in
+    tests)
+      timeout -k 10 "$TEST_S" env PYTHON="$PY" bash scripts/test_gpu.sh -q --timeout 150 > "$OUT/gpu_tests.log" 2>&1
+      rc=$?
+      summary+=("tests (rc $rc, $((SECONDS - t0))s): $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' \
+        "$OUT/gpu_tests.log" | tail -1)")
+      ;;
+    05b-128|05b-512|15b-128|15b-512)
+      size=${part%%-*}; tokens=${part##*-}
+      model=random-qwen2.5-0.5b; [ "$size" = 15b ] && model=random-qwen2.5-1.5b
+      steps=4; [ "$tokens" = 512 ] && steps=3
+      # micro-batches in both trainers (TRL: gradient accumulation), no gradient checkpointing in either
+      micro=32; [ "$size" = 15b ] && micro=16
+      timeout -k 10 "$BENCH_S" "$PY" bench/train_step.py --device cuda --model "$model" --prompts 16 --samples 8 \
+        --new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" --json "$OUT/bench_$part.json" > "$OUT/bench_$part.log" 2>&1
+      rc=$?
+      summary+=("bench $part (rc $rc, $((SECONDS - t0))s): $(grep -E 's/step|speed-up|peak memory, ' \
+        "$OUT/bench_$part.log" | tr '\n' ';')")
+      ;;
+    *)
+      echo "unknown part $part (tests, 05b-128, 05b-512, 15b-128, 15b-512)" >&2
+      exit 2
+      ;;
+  esac
+  echo "${summary[-1]}"
+done
+echo "--- summary ($((SECONDS - start))s in all)"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
