@@ -88,15 +88,15 @@ def trl(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def gpu(session: nox.Session) -> None:
-    """The trainer's and the adapters' tests with CUDA present (``scripts/test_gpu.sh``); skipped without a GPU."""
+    """The trainer's and the adapters' tests with CUDA present (``scripts/test_gpu.sh``); skipped without."""
     import shutil
     import subprocess
 
     smi = shutil.which("nvidia-smi")
     if smi is None or subprocess.run([smi, "-L"], capture_output=True).returncode != 0:
         session.skip("no CUDA GPU on this machine (nvidia-smi finds none): the gpu session needs one")
-    # torch as pip's index serves it (on Linux the default index serves a CUDA build; set PIP_INDEX_URL where the
-    # configured one serves CPU builds only)
+    # torch as pip's index serves it (on Linux the default index serves a CUDA build; set PIP_INDEX_URL where
+    # the configured one serves CPU builds only)
     session.install(TORCH)
     _install(session, "-e", f"{ROOT}[dev,train,deepspeed,data,embedded-model]")
     _install_embedded_model(session)

@@ -399,33 +399,37 @@ class TrainingWorker:
         return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature, entropy_grad), t
 
     def _forward_sequence_parallel(self, batch: TrainingBatch) -> Any:
-        """``_forward_impl`` under Ulysses: this rank runs its slice of every (padded) row; the per-token results
-        of the group's slices are joined, so every rank returns what one process would (see ``ulysses``)."""
-        from skygym_train.workers.ulysses import full_attention_mask, gather_sequence
+        """``_forward_impl`` under Ulysses: this rank runs its slice of every row; the per-token results of
+        the group's slices are joined, so every rank returns what one process would (see ``ulysses``). Rows
+        are shifted to start at their first real token, so attention is plainly causal and needs no
+        ``(S, S)`` mask."""
+        from skygym_train.workers.ulysses import causal_marker, gather_sequence, left_aligned
 
-        size = self.spec.sequence_parallel_size
+        size = torch.distributed.get_world_size(self._sp_group)
         t = {k: v.to(self.device) for k, v in batch.tensors.items()}
         rows = layout("padded", batch.tensors, batch.prompt_length)
         inputs = rows.model_inputs(self.device)
-        length = inputs["input_ids"].shape[1]
+        ids, positions, shift = left_aligned(inputs["input_ids"], inputs["attention_mask"],
+                                             inputs["position_ids"])
+        length = ids.shape[1]
         padded = -(-length // size) * size
-        ids, mask, positions = (torch.nn.functional.pad(inputs[k], (0, padded - length))
-                                for k in ("input_ids", "attention_mask", "position_ids"))
+        ids, positions = (torch.nn.functional.pad(x, (0, padded - length)) for x in (ids, positions))
         mine = slice(self._sp_rank * (padded // size), (self._sp_rank + 1) * (padded // size))
         self.tokens_run += rows.num_tokens // size
-        local = {"input_ids": ids[:, mine], "attention_mask": full_attention_mask(mask),
+        local = {"input_ids": ids[:, mine], "attention_mask": causal_marker(ids.shape[0], self.device),
                  "position_ids": positions[:, mine]}
+        # the position that predicts response token j of a row: P - 1 + j in the padded row, less its shift
+        slots = torch.arange(length - batch.prompt_length, device=self.device)[None]
+        predicting = (batch.prompt_length - 1 - shift)[:, None] + slots
         if self.spec.role == "critic":
-            values = gather_sequence(self.model(**local), self._sp_group)[:, :length]
-            return rows.gather(rows.kept(values)).float(), t
+            values = gather_sequence(self.model(**local), self._sp_group)
+            return values.gather(1, predicting).float(), t
         logits = self.model(**local, use_cache=False).logits
         targets = torch.roll(ids, -1, dims=1)[:, mine]  # the token each position predicts
         entropy_grad = bool(self.algorithm is not None and self.algorithm.use_entropy_loss)
         log_probs, entropy = response_log_probs(logits, targets, 0, self.temperature, entropy_grad)
         log_probs, entropy = (gather_sequence(x, self._sp_group) for x in (log_probs, entropy))
-        # positions P-1 .. P+T-2 predict the response tokens (as in the padded layout)
-        predicting = slice(batch.prompt_length - 1, length - 1)
-        return (log_probs[:, predicting], entropy[:, predicting]), t
+        return (log_probs.gather(1, predicting), entropy.gather(1, predicting)), t
 
     def _micro_batches(self, batch: TrainingBatch, rows: int) -> List[List[int]]:
         """Row indices of each micro-batch: ``rows`` rows each, or up to the token budget when one is set."""

@@ -68,14 +68,25 @@ def gather_sequence(x: torch.Tensor, group: Any) -> torch.Tensor:
     return _GatherSequence.apply(x, group)
 
 
-def full_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """The ``(B, 1, S, S)`` boolean mask of whole padded sequences: causal, padding keys hidden. A padding query
-    sees itself, so no row is empty (SDPA would return NaN there; those positions are never used)."""
-    length = attention_mask.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=attention_mask.device).tril()
-    mask = causal[None] & attention_mask.bool()[:, None, :]
-    mask |= torch.eye(length, dtype=torch.bool, device=attention_mask.device)[None]
-    return mask[:, None]
+def left_aligned(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor) -> tuple:
+    """The padded rows shifted left so each starts with its first real token and all padding is on the
+    right; returns ``(input_ids, position_ids, shift)`` with ``shift`` the columns each row moved. Plain
+    causal attention over such rows is exact: a real token's earlier keys are all real, and padding only ever
+    comes after it (its own outputs are never read). So no ``(B, S, S)`` mask is needed, whatever the length."""
+    length = input_ids.shape[1]
+    shift = (attention_mask.cumsum(1) == 0).sum(1)  # leading padding of each row
+    source = torch.arange(length, device=input_ids.device)[None] + shift[:, None]
+    inside = source < length
+    source = source.clamp(max=length - 1)
+    ids = torch.where(inside, input_ids.gather(1, source), torch.zeros_like(input_ids))
+    positions = torch.where(inside, position_ids.gather(1, source), torch.zeros_like(position_ids))
+    return ids, positions, shift
+
+
+def causal_marker(batch: int, device: torch.device) -> torch.Tensor:
+    """What the model is given as its attention mask: a ``(B, 1, 1, 1)`` tensor (transformers passes a 4D mask
+    through as it is) telling :func:`ulysses_attention` to run plain causal attention over whole sequences."""
+    return torch.ones(batch, 1, 1, 1, dtype=torch.bool, device=device)
 
 
 def ulysses_attention(
@@ -88,17 +99,22 @@ def ulysses_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple:
-    """transformers' attention interface: ``(B, H, S/n, D)`` in, ``(B, S/n, H, D)`` out; ``attention_mask`` is the
-    whole sequences' mask (``full_attention_mask``), which transformers passes through as it is 4D."""
+    """transformers' attention interface: ``(B, H, S/n, D)`` in, ``(B, S/n, H, D)`` out. Causal over the whole
+    sequences (rows laid out by :func:`left_aligned`); ``attention_mask`` is :func:`causal_marker`'s or a full
+    ``(B, 1, S, S)`` mask."""
     group = module.sequence_parallel_group
     heads = query.shape[1]
     if key.shape[1] != heads:  # grouped-query attention: each query head takes its key/value head along
         key = key.repeat_interleave(heads // key.shape[1], dim=1)
         value = value.repeat_interleave(heads // value.shape[1], dim=1)
     query, key, value = (_AllToAll.apply(x, group, 1, 2) for x in (query, key, value))
-    out = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling
-    )
+    if attention_mask is None or attention_mask.shape[-2:] == (1, 1):
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, dropout_p=dropout,
+                                             scale=scaling)
+    else:
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling
+        )
     out = _AllToAll.apply(out, group, 2, 1)
     return out.transpose(1, 2).contiguous(), None
 
