@@ -72,7 +72,8 @@ def left_aligned(input_ids: torch.Tensor, attention_mask: torch.Tensor, position
     """The padded rows shifted left so each starts with its first real token and all padding is on the
     right; returns ``(input_ids, position_ids, shift)`` with ``shift`` the columns each row moved. Plain
     causal attention over such rows is exact: a real token's earlier keys are all real, and padding only ever
-    comes after it (its own outputs are never read). So no ``(B, S, S)`` mask is needed, whatever the length."""
+    comes after it (its own outputs are never read). So no ``(B, S, S)`` mask is needed, whatever the
+    length."""
     length = input_ids.shape[1]
     shift = (attention_mask.cumsum(1) == 0).sum(1)  # leading padding of each row
     source = torch.arange(length, device=input_ids.device)[None] + shift[:, None]

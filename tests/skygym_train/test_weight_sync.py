@@ -44,8 +44,13 @@ def _assert_engine_is_policy(trainer, before):
         torch.testing.assert_close(value, policy[name], msg=name)
 
 
+# the engine in the policy's dtype (fp32): on a GPU an engine defaults to bf16, which cannot read fp32 tensors
+SAME_DTYPE = {"generator.model_dtype": "float32"}
+
+
 def test_without_ray_the_engine_reads_the_policys_tensors(tiny_chat_model, toy_data, tmp_path):
-    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 2}))
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 2},
+                                    **SAME_DTYPE))
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
         before = _engine_state(trainer)
@@ -77,7 +82,8 @@ def test_async_training_keeps_a_copy_in_the_engine(tiny_chat_model, toy_data, tm
 
 
 def test_an_engine_update_never_writes_into_the_policys_tensors(tiny_chat_model, toy_data, tmp_path):
-    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1}))
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1},
+                                    **SAME_DTYPE))
     with PPOTrainer(cfg) as trainer:
         trainer.fit()
         engine = _engine(trainer)
@@ -96,8 +102,9 @@ def test_share_weights_refuses_tensors_of_another_dtype(tiny_chat_model):
 
     engine = HFEngine(str(tiny_chat_model))
     try:
-        halves = {k: v.detach().to(torch.bfloat16) for k, v in engine.model.named_parameters()}
-        with pytest.raises(ValueError, match="bfloat16"):
+        other = torch.float16 if engine.weight_dtype == torch.bfloat16 else torch.bfloat16  # not the engine's
+        halves = {k: v.detach().to(other) for k, v in engine.model.named_parameters()}
+        with pytest.raises(ValueError, match=str(other).split(".")[-1]):
             engine.share_weights(halves)
         assert not engine.shares_weights()
     finally:
