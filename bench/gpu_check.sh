@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one call: the GPU test session, then the bundled trainer beside TRL on the same GPU.
-#   bash bench/gpu_check.sh                    # tests, 0.5B at 128 new tokens, 1.5B at 512 new tokens
-#   bash bench/gpu_check.sh tests 05b-128      # only these parts (tests, 05b-128, 05b-512, 15b-128, 15b-512)
+#   bash bench/gpu_check.sh                    # tests, in-process sync, 0.5B at 128 and 1.5B at 512 new tokens
+#   bash bench/gpu_check.sh tests 05b-128      # only these parts (tests, sync, 05b-128, 05b-512, 15b-128,
+#                                              # 15b-512)
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S seconds) so one slow part cannot
 # eat the others' time; what each printed lands in $OUT (default ./gpu-check): gpu_tests.log, bench_<part>.log
 # and bench_<part>.json. A summary of every part is printed at the end. Needs a CUDA GPU, the project's
@@ -16,7 +17,7 @@ mkdir -p "$OUT"
 TEST_S="${GPU_CHECK_TEST_S:-200}"
 BENCH_S="${GPU_CHECK_BENCH_S:-180}"
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(tests 05b-128 15b-512)
+[ ${#parts[@]} -eq 0 ] && parts=(tests sync 05b-128 15b-512)
 summary=()
 start=$SECONDS
 for part in "${parts[@]}"; do
@@ -27,6 +28,13 @@ for part in "${parts[@]}"; do
       rc=$?
       summary+=("tests (rc $rc, $((SECONDS - t0))s): $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' \
         "$OUT/gpu_tests.log" | tail -1)")
+      ;;
+    sync)
+      # the policy and a bf16 HF engine in one process on the GPU: one device-side copy per sync
+      timeout -k 10 120 "$PY" bench/inprocess_sync.py --device cuda --model random-qwen2.5-0.5b --syncs 5 \
+        > "$OUT/sync.log" 2>&1
+      rc=$?
+      summary+=("sync (rc $rc, $((SECONDS - t0))s): $(grep '^device' "$OUT/sync.log")")
       ;;
     05b-128|05b-512|15b-128|15b-512)
       size=${part%%-*}; tokens=${part##*-}
@@ -41,7 +49,7 @@ for part in "${parts[@]}"; do
         "$OUT/bench_$part.log" | tr '\n' ';')")
       ;;
     *)
-      echo "unknown part $part (tests, 05b-128, 05b-512, 15b-128, 15b-512)" >&2
+      echo "unknown part $part (tests, sync, 05b-128, 05b-512, 15b-128, 15b-512)" >&2
       exit 2
       ;;
   esac
