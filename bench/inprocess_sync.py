@@ -1,13 +1,13 @@
-"""In-process weight sync: the policy worker and an HF engine in one process, as ``trainer.use_ray=false`` runs.
+"""In-process weight sync: the policy worker and an HF engine in one process (``trainer.use_ray=false``).
 
     python bench/inprocess_sync.py                                   # SmolLM2-135M, CPU, a bf16 engine
     python bench/inprocess_sync.py --engine-dtype float32            # the engine reads the policy's tensors
     python bench/inprocess_sync.py --device cuda --model random-qwen2.5-0.5b   # on a GPU
 
 Sets the trainer up (no training step) and times ``--syncs`` calls of its weight sync after the first (which
-chooses the transport). With the engine in the policy's dtype the engine shares the policy's tensors and a sync
-moves nothing; in another dtype (bf16, the GPU default) each sync copies every weight into the engine, cast on
-the way. Prints the transport, MiB per sync and the median seconds.
+chooses the transport). With the engine in the policy's dtype the engine shares the policy's tensors and a
+sync moves nothing; in another dtype (bf16, the GPU default) each sync copies every weight into the engine,
+cast on the way. Prints the transport, MiB per sync and the median seconds.
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m", help="a model name or folder, or random-qwen2.5-0.5b")
+    parser.add_argument("--model", default="smollm2-135m", help="a model name or folder, or "
+                        "random-qwen2.5-0.5b")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--engine-dtype", default="bfloat16", help="generator.model_dtype (auto, float32, ...)")
+    parser.add_argument("--engine-dtype", default="bfloat16", help="generator.model_dtype (auto, float32,"
+                        " ...)")
     parser.add_argument("--syncs", type=int, default=5)
     parser.add_argument("--tokenizer-from", default=os.environ.get("SKYRL_GYM_TINY_MODEL"),
-                        help="the tokenizer of random-shape models (default: SKYRL_GYM_TINY_MODEL, else SmolLM2)")
+                        help="the tokenizer of random-shape models (default: SKYRL_GYM_TINY_MODEL, else "
+                        "SmolLM2)")
     args = parser.parse_args()
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -43,7 +46,8 @@ def main() -> int:
     from tests.skygym_train.toy_envs import register_toy_env, toy_overrides, toy_rows
 
     if args.model.startswith("random-"):
-        model = str(build_tiny_model(architecture=args.model[len("random-"):], tokenizer_from=args.tokenizer_from))
+        shape = args.model[len("random-"):]
+        model = str(build_tiny_model(architecture=shape, tokenizer_from=args.tokenizer_from))
     else:
         model = str(resolve_model(args.model).path)
     register_toy_env()
@@ -52,7 +56,8 @@ def main() -> int:
 
         data = Path(tmp) / "train.jsonl"
         write_jsonl(toy_rows(8), data)
-        cfg = load_config(toy_overrides(Path(model), data, Path(tmp), **{"generator.model_dtype": args.engine_dtype}))
+        engine = {"generator.model_dtype": args.engine_dtype}
+        cfg = load_config(toy_overrides(Path(model), data, Path(tmp), **engine))
         with PPOTrainer(cfg) as trainer:
             trainer.setup()
             trainer.sync_weights()  # the first sync picks the transport

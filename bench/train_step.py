@@ -3,8 +3,8 @@
 Both trainers get the same model, the same rows (single-digit products from the ``multiply`` env,
 scored by the same env), the same batch (8 prompts x 4 samples by default), 16 new tokens by default, lr 1e-5,
 no KL term. TRL's ``GRPOTrainer`` runs in a subprocess in the same run (its own virtual environment on the CPU
-machine, where its transformers pin clashes; ``--trl-python``). The bundled trainer packs each micro-batch (one
-copy of each prompt, no padding; ``skygym_train/workers/packing.py``) unless ``--no-packing``; TRL pads.
+machine, where its transformers pin clashes; ``--trl-python``). The bundled trainer packs each micro-batch
+(one copy of each prompt, no padding; ``skygym_train/workers/packing.py``) unless ``--no-packing``; TRL pads.
 
     python bench/train_step.py                         # tiny random Qwen2 (SmolLM2 tokenizer)
     python bench/train_step.py --model smollm2-135m     # the embedded SmolLM2-135M-Instruct
@@ -13,11 +13,13 @@ copy of each prompt, no padding; ``skygym_train/workers/packing.py``) unless ``-
     python bench/train_step.py --model random-qwen2.5-0.5b --steps 3  # Qwen2.5-0.5B's shape, random weights
 
 On a GPU (``--device cuda``) both trainers run on it in bf16 (fp32 master weights, bf16 compute: TRL's
-``bf16=True``, the bundled trainer's mixed precision), HF generation in both; the GPU shapes are 16 prompts x 8
-samples at 128 or 512 new tokens:
+``bf16=True``, the bundled trainer's mixed precision), HF generation in both; the GPU shapes are 16 prompts x
+8 samples at 128 or 512 new tokens (``bench/gpu_check.sh`` runs them):
 
-    python bench/train_step.py --device cuda --model random-qwen2.5-0.5b --prompts 16 --samples 8 --new-tokens 128
-    python bench/train_step.py --device cuda --model random-qwen2.5-1.5b --prompts 16 --samples 8 --new-tokens 512
+    python bench/train_step.py --device cuda --model random-qwen2.5-0.5b --prompts 16 --samples 8 \
+        --new-tokens 128 --micro-batch 32
+    python bench/train_step.py --device cuda --model random-qwen2.5-1.5b --prompts 16 --samples 8 \
+        --new-tokens 512 --micro-batch 16
 
 Prints seconds per step (mean over the steps after the first, which warms up), the split, generated tokens per
 second and peak memory for both, and the ratio. ``--json PATH`` writes the same figures.
@@ -97,8 +99,8 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
     generated = statistics.mean(h.get("generate/response_length", 0.0) for h in history) * PROMPTS * SAMPLES
     peak = max(max(h.get("memory/peak_gib", 0.0), h.get("memory/policy_peak_gib", 0.0)) for h in history)
     return {"step_s": split["step"], "split": split, "steps": len(history), "model_tokens": tokens,
-            "generated_tokens": generated, "peak_gib": peak, "all": [h["timing/step"] for h in result["history"]
-                                                                     if "timing/step" in h]}
+            "generated_tokens": generated, "peak_gib": peak,
+            "all": [h["timing/step"] for h in result["history"] if "timing/step" in h]}
 
 
 TRL_TEMPLATE = r'''
@@ -157,10 +159,12 @@ model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)  # 
 config = GRPOConfig(
     output_dir=out, use_cpu=not cuda, report_to="none", max_steps=steps, learning_rate=%(lr)s,
     per_device_train_batch_size=%(micro)d, num_generations=%(samples)d, max_completion_length=%(new_tokens)d,
-    gradient_accumulation_steps=%(accumulate)d,  # one optimizer step (and one generation) per batch, as ours beta=0.0, temperature=1.0, logging_steps=1, save_strategy="no",
-    weight_decay=0.0, max_grad_norm=1.0, seed=42, dataloader_num_workers=0, disable_tqdm=True,
+    # one optimizer step (and one generation) per batch, as ours
+    gradient_accumulation_steps=%(accumulate)d, beta=0.0, temperature=1.0, logging_steps=1,
+    save_strategy="no", weight_decay=0.0, max_grad_norm=1.0, seed=42, dataloader_num_workers=0,
+    disable_tqdm=True,
     gradient_checkpointing=False,  # as in the bundled trainer's run (TRL turns it on by default)
-    bf16=%(bf16)s,  # TRL's default is bf16 autocast; the bundled trainer's --bf16 flag (GPU: mixed precision) matches it
+    bf16=%(bf16)s,  # TRL's default, bf16 autocast: the bundled trainer's --bf16 (GPU: mixed precision)
 )
 timer = StepTimer()
 trainer = GRPOTrainer(model=model, reward_funcs=multiply_env_reward, args=config, train_dataset=dataset,
@@ -181,7 +185,8 @@ def trl_script(bf16: bool, cuda: bool = False, micro_batch: int = 0) -> str:
     batch = PROMPTS * SAMPLES
     micro = micro_batch or batch
     if batch % micro or micro % SAMPLES:
-        raise ValueError(f"--micro-batch {micro} must divide the batch ({batch}) and be a multiple of the samples")
+        raise ValueError(f"--micro-batch {micro} must divide the batch ({batch}) and be a multiple of the "
+                         "samples")
     return TRL_TEMPLATE % {"lr": LR, "batch": batch, "samples": SAMPLES, "new_tokens": NEW_TOKENS,
                            "bf16": bf16, "cuda": cuda, "micro": micro, "accumulate": batch // micro}
 
@@ -233,12 +238,13 @@ def report(name: str, result: Dict[str, Any]) -> None:
         line += f", peak memory {result['peak_gib']:.2f} GiB"
     print(line, flush=True)
     if split:
-        print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in ("generate", "env", "prepare", "train", "sync")))
+        parts = ("generate", "env", "prepare", "train", "sync")
+        print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in parts))
         print(f"  generation: {generated:.0f} tokens in {split['generate']:.2f}s = "
-              f"{generated / max(split['generate'], 1e-9):.0f} tokens/s; env time is the env calls' own, summed "
-              "over trajectories (it overlaps generation)")
-        print(f"  tokens through the policy per training step: {result['model_tokens']:.0f} (padding included), "
-              f"{result['model_tokens'] / max(split['train'], 1e-9):.0f} tokens/s in training")
+              f"{generated / max(split['generate'], 1e-9):.0f} tokens/s; env time is the env calls' own, "
+              "summed over trajectories (it overlaps generation)")
+        print(f"  tokens through the policy per training step: {result['model_tokens']:.0f} (padding "
+              f"included), {result['model_tokens'] / max(split['train'], 1e-9):.0f} tokens/s in training")
     elif result.get("generate_s"):
         print(f"  generation: {generated:.0f} tokens in {result['generate_s']:.2f}s = "
               f"{generated / result['generate_s']:.0f} tokens/s")
@@ -248,25 +254,26 @@ def main() -> int:
     global PROMPTS, SAMPLES, NEW_TOKENS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny", help="'tiny' (random Qwen2, SmolLM2 tokenizer), "
-                        "'random-qwen2.5-0.5b' or 'random-qwen2.5-1.5b' (those shapes, random weights, SmolLM2 "
-                        "tokenizer) or a model name/folder")
+                        "'random-qwen2.5-0.5b' or 'random-qwen2.5-1.5b' (those shapes, random weights, "
+                        "SmolLM2 tokenizer) or a model name/folder")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cpu (GPUs hidden from both trainers) or cuda (both on the first GPU, bf16)")
     parser.add_argument("--steps", type=int, default=5, help="steps per trainer (the first is a warm-up)")
     parser.add_argument("--prompts", type=int, default=PROMPTS, help="prompts per step")
     parser.add_argument("--samples", type=int, default=SAMPLES, help="samples per prompt")
     parser.add_argument("--new-tokens", type=int, default=NEW_TOKENS, help="new tokens per sample at most")
-    parser.add_argument("--micro-batch", type=int, default=0, help="rows per micro-batch in both trainers (TRL: "
-                        "per_device_train_batch_size, with gradient accumulation up to the batch; default: the batch)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's default; "
-                        "always on with --device cuda)")
+    parser.add_argument("--micro-batch", type=int, default=0, help="rows per micro-batch in both trainers "
+                        "(TRL: per_device_train_batch_size, with gradient accumulation up to the batch; "
+                        "default: the batch)")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's "
+                        "default; always on with --device cuda)")
     parser.add_argument("--no-packing", action="store_true", help="padded micro-batches (trainer.use_sample_packing=false)")
     parser.add_argument("--trl-python", default=None, help="the Python that runs TRL (default: TRL_PYTHON, "
                         "/work/.venvs/trl/bin/python where it exists, else this one)")
     parser.add_argument("--skip-trl", action="store_true", help="time the bundled trainer only")
     parser.add_argument("--tokenizer-from", default=os.environ.get("SKYRL_GYM_TINY_MODEL"),
-                        help="a model folder whose tokenizer the random models take (default: SKYRL_GYM_TINY_MODEL, "
-                        "else the embedded SmolLM2)")
+                        help="a model folder whose tokenizer the random models take (default: "
+                        "SKYRL_GYM_TINY_MODEL, else the embedded SmolLM2)")
     parser.add_argument("--json", default=None, help="write the figures to this file too")
     args = parser.parse_args()
     PROMPTS, SAMPLES, NEW_TOKENS = args.prompts, args.samples, args.new_tokens
@@ -285,11 +292,12 @@ def main() -> int:
     if args.model == "tiny":
         model_dir = str(build_tiny_model(tokenizer_from=args.tokenizer_from))
     elif args.model in RANDOM_SHAPES:
-        model_dir = str(build_tiny_model(architecture=RANDOM_SHAPES[args.model], tokenizer_from=args.tokenizer_from))
+        shape = RANDOM_SHAPES[args.model]
+        model_dir = str(build_tiny_model(architecture=shape, tokenizer_from=args.tokenizer_from))
     else:
         model_dir = str(resolve_model(args.model).path)
-    figures: Dict[str, Any] = {"model": args.model, "device": args.device, "prompts": PROMPTS, "samples": SAMPLES,
-                               "new_tokens": NEW_TOKENS}
+    figures: Dict[str, Any] = {"model": args.model, "device": args.device, "prompts": PROMPTS,
+                               "samples": SAMPLES, "new_tokens": NEW_TOKENS}
     with tempfile.TemporaryDirectory(prefix="bench-train-step-") as tmp:
         out = Path(tmp)
         rows = write_rows(out)

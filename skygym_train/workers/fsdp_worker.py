@@ -98,12 +98,13 @@ def response_log_probs(
     by the sampling temperature so the ratio to the generator's probabilities is 1 before any update.
 
     Rows go through in chunks of about ``chunk_tokens`` tokens, each upcast to fp32 on its own, and under
-    autograd each chunk is recomputed in the backward pass instead of keeping its fp32 log-softmax: the memory
-    beyond the logits themselves is one chunk's, not the micro-batch's whole vocabulary in fp32.
+    autograd on an accelerator each chunk is recomputed in the backward pass instead of keeping its fp32
+    log-softmax: the memory beyond the logits themselves is one chunk's, not the micro-batch's whole
+    vocabulary in fp32. On CPU, where memory is plentiful and compute is not, nothing is recomputed.
     """
     targets = input_ids[:, prompt_length:]
     rows = max(1, chunk_tokens // max(1, targets.shape[1]))
-    recompute = torch.is_grad_enabled() and logits.requires_grad
+    recompute = torch.is_grad_enabled() and logits.requires_grad and logits.device.type != "cpu"
     with_entropy_grad = entropy_grad and torch.is_grad_enabled()
     log_probs, entropies = [], []
     for start in range(0, logits.shape[0], rows):
