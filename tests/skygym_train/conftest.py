@@ -38,9 +38,18 @@ def tiny_chat_model() -> Path:
     the one ``SKYRL_GYM_TINY_MODEL`` names where the embedded model is not installed
     (``tests.tiny_models``)."""
     from skygym_adapters.models import build_tiny_model
+
     from tests.tiny_models import given_tiny_model
 
     return given_tiny_model() or build_tiny_model()
+
+
+@pytest.fixture
+def multiply_data(tmp_path: Path) -> str:
+    """One training row for the multiply env, for config checks that need a data file."""
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
+    return str(path)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ beside it can copy them on the device."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,20 +13,11 @@ import torch
 from skygym_train.config import ConfigError, load_config, validate_config
 from skygym_train.config.schema import MixedPrecisionConfig, OptimizerConfig
 from skygym_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
-from tests.tiny_models import CHAT_MODEL
-
-
-@pytest.fixture
-def data_file(tmp_path: Path) -> str:
-    path = tmp_path / "train.jsonl"
-    path.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
-    return str(path)
+from tests.skygym_train.config.test_skyrl_compat import _valid
 
 
 def _config(data_file: str, *extra: str):
-    keys = [f"data.train_data=[{data_file}]", f"trainer.policy.model.path={CHAT_MODEL}",
-            "trainer.use_ray=false"]
-    return load_config([*keys, *extra], validate=False)
+    return load_config(_valid(data_file, *extra), validate=False)
 
 
 def _problems(cfg, has_cuda: bool = True) -> str:
@@ -38,50 +28,50 @@ def _problems(cfg, has_cuda: bool = True) -> str:
     return ""
 
 
-def test_vllm_in_the_trainers_process_may_not_claim_the_memory_the_policy_holds(data_file):
+def test_vllm_in_the_trainers_process_may_not_claim_the_memory_the_policy_holds(multiply_data):
     vllm = ("generator.backend=vllm",)
-    text = _problems(_config(data_file, *vllm))
+    text = _problems(_config(multiply_data, *vllm))
     assert "generator.gpu_memory_utilization=0.8: with trainer.use_ray=false" in text
     assert "at most 0.5" in text
-    lower = _config(data_file, *vllm, "generator.gpu_memory_utilization=0.4")
+    lower = _config(multiply_data, *vllm, "generator.gpu_memory_utilization=0.4")
     assert "gpu_memory_utilization" not in _problems(lower)
     # CPU: no GPU share to claim
-    assert "gpu_memory_utilization" not in _problems(_config(data_file, *vllm), has_cuda=False)
+    assert "gpu_memory_utilization" not in _problems(_config(multiply_data, *vllm), has_cuda=False)
 
 
-def test_a_colocated_vllm_engine_keeps_sleep_mode(data_file):
+def test_a_colocated_vllm_engine_keeps_sleep_mode(multiply_data):
     off = ("generator.backend=vllm", "generator.gpu_memory_utilization=0.4",
            "+generator.engine_init_kwargs.enable_sleep_mode=false")
-    assert "enable_sleep_mode=false" in _problems(_config(data_file, *off))
-    apart = _config(data_file, *off, "trainer.placement.colocate_all=false")
+    assert "enable_sleep_mode=false" in _problems(_config(multiply_data, *off))
+    apart = _config(multiply_data, *off, "trainer.placement.colocate_all=false")
     assert "enable_sleep_mode" not in _problems(apart)
 
 
-def test_nccl_is_refused_between_the_driver_and_a_colocated_policy_on_one_gpu(data_file, monkeypatch):
+def test_nccl_is_refused_between_the_driver_and_a_colocated_policy_on_one_gpu(multiply_data, monkeypatch):
     from skygym_train.weight_sync import resolve_backend
 
     ray = ("trainer.use_ray=true",)
-    nccl = _config(data_file, *ray, "generator.weight_sync_backend=nccl")
+    nccl = _config(multiply_data, *ray, "generator.weight_sync_backend=nccl")
     assert "NCCL refuses two ranks on one GPU" in _problems(nccl)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert resolve_backend(_config(data_file, *ray)) == "gloo"  # colocate_all is the default
-    assert resolve_backend(_config(data_file, *ray, "trainer.placement.colocate_all=false")) == "nccl"
+    assert resolve_backend(_config(multiply_data, *ray)) == "gloo"  # colocate_all is the default
+    assert resolve_backend(_config(multiply_data, *ray, "trainer.placement.colocate_all=false")) == "nccl"
 
 
-def test_only_engines_with_memory_to_give_back_sleep_while_the_policy_trains(data_file, monkeypatch):
+def test_only_engines_with_memory_to_give_back_sleep_while_the_policy_trains(multiply_data, monkeypatch):
     from skygym_train.config import validation
     from skygym_train.generation import engines_sleep_while_training
 
     monkeypatch.setattr(validation, "cuda_available", lambda: True)
     # an HF engine in this process: no trip to the host and back
-    assert not engines_sleep_while_training(_config(data_file))
-    assert engines_sleep_while_training(_config(data_file, "generator.backend=vllm"))
+    assert not engines_sleep_while_training(_config(multiply_data))
+    assert engines_sleep_while_training(_config(multiply_data, "generator.backend=vllm"))
     actors = ("trainer.use_ray=true", "generator.run_engines_locally=true")
-    assert engines_sleep_while_training(_config(data_file, *actors))
-    apart = _config(data_file, *actors, "trainer.placement.colocate_all=false")
+    assert engines_sleep_while_training(_config(multiply_data, *actors))
+    apart = _config(multiply_data, *actors, "trainer.placement.colocate_all=false")
     assert not engines_sleep_while_training(apart)
     monkeypatch.setattr(validation, "cuda_available", lambda: False)
-    assert not engines_sleep_while_training(_config(data_file, "generator.backend=vllm"))
+    assert not engines_sleep_while_training(_config(multiply_data, "generator.backend=vllm"))
 
 
 def test_a_vllm_engine_without_sleep_mode_refuses_to_sleep():
