@@ -200,14 +200,15 @@ class TrainingWorker:
     def init_process_group(self) -> None:
         import torch.distributed as dist
 
-        if self.world_size == 1 and not torch.cuda.is_available():
+        cuda = self.device.type == "cuda"
+        if self.world_size == 1 and not cuda:
             return
         if self._dist_init is None and self.world_size == 1:
             from skygym_train.weight_sync import free_port
 
             self._dist_init = f"tcp://127.0.0.1:{free_port()}"
         if not dist.is_initialized():
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            backend = "nccl" if cuda else "gloo"
             dist.init_process_group(backend, init_method=self._dist_init, rank=self.rank, world_size=self.world_size)
 
     def load_model(self) -> int:

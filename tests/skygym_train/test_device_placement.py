@@ -37,8 +37,7 @@ def _worker(model_dir, role, packing, device=None):
     spec = WorkerSpec(role=role, model_path=str(model_dir), optimizer=OptimizerConfig(lr=1e-3),
                       micro_train_batch_size=4, micro_forward_batch_size=4)
     worker = TrainingWorker(spec)
-    if device is not None:
-        worker.device = device
+    worker.device = device if device is not None else torch.device("cpu")  # the CPU reference, GPU or not
     worker.load_model()
     worker.layout = packing
     algo = AlgorithmConfig(use_kl_loss=True, use_entropy_loss=True)

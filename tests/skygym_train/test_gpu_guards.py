@@ -110,7 +110,8 @@ def test_one_gpu_keeps_plain_parameters_and_computes_in_bf16_by_autocast():
     two.device = torch.device("cuda", 0)
     assert two._shards_on_cuda()
     cpu = TrainingWorker(worker.spec)
-    assert cpu.device.type == "cpu" and not cpu._shards_on_cuda() and cpu._autocast_dtype() is None
+    cpu.device = torch.device("cpu")
+    assert not cpu._shards_on_cuda() and cpu._autocast_dtype() is None
 
 
 def test_zero3_gathers_parameters_in_groups_by_size():

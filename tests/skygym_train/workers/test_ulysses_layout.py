@@ -43,6 +43,7 @@ def test_the_sequence_parallel_path_gives_the_padded_layouts_outputs(tiny_lm_dir
                           micro_forward_batch_size=64, sample_packing=False,
                           sequence_parallel_size=sequence_parallel_size)
         w = TrainingWorker(spec)
+        w.device = torch.device("cpu")  # the gloo group's device, GPU or not
         w.load_model()
         w.configure_algorithm(AlgorithmConfig(), None, 0.8)
         return w
