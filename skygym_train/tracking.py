@@ -160,14 +160,14 @@ def plot_reward_curve(history: List[Mapping[str, float]], out_path: Path, title:
 
 class PeakMemory:
     """The most memory this process held over a span (a training step): ``torch.cuda.max_memory_allocated`` on
-    ``device`` when it is a GPU (reset when the span starts), else the process's peak resident set (the
-    high-water mark since it started: the OS keeps no per-span peak)."""
+    ``device`` when it is a GPU (since the span started, with ``reset``; else since the last reset), else the
+    process's peak resident set (the high-water mark since it started: the OS keeps no per-span peak)."""
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: Any, reset: bool = True) -> None:
         import torch
 
         self.device = torch.device(device)
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and reset:
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def gib(self) -> float:

@@ -484,7 +484,8 @@ class TrainingWorker:
 
         assert self.optimizer is not None, f"the {self.spec.role} worker has no optimizer"
         start_time = time.perf_counter()
-        peak = PeakMemory(self.device)
+        # no reset: in the trainer's process that would cut the step's own measure (memory/peak_gib) short
+        peak = PeakMemory(self.device, reset=False)
         tokens_before = self.tokens_run
         self.optimizer.zero_grad(set_to_none=True)
         totals: Dict[str, float] = {}
@@ -512,7 +513,7 @@ class TrainingWorker:
         out[f"{prefix}/lr"] = float(self.scheduler.get_last_lr()[0])
         out[f"{prefix}/model_tokens"] = float(self.tokens_run - tokens_before)  # padding included
         out[f"timing/{prefix}_train_step_s"] = time.perf_counter() - start_time
-        out[f"memory/{prefix}_peak_gib"] = peak.gib()  # GPU: allocated in this step; CPU: peak RSS
+        out[f"memory/{prefix}_peak_gib"] = peak.gib()  # GPU: since the trainer's step began; CPU: peak RSS
         return out
 
     def _before_backward(self, last: bool) -> None:
