@@ -24,7 +24,8 @@ for part in "${parts[@]}"; do
   t0=$SECONDS
   case "$part" in
     tests)
-      timeout -k 10 "$TEST_S" env PYTHON="$PY" bash scripts/test_gpu.sh -q --timeout 150 > "$OUT/gpu_tests.log" 2>&1
+      timeout -k 10 "$TEST_S" env PYTHON="$PY" SKYRL_GYM_TEST_WORKERS="${SKYRL_GYM_TEST_WORKERS:-8}" \
+        bash scripts/test_gpu.sh -q --timeout 150 > "$OUT/gpu_tests.log" 2>&1
       rc=$?
       summary+=("tests (rc $rc, $((SECONDS - t0))s): $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' \
         "$OUT/gpu_tests.log" | tail -1)")
