@@ -757,6 +757,8 @@ class TrainingWorker:
         """Move the parameters into one shared-memory file at ``path`` (same values, same Parameter objects), for an
         engine in another process on this node to map. Returns ``(layout, None)`` or ``(None, reason)``."""
         why = self._unshareable_reason(dtype)
+        if why is None and self.device.type != "cpu":
+            why = "the policy is on a GPU (a shared-memory file holds host pages)"
         if why is not None:
             return None, why
         from skygym_train.weight_sync import move_parameters_to_shared_file

@@ -121,3 +121,19 @@ def test_zero3_gathers_parameters_in_groups_by_size():
     groups = _groups_by_bytes(tensors, 100)
     assert [[t.numel() for t in g] for g in groups] == [[10, 10], [30], [5], [100]]
     assert [len(g) for g in _groups_by_bytes(tensors, 10**9)] == [5]
+
+
+def test_a_policy_on_a_device_shares_in_process_but_never_through_a_host_file(tiny_lm_dir, tmp_path):
+    from tests.device_emulation import emulated_device, is_on_device
+
+    with emulated_device() as device:
+        spec = WorkerSpec(role="policy", model_path=str(tiny_lm_dir), optimizer=OptimizerConfig())
+        worker = TrainingWorker(spec)
+        worker.device = device
+        worker.load_model()
+        tensors, why = worker.shareable_parameters()  # an engine in this process reads them where they are
+        assert why is None and tensors and all(is_on_device(t) for t in tensors.values())
+        info, why = worker.share_parameters_in_file(str(tmp_path / "weights"))
+        assert info is None and "on a GPU" in why
+        assert all(is_on_device(p) for p in worker.model.parameters())  # nothing was moved to the host
+    assert not (tmp_path / "weights").exists()
