@@ -98,6 +98,9 @@ class DeepSpeedWorker(TrainingWorker):
     def _shards_on_cuda(self) -> bool:
         return False  # deepspeed.initialize places the module on the device itself
 
+    def _loads_from_rank0(self) -> bool:
+        return False  # every rank loads the weights; ZeRO partitions them in deepspeed.initialize
+
     def _wrap(self, model: torch.nn.Module) -> None:
         import deepspeed
 

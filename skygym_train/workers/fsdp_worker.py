@@ -168,6 +168,8 @@ class TrainingWorker:
         self._sp_group: Any = None
         """This rank's sequence-parallel group (``ulysses``), when ``sequence_parallel_size`` > 1."""
         self._sp_rank = 0
+        self._rank0_state: Optional[Dict[str, torch.Tensor]] = None
+        """Rank 0's full weights between loading and sharding, when the other ranks build on meta."""
         self._shared_weights: Optional[torch.Tensor] = None
         """The shared-memory buffer the parameters live in once an engine maps them (``weight_sync`` shm)."""
 
@@ -254,12 +256,22 @@ class TrainingWorker:
 
             # flash attention where it is installed (GPU only); PyTorch SDPA otherwise
             extra["attn_implementation"] = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
-        if self.spec.role == "critic":
-            config = AutoConfig.from_pretrained(self.spec.model_path)
-            body = AutoModel.from_pretrained(self.spec.model_path, dtype=load_dtype, **extra)
-            model: torch.nn.Module = ValueModel(body, config.hidden_size)
+        auto = AutoModel if self.spec.role == "critic" else AutoModelForCausalLM
+        if self._loads_from_rank0() and self.rank != 0:
+            # only rank 0 reads the weights; this rank builds the model on the meta device (no memory) and gets
+            # its shards from rank 0 once sharded (_materialize)
+            attention = {k: extra.pop(k) for k in ("attn_implementation",) if k in extra}
+            config = AutoConfig.from_pretrained(self.spec.model_path, **extra)
+            with torch.device("meta"):
+                model: torch.nn.Module = auto.from_config(config, dtype=load_dtype, **attention)
+                if self.spec.role == "critic":
+                    model = ValueModel(model, config.hidden_size)
         else:
-            model = AutoModelForCausalLM.from_pretrained(self.spec.model_path, dtype=load_dtype, **extra)
+            model = auto.from_pretrained(self.spec.model_path, dtype=load_dtype, **extra)
+            if self.spec.role == "critic":
+                model = ValueModel(model, AutoConfig.from_pretrained(self.spec.model_path).hidden_size)
+            if self._loads_from_rank0():
+                self._rank0_state = model.state_dict()  # what rank 0 broadcasts once every rank is sharded
         if self._sp_group is not None:
             from skygym_train.workers.ulysses import attach
 
@@ -275,11 +287,33 @@ class TrainingWorker:
                 )
                 if hasattr(target, "config"):
                     target.config.use_cache = False
-        if self._shards_on_cuda():
+        if self._shards_on_cuda() or (self._loads_from_rank0() and self.rank != 0):
             # fully_shard moves each layer to the GPU as it shards it: the whole fp32 model never sits on a
-            # rank's GPU (with CPU offload the shards stay on the host)
+            # rank's GPU (with CPU offload the shards stay on the host); a meta model stays meta until then
             return model
         return model.to(self.device)
+
+    def _loads_from_rank0(self) -> bool:
+        """True when only rank 0 reads the weights and the other ranks build on the meta device (several FSDP2
+        ranks, no LoRA: peft's adapter init needs real base weights)."""
+        return self.world_size > 1 and not (self.spec.lora is not None and self.spec.lora.rank > 0)
+
+    def _materialize(self, model: torch.nn.Module) -> None:
+        """After sharding: the meta ranks allocate their shards and every rank takes rank 0's weights (each rank
+        receives only its shards), then the buffers no state dict holds (rotary frequencies)."""
+        import torch.distributed as dist
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        if self.rank != 0:
+            model.to_empty(device=self.device)
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_model_state_dict(model, self._rank0_state if self.rank == 0 else {}, options=options)
+        self._rank0_state = None
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
+        for module in model.modules():  # a rotary embedding's copy of its frequencies (not a buffer)
+            if getattr(module, "original_inv_freq", None) is not None and hasattr(module, "inv_freq"):
+                module.original_inv_freq = module.inv_freq.clone()
 
     def _shards_on_cuda(self) -> bool:
         """True when ``_wrap`` will shard a CUDA model with FSDP2 (see there)."""
@@ -292,6 +326,8 @@ class TrainingWorker:
         (``_autocast_dtype``) instead of FSDP's mixed-precision policy."""
         if self.world_size > 1 or self._shards_on_cuda():
             self._shard(model)
+            if self._loads_from_rank0():
+                self._materialize(model)
         self.model = model
         if self.spec.role != "ref":
             self._build_optimizer()
