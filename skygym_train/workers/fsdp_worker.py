@@ -258,8 +258,8 @@ class TrainingWorker:
             extra["attn_implementation"] = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
         auto = AutoModel if self.spec.role == "critic" else AutoModelForCausalLM
         if self._loads_from_rank0() and self.rank != 0:
-            # only rank 0 reads the weights; this rank builds the model on the meta device (no memory) and gets
-            # its shards from rank 0 once sharded (_materialize)
+            # only rank 0 reads the weights; this rank builds the model on the meta device (no memory) and
+            # gets its shards from rank 0 once sharded (_materialize)
             attention = {k: extra.pop(k) for k in ("attn_implementation",) if k in extra}
             config = AutoConfig.from_pretrained(self.spec.model_path, **extra)
             with torch.device("meta"):
@@ -299,8 +299,8 @@ class TrainingWorker:
         return self.world_size > 1 and not (self.spec.lora is not None and self.spec.lora.rank > 0)
 
     def _materialize(self, model: torch.nn.Module) -> None:
-        """After sharding: the meta ranks allocate their shards and every rank takes rank 0's weights (each rank
-        receives only its shards), then the buffers no state dict holds (rotary frequencies)."""
+        """After sharding: the meta ranks allocate their shards and every rank takes rank 0's weights (each
+        rank receives only its shards), then the buffers no state dict holds (rotary frequencies)."""
         import torch.distributed as dist
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
