@@ -145,6 +145,10 @@ class BaseInferenceEngine:
     ) -> InferenceEngineOutput:
         raise NotImplementedError(f"{type(self).__name__} must implement generate()")
 
+    def expect_sessions(self, count: int) -> None:
+        """``count`` sessions (trajectories) are starting, each ending with :meth:`finish_session`; an engine that
+        batches requests may wait for theirs instead of a time window. Nothing to do by default."""
+
     def finish_session(self, session_id: str) -> None:
         """One engine keeps no per-session state."""
 

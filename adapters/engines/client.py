@@ -54,8 +54,17 @@ class EngineClient(BaseInferenceEngine):
             self._affinity[session_id] = index
         return index
 
+    def expect_sessions(self, count: int) -> None:
+        """Announce ``count`` sessions to the engine (one engine only: with several, which engine serves a session is
+        decided by its first request, so the engines batch by their time window)."""
+        if len(self.engines) == 1:
+            _call_if_present(self.engines[0], "expect_sessions", count)
+
     def finish_session(self, session_id: str) -> None:
+        index = 0 if len(self.engines) == 1 else self._affinity.get(session_id)
         self._affinity.pop(session_id, None)
+        if index is not None:
+            _call_if_present(self.engines[index], "finish_session", session_id)
 
     async def generate(
         self,
@@ -144,6 +153,13 @@ class EngineClient(BaseInferenceEngine):
     def close(self) -> None:
         for engine in self.engines:
             engine.close()
+
+
+def _call_if_present(engine: Any, method: str, *args: Any) -> None:
+    """Engines written against the bare protocol may lack the optional session hooks."""
+    hook = getattr(engine, method, None)
+    if callable(hook):
+        hook(*args)
 
 
 __all__ = ["EngineClient"]

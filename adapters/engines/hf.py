@@ -10,13 +10,14 @@ are those of the temperature-scaled distribution the token was sampled from (wha
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import queue
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from skygym_adapters.engines.base import (
     BaseInferenceEngine,
@@ -27,6 +28,8 @@ from skygym_adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
+from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
+from skygym_adapters.engines.hf_stops import StopStrings
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -40,6 +43,8 @@ class _Request:
 
 
 _SHUTDOWN = object()
+_WAKE = object()  # a session closed: the worker looks again at what it waits for
+_WAKE = object()  # a session closed: the worker looks again at what it waits for
 
 
 class HFEngine(BaseInferenceEngine):
@@ -55,7 +60,16 @@ class HFEngine(BaseInferenceEngine):
         device / dtype: default to CUDA+bfloat16 when available, else CPU+float32.
         max_batch_size: at most this many sequences are decoded together.
         batch_wait_s: the worker keeps collecting requests into one batch while they arrive less than this
-            many seconds apart, for at most ``max_batch_wait_s`` after the first one.
+            many seconds apart, for at most ``max_batch_wait_s`` after the first one (for callers that do not say
+            how many requests are coming; those that do call :meth:`expect_sessions`).
+        max_expect_wait_s: how long a batch waits for the requests of the sessions announced by
+            :meth:`expect_sessions` (a session whose env is slow to answer is left for the next batch).
+        sync_interval: the host looks at the rows every this many decode steps (to hand out the rows that ended,
+            report progress and drop ended rows from the batch); default 1 on CPU (free there), 16 on accelerators.
+
+    ``on_progress``, when set to a callable, is called from the worker thread with the number of token positions
+    settled since its last call: generated tokens, and the unused budget of rows that ended early, so that over a
+    batch it adds up to rows x ``max_generate_length`` (a progress bar of that total ends when the batch does).
     """
 
     def __init__(
@@ -68,6 +82,8 @@ class HFEngine(BaseInferenceEngine):
         max_batch_size: int = 64,
         batch_wait_s: float = 0.01,
         max_batch_wait_s: float = 0.1,
+        max_expect_wait_s: float = 5.0,
+        sync_interval: Optional[int] = None,
     ) -> None:
         import torch
 
@@ -87,6 +103,19 @@ class HFEngine(BaseInferenceEngine):
         self.max_batch_size = int(max_batch_size)
         self.batch_wait_s = float(batch_wait_s)
         self.max_batch_wait_s = float(max_batch_wait_s)
+        self.max_expect_wait_s = float(max_expect_wait_s)
+        if sync_interval is not None and int(sync_interval) < 1:
+            raise ValueError(f"HFEngine: sync_interval must be >= 1, got {sync_interval}")
+        self.sync_interval = None if sync_interval is None else int(sync_interval)
+        self.on_progress: Optional[Callable[[int], None]] = None
+        self._open_sessions = 0  # announced by expect_sessions and not yet finished
+        self._sessions_lock = threading.Lock()
+        self._stop_tables: Dict[Any, Any] = {}
+        self._stop_matchers: Dict[Any, StopStrings] = {}
+        forward_parameters = inspect.signature(model.forward).parameters
+        # transformers 5 names the KV cache argument ``cache`` (``past_key_values`` is deprecated there).
+        self._cache_keyword = "cache" if "cache" in forward_parameters else "past_key_values"
+        self._accepts_logits_to_keep = "logits_to_keep" in forward_parameters
         eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
         eos_ids = set(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
         if tokenizer.eos_token_id is not None:
@@ -118,6 +147,23 @@ class HFEngine(BaseInferenceEngine):
         futures = [self.submit(prompt, sampling) for prompt in prompts]
         results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return assemble_output(list(results), sampling.logprobs)
+
+    def expect_sessions(self, count: int) -> None:
+        """Announce ``count`` sessions (trajectories) that will send requests, each ending with
+        :meth:`finish_session`: while any is open, a batch starts once every open session has a request queued
+        instead of after a time window, so the requests of one step decode as one batch."""
+        if int(count) < 0:
+            raise ValueError(f"expect_sessions: count must be >= 0, got {count}")
+        with self._sessions_lock:
+            self._open_sessions += int(count)
+
+    def finish_session(self, session_id: str) -> None:
+        """A session announced by :meth:`expect_sessions` ended: the next batch no longer waits for it."""
+        with self._sessions_lock:
+            if self._open_sessions == 0:
+                return
+            self._open_sessions -= 1
+        self._queue.put(_WAKE)
 
     def submit(self, prompt: List[int], sampling: ResolvedSampling) -> "Future[SequenceResult]":
         """Queue one prompt; the returned future resolves to a :class:`SequenceResult` (thread-safe)."""
@@ -241,27 +287,10 @@ class HFEngine(BaseInferenceEngine):
 
     def _run_worker(self) -> None:
         while True:
-            first = self._queue.get()
-            if first is _SHUTDOWN:
+            pending = self._collect()
+            if pending is None:
                 self._fail_pending(EngineError("HFEngine was closed"))
                 return
-            pending: List[_Request] = [first]
-            # Collect what arrives while requests keep coming (gaps shorter than batch_wait_s), for at most
-            # max_batch_wait_s: trajectories started together reach the engine a few milliseconds apart (env
-            # set-up, templating), and a batch cannot be joined once it runs.
-            collect_until = time.monotonic() + self.max_batch_wait_s
-            while len(pending) < self.max_batch_size * 4:
-                remaining = collect_until - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    item = self._queue.get(timeout=min(self.batch_wait_s, remaining))
-                except queue.Empty:
-                    break
-                if item is _SHUTDOWN:
-                    self._queue.put(_SHUTDOWN)
-                    break
-                pending.append(item)
             groups: Dict[ResolvedSampling, List[_Request]] = {}
             for request in pending:
                 groups.setdefault(request.sampling.without_seed(), []).append(request)
@@ -270,15 +299,55 @@ class HFEngine(BaseInferenceEngine):
                     chunk = requests[start : start + self.max_batch_size]
                     try:
                         with self._model_lock:
-                            results = self._generate_batch([r.prompt for r in chunk], [r.sampling for r in chunk])
+                            self._generate_batch(chunk)
                     except BaseException as exc:  # the requests fail; the worker lives on
                         logger.exception("HFEngine batch failed")
                         for request in chunk:
                             if not request.future.done():
                                 request.future.set_exception(EngineError(f"generation failed: {exc!r}"))
-                        continue
-                    for request, result in zip(chunk, results):
-                        request.future.set_result(result)
+
+    def _collect(self) -> Optional[List[_Request]]:
+        """The requests of the next batch (None once the engine is closed).
+
+        While sessions announced by :meth:`expect_sessions` are open, the batch waits until every open session has a
+        request queued (a session that ends without one is closed by :meth:`finish_session`), for at most
+        ``max_expect_wait_s``: those requests belong together, and a batch cannot be joined once it runs. Otherwise it
+        keeps collecting while requests arrive less than ``batch_wait_s`` apart, for at most ``max_batch_wait_s``:
+        trajectories started together reach the engine a few milliseconds apart (env set-up, templating).
+        """
+        pending: List[_Request] = []
+        while not pending:  # wake-ups (a session closed) may come before any request
+            first = self._queue.get()
+            if first is _SHUTDOWN:
+                return None
+            if isinstance(first, _Request):
+                pending.append(first)
+        started = time.monotonic()
+        while len(pending) < self.max_batch_size * 4:
+            with self._sessions_lock:
+                waiting_for = self._open_sessions
+            if waiting_for:
+                if len(pending) >= waiting_for:
+                    break
+                remaining = started + self.max_expect_wait_s - time.monotonic()
+                wait = remaining
+            else:
+                remaining = started + self.max_batch_wait_s - time.monotonic()
+                wait = min(self.batch_wait_s, remaining)
+            if remaining <= 0:
+                break
+            try:
+                item = self._queue.get(timeout=wait)
+            except queue.Empty:
+                if waiting_for:
+                    continue  # the deadline check above ends the wait
+                break
+            if item is _SHUTDOWN:
+                self._queue.put(_SHUTDOWN)
+                break
+            if isinstance(item, _Request):
+                pending.append(item)
+        return pending
 
     def _fail_pending(self, error: Exception) -> None:
         while True:
@@ -290,13 +359,21 @@ class HFEngine(BaseInferenceEngine):
                 item.future.set_exception(error)
 
     # ------------------------------------------------------------------ decoding
-    def _generate_batch(self, prompts: List[List[int]], samplings: List[ResolvedSampling]) -> List[SequenceResult]:
-        """Decode a batch that shares sampling parameters (seeds may differ per row)."""
+    def _generate_batch(self, requests: List[_Request]) -> None:
+        """Decode a batch of requests that share sampling parameters (seeds may differ per row); each request's future
+        is resolved as soon as its row ends.
+
+        Everything per token stays on the model's device: sampling, log-probs, the EOS/stop-token check and the
+        record of generated ids. The host looks every ``sync_interval`` steps (one read of the rows' stop positions,
+        plus the new ids where stop strings are set): it hands out the rows that ended, reports progress and, on the
+        dynamic path, drops them from the batch and the KV cache. A row's tokens past its end are discarded, so the
+        result does not depend on how often the host looks.
+        """
         import torch
 
-        sampling = samplings[0]
-        batch = len(prompts)
-        device = self.device
+        prompts = [r.prompt for r in requests]
+        sampling = requests[0].sampling
+        batch, steps, device = len(prompts), sampling.max_tokens, self.device
         max_len = max(len(p) for p in prompts)
         input_ids = torch.full((batch, max_len), self.pad_token_id, dtype=torch.long)
         attention = torch.zeros((batch, max_len), dtype=torch.long)
@@ -305,138 +382,147 @@ class HFEngine(BaseInferenceEngine):
             attention[row, max_len - len(prompt) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        generators = [self._row_generator(s.seed) for s in samplings]
-        stop_ids = set(self.eos_token_ids) | set(sampling.stop_token_ids)
-        stop_lookback = max((len(s) for s in sampling.stop), default=0) + 8
+        uniforms = None if sampling.temperature == 0 else draw_uniforms([r.sampling.seed for r in requests], steps, device)
+        sync_interval = self.sync_interval or (1 if device.type == "cpu" else 16)
+        self.stats["batches"] += 1  # counted before any row is handed out: a caller may read them on its result
+        self.stats["sequences"] += batch
 
-        generated: List[List[int]] = [[] for _ in range(batch)]
-        logprobs: List[List[float]] = [[] for _ in range(batch)]
-        reasons: List[Optional[str]] = [None] * batch
-
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
         with torch.inference_mode():
-            prefill = dict(
-                input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
-            )
-            try:
-                # Only the last position's logits are needed; computing the full vocabulary for every prompt
-                # token dominates the prefill of small models.
-                out = self.model(**prefill, logits_to_keep=1)
-            except TypeError:  # models without logits_to_keep
-                out = self.model(**prefill)
+            cache = self._new_cache()
+            out = self._forward(input_ids, attention, positions, cache, last_only=True)
             next_logits = out.logits[:, -1, :].float()
-            last_pos = positions[:, -1:]
-            cache = out.past_key_values
+            vocab = next_logits.shape[-1]
+            stop_token = self._stop_token_table(sampling.stop_token_ids, vocab, device)
+            stops = self._stop_strings(sampling.stop, vocab) if sampling.stop else None
+            out_ids = torch.zeros((batch, steps), dtype=torch.long, device=device)
+            out_logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+            first_stop = torch.full((batch,), steps, dtype=torch.long, device=device)  # step of the row's stop token
             rows = list(range(batch))  # the original row of each position in the (shrinking) batch
-            for _ in range(sampling.max_tokens):
-                tokens, token_logprobs = self._sample(next_logits, sampling, [generators[r] for r in rows])
-                keep = []
-                for position, row in enumerate(rows):
-                    token = int(tokens[position])
-                    generated[row].append(token)
-                    logprobs[row].append(float(token_logprobs[position]))
-                    if token in stop_ids:
-                        reasons[row] = "stop"
-                    elif sampling.stop and self._ends_in_stop_string(generated[row], sampling.stop, stop_lookback):
-                        reasons[row] = "stop"
-                    elif len(generated[row]) >= sampling.max_tokens:
-                        reasons[row] = "length"
-                    else:
-                        keep.append(position)
-                if not keep:
-                    break
-                if len(keep) < len(rows):
-                    # Drop finished rows from the batch and the KV cache: they would only cost compute.
-                    index = torch.tensor(keep, device=device)
-                    cache.batch_select_indices(index)
-                    attention, last_pos, tokens = attention[index], last_pos[index], tokens[keep]
-                    rows = [rows[p] for p in keep]
-                attention = torch.cat(
-                    [attention, torch.ones((len(rows), 1), dtype=attention.dtype, device=device)], dim=1
+            rows_index = torch.arange(batch, device=device)
+            last_pos = positions[:, -1:]
+            checked = 0  # steps before this one have been looked at on the host
+            for step in range(steps):
+                tokens, token_logprobs = sample_tokens(
+                    next_logits, sampling, None if uniforms is None else uniforms[rows_index, step]
                 )
+                out_ids[rows_index, step] = tokens
+                out_logprobs[rows_index, step] = token_logprobs
+                previous = first_stop[rows_index]
+                first_stop[rows_index] = torch.where(stop_token[tokens] & (previous == steps), step, previous)
+                if step + 1 - checked >= sync_interval or step == steps - 1:
+                    ended = self._ended_rows(rows, rows_index, first_stop, out_ids, checked, step, steps, stops)
+                    self._deliver(requests, ended, out_ids, out_logprobs, sampling.logprobs)
+                    self._report_progress(len(rows) * (step + 1 - checked) + len(ended) * (steps - step - 1))
+                    checked = step + 1
+                    if len(ended) == len(rows):
+                        break
+                    if ended:
+                        gone = {row for row, _, _ in ended}
+                        keep = [p for p, row in enumerate(rows) if row not in gone]
+                        rows = [rows[p] for p in keep]
+                        keep_index = torch.tensor(keep, device=device)
+                        rows_index, tokens = rows_index[keep_index], tokens[keep_index]
+                        # Drop ended rows from the batch and the KV cache: they would only cost compute.
+                        cache.batch_select_indices(keep_index)
+                        attention, last_pos = attention[keep_index], last_pos[keep_index]
+                attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
                 last_pos = last_pos + 1
-                out = self.model(
-                    input_ids=tokens.view(len(rows), 1).to(device),
-                    attention_mask=attention,
-                    position_ids=last_pos,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
+                out = self._forward(tokens.view(-1, 1), attention, last_pos, cache)
                 next_logits = out.logits[:, -1, :].float()
 
-        results = []
-        for row in range(batch):
-            text = self.tokenizer.decode(generated[row], skip_special_tokens=True)
-            results.append(
-                SequenceResult(
-                    token_ids=generated[row],
-                    text=text,
-                    stop_reason=reasons[row] or "length",
-                    logprobs=logprobs[row] if sampling.logprobs else None,
-                )
+    def _ended_rows(self, rows: List[int], rows_index: Any, first_stop: Any, out_ids: Any, checked: int, step: int,
+                    steps: int, stops: Optional[StopStrings]) -> List[Tuple[int, int, str]]:
+        """``(row, length, stop_reason)`` of the rows that ended by ``step`` (two reads from the device at most)."""
+        stop_steps = first_stop[rows_index].tolist()
+        window_start = 0
+        windows: Optional[List[List[int]]] = None
+        if stops is not None:  # the new ids and enough context before them for the stop strings' tails
+            window_start = max(0, checked - stops.lookback)
+            windows = out_ids[rows_index, window_start : step + 1].tolist()
+        ended = []
+        for position, row in enumerate(rows):
+            end = stop_steps[position] if stop_steps[position] < steps else None
+            if windows is not None:
+                limit = (step + 1 if end is None else end) - window_start
+                hit = stops.first_stop(windows[position], checked - window_start, limit)  # type: ignore[union-attr]
+                if hit is not None:
+                    end = hit + window_start
+            if end is not None:
+                ended.append((row, end + 1, "stop"))
+            elif step == steps - 1:
+                ended.append((row, steps, "length"))
+        return ended
+
+    def _deliver(self, requests: List[_Request], ended: List[Tuple[int, int, str]], out_ids: Any, out_logprobs: Any,
+                 want_logprobs: bool) -> None:
+        """Read the ended rows' ids (and logprobs) in one copy each and resolve their futures."""
+        import torch
+
+        if not ended:
+            return
+        index = torch.tensor([row for row, _, _ in ended], device=out_ids.device)
+        width = max(length for _, length, _ in ended)
+        ids = out_ids[index, :width].tolist()
+        logprobs = out_logprobs[index, :width].tolist() if want_logprobs else None
+        for i, (row, length, reason) in enumerate(ended):
+            token_ids = ids[i][:length]
+            result = SequenceResult(
+                token_ids=token_ids,
+                text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                stop_reason=reason,
+                logprobs=logprobs[i][:length] if logprobs is not None else None,
             )
-        self.stats["batches"] += 1
-        self.stats["sequences"] += batch
-        self.stats["generated_tokens"] += sum(len(g) for g in generated)
-        return results
+            self.stats["generated_tokens"] += length
+            future = requests[row].future
+            if not future.done():
+                future.set_result(result)
 
-    def _row_generator(self, seed: Optional[int]) -> Any:
+    def _report_progress(self, positions: int) -> None:
+        """Tell ``on_progress`` how many token positions of the batch's budget (rows x max tokens) were settled."""
+        if self.on_progress is not None and positions > 0:
+            try:
+                self.on_progress(positions)
+            except Exception:  # a broken progress display must not fail the generation
+                logger.exception("HFEngine: on_progress failed")
+
+    def _forward(self, input_ids: Any, attention: Any, positions: Any, cache: Any, last_only: bool = False) -> Any:
+        inputs = {"input_ids": input_ids, "attention_mask": attention, "position_ids": positions,
+                  self._cache_keyword: cache, "use_cache": True}
+        if last_only and self._accepts_logits_to_keep:
+            # Only the last position's logits are needed; computing the full vocabulary for every prompt token
+            # dominates the prefill of small models.
+            inputs["logits_to_keep"] = 1
+        return self.model(**inputs)
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache()
+
+    def _stop_token_table(self, stop_token_ids: Tuple[int, ...], vocab: int, device: Any) -> Any:
+        """A ``(vocab,)`` boolean table on ``device``: True for EOS and the request's stop tokens."""
         import torch
 
-        if seed is None:
-            return None
-        generator = torch.Generator(device="cpu")
-        generator.manual_seed(seed)
-        return generator
+        key = (stop_token_ids, vocab, str(device))
+        table = self._stop_tables.get(key)
+        if table is None:
+            ids = sorted(t for t in set(self.eos_token_ids) | set(stop_token_ids) if 0 <= t < vocab)
+            table = torch.zeros(vocab, dtype=torch.bool)
+            table[ids] = True
+            table = table.to(device)
+            if len(self._stop_tables) >= 32:
+                self._stop_tables.clear()
+            self._stop_tables[key] = table
+        return table
 
-    def _ends_in_stop_string(self, ids: List[int], stops: Tuple[str, ...], lookback: int) -> bool:
-        # Only the tail can contain a stop string that was not there one token ago.
-        tail = self.tokenizer.decode(ids[-lookback:], skip_special_tokens=False)
-        return any(stop in tail for stop in stops)
-
-    @staticmethod
-    def _sample(logits: Any, sampling: ResolvedSampling, generators: List[Any]) -> Tuple[Any, Any]:
-        """Pick the next token per row; return tokens and their logprob under the temperature-scaled logits."""
-        import torch
-
-        if sampling.temperature == 0:
-            logprob_all = torch.log_softmax(logits, dim=-1)
-            tokens = logits.argmax(dim=-1)
-            return tokens.cpu(), logprob_all.gather(-1, tokens[:, None]).squeeze(-1).cpu()
-        scaled = logits / sampling.temperature
-        logprob_all = torch.log_softmax(scaled, dim=-1)
-        filtering = (sampling.top_k and sampling.top_k > 0) or sampling.min_p > 0 or sampling.top_p < 1.0
-        if not filtering:
-            probs = logprob_all.exp()
-        else:
-            filtered = scaled.clone()
-            if sampling.top_k and sampling.top_k > 0:
-                kth = torch.topk(filtered, min(sampling.top_k, filtered.shape[-1]), dim=-1).values[:, -1:]
-                filtered[filtered < kth] = float("-inf")
-            if sampling.min_p > 0:
-                probs = torch.softmax(filtered, dim=-1)
-                threshold = probs.max(dim=-1, keepdim=True).values * sampling.min_p
-                filtered[probs < threshold] = float("-inf")
-            if sampling.top_p < 1.0:
-                sorted_logits, order = torch.sort(filtered, descending=True, dim=-1)
-                sorted_probs = torch.softmax(sorted_logits, dim=-1)
-                remove = sorted_probs.cumsum(dim=-1) - sorted_probs > sampling.top_p
-                sorted_logits[remove] = float("-inf")
-                filtered = torch.full_like(filtered, float("-inf")).scatter(-1, order, sorted_logits)
-            probs = torch.softmax(filtered, dim=-1)
-        probs = probs.cpu()
-        # Inverse-CDF draw: one uniform number per row and a search in the cumulative distribution. Exact, and
-        # on CPU far cheaper than torch.multinomial or Gumbel noise over a 50k-token vocabulary.
-        cdf = probs.cumsum(dim=-1)
-        if all(g is None for g in generators):
-            uniform = torch.rand((probs.shape[0], 1))
-        else:
-            uniform = torch.cat([torch.rand((1, 1), generator=g) for g in generators])
-        # right=True: the first token whose cdf exceeds the draw, so a zero-probability token is never picked.
-        tokens = torch.searchsorted(cdf, uniform * cdf[:, -1:], right=True).squeeze(-1).clamp_(max=probs.shape[-1] - 1)
-        return tokens, logprob_all.cpu().gather(-1, tokens[:, None]).squeeze(-1)
+    def _stop_strings(self, stop: Tuple[str, ...], vocab: int) -> StopStrings:
+        matcher = self._stop_matchers.get((stop, vocab))
+        if matcher is None:
+            matcher = StopStrings(self.tokenizer, stop, vocab)
+            if len(self._stop_matchers) >= 16:
+                self._stop_matchers.clear()
+            self._stop_matchers[(stop, vocab)] = matcher
+        return matcher
 
 
 __all__ = ["HFEngine"]

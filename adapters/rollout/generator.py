@@ -258,11 +258,23 @@ class RolloutGenerator:
             return run_trajectory(self.client, self.chat, self.config, prompts[i], env_classes[i], extras[i], ids[i],
                                   params, executor, make_env=make_env, caller=RayEnvCaller(executor))
 
+        # Tell the engine how many trajectories will send requests, so one step's requests decode as one batch
+        # (each trajectory ends its session in run_trajectory). With a concurrency limit, the first ``limit`` start
+        # at once and each later one is announced when it starts.
+        announced_upfront = min(limit, len(prompts)) if limit else len(prompts)
+        self.client.expect_sessions(announced_upfront)
+        started = 0
+
         async def one(i: int) -> Trajectory:
+            nonlocal started
             if semaphore is None:
+                started += 1
                 result = await trajectory(i)
             else:
                 async with semaphore:
+                    started += 1
+                    if started > announced_upfront:
+                        self.client.expect_sessions(1)
                     result = await trajectory(i)
             if progress is not None:
                 progress.update(1)
@@ -275,6 +287,9 @@ class RolloutGenerator:
             for task in tasks:
                 task.cancel()
             raise
+        finally:
+            for k in range(max(0, announced_upfront - started)):  # announced, cancelled before they started
+                self.client.finish_session(f"never-started-{k}")
 
 
 def _empty_step(t: Trajectory, chat: ChatTokenizer) -> Dict[str, Any]:

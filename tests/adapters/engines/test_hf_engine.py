@@ -9,6 +9,7 @@ import pytest
 
 from skygym_adapters.engines import EngineClient, EngineError
 from skygym_adapters.engines.hf import HFEngine
+from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
 
 
 
@@ -147,14 +148,14 @@ def test_sampling_draws_from_the_filtered_distribution() -> None:
     from skygym_adapters.engines.base import resolve_sampling
 
     logits = torch.tensor([[0.0, math.log(2.0), math.log(5.0), -50.0]]).repeat(4000, 1)  # p = 1/8, 2/8, 5/8, ~0
-    generators = [torch.Generator().manual_seed(i) for i in range(4000)]
-    tokens, logprobs = HFEngine._sample(logits, resolve_sampling({"temperature": 1.0}), generators)
+    uniforms = draw_uniforms(list(range(4000)), 1, logits.device)[:, 0]
+    tokens, logprobs = sample_tokens(logits, resolve_sampling({"temperature": 1.0}), uniforms)
     shares = torch.bincount(tokens, minlength=4).float() / 4000
     assert torch.allclose(shares, torch.tensor([1 / 8, 2 / 8, 5 / 8, 0.0]), atol=0.03), shares
     assert torch.allclose(logprobs[tokens == 2], torch.tensor(math.log(5 / 8)), atol=1e-5)
     # top_k=1 and a tiny top_p both reduce to the most likely token; its logprob stays the unfiltered one.
     for params in ({"temperature": 1.0, "top_k": 1}, {"temperature": 1.0, "top_p": 0.01}):
-        tokens, logprobs = HFEngine._sample(logits[:50], resolve_sampling(params), [None] * 50)
+        tokens, logprobs = sample_tokens(logits[:50], resolve_sampling(params), draw_uniforms([None] * 50, 1, "cpu")[:, 0])
         assert tokens.tolist() == [2] * 50
         assert torch.allclose(logprobs, torch.tensor(math.log(5 / 8)), atol=1e-5)
 
