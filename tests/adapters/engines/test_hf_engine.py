@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from skygym_adapters.engines import EngineClient, EngineError
+from skygym_adapters.engines.base import resolve_sampling
 from skygym_adapters.engines.hf import HFEngine
 from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
 
@@ -170,3 +171,103 @@ async def test_rows_that_finish_early_leave_the_batch_without_disturbing_the_oth
     assert len(together["response_ids"][0]) <= 2 and together["stop_reasons"][0] == "stop"
     assert len(together["response_ids"][1]) > len(together["response_ids"][0])  # the batch really shrank
     assert together["response_ids"] == [alone[0], alone[1], alone[0]]
+
+
+async def test_how_often_the_host_looks_does_not_change_the_results(tokenizer: Any, tiny_model_dir: Any) -> None:
+    """The GPU default looks every 16 steps: rows that ended in between are cut where they ended, as when the host
+    looks every step (the CPU default)."""
+    prompts = [prompt(tokenizer, "short"), prompt(tokenizer, "a longer prompt, with more tokens in it"), prompt(tokenizer, "x")]
+    every_step = HFEngine(str(tiny_model_dir), device="cpu", sync_interval=1)
+    every_five = HFEngine(str(tiny_model_dir), device="cpu", sync_interval=5)
+    params = {"max_generate_length": 12, "temperature": 0.9, "top_p": 0.95, "top_k": 50, "min_p": 0.01,
+              "logprobs": True}
+    try:
+        free = [every_step.submit(p, resolve_sampling({**params, "seed": seed})).result(timeout=120).token_ids
+                for p, seed in zip(prompts, (1, 2, 3))]
+        # Row 0 ends at a stop token, row 1 at a stop string (both inside a window of five), row 2 runs to the end
+        # unless one of them occurs there too.
+        stop_text = next(t for t in (tokenizer.decode(free[1][k : k + 1]).strip() for k in range(6, 12)) if t)
+        params = {**params, "stop": [stop_text], "stop_token_ids": [free[0][3]]}
+        seeded = [{**params, "seed": seed} for seed in (1, 2, 3)]
+        outputs = []
+        for engine in (every_step, every_five):
+            futures = [engine.submit(p, resolve_sampling(s)) for p, s in zip(prompts, seeded)]
+            outputs.append([f.result(timeout=120) for f in futures])
+        assert any(r.stop_reason == "stop" for r in outputs[0]) and any(len(r.token_ids) > 1 for r in outputs[0])
+        assert [(r.token_ids, r.stop_reason) for r in outputs[0]] == [(r.token_ids, r.stop_reason) for r in outputs[1]]
+        # Log-probs agree to rounding (the batch shrinks at other steps, and a matmul's blocking with it).
+        for a, b in zip(outputs[0], outputs[1]):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    finally:
+        every_step.close()
+        every_five.close()
+
+
+async def test_announced_sessions_decode_as_one_batch(tokenizer: Any, tiny_model_dir: Any) -> None:
+    """Requests that arrive far apart (slow env set-up) still decode together when the caller said how many come;
+    a session that ends without a request (its env failed) stops being waited for."""
+    engine = HFEngine(str(tiny_model_dir), device="cpu", batch_wait_s=0.0, max_batch_wait_s=0.0, max_expect_wait_s=600)
+    try:
+        p = prompt(tokenizer, "together")
+        engine.expect_sessions(4)
+
+        async def late(delay: float) -> Any:
+            await asyncio.sleep(delay)
+            return await engine.generate([p], GREEDY)
+
+        async def fails_before_its_request() -> None:
+            await asyncio.sleep(0.2)
+            engine.finish_session("env-failed")
+
+        outputs = await asyncio.wait_for(asyncio.gather(late(0.0), late(0.3), late(0.6), fails_before_its_request()),
+                                         timeout=300)
+        assert engine.stats["batches"] == 1 and engine.stats["sequences"] == 3
+        assert len({tuple(o["response_ids"][0]) for o in outputs[:3]}) == 1
+        for _ in range(3):
+            engine.finish_session("done")
+        await asyncio.gather(late(0.0), late(0.3))  # nothing announced: the (zero) time window splits them
+        assert engine.stats["batches"] == 3
+        with pytest.raises(ValueError, match="count"):
+            engine.expect_sessions(-1)
+    finally:
+        engine.close()
+
+
+async def test_rows_are_handed_out_as_they_end_and_progress_adds_up(tokenizer: Any, tiny_engine: HFEngine) -> None:
+    short_prompt, long_prompt = prompt(tokenizer, "stop early"), prompt(tokenizer, "keep going for a while please")
+    free = (await tiny_engine.generate([short_prompt], SEEDED))["response_ids"][0]
+    sampling = resolve_sampling({**SEEDED, "stop_token_ids": [free[1]]})
+    order: list = []
+    settled: list = []
+    tiny_engine.on_progress = settled.append
+    try:
+        futures = [tiny_engine.submit(p, sampling) for p in (long_prompt, short_prompt)]
+        for name, future in zip(("long", "short"), futures):
+            future.add_done_callback(lambda _, name=name: order.append(name))
+        results = [f.result(timeout=120) for f in futures]
+    finally:
+        tiny_engine.on_progress = None
+    assert len(results[1].token_ids) <= 2 < len(results[0].token_ids)
+    assert order == ["short", "long"]  # the short row did not wait for the batch to end
+    assert sum(settled) == 2 * SEEDED["max_generate_length"] and len(settled) > 1
+
+
+def test_stop_strings_stop_where_a_per_token_check_would(tokenizer: Any) -> None:
+    import random
+
+    from skygym_adapters.engines.hf_stops import StopStrings
+
+    rng = random.Random(0)
+    text_ids = tokenizer.encode("The answer is 42.\n\nSo #### 42 </answer> done. Ünïcödé ✓ 東京 ok")
+    for stops in (("####",), ("</answer>", "ok"), ("\n\n",), ("✓",), ("京",)):
+        matcher = StopStrings(tokenizer, stops, len(tokenizer))
+        for _ in range(20):
+            ids = [rng.choice(text_ids) for _ in range(30)] if rng.random() < 0.5 else list(text_ids)
+            lookback = max(len(s) for s in stops) + 8
+            expected = next((j for j in range(len(ids))
+                             if any(s in tokenizer.decode(ids[max(0, j + 1 - lookback) : j + 1]) for s in stops)), None)
+            assert matcher.first_stop(ids, 0) == expected, (stops, ids)
+            if expected is not None:  # a window that starts later finds the same stop, one that ends before it none
+                assert matcher.first_stop(ids, expected) == expected and matcher.first_stop(ids, 0, expected) is None
+    assert StopStrings(tokenizer, ("####",), len(tokenizer)).candidates is not None  # most tokens are never decoded
+    assert len(StopStrings(tokenizer, ("####",), len(tokenizer)).candidates) < len(tokenizer) // 10

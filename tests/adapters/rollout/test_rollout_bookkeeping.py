@@ -278,3 +278,22 @@ async def test_real_tiny_model_logprobs_match_a_full_forward_pass(tokenizer: Any
         for i, (m, lp) in enumerate(zip(mask, logprobs)):
             if m:
                 assert abs(recomputed[offset + i].item() - lp) < 1e-3, (i, lp, recomputed[offset + i].item())
+
+
+async def test_each_turn_of_a_step_decodes_as_one_batch(tokenizer: Any, tiny_model_dir: Any) -> None:
+    """The generator tells the engine how many trajectories are coming: envs that answer at different times (and one
+    that fails) do not split a turn's requests, even with no time window to collect them in."""
+    from skygym_adapters.engines.hf import HFEngine
+
+    engine = HFEngine(str(tiny_model_dir), device="cpu", batch_wait_s=0.0, max_batch_wait_s=0.0, max_expect_wait_s=600)
+    try:
+        generator = make_generator(engine, tokenizer, max_turns=3, sampling_params={"max_generate_length": 4})
+        trajectories = await generator.run(
+            [user(f"p{i}") for i in range(4)], ["test_countdown_turns"] * 3 + ["test_failing"],
+            [{"turns": 3, "sleep_s": 0.0}, {"turns": 3, "sleep_s": 0.2}, {"turns": 3, "sleep_s": 0.4}, {"fail_at": 2}],
+        )
+        assert [t.num_turns for t in trajectories] == [3, 3, 3, 1] and trajectories[3].stop_reason == "error"
+        assert engine.stats["batches"] == 3 and engine.stats["sequences"] == 4 + 4 + 3  # one batch per turn
+        assert engine._open_sessions == 0  # every announced session was closed
+    finally:
+        engine.close()
