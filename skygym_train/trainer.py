@@ -359,12 +359,29 @@ class PPOTrainer:
             row_of,
         )
 
-    def _generate(self, rows: Sequence[Dict[str, Any]], n: int, sampling: Dict[str, Any], tag: str) -> Tuple[GeneratorOutput, List[str], List[Dict[str, Any]], float]:
+    def _generate(self, rows: Sequence[Dict[str, Any]], n: int, sampling: Dict[str, Any], tag: str,
+                  bar: Any = None) -> Tuple[GeneratorOutput, List[str], List[Dict[str, Any]], float]:
+        """Generate for ``rows``; where the engine reports decode progress, a bar of token positions shows it (``bar``:
+        the caller's, else a "generating" bar of this call's own) with the time left."""
+        from skygym_adapters.engines.client import progress_to, reports_progress
+
         assert self._runner is not None and self.generator is not None
         gen_input, uids, row_of = self._generator_input(rows, n, sampling, tag)
+        own_bar = None
+        if bar is None and self.t.progress_bar and reports_progress(self.engine):
+            bar = own_bar = _token_progress_bar("generating", len(rows) * n * self._token_budget(sampling))
         start = time.perf_counter()
-        output = self._runner.run(self.generator.generate(gen_input))
+        try:
+            with progress_to(self.engine, bar.update if bar is not None else _no_progress):
+                output = self._runner.run(self.generator.generate(gen_input))
+        finally:
+            if own_bar is not None:
+                own_bar.close()
         return output, uids, row_of, time.perf_counter() - start
+
+    def _token_budget(self, sampling: Dict[str, Any]) -> int:
+        """The most tokens one trajectory generates (every turn at its limit)."""
+        return int(sampling.get("max_generate_length", 1024)) * max(1, int(self.cfg.generator.max_turns))
 
     def postprocess_generator_output(self, output: GeneratorOutput, uids: List[str]) -> Tuple[GeneratorOutput, List[str]]:
         """Hook: reshape rewards before advantages (DAPO's soft overlong punishment overrides this)."""
@@ -654,12 +671,20 @@ class PPOTrainer:
         lengths: List[int] = []
         dumped: List[Dict[str, Any]] = []
         seconds = 0.0
-        bar = _eval_progress_bar(self.t.progress_bar, len(self.val_rows))
+        from skygym_adapters.engines.client import reports_progress
+
+        # With an engine that reports decode progress the bar counts token positions (rows x samples x budget; a row
+        # that ends early settles its unused budget), so a long evaluation shows its pace and time left throughout.
+        tokens = len(self.val_rows) * n * self._token_budget(sampling) if reports_progress(self.engine) else None
+        bar = _eval_progress_bar(self.t.progress_bar, len(self.val_rows), tokens)
         for start in range(0, len(self.val_rows), self.t.eval_batch_size):
             rows = self.val_rows[start : start + self.t.eval_batch_size]
-            output, uids, row_of, took = self._generate(rows, n, sampling, f"eval-{self.global_step}-{start}")
+            output, uids, row_of, took = self._generate(rows, n, sampling, f"eval-{self.global_step}-{start}",
+                                                        bar=bar if tokens else None)
             seconds += took
-            if bar is not None:
+            if bar is not None and tokens:
+                bar.set_postfix(rows=f"{start + len(rows)}/{len(self.val_rows)}")
+            elif bar is not None:
                 bar.update(len(rows))
             for uid, reward, row, resp in zip(uids, output["rewards"], row_of, output["response_ids"]):
                 rewards_by_uid[uid].append(_scalar_reward(reward))
@@ -907,13 +932,27 @@ def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
     return tqdm(total=total, initial=initial, desc="training", unit="step", dynamic_ncols=True)
 
 
-def _eval_progress_bar(enabled: bool, total: int) -> Any:
-    """Evaluation has a bar of its own (over held-out rows), below the training bar while it runs."""
+def _eval_progress_bar(enabled: bool, total: int, tokens: Optional[int] = None) -> Any:
+    """Evaluation has a bar of its own (over held-out rows, or their token positions when the engine reports them),
+    below the training bar while it runs."""
     if not enabled:
         return None
+    if tokens:
+        return _token_progress_bar("evaluating", tokens, rows=f"0/{total}")
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="evaluating", unit="row", dynamic_ncols=True, leave=False)
+
+
+def _token_progress_bar(desc: str, total: int, **postfix: Any) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, leave=False,
+                postfix=postfix or None)
+
+
+def _no_progress(_: int) -> None:
+    """Progress goes nowhere (no bar)."""
 
 
 def _select_output(output: GeneratorOutput, rows: Sequence[int]) -> GeneratorOutput:

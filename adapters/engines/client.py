@@ -8,8 +8,9 @@ engines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from skygym_adapters.engines.base import BaseInferenceEngine, EngineError, validate_prompts
 from skygym_adapters.types import InferenceEngine, InferenceEngineOutput, SamplingParams
@@ -155,6 +156,37 @@ class EngineClient(BaseInferenceEngine):
             engine.close()
 
 
+@contextlib.contextmanager
+def progress_to(engine: Any, callback: Callable[[int], None]) -> Iterator[bool]:
+    """For the duration, the engines behind ``engine`` (an :class:`EngineClient`'s, a list's, or itself) that report
+    decode progress (an ``on_progress`` attribute, as :class:`~skygym_adapters.engines.hf.HFEngine` has) call
+    ``callback`` with each batch of settled token positions. Yields whether any engine reports.
+
+    >>> with progress_to(engine, bar.update) as reporting:   # doctest: +SKIP
+    ...     output = await generator.generate(batch)
+    """
+    reporting = _reporting_engines(engine)
+    previous = [e.on_progress for e in reporting]
+    for e in reporting:
+        e.on_progress = callback
+    try:
+        yield bool(reporting)
+    finally:
+        for e, before in zip(reporting, previous):
+            e.on_progress = before
+
+
+def reports_progress(engine: Any) -> bool:
+    """Whether some engine behind ``engine`` reports decode progress (see :func:`progress_to`)."""
+    return bool(_reporting_engines(engine))
+
+
+def _reporting_engines(engine: Any) -> List[Any]:
+    engines = engine.engines if isinstance(engine, EngineClient) else (
+        list(engine) if isinstance(engine, (list, tuple)) else [engine])
+    return [e for e in engines if hasattr(e, "on_progress")]
+
+
 def _call_if_present(engine: Any, method: str, *args: Any) -> None:
     """Engines written against the bare protocol may lack the optional session hooks."""
     hook = getattr(engine, method, None)
@@ -162,4 +194,4 @@ def _call_if_present(engine: Any, method: str, *args: Any) -> None:
         hook(*args)
 
 
-__all__ = ["EngineClient"]
+__all__ = ["EngineClient", "progress_to", "reports_progress"]

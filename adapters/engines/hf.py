@@ -66,6 +66,11 @@ class HFEngine(BaseInferenceEngine):
             :meth:`expect_sessions` (a session whose env is slow to answer is left for the next batch).
         sync_interval: the host looks at the rows every this many decode steps (to hand out the rows that ended,
             report progress and drop ended rows from the batch); default 1 on CPU (free there), 16 on accelerators.
+        decode_mode: ``"static"`` (a KV cache of fixed size, allocated for the whole budget), ``"dynamic"`` (a cache
+            that grows by a copy of itself per token), or ``"auto"``: static with transformers >= 5, else dynamic.
+        compile_decode: on CUDA with the static cache, the decode step is compiled with CUDA graphs
+            (``torch.compile(mode="reduce-overhead")``; each new batch size or cache length compiles once) and ended
+            rows decode on, unread, until the batch ends; elsewhere they leave the batch and the cache.
 
     ``on_progress``, when set to a callable, is called from the worker thread with the number of token positions
     settled since its last call: generated tokens, and the unused budget of rows that ended early, so that over a
@@ -84,6 +89,8 @@ class HFEngine(BaseInferenceEngine):
         max_batch_wait_s: float = 0.1,
         max_expect_wait_s: float = 5.0,
         sync_interval: Optional[int] = None,
+        decode_mode: str = "auto",
+        compile_decode: bool = True,
     ) -> None:
         import torch
 
@@ -107,6 +114,13 @@ class HFEngine(BaseInferenceEngine):
         if sync_interval is not None and int(sync_interval) < 1:
             raise ValueError(f"HFEngine: sync_interval must be >= 1, got {sync_interval}")
         self.sync_interval = None if sync_interval is None else int(sync_interval)
+        if decode_mode not in ("auto", "dynamic", "static"):
+            raise ValueError(f"HFEngine: decode_mode must be auto, dynamic or static, got {decode_mode!r}")
+        self.decode_mode = decode_mode
+        self.compile_decode = bool(compile_decode)
+        self._static_caches: Dict[Tuple[int, int], Any] = {}
+        self._compiled_forward: Any = None  # None: not yet compiled; False: compiling failed, eager
+        self._compiled_shapes: set = set()
         self.on_progress: Optional[Callable[[int], None]] = None
         self._open_sessions = 0  # announced by expect_sessions and not yet finished
         self._sessions_lock = threading.Lock()
@@ -387,8 +401,16 @@ class HFEngine(BaseInferenceEngine):
         self.stats["batches"] += 1  # counted before any row is handed out: a caller may read them on its result
         self.stats["sequences"] += batch
 
+        static = self._static_decoding()
+        # A compiled decode step (CUDA graphs) needs fixed shapes: ended rows decode on, unread. Elsewhere they leave
+        # the batch and the KV cache.
+        compiled = static and self._compiles()
         with torch.inference_mode():
-            cache = self._new_cache()
+            if static:  # a KV cache of fixed size: no copy of the whole cache per token, as a growing one makes
+                cache = self._static_cache(batch, max_len + steps, reuse=compiled)
+                attention = self._full_length_mask(attention, steps)
+            else:
+                cache = self._new_cache()
             out = self._forward(input_ids, attention, positions, cache, last_only=True)
             next_logits = out.logits[:, -1, :].float()
             vocab = next_logits.shape[-1]
@@ -397,18 +419,21 @@ class HFEngine(BaseInferenceEngine):
             out_ids = torch.zeros((batch, steps), dtype=torch.long, device=device)
             out_logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
             first_stop = torch.full((batch,), steps, dtype=torch.long, device=device)  # step of the row's stop token
-            rows = list(range(batch))  # the original row of each position in the (shrinking) batch
+            rows = list(range(batch))  # the original rows still decoding
             rows_index = torch.arange(batch, device=device)
+            # The original row of each row of the batch's tensors: the rows still decoding, or every row when ended
+            # rows decode on (compiled).
+            batch_rows = rows_index
             last_pos = positions[:, -1:]
             checked = 0  # steps before this one have been looked at on the host
             for step in range(steps):
                 tokens, token_logprobs = sample_tokens(
-                    next_logits, sampling, None if uniforms is None else uniforms[rows_index, step]
+                    next_logits, sampling, None if uniforms is None else uniforms[batch_rows, step]
                 )
-                out_ids[rows_index, step] = tokens
-                out_logprobs[rows_index, step] = token_logprobs
-                previous = first_stop[rows_index]
-                first_stop[rows_index] = torch.where(stop_token[tokens] & (previous == steps), step, previous)
+                out_ids[batch_rows, step] = tokens
+                out_logprobs[batch_rows, step] = token_logprobs
+                previous = first_stop[batch_rows]
+                first_stop[batch_rows] = torch.where(stop_token[tokens] & (previous == steps), step, previous)
                 if step + 1 - checked >= sync_interval or step == steps - 1:
                     ended = self._ended_rows(rows, rows_index, first_stop, out_ids, checked, step, steps, stops)
                     self._deliver(requests, ended, out_ids, out_logprobs, sampling.logprobs)
@@ -421,13 +446,21 @@ class HFEngine(BaseInferenceEngine):
                         keep = [p for p, row in enumerate(rows) if row not in gone]
                         rows = [rows[p] for p in keep]
                         keep_index = torch.tensor(keep, device=device)
-                        rows_index, tokens = rows_index[keep_index], tokens[keep_index]
-                        # Drop ended rows from the batch and the KV cache: they would only cost compute.
-                        cache.batch_select_indices(keep_index)
-                        attention, last_pos = attention[keep_index], last_pos[keep_index]
-                attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
+                        rows_index = rows_index[keep_index]
+                        if not compiled:  # drop ended rows from the batch and the KV cache: they would only cost compute
+                            batch_rows, tokens = rows_index, tokens[keep_index]
+                            if static:
+                                cache.reorder_cache(keep_index)
+                            else:
+                                cache.batch_select_indices(keep_index)
+                            attention, last_pos = attention[keep_index], last_pos[keep_index]
                 last_pos = last_pos + 1
-                out = self._forward(tokens.view(-1, 1), attention, last_pos, cache)
+                if static:
+                    attention[:, max_len + step] = 1
+                    out = self._decode_step(tokens.view(-1, 1), attention, last_pos, cache)
+                else:
+                    attention = torch.cat([attention, attention.new_ones((len(rows), 1))], dim=1)
+                    out = self._forward(tokens.view(-1, 1), attention, last_pos, cache)
                 next_logits = out.logits[:, -1, :].float()
 
     def _ended_rows(self, rows: List[int], rows_index: Any, first_stop: Any, out_ids: Any, checked: int, step: int,
@@ -499,6 +532,69 @@ class HFEngine(BaseInferenceEngine):
 
         return DynamicCache()
 
+    # ------------------------------------------------------------------ static KV cache (accelerators)
+    def _static_decoding(self) -> bool:
+        """Whether batches decode with a static KV cache: ``decode_mode="static"``, or ``"auto"`` with a transformers
+        whose static cache tracks its own write position (5.x)."""
+        if self.decode_mode == "dynamic":
+            return False
+        if self.decode_mode == "static":
+            if not _static_cache_supported():
+                raise EngineError("decode_mode='static' needs transformers >= 5 (a StaticCache that tracks its length)")
+            return True
+        return _static_cache_supported()
+
+    def _compiles(self) -> bool:
+        return self.compile_decode and self.device.type == "cuda" and self._compiled_forward is not False
+
+    def _static_cache(self, batch: int, length: int, reuse: bool) -> Any:
+        """A static cache for ``batch`` rows of at least ``length`` positions (rounded up to a multiple of 256). With
+        ``reuse`` it is kept for the next batch of the same shape (reset), so a compiled decode step finds the same
+        tensors."""
+        from transformers import StaticCache
+
+        length = -(-length // 256) * 256
+        if not reuse:
+            return StaticCache(config=self.model.config, max_cache_len=length)
+        key = (batch, length)
+        cache = self._static_caches.get(key)
+        if cache is None:
+            if len(self._static_caches) >= 4:  # each holds batch x length of keys and values per layer
+                self._static_caches.clear()
+            cache = self._static_caches[key] = StaticCache(config=self.model.config, max_cache_len=length)
+        else:
+            cache.reset()
+        return cache
+
+    def _full_length_mask(self, attention: Any, steps: int) -> Any:
+        """The prompt's padding mask widened to the static cache's length (positions not yet written are 0)."""
+        length = -(-(attention.shape[1] + steps) // 256) * 256
+        full = attention.new_zeros((attention.shape[0], length))
+        full[:, : attention.shape[1]] = attention
+        return full
+
+    def _decode_step(self, tokens: Any, attention: Any, positions: Any, cache: Any) -> Any:
+        """One decode step on the static cache: compiled (CUDA graphs) on CUDA when ``compile_decode``; if compiling
+        fails, eager from then on, with a warning."""
+        if self._compiles():
+            import torch
+
+            if self._compiled_forward is None:
+                self._compiled_forward = torch.compile(self.model.forward, mode="reduce-overhead", dynamic=False)
+            first_call = (tokens.shape[0], attention.shape[1]) not in self._compiled_shapes
+            try:
+                torch.compiler.cudagraph_mark_step_begin()
+                out = self._compiled_forward(input_ids=tokens, attention_mask=attention, position_ids=positions,
+                                             **{self._cache_keyword: cache}, use_cache=True)
+                self._compiled_shapes.add((tokens.shape[0], attention.shape[1]))
+                return out
+            except Exception as exc:  # compile errors surface on the first call of a shape, before the cache moved
+                if not first_call:
+                    raise
+                logger.warning("HFEngine: compiling the decode step failed (%r); decoding eagerly from now on", exc)
+                self._compiled_forward = False
+        return self._forward(tokens, attention, positions, cache)
+
     def _stop_token_table(self, stop_token_ids: Tuple[int, ...], vocab: int, device: Any) -> Any:
         """A ``(vocab,)`` boolean table on ``device``: True for EOS and the request's stop tokens."""
         import torch
@@ -523,6 +619,16 @@ class HFEngine(BaseInferenceEngine):
                 self._stop_matchers.clear()
             self._stop_matchers[(stop, vocab)] = matcher
         return matcher
+
+
+def _static_cache_supported() -> bool:
+    """transformers 5's StaticCache advances its own write position (``cumulative_length``); 4.x needs
+    ``cache_position`` arguments, which this engine does not pass."""
+    try:
+        from transformers.cache_utils import StaticLayer
+    except ImportError:
+        return False
+    return "cumulative_length" in inspect.getsource(StaticLayer.update)
 
 
 __all__ = ["HFEngine"]

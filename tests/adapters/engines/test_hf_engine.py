@@ -271,3 +271,27 @@ def test_stop_strings_stop_where_a_per_token_check_would(tokenizer: Any) -> None
                 assert matcher.first_stop(ids, expected) == expected and matcher.first_stop(ids, 0, expected) is None
     assert StopStrings(tokenizer, ("####",), len(tokenizer)).candidates is not None  # most tokens are never decoded
     assert len(StopStrings(tokenizer, ("####",), len(tokenizer)).candidates) < len(tokenizer) // 10
+
+
+async def test_static_and_growing_kv_caches_decode_the_same(tokenizer: Any, tiny_model_dir: Any) -> None:
+    """The static cache (the default with transformers 5: no copy of the cache per token; compiled on CUDA) gives what
+    the growing one gives, with rows of different lengths that end early and leave the batch."""
+    prompts = [prompt(tokenizer, "short"), prompt(tokenizer, "a longer prompt, with more tokens in it"), prompt(tokenizer, "x")]
+    engines = {mode: HFEngine(str(tiny_model_dir), device="cpu", decode_mode=mode) for mode in ("static", "dynamic")}
+    try:
+        free = (await engines["dynamic"].generate(prompts[:1], {**SEEDED, "max_generate_length": 12}))["response_ids"][0]
+        params = {"max_generate_length": 12, "temperature": 1.0, "seed": 7, "logprobs": True, "stop_token_ids": [free[3]]}
+        greedy = {"max_generate_length": 12, "temperature": 0.0, "logprobs": True}
+        outputs = {mode: [await e.generate(prompts, params), await e.generate(prompts, greedy)]
+                   for mode, e in engines.items()}
+        assert outputs["static"][0]["stop_reasons"][0] == "stop" and len(outputs["static"][0]["response_ids"][0]) <= 4
+        for static, dynamic in zip(outputs["static"], outputs["dynamic"]):
+            assert static["response_ids"] == dynamic["response_ids"]
+            assert static["stop_reasons"] == dynamic["stop_reasons"]
+            for a, b in zip(static["response_logprobs"], dynamic["response_logprobs"]):
+                assert a == pytest.approx(b, abs=1e-4)
+        with pytest.raises(ValueError, match="decode_mode"):
+            HFEngine(str(tiny_model_dir), device="cpu", decode_mode="fast")
+    finally:
+        for engine in engines.values():
+            engine.close()

@@ -1,0 +1,51 @@
+"""Generation shows its progress: a bar of token positions with the time left, in training steps and evaluation."""
+
+from __future__ import annotations
+
+from typing import Any, List
+
+from skygym_train.config import load_config
+from skygym_train.trainer import PPOTrainer
+from tests.skygym_train.toy_envs import toy_overrides
+
+
+class RecordingBar:
+    """Stands in for tqdm: records what the trainer shows."""
+
+    bars: List["RecordingBar"] = []
+
+    def __init__(self, total: int = 0, desc: str = "", unit: str = "", **kwargs: Any) -> None:
+        self.total, self.desc, self.unit, self.n, self.postfixes = total, desc, unit, 0, [kwargs.get("postfix")]
+        RecordingBar.bars.append(self)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix(self, **postfix: Any) -> None:
+        self.postfixes.append(postfix)
+
+    def close(self) -> None:
+        pass
+
+
+def test_training_and_evaluation_show_token_progress(tiny_chat_model, toy_data, tmp_path, monkeypatch):
+    import tqdm.auto
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", RecordingBar)
+    RecordingBar.bars = []
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
+        "trainer.max_training_steps": 1, "trainer.progress_bar": "true", "data.val_data": f"[{toy_data}]",
+        "trainer.eval_batch_size": 16,
+    }))
+    with PPOTrainer(cfg) as trainer:
+        trainer.fit()
+    by_desc = {}
+    for bar in RecordingBar.bars:
+        by_desc.setdefault(bar.desc, []).append(bar)
+    budget = 8  # generator.sampling_params.max_generate_length in toy_overrides
+    generating = by_desc["generating"]
+    assert len(generating) == 1 and generating[0].unit == "tok"
+    assert generating[0].n == generating[0].total == 4 * 4 * budget  # 4 prompts x 4 samples, every position settled
+    (evaluating,) = by_desc["evaluating"]
+    assert evaluating.unit == "tok" and evaluating.n == evaluating.total == 64 * 1 * budget
+    assert evaluating.postfixes[-1] == {"rows": "64/64"} and {"rows": "16/64"} in evaluating.postfixes
