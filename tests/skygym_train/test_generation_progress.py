@@ -14,9 +14,22 @@ class RecordingBar:
 
     bars: List["RecordingBar"] = []
 
-    def __init__(self, total: int = 0, desc: str = "", unit: str = "", **kwargs: Any) -> None:
-        self.total, self.desc, self.unit, self.n, self.postfixes = total, desc, unit, 0, [kwargs.get("postfix")]
+    def __init__(self, iterable: Any = None, desc: str = "", total: int = 0, unit: str = "", **kwargs: Any) -> None:
+        self.iterable, self.total, self.desc, self.unit, self.n = iterable, total, desc, unit, 0
+        self.postfixes = [kwargs.get("postfix")]
         RecordingBar.bars.append(self)
+
+    def __iter__(self) -> Any:  # model loaders wrap iterables
+        return iter(self.iterable)
+
+    def __enter__(self) -> "RecordingBar":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:  # set_description, refresh, ...: nothing to record
+        return lambda *args, **kwargs: None
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -31,12 +44,12 @@ class RecordingBar:
 def test_training_and_evaluation_show_token_progress(tiny_chat_model, toy_data, tmp_path, monkeypatch):
     import tqdm.auto
 
-    monkeypatch.setattr(tqdm.auto, "tqdm", RecordingBar)
     RecordingBar.bars = []
     cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
         "trainer.max_training_steps": 1, "trainer.progress_bar": "true", "data.val_data": f"[{toy_data}]",
-        "trainer.eval_batch_size": 16,
+        "trainer.eval_batch_size": 16, "trainer.eval_interval": 1,
     }))
+    monkeypatch.setattr(tqdm.auto, "tqdm", RecordingBar)
     with PPOTrainer(cfg) as trainer:
         trainer.fit()
     by_desc = {}
