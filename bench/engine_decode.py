@@ -54,7 +54,8 @@ def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="a model folder, hub id or embedded name")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--dtype", default=None, help="float32, bfloat16, ... (default: bfloat16 on CUDA, else float32)")
+    parser.add_argument("--dtype", default=None,
+                        help="float32, bfloat16, ... (default: bfloat16 on CUDA, else float32)")
     parser.add_argument("--batches", default="8,32,128", help="comma-separated batch sizes")
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per row")
     parser.add_argument("--prompt-len", type=int, default=64)
@@ -66,15 +67,17 @@ def main(argv: Any = None) -> int:
     from skygym_adapters.engines.hf import HFEngine
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    engine = HFEngine(args.model, device=device, dtype=args.dtype, max_batch_size=max(int(b) for b in args.batches.split(",")))
+    batches = [int(b) for b in args.batches.split(",")]
+    engine = HFEngine(args.model, device=device, dtype=args.dtype, max_batch_size=max(batches))
     engine.eos_token_ids = frozenset()  # every row decodes its whole budget
     name = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, {torch.get_num_threads()} threads"
-    print(f"model {args.model} ({engine.weight_dtype}) on {name}; {args.tokens} new tokens, prompts of {args.prompt_len}")
+    print(f"model {args.model} ({engine.weight_dtype}) on {name}; {args.tokens} new tokens, "
+          f"prompts of {args.prompt_len}", flush=True)
     generator = torch.Generator().manual_seed(0)
     vocab = engine.model.get_input_embeddings().weight.shape[0]
     engine_tokens_per_s(engine, [[1, 2, 3]], 4)  # warm-up (lazy initialisation, kernels)
     rows: List[Dict[str, Any]] = []
-    for batch in (int(b) for b in args.batches.split(",")):
+    for batch in batches:
         prompts = torch.randint(100, vocab, (batch, args.prompt_len), generator=generator).tolist()
         ours = engine_tokens_per_s(engine, prompts, args.tokens)
         theirs = (generate_tokens_per_s(engine.model, prompts, args.tokens, engine.pad_token_id)

@@ -396,7 +396,8 @@ class HFEngine(BaseInferenceEngine):
             attention[row, max_len - len(prompt) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        uniforms = None if sampling.temperature == 0 else draw_uniforms([r.sampling.seed for r in requests], steps, device)
+        seeds = [r.sampling.seed for r in requests]
+        uniforms = None if sampling.temperature == 0 else draw_uniforms(seeds, steps, device)
         sync_interval = self.sync_interval or (1 if device.type == "cpu" else 16)
         self.stats["batches"] += 1  # counted before any row is handed out: a caller may read them on its result
         self.stats["sequences"] += batch
@@ -436,8 +437,9 @@ class HFEngine(BaseInferenceEngine):
                 first_stop[batch_rows] = torch.where(stop_token[tokens] & (previous == steps), step, previous)
                 if step + 1 - checked >= sync_interval or step == steps - 1:
                     ended = self._ended_rows(rows, rows_index, first_stop, out_ids, checked, step, steps, stops)
-                    self._deliver(requests, ended, out_ids, out_logprobs, sampling.logprobs)
+                    # progress first: a caller woken by its result sees its rows counted
                     self._report_progress(len(rows) * (step + 1 - checked) + len(ended) * (steps - step - 1))
+                    self._deliver(requests, ended, out_ids, out_logprobs, sampling.logprobs)
                     checked = step + 1
                     if len(ended) == len(rows):
                         break
@@ -447,7 +449,7 @@ class HFEngine(BaseInferenceEngine):
                         rows = [rows[p] for p in keep]
                         keep_index = torch.tensor(keep, device=device)
                         rows_index = rows_index[keep_index]
-                        if not compiled:  # drop ended rows from the batch and the KV cache: they would only cost compute
+                        if not compiled:  # ended rows leave the batch and the KV cache: they would only cost compute
                             batch_rows, tokens = rows_index, tokens[keep_index]
                             if static:
                                 cache.reorder_cache(keep_index)

@@ -13,8 +13,9 @@ from skygym_adapters.engines.base import ResolvedSampling
 
 
 def draw_uniforms(seeds: Sequence[Optional[int]], steps: int, device: Any) -> Any:
-    """``(rows, steps)`` uniform numbers in [0, 1) on ``device``: row ``i`` from ``torch.Generator().manual_seed(seeds[i])``
-    (the global CPU generator where the seed is None), moved to the device in one copy."""
+    """``(rows, steps)`` uniform numbers in [0, 1) on ``device``: row ``i`` from
+    ``torch.Generator().manual_seed(seeds[i])`` (the global CPU generator where the seed is None), moved to the
+    device in one copy."""
     import torch
 
     uniforms = torch.empty((len(seeds), steps), dtype=torch.float32)

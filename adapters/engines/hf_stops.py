@@ -1,5 +1,5 @@
-"""Stop strings for :class:`~skygym_adapters.engines.hf.HFEngine`, checked on the host without decoding every row at every
-token.
+"""Stop strings for :class:`~skygym_adapters.engines.hf.HFEngine`, checked on the host without decoding every row
+at every token.
 
 The engine hands over a window of newly generated ids per row now and then; only positions whose token can complete a
 stop string are decoded (a token that completes one shows the stop's last character, or part of a multi-byte
@@ -26,8 +26,8 @@ class StopStrings:
         self.candidates = _candidate_tokens(tokenizer, stops, vocab_size)
 
     def first_stop(self, ids: List[int], start: int, end: Optional[int] = None) -> Optional[int]:
-        """The first position ``j`` in ``[start, end)`` (``end``: ``len(ids)``) whose tail ``ids[j + 1 - lookback : j + 1]``
-        contains a stop string, or None. ``ids[:start]`` is known to hold none."""
+        """The first position ``j`` in ``[start, end)`` (``end``: ``len(ids)``) whose tail
+        ``ids[j + 1 - lookback : j + 1]`` contains a stop string, or None. ``ids[:start]`` is known to hold none."""
         end = len(ids) if end is None else min(end, len(ids))
         for j in range(start, end):
             if self.candidates is not None and ids[j] not in self.candidates:
@@ -46,7 +46,9 @@ def _candidate_tokens(tokenizer: Any, stops: Tuple[str, ...], vocab_size: int) -
         return None
     known = min(vocab_size, len(tokenizer))
     texts = tokenizer.batch_decode([[i] for i in range(known)], skip_special_tokens=False)
-    candidates = {i for i, text in enumerate(texts) if "\ufffd" in text or not text or any(ch in text for ch in last_chars)}
+    candidates = {
+        i for i, text in enumerate(texts) if "\ufffd" in text or not text or any(ch in text for ch in last_chars)
+    }
     return frozenset(candidates | set(range(known, vocab_size)))  # ids the tokenizer does not know: always checked
 
 
