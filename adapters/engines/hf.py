@@ -10,6 +10,7 @@ are those of the temperature-scaled distribution the token was sampled from (wha
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import queue
@@ -623,6 +624,7 @@ class HFEngine(BaseInferenceEngine):
         return matcher
 
 
+@functools.lru_cache(maxsize=None)
 def _static_cache_supported() -> bool:
     """transformers 5's StaticCache advances its own write position (``cumulative_length``); 4.x needs
     ``cache_position`` arguments, which this engine does not pass."""
