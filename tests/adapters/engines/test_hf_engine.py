@@ -295,3 +295,29 @@ async def test_static_and_growing_kv_caches_decode_the_same(tokenizer: Any, tiny
     finally:
         for engine in engines.values():
             engine.close()
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda_available(), reason="needs a CUDA GPU (this machine has none): it runs the engine's "
+                    "compiled static-cache decode step; the CPU tests above cover the same code uncompiled")
+async def test_on_cuda_sampling_stays_reproducible_and_the_compiled_step_matches_eager(tokenizer: Any,
+                                                                                         tiny_model_dir: Any) -> None:
+    prompts = [prompt(tokenizer, "short"), prompt(tokenizer, "a longer prompt, with more tokens in it")]
+    params = {"max_generate_length": 24, "temperature": 1.0, "seed": 5, "logprobs": True, "top_p": 0.9}
+    greedy = {"max_generate_length": 24, "temperature": 0.0}
+    compiled = HFEngine(str(tiny_model_dir), device="cuda", dtype="float32")
+    eager = HFEngine(str(tiny_model_dir), device="cuda", dtype="float32", compile_decode=False)
+    try:
+        first, second = await compiled.generate(prompts, params), await compiled.generate(prompts, params)
+        assert first["response_ids"] == second["response_ids"]
+        assert (await compiled.generate(prompts, greedy))["response_ids"] == (
+            await eager.generate(prompts, greedy))["response_ids"]
+        assert compiled._compiled_forward not in (None, False)  # the compiled step ran (it did not fall back)
+    finally:
+        compiled.close()
+        eager.close()
