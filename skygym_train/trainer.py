@@ -369,10 +369,10 @@ class PPOTrainer:
         gen_input, uids, row_of = self._generator_input(rows, n, sampling, tag)
         own_bar = None
         if bar is None and self.t.progress_bar and reports_progress(self.engine):
-            bar = own_bar = _token_progress_bar("generating", len(rows) * n * self._token_budget(sampling))
+            bar = own_bar = _TokenProgress("generating", len(rows) * n * self._token_budget(sampling), len(rows) * n)
         start = time.perf_counter()
         try:
-            with progress_to(self.engine, bar.update if bar is not None else _no_progress):
+            with progress_to(self.engine, bar if bar is not None else _no_progress):
                 output = self._runner.run(self.generator.generate(gen_input))
         finally:
             if own_bar is not None:
@@ -676,15 +676,13 @@ class PPOTrainer:
         # With an engine that reports decode progress the bar counts token positions (rows x samples x budget; a row
         # that ends early settles its unused budget), so a long evaluation shows its pace and time left throughout.
         tokens = len(self.val_rows) * n * self._token_budget(sampling) if reports_progress(self.engine) else None
-        bar = _eval_progress_bar(self.t.progress_bar, len(self.val_rows), tokens)
+        bar = _eval_progress_bar(self.t.progress_bar, len(self.val_rows) * n, tokens)
         for start in range(0, len(self.val_rows), self.t.eval_batch_size):
             rows = self.val_rows[start : start + self.t.eval_batch_size]
             output, uids, row_of, took = self._generate(rows, n, sampling, f"eval-{self.global_step}-{start}",
                                                         bar=bar if tokens else None)
             seconds += took
-            if bar is not None and tokens:
-                bar.set_postfix(rows=f"{start + len(rows)}/{len(self.val_rows)}")
-            elif bar is not None:
+            if bar is not None and not tokens:
                 bar.update(len(rows))
             for uid, reward, row, resp in zip(uids, output["rewards"], row_of, output["response_ids"]):
                 rewards_by_uid[uid].append(_scalar_reward(reward))
@@ -938,20 +936,34 @@ def _eval_progress_bar(enabled: bool, total: int, tokens: Optional[int] = None) 
     if not enabled:
         return None
     if tokens:
-        return _token_progress_bar("evaluating", tokens, rows=f"0/{total}")
+        return _TokenProgress("evaluating", tokens, total)
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="evaluating", unit="row", dynamic_ncols=True, leave=False)
 
 
-def _token_progress_bar(desc: str, total: int, **postfix: Any) -> Any:
-    from tqdm.auto import tqdm
+class _TokenProgress:
+    """A bar of token positions (with rate and time left) and the rows done beside it, fed by the engine's
+    ``on_progress(positions, rows)``."""
 
-    return tqdm(total=total, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, leave=False,
-                postfix=postfix or None)
+    def __init__(self, desc: str, tokens: int, rows: int) -> None:
+        from tqdm.auto import tqdm
+
+        self.rows, self.done = rows, 0
+        self.bar = tqdm(total=tokens, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, leave=False,
+                        postfix={"rows": f"0/{rows}"})
+
+    def __call__(self, positions: int, rows: int) -> None:
+        if rows:
+            self.done += rows
+            self.bar.set_postfix(rows=f"{self.done}/{self.rows}", refresh=False)
+        self.bar.update(positions)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
-def _no_progress(_: int) -> None:
+def _no_progress(positions: int, rows: int) -> None:
     """Progress goes nowhere (no bar)."""
 
 

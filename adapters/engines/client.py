@@ -157,12 +157,13 @@ class EngineClient(BaseInferenceEngine):
 
 
 @contextlib.contextmanager
-def progress_to(engine: Any, callback: Callable[[int], None]) -> Iterator[bool]:
+def progress_to(engine: Any, callback: Callable[[int, int], None]) -> Iterator[bool]:
     """For the duration, the engines behind ``engine`` (an :class:`EngineClient`'s, a list's, or itself) that report
     decode progress (an ``on_progress`` attribute, as :class:`~skygym_adapters.engines.hf.HFEngine` has) call
-    ``callback`` with each batch of settled token positions. Yields whether any engine reports.
+    ``callback(positions, rows)`` with the token positions settled and the rows ended since the last call. Yields
+    whether any engine reports.
 
-    >>> with progress_to(engine, bar.update) as reporting:   # doctest: +SKIP
+    >>> with progress_to(engine, lambda positions, rows: bar.update(positions)) as reporting:   # doctest: +SKIP
     ...     output = await generator.generate(batch)
     """
     reporting = _reporting_engines(engine)

@@ -73,9 +73,10 @@ class HFEngine(BaseInferenceEngine):
             (``torch.compile(mode="reduce-overhead")``; each new batch size or cache length compiles once) and ended
             rows decode on, unread, until the batch ends; elsewhere they leave the batch and the cache.
 
-    ``on_progress``, when set to a callable, is called from the worker thread with the number of token positions
-    settled since its last call: generated tokens, and the unused budget of rows that ended early, so that over a
-    batch it adds up to rows x ``max_generate_length`` (a progress bar of that total ends when the batch does).
+    ``on_progress``, when set to a callable, is called from the worker thread with ``(positions, rows)``: the token
+    positions settled since its last call (generated tokens, and the unused budget of rows that ended early, so that
+    over a batch they add up to rows x ``max_generate_length``: a progress bar of that total ends when the batch
+    does) and the number of rows that ended meanwhile.
     """
 
     def __init__(
@@ -122,7 +123,7 @@ class HFEngine(BaseInferenceEngine):
         self._static_caches: Dict[Tuple[int, int], Any] = {}
         self._compiled_forward: Any = None  # None: not yet compiled; False: compiling failed, eager
         self._compiled_shapes: set = set()
-        self.on_progress: Optional[Callable[[int], None]] = None
+        self.on_progress: Optional[Callable[[int, int], None]] = None
         self._open_sessions = 0  # announced by expect_sessions and not yet finished
         self._sessions_lock = threading.Lock()
         self._stop_tables: Dict[Any, Any] = {}
@@ -439,7 +440,8 @@ class HFEngine(BaseInferenceEngine):
                 if step + 1 - checked >= sync_interval or step == steps - 1:
                     ended = self._ended_rows(rows, rows_index, first_stop, out_ids, checked, step, steps, stops)
                     # progress first: a caller woken by its result sees its rows counted
-                    self._report_progress(len(rows) * (step + 1 - checked) + len(ended) * (steps - step - 1))
+                    self._report_progress(len(rows) * (step + 1 - checked) + len(ended) * (steps - step - 1),
+                                          len(ended))
                     self._deliver(requests, ended, out_ids, out_logprobs, sampling.logprobs)
                     checked = step + 1
                     if len(ended) == len(rows):
@@ -513,11 +515,12 @@ class HFEngine(BaseInferenceEngine):
             if not future.done():
                 future.set_result(result)
 
-    def _report_progress(self, positions: int) -> None:
-        """Tell ``on_progress`` how many token positions of the batch's budget (rows x max tokens) were settled."""
+    def _report_progress(self, positions: int, rows: int) -> None:
+        """Tell ``on_progress`` how many token positions of the batch's budget (rows x max tokens) were settled and
+        how many rows ended."""
         if self.on_progress is not None and positions > 0:
             try:
-                self.on_progress(positions)
+                self.on_progress(positions, rows)
             except Exception:  # a broken progress display must not fail the generation
                 logger.exception("HFEngine: on_progress failed")
 

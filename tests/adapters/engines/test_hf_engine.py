@@ -239,7 +239,7 @@ async def test_rows_are_handed_out_as_they_end_and_progress_adds_up(tokenizer: A
     sampling = resolve_sampling({**SEEDED, "stop_token_ids": [free[1]]})
     order: list = []
     settled: list = []
-    tiny_engine.on_progress = settled.append
+    tiny_engine.on_progress = lambda positions, rows: settled.append((positions, rows))
     try:
         futures = [tiny_engine.submit(p, sampling) for p in (long_prompt, short_prompt)]
         for name, future in zip(("long", "short"), futures):
@@ -249,7 +249,8 @@ async def test_rows_are_handed_out_as_they_end_and_progress_adds_up(tokenizer: A
         tiny_engine.on_progress = None
     assert len(results[1].token_ids) <= 2 < len(results[0].token_ids)
     assert order == ["short", "long"]  # the short row did not wait for the batch to end
-    assert sum(settled) == 2 * SEEDED["max_generate_length"] and len(settled) > 1
+    assert sum(p for p, _ in settled) == 2 * SEEDED["max_generate_length"] and len(settled) > 1
+    assert sum(r for _, r in settled) == 2 and settled[-1][1] == 1  # the long row ended last, on its own
 
 
 def test_stop_strings_stop_where_a_per_token_check_would(tokenizer: Any) -> None:
