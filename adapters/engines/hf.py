@@ -45,7 +45,6 @@ class _Request:
 
 _SHUTDOWN = object()
 _WAKE = object()  # a session closed: the worker looks again at what it waits for
-_WAKE = object()  # a session closed: the worker looks again at what it waits for
 
 
 class HFEngine(BaseInferenceEngine):
@@ -381,9 +380,9 @@ class HFEngine(BaseInferenceEngine):
 
         Everything per token stays on the model's device: sampling, log-probs, the EOS/stop-token check and the
         record of generated ids. The host looks every ``sync_interval`` steps (one read of the rows' stop positions,
-        plus the new ids where stop strings are set): it hands out the rows that ended, reports progress and, on the
-        dynamic path, drops them from the batch and the KV cache. A row's tokens past its end are discarded, so the
-        result does not depend on how often the host looks.
+        plus the new ids where stop strings are set): it reports progress, hands out the rows that ended and, unless
+        the decode step is compiled, drops them from the batch and the KV cache. A row's tokens past its end are
+        discarded, so the result does not depend on how often the host looks.
         """
         import torch
 
