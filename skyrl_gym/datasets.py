@@ -35,6 +35,7 @@ import json
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
+from skyrl_gym._load_once import LoadOnce
 from skyrl_gym.data import validate_row
 from skyrl_gym.errors import DataError, RegistrationError
 
@@ -43,7 +44,6 @@ ENTRY_POINT_GROUP = "skyrl_gym.datasets"
 Builder = Callable[..., Iterable[Dict[str, Any]]]
 
 _builders: Dict[str, Union[str, Builder]] = {}
-_plugins_loaded = False
 _lock = threading.RLock()
 plugin_errors: Dict[str, str] = {}
 
@@ -77,24 +77,23 @@ def deregister_dataset(env_id: str) -> None:
         del _builders[env_id]
 
 
-def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    with _lock:
-        if _plugins_loaded:
-            return
-        _plugins_loaded = True  # first: a plugin module may call register_dataset()
-        from importlib.metadata import entry_points
+def _load_entry_point_plugins() -> None:
+    from importlib.metadata import entry_points
 
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                if ":" in ep.value:
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            if ":" in ep.value:
+                with _lock:
                     _builders.setdefault(ep.name, ep.value)  # an explicit register_dataset() call wins
-                else:
-                    importlib.import_module(ep.value)
-            except Exception as exc:  # one broken plugin must not hide the others
-                plugin_errors[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+            else:
+                importlib.import_module(ep.value)
+        except Exception as exc:  # one broken plugin must not hide the others
+            plugin_errors[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+
+
+# Other threads wait until every entry point is read; a plugin module that calls register_dataset() or
+# has_dataset() while it is imported runs in the loading thread and sees what is registered so far.
+_load_plugins = LoadOnce(_load_entry_point_plugins)
 
 
 def has_dataset(env_id: str) -> bool:

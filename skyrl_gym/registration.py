@@ -17,10 +17,10 @@ import difflib
 import importlib
 import json
 import re
-import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
+from skyrl_gym._load_once import LoadOnce
 from skyrl_gym.core import Env
 from skyrl_gym.errors import EnvCreationError, RegistrationError, UnregisteredEnv
 
@@ -142,18 +142,17 @@ class EnvRegistry(dict):
 
     def __init__(self) -> None:
         super().__init__()
-        self._plugins_loaded = False
-        self._plugin_lock = threading.RLock()
+        self._load_plugins_once = LoadOnce(lambda: _load_entry_point_plugins(self))
         self.plugin_errors: Dict[str, str] = {}
 
+    @property
+    def _plugins_loaded(self) -> bool:
+        """Whether the entry points have been read (set only once they all are)."""
+        return self._load_plugins_once.done
+
     def load_plugins(self) -> None:
-        if self._plugins_loaded:
-            return
-        with self._plugin_lock:
-            if self._plugins_loaded:
-                return
-            self._plugins_loaded = True  # set first: a plugin module may call register()
-            _load_entry_point_plugins(self)
+        """Read the installed plugins' entry points, once per process; other threads wait until it is done."""
+        self._load_plugins_once()
 
     # Every read goes through load_plugins(); writes do not, so register() stays cheap.
     def __getitem__(self, key: str) -> EnvSpec:

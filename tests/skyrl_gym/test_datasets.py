@@ -129,3 +129,29 @@ def test_registering_is_lazy_importing_skyrl_gym_builds_no_dataset_module():
             "print(sorted(m for m in sys.modules if m.endswith('.dataset')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_64_threads_asking_for_an_entry_point_dataset_at_once_all_find_it():
+    """The dataset registry reads its entry points once; threads that ask meanwhile wait for it instead of
+    seeing no builder for an env that a plugin declares (countdown's, from skygym_contrib)."""
+    script = """
+import threading
+from skyrl_gym import datasets
+barrier = threading.Barrier(64)
+missing = []
+
+def ask():
+    barrier.wait()
+    if not datasets.has_dataset("countdown"):
+        missing.append(1)
+
+threads = [threading.Thread(target=ask) for _ in range(64)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(len(missing))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0"

@@ -177,3 +177,63 @@ def test_a_string_entry_point_is_loaded_once_and_again_when_it_changes():
         assert skyrl_gym.EnvSpec.from_json(spec.to_json()) == spec  # the cache is not part of the spec
     finally:
         skyrl_gym.deregister("test_cached_entry_point")
+
+
+_MAKE_FROM_THREADS = """
+import sys, threading, skyrl_gym
+assert not skyrl_gym.registry._plugins_loaded  # a fresh process: nothing has read the entry points yet
+barrier = threading.Barrier(64)
+failures = []
+
+def make_one():
+    barrier.wait()
+    try:
+        row = {"reward_spec": {"ground_truth": {"target": 3, "numbers": [1, 2]}}}
+        env = skyrl_gym.make("countdown", extras=row)  # an entry-point env (skygym_contrib declares it)
+        assert type(env).__name__ == "CountdownEnv", type(env)
+    except Exception as exc:
+        failures.append(f"{type(exc).__name__}: {exc}")
+
+threads = [threading.Thread(target=make_one) for _ in range(64)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(len(failures), failures[:3])
+"""
+
+
+def test_64_threads_making_an_entry_point_env_at_once_all_succeed():
+    """Threads that look up the registry while another is still reading the entry points wait for it, instead of
+    seeing an empty registry (`skyrl-gym eval` on an entry-point env errored 15 of 16 episodes)."""
+    result = subprocess.run([sys.executable, "-c", _MAKE_FROM_THREADS], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0 []"
+
+
+def test_a_plugin_module_that_looks_up_the_registry_while_loading_does_not_deadlock(tmp_path):
+    """A module plugin that reads the registry (or makes an env) at import runs in the loading thread: it sees
+    what is registered so far instead of waiting for itself."""
+    (tmp_path / "lookup_plugin.py").write_text(
+        textwrap.dedent(
+            """
+            import skyrl_gym
+            skyrl_gym.register("lookup_plugin_env", entry_point="skyrl_gym.envs.gsm8k.env:GSM8kEnv")
+            SEEN = "gsm8k" in skyrl_gym.registry and "lookup_plugin_env" in skyrl_gym.registry
+            """
+        )
+    )
+    dist_info = tmp_path / "lookup_plugin-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: lookup-plugin\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text("[skyrl_gym.envs]\nlookup = lookup_plugin\n")
+    script = "import skyrl_gym, sys; skyrl_gym.spec('lookup_plugin_env'); print(sys.modules['lookup_plugin'].SEEN)"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": f"{tmp_path}:{skyrl_gym.__path__[0]}/.."},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
