@@ -79,3 +79,22 @@ def test_eval_reports_bad_input_clearly(tmp_path: Path, capsys: pytest.CaptureFi
         data = tmp_path / "rows.jsonl"
         data.write_text(json.dumps(gsm8k_rows()[0]))
         main(["eval", "--data", str(data), "--engine", "remote"])
+
+
+def test_eval_exits_non_zero_when_an_episode_errored_unless_errors_are_allowed(
+        tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture) -> None:
+    rows = gsm8k_rows()[:2]
+    del rows[1]["reward_spec"]  # the gsm8k env refuses a row without its ground truth: that episode errors
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows))
+    summary_path = tmp_path / "summary.json"
+    args = ["eval", "--data", str(data), "--engine", "hf", "--model", str(tiny_model), "--max-tokens", "2",
+            "--output", str(tmp_path / "t.jsonl"), "--summary-json", str(summary_path), "--no-progress"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert "errors" in captured.out  # counted in the table
+    assert "1 of 2 trajectories errored" in captured.err and "MissingRewardSpec" in captured.err
+    assert "--allow-errors" in captured.err
+    assert json.loads(summary_path.read_text())["errors"] == 1  # the summary is still written
+    assert len((tmp_path / "t.jsonl").read_text().splitlines()) == 2  # and every trajectory
+    assert main(args + ["--allow-errors"]) == 0
