@@ -1,5 +1,8 @@
+"""``python -m skyrl_gym.cli``: the same as ``skyrl-gym``."""
+
 import sys
 
 from skyrl_gym.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,9 +12,11 @@ import json
 import os
 import sys
 
-_fd = int(os.environ.pop("SKYGYM_REPORT_FD", "3"))
-_report = os.fdopen(os.dup(_fd), "w", encoding="utf-8", buffering=1)
-os.close(_fd)
+_report = None
+if "SKYGYM_REPORT_FD" in os.environ:  # set by the harness; imported anywhere else, the module touches nothing
+    _fd = int(os.environ.pop("SKYGYM_REPORT_FD"))
+    _report = os.fdopen(os.dup(_fd), "w", encoding="utf-8", buffering=1)
+    os.close(_fd)
 _trace_root = os.environ.pop("SKYGYM_TRACE_ROOT", "")
 _results = {}
 _called = set()
@@ -72,6 +74,8 @@ def pytest_collectreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if _report is None:
+        return
     for entry in _results.values():
         _report.write(json.dumps(entry) + "\n")
     _report.write(json.dumps({"end": True, "exitstatus": int(exitstatus)}) + "\n")
