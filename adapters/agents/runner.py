@@ -334,6 +334,9 @@ class AgentRunner:
         finally:
             if rollout is not None:
                 rollout.close()
+            # the backend's HTTP session belongs to this loop, which may end with the run (asyncio.run): close
+            # it now, not at garbage collection ("Unclosed client session"); the next run opens its own
+            await self.backend.aclose()
             self.trajectories = {}
             # what a task started and still holds (containers of trajectories cut short: Ctrl-C, a crash)
             close_all = getattr(self.task, "close_all_runtimes", None)
@@ -397,10 +400,17 @@ class AgentRunner:
         return output
 
     async def aclose(self) -> None:
+        """Close the backend's HTTP session on this loop and stop the env worker threads (``async with`` does)."""
         await self.backend.aclose()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+    async def __aenter__(self) -> "AgentRunner":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
 
 
 class AutoAgentRunner:

@@ -249,3 +249,43 @@ def test_a_rows_max_turns_bounds_the_episode(tmp_path, gsm8k_test_file):
         config.write_text(config.read_text().replace("env_class: gsm8k\n", ""))
         out = asyncio.run(AutoAgentRunner.from_task(str(config), None, None).run(rows, val_mode=True))
     assert out["results"][0]["num_turns"] == 2 and len(server.requests) == 2
+
+
+_RUN_AND_COLLECT = """
+import asyncio, gc, json, sys
+from skygym_adapters.agents import AutoAgentRunner
+
+config, rows_path, how = sys.argv[1:]
+with open(rows_path) as handle:
+    rows = [json.loads(line) for line in handle]
+
+async def with_context_manager():
+    async with AutoAgentRunner.from_task(config, None, None) as runner:
+        return (await runner.run(rows, val_mode=True))["rewards"]
+
+if how == "run":  # the documented call, with nothing closed by hand
+    runner = AutoAgentRunner.from_task(config, None, None)
+    rewards = asyncio.run(runner.run(rows, val_mode=True))
+    rewards = rewards["rewards"] + asyncio.run(runner.run(rows, val_mode=True))["rewards"]  # a second loop
+    del runner
+else:
+    rewards = asyncio.run(with_context_manager())
+gc.collect()
+print(rewards)
+"""
+
+
+@pytest.mark.parametrize("how", ["run", "context_manager"])
+def test_an_agent_run_leaves_no_unclosed_http_session(tmp_path, rows, how):
+    """The OpenAI backend's aiohttp session is closed when the run ends (and by ``aclose``/``async with``): no
+    "Unclosed client session" once the loop and the runner are gone."""
+    require_extra("remote")
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    with chat_server(answers_even_rows(rows)) as server:
+        config = write_config(tmp_path, server.url)
+        proc = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", _RUN_AND_COLLECT, str(config),
+                               str(data), how], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ("[1.0, 0.0, 1.0, 0.0]" if how == "run" else "[1.0, 0.0]")
+    assert "Unclosed" not in proc.stderr, proc.stderr
