@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from skygym_sandboxes.types import SandboxUnavailable
 from skyrl_gym.core import Env
 from skyrl_gym.data import read_records, row_extras, validate_row
 from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, run_episode, run_sync
@@ -30,6 +31,7 @@ from skyrl_gym.registration import EnvSpec, make, registry, spec
 
 ERROR = "error"
 WARNING = "warning"
+SKIPPED = "skipped"  # the machine cannot run the env (no Docker engine, an image not built): not a breach
 
 HUGE_ACTION_CHARS = 10_000_000
 
@@ -50,7 +52,8 @@ ADVERSARIAL_ACTIONS: Tuple[Tuple[str, str], ...] = (
 
 @dataclasses.dataclass
 class Finding:
-    """One breach of the contract (``error``) or a doubtful behaviour (``warning``)."""
+    """One breach of the contract (``error``), a doubtful behaviour (``warning``), or a row this machine cannot
+    play (``skipped``: what it lacks and how to get it)."""
 
     severity: str
     kind: str  # row, make, init, step, types, reward, done, determinism, close, metrics
@@ -85,6 +88,10 @@ class CheckReport:
         return [f for f in self.findings if f.severity == WARNING]
 
     @property
+    def skipped(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity == SKIPPED]
+
+    @property
     def ok(self) -> bool:
         return not self.errors
 
@@ -95,10 +102,11 @@ class CheckReport:
         return self.ok
 
     def __str__(self) -> str:
-        verdict = "OK" if self.ok else "FAILED"
+        verdict = "FAILED" if not self.ok else "SKIPPED" if len(self.skipped) >= self.rows_checked > 0 else "OK"
         head = (
             f"check {self.env_id}: {verdict} - {self.rows_checked} row(s), {self.episodes} episode(s), "
             f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
+            + (f", {len(self.skipped)} row(s) skipped" if self.skipped else "")
         )
         return "\n".join([head] + [f"  {finding}" for finding in self.findings])
 
@@ -337,7 +345,10 @@ class _Checker:
         exc, method, turn = record.exception, record.error_method, record.num_turns + 1
         if isinstance(exc, _AlreadyReported):
             return
-        if method == "make":
+        if method in ("make", "init") and isinstance(exc, SandboxUnavailable):
+            self.row_unusable = report
+            add(SKIPPED, method, f"this machine cannot run the env: {exc}", row_index, label)
+        elif method == "make":
             self.row_unusable = report
             if isinstance(exc, _NotAnEnv):
                 add(ERROR, "make", str(exc), row_index, label)
@@ -493,6 +504,8 @@ def _rows_from(rows: Any) -> List[Any]:
 
 
 GOLDEN_FILE = "golden.json"
+# A golden row's string that starts with this names a file shipped beside golden.json (a database, a corpus).
+GOLDEN_DIR = "$GOLDEN_DIR/"
 
 
 class NoRowsFor(LookupError):
@@ -501,7 +514,8 @@ class NoRowsFor(LookupError):
 
 def golden_rows(env_id: str) -> Tuple[List[Dict[str, Any]], Optional[Path]]:
     """The golden cases shipped with an env: the rows of ``golden.json`` beside its entry point's module whose
-    ``env_class`` is ``env_id`` (a JSON list of rows, each with a ``reference_action``); ``([], None)`` if none."""
+    ``env_class`` is ``env_id`` (a JSON list of rows, each with a ``reference_action``); ``([], None)`` if none.
+    A string value ``"$GOLDEN_DIR/NAME"`` is the file NAME shipped beside ``golden.json`` (an SQL env's database)."""
     import importlib.util
 
     entry_point = spec(env_id).entry_point
@@ -515,8 +529,20 @@ def golden_rows(env_id: str) -> Tuple[List[Dict[str, Any]], Optional[Path]]:
     path = Path(found.origin).parent / GOLDEN_FILE
     if not path.exists():
         return [], None
-    rows = [row for row in read_records(path) if isinstance(row, Mapping) and row.get("env_class") == spec(env_id).id]
+    rows = [_beside(row, path.parent) for row in read_records(path)
+            if isinstance(row, Mapping) and row.get("env_class") == spec(env_id).id]
     return rows, (path if rows else None)
+
+
+def _beside(value: Any, folder: Path) -> Any:
+    """``value`` with every ``"$GOLDEN_DIR/name"`` string made the path of ``name`` in ``folder``."""
+    if isinstance(value, str) and value.startswith(GOLDEN_DIR):
+        return str(folder / value[len(GOLDEN_DIR):])
+    if isinstance(value, Mapping):
+        return {key: _beside(item, folder) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_beside(item, folder) for item in value]
+    return value
 
 
 def default_rows(env_id: str, size: int = 2, seed: int = 0,
@@ -665,4 +691,5 @@ def _check_with_gymnasium(factory: _EnvFactory, report: CheckReport, rows: List[
 
 
 __all__ = ["check_env", "default_rows", "golden_rows", "NoRowsFor",
-           "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING"]
+           "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING",
+           "SKIPPED"]

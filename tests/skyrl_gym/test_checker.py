@@ -234,6 +234,22 @@ def test_a_row_the_env_cannot_be_built_from(registered):
     assert finding.kind == "make" and "KeyError: 'reward_spec'" in finding.message
 
 
+class NeedsAnEngineEnv(SayTheNumberEnv):
+    """Like the swe env on a machine without a Docker engine: init cannot start what the env runs in."""
+
+    def init(self, prompt=None):
+        from skygym_sandboxes.types import SandboxUnavailable
+
+        raise SandboxUnavailable("cannot reach a Docker engine at the default socket; start dockerd")
+
+
+def test_a_row_this_machine_cannot_run_is_skipped_naming_what_is_missing(registered):
+    report = check_env(registered(NeedsAnEngineEnv), ROWS)
+    assert report.ok and report.errors == [] and len(report.skipped) == len(ROWS)
+    assert all(f.kind == "init" and "start dockerd" in f.message for f in report.skipped)
+    assert str(report).startswith(f"check {report.env_id}: SKIPPED - {len(ROWS)} row(s)")
+
+
 def test_a_hanging_step_is_reported_and_the_check_moves_on(registered):
     started = time.monotonic()
     report = check_env(registered(HangsOnLongTextEnv), ROWS[:1], step_timeout_s=0.5, huge_action_chars=5000)

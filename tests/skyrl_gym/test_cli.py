@@ -195,8 +195,53 @@ def test_check_without_rows_says_what_to_pass_when_there_are_none(capsys):
     assert code == 2 and "has no dataset builder and ships no golden cases" in err
     assert "skyrl-gym check cli_no_rows --rows FILE" in err
 
-    code, _, err = run_cli(capsys, ["check", "text2sql"])  # its builder needs a dataset on disk
-    assert code == 2 and "its dataset builder failed" in err and "--builder-args" in err
+    def needs_a_file(split="train", size=None, seed=0, source=None, **kwargs):
+        raise ValueError("these rows need source=FILE")
+
+    skyrl_gym.register("cli_builder_needs_a_file", entry_point=CalculatorEnv)  # no golden cases either
+    from skyrl_gym import datasets
+
+    datasets.register_dataset("cli_builder_needs_a_file", needs_a_file)
+    try:
+        code, _, err = run_cli(capsys, ["check", "cli_builder_needs_a_file"])
+    finally:
+        datasets.deregister_dataset("cli_builder_needs_a_file")
+        skyrl_gym.deregister("cli_builder_needs_a_file")
+    assert code == 2 and "its dataset builder failed (ValueError: these rows need source=FILE)" in err
+    assert "--builder-args" in err
+
+
+# The envs whose dataset builder needs a file (or Docker): their golden cases stand in, with the file they need
+# shipped beside them (the SQL envs' database); swe is skipped, naming what is missing, where Docker is not running.
+NEEDS_GOLDEN_CASES = ["lcb", "sql", "text2sql", "swe"]
+
+
+@pytest.mark.parametrize("env_id", NEEDS_GOLDEN_CASES)
+def test_check_with_no_arguments_passes_for_an_env_whose_builder_needs_a_file(capsys, env_id):
+    code, out, err = run_cli(capsys, ["check", env_id])
+    assert code == 0, out + err
+    assert "golden case(s) from" in out
+    assert f"check {env_id}: OK" in out or (env_id == "swe" and "SKIPPED" in out and "Docker" in out), out
+
+
+def test_every_registered_id_has_rows_to_check_it_with():
+    """`skyrl-gym check ID` with no arguments has rows for every registered id: its dataset builder's, else golden
+    cases shipped beside it (the full check of every id is the slow test below)."""
+    from skyrl_gym.checker import default_rows
+
+    for env_id in sorted(skyrl_gym.registry):
+        rows, source = default_rows(env_id)
+        assert rows, f"{env_id}: {source}"
+
+
+@pytest.mark.slow  # about 5 minutes on a 2-core machine: 132 ids, 10 MB actions, each action twice
+def test_check_with_no_arguments_passes_for_every_registered_id(capsys):
+    failed = {}
+    for env_id in sorted(skyrl_gym.registry):
+        code, out, err = run_cli(capsys, ["check", env_id])
+        if code != 0:
+            failed[env_id] = (out + err)[-800:]
+    assert failed == {}
 
 
 def test_check_passes_builder_args_to_the_dataset_builder(capsys):
