@@ -90,10 +90,16 @@ import random
 from typing import Any, Dict, Iterator, Optional
 
 WORDS = ["gym", "reward", "policy", "agent", "token", "rollout", "critic", "python"]
+SPLITS = ("train", "validation", "test")
 
 
-def build_rows(split: str, size: Optional[int], seed: int) -> Iterator[Dict[str, Any]]:
-    """Row ``i`` depends only on (seed, split, i)."""
+def build_rows(split: str = "train", size: Optional[int] = None, seed: int = 0, **kwargs: Any) -> Iterator[Dict[str, Any]]:
+    """The dataset-builder contract: ``builder(split, size, seed, **kwargs)``; row ``i`` depends only on
+    (seed, split, i) and the keyword arguments. Add your options as keyword parameters before ``**kwargs``."""
+    if kwargs:
+        raise TypeError(f"the {name} builder takes no option {{sorted(kwargs)}} (it takes split, size and seed)")
+    if split not in SPLITS:
+        raise ValueError(f"{name} has the splits {{', '.join(SPLITS)}}, not {{split!r}}")
     if size is None:
         raise ValueError("{name} rows are generated: give a size, e.g. build_rows({name!r}, size=64)")
     for index in range(size):
@@ -146,6 +152,15 @@ def test_rewards_and_reasons():
     first = env.step("<answer>nope</answer>")
     assert first["reward"] == 0.0 and not first["done"] and "is not" in first["metadata"]["reason"]
     assert env.step(f"<answer>{{word[::-1]}}</answer>")["reward"] == 1.0
+
+
+def test_the_builder_refuses_an_unknown_split_or_option():
+    import pytest
+
+    with pytest.raises(ValueError, match="not 'tset'"):
+        datasets.build_rows("{name}", split="tset", size=1)
+    with pytest.raises(TypeError, match="no option"):
+        datasets.build_rows("{name}", split="test", size=1, num_words=3)
 
 
 def test_the_checker_passes_on_builder_rows():

@@ -29,4 +29,22 @@ def test_init_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
 def test_the_scaffolded_package_installs_and_passes_the_checker_and_its_own_tests(tmp_path):
     root = scaffold(NAME, tmp_path / "pkg")
     summary = check_and_test(NAME, root, tmp_path / "site", cwd=tmp_path)
-    assert "4 passed" in summary, summary
+    assert "5 passed" in summary, summary
+
+
+def test_the_scaffolded_builder_follows_the_dataset_builder_contract(tmp_path):
+    """``builder(split, size, seed, **kwargs)``: called with keywords only, an unknown split or option refused with
+    a message that names it."""
+    import importlib.util
+
+    root = scaffold(NAME, tmp_path / "pkg")
+    module_spec = importlib.util.spec_from_file_location("scaffold_dataset", root / f"skygym_{NAME}" / "dataset.py")
+    dataset = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(dataset)
+    rows = list(dataset.build_rows(size=2))  # split, seed: the contract's defaults
+    assert [row["extra_info"]["split"] for row in rows] == ["train", "train"]
+    assert list(dataset.build_rows(split="test", size=2, seed=0)) == list(dataset.build_rows("test", 2, 0))
+    with pytest.raises(ValueError, match="not 'tset'"):
+        list(dataset.build_rows(split="tset", size=1, seed=0))
+    with pytest.raises(TypeError, match=r"no option \['num_words'\]"):
+        list(dataset.build_rows(split="test", size=1, seed=0, num_words=3))
