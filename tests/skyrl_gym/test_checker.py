@@ -154,8 +154,8 @@ def test_a_correct_env_passes(registered):
     report = check_env(registered(SayTheNumberEnv), ROWS)
     assert report.ok and report.findings == [], str(report)
     assert report.rows_checked == 2
-    assert report.episodes == 2 * 4  # empty, huge, unicode, unclosed tags per row
-    assert str(report).startswith("check checker_test_SayTheNumberEnv: OK - 2 row(s), 8 episode(s)")
+    assert report.episodes == 2 * 5  # empty, huge, unicode, unclosed tags, junk in well-formed tags per row
+    assert str(report).startswith("check checker_test_SayTheNumberEnv: OK - 2 row(s), 10 episode(s)")
 
 
 def test_wrong_types_are_named(registered):
@@ -195,7 +195,7 @@ def test_exceptions_are_reported_with_where_they_came_from(registered):
     assert [(f.row_index, f.action) for f in crashes] == [(0, "empty string"), (1, "empty string")]
     assert "raised ValueError: cannot score an empty answer" in crashes[0].message
     assert "test_checker.py:" in crashes[0].message and "in step" in crashes[0].message
-    assert report.episodes == 8  # the other actions still ran
+    assert report.episodes == 10  # the other actions still ran
 
 
 def test_non_deterministic_reward(registered):
@@ -232,6 +232,24 @@ def test_a_row_the_env_cannot_be_built_from(registered):
     report = check_env(registered(SayTheNumberEnv), [{"prompt": [{"role": "user", "content": "no answer"}]}])
     [finding] = report.errors
     assert finding.kind == "make" and "KeyError: 'reward_spec'" in finding.message
+
+
+class IntAnswerEnv(SayTheNumberEnv):
+    """Reads <answer>N</answer> with int(): a well-formed tag with junk inside crashes it."""
+
+    def step(self, action):
+        import re
+
+        found = re.search(r"<answer>(.*?)</answer>", action)
+        reward = float(found is not None and int(found.group(1)) == int(self.answer))
+        return {"observations": [], "reward": reward, "done": True, "metadata": {}}
+
+
+def test_junk_inside_a_well_formed_tag_is_played(registered):
+    report = check_env(registered(IntAnswerEnv), ROWS[:1], actions={"right": "<answer>7</answer>"})
+    [finding] = report.errors
+    assert finding.kind == "step" and finding.action == "junk in well-formed tags"
+    assert "ValueError: invalid literal for int()" in finding.message
 
 
 class NeedsAnEngineEnv(SayTheNumberEnv):
@@ -311,7 +329,7 @@ def test_builtin_envs_pass(env_id):
         pytest.skip(f"no sample rows for {env_id!r} in tests/skyrl_gym/builtin_rows.py")
     report = check_env(env_id, BUILTIN_ROWS[env_id])
     assert report.ok and not report.warnings, str(report)
-    assert report.episodes == len(BUILTIN_ROWS[env_id]) * 5  # reference answer + 4 adversarial actions
+    assert report.episodes == len(BUILTIN_ROWS[env_id]) * 6  # reference answer + 5 adversarial actions
 
 
 class UnseededRandomPromptEnv(SayTheNumberEnv):

@@ -156,7 +156,7 @@ def test_info_of_an_unknown_id_suggests_close_ones(capsys):
 def test_check_passes_a_good_env_and_exits_1_on_breaches(capsys, tmp_path, envs):
     rows = write_rows(tmp_path / "gsm8k.jsonl", BUILTIN_ROWS["gsm8k"])
     code, out, _ = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows)])
-    assert code == 0 and out.startswith("check gsm8k: OK - 2 row(s), 10 episode(s), 0 error(s)")
+    assert code == 0 and out.startswith("check gsm8k: OK - 2 row(s), 12 episode(s), 0 error(s)")
 
     plain = write_rows(tmp_path / "plain.jsonl", [{"prompt": [{"role": "user", "content": "hi"}]}])
     code, out, _ = run_cli(capsys, ["check", "cli_infinite", "--rows", str(plain), "--no-determinism"])
