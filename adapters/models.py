@@ -123,11 +123,22 @@ def _dequantise_gguf(gguf_file: Path, out_dir: Path) -> Path:
     return out_dir
 
 
+def _transformers_major() -> str:
+    """The installed transformers' major version ("5"), read from its metadata without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("transformers").split(".")[0]
+    except PackageNotFoundError:
+        return "none"
+
+
 def _gguf_cache_folder(gguf_file: Path, name: Optional[str] = None) -> Path:
     # Keyed by file name and size (not path or mtime): the same GGUF installed in several virtual environments
-    # shares one dequantised copy.
+    # shares one dequantised copy; and by the major version of the transformers that writes it, since that is
+    # what can read it back (a tokenizer saved by transformers 5 does not load in 4.57, which AdapterHub pins).
     key = hashlib.sha1(f"{gguf_file.name}:{gguf_file.stat().st_size}".encode()).hexdigest()[:10]
-    return cache_dir() / f"{name or gguf_file.stem}-{key}"
+    return cache_dir() / f"{name or gguf_file.stem}-{key}-transformers{_transformers_major()}"
 
 
 def resolve_model(name: Union[str, os.PathLike, None] = None) -> ResolvedModel:

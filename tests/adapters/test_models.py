@@ -51,3 +51,35 @@ def test_tiny_llama_loads_and_runs(tmp_path: Path) -> None:
     assert model(ids).logits.shape == (1, ids.shape[1], len(tokenizer))
     with pytest.raises(ValueError, match="unknown tiny architecture"):
         build_tiny_model(tmp_path / "x", architecture="gpt9")
+
+
+def test_the_embedded_models_copy_is_kept_apart_per_transformers_major_version(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The dequantised copy is read back by the transformers that wrote it: one written under transformers 5 does
+    not load under 4.57 (AdapterHub's pin), so each major version resolves to its own copy."""
+    import importlib.metadata
+
+    from skygym_adapters import models
+
+    try:
+        gguf = models.embedded_gguf_path()
+    except models.EmbeddedModelMissing as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setenv("SKYRL_GYM_CACHE", str(tmp_path))
+    real_version = importlib.metadata.version
+    folders = {}
+    for installed in ("4.57.1", "5.2.0"):
+        monkeypatch.setattr(importlib.metadata, "version",
+                            lambda dist, installed=installed: installed if dist == "transformers" else real_version(dist))
+        folder = models._gguf_cache_folder(gguf, "SmolLM2-135M-Instruct")
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_text(installed)  # stands for the copy this version wrote
+        folders[installed] = folder
+    assert folders["4.57.1"] != folders["5.2.0"]
+    for installed, folder in folders.items():
+        monkeypatch.setattr(importlib.metadata, "version",
+                            lambda dist, installed=installed: installed if dist == "transformers" else real_version(dist))
+        assert models.resolve_model("smollm2-135m").path == folder
+    monkeypatch.setattr(importlib.metadata, "version", lambda dist: "5.24.0" if dist == "transformers" else real_version(dist))
+    assert models.resolve_model("smollm2-135m").path == folders["5.2.0"]  # a minor version reads its major's copy
