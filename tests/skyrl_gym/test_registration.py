@@ -111,6 +111,22 @@ def test_pprint_registry_lists_builtins():
     assert "skyrl-gym" in text and "gsm8k_multi_turn" in text
 
 
+def write_distribution(folder, name, entry_points):
+    """An installed distribution ``name`` in ``folder`` (its dist-info), declaring ``entry_points``."""
+    dist_info = folder / f"{name.replace('-', '_')}-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text(entry_points)
+
+
+def run_beside(folder, script):
+    """``script``'s output in a fresh interpreter that sees ``folder`` (its distributions) and this skyrl_gym."""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                            env={"PYTHONPATH": f"{folder}:{skyrl_gym.__path__[0]}/.."})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_entry_point_plugin_is_discovered_lazily_in_a_fresh_process(tmp_path):
     """A package that declares the `skyrl_gym.envs` entry point works in any process, no import needed."""
     package = tmp_path / "hello_plugin"
@@ -129,10 +145,7 @@ def test_entry_point_plugin_is_discovered_lazily_in_a_fresh_process(tmp_path):
             """
         )
     )
-    dist_info = tmp_path / "hello_plugin-0.1.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: hello-plugin\nVersion: 0.1\n")
-    (dist_info / "entry_points.txt").write_text("[skyrl_gym.envs]\nhello = hello_plugin.env:HelloEnv\n")
+    write_distribution(tmp_path, "hello-plugin", "[skyrl_gym.envs]\nhello = hello_plugin.env:HelloEnv\n")
     script = textwrap.dedent(
         """
         import sys, skyrl_gym
@@ -143,15 +156,7 @@ def test_entry_point_plugin_is_discovered_lazily_in_a_fresh_process(tmp_path):
         print(spec.provider, env.step("hello")["reward"])
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": f"{tmp_path}:{skyrl_gym.__path__[0]}/.."},
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["hello-plugin", "1.0"]
+    assert run_beside(tmp_path, script).split() == ["hello-plugin", "1.0"]
 
 
 def test_import_is_light():
@@ -223,17 +228,6 @@ def test_a_plugin_module_that_looks_up_the_registry_while_loading_does_not_deadl
             """
         )
     )
-    dist_info = tmp_path / "lookup_plugin-0.1.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: lookup-plugin\nVersion: 0.1\n")
-    (dist_info / "entry_points.txt").write_text("[skyrl_gym.envs]\nlookup = lookup_plugin\n")
+    write_distribution(tmp_path, "lookup-plugin", "[skyrl_gym.envs]\nlookup = lookup_plugin\n")
     script = "import skyrl_gym, sys; skyrl_gym.spec('lookup_plugin_env'); print(sys.modules['lookup_plugin'].SEEN)"
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": f"{tmp_path}:{skyrl_gym.__path__[0]}/.."},
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "True"
+    assert run_beside(tmp_path, script).strip() == "True"
