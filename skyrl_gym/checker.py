@@ -47,7 +47,7 @@ ADVERSARIAL_ACTIONS: Tuple[Tuple[str, str], ...] = (
         "<think>let me see <answer>42 <tool><python>print(1) <sql>SELECT * FROM <search>query "
         '<tool_call>{"name": "f", "arguments": {"x": \\boxed{12 #### ',
     ),
-    (  # what a parser finds but the env cannot use: an answer that is not a number, code that is not Python...
+    (  # what a parser finds but the env cannot use: an answer that is no number, code that is no Python
         "junk in well-formed tags",
         "<answer>abc</answer> <solution>abc</solution> \\boxed{abc} #### abc <think></think> "
         "<tool><python>)(</python></tool> <sql>abc</sql> <search></search> "
@@ -58,8 +58,8 @@ ADVERSARIAL_ACTIONS: Tuple[Tuple[str, str], ...] = (
 
 @dataclasses.dataclass
 class Finding:
-    """One breach of the contract (``error``), a doubtful behaviour (``warning``), or a row this machine cannot
-    play (``skipped``: what it lacks and how to get it)."""
+    """One breach of the contract (``error``), a doubtful behaviour (``warning``), or a row this machine
+    cannot play (``skipped``: what it lacks and how to get it)."""
 
     severity: str
     kind: str  # row, make, init, step, types, reward, done, determinism, close, metrics
@@ -108,7 +108,8 @@ class CheckReport:
         return self.ok
 
     def __str__(self) -> str:
-        verdict = "FAILED" if not self.ok else "SKIPPED" if len(self.skipped) >= self.rows_checked > 0 else "OK"
+        all_skipped = len(self.skipped) >= self.rows_checked > 0
+        verdict = "FAILED" if not self.ok else "SKIPPED" if all_skipped else "OK"
         head = (
             f"check {self.env_id}: {verdict} - {self.rows_checked} row(s), {self.episodes} episode(s), "
             f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
@@ -520,8 +521,9 @@ class NoRowsFor(LookupError):
 
 def golden_rows(env_id: str) -> Tuple[List[Dict[str, Any]], Optional[Path]]:
     """The golden cases shipped with an env: the rows of ``golden.json`` beside its entry point's module whose
-    ``env_class`` is ``env_id`` (a JSON list of rows, each with a ``reference_action``); ``([], None)`` if none.
-    A string value ``"$GOLDEN_DIR/NAME"`` is the file NAME shipped beside ``golden.json`` (an SQL env's database)."""
+    ``env_class`` is ``env_id`` (a JSON list of rows, each with a ``reference_action``); ``([], None)`` if
+    none. A string value ``"$GOLDEN_DIR/NAME"`` is the file NAME shipped beside ``golden.json`` (an SQL env's
+    database)."""
     import importlib.util
 
     entry_point = spec(env_id).entry_point

@@ -93,11 +93,13 @@ WORDS = ["gym", "reward", "policy", "agent", "token", "rollout", "critic", "pyth
 SPLITS = ("train", "validation", "test")
 
 
-def build_rows(split: str = "train", size: Optional[int] = None, seed: int = 0, **kwargs: Any) -> Iterator[Dict[str, Any]]:
+def build_rows(
+    split: str = "train", size: Optional[int] = None, seed: int = 0, **kwargs: Any
+) -> Iterator[Dict[str, Any]]:
     """The dataset-builder contract: ``builder(split, size, seed, **kwargs)``; row ``i`` depends only on
     (seed, split, i) and the keyword arguments. Add your options as keyword parameters before ``**kwargs``."""
     if kwargs:
-        raise TypeError(f"the {name} builder takes no option {{sorted(kwargs)}} (it takes split, size and seed)")
+        raise TypeError(f"the {name} builder takes no option {{sorted(kwargs)}} (only split, size, seed)")
     if split not in SPLITS:
         raise ValueError(f"{name} has the splits {{', '.join(SPLITS)}}, not {{split!r}}")
     if size is None:

@@ -400,7 +400,8 @@ class AgentRunner:
         return output
 
     async def aclose(self) -> None:
-        """Close the backend's HTTP session on this loop and stop the env worker threads (``async with`` does)."""
+        """Close the backend's HTTP session on this loop and stop the env worker threads (as ``async with``
+        does on exit)."""
         await self.backend.aclose()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)

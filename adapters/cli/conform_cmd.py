@@ -1,7 +1,7 @@
 """``skyrl-gym conform``: replay scripted episodes through every installed adapter and compare.
 
     skyrl-gym conform gsm8k_multi_turn                       # the env's built-in cases
-    skyrl-gym conform my_env                                 # else builder rows (or golden cases), reference answers
+    skyrl-gym conform my_env                                 # else builder rows, with their reference answers
     skyrl-gym conform gsm8k --rows rows.jsonl --actions actions.jsonl
     skyrl-gym conform math --adapters rollout,openai --model ./my-model
 
@@ -26,8 +26,9 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("env", help="env id, e.g. gsm8k_multi_turn")
-    parser.add_argument("--rows", help="dataset rows (JSONL/JSON/Parquet); default: the env's built-in cases, else rows "
-                        "from its dataset builder (or its golden cases) played with their reference answers")
+    parser.add_argument("--rows", help="dataset rows (JSONL/JSON/Parquet); default: the env's built-in "
+                        "cases, else rows from its dataset builder (or its golden cases) played with their "
+                        "reference answers")
     parser.add_argument("--actions", help="JSONL: per row, a JSON list of assistant texts (needed with --rows)")
     parser.add_argument("--adapters", help="comma-separated adapter names to run (default: all installed)")
     parser.add_argument("--model", help="model folder or name whose tokenizer the token adapters use (default: embedded SmolLM2)")
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
             context.model_dir = resolve_model(args.model).path
     only = [name.strip() for name in args.adapters.split(",")] if args.adapters else None
-    if not args.rows and not has_builtin_cases(args.env):  # as `skyrl-gym check`: builder rows, else golden cases
+    if not args.rows and not has_builtin_cases(args.env):  # as `check` does: builder rows, else golden cases
         try:
             cases, source = reference_cases(args.env, size=args.limit or 2)
         except LookupError as exc:

@@ -4,9 +4,9 @@
     skyrl-gym eval --data rows.jsonl --engine remote --base-url http://127.0.0.1:8000 --model DIR_OR_NAME
 
 Runs ``-n`` samples per row through the rows' envs (``--env`` overrides ``env_class``), with a progress bar;
-prints mean reward, pass@1 and pass@k, mean turns, response length, stop reasons, errors and env metrics; and writes
-every trajectory (token ids, loss masks, rewards, conversation) as JSONL to ``--output``. Exits 1 when any episode
-errored (``--allow-errors`` exits 0 anyway).
+prints mean reward, pass@1 and pass@k, mean turns, response length, stop reasons, errors and env metrics;
+and writes every trajectory (token ids, loss masks, rewards, conversation) as JSONL to ``--output``. Exits 1
+when any episode errored (``--allow-errors`` exits 0 anyway).
 """
 
 from __future__ import annotations
@@ -151,12 +151,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report_errors(trajectories: List[Any], allow_errors: bool) -> int:
-    """1 when any episode errored (an env that cannot be built, a bad row, an engine failure), naming the first
-    error; 0 with ``--allow-errors``."""
+    """1 when any episode errored (an env that cannot be built, a bad row, an engine failure), naming the
+    first error; 0 with ``--allow-errors``."""
     errors = [t.error for t in trajectories if t.error is not None]
     if not errors:
         return 0
-    print(f"{'warning' if allow_errors else 'error'}: {len(errors)} of {len(trajectories)} trajectories errored "
+    level = "warning" if allow_errors else "error"
+    print(f"{level}: {len(errors)} of {len(trajectories)} trajectories errored "
           f"(first: {errors[0]}); see 'error' in the trajectories file"
           + ("" if allow_errors else "; pass --allow-errors to exit 0 anyway"), file=sys.stderr)
     return 0 if allow_errors else 1

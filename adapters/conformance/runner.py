@@ -72,8 +72,8 @@ def run_conformance(
 
 
 def _missing_tokenizer(context: Context) -> str:
-    """Why the token adapters cannot run here when an optional piece is missing (the embedded model's package, an
-    extra), with the fix; "" when the tokenizer loads. Any other failure is the adapter's to report."""
+    """Why the token adapters cannot run here when an optional piece is missing (the embedded model's package,
+    an extra), with the fix; "" when the tokenizer loads. Any other failure is the adapter's to report."""
     from skygym_adapters.models import EmbeddedModelMissing
     from skyrl_gym.extras import missing_extra_message
 
