@@ -7,7 +7,7 @@ Episodes per second on gsm8k, one thread, driven with the GSM8K reference soluti
   * bridge:     one gymnasium.make, then reset(options={"index": i}) + step per episode
                 (reset builds a fresh skyrl_gym env, so the difference is the bridge's own work);
   * bridge+checker wrappers: the same through gymnasium.make's default PassiveEnvChecker/OrderEnforcing.
-Then the checker's time per row (reference answer + 4 adversarial actions, each played twice; the
+Then the checker's time per row (reference answer + 5 adversarial actions, each played twice; the
 10 MB action dominates). Figures are printed, never asserted.
 """
 
