@@ -63,7 +63,7 @@ def run(command: str, env: Dict[str, str], cwd: Path, timeout: float = 600) -> s
     return done
 
 
-@pytest.mark.slow  # about a minute and a half on a shared 2-core machine: an install, check, conform, a training step
+@pytest.mark.slow  # 1.5 to 4 minutes on a shared 2-core machine: an install, check, conform, a training step
 def test_the_new_environment_tutorial_runs_as_written(tmp_path: Path) -> None:
     from skygym_adapters.models import build_tiny_model
 
