@@ -52,9 +52,9 @@ def ground_truth_text(row: Mapping[str, Any]) -> Optional[str]:
 def reference_action(row: Mapping[str, Any]) -> Optional[str]:
     """The row's own reference reply, as the checker reads it (``reference_action``, ``extra_info.answer`` or
     ``extra_info.solution``)."""
-    from skyrl_gym.checker import _reference_action
+    from skyrl_gym.checker import reference_action as checker_reference_action
 
-    return _reference_action(row)
+    return checker_reference_action(row)
 
 
 @dataclasses.dataclass
