@@ -141,17 +141,22 @@ def _validate(args: argparse.Namespace) -> int:
     total = len(instances)
     gold_resolved = sum(report.resolved for report in gold)
     empty_resolved = sum(report.resolved for report in empty)
+    setup_failed = {report.instance_id: report.error for report in [*gold, *empty] if report.instance_error}
     print(f"gold resolved {gold_resolved}/{total}")
     print(f"empty resolved {empty_resolved}/{total}")
+    if setup_failed:
+        print(f"set-up failed {len(setup_failed)}/{total} (neither patch could be judged)")
+    for instance_id, error in setup_failed.items():
+        print(f"  set-up failed for {instance_id}: {error.removeprefix('set-up failed: '):.300}")
     for report in gold:
-        if not report.resolved:
+        if not report.resolved and report.instance_id not in setup_failed:
             print(f"  gold does not resolve {report.instance_id}: {(report.error or report.fail_to_pass['failure'])!s:.300}")
     for report in empty:
         if report.resolved:
             print(f"  the empty patch resolves {report.instance_id}: its FAIL_TO_PASS tests pass without a fix")
     report_path = Path(args.report) if args.report else Path(args.instances).with_name("validation.json")
     report_path.write_text(json.dumps({
-        "instances": total, "gold_resolved": gold_resolved, "empty_resolved": empty_resolved,
+        "instances": total, "gold_resolved": gold_resolved, "empty_resolved": empty_resolved, "setup_failed": setup_failed,
         "gold": [report.to_dict() for report in gold], "empty": [report.to_dict() for report in empty],
     }, indent=2) + "\n")
     print(f"report: {report_path}")
@@ -194,7 +199,9 @@ def _score(args: argparse.Namespace) -> int:
         "total_instances": len(instances),
         "submitted_instances": len(predictions),
         "empty_patch_instances": sum(1 for patch in predictions.values() if not patch.strip()),
-        "patch_not_applied": sum(1 for report in reports if not report.patch_applied and predictions[report.instance_id].strip()),
+        "patch_not_applied": sum(1 for report in reports if not report.patch_applied and not report.instance_error
+                                 and predictions[report.instance_id].strip()),
+        "setup_failed_ids": [report.instance_id for report in reports if report.instance_error],
         "resolved_instances": len(resolved),
         "resolved_ids": resolved,
         "unresolved_ids": [report.instance_id for report in reports if not report.resolved],
@@ -203,7 +210,12 @@ def _score(args: argparse.Namespace) -> int:
     report_path = Path(args.report) if args.report else Path(args.predictions + ".report.json")
     report_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"resolved {len(resolved)}/{len(predictions)} submitted ({len(instances)} instances); report: {report_path}")
-    return 0
+    # A patch that does not apply, or an instance that could not be set up, is a failure of the run: one line each.
+    failed = [report for report in reports if report.instance_error or (not report.patch_applied and report.error
+                                                                         and predictions[report.instance_id].strip())]
+    for report in failed:
+        print(f"error: {report.instance_id}: {report.error.splitlines()[0]}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 __all__ = ["register"]

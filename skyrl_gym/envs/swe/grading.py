@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from skygym_sandboxes.containers import Container, ContainerLimits
+from skygym_sandboxes.types import SandboxUnavailable
 
 from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
 from skyrl_gym.envs.swe.runtime import SWERuntime
@@ -44,13 +45,19 @@ class EvalReport:
     patch_applied: bool = False
     fail_to_pass: Dict[str, List[str]] = field(default_factory=lambda: {"success": [], "failure": []})
     pass_to_pass: Dict[str, List[str]] = field(default_factory=lambda: {"success": [], "failure": []})
-    error: str = ""
-    instance_error: bool = False  # the row or its image is broken, not the patch
+    error: str = ""  # one line for a patch that does not apply or a set-up failure
+    instance_error: bool = False  # the set-up failed (a missing image, a broken row): not the patch's fault
     restored_paths: List[str] = field(default_factory=list)
     duration_s: float = 0.0
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """Command output as one line (its lines joined with "; "), cut at ``limit`` characters."""
+    joined = "; ".join(line.strip() for line in text.strip().splitlines() if line.strip())
+    return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 
 def patch_paths(patch: str) -> Set[str]:
@@ -107,15 +114,20 @@ def evaluate_patch(
     """Apply ``model_patch`` and the hidden tests in a fresh container; the resolved verdict with per-test results."""
     started = time.monotonic()
     report = EvalReport(instance.instance_id)
-    with SWERuntime(instance, client=client, limits=limits, base_url=base_url) as runtime:
+    try:
+        runtime = SWERuntime(instance, client=client, limits=limits, base_url=base_url)
+    except SandboxUnavailable as exc:  # the image is missing: the instance's set-up, not the patch, failed
+        report.error, report.instance_error = f"set-up failed: {exc}", True
+        return _finish(report, started)
+    with runtime:
         try:
             runtime.setup()
         except SWEInstanceError as exc:
-            report.error, report.instance_error = str(exc), True
+            report.error, report.instance_error = f"set-up failed: {exc}", True
             return _finish(report, started)
         applied = runtime.apply_patch(model_patch, "model")
         if not applied.ok:
-            report.error = f"the model patch does not apply: {applied.output.strip()[-500:]}"
+            report.error = f"the model patch does not apply: {one_line(applied.output)}"
             return _finish(report, started)
         report.patch_applied = True
         tampering = harness_tampering(model_patch)
@@ -131,8 +143,8 @@ def evaluate_patch(
         hidden = runtime.apply_patch(instance.test_patch, "tests")
         if not hidden.ok:
             report.error = (
-                f"instance {instance.instance_id!r}: field 'test_patch' does not apply at base_commit: "
-                f"{hidden.output.strip()[-500:]}"
+                f"set-up failed: instance {instance.instance_id!r}: field 'test_patch' does not apply at base_commit: "
+                f"{one_line(hidden.output)}"
             )
             report.instance_error = True
             return _finish(report, started)

@@ -10,11 +10,18 @@ Built instances carry a ``setup_patch``: it is applied to the image's ``/testbed
 the only commit, with fixed author, committer and dates, so the commit id equals ``base_commit``
 whenever the image and patch are the ones the row was built from (checked: a mismatch is an error
 naming the instance). The history holds nothing but that commit: the fix cannot be read from it.
+
+Nothing of the answer stays in the container (docs/swe.md, "What the agent's container holds"): the set-up
+patch is written, applied and deleted in one command (deleted on failure too), and the helpers' folder is
+removed before ``setup`` returns. Rows without a ``setup_patch`` (SWE-bench images) are checked out at
+``base_commit`` and every other ref, reflog entry and unreachable object is dropped, so no later commit
+(the fix) can be read from the history either. Hidden tests only ever enter a grading container.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,15 +122,25 @@ class SWERuntime:
         """Bring ``/testbed`` to ``base_commit``; raises :class:`SWEInstanceError` when it cannot."""
         instance = self.instance
         if instance.setup_patch:
-            self.container.write_file(f"{HELPERS}/setup.patch", instance.setup_patch.encode("utf-8"))
+            # Written to the container's own layer (the engine cannot write into the /tmp tmpfs), applied and
+            # deleted by the same command, whatever happens to it.
+            path = f"{HELPERS}/setup-{secrets.token_hex(8)}.patch"
+            self.container.write_file(path, instance.setup_patch.encode("utf-8"))
             script = (
-                "set -e; rm -rf .git; git init -q; "
-                f"git apply --binary {HELPERS}/setup.patch; "
+                f"trap 'rm -rf {HELPERS}' EXIT; set -e; rm -rf .git; git init -q; "
+                f"git apply --binary {path}; rm -rf {HELPERS}; "
                 "git add -A; git commit -q --no-verify -m base; git rev-parse HEAD"
             )
         else:
-            script = f"git checkout -q -f {instance.base_commit} 2>&1 && git rev-parse HEAD"
-        done = self.container.exec(script, timeout_s=120, env=COMMIT_ENV)
+            # Only base_commit stays reachable: other branches, tags, the reflog and loose objects go (a later
+            # commit of the repository is the fix).
+            script = (
+                f"set -e; git checkout -q -f {shlex.quote(instance.base_commit)} 2>&1; "
+                "git for-each-ref --format='%(refname)' | while read -r ref; do git update-ref -d \"$ref\"; done; "
+                "git stash clear 2>/dev/null || true; git reflog expire --expire=now --all; "
+                "git gc -q --prune=now 2>&1; git rev-parse HEAD"
+            )
+        done = self.container.exec(script, timeout_s=600, env=COMMIT_ENV)
         head = done.output.strip().splitlines()[-1:] or [""]
         if not done.ok:
             raise SWEInstanceError(

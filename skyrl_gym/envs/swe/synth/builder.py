@@ -144,6 +144,20 @@ def project_image(client: Any, project: Project, sdist: Path, files: Dict[str, b
         return box.commit(repository, tag, changes=changes)
 
 
+FIND_MODULES = """cd / && env -u PYTHONPATH python3 - {names} <<'EOF'
+import importlib.util, sys
+for name in sys.argv[1:]:
+    spec = importlib.util.find_spec(name)
+    print(spec.origin if spec and spec.origin else "")
+EOF"""
+
+
+def preinstalled(box: Container, project: Project) -> str:
+    """Where the image's Python finds the project outside ``/testbed`` (a Debian package of it), or ""."""
+    done = box.exec(FIND_MODULES.format(names=" ".join(project.import_names)), timeout_s=60)
+    return ", ".join(line for line in done.output.split() if line.startswith("/"))
+
+
 # ----- mutants ----------------------------------------------------------------------------------------
 def _covering_tests(mutation: Mutation, baseline: TestRun) -> List[str]:
     name = mutation.function.rsplit(".", 1)[-1]
@@ -251,6 +265,10 @@ def synthesize(
     mutations = [m for rel, data in sorted(sources.items()) for m in find_mutations(rel, data)]
     instances: List[SWEInstance] = []
     with Container(image, client=client, kind="swe-build", workdir=TESTBED) as box:
+        installed = preinstalled(box, project)
+        if installed:
+            raise BuildError(f"project {project.name!r}: the base image already has {installed} (a pristine copy of the "
+                             "project would sit in the agent's container): choose another project")
         box.exec(f"mkdir -p {HELPERS} && cp -a {TESTBED} {PRISTINE}", timeout_s=120)
         baseline = run_pytest(box, list(project.tests), timeout_s=600, trace=True)
         if baseline.error:

@@ -23,6 +23,11 @@ class Project:
     def version(self) -> str:
         return self.requirement.partition("==")[2]
 
+    @property
+    def import_names(self) -> Tuple[str, ...]:
+        """The top-level modules or packages the sources define (``src/cachetools`` -> ``cachetools``)."""
+        return tuple(source.rstrip("/").rsplit("/", 1)[-1].removesuffix(".py") for source in self.sources)
+
     def spec(self) -> Dict[str, object]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 

@@ -176,11 +176,18 @@ def test_score_reports_resolved_unapplied_and_empty_predictions(swe_built, swe_i
         {"instance_id": third.instance_id, "model_patch": ""},
     ]))
     done = swe_cli("score", "--instances", str(swe_built / "instances.jsonl"), "--predictions", str(predictions))
-    assert done.returncode == 0, done.stderr
+    # a patch that does not apply fails the run, with its reason on one line
+    assert done.returncode == 1, done.stdout + done.stderr
     assert f"resolved 1/3 submitted ({BUILD_LIMIT} instances)" in done.stdout
+    reasons = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(reasons) == 1 and reasons[0].startswith(f"error: {second.instance_id}: the model patch does not apply: ")
+    assert "nope.py" in reasons[0]
     report = json.loads((tmp_path / "preds.jsonl.report.json").read_text())
     assert report["resolved_ids"] == [first.instance_id]
     assert report["patch_not_applied"] == 1 and report["empty_patch_instances"] == 1
+    gold_only = tmp_path / "gold.jsonl"
+    gold_only.write_text(json.dumps({"instance_id": first.instance_id, "model_patch": first.patch}) + "\n")
+    assert swe_cli("score", "--instances", str(swe_built / "instances.jsonl"), "--predictions", str(gold_only)).returncode == 0
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"instance_id": "nobody__nothing-1", "model_patch": ""}) + "\n")
     refused = swe_cli("score", "--instances", str(swe_built / "instances.jsonl"), "--predictions", str(bad))
@@ -194,12 +201,29 @@ def test_a_test_patch_that_does_not_apply_is_named(swe_instances, tmp_path):
     write_jsonl([broken], path)
     done = swe_cli("validate", str(path))
     assert done.returncode == 1
-    assert f"gold does not resolve {broken.instance_id}" in done.stdout and "'test_patch' does not apply" in done.stdout
+    assert f"set-up failed for {broken.instance_id}" in done.stdout and "'test_patch' does not apply" in done.stdout
+    assert "gold does not resolve" not in done.stdout
     row = json.loads(path.read_text())
     del row["base_commit"]
     path.write_text(json.dumps(row) + "\n")
     missing = swe_cli("validate", str(path))
     assert missing.returncode == 2 and broken.instance_id in missing.stderr and "base_commit" in missing.stderr
+
+
+def test_a_missing_image_is_a_set_up_failure_not_an_unresolved_gold_patch(swe_instances, tmp_path):
+    ghost = dataclasses.replace(swe_instances[0], image_name="skyrl-gym-swe-ghost:no-such-tag")
+    path = tmp_path / "ghost.jsonl"
+    write_jsonl([ghost], path)
+    done = swe_cli("validate", str(path))
+    assert done.returncode == 1
+    assert "set-up failed 1/1" in done.stdout
+    assert f"set-up failed for {ghost.instance_id}: image 'skyrl-gym-swe-ghost:no-such-tag' is not in the Docker engine" \
+        in done.stdout
+    assert "gold does not resolve" not in done.stdout
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text(json.dumps({"instance_id": ghost.instance_id, "model_patch": ghost.patch}) + "\n")
+    scored = swe_cli("score", "--instances", str(path), "--predictions", str(predictions))
+    assert scored.returncode == 1 and "is not in the Docker engine" in scored.stderr
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
