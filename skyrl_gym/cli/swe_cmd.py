@@ -31,6 +31,9 @@ def register(subparsers: Any) -> None:
     build.add_argument("--limit", type=int, default=100, help="how many instances in all (default 100)")
     build.add_argument("--projects", default="", help="comma-separated project names (default: all; see `swe projects`)")
     build.add_argument("--seed", type=int, default=0, help="which bugs are tried first (default 0)")
+    build.add_argument("--issue-writer", nargs=2, metavar=("URL", "MODEL"), default=None,
+                       help="write the issues with a model behind an OpenAI-compatible endpoint (default: the offline "
+                            "template); $SKYGYM_ISSUE_WRITER_API_KEY is sent as its key")
     build.set_defaults(func=_guarded(_build))
 
     validate = commands.add_parser("validate", help="run the gold and the empty patch on each instance")
@@ -105,10 +108,23 @@ def _build(args: argparse.Namespace) -> int:
         raise UsageError(f"--projects: {exc}") from None
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
+    writer = None
+    if args.issue_writer:
+        from skyrl_gym.envs.swe.synth.issue import IssueWriter
+
+        url, model = args.issue_writer
+        if not url.startswith(("http://", "https://")):
+            raise UsageError(f"--issue-writer: the URL must start with http:// or https://, got {url!r}")
+        writer = IssueWriter(url, model, api_key=os.environ.get("SKYGYM_ISSUE_WRITER_API_KEY") or None)
     _client(args)
     started = time.monotonic()
-    instances, summaries = build(Path(args.out), projects, limit=args.limit, seed=args.seed, base_url=args.docker_host,
-                                 progress=not args.no_progress, workers=args.workers)
+    try:
+        instances, summaries = build(Path(args.out), projects, limit=args.limit, seed=args.seed,
+                                     base_url=args.docker_host, progress=not args.no_progress, workers=args.workers,
+                                     writer=writer)
+    finally:
+        if writer is not None:
+            writer.close()
     print(f"{'project':12} {'kept':>5} {'tried':>6} {'seconds':>8}  discarded")
     for summary in summaries:
         reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(summary.discarded.items())) or "-"
@@ -116,7 +132,7 @@ def _build(args: argparse.Namespace) -> int:
             reasons = f"FAILED: {summary.error.splitlines()[0]}"
         print(f"{summary.project:12} {summary.kept:>5} {summary.tried:>6} {summary.seconds:>8.1f}  {reasons}")
     print(f"{len(instances)} instances from {sum(1 for s in summaries if s.kept)} projects in "
-          f"{time.monotonic() - started:.0f} s -> {Path(args.out) / 'instances.jsonl'}")
+          f"{time.monotonic() - started:.0f} s -> {Path(args.out) / 'instances.jsonl'} (card: dataset_card.md)")
     return 0 if instances else 1
 
 

@@ -1,7 +1,7 @@
 """A pytest plugin copied into SWE containers (it runs under the container's Python and pytest, not ours).
 
 It reports one JSON line per test on a file descriptor that the harness hands it
-(``SKYGYM_REPORT_FD``): ``{"nodeid", "outcome", "message"}``, outcome one of passed, failed,
+(``SKYGYM_REPORT_FD``): ``{"nodeid", "outcome", "message"}`` (and ``"where"``, ``[file, line]`` of a failure), outcome one of passed, failed,
 error, skipped, xfailed, xpassed. The descriptor is duplicated and the original closed when the
 plugin loads, before pytest imports any project code, and the test run's own output goes elsewhere.
 With ``SKYGYM_TRACE_ROOT`` set, each line also lists the functions under that folder the test
@@ -35,12 +35,19 @@ def _message(report):
     return text.strip()[:600]
 
 
+def _where(report):
+    """Where the failure was raised: [file, line] (the builder rejects bugs that crash on the line they change)."""
+    crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
+    return [str(crash.path), int(crash.lineno)] if crash is not None else None
+
+
 def pytest_runtest_logreport(report):
     entry = _results.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "message": ""})
     if report.failed:
         if entry["outcome"] not in ("failed", "error"):
             entry["outcome"] = "failed" if report.when == "call" else "error"
             entry["message"] = _message(report)
+            entry["where"] = _where(report)
     elif report.skipped:
         if hasattr(report, "wasxfail"):
             entry["outcome"] = "xfailed"

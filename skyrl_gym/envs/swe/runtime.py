@@ -55,6 +55,7 @@ class TestOutcome:
     outcome: str  # passed, failed, error, skipped, xfailed, xpassed
     message: str = ""
     calls: List[Any] = field(default_factory=list)
+    where: Optional[List[Any]] = None  # [file, line] where a failure was raised
 
     @property
     def passed(self) -> bool:
@@ -96,7 +97,9 @@ def parse_report(text: str) -> TestRun:
         nodeid, outcome = entry.get("nodeid"), entry.get("outcome")
         if not isinstance(nodeid, str) or not isinstance(outcome, str) or nodeid in run.outcomes:
             return TestRun(error=f"the test report is malformed or reports {nodeid!r} twice (tampered or corrupted)")
-        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, str(entry.get("message") or ""), list(entry.get("calls") or []))
+        where = entry.get("where")
+        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, str(entry.get("message") or ""), list(entry.get("calls") or []),
+                                           list(where) if isinstance(where, list) else None)
     if not ended:
         return TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
     return run

@@ -7,15 +7,28 @@ For each project (see :mod:`.projects`):
 1. fetch its source distribution with pip (cached under ``~/.cache/skyrl-gym/swe/sdists``);
 2. build its image: the SWE base image (a debootstrap root filesystem with python3, pytest and git,
    loaded with ``docker import``) plus the source in ``/testbed``, committed as
-   ``skyrl-gym-swe-<project>:<content hash>`` and reused while the hash holds;
-3. run its test suite once in a work container, recording which functions each test calls;
-4. try injected bugs (:mod:`.mutations`) one at a time, running only the test files that cover the
-   changed function: keep a bug when some tests that passed now fail (FAIL_TO_PASS) while the rest
-   of those files still pass (PASS_TO_PASS);
-5. write the instance: the files of those tests are taken out of the repository and become the
-   hidden ``test_patch``; the gold ``patch`` is the reversal; the problem statement is written
-   from the failing tests' names and messages; ``base_commit`` is the one commit of the buggy tree;
-6. check every kept instance in a fresh container: the gold patch must resolve it.
+   ``skyrl-gym-swe-<project>:<content hash>`` and reused while the hash holds; a project that the base
+   image's Python already finds elsewhere (a Debian package) is refused: its pristine copy would sit in
+   the agent's container;
+3. run its whole test suite once in a work container, recording which functions each test calls;
+4. try injected bugs (:mod:`.mutations`) one at a time, the operator kept least often so far first, in
+   functions big enough for the operator, running the test files that cover the changed function. A bug
+   is dropped when no test fails, when more than ``MAX_FAIL_TO_PASS`` do, when the first failure is an
+   exception raised on the changed line, when it repeats an earlier bug (same function, same failures),
+   or when the mechanical solver (:func:`mechanical_solver`: the builder's own operators on the functions
+   the issue names) undoes it within ``SOLVER_TRIES`` tries;
+5. write the instance: only the failing test *functions* are taken out of their files (the rest of the
+   suite stays in the checkout for the agent to run) and come back in the hidden ``test_patch``;
+   PASS_TO_PASS is every other test of the project that passes; the gold ``patch`` is the reversal; the
+   problem statement is the symptom (:mod:`.issue`); ``base_commit`` is the one commit of the buggy tree;
+6. check it: the checkout's own tests pass at ``base_commit``, and with the hidden tests back, in
+   ``RELIABILITY_RUNS`` runs, FAIL_TO_PASS fails and PASS_TO_PASS passes every time (a test that flips
+   is dropped from PASS_TO_PASS; an instance whose FAIL_TO_PASS flips is dropped);
+7. check every kept instance in a fresh container: the gold patch must resolve it.
+
+``build`` writes ``instances.jsonl``, ``build_summary.json`` and ``dataset_card.md`` (operators, failure
+kinds, difficulty, projects, what was dropped and why). It keeps each finished project under
+``progress/`` and resumes from there after an interruption.
 
 Containers are removed on every exit path (errors, timeouts, Ctrl-C); images are only committed
 once a project's source is in place.
@@ -23,33 +36,46 @@ once a project's source is in place.
 
 from __future__ import annotations
 
+import ast
 import collections
+import dataclasses
+import difflib
 import hashlib
+import itertools
 import json
+import re
+import shlex
 import subprocess
 import sys
 import tarfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from skygym_sandboxes.containers import Container, docker_client
 from skygym_sandboxes.images.build_image import build_image, cache_dir, image_exists
 
 from skyrl_gym.envs.swe.grading import evaluate_many
-from skyrl_gym.envs.swe.instances import SWEInstance, write_jsonl
+from skyrl_gym.envs.swe.instances import SWEInstance, normalize_row, write_jsonl
 from skyrl_gym.envs.swe.runtime import COMMIT_ENV, CONTAINER_ENV, HELPERS, TESTBED, TestRun, run_pytest
-from skyrl_gym.envs.swe.synth.mutations import Mutation, find_mutations, sample_mutations
+from skyrl_gym.envs.swe.synth.hiding import HideError, hide_tests, test_path
+from skyrl_gym.envs.swe.synth.issue import Failure, Forbidden, IssueWriter, failure_kind, write_issue
+from skyrl_gym.envs.swe.synth.mutations import (
+    KINDS, MIN_FUNCTION_SIZE, MIN_STATEMENTS, Mutation, balanced_mutations, find_mutations,
+)
 from skyrl_gym.envs.swe.synth.projects import Project
 
-BUILDER_VERSION = "1"
+BUILDER_VERSION = "2"
 BASE_PACKAGES = ("python3", "python3-pytest", "git")
 BASE_TAG = "skyrl-gym-swe-base:bookworm-python3-pytest-git"
-MAX_FAIL_TO_PASS = 40  # a bug that breaks more tests than this is not a task, it is an outage
+MAX_FAIL_TO_PASS = 20  # a bug that breaks more tests than this is not a task, it is an outage
+RELIABILITY_RUNS = 3  # runs of the whole suite with the hidden tests back; a test that flips is flaky
+SOLVER_TRIES = 20  # the mechanical solver's budget: a bug it undoes within this many tries is too easy
 # A function that this many tests call is so central that a bug in it breaks too many of them: not tried.
 MAX_COVERING_TESTS = 150
-MUTATIONS_PER_FUNCTION = 3  # rounds over the functions before a project counts as exhausted
+MUTATIONS_PER_FUNCTION = 3  # mutations of one operator per function before the project counts as exhausted
 PRISTINE = f"{HELPERS}/pristine"
 
 
@@ -66,6 +92,13 @@ class ProjectSummary:
     error: str = ""
     seconds: float = 0.0
     gold_failures: Dict[str, str] = field(default_factory=dict)
+    tried_by_kind: Dict[str, int] = field(default_factory=collections.Counter)
+    suite_tests: int = 0  # tests of the project that pass before any bug
+    solver_undid: int = 0  # bugs the mechanical solver undid (dropped)
+    flaky_or_dependent_tests: int = 0  # PASS_TO_PASS candidates dropped by the reliability runs
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {**self.__dict__, "discarded": dict(self.discarded), "tried_by_kind": dict(self.tried_by_kind)}
 
 
 # ----- sources ----------------------------------------------------------------------------------------
@@ -177,84 +210,173 @@ def _file_of(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-def _short_name(nodeid: str) -> str:
-    return nodeid.split("::", 1)[-1]
+# ----- the mechanical solver ------------------------------------------------------------------------------
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def problem_statement(project: Project, failing: Sequence[Tuple[str, str]]) -> str:
-    """An issue written from the failing tests alone (no model): their names and assertion messages."""
-    count = len(failing)
-    lines = [
-        f"{count} test{'s' if count > 1 else ''} of {project.repo} fail{'' if count > 1 else 's'} after a recent change",
-        "",
-        f"Some behaviour of the `{project.name}` library code in this repository is wrong. The following "
-        f"test{'s fail' if count > 1 else ' fails'} (the test files are not in your checkout; they run when you submit):",
-        "",
-    ]
-    for nodeid, message in failing[:6]:
-        first_line = (message.strip().splitlines() or ["(no message)"])[0][:240]
-        lines.append(f"- `{_short_name(nodeid)}` in `{_file_of(nodeid)}`: {first_line}")
-    if count > 6:
-        lines.append(f"- and {count - 6} more")
-    lines += ["", "Find the bug in the library code and fix it, keeping the rest of the behaviour unchanged. Do not edit tests."]
-    return "\n".join(lines)
+def mechanical_solver(
+    sources: Dict[str, bytes], buggy_path: str, buggy: bytes, pristine: bytes, issue: str, tries: int = SOLVER_TRIES
+) -> Optional[int]:
+    """The try (1-based) at which the builder's own operators give back ``pristine``, or None within ``tries``.
+
+    The solver reads the issue, takes the project's functions it names (every function when it names none),
+    and applies each operator at each site of those functions, in source order, one edit per try. It stands
+    for the cheapest policy a reward could teach: it never reads the code's meaning."""
+    named = set(_IDENTIFIER.findall(issue))
+    files = {**sources, buggy_path: buggy}
+    candidates = [m for rel, data in sorted(files.items()) for m in find_mutations(rel, data)]
+    chosen = [m for m in candidates if m.function.rsplit(".", 1)[-1] in named] or candidates
+    attempts = (variant for m in chosen for variant in _both_ways(m, files[m.path]))
+    for attempt, mutation in enumerate(itertools.islice(attempts, tries), 1):
+        if mutation.path == buggy_path and mutation.apply(buggy) == pristine:
+            return attempt
+    return None
 
 
+def _both_ways(mutation: Mutation, source: bytes) -> Iterator[Mutation]:
+    """The mutation, and for an integer changed by one the change the other way (the operators' inverse)."""
+    yield mutation
+    text = source[mutation.start : mutation.end].decode("utf-8", "replace")
+    if mutation.kind in ("off_by_one", "change_constant") and text.lstrip("-").isdigit():
+        for value in (int(text) - 1, int(text) + 1):
+            if str(value).encode() != mutation.replacement:
+                yield dataclasses.replace(mutation, replacement=str(value).encode())
+
+
+def difficulty(gold_patch: str, functions: Sequence[str], kind: str, solver_try: Optional[int], issue: str) -> Dict[str, Any]:
+    """A 1-5 estimate from what makes a bug hard to find: more lines, more functions, a wrong value rather than
+    a crash, a changed function the issue does not name, one the mechanical solver does not undo."""
+    changed = sum(1 for line in gold_patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---")))
+    named = set(_IDENTIFIER.findall(issue))
+    hidden = [name for name in functions if name.rsplit(".", 1)[-1] not in named]
+    score = 1 + (changed > 2) + (len(functions) > 1) + (kind == "value") + (bool(hidden) and solver_try is None)
+    return {"score": min(score, 5), "lines_changed": changed, "functions": len(functions), "failure_kind": kind,
+            "functions_named_in_issue": len(functions) - len(hidden), "mechanical_solver_try": solver_try}
+
+
+# ----- instances -----------------------------------------------------------------------------------------
 INSTANCE_SCRIPT = """set -e
 rm -rf /work && cp -a {pristine} /work && cd /work
 git init -q && git add -A && git commit -q --no-verify -m pristine
-cp {helpers}/mutant {path}
-rm -f -- {hidden}
+cp -a {helpers}/state/. .
 git add -A && git diff --cached --binary HEAD > {helpers}/setup.patch
 rm -rf .git && git init -q && git add -A && git commit -q --no-verify -m base
 git rev-parse HEAD > {helpers}/base
-cp {pristine}/{path} {path} && git diff --binary > {helpers}/gold.patch && git checkout -q -- {path}
-for f in {hidden}; do mkdir -p "$(dirname "$f")"; cp {pristine}/"$f" "$f"; done
+for f in {library}; do cp {pristine}/"$f" "$f"; done
+git diff --binary > {helpers}/gold.patch && git checkout -q -- .
+for f in {tests}; do cp {pristine}/"$f" "$f"; done
 git add -A && git diff --cached --binary > {helpers}/test.patch
 """
 
 
-def make_instance(
-    box: Container, project: Project, mutation: Mutation, mutated: bytes, image: str,
-    fail_to_pass: List[str], pass_to_pass: List[str], messages: Dict[str, str],
-) -> SWEInstance:
-    import shlex
+@dataclass
+class Candidate:
+    """A bug that made tests fail, before it becomes an instance."""
 
-    hidden = sorted({_file_of(nodeid) for nodeid in [*fail_to_pass, *pass_to_pass]})
-    box.write_file(f"{HELPERS}/mutant", mutated)
+    mutations: List[Mutation]
+    mutated: Dict[str, bytes]  # library path -> buggy bytes
+    fail_to_pass: List[str]
+    messages: Dict[str, str]
+    kind: str  # "value" or the first exception's type
+
+
+def hidden_state(pristine_files: Dict[str, bytes], fail_to_pass: Sequence[str]) -> Dict[str, bytes]:
+    """test file -> its bytes without the FAIL_TO_PASS functions (:class:`HideError` when one cannot go)."""
+    by_file: Dict[str, List[str]] = collections.defaultdict(list)
+    for nodeid in fail_to_pass:
+        by_file[test_path(nodeid)].append(nodeid)
+    return {path: hide_tests(pristine_files[path], ids) for path, ids in by_file.items()}
+
+
+def make_instance(
+    box: Container, project: Project, candidate: Candidate, image: str, reduced: Dict[str, bytes],
+    pass_to_pass: List[str], issue: str, issue_info: Dict[str, Any], extra: Dict[str, Any],
+) -> SWEInstance:
+    state = {**candidate.mutated, **reduced}
+    box.exec(f"rm -rf {HELPERS}/state", timeout_s=30)
+    box.put_tree(f"{HELPERS}/state", state)
     script = INSTANCE_SCRIPT.format(
-        pristine=PRISTINE, helpers=HELPERS, path=shlex.quote(mutation.path), hidden=" ".join(shlex.quote(h) for h in hidden)
+        pristine=PRISTINE, helpers=HELPERS, library=" ".join(shlex.quote(p) for p in sorted(candidate.mutated)),
+        tests=" ".join(shlex.quote(p) for p in sorted(reduced)),
     )
     done = box.exec(script, timeout_s=120, env=COMMIT_ENV)
     if not done.ok:
-        raise BuildError(f"project {project.name!r}: writing the instance for {mutation.key} failed: {done.output[-400:]}")
-    read = lambda name: box.read_file(f"{HELPERS}/{name}").decode("utf-8")
-    key = hashlib.sha256(f"{project.requirement}|{mutation.key}|{mutation.replacement!r}".encode()).hexdigest()[:10]
+        raise BuildError(f"project {project.name!r}: writing the instance failed: {done.output[-400:]}")
+    read = lambda name: box.read_file(f"{HELPERS}/{name}").decode("utf-8")  # noqa: E731
+    key = hashlib.sha256("|".join([project.requirement, *(f"{m.key}{m.replacement!r}" for m in candidate.mutations)])
+                         .encode()).hexdigest()[:10]
     return SWEInstance(
         instance_id=f"{project.name}__synth-{key}",
         repo=project.repo,
         base_commit=read("base").strip(),
-        problem_statement=problem_statement(project, [(t, messages.get(t, "")) for t in fail_to_pass]),
+        problem_statement=issue,
         patch=read("gold.patch"),
         test_patch=read("test.patch"),
-        FAIL_TO_PASS=fail_to_pass,
+        FAIL_TO_PASS=candidate.fail_to_pass,
         PASS_TO_PASS=pass_to_pass,
         version=project.version,
         image_name=image,
         setup_patch=read("setup.patch"),
         test_cmd="pytest",
-        extra={"mutation": {"kind": mutation.kind, "path": mutation.path, "function": mutation.function,
-                            "line": mutation.lineno, "description": mutation.description}},
+        extra={"mutation": {"kind": "+".join(m.kind for m in candidate.mutations), "path": candidate.mutations[0].path,
+                            "function": ",".join(m.function for m in candidate.mutations),
+                            "line": candidate.mutations[0].lineno,
+                            "description": "; ".join(m.description for m in candidate.mutations),
+                            "bugs": len(candidate.mutations)},
+               "issue": issue_info, **extra},
     )
+
+
+def reliability(box: Container, project: Project, candidate: Candidate, reduced: Dict[str, bytes],
+                pristine_tests: Dict[str, bytes], baseline_passing: Sequence[str]) -> Tuple[List[str], str, int]:
+    """(PASS_TO_PASS, why the instance is dropped or "", tests dropped as flaky or hidden-dependent).
+
+    The checkout at ``base_commit`` (bug in, hidden functions out) runs the whole suite once: what the agent can
+    run must pass there. Then the hidden tests go back and the whole suite runs ``RELIABILITY_RUNS`` times, as
+    the grader runs it: FAIL_TO_PASS must fail and PASS_TO_PASS pass every time."""
+    originals = dict(pristine_tests)
+    try:
+        box.put_tree(TESTBED, {**candidate.mutated, **reduced})
+        at_base = run_pytest(box, list(project.tests), timeout_s=600)
+        if at_base.error:
+            return [], "the suite did not run at base_commit", 0
+        failing = set(candidate.fail_to_pass)
+        candidates = [t for t in baseline_passing if t not in failing]
+        present = [t for t in candidates if t in at_base.outcomes]
+        stable = [t for t in present if at_base.passed(t)]
+        box.put_tree(TESTBED, originals)
+        for _ in range(RELIABILITY_RUNS):
+            run = run_pytest(box, list(project.tests), timeout_s=600)
+            if run.error:
+                return [], "the suite did not run to the end with the hidden tests", 0
+            if any(run.passed(t) for t in failing):
+                return [], "a FAIL_TO_PASS test passed in one of the runs (flaky)", 0
+            stable = [t for t in stable if run.passed(t)]
+        dropped = len(candidates) - len(stable)
+        return stable, "", dropped
+    finally:
+        box.put_tree(TESTBED, originals)
+
+
+def _crashes_on_changed_line(candidate: Candidate, outcomes: Dict[str, Any]) -> bool:
+    first = outcomes.get(candidate.fail_to_pass[0])
+    where = getattr(first, "where", None)
+    if not where or candidate.kind == "value":
+        return False
+    changed = {(f"{TESTBED}/{m.path}", m.lineno) for m in candidate.mutations}
+    return (str(where[0]), int(where[1])) in changed
 
 
 def synthesize(
     client: Any, project: Project, quota: int, seed: int = 0, max_tries: Optional[int] = None,
-    on_candidate: Callable[[], None] = lambda: None,
+    on_candidate: Callable[[], None] = lambda: None, writer: Optional[IssueWriter] = None,
+    kept_by_kind: Optional[Dict[str, int]] = None,
 ) -> Tuple[List[SWEInstance], ProjectSummary]:
-    """Up to ``quota`` instances of one project (see the module docstring, steps 1-5)."""
+    """Up to ``quota`` instances of one project (see the module docstring, steps 1-6). ``kept_by_kind`` counts
+    the operators kept so far across projects; the next bug tried is of the kind kept least."""
     started = time.monotonic()
     summary = ProjectSummary(project.name)
+    kept_by_kind = kept_by_kind if kept_by_kind is not None else collections.Counter()
     sdist = fetch_sdist(project)
     files = read_sdist(sdist)
     missing = [path for path in (*project.sources, *project.tests) if not any(rel == path or rel.startswith(path + "/") for rel in files)]
@@ -264,6 +386,7 @@ def synthesize(
     sources = project_sources(project, files)
     mutations = [m for rel, data in sorted(sources.items()) for m in find_mutations(rel, data)]
     instances: List[SWEInstance] = []
+    seen_effects: set = set()
     with Container(image, client=client, kind="swe-build", workdir=TESTBED) as box:
         installed = preinstalled(box, project)
         if installed:
@@ -273,9 +396,14 @@ def synthesize(
         baseline = run_pytest(box, list(project.tests), timeout_s=600, trace=True)
         if baseline.error:
             raise BuildError(f"project {project.name!r}: its test suite does not run in the image: {baseline.error}\n{baseline.log_tail[-800:]}")
-        for mutation in sample_mutations(mutations, seed, per_function=MUTATIONS_PER_FUNCTION):
+        baseline_passing = [nodeid for nodeid, outcome in baseline.outcomes.items() if outcome.passed]
+        summary.suite_tests = len(baseline_passing)
+        for mutation in balanced_mutations(mutations, seed, kept_by_kind, per_function=MUTATIONS_PER_FUNCTION * len(KINDS)):
             if len(instances) >= quota or (max_tries is not None and summary.tried >= max_tries):
                 break
+            if mutation.function_size < MIN_FUNCTION_SIZE.get(mutation.kind, MIN_STATEMENTS):
+                summary.discarded["the function is too small for the operator"] += 1
+                continue
             covering = _covering_tests(mutation, baseline)
             if not covering:
                 summary.discarded["no test calls the function"] += 1
@@ -284,6 +412,7 @@ def synthesize(
                 summary.discarded[f"more than {MAX_COVERING_TESTS} tests call the function"] += 1
                 continue
             summary.tried += 1
+            summary.tried_by_kind[mutation.kind] += 1
             on_candidate()
             scope = sorted({_file_of(nodeid) for nodeid in covering})
             original = sources[mutation.path]
@@ -296,27 +425,104 @@ def synthesize(
             if run.error:
                 summary.discarded["the tests did not run to the end"] += 1
                 continue
-            before = [nodeid for nodeid, outcome in baseline.outcomes.items() if outcome.passed and _file_of(nodeid) in scope]
+            before = [nodeid for nodeid in baseline_passing if _file_of(nodeid) in scope]
             fail_to_pass = [nodeid for nodeid in before if not run.passed(nodeid)]
-            pass_to_pass = [nodeid for nodeid in before if run.passed(nodeid)]
             if not fail_to_pass:
                 summary.discarded["no test failed"] += 1
                 continue
             if len(fail_to_pass) > MAX_FAIL_TO_PASS:
                 summary.discarded[f"more than {MAX_FAIL_TO_PASS} tests failed"] += 1
                 continue
-            messages = {nodeid: run.outcomes[nodeid].message for nodeid in fail_to_pass if nodeid in run.outcomes}
-            instances.append(make_instance(box, project, mutation, mutated, image, fail_to_pass, pass_to_pass, messages))
+            messages = {nodeid: run.outcomes[nodeid].message if nodeid in run.outcomes else "" for nodeid in fail_to_pass}
+            kinds = [failure_kind(messages[nodeid]) for nodeid in fail_to_pass]
+            candidate = Candidate([mutation], {mutation.path: mutated}, fail_to_pass, messages, kinds[0])
+            if _crashes_on_changed_line(candidate, run.outcomes):
+                summary.discarded["the first failure is an exception raised on the changed line"] += 1
+                continue
+            effect = (mutation.path, mutation.function, tuple(sorted(messages.items())))
+            if effect in seen_effects:
+                summary.discarded["a duplicate of an earlier bug (same function, same failures)"] += 1
+                continue
+            seen_effects.add(effect)
+            try:
+                reduced = hidden_state(files, fail_to_pass)
+            except HideError as exc:
+                summary.discarded[f"a failing test cannot be hidden alone ({type(exc).__name__})"] += 1
+                continue
+            test_paths = sorted(reduced)
+            failures = [Failure(messages[n], failing_statement(files, n, getattr(run.outcomes.get(n), "where", None)))
+                        for n in fail_to_pass]
+            forbidden = Forbidden.of(fail_to_pass, test_paths, _gold_lines(original, mutated),
+                                     [mutation.function.rsplit(".", 1)[-1]],
+                                     [text for f in failures for text in (f.message, f.statement)])
+            issue, issue_info = write_issue(project.name, project.version, failures, forbidden, writer)
+            if not issue_info["symptoms"]:
+                summary.discarded["no symptom can be shown without naming the hidden tests"] += 1
+                continue
+            solved = mechanical_solver(sources, mutation.path, mutated, original, issue)
+            if solved is not None:
+                summary.solver_undid += 1
+                summary.discarded[f"the mechanical solver undoes it within {SOLVER_TRIES} tries"] += 1
+                continue
+            pass_to_pass, dropped_why, flaky = _checked(box, project, candidate, reduced, files, baseline_passing,
+                                                        mutation.path, original)
+            if dropped_why:
+                summary.discarded[dropped_why] += 1
+                continue
+            summary.flaky_or_dependent_tests += flaky
+            extra = {"difficulty": difficulty(_gold_lines(original, mutated), [mutation.function], candidate.kind,
+                                              solved, issue)}
+            instance = make_instance(box, project, candidate, image, reduced, pass_to_pass, issue, issue_info, extra)
+            instances.append(instance)
+            kept_by_kind[mutation.kind] += 1
     summary.kept = len(instances)
     summary.seconds = round(time.monotonic() - started, 1)
     return instances, summary
 
 
+def _gold_lines(original: bytes, mutated: bytes) -> str:
+    """The lines the fix changes, as a diff's "-" (buggy) and "+" (fixed) lines."""
+    diff = difflib.unified_diff(mutated.decode("utf-8", "replace").splitlines(),
+                                original.decode("utf-8", "replace").splitlines(), lineterm="", n=0)
+    return "\n".join(line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
+
+
+def failing_statement(files: Dict[str, bytes], nodeid: str, where: Optional[Sequence[Any]], max_lines: int = 8) -> str:
+    """The statement of the test's own code that failed (the innermost one holding the failure's line), or ""
+    when the failure was raised outside the test's file."""
+    path = test_path(nodeid)
+    if not where or str(where[0]) != f"{TESTBED}/{path}" or path not in files:
+        return ""
+    source = files[path].decode("utf-8", "replace")
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ""
+    line = int(where[1])
+    holding = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)
+               and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    if not holding:
+        return ""
+    node = min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
+    text = textwrap.dedent(" " * node.col_offset + (ast.get_source_segment(source, node) or ""))
+    return text if text.count("\n") < max_lines else text.splitlines()[0]
+
+
+def _checked(box: Container, project: Project, candidate: Candidate, reduced: Dict[str, bytes], files: Dict[str, bytes],
+             baseline_passing: Sequence[str], path: str, original: bytes) -> Tuple[List[str], str, int]:
+    pristine_tests = {test: files[test] for test in reduced}
+    try:
+        return reliability(box, project, candidate, reduced, pristine_tests, baseline_passing)
+    finally:
+        box.write_file(f"{TESTBED}/{path}", original)
+
+
 def check_gold(client: Any, instances: Sequence[SWEInstance], workers: int = 2,
-               on_done: Callable[[], None] = lambda: None) -> Dict[str, str]:
+               on_done: Callable[[Any], None] = lambda report: None) -> Dict[str, str]:
     """instance_id -> why the gold patch does not resolve it, for the instances where it does not."""
     reports = evaluate_many(instances, [instance.patch for instance in instances], client=client, workers=workers,
-                            timeout_s=300, on_done=lambda report: on_done())
+                            timeout_s=600, on_done=on_done)
     return {
         report.instance_id: report.error or f"still failing: {report.fail_to_pass['failure'] + report.pass_to_pass['failure']}"
         for report in reports
@@ -324,19 +530,31 @@ def check_gold(client: Any, instances: Sequence[SWEInstance], workers: int = 2,
     }
 
 
+# ----- the whole build: resumable, with a dataset card ------------------------------------------------------
+def _progress_file(out: Path, project: Project) -> Path:
+    return out / "progress" / f"{project.name}.json"
+
+
 def build(
     out: Path, projects: Sequence[Project], limit: int = 100, seed: int = 0, base_url: Optional[str] = None,
-    progress: bool = True, workers: int = 2,
+    progress: bool = True, workers: int = 2, writer: Optional[IssueWriter] = None,
 ) -> Tuple[List[SWEInstance], List[ProjectSummary]]:
-    """``out/instances.jsonl`` with up to ``limit`` gold-checked instances spread over ``projects``."""
+    """``out/instances.jsonl`` with up to ``limit`` gold-checked instances spread over ``projects``, its
+    ``build_summary.json`` and ``dataset_card.md``. A project finished by an earlier run with the same
+    settings is read back from ``out/progress/`` instead of being built again."""
     from tqdm.auto import tqdm
 
     if limit < 1:
         raise ValueError(f"--limit must be at least 1, got {limit}")
+    started = time.monotonic()
     client = docker_client(base_url)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {"builder": BUILDER_VERSION, "seed": seed, "limit": limit, "projects": [p.name for p in projects],
+                "issue_writer": bool(writer)}
     quotas = [limit // len(projects) + (1 if index < limit % len(projects) else 0) for index in range(len(projects))]
     instances: List[SWEInstance] = []
     summaries: List[ProjectSummary] = []
+    kept_by_kind: Dict[str, int] = collections.Counter()
     bar = tqdm(total=limit, desc="swe build", unit="instance", disable=not progress)
     try:
         carried = 0  # what earlier projects fell short of their share goes to the next ones
@@ -345,13 +563,21 @@ def build(
             if quota == 0:
                 continue
             bar.set_postfix_str(project.name)
-            try:
-                made, summary = synthesize(client, project, quota, seed, max_tries=max(12, quota * 6))
-            except BuildError as exc:
-                summaries.append(ProjectSummary(project.name, error=str(exc)))
-                bar.write(f"skipped {project.name}: {exc}")
-                carried = quota
-                continue
+            saved = _resume(out, project, settings, quota)
+            if saved is not None:
+                made, summary = saved
+                bar.write(f"{project.name}: {len(made)} instances from an earlier run (progress/{project.name}.json)")
+            else:
+                try:
+                    made, summary = synthesize(client, project, quota, seed, max_tries=max(30, quota * 15), writer=writer,
+                                               kept_by_kind=kept_by_kind,
+                                               on_candidate=lambda: bar.set_postfix_str(f"{project.name}: trying bugs"))
+                except BuildError as exc:
+                    made, summary = [], ProjectSummary(project.name, error=str(exc))
+                    bar.write(f"skipped {project.name}: {exc}")
+                _save(out, project, settings, quota, made, summary)
+            if saved is not None:  # the next projects balance against what the earlier run kept
+                kept_by_kind.update(kind for instance in made for kind in instance.extra["mutation"]["kind"].split("+"))
             carried = quota - len(made)
             instances.extend(made)
             summaries.append(summary)
@@ -360,7 +586,7 @@ def build(
         bar.close()
     gold_bar = tqdm(total=len(instances), desc="gold check", unit="instance", disable=not progress)
     try:
-        failures = check_gold(client, instances, workers=workers, on_done=lambda: gold_bar.update(1))
+        failures = check_gold(client, instances, workers=workers, on_done=lambda report: gold_bar.update(1))
     finally:
         gold_bar.close()
     kept = [instance for instance in instances if instance.instance_id not in failures]
@@ -370,12 +596,102 @@ def build(
             summary.kept -= len(dropped)
             summary.discarded["the gold patch did not resolve it in a fresh container"] += len(dropped)
             summary.gold_failures.update({i: why[:500] for i, why in dropped.items()})
-    out.mkdir(parents=True, exist_ok=True)
     write_jsonl(kept, out / "instances.jsonl")
-    (out / "build_summary.json").write_text(
-        json.dumps([{**summary.__dict__, "discarded": dict(summary.discarded)} for summary in summaries], indent=2) + "\n"
-    )
+    (out / "build_summary.json").write_text(json.dumps([summary.to_dict() for summary in summaries], indent=2) + "\n")
+    card = dataset_card(kept, summaries, time.monotonic() - started)
+    (out / "dataset_card.md").write_text(card["markdown"])
+    (out / "dataset_card.json").write_text(json.dumps({k: v for k, v in card.items() if k != "markdown"}, indent=2) + "\n")
     return kept, summaries
 
 
-__all__ = ["BuildError", "ProjectSummary", "build", "check_gold", "fetch_sdist", "problem_statement", "synthesize"]
+def _resume(out: Path, project: Project, settings: Dict[str, Any], quota: int) -> Optional[Tuple[List[SWEInstance], ProjectSummary]]:
+    path = _progress_file(out, project)
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    if saved.get("settings") != settings or saved.get("quota") != quota:
+        return None
+    summary = ProjectSummary(project.name)
+    for name, value in saved["summary"].items():
+        if name == "discarded":
+            summary.discarded.update(value)
+        elif name == "tried_by_kind":
+            summary.tried_by_kind.update(value)
+        else:
+            setattr(summary, name, value)
+    return [normalize_row(row) for row in saved["instances"]], summary
+
+
+def _save(out: Path, project: Project, settings: Dict[str, Any], quota: int, made: List[SWEInstance],
+          summary: ProjectSummary) -> None:
+    path = _progress_file(out, project)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    partial.write_text(json.dumps({"settings": settings, "quota": quota, "summary": summary.to_dict(),
+                                   "instances": [instance.to_row() for instance in made]}))
+    partial.replace(path)
+
+
+def dataset_card(instances: Sequence[SWEInstance], summaries: Sequence[ProjectSummary], seconds: float) -> Dict[str, Any]:
+    """The figures a researcher checks before training on the set, as JSON and as markdown."""
+    total = len(instances)
+    share = lambda count: round(100.0 * count / total, 1) if total else 0.0  # noqa: E731
+    operators = collections.Counter(kind for i in instances for kind in i.extra["mutation"]["kind"].split("+"))
+    bugs = collections.Counter(i.extra["mutation"].get("bugs", 1) for i in instances)
+    kinds = collections.Counter(i.extra.get("difficulty", {}).get("failure_kind", "?") for i in instances)
+    scores = collections.Counter(i.extra.get("difficulty", {}).get("score", 0) for i in instances)
+    projects = collections.Counter(i.instance_id.split("__", 1)[0] for i in instances)
+    issue_sources = collections.Counter(i.extra.get("issue", {}).get("source", "?") for i in instances)
+    dropped: Dict[str, int] = collections.Counter()
+    for summary in summaries:
+        dropped.update(summary.discarded)
+        if summary.error:
+            dropped[f"project {summary.project} failed: {summary.error.splitlines()[0][:120]}"] += 1
+    tried = sum(summary.tried for summary in summaries)
+    solver = sum(summary.solver_undid for summary in summaries)
+    p2p = [len(i.PASS_TO_PASS) for i in instances]
+    card: Dict[str, Any] = {
+        "instances": total, "build_seconds": round(seconds, 1), "projects": dict(sorted(projects.items())),
+        "operators": {k: {"instances": v, "percent": share(v)} for k, v in operators.most_common()},
+        "failure_kinds": {k: {"instances": v, "percent": share(v)} for k, v in kinds.most_common()},
+        "wrong_value_percent": share(kinds.get("value", 0)),
+        "bugs_per_instance": {str(k): v for k, v in sorted(bugs.items())},
+        "combined_percent": share(sum(v for k, v in bugs.items() if k > 1)),
+        "difficulty_histogram": {str(k): v for k, v in sorted(scores.items())},
+        "issue_text": dict(issue_sources),
+        "pass_to_pass_per_instance": {"min": min(p2p, default=0), "max": max(p2p, default=0)},
+        "candidates_tried": tried,
+        "mechanical_solver": {"undid": solver, "of_tried": tried, "percent_of_tried": round(100.0 * solver / tried, 1) if tried else 0.0,
+                              "on_kept_instances": 0, "tries": SOLVER_TRIES},
+        "dropped": dict(dropped.most_common()),
+    }
+    lines = [
+        "# SWE dataset card", "",
+        f"{total} instances from {len(projects)} projects, built in {seconds / 60:.1f} min (`skyrl-gym swe build`).", "",
+        "| figure | value |", "|---|---|",
+        f"| wrong value (assertion) rather than an exception | {card['wrong_value_percent']}% |",
+        f"| combined multi-bug tasks | {card['combined_percent']}% |",
+        f"| largest operator share | {max((v['percent'] for v in card['operators'].values()), default=0)}% |",
+        f"| mechanical solver ({SOLVER_TRIES} tries) | undid {solver} of {tried} bugs tried ({card['mechanical_solver']['percent_of_tried']}%), all dropped: 0% of instances |",
+        f"| PASS_TO_PASS per instance | {card['pass_to_pass_per_instance']['min']} to {card['pass_to_pass_per_instance']['max']} tests |",
+        f"| issue text | {', '.join(f'{k}: {v}' for k, v in issue_sources.items())} |", "",
+        "## Operators", "", "| operator | instances | share |", "|---|---|---|",
+        *(f"| {k} | {v['instances']} | {v['percent']}% |" for k, v in card["operators"].items()), "",
+        "## Failure kinds", "", "| first failure | instances | share |", "|---|---|---|",
+        *(f"| {k} | {v['instances']} | {v['percent']}% |" for k, v in card["failure_kinds"].items()), "",
+        "## Difficulty (1 easy to 5 hard)", "", "| score | instances |", "|---|---|",
+        *(f"| {k} | {v} |" for k, v in card["difficulty_histogram"].items()), "",
+        "## Projects", "", "| project | instances |", "|---|---|",
+        *(f"| {k} | {v} |" for k, v in card["projects"].items()), "",
+        "## Dropped, and why", "", "| reason | count |", "|---|---|",
+        *(f"| {k} | {v} |" for k, v in card["dropped"].items()), "",
+    ]
+    card["markdown"] = "\n".join(lines)
+    return card
+
+
+__all__ = ["BuildError", "ProjectSummary", "build", "check_gold", "dataset_card", "fetch_sdist", "mechanical_solver",
+           "synthesize"]

@@ -4,16 +4,25 @@ Each :class:`Mutation` replaces one span of a file's bytes (ast positions are UT
 so the rest of the file, comments and formatting included, is untouched and the gold patch (the
 reversal) is a one-hunk diff. The kinds, in the spirit of SWE-smith's procedural modifiers:
 
-=================  ============================================================
-``flip_compare``   ``<`` and ``<=``, ``>`` and ``>=``, ``==`` and ``!=``, ``in`` and ``not in``, ``is`` and ``is not``
-``flip_boolean``   ``and`` and ``or``
-``flip_arith``     ``+`` and ``-``, ``*`` and ``//`` (in binary operations)
-``off_by_one``     an integer in an index, a slice, ``range()`` or arithmetic, plus or minus one
-``change_constant``  ``True`` and ``False``; other integer constants plus one
+====================  ============================================================
+``flip_compare``      ``<`` and ``<=``, ``>`` and ``>=``, ``==`` and ``!=``, ``in`` and ``not in``, ``is`` and ``is not``
+``flip_boolean``      ``and`` and ``or``
+``drop_condition``    ``a and b`` or ``a or b`` becomes ``a`` (a condition dropped)
+``flip_arith``        ``+`` and ``-``, ``*`` and ``//`` (in binary operations)
+``off_by_one``        an integer in an index, a slice, ``range()`` or arithmetic, plus or minus one
+``change_constant``   ``True`` and ``False``; an integer compared against, plus one
 ``remove_statement``  an assignment, augmented assignment or call statement deleted from a block of several
-``swap_arguments``  the first two positional arguments of a call
-``negate_if``       an ``if`` condition negated
-=================  ============================================================
+``remove_branch``     an ``if`` without ``else`` deleted from a block of several
+``remove_loop``       a ``for`` or ``while`` loop deleted from a block of several
+``remove_wrapper``    ``list(x)``, ``sorted(x)``, ``int(x)``, ... of one argument becomes ``x``
+``swallow_exception``  a ``raise`` becomes ``pass``
+``swap_arguments``    the first two positional arguments of a call
+``negate_if``         an ``if`` condition negated
+``wrong_variable``    a local variable read where the function reads another one
+====================  ============================================================
+
+Each mutation records the size of its function (statements in it): :data:`MIN_FUNCTION_SIZE` keeps each
+operator to functions with enough code that finding the changed line takes reading.
 """
 
 from __future__ import annotations
@@ -31,9 +40,14 @@ COMPARE_FLIPS = {
 ARITH_FLIPS = {ast.Add: ("+", "-"), ast.Sub: ("-", "+"), ast.Mult: ("*", "//"), ast.FloorDiv: ("//", "*")}
 BOOL_FLIPS = {ast.And: ("and", "or"), ast.Or: ("or", "and")}
 KINDS = (
-    "flip_compare", "flip_boolean", "flip_arith", "off_by_one", "change_constant",
-    "remove_statement", "swap_arguments", "negate_if",
+    "flip_compare", "flip_boolean", "drop_condition", "flip_arith", "off_by_one", "change_constant",
+    "remove_statement", "remove_branch", "remove_loop", "remove_wrapper", "swallow_exception",
+    "swap_arguments", "negate_if", "wrong_variable",
 )
+MIN_STATEMENTS = 4  # statements in the function, for every operator
+# Removing code from a function of a few statements leaves too little to read: those need more.
+MIN_FUNCTION_SIZE = {"remove_statement": 6, "remove_branch": 6, "remove_loop": 6}
+WRAPPERS = {"list", "tuple", "sorted", "reversed", "set", "frozenset", "int", "str", "float", "abs", "bool", "dict"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,7 @@ class Mutation:
     end: int
     replacement: bytes
     description: str
+    function_size: int = 0  # statements in the enclosing function
 
     def apply(self, source: bytes) -> bytes:
         return source[: self.start] + self.replacement + source[self.end :]
@@ -98,6 +113,7 @@ class _Finder(ast.NodeVisitor):
         self.source = source
         self.stack: List[ast.AST] = []
         self.found: List[Mutation] = []
+        self._local_names: Dict[int, frozenset] = {}
 
     # Only code inside functions: module-level code runs at import and breaks every test at once.
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
@@ -124,10 +140,11 @@ class _Finder(ast.NodeVisitor):
             return
         qualname = ".".join(getattr(item, "name", "?") for item in self.stack)
         first = min([function.lineno, *(d.lineno for d in function.decorator_list)])  # type: ignore[attr-defined]
+        size = sum(isinstance(child, ast.stmt) for child in ast.walk(function)) - 1
         self.found.append(
             Mutation(
                 self.path, qualname, (first, function.lineno), node.lineno, kind,  # type: ignore[attr-defined]
-                span[0], span[1], replacement.encode(), description,
+                span[0], span[1], replacement.encode(), description, size,
             )
         )
 
@@ -136,6 +153,10 @@ class _Finder(ast.NodeVisitor):
             old, new = COMPARE_FLIPS[type(node.ops[0])]
             span = _between(self.offsets, node.left, node.comparators[0], old)
             self._add(node, "flip_compare", span, new, f"`{old}` became `{new}`")
+        for side in (node.left, *node.comparators):
+            if _is_int(side):
+                value = side.value  # type: ignore[attr-defined]
+                self._add(side, "change_constant", self.offsets.span(side), str(value + 1), f"`{value}` became `{value + 1}`")
         self.generic_visit(node)
 
     def visit_BoolOp(self, node: ast.BoolOp) -> None:
@@ -143,6 +164,10 @@ class _Finder(ast.NodeVisitor):
             old, new = BOOL_FLIPS[type(node.op)]
             span = _between(self.offsets, node.values[0], node.values[1], old)
             self._add(node, "flip_boolean", span, new, f"`{old}` became `{new}`")
+            first = self.offsets.span(node.values[0])
+            text = self.source[first[0] : first[1]].decode()
+            if "\n" not in text:
+                self._add(node, "drop_condition", self.offsets.span(node), text, f"`{old}` and its right side were dropped")
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
@@ -163,6 +188,12 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Name) and node.func.id in WRAPPERS and len(node.args) == 1 and not node.keywords \
+                and not isinstance(node.args[0], ast.Starred):
+            inner = self.offsets.span(node.args[0])
+            text = self.source[inner[0] : inner[1]].decode()
+            if "\n" not in text:
+                self._add(node, "remove_wrapper", self.offsets.span(node), f"({text})", f"`{node.func.id}(...)` was dropped")
         if isinstance(node.func, ast.Name) and node.func.id == "range":
             for arg in node.args:
                 if _is_int(arg):
@@ -191,6 +222,30 @@ class _Finder(ast.NodeVisitor):
         self._remove_from(node.body)
         self.generic_visit(node)
 
+    def visit_Raise(self, node: ast.Raise) -> None:
+        start, end = self.offsets.span(node)
+        if node.exc is not None and b"\n" not in self.source[start:end]:
+            self._add(node, "swallow_exception", (start, end), "pass", "a `raise` became `pass`")
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        function = self._function()
+        if function is not None and isinstance(node.ctx, ast.Load) and node.id in self._locals(function):
+            others = sorted(self._locals(function) - {node.id})
+            if others:
+                other = others[sum(node.id.encode()) % len(others)]
+                self._add(node, "wrong_variable", self.offsets.span(node), other, f"`{node.id}` became `{other}`")
+        self.generic_visit(node)
+
+    def _locals(self, function: ast.AST) -> frozenset:
+        cached = self._local_names.get(id(function))
+        if cached is None:
+            args = function.args  # type: ignore[attr-defined]
+            names = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]} - {"self", "cls"}
+            names |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            cached = self._local_names[id(function)] = frozenset(names)
+        return cached
+
     def generic_visit(self, node: ast.AST) -> None:
         body = getattr(node, "body", None)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While, ast.With)) and isinstance(body, list):
@@ -206,15 +261,21 @@ class _Finder(ast.NodeVisitor):
         if len(body) < 2 or self._function() is None:
             return
         for statement in body:
-            if not isinstance(statement, (ast.Assign, ast.AugAssign, ast.Expr)):
+            if isinstance(statement, ast.If) and not statement.orelse:
+                kind, what = "remove_branch", "an `if` block was removed"
+            elif isinstance(statement, (ast.For, ast.While)) and not statement.orelse:
+                kind, what = "remove_loop", "a loop was removed"
+            elif isinstance(statement, (ast.Assign, ast.AugAssign)) or (
+                isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)  # not docstrings or bare names
+            ):
+                kind, what = "remove_statement", "a statement was removed"
+            else:
                 continue
-            if isinstance(statement, ast.Expr) and not isinstance(statement.value, ast.Call):
-                continue  # docstrings and bare names change nothing
             start, end = self.offsets.span(statement)
             line_start = self.offsets.line_starts[statement.lineno - 1]
             if self.source[line_start:start].strip() or self.source[end : end + 1] not in (b"\n", b""):
                 continue  # not alone on its lines (a `;` or a comment follows)
-            self._add(statement, "remove_statement", (line_start, end + 1), "", "a statement was removed")
+            self._add(statement, kind, (line_start, end + 1), "", what)
 
 
 def _is_int(node: Optional[ast.AST]) -> bool:
@@ -261,3 +322,21 @@ def sample_mutations(mutations: Sequence[Mutation], seed: int, per_function: int
         for group in groups:
             if round_index < len(group):
                 yield group[round_index]
+
+
+def balanced_mutations(
+    mutations: Sequence[Mutation], seed: int, kept: Dict[str, int], per_function: int = 1
+) -> Iterator[Mutation]:
+    """Mutations one at a time, each of the operator ``kept`` least so far (ties: the one tried least), so the
+    operators' shares are balanced after filtering rather than by how often each survives. Within an operator,
+    the order of :func:`sample_mutations`. ``kept`` is read at every step (the caller updates it)."""
+    queues: Dict[str, List[Mutation]] = {}
+    for mutation in sample_mutations(mutations, seed, per_function):
+        queues.setdefault(mutation.kind, []).append(mutation)
+    for queue in queues.values():
+        queue.reverse()  # pop() from the end gives the sampled order
+    tried: Dict[str, int] = {kind: 0 for kind in queues}
+    while any(queues.values()):
+        kind = min((k for k, q in queues.items() if q), key=lambda k: (kept.get(k, 0), tried[k], KINDS.index(k)))
+        tried[kind] += 1
+        yield queues[kind].pop()

@@ -18,6 +18,7 @@ import pytest
 from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
 from skyrl_gym.envs.swe.instances import REQUIRED_FIELDS, write_jsonl
 from skyrl_gym.envs.swe.runtime import SWERuntime
+from skyrl_gym.envs.swe.synth.hiding import test_path
 from tests.swe_fixtures import BUILD_LIMIT, swe_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -30,6 +31,14 @@ def test_build_then_validate_resolves_every_gold_patch_and_no_empty_one(swe_buil
     assert len({row["repo"] for row in rows}) == 3
     summary = json.loads((swe_built / "build_summary.json").read_text())
     assert sum(entry["kept"] for entry in summary) == BUILD_LIMIT
+    card = json.loads((swe_built / "dataset_card.json").read_text())
+    assert card["instances"] == BUILD_LIMIT and sum(card["projects"].values()) == BUILD_LIMIT
+    assert sum(v["instances"] for v in card["failure_kinds"].values()) == BUILD_LIMIT
+    assert "## Dropped, and why" in (swe_built / "dataset_card.md").read_text()
+    for row in rows:  # every test of the project that passes at base_commit guards against regressions
+        suite = next(entry["suite_tests"] for entry in summary if row["instance_id"].startswith(entry["project"] + "__"))
+        assert len(row["PASS_TO_PASS"]) >= min(50, suite - len(row["FAIL_TO_PASS"]))
+        assert row["difficulty"]["score"] in range(1, 6) and row["issue"]["source"] == "template"
     done = swe_cli("validate", str(swe_built / "instances.jsonl"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"gold resolved {BUILD_LIMIT}/{BUILD_LIMIT}" in done.stdout
@@ -45,8 +54,15 @@ def test_the_repository_is_at_base_commit_with_the_hidden_tests_and_the_fix_out_
         runtime.setup()
         log = runtime.exec("git log --all --format=%H").output.split()
         assert log == [instance.base_commit]  # one commit: no history holds the fix
-        for test_file in instance.test_files:
-            assert runtime.exec(f"test -e {test_file}").exit_code == 1
+        hidden_names = {test_id.split("::")[-1].split("[")[0] for test_id in instance.FAIL_TO_PASS}
+        for name in hidden_names:  # the failing test functions are out of the checkout ...
+            assert runtime.exec(f"git grep -q 'def {name}(' -- {' '.join(instance.test_files)}").exit_code == 1
+        # ... and the rest of the suite is in it: the agent can run the tests that guard against regressions
+        assert len(instance.PASS_TO_PASS) >= 50
+        sample = [t for t in instance.PASS_TO_PASS if test_path(t) in {test_path(f) for f in instance.FAIL_TO_PASS}][:5] \
+            or instance.PASS_TO_PASS[:5]
+        ran = runtime.exec("python3 -m pytest -q -p no:cacheprovider " + " ".join(f"'{t}'" for t in sample), timeout_s=300)
+        assert ran.ok and f"{len(sample)} passed" in ran.output, ran.output[-1500:]
         assert runtime.diff() == ""
         network = runtime.exec("python3 -c 'import socket; socket.create_connection((\"10.0.0.1\", 80), timeout=2)'")
         assert network.exit_code != 0
@@ -263,6 +279,18 @@ def test_an_interrupted_command_leaves_no_container_or_image_behind(swe_built, s
     assert process.returncode != 0, (out[-2000:], err[-2000:])
     assert started_by_it("swe") == [] and started_by_it("swe-build") == []
     assert {image.id for image in client.images.list(filters={"dangling": True})} <= dangling_before
+
+
+def test_a_build_resumes_from_the_projects_it_finished(swe_built):
+    """The same command again (as after an interruption): finished projects are read back, not built again."""
+    before = (swe_built / "instances.jsonl").read_text()
+    from tests.swe_fixtures import BUILD_PROJECTS
+
+    done = swe_cli("build", "--out", str(swe_built), "--limit", str(BUILD_LIMIT), "--projects", BUILD_PROJECTS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for project in BUILD_PROJECTS.split(","):
+        assert f"{project}: " in done.stdout + done.stderr and "from an earlier run" in done.stdout + done.stderr
+    assert (swe_built / "instances.jsonl").read_text() == before
 
 
 def test_a_project_that_cannot_be_fetched_is_a_clear_error(docker_client_for_tests):

@@ -171,3 +171,16 @@ def test_reversing_every_patch_on_disk_then_submitting_scores_0(swe_instances):
         finally:
             env.close()
         assert last["done"] and last["reward"] == 0.0, (instance.instance_id, last["metadata"]["model_patch"][:500])
+
+
+def test_no_problem_statement_holds_a_hidden_test_id_a_gold_line_or_a_hidden_path(swe_instances):
+    from skyrl_gym.envs.swe.grading import patch_paths
+
+    for instance in swe_instances:
+        text = instance.problem_statement
+        names = {re.sub(r"\[.*$", "", test_id.split("::")[-1]) for test_id in instance.FAIL_TO_PASS}
+        gold = {line[1:].strip() for line in instance.patch.splitlines()
+                if line[:1] in "+-" and not line.startswith(("+++", "---")) and len(line[1:].strip()) >= 8}
+        for secret in [*instance.FAIL_TO_PASS, *names, *gold, *patch_paths(instance.test_patch)]:
+            assert secret not in text, f"{instance.instance_id}: the issue holds {secret!r}:\n{text}"
+        assert "```" in text  # a reproduction, not a list of failing tests

@@ -83,6 +83,9 @@ def test_instances_round_trip_through_jsonl(tmp_path):
 SOURCE = b'''\
 def window(items, size=2, strict=True):
     """A docstring is never removed."""
+    if size < 1:
+        raise ValueError("size must be positive")
+    items = list(items)
     out = []
     for start in range(0, len(items) - size + 1):
         chunk = items[start : start + size]
