@@ -73,6 +73,7 @@ BASE_TAG = "skyrl-gym-swe-base:bookworm-python3-pytest-git"
 MAX_FAIL_TO_PASS = 20  # a bug that breaks more tests than this is not a task, it is an outage
 RELIABILITY_RUNS = 3  # runs of the whole suite with the hidden tests back; a test that flips is flaky
 SOLVER_TRIES = 20  # the mechanical solver's budget: a bug it undoes within this many tries is too easy
+COMBINED_SHARE = 0.2  # about this share of each project's instances combine two or three bugs
 # A function that this many tests call is so central that a bug in it breaks too many of them: not tried.
 MAX_COVERING_TESTS = 150
 MUTATIONS_PER_FUNCTION = 3  # mutations of one operator per function before the project counts as exhausted
@@ -258,7 +259,8 @@ def difficulty(gold_patch: str, functions: Sequence[str], kind: str, solver_try:
 INSTANCE_SCRIPT = """set -e
 rm -rf /work && cp -a {pristine} /work && cd /work
 git init -q && git add -A && git commit -q --no-verify -m pristine
-cp -a {helpers}/state/. .
+cp -R {helpers}/state/. .
+git add -A && git update-index -q --really-refresh && git add -A
 git add -A && git diff --cached --binary HEAD > {helpers}/setup.patch
 rm -rf .git && git init -q && git add -A && git commit -q --no-verify -m base
 git rev-parse HEAD > {helpers}/base
@@ -367,13 +369,137 @@ def _crashes_on_changed_line(candidate: Candidate, outcomes: Dict[str, Any]) -> 
     return (str(where[0]), int(where[1])) in changed
 
 
+class _Work:
+    """One project's work container and what is known about it, for turning bugs into instances."""
+
+    def __init__(self, box: Container, project: Project, files: Dict[str, bytes], sources: Dict[str, bytes],
+                 baseline_passing: List[str], image: str, writer: Optional[IssueWriter], summary: ProjectSummary) -> None:
+        self.box, self.project, self.files, self.sources = box, project, files, sources
+        self.baseline_passing, self.image, self.writer, self.summary = baseline_passing, image, writer, summary
+        self.seen_effects: set = set()
+
+    def drop(self, why: str) -> None:
+        self.summary.discarded[why] += 1
+
+    def finish(self, mutations: List[Mutation], scope: List[str]) -> Optional[Tuple[Candidate, SWEInstance]]:
+        """Run the bugs' tests, apply every filter, check reliability and write the instance; None when dropped."""
+        box, files, sources = self.box, self.files, self.sources
+        path = mutations[0].path
+        original = sources[path]
+        mutated = original
+        for mutation in sorted(mutations, key=lambda m: m.start, reverse=True):
+            mutated = mutation.apply(mutated)
+        box.write_file(f"{TESTBED}/{path}", mutated)
+        try:
+            run = run_pytest(box, scope, timeout_s=120)
+        finally:
+            box.write_file(f"{TESTBED}/{path}", original)
+        if run.error:
+            return self.drop("the tests did not run to the end")
+        before = [nodeid for nodeid in self.baseline_passing if _file_of(nodeid) in scope]
+        fail_to_pass = [nodeid for nodeid in before if not run.passed(nodeid)]
+        if not fail_to_pass:
+            return self.drop("no test failed")
+        if len(fail_to_pass) > MAX_FAIL_TO_PASS:
+            return self.drop(f"more than {MAX_FAIL_TO_PASS} tests failed")
+        messages = {nodeid: run.outcomes[nodeid].message if nodeid in run.outcomes else "" for nodeid in fail_to_pass}
+        candidate = Candidate(mutations, {path: mutated}, fail_to_pass, messages, failure_kind(messages[fail_to_pass[0]]))
+        if _crashes_on_changed_line(candidate, run.outcomes):
+            return self.drop("the first failure is an exception raised on the changed line")
+        effect = (path, tuple(m.function for m in mutations), tuple(sorted(messages.items())))
+        if effect in self.seen_effects:
+            return self.drop("a duplicate of an earlier bug (same function, same failures)")
+        self.seen_effects.add(effect)
+        try:
+            reduced = hidden_state(files, fail_to_pass)
+        except HideError as exc:
+            return self.drop(f"a failing test cannot be hidden alone ({type(exc).__name__})")
+        functions = [m.function for m in mutations]
+        failures = [Failure(messages[n], failing_statement(files, n, getattr(run.outcomes.get(n), "where", None)))
+                    for n in fail_to_pass]
+        forbidden = Forbidden.of(fail_to_pass, sorted(reduced), _gold_lines(original, mutated),
+                                 [f.rsplit(".", 1)[-1] for f in functions],
+                                 [text for f in failures for text in (f.message, f.statement)])
+        issue, issue_info = write_issue(self.project.name, self.project.version, failures, forbidden, self.writer)
+        if not issue_info["symptoms"]:
+            return self.drop("no symptom can be shown without naming the hidden tests")
+        solved = self.solver(mutations, original, mutated, issue)
+        if solved is not None:
+            self.summary.solver_undid += 1
+            return self.drop(f"the mechanical solver undoes it within {SOLVER_TRIES} tries")
+        pass_to_pass, dropped_why, flaky = _checked(box, self.project, candidate, reduced, files, self.baseline_passing,
+                                                    path, original)
+        if dropped_why:
+            return self.drop(dropped_why)
+        self.summary.flaky_or_dependent_tests += flaky
+        extra = {"difficulty": difficulty(_gold_lines(original, mutated), functions, candidate.kind, solved, issue)}
+        instance = make_instance(box, self.project, candidate, self.image, reduced, pass_to_pass, issue, issue_info, extra)
+        return candidate, instance
+
+    def solver(self, mutations: List[Mutation], original: bytes, mutated: bytes, issue: str) -> Optional[int]:
+        """The mechanical solver's tries to undo every bug, one edit each (None: it does not, within the budget)."""
+        path, total = mutations[0].path, 0
+        for index in range(len(mutations)):
+            target = original
+            for other in sorted((m for i, m in enumerate(mutations) if i != index), key=lambda m: m.start, reverse=True):
+                target = other.apply(target)
+            tries = mechanical_solver(self.sources, path, mutated, target, issue)
+            if tries is None:
+                return None
+            total += tries
+        return total if total <= SOLVER_TRIES else None
+
+    def combine(self, singles: List[Tuple[Candidate, SWEInstance]], quota: int, share: float) -> List[SWEInstance]:
+        """``quota`` instances: combined tasks of two or three single bugs of one module (different functions),
+        each checked like a single one, about ``share`` of them, then the singles not used."""
+        left = list(singles)
+        tried_alone: List[Tuple[Candidate, SWEInstance]] = []
+        combined: List[SWEInstance] = []
+        wanted = max(1, round(quota * share)) if quota >= 2 and share > 0 else 0
+        for size in (3, 2) * wanted:
+            if len(combined) >= wanted or len(combined) + len(left) - size + 1 < quota:
+                continue
+            group = _group([item for item in left if item not in tried_alone], size)
+            if group is None:
+                continue
+            mutations = [m for candidate, _ in group for m in candidate.mutations]
+            scope = sorted({_file_of(n) for candidate, _ in group for n in candidate.fail_to_pass}
+                           | {_file_of(n) for n in self.baseline_passing})
+            made = self.finish(mutations, scope)
+            if made is None:
+                self.drop("a combination of bugs failed a check")
+                tried_alone.append(group[0])  # it stays a single task; others get paired next time
+                continue
+            combined.append(made[1])
+            left = [item for item in left if item not in group]
+        return (combined + [instance for _, instance in left])[:quota]
+
+
+def _group(singles: List[Tuple[Candidate, SWEInstance]], size: int) -> Optional[List[Tuple[Candidate, SWEInstance]]]:
+    """``size`` single bugs of one file in different functions, or None."""
+    by_path: Dict[str, List[Tuple[Candidate, SWEInstance]]] = collections.defaultdict(list)
+    for item in singles:
+        by_path[item[0].mutations[0].path].append(item)
+    for items in by_path.values():
+        chosen, functions = [], set()
+        for item in items:
+            function = item[0].mutations[0].function
+            if function not in functions:
+                chosen.append(item)
+                functions.add(function)
+            if len(chosen) == size:
+                return chosen
+    return None
+
+
 def synthesize(
     client: Any, project: Project, quota: int, seed: int = 0, max_tries: Optional[int] = None,
     on_candidate: Callable[[], None] = lambda: None, writer: Optional[IssueWriter] = None,
-    kept_by_kind: Optional[Dict[str, int]] = None,
+    kept_by_kind: Optional[Dict[str, int]] = None, combined_share: float = COMBINED_SHARE,
 ) -> Tuple[List[SWEInstance], ProjectSummary]:
     """Up to ``quota`` instances of one project (see the module docstring, steps 1-6). ``kept_by_kind`` counts
-    the operators kept so far across projects; the next bug tried is of the kind kept least."""
+    the operators kept so far across projects; the next bug tried is of the kind kept least. About
+    ``combined_share`` of the instances combine two or three single bugs of one module (:meth:`_Work.combine`)."""
     started = time.monotonic()
     summary = ProjectSummary(project.name)
     kept_by_kind = kept_by_kind if kept_by_kind is not None else collections.Counter()
@@ -386,7 +512,9 @@ def synthesize(
     sources = project_sources(project, files)
     mutations = [m for rel, data in sorted(sources.items()) for m in find_mutations(rel, data)]
     instances: List[SWEInstance] = []
-    seen_effects: set = set()
+    singles: List[Tuple[Candidate, SWEInstance]] = []
+    # each combined task takes two single bugs: aim for that many more singles
+    planned_combos = max(1, round(quota * combined_share)) if quota >= 2 and combined_share > 0 else 0
     with Container(image, client=client, kind="swe-build", workdir=TESTBED) as box:
         installed = preinstalled(box, project)
         if installed:
@@ -398,8 +526,9 @@ def synthesize(
             raise BuildError(f"project {project.name!r}: its test suite does not run in the image: {baseline.error}\n{baseline.log_tail[-800:]}")
         baseline_passing = [nodeid for nodeid, outcome in baseline.outcomes.items() if outcome.passed]
         summary.suite_tests = len(baseline_passing)
+        work = _Work(box, project, files, sources, baseline_passing, image, writer, summary)
         for mutation in balanced_mutations(mutations, seed, kept_by_kind, per_function=MUTATIONS_PER_FUNCTION * len(KINDS)):
-            if len(instances) >= quota or (max_tries is not None and summary.tried >= max_tries):
+            if len(singles) >= quota + planned_combos or (max_tries is not None and summary.tried >= max_tries):
                 break
             if mutation.function_size < MIN_FUNCTION_SIZE.get(mutation.kind, MIN_STATEMENTS):
                 summary.discarded["the function is too small for the operator"] += 1
@@ -415,66 +544,11 @@ def synthesize(
             summary.tried_by_kind[mutation.kind] += 1
             on_candidate()
             scope = sorted({_file_of(nodeid) for nodeid in covering})
-            original = sources[mutation.path]
-            mutated = mutation.apply(original)
-            box.write_file(f"{TESTBED}/{mutation.path}", mutated)
-            try:
-                run = run_pytest(box, scope, timeout_s=120)
-            finally:
-                box.write_file(f"{TESTBED}/{mutation.path}", original)
-            if run.error:
-                summary.discarded["the tests did not run to the end"] += 1
-                continue
-            before = [nodeid for nodeid in baseline_passing if _file_of(nodeid) in scope]
-            fail_to_pass = [nodeid for nodeid in before if not run.passed(nodeid)]
-            if not fail_to_pass:
-                summary.discarded["no test failed"] += 1
-                continue
-            if len(fail_to_pass) > MAX_FAIL_TO_PASS:
-                summary.discarded[f"more than {MAX_FAIL_TO_PASS} tests failed"] += 1
-                continue
-            messages = {nodeid: run.outcomes[nodeid].message if nodeid in run.outcomes else "" for nodeid in fail_to_pass}
-            kinds = [failure_kind(messages[nodeid]) for nodeid in fail_to_pass]
-            candidate = Candidate([mutation], {mutation.path: mutated}, fail_to_pass, messages, kinds[0])
-            if _crashes_on_changed_line(candidate, run.outcomes):
-                summary.discarded["the first failure is an exception raised on the changed line"] += 1
-                continue
-            effect = (mutation.path, mutation.function, tuple(sorted(messages.items())))
-            if effect in seen_effects:
-                summary.discarded["a duplicate of an earlier bug (same function, same failures)"] += 1
-                continue
-            seen_effects.add(effect)
-            try:
-                reduced = hidden_state(files, fail_to_pass)
-            except HideError as exc:
-                summary.discarded[f"a failing test cannot be hidden alone ({type(exc).__name__})"] += 1
-                continue
-            test_paths = sorted(reduced)
-            failures = [Failure(messages[n], failing_statement(files, n, getattr(run.outcomes.get(n), "where", None)))
-                        for n in fail_to_pass]
-            forbidden = Forbidden.of(fail_to_pass, test_paths, _gold_lines(original, mutated),
-                                     [mutation.function.rsplit(".", 1)[-1]],
-                                     [text for f in failures for text in (f.message, f.statement)])
-            issue, issue_info = write_issue(project.name, project.version, failures, forbidden, writer)
-            if not issue_info["symptoms"]:
-                summary.discarded["no symptom can be shown without naming the hidden tests"] += 1
-                continue
-            solved = mechanical_solver(sources, mutation.path, mutated, original, issue)
-            if solved is not None:
-                summary.solver_undid += 1
-                summary.discarded[f"the mechanical solver undoes it within {SOLVER_TRIES} tries"] += 1
-                continue
-            pass_to_pass, dropped_why, flaky = _checked(box, project, candidate, reduced, files, baseline_passing,
-                                                        mutation.path, original)
-            if dropped_why:
-                summary.discarded[dropped_why] += 1
-                continue
-            summary.flaky_or_dependent_tests += flaky
-            extra = {"difficulty": difficulty(_gold_lines(original, mutated), [mutation.function], candidate.kind,
-                                              solved, issue)}
-            instance = make_instance(box, project, candidate, image, reduced, pass_to_pass, issue, issue_info, extra)
-            instances.append(instance)
-            kept_by_kind[mutation.kind] += 1
+            made = work.finish([mutation], scope)
+            if made is not None:
+                singles.append(made)
+                kept_by_kind[mutation.kind] += 1
+        instances = work.combine(singles, quota, combined_share)
     summary.kept = len(instances)
     summary.seconds = round(time.monotonic() - started, 1)
     return instances, summary

@@ -57,7 +57,8 @@ def failure_kind(message: str) -> str:
 
 
 def _sides(statement: str) -> Optional[Tuple[str, str, bool]]:
-    """(left source, right source, whether the right side is the computed one) of ``assert left ==/!= right``."""
+    """(left source, right source, whether the right side is the computed one) of ``assert left ==/!= right``
+    where one side calls something (None otherwise: then nothing tells what was called)."""
     try:
         tree = ast.parse(statement.strip())
     except SyntaxError:
@@ -67,6 +68,8 @@ def _sides(statement: str) -> Optional[Tuple[str, str, bool]]:
         return None
     left, right = node.test.left, node.test.comparators[0]
     calls = lambda side: any(isinstance(n, ast.Call) for n in ast.walk(side))  # noqa: E731
+    if not calls(left) and not calls(right):
+        return None
     source = statement.strip()
     return ast.get_source_segment(source, left) or "", ast.get_source_segment(source, right) or "", calls(right) and not calls(left)
 

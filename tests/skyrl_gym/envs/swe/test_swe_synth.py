@@ -88,6 +88,9 @@ def test_symptoms_say_what_was_called_what_came_back_and_what_was_expected():
     # the computed side is the one with the call, whichever side of == the test wrote it on
     second = symptom(Failure(VALUE_REVERSED, "assert human == inflection.humanize('employee_id')"))
     assert (second.call, second.got, second.expected) == ("inflection.humanize('employee_id')", "'Employee id'", "'Employee'")
+    # no side calls anything: nothing tells what was called, so the check is shown as it failed
+    bare = symptom(Failure("AssertionError: assert Exception() is Exception('blah')", "assert value2 is e"))
+    assert bare.call == "" and bare.statement == "assert value2 is e" and "Exception('blah')" in bare.shown
     assert symptom(Failure(NOT_RAISED, "pytest.raises(AttributeError, remove_move, 'eggs')")).kind == "no_exception"
     assert symptom(Failure(CRASH)).kind == "exception"
     assert symptom(Failure("assert False")) is None
