@@ -60,7 +60,7 @@ from skygym_sandboxes.images.build_image import build_image, cache_dir, image_ex
 from skyrl_gym.envs.swe.grading import evaluate_many
 from skyrl_gym.envs.swe.instances import SWEInstance, normalize_row, write_jsonl
 from skyrl_gym.envs.swe.runtime import COMMIT_ENV, CONTAINER_ENV, HELPERS, TESTBED, TestRun, run_pytest
-from skyrl_gym.envs.swe.synth.hiding import HideError, hide_tests, test_path
+from skyrl_gym.envs.swe.synth.hiding import HideError, file_of_test, hide_tests
 from skyrl_gym.envs.swe.synth.issue import Failure, Forbidden, IssueWriter, failure_kind, write_issue
 from skyrl_gym.envs.swe.synth.mutations import (
     KINDS, MIN_FUNCTION_SIZE, MIN_STATEMENTS, Mutation, balanced_mutations, find_mutations,
@@ -286,7 +286,7 @@ def hidden_state(pristine_files: Dict[str, bytes], fail_to_pass: Sequence[str]) 
     """test file -> its bytes without the FAIL_TO_PASS functions (:class:`HideError` when one cannot go)."""
     by_file: Dict[str, List[str]] = collections.defaultdict(list)
     for nodeid in fail_to_pass:
-        by_file[test_path(nodeid)].append(nodeid)
+        by_file[file_of_test(nodeid)].append(nodeid)
     return {path: hide_tests(pristine_files[path], ids) for path, ids in by_file.items()}
 
 
@@ -564,7 +564,7 @@ def _gold_lines(original: bytes, mutated: bytes) -> str:
 def failing_statement(files: Dict[str, bytes], nodeid: str, where: Optional[Sequence[Any]], max_lines: int = 8) -> str:
     """The statement of the test's own code that failed (the innermost one holding the failure's line), or ""
     when the failure was raised outside the test's file."""
-    path = test_path(nodeid)
+    path = file_of_test(nodeid)
     if not where or str(where[0]) != f"{TESTBED}/{path}" or path not in files:
         return ""
     source = files[path].decode("utf-8", "replace")

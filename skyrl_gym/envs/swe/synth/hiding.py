@@ -19,7 +19,7 @@ class HideError(ValueError):
     """A test cannot be taken out of its file (not a function definition, or the file would break)."""
 
 
-def test_path(test_id: str) -> str:
+def file_of_test(test_id: str) -> str:
     """``"tests/test_x.py::TestA::test_b[1]"`` -> ``"tests/test_x.py"``."""
     return test_id.split("::", 1)[0]
 
@@ -87,4 +87,4 @@ def _first(statement: ast.stmt) -> int:
     return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", []))])
 
 
-__all__ = ["HideError", "hide_tests", "test_path"]
+__all__ = ["HideError", "file_of_test", "hide_tests"]

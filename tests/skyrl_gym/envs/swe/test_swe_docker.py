@@ -18,7 +18,7 @@ import pytest
 from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
 from skyrl_gym.envs.swe.instances import REQUIRED_FIELDS, write_jsonl
 from skyrl_gym.envs.swe.runtime import SWERuntime
-from skyrl_gym.envs.swe.synth.hiding import test_path
+from skyrl_gym.envs.swe.synth.hiding import file_of_test
 from tests.swe_fixtures import BUILD_LIMIT, swe_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -59,7 +59,7 @@ def test_the_repository_is_at_base_commit_with_the_hidden_tests_and_the_fix_out_
             assert runtime.exec(f"git grep -q 'def {name}(' -- {' '.join(instance.test_files)}").exit_code == 1
         # ... and the rest of the suite is in it: the agent can run the tests that guard against regressions
         assert len(instance.PASS_TO_PASS) >= 50
-        sample = [t for t in instance.PASS_TO_PASS if test_path(t) in {test_path(f) for f in instance.FAIL_TO_PASS}][:5] \
+        sample = [t for t in instance.PASS_TO_PASS if file_of_test(t) in {file_of_test(f) for f in instance.FAIL_TO_PASS}][:5] \
             or instance.PASS_TO_PASS[:5]
         ran = runtime.exec("python3 -m pytest -q -p no:cacheprovider " + " ".join(f"'{t}'" for t in sample), timeout_s=300)
         assert ran.ok and f"{len(sample)} passed" in ran.output, ran.output[-1500:]

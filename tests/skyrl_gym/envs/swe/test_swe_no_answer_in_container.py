@@ -19,15 +19,21 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # decompressed when it is gzip, xz, bzip2, zlib (loose git objects) or a zip archive (wheels, eggs), and every
 # object of every git repository on disk (packed ones too), searched for each needle.
 SEARCH = r'''
-import base64, bz2, gzip, io, json, lzma, os, subprocess, zipfile, zlib
+import base64, bz2, glob, gzip, io, json, lzma, os, subprocess, zipfile, zlib
 needles = [n.encode() for n in json.loads(base64.b64decode("{needles}"))]
 hits = [[] for _ in needles]
 scanned = 0
+# files the image's Debian packages installed: a hit there is marked, as the Python standard library or a
+# package's documentation may hold a common line
+owned = set()
+for listing in glob.glob("/var/lib/dpkg/info/*.list"):
+    with open(listing, errors="replace") as handle:
+        owned.update(handle.read().splitlines())
 
 def scan(label, data):
     for index, needle in enumerate(needles):
         if needle in data:
-            hits[index].append(label)
+            hits[index].append(("dpkg:" if label.split("!")[0] in owned else "") + label)
 
 def expand(path, data):
     yield path, data
@@ -142,11 +148,12 @@ def test_no_gold_line_or_hidden_test_is_anywhere_in_the_agents_container(swe_ins
         assert found["scanned"] > 1000, found  # the walk saw the whole filesystem, not an empty folder
         assert found["repositories"] == ["/testbed"], found["repositories"]
         for needle, where in zip(blocks, found["hits"]):
-            assert where == [], f"{instance.instance_id}: {needle!r} is in {where}"
+            assert where == [], f"{instance.instance_id}: {needle!r} is in {where}"  # anywhere, dpkg's files too
+        assert len(found["hits"]) == len(blocks) + len(distinctive)
         for needle, where in zip(distinctive, found["hits"][len(blocks):]):
-            # the Python standard library and Debian's packages may hold a common line; a copy of the pristine
-            # project there would still hold the whole hunk, which the blocks above look for
-            outside = [path for path in where if not path.startswith("/usr/lib/python3")]
+            # a file of a Debian package (the standard library, a package's docs) may hold a common line; a copy
+            # of the pristine project there would still hold the whole hunk, which the blocks above look for
+            outside = [path for path in where if not path.startswith("dpkg:")]
             assert outside == [], f"{instance.instance_id}: the line {needle!r} is in {outside}"
         searched_definitions += sum(line.startswith(("def ", "async def ")) for line in distinctive)
     assert searched_definitions, "no hidden test's def line was searched for"
