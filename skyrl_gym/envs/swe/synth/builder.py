@@ -526,6 +526,9 @@ def synthesize(
             raise BuildError(f"project {project.name!r}: its test suite does not run in the image: {baseline.error}\n{baseline.log_tail[-800:]}")
         baseline_passing = [nodeid for nodeid, outcome in baseline.outcomes.items() if outcome.passed]
         summary.suite_tests = len(baseline_passing)
+        if not baseline_passing:
+            raise BuildError(f"project {project.name!r}: no test of its suite passes in the image (a dependency "
+                             f"missing?): {baseline.log_tail[-400:] or next(iter(baseline.outcomes.values()), None)}")
         work = _Work(box, project, files, sources, baseline_passing, image, writer, summary)
         for mutation in balanced_mutations(mutations, seed, kept_by_kind, per_function=MUTATIONS_PER_FUNCTION * len(KINDS)):
             if len(singles) >= quota + planned_combos or (max_tries is not None and summary.tried >= max_tries):
