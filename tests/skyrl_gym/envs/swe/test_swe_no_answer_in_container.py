@@ -191,3 +191,36 @@ def test_no_problem_statement_holds_a_hidden_test_id_a_gold_line_or_a_hidden_pat
         for secret in [*instance.FAIL_TO_PASS, *names, *gold, *patch_paths(instance.test_patch)]:
             assert secret not in text, f"{instance.instance_id}: the issue holds {secret!r}:\n{text}"
         assert "```" in text  # a reproduction, not a list of failing tests
+
+
+def test_a_swebench_style_checkout_keeps_no_later_commit(docker_client_for_tests):
+    """Rows without a setup_patch (SWE-bench images) check out base_commit in a clone whose history may hold the
+    fix: every other ref, the reflog and unreachable objects are dropped before the agent's first call."""
+    from skygym_sandboxes.containers import Container
+
+    from skyrl_gym.envs.swe.instances import SWEInstance
+    from skyrl_gym.envs.swe.runtime import COMMIT_ENV, SWERuntime
+    from skyrl_gym.envs.swe.synth.builder import base_image
+
+    client = docker_client_for_tests
+    script = (
+        "set -e; mkdir -p /testbed && cd /testbed && git init -q && printf 'def add(a, b):\\n    return a - b\\n' > calc.py"
+        " && git add -A && git commit -q -m bug && git rev-parse HEAD > /base"
+        " && printf 'def add(a, b):\\n    return a + b  # FIXED-LINE\\n' > calc.py && git commit -qam fix"
+        " && git tag v-fixed && git checkout -q -b feature && git checkout -q master 2>/dev/null || true"
+    )
+    with Container(base_image(client), client=client, kind="swe-build") as box:
+        assert box.exec(script, env=COMMIT_ENV).ok
+        base = box.read_file("/base").decode().strip()
+        image = box.commit("skyrl-gym-swe-test-history", "v1")
+    try:
+        instance = SWEInstance("org__calc-1", "org/calc", base, "add subtracts", "", "", ["test_calc.py::test_add"],
+                               image_name=image)
+        with SWERuntime(instance, client=client) as runtime:
+            runtime.setup()
+            objects = runtime.exec("git cat-file --batch-all-objects --batch").output
+            refs = runtime.exec("git for-each-ref; git reflog; git log --all --format=%H").output.split()
+        assert "FIXED-LINE" not in objects and "return a - b" in objects
+        assert refs == [base], refs
+    finally:
+        client.images.remove(image, force=True)
