@@ -1,6 +1,7 @@
 """``skyrl-gym swe``: build, validate and score SWE task instances (needs a Docker engine).
 
-    skyrl-gym swe build --out DIR [--limit N] [--projects toolz,six]     # DIR/instances.jsonl
+    skyrl-gym swe build --out DIR [--limit N] [--projects toolz,six]     # DIR/instances.jsonl, dataset_card.md
+    skyrl-gym swe build ... --issue-writer URL MODEL                     # issues by a model (OpenAI-compatible)
     skyrl-gym swe validate DIR/instances.jsonl [--limit N]                # gold and empty patches
     skyrl-gym swe score --instances F --predictions P                     # {"instance_id", "model_patch"} lines
     skyrl-gym swe projects                                                # what build draws from
