@@ -40,6 +40,7 @@ import ast
 import collections
 import dataclasses
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -63,7 +64,12 @@ from skyrl_gym.envs.swe.runtime import COMMIT_ENV, CONTAINER_ENV, HELPERS, TESTB
 from skyrl_gym.envs.swe.synth.hiding import HideError, file_of_test, hide_tests
 from skyrl_gym.envs.swe.synth.issue import Failure, Forbidden, IssueWriter, failure_kind, write_issue
 from skyrl_gym.envs.swe.synth.mutations import (
-    KINDS, MIN_FUNCTION_SIZE, MIN_STATEMENTS, Mutation, balanced_mutations, find_mutations,
+    KINDS,
+    MIN_FUNCTION_SIZE,
+    MIN_STATEMENTS,
+    Mutation,
+    balanced_mutations,
+    find_mutations,
 )
 from skyrl_gym.envs.swe.synth.projects import Project
 
@@ -304,7 +310,7 @@ def make_instance(
     done = box.exec(script, timeout_s=120, env=COMMIT_ENV)
     if not done.ok:
         raise BuildError(f"project {project.name!r}: writing the instance failed: {done.output[-400:]}")
-    read = lambda name: box.read_file(f"{HELPERS}/{name}").decode("utf-8")  # noqa: E731
+    read = lambda name: box.read_file(f"{HELPERS}/{name}").decode("utf-8")
     key = hashlib.sha256("|".join([project.requirement, *(f"{m.key}{m.replacement!r}" for m in candidate.mutations)])
                          .encode()).hexdigest()[:10]
     return SWEInstance(
@@ -648,7 +654,8 @@ def build(
                 try:
                     made, summary = synthesize(client, project, quota, seed, max_tries=max(30, quota * 15), writer=writer,
                                                kept_by_kind=kept_by_kind,
-                                               on_candidate=lambda: bar.set_postfix_str(f"{project.name}: trying bugs"))
+                                               on_candidate=functools.partial(bar.set_postfix_str,
+                                                                              f"{project.name}: trying bugs"))
                 except BuildError as exc:
                     made, summary = [], ProjectSummary(project.name, error=str(exc))
                     bar.write(f"skipped {project.name}: {exc}")
@@ -715,7 +722,7 @@ def _save(out: Path, project: Project, settings: Dict[str, Any], quota: int, mad
 def dataset_card(instances: Sequence[SWEInstance], summaries: Sequence[ProjectSummary], seconds: float) -> Dict[str, Any]:
     """The figures a researcher checks before training on the set, as JSON and as markdown."""
     total = len(instances)
-    share = lambda count: round(100.0 * count / total, 1) if total else 0.0  # noqa: E731
+    share = lambda count: round(100.0 * count / total, 1) if total else 0.0
     operators = collections.Counter(kind for i in instances for kind in i.extra["mutation"]["kind"].split("+"))
     bugs = collections.Counter(i.extra["mutation"].get("bugs", 1) for i in instances)
     kinds = collections.Counter(i.extra.get("difficulty", {}).get("failure_kind", "?") for i in instances)

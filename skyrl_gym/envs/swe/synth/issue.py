@@ -67,7 +67,7 @@ def _sides(statement: str) -> Optional[Tuple[str, str, bool]]:
     if not isinstance(node, ast.Assert) or not isinstance(node.test, ast.Compare) or len(node.test.ops) != 1:
         return None
     left, right = node.test.left, node.test.comparators[0]
-    calls = lambda side: any(isinstance(n, ast.Call) for n in ast.walk(side))  # noqa: E731
+    calls = lambda side: any(isinstance(n, ast.Call) for n in ast.walk(side))
     if not calls(left) and not calls(right):
         return None
     source = statement.strip()

@@ -14,7 +14,13 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from skyrl_gym.envs.swe.instances import SWEInstance
-from skyrl_gym.envs.swe.synth.builder import ProjectSummary, dataset_card, difficulty, failing_statement, mechanical_solver
+from skyrl_gym.envs.swe.synth.builder import (
+    ProjectSummary,
+    dataset_card,
+    difficulty,
+    failing_statement,
+    mechanical_solver,
+)
 from skyrl_gym.envs.swe.synth.hiding import HideError, hide_tests
 from skyrl_gym.envs.swe.synth.issue import Failure, Forbidden, IssueWriter, failure_kind, symptom, write_issue
 from skyrl_gym.envs.swe.synth.mutations import KINDS, balanced_mutations, find_mutations
@@ -139,7 +145,7 @@ class _ChatServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append(body)
                 data = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer}}]}).encode()
