@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -206,18 +207,21 @@ Observed:
 class IssueWriter:
     """Issue text from a language model behind an OpenAI-compatible endpoint (``--issue-writer URL MODEL``)."""
 
-    def __init__(self, base_url: str, model: str, api_key: Optional[str] = None, timeout_s: float = 120.0) -> None:
+    def __init__(self, base_url: str, model: str, api_key: Optional[str] = None, timeout_s: float = 120.0,
+                 attempts: int = 3) -> None:
+        # the judge's client: one HTTP path (retries, limits on the reply) for every OpenAI-compatible call
         from skyrl_gym.rewards.judge import JudgeClient, JudgeEndpoint
 
         self.endpoint = JudgeEndpoint(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s,
-                                      max_tokens=700, temperature=0.0)
+                                      attempts=attempts, max_tokens=700, temperature=0.0)
         self.client = JudgeClient(self.endpoint)
 
     def write(self, project: str, found: Sequence[Symptom], failures: Sequence[Failure]) -> str:
         observed = "\n\n".join(item.text().strip() for item in found) or "\n".join(
             f"- {failure.message[:300]}" for failure in failures[:3])
         prompt = ISSUE_WRITER_PROMPT.format(project=project, observed=observed)
-        text, _ = self.client._post([{"role": "user", "content": prompt}])
+        deadline = time.monotonic() + self.endpoint.verdict_deadline_s
+        text, _, _ = self.client._post([{"role": "user", "content": prompt}], deadline)
         return str(text).strip()
 
     def close(self) -> None:

@@ -192,9 +192,7 @@ def test_the_issue_writer_is_used_unless_its_text_leaks(answer, source):
 
 
 def test_an_unreachable_issue_writer_leaves_the_template():
-    writer = IssueWriter("http://127.0.0.1:9", "any-model", timeout_s=2)
-    writer.endpoint = type(writer.endpoint)(**{**writer.endpoint.__dict__, "attempts": 1})
-    writer.client = type(writer.client)(writer.endpoint)
+    writer = IssueWriter("http://127.0.0.1:9", "any-model", timeout_s=2, attempts=1)
     text, info = write_issue("toolz", "1.2.0", [Failure(CRASH)], _forbidden(), writer)
     assert info["source"] == "template" and "writer_error" in info and "TypeError" in text
 
