@@ -222,7 +222,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def mechanical_solver(
-    sources: Dict[str, bytes], buggy_path: str, buggy: bytes, pristine: bytes, issue: str, tries: int = SOLVER_TRIES
+    sources: Dict[str, bytes], buggy_path: str, buggy: bytes, pristine: bytes, issue: str, tries: int = SOLVER_TRIES,
+    known: Optional[Sequence[Mutation]] = None,
 ) -> Optional[int]:
     """The try (1-based) at which the builder's own operators give back ``pristine``, or None within ``tries``.
 
@@ -231,7 +232,10 @@ def mechanical_solver(
     for the cheapest policy a reward could teach: it never reads the code's meaning."""
     named = set(_IDENTIFIER.findall(issue))
     files = {**sources, buggy_path: buggy}
-    candidates = [m for rel, data in sorted(files.items()) for m in find_mutations(rel, data)]
+    # ``known``: the other files' mutations, found once per project (the buggy file's are found here)
+    others = [m for m in known if m.path != buggy_path] if known is not None else [
+        m for rel, data in sorted(sources.items()) if rel != buggy_path for m in find_mutations(rel, data, validate=False)]
+    candidates = sorted([*others, *find_mutations(buggy_path, buggy, validate=False)], key=lambda m: (m.path, m.start))
     chosen = [m for m in candidates if m.function.rsplit(".", 1)[-1] in named] or candidates
     attempts = (variant for m in chosen for variant in _both_ways(m, files[m.path]))
     for attempt, mutation in enumerate(itertools.islice(attempts, tries), 1):
@@ -383,6 +387,7 @@ class _Work:
         self.box, self.project, self.files, self.sources = box, project, files, sources
         self.baseline_passing, self.image, self.writer, self.summary = baseline_passing, image, writer, summary
         self.seen_effects: set = set()
+        self.mutations: List[Mutation] = []  # every mutation of the pristine sources (the solver's candidates)
 
     def drop(self, why: str) -> None:
         self.summary.discarded[why] += 1
@@ -395,6 +400,12 @@ class _Work:
         mutated = original
         for mutation in sorted(mutations, key=lambda m: m.start, reverse=True):
             mutated = mutation.apply(mutated)
+        try:
+            ast.parse(mutated)
+        except (SyntaxError, ValueError):
+            return self.drop("the edit does not parse")
+        if mutated == original:
+            return self.drop("the edit changes nothing")
         box.write_file(f"{TESTBED}/{path}", mutated)
         try:
             run = run_pytest(box, scope, timeout_s=120)
@@ -449,7 +460,7 @@ class _Work:
             target = original
             for other in sorted((m for i, m in enumerate(mutations) if i != index), key=lambda m: m.start, reverse=True):
                 target = other.apply(target)
-            tries = mechanical_solver(self.sources, path, mutated, target, issue)
+            tries = mechanical_solver(self.sources, path, mutated, target, issue, known=self.mutations)
             if tries is None:
                 return None
             total += tries
@@ -516,7 +527,8 @@ def synthesize(
         raise BuildError(f"project {project.name!r}: the source distribution has no {', '.join(missing)}")
     image = project_image(client, project, sdist, files)
     sources = project_sources(project, files)
-    mutations = [m for rel, data in sorted(sources.items()) for m in find_mutations(rel, data)]
+    # checked one by one when tried (a full parse per mutation up front took minutes for a large project)
+    mutations = [m for rel, data in sorted(sources.items()) for m in find_mutations(rel, data, validate=False)]
     instances: List[SWEInstance] = []
     singles: List[Tuple[Candidate, SWEInstance]] = []
     # each combined task takes two single bugs: aim for that many more singles
@@ -536,6 +548,7 @@ def synthesize(
             raise BuildError(f"project {project.name!r}: no test of its suite passes in the image (a dependency "
                              f"missing?): {baseline.log_tail[-400:] or next(iter(baseline.outcomes.values()), None)}")
         work = _Work(box, project, files, sources, baseline_passing, image, writer, summary)
+        work.mutations = mutations
         for mutation in balanced_mutations(mutations, seed, kept_by_kind, per_function=MUTATIONS_PER_FUNCTION * len(KINDS)):
             if len(singles) >= quota + planned_combos or (max_tries is not None and summary.tried >= max_tries):
                 break

@@ -286,8 +286,10 @@ def _is_string_like(node: ast.BinOp) -> bool:
     return any(isinstance(side, (ast.JoinedStr,)) or (isinstance(side, ast.Constant) and isinstance(side.value, (str, bytes))) for side in (node.left, node.right))
 
 
-def find_mutations(path: str, source: bytes) -> List[Mutation]:
-    """Every mutation of the kinds above in one file's functions, in source order; [] if it does not parse."""
+def find_mutations(path: str, source: bytes, validate: bool = True) -> List[Mutation]:
+    """Every mutation of the kinds above in one file's functions, in source order; [] if it does not parse.
+    ``validate`` parses each mutated file and keeps only those that parse (a full parse per mutation: the
+    mechanical solver, which only compares bytes, skips it)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -296,6 +298,9 @@ def find_mutations(path: str, source: bytes) -> List[Mutation]:
     finder.visit(tree)
     valid = []
     for mutation in sorted(finder.found, key=lambda m: (m.start, m.kind)):
+        if not validate:
+            valid.append(mutation)
+            continue
         mutated = mutation.apply(source)
         if mutated == source:
             continue
