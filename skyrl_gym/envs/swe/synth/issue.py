@@ -108,10 +108,16 @@ def symptom(failure: Failure) -> Optional[Symptom]:
 def symptoms(failures: Sequence[Failure], forbidden: "Forbidden") -> List[Symptom]:
     """Up to three distinct symptoms of the failures, each free of anything ``forbidden``."""
     chosen: List[Symptom] = []
+    shown = set()
     for failure in failures:
         found = symptom(failure)
-        if found is None or found in chosen or forbidden.hits(found.text()):
+        if found is None or forbidden.hits(found.text()):
             continue
+        # what the issue prints of it: two checks of the same call and values are one symptom
+        printed = (found.kind, found.call, found.got, found.expected) if found.call else found
+        if printed in shown:
+            continue
+        shown.add(printed)
         chosen.append(found)
         if len(chosen) == MAX_SYMPTOMS:
             break
