@@ -120,13 +120,26 @@ def fetch_sdist(project: Project) -> Path:
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-               "--dest", str(folder), project.requirement]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--quiet",
+        "--dest",
+        str(folder),
+        project.requirement,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     found = sorted(folder.glob("*.tar.gz"))
     if done.returncode != 0 or not found:
-        raise BuildError(f"project {project.name!r}: could not download {project.requirement} with pip: "
-                         f"{(done.stderr or done.stdout).strip()[-600:]}")
+        raise BuildError(
+            f"project {project.name!r}: could not download {project.requirement} with pip: "
+            f"{(done.stderr or done.stdout).strip()[-600:]}"
+        )
     return found[0]
 
 
@@ -152,9 +165,16 @@ def project_sources(project: Project, files: Dict[str, bytes]) -> Dict[str, byte
     for rel, data in files.items():
         if not rel.endswith(".py"):
             continue
-        in_source = any(rel == source or rel.startswith(source.rstrip("/") + "/") for source in project.sources)
+        in_source = any(
+            rel == source or rel.startswith(source.rstrip("/") + "/") for source in project.sources
+        )
         in_tests = any(rel == test or rel.startswith(test.rstrip("/") + "/") for test in project.tests)
-        if in_source and not in_tests and "/tests/" not in f"/{rel}" and not rel.rsplit("/", 1)[-1].startswith("test_"):
+        if (
+            in_source
+            and not in_tests
+            and "/tests/" not in f"/{rel}"
+            and not rel.rsplit("/", 1)[-1].startswith("test_")
+        ):
             chosen[rel] = data
     return chosen
 
@@ -222,7 +242,12 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def mechanical_solver(
-    sources: Dict[str, bytes], buggy_path: str, buggy: bytes, pristine: bytes, issue: str, tries: int = SOLVER_TRIES,
+    sources: Dict[str, bytes],
+    buggy_path: str,
+    buggy: bytes,
+    pristine: bytes,
+    issue: str,
+    tries: int = SOLVER_TRIES,
     known: Optional[Sequence[Mutation]] = None,
 ) -> Optional[int]:
     """The try (1-based) at which the builder's own operators give back ``pristine``, or None within ``tries``.
@@ -233,9 +258,19 @@ def mechanical_solver(
     named = set(_IDENTIFIER.findall(issue))
     files = {**sources, buggy_path: buggy}
     # ``known``: the other files' mutations, found once per project (the buggy file's are found here)
-    others = [m for m in known if m.path != buggy_path] if known is not None else [
-        m for rel, data in sorted(sources.items()) if rel != buggy_path for m in find_mutations(rel, data, validate=False)]
-    candidates = sorted([*others, *find_mutations(buggy_path, buggy, validate=False)], key=lambda m: (m.path, m.start))
+    others = (
+        [m for m in known if m.path != buggy_path]
+        if known is not None
+        else [
+            m
+            for rel, data in sorted(sources.items())
+            if rel != buggy_path
+            for m in find_mutations(rel, data, validate=False)
+        ]
+    )
+    candidates = sorted(
+        [*others, *find_mutations(buggy_path, buggy, validate=False)], key=lambda m: (m.path, m.start)
+    )
     chosen = [m for m in candidates if m.function.rsplit(".", 1)[-1] in named] or candidates
     attempts = (variant for m in chosen for variant in _both_ways(m, files[m.path]))
     for attempt, mutation in enumerate(itertools.islice(attempts, tries), 1):
@@ -254,15 +289,27 @@ def _both_ways(mutation: Mutation, source: bytes) -> Iterator[Mutation]:
                 yield dataclasses.replace(mutation, replacement=str(value).encode())
 
 
-def difficulty(gold_patch: str, functions: Sequence[str], kind: str, solver_try: Optional[int], issue: str) -> Dict[str, Any]:
+def difficulty(
+    gold_patch: str, functions: Sequence[str], kind: str, solver_try: Optional[int], issue: str
+) -> Dict[str, Any]:
     """A 1-5 estimate from what makes a bug hard to find: more lines, more functions, a wrong value rather than
     a crash, a changed function the issue does not name, one the mechanical solver does not undo."""
-    changed = sum(1 for line in gold_patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---")))
+    changed = sum(
+        1 for line in gold_patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    )
     named = set(_IDENTIFIER.findall(issue))
     hidden = [name for name in functions if name.rsplit(".", 1)[-1] not in named]
-    score = 1 + (changed > 2) + (len(functions) > 1) + (kind == "value") + (bool(hidden) and solver_try is None)
-    return {"score": min(score, 5), "lines_changed": changed, "functions": len(functions), "failure_kind": kind,
-            "functions_named_in_issue": len(functions) - len(hidden), "mechanical_solver_try": solver_try}
+    score = (
+        1 + (changed > 2) + (len(functions) > 1) + (kind == "value") + (bool(hidden) and solver_try is None)
+    )
+    return {
+        "score": min(score, 5),
+        "lines_changed": changed,
+        "functions": len(functions),
+        "failure_kind": kind,
+        "functions_named_in_issue": len(functions) - len(hidden),
+        "mechanical_solver_try": solver_try,
+    }
 
 
 # ----- instances -----------------------------------------------------------------------------------------
@@ -301,22 +348,32 @@ def hidden_state(pristine_files: Dict[str, bytes], fail_to_pass: Sequence[str]) 
 
 
 def make_instance(
-    box: Container, project: Project, candidate: Candidate, image: str, reduced: Dict[str, bytes],
-    pass_to_pass: List[str], issue: str, issue_info: Dict[str, Any], extra: Dict[str, Any],
+    box: Container,
+    project: Project,
+    candidate: Candidate,
+    image: str,
+    reduced: Dict[str, bytes],
+    pass_to_pass: List[str],
+    issue: str,
+    issue_info: Dict[str, Any],
+    extra: Dict[str, Any],
 ) -> SWEInstance:
     state = {**candidate.mutated, **reduced}
     box.exec(f"rm -rf {HELPERS}/state", timeout_s=30)
     box.put_tree(f"{HELPERS}/state", state)
     script = INSTANCE_SCRIPT.format(
-        pristine=PRISTINE, helpers=HELPERS, library=" ".join(shlex.quote(p) for p in sorted(candidate.mutated)),
+        pristine=PRISTINE,
+        helpers=HELPERS,
+        library=" ".join(shlex.quote(p) for p in sorted(candidate.mutated)),
         tests=" ".join(shlex.quote(p) for p in sorted(reduced)),
     )
     done = box.exec(script, timeout_s=120, env=COMMIT_ENV)
     if not done.ok:
         raise BuildError(f"project {project.name!r}: writing the instance failed: {done.output[-400:]}")
     read = lambda name: box.read_file(f"{HELPERS}/{name}").decode("utf-8")
-    key = hashlib.sha256("|".join([project.requirement, *(f"{m.key}{m.replacement!r}" for m in candidate.mutations)])
-                         .encode()).hexdigest()[:10]
+    key = hashlib.sha256(
+        "|".join([project.requirement, *(f"{m.key}{m.replacement!r}" for m in candidate.mutations)]).encode()
+    ).hexdigest()[:10]
     return SWEInstance(
         instance_id=f"{project.name}__synth-{key}",
         repo=project.repo,
@@ -330,17 +387,29 @@ def make_instance(
         image_name=image,
         setup_patch=read("setup.patch"),
         test_cmd="pytest",
-        extra={"mutation": {"kind": "+".join(m.kind for m in candidate.mutations), "path": candidate.mutations[0].path,
-                            "function": ",".join(m.function for m in candidate.mutations),
-                            "line": candidate.mutations[0].lineno,
-                            "description": "; ".join(m.description for m in candidate.mutations),
-                            "bugs": len(candidate.mutations)},
-               "issue": issue_info, **extra},
+        extra={
+            "mutation": {
+                "kind": "+".join(m.kind for m in candidate.mutations),
+                "path": candidate.mutations[0].path,
+                "function": ",".join(m.function for m in candidate.mutations),
+                "line": candidate.mutations[0].lineno,
+                "description": "; ".join(m.description for m in candidate.mutations),
+                "bugs": len(candidate.mutations),
+            },
+            "issue": issue_info,
+            **extra,
+        },
     )
 
 
-def reliability(box: Container, project: Project, candidate: Candidate, reduced: Dict[str, bytes],
-                pristine_tests: Dict[str, bytes], baseline_passing: Sequence[str]) -> Tuple[List[str], str, int]:
+def reliability(
+    box: Container,
+    project: Project,
+    candidate: Candidate,
+    reduced: Dict[str, bytes],
+    pristine_tests: Dict[str, bytes],
+    baseline_passing: Sequence[str],
+) -> Tuple[List[str], str, int]:
     """(PASS_TO_PASS, why the instance is dropped or "", tests dropped as flaky or hidden-dependent).
 
     The checkout at ``base_commit`` (bug in, hidden functions out) runs the whole suite once: what the agent can
@@ -382,12 +451,28 @@ def _crashes_on_changed_line(candidate: Candidate, outcomes: Dict[str, Any]) -> 
 class _Work:
     """One project's work container and what is known about it, for turning bugs into instances."""
 
-    def __init__(self, box: Container, project: Project, files: Dict[str, bytes], sources: Dict[str, bytes],
-                 baseline_passing: List[str], image: str, writer: Optional[IssueWriter], summary: ProjectSummary) -> None:
+    def __init__(
+        self,
+        box: Container,
+        project: Project,
+        files: Dict[str, bytes],
+        sources: Dict[str, bytes],
+        baseline_passing: List[str],
+        image: str,
+        writer: Optional[IssueWriter],
+        summary: ProjectSummary,
+    ) -> None:
         self.box, self.project, self.files, self.sources = box, project, files, sources
-        self.baseline_passing, self.image, self.writer, self.summary = baseline_passing, image, writer, summary
+        self.baseline_passing, self.image, self.writer, self.summary = (
+            baseline_passing,
+            image,
+            writer,
+            summary,
+        )
         self.seen_effects: set = set()
-        self.mutations: List[Mutation] = []  # every mutation of the pristine sources (the solver's candidates)
+        self.mutations: List[
+            Mutation
+        ] = []  # every mutation of the pristine sources (the solver's candidates)
 
     def drop(self, why: str) -> None:
         self.summary.discarded[why] += 1
@@ -419,8 +504,12 @@ class _Work:
             return self.drop("no test failed")
         if len(fail_to_pass) > MAX_FAIL_TO_PASS:
             return self.drop(f"more than {MAX_FAIL_TO_PASS} tests failed")
-        messages = {nodeid: run.outcomes[nodeid].message if nodeid in run.outcomes else "" for nodeid in fail_to_pass}
-        candidate = Candidate(mutations, {path: mutated}, fail_to_pass, messages, failure_kind(messages[fail_to_pass[0]]))
+        messages = {
+            nodeid: run.outcomes[nodeid].message if nodeid in run.outcomes else "" for nodeid in fail_to_pass
+        }
+        candidate = Candidate(
+            mutations, {path: mutated}, fail_to_pass, messages, failure_kind(messages[fail_to_pass[0]])
+        )
         if _crashes_on_changed_line(candidate, run.outcomes):
             return self.drop("the first failure is an exception raised on the changed line")
         effect = (path, tuple(m.function for m in mutations), tuple(sorted(messages.items())))
@@ -432,25 +521,38 @@ class _Work:
         except HideError as exc:
             return self.drop(f"a failing test cannot be hidden alone ({type(exc).__name__})")
         functions = [m.function for m in mutations]
-        failures = [Failure(messages[n], failing_statement(files, n, getattr(run.outcomes.get(n), "where", None)))
-                    for n in fail_to_pass]
-        forbidden = Forbidden.of(fail_to_pass, sorted(reduced), _gold_lines(original, mutated),
-                                 [f.rsplit(".", 1)[-1] for f in functions],
-                                 [text for f in failures for text in (f.message, f.statement)])
-        issue, issue_info = write_issue(self.project.name, self.project.version, failures, forbidden, self.writer)
+        failures = [
+            Failure(messages[n], failing_statement(files, n, getattr(run.outcomes.get(n), "where", None)))
+            for n in fail_to_pass
+        ]
+        forbidden = Forbidden.of(
+            fail_to_pass,
+            sorted(reduced),
+            _gold_lines(original, mutated),
+            [f.rsplit(".", 1)[-1] for f in functions],
+            [text for f in failures for text in (f.message, f.statement)],
+        )
+        issue, issue_info = write_issue(
+            self.project.name, self.project.version, failures, forbidden, self.writer
+        )
         if not issue_info["symptoms"]:
             return self.drop("no symptom can be shown without naming the hidden tests")
         solved = self.solver(mutations, original, mutated, issue)
         if solved is not None:
             self.summary.solver_undid += 1
             return self.drop(f"the mechanical solver undoes it within {SOLVER_TRIES} tries")
-        pass_to_pass, dropped_why, flaky = _checked(box, self.project, candidate, reduced, files, self.baseline_passing,
-                                                    path, original)
+        pass_to_pass, dropped_why, flaky = _checked(
+            box, self.project, candidate, reduced, files, self.baseline_passing, path, original
+        )
         if dropped_why:
             return self.drop(dropped_why)
         self.summary.flaky_or_dependent_tests += flaky
-        extra = {"difficulty": difficulty(_gold_lines(original, mutated), functions, candidate.kind, solved, issue)}
-        instance = make_instance(box, self.project, candidate, self.image, reduced, pass_to_pass, issue, issue_info, extra)
+        extra = {
+            "difficulty": difficulty(_gold_lines(original, mutated), functions, candidate.kind, solved, issue)
+        }
+        instance = make_instance(
+            box, self.project, candidate, self.image, reduced, pass_to_pass, issue, issue_info, extra
+        )
         return candidate, instance
 
     def solver(self, mutations: List[Mutation], original: bytes, mutated: bytes, issue: str) -> Optional[int]:
@@ -458,7 +560,9 @@ class _Work:
         path, total = mutations[0].path, 0
         for index in range(len(mutations)):
             target = original
-            for other in sorted((m for i, m in enumerate(mutations) if i != index), key=lambda m: m.start, reverse=True):
+            for other in sorted(
+                (m for i, m in enumerate(mutations) if i != index), key=lambda m: m.start, reverse=True
+            ):
                 target = other.apply(target)
             tries = mechanical_solver(self.sources, path, mutated, target, issue, known=self.mutations)
             if tries is None:
@@ -466,7 +570,9 @@ class _Work:
             total += tries
         return total if total <= SOLVER_TRIES else None
 
-    def combine(self, singles: List[Tuple[Candidate, SWEInstance]], quota: int, share: float) -> List[SWEInstance]:
+    def combine(
+        self, singles: List[Tuple[Candidate, SWEInstance]], quota: int, share: float
+    ) -> List[SWEInstance]:
         """``quota`` instances: combined tasks of two or three single bugs of one module (different functions),
         each checked like a single one, about ``share`` of them, then the singles not used."""
         left = list(singles)
@@ -480,8 +586,10 @@ class _Work:
             if group is None:
                 continue
             mutations = [m for candidate, _ in group for m in candidate.mutations]
-            scope = sorted({_file_of(n) for candidate, _ in group for n in candidate.fail_to_pass}
-                           | {_file_of(n) for n in self.baseline_passing})
+            scope = sorted(
+                {_file_of(n) for candidate, _ in group for n in candidate.fail_to_pass}
+                | {_file_of(n) for n in self.baseline_passing}
+            )
             made = self.finish(mutations, scope)
             if made is None:
                 self.drop("a combination of bugs failed a check")
@@ -492,7 +600,9 @@ class _Work:
         return (combined + [instance for _, instance in left])[:quota]
 
 
-def _group(singles: List[Tuple[Candidate, SWEInstance]], size: int) -> Optional[List[Tuple[Candidate, SWEInstance]]]:
+def _group(
+    singles: List[Tuple[Candidate, SWEInstance]], size: int
+) -> Optional[List[Tuple[Candidate, SWEInstance]]]:
     """``size`` single bugs of one file in different functions, or None."""
     by_path: Dict[str, List[Tuple[Candidate, SWEInstance]]] = collections.defaultdict(list)
     for item in singles:
@@ -510,9 +620,15 @@ def _group(singles: List[Tuple[Candidate, SWEInstance]], size: int) -> Optional[
 
 
 def synthesize(
-    client: Any, project: Project, quota: int, seed: int = 0, max_tries: Optional[int] = None,
-    on_candidate: Callable[[], None] = lambda: None, writer: Optional[IssueWriter] = None,
-    kept_by_kind: Optional[Dict[str, int]] = None, combined_share: float = COMBINED_SHARE,
+    client: Any,
+    project: Project,
+    quota: int,
+    seed: int = 0,
+    max_tries: Optional[int] = None,
+    on_candidate: Callable[[], None] = lambda: None,
+    writer: Optional[IssueWriter] = None,
+    kept_by_kind: Optional[Dict[str, int]] = None,
+    combined_share: float = COMBINED_SHARE,
 ) -> Tuple[List[SWEInstance], ProjectSummary]:
     """Up to ``quota`` instances of one project (see the module docstring, steps 1-6). ``kept_by_kind`` counts
     the operators kept so far across projects; the next bug tried is of the kind kept least. About
@@ -522,13 +638,19 @@ def synthesize(
     kept_by_kind = kept_by_kind if kept_by_kind is not None else collections.Counter()
     sdist = fetch_sdist(project)
     files = read_sdist(sdist)
-    missing = [path for path in (*project.sources, *project.tests) if not any(rel == path or rel.startswith(path + "/") for rel in files)]
+    missing = [
+        path
+        for path in (*project.sources, *project.tests)
+        if not any(rel == path or rel.startswith(path + "/") for rel in files)
+    ]
     if missing:
         raise BuildError(f"project {project.name!r}: the source distribution has no {', '.join(missing)}")
     image = project_image(client, project, sdist, files)
     sources = project_sources(project, files)
     # checked one by one when tried (a full parse per mutation up front took minutes for a large project)
-    mutations = [m for rel, data in sorted(sources.items()) for m in find_mutations(rel, data, validate=False)]
+    mutations = [
+        m for rel, data in sorted(sources.items()) for m in find_mutations(rel, data, validate=False)
+    ]
     instances: List[SWEInstance] = []
     singles: List[Tuple[Candidate, SWEInstance]] = []
     # each combined task takes two single bugs: aim for that many more singles
@@ -536,21 +658,31 @@ def synthesize(
     with Container(image, client=client, kind="swe-build", workdir=TESTBED) as box:
         installed = preinstalled(box, project)
         if installed:
-            raise BuildError(f"project {project.name!r}: the base image already has {installed} (a pristine copy of the "
-                             "project would sit in the agent's container): choose another project")
+            raise BuildError(
+                f"project {project.name!r}: the base image already has {installed} (a pristine copy of the "
+                "project would sit in the agent's container): choose another project"
+            )
         box.exec(f"mkdir -p {HELPERS} && cp -a {TESTBED} {PRISTINE}", timeout_s=120)
         baseline = run_pytest(box, list(project.tests), timeout_s=600, trace=True)
         if baseline.error:
-            raise BuildError(f"project {project.name!r}: its test suite does not run in the image: {baseline.error}\n{baseline.log_tail[-800:]}")
+            raise BuildError(
+                f"project {project.name!r}: its test suite does not run in the image: {baseline.error}\n{baseline.log_tail[-800:]}"
+            )
         baseline_passing = [nodeid for nodeid, outcome in baseline.outcomes.items() if outcome.passed]
         summary.suite_tests = len(baseline_passing)
         if not baseline_passing:
-            raise BuildError(f"project {project.name!r}: no test of its suite passes in the image (a dependency "
-                             f"missing?): {baseline.log_tail[-400:] or next(iter(baseline.outcomes.values()), None)}")
+            raise BuildError(
+                f"project {project.name!r}: no test of its suite passes in the image (a dependency "
+                f"missing?): {baseline.log_tail[-400:] or next(iter(baseline.outcomes.values()), None)}"
+            )
         work = _Work(box, project, files, sources, baseline_passing, image, writer, summary)
         work.mutations = mutations
-        for mutation in balanced_mutations(mutations, seed, kept_by_kind, per_function=MUTATIONS_PER_FUNCTION * len(KINDS)):
-            if len(singles) >= quota + planned_combos or (max_tries is not None and summary.tried >= max_tries):
+        for mutation in balanced_mutations(
+            mutations, seed, kept_by_kind, per_function=MUTATIONS_PER_FUNCTION * len(KINDS)
+        ):
+            if len(singles) >= quota + planned_combos or (
+                max_tries is not None and summary.tried >= max_tries
+            ):
                 break
             if mutation.function_size < MIN_FUNCTION_SIZE.get(mutation.kind, MIN_STATEMENTS):
                 summary.discarded["the function is too small for the operator"] += 1
@@ -578,12 +710,18 @@ def synthesize(
 
 def _gold_lines(original: bytes, mutated: bytes) -> str:
     """The lines the fix changes, as a diff's "-" (buggy) and "+" (fixed) lines."""
-    diff = difflib.unified_diff(mutated.decode("utf-8", "replace").splitlines(),
-                                original.decode("utf-8", "replace").splitlines(), lineterm="", n=0)
+    diff = difflib.unified_diff(
+        mutated.decode("utf-8", "replace").splitlines(),
+        original.decode("utf-8", "replace").splitlines(),
+        lineterm="",
+        n=0,
+    )
     return "\n".join(line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
 
 
-def failing_statement(files: Dict[str, bytes], nodeid: str, where: Optional[Sequence[Any]], max_lines: int = 8) -> str:
+def failing_statement(
+    files: Dict[str, bytes], nodeid: str, where: Optional[Sequence[Any]], max_lines: int = 8
+) -> str:
     """The statement of the test's own code that failed (the innermost one holding the failure's line), or ""
     when the failure was raised outside the test's file."""
     path = file_of_test(nodeid)
@@ -595,9 +733,13 @@ def failing_statement(files: Dict[str, bytes], nodeid: str, where: Optional[Sequ
     except SyntaxError:
         return ""
     line = int(where[1])
-    holding = [node for node in ast.walk(tree) if isinstance(node, ast.stmt)
-               and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-               and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    holding = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.stmt)
+        and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+    ]
     if not holding:
         return ""
     node = min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
@@ -605,8 +747,16 @@ def failing_statement(files: Dict[str, bytes], nodeid: str, where: Optional[Sequ
     return text if text.count("\n") < max_lines else text.splitlines()[0]
 
 
-def _checked(box: Container, project: Project, candidate: Candidate, reduced: Dict[str, bytes], files: Dict[str, bytes],
-             baseline_passing: Sequence[str], path: str, original: bytes) -> Tuple[List[str], str, int]:
+def _checked(
+    box: Container,
+    project: Project,
+    candidate: Candidate,
+    reduced: Dict[str, bytes],
+    files: Dict[str, bytes],
+    baseline_passing: Sequence[str],
+    path: str,
+    original: bytes,
+) -> Tuple[List[str], str, int]:
     pristine_tests = {test: files[test] for test in reduced}
     try:
         return reliability(box, project, candidate, reduced, pristine_tests, baseline_passing)
@@ -614,13 +764,24 @@ def _checked(box: Container, project: Project, candidate: Candidate, reduced: Di
         box.write_file(f"{TESTBED}/{path}", original)
 
 
-def check_gold(client: Any, instances: Sequence[SWEInstance], workers: int = 2,
-               on_done: Callable[[Any], None] = lambda report: None) -> Dict[str, str]:
+def check_gold(
+    client: Any,
+    instances: Sequence[SWEInstance],
+    workers: int = 2,
+    on_done: Callable[[Any], None] = lambda report: None,
+) -> Dict[str, str]:
     """instance_id -> why the gold patch does not resolve it, for the instances where it does not."""
-    reports = evaluate_many(instances, [instance.patch for instance in instances], client=client, workers=workers,
-                            timeout_s=600, on_done=on_done)
+    reports = evaluate_many(
+        instances,
+        [instance.patch for instance in instances],
+        client=client,
+        workers=workers,
+        timeout_s=600,
+        on_done=on_done,
+    )
     return {
-        report.instance_id: report.error or f"still failing: {report.fail_to_pass['failure'] + report.pass_to_pass['failure']}"
+        report.instance_id: report.error
+        or f"still failing: {report.fail_to_pass['failure'] + report.pass_to_pass['failure']}"
         for report in reports
         if not report.resolved
     }
@@ -632,8 +793,14 @@ def _progress_file(out: Path, project: Project) -> Path:
 
 
 def build(
-    out: Path, projects: Sequence[Project], limit: int = 100, seed: int = 0, base_url: Optional[str] = None,
-    progress: bool = True, workers: int = 2, writer: Optional[IssueWriter] = None,
+    out: Path,
+    projects: Sequence[Project],
+    limit: int = 100,
+    seed: int = 0,
+    base_url: Optional[str] = None,
+    progress: bool = True,
+    workers: int = 2,
+    writer: Optional[IssueWriter] = None,
 ) -> Tuple[List[SWEInstance], List[ProjectSummary]]:
     """``out/instances.jsonl`` with up to ``limit`` gold-checked instances spread over ``projects``, its
     ``build_summary.json`` and ``dataset_card.md``. A project finished by an earlier run with the same
@@ -645,9 +812,16 @@ def build(
     started = time.monotonic()
     client = docker_client(base_url)
     out.mkdir(parents=True, exist_ok=True)
-    settings = {"builder": BUILDER_VERSION, "seed": seed, "limit": limit, "projects": [p.name for p in projects],
-                "issue_writer": bool(writer)}
-    quotas = [limit // len(projects) + (1 if index < limit % len(projects) else 0) for index in range(len(projects))]
+    settings = {
+        "builder": BUILDER_VERSION,
+        "seed": seed,
+        "limit": limit,
+        "projects": [p.name for p in projects],
+        "issue_writer": bool(writer),
+    }
+    quotas = [
+        limit // len(projects) + (1 if index < limit % len(projects) else 0) for index in range(len(projects))
+    ]
     instances: List[SWEInstance] = []
     summaries: List[ProjectSummary] = []
     kept_by_kind: Dict[str, int] = collections.Counter()
@@ -662,19 +836,29 @@ def build(
             saved = _resume(out, project, settings, quota)
             if saved is not None:
                 made, summary = saved
-                bar.write(f"{project.name}: {len(made)} instances from an earlier run (progress/{project.name}.json)")
+                bar.write(
+                    f"{project.name}: {len(made)} instances from an earlier run (progress/{project.name}.json)"
+                )
             else:
                 try:
-                    made, summary = synthesize(client, project, quota, seed, max_tries=max(30, quota * 15), writer=writer,
-                                               kept_by_kind=kept_by_kind,
-                                               on_candidate=functools.partial(bar.set_postfix_str,
-                                                                              f"{project.name}: trying bugs"))
+                    made, summary = synthesize(
+                        client,
+                        project,
+                        quota,
+                        seed,
+                        max_tries=max(30, quota * 15),
+                        writer=writer,
+                        kept_by_kind=kept_by_kind,
+                        on_candidate=functools.partial(bar.set_postfix_str, f"{project.name}: trying bugs"),
+                    )
                 except BuildError as exc:
                     made, summary = [], ProjectSummary(project.name, error=str(exc))
                     bar.write(f"skipped {project.name}: {exc}")
                 _save(out, project, settings, quota, made, summary)
             if saved is not None:  # the next projects balance against what the earlier run kept
-                kept_by_kind.update(kind for instance in made for kind in instance.extra["mutation"]["kind"].split("+"))
+                kept_by_kind.update(
+                    kind for instance in made for kind in instance.extra["mutation"]["kind"].split("+")
+                )
             carried = quota - len(made)
             instances.extend(made)
             summaries.append(summary)
@@ -694,14 +878,20 @@ def build(
             summary.discarded["the gold patch did not resolve it in a fresh container"] += len(dropped)
             summary.gold_failures.update({i: why[:500] for i, why in dropped.items()})
     write_jsonl(kept, out / "instances.jsonl")
-    (out / "build_summary.json").write_text(json.dumps([summary.to_dict() for summary in summaries], indent=2) + "\n")
+    (out / "build_summary.json").write_text(
+        json.dumps([summary.to_dict() for summary in summaries], indent=2) + "\n"
+    )
     card = dataset_card(kept, summaries, time.monotonic() - started)
     (out / "dataset_card.md").write_text(card["markdown"])
-    (out / "dataset_card.json").write_text(json.dumps({k: v for k, v in card.items() if k != "markdown"}, indent=2) + "\n")
+    (out / "dataset_card.json").write_text(
+        json.dumps({k: v for k, v in card.items() if k != "markdown"}, indent=2) + "\n"
+    )
     return kept, summaries
 
 
-def _resume(out: Path, project: Project, settings: Dict[str, Any], quota: int) -> Optional[Tuple[List[SWEInstance], ProjectSummary]]:
+def _resume(
+    out: Path, project: Project, settings: Dict[str, Any], quota: int
+) -> Optional[Tuple[List[SWEInstance], ProjectSummary]]:
     path = _progress_file(out, project)
     if not path.is_file():
         return None
@@ -722,21 +912,39 @@ def _resume(out: Path, project: Project, settings: Dict[str, Any], quota: int) -
     return [normalize_row(row) for row in saved["instances"]], summary
 
 
-def _save(out: Path, project: Project, settings: Dict[str, Any], quota: int, made: List[SWEInstance],
-          summary: ProjectSummary) -> None:
+def _save(
+    out: Path,
+    project: Project,
+    settings: Dict[str, Any],
+    quota: int,
+    made: List[SWEInstance],
+    summary: ProjectSummary,
+) -> None:
     path = _progress_file(out, project)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps({"settings": settings, "quota": quota, "summary": summary.to_dict(),
-                                   "instances": [instance.to_row() for instance in made]}))
+    partial.write_text(
+        json.dumps(
+            {
+                "settings": settings,
+                "quota": quota,
+                "summary": summary.to_dict(),
+                "instances": [instance.to_row() for instance in made],
+            }
+        )
+    )
     partial.replace(path)
 
 
-def dataset_card(instances: Sequence[SWEInstance], summaries: Sequence[ProjectSummary], seconds: float) -> Dict[str, Any]:
+def dataset_card(
+    instances: Sequence[SWEInstance], summaries: Sequence[ProjectSummary], seconds: float
+) -> Dict[str, Any]:
     """The figures a researcher checks before training on the set, as JSON and as markdown."""
     total = len(instances)
     share = lambda count: round(100.0 * count / total, 1) if total else 0.0
-    operators = collections.Counter(kind for i in instances for kind in i.extra["mutation"]["kind"].split("+"))
+    operators = collections.Counter(
+        kind for i in instances for kind in i.extra["mutation"]["kind"].split("+")
+    )
     bugs = collections.Counter(i.extra["mutation"].get("bugs", 1) for i in instances)
     kinds = collections.Counter(i.extra.get("difficulty", {}).get("failure_kind", "?") for i in instances)
     scores = collections.Counter(i.extra.get("difficulty", {}).get("score", 0) for i in instances)
@@ -751,7 +959,9 @@ def dataset_card(instances: Sequence[SWEInstance], summaries: Sequence[ProjectSu
     solver = sum(summary.solver_undid for summary in summaries)
     p2p = [len(i.PASS_TO_PASS) for i in instances]
     card: Dict[str, Any] = {
-        "instances": total, "build_seconds": round(seconds, 1), "projects": dict(sorted(projects.items())),
+        "instances": total,
+        "build_seconds": round(seconds, 1),
+        "projects": dict(sorted(projects.items())),
         "operators": {k: {"instances": v, "percent": share(v)} for k, v in operators.most_common()},
         "failure_kinds": {k: {"instances": v, "percent": share(v)} for k, v in kinds.most_common()},
         "wrong_value_percent": share(kinds.get("value", 0)),
@@ -761,34 +971,71 @@ def dataset_card(instances: Sequence[SWEInstance], summaries: Sequence[ProjectSu
         "issue_text": dict(issue_sources),
         "pass_to_pass_per_instance": {"min": min(p2p, default=0), "max": max(p2p, default=0)},
         "candidates_tried": tried,
-        "mechanical_solver": {"undid": solver, "of_tried": tried, "percent_of_tried": round(100.0 * solver / tried, 1) if tried else 0.0,
-                              "on_kept_instances": 0, "tries": SOLVER_TRIES},
+        "mechanical_solver": {
+            "undid": solver,
+            "of_tried": tried,
+            "percent_of_tried": round(100.0 * solver / tried, 1) if tried else 0.0,
+            "on_kept_instances": 0,
+            "tries": SOLVER_TRIES,
+        },
         "dropped": dict(dropped.most_common()),
     }
     lines = [
-        "# SWE dataset card", "",
-        f"{total} instances from {len(projects)} projects, built in {seconds / 60:.1f} min (`skyrl-gym swe build`).", "",
-        "| figure | value |", "|---|---|",
+        "# SWE dataset card",
+        "",
+        f"{total} instances from {len(projects)} projects, built in {seconds / 60:.1f} min (`skyrl-gym swe build`).",
+        "",
+        "| figure | value |",
+        "|---|---|",
         f"| wrong value (assertion) rather than an exception | {card['wrong_value_percent']}% |",
         f"| combined multi-bug tasks | {card['combined_percent']}% |",
         f"| largest operator share | {max((v['percent'] for v in card['operators'].values()), default=0)}% |",
         f"| mechanical solver ({SOLVER_TRIES} tries) | undid {solver} of {tried} bugs tried ({card['mechanical_solver']['percent_of_tried']}%), all dropped: 0% of instances |",
         f"| PASS_TO_PASS per instance | {card['pass_to_pass_per_instance']['min']} to {card['pass_to_pass_per_instance']['max']} tests |",
-        f"| issue text | {', '.join(f'{k}: {v}' for k, v in issue_sources.items())} |", "",
-        "## Operators", "", "| operator | instances | share |", "|---|---|---|",
-        *(f"| {k} | {v['instances']} | {v['percent']}% |" for k, v in card["operators"].items()), "",
-        "## Failure kinds", "", "| first failure | instances | share |", "|---|---|---|",
-        *(f"| {k} | {v['instances']} | {v['percent']}% |" for k, v in card["failure_kinds"].items()), "",
-        "## Difficulty (1 easy to 5 hard)", "", "| score | instances |", "|---|---|",
-        *(f"| {k} | {v} |" for k, v in card["difficulty_histogram"].items()), "",
-        "## Projects", "", "| project | instances |", "|---|---|",
-        *(f"| {k} | {v} |" for k, v in card["projects"].items()), "",
-        "## Dropped, and why", "", "| reason | count |", "|---|---|",
-        *(f"| {k} | {v} |" for k, v in card["dropped"].items()), "",
+        f"| issue text | {', '.join(f'{k}: {v}' for k, v in issue_sources.items())} |",
+        "",
+        "## Operators",
+        "",
+        "| operator | instances | share |",
+        "|---|---|---|",
+        *(f"| {k} | {v['instances']} | {v['percent']}% |" for k, v in card["operators"].items()),
+        "",
+        "## Failure kinds",
+        "",
+        "| first failure | instances | share |",
+        "|---|---|---|",
+        *(f"| {k} | {v['instances']} | {v['percent']}% |" for k, v in card["failure_kinds"].items()),
+        "",
+        "## Difficulty (1 easy to 5 hard)",
+        "",
+        "| score | instances |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in card["difficulty_histogram"].items()),
+        "",
+        "## Projects",
+        "",
+        "| project | instances |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in card["projects"].items()),
+        "",
+        "## Dropped, and why",
+        "",
+        "| reason | count |",
+        "|---|---|",
+        *(f"| {k} | {v} |" for k, v in card["dropped"].items()),
+        "",
     ]
     card["markdown"] = "\n".join(lines)
     return card
 
 
-__all__ = ["BuildError", "ProjectSummary", "build", "check_gold", "dataset_card", "fetch_sdist", "mechanical_solver",
-           "synthesize"]
+__all__ = [
+    "BuildError",
+    "ProjectSummary",
+    "build",
+    "check_gold",
+    "dataset_card",
+    "fetch_sdist",
+    "mechanical_solver",
+    "synthesize",
+]

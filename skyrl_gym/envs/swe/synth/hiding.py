@@ -62,12 +62,13 @@ def hide_tests(source: bytes, test_ids: Iterable[str]) -> bytes:
         if found is None:
             raise HideError(f"{test_id!r} is not a function defined in its file (generated or inherited)")
         node, body = found
-        first = min([node.lineno, *(decorator.lineno for decorator in node.decorator_list)])  # type: ignore[attr-defined]
+        first = _first(node)
         removed.update(range(first - 1, node.end_lineno))  # type: ignore[attr-defined]
         emptied.append((body, node))
     pads = {}
     for body, node in emptied:
-        if all(set(range(_first(statement) - 1, statement.end_lineno)) <= removed for statement in body):  # type: ignore[attr-defined]
+        spans = [set(range(_first(statement) - 1, statement.end_lineno or statement.lineno)) for statement in body]
+        if all(span <= removed for span in spans):
             pads[body[0].lineno - 1] = " " * node.col_offset + "pass\n"
     out = []
     for index, line in enumerate(lines):

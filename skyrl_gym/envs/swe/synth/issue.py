@@ -19,7 +19,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 _ASSERT = re.compile(r"^(?:AssertionError: )?assert (?P<left>.+?) (?P<op>==|!=|is not|is) (?P<right>.+)$")
 _WHERE = re.compile(r"^\s*\+\s+where (?P<value>.+?) = (?P<call>.+)$")
-_EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt))(?::\s*(?P<text>.*))?$")
+_EXCEPTION = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt))(?::\s*(?P<text>.*))?$"
+)
 _ADDRESS = re.compile(r" at 0x[0-9a-f]+")
 MAX_SYMPTOMS = 3
 
@@ -72,7 +74,11 @@ def _sides(statement: str) -> Optional[Tuple[str, str, bool]]:
     if not calls(left) and not calls(right):
         return None
     source = statement.strip()
-    return ast.get_source_segment(source, left) or "", ast.get_source_segment(source, right) or "", calls(right) and not calls(left)
+    return (
+        ast.get_source_segment(source, left) or "",
+        ast.get_source_segment(source, right) or "",
+        calls(right) and not calls(left),
+    )
 
 
 def symptom(failure: Failure) -> Optional[Symptom]:
@@ -91,15 +97,26 @@ def symptom(failure: Failure) -> Optional[Symptom]:
     sides = _sides(statement) if statement else None
     if found and sides:
         left_source, right_source, right_computed = sides
-        got, expected = (found.group("right"), found.group("left")) if right_computed else (found.group("left"), found.group("right"))
+        got, expected = (
+            (found.group("right"), found.group("left"))
+            if right_computed
+            else (found.group("left"), found.group("right"))
+        )
         call = right_source if right_computed else left_source
         return Symptom("value", statement, call, got, expected, found.group("op"), shown)
     if found:
         for line in lines[1:]:
             where = _WHERE.match(line)
             if where and where.group("value") == found.group("left"):
-                return Symptom("value", statement, where.group("call"), found.group("left"), found.group("right"),
-                               found.group("op"), shown)
+                return Symptom(
+                    "value",
+                    statement,
+                    where.group("call"),
+                    found.group("left"),
+                    found.group("right"),
+                    found.group("op"),
+                    shown,
+                )
     if not statement and len(lines) == 1 and lines[0] in ("assert False", "AssertionError"):
         return None
     return Symptom("value", statement=statement, shown=shown)
@@ -126,14 +143,21 @@ def symptoms(failures: Sequence[Failure], forbidden: "Forbidden") -> List[Sympto
 
 @dataclass
 class Forbidden:
-    """What an issue must never hold: hidden test ids, names and paths, gold lines, function names only the patch shows."""
+    """What an issue must never hold: hidden test ids, names and paths, gold lines, and the names of changed
+    functions that only the patch shows."""
 
     strings: List[str] = field(default_factory=list)
     words: List[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, fail_to_pass: Sequence[str], test_paths: Sequence[str], gold_patch: str,
-           functions: Sequence[str], shown: Sequence[str]) -> "Forbidden":
+    def of(
+        cls,
+        fail_to_pass: Sequence[str],
+        test_paths: Sequence[str],
+        gold_patch: str,
+        functions: Sequence[str],
+        shown: Sequence[str],
+    ) -> "Forbidden":
         """``shown``: what the failures show a user (messages, failing statements): a changed function named
         there may be named in the issue."""
         strings = list(fail_to_pass) + list(test_paths)
@@ -161,9 +185,11 @@ def template_issue(project: str, version: str, found: Sequence[Symptom], failing
     """An issue written from the symptoms alone, the way a user reports a regression."""
     where = f"`{project}` {version}".strip()
     if not found:
-        return (f"Wrong results from {where}\n\nSince this revision, {failing} of the project's checks of its own "
-                "behaviour fail: results that used to be right are now wrong.\n\n"
-                "Expected: the behaviour of the previous release.\n")
+        return (
+            f"Wrong results from {where}\n\nSince this revision, {failing} of the project's checks of its own "
+            "behaviour fail: results that used to be right are now wrong.\n\n"
+            "Expected: the behaviour of the previous release.\n"
+        )
     first = found[0]
     if first.kind == "value" and first.call:
         title = f"`{_short(first.call)}` gives {_short(first.got, 40)}, expected {_short(first.expected, 40)}"
@@ -179,19 +205,32 @@ def template_issue(project: str, version: str, found: Sequence[Symptom], failing
         if item.kind == "value" and item.call:
             verb = "Expected" if item.operator in ("==", "is") else "Expected anything but"
             parts += ["```python", f">>> {item.call}", item.got, "```", f"{verb} `{item.expected}`."]
-            if item.statement and item.call not in item.statement.split("==")[0] + item.statement.split("==")[-1]:
+            if (
+                item.statement
+                and item.call not in item.statement.split("==")[0] + item.statement.split("==")[-1]
+            ):
                 parts += ["This check fails:", *code]
         elif item.kind == "value":
             parts += ["This check fails:", *code, "with", "```", item.shown, "```"]
         elif item.kind == "no_exception":
-            parts += [*(["This should raise an error but does not:"] + code if code else []),
-                      "```", item.shown, "```"]
+            parts += [
+                *(["This should raise an error but does not:"] + code if code else []),
+                "```",
+                item.shown,
+                "```",
+            ]
         else:
-            parts += [*(["This now fails:"] + code if code else ["A call that used to work now raises:"]),
-                      "```", item.shown, "```"]
+            parts += [
+                *(["This now fails:"] + code if code else ["A call that used to work now raises:"]),
+                "```",
+                item.shown,
+                "```",
+            ]
         parts.append("")
     if failing > len(found):
-        parts.append(f"Other calls go wrong the same way ({failing} checks of the project's behaviour fail in all).")
+        parts.append(
+            f"Other calls go wrong the same way ({failing} checks of the project's behaviour fail in all)."
+        )
     return "\n".join(parts).rstrip() + "\n"
 
 
@@ -213,18 +252,32 @@ Observed:
 class IssueWriter:
     """Issue text from a language model behind an OpenAI-compatible endpoint (``--issue-writer URL MODEL``)."""
 
-    def __init__(self, base_url: str, model: str, api_key: Optional[str] = None, timeout_s: float = 120.0,
-                 attempts: int = 3) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: Optional[str] = None,
+        timeout_s: float = 120.0,
+        attempts: int = 3,
+    ) -> None:
         # the judge's client: one HTTP path (retries, limits on the reply) for every OpenAI-compatible call
         from skyrl_gym.rewards.judge import JudgeClient, JudgeEndpoint
 
-        self.endpoint = JudgeEndpoint(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s,
-                                      attempts=attempts, max_tokens=700, temperature=0.0)
+        self.endpoint = JudgeEndpoint(
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            attempts=attempts,
+            max_tokens=700,
+            temperature=0.0,
+        )
         self.client = JudgeClient(self.endpoint)
 
     def write(self, project: str, found: Sequence[Symptom], failures: Sequence[Failure]) -> str:
         observed = "\n\n".join(item.text().strip() for item in found) or "\n".join(
-            f"- {failure.message[:300]}" for failure in failures[:3])
+            f"- {failure.message[:300]}" for failure in failures[:3]
+        )
         prompt = ISSUE_WRITER_PROMPT.format(project=project, observed=observed)
         deadline = time.monotonic() + self.endpoint.verdict_deadline_s
         text, _, _ = self.client._post([{"role": "user", "content": prompt}], deadline)
@@ -235,7 +288,11 @@ class IssueWriter:
 
 
 def write_issue(
-    project: str, version: str, failures: Sequence[Failure], forbidden: Forbidden, writer: Optional[IssueWriter] = None
+    project: str,
+    version: str,
+    failures: Sequence[Failure],
+    forbidden: Forbidden,
+    writer: Optional[IssueWriter] = None,
 ) -> Tuple[str, Dict[str, Any]]:
     """The problem statement and how it was written (``{"source": "template" | "model", ...}``)."""
     found = symptoms(failures, forbidden)
@@ -250,12 +307,24 @@ def write_issue(
             leaked = leaks(text, forbidden)
             if text and not leaked:
                 return text + ("\n" if not text.endswith("\n") else ""), {**info, "source": "model"}
-            info["writer_rejected"] = f"the model's text held {leaked[:3]}" if leaked else "the model wrote nothing"
+            info["writer_rejected"] = (
+                f"the model's text held {leaked[:3]}" if leaked else "the model wrote nothing"
+            )
     leaked = leaks(template, forbidden)
     if leaked:  # cannot happen with symptoms filtered above; kept as the last guard
         raise ValueError(f"the issue text would leak {leaked[:3]}")
     return template, info
 
 
-__all__ = ["Failure", "Forbidden", "IssueWriter", "Symptom", "failure_kind", "leaks", "symptom", "symptoms", "template_issue",
-           "write_issue"]
+__all__ = [
+    "Failure",
+    "Forbidden",
+    "IssueWriter",
+    "Symptom",
+    "failure_kind",
+    "leaks",
+    "symptom",
+    "symptoms",
+    "template_issue",
+    "write_issue",
+]

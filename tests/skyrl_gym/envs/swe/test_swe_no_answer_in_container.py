@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # Run by the model's bash tool inside the container: every regular file of the filesystem (but /proc, /sys, /dev),
 # decompressed when it is gzip, xz, bzip2, zlib (loose git objects) or a zip archive (wheels, eggs), and every
 # object of every git repository on disk (packed ones too), searched for each needle.
-SEARCH = r'''
+SEARCH = r"""
 import base64, bz2, glob, gzip, io, json, lzma, os, subprocess, zipfile, zlib
 needles = [n.encode() for n in json.loads(base64.b64decode("{needles}"))]
 hits = [[] for _ in needles]
@@ -76,7 +76,7 @@ for root in repositories:
     objects = subprocess.run(["git", "-C", root, "cat-file", "--batch-all-objects", "--batch"], capture_output=True)
     scan(root + "/.git!objects", objects.stdout)
 print(json.dumps({{"scanned": scanned, "repositories": repositories, "hits": hits}}))
-'''
+"""
 
 
 def _hunks_new_side(patch: str) -> List[str]:
@@ -113,7 +113,9 @@ def hidden_definitions(instance) -> List[str]:
 
 
 def _bash(env, command: str) -> str:
-    out = env.step(json.dumps({"name": "bash", "arguments": {"command": command}}).join(["<tool_call>", "</tool_call>"]))
+    out = env.step(
+        json.dumps({"name": "bash", "arguments": {"command": command}}).join(["<tool_call>", "</tool_call>"])
+    )
     return out["observations"][0]["content"]
 
 
@@ -140,17 +142,22 @@ def test_no_gold_line_or_hidden_test_is_anywhere_in_the_agents_container(swe_ins
         env.init(row["prompt"])
         try:
             # lines that the buggy repository itself holds somewhere are no leak: search for the others
-            distinctive = [line for line in sorted(lines)
-                           if "[exit code 1]" in _bash(env, f"git grep -q -F -e {json.dumps(line)} -- . || exit 1")]
+            distinctive = [
+                line
+                for line in sorted(lines)
+                if "[exit code 1]" in _bash(env, f"git grep -q -F -e {json.dumps(line)} -- . || exit 1")
+            ]
             found = _search(env, blocks + distinctive)
         finally:
             env.close()
         assert found["scanned"] > 1000, found  # the walk saw the whole filesystem, not an empty folder
         assert found["repositories"] == ["/testbed"], found["repositories"]
         for needle, where in zip(blocks, found["hits"]):
-            assert where == [], f"{instance.instance_id}: {needle!r} is in {where}"  # anywhere, dpkg's files too
+            assert where == [], (
+                f"{instance.instance_id}: {needle!r} is in {where}"
+            )  # anywhere, dpkg's files too
         assert len(found["hits"]) == len(blocks) + len(distinctive)
-        for needle, where in zip(distinctive, found["hits"][len(blocks):]):
+        for needle, where in zip(distinctive, found["hits"][len(blocks) :]):
             # a file of a Debian package (the standard library, a package's docs) may hold a common line; a copy
             # of the pristine project there would still hold the whole hunk, which the blocks above look for
             outside = [path for path in where if not path.startswith("dpkg:")]
@@ -169,15 +176,24 @@ def test_reversing_every_patch_on_disk_then_submitting_scores_0(swe_instances):
         env = skyrl_gym.make("swe", env_config={"bash_timeout_s": 300}, extras=row)
         env.init(row["prompt"])
         try:
-            listing = _bash(env, "ls -a /opt/skygym 2>&1; find / -xdev \\( -name '*.patch' -o -name '*.diff' "
-                                 "-o -name '*.orig' -o -name '*.rej' \\) -not -path '/proc/*' 2>/dev/null")
+            listing = _bash(
+                env,
+                "ls -a /opt/skygym 2>&1; find / -xdev \\( -name '*.patch' -o -name '*.diff' "
+                "-o -name '*.orig' -o -name '*.rej' \\) -not -path '/proc/*' 2>/dev/null",
+            )
             assert "No such file or directory" in listing and ".patch" not in listing, listing
-            _bash(env, "for p in $(find / -xdev \\( -name '*.patch' -o -name '*.diff' \\) 2>/dev/null); "
-                       "do git apply -R \"$p\" && echo reversed \"$p\"; done; git apply -R /opt/skygym/setup.patch")
+            _bash(
+                env,
+                "for p in $(find / -xdev \\( -name '*.patch' -o -name '*.diff' \\) 2>/dev/null); "
+                'do git apply -R "$p" && echo reversed "$p"; done; git apply -R /opt/skygym/setup.patch',
+            )
             last = env.step('<tool_call>{"name": "submit", "arguments": {}}</tool_call>')
         finally:
             env.close()
-        assert last["done"] and last["reward"] == 0.0, (instance.instance_id, last["metadata"]["model_patch"][:500])
+        assert last["done"] and last["reward"] == 0.0, (
+            instance.instance_id,
+            last["metadata"]["model_patch"][:500],
+        )
 
 
 def test_no_problem_statement_holds_a_hidden_test_id_a_gold_line_or_a_hidden_path(swe_instances):
@@ -186,8 +202,11 @@ def test_no_problem_statement_holds_a_hidden_test_id_a_gold_line_or_a_hidden_pat
     for instance in swe_instances:
         text = instance.problem_statement
         names = {re.sub(r"\[.*$", "", test_id.split("::")[-1]) for test_id in instance.FAIL_TO_PASS}
-        gold = {line[1:].strip() for line in instance.patch.splitlines()
-                if line[:1] in "+-" and not line.startswith(("+++", "---")) and len(line[1:].strip()) >= 8}
+        gold = {
+            line[1:].strip()
+            for line in instance.patch.splitlines()
+            if line[:1] in "+-" and not line.startswith(("+++", "---")) and len(line[1:].strip()) >= 8
+        }
         for secret in [*instance.FAIL_TO_PASS, *names, *gold, *patch_paths(instance.test_patch)]:
             assert secret not in text, f"{instance.instance_id}: the issue holds {secret!r}:\n{text}"
         assert "```" in text  # a reproduction, not a list of failing tests
@@ -214,8 +233,16 @@ def test_a_swebench_style_checkout_keeps_no_later_commit(docker_client_for_tests
         base = box.read_file("/base").decode().strip()
         image = box.commit("skyrl-gym-swe-test-history", "v1")
     try:
-        instance = SWEInstance("org__calc-1", "org/calc", base, "add subtracts", "", "", ["test_calc.py::test_add"],
-                               image_name=image)
+        instance = SWEInstance(
+            "org__calc-1",
+            "org/calc",
+            base,
+            "add subtracts",
+            "",
+            "",
+            ["test_calc.py::test_add"],
+            image_name=image,
+        )
         with SWERuntime(instance, client=client) as runtime:
             runtime.setup()
             objects = runtime.exec("git cat-file --batch-all-objects --batch").output

@@ -60,7 +60,9 @@ class TestPair:
 
 # ----- hiding test functions ----------------------------------------------------------------------------
 def test_only_the_named_test_functions_leave_their_file():
-    hidden = hide_tests(TESTS, ["t.py::test_param[2]", "t.py::TestBox::test_only", "t.py::TestPair::test_gone"])
+    hidden = hide_tests(
+        TESTS, ["t.py::test_param[2]", "t.py::TestBox::test_only", "t.py::TestPair::test_gone"]
+    )
     text = hidden.decode()
     ast.parse(hidden)
     assert "def test_param" not in text and "parametrize" not in text  # decorators go with the function
@@ -93,30 +95,47 @@ def test_symptoms_say_what_was_called_what_came_back_and_what_was_expected():
     assert (first.call, first.got, first.expected) == ("isdistinct(iter([1, 2, 1]))", "True", "False")
     # the computed side is the one with the call, whichever side of == the test wrote it on
     second = symptom(Failure(VALUE_REVERSED, "assert human == inflection.humanize('employee_id')"))
-    assert (second.call, second.got, second.expected) == ("inflection.humanize('employee_id')", "'Employee id'", "'Employee'")
+    assert (second.call, second.got, second.expected) == (
+        "inflection.humanize('employee_id')",
+        "'Employee id'",
+        "'Employee'",
+    )
     # no side calls anything: nothing tells what was called, so the check is shown as it failed
     bare = symptom(Failure("AssertionError: assert Exception() is Exception('blah')", "assert value2 is e"))
     assert bare.call == "" and bare.statement == "assert value2 is e" and "Exception('blah')" in bare.shown
-    assert symptom(Failure(NOT_RAISED, "pytest.raises(AttributeError, remove_move, 'eggs')")).kind == "no_exception"
+    assert (
+        symptom(Failure(NOT_RAISED, "pytest.raises(AttributeError, remove_move, 'eggs')")).kind
+        == "no_exception"
+    )
     assert symptom(Failure(CRASH)).kind == "exception"
     assert symptom(Failure("assert False")) is None
-    assert [failure_kind(m) for m in (VALUE_WITH_CALL, VALUE_REVERSED, NOT_RAISED, CRASH)] == ["value"] * 3 + ["TypeError"]
+    assert [failure_kind(m) for m in (VALUE_WITH_CALL, VALUE_REVERSED, NOT_RAISED, CRASH)] == [
+        "value"
+    ] * 3 + ["TypeError"]
 
 
 def _forbidden(**changes) -> Forbidden:
-    settings = dict(fail_to_pass=["toolz/tests/test_itertoolz.py::test_isdistinct"],
-                    test_paths=["toolz/tests/test_itertoolz.py"],
-                    gold_patch="-        seen.add(item)\n+        seen.add(item)\n+        count += 1",
-                    functions=["_count_seen"], shown=[VALUE_WITH_CALL])
+    settings = dict(
+        fail_to_pass=["toolz/tests/test_itertoolz.py::test_isdistinct"],
+        test_paths=["toolz/tests/test_itertoolz.py"],
+        gold_patch="-        seen.add(item)\n+        seen.add(item)\n+        count += 1",
+        functions=["_count_seen"],
+        shown=[VALUE_WITH_CALL],
+    )
     settings.update(changes)
     return Forbidden.of(**settings)
 
 
 def test_the_template_issue_is_the_symptom_and_holds_nothing_forbidden():
     forbidden = _forbidden()
-    failures = [Failure(VALUE_WITH_CALL, "assert isdistinct(iter([1, 2, 1])) is False"),
-                Failure(VALUE_WITH_CALL + "\n +    where <list_iterator object> = iter([1, 2, 1])",
-                        "assert isdistinct(iter([1, 2, 1])) is False"), Failure(CRASH)]
+    failures = [
+        Failure(VALUE_WITH_CALL, "assert isdistinct(iter([1, 2, 1])) is False"),
+        Failure(
+            VALUE_WITH_CALL + "\n +    where <list_iterator object> = iter([1, 2, 1])",
+            "assert isdistinct(iter([1, 2, 1])) is False",
+        ),
+        Failure(CRASH),
+    ]
     text, info = write_issue("toolz", "1.2.0", failures, forbidden)
     assert info == {"source": "template", "symptoms": 2}  # the same call and values twice is one symptom
     assert text.count(">>> isdistinct(iter([1, 2, 1]))\nTrue\n```\nExpected `False`.") == 1
@@ -150,7 +169,9 @@ class _ChatServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.requests.append(body)
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": answer}}]}).encode()
+                data = json.dumps(
+                    {"choices": [{"message": {"role": "assistant", "content": answer}}]}
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -169,24 +190,36 @@ class _ChatServer:
         self.server.server_close()
 
 
-@pytest.mark.parametrize("answer, source", [
-    ("isdistinct says an iterator with a repeat is distinct\n\n```python\n>>> isdistinct(iter([1, 2, 1]))\nTrue\n```",
-     "model"),
-    ("The fix: put back `count += 1` in _count_seen (see test_isdistinct).", "template"),
-])
+@pytest.mark.parametrize(
+    "answer, source",
+    [
+        (
+            "isdistinct says an iterator with a repeat is distinct\n\n```python\n>>> isdistinct(iter([1, 2, 1]))\nTrue\n```",
+            "model",
+        ),
+        ("The fix: put back `count += 1` in _count_seen (see test_isdistinct).", "template"),
+    ],
+)
 def test_the_issue_writer_is_used_unless_its_text_leaks(answer, source):
     server = _ChatServer(answer)
     writer = IssueWriter(server.url, "any-model")
     try:
-        text, info = write_issue("toolz", "1.2.0", [Failure(VALUE_WITH_CALL, "assert isdistinct(iter([1, 2, 1])) is False")],
-                                 _forbidden(), writer)
+        text, info = write_issue(
+            "toolz",
+            "1.2.0",
+            [Failure(VALUE_WITH_CALL, "assert isdistinct(iter([1, 2, 1])) is False")],
+            _forbidden(),
+            writer,
+        )
     finally:
         writer.close()
         server.close()
     assert info["source"] == source
     prompt = server.requests[0]["messages"][0]["content"]
     assert server.requests[0]["model"] == "any-model" and "isdistinct(iter([1, 2, 1]))" in prompt
-    assert "test_isdistinct" not in prompt and "count += 1" not in prompt  # the model is never shown the answer
+    assert (
+        "test_isdistinct" not in prompt and "count += 1" not in prompt
+    )  # the model is never shown the answer
     if source == "model":
         assert text.startswith("isdistinct says")
     else:
@@ -200,14 +233,14 @@ def test_an_unreachable_issue_writer_leaves_the_template():
 
 
 # ----- bugs: solver, balance, card ------------------------------------------------------------------------
-LIBRARY = b'''\
+LIBRARY = b"""\
 def clamp(value, low, high):
     if value < low:
         return low
     if value > high:
         return high
     return value
-'''
+"""
 
 
 def test_the_mechanical_solver_undoes_a_bug_in_a_function_the_issue_names():
@@ -218,7 +251,11 @@ def test_the_mechanical_solver_undoes_a_bug_in_a_function_the_issue_names():
     assert mechanical_solver({"lib.py": LIBRARY}, "lib.py", buggy, LIBRARY, "wrong", tries=0) is None
     # an integer moved by one is undone by moving it back (the operator's inverse), not only by the operator
     source = b"def nth(items):\n    a = 1\n    b = 2\n    return items[3]\n"
-    off = next(m for m in find_mutations("n.py", source) if m.kind == "off_by_one" and b"[" in source[m.start - 1 : m.start])
+    off = next(
+        m
+        for m in find_mutations("n.py", source)
+        if m.kind == "off_by_one" and b"[" in source[m.start - 1 : m.start]
+    )
     assert mechanical_solver({"n.py": source}, "n.py", off.apply(source), source, "nth") is not None
 
 
@@ -235,16 +272,29 @@ def test_operators_are_tried_least_kept_first():
 
 def _instance(number: int, kind: str, failure: str, bugs: int = 1) -> SWEInstance:
     return SWEInstance(
-        instance_id=f"{'toolz' if number % 2 else 'six'}__synth-{number}", repo="r", base_commit="0" * 40,
-        problem_statement="p", patch="", test_patch="", FAIL_TO_PASS=["t.py::t"], PASS_TO_PASS=["t.py::u"] * 60,
-        extra={"mutation": {"kind": kind, "bugs": bugs},
-               "difficulty": difficulty("-a\n+b\n", ["f"], failure, None, "issue"), "issue": {"source": "template"}},
+        instance_id=f"{'toolz' if number % 2 else 'six'}__synth-{number}",
+        repo="r",
+        base_commit="0" * 40,
+        problem_statement="p",
+        patch="",
+        test_patch="",
+        FAIL_TO_PASS=["t.py::t"],
+        PASS_TO_PASS=["t.py::u"] * 60,
+        extra={
+            "mutation": {"kind": kind, "bugs": bugs},
+            "difficulty": difficulty("-a\n+b\n", ["f"], failure, None, "issue"),
+            "issue": {"source": "template"},
+        },
     )
 
 
 def test_the_dataset_card_counts_operators_failure_kinds_and_drops():
-    instances = [_instance(1, "flip_compare", "value"), _instance(2, "negate_if", "value"),
-                 _instance(3, "remove_loop", "TypeError"), _instance(4, "flip_compare+negate_if", "value", bugs=2)]
+    instances = [
+        _instance(1, "flip_compare", "value"),
+        _instance(2, "negate_if", "value"),
+        _instance(3, "remove_loop", "TypeError"),
+        _instance(4, "flip_compare+negate_if", "value", bugs=2),
+    ]
     summary = ProjectSummary("toolz", tried=10, solver_undid=2)
     summary.discarded.update({"no test failed": 4, "the mechanical solver undoes it within 20 tries": 2})
     card = dataset_card(instances, [summary, ProjectSummary("ghost", error="could not download\nmore")], 61.0)
@@ -252,6 +302,9 @@ def test_the_dataset_card_counts_operators_failure_kinds_and_drops():
     assert card["operators"]["flip_compare"] == {"instances": 2, "percent": 50.0}
     assert card["wrong_value_percent"] == 75.0 and card["combined_percent"] == 25.0
     assert card["mechanical_solver"]["percent_of_tried"] == 20.0
-    assert card["dropped"]["no test failed"] == 4 and "project ghost failed: could not download" in card["dropped"]
+    assert (
+        card["dropped"]["no test failed"] == 4
+        and "project ghost failed: could not download" in card["dropped"]
+    )
     assert card["projects"] == {"six": 2, "toolz": 2}
     assert "| flip_compare | 2 | 50.0% |" in card["markdown"] and "| no test failed | 4 |" in card["markdown"]
