@@ -407,15 +407,16 @@ def reliability(
     project: Project,
     candidate: Candidate,
     reduced: Dict[str, bytes],
-    pristine_tests: Dict[str, bytes],
+    pristine: Dict[str, bytes],
     baseline_passing: Sequence[str],
 ) -> Tuple[List[str], str, int]:
-    """(PASS_TO_PASS, why the instance is dropped or "", tests dropped as flaky or hidden-dependent).
+    """(PASS_TO_PASS, why the instance is dropped or "", tests dropped as flaky or hidden-dependent). ``pristine``:
+    the project's files; the work container's ``/testbed`` is pristine again when this returns.
 
     The checkout at ``base_commit`` (bug in, hidden functions out) runs the whole suite once: what the agent can
     run must pass there. Then the hidden tests go back and the whole suite runs ``RELIABILITY_RUNS`` times, as
     the grader runs it: FAIL_TO_PASS must fail and PASS_TO_PASS pass every time."""
-    originals = dict(pristine_tests)
+    originals = {path: pristine[path] for path in [*reduced, *candidate.mutated]}
     try:
         box.put_tree(TESTBED, {**candidate.mutated, **reduced})
         at_base = run_pytest(box, list(project.tests), timeout_s=600)
@@ -425,7 +426,7 @@ def reliability(
         candidates = [t for t in baseline_passing if t not in failing]
         present = [t for t in candidates if t in at_base.outcomes]
         stable = [t for t in present if at_base.passed(t)]
-        box.put_tree(TESTBED, originals)
+        box.put_tree(TESTBED, {path: pristine[path] for path in reduced})  # the hidden tests back, the bug in
         for _ in range(RELIABILITY_RUNS):
             run = run_pytest(box, list(project.tests), timeout_s=600)
             if run.error:
@@ -541,8 +542,8 @@ class _Work:
         if solved is not None:
             self.summary.solver_undid += 1
             return self.drop(f"the mechanical solver undoes it within {SOLVER_TRIES} tries")
-        pass_to_pass, dropped_why, flaky = _checked(
-            box, self.project, candidate, reduced, files, self.baseline_passing, path, original
+        pass_to_pass, dropped_why, flaky = reliability(
+            box, self.project, candidate, reduced, {**files, **sources}, self.baseline_passing
         )
         if dropped_why:
             return self.drop(dropped_why)
@@ -745,23 +746,6 @@ def failing_statement(
     node = min(holding, key=lambda n: (n.end_lineno or n.lineno) - n.lineno)
     text = textwrap.dedent(" " * node.col_offset + (ast.get_source_segment(source, node) or ""))
     return text if text.count("\n") < max_lines else text.splitlines()[0]
-
-
-def _checked(
-    box: Container,
-    project: Project,
-    candidate: Candidate,
-    reduced: Dict[str, bytes],
-    files: Dict[str, bytes],
-    baseline_passing: Sequence[str],
-    path: str,
-    original: bytes,
-) -> Tuple[List[str], str, int]:
-    pristine_tests = {test: files[test] for test in reduced}
-    try:
-        return reliability(box, project, candidate, reduced, pristine_tests, baseline_passing)
-    finally:
-        box.write_file(f"{TESTBED}/{path}", original)
 
 
 def check_gold(
