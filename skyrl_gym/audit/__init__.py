@@ -27,17 +27,11 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack, Script, wrong_answer
 from skyrl_gym.audit.profiles import AuditProfile, profile_for, text_profile
 
-# Holes the audit finds in shipped verifiers whose fixes are under way elsewhere: env id (or "judge", for
-# every judged
-# row) -> {hack name: where the fix is}. The audit still fails on them (a hole is a hole); the reason names
-# the fix,
-# and the CI test (tests/skyrl_gym/test_audit_envs.py) expects exactly these. Remove an entry when its fix
-# lands.
-OPEN_HOLES: Dict[str, Dict[str, str]] = {
-    "swe": {
-        "git apply -R of the answer left on disk": "issue 26: nothing of the answer in the agent's container"
-    },
-}
+# Holes the audit finds in shipped verifiers whose fixes are under way elsewhere: env id (or "judge", for every
+# judged row) -> {hack name: where the fix is}. The audit still fails on them (a hole is a hole); the reason names
+# the fix, and the CI test (tests/skyrl_gym/test_audit_envs.py) expects exactly these. Remove an entry when its fix
+# lands. Empty: the SWE answer left on disk (issue 26) and the forgeable judge verdict (issue 29) are closed.
+OPEN_HOLES: Dict[str, Dict[str, str]] = {}
 
 OK = "ok"
 FALSE_POSITIVE = "FALSE POSITIVE"

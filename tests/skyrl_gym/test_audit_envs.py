@@ -9,7 +9,6 @@ the hole is closed.
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -112,18 +111,3 @@ def test_contributed_env_passes_its_audit(env_id):
 def test_reasoning_gym_sample_passes_its_audit(env_id):
     pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed: pip install reasoning-gym")
     assert_passes(env_id, audit(env_id, 1))
-
-
-@pytest.mark.docker
-def test_swe_passes_its_audit_but_for_its_open_holes():
-    from skyrl_gym.envs.swe.audit import docker_unavailable
-
-    reason = docker_unavailable()
-    if reason:
-        pytest.skip(reason)
-    if not os.environ.get("SKYGYM_SWE_INSTANCES"):
-        pytest.skip(
-            "no SWE instances: build some with `skyrl-gym swe build --out DIR` and set "
-            "SKYGYM_SWE_INSTANCES=DIR/instances.jsonl"
-        )
-    assert_passes("swe", audit("swe", 1))
