@@ -207,6 +207,19 @@ def load_tokenizer(name: Union[str, os.PathLike, None] = None) -> Any:
     return tokenizer
 
 
+def computes_bf16_natively(device: Any = None) -> bool:
+    """Whether ``device`` (default: CUDA when present, else the CPU) computes bfloat16 in hardware: a CUDA GPU that
+    supports it, or a CPU with AVX512-BF16 or AMX. Elsewhere bfloat16 is emulated and slower than float32."""
+    import torch
+
+    kind = torch.device(device).type if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+    if kind == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if kind == "cpu":
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    return False
+
+
 def load_model_and_tokenizer(
     name: Union[str, os.PathLike, None] = None, *, dtype: Any = None, device: Optional[str] = None
 ) -> Tuple[Any, Any]:

@@ -48,7 +48,11 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any, placement_group: A
         from skygym_adapters.engines.hf import HFEngine
 
         batch = cfg.trainer.train_batch_size * g.n_samples_per_prompt
-        dtype = None if g.model_dtype == "auto" else g.model_dtype
+        dtype = g.model_dtype
+        if dtype == "auto":  # bfloat16 where the hardware computes it (GPUs; CPUs with AVX512-BF16 or AMX)
+            from skygym_adapters.models import computes_bf16_natively
+
+            dtype = "bfloat16" if computes_bf16_natively() else "float32"
         # validation allows one HF engine: more would be copies of the model in this process
         return [HFEngine(model_path, tokenizer, dtype=dtype, max_batch_size=max(64, batch))]
     if g.backend == "vllm":

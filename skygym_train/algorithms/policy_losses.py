@@ -19,8 +19,22 @@ POLICY_LOSSES: FunctionRegistry[PolicyLossFn] = FunctionRegistry("policy loss")
 LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
 
 
-def register_policy_loss(name: str, *, override: bool = False) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    return POLICY_LOSSES.decorator(name, override=override)
+def register_policy_loss(
+    name: str, *, override: bool = False, vanishes_without_advantage: bool = False
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register a policy loss under ``name``.
+
+    ``vanishes_without_advantage=True`` declares that rows whose advantages are all 0 add exactly nothing to the
+    loss's gradient (true of every loss here: each per-token term is a multiple of its advantage). The policy
+    worker then skips those rows' forward and backward passes (``TrainingWorker._adds_nothing``).
+    """
+    register = POLICY_LOSSES.decorator(name, override=override)
+
+    def decorate(fn: PolicyLossFn) -> PolicyLossFn:
+        fn.vanishes_without_advantage = vanishes_without_advantage  # type: ignore[attr-defined]
+        return register(fn)
+
+    return decorate
 
 
 def reduce_loss(
@@ -69,7 +83,7 @@ def _ppo_clip_per_token(
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
-@register_policy_loss("regular")
+@register_policy_loss("regular", vanishes_without_advantage=True)
 def ppo_clip_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -85,7 +99,7 @@ def ppo_clip_loss(
     return reduce_loss(per_token, loss_mask, reduction, max_len), _clip_metrics(was_clipped, loss_mask, ratio)
 
 
-@register_policy_loss("dual_clip")
+@register_policy_loss("dual_clip", vanishes_without_advantage=True)
 def dual_clip_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -106,7 +120,7 @@ def dual_clip_loss(
     return reduce_loss(dual, loss_mask, reduction, max_len), metrics
 
 
-@register_policy_loss("gspo")
+@register_policy_loss("gspo", vanishes_without_advantage=True)
 def gspo_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -129,7 +143,7 @@ def gspo_loss(
     return reduce_loss(per_token, loss_mask, reduction, max_len), _clip_metrics(was_clipped, loss_mask, ratio)
 
 
-@register_policy_loss("cispo")
+@register_policy_loss("cispo", vanishes_without_advantage=True)
 def cispo_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,

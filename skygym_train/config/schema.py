@@ -368,6 +368,9 @@ class GeneratorConfig:
     """``hf`` (transformers) or ``vllm`` engines in this process; ``remote`` (OpenAI-compatible vLLM server) or
     ``sglang`` servers at ``remote_inference_engine_urls``."""
     model_dtype: str = "auto"
+    """The engine's dtype: ``auto`` is bfloat16 where the hardware computes it (GPUs; CPUs with AVX512-BF16 or AMX,
+    where it decodes about twice as fast as float32), else float32; or ``float32``/``bfloat16``/``float16``. The policy
+    trains in its own precision (``trainer.bf16``) and computes the log-probs the loss uses itself."""
     num_inference_engines: int = 1
     inference_engine_tensor_parallel_size: int = 1
     weight_sync_backend: str = "auto"

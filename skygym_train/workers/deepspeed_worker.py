@@ -77,6 +77,8 @@ class DeepSpeedWorker(TrainingWorker):
     """A ``TrainingWorker`` whose model is a DeepSpeed ZeRO engine (``self.model``; the HF module is
     ``self.model.module``)."""
 
+    skips_rows_without_advantage = False  # the engine counts its own micro-steps and holds the gradients
+
     def init_process_group(self) -> None:
         import deepspeed
 

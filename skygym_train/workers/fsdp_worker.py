@@ -141,6 +141,9 @@ def _token_log_probs(
 class TrainingWorker:
     """Holds one shard of a model; computes log-probs/values and takes optimizer steps."""
 
+    skips_rows_without_advantage = True
+    """Whether ``train_step`` may skip micro-batches that add nothing to the gradient (``_adds_nothing``)."""
+
     def __init__(self, spec: WorkerSpec, rank: int = 0, world_size: int = 1, dist_init: Optional[str] = None,
                  num_threads: Optional[int] = None):
         if spec.role not in ROLES:
@@ -527,15 +530,30 @@ class TrainingWorker:
         totals: Dict[str, float] = {}
         parts = self._micro_batches(batch, self.spec.micro_train_batch_size)
         extra = self._extra_micro_batches(len(parts))  # agreed before any pass: collectives go in order
+        skipped, trained_weight = 0, 0.0
         for index, rows in enumerate(parts):
             weight = len(rows) / batch.size  # each micro-batch weighs its share of the rows
             # a sequence-parallel rank's gradients are its tokens' share and FSDP averages over every rank
             weight *= self.spec.sequence_parallel_size
+            part = batch.select(rows)
+            if self._adds_nothing(part):
+                skipped += len(rows)
+                continue
             self._before_backward(last=index == len(parts) - 1 and not extra)
-            loss, metrics = self._loss(batch.select(rows))
+            loss, metrics = self._loss(part)
             self._backward(loss * weight)
+            trained_weight += weight
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + v * weight
+        if skipped:
+            # the step the skipped rows would have given: zero gradients still decay the weights and move Adam's
+            # moments (a parameter without a gradient would be left out of the step)
+            for p in self.model.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            # the metrics describe the rows trained (as with zero_variance_filter)
+            total_weight = trained_weight + skipped / batch.size * self.spec.sequence_parallel_size
+            totals = {k: v * total_weight / trained_weight for k, v in totals.items()} if trained_weight else {}
         for index in range(extra):
             self._before_backward(last=index == extra - 1)
             loss, _ = self._loss(batch.select([0]))
@@ -546,11 +564,28 @@ class TrainingWorker:
         prefix = "policy" if self.spec.role == "policy" else "critic"
         out = {f"{prefix}/{k}": v for k, v in totals.items()}
         out[f"{prefix}/grad_norm"] = grad_norm_value
+        if self.spec.role == "policy":
+            out["policy/skipped_rows"] = skipped / batch.size
         out[f"{prefix}/lr"] = float(self.scheduler.get_last_lr()[0])
         out[f"{prefix}/model_tokens"] = float(self.tokens_run - tokens_before)  # padding included
         out[f"timing/{prefix}_train_step_s"] = time.perf_counter() - start_time
         out[f"memory/{prefix}_peak_gib"] = peak.gib()  # GPU: since the trainer's step began; CPU: peak RSS
         return out
+
+    def _adds_nothing(self, batch: TrainingBatch) -> bool:
+        """Whether a policy micro-batch adds exactly nothing to the gradient, so that ``train_step`` can skip its
+        forward and backward passes: every advantage of its response tokens is 0 (GRPO's groups whose rewards all
+        agree), the policy loss vanishes with its advantages (``register_policy_loss(vanishes_without_advantage=
+        True)``, as every bundled loss does) and no entropy or KL term is added. The update is the one the full
+        passes give, without their cost (a 0 * inf = NaN gradient, which would have skipped the optimizer step,
+        cannot arise). One process only: FSDP's collectives need every rank to run the same passes."""
+        algo = self.algorithm
+        if (self.spec.role != "policy" or not self.skips_rows_without_advantage or self.world_size > 1
+                or algo is None or algo.use_entropy_loss or (algo.use_kl_loss and "ref_log_probs" in batch.tensors)
+                or not getattr(self.policy_loss_fn, "vanishes_without_advantage", False)):
+            return False
+        t = batch.tensors
+        return not bool((t["advantages"] * t["response_mask"]).count_nonzero())  # NaN counts as non-zero
 
     def _before_backward(self, last: bool) -> None:
         """Called before each micro-batch's backward pass; ``last`` is the one before the optimizer step."""
