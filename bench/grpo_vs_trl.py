@@ -93,6 +93,7 @@ def run_ours(args: argparse.Namespace) -> None:
         f"trainer.micro_forward_batch_size_per_gpu={PROMPTS * SAMPLES}",
         f"generator.sampling_params.max_generate_length={NEW_TOKENS}",
         "generator.sampling_params.temperature=1.0",
+        "generator.model_dtype=float32",  # as TRL generates here (auto would decode in bf16 on a CPU that has it)
         f"trainer.policy.optimizer_config.lr={LR}",
         "trainer.policy.optimizer_config.weight_decay=0.0",
         "trainer.policy.optimizer_config.max_grad_norm=1.0",

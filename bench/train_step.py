@@ -85,6 +85,8 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
             f"trainer.log_path={out}",
             "trainer.progress_bar=false",
             f"trainer.cpu_bf16_autocast={str(bf16).lower()}",
+            # the engine in TRL's precision: auto would decode in bf16 on a CPU that has it, where TRL runs fp32
+            f"generator.model_dtype={'bfloat16' if bf16 else 'float32'}",
             f"trainer.use_sample_packing={str(packing).lower()}",
         ]
     )
