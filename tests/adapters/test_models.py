@@ -83,3 +83,22 @@ def test_the_embedded_models_copy_is_kept_apart_per_transformers_major_version(
         assert models.resolve_model("smollm2-135m").path == folder
     monkeypatch.setattr(importlib.metadata, "version", lambda dist: "5.24.0" if dist == "transformers" else real_version(dist))
     assert models.resolve_model("smollm2-135m").path == folders["5.2.0"]  # a minor version reads its major's copy
+
+
+def test_a_gguf_file_without_its_readers_names_the_missing_package(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """transformers reads GGUF files through `gguf` and `accelerate`: without one, a skip-able error with the
+    install line (conform reports it as a skip), not transformers' ValueError from deep inside the load."""
+    import importlib.util
+
+    from skygym_adapters import models
+
+    monkeypatch.setenv("SKYRL_GYM_CACHE", str(tmp_path / "cache"))
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "accelerate" else real_find_spec(name, *a))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(models.EmbeddedModelMissing, match=r"'accelerate' is not installed: pip install gguf accel"):
+        resolve_model(str(gguf))
+    assert not (tmp_path / "cache" / "models").exists() or not any((tmp_path / "cache" / "models").iterdir())
