@@ -44,13 +44,8 @@ def _assert_engine_is_policy(trainer, before):
         torch.testing.assert_close(value, policy[name], msg=name)
 
 
-# the engine in the policy's dtype (fp32): on a GPU an engine defaults to bf16, which cannot read fp32 tensors
-SAME_DTYPE = {"generator.model_dtype": "float32"}
-
-
 def test_without_ray_the_engine_reads_the_policys_tensors(tiny_chat_model, toy_data, tmp_path):
-    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 2},
-                                    **SAME_DTYPE))
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 2}))
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
         before = _engine_state(trainer)
@@ -82,8 +77,7 @@ def test_async_training_keeps_a_copy_in_the_engine(tiny_chat_model, toy_data, tm
 
 
 def test_an_engine_update_never_writes_into_the_policys_tensors(tiny_chat_model, toy_data, tmp_path):
-    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1},
-                                    **SAME_DTYPE))
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1}))
     with PPOTrainer(cfg) as trainer:
         trainer.fit()
         engine = _engine(trainer)
@@ -152,6 +146,26 @@ def test_a_policy_on_a_gpu_reaches_a_bf16_engine_in_one_device_copy(tiny_chat_mo
     for name, value in engine_state.items():
         assert value.dtype == torch.bfloat16
         torch.testing.assert_close(value, policy_state[name].to(torch.bfloat16), msg=name)
+
+
+def test_an_auto_engine_decodes_in_bf16_where_the_hardware_computes_it_and_receives_the_policys_weights(
+        tiny_chat_model, toy_data, tmp_path):
+    from skygym_adapters.models import computes_bf16_natively
+
+    expected = torch.bfloat16 if computes_bf16_natively() else torch.float32  # this CPU: AVX512-BF16 or AMX
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
+        "generator.model_dtype": "auto", "trainer.max_training_steps": 1}))
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        assert _engine(trainer).weight_dtype == expected
+        before = _engine_state(trainer)
+        trainer.fit()
+        policy = trainer.policy.call("full_state_dict")[0]
+        after = _engine_state(trainer)
+    assert any(not torch.equal(before[k], after[k]) for k in before), "the engine's weights did not change"
+    for name, value in after.items():
+        assert value.dtype == expected
+        torch.testing.assert_close(value, policy[name].to(expected), msg=name)
 
 
 @pytest.mark.slow

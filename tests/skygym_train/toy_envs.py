@@ -73,6 +73,9 @@ def toy_overrides(model: Path, data: Path, tmp: Path, **extra: object) -> list:
         "trainer.policy.optimizer_config.lr": 5e-2,
         "trainer.policy.optimizer_config.weight_decay": 0.0,
         "trainer.critic.optimizer_config.lr": 1e-2,  # 1e-3 left the critic too slow to help in 30 steps
+        # the engine in the policy's dtype: tests compare its weights and log-probs to the policy's exactly (auto is
+        # bf16 on GPUs and on CPUs with AVX512-BF16 or AMX)
+        "generator.model_dtype": "float32",
     }
     base.update({k: v for k, v in extra.items()})
     return [f"{k}={v}" for k, v in base.items()]
