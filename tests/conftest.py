@@ -44,11 +44,14 @@ def pytest_runtest_makereport(item, call):
     """The same for a fixture or test that imports a missing extra while it runs (e.g. a model fixture)."""
     outcome = yield
     report = outcome.get_result()
-    if call.excinfo is None or not isinstance(call.excinfo.value, ModuleNotFoundError):
+    error = None if call.excinfo is None else call.excinfo.value
+    if isinstance(error, ImportError) and not isinstance(error, ModuleNotFoundError):
+        error = error.__cause__  # the package's own "needs the X package" raised from the missing module
+    if not isinstance(error, ModuleNotFoundError):
         return
     from skyrl_gym.extras import missing_extra_message
 
-    message = missing_extra_message(call.excinfo.value)
+    message = missing_extra_message(error)
     if message is not None and report.failed:
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {message}")

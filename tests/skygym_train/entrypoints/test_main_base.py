@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from skyrl_gym.cli import main as skyrl_gym_main
 from skygym_train.entrypoints.main_base import main
 from tests.tiny_models import CHAT_MODEL
@@ -24,5 +26,7 @@ def test_bad_config_exits_2_before_loading_anything(capsys):
 
 
 def test_skyrl_gym_train_subcommand(capsys):
+    pytest.importorskip("omegaconf", reason="`skyrl-gym train` needs the 'train' extra: pip install torch==2.13.0 "
+                                            "&& pip install 'skyrl-gym[train]'")
     assert skyrl_gym_main(["train", "--check", "trainer.algoritm.advantage_estimator=grpo"]) == 2
     assert "did you mean 'algorithm'" in capsys.readouterr().err
