@@ -62,7 +62,7 @@ from skyrl_gym.envs.swe.grading import evaluate_many
 from skyrl_gym.envs.swe.instances import SWEInstance, normalize_row, write_jsonl
 from skyrl_gym.envs.swe.runtime import COMMIT_ENV, CONTAINER_ENV, HELPERS, TESTBED, TestRun, run_pytest
 from skyrl_gym.envs.swe.synth.hiding import HideError, file_of_test, hide_tests
-from skyrl_gym.envs.swe.synth.issue import Failure, Forbidden, IssueWriter, failure_kind, write_issue
+from skyrl_gym.envs.swe.synth.issue import Failure, Forbidden, IssueLeak, IssueWriter, failure_kind, write_issue
 from skyrl_gym.envs.swe.synth.mutations import (
     KINDS,
     MIN_FUNCTION_SIZE,
@@ -533,9 +533,12 @@ class _Work:
             [f.rsplit(".", 1)[-1] for f in functions],
             [text for f in failures for text in (f.message, f.statement)],
         )
-        issue, issue_info = write_issue(
-            self.project.name, self.project.version, failures, forbidden, self.writer
-        )
+        try:
+            issue, issue_info = write_issue(
+                self.project.name, self.project.version, failures, forbidden, self.writer
+            )
+        except IssueLeak:
+            return self.drop("no issue text without naming what is hidden")
         if not issue_info["symptoms"]:
             return self.drop("no symptom can be shown without naming the hidden tests")
         solved = self.solver(mutations, original, mutated, issue)

@@ -157,6 +157,21 @@ def test_a_changed_function_may_be_named_only_where_the_failures_show_it():
     assert forbidden.hits("isdistinct(iter([1, 2, 1])) returns True") == []
 
 
+def test_a_project_named_as_its_changed_function_gets_an_issue_and_a_leak_drops_only_that_bug():
+    """wcwidth's bug in `wcwidth()` crashed a 200-instance build: the template names the project, which the leak
+    guard took for the hidden function. The project's own name is no secret; a real leak is the bug's drop."""
+    from skyrl_gym.envs.swe.synth.issue import IssueLeak
+
+    forbidden = _forbidden(functions=["wcwidth"], fail_to_pass=["tests/test_core.py::test_combining"],
+                           test_paths=["tests/test_core.py"], gold_patch="", shown=["assert 1 == 2"])
+    assert "wcwidth" in forbidden.words
+    text, info = write_issue("wcwidth", "0.2.13", [Failure(CRASH)], forbidden)
+    assert text.startswith("TypeError from `wcwidth` 0.2.13") and info["symptoms"] == 1
+    assert forbidden.allowing("wcwidth").hits(text) == []
+    with pytest.raises(IssueLeak):  # the template's own words name a hidden function: refused, never written
+        write_issue("toolz", "1.2.0", [Failure("assert False")], _forbidden(functions=["release"], shown=[]))
+
+
 class _ChatServer:
     """A real HTTP server on 127.0.0.1 answering /v1/chat/completions with a fixed text (a unit-test double of a
     model server; the issue writer's client is the real one)."""
