@@ -582,8 +582,8 @@ class _Work:
         left = list(singles)
         tried_alone: List[Tuple[Candidate, SWEInstance]] = []
         combined: List[SWEInstance] = []
-        wanted = max(1, round(quota * share)) if quota >= 2 and share > 0 else 0
-        for size in (3, 2) * wanted:
+        wanted = _combined_wanted(quota, share)
+        for size in _COMBINED_SIZES * wanted:
             if len(combined) >= wanted or len(combined) + len(left) - size + 1 < quota:
                 continue
             group = _group([item for item in left if item not in tried_alone], size)
@@ -602,6 +602,21 @@ class _Work:
             combined.append(made[1])
             left = [item for item in left if item not in group]
         return (combined + [instance for _, instance in left])[:quota]
+
+
+_COMBINED_SIZES = (3, 2)  # combined tasks of three bugs, then two, in turn
+
+
+def _combined_wanted(quota: int, share: float) -> int:
+    """How many of a project's ``quota`` instances are to be combined tasks."""
+    return max(1, round(quota * share)) if quota >= 2 and share > 0 else 0
+
+
+def _singles_needed(quota: int, share: float) -> int:
+    """Single bugs to keep so that ``quota`` instances can hold the combined ones: a task of k bugs is one instance
+    made of k singles (planning one extra single per combination left a project a single short of a second one)."""
+    sizes = (_COMBINED_SIZES * quota)[: _combined_wanted(quota, share)]
+    return quota + sum(size - 1 for size in sizes)
 
 
 def _group(
@@ -657,8 +672,7 @@ def synthesize(
     ]
     instances: List[SWEInstance] = []
     singles: List[Tuple[Candidate, SWEInstance]] = []
-    # each combined task takes two single bugs: aim for that many more singles
-    planned_combos = max(1, round(quota * combined_share)) if quota >= 2 and combined_share > 0 else 0
+    singles_needed = _singles_needed(quota, combined_share)
     with Container(image, client=client, kind="swe-build", workdir=TESTBED) as box:
         installed = preinstalled(box, project)
         if installed:
@@ -684,7 +698,7 @@ def synthesize(
         for mutation in balanced_mutations(
             mutations, seed, kept_by_kind, per_function=MUTATIONS_PER_FUNCTION * len(KINDS)
         ):
-            if len(singles) >= quota + planned_combos or (
+            if len(singles) >= singles_needed or (
                 max_tries is not None and summary.tried >= max_tries
             ):
                 break
@@ -948,6 +962,8 @@ def dataset_card(
     card: Dict[str, Any] = {
         "instances": total,
         "build_seconds": round(seconds, 1),
+        # what each project's bugs took, in this run or the earlier one a resumed run reads from progress/
+        "project_seconds": round(sum(summary.seconds for summary in summaries), 1),
         "projects": dict(sorted(projects.items())),
         "operators": {k: {"instances": v, "percent": share(v)} for k, v in operators.most_common()},
         "failure_kinds": {k: {"instances": v, "percent": share(v)} for k, v in kinds.most_common()},
@@ -970,7 +986,9 @@ def dataset_card(
     lines = [
         "# SWE dataset card",
         "",
-        f"{total} instances from {len(projects)} projects, built in {seconds / 60:.1f} min (`skyrl-gym swe build`).",
+        f"{total} instances from {len(projects)} projects, built in {seconds / 60:.1f} min by the last run of "
+        f"`skyrl-gym swe build`; trying the projects' bugs took {card['project_seconds'] / 60:.1f} min in all "
+        "(earlier runs it resumed from included).",
         "",
         "| figure | value |",
         "|---|---|",

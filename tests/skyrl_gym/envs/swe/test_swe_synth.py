@@ -15,6 +15,7 @@ import pytest
 
 from skyrl_gym.envs.swe.instances import SWEInstance
 from skyrl_gym.envs.swe.synth.builder import (
+    Candidate,
     ProjectSummary,
     dataset_card,
     difficulty,
@@ -303,6 +304,32 @@ def _instance(number: int, kind: str, failure: str, bugs: int = 1) -> SWEInstanc
     )
 
 
+def test_a_project_keeps_enough_single_bugs_for_its_share_of_combined_tasks():
+    """A 200-instance build gave 13% combined tasks for a 20% share: each project kept one single bug more than
+    its quota per planned combination, so after a three-bug task it was one single short of the second."""
+    from skyrl_gym.envs.swe.synth.builder import COMBINED_SHARE, _singles_needed, _Work
+    from skyrl_gym.envs.swe.synth.mutations import Mutation
+
+    quota = 8  # a project's share of a 200-instance build over 25 projects
+    needed = _singles_needed(quota, COMBINED_SHARE)
+    assert needed == 11  # two combined tasks (three bugs, then two) and six single ones
+    # combine() alone, on that many singles of one module: finish() stands for the container's checks
+    work = _Work.__new__(_Work)
+    work.finish = lambda mutations, scope: (None, "+".join(m.function for m in mutations))
+    work.drop = lambda why: None
+    work.baseline_passing = []
+    singles = [
+        (Candidate([Mutation("pkg/mod.py", f"f{i}", (1, 1), 1, "flip_compare", 0, 1, b"x", "")], {},
+                   [f"tests/test_mod.py::test_f{i}"], {}, "value"), f"single f{i}")
+        for i in range(needed)
+    ]
+    made = work.combine(singles, quota, COMBINED_SHARE)
+    assert len(made) == quota
+    combined = [item for item in made if "+" in item]
+    assert len(combined) == round(quota * COMBINED_SHARE) == 2
+    assert sorted(item.count("+") + 1 for item in combined) == [2, 3]
+
+
 def test_the_dataset_card_counts_operators_failure_kinds_and_drops():
     instances = [
         _instance(1, "flip_compare", "value"),
@@ -310,10 +337,11 @@ def test_the_dataset_card_counts_operators_failure_kinds_and_drops():
         _instance(3, "remove_loop", "TypeError"),
         _instance(4, "flip_compare+negate_if", "value", bugs=2),
     ]
-    summary = ProjectSummary("toolz", tried=10, solver_undid=2)
+    summary = ProjectSummary("toolz", tried=10, solver_undid=2, seconds=300.0)
     summary.discarded.update({"no test failed": 4, "the mechanical solver undoes it within 20 tries": 2})
     card = dataset_card(instances, [summary, ProjectSummary("ghost", error="could not download\nmore")], 61.0)
-    assert card["instances"] == 4 and card["build_seconds"] == 61.0
+    assert card["instances"] == 4 and card["build_seconds"] == 61.0 and card["project_seconds"] == 300.0
+    assert "built in 1.0 min by the last run" in card["markdown"] and "took 5.0 min in all" in card["markdown"]
     assert card["operators"]["flip_compare"] == {"instances": 2, "percent": 50.0}
     assert card["wrong_value_percent"] == 75.0 and card["combined_percent"] == 25.0
     assert card["mechanical_solver"]["percent_of_tried"] == 20.0
