@@ -164,11 +164,13 @@ class Forbidden:
         for line in gold_patch.splitlines():
             if line[:1] in "+-" and not line.startswith(("+++", "---")) and len(line[1:].strip()) >= 8:
                 strings.append(line[1:].strip())
-        names = {re.sub(r"\[.*$", "", test_id.split("::")[-1]) for test_id in fail_to_pass}
+        # a hidden test's name is a secret wherever it shows, in a dotted path too (`self.tests.test_decode(...)`,
+        # `Test.test_x.<locals>.helper` in a message): matched as text, not as a word
+        strings += [re.sub(r"\[.*$", "", test_id.split("::")[-1]) for test_id in fail_to_pass]
         seen = "\n".join(shown)
         # a changed function the failures themselves show (the API the user called) may be named; others not
         hidden_functions = {name for name in functions if not re.search(rf"\b{re.escape(name)}\b", seen)}
-        return cls(strings=sorted(set(strings)), words=sorted(names | hidden_functions))
+        return cls(strings=sorted(set(strings)), words=sorted(hidden_functions))
 
     def allowing(self, name: str) -> "Forbidden":
         """The same, but for ``name`` itself (the project's name, which every issue says, even where the project's
