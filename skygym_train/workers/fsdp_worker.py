@@ -578,10 +578,10 @@ class TrainingWorker:
         agree), the policy loss vanishes with its advantages (``register_policy_loss(vanishes_without_advantage=
         True)``, as every bundled loss does) and no entropy or KL term is added. The update is the one the full
         passes give, without their cost (a 0 * inf = NaN gradient, which would have skipped the optimizer step,
-        cannot arise). One process only: FSDP's collectives need every rank to run the same passes."""
+        cannot arise). One unsharded process only: FSDP's collectives need every rank to run the same passes."""
         algo = self.algorithm
         if (self.spec.role != "policy" or not self.skips_rows_without_advantage or self.world_size > 1
-                or algo is None or algo.use_entropy_loss or (algo.use_kl_loss and "ref_log_probs" in batch.tensors)
+                or self.sharded or algo is None or algo.use_entropy_loss or (algo.use_kl_loss and "ref_log_probs" in batch.tensors)
                 or not getattr(self.policy_loss_fn, "vanishes_without_advantage", False)):
             return False
         t = batch.tensors
