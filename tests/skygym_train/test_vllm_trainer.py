@@ -92,6 +92,7 @@ def test_grpo_with_a_vllm_server_synced_by_checkpoint(vllm_server, tiny_chat_mod
             tmp_path,
             **{
                 "generator.backend": "remote",
+                "generator.model_dtype": "auto",  # the server chose its dtype where it started
                 "generator.remote_inference_engine_urls": f"['{vllm_server}']",
                 "trainer.placement.colocate_all": "false",
                 "trainer.max_training_steps": 2,
