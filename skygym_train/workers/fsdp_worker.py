@@ -579,12 +579,15 @@ class TrainingWorker:
         True)``, as every bundled loss does) and no entropy or KL term is added. The update is the one the full
         passes give, without their cost (a 0 * inf = NaN gradient, which would have skipped the optimizer step,
         cannot arise). One unsharded process only: FSDP's collectives need every rank to run the same passes."""
-        algo = self.algorithm
-        if (self.spec.role != "policy" or not self.skips_rows_without_advantage or self.world_size > 1
-                or self.sharded or algo is None or algo.use_entropy_loss or (algo.use_kl_loss and "ref_log_probs" in batch.tensors)
-                or not getattr(self.policy_loss_fn, "vanishes_without_advantage", False)):
+        algo, t = self.algorithm, batch.tensors
+        if self.spec.role != "policy" or not self.skips_rows_without_advantage or algo is None:
             return False
-        t = batch.tensors
+        if self.world_size > 1 or self.sharded:
+            return False
+        if algo.use_entropy_loss or (algo.use_kl_loss and "ref_log_probs" in t):
+            return False
+        if not getattr(self.policy_loss_fn, "vanishes_without_advantage", False):
+            return False
         return not bool((t["advantages"] * t["response_mask"]).count_nonzero())  # NaN counts as non-zero
 
     def _before_backward(self, last: bool) -> None:
