@@ -7,9 +7,6 @@ The same pieces run end to end in test_swe_docker.py and test_swe_no_answer_in_c
 from __future__ import annotations
 
 import ast
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -25,6 +22,7 @@ from skyrl_gym.envs.swe.synth.builder import (
 from skyrl_gym.envs.swe.synth.hiding import HideError, hide_tests
 from skyrl_gym.envs.swe.synth.issue import Failure, Forbidden, IssueWriter, failure_kind, symptom, write_issue
 from skyrl_gym.envs.swe.synth.mutations import KINDS, balanced_mutations, find_mutations
+from tests.adapters.agents.chat_server import chat_server
 
 TESTS = b'''\
 import pytest
@@ -176,39 +174,6 @@ def test_a_project_named_as_its_changed_function_gets_an_issue_and_a_leak_drops_
         write_issue("toolz", "1.2.0", [Failure("assert False")], _forbidden(functions=["release"], shown=[]))
 
 
-class _ChatServer:
-    """A real HTTP server on 127.0.0.1 answering /v1/chat/completions with a fixed text (a unit-test double of a
-    model server; the issue writer's client is the real one)."""
-
-    def __init__(self, answer: str) -> None:
-        self.requests = []
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.requests.append(body)
-                data = json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": answer}}]}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.mark.parametrize(
     "answer, source",
     [
@@ -220,19 +185,18 @@ class _ChatServer:
     ],
 )
 def test_the_issue_writer_is_used_unless_its_text_leaks(answer, source):
-    server = _ChatServer(answer)
-    writer = IssueWriter(server.url, "any-model")
-    try:
-        text, info = write_issue(
-            "toolz",
-            "1.2.0",
-            [Failure(VALUE_WITH_CALL, "assert isdistinct(iter([1, 2, 1])) is False")],
-            _forbidden(),
-            writer,
-        )
-    finally:
-        writer.close()
-        server.close()
+    with chat_server(lambda body: answer) as server:  # a real model server's HTTP, scripted reply
+        writer = IssueWriter(server.url + "/v1", "any-model")
+        try:
+            text, info = write_issue(
+                "toolz",
+                "1.2.0",
+                [Failure(VALUE_WITH_CALL, "assert isdistinct(iter([1, 2, 1])) is False")],
+                _forbidden(),
+                writer,
+            )
+        finally:
+            writer.close()
     assert info["source"] == source
     prompt = server.requests[0]["messages"][0]["content"]
     assert server.requests[0]["model"] == "any-model" and "isdistinct(iter([1, 2, 1]))" in prompt
