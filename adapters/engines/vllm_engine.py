@@ -4,8 +4,10 @@ Requests from any number of coroutines are queued to one worker thread that hand
 single ``LLM.generate`` call (vLLM schedules the batch itself; each request keeps its own sampling
 parameters). The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that
 :meth:`update_weights` can hand tensors straight to the model's weight loader (``reload_weights`` through
-``collective_rpc``); with multiprocessing on, vLLM pickles the tensors across, which also works for small
-models.
+``collective_rpc``): where the engine core and its one worker live in this process, the tensors go as they are
+(a policy's GPU tensors are copied on the GPU, cast to the engine's dtype, never through host memory); where
+vLLM runs them in other processes (multiprocessing on, tensor parallelism), they go through host memory,
+which vLLM pickles across.
 
 Logprobs default to vLLM's ``processed_logprobs`` mode: the temperature-scaled distribution, like
 :class:`~skygym_adapters.engines.hf.HFEngine` (top-k/top-p, when set, also shape it in vLLM).
@@ -60,6 +62,15 @@ def _default_context(model_path: str, cap: int = 4096) -> int:
     return min(cap, int(length)) if isinstance(length, (int, float)) and length > 0 else cap
 
 
+def _model_runs_in_this_process(llm: Any) -> bool:
+    """Whether ``llm``'s engine core and its single model worker run in this process (vLLM's in-process client and
+    one-process executor), so ``collective_rpc`` calls the worker directly and passes tensors without pickling."""
+    client = getattr(llm.llm_engine, "engine_core", None)
+    core = getattr(client, "engine_core", None)  # only the in-process client holds the core itself
+    executor = getattr(core, "model_executor", None)
+    return type(client).__name__ == "InprocClient" and type(executor).__name__ == "UniProcExecutor"
+
+
 class VLLMEngine(BaseInferenceEngine):
     """vLLM behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
@@ -105,6 +116,8 @@ class VLLMEngine(BaseInferenceEngine):
         self.sleep_mode = bool(kwargs.get("enable_sleep_mode", False))
         """Built with vLLM's sleep mode (``enable_sleep_mode=True``): :meth:`sleep` gives GPU memory back."""
         self.llm = LLM(**kwargs)
+        self.weights_in_process = _model_runs_in_this_process(self.llm)
+        """vLLM's model runs in this process: :meth:`update_weights` hands tensors over on their own device."""
         self.tokenizer = self.llm.get_tokenizer()
         self._queue: "queue.Queue[Any]" = queue.Queue()
         self._lock = threading.Lock()
@@ -148,7 +161,10 @@ class VLLMEngine(BaseInferenceEngine):
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(named_tensors)})
             else:
                 items = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
-                weights = [(name, tensor.detach().cpu()) for name, tensor in items]
+                if self.weights_in_process:  # the weight loader copies each tensor into place on its device
+                    weights = [(name, tensor.detach()) for name, tensor in items]
+                else:  # pickled to another process: CUDA tensors cannot travel that way
+                    weights = [(name, tensor.detach().cpu()) for name, tensor in items]
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
             try:
                 self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights

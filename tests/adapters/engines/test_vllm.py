@@ -82,6 +82,31 @@ async def test_in_process_weight_update_changes_the_next_generation(vllm_engine:
     assert (await vllm_engine.generate([p], GREEDY))["response_ids"][0] == before
 
 
+def test_in_process_weights_reach_the_loader_on_their_own_device(vllm_engine: Any, tiny_model_dir: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A policy's GPU tensors go to vLLM's weight loader as they are (it copies them into place on the GPU); only an
+    engine whose model runs in another process gets host copies. The emulated device stands for the GPU, and a
+    recorder for ``collective_rpc`` (the real call is tested above) shows what the loader would receive."""
+    from tests.device_emulation import TRANSFERS, emulated_device, is_on_device, on_device
+
+    assert vllm_engine.weights_in_process  # the real engine: in-process core, one-process executor
+    handed: list = []
+    monkeypatch.setattr(vllm_engine.llm, "collective_rpc",
+                        lambda method, kwargs: handed.extend(kwargs["weights_iterator"]))
+    state = scrambled_layers(tiny_model_dir)
+    with emulated_device():
+        on_gpu = {name: on_device(t) for name, t in state.items()}
+        TRANSFERS.update(to_host=0, to_device=0)
+        vllm_engine._reload(on_gpu)
+        assert TRANSFERS["to_host"] == 0, "the weights went through host memory"
+        assert [name for name, _ in handed] == list(on_gpu) and all(is_on_device(t) for _, t in handed)
+        handed.clear()
+        monkeypatch.setattr(vllm_engine, "weights_in_process", False)  # as with a model in another process
+        vllm_engine._reload(on_gpu)
+        assert not any(is_on_device(t) for _, t in handed)
+        assert TRANSFERS["to_host"] == sum(t.numel() * t.element_size() for t in state.values())
+
+
 async def test_multi_turn_rollout_on_vllm(vllm_engine: Any, tokenizer: Any) -> None:
     rows = [{"prompt": user("What is 2 + 2? End with '#### N'."), "env_class": "gsm8k_multi_turn",
              "reward_spec": {"method": "rule", "ground_truth": "4"}}]
