@@ -21,6 +21,11 @@ On a GPU (``--device cuda``) both trainers run on it in bf16 (fp32 master weight
     python bench/train_step.py --device cuda --model random-qwen2.5-1.5b --prompts 16 --samples 8 \
         --new-tokens 512 --micro-batch 16
 
+Both trainers run every row's forward and backward pass: the bundled trainer's skip of rows whose advantages are
+all 0 (a group whose rewards agree; exact, ``TrainingWorker.skips_rows_without_advantage``) is off here, since a
+random-weight model earns the same reward, 0, on every sample, and the skip would then time an optimizer step
+against TRL's full passes. ``--skip-zero-advantage`` turns it on, as in training, and reports the rows skipped.
+
 Prints seconds per step (mean over the steps after the first, which warms up), the split, generated tokens per
 second and peak memory for both, and the ratio. ``--json PATH`` writes the same figures.
 """
@@ -55,9 +60,13 @@ def write_rows(folder: Path) -> Path:
 
 
 def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, packing: bool = True,
-                micro_batch: int = 0) -> Dict[str, Any]:
+                micro_batch: int = 0, skip_zero_advantage: bool = False) -> Dict[str, Any]:
     from skygym_train.config import load_config
     from skygym_train.trainer import PPOTrainer
+    from skygym_train.workers.fsdp_worker import TrainingWorker
+
+    # the worker runs in this process (trainer.use_ray=false), so the class attribute reaches it
+    TrainingWorker.skips_rows_without_advantage = skip_zero_advantage
 
     cfg = load_config(
         [
@@ -100,7 +109,9 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
     tokens = statistics.mean(h.get("policy/model_tokens", 0.0) for h in history)
     generated = statistics.mean(h.get("generate/response_length", 0.0) for h in history) * PROMPTS * SAMPLES
     peak = max(max(h.get("memory/peak_gib", 0.0), h.get("memory/policy_peak_gib", 0.0)) for h in history)
+    skipped = statistics.mean(h.get("policy/skipped_rows", 0.0) for h in history)
     return {"step_s": split["step"], "split": split, "steps": len(history), "model_tokens": tokens,
+            "skipped_rows": skipped,
             "generated_tokens": generated, "peak_gib": peak,
             "all": [h["timing/step"] for h in result["history"] if "timing/step" in h]}
 
@@ -247,6 +258,8 @@ def report(name: str, result: Dict[str, Any]) -> None:
               "summed over trajectories (it overlaps generation)")
         print(f"  tokens through the policy per training step: {result['model_tokens']:.0f} (padding "
               f"included), {result['model_tokens'] / max(split['train'], 1e-9):.0f} tokens/s in training")
+        if result.get("skipped_rows"):
+            print(f"  rows skipped (all-zero advantages, --skip-zero-advantage): {result['skipped_rows']:.0%}")
     elif result.get("generate_s"):
         print(f"  generation: {generated:.0f} tokens in {result['generate_s']:.2f}s = "
               f"{generated / result['generate_s']:.0f} tokens/s")
@@ -273,6 +286,9 @@ def main() -> int:
     parser.add_argument("--trl-python", default=None, help="the Python that runs TRL (default: TRL_PYTHON, "
                         "/work/.venvs/trl/bin/python where it exists, else this one)")
     parser.add_argument("--skip-trl", action="store_true", help="time the bundled trainer only")
+    parser.add_argument("--skip-zero-advantage", action="store_true", help="let the bundled trainer skip the "
+                        "passes of rows whose advantages are all 0, as in training (off: both trainers run every "
+                        "row, like for like)")
     parser.add_argument("--tokenizer-from", default=os.environ.get("SKYRL_GYM_TINY_MODEL"),
                         help="a model folder whose tokenizer the random models take (default: "
                         "SKYRL_GYM_TINY_MODEL, else the embedded SmolLM2)")
@@ -309,10 +325,11 @@ def main() -> int:
         print(f"model: {args.model} ({model_dir}); batch {PROMPTS} prompts x {SAMPLES} samples, "
               f"{NEW_TOKENS} new tokens, {args.steps} steps each (first one dropped)", flush=True)
         print(f"precision: {'bf16 compute, fp32 master weights' if bf16 else 'float32'} in both", flush=True)
-        print(f"sequence packing: {'off' if args.no_packing else 'on'}", flush=True)
+        print(f"sequence packing: {'off' if args.no_packing else 'on'}; rows with all-zero advantages "
+              f"{'skipped (bundled trainer)' if args.skip_zero_advantage else 'trained by both'}", flush=True)
         t0 = time.perf_counter()
         ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", bf16, packing=not args.no_packing,
-                           micro_batch=args.micro_batch)
+                           micro_batch=args.micro_batch, skip_zero_advantage=args.skip_zero_advantage)
         figures["skygym_train"] = ours
         report(f"skygym_train (ran {time.perf_counter() - t0:.0f}s)", ours)
         trl_python = args.trl_python or default_trl_python()
