@@ -10,9 +10,11 @@ are those of the temperature-scaled distribution the token was sampled from (wha
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import inspect
 import logging
+import os
 import queue
 import threading
 import time
@@ -70,7 +72,9 @@ class HFEngine(BaseInferenceEngine):
             that grows by a copy of itself per token), or ``"auto"``: static with transformers >= 5, else dynamic.
         compile_decode: on CUDA with the static cache, the decode step is compiled with CUDA graphs
             (``torch.compile(mode="reduce-overhead")``; each new batch size or cache length compiles once) and ended
-            rows decode on, unread, until the batch ends; elsewhere they leave the batch and the cache.
+            rows decode on, unread, until the batch ends; elsewhere they leave the batch and the cache. Default:
+            on, unless ``SKYRL_GYM_HF_COMPILE_DECODE=0`` (for short runs, where the first compile, tens of
+            seconds, costs more than it saves).
 
     ``on_progress``, when set to a callable, is called from the worker thread with ``(positions, rows)``: the token
     positions settled since its last call (generated tokens, and the unused budget of rows that ended early, so that
@@ -91,7 +95,7 @@ class HFEngine(BaseInferenceEngine):
         max_expect_wait_s: float = 5.0,
         sync_interval: Optional[int] = None,
         decode_mode: str = "auto",
-        compile_decode: bool = True,
+        compile_decode: Optional[bool] = None,
     ) -> None:
         import torch
 
@@ -118,6 +122,9 @@ class HFEngine(BaseInferenceEngine):
         if decode_mode not in ("auto", "dynamic", "static"):
             raise ValueError(f"HFEngine: decode_mode must be auto, dynamic or static, got {decode_mode!r}")
         self.decode_mode = decode_mode
+        if compile_decode is None:
+            compile_decode = os.environ.get("SKYRL_GYM_HF_COMPILE_DECODE", "1").strip().lower() not in (
+                "0", "false", "no", "off")
         self.compile_decode = bool(compile_decode)
         self._static_caches: Dict[Tuple[int, int], Any] = {}
         self._compiled_forward: Any = None  # None: not yet compiled; False: compiling failed, eager
@@ -588,6 +595,7 @@ class HFEngine(BaseInferenceEngine):
                 self._compiled_forward = torch.compile(self.model.forward, mode="reduce-overhead", dynamic=False)
             first_call = (tokens.shape[0], attention.shape[1]) not in self._compiled_shapes
             try:
+                _ready_cudagraph_thread_state()
                 torch.compiler.cudagraph_mark_step_begin()
                 out = self._compiled_forward(input_ids=tokens, attention_mask=attention, position_ids=positions,
                                              **{self._cache_keyword: cache}, use_cache=True)
@@ -624,6 +632,24 @@ class HFEngine(BaseInferenceEngine):
                 self._stop_matchers.clear()
             self._stop_matchers[(stop, vocab)] = matcher
         return matcher
+
+
+def _ready_cudagraph_thread_state() -> None:
+    """Give this thread the CUDA-graph trees' thread-local state if it has none. Each engine decodes in a worker
+    thread of its own; torch before 2.13 sets that state up only in the thread that imported the module (and
+    the autograd threads that inherit it), so a compiled step called from any other thread fails an assertion
+    (every engine after the first in a process fell back to eager decoding). The same set-up torch 2.13 does
+    for such threads."""
+    import torch
+    from torch._inductor import cudagraph_trees
+
+    local = cudagraph_trees.local
+    if hasattr(local, "tree_manager_containers") or torch._C._is_key_in_tls("tree_manager_containers"):
+        return
+    local.tree_manager_containers = {}
+    local.tree_manager_locks = collections.defaultdict(threading.Lock)
+    torch._C._stash_obj_in_tls("tree_manager_containers", local.tree_manager_containers)
+    torch._C._stash_obj_in_tls("tree_manager_locks", local.tree_manager_locks)
 
 
 @functools.lru_cache(maxsize=None)

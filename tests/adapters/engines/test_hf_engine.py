@@ -298,6 +298,46 @@ async def test_static_and_growing_kv_caches_decode_the_same(tokenizer: Any, tiny
             engine.close()
 
 
+def test_compiling_the_decode_step_is_on_unless_the_environment_turns_it_off(tiny_model_dir: Any,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SKYRL_GYM_HF_COMPILE_DECODE", raising=False)
+    engines = [HFEngine(str(tiny_model_dir), device="cpu")]
+    monkeypatch.setenv("SKYRL_GYM_HF_COMPILE_DECODE", "0")
+    engines += [HFEngine(str(tiny_model_dir), device="cpu"),
+                HFEngine(str(tiny_model_dir), device="cpu", compile_decode=True)]  # the argument wins
+    try:
+        assert [e.compile_decode for e in engines] == [True, False, True]
+    finally:
+        for engine in engines:
+            engine.close()
+
+
+def test_an_engine_thread_gets_the_cuda_graph_state_a_compiled_step_needs() -> None:
+    """Each engine decodes in a thread of its own; torch before 2.13 gave the CUDA-graph trees' thread-local state
+    only to the thread that imported them, so a compiled step in any other thread failed an assertion."""
+    import threading
+
+    import torch
+    from torch._inductor import cudagraph_trees
+
+    from skygym_adapters.engines.hf import _ready_cudagraph_thread_state
+
+    seen = {}
+
+    def in_a_new_thread() -> None:
+        seen["before"] = torch._C._is_key_in_tls("tree_manager_containers")
+        _ready_cudagraph_thread_state()
+        seen["after"] = torch._C._is_key_in_tls("tree_manager_containers")
+        seen["containers"] = cudagraph_trees.get_obj(cudagraph_trees.local, "tree_manager_containers")
+        _ready_cudagraph_thread_state()  # a second call keeps what the first set up
+        seen["kept"] = cudagraph_trees.get_obj(cudagraph_trees.local, "tree_manager_containers") is seen["containers"]
+
+    thread = threading.Thread(target=in_a_new_thread)
+    thread.start()
+    thread.join()
+    assert seen == {"before": False, "after": True, "containers": {}, "kept": True}
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -311,7 +351,7 @@ async def test_on_cuda_sampling_stays_reproducible_and_the_compiled_step_matches
     prompts = [prompt(tokenizer, "short"), prompt(tokenizer, "a longer prompt, with more tokens in it")]
     params = {"max_generate_length": 24, "temperature": 1.0, "seed": 5, "logprobs": True, "top_p": 0.9}
     greedy = {"max_generate_length": 24, "temperature": 0.0}
-    compiled = HFEngine(str(tiny_model_dir), device="cuda", dtype="float32")
+    compiled = HFEngine(str(tiny_model_dir), device="cuda", dtype="float32", compile_decode=True)
     eager = HFEngine(str(tiny_model_dir), device="cuda", dtype="float32", compile_decode=False)
     try:
         first, second = await compiled.generate(prompts, params), await compiled.generate(prompts, params)
