@@ -119,6 +119,11 @@ class DeepSpeedWorker(TrainingWorker):
         self.model = engine
         self.sharded = True
 
+    def _attention_dtype(self) -> torch.dtype:
+        # deepspeed.initialize casts the module to its bf16/fp16 section's dtype itself (a torch_autocast section
+        # leaves the parameters in fp32 and casts the mask per layer, as SDPA casts a boolean one)
+        return self._autocast_dtype() or next(self.model.parameters()).dtype
+
     # ------------------------------------------------------------------ training
     def _before_backward(self, last: bool) -> None:
         self.model.set_gradient_accumulation_boundary(last)

@@ -366,7 +366,7 @@ class TrainingWorker:
             from torch.distributed.fsdp import CPUOffloadPolicy
 
             kwargs["offload_policy"] = CPUOffloadPolicy()
-        if self.device.type == "cuda" and self.spec.mixed_precision is not None and self.spec.bf16 is not False:
+        if self._sharded_param_dtype() is not None:
             kwargs["mp_policy"] = MixedPrecisionPolicy(
                 param_dtype=_dtype(self.spec.mixed_precision.param_dtype),
                 reduce_dtype=_dtype(self.spec.mixed_precision.reduce_dtype),
@@ -417,6 +417,17 @@ class TrainingWorker:
             return None if dtype == torch.float32 else dtype
         return torch.bfloat16 if self.spec.bf16 else None
 
+    def _sharded_param_dtype(self) -> Optional[torch.dtype]:
+        """The dtype FSDP2's mixed-precision policy gathers parameters in (sharded on a GPU), or None."""
+        if self.device.type == "cuda" and self.spec.mixed_precision is not None and self.spec.bf16 is not False:
+            return _dtype(self.spec.mixed_precision.param_dtype)
+        return None
+
+    def _attention_dtype(self) -> torch.dtype:
+        """The dtype attention computes in: autocast's, FSDP's gathered parameters', or the parameters' own."""
+        dtype = self._autocast_dtype() or (self._sharded_param_dtype() if self.sharded else None)
+        return dtype or next(self.model.parameters()).dtype
+
     def _forward(self, batch: TrainingBatch) -> Any:
         dtype = self._autocast_dtype()
         if dtype is not None:
@@ -429,7 +440,7 @@ class TrainingWorker:
             return self._forward_sequence_parallel(batch)
         t = {k: v.to(self.device) for k, v in batch.tensors.items()}
         rows = layout(self.layout, batch.tensors, batch.prompt_length)
-        inputs = rows.model_inputs(self.device)
+        inputs = rows.model_inputs(self.device, self._attention_dtype())
         self.tokens_run += rows.num_tokens
         if self.spec.role == "critic":
             values = self.model(**inputs)

@@ -62,9 +62,14 @@ class PackedBatch:
     def num_tokens(self) -> int:
         return int(self.input_ids.numel())
 
-    def model_inputs(self, device: torch.device) -> Dict[str, Any]:
+    def model_inputs(self, device: torch.device, mask_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
+        """The model's inputs on ``device``; with ``mask_dtype`` (the dtype attention computes in) the mask is
+        additive, made once for every layer (:func:`additive_mask`)."""
         inputs = {"input_ids": self.input_ids.to(device), "position_ids": self.position_ids.to(device)}
-        inputs["attention_mask"] = None if self.attention_mask is None else self.attention_mask.to(device)
+        mask = None if self.attention_mask is None else self.attention_mask.to(device)
+        if mask is not None and mask_dtype is not None:
+            mask = additive_mask(mask, mask_dtype)
+        inputs["attention_mask"] = mask
         return inputs
 
     def logits_to_keep(self, device: torch.device) -> Union[int, torch.Tensor]:
@@ -82,6 +87,22 @@ class PackedBatch:
         B, T = self.gather_index.shape
         index = self.gather_index.reshape(-1).to(flat.device)  # built on the host; outputs may be on a GPU
         return flat.index_select(0, index).reshape(B, T, *kept.shape[2:])
+
+
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean ``(..., L)`` attention mask as the additive one attention applies: 0 where allowed, ``dtype``'s
+    lowest value elsewhere (the same softmax as -inf, as every row allows itself).
+
+    Given a boolean mask, SDPA makes this tensor itself in every layer, and on a GPU pads its rows to a multiple
+    of 16 elements for the memory-efficient kernel with one more copy, keeping the copy for the backward pass: at
+    ``(R, 1, L, L)`` with L in the thousands (512-token responses, eight branches a row) that is ~0.1 GiB per
+    layer. Made once here, in the dtype attention computes in (under autocast, autocast's: a float mask of
+    another dtype would be cast per layer) and with its rows starting 16-element aligned, every layer uses this
+    one tensor as it is."""
+    *lead, length = allowed.shape
+    width = -(-length // 16) * 16
+    mask = torch.full((*lead, width), torch.finfo(dtype).min, dtype=dtype, device=allowed.device)[..., :length]
+    return mask.masked_fill_(allowed, 0)
 
 
 @dataclass
@@ -232,7 +253,8 @@ class PaddedBatch:
     def num_tokens(self) -> int:
         return int(self.tensors["input_ids"].numel())
 
-    def model_inputs(self, device: torch.device) -> Dict[str, Any]:
+    def model_inputs(self, device: torch.device, mask_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
+        """The padded rows on ``device`` (their 2D mask is the model's to expand; ``mask_dtype`` is not needed)."""
         return {k: self.tensors[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")}
 
     def logits_to_keep(self, device: torch.device) -> int:

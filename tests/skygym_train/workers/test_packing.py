@@ -76,8 +76,9 @@ def test_rejects_an_empty_prompt(packer):
         packer(tensors, 2)
 
 
-def _worker(model_dir, role="policy", layout="shared_prefix"):
+def _worker(model_dir, role="policy", layout="shared_prefix", **spec_fields):
     spec = WorkerSpec(
+        **spec_fields,
         role=role,
         model_path=str(model_dir),
         optimizer=OptimizerConfig(lr=1e-3),
@@ -117,6 +118,33 @@ def test_packed_training_step_equals_padded(tiny_lm_dir, layout):
     assert abs(ma["policy/grad_norm"] - mb["policy/grad_norm"]) < 1e-4 * max(1.0, ma["policy/grad_norm"])
     for (name, p), q in zip(padded.model.named_parameters(), packed.model.parameters()):
         assert torch.allclose(p, q, atol=1e-6), name
+
+
+def test_additive_mask_is_the_boolean_one_with_rows_aligned_for_the_gpu_kernel():
+    from skygym_train.workers.packing import additive_mask
+
+    allowed = torch.rand(2, 1, 37, 37) > 0.5
+    for dtype in (torch.float32, torch.bfloat16):
+        mask = additive_mask(allowed, dtype)
+        assert mask.shape == allowed.shape and mask.dtype == dtype
+        assert (mask[allowed] == 0).all() and (mask[~allowed] == torch.finfo(dtype).min).all()
+        # every stride but the last a multiple of 16 elements: SDPA's memory-efficient kernel uses it uncopied
+        assert all(stride % 16 == 0 for stride in mask.stride()[:-1]) and mask.stride(-1) == 1
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_every_layer_attends_with_one_mask_in_the_dtype_attention_computes_in(tiny_lm_dir, bf16):
+    """The packed mask is made once per micro-batch (SDPA would convert a boolean one in every layer and keep
+    each copy for the backward pass), in autocast's dtype under autocast."""
+    worker = _worker(tiny_lm_dir, cpu_bf16_autocast=bf16)
+    seen = []
+    layers = worker.model.model.layers
+    for layer in layers:
+        layer.self_attn.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs["attention_mask"]),
+                                                  with_kwargs=True)
+    worker.forward(_grouped_batch())
+    assert len(seen) == len(layers) >= 2 and all(mask is seen[0] for mask in seen)
+    assert seen[0].dtype == (torch.bfloat16 if bf16 else torch.float32) and seen[0].dim() == 4
 
 
 def test_packing_with_a_real_chat_model_and_shared_prompts(tiny_chat_model):
