@@ -6,6 +6,7 @@ loop of ``skygym_adapters.rollout``) and engines it can put to sleep, wake and u
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Dict, List, Protocol
 
@@ -89,8 +90,8 @@ def engines_sleep_while_training(cfg: Any) -> bool:
     """Whether the trainer puts the engines to sleep while the policy trains
     (``trainer.placement.colocate_all``, on CUDA): vLLM engines (sleep mode gives back their KV cache and
     weights) and engine actors, which hold a GPU share in processes of their own. Not an HF engine in the
-    trainer's process: it holds no cache between steps, and moving its weights to the host and back every
-    step would cost more than the memory is worth (while it shares the policy's weights there is nothing to
+    trainer's process: moving its weights (and, on CUDA, the static KV cache its compiled decode step keeps for
+    the next step) to the host and back every step would cost more than the memory is worth (while it shares the policy's weights there is nothing to
     give back at all)."""
     from skygym_train.config.validation import cuda_available, engines_are_ray_actors
 
@@ -171,12 +172,24 @@ def chat_template(cfg: Any) -> Any:
 
 
 class Timer:
+    """Adds the seconds its block took to ``sink[key]``. Where this process uses a GPU it waits for the GPU's
+    queued work at both ends, so each phase is charged for its own kernels (an optimizer step still running on
+    the GPU would otherwise be counted in the phase after it)."""
+
     def __init__(self, sink: Dict[str, float], key: str):
         self.sink, self.key = sink, key
 
     def __enter__(self) -> "Timer":
+        _wait_for_gpu()
         self.start = time.perf_counter()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        _wait_for_gpu()
         self.sink[self.key] = self.sink.get(self.key, 0.0) + time.perf_counter() - self.start
+
+
+def _wait_for_gpu() -> None:
+    torch = sys.modules.get("torch")  # a process that never imported torch has no GPU work to wait for
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
