@@ -3,9 +3,12 @@
 #   bash bench/gpu_check.sh                    # tests, in-process sync, 0.5B at 128 and 1.5B at 512 new tokens
 #   bash bench/gpu_check.sh tests 05b-128      # only these parts (tests, sync, 05b-128, 05b-512, 15b-128,
 #                                              # 15b-512)
-# Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S seconds) so one slow part cannot
-# eat the others' time; what each printed lands in $OUT (default ./gpu-check): gpu_tests.log, bench_<part>.log
-# and bench_<part>.json. A summary of every part is printed at the end. Needs a CUDA GPU, the project's
+# Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
+# so one slow part cannot eat the others' time: at most ~200 + 120 + 180 + 300 s, plus building each random model
+# (under its own limit) before its bench's clock starts. Where one command may run at most 600 s, split the parts
+# over two calls: `tests sync 05b-128`, then `15b-512`. What each printed lands in $OUT (default ./gpu-check):
+# gpu_tests.log (one line per test as it ends, so a part cut off by its limit still says what ran), sync.log,
+# bench_<part>.log and bench_<part>.json. A summary of every part is printed at the end. Needs a CUDA GPU, the project's
 # [train,deepspeed] dependencies and TRL in this Python; SKYRL_GYM_TINY_MODEL (a folder with the SmolLM2
 # tokenizer) stands in for the embedded model where that is not installed.
 set -uo pipefail
@@ -16,6 +19,7 @@ OUT="${OUT:-$ROOT/gpu-check}"
 mkdir -p "$OUT"
 TEST_S="${GPU_CHECK_TEST_S:-200}"
 BENCH_S="${GPU_CHECK_BENCH_S:-180}"
+BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(tests sync 05b-128 15b-512)
 summary=()
@@ -25,7 +29,7 @@ for part in "${parts[@]}"; do
   case "$part" in
     tests)
       timeout -k 10 "$TEST_S" env PYTHON="$PY" SKYRL_GYM_TEST_WORKERS="${SKYRL_GYM_TEST_WORKERS:-8}" \
-        bash scripts/test_gpu.sh -q --timeout 150 > "$OUT/gpu_tests.log" 2>&1
+        bash scripts/test_gpu.sh -v --timeout 150 > "$OUT/gpu_tests.log" 2>&1
       rc=$?
       summary+=("tests (rc $rc, $((SECONDS - t0))s): $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' \
         "$OUT/gpu_tests.log" | tail -1)")
@@ -43,7 +47,12 @@ for part in "${parts[@]}"; do
       steps=4; [ "$tokens" = 512 ] && steps=3
       # micro-batches in both trainers (TRL: gradient accumulation), no gradient checkpointing in either
       micro=32; [ "$size" = 15b ] && micro=16
-      timeout -k 10 "$BENCH_S" "$PY" bench/train_step.py --device cuda --model "$model" --prompts 16 --samples 8 \
+      limit=$BENCH_S; [ "$size" = 15b ] && limit=$BENCH_15B_S
+      # the random model is built (and saved: ~5.6 GB for 1.5B) before the bench's clock starts
+      timeout -k 10 150 "$PY" -c "import sys; from skygym_adapters.models import build_tiny_model as b; \
+b(architecture=sys.argv[1].replace('random-', ''), tokenizer_from=sys.argv[2] or None)" "$model" \
+        "${SKYRL_GYM_TINY_MODEL:-}" > "$OUT/model_$part.log" 2>&1 || echo "building $model failed: $OUT/model_$part.log"
+      timeout -k 10 "$limit" "$PY" bench/train_step.py --device cuda --model "$model" --prompts 16 --samples 8 \
         --new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" --json "$OUT/bench_$part.json" > "$OUT/bench_$part.log" 2>&1
       rc=$?
       summary+=("bench $part (rc $rc, $((SECONDS - t0))s): $(grep -E 's/step|speed-up|peak memory, ' \

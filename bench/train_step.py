@@ -2,8 +2,8 @@
 
 Both trainers get the same model, the same rows (single-digit products from the ``multiply`` env,
 scored by the same env), the same batch (8 prompts x 4 samples by default), 16 new tokens by default, lr 1e-5,
-no KL term. TRL's ``GRPOTrainer`` runs in a subprocess in the same run (its own virtual environment on the CPU
-machine, where its transformers pin clashes; ``--trl-python``). The bundled trainer packs each micro-batch
+no KL term. TRL's ``GRPOTrainer`` runs first, in a subprocess, in the same run (its own virtual environment on
+the CPU machine, where its transformers pin clashes; ``--trl-python``): when it exits, the GPU is all ours. The bundled trainer packs each micro-batch
 (one copy of each prompt, no padding; ``skygym_train/workers/packing.py``) unless ``--no-packing``; TRL pads.
 
     python bench/train_step.py                         # tiny random Qwen2 (SmolLM2 tokenizer)
@@ -327,25 +327,37 @@ def main() -> int:
         print(f"precision: {'bf16 compute, fp32 master weights' if bf16 else 'float32'} in both", flush=True)
         print(f"sequence packing: {'off' if args.no_packing else 'on'}; rows with all-zero advantages "
               f"{'skipped (bundled trainer)' if args.skip_zero_advantage else 'trained by both'}", flush=True)
-        t0 = time.perf_counter()
-        ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", bf16, packing=not args.no_packing,
-                           micro_batch=args.micro_batch, skip_zero_advantage=args.skip_zero_advantage)
-        figures["skygym_train"] = ours
-        report(f"skygym_train (ran {time.perf_counter() - t0:.0f}s)", ours)
-        trl_python = args.trl_python or default_trl_python()
+        # TRL first, in a process of its own: when it exits, all of its GPU memory is free for ours (the other
+        # order would leave our CUDA-graph pools and caches beside TRL)
+        theirs = None
         if args.skip_trl:
             print("TRL: skipped (--skip-trl)")
         else:
-            if cuda:
-                torch.cuda.empty_cache()
             t0 = time.perf_counter()
-            theirs = bench_trl(trl_python, model_dir, rows, args.steps, out, bf16, cuda, args.micro_batch)
-            figures["trl"] = theirs
-            report(f"TRL GRPOTrainer (ran {time.perf_counter() - t0:.0f}s)", theirs)
-            figures["speedup"] = theirs["step_s"] / ours["step_s"]
-            print(f"speed-up (TRL s/step / skygym_train s/step): {figures['speedup']:.2f}x")
-            if theirs.get("peak_gib"):
-                print(f"peak memory, skygym_train / TRL: {ours['peak_gib'] / theirs['peak_gib']:.2f}")
+            try:
+                theirs = bench_trl(args.trl_python or default_trl_python(), model_dir, rows, args.steps, out, bf16,
+                                   cuda, args.micro_batch)
+            except RuntimeError as exc:  # still time ours: a device run is too dear to lose both
+                print(f"TRL GRPOTrainer failed: {exc}", flush=True)
+                figures["trl_error"] = str(exc)[-3000:]
+            else:
+                figures["trl"] = theirs
+                report(f"TRL GRPOTrainer (ran {time.perf_counter() - t0:.0f}s)", theirs)
+        try:
+            t0 = time.perf_counter()
+            ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", bf16, packing=not args.no_packing,
+                               micro_batch=args.micro_batch, skip_zero_advantage=args.skip_zero_advantage)
+            figures["skygym_train"] = ours
+            report(f"skygym_train (ran {time.perf_counter() - t0:.0f}s)", ours)
+            if theirs is not None:
+                figures["speedup"] = theirs["step_s"] / ours["step_s"]
+                print(f"speed-up (TRL s/step / skygym_train s/step): {figures['speedup']:.2f}x")
+                if theirs.get("peak_gib"):
+                    print(f"peak memory, skygym_train / TRL: {ours['peak_gib'] / theirs['peak_gib']:.2f}")
+        finally:
+            if args.json:
+                Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0

@@ -17,6 +17,10 @@ if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 "$PY" -c "import torch; print('gpu tests on', torch.cuda.get_device_name(0), 'x', torch.cuda.device_count())"
 export RAY_AUTH_MODE=disabled TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+# The engines decode eagerly here: compiling each test's decode step would cost tens of seconds per test (the test
+# of the compiled step asks for it). Inductor's compile workers: two per test worker, not one per core each.
+export SKYRL_GYM_HF_COMPILE_DECODE="${SKYRL_GYM_HF_COMPILE_DECODE:-0}"
+export TORCHINDUCTOR_COMPILE_THREADS="${TORCHINDUCTOR_COMPILE_THREADS:-2}"
 # slow tests included (tests/skygym_train/test_gpu.py is marked slow); the vllm/verl/trl sessions and Docker are not
 # GPU work. A few pytest-xdist workers share the GPU (each test's model is small).
 exec "$PY" -m pytest -ra -p no:cacheprovider -m "not vllm and not verl and not trl and not docker" \
