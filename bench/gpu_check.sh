@@ -1,27 +1,38 @@
 #!/usr/bin/env bash
 # The GPU checks in one call: the GPU test session, then the bundled trainer beside TRL on the same GPU.
 #   bash bench/gpu_check.sh                    # tests, in-process sync, 0.5B at 128 and 1.5B at 512 new tokens
-#   bash bench/gpu_check.sh tests 05b-128      # only these parts (tests, sync, 05b-128, 05b-512, 15b-128,
-#                                              # 15b-512)
+#   bash bench/gpu_check.sh tests 05b-128      # only these parts: tests, sync, and benches <size>-<new tokens>
+#                                              # with size tiny (a tiny random Qwen2), 05b or 15b (Qwen2.5-0.5B's
+#                                              # or 1.5B's shape, random weights), e.g. 05b-512, 15b-128
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
 # so one slow part cannot eat the others' time: at most ~200 + 120 + 180 + 300 s, plus building each random model
 # (under its own limit) before its bench's clock starts. Where one command may run at most 600 s, split the parts
 # over two calls: `tests sync 05b-128`, then `15b-512`. What each printed lands in $OUT (default ./gpu-check):
 # gpu_tests.log (one line per test as it ends, so a part cut off by its limit still says what ran), sync.log,
-# bench_<part>.log and bench_<part>.json. A summary of every part is printed at the end. Needs a CUDA GPU, the project's
-# [train,deepspeed] dependencies and TRL in this Python; SKYRL_GYM_TINY_MODEL (a folder with the SmolLM2
+# bench_<part>.log and bench_<part>.json. A summary of every part is printed at the end. Needs a CUDA GPU, the
+# project's [train,deepspeed] dependencies and TRL in this Python; SKYRL_GYM_TINY_MODEL (a folder with the SmolLM2
 # tokenizer) stands in for the embedded model where that is not installed.
+# GPU_CHECK_DEVICE=cpu runs the same parts on the CPU (with `sync` on GPU_CHECK_SYNC_MODEL, e.g. tiny): a check of
+# this script's plumbing before a device call (tests/skygym_train/test_gpu_check_script.py), not of the GPU.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 PY="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/gpu-check}"
-mkdir -p "$OUT"
+DEVICE="${GPU_CHECK_DEVICE:-cuda}"
+SYNC_MODEL="${GPU_CHECK_SYNC_MODEL:-random-qwen2.5-0.5b}"
 TEST_S="${GPU_CHECK_TEST_S:-200}"
 BENCH_S="${GPU_CHECK_BENCH_S:-180}"
 BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(tests sync 05b-128 15b-512)
+for part in "${parts[@]}"; do  # every part known before any runs
+  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+)$ ]]; then
+    echo "unknown part $part (tests, sync, or <tiny|05b|15b>-<new tokens>, e.g. 05b-128)" >&2
+    exit 2
+  fi
+done
+mkdir -p "$OUT"
 summary=()
 start=$SECONDS
 for part in "${parts[@]}"; do
@@ -31,36 +42,36 @@ for part in "${parts[@]}"; do
       timeout -k 10 "$TEST_S" env PYTHON="$PY" SKYRL_GYM_TEST_WORKERS="${SKYRL_GYM_TEST_WORKERS:-8}" \
         bash scripts/test_gpu.sh -v --timeout 150 > "$OUT/gpu_tests.log" 2>&1
       rc=$?
-      summary+=("tests (rc $rc, $((SECONDS - t0))s): $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' \
+      summary+=("tests (rc $rc, $((SECONDS - t0))s): $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)|skipped: no CUDA' \
         "$OUT/gpu_tests.log" | tail -1)")
       ;;
     sync)
       # the policy and a bf16 HF engine in one process on the GPU: one device-side copy per sync
-      timeout -k 10 120 "$PY" bench/inprocess_sync.py --device cuda --model random-qwen2.5-0.5b --syncs 5 \
+      timeout -k 10 120 "$PY" bench/inprocess_sync.py --device "$DEVICE" --model "$SYNC_MODEL" --syncs 5 \
         > "$OUT/sync.log" 2>&1
       rc=$?
       summary+=("sync (rc $rc, $((SECONDS - t0))s): $(grep '^device' "$OUT/sync.log")")
       ;;
-    05b-128|05b-512|15b-128|15b-512)
+    *)
       size=${part%%-*}; tokens=${part##*-}
-      model=random-qwen2.5-0.5b; [ "$size" = 15b ] && model=random-qwen2.5-1.5b
-      steps=4; [ "$tokens" = 512 ] && steps=3
-      # micro-batches in both trainers (TRL: gradient accumulation), no gradient checkpointing in either
-      micro=32; [ "$size" = 15b ] && micro=16
-      limit=$BENCH_S; [ "$size" = 15b ] && limit=$BENCH_15B_S
+      case "$size" in
+        tiny) model=tiny; arch=qwen2; micro=32; limit=$BENCH_S ;;
+        05b) model=random-qwen2.5-0.5b; arch=qwen2.5-0.5b; micro=32; limit=$BENCH_S ;;
+        15b) model=random-qwen2.5-1.5b; arch=qwen2.5-1.5b; micro=16; limit=$BENCH_15B_S ;;
+      esac
+      # the first step warms up and is dropped; micro-batches in both trainers (TRL: gradient accumulation), no
+      # gradient checkpointing in either
+      steps=4; [ "$tokens" -ge 512 ] && steps=3; [ "$size" = tiny ] && steps=2
       # the random model is built (and saved: ~5.6 GB for 1.5B) before the bench's clock starts
       timeout -k 10 150 "$PY" -c "import sys; from skygym_adapters.models import build_tiny_model as b; \
-b(architecture=sys.argv[1].replace('random-', ''), tokenizer_from=sys.argv[2] or None)" "$model" \
-        "${SKYRL_GYM_TINY_MODEL:-}" > "$OUT/model_$part.log" 2>&1 || echo "building $model failed: $OUT/model_$part.log"
-      timeout -k 10 "$limit" "$PY" bench/train_step.py --device cuda --model "$model" --prompts 16 --samples 8 \
-        --new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" --json "$OUT/bench_$part.json" > "$OUT/bench_$part.log" 2>&1
+b(architecture=sys.argv[1], tokenizer_from=sys.argv[2] or None)" "$arch" "${SKYRL_GYM_TINY_MODEL:-}" \
+        > "$OUT/model_$part.log" 2>&1 || echo "building $model failed: $OUT/model_$part.log"
+      timeout -k 10 "$limit" "$PY" bench/train_step.py --device "$DEVICE" --model "$model" --prompts 16 \
+        --samples 8 --new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" --json "$OUT/bench_$part.json" \
+        > "$OUT/bench_$part.log" 2>&1
       rc=$?
-      summary+=("bench $part (rc $rc, $((SECONDS - t0))s): $(grep -E 's/step|speed-up|peak memory, ' \
+      summary+=("bench $part (rc $rc, $((SECONDS - t0))s): $(grep -E 's/step|speed-up|peak memory, |failed' \
         "$OUT/bench_$part.log" | tr '\n' ';')")
-      ;;
-    *)
-      echo "unknown part $part (tests, sync, 05b-128, 05b-512, 15b-128, 15b-512)" >&2
-      exit 2
       ;;
   esac
   echo "${summary[-1]}"

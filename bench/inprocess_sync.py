@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m", help="a model name or folder, or "
-                        "random-qwen2.5-0.5b")
+    parser.add_argument("--model", default="smollm2-135m", help="a model name or folder, tiny "
+                        "(a tiny random Qwen2), or random-qwen2.5-0.5b")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--engine-dtype", default="bfloat16", help="generator.model_dtype (auto, float32,"
                         " ...)")
@@ -45,7 +45,9 @@ def main() -> int:
     from skygym_train.trainer import PPOTrainer
     from tests.skygym_train.toy_envs import register_toy_env, toy_overrides, toy_rows
 
-    if args.model.startswith("random-"):
+    if args.model == "tiny":
+        model = str(build_tiny_model(tokenizer_from=args.tokenizer_from))
+    elif args.model.startswith("random-"):
         shape = args.model[len("random-"):]
         model = str(build_tiny_model(architecture=shape, tokenizer_from=args.tokenizer_from))
     else:

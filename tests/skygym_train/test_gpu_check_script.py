@@ -1,0 +1,48 @@
+"""``bench/gpu_check.sh``'s plumbing, run on the CPU (``GPU_CHECK_DEVICE=cpu``) with the tiny model: a device call
+is too dear to find a broken part there. What it checks is the script (parts, limits, logs, JSON, summary), not the
+GPU figures."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_check(*parts: str, out: Path, tiny_model: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, GPU_CHECK_DEVICE="cpu", GPU_CHECK_SYNC_MODEL="tiny",
+               SKYRL_GYM_TINY_MODEL=str(tiny_model), TRL_PYTHON=sys.executable)
+    return subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), *parts], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> None:
+    done = run_check("tests", "sync", "tiny-8", out=tmp_path, tiny_model=tiny_chat_model)
+    assert done.returncode == 0, done.stderr
+    summary = (tmp_path / "summary.txt").read_text().splitlines()
+    assert [line.split(" (rc ")[0] for line in summary] == ["tests", "sync", "bench tiny-8"]
+    assert all("(rc 0," in line for line in summary), summary
+    assert "no CUDA GPU" in summary[0]  # the GPU test session says why it ran nothing here
+    assert "inprocess" in summary[1] and "MiB per sync" in summary[1]
+    figures = json.loads((tmp_path / "bench_tiny-8.json").read_text())
+    ours = figures["skygym_train"]
+    assert figures["device"] == "cpu" and ours["steps"] == 1 and ours["step_s"] > 0
+    assert ours["generated_tokens"] > 0 and ours["model_tokens"] > 0  # every row trained (no skip in the bench)
+    if importlib.util.find_spec("trl") and importlib.util.find_spec("datasets"):
+        assert figures["trl"]["step_s"] > 0 and figures["speedup"] > 0
+    else:  # TRL's failure is reported and ours is still timed
+        assert "No module named" in figures["trl_error"] and "TRL GRPOTrainer failed" in summary[2]
+
+
+def test_an_unknown_part_stops_before_any_part_runs(tmp_path: Path) -> None:
+    done = run_check("sync", "05b-fast", out=tmp_path / "out", tiny_model=tmp_path)
+    assert done.returncode == 2 and "unknown part 05b-fast" in done.stderr
+    assert not (tmp_path / "out").exists()
