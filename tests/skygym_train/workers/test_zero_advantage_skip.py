@@ -1,5 +1,9 @@
 """Rows whose advantages are all 0 add nothing to the policy's gradient: the worker skips their passes, and the
-update equals the one the full passes give (weight decay and Adam's moments included)."""
+update equals the one the full passes give (weight decay and Adam's moments included).
+
+The workers run on the CPU, GPU or not: bit-for-bit equality needs deterministic kernels, and on CUDA some backward
+kernels add with atomics in no fixed order (Adam then turns a tiny gradient's flipped sign into a whole step). The
+last test runs the skip on a GPU where there is one."""
 
 from __future__ import annotations
 
@@ -25,10 +29,11 @@ def _batch(advantages):
     return batch.with_tensors(advantages=adv * batch.tensors["response_mask"])
 
 
-def _worker(model_dir, skips: bool, algorithm=None, loss="regular"):
+def _worker(model_dir, skips: bool, algorithm=None, loss="regular", device="cpu"):
     spec = WorkerSpec(role="policy", model_path=str(model_dir), optimizer=OptimizerConfig(lr=1e-2, weight_decay=0.1),
                       micro_train_batch_size=1, micro_forward_batch_size=1)
     worker = TrainingWorker(spec)
+    worker.device = torch.device(device)
     worker.load_model()
     worker.skips_rows_without_advantage = skips
     worker.configure_algorithm(algorithm or AlgorithmConfig(), POLICY_LOSSES.get(loss), 1.0)
@@ -99,3 +104,19 @@ def test_a_user_loss_is_run_unless_it_declares_it_vanishes(tiny_lm_dir):
     ran = _worker(tiny_lm_dir, True, loss="test_zero_skip_undeclared").train_step(batch)
     assert ran["policy/skipped_rows"] == 0.0 and ran["policy/grad_norm"] > 0
     assert _worker(tiny_lm_dir, True, loss="test_zero_skip_declared").train_step(batch)["policy/skipped_rows"] == 1.0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (this machine has none): it runs the "
+                    "skip on the device; the CPU tests above check that it is exact")
+def test_on_cuda_skipped_rows_leave_the_model_unrun_and_zero_gradients_on_the_device(tiny_lm_dir):
+    skipping, full = _worker(tiny_lm_dir, True, device="cuda"), _worker(tiny_lm_dir, False, device="cuda")
+    mixed = _batch([0.0, 0.0, 1.0, -1.0])
+    a, b = skipping.train_step(mixed), full.train_step(mixed)
+    assert a["policy/skipped_rows"] == 0.5 and b["policy/skipped_rows"] == 0.0
+    assert a["policy/grad_norm"] == pytest.approx(b["policy/grad_norm"], rel=1e-3)  # bf16 autocast on the GPU
+    before, weights = skipping.tokens_run, [p.detach().clone() for p in skipping.model.parameters()]
+    nothing = skipping.train_step(_batch([0.0] * 4))
+    assert nothing["policy/skipped_rows"] == 1.0 and skipping.tokens_run == before
+    assert all(p.grad is None or (p.grad.device.type == "cuda" and not p.grad.any())
+               for p in skipping.model.parameters())
+    assert any(not torch.equal(p, q) for p, q in zip(skipping.model.parameters(), weights))  # decay, momentum
