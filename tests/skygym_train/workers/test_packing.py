@@ -76,7 +76,7 @@ def test_rejects_an_empty_prompt(packer):
         packer(tensors, 2)
 
 
-def _worker(model_dir, role="policy", layout="shared_prefix", **spec_fields):
+def _worker(model_dir, role="policy", layout="shared_prefix", device=None, **spec_fields):
     spec = WorkerSpec(
         **spec_fields,
         role=role,
@@ -87,6 +87,8 @@ def _worker(model_dir, role="policy", layout="shared_prefix", **spec_fields):
         sample_packing=layout != "padded",
     )
     worker = TrainingWorker(spec)
+    if device is not None:
+        worker.device = torch.device(device)
     worker.load_model()
     assert worker.layout == ("shared_prefix" if layout != "padded" else "padded")  # what sdpa gets
     worker.layout = layout  # varlen is flash attention's layout; under sdpa transformers masks it the same way
@@ -135,8 +137,8 @@ def test_additive_mask_is_the_boolean_one_with_rows_aligned_for_the_gpu_kernel()
 @pytest.mark.parametrize("bf16", [False, True])
 def test_every_layer_attends_with_one_mask_in_the_dtype_attention_computes_in(tiny_lm_dir, bf16):
     """The packed mask is made once per micro-batch (SDPA would convert a boolean one in every layer and keep
-    each copy for the backward pass), in autocast's dtype under autocast."""
-    worker = _worker(tiny_lm_dir, cpu_bf16_autocast=bf16)
+    each copy for the backward pass), in autocast's dtype under autocast (here the CPU's, GPU or not)."""
+    worker = _worker(tiny_lm_dir, device="cpu", cpu_bf16_autocast=bf16)
     seen = []
     layers = worker.model.model.layers
     for layer in layers:
