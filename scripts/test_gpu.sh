@@ -21,7 +21,12 @@ export RAY_AUTH_MODE=disabled TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 # of the compiled step asks for it). Inductor's compile workers: two per test worker, not one per core each.
 export SKYRL_GYM_HF_COMPILE_DECODE="${SKYRL_GYM_HF_COMPILE_DECODE:-0}"
 export TORCHINDUCTOR_COMPILE_THREADS="${TORCHINDUCTOR_COMPILE_THREADS:-2}"
+# cuBLAS's deterministic mode, for the tests that compare two training runs exactly (the deterministic_kernels
+# fixture)
+export CUBLAS_WORKSPACE_CONFIG="${CUBLAS_WORKSPACE_CONFIG:-:4096:8}"
 # slow tests included (tests/skygym_train/test_gpu.py is marked slow); the vllm/verl/trl sessions and Docker are not
-# GPU work. A few pytest-xdist workers share the GPU (each test's model is small).
+# GPU work. A few pytest-xdist workers share the GPU (each test's model is small), a file each at a time: the CPU
+# suite's grouping keeps all of tests/skygym_train in one worker, for its one Ray cluster, which a GPU machine
+# without Ray does not need.
 exec "$PY" -m pytest -ra -p no:cacheprovider -m "not vllm and not verl and not trl and not docker" \
-  -n "${SKYRL_GYM_TEST_WORKERS:-4}" --dist loadgroup tests/skygym_train tests/adapters "$@"
+  -n "${SKYRL_GYM_TEST_WORKERS:-4}" --dist loadfile tests/skygym_train tests/adapters "$@"

@@ -101,6 +101,19 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 @pytest.fixture(scope="session")
+def embedded_model() -> Path:
+    """The embedded SmolLM2-135M-Instruct's checkpoint folder, for tests that need its weights; where it is not
+    installed (``SKYRL_GYM_TINY_MODEL`` stands in for its tokenizer only, see ``tests.tiny_models``) they skip,
+    saying how to install it."""
+    from skygym_adapters.models import EmbeddedModelMissing, resolve_model
+
+    try:
+        return resolve_model("smollm2-135m").path
+    except EmbeddedModelMissing as exc:
+        pytest.skip(f"needs the embedded model's weights: {exc}")
+
+
+@pytest.fixture(scope="session")
 def gsm8k_test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A GSM8K-format JSONL file (24 worked word problems) made by the tests; the real GSM8K sweep is in
     ``bench/gsm8k_reference_sweep.py``."""

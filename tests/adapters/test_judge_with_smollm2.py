@@ -20,9 +20,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def smollm2_judge(
-    tokenizer,
-):  # the tokenizer fixture skips, with the reason, where the embedded model is missing
+def smollm2_judge(embedded_model):  # skips, with the reason, where the embedded model is missing
     process = subprocess.Popen(
         [sys.executable, str(HERE / "smollm2_judge_server.py")],
         cwd=HERE.parents[1],

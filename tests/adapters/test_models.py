@@ -10,7 +10,7 @@ import pytest
 from skygym_adapters.models import ModelResolutionError, build_tiny_model, load_model_and_tokenizer, resolve_model
 
 
-def test_embedded_default_is_a_cached_float_checkpoint(tokenizer: Any) -> None:
+def test_embedded_default_is_a_cached_float_checkpoint(tokenizer: Any, embedded_model: Path) -> None:
     resolved = resolve_model("smollm2-135m")
     assert resolved.source == "embedded"
     assert (resolved.path / "config.json").is_file() and (resolved.path / "model.safetensors").is_file()
@@ -40,10 +40,10 @@ def test_hub_id_without_network_fails_clearly(monkeypatch: pytest.MonkeyPatch, t
         resolve_model("someone/some-model")
 
 
-def test_tiny_llama_loads_and_runs(tmp_path: Path) -> None:
+def test_tiny_llama_loads_and_runs(tmp_path: Path, tiny_model_dir: Path) -> None:
     import torch
 
-    folder = build_tiny_model(tmp_path / "tiny-llama", architecture="llama")
+    folder = build_tiny_model(tmp_path / "tiny-llama", architecture="llama", tokenizer_from=tiny_model_dir)
     model, tokenizer = load_model_and_tokenizer(str(folder), device="cpu")
     assert model.config.model_type == "llama"
     assert model.config.hidden_size // model.config.num_attention_heads == 32  # a head size vLLM CPU supports

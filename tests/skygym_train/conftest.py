@@ -27,6 +27,25 @@ def write_tiny_lm(out: Path, vocab_size: int = 64, seed: int = 0) -> Path:
     return out
 
 
+@pytest.fixture
+def deterministic_kernels():
+    """Deterministic CUDA kernels for a test that compares two training runs exactly: some CUDA backward kernels add
+    with atomics in no fixed order, and Adam turns a tiny gradient's flipped sign into a whole step. Nothing changes
+    on the CPU, whose kernels are deterministic already. cuBLAS needs ``CUBLAS_WORKSPACE_CONFIG`` for it, which
+    ``scripts/test_gpu.sh`` sets; ops without a deterministic kernel warn instead of failing."""
+    import torch
+
+    if not torch.cuda.is_available():
+        yield
+        return
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 @pytest.fixture(scope="session")
 def tiny_lm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))

@@ -100,7 +100,9 @@ def test_kill_9_at_random_points_of_saving_always_leaves_a_complete_latest_check
     root = tmp_path / "ckpts"
     script = tmp_path / "saver.py"
     script.write_text(SAVER)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the savers on the CPU, GPU or not: a CUDA context per forked saver (the RNG state it saves) would take longer
+    # than most of the kill delays
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), CUDA_VISIBLE_DEVICES="")
     zygote = subprocess.Popen([sys.executable, str(script), str(root)], cwd=str(REPO), env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     rng = random.Random(13)

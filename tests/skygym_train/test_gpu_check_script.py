@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_check(*parts: str, out: Path, tiny_model: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, OUT=str(out), PYTHON=sys.executable, GPU_CHECK_DEVICE="cpu", GPU_CHECK_SYNC_MODEL="tiny",
-               SKYRL_GYM_TINY_MODEL=str(tiny_model), TRL_PYTHON=sys.executable)
+               SKYRL_GYM_TINY_MODEL=str(tiny_model), TRL_PYTHON=sys.executable,
+               CUDA_VISIBLE_DEVICES="")  # on a GPU machine too: the parts would otherwise start the GPU session
     return subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), *parts], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 

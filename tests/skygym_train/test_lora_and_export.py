@@ -34,7 +34,8 @@ def test_lora_run_syncs_merged_weights_and_exports_a_loadable_folder(tiny_chat_m
         trainer.fit()
         trainable = [n for n, p in trainer.policy.worker.model.named_parameters() if p.requires_grad]
         assert trainable and all("lora_" in n for n in trainable)
-        engine_state = {k: v.detach().clone() for k, v in trainer.engine.engines[0].model.state_dict().items()}
+        engine_state = {k: v.detach().to("cpu", copy=True)  # beside the export, loaded on the host
+                        for k, v in trainer.engine.engines[0].model.state_dict().items()}
         export = trainer.export_hf(str(tmp_path / "export"))
     exported = AutoModelForCausalLM.from_pretrained(str(export)).state_dict()
     assert (export / "tokenizer_config.json").exists()

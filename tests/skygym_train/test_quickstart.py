@@ -38,7 +38,7 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_full_quickstart_improves_reward(tmp_path):
+def test_full_quickstart_improves_reward(tmp_path, embedded_model):
     """The README's main job as it is: 40 GRPO steps of SmolLM2-135M-Instruct, evaluated before and after."""
     summary = run_quickstart(tmp_path, steps=40)
     assert len(summary["reward_per_step"]) == 40

@@ -26,7 +26,7 @@ def _config(model, data, tmp, **extra):
 
 
 @pytest.mark.slow
-def test_killed_and_resumed_run_matches_uninterrupted(tiny_chat_model, toy_data, tmp_path):
+def test_killed_and_resumed_run_matches_uninterrupted(tiny_chat_model, toy_data, tmp_path, deterministic_kernels):
     with PPOTrainer(_config(tiny_chat_model, toy_data, tmp_path / "straight")) as trainer:
         straight = trainer.fit()
         expected = trainer.policy.call("full_state_dict")[0]

@@ -110,10 +110,11 @@ def test_a_sequence_parallel_training_run_keeps_the_engine_in_step(
 
 def test_sequence_parallel_sizes_the_workers_cannot_hold_are_refused(tmp_path, tiny_lm_dir, toy_data):
     from skygym_train.config import ConfigError, load_config
+    from skygym_train.config.validation import validate_config
     from tests.skygym_train.toy_envs import toy_overrides
 
-    with pytest.raises(ConfigError) as info:
-        load_config(
+    with pytest.raises(ConfigError) as info:  # validated as on a machine without GPUs: 3 CPU workers, GPU or not
+        validate_config(load_config(
             toy_overrides(
                 tiny_lm_dir,
                 toy_data,
@@ -125,8 +126,9 @@ def test_sequence_parallel_sizes_the_workers_cannot_hold_are_refused(tmp_path, t
                     "trainer.critic.sequence_parallel_size": 0,
                     "trainer.flash_attn": "true",
                 },
-            )
-        )
+            ),
+            validate=False,
+        ), has_cuda=False)
     text = str(info.value)
     assert "trainer.policy.sequence_parallel_size=2: must divide the policy's 3 workers" in text
     assert "trainer.critic.sequence_parallel_size=0: must be a positive integer" in text

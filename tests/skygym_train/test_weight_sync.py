@@ -33,7 +33,8 @@ def _engine(trainer):
 
 
 def _engine_state(trainer):
-    return {k: v.detach().clone() for k, v in _engine(trainer).model.named_parameters()}
+    """A host copy of the engine's weights (``full_state_dict`` comes to the host too; on a GPU both live there)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in _engine(trainer).model.named_parameters()}
 
 
 def _assert_engine_is_policy(trainer, before):

@@ -73,9 +73,11 @@ def toy_overrides(model: Path, data: Path, tmp: Path, **extra: object) -> list:
         "trainer.policy.optimizer_config.lr": 5e-2,
         "trainer.policy.optimizer_config.weight_decay": 0.0,
         "trainer.critic.optimizer_config.lr": 1e-2,  # 1e-3 left the critic too slow to help in 30 steps
-        # the engine in the policy's dtype: tests compare its weights and log-probs to the policy's exactly (auto is
-        # bf16 on GPUs and on CPUs with AVX512-BF16 or AMX)
+        # the engine in the policy's dtype, and the policy computing in it: tests compare the engine's weights and
+        # log-probs to the policy's exactly (auto is bf16 on GPUs and on CPUs with AVX512-BF16 or AMX; on a GPU the
+        # policy would autocast to bf16)
         "generator.model_dtype": "float32",
+        "trainer.bf16": "false",
     }
     base.update({k: v for k, v in extra.items()})
     return [f"{k}={v}" for k, v in base.items()]

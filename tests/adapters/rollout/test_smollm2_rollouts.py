@@ -36,7 +36,7 @@ BUILT_IN_ROWS: List[Dict[str, Any]] = [
 
 
 @pytest.fixture(scope="module")
-def smollm2_engine() -> Any:
+def smollm2_engine(embedded_model: Any) -> Any:
     from skygym_adapters.engines.hf import HFEngine
 
     engine = HFEngine("smollm2-135m", device="cpu")

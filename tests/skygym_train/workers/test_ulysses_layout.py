@@ -29,6 +29,8 @@ def test_left_aligned_rows_keep_every_real_token_and_its_position():
 
 @pytest.fixture
 def one_rank_group(monkeypatch):
+    if dist.is_initialized():  # a one-rank CUDA worker of an earlier test in this process left its group
+        dist.destroy_process_group()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     group = dist.new_group([0])
     monkeypatch.setattr(ulysses, "new_groups", lambda world, size, rank: (group, 0))

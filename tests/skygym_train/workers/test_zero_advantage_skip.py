@@ -113,7 +113,7 @@ def test_on_cuda_skipped_rows_leave_the_model_unrun_and_zero_gradients_on_the_de
     mixed = _batch([0.0, 0.0, 1.0, -1.0])
     a, b = skipping.train_step(mixed), full.train_step(mixed)
     assert a["policy/skipped_rows"] == 0.5 and b["policy/skipped_rows"] == 0.0
-    assert a["policy/grad_norm"] == pytest.approx(b["policy/grad_norm"], rel=1e-3)  # bf16 autocast on the GPU
+    assert a["policy/grad_norm"] == pytest.approx(b["policy/grad_norm"], rel=1e-3)  # CUDA kernels round in no fixed order
     before, weights = skipping.tokens_run, [p.detach().clone() for p in skipping.model.parameters()]
     nothing = skipping.train_step(_batch([0.0] * 4))
     assert nothing["policy/skipped_rows"] == 1.0 and skipping.tokens_run == before
