@@ -213,7 +213,7 @@ def test_deepspeed_without_the_package_is_refused_with_the_install_command(
 
 @pytest.mark.parametrize("variant", ["lora", "critic", "ref", "gradient_checkpointing"])
 def test_lora_the_critic_the_reference_and_checkpointing_match_fsdp2_in_one_process(
-    tiny_lm_dir, monkeypatch, variant
+    tiny_lm_dir, monkeypatch, variant, deterministic_kernels
 ):
     from skygym_train.config.schema import LoraConfig
 
