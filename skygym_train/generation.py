@@ -91,8 +91,8 @@ def engines_sleep_while_training(cfg: Any) -> bool:
     (``trainer.placement.colocate_all``, on CUDA): vLLM engines (sleep mode gives back their KV cache and
     weights) and engine actors, which hold a GPU share in processes of their own. Not an HF engine in the
     trainer's process: moving its weights (and, on CUDA, the static KV cache its compiled decode step keeps for
-    the next step) to the host and back every step would cost more than the memory is worth (while it shares the policy's weights there is nothing to
-    give back at all)."""
+    the next step) to the host and back every step would cost more than the memory is worth (while it shares
+    the policy's weights there is nothing to give back at all)."""
     from skygym_train.config.validation import cuda_available, engines_are_ray_actors
 
     t, g = cfg.trainer, cfg.generator
