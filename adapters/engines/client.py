@@ -182,10 +182,16 @@ def reports_progress(engine: Any) -> bool:
     return bool(_reporting_engines(engine))
 
 
+def engines_behind(engine: Any) -> List[Any]:
+    """The engines an :class:`EngineClient` (or anything with an ``engines`` list, or a list) spreads requests
+    over, or ``[engine]`` for a single one."""
+    if isinstance(engine, (list, tuple)):
+        return list(engine)
+    return list(getattr(engine, "engines", None) or [engine])
+
+
 def _reporting_engines(engine: Any) -> List[Any]:
-    engines = engine.engines if isinstance(engine, EngineClient) else (
-        list(engine) if isinstance(engine, (list, tuple)) else [engine])
-    return [e for e in engines if hasattr(e, "on_progress")]
+    return [e for e in engines_behind(engine) if hasattr(e, "on_progress")]
 
 
 def _call_if_present(engine: Any, method: str, *args: Any) -> None:

@@ -70,11 +70,11 @@ class HFEngine(BaseInferenceEngine):
             report progress and drop ended rows from the batch); default 1 on CPU (free there), 16 on accelerators.
         decode_mode: ``"static"`` (a KV cache of fixed size, allocated for the whole budget), ``"dynamic"`` (a cache
             that grows by a copy of itself per token), or ``"auto"``: static with transformers >= 5, else dynamic.
-        compile_decode: on CUDA with the static cache, the decode step is compiled with CUDA graphs
-            (``torch.compile(mode="reduce-overhead")``; each new batch size or cache length compiles once) and ended
-            rows decode on, unread, until the batch ends; elsewhere they leave the batch and the cache. Default:
-            on, unless ``SKYRL_GYM_HF_COMPILE_DECODE=0`` (for short runs, where the first compile, tens of
-            seconds, costs more than it saves).
+        compile_decode: with the static cache, the decode step is compiled (``torch.compile(mode="reduce-overhead")``:
+            CUDA graphs on CUDA, inductor's kernels alone elsewhere; each new batch size or cache length compiles
+            once) and ended rows decode on, unread, until the batch ends; uncompiled they leave the batch and the
+            cache. Default: on CUDA, unless ``SKYRL_GYM_HF_COMPILE_DECODE=0`` (for short runs, where the first
+            compile, tens of seconds, costs more than it saves); off elsewhere. ``True`` compiles on any device.
 
     ``on_progress``, when set to a callable, is called from the worker thread with ``(positions, rows)``: the token
     positions settled since its last call (generated tokens, and the unused budget of rows that ended early, so that
@@ -122,11 +122,8 @@ class HFEngine(BaseInferenceEngine):
         if decode_mode not in ("auto", "dynamic", "static"):
             raise ValueError(f"HFEngine: decode_mode must be auto, dynamic or static, got {decode_mode!r}")
         self.decode_mode = decode_mode
-        if compile_decode is None:
-            compile_decode = os.environ.get("SKYRL_GYM_HF_COMPILE_DECODE", "1").strip().lower() not in (
-                "0", "false", "no", "off")
-        self.compile_decode = bool(compile_decode)
-        self._static_caches: Dict[Tuple[int, int], Any] = {}
+        self.compile_decode = compiles_by_default(self.device) if compile_decode is None else bool(compile_decode)
+        self._static_caches: Dict[int, Tuple[int, Any]] = {}  # batch size -> (length, cache), see _static_cache
         self._compiled_forward: Any = None  # None: not yet compiled; False: compiling failed, eager
         self._compiled_shapes: set = set()
         self.on_progress: Optional[Callable[[int, int], None]] = None
@@ -396,28 +393,31 @@ class HFEngine(BaseInferenceEngine):
         prompts = [r.prompt for r in requests]
         sampling = requests[0].sampling
         batch, steps, device = len(prompts), sampling.max_tokens, self.device
+        static = self._static_decoding()
+        # A compiled decode step has fixed shapes: ended rows decode on, unread, and the batch is padded with rows
+        # nobody reads up to a power of two (each batch size compiles once: a multi-turn rollout's later turns
+        # come in every size). Uncompiled, ended rows leave the batch and the KV cache.
+        compiled = static and self._compiles()
+        width = min(1 << (batch - 1).bit_length(), max(batch, self.max_batch_size)) if compiled else batch
+        prompts += [[self.pad_token_id]] * (width - batch)  # one token each: a row must attend to something
         max_len = max(len(p) for p in prompts)
-        input_ids = torch.full((batch, max_len), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((batch, max_len), dtype=torch.long)
+        input_ids = torch.full((width, max_len), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((width, max_len), dtype=torch.long)
         for row, prompt in enumerate(prompts):
             input_ids[row, max_len - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
             attention[row, max_len - len(prompt) :] = 1
         input_ids, attention = input_ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        seeds = [r.sampling.seed for r in requests]
+        seeds = [r.sampling.seed for r in requests] + [0] * (width - batch)
         uniforms = None if sampling.temperature == 0 else draw_uniforms(seeds, steps, device)
         sync_interval = self.sync_interval or (1 if device.type == "cpu" else 16)
         self.stats["batches"] += 1  # counted before any row is handed out: a caller may read them on its result
         self.stats["sequences"] += batch
 
-        static = self._static_decoding()
-        # A compiled decode step (CUDA graphs) needs fixed shapes: ended rows decode on, unread. Elsewhere they leave
-        # the batch and the KV cache.
-        compiled = static and self._compiles()
         with torch.inference_mode():
             if static:  # a KV cache of fixed size: no copy of the whole cache per token, as a growing one makes
-                cache = self._static_cache(batch, max_len + steps, reuse=compiled)
-                attention = self._full_length_mask(attention, steps)
+                length, cache = self._static_cache(width, max_len + steps, reuse=compiled)
+                attention = self._full_length_mask(attention, length)
             else:
                 cache = self._new_cache()
             out = self._forward(input_ids, attention, positions, cache, last_only=True)
@@ -425,14 +425,14 @@ class HFEngine(BaseInferenceEngine):
             vocab = next_logits.shape[-1]
             stop_token = self._stop_token_table(sampling.stop_token_ids, vocab, device)
             stops = self._stop_strings(sampling.stop, vocab) if sampling.stop else None
-            out_ids = torch.zeros((batch, steps), dtype=torch.long, device=device)
-            out_logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
-            first_stop = torch.full((batch,), steps, dtype=torch.long, device=device)  # step of the row's stop token
-            rows = list(range(batch))  # the original rows still decoding
+            out_ids = torch.zeros((width, steps), dtype=torch.long, device=device)
+            out_logprobs = torch.zeros((width, steps), dtype=torch.float32, device=device)
+            first_stop = torch.full((width,), steps, dtype=torch.long, device=device)  # step of the row's stop token
+            rows = list(range(batch))  # the requests' rows still decoding
             rows_index = torch.arange(batch, device=device)
-            # The original row of each row of the batch's tensors: the rows still decoding, or every row when ended
-            # rows decode on (compiled).
-            batch_rows = rows_index
+            # The row of the tensors above that each row of the model's batch is: the rows still decoding, or every
+            # row, padding included, when the decode step is compiled.
+            batch_rows = torch.arange(width, device=device) if compiled else rows_index
             last_pos = positions[:, -1:]
             checked = 0  # steps before this one have been looked at on the host
             for step in range(steps):
@@ -557,37 +557,56 @@ class HFEngine(BaseInferenceEngine):
         return _static_cache_supported()
 
     def _compiles(self) -> bool:
-        return self.compile_decode and self.device.type == "cuda" and self._compiled_forward is not False
+        return self.compile_decode and self._compiled_forward is not False
 
-    def _static_cache(self, batch: int, length: int, reuse: bool) -> Any:
-        """A static cache for ``batch`` rows of at least ``length`` positions (rounded up to a multiple of 256). With
-        ``reuse`` it is kept for the next batch of the same shape (reset), so a compiled decode step finds the same
-        tensors."""
+    def _static_cache(self, batch: int, length: int, reuse: bool) -> Tuple[int, Any]:
+        """``(its length, a static cache)`` for ``batch`` rows of at least ``length`` positions (rounded up to a
+        multiple of 256).
+
+        With ``reuse`` (a compiled decode step reads the cache where it is, and a new cache compiles the step
+        again) the engine keeps one cache per batch size for the next batch, reset: a later batch that needs fewer
+        positions reuses it (masked past its own end), one that needs more replaces it. So the device holds one
+        cache for a trainer's fixed batch, not one per prompt length, and a new length compiles once, not per step.
+        At most ``MAX_KEPT_CACHES`` batch sizes are kept (each holds rows x length keys and values per layer).
+        """
         from transformers import StaticCache
 
         length = -(-length // 256) * 256
         if not reuse:
-            return StaticCache(config=self.model.config, max_cache_len=length)
-        key = (batch, length)
-        cache = self._static_caches.get(key)
-        if cache is None:
-            if len(self._static_caches) >= 4:  # each holds batch x length of keys and values per layer
-                self._static_caches.clear()
-            cache = self._static_caches[key] = StaticCache(config=self.model.config, max_cache_len=length)
+            return length, StaticCache(config=self.model.config, max_cache_len=length)
+        # popped and put back, so the dict's order is the order of use; a shorter cache is let go before the
+        # longer one that replaces it is allocated
+        kept = self._static_caches.pop(batch, None)
+        if kept is not None and kept[0] >= length:
+            kept[1].reset()
         else:
-            cache.reset()
-        return cache
+            while len(self._static_caches) >= MAX_KEPT_CACHES:
+                self._static_caches.pop(next(iter(self._static_caches)))  # the least recently used
+            kept = (length, StaticCache(config=self.model.config, max_cache_len=length))
+        self._static_caches[batch] = kept
+        return kept
 
-    def _full_length_mask(self, attention: Any, steps: int) -> Any:
-        """The prompt's padding mask widened to the static cache's length (positions not yet written are 0)."""
-        length = -(-(attention.shape[1] + steps) // 256) * 256
+    def device_memory_bytes(self) -> Dict[str, int]:
+        """What this engine holds on its device beyond a generation: its own weights (0 while it reads a trainer's,
+        see :meth:`share_weights`) and the KV caches kept for compiled decoding."""
+        weights = 0 if self.shares_weights() else sum(
+            p.numel() * p.element_size() for p in self.model.parameters())
+        caches = sum(tensor.numel() * tensor.element_size()
+                     for _, cache in self._static_caches.values()
+                     for layer in getattr(cache, "layers", ())
+                     for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                     if hasattr(tensor, "element_size"))
+        return {"weights": weights, "kv_cache": caches}
+
+    def _full_length_mask(self, attention: Any, length: int) -> Any:
+        """The prompt's padding mask widened to the static cache's ``length`` (positions not yet written are 0)."""
         full = attention.new_zeros((attention.shape[0], length))
         full[:, : attention.shape[1]] = attention
         return full
 
     def _decode_step(self, tokens: Any, attention: Any, positions: Any, cache: Any) -> Any:
-        """One decode step on the static cache: compiled (CUDA graphs) on CUDA when ``compile_decode``; if compiling
-        fails, eager from then on, with a warning."""
+        """One decode step on the static cache: compiled when ``compile_decode`` (with CUDA graphs on CUDA); if
+        compiling fails, eager from then on, with a warning."""
         if self._compiles():
             import torch
 
@@ -632,6 +651,19 @@ class HFEngine(BaseInferenceEngine):
                 self._stop_matchers.clear()
             self._stop_matchers[(stop, vocab)] = matcher
         return matcher
+
+
+MAX_KEPT_CACHES = 2
+"""Static KV caches an engine keeps for compiled decoding, one per batch size (see ``HFEngine._static_cache``)."""
+
+
+def compiles_by_default(device: Any) -> bool:
+    """Whether an ``HFEngine`` on ``device`` compiles its decode step unless told: on CUDA (CUDA graphs take the
+    per-token launch cost away), unless ``SKYRL_GYM_HF_COMPILE_DECODE`` is 0/false/no/off."""
+    import torch
+
+    wanted = os.environ.get("SKYRL_GYM_HF_COMPILE_DECODE", "1").strip().lower() not in ("0", "false", "no", "off")
+    return wanted and torch.device(device).type == "cuda"
 
 
 def _ready_cudagraph_thread_state() -> None:

@@ -298,18 +298,61 @@ async def test_static_and_growing_kv_caches_decode_the_same(tokenizer: Any, tiny
             engine.close()
 
 
-def test_compiling_the_decode_step_is_on_unless_the_environment_turns_it_off(tiny_model_dir: Any,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiling_the_decode_step_is_on_for_cuda_unless_the_environment_turns_it_off(
+        tiny_model_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from skygym_adapters.engines.hf import compiles_by_default
+
     monkeypatch.delenv("SKYRL_GYM_HF_COMPILE_DECODE", raising=False)
+    assert compiles_by_default("cuda") and compiles_by_default("cuda:1") and not compiles_by_default("cpu")
     engines = [HFEngine(str(tiny_model_dir), device="cpu")]
     monkeypatch.setenv("SKYRL_GYM_HF_COMPILE_DECODE", "0")
-    engines += [HFEngine(str(tiny_model_dir), device="cpu"),
-                HFEngine(str(tiny_model_dir), device="cpu", compile_decode=True)]  # the argument wins
+    assert not compiles_by_default("cuda")
+    engines += [HFEngine(str(tiny_model_dir), device="cpu", compile_decode=True)]  # the argument wins
     try:
-        assert [e.compile_decode for e in engines] == [True, False, True]
+        assert [e.compile_decode for e in engines] == [False, True]
     finally:
         for engine in engines:
             engine.close()
+
+
+@pytest.mark.slow
+async def test_the_compiled_decode_step_gives_what_eager_decoding_gives(tokenizer: Any, tiny_model_dir: Any) -> None:
+    """``compile_decode=True`` on the CPU runs the path a GPU takes (inductor's kernels, without CUDA graphs): the
+    static cache kept between batches, rows that end early decoding on unread, a batch padded to a power of two, a
+    shorter budget reusing the longer cache. Its tokens and log-probs are eager decoding's."""
+    prompts = [prompt(tokenizer, "short"), prompt(tokenizer, "a longer prompt, with more tokens in it"),
+               prompt(tokenizer, "x")]
+    compiled = HFEngine(str(tiny_model_dir), device="cpu", compile_decode=True)
+    eager = HFEngine(str(tiny_model_dir), device="cpu", compile_decode=False)
+    try:
+        free = (await eager.generate(prompts[:1], {**SEEDED, "max_generate_length": 12}))["response_ids"][0]
+        seeded = {"max_generate_length": 12, "temperature": 1.0, "seed": 7, "logprobs": True,
+                  "stop_token_ids": [free[3]]}  # row 0 ends early, the others decode on past it
+        greedy = {"max_generate_length": 12, "temperature": 0.0, "logprobs": True}
+        longer = {**greedy, "max_generate_length": 300}  # a cache of 512 positions, where the others had 256
+        four = prompts + [prompt(tokenizer, "four rows")]
+        for batch, params in ((prompts, seeded), (prompts, greedy), (four, seeded), (prompts, longer), (four, greedy)):
+            ours, theirs = await compiled.generate(batch, params), await eager.generate(batch, params)
+            assert ours["response_ids"] == theirs["response_ids"], params
+            assert ours["stop_reasons"] == theirs["stop_reasons"], params
+            for a, b in zip(ours["response_logprobs"], theirs["response_logprobs"]):
+                assert a == pytest.approx(b, abs=1e-4)
+            if params is seeded:
+                assert ours["stop_reasons"][0] == "stop" and len(ours["response_ids"][0]) <= 4
+                assert {len(ids) for ids in ours["response_ids"][1:]} == {12}  # the others decode on past it
+        assert compiled._compiled_forward not in (None, False)  # compiled, no fall-back to eager
+        # three rows decode padded to four, beside the four-row batches: one batch size, one cache, grown once to the
+        # longest budget and reused by the shorter batch after it; two shapes compiled
+        assert {batch: length for batch, (length, _) in compiled._static_caches.items()} == {4: 512}
+        assert compiled._compiled_shapes == {(4, 256), (4, 512)}
+        assert compiled.stats["sequences"] == 3 * 3 + 2 * 4  # padding rows are not sequences anyone asked for
+        memory = compiled.device_memory_bytes()
+        assert memory["kv_cache"] > 0 and memory["weights"] == sum(
+            p.numel() * p.element_size() for p in compiled.model.parameters())
+        assert eager._static_caches == {} and eager.device_memory_bytes()["kv_cache"] == 0
+    finally:
+        compiled.close()
+        eager.close()
 
 
 def test_an_engine_thread_gets_the_cuda_graph_state_a_compiled_step_needs() -> None:
