@@ -7,7 +7,8 @@
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
 # so one slow part cannot eat the others' time: at most ~200 + 120 + 180 + 300 s, plus building each random model
 # (under its own limit) before its bench's clock starts. Where one command may run at most 600 s, split the parts
-# over two calls: `tests sync 05b-128`, then `15b-512`. What each printed lands in $OUT (default ./gpu-check):
+# over two calls: `tests 05b-128`, then `15b-512` (each bench's split times the weight sync as well; `sync` times
+# it on its own). What each printed lands in $OUT (default ./gpu-check):
 # gpu_tests.log (one line per test as it ends, so a part cut off by its limit still says what ran), sync.log,
 # bench_<part>.log and bench_<part>.json. A summary of every part is printed at the end. Needs a CUDA GPU, the
 # project's [train,deepspeed] dependencies and TRL in this Python; SKYRL_GYM_TINY_MODEL (a folder with the SmolLM2

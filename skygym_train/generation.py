@@ -101,6 +101,21 @@ def engines_sleep_while_training(cfg: Any) -> bool:
     return g.backend == "vllm" or engines_are_ray_actors(cfg)
 
 
+def engine_memory_metrics(engine: Any) -> Dict[str, float]:
+    """What the engines in this process hold on their device between generations, for the step's metrics:
+    ``memory/engine_weights_gib`` (their own weights; 0 while they read the policy's) and
+    ``memory/engine_kv_cache_gib`` (KV caches kept for compiled decoding), from the engines that report it
+    (``device_memory_bytes``: the HF engine); empty when none does."""
+    from skygym_adapters.engines.client import engines_behind
+
+    totals: Dict[str, int] = {}
+    for each in engines_behind(engine):
+        held = getattr(each, "device_memory_bytes", None)
+        for key, value in (held() if callable(held) else {}).items():
+            totals[key] = totals.get(key, 0) + int(value)
+    return {f"memory/engine_{key}_gib": value / 2**30 for key, value in totals.items()}
+
+
 def build_generator(cfg: Any, engine: Any, tokenizer: Any) -> Generator:
     """The rollout loop of ``skygym_adapters.rollout`` configured from the trainer config (or, with
     ``generator.task`` set, the agent layer's runner: see ``skygym_train.agent_generator``)."""

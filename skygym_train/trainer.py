@@ -34,6 +34,7 @@ from skygym_train.generation import (
     Timer,
     build_generator,
     create_engines,
+    engine_memory_metrics,
     engines_sleep_while_training,
     sampling_params_dict,
 )
@@ -527,6 +528,7 @@ class PPOTrainer:
         metrics.update({f"timing/{k}": v for k, v in timings.items()})
         metrics["timing/step"] = time.perf_counter() - step_start
         metrics["memory/peak_gib"] = peak.gib()
+        metrics.update(engine_memory_metrics(self.engine))  # the part of that peak the engine keeps between steps
         return metrics
 
     def _truncated_importance_sampling(self, batch: TrainingBatch, output: GeneratorOutput) -> TrainingBatch:

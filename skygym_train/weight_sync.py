@@ -45,6 +45,8 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
+from skygym_adapters.engines.client import engines_behind
+
 logger = logging.getLogger(__name__)
 
 BUCKET_BYTES = 256 << 20
@@ -243,19 +245,15 @@ class WeightReceiver:
 
 
 # ---------------------------------------------------------------------- the trainer's side
-def _engines(engine: Any) -> List[Any]:
-    return list(getattr(engine, "engines", None) or [engine])
-
-
 def actor_engines(engine: Any) -> List[Any]:
     """The engines behind ``engine`` that are Ray actors receiving the broadcast themselves
     (``engine_actors.EngineActorClient``); empty when there are none."""
-    return [e for e in _engines(engine) if hasattr(e, "connect_weight_receiver")]
+    return [e for e in engines_behind(engine) if hasattr(e, "connect_weight_receiver")]
 
 
 def engine_dtype(engine: Any) -> Optional[torch.dtype]:
     """The dtype the engine's weights are in, where it says (``weight_dtype``); None: send as they are."""
-    dtypes = {getattr(e, "weight_dtype", None) for e in _engines(engine)}
+    dtypes = {getattr(e, "weight_dtype", None) for e in engines_behind(engine)}
     return dtypes.pop() if len(dtypes) == 1 else None
 
 
@@ -347,7 +345,7 @@ class EngineWeightSync:
         t = self.cfg.trainer
         if t.async_training.enabled:
             raise SharingUnavailable("async training generates while the policy updates, so the engine needs a copy")
-        engines = _engines(self.engine)
+        engines = engines_behind(self.engine)
         if len(engines) != 1 or not hasattr(engines[0], "share_weights"):
             raise SharingUnavailable(f"{type(engines[0]).__name__} cannot read another model's tensors")
         if getattr(self.policy, "world_size", 1) != 1:
@@ -392,7 +390,7 @@ class EngineWeightSync:
             raise SharingUnavailable(str(exc)) from None
 
     def _check_still_shared(self) -> None:
-        engine = _engines(self.engine)[0]
+        engine = engines_behind(self.engine)[0]
         if not engine.shares_weights():
             raise RuntimeError("weight sync: the engine no longer shares the policy's tensors (were they replaced?)")
         engine.weight_version += 1
@@ -418,8 +416,6 @@ class EngineWeightSync:
     def _connect_actors(self, actors: List[Any]) -> None:
         """Policy rank 0 hosts the group on its node's IP and a port free there (not 127.0.0.1: the actors may run
         on other nodes); every engine actor joins as one more rank."""
-        import ray
-
         host, port = self.policy.call("rendezvous_address")[0]
         world = 1 + len(actors)
         joining = [actor.connect_weight_receiver(self.backend, host, port, rank, world)

@@ -382,14 +382,15 @@ class TrainingWorker:
         self.optimizer, self.scheduler = self._new_optimizer(self.model)
 
     def _new_optimizer(self, model: torch.nn.Module) -> tuple:
-        """AdamW over ``model``'s trainable parameters and its learning-rate schedule."""
+        """AdamW over ``model``'s trainable parameters and its learning-rate schedule: the fused kernel where the
+        parameters are on a GPU (one launch per step; TRL's default too), else the multi-tensor one."""
         from transformers import get_scheduler
 
         opt = self.spec.optimizer
         params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(
-            params, lr=opt.lr, betas=tuple(opt.adam_betas), weight_decay=opt.weight_decay, foreach=True
-        )
+        fused = bool(params) and all(p.device.type == "cuda" for p in params)
+        optimizer = torch.optim.AdamW(params, lr=opt.lr, betas=tuple(opt.adam_betas), weight_decay=opt.weight_decay,
+                                      **({"fused": True} if fused else {"foreach": True}))
         # transformers' schedulers, as SkyRL-train builds them (validation refuses names they cannot run with)
         scheduler = get_scheduler(
             opt.scheduler,

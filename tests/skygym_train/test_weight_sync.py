@@ -59,6 +59,8 @@ def test_without_ray_the_engine_reads_the_policys_tensors(tiny_chat_model, toy_d
         _assert_engine_is_policy(trainer, before)
         steps = [h for h in result["history"] if "timing/step" in h]
         assert [h["weight_sync/bytes"] for h in steps] == [0.0, 0.0]
+        # the engine holds no weights of its own, and no KV cache between steps (it keeps one only when compiled)
+        assert [(h["memory/engine_weights_gib"], h["memory/engine_kv_cache_gib"]) for h in steps] == [(0.0, 0.0)] * 2
         assert "timing/to_first_step" in steps[0] and "timing/to_first_step" not in steps[1]
         assert trainer.setup_seconds is not None and "shared memory" in trainer.weight_sync_backend()
 
@@ -70,9 +72,12 @@ def test_async_training_keeps_a_copy_in_the_engine(tiny_chat_model, toy_data, tm
         "trainer.placement.colocate_all": "false",
     }))
     with PPOTrainer(cfg) as trainer:
-        trainer.fit()
+        result = trainer.fit()
         sync = trainer._weight_sync
         assert (sync.backend, sync.shared) == ("inprocess", False) and sync.bytes_last > 0
+        own = sum(p.numel() * p.element_size() for p in _engine(trainer).model.parameters())
+        last_step = [h for h in result["history"] if "timing/step" in h][-1]
+        assert last_step["memory/engine_weights_gib"] == own / 2**30  # its copy, in the step's metrics
         engine_ptrs = {p.data_ptr() for p in _engine(trainer).model.parameters()}
         assert not engine_ptrs & {p.data_ptr() for p in trainer.policy.worker.model.parameters()}
 
