@@ -315,7 +315,18 @@ def test_compiling_the_decode_step_is_on_for_cuda_unless_the_environment_turns_i
             engine.close()
 
 
+def _cpp_compiler() -> bool:
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        return bool(get_cpp_compiler())
+    except Exception:  # none found (torch raises), or a torch without the helper
+        return False
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(not _cpp_compiler(), reason="torch.compile on the CPU needs a C++ compiler (install g++, or set "
+                    "CXX to one)")
 async def test_the_compiled_decode_step_gives_what_eager_decoding_gives(tokenizer: Any, tiny_model_dir: Any) -> None:
     """``compile_decode=True`` on the CPU runs the path a GPU takes (inductor's kernels, without CUDA graphs): the
     static cache kept between batches, rows that end early decoding on unread, a batch padded to a power of two, a
