@@ -36,6 +36,8 @@ _MIXED_OK = {
     _aten._to_copy.default,
 }
 
+_INDEXING = {_aten.index.Tensor, _aten.index_put_.default, _aten.index_put.default, _aten._index_put_impl_.default}
+
 
 TRANSFERS = {"to_host": 0, "to_device": 0}
 """Bytes copied between the host and the emulated device since :func:`emulated_device` began."""
@@ -92,14 +94,19 @@ def _run(func: Any, args: Any, kwargs: Any) -> Any:
     args_, kwargs_ = pytree.tree_map(unwrap, (args, kwargs))
     if seen == {"device", "cpu"} and func not in _MIXED_OK:
         raise DeviceMismatch(f"{func}: tensors on {DEVICE.type} (standing for a GPU) and on cpu")
+    if func in _INDEXING and not isinstance(args[0], OnDevice) and isinstance(args[0], torch.Tensor) and args[0].dim():
+        if any(isinstance(i, OnDevice) for i in pytree.tree_leaves(args[1:])):  # CUDA takes a CPU index, not this
+            raise DeviceMismatch(f"{func}: a cpu tensor indexed with (or given) tensors on {DEVICE.type}")
     target = kwargs_.get("device")
     if target is not None:
         kwargs_["device"] = torch.device("cpu")
+    elif func is _aten.to.device:  # ``x.to(device, dtype)``: the device is positional
+        target, args_ = args_[1], (args_[0], torch.device("cpu"), *args_[2:])
     out = func(*args_, **kwargs_)
     if func is _aten.copy_.default:
         _count(args[1], args[0], args_[1])
         return args[0]
-    if func is _aten._to_copy.default and target is not None:
+    if func in (_aten._to_copy.default, _aten.to.device) and target is not None:
         _count(args[0], DEVICE if _on_device(target) else torch.device("cpu"), out)
     if func is _aten._local_scalar_dense.default:
         return out
@@ -129,6 +136,9 @@ class _Factories(TorchFunctionMode):
         if func in (torch.tensor, torch.as_tensor, torch.asarray) and _on_device(kwargs.get("device")):
             kwargs["device"] = "cpu"
             return OnDevice(func(*args, **kwargs))
+        if func is torch.Tensor.tolist and isinstance(args[0], OnDevice):  # a read to the host, as on CUDA
+            _count(args[0], torch.device("cpu"), args[0]._data)
+            return args[0]._data.tolist()
         if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__) and isinstance(args[0], OnDevice):
             # a list index becomes a tensor on the indexed tensor's device below dispatch; CUDA takes a CPU
             # one too

@@ -30,6 +30,10 @@ def test_the_emulated_device_fails_where_cuda_fails_and_passes_where_it_passes()
             x + torch.ones(4, 3)
         assert float((x * torch.tensor(2.0)).sum()) == 132.0  # 0-dim CPU tensors are fine, as on CUDA
         assert x[torch.tensor([0, 2])].shape == (2, 3)  # a CPU index in advanced indexing too
+        with pytest.raises(DeviceMismatch):
+            torch.arange(4.0)[torch.tensor([0, 2], device=device)]  # but not a device index into a CPU tensor
+        y = torch.arange(3).to(device, torch.float32)  # the device given by position
+        assert is_on_device(y) and y.dtype == torch.float32 and y.tolist() == [0.0, 1.0, 2.0]
         assert torch.equal(x.cpu(), torch.arange(12.0).reshape(4, 3)) and not is_on_device(x.cpu())
 
 

@@ -315,6 +315,57 @@ def test_compiling_the_decode_step_is_on_for_cuda_unless_the_environment_turns_i
             engine.close()
 
 
+@pytest.mark.parametrize("decode_mode", ["static", "dynamic"])
+def test_decoding_keeps_its_tensors_on_the_models_device(tokenizer: Any, tiny_model_dir: Any, decode_mode: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU every per-token tensor must live on the GPU: on the emulated device (``tests/device_emulation.py``)
+    an op that meets a CPU tensor fails, as on CUDA. With top-k/top-p/min-p, seeds, a stop token and a stop string,
+    the tokens, log-probs and stop reasons are the CPU's, and what comes back to the host is stop positions and
+    results (bytes per generated token), never a vocabulary-wide tensor."""
+    import copy
+    from concurrent.futures import Future
+
+    import torch
+
+    from skygym_adapters.engines.hf import _Request
+    from tests.device_emulation import TRANSFERS, emulated_device
+
+    # the engine decodes in its worker thread, where the emulation (per-thread modes) does not reach: the batch runs
+    # here; and wrapper tensors cannot make views of inference tensors, so no_grad stands in for inference_mode
+    monkeypatch.setattr(torch, "inference_mode", torch.no_grad)
+    prompts = [prompt(tokenizer, "short"), prompt(tokenizer, "a longer prompt, with more tokens in it"),
+               prompt(tokenizer, "x")]
+    cpu = HFEngine(str(tiny_model_dir), device="cpu", dtype="float32", decode_mode=decode_mode, sync_interval=4)
+
+    def decode(engine: HFEngine, params: dict) -> list:
+        requests = [_Request(p, resolve_sampling(params), Future()) for p in prompts]
+        engine._generate_batch(requests)
+        return [(r.token_ids, r.logprobs, r.stop_reason) for r in (q.future.result() for q in requests)]
+
+    try:
+        filtered = {"max_generate_length": 12, "temperature": 0.8, "seed": 3, "logprobs": True, "top_p": 0.9,
+                    "top_k": 40, "min_p": 0.01}
+        free = decode(cpu, filtered)  # seeded: the same rows again, until a stop below ends them
+        sampled = {**filtered, "stop_token_ids": [free[1][0][6]], "stop": [tokenizer.decode(free[0][0][4:6])]}
+        greedy = {"max_generate_length": 12, "temperature": 0.0, "logprobs": True}
+        for params in (sampled, greedy):
+            expected = decode(cpu, params)
+            with emulated_device() as device:
+                engine = HFEngine(copy.deepcopy(cpu.model), tokenizer, device=device, decode_mode=decode_mode,
+                                  sync_interval=4)
+                before = TRANSFERS["to_host"]
+                got = decode(engine, params)
+                read = TRANSFERS["to_host"] - before
+            for (ids, logprobs, reason), (want_ids, want_logprobs, want_reason) in zip(got, expected):
+                assert (ids, reason) == (want_ids, want_reason), params
+                assert logprobs == pytest.approx(want_logprobs, abs=1e-5)
+            assert 0 < read < 64 * len(prompts) * 12  # a vocabulary-wide read would be ~200 KB per row and token
+        stopped = [reason for _, _, reason in decode(cpu, sampled)]
+        assert stopped[:2] == ["stop", "stop"]  # row 0 by the stop string, row 1 by the stop token
+    finally:
+        cpu.close()
+
+
 def _cpp_compiler() -> bool:
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
