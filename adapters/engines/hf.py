@@ -203,12 +203,17 @@ class HFEngine(BaseInferenceEngine):
         await asyncio.get_running_loop().run_in_executor(None, self._load_weights, named_tensors)
 
     async def sleep(self) -> None:
-        """Free accelerator memory by moving the model to CPU (no-op on CPU, and while the weights are shared with a
-        trainer: that memory is the trainer's); generate() refuses meanwhile."""
+        """Free accelerator memory by moving the model to CPU and dropping the kept KV caches (no-op on CPU, and while
+        the weights are shared with a trainer: that memory is the trainer's); generate() refuses meanwhile."""
         self._sleeping = True
         if self.device.type != "cpu" and self._shared_weights is None:
             with self._model_lock:
                 self.model.to("cpu")
+                self._static_caches.clear()  # (the compiled step records its graphs again on the new addresses)
+                if self.device.type == "cuda":
+                    import torch
+
+                    torch.cuda.empty_cache()  # back to the device, for another process (this one would reuse it)
 
     async def wake_up(self) -> None:
         if self.device.type != "cpu" and self._shared_weights is None:
@@ -592,7 +597,7 @@ class HFEngine(BaseInferenceEngine):
         weights = 0 if self.shares_weights() else sum(
             p.numel() * p.element_size() for p in self.model.parameters())
         caches = sum(tensor.numel() * tensor.element_size()
-                     for _, cache in self._static_caches.values()
+                     for _, cache in list(self._static_caches.values())  # the worker may change the dict meanwhile
                      for layer in getattr(cache, "layers", ())
                      for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None))
                      if hasattr(tensor, "element_size"))
@@ -612,19 +617,26 @@ class HFEngine(BaseInferenceEngine):
 
             if self._compiled_forward is None:
                 self._compiled_forward = torch.compile(self.model.forward, mode="reduce-overhead", dynamic=False)
-            first_call = (tokens.shape[0], attention.shape[1]) not in self._compiled_shapes
+            shape = (tokens.shape[0], attention.shape[1])
             try:
                 _ready_cudagraph_thread_state()
                 torch.compiler.cudagraph_mark_step_begin()
-                out = self._compiled_forward(input_ids=tokens, attention_mask=attention, position_ids=positions,
-                                             **{self._cache_keyword: cache}, use_cache=True)
-                self._compiled_shapes.add((tokens.shape[0], attention.shape[1]))
+                # each batch width and cache length compiles once: more than dynamo's default of 8 per function
+                with torch._dynamo.config.patch(recompile_limit=COMPILED_SHAPES_LIMIT):
+                    out = self._compiled_forward(input_ids=tokens, attention_mask=attention, position_ids=positions,
+                                                 **{self._cache_keyword: cache}, use_cache=True)
+                self._compiled_shapes.add(shape)
                 return out
-            except Exception as exc:  # compile errors surface on the first call of a shape, before the cache moved
-                if not first_call:
-                    raise
-                logger.warning("HFEngine: compiling the decode step failed (%r); decoding eagerly from now on", exc)
+            except Exception as exc:
+                # Compile errors come on a shape's first call; CUDA graphs record on its second (the first runs
+                # them uncaptured), so a capture error comes later. Either way: eagerly from now on, without the
+                # caches kept for the compiled step. A shape that ran before may have moved the cache already:
+                # that batch fails.
+                logger.warning("HFEngine: the compiled decode step failed (%r); decoding eagerly from now on", exc)
                 self._compiled_forward = False
+                self._static_caches.clear()
+                if shape in self._compiled_shapes:
+                    raise
         return self._forward(tokens, attention, positions, cache)
 
     def _stop_token_table(self, stop_token_ids: Tuple[int, ...], vocab: int, device: Any) -> Any:
@@ -653,8 +665,13 @@ class HFEngine(BaseInferenceEngine):
         return matcher
 
 
-MAX_KEPT_CACHES = 2
-"""Static KV caches an engine keeps for compiled decoding, one per batch size (see ``HFEngine._static_cache``)."""
+MAX_KEPT_CACHES = 8
+"""Static KV caches an engine keeps for compiled decoding, one per batch size (see ``HFEngine._static_cache``). The
+sizes are powers of two, so together they hold at most about twice the largest."""
+
+COMPILED_SHAPES_LIMIT = 64
+"""How many (batch width, cache length) shapes the decode step may compile (dynamo's own limit is 8 per function;
+past the limit, dynamo runs new shapes uncompiled)."""
 
 
 def compiles_by_default(device: Any) -> bool:

@@ -138,6 +138,20 @@ def _token_log_probs(
     return log_probs, entropy
 
 
+def _keep_optimizer_kernels(optimizer: torch.optim.Optimizer, kernels: List[Dict[str, Any]]) -> None:
+    """After a checkpoint's optimizer state was loaded: AdamW's kernel is this run's choice (fused on a GPU, see
+    ``_new_optimizer``), not the one of the run that wrote the checkpoint, whose param groups came with the state.
+    The fused kernel keeps each parameter's step count on the parameter's device."""
+    for group, kernel in zip(optimizer.param_groups, kernels):
+        group.update(kernel)
+        if not kernel.get("fused"):
+            continue
+        for param in group["params"]:
+            step = optimizer.state.get(param, {}).get("step")
+            if isinstance(step, torch.Tensor) and step.device != param.device:
+                optimizer.state[param]["step"] = step.to(param.device, torch.float32)
+
+
 class TrainingWorker:
     """Holds one shard of a model; computes log-probs/values and takes optimizer steps."""
 
@@ -741,12 +755,16 @@ class TrainingWorker:
 
         state = self._sharded_training_state()  # the layout to fill: this rank's shards, the optimizer's keys
         load_sharded(state, Path(folder))
+        kernels = [{k: group.get(k) for k in ("fused", "foreach")} for group in self.optimizer.param_groups] if (
+            self.optimizer is not None) else []
         set_state_dict(
             self.model,
             self.optimizer if self.optimizer is not None else [],
             model_state_dict=state["model"],
             optim_state_dict=state["optimizer"],
         )
+        if self.optimizer is not None:
+            _keep_optimizer_kernels(self.optimizer, kernels)
         if self.scheduler is not None and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
         self.global_step = int(state["global_step"])

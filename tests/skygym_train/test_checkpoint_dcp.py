@@ -286,3 +286,29 @@ def test_two_ranks_resume_lora_adapters_and_the_critic_to_the_same_next_step(tin
     assert sorted(got) == sorted(expected)
     for name, value in expected.items():
         torch.testing.assert_close(got[name], value, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_a_resumed_run_keeps_its_own_adamw_kernel(tiny_lm_dir, tmp_path):
+    """A checkpoint carries its optimizer's param groups, kernel flags included. A run that picked the fused kernel
+    (a GPU run; the CPU has one too) keeps it after loading a checkpoint written with the multi-tensor one, with the
+    step counts moved where the fused kernel keeps them, and takes the step an uninterrupted run takes."""
+    folder = tmp_path / "policy"
+    straight = _started(LocalWorkerGroup(_spec(tiny_lm_dir)))
+    straight.train_step(_batch())
+    straight.call("save_training_state", str(folder))
+    assert straight.worker.optimizer.param_groups[0]["foreach"] and not straight.worker.optimizer.param_groups[0][
+        "fused"]
+    straight.train_step(_batch())
+
+    resumed = _started(LocalWorkerGroup(_spec(tiny_lm_dir)))
+    for group in resumed.worker.optimizer.param_groups:  # as _new_optimizer chooses on a GPU
+        group["fused"], group["foreach"] = True, None
+    resumed.call("load_training_state", str(folder))
+    optimizer = resumed.worker.optimizer
+    assert all(group["fused"] is True and group["foreach"] is None for group in optimizer.param_groups)
+    steps = [optimizer.state[p]["step"] for group in optimizer.param_groups for p in group["params"]]
+    assert steps and all(step.dtype == torch.float32 and float(step) == 1.0 for step in steps)
+    resumed.train_step(_batch())
+    expected = straight.worker.full_state_dict()
+    for name, value in resumed.worker.full_state_dict().items():
+        torch.testing.assert_close(value, expected[name], atol=1e-5, rtol=1e-4, msg=name)

@@ -366,6 +366,56 @@ def test_decoding_keeps_its_tensors_on_the_models_device(tokenizer: Any, tiny_mo
         cpu.close()
 
 
+@pytest.mark.parametrize("failing_call", [1, 2])
+async def test_a_compiled_step_that_fails_leaves_eager_decoding_and_no_kept_cache(tokenizer: Any, tiny_model_dir: Any,
+                                                                                  failing_call: int) -> None:
+    """The compiled step fails on a shape's first call (compiling) or later (CUDA graphs record on the second call):
+    the engine decodes eagerly from then on and lets go of the caches it kept for the compiled step. A first-call
+    failure costs nothing (that step reruns eagerly, the cache untouched); a later one fails that batch only."""
+    prompts = [prompt(tokenizer, "short"), prompt(tokenizer, "x")]
+    engine = HFEngine(str(tiny_model_dir), device="cpu", compile_decode=True)
+    eager = HFEngine(str(tiny_model_dir), device="cpu", compile_decode=False)
+    calls = []
+
+    def compiled_step(**inputs: Any) -> Any:  # a stand-in for torch.compile's function: eager, failing once
+        calls.append(1)
+        if len(calls) == failing_call:
+            raise RuntimeError("capture failed")
+        return engine.model.forward(**inputs)
+
+    engine._compiled_forward = compiled_step
+    try:
+        expected = await eager.generate(prompts, SEEDED)
+        if failing_call == 1:
+            assert (await engine.generate(prompts, SEEDED))["response_ids"] == expected["response_ids"]
+        else:
+            with pytest.raises(EngineError, match="capture failed"):
+                await engine.generate(prompts, SEEDED)
+        assert engine._compiled_forward is False and engine._static_caches == {}
+        assert (await engine.generate(prompts, SEEDED))["response_ids"] == expected["response_ids"]
+        assert len(calls) == failing_call  # never called again
+    finally:
+        engine.close()
+        eager.close()
+
+
+async def test_sleep_on_an_accelerator_lets_go_of_the_kept_kv_caches(tokenizer: Any, tiny_model_dir: Any) -> None:
+    """An engine put to sleep (in its own process, beside a policy on the same GPU) moves its weights to the host
+    and drops the KV caches kept for compiled decoding: they would hold the device's memory through training."""
+    from tests.device_emulation import emulated_device
+
+    with emulated_device() as device:
+        engine = HFEngine(str(tiny_model_dir), device=device, compile_decode=False)
+        try:
+            engine._static_caches[4] = (256, object())  # what a compiled batch of 4 rows keeps
+            await engine.sleep()
+            assert engine._static_caches == {} and next(engine.model.parameters()).device.type == "cpu"
+            await engine.wake_up()
+            assert next(engine.model.parameters()).device == device
+        finally:
+            engine.close()
+
+
 def _cpp_compiler() -> bool:
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
