@@ -622,7 +622,7 @@ class HFEngine(BaseInferenceEngine):
                 _ready_cudagraph_thread_state()
                 torch.compiler.cudagraph_mark_step_begin()
                 # each batch width and cache length compiles once: more than dynamo's default of 8 per function
-                with torch._dynamo.config.patch(recompile_limit=COMPILED_SHAPES_LIMIT):
+                with torch._dynamo.config.patch(**_recompile_limit(COMPILED_SHAPES_LIMIT)):
                     out = self._compiled_forward(input_ids=tokens, attention_mask=attention, position_ids=positions,
                                                  **{self._cache_keyword: cache}, use_cache=True)
                 self._compiled_shapes.add(shape)
@@ -681,6 +681,17 @@ def compiles_by_default(device: Any) -> bool:
 
     wanted = os.environ.get("SKYRL_GYM_HF_COMPILE_DECODE", "1").strip().lower() not in ("0", "false", "no", "off")
     return wanted and torch.device(device).type == "cuda"
+
+
+def _recompile_limit(limit: int) -> Dict[str, int]:
+    """Dynamo's per-function compile limit as a ``config.patch`` argument (``recompile_limit``; ``cache_size_limit``
+    before torch 2.6)."""
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            return {name: limit}
+    return {}
 
 
 def _ready_cudagraph_thread_state() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from skygym_adapters.engines import EngineClient, EngineError
 from skygym_adapters.engines.base import resolve_sampling
-from skygym_adapters.engines.hf import HFEngine
+from skygym_adapters.engines.hf import COMPILED_SHAPES_LIMIT, HFEngine
 from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
 
 
@@ -378,7 +378,9 @@ async def test_a_compiled_step_that_fails_leaves_eager_decoding_and_no_kept_cach
     calls = []
 
     def compiled_step(**inputs: Any) -> Any:  # a stand-in for torch.compile's function: eager, failing once
-        calls.append(1)
+        import torch._dynamo
+
+        calls.append(torch._dynamo.config.recompile_limit)  # raised for the call: a shape each, up to 64
         if len(calls) == failing_call:
             raise RuntimeError("capture failed")
         return engine.model.forward(**inputs)
@@ -393,7 +395,7 @@ async def test_a_compiled_step_that_fails_leaves_eager_decoding_and_no_kept_cach
                 await engine.generate(prompts, SEEDED)
         assert engine._compiled_forward is False and engine._static_caches == {}
         assert (await engine.generate(prompts, SEEDED))["response_ids"] == expected["response_ids"]
-        assert len(calls) == failing_call  # never called again
+        assert calls == [COMPILED_SHAPES_LIMIT] * failing_call  # never called again
     finally:
         engine.close()
         eager.close()
