@@ -124,7 +124,7 @@ class HFEngine(BaseInferenceEngine):
         self.decode_mode = decode_mode
         self.compile_decode = compiles_by_default(self.device) if compile_decode is None else bool(compile_decode)
         self._static_caches: Dict[int, Tuple[int, Any]] = {}  # batch size -> (length, cache), see _static_cache
-        self._compiled_forward: Any = None  # None: not yet compiled; False: compiling failed, eager
+        self._compiled_forward: Any = None  # None: not yet compiled; False: the compiled step failed, eager
         self._compiled_shapes: set = set()
         self.on_progress: Optional[Callable[[int, int], None]] = None
         self._open_sessions = 0  # announced by expect_sessions and not yet finished
@@ -568,10 +568,11 @@ class HFEngine(BaseInferenceEngine):
         """``(its length, a static cache)`` for ``batch`` rows of at least ``length`` positions (rounded up to a
         multiple of 256).
 
-        With ``reuse`` (a compiled decode step reads the cache where it is, and a new cache compiles the step
-        again) the engine keeps one cache per batch size for the next batch, reset: a later batch that needs fewer
-        positions reuses it (masked past its own end), one that needs more replaces it. So the device holds one
-        cache for a trainer's fixed batch, not one per prompt length, and a new length compiles once, not per step.
+        With ``reuse`` (a compiled decode step reads the cache where it is: on CUDA a new cache means recording the
+        step's graphs again, a new length compiling it again) the engine keeps one cache per batch size for the
+        next batch, reset: a later batch that needs fewer positions reuses it (masked past its own end), one that
+        needs more replaces it. So the device holds one cache for a trainer's fixed batch, not one per prompt
+        length, and a new length compiles once, not per step.
         At most ``MAX_KEPT_CACHES`` batch sizes are kept (each holds rows x length keys and values per layer).
         """
         from transformers import StaticCache
@@ -610,8 +611,8 @@ class HFEngine(BaseInferenceEngine):
         return full
 
     def _decode_step(self, tokens: Any, attention: Any, positions: Any, cache: Any) -> Any:
-        """One decode step on the static cache: compiled when ``compile_decode`` (with CUDA graphs on CUDA); if
-        compiling fails, eager from then on, with a warning."""
+        """One decode step on the static cache: compiled when ``compile_decode`` (with CUDA graphs on CUDA); if the
+        compiled step fails, eager from then on, with a warning."""
         if self._compiles():
             import torch
 
