@@ -4,6 +4,9 @@
 #   bash bench/gpu_check.sh tests 05b-128      # only these parts: tests, sync, and benches <size>-<new tokens>
 #                                              # with size tiny (a tiny random Qwen2), 05b or 15b (Qwen2.5-0.5B's
 #                                              # or 1.5B's shape, random weights), e.g. 05b-512, 15b-128
+#   bash bench/gpu_check.sh 15b-512-fsdp       # a bench with -fsdp: ours alone, the policy wrapped with FSDP2 on
+#                                              # the one GPU (fsdp_config.shard_one_gpu): bf16 mixed precision
+#                                              # against the default autocast, where memory is short
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
 # so one slow part cannot eat the others' time: at most ~200 + 120 + 180 + 300 s, plus building each random model
 # (under its own limit) before its bench's clock starts. Where one command may run at most 600 s, split the parts
@@ -28,8 +31,8 @@ BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(tests sync 05b-128 15b-512)
 for part in "${parts[@]}"; do  # every part known before any runs
-  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+)$ ]]; then
-    echo "unknown part $part (tests, sync, or <tiny|05b|15b>-<new tokens>, e.g. 05b-128)" >&2
+  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+(-fsdp)?)$ ]]; then
+    echo "unknown part $part (tests, sync, or <tiny|05b|15b>-<new tokens>[-fsdp], e.g. 05b-128)" >&2
     exit 2
   fi
 done
@@ -54,7 +57,12 @@ for part in "${parts[@]}"; do
       summary+=("sync (rc $rc, $((SECONDS - t0))s): $(grep '^device' "$OUT/sync.log")")
       ;;
     *)
-      size=${part%%-*}; tokens=${part##*-}
+      size=${part%%-*}; rest=${part#*-}; tokens=${rest%%-*}
+      extra=()
+      if [ "$rest" != "$tokens" ]; then  # -fsdp: ours alone (TRL's figures come from the plain part), with FSDP2
+        extra=(--skip-trl)
+        if [ "$DEVICE" = cuda ]; then extra+=(--shard-one-gpu); else echo "$part: FSDP2 on one GPU needs a GPU"; fi
+      fi
       case "$size" in
         tiny) model=tiny; arch=qwen2; micro=32; limit=$BENCH_S ;;
         05b) model=random-qwen2.5-0.5b; arch=qwen2.5-0.5b; micro=32; limit=$BENCH_S ;;
@@ -69,7 +77,7 @@ b(architecture=sys.argv[1], tokenizer_from=sys.argv[2] or None)" "$arch" "${SKYR
         > "$OUT/model_$part.log" 2>&1 || echo "building $model failed: $OUT/model_$part.log"
       timeout -k 10 "$limit" "$PY" bench/train_step.py --device "$DEVICE" --model "$model" --prompts 16 \
         --samples 8 --new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" --json "$OUT/bench_$part.json" \
-        > "$OUT/bench_$part.log" 2>&1
+        ${extra[@]+"${extra[@]}"} > "$OUT/bench_$part.log" 2>&1
       rc=$?
       summary+=("bench $part (rc $rc, $((SECONDS - t0))s): $(grep -E 's/step|speed-up|peak memory, |failed' \
         "$OUT/bench_$part.log" | tr '\n' ';')")

@@ -60,7 +60,8 @@ def write_rows(folder: Path) -> Path:
 
 
 def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, packing: bool = True,
-                micro_batch: int = 0, skip_zero_advantage: bool = False) -> Dict[str, Any]:
+                micro_batch: int = 0, skip_zero_advantage: bool = False,
+                shard_one_gpu: bool = False) -> Dict[str, Any]:
     from skygym_train.config import load_config
     from skygym_train.trainer import PPOTrainer
     from skygym_train.workers.fsdp_worker import TrainingWorker
@@ -97,6 +98,7 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
             # the engine in TRL's precision: auto would decode in bf16 on a CPU that has it, where TRL runs fp32
             f"generator.model_dtype={'bfloat16' if bf16 else 'float32'}",
             f"trainer.use_sample_packing={str(packing).lower()}",
+            f"trainer.policy.fsdp_config.shard_one_gpu={str(shard_one_gpu).lower()}",
         ]
     )
     with PPOTrainer(cfg) as trainer:
@@ -294,6 +296,9 @@ def main() -> int:
     parser.add_argument("--skip-zero-advantage", action="store_true", help="let the bundled trainer skip the "
                         "passes of rows whose advantages are all 0, as in training (off: both trainers run every "
                         "row, like for like)")
+    parser.add_argument("--shard-one-gpu", action="store_true", help="the bundled trainer wraps the policy with "
+                        "FSDP2 on the one GPU too (trainer.policy.fsdp_config.shard_one_gpu): bf16 mixed precision "
+                        "instead of autocast over fp32 parameters, for less activation memory (--device cuda only)")
     parser.add_argument("--tokenizer-from", default=os.environ.get("SKYRL_GYM_TINY_MODEL"),
                         help="a model folder whose tokenizer the random models take (default: "
                         "SKYRL_GYM_TINY_MODEL, else the embedded SmolLM2)")
@@ -301,6 +306,8 @@ def main() -> int:
     args = parser.parse_args()
     PROMPTS, SAMPLES, NEW_TOKENS = args.prompts, args.samples, args.new_tokens
     cuda = args.device == "cuda"
+    if args.shard_one_gpu and not cuda:
+        parser.error("--shard-one-gpu is a GPU setting (FSDP2's bf16 mixed precision on one GPU): add --device cuda")
     if not cuda:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch starts: both trainers stay on the CPU
     bf16 = args.bf16 or cuda
@@ -330,6 +337,8 @@ def main() -> int:
         print(f"model: {args.model} ({model_dir}); batch {PROMPTS} prompts x {SAMPLES} samples, "
               f"{NEW_TOKENS} new tokens, {args.steps} steps each (first one dropped)", flush=True)
         print(f"precision: {'bf16 compute, fp32 master weights' if bf16 else 'float32'} in both", flush=True)
+        if args.shard_one_gpu:
+            print("bundled trainer: FSDP2 on the one GPU (bf16 mixed precision, not autocast)", flush=True)
         print(f"sequence packing: {'off' if args.no_packing else 'on'}; rows with all-zero advantages "
               f"{'skipped (bundled trainer)' if args.skip_zero_advantage else 'trained by both'}", flush=True)
         # TRL first, in a process of its own: when it exits, all of its GPU memory is free for ours (the other
@@ -351,7 +360,8 @@ def main() -> int:
         try:
             t0 = time.perf_counter()
             ours = bench_skyrl(model_dir, rows, args.steps, out / "skyrl", bf16, packing=not args.no_packing,
-                               micro_batch=args.micro_batch, skip_zero_advantage=args.skip_zero_advantage)
+                               micro_batch=args.micro_batch, skip_zero_advantage=args.skip_zero_advantage,
+                               shard_one_gpu=args.shard_one_gpu)
             figures["skygym_train"] = ours
             report(f"skygym_train (ran {time.perf_counter() - t0:.0f}s)", ours)
             if theirs is not None:

@@ -256,6 +256,7 @@ class PPOTrainer:
             flash_attn=self.t.flash_attn,
             bf16=self.t.bf16,
             cpu_offload=section.fsdp_config.cpu_offload,
+            shard_one_gpu=section.fsdp_config.shard_one_gpu,
             model_config_kwargs=dict(section.model_config_kwargs),
             gradient_checkpointing_use_reentrant=self.t.gradient_checkpointing_use_reentrant,
             sequence_parallel_size=section.sequence_parallel_size,

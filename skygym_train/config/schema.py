@@ -69,6 +69,12 @@ class FSDPConfig:
     """Used on GPU only; CPU training runs in float32."""
     fsdp_size: int = -1
     """-1: shard over all ranks (the only layout offered; hybrid sharding is refused)."""
+    shard_one_gpu: bool = False
+    """Ours. On one GPU, wrap the model with FSDP2 anyway, for its bf16 mixed precision: each layer computes with
+    bf16 copies of its parameters, gathered for the pass, and the residual stream is bf16 (less activation memory
+    than autocast over fp32 parameters, which keeps an fp32 residual and bf16 copies of all weights). The price: an
+    HF engine in the trainer's process cannot read the policy's tensors (a bf16 engine never can: it keeps a copy
+    either way). false: plain parameters and bf16 autocast. CUDA only."""
 
 
 @dataclass

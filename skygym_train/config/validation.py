@@ -373,6 +373,9 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
                 f"trainer.{role}.fsdp_config.cpu_offload=true: needs CUDA GPUs (without them the weights already "
                 "live in host memory); leave it false"
             )
+        if section.fsdp_config.shard_one_gpu and not has_cuda:
+            problems.append(f"trainer.{role}.fsdp_config.shard_one_gpu=true: a GPU setting (FSDP2's bf16 mixed "
+                            "precision on one GPU); CPU training has no mixed-precision policy, leave it false")
         opt = getattr(section, "optimizer_config", None)
         if opt is not None:
             problems += _check_scheduler(role, opt.scheduler)
@@ -432,6 +435,9 @@ def _check_deepspeed(cfg: Any, has_cuda: bool) -> List[str]:
     if deepspeed:
         for role in ("policy", "ref", "critic"):
             fsdp = getattr(t, role).fsdp_config
+            if fsdp.shard_one_gpu:
+                problems.append(f"trainer.{role}.fsdp_config.shard_one_gpu=true: an FSDP setting; with "
+                                "trainer.strategy=deepspeed the ZeRO engine holds the parameters, leave it false")
             if fsdp.cpu_offload:
                 problems.append(f"trainer.{role}.fsdp_config.cpu_offload=true: an FSDP setting; with "
                                 f"trainer.strategy=deepspeed set trainer.{role}.deepspeed_config.zero_optimization."

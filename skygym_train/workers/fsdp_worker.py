@@ -48,6 +48,8 @@ class WorkerSpec:
     bf16: Optional[bool] = None
     """None: ``mixed_precision`` on GPU, fp32 on CPU; True: also bf16 autocast on CPU; False: fp32 compute."""
     cpu_offload: bool = False
+    shard_one_gpu: bool = False
+    """FSDP2 on one GPU too (``fsdp_config.shard_one_gpu``), for its mixed precision."""
     """FSDP2 CPU offload of parameters, gradients and optimizer state (CUDA only)."""
     model_config_kwargs: Optional[Dict[str, Any]] = None
     """Set on the Hugging Face config when the model loads."""
@@ -334,12 +336,12 @@ class TrainingWorker:
 
     def _shards_on_cuda(self) -> bool:
         """True when ``_wrap`` will shard a CUDA model with FSDP2 (see there)."""
-        return self.device.type == "cuda" and (self.world_size > 1 or self.spec.cpu_offload)
+        return self.device.type == "cuda" and (self.world_size > 1 or self.spec.cpu_offload or self.spec.shard_one_gpu)
 
     def _wrap(self, model: torch.nn.Module) -> None:
-        """Shard ``model`` with FSDP2 (more than one rank, or CPU offload on CUDA) and build its optimizer
-        (policy and critic). One device keeps plain parameters: an engine in this process can then read them
-        or copy them on the device (``weight_sync``), and bf16 compute comes from autocast
+        """Shard ``model`` with FSDP2 (more than one rank; on CUDA also CPU offload or ``shard_one_gpu``) and build
+        its optimizer (policy and critic). One device keeps plain parameters otherwise: an engine in this process
+        can then read them or copy them on the device (``weight_sync``), and bf16 compute comes from autocast
         (``_autocast_dtype``) instead of FSDP's mixed-precision policy."""
         if self.world_size > 1 or self._shards_on_cuda():
             self._shard(model)

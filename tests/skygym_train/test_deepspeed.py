@@ -172,6 +172,7 @@ def test_deepspeed_settings_the_trainer_owns_or_cannot_run_are_refused_with_what
             "trainer.policy.deepspeed_config": "{train_batch_size: 8, gradient_clipping: 0.5, zero_optimization: "
             "{stage: 4, offload_optimizer: {device: cpu}}}",
             "trainer.ref.fsdp_config.reshard_after_forward": "false",
+            "trainer.policy.fsdp_config.shard_one_gpu": "true",
         },
     )
     assert "trainer.policy.deepspeed_config.train_batch_size: set by the trainer" in text
@@ -185,6 +186,7 @@ def test_deepspeed_settings_the_trainer_owns_or_cannot_run_are_refused_with_what
 
     assert ("offload_optimizer.device=cpu: needs CUDA GPUs" in text) is not cuda_available()
     assert "trainer.ref.fsdp_config.reshard_after_forward: an FSDP setting" in text
+    assert "trainer.policy.fsdp_config.shard_one_gpu=true: an FSDP setting" in text
 
     text = _problems(
         tmp_path,

@@ -39,9 +39,12 @@ def _step(spec):
     return before, metrics, after
 
 
-def test_fsdp2_with_bf16_mixed_precision_takes_a_finite_step_close_to_fp32(tiny_lm_dir):
+@pytest.mark.parametrize("shard_one_gpu", [False, True], ids=["autocast", "fsdp2"])
+def test_bf16_mixed_precision_takes_a_finite_step_close_to_fp32(tiny_lm_dir, shard_one_gpu):
+    """One GPU: plain parameters under bf16 autocast (the default), or FSDP2's mixed-precision policy
+    (``fsdp_config.shard_one_gpu``)."""
     mask = _batch().tensors["response_mask"].bool()
-    before, metrics, after = _step(_gpu_spec(tiny_lm_dir))
+    before, metrics, after = _step(_gpu_spec(tiny_lm_dir, shard_one_gpu=shard_one_gpu))
     fp32_before, fp32_metrics, _ = _step(_gpu_spec(tiny_lm_dir, bf16=False))
     grad_norm = metrics["policy/grad_norm"]
     assert torch.isfinite(torch.tensor(grad_norm)) and grad_norm > 0

@@ -26,10 +26,10 @@ def run_check(*parts: str, out: Path, tiny_model: Path) -> subprocess.CompletedP
 
 @pytest.mark.slow
 def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> None:
-    done = run_check("tests", "sync", "tiny-8", out=tmp_path, tiny_model=tiny_chat_model)
+    done = run_check("tests", "sync", "tiny-8", "tiny-8-fsdp", out=tmp_path, tiny_model=tiny_chat_model)
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "summary.txt").read_text().splitlines()
-    assert [line.split(" (rc ")[0] for line in summary] == ["tests", "sync", "bench tiny-8"]
+    assert [line.split(" (rc ")[0] for line in summary] == ["tests", "sync", "bench tiny-8", "bench tiny-8-fsdp"]
     assert all("(rc 0," in line for line in summary), summary
     assert "no CUDA GPU" in summary[0]  # the GPU test session says why it ran nothing here
     assert "inprocess" in summary[1] and "MiB per sync" in summary[1]
@@ -41,6 +41,10 @@ def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> N
         assert figures["trl"]["step_s"] > 0 and figures["speedup"] > 0
     else:  # TRL's failure is reported and ours is still timed
         assert "No module named" in figures["trl_error"] and "TRL GRPOTrainer failed" in summary[2]
+    # -fsdp: ours alone (the FSDP2 wrapper is a GPU setting, left off on the CPU, which the script says)
+    alone = json.loads((tmp_path / "bench_tiny-8-fsdp.json").read_text())
+    assert "trl" not in alone and "trl_error" not in alone and alone["skygym_train"]["step_s"] > 0
+    assert "tiny-8-fsdp: FSDP2 on one GPU needs a GPU" in done.stdout
 
 
 def test_an_unknown_part_stops_before_any_part_runs(tmp_path: Path) -> None:

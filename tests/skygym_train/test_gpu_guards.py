@@ -112,6 +112,11 @@ def test_one_gpu_keeps_plain_parameters_and_computes_in_bf16_by_autocast():
     cpu = TrainingWorker(worker.spec)
     cpu.device = torch.device("cpu")
     assert not cpu._shards_on_cuda() and cpu._autocast_dtype() is None
+    # fsdp_config.shard_one_gpu: FSDP2 on the one GPU too, for its mixed precision (bf16 compute without autocast)
+    asked = _cuda_worker(shard_one_gpu=True)
+    assert asked._shards_on_cuda()
+    asked.sharded = True
+    assert asked._autocast_dtype() is None and asked._attention_dtype() == torch.bfloat16
 
 
 def test_zero3_gathers_parameters_in_groups_by_size():

@@ -89,11 +89,13 @@ def test_gpu_only_settings_are_refused_on_a_cpu_machine(data_file):
         "trainer.use_ray=true",
         "trainer.placement.policy_num_gpus_per_node=4",
         "trainer.policy.fsdp_config.cpu_offload=true",
+        "trainer.critic.fsdp_config.shard_one_gpu=true",
     ), has_cuda=False)
     assert "trainer.flash_attn=true: needs CUDA GPUs with flash-attn installed" in problems
     assert "generator.weight_sync_backend=nccl: needs CUDA GPUs" in problems
     assert "trainer.placement.policy_num_gpus_per_node=4: this machine has no CUDA GPUs" in problems
     assert "trainer.policy.fsdp_config.cpu_offload=true: needs CUDA GPUs" in problems
+    assert "trainer.critic.fsdp_config.shard_one_gpu=true: a GPU setting" in problems
 
 
 @pytest.mark.skipif(cuda_available(), reason="checks what load_config refuses on a machine without CUDA GPUs")
