@@ -3,6 +3,8 @@
     python bench/engine_decode.py                                  # the embedded model, CPU (or CUDA when present)
     python bench/engine_decode.py --device cuda --dtype bfloat16 --tokens 512
     python bench/engine_decode.py --batches 8,32 --tokens 256 --baseline none
+    python bench/engine_decode.py --model random-qwen2.5-0.5b --compile --engine-attention sdpa   # A/B of the
+                                                                  # engine's grouped decode attention
 
 Every row decodes its whole budget (EOS is ignored on both sides), from random prompts of ``--prompt-len`` tokens,
 sampled at temperature 1 with log-probs (the trainer's settings). The engine's figure includes everything a caller
@@ -52,7 +54,8 @@ def generate_tokens_per_s(model: Any, prompts: List[List[int]], tokens: int, pad
 
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m", help="a model folder, hub id or embedded name")
+    parser.add_argument("--model", default="smollm2-135m", help="a model folder, hub id or embedded name, tiny, or "
+                        "random-qwen2.5-0.5b / random-qwen2.5-1.5b (those shapes, random weights)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dtype", default=None,
                         help="float32, bfloat16, ... (default: bfloat16 on CUDA, else float32)")
@@ -60,19 +63,32 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per row")
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--baseline", choices=["generate", "none"], default="generate")
+    parser.add_argument("--engine-attention", choices=["grouped", "sdpa"], default="grouped",
+                        help="grouped: the engine's decode attention (grouped key/value heads read in place); sdpa: "
+                        "transformers' own, which copies them to every query head (for an A/B)")
+    parser.add_argument("--compile", action="store_true", help="compile the engine's decode step on any device "
+                        "(default: on CUDA only)")
     args = parser.parse_args(argv)
 
     import torch
 
     from skygym_adapters.engines.hf import HFEngine
+    from skygym_adapters.models import bench_model_folder
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     batches = [int(b) for b in args.batches.split(",")]
-    engine = HFEngine(args.model, device=device, dtype=args.dtype, max_batch_size=max(batches))
+    engine = HFEngine(bench_model_folder(args.model), device=device, dtype=args.dtype, max_batch_size=max(batches),
+                      compile_decode=True if args.compile else None)
     engine.eos_token_ids = frozenset()  # every row decodes its whole budget
+    engine_attention = engine.model.config._attn_implementation
+    # the model's own attention, as a user of model.generate has it: "sdpa" where the engine switched it
+    model_attention = "sdpa" if engine.grouped_decode_attention else engine_attention
+    if args.engine_attention == "sdpa":
+        engine.model.set_attn_implementation(engine_attention := model_attention)
     name = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, {torch.get_num_threads()} threads"
     print(f"model {args.model} ({engine.weight_dtype}) on {name}; {args.tokens} new tokens, "
-          f"prompts of {args.prompt_len}", flush=True)
+          f"prompts of {args.prompt_len}; engine attention {engine_attention}"
+          f"{', compiled decode step' if engine.compile_decode else ''}", flush=True)
     generator = torch.Generator().manual_seed(0)
     vocab = engine.model.get_input_embeddings().weight.shape[0]
     engine_tokens_per_s(engine, [[1, 2, 3]], 4)  # warm-up (lazy initialisation, kernels)
@@ -80,8 +96,11 @@ def main(argv: Any = None) -> int:
     for batch in batches:
         prompts = torch.randint(100, vocab, (batch, args.prompt_len), generator=generator).tolist()
         ours = engine_tokens_per_s(engine, prompts, args.tokens)
-        theirs = (generate_tokens_per_s(engine.model, prompts, args.tokens, engine.pad_token_id)
-                  if args.baseline == "generate" else float("nan"))
+        theirs = float("nan")
+        if args.baseline == "generate":
+            engine.model.set_attn_implementation(model_attention)
+            theirs = generate_tokens_per_s(engine.model, prompts, args.tokens, engine.pad_token_id)
+            engine.model.set_attn_implementation(engine_attention)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         rows.append({"batch": batch, "engine": ours, "generate": theirs, "load": load})
         print(f"batch {batch:4d}: HFEngine {ours:8.1f} tok/s   model.generate {theirs:8.1f} tok/s   "

@@ -31,6 +31,7 @@ from skygym_adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
+from skygym_adapters.engines.hf_attention import use_grouped_decode_attention
 from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
 from skygym_adapters.engines.hf_stops import StopStrings
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
@@ -56,7 +57,10 @@ class HFEngine(BaseInferenceEngine):
     >>> out = await engine.generate([[1, 2, 3]], {"max_generate_length": 8, "logprobs": True})  # doctest: +SKIP
 
     Args:
-        model: a model name for :func:`skygym_adapters.models.resolve_model`, or a loaded ``PreTrainedModel``.
+        model: a model name for :func:`skygym_adapters.models.resolve_model`, or a loaded ``PreTrainedModel``. A
+            model on transformers' ``"sdpa"`` attention with grouped key/value heads is switched to
+            :data:`~skygym_adapters.engines.hf_attention.NAME`: the same outputs, without copying the KV cache to
+            every query head in decode steps.
         tokenizer: needed when ``model`` is a loaded module (else loaded with the model); used for EOS ids,
             stop strings and decoding ``responses``.
         device / dtype: default to CUDA+bfloat16 when available, else CPU+float32.
@@ -112,6 +116,8 @@ class HFEngine(BaseInferenceEngine):
         if next(model.parameters()).device != self.device:
             self.model.to(self.device)
         self.model.eval()
+        # grouped key/value heads read in place in decode steps, not copied to every query head (hf_attention)
+        self.grouped_decode_attention = use_grouped_decode_attention(self.model)
         self.max_batch_size = int(max_batch_size)
         self.batch_wait_s = float(batch_wait_s)
         self.max_batch_wait_s = float(max_batch_wait_s)

@@ -1,0 +1,66 @@
+"""Decode-step attention for :class:`~skygym_adapters.engines.hf.HFEngine` that reads each key/value head once.
+
+With grouped-query attention (Qwen2.5-0.5B: 14 query heads over 2 key/value heads; 1.5B: 12 over 2), transformers'
+SDPA path copies every cached key and value head to each query head of its group (``repeat_kv``) whenever there is
+an attention mask, because SDPA's masked GPU kernels take no grouped heads. A batched decode step always has one:
+left padding, and the unwritten end of a static cache. So each step writes and reads the whole KV cache once per
+query head rather than once: at 1.5B's shape, 128 rows and 768 positions, ~37 GB of memory traffic per step
+against ~3 GB for the weights. (transformers >= 5.24 avoids the copy when decoding eagerly, not in a compiled step.)
+
+With one query position per row the copy is not needed: the heads of a group become the query-length axis of one
+key/value head, ``(batch, kv_heads, group, head_dim)``, and the row's one mask row covers them all. The result is the
+same attention, computed from the cache in place. Every other call (prefill, training, masks per head, dropout,
+position biases) goes to transformers' own SDPA function unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+NAME = "skyrl_gym_sdpa"
+"""The attention implementation the engine gives a model that uses ``"sdpa"``: SDPA, with grouped heads folded in
+one-token decode steps."""
+
+
+def sdpa_grouped_decode(module: Any, query: Any, key: Any, value: Any, attention_mask: Optional[Any],
+                        dropout: float = 0.0, scaling: Optional[float] = None, **kwargs: Any) -> Tuple[Any, None]:
+    """transformers' attention-function signature: ``query`` is ``(batch, heads, q_len, head_dim)``, ``key`` and
+    ``value`` ``(batch, kv_heads, kv_len, head_dim)``; returns ``((batch, q_len, heads, head_dim), None)``."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    foldable = (query.shape[2] == 1 and groups > 1 and attention_mask is not None and attention_mask.shape[1] == 1
+                and not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
+                and not kwargs.get("output_attentions", False))
+    if not foldable:  # without a mask transformers already lets SDPA read grouped heads (enable_gqa)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    import torch
+
+    batch, heads, _, head_dim = query.shape
+    # query head h reads key/value head h // groups (as repeat_kv lays them out): heads are kv-major
+    folded = query.reshape(batch, heads // groups, groups, head_dim)
+    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=attention_mask,
+                                                           scale=scaling, is_causal=False)
+    return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+def use_grouped_decode_attention(model: Any) -> bool:
+    """Give ``model`` :data:`NAME` as its attention when it uses transformers' ``"sdpa"`` and groups its key/value
+    heads; returns whether it did. Outputs are unchanged; only one-token steps with a mask take the folded path.
+    Models on another attention (eager, flash, flex) and transformers without attention registries keep theirs."""
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return False
+    heads, kv_heads = getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None)
+    if not heads or not kv_heads or kv_heads >= heads:
+        return False
+    try:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:
+        return False
+    AttentionInterface.register(NAME, sdpa_grouped_decode)
+    AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA takes
+    model.set_attn_implementation(NAME)
+    return True
