@@ -354,10 +354,22 @@ def build_tiny_model(
     return out
 
 
+def bench_model_folder(name: str, *, tokenizer_from: Union[str, os.PathLike, None] = None) -> str:
+    """The folder of a benchmark's ``--model``: ``tiny`` (a tiny random Qwen2), ``random-<architecture>`` (a real
+    model's shape with random weights, e.g. ``random-qwen2.5-0.5b``; see :func:`build_tiny_model`, which also takes
+    ``tokenizer_from``), or any name :func:`resolve_model` knows."""
+    if name == "tiny":
+        return str(build_tiny_model(tokenizer_from=tokenizer_from))
+    if name.startswith("random-"):
+        return str(build_tiny_model(architecture=name[len("random-"):], tokenizer_from=tokenizer_from))
+    return str(resolve_model(name).path)
+
+
 __all__ = [
     "EMBEDDED_DEFAULT",
     "ModelResolutionError",
     "ResolvedModel",
+    "bench_model_folder",
     "build_tiny_model",
     "cache_dir",
     "embedded_gguf_path",

@@ -40,18 +40,12 @@ def main() -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
 
-    from skygym_adapters.models import build_tiny_model, resolve_model
+    from skygym_adapters.models import bench_model_folder
     from skygym_train.config import load_config
     from skygym_train.trainer import PPOTrainer
     from tests.skygym_train.toy_envs import register_toy_env, toy_overrides, toy_rows
 
-    if args.model == "tiny":
-        model = str(build_tiny_model(tokenizer_from=args.tokenizer_from))
-    elif args.model.startswith("random-"):
-        shape = args.model[len("random-"):]
-        model = str(build_tiny_model(architecture=shape, tokenizer_from=args.tokenizer_from))
-    else:
-        model = str(resolve_model(args.model).path)
+    model = bench_model_folder(args.model, tokenizer_from=args.tokenizer_from)
     register_toy_env()
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp:
         from skyrl_gym.data import write_jsonl

@@ -47,7 +47,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 PROMPTS, SAMPLES, NEW_TOKENS, LR = 8, 4, 16, 1e-5
-RANDOM_SHAPES = {"random-qwen2.5-0.5b": "qwen2.5-0.5b", "random-qwen2.5-1.5b": "qwen2.5-1.5b"}
 
 
 def write_rows(folder: Path) -> Path:
@@ -317,15 +316,9 @@ def main() -> int:
     if cuda and not torch.cuda.is_available():
         print("--device cuda: this machine has no CUDA GPU", file=sys.stderr)
         return 2
-    from skygym_adapters.models import build_tiny_model, resolve_model
+    from skygym_adapters.models import bench_model_folder
 
-    if args.model == "tiny":
-        model_dir = str(build_tiny_model(tokenizer_from=args.tokenizer_from))
-    elif args.model in RANDOM_SHAPES:
-        shape = RANDOM_SHAPES[args.model]
-        model_dir = str(build_tiny_model(architecture=shape, tokenizer_from=args.tokenizer_from))
-    else:
-        model_dir = str(resolve_model(args.model).path)
+    model_dir = bench_model_folder(args.model, tokenizer_from=args.tokenizer_from)
     figures: Dict[str, Any] = {"model": args.model, "device": args.device, "prompts": PROMPTS,
                                "samples": SAMPLES, "new_tokens": NEW_TOKENS}
     with tempfile.TemporaryDirectory(prefix="bench-train-step-") as tmp:
