@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from skygym_train.workers.batch import TrainingBatch
-from skygym_train.workers.packing import layout, layout_for, plan_micro_batches
+from skygym_train.workers.packing import break_even_keys, layout, layout_for, plan_micro_batches
 
 ROLES = ("policy", "ref", "critic")
 
@@ -182,6 +182,7 @@ class TrainingWorker:
         self.global_step = 0
         self.layout = "padded"
         """How micro-batches reach the model: ``shared_prefix``, ``varlen`` or ``padded`` (see ``packing``)."""
+        self._attention_break_even: Optional[float] = None  # set by load_model (packing.break_even_keys)
         self.tokens_run = 0
         """Tokens (padding included) through the model so far: what packing saves shows here."""
         self._sp_group: Any = None
@@ -245,6 +246,9 @@ class TrainingWorker:
         self.layout = layout_for(getattr(config, "_attn_implementation", None), self.spec.sample_packing)
         if self._sp_group is not None:
             self.layout = "padded"  # each rank runs a slice of whole rows; shared prompts would cross the slices
+        # where a long row's attention costs more than repeating a prompt (packing.break_even_keys); counted
+        # before wrapping, which shards the weights
+        self._attention_break_even = break_even_keys(model.body if isinstance(model, ValueModel) else model)
         if self.spec.role == "ref":
             model.eval()
             for p in model.parameters():
@@ -456,7 +460,7 @@ class TrainingWorker:
         if self._sp_group is not None:
             return self._forward_sequence_parallel(batch)
         t = {k: v.to(self.device) for k, v in batch.tensors.items()}
-        rows = layout(self.layout, batch.tensors, batch.prompt_length)
+        rows = layout(self.layout, batch.tensors, batch.prompt_length, self._attention_break_even)
         inputs = rows.model_inputs(self.device, self._attention_dtype())
         self.tokens_run += rows.num_tokens
         if self.spec.role == "critic":

@@ -12,7 +12,11 @@ what with an explicit mask, so every response token still sees exactly what it s
   body or in its own branch; a padding token attends only to itself;
 * segments are packed into rows no longer than the longest segment (first fit, longest first); prompt
   bodies go on the left of a row and branches on the right, and rows are left-padded, so all the
-  positions whose logits are needed sit in the last ``keep`` columns of every row.
+  positions whose logits are needed sit in the last ``keep`` columns of every row;
+* attention computes every query of a row against every key, masked or not, so a row's cost grows with the
+  square of its length: given the model's break-even (:func:`break_even_keys`), a prompt with many long
+  branches is cut into segments of fewer branches each, its prompt body repeated, where that costs less
+  (eight 512-token branches of Qwen2.5-1.5B: two per segment).
 
 The copy of the last prompt token is what makes the last property hold: the logit that predicts a
 response's first token comes from the branch, not from the shared prompt in the middle of the row.
@@ -128,8 +132,68 @@ def _rows(tensors: Dict[str, torch.Tensor], prompt_length: int) -> List[Tuple[Li
     return rows
 
 
-def pack(tensors: Dict[str, torch.Tensor], prompt_length: int, pad_token_id: int = 0) -> PackedBatch:
-    """Pack the padded rows of one micro-batch (see the module docstring for the layout)."""
+def _first_fit(segments: List[_Segment]) -> Tuple[List[List[_Segment]], int]:
+    """The segments in rows (first fit, longest first) as long as the longest segment: ``(rows, that length)``."""
+    capacity = max(s.length for s in segments)
+    bins: List[List[_Segment]] = []
+    room: List[int] = []
+    for seg in sorted(segments, key=lambda s: s.length, reverse=True):
+        for b, free in enumerate(room):
+            if seg.length <= free:
+                bins[b].append(seg)
+                room[b] -= seg.length
+                break
+        else:
+            bins.append([seg])
+            room.append(capacity - seg.length)
+    return bins, capacity
+
+
+def _cheapest_rows(segments: List[_Segment],
+                   attention_break_even: Optional[float]) -> Tuple[List[List[_Segment]], int]:
+    """Rows for the segments, each segment cut into parts of at most ``k`` branches (its prompt body repeated in
+    each part), with the ``k`` whose rows cost least: ``R * (L + L**2 / attention_break_even)`` token-equivalents
+    for R rows of L columns. Attention runs every query of a row against every key, masked or not, so one long row
+    of eight 512-token branches costs ~L**2 where its branches need ~1/8 of that; ``None`` keeps whole segments."""
+    best = _first_fit(segments)
+    if attention_break_even is None:
+        return best
+
+    def cost(rows: Tuple[List[List[_Segment]], int]) -> float:
+        return len(rows[0]) * (rows[1] + rows[1] ** 2 / attention_break_even)
+
+    best_cost = cost(best)
+    for k in range(max(len(s.responses) for s in segments) - 1, 0, -1):
+        parts = [_Segment(s.prompt, s.responses[i : i + k]) for s in segments for i in range(0, len(s.responses), k)]
+        rows = _first_fit(parts)
+        if cost(rows) < best_cost:
+            best, best_cost = rows, cost(rows)
+    return best
+
+
+def break_even_keys(model: torch.nn.Module) -> Optional[float]:
+    """How many keys a query attends to before its attention costs as much as the token's matrix products, per
+    decoder layer: the layer's weights (2 FLOPs each per token) over ``4 * heads * head_dim`` FLOPs per key (scores
+    and the weighted sum). ~15,000 for Qwen2.5-1.5B's shape, ~8,000 for 0.5B's. None when the model does not say
+    (no ``config`` heads, or no decoder layers to count); the layout then keeps whole segments."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
+    config = getattr(base, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    head_dim = getattr(config, "head_dim", None) or (
+        config.hidden_size // heads if heads and getattr(config, "hidden_size", None) else None)
+    # a causal LM's decoder (``model.model``) or a bare decoder (a critic's body)
+    layers = getattr(base, "layers", None) or getattr(getattr(base, "model", None), "layers", None)
+    if not heads or not head_dim or not layers:
+        return None
+    weights = sum(p.numel() for p in layers[0].parameters() if p.dim() > 1)  # matrices: norms and biases are noise
+    return weights / (2 * heads * head_dim) if weights else None
+
+
+def pack(tensors: Dict[str, torch.Tensor], prompt_length: int, pad_token_id: int = 0,
+         attention_break_even: Optional[float] = None) -> PackedBatch:
+    """Pack the padded rows of one micro-batch (see the module docstring for the layout). With
+    ``attention_break_even`` (:func:`break_even_keys`), a prompt's branches may be split over several segments
+    where one long row would cost more in attention than the repeated prompt costs in tokens."""
     rows = _rows(tensors, prompt_length)
     response_slots = int(tensors["input_ids"].shape[1]) - prompt_length
     for i, (prompt, _) in enumerate(rows):
@@ -140,20 +204,7 @@ def pack(tensors: Dict[str, torch.Tensor], prompt_length: int, pad_token_id: int
     for i, (prompt, response) in enumerate(rows):
         segments.setdefault(tuple(prompt), _Segment(prompt, [])).responses.append((i, response))
 
-    # first fit, longest first, into rows as long as the longest segment
-    capacity = max(s.length for s in segments.values())
-    bins: List[List[_Segment]] = []
-    room: List[int] = []
-    for seg in sorted(segments.values(), key=lambda s: s.length, reverse=True):
-        for b, free in enumerate(room):
-            if seg.length <= free:
-                bins[b].append(seg)
-                room[b] -= seg.length
-                break
-        else:
-            bins.append([seg])
-            room.append(capacity - seg.length)
-
+    bins, capacity = _cheapest_rows(list(segments.values()), attention_break_even)
     R, L = len(bins), capacity
     input_ids = torch.full((R, L), pad_token_id, dtype=torch.long)
     position_ids = torch.zeros((R, L), dtype=torch.long)
@@ -270,10 +321,12 @@ class PaddedBatch:
 LAYOUTS = ("shared_prefix", "varlen", "padded")
 
 
-def layout(mode: str, tensors: Dict[str, torch.Tensor], prompt_length: int) -> Union[PackedBatch, PaddedBatch]:
-    """A micro-batch in the given layout (one of :data:`LAYOUTS`)."""
+def layout(mode: str, tensors: Dict[str, torch.Tensor], prompt_length: int,
+           attention_break_even: Optional[float] = None) -> Union[PackedBatch, PaddedBatch]:
+    """A micro-batch in the given layout (one of :data:`LAYOUTS`); ``attention_break_even`` as :func:`pack` takes
+    it."""
     if mode == "shared_prefix":
-        return pack(tensors, prompt_length)
+        return pack(tensors, prompt_length, attention_break_even=attention_break_even)
     if mode == "varlen":
         return pack_varlen(tensors, prompt_length)
     if mode == "padded":
@@ -296,7 +349,8 @@ def plan_micro_batches(
     """Split the rows into micro-batches of consecutive rows holding at most ``max_tokens`` tokens each.
 
     Tokens are counted as the layout runs them: with ``share_prompts`` a prompt already in the micro-batch
-    costs nothing more than its last token (each branch's copy). A row longer than the budget goes alone.
+    costs nothing more than its last token (each branch's copy; a prompt that :func:`pack` repeats to cut a long
+    segment is counted once). A row longer than the budget goes alone.
     Consecutive rows keep a GRPO group together, so its prompt is shared.
     """
     attention = tensors["attention_mask"]

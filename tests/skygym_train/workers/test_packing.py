@@ -130,6 +130,62 @@ def test_packed_training_step_equals_padded(tiny_lm_dir, layout):
     _assert_same_update(padded, packed)
 
 
+def _groups_of(prompt_tokens, samples, response_tokens, groups=2):
+    prompts = [[1 + g] * prompt_tokens for g in range(groups) for _ in range(samples)]
+    responses = [[50] * response_tokens] * (groups * samples)
+    return build_batch(prompts, responses, [[1] * response_tokens] * len(responses), pad_token_id=0)
+
+
+def test_long_branches_are_split_where_attention_over_one_long_row_costs_more_than_repeated_prompts():
+    """Eight 512-token answers to an 80-token prompt, at Qwen2.5-1.5B's break-even (~15,200 keys): two branches a
+    segment (rows of 1,105 columns, not one row of 4,183). At 0.5B's (~8,300) with 128-token answers, or with no
+    break-even given, a prompt's branches stay in one segment."""
+    long = _groups_of(80, 8, 512)
+    whole = pack(long.tensors, long.prompt_length)
+    assert tuple(whole.input_ids.shape) == (2, 79 + 8 * 513)
+    split = pack(long.tensors, long.prompt_length, attention_break_even=15_200)
+    assert tuple(split.input_ids.shape) == (8, 79 + 2 * 513)
+    assert split.num_real_tokens == whole.num_real_tokens + 2 * 3 * 79  # each prompt body three more times
+    # a part sees its own prompt body and branch only: per query, at most the keys its padded row had
+    mask = split.attention_mask[:, 0]
+    assert int(mask.sum(-1).max()) == 80 + 512  # the last answer token: its whole padded row
+    short = _groups_of(80, 8, 128)
+    assert tuple(pack(short.tensors, short.prompt_length, attention_break_even=8_300).input_ids.shape) == (2, 79 + 8 * 129)
+
+
+def test_the_break_even_counts_a_decoder_layers_matrices_against_its_attention_per_key(tiny_lm_dir):
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    from skygym_train.workers.packing import break_even_keys
+
+    config = AutoConfig.from_pretrained(tiny_lm_dir)
+    heads, head_dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+    hidden, kv = config.hidden_size, config.num_key_value_heads * head_dim
+    weights = hidden * hidden * 2 + hidden * kv * 2 + 3 * hidden * config.intermediate_size  # q, o; k, v; MLP
+    expected = weights / (2 * heads * head_dim)  # 2 FLOPs a weight per token; 4 * heads * head_dim per key
+    assert break_even_keys(AutoModelForCausalLM.from_pretrained(tiny_lm_dir)) == expected
+    assert break_even_keys(AutoModel.from_pretrained(tiny_lm_dir)) == expected  # a critic's body
+    assert break_even_keys(torch.nn.Linear(2, 2)) is None
+
+
+def test_a_split_layout_gives_the_padded_log_probs_and_update(tiny_lm_dir):
+    batch = _grouped_batch(seed=3)
+    T = batch.response_length
+    batch = batch.with_tensors(advantages=torch.linspace(-1, 1, batch.size)[:, None].expand(-1, T).contiguous())
+    tiny = 1.0  # attention dominates: every prompt's branches split
+    assert (pack(batch.tensors, batch.prompt_length, attention_break_even=tiny).num_real_tokens
+            > pack(batch.tensors, batch.prompt_length).num_real_tokens)
+    padded, packed = _worker(tiny_lm_dir, layout="padded"), _worker(tiny_lm_dir)
+    assert packed._attention_break_even is not None
+    packed._attention_break_even = tiny
+    a, b = padded.forward(batch), packed.forward(batch)
+    mask = batch.tensors["response_mask"].bool()
+    assert torch.allclose(a["log_probs"][mask], b["log_probs"][mask], atol=1e-5)
+    ma, mb = padded.train_step(batch), packed.train_step(batch)
+    assert abs(ma["policy/loss"] - mb["policy/loss"]) < 1e-5
+    _assert_same_update(padded, packed)
+
+
 def test_additive_mask_is_the_boolean_one_with_rows_aligned_for_the_gpu_kernel():
     from skygym_train.workers.packing import additive_mask
 

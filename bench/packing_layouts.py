@@ -1,0 +1,91 @@
+"""One training micro-batch (forward, backward, optimizer step) in each layout the bundled trainer can run.
+
+    python bench/packing_layouts.py                                   # SmolLM2-135M, 1 prompt x 8 answers of 256
+    python bench/packing_layouts.py --prompts 2 --samples 8 --answer-tokens 512 --device cuda --model random-qwen2.5-1.5b
+
+Layouts: ``padded`` (a row per answer), ``shared_prefix`` with each prompt's answers in one segment (one long row
+per prompt), and ``shared_prefix`` as the trainer runs it, cutting a prompt's answers into shorter segments where
+one long row would cost more in attention than the repeated prompt costs in tokens (``packing.break_even_keys``).
+Token ids are random (the layouts' costs do not depend on them); every answer has its full length. Prints seconds per
+micro-batch (median of ``--repeats`` after one warm-up), the tokens each layout runs and its row shape. Figures are
+printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the trainer's entry point sets it (before torch loads)
+
+
+def main(argv: object = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="a model name or folder, tiny, or "
+                        "random-qwen2.5-0.5b / random-qwen2.5-1.5b (those shapes, random weights)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--prompts", type=int, default=1)
+    parser.add_argument("--samples", type=int, default=8, help="answers per prompt")
+    parser.add_argument("--prompt-tokens", type=int, default=80)
+    parser.add_argument("--answer-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import torch
+
+    from skygym_adapters.models import bench_model_folder
+    from skygym_train.algorithms import POLICY_LOSSES
+    from skygym_train.config.schema import AlgorithmConfig, OptimizerConfig
+    from skygym_train.workers.batch import build_batch
+    from skygym_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
+    from skygym_train.workers.packing import layout
+
+    folder = bench_model_folder(args.model)
+    generator = torch.Generator().manual_seed(0)
+    prompts, answers = [], []
+    for _ in range(args.prompts):
+        prompt = torch.randint(100, 10_000, (args.prompt_tokens,), generator=generator).tolist()
+        for _ in range(args.samples):
+            prompts.append(prompt)
+            answers.append(torch.randint(100, 10_000, (args.answer_tokens,), generator=generator).tolist())
+    batch = build_batch(prompts, answers, [[1] * len(a) for a in answers], pad_token_id=0)
+    rows = batch.size
+    batch = batch.with_tensors(advantages=torch.linspace(-1, 1, rows)[:, None].expand(-1, batch.response_length)
+                               .contiguous())
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    worker = TrainingWorker(WorkerSpec(role="policy", model_path=folder, optimizer=OptimizerConfig(lr=1e-6),
+                                       micro_train_batch_size=rows, micro_forward_batch_size=rows))
+    worker.load_model()
+    worker.configure_algorithm(AlgorithmConfig(), POLICY_LOSSES.get("regular"), 1.0)
+    break_even = worker._attention_break_even
+    print(f"{args.model} on {name}: {args.prompts} prompt(s) of {args.prompt_tokens} tokens x {args.samples} "
+          f"answers of {args.answer_tokens}, one micro-batch of {rows} rows, attention in "
+          f"{worker._attention_dtype()}; break-even {break_even:,.0f} keys a query (packing.break_even_keys)",
+          flush=True)
+    for label, mode, cut in (("padded", "padded", None), ("shared prefix, whole segments", "shared_prefix", None),
+                             ("shared prefix, as the trainer cuts it", "shared_prefix", break_even)):
+        worker.layout, worker._attention_break_even = mode, cut
+        shape = tuple(layout(mode, batch.tensors, batch.prompt_length, cut).model_inputs(torch.device("cpu"))
+                      ["input_ids"].shape)
+        times = []
+        for _ in range(args.repeats + 1):
+            start = time.perf_counter()
+            worker.train_step(batch)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        tokens = shape[0] * shape[1]
+        print(f"{label:40s} {statistics.median(times[1:]):7.2f} s   rows x columns {shape[0]} x {shape[1]}"
+              f" ({tokens:,} tokens)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
