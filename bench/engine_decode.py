@@ -77,7 +77,8 @@ def main(argv: Any = None) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     batches = [int(b) for b in args.batches.split(",")]
-    engine = HFEngine(bench_model_folder(args.model), device=device, dtype=args.dtype, max_batch_size=max(batches),
+    folder = bench_model_folder(args.model, tokenizer_from=os.environ.get("SKYRL_GYM_TINY_MODEL"))
+    engine = HFEngine(folder, device=device, dtype=args.dtype, max_batch_size=max(batches),
                       compile_decode=True if args.compile else None)
     engine.eos_token_ids = frozenset()  # every row decodes its whole budget
     engine_attention = engine.model.config._attn_implementation

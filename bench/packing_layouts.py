@@ -1,14 +1,18 @@
 """One training micro-batch (forward, backward, optimizer step) in each layout the bundled trainer can run.
 
     python bench/packing_layouts.py                                   # SmolLM2-135M, 1 prompt x 8 answers of 256
-    python bench/packing_layouts.py --prompts 2 --samples 8 --answer-tokens 512 --device cuda --model random-qwen2.5-1.5b
+    python bench/packing_layouts.py --prompts 2 --samples 8 --answer-tokens 512 --device cuda \
+        --model random-qwen2.5-1.5b
 
 Layouts: ``padded`` (a row per answer), ``shared_prefix`` with each prompt's answers in one segment (one long row
-per prompt), and ``shared_prefix`` as the trainer runs it, cutting a prompt's answers into shorter segments where
-one long row would cost more in attention than the repeated prompt costs in tokens (``packing.break_even_keys``).
-Token ids are random (the layouts' costs do not depend on them); every answer has its full length. Prints seconds per
-micro-batch (median of ``--repeats`` after one warm-up), the tokens each layout runs and its row shape. Figures are
-printed, never asserted.
+per prompt), and ``shared_prefix`` as the trainer runs it, cutting a prompt's answers into shorter segments
+where one long row would cost more in attention than the repeated prompt costs in tokens
+(``packing.break_even_keys``).
+
+Token ids are random (the layouts' costs do not depend on them); every answer has its full length. Random-weight
+shapes take their tokenizer from ``SKYRL_GYM_TINY_MODEL`` where it is set (else the embedded SmolLM2's). Prints
+seconds per micro-batch (median of ``--repeats`` after one warm-up), the tokens each layout runs and its row shape.
+Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ def main(argv: object = None) -> int:
     from skygym_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
     from skygym_train.workers.packing import layout
 
-    folder = bench_model_folder(args.model)
+    folder = bench_model_folder(args.model, tokenizer_from=os.environ.get("SKYRL_GYM_TINY_MODEL"))
     generator = torch.Generator().manual_seed(0)
     prompts, answers = [], []
     for _ in range(args.prompts):

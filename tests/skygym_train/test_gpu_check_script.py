@@ -26,10 +26,12 @@ def run_check(*parts: str, out: Path, tiny_model: Path) -> subprocess.CompletedP
 
 @pytest.mark.slow
 def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> None:
-    done = run_check("tests", "sync", "tiny-8", "tiny-8-fsdp", out=tmp_path, tiny_model=tiny_chat_model)
+    done = run_check("tests", "sync", "tiny-8", "tiny-8-fsdp", "layouts-tiny-8", out=tmp_path,
+                     tiny_model=tiny_chat_model)
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "summary.txt").read_text().splitlines()
-    assert [line.split(" (rc ")[0] for line in summary] == ["tests", "sync", "bench tiny-8", "bench tiny-8-fsdp"]
+    assert [line.split(" (rc ")[0] for line in summary] == ["tests", "sync", "bench tiny-8", "bench tiny-8-fsdp",
+                                                             "layouts-tiny-8"]
     assert all("(rc 0," in line for line in summary), summary
     assert "no CUDA GPU" in summary[0]  # the GPU test session says why it ran nothing here
     assert "inprocess" in summary[1] and "MiB per sync" in summary[1]
@@ -45,9 +47,14 @@ def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> N
     alone = json.loads((tmp_path / "bench_tiny-8-fsdp.json").read_text())
     assert "trl" not in alone and "trl_error" not in alone and alone["skygym_train"]["step_s"] > 0
     assert "tiny-8-fsdp: FSDP2 on one GPU needs a GPU" in done.stdout
+    # the three layouts, each timed, with its rows x columns
+    assert [part.split(" s ")[0].rsplit(" ", 1)[0].strip() for part in summary[4].split(": ", 1)[1].split(";")
+            if part.strip()] == ["padded", "shared prefix, whole segments", "shared prefix, as the trainer cuts it"]
+    assert summary[4].count("rows x columns") == 3
 
 
 def test_an_unknown_part_stops_before_any_part_runs(tmp_path: Path) -> None:
     done = run_check("sync", "05b-fast", out=tmp_path / "out", tiny_model=tmp_path)
     assert done.returncode == 2 and "unknown part 05b-fast" in done.stderr
+    assert run_check("layouts-05b-512-fsdp", out=tmp_path / "out", tiny_model=tmp_path).returncode == 2
     assert not (tmp_path / "out").exists()
