@@ -19,7 +19,15 @@ from typing import Any, Optional, Tuple
 
 NAME = "skyrl_gym_sdpa"
 """The attention implementation the engine gives a model that uses ``"sdpa"``: SDPA, with grouped heads folded in
-one-token decode steps."""
+one-token decode steps. (transformers checks an implementation's support by the substring ``"sdpa"``: keep it.)"""
+
+MODEL_TYPES = frozenset({
+    "cohere", "gemma", "gemma2", "gemma3_text", "glm4", "granite", "llama", "ministral", "mistral", "mixtral",
+    "olmo2", "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3", "starcoder2",
+})
+"""Model types switched: their attention layers call the registered function and nothing else. Some modeling code
+asks ``config._attn_implementation == "sdpa"`` and behaves differently under any other name (MiniMax-M3's sparse
+mask, Gemma 4's shared KV layers), so a model type is added here only once its code is known not to."""
 
 
 def sdpa_grouped_decode(module: Any, query: Any, key: Any, value: Any, attention_mask: Optional[Any],
@@ -30,8 +38,8 @@ def sdpa_grouped_decode(module: Any, query: Any, key: Any, value: Any, attention
 
     groups = getattr(module, "num_key_value_groups", 1)
     foldable = (query.shape[2] == 1 and groups > 1 and attention_mask is not None and attention_mask.shape[1] == 1
-                and not dropout and kwargs.get("position_bias") is None and kwargs.get("softcap") is None
-                and not kwargs.get("output_attentions", False))
+                and not dropout and not kwargs.get("output_attentions", False)
+                and all(kwargs.get(name) is None for name in ("position_bias", "softcap", "sinks", "s_aux")))
     if not foldable:  # without a mask transformers already lets SDPA read grouped heads (enable_gqa)
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
@@ -46,14 +54,23 @@ def sdpa_grouped_decode(module: Any, query: Any, key: Any, value: Any, attention
 
 
 def use_grouped_decode_attention(model: Any) -> bool:
-    """Give ``model`` :data:`NAME` as its attention when it uses transformers' ``"sdpa"`` and groups its key/value
-    heads; returns whether it did. Outputs are unchanged; only one-token steps with a mask take the folded path.
-    Models on another attention (eager, flash, flex) and transformers without attention registries keep theirs."""
+    """Give ``model`` :data:`NAME` as its attention when it uses transformers' ``"sdpa"``, groups its key/value heads
+    and is of a type in :data:`MODEL_TYPES`; returns whether the model now has it. Outputs are unchanged; only
+    one-token steps with a mask take the folded path. Other models (another attention, per-layer head counts,
+    transformers without attention registries) keep theirs.
+
+    :class:`~skygym_adapters.engines.hf.HFEngine` calls this on the models it loads itself, not on one it is handed
+    (a trainer's policy, say, whose code may check the attention's name); call it on such a model to opt in."""
     config = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
+    try:  # a config with per-layer head counts raises (a RuntimeError) on the global names
+        implementation, model_type = config._attn_implementation, config.model_type
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    except Exception:
         return False
-    heads, kv_heads = getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None)
-    if not heads or not kv_heads or kv_heads >= heads:
+    if implementation == NAME:
+        return True
+    if (implementation != "sdpa" or model_type not in MODEL_TYPES or not hasattr(model, "set_attn_implementation")
+            or not heads or not kv_heads or kv_heads >= heads):
         return False
     try:
         from transformers import AttentionInterface

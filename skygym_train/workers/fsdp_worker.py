@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from skygym_train.workers.batch import TrainingBatch
-from skygym_train.workers.packing import break_even_keys, layout, layout_for, plan_micro_batches
+from skygym_train.workers.packing import break_even_keys, layout, layout_for, packs_every_layer, plan_micro_batches
 
 ROLES = ("policy", "ref", "critic")
 
@@ -243,7 +243,8 @@ class TrainingWorker:
         torch.manual_seed(self.spec.seed)
         model = self._load_module()
         config = getattr(model.body if isinstance(model, ValueModel) else model, "config", None)
-        self.layout = layout_for(getattr(config, "_attn_implementation", None), self.spec.sample_packing)
+        self.layout = layout_for(getattr(config, "_attn_implementation", None),
+                                 self.spec.sample_packing and packs_every_layer(config))
         if self._sp_group is not None:
             self.layout = "padded"  # each rank runs a slice of whole rows; shared prompts would cross the slices
         # where a long row's attention costs more than repeating a prompt (packing.break_even_keys); counted
@@ -460,7 +461,9 @@ class TrainingWorker:
         if self._sp_group is not None:
             return self._forward_sequence_parallel(batch)
         t = {k: v.to(self.device) for k, v in batch.tensors.items()}
-        rows = layout(self.layout, batch.tensors, batch.prompt_length, self._attention_break_even)
+        budget = self.spec.max_tokens_per_microbatch
+        rows = layout(self.layout, batch.tensors, batch.prompt_length, self._attention_break_even,
+                      max_tokens=budget if budget > 0 else None)
         inputs = rows.model_inputs(self.device, self._attention_dtype())
         self.tokens_run += rows.num_tokens
         if self.spec.role == "critic":

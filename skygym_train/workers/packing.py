@@ -149,15 +149,18 @@ def _first_fit(segments: List[_Segment]) -> Tuple[List[List[_Segment]], int]:
     return bins, capacity
 
 
-def _cheapest_rows(segments: List[_Segment],
-                   attention_break_even: Optional[float]) -> Tuple[List[List[_Segment]], int]:
+def _cheapest_rows(segments: List[_Segment], attention_break_even: Optional[float],
+                   max_tokens: Optional[int] = None) -> Tuple[List[List[_Segment]], int]:
     """Rows for the segments, each segment cut into parts of at most ``k`` branches (its prompt body repeated in
     each part), with the ``k`` whose rows cost least: ``R * (L + L**2 / attention_break_even)`` token-equivalents
     for R rows of L columns. Attention runs every query of a row against every key, masked or not, so one long row
-    of eight 512-token branches costs ~L**2 where its branches need ~1/8 of that; ``None`` keeps whole segments."""
+    of eight 512-token branches costs ~L**2 where its branches need ~1/8 of that; ``None`` keeps whole segments.
+    With ``max_tokens`` (a micro-batch token budget, which counts a shared prompt once) no cut runs more tokens than
+    that, or than whole segments do."""
     best = _first_fit(segments)
     if attention_break_even is None:
         return best
+    allowed = max(max_tokens, sum(s.length for s in segments)) if max_tokens else float("inf")
 
     def cost(rows: Tuple[List[List[_Segment]], int]) -> float:
         return len(rows[0]) * (rows[1] + rows[1] ** 2 / attention_break_even)
@@ -165,6 +168,8 @@ def _cheapest_rows(segments: List[_Segment],
     best_cost = cost(best)
     for k in range(max(len(s.responses) for s in segments) - 1, 0, -1):
         parts = [_Segment(s.prompt, s.responses[i : i + k]) for s in segments for i in range(0, len(s.responses), k)]
+        if sum(p.length for p in parts) > allowed:
+            break  # smaller parts repeat the prompts more
         rows = _first_fit(parts)
         if cost(rows) < best_cost:
             best, best_cost = rows, cost(rows)
@@ -173,27 +178,58 @@ def _cheapest_rows(segments: List[_Segment],
 
 def break_even_keys(model: torch.nn.Module) -> Optional[float]:
     """How many keys a query attends to before its attention costs as much as the token's matrix products, per
-    decoder layer: the layer's weights (2 FLOPs each per token) over ``4 * heads * head_dim`` FLOPs per key (scores
-    and the weighted sum). ~15,000 for Qwen2.5-1.5B's shape, ~8,000 for 0.5B's. None when the model does not say
-    (no ``config`` heads, or no decoder layers to count); the layout then keeps whole segments."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
-    config = getattr(base, "config", None)
-    heads = getattr(config, "num_attention_heads", None)
-    head_dim = getattr(config, "head_dim", None) or (
-        config.hidden_size // heads if heads and getattr(config, "hidden_size", None) else None)
+    decoder layer: the layer's weights (2 FLOPs each per token; a mixture of experts' at the share a token uses) over
+    ``2 * heads * (query/key dim + value dim)`` FLOPs per key (scores and the weighted sum). ~15,200 for
+    Qwen2.5-1.5B's shape, ~8,300 for 0.5B's. The last layer is counted (the first may be dense in a mixture of
+    experts). None where the model does not say (no heads in its config, per-layer head counts, no decoder layers to
+    count): the layout then keeps whole segments."""
+    try:
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a LoRA wrapper
+        config = base.config
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        qk_dim = getattr(config, "qk_head_dim", None) or head_dim  # multi-head latent attention: nope + rope dims
+        v_dim = getattr(config, "v_head_dim", None) or head_dim
+        experts = next((getattr(config, name) for name in ("num_experts", "num_local_experts", "n_routed_experts")
+                        if getattr(config, name, None)), None)
+        used = getattr(config, "num_experts_per_tok", None)
+    except Exception:  # no config, or a config with per-layer head counts (which raises on the global names)
+        return None
+    share = used / experts if experts and used else 1.0
     # a causal LM's decoder (``model.model``) or a bare decoder (a critic's body)
     layers = getattr(base, "layers", None) or getattr(getattr(base, "model", None), "layers", None)
-    if not heads or not head_dim or not layers:
+    if not heads or not qk_dim or not v_dim or not layers:
         return None
-    weights = sum(p.numel() for p in layers[0].parameters() if p.dim() > 1)  # matrices: norms and biases are noise
-    return weights / (2 * heads * head_dim) if weights else None
+    weights = sum(p.numel() * (share if "experts" in name.split(".") else 1.0)  # matrices: norms and biases are noise
+                  for name, p in layers[-1].named_parameters() if p.dim() > 1)
+    return weights / (heads * (qk_dim + v_dim)) if weights else None
+
+
+PACKABLE_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "attention", "mlp", "moe")
+"""``config.layer_types`` (or ``layers_block_type``) entries whose layers read the packed layouts' masks or position
+ids, or see one position at a time."""
+
+
+def packs_every_layer(config: Any) -> bool:
+    """Whether every layer of a model with this config runs a packed row as it runs the padded rows. A hybrid
+    model's recurrent layers (linear attention, Mamba, ``"hybrid"`` blocks) run along the whole packed row and ignore
+    the mask: such a model trains on padded rows."""
+    for name in ("layer_types", "layers_block_type"):
+        try:
+            types = getattr(config, name, None)
+        except Exception:  # a config that raises on the name holds no list of layer types there
+            continue
+        if types and any(t not in PACKABLE_LAYER_TYPES for t in types):
+            return False
+    return True
 
 
 def pack(tensors: Dict[str, torch.Tensor], prompt_length: int, pad_token_id: int = 0,
-         attention_break_even: Optional[float] = None) -> PackedBatch:
+         attention_break_even: Optional[float] = None, max_tokens: Optional[int] = None) -> PackedBatch:
     """Pack the padded rows of one micro-batch (see the module docstring for the layout). With
     ``attention_break_even`` (:func:`break_even_keys`), a prompt's branches may be split over several segments
-    where one long row would cost more in attention than the repeated prompt costs in tokens."""
+    where one long row would cost more in attention than the repeated prompt costs in tokens, within
+    ``max_tokens`` (the micro-batch's token budget) where one is set."""
     rows = _rows(tensors, prompt_length)
     response_slots = int(tensors["input_ids"].shape[1]) - prompt_length
     for i, (prompt, _) in enumerate(rows):
@@ -204,7 +240,7 @@ def pack(tensors: Dict[str, torch.Tensor], prompt_length: int, pad_token_id: int
     for i, (prompt, response) in enumerate(rows):
         segments.setdefault(tuple(prompt), _Segment(prompt, [])).responses.append((i, response))
 
-    bins, capacity = _cheapest_rows(list(segments.values()), attention_break_even)
+    bins, capacity = _cheapest_rows(list(segments.values()), attention_break_even, max_tokens)
     R, L = len(bins), capacity
     input_ids = torch.full((R, L), pad_token_id, dtype=torch.long)
     position_ids = torch.zeros((R, L), dtype=torch.long)
@@ -322,11 +358,12 @@ LAYOUTS = ("shared_prefix", "varlen", "padded")
 
 
 def layout(mode: str, tensors: Dict[str, torch.Tensor], prompt_length: int,
-           attention_break_even: Optional[float] = None) -> Union[PackedBatch, PaddedBatch]:
-    """A micro-batch in the given layout (one of :data:`LAYOUTS`); ``attention_break_even`` as :func:`pack` takes
-    it."""
+           attention_break_even: Optional[float] = None,
+           max_tokens: Optional[int] = None) -> Union[PackedBatch, PaddedBatch]:
+    """A micro-batch in the given layout (one of :data:`LAYOUTS`); ``attention_break_even`` and ``max_tokens`` as
+    :func:`pack` takes them."""
     if mode == "shared_prefix":
-        return pack(tensors, prompt_length, attention_break_even=attention_break_even)
+        return pack(tensors, prompt_length, attention_break_even=attention_break_even, max_tokens=max_tokens)
     if mode == "varlen":
         return pack_varlen(tensors, prompt_length)
     if mode == "padded":
@@ -349,8 +386,8 @@ def plan_micro_batches(
     """Split the rows into micro-batches of consecutive rows holding at most ``max_tokens`` tokens each.
 
     Tokens are counted as the layout runs them: with ``share_prompts`` a prompt already in the micro-batch
-    costs nothing more than its last token (each branch's copy; a prompt that :func:`pack` repeats to cut a long
-    segment is counted once). A row longer than the budget goes alone.
+    costs nothing more than its last token (each branch's copy; :func:`pack` cuts a long segment only within the
+    budget). A row longer than the budget goes alone.
     Consecutive rows keep a GRPO group together, so its prompt is shared.
     """
     attention = tensors["attention_mask"]

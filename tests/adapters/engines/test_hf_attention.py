@@ -56,15 +56,36 @@ def test_prefill_and_unmasked_steps_go_to_transformers_unchanged(monkeypatch: py
     per_head = torch.ones(1, 6, 1, 8, dtype=torch.bool)
     for query, mask in ((prefill, torch.ones(1, 1, 5, 8, dtype=torch.bool)), (step, None), (step, per_head)):
         assert hf_attention.sdpa_grouped_decode(module, query, key, key, mask)[0] == "theirs"
-    assert seen == [(1, 6, 5, 4), (1, 6, 1, 4), (1, 6, 1, 4)]
+    one_row = torch.ones(1, 1, 1, 8, dtype=torch.bool)
+    for extra in ({"softcap": 30.0}, {"sinks": torch.zeros(6)}, {"s_aux": torch.zeros(6)}, {"dropout": 0.1}):
+        assert hf_attention.sdpa_grouped_decode(module, step, key, key, one_row, **extra)[0] == "theirs", extra
+    assert seen == [(1, 6, 5, 4)] + [(1, 6, 1, 4)] * 6
 
 
-def test_only_sdpa_models_with_grouped_heads_are_switched(tiny_model_dir: Any) -> None:
+class _PerLayerConfig:
+    """transformers' configs with per-layer head counts raise on the global names (a RuntimeError)."""
+
+    model_type, _attn_implementation, num_attention_heads = "qwen2", "sdpa", 4
+
+    @property
+    def num_key_value_heads(self) -> int:
+        raise RuntimeError("num_key_value_heads differs per layer")
+
+
+def test_only_sdpa_models_with_grouped_heads_of_known_types_are_switched(tiny_model_dir: Any) -> None:
+    from types import SimpleNamespace
+
     from transformers import AutoConfig, AutoModelForCausalLM
 
     grouped = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")  # 2 heads over 1
     assert hf_attention.use_grouped_decode_attention(grouped)
     assert grouped.config._attn_implementation == hf_attention.NAME
+    assert hf_attention.use_grouped_decode_attention(grouped)  # already switched: still says so
+    # a type whose modeling code may ask for "sdpa" by name stays on it
+    unknown = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
+    unknown.config.model_type = "minimax_m3_vl"
+    assert not hf_attention.use_grouped_decode_attention(unknown) and unknown.config._attn_implementation == "sdpa"
+    assert not hf_attention.use_grouped_decode_attention(SimpleNamespace(config=_PerLayerConfig()))
     eager = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager")
     assert not hf_attention.use_grouped_decode_attention(eager) and eager.config._attn_implementation == "eager"
     config = AutoConfig.from_pretrained(tiny_model_dir, num_key_value_heads=2)  # a key/value head per query head
@@ -109,3 +130,27 @@ async def test_the_engine_decodes_what_repeated_heads_decode(tokenizer: Any, tin
     finally:
         ours.close()
         theirs.close()
+
+
+async def test_a_model_handed_to_the_engine_keeps_its_attention_unless_opted_in(tokenizer: Any,
+                                                                               tiny_model_dir: Any) -> None:
+    """A model handed in may be a trainer's policy, whose code may check the attention's name (HF Trainer's context
+    parallelism asks for "sdpa"): the engine leaves it as it is. A model opted in decodes on the folded path."""
+    from transformers import AutoModelForCausalLM
+
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
+    engine = HFEngine(policy, tokenizer, device="cpu", compile_decode=False)
+    try:
+        assert not engine.grouped_decode_attention and policy.config._attn_implementation == "sdpa"
+        before = await engine.generate([[5, 6, 7]], {"max_generate_length": 6, "temperature": 0.0, "logprobs": True})
+    finally:
+        engine.close()
+    assert hf_attention.use_grouped_decode_attention(policy)
+    opted = HFEngine(policy, tokenizer, device="cpu", compile_decode=False)
+    try:
+        assert opted.grouped_decode_attention
+        after = await opted.generate([[5, 6, 7]], {"max_generate_length": 6, "temperature": 0.0, "logprobs": True})
+        assert after["response_ids"] == before["response_ids"]
+        assert after["response_logprobs"][0] == pytest.approx(before["response_logprobs"][0], abs=1e-5)
+    finally:
+        opted.close()

@@ -168,6 +168,72 @@ def test_the_break_even_counts_a_decoder_layers_matrices_against_its_attention_p
     assert break_even_keys(torch.nn.Linear(2, 2)) is None
 
 
+def test_the_break_even_counts_the_experts_a_token_uses_and_gives_up_on_per_layer_heads():
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from skygym_train.workers.packing import break_even_keys
+
+    config = AutoConfig.for_model("qwen3_moe", vocab_size=64, hidden_size=32, intermediate_size=64,
+                                  moe_intermediate_size=16, num_experts=8, num_experts_per_tok=2, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    moe = AutoModelForCausalLM.from_config(config)
+    layer = moe.model.layers[-1]
+    dense = sum(p.numel() for n, p in layer.named_parameters() if p.dim() > 1 and "experts" not in n.split("."))
+    experts = sum(p.numel() for n, p in layer.named_parameters() if p.dim() > 1 and "experts" in n.split("."))
+    assert experts > dense  # what counting every expert would get wrong
+    assert break_even_keys(moe) == pytest.approx((dense + experts * 2 / 8) / (2 * (16 + 16)))
+
+    class PerLayer:  # transformers' configs with per-layer head counts raise on the global names
+        @property
+        def num_attention_heads(self):
+            raise RuntimeError("differs per layer")
+
+    assert break_even_keys(SimpleNamespace(config=PerLayer(), model=moe.model)) is None
+
+
+def test_hybrid_models_with_recurrent_layers_train_on_padded_rows(tmp_path):
+    """A recurrent layer (linear attention, Mamba) runs along the whole packed row and ignores its mask: a later
+    branch would read its sibling's state. MLP-only layers see one position at a time and pack fine."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from skygym_train.workers.packing import packs_every_layer
+
+    assert packs_every_layer(SimpleNamespace(layer_types=["sliding_attention", "full_attention"]))
+    assert packs_every_layer(SimpleNamespace(layer_types=["full_attention", "mlp", "moe"]))
+    assert packs_every_layer(SimpleNamespace())
+    assert not packs_every_layer(SimpleNamespace(layer_types=["linear_attention", "full_attention"]))
+    assert not packs_every_layer(SimpleNamespace(layers_block_type=["mamba", "attention"]))
+    assert not packs_every_layer(SimpleNamespace(layer_types=["hybrid"]))
+    config = AutoConfig.for_model("qwen3_next", vocab_size=64, hidden_size=64, intermediate_size=64,
+                                  moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=2,
+                                  num_experts_per_tok=1, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=2,
+                                  linear_key_head_dim=16, linear_value_head_dim=16,
+                                  layer_types=["linear_attention", "full_attention"])
+    AutoModelForCausalLM.from_config(config).save_pretrained(str(tmp_path))
+    worker = TrainingWorker(WorkerSpec(role="policy", model_path=str(tmp_path), optimizer=OptimizerConfig(lr=1e-3),
+                                       sample_packing=True))
+    worker.load_model()
+    assert worker.layout == "padded"
+
+
+def test_a_cut_stays_within_the_micro_batch_token_budget():
+    """The token budget counts a shared prompt once: a cut that repeats prompts beyond it is not taken."""
+    long = _groups_of(80, 8, 512)
+    whole = pack(long.tensors, long.prompt_length).num_real_tokens  # 2 x (79 + 8 x 513)
+    cut = pack(long.tensors, long.prompt_length, attention_break_even=15_200).num_real_tokens
+    assert cut > whole
+    assert pack(long.tensors, long.prompt_length, attention_break_even=15_200, max_tokens=cut).num_real_tokens == cut
+    within = pack(long.tensors, long.prompt_length, attention_break_even=15_200, max_tokens=whole + 2 * 79)
+    assert whole < within.num_real_tokens <= whole + 2 * 79  # four answers a segment: each prompt once more
+    assert pack(long.tensors, long.prompt_length, attention_break_even=15_200,
+                max_tokens=whole).num_real_tokens == whole
+
+
 def test_a_split_layout_gives_the_padded_log_probs_and_update(tiny_lm_dir):
     batch = _grouped_batch(seed=3)
     T = batch.response_length
