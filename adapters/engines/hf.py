@@ -575,8 +575,8 @@ class HFEngine(BaseInferenceEngine):
         return self.compile_decode and self._compiled_forward is not False
 
     def _static_cache(self, batch: int, length: int, reuse: bool) -> Tuple[int, Any]:
-        """``(its length, a static cache)`` for ``batch`` rows of at least ``length`` positions (rounded up to a
-        multiple of 256).
+        """``(its length, a static cache)`` for ``batch`` rows of at least ``length`` positions (rounded up by
+        :func:`cache_length`).
 
         With ``reuse`` (a compiled decode step reads the cache where it is: on CUDA a new cache means recording the
         step's graphs again, a new length compiling it again) the engine keeps one cache per batch size for the
@@ -587,7 +587,7 @@ class HFEngine(BaseInferenceEngine):
         """
         from transformers import StaticCache
 
-        length = -(-length // 256) * 256
+        length = cache_length(length)
         if not reuse:
             return length, StaticCache(config=self.model.config, max_cache_len=length)
         # popped and put back, so the dict's order is the order of use; a shorter cache is let go before the
@@ -683,6 +683,16 @@ sizes are powers of two, so together they hold at most about twice the largest."
 COMPILED_SHAPES_LIMIT = 64
 """How many (batch width, cache length) shapes the decode step may compile (dynamo's own limit is 8 per function;
 past the limit, dynamo runs new shapes uncompiled)."""
+
+
+def cache_length(positions: int) -> int:
+    """The length of a static KV cache for ``positions``: rounded up to a multiple of 128 up to 1,024 positions, of
+    1/8 of the next power of two beyond (256 up to 2,048, 512 up to 4,096, ...). A compiled decode step compiles once
+    per length and reads the whole cache every step: past 1,024 positions each doubling comes in four lengths, with
+    less than a quarter of the cache slack, and a context growing to 8,192 positions compiles at most 20 lengths (a
+    multiple of 256 throughout would be 32)."""
+    granule = max(128, (1 << max(0, positions - 1).bit_length()) // 8)
+    return -(-positions // granule) * granule
 
 
 def compiles_by_default(device: Any) -> bool:

@@ -298,6 +298,16 @@ async def test_static_and_growing_kv_caches_decode_the_same(tokenizer: Any, tiny
             engine.close()
 
 
+def test_static_caches_come_in_few_lengths_with_little_slack() -> None:
+    """A compiled decode step compiles once per cache length and reads the whole cache every step."""
+    from skygym_adapters.engines.hf import cache_length
+
+    assert [cache_length(n) for n in (1, 128, 129, 592, 1024, 1025, 5000)] == [128, 128, 256, 640, 1024, 1280, 5120]
+    lengths = [cache_length(n) for n in range(1, 8193)]
+    assert all(n <= length < max(n + 128, n * 1.25) for n, length in zip(range(1, 8193), lengths))
+    assert len(set(lengths)) == 20  # compiles, at most, for a context growing to 8,192 positions
+
+
 def test_compiling_the_decode_step_is_on_for_cuda_unless_the_environment_turns_it_off(
         tiny_model_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from skygym_adapters.engines.hf import compiles_by_default
@@ -443,7 +453,7 @@ async def test_the_compiled_decode_step_gives_what_eager_decoding_gives(tokenize
         seeded = {"max_generate_length": 12, "temperature": 1.0, "seed": 7, "logprobs": True,
                   "stop_token_ids": [free[3]]}  # row 0 ends early, the others decode on past it
         greedy = {"max_generate_length": 12, "temperature": 0.0, "logprobs": True}
-        longer = {**greedy, "max_generate_length": 300}  # a cache of 512 positions, where the others had 256
+        longer = {**greedy, "max_generate_length": 300}  # a cache of 384 positions, where the others had 128
         four = prompts + [prompt(tokenizer, "four rows")]
         for batch, params in ((prompts, seeded), (prompts, greedy), (four, seeded), (prompts, longer), (four, greedy)):
             ours, theirs = await compiled.generate(batch, params), await eager.generate(batch, params)
@@ -457,8 +467,8 @@ async def test_the_compiled_decode_step_gives_what_eager_decoding_gives(tokenize
         assert compiled._compiled_forward not in (None, False)  # compiled, no fall-back to eager
         # three rows decode padded to four, beside the four-row batches: one batch size, one cache, grown once to the
         # longest budget and reused by the shorter batch after it; two shapes compiled
-        assert {batch: length for batch, (length, _) in compiled._static_caches.items()} == {4: 512}
-        assert compiled._compiled_shapes == {(4, 256), (4, 512)}
+        assert {batch: length for batch, (length, _) in compiled._static_caches.items()} == {4: 384}
+        assert compiled._compiled_shapes == {(4, 128), (4, 384)}
         assert compiled.stats["sequences"] == 3 * 3 + 2 * 4  # padding rows are not sequences anyone asked for
         memory = compiled.device_memory_bytes()
         assert memory["kv_cache"] > 0 and memory["weights"] == sum(
