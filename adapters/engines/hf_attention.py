@@ -4,7 +4,7 @@ With grouped-query attention (Qwen2.5-0.5B: 14 query heads over 2 key/value head
 SDPA path copies every cached key and value head to each query head of its group (``repeat_kv``) whenever there is
 an attention mask, because SDPA's masked GPU kernels take no grouped heads. A batched decode step always has one:
 left padding, and the unwritten end of a static cache. So each step writes and reads the whole KV cache once per
-query head rather than once: at 1.5B's shape, 128 rows and 768 positions, ~37 GB of memory traffic per step
+query head rather than once: at 1.5B's shape, 128 rows and 640 positions, ~31 GB of memory traffic per step
 against ~3 GB for the weights. (transformers >= 5.24 avoids the copy when decoding eagerly, not in a compiled step.)
 
 With one query position per row the copy is not needed: the heads of a group become the query-length axis of one
