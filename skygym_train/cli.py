@@ -16,12 +16,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _quickstart(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from skygym_train.quickstart import run_from_args
 
-    from skygym_train.quickstart import run_quickstart
-
-    run_quickstart(Path(args.out), args.steps, args.model, args.overrides, save_checkpoint=args.checkpoint)
-    return 0
+    return run_from_args(args)
 
 
 def register(subparsers: Any) -> None:

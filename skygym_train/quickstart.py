@@ -199,10 +199,21 @@ def build_arg_parser(parser: Optional[argparse.ArgumentParser] = None) -> argpar
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_arg_parser().parse_args(argv)
-    run_quickstart(Path(args.out), args.steps, args.model, args.overrides, save_checkpoint=args.checkpoint)
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the quickstart from parsed arguments (``python -m skygym_train.quickstart`` and ``skyrl-gym
+    quickstart``); a bad override is one ``error:`` line and exit status 2, as for ``skyrl-gym train``."""
+    from skygym_train.config.loader import ConfigError
+
+    try:
+        run_quickstart(Path(args.out), args.steps, args.model, args.overrides, save_checkpoint=args.checkpoint)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    return run_from_args(build_arg_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import queue
 import random
 import threading
 import time
+import warnings
 from collections import defaultdict
 from concurrent.futures import Future
 from pathlib import Path
@@ -797,8 +798,12 @@ class PPOTrainer:
             self.setup()
         assert self.tracker is not None
         resumed = self.maybe_resume()
-        if resumed is not None:
-            logger.info("resumed from %s at step %d", resumed, self.global_step)
+        if resumed is not None:  # said out loud: the default ckpt_path is shared by runs that do not set their own
+            note = (f"resumed from {resumed} at step {self.global_step} (trainer.resume_mode={self.t.resume_mode}; "
+                    "trainer.resume_mode=none starts afresh, and a trainer.ckpt_path of its own keeps a run apart)")
+            if self.global_step >= self.total_steps:
+                note += f": the run is already at its last step ({self.total_steps}), nothing is left to train"
+            warnings.warn(note, UserWarning, stacklevel=2)
         result: Dict[str, Any] = {"resumed_from": str(resumed) if resumed else None}
         if self.t.eval_before_train and self.global_step == 0 and self.val_rows:
             before = self.evaluate()

@@ -79,7 +79,8 @@ def test_the_new_environment_tutorial_runs_as_written(tmp_path: Path) -> None:
     exported = None
     for command in page:
         if command.startswith("pip install -e "):
-            env = install_apart(work / shlex.split(command)[-1], tmp_path / "site")
+            package = re.sub(r"\[[\w,]+\]$", "", shlex.split(command)[-1])  # the folder, without [extras]
+            env = install_apart(work / package, tmp_path / "site")
             env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
         elif command.startswith("skyrl-gym train"):
             checked = command if "--check" in command else command.replace("skyrl-gym train", "skyrl-gym train --check", 1)

@@ -82,3 +82,15 @@ def test_a_resume_after_the_verifier_changed_warns_with_both_fingerprints(
         with PPOTrainer(_config(tiny_chat_model, toy_data, tmp_path / "again", steps=2)) as trainer:
             trainer.fit()
     assert not [w for w in seen if "changed reward" in str(w.message)]
+
+
+def test_a_run_that_resumes_says_so_and_says_when_nothing_is_left_to_train(tiny_chat_model, toy_data, tmp_path):
+    """The default checkpoint folder is shared by runs that do not name their own: a run that picks up another's
+    checkpoint says where from, how to start afresh, and that it trains nothing when that run got as far."""
+    with PPOTrainer(_config(tiny_chat_model, toy_data, tmp_path, steps=1)) as trainer:
+        trainer.fit()
+    with pytest.warns(UserWarning, match=r"resumed from .*global_step_1 at step 1 .*resume_mode=none") as caught:
+        with PPOTrainer(_config(tiny_chat_model, toy_data, tmp_path, steps=1)) as trainer:
+            result = trainer.fit()
+    assert result["global_step"] == 1 and result["resumed_from"].endswith("global_step_1")
+    assert any("nothing is left to train" in str(w.message) for w in caught)

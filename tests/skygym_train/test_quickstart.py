@@ -13,6 +13,17 @@ import pytest
 from skygym_train.quickstart import run_quickstart
 
 
+def test_a_bad_override_is_one_error_line_from_either_entry_point(tmp_path, capsys):
+    from skyrl_gym.cli import main as skyrl_gym_main
+    from skygym_train.quickstart import main
+
+    assert main(["--out", str(tmp_path), "--steps", "1", "trainer.polciy.optimizer_config.lr=2e-5"]) == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and "did you mean 'policy'" in err and "Traceback" not in err
+    code = skyrl_gym_main(["quickstart", "--out", str(tmp_path), "--steps", "1", "trainer.polciy.x=1"])
+    assert code == 2 and "did you mean 'policy'" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
     summary = run_quickstart(
