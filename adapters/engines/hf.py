@@ -31,7 +31,7 @@ from skygym_adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
-from skygym_adapters.engines.hf_attention import NAME as GROUPED_DECODE_ATTENTION, use_grouped_decode_attention
+from skygym_adapters.engines.hf_attention import has_grouped_decode_attention, use_grouped_decode_attention
 from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
 from skygym_adapters.engines.hf_stops import StopStrings
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
@@ -120,8 +120,8 @@ class HFEngine(BaseInferenceEngine):
         self.model.eval()
         # grouped key/value heads read in place in decode steps, not copied to every query head (hf_attention); a
         # model handed in is left as it is (it may be a trainer's, whose code checks the attention's name)
-        self.grouped_decode_attention = (use_grouped_decode_attention(self.model) if loads_model else getattr(
-            getattr(self.model, "config", None), "_attn_implementation", None) == GROUPED_DECODE_ATTENTION)
+        self.grouped_decode_attention = (use_grouped_decode_attention(self.model) if loads_model
+                                         else has_grouped_decode_attention(self.model))
         self.max_batch_size = int(max_batch_size)
         self.batch_wait_s = float(batch_wait_s)
         self.max_batch_wait_s = float(max_batch_wait_s)

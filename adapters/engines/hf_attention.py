@@ -53,6 +53,11 @@ def sdpa_grouped_decode(module: Any, query: Any, key: Any, value: Any, attention
     return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
+def has_grouped_decode_attention(model: Any) -> bool:
+    """Whether ``model`` runs on :data:`NAME`."""
+    return getattr(getattr(model, "config", None), "_attn_implementation", None) == NAME
+
+
 def use_grouped_decode_attention(model: Any) -> bool:
     """Give ``model`` :data:`NAME` as its attention when it uses transformers' ``"sdpa"``, groups its key/value heads
     and is of a type in :data:`MODEL_TYPES`; returns whether the model now has it. Outputs are unchanged; only
@@ -61,14 +66,14 @@ def use_grouped_decode_attention(model: Any) -> bool:
 
     :class:`~skygym_adapters.engines.hf.HFEngine` calls this on the models it loads itself, not on one it is handed
     (a trainer's policy, say, whose code may check the attention's name); call it on such a model to opt in."""
+    if has_grouped_decode_attention(model):
+        return True
     config = getattr(model, "config", None)
     try:  # a config with per-layer head counts raises (a RuntimeError) on the global names
         implementation, model_type = config._attn_implementation, config.model_type
         heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     except Exception:
         return False
-    if implementation == NAME:
-        return True
     if (implementation != "sdpa" or model_type not in MODEL_TYPES or not hasattr(model, "set_attn_implementation")
             or not heads or not kv_heads or kv_heads >= heads):
         return False

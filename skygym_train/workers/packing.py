@@ -171,8 +171,9 @@ def _cheapest_rows(segments: List[_Segment], attention_break_even: Optional[floa
         if sum(p.length for p in parts) > allowed:
             break  # smaller parts repeat the prompts more
         rows = _first_fit(parts)
-        if cost(rows) < best_cost:
-            best, best_cost = rows, cost(rows)
+        rows_cost = cost(rows)
+        if rows_cost < best_cost:
+            best, best_cost = rows, rows_cost
     return best
 
 
