@@ -83,7 +83,7 @@ def main(argv: Any = None) -> int:
     engine.eos_token_ids = frozenset()  # every row decodes its whole budget
     engine_attention = engine.model.config._attn_implementation
     # the model's own attention, as a user of model.generate has it: "sdpa" where the engine switched it
-    model_attention = "sdpa" if engine.grouped_decode_attention else engine_attention
+    model_attention = "sdpa" if engine.grouped_attention else engine_attention
     if args.engine_attention == "sdpa":
         engine.model.set_attn_implementation(engine_attention := model_attention)
     name = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, {torch.get_num_threads()} threads"

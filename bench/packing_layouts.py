@@ -11,7 +11,11 @@ where one long row would cost more in attention than the repeated prompt costs i
 
 Token ids are random (the layouts' costs do not depend on them); every answer has its full length. Random-weight
 shapes take their tokenizer from ``SKYRL_GYM_TINY_MODEL`` where it is set (else the embedded SmolLM2's). Prints
-seconds per micro-batch (median of ``--repeats`` after one warm-up), the tokens each layout runs and its row shape.
+seconds per micro-batch (median of ``--repeats`` after one warm-up), the tokens each layout runs and its row shape,
+and what the forward pass keeps for the backward pass beyond the parameters ("saved": every tensor autograd saves,
+each storage once; a figure of activation memory that does not depend on the device), with the peak of GPU memory
+on a GPU. ``--attention sdpa`` trains on transformers' own SDPA, which copies grouped key/value heads per query
+head under a mask, instead of the trainer's ``skyrl_gym_sdpa`` (``hf_attention``): an A/B of that attention.
 Figures are printed, never asserted.
 """
 
@@ -39,6 +43,9 @@ def main(argv: object = None) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=80)
     parser.add_argument("--answer-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--attention", choices=("grouped", "sdpa"), default="grouped",
+                        help="grouped: the trainer's attention (grouped key/value heads read in place); sdpa: "
+                        "transformers' own, which copies them per query head under a mask")
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -67,17 +74,22 @@ def main(argv: object = None) -> int:
     worker = TrainingWorker(WorkerSpec(role="policy", model_path=folder, optimizer=OptimizerConfig(lr=1e-6),
                                        micro_train_batch_size=rows, micro_forward_batch_size=rows))
     worker.load_model()
+    if args.attention == "sdpa":
+        worker.model.set_attn_implementation("sdpa")
     worker.configure_algorithm(AlgorithmConfig(), POLICY_LOSSES.get("regular"), 1.0)
     break_even = worker._attention_break_even
     print(f"{args.model} on {name}: {args.prompts} prompt(s) of {args.prompt_tokens} tokens x {args.samples} "
-          f"answers of {args.answer_tokens}, one micro-batch of {rows} rows, attention in "
-          f"{worker._attention_dtype()}; break-even {break_even:,.0f} keys a query (packing.break_even_keys)",
-          flush=True)
+          f"answers of {args.answer_tokens}, one micro-batch of {rows} rows, attention "
+          f"{worker.model.config._attn_implementation} in {worker._attention_dtype()}; break-even "
+          f"{break_even:,.0f} keys a query (packing.break_even_keys)", flush=True)
     for label, mode, cut in (("padded", "padded", None), ("shared prefix, whole segments", "shared_prefix", None),
                              ("shared prefix, as the trainer cuts it", "shared_prefix", break_even)):
         worker.layout, worker._attention_break_even = mode, cut
         shape = tuple(layout(mode, batch.tensors, batch.prompt_length, cut).model_inputs(torch.device("cpu"))
                       ["input_ids"].shape)
+        saved = saved_bytes(worker, batch)
+        if args.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         times = []
         for _ in range(args.repeats + 1):
             start = time.perf_counter()
@@ -86,9 +98,29 @@ def main(argv: object = None) -> int:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
         tokens = shape[0] * shape[1]
+        peak = f", peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if args.device == "cuda" else ""
         print(f"{label:40s} {statistics.median(times[1:]):7.2f} s   rows x columns {shape[0]} x {shape[1]}"
-              f" ({tokens:,} tokens)", flush=True)
+              f" ({tokens:,} tokens), saved {saved / 2**30:.2f} GiB{peak}", flush=True)
     return 0
+
+
+def saved_bytes(worker: object, batch: object) -> int:
+    """What one training step's forward pass keeps for its backward pass beyond the parameters: the bytes of every
+    storage autograd saves, each once (a step of its own, not timed)."""
+    import torch
+
+    parameters = {p.untyped_storage().data_ptr() for p in worker.model.parameters()}
+    storages = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        worker.train_step(batch)
+    return sum(storages.values())
 
 
 if __name__ == "__main__":

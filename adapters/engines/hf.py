@@ -31,7 +31,7 @@ from skygym_adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
-from skygym_adapters.engines.hf_attention import has_grouped_decode_attention, use_grouped_decode_attention
+from skygym_adapters.engines.hf_attention import has_grouped_attention, use_grouped_attention
 from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
 from skygym_adapters.engines.hf_stops import StopStrings
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
@@ -60,8 +60,8 @@ class HFEngine(BaseInferenceEngine):
         model: a model name for :func:`skygym_adapters.models.resolve_model`, or a loaded ``PreTrainedModel``. A
             model the engine loads, on transformers' ``"sdpa"`` attention with grouped key/value heads, is switched
             to :data:`~skygym_adapters.engines.hf_attention.NAME`: the same outputs, without copying the KV cache to
-            every query head in decode steps. A loaded model is left as it is
-            (:func:`~skygym_adapters.engines.hf_attention.use_grouped_decode_attention` opts it in).
+            every query head in masked steps. A loaded model is left as it is
+            (:func:`~skygym_adapters.engines.hf_attention.use_grouped_attention` opts it in).
         tokenizer: needed when ``model`` is a loaded module (else loaded with the model); used for EOS ids,
             stop strings and decoding ``responses``.
         device / dtype: default to CUDA+bfloat16 when available, else CPU+float32.
@@ -118,10 +118,9 @@ class HFEngine(BaseInferenceEngine):
         if next(model.parameters()).device != self.device:
             self.model.to(self.device)
         self.model.eval()
-        # grouped key/value heads read in place in decode steps, not copied to every query head (hf_attention); a
-        # model handed in is left as it is (it may be a trainer's, whose code checks the attention's name)
-        self.grouped_decode_attention = (use_grouped_decode_attention(self.model) if loads_model
-                                         else has_grouped_decode_attention(self.model))
+        # grouped key/value heads read in place, not copied to every query head (hf_attention); a model handed in
+        # is left as it is (it may be a trainer's, whose code checks the attention's name)
+        self.grouped_attention = use_grouped_attention(self.model) if loads_model else has_grouped_attention(self.model)
         self.max_batch_size = int(max_batch_size)
         self.batch_wait_s = float(batch_wait_s)
         self.max_batch_wait_s = float(max_batch_wait_s)

@@ -270,7 +270,7 @@ class TrainerConfig:
     """Only ``ulysses`` is bundled; it matters only with a ``sequence_parallel_size`` > 1."""
     gradient_checkpointing: bool = True
     gradient_checkpointing_use_reentrant: bool = False
-    """Passed to ``gradient_checkpointing_enable`` as ``use_reentrant``."""
+    """Passed to transformers' activation (gradient) checkpointing as ``use_reentrant``."""
     bf16: Optional[bool] = None
     """null: bfloat16 mixed precision on GPU (``fsdp_config.mixed_precision``), float32 on CPU. true: also bfloat16
     autocast on CPU (as ``cpu_bf16_autocast``). false: float32 compute everywhere."""

@@ -17,6 +17,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from skygym_adapters.engines.hf_attention import use_grouped_attention
+from skygym_train.workers.activations import recompute_gated_activations
 from skygym_train.workers.batch import TrainingBatch
 from skygym_train.workers.packing import break_even_keys, layout, layout_for, packs_every_layer, plan_micro_batches
 
@@ -296,21 +298,29 @@ class TrainingWorker:
                 model = ValueModel(model, AutoConfig.from_pretrained(self.spec.model_path).hidden_size)
             if self._loads_from_rank0():
                 self._rank0_state = model.state_dict()  # what rank 0 broadcasts once every rank is sharded
-        if self._sp_group is not None:
+        if self._sp_group is None:
+            # on "sdpa" with grouped key/value heads: masked attention reads each key/value head in place instead of
+            # keeping a copy per query head for the backward pass (hf_attention; the same outputs)
+            use_grouped_attention(model.body if isinstance(model, ValueModel) else model)
+        else:
             from skygym_train.workers.ulysses import attach
 
             attach(model.body if isinstance(model, ValueModel) else model, self._sp_group,
                    self.spec.sequence_parallel_size)
         if self.spec.role != "ref" and self.spec.lora is not None and self.spec.lora.rank > 0:
             model = self._apply_lora(model)
+        if self.spec.role != "ref" and not self.spec.gradient_checkpointing:
+            # a gated MLP's activation recomputed in the backward pass, not kept (activations; the same results)
+            recompute_gated_activations(model)
         if self.spec.gradient_checkpointing and self.spec.role != "ref":
             target = model.body if isinstance(model, ValueModel) else model
-            if hasattr(target, "gradient_checkpointing_enable"):
-                target.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": self.spec.gradient_checkpointing_use_reentrant}
-                )
-                if hasattr(target, "config"):
-                    target.config.use_cache = False
+            kwargs = {"use_reentrant": self.spec.gradient_checkpointing_use_reentrant}
+            if hasattr(target, "activation_checkpointing_enable"):  # transformers >= 5.24's name
+                target.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            elif hasattr(target, "gradient_checkpointing_enable"):
+                target.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            if hasattr(target, "config"):
+                target.config.use_cache = False
         if self._shards_on_cuda() or (self._loads_from_rank0() and self.rank != 0):
             # fully_shard moves each layer to the GPU as it shards it: the whole fp32 model never sits on a
             # rank's GPU (with CPU offload the shards stay on the host); a meta model stays meta until then

@@ -38,7 +38,10 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
-PACKABLE_ATTENTION = ("sdpa", "eager")
+from skygym_adapters.engines.hf_attention import NAME as GROUPED_SDPA
+from skygym_adapters.engines.hf_attention import aligned_additive_mask
+
+PACKABLE_ATTENTION = ("sdpa", GROUPED_SDPA, "eager")
 """Attention implementations that take the shared-prefix layout's 4D mask."""
 VARLEN_ATTENTION = ("flash_attention_2", "flash_attention_3")
 """Attention implementations that read packed sequences from position ids (:func:`pack_varlen`)."""
@@ -68,11 +71,12 @@ class PackedBatch:
 
     def model_inputs(self, device: torch.device, mask_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
         """The model's inputs on ``device``; with ``mask_dtype`` (the dtype attention computes in) the mask is
-        additive, made once for every layer (:func:`additive_mask`)."""
+        additive, made once for every layer: given a boolean mask, SDPA would make the additive one in every layer
+        and keep each copy for the backward pass (~0.1 GiB per layer at ``(R, 1, L, L)`` with L in the thousands)."""
         inputs = {"input_ids": self.input_ids.to(device), "position_ids": self.position_ids.to(device)}
         mask = None if self.attention_mask is None else self.attention_mask.to(device)
         if mask is not None and mask_dtype is not None:
-            mask = additive_mask(mask, mask_dtype)
+            mask = aligned_additive_mask(mask, mask_dtype)
         inputs["attention_mask"] = mask
         return inputs
 
@@ -91,22 +95,6 @@ class PackedBatch:
         B, T = self.gather_index.shape
         index = self.gather_index.reshape(-1).to(flat.device)  # built on the host; outputs may be on a GPU
         return flat.index_select(0, index).reshape(B, T, *kept.shape[2:])
-
-
-def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean ``(..., L)`` attention mask as the additive one attention applies: 0 where allowed, ``dtype``'s
-    lowest value elsewhere (the same softmax as -inf, as every row allows itself).
-
-    Given a boolean mask, SDPA makes this tensor itself in every layer, and on a GPU pads its rows to a multiple
-    of 16 elements for the memory-efficient kernel with one more copy, keeping the copy for the backward pass: at
-    ``(R, 1, L, L)`` with L in the thousands (512-token responses, eight branches a row) that is ~0.1 GiB per
-    layer. Made once here, in the dtype attention computes in (under autocast, autocast's: a float mask of
-    another dtype would be cast per layer) and with its rows starting 16-element aligned, every layer uses this
-    one tensor as it is."""
-    *lead, length = allowed.shape
-    width = -(-length // 16) * 16
-    mask = torch.full((*lead, width), torch.finfo(dtype).min, dtype=dtype, device=allowed.device)[..., :length]
-    return mask.masked_fill_(allowed, 0)
 
 
 @dataclass

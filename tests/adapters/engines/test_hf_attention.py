@@ -1,5 +1,5 @@
-"""The engine's decode attention (``hf_attention``): grouped key/value heads read in place, with transformers' SDPA
-results."""
+"""``hf_attention``: grouped key/value heads read in place where one mask serves every head (the engine's decoding,
+the trainer's forward and backward passes), with transformers' SDPA results."""
 
 from __future__ import annotations
 
@@ -29,18 +29,77 @@ def test_a_folded_decode_step_is_transformers_sdpa_on_repeated_heads(mask_kind: 
     allowed[..., 0] = True
     mask = allowed if mask_kind == "bool" else torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
     module = _Attention()
-    ours, _ = hf_attention.sdpa_grouped_decode(module, query, key, value, mask, scaling=0.3)
+    ours, _ = hf_attention.sdpa_grouped(module, query, key, value, mask, scaling=0.3)
     theirs, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.3)
     assert ours.shape == theirs.shape == (batch, 1, 6, dim)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
     # every query head reads its own group's key/value head: a change to head 1 moves heads 3-5 only
     changed = value.clone()
     changed[:, 1] += 1.0
-    moved = (hf_attention.sdpa_grouped_decode(module, query, key, changed, mask, scaling=0.3)[0] - ours).abs()
+    moved = (hf_attention.sdpa_grouped(module, query, key, changed, mask, scaling=0.3)[0] - ours).abs()
     assert moved[:, :, :3].max() == 0 and moved[:, :, 3:].min() > 0
 
 
-def test_prefill_and_unmasked_steps_go_to_transformers_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mask_kind", ["bool", "additive"])
+def test_folded_attention_over_many_positions_is_transformers_sdpa_forward_and_backward(mask_kind: str) -> None:
+    """Prefill and training: every query position of every head, left padding and a packed row's block mask alike;
+    the gradients of queries, keys and values too (the backward pass reads the folded layout)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    gen = torch.Generator().manual_seed(1)
+    batch, kv_heads, length, dim = 3, 2, 21, 8
+    inputs = [torch.randn(batch, 6, length, dim, generator=gen)] + [
+        torch.randn(batch, kv_heads, length, dim, generator=gen) for _ in range(2)]
+    allowed = torch.ones(length, length).tril().bool().expand(batch, 1, length, length).clone()
+    allowed[0, :, :, :5] = False  # row 0: left padding (its padding queries see only themselves)
+    allowed[0, :, range(5), range(5)] = True
+    allowed[1, :, 12:, 4:12] = False  # row 1: a second branch that does not see the first
+    mask = allowed if mask_kind == "bool" else torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo().min)
+    module = _Attention()
+    results = []
+    for attention in (hf_attention.sdpa_grouped, sdpa_attention_forward):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        out, _ = attention(module, *leaves, mask, scaling=0.4)
+        (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
+        results.append((out.detach(), [leaf.grad for leaf in leaves]))
+    (ours, our_grads), (theirs, their_grads) = results
+    assert ours.shape == theirs.shape == (batch, length, 6, dim)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    for a, b in zip(our_grads, their_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_mask_is_repeated_once_per_forward_pass_and_again_when_changed() -> None:
+    """Every layer gets the same mask object: the per-group mask is made once, kept on it (freed with it), additive
+    in the dtype attention computes in, rows 16-element aligned; a mask written in place is made again."""
+    allowed = torch.rand(2, 1, 5, 7) > 0.3
+    first = hf_attention.mask_per_group(allowed, 3, torch.bfloat16)
+    assert first.shape == (2, 1, 15, 7) and first.dtype == torch.bfloat16
+    for member in range(3):  # rows member-major: (group member, position)
+        block = first[:, :, member * 5:(member + 1) * 5]
+        assert (block[allowed] == 0).all() and (block[~allowed] == torch.finfo(torch.bfloat16).min).all()
+    assert all(stride % 16 == 0 for stride in first.stride()[:-1]) and first.stride(-1) == 1
+    assert hf_attention.mask_per_group(allowed, 3, torch.bfloat16) is first
+    assert hf_attention.mask_per_group(allowed, 2, torch.bfloat16) is not first  # another model's groups
+    allowed[0, 0, 0, 0] = not allowed[0, 0, 0, 0]
+    again = hf_attention.mask_per_group(allowed, 3, torch.bfloat16)
+    assert again is not first and (again[0, 0, 0, 0] == 0) == bool(allowed[0, 0, 0, 0])
+    additive = torch.zeros(1, 1, 2, 3).masked_fill(torch.tensor([[[[False, True, True], [False, False, True]]]]),
+                                                   float("-inf"))
+    torch.testing.assert_close(hf_attention.mask_per_group(additive, 2, torch.float32), additive.repeat(1, 1, 2, 1))
+
+
+def test_aligned_additive_mask_is_the_boolean_one_with_rows_aligned_for_the_gpu_kernel() -> None:
+    allowed = torch.rand(2, 1, 37, 37) > 0.5
+    for dtype in (torch.float32, torch.bfloat16):
+        mask = hf_attention.aligned_additive_mask(allowed, dtype)
+        assert mask.shape == allowed.shape and mask.dtype == dtype
+        assert (mask[allowed] == 0).all() and (mask[~allowed] == torch.finfo(dtype).min).all()
+        # every stride but the last a multiple of 16 elements: SDPA's memory-efficient kernel uses it uncopied
+        assert all(stride % 16 == 0 for stride in mask.stride()[:-1]) and mask.stride(-1) == 1
+
+
+def test_what_the_fold_cannot_serve_goes_to_transformers_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers.integrations import sdpa_attention
 
     seen: List[Any] = []
@@ -54,12 +113,17 @@ def test_prefill_and_unmasked_steps_go_to_transformers_unchanged(monkeypatch: py
     prefill = torch.zeros(1, 6, 5, 4)
     step = torch.zeros(1, 6, 1, 4)
     per_head = torch.ones(1, 6, 1, 8, dtype=torch.bool)
-    for query, mask in ((prefill, torch.ones(1, 1, 5, 8, dtype=torch.bool)), (step, None), (step, per_head)):
-        assert hf_attention.sdpa_grouped_decode(module, query, key, key, mask)[0] == "theirs"
+    one_row_for_five = torch.ones(1, 1, 1, 8, dtype=torch.bool)
+    for query, mask in ((prefill, None), (prefill, one_row_for_five), (step, None), (step, per_head)):
+        assert hf_attention.sdpa_grouped(module, query, key, key, mask)[0] == "theirs"
     one_row = torch.ones(1, 1, 1, 8, dtype=torch.bool)
-    for extra in ({"softcap": 30.0}, {"sinks": torch.zeros(6)}, {"s_aux": torch.zeros(6)}, {"dropout": 0.1}):
-        assert hf_attention.sdpa_grouped_decode(module, step, key, key, one_row, **extra)[0] == "theirs", extra
-    assert seen == [(1, 6, 5, 4)] + [(1, 6, 1, 4)] * 6
+    for extra in ({"softcap": 30.0}, {"sinks": torch.zeros(6)}, {"s_aux": torch.zeros(6)}, {"dropout": 0.1},
+                  {"position_bias": torch.zeros(1, 6, 1, 8)}):
+        assert hf_attention.sdpa_grouped(module, step, key, key, one_row, **extra)[0] == "theirs", extra
+    assert seen == [(1, 6, 5, 4)] * 2 + [(1, 6, 1, 4)] * 7
+    ungrouped = _Attention()
+    ungrouped.num_key_value_groups = 1
+    assert hf_attention.sdpa_grouped(ungrouped, prefill, prefill, prefill, torch.ones(1, 1, 5, 5).bool())[0] == "theirs"
 
 
 class _PerLayerConfig:
@@ -78,19 +142,19 @@ def test_only_sdpa_models_with_grouped_heads_of_known_types_are_switched(tiny_mo
     from transformers import AutoConfig, AutoModelForCausalLM
 
     grouped = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")  # 2 heads over 1
-    assert hf_attention.use_grouped_decode_attention(grouped)
+    assert hf_attention.use_grouped_attention(grouped)
     assert grouped.config._attn_implementation == hf_attention.NAME
-    assert hf_attention.use_grouped_decode_attention(grouped)  # already switched: still says so
+    assert hf_attention.use_grouped_attention(grouped)  # already switched: still says so
     # a type whose modeling code may ask for "sdpa" by name stays on it
     unknown = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
     unknown.config.model_type = "minimax_m3_vl"
-    assert not hf_attention.use_grouped_decode_attention(unknown) and unknown.config._attn_implementation == "sdpa"
-    assert not hf_attention.use_grouped_decode_attention(SimpleNamespace(config=_PerLayerConfig()))
+    assert not hf_attention.use_grouped_attention(unknown) and unknown.config._attn_implementation == "sdpa"
+    assert not hf_attention.use_grouped_attention(SimpleNamespace(config=_PerLayerConfig()))
     eager = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager")
-    assert not hf_attention.use_grouped_decode_attention(eager) and eager.config._attn_implementation == "eager"
+    assert not hf_attention.use_grouped_attention(eager) and eager.config._attn_implementation == "eager"
     config = AutoConfig.from_pretrained(tiny_model_dir, num_key_value_heads=2)  # a key/value head per query head
     ungrouped = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
-    assert not hf_attention.use_grouped_decode_attention(ungrouped)
+    assert not hf_attention.use_grouped_attention(ungrouped)
     assert ungrouped.config._attn_implementation == "sdpa"
 
 
@@ -117,7 +181,7 @@ async def test_the_engine_decodes_what_repeated_heads_decode(tokenizer: Any, tin
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
     try:
-        assert ours.grouped_decode_attention and ours.model.config._attn_implementation == hf_attention.NAME
+        assert ours.grouped_attention and ours.model.config._attn_implementation == hf_attention.NAME
         for params in ({"max_generate_length": 10, "temperature": 1.0, "seed": 4, "logprobs": True},
                        {"max_generate_length": 10, "temperature": 0.0, "logprobs": True}):
             folded.clear()
@@ -141,14 +205,14 @@ async def test_a_model_handed_to_the_engine_keeps_its_attention_unless_opted_in(
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
     engine = HFEngine(policy, tokenizer, device="cpu", compile_decode=False)
     try:
-        assert not engine.grouped_decode_attention and policy.config._attn_implementation == "sdpa"
+        assert not engine.grouped_attention and policy.config._attn_implementation == "sdpa"
         before = await engine.generate([[5, 6, 7]], {"max_generate_length": 6, "temperature": 0.0, "logprobs": True})
     finally:
         engine.close()
-    assert hf_attention.use_grouped_decode_attention(policy)
+    assert hf_attention.use_grouped_attention(policy)
     opted = HFEngine(policy, tokenizer, device="cpu", compile_decode=False)
     try:
-        assert opted.grouped_decode_attention
+        assert opted.grouped_attention
         after = await opted.generate([[5, 6, 7]], {"max_generate_length": 6, "temperature": 0.0, "logprobs": True})
         assert after["response_ids"] == before["response_ids"]
         assert after["response_logprobs"][0] == pytest.approx(before["response_logprobs"][0], abs=1e-5)

@@ -63,7 +63,7 @@ def test_varlen_layout_is_every_row_end_to_end_with_positions_restarting():
 
 
 def test_attention_implementations_get_their_layout():
-    assert layout_for("sdpa") == layout_for("eager") == "shared_prefix"
+    assert layout_for("sdpa") == layout_for("eager") == layout_for("skyrl_gym_sdpa") == "shared_prefix"
     assert layout_for("flash_attention_2") == "varlen"
     assert layout_for("flex_attention") == layout_for("sdpa", enabled=False) == "padded"
 
@@ -128,6 +128,33 @@ def test_packed_training_step_equals_padded(tiny_lm_dir, layout):
     assert abs(ma["policy/loss"] - mb["policy/loss"]) < 1e-5
     assert abs(ma["policy/grad_norm"] - mb["policy/grad_norm"]) < 1e-4 * max(1.0, ma["policy/grad_norm"])
     _assert_same_update(padded, packed)
+
+
+@pytest.mark.parametrize("layout", ["padded", "shared_prefix"])
+def test_the_policy_trains_on_grouped_attention_as_on_repeated_heads(tiny_lm_dir, layout, monkeypatch):
+    """The trainer gives a policy on "sdpa" with grouped key/value heads (here 2 query heads over 1) the attention
+    that reads each key/value head in place (hf_attention): the same loss, gradient and update as transformers'
+    eager attention, which repeats the heads, on left-padded rows and on packed rows alike."""
+    from skygym_adapters.engines.hf_attention import NAME
+
+    batch = _grouped_batch(seed=5)
+    T = batch.response_length
+    batch = batch.with_tensors(advantages=torch.linspace(-1, 1, batch.size)[:, None].expand(-1, T).contiguous())
+    grouped = _worker(tiny_lm_dir, layout=layout)
+    eager = _worker(tiny_lm_dir, layout=layout, model_config_kwargs={"attn_implementation": "eager"})
+    assert grouped.model.config._attn_implementation == NAME and eager.model.config._attn_implementation == "eager"
+    assert grouped.layout == eager.layout == layout
+    from skygym_adapters.engines import hf_attention
+
+    folds = []
+    fold = hf_attention.mask_per_group
+    monkeypatch.setattr(hf_attention, "mask_per_group", lambda *args: folds.append(fold(*args)) or folds[-1])
+    ma = grouped.train_step(batch)
+    assert folds and all(f is folds[0] for f in folds[:2]), "the masked layers did not share one folded mask"
+    mb = eager.train_step(batch)
+    assert abs(ma["policy/loss"] - mb["policy/loss"]) < 1e-5
+    assert abs(ma["policy/grad_norm"] - mb["policy/grad_norm"]) < 1e-4 * max(1.0, ma["policy/grad_norm"])
+    _assert_same_update(grouped, eager)
 
 
 def _groups_of(prompt_tokens, samples, response_tokens, groups=2):
@@ -250,18 +277,6 @@ def test_a_split_layout_gives_the_padded_log_probs_and_update(tiny_lm_dir):
     ma, mb = padded.train_step(batch), packed.train_step(batch)
     assert abs(ma["policy/loss"] - mb["policy/loss"]) < 1e-5
     _assert_same_update(padded, packed)
-
-
-def test_additive_mask_is_the_boolean_one_with_rows_aligned_for_the_gpu_kernel():
-    from skygym_train.workers.packing import additive_mask
-
-    allowed = torch.rand(2, 1, 37, 37) > 0.5
-    for dtype in (torch.float32, torch.bfloat16):
-        mask = additive_mask(allowed, dtype)
-        assert mask.shape == allowed.shape and mask.dtype == dtype
-        assert (mask[allowed] == 0).all() and (mask[~allowed] == torch.finfo(dtype).min).all()
-        # every stride but the last a multiple of 16 elements: SDPA's memory-efficient kernel uses it uncopied
-        assert all(stride % 16 == 0 for stride in mask.stride()[:-1]) and mask.stride(-1) == 1
 
 
 @pytest.mark.parametrize("bf16", [False, True])
