@@ -293,6 +293,17 @@ def _read_pointer(root: Path) -> Optional[int]:
     return int(text)
 
 
+def resume_folder(resume_mode: Optional[str], resume_path: Optional[str], ckpt_path: str) -> Optional[Path]:
+    """The checkpoint a run goes on from (``trainer.resume_mode``: ``none``, ``latest`` of ``ckpt_path``, or
+    ``from_path``: ``resume_path``), or None when it starts at step 0. Only reads, as ``latest_checkpoint``
+    does."""
+    if resume_mode in (None, "none"):
+        return None
+    if resume_mode == "from_path":
+        return Path(str(resume_path)).expanduser()
+    return latest_checkpoint(Path(ckpt_path).expanduser())
+
+
 def latest_checkpoint(root: Path) -> Optional[Path]:
     """The complete folder the pointer names, or None when there is no pointer. Changes nothing on disk,
     so another process may call it while the trainer saves."""

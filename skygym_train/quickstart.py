@@ -9,12 +9,14 @@ greedy reward of about 0.35 instead of 0.0; with 1.0 for a correct boxed product
 training on a busy machine (about 8.5 s a step once quiet). It evaluates greedily on held-out rows before and after
 training, writes a bfloat16 Hugging Face export (and a training checkpoint with ``--checkpoint``), and plots reward
 per step. On a machine with a GPU the same command trains there. Any trainer key can be overridden as ``key=value``.
+Run again into the same ``--out``, it first moves the earlier run's outputs to ``earlier_runs/<time>/`` there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -103,6 +105,75 @@ def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32,
     write_jsonl([_with_examples(row) for row in val], data_dir / "validation.jsonl")
 
 
+EARLIER_RUNS = "earlier_runs"
+"""The folder of ``--out`` that a re-run moves an earlier run's outputs into, one subfolder per run, named by
+the time that run last wrote."""
+
+
+def output_paths(cfg: Any, out_dir: Path, keep_resumable: bool = False) -> List[Path]:
+    """What a run writes under ``out_dir`` besides its data rows (which every run writes the same): the logs,
+    the export, the checkpoints, the plot and ``summary.json``, where the config puts them inside ``out_dir``.
+    With ``keep_resumable`` the checkpoints and logs are left out: a resumed run goes on from them and adds to
+    them."""
+    t = cfg.trainer
+    paths = [t.export_path, t.plot_path, str(out_dir / "summary.json")]
+    if not keep_resumable:
+        paths += [t.ckpt_path, t.log_path]
+    own = [out_dir / "data", out_dir / EARLIER_RUNS]
+    resolved = dict.fromkeys(Path(p).expanduser().resolve() for p in paths if p)
+    # never the folder itself, nor one that holds the data rows or the earlier runs
+    inside = [p for p in resolved if out_dir in p.parents and not any(o == p or p in o.parents for o in own)]
+    return [p for p in inside if not any(q in p.parents for q in inside)]  # a path inside another goes with it
+
+
+def move_earlier_run_aside(paths: Sequence[Path], out_dir: Path) -> Optional[Path]:
+    """Move whichever of ``paths`` (inside ``out_dir``) exist into ``out_dir/earlier_runs/<time>/``, at the
+    same paths relative to ``out_dir``; nothing is deleted. ``<time>`` is when that run last wrote (local
+    time), with ``-2``, ``-3`` ... when a folder of that name is there already. Returns the folder, or None
+    when none existed."""
+    present = [p for p in paths if p.exists() or p.is_symlink()]
+    if not present:
+        return None
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(max(_last_written(p) for p in present)))
+    target, n = out_dir / EARLIER_RUNS / stamp, 2
+    target.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            target.mkdir()
+            break
+        except FileExistsError:
+            target, n = out_dir / EARLIER_RUNS / f"{stamp}-{n}", n + 1
+    for path in present:
+        destination = target / path.relative_to(out_dir)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(path), str(destination))  # a rename on one file system
+    return target
+
+
+def _last_written(path: Path) -> float:
+    """The newest modification time of the files at ``path`` (the folder's own when it holds none)."""
+    if path.is_symlink() or not path.is_dir():
+        return path.lstat().st_mtime
+    return max((f.lstat().st_mtime for f in path.rglob("*") if not f.is_dir() or f.is_symlink()),
+               default=path.stat().st_mtime)
+
+
+def _size_mb(paths: Sequence[Path]) -> float:
+    files = [f for p in paths if p.exists() for f in ([p] if p.is_file() else p.rglob("*")) if f.is_file()]
+    return sum(f.stat().st_size for f in files) / 1e6
+
+
+def _resumes(cfg: Any) -> bool:
+    """Whether the trainer will go on from a checkpoint: then the checkpoints and the logs it adds to stay."""
+    from skygym_train.checkpoint import resume_folder
+
+    t = cfg.trainer
+    try:
+        return resume_folder(t.resume_mode, t.resume_path, t.ckpt_path) is not None
+    except FileNotFoundError:  # a pointer to a missing step: the trainer says so when it tries
+        return True
+
+
 def run_quickstart(
     out_dir: Path,
     steps: int = 40,
@@ -122,6 +193,10 @@ def run_quickstart(
     # user key=value overrides win over the recipe
     merged = OmegaConf.merge(OmegaConf.create(_nest(base)), OmegaConf.from_dotlist(list(extra_overrides)))
     cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
+    # a re-run into the same folder leaves only its own outputs there: the earlier run's are moved aside
+    earlier = move_earlier_run_aside(output_paths(cfg, out_dir, keep_resumable=_resumes(cfg)), out_dir)
+    if earlier is not None:
+        print(f"quickstart: moved the earlier run's outputs to {earlier}", file=sys.stderr, flush=True)
     print(f"quickstart: GRPO on {model}, {steps} steps of {cfg.trainer.train_batch_size} prompts x "
           f"{cfg.generator.n_samples_per_prompt} samples; outputs in {out_dir}", file=sys.stderr, flush=True)
     print("quickstart: loading the model and the trainer ...", file=sys.stderr, flush=True)
@@ -131,7 +206,7 @@ def run_quickstart(
         print(f"quickstart: model loaded on {device} in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
         result = trainer.fit()
     result["minutes"] = (time.perf_counter() - started) / 60
-    result["output_mb"] = sum(f.stat().st_size for f in out_dir.rglob("*") if f.is_file()) / 1e6
+    result["output_mb"] = _size_mb([out_dir / "data", *output_paths(cfg, out_dir)])
     summary = _summary(result)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(_report(summary), flush=True)

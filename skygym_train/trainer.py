@@ -752,10 +752,7 @@ class PPOTrainer:
 
     def maybe_resume(self) -> Optional[Path]:
         ckpt.recover_interrupted_saves(_expand(self.t.ckpt_path))  # what a killed save left behind
-        mode = self.t.resume_mode
-        if mode in (None, "none"):
-            return None
-        folder = Path(self.t.resume_path).expanduser() if mode == "from_path" else ckpt.latest_checkpoint(_expand(self.t.ckpt_path))
+        folder = ckpt.resume_folder(self.t.resume_mode, self.t.resume_path, self.t.ckpt_path)
         if folder is None:
             return None
         assert self.policy is not None and self.tracker is not None

@@ -7,10 +7,12 @@ recipe (SmolLM2-135M) with evaluations, about 5 minutes on a quiet 2-core machin
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
-from skygym_train.quickstart import run_quickstart
+from skygym_train.quickstart import EARLIER_RUNS, move_earlier_run_aside, output_paths, run_quickstart
 
 
 def test_a_bad_override_is_one_error_line_from_either_entry_point(tmp_path, capsys):
@@ -24,6 +26,109 @@ def test_a_bad_override_is_one_error_line_from_either_entry_point(tmp_path, caps
     assert code == 2 and "did you mean 'policy'" in capsys.readouterr().err
 
 
+def _quickstart_config(out_dir, *overrides):
+    from omegaconf import OmegaConf
+
+    from skygym_train.config.loader import _nest, load_config
+    from skygym_train.quickstart import quickstart_overrides
+
+    (out_dir / "data").mkdir(parents=True, exist_ok=True)
+    for name in ("train.jsonl", "validation.jsonl"):  # the config checks that the data files exist
+        (out_dir / "data" / name).write_text("")
+    merged = OmegaConf.merge(OmegaConf.create(_nest(quickstart_overrides(out_dir, 2, "smollm2-135m"))),
+                             OmegaConf.from_dotlist(list(overrides)))
+    return load_config(OmegaConf.to_container(merged))
+
+
+def test_the_outputs_a_rerun_moves_aside_are_the_runs_own_inside_its_folder(tmp_path):
+    out = tmp_path / "out"
+    names = lambda paths: sorted(str(p.relative_to(out)) for p in paths)  # noqa: E731
+    cfg = _quickstart_config(out)
+    assert names(output_paths(cfg, out)) == ["ckpts", "export", "logs", "reward_per_step.png", "summary.json"]
+    # a resumed run keeps the checkpoints it goes on from and the logs it adds to
+    assert names(output_paths(cfg, out, keep_resumable=True)) == ["export", "reward_per_step.png", "summary.json"]
+    # a path the user moved out of the folder is not the quickstart's to move; one inside another goes with it;
+    # never the data rows or the earlier runs
+    cfg = _quickstart_config(out, f"trainer.export_path={tmp_path / 'elsewhere'}",
+                             f"trainer.plot_path={out / 'logs' / 'plot.png'}", f"trainer.ckpt_path={out / 'data'}")
+    assert names(output_paths(cfg, out)) == ["logs", "summary.json"]
+
+
+def test_moving_an_earlier_run_aside_keeps_every_file_and_names_the_folder_by_its_time(tmp_path):
+    def earlier_run():
+        (tmp_path / "logs" / "quickstart").mkdir(parents=True)
+        (tmp_path / "logs" / "quickstart" / "metrics.jsonl").write_text('{"step": 1}\n')
+        (tmp_path / "summary.json").write_text("{}")
+        for path in (tmp_path / "logs" / "quickstart" / "metrics.jsonl", tmp_path / "summary.json"):
+            os.utime(path, (1_700_000_000, 1_700_000_000))
+        return [tmp_path / "logs", tmp_path / "summary.json", tmp_path / "export"]  # no export: it never got there
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text("rows")
+    assert move_earlier_run_aside([tmp_path / "logs", tmp_path / "summary.json"], tmp_path) is None  # a first run
+    first = move_earlier_run_aside(earlier_run(), tmp_path)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(1_700_000_000))
+    assert first == tmp_path / EARLIER_RUNS / stamp
+    assert (first / "logs" / "quickstart" / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    assert (first / "summary.json").read_text() == "{}" and not (first / "export").exists()
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "summary.json").exists()
+    assert (tmp_path / "data" / "train.jsonl").read_text() == "rows"  # the data rows stay
+    second = move_earlier_run_aside(earlier_run(), tmp_path)  # the same time: a folder of its own, nothing replaced
+    assert second == tmp_path / EARLIER_RUNS / f"{stamp}-2" and (second / "summary.json").is_file()
+    assert (first / "summary.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_step_0(tiny_chat_model, tmp_path,
+                                                                                     capsys):
+    """The README's command twice in a row: the second run's metrics, export, checkpoint, plot and summary are its
+    own, it trains from step 0 (the first run's checkpoint is not resumed from, nor replaced), and the first
+    run's outputs are all kept, in one folder that a line on stderr names."""
+    def quickstart(steps, *overrides):
+        return run_quickstart(tmp_path, steps=steps, model=str(tiny_chat_model), save_checkpoint=True,
+                              extra_overrides=[*TINY, *overrides])
+
+    def metric_steps(folder):
+        lines = (folder / "logs" / "quickstart" / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line)["step"] for line in lines if "reward/mean" in json.loads(line)]
+
+    def listing(folder, sub):
+        return sorted(p.name for p in (folder / sub).iterdir() if p.name.startswith("global_step_"))
+
+    first = quickstart(2)
+    first_export = (tmp_path / "export" / "global_step_2" / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    second = quickstart(2)
+    err = capsys.readouterr().err
+    # the new run: from step 0 (evaluated before training, which a resumed run is not), nothing of the first
+    assert second["steps"] == 2 and "eval/reward" in second["eval_before"] and len(second["reward_per_step"]) == 2
+    assert metric_steps(tmp_path) == [1, 2]
+    assert listing(tmp_path, "export") == listing(tmp_path, "ckpts") == ["global_step_2"]
+    assert json.loads((tmp_path / "summary.json").read_text())["reward_per_step"] == second["reward_per_step"]
+    run_files = [f for f in tmp_path.rglob("*") if f.is_file() and EARLIER_RUNS not in f.parts]
+    assert second["output_mb"] < sum(f.stat().st_size for f in run_files) / 1e6 + 0.1  # only its own outputs
+    assert second["output_mb"] > 0.5 * first["output_mb"]
+    # the first run, whole, beside it, in the folder a line on stderr names
+    [earlier] = list((tmp_path / EARLIER_RUNS).iterdir())
+    assert f"moved the earlier run's outputs to {earlier}" in err
+    assert metric_steps(earlier) == [1, 2]
+    assert (earlier / "export" / "global_step_2" / "model.safetensors").read_bytes() == first_export
+    assert (earlier / "ckpts" / "global_step_2" / "policy" / ".metadata").is_file()
+    assert json.loads((earlier / "summary.json").read_text())["reward_per_step"] == first["reward_per_step"]
+    assert (earlier / "reward_per_step.png").is_file() and not (earlier / "data").exists()
+
+    # resuming (trainer.resume_mode=latest) goes on from the checkpoint, which stays with the logs it adds to
+    with pytest.warns(UserWarning, match="resumed from .*global_step_2 at step 2"):
+        third = quickstart(3, "trainer.resume_mode=latest")
+    assert third["steps"] == 3 and third["eval_before"] is None
+    assert metric_steps(tmp_path) == [1, 2, 3] and listing(tmp_path, "export") == ["global_step_3"]
+    assert len(list((tmp_path / EARLIER_RUNS).iterdir())) == 2
+
+
+TINY = ["trainer.eval_batch_size=8", "trainer.progress_bar=false", "generator.sampling_params.max_generate_length=4",
+        "generator.eval_sampling_params.max_generate_length=4"]
+
+
 @pytest.mark.slow
 def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
     summary = run_quickstart(
@@ -31,8 +136,7 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
         steps=2,
         model=str(tiny_chat_model),
         save_checkpoint=True,
-        extra_overrides=["trainer.eval_batch_size=8", "trainer.progress_bar=false", "generator.sampling_params.max_generate_length=4",
-                         "generator.eval_sampling_params.max_generate_length=4"],
+        extra_overrides=TINY,
     )
     assert summary["steps"] == 2
     assert "eval/reward" in summary["eval_before"] and "eval/reward" in summary["eval_after"]
