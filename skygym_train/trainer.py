@@ -129,6 +129,9 @@ class PPOTrainer:
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
         self._setup_started = time.perf_counter()
+        # what needs neither Ray nor a model is checked first: a misspelled environment.env_class is refused
+        # before Ray, a worker or a model starts (the rows' own env_class once they are read)
+        check_env_classes(self.cfg)
         random.seed(self.t.seed)
         torch.manual_seed(self.t.seed)
         if self.t.use_ray:

@@ -30,3 +30,26 @@ def test_skyrl_gym_train_subcommand(capsys):
                                             "&& pip install 'skyrl-gym[train]'")
     assert skyrl_gym_main(["train", "--check", "trainer.algoritm.advantage_estimator=grpo"]) == 2
     assert "did you mean 'algorithm'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", ["environment.env_class=multiplyy", "data.val_data=[{missing}]"])
+def test_a_bad_env_id_or_data_file_is_refused_before_ray_starts(bad, multiply_data, tmp_path, monkeypatch, capsys):
+    """What needs no Ray is checked before the trainer starts it: one error line, exit status 2."""
+    import ray
+
+    from skygym_train import ray_utils
+
+    ray_starts = []
+    monkeypatch.setattr(ray_utils, "init_ray", lambda *args, **kwargs: ray_starts.append(args))  # a spy, not run
+    was_up = ray.is_initialized()
+    keys = [f"data.train_data=[{multiply_data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=true",
+            "environment.env_class=multiply", bad.format(missing=tmp_path / "missing.jsonl")]
+    assert skyrl_gym_main(["train", *keys]) == 2
+    err = capsys.readouterr().err
+    assert ray_starts == [] and ray.is_initialized() == was_up
+    assert [line for line in err.splitlines() if line.startswith("error:")] == ["error: invalid trainer configuration:"]
+    assert "Traceback" not in err
+    if "env_class" in bad:
+        assert "environment.env_class=multiplyy: no env registered" in err and "Did you mean: 'multiply'?" in err, err
+    else:
+        assert f"data.val_data: file {tmp_path / 'missing.jsonl'} does not exist" in err, err
