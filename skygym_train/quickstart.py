@@ -118,7 +118,7 @@ def output_paths(cfg: Any, out_dir: Path, keep_resumable: bool = False) -> List[
     t = cfg.trainer
     paths = [t.export_path, t.plot_path, str(out_dir / "summary.json")]
     if not keep_resumable:
-        paths += [t.ckpt_path, t.log_path]
+        paths += [t.ckpt_path, str(Path(t.log_path) / t.run_name)]  # the trainer logs into log_path/run_name
     own = [out_dir / "data", out_dir / EARLIER_RUNS]
     resolved = dict.fromkeys(Path(p).expanduser().resolve() for p in paths if p)
     # never the folder itself, nor one that holds the data rows or the earlier runs
