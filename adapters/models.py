@@ -151,42 +151,63 @@ def _gguf_cache_folder(gguf_file: Path, name: Optional[str] = None) -> Path:
     return cache_dir() / f"{name or gguf_file.stem}-{key}-transformers{_transformers_major()}"
 
 
+def check_model_name(name: Union[str, os.PathLike, None] = None) -> str:
+    """The form of a model name (``"embedded"``, ``"gguf"``, ``"local"`` or ``"hub"``), told from the name and
+    the file system alone: nothing is loaded, dequantised or downloaded. Raises :class:`ModelResolutionError`,
+    as :func:`resolve_model` does, for a path that does not exist, a folder without weights, or a name of no
+    known form; whether a hub id exists is only known once it is fetched."""
+    raw = _name(name)
+    if raw.lower() in _EMBEDDED_ALIASES:
+        return "embedded"
+    path = Path(os.path.expanduser(raw))
+    if path.is_file() and path.suffix == ".gguf":
+        return "gguf"
+    if path.is_dir():
+        if _is_hf_checkpoint(path):
+            return "local"
+        if any(path.glob("*.gguf")):
+            return "gguf"
+        raise ModelResolutionError(f"model folder {raw!r} has no config.json with weights and no .gguf file")
+    looks_like_path = raw.startswith((".", "/", "~")) or raw.count("/") > 1 or raw.endswith(".gguf")
+    if looks_like_path:
+        raise ModelResolutionError(f"model path {raw!r} does not exist")
+    if raw.count("/") == 1:
+        return "hub"
+    raise ModelResolutionError(
+        f"unknown model {raw!r}: give {EMBEDDED_DEFAULT!r}, a local checkpoint folder, a .gguf file, "
+        "or a hub id of the form 'owner/name'"
+    )
+
+
 def resolve_model(name: Union[str, os.PathLike, None] = None) -> ResolvedModel:
     """Turn a model name into a folder of Hugging Face weights (see the module docstring for the forms).
 
     The embedded model and GGUF files are dequantised on first use and cached; later calls return at once.
     Raises :class:`ModelResolutionError` naming the input when nothing matches.
     """
-    raw = EMBEDDED_DEFAULT if name is None or str(name) == "" else str(name)
-    if raw.lower() in _EMBEDDED_ALIASES:
+    raw = _name(name)
+    form = check_model_name(raw)
+    if form == "embedded":
         gguf = embedded_gguf_path()
         folder = _gguf_cache_folder(gguf, "SmolLM2-135M-Instruct")
         if not _is_hf_checkpoint(folder):
             _dequantise_gguf(gguf, folder)
         return ResolvedModel(name=raw, path=folder, source="embedded")
-
-    path = Path(os.path.expanduser(raw))
-    if path.is_file() and path.suffix == ".gguf":
-        folder = _gguf_cache_folder(path)
-        if not _is_hf_checkpoint(folder):
-            _dequantise_gguf(path, folder)
-        return ResolvedModel(name=raw, path=folder, source="gguf")
-    if path.is_dir():
-        if _is_hf_checkpoint(path):
-            return ResolvedModel(name=raw, path=path.resolve(), source="local")
-        ggufs = sorted(path.glob("*.gguf"))
-        if ggufs:
-            return resolve_model(str(ggufs[0]))
-        raise ModelResolutionError(f"model folder {raw!r} has no config.json with weights and no .gguf file")
-    looks_like_path = raw.startswith((".", "/", "~")) or raw.count("/") > 1 or raw.endswith(".gguf")
-    if looks_like_path:
-        raise ModelResolutionError(f"model path {raw!r} does not exist")
-    if raw.count("/") == 1:
+    if form == "hub":
         return _resolve_hub_id(raw)
-    raise ModelResolutionError(
-        f"unknown model {raw!r}: give {EMBEDDED_DEFAULT!r}, a local checkpoint folder, a .gguf file, "
-        "or a hub id of the form 'owner/name'"
-    )
+    path = Path(os.path.expanduser(raw))
+    if form == "local":
+        return ResolvedModel(name=raw, path=path.resolve(), source="local")
+    if path.is_dir():  # a folder holding a .gguf file
+        return resolve_model(str(sorted(path.glob("*.gguf"))[0]))
+    folder = _gguf_cache_folder(path)
+    if not _is_hf_checkpoint(folder):
+        _dequantise_gguf(path, folder)
+    return ResolvedModel(name=raw, path=folder, source="gguf")
+
+
+def _name(name: Union[str, os.PathLike, None]) -> str:
+    return EMBEDDED_DEFAULT if name is None or str(name) == "" else str(name)
 
 
 def _resolve_hub_id(repo_id: str) -> ResolvedModel:

@@ -184,7 +184,7 @@ def run_quickstart(
     from omegaconf import OmegaConf
 
     from skygym_train.config.loader import load_config
-    from skygym_train.trainer import PPOTrainer
+    from skygym_train.trainer import PPOTrainer, check_before_starting
 
     started = time.perf_counter()
     out_dir = out_dir.expanduser().resolve()
@@ -193,6 +193,7 @@ def run_quickstart(
     # user key=value overrides win over the recipe
     merged = OmegaConf.merge(OmegaConf.create(_nest(base)), OmegaConf.from_dotlist(list(extra_overrides)))
     cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
+    check_before_starting(cfg)  # a bad env id or model path moves nothing aside
     # a re-run into the same folder leaves only its own outputs there: the earlier run's are moved aside
     earlier = move_earlier_run_aside(output_paths(cfg, out_dir, keep_resumable=_resumes(cfg)), out_dir)
     if earlier is not None:

@@ -129,9 +129,7 @@ class PPOTrainer:
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
         self._setup_started = time.perf_counter()
-        # what needs neither Ray nor a model is checked first: a misspelled environment.env_class is refused
-        # before Ray, a worker or a model starts (the rows' own env_class once they are read)
-        check_env_classes(self.cfg)
+        check_before_starting(self.cfg)
         random.seed(self.t.seed)
         torch.manual_seed(self.t.seed)
         if self.t.use_ray:
@@ -271,7 +269,7 @@ class PPOTrainer:
     def _build_workers(self) -> Callable[[], None]:
         """Create the worker groups and start loading their models; returns the call that waits for the loading
         (Ray workers load in their own processes meanwhile; local ones have loaded when this returns)."""
-        roles = ["policy"] + (["ref"] if uses_ref(self.cfg) else []) + (["critic"] if uses_critic(self.cfg) else [])
+        roles = worker_roles(self.cfg)
         groups: Dict[str, WorkerGroup] = {}
         if not self.t.use_ray:
             for role in roles:
@@ -912,6 +910,38 @@ def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
             spec(env_id)
         except UnregisteredEnv as exc:  # its message has the close matches
             problems.append(f"{source}={env_id}: {exc}")
+    if problems:
+        raise ConfigError(problems)
+
+
+def check_before_starting(cfg: Any) -> None:
+    """What needs neither Ray nor a model, checked first: a misspelled ``environment.env_class`` or model
+    path is refused (``ConfigError``) before Ray, a worker or a model starts. The rows' own ``env_class`` are
+    checked once the rows are read."""
+    check_env_classes(cfg)
+    check_model_paths(cfg)
+
+
+def worker_roles(cfg: Any) -> List[str]:
+    """The worker groups of a run: the policy, and the reference model and the critic when it uses them."""
+    return ["policy"] + (["ref"] if uses_ref(cfg) else []) + (["critic"] if uses_critic(cfg) else [])
+
+
+def check_model_paths(cfg: Any) -> None:
+    """Fail before anything starts if a worker's ``model.path`` is a path that does not exist, a folder
+    without weights, or a name of no known form (what the name and the file system tell: nothing loads)."""
+    from skygym_adapters.models import ModelResolutionError, check_model_name
+
+    from skygym_train.config.errors import ConfigError
+
+    problems = []
+    for role in worker_roles(cfg):
+        path = getattr(cfg.trainer, role).model.path
+        if role == "policy" or path:  # the others default to the policy's model
+            try:
+                check_model_name(path)
+            except ModelResolutionError as exc:
+                problems.append(f"trainer.{role}.model.path={path}: {exc}")
     if problems:
         raise ConfigError(problems)
 

@@ -8,8 +8,8 @@ Every key of ``skygym_train/config/ppo_base_config.yaml`` can be overridden with
         environment.env_class=gsm8k trainer.logger=console
 
 ``--config-file my.yaml`` adds a YAML layer under the overrides; ``--print-config`` shows the result and
-exits; ``--check`` validates only (the config, the machine, and every dataset row's ``env_class``). Bad
-configurations stop here, before any model loads.
+exits; ``--check`` validates only (the config, the machine, the model paths and every dataset row's
+``env_class``). Bad configurations stop here, before any model loads.
 
 SkyRL-train's tutorial surface is here under our name: :class:`BasePPOExp` (subclass it for a custom
 generator, trainer or dataset), ``config_dir`` (the folder of ``ppo_base_config.yaml``), :func:`validate_cfg`
@@ -93,10 +93,12 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
 
 
 def check_datasets(cfg: Any) -> None:
-    """Read the dataset files and check ``environment.env_class`` and every row's ``env_class`` are registered."""
+    """Check the model paths, read the dataset files and check ``environment.env_class`` and every row's
+    ``env_class`` are registered."""
     from skygym_train.dataset import load_dataset_rows
-    from skygym_train.trainer import check_env_classes
+    from skygym_train.trainer import check_env_classes, check_model_paths
 
+    check_model_paths(cfg)
     rows = load_dataset_rows(cfg.data.train_data, cfg.environment.env_class)
     if cfg.data.val_data:
         rows += load_dataset_rows(cfg.data.val_data, cfg.environment.env_class)

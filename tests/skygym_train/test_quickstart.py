@@ -26,6 +26,19 @@ def test_a_bad_override_is_one_error_line_from_either_entry_point(tmp_path, caps
     assert code == 2 and "did you mean 'policy'" in capsys.readouterr().err
 
 
+def test_a_bad_model_or_env_is_one_error_line_and_moves_nothing_aside(tmp_path, capsys):
+    from skygym_train.quickstart import main
+
+    (tmp_path / "summary.json").write_text('{"steps": 40}')  # an earlier run's
+    for bad in (["--model", str(tmp_path / "missing")], ["environment.env_class=multiplyy"]):
+        assert main(["--out", str(tmp_path), "--steps", "1", *bad]) == 2
+        err = capsys.readouterr().err
+        assert "error: invalid trainer configuration:" in err and "Traceback" not in err
+        assert "does not exist" in err or "Did you mean: 'multiply'?" in err, err
+    assert (tmp_path / "summary.json").read_text() == '{"steps": 40}'
+    assert not (tmp_path / EARLIER_RUNS).exists()
+
+
 def _quickstart_config(out_dir, *overrides):
     from omegaconf import OmegaConf
 

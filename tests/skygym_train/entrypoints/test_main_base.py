@@ -19,6 +19,15 @@ def test_check_and_print_config(tmp_path, capsys):
     assert "advantage_estimator: rloo" in out and str(data) in out
 
 
+def test_check_refuses_a_model_path_that_does_not_exist(multiply_data, tmp_path, capsys):
+    keys = [f"data.train_data=[{multiply_data}]", "trainer.use_ray=false"]
+    assert main(["--check", *keys, f"trainer.policy.model.path={tmp_path / 'missing'}"]) == 2
+    assert f"trainer.policy.model.path={tmp_path / 'missing'}: model path" in capsys.readouterr().err
+    (tmp_path / "no_weights").mkdir()
+    assert main(["--check", *keys, f"trainer.policy.model.path={tmp_path / 'no_weights'}"]) == 2
+    assert "has no config.json with weights" in capsys.readouterr().err
+
+
 def test_bad_config_exits_2_before_loading_anything(capsys):
     assert main(["trainer.train_batch_size=10", "trainer.policy_mini_batch_size=4"]) == 2
     err = capsys.readouterr().err
@@ -32,8 +41,15 @@ def test_skyrl_gym_train_subcommand(capsys):
     assert "did you mean 'algorithm'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("bad", ["environment.env_class=multiplyy", "data.val_data=[{missing}]"])
-def test_a_bad_env_id_or_data_file_is_refused_before_ray_starts(bad, multiply_data, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("bad, expected", [
+    ("environment.env_class=multiplyy",
+     "- environment.env_class=multiplyy: no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
+    ("trainer.policy.model.path={missing}",
+     "- trainer.policy.model.path={missing}: model path '{missing}' does not exist"),
+    ("data.val_data=[{missing}]", "- data.val_data: file {missing} does not exist"),
+])
+def test_a_bad_env_id_model_or_data_file_is_refused_before_ray_starts(bad, expected, multiply_data, tmp_path,
+                                                                      monkeypatch, capsys):
     """What needs no Ray is checked before the trainer starts it: one error line, exit status 2."""
     import ray
 
@@ -42,14 +58,11 @@ def test_a_bad_env_id_or_data_file_is_refused_before_ray_starts(bad, multiply_da
     ray_starts = []
     monkeypatch.setattr(ray_utils, "init_ray", lambda *args, **kwargs: ray_starts.append(args))  # a spy, not run
     was_up = ray.is_initialized()
+    missing = tmp_path / "missing"
     keys = [f"data.train_data=[{multiply_data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=true",
-            "environment.env_class=multiply", bad.format(missing=tmp_path / "missing.jsonl")]
+            "environment.env_class=multiply", bad.format(missing=missing)]
     assert skyrl_gym_main(["train", *keys]) == 2
     err = capsys.readouterr().err
     assert ray_starts == [] and ray.is_initialized() == was_up
     assert [line for line in err.splitlines() if line.startswith("error:")] == ["error: invalid trainer configuration:"]
-    assert "Traceback" not in err
-    if "env_class" in bad:
-        assert "environment.env_class=multiplyy: no env registered" in err and "Did you mean: 'multiply'?" in err, err
-    else:
-        assert f"data.val_data: file {tmp_path / 'missing.jsonl'} does not exist" in err, err
+    assert expected.format(missing=missing) in err and "Traceback" not in err, err
