@@ -125,7 +125,9 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
     assert second["output_mb"] > 0.5 * first["output_mb"]
     # the first run, whole, beside it, in the folder a line on stderr names
     [earlier] = list((tmp_path / EARLIER_RUNS).iterdir())
-    assert f"moved the earlier run's outputs to {earlier}" in err
+    moved = [line for line in err.splitlines() if "moved" in line]
+    assert moved == [f"quickstart: moved the earlier run's outputs (ckpts, export, logs, reward_per_step.png, "
+                     f"summary.json) to {earlier}"]
     assert metric_steps(earlier) == [1, 2]
     assert (earlier / "export" / "global_step_2" / "model.safetensors").read_bytes() == first_export
     assert (earlier / "ckpts" / "global_step_2" / "policy" / ".metadata").is_file()
@@ -137,6 +139,7 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
         third = quickstart(3, "trainer.resume_mode=latest")
     assert third["steps"] == 3 and third["eval_before"] is None
     assert metric_steps(tmp_path) == [1, 2, 3] and listing(tmp_path, "export") == ["global_step_3"]
+    assert "outputs (export, reward_per_step.png, summary.json) to" in capsys.readouterr().err
     assert len(list((tmp_path / EARLIER_RUNS).iterdir())) == 2
 
 
