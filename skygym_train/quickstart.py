@@ -198,7 +198,8 @@ def run_quickstart(
     earlier = move_earlier_run_aside(output_paths(cfg, out_dir, keep_resumable=_resumes(cfg)), out_dir)
     if earlier is not None:
         moved = ", ".join(sorted(path.name for path in earlier.iterdir()))
-        print(f"quickstart: moved the earlier run's outputs ({moved}) to {earlier}", file=sys.stderr, flush=True)
+        print(f"quickstart: moved the earlier run's outputs ({moved}) to {earlier}", file=sys.stderr,
+              flush=True)
     print(f"quickstart: GRPO on {model}, {steps} steps of {cfg.trainer.train_batch_size} prompts x "
           f"{cfg.generator.n_samples_per_prompt} samples; outputs in {out_dir}", file=sys.stderr, flush=True)
     print("quickstart: loading the model and the trainer ...", file=sys.stderr, flush=True)

@@ -126,7 +126,7 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
     # the first run, whole, beside it, in the folder a line on stderr names
     [earlier] = list((tmp_path / EARLIER_RUNS).iterdir())
     moved = [line for line in err.splitlines() if "moved" in line]
-    assert moved == [f"quickstart: moved the earlier run's outputs (ckpts, export, logs, reward_per_step.png, "
+    assert moved == ["quickstart: moved the earlier run's outputs (ckpts, export, logs, reward_per_step.png, "
                      f"summary.json) to {earlier}"]
     assert metric_steps(earlier) == [1, 2]
     assert (earlier / "export" / "global_step_2" / "model.safetensors").read_bytes() == first_export
