@@ -123,7 +123,8 @@ def output_paths(cfg: Any, out_dir: Path, keep_resumable: bool = False) -> List[
     resolved = dict.fromkeys(Path(p).expanduser().resolve() for p in paths if p)
     # never the folder itself, nor one that holds the data rows or the earlier runs
     inside = [p for p in resolved if out_dir in p.parents and not any(o == p or p in o.parents for o in own)]
-    return [p for p in inside if not any(q in p.parents for q in inside)]  # a path inside another goes with it
+    # a path inside another goes with it
+    return [p for p in inside if not any(q in p.parents for q in inside)]
 
 
 def move_earlier_run_aside(paths: Sequence[Path], out_dir: Path) -> Optional[Path]:

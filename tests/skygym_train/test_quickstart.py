@@ -60,9 +60,10 @@ def test_the_outputs_a_rerun_moves_aside_are_the_runs_own_inside_its_folder(tmp_
     assert names(output_paths(cfg, out)) == ["ckpts", "export", "logs/quickstart", "reward_per_step.png",
                                              "summary.json"]
     # a resumed run keeps the checkpoints it goes on from and the logs it adds to
-    assert names(output_paths(cfg, out, keep_resumable=True)) == ["export", "reward_per_step.png", "summary.json"]
-    # a path the user moved out of the folder is not the quickstart's to move; one inside another goes with it;
-    # never the data rows or the earlier runs
+    assert names(output_paths(cfg, out, keep_resumable=True)) == ["export", "reward_per_step.png",
+                                                                  "summary.json"]
+    # a path the user moved out of the folder is not the quickstart's to move; one inside another goes with
+    # it; never the data rows or the earlier runs
     cfg = _quickstart_config(out, f"trainer.export_path={tmp_path / 'elsewhere'}",
                              f"trainer.plot_path={out / 'logs' / 'quickstart' / 'plot.png'}",
                              f"trainer.ckpt_path={out / 'data'}")
@@ -76,11 +77,13 @@ def test_moving_an_earlier_run_aside_keeps_every_file_and_names_the_folder_by_it
         (tmp_path / "summary.json").write_text("{}")
         for path in (tmp_path / "logs" / "quickstart" / "metrics.jsonl", tmp_path / "summary.json"):
             os.utime(path, (1_700_000_000, 1_700_000_000))
-        return [tmp_path / "logs", tmp_path / "summary.json", tmp_path / "export"]  # no export: it never got there
+        # and no export: that run never got there
+        return [tmp_path / "logs", tmp_path / "summary.json", tmp_path / "export"]
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.jsonl").write_text("rows")
-    assert move_earlier_run_aside([tmp_path / "logs", tmp_path / "summary.json"], tmp_path) is None  # a first run
+    # a first run
+    assert move_earlier_run_aside([tmp_path / "logs", tmp_path / "summary.json"], tmp_path) is None
     first = move_earlier_run_aside(earlier_run(), tmp_path)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(1_700_000_000))
     assert first == tmp_path / EARLIER_RUNS / stamp
@@ -88,17 +91,18 @@ def test_moving_an_earlier_run_aside_keeps_every_file_and_names_the_folder_by_it
     assert (first / "summary.json").read_text() == "{}" and not (first / "export").exists()
     assert not (tmp_path / "logs").exists() and not (tmp_path / "summary.json").exists()
     assert (tmp_path / "data" / "train.jsonl").read_text() == "rows"  # the data rows stay
-    second = move_earlier_run_aside(earlier_run(), tmp_path)  # the same time: a folder of its own, nothing replaced
+    # another at the same time: a folder of its own, nothing replaced
+    second = move_earlier_run_aside(earlier_run(), tmp_path)
     assert second == tmp_path / EARLIER_RUNS / f"{stamp}-2" and (second / "summary.json").is_file()
     assert (first / "summary.json").is_file()
 
 
 @pytest.mark.slow
-def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_step_0(tiny_chat_model, tmp_path,
-                                                                                     capsys):
-    """The README's command twice in a row: the second run's metrics, export, checkpoint, plot and summary are its
-    own, it trains from step 0 (the first run's checkpoint is not resumed from, nor replaced), and the first
-    run's outputs are all kept, in one folder that a line on stderr names."""
+def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_step_0(
+        tiny_chat_model, tmp_path, capsys):
+    """The README's command twice in a row: the second run's metrics, export, checkpoint, plot and summary are
+    its own, it trains from step 0 (the first run's checkpoint is not resumed from, nor replaced), and the
+    first run's outputs are all kept, in one folder that a line on stderr names."""
     def quickstart(steps, *overrides):
         return run_quickstart(tmp_path, steps=steps, model=str(tiny_chat_model), save_checkpoint=True,
                               extra_overrides=[*TINY, *overrides])
@@ -116,7 +120,8 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
     second = quickstart(2)
     err = capsys.readouterr().err
     # the new run: from step 0 (evaluated before training, which a resumed run is not), nothing of the first
-    assert second["steps"] == 2 and "eval/reward" in second["eval_before"] and len(second["reward_per_step"]) == 2
+    assert second["steps"] == 2 and len(second["reward_per_step"]) == 2
+    assert "eval/reward" in second["eval_before"]
     assert metric_steps(tmp_path) == [1, 2]
     assert listing(tmp_path, "export") == listing(tmp_path, "ckpts") == ["global_step_2"]
     assert json.loads((tmp_path / "summary.json").read_text())["reward_per_step"] == second["reward_per_step"]
@@ -143,8 +148,10 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
     assert len(list((tmp_path / EARLIER_RUNS).iterdir())) == 2
 
 
-TINY = ["trainer.eval_batch_size=8", "trainer.progress_bar=false", "generator.sampling_params.max_generate_length=4",
-        "generator.eval_sampling_params.max_generate_length=4"]
+TINY = [  # the smallest run: with the tiny model, 4 new tokens and no progress bar
+    "trainer.eval_batch_size=8", "trainer.progress_bar=false",
+    "generator.sampling_params.max_generate_length=4", "generator.eval_sampling_params.max_generate_length=4",
+]
 
 
 @pytest.mark.slow

@@ -56,13 +56,15 @@ def test_a_bad_env_id_model_or_data_file_is_refused_before_ray_starts(bad, expec
     from skygym_train import ray_utils
 
     ray_starts = []
-    monkeypatch.setattr(ray_utils, "init_ray", lambda *args, **kwargs: ray_starts.append(args))  # a spy, not run
+    # a spy that starts nothing
+    monkeypatch.setattr(ray_utils, "init_ray", lambda *args, **kwargs: ray_starts.append(args))
     was_up = ray.is_initialized()
     missing = tmp_path / "missing"
-    keys = [f"data.train_data=[{multiply_data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=true",
-            "environment.env_class=multiply", bad.format(missing=missing)]
+    keys = [f"data.train_data=[{multiply_data}]", f"trainer.policy.model.path={CHAT_MODEL}",
+            "trainer.use_ray=true", "environment.env_class=multiply", bad.format(missing=missing)]
     assert skyrl_gym_main(["train", *keys]) == 2
     err = capsys.readouterr().err
     assert ray_starts == [] and ray.is_initialized() == was_up
-    assert [line for line in err.splitlines() if line.startswith("error:")] == ["error: invalid trainer configuration:"]
+    error_lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert error_lines == ["error: invalid trainer configuration:"]
     assert expected.format(missing=missing) in err and "Traceback" not in err, err
