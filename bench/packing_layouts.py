@@ -12,10 +12,10 @@ where one long row would cost more in attention than the repeated prompt costs i
 Token ids are random (the layouts' costs do not depend on them); every answer has its full length. Random-weight
 shapes take their tokenizer from ``SKYRL_GYM_TINY_MODEL`` where it is set (else the embedded SmolLM2's). Prints
 seconds per micro-batch (median of ``--repeats`` after one warm-up), the tokens each layout runs and its row shape,
-and what the forward pass keeps for the backward pass beyond the parameters ("saved": every tensor autograd saves,
-each storage once; a figure of activation memory that does not depend on the device), with the peak of GPU memory
-on a GPU. ``--attention sdpa`` trains on transformers' own SDPA, which copies grouped key/value heads per query
-head under a mask, instead of the trainer's ``skyrl_gym_sdpa`` (``hf_attention``): an A/B of that attention.
+and the peak of live memory in a training step as torch's memory tracker counts it (``MemTracker``: parameters,
+gradients, optimizer state, activations; the same figure on any device), with CUDA's own peak on a GPU. ``--as-transformers`` runs the model as transformers does, for an A/B of what the trainer changes: its
+own SDPA, which copies grouped key/value heads per query head under a mask (the trainer's ``skyrl_gym_sdpa``,
+``hf_attention``, reads them in place), and every MLP activation kept (``workers/activations.py``).
 Figures are printed, never asserted.
 """
 
@@ -43,9 +43,8 @@ def main(argv: object = None) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=80)
     parser.add_argument("--answer-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--attention", choices=("grouped", "sdpa"), default="grouped",
-                        help="grouped: the trainer's attention (grouped key/value heads read in place); sdpa: "
-                        "transformers' own, which copies them per query head under a mask")
+    parser.add_argument("--as-transformers", action="store_true",
+                        help="transformers' own SDPA and MLPs, not the trainer's attention and recomputed activations")
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -54,6 +53,7 @@ def main(argv: object = None) -> int:
     from skygym_adapters.models import bench_model_folder
     from skygym_train.algorithms import POLICY_LOSSES
     from skygym_train.config.schema import AlgorithmConfig, OptimizerConfig
+    from skygym_train.workers.activations import recompute_gated_activations
     from skygym_train.workers.batch import build_batch
     from skygym_train.workers.fsdp_worker import TrainingWorker, WorkerSpec
     from skygym_train.workers.packing import layout
@@ -74,8 +74,9 @@ def main(argv: object = None) -> int:
     worker = TrainingWorker(WorkerSpec(role="policy", model_path=folder, optimizer=OptimizerConfig(lr=1e-6),
                                        micro_train_batch_size=rows, micro_forward_batch_size=rows))
     worker.load_model()
-    if args.attention == "sdpa":
+    if args.as_transformers:
         worker.model.set_attn_implementation("sdpa")
+        recompute_gated_activations(worker.model, enabled=False)
     worker.configure_algorithm(AlgorithmConfig(), POLICY_LOSSES.get("regular"), 1.0)
     break_even = worker._attention_break_even
     print(f"{args.model} on {name}: {args.prompts} prompt(s) of {args.prompt_tokens} tokens x {args.samples} "
@@ -87,7 +88,6 @@ def main(argv: object = None) -> int:
         worker.layout, worker._attention_break_even = mode, cut
         shape = tuple(layout(mode, batch.tensors, batch.prompt_length, cut).model_inputs(torch.device("cpu"))
                       ["input_ids"].shape)
-        saved = saved_bytes(worker, batch)
         if args.device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         times = []
@@ -98,29 +98,24 @@ def main(argv: object = None) -> int:
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
         tokens = shape[0] * shape[1]
-        peak = f", peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if args.device == "cuda" else ""
+        peak = peak_bytes(worker, batch)  # after the timed steps: the optimizer's state exists in every layout's
+        allocated = (f", CUDA's peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if args.device == "cuda"
+                     else "")
         print(f"{label:40s} {statistics.median(times[1:]):7.2f} s   rows x columns {shape[0]} x {shape[1]}"
-              f" ({tokens:,} tokens), saved {saved / 2**30:.2f} GiB{peak}", flush=True)
+              f" ({tokens:,} tokens), peak {peak / 2**30:.2f} GiB{allocated}", flush=True)
     return 0
 
 
-def saved_bytes(worker: object, batch: object) -> int:
-    """What one training step's forward pass keeps for its backward pass beyond the parameters: the bytes of every
-    storage autograd saves, each once (a step of its own, not timed)."""
-    import torch
+def peak_bytes(worker: object, batch: object) -> int:
+    """The peak of live memory in one training step (a step of its own, not timed), as torch's memory tracker counts
+    it on any device: parameters, gradients, optimizer state, activations and temporaries."""
+    from torch.distributed._tools.mem_tracker import MemTracker
 
-    parameters = {p.untyped_storage().data_ptr() for p in worker.model.parameters()}
-    storages = {}
-
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    tracker = MemTracker()
+    tracker.track_external(worker.model, worker.optimizer)
+    with tracker:
         worker.train_step(batch)
-    return sum(storages.values())
+    return sum(snapshot.get("Total", 0) for snapshot in tracker.get_tracker_snapshot("peak").values())
 
 
 if __name__ == "__main__":

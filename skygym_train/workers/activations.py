@@ -27,17 +27,20 @@ GATED_MLPS = frozenset({
 shared expert included); the forward given to them computes the same."""
 
 
-def recompute_gated_activations(model: torch.nn.Module) -> int:
+def recompute_gated_activations(model: torch.nn.Module, enabled: bool = True) -> int:
     """Give every gated MLP of ``model`` (a class in :data:`GATED_MLPS`) a forward that recomputes its activation in
-    the backward pass instead of keeping it; returns how many were given it. Call it before wrapping the model
-    (FSDP, DeepSpeed, LoRA adapters keep working: the projections are still called as modules). Not needed with
-    gradient checkpointing, which recomputes the whole layer."""
+    the backward pass instead of keeping it (``enabled=False``: their own forward back); returns how many MLPs there
+    are. Call it before wrapping the model (FSDP, DeepSpeed, LoRA adapters keep working: the projections are still
+    called as modules). Not needed with gradient checkpointing, which recomputes whole layers."""
     count = 0
     for module in model.modules():
         if type(module).__name__ in GATED_MLPS and all(
                 isinstance(getattr(module, name, None), torch.nn.Module)
                 for name in ("gate_proj", "up_proj", "down_proj", "act_fn")):
-            module.forward = types.MethodType(_recomputing_forward, module)
+            if enabled:
+                module.forward = types.MethodType(_recomputing_forward, module)
+            else:
+                vars(module).pop("forward", None)
             count += 1
     return count
 

@@ -41,6 +41,8 @@ def test_recomputing_the_activation_gives_bitwise_the_same_loss_and_gradients(ar
         assert torch.equal(grad, grads_b[name]), name
     with torch.no_grad():  # inference: no recomputation to arrange, the same logits
         assert torch.equal(plain(input_ids=ids).logits, patched(input_ids=ids).logits)
+    assert recompute_gated_activations(patched, enabled=False) == 2  # their own forward back
+    assert not any("forward" in vars(layer.mlp) for layer in patched.model.layers)
 
 
 def test_the_mlp_keeps_one_intermediate_tensor_less_for_the_backward_pass():
