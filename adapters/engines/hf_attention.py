@@ -52,7 +52,7 @@ def sdpa_grouped(module: Any, query: Any, key: Any, value: Any, attention_mask: 
                 and attention_mask.shape[1] == 1 and attention_mask.shape[2] == length
                 and not dropout and not kwargs.get("output_attentions", False)
                 and all(kwargs.get(name) is None for name in _EXTRAS))
-    if not foldable:
+    if not foldable or not _fold_pays(module, query, key, attention_mask):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     import torch
@@ -61,10 +61,45 @@ def sdpa_grouped(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     # heads are consecutive and fold onto the query axis as (group member, position)
     folded = query.reshape(batch, heads // groups, groups * length, head_dim)
     # one query position: the mask's one row covers the whole group (broadcast); more: one copy of the rows per member
-    mask = attention_mask if length == 1 else mask_per_group(attention_mask, groups, query.dtype)
+    mask = attention_mask if length == 1 else mask_per_group(attention_mask, groups, _attention_dtype(query))
     out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=mask, scale=scaling,
                                                            is_causal=False)
     return out.reshape(batch, heads, length, value.shape[-1]).transpose(1, 2).contiguous(), None
+
+
+def _attention_dtype(query: Any) -> Any:
+    """The dtype SDPA computes in: autocast's where it is on (the query may be fp32 there: rotary embeddings compute
+    in fp32), else the query's. A mask in any other dtype would be cast again in every layer, each copy kept for the
+    backward pass."""
+    import torch
+
+    device = query.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
+
+
+def _fold_pays(module: Any, query: Any, key: Any, mask: Any) -> bool:
+    """Whether folding costs less memory than transformers' copies, counted in elements per row of the batch.
+
+    The copies: every key and value head repeated to the group's query heads, ``2 * (heads - kv_heads) * kv_len *
+    head_dim``, kept for the backward pass when gradients flow. The fold: its mask's extra rows, ``(groups - 1) *
+    q_len * kv_len``, made once per forward pass and shared by the model's layers where it can be kept on the mask
+    (:func:`mask_per_group`), else per call; and, when gradients flow, a copy of the output in the heads' order
+    (SDPA keeps its folded output for the backward pass, and the output projection keeps its own input). One query
+    position always pays (the mask row is broadcast, nothing is copied). Long prompts without gradients (an
+    engine's prefill of thousands of tokens) and very long packed rows do not."""
+    import torch
+
+    heads, length, head_dim = query.shape[1], query.shape[2], query.shape[3]
+    kv_heads, kv_len = key.shape[1], key.shape[2]
+    if length == 1:
+        return True
+    shared_by = 1
+    if not torch.compiler.is_compiling() and not mask.is_inference():
+        shared_by = max(1, int(getattr(getattr(module, "config", None), "num_hidden_layers", 1) or 1))
+    extra = (heads // kv_heads - 1) * length * kv_len / shared_by
+    if torch.is_grad_enabled() and query.requires_grad:
+        extra += heads * length * head_dim
+    return extra < 2 * (heads - kv_heads) * kv_len * head_dim
 
 
 def mask_per_group(mask: Any, groups: int, dtype: Any) -> Any:
@@ -79,7 +114,7 @@ def mask_per_group(mask: Any, groups: int, dtype: Any) -> Any:
     import torch
 
     # kept where a change would show: not in a traced graph (which makes it once per run anyway), nor on an inference
-    # tensor (no version counter; the engine's prefill, once per batch)
+    # tensor (no version counter; the engine's prefill, once per batch); _fold_pays counts on the same condition
     keeps = not torch.compiler.is_compiling() and not mask.is_inference()
     key = (groups, dtype, mask._version) if keeps else None
     kept = getattr(mask, "_skyrl_gym_per_group", None) if keeps else None

@@ -299,9 +299,11 @@ class TrainingWorker:
             if self._loads_from_rank0():
                 self._rank0_state = model.state_dict()  # what rank 0 broadcasts once every rank is sharded
         if self._sp_group is None:
-            # on "sdpa" with grouped key/value heads: masked attention reads each key/value head in place instead of
-            # keeping a copy per query head for the backward pass (hf_attention; the same outputs)
-            use_grouped_attention(model.body if isinstance(model, ValueModel) else model)
+            if not self.spec.gradient_checkpointing:
+                # on "sdpa" with grouped key/value heads: masked attention reads each key/value head in place instead
+                # of keeping a copy per query head for the backward pass (hf_attention; the same outputs). Not with
+                # checkpointing: no layer keeps those copies then, and the fold's mask would be the only change
+                use_grouped_attention(model.body if isinstance(model, ValueModel) else model)
         else:
             from skygym_train.workers.ulysses import attach
 

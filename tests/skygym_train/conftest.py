@@ -7,21 +7,13 @@ from pathlib import Path
 import pytest
 
 
-def write_tiny_lm(out: Path, vocab_size: int = 64, seed: int = 0) -> Path:
+def write_tiny_lm(out: Path, vocab_size: int = 64, seed: int = 0, **config_overrides) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(
-        "qwen2",
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
+    shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                 num_key_value_heads=1, max_position_embeddings=256, tie_word_embeddings=True)
+    config = AutoConfig.for_model("qwen2", vocab_size=vocab_size, **{**shape, **config_overrides})
     torch.manual_seed(seed)
     AutoModelForCausalLM.from_config(config).save_pretrained(str(out))
     return out

@@ -3,6 +3,7 @@ the trainer's forward and backward passes), with transformers' SDPA results."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, List
 
 import pytest
@@ -15,6 +16,20 @@ torch = pytest.importorskip("torch")
 
 class _Attention(torch.nn.Module):
     num_key_value_groups = 3  # 6 query heads over 2 key/value heads
+    config = SimpleNamespace(num_hidden_layers=28)  # a fold's mask serves this many layers
+
+
+def _folded_calls(monkeypatch: pytest.MonkeyPatch) -> List[Any]:
+    """The query shapes of SDPA calls made on the folded path (``(batch, kv_heads, groups * q_len, dim)``)."""
+    calls: List[Any] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(tuple(query.shape))
+        return sdpa(query, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    return calls
 
 
 @pytest.mark.parametrize("mask_kind", ["bool", "additive"])
@@ -41,13 +56,15 @@ def test_a_folded_decode_step_is_transformers_sdpa_on_repeated_heads(mask_kind: 
 
 
 @pytest.mark.parametrize("mask_kind", ["bool", "additive"])
-def test_folded_attention_over_many_positions_is_transformers_sdpa_forward_and_backward(mask_kind: str) -> None:
+def test_folded_attention_over_many_positions_is_transformers_sdpa_forward_and_backward(
+        mask_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Prefill and training: every query position of every head, left padding and a packed row's block mask alike;
     the gradients of queries, keys and values too (the backward pass reads the folded layout)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     gen = torch.Generator().manual_seed(1)
-    batch, kv_heads, length, dim = 3, 2, 21, 8
+    batch, kv_heads, length, dim = 3, 2, 21, 64
+    calls = _folded_calls(monkeypatch)
     inputs = [torch.randn(batch, 6, length, dim, generator=gen)] + [
         torch.randn(batch, kv_heads, length, dim, generator=gen) for _ in range(2)]
     allowed = torch.ones(length, length).tril().bool().expand(batch, 1, length, length).clone()
@@ -63,6 +80,7 @@ def test_folded_attention_over_many_positions_is_transformers_sdpa_forward_and_b
         (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
         results.append((out.detach(), [leaf.grad for leaf in leaves]))
     (ours, our_grads), (theirs, their_grads) = results
+    assert calls[0] == (batch, kv_heads, 3 * length, dim) and calls[1] == (batch, 6, length, dim)  # folded; theirs
     assert ours.shape == theirs.shape == (batch, length, 6, dim)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
     for a, b in zip(our_grads, their_grads):
@@ -89,6 +107,22 @@ def test_the_mask_is_repeated_once_per_forward_pass_and_again_when_changed() -> 
     torch.testing.assert_close(hf_attention.mask_per_group(additive, 2, torch.float32), additive.repeat(1, 1, 2, 1))
 
 
+def test_under_autocast_the_mask_is_folded_in_the_dtype_attention_computes_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rotary embeddings leave the query in fp32 under autocast, but SDPA computes in autocast's dtype: a fold in
+    fp32 would be cast again in every layer (each copy kept for the backward pass)."""
+    calls = _folded_calls(monkeypatch)
+    masks = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *args, **kwargs: masks.append(kwargs["attn_mask"]) or sdpa(*args, **kwargs))
+    query = torch.randn(2, 6, 9, 64, requires_grad=True)
+    key, value = torch.randn(2, 2, 9, 64), torch.randn(2, 2, 9, 64)
+    allowed = torch.ones(9, 9).tril().bool().expand(2, 1, 9, 9)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = hf_attention.sdpa_grouped(_Attention(), query, key, value, allowed)
+    assert calls == [(2, 2, 27, 64)] and masks[0].dtype == torch.bfloat16 and out.dtype == torch.bfloat16
+
+
 def test_aligned_additive_mask_is_the_boolean_one_with_rows_aligned_for_the_gpu_kernel() -> None:
     allowed = torch.rand(2, 1, 37, 37) > 0.5
     for dtype in (torch.float32, torch.bfloat16):
@@ -97,6 +131,31 @@ def test_aligned_additive_mask_is_the_boolean_one_with_rows_aligned_for_the_gpu_
         assert (mask[allowed] == 0).all() and (mask[~allowed] == torch.finfo(dtype).min).all()
         # every stride but the last a multiple of 16 elements: SDPA's memory-efficient kernel uses it uncopied
         assert all(stride % 16 == 0 for stride in mask.stride()[:-1]) and mask.stride(-1) == 1
+
+
+def test_the_fold_is_taken_where_it_costs_less_memory_than_the_copies() -> None:
+    """Counted per row in elements: the copies of key/value heads against the fold's extra mask rows (shared by the
+    layers where the mask can keep it) and, with gradients, its copy of the output."""
+    def pays(heads: int, kv_heads: int, length: int, kv_len: int, dim: int, layers: int = 28, grad: bool = False,
+             inference: bool = False) -> bool:
+        module = SimpleNamespace(config=SimpleNamespace(num_hidden_layers=layers))
+        query = torch.zeros(1, heads, length, dim, requires_grad=grad)
+        key = torch.zeros(1, kv_heads, kv_len, dim)
+        if inference:
+            with torch.inference_mode():
+                mask = torch.ones(1, 1, length, kv_len, dtype=torch.bool)
+        else:
+            mask = torch.ones(1, 1, length, kv_len, dtype=torch.bool)
+        with torch.set_grad_enabled(grad):
+            return hf_attention._fold_pays(module, query, key, mask)
+
+    assert pays(12, 2, 1, 640, 128, inference=True)  # a decode step: nothing to copy, always
+    assert pays(12, 2, 1105, 1105, 128, grad=True)  # Qwen2.5-1.5B training on a packed row
+    assert pays(14, 2, 600, 600, 64, layers=24, grad=True)  # 0.5B on padded rows
+    assert pays(12, 2, 128, 640, 128, inference=True)  # a prefill of 128-token prompts
+    assert not pays(12, 2, 4096, 4608, 128, inference=True)  # a long prefill: a mask per layer costs more
+    assert not pays(2, 1, 40, 40, 16, layers=2, grad=True)  # two query heads a group keep what they save
+    assert not pays(12, 2, 30_000, 30_000, 128, grad=True)  # a packed row of 30k: the mask outgrows the copies
 
 
 def test_what_the_fold_cannot_serve_goes_to_transformers_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -137,8 +196,6 @@ class _PerLayerConfig:
 
 
 def test_only_sdpa_models_with_grouped_heads_of_known_types_are_switched(tiny_model_dir: Any) -> None:
-    from types import SimpleNamespace
-
     from transformers import AutoConfig, AutoModelForCausalLM
 
     grouped = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")  # 2 heads over 1

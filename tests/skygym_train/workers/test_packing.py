@@ -131,17 +131,20 @@ def test_packed_training_step_equals_padded(tiny_lm_dir, layout):
 
 
 @pytest.mark.parametrize("layout", ["padded", "shared_prefix"])
-def test_the_policy_trains_on_grouped_attention_as_on_repeated_heads(tiny_lm_dir, layout, monkeypatch):
-    """The trainer gives a policy on "sdpa" with grouped key/value heads (here 2 query heads over 1) the attention
-    that reads each key/value head in place (hf_attention): the same loss, gradient and update as transformers'
-    eager attention, which repeats the heads, on left-padded rows and on packed rows alike."""
+def test_the_policy_trains_on_grouped_attention_as_on_repeated_heads(tmp_path, layout, monkeypatch):
+    """The trainer gives a policy on "sdpa" with grouped key/value heads (here 8 query heads of 64 over 2, where
+    folding pays: hf_attention._fold_pays) the attention that reads each key/value head in place: the same loss,
+    gradient and update as transformers' eager attention, which repeats the heads, on left-padded rows and on
+    packed rows alike."""
     from skygym_adapters.engines.hf_attention import NAME
+    from tests.skygym_train.conftest import write_tiny_lm
 
+    model_dir = write_tiny_lm(tmp_path, hidden_size=512, num_attention_heads=8, num_key_value_heads=2)
     batch = _grouped_batch(seed=5)
     T = batch.response_length
     batch = batch.with_tensors(advantages=torch.linspace(-1, 1, batch.size)[:, None].expand(-1, T).contiguous())
-    grouped = _worker(tiny_lm_dir, layout=layout)
-    eager = _worker(tiny_lm_dir, layout=layout, model_config_kwargs={"attn_implementation": "eager"})
+    grouped = _worker(model_dir, layout=layout)
+    eager = _worker(model_dir, layout=layout, model_config_kwargs={"attn_implementation": "eager"})
     assert grouped.model.config._attn_implementation == NAME and eager.model.config._attn_implementation == "eager"
     assert grouped.layout == eager.layout == layout
     from skygym_adapters.engines import hf_attention
@@ -154,7 +157,10 @@ def test_the_policy_trains_on_grouped_attention_as_on_repeated_heads(tiny_lm_dir
     mb = eager.train_step(batch)
     assert abs(ma["policy/loss"] - mb["policy/loss"]) < 1e-5
     assert abs(ma["policy/grad_norm"] - mb["policy/grad_norm"]) < 1e-4 * max(1.0, ma["policy/grad_norm"])
-    _assert_same_update(grouped, eager)
+    # the gradients themselves (kept until the next step); the updates would differ where Adam normalises a
+    # gradient that is 0 but for rounding, which eager and SDPA kernels round differently
+    for (name, p), q in zip(grouped.model.named_parameters(), eager.model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-7, msg=name)
 
 
 def _groups_of(prompt_tokens, samples, response_tokens, groups=2):
