@@ -275,3 +275,38 @@ async def test_a_model_handed_to_the_engine_keeps_its_attention_unless_opted_in(
         assert after["response_logprobs"][0] == pytest.approx(before["response_logprobs"][0], abs=1e-5)
     finally:
         opted.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs a CUDA GPU (this machine has none): checks the fused kernels the GPU runs; the CPU "
+                    "tests above check the same results on the CPU's kernels")
+@pytest.mark.parametrize("length", [1, 300])
+def test_on_a_gpu_the_folded_call_runs_a_fused_kernel_and_matches_transformers_in_bf16(length: int) -> None:
+    """Training's shape (a packed row's block mask, bf16, head_dim 128, grads) and a decode step's, under an SDPA
+    context without the math kernel (whose (rows, heads, L, S) scores would not fit at the trainer's sizes): the
+    folded call must find a fused kernel (memory-efficient or cuDNN), and agree with transformers' repeated heads."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    batch, kv_heads, keys, dim = 2, 2, 300, 128
+    query = torch.randn(batch, 6, length, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    key, value = (torch.randn(batch, kv_heads, keys, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+                  for _ in range(2))
+    allowed = torch.ones(keys, keys, device="cuda").tril().bool()[keys - length:].expand(batch, 1, length, keys)
+    allowed = allowed.clone()
+    allowed[1, :, :, :37] = False  # the second row is left-padded (its queries start further in)
+    allowed[1, :, :, 36] = True
+    module = _Attention()
+    results = []
+    for attention in (hf_attention.sdpa_grouped, sdpa_attention_forward):
+        leaves = [t.clone().requires_grad_() for t in (query, key, value)]
+        fused = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION]
+        with sdpa_kernel(fused if attention is hf_attention.sdpa_grouped else fused + [SDPBackend.MATH]):
+            out, _ = attention(module, *leaves, allowed, scaling=dim ** -0.5)
+            out.float().square().mean().backward()
+        results.append((out.float(), [leaf.grad.float() for leaf in leaves]))
+    (ours, our_grads), (theirs, their_grads) = results
+    torch.testing.assert_close(ours, theirs, rtol=2e-2, atol=2e-2)
+    for a, b in zip(our_grads, their_grads):
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=2e-3)
