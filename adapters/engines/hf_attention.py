@@ -73,8 +73,11 @@ def _attention_dtype(query: Any) -> Any:
     backward pass."""
     import torch
 
-    device = query.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
+    try:
+        device = query.device.type
+        return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
+    except RuntimeError:  # a device type autocast does not know has no autocast
+        return query.dtype
 
 
 def _fold_pays(module: Any, query: Any, key: Any, mask: Any) -> bool:
