@@ -353,3 +353,23 @@ def test_token_budget_micro_batches_give_the_whole_batch_update(tiny_lm_dir):
     assert budgeted["policy/loss"] == pytest.approx(whole["policy/loss"], abs=1e-5)
     assert budgeted["policy/grad_norm"] == pytest.approx(whole["policy/grad_norm"], rel=1e-4)
     _assert_same_update(w1, w2)
+
+
+def test_a_packed_forward_lets_the_models_own_logits_go_before_the_log_probs(tiny_lm_dir, monkeypatch):
+    """The packed layout gathers the kept logits into a copy; the model's own logits (nothing keeps them for the
+    backward pass) are freed before the log-probs are computed, not held beside the copy through them."""
+    import weakref
+
+    from skygym_train.workers import fsdp_worker
+
+    worker = _worker(tiny_lm_dir, layout="shared_prefix")
+    own = []
+    worker.model.register_forward_hook(lambda module, args, out: own.append(weakref.ref(out.logits)))
+    alive = []
+    log_probs = fsdp_worker.response_log_probs
+    monkeypatch.setattr(fsdp_worker, "response_log_probs",
+                        lambda *args, **kwargs: alive.append(own[-1]() is not None) or log_probs(*args, **kwargs))
+    batch = _grouped_batch(seed=7)
+    T = batch.response_length
+    worker.train_step(batch.with_tensors(advantages=torch.ones(batch.size, T)))
+    assert alive == [False]
