@@ -9,7 +9,10 @@
 #                                              # against the default autocast, where memory is short
 #   bash bench/gpu_check.sh layouts-15b-512    # one training micro-batch (2 prompts x 8 answers of 512 tokens)
 #                                              # in each packing layout (bench/packing_layouts.py): whether the
-#                                              # trainer's cut of long shared-prompt rows pays on the GPU too
+#                                              # trainer's cut of long shared-prompt rows pays on the GPU too,
+#                                              # with each layout's peak memory; layouts-15b-512-transformers: the
+#                                              # same with the model as transformers runs it (its SDPA, every MLP
+#                                              # activation kept), for an A/B of the trainer's memory cuts
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
 # so one slow part cannot eat the others' time: at most ~200 + 120 + 180 + 300 s, plus building each random model
 # (under its own limit) before its bench's clock starts. Where one command may run at most 600 s, split the parts
@@ -34,9 +37,10 @@ BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(tests sync 05b-128 15b-512)
 for part in "${parts[@]}"; do  # every part known before any runs
-  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+(-fsdp)?|layouts-(tiny|05b|15b)-[0-9]+)$ ]]; then
+  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+(-fsdp)?|layouts-(tiny|05b|15b)-[0-9]+(-transformers)?)$ ]]
+  then
     echo "unknown part $part (tests, sync, <tiny|05b|15b>-<new tokens>[-fsdp], e.g. 05b-128, or" \
-         "layouts-<tiny|05b|15b>-<answer tokens>)" >&2
+         "layouts-<tiny|05b|15b>-<answer tokens>[-transformers])" >&2
     exit 2
   fi
 done
@@ -61,14 +65,15 @@ for part in "${parts[@]}"; do
       summary+=("sync (rc $rc, $((SECONDS - t0))s): $(grep '^device' "$OUT/sync.log")")
       ;;
     layouts-*)
-      rest=${part#layouts-}; size=${rest%%-*}; tokens=${rest#*-}
+      rest=${part#layouts-}; size=${rest%%-*}; rest=${rest#*-}; tokens=${rest%%-*}
+      as=(); [ "$rest" != "$tokens" ] && as=(--as-transformers)
       case "$size" in
         tiny) model=tiny ;;
         05b) model=random-qwen2.5-0.5b ;;
         15b) model=random-qwen2.5-1.5b ;;
       esac
       timeout -k 10 "$BENCH_S" "$PY" bench/packing_layouts.py --device "$DEVICE" --model "$model" --prompts 2 \
-        --samples 8 --answer-tokens "$tokens" --repeats 2 > "$OUT/$part.log" 2>&1
+        --samples 8 --answer-tokens "$tokens" --repeats 2 ${as[@]+"${as[@]}"} > "$OUT/$part.log" 2>&1
       rc=$?
       summary+=("$part (rc $rc, $((SECONDS - t0))s): $(grep -E '^(padded|shared prefix)' "$OUT/$part.log" \
         | sed -E 's/ +/ /g' | tr '\n' ';')")

@@ -26,12 +26,12 @@ def run_check(*parts: str, out: Path, tiny_model: Path) -> subprocess.CompletedP
 
 @pytest.mark.slow
 def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> None:
-    done = run_check("tests", "sync", "tiny-8", "tiny-8-fsdp", "layouts-tiny-8", out=tmp_path,
-                     tiny_model=tiny_chat_model)
+    done = run_check("tests", "sync", "tiny-8", "tiny-8-fsdp", "layouts-tiny-8", "layouts-tiny-8-transformers",
+                     out=tmp_path, tiny_model=tiny_chat_model)
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "summary.txt").read_text().splitlines()
     assert [line.split(" (rc ")[0] for line in summary] == ["tests", "sync", "bench tiny-8", "bench tiny-8-fsdp",
-                                                             "layouts-tiny-8"]
+                                                             "layouts-tiny-8", "layouts-tiny-8-transformers"]
     assert all("(rc 0," in line for line in summary), summary
     assert "no CUDA GPU" in summary[0]  # the GPU test session says why it ran nothing here
     assert "inprocess" in summary[1] and "MiB per sync" in summary[1]
@@ -50,7 +50,11 @@ def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> N
     # the three layouts, each timed, with its rows x columns
     assert [part.split(" s ")[0].rsplit(" ", 1)[0].strip() for part in summary[4].split(": ", 1)[1].split(";")
             if part.strip()] == ["padded", "shared prefix, whole segments", "shared prefix, as the trainer cuts it"]
-    assert summary[4].count("rows x columns") == 3
+    assert summary[4].count("rows x columns") == 3 and summary[4].count("GiB") == 3  # each layout's peak memory
+    # -transformers: the same micro-batches with the model as transformers runs it
+    assert "attention sdpa " in (tmp_path / "layouts-tiny-8-transformers.log").read_text()
+    assert "attention sdpa " not in (tmp_path / "layouts-tiny-8.log").read_text()
+    assert summary[5].count("rows x columns") == 3
 
 
 def test_an_unknown_part_stops_before_any_part_runs(tmp_path: Path) -> None:
