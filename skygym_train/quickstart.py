@@ -135,6 +135,12 @@ def move_earlier_run_aside(paths: Sequence[Path], out_dir: Path) -> Optional[Pat
     present = [p for p in paths if p.exists() or p.is_symlink()]
     if not present:
         return None
+    keep = out_dir / EARLIER_RUNS
+    if keep.is_symlink() or (keep.exists() and not keep.is_dir()):
+        from skygym_train.config.errors import ConfigError
+
+        raise ConfigError(f"{keep} is not a folder: the quickstart moves an earlier run's outputs there before "
+                          "training again into the same --out; move it away, or give another --out")
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(max(_last_written(p) for p in present)))
     target, n = out_dir / EARLIER_RUNS / stamp, 2
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -97,6 +97,17 @@ def test_moving_an_earlier_run_aside_keeps_every_file_and_names_the_folder_by_it
     assert (first / "summary.json").is_file()
 
 
+def test_an_earlier_runs_entry_that_is_not_a_folder_is_a_clear_error_and_moves_nothing(tmp_path):
+    from skygym_train.config.errors import ConfigError
+
+    (tmp_path / "summary.json").write_text("{}")
+    (tmp_path / EARLIER_RUNS).write_text("a file the user put here")
+    with pytest.raises(ConfigError, match="is not a folder: .*move it away, or give another --out"):
+        move_earlier_run_aside([tmp_path / "summary.json"], tmp_path)
+    assert (tmp_path / "summary.json").read_text() == "{}"
+    assert (tmp_path / EARLIER_RUNS).read_text() == "a file the user put here"
+
+
 @pytest.mark.slow
 def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_step_0(
         tiny_chat_model, tmp_path, capsys):
