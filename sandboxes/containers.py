@@ -288,7 +288,9 @@ class Container:
         folder, name = posixpath.split(posixpath.normpath(path))
         made = self.exec(f"mkdir -p -- {shlex.quote(folder)}", timeout_s=30)
         if not made.ok:
-            raise OSError(f"cannot create {folder}: {made.output.strip()}")
+            why = "timed out" if made.timed_out else f"exit status {made.exit_code}"
+            raise OSError(f"cannot create {folder} ({why} after {made.duration_s:.1f} s): "
+                          f"{made.output.strip() or 'no output'}")
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
             info = tarfile.TarInfo(name)

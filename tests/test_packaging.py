@@ -3,7 +3,9 @@ project asks for (the build's own, and the dev extra's for builds without isolat
 
 from __future__ import annotations
 
-import warnings
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,19 +38,27 @@ def test_every_setuptools_the_project_asks_for_reads_its_license_expression():
 
 
 def test_the_metadata_builds_without_deprecation_warnings():
-    import setuptools
+    """In a fresh interpreter: setuptools replaces ``distutils`` on import, which fails where another test of the
+    same process has imported the standard library's already."""
+    from importlib.metadata import version
+
     from packaging.version import Version
 
-    if Version(setuptools.__version__) < Version(LICENSE_EXPRESSION_SETUPTOOLS):
-        pytest.skip(f"setuptools {setuptools.__version__} predates SPDX license strings: "
-                    "pip install 'setuptools>=77'")
-    from setuptools.config.pyprojecttoml import apply_configuration
-    from setuptools.dist import Distribution
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        dist = apply_configuration(Distribution(), str(PYPROJECT))
-    deprecations = [str(w.message) for w in caught
-                    if "deprecat" in f"{w.category.__name__} {w.message}".lower()]
-    assert deprecations == []
-    assert dist.metadata.license_expression == "Apache-2.0"
+    installed = version("setuptools")  # not imported here: see above
+    if Version(installed) < Version(LICENSE_EXPRESSION_SETUPTOOLS):
+        pytest.skip(f"setuptools {installed} predates SPDX license strings: pip install 'setuptools>=77'")
+    probe = (
+        "import json, sys, warnings\n"
+        "from setuptools.config.pyprojecttoml import apply_configuration\n"
+        "from setuptools.dist import Distribution\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    dist = apply_configuration(Distribution(), sys.argv[1])\n"
+        "print(json.dumps({'license': dist.metadata.license_expression, 'deprecations': [str(w.message) for w in "
+        "caught if 'deprecat' in f'{w.category.__name__} {w.message}'.lower()]}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(PYPROJECT)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == {"license": "Apache-2.0", "deprecations": []}
