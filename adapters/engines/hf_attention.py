@@ -97,12 +97,21 @@ def _fold_pays(module: Any, query: Any, key: Any, mask: Any) -> bool:
     if length == 1:
         return True
     shared_by = 1
-    if not torch.compiler.is_compiling() and not mask.is_inference():
+    if _keeps_fold(mask):
         shared_by = max(1, int(getattr(getattr(module, "config", None), "num_hidden_layers", 1) or 1))
     extra = (heads // kv_heads - 1) * length * kv_len / shared_by
     if torch.is_grad_enabled() and query.requires_grad:
         extra += heads * length * head_dim
     return extra < 2 * (heads - kv_heads) * kv_len * head_dim
+
+
+def _keeps_fold(mask: Any) -> bool:
+    """Whether a mask's fold can be kept on it for the model's other layers: where a change to the mask would show,
+    so not in a traced graph (which makes it once per run anyway), nor on an inference tensor (no version counter;
+    the engine's prefill, once per batch)."""
+    import torch
+
+    return not torch.compiler.is_compiling() and not mask.is_inference()
 
 
 def mask_per_group(mask: Any, groups: int, dtype: Any) -> Any:
@@ -116,9 +125,7 @@ def mask_per_group(mask: Any, groups: int, dtype: Any) -> Any:
     the size of the mask it was given."""
     import torch
 
-    # kept where a change would show: not in a traced graph (which makes it once per run anyway), nor on an inference
-    # tensor (no version counter; the engine's prefill, once per batch); _fold_pays counts on the same condition
-    keeps = not torch.compiler.is_compiling() and not mask.is_inference()
+    keeps = _keeps_fold(mask)
     key = (groups, dtype, mask._version) if keeps else None
     kept = getattr(mask, "_skyrl_gym_per_group", None) if keeps else None
     if kept is not None and kept[0] == key:
