@@ -64,14 +64,37 @@ def _training_batch():
 @pytest.mark.parametrize("packing", ["shared_prefix", "varlen", "padded"])
 @pytest.mark.parametrize("role", ["policy", "critic"])
 def test_a_worker_step_on_a_device_gives_the_cpu_step(tiny_lm_dir, role, packing):
+    _assert_device_step_is_cpu_step(tiny_lm_dir, role, packing)
+
+
+@pytest.mark.parametrize("packing", ["shared_prefix", "varlen", "padded"])
+def test_a_step_on_grouped_attention_follows_the_device(tmp_path, packing, monkeypatch):
+    """With 8 query heads over 2 key/value heads the worker's attention folds each group onto its key/value head
+    in training (``hf_attention.mask_per_group``, one mask for every head): the folded mask is made on the
+    device of the mask it repeats, and the step gives the CPU's."""
+    from skygym_adapters.engines import hf_attention
+    from tests.skygym_train.conftest import write_tiny_lm
+
+    model_dir = write_tiny_lm(tmp_path, hidden_size=512, num_attention_heads=8, num_key_value_heads=2)
+    folds = []
+    fold = hf_attention.mask_per_group
+    monkeypatch.setattr(hf_attention, "mask_per_group", lambda *args: folds.append(fold(*args)) or folds[-1])
+    _assert_device_step_is_cpu_step(model_dir, "policy", packing, updates=False)
+    assert folds and any(is_on_device(f) for f in folds), "the grouped attention never folded on the device"
+
+
+def _assert_device_step_is_cpu_step(model_dir, role, packing, updates=True):
+    """The worker's forward pass and training step on the emulated device give the CPU's values, and the same
+    update (``updates``) or, where Adam's normalisation of gradients that are 0 but for rounding would magnify
+    the two attention kernels' rounding, the same gradients."""
     batch = _training_batch()
-    cpu = _worker(tiny_lm_dir, role, packing)
+    cpu = _worker(model_dir, role, packing)
     expected_forward, expected_step = cpu.forward(batch), cpu.train_step(batch)
     with emulated_device() as device:
-        worker = _worker(tiny_lm_dir, role, packing, device)
+        worker = _worker(model_dir, role, packing, device)
         assert all(is_on_device(p) for p in worker.model.parameters())
         got_forward, got_step = worker.forward(batch), worker.train_step(batch)
-        after = {name: p.detach().cpu() for name, p in worker.model.named_parameters()}
+        after = {name: (p.detach() if updates else p.grad).cpu() for name, p in worker.model.named_parameters()}
     for key, value in expected_forward.items():
         torch.testing.assert_close(got_forward[key], value, atol=1e-5, rtol=1e-5)
         assert not is_on_device(got_forward[key])  # results come back to the host for the driver
@@ -80,7 +103,10 @@ def test_a_worker_step_on_a_device_gives_the_cpu_step(tiny_lm_dir, role, packing
         if not key.startswith(("timing/", "memory/")):
             assert got_step[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     for name, p in cpu.model.named_parameters():
-        torch.testing.assert_close(after[name], p.detach(), atol=1e-5, rtol=1e-4)
+        if updates:
+            torch.testing.assert_close(after[name], p.detach(), atol=1e-5, rtol=1e-4, msg=name)
+        else:
+            torch.testing.assert_close(after[name], p.grad, rtol=1e-4, atol=1e-7, msg=name)
 
 
 @pytest.mark.parametrize("name", ADVANTAGE_ESTIMATORS.names())
