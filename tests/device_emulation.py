@@ -15,6 +15,7 @@ Code under test picks the device as it would pick ``cuda``: ``model.to(torch.dev
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Iterator
 
 import torch
@@ -62,6 +63,23 @@ class OnDevice(torch.Tensor):
         return t
 
     __torch_function__ = torch._C._disabled_torch_function_impl
+
+    # What lives in Python (``_data``) and not in the tensor's C++ part, passed on as a CUDA tensor would pass on
+    # its storage: where two tensors read one storage (``data_ptr``), and ``param.data = tensor`` (which makes
+    # ``param`` read ``tensor``'s storage: an engine sharing a policy's weights)
+    def data_ptr(self) -> int:  # type: ignore[override]
+        return self._data.data_ptr()
+
+    @property
+    def data(self) -> torch.Tensor:  # type: ignore[override]
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        if not isinstance(value, OnDevice):
+            raise DeviceMismatch(f"the emulation cannot move a tensor on {DEVICE.type} to {value.device} by .data =")
+        torch._C.TensorBase.data.__set__(self, value)
+        self._data = value._data
 
     def __repr__(self) -> str:  # type: ignore[override]
         return f"OnDevice({self._data!r})"
@@ -152,17 +170,31 @@ class _Factories(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def emulated_device() -> Iterator[torch.device]:
-    """Within: :data:`DEVICE` stands for a GPU (see the module docstring). Yields the device."""
+def emulated_device(threads: bool = False) -> Iterator[torch.device]:
+    """Within: :data:`DEVICE` stands for a GPU (see the module docstring). Yields the device.
+
+    The emulation is a pair of torch modes, which hold for the thread that entered them. With ``threads``, every
+    thread started within runs under modes of its own too (an engine decodes in a worker thread, a trainer runs its
+    event loop in another), and ``torch.inference_mode`` is ``torch.no_grad`` (a wrapper tensor cannot make views
+    of inference tensors)."""
     swap = torch.__future__.get_swap_module_params_on_conversion()
     # Module.to() swaps each parameter's contents in place (as it keeps a CUDA parameter object): tied
     # weights stay one parameter
     torch.__future__.set_swap_module_params_on_conversion(True)
     TRANSFERS.update(to_host=0, to_device=0)
+    run, inference_mode = threading.Thread.run, torch.inference_mode
+
+    def run_emulated(thread: threading.Thread) -> None:
+        with _Factories(), _Dispatch():
+            run(thread)
+
+    if threads:
+        threading.Thread.run, torch.inference_mode = run_emulated, torch.no_grad  # type: ignore[method-assign]
     try:
         with _Factories(), _Dispatch():
             yield DEVICE
     finally:
+        threading.Thread.run, torch.inference_mode = run, inference_mode  # type: ignore[method-assign]
         torch.__future__.set_swap_module_params_on_conversion(swap)
 
 

@@ -153,3 +153,67 @@ def test_packed_outputs_are_gathered_on_their_own_device(packing):
         outputs = torch.randn(rows.input_ids.shape[0], columns // rows.input_ids.shape[0], 3, device=device)
         gathered = rows.gather(rows.kept(outputs))
         assert is_on_device(gathered) and gathered.shape == (batch.size, batch.response_length, 3)
+
+
+@pytest.mark.parametrize("engine_dtype", ["float32", "bfloat16"])
+def test_a_training_run_on_a_device_gives_the_cpu_run(tiny_chat_model, toy_data, tmp_path, monkeypatch, engine_dtype):
+    """Two PPO steps (a critic, KL to the reference) without Ray, every model in this process beside the HF engine,
+    on the emulated device: generation (sampling, log-probs and stop checks on the device, read back every 16 tokens
+    as on a GPU), rewards, weight sync (the engine reads the policy's fp32 tensors, or gets a bf16 copy made on the
+    device), the reference and critic passes and the updates must leave the engine with the policy's weights and,
+    in fp32, give the CPU run's rewards and losses (a bf16 engine's logits differ from the CPU's by rounding where
+    the emulation runs other kernels, enough to sample other tokens). A tensor of the run's left on the host where
+    it meets the device's fails it."""
+    from skygym_adapters.engines.hf import HFEngine
+    from skygym_train.config import load_config
+    from skygym_train.trainer import PPOTrainer
+    from skygym_train.workers.fsdp_worker import TrainingWorker
+    from tests.skygym_train.toy_envs import toy_overrides
+
+    def run(device, folder):
+        cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path / folder, **{
+            "trainer.max_training_steps": 2, "trainer.algorithm.advantage_estimator": "gae",
+            "trainer.algorithm.use_kl_loss": "true", "generator.sampling_params.max_generate_length": 24,
+            "generator.model_dtype": engine_dtype}))
+        steps = []
+        with PPOTrainer(cfg) as trainer:
+            trainer.setup()
+            assert trainer.policy.worker.device == trainer.critic.worker.device == trainer.ref.worker.device == device
+            engine = _engine_of(trainer)
+            assert engine.device == device
+            # the same random numbers from here on: building a model on the emulated device (``meta``, where
+            # transformers makes its skeletons) draws some that a CPU load does not
+            torch.manual_seed(0)
+            trainer.fit(on_step=lambda step, metrics: steps.append(dict(metrics)))
+            assert trainer._weight_sync.shared == (engine_dtype == "float32")
+            for name, value in trainer.policy.worker.model.state_dict().items():
+                mine = engine.model.state_dict()[name]
+                assert is_on_device(mine) == (device != torch.device("cpu")), name
+                torch.testing.assert_close(mine.cpu(), value.cpu().to(mine.dtype), msg=name)
+        return steps
+
+    expected = run(torch.device("cpu"), "cpu")
+    worker_init, engine_init = TrainingWorker.__init__, HFEngine.__init__
+    with emulated_device(threads=True) as device:
+        def on_device_worker(self, *args, **kwargs):
+            worker_init(self, *args, **kwargs)
+            self.device = device
+
+        monkeypatch.setattr(TrainingWorker, "__init__", on_device_worker)
+        monkeypatch.setattr(HFEngine, "__init__", lambda self, *a, **kw: engine_init(self, *a, **{**kw, "device": device}))
+        got = run(device, "device")
+    assert len(got) == len(expected) == 2
+    if engine_dtype != "float32":
+        return
+    for step, (mine, theirs) in enumerate(zip(got, expected), start=1):
+        for key in ("reward/mean", "policy/loss", "policy/grad_norm", "policy/kl_loss", "critic/value_loss",
+                    "critic/grad_norm"):
+            assert key in theirs, f"step {step} logged no {key}"
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (step, key)
+
+
+def _engine_of(trainer):
+    from skygym_adapters.engines.client import engines_behind
+
+    (engine,) = engines_behind(trainer.engine)
+    return engine
