@@ -192,15 +192,20 @@ def test_a_training_run_on_a_device_gives_the_cpu_run(tiny_chat_model, toy_data,
                 torch.testing.assert_close(mine.cpu(), value.cpu().to(mine.dtype), msg=name)
         return steps
 
-    expected = run(torch.device("cpu"), "cpu")
     worker_init, engine_init = TrainingWorker.__init__, HFEngine.__init__
-    with emulated_device(threads=True) as device:
-        def on_device_worker(self, *args, **kwargs):
+
+    def place_models_on(device):  # the CPU reference too, GPU or not
+        def placed_worker(self, *args, **kwargs):
             worker_init(self, *args, **kwargs)
             self.device = device
 
-        monkeypatch.setattr(TrainingWorker, "__init__", on_device_worker)
+        monkeypatch.setattr(TrainingWorker, "__init__", placed_worker)
         monkeypatch.setattr(HFEngine, "__init__", lambda self, *a, **kw: engine_init(self, *a, **{**kw, "device": device}))
+
+    place_models_on(torch.device("cpu"))
+    expected = run(torch.device("cpu"), "cpu")
+    with emulated_device(threads=True) as device:
+        place_models_on(device)
         got = run(device, "device")
     assert len(got) == len(expected) == 2
     if engine_dtype != "float32":
