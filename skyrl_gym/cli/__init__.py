@@ -47,10 +47,21 @@ def _subcommand_modules() -> Iterator[Any]:
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
 
+def _version_line() -> str:
+    """``skyrl-gym X.Y.Z (PATH)``: the folder tells an editable checkout from an installed wheel."""
+    from pathlib import Path
+
+    import skyrl_gym
+
+    return f"skyrl-gym {skyrl_gym.__version__} ({Path(skyrl_gym.__file__).resolve().parent})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="skyrl-gym", description="Environments for RL on language models: list, inspect, check, drive, train."
     )
+    parser.add_argument("--version", action="version", version=_version_line(),
+                        help="print the version and where the package is installed, and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _subcommand_modules():
         module.register(subparsers)

@@ -335,3 +335,12 @@ def test_docs_cli_page_covers_every_command():
     missing = [name for name in subparsers.choices
                if f"## `skyrl-gym {name}" not in page or f"| `{name}" not in page]
     assert missing == [], f"docs/cli.md does not cover: {missing}"
+
+
+def test_version_prints_the_version_and_where_the_package_lives(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"skyrl-gym {skyrl_gym.__version__} (")
+    assert str(Path(skyrl_gym.__file__).resolve().parent) in out
