@@ -891,17 +891,15 @@ class TrajectoriesFailed(RuntimeError):
     """Every trajectory of ``trainer.max_failed_steps`` consecutive steps ended in an error."""
 
 
-def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
-    """Fail before the first step if ``environment.env_class`` or a row's ``env_class`` is not a registered env.
-
-    The message names where the id came from and the registered ids closest to it.
-    """
+def env_class_problems(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> List[str]:
+    """Each of ``environment.env_class`` and the rows' ``env_class`` that is not a registered env, with where the
+    id came from and the registered ids closest to it (an unset ``environment.env_class`` is the validation's)."""
     from skyrl_gym.errors import UnregisteredEnv
     from skyrl_gym.registration import spec
 
-    from skygym_train.config.errors import ConfigError
-
-    where: Dict[str, str] = {cfg.environment.env_class: "environment.env_class"}
+    where: Dict[str, str] = {}
+    if cfg.environment.env_class:
+        where[cfg.environment.env_class] = "environment.env_class"
     for index, row in enumerate(rows):
         where.setdefault(str(row.get("env_class")), f"dataset row {index} (env_class column)")
     problems = []
@@ -910,16 +908,33 @@ def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
             spec(env_id)
         except UnregisteredEnv as exc:  # its message has the close matches
             problems.append(f"{source}={env_id}: {exc}")
+    return problems
+
+
+def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
+    """Fail (``ConfigError``) before the first step if ``environment.env_class`` or a row's ``env_class`` is not a
+    registered env."""
+    from skygym_train.config.errors import ConfigError
+
+    problems = env_class_problems(cfg, rows)
     if problems:
         raise ConfigError(problems)
 
 
+def before_starting_problems(cfg: Any) -> List[str]:
+    """What needs neither Ray nor a model: a misspelled ``environment.env_class`` and every bad model path, all of
+    them, so that one run names every mistake."""
+    return env_class_problems(cfg) + model_path_problems(cfg)
+
+
 def check_before_starting(cfg: Any) -> None:
-    """What needs neither Ray nor a model, checked first: a misspelled ``environment.env_class`` or model
-    path is refused (``ConfigError``) before Ray, a worker or a model starts. The rows' own ``env_class`` are
-    checked once the rows are read."""
-    check_env_classes(cfg)
-    check_model_paths(cfg)
+    """A misspelled ``environment.env_class`` or model path is refused (``ConfigError``, naming each) before Ray, a
+    worker or a model starts. The rows' own ``env_class`` are checked once the rows are read."""
+    from skygym_train.config.errors import ConfigError
+
+    problems = before_starting_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
 
 
 def worker_roles(cfg: Any) -> List[str]:
@@ -927,21 +942,27 @@ def worker_roles(cfg: Any) -> List[str]:
     return ["policy"] + (["ref"] if uses_ref(cfg) else []) + (["critic"] if uses_critic(cfg) else [])
 
 
-def check_model_paths(cfg: Any) -> None:
-    """Fail before anything starts if a worker's ``model.path`` is a path that does not exist, a folder
-    without weights, or a name of no known form (what the name and the file system tell: nothing loads)."""
+def model_path_problems(cfg: Any) -> List[str]:
+    """Each worker's ``model.path`` that is a path that does not exist, a folder without weights, or a name of no
+    known form (what the name and the file system tell: nothing loads). An unset policy path is the validation's."""
     from skygym_adapters.models import ModelResolutionError, check_model_name
-
-    from skygym_train.config.errors import ConfigError
 
     problems = []
     for role in worker_roles(cfg):
         path = getattr(cfg.trainer, role).model.path
-        if role == "policy" or path:  # the others default to the policy's model
+        if path:  # the others default to the policy's model
             try:
                 check_model_name(path)
             except ModelResolutionError as exc:
                 problems.append(f"trainer.{role}.model.path={path}: {exc}")
+    return problems
+
+
+def check_model_paths(cfg: Any) -> None:
+    """Fail (``ConfigError``) before anything starts if a worker's ``model.path`` cannot be a model."""
+    from skygym_train.config.errors import ConfigError
+
+    problems = model_path_problems(cfg)
     if problems:
         raise ConfigError(problems)
 

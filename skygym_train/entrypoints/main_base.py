@@ -54,7 +54,14 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     from skygym_train.config.schema import SkyRLTrainConfig
 
     try:
-        cfg = load_config(args.overrides, config_file=args.config_file, schema=config_cls or SkyRLTrainConfig)
+        cfg = load_config(args.overrides, config_file=args.config_file, schema=config_cls or SkyRLTrainConfig,
+                          validate=False)
+        # One run names every mistake: the settings, the model paths and the env ids (with --check, the rows too).
+        problems = config_problems(cfg)
+        if args.check or not args.print_config:
+            problems += dataset_problems(cfg, read_rows=args.check)
+        if problems:
+            raise ConfigError(problems)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -66,11 +73,6 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     for warning in config_warnings(cfg):
         print(f"warning: {warning}", file=sys.stderr)
     if args.check:
-        try:
-            check_datasets(cfg)
-        except (ConfigError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
         print("configuration is valid", file=sys.stderr)
         return 0
     if trainer_cls is None:
@@ -92,17 +94,46 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     return 0
 
 
+def config_problems(cfg: Any) -> List[str]:
+    """Every problem the configuration's validation finds (an empty list when it is valid)."""
+    from skygym_train.config.errors import ConfigError
+    from skygym_train.config.validation import validate_config
+
+    try:
+        validate_config(cfg)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:
+    """The model paths and ``environment.env_class``; with ``read_rows``, the dataset files that exist are read
+    and every row's ``env_class`` is checked too (a missing file is the validation's problem)."""
+    from skygym_train.dataset import load_dataset_rows
+    from skygym_train.trainer import before_starting_problems, env_class_problems, model_path_problems
+
+    if not read_rows:
+        return before_starting_problems(cfg)
+    problems: List[str] = []
+    rows: List[Dict[str, Any]] = []
+    for f in list(cfg.data.train_data) + list(cfg.data.val_data or []):
+        if "://" not in f and not Path(f).expanduser().exists():
+            continue
+        try:
+            rows += load_dataset_rows([f], cfg.environment.env_class)
+        except ValueError as exc:  # DataError names the row and the field
+            problems.append(f"{f}: {exc}")
+    return model_path_problems(cfg) + problems + env_class_problems(cfg, rows)
+
+
 def check_datasets(cfg: Any) -> None:
     """Check the model paths, read the dataset files and check ``environment.env_class`` and every row's
-    ``env_class`` are registered."""
-    from skygym_train.dataset import load_dataset_rows
-    from skygym_train.trainer import check_env_classes, check_model_paths
+    ``env_class`` are registered (``ConfigError`` naming every problem)."""
+    from skygym_train.config.errors import ConfigError
 
-    check_model_paths(cfg)
-    rows = load_dataset_rows(cfg.data.train_data, cfg.environment.env_class)
-    if cfg.data.val_data:
-        rows += load_dataset_rows(cfg.data.val_data, cfg.environment.env_class)
-    check_env_classes(cfg, rows)
+    problems = dataset_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
 
 
 # ---------------------------------------------------------------------- SkyRL-train's tutorial surface

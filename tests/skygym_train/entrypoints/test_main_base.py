@@ -68,3 +68,33 @@ def test_a_bad_env_id_model_or_data_file_is_refused_before_ray_starts(bad, expec
     error_lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert error_lines == ["error: invalid trainer configuration:"]
     assert expected.format(missing=missing) in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("check", [["--check"], []], ids=["check", "run"])
+def test_every_mistake_is_named_in_one_run(check, tmp_path, capsys):
+    """A bad setting, a model path that does not exist, a misspelt env id and a row with an unknown env_class
+    are all named by one run (the user fixes them all at once, not one per try); nothing starts."""
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiplyy"}\n')
+    missing = tmp_path / "missing"
+    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={missing}", "trainer.use_ray=false",
+            "environment.env_class=gsm8kk", "trainer.epochs=0"]
+    assert main([*check, *keys]) == 2
+    err = capsys.readouterr().err
+    assert "- trainer.epochs=0: must be a positive integer" in err
+    assert f"- trainer.policy.model.path={missing}: model path '{missing}' does not exist" in err
+    assert "- environment.env_class=gsm8kk: no env registered with id 'gsm8kk'. Did you mean: 'gsm8k'?" in err
+    if check:  # --check reads the rows too
+        assert "- dataset row 0 (env_class column)=multiplyy: no env registered with id 'multiplyy'" in err
+    assert err.count("- environment.env_class=gsm8kk") == 1 and "Traceback" not in err, err
+
+
+def test_check_names_a_malformed_row_beside_the_other_problems(tmp_path, capsys):
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": 3, "env_class": "multiply"}\n')
+    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={tmp_path / 'missing'}",
+            "trainer.use_ray=false"]
+    assert main(["--check", *keys]) == 2
+    err = capsys.readouterr().err
+    assert f"- {data}: row 0: field 'prompt' must be a non-empty list of chat messages, got 3" in err
+    assert f"- trainer.policy.model.path={tmp_path / 'missing'}: model path" in err
