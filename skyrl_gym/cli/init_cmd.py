@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from skyrl_gym.cli._io import error
@@ -28,6 +29,7 @@ def run_init(args: argparse.Namespace) -> int:
     except ScaffoldError as exc:
         error(str(exc))
         return 2
-    print(f"wrote {root}\nnext:\n  pip install -e {root}[dev]\n  skyrl-gym check {args.name}\n"
-          f"  python -m pytest {root / 'tests'}")
+    # quoted: an unquoted `[dev]` is a glob that zsh refuses ("no matches found") and bash may expand
+    print(f"wrote {root}\nnext:\n  pip install -e {shlex.quote(f'{root}[dev]')}\n  skyrl-gym check {args.name}\n"
+          f"  skyrl-gym audit {args.name}\n  python -m pytest {shlex.quote(str(root / 'tests'))}")
     return 0

@@ -48,3 +48,18 @@ def test_the_scaffolded_builder_follows_the_dataset_builder_contract(tmp_path):
         list(dataset.build_rows(split="tset", size=1, seed=0))
     with pytest.raises(TypeError, match=r"no option \['num_words'\]"):
         list(dataset.build_rows(split="test", size=1, seed=0, num_words=3))
+
+
+def test_init_prints_next_commands_that_a_shell_reads_as_written(tmp_path, capsys):
+    """The `pip install -e DIR[dev]` it suggests is quoted, so zsh (which refuses an unmatched glob) and bash (which
+    may expand it) both pass `[dev]` to pip; the folder may hold spaces."""
+    import shlex
+
+    folder = tmp_path / "my envs" / "pkg"
+    assert main(["init", "word_reverse_probe", "--dir", str(folder)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    pip_line = next(line.strip() for line in lines if line.strip().startswith("pip install"))
+    assert shlex.split(pip_line) == ["pip", "install", "-e", f"{folder}[dev]"]
+    assert "[dev]'" in pip_line
+    pytest_line = next(line.strip() for line in lines if line.strip().startswith("python -m pytest"))
+    assert shlex.split(pytest_line)[-1] == str(folder / "tests")
