@@ -15,7 +15,10 @@ def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field
     """``extras[field]["ground_truth"]``, or a :class:`DataError` that names what is missing."""
     # type(...) is dict first: rows are plain dicts, and isinstance against typing.Mapping is slow
     if type(extras) is not dict and not isinstance(extras, Mapping):
-        raise DataError(f"env {env_id!r} needs extras with {field}.ground_truth (the dataset row), got {extras!r}")
+        raise DataError(
+            f"env {env_id!r} needs its dataset row as extras, e.g. skyrl_gym.make({env_id!r}, "
+            f"extras={{{field!r}: {{'ground_truth': ...}}}}); got {extras!r:.80}"
+        )
     spec = extras.get(field)
     if type(spec) is not dict and not isinstance(spec, Mapping):
         raise MissingRewardSpec(

@@ -38,8 +38,9 @@ class LCBEnv(BaseTextEnv):
         sandbox: Optional[Sandbox] = None,
     ) -> None:
         super().__init__(env_config, extras)
+        ground_truth = require_ground_truth(extras, "lcb")  # its errors name the env already
         try:
-            self.tests = parse_tests(require_ground_truth(extras, "lcb"))
+            self.tests = parse_tests(ground_truth)
         except ValueError as exc:
             raise DataError(f"env 'lcb': {exc}") from None
         config = config_dict(env_config)

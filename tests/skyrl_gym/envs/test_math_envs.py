@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -39,11 +40,22 @@ def test_gsm8k_is_one_step():
 @pytest.mark.parametrize("extras, message", [
     ({}, "reward_spec"),
     ({"reward_spec": {}}, "reward_spec.ground_truth is missing"),
-    (None, "needs extras"),
+    (None, re.escape("needs its dataset row as extras, e.g. skyrl_gym.make('gsm8k', "
+                     "extras={'reward_spec': {'ground_truth': ...}}); got None")),
 ])
 def test_missing_ground_truth_is_a_clear_error(extras, message):
     with pytest.raises(DataError, match=message):
         skyrl_gym.make("gsm8k", extras=extras)
+
+
+@pytest.mark.parametrize("env_id", ["gsm8k", "math", "aime", "multiply", "lcb", "humaneval", "code_interpreter"])
+def test_make_without_a_row_says_how_to_pass_one(env_id):
+    """A new user's first `skyrl_gym.make(ID)` (no row) is told the keyword and shape to give, once per message."""
+    with pytest.raises(DataError) as raised:
+        skyrl_gym.make(env_id)
+    message = str(raised.value)
+    assert f"skyrl_gym.make({env_id!r}, extras={{'reward_spec': {{'ground_truth': ...}}}})" in message
+    assert message.count(f"env {env_id!r}") == 1, message
 
 
 def test_huge_and_odd_actions_give_zero_with_a_reason():
