@@ -12,7 +12,8 @@ import difflib
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar, Union
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
 from omegaconf.errors import OmegaConfBaseException
 
 from skygym_train.config.errors import ConfigError
@@ -80,8 +81,43 @@ def _check_all_keys(schema_cfg: DictConfig, data: Mapping[str, Any], prefix: str
         path = f"{prefix}{key}"
         check_key(schema_cfg, path)
         sub = OmegaConf.select(schema_cfg, path)
-        if isinstance(value, Mapping) and isinstance(sub, DictConfig) and not _is_open_dict_field(sub):
+        if isinstance(sub, DictConfig) and not _is_open_dict_field(sub):
+            if not isinstance(value, Mapping):
+                keys = [str(k) for k in sub.keys()]
+                raise ConfigError(f"{path}={value}: '{path}' is a section, not a value; set its keys, e.g. "
+                                  f"{path}.{keys[0]}=... (its keys: {', '.join(keys)})")
             _check_all_keys(schema_cfg, value, path + ".")
+        elif isinstance(sub, ListConfig) and isinstance(value, Mapping):  # OmegaConf's merge raises a bare TypeError
+            raise ConfigError(f"{path}={value}: expected a list, e.g. {path}=\"['...']\"")
+
+
+# What a schema node of each kind takes, for an error about a value of the wrong type.
+_EXPECTED = {IntegerNode: "an integer", FloatNode: "a number", BooleanNode: "true or false", StringNode: "a string"}
+
+
+def _value_problem(schema_cfg: DictConfig, exc: OmegaConfBaseException) -> str:
+    """One line for a value OmegaConf could not take: the key, the value, and what the key takes (a list's
+    override spelled out, the mistake a shell's quoting invites: ``data.train_data=rows.jsonl``)."""
+    key = getattr(exc, "full_key", None)
+    message = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+    if not key:
+        return f"?: {message}"
+    node: Any = schema_cfg
+    try:
+        for part in str(key).split("."):
+            node = node._get_node(part)
+    except (AttributeError, KeyError, OmegaConfBaseException):
+        node = None
+    value = getattr(exc, "value", None)
+    if isinstance(node, ListConfig):
+        shown = str(value) if not str(value).startswith(("[", "{")) else "..."
+        return f"{key}={value}: expected a list, e.g. {key}=\"['{shown}']\" (quoted, so the shell keeps the brackets)"
+    expected = next((text for kind, text in _EXPECTED.items() if isinstance(node, kind)), None)
+    if expected is None and _is_open_dict_field(node):
+        expected = f"a mapping: set its entries as {key}.NAME=VALUE"
+    if expected is None:
+        return f"{key}: {message}"
+    return f"{key}={value}: expected {expected}"
 
 
 def _parse_overrides(overrides: Iterable[str]) -> List[str]:
@@ -133,9 +169,7 @@ def load_config(
         merged = OmegaConf.merge(base, *layers)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        key = getattr(exc, "full_key", None) or "?"
-        message = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        raise ConfigError(f"{key}: {message}") from None
+        raise ConfigError(_value_problem(base, exc)) from None
     _apply_deprecated_spellings(cfg)
     if validate:
         from skygym_train.config.validation import validate_config

@@ -88,6 +88,29 @@ def test_wrong_type_names_the_key():
         load_config(["trainer.train_batch_size=eight"])
 
 
+@pytest.mark.parametrize("override, problem", [
+    ("trainer.epochs=abc", "trainer.epochs=abc: expected an integer"),
+    ("trainer.epochs=2.5", "trainer.epochs=2.5: expected an integer"),
+    ("trainer.policy.optimizer_config.lr=fast", "trainer.policy.optimizer_config.lr=fast: expected a number"),
+    ("trainer.algorithm.use_kl_loss=maybe", "trainer.algorithm.use_kl_loss=maybe: expected true or false"),
+    # the brackets a shell eats, or never typed: the fix spelled out
+    ("data.train_data=rows.jsonl",
+     "data.train_data=rows.jsonl: expected a list, e.g. data.train_data=\"['rows.jsonl']\""),
+    ("data.val_data={a: 1}", "data.val_data={'a': 1}: expected a list"),
+    ("trainer.placement=3", "trainer.placement=3: 'trainer.placement' is a section, not a value; set its keys, "
+                            "e.g. trainer.placement.colocate_all=..."),
+    ("environment.env_config=3",
+     "environment.env_config=3: expected a mapping: set its entries as environment.env_config.NAME=VALUE"),
+])
+def test_a_value_of_the_wrong_kind_names_the_key_the_value_and_what_the_key_takes(override, problem):
+    """Each mistake is one line a user can act on, not OmegaConf's internals (``AnyNode is not a ListConfig``,
+    ``Merge error``, a ``TypeError`` traceback)."""
+    with pytest.raises(ConfigError) as raised:
+        load_config([override])
+    assert len(raised.value.problems) == 1
+    assert raised.value.problems[0].startswith(problem), raised.value.problems
+
+
 def test_override_without_equals_is_rejected():
     with pytest.raises(ConfigError, match="key=value"):
         load_config(["trainer.epochs"])
