@@ -41,13 +41,17 @@ _STATUS_OF_VERDICT = {
 
 
 def parse_ground_truth(value: Any) -> Dict[str, str]:
-    data = json.loads(value) if isinstance(value, (str, bytes)) else value
+    shape = "a JSON object (or a dict) of 'prompt', 'test' and 'entry_point' strings"
+    try:
+        data = json.loads(value) if isinstance(value, (str, bytes)) else value
+    except ValueError:  # e.g. a task id, 'HumanEval/0': the row builders write the whole problem
+        raise DataError(f"env 'humaneval': reward_spec.ground_truth must be {shape}, got {value!r:.80}; "
+                        "build rows with skyrl_gym.datasets.build_rows('humaneval', ...)") from None
     if not isinstance(data, dict) or not all(
         isinstance(data.get(k), str) for k in ("prompt", "test", "entry_point")
     ):
-        raise DataError(
-            "env 'humaneval': reward_spec.ground_truth must hold 'prompt', 'test' and 'entry_point' strings"
-        )
+        raise DataError(f"env 'humaneval': reward_spec.ground_truth must hold 'prompt', 'test' and 'entry_point' "
+                        f"strings ({shape})")
     return data
 
 
