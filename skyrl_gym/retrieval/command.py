@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from skyrl_gym.retrieval.kinds import missing_modules, plugin_errors, retriever_kinds
+from skyrl_gym.retrieval.kinds import join_missing, missing_modules, plugin_errors, retriever_kinds
 from skyrl_gym.retrieval.server import CLIENT_TIMEOUT_S, MAX_BODY_BYTES, TOKEN_ENV
 
 DESCRIPTION = (
@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     problems = missing_modules({"fastapi": "pip install 'skyrl-gym[search]'",
                                 "uvicorn": "pip install 'skyrl-gym[search]'"}) + kind.missing()
     if problems:
-        print(f"serve-retriever --retriever {args.retriever} needs: {'; '.join(problems)}", file=sys.stderr)
-        return 1
+        print(f"error: serve-retriever --retriever {args.retriever} needs: {join_missing(problems)}", file=sys.stderr)
+        return 2  # as every command whose extra is missing (docs/cli.md)
     from skyrl_gym.errors import DataError
     from skyrl_gym.retrieval.build import load_retriever
     from skyrl_gym.retrieval.server import check_bind, create_app, serve

@@ -50,6 +50,19 @@ def missing_modules(requirements: Mapping[str, str]) -> List[str]:
     return [f"{module} ({hint})" for module, hint in requirements.items() if importlib.util.find_spec(module) is None]
 
 
+def join_missing(problems: List[str]) -> str:
+    """``missing_modules`` messages (from the server and the kind) as one line, each install hint once:
+    ``fastapi, uvicorn, bm25s (pip install 'skyrl-gym[search]')``. Other messages are kept as they are."""
+    by_hint: Dict[str, List[str]] = {}
+    for problem in problems:
+        module, sep, hint = problem.partition(" (")
+        if sep and hint.endswith(")") and module.isidentifier():
+            by_hint.setdefault(hint[:-1], []).append(module)
+        else:
+            by_hint.setdefault(problem, [])
+    return "; ".join(f"{', '.join(modules)} ({hint})" if modules else hint for hint, modules in by_hint.items())
+
+
 class _BM25Factory:
     label = "BM25"
 
@@ -143,6 +156,7 @@ __all__ = [
     "IndexFactory",
     "RetrieverKind",
     "get_retriever_kind",
+    "join_missing",
     "missing_modules",
     "register_retriever_kind",
     "retriever_kinds",

@@ -92,3 +92,35 @@ def test_a_kind_without_the_protocol_is_refused():
 
     with pytest.raises(ValueError, match="no add_arguments"):
         kinds.register_retriever_kind(Half())
+
+
+class _NeedsTwoModulesKind(_OverlapKind):
+    name = "needs-two-test"
+
+    def missing(self) -> List[str]:
+        hint = "pip install 'skyrl-gym[search]'"
+        return kinds.missing_modules({"skygym_absent_one": hint, "skygym_absent_two": hint,
+                                      "skygym_absent_three": "pip install other"})
+
+
+def test_a_missing_extra_is_one_line_naming_each_command_once_and_exits_2(tmp_path, capsys):
+    """As every command whose extra is missing (docs/cli.md): exit 2, one line, each install command once."""
+    from skyrl_gym.cli import main
+
+    kinds.register_retriever_kind(_NeedsTwoModulesKind())
+    try:
+        code = main(["serve-retriever", "--corpus", str(write_corpus(tmp_path / "c.jsonl")),
+                     "--retriever", "needs-two-test"])
+    finally:
+        kinds._registered.pop("needs-two-test", None)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.splitlines()[-1].startswith("error: serve-retriever --retriever needs-two-test needs: ")
+    assert "skygym_absent_one, skygym_absent_two (pip install 'skyrl-gym[search]')" in err
+    assert "skygym_absent_three (pip install other)" in err
+    assert err.count("pip install 'skyrl-gym[search]'") == 1, err
+
+
+def test_join_missing_keeps_messages_of_other_shapes():
+    assert kinds.join_missing(["a (pip install x)", "a GPU is needed", "b (pip install x)"]) == (
+        "a, b (pip install x); a GPU is needed")
