@@ -803,6 +803,7 @@ class PPOTrainer:
                 note += f": the run is already at its last step ({self.total_steps}), nothing is left to train"
             warnings.warn(note, UserWarning, stacklevel=2)
         result: Dict[str, Any] = {"resumed_from": str(resumed) if resumed else None}
+        first_step = self.global_step
         if self.t.eval_before_train and self.global_step == 0 and self.val_rows:
             before = self.evaluate()
             result["eval_before"] = before
@@ -846,6 +847,7 @@ class PPOTrainer:
         if self.t.plot_path:
             result["plot"] = str(plot_reward_curve(self.tracker.history, _expand(self.t.plot_path), f"{self.t.run_name}: reward per step"))
         result["global_step"] = self.global_step
+        result["steps_trained"] = self.global_step - first_step  # 0 when a resume found the run at its last step
         result["history"] = self.tracker.history
         return result
 

@@ -90,8 +90,21 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     except TrajectoriesFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(f"finished at step {result['global_step']}; checkpoint: {result.get('checkpoint')}", file=sys.stderr)
+    print(finished_line(result), file=sys.stderr)
     return 0
+
+
+def finished_line(result: Mapping[str, Any]) -> str:
+    """The run's last line: where it ended, and, for a run that resumed (the default ``trainer.ckpt_path`` is
+    shared by every run that does not set its own), from where and how many steps it trained."""
+    line = f"finished at step {result['global_step']}; checkpoint: {result.get('checkpoint')}"
+    resumed, trained = result.get("resumed_from"), result.get("steps_trained")
+    if resumed and trained == 0:
+        return (f"{line}\nnothing was trained: this run resumed from {resumed}, already at its last step "
+                "(trainer.resume_mode=none starts afresh; a trainer.ckpt_path of its own keeps a run apart)")
+    if resumed:
+        return f"{line} (resumed from {resumed}, then trained {trained} step(s))"
+    return line
 
 
 def config_problems(cfg: Any) -> List[str]:

@@ -98,3 +98,22 @@ def test_check_names_a_malformed_row_beside_the_other_problems(tmp_path, capsys)
     err = capsys.readouterr().err
     assert f"- {data}: row 0: field 'prompt' must be a non-empty list of chat messages, got 3" in err
     assert f"- trainer.policy.model.path={tmp_path / 'missing'}: model path" in err
+
+
+def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tiny_chat_model, toy_data, tmp_path,
+                                                                               capsys):
+    """Two runs that leave trainer.ckpt_path at one folder (the default is shared): the second resumes the first's
+    checkpoint, trains nothing, and its last lines say so, not just 'finished at step 1'."""
+    from tests.skygym_train.toy_envs import toy_overrides
+
+    keys = toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1,
+                                                                "trainer.ckpt_interval": 1,
+                                                                "trainer.resume_mode": "latest"})
+    assert main(keys) == 0
+    first = capsys.readouterr().err
+    assert "finished at step 1" in first and "resumed from" not in first.splitlines()[-1]
+    with pytest.warns(UserWarning, match="nothing is left to train"):
+        assert main(keys) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"nothing was trained: this run resumed from {tmp_path / 'ckpts' / 'global_step_1'}")
+    assert "trainer.resume_mode=none starts afresh" in last
