@@ -143,7 +143,12 @@ def run_step(args: argparse.Namespace, stdin: Optional[TextIO] = None) -> int:
     if episode.end is EpisodeEnd.ERROR:
         what = {"make": f"building env {args.env_id!r}", "init": "init()",
                 "step": f"step() on turn {episode.num_turns + 1}"}.get(episode.error_method or "", episode.error_method)
-        error(f"{what} raised {type(episode.exception).__name__}: {episode.exception}")
+        hint = ""
+        if episode.error_method == "make" and isinstance(episode.exception, DataError) and not args.row:
+            # --prompt alone gives the env no row: say where its fields go
+            hint = ("\n  with --prompt, give the rest of the row as --extras, e.g. "
+                    "--extras '{\"reward_spec\": {\"ground_truth\": \"...\"}}' (the env's README shows its row)")
+        error(f"{what} raised {type(episode.exception).__name__}: {episode.exception}{hint}")
         out.event(event="error", turn=episode.num_turns + 1, error=f"{type(episode.exception).__name__}: {episode.exception}")
         return 1
     done = episode.end is EpisodeEnd.ENV_DONE

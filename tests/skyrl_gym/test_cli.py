@@ -309,6 +309,7 @@ def test_step_rejects_bad_arguments(capsys, tmp_path, monkeypatch):
     assert code == 2 and "--index 5 is out of range" in err and "2 rows" in err
     code, _, err = run_cli(capsys, ["step", "gsm8k", "--prompt", "hi"], monkeypatch=monkeypatch)
     assert code == 1 and "building env 'gsm8k' raised MissingRewardSpec" in err
+    assert """give the rest of the row as --extras, e.g. --extras '{"reward_spec": {"ground_truth": "..."}}'""" in err
 
 
 def test_python_dash_m_cli_drives_an_env_through_a_pipe(tmp_path):
