@@ -46,6 +46,9 @@ from skygym_train.workers.group import LocalWorkerGroup, WorkerGroup
 
 logger = logging.getLogger(__name__)
 
+# Steps in a row with every advantage 0 after which the trainer says the run is learning nothing.
+NO_SIGNAL_STEPS = 3
+
 SUCCESS_THRESHOLD = 1.0  # a sample counts towards pass@k when its reward reaches this
 
 
@@ -502,6 +505,7 @@ class PPOTrainer:
             if self.critic is not None:
                 batch = batch.with_tensors(values=self.critic.forward(batch)["values"] * batch.tensors["response_mask"])
             batch = self.compute_advantages_and_returns(batch)
+            self._warn_without_signal(batch, output)
             if self.algo.use_tis:
                 batch = self._truncated_importance_sampling(batch, output)
             if self.algo.use_kl_loss:
@@ -559,6 +563,33 @@ class PPOTrainer:
         self._step_metrics["tis/weight_mean"] = float((weight * mask).sum() / tokens)
         self._step_metrics["tis/capped_fraction"] = float(((ratio > self.algo.tis_imp_ratio_cap) * mask).sum() / tokens)
         return batch.with_tensors(advantages=t["advantages"] * weight)
+
+    def _warn_without_signal(self, batch: TrainingBatch, output: GeneratorOutput) -> None:
+        """Say so, once a run, when ``NO_SIGNAL_STEPS`` steps in a row had every advantage 0: every sample of each
+        prompt got the same reward (a model that never solves the task, and no partial credit), so the updates
+        leave the policy as it was, and a user watching ``reward/mean=0.000`` would not know why."""
+        advantages = batch.tensors["advantages"] * batch.tensors["response_mask"]
+        if bool((advantages.abs() > 1e-8).any()):
+            self._steps_without_signal = 0
+            return
+        self._steps_without_signal = getattr(self, "_steps_without_signal", 0) + 1
+        if self._steps_without_signal != NO_SIGNAL_STEPS or getattr(self, "_said_no_signal", False):
+            return
+        self._said_no_signal = True
+        rewards = sorted({round(_scalar_reward(r), 4) for r in output["rewards"]})
+        stops = output.get("stop_reasons") or []
+        cut = sum(s == "length" for s in stops) / len(stops) if stops else 0.0
+        first = self.global_step + 2 - NO_SIGNAL_STEPS
+        logger.warning(
+            "steps %d-%d trained nothing: every advantage was 0, as each prompt's %d samples got the same reward "
+            "(rewards seen in the last step: %s). The model may never solve this env's task as set up: read a few "
+            "of its answers (skyrl-gym eval --data ROWS --model MODEL), make the task easier or give partial credit, "
+            "or raise generator.sampling_params.max_generate_length (now %d; %.0f%% of the last step's answers "
+            "were cut off) or generator.n_samples_per_prompt.",
+            first, self.global_step + 1, self.cfg.generator.n_samples_per_prompt,
+            ", ".join(f"{r:g}" for r in rewards[:5]) + (", ..." if len(rewards) > 5 else ""),
+            self.cfg.generator.sampling_params.max_generate_length, 100 * cut,
+        )
 
     def _check_failures(self, output: GeneratorOutput) -> None:
         """Stop after ``trainer.max_failed_steps`` consecutive steps whose trajectories all ended in errors."""

@@ -1,0 +1,40 @@
+"""A run whose rewards never differ within a prompt's samples learns nothing (every advantage is 0); the trainer
+says so once, with what to try, instead of printing reward/mean=0.000 step after step."""
+
+from __future__ import annotations
+
+import logging
+
+from skyrl_gym.data import write_jsonl
+from skygym_train.config import load_config
+from skygym_train.trainer import NO_SIGNAL_STEPS, PPOTrainer
+from tests.skygym_train.toy_envs import register_toy_env, toy_overrides, toy_rows
+
+
+def _train(model, data, tmp_path, steps):
+    cfg = load_config(toy_overrides(model, data, tmp_path, **{"trainer.max_training_steps": steps}))
+    with PPOTrainer(cfg) as trainer:
+        return trainer.fit()
+
+
+def test_steps_with_every_advantage_zero_are_named_once_with_what_to_try(tiny_chat_model, tmp_path, caplog):
+    register_toy_env()
+    rows = toy_rows(16)
+    for row in rows:  # a letter no answer contains: every sample scores 0.0
+        row["reward_spec"]["ground_truth"] = "#"
+    data = tmp_path / "never.jsonl"
+    write_jsonl(rows, data)
+    with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
+        result = _train(tiny_chat_model, data, tmp_path, NO_SIGNAL_STEPS + 1)
+    assert result["global_step"] == NO_SIGNAL_STEPS + 1
+    said = [r.getMessage() for r in caplog.records if "trained nothing" in r.getMessage()]
+    assert len(said) == 1, said  # once a run, not once a step
+    assert said[0].startswith(f"steps 1-{NO_SIGNAL_STEPS} trained nothing: every advantage was 0, as each prompt's "
+                              "4 samples got the same reward (rewards seen in the last step: 0)")
+    assert "generator.sampling_params.max_generate_length (now 8;" in said[0]
+
+
+def test_a_run_with_a_reward_that_varies_says_nothing(tiny_chat_model, toy_data, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
+        _train(tiny_chat_model, toy_data, tmp_path, NO_SIGNAL_STEPS)
+    assert not [r for r in caplog.records if "trained nothing" in r.getMessage()]
