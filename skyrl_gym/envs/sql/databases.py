@@ -67,7 +67,11 @@ def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> 
     # A row's mistake, said in the row's words: the data folder's own path stays on the server.
     named = f"text2sql row's {field} {str(db_file or extras.get('db_id'))!r:.200}"
     if not os.path.isfile(path):
-        raise DataError(f"{named}: database file not found" + ("" if db_path else f" at {path}"))
+        where = "" if db_path else f" at {path}"
+        if not db_path and not os.path.isabs(path):
+            where += (" (a relative db_file is read from env_config.db_path, which is not set: set it to the folder "
+                      "that holds the databases, e.g. env_config {\"db_path\": \"/data/sql\"})")
+        raise DataError(f"{named}: database file not found{where}")
     try:
         with open(path, "rb") as handle:
             header = handle.read(16)

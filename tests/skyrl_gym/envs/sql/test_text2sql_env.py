@@ -202,6 +202,19 @@ def test_bad_rows_get_errors_that_name_the_field(sample, tmp_path):
         skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras={**rows[0], "db_file": "nowhere.sqlite"})
 
 
+def test_a_relative_db_file_without_db_path_says_to_set_db_path(sample, tmp_path, monkeypatch):
+    """The sample rows name their databases relative to the data folder; read without env_config.db_path (from
+    another folder) they are not found, and the error says which setting was missing."""
+    out, rows = sample
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as raised:
+        skyrl_gym.make("text2sql", env_config={}, extras=rows[0])
+    message = str(raised.value)
+    assert f"{rows[0]['db_file']!r}: database file not found at {rows[0]['db_file']}" in message
+    assert "read from env_config.db_path, which is not set" in message
+    skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras=rows[0]).close()  # the fix it names works
+
+
 def test_rows_cannot_reach_files_outside_the_data_folder(sample, tmp_path):
     """A row is data from whoever wrote it (a client of serve-env included): with db_path set, it may name
     only databases inside it, and no error shows a byte of a file."""
