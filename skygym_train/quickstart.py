@@ -287,11 +287,13 @@ def build_arg_parser(parser: Optional[argparse.ArgumentParser] = None) -> argpar
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the quickstart from parsed arguments (``python -m skygym_train.quickstart`` and ``skyrl-gym
     quickstart``); a bad override is one ``error:`` line and exit status 2, as for ``skyrl-gym train``."""
+    from skygym_adapters.models import ModelResolutionError
+
     from skygym_train.config.loader import ConfigError
 
     try:
         run_quickstart(Path(args.out), args.steps, args.model, args.overrides, save_checkpoint=args.checkpoint)
-    except ConfigError as exc:
+    except (ConfigError, ModelResolutionError) as exc:  # a hub id that cannot be fetched is known only when loading
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

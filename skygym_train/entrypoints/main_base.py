@@ -79,12 +79,14 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
         from skygym_train.trainer import PPOTrainer
 
         trainer_cls = PPOTrainer
+    from skygym_adapters.models import ModelResolutionError
+
     from skygym_train.trainer import TrajectoriesFailed
 
     try:
         with trainer_cls(cfg) as trainer:
             result = trainer.fit()
-    except ConfigError as exc:
+    except (ConfigError, ModelResolutionError) as exc:  # a hub id that cannot be fetched is known only now
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except TrajectoriesFailed as exc:
