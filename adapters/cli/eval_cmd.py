@@ -124,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
     if args.stop:
         sampling["stop"] = args.stop
     env_classes = {args.env} if args.env else {str(row.get("env_class")) for row in rows}
+    problem = _unknown_env_problem(args.env, rows)
+    if problem:  # before the model loads: a misspelt id would otherwise be found once per trajectory
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     config = RolloutConfig(
         sampling_params=sampling,  # type: ignore[arg-type]
         max_turns=args.max_turns,
@@ -131,7 +135,13 @@ def run(args: argparse.Namespace) -> int:
         check_drift=args.check_drift,
         env_configs={env: env_config for env in env_classes} if env_config else {},
     )
-    engine = _build_engine(args)
+    from skygym_adapters.models import ModelResolutionError
+
+    try:
+        engine = _build_engine(args)
+    except ModelResolutionError as exc:  # a model path that does not exist, a hub id that cannot be fetched
+        print(f"error: --model: {exc}", file=sys.stderr)
+        return 2
     tokenizer = getattr(engine, "tokenizer", None)
     if tokenizer is None:
         print("error: the engine has no tokenizer; pass --model", file=sys.stderr)
@@ -150,6 +160,29 @@ def run(args: argparse.Namespace) -> int:
         with open(args.summary_json, "w", encoding="utf-8") as handle:
             json.dump(result.summary, handle, indent=2)
     return _report_errors(result.trajectories, args.allow_errors)
+
+
+def _unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
+    """What is wrong with the env ids the rows would be played with (``--env``, else each row's ``env_class``),
+    or ``""``."""
+    from skyrl_gym.errors import UnregisteredEnv
+    from skyrl_gym.registration import spec
+
+    if env_id:
+        sources = {str(env_id): "--env"}
+    else:
+        missing = next((i for i, row in enumerate(rows) if not row.get("env_class")), None)
+        if missing is not None:
+            return f"row {missing} has no env_class; pass --env ID to play every row with one env"
+        sources = {}
+        for index, row in enumerate(rows):
+            sources.setdefault(str(row["env_class"]), f"row {index}'s env_class")
+    for name, source in sources.items():
+        try:
+            spec(name)
+        except UnregisteredEnv as exc:  # its message has the close matches
+            return f"{source} {name!r}: {exc}"
+    return ""
 
 
 def _report_errors(trajectories: List[Any], allow_errors: bool) -> int:
