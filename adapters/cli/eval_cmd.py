@@ -98,6 +98,8 @@ def _print_summary(summary: Dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from skyrl_gym.cli._io import unknown_env_problem
+
     from skygym_adapters.cli import read_rows
 
     if args.samples < 1:
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     if args.stop:
         sampling["stop"] = args.stop
     env_classes = {args.env} if args.env else {str(row.get("env_class")) for row in rows}
-    problem = _unknown_env_problem(args.env, rows)
+    problem = unknown_env_problem(args.env, rows)
     if problem:  # before the model loads: a misspelt id would otherwise be found once per trajectory
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -160,29 +162,6 @@ def run(args: argparse.Namespace) -> int:
         with open(args.summary_json, "w", encoding="utf-8") as handle:
             json.dump(result.summary, handle, indent=2)
     return _report_errors(result.trajectories, args.allow_errors)
-
-
-def _unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
-    """What is wrong with the env ids the rows would be played with (``--env``, else each row's ``env_class``),
-    or ``""``."""
-    from skyrl_gym.errors import UnregisteredEnv
-    from skyrl_gym.registration import spec
-
-    if env_id:
-        sources = {str(env_id): "--env"}
-    else:
-        missing = next((i for i, row in enumerate(rows) if not row.get("env_class")), None)
-        if missing is not None:
-            return f"row {missing} has no env_class; pass --env ID to play every row with one env"
-        sources = {}
-        for index, row in enumerate(rows):
-            sources.setdefault(str(row["env_class"]), f"row {index}'s env_class")
-    for name, source in sources.items():
-        try:
-            spec(name)
-        except UnregisteredEnv as exc:  # its message has the close matches
-            return f"{source} {name!r}: {exc}"
-    return ""
 
 
 def _report_errors(trajectories: List[Any], allow_errors: bool) -> int:

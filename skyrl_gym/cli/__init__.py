@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from skyrl_gym.errors import DataError, UnregisteredEnv
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -86,4 +88,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if message is None:
             raise
         print(f"error: `skyrl-gym {args.command}` {message}", file=sys.stderr)
+        return 2
+    except (UnregisteredEnv, DataError, FileNotFoundError) as exc:
+        # the user's input, named by the message (an unknown env id with its close matches, a row and its field, a
+        # file that is not there): one line, as bad arguments, wherever in a command it is found
+        print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -48,3 +48,26 @@ def to_json(value: Any, indent: int | None = None) -> str:
 
 def error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
+
+
+def unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
+    """What is wrong with the env ids rows would be played with (``env_id`` for every row when given, else each
+    row's ``env_class``), in one line naming where the id came from; ``""`` when every id is registered."""
+    from skyrl_gym.errors import UnregisteredEnv
+    from skyrl_gym.registration import spec
+
+    if env_id:
+        sources = {str(env_id): "--env"}
+    else:
+        missing = next((i for i, row in enumerate(rows) if not row.get("env_class")), None)
+        if missing is not None:
+            return f"row {missing} has no env_class; pass --env ID to play every row with one env"
+        sources = {}
+        for index, row in enumerate(rows):
+            sources.setdefault(str(row["env_class"]), f"row {index}'s env_class")
+    for name, source in sources.items():
+        try:
+            spec(name)
+        except UnregisteredEnv as exc:  # its message has the close matches
+            return f"{source} {name!r}: {exc}"
+    return ""

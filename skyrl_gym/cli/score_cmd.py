@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 import traceback
 from typing import Any, Dict, List, Mapping, Optional
@@ -101,9 +102,14 @@ def print_table(table: List[Dict[str, Any]]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from skyrl_gym.cli._io import unknown_env_problem
     from skyrl_gym.data import load_rows, read_records
 
     rows = load_rows(args.rows, limit=args.limit)
+    problem = unknown_env_problem(args.env, rows)
+    if problem:  # refused up front, not found once per row as a table of errors
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if args.responses:
         records = list(read_records(args.responses))
         responses = [r["response"] if isinstance(r, Mapping) else str(r) for r in records][: len(rows)]

@@ -345,3 +345,28 @@ def test_version_prints_the_version_and_where_the_package_lives(capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"skyrl-gym {skyrl_gym.__version__} (")
     assert str(Path(skyrl_gym.__file__).resolve().parent) in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["score", "--rows", "{missing}"], "error: dataset file not found: {missing}"),
+    (["score", "--rows", "{bad}"], "error: row 0: field 'prompt' must be a non-empty list of chat messages, got 3"),
+    (["score", "--rows", "{rows}", "--env", "multiplyy"],
+     "error: --env 'multiplyy': no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
+    (["check", "multiplyy"], "error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
+])
+def test_a_users_mistake_is_one_error_line_and_exit_2_from_any_command(argv, message, tmp_path, capsys):
+    """A file that is not there, a malformed row or a misspelt env id, wherever a command meets it: the message
+    that names it, on one line, exit status 2 (a traceback, or a table of per-row errors, came out before)."""
+    paths = {"missing": tmp_path / "missing.jsonl", "bad": tmp_path / "bad.jsonl", "rows": tmp_path / "rows.jsonl"}
+    paths["bad"].write_text('{"prompt": 3, "env_class": "multiply"}\n')
+    write_rows(paths["rows"], BUILTIN_ROWS["multiply"])
+    code, _, err = run_cli(capsys, [arg.format(**paths) for arg in argv])
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith(message.format(**paths)), err
+    assert "Traceback" not in err
+
+
+def test_conform_of_an_unknown_env_is_one_error_line(capsys):
+    pytest.importorskip("skygym_adapters.conformance", reason="`skyrl-gym conform` comes with skygym_adapters")
+    code, _, err = run_cli(capsys, ["conform", "multiplyy"])
+    assert code == 2 and err.startswith("error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?")
