@@ -6,6 +6,7 @@ Without ``--rows`` the rows come from the env's dataset builder, else from the g
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from skyrl_gym.cli._io import UsageError, error, parse_json_arg
 
@@ -52,6 +53,8 @@ def run_check(args: argparse.Namespace) -> int:
             print(f"checking {source}")
         elif builder_args:
             raise UsageError("--builder-args goes with building rows; with --rows FILE the rows are read as they are")
+        elif not Path(rows).expanduser().exists():  # a bad argument (exit 2), not a breach of the env's contract
+            raise UsageError(f"--rows: file not found: {rows}")
         report = check_env(
             args.env_id,
             rows,
@@ -67,5 +70,6 @@ def run_check(args: argparse.Namespace) -> int:
         error(str(exc))
         return 2
     print(report)
-    print(f"the contract is checked; to check the reward against known hacks: skyrl-gym audit {args.env_id}")
+    if report.ok:
+        print(f"the contract is checked; to check the reward against known hacks: skyrl-gym audit {args.env_id}")
     return 0 if report.ok else 1

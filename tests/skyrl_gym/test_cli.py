@@ -173,6 +173,12 @@ def test_check_reports_bad_rows_and_bad_arguments(capsys, tmp_path):
     code, _, err = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows), "--env-config", "{not json"])
     assert code == 2 and "--env-config is not valid JSON" in err
 
+    # a rows file that is not there is a bad argument (exit 2), and a failed check does not end saying it passed
+    code, out, err = run_cli(capsys, ["check", "gsm8k", "--rows", str(tmp_path / "missing.jsonl")])
+    assert code == 2 and err == f"error: --rows: file not found: {tmp_path / 'missing.jsonl'}\n" and out == ""
+    code, out, _ = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows)])
+    assert code == 1 and "the contract is checked" not in out
+
 
 def test_check_without_rows_builds_them_or_uses_the_golden_cases(capsys):
     code, out, _ = run_cli(capsys, ["check", "multiply", "--huge-chars", "1000"])
