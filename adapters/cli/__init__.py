@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 
 def read_rows(path: str, limit: Optional[int]) -> Optional[List[Dict[str, Any]]]:
@@ -20,3 +20,17 @@ def read_rows(path: str, limit: Optional[int]) -> Optional[List[Dict[str, Any]]]
         print(f"error: {path} has no rows", file=sys.stderr)
         return None
     return rows
+
+
+def report_errors(errors: Sequence[Optional[str]], allow_errors: bool) -> int:
+    """The exit status of a command that played episodes (``eval``, ``agent eval``): 1 when any errored (an env
+    that cannot be built, a bad row, an engine or server that does not answer), naming the first error on stderr;
+    0 with ``--allow-errors`` (then a warning)."""
+    failed = [e for e in errors if e is not None]
+    if not failed:
+        return 0
+    level = "warning" if allow_errors else "error"
+    print(f"{level}: {len(failed)} of {len(errors)} trajectories errored "
+          f"(first: {failed[0]}); see 'error' in the trajectories file"
+          + ("" if allow_errors else "; pass --allow-errors to exit 0 anyway"), file=sys.stderr)
+    return 0 if allow_errors else 1

@@ -4,7 +4,8 @@ Runs the agent YAML's task on the rows (``generator.num_trajectories`` per row; 
 progress bar; prints a summary table (mean reward, pass@k when there are several trajectories per row, finish
 reasons, errors) and writes one JSON line per trajectory (``instance_id``, ``trajectory_id``, ``reward``,
 ``finish_reason``, ``messages``, ``error``, ``eval_error``). ``--base-url``, ``--model`` and ``--api-key`` override
-``generator.backend_config`` of an ``openai_server`` backend.
+``generator.backend_config`` of an ``openai_server`` backend. Exits 1, naming the first error, when a trajectory
+errored (a server that does not answer, an env that cannot be built); ``--allow-errors`` exits 0 anyway.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--api-key", default=None, help="override generator.backend_config.api_key")
     ev.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
     ev.add_argument("--no-progress", action="store_true")
+    ev.add_argument("--allow-errors", action="store_true",
+                    help="exit 0 even when trajectories errored (they are counted in the summary either way)")
     ev.set_defaults(func=run_eval)
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
@@ -63,7 +66,7 @@ def _print_summary(summary: Dict[str, Any]) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     import asyncio
 
-    from skygym_adapters.cli import read_rows
+    from skygym_adapters.cli import read_rows, report_errors
 
     from skygym_adapters.agents import AgentConfigError, AgentRunner, load_agent_config
 
@@ -125,4 +128,4 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as handle:
             json.dump(out["summary"], handle, indent=2)
-    return 0
+    return report_errors([result.get("error") for result in out["results"]], args.allow_errors)

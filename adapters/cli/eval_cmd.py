@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
 
     from skyrl_gym.cli._io import unknown_env_problem
 
-    from skygym_adapters.cli import read_rows
+    from skygym_adapters.cli import read_rows, report_errors
 
     if args.samples < 1:
         print("error: -n must be at least 1", file=sys.stderr)
@@ -161,17 +161,4 @@ def run(args: argparse.Namespace) -> int:
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as handle:
             json.dump(result.summary, handle, indent=2)
-    return _report_errors(result.trajectories, args.allow_errors)
-
-
-def _report_errors(trajectories: List[Any], allow_errors: bool) -> int:
-    """1 when any episode errored (an env that cannot be built, a bad row, an engine failure), naming the
-    first error; 0 with ``--allow-errors``."""
-    errors = [t.error for t in trajectories if t.error is not None]
-    if not errors:
-        return 0
-    level = "warning" if allow_errors else "error"
-    print(f"{level}: {len(errors)} of {len(trajectories)} trajectories errored "
-          f"(first: {errors[0]}); see 'error' in the trajectories file"
-          + ("" if allow_errors else "; pass --allow-errors to exit 0 anyway"), file=sys.stderr)
-    return 0 if allow_errors else 1
+    return report_errors([t.error for t in result.trajectories], args.allow_errors)

@@ -187,6 +187,28 @@ def test_agent_eval_command_reports_bad_config_with_the_choices(tmp_path, rows, 
     assert "nope" in capsys.readouterr().err
 
 
+def test_agent_eval_command_exits_1_naming_the_first_error_unless_errors_are_allowed(tmp_path, rows, capsys):
+    """A server that does not answer: the table counts the errors, and the command says why and exits 1, as
+    `skyrl-gym eval` does (it exited 0 with the reason only inside the trajectories file)."""
+    require_extra("remote")  # the command reports a missing extra as exit 2, which a test cannot tell apart
+    import socket
+
+    from skyrl_gym.cli import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    config = write_config(tmp_path, url)
+    args = ["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl"), "--no-progress"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "error: 2 of 2 trajectories errored (first: " in err and url in err and "--allow-errors" in err
+    assert main(args + ["--allow-errors"]) == 0
+    assert "warning: 2 of 2 trajectories errored" in capsys.readouterr().err
+
+
 def test_a_multi_turn_env_is_played_until_it_is_done(tmp_path, gsm8k_test_file):
     rows = list(gsm8k_rows(gsm8k_test_file, limit=1, env_class="gsm8k_multi_turn"))
     truth = rows[0]["reward_spec"]["ground_truth"]
