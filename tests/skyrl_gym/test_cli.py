@@ -95,6 +95,14 @@ def test_list_shows_ids_descriptions_and_providers(capsys, envs):
                                              "provider": "skyrl-gym"}
 
 
+def test_list_of_a_provider_that_provides_nothing_names_the_providers(capsys):
+    code, out, err = run_cli(capsys, ["list", "--provider", "skyrl_gym"])
+    assert code == 2 and out == ""
+    assert err.startswith("error: no env is provided by 'skyrl_gym'; the providers: ") and "skyrl-gym" in err
+    code, out, _ = run_cli(capsys, ["list", "--provider", "skyrl-gym", "--json"])
+    assert code == 0 and json.loads(out)["envs"]
+
+
 def test_info_shows_spec_entry_point_docstring_and_tools(capsys, envs):
     code, out, _ = run_cli(capsys, ["info", "cli_calculator"])
     assert code == 0
