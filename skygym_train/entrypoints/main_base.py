@@ -122,10 +122,11 @@ def config_problems(cfg: Any) -> List[str]:
 
 
 def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:
-    """The model paths and ``environment.env_class``; with ``read_rows``, the dataset files that exist are read
-    and every row's ``env_class`` is checked too (a missing file is the validation's problem)."""
+    """What is checked before anything starts (``trainer.before_starting_problems``: env ids, model paths, the
+    engine's package); with ``read_rows``, the dataset files that exist are read and every row is checked too,
+    its ``env_class`` among them (a missing file is the validation's problem)."""
     from skygym_train.dataset import load_dataset_rows
-    from skygym_train.trainer import before_starting_problems, env_class_problems, model_path_problems
+    from skygym_train.trainer import before_starting_problems
 
     if not read_rows:
         return before_starting_problems(cfg)
@@ -138,7 +139,7 @@ def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:
             rows += load_dataset_rows([f], cfg.environment.env_class)
         except ValueError as exc:  # DataError names the row and the field
             problems.append(f"{f}: {exc}")
-    return model_path_problems(cfg) + problems + env_class_problems(cfg, rows)
+    return problems + before_starting_problems(cfg, rows)
 
 
 def check_datasets(cfg: Any) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from skyrl_gym.cli import main as skyrl_gym_main
@@ -117,3 +119,17 @@ def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tin
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith(f"nothing was trained: this run resumed from {tmp_path / 'ckpts' / 'global_step_1'}")
     assert "trainer.resume_mode=none starts afresh" in last
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None,
+                    reason="vLLM is installed in this environment: the check refuses the vllm engine only without it")
+@pytest.mark.parametrize("check", [["--check"], []], ids=["check", "run"])
+def test_the_vllm_engine_without_vllm_is_refused_before_anything_loads(check, multiply_data, capsys):
+    """`--check` said 'configuration is valid', and the run failed after loading the policy with EngineError's
+    traceback; now both name the key and the install command."""
+    keys = [f"data.train_data=[{multiply_data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false",
+            "generator.backend=vllm"]
+    assert main([*check, *keys]) == 2
+    err = capsys.readouterr().err
+    assert "- generator.backend=vllm: vLLM is not installed here; pip install 'skyrl-gym[vllm]'" in err
+    assert "Traceback" not in err
