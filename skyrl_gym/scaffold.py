@@ -186,7 +186,7 @@ A skyrl-gym environment, registered as `{name}`.
 - **Rows**: `skyrl_gym.datasets.build_rows("{name}", split="train", size=64, seed=0)`.
 
 ```bash
-pip install -e .[dev]
+pip install -e '.[dev]'
 skyrl-gym check {name}      # the checker, on rows from the dataset builder
 skyrl-gym audit {name}      # golden answers and reward hacks against the verifier ({package}/audit.py)
 python -m pytest tests

@@ -63,3 +63,5 @@ def test_init_prints_next_commands_that_a_shell_reads_as_written(tmp_path, capsy
     assert "[dev]'" in pip_line
     pytest_line = next(line.strip() for line in lines if line.strip().startswith("python -m pytest"))
     assert shlex.split(pytest_line)[-1] == str(folder / "tests")
+    readme = (folder / "README.md").read_text(encoding="utf-8")  # the package's own README says it the same way
+    assert "pip install -e '.[dev]'" in readme
