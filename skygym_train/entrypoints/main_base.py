@@ -68,11 +68,11 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     if args.print_config:
         print(to_yaml(cfg))
         return 0
-    from skygym_train.config.validation import config_warnings
+    if args.check:  # a run's trainer says them when it starts (once: they were printed here too, and twice)
+        from skygym_train.config.validation import config_warnings
 
-    for warning in config_warnings(cfg):
-        print(f"warning: {warning}", file=sys.stderr)
-    if args.check:
+        for warning in config_warnings(cfg):
+            print(f"warning: {warning}", file=sys.stderr)
         print("configuration is valid", file=sys.stderr)
         return 0
     if trainer_cls is None:

@@ -133,3 +133,21 @@ def test_the_vllm_engine_without_vllm_is_refused_before_anything_loads(check, mu
     err = capsys.readouterr().err
     assert "- generator.backend=vllm: vLLM is not installed here; pip install 'skyrl-gym[vllm]'" in err
     assert "Traceback" not in err
+
+
+def test_a_config_warning_is_said_once_by_a_run_and_by_check(tiny_chat_model, toy_data, tmp_path, capsys, caplog):
+    """`trainer.strategy=fsdp` runs FSDP2, which the trainer says: once, where the entry point and the trainer's
+    set-up each said it before."""
+    import logging
+
+    from tests.skygym_train.toy_envs import toy_overrides
+
+    keys = toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1,
+                                                                "trainer.strategy": "fsdp"})
+    said = "trainer.strategy=fsdp: the bundled trainer runs FSDP2"
+    with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
+        assert main(keys) == 0
+    logged = [r.getMessage() for r in caplog.records if said in r.getMessage()]
+    assert len(logged) + capsys.readouterr().err.count(said) == 1
+    assert main(["--check", *keys]) == 0
+    assert capsys.readouterr().err.count(f"warning: {said}") == 1
