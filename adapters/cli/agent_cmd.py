@@ -4,8 +4,9 @@ Runs the agent YAML's task on the rows (``generator.num_trajectories`` per row; 
 progress bar; prints a summary table (mean reward, pass@k when there are several trajectories per row, finish
 reasons, errors) and writes one JSON line per trajectory (``instance_id``, ``trajectory_id``, ``reward``,
 ``finish_reason``, ``messages``, ``error``, ``eval_error``). ``--base-url``, ``--model`` and ``--api-key`` override
-``generator.backend_config`` of an ``openai_server`` backend. Exits 1, naming the first error, when a trajectory
-errored (a server that does not answer, an env that cannot be built); ``--allow-errors`` exits 0 anyway.
+``generator.backend_config`` of an ``openai_server`` backend. Exits 1, naming the first error, when a
+trajectory errored (a server that does not answer, an env that cannot be built); ``--allow-errors`` exits 0
+anyway.
 """
 
 from __future__ import annotations

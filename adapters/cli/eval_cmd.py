@@ -42,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     parser.add_argument("--max-turns", type=int, default=1,
-                        help="cap on an episode's turns (default 1, as the trainer's generator.max_turns): the row's "
-                             "or env's own max_turns applies under it; raise it for multi-turn envs")
+                        help="cap on an episode's turns (default 1, as the trainer's generator.max_turns): "
+                             "the row's or env's own max_turns applies under it; raise it for multi-turn "
+                             "envs")
     parser.add_argument("--max-input-length", type=int, default=None, help="end a trajectory past this many tokens")
     parser.add_argument("--env-config", default=None, help="JSON env_config for the env(s)")
     parser.add_argument("--device", default=None, help="cpu or cuda (hf engine)")

@@ -87,12 +87,14 @@ def _check_all_keys(schema_cfg: DictConfig, data: Mapping[str, Any], prefix: str
                 raise ConfigError(f"{path}={value}: '{path}' is a section, not a value; set its keys, e.g. "
                                   f"{path}.{keys[0]}=... (its keys: {', '.join(keys)})")
             _check_all_keys(schema_cfg, value, path + ".")
-        elif isinstance(sub, ListConfig) and isinstance(value, Mapping):  # OmegaConf's merge raises a bare TypeError
+        elif isinstance(sub, ListConfig) and isinstance(value, Mapping):  # else OmegaConf: a bare TypeError
             raise ConfigError(f"{path}={value}: expected a list, e.g. {path}=\"['...']\"")
 
 
 # What a schema node of each kind takes, for an error about a value of the wrong type.
-_EXPECTED = {IntegerNode: "an integer", FloatNode: "a number", BooleanNode: "true or false", StringNode: "a string"}
+_EXPECTED = {
+    IntegerNode: "an integer", FloatNode: "a number", BooleanNode: "true or false", StringNode: "a string",
+}
 
 
 def _value_problem(schema_cfg: DictConfig, exc: OmegaConfBaseException) -> str:
@@ -111,7 +113,8 @@ def _value_problem(schema_cfg: DictConfig, exc: OmegaConfBaseException) -> str:
     value = getattr(exc, "value", None)
     if isinstance(node, ListConfig):
         shown = str(value) if not str(value).startswith(("[", "{")) else "..."
-        return f"{key}={value}: expected a list, e.g. {key}=\"['{shown}']\" (quoted, so the shell keeps the brackets)"
+        return (f"{key}={value}: expected a list, e.g. {key}=\"['{shown}']\" "
+                "(quoted, so the shell keeps the brackets)")
     expected = next((text for kind, text in _EXPECTED.items() if isinstance(node, kind)), None)
     if expected is None and _is_open_dict_field(node):
         expected = f"a mapping: set its entries as {key}.NAME=VALUE"

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     try:
         cfg = load_config(args.overrides, config_file=args.config_file, schema=config_cls or SkyRLTrainConfig,
                           validate=False)
-        # One run names every mistake: the settings, the model paths and the env ids (with --check, the rows too).
+        # One run names every mistake: settings, model paths, env ids (with --check, the rows too).
         problems = config_problems(cfg)
         if args.check or not args.print_config:
             problems += dataset_problems(cfg, read_rows=args.check)

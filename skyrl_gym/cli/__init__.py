@@ -90,7 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: `skyrl-gym {args.command}` {message}", file=sys.stderr)
         return 2
     except (UnregisteredEnv, DataError, FileNotFoundError) as exc:
-        # the user's input, named by the message (an unknown env id with its close matches, a row and its field, a
-        # file that is not there): one line, as bad arguments, wherever in a command it is found
+        # the user's input, named by the message (an unknown env id with its close matches, a row and its
+        # field, a file that is not there): one line, as bad arguments, wherever in a command it is found
         print(f"error: {exc}", file=sys.stderr)
         return 2

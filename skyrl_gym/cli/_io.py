@@ -51,8 +51,9 @@ def error(message: str) -> None:
 
 
 def unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
-    """What is wrong with the env ids rows would be played with (``env_id`` for every row when given, else each
-    row's ``env_class``), in one line naming where the id came from; ``""`` when every id is registered."""
+    """What is wrong with the env ids rows would be played with (``env_id`` for every row when given, else
+    each row's ``env_class``), in one line naming where the id came from; ``""`` when every id is
+    registered."""
     from skyrl_gym.errors import UnregisteredEnv
     from skyrl_gym.registration import spec
 

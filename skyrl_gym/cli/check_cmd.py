@@ -53,7 +53,7 @@ def run_check(args: argparse.Namespace) -> int:
             print(f"checking {source}")
         elif builder_args:
             raise UsageError("--builder-args goes with building rows; with --rows FILE the rows are read as they are")
-        elif not Path(rows).expanduser().exists():  # a bad argument (exit 2), not a breach of the env's contract
+        elif not Path(rows).expanduser().exists():  # a bad argument (exit 2), not a breach of the contract
             raise UsageError(f"--rows: file not found: {rows}")
         report = check_env(
             args.env_id,
@@ -71,5 +71,6 @@ def run_check(args: argparse.Namespace) -> int:
         return 2
     print(report)
     if report.ok:
-        print(f"the contract is checked; to check the reward against known hacks: skyrl-gym audit {args.env_id}")
+        print("the contract is checked; to check the reward against known hacks: "
+              f"skyrl-gym audit {args.env_id}")
     return 0 if report.ok else 1

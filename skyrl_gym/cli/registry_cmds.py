@@ -52,7 +52,8 @@ def run_list(args: argparse.Namespace) -> int:
     rows = env_table(args.provider)
     if args.provider and not rows:  # a misspelt provider: say which there are, not an empty table
         providers = sorted({env_spec.provider for env_spec in skyrl_gym.registry.values()})
-        print(f"error: no env is provided by {args.provider!r}; the providers: {', '.join(providers)}", file=sys.stderr)
+        print(f"error: no env is provided by {args.provider!r}; the providers: {', '.join(providers)}",
+              file=sys.stderr)
         return 2
     plugin_errors = dict(skyrl_gym.registry.plugin_errors)
     if args.json:

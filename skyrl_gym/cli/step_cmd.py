@@ -146,8 +146,8 @@ def run_step(args: argparse.Namespace, stdin: Optional[TextIO] = None) -> int:
         hint = ""
         if episode.error_method == "make" and isinstance(episode.exception, DataError) and not args.row:
             # --prompt alone gives the env no row: say where its fields go
-            hint = ("\n  with --prompt, give the rest of the row as --extras, e.g. "
-                    "--extras '{\"reward_spec\": {\"ground_truth\": \"...\"}}' (the env's README shows its row)")
+            hint = ("\n  with --prompt, give the rest of the row as --extras, e.g. --extras "
+                    "'{\"reward_spec\": {\"ground_truth\": \"...\"}}' (the env's README shows its row)")
         error(f"{what} raised {type(episode.exception).__name__}: {episode.exception}{hint}")
         out.event(event="error", turn=episode.num_turns + 1, error=f"{type(episode.exception).__name__}: {episode.exception}")
         return 1

@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     problems = missing_modules({"fastapi": "pip install 'skyrl-gym[search]'",
                                 "uvicorn": "pip install 'skyrl-gym[search]'"}) + kind.missing()
     if problems:
-        print(f"error: serve-retriever --retriever {args.retriever} needs: {join_missing(problems)}", file=sys.stderr)
+        print(f"error: serve-retriever --retriever {args.retriever} needs: {join_missing(problems)}",
+              file=sys.stderr)
         return 2  # as every command whose extra is missing (docs/cli.md)
     from skyrl_gym.errors import DataError
     from skyrl_gym.retrieval.build import load_retriever

@@ -60,7 +60,8 @@ def join_missing(problems: List[str]) -> str:
             by_hint.setdefault(hint[:-1], []).append(module)
         else:
             by_hint.setdefault(problem, [])
-    return "; ".join(f"{', '.join(modules)} ({hint})" if modules else hint for hint, modules in by_hint.items())
+    return "; ".join(f"{', '.join(modules)} ({hint})" if modules else hint
+                     for hint, modules in by_hint.items())
 
 
 class _BM25Factory:

@@ -1,5 +1,5 @@
-"""A run whose rewards never differ within a prompt's samples learns nothing (every advantage is 0); the trainer
-says so once, with what to try, instead of printing reward/mean=0.000 step after step."""
+"""A run whose rewards never differ within a prompt's samples learns nothing (every advantage is 0); the
+trainer says so once, with what to try, instead of printing reward/mean=0.000 step after step."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def test_steps_with_every_advantage_zero_are_named_once_with_what_to_try(tiny_ch
     assert result["global_step"] == NO_SIGNAL_STEPS + 1
     said = [r.getMessage() for r in caplog.records if "trained nothing" in r.getMessage()]
     assert len(said) == 1, said  # once a run, not once a step
-    assert said[0].startswith(f"steps 1-{NO_SIGNAL_STEPS} trained nothing: every advantage was 0, as each prompt's "
-                              "4 samples got the same reward (rewards seen in the last step: 0)")
+    assert said[0].startswith(f"steps 1-{NO_SIGNAL_STEPS} trained nothing: every advantage was 0, as each "
+                              "prompt's 4 samples got the same reward (rewards seen in the last step: 0)")
     assert "generator.sampling_params.max_generate_length (now 8;" in said[0]
 
 

@@ -181,7 +181,7 @@ def test_check_reports_bad_rows_and_bad_arguments(capsys, tmp_path):
     code, _, err = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows), "--env-config", "{not json"])
     assert code == 2 and "--env-config is not valid JSON" in err
 
-    # a rows file that is not there is a bad argument (exit 2), and a failed check does not end saying it passed
+    # a rows file that is not there is a bad argument (exit 2); a failed check does not end saying it passed
     code, out, err = run_cli(capsys, ["check", "gsm8k", "--rows", str(tmp_path / "missing.jsonl")])
     assert code == 2 and err == f"error: --rows: file not found: {tmp_path / 'missing.jsonl'}\n" and out == ""
     code, out, _ = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows)])
@@ -323,7 +323,9 @@ def test_step_rejects_bad_arguments(capsys, tmp_path, monkeypatch):
     assert code == 2 and "--index 5 is out of range" in err and "2 rows" in err
     code, _, err = run_cli(capsys, ["step", "gsm8k", "--prompt", "hi"], monkeypatch=monkeypatch)
     assert code == 1 and "building env 'gsm8k' raised MissingRewardSpec" in err
-    assert """give the rest of the row as --extras, e.g. --extras '{"reward_spec": {"ground_truth": "..."}}'""" in err
+    example = json.dumps({"reward_spec": {"ground_truth": "..."}})
+    hint = f"give the rest of the row as --extras, e.g. --extras '{example}'"
+    assert hint in err
 
 
 def test_python_dash_m_cli_drives_an_env_through_a_pipe(tmp_path):
@@ -363,15 +365,17 @@ def test_version_prints_the_version_and_where_the_package_lives(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["score", "--rows", "{missing}"], "error: dataset file not found: {missing}"),
-    (["score", "--rows", "{bad}"], "error: row 0: field 'prompt' must be a non-empty list of chat messages, got 3"),
+    (["score", "--rows", "{bad}"],
+     "error: row 0: field 'prompt' must be a non-empty list of chat messages, got 3"),
     (["score", "--rows", "{rows}", "--env", "multiplyy"],
      "error: --env 'multiplyy': no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
     (["check", "multiplyy"], "error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
 ])
 def test_a_users_mistake_is_one_error_line_and_exit_2_from_any_command(argv, message, tmp_path, capsys):
-    """A file that is not there, a malformed row or a misspelt env id, wherever a command meets it: the message
-    that names it, on one line, exit status 2 (a traceback, or a table of per-row errors, came out before)."""
-    paths = {"missing": tmp_path / "missing.jsonl", "bad": tmp_path / "bad.jsonl", "rows": tmp_path / "rows.jsonl"}
+    """A file that is not there, a malformed row or a misspelt env id, wherever a command meets it: the
+    message that names it, on one line, exit status 2 (a traceback, or a table of per-row errors, came out
+    before)."""
+    paths = {name: tmp_path / f"{name}.jsonl" for name in ("missing", "bad", "rows")}
     paths["bad"].write_text('{"prompt": 3, "env_class": "multiply"}\n')
     write_rows(paths["rows"], BUILTIN_ROWS["multiply"])
     code, _, err = run_cli(capsys, [arg.format(**paths) for arg in argv])
@@ -381,6 +385,8 @@ def test_a_users_mistake_is_one_error_line_and_exit_2_from_any_command(argv, mes
 
 
 def test_conform_of_an_unknown_env_is_one_error_line(capsys):
-    pytest.importorskip("skygym_adapters.conformance", reason="`skyrl-gym conform` comes with skygym_adapters")
+    pytest.importorskip("skygym_adapters.conformance",
+                        reason="`skyrl-gym conform` comes with skygym_adapters: pip install -e .")
     code, _, err = run_cli(capsys, ["conform", "multiplyy"])
-    assert code == 2 and err.startswith("error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?")
+    assert code == 2
+    assert err.startswith("error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?")

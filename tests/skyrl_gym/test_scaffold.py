@@ -51,8 +51,8 @@ def test_the_scaffolded_builder_follows_the_dataset_builder_contract(tmp_path):
 
 
 def test_init_prints_next_commands_that_a_shell_reads_as_written(tmp_path, capsys):
-    """The `pip install -e DIR[dev]` it suggests is quoted, so zsh (which refuses an unmatched glob) and bash (which
-    may expand it) both pass `[dev]` to pip; the folder may hold spaces."""
+    """The `pip install -e DIR[dev]` it suggests is quoted, so zsh (which refuses an unmatched glob) and bash
+    (which may expand it) both pass `[dev]` to pip; the folder may hold spaces."""
     import shlex
 
     folder = tmp_path / "my envs" / "pkg"
@@ -63,5 +63,5 @@ def test_init_prints_next_commands_that_a_shell_reads_as_written(tmp_path, capsy
     assert "[dev]'" in pip_line
     pytest_line = next(line.strip() for line in lines if line.strip().startswith("python -m pytest"))
     assert shlex.split(pytest_line)[-1] == str(folder / "tests")
-    readme = (folder / "README.md").read_text(encoding="utf-8")  # the package's own README says it the same way
+    readme = (folder / "README.md").read_text(encoding="utf-8")  # the package's README says it the same way
     assert "pip install -e '.[dev]'" in readme

@@ -50,8 +50,8 @@ def parse_ground_truth(value: Any) -> Dict[str, str]:
     if not isinstance(data, dict) or not all(
         isinstance(data.get(k), str) for k in ("prompt", "test", "entry_point")
     ):
-        raise DataError(f"env 'humaneval': reward_spec.ground_truth must hold 'prompt', 'test' and 'entry_point' "
-                        f"strings ({shape})")
+        raise DataError("env 'humaneval': reward_spec.ground_truth must hold 'prompt', 'test' and "
+                        f"'entry_point' strings ({shape})")
     return data
 
 

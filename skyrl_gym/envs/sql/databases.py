@@ -69,8 +69,8 @@ def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> 
     if not os.path.isfile(path):
         where = "" if db_path else f" at {path}"
         if not db_path and not os.path.isabs(path):
-            where += (" (a relative db_file is read from env_config.db_path, which is not set: set it to the folder "
-                      "that holds the databases, e.g. env_config {\"db_path\": \"/data/sql\"})")
+            where += (" (a relative db_file is read from env_config.db_path, which is not set: set it to the "
+                      "folder that holds the databases, e.g. env_config {\"db_path\": \"/data/sql\"})")
         raise DataError(f"{named}: database file not found{where}")
     try:
         with open(path, "rb") as handle:

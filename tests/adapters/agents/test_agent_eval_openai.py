@@ -201,7 +201,8 @@ def test_agent_eval_command_exits_1_naming_the_first_error_unless_errors_are_all
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
     config = write_config(tmp_path, url)
-    args = ["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl"), "--no-progress"]
+    args = ["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl"),
+            "--no-progress"]
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "error: 2 of 2 trajectories errored (first: " in err and url in err and "--allow-errors" in err

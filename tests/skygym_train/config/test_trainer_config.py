@@ -97,8 +97,8 @@ def test_wrong_type_names_the_key():
     ("data.train_data=rows.jsonl",
      "data.train_data=rows.jsonl: expected a list, e.g. data.train_data=\"['rows.jsonl']\""),
     ("data.val_data={a: 1}", "data.val_data={'a': 1}: expected a list"),
-    ("trainer.placement=3", "trainer.placement=3: 'trainer.placement' is a section, not a value; set its keys, "
-                            "e.g. trainer.placement.colocate_all=..."),
+    ("trainer.placement=3", "trainer.placement=3: 'trainer.placement' is a section, not a value; set its "
+                            "keys, e.g. trainer.placement.colocate_all=..."),
     ("environment.env_config=3",
      "environment.env_config=3: expected a mapping: set its entries as environment.env_config.NAME=VALUE"),
 ])

@@ -102,10 +102,10 @@ def test_check_names_a_malformed_row_beside_the_other_problems(tmp_path, capsys)
     assert f"- trainer.policy.model.path={tmp_path / 'missing'}: model path" in err
 
 
-def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tiny_chat_model, toy_data, tmp_path,
-                                                                               capsys):
-    """Two runs that leave trainer.ckpt_path at one folder (the default is shared): the second resumes the first's
-    checkpoint, trains nothing, and its last lines say so, not just 'finished at step 1'."""
+def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tiny_chat_model, toy_data,
+                                                                               tmp_path, capsys):
+    """Two runs that leave trainer.ckpt_path at one folder (the default is shared): the second resumes the
+    first's checkpoint, trains nothing, and its last lines say so, not just 'finished at step 1'."""
     from tests.skygym_train.toy_envs import toy_overrides
 
     keys = toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1,
@@ -117,27 +117,30 @@ def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tin
     with pytest.warns(UserWarning, match="nothing is left to train"):
         assert main(keys) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith(f"nothing was trained: this run resumed from {tmp_path / 'ckpts' / 'global_step_1'}")
+    resumed = tmp_path / "ckpts" / "global_step_1"
+    assert last.startswith(f"nothing was trained: this run resumed from {resumed}")
     assert "trainer.resume_mode=none starts afresh" in last
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None,
-                    reason="vLLM is installed in this environment: the check refuses the vllm engine only without it")
+                    reason="vLLM is installed in this environment: the check refuses the vllm engine only "
+                           "without it")
 @pytest.mark.parametrize("check", [["--check"], []], ids=["check", "run"])
 def test_the_vllm_engine_without_vllm_is_refused_before_anything_loads(check, multiply_data, capsys):
     """`--check` said 'configuration is valid', and the run failed after loading the policy with EngineError's
     traceback; now both name the key and the install command."""
-    keys = [f"data.train_data=[{multiply_data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false",
-            "generator.backend=vllm"]
+    keys = [f"data.train_data=[{multiply_data}]", f"trainer.policy.model.path={CHAT_MODEL}",
+            "trainer.use_ray=false", "generator.backend=vllm"]
     assert main([*check, *keys]) == 2
     err = capsys.readouterr().err
     assert "- generator.backend=vllm: vLLM is not installed here; pip install 'skyrl-gym[vllm]'" in err
     assert "Traceback" not in err
 
 
-def test_a_config_warning_is_said_once_by_a_run_and_by_check(tiny_chat_model, toy_data, tmp_path, capsys, caplog):
-    """`trainer.strategy=fsdp` runs FSDP2, which the trainer says: once, where the entry point and the trainer's
-    set-up each said it before."""
+def test_a_config_warning_is_said_once_by_a_run_and_by_check(tiny_chat_model, toy_data, tmp_path, capsys,
+                                                               caplog):
+    """`trainer.strategy=fsdp` runs FSDP2, which the trainer says: once, where the entry point and the
+    trainer's set-up each said it before."""
     import logging
 
     from tests.skygym_train.toy_envs import toy_overrides

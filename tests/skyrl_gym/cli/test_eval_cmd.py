@@ -81,17 +81,19 @@ def test_eval_reports_bad_input_clearly(tmp_path: Path, capsys: pytest.CaptureFi
         main(["eval", "--data", str(data), "--engine", "remote"])
 
 
-def test_eval_refuses_an_unknown_env_or_model_before_loading_anything(tmp_path: Path,
-                                                                        capsys: pytest.CaptureFixture) -> None:
+def test_eval_refuses_an_unknown_env_or_model_before_loading_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A misspelt env id, a row without env_class and a model path that does not exist are each one `error:`
-    line and exit 2, before a model loads (the env id was found once per trajectory after the model had loaded,
-    the model path as a traceback)."""
+    line and exit 2, before a model loads (the env id was found once per trajectory after the model had
+    loaded, the model path as a traceback)."""
     data = tmp_path / "rows.jsonl"
     data.write_text(json.dumps(gsm8k_rows()[0]))
     missing = tmp_path / "missing-model"
-    assert main(["eval", "--env", "gsm8kk", "--data", str(data), "--engine", "hf", "--model", str(missing)]) == 2
+    model = ["--engine", "hf", "--model", str(missing)]
+    assert main(["eval", "--env", "gsm8kk", "--data", str(data), *model]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --env 'gsm8kk': no env registered with id 'gsm8kk'. Did you mean: 'gsm8k'?"), err
+    assert err.startswith("error: --env 'gsm8kk': no env registered with id 'gsm8kk'. "
+                          "Did you mean: 'gsm8k'?"), err
     assert main(["eval", "--data", str(data), "--engine", "hf", "--model", str(missing)]) == 2
     assert capsys.readouterr().err == f"error: --model: model path '{missing}' does not exist\n"
     row = dict(gsm8k_rows()[0], env_class="gsm8k_multi_turnn")

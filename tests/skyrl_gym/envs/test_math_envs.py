@@ -48,9 +48,10 @@ def test_missing_ground_truth_is_a_clear_error(extras, message):
         skyrl_gym.make("gsm8k", extras=extras)
 
 
-@pytest.mark.parametrize("env_id", ["gsm8k", "math", "aime", "multiply", "lcb", "humaneval", "code_interpreter"])
+@pytest.mark.parametrize("env_id",
+                         ["gsm8k", "math", "aime", "multiply", "lcb", "humaneval", "code_interpreter"])
 def test_make_without_a_row_says_how_to_pass_one(env_id):
-    """A new user's first `skyrl_gym.make(ID)` (no row) is told the keyword and shape to give, once per message."""
+    """A new user's first `skyrl_gym.make(ID)` (no row) is told the keyword and shape to give, once."""
     with pytest.raises(DataError) as raised:
         skyrl_gym.make(env_id)
     message = str(raised.value)

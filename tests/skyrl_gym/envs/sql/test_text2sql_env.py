@@ -212,7 +212,8 @@ def test_a_relative_db_file_without_db_path_says_to_set_db_path(sample, tmp_path
     message = str(raised.value)
     assert f"{rows[0]['db_file']!r}: database file not found at {rows[0]['db_file']}" in message
     assert "read from env_config.db_path, which is not set" in message
-    skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras=rows[0]).close()  # the fix it names works
+    # the fix it names works
+    skyrl_gym.make("text2sql", env_config={"db_path": str(out)}, extras=rows[0]).close()
 
 
 def test_rows_cannot_reach_files_outside_the_data_folder(sample, tmp_path):
