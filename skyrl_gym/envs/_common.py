@@ -31,6 +31,19 @@ def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field
     return spec["ground_truth"]
 
 
+def config_number(config: Mapping[str, Any], key: str, default: Any, env_id: str, kind: type = float) -> Any:
+    """``env_config[key]`` as a ``kind`` (``float`` or ``int``), or a ``ValueError`` that names the env, the
+    key and the value (``float('x')`` alone said ``could not convert string to float: 'x'``)."""
+    value = config.get(key, default)
+    try:
+        if isinstance(value, bool):  # float(True) is 1.0: a flag where a number belongs is a mistake
+            raise TypeError
+        return kind(value)
+    except (TypeError, ValueError):
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"env {env_id!r}: env_config.{key} must be {what}, got {value!r:.80}") from None
+
+
 def uses_default_tool_path(env: Any, tool_group: Any) -> bool:
     """True when neither the env's ``_execute_tool`` nor the group's ``execute_tool`` is overridden (on the
     class or the instance), so an env may take its own async path to the tool instead of ``_execute_tool``."""

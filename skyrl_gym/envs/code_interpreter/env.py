@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 from skygym_sandboxes import Sandbox
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
-from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.rewards.math import DEFAULT_TIMEOUT_S, compute_math_score
 from skyrl_gym.tools.parsers import parse_tool_calls
@@ -44,13 +44,15 @@ class CodeInterpreterEnv(BaseTextEnv):
         self.max_turns = int(row.get("max_turns") or config.get("max_turns", 5))
         self.observation_role = str(config.get("observation_role", "user"))
         defaults = self.config_defaults
-        self.verify_timeout = float(config.get("verify_timeout", defaults["verify_timeout"]))
+        self.verify_timeout = config_number(config, "verify_timeout", defaults["verify_timeout"],
+                                            "code_interpreter")
         self._config = env_config
         self.python_tool = PythonCodeExecutorToolGroup(
-            timeout=float(config.get("timeout", defaults["timeout"])),
+            timeout=config_number(config, "timeout", defaults["timeout"], "code_interpreter"),
             sandbox=sandbox,
             stateful=bool(config.get("stateful", True)),
-            max_output_chars=int(config.get("max_output_chars", defaults["max_output_chars"])),
+            max_output_chars=config_number(config, "max_output_chars", defaults["max_output_chars"],
+                                           "code_interpreter", int),
         )
         self.init_tool_groups([self.python_tool])
         self.tool_calls = 0

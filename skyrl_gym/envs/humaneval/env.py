@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 from skygym_sandboxes import Limits, Sandbox
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
-from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth
 from skyrl_gym.envs._grading import grade_check
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.lcb.grading import extract_last_code_block
@@ -77,8 +77,8 @@ class HumanEvalEnv(BaseTextEnv):
         self.problem = parse_ground_truth(require_ground_truth(extras, "humaneval"))
         config = config_dict(env_config)
         defaults = self.config_defaults
-        timeout = float(config.get("timeout", defaults["timeout"]))
-        memory_mb = int(config.get("memory_mb", defaults["memory_mb"]))
+        timeout = config_number(config, "timeout", defaults["timeout"], "humaneval")
+        memory_mb = config_number(config, "memory_mb", defaults["memory_mb"], "humaneval", int)
         self.limits = Limits(wall_s=timeout, cpu_s=timeout, memory_mb=memory_mb)
         self._sandbox = sandbox
         self._config = env_config

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 from skygym_sandboxes import Limits, Sandbox
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
-from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.lcb.grading import extract_last_code_block, grade, parse_tests
 from skyrl_gym.errors import DataError
@@ -44,11 +44,11 @@ class LCBEnv(BaseTextEnv):
         except ValueError as exc:
             raise DataError(f"env 'lcb': {exc}") from None
         config = config_dict(env_config)
-        timeout = float(config.get("timeout", self.config_defaults["timeout"]))
+        timeout = config_number(config, "timeout", self.config_defaults["timeout"], "lcb")
         self.limits = Limits(
             wall_s=timeout,
             cpu_s=timeout,
-            memory_mb=int(config.get("memory_mb", self.config_defaults["memory_mb"])),
+            memory_mb=config_number(config, "memory_mb", self.config_defaults["memory_mb"], "lcb", int),
         )
         self.stop_on_first_failure = bool(config.get("stop_on_first_failure", True))
         self._sandbox = sandbox

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from skyrl_gym.core import StepOutput
-from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.rewards.math import DEFAULT_TIMEOUT_S, compute_math_score
 
@@ -20,7 +20,7 @@ class MathEnv(BaseTextEnv):
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "math"))
         config = self.env_config if isinstance(self.env_config, dict) else {}
-        self.timeout = float(config.get("verify_timeout", self.config_defaults["verify_timeout"]))
+        self.timeout = config_number(config, "verify_timeout", self.config_defaults["verify_timeout"], "math")
 
     def step(self, action: str) -> StepOutput:
         self.turns += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from skyrl_gym.core import StepOutput
-from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.errors import DataError
 from skyrl_gym.rewards.boxed import last_boxed_content
@@ -30,7 +30,7 @@ class MultiplyEnv(BaseTextEnv):
         except (TypeError, ValueError) as exc:
             raise DataError(f"env 'multiply': max_turns must be an integer, got {max_turns!r}") from exc
         config = self.env_config if isinstance(self.env_config, dict) else {}
-        self.boxed_wrong_reward = float(config.get("boxed_wrong_reward", BOXED_WRONG_REWARD))
+        self.boxed_wrong_reward = config_number(config, "boxed_wrong_reward", BOXED_WRONG_REWARD, "multiply")
 
     def step(self, action: str) -> StepOutput:
         self.turns += 1
