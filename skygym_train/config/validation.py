@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -379,6 +380,8 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
         opt = getattr(section, "optimizer_config", None)
         if opt is not None:
             problems += _check_scheduler(role, opt.scheduler)
+            if role == "policy" or (role == "critic" and uses_critic(cfg)):  # the roles that train
+                problems += _check_optimizer(role, opt)
     problems += _check_deepspeed(cfg, has_cuda)
     problems += _check_sequence_parallel(cfg, has_cuda)
     if t.flash_attn and not (has_cuda and flash_attn_installed()):
@@ -388,6 +391,23 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
         problems.append(f"trainer.export_dtype={t.export_dtype!r}: expected one of {', '.join(EXPORT_DTYPES)}")
     if t.policy.model.lora.rank < 0:
         problems.append("trainer.policy.model.lora.rank: must be >= 0")
+    return problems
+
+
+def _check_optimizer(role: str, opt: Any) -> List[str]:
+    """Values that train silently wrong: a learning rate of 0 or below, a clipping norm of 0 or below (torch
+    then scales every gradient to 0, or flips its sign), negative weight decay or warm-up."""
+    key = f"trainer.{role}.optimizer_config"
+    problems = []
+    if not (isinstance(opt.lr, (int, float)) and math.isfinite(opt.lr) and opt.lr > 0):
+        problems.append(f"{key}.lr={opt.lr}: must be a positive number")
+    if not (math.isfinite(opt.max_grad_norm) and opt.max_grad_norm > 0):
+        problems.append(f"{key}.max_grad_norm={opt.max_grad_norm}: must be a positive number (gradients are "
+                        "clipped to this norm; a norm of 0 or below would scale them to 0 or flip them)")
+    if not (math.isfinite(opt.weight_decay) and opt.weight_decay >= 0):
+        problems.append(f"{key}.weight_decay={opt.weight_decay}: must be >= 0")
+    if opt.num_warmup_steps < 0:
+        problems.append(f"{key}.num_warmup_steps={opt.num_warmup_steps}: must be >= 0")
     return problems
 
 
@@ -685,6 +705,9 @@ def _check_run(cfg: Any, has_cuda: bool) -> List[str]:
                        ("trainer.hf_save_interval", t.hf_save_interval)):
         if value == 0 or value < -1:
             problems.append(f"{key}={value}: use a positive number of steps, or -1 to disable")
+    if t.max_training_steps is not None and t.max_training_steps < 1:  # 0 read as no limit: a whole run
+        problems.append(f"trainer.max_training_steps={t.max_training_steps}: use a positive number of steps, "
+                        "or null for no limit (trainer.epochs decides)")
     if t.max_failed_steps == 0 or t.max_failed_steps < -1:
         problems.append(f"trainer.max_failed_steps={t.max_failed_steps}: use a positive number of steps, or -1 "
                         "to never stop")

@@ -132,6 +132,33 @@ def test_batch_sizes_that_do_not_divide_fail_before_loading(data_file):
         )
 
 
+@pytest.mark.parametrize("override, problem", [
+    ("trainer.policy.optimizer_config.lr=-1e-6",
+     "trainer.policy.optimizer_config.lr=-1e-06: must be a positive"),
+    ("trainer.policy.optimizer_config.lr=0", "trainer.policy.optimizer_config.lr=0.0: must be a positive"),
+    ("trainer.policy.optimizer_config.max_grad_norm=0",
+     "trainer.policy.optimizer_config.max_grad_norm=0.0: must be a positive number (gradients are clipped"),
+    ("trainer.policy.optimizer_config.weight_decay=-0.1",
+     "trainer.policy.optimizer_config.weight_decay=-0.1: must be >= 0"),
+    ("trainer.policy.optimizer_config.num_warmup_steps=-2",
+     "trainer.policy.optimizer_config.num_warmup_steps=-2: must be >= 0"),
+    ("trainer.max_training_steps=0", "trainer.max_training_steps=0: use a positive number of steps, or null"),
+])
+def test_settings_that_would_train_silently_wrong_are_refused(data_file, override, problem):
+    """A negative learning rate ascends the loss; a clipping norm of 0 zeroes every gradient;
+    max_training_steps=0 read as no limit and trained a whole run. Each is refused, naming its key."""
+    with pytest.raises(ConfigError) as info:
+        load_config(_valid(data_file, override))
+    assert any(p.startswith(problem) for p in info.value.problems), info.value.problems
+
+
+def test_the_critic_optimizer_is_checked_only_when_there_is_a_critic(data_file):
+    load_config(_valid(data_file, "trainer.critic.optimizer_config.lr=0"))  # grpo: no critic trains
+    with pytest.raises(ConfigError, match=r"trainer.critic.optimizer_config.lr=0.0: must be a positive"):
+        load_config(_valid(data_file, "trainer.critic.optimizer_config.lr=0",
+                           "trainer.algorithm.advantage_estimator=gae"))
+
+
 def test_token_budget_must_be_positive_or_off(data_file):
     with pytest.raises(ConfigError, match="trainer.max_tokens_per_microbatch=0: must be -1"):
         load_config(_valid(data_file, "trainer.max_tokens_per_microbatch=0"))
