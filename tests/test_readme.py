@@ -26,3 +26,12 @@ def test_custom_env_snippet_runs_and_is_short(capsys):
         assert "'reward': 1.0, 'done': True" in capsys.readouterr().out
     finally:
         skyrl_gym.deregister("reverse")
+
+
+def test_gymnasium_snippet_runs_as_written(capsys):
+    """The README's Gymnasium code builds its own rows, so a new user can paste it (it read a Parquet file the
+    user did not have)."""
+    pytest.importorskip("gymnasium", reason="the Gymnasium bridge needs the 'gymnasium' extra: "
+                                            "pip install -e '.[gymnasium]'")
+    runpy.run_path(str(REPO / "docs" / "snippets" / "gymnasium_quickstart.py"))
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "1.0 True False"
