@@ -1009,15 +1009,6 @@ def model_path_problems(cfg: Any) -> List[str]:
     return problems
 
 
-def check_model_paths(cfg: Any) -> None:
-    """Fail (``ConfigError``) before anything starts if a worker's ``model.path`` cannot be a model."""
-    from skygym_train.config.errors import ConfigError
-
-    problems = model_path_problems(cfg)
-    if problems:
-        raise ConfigError(problems)
-
-
 def _scalar_reward(reward: Any) -> float:
     if isinstance(reward, (list, tuple)):
         return float(sum(reward))

@@ -142,16 +142,6 @@ def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:
     return problems + before_starting_problems(cfg, rows)
 
 
-def check_datasets(cfg: Any) -> None:
-    """Check the model paths, read the dataset files and check ``environment.env_class`` and every row's
-    ``env_class`` are registered (``ConfigError`` naming every problem)."""
-    from skygym_train.config.errors import ConfigError
-
-    problems = dataset_problems(cfg)
-    if problems:
-        raise ConfigError(problems)
-
-
 # ---------------------------------------------------------------------- SkyRL-train's tutorial surface
 def _typed(cfg: Any, validate: bool = True) -> Any:
     """A typed config from a typed config, a DictConfig (Hydra's) or a nested mapping, keys and values checked."""
