@@ -22,16 +22,14 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
+    from skygym_train.entrypoints.main_base import add_arguments  # stdlib only at import time
+
     train = subparsers.add_parser(
         "train",
         help="train a model with the bundled Ray/FSDP2 trainer (SkyRL config keys: key=value ...)",
         description="Run the bundled trainer; overrides use SkyRL-train's dotted key names.",
     )
-    train.add_argument("--config-file", default=None, help="a YAML file of config values (under the overrides)")
-    train.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    train.add_argument("--check", action="store_true", help="validate the config and exit")
-    train.add_argument("overrides", nargs="*", help="config overrides, dotted.key=value")
-    train.set_defaults(func=_train)
+    add_arguments(train).set_defaults(func=_train)
 
     quick = subparsers.add_parser(
         "quickstart",

@@ -30,7 +30,27 @@ config_dir = str(Path(__file__).resolve().parent.parent / "config")
 """The folder holding ``ppo_base_config.yaml`` (for ``hydra.main(config_path=config_dir, ...)``)."""
 
 
+# What `--help` shows after the options: the keys every run needs, one that runs on a CPU, where the rest are.
+EPILOG = "\n".join([
+    "every run needs data.train_data (a list of JSONL/Parquet files of rows) and trainer.policy.model.path",
+    "(a folder, a hub id or smollm2-135m); every other key has a default (--print-config shows them all).",
+    "",
+    "example, on a CPU: rows of the multiply env, then a short run (drop --check to train)",
+    "",
+    "  python -c \"from skyrl_gym.data import write_jsonl; from skyrl_gym.datasets import build_rows; \\",
+    "      write_jsonl(build_rows('multiply', split='train', size=64, seed=0), 'train.jsonl')\"",
+    "  skyrl-gym train --check \"data.train_data=['train.jsonl']\" trainer.policy.model.path=smollm2-135m \\",
+    "      trainer.use_ray=false trainer.train_batch_size=8 trainer.policy_mini_batch_size=8 \\",
+    "      generator.sampling_params.max_generate_length=32 trainer.max_training_steps=2 \\",
+    "      trainer.ckpt_path=ckpts/multiply",
+    "",
+    "every key: docs/configuration.md; an env of your own to a trained model: docs/new-environment.md",
+])
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog's lines as written
+    parser.epilog = EPILOG
     parser.add_argument("--config-file", default=None, help="a YAML file of config values (under the overrides)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--check", action="store_true", help="validate the config and exit")
