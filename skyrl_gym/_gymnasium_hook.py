@@ -35,6 +35,7 @@ class _RegisterAfterLoad(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
+        _remove_finders()  # Gymnasium is being imported: the finder's one job is done
         self.loader.exec_module(module)
         _register_bridge()
 
@@ -43,11 +44,17 @@ class _GymnasiumImportFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Any = None) -> Any:
         if fullname != "gymnasium":
             return None
-        sys.meta_path.remove(self)  # once, and out of the way of the lookup below
+        # Stays on sys.meta_path until the module is executed: ``importlib.util.find_spec("gymnasium")``, which
+        # availability checks call (``skyrl-gym doctor``, other libraries), asks for a spec and loads nothing.
+        # PathFinder looks the module up without going through sys.meta_path, so this finder is not asked again.
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
             spec.loader = _RegisterAfterLoad(spec.loader)
         return spec
+
+
+def _remove_finders() -> None:
+    sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _GymnasiumImportFinder)]
 
 
 def install() -> None:
