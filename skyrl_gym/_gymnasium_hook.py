@@ -44,9 +44,9 @@ class _GymnasiumImportFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Optional[Sequence[str]], target: Any = None) -> Any:
         if fullname != "gymnasium":
             return None
-        # Stays on sys.meta_path until the module is executed: ``importlib.util.find_spec("gymnasium")``, which
-        # availability checks call (``skyrl-gym doctor``, other libraries), asks for a spec and loads nothing.
-        # PathFinder looks the module up without going through sys.meta_path, so this finder is not asked again.
+        # Stays on sys.meta_path until the module is executed: ``importlib.util.find_spec("gymnasium")``,
+        # which availability checks call (``skyrl-gym doctor``, other libraries), asks for a spec and loads
+        # nothing. PathFinder looks the module up without sys.meta_path, so this finder is not asked again.
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
             spec.loader = _RegisterAfterLoad(spec.loader)

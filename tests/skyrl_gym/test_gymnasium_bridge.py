@@ -302,8 +302,8 @@ print(env.step("#### 72")[1])
 
 
 def test_an_availability_check_of_gymnasium_does_not_undo_the_registration():
-    """``importlib.util.find_spec("gymnasium")`` (``skyrl-gym doctor`` and other libraries' availability checks)
-    asked the waiting finder for a spec, which removed it without loading anything: the later
+    """``importlib.util.find_spec("gymnasium")`` (``skyrl-gym doctor`` and other libraries' availability
+    checks) asked the waiting finder for a spec, which removed it without loading anything: the later
     ``import gymnasium`` then registered nothing (``NamespaceNotFound: Namespace skyrl_gym not found``)."""
     import subprocess
     import sys
@@ -315,8 +315,9 @@ assert 'gymnasium' not in sys.modules
 assert importlib.util.find_spec("gymnasium") is not None  # a check, twice, before the import
 assert importlib.util.find_spec("gymnasium") is not None
 import gymnasium
-env = gymnasium.make("skyrl_gym/gsm8k-v0", rows=[{"prompt": [{"role": "user", "content": "q"}], "env_class": "gsm8k",
-                     "reward_spec": {"method": "rule", "ground_truth": "72"}}])
+row = {"prompt": [{"role": "user", "content": "q"}], "env_class": "gsm8k",
+       "reward_spec": {"method": "rule", "ground_truth": "72"}}
+env = gymnasium.make("skyrl_gym/gsm8k-v0", rows=[row])
 env.reset(seed=0)
 print(env.step("#### 72")[1])
 print(sum(type(f).__name__ == "_GymnasiumImportFinder" for f in sys.meta_path))
