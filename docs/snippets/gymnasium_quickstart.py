@@ -1,5 +1,5 @@
 import gymnasium
-import skyrl_gym  # registers every env with Gymnasium as skyrl_gym/<id>-v0 (Gymnasium itself is imported lazily)
+import skyrl_gym  # registers every env with Gymnasium as skyrl_gym/<id>-v0 (importing Gymnasium lazily)
 from skyrl_gym.datasets import build_rows
 
 rows = build_rows("multiply", split="test", size=8, seed=0)  # or a JSONL/JSON/Parquet file of rows

@@ -139,10 +139,11 @@ def test_rows_round_trip_through_json():
     ("code_interpreter", "max_output_chars", "1e3", "an integer"),
 ])
 def test_a_bad_number_in_env_config_names_the_env_and_the_key(env_id, key, value, what):
-    """`float('x')` said only "could not convert string to float: 'x'"; the message now says whose key it was."""
+    """`float('x')` said only "could not convert string to float: 'x'"; now the message says whose key."""
     ground_truth = {"lcb": json.dumps([{"input": "1", "output": "1", "testtype": "stdin"}]),
                     "humaneval": json.dumps({"prompt": "def f():\n", "test": "def check(c):\n    pass\n",
                                              "entry_point": "f"})}.get(env_id, "6")
     with pytest.raises(ValueError) as raised:
-        skyrl_gym.make(env_id, env_config={key: value}, extras={"reward_spec": {"ground_truth": ground_truth}})
+        skyrl_gym.make(env_id, env_config={key: value},
+                       extras={"reward_spec": {"ground_truth": ground_truth}})
     assert str(raised.value) == f"env {env_id!r}: env_config.{key} must be {what}, got {value!r}"
