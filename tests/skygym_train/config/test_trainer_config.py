@@ -134,8 +134,8 @@ def test_batch_sizes_that_do_not_divide_fail_before_loading(data_file):
 
 @pytest.mark.parametrize("override, problem", [
     ("trainer.policy.optimizer_config.lr=-1e-6",
-     "trainer.policy.optimizer_config.lr=-1e-06: must be a positive"),
-    ("trainer.policy.optimizer_config.lr=0", "trainer.policy.optimizer_config.lr=0.0: must be a positive"),
+     "trainer.policy.optimizer_config.lr=-1e-06: must be a number >= 0"),
+    ("trainer.policy.optimizer_config.lr=nan", "trainer.policy.optimizer_config.lr=nan: must be a number >= 0"),
     ("trainer.policy.optimizer_config.max_grad_norm=0",
      "trainer.policy.optimizer_config.max_grad_norm=0.0: must be a positive number (gradients are clipped"),
     ("trainer.policy.optimizer_config.weight_decay=-0.1",
@@ -153,10 +153,14 @@ def test_settings_that_would_train_silently_wrong_are_refused(data_file, overrid
 
 
 def test_the_critic_optimizer_is_checked_only_when_there_is_a_critic(data_file):
-    load_config(_valid(data_file, "trainer.critic.optimizer_config.lr=0"))  # grpo: no critic trains
-    with pytest.raises(ConfigError, match=r"trainer.critic.optimizer_config.lr=0.0: must be a positive"):
-        load_config(_valid(data_file, "trainer.critic.optimizer_config.lr=0",
+    load_config(_valid(data_file, "trainer.critic.optimizer_config.lr=-1"))  # grpo: no critic trains
+    with pytest.raises(ConfigError, match=r"trainer.critic.optimizer_config.lr=-1.0: must be a number >= 0"):
+        load_config(_valid(data_file, "trainer.critic.optimizer_config.lr=-1",
                            "trainer.algorithm.advantage_estimator=gae"))
+
+
+def test_a_learning_rate_of_0_is_a_run_that_leaves_the_policy_as_it_was(data_file):
+    assert load_config(_valid(data_file, "trainer.policy.optimizer_config.lr=0")).trainer.policy.optimizer_config.lr == 0
 
 
 def test_token_budget_must_be_positive_or_off(data_file):
