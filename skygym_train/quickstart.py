@@ -5,8 +5,8 @@
 
 Each question comes after two worked examples (``3 * 4`` -> ``\\boxed{12}``), so the model starts at a held-out
 greedy reward of about 0.35 instead of 0.0; with 1.0 for a correct boxed product and 0.1 for a boxed wrong one,
-40 steps took it to 0.80 (train reward 0.25 -> 0.97) in a measured run on this project's 2-core CPU, 9 minutes of
-training on a busy machine (about 8.5 s a step once quiet). It evaluates greedily on held-out rows before and after
+40 steps take it to 0.86-0.92 (train reward about 0.25 -> 0.97) on this project's 2-core CPU, in about 3 minutes
+when the machine is quiet (the runs are listed in docs/training.md). It evaluates greedily on held-out rows before and after
 training, writes a bfloat16 Hugging Face export (and a training checkpoint with ``--checkpoint``), and plots reward
 per step. On a machine with a GPU the same command trains there. Any trainer key can be overridden as ``key=value``.
 Run again into the same ``--out``, it first moves the earlier run's outputs to ``earlier_runs/<time>/`` there.
