@@ -129,13 +129,12 @@ def config_warnings(cfg: Any, has_cuda: Optional[bool] = None) -> List[str]:
     out: List[str] = []
     if t.strategy == "fsdp":
         out.append("trainer.strategy=fsdp: the bundled trainer runs FSDP2 (fully_shard) for both fsdp and fsdp2")
-    if t.use_ray and t.placement.colocate_all and not has_cuda and g.backend in ("hf", "vllm"):
-        if g.run_engines_locally is True:
-            out.append("trainer.placement.colocate_all=true: the engine actors share the policy's CPU bundles (taking "
-                       "turns with training); without GPUs there is no accelerator memory for them to release")
-        else:
-            out.append("trainer.placement.colocate_all=true: without GPUs there is no accelerator memory for the "
-                       "engines to release while the policy trains, so colocation changes nothing here")
+    # (an engine in the trainer's process, the default, is not placed at all: colocate_all, on by default as in
+    # SkyRL, changes nothing for it on a CPU, and saying so at every start was noise)
+    if t.use_ray and t.placement.colocate_all and not has_cuda and g.backend in ("hf", "vllm") \
+            and g.run_engines_locally is True:
+        out.append("trainer.placement.colocate_all=true: the engine actors share the policy's CPU bundles (taking "
+                   "turns with training); without GPUs there is no accelerator memory for them to release")
     if g.task:
         from skygym_train.agent_generator import agent_task_warnings
 

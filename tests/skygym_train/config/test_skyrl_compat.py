@@ -128,6 +128,9 @@ def test_strategy_fsdp_says_it_runs_fsdp2(data_file):
     cfg = load_config(_valid(data_file, "trainer.strategy=fsdp"))
     assert any("runs FSDP2" in w for w in config_warnings(cfg, has_cuda=False))
     cfg.trainer.use_ray = True  # colocation is a placement of Ray workers: it only says something with Ray on
+    assert cfg.trainer.placement.colocate_all  # the default: for an engine in the trainer's process, nothing to say
+    assert not any("colocate_all" in w for w in config_warnings(cfg, has_cuda=False))
+    cfg.generator.run_engines_locally = True  # engine actors, which share the policy's CPU bundles
     assert any("colocate_all=true" in w for w in config_warnings(cfg, has_cuda=False))
     assert not any("colocate_all" in w for w in config_warnings(cfg, has_cuda=True))
     cfg.trainer.use_ray = False
