@@ -86,8 +86,11 @@ class ProtocolError(Exception):
 # sockets in their empty network namespace) and lose the kernel interfaces that sandbox escapes and
 # kernel exploits go through: namespaces, mounts, tracing other processes, keyrings, eBPF, io_uring,
 # perf events, userfaultfd, modules. A denied call fails with EPERM (clone3 with ENOSYS, so that libc
-# falls back to clone, whose namespace flags the filter can see). System call numbers are per
-# architecture; these are x86_64's, and on other machines programs run without the filter.
+# falls back to clone, whose namespace flags the filter can see). Sockets are limited to the families
+# that the empty network namespace contains (unix, IPv4, IPv6, netlink): the others fail with
+# EAFNOSUPPORT. AF_VSOCK is not per network namespace: on a virtual machine a sandboxed program could
+# otherwise talk to the hypervisor and listen on the machine's vsock ports (found on a Firecracker VM). System
+# call numbers are per architecture; these are x86_64's, and on other machines programs run without the filter.
 AUDIT_ARCH_X86_64 = 0xC000003E
 DENIED_SYSCALLS_X86_64 = {
     "ptrace": 101, "syslog": 103, "personality": 135, "pivot_root": 155, "chroot": 161, "acct": 163,
@@ -101,6 +104,9 @@ DENIED_SYSCALLS_X86_64 = {
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
 }
 CLONE_X86_64, CLONE3_X86_64 = 56, 435
+SOCKET_X86_64, SOCKETPAIR_X86_64 = 41, 53
+# AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: what programs use (and Python's socket module probes)
+ALLOWED_SOCKET_FAMILIES = (1, 2, 10, 16)
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
 CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
@@ -111,7 +117,9 @@ def seccomp_program():
         return None
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|{JEQ,JGE,JSET}|K, BPF_RET|K
     allow, deny, no_sys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
-    code = []  # (opcode, jump-if-true label or None, jump-if-false label or None, k)
+    no_family = 0x00050000 | errno.EAFNOSUPPORT
+    # (opcode, jump-if-true label or None, jump-if-false label or None, k), or a label's name where it stands
+    code = []
     code.append((ld, None, None, 4))  # seccomp_data.arch
     code.append((jeq, None, "deny", AUDIT_ARCH_X86_64))
     code.append((ld, None, None, 0))  # seccomp_data.nr
@@ -119,13 +127,25 @@ def seccomp_program():
     for nr in sorted(DENIED_SYSCALLS_X86_64.values()):
         code.append((jeq, "deny", None, nr))
     code.append((jeq, "no_sys", None, CLONE3_X86_64))
+    code.append((jeq, "family", None, SOCKET_X86_64))
+    code.append((jeq, "family", None, SOCKETPAIR_X86_64))
     code.append((jeq, None, "allow", CLONE_X86_64))
     code.append((ld, None, None, 16))  # low 32 bits of clone's flags (args[0])
     code.append((jset, "deny", "allow", CLONE_NAMESPACE_FLAGS))
-    labels = {"allow": len(code), "deny": len(code) + 1, "no_sys": len(code) + 2}
-    code += [(ret, None, None, allow), (ret, None, None, deny), (ret, None, None, no_sys)]
+    code.append("family")
+    code.append((ld, None, None, 16))  # the socket's family (args[0], an int)
+    for family in ALLOWED_SOCKET_FAMILIES:
+        code.append((jeq, "allow", None, family))
+    code.append((ret, None, None, no_family))
+    code += ["allow", (ret, None, None, allow), "deny", (ret, None, None, deny), "no_sys", (ret, None, None, no_sys)]
+    labels, instructions = {}, []
+    for entry in code:
+        if isinstance(entry, str):
+            labels[entry] = len(instructions)
+        else:
+            instructions.append(entry)
     records = []
-    for index, (opcode, if_true, if_false, k) in enumerate(code):
+    for index, (opcode, if_true, if_false, k) in enumerate(instructions):
         jt = labels[if_true] - index - 1 if if_true else 0
         jf = labels[if_false] - index - 1 if if_false else 0
         records.append(struct.pack("=HBBI", opcode, jt, jf, k))

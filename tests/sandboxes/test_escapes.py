@@ -205,6 +205,66 @@ def test_cannot_connect_to_a_server_on_the_host_loopback(sandbox, tmp_snapshot):
     assert_nothing_left(tmp_snapshot, sandbox)
 
 
+SOCKET_FAMILY_PROBE = r"""
+import json, socket
+def make(family, kinds=(socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET, socket.SOCK_RAW)):
+    error = None
+    for kind in kinds:
+        try:
+            socket.socket(family, kind).close()
+            return "ok"
+        except OSError as exc:
+            error = exc
+    return __import__("errno").errorcode.get(error.errno, str(error.errno))
+vsock_port = %d
+try:
+    held = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    held.bind((socket.VMADDR_CID_ANY, vsock_port))
+    vsock_bind = "ok"
+except OSError as exc:
+    vsock_bind = __import__("errno").errorcode.get(exc.errno, str(exc.errno))
+print(json.dumps({
+    "vsock_bind": vsock_bind,
+    "refused": {name: make(family) for name, family in
+                (("AF_VSOCK", 40), ("AF_ALG", 38), ("AF_PACKET", 17), ("AF_BLUETOOTH", 31), ("AF_XDP", 44))},
+    "kept": {name: make(family, (socket.SOCK_DGRAM,)) for name, family in
+             (("AF_UNIX", 1), ("AF_INET", 2), ("AF_INET6", 10), ("AF_NETLINK", 16))},
+}))
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
+def test_no_socket_family_outside_the_network_namespace(sandbox, tmp_snapshot):
+    """AF_VSOCK is not per network namespace: on a virtual machine a sandboxed program could talk to the
+    hypervisor and listen on the machine's vsock ports. The host holds a vsock port where the kernel has vsock;
+    the program must get no vsock socket at all (never EADDRINUSE, which says it shares the host's ports), and no
+    other family beyond unix, IPv4, IPv6 and netlink."""
+    import errno
+    import json
+
+    held = None
+    port = 47000 + os.getpid() % 1000
+    try:
+        held = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+        held.bind((socket.VMADDR_CID_ANY, port))
+    except OSError:  # no vsock on this machine: the probe still checks that every family is refused
+        if held is not None:
+            held.close()
+        held = None
+    try:
+        result = sandbox.run(RunRequest(code=SOCKET_FAMILY_PROBE % port))
+    finally:
+        if held is not None:
+            held.close()
+    assert result.status == Status.OK, (result.status, result.stderr)
+    report = json.loads(result.stdout)
+    refused = errno.errorcode[errno.EAFNOSUPPORT]
+    assert report["vsock_bind"] == refused, report
+    assert report["refused"] == {name: refused for name in report["refused"]}, report
+    assert report["kept"] == {name: "ok" for name in report["kept"]}, report
+    assert_nothing_left(tmp_snapshot, sandbox)
+
+
 def test_100_mb_of_output_is_cut(sandbox, tmp_snapshot):
     code = "import sys\nchunk = 'x' * 2**20\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
     result = sandbox.run(code)
