@@ -52,6 +52,24 @@ def test_boxed_extraction_with_nesting_and_unfinished_boxes():
         remove_boxed("x")
 
 
+@pytest.mark.timeout(20)
+def test_boxed_extraction_is_linear_in_unclosed_boxes():
+    """Each unclosed box was searched to the end of the text: 100,000 characters of ``\\boxed{`` (what a model in a
+    loop writes) held a math, multiply or code_interpreter step 30-40 s. 700,000 characters would take hours."""
+    tail = "\\boxed{" * 100_000
+    assert last_boxed_content("\\boxed{42} then " + tail) == "42"
+    assert last_boxed_content("\\fbox{7}" + tail.replace("boxed", "fbox")) == "7"
+    assert last_boxed_content(tail) is None
+    assert last_boxed_content(("\\boxed " + " " * 50 + "$") * 20_000) is None
+
+
+@pytest.mark.parametrize("text", ["\\boxed $5$", "x \\boxed  $", "The answer is $\\boxed $42"])
+def test_boxed_space_form_without_a_token_is_no_answer(text):
+    """``\\boxed`` then a space then ``$`` raised IndexError, and with it the step of every boxed env."""
+    assert last_boxed_content(text) is None
+    assert compute_math_score(text, "42")["score"] == 0.0
+
+
 @pytest.mark.parametrize(
     "raw, normalized",
     [
