@@ -96,6 +96,20 @@ def parse_xml_tool_calls(text: str, tags: Iterable[str], wrapper: Optional[str] 
     return result
 
 
+def _load_json(text: str) -> Any:
+    """``json.loads`` for model text: every way it fails is a ``ValueError`` saying why. The decoder raises
+    ``RecursionError`` past about 1000 nested ``[`` and a bare ``ValueError`` for an integer of more than 4300
+    digits; either escaped the parser and failed the env's step."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at character {exc.pos}") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as exc:  # an integer too long to convert
+        raise ValueError(str(exc).split(";")[0]) from None
+
+
 def parse_json_tool_calls(text: str, tag: str = "tool_call") -> ParsedToolCalls:
     """Calls written as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``."""
     result = ParsedToolCalls()
@@ -103,9 +117,9 @@ def parse_json_tool_calls(text: str, tag: str = "tool_call") -> ParsedToolCalls:
     result.errors.extend(errors)
     for index, body in enumerate(bodies, start=1):
         try:
-            payload = json.loads(body)
-        except json.JSONDecodeError as exc:
-            result.errors.append(f"tool call {index} is not valid JSON ({exc.msg} at character {exc.pos})")
+            payload = _load_json(body)
+        except ValueError as exc:
+            result.errors.append(f"tool call {index} is not valid JSON ({exc})")
             continue
         if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
             result.errors.append(f'tool call {index} must be an object with a "name" string and an "arguments" object')
@@ -113,8 +127,8 @@ def parse_json_tool_calls(text: str, tag: str = "tool_call") -> ParsedToolCalls:
         arguments = payload.get("arguments", payload.get("parameters", {}))
         if isinstance(arguments, str):  # some models emit arguments as a JSON string
             try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
+                arguments = _load_json(arguments)
+            except ValueError:
                 result.errors.append(f'tool call {index}: "arguments" is a string that is not valid JSON')
                 continue
         if not isinstance(arguments, dict):

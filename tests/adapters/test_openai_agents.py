@@ -87,6 +87,15 @@ def test_tools_are_offered_as_openai_schemas_and_calls_become_action_text(calcul
     assert [m["role"] for m in session.messages] == ["user", "assistant", "tool", "assistant"]
 
 
+def test_tool_call_arguments_the_decoder_cannot_read_reach_the_env_as_an_error(calculator_row):
+    """Arguments nested past the JSON decoder's depth raised RecursionError out of ``session.step``."""
+    session = EnvChatSession.from_row(calculator_row)
+    call = {"id": "call_1", "type": "function", "function": {"name": "multiply", "arguments": "[" * 3000}}
+    result = session.step({"role": "assistant", "content": "", "tool_calls": [call]})
+    assert not result.done and result.reward == 0.0
+    assert "not valid JSON" in json.dumps(result.new_messages)
+
+
 def test_run_episode_with_an_agent_function(calculator_row):
     def agent(messages, tools):
         if messages[-1]["role"] == "tool":

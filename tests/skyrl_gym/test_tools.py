@@ -6,6 +6,7 @@ from typing import List, Optional
 
 import pytest
 
+import skyrl_gym
 from skyrl_gym import BaseTextEnv
 from skyrl_gym.errors import ToolError
 from skyrl_gym.tools import ToolGroup, parse_json_tool_calls, parse_tool_calls, parse_xml_tool_calls, tool
@@ -97,6 +98,28 @@ def test_unclosed_and_malformed_calls_are_reported_not_raised():
     assert "tool call 2 is not valid JSON" in parsed.errors[0]
     parsed = parse_json_tool_calls('<tool_call>["add"]</tool_call><tool_call>{"name": "f", "arguments": 3}</tool_call>')
     assert parsed.calls == [] and len(parsed.errors) == 2
+
+
+@pytest.mark.parametrize(
+    "body, why",
+    [
+        ("[" * 3000, "nested too deeply"),  # the decoder's RecursionError
+        ('{"name": "python", "arguments": {"n": ' + "1" * 5000 + "}}", "4300 digits"),  # int() refuses
+        ('{"name": "python", "arguments": "' + "[" * 3000 + '"}', '"arguments" is a string that is not valid JSON'),
+    ],
+)
+def test_json_calls_the_decoder_cannot_read_are_reported_not_raised(body, why):
+    """A model reply escaped the parser with RecursionError or ValueError and failed the env's step."""
+    parsed = parse_tool_calls(f"<tool_call>{body}</tool_call>", ["python"])
+    assert parsed.calls == [] and len(parsed.errors) == 1 and why in parsed.errors[0], parsed.errors
+
+
+def test_a_tool_call_nested_past_the_decoder_ends_no_code_interpreter_step():
+    env = skyrl_gym.make("code_interpreter", extras={"reward_spec": {"ground_truth": "42"}})
+    env.init([{"role": "user", "content": "q"}])
+    out = env.step("<tool_call>" + "[" * 3000 + "</tool_call> so \\boxed{42}")
+    assert out["done"] and out["reward"] == 1.0
+    assert "nested too deeply" in out["metadata"]["tool_parse_errors"][0]
 
 
 def test_json_arguments_given_as_a_string_are_decoded():
