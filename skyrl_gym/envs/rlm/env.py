@@ -62,9 +62,54 @@ _LATER_TURN = "Above are your earlier steps in the REPL. "
 NO_CODE_BLOCK_MESSAGE = "[No ```repl``` code block found. Wrap your code in ```repl\\n...\\n``` blocks.]"
 MAX_OBSERVATION_CHARS = 20_000
 
-_REPL_BLOCK = re.compile(r"```repl[ \t]*\n(.*?)\n```", re.DOTALL)
-_FINAL_VAR = re.compile(r"^\s*FINAL_VAR\((.*?)\)", re.MULTILINE | re.DOTALL)
-_FINAL = re.compile(r"^\s*FINAL\((.*)\)\s*$", re.MULTILINE | re.DOTALL)
+# What SkyRL-gym reads with the regular expressions r"```repl[ \t]*\n(.*?)\n```", r"^\s*FINAL_VAR\((.*?)\)" and
+# r"^\s*FINAL\((.*)\)\s*$" (MULTILINE, DOTALL), found in linear time: those searched from every opening to the
+# end of the text, and their ^\s* from every line start over every blank line after it, so 100,000 newlines
+# took 20 s and 1 MB hours of one core (holding the GIL) in every step. The scanners below give the same matches.
+_REPL_OPEN = re.compile(r"```repl[ \t]*\n")
+_LINE_START = r"^[^\S\n]*"  # ^\s* reaches a FINAL only from the start of its own line
+_FINAL_VAR_OPEN = re.compile(_LINE_START + r"FINAL_VAR\(", re.MULTILINE)
+_FINAL_OPEN = re.compile(_LINE_START + r"FINAL\(", re.MULTILINE)
+_FINAL_CLOSE = re.compile(r"\)[^\S\n]*(?:\n|\Z)")  # a ")" with only spaces after it up to its line's end
+
+
+def _repl_blocks(text: str) -> List[str]:
+    blocks: List[str] = []
+    pos = 0
+    while True:
+        opening = _REPL_OPEN.search(text, pos)
+        if opening is None:
+            return blocks
+        end = text.find("\n```", opening.end())
+        if end < 0:  # no later opening closes either
+            return blocks
+        blocks.append(text[opening.end() : end])
+        pos = end + 4
+
+
+def _final_var_names(text: str) -> List[str]:
+    names: List[str] = []
+    pos = 0
+    while True:
+        opening = _FINAL_VAR_OPEN.search(text, pos)
+        if opening is None:
+            return names
+        close = text.find(")", opening.end())
+        if close < 0:
+            return names
+        names.append(text[opening.end() : close])
+        pos = close + 1
+
+
+def _final_text(text: str) -> Optional[str]:
+    """The ``FINAL(...)`` answer: from the first ``FINAL(`` at a line's start to the last ``)`` that ends a line."""
+    opening = _FINAL_OPEN.search(text)
+    if opening is None:
+        return None
+    last_close = None
+    for last_close in _FINAL_CLOSE.finditer(text, opening.end()):
+        pass
+    return None if last_close is None else text[opening.end() : last_close.start()]
 _LISTED_TYPES = {"str", "int", "float", "bool", "list", "dict", "tuple"}
 
 
@@ -77,13 +122,13 @@ def build_user_prompt(root_prompt: Optional[str], iteration: int) -> Dict[str, s
 
 def find_code_block(text: str) -> Optional[str]:
     """The last ```` ```repl ```` block of a response, stripped; ``None`` when there is none."""
-    blocks = _REPL_BLOCK.findall(text or "")
+    blocks = _repl_blocks(text or "")
     return blocks[-1].strip() if blocks else None
 
 
 def find_final_answer(text: str, repl: Optional[PersistentREPL]) -> Optional[str]:
     """The answer given by the last ``FINAL_VAR(name)`` (read from the REPL) or, without one, ``FINAL(text)``."""
-    names = _FINAL_VAR.findall(text or "")
+    names = _final_var_names(text or "")
     if names:
         if repl is None:
             return None
@@ -92,8 +137,8 @@ def find_final_answer(text: str, repl: Optional[PersistentREPL]) -> Optional[str
         if not answer or ("Variable '" in answer and "' not found" in answer and "FINAL_VAR" in answer):
             return None
         return answer
-    finals = _FINAL.findall(text or "")
-    return finals[-1].strip() if finals else None
+    final = _final_text(text or "")
+    return final.strip() if final is not None else None
 
 
 def format_execution_result(result: REPLResult) -> str:
