@@ -25,7 +25,8 @@ from skyrl_gym.core import Env
 from skyrl_gym.errors import EnvCreationError, RegistrationError, UnregisteredEnv
 
 ENTRY_POINT_GROUP = "skyrl_gym.envs"
-_VERSION_RE = re.compile(r"^(?P<name>.+?)-v(?P<version>\d+)$")
+# At most 9 ASCII digits: int() refuses more than 4300, and an id from a client (serve-env) may hold any.
+_VERSION_RE = re.compile(r"^(?P<name>.+?)-v(?P<version>[0-9]{1,9})$")
 
 EnvCreator = Callable[..., Env]
 

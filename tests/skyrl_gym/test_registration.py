@@ -98,6 +98,12 @@ def test_unversioned_id_resolves_to_latest_version(temp_ids):
     assert skyrl_gym.spec("versioned").version == 2
 
 
+def test_an_id_with_a_version_of_thousands_of_digits_is_not_registered():
+    """int() refused the 5000-digit version with ValueError, which serve-env answered as a 500 (its own fault)."""
+    with pytest.raises(UnregisteredEnv):
+        skyrl_gym.spec("gsm8k-v" + "1" * 5000)
+
+
 def test_env_spec_json_round_trip(temp_ids):
     original = temp_ids("echo-json", entry_point=f"{__name__}:EchoEnv", kwargs={"greeting": "yo"}, description="d")
     restored = EnvSpec.from_json(original.to_json())
