@@ -130,6 +130,20 @@ class _PendingCall:
     kwargs: Dict[str, Any]
 
 
+def _pending_call(call: Any, answered: int) -> Optional[_PendingCall]:
+    """The host-function call a cell's report asks for, or ``None`` when the report is malformed. The report is the
+    sandbox's, so the cell's code may have written it: its fields are checked, never trusted to convert."""
+    if not isinstance(call, dict):
+        return None
+    index, args, kwargs = call.get("index", answered), call.get("args", []), call.get("kwargs") or {}
+    if type(index) is not int or not 0 <= index <= answered or not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    return _PendingCall(
+        index=index, name=str(call.get("name")), key=str(call.get("key")), args=[_decode(a) for a in args],
+        kwargs={str(k): _decode(v) for k, v in kwargs.items()},
+    )
+
+
 class PersistentREPL:
     """A REPL whose variables persist across :meth:`execute` calls; the code runs in a sandbox.
 
@@ -333,12 +347,10 @@ class PersistentREPL:
         final_answer = report.get("final_answer")
         final_answer = final_answer if isinstance(final_answer, str) else None
         if report.get("status") == "call":
-            call = report.get("call") or {}
-            return _PendingCall(
-                index=int(call.get("index", len(answers))), name=str(call.get("name")), key=str(call.get("key")),
-                args=[_decode(a) for a in call.get("args", [])],
-                kwargs={str(k): _decode(v) for k, v in (call.get("kwargs") or {}).items()},
-            )
+            call = _pending_call(report.get("call"), len(answers))
+            if call is None:
+                return self._failed(run.stdout, (run.stderr or "") + "\nError: the REPL process sent a malformed call\n")
+            return call
         if report.get("status") != "done":
             return self._failed(run.stdout, run.stderr, final_answer)
         stderr = run.stderr or ""
@@ -351,10 +363,10 @@ class PersistentREPL:
                 f"the limit is {MAX_STATE_BYTES} bytes. Delete large variables you no longer need.\n", final_answer,
             )
         self._state = state
-        self._update_locals(report.get("vars") or {})
-        dropped = report.get("dropped") or []
-        if dropped:
-            stderr += "Note: these variables cannot be kept for the next cell (not picklable): " + ", ".join(dropped) + "\n"
+        variables, dropped = report.get("vars") or {}, report.get("dropped") or []
+        self._update_locals(variables if isinstance(variables, dict) else {})
+        if isinstance(dropped, list) and dropped:
+            stderr += "Note: these variables cannot be kept for the next cell (not picklable): " + ", ".join(map(str, dropped)) + "\n"
         return REPLResult(stdout=run.stdout, stderr=stderr, locals=dict(self.locals), final_answer=final_answer,
                           var_types=dict(self._var_types))
 

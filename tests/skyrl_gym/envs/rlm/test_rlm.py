@@ -195,3 +195,24 @@ def test_lm_functions_are_described_only_with_a_callback(env_id):
 def test_step_before_init_names_the_problem(env_id):
     with pytest.raises(RuntimeError, match=r"step\(\) was called before init"):
         make(env_id).step("```repl\nx = 1\n```")
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        '{"status": "call", "call": {"index": "x"}}',  # int() raised ValueError out of execute()
+        '{"status": "call", "call": {"index": 1e400}}',  # OverflowError
+        '{"status": "call", "call": ["llm_query"]}',  # AttributeError
+        '{"status": "call", "call": {"index": 0, "name": "llm_query", "kwargs": [1]}}',
+    ],
+)
+def test_a_report_the_cell_forged_is_a_failed_cell_not_an_exception(report):
+    """The cell's code runs where the report is written: it may write its own and exit before the REPL does."""
+    repl = PersistentREPL(timeout=10, lm_callback=Recorder())
+    forged = repl.execute(
+        f"os = {REAL_OS}\n"
+        "fd = os.open('result.json', os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\n"
+        f"os.write(fd, {report!r}.encode())\nos.close(fd)\nos._exit(0)\n"
+    )
+    assert "malformed call" in forged.stderr and forged.final_answer is None
+    assert repl.execute("x = 1\nprint(x + 1)").stdout == "2\n"  # the REPL goes on
