@@ -74,7 +74,7 @@ def _arguments(call: Message) -> Any:
     raw = call["function"]["arguments"]
     try:
         return json.loads(raw) if raw else {}
-    except (ValueError, RecursionError):  # malformed, nested past the decoder's depth, an integer of 5000 digits
+    except (ValueError, RecursionError):  # malformed, nested past the decoder's depth, a 5000-digit integer
         return raw  # the env sees the model's malformed arguments and reports them, as it would in text
 
 

@@ -89,8 +89,9 @@ class ProtocolError(Exception):
 # falls back to clone, whose namespace flags the filter can see). Sockets are limited to the families
 # that the empty network namespace contains (unix, IPv4, IPv6, netlink): the others fail with
 # EAFNOSUPPORT. AF_VSOCK is not per network namespace: on a virtual machine a sandboxed program could
-# otherwise talk to the hypervisor and listen on the machine's vsock ports (found on a Firecracker VM). System
-# call numbers are per architecture; these are x86_64's, and on other machines programs run without the filter.
+# otherwise talk to the hypervisor and listen on the machine's vsock ports (found on a Firecracker VM).
+# System call numbers are per architecture; these are x86_64's, and on other machines programs run without
+# the filter.
 AUDIT_ARCH_X86_64 = 0xC000003E
 DENIED_SYSCALLS_X86_64 = {
     "ptrace": 101, "syslog": 103, "personality": 135, "pivot_root": 155, "chroot": 161, "acct": 163,
@@ -137,7 +138,8 @@ def seccomp_program():
     for family in ALLOWED_SOCKET_FAMILIES:
         code.append((jeq, "allow", None, family))
     code.append((ret, None, None, no_family))
-    code += ["allow", (ret, None, None, allow), "deny", (ret, None, None, deny), "no_sys", (ret, None, None, no_sys)]
+    code += ["allow", (ret, None, None, allow), "deny", (ret, None, None, deny)]
+    code += ["no_sys", (ret, None, None, no_sys)]
     labels, instructions = {}, []
     for entry in code:
         if isinstance(entry, str):

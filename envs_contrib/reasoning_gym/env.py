@@ -19,7 +19,7 @@ from skyrl_gym import BaseTextEnv, StepOutput
 from skyrl_gym.errors import DataError
 from skyrl_gym.tools.parsers import extract_tag, has_look_alike_digits
 
-from skygym_contrib.reasoning_gym import generate
+from skygym_contrib.reasoning_gym import answer_guard, generate
 from skygym_contrib.reasoning_gym.names import env_id
 
 MAX_ANSWER_CHARS = 20_000  # longer answers are not scored (some scorers parse with sympy or regexes)
@@ -83,6 +83,15 @@ class ReasoningGymEnv(BaseTextEnv):
                 return True
         return False
 
+    def _scored_by(self) -> str:
+        """The reasoning-gym dataset whose ``score_answer`` reads the answer: a composite hands the entry to
+        the dataset its metadata names (``string_insertion`` in a composite evaluated answers the same)."""
+        if self.dataset != "composite":
+            return self.dataset
+        source = (self.entry.get("metadata") or {}).get("source_dataset")
+        inner = getattr(self.scorer, "datasets", {}).get(source)
+        return answer_guard.dataset_name(inner, default=str(source))
+
     def init(self, prompt: Any = None) -> Tuple[Any, Dict[str, Any]]:
         if self.generated_prompt:
             prompt = [{"role": "system", "content": generate.system_prompt()},
@@ -101,6 +110,8 @@ class ReasoningGymEnv(BaseTextEnv):
         elif has_look_alike_digits(answer):
             metadata["reason"] = ("the answer writes digits other than ASCII 0-9 (look-alike Unicode digits "
                                   "are not read)")
+        elif (refused := answer_guard.refusal(self._scored_by(), answer, self.entry.get("answer"))) is not None:  # noqa: E501
+            metadata["reason"] = f"the answer is not scored: {refused}"
         else:
             try:
                 reward = float(self.scorer.score_answer(answer, self.entry))

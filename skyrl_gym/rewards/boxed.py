@@ -26,7 +26,8 @@ def _closing_braces(text: str) -> Dict[int, int]:
 
 
 def _token_after(text: str, index: int) -> str:
-    """``"\\boxed 5"``'s answer: the text from ``index`` on, after leading spaces, up to the next space or ``$``."""
+    """``"\\boxed 5"``'s answer: the text from ``index`` on, after leading spaces, up to the next space or
+    ``$``."""
     length = len(text)
     while index < length and text[index].isspace():
         index += 1

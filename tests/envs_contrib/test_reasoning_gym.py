@@ -13,6 +13,7 @@ reasoning_gym = pytest.importorskip(
     "reasoning_gym", reason="the reasoning_gym/* envs need reasoning-gym: pip install 'skyrl-gym[reasoning-gym]'")
 
 import skyrl_gym  # noqa: E402
+from skygym_contrib.reasoning_gym import answer_guard  # noqa: E402
 from skygym_contrib.reasoning_gym.names import DATASETS  # noqa: E402
 from skyrl_gym import datasets  # noqa: E402
 from skyrl_gym.checker import check_env  # noqa: E402
@@ -95,6 +96,72 @@ def test_a_scorer_that_cannot_parse_the_answer_gives_zero_with_its_error():
     row = datasets.build_rows("reasoning_gym/prime_factorization", size=1, seed=0)[0]
     output = play(row, "<answer>not a number</answer>")
     assert output["reward"] == 0.0 and "could not read the answer" in output["metadata"]["reason"]
+
+
+EVALUATING = sorted(answer_guard.EVALUATED_AS_PYTHON | answer_guard.PARSED_BY_SYMPY)
+
+
+@pytest.mark.parametrize("name", EVALUATING)
+def test_an_answer_that_is_code_never_runs_in_the_env_process(name, tmp_path):
+    """reasoning-gym's scorers read these datasets' answers with eval or sympy's parse_expr, in the trainer's
+    or serve-env's own process: this answer ran a shell command there."""
+    ran = tmp_path / "ran"
+    row = datasets.build_rows(f"reasoning_gym/{name}", size=1, seed=0)[0]
+    code = f"__import__('os').system('touch {ran}')"
+    output = play(row, f"<answer>{code}</answer>")
+    assert output["reward"] == 0.0 and "not scored" in output["metadata"]["reason"], output
+    assert play(row, f"<answer>({code})!</answer>")["reward"] == 0.0  # sympy: x! is a call
+    assert not ran.exists()
+    assert play(row, row["extra_info"]["reference_action"])["reward"] == 1.0
+
+
+def test_a_composite_guards_the_answer_as_its_source_dataset_would(tmp_path):
+    ran = tmp_path / "ran"
+    settings = {"datasets": [{"name": "string_insertion", "weight": 1.0, "config": {}}]}
+    env = skyrl_gym.make("reasoning_gym/composite", env_config={"settings": settings, "seed": 0, "index": 0})
+    env.init(None)
+    output = env.step(f"<answer>__import__('os').system('touch {ran}')</answer>")
+    assert output["reward"] == 0.0 and "would run it as Python code" in output["metadata"]["reason"]
+    assert not ran.exists()
+
+
+def test_a_name_from_the_scorers_own_frame_earns_no_credit():
+    """string_insertion's scorer evaluated the answer in its frame: 'oracle_answer' there is the expected
+    answer, which earned its 0.1 of partial credit."""
+    row = datasets.build_rows("reasoning_gym/string_insertion", size=1, seed=0)[0]
+    for answer in ("oracle_answer", "list(oracle_answer)"):
+        output = play(row, f"<answer>{answer}</answer>")
+        assert output["reward"] == 0.0 and "not a literal" in output["metadata"]["reason"], output
+
+
+@pytest.mark.timeout(20)
+def test_an_answer_sympy_would_compute_for_ever_is_not_scored():
+    row = datasets.build_rows("reasoning_gym/countdown", size=1, seed=0)[0]
+    for answer in ("9**9**9**9", "(9**99)**(9**99)", "2**" + "9" * 60):
+        assert play(row, f"<answer>{answer}</answer>")["reward"] == 0.0
+
+
+@pytest.mark.parametrize("name", EVALUATING)
+def test_the_guard_lets_the_datasets_own_answers_through(name):
+    dataset = reasoning_gym.create_dataset(name, seed=5, size=30)
+    for index in range(30):
+        entry = dataset[index]
+        assert answer_guard.refusal(name, entry["answer"], entry["answer"]) is None, entry["answer"]
+
+
+def test_every_scorer_that_evaluates_the_answer_is_guarded():
+    """A reasoning-gym release that reads answers with eval or parse_expr in another dataset must extend the
+    guard."""
+    import inspect
+
+    evaluating = set()
+    for name in reasoning_gym.factory.DATASETS:
+        dataset_class, _ = reasoning_gym.factory.DATASETS[name]
+        source = inspect.getsource(dataset_class.score_answer)
+        if re.search(r"(?<![\w.])eval\(|parse_expr\(|sympify\(", source):
+            evaluating.add(name)
+    evaluating.discard("number_sorting")  # it evaluates the entry's answer, not the model's
+    assert evaluating <= set(EVALUATING), sorted(evaluating - set(EVALUATING))
 
 
 def test_settings_seed_and_split_make_the_rows():

@@ -236,9 +236,9 @@ print(json.dumps({
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
 def test_no_socket_family_outside_the_network_namespace(sandbox, tmp_snapshot):
     """AF_VSOCK is not per network namespace: on a virtual machine a sandboxed program could talk to the
-    hypervisor and listen on the machine's vsock ports. The host holds a vsock port where the kernel has vsock;
-    the program must get no vsock socket at all (never EADDRINUSE, which says it shares the host's ports), and no
-    other family beyond unix, IPv4, IPv6 and netlink."""
+    hypervisor and listen on the machine's vsock ports. The host holds a vsock port where the kernel has
+    vsock; the program must get no vsock socket at all (never EADDRINUSE, which says it shares the host's
+    ports), and no other family beyond unix, IPv4, IPv6 and netlink."""
     import errno
     import json
 

@@ -99,7 +99,8 @@ def test_unversioned_id_resolves_to_latest_version(temp_ids):
 
 
 def test_an_id_with_a_version_of_thousands_of_digits_is_not_registered():
-    """int() refused the 5000-digit version with ValueError, which serve-env answered as a 500 (its own fault)."""
+    """int() refused the 5000-digit version with ValueError, which serve-env answered as a 500 (its own
+    fault)."""
     with pytest.raises(UnregisteredEnv):
         skyrl_gym.spec("gsm8k-v" + "1" * 5000)
 

@@ -62,10 +62,11 @@ _LATER_TURN = "Above are your earlier steps in the REPL. "
 NO_CODE_BLOCK_MESSAGE = "[No ```repl``` code block found. Wrap your code in ```repl\\n...\\n``` blocks.]"
 MAX_OBSERVATION_CHARS = 20_000
 
-# What SkyRL-gym reads with the regular expressions r"```repl[ \t]*\n(.*?)\n```", r"^\s*FINAL_VAR\((.*?)\)" and
-# r"^\s*FINAL\((.*)\)\s*$" (MULTILINE, DOTALL), found in linear time: those searched from every opening to the
-# end of the text, and their ^\s* from every line start over every blank line after it, so 100,000 newlines
-# took 20 s and 1 MB hours of one core (holding the GIL) in every step. The scanners below give the same matches.
+# What SkyRL-gym reads with the regular expressions r"```repl[ \t]*\n(.*?)\n```",
+# r"^\s*FINAL_VAR\((.*?)\)" and r"^\s*FINAL\((.*)\)\s*$" (MULTILINE, DOTALL), found in linear time: those
+# searched from every opening to the end of the text, and their ^\s* from every line start over every blank
+# line after it, so 100,000 newlines took 20 s and 1 MB hours of one core (holding the GIL) in every step.
+# The scanners below give the same matches.
 _REPL_OPEN = re.compile(r"```repl[ \t]*\n")
 _LINE_START = r"^[^\S\n]*"  # ^\s* reaches a FINAL only from the start of its own line
 _FINAL_VAR_OPEN = re.compile(_LINE_START + r"FINAL_VAR\(", re.MULTILINE)
@@ -102,7 +103,8 @@ def _final_var_names(text: str) -> List[str]:
 
 
 def _final_text(text: str) -> Optional[str]:
-    """The ``FINAL(...)`` answer: from the first ``FINAL(`` at a line's start to the last ``)`` that ends a line."""
+    """The ``FINAL(...)`` answer: from the first ``FINAL(`` at a line's start to the last ``)`` that ends a
+    line."""
     opening = _FINAL_OPEN.search(text)
     if opening is None:
         return None

@@ -131,12 +131,14 @@ class _PendingCall:
 
 
 def _pending_call(call: Any, answered: int) -> Optional[_PendingCall]:
-    """The host-function call a cell's report asks for, or ``None`` when the report is malformed. The report is the
-    sandbox's, so the cell's code may have written it: its fields are checked, never trusted to convert."""
+    """The host-function call a cell's report asks for, or ``None`` when the report is malformed. The
+    report is the sandbox's, so the cell's code may have written it: its fields are checked, never trusted."""
     if not isinstance(call, dict):
         return None
     index, args, kwargs = call.get("index", answered), call.get("args", []), call.get("kwargs") or {}
-    if type(index) is not int or not 0 <= index <= answered or not isinstance(args, list) or not isinstance(kwargs, dict):
+    if type(index) is not int or not 0 <= index <= answered:
+        return None
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
         return None
     return _PendingCall(
         index=index, name=str(call.get("name")), key=str(call.get("key")), args=[_decode(a) for a in args],
@@ -349,7 +351,8 @@ class PersistentREPL:
         if report.get("status") == "call":
             call = _pending_call(report.get("call"), len(answers))
             if call is None:
-                return self._failed(run.stdout, (run.stderr or "") + "\nError: the REPL process sent a malformed call\n")
+                stderr = (run.stderr or "") + "\nError: the REPL process sent a malformed call\n"
+                return self._failed(run.stdout, stderr)
             return call
         if report.get("status") != "done":
             return self._failed(run.stdout, run.stderr, final_answer)
@@ -366,7 +369,8 @@ class PersistentREPL:
         variables, dropped = report.get("vars") or {}, report.get("dropped") or []
         self._update_locals(variables if isinstance(variables, dict) else {})
         if isinstance(dropped, list) and dropped:
-            stderr += "Note: these variables cannot be kept for the next cell (not picklable): " + ", ".join(map(str, dropped)) + "\n"
+            kept_out = ", ".join(map(str, dropped))
+            stderr += f"Note: these variables cannot be kept for the next cell (not picklable): {kept_out}\n"
         return REPLResult(stdout=run.stdout, stderr=stderr, locals=dict(self.locals), final_answer=final_answer,
                           var_types=dict(self._var_types))
 

@@ -54,8 +54,8 @@ def test_boxed_extraction_with_nesting_and_unfinished_boxes():
 
 @pytest.mark.timeout(20)
 def test_boxed_extraction_is_linear_in_unclosed_boxes():
-    """Each unclosed box was searched to the end of the text: 100,000 characters of ``\\boxed{`` (what a model in a
-    loop writes) held a math, multiply or code_interpreter step 30-40 s. 700,000 characters would take hours."""
+    """Each unclosed box was searched to the end of the text: 100,000 characters of ``\\boxed{`` (what a
+    model in a loop writes) held a math, multiply or code_interpreter step 30-40 s; 700,000, hours."""
     tail = "\\boxed{" * 100_000
     assert last_boxed_content("\\boxed{42} then " + tail) == "42"
     assert last_boxed_content("\\fbox{7}" + tail.replace("boxed", "fbox")) == "7"

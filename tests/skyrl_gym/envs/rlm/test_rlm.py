@@ -207,7 +207,8 @@ def test_step_before_init_names_the_problem(env_id):
     ],
 )
 def test_a_report_the_cell_forged_is_a_failed_cell_not_an_exception(report):
-    """The cell's code runs where the report is written: it may write its own and exit before the REPL does."""
+    """The cell's code runs where the report is written: it may write its own and exit before the REPL
+    does."""
     repl = PersistentREPL(timeout=10, lm_callback=Recorder())
     forged = repl.execute(
         f"os = {REAL_OS}\n"

@@ -1,4 +1,5 @@
-"""How the RLM env reads a response (its repl block, FINAL_VAR, FINAL): SkyRL-gym's matches, in linear time."""
+"""How the RLM env reads a response (its repl block, FINAL_VAR, FINAL): SkyRL-gym's matches, in linear
+time."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ REPL_BLOCK = re.compile(r"```repl[ \t]*\n(.*?)\n```", re.DOTALL)
 FINAL_VAR = re.compile(r"^\s*FINAL_VAR\((.*?)\)", re.MULTILINE | re.DOTALL)
 FINAL = re.compile(r"^\s*FINAL\((.*)\)\s*$", re.MULTILINE | re.DOTALL)
 
-PIECES = ["```repl", "```", "FINAL(", "FINAL_VAR(", ")", "(", "\n", " ", "\t", "\r", "\x0b", "x", "a b", "repl"]
+PIECES = ["```repl", "```", "FINAL(", "FINAL_VAR(", ")", "(", "\n", " ", "\t", "\r", "\x0b", "x", "a b"]
+PIECES += ["repl"]
 
 
 def expected_code_block(text):
