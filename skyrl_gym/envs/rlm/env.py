@@ -74,32 +74,20 @@ _FINAL_OPEN = re.compile(_LINE_START + r"FINAL\(", re.MULTILINE)
 _FINAL_CLOSE = re.compile(r"\)[^\S\n]*(?:\n|\Z)")  # a ")" with only spaces after it up to its line's end
 
 
-def _repl_blocks(text: str) -> List[str]:
-    blocks: List[str] = []
+def _blocks(text: str, opening: "re.Pattern[str]", closing: str) -> List[str]:
+    """The bodies between each match of ``opening`` and the next ``closing`` after it, in order, as a lazy
+    ``opening(.*?)closing`` (DOTALL) finds them, in linear time."""
+    bodies: List[str] = []
     pos = 0
     while True:
-        opening = _REPL_OPEN.search(text, pos)
-        if opening is None:
-            return blocks
-        end = text.find("\n```", opening.end())
+        start = opening.search(text, pos)
+        if start is None:
+            return bodies
+        end = text.find(closing, start.end())
         if end < 0:  # no later opening closes either
-            return blocks
-        blocks.append(text[opening.end() : end])
-        pos = end + 4
-
-
-def _final_var_names(text: str) -> List[str]:
-    names: List[str] = []
-    pos = 0
-    while True:
-        opening = _FINAL_VAR_OPEN.search(text, pos)
-        if opening is None:
-            return names
-        close = text.find(")", opening.end())
-        if close < 0:
-            return names
-        names.append(text[opening.end() : close])
-        pos = close + 1
+            return bodies
+        bodies.append(text[start.end() : end])
+        pos = end + len(closing)
 
 
 def _final_text(text: str) -> Optional[str]:
@@ -124,13 +112,13 @@ def build_user_prompt(root_prompt: Optional[str], iteration: int) -> Dict[str, s
 
 def find_code_block(text: str) -> Optional[str]:
     """The last ```` ```repl ```` block of a response, stripped; ``None`` when there is none."""
-    blocks = _repl_blocks(text or "")
+    blocks = _blocks(text or "", _REPL_OPEN, "\n```")
     return blocks[-1].strip() if blocks else None
 
 
 def find_final_answer(text: str, repl: Optional[PersistentREPL]) -> Optional[str]:
     """The answer given by the last ``FINAL_VAR(name)`` (read from the REPL) or, without one, ``FINAL(text)``."""
-    names = _final_var_names(text or "")
+    names = _blocks(text or "", _FINAL_VAR_OPEN, ")")
     if names:
         if repl is None:
             return None
