@@ -30,7 +30,8 @@ from __future__ import annotations
 import ast
 from typing import Any, Optional
 
-# The datasets whose score_answer calls Python's eval, or sympy's parse_expr, on the answer (reasoning-gym 0.1.25).
+# The datasets whose score_answer calls Python's eval, or sympy's parse_expr, on the answer (reasoning-gym
+# 0.1.25).
 EVALUATED_AS_PYTHON = frozenset({"string_insertion", "spiral_matrix", "binary_matrix", "n_queens"})
 PARSED_BY_SYMPY = frozenset(
     {"countdown", "puzzle24", "simple_integration", "intermediate_integration", "polynomial_multiplication"}
@@ -70,7 +71,9 @@ def refusal(dataset: str, answer: str, expected: Any = None) -> Optional[str]:
             pass
     if not trees:
         if symbolic:
-            return "it is not a plain expression (reasoning-gym reads it with sympy, which runs what it reads)"
+            return (
+                "it is not a plain expression (reasoning-gym reads it with sympy, which runs what it reads)"
+            )
         return None  # eval fails on it as well
     for tree in trees:
         problem = _python_problem(tree, answer == expected) if not symbolic else _sympy_problem(tree)
@@ -97,7 +100,7 @@ def _sympy_problem(tree: ast.Expression) -> Optional[str]:
 
 
 class _Checker:
-    """The sympy datasets' answers: arithmetic on numbers and symbols, and calls of the elementary functions."""
+    """The sympy datasets' answers: arithmetic on numbers and symbols, calls of the elementary functions."""
 
     def __init__(self) -> None:
         self.powers = 0
@@ -123,7 +126,8 @@ class _Checker:
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else None
             if name not in SAFE_FUNCTIONS or node.keywords:
-                return f"it calls {ast.unparse(node.func)[:40]!r}" + (" with keywords" if node.keywords else "")
+                keywords = " with keywords" if node.keywords else ""
+                return f"it calls {ast.unparse(node.func)[:40]!r}{keywords}"
             for argument in node.args:
                 if isinstance(argument, ast.Starred):
                     return "it unpacks arguments (*)"
@@ -138,10 +142,14 @@ class _Checker:
         if self.powers > MAX_POWERS:
             return f"it raises to a power more than {MAX_POWERS} times"
         for side in (node.left, node.right):
-            if any(isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Pow) for inner in ast.walk(side)):
+            if any(_is_power(inner) for inner in ast.walk(side)):
                 return "it raises a power to a power"
         for inner in ast.walk(node.right):
             number = isinstance(inner, ast.Constant) and type(inner.value) in (int, float, complex)
             if number and abs(inner.value) > MAX_EXPONENT:
                 return f"its exponent {inner.value!r:.20} is over {MAX_EXPONENT}"
         return None
+
+
+def _is_power(node: ast.AST) -> bool:
+    return isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow)

@@ -110,7 +110,7 @@ class ReasoningGymEnv(BaseTextEnv):
         elif has_look_alike_digits(answer):
             metadata["reason"] = ("the answer writes digits other than ASCII 0-9 (look-alike Unicode digits "
                                   "are not read)")
-        elif (refused := answer_guard.refusal(self._scored_by(), answer, self.entry.get("answer"))) is not None:  # noqa: E501
+        elif (refused := answer_guard.refusal(self._scored_by(), answer, self.entry.get("answer"))):
             metadata["reason"] = f"the answer is not scored: {refused}"
         else:
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Tuple
 
+from skyrl_gym.tools.parsers import find_tag_blocks
 from skyrl_gym.tools.sqlite_readonly import QueryLimits, run_read_only_query
 
 THINK_START, THINK_END = "<think>", "</think>"
@@ -25,8 +26,11 @@ OBS_START, OBS_END = "<observation>", "</observation>"
 REWARD_LIMITS = QueryLimits(timeout_s=30.0, max_rows=1_000_000, keep_rows=None, max_bytes=128 * 1024 * 1024)
 
 _FORBIDDEN_IN_SOLUTION = re.compile(r"</?(think|sql|observation)\b", re.IGNORECASE)
-_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_OBS_END = re.compile(r"</observation>", re.IGNORECASE)
+# An </observation> not followed (after whitespace) by <think>. Each </observation> used to be checked on a
+# copy of the rest of the text, and the think blocks found with <think>(.*?)</think>, which searched from
+# every unclosed <think> to the end: a final answer after 1 MB of "<think>" took 467 s of one core (serve-env
+# takes 32 MB).
+_OBS_END_WITHOUT_THINK = re.compile(r"</observation>(?!\s*<think>)", re.IGNORECASE)
 
 FormatCheck = Tuple[bool, Optional[List[str]], Optional[str], None]
 
@@ -42,12 +46,9 @@ def verify_format_and_extract(output: str) -> FormatCheck:
     solution_text = after_start.split(SOLUTION_END, 1)[0]
     if _FORBIDDEN_IN_SOLUTION.search(solution_text):
         return invalid
-    thoughts = _THINK_BLOCK.findall(output)
-    if not thoughts:
+    thoughts, _ = find_tag_blocks(output, "think")
+    if not thoughts or _OBS_END_WITHOUT_THINK.search(before_solution):
         return invalid
-    for match in _OBS_END.finditer(before_solution):
-        if not before_solution[match.end() :].lstrip().lower().startswith(THINK_START):
-            return invalid
     return True, thoughts, solution_text.strip(), None
 
 
