@@ -97,3 +97,34 @@ def test_async_episodes_use_both_tools_concurrently(server, sandbox_ready):
         return results
 
     assert asyncio.run(main()) == [(True, 1.0)] * 12
+
+
+def test_the_inner_call_is_what_the_regular_expression_found():
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from skyrl_gym.envs.searchcode.env import _first_inner_call
+
+    reference = re.compile(r"<(\w+)>(.*?)</\1>", re.DOTALL)  # SkyRL-gym's
+
+    pieces = ["<a>", "</a>", "<b>", "</b>", "<ab>", "</ab>", "<", ">", "/", "a", " ", "\n"]
+
+    @settings(max_examples=800, deadline=None)
+    @given(st.lists(st.sampled_from(pieces), max_size=16).map("".join))
+    def agree(text):
+        found = reference.search(text)
+        assert _first_inner_call(text) == (None if found is None else (found.group(1), found.group(2)))
+
+    agree()
+
+
+@pytest.mark.timeout(20)
+def test_a_tool_block_of_unclosed_tags_is_read_at_once():
+    """400,000 characters of <x> inside a <tool> block held a step 157 s: every opening was searched to the
+    end."""
+    env = skyrl_gym.make("searchcode", extras={"reward_spec": {"ground_truth": "1"}})
+    env.init([{"role": "user", "content": "q"}])
+    out = env.step("<tool>" + "<x>" * 300_000 + "</tool>")
+    assert not out["done"] and "No valid inner tool tag" in json.dumps(out["observations"])
