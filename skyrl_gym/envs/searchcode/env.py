@@ -36,7 +36,7 @@ _CLOSING = re.compile(r"</(\w+)>")
 def _first_inner_call(text: str) -> Optional[Tuple[str, str]]:
     """``(name, body)`` of the first ``<name>body</name>``, as ``re.search(r"<(\\w+)>(.*?)</\\1>", DOTALL)``
     finds it, in linear time: that expression searched from every opening to the end of the text for its
-    closing, so 100,000 characters of ``<x>`` in a ``<tool>`` block held a step 10 s, 400,000 characters 157 s."""
+    closing, so 100,000 characters of ``<x>`` in a ``<tool>`` block held a step 10 s, 400,000 157 s."""
     closings: Dict[str, List[int]] = {}
     for match in _CLOSING.finditer(text):
         closings.setdefault(match.group(1), []).append(match.start())

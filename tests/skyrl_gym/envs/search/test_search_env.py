@@ -113,3 +113,30 @@ def test_rows_from_the_example_script_drive_a_full_episode(server, tmp_path):
     env.init(row["prompt"])
     assert "Shakespeare" in first_observation(env.step("<think>?</think><search>Hamlet author</search>"))
     assert env.step("<answer>William Shakespeare</answer>")["reward"] == 1.0
+
+
+def test_the_answer_is_what_the_regular_expression_found():
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    reference = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)  # SkyRL-gym's
+    pieces = ["<answer>", "</answer>", "<answer", "answer>", " ", "\n", "Paris", "x"]
+
+    @settings(max_examples=600, deadline=None)
+    @given(st.lists(st.sampled_from(pieces), max_size=14).map("".join))
+    def agree(text):
+        found = reference.findall(text)
+        assert extract_solution(text) == (found[-1].strip() if found else None)
+
+    agree()
+
+
+@pytest.mark.timeout(20)
+def test_an_answer_followed_by_unclosed_answer_tags_is_read_at_once():
+    """A final answer then 400,000 characters of <answer> took the reward 134 s: every opening was searched to
+    the end of the transcript."""
+    env = skyrl_gym.make("search", extras={"reward_spec": {"ground_truth": {"target": ["Paris"]}}})
+    env.init([{"role": "user", "content": "q"}])
+    assert env.step("<answer>Paris</answer>" + "<answer>" * 100_000)["reward"] == 1.0
