@@ -46,6 +46,7 @@ def swe_built(swe_docker, tmp_path_factory) -> Path:
     """The output folder of `skyrl-gym swe build --limit 5` over three projects."""
     out = tmp_path_factory.mktemp("swe-build")
     done = swe_cli("build", "--out", str(out), "--limit", str(BUILD_LIMIT), "--projects", BUILD_PROJECTS)
+    (out / "build.log").write_text(done.stdout + done.stderr)  # for a test that finds the build short
     if done.returncode != 0 and "could not download" in done.stdout + done.stderr:
         pytest.skip("the projects' source distributions could not be downloaded with pip (no package index here)")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -19,6 +19,7 @@ a pass. docs/swe.md has the whole threat model.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,8 @@ from skygym_sandboxes.types import SandboxUnavailable
 
 from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
 from skyrl_gym.envs.swe.runtime import SWERuntime
+
+logger = logging.getLogger(__name__)
 
 PROTECTED_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py"}
 # Library code has no business with these; a patch that adds them outside test files is refused.
@@ -171,16 +174,28 @@ def evaluate_many(
     workers: int = 2,
     timeout_s: float = 600.0,
     on_done: Callable[[EvalReport], None] = lambda report: None,
+    attempts: int = 3,
 ) -> List[EvalReport]:
     """:func:`evaluate_patch` for each (instance, patch), ``workers`` containers at a time, in input order.
-    An unexpected failure of one evaluation becomes that instance's error, never the batch's."""
+
+    An unexpected failure of one evaluation (the engine did not answer, a container could not start or be
+    written to: no verdict on the patch) is tried again, in a fresh container, up to ``attempts`` times in all;
+    then it becomes that instance's error, never the batch's. A verdict, resolved or not, is never retried."""
 
     def one(pair: Any) -> EvalReport:
         instance, patch = pair
-        try:
-            report = evaluate_patch(instance, patch, client=client, timeout_s=timeout_s)
-        except Exception as exc:  # the engine went away, a container could not start, ...
-            report = EvalReport(instance.instance_id, error=f"evaluation failed: {type(exc).__name__}: {exc}")
+        for attempt in range(1, attempts + 1):
+            try:
+                report = evaluate_patch(instance, patch, client=client, timeout_s=timeout_s)
+                break
+            except Exception as exc:  # the engine went away, a container could not start, ...
+                tries = f" (after {attempt} tries)" if attempt > 1 else ""
+                report = EvalReport(instance.instance_id,
+                                    error=f"evaluation failed{tries}: {type(exc).__name__}: {exc}")
+                if attempt < attempts:
+                    logger.warning("%s: evaluation failed (%s: %s); trying again in a fresh container",
+                                   instance.instance_id, type(exc).__name__, exc)
+                    time.sleep(attempt)
         on_done(report)
         return report
 

@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 def test_build_then_validate_resolves_every_gold_patch_and_no_empty_one(swe_built, swe_instances):
     rows = [json.loads(line) for line in (swe_built / "instances.jsonl").read_text().splitlines()]
-    assert len(rows) == BUILD_LIMIT
+    # short of the limit: the build's table of what it discarded and why says what happened
+    assert len(rows) == BUILD_LIMIT, (swe_built / "build.log").read_text()[-4000:]
     assert all(field in row for row in rows for field in REQUIRED_FIELDS + ("PASS_TO_PASS", "hints_text", "version"))
     assert len({row["repo"] for row in rows}) == 3
     summary = json.loads((swe_built / "build_summary.json").read_text())

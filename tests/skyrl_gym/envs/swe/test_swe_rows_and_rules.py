@@ -197,6 +197,35 @@ def test_the_test_report_is_refused_when_tampered_with():
         assert run.error and not run.passed("t.py::a")
 
 
+def test_an_evaluation_that_failed_without_a_verdict_is_tried_again_and_a_verdict_never_is(monkeypatch):
+    """A container that could not be written to (``OSError``, as a loaded Docker engine once gave) is no verdict
+    on the patch: the evaluation runs again in a fresh container, and only a third failure is the instance's
+    error. An unresolved verdict is final. (A double stands in for the Docker engine here; the Docker tests run
+    the real evaluation.)"""
+    from skyrl_gym.envs.swe import grading
+
+    instance = normalize_row(fixture_row())
+    calls = []
+
+    def evaluate(inst, patch, client=None, timeout_s=0.0):
+        calls.append(patch)
+        if patch == "flaky" and calls.count("flaky") == 1:
+            raise OSError("cannot create /opt/skygym (exit status 1 after 0.1 s): no output")
+        if patch == "broken":
+            raise OSError("the Docker engine is gone")
+        return grading.EvalReport(inst.instance_id, resolved=patch in ("flaky", "good"), patch_applied=True)
+
+    monkeypatch.setattr(grading, "evaluate_patch", evaluate)
+    monkeypatch.setattr(grading.time, "sleep", lambda s: None)
+    flaky, good, unresolved, broken = grading.evaluate_many(
+        [instance] * 4, ["flaky", "good", "wrong", "broken"], workers=1)
+    assert flaky.resolved and not flaky.error and calls.count("flaky") == 2
+    assert good.resolved and calls.count("good") == 1
+    assert not unresolved.resolved and not unresolved.error and calls.count("wrong") == 1
+    assert not broken.resolved and calls.count("broken") == 3
+    assert broken.error == "evaluation failed (after 3 tries): OSError: the Docker engine is gone"
+
+
 def test_patches_that_touch_the_harness_or_protected_files_are_caught():
     instance = normalize_row(fixture_row())
     sneaky = "diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1 +1,2 @@\n+import _pytest.runner\n"
