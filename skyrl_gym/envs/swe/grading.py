@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import re
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
@@ -175,12 +176,16 @@ def evaluate_many(
     timeout_s: float = 600.0,
     on_done: Callable[[EvalReport], None] = lambda report: None,
     attempts: int = 3,
+    retry_delay_s: float = 1.0,
 ) -> List[EvalReport]:
     """:func:`evaluate_patch` for each (instance, patch), ``workers`` containers at a time, in input order.
 
     An unexpected failure of one evaluation (the engine did not answer, a container could not start or be
     written to: no verdict on the patch) is tried again, in a fresh container, up to ``attempts`` times in all;
-    then it becomes that instance's error, never the batch's. A verdict, resolved or not, is never retried."""
+    then it becomes that instance's error, never the batch's (the n-th try waits ``retry_delay_s * (n - 1)``
+    seconds first). A verdict, resolved or not, is never retried."""
+
+    stopping = threading.Event()  # Ctrl-C: an evaluation its stop broke is not tried again
 
     def one(pair: Any) -> EvalReport:
         instance, patch = pair
@@ -192,10 +197,12 @@ def evaluate_many(
                 tries = f" (after {attempt} tries)" if attempt > 1 else ""
                 report = EvalReport(instance.instance_id,
                                     error=f"evaluation failed{tries}: {type(exc).__name__}: {exc}")
-                if attempt < attempts:
-                    logger.warning("%s: evaluation failed (%s: %s); trying again in a fresh container",
-                                   instance.instance_id, type(exc).__name__, exc)
-                    time.sleep(attempt)
+                if attempt == attempts or stopping.is_set():
+                    break
+                logger.warning("%s: evaluation failed (%s: %s); trying again in a fresh container",
+                               instance.instance_id, type(exc).__name__, exc)
+                if stopping.wait(retry_delay_s * attempt):  # stopped while waiting
+                    break
         on_done(report)
         return report
 
@@ -207,6 +214,7 @@ def evaluate_many(
         # Ctrl-C or SIGTERM: nothing new starts, and the evaluations under way stop now (their containers are
         # removed, which ends the commands they wait on) rather than when their tests finish. Again until
         # they are done: one may have been starting its container.
+        stopping.set()
         for future in futures:
             future.cancel()
         while not all(future.done() for future in futures):

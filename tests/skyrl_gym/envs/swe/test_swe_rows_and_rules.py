@@ -216,9 +216,8 @@ def test_an_evaluation_that_failed_without_a_verdict_is_tried_again_and_a_verdic
         return grading.EvalReport(inst.instance_id, resolved=patch in ("flaky", "good"), patch_applied=True)
 
     monkeypatch.setattr(grading, "evaluate_patch", evaluate)
-    monkeypatch.setattr(grading.time, "sleep", lambda s: None)
     flaky, good, unresolved, broken = grading.evaluate_many(
-        [instance] * 4, ["flaky", "good", "wrong", "broken"], workers=1)
+        [instance] * 4, ["flaky", "good", "wrong", "broken"], workers=1, retry_delay_s=0.0)
     assert flaky.resolved and not flaky.error and calls.count("flaky") == 2
     assert good.resolved and calls.count("good") == 1
     assert not unresolved.resolved and not unresolved.error and calls.count("wrong") == 1
