@@ -128,6 +128,8 @@ class PPOTrainer:
         self._setup_started: Optional[float] = None
         self.setup_seconds: Optional[float] = None
         """Seconds ``setup()`` took (Ray, workers, models, engines); the first step logs ``timing/to_first_step``."""
+        self._steps_without_signal = 0  # steps in a row with every advantage 0 (_warn_without_signal)
+        self._said_no_signal = False
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -572,8 +574,8 @@ class PPOTrainer:
         if bool((advantages.abs() > 1e-8).any()):
             self._steps_without_signal = 0
             return
-        self._steps_without_signal = getattr(self, "_steps_without_signal", 0) + 1
-        if self._steps_without_signal != NO_SIGNAL_STEPS or getattr(self, "_said_no_signal", False):
+        self._steps_without_signal += 1
+        if self._steps_without_signal != NO_SIGNAL_STEPS or self._said_no_signal:
             return
         self._said_no_signal = True
         rewards = sorted({round(_scalar_reward(r), 4) for r in output["rewards"]})
