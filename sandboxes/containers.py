@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, List, Mapping, Optional
 
 from skygym_sandboxes.docker_backend import LABEL, OWNER_LABEL, owner_id, remove_orphaned_containers
+from skygym_sandboxes.docker_exec import ExecStream
 from skygym_sandboxes.types import SandboxUnavailable
 
 KIND_LABEL = f"{LABEL}.kind"
@@ -102,6 +103,15 @@ class ContainerLimits:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"ContainerLimits.{name} must be a positive number, got {value!r}")
+
+
+def _exec_output(client: Any, exec_id: str) -> bytes:
+    """Start the exec and return all it writes (see ExecStream for why not docker-py's exec_start)."""
+    stream = ExecStream(client, exec_id)
+    try:
+        return stream.read_to_end()
+    finally:
+        stream.close()
 
 
 @dataclass
@@ -225,7 +235,7 @@ class Container:
             workdir=workdir or self.workdir,
             user="0",
         )["Id"]
-        future = self._pool.submit(self.client.api.exec_start, exec_id)
+        future = self._pool.submit(_exec_output, self.client, exec_id)
         try:
             raw = future.result(timeout=limit + 10)
         except concurrent.futures.TimeoutError:
@@ -240,8 +250,10 @@ class Container:
         # The wrapper's last line is "<marker><bytes left after the cap> <exit status>".
         text = raw.decode("utf-8", "replace")
         output, found, status = text.rpartition("\n" + marker)
-        if not found:  # the wrapper itself was killed
-            return ExecResult(exit_code=-1, output=text[:output_cap], timed_out=True, duration_s=duration_s)
+        if not found:  # the wrapper itself was killed: by the limit, or by the command (`kill -9 -1`)
+            timed_out = duration_s >= limit - 0.5
+            note = "" if timed_out else "\n[the command's shell was killed before it reported an exit status]"
+            return ExecResult(-1, text[:output_cap] + note, timed_out=timed_out, duration_s=duration_s)
         leftover_text, _, rc_text = status.strip().partition(" ")
         leftover = int(leftover_text) if leftover_text.isdigit() else 0
         exit_code = int(rc_text) if rc_text.lstrip("-").isdigit() else -1

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import select
 import socket
-import struct
 import threading
 import time
 import uuid
 from typing import Any, Dict, List, Optional, Union
 
+from skygym_sandboxes.docker_exec import ExecStream
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
 from skygym_sandboxes.workers import (
@@ -43,7 +42,6 @@ SUPERVISOR_CAPS = ["SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"
 DEFAULT_PRELOAD = (
     "collections,itertools,functools,heapq,bisect,math,re,string,json,random,operator,copy,typing,decimal"
 )
-_FRAME = struct.Struct(">BxxxI")  # docker's multiplexed stream header: stream id, 3 pad bytes, size
 
 
 def owner_id() -> str:
@@ -88,17 +86,14 @@ class DockerExecChannel:
         exec_id = client.api.exec_create(
             container.id, command, stdin=True, stdout=True, stderr=True, tty=False, user="0"
         )["Id"]
-        self._sock_wrapper = client.api.exec_start(exec_id, socket=True, tty=False)
-        self._sock: socket.socket = getattr(self._sock_wrapper, "_sock", self._sock_wrapper)
-        self._sock.setblocking(True)
-        self._raw = bytearray()  # bytes from the socket not yet split into frames
-        self._stdout = bytearray()  # demultiplexed stdout of the supervisor
-        self._stderr = bytearray()
+        self._stream = ExecStream(client, exec_id)
+        self._stream.sock.setblocking(True)
+        self._stdout = self._stream.stdout  # the supervisor's demultiplexed stdout, taken from the front
         self._killed = False
 
     def send(self, data: bytes) -> None:
         try:
-            self._sock.sendall(data)
+            self._stream.send(data)
         except OSError as exc:
             raise WorkerDied(f"could not send to the container's supervisor: {exc}") from None
 
@@ -108,21 +103,9 @@ class DockerExecChannel:
             raise TimeoutError("the container's supervisor did not answer in time")
         if poll_s is not None:
             timeout = poll_s if timeout is None else min(timeout, poll_s)
-        readable, _, _ = select.select([self._sock], [], [], timeout)
-        if not readable:
-            return
-        chunk = self._sock.recv(1 << 16)
-        if not chunk:
-            stderr = self._stderr.decode("utf-8", "replace")[-1000:]
+        if not self._stream.pump(timeout):
+            stderr = self._stream.stderr.decode("utf-8", "replace")[-1000:]
             raise WorkerDied(f"the container's supervisor exited; stderr: {stderr or 'nothing'}")
-        self._raw.extend(chunk)
-        while len(self._raw) >= _FRAME.size:
-            stream, size = _FRAME.unpack_from(self._raw)
-            if len(self._raw) < _FRAME.size + size:
-                break
-            payload = bytes(self._raw[_FRAME.size : _FRAME.size + size])
-            del self._raw[: _FRAME.size + size]
-            (self._stdout if stream == 1 else self._stderr).extend(payload)
 
     def recv_exact(
         self, size: int, deadline: Optional[float], cancel: Optional[threading.Event] = None
@@ -142,10 +125,7 @@ class DockerExecChannel:
         if self._killed:
             return
         self._killed = True
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        self._stream.close()
         try:
             self.container.remove(force=True)
         except Exception:

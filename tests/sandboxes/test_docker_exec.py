@@ -1,0 +1,59 @@
+"""A command's output reaches its caller whole, however late the client reads the engine's answer.
+
+docker-py's ``exec_start`` loses output that arrived together with the HTTP response's headers (it reads them
+through a buffer, then the raw socket). On a loaded machine a quick command's whole output can arrive that way:
+in CI a SWE instance whose ``git apply`` printed nothing and exited 0 was read as "the test patch does not
+apply" and dropped. Here the client reads every answer late on purpose, so the output is always in that buffer.
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+
+import pytest
+
+from skygym_sandboxes import Limits, Status
+from skygym_sandboxes.containers import Container, docker_client
+from tests.sandboxes.docker_support import make_docker_sandbox
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+LATE_S = 1.0  # long enough for the engine to run the command and send its output before the headers are read
+
+
+@pytest.fixture
+def late_reader(monkeypatch):
+    """Every HTTP answer from the engine is read LATE_S after it was asked for."""
+    begin = http.client.HTTPResponse.begin
+
+    def late_begin(self):
+        time.sleep(LATE_S)
+        return begin(self)
+
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", late_begin)
+
+
+def test_a_quick_commands_output_survives_a_late_reader(docker_engine, late_reader):
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client) as container:
+        # the failure this guards against, shown first: docker-py alone returns nothing here
+        exec_id = client.api.exec_create(container._container.id, ["echo", "lost"], stdout=True, stderr=True)["Id"]
+        assert client.api.exec_start(exec_id) == b"", "the late reader no longer provokes the loss"
+
+        done = container.exec("echo kept; echo on-stderr >&2; exit 3", timeout_s=30)
+        assert (done.exit_code, done.timed_out) == (3, False), done
+        assert done.output.splitlines() == ["kept", "on-stderr"]
+
+        big = container.exec("head -c 200000 /dev/zero | tr '\\0' x", timeout_s=30, output_cap=300_000)  # more than one buffer
+        assert big.ok and big.output == "x" * 200_000
+
+
+def test_a_warm_workers_first_message_survives_a_late_reader(docker_engine, late_reader):
+    """The supervisor says it is ready as soon as it starts: that first message arrives with the headers."""
+    box = make_docker_sandbox(docker_engine, Limits(wall_s=10), pool_size=1)
+    try:
+        result = box.run("print(6 * 7)")
+        assert (result.status, result.stdout) == (Status.OK, "42\n"), result
+    finally:
+        box.close()
