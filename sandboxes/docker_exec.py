@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 from typing import Any, Optional
 
@@ -95,7 +96,7 @@ def _buffered_bytes(response: Any, sock: socket.socket) -> bytes:
     sock.setblocking(False)  # read1 hands over its buffer, or one non-blocking read: never waits
     try:
         return reader(1 << 20) or b""
-    except (BlockingIOError, InterruptedError):
+    except (BlockingIOError, InterruptedError, ssl.SSLWantReadError):  # nothing buffered, nothing arrived
         return b""
     finally:
         sock.settimeout(timeout)
