@@ -930,21 +930,14 @@ def env_class_problems(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> List[st
     """Each of ``environment.env_class`` and the rows' ``env_class`` that is not a registered env, with where
     the id came from and the registered ids closest to it (an unset ``environment.env_class`` is the
     validation's)."""
-    from skyrl_gym.errors import UnregisteredEnv
-    from skyrl_gym.registration import spec
+    from skyrl_gym.registration import unregistered_ids
 
     where: Dict[str, str] = {}
     if cfg.environment.env_class:
         where[cfg.environment.env_class] = "environment.env_class"
     for index, row in enumerate(rows):
         where.setdefault(str(row.get("env_class")), f"dataset row {index} (env_class column)")
-    problems = []
-    for env_id, source in where.items():
-        try:
-            spec(env_id)
-        except UnregisteredEnv as exc:  # its message has the close matches
-            problems.append(f"{source}={env_id}: {exc}")
-    return problems
+    return [f"{where[env_id]}={env_id}: {why}" for env_id, why in unregistered_ids(where).items()]
 
 
 def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:

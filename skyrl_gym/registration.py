@@ -18,7 +18,7 @@ import importlib
 import json
 import re
 import warnings
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from skyrl_gym._load_once import LoadOnce
 from skyrl_gym.core import Env
@@ -326,6 +326,17 @@ def spec(env_id: str) -> EnvSpec:
     if env_id == _REMOTE_SPEC.id and env_id not in registry:
         return _REMOTE_SPEC
     return registry[_resolve_id(env_id)]
+
+
+def unregistered_ids(env_ids: Iterable[str]) -> Dict[str, str]:
+    """Each of ``env_ids`` that is not a registered env, with why: the message names the closest registered ids."""
+    problems = {}
+    for env_id in env_ids:
+        try:
+            spec(env_id)
+        except UnregisteredEnv as exc:
+            problems[env_id] = str(exc)
+    return problems
 
 
 # make("remote", url=..., env_id=...): an env served by `skyrl-gym serve-env`. A spelling, not a catalogue entry:

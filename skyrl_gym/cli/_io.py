@@ -54,8 +54,7 @@ def unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
     """What is wrong with the env ids rows would be played with (``env_id`` for every row when given, else
     each row's ``env_class``), in one line naming where the id came from; ``""`` when every id is
     registered."""
-    from skyrl_gym.errors import UnregisteredEnv
-    from skyrl_gym.registration import spec
+    from skyrl_gym.registration import unregistered_ids
 
     if env_id:
         sources = {str(env_id): "--env"}
@@ -66,9 +65,5 @@ def unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
         sources = {}
         for index, row in enumerate(rows):
             sources.setdefault(str(row["env_class"]), f"row {index}'s env_class")
-    for name, source in sources.items():
-        try:
-            spec(name)
-        except UnregisteredEnv as exc:  # its message has the close matches
-            return f"{source} {name!r}: {exc}"
-    return ""
+    name, why = next(iter(unregistered_ids(sources).items()), ("", ""))
+    return f"{sources[name]} {name!r}: {why}" if name else ""

@@ -75,6 +75,15 @@ def test_unknown_id_suggests_close_matches():
         skyrl_gym.make("gsm8kk")
 
 
+def test_unregistered_ids_names_only_the_unknown_ones_with_their_close_matches():
+    from skyrl_gym.registration import unregistered_ids
+
+    problems = unregistered_ids(["gsm8k", "gsm8kk", "multiply", "multiplyy"])
+    assert list(problems) == ["gsm8kk", "multiplyy"]
+    assert "Did you mean: 'gsm8k'" in problems["gsm8kk"] and "'multiply'" in problems["multiplyy"]
+    assert unregistered_ids(["gsm8k"]) == {}
+
+
 def test_entry_point_returning_a_non_env_names_the_id(temp_ids):
     temp_ids("not-an-env", entry_point=lambda **kw: object())
     with pytest.raises(EnvCreationError, match="'not-an-env'.*not a skyrl_gym.Env"):
