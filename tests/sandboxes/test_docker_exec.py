@@ -15,6 +15,7 @@ import pytest
 
 from skygym_sandboxes import Limits, Status
 from skygym_sandboxes.containers import Container, docker_client
+from skygym_sandboxes.docker_exec import ExecStream
 from tests.sandboxes.docker_support import make_docker_sandbox
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -37,9 +38,14 @@ def late_reader(monkeypatch):
 def test_a_quick_commands_output_survives_a_late_reader(docker_engine, late_reader):
     client = docker_client(docker_engine.base_url)
     with Container(docker_engine.image, client=client) as container:
-        # the failure this guards against, shown first: docker-py alone returns nothing here
-        exec_id = client.api.exec_create(container._container.id, ["echo", "lost"], stdout=True, stderr=True)["Id"]
-        assert client.api.exec_start(exec_id) == b"", "the late reader no longer provokes the loss"
+        # the case itself: the whole output came in with the headers (docker-py 7.x's exec_start returns b"" here)
+        exec_id = client.api.exec_create(container._container.id, ["echo", "early"], stdout=True, stderr=True)["Id"]
+        stream = ExecStream(client, exec_id)
+        try:
+            assert stream._pending, "the late reader no longer puts the output in the HTTP reader's buffer"
+            assert stream.read_to_end() == b"early\n"
+        finally:
+            stream.close()
 
         done = container.exec("echo kept; echo on-stderr >&2; exit 3", timeout_s=30)
         assert (done.exit_code, done.timed_out) == (3, False), done
