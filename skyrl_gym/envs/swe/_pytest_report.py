@@ -1,32 +1,39 @@
 """A pytest plugin copied into SWE containers (it runs under the container's Python and pytest, not ours).
 
-It reports one JSON line per test on a file descriptor that the harness hands it
-(``SKYGYM_REPORT_FD``): ``{"nodeid", "outcome", "message"}`` (and ``"where"``, ``[file, line]`` of a failure), outcome one of passed, failed,
-error, skipped, xfailed, xpassed. The descriptor is duplicated and the original closed when the
-plugin loads, before pytest imports any project code, and the test run's own output goes elsewhere.
-With ``SKYGYM_TRACE_ROOT`` set, each line also lists the functions under that folder the test
-called (``[file, name, first line]``): the task builder maps code to the tests that cover it.
+It reports one line per test on a file descriptor that the harness hands it (``SKYGYM_REPORT_FD``):
+this run's nonce, then JSON ``{"nodeid", "outcome", "message"}`` (and ``"where"``, ``[file, line]`` of a
+failure), outcome one of passed, failed, error, skipped, xfailed, xpassed; the last line is
+``{"end": true, "exitstatus": N}``. The plugin loads before pytest imports any project code; it then
+duplicates the descriptor and closes the original, and reads the nonce from the file
+``SKYGYM_REPORT_NONCE`` names and deletes that file, so code under test finds neither the number nor
+the nonce where the harness put them (the nonce was never in any process's environment or command
+line). The lines are written with builtin operations only, never through a module (``json``) that
+code under test could patch, and the plugin's state lives in closures, not module globals. With
+``SKYGYM_TRACE_ROOT`` set, each line also lists the functions under that folder the test called
+(``[file, name, first line]``): the task builder maps code to the tests that cover it.
 """
 
-import json
 import os
 import sys
 
-_report = None
-if "SKYGYM_REPORT_FD" in os.environ:  # set by the harness; imported anywhere else, the module touches nothing
-    _fd = int(os.environ.pop("SKYGYM_REPORT_FD"))
-    _report = os.fdopen(os.dup(_fd), "w", encoding="utf-8", buffering=1)
-    os.close(_fd)
-_trace_root = os.environ.pop("SKYGYM_TRACE_ROOT", "")
-_results = {}
-_called = set()
+# JSON string escapes: '"', '\', control characters and lone surrogates (which UTF-8 cannot carry).
+_ESCAPES = {code: "\\u%04x" % code for code in [*range(0x20), *range(0xD800, 0xE000)]}
+_ESCAPES.update({0x22: '\\"', 0x5C: "\\\\"})
 
 
-def _profile(frame, event, arg):
-    if event == "call":
-        code = frame.f_code
-        if code.co_filename.startswith(_trace_root):
-            _called.add((code.co_filename[len(_trace_root):].lstrip("/"), code.co_name, code.co_firstlineno))
+def _json(value, _escapes=_ESCAPES, _str=str, _int=int, _isinstance=isinstance, _type=type):
+    """``value`` (None, bool, int, str, list/tuple, dict with str keys) as JSON text."""
+    if value is None or _isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if _type(value) is _int:
+        return _int.__repr__(value)
+    if _isinstance(value, _str):
+        return '"' + _str.translate(_str(value), _escapes) + '"'
+    if _isinstance(value, (list, tuple)):
+        return "[" + ", ".join([_json(item) for item in value]) + "]"
+    if _isinstance(value, dict):
+        return "{" + ", ".join([_json(_str(key)) + ": " + _json(item) for key, item in value.items()]) + "}"
+    return _json(_str(value))
 
 
 def _message(report):
@@ -41,49 +48,79 @@ def _where(report):
     return [str(crash.path), int(crash.lineno)] if crash is not None else None
 
 
-def pytest_runtest_logreport(report):
-    entry = _results.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "message": ""})
-    if report.failed:
-        if entry["outcome"] not in ("failed", "error"):
-            entry["outcome"] = "failed" if report.when == "call" else "error"
-            entry["message"] = _message(report)
-            entry["where"] = _where(report)
-    elif report.skipped:
-        if hasattr(report, "wasxfail"):
-            entry["outcome"] = "xfailed"
-        elif entry["outcome"] == "passed":
-            entry["outcome"] = "skipped"
-    elif report.when == "call" and hasattr(report, "wasxfail"):
-        entry["outcome"] = "xpassed"
+def _hooks(fd, nonce, trace_root):
+    """The plugin's hooks, holding the report writer, the nonce and the results in their closures."""
+    report = os.fdopen(os.dup(fd), "w", encoding="utf-8", buffering=1) if fd is not None else None
+    if fd is not None:
+        os.close(fd)
+    results = {}
+    called = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            if code.co_filename.startswith(trace_root):
+                called.add((code.co_filename[len(trace_root):].lstrip("/"), code.co_name, code.co_firstlineno))
+
+    def pytest_runtest_logreport(report):
+        entry = results.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "message": ""})
+        if report.failed:
+            if entry["outcome"] not in ("failed", "error"):
+                entry["outcome"] = "failed" if report.when == "call" else "error"
+                entry["message"] = _message(report)
+                entry["where"] = _where(report)
+        elif report.skipped:
+            if hasattr(report, "wasxfail"):
+                entry["outcome"] = "xfailed"
+            elif entry["outcome"] == "passed":
+                entry["outcome"] = "skipped"
+        elif report.when == "call" and hasattr(report, "wasxfail"):
+            entry["outcome"] = "xpassed"
+
+    def pytest_runtest_protocol(item, nextitem):
+        if not trace_root:
+            return None
+        called.clear()
+        sys.setprofile(profile)
+        try:
+            from _pytest.runner import runtestprotocol
+
+            item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+            runtestprotocol(item, nextitem=nextitem)
+            item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+        finally:
+            sys.setprofile(None)
+        results.setdefault(item.nodeid, {"nodeid": item.nodeid, "outcome": "error", "message": "not run"})["calls"] = sorted(called)
+        return True
+
+    def pytest_collectreport(report):
+        if report.failed:
+            nodeid = report.nodeid or "<collection>"
+            results[nodeid] = {"nodeid": nodeid, "outcome": "error", "message": _message(report)}
+
+    def pytest_sessionfinish(session, exitstatus):
+        if report is None:
+            return
+        for entry in results.values():
+            report.write(nonce + _json(entry) + "\n")
+        report.write(nonce + _json({"end": True, "exitstatus": int(exitstatus)}) + "\n")
+        report.flush()
+
+    return [pytest_runtest_logreport, pytest_runtest_protocol, pytest_collectreport, pytest_sessionfinish]
 
 
-def pytest_runtest_protocol(item, nextitem):
-    if not _trace_root:
-        return None
-    _called.clear()
-    sys.setprofile(_profile)
-    try:
-        from _pytest.runner import runtestprotocol
-
-        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        runtestprotocol(item, nextitem=nextitem)
-        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
-    finally:
-        sys.setprofile(None)
-    _results.setdefault(item.nodeid, {"nodeid": item.nodeid, "outcome": "error", "message": "not run"})["calls"] = sorted(_called)
-    return True
+def _setup():
+    fd, nonce = None, ""
+    if "SKYGYM_REPORT_FD" in os.environ:  # set by the harness; imported anywhere else, the module touches nothing
+        fd = int(os.environ.pop("SKYGYM_REPORT_FD"))
+        nonce_file = os.environ.pop("SKYGYM_REPORT_NONCE", "")
+        if nonce_file:
+            with open(nonce_file, encoding="utf-8") as handle:
+                nonce = handle.read()
+            os.unlink(nonce_file)
+    return _hooks(fd, nonce, os.environ.pop("SKYGYM_TRACE_ROOT", ""))
 
 
-def pytest_collectreport(report):
-    if report.failed:
-        nodeid = report.nodeid or "<collection>"
-        _results[nodeid] = {"nodeid": nodeid, "outcome": "error", "message": _message(report)}
-
-
-def pytest_sessionfinish(session, exitstatus):
-    if _report is None:
-        return
-    for entry in _results.values():
-        _report.write(json.dumps(entry) + "\n")
-    _report.write(json.dumps({"end": True, "exitstatus": int(exitstatus)}) + "\n")
-    _report.flush()
+for _hook in _setup():
+    globals()[_hook.__name__] = _hook
+del _hook

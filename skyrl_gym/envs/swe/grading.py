@@ -2,18 +2,21 @@
 
 1. Set the repository up at ``base_commit``; apply the model's patch (one that does not apply is
    not resolved).
-2. Put back every protected file the patch touched: the files of the hidden ``test_patch``, every
-   ``conftest.py``, pytest's configuration files, ``*.pth``, ``sitecustomize.py``. A patch whose
-   library code reaches for the test harness (pytest's internals, the report descriptor,
-   profiling hooks) is not resolved either.
+2. Ask git which files the patch changed (git's own view of the applied tree, not the patch's text),
+   and put back every protected one: every test file (the files of the hidden ``test_patch``, every
+   ``conftest.py``, every file under a test folder), pytest's configuration files, ``*.pth``,
+   ``sitecustomize.py``, package metadata (``*.dist-info``, ``*.egg-info``: pytest loads plugins
+   named there), bytecode, and binary files. A patch whose library code reaches for the test
+   harness (pytest's names, the report descriptor, profiling hooks) is not resolved either.
 3. Apply the hidden ``test_patch`` and run the tests of FAIL_TO_PASS and PASS_TO_PASS. Outcomes
    arrive over a descriptor of their own (see ``_pytest_report``); a report that is missing,
    malformed or says a test twice counts every test as failed.
 4. Resolved iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes.
 
 What this cannot stop: code under test shares pytest's process, so code written to rewrite pytest's
-outcomes from inside (without naming pytest in the patch, e.g. by walking ``gc`` objects) could forge
-a pass. docs/swe.md has the whole threat model.
+or the reporter's state from inside (spelling the names it needs so that the text check misses them,
+e.g. by building strings or walking ``gc`` objects) could forge a pass. docs/swe.md has the whole
+threat model.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import re
+import secrets
+import shlex
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,14 +35,22 @@ from skygym_sandboxes.containers import Container, ContainerLimits
 from skygym_sandboxes.types import SandboxUnavailable
 
 from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
-from skyrl_gym.envs.swe.runtime import SWERuntime
+from skyrl_gym.envs.swe.runtime import HELPERS, SWERuntime
 
 logger = logging.getLogger(__name__)
 
-PROTECTED_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py"}
-# Library code has no business with these; a patch that adds them outside test files is refused.
+PROTECTED_NAMES = {
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
+    "sitecustomize.py", "usercustomize.py", ".gitattributes",
+}
+# Folders of installed-package metadata (entry points: pytest loads the plugins they name) and of bytecode.
+PROTECTED_FOLDER_SUFFIXES = (".dist-info", ".egg-info", ".egg", "EGG-INFO", "__pycache__")
+PROTECTED_SUFFIXES = (".pth", ".pyc", ".pyo")
+# Library code has no business with these; a patch that adds them outside test files is refused. A text check:
+# it stops a patch that names them, not one that spells them otherwise ("py" + "test").
 HARNESS_PATTERN = re.compile(
-    r"\b_?pytest\b|SKYGYM_|/proc/self/fd|\bos\.(?:dup2?|fdopen|write)\s*\(|\bsys\.(?:setprofile|settrace)\b"
+    r"(?i:pytest|skygym)|/proc/[^/\s]*/fd|/dev/fd|\bos\.(?:dup2?|fdopen|p?writev?)\s*\(|\bio\.FileIO\b"
+    r"|\bsys\.(?:setprofile|settrace)\b|\bgc\.get_(?:objects|referrers)\b|__closure__|\bcell_contents\b"
 )
 _DIFF_PATH = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|\+\+\+ b/(\S+)|--- a/(\S+)|rename (?:from|to) (\S+))", re.MULTILINE)
 
@@ -65,7 +78,7 @@ def one_line(text: str, limit: int = 300) -> str:
 
 
 def patch_paths(patch: str) -> Set[str]:
-    """Every path a unified or git diff touches."""
+    """Every path a unified or git diff names in its headers (for the hidden ``test_patch``, which is ours)."""
     paths: Set[str] = set()
     for match in _DIFF_PATH.finditer(patch):
         paths.update(group for group in match.groups() if group and group != "/dev/null")
@@ -79,32 +92,75 @@ def is_test_path(path: str) -> bool:
         name.startswith("test_")
         or name.endswith("_test.py")
         or name == "conftest.py"
-        or any(part in ("tests", "test", "testing") for part in parts[:-1])
+        or any(part in ("tests", "test", "testing") for part in parts)
     )
 
 
-def harness_tampering(patch: str) -> Optional[str]:
-    """Why the patch's non-test code touches the test harness, or None."""
-    current = ""
-    for line in patch.splitlines():
-        if line.startswith("+++ "):
-            current = line[6:] if line.startswith("+++ b/") else line[4:]
-            continue
-        if line.startswith("+") and current and not is_test_path(current):
+@dataclass
+class ChangedFile:
+    """A file the model's patch changed, as git sees the applied tree: its path, whether git takes it for
+    binary, and the lines it added (text files)."""
+
+    path: str
+    binary: bool = False
+    added: List[str] = field(default_factory=list)
+
+
+def changed_files(runtime: SWERuntime) -> List[ChangedFile]:
+    """What the applied patch changed against ``base_commit``, asked of git in the container (ignored files
+    included): never read off the patch's own text, whose header-like lines and quoted names could hide a
+    file from the checks."""
+    base = shlex.quote(runtime.instance.base_commit)
+    options = "--cached --no-renames --no-ext-diff --no-textconv --no-color"
+    done = runtime.exec(
+        f"git add -A -f && git diff {options} --numstat -z {base} && printf '\\0\\0' && git diff {options} -U0 {base};"
+        " status=$?; git reset -q; exit $status",
+        timeout_s=120,
+        output_cap=60_000_000,
+    )
+    if not done.ok or done.truncated:
+        raise RuntimeError(f"cannot list the files the patch changed: {done.output[-300:]}")
+    numstat, _, diff = done.output.partition("\0\0")
+    files = []
+    for record in numstat.split("\0"):
+        if record:
+            added, _, rest = record.partition("\t")
+            files.append(ChangedFile(rest.partition("\t")[2], binary=added == "-"))
+    # The diff's sections come in numstat's order. Before a section's first "@@" every line is a header;
+    # after it every line starts with "+", "-", " " or "\\", so no line of the content can open a section.
+    index, in_hunks = -1, False
+    for line in diff.lstrip("\0").split("\n"):
+        if line.startswith("diff --git "):
+            index, in_hunks = index + 1, False
+        elif line.startswith("@@"):
+            in_hunks = True
+        elif in_hunks and line.startswith("+") and 0 <= index < len(files):
+            files[index].added.append(line[1:])
+    return files
+
+
+def is_protected(path: str, hidden: Set[str] = frozenset(), binary: bool = False) -> bool:
+    """A file that grading puts back as it was at ``base_commit`` (or removes, if it is new); ``hidden`` holds
+    the paths of the hidden ``test_patch``."""
+    parts = path.split("/")
+    return (
+        binary
+        or is_test_path(path)
+        or path in hidden
+        or parts[-1] in PROTECTED_NAMES
+        or path.endswith(PROTECTED_SUFFIXES)
+        or any(part.endswith(PROTECTED_FOLDER_SUFFIXES) for part in parts[:-1])
+    )
+
+
+def harness_tampering(files: Sequence[ChangedFile]) -> Optional[str]:
+    """Why the patch's library code touches the test harness, or None."""
+    for changed in files:
+        for line in changed.added:
             found = HARNESS_PATTERN.search(line)
             if found:
-                return f"{current} adds {found.group(0)!r}, which reaches for the test harness"
+                return f"{changed.path} adds {found.group(0)!r}, which reaches for the test harness"
     return None
-
-
-def protected_paths(instance: SWEInstance, model_patch: str) -> List[str]:
-    hidden = patch_paths(instance.test_patch)
-    touched = patch_paths(model_patch)
-    return sorted(
-        path
-        for path in touched
-        if path in hidden or path.rsplit("/", 1)[-1] in PROTECTED_NAMES or path.endswith(".pth")
-    )
 
 
 def evaluate_patch(
@@ -134,16 +190,28 @@ def evaluate_patch(
             report.error = f"the model patch does not apply: {one_line(applied.output)}"
             return _finish(report, started)
         report.patch_applied = True
-        tampering = harness_tampering(model_patch)
+        changed = changed_files(runtime)
+        unreadable = next((item.path for item in changed if "\ufffd" in item.path), None)
+        if unreadable is not None:  # it could not be named to git to be put back
+            report.error = f"the patch is refused: the path {unreadable!r} is not UTF-8"
+            return _finish(report, started)
+        hidden = patch_paths(instance.test_patch)
+        report.restored_paths = sorted(item.path for item in changed if is_protected(item.path, hidden, item.binary))
+        tampering = harness_tampering([item for item in changed if item.path not in report.restored_paths])
         if tampering:
             report.error = f"the patch is refused: {tampering}"
             return _finish(report, started)
-        report.restored_paths = protected_paths(instance, model_patch)
-        for path in report.restored_paths:
-            quoted = path.replace("'", "'\\''")
-            runtime.exec(
-                f"git checkout -q {instance.base_commit} -- '{quoted}' 2>/dev/null || rm -rf -- '{quoted}'", timeout_s=30
+        if report.restored_paths:  # one command for them all, the paths in a file (a patch can touch many)
+            listing = f"{HELPERS}/restore-{secrets.token_hex(8)}"
+            runtime.container.write_file(listing, b"\0".join(path.encode("utf-8") for path in report.restored_paths))
+            restored = runtime.exec(
+                f"xargs -0 -a {listing} sh -c 'for p; do git checkout -q {shlex.quote(instance.base_commit)} -- \"$p\" "
+                f"2>/dev/null || {{ rm -rf -- \"$p\"; rmdir -p --ignore-fail-on-non-empty -- \"$(dirname -- \"$p\")\" "
+                f"2>/dev/null; }}; done' sh; rm -f {listing}",
+                timeout_s=300,
             )
+            if not restored.ok:
+                raise RuntimeError(f"cannot put back the protected files: {restored.output[-300:]}")
         hidden = runtime.apply_patch(instance.test_patch, "tests")
         if not hidden.ok:
             report.error = (

@@ -77,29 +77,38 @@ class TestRun:
         return outcome is not None and outcome.passed
 
 
-def parse_report(text: str) -> TestRun:
-    """The plugin's JSON lines. Anything else on the channel, a test reported twice, or no end line
-    makes the whole run invalid: an outcome that might be forged is never counted as a pass."""
+def parse_report(text: str, nonce: str = "") -> TestRun:
+    """The plugin's lines: each is this run's ``nonce`` followed by JSON. Anything else on the channel (a line
+    without the nonce, text that is not the reporter's JSON, a field of the wrong type), a test reported twice,
+    or no end line makes the whole run invalid: an outcome that might be forged is never counted as a pass."""
     run = TestRun()
     ended = False
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines(): it also splits at the nonce's \x1e
         if not line.strip():
             continue
+        if not line.startswith(nonce):
+            return TestRun(error="the test report holds a line that is not the reporter's (tampered or corrupted)")
         try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
+            entry = json.loads(line[len(nonce):])
+        except (ValueError, RecursionError):  # not JSON, a number too long to convert, nesting too deep
             return TestRun(error="the test report holds a line that is not the reporter's (tampered or corrupted)")
         if not isinstance(entry, dict) or ended:
             return TestRun(error="the test report has extra lines (tampered or corrupted)")
         if entry.get("end") is True:
             ended = True
             continue
-        nodeid, outcome = entry.get("nodeid"), entry.get("outcome")
-        if not isinstance(nodeid, str) or not isinstance(outcome, str) or nodeid in run.outcomes:
-            return TestRun(error=f"the test report is malformed or reports {nodeid!r} twice (tampered or corrupted)")
-        where = entry.get("where")
-        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, str(entry.get("message") or ""), list(entry.get("calls") or []),
-                                           list(where) if isinstance(where, list) else None)
+        nodeid, outcome, message = entry.get("nodeid"), entry.get("outcome"), entry.get("message", "")
+        calls, where = entry.get("calls", []), entry.get("where")
+        if (
+            not isinstance(nodeid, str)
+            or not isinstance(outcome, str)
+            or not isinstance(message, str)
+            or not isinstance(calls, list)
+            or not (where is None or isinstance(where, list))
+            or nodeid in run.outcomes
+        ):
+            return TestRun(error=f"the test report is malformed or reports {str(nodeid)[:200]!r} twice (tampered or corrupted)")
+        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, message, calls, where)
     if not ended:
         return TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
     return run
@@ -197,21 +206,26 @@ class SWERuntime:
 
 def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float = 600.0, trace: bool = False) -> TestRun:
     """Run pytest on ``test_files`` in ``/testbed``; outcomes come over a descriptor of their own, not
-    the console (which goes to ``/tmp/skygym-pytest.log``). ``trace`` adds each test's called functions."""
+    the console (which goes to ``/tmp/skygym-pytest.log``). ``trace`` adds each test's called functions.
+
+    The report plugin and this run's nonce are written into the container through the Docker API (never
+    through a process's environment or command line, which any process there can read), and the plugin
+    loads before any project code: the repository's folder goes to the end of ``sys.path``, so no file of
+    the repository can stand in for the plugin or for a module pytest or the plugin imports."""
     files = " ".join(shlex.quote(path) for path in test_files)
     trace_env = f"SKYGYM_TRACE_ROOT={TESTBED}/ " if trace else ""
-    # The plugin arrives in the same exec as the run (through the environment), not as a second round trip.
+    nonce = "\x1eskygym-report-" + secrets.token_hex(16) + ":"
+    nonce_name = f"nonce-{secrets.token_hex(8)}"
+    container.put_tree(HELPERS, {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: nonce.encode("utf-8")})
     command = (
-        f'mkdir -p {HELPERS} && printf %s "$SKYGYM_REPORT_PLUGIN" > {HELPERS}/{REPORT_PLUGIN}.py && unset SKYGYM_REPORT_PLUGIN && '
-        f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 {trace_env}"
-        "python3 -c 'import os, sys, pytest; os._exit(int(pytest.main(sys.argv[1:])))' "
+        f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 SKYGYM_REPORT_NONCE={HELPERS}/{nonce_name} "
+        f"{trace_env}python3 -c 'import sys; sys.path.append(sys.path.pop(0)); import os, pytest; "
+        "os._exit(int(pytest.main(sys.argv[1:])))' "
         f"-p {REPORT_PLUGIN} -p no:cacheprovider -o addopts= -q --rootdir={TESTBED} {files} "
         "3>&1 1>/tmp/skygym-pytest.log 2>&1"
     )
-    done = container.exec(
-        command, timeout_s=timeout_s, output_cap=50_000_000, workdir=TESTBED, env={"SKYGYM_REPORT_PLUGIN": REPORT_PLUGIN_SOURCE}
-    )
-    run = parse_report(done.output)
+    done = container.exec(command, timeout_s=timeout_s, output_cap=50_000_000, workdir=TESTBED)
+    run = parse_report(done.output, nonce)
     if done.timed_out:
         run = TestRun(error=f"the tests ran past {timeout_s:.0f} s")
     run.duration_s = done.duration_s
