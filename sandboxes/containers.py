@@ -114,6 +114,33 @@ def _exec_output(client: Any, exec_id: str) -> bytes:
         stream.close()
 
 
+class _CappedReader(io.RawIOBase):
+    """A file over an iterator of byte chunks (an archive the engine streams) that refuses to read past
+    ``cap`` bytes."""
+
+    def __init__(self, chunks: Any, cap: int, what: str) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = b""
+        self._left = cap
+        self._what = what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, target: Any) -> int:
+        while not self._buffer:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._buffer = chunk
+        size = min(len(target), len(self._buffer))
+        if size > self._left:
+            raise ValueError(f"the archive of {self._what} is larger than this reads")
+        target[:size], self._buffer = self._buffer[:size], self._buffer[size:]
+        self._left -= size
+        return size
+
+
 @dataclass
 class ExecResult:
     exit_code: int
@@ -242,7 +269,14 @@ class Container:
             # Something the command started in the background keeps the pipe open: kill everything
             # in the container but its keep-alive process, which ends the exec.
             self._kill_all_but_init()
-            raw = future.result(timeout=30)
+            try:
+                raw = future.result(timeout=30)
+            except concurrent.futures.TimeoutError:
+                # Still open (no process slot left to run the kill, say): the container goes, and with
+                # it every process in it. Later calls raise that the container is closed.
+                self.close()
+                note = "[the command left processes that could not be stopped; the container was removed]"
+                return ExecResult(-1, note, timed_out=True, duration_s=time.monotonic() - started)
         return self._parse(raw, marker, output_cap, limit, time.monotonic() - started)
 
     @staticmethod
@@ -265,7 +299,8 @@ class Container:
     def _kill_all_but_init(self) -> None:
         try:
             self.client.api.exec_start(
-                self.client.api.exec_create(self._container.id, ["kill", "-9", "-1"], user="0")["Id"]
+                # the shell's own kill: an image need not have a kill program (the SWE images have none)
+                self.client.api.exec_create(self._container.id, ["bash", "-c", "kill -9 -1"], user="0")["Id"]
             )
         except Exception:
             pass
@@ -273,25 +308,34 @@ class Container:
     # ----- files ------------------------------------------------------------------------------------
     def read_file(self, path: str, max_bytes: int = 10_000_000) -> bytes:
         """The bytes of the regular file at ``path``. Raises FileNotFoundError, IsADirectoryError or
-        ValueError (larger than ``max_bytes``)."""
+        ValueError (larger than ``max_bytes``, or not a regular file). The archive is read as it arrives
+        and never past ``max_bytes`` and its headers: a folder, or a file swapped for a large one after
+        the engine reported its size, costs this process no more memory than that."""
         import docker
 
         try:
             stream, stat = self._container.get_archive(path)
         except docker.errors.NotFound:
             raise FileNotFoundError(path) from None
-        if stat.get("size", 0) > max_bytes:
-            raise ValueError(f"{path} is {stat['size']} bytes, more than the {max_bytes} this reads")
-        data = b"".join(stream)
-        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-            member = archive.next()
-            if member is None or member.isdir():
-                raise IsADirectoryError(path)
-            if not member.isfile():
-                raise ValueError(f"{path} is not a regular file")
-            handle = archive.extractfile(member)
-            assert handle is not None
-            return handle.read()
+        try:
+            if stat.get("size", 0) > max_bytes:
+                raise ValueError(f"{path} is {stat['size']} bytes, more than the {max_bytes} this reads")
+            reader = _CappedReader(stream, max_bytes + 1_048_576, path)
+            with tarfile.open(fileobj=reader, mode="r|") as archive:
+                member = archive.next()
+                if member is None or member.isdir():
+                    raise IsADirectoryError(path)
+                if not member.isfile():
+                    raise ValueError(f"{path} is not a regular file")
+                if member.size > max_bytes:
+                    raise ValueError(f"{path} is {member.size} bytes, more than the {max_bytes} this reads")
+                handle = archive.extractfile(member)
+                assert handle is not None
+                return handle.read()
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Create or replace the file at the absolute ``path`` (its folder is created)."""

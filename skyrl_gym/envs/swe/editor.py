@@ -49,6 +49,21 @@ class Editor:
         insert_line: Optional[int] = None,
         view_range: Optional[Sequence[int]] = None,
     ) -> str:
+        try:
+            return self._run(command, path, file_text, old_str, new_str, insert_line, view_range)
+        except (OSError, ValueError) as exc:  # not a regular file (a link, a pipe), too large, gone meanwhile
+            return f"Error: {path} cannot be read or written here ({exc}); use bash for it."
+
+    def _run(
+        self,
+        command: str,
+        path: str,
+        file_text: Optional[str],
+        old_str: Optional[str],
+        new_str: Optional[str],
+        insert_line: Optional[int],
+        view_range: Optional[Sequence[int]],
+    ) -> str:
         if command not in COMMANDS:
             return f"Error: unknown command {command!r}; the commands are {', '.join(COMMANDS)}."
         if not isinstance(path, str) or not path.startswith("/"):

@@ -96,21 +96,32 @@ class SWEEnv(BaseTextEnv):
                 output = self._execute_tool("swe", call.name, self._arguments(call))
             except TypeError as exc:  # wrong or missing arguments: tell the model, as a tool would
                 output = f"Error: bad arguments for {call.name}: {exc}"
-            if self.tools.submitted:
+            if self.tools.submitted or self.runtime is None or self.runtime.container.id is None:
                 break
             text = output if isinstance(output, str) else json.dumps(output, default=str)
             observations.append({"role": "user", "content": text})
         if not parsed.calls and not parsed.errors:
             observations.append({"role": "user", "content": NO_TOOL_CALL})
+        if self.runtime is not None and self.runtime.container.id is None:
+            # A command left processes nothing could stop, and its container was removed: no patch, no reward.
+            return self._finish("container_lost")
         if self.tools.submitted or self.turns >= self.max_turns:
             return self._finish("submitted" if self.tools.submitted else "max_turns")
         return {"observations": observations, "reward": 0.0, "done": False, "metadata": {}}
 
     def _finish(self, reason: str) -> StepOutput:
         assert self.runtime is not None
-        self.patch = self.runtime.diff()
+        try:
+            self.patch = self.runtime.diff() if self.runtime.container.id is not None else ""
+            error = "" if self.runtime.container.id is not None else "the container was removed: no patch"
+        except RuntimeError as exc:  # the model broke its repository (removed .git, say): no patch, no reward
+            self.patch, error = "", f"no patch: {exc}"
         self.runtime.close()
-        self.report = evaluate_patch(self.instance, self.patch, limits=self.limits, timeout_s=self.eval_timeout_s, base_url=self.base_url)
+        if error:
+            self.report = EvalReport(self.instance.instance_id, error=error)
+        else:
+            self.report = evaluate_patch(self.instance, self.patch, limits=self.limits, timeout_s=self.eval_timeout_s,
+                                         base_url=self.base_url)
         return {
             "observations": [],
             "reward": 1.0 if self.report.resolved else 0.0,

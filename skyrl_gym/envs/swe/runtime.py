@@ -172,8 +172,9 @@ class SWERuntime:
 
     def diff(self) -> str:
         """Everything changed since ``base_commit`` (new files included) as one git diff."""
+        # No external diff driver or text conversion the repository's own config could name: the patch is git's.
         done = self.container.exec(
-            f"git add -A && git diff --cached --binary {self.instance.base_commit}; git reset -q",
+            f"git add -A && git diff --cached --binary --no-ext-diff --no-textconv {self.instance.base_commit}; git reset -q",
             timeout_s=60,
             output_cap=20_000_000,
         )
