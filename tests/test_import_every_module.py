@@ -87,7 +87,8 @@ def test_the_swe_pytest_plugin_takes_no_descriptor_when_imported_outside_a_test_
 
 def test_the_swe_pytest_plugin_reports_each_test_on_the_descriptor_it_is_given(tmp_path: Path) -> None:
     """What the harness does in a container, with this machine's pytest: the plugin on PYTHONPATH, loaded with -p,
-    the report descriptor in SKYGYM_REPORT_FD, one JSON line per test and an end line."""
+    the report descriptor in SKYGYM_REPORT_FD, the nonce in the file SKYGYM_REPORT_NONCE names (deleted once read),
+    one line per test and an end line, each the nonce and JSON."""
     import os
 
     from skyrl_gym.envs.swe.runtime import REPORT_PLUGIN, REPORT_PLUGIN_SOURCE
@@ -96,8 +97,11 @@ def test_the_swe_pytest_plugin_reports_each_test_on_the_descriptor_it_is_given(t
     helpers.mkdir()
     (helpers / f"{REPORT_PLUGIN}.py").write_text(REPORT_PLUGIN_SOURCE)
     (tmp_path / "test_sample.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2\n")
+    nonce = "\x1eskygym-report-test:"
+    (helpers / "nonce").write_text(nonce)
     read_fd, write_fd = os.pipe()
-    env = {**os.environ, "PYTHONPATH": str(helpers), "SKYGYM_REPORT_FD": str(write_fd)}
+    env = {**os.environ, "PYTHONPATH": str(helpers), "SKYGYM_REPORT_FD": str(write_fd),
+           "SKYGYM_REPORT_NONCE": str(helpers / "nonce")}
     try:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", REPORT_PLUGIN, "-p", "no:cacheprovider", "-o", "addopts=", "-q",
@@ -108,12 +112,15 @@ def test_the_swe_pytest_plugin_reports_each_test_on_the_descriptor_it_is_given(t
         write_fd = -1
         with os.fdopen(read_fd, encoding="utf-8") as report:
             read_fd = -1
-            lines = [json.loads(line) for line in report.read().splitlines()]
+            text = report.read()
     finally:
         for fd in (read_fd, write_fd):
             if fd >= 0:
                 os.close(fd)
     assert result.returncode == 1, result.stdout + result.stderr
+    assert not (helpers / "nonce").exists()
+    assert text.endswith("\n") and all(line.startswith(nonce) for line in text[:-1].split("\n"))
+    lines = [json.loads(line[len(nonce):]) for line in text[:-1].split("\n")]
     outcomes = {line["nodeid"].split("::")[-1]: line["outcome"] for line in lines if "nodeid" in line}
     assert outcomes == {"test_ok": "passed", "test_bad": "failed"}
     assert lines[-1] == {"end": True, "exitstatus": 1}

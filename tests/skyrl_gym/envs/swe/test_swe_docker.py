@@ -184,6 +184,144 @@ def test_hacks_on_the_tests_or_the_report_do_not_resolve(swe_instances, docker_c
     assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
 
 
+# Forgeries that name nothing the text check looks for. Each resolved the instance before the grader's fixes (see
+# docs/swe.md, "Grading and what a patch cannot do"); the comment says which fix stops it.
+SPELLED_PLUGIN = '''
+import os
+_out = open(int(os.environ.pop("SKY" "GYM_REPORT_FD")), "w", closefd=False)
+_seen = []
+def _log(report):
+    _seen.append(report.nodeid)
+def _finish(session, exitstatus):
+    for nodeid in dict.fromkeys(_seen):
+        _out.write('{"nodeid": "%s", "outcome": "passed", "message": ""}\\n' % nodeid)
+    _out.write('{"end": true, "exitstatus": 0}\\n')
+    _out.flush()
+globals()["py" "test_runtest_logreport"] = _log
+globals()["py" "test_sessionfinish"] = _finish
+'''
+SPELLED_HOOK = '''
+def _log(report):
+    report.outcome = "passed"
+globals()["py" "test_runtest_logreport"] = _log
+'''
+REPORTS_REWRITTEN = '''
+import _pytest.reports as _reports
+_made = _reports.TestReport.from_item_and_call.__func__
+def _passed(cls, item, call):
+    report = _made(cls, item, call)
+    report.outcome, report.longrepr = "passed", None
+    return report
+_reports.TestReport.from_item_and_call = classmethod(_passed)
+'''
+JSON_PATCHED = '''
+import json as _json
+_dumps = _json.dumps
+def _passing(value, *args, **kwargs):
+    if isinstance(value, dict) and value.get("outcome") in ("failed", "error"):
+        value = dict(value, outcome="passed")
+    return _dumps(value, *args, **kwargs)
+_json.dumps = _passing
+'''
+WHOLE_REPORT_TO_EVERY_PIPE = '''
+import os as _os, stat as _stat
+for _fd in range(3, 256):
+    try:
+        if _stat.S_ISFIFO(_os.fstat(_fd).st_mode):
+            _pipe = open(_fd, "w", closefd=False)
+            _pipe.write({lines!r})
+            _pipe.flush()
+    except OSError:
+        pass
+_os._exit(0)
+'''
+
+
+def test_forgeries_that_name_nothing_the_text_check_knows_do_not_resolve(swe_instances, docker_client_for_tests):
+    instance = swe_instances[0]
+    library = instance.extra["mutation"]["path"]
+    package = library.split("/")[0]
+    whole_report = "".join(
+        json.dumps({"nodeid": test_id, "outcome": "passed", "message": ""}) + "\n"
+        for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS
+    ) + json.dumps({"end": True, "exitstatus": 0}) + "\n"
+    hacks = {
+        # the repository's folder was first on sys.path: a file of the reporter's name stood in for it
+        "a file named like the report plugin": {"skygym_pytest_report.py": SPELLED_PLUGIN},
+        # pytest loads the plugins that package metadata on sys.path names; metadata is put back (removed)
+        "package metadata naming a plugin": {
+            "evil-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n",
+            "evil-1.0.dist-info/entry_points.txt": "[pytest11]\nevil = evil_hook\n",
+            "evil_hook.py": SPELLED_HOOK,
+        },
+        # test files were exempt from the text check and ran as the model left them; every test file is put back
+        "a test file that rewrites pytest's reports": {f"{package}/tests/test_utils.py": REPORTS_REWRITTEN},
+        # the reporter wrote its lines with json.dumps; it now writes them with builtins only
+        "library code that patches json.dumps": {library: JSON_PATCHED},
+        # a complete report and an exit, before the reporter wrote a line; lines now carry a nonce
+        "a whole report written to every pipe": {library: WHOLE_REPORT_TO_EVERY_PIPE.format(lines=whole_report)},
+        # the line '++ b/tests/...' shows as a '+++' header: the text check took what followed for a test file
+        "a library line that looks like a diff header": {library: f'\n"""\n++ b/{package}/tests/test_x.py\n"""\n'
+                                                          + REPORTS_REWRITTEN},
+    }
+    patches = {name: _patch_from_edits(instance, docker_client_for_tests, edits) for name, edits in hacks.items()}
+    reports = dict(zip(patches, evaluate_many([instance] * len(patches), list(patches.values()),
+                                              client=docker_client_for_tests)))
+    assert {name: report.resolved for name, report in reports.items()} == dict.fromkeys(hacks, False)
+    assert all(report.patch_applied for report in reports.values())
+    assert "evil-1.0.dist-info/entry_points.txt" in reports["package metadata naming a plugin"].restored_paths
+    assert f"{package}/tests/test_utils.py" in reports["a test file that rewrites pytest's reports"].restored_paths
+    assert "not the reporter's" in reports["a whole report written to every pipe"].error
+    assert "reaches for the test harness" in reports["a library line that looks like a diff header"].error
+    # the same grader still resolves the gold patch, with the plugin's nonce and the repository last on sys.path
+    assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
+
+
+def test_hostile_commands_end_the_call_or_the_episode_never_the_caller(swe_instances, docker_client_for_tests):
+    """A background process in a session of its own held the command's output open: the image has no kill program,
+    so the kill after the limit failed and every call raised TimeoutError. A link or a pipe opened in the editor, and
+    a repository without .git at submit, raised out of env.step too."""
+    import skyrl_gym
+    from skyrl_gym.envs.swe.dataset import instance_row
+
+    instance = swe_instances[0]
+    row = instance_row(instance)
+    env = skyrl_gym.make("swe", env_config={"bash_timeout_s": 2}, extras=row)
+    env.init(row["prompt"])
+    try:
+        held = env.step("<bash>(setsid sleep 1000 &); echo started</bash>")["observations"][0]["content"]
+        assert "ran past 2 s and was killed" in held
+        assert env.step("<bash>echo alive</bash>")["observations"][0]["content"] == "alive"
+        env.step("<bash>ln -s /etc/passwd /testbed/link && mkfifo /testbed/pipe</bash>")
+        for path in ("/testbed/link", "/testbed/pipe"):
+            view = env.step('<tool_call>{"name": "str_replace_editor", "arguments": {"command": "view", '
+                            f'"path": "{path}"}}}}</tool_call>')["observations"][0]["content"]
+            assert view.startswith(f"Error: {path} cannot be read or written here") and "not a regular file" in view
+        last = env.step("<bash>rm -rf .git</bash><submit></submit>")
+        assert last["done"] and last["reward"] == 0.0 and last["metadata"]["report"]["error"].startswith("no patch")
+    finally:
+        env.close()
+
+
+def test_reading_a_folder_as_a_file_does_not_pull_its_archive_into_memory(swe_instances, swe_docker):
+    """``read_file`` joined the whole archive before looking at it: a folder holding a 600 MB file cost the caller
+    1.2 GB. It now reads the first header and stops. (In a process of its own, to read its peak memory.)"""
+    script = (
+        "import resource, sys\n"
+        "from skygym_sandboxes.containers import Container\n"
+        "with Container(sys.argv[1], base_url=sys.argv[2]) as box:\n"
+        "    assert box.exec('mkdir /big && truncate -s 600M /big/zeros').ok\n"
+        "    try:\n"
+        "        box.read_file('/big')\n"
+        "    except IsADirectoryError:\n"
+        "        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, swe_instances[0].image_name, swe_docker],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().isdigit(), done.stderr[-2000:]
+    assert int(done.stdout) < 300, f"peak memory {done.stdout.strip()} MB"
+
+
 def test_score_reports_resolved_unapplied_and_empty_predictions(swe_built, swe_instances, tmp_path):
     first, second, third = swe_instances[:3]
     predictions = tmp_path / "preds.jsonl"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from skyrl_gym.envs.swe.editor import Editor
-from skyrl_gym.envs.swe.grading import harness_tampering, patch_paths, protected_paths
+from skyrl_gym.envs.swe.grading import ChangedFile, harness_tampering, is_protected, patch_paths
 from skyrl_gym.envs.swe.instances import (
     SWEInstanceError,
     load_instances,
@@ -22,6 +22,7 @@ from skyrl_gym.envs.swe.instances import (
 )
 from skyrl_gym.envs.swe.replay import hunks, replay_actions
 from skyrl_gym.envs.swe.runtime import parse_report
+from skygym_sandboxes.containers import ExecResult
 from skyrl_gym.envs.swe.synth.mutations import KINDS, find_mutations, sample_mutations
 from skyrl_gym.envs.swe.synth.projects import PROJECTS, select_projects
 
@@ -185,16 +186,32 @@ def test_a_long_view_is_cut_with_a_note_saying_how_to_see_the_rest(tmp_path):
 
 # ----- grading rules -----------------------------------------------------------------------------------
 def test_the_test_report_is_refused_when_tampered_with():
-    good = '{"nodeid": "t.py::a", "outcome": "passed", "message": ""}\n{"end": true, "exitstatus": 0}\n'
-    assert parse_report(good).passed("t.py::a")
+    nonce = "\x1eskygym-report-0123:"
+    good = nonce + '{"nodeid": "t.py::a", "outcome": "passed", "message": ""}\n' + nonce + '{"end": true, "exitstatus": 0}\n'
+    assert parse_report(good, nonce).passed("t.py::a")
     for bad in (
-        '{"nodeid": "t.py::a", "outcome": "passed"}\n',  # no end line: the run was cut short
+        nonce + '{"nodeid": "t.py::a", "outcome": "passed"}\n',  # no end line: the run was cut short
         "PASSED t.py::a\n" + good,  # console text on the report channel
-        '{"nodeid": "t.py::a", "outcome": "passed"}\n' + good,  # a test reported twice
-        good + '{"nodeid": "t.py::b", "outcome": "passed"}\n',  # lines after the end
+        nonce + '{"nodeid": "t.py::a", "outcome": "passed"}\n' + good,  # a test reported twice
+        good + nonce + '{"nodeid": "t.py::b", "outcome": "passed"}\n',  # lines after the end
+        good.replace(nonce, "\x1eskygym-report-9999:"),  # lines without this run's nonce (a blind forger's)
     ):
-        run = parse_report(bad)
+        run = parse_report(bad, nonce)
         assert run.error and not run.passed("t.py::a")
+
+
+def test_a_report_line_built_to_crash_the_parser_is_a_tampered_run_not_an_exception():
+    """Each of these raised out of the grader (RecursionError, ValueError, TypeError) and so out of env.step."""
+    end = '{"end": true, "exitstatus": 0}\n'
+    for line in (
+        "[" * 100_000 + "]" * 100_000,  # nesting deeper than the JSON decoder's recursion
+        '{"nodeid": "t.py::a", "outcome": "passed", "exitstatus": ' + "1" * 5000 + "}",  # a number too long to convert
+        '{"nodeid": "t.py::a", "outcome": "passed", "calls": 5}',  # fields of the wrong type
+        '{"nodeid": "t.py::a", "outcome": "passed", "message": ["x"], "where": 3}',
+        '{"nodeid": ["t.py::a"], "outcome": "passed"}',
+    ):
+        run = parse_report(line + "\n" + end)
+        assert "tampered" in run.error and not run.outcomes
 
 
 def test_an_evaluation_that_failed_without_a_verdict_is_tried_again_and_a_verdict_never_is(monkeypatch):
@@ -226,21 +243,44 @@ def test_an_evaluation_that_failed_without_a_verdict_is_tried_again_and_a_verdic
 
 
 def test_patches_that_touch_the_harness_or_protected_files_are_caught():
+    """The rules on what git says a patch changed (the Docker tests get those lists from git in a grading container)."""
     instance = normalize_row(fixture_row())
-    sneaky = "diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1 +1,2 @@\n+import _pytest.runner\n"
-    assert "reaches for the test harness" in harness_tampering(sneaky)
-    fd_write = sneaky.replace("import _pytest.runner", "os.write(3, b'{}')")
-    assert harness_tampering(fd_write)
-    in_tests = sneaky.replace("calc/ops.py", "tests/helpers.py")
-    assert harness_tampering(in_tests) is None  # tests may use pytest
-    assert harness_tampering(instance.patch) is None
-    edits_tests = (
-        "diff --git a/tests/test_ops.py b/tests/test_ops.py\n--- a/tests/test_ops.py\n+++ b/tests/test_ops.py\n"
-        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n"
-        "diff --git a/calc/x.pth b/calc/x.pth\n--- /dev/null\n+++ b/calc/x.pth\n"
+    library = ChangedFile("calc/ops.py", added=["import _pytest.runner"])
+    assert "reaches for the test harness" in harness_tampering([library])
+    for spelled in ("os.write(3, b'{}')", "open('/dev/fd/5', 'w')", "open('/proc/1/fd/5', 'w')", "io.FileIO(5, 'w')",
+                    "def pytest_runtest_logreport(report):", "sys.modules['skygym_pytest_report']",
+                    "gc.get_objects()", "f.__closure__[0]"):
+        assert harness_tampering([ChangedFile("calc/ops.py", added=[spelled])]), spelled
+    assert harness_tampering([ChangedFile("calc/ops.py", added=["return a + b"])]) is None
+    hidden = patch_paths(instance.test_patch)
+    protected = ["tests/test_ops.py", "tests/helpers.py", "conftest.py", "calc/x.pth", "calc/.pytest.ini", ".gitattributes",
+                 "evil-1.0.dist-info/entry_points.txt", "src/evil.egg-info/entry_points.txt",
+                 "calc/__pycache__/ops.cpython-311.pyc"]
+    assert [path for path in protected if not is_protected(path, hidden)] == []
+    assert is_protected("calc/logo.png", hidden, binary=True)
+    assert not is_protected("calc/ops.py", hidden) and not is_protected("skygym_pytest_report.py", hidden)
+
+
+def test_the_added_lines_of_a_patch_are_read_by_its_hunks_not_by_lines_that_look_like_headers():
+    """A line '++ b/tests/test_x.py' in a library file shows in the diff as '+++ b/tests/test_x.py': read as a
+    header, the lines after it were taken for a test file's and left unchecked. (A double stands in for git's
+    output here; the Docker tests grade the same patch in a container.)"""
+    from skyrl_gym.envs.swe import grading
+
+    diff = (
+        "1\t0\tcalc/ops.py\0\0\0diff --git a/calc/ops.py b/calc/ops.py\nindex 1..2 100644\n--- a/calc/ops.py\n"
+        '+++ b/calc/ops.py\n@@ -1,0 +2,3 @@\n+"""\n+++ b/tests/test_x.py\n+import pytest\n'
     )
-    assert patch_paths(edits_tests) == {"tests/test_ops.py", "conftest.py", "calc/x.pth"}
-    assert protected_paths(instance, edits_tests + instance.patch) == ["calc/x.pth", "conftest.py", "tests/test_ops.py"]
+
+    class Runtime:
+        instance = normalize_row(fixture_row())
+
+        def exec(self, command, timeout_s, output_cap):
+            return ExecResult(0, diff)
+
+    files = grading.changed_files(Runtime())
+    assert [(item.path, item.added) for item in files] == [("calc/ops.py", ['"""', "++ b/tests/test_x.py", "import pytest"])]
+    assert "pytest" in harness_tampering(files)
 
 
 def test_a_patch_replays_as_one_str_replace_per_hunk_then_submit():
