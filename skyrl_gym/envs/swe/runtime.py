@@ -220,7 +220,7 @@ def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float
     container.put_tree(HELPERS, {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: nonce.encode("utf-8")})
     command = (
         f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 SKYGYM_REPORT_NONCE={HELPERS}/{nonce_name} "
-        f"{trace_env}python3 -c 'import sys; sys.path.append(sys.path.pop(0)); import os, pytest; "
+        f"{trace_env}python3 -c 'import sys; sys.path[0] or sys.path.append(sys.path.pop(0)); import os, pytest; "
         "os._exit(int(pytest.main(sys.argv[1:])))' "
         f"-p {REPORT_PLUGIN} -p no:cacheprovider -o addopts= -q --rootdir={TESTBED} {files} "
         "3>&1 1>/tmp/skygym-pytest.log 2>&1"
