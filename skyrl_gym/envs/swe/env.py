@@ -82,6 +82,8 @@ class SWEEnv(BaseTextEnv):
     def step(self, action: str) -> StepOutput:  # type: ignore[override]
         if self.tools is None:
             raise RuntimeError("call init() before step()")
+        if self.report is not None:
+            raise RuntimeError("the episode has ended; make a new env for the next one")
         self.turns += 1
         parsed = parse_tool_calls(action, xml_tags=("bash", "submit"))
         observations: List[Dict[str, str]] = [
