@@ -97,7 +97,7 @@ def test_the_swe_pytest_plugin_reports_each_test_on_the_descriptor_it_is_given(t
     helpers.mkdir()
     (helpers / f"{REPORT_PLUGIN}.py").write_text(REPORT_PLUGIN_SOURCE)
     (tmp_path / "test_sample.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2\n")
-    nonce = "\x1eskygym-report-test:"
+    nonce = "0123456789abcdef0123456789abcdef"
     (helpers / "nonce").write_text(nonce)
     read_fd, write_fd = os.pipe()
     env = {**os.environ, "PYTHONPATH": str(helpers), "SKYGYM_REPORT_FD": str(write_fd),

@@ -49,7 +49,7 @@ PROTECTED_SUFFIXES = (".pth", ".pyc", ".pyo")
 # Library code has no business with these; a patch that adds them outside test files is refused. A text check:
 # it stops a patch that names them, not one that spells them otherwise ("py" + "test").
 HARNESS_PATTERN = re.compile(
-    r"(?i:pytest|skygym)|/proc/[^/\s]*/fd|/dev/fd|\bos\.(?:dup2?|fdopen|p?writev?)\s*\(|\bio\.FileIO\b"
+    r"(?i:pytest|skygym)|/proc/[^/\s]*/(?:fd|mem)\b|/dev/fd|\bos\.(?:dup2?|fdopen|p?writev?)\s*\(|\bio\.FileIO\b"
     r"|\bsys\.(?:setprofile|settrace)\b|\bgc\.get_(?:objects|referrers)\b|__closure__|\bcell_contents\b"
 )
 _DIFF_PATH = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|\+\+\+ b/(\S+)|--- a/(\S+)|rename (?:from|to) (\S+))", re.MULTILINE)

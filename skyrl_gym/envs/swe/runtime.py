@@ -83,7 +83,7 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
     or no end line makes the whole run invalid: an outcome that might be forged is never counted as a pass."""
     run = TestRun()
     ended = False
-    for line in text.split("\n"):  # not splitlines(): it also splits at the nonce's \x1e
+    for line in text.split("\n"):  # not splitlines(), which also splits at characters a message may hold
         if not line.strip():
             continue
         if not line.startswith(nonce):
@@ -215,7 +215,8 @@ def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float
     the repository can stand in for the plugin or for a module pytest or the plugin imports."""
     files = " ".join(shlex.quote(path) for path in test_files)
     trace_env = f"SKYGYM_TRACE_ROOT={TESTBED}/ " if trace else ""
-    nonce = "\x1eskygym-report-" + secrets.token_hex(16) + ":"
+    # Random hex and nothing else: no fixed text marks it out in the memory of the process it is handed to.
+    nonce = secrets.token_hex(16)
     nonce_name = f"nonce-{secrets.token_hex(8)}"
     container.put_tree(HELPERS, {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: nonce.encode("utf-8")})
     command = (

@@ -186,7 +186,7 @@ def test_a_long_view_is_cut_with_a_note_saying_how_to_see_the_rest(tmp_path):
 
 # ----- grading rules -----------------------------------------------------------------------------------
 def test_the_test_report_is_refused_when_tampered_with():
-    nonce = "\x1eskygym-report-0123:"
+    nonce = "0123456789abcdef0123456789abcdef"
     good = nonce + '{"nodeid": "t.py::a", "outcome": "passed", "message": ""}\n' + nonce + '{"end": true, "exitstatus": 0}\n'
     assert parse_report(good, nonce).passed("t.py::a")
     for bad in (
@@ -194,7 +194,7 @@ def test_the_test_report_is_refused_when_tampered_with():
         "PASSED t.py::a\n" + good,  # console text on the report channel
         nonce + '{"nodeid": "t.py::a", "outcome": "passed"}\n' + good,  # a test reported twice
         good + nonce + '{"nodeid": "t.py::b", "outcome": "passed"}\n',  # lines after the end
-        good.replace(nonce, "\x1eskygym-report-9999:"),  # lines without this run's nonce (a blind forger's)
+        good.replace(nonce, "f" * 32),  # lines without this run's nonce (a blind forger's)
     ):
         run = parse_report(bad, nonce)
         assert run.error and not run.passed("t.py::a")
@@ -247,7 +247,7 @@ def test_patches_that_touch_the_harness_or_protected_files_are_caught():
     instance = normalize_row(fixture_row())
     library = ChangedFile("calc/ops.py", added=["import _pytest.runner"])
     assert "reaches for the test harness" in harness_tampering([library])
-    for spelled in ("os.write(3, b'{}')", "open('/dev/fd/5', 'w')", "open('/proc/1/fd/5', 'w')", "io.FileIO(5, 'w')",
+    for spelled in ("os.write(3, b'{}')", "open('/dev/fd/5', 'w')", "open('/proc/1/fd/5', 'w')", "open('/proc/self/mem', 'rb')", "io.FileIO(5, 'w')",
                     "def pytest_runtest_logreport(report):", "sys.modules['skygym_pytest_report']",
                     "gc.get_objects()", "f.__closure__[0]"):
         assert harness_tampering([ChangedFile("calc/ops.py", added=[spelled])]), spelled
