@@ -164,17 +164,20 @@ def test_an_agent_replaying_the_gold_patch_through_the_tools_resolves_and_earns_
 def test_submitting_nothing_or_only_running_bash_earns_0_on_skyagent_shaped_rows(
     swe_instances, docker_client_for_tests
 ):
-    quitter, explorer = swe_instances[2], swe_instances[3]
+    quitter, explorer, vandal = swe_instances[2], swe_instances[3], swe_instances[4]
 
     def respond(body):
-        if instance_of(body, [quitter, explorer]) is quitter:
+        instance = instance_of(body, [quitter, explorer, vandal])
+        if instance is quitter:
             return "I give up. <finish></finish>"
+        if instance is vandal:  # no repository left to diff: that raised out of complete_runtime
+            return "```bash\nrm -rf .git && echo gone\n```"
         return "Let me look around.\n```bash\npwd && ls -a\n```"
 
     # SkyAgent's YAML names and row shape: the SWE-bench row under "instance"
     rows = [
         {"prompt": i.problem_statement, "data_source": "swe-bench", "instance": i.to_row()}
-        for i in (quitter, explorer)
+        for i in (quitter, explorer, vandal)
     ]
     config = {
         "agent_cls": "skyrl_agent.agents.oh_codeact.OHCodeActAgent",
@@ -185,13 +188,14 @@ def test_submitting_nothing_or_only_running_bash_earns_0_on_skyagent_shaped_rows
             "backend_config": {"model": "scripted-model"},
             "max_iterations": 2,
         },
-        "dispatcher": {"max_parallel_agents": 2},
+        "dispatcher": {"max_parallel_agents": 3},
     }
     with chat_server(respond) as server:
         config["generator"]["backend_config"]["api_url"] = server.url
         out = asyncio.run(AgentRunner(config).run(rows, val_mode=True))
-    gave_up, explored = out["results"]
-    assert out["rewards"] == [0.0, 0.0]
+    gave_up, explored, vandalized = out["results"]
+    assert out["rewards"] == [0.0, 0.0, 0.0]
+    assert vandalized["results"]["git_patch"] == "" and vandalized["eval_error"] is None
     assert gave_up["instance_id"] == quitter.instance_id and gave_up["finish_reason"] == "FINISH_TOOL"
     assert gave_up["results"]["git_patch"] == "" and gave_up["results"]["resolved"] is False
     assert gave_up["eval_error"] is None and gave_up["results"]["report"]["error"].startswith(
