@@ -195,7 +195,7 @@ class SWEAgentEnv(BaseTextEnv):
             if self.submitted:
                 self.finished = True
                 return {"observations": [], "reward": 0.0, "done": True, "metadata": {"submitted": True}}
-            if self.runtime.container.id is None:  # a command left processes nothing could stop: the container went
+            if self.runtime.container.id is None:  # a command left processes nothing could stop: no container
                 return {"observations": [{"role": "user", "content": text}], "reward": 0.0, "done": True,
                         "metadata": {"container_lost": True}}
             observations.append({"role": "user", "content": text})
@@ -281,7 +281,7 @@ class SWEBenchTask(BaseTask):
         """The patch (``git_patch``, SkyAgent's key) and whether the agent submitted; the container is removed."""
         try:
             patch = await self._off_loop(runtime.runtime.diff)
-        except RuntimeError as exc:  # no repository left to diff (the agent removed .git) or no container: no patch
+        except RuntimeError as exc:  # no repository to diff (.git removed) or no container: no patch
             logger.info("%s: no patch: %s", runtime.instance.instance_id, exc)
             patch = ""
         finally:

@@ -60,10 +60,12 @@ def _hooks(fd, nonce, trace_root):
         if event == "call":
             code = frame.f_code
             if code.co_filename.startswith(trace_root):
-                called.add((code.co_filename[len(trace_root):].lstrip("/"), code.co_name, code.co_firstlineno))
+                name = code.co_filename[len(trace_root):].lstrip("/")
+                called.add((name, code.co_name, code.co_firstlineno))
 
     def pytest_runtest_logreport(report):
-        entry = results.setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "message": ""})
+        fresh = {"nodeid": report.nodeid, "outcome": "passed", "message": ""}
+        entry = results.setdefault(report.nodeid, fresh)
         if report.failed:
             if entry["outcome"] not in ("failed", "error"):
                 entry["outcome"] = "failed" if report.when == "call" else "error"
@@ -90,7 +92,8 @@ def _hooks(fd, nonce, trace_root):
             item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         finally:
             sys.setprofile(None)
-        results.setdefault(item.nodeid, {"nodeid": item.nodeid, "outcome": "error", "message": "not run"})["calls"] = sorted(called)
+        unreported = {"nodeid": item.nodeid, "outcome": "error", "message": "not run"}
+        results.setdefault(item.nodeid, unreported)["calls"] = sorted(called)
         return True
 
     def pytest_collectreport(report):
@@ -111,7 +114,8 @@ def _hooks(fd, nonce, trace_root):
 
 def _setup():
     fd, nonce = None, ""
-    if "SKYGYM_REPORT_FD" in os.environ:  # set by the harness; imported anywhere else, the module touches nothing
+    # Set by the harness; imported anywhere else, the module touches nothing.
+    if "SKYGYM_REPORT_FD" in os.environ:
         fd = int(os.environ.pop("SKYGYM_REPORT_FD"))
         nonce_file = os.environ.pop("SKYGYM_REPORT_NONCE", "")
         if nonce_file:

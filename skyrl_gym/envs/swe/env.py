@@ -122,8 +122,8 @@ class SWEEnv(BaseTextEnv):
         if error:
             self.report = EvalReport(self.instance.instance_id, error=error)
         else:
-            self.report = evaluate_patch(self.instance, self.patch, limits=self.limits, timeout_s=self.eval_timeout_s,
-                                         base_url=self.base_url)
+            self.report = evaluate_patch(self.instance, self.patch, limits=self.limits,
+                                         timeout_s=self.eval_timeout_s, base_url=self.base_url)
         return {
             "observations": [],
             "reward": 1.0 if self.report.resolved else 0.0,

@@ -40,7 +40,8 @@ from skyrl_gym.envs.swe.runtime import HELPERS, SWERuntime
 logger = logging.getLogger(__name__)
 
 PROTECTED_NAMES = {
-    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
+    "pyproject.toml",
     "sitecustomize.py", "usercustomize.py", ".gitattributes",
 }
 # Folders of installed-package metadata (entry points: pytest loads the plugins they name) and of bytecode.
@@ -49,7 +50,8 @@ PROTECTED_SUFFIXES = (".pth", ".pyc", ".pyo")
 # Library code has no business with these; a patch that adds them outside test files is refused. A text check:
 # it stops a patch that names them, not one that spells them otherwise ("py" + "test").
 HARNESS_PATTERN = re.compile(
-    r"(?i:pytest|skygym)|/proc/[^/\s]*/(?:fd|mem)\b|/dev/fd|\bos\.(?:dup2?|fdopen|p?writev?)\s*\(|\bio\.FileIO\b"
+    r"(?i:pytest|skygym)|/proc/[^/\s]*/(?:fd|mem)\b|/dev/fd|\bos\.(?:dup2?|fdopen|p?writev?)\s*\("
+    r"|\bio\.FileIO\b"
     r"|\bsys\.(?:setprofile|settrace)\b|\bgc\.get_(?:objects|referrers)\b|__closure__|\bcell_contents\b"
 )
 _DIFF_PATH = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|\+\+\+ b/(\S+)|--- a/(\S+)|rename (?:from|to) (\S+))", re.MULTILINE)
@@ -78,7 +80,7 @@ def one_line(text: str, limit: int = 300) -> str:
 
 
 def patch_paths(patch: str) -> Set[str]:
-    """Every path a unified or git diff names in its headers (for the hidden ``test_patch``, which is ours)."""
+    """Every path a unified or git diff names in its headers (for the hidden ``test_patch``: ours)."""
     paths: Set[str] = set()
     for match in _DIFF_PATH.finditer(patch):
         paths.update(group for group in match.groups() if group and group != "/dev/null")
@@ -113,7 +115,8 @@ def changed_files(runtime: SWERuntime) -> List[ChangedFile]:
     base = shlex.quote(runtime.instance.base_commit)
     options = "--cached --no-renames --no-ext-diff --no-textconv --no-color"
     done = runtime.exec(
-        f"git add -A -f && git diff {options} --numstat -z {base} && printf '\\0\\0' && git diff {options} -U0 {base};"
+        f"git add -A -f && git diff {options} --numstat -z {base} && printf '\\0\\0' && "
+        f"git diff {options} -U0 {base};"
         " status=$?; git reset -q; exit $status",
         timeout_s=120,
         output_cap=60_000_000,
@@ -196,17 +199,22 @@ def evaluate_patch(
             report.error = f"the patch is refused: the path {unreadable!r} is not UTF-8"
             return _finish(report, started)
         hidden = patch_paths(instance.test_patch)
-        report.restored_paths = sorted(item.path for item in changed if is_protected(item.path, hidden, item.binary))
+        report.restored_paths = sorted(
+            item.path for item in changed if is_protected(item.path, hidden, item.binary)
+        )
         tampering = harness_tampering([item for item in changed if item.path not in report.restored_paths])
         if tampering:
             report.error = f"the patch is refused: {tampering}"
             return _finish(report, started)
         if report.restored_paths:  # one command for them all, the paths in a file (a patch can touch many)
             listing = f"{HELPERS}/restore-{secrets.token_hex(8)}"
-            runtime.container.write_file(listing, b"\0".join(path.encode("utf-8") for path in report.restored_paths))
+            names = b"\0".join(path.encode("utf-8") for path in report.restored_paths)
+            runtime.container.write_file(listing, names)
             restored = runtime.exec(
-                f"xargs -0 -a {listing} sh -c 'for p; do git checkout -q {shlex.quote(instance.base_commit)} -- \"$p\" "
-                f"2>/dev/null || {{ rm -rf -- \"$p\"; rmdir -p --ignore-fail-on-non-empty -- \"$(dirname -- \"$p\")\" "
+                f"xargs -0 -a {listing} sh -c 'for p; do "
+                f"git checkout -q {shlex.quote(instance.base_commit)} -- \"$p\" "
+                f"2>/dev/null || {{ rm -rf -- \"$p\"; "
+                f"rmdir -p --ignore-fail-on-non-empty -- \"$(dirname -- \"$p\")\" "
                 f"2>/dev/null; }}; done' sh; rm -f {listing}",
                 timeout_s=300,
             )

@@ -77,21 +77,25 @@ class TestRun:
         return outcome is not None and outcome.passed
 
 
+NOT_THE_REPORTERS = "the test report holds a line that is not the reporter's (tampered or corrupted)"
+
+
 def parse_report(text: str, nonce: str = "") -> TestRun:
     """The plugin's lines: each is this run's ``nonce`` followed by JSON. Anything else on the channel (a line
-    without the nonce, text that is not the reporter's JSON, a field of the wrong type), a test reported twice,
-    or no end line makes the whole run invalid: an outcome that might be forged is never counted as a pass."""
+    without the nonce, text that is not the reporter's JSON, a field of the wrong type), a test reported
+    twice, or no end line makes the whole run invalid: an outcome that might be forged never counts as a
+    pass."""
     run = TestRun()
     ended = False
     for line in text.split("\n"):  # not splitlines(), which also splits at characters a message may hold
         if not line.strip():
             continue
         if not line.startswith(nonce):
-            return TestRun(error="the test report holds a line that is not the reporter's (tampered or corrupted)")
+            return TestRun(error=NOT_THE_REPORTERS)
         try:
             entry = json.loads(line[len(nonce):])
         except (ValueError, RecursionError):  # not JSON, a number too long to convert, nesting too deep
-            return TestRun(error="the test report holds a line that is not the reporter's (tampered or corrupted)")
+            return TestRun(error=NOT_THE_REPORTERS)
         if not isinstance(entry, dict) or ended:
             return TestRun(error="the test report has extra lines (tampered or corrupted)")
         if entry.get("end") is True:
@@ -107,7 +111,8 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
             or not (where is None or isinstance(where, list))
             or nodeid in run.outcomes
         ):
-            return TestRun(error=f"the test report is malformed or reports {str(nodeid)[:200]!r} twice (tampered or corrupted)")
+            return TestRun(error=f"the test report is malformed or reports {str(nodeid)[:200]!r} twice "
+                                 "(tampered or corrupted)")
         run.outcomes[nodeid] = TestOutcome(nodeid, outcome, message, calls, where)
     if not ended:
         return TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
@@ -172,9 +177,10 @@ class SWERuntime:
 
     def diff(self) -> str:
         """Everything changed since ``base_commit`` (new files included) as one git diff."""
-        # No external diff driver or text conversion the repository's own config could name: the patch is git's.
+        # No external diff driver or text conversion that the repository's config names: the patch is git's.
         done = self.container.exec(
-            f"git add -A && git diff --cached --binary --no-ext-diff --no-textconv {self.instance.base_commit}; git reset -q",
+            f"git add -A && git diff --cached --binary --no-ext-diff --no-textconv {self.instance.base_commit}; "
+            "git reset -q",
             timeout_s=60,
             output_cap=20_000_000,
         )
@@ -218,10 +224,12 @@ def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float
     # Random hex and nothing else: no fixed text marks it out in the memory of the process it is handed to.
     nonce = secrets.token_hex(16)
     nonce_name = f"nonce-{secrets.token_hex(8)}"
-    container.put_tree(HELPERS, {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: nonce.encode("utf-8")})
+    helpers = {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: nonce.encode("utf-8")}
+    container.put_tree(HELPERS, helpers)
     command = (
-        f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 SKYGYM_REPORT_NONCE={HELPERS}/{nonce_name} "
-        f"{trace_env}python3 -c 'import sys; sys.path[0] or sys.path.append(sys.path.pop(0)); import os, pytest; "
+        f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 "
+        f"SKYGYM_REPORT_NONCE={HELPERS}/{nonce_name} {trace_env}"
+        "python3 -c 'import sys; sys.path[0] or sys.path.append(sys.path.pop(0)); import os, pytest; "
         "os._exit(int(pytest.main(sys.argv[1:])))' "
         f"-p {REPORT_PLUGIN} -p no:cacheprovider -o addopts= -q --rootdir={TESTBED} {files} "
         "3>&1 1>/tmp/skygym-pytest.log 2>&1"

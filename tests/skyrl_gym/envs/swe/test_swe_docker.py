@@ -184,8 +184,8 @@ def test_hacks_on_the_tests_or_the_report_do_not_resolve(swe_instances, docker_c
     assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
 
 
-# Forgeries that name nothing the text check looks for. Each resolved the instance before the grader's fixes (see
-# docs/swe.md, "Grading and what a patch cannot do"); the comment says which fix stops it.
+# Forgeries that name nothing the text check looks for. Each resolved the instance before the grader's fixes
+# (see docs/swe.md, "Grading and what a patch cannot do"); the comment says which fix stops it.
 SPELLED_PLUGIN = '''
 import os
 _out = open(int(os.environ.pop("SKY" "GYM_REPORT_FD")), "w", closefd=False)
@@ -237,7 +237,8 @@ _os._exit(0)
 '''
 
 
-def test_forgeries_that_name_nothing_the_text_check_knows_do_not_resolve(swe_instances, docker_client_for_tests):
+def test_forgeries_that_name_nothing_the_text_check_knows_do_not_resolve(swe_instances,
+                                                                         docker_client_for_tests):
     instance = swe_instances[0]
     library = instance.extra["mutation"]["path"]
     package = library.split("/")[0]
@@ -254,12 +255,13 @@ def test_forgeries_that_name_nothing_the_text_check_knows_do_not_resolve(swe_ins
             "evil-1.0.dist-info/entry_points.txt": "[pytest11]\nevil = evil_hook\n",
             "evil_hook.py": SPELLED_HOOK,
         },
-        # test files were exempt from the text check and ran as the model left them; every test file is put back
+        # test files were exempt from the text check and ran as the model left them; each is put back now
         "a test file that rewrites pytest's reports": {f"{package}/tests/test_utils.py": REPORTS_REWRITTEN},
         # the reporter wrote its lines with json.dumps; it now writes them with builtins only
         "library code that patches json.dumps": {library: JSON_PATCHED},
         # a complete report and an exit, before the reporter wrote a line; lines now carry a nonce
-        "a whole report written to every pipe": {library: WHOLE_REPORT_TO_EVERY_PIPE.format(lines=whole_report)},
+        "a whole report written to every pipe": {
+            library: WHOLE_REPORT_TO_EVERY_PIPE.format(lines=whole_report)},
         # the line '++ b/tests/...' shows as a '+++' header: the text check took what followed for a test file
         "a library line that looks like a diff header": {library: f'\n"""\n++ b/{package}/tests/test_x.py\n"""\n'
                                                           + REPORTS_REWRITTEN},
