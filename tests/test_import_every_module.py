@@ -96,7 +96,11 @@ def test_the_swe_pytest_plugin_reports_each_test_on_the_descriptor_it_is_given(t
     helpers = tmp_path / "helpers"
     helpers.mkdir()
     (helpers / f"{REPORT_PLUGIN}.py").write_text(REPORT_PLUGIN_SOURCE)
-    (tmp_path / "test_sample.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2\n")
+    # the plugin writes JSON by hand (not with json, which code under test could patch): a message with quotes,
+    # backslashes, control characters, non-ASCII text and a lone surrogate must come back as it was
+    odd = 'q"\\\\ \\x01\\t é \\ud800'
+    (tmp_path / "test_sample.py").write_text("def test_ok():\n    pass\n\ndef test_bad():\n    assert 1 == 2\n\n"
+                                             f"def test_odd():\n    raise ValueError('{odd}')\n")
     nonce = "0123456789abcdef0123456789abcdef"
     (helpers / "nonce").write_text(nonce)
     read_fd, write_fd = os.pipe()
@@ -122,5 +126,7 @@ def test_the_swe_pytest_plugin_reports_each_test_on_the_descriptor_it_is_given(t
     assert text.endswith("\n") and all(line.startswith(nonce) for line in text[:-1].split("\n"))
     lines = [json.loads(line[len(nonce):]) for line in text[:-1].split("\n")]
     outcomes = {line["nodeid"].split("::")[-1]: line["outcome"] for line in lines if "nodeid" in line}
-    assert outcomes == {"test_ok": "passed", "test_bad": "failed"}
+    assert outcomes == {"test_ok": "passed", "test_bad": "failed", "test_odd": "failed"}
+    odd_message = next(line["message"] for line in lines if line.get("nodeid", "").endswith("test_odd"))
+    assert 'ValueError: q"\\ \x01\t é \ud800' in odd_message
     assert lines[-1] == {"end": True, "exitstatus": 1}
