@@ -13,10 +13,10 @@
    malformed or says a test twice counts every test as failed.
 4. Resolved iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes.
 
-What this cannot stop: code under test shares pytest's process, so code written to rewrite pytest's
-or the reporter's state from inside (spelling the names it needs so that the text check misses them,
-e.g. by building strings or walking ``gc`` objects) could forge a pass. docs/swe.md has the whole
-threat model.
+What this cannot stop: code under test shares pytest's process, so library code written to change that
+process can forge a pass: an import hook that swaps the test functions for stubs (it names nothing of
+pytest), or code that spells pytest's names so that the text check misses them, or walks ``gc``
+objects. docs/swe.md has the whole threat model.
 """
 
 from __future__ import annotations
