@@ -158,9 +158,10 @@ class StepTimer(TrainerCallback):
         self.times.append(time.perf_counter() - self.start)
         if cuda:
             self.peaks.append(torch.cuda.max_memory_allocated() / 2**30)
-        else:
-            import resource
-            self.peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+        else:  # VmHWM: this process's own peak (ru_maxrss would carry the bench process's peak across exec)
+            import re
+            status = open("/proc/self/status").read()
+            self.peaks.append(int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 2**20)
     def on_log(self, args, state, control, logs=None, **kw):
         logs = logs or {}
         if "completions/mean_length" in logs:
