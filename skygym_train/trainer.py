@@ -568,8 +568,10 @@ class PPOTrainer:
 
     def _warn_without_signal(self, batch: TrainingBatch, output: GeneratorOutput) -> None:
         """Say so, once a run, when ``NO_SIGNAL_STEPS`` steps in a row had every advantage 0: every sample of
-        each prompt got the same reward (a model that never solves the task, and no partial credit), so the
-        updates leave the policy as it was, and a user watching ``reward/mean=0.000`` would not know why."""
+        each prompt got the same reward, so the updates leave the policy as it was, and a user watching
+        ``reward/mean`` stand still would not know why. What to try depends on the rewards: one value under 1 (a
+        task the model does not solve), every sample at 1 or more (a task it has learned), or each prompt all or
+        nothing."""
         advantages = batch.tensors["advantages"] * batch.tensors["response_mask"]
         if bool((advantages.abs() > 1e-8).any()):
             self._steps_without_signal = 0
@@ -579,18 +581,28 @@ class PPOTrainer:
             return
         self._said_no_signal = True
         rewards = sorted({round(_scalar_reward(r), 4) for r in output["rewards"]})
+        g = self.cfg.generator
         stops = output.get("stop_reasons") or []
         cut = sum(s == "length" for s in stops) / len(stops) if stops else 0.0
-        first = self.global_step + 2 - NO_SIGNAL_STEPS
+        more_samples = (f"more samples per prompt (generator.n_samples_per_prompt, now {g.n_samples_per_prompt}) "
+                        f"or a higher generator.sampling_params.temperature (now {g.sampling_params.temperature:g})")
+        if len(rewards) > 1:
+            advice = (f"The prompts differ but each one's samples agree (a prompt always solved or never): "
+                      f"{more_samples}, or rows of middling difficulty, give a prompt's samples different rewards.")
+        elif rewards[0] >= 1:  # the full reward of most envs
+            advice = (f"Every sample got the full reward: the model has learned these rows. Harder rows, "
+                      f"or {more_samples}, bring the signal back.")
+        else:
+            advice = ("The model may never solve this env's task as set up: read a few of its answers (skyrl-gym "
+                      "eval --data ROWS --model MODEL), make the task easier or give partial credit, or raise "
+                      f"generator.sampling_params.max_generate_length (now {g.sampling_params.max_generate_length}; "
+                      f"{100 * cut:.0f}% of the last step's answers were cut off) or "
+                      "generator.n_samples_per_prompt.")
         logger.warning(
             "steps %d-%d trained nothing: every advantage was 0, as each prompt's %d samples got the same "
-            "reward (rewards seen in the last step: %s). The model may never solve this env's task as set "
-            "up: read a few of its answers (skyrl-gym eval --data ROWS --model MODEL), make the task easier "
-            "or give partial credit, or raise generator.sampling_params.max_generate_length (now %d; %.0f%% "
-            "of the last step's answers were cut off) or generator.n_samples_per_prompt.",
-            first, self.global_step + 1, self.cfg.generator.n_samples_per_prompt,
-            ", ".join(f"{r:g}" for r in rewards[:5]) + (", ..." if len(rewards) > 5 else ""),
-            self.cfg.generator.sampling_params.max_generate_length, 100 * cut,
+            "reward (rewards seen in the last step: %s). %s",
+            self.global_step + 2 - NO_SIGNAL_STEPS, self.global_step + 1, g.n_samples_per_prompt,
+            ", ".join(f"{r:g}" for r in rewards[:5]) + (", ..." if len(rewards) > 5 else ""), advice,
         )
 
     def _check_failures(self, output: GeneratorOutput) -> None:

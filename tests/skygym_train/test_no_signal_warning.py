@@ -4,6 +4,10 @@ trainer says so once, with what to try, instead of printing reward/mean=0.000 st
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
 
 from skyrl_gym.data import write_jsonl
 from skygym_train.config import load_config
@@ -38,3 +42,24 @@ def test_a_run_with_a_reward_that_varies_says_nothing(tiny_chat_model, toy_data,
     with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
         _train(tiny_chat_model, toy_data, tmp_path, NO_SIGNAL_STEPS)
     assert not [r for r in caplog.records if "trained nothing" in r.getMessage()]
+
+
+@pytest.mark.parametrize("rewards, advice", [
+    ([0.0] * 8, "The model may never solve this env's task as set up"),
+    ([0.1] * 8, "The model may never solve this env's task as set up"),  # partial credit only: not learned
+    ([1.0] * 8, "Every sample got the full reward: the model has learned these rows."),
+    ([1.0] * 4 + [0.1] * 4, "The prompts differ but each one's samples agree"),  # the quickstart's late steps
+])
+def test_the_advice_follows_the_rewards_the_samples_agreed_on(tiny_chat_model, toy_data, tmp_path, caplog,
+                                                               rewards, advice):
+    """What to try differs: a task never solved, a task learned, or prompts each all-or-nothing."""
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path))
+    trainer = PPOTrainer(cfg)
+    batch = SimpleNamespace(tensors={"advantages": torch.zeros(8, 3), "response_mask": torch.ones(8, 3)})
+    output = {"rewards": rewards, "stop_reasons": ["stop"] * 8}
+    with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
+        for _ in range(NO_SIGNAL_STEPS + 1):
+            trainer._warn_without_signal(batch, output)
+    said = [r.getMessage() for r in caplog.records if "trained nothing" in r.getMessage()]
+    assert len(said) == 1 and advice in said[0], said
+    assert "generator.n_samples_per_prompt" in said[0]
