@@ -137,16 +137,19 @@ class PPOTrainer:
         check_before_starting(self.cfg)
         random.seed(self.t.seed)
         torch.manual_seed(self.t.seed)
+        # the rows first: a row's misspelled env_class is named in a second, not after Ray has come up
+        self._load_rows()
         if self.t.use_ray:
-            # Ray's processes take seconds to come up: the tokenizer and the data load meanwhile, in a thread. Ray
-            # itself starts in this one: its processes get a parent-death signal bound to the starting thread.
+            # Ray's processes take seconds to come up: the tokenizer loads and measures the prompts meanwhile, in a
+            # thread. Ray itself starts in this one: its processes get a parent-death signal bound to the starting
+            # thread.
             from skygym_train.ray_utils import init_ray
 
             loaded: "Future[None]" = Future()
 
             def load() -> None:
                 try:
-                    self._load_tokenizer_and_data()
+                    self._load_tokenizer_and_prompts()
                     loaded.set_result(None)
                 except BaseException as exc:  # re-raised below
                     loaded.set_exception(exc)
@@ -157,7 +160,7 @@ class PPOTrainer:
             finally:
                 loaded.result()
         else:
-            self._load_tokenizer_and_data()
+            self._load_tokenizer_and_prompts()
         # Ray workers load their model while this process loads the engine's: the two overlap.
         workers_loaded = self._build_workers()
         self._runner = _AsyncRunner()
@@ -191,12 +194,9 @@ class PPOTrainer:
         self.setup_seconds = time.perf_counter() - self._setup_started
         logger.info("set-up took %.1fs (Ray %s)", self.setup_seconds, "on" if self.t.use_ray else "off")
 
-    def _load_tokenizer_and_data(self) -> None:
-        from skygym_adapters.models import resolve_model
-
-        self.model_path = str(resolve_model(self.t.policy.model.path).path)
-        if self.tokenizer is None:
-            self.tokenizer = policy_tokenizer(self.cfg)
+    def _load_rows(self) -> None:
+        """Read the train and validation rows (or take the given ones), fill in ``environment.env_class`` where a
+        row has none, and refuse an ``env_class`` that is not registered (``ConfigError``)."""
         default_env = self.cfg.environment.env_class
         given_train, given_val = self._given_rows
         self.train_rows = list(given_train) if given_train is not None else load_dataset_rows(self.cfg.data.train_data, default_env)
@@ -208,6 +208,14 @@ class PPOTrainer:
             if not row.get("env_class"):
                 row["env_class"] = default_env
         check_env_classes(self.cfg, self.train_rows + self.val_rows)
+
+    def _load_tokenizer_and_prompts(self) -> None:
+        """The model's folder and tokenizer; rows whose prompts are too long are left out; the dataset."""
+        from skygym_adapters.models import resolve_model
+
+        self.model_path = str(resolve_model(self.t.policy.model.path).path)
+        if self.tokenizer is None:
+            self.tokenizer = policy_tokenizer(self.cfg)
         from skygym_train.config.validation import config_warnings
 
         for warning in config_warnings(self.cfg):
@@ -986,7 +994,8 @@ def engine_package_problems(cfg: Any) -> List[str]:
 
 def check_before_starting(cfg: Any) -> None:
     """A misspelled ``environment.env_class`` or model path is refused (``ConfigError``, naming each) before
-    Ray, a worker or a model starts. The rows' own ``env_class`` are checked once the rows are read."""
+    Ray, a worker or a model starts. The rows' own ``env_class`` are checked once the rows are read (still before
+    Ray starts: ``Trainer.setup`` reads them first)."""
     from skygym_train.config.errors import ConfigError
 
     problems = before_starting_problems(cfg)

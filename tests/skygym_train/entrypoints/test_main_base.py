@@ -72,6 +72,28 @@ def test_a_bad_env_id_model_or_data_file_is_refused_before_ray_starts(bad, expec
     assert expected.format(missing=missing) in err and "Traceback" not in err, err
 
 
+def test_a_rows_unknown_env_class_is_refused_before_ray_starts(tmp_path, monkeypatch, capsys):
+    """The rows are read before Ray starts (the tokenizer loads beside Ray): a row's misspelt env_class costs the
+    user a second, not Ray's start-up."""
+    import ray
+
+    from skygym_train import ray_utils
+
+    ray_starts = []
+    monkeypatch.setattr(ray_utils, "init_ray", lambda *args, **kwargs: ray_starts.append(args))
+    was_up = ray.is_initialized()
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n'
+                    '{"prompt": [{"role": "user", "content": "2 * 4"}], "env_class": "multiplyy"}\n')
+    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=true",
+            "environment.env_class=multiply", "trainer.train_batch_size=2", "trainer.policy_mini_batch_size=2"]
+    assert skyrl_gym_main(["train", *keys]) == 2
+    err = capsys.readouterr().err
+    assert ray_starts == [] and ray.is_initialized() == was_up
+    assert "- dataset row 1 (env_class column)=multiplyy: no env registered with id 'multiplyy'" in err
+    assert "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("check", [["--check"], []], ids=["check", "run"])
 def test_every_mistake_is_named_in_one_run(check, tmp_path, capsys):
     """A bad setting, a model path that does not exist, a misspelt env id and a row with an unknown env_class
