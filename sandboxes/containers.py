@@ -158,6 +158,9 @@ class Container:
     """One running container (see the module docstring). Close it, or use it as a context manager."""
 
     _open: "weakref.WeakSet[Container]" = weakref.WeakSet()  # every container of this process not yet closed
+    kill_grace_s = 30.0
+    """How long a command past its limit may take to end once everything in the container was killed; then the
+    container is removed."""
 
     def __init__(
         self,
@@ -270,7 +273,7 @@ class Container:
             # in the container but its keep-alive process, which ends the exec.
             self._kill_all_but_init()
             try:
-                raw = future.result(timeout=30)
+                raw = future.result(timeout=self.kill_grace_s)
             except concurrent.futures.TimeoutError:
                 # Still open (no process slot left to run the kill, say): the container goes, and with
                 # it every process in it. Later calls raise that the container is closed.

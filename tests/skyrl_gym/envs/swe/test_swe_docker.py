@@ -305,6 +305,37 @@ def test_hostile_commands_end_the_call_or_the_episode_never_the_caller(swe_insta
         env.close()
 
 
+def test_processes_nothing_can_stop_cost_the_container_and_end_the_episode_at_0(swe_instances, monkeypatch):
+    """When even the kill after the limit cannot end a command (the kill stands in for one that cannot run: a
+    root `kill -9 -1` stops every process this engine can start, so a test double turns it off), the container
+    is removed, later calls say it is closed, and the episode ends at reward 0 with no patch, never an exception
+    out of env.step."""
+    import docker
+
+    import skyrl_gym
+    from skygym_sandboxes.containers import Container
+    from skyrl_gym.envs.swe.dataset import instance_row
+
+    monkeypatch.setattr(Container, "_kill_all_but_init", lambda self: None)
+    monkeypatch.setattr(Container, "kill_grace_s", 1.0)
+    row = instance_row(swe_instances[0])
+    env = skyrl_gym.make("swe", env_config={"bash_timeout_s": 2}, extras=row)
+    env.init(row["prompt"])
+    try:
+        container = env.runtime.container
+        name, client = container.name, container.client
+        last = env.step("<bash>(setsid sleep 1000 &); echo started</bash>")
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(name)
+        with pytest.raises(RuntimeError, match="the container is closed"):
+            container.exec("echo alive")
+        assert last["done"] and last["reward"] == 0.0, last
+        assert last["metadata"]["finish_reason"] == "container_lost" and last["metadata"]["model_patch"] == ""
+        assert last["metadata"]["report"]["error"] == "the container was removed: no patch"
+    finally:
+        env.close()
+
+
 def test_reading_a_folder_as_a_file_does_not_pull_its_archive_into_memory(swe_instances, swe_docker):
     """``read_file`` joined the whole archive before looking at it: a folder holding a 600 MB file cost the caller
     1.2 GB. It now reads the first header and stops. (In a process of its own, to read its peak memory: its VmHWM,
