@@ -367,9 +367,6 @@ def main() -> int:
             if args.json:
                 Path(args.json).write_text(json.dumps(figures, indent=1))
     return 0
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
-    return 0
 
 
 if __name__ == "__main__":
