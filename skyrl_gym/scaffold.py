@@ -27,7 +27,7 @@ version = "0.1.0"
 description = "{title}: a skyrl-gym environment."
 readme = "README.md"
 requires-python = ">=3.10"
-dependencies = ["skyrl-gym"]
+dependencies = ["skyrl-gym>={hub_version}"]  # not the public SkyRL-gym 0.4, which has the same name
 
 [project.optional-dependencies]
 dev = ["pytest>=8"]
@@ -185,6 +185,9 @@ A skyrl-gym environment, registered as `{name}`.
 - **Reward**: 1.0 for the reversed word, else 0.0 with the reason in `metadata["reason"]`.
 - **Rows**: `skyrl_gym.datasets.build_rows("{name}", split="train", size=64, seed=0)`.
 
+It needs skyrl-gym {hub_version} or later (the hub it was made with). Install the hub first, then this package;
+the public SkyRL-gym 0.4 has the same distribution name and cannot run it.
+
 ```bash
 pip install -e '.[dev]'
 skyrl-gym check {name}      # the checker, on rows from the dataset builder
@@ -221,6 +224,7 @@ def names(name: str) -> Dict[str, str]:
     words = name.split("_")
     return {
         "name": name,
+        "hub_version": skyrl_gym.__version__,
         "dist": "skyrl-gym-" + name.replace("_", "-"),
         "package": f"skygym_{name}",
         "cls": "".join(w.capitalize() for w in words) + "Env",

@@ -12,8 +12,11 @@ NAME = "scaffold_probe_env"  # not a real env: installed apart for the test
 
 
 def test_names_are_checked_and_derived():
+    import skyrl_gym
+
     assert names("word_reverse") == {"name": "word_reverse", "dist": "skyrl-gym-word-reverse",
-                                     "package": "skygym_word_reverse", "cls": "WordReverseEnv", "title": "Word reverse"}
+                                     "package": "skygym_word_reverse", "cls": "WordReverseEnv", "title": "Word reverse",
+                                     "hub_version": skyrl_gym.__version__}
     with pytest.raises(ScaffoldError, match="e.g. 'my_env'"):
         names("My-Env")
     with pytest.raises(ScaffoldError, match="already registered"):
@@ -30,6 +33,22 @@ def test_the_scaffolded_package_installs_and_passes_the_checker_and_its_own_test
     root = scaffold(NAME, tmp_path / "pkg")
     summary = check_and_test(NAME, root, tmp_path / "site", cwd=tmp_path)
     assert "5 passed" in summary, summary
+
+
+def test_the_scaffolded_package_needs_this_hub_not_the_public_skyrl_gym_of_the_same_name(tmp_path):
+    """Unpinned, pip resolved the package's ``skyrl-gym`` dependency in a fresh environment to the public
+    SkyRL-gym 0.4.0, which has no entry points for it to register through."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    import skyrl_gym
+
+    root = scaffold(NAME, tmp_path / "pkg")
+    dependencies = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    hub = [Requirement(d) for d in dependencies if Requirement(d).name == "skyrl-gym"]
+    assert len(hub) == 1
+    assert hub[0].specifier.contains(skyrl_gym.__version__) and not hub[0].specifier.contains("0.4.0")
 
 
 def test_the_scaffolded_builder_follows_the_dataset_builder_contract(tmp_path):
