@@ -311,7 +311,12 @@ def _resolve_id(env_id: str) -> str:
         versions = [(v, k) for k in registry for n, v in [parse_env_id(k)] if n == name and v is not None]
         if versions:
             return max(versions)[1]
-    suggestions = difflib.get_close_matches(env_id, list(registry), n=3, cutoff=0.6)
+    # ids are case-sensitive; the spelling is compared without case ("GSM8K" -> 'gsm8k')
+    by_lower: Dict[str, List[str]] = {}
+    for known in registry:
+        by_lower.setdefault(known.lower(), []).append(known)
+    close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=3, cutoff=0.6)
+    suggestions = [known for lower in close for known in by_lower[lower]][:3]
     hint = f" Did you mean: {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
     raise UnregisteredEnv(f"no env registered with id {env_id!r}.{hint} Run `skyrl-gym list` to see them all.")
 

@@ -75,6 +75,13 @@ def test_unknown_id_suggests_close_matches():
         skyrl_gym.make("gsm8kk")
 
 
+def test_an_id_in_the_wrong_case_is_not_made_but_suggests_the_right_one():
+    with pytest.raises(UnregisteredEnv, match="Did you mean: 'gsm8k'"):
+        skyrl_gym.make("GSM8K")
+    with pytest.raises(UnregisteredEnv, match="Did you mean: 'multiply'"):
+        skyrl_gym.make("Multiply")
+
+
 def test_unregistered_ids_names_only_the_unknown_ones_with_their_close_matches():
     from skyrl_gym.registration import unregistered_ids
 
