@@ -6,7 +6,7 @@ import argparse
 import inspect
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym.cli._io import UsageError, error, load_row, to_json
 
@@ -142,6 +142,8 @@ def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dic
     extras: Dict[str, Any] = {}
     if row_file:
         _, extras = load_row(row_file, index)
+    else:  # an env that needs a row to be built gets one of its own: a golden case, else one its builder makes
+        extras, info["row_source"] = _a_row_of(env_spec.id)
     try:
         with skyrl_gym.make(env_spec.id, env_config={}, extras=extras) as env:
             schemas = env.tool_schemas() if hasattr(env, "tool_schemas") else []
@@ -152,6 +154,22 @@ def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dic
         info["tool_schemas"] = None
         info["tool_schemas_error"] = f"building the env raised {type(exc).__name__}: {exc}{hint}"
     return info
+
+
+def _a_row_of(env_id: str) -> Tuple[Dict[str, Any], Optional[str]]:
+    """The extras of one row of ``env_id`` (a golden case first: no network, no extra) and where it came from;
+    ``({}, None)`` if it has none."""
+    from skyrl_gym.checker import NoRowsFor, default_rows, golden_rows
+    from skyrl_gym.data import row_extras
+
+    rows, path = golden_rows(env_id)
+    source = f"a golden case from {path}"
+    if not rows:
+        try:
+            rows, source = default_rows(env_id, size=1)
+        except NoRowsFor:
+            return {}, None
+    return row_extras(dict(rows[0])), source
 
 
 def run_info(args: argparse.Namespace) -> int:
@@ -180,6 +198,8 @@ def run_info(args: argparse.Namespace) -> int:
         print("\n".join(lines))
         return 1
     lines.append(f"README:       {info['readme'] or '(none)'}")
+    if info.get("row_source"):
+        lines.append(f"built from:   {info['row_source']} (--row FILE gives your own)")
     if info.get("max_turns") is not None:
         lines.append(f"max_turns:    {info['max_turns']}")
     if info["tool_schemas"] is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from skyrl_gym.errors import ToolError
 
@@ -135,16 +135,23 @@ class ToolGroup:
         self._register_tools()
 
     def _register_tools(self) -> None:
-        for klass in reversed(type(self).__mro__):
+        for attr_name, spec in self.tools_of_class().items():
+            self._tool_specs[spec.name] = spec
+            self._tool_registry[spec.name] = getattr(self, attr_name)
+
+    @classmethod
+    def tools_of_class(cls) -> Dict[str, "tool"]:
+        """The class's tools by attribute name, base classes first (a subclass's method of the same name wins);
+        what a group offers, known without making one (an env can describe its tools before ``init``)."""
+        by_name: Dict[str, Tuple[str, tool]] = {}
+        for klass in reversed(cls.__mro__):
             for attr_name, raw in vars(klass).items():
                 if isinstance(raw, tool):
-                    existing = self._tool_specs.get(raw.name)
-                    if existing is not None and existing.func is not raw.func and attr_name == existing.func.__name__:
-                        pass  # a subclass overriding the same method: the later definition wins
-                    elif existing is not None and existing.func is not raw.func:
-                        raise ToolError(f"tool name {raw.name!r} is defined twice in tool group {self.name!r}")
-                    self._tool_specs[raw.name] = raw
-                    self._tool_registry[raw.name] = getattr(self, attr_name)
+                    existing = by_name.get(raw.name)
+                    if existing is not None and existing[1].func is not raw.func and attr_name != existing[0]:
+                        raise ToolError(f"tool name {raw.name!r} is defined twice in tool group {cls.__name__}")
+                    by_name[raw.name] = (attr_name, raw)
+        return {attr_name: spec for attr_name, spec in by_name.values()}
 
     def get_name(self) -> str:
         return self.name

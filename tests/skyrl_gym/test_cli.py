@@ -124,11 +124,29 @@ def test_info_says_whether_the_env_has_a_dataset_builder(capsys):
 
 
 def test_info_builds_the_env_from_a_row_when_it_needs_one(capsys, tmp_path):
+    """Its own golden case (said by a line), else a row the user gives; an env with neither says what to give."""
     code, out, _ = run_cli(capsys, ["info", "gsm8k"])
-    assert code == 0 and "tools:        unknown - building the env raised MissingRewardSpec" in out and "--row FILE" in out
+    assert code == 0 and "built from:   a golden case from " in out and "tools:        none" in out, out
+    code, out, _ = run_cli(capsys, ["info", "swe"])  # tools made at init, in a container, are described before
+    assert code == 0 and "- bash: Run a bash command in the repository" in out and "- submit: " in out, out
+    assert "Fix a bug in the row's repository" in out
     rows = write_rows(tmp_path / "rows.jsonl", BUILTIN_ROWS["gsm8k"])
     code, out, _ = run_cli(capsys, ["info", "gsm8k", "--row", str(rows)])
-    assert "tools:        none" in out and "max_turns:    1" in out
+    assert "tools:        none" in out and "max_turns:    1" in out and "built from" not in out
+
+    class NeedsARow(BaseTextEnv):
+        def __init__(self, env_config=None, extras=None):
+            super().__init__(env_config, extras)
+            if not (extras or {}).get("reward_spec"):
+                raise ValueError("give me a reward_spec")
+
+    skyrl_gym.register("cli_needs_a_row", entry_point=NeedsARow)  # no dataset builder, no golden cases
+    try:
+        code, out, _ = run_cli(capsys, ["info", "cli_needs_a_row"])
+    finally:
+        skyrl_gym.deregister("cli_needs_a_row")
+    assert code == 0 and "tools:        unknown - building the env raised ValueError: give me a reward_spec" in out
+    assert "--row FILE" in out
 
 
 def test_info_finds_the_env_readme(capsys, tmp_path, monkeypatch):

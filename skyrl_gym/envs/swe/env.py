@@ -35,6 +35,9 @@ NO_TOOL_CALL = (
 
 
 class SWEEnv(BaseTextEnv):
+    """Fix a bug in the row's repository with bash, an editor and submit, in a container of its own; reward 1.0
+    iff the hidden tests pass as SWE-bench's resolved rule asks (see the module docstring)."""
+
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
     config_defaults = {
         "bash_timeout_s": 60.0,
@@ -73,6 +76,11 @@ class SWEEnv(BaseTextEnv):
         self.tools = SWEToolGroup(self.runtime.container, timeout_s=self.bash_timeout_s, output_cap=self.output_cap)
         self.init_tool_groups([self.tools])
         return (prompt if prompt is not None else []), {"instance_id": self.instance.instance_id}
+
+    def tool_schemas(self) -> List[Dict[str, Any]]:
+        if self.tools is None:  # before init there is no container yet; what the tools are does not depend on one
+            return [spec.schema() for spec in SWEToolGroup.tools_of_class().values()]
+        return super().tool_schemas()
 
     def _arguments(self, call: Any) -> Dict[str, Any]:
         if call.syntax == "json":
