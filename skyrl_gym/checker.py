@@ -107,9 +107,13 @@ class CheckReport:
     def __bool__(self) -> bool:
         return self.ok
 
+    @property
+    def all_skipped(self) -> bool:
+        """Every row was skipped (this machine cannot run the env): nothing was checked."""
+        return len(self.skipped) >= self.rows_checked > 0
+
     def __str__(self) -> str:
-        all_skipped = len(self.skipped) >= self.rows_checked > 0
-        verdict = "FAILED" if not self.ok else "SKIPPED" if all_skipped else "OK"
+        verdict = "FAILED" if not self.ok else "SKIPPED" if self.all_skipped else "OK"
         head = (
             f"check {self.env_id}: {verdict} - {self.rows_checked} row(s), {self.episodes} episode(s), "
             f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"

@@ -70,7 +70,9 @@ def run_check(args: argparse.Namespace) -> int:
         error(str(exc))
         return 2
     print(report)
-    if report.ok:
+    if report.all_skipped:
+        print("nothing was checked: this machine cannot run the env (above); run the check again where it can")
+    elif report.ok:
         print("the contract is checked; to check the reward against known hacks: "
               f"skyrl-gym audit {args.env_id}")
     return 0 if report.ok else 1
