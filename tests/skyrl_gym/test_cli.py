@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import subprocess
@@ -103,6 +104,16 @@ def test_list_of_a_provider_that_provides_nothing_names_the_providers(capsys):
     assert code == 0 and json.loads(out)["envs"]
 
 
+@contextlib.contextmanager
+def registered(env_id: str, entry_point: type) -> Iterator[None]:
+    """``env_id`` registered for the block only."""
+    skyrl_gym.register(env_id, entry_point=entry_point)
+    try:
+        yield
+    finally:
+        skyrl_gym.deregister(env_id)
+
+
 def test_info_shows_spec_entry_point_docstring_and_tools(capsys, envs):
     code, out, _ = run_cli(capsys, ["info", "cli_calculator"])
     assert code == 0
@@ -140,11 +151,8 @@ def test_info_builds_the_env_from_a_row_when_it_needs_one(capsys, tmp_path):
             if not (extras or {}).get("reward_spec"):
                 raise ValueError("give me a reward_spec")
 
-    skyrl_gym.register("cli_needs_a_row", entry_point=NeedsARow)  # no dataset builder, no golden cases
-    try:
+    with registered("cli_needs_a_row", NeedsARow):  # no dataset builder, no golden cases
         code, out, _ = run_cli(capsys, ["info", "cli_needs_a_row"])
-    finally:
-        skyrl_gym.deregister("cli_needs_a_row")
     assert code == 0 and "tools:        unknown - building the env raised ValueError: give me a reward_spec" in out
     assert "--row FILE" in out
 
@@ -219,11 +227,8 @@ def test_check_without_rows_builds_them_or_uses_the_golden_cases(capsys):
 
 
 def test_check_without_rows_says_what_to_pass_when_there_are_none(capsys):
-    skyrl_gym.register("cli_no_rows", entry_point=CalculatorEnv)  # no dataset builder, no golden cases
-    try:
+    with registered("cli_no_rows", CalculatorEnv):  # no dataset builder, no golden cases
         code, _, err = run_cli(capsys, ["check", "cli_no_rows"])
-    finally:
-        skyrl_gym.deregister("cli_no_rows")
     assert code == 2 and "has no dataset builder and ships no golden cases" in err
     assert "skyrl-gym check cli_no_rows --rows FILE" in err
 
