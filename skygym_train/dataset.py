@@ -3,24 +3,70 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
-def load_dataset_rows(files: Sequence[str], default_env_class: Optional[str] = None) -> List[Dict[str, Any]]:
-    """Read JSONL/Parquet files of dataset rows (validated); rows without ``env_class`` get the default."""
-    from skyrl_gym.data import load_rows
+@dataclass
+class DatasetRows:
+    """Rows read for a run, each with its place (how messages name it: :func:`skyrl_gym.data.row_place`), and every
+    problem met reading them (a malformed row is left out of ``rows`` and named in ``problems``)."""
 
-    rows: List[Dict[str, Any]] = []
+    rows: List[Dict[str, Any]] = field(default_factory=list)
+    places: List[str] = field(default_factory=list)
+    problems: List[str] = field(default_factory=list)
+
+    def add(self, place: str, record: Any, default_env_class: Optional[str]) -> None:
+        from skyrl_gym.data import to_plain, validate_row
+        from skyrl_gym.errors import DataError
+
+        try:
+            row = dict(validate_row(to_plain(record), place=place))
+        except DataError as exc:
+            self.problems.append(str(exc))
+            return
+        if not row.get("env_class"):
+            if not default_env_class:
+                self.problems.append(f"{place}: no env_class, and environment.env_class is not set")
+                return
+            row["env_class"] = default_env_class
+        self.rows.append(row)
+        self.places.append(place)
+
+
+def read_dataset(files: Sequence[str], default_env_class: Optional[str] = None) -> DatasetRows:
+    """Every row of the JSONL/Parquet ``files``, validated; rows without ``env_class`` get the default. Every
+    malformed row is named, not just the first; a file that cannot be read is one problem."""
+    from skyrl_gym.data import placed_records
+
+    out = DatasetRows()
     for path in files:
-        for row in load_rows(path):
-            row = dict(row)
-            if not row.get("env_class"):
-                if not default_env_class:
-                    raise ValueError(f"{path}: a row has no env_class and environment.env_class is not set")
-                row["env_class"] = default_env_class
-            rows.append(row)
-    return rows
+        try:
+            for place, record in placed_records(path):
+                out.add(place, record, default_env_class)
+        except (OSError, ValueError) as exc:  # DataError (bad JSON) names the row and the line
+            out.problems.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+    return out
+
+
+def given_rows(rows: Sequence[Mapping[str, Any]], default_env_class: Optional[str] = None) -> DatasetRows:
+    """Rows handed over in code (``BasePPOExp.get_train_dataset``), checked as :func:`read_dataset` checks a
+    file's."""
+    from skyrl_gym.data import row_place
+
+    out = DatasetRows()
+    for index, record in enumerate(rows):
+        out.add(row_place(index), record, default_env_class)
+    return out
+
+
+def load_dataset_rows(files: Sequence[str], default_env_class: Optional[str] = None) -> List[Dict[str, Any]]:
+    """Read JSONL/Parquet files of dataset rows (validated); rows without ``env_class`` get the default. A
+    malformed row raises ``ValueError`` naming it (:func:`read_dataset` names them all)."""
+    out = read_dataset(files, default_env_class)
+    if out.problems:
+        raise ValueError(out.problems[0])
+    return out.rows
 
 
 @dataclass

@@ -29,7 +29,7 @@ from skygym_train.algorithms.policy_losses import POLICY_LOSSES
 from skygym_train.algorithms.sampling_filters import dynamic_sampling, overlong_filter
 from skygym_train.config.loader import to_dict
 from skygym_train.config.validation import cuda_available, loggers_of, policy_world_size, uses_critic, uses_ref
-from skygym_train.dataset import PromptDataset, load_dataset_rows
+from skygym_train.dataset import DatasetRows, PromptDataset, given_rows, read_dataset
 from skygym_train.generation import (
     Generator,
     Timer,
@@ -37,6 +37,7 @@ from skygym_train.generation import (
     create_engines,
     engine_memory_metrics,
     engines_sleep_while_training,
+    env_configs,
     sampling_params_dict,
 )
 from skygym_train.tracking import PeakMemory, Tracker, plot_reward_curve
@@ -196,18 +197,19 @@ class PPOTrainer:
 
     def _load_rows(self) -> None:
         """Read the train and validation rows (or take the given ones), fill in ``environment.env_class`` where a
-        row has none, and refuse an ``env_class`` that is not registered (``ConfigError``)."""
+        row has none, and refuse every bad row (``ConfigError``, :func:`rows_problems`: all of them at once)."""
         default_env = self.cfg.environment.env_class
         given_train, given_val = self._given_rows
-        self.train_rows = list(given_train) if given_train is not None else load_dataset_rows(self.cfg.data.train_data, default_env)
-        if given_val is not None:
-            self.val_rows = list(given_val)
-        else:
-            self.val_rows = load_dataset_rows(self.cfg.data.val_data, default_env) if self.cfg.data.val_data else []
-        for row in self.train_rows + self.val_rows:
-            if not row.get("env_class"):
-                row["env_class"] = default_env
-        check_env_classes(self.cfg, self.train_rows + self.val_rows)
+        train = given_rows(given_train, default_env) if given_train is not None else \
+            read_dataset(self.cfg.data.train_data, default_env)
+        val = given_rows(given_val, default_env) if given_val is not None else \
+            read_dataset(self.cfg.data.val_data or [], default_env)
+        problems = rows_problems(self.cfg, train, val)
+        if problems:
+            from skygym_train.config.errors import ConfigError
+
+            raise ConfigError(problems)
+        self.train_rows, self.val_rows = train.rows, val.rows
 
     def _load_tokenizer_and_prompts(self) -> None:
         """The model's folder and tokenizer; rows whose prompts are too long are left out; the dataset."""
@@ -220,8 +222,13 @@ class PPOTrainer:
 
         for warning in config_warnings(self.cfg):
             logger.warning("%s", warning)
+        read = len(self.train_rows)
         self.train_rows = self._drop_long_prompts(self.train_rows, "data.train_data")
         self.val_rows = self._drop_long_prompts(self.val_rows, "data.val_data")
+        if len(self.train_rows) < self.t.train_batch_size:  # the rows were enough before the long ones left
+            from skygym_train.config.errors import ConfigError
+
+            raise ConfigError(batch_size_problems(self.cfg, len(self.train_rows), read - len(self.train_rows)))
         self.dataset = PromptDataset(self.train_rows, self.t.train_batch_size, self.t.seed, self.cfg.data.shuffle)
         self.total_steps = self._total_steps()
 
@@ -946,35 +953,72 @@ class TrajectoriesFailed(RuntimeError):
     """Every trajectory of ``trainer.max_failed_steps`` consecutive steps ended in an error."""
 
 
-def env_class_problems(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> List[str]:
-    """Each of ``environment.env_class`` and the rows' ``env_class`` that is not a registered env, with where
-    the id came from and the registered ids closest to it (an unset ``environment.env_class`` is the
-    validation's)."""
+def env_class_problems(cfg: Any) -> List[str]:
+    """``environment.env_class`` when it is not a registered env, with the registered ids closest to it (an unset
+    one is the validation's)."""
     from skyrl_gym.registration import unregistered_ids
 
+    env_id = cfg.environment.env_class
+    if not env_id:
+        return []
+    return [f"environment.env_class={env_id}: {why}" for why in unregistered_ids({env_id: ""}).values()]
+
+
+MAX_ROW_PROBLEMS = 20
+"""Bad rows named one by one; past these, a count (a file of 7,500 rows without a reward_spec is one mistake)."""
+
+
+def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: bool = True) -> List[str]:
+    """Every problem of the rows a run would train and evaluate on, found before Ray starts: malformed rows, an
+    ``env_class`` that is not registered (its first row named), each row its env refuses (the env's own
+    message, from building the env for the row: :func:`skyrl_gym.data.env_row_problem`), and a
+    ``trainer.train_batch_size`` larger than the training rows (unless ``count_train`` is false: some training
+    files were not read). A config whose ``environment.env_class`` is not registered is
+    :func:`before_starting_problems`'s."""
+    from skyrl_gym.data import env_row_problem
+    from skyrl_gym.registration import unregistered_ids
+
+    rows, places = train.rows + val.rows, train.places + val.places
     where: Dict[str, str] = {}
-    if cfg.environment.env_class:
-        where[cfg.environment.env_class] = "environment.env_class"
-    for index, row in enumerate(rows):
-        where.setdefault(str(row.get("env_class")), f"dataset row {index} (env_class column)")
-    return [f"{where[env_id]}={env_id}: {why}" for env_id, why in unregistered_ids(where).items()]
+    for place, row in zip(places, rows):
+        where.setdefault(row["env_class"], f"{place}: env_class")
+    unknown = unregistered_ids(where)
+    bad_rows = train.problems + val.problems + [
+        f"{where[env_id]}={env_id}: {why}" for env_id, why in unknown.items()
+        if env_id != cfg.environment.env_class  # named as environment.env_class (before_starting_problems)
+    ]
+    configs = env_configs(cfg)
+    for place, row in zip(places, rows):
+        if row["env_class"] in unknown:
+            continue
+        problem = env_row_problem(row, configs.get(row["env_class"]))
+        if problem:
+            bad_rows.append(f"{place}: {problem}")
+    if len(bad_rows) > MAX_ROW_PROBLEMS:
+        more = len(bad_rows) - MAX_ROW_PROBLEMS
+        bad_rows = bad_rows[:MAX_ROW_PROBLEMS] + [f"... and {more} more bad row(s), not listed"]
+    return bad_rows + (batch_size_problems(cfg, len(train.rows)) if count_train else [])
 
 
-def check_env_classes(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> None:
-    """Fail (``ConfigError``) before the first step if ``environment.env_class`` or a row's ``env_class``
-    is not a registered env."""
-    from skygym_train.config.errors import ConfigError
+def batch_size_problems(cfg: Any, rows: int, too_long: int = 0) -> List[str]:
+    """``trainer.train_batch_size`` when it is larger than the ``rows`` there are to train on (``too_long`` of
+    them were left out for prompts over ``trainer.max_prompt_length``)."""
+    size = cfg.trainer.train_batch_size
+    if not isinstance(size, int) or size <= rows:
+        return []
+    if not too_long:
+        return [f"trainer.train_batch_size={size} is larger than the dataset ({rows} rows in data.train_data); "
+                f"set it to {rows} or fewer, or give more rows"]
+    return [f"trainer.train_batch_size={size} is larger than the {rows} rows left of data.train_data after "
+            f"{too_long} with prompts over trainer.max_prompt_length={cfg.trainer.max_prompt_length} tokens were "
+            f"left out; set it to {rows} or fewer, or raise trainer.max_prompt_length"]
 
-    problems = env_class_problems(cfg, rows)
-    if problems:
-        raise ConfigError(problems)
 
-
-def before_starting_problems(cfg: Any, rows: Sequence[Dict[str, Any]] = ()) -> List[str]:
-    """What needs neither Ray nor a model: a misspelled ``environment.env_class`` (and ``env_class`` of the
-    ``rows`` given), every bad model path and an engine whose package is not installed, all of them, so that
-    one run names every mistake."""
-    return env_class_problems(cfg, rows) + model_path_problems(cfg) + engine_package_problems(cfg)
+def before_starting_problems(cfg: Any) -> List[str]:
+    """What needs neither Ray, a model nor the rows: a misspelled ``environment.env_class``, every bad model path
+    and an engine whose package is not installed, all of them, so that one run names every mistake (the rows:
+    :func:`rows_problems`)."""
+    return env_class_problems(cfg) + model_path_problems(cfg) + engine_package_problems(cfg)
 
 
 def engine_package_problems(cfg: Any) -> List[str]:

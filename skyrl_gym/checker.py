@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from skygym_sandboxes.types import SandboxUnavailable
 from skyrl_gym.core import Env
-from skyrl_gym.data import read_records, row_extras, validate_row
+from skyrl_gym.data import placed_records, read_records, row_extras, row_place, validate_row
 from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, run_episode, run_sync
 from skyrl_gym.episode import Episode as EpisodeRecord
 from skyrl_gym.errors import DataError
@@ -69,7 +69,7 @@ class Finding:
     action: Optional[str] = None
 
     def __str__(self) -> str:
-        where = [f"row {self.row_index}"] if self.row_index is not None else []
+        where = [row_place(self.row_index)] if self.row_index is not None else []
         if self.action is not None:
             where.append(f"action {self.action!r}")
         location = f" [{', '.join(where)}]" if where else ""
@@ -503,15 +503,16 @@ class _Checker:
                              f"and {second.rewards}; rewards must be deterministic", row_index, label)
 
 
-def _rows_from(rows: Any) -> List[Any]:
-    """Raw rows (not yet validated, so that each bad row becomes a finding instead of an abort)."""
+def _rows_from(rows: Any) -> List[Tuple[Optional[str], Any]]:
+    """``(place, raw row)`` pairs (not yet validated, so that each bad row becomes a finding instead of an abort);
+    the place of a file's row names the file and line (:func:`skyrl_gym.data.row_place`), else None."""
     if rows is None:
-        return [{"prompt": [{"role": "user", "content": "Hello."}]}]
+        return [(None, {"prompt": [{"role": "user", "content": "Hello."}]})]
     if isinstance(rows, (str, Path)):
-        return list(read_records(rows))
+        return list(placed_records(rows))
     if isinstance(rows, Mapping):
-        return [rows]
-    return list(rows)
+        return [(None, rows)]
+    return [(None, row) for row in rows]
 
 
 GOLDEN_FILE = "golden.json"
@@ -645,16 +646,16 @@ def check_env(
         tail = " The answer is #### 7 \\boxed{7} <answer>7</answer>"
         play.insert(1, (f"huge string ({huge_action_chars:,} chars)", "x" * max(0, huge_action_chars - len(tail)) + tail))
     play += list((actions or {}).items())
-    if not play and all(reference_action(r) is None for r in raw_rows if isinstance(r, Mapping)):
+    if not play and all(reference_action(r) is None for _, r in raw_rows if isinstance(r, Mapping)):
         report.findings.append(Finding(WARNING, "row", "no actions to play (adversarial=False, no actions given, "
                                        "no reference answers in the rows)", factory.env_id))
 
     valid_rows: List[Mapping[str, Any]] = []
-    for index, raw in enumerate(raw_rows):
+    for index, (place, raw) in enumerate(raw_rows):
         if max_rows is not None and index >= max_rows:
             break
         try:
-            row = validate_row(raw, index)
+            row = validate_row(raw, index, place=place)
         except DataError as exc:
             report.findings.append(Finding(ERROR, "row", str(exc), factory.env_id, index))
             continue

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, TypedDict, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypedDict, Union
 
 from skyrl_gym.errors import DataError
 
@@ -38,9 +38,31 @@ class DatasetRow(TypedDict, total=False):
     extra_info: Dict[str, Any]
 
 
-def validate_row(row: Any, index: Optional[int] = None, require_env_class: bool = False) -> DatasetRow:
-    """Check one row and return it; a malformed row raises :class:`DataError` naming row and field."""
-    where = f"row {index}" if index is not None else "row"
+def row_place(index: int, path: Union[str, Path, None] = None, line: Optional[int] = None) -> str:
+    """How every message names a dataset row (the one convention): rows are counted from 1, as a user counts the
+    rows of a file, and the file is named, with the line of a JSONL file (blank lines are skipped, so a row's line
+    can be past its number). ``index`` is the row's position counted from 0, as Python holds it.
+
+    >>> row_place(5, "x.jsonl", 6), row_place(5, "x.parquet"), row_place(5)
+    ('row 6 (line 6 of x.jsonl)', 'row 6 of x.parquet', 'row 6')
+    """
+    if path is None:
+        return f"row {row_number(index)}"
+    if line is None:
+        return f"row {row_number(index)} of {path}"
+    return f"row {row_number(index)} (line {line} of {path})"
+
+
+def row_number(index: int) -> int:
+    """The number a user knows the row at position ``index`` (from 0) by: counted from 1 (:func:`row_place`)."""
+    return index + 1
+
+
+def validate_row(row: Any, index: Optional[int] = None, require_env_class: bool = False,
+                 place: Optional[str] = None) -> DatasetRow:
+    """Check one row and return it; a malformed row raises :class:`DataError` naming row and field (``place``, or
+    the row's number from ``index``: :func:`row_place`)."""
+    where = place or (row_place(index) if index is not None else "row")
     if not isinstance(row, Mapping):
         raise DataError(f"{where}: expected a mapping of column -> value, got {type(row).__name__}")
     prompt = row.get("prompt")
@@ -88,15 +110,17 @@ def to_plain(value: Any) -> Any:
     return value
 
 
-def _read_jsonl(path: Path) -> Iterator[Dict[str, Any]]:
+def _read_jsonl(path: Path, shown: Union[str, Path]) -> Iterator[Tuple[Optional[int], Dict[str, Any]]]:
     with path.open("r", encoding="utf-8") as handle:
+        index = 0
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
+                yield line_number, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise DataError(f"{path}: line {line_number} is not valid JSON ({exc.msg})") from exc
+                raise DataError(f"{row_place(index, shown, line_number)} is not valid JSON ({exc.msg})") from exc
+            index += 1
 
 
 def _read_parquet(path: Path) -> Iterator[Dict[str, Any]]:
@@ -111,21 +135,31 @@ def _read_parquet(path: Path) -> Iterator[Dict[str, Any]]:
 
 def read_records(path: Union[str, Path]) -> Iterator[Dict[str, Any]]:
     """Raw records of a ``.jsonl``, ``.json`` (a list) or ``.parquet`` file, without validation."""
+    for _, record in placed_records(path):
+        yield record
+
+
+def placed_records(path: Union[str, Path]) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """``(place, record)`` for each raw record of a file (not validated): ``place`` names the row in messages
+    (:func:`row_place`: its number, the file as given, and a JSONL file's line)."""
+    shown = path
     path = Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"dataset file not found: {path}")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        yield from _read_jsonl(path)
+        numbered: Iterable[Tuple[Optional[int], Any]] = _read_jsonl(path, shown)
     elif suffix == ".json":
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, list):
             raise DataError(f"{path}: a .json dataset must hold a list of rows")
-        yield from data
+        numbered = ((None, record) for record in data)
     elif suffix in (".parquet", ".pq"):
-        yield from _read_parquet(path)
+        numbered = ((None, record) for record in _read_parquet(path))
     else:
         raise DataError(f"{path}: unknown dataset format {suffix!r}; use .jsonl, .json or .parquet")
+    for index, (line, record) in enumerate(numbered):
+        yield row_place(index, shown, line), record
 
 
 def load_rows(
@@ -134,14 +168,39 @@ def load_rows(
     limit: Optional[int] = None,
 ) -> List[DatasetRow]:
     """Rows from a file (JSONL/JSON/Parquet) or an iterable of dicts, validated one by one."""
-    records: Iterable[Mapping[str, Any]] = read_records(source) if isinstance(source, (str, Path)) else source
+    if isinstance(source, (str, Path)):
+        records: Iterable[Tuple[Optional[str], Mapping[str, Any]]] = placed_records(source)
+    else:
+        records = ((None, record) for record in source)
     rows: List[DatasetRow] = []
-    for index, record in enumerate(records):
+    for index, (place, record) in enumerate(records):
         if limit is not None and index >= limit:
             break
         record = to_plain(record)
-        rows.append(validate_row(record, index) if validate else record)  # type: ignore[arg-type]
+        rows.append(validate_row(record, index, place=place) if validate else record)  # type: ignore[arg-type]
     return rows
+
+
+def env_row_problem(row: Mapping[str, Any], env_config: Any = None) -> Optional[str]:
+    """What the row's env says is wrong with the row (its own :class:`DataError` message), or None.
+
+    The env is built for the row as an episode builds it (:func:`skyrl_gym.episode.make_env_factory` with the row's
+    extras), which is where each env checks the columns it reads: ``reward_spec.ground_truth`` above all. Nothing
+    is played. Anything else the build raises is the env's or the machine's, not the row's: it surfaces when the
+    env runs. The row must hold a registered ``env_class``."""
+    from skyrl_gym.episode import make_env_factory
+
+    try:
+        env = make_env_factory(row["env_class"], env_config, row_extras(row))()
+    except DataError as exc:
+        return str(exc)
+    except Exception:  # the env's own failure, not the row's (the run reports it)
+        return None
+    try:
+        env.close()
+    except Exception:  # closing an env that never started is not the row's problem either
+        pass
+    return None
 
 
 def write_parquet(rows: Iterable[Mapping[str, Any]], path: Union[str, Path]) -> Path:

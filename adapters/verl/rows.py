@@ -171,14 +171,14 @@ def write_verl_parquet(rows: Iterable[Mapping[str, Any]], path: Union[str, Path]
 
 def read_verl_parquet(path: Union[str, Path]) -> List[DatasetRow]:
     """Dataset rows from a veRL Parquet file (ours, or one written by veRL's preprocessing scripts)."""
-    from skyrl_gym.data import read_records
+    from skyrl_gym.data import placed_records
 
     rows = []
-    for index, record in enumerate(read_records(path)):
+    for place, record in placed_records(path):
         try:
             rows.append(verl_to_row(record))
         except DataError as exc:
-            raise DataError(f"{path}: row {index}: {exc}") from exc
+            raise DataError(f"{place}: {exc}") from exc
     return rows
 
 

@@ -143,23 +143,20 @@ def config_problems(cfg: Any) -> List[str]:
 
 def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:
     """What is checked before anything starts (``trainer.before_starting_problems``: env ids, model paths, the
-    engine's package); with ``read_rows``, the dataset files that exist are read and every row is checked too,
-    its ``env_class`` among them (a missing file is the validation's problem)."""
-    from skygym_train.dataset import load_dataset_rows
-    from skygym_train.trainer import before_starting_problems
+    engine's package); with ``read_rows``, the dataset files that exist are read and every row is checked as the
+    trainer checks them when it starts (``trainer.rows_problems``: malformed rows, env ids, rows their env refuses,
+    a batch larger than the rows; a missing file is the validation's problem)."""
+    from skygym_train.dataset import read_dataset
+    from skygym_train.trainer import before_starting_problems, rows_problems
 
+    problems = before_starting_problems(cfg)
     if not read_rows:
-        return before_starting_problems(cfg)
-    problems: List[str] = []
-    rows: List[Dict[str, Any]] = []
-    for f in list(cfg.data.train_data) + list(cfg.data.val_data or []):
-        if "://" not in f and not Path(f).expanduser().exists():
-            continue
-        try:
-            rows += load_dataset_rows([f], cfg.environment.env_class)
-        except ValueError as exc:  # DataError names the row and the field
-            problems.append(f"{f}: {exc}")
-    return problems + before_starting_problems(cfg, rows)
+        return problems
+    train, val = ([f for f in files if "://" in f or Path(f).expanduser().exists()]
+                  for files in (cfg.data.train_data, cfg.data.val_data or []))
+    env_class = cfg.environment.env_class
+    return problems + rows_problems(cfg, read_dataset(train, env_class), read_dataset(val, env_class),
+                                    count_train=len(train) == len(cfg.data.train_data))
 
 
 # ---------------------------------------------------------------------- SkyRL-train's tutorial surface

@@ -113,10 +113,12 @@ class AuditReport:
         """One line per case: row, case, expected, got, verdict, reason."""
         if self.skipped:
             return self.summary()
+        from skyrl_gym.data import row_number
+
         header = ("row", "case", "expected", "got", "verdict", "reason")
         lines = [header] + [
             (
-                str(c.row_index),
+                str(row_number(c.row_index)),
                 f"{c.kind}: {c.name}",
                 c.expected,
                 "-" if c.got is None else f"{c.got:g}",

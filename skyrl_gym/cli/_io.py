@@ -54,6 +54,7 @@ def unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
     """What is wrong with the env ids rows would be played with (``env_id`` for every row when given, else
     each row's ``env_class``), in one line naming where the id came from; ``""`` when every id is
     registered."""
+    from skyrl_gym.data import row_place
     from skyrl_gym.registration import unregistered_ids
 
     if env_id:
@@ -61,9 +62,9 @@ def unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
     else:
         missing = next((i for i, row in enumerate(rows) if not row.get("env_class")), None)
         if missing is not None:
-            return f"row {missing} has no env_class; pass --env ID to play every row with one env"
+            return f"{row_place(missing)} has no env_class; pass --env ID to play every row with one env"
         sources = {}
         for index, row in enumerate(rows):
-            sources.setdefault(str(row["env_class"]), f"row {index}'s env_class")
+            sources.setdefault(str(row["env_class"]), f"{row_place(index)}'s env_class")
     name, why = next(iter(unregistered_ids(sources).items()), ("", ""))
     return f"{sources[name]} {name!r}: {why}" if name else ""

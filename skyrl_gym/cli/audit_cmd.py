@@ -66,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_audit(args: argparse.Namespace) -> int:
     from skyrl_gym.audit import audit_env, write_json
     from skyrl_gym.checker import NoRowsFor
+    from skyrl_gym.data import row_place
     from skyrl_gym.errors import DataError, UnregisteredEnv
     from skyrl_gym.registration import fingerprint_or_none
 
@@ -90,7 +91,7 @@ def run_audit(args: argparse.Namespace) -> int:
                 print(report.summary())
                 for case in report.failures:
                     print(
-                        f"  row {case.row_index} {case.kind}: {case.name}: {case.verdict} "
+                        f"  {row_place(case.row_index)} {case.kind}: {case.name}: {case.verdict} "
                         f"(expected {case.expected}, got {case.got}) {case.reason}"
                     )
             else:

@@ -34,7 +34,7 @@ def score_rows(
     progress: bool = True,
 ) -> List[Dict[str, Any]]:
     """One result dict per row: env, reward, done, metadata, or the error that row raised."""
-    from skyrl_gym.data import row_extras
+    from skyrl_gym.data import row_extras, row_place
     from skyrl_gym.episode import score_response
 
     try:
@@ -50,7 +50,7 @@ def score_rows(
         result: Dict[str, Any] = {"index": index, "env": env_class}
         try:
             if not env_class:
-                raise ValueError(f"row {index} has no env_class; pass --env")
+                raise ValueError(f"{row_place(index)} has no env_class; pass --env")
             episode = score_response(env_class, row.get("prompt") or [], response, env_config or {}, row_extras(row))
             if episode.exception is not None:
                 raise episode.exception

@@ -57,9 +57,11 @@ def tiny_chat_model() -> Path:
 
 @pytest.fixture
 def multiply_data(tmp_path: Path) -> str:
-    """One training row for the multiply env, for config checks that need a data file."""
+    """One training row for the multiply env, for config checks that need a data file (a run of it needs
+    ``trainer.train_batch_size=1``)."""
     path = tmp_path / "train.jsonl"
-    path.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
+    path.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply", '
+                    '"reward_spec": {"ground_truth": "6"}}\n')
     return str(path)
 
 

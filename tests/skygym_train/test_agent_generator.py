@@ -86,8 +86,10 @@ def test_generator_task_is_checked_before_anything_loads(tmp_path, capsys):
     from skygym_train.entrypoints.main_base import main
 
     data = tmp_path / "train.jsonl"
-    data.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
-    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false"]
+    data.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply", '
+                    '"reward_spec": {"ground_truth": "6"}}\n')
+    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false",
+            "trainer.train_batch_size=1", "trainer.policy_mini_batch_size=1"]
     assert main(["--check", *keys, "generator.task=gsm8k_env"]) == 0
     assert main(["--check", *keys, "generator.task=no_such_agent"]) == 2
     err = capsys.readouterr().err

@@ -315,7 +315,7 @@ def test_accepts_a_class_an_instance_and_a_rows_file(tmp_path):
 
 def test_finding_reads_as_one_line():
     finding = Finding("error", "reward", "reward is nan", "my_env", 3, "empty string")
-    assert str(finding) == "ERROR   reward [row 3, action 'empty string']: reward is nan"
+    assert str(finding) == "ERROR   reward [row 4, action 'empty string']: reward is nan"
 
 
 def test_the_package_level_check_env_is_this_checker(registered):

@@ -196,13 +196,13 @@ def test_check_passes_a_good_env_and_exits_1_on_breaches(capsys, tmp_path, envs)
     code, out, _ = run_cli(capsys, ["check", "cli_infinite", "--rows", str(plain), "--no-determinism"])
     assert code == 1
     assert "check cli_infinite: FAILED" in out
-    assert "ERROR   reward [row 0, action 'empty string']: reward is inf on turn 1; rewards must be finite" in out
+    assert "ERROR   reward [row 1, action 'empty string']: reward is inf on turn 1; rewards must be finite" in out
 
 
 def test_check_reports_bad_rows_and_bad_arguments(capsys, tmp_path):
     rows = write_rows(tmp_path / "bad.jsonl", [{"prompt": "just a string", "reward_spec": {"ground_truth": "1"}}])
     code, out, _ = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows)])
-    assert code == 1 and "row [row 0]: row 0: field 'prompt' is a string" in out
+    assert code == 1 and f"row [row 1]: row 1 (line 1 of {rows}): field 'prompt' is a string" in out
 
     code, _, err = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows), "--env-config", "{not json"])
     assert code == 2 and "--env-config is not valid JSON" in err

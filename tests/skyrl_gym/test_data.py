@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skyrl_gym.data import load_rows, row_extras, validate_row, write_jsonl, write_parquet
+from skyrl_gym.data import load_rows, placed_records, row_extras, row_place, validate_row, write_jsonl, write_parquet
 from skyrl_gym.envs.multiply.dataset import make_rows
 from skyrl_gym.errors import DataError
 
@@ -23,14 +23,14 @@ GOOD = {
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"prompt": None}, "row 4: field 'prompt' is missing"),
-        ({"prompt": "2 * 3"}, "row 4: field 'prompt' is a string"),
-        ({"prompt": []}, "row 4: field 'prompt' must be a non-empty list"),
-        ({"prompt": [{"role": "robot", "content": "x"}]}, r"row 4: prompt\[0\].role is 'robot'"),
-        ({"prompt": [{"role": "user", "content": 3}]}, r"row 4: prompt\[0\].content must be a string"),
-        ({"env_class": 5}, "row 4: field 'env_class' must be a string"),
-        ({"reward_spec": "6"}, "row 4: field 'reward_spec' must be a dict"),
-        ({"extra_info": [1]}, "row 4: field 'extra_info' must be a dict"),
+        ({"prompt": None}, "row 5: field 'prompt' is missing"),
+        ({"prompt": "2 * 3"}, "row 5: field 'prompt' is a string"),
+        ({"prompt": []}, "row 5: field 'prompt' must be a non-empty list"),
+        ({"prompt": [{"role": "robot", "content": "x"}]}, r"row 5: prompt\[0\].role is 'robot'"),
+        ({"prompt": [{"role": "user", "content": 3}]}, r"row 5: prompt\[0\].content must be a string"),
+        ({"env_class": 5}, "row 5: field 'env_class' must be a string"),
+        ({"reward_spec": "6"}, "row 5: field 'reward_spec' must be a dict"),
+        ({"extra_info": [1]}, "row 5: field 'extra_info' must be a dict"),
     ],
 )
 def test_validation_names_row_and_field(change, message):
@@ -44,7 +44,7 @@ def test_validation_names_row_and_field(change, message):
 def test_env_class_can_be_required():
     row = {k: v for k, v in GOOD.items() if k != "env_class"}
     assert validate_row(row, 0) is row
-    with pytest.raises(DataError, match="row 0: field 'env_class' is missing"):
+    with pytest.raises(DataError, match="row 1: field 'env_class' is missing"):
         validate_row(row, 0, require_env_class=True)
 
 
@@ -63,14 +63,33 @@ def test_jsonl_and_parquet_round_trip(tmp_path):
 def test_loader_errors_are_clear(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(GOOD) + "\n{not json\n")
-    with pytest.raises(DataError, match="line 2 is not valid JSON"):
+    with pytest.raises(DataError) as info:
         load_rows(bad)
+    assert str(info.value).startswith(f"row 2 (line 2 of {bad}) is not valid JSON")
     malformed = tmp_path / "malformed.jsonl"
     malformed.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "prompt": "oops"}) + "\n")
-    with pytest.raises(DataError, match="row 1: field 'prompt' is a string"):
+    with pytest.raises(DataError) as info:
         load_rows(malformed)
+    assert str(info.value).startswith(f"row 2 (line 2 of {malformed}): field 'prompt' is a string")
     with pytest.raises(FileNotFoundError, match="dataset file not found"):
         load_rows(tmp_path / "missing.jsonl")
     with pytest.raises(DataError, match="unknown dataset format '.csv'"):
         (tmp_path / "x.csv").write_text("a")
         load_rows(tmp_path / "x.csv")
+
+
+def test_a_row_is_named_by_its_number_from_1_and_its_line(tmp_path):
+    """One convention for every message: rows counted from 1, with the file, and the line of a JSONL file (a
+    blank line makes the two differ). The checker and the trainer both name rows this way."""
+    assert row_place(0) == "row 1" and row_place(5, "x.parquet") == "row 6 of x.parquet"
+    spaced = tmp_path / "spaced.jsonl"
+    spaced.write_text(json.dumps(GOOD) + "\n\n" + json.dumps({**GOOD, "prompt": "oops"}) + "\n")
+    assert [place for place, _ in placed_records(spaced)] == [f"row 1 (line 1 of {spaced})",
+                                                              f"row 2 (line 3 of {spaced})"]
+    with pytest.raises(DataError) as info:
+        load_rows(spaced)
+    assert str(info.value) == (f"row 2 (line 3 of {spaced}): field 'prompt' is a string; it must be a list of "
+                               "{'role', 'content'} messages")
+    rows = make_rows(2, seed=0)
+    assert [place for place, _ in placed_records(write_parquet(rows, tmp_path / "r.parquet"))] == [
+        f"row 1 of {tmp_path / 'r.parquet'}", f"row 2 of {tmp_path / 'r.parquet'}"]

@@ -250,7 +250,7 @@ def test_bad_use_gets_clear_errors(guess_the_word):
     env.reset(seed=0)
     with pytest.raises(TypeError, match="must be the model's text"):
         env.step(["apple"])
-    with pytest.raises(skyrl_gym.errors.DataError, match="row 0"):
+    with pytest.raises(skyrl_gym.errors.DataError, match="row 1"):
         gymnasium.make("skyrl_gym/guess_the_word-v0", rows=[{"prompt": "a string"}])
 
 

@@ -58,5 +58,5 @@ def test_unknown_data_source_without_env_class_is_a_clear_error():
 
 
 def test_a_row_without_env_class_is_refused_with_its_index():
-    with pytest.raises(DataError, match="row 5.*env_class"):
+    with pytest.raises(DataError, match="row 6.*env_class"):
         row_to_verl({"prompt": [{"role": "user", "content": "x"}]}, index=5)

@@ -175,7 +175,7 @@ def test_unknown_env_class_fails_the_check_with_close_matches(data_file, tmp_pat
     rows.write_text('{"prompt": [{"role": "user", "content": "hi"}], "env_class": "multiplyy"}\n')
     assert main(["--check", *_valid(str(rows))]) == 2
     err = capsys.readouterr().err
-    assert "dataset row 0 (env_class column)=multiplyy" in err and "'multiply'" in err
+    assert f"row 1 (line 1 of {rows}): env_class=multiplyy" in err and "'multiply'" in err
 
 
 def test_committed_compat_page_is_current():

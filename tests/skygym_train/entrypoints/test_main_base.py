@@ -13,8 +13,10 @@ from tests.tiny_models import CHAT_MODEL
 
 def test_check_and_print_config(tmp_path, capsys):
     data = tmp_path / "train.jsonl"
-    data.write_text('{"prompt": [{"role": "user", "content": "hi"}], "env_class": "multiply"}\n')
-    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false"]
+    data.write_text('{"prompt": [{"role": "user", "content": "hi"}], "env_class": "multiply", '
+                    '"reward_spec": {"ground_truth": "6"}}\n')
+    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false",
+            "trainer.train_batch_size=1", "trainer.policy_mini_batch_size=1"]
     assert main(["--check", *keys]) == 0
     assert main(["--print-config", *keys, "trainer.algorithm.advantage_estimator=rloo"]) == 0
     out = capsys.readouterr().out
@@ -90,7 +92,7 @@ def test_a_rows_unknown_env_class_is_refused_before_ray_starts(tmp_path, monkeyp
     assert skyrl_gym_main(["train", *keys]) == 2
     err = capsys.readouterr().err
     assert ray_starts == [] and ray.is_initialized() == was_up
-    assert "- dataset row 1 (env_class column)=multiplyy: no env registered with id 'multiplyy'" in err
+    assert f"- row 2 (line 2 of {data}): env_class=multiplyy: no env registered with id 'multiplyy'" in err
     assert "Traceback" not in err, err
 
 
@@ -109,7 +111,7 @@ def test_every_mistake_is_named_in_one_run(check, tmp_path, capsys):
     assert f"- trainer.policy.model.path={missing}: model path '{missing}' does not exist" in err
     assert "- environment.env_class=gsm8kk: no env registered with id 'gsm8kk'. Did you mean: 'gsm8k'?" in err
     if check:  # --check reads the rows too
-        assert "- dataset row 0 (env_class column)=multiplyy: no env registered with id 'multiplyy'" in err
+        assert f"- row 1 (line 1 of {data}): env_class=multiplyy: no env registered with id 'multiplyy'" in err
     assert err.count("- environment.env_class=gsm8kk") == 1 and "Traceback" not in err, err
 
 
@@ -120,8 +122,101 @@ def test_check_names_a_malformed_row_beside_the_other_problems(tmp_path, capsys)
             "trainer.use_ray=false"]
     assert main(["--check", *keys]) == 2
     err = capsys.readouterr().err
-    assert f"- {data}: row 0: field 'prompt' must be a non-empty list of chat messages, got 3" in err
+    assert f"- row 1 (line 1 of {data}): field 'prompt' must be a non-empty list of chat messages, got 3" in err
     assert f"- trainer.policy.model.path={tmp_path / 'missing'}: model path" in err
+
+
+def _spy_on_ray(monkeypatch):
+    """Ray's start, recorded instead of made (a spy that starts nothing)."""
+    from skygym_train import ray_utils
+
+    starts = []
+    monkeypatch.setattr(ray_utils, "init_ray", lambda *args, **kwargs: starts.append(args))
+    return starts
+
+
+def _multiply_rows(path, size=64):
+    from skyrl_gym.data import write_jsonl
+    from skyrl_gym.datasets import build_rows
+
+    rows = list(build_rows("multiply", split="train", size=size, seed=0))
+    write_jsonl(rows, path)
+    return rows
+
+
+@pytest.mark.parametrize("check", [["--check"], []], ids=["check", "run"])
+def test_a_batch_larger_than_the_dataset_is_named_by_check_and_by_the_run(check, tmp_path, monkeypatch, capsys):
+    """The default train_batch_size (1024) on 64 rows: `--check` said 'configuration is valid' and the run died
+    with PromptDataset's ValueError traceback. Both now name it in the one error list (exit 2), before Ray."""
+    ray_starts = _spy_on_ray(monkeypatch)
+    data = tmp_path / "train.jsonl"
+    _multiply_rows(data)
+    keys = [f"data.train_data=['{data}']", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=true",
+            f"trainer.ckpt_path={tmp_path / 'ckpts'}"]
+    assert skyrl_gym_main(["train", *check, *keys]) == 2
+    err = capsys.readouterr().err
+    assert ray_starts == []
+    assert [line for line in err.splitlines() if line.startswith("error:")] == ["error: invalid trainer configuration:"]
+    assert ("- trainer.train_batch_size=1024 is larger than the dataset (64 rows in data.train_data); set it to 64 "
+            "or fewer, or give more rows") in err
+    assert "Traceback" not in err and "configuration is valid" not in err, err
+
+
+@pytest.mark.parametrize("check", [["--check"], []], ids=["check", "run"])
+def test_rows_their_env_refuses_are_all_named_by_check_and_by_the_run(check, tmp_path, monkeypatch, capsys):
+    """A row without a reward_spec passed `--check` and trained at reward 0 (one env error per sample). The env's
+    own check (building it for the row) now runs on every row: each bad row is named with its place in the file and
+    the env's message, beside a malformed row and a bad setting, before Ray starts."""
+    import json
+
+    ray_starts = _spy_on_ray(monkeypatch)
+    data = tmp_path / "train.jsonl"
+    rows = _multiply_rows(data, size=8)
+    del rows[2]["reward_spec"]
+    rows[4]["reward_spec"] = {"method": "rule"}
+    rows[6]["prompt"] = "7 * 8"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    keys = [f"data.train_data=['{data}']", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=true",
+            "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4", "trainer.epochs=0",
+            f"trainer.ckpt_path={tmp_path / 'ckpts'}"]
+    assert main([*check, *keys]) == 2
+    assert "- trainer.epochs=0: must be a positive integer" in capsys.readouterr().err
+    assert main([*check, *keys[:-2], keys[-1]]) == 2  # settings right: the rows are read by the run too
+    err = capsys.readouterr().err
+    assert ray_starts == [] and "Traceback" not in err, err
+    listed = [line for line in err.splitlines() if line.startswith("  - ")]
+    assert listed == [
+        f"  - row 7 (line 7 of {data}): field 'prompt' is a string; it must be a list of {{'role', 'content'}} "
+        "messages",
+        f"  - row 3 (line 3 of {data}): env 'multiply': reward_spec field is required; the row has no "
+        "'reward_spec' dict (expected {'ground_truth': ...})",
+        f"  - row 5 (line 5 of {data}): env 'multiply': ground_truth is required in reward_spec field; "
+        "reward_spec.ground_truth is missing from the row",
+    ], err
+
+
+def test_a_batch_larger_than_the_rows_left_after_long_prompts_is_a_config_error(tiny_chat_model, tmp_path,
+                                                                                 capsys):
+    """Prompts over trainer.max_prompt_length are left out once the tokenizer has loaded: when too few rows are
+    left for one batch, the run says so (exit 2, the error list), not PromptDataset's traceback."""
+    import json
+
+    data = tmp_path / "train.jsonl"
+    rows = _multiply_rows(data, size=8)
+    for row in rows[:5]:
+        row["prompt"][0]["content"] += " Take your time and show every step." * 20
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    keys = [f"data.train_data=['{data}']", f"trainer.policy.model.path={tiny_chat_model}", "trainer.use_ray=false",
+            "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4", "trainer.max_prompt_length=128",
+            "trainer.logger=console", f"trainer.ckpt_path={tmp_path / 'ckpts'}", f"trainer.log_path={tmp_path}"]
+    assert main(["--check", *keys]) == 0  # 8 rows hold a batch of 4; their lengths are known only to a tokenizer
+    capsys.readouterr()
+    assert main(keys) == 2
+    err = capsys.readouterr().err
+    assert ("- trainer.train_batch_size=4 is larger than the 3 rows left of data.train_data after 5 with prompts "
+            "over trainer.max_prompt_length=128 tokens were left out; set it to 3 or fewer, or raise "
+            "trainer.max_prompt_length") in err
+    assert "Traceback" not in err, err
 
 
 def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tiny_chat_model, toy_data,

@@ -99,11 +99,11 @@ def test_eval_refuses_an_unknown_env_or_model_before_loading_anything(
     row = dict(gsm8k_rows()[0], env_class="gsm8k_multi_turnn")
     data.write_text(json.dumps(row))
     assert main(["eval", "--data", str(data), "--engine", "hf", "--model", str(missing)]) == 2
-    assert "row 0's env_class 'gsm8k_multi_turnn': no env registered" in capsys.readouterr().err
+    assert "row 1's env_class 'gsm8k_multi_turnn': no env registered" in capsys.readouterr().err
     del row["env_class"]
     data.write_text(json.dumps(row))
     assert main(["eval", "--data", str(data), "--engine", "hf", "--model", str(missing)]) == 2
-    assert "row 0 has no env_class; pass --env ID" in capsys.readouterr().err
+    assert "row 1 has no env_class; pass --env ID" in capsys.readouterr().err
 
 
 def test_eval_exits_non_zero_when_an_episode_errored_unless_errors_are_allowed(
