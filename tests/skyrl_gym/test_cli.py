@@ -392,7 +392,7 @@ def test_version_prints_the_version_and_where_the_package_lives(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["score", "--rows", "{missing}"], "error: dataset file not found: {missing}"),
     (["score", "--rows", "{bad}"],
-     "error: row 0: field 'prompt' must be a non-empty list of chat messages, got 3"),
+     "error: row 1 (line 1 of {bad}): field 'prompt' must be a non-empty list of chat messages, got 3"),
     (["score", "--rows", "{rows}", "--env", "multiplyy"],
      "error: --env 'multiplyy': no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
     (["check", "multiplyy"], "error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
