@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
@@ -32,6 +33,20 @@ KEY_ALIASES = {
     "generator.inference_engine.run_engines_locally": "generator.run_engines_locally",
     "generator.inference_engine.gpu_memory_utilization": "generator.gpu_memory_utilization",
     "generator.inference_engine.model_dtype": "generator.model_dtype",
+}
+
+# What transformers' TrainingArguments and TRL's configs call keys of this config: names people type here out of
+# habit. An unknown key of one of these names is answered with this config's key (check_key's hint).
+OTHER_TRAINERS_NAMES = {
+    "learning_rate": "lr",
+    "lr_scheduler_type": "scheduler",
+    "warmup_steps": "num_warmup_steps",
+    "num_train_epochs": "epochs",
+    "max_steps": "max_training_steps",
+    "per_device_train_batch_size": "micro_train_batch_size_per_gpu",
+    "num_generations": "n_samples_per_prompt",
+    "max_completion_length": "max_generate_length",
+    "model_name_or_path": "path",
 }
 
 
@@ -64,31 +79,51 @@ def check_key(schema_cfg: DictConfig, dotted_key: str) -> None:
             raise ConfigError(f"{dotted_key}: '{parent}' is a value, not a section, so it has no key '{part}'")
         if part not in node:
             where = ".".join(parts[:depth]) or "the top level"
-            close = difflib.get_close_matches(part, [str(k) for k in node.keys()], n=3, cutoff=0.6)
-            hint = ""
-            if close:
-                hint = f"; did you mean {' or '.join(repr(c) for c in close)}?"
-            else:
-                leaf_matches = [p for p in _all_leaf_paths(schema_cfg) if p.rsplit(".", 1)[-1] == parts[-1]]
-                if leaf_matches:
-                    hint = f"; did you mean {' or '.join(leaf_matches[:3])}?"
-            raise ConfigError(f"{dotted_key}: unknown key '{part}' in {where}{hint}")
+            raise ConfigError(f"{dotted_key}: unknown key '{part}' in {where}{_hint(schema_cfg, node, parts, depth)}")
         node = node._get_node(part)
 
 
-def _check_all_keys(schema_cfg: DictConfig, data: Mapping[str, Any], prefix: str = "") -> None:
-    for key, value in data.items():
+def _hint(schema_cfg: DictConfig, node: DictConfig, parts: List[str], depth: int) -> str:
+    """The keys an unknown ``parts[depth]`` likely meant: this config's name for another trainer's, else close
+    spellings in its section, else keys of the same name elsewhere."""
+    part, keys = parts[depth], [str(k) for k in node.keys()]
+    ours = OTHER_TRAINERS_NAMES.get(part)
+    if ours is not None:
+        why = f" ({part} is transformers'/TRL's name)"
+        if ours in keys:
+            return f"; did you mean {ours!r}?{why}"
+        found = [p for p in _all_leaf_paths(schema_cfg) if p.rsplit(".", 1)[-1] == ours]
+        return f"; did you mean {' or '.join(found[:3])}?{why}" if found else ""
+    close = difflib.get_close_matches(part, keys, n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    leaf_matches = [p for p in _all_leaf_paths(schema_cfg) if p.rsplit(".", 1)[-1] == parts[-1]]
+    return f"; did you mean {' or '.join(leaf_matches[:3])}?" if leaf_matches else ""
+
+
+def _check_all_keys(schema_cfg: DictConfig, data: Dict[str, Any], refused: Dict[str, str], prefix: str = "") -> None:
+    """Each key of ``data`` (nested) that the schema does not have, or a section given a value, goes into
+    ``refused`` (dotted key -> problem) and out of ``data``, so that the rest can still be read."""
+    for key, value in list(data.items()):
         path = f"{prefix}{key}"
-        check_key(schema_cfg, path)
+        try:
+            check_key(schema_cfg, path)
+        except ConfigError as exc:
+            refused[path] = exc.problems[0]
+            del data[key]
+            continue
         sub = OmegaConf.select(schema_cfg, path)
         if isinstance(sub, DictConfig) and not _is_open_dict_field(sub):
             if not isinstance(value, Mapping):
                 keys = [str(k) for k in sub.keys()]
-                raise ConfigError(f"{path}={value}: '{path}' is a section, not a value; set its keys, e.g. "
-                                  f"{path}.{keys[0]}=... (its keys: {', '.join(keys)})")
-            _check_all_keys(schema_cfg, value, path + ".")
+                refused[path] = (f"{path}={value}: '{path}' is a section, not a value; set its keys, e.g. "
+                                 f"{path}.{keys[0]}=... (its keys: {', '.join(keys)})")
+                del data[key]
+                continue
+            _check_all_keys(schema_cfg, value, refused, path + ".")  # type: ignore[arg-type]
         elif isinstance(sub, ListConfig) and isinstance(value, Mapping):  # else OmegaConf: a bare TypeError
-            raise ConfigError(f"{path}={value}: expected a list, e.g. {path}=\"['...']\"")
+            refused[path] = f"{path}={value}: expected a list, e.g. {path}=\"['...']\""
+            del data[key]
 
 
 # What a schema node of each kind takes, for an error about a value of the wrong type.
@@ -123,19 +158,56 @@ def _value_problem(schema_cfg: DictConfig, exc: OmegaConfBaseException) -> str:
     return f"{key}={value}: expected {expected}"
 
 
-def _parse_overrides(overrides: Iterable[str]) -> List[str]:
+def _parse_overrides(overrides: Iterable[str], problems: List[str]) -> List[str]:
+    """``key=value`` items with their keys spelt as the schema spells them; an item that is not ``key=value``
+    goes into ``problems``."""
     cleaned = []
     for item in overrides:
         item = item.strip()
         if not item:
             continue
         if "=" not in item:
-            raise ConfigError(f"{item!r}: overrides are written key=value (e.g. trainer.epochs=2)")
+            problems.append(f"{item!r}: overrides are written key=value (e.g. trainer.epochs=2)")
+            continue
         key, value = item.split("=", 1)
         key = key.lstrip("+").strip()  # Hydra's "+key=value" spelling is accepted for familiarity
         key = KEY_ALIASES.get(key, key)
         cleaned.append(f"{key}={value}")
     return cleaned
+
+
+def _leaves(schema_cfg: DictConfig, data: Mapping[str, Any], prefix: Sequence[str] = ()) -> Iterable[Tuple[List[str], Any]]:
+    """``(key parts, value)`` for each value of a (key-checked) layer the schema takes as one: a key of a section
+    holds a value; an open mapping (``env_config``) is one value."""
+    for key, value in data.items():
+        parts = [*prefix, str(key)]
+        node = OmegaConf.select(schema_cfg, ".".join(parts))
+        if isinstance(value, Mapping) and isinstance(node, DictConfig) and not _is_open_dict_field(node):
+            yield from _leaves(schema_cfg, value, parts)
+        else:
+            yield parts, value
+
+
+def _merge_each_value(base: DictConfig, layers: Sequence[Dict[str, Any]], refused: Dict[str, str]) -> DictConfig:
+    """The layers merged over ``base`` one value at a time: a value the schema cannot take goes into ``refused``
+    and its default stays (only when merging them whole failed: this is slower)."""
+    merged = base
+    for layer in layers:
+        for parts, value in _leaves(base, layer):
+            nested: Any = value
+            for part in reversed(parts):
+                nested = {part: nested}
+            try:
+                merged = OmegaConf.merge(merged, OmegaConf.create(nested))
+            except OmegaConfBaseException as exc:
+                refused[".".join(parts)] = _value_problem(base, exc)
+    return merged
+
+
+def _names_a_refused_key(problem: str, refused: Iterable[str]) -> bool:
+    """Whether a later check's problem is about a key whose value was refused (its default stood in: the problem
+    would be about a value the user did not give)."""
+    return any(re.search(rf"(?<![\w.]){re.escape(key)}(?![\w])", problem) for key in refused)
 
 
 def load_config(
@@ -147,9 +219,28 @@ def load_config(
 ) -> C:
     """Build a typed config from the YAML defaults, ``config_file`` and ``overrides``.
 
-    ``overrides`` is a list of ``dotted.key=value`` strings (the command line) or a nested/dotted dict.
+    ``overrides`` is a list of ``dotted.key=value`` strings (the command line) or a nested/dotted dict. Raises
+    ``ConfigError`` naming every problem (:func:`read_config`'s).
     """
+    cfg, problems = read_config(overrides, config_file=config_file, schema=schema, validate=validate)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def read_config(
+    overrides: Union[Sequence[str], Mapping[str, Any], None] = None,
+    *,
+    config_file: Optional[Union[str, Path]] = None,
+    schema: Type[C] = SkyRLTrainConfig,  # type: ignore[assignment]
+    validate: bool = True,
+) -> Tuple[C, List[str]]:
+    """The config as far as it can be read, and every problem at once: unknown keys, values of the wrong type
+    (each key's default stands in for a refused value) and, with ``validate``, the validation's problems, less
+    those about a key whose value was refused. Raises ``ConfigError`` only when no config can be built (a config
+    file that does not exist)."""
     base = OmegaConf.structured(schema)
+    problems: List[str] = []
     layers: List[DictConfig] = []
     if DEFAULTS_YAML.exists():
         layers.append(OmegaConf.load(DEFAULTS_YAML))
@@ -158,27 +249,43 @@ def load_config(
         if not path.exists():
             raise ConfigError(f"config file {path} does not exist")
         layers.append(OmegaConf.load(path))
+    refused: Dict[str, str] = {}
     if overrides:
         if isinstance(overrides, Mapping):
             layers.append(OmegaConf.create(_nest(overrides)))
         else:
-            dotlist = _parse_overrides(overrides)
-            for item in dotlist:
-                check_key(base, item.split("=", 1)[0])
-            layers.append(OmegaConf.from_dotlist(dotlist))
-    for layer in layers:
-        _check_all_keys(base, OmegaConf.to_container(layer, resolve=False))  # type: ignore[arg-type]
+            dotlist = []
+            for item in _parse_overrides(overrides, problems):
+                key = item.split("=", 1)[0]
+                try:
+                    check_key(base, key)
+                    dotlist.append(OmegaConf.from_dotlist([item]))
+                except ConfigError as exc:
+                    refused[key] = exc.problems[0]
+                except OmegaConfBaseException as exc:  # a value the override grammar cannot read
+                    refused[key] = f"{item}: {str(exc).splitlines()[0]}"
+            layers.append(OmegaConf.merge(*dotlist) if dotlist else OmegaConf.create({}))
+    data = [OmegaConf.to_container(layer, resolve=False) for layer in layers]
+    for layer in data:
+        _check_all_keys(base, layer, refused)  # type: ignore[arg-type]
     try:
-        merged = OmegaConf.merge(base, *layers)
+        merged = OmegaConf.merge(base, *data)
+    except OmegaConfBaseException:  # find every value that cannot be taken, not just the first
+        merged = _merge_each_value(base, data, refused)  # type: ignore[arg-type]
+    try:
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise ConfigError(_value_problem(base, exc)) from None
+        raise ConfigError(problems + list(refused.values()) + [_value_problem(base, exc)]) from None
     _apply_deprecated_spellings(cfg)
+    problems += refused.values()
     if validate:
         from skygym_train.config.validation import validate_config
 
-        validate_config(cfg)  # type: ignore[arg-type]
-    return cfg  # type: ignore[return-value]
+        try:
+            validate_config(cfg)  # type: ignore[arg-type]
+        except ConfigError as exc:
+            problems += [p for p in exc.problems if not _names_a_refused_key(p, refused)]
+    return cfg, problems  # type: ignore[return-value]
 
 
 def _apply_deprecated_spellings(cfg: Any) -> None:

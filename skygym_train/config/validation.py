@@ -394,13 +394,14 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
 
 
 def _check_optimizer(role: str, opt: Any) -> List[str]:
-    """Values that train silently wrong: a negative learning rate (it ascends the loss), a clipping norm of 0 or
-    below (torch then scales every gradient to 0, or flips its sign), negative weight decay or warm-up. A learning
-    rate of 0 is allowed: a run that must leave the policy as it was is a check of the pipeline."""
+    """Values that train silently wrong: a learning rate of 0 (nothing trains: the run spends its time and leaves
+    the policy as it was) or below (it ascends the loss), a clipping norm of 0 or below (torch then scales every
+    gradient to 0, or flips its sign), negative weight decay or warm-up."""
     key = f"trainer.{role}.optimizer_config"
     problems = []
-    if not (isinstance(opt.lr, (int, float)) and math.isfinite(opt.lr) and opt.lr >= 0):
-        problems.append(f"{key}.lr={opt.lr}: must be a number >= 0")
+    if not (isinstance(opt.lr, (int, float)) and math.isfinite(opt.lr) and opt.lr > 0):
+        problems.append(f"{key}.lr={opt.lr}: must be a positive number (0 trains nothing; below 0 ascends the "
+                        "loss)")
     if not (math.isfinite(opt.max_grad_norm) and opt.max_grad_norm > 0):
         problems.append(f"{key}.max_grad_norm={opt.max_grad_norm}: must be a positive number (gradients are "
                         "clipped to this norm; a norm of 0 or below would scale them to 0 or flip them)")

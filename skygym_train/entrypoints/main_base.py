@@ -70,15 +70,17 @@ def prefer_passive_openmp() -> None:
 
 def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, config_cls: Optional[Type[Any]] = None) -> int:
     prefer_passive_openmp()
-    from skygym_train.config.loader import ConfigError, load_config, to_yaml
+    from skygym_train.config.loader import ConfigError, read_config, to_yaml
     from skygym_train.config.schema import SkyRLTrainConfig
 
+    # --print-config alone shows the config as the keys given make it (the defaults, with none): only keys and
+    # values that cannot be read stop it, not what a run needs
+    only_print = args.print_config and not args.check
     try:
-        cfg = load_config(args.overrides, config_file=args.config_file, schema=config_cls or SkyRLTrainConfig,
-                          validate=False)
-        # One run names every mistake: settings, model paths, env ids (with --check, the rows too).
-        problems = config_problems(cfg)
-        if args.check or not args.print_config:
+        # One run names every mistake: keys, values, settings, model paths, env ids (with --check, the rows too).
+        cfg, problems = read_config(args.overrides, config_file=args.config_file,
+                                    schema=config_cls or SkyRLTrainConfig, validate=not only_print)
+        if not only_print:
             problems += dataset_problems(cfg, read_rows=args.check)
         if problems:
             raise ConfigError(problems)
@@ -127,18 +129,6 @@ def finished_line(result: Mapping[str, Any]) -> str:
     if resumed:
         return f"{line} (resumed from {resumed}, then trained {trained} step(s))"
     return line
-
-
-def config_problems(cfg: Any) -> List[str]:
-    """Every problem the configuration's validation finds (an empty list when it is valid)."""
-    from skygym_train.config.errors import ConfigError
-    from skygym_train.config.validation import validate_config
-
-    try:
-        validate_config(cfg)
-    except ConfigError as exc:
-        return exc.problems
-    return []
 
 
 def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:

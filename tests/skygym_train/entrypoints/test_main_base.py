@@ -38,6 +38,17 @@ def test_bad_config_exits_2_before_loading_anything(capsys):
     assert "trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4" in err
 
 
+def test_print_config_alone_prints_the_defaults(capsys):
+    """`train --help` says `--print-config` shows every key; with no arguments it refused for want of the keys a
+    run needs. It prints the defaults; keys it cannot read still stop it."""
+    assert skyrl_gym_main(["train", "--print-config"]) == 0
+    captured = capsys.readouterr()
+    assert "train_batch_size: 1024" in captured.out and "advantage_estimator:" in captured.out
+    assert "error" not in captured.err
+    assert skyrl_gym_main(["train", "--print-config", "trainer.learning_rate=1e-5"]) == 2
+    assert "did you mean trainer.policy.optimizer_config.lr" in capsys.readouterr().err
+
+
 def test_skyrl_gym_train_subcommand(capsys):
     pytest.importorskip("omegaconf", reason="`skyrl-gym train` needs the 'train' extra: pip install torch==2.13.0 "
                                             "&& pip install 'skyrl-gym[train]'")
