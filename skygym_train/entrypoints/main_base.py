@@ -8,8 +8,8 @@ Every key of ``skygym_train/config/ppo_base_config.yaml`` can be overridden with
         environment.env_class=gsm8k trainer.logger=console
 
 ``--config-file my.yaml`` adds a YAML layer under the overrides; ``--print-config`` shows the result and
-exits; ``--check`` validates only (the config, the machine, the model paths and every dataset row's
-``env_class``). Bad configurations stop here, before any model loads.
+exits (alone: every default); ``--check`` validates only (the config, the machine, the model paths and every
+dataset row, as the trainer checks them when it starts). Bad configurations stop here, before any model loads.
 
 SkyRL-train's tutorial surface is here under our name: :class:`BasePPOExp` (subclass it for a custom
 generator, trainer or dataset), ``config_dir`` (the folder of ``ppo_base_config.yaml``), :func:`validate_cfg`

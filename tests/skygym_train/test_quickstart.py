@@ -217,8 +217,10 @@ def test_a_hub_model_that_cannot_be_fetched_is_one_error_line_from_either_entry_
     err = capsys.readouterr().err
     assert f"error: could not fetch hub model '{hub_id}'" in err and "Traceback" not in err, err
     data = tmp_path / "train.jsonl"
-    data.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply"}\n')
+    data.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply", '
+                    '"reward_spec": {"ground_truth": "6"}}\n')  # a row the trainer takes: the model is what fails
     keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={hub_id}", "trainer.use_ray=false",
+            "trainer.train_batch_size=1", "trainer.policy_mini_batch_size=1",
             f"trainer.ckpt_path={tmp_path / 'ckpts'}", f"trainer.log_path={tmp_path / 'logs'}"]
     assert train_main(keys) == 2
     err = capsys.readouterr().err
