@@ -971,11 +971,11 @@ MAX_ROW_PROBLEMS = 20
 def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: bool = True) -> List[str]:
     """Every problem of the rows a run would train and evaluate on, found before Ray starts: malformed rows, an
     ``env_class`` that is not registered (its first row named), each row its env refuses (the env's own
-    message, from building the env for the row: :func:`skyrl_gym.data.env_row_problem`), and a
+    message, from building the env for the row: :func:`skyrl_gym.episode.env_row_problem`), and a
     ``trainer.train_batch_size`` larger than the training rows (unless ``count_train`` is false: some training
     files were not read). A config whose ``environment.env_class`` is not registered is
     :func:`before_starting_problems`'s."""
-    from skyrl_gym.data import env_row_problem
+    from skyrl_gym.episode import env_row_problem
     from skyrl_gym.registration import unregistered_ids
 
     rows, places = train.rows + val.rows, train.places + val.places

@@ -181,28 +181,6 @@ def load_rows(
     return rows
 
 
-def env_row_problem(row: Mapping[str, Any], env_config: Any = None) -> Optional[str]:
-    """What the row's env says is wrong with the row (its own :class:`DataError` message), or None.
-
-    The env is built for the row as an episode builds it (:func:`skyrl_gym.episode.make_env_factory` with the row's
-    extras), which is where each env checks the columns it reads: ``reward_spec.ground_truth`` above all. Nothing
-    is played. Anything else the build raises is the env's or the machine's, not the row's: it surfaces when the
-    env runs. The row must hold a registered ``env_class``."""
-    from skyrl_gym.episode import make_env_factory
-
-    try:
-        env = make_env_factory(row["env_class"], env_config, row_extras(row))()
-    except DataError as exc:
-        return str(exc)
-    except Exception:  # the env's own failure, not the row's (the run reports it)
-        return None
-    try:
-        env.close()
-    except Exception:  # closing an env that never started is not the row's problem either
-        pass
-    return None
-
-
 def write_parquet(rows: Iterable[Mapping[str, Any]], path: Union[str, Path]) -> Path:
     """Write rows to Parquet (the format SkyRL-train and veRL read)."""
     try:
