@@ -10,11 +10,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 @dataclass
 class DatasetRows:
     """Rows read for a run, each with its place (how messages name it: :func:`skyrl_gym.data.row_place`), and every
-    problem met reading them (a malformed row is left out of ``rows`` and named in ``problems``)."""
+    problem met reading them (a malformed row is left out of ``rows`` and named in ``problems``). ``order`` and
+    ``problem_order`` hold where each row and each problem came in the reading, to list later problems in order."""
 
     rows: List[Dict[str, Any]] = field(default_factory=list)
     places: List[str] = field(default_factory=list)
+    order: List[int] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
+    problem_order: List[int] = field(default_factory=list)
 
     def add(self, place: str, record: Any, default_env_class: Optional[str]) -> None:
         from skyrl_gym.data import to_plain, validate_row
@@ -23,15 +26,18 @@ class DatasetRows:
         try:
             row = dict(validate_row(to_plain(record), place=place))
         except DataError as exc:
-            self.problems.append(str(exc))
-            return
+            return self.problem(str(exc))
         if not row.get("env_class"):
             if not default_env_class:
-                self.problems.append(f"{place}: no env_class, and environment.env_class is not set")
-                return
+                return self.problem(f"{place}: no env_class, and environment.env_class is not set")
             row["env_class"] = default_env_class
+        self.order.append(len(self.order) + len(self.problems))
         self.rows.append(row)
         self.places.append(place)
+
+    def problem(self, text: str) -> None:
+        self.problem_order.append(len(self.order) + len(self.problems))
+        self.problems.append(text)
 
 
 def read_dataset(files: Sequence[str], default_env_class: Optional[str] = None) -> DatasetRows:
@@ -45,7 +51,7 @@ def read_dataset(files: Sequence[str], default_env_class: Optional[str] = None) 
             for place, record in placed_records(path):
                 out.add(place, record, default_env_class)
         except (OSError, ValueError) as exc:  # DataError (bad JSON) names the row and the line
-            out.problems.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+            out.problem(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
     return out
 
 

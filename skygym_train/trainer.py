@@ -978,22 +978,24 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
     from skyrl_gym.episode import env_row_problem
     from skyrl_gym.registration import unregistered_ids
 
-    rows, places = train.rows + val.rows, train.places + val.places
-    where: Dict[str, str] = {}
-    for place, row in zip(places, rows):
-        where.setdefault(row["env_class"], f"{place}: env_class")
-    unknown = unregistered_ids(where)
-    bad_rows = train.problems + val.problems + [
-        f"{where[env_id]}={env_id}: {why}" for env_id, why in unknown.items()
-        if env_id != cfg.environment.env_class  # named as environment.env_class (before_starting_problems)
-    ]
+    # (train 0 / val 1, position in the reading) of each row and problem: the problems are listed in file order
+    rows = [(part, at, place, row) for part, read in enumerate((train, val))
+            for at, place, row in zip(read.order, read.places, read.rows)]
+    found = [((part, at), text) for part, read in enumerate((train, val))
+             for at, text in zip(read.problem_order, read.problems)]
+    first: Dict[str, Tuple[Tuple[int, int], str]] = {}
+    for part, at, place, row in rows:
+        first.setdefault(row["env_class"], ((part, at), place))
+    unknown = unregistered_ids({env_id: place for env_id, (_, place) in first.items()})
+    found += [(first[env_id][0], f"{first[env_id][1]}: env_class={env_id}: {why}") for env_id, why in unknown.items()
+              if env_id != cfg.environment.env_class]  # named as environment.env_class (before_starting_problems)
     configs = env_configs(cfg)
-    for place, row in zip(places, rows):
-        if row["env_class"] in unknown:
-            continue
-        problem = env_row_problem(row, configs.get(row["env_class"]))
-        if problem:
-            bad_rows.append(f"{place}: {problem}")
+    for part, at, place, row in rows:
+        if row["env_class"] not in unknown:
+            problem = env_row_problem(row, configs.get(row["env_class"]))
+            if problem:
+                found.append(((part, at), f"{place}: {problem}"))
+    bad_rows = [text for _, text in sorted(found, key=lambda item: item[0])]
     if len(bad_rows) > MAX_ROW_PROBLEMS:
         more = len(bad_rows) - MAX_ROW_PROBLEMS
         bad_rows = bad_rows[:MAX_ROW_PROBLEMS] + [f"... and {more} more bad row(s), not listed"]

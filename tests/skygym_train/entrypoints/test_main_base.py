@@ -196,14 +196,32 @@ def test_rows_their_env_refuses_are_all_named_by_check_and_by_the_run(check, tmp
     err = capsys.readouterr().err
     assert ray_starts == [] and "Traceback" not in err, err
     listed = [line for line in err.splitlines() if line.startswith("  - ")]
-    assert listed == [
-        f"  - row 7 (line 7 of {data}): field 'prompt' is a string; it must be a list of {{'role', 'content'}} "
-        "messages",
+    assert listed == [  # in the file's order
         f"  - row 3 (line 3 of {data}): env 'multiply': reward_spec field is required; the row has no "
         "'reward_spec' dict (expected {'ground_truth': ...})",
         f"  - row 5 (line 5 of {data}): env 'multiply': ground_truth is required in reward_spec field; "
         "reward_spec.ground_truth is missing from the row",
+        f"  - row 7 (line 7 of {data}): field 'prompt' is a string; it must be a list of {{'role', 'content'}} "
+        "messages",
     ], err
+
+
+def test_the_validation_rows_are_checked_too_and_a_long_list_ends_in_a_count(tmp_path, capsys):
+    """Held-out rows are played by evaluation: they are checked like the training rows. A file whose every row
+    lacks its reward_spec is one mistake: 20 rows are named, then how many more."""
+    import json
+
+    train, val = tmp_path / "train.jsonl", tmp_path / "val.jsonl"
+    _multiply_rows(train, size=8)
+    rows = _multiply_rows(val, size=30)
+    val.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "reward_spec"}) + "\n" for row in rows))
+    keys = [f"data.train_data=['{train}']", f"data.val_data=['{val}']", f"trainer.policy.model.path={CHAT_MODEL}",
+            "trainer.use_ray=false", "trainer.train_batch_size=8", "trainer.policy_mini_batch_size=8"]
+    assert main(["--check", *keys]) == 2
+    listed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+    assert len(listed) == 21 and listed[0].startswith(f"  - row 1 (line 1 of {val}): env 'multiply': reward_spec")
+    assert listed[19].startswith(f"  - row 20 (line 20 of {val}):")
+    assert listed[20] == "  - ... and 10 more bad row(s), not listed"
 
 
 def test_a_batch_larger_than_the_rows_left_after_long_prompts_is_a_config_error(tiny_chat_model, tmp_path,
