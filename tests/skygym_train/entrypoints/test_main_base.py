@@ -224,6 +224,23 @@ def test_the_validation_rows_are_checked_too_and_a_long_list_ends_in_a_count(tmp
     assert listed[20] == "  - ... and 10 more bad row(s), not listed"
 
 
+def test_skyrl_gym_check_and_train_check_name_a_bad_row_the_same_way(tmp_path, capsys):
+    """`skyrl-gym check` said "line 7" (counted from 1) and `train --check` "row 5" (from 0) of one file: both now
+    name a row by its number from 1, with the file and line (a blank line makes those differ)."""
+    import json
+
+    data = tmp_path / "rows.jsonl"
+    rows = _multiply_rows(data, size=2)
+    data.write_text(json.dumps(rows[0]) + "\n\n" + json.dumps({**rows[1], "prompt": "7 * 8"}) + "\n")
+    named = f"row 2 (line 3 of {data}): field 'prompt' is a string"
+    assert skyrl_gym_main(["check", "multiply", "--rows", str(data), "--no-adversarial", "--no-determinism"]) == 1
+    assert named in capsys.readouterr().out
+    assert skyrl_gym_main(["train", "--check", f"data.train_data=['{data}']", f"trainer.policy.model.path={CHAT_MODEL}",
+                           "trainer.use_ray=false", "trainer.train_batch_size=1",
+                           "trainer.policy_mini_batch_size=1"]) == 2
+    assert f"  - {named}" in capsys.readouterr().err
+
+
 def test_a_batch_larger_than_the_rows_left_after_long_prompts_is_a_config_error(tiny_chat_model, tmp_path,
                                                                                  capsys):
     """Prompts over trainer.max_prompt_length are left out once the tokenizer has loaded: when too few rows are
