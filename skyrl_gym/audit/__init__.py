@@ -201,12 +201,13 @@ class _Player:
         return episode.total_reward, reason.replace("\n", " ")[:300]
 
 
-def _read_rows(rows: Union[str, Path, Iterable[Mapping[str, Any]]]) -> List[Dict[str, Any]]:
-    from skyrl_gym.data import read_records
+def _read_rows(rows: Union[str, Path, Iterable[Mapping[str, Any]]]) -> List[Tuple[Optional[str], Dict[str, Any]]]:
+    """``(place, row)``: a file's rows named with the file and line (:func:`skyrl_gym.data.row_place`)."""
+    from skyrl_gym.data import placed_records
 
     if isinstance(rows, (str, Path)):
-        return list(read_records(rows))
-    return [dict(row) for row in rows]
+        return list(placed_records(rows))
+    return [(None, dict(row)) for row in rows]
 
 
 def audit_env(
@@ -247,10 +248,11 @@ def audit_env(
         return report
     if rows is None:
         if profile.rows is not None:
-            raw = profile.rows(max_rows, seed)
+            raw: List[Tuple[Optional[str], Any]] = [(None, row) for row in profile.rows(max_rows, seed)]
             report.rows_source = f"{len(raw)} row(s) from the env's audit profile"
         else:
-            raw, report.rows_source = default_rows(env_id, size=max_rows, seed=seed)
+            built, report.rows_source = default_rows(env_id, size=max_rows, seed=seed)
+            raw = [(None, row) for row in built]
     else:
         raw = _read_rows(rows)
         report.rows_source = f"{len(raw)} row(s) given"
@@ -261,8 +263,8 @@ def audit_env(
     player = _Player(env_id, config, profile.max_turns, step_timeout_s)
     chosen = None if hacks is None else set(hacks)
     deadline = None if budget_s is None else started + budget_s
-    for index, row in enumerate(raw[:max_rows]):
-        row = validate_row(row, index)
+    for index, (place, row) in enumerate(raw[:max_rows]):
+        row = validate_row(row, index, place=place)
         report.rows += 1
         _audit_row(report, player, profile, index, row, chosen, deadline)
     report.seconds = time.monotonic() - started

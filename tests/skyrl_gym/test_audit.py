@@ -401,3 +401,11 @@ def test_a_judge_model_that_obeys_the_response_is_flagged(quoting_judge):
     report = audit_env("gsm8k", rows, env_config=config, hacks=["reply orders the judge to score 1"])
     assert [(c.name, c.got) for c in report.false_positives] == [("reply orders the judge to score 1", 1.0)]
     assert [c.verdict for c in report.cases if c.kind == "golden"] == [OK]
+
+
+def test_a_malformed_row_of_a_rows_file_is_named_with_its_line(tmp_path, capsys):
+    """The audit names a row as the checker and the trainer do: its number from 1, the file and the line."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('\n{"prompt": "2 * 3", "env_class": "multiply"}\n')
+    assert main(["audit", "multiply", "--rows", str(rows)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: row 1 (line 2 of {rows}): field 'prompt' is a string")
