@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import re
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
@@ -234,11 +234,12 @@ def read_config(
     config_file: Optional[Union[str, Path]] = None,
     schema: Type[C] = SkyRLTrainConfig,  # type: ignore[assignment]
     validate: bool = True,
+    more_checks: Optional[Callable[[Any], List[str]]] = None,
 ) -> Tuple[C, List[str]]:
     """The config as far as it can be read, and every problem at once: unknown keys, values of the wrong type
-    (each key's default stands in for a refused value) and, with ``validate``, the validation's problems, less
-    those about a key whose value was refused. Raises ``ConfigError`` only when no config can be built (a config
-    file that does not exist)."""
+    (each key's default stands in for a refused value) and, with ``validate``, the validation's problems and
+    those of ``more_checks(cfg)`` (the rows, the machine), less those about a key whose value was refused. Raises
+    ``ConfigError`` only when no config can be built (a config file that does not exist)."""
     base = OmegaConf.structured(schema)
     problems: List[str] = []
     layers: List[DictConfig] = []
@@ -281,10 +282,13 @@ def read_config(
     if validate:
         from skygym_train.config.validation import validate_config
 
+        later: List[str] = []
         try:
             validate_config(cfg)  # type: ignore[arg-type]
         except ConfigError as exc:
-            problems += [p for p in exc.problems if not _names_a_refused_key(p, refused)]
+            later += exc.problems
+        later += more_checks(cfg) if more_checks is not None else []
+        problems += [p for p in later if not _names_a_refused_key(p, refused)]
     return cfg, problems  # type: ignore[return-value]
 
 

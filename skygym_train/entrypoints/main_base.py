@@ -79,9 +79,8 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     try:
         # One run names every mistake: keys, values, settings, model paths, env ids (with --check, the rows too).
         cfg, problems = read_config(args.overrides, config_file=args.config_file,
-                                    schema=config_cls or SkyRLTrainConfig, validate=not only_print)
-        if not only_print:
-            problems += dataset_problems(cfg, read_rows=args.check)
+                                    schema=config_cls or SkyRLTrainConfig, validate=not only_print,
+                                    more_checks=functools.partial(dataset_problems, read_rows=args.check))
         if problems:
             raise ConfigError(problems)
     except ConfigError as exc:
@@ -146,7 +145,7 @@ def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:
                   for files in (cfg.data.train_data, cfg.data.val_data or []))
     env_class = cfg.environment.env_class
     return problems + rows_problems(cfg, read_dataset(train, env_class), read_dataset(val, env_class),
-                                    count_train=len(train) == len(cfg.data.train_data))
+                                    count_train=bool(train) and len(train) == len(cfg.data.train_data))
 
 
 # ---------------------------------------------------------------------- SkyRL-train's tutorial surface

@@ -173,6 +173,26 @@ def test_a_batch_larger_than_the_dataset_is_named_by_check_and_by_the_run(check,
     assert "Traceback" not in err and "configuration is valid" not in err, err
 
 
+def test_a_refused_value_does_not_bring_problems_of_the_default_that_stood_in(tmp_path, capsys):
+    """The brief's three-mistake command names its three mistakes (and the unset model) in one run, and nothing
+    about the defaults that stood in for the refused values (no training files, a batch of 1024 on 64 rows)."""
+    assert main(["--check", "data.train_data=x.jsonl", "trainer.train_batch_size=10",
+                 "trainer.policy_mini_batch_size=4", "trainer.epochs=two"]) == 2
+    listed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
+    assert listed == [
+        "  - data.train_data=x.jsonl: expected a list, e.g. data.train_data=\"['x.jsonl']\" (quoted, so the shell "
+        "keeps the brackets)",
+        "  - trainer.epochs=two: expected an integer",
+        "  - trainer.policy.model.path: not set (a local folder, hub id or 'smollm2-135m')",
+        "  - trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4",
+    ]
+    data = tmp_path / "train.jsonl"
+    _multiply_rows(data)
+    assert main(["--check", f"data.train_data=['{data}']", f"trainer.policy.model.path={CHAT_MODEL}",
+                 "trainer.use_ray=false", "trainer.train_batch_size=ten"]) == 2
+    assert capsys.readouterr().err.splitlines()[1:] == ["  - trainer.train_batch_size=ten: expected an integer"]
+
+
 @pytest.mark.parametrize("check", [["--check"], []], ids=["check", "run"])
 def test_rows_their_env_refuses_are_all_named_by_check_and_by_the_run(check, tmp_path, monkeypatch, capsys):
     """A row without a reward_spec passed `--check` and trained at reward 0 (one env error per sample). The env's
