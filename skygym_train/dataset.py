@@ -11,13 +11,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 class DatasetRows:
     """Rows read for a run, each with its place (how messages name it: :func:`skyrl_gym.data.row_place`), and every
     problem met reading them (a malformed row is left out of ``rows`` and named in ``problems``). ``order`` and
-    ``problem_order`` hold where each row and each problem came in the reading, to list later problems in order."""
+    ``problem_order`` hold where each row and each problem came in the reading, to list later problems in order;
+    ``whole`` is false when a file could not be read to its end (its rows are not all counted)."""
 
     rows: List[Dict[str, Any]] = field(default_factory=list)
     places: List[str] = field(default_factory=list)
     order: List[int] = field(default_factory=list)
     problems: List[str] = field(default_factory=list)
     problem_order: List[int] = field(default_factory=list)
+    whole: bool = True
 
     def add(self, place: str, record: Any, default_env_class: Optional[str]) -> None:
         from skyrl_gym.data import to_plain, validate_row
@@ -52,6 +54,7 @@ def read_dataset(files: Sequence[str], default_env_class: Optional[str] = None) 
                 out.add(place, record, default_env_class)
         except (OSError, ValueError) as exc:  # DataError (bad JSON) names the row and the line
             out.problem(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+            out.whole = False
     return out
 
 

@@ -972,8 +972,8 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
     """Every problem of the rows a run would train and evaluate on, found before Ray starts: malformed rows, an
     ``env_class`` that is not registered (its first row named), each row its env refuses (the env's own
     message, from building the env for the row: :func:`skyrl_gym.episode.env_row_problem`), and a
-    ``trainer.train_batch_size`` larger than the training rows (unless ``count_train`` is false: some training
-    files were not read). A config whose ``environment.env_class`` is not registered is
+    ``trainer.train_batch_size`` larger than the training rows (unless ``count_train`` is false, or a training
+    file could not be read to its end: then the rows are not all counted). A config whose ``environment.env_class`` is not registered is
     :func:`before_starting_problems`'s."""
     from skyrl_gym.episode import env_row_problem
     from skyrl_gym.registration import unregistered_ids
@@ -999,7 +999,7 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
     if len(bad_rows) > MAX_ROW_PROBLEMS:
         more = len(bad_rows) - MAX_ROW_PROBLEMS
         bad_rows = bad_rows[:MAX_ROW_PROBLEMS] + [f"... and {more} more bad row(s), not listed"]
-    return bad_rows + (batch_size_problems(cfg, len(train.rows)) if count_train else [])
+    return bad_rows + (batch_size_problems(cfg, len(train.rows)) if count_train and train.whole else [])
 
 
 def batch_size_problems(cfg: Any, rows: int, too_long: int = 0) -> List[str]:

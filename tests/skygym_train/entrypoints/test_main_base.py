@@ -244,6 +244,18 @@ def test_the_validation_rows_are_checked_too_and_a_long_list_ends_in_a_count(tmp
     assert listed[20] == "  - ... and 10 more bad row(s), not listed"
 
 
+def test_a_line_that_is_not_json_is_named_and_the_rows_are_not_miscounted(tmp_path, capsys):
+    """A file read only up to a broken line holds more rows than were read: the batch is not compared with them."""
+    data = tmp_path / "train.jsonl"
+    _multiply_rows(data, size=8)
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join(lines[:5] + ["{not json"] + lines[5:]) + "\n")
+    assert main(["--check", f"data.train_data=['{data}']", f"trainer.policy.model.path={CHAT_MODEL}",
+                 "trainer.use_ray=false", "trainer.train_batch_size=8", "trainer.policy_mini_batch_size=8"]) == 2
+    assert capsys.readouterr().err.splitlines()[1:] == [
+        f"  - row 6 (line 6 of {data}) is not valid JSON (Expecting property name enclosed in double quotes)"]
+
+
 def test_skyrl_gym_check_and_train_check_name_a_bad_row_the_same_way(tmp_path, capsys):
     """`skyrl-gym check` said "line 7" (counted from 1) and `train --check` "row 5" (from 0) of one file: both now
     name a row by its number from 1, with the file and line (a blank line makes those differ)."""
