@@ -191,7 +191,7 @@ def run_quickstart(
     from omegaconf import OmegaConf
 
     from skygym_train.config.loader import load_config
-    from skygym_train.trainer import PPOTrainer, check_before_starting
+    from skygym_train.trainer import PPOTrainer, TrainingInterrupted, check_before_starting
 
     started = time.perf_counter()
     out_dir = out_dir.expanduser().resolve()
@@ -214,7 +214,10 @@ def run_quickstart(
         trainer.setup()
         device = "GPU" if trainer.policy is not None and _on_gpu() else "CPU"
         print(f"quickstart: model loaded on {device} in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
-        result = trainer.fit()
+        try:
+            result = trainer.fit()
+        except TrainingInterrupted as exc:  # Ctrl-C: the steps done are summed up and plotted, nothing exported
+            result = exc.result
     result["minutes"] = (time.perf_counter() - started) / 60
     result["output_mb"] = _size_mb([out_dir / "data", *output_paths(cfg, out_dir)])
     summary = _summary(result)
@@ -241,6 +244,8 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
     window = max(1, min(5, len(rewards) // 4 or 1))
     return {
         "steps": result.get("global_step"),
+        "interrupted": bool(result.get("interrupted")),
+        "steps_planned": result.get("total_steps"),
         "minutes": round(result["minutes"], 2),
         "output_mb": round(result.get("output_mb", 0.0), 1),
         "train_reward_first_steps": round(sum(rewards[:window]) / window, 4) if rewards else None,
@@ -256,13 +261,23 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
 
 def _report(summary: Dict[str, Any]) -> str:
     before, after = (_rounded((summary.get(key) or {}).get("eval/reward")) for key in ("eval_before", "eval_after"))
+    if summary["interrupted"]:
+        head = (f"== quickstart interrupted at step {summary['steps']} of {summary['steps_planned']} (Ctrl-C), "
+                f"after {summary['minutes']:.1f} min")
+        evaluated = f"{before} before training; not evaluated after (interrupted)"
+        export = "none (interrupted: run the quickstart again to train all the steps and export the model)"
+        checkpoint = summary["checkpoint"] or "none"
+    else:
+        head = "== quickstart finished in {:.1f} min ({} steps)".format(summary["minutes"], summary["steps"])
+        evaluated, export = f"{before} -> {after}", summary["export"]
+        checkpoint = summary["checkpoint"] or "none (pass --checkpoint to keep one for resuming)"
     lines = [
         "",
-        "== quickstart finished in {:.1f} min ({} steps)".format(summary["minutes"], summary["steps"]),
+        head,
         f"   train reward (mean of first / last steps): {summary['train_reward_first_steps']} -> {summary['train_reward_last_steps']}",
-        f"   held-out eval reward (greedy): {before} -> {after}",
-        f"   checkpoint: {summary['checkpoint'] or 'none (pass --checkpoint to keep one for resuming)'}",
-        f"   Hugging Face export: {summary['export']}",
+        f"   held-out eval reward (greedy): {evaluated}",
+        f"   checkpoint: {checkpoint}",
+        f"   Hugging Face export: {export}",
         f"   reward plot: {summary['plot']}",
         f"   outputs: {summary['output_mb']:.0f} MB",
     ]
@@ -290,13 +305,18 @@ def run_from_args(args: argparse.Namespace) -> int:
     from skygym_adapters.models import ModelResolutionError
 
     from skygym_train.config.loader import ConfigError
+    from skygym_train.entrypoints.main_base import STOPPED_AT_ONCE
 
     try:
-        run_quickstart(Path(args.out), args.steps, args.model, args.overrides, save_checkpoint=args.checkpoint)
+        summary = run_quickstart(Path(args.out), args.steps, args.model, args.overrides,
+                                 save_checkpoint=args.checkpoint)
     except (ConfigError, ModelResolutionError) as exc:  # a hub id that cannot be fetched: known when loading
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    except KeyboardInterrupt:  # while loading, or a second Ctrl-C (the first stops between steps)
+        print(STOPPED_AT_ONCE, file=sys.stderr)
+        return 130
+    return 130 if summary["interrupted"] else 0
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

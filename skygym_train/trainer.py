@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import queue
 import random
+import signal
 import threading
 import time
 import warnings
@@ -76,11 +78,69 @@ class _AsyncRunner:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Any) -> Any:
-        return self.submit(coro).result()
+        future = self.submit(coro)
+        try:
+            return future.result()
+        except BaseException:  # a Ctrl-C while waiting: the coroutine stops on the loop too
+            future.cancel()
+            raise
 
     def close(self) -> None:
+        if self.thread.is_alive():  # what a Ctrl-C left running ends cancelled, not "destroyed but pending"
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self.loop).result(timeout=5)
+            except Exception:  # noqa: BLE001 - closing goes on whatever the tasks did
+                pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
+
+
+async def _cancel_other_tasks() -> None:
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :meth:`PPOTrainer.fit` between two steps. The steps done are logged and plotted (``result``
+    holds what ``fit`` returns, with ``interrupted`` true); nothing else is written: no evaluation, checkpoint
+    or export. A ``KeyboardInterrupt``, so a script that calls ``fit`` stops as it would have; the CLIs print
+    ``str(exc)`` as one line and exit with status 130."""
+
+    def __init__(self, message: str, result: Dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = result
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class _StopOnCtrlC:
+    """While ``fit`` trains, the first Ctrl-C (SIGINT) asks it to stop once the step (or evaluation) in
+    progress is done, and says so at once; the handler then steps aside, so a second Ctrl-C raises
+    ``KeyboardInterrupt`` wherever the run is. Only in the main thread, and only in place of Python's own
+    handler: a program that set its own keeps it."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> "_StopOnCtrlC":
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, self._previous)
+        # os.write: a handler may run while the main thread is inside a print to the same stream
+        os.write(2, b"\nCtrl-C: stopping once the step in progress is done (Ctrl-C again stops at once)\n")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None and signal.getsignal(signal.SIGINT) == self._on_sigint:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 class PPOTrainer:
@@ -852,28 +912,54 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ the loop
     def fit(self, on_step: Optional[Callable[[int, Dict[str, float]], None]] = None) -> Dict[str, Any]:
+        """Train to ``total_steps``, evaluating before and after, then checkpoint, export and plot. A first
+        Ctrl-C stops it once the step in progress is done: the steps done are logged and plotted, and
+        :class:`TrainingInterrupted` is raised (a second Ctrl-C stops at once)."""
         if self.policy is None:
             self.setup()
         assert self.tracker is not None
+        result: Dict[str, Any] = {"resumed_from": self._say_resumed()}
+        first_step = self.global_step
+        with _StopOnCtrlC() as ctrl_c:
+            if self.t.eval_before_train and self.global_step == 0 and self.val_rows:
+                before = self.evaluate()
+                result["eval_before"] = before
+                self.tracker.log(before, self.global_step)
+            last_ckpt = self._train_steps(on_step, lambda: ctrl_c.requested)
+        if ctrl_c.requested and self.global_step < self.total_steps:
+            raise self._interrupted(result, first_step)
+        if self.val_rows and (self.t.eval_interval > 0 or self.t.eval_before_train):
+            after = self.evaluate()
+            result["eval_after"] = after
+            self.tracker.log(after, self.global_step)
+        if self.t.ckpt_interval > 0 and last_ckpt != self.global_step and self.global_step > 0:
+            self.save_checkpoint()
+        result["checkpoint"] = str(ckpt.step_dir(_expand(self.t.ckpt_path), self.global_step)) if self.t.ckpt_interval > 0 else None
+        if self.t.hf_save_interval > 0:
+            result["export"] = str(self.export_hf())
+        return self._finish_result(result, first_step)
+
+    def _say_resumed(self) -> Optional[str]:
         resumed = self.maybe_resume()
         if resumed is not None:  # said out loud: the default ckpt_path is shared by runs that do not set their own
             note = (f"resumed from {resumed} at step {self.global_step} (trainer.resume_mode={self.t.resume_mode}; "
                     "trainer.resume_mode=none starts afresh, and a trainer.ckpt_path of its own keeps a run apart)")
             if self.global_step >= self.total_steps:
                 note += f": the run is already at its last step ({self.total_steps}), nothing is left to train"
-            warnings.warn(note, UserWarning, stacklevel=2)
-        result: Dict[str, Any] = {"resumed_from": str(resumed) if resumed else None}
-        first_step = self.global_step
-        if self.t.eval_before_train and self.global_step == 0 and self.val_rows:
-            before = self.evaluate()
-            result["eval_before"] = before
-            self.tracker.log(before, self.global_step)
+            warnings.warn(note, UserWarning, stacklevel=3)
+        return str(resumed) if resumed else None
+
+    def _train_steps(self, on_step: Optional[Callable[[int, Dict[str, float]], None]],
+                     stop: Callable[[], bool]) -> int:
+        """The steps, until ``total_steps`` or until ``stop()`` says so between two steps; returns the step of
+        the last checkpoint saved (-1 for none)."""
+        assert self.tracker is not None
         progress = _progress_bar(self.t.progress_bar, self.total_steps, self.global_step)
         last_ckpt = -1
         if self.t.async_training.enabled:
             self._start_producer(self.total_steps - self.global_step)
         try:
-            while self.global_step < self.total_steps:
+            while self.global_step < self.total_steps and not stop():
                 metrics = self.train_step()
                 step = self.global_step
                 if self.t.eval_interval > 0 and step % self.t.eval_interval == 0 and step < self.total_steps:
@@ -895,18 +981,34 @@ class PPOTrainer:
             if self._producer is not None:
                 self._producer.stop()
                 self._producer = None
-        if self.val_rows and (self.t.eval_interval > 0 or self.t.eval_before_train):
-            after = self.evaluate()
-            result["eval_after"] = after
-            self.tracker.log(after, self.global_step)
-        if self.t.ckpt_interval > 0 and last_ckpt != self.global_step and self.global_step > 0:
-            self.save_checkpoint()
-        result["checkpoint"] = str(ckpt.step_dir(_expand(self.t.ckpt_path), self.global_step)) if self.t.ckpt_interval > 0 else None
-        if self.t.hf_save_interval > 0:
-            result["export"] = str(self.export_hf())
+        return last_ckpt
+
+    def _interrupted(self, result: Dict[str, Any], first_step: int) -> TrainingInterrupted:
+        """What a Ctrl-C leaves: the plot of the steps done, the checkpoint a rerun would go on from, and a line
+        that says where the run stopped and how to go on."""
+        message = f"interrupted at step {self.global_step} of {self.total_steps}"
+        result["interrupted"] = True
+        result["checkpoint"] = None
+        if self.t.ckpt_interval > 0:
+            try:
+                latest = ckpt.latest_checkpoint(_expand(self.t.ckpt_path))
+            except FileNotFoundError:
+                latest = None
+            if latest is not None:
+                result["checkpoint"] = str(latest)
+                how = "" if self.t.resume_mode == "latest" else " with trainer.resume_mode=latest"
+                message += f"; the same command{how} goes on from the last checkpoint, {latest}"
+            else:
+                message += (f"; no checkpoint was saved yet (one every {self.t.ckpt_interval} steps, "
+                            "trainer.ckpt_interval): a rerun starts at step 0")
+        return TrainingInterrupted(message, self._finish_result(result, first_step))
+
+    def _finish_result(self, result: Dict[str, Any], first_step: int) -> Dict[str, Any]:
+        assert self.tracker is not None
         if self.t.plot_path:
             result["plot"] = str(plot_reward_curve(self.tracker.history, _expand(self.t.plot_path), f"{self.t.run_name}: reward per step"))
         result["global_step"] = self.global_step
+        result["total_steps"] = self.total_steps
         result["steps_trained"] = self.global_step - first_step  # 0: a resume found the run at its last step
         result["history"] = self.tracker.history
         return result

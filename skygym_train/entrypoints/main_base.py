@@ -102,11 +102,17 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
         trainer_cls = PPOTrainer
     from skygym_adapters.models import ModelResolutionError
 
-    from skygym_train.trainer import TrajectoriesFailed
+    from skygym_train.trainer import TrainingInterrupted, TrajectoriesFailed
 
     try:
         with trainer_cls(cfg) as trainer:
             result = trainer.fit()
+    except TrainingInterrupted as exc:  # the first Ctrl-C: the trainer stopped between two steps
+        print(str(exc), file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:  # before training started, or a second Ctrl-C
+        print(STOPPED_AT_ONCE, file=sys.stderr)
+        return 130
     except (ConfigError, ModelResolutionError) as exc:  # a hub id that cannot be fetched is known only now
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -117,10 +123,16 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     return 0
 
 
+STOPPED_AT_ONCE = "interrupted: stopped at once (Ctrl-C before the first step, or twice); nothing more was written"
+
+
 def finished_line(result: Mapping[str, Any]) -> str:
-    """The run's last line: where it ended, and, for a run that resumed (the default ``trainer.ckpt_path`` is
-    shared by every run that does not set its own), from where and how many steps it trained."""
+    """The run's last line: where it ended, what it wrote (the checkpoint, and the Hugging Face export when there
+    is one), and, for a run that resumed (the default ``trainer.ckpt_path`` is shared by every run that does not
+    set its own), from where and how many steps it trained."""
     line = f"finished at step {result['global_step']}; checkpoint: {result.get('checkpoint')}"
+    if result.get("export"):
+        line += f"; Hugging Face export: {result['export']}"
     resumed, trained = result.get("resumed_from"), result.get("steps_trained")
     if resumed and trained == 0:
         return (f"{line}\nnothing was trained: this run resumed from {resumed}, already at its last step "

@@ -189,6 +189,44 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
 
 
 @pytest.mark.slow
+def test_ctrl_c_stops_the_quickstart_between_steps_with_one_line_and_the_partial_outputs(tiny_chat_model, tmp_path):
+    """Ctrl-C at step 8 ended in a 16-frame KeyboardInterrupt traceback and left only the data rows and the
+    metrics; now the step in progress finishes, the run stops with one line, exit status 130, the steps done
+    plotted and summed up in summary.json (saying the run was interrupted), and no export of a half-trained
+    policy."""
+    from tests.skygym_train.ctrl_c import interrupt_after
+
+    out = tmp_path / "out"
+    code, output = interrupt_after(["-m", "skygym_train.quickstart", "--out", str(out), "--steps", "300",
+                                    "--model", str(tiny_chat_model), *TINY], "[step 2]")
+    assert code == 130, output
+    assert "Traceback" not in output and "Task was destroyed" not in output, output
+    assert "Ctrl-C: stopping once the step in progress is done (Ctrl-C again stops at once)" in output
+    [line] = [line for line in output.splitlines() if "interrupted at step" in line]
+    step = int(line.split("interrupted at step ")[1].split()[0])
+    assert line.startswith(f"== quickstart interrupted at step {step} of 300 (Ctrl-C)") and 2 <= step < 300
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["steps"] == step and summary["steps_planned"] == 300
+    assert len(summary["reward_per_step"]) == step and summary["export"] is None
+    assert "eval/reward" in summary["eval_before"] and summary["eval_after"] is None
+    assert (out / "reward_per_step.png").read_bytes()[:4] == b"\x89PNG"
+    metrics = (out / "logs" / "quickstart" / "metrics.jsonl").read_text().splitlines()
+    assert max(json.loads(line)["step"] for line in metrics) == step
+    assert not (out / "export").exists() and not (out / "ckpts").exists()
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_stops_the_quickstart_at_once(tiny_chat_model, tmp_path):
+    from tests.skygym_train.ctrl_c import interrupt_after
+
+    code, output = interrupt_after(["-m", "skygym_train.quickstart", "--out", str(tmp_path), "--steps", "300",
+                                    "--model", str(tiny_chat_model), *TINY], "[step 2]", "Ctrl-C again")
+    assert code == 130 and "Traceback" not in output, output
+    assert output.rstrip().endswith("interrupted: stopped at once (Ctrl-C before the first step, or twice); "
+                                    "nothing more was written"), output
+
+
+@pytest.mark.slow
 def test_full_quickstart_improves_reward(tmp_path, embedded_model):
     """The README's main job as it is: 40 GRPO steps of SmolLM2-135M-Instruct, evaluated before and after."""
     summary = run_quickstart(tmp_path, steps=40)

@@ -308,13 +308,29 @@ def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tin
                                                                 "trainer.resume_mode": "latest"})
     assert main(keys) == 0
     first = capsys.readouterr().err
-    assert "finished at step 1" in first and "resumed from" not in first.splitlines()[-1]
+    assert first.strip().splitlines()[-1] == f"finished at step 1; checkpoint: {tmp_path / 'ckpts' / 'global_step_1'}"
     with pytest.warns(UserWarning, match="nothing is left to train"):
         assert main(keys) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
     resumed = tmp_path / "ckpts" / "global_step_1"
     assert last.startswith(f"nothing was trained: this run resumed from {resumed}")
     assert "trainer.resume_mode=none starts afresh" in last
+
+
+def test_a_run_that_exports_names_the_export_in_its_last_line(tiny_chat_model, toy_data, tmp_path, capsys):
+    """A run writing a checkpoint and a Hugging Face export ended naming only the checkpoint."""
+    from tests.skygym_train.toy_envs import toy_overrides
+
+    keys = toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1,
+                                                                "trainer.ckpt_interval": 1,
+                                                                "trainer.hf_save_interval": 1,
+                                                                "trainer.export_path": tmp_path / "export"})
+    assert main(keys) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    export = tmp_path / "export" / "global_step_1"
+    assert last == (f"finished at step 1; checkpoint: {tmp_path / 'ckpts' / 'global_step_1'}; "
+                    f"Hugging Face export: {export}")
+    assert (export / "config.json").is_file()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None,
@@ -372,3 +388,35 @@ def test_train_help_shows_the_keys_every_run_needs_and_an_example_that_checks(tm
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert "configuration is valid" in done.stderr and (tmp_path / "train.jsonl").is_file()
+
+
+def test_ctrl_c_stops_a_run_between_steps_and_says_how_to_go_on(tiny_chat_model, tmp_path):
+    """`skyrl-gym train` at Ctrl-C: the step in progress finishes, the run stops with exit status 130 and one
+    line naming the step and the last checkpoint (which the same command goes on from), its metrics and plot
+    written, no traceback and no hang at exit."""
+    import json
+    import re
+
+    from skyrl_gym.data import write_jsonl
+    from skyrl_gym.datasets import build_rows
+    from tests.skygym_train.ctrl_c import interrupt_after
+
+    write_jsonl(build_rows("multiply", split="train", size=64, seed=0, num_digits=1), tmp_path / "train.jsonl")
+    keys = [f"data.train_data=[{tmp_path / 'train.jsonl'}]", f"trainer.policy.model.path={tiny_chat_model}",
+            "trainer.use_ray=false", "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
+            "generator.n_samples_per_prompt=2", "generator.sampling_params.max_generate_length=4",
+            "trainer.max_training_steps=200", "trainer.epochs=100", "trainer.ckpt_interval=2",
+            f"trainer.ckpt_path={tmp_path / 'ckpts'}", "trainer.logger=console,jsonl",
+            f"trainer.log_path={tmp_path / 'logs'}", "trainer.run_name=run", "trainer.progress_bar=false",
+            f"trainer.plot_path={tmp_path / 'plot.png'}"]
+    code, output = interrupt_after(["-m", "skygym_train.entrypoints.main_base", *keys], "[step 2]")
+    assert code == 130 and "Traceback" not in output, output
+    last = output.strip().splitlines()[-1]
+    found = re.fullmatch(r"interrupted at step (\d+) of 200; the same command goes on from the last checkpoint, "
+                         + re.escape(str(tmp_path / "ckpts")) + r"/global_step_(\d+)", last)
+    assert found, output
+    step, saved = int(found[1]), int(found[2])
+    assert 2 <= step < 200 and saved == step - step % 2
+    metrics = [json.loads(line) for line in (tmp_path / "logs" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert max(m["step"] for m in metrics) == step
+    assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"

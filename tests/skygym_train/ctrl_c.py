@@ -1,0 +1,34 @@
+"""Ctrl-C for real: a training command in a subprocess, SIGINT once its output shows a line."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from typing import List, Sequence, Tuple
+
+
+def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300) -> Tuple[int, str]:
+    """Run ``python -u ARGS`` (from the repository root) and send it one SIGINT at each of ``markers``, in turn:
+    once a line of its output (stdout and stderr together) contains it. Returns its exit status and its whole
+    output; one still running after ``timeout`` seconds (a hang at exit) is killed, and its status is -9."""
+    process = subprocess.Popen([sys.executable, "-u", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    lines: List[str] = []
+    waiting = list(markers)
+    assert process.stdout is not None
+    watchdog = threading.Timer(timeout, process.kill)
+    watchdog.start()
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if waiting and waiting[0] in line:
+                process.send_signal(signal.SIGINT)
+                waiting.pop(0)
+        return process.wait(), "".join(lines)
+    finally:
+        watchdog.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
