@@ -87,9 +87,11 @@ def _with_examples(row: Dict[str, Any]) -> Dict[str, Any]:
     return {**row, "prompt": [*system, *examples, question]}
 
 
-def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32, seed: int = 0) -> None:
+def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32, seed: int = 0,
+                        boxed_wrong_reward: Optional[float] = None) -> None:
     """Single-digit products, one turn each, after two worked examples; no validation question (and no example)
-    appears in the training rows, and no example appears among the validation questions."""
+    appears in the training rows, and no example appears among the validation questions. Each row carries
+    ``boxed_wrong_reward`` when given, so ``skyrl-gym eval`` or ``step`` on the rows scores as training did."""
     from skyrl_gym.data import write_jsonl
     from skyrl_gym.datasets import build_rows
 
@@ -101,8 +103,9 @@ def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32,
     held_out = {row["prompt"][-1]["content"] for row in val} | examples
     candidates = build_rows("multiply", split="train", size=num_train * 3, seed=seed, num_digits=1, max_turns=1)
     train = [row for row in candidates if row["prompt"][-1]["content"] not in held_out][:num_train]
-    write_jsonl([_with_examples(row) for row in train], data_dir / "train.jsonl")
-    write_jsonl([_with_examples(row) for row in val], data_dir / "validation.jsonl")
+    credit = {} if boxed_wrong_reward is None else {"boxed_wrong_reward": boxed_wrong_reward}
+    write_jsonl([{**_with_examples(row), **credit} for row in train], data_dir / "train.jsonl")
+    write_jsonl([{**_with_examples(row), **credit} for row in val], data_dir / "validation.jsonl")
 
 
 EARLIER_RUNS = "earlier_runs"
@@ -195,10 +198,12 @@ def run_quickstart(
 
     started = time.perf_counter()
     out_dir = out_dir.expanduser().resolve()
-    write_multiply_rows(out_dir / "data")
     base = quickstart_overrides(out_dir, steps, model, save_checkpoint)
     # user key=value overrides win over the recipe
     merged = OmegaConf.merge(OmegaConf.create(_nest(base)), OmegaConf.from_dotlist(list(extra_overrides)))
+    # the rows carry the partial credit they are trained with (a row's value wins over env_config)
+    write_multiply_rows(out_dir / "data",
+                        boxed_wrong_reward=OmegaConf.select(merged, "environment.env_config.boxed_wrong_reward"))
     cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
     check_before_starting(cfg)  # a bad env id or model path moves nothing aside
     # a re-run into the same folder leaves only its own outputs there: the earlier run's are moved aside
@@ -221,9 +226,19 @@ def run_quickstart(
     result["minutes"] = (time.perf_counter() - started) / 60
     result["output_mb"] = _size_mb([out_dir / "data", *output_paths(cfg, out_dir)])
     summary = _summary(result)
+    if summary["export"]:
+        summary["eval_command"] = _eval_command(cfg, summary["export"])
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(_report(summary), flush=True)
     return summary
+
+
+def _eval_command(cfg: Any, export: str) -> str:
+    """The ``skyrl-gym eval`` command that measures the export as the run's last evaluation did (the rows carry
+    the reward's settings; the sampling is the run's evaluation sampling)."""
+    sampling = cfg.generator.eval_sampling_params or cfg.generator.sampling_params
+    return (f"skyrl-gym eval --data {cfg.data.val_data[0]} --model {export} --temperature {sampling.temperature:g} "
+            f"--max-tokens {sampling.max_generate_length}")
 
 
 def _on_gpu() -> bool:
@@ -281,6 +296,8 @@ def _report(summary: Dict[str, Any]) -> str:
         f"   reward plot: {summary['plot']}",
         f"   outputs: {summary['output_mb']:.0f} MB",
     ]
+    if summary.get("eval_command"):
+        lines.append(f"   the held-out evaluation again, on the export: {summary['eval_command']}")
     return "\n".join(lines)
 
 

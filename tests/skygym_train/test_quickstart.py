@@ -39,6 +39,24 @@ def test_a_bad_model_or_env_is_one_error_line_and_moves_nothing_aside(tmp_path, 
     assert not (tmp_path / EARLIER_RUNS).exists()
 
 
+def test_the_quickstarts_rows_score_a_boxed_wrong_answer_as_training_does(tmp_path, capsys, monkeypatch):
+    """The rows did not carry the recipe's boxed_wrong_reward=0.1 (env config): `skyrl-gym step` and `eval` on
+    them gave 0.5 for a boxed wrong answer, and re-evaluating the export disagreed with the summary."""
+    import io
+    import sys
+
+    from skyrl_gym.cli import main as skyrl_gym_main
+    from skygym_train.quickstart import quickstart_overrides, write_multiply_rows
+
+    credit = quickstart_overrides(tmp_path, 40, "smollm2-135m")["environment.env_config"]["boxed_wrong_reward"]
+    write_multiply_rows(tmp_path, num_train=8, num_val=4, boxed_wrong_reward=credit)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\\boxed{-1}\n"))
+    assert skyrl_gym_main(["step", "multiply", "--row", str(tmp_path / "validation.jsonl"), "--json"]) == 0
+    [reward] = [json.loads(line)["reward"] for line in capsys.readouterr().out.splitlines()
+                if "reward" in json.loads(line)]
+    assert reward == credit == 0.1
+
+
 def _quickstart_config(out_dir, *overrides):
     from omegaconf import OmegaConf
 
@@ -172,7 +190,7 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
         steps=2,
         model=str(tiny_chat_model),
         save_checkpoint=True,
-        extra_overrides=TINY,
+        extra_overrides=[*TINY, "environment.env_config.boxed_wrong_reward=0.3"],
     )
     assert summary["steps"] == 2
     assert "eval/reward" in summary["eval_before"] and "eval/reward" in summary["eval_after"]
@@ -186,6 +204,19 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
         return {json.loads(line)["prompt"][-1]["content"] for line in (tmp_path / "data" / name).read_text().splitlines()}
 
     assert questions("validation.jsonl") and not questions("validation.jsonl") & questions("train.jsonl")  # held out
+    # the rows carry the partial credit the run trained with, the user's override of the recipe's included
+    for name in ("train.jsonl", "validation.jsonl"):
+        rows = [json.loads(line) for line in (tmp_path / "data" / name).read_text().splitlines()]
+        assert {row["boxed_wrong_reward"] for row in rows} == {0.3}
+    # and the command the summary gives runs the held-out evaluation again, on the export
+    from skyrl_gym.cli import main as skyrl_gym_main
+
+    export = tmp_path / "export" / "global_step_2"
+    assert summary["eval_command"] == (f"skyrl-gym eval --data {tmp_path / 'data' / 'validation.jsonl'} "
+                                       f"--model {export} --temperature 0 --max-tokens 4")
+    again = tmp_path / "again.json"
+    assert skyrl_gym_main([*summary["eval_command"].split()[1:], "--summary-json", str(again), "--no-progress"]) == 0
+    assert json.loads(again.read_text())["mean_reward"] == summary["eval_after"]["eval/reward"]
 
 
 @pytest.mark.slow

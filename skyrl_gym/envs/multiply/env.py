@@ -13,11 +13,20 @@ from skyrl_gym.rewards.boxed import last_boxed_content
 BOXED_WRONG_REWARD = 0.5  # the seed's value for a boxed but wrong final answer
 
 
+def _row_partial_credit(value: Any) -> float:
+    """A row's ``boxed_wrong_reward``: a number from 0 to 1 (the bound a served env's policy puts on
+    ``env_config.boxed_wrong_reward``), or a ``DataError`` that names the field."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1:
+        return float(value)
+    raise DataError(f"env 'multiply': the row's boxed_wrong_reward must be a number from 0 to 1, got {value!r:.80}")
+
+
 class MultiplyEnv(BaseTextEnv):
     """Multiply two numbers; 1.0 for the right \\boxed{} product, partial credit for a boxed wrong one.
 
-    ``extras["max_turns"]`` (default 5) allows retries with feedback; ``env_config["boxed_wrong_reward"]``
-    sets the partial credit (default 0.5). The answer is the last complete, non-empty box, so an empty
+    ``extras["max_turns"]`` (default 5) allows retries with feedback; the partial credit is the row's
+    ``boxed_wrong_reward`` (from 0 to 1: rows that carry it score the same wherever they are stepped), else
+    ``env_config["boxed_wrong_reward"]`` (default 0.5). The answer is the last complete, non-empty box, so an empty
     ``\\boxed{}`` copied from the instruction or a box cut off by the length limit earns nothing.
     """
 
@@ -31,6 +40,8 @@ class MultiplyEnv(BaseTextEnv):
             raise DataError(f"env 'multiply': max_turns must be an integer, got {max_turns!r}") from exc
         config = self.env_config if isinstance(self.env_config, dict) else {}
         self.boxed_wrong_reward = config_number(config, "boxed_wrong_reward", BOXED_WRONG_REWARD, "multiply")
+        if self.extras.get("boxed_wrong_reward") is not None:
+            self.boxed_wrong_reward = _row_partial_credit(self.extras["boxed_wrong_reward"])
 
     def step(self, action: str) -> StepOutput:
         self.turns += 1

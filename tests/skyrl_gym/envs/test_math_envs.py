@@ -125,6 +125,17 @@ def test_multiply_env_and_its_dataset():
     assert empty["reward"] == 0.0
 
 
+def test_a_multiply_rows_partial_credit_wins_over_env_config_and_is_checked():
+    """Rows that carry ``boxed_wrong_reward`` (the quickstart's) score the same wherever they are stepped."""
+    row = {**make_rows(1, num_digits=1, seed=3)[0], "max_turns": 1, "boxed_wrong_reward": 0.1}
+    assert skyrl_gym.make("multiply", extras=row).step(r"\boxed{-1}")["reward"] == 0.1
+    env = skyrl_gym.make("multiply", env_config={"boxed_wrong_reward": 0.5}, extras=row)
+    assert env.step(r"\boxed{-1}")["reward"] == 0.1
+    for bad in (2, -0.1, "0.1", True):
+        with pytest.raises(DataError, match=r"the row's boxed_wrong_reward must be a number from 0 to 1, got "):
+            skyrl_gym.make("multiply", extras={**row, "boxed_wrong_reward": bad})
+
+
 def test_rows_round_trip_through_json():
     rows = make_rows(2, seed=1)
     assert json.loads(json.dumps(rows)) == rows
