@@ -7,6 +7,9 @@ set -x
 
 DATA_DIR="${DATA_DIR:-$HOME/data/multiply}"
 
+# the repository root on the module path: `python -m examples....` works from any folder
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 ENTRY=(python -m examples.multiply_tutorial.main_multiply)
 if [ "${1:-}" = "--check" ]; then ENTRY=(python -m skygym_train.entrypoints.main_base --check); shift; fi
 

@@ -4,13 +4,14 @@
 #   BASE_URL=http://127.0.0.1:8000 MODEL=my-model bash examples/swe/run_eval.sh   # any OpenAI-compatible server
 # Needs a Docker engine (dockerd running; SKYGYM_DOCKER_HOST if it is not docker's default socket).
 set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${OUT:-outputs/swe}"
 LIMIT="${LIMIT:-5}"
 
 skyrl-gym swe build --out "$OUT" --limit "$LIMIT"             # images and instances, cached after the first run
 skyrl-gym swe validate "$OUT/instances.jsonl"                 # gold resolved N/N, empty resolved 0/N
-python examples/swe/replay_gold.py "$OUT/instances.jsonl"     # a scripted agent through the tools: reward 1.0
-python examples/swe/make_rows.py "$OUT/instances.jsonl" "$OUT/rows.jsonl" --max-turns 8
+python "$HERE/replay_gold.py" "$OUT/instances.jsonl"     # a scripted agent through the tools: reward 1.0
+python "$HERE/make_rows.py" "$OUT/instances.jsonl" "$OUT/rows.jsonl" --max-turns 8
 
 if [ -n "${BASE_URL:-}" ]; then
   # A chat model behind an OpenAI-compatible endpoint plays the tools.

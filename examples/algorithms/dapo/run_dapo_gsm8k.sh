@@ -5,7 +5,8 @@ set -x
 : "${NUM_GPUS:=4}"
 : "${LOGGER:=wandb}"
 
-python examples/algorithms/dapo/main_dapo.py \
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+python "$ROOT/examples/algorithms/dapo/main_dapo.py" \
   data.train_data="['$DATA_DIR/train.parquet']" \
   data.val_data="['$DATA_DIR/validation.parquet']" \
   trainer.algorithm.advantage_estimator=grpo \

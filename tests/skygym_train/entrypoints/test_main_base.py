@@ -420,3 +420,19 @@ def test_ctrl_c_stops_a_run_between_steps_and_says_how_to_go_on(tiny_chat_model,
     metrics = [json.loads(line) for line in (tmp_path / "logs" / "run" / "metrics.jsonl").read_text().splitlines()]
     assert max(m["step"] for m in metrics) == step
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_multiply_tutorials_cpu_script_runs_from_any_folder(tmp_path):
+    """`bash .../run_multiply_cpu.sh` from another folder said `No module named 'examples'`; now it reaches the
+    tutorial's entry point, which reads the overrides (here refusing a misspelt key: no model loads)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "examples" / "multiply_tutorial" / "run_multiply_cpu.sh"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", str(script), "trainer.no_such_key=1"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert "No module named" not in done.stderr, done.stderr
+    assert done.returncode == 2 and "trainer.no_such_key" in done.stderr, done.stderr
