@@ -258,6 +258,32 @@ def test_a_second_ctrl_c_stops_the_quickstart_at_once(tiny_chat_model, tmp_path)
 
 
 @pytest.mark.slow
+def test_the_quickstart_script_ends_saying_how_to_use_its_skyrl_gym_command(tiny_chat_model, tmp_path):
+    """Nothing said where the quickstart's virtual environment is, which every next step in the docs needs.
+    The script runs for real into a venv folder of the test's (SKYRL_GYM_VENV) whose pip is a test double (the
+    install is CI's to test) and whose python is this one."""
+    import stat
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    for name, body in (("python", f'exec {sys.executable} "$@"'), ("pip", "exit 0")):
+        (venv / "bin" / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (venv / "bin" / name).chmod(stat.S_IRWXU)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "quickstart.sh"
+    env = {**os.environ, "SKYRL_GYM_VENV": str(venv), "SKYRL_GYM_OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(script), "--steps", "1", "--model", str(tiny_chat_model), *TINY],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith(
+        f"== next: the skyrl-gym command is installed in {venv}; in a new shell, activate it first:\n"
+        f"   source {venv}/bin/activate\n"
+        "   skyrl-gym list        # the environments; then init, check, eval (README.md, docs/new-environment.md)")
+
+
+@pytest.mark.slow
 def test_full_quickstart_improves_reward(tmp_path, embedded_model):
     """The README's main job as it is: 40 GRPO steps of SmolLM2-135M-Instruct, evaluated before and after."""
     summary = run_quickstart(tmp_path, steps=40)
