@@ -196,6 +196,8 @@ def run_quickstart(
     from skygym_train.config.loader import load_config
     from skygym_train.trainer import PPOTrainer, TrainingInterrupted, check_before_starting
 
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
     started = time.perf_counter()
     out_dir = out_dir.expanduser().resolve()
     base = quickstart_overrides(out_dir, steps, model, save_checkpoint)
@@ -290,25 +292,51 @@ def _report(summary: Dict[str, Any]) -> str:
         "",
         head,
         f"   train reward (mean of first / last steps): {summary['train_reward_first_steps']} -> {summary['train_reward_last_steps']}",
+        *_learned_line(summary["reward_per_step"]),
         f"   held-out eval reward (greedy): {evaluated}",
         f"   checkpoint: {checkpoint}",
         f"   Hugging Face export: {export}",
         f"   reward plot: {summary['plot']}",
-        f"   outputs: {summary['output_mb']:.0f} MB",
+        f"   this run's outputs: {summary['output_mb']:.0f} MB",
     ]
     if summary.get("eval_command"):
         lines.append(f"   the held-out evaluation again, on the export: {summary['eval_command']}")
     return "\n".join(lines)
 
 
+def _learned_line(rewards: Sequence[float]) -> List[str]:
+    """A line for the last steps when every sample in them was right: the trainer's note that they trained
+    nothing (each prompt's samples agreed) is then what a run that learned its task ends with, not a fault."""
+    from skygym_train.trainer import NO_SIGNAL_STEPS
+
+    full = next((i for i, r in enumerate(reversed(rewards)) if r < 1.0), len(rewards))
+    if full < NO_SIGNAL_STEPS:
+        return []
+    first, last = len(rewards) - full + 1, len(rewards)
+    return [f"   steps {first}-{last}: every answer right, so nothing was left to learn from them (the note that "
+            "they trained nothing is expected once the model has learned the task)"]
+
+
 def _rounded(value: Any) -> Any:
     return round(value, 3) if isinstance(value, float) else value
+
+
+def _steps(text: str) -> int:
+    """``--steps``: a whole number from 1 (0 was refused as ``trainer.hf_save_interval=0``, a key the user never
+    set)."""
+    try:
+        steps = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of steps, got {text!r}") from None
+    if steps < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {steps}")
+    return steps
 
 
 def build_arg_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="python -m skygym_train.quickstart", description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="outputs/quickstart", help="folder for data, logs, checkpoint, plot")
-    parser.add_argument("--steps", type=int, default=40, help="training steps (default 40)")
+    parser.add_argument("--steps", type=_steps, default=40, help="training steps (default 40)")
     parser.add_argument("--model", default="smollm2-135m", help="model name or folder (default: the embedded SmolLM2)")
     parser.add_argument("--checkpoint", action="store_true",
                         help="also keep a training checkpoint (weights + optimizer state, ~1.7 GB) to resume from")

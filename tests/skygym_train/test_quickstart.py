@@ -26,6 +26,22 @@ def test_a_bad_override_is_one_error_line_from_either_entry_point(tmp_path, caps
     assert code == 2 and "did you mean 'policy'" in capsys.readouterr().err
 
 
+def test_steps_below_1_are_refused_naming_the_option(tmp_path, capsys):
+    """`--steps 0` complained about trainer.hf_save_interval=0, a key the user never set."""
+    from skyrl_gym.cli import main as skyrl_gym_main
+    from skygym_train.quickstart import main
+
+    for run in (main, lambda argv: skyrl_gym_main(["quickstart", *argv])):
+        with pytest.raises(SystemExit) as exit_:
+            run(["--out", str(tmp_path), "--steps", "0"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "argument --steps: must be at least 1, got 0" in err, err
+        assert "hf_save_interval" not in err
+    assert not any(tmp_path.iterdir())  # nothing written
+    with pytest.raises(ValueError, match="steps must be at least 1, got 0"):
+        run_quickstart(tmp_path, steps=0)
+
+
 def test_a_bad_model_or_env_is_one_error_line_and_moves_nothing_aside(tmp_path, capsys):
     from skygym_train.quickstart import main
 
@@ -55,6 +71,21 @@ def test_the_quickstarts_rows_score_a_boxed_wrong_answer_as_training_does(tmp_pa
     [reward] = [json.loads(line)["reward"] for line in capsys.readouterr().out.splitlines()
                 if "reward" in json.loads(line)]
     assert reward == credit == 0.1
+
+
+def test_a_run_that_ends_with_every_answer_right_reads_as_success():
+    """A finished run ended on the trainer's 'steps 37-39 trained nothing' note, which read like an error; the
+    summary now says those steps had nothing left to learn."""
+    from skygym_train.quickstart import _report, _summary
+
+    result = {"global_step": 40, "total_steps": 40, "minutes": 3.0, "export": "export/global_step_40",
+              "history": [{"step": s, "reward/mean": 1.0 if s > 36 else 0.9} for s in range(1, 41)]}
+    report = _report(_summary(result))
+    assert report.splitlines()[1] == "== quickstart finished in 3.0 min (40 steps)"
+    assert ("   steps 37-40: every answer right, so nothing was left to learn from them (the note that they "
+            "trained nothing is expected once the model has learned the task)") in report.splitlines()
+    result["history"][-2]["reward/mean"] = 0.97  # one step with a wrong answer in the last three: no such line
+    assert "nothing was left to learn" not in _report(_summary(result))
 
 
 def _quickstart_config(out_dir, *overrides):
