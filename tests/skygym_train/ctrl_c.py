@@ -1,7 +1,9 @@
-"""Ctrl-C for real: a training command in a subprocess, SIGINT once its output shows a line."""
+"""Ctrl-C for real: a training command in a subprocess, SIGINT once its output shows a line, to its whole process
+group as a terminal sends it (Ray's processes, when it starts them, get it too)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -10,11 +12,12 @@ from typing import List, Sequence, Tuple
 
 
 def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300) -> Tuple[int, str]:
-    """Run ``python -u ARGS`` (from the repository root) and send it one SIGINT at each of ``markers``, in turn:
+    """Run ``python -u ARGS`` (from the current folder, in a session of its own) and send its process group one
+    SIGINT at each of ``markers``, in turn:
     once a line of its output (stdout and stderr together) contains it. Returns its exit status and its whole
     output; one still running after ``timeout`` seconds (a hang at exit) is killed, and its status is -9."""
     process = subprocess.Popen([sys.executable, "-u", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+                               text=True, start_new_session=True)
     lines: List[str] = []
     waiting = list(markers)
     assert process.stdout is not None
@@ -24,7 +27,7 @@ def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300) ->
         for line in process.stdout:
             lines.append(line)
             if waiting and waiting[0] in line:
-                process.send_signal(signal.SIGINT)
+                os.killpg(process.pid, signal.SIGINT)
                 waiting.pop(0)
         return process.wait(), "".join(lines)
     finally:
@@ -32,3 +35,7 @@ def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300) ->
         if process.poll() is None:
             process.kill()
             process.wait()
+        try:  # whatever it started and left behind
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
