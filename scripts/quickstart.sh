@@ -38,6 +38,6 @@ if [ "$status" -eq 0 ] || [ "$status" -eq 130 ]; then  # trained, or stopped wit
   echo ""
   echo "== next: the skyrl-gym command is installed in $VENV; in a new shell, activate it first:"
   echo "   source $VENV/bin/activate"
-  echo "   skyrl-gym list        # the environments; then init, check, eval (README.md, docs/new-environment.md)"
+  echo "   skyrl-gym list        # the environments; then init, check, eval (README.md)"
 fi
 exit "$status"

@@ -91,7 +91,8 @@ def write_multiply_rows(data_dir: Path, num_train: int = 512, num_val: int = 32,
                         boxed_wrong_reward: Optional[float] = None) -> None:
     """Single-digit products, one turn each, after two worked examples; no validation question (and no example)
     appears in the training rows, and no example appears among the validation questions. Each row carries
-    ``boxed_wrong_reward`` when given, so ``skyrl-gym eval`` or ``step`` on the rows scores as training did."""
+    ``boxed_wrong_reward`` when given, so ``skyrl-gym eval`` or ``step`` on the rows scores as training
+    did."""
     from skyrl_gym.data import write_jsonl
     from skyrl_gym.datasets import build_rows
 
@@ -204,8 +205,8 @@ def run_quickstart(
     # user key=value overrides win over the recipe
     merged = OmegaConf.merge(OmegaConf.create(_nest(base)), OmegaConf.from_dotlist(list(extra_overrides)))
     # the rows carry the partial credit they are trained with (a row's value wins over env_config)
-    write_multiply_rows(out_dir / "data",
-                        boxed_wrong_reward=OmegaConf.select(merged, "environment.env_config.boxed_wrong_reward"))
+    credit = OmegaConf.select(merged, "environment.env_config.boxed_wrong_reward")
+    write_multiply_rows(out_dir / "data", boxed_wrong_reward=credit)
     cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
     check_before_starting(cfg)  # a bad env id or model path moves nothing aside
     # a re-run into the same folder leaves only its own outputs there: the earlier run's are moved aside
@@ -223,7 +224,7 @@ def run_quickstart(
         print(f"quickstart: model loaded on {device} in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
         try:
             result = trainer.fit()
-        except TrainingInterrupted as exc:  # Ctrl-C: the steps done are summed up and plotted, nothing exported
+        except TrainingInterrupted as exc:  # Ctrl-C: the steps done are summed up and plotted, no export
             result = exc.result
     result["minutes"] = (time.perf_counter() - started) / 60
     result["output_mb"] = _size_mb([out_dir / "data", *output_paths(cfg, out_dir)])
@@ -236,11 +237,11 @@ def run_quickstart(
 
 
 def _eval_command(cfg: Any, export: str) -> str:
-    """The ``skyrl-gym eval`` command that measures the export as the run's last evaluation did (the rows carry
-    the reward's settings; the sampling is the run's evaluation sampling)."""
+    """The ``skyrl-gym eval`` command that measures the export as the run's last evaluation did (the rows
+    carry the reward's settings; the sampling is the run's evaluation sampling)."""
     sampling = cfg.generator.eval_sampling_params or cfg.generator.sampling_params
-    return (f"skyrl-gym eval --data {cfg.data.val_data[0]} --model {export} --temperature {sampling.temperature:g} "
-            f"--max-tokens {sampling.max_generate_length}")
+    return (f"skyrl-gym eval --data {cfg.data.val_data[0]} --model {export} "
+            f"--temperature {sampling.temperature:g} --max-tokens {sampling.max_generate_length}")
 
 
 def _on_gpu() -> bool:
@@ -279,8 +280,8 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
 def _report(summary: Dict[str, Any]) -> str:
     before, after = (_rounded((summary.get(key) or {}).get("eval/reward")) for key in ("eval_before", "eval_after"))
     if summary["interrupted"]:
-        head = (f"== quickstart interrupted at step {summary['steps']} of {summary['steps_planned']} (Ctrl-C), "
-                f"after {summary['minutes']:.1f} min")
+        head = (f"== quickstart interrupted at step {summary['steps']} of {summary['steps_planned']} "
+                f"(Ctrl-C), after {summary['minutes']:.1f} min")
         evaluated = f"{before} before training; not evaluated after (interrupted)"
         export = "none (interrupted: run the quickstart again to train all the steps and export the model)"
         checkpoint = summary["checkpoint"] or "none"
@@ -313,8 +314,8 @@ def _learned_line(rewards: Sequence[float]) -> List[str]:
     if full < NO_SIGNAL_STEPS:
         return []
     first, last = len(rewards) - full + 1, len(rewards)
-    return [f"   steps {first}-{last}: every answer right, so nothing was left to learn from them (the note that "
-            "they trained nothing is expected once the model has learned the task)"]
+    return [f"   steps {first}-{last}: every answer right, so nothing was left to learn from them (the note "
+            "that they trained nothing is expected once the model has learned the task)"]
 
 
 def _rounded(value: Any) -> Any:
@@ -322,8 +323,8 @@ def _rounded(value: Any) -> Any:
 
 
 def _steps(text: str) -> int:
-    """``--steps``: a whole number from 1 (0 was refused as ``trainer.hf_save_interval=0``, a key the user never
-    set)."""
+    """``--steps``: a whole number from 1 (0 was refused as ``trainer.hf_save_interval=0``, a key the user
+    never set)."""
     try:
         steps = int(text)
     except ValueError:

@@ -103,10 +103,10 @@ async def _cancel_other_tasks() -> None:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped :meth:`PPOTrainer.fit` between two steps. The steps done are logged and plotted (``result``
-    holds what ``fit`` returns, with ``interrupted`` true); nothing else is written: no evaluation, checkpoint
-    or export. A ``KeyboardInterrupt``, so a script that calls ``fit`` stops as it would have; the CLIs print
-    ``str(exc)`` as one line and exit with status 130."""
+    """Ctrl-C stopped :meth:`PPOTrainer.fit` between two steps. The steps done are logged and plotted
+    (``result`` holds what ``fit`` returns, with ``interrupted`` true); nothing else is written: no
+    evaluation, checkpoint or export. A ``KeyboardInterrupt``, so a script that calls ``fit`` stops as it would
+    have; the CLIs print ``str(exc)`` as one line and exit with status 130."""
 
     def __init__(self, message: str, result: Dict[str, Any]) -> None:
         super().__init__(message)
@@ -934,7 +934,8 @@ class PPOTrainer:
             self.tracker.log(after, self.global_step)
         if self.t.ckpt_interval > 0 and last_ckpt != self.global_step and self.global_step > 0:
             self.save_checkpoint()
-        result["checkpoint"] = str(ckpt.step_dir(_expand(self.t.ckpt_path), self.global_step)) if self.t.ckpt_interval > 0 else None
+        result["checkpoint"] = (str(ckpt.step_dir(_expand(self.t.ckpt_path), self.global_step))
+                                if self.t.ckpt_interval > 0 else None)
         if self.t.hf_save_interval > 0:
             result["export"] = str(self.export_hf())
         return self._finish_result(result, first_step)
@@ -984,8 +985,8 @@ class PPOTrainer:
         return last_ckpt
 
     def _interrupted(self, result: Dict[str, Any], first_step: int) -> TrainingInterrupted:
-        """What a Ctrl-C leaves: the plot of the steps done, the checkpoint a rerun would go on from, and a line
-        that says where the run stopped and how to go on."""
+        """What a Ctrl-C leaves: the plot of the steps done, the checkpoint a rerun would go on from, and a
+        line that says where the run stopped and how to go on."""
         message = f"interrupted at step {self.global_step} of {self.total_steps}"
         result["interrupted"] = True
         result["checkpoint"] = None

@@ -123,13 +123,14 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     return 0
 
 
-STOPPED_AT_ONCE = "interrupted: stopped at once (Ctrl-C before the first step, or twice); nothing more was written"
+STOPPED_AT_ONCE = ("interrupted: stopped at once (Ctrl-C before the first step, or twice); "
+                   "nothing more was written")
 
 
 def finished_line(result: Mapping[str, Any]) -> str:
-    """The run's last line: where it ended, what it wrote (the checkpoint, and the Hugging Face export when there
-    is one), and, for a run that resumed (the default ``trainer.ckpt_path`` is shared by every run that does not
-    set its own), from where and how many steps it trained."""
+    """The run's last line: where it ended, what it wrote (the checkpoint, and the Hugging Face export when
+    there is one), and, for a run that resumed (the default ``trainer.ckpt_path`` is shared by every run that
+    does not set its own), from where and how many steps it trained."""
     line = f"finished at step {result['global_step']}; checkpoint: {result.get('checkpoint')}"
     if result.get("export"):
         line += f"; Hugging Face export: {result['export']}"

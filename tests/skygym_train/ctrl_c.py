@@ -1,5 +1,5 @@
-"""Ctrl-C for real: a training command in a subprocess, SIGINT once its output shows a line, to its whole process
-group as a terminal sends it (Ray's processes, when it starts them, get it too)."""
+"""Ctrl-C for real: a training command in a subprocess, SIGINT once its output shows a line, to its whole
+process group as a terminal sends it (Ray's processes, when it starts them, get it too)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import List, Sequence, Tuple
 
 
 def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300) -> Tuple[int, str]:
-    """Run ``python -u ARGS`` (from the current folder, in a session of its own) and send its process group one
-    SIGINT at each of ``markers``, in turn:
-    once a line of its output (stdout and stderr together) contains it. Returns its exit status and its whole
-    output; one still running after ``timeout`` seconds (a hang at exit) is killed, and its status is -9."""
-    process = subprocess.Popen([sys.executable, "-u", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    """Run ``python -u ARGS`` (from the current folder, in a session of its own) and send its process group
+    one SIGINT at each of ``markers``, in turn, once a line of its output (stdout and stderr together)
+    contains it. Returns its exit status and its whole output; one still running after ``timeout`` seconds (a
+    hang at exit) is killed, and its status is -9."""
+    process = subprocess.Popen([sys.executable, "-u", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: List[str] = []
     waiting = list(markers)
     assert process.stdout is not None

@@ -64,7 +64,8 @@ def test_the_quickstarts_rows_score_a_boxed_wrong_answer_as_training_does(tmp_pa
     from skyrl_gym.cli import main as skyrl_gym_main
     from skygym_train.quickstart import quickstart_overrides, write_multiply_rows
 
-    credit = quickstart_overrides(tmp_path, 40, "smollm2-135m")["environment.env_config"]["boxed_wrong_reward"]
+    recipe = quickstart_overrides(tmp_path, 40, "smollm2-135m")
+    credit = recipe["environment.env_config"]["boxed_wrong_reward"]
     write_multiply_rows(tmp_path, num_train=8, num_val=4, boxed_wrong_reward=credit)
     monkeypatch.setattr(sys, "stdin", io.StringIO("\\boxed{-1}\n"))
     assert skyrl_gym_main(["step", "multiply", "--row", str(tmp_path / "validation.jsonl"), "--json"]) == 0
@@ -84,7 +85,7 @@ def test_a_run_that_ends_with_every_answer_right_reads_as_success():
     assert report.splitlines()[1] == "== quickstart finished in 3.0 min (40 steps)"
     assert ("   steps 37-40: every answer right, so nothing was left to learn from them (the note that they "
             "trained nothing is expected once the model has learned the task)") in report.splitlines()
-    result["history"][-2]["reward/mean"] = 0.97  # one step with a wrong answer in the last three: no such line
+    result["history"][-2]["reward/mean"] = 0.97  # a step with a wrong answer among the last three: no line
     assert "nothing was left to learn" not in _report(_summary(result))
 
 
@@ -246,12 +247,14 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
     assert summary["eval_command"] == (f"skyrl-gym eval --data {tmp_path / 'data' / 'validation.jsonl'} "
                                        f"--model {export} --temperature 0 --max-tokens 4")
     again = tmp_path / "again.json"
-    assert skyrl_gym_main([*summary["eval_command"].split()[1:], "--summary-json", str(again), "--no-progress"]) == 0
+    argv = [*summary["eval_command"].split()[1:], "--summary-json", str(again), "--no-progress"]
+    assert skyrl_gym_main(argv) == 0
     assert json.loads(again.read_text())["mean_reward"] == summary["eval_after"]["eval/reward"]
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_the_quickstart_between_steps_with_one_line_and_the_partial_outputs(tiny_chat_model, tmp_path):
+def test_ctrl_c_stops_the_quickstart_between_steps_with_one_line_and_the_partial_outputs(tiny_chat_model,
+                                                                                          tmp_path):
     """Ctrl-C at step 8 ended in a 16-frame KeyboardInterrupt traceback and left only the data rows and the
     metrics; now the step in progress finishes, the run stops with one line, exit status 130, the steps done
     plotted and summed up in summary.json (saying the run was interrupted), and no export of a half-trained
@@ -311,7 +314,7 @@ def test_the_quickstart_script_ends_saying_how_to_use_its_skyrl_gym_command(tiny
     assert done.stdout.rstrip().endswith(
         f"== next: the skyrl-gym command is installed in {venv}; in a new shell, activate it first:\n"
         f"   source {venv}/bin/activate\n"
-        "   skyrl-gym list        # the environments; then init, check, eval (README.md, docs/new-environment.md)")
+        "   skyrl-gym list        # the environments; then init, check, eval (README.md)")
 
 
 @pytest.mark.slow

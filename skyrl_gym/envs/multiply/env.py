@@ -18,7 +18,8 @@ def _row_partial_credit(value: Any) -> float:
     ``env_config.boxed_wrong_reward``), or a ``DataError`` that names the field."""
     if not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1:
         return float(value)
-    raise DataError(f"env 'multiply': the row's boxed_wrong_reward must be a number from 0 to 1, got {value!r:.80}")
+    raise DataError(f"env 'multiply': the row's boxed_wrong_reward must be a number from 0 to 1, "
+                    f"got {value!r:.80}")
 
 
 class MultiplyEnv(BaseTextEnv):
@@ -26,8 +27,8 @@ class MultiplyEnv(BaseTextEnv):
 
     ``extras["max_turns"]`` (default 5) allows retries with feedback; the partial credit is the row's
     ``boxed_wrong_reward`` (from 0 to 1: rows that carry it score the same wherever they are stepped), else
-    ``env_config["boxed_wrong_reward"]`` (default 0.5). The answer is the last complete, non-empty box, so an empty
-    ``\\boxed{}`` copied from the instruction or a box cut off by the length limit earns nothing.
+    ``env_config["boxed_wrong_reward"]`` (default 0.5). The answer is the last complete, non-empty box, so an
+    empty ``\\boxed{}`` copied from the instruction or a box cut off by the length limit earns nothing.
     """
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):

@@ -308,7 +308,8 @@ def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tin
                                                                 "trainer.resume_mode": "latest"})
     assert main(keys) == 0
     first = capsys.readouterr().err
-    assert first.strip().splitlines()[-1] == f"finished at step 1; checkpoint: {tmp_path / 'ckpts' / 'global_step_1'}"
+    checkpoint = tmp_path / "ckpts" / "global_step_1"
+    assert first.strip().splitlines()[-1] == f"finished at step 1; checkpoint: {checkpoint}"
     with pytest.warns(UserWarning, match="nothing is left to train"):
         assert main(keys) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
@@ -405,7 +406,8 @@ def test_ctrl_c_stops_a_run_between_steps_and_says_how_to_go_on(use_ray, tiny_ch
     from skyrl_gym.datasets import build_rows
     from tests.skygym_train.ctrl_c import interrupt_after
 
-    write_jsonl(build_rows("multiply", split="train", size=64, seed=0, num_digits=1), tmp_path / "train.jsonl")
+    rows = build_rows("multiply", split="train", size=64, seed=0, num_digits=1)
+    write_jsonl(rows, tmp_path / "train.jsonl")
     keys = [f"data.train_data=[{tmp_path / 'train.jsonl'}]", f"trainer.policy.model.path={tiny_chat_model}",
             f"trainer.use_ray={use_ray}", "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
             "generator.n_samples_per_prompt=2", "generator.sampling_params.max_generate_length=4",
@@ -416,19 +418,20 @@ def test_ctrl_c_stops_a_run_between_steps_and_says_how_to_go_on(use_ray, tiny_ch
     code, output = interrupt_after(["-m", "skygym_train.entrypoints.main_base", *keys], "[step 2]")
     assert code == 130 and "Traceback" not in output, output
     last = output.strip().splitlines()[-1]
-    found = re.fullmatch(r"interrupted at step (\d+) of 200; the same command goes on from the last checkpoint, "
-                         + re.escape(str(tmp_path / "ckpts")) + r"/global_step_(\d+)", last)
+    found = re.fullmatch(r"interrupted at step (\d+) of 200; the same command goes on from the last "
+                         r"checkpoint, " + re.escape(str(tmp_path / "ckpts")) + r"/global_step_(\d+)", last)
     assert found, output
     step, saved = int(found[1]), int(found[2])
     assert 2 <= step < 200 and saved == step - step % 2
-    metrics = [json.loads(line) for line in (tmp_path / "logs" / "run" / "metrics.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "logs" / "run" / "metrics.jsonl").read_text().splitlines()
+    metrics = [json.loads(line) for line in lines]
     assert max(m["step"] for m in metrics) == step
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_multiply_tutorials_cpu_script_runs_from_any_folder(tmp_path):
-    """`bash .../run_multiply_cpu.sh` from another folder said `No module named 'examples'`; now it reaches the
-    tutorial's entry point, which reads the overrides (here refusing a misspelt key: no model loads)."""
+    """`bash .../run_multiply_cpu.sh` from another folder said `No module named 'examples'`; now it reaches
+    the tutorial's entry point, which reads the overrides (here refusing a misspelt key: no model loads)."""
     import os
     import subprocess
     import sys

@@ -132,7 +132,7 @@ def test_a_multiply_rows_partial_credit_wins_over_env_config_and_is_checked():
     env = skyrl_gym.make("multiply", env_config={"boxed_wrong_reward": 0.5}, extras=row)
     assert env.step(r"\boxed{-1}")["reward"] == 0.1
     for bad in (2, -0.1, "0.1", True):
-        with pytest.raises(DataError, match=r"the row's boxed_wrong_reward must be a number from 0 to 1, got "):
+        with pytest.raises(DataError, match=r"the row's boxed_wrong_reward must be a number from 0 to 1"):
             skyrl_gym.make("multiply", extras={**row, "boxed_wrong_reward": bad})
 
 
