@@ -105,8 +105,8 @@ async def _cancel_other_tasks() -> None:
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped :meth:`PPOTrainer.fit` between two steps. The steps done are logged and plotted
     (``result`` holds what ``fit`` returns, with ``interrupted`` true); nothing else is written: no
-    evaluation, checkpoint or export. A ``KeyboardInterrupt``, so a script that calls ``fit`` stops as it would
-    have; the CLIs print ``str(exc)`` as one line and exit with status 130."""
+    evaluation, checkpoint or export. A ``KeyboardInterrupt``, so a script that calls ``fit`` stops as it
+    would have; the CLIs print ``str(exc)`` as one line and exit with status 130."""
 
     def __init__(self, message: str, result: Dict[str, Any]) -> None:
         super().__init__(message)
