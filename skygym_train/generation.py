@@ -34,6 +34,17 @@ def sampling_params_dict(params: Any) -> Dict[str, Any]:
     return out
 
 
+def hf_engine_dtype(cfg: Any) -> str:
+    """The dtype the HF engine decodes in: ``generator.model_dtype``, where ``auto`` is bfloat16 where the
+    hardware computes it (GPUs; CPUs with AVX512-BF16 or AMX), else float32."""
+    dtype = cfg.generator.model_dtype
+    if dtype != "auto":
+        return str(dtype)
+    from skygym_adapters.models import computes_bf16_natively
+
+    return "bfloat16" if computes_bf16_natively() else "float32"
+
+
 def create_engines(cfg: Any, model_path: str, tokenizer: Any, placement_group: Any = None) -> List[Any]:
     """Inference engines for ``generator.backend``: hf and vllm (in this process, or Ray actors with
     ``generator.run_engines_locally=true`` and Ray on), remote and sglang (servers). ``placement_group``: the
@@ -49,13 +60,8 @@ def create_engines(cfg: Any, model_path: str, tokenizer: Any, placement_group: A
         from skygym_adapters.engines.hf import HFEngine
 
         batch = cfg.trainer.train_batch_size * g.n_samples_per_prompt
-        dtype = g.model_dtype
-        if dtype == "auto":  # bfloat16 where the hardware computes it (GPUs; CPUs with AVX512-BF16 or AMX)
-            from skygym_adapters.models import computes_bf16_natively
-
-            dtype = "bfloat16" if computes_bf16_natively() else "float32"
         # validation allows one HF engine: more would be copies of the model in this process
-        return [HFEngine(model_path, tokenizer, dtype=dtype, max_batch_size=max(64, batch))]
+        return [HFEngine(model_path, tokenizer, dtype=hf_engine_dtype(cfg), max_batch_size=max(64, batch))]
     if g.backend == "vllm":
         # in this process, so weights arrive without pickling (in-process, or received from a broadcast)
         from skygym_adapters.engines.vllm_engine import VLLMEngine

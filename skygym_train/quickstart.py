@@ -237,11 +237,15 @@ def run_quickstart(
 
 
 def _eval_command(cfg: Any, export: str) -> str:
-    """The ``skyrl-gym eval`` command that measures the export as the run's last evaluation did (the rows
-    carry the reward's settings; the sampling is the run's evaluation sampling)."""
+    """The ``skyrl-gym eval`` command that measures the export as the run's last evaluation did: the rows
+    carry the reward's settings; the sampling is the run's evaluation sampling, in the dtype its engine
+    decoded in (greedy answers differ between float32 and bfloat16)."""
+    from skygym_train.generation import hf_engine_dtype
+
     sampling = cfg.generator.eval_sampling_params or cfg.generator.sampling_params
+    dtype = f" --dtype {hf_engine_dtype(cfg)}" if cfg.generator.backend == "hf" else ""
     return (f"skyrl-gym eval --data {cfg.data.val_data[0]} --model {export} "
-            f"--temperature {sampling.temperature:g} --max-tokens {sampling.max_generate_length}")
+            f"--temperature {sampling.temperature:g} --max-tokens {sampling.max_generate_length}{dtype}")
 
 
 def _on_gpu() -> bool:

@@ -48,6 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-input-length", type=int, default=None, help="end a trajectory past this many tokens")
     parser.add_argument("--env-config", default=None, help="JSON env_config for the env(s)")
     parser.add_argument("--device", default=None, help="cpu or cuda (hf engine)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                        help="weights' dtype (hf engine; default float32 on CPU, bfloat16 on a GPU); greedy "
+                             "answers can differ between dtypes, so give the one a training run's engine used")
     parser.add_argument("--check-drift", action="store_true", help="verify re-templating reproduces every trajectory")
     parser.add_argument("--output", default="eval_trajectories.jsonl", help="where to write trajectories (JSONL)")
     parser.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
@@ -63,7 +66,7 @@ def _build_engine(args: argparse.Namespace) -> Any:
     if args.engine in ("remote", "sglang") and not args.base_url:
         raise SystemExit(f"error: --engine {args.engine} needs --base-url")
     if args.engine == "hf":
-        return make_engine("hf", model=args.model, device=args.device)
+        return make_engine("hf", model=args.model, device=args.device, dtype=args.dtype)
     if args.engine == "vllm":
         return make_engine("vllm", model=args.model)
     if args.engine == "remote":

@@ -123,3 +123,23 @@ def test_eval_exits_non_zero_when_an_episode_errored_unless_errors_are_allowed(
     assert json.loads(summary_path.read_text())["errors"] == 1  # the summary is still written
     assert len((tmp_path / "t.jsonl").read_text().splitlines()) == 2  # and every trajectory
     assert main(args + ["--allow-errors"]) == 0
+
+
+def test_eval_decodes_in_the_dtype_given(tmp_path: Path, tiny_model: Path,
+                                          capsys: pytest.CaptureFixture) -> None:
+    """A training run's engine decodes in bfloat16 where the hardware computes it, `skyrl-gym eval` in
+    float32 on a CPU: the quickstart's export, re-evaluated, scored 0.831 against the run's 0.859 until
+    `--dtype bfloat16` (0.859) made the two decode alike. The log-probs show which dtype decoded."""
+    data = write_parquet(gsm8k_rows(), tmp_path / "rows.parquet")
+
+    def logprobs(*dtype: str) -> List[List[float]]:
+        out = tmp_path / f"traj{'-'.join(dtype)}.jsonl"
+        argv = ["eval", "--data", str(data), "--model", str(tiny_model), "--device", "cpu", "--temperature", "0",
+                "--max-tokens", "3", "--output", str(out), "--no-progress", *dtype]
+        assert main(argv) == 0
+        capsys.readouterr()
+        return [json.loads(line)["logprobs"] for line in out.read_text().splitlines()]
+
+    default, as_float32 = logprobs(), logprobs("--dtype", "float32")
+    assert default == as_float32
+    assert logprobs("--dtype", "bfloat16") != as_float32
