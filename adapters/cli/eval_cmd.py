@@ -49,8 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--env-config", default=None, help="JSON env_config for the env(s)")
     parser.add_argument("--device", default=None, help="cpu or cuda (hf engine)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                        help="weights' dtype (hf engine; default float32 on CPU, bfloat16 on a GPU); greedy "
-                             "answers can differ between dtypes, so give the one a training run's engine used")
+                        help="weights' dtype (hf engine; default float32 on CPU, bfloat16 on a GPU); "
+                             "greedy answers can differ between dtypes: give the one a training run's "
+                             "engine used")
     parser.add_argument("--check-drift", action="store_true", help="verify re-templating reproduces every trajectory")
     parser.add_argument("--output", default="eval_trajectories.jsonl", help="where to write trajectories (JSONL)")
     parser.add_argument("--summary-json", default=None, help="also write the summary as JSON here")

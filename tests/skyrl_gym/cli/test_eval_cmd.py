@@ -134,8 +134,8 @@ def test_eval_decodes_in_the_dtype_given(tmp_path: Path, tiny_model: Path,
 
     def logprobs(*dtype: str) -> List[List[float]]:
         out = tmp_path / f"traj{'-'.join(dtype)}.jsonl"
-        argv = ["eval", "--data", str(data), "--model", str(tiny_model), "--device", "cpu", "--temperature", "0",
-                "--max-tokens", "3", "--output", str(out), "--no-progress", *dtype]
+        argv = ["eval", "--data", str(data), "--model", str(tiny_model), "--device", "cpu",
+                "--temperature", "0", "--max-tokens", "3", "--output", str(out), "--no-progress", *dtype]
         assert main(argv) == 0
         capsys.readouterr()
         return [json.loads(line)["logprobs"] for line in out.read_text().splitlines()]
