@@ -123,8 +123,9 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     return 0
 
 
-STOPPED_AT_ONCE = ("interrupted: stopped at once (Ctrl-C before the first step, or twice); "
-                   "nothing more was written")
+# Ctrl-C outside the training steps (loading, the last evaluation, the export) or a second one: no step to finish
+STOPPED_AT_ONCE = ("interrupted: stopped at once (Ctrl-C again, or outside the training steps); "
+                   "nothing more written")
 
 
 def finished_line(result: Mapping[str, Any]) -> str:
