@@ -278,6 +278,7 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
         "export": result.get("export"),
         "plot": result.get("plot"),
         "reward_per_step": [round(r, 4) for r in rewards],
+        "untrained_last_steps": _untrained_end(history),
     }
 
 
@@ -297,7 +298,7 @@ def _report(summary: Dict[str, Any]) -> str:
         "",
         head,
         f"   train reward (mean of first / last steps): {summary['train_reward_first_steps']} -> {summary['train_reward_last_steps']}",
-        *_learned_line(summary["reward_per_step"]),
+        *_learned_line(summary.get("untrained_last_steps")),
         f"   held-out eval reward (greedy): {evaluated}",
         f"   checkpoint: {checkpoint}",
         f"   Hugging Face export: {export}",
@@ -309,17 +310,33 @@ def _report(summary: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _learned_line(rewards: Sequence[float]) -> List[str]:
-    """A line for the last steps when every sample in them was right: the trainer's note that they trained
-    nothing (each prompt's samples agreed) is then what a run that learned its task ends with, not a fault."""
+def _untrained_end(history: Sequence[Dict[str, float]]) -> Optional[Dict[str, Any]]:
+    """The run's last steps that trained nothing (every advantage 0: each question's samples got one reward),
+    when there are at least as many as make the trainer say so, with the share of their questions that every
+    sample answered right; None otherwise."""
     from skygym_train.trainer import NO_SIGNAL_STEPS
 
-    full = next((i for i, r in enumerate(reversed(rewards)) if r < 1.0), len(rewards))
-    if full < NO_SIGNAL_STEPS:
+    steps = [h for h in history if "reward/mean" in h]
+    trained = [h.get("policy/trained_group_fraction", 1) > 0 for h in steps]
+    untrained = next((i for i, t in enumerate(reversed(trained)) if t), len(steps))
+    if untrained < NO_SIGNAL_STEPS:
+        return None
+    last = steps[-untrained:]
+    solved = sum(h.get("reward/solve_all_fraction", 0.0) for h in last) / untrained
+    return {"steps": [int(last[0]["step"]), int(last[-1]["step"])],
+            "solved_by_every_sample": round(solved, 4)}
+
+
+def _learned_line(untrained: Optional[Dict[str, Any]]) -> List[str]:
+    """A line for the last steps when they trained nothing because nearly every answer was right: the
+    trainer's note that they trained nothing is then what a run that learned its task ends with, not a
+    fault."""
+    if not untrained or untrained["solved_by_every_sample"] < 0.5:
         return []
-    first, last = len(rewards) - full + 1, len(rewards)
-    return [f"   steps {first}-{last}: every answer right, so nothing was left to learn from them (the note "
-            "that they trained nothing is expected once the model has learned the task)"]
+    first, last = untrained["steps"]
+    return [f"   steps {first}-{last} trained nothing, as expected once the model has learned the task: each "
+            f"question's answers agreed, {100 * untrained['solved_by_every_sample']:.0f}% of questions right "
+            "in every answer (GRPO learns from the differences between a question's answers)"]
 
 
 def _rounded(value: Any) -> Any:

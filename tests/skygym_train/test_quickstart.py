@@ -74,19 +74,30 @@ def test_the_quickstarts_rows_score_a_boxed_wrong_answer_as_training_does(tmp_pa
     assert reward == credit == 0.1
 
 
-def test_a_run_that_ends_with_every_answer_right_reads_as_success():
+def test_a_run_whose_last_steps_trained_nothing_because_it_learned_reads_as_success():
     """A finished run ended on the trainer's 'steps 37-39 trained nothing' note, which read like an error; the
-    summary now says those steps had nothing left to learn."""
+    summary now says those steps had nothing left to learn. The steps' figures are a real run's (40 steps)."""
     from skygym_train.quickstart import _report, _summary
 
+    trained = [0.5, 0.25, 0.125, 0.125, 0.25, 0.125, 0.125, 0.0, 0.0, 0.0, 0.0]  # steps 30-40
+    solved = [0.5, 0.75, 0.875, 0.875, 0.75, 0.875, 0.875, 1.0, 1.0, 0.875, 1.0]
+    history = [{"step": 30 + i, "reward/mean": 0.9, "policy/trained_group_fraction": t,
+                "reward/solve_all_fraction": f} for i, (t, f) in enumerate(zip(trained, solved))]
     result = {"global_step": 40, "total_steps": 40, "minutes": 3.0, "export": "export/global_step_40",
-              "history": [{"step": s, "reward/mean": 1.0 if s > 36 else 0.9} for s in range(1, 41)]}
-    report = _report(_summary(result))
-    assert report.splitlines()[1] == "== quickstart finished in 3.0 min (40 steps)"
-    assert ("   steps 37-40: every answer right, so nothing was left to learn from them (the note that they "
-            "trained nothing is expected once the model has learned the task)") in report.splitlines()
-    result["history"][-2]["reward/mean"] = 0.97  # a step with a wrong answer among the last three: no line
-    assert "nothing was left to learn" not in _report(_summary(result))
+              "history": history}
+    summary = _summary(result)
+    assert summary["untrained_last_steps"] == {"steps": [37, 40], "solved_by_every_sample": 0.9688}
+    report = _report(summary).splitlines()
+    assert report[1] == "== quickstart finished in 3.0 min (40 steps)"
+    assert report[3] == ("   steps 37-40 trained nothing, as expected once the model has learned the task: "
+                         "each question's answers agreed, 97% of questions right in every answer (GRPO learns "
+                         "from the differences between a question's answers)")
+    # fewer such steps than make the trainer say so, or a task the model does not solve: no such line
+    history[-3]["policy/trained_group_fraction"] = 0.125
+    assert _summary(result)["untrained_last_steps"] is None
+    for h in history:
+        h["policy/trained_group_fraction"], h["reward/solve_all_fraction"] = 0.0, 0.0
+    assert "as expected" not in _report(_summary(result))
 
 
 def _quickstart_config(out_dir, *overrides):
