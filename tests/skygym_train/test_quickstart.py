@@ -90,8 +90,8 @@ def test_a_run_whose_last_steps_trained_nothing_because_it_learned_reads_as_succ
     report = _report(summary).splitlines()
     assert report[1] == "== quickstart finished in 3.0 min (40 steps)"
     assert report[3] == ("   steps 37-40 trained nothing, as expected once the model has learned the task: "
-                         "each question's answers agreed, 97% of questions right in every answer (GRPO learns "
-                         "from the differences between a question's answers)")
+                         "each question's answers agreed, 97% of questions right in every answer (GRPO "
+                         "learns from the differences between a question's answers)")
     # fewer such steps than make the trainer say so, or a task the model does not solve: no such line
     history[-3]["policy/trained_group_fraction"] = 0.125
     assert _summary(result)["untrained_last_steps"] is None
