@@ -261,7 +261,8 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
     assert summary["eval_command"] == (f"skyrl-gym eval --data {tmp_path / 'data' / 'validation.jsonl'} "
                                        f"--model {export} --temperature 0 --max-tokens 4 --dtype {dtype}")
     again = tmp_path / "again.json"
-    argv = [*summary["eval_command"].split()[1:], "--summary-json", str(again), "--no-progress"]
+    argv = [*summary["eval_command"].split()[1:], "--summary-json", str(again), "--no-progress",
+            "--output", str(tmp_path / "trajectories.jsonl")]
     assert skyrl_gym_main(argv) == 0
     assert json.loads(again.read_text())["mean_reward"] == summary["eval_after"]["eval/reward"]
 
@@ -347,7 +348,8 @@ def test_full_quickstart_improves_reward(tmp_path, embedded_model):
     from skyrl_gym.cli import main as skyrl_gym_main
 
     again = tmp_path / "again.json"
-    argv = [*summary["eval_command"].split()[1:], "--summary-json", str(again), "--no-progress"]
+    argv = [*summary["eval_command"].split()[1:], "--summary-json", str(again), "--no-progress",
+            "--output", str(tmp_path / "trajectories.jsonl")]
     assert skyrl_gym_main(argv) == 0
     assert json.loads(again.read_text())["mean_reward"] == pytest.approx(summary["eval_after"]["eval/reward"])
 
