@@ -8,16 +8,18 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 
-def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300) -> Tuple[int, str]:
-    """Run ``python -u ARGS`` (from the current folder, in a session of its own) and send its process group
-    one SIGINT at each of ``markers``, in turn, once a line of its output (stdout and stderr together)
-    contains it. Returns its exit status and its whole output; one still running after ``timeout`` seconds (a
-    hang at exit) is killed, and its status is -9."""
-    process = subprocess.Popen([sys.executable, "-u", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300,
+                    program: Optional[Sequence[str]] = None, **popen: Any) -> Tuple[int, str]:
+    """Run ``python -u ARGS`` (or ``PROGRAM ARGS``; ``popen`` adds ``cwd`` or ``env``), in a session of its
+    own, and send its process group one SIGINT at each of ``markers``, in turn, once a line of its output
+    (stdout and stderr together) contains it. Returns its exit status and its whole output; one still running
+    after ``timeout`` seconds (a hang at exit) is killed, and its status is -9."""
+    command = [*(program or (sys.executable, "-u")), *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True, **popen)
     lines: List[str] = []
     waiting = list(markers)
     assert process.stdout is not None

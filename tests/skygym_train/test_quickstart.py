@@ -308,13 +308,15 @@ def test_a_second_ctrl_c_stops_the_quickstart_at_once(tiny_chat_model, tmp_path)
 
 @pytest.mark.slow
 def test_the_quickstart_script_ends_saying_how_to_use_its_skyrl_gym_command(tiny_chat_model, tmp_path):
-    """Nothing said where the quickstart's virtual environment is, which every next step in the docs needs.
-    The script runs for real into a venv folder of the test's (SKYRL_GYM_VENV) whose pip is a test double (the
-    install is CI's to test) and whose python is this one."""
+    """Nothing said where the quickstart's virtual environment is, which every next step in the docs needs; it
+    is said after a finished run and after Ctrl-C. The script runs for real into a venv folder of the test's
+    (SKYRL_GYM_VENV) whose pip is a test double (the install is CI's to test) and whose python is this one."""
     import stat
     import subprocess
     import sys
     from pathlib import Path
+
+    from tests.skygym_train.ctrl_c import interrupt_after
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
@@ -323,13 +325,18 @@ def test_the_quickstart_script_ends_saying_how_to_use_its_skyrl_gym_command(tiny
         (venv / "bin" / name).chmod(stat.S_IRWXU)
     script = Path(__file__).resolve().parents[2] / "scripts" / "quickstart.sh"
     env = {**os.environ, "SKYRL_GYM_VENV": str(venv), "SKYRL_GYM_OUT": str(tmp_path / "out")}
+    next_steps = (f"== next: the skyrl-gym command is installed in {venv}; in a new shell, activate it "
+                  f"first:\n   source {venv}/bin/activate\n"
+                  "   skyrl-gym list        # the environments; then init, check, eval (README.md)")
     done = subprocess.run(["bash", str(script), "--steps", "1", "--model", str(tiny_chat_model), *TINY],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.rstrip().endswith(
-        f"== next: the skyrl-gym command is installed in {venv}; in a new shell, activate it first:\n"
-        f"   source {venv}/bin/activate\n"
-        "   skyrl-gym list        # the environments; then init, check, eval (README.md)")
+    assert done.stdout.rstrip().endswith(next_steps)
+    # Ctrl-C in the terminal (to bash and the quickstart both): the quickstart's summary, then the same lines
+    code, output = interrupt_after([str(script), "--steps", "300", "--model", str(tiny_chat_model), *TINY],
+                                   "[step 2]", program=["bash"], cwd=tmp_path, env=env)
+    assert code == 130 and "Traceback" not in output, output
+    assert "== quickstart interrupted at step" in output and output.rstrip().endswith(next_steps)
 
 
 @pytest.mark.slow
