@@ -10,6 +10,7 @@ when the machine is quiet (the runs are listed in docs/training.md). It evaluate
 training, writes a bfloat16 Hugging Face export (and a training checkpoint with ``--checkpoint``), and plots reward
 per step. On a machine with a GPU the same command trains there. Any trainer key can be overridden as ``key=value``.
 Run again into the same ``--out``, it first moves the earlier run's outputs to ``earlier_runs/<time>/`` there.
+Ctrl-C stops it once the step in progress is done, with the steps done plotted and summed up (exit status 130).
 """
 
 from __future__ import annotations
