@@ -116,7 +116,7 @@ def test_register_a_builder_and_invalid_rows_are_refused():
         rows = datasets.build_rows("reverse-test", size=3, seed=1, word="ab")
         assert [row["reward_spec"]["ground_truth"] for row in rows] == ["01ba", "11ba", "21ba"]
         assert rows[0]["extra_info"]["origin"]["builder"].endswith("reverse_rows")
-        with pytest.raises(DataError, match=r"broken_rows of env 'broken-test' made an invalid row: row 0: field 'prompt'"):
+        with pytest.raises(DataError, match=r"broken_rows of env 'broken-test' made an invalid row: row 1: field 'prompt'"):
             datasets.build_rows("broken-test", size=1)
     finally:
         datasets.deregister_dataset("reverse-test")
