@@ -135,7 +135,9 @@ def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dic
     except Exception as exc:
         info["load_error"] = f"{type(exc).__name__}: {exc}"
         return info
-    info["docstring"] = inspect.getdoc(creator) or ""
+    # its own docstring: inspect.getdoc would give a class without one its base class's (BaseTextEnv's)
+    own = creator.__dict__.get("__doc__") if isinstance(creator, type) else getattr(creator, "__doc__", None)
+    info["docstring"] = inspect.cleandoc(own) if isinstance(own, str) else ""
     readme = _readme_of(creator)
     info["readme"] = str(readme) if readme else None
 
@@ -200,8 +202,9 @@ def run_info(args: argparse.Namespace) -> int:
     lines.append(f"README:       {info['readme'] or '(none)'}")
     if info.get("row_source"):
         lines.append(f"built from:   {info['row_source']} (--row FILE gives your own)")
-    if info.get("max_turns") is not None:
-        lines.append(f"max_turns:    {info['max_turns']}")
+    if info.get("max_turns") is not None:  # a row's own max_turns wins over the env's default
+        row_note = " (with that row: a row's max_turns wins)" if info.get("row_source") else ""
+        lines.append(f"max_turns:    {info['max_turns']}{row_note}")
     if info["tool_schemas"] is None:
         lines.append(f"tools:        unknown - {info['tool_schemas_error']}")
     elif not info["tool_schemas"]:

@@ -153,6 +153,7 @@ def test_info_builds_the_env_from_a_row_when_it_needs_one(capsys, tmp_path):
 
     with registered("cli_needs_a_row", NeedsARow):  # no dataset builder, no golden cases
         code, out, _ = run_cli(capsys, ["info", "cli_needs_a_row"])
+    assert "Base class of text-in" not in out  # no docstring of its own: not BaseTextEnv's in its place
     assert code == 0 and "tools:        unknown - building the env raised ValueError: give me a reward_spec" in out
     assert "--row FILE" in out
 
