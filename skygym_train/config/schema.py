@@ -489,9 +489,10 @@ class EnvironmentConfig:
         "search": {"log_requests": None, "search_url": None, "topk": None, "timeout": None},
     })
     """SkyRL-train's env settings: ``max_env_workers`` (threads for env calls; 0: none) and one section per env
-    id, passed to that env as its ``env_config`` (e.g. ``environment.skyrl_gym.text2sql.db_path=...``; any id,
-    any key). The sections SkyRL-train ships are listed with null values, meaning the env's own default, so
-    Hydra-style overrides of them need no ``+``."""
+    id, passed to that env as its ``env_config`` (e.g. ``environment.skyrl_gym.text2sql.db_path=...``; any
+    registered id, any key: a section that sets a value for an id no env has is refused). The sections SkyRL-train
+    ships are listed with null values, meaning the env's own default, so Hydra-style overrides of them need no
+    ``+``."""
     ray_env_workers: RayEnvWorkersConfig = field(default_factory=RayEnvWorkersConfig)
 
 

@@ -170,6 +170,7 @@ def _check_model_and_data(cfg: Any, has_cuda: bool) -> List[str]:
     workers = cfg.environment.skyrl_gym.get("max_env_workers", 32)
     if not isinstance(workers, int) or workers < 0:
         problems.append(f"environment.skyrl_gym.max_env_workers={workers}: must be an integer >= 0")
+    problems += env_section_problems(cfg)
     ray_workers = cfg.environment.ray_env_workers
     if ray_workers.num_workers < 0:
         problems.append(f"environment.ray_env_workers.num_workers={ray_workers.num_workers}: must be >= 0 "
@@ -726,3 +727,15 @@ def flash_attn_installed() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("flash_attn") is not None
+
+
+def env_section_problems(cfg: Any) -> List[str]:
+    """Each ``environment.skyrl_gym.<id>`` section that sets a value for an id no env is registered under (a
+    misspelt ``serch`` would reach no env, silently). The sections SkyRL-train ships stay allowed while they are
+    left at their nulls (an env of this hub or not)."""
+    from skyrl_gym.registration import unregistered_ids
+
+    sections = {name: section for name, section in cfg.environment.skyrl_gym.items()
+                if isinstance(section, dict) and any(value is not None for value in section.values())}
+    return [f"environment.skyrl_gym.{name}: a section for an env that is not registered: {why}"
+            for name, why in unregistered_ids(sections).items()]

@@ -167,6 +167,17 @@ def test_skyrl_gym_sections_reach_each_env_as_its_env_config(data_file):
     assert env_configs(cfg) == {"text2sql": {"db_path": "/data/sql"}, "search": {"topk": 5, "timeout": 7}}
 
 
+def test_a_section_for_an_env_that_is_not_registered_fails_the_check(data_file, capsys):
+    """``environment.skyrl_gym.serch.search_url=...`` reached no env, silently; SkyRL-train's own sections left at
+    their nulls stay allowed (``llm_as_a_judge`` is not an env of this hub)."""
+    assert main(["--check", *_valid(data_file, "environment.skyrl_gym.serch.search_url=http://x",
+                                    "environment.skyrl_gym.search.topk=3")]) == 2
+    err = capsys.readouterr().err
+    assert "- environment.skyrl_gym.serch: a section for an env that is not registered" in err
+    assert "Did you mean: 'search'" in err and "environment.skyrl_gym.search:" not in err
+    assert "llm_as_a_judge" not in err
+
+
 def test_unknown_env_class_fails_the_check_with_close_matches(data_file, tmp_path, capsys):
     assert main(["--check", *_valid(data_file, "environment.env_class=gsm9k")]) == 2
     err = capsys.readouterr().err
