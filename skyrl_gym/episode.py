@@ -372,6 +372,23 @@ def make_env_factory(env_class: str, env_config: Any = None, extras: Optional[Ma
     return lambda: make(env_class, env_config=env_config, extras=dict(extras or {}))
 
 
+def _lives_elsewhere(env_class: str) -> bool:
+    """Whether ``env_class`` is a proxy of an env that lives elsewhere (:class:`skyrl_gym.remote.proxy.ProxyEnv`:
+    a served env, an env on a Ray actor), whose every build is a remote call."""
+    import functools
+
+    from skyrl_gym.registration import spec
+    from skyrl_gym.remote.proxy import ProxyEnv
+
+    try:
+        creator = spec(env_class).load_entry_point()
+    except Exception:  # not loadable here: building it will say why
+        return False
+    while isinstance(creator, functools.partial):
+        creator = creator.func
+    return isinstance(creator, type) and issubclass(creator, ProxyEnv)
+
+
 def env_row_problem(row: Mapping[str, Any], env_config: Any = None) -> Optional[str]:
     """What the row's env says is wrong with the row (its own :class:`DataError` message), or None.
 
@@ -382,6 +399,8 @@ def env_row_problem(row: Mapping[str, Any], env_config: Any = None) -> Optional[
     from skyrl_gym.data import row_extras
     from skyrl_gym.errors import DataError
 
+    if _lives_elsewhere(row["env_class"]):
+        return None  # building it is a call to an env service or a Ray actor, once per row: the run checks it
     try:
         env = make_env_factory(row["env_class"], env_config, row_extras(row))()
     except DataError as exc:

@@ -256,3 +256,37 @@ def test_run_sync_works_inside_a_running_loop():
         return play(Counter(), ScriptedPolicy("stop")).end
 
     assert asyncio.run(inside()) is EpisodeEnd.ENV_DONE
+
+
+def test_the_row_check_builds_local_envs_but_never_calls_an_env_service_per_row():
+    """The trainer's row check builds each row's env: a served env's build is a session created over HTTP (with
+    retries against a server that is down), so 7,500 rows would be 7,500 calls before training. Proxies are left
+    to the run; a local env still names the row it refuses."""
+    import socket
+
+    from skyrl_gym.episode import env_row_problem
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    connections = []
+
+    def hang_up() -> None:  # every connection is counted and closed at once (a server that is down)
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            connections.append(1)
+            conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        row = {"env_class": "remote", "prompt": [{"role": "user", "content": "2 * 3"}]}  # no reward_spec
+        assert env_row_problem(row, {"url": url, "env_id": "multiply"}) is None
+    finally:
+        listener.close()
+    assert connections == []
+    local = {"env_class": "multiply", "prompt": [{"role": "user", "content": "2 * 3"}]}
+    assert "reward_spec" in env_row_problem(local)
