@@ -6,7 +6,8 @@
 Runs ``-n`` samples per row through the rows' envs (``--env`` overrides ``env_class``), with a progress bar;
 prints mean reward, pass@1 and pass@k, mean turns, response length, stop reasons, errors and env metrics;
 and writes every trajectory (token ids, loss masks, rewards, conversation) as JSONL to ``--output``. Exits 1
-when any episode errored (``--allow-errors`` exits 0 anyway).
+when any episode errored (``--allow-errors`` exits 0 anyway), and 1 with one ``error:`` line when the engine
+fails (a server that is down or answers something that is not a completion).
 """
 
 from __future__ import annotations
@@ -153,9 +154,22 @@ def run(args: argparse.Namespace) -> int:
     if tokenizer is None:
         print("error: the engine has no tokenizer; pass --model", file=sys.stderr)
         return 2
+    from skygym_adapters.engines import EngineError
+
+    async def main() -> Any:
+        try:
+            return await evaluate(rows, engine, tokenizer, args.samples, config, env_class=args.env,
+                                  progress=not args.no_progress)
+        finally:
+            aclose = getattr(engine, "aclose", None)
+            if callable(aclose):  # an HTTP engine's session, closed on the loop it belongs to
+                await aclose()
+
     try:
-        result = asyncio.run(evaluate(rows, engine, tokenizer, args.samples, config, env_class=args.env,
-                                      progress=not args.no_progress))
+        result = asyncio.run(main())
+    except EngineError as exc:  # a server that does not answer, or answers something that is not a reply
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     finally:
         close = getattr(engine, "close", None)
         if callable(close):
