@@ -137,6 +137,28 @@ def test_eval_refuses_a_chat_format_answer_to_a_completions_request(tmp_path: Pa
     assert "--api chat" in err
 
 
+def test_eval_writes_its_trajectories_beside_the_rows_not_into_the_current_folder(
+        tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quickstart's printed eval command, run from the repository root, left eval_trajectories.jsonl there."""
+    here, rows_dir = tmp_path / "here", tmp_path / "outputs" / "data"
+    here.mkdir()
+    rows_dir.mkdir(parents=True)
+    (rows_dir / "validation.jsonl").write_text(json.dumps(gsm8k_rows()[0]))
+    monkeypatch.chdir(here)
+    code = main(["eval", "--data", str(rows_dir / "validation.jsonl"), "--engine", "hf", "--model", str(tiny_model),
+                 "--max-tokens", "2", "--no-progress"])
+    assert code == 0
+    assert list(here.iterdir()) == []
+    written = rows_dir / "eval_trajectories.jsonl"
+    assert len(written.read_text().splitlines()) == 1
+    assert f"wrote 1 trajectories to {written}" in capsys.readouterr().out
+    # an --output that cannot be a file: refused before the model loads
+    code = main(["eval", "--data", str(rows_dir / "validation.jsonl"), "--engine", "hf", "--model",
+                 str(tmp_path / "no-model"), "--no-progress", "--output", str(rows_dir)])
+    assert code == 2
+    assert capsys.readouterr().err == f"error: --output {rows_dir} is a folder; give a file name\n"
+
+
 def test_eval_reports_bad_input_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["eval", "--data", str(tmp_path / "missing.jsonl"), "--no-progress"]) == 2
     assert "cannot read" in capsys.readouterr().err
