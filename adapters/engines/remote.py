@@ -256,7 +256,7 @@ class RemoteEngine(BaseInferenceEngine):
         reason = "length" if finish_reason == "length" else ("abort" if finish_reason == "abort" else "stop")
         if token_ids is not None and not (
             isinstance(token_ids, list)
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in token_ids)
+            and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in token_ids)
         ):
             raise EngineError(f"{where} answered with choices[0].token_ids that are not a list of token ids: "
                               f"{str(token_ids)[:200]!r}")

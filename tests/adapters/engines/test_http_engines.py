@@ -141,6 +141,8 @@ CHAT_FORMAT = {"choices": [{"index": 0, "message": {"role": "assistant", "conten
     ("completions", {"choices": [{"text": "6", "token_ids": ["x"]}]}, r"token_ids that are not a list of token ids"),
     ("completions", {"choices": [{"text": "6", "token_ids": [-1]}]}, r"token_ids that are not a list of token ids"),
     ("completions", {"choices": [{"text": "6", "token_ids": 7}]}, r"token_ids that are not a list of token ids"),
+    ("completions", {"choices": [{"text": "6", "token_ids": [2**40]}]}, r"token_ids that are not a list of token ids"),
+    ("completions", {"choices": [{"text": "6", "token_ids": [True]}]}, r"token_ids that are not a list of token ids"),
     ("chat", {"choices": [{"message": {"role": "assistant", "content": None}}]},
      r"choices\[0\]\.message\.content is NoneType$"),
     ("chat", {"choices": [{"message": {"role": "assistant"}}]}, r"choices\[0\]\.message\.content is missing$"),
