@@ -152,6 +152,7 @@ class AgentRunner:
         self.chat_template_kwargs = template_kwargs
         self.trajectories: Dict[Any, Dict[int, BaseTrajectory]] = {}
         self._executor: Optional[ThreadPoolExecutor] = None
+        self._warned_env_classes: set = set()
 
     @classmethod
     def from_task(cls, task: str, infer_engine: Any = None, tokenizer: Any = None) -> "AgentRunner":
@@ -177,6 +178,31 @@ class AgentRunner:
                 f"{sorted(batch)[:8]}"
             )
         return [dict(row) for row in batch]
+
+    def _warn_replaced_env_classes(self, rows: List[Dict[str, Any]]) -> None:
+        """One warning (per runner and row env) when the config's ``env_class`` replaces rows' own: rows of another
+        env are then played and scored by the config's, which is easy to miss with a shipped config."""
+        forced = self.cfg.env_class
+        if not forced:
+            return
+        own: Counter = Counter()
+        for row in rows:
+            try:
+                instance = get_field(self.cfg.data.instance_key, row) if self.cfg.data.instance_key else row
+            except KeyError:
+                continue  # reported when the trajectory is built
+            env_class = instance.get("env_class") if isinstance(instance, Mapping) else None
+            if env_class and env_class != forced and env_class not in self._warned_env_classes:
+                own[str(env_class)] += 1
+        if not own:
+            return
+        self._warned_env_classes.update(own)
+        named = ", ".join(f"{name!r} x{count}" for name, count in sorted(own.items()))
+        logger.warning(
+            "the agent config's env_class %r replaces the env_class of %d of %d rows (%s): they are played and "
+            "scored by %r; leave env_class out of the config to use each row's own",
+            forced, sum(own.values()), len(rows), named, forced,
+        )
 
     def _get_data(self, content: Mapping[str, Any], index: int) -> Dict[str, Any]:
         d = self.cfg.data
@@ -304,6 +330,7 @@ class AgentRunner:
             )
         sampling = dict(sampling_override) if sampling_override else self.cfg.sampling_params(val_mode)
         rollout = self._rollout(sampling)
+        self._warn_replaced_env_classes(rows)
         self._build(rows, val_mode, repetitions, rollout, sampling)
         limits = self.cfg.dispatcher.limits(val_mode)
         dispatcher = DISPATCHER_REGISTRY[self.cfg.dispatcher.type]

@@ -5,18 +5,22 @@
 
 Runs ``-n`` samples per row through the rows' envs (``--env`` overrides ``env_class``), with a progress bar;
 prints mean reward, pass@1 and pass@k, mean turns, response length, stop reasons, errors and env metrics;
-and writes every trajectory (token ids, loss masks, rewards, conversation) as JSONL to ``--output``. Exits 1
-when any episode errored (``--allow-errors`` exits 0 anyway).
+and writes every trajectory (token ids, loss masks, rewards, conversation) as JSONL to ``--output`` (default:
+``eval_trajectories.jsonl`` in the folder of ``--data``). Exits 1 when any episode errored (``--allow-errors``
+exits 0 anyway), and 1 with one ``error:`` line when the engine fails (a server that is down or answers
+something that is not a completion).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Dict, List
 
 ENGINES = ("hf", "vllm", "remote", "sglang")
+DEFAULT_OUTPUT = "eval_trajectories.jsonl"  # beside the rows, not in whatever folder the command runs from
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "greedy answers can differ between dtypes: give the one a training run's "
                              "engine used")
     parser.add_argument("--check-drift", action="store_true", help="verify re-templating reproduces every trajectory")
-    parser.add_argument("--output", default="eval_trajectories.jsonl", help="where to write trajectories (JSONL)")
+    parser.add_argument("--output", default=None,
+                        help=f"where to write trajectories (JSONL; default: {DEFAULT_OUTPUT} in the folder of "
+                             "--data)")
     parser.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--allow-errors", action="store_true",
@@ -131,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
     if args.stop:
         sampling["stop"] = args.stop
     env_classes = {args.env} if args.env else {str(row.get("env_class")) for row in rows}
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
+    if os.path.isdir(output):  # refused before the model loads, not after every episode ran
+        print(f"error: --output {output} is a folder; give a file name", file=sys.stderr)
+        return 2
     problem = unknown_env_problem(args.env, rows)
     if problem:  # before the model loads: a misspelt id would otherwise be found once per trajectory
         print(f"error: {problem}", file=sys.stderr)
@@ -153,15 +163,32 @@ def run(args: argparse.Namespace) -> int:
     if tokenizer is None:
         print("error: the engine has no tokenizer; pass --model", file=sys.stderr)
         return 2
+    from skygym_adapters.engines import EngineError
+
+    async def main() -> Any:
+        try:
+            return await evaluate(rows, engine, tokenizer, args.samples, config, env_class=args.env,
+                                  progress=not args.no_progress)
+        finally:
+            aclose = getattr(engine, "aclose", None)
+            if callable(aclose):  # an HTTP engine's session, closed on the loop it belongs to
+                await aclose()
+
     try:
-        result = asyncio.run(evaluate(rows, engine, tokenizer, args.samples, config, env_class=args.env,
-                                      progress=not args.no_progress))
+        result = asyncio.run(main())
+    except EngineError as exc:  # a server that does not answer, or answers something that is not a reply
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     finally:
         close = getattr(engine, "close", None)
         if callable(close):
             close()
     _print_summary(result.summary)
-    path = write_trajectories(result.trajectories, args.output)
+    try:
+        path = write_trajectories(result.trajectories, output)
+    except OSError as exc:  # a read-only folder of rows, a path that is a folder
+        print(f"error: cannot write the trajectories to {output}: {exc}; pass --output FILE", file=sys.stderr)
+        return 1
     print(f"wrote {len(result.trajectories)} trajectories to {path}")
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as handle:

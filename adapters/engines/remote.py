@@ -109,9 +109,15 @@ class RemoteEngine(BaseInferenceEngine):
             try:
                 async with session.get(self.root_url + "/v1/models") as response:
                     data = await response.json(content_type=None)
-                self.model = data["data"][0]["id"]
+                model = data["data"][0]["id"]
+                if not isinstance(model, str) or not model:
+                    raise ValueError(f"data[0].id is {model!r}, not a model name")
+                self.model = model
             except Exception as exc:
-                raise EngineError(f"could not ask {self.root_url}/v1/models for the model name: {exc}") from exc
+                raise EngineError(
+                    f"could not ask {self.root_url}/v1/models for the model name ({type(exc).__name__}: {exc}); "
+                    f"check that an OpenAI-compatible server is running at {self.root_url}"
+                ) from exc
         return self.model
 
     def _warn_once(self, key: str, message: str) -> None:
@@ -181,12 +187,31 @@ class RemoteEngine(BaseInferenceEngine):
         if self._prompt_as_text:
             text_prompt = self.tokenizer.decode(prompt, skip_special_tokens=False)
             data = await self._post("/v1/completions", {**payload, "prompt": text_prompt})
-        choice = data["choices"][0]
+        where = f"{self.root_url}/v1/completions"
+        choice = self._first_choice(data, where)
+        text = choice.get("text")
+        if not isinstance(text, str):  # "" is a real (empty) reply; a missing text is not a reply at all
+            message = choice.get("message")
+            hint = (
+                "; the reply is in chat format (choices[0].message.content): use api='chat' (skyrl-gym eval --api chat)"
+                if isinstance(message, dict) and "content" in message
+                else ""
+            )
+            raise EngineError(f"{where} answered without a reply text: choices[0].text is "
+                              f"{'missing' if 'text' not in choice else type(text).__name__}{hint}")
         token_logprobs = None
-        if sampling.logprobs and choice.get("logprobs"):
-            token_logprobs = choice["logprobs"].get("token_logprobs")
-        return self._result(choice.get("text") or "", choice.get("token_ids"), choice.get("finish_reason"),
-                            token_logprobs, sampling)
+        logprobs = choice.get("logprobs")
+        if sampling.logprobs and isinstance(logprobs, dict):
+            token_logprobs = logprobs.get("token_logprobs")
+        return self._result(text, choice.get("token_ids"), choice.get("finish_reason"), token_logprobs, sampling, where)
+
+    def _first_choice(self, data: Any, where: str) -> Dict[str, Any]:
+        """``choices[0]`` of a server's answer, or :class:`EngineError` saying what the answer was instead."""
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise EngineError(f"{where} answered without choices[0] (an object in a 'choices' list): "
+                              f"{str(data)[:200]!r}")
+        return choices[0]
 
     async def _chat(
         self, model: str, prompt: List[int], conversation: List[Dict[str, Any]], sampling: ResolvedSampling
@@ -204,12 +229,20 @@ class RemoteEngine(BaseInferenceEngine):
                 "the server's chat template produced other prompt ids than the local template: recorded "
                 "trajectories will not match what the server's model saw (use api='completions' for token-in)",
             )
-        choice = data["choices"][0]
+        where = f"{self.root_url}/v1/chat/completions"
+        choice = self._first_choice(data, where)
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(text, str):
+            raise EngineError(f"{where} answered without a reply text: choices[0].message"
+                              + (".content is " + ("missing" if "content" not in message else type(text).__name__)
+                                 if isinstance(message, dict) else " is " + type(message).__name__))
         token_logprobs = None
-        if sampling.logprobs and choice.get("logprobs") and choice["logprobs"].get("content") is not None:
-            token_logprobs = [entry["logprob"] for entry in choice["logprobs"]["content"]]
-        text = (choice.get("message") or {}).get("content") or ""
-        return self._result(text, choice.get("token_ids"), choice.get("finish_reason"), token_logprobs, sampling)
+        logprobs = choice.get("logprobs")
+        content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if sampling.logprobs and isinstance(content, list):
+            token_logprobs = [entry.get("logprob") if isinstance(entry, dict) else None for entry in content]
+        return self._result(text, choice.get("token_ids"), choice.get("finish_reason"), token_logprobs, sampling, where)
 
     def _result(
         self,
@@ -218,8 +251,20 @@ class RemoteEngine(BaseInferenceEngine):
         finish_reason: Optional[str],
         token_logprobs: Optional[List[Optional[float]]],
         sampling: ResolvedSampling,
+        where: str,
     ) -> SequenceResult:
         reason = "length" if finish_reason == "length" else ("abort" if finish_reason == "abort" else "stop")
+        if token_ids is not None and not (
+            isinstance(token_ids, list)
+            and all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**31 for t in token_ids)
+        ):
+            raise EngineError(f"{where} answered with choices[0].token_ids that are not a list of token ids: "
+                              f"{str(token_ids)[:200]!r}")
+        if token_logprobs is not None and not (
+            isinstance(token_logprobs, list)
+            and all(lp is None or (isinstance(lp, (int, float)) and not isinstance(lp, bool)) for lp in token_logprobs)
+        ):
+            token_logprobs = None  # optional: unusable logprobs are reported below and read as 0.0
         if token_ids is None:
             self._require_tokenizer("re-tokenize the reply")
             self._warn_once(

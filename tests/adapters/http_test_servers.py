@@ -120,6 +120,29 @@ def make_app(engine: Any, model_path: str) -> Any:
     return app
 
 
+def make_canned_openai_app(state: Dict[str, Any]) -> Any:
+    """An OpenAI-style server that answers ``/v1/models`` with ``state["models"]`` and every (chat) completion with
+    ``state["answer"]``, whatever was asked: the broken and hostile servers a client must refuse clearly."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse
+
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models() -> Any:
+        return JSONResponse(state.get("models", {"object": "list", "data": [{"id": "canned"}]}))
+
+    @app.post("/v1/completions")
+    async def completions(body: Dict[str, Any]) -> Any:
+        return JSONResponse(state["answer"])
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: Dict[str, Any]) -> Any:
+        return JSONResponse(state["answer"])
+
+    return app
+
+
 @contextmanager
 def serve(app: Any) -> Iterator[str]:
     """Run ``app`` with uvicorn on a free local port in a background thread; yields its base URL."""

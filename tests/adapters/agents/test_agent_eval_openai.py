@@ -253,6 +253,24 @@ def test_shipped_config_by_name_with_command_line_overrides(tmp_path, rows):
     assert [json.loads(line)["reward"] for line in output.read_text().splitlines()] == [1.0, 0.0]
 
 
+def test_a_config_env_class_that_replaces_the_rows_own_is_warned_once(tmp_path, rows, caplog):
+    """gsm8k_env on multiply rows scored them with the gsm8k verifier without a word."""
+    mixed = [dict(row, env_class="multiply") for row in rows[:2]] + [rows[2]]
+    logger = "skygym_adapters.agents.runner"
+    with chat_server(answers_even_rows(rows)) as server:
+        runner = AutoAgentRunner.from_task(str(write_config(tmp_path, server.url)), None, None)
+        with caplog.at_level("WARNING", logger=logger):
+            asyncio.run(runner.run(rows[2:4], val_mode=True))  # gsm8k rows under a gsm8k config: nothing to say
+            assert not [r for r in caplog.records if r.name == logger]
+            asyncio.run(runner.run(mixed, val_mode=True))
+            asyncio.run(runner.run(mixed, val_mode=True))  # once per runner, not per row or per batch
+    warnings = [r.getMessage() for r in caplog.records if r.name == logger]
+    assert warnings == [
+        "the agent config's env_class 'gsm8k' replaces the env_class of 2 of 3 rows ('multiply' x2): they are "
+        "played and scored by 'gsm8k'; leave env_class out of the config to use each row's own"
+    ]
+
+
 def test_data_keys_pick_the_instance_and_its_id_out_of_nested_rows(tmp_path, rows):
     nested = [{"instance": row, "meta": {"id": f"gsm-{i}"}} for i, row in enumerate(rows[:2])]
     with chat_server(answers_even_rows(rows)) as server:

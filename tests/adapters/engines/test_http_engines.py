@@ -19,7 +19,7 @@ from skygym_adapters.engines.remote import RemoteEngine
 from skygym_adapters.engines.sglang import SGLangEngine
 from skygym_adapters.rollout import RolloutConfig, RolloutGenerator
 from tests.adapters.conftest import assert_no_template_drift
-from tests.adapters.http_test_servers import make_app, serve
+from tests.adapters.http_test_servers import make_app, make_canned_openai_app, serve
 from tests.adapters.support import user
 
 
@@ -116,6 +116,84 @@ async def test_remote_engine_falls_back_to_text_with_a_warning(server: Any, toke
         expected = tokenizer.encode(text, add_special_tokens=False)
         assert ids[: len(expected)] == expected  # re-tokenized text (plus EOS when the model stopped on it)
     finally:
+        await engine.aclose()
+
+
+@pytest.fixture(scope="module")
+def canned() -> Iterator[Any]:
+    state: dict = {}
+    with serve(make_canned_openai_app(state)) as url:
+        yield url, state
+
+
+CHAT_FORMAT = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "6"}, "finish_reason": "stop"}]}
+
+
+@pytest.mark.parametrize(("api", "answer", "error"), [
+    # a chat-format answer to /v1/completions was read as an empty reply, scored 0 and counted as no error
+    ("completions", CHAT_FORMAT, r"choices\[0\]\.text is missing; the reply is in chat format .*--api chat"),
+    ("completions", {"choices": [{"text": None, "finish_reason": "stop"}]}, r"choices\[0\]\.text is NoneType$"),
+    ("completions", {"choices": [{"text": ["6"]}]}, r"choices\[0\]\.text is list$"),
+    ("completions", {"choices": []}, r"without choices\[0\]"),
+    ("completions", {"choices": "6"}, r"without choices\[0\]"),
+    ("completions", ["not", "an", "object"], r"without choices\[0\]"),
+    ("completions", "plain text", r"without choices\[0\]"),
+    ("completions", {"choices": [{"text": "6", "token_ids": ["x"]}]}, r"token_ids that are not a list of token ids"),
+    ("completions", {"choices": [{"text": "6", "token_ids": [-1]}]}, r"token_ids that are not a list of token ids"),
+    ("completions", {"choices": [{"text": "6", "token_ids": 7}]}, r"token_ids that are not a list of token ids"),
+    ("completions", {"choices": [{"text": "6", "token_ids": [2**40]}]}, r"token_ids that are not a list of token ids"),
+    ("completions", {"choices": [{"text": "6", "token_ids": [True]}]}, r"token_ids that are not a list of token ids"),
+    ("chat", {"choices": [{"message": {"role": "assistant", "content": None}}]},
+     r"choices\[0\]\.message\.content is NoneType$"),
+    ("chat", {"choices": [{"message": {"role": "assistant"}}]}, r"choices\[0\]\.message\.content is missing$"),
+    ("chat", {"choices": [{"message": "6"}]}, r"choices\[0\]\.message is str$"),
+    ("chat", {"choices": [{"text": "6"}]}, r"choices\[0\]\.message is NoneType$"),
+])
+async def test_remote_engine_refuses_an_answer_that_is_not_a_reply(canned: Any, tokenizer: Any, api: str,
+                                                                  answer: Any, error: str) -> None:
+    """A broken or hostile server's answer is an EngineError naming the field, never a silent empty reply or a
+    KeyError/TypeError traceback."""
+    url, state = canned
+    state["answer"] = answer
+    engine = RemoteEngine(url, tokenizer, api=api)
+    messages = [[{"role": "user", "content": "2*3?"}]] if api == "chat" else None
+    try:
+        with pytest.raises(EngineError, match=error) as caught:
+            await engine.generate([prompt(tokenizer, "2*3?")], {**GREEDY, "logprobs": True}, messages=messages)
+        assert str(caught.value).startswith(f"{url}/v1/")  # names the server that answered so
+    finally:
+        await engine.aclose()
+
+
+async def test_remote_engine_reads_an_empty_text_as_an_empty_reply_and_bad_logprobs_as_none(
+        canned: Any, tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
+    url, state = canned
+    engine = RemoteEngine(url, tokenizer)
+    try:
+        state["answer"] = {"choices": [{"text": "", "finish_reason": "length", "token_ids": []}]}
+        out = await engine.generate([prompt(tokenizer, "say nothing")], GREEDY)
+        assert out["responses"] == [""] and out["response_ids"] == [[]] and out["stop_reasons"] == ["length"]
+        state["answer"] = {"choices": [{"text": "6", "token_ids": [21], "logprobs": {"token_logprobs": ["x"]}}]}
+        with caplog.at_level(logging.WARNING, logger="skygym_adapters.engines.remote"):
+            out = await engine.generate([prompt(tokenizer, "2*3?")], {**GREEDY, "logprobs": True})
+        assert out["response_ids"] == [[21]] and out["response_logprobs"] == [[0.0]]
+        assert "no usable logprobs" in caplog.text
+        state["answer"] = {"choices": [{"text": "6", "token_ids": [21], "logprobs": "junk"}]}
+        out = await engine.generate([prompt(tokenizer, "2*3?")], {**GREEDY, "logprobs": True})
+        assert out["response_logprobs"] == [[0.0]]
+    finally:
+        await engine.aclose()
+
+
+async def test_remote_engine_refuses_a_model_list_without_a_model_name(canned: Any, tokenizer: Any) -> None:
+    url, state = canned
+    state["models"] = {"data": [{"id": 5}]}
+    engine = RemoteEngine(url, tokenizer)
+    try:
+        with pytest.raises(EngineError, match=r"/v1/models for the model name \(ValueError: data\[0\]\.id is 5"):
+            await engine.generate([[1, 2]], GREEDY)
+    finally:
+        state.pop("models")
         await engine.aclose()
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -70,6 +73,90 @@ def test_eval_with_a_remote_server(tmp_path: Path, tiny_model: Path, capsys: pyt
     assert code == 0
     assert len((tmp_path / "t.jsonl").read_text().splitlines()) == 2
     assert "pass@1" in capsys.readouterr().out
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``skyrl-gym`` in its own process: what a user sees on stderr at exit (aiohttp's "Unclosed client session"
+    is printed by the garbage collector then, which an in-process run never reaches)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, "-m", "skyrl_gym.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_eval_against_a_server_that_is_down_is_one_error_line(tmp_path: Path, tiny_model: Path) -> None:
+    """It was a 40-line EngineError traceback and then "Unclosed client session"."""
+    from tests.adapters.http_test_servers import _free_port
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(gsm8k_rows()[0]))
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    done = run_cli("eval", "--data", str(data), "--engine", "remote", "--base-url", url, "--model", str(tiny_model),
+                   "-n", "1", "--no-progress", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"error: could not ask {url}/v1/models for the model name"), done.stderr
+    assert f"check that an OpenAI-compatible server is running at {url}" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # no traceback, no unclosed-session warning
+
+
+def test_eval_with_a_remote_server_closes_its_http_session(tmp_path: Path, tiny_model: Path) -> None:
+    from skygym_adapters.engines.hf import HFEngine
+    from tests.adapters.http_test_servers import make_app, serve
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(gsm8k_rows()[0]))
+    backend = HFEngine(str(tiny_model), device="cpu")
+    try:
+        with serve(make_app(backend, str(tiny_model))) as url:
+            done = run_cli("eval", "--data", str(data), "--engine", "remote", "--base-url", url, "--model",
+                           str(tiny_model), "--max-tokens", "2", "--output", str(tmp_path / "t.jsonl"),
+                           "--no-progress", cwd=tmp_path)
+    finally:
+        backend.close()
+    assert done.returncode == 0, done.stderr
+    assert "pass@1" in done.stdout
+    assert "Unclosed" not in done.stderr, done.stderr
+
+
+def test_eval_refuses_a_chat_format_answer_to_a_completions_request(tmp_path: Path, tiny_model: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """A server answering in chat format (choices[].message.content) to --api completions was scored as empty
+    replies: mean_reward 0, errors 0, exit 0."""
+    from tests.adapters.http_test_servers import make_canned_openai_app, serve
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(gsm8k_rows()[0]))
+    state = {"answer": {"choices": [{"index": 0, "message": {"role": "assistant", "content": "#### 3"},
+                                     "finish_reason": "stop"}]}}
+    with serve(make_canned_openai_app(state)) as url:
+        code = main(["eval", "--data", str(data), "--engine", "remote", "--base-url", url, "--model",
+                     str(tiny_model), "--output", str(tmp_path / "t.jsonl"), "--no-progress"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {url}/v1/completions answered without a reply text: choices[0].text is missing; "
+                          "the reply is in chat format"), err
+    assert "--api chat" in err
+
+
+def test_eval_writes_its_trajectories_beside_the_rows_not_into_the_current_folder(
+        tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quickstart's printed eval command, run from the repository root, left eval_trajectories.jsonl there."""
+    here, rows_dir = tmp_path / "here", tmp_path / "outputs" / "data"
+    here.mkdir()
+    rows_dir.mkdir(parents=True)
+    (rows_dir / "validation.jsonl").write_text(json.dumps(gsm8k_rows()[0]))
+    monkeypatch.chdir(here)
+    code = main(["eval", "--data", str(rows_dir / "validation.jsonl"), "--engine", "hf", "--model", str(tiny_model),
+                 "--max-tokens", "2", "--no-progress"])
+    assert code == 0
+    assert list(here.iterdir()) == []
+    written = rows_dir / "eval_trajectories.jsonl"
+    assert len(written.read_text().splitlines()) == 1
+    assert f"wrote 1 trajectories to {written}" in capsys.readouterr().out
+    # an --output that cannot be a file: refused before the model loads
+    code = main(["eval", "--data", str(rows_dir / "validation.jsonl"), "--engine", "hf", "--model",
+                 str(tmp_path / "no-model"), "--no-progress", "--output", str(rows_dir)])
+    assert code == 2
+    assert capsys.readouterr().err == f"error: --output {rows_dir} is a folder; give a file name\n"
 
 
 def test_eval_reports_bad_input_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
