@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Dict, List
+
+DEFAULT_OUTPUT = "agent_trajectories.jsonl"  # beside the rows, as `skyrl-gym eval` writes its own
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ev.add_argument("config", help="the agent YAML (or the name of a shipped config)")
     ev.add_argument("--data", required=True, help="dataset rows (JSONL, JSON or Parquet)")
-    ev.add_argument("--output", default="agent_trajectories.jsonl", help="one JSON line per trajectory")
+    ev.add_argument("--output", default=None, help=f"one JSON line per trajectory (default: {DEFAULT_OUTPUT} in the "
+                    "folder of --data, not the current folder)")
     ev.add_argument("--limit", type=int, default=None, help="use only the first N rows")
     ev.add_argument("--base-url", default=None, help="override generator.backend_config.base_url")
     ev.add_argument("--model", default=None, help="override generator.backend_config.model")
@@ -109,7 +113,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     _print_summary(out["summary"])
-    with open(args.output, "w", encoding="utf-8") as handle:
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
+    with open(output, "w", encoding="utf-8") as handle:
         for result in out["results"]:
             line = {
                 key: result.get(key)
@@ -125,7 +130,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 )
             }
             handle.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-    print(f"wrote {len(out['results'])} trajectories to {args.output}")
+    print(f"wrote {len(out['results'])} trajectories to {output}")
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as handle:
             json.dump(out["summary"], handle, indent=2)

@@ -134,7 +134,9 @@ def test_agent_eval_command_writes_one_line_per_trajectory(tmp_path, rows):
     require_extra("remote")  # the command reports a missing extra as exit 2, which a test cannot tell apart
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    output = tmp_path / "out.jsonl"
+    output = tmp_path / "agent_trajectories.jsonl"  # the default: beside the rows, not in the current folder
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
     with chat_server(answers_even_rows(rows)) as server:
         config = write_config(tmp_path, server.url)
         # a subprocess: the installed command, and proof that chat evaluation never imports transformers or torch
@@ -152,8 +154,6 @@ def test_agent_eval_command_writes_one_line_per_trajectory(tmp_path, rows):
                 str(config),
                 "--data",
                 str(data),
-                "--output",
-                str(output),
                 "--limit",
                 "4",
                 "--no-progress",
@@ -161,8 +161,10 @@ def test_agent_eval_command_writes_one_line_per_trajectory(tmp_path, rows):
             capture_output=True,
             text=True,
             timeout=120,
+            cwd=elsewhere,
         )
     assert proc.returncode == 0, proc.stderr
+    assert list(elsewhere.iterdir()) == [] and f"trajectories to {output}" in proc.stdout
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert [line["reward"] for line in lines] == [1.0, 0.0, 1.0, 0.0]
     assert set(lines[0]) >= {"instance_id", "trajectory_id", "reward", "finish_reason", "messages", "error"}
