@@ -264,11 +264,14 @@ class PPOTrainer:
             read_dataset(self.cfg.data.train_data, default_env)
         val = given_rows(given_val, default_env) if given_val is not None else \
             read_dataset(self.cfg.data.val_data or [], default_env)
-        problems = rows_problems(self.cfg, train, val)
+        turn_limits: Dict[str, int] = {}
+        problems = rows_problems(self.cfg, train, val, turn_limits=turn_limits)
         if problems:
             from skygym_train.config.errors import ConfigError
 
             raise ConfigError(problems)
+        for warning in max_turns_warnings(self.cfg, turn_limits):
+            logger.warning("%s", warning)
         self.train_rows, self.val_rows = train.rows, val.rows
 
     def _load_tokenizer_and_prompts(self) -> None:
@@ -1071,14 +1074,16 @@ MAX_ROW_PROBLEMS = 20
 """Bad rows named one by one; past these, a count (a file of 7,500 rows without a reward_spec is one mistake)."""
 
 
-def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: bool = True) -> List[str]:
+def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: bool = True,
+                  turn_limits: Optional[Dict[str, int]] = None) -> List[str]:
     """Every problem of the rows a run would train and evaluate on, found before Ray starts: malformed rows, an
     ``env_class`` that is not registered (its first row named), each row its env refuses (the env's own
     message, from building the env for the row: :func:`skyrl_gym.episode.env_row_problem`), and a
     ``trainer.train_batch_size`` larger than the training rows (unless ``count_train`` is false, or a training
     file could not be read to its end: then the rows are not all counted). A config whose ``environment.env_class`` is not registered is
-    :func:`before_starting_problems`'s."""
-    from skyrl_gym.episode import env_row_problem
+    :func:`before_starting_problems`'s. ``turn_limits``, when given, is filled with each env_class's largest turn
+    limit before ``generator.max_turns`` caps it (from the same envs: :func:`max_turns_warnings`)."""
+    from skyrl_gym.episode import check_env_row
     from skyrl_gym.registration import unregistered_ids
 
     # (train 0 / val 1, position in the reading) of each row and problem: the problems are listed in file order
@@ -1095,7 +1100,9 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
     configs = env_configs(cfg)
     for part, at, place, row in rows:
         if row["env_class"] not in unknown:
-            problem = env_row_problem(row, configs.get(row["env_class"]))
+            problem, limit = check_env_row(row, configs.get(row["env_class"]))
+            if turn_limits is not None and limit is not None:
+                turn_limits[row["env_class"]] = max(limit, turn_limits.get(row["env_class"], 0))
             if problem:
                 found.append(((part, at), f"{place}: {problem}"))
     bad_rows = [text for _, text in sorted(found, key=lambda item: item[0])]
@@ -1103,6 +1110,18 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
         more = len(bad_rows) - MAX_ROW_PROBLEMS
         bad_rows = bad_rows[:MAX_ROW_PROBLEMS] + [f"... and {more} more bad row(s), not listed"]
     return bad_rows + (batch_size_problems(cfg, len(train.rows)) if count_train and train.whole else [])
+
+
+def max_turns_warnings(cfg: Any, turn_limits: Dict[str, int]) -> List[str]:
+    """One line per env_class whose episodes ``generator.max_turns`` cuts short: the env plays up to its
+    ``max_turns`` (the env's own, or the rows' ``max_turns``) and the cap, 1 by default as in SkyRL-train, ends
+    every episode sooner. Not for the agent generator (``generator.task``), whose limit is its own."""
+    cap = cfg.generator.max_turns
+    if cfg.generator.task or not isinstance(cap, int):
+        return []
+    return [f"env {env_class} plays up to {limit} turns (its max_turns) but generator.max_turns={cap} ends every "
+            f"episode after {cap}; set generator.max_turns={limit} to train on all of them"
+            for env_class, limit in sorted(turn_limits.items()) if limit > cap]
 
 
 def batch_size_problems(cfg: Any, rows: int, too_long: int = 0) -> List[str]:

@@ -390,7 +390,15 @@ def _lives_elsewhere(env_class: str) -> bool:
 
 
 def env_row_problem(row: Mapping[str, Any], env_config: Any = None) -> Optional[str]:
-    """What the row's env says is wrong with the row (its own :class:`DataError` message), or None.
+    """What the row's env says is wrong with the row (its own :class:`DataError` message), or None
+    (:func:`check_env_row` without the turn limit)."""
+    return check_env_row(row, env_config)[0]
+
+
+def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optional[str], Optional[int]]:
+    """Build the row's env once and return (what the env says is wrong with the row, or None; the episode's
+    turn limit before any caller's cap, :func:`resolve_max_turns` of the row's ``max_turns`` and the env's own,
+    or None when the env was not built, lives elsewhere, or sets no limit).
 
     The env is built for the row as an episode builds it (:func:`make_env_factory` with the row's
     extras), which is where each env checks the columns it reads: ``reward_spec.ground_truth`` above all. Nothing
@@ -400,18 +408,21 @@ def env_row_problem(row: Mapping[str, Any], env_config: Any = None) -> Optional[
     from skyrl_gym.errors import DataError
 
     if _lives_elsewhere(row["env_class"]):
-        return None  # building it is a call to an env service or a Ray actor, once per row: the run checks it
+        return None, None  # building it is a call to an env service or a Ray actor, once per row: the run checks it
+    extras = row_extras(row)
     try:
-        env = make_env_factory(row["env_class"], env_config, row_extras(row))()
+        env = make_env_factory(row["env_class"], env_config, extras)()
     except DataError as exc:
-        return str(exc)
+        return str(exc), None
     except Exception:  # the env's own failure, not the row's (the run reports it)
-        return None
+        return None, None
+    env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
+    limit = resolve_max_turns(extras.get("max_turns"), env_max_turns, None)
     try:
         env.close()
     except Exception:  # closing an env that never started is not the row's problem either
         pass
-    return None
+    return None, limit
 
 
 async def ascore_response(
@@ -470,6 +481,7 @@ __all__ = [
     "ScriptedPolicy",
     "StepRecord",
     "ascore_response",
+    "check_env_row",
     "make_env_factory",
     "resolve_max_turns",
     "run_episode",
