@@ -76,6 +76,9 @@ def test_the_new_environment_tutorial_runs_as_written(tmp_path: Path) -> None:
     trains = [c for c in page if c.startswith("skyrl-gym train")]
     assert len(trains) == 2 and "--check" in trains[0] and "--check" not in trains[1], trains
     assert any(c.startswith("skyrl-gym init ") for c in page) and any(c.startswith("skyrl-gym eval ") for c in page)
+    # the game has two tries: the page's runs cap episodes at 2 turns, not at the default 1
+    assert all("generator.max_turns=2" in c for c in trains), trains
+    assert all("--max-turns 2" in c for c in page if c.startswith("skyrl-gym eval ")), page
     exported = None
     for command in page:
         if command.startswith("pip install -e "):
@@ -94,7 +97,8 @@ def test_the_new_environment_tutorial_runs_as_written(tmp_path: Path) -> None:
             if command is trains[-1]:
                 step = re.search(r"trainer\.hf_save_interval=(\d+)", command).group(1)
                 export = re.search(r"trainer\.export_path=(\S+)", command).group(1)
-                run(f"{command} {' '.join(SCALE_DOWN)} trainer.policy.model.path={tiny}", env, work)
+                done = run(f"{command} {' '.join(SCALE_DOWN)} trainer.policy.model.path={tiny}", env, work)
+                assert "ends every episode" not in done.stderr, done.stderr  # no warning: both tries are played
                 exported = (step, export)
                 assert (work / export / "global_step_1" / "config.json").is_file()
         elif command.startswith("skyrl-gym eval"):
