@@ -51,7 +51,8 @@ def quickstart_overrides(out_dir: Path, steps: int, model: str, save_checkpoint:
         "trainer.micro_forward_batch_size_per_gpu": 16,
         "trainer.eval_batch_size": 32,
         "trainer.eval_before_train": True,
-        "trainer.eval_interval": -1,
+        # one evaluation after the last step, whether or not one ran before (trainer.eval_before_train=false)
+        "trainer.eval_interval": steps,
         "trainer.epochs": 100,
         "trainer.max_training_steps": steps,
         "trainer.ckpt_interval": steps if save_checkpoint else -1,
@@ -284,7 +285,7 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _report(summary: Dict[str, Any]) -> str:
-    before, after = (_rounded((summary.get(key) or {}).get("eval/reward")) for key in ("eval_before", "eval_after"))
+    before, after = (_eval_reward(summary.get(key)) for key in ("eval_before", "eval_after"))
     if summary["interrupted"]:
         head = (f"== quickstart interrupted at step {summary['steps']} of {summary['steps_planned']} "
                 f"(Ctrl-C), after {summary['minutes']:.1f} min")
@@ -298,7 +299,9 @@ def _report(summary: Dict[str, Any]) -> str:
     lines = [
         "",
         head,
-        f"   train reward (mean of first / last steps): {summary['train_reward_first_steps']} -> {summary['train_reward_last_steps']}",
+        "   train reward (mean of first / last steps): " + (
+            f"{summary['train_reward_first_steps']} -> {summary['train_reward_last_steps']}"
+            if summary["train_reward_first_steps"] is not None else "(no step trained)"),
         *_learned_line(summary.get("untrained_last_steps")),
         f"   held-out eval reward (greedy): {evaluated}",
         f"   checkpoint: {checkpoint}",
@@ -338,6 +341,12 @@ def _learned_line(untrained: Optional[Dict[str, Any]]) -> List[str]:
     return [f"   steps {first}-{last} trained nothing, as expected once the model has learned the task: each "
             f"question's answers agreed, {100 * untrained['solved_by_every_sample']:.0f}% of questions right "
             "in every answer (GRPO learns from the differences between a question's answers)"]
+
+
+def _eval_reward(metrics: Optional[Dict[str, Any]]) -> Any:
+    """An evaluation's reward for the report, or ``(not run)`` where there was none."""
+    reward = (metrics or {}).get("eval/reward")
+    return "(not run)" if reward is None else _rounded(reward)
 
 
 def _rounded(value: Any) -> Any:

@@ -267,6 +267,17 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
     assert json.loads(again.read_text())["mean_reward"] == summary["eval_after"]["eval/reward"]
 
 
+def test_turning_off_the_evaluation_before_training_keeps_the_one_after(tiny_chat_model, tmp_path, capsys):
+    """``trainer.eval_before_train=false`` dropped the evaluation after training too, and the report printed
+    ``held-out eval reward (greedy): None -> None``."""
+    summary = run_quickstart(tmp_path, steps=1, model=str(tiny_chat_model),
+                             extra_overrides=[*TINY, "trainer.eval_before_train=false"])
+    assert summary["eval_before"] is None and "eval/reward" in summary["eval_after"]
+    assert "eval/reward" in json.loads((tmp_path / "summary.json").read_text())["eval_after"]
+    [line] = [line for line in capsys.readouterr().out.splitlines() if "held-out eval reward" in line]
+    assert line == f"   held-out eval reward (greedy): (not run) -> {round(summary['eval_after']['eval/reward'], 3)}"
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_the_quickstart_between_steps_with_one_line_and_the_partial_outputs(tiny_chat_model,
                                                                                           tmp_path):
