@@ -102,6 +102,15 @@ async def _cancel_other_tasks() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class ResumedWarning(UserWarning):
+    """A run resumed from a checkpoint (``trainer.resume_mode``); ``nothing_left`` when it was already at its last
+    step. The CLI shows it as one line (or not at all when its last line says nothing was trained)."""
+
+    def __init__(self, message: str, nothing_left: bool = False) -> None:
+        super().__init__(message)
+        self.nothing_left = nothing_left
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C stopped :meth:`PPOTrainer.fit` between two steps. The steps done are logged and plotted
     (``result`` holds what ``fit`` returns, with ``interrupted`` true); nothing else is written: no
@@ -948,9 +957,10 @@ class PPOTrainer:
         if resumed is not None:  # said out loud: the default ckpt_path is shared by runs that do not set their own
             note = (f"resumed from {resumed} at step {self.global_step} (trainer.resume_mode={self.t.resume_mode}; "
                     "trainer.resume_mode=none starts afresh, and a trainer.ckpt_path of its own keeps a run apart)")
-            if self.global_step >= self.total_steps:
+            nothing_left = self.global_step >= self.total_steps
+            if nothing_left:
                 note += f": the run is already at its last step ({self.total_steps}), nothing is left to train"
-            warnings.warn(note, UserWarning, stacklevel=3)
+            warnings.warn(ResumedWarning(note, nothing_left), stacklevel=3)
         return str(resumed) if resumed else None
 
     def _train_steps(self, on_step: Optional[Callable[[int, Dict[str, float]], None]],

@@ -23,6 +23,7 @@ import argparse
 import functools
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type
 
@@ -105,7 +106,8 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     from skygym_train.trainer import TrainingInterrupted, TrajectoriesFailed
 
     try:
-        with trainer_cls(cfg) as trainer:
+        with warnings.catch_warnings(), trainer_cls(cfg) as trainer:
+            warnings.showwarning = _cli_warnings(warnings.showwarning)
             result = trainer.fit()
     except TrainingInterrupted as exc:  # the first Ctrl-C: the trainer stopped between two steps
         print(str(exc), file=sys.stderr)
@@ -119,8 +121,23 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     except TrajectoriesFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    print(finished_line(result), file=sys.stderr)
+    print(finished_line(result, cfg.trainer.ckpt_interval), file=sys.stderr)
     return 0
+
+
+def _cli_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """The CLI's ``warnings.showwarning``: a resumed run is one ``warning:`` line (none when nothing was left to
+    train: the run's last line says so), without the source line of Python's format; other warnings go to ``show``."""
+    from skygym_train.trainer import ResumedWarning
+
+    def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                    line: Any = None) -> None:
+        if not isinstance(message, ResumedWarning):
+            show(message, category, filename, lineno, file, line)
+        elif not message.nothing_left:
+            print(f"warning: {message}", file=sys.stderr)
+
+    return showwarning
 
 
 # Ctrl-C outside the training steps (loading, the last evaluation, the export) or a second one: no step to finish
@@ -128,11 +145,15 @@ STOPPED_AT_ONCE = ("interrupted: stopped at once (Ctrl-C again, or outside the t
                    "nothing more written")
 
 
-def finished_line(result: Mapping[str, Any]) -> str:
-    """The run's last line: where it ended, what it wrote (the checkpoint, and the Hugging Face export when
-    there is one), and, for a run that resumed (the default ``trainer.ckpt_path`` is shared by every run that
-    does not set its own), from where and how many steps it trained."""
-    line = f"finished at step {result['global_step']}; checkpoint: {result.get('checkpoint')}"
+def finished_line(result: Mapping[str, Any], ckpt_interval: Any = None) -> str:
+    """The run's last line: where it ended, what it wrote (the checkpoint, or that none was saved with the
+    ``trainer.ckpt_interval`` that said so, and the Hugging Face export when there is one), and, for a run that
+    resumed (the default ``trainer.ckpt_path`` is shared by every run that does not set its own), from where and
+    how many steps it trained."""
+    checkpoint = result.get("checkpoint")
+    saved = f"checkpoint: {checkpoint}" if checkpoint else (
+        "no checkpoint saved" + (f" (trainer.ckpt_interval={ckpt_interval})" if ckpt_interval is not None else ""))
+    line = f"finished at step {result['global_step']}; {saved}"
     if result.get("export"):
         line += f"; Hugging Face export: {result['export']}"
     resumed, trained = result.get("resumed_from"), result.get("steps_trained")

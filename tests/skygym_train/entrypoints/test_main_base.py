@@ -297,8 +297,25 @@ def test_a_batch_larger_than_the_rows_left_after_long_prompts_is_a_config_error(
     assert "Traceback" not in err, err
 
 
+@pytest.fixture
+def warnings_on_stderr():
+    """Warnings shown as a plain Python process shows them (pytest records them instead)."""
+    import sys
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.simplefilter("ignore", ResourceWarning)  # as Python's own default filters
+        warnings.showwarning = show
+        yield
+
+
 def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tiny_chat_model, toy_data,
-                                                                               tmp_path, capsys):
+                                                                               tmp_path, capsys,
+                                                                               warnings_on_stderr):
     """Two runs that leave trainer.ckpt_path at one folder (the default is shared): the second resumes the
     first's checkpoint, trains nothing, and its last lines say so, not just 'finished at step 1'."""
     from tests.skygym_train.toy_envs import toy_overrides
@@ -310,12 +327,45 @@ def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tin
     first = capsys.readouterr().err
     checkpoint = tmp_path / "ckpts" / "global_step_1"
     assert first.strip().splitlines()[-1] == f"finished at step 1; checkpoint: {checkpoint}"
-    with pytest.warns(UserWarning, match="nothing is left to train"):
-        assert main(keys) == 0
-    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert main(keys) == 0
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
     resumed = tmp_path / "ckpts" / "global_step_1"
     assert last.startswith(f"nothing was trained: this run resumed from {resumed}")
     assert "trainer.resume_mode=none starts afresh" in last
+    # one clean line: not also Python's warning format with its source line (main_base.py:109 ... trainer.fit())
+    assert "UserWarning" not in err and "Warning:" not in err and "trainer.fit()" not in err, err
+    assert len([line for line in err.splitlines() if "resumed from" in line]) == 1, err
+
+
+def test_a_resumed_run_on_the_cli_says_so_in_one_warning_line(tiny_chat_model, toy_data, tmp_path, capsys,
+                                                              warnings_on_stderr):
+    from tests.skygym_train.toy_envs import toy_overrides
+
+    def keys(steps):
+        return toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": steps,
+                                                                    "trainer.ckpt_interval": 1,
+                                                                    "trainer.resume_mode": "latest"})
+
+    assert main(keys(1)) == 0
+    capsys.readouterr()
+    assert main(keys(2)) == 0
+    err = capsys.readouterr().err
+    resumed = tmp_path / "ckpts" / "global_step_1"
+    said = [line for line in err.splitlines() if "resumed from" in line]
+    assert said[0].startswith(f"warning: resumed from {resumed} at step 1 (trainer.resume_mode=latest;"), err
+    assert said[1].endswith(f"(resumed from {resumed}, then trained 1 step(s))") and len(said) == 2, err
+    assert "UserWarning" not in err, err
+
+
+def test_a_run_without_checkpoints_ends_saying_none_was_saved_and_why(tiny_chat_model, toy_data, tmp_path,
+                                                                      capsys):
+    """The last line said `checkpoint: None` (a Python repr)."""
+    from tests.skygym_train.toy_envs import toy_overrides
+
+    assert main(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1})) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == "finished at step 1; no checkpoint saved (trainer.ckpt_interval=-1)"
 
 
 def test_a_run_that_exports_names_the_export_in_its_last_line(tiny_chat_model, toy_data, tmp_path, capsys):
