@@ -2,7 +2,9 @@
 # GRPO with the bundled trainer, the agent layer's runner as its generator (generator.task): a ReAct agent with a
 # Python tool (the code_interpreter env, sandboxed, offline) learning one-digit products, on CPU with the embedded
 # SmolLM2-135M-Instruct. Each step: 4 questions x 4 samples, up to 3 assistant turns each; reward 1.0 for the right
-# \boxed{} product. Rewards are logged on the console (agent/avg_reward, generate/avg_reward, eval/reward).
+# \boxed{} product. Each step's console line: reward/mean policy/loss policy/entropy policy/grad_norm and timings
+# (reward/mean: the mean reward of the step's 16 trajectories). Every metric, the agent's rollout/agent/avg_reward
+# included, is in metrics.jsonl with trainer.logger=console,jsonl (under trainer.log_path/trainer.run_name).
 #   bash examples/agents/train_agent_cpu.sh             # STEPS=4 by default; DATA_DIR=/tmp/data/agent_multiply
 #   bash examples/agents/train_agent_cpu.sh --check     # check the configuration only (loads no model)
 #   bash examples/agents/train_agent_cpu.sh trainer.max_training_steps=8   # any trainer key on top

@@ -82,6 +82,31 @@ def test_generator_task_makes_the_agent_runner_the_generator(tiny_chat_model, to
     assert lengths and max(lengths) <= 4, lengths
 
 
+def test_the_agent_training_examples_comment_names_what_the_console_and_the_log_show(tiny_chat_model, toy_data,
+                                                                                      tmp_path, capsys):
+    """examples/agents/train_agent_cpu.sh said rewards show on the console as agent/avg_reward,
+    generate/avg_reward, eval/reward; the console line shows reward/mean. A step of the same generator
+    (generator.task) with the script's console logger, and the jsonl one its comment names."""
+    import re
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[2] / "examples/agents/train_agent_cpu.sh").read_text()
+    comment = " ".join(line.lstrip("# ") for line in script.splitlines() if line.startswith("#"))
+    on_console = re.search(r"console line: ((?:[\w/]+ )+)and timings", comment).group(1).split()
+    in_log = re.search(r"agent's ([\w/]+) included, is in metrics.jsonl", comment).group(1)
+    task = _agent_yaml(tmp_path / "agent.yaml", sampling_params={"max_tokens": 3})
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
+        "trainer.max_training_steps": 1, "generator.task": str(task), "trainer.logger": "console,jsonl"}))
+    with PPOTrainer(cfg) as trainer:
+        trainer.fit()
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[step 1] ")]
+    shown = [item.split("=")[0] for item in line.split()[2:]]
+    assert [key for key in shown if "/" in key] == on_console, line  # the metrics, in the order shown
+    assert any(key.endswith("s") and "/" not in key for key in shown), line  # and timings
+    logged = {key for entry in _logged(tmp_path) for key in entry}
+    assert in_log in logged, " ".join(sorted(logged))
+
+
 def test_generator_task_is_checked_before_anything_loads(tmp_path, capsys):
     from skygym_train.entrypoints.main_base import main
 
