@@ -39,6 +39,10 @@ def bash_blocks(text: str) -> List[str]:
     return re.findall(r"```bash\n(.*?)```", text, flags=re.S)
 
 
+def python_blocks(text: str) -> List[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
 def commands(block: str) -> List[str]:
     """The block's commands: continuation lines joined; a ``python -c "..."`` spanning lines kept whole."""
     out: List[str] = []
@@ -115,3 +119,18 @@ def test_the_new_environment_tutorial_runs_as_written(tmp_path: Path) -> None:
             if command.startswith("skyrl-gym conform "):
                 assert "all adapters conform" in done.stdout, done.stdout
     assert (work / "word_reverse_train.jsonl").is_file() and exported is not None
+
+
+def test_the_env_with_a_tool_runs_as_written(tmp_path: Path) -> None:
+    """The page's "An env with a tool" example (ToolGroup, @tool, init_tool_groups, _execute_tool), run as a
+    script in an empty folder: it registers the env and plays a tool error, a tool call and the answer."""
+    text = PAGE.read_text(encoding="utf-8")
+    section = text[text.index("### An env with a tool"):text.index("## 4. Its rows")]
+    [example] = python_blocks(section)
+    for name in ("ToolGroup", "@tool", "init_tool_groups", "_execute_tool"):
+        assert name in example, name
+    (tmp_path / "shop_env.py").write_text(example, encoding="utf-8")
+    done = subprocess.run([sys.executable, "shop_env.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "shop env: OK"
