@@ -104,6 +104,8 @@ class Episode:
     messages: ConversationType = field(default_factory=list)
     steps: List[StepRecord] = field(default_factory=list)
     max_turns: Optional[int] = None
+    # The caller's cap set max_turns below the row's or the env's own limit (or the env had none).
+    limit_from_cap: bool = False
     end: Optional[EpisodeEnd] = None
     error: Optional[str] = None
     error_method: Optional[str] = None
@@ -129,6 +131,14 @@ class Episode:
     @property
     def terminated(self) -> bool:
         return self.end is not None and self.end.terminated
+
+    @property
+    def cap_reached(self) -> bool:
+        """The episode played every turn the caller's cap allowed, fewer than the row or the env would have given.
+        The env is told the capped limit, so it says done on that turn (``end`` is ``env_done``) whether it ended
+        the game there or only ran out of turns: this says the cap may have cut the episode short."""
+        return (self.limit_from_cap and self.max_turns is not None and self.num_turns >= self.max_turns
+                and self.end in (EpisodeEnd.ENV_DONE, EpisodeEnd.MAX_TURNS))
 
     @property
     def truncated(self) -> bool:
@@ -274,7 +284,7 @@ async def run_episode(
     try:
         env = await caller.call("make", make_env)
         await _init(env, prompt, caller, episode)
-        episode.max_turns = _turn_limit(env, row_max_turns, max_turns_cap, turns_past_limit)
+        episode.max_turns = _turn_limit(env, row_max_turns, max_turns_cap, turns_past_limit, episode)
         episode.end = await policy.start(episode)
         while episode.end is None:
             episode.end = await _turn(env, policy, caller, episode, validate)
@@ -322,9 +332,12 @@ def apply_turn_limit(env: Env, row_max_turns: Any = None, cap: Optional[int] = N
     return limit
 
 
-def _turn_limit(env: Env, row_max_turns: Any, cap: Optional[int], turns_past_limit: int) -> Optional[int]:
+def _turn_limit(env: Env, row_max_turns: Any, cap: Optional[int], turns_past_limit: int,
+                episode: Episode) -> Optional[int]:
+    env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
+    own = resolve_max_turns(row_max_turns, env_max_turns, None)
+    episode.limit_from_cap = cap is not None and (own is None or int(cap) < own)
     if turns_past_limit > 0:  # checking an env: it is not told, and must end the episode by itself
-        env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
         return (resolve_max_turns(row_max_turns, env_max_turns, cap) or 1) + turns_past_limit
     return apply_turn_limit(env, row_max_turns, cap)
 

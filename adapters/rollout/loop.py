@@ -212,6 +212,7 @@ def _finish(trajectory: Trajectory, episode: Episode, chat: ChatTokenizer, confi
     """Copy how the episode ended into the trajectory (SkyRL's stop reasons: the engine's, ``length``, ``error``)."""
     trajectory.episode_end = episode.end
     trajectory.truncated_by_max_turns = episode.end is EpisodeEnd.MAX_TURNS
+    trajectory.max_turns_cap_reached = episode.cap_reached
     trajectory.env_seconds = episode.env_seconds
     trajectory.total_seconds = episode.total_seconds
     if episode.close_error:

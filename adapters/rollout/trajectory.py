@@ -48,6 +48,9 @@ class Trajectory:
     env_metrics: Dict[str, Any] = field(default_factory=dict)
     error: Optional[str] = None
     truncated_by_max_turns: bool = False
+    # Every turn the caller's cap (generator.max_turns) allowed was played, fewer than the row's or env's own
+    # max_turns: the env said done (episode_end env_done) on the turn the cap made its last (Episode.cap_reached).
+    max_turns_cap_reached: bool = False
     # How the episode ended (skyrl_gym.episode.EpisodeEnd: env_done, max_turns, length, aborted, error).
     episode_end: Optional[Any] = None
     # Single-message mode appends a final EOS (loss mask 1, as SkyRL does) after the last turn.
@@ -135,6 +138,7 @@ class Trajectory:
             "logprobs": self.response_logprobs(),
             "stop_reason": self.stop_reason,
             "episode_end": None if self.episode_end is None else str(getattr(self.episode_end, "value", self.episode_end)),
+            "max_turns_cap_reached": self.max_turns_cap_reached,
             "num_turns": self.num_turns,
             "conversation": self.conversation,
             "turns": [asdict(t) for t in self.turns],

@@ -56,6 +56,16 @@ def _train(model, tmp_path, caplog, **extra) -> list:
     return [r.getMessage() for r in caplog.records if "generator.max_turns" in r.getMessage()]
 
 
+def _cap_reached(tmp_path) -> float:
+    """The step's share of trajectories that played every turn generator.max_turns allowed, fewer than their
+    env's (recorded as such: their env said done on that turn, so episode_end is env_done)."""
+    import json
+
+    [path] = list((tmp_path / "logs").rglob("metrics.jsonl"))
+    [step] = [json.loads(line) for line in path.read_text().splitlines()]
+    return step["rollout/generate/max_turns_cap_reached"]
+
+
 def test_a_multi_turn_env_capped_at_one_turn_is_named_once_with_the_key_to_set(tiny_chat_model, tmp_path, caplog):
     said = _train(tiny_chat_model, tmp_path, caplog)
     assert said == [
@@ -64,7 +74,9 @@ def test_a_multi_turn_env_capped_at_one_turn_is_named_once_with_the_key_to_set(t
         "env test_two_tries plays up to 2 turns (its max_turns) but generator.max_turns=1 ends every episode "
         "after 1; set generator.max_turns=2 to train on all of them",
     ]
+    assert _cap_reached(tmp_path) == 1.0  # every episode was cut at 1 turn, below its env's 2 or 3
 
 
 def test_nothing_is_said_when_generator_max_turns_covers_every_env(tiny_chat_model, tmp_path, caplog):
     assert _train(tiny_chat_model, tmp_path, caplog, **{"generator.max_turns": 3}) == []
+    assert _cap_reached(tmp_path) == 0.0
