@@ -103,8 +103,8 @@ async def _cancel_other_tasks() -> None:
 
 
 class ResumedWarning(UserWarning):
-    """A run resumed from a checkpoint (``trainer.resume_mode``); ``nothing_left`` when it was already at its last
-    step. The CLI shows it as one line (or not at all when its last line says nothing was trained)."""
+    """A run resumed from a checkpoint (``trainer.resume_mode``); ``nothing_left`` when it was already at its
+    last step. The CLI shows it as one line (or not at all when its last line says nothing was trained)."""
 
     def __init__(self, message: str, nothing_left: bool = False) -> None:
         super().__init__(message)
@@ -1091,8 +1091,8 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
     message, from building the env for the row: :func:`skyrl_gym.episode.env_row_problem`), and a
     ``trainer.train_batch_size`` larger than the training rows (unless ``count_train`` is false, or a training
     file could not be read to its end: then the rows are not all counted). A config whose ``environment.env_class`` is not registered is
-    :func:`before_starting_problems`'s. ``turn_limits``, when given, is filled with each env_class's largest turn
-    limit before ``generator.max_turns`` caps it (from the same envs: :func:`max_turns_warnings`)."""
+    :func:`before_starting_problems`'s. ``turn_limits``, when given, is filled with each env_class's largest
+    turn limit before ``generator.max_turns`` caps it (from the same envs: :func:`max_turns_warnings`)."""
     from skyrl_gym.episode import check_env_row
     from skyrl_gym.registration import unregistered_ids
 
@@ -1124,13 +1124,13 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
 
 def max_turns_warnings(cfg: Any, turn_limits: Dict[str, int]) -> List[str]:
     """One line per env_class whose episodes ``generator.max_turns`` cuts short: the env plays up to its
-    ``max_turns`` (the env's own, or the rows' ``max_turns``) and the cap, 1 by default as in SkyRL-train, ends
-    every episode sooner. Not for the agent generator (``generator.task``), whose limit is its own."""
+    ``max_turns`` (the env's own, or the rows' ``max_turns``) and the cap, 1 by default as in SkyRL-train,
+    ends every episode sooner. Not for the agent generator (``generator.task``), whose limit is its own."""
     cap = cfg.generator.max_turns
     if cfg.generator.task or not isinstance(cap, int):
         return []
-    return [f"env {env_class} plays up to {limit} turns (its max_turns) but generator.max_turns={cap} ends every "
-            f"episode after {cap}; set generator.max_turns={limit} to train on all of them"
+    return [f"env {env_class} plays up to {limit} turns (its max_turns) but generator.max_turns={cap} ends "
+            f"every episode after {cap}; set generator.max_turns={limit} to train on all of them"
             for env_class, limit in sorted(turn_limits.items()) if limit > cap]
 
 

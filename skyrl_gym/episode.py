@@ -134,9 +134,9 @@ class Episode:
 
     @property
     def cap_reached(self) -> bool:
-        """The episode played every turn the caller's cap allowed, fewer than the row or the env would have given.
-        The env is told the capped limit, so it says done on that turn (``end`` is ``env_done``) whether it ended
-        the game there or only ran out of turns: this says the cap may have cut the episode short."""
+        """The episode played every turn the caller's cap allowed, fewer than the row or the env would
+        have given. The env is told the capped limit, so it says done on that turn (``end`` is ``env_done``)
+        whether it ended the game there or only ran out of turns: the cap may have cut the episode short."""
         return (self.limit_from_cap and self.max_turns is not None and self.num_turns >= self.max_turns
                 and self.end in (EpisodeEnd.ENV_DONE, EpisodeEnd.MAX_TURNS))
 
@@ -410,8 +410,8 @@ def env_row_problem(row: Mapping[str, Any], env_config: Any = None) -> Optional[
 
 def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optional[str], Optional[int]]:
     """Build the row's env once and return (what the env says is wrong with the row, or None; the episode's
-    turn limit before any caller's cap, :func:`resolve_max_turns` of the row's ``max_turns`` and the env's own,
-    or None when the env was not built, lives elsewhere, or sets no limit).
+    turn limit before any caller's cap, :func:`resolve_max_turns` of the row's ``max_turns`` and the env's
+    own, or None when the env was not built, lives elsewhere, or sets no limit).
 
     The env is built for the row as an episode builds it (:func:`make_env_factory` with the row's
     extras), which is where each env checks the columns it reads: ``reward_spec.ground_truth`` above all. Nothing
@@ -421,7 +421,8 @@ def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optio
     from skyrl_gym.errors import DataError
 
     if _lives_elsewhere(row["env_class"]):
-        return None, None  # building it is a call to an env service or a Ray actor, once per row: the run checks it
+        return None, None  # building it is a call to an env service or a Ray actor, once per row: the run
+        # checks it
     extras = row_extras(row)
     try:
         env = make_env_factory(row["env_class"], env_config, extras)()

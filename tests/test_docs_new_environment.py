@@ -102,7 +102,7 @@ def test_the_new_environment_tutorial_runs_as_written(tmp_path: Path) -> None:
                 step = re.search(r"trainer\.hf_save_interval=(\d+)", command).group(1)
                 export = re.search(r"trainer\.export_path=(\S+)", command).group(1)
                 done = run(f"{command} {' '.join(SCALE_DOWN)} trainer.policy.model.path={tiny}", env, work)
-                assert "ends every episode" not in done.stderr, done.stderr  # no warning: both tries are played
+                assert "ends every episode" not in done.stderr, done.stderr  # no warning: both tries played
                 exported = (step, export)
                 assert (work / export / "global_step_1" / "config.json").is_file()
         elif command.startswith("skyrl-gym eval"):
@@ -130,7 +130,7 @@ def test_the_env_with_a_tool_runs_as_written(tmp_path: Path) -> None:
     for name in ("ToolGroup", "@tool", "init_tool_groups", "_execute_tool"):
         assert name in example, name
     (tmp_path / "shop_env.py").write_text(example, encoding="utf-8")
-    done = subprocess.run([sys.executable, "shop_env.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run([sys.executable, "shop_env.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "shop env: OK"

@@ -52,7 +52,7 @@ def rollout_metrics(
         "generate/avg_assistant_tokens": _mean(assistant_tokens),
         "generate/num_errors": sum(t.error is not None for t in trajectories),
         "generate/truncated_by_max_turns": sum(t.truncated_by_max_turns for t in trajectories),
-        "generate/max_turns_cap_reached": sum(t.max_turns_cap_reached for t in trajectories) / len(trajectories),
+        "generate/max_turns_cap_reached": _mean([float(t.max_turns_cap_reached) for t in trajectories]),
     }
     for reason, count in Counter(t.stop_reason for t in trajectories).items():
         metrics[f"generate/stop_reason/{reason}"] = count / len(trajectories)

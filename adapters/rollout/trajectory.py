@@ -48,8 +48,9 @@ class Trajectory:
     env_metrics: Dict[str, Any] = field(default_factory=dict)
     error: Optional[str] = None
     truncated_by_max_turns: bool = False
-    # Every turn the caller's cap (generator.max_turns) allowed was played, fewer than the row's or env's own
-    # max_turns: the env said done (episode_end env_done) on the turn the cap made its last (Episode.cap_reached).
+    # Every turn the caller's cap (generator.max_turns) allowed was played, fewer than the row's or env's
+    # own max_turns: the env said done (episode_end env_done) on the turn the cap made its last
+    # (Episode.cap_reached).
     max_turns_cap_reached: bool = False
     # How the episode ended (skyrl_gym.episode.EpisodeEnd: env_done, max_turns, length, aborted, error).
     episode_end: Optional[Any] = None

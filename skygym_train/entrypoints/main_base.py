@@ -126,8 +126,9 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
 
 
 def _cli_warnings(show: Callable[..., None]) -> Callable[..., None]:
-    """The CLI's ``warnings.showwarning``: a resumed run is one ``warning:`` line (none when nothing was left to
-    train: the run's last line says so), without the source line of Python's format; other warnings go to ``show``."""
+    """The CLI's ``warnings.showwarning``: a resumed run is one ``warning:`` line (none when nothing was left
+    to train: the run's last line says so), without the source line of Python's format; other warnings go to
+    ``show``."""
     from skygym_train.trainer import ResumedWarning
 
     def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
@@ -147,12 +148,12 @@ STOPPED_AT_ONCE = ("interrupted: stopped at once (Ctrl-C again, or outside the t
 
 def finished_line(result: Mapping[str, Any], ckpt_interval: Any = None) -> str:
     """The run's last line: where it ended, what it wrote (the checkpoint, or that none was saved with the
-    ``trainer.ckpt_interval`` that said so, and the Hugging Face export when there is one), and, for a run that
-    resumed (the default ``trainer.ckpt_path`` is shared by every run that does not set its own), from where and
-    how many steps it trained."""
+    ``trainer.ckpt_interval`` that said so, and the Hugging Face export when there is one), and, for a run
+    that resumed (the default ``trainer.ckpt_path`` is shared by every run that does not set its own), from
+    where and how many steps it trained."""
     checkpoint = result.get("checkpoint")
-    saved = f"checkpoint: {checkpoint}" if checkpoint else (
-        "no checkpoint saved" + (f" (trainer.ckpt_interval={ckpt_interval})" if ckpt_interval is not None else ""))
+    why = "" if ckpt_interval is None else f" (trainer.ckpt_interval={ckpt_interval})"
+    saved = f"checkpoint: {checkpoint}" if checkpoint else f"no checkpoint saved{why}"
     line = f"finished at step {result['global_step']}; {saved}"
     if result.get("export"):
         line += f"; Hugging Face export: {result['export']}"

@@ -82,8 +82,8 @@ def test_generator_task_makes_the_agent_runner_the_generator(tiny_chat_model, to
     assert lengths and max(lengths) <= 4, lengths
 
 
-def test_the_agent_training_examples_comment_names_what_the_console_and_the_log_show(tiny_chat_model, toy_data,
-                                                                                      tmp_path, capsys):
+def test_the_agent_training_examples_comment_names_what_the_console_and_the_log_show(
+        tiny_chat_model, toy_data, tmp_path, capsys):
     """examples/agents/train_agent_cpu.sh said rewards show on the console as agent/avg_reward,
     generate/avg_reward, eval/reward; the console line shows reward/mean. A step of the same generator
     (generator.task) with the script's console logger, and the jsonl one its comment names."""

@@ -1,6 +1,6 @@
-"""``generator.max_turns`` is 1 by default (as in SkyRL-train): a multi-turn env trained without setting it gets
-one turn an episode. The trainer says so when it starts, once per env_class, naming the env, its turn limit and
-the key to set, from the envs its row check builds anyway."""
+"""``generator.max_turns`` is 1 by default (as in SkyRL-train): a multi-turn env trained without setting it
+gets one turn an episode. The trainer says so when it starts, once per env_class, naming the env, its turn
+limit and the key to set, from the envs its row check builds anyway."""
 
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def _cap_reached(tmp_path) -> float:
     return step["rollout/generate/max_turns_cap_reached"]
 
 
-def test_a_multi_turn_env_capped_at_one_turn_is_named_once_with_the_key_to_set(tiny_chat_model, tmp_path, caplog):
+def test_a_multi_turn_env_capped_at_one_turn_is_named_once_with_the_key_to_set(tiny_chat_model, tmp_path,
+                                                                                caplog):
     said = _train(tiny_chat_model, tmp_path, caplog)
     assert said == [
         "env test_letter_e plays up to 3 turns (its max_turns) but generator.max_turns=1 ends every episode "

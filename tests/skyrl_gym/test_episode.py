@@ -83,12 +83,12 @@ def test_the_cap_is_told_to_the_env_so_both_agree_on_the_last_turn():
     episode = play(env, ScriptedPolicy("go"), max_turns_cap=2)
     assert env.max_turns == 2 and episode.max_turns == 2
     assert episode.num_turns == 2 and episode.end is EpisodeEnd.ENV_DONE
-    assert episode.cap_reached  # env_done, on the turn the cap made its last: the record says the cap was reached
+    assert episode.cap_reached  # env_done on the turn the cap made its last: the record says so
 
 
 def test_an_episode_the_env_ends_before_the_cap_or_under_its_own_limit_did_not_reach_the_cap():
-    assert not play(Counter(), ScriptedPolicy(["go", "stop"]), max_turns_cap=3).cap_reached  # the env ended it
-    assert not play(Counter(), ScriptedPolicy("go"), max_turns_cap=4).cap_reached  # its own limit, not the cap
+    assert not play(Counter(), ScriptedPolicy(["go", "stop"]), max_turns_cap=3).cap_reached  # the env ended
+    assert not play(Counter(), ScriptedPolicy("go"), max_turns_cap=4).cap_reached  # its own limit
     assert not play(Counter(), ScriptedPolicy("go")).cap_reached  # no cap
 
 

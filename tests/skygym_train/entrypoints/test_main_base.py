@@ -333,7 +333,7 @@ def test_a_run_that_resumed_at_its_last_step_ends_saying_nothing_was_trained(tin
     resumed = tmp_path / "ckpts" / "global_step_1"
     assert last.startswith(f"nothing was trained: this run resumed from {resumed}")
     assert "trainer.resume_mode=none starts afresh" in last
-    # one clean line: not also Python's warning format with its source line (main_base.py:109 ... trainer.fit())
+    # one clean line: not also Python's warning format with its source line (main_base.py:109 ...)
     assert "UserWarning" not in err and "Warning:" not in err and "trainer.fit()" not in err, err
     assert len([line for line in err.splitlines() if "resumed from" in line]) == 1, err
 
