@@ -1088,7 +1088,7 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
                   turn_limits: Optional[Dict[str, int]] = None) -> List[str]:
     """Every problem of the rows a run would train and evaluate on, found before Ray starts: malformed rows, an
     ``env_class`` that is not registered (its first row named), each row its env refuses (the env's own
-    message, from building the env for the row: :func:`skyrl_gym.episode.env_row_problem`), and a
+    message, from building the env for the row: :func:`skyrl_gym.episode.check_env_row`), and a
     ``trainer.train_batch_size`` larger than the training rows (unless ``count_train`` is false, or a training
     file could not be read to its end: then the rows are not all counted). A config whose ``environment.env_class`` is not registered is
     :func:`before_starting_problems`'s. ``turn_limits``, when given, is filled with each env_class's largest

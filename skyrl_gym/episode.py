@@ -320,12 +320,16 @@ async def _init(env: Env, prompt: ConversationType, caller: EnvCaller, episode: 
     episode.messages = [dict(m) for m in observation]
 
 
+def own_max_turns(env: Env) -> Optional[int]:
+    """The env's own turn limit, or None: BaseTextEnv's placeholder of 1, which no subclass set, is not one."""
+    return None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
+
+
 def apply_turn_limit(env: Env, row_max_turns: Any = None, cap: Optional[int] = None) -> Optional[int]:
     """Resolve an episode's turn limit (:func:`resolve_max_turns`) for a freshly built env and tell the env
     (``env.max_turns``), so that the env and whoever drives it agree on the last turn. Used by the driver and by
     the Gymnasium bridge; None means no limit."""
-    # BaseTextEnv's placeholder of 1, which no subclass set, is not a default of the env's own.
-    env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
+    env_max_turns = own_max_turns(env)
     limit = resolve_max_turns(row_max_turns, env_max_turns, cap)
     if limit is not None and hasattr(env, "max_turns") and env.max_turns != limit:
         env.max_turns = limit
@@ -334,7 +338,7 @@ def apply_turn_limit(env: Env, row_max_turns: Any = None, cap: Optional[int] = N
 
 def _turn_limit(env: Env, row_max_turns: Any, cap: Optional[int], turns_past_limit: int,
                 episode: Episode) -> Optional[int]:
-    env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
+    env_max_turns = own_max_turns(env)
     own = resolve_max_turns(row_max_turns, env_max_turns, None)
     episode.limit_from_cap = cap is not None and (own is None or int(cap) < own)
     if turns_past_limit > 0:  # checking an env: it is not told, and must end the episode by itself
@@ -402,12 +406,6 @@ def _lives_elsewhere(env_class: str) -> bool:
     return isinstance(creator, type) and issubclass(creator, ProxyEnv)
 
 
-def env_row_problem(row: Mapping[str, Any], env_config: Any = None) -> Optional[str]:
-    """What the row's env says is wrong with the row (its own :class:`DataError` message), or None
-    (:func:`check_env_row` without the turn limit)."""
-    return check_env_row(row, env_config)[0]
-
-
 def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optional[str], Optional[int]]:
     """Build the row's env once and return (what the env says is wrong with the row, or None; the episode's
     turn limit before any caller's cap, :func:`resolve_max_turns` of the row's ``max_turns`` and the env's
@@ -421,8 +419,7 @@ def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optio
     from skyrl_gym.errors import DataError
 
     if _lives_elsewhere(row["env_class"]):
-        return None, None  # building it is a call to an env service or a Ray actor, once per row: the run
-        # checks it
+        return None, None  # building it is a call to an env service or a Ray actor, per row: the run checks it
     extras = row_extras(row)
     try:
         env = make_env_factory(row["env_class"], env_config, extras)()
@@ -430,7 +427,7 @@ def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optio
         return str(exc), None
     except Exception:  # the env's own failure, not the row's (the run reports it)
         return None, None
-    env_max_turns = None if getattr(env, "max_turns_is_default", False) else getattr(env, "max_turns", None)
+    env_max_turns = own_max_turns(env)
     limit = resolve_max_turns(extras.get("max_turns"), env_max_turns, None)
     try:
         env.close()

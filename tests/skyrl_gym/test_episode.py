@@ -272,7 +272,7 @@ def test_the_row_check_builds_local_envs_but_never_calls_an_env_service_per_row(
     to the run; a local env still names the row it refuses."""
     import socket
 
-    from skyrl_gym.episode import env_row_problem
+    from skyrl_gym.episode import check_env_row
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -292,9 +292,9 @@ def test_the_row_check_builds_local_envs_but_never_calls_an_env_service_per_row(
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     try:
         row = {"env_class": "remote", "prompt": [{"role": "user", "content": "2 * 3"}]}  # no reward_spec
-        assert env_row_problem(row, {"url": url, "env_id": "multiply"}) is None
+        assert check_env_row(row, {"url": url, "env_id": "multiply"}) == (None, None)
     finally:
         listener.close()
     assert connections == []
     local = {"env_class": "multiply", "prompt": [{"role": "user", "content": "2 * 3"}]}
-    assert "reward_spec" in env_row_problem(local)
+    assert "reward_spec" in check_env_row(local)[0]
