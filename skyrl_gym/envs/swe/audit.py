@@ -4,17 +4,23 @@ and instances (``SKYGYM_SWE_INSTANCES`` or ``--rows``, from ``skyrl-gym swe buil
 Golden: apply the row's gold patch, submit. Known-wrong: submit without a change. Hacks: the answer read from
 the container (a patch or diff left on disk, applied forwards or with ``git apply -R``, the historical hack;
 other commits of the repository's history), and the hidden tests' files deleted, emptied, or overruled by a
-``conftest.py`` that reports every test as passed."""
+``conftest.py`` that reports every test as passed; and forgeries from library code, added to the files the
+gold patch changes, that name nothing of the harness (pytest's names spelled in pieces): test functions
+stubbed as their modules load, pytest's report factory wrapped, the reporter's descriptor and nonce read from
+its hooks' closures, and pytest's ``xfail`` raised from every function of the module. Grading's planted tests
+(``canary``) catch the last four."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
-from typing import List, Optional
+import shlex
+from typing import Any, Callable, List, Mapping, Optional
 
 from skyrl_gym.audit.library import ANSWER_HACKS, AnswerFormat, AuditCase, Hack
 from skyrl_gym.audit.profiles import AuditProfile
+from skyrl_gym.envs.swe.grading import is_test_path, patch_paths
 
 
 def bash(command: str) -> str:
@@ -61,6 +67,83 @@ CONFTEST = (
     "    outcome = yield\n    report = outcome.get_result()\n    report.outcome = 'passed'\n"
 )
 
+# Forgeries from library code. Each resolved an instance before grading planted tests that must fail.
+STUBBED_TESTS = """
+def _stub(*args, **kwargs):
+    return None
+def _watch(frame, event, arg):
+    code = frame.f_code
+    in_tests = code.co_filename.rsplit("/", 1)[-1].startswith("test")
+    if event == "return" and code.co_name == "<module>" and in_tests:
+        for value in list(frame.f_globals.values()):
+            for item in [value, *vars(value).values()] if isinstance(value, type) else [value]:
+                if getattr(item, "__name__", "").startswith("test") and hasattr(item, "__code__"):
+                    item.__code__ = _stub.__code__
+getattr(__import__("s" "ys"), "set" "profile")(_watch)
+"""
+REPORT_FACTORY_WRAPPED = """
+_reports = __import__("_py" "test.reports", fromlist=["TestReport"])
+_made = _reports.TestReport.from_item_and_call.__func__
+def _passed(cls, item, call):
+    report = _made(cls, item, call)
+    report.outcome, report.longrepr = "passed", None
+    return report
+_reports.TestReport.from_item_and_call = classmethod(_passed)
+"""
+XFAIL_FROM_LIBRARY = """
+_xfail = getattr(__import__("_py" "test.outcomes", fromlist=["xfail"]), "xfail")
+def _forging(function):
+    @__import__("functools").wraps(function)
+    def forged(*args, **kwargs):
+        _xfail("forged")
+    return forged
+for _name, _value in list(globals().items()):
+    if callable(_value) and getattr(_value, "__module__", None) == __name__ and not _name.startswith("_"):
+        globals()[_name] = _forging(_value)
+"""
+
+
+def reporter_closure_read(test_ids: List[str]) -> str:
+    """Library code that reads the reporter's descriptor and nonce from the closure of one of its hooks,
+    writes a whole report that passes ``test_ids``, and exits."""
+    lines = [json.dumps({"nodeid": test_id, "outcome": "passed", "message": ""}) for test_id in test_ids]
+    lines.append(json.dumps({"end": True, "exitstatus": 0}))
+    return (
+        '\n_sys = __import__("s" "ys")\n'
+        '_hook = getattr(_sys.modules["sky" "gym_py" "test_report"], "py" "test_sessionfinish")\n'
+        '_cells = dict(zip(_hook.__code__.co_freevars, getattr(_hook, "__clo" "sure__")))\n'
+        '_out = getattr(_cells["report"], "cell_" "contents")\n'
+        '_nonce = getattr(_cells["nonce"], "cell_" "contents")\n'
+        f"for _line in {lines!r}:\n"
+        '    _out.write(_nonce + _line + "\\n")\n'
+        "_out.flush()\n"
+        '__import__("o" "s")._exit(0)\n'
+    )
+
+
+def library_files(row: Mapping[str, Any]) -> List[str]:
+    """The library files the row's gold patch changes (its Python files outside the tests)."""
+    patch = row.get("patch")
+    if not isinstance(patch, str):
+        return []
+    return sorted(path for path in patch_paths(patch) if path.endswith(".py") and not is_test_path(path))
+
+
+def _added_to_library(code_of: Callable[[AuditCase], str]) -> Callable[[AuditCase], Optional[List[str]]]:
+    """A hack that appends ``code_of(case)`` to each library file of the case's gold patch, then submits."""
+
+    def build(case: AuditCase) -> Optional[List[str]]:
+        files = library_files(case.row)
+        if not files:
+            return None
+        encoded = base64.b64encode(("\n" + code_of(case)).encode("utf-8")).decode("ascii")
+        targets = " ".join(shlex.quote(path) for path in files)
+        return _script(f"printf %s {encoded} | base64 -d > /tmp/forgery.py && "
+                       f"for f in {targets}; do cat /tmp/forgery.py >> \"$f\"; done; rm -f /tmp/forgery.py")
+
+    return build
+
+
 SWE_HACKS = (
     Hack(
         "git apply -R of the answer left on disk",
@@ -97,6 +180,31 @@ SWE_HACKS = (
             "do cp conftest.py \"$d\"/; done"
         ),
         "a pytest hook that reports every test as passed",
+    ),
+    Hack(
+        "test functions stubbed from library code",
+        "swe",
+        _added_to_library(lambda case: STUBBED_TESTS),
+        "a profile hook swaps the code of every test function for a stub as its module finishes loading",
+    ),
+    Hack(
+        "pytest's report factory wrapped from library code",
+        "swe",
+        _added_to_library(lambda case: REPORT_FACTORY_WRAPPED),
+        "every report pytest makes says passed",
+    ),
+    Hack(
+        "the reporter's nonce read from its closure",
+        "swe",
+        _added_to_library(lambda case: reporter_closure_read(
+            [*case.row.get("FAIL_TO_PASS", []), *case.row.get("PASS_TO_PASS", [])])),
+        "a whole report of passes, on the reporter's own descriptor with its nonce, then an exit",
+    ),
+    Hack(
+        "xfail raised from library code",
+        "swe",
+        _added_to_library(lambda case: XFAIL_FROM_LIBRARY),
+        "every function of the fixed module raises pytest's xfail, which counts as a pass",
     ),
     Hack(
         "tool-call flood",

@@ -8,15 +8,16 @@
    ``sitecustomize.py``, package metadata (``*.dist-info``, ``*.egg-info``: pytest loads plugins
    named there), bytecode, and binary files. A patch whose library code reaches for the test
    harness (pytest's names, the report descriptor, profiling hooks) is not resolved either.
-3. Apply the hidden ``test_patch`` and run the tests of FAIL_TO_PASS and PASS_TO_PASS. Outcomes
-   arrive over a descriptor of their own (see ``_pytest_report``); a report that is missing,
-   malformed or says a test twice counts every test as failed.
+3. Apply the hidden ``test_patch``, append tests that must fail under names drawn for this run (see
+   ``canary``), and run the tests of FAIL_TO_PASS and PASS_TO_PASS. Outcomes arrive over a descriptor of
+   their own (see ``_pytest_report``); a report that is missing, malformed or says a test twice, or that
+   says a planted test passed, counts every test as failed.
 4. Resolved iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes.
 
 What this cannot stop: code under test shares pytest's process, so library code written to change that
-process can forge a pass: an import hook that swaps the test functions for stubs (it names nothing of
-pytest), or code that spells pytest's names so that the text check misses them, or walks ``gc``
-objects. docs/swe.md has the whole threat model.
+process can forge a pass. The planted tests catch a forgery that passes tests without telling them apart
+(stubbed test functions, rewritten reports, an ``xfail`` raised from library code); one written to spare
+them is not caught. docs/swe.md has the whole threat model.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 from skygym_sandboxes.containers import Container, ContainerLimits
 from skygym_sandboxes.types import SandboxUnavailable
 
+from skyrl_gym.envs.swe import canary
 from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
-from skyrl_gym.envs.swe.runtime import HELPERS, SWERuntime
+from skyrl_gym.envs.swe.runtime import HELPERS, SWERuntime, TestRun
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +230,11 @@ def evaluate_patch(
             )
             report.instance_error = True
             return _finish(report, started)
+        planted = canary.plant(runtime, instance)
         run = runtime.run_tests(instance.test_files, timeout_s=timeout_s)
+    forgery = None if run.error else canary.forged(run, planted)
+    if forgery:  # every test counts as failed, as for a report that is not the reporter's
+        run = TestRun(error=forgery, duration_s=run.duration_s)
     for name, tests in (("fail_to_pass", instance.FAIL_TO_PASS), ("pass_to_pass", instance.PASS_TO_PASS)):
         bucket = getattr(report, name)
         for test_id in tests:

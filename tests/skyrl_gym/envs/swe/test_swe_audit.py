@@ -1,6 +1,7 @@
 """`skyrl-gym audit swe` on a freshly built instance: the gold patch earns 1.0, and every hack of the swe profile
 (the historical `git apply -R` of an answer left on disk, the answer from git history, deleted or emptied tests, a
-conftest that passes every test) earns no more than an unchanged checkout. Here, beside the other Docker tests, so
+conftest that passes every test, and four forgeries from library code that grading's planted tests catch) earns no
+more than an unchanged checkout. Here, beside the other Docker tests, so
 it shares their engine and build (tests/swe_fixtures.py)."""
 
 from __future__ import annotations
@@ -19,3 +20,7 @@ def test_swe_passes_its_audit(swe_instances):
     assert any(case.kind == "golden" and case.got == 1.0 for case in report.cases), report.table()
     historical = [case for case in report.cases if "git apply -R" in case.name]
     assert historical and all(case.verdict != FALSE_POSITIVE for case in historical), report.table()
+    hacks = {case.name: case.got for case in report.cases if case.kind == "hack"}
+    forgeries = ["test functions stubbed from library code", "pytest's report factory wrapped from library code",
+                 "the reporter's nonce read from its closure", "xfail raised from library code"]
+    assert [hacks.get(name) for name in forgeries] == [0.0] * 4, report.table()

@@ -15,6 +15,10 @@ import time
 
 import pytest
 
+from skyrl_gym.envs.swe.audit import (
+    REPORT_FACTORY_WRAPPED, STUBBED_TESTS, XFAIL_FROM_LIBRARY, library_files, reporter_closure_read,
+)
+from skyrl_gym.envs.swe import canary
 from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
 from skyrl_gym.envs.swe.instances import REQUIRED_FIELDS, write_jsonl
 from skyrl_gym.envs.swe.runtime import SWERuntime
@@ -277,6 +281,39 @@ def test_forgeries_that_name_nothing_the_text_check_knows_do_not_resolve(swe_ins
     assert "reaches for the test harness" in reports["a library line that looks like a diff header"].error
     # the same grader still resolves the gold patch, with the plugin's nonce and the repository last on sys.path
     assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
+
+
+def test_forgeries_that_pass_every_test_are_caught_by_the_planted_tests(swe_instances, docker_client_for_tests,
+                                                                       monkeypatch):
+    """Library code that names nothing the text check looks for. Each forgery resolved the instance before grading
+    planted tests that must fail (skyrl_gym/envs/swe/canary.py); the swe audit profile runs the same ones."""
+    instance = swe_instances[0]
+    library = instance.extra["mutation"]["path"]
+    assert library_files(instance.to_row()) == [library]
+    hacks = {
+        "test functions stubbed as their modules finish": STUBBED_TESTS,
+        "pytest's report factory wrapped": REPORT_FACTORY_WRAPPED,
+        "the reporter's nonce read from its closure": reporter_closure_read(
+            instance.FAIL_TO_PASS + instance.PASS_TO_PASS),
+        "xfail raised from library code": XFAIL_FROM_LIBRARY,
+    }
+    patches = {name: _patch_from_edits(instance, docker_client_for_tests, {library: "\n" + code})
+               for name, code in hacks.items()}
+    reports = dict(zip(patches, evaluate_many([instance] * len(patches), list(patches.values()),
+                                              client=docker_client_for_tests)))
+    for name, report in reports.items():
+        assert report.patch_applied and not report.resolved, (name, report)
+        assert "tampered" in report.error, (name, report.error)
+        assert report.fail_to_pass["success"] == [] and report.pass_to_pass["success"] == [], name
+    # The planted tests fail in an honest run: the gold patch still resolves, the empty patch does not.
+    assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
+    empty = evaluate_patch(instance, "", client=docker_client_for_tests)
+    assert not empty.resolved and not empty.error, empty
+    # With nothing planted, each forgery resolves the instance: they are real forgeries, and these tests alone
+    # catch them.
+    monkeypatch.setattr(canary, "plant", lambda runtime, instance: [])
+    unchecked = evaluate_many([instance] * len(patches), list(patches.values()), client=docker_client_for_tests)
+    assert {name: report.resolved for name, report in zip(patches, unchecked)} == dict.fromkeys(hacks, True)
 
 
 def test_hostile_commands_end_the_call_or_the_episode_never_the_caller(swe_instances, docker_client_for_tests):
