@@ -2,7 +2,8 @@
 
 It reports one line per test on a file descriptor that the harness hands it (``SKYGYM_REPORT_FD``):
 this run's nonce, then JSON ``{"nodeid", "outcome", "message"}`` (and ``"where"``, ``[file, line]`` of a
-failure), outcome one of passed, failed, error, skipped, xfailed, xpassed; the last line is
+failure), outcome one of passed, failed, error, skipped, xfailed, xpassed (an xfailed test whose ``xfail`` was
+raised while it ran, not declared by a mark, also has ``"raised": true``); the last line is
 ``{"end": true, "exitstatus": N}``. The plugin loads before pytest imports any project code; it then
 duplicates the descriptor and closes the original, and reads the nonce from the file
 ``SKYGYM_REPORT_NONCE`` names and deletes that file, so code under test finds neither the number nor
@@ -15,6 +16,9 @@ code under test could patch, and the plugin's state lives in closures, not modul
 
 import os
 import sys
+
+from _pytest.config import hookimpl
+from _pytest.outcomes import XFailed
 
 # JSON string escapes: '"', '\', control characters and lone surrogates (which UTF-8 cannot carry).
 _ESCAPES = {code: "\\u%04x" % code for code in [*range(0x20), *range(0xD800, 0xE000)]}
@@ -55,6 +59,7 @@ def _hooks(fd, nonce, trace_root):
         os.close(fd)
     results = {}
     called = set()
+    raised = set()  # tests whose xfail was raised while they ran (pytest.xfail()), not declared by a mark
 
     def profile(frame, event, arg):
         if event == "call":
@@ -74,10 +79,18 @@ def _hooks(fd, nonce, trace_root):
         elif report.skipped:
             if hasattr(report, "wasxfail"):
                 entry["outcome"] = "xfailed"
+                if report.nodeid in raised:
+                    entry["raised"] = True
             elif entry["outcome"] == "passed":
                 entry["outcome"] = "skipped"
         elif report.when == "call" and hasattr(report, "wasxfail"):
             entry["outcome"] = "xpassed"
+
+    @hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(item, call):
+        # Only looks: returning None leaves the report to pytest.
+        if call.excinfo is not None and isinstance(call.excinfo.value, XFailed):
+            raised.add(item.nodeid)
 
     def pytest_runtest_protocol(item, nextitem):
         if not trace_root:
@@ -109,7 +122,8 @@ def _hooks(fd, nonce, trace_root):
         report.write(nonce + _json({"end": True, "exitstatus": int(exitstatus)}) + "\n")
         report.flush()
 
-    return [pytest_runtest_logreport, pytest_runtest_protocol, pytest_collectreport, pytest_sessionfinish]
+    return [pytest_runtest_logreport, pytest_runtest_makereport, pytest_runtest_protocol, pytest_collectreport,
+            pytest_sessionfinish]
 
 
 def _setup():

@@ -12,7 +12,9 @@
    ``canary``), and run the tests of FAIL_TO_PASS and PASS_TO_PASS. Outcomes arrive over a descriptor of
    their own (see ``_pytest_report``); a report that is missing, malformed or says a test twice, or that
    says a planted test passed, counts every test as failed.
-4. Resolved iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes.
+4. Resolved iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes. An xfailed test counts
+   as passed, as in SWE-bench, except a FAIL_TO_PASS test whose ``xfail`` was raised while it ran (library
+   code can raise one) rather than declared by a mark.
 
 What this cannot stop: code under test shares pytest's process, so library code written to change that
 process can forge a pass. The planted tests catch a forgery that passes tests without telling them apart
@@ -235,10 +237,10 @@ def evaluate_patch(
     forgery = None if run.error else canary.forged(run, planted)
     if forgery:  # every test counts as failed, as for a report that is not the reporter's
         run = TestRun(error=forgery, duration_s=run.duration_s)
-    for name, tests in (("fail_to_pass", instance.FAIL_TO_PASS), ("pass_to_pass", instance.PASS_TO_PASS)):
-        bucket = getattr(report, name)
-        for test_id in tests:
-            bucket["success" if run.passed(test_id) else "failure"].append(test_id)
+    for test_id in instance.FAIL_TO_PASS:  # an xfail raised while it ran (library code can raise one) is no pass
+        report.fail_to_pass["success" if run.ran_to_a_pass(test_id) else "failure"].append(test_id)
+    for test_id in instance.PASS_TO_PASS:
+        report.pass_to_pass["success" if run.passed(test_id) else "failure"].append(test_id)
     if run.error:
         report.error = run.error + (f"\n{run.log_tail[-1500:]}" if run.log_tail else "")
     report.resolved = not run.error and not report.fail_to_pass["failure"] and not report.pass_to_pass["failure"]

@@ -56,10 +56,18 @@ class TestOutcome:
     message: str = ""
     calls: List[Any] = field(default_factory=list)
     where: Optional[List[Any]] = None  # [file, line] where a failure was raised
+    raised: bool = False  # xfailed by an xfail raised while it ran (pytest.xfail()), not by a mark
 
     @property
     def passed(self) -> bool:
+        """Passed or xfailed, as SWE-bench counts them."""
         return self.outcome in ("passed", "xfailed")
+
+    @property
+    def ran_to_a_pass(self) -> bool:
+        """Passed, or xfailed by its mark: what a FAIL_TO_PASS test must do. An xfail raised while it ran
+        is library code's to raise too."""
+        return self.passed and not self.raised
 
 
 @dataclass
@@ -75,6 +83,10 @@ class TestRun:
     def passed(self, nodeid: str) -> bool:
         outcome = self.outcomes.get(nodeid)
         return outcome is not None and outcome.passed
+
+    def ran_to_a_pass(self, nodeid: str) -> bool:
+        outcome = self.outcomes.get(nodeid)
+        return outcome is not None and outcome.ran_to_a_pass
 
 
 NOT_THE_REPORTERS = "the test report holds a line that is not the reporter's (tampered or corrupted)"
@@ -102,18 +114,19 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
             ended = True
             continue
         nodeid, outcome, message = entry.get("nodeid"), entry.get("outcome"), entry.get("message", "")
-        calls, where = entry.get("calls", []), entry.get("where")
+        calls, where, raised = entry.get("calls", []), entry.get("where"), entry.get("raised", False)
         if (
             not isinstance(nodeid, str)
             or not isinstance(outcome, str)
             or not isinstance(message, str)
             or not isinstance(calls, list)
             or not (where is None or isinstance(where, list))
+            or not isinstance(raised, bool)
             or nodeid in run.outcomes
         ):
             return TestRun(error=f"the test report is malformed or reports {str(nodeid)[:200]!r} twice "
                                  "(tampered or corrupted)")
-        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, message, calls, where)
+        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, message, calls, where, raised)
     if not ended:
         return TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
     return run

@@ -309,11 +309,13 @@ def test_forgeries_that_pass_every_test_are_caught_by_the_planted_tests(swe_inst
     assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
     empty = evaluate_patch(instance, "", client=docker_client_for_tests)
     assert not empty.resolved and not empty.error, empty
-    # With nothing planted, each forgery resolves the instance: they are real forgeries, and these tests alone
-    # catch them.
+    # With nothing planted, three of them resolve the instance: they are real forgeries, and the planted tests
+    # alone catch them. The xfail does not: a FAIL_TO_PASS test xfailed by an xfail raised while it ran is no pass.
     monkeypatch.setattr(canary, "plant", lambda runtime, instance: [])
     unchecked = evaluate_many([instance] * len(patches), list(patches.values()), client=docker_client_for_tests)
-    assert {name: report.resolved for name, report in zip(patches, unchecked)} == dict.fromkeys(hacks, True)
+    resolved = {name: report.resolved for name, report in zip(patches, unchecked)}
+    assert resolved == {**dict.fromkeys(hacks, True), "xfail raised from library code": False}
+    assert unchecked[-1].fail_to_pass["failure"] == instance.FAIL_TO_PASS and not unchecked[-1].error
 
 
 def test_hostile_commands_end_the_call_or_the_episode_never_the_caller(swe_instances, docker_client_for_tests):

@@ -200,6 +200,42 @@ def test_the_test_report_is_refused_when_tampered_with():
         assert run.error and not run.passed("t.py::a")
 
 
+def test_the_reporter_tells_an_xfail_raised_while_a_test_ran_from_one_its_mark_declares(tmp_path):
+    """The real plugin under this machine's pytest: a FAIL_TO_PASS test needs a pass or a declared xfail, since
+    library code can raise ``xfail`` too (the Docker tests run the forgery)."""
+    import os
+    import subprocess
+    import sys
+
+    from skyrl_gym.envs.swe.runtime import REPORT_PLUGIN, REPORT_PLUGIN_SOURCE
+
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n\n@pytest.mark.xfail\ndef test_marked():\n    assert False\n\n"
+        "def test_raised():\n    pytest.xfail('raised')\n\ndef test_passes():\n    pass\n"
+    )
+    (tmp_path / f"{REPORT_PLUGIN}.py").write_text(REPORT_PLUGIN_SOURCE)
+    nonce = "0123456789abcdef0123456789abcdef"
+    (tmp_path / "nonce").write_text(nonce)
+    read, write = os.pipe()
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SKYGYM_REPORT_FD": str(write),
+           "SKYGYM_REPORT_NONCE": str(tmp_path / "nonce")}
+    subprocess.run([sys.executable, "-m", "pytest", "-p", REPORT_PLUGIN, "-p", "no:cacheprovider", "-q",
+                    "--rootdir", str(tmp_path), "test_x.py"],
+                   cwd=tmp_path, env=env, pass_fds=(write,), capture_output=True, timeout=120)
+    os.close(write)
+    with os.fdopen(read, encoding="utf-8") as channel:
+        run = parse_report(channel.read(), nonce)
+    assert not run.error, run.error
+    marked, raised, passes = (run.outcomes[f"test_x.py::test_{name}"] for name in ("marked", "raised", "passes"))
+    assert (marked.outcome, marked.raised, marked.passed, marked.ran_to_a_pass) == ("xfailed", False, True, True)
+    assert (raised.outcome, raised.raised, raised.passed, raised.ran_to_a_pass) == ("xfailed", True, True, False)
+    assert passes.ran_to_a_pass and not passes.raised
+    # the field is the reporter's: a wrong type is a tampered report
+    end = nonce + '{"end": true, "exitstatus": 0}\n'
+    assert "tampered" in parse_report(nonce + '{"nodeid": "a", "outcome": "xfailed", "raised": 1}\n' + end,
+                                      nonce).error
+
+
 def test_a_report_line_built_to_crash_the_parser_is_a_tampered_run_not_an_exception():
     """Each of these raised out of the grader (RecursionError, ValueError, TypeError) and so out of env.step."""
     end = '{"end": true, "exitstatus": 0}\n'
