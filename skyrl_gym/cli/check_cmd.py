@@ -1,4 +1,5 @@
-"""``skyrl-gym check ID [--rows FILE]``: run the env checker and print its report (exit 1 on breaches).
+"""``skyrl-gym check ID [--rows FILE]``: run the env checker and print its report (exit 1 on breaches, 3 when
+every row was skipped).
 
 Without ``--rows`` the rows come from the env's dataset builder, else from the golden cases it ships
 (:func:`skyrl_gym.checker.default_rows`)."""
@@ -17,7 +18,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="drive an env through dataset rows and adversarial actions; report contract breaches",
         description="Build the env for every row, play the row's reference answer and adversarial actions "
         "(empty, ~10 MB, unicode, unclosed tags) twice each, and report every breach of the env contract. "
-        "Exit code 0: no errors; 1: errors found; 2: bad arguments. This checks the env's contract; to check "
+        "Exit code 0: no errors; 1: errors found; 2: bad arguments; 3: nothing was checked (every row was skipped: "
+        "this machine cannot run the env, as for `swe` without Docker). This checks the env's contract; to check "
         "that its reward cannot be hacked, run `skyrl-gym audit ID` (docs/audit.md).",
     )
     parser.add_argument("env_id", metavar="ID")
@@ -75,4 +77,6 @@ def run_check(args: argparse.Namespace) -> int:
     elif report.ok:
         print("the contract is checked; to check the reward against known hacks: "
               f"skyrl-gym audit {args.env_id}")
-    return 0 if report.ok else 1
+    if not report.ok:
+        return 1
+    return 3 if report.all_skipped else 0  # as `audit` does: a script must not read a skipped check as a pass
