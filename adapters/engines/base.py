@@ -14,6 +14,14 @@ class EngineError(RuntimeError):
     """An inference engine could not serve a request (bad parameters, server error, dead worker)."""
 
 
+def unreachable_hint(exc: BaseException, server: str, url: str) -> str:
+    """``"; check that {server} is running at {url}"`` for an error that says nothing answered there (refused,
+    reset, no route), else ``""`` (a timeout reached a server that was slow)."""
+    if isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
+        return f"; check that {server} is running at {url}"
+    return ""
+
+
 @dataclass(frozen=True)
 class ResolvedSampling:
     """Sampling parameters with defaults filled in and validated; hashable so requests can be grouped."""

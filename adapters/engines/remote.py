@@ -25,6 +25,7 @@ from skygym_adapters.engines.base import (
     SequenceResult,
     assemble_output,
     resolve_sampling,
+    unreachable_hint,
     validate_prompts,
 )
 from skygym_adapters.engines.http_sessions import LoopSessions
@@ -101,7 +102,8 @@ class RemoteEngine(BaseInferenceEngine):
         except EngineError:
             raise
         except Exception as exc:
-            raise EngineError(f"POST {self.root_url}{path} failed: {type(exc).__name__}: {exc}") from exc
+            hint = unreachable_hint(exc, "an OpenAI-compatible server", self.root_url)
+            raise EngineError(f"POST {self.root_url}{path} failed: {type(exc).__name__}: {exc}{hint}") from exc
 
     async def _model_name(self) -> str:
         if self.model is None:

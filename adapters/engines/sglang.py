@@ -28,6 +28,7 @@ from skygym_adapters.engines.base import (
     SequenceResult,
     assemble_output,
     resolve_sampling,
+    unreachable_hint,
     validate_prompts,
 )
 from skygym_adapters.engines.http_sessions import LoopSessions
@@ -85,7 +86,8 @@ class SGLangEngine(BaseInferenceEngine):
         except EngineError:
             raise
         except Exception as exc:
-            raise EngineError(f"{method} {self.base_url}{path} failed: {type(exc).__name__}: {exc}") from exc
+            hint = unreachable_hint(exc, "an SGLang server (python -m sglang.launch_server ...)", self.base_url)
+            raise EngineError(f"{method} {self.base_url}{path} failed: {type(exc).__name__}: {exc}{hint}") from exc
 
     # ------------------------------------------------------------------ protocol
     async def generate(

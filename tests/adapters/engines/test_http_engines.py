@@ -199,8 +199,13 @@ async def test_remote_engine_refuses_a_model_list_without_a_model_name(canned: A
 
 async def test_remote_engine_reports_unreachable_servers_clearly(tokenizer: Any) -> None:
     engine = RemoteEngine("http://127.0.0.1:9", tokenizer, model="m")
-    with pytest.raises(EngineError, match="127.0.0.1:9/v1/completions failed"):
+    with pytest.raises(EngineError, match="127.0.0.1:9/v1/completions failed.*check that an OpenAI-compatible "
+                       "server is running at http://127.0.0.1:9"):
         await engine.generate([[1, 2, 3]], GREEDY)
     await engine.aclose()
+    sglang = SGLangEngine("http://127.0.0.1:9", tokenizer)
+    with pytest.raises(EngineError, match="127.0.0.1:9/generate failed.*check that an SGLang server"):
+        await sglang.generate([[1, 2, 3]], GREEDY)
+    await sglang.aclose()
     with pytest.raises(ValueError, match="needs the conversation"):
         await RemoteEngine("http://127.0.0.1:9", tokenizer, model="m", api="chat").generate([[1]], GREEDY)
