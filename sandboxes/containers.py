@@ -1,7 +1,7 @@
 """Long-lived containers for episodes that need a whole machine (software-engineering tasks).
 
 One container per episode, started from a locally built image: no network, all capabilities
-dropped, ``no-new-privileges``, memory, CPU and process limits. Commands run with ``docker exec``
+dropped, ``no-new-privileges``, memory, CPU, process and disk limits. Commands run with ``docker exec``
 under a wall-clock limit and an output cap; files are read and written through the Docker API, so
 a file's bytes never pass through a shell. Containers carry the same owner labels as the docker
 sandbox backend, so a crashed caller's containers are removed by the next one (one sweep for both).
@@ -13,6 +13,12 @@ sandbox backend, so a crashed caller's containers are removed by the next one (o
 What a command's output looks like when it is long: the first ``output_cap`` bytes, then one line
 ``[output truncated: N more bytes]``. A command that runs past its limit is killed (its whole
 process group, and anything it left running in the background) and reported with ``timed_out``.
+
+Disk: the engine caps the container's writable layer at ``ContainerLimits.disk_mb`` where it can
+(``--storage-opt size``: overlay2 on xfs mounted with ``pquota``, btrfs, zfs). Elsewhere no file may
+grow past that size (``RLIMIT_FSIZE``), and a watcher thread asks the engine every few seconds how much
+each container has written; one past the limit is removed (``gone_why`` says so), so a command that
+fills the disk costs its own episode, never the machine.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import tarfile
 import threading
 import time
 import uuid
+import logging
 import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Mapping, Optional
@@ -36,6 +43,8 @@ from typing import Any, Iterator, List, Mapping, Optional
 from skygym_sandboxes.docker_backend import LABEL, OWNER_LABEL, owner_id, remove_orphaned_containers
 from skygym_sandboxes.docker_exec import ExecStream
 from skygym_sandboxes.types import SandboxUnavailable
+
+logger = logging.getLogger(__name__)
 
 KIND_LABEL = f"{LABEL}.kind"
 DEFAULT_OUTPUT_CAP = 32_000
@@ -61,10 +70,14 @@ _swept_engines: set = set()
 _swept_lock = threading.Lock()
 
 
+def _engine_key(client: Any) -> Any:
+    return getattr(getattr(client, "api", None), "base_url", None) or id(client)
+
+
 def _sweep_orphans_once(client: Any) -> None:
     """Remove crashed callers' containers the first time this process uses an engine, not on every
     container (a container per episode would list every labelled container each time)."""
-    engine = getattr(getattr(client, "api", None), "base_url", None) or id(client)
+    engine = _engine_key(client)
     with _swept_lock:
         if engine in _swept_engines:
             return
@@ -89,6 +102,57 @@ def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
     return client
 
 
+# Engines that refused --storage-opt size (overlay2 needs xfs with pquota): their containers are watched.
+_DISK_QUOTA: "dict[Any, bool]" = {}
+
+
+def _refuses_disk_quota(exc: Exception) -> bool:
+    text = str(getattr(exc, "explanation", "") or exc).lower()
+    return "storage-opt" in text or "storage opt" in text or "quota" in text or "backingfs" in text
+
+
+class _DiskWatch:
+    """One daemon thread, started with the first container whose engine cannot cap its disk: every
+    ``interval_s`` it asks the engine how much each such container has written, and removes one past its
+    ``disk_mb`` (its owner sees ``id`` None and ``gone_why``)."""
+
+    interval_s = 3.0
+    _thread: Optional[threading.Thread] = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def start(cls) -> None:
+        with cls._lock:
+            if cls._thread is None or not cls._thread.is_alive():
+                cls._thread = threading.Thread(target=cls._run, name="container-disk-watch", daemon=True)
+                cls._thread.start()
+
+    @classmethod
+    def check(cls) -> List["Container"]:
+        """One pass; the containers it removed."""
+        removed = []
+        for container in list(Container._open):
+            if container.disk_quota or container._container is None:
+                continue
+            try:
+                used = container.disk_used_mb()
+            except Exception:  # removed meanwhile, or the engine is busy: the next pass sees it
+                continue
+            if used > container.limits.disk_mb:
+                container.gone_why = (f"it wrote {used:.0f} MB to its disk, more than the "
+                                      f"{container.limits.disk_mb} MB it may")
+                logger.warning("container %s: %s; removed", container.name, container.gone_why)
+                container.close()
+                removed.append(container)
+        return removed
+
+    @classmethod
+    def _run(cls) -> None:
+        while True:
+            time.sleep(cls.interval_s)
+            cls.check()
+
+
 @dataclass
 class ContainerLimits:
     """Resources of one container. ``network`` stays off unless a task really needs it."""
@@ -97,9 +161,10 @@ class ContainerLimits:
     cpus: float = 1.0
     pids: int = 512
     network: bool = False
+    disk_mb: int = 4096  # what the container may write (its layer), and the largest file it may write
 
     def __post_init__(self) -> None:
-        for name in ("memory_mb", "cpus", "pids"):
+        for name in ("memory_mb", "cpus", "pids", "disk_mb"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"ContainerLimits.{name} must be a positive number, got {value!r}")
@@ -179,38 +244,57 @@ class Container:
         self._container: Any = None
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="container-exec")
         _sweep_orphans_once(self.client)
-        try:
-            import docker
+        import docker
 
+        try:
             self.client.images.get(image)
         except docker.errors.ImageNotFound:
             self._pool.shutdown(wait=False)
             raise SandboxUnavailable(f"image {image!r} is not in the Docker engine; build it first") from None
         self.name = f"skygym-{kind}-{uuid.uuid4().hex[:12]}"
+        self.gone_why = ""  # why the container was removed before its owner closed it
+        disk_bytes = self.limits.disk_mb * 2**20
+        options = dict(
+            name=self.name,
+            detach=True,
+            labels={LABEL: "1", OWNER_LABEL: owner_id(), KIND_LABEL: kind},
+            network_mode="bridge" if self.limits.network else "none",
+            mem_limit=f"{self.limits.memory_mb}m",
+            memswap_limit=f"{self.limits.memory_mb}m",
+            nano_cpus=int(self.limits.cpus * 1e9),
+            pids_limit=self.limits.pids,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            working_dir=workdir,
+            environment=dict(env or {}),
+            tmpfs={"/tmp": "size=256m,exec"},
+            ulimits=[docker.types.Ulimit(name="fsize", soft=disk_bytes, hard=disk_bytes)],
+        )
+        engine = _engine_key(self.client)
+        self.disk_quota = _DISK_QUOTA.get(engine, True)  # the engine caps the layer (until it says it cannot)
         try:
             with signals_deferred():
-                self._container = self.client.containers.run(
-                    image,
-                    KEEPALIVE,
-                    name=self.name,
-                    detach=True,
-                    labels={LABEL: "1", OWNER_LABEL: owner_id(), KIND_LABEL: kind},
-                    network_mode="bridge" if self.limits.network else "none",
-                    mem_limit=f"{self.limits.memory_mb}m",
-                    memswap_limit=f"{self.limits.memory_mb}m",
-                    nano_cpus=int(self.limits.cpus * 1e9),
-                    pids_limit=self.limits.pids,
-                    cap_drop=["ALL"],
-                    security_opt=["no-new-privileges"],
-                    working_dir=workdir,
-                    environment=dict(env or {}),
-                    tmpfs={"/tmp": "size=256m,exec"},
-                )
+                try:
+                    self._container = self.client.containers.run(
+                        image, KEEPALIVE, **options,
+                        **({"storage_opt": {"size": f"{self.limits.disk_mb}M"}} if self.disk_quota else {}))
+                except docker.errors.APIError as exc:
+                    if not self.disk_quota or not _refuses_disk_quota(exc):
+                        raise
+                    self._remove_by_name()
+                    self.disk_quota = _DISK_QUOTA[engine] = False
+                    logger.warning(
+                        "the Docker engine cannot cap a container's disk (%s); each container may write "
+                        "files of at most %d MB, and one that writes more than that in all is removed",
+                        str(exc.explanation or exc)[:200], self.limits.disk_mb)
+                    self._container = self.client.containers.run(image, KEEPALIVE, **options)
         except BaseException:
             self._remove_by_name()  # created but not started: it still has a name
             self.close()
             raise
         Container._open.add(self)
+        if not self.disk_quota:
+            _DiskWatch.start()
 
     @classmethod
     def close_all(cls) -> int:
@@ -277,10 +361,21 @@ class Container:
             except concurrent.futures.TimeoutError:
                 # Still open (no process slot left to run the kill, say): the container goes, and with
                 # it every process in it. Later calls raise that the container is closed.
+                self.gone_why = "a command left processes that could not be stopped"
                 self.close()
                 note = "[the command left processes that could not be stopped; the container was removed]"
                 return ExecResult(-1, note, timed_out=True, duration_s=time.monotonic() - started)
-        return self._parse(raw, marker, output_cap, limit, time.monotonic() - started)
+        result = self._parse(raw, marker, output_cap, limit, time.monotonic() - started)
+        if self.gone_why and self._container is None:  # the disk watcher removed it while the command ran
+            result.output += f"\n[{self.gone_why}; the container was removed]"
+        return result
+
+    def disk_used_mb(self) -> float:
+        """What the container has written to its own layer, in MB (the engine measures it)."""
+        if self._container is None:
+            raise RuntimeError("the container is closed")
+        info = self.client.api.inspect_container(self._container.id, size=True)
+        return (info.get("SizeRw") or 0) / 2**20
 
     @staticmethod
     def _parse(raw: bytes, marker: str, output_cap: int, limit: int, duration_s: float) -> ExecResult:

@@ -113,7 +113,8 @@ class SWEEnv(BaseTextEnv):
         if not parsed.calls and not parsed.errors:
             observations.append({"role": "user", "content": NO_TOOL_CALL})
         if self.runtime is not None and self.runtime.container.id is None:
-            # A command left processes nothing could stop, and its container was removed: no patch, no reward.
+            # A command left processes nothing could stop, or it wrote more to its disk than it may: its
+            # container was removed. No patch, no reward.
             return self._finish("container_lost")
         if self.tools.submitted or self.turns >= self.max_turns:
             return self._finish("submitted" if self.tools.submitted else "max_turns")
@@ -123,7 +124,9 @@ class SWEEnv(BaseTextEnv):
         assert self.runtime is not None
         try:
             self.patch = self.runtime.diff() if self.runtime.container.id is not None else ""
-            error = "" if self.runtime.container.id is not None else "the container was removed: no patch"
+            container = self.runtime.container
+            why = f" ({container.gone_why})" if container.gone_why else ""
+            error = "" if container.id is not None else f"the container was removed{why}: no patch"
         except RuntimeError as exc:  # the model broke its repository (removed .git, say): no patch, no reward
             self.patch, error = "", f"no patch: {exc}"
         self.runtime.close()

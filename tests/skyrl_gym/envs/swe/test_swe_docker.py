@@ -370,7 +370,8 @@ def test_processes_nothing_can_stop_cost_the_container_and_end_the_episode_at_0(
             container.exec("echo alive")
         assert last["done"] and last["reward"] == 0.0, last
         assert last["metadata"]["finish_reason"] == "container_lost" and last["metadata"]["model_patch"] == ""
-        assert last["metadata"]["report"]["error"] == "the container was removed: no patch"
+        assert last["metadata"]["report"]["error"] == (
+            "the container was removed (a command left processes that could not be stopped): no patch")
     finally:
         env.close()
 

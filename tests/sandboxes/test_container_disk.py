@@ -1,0 +1,60 @@
+"""A container may not fill the machine's disk: no file past ``ContainerLimits.disk_mb``, and a container that
+writes more than that in all is removed (where the engine cannot cap its layer itself: overlay2 on ext4, as
+here), its owner told why. Against the real Docker engine the tests start."""
+
+from __future__ import annotations
+
+import pytest
+
+from skygym_sandboxes.containers import Container, ContainerLimits, _DiskWatch, docker_client
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def test_no_file_grows_past_the_cap_and_a_container_that_writes_more_is_removed(docker_engine, monkeypatch):
+    client = docker_client(docker_engine.base_url)
+    check = _DiskWatch.check
+    monkeypatch.setattr(_DiskWatch, "check", classmethod(lambda cls: []))  # the watcher waits its turn
+    with Container(docker_engine.image, client=client, limits=ContainerLimits(disk_mb=64)) as box:
+        big = box.exec("head -c 100000000 /dev/zero > /big; echo status=$?; wc -c < /big; rm /big",
+                       timeout_s=30)
+        status, size = big.output.split("status=")[1].split()
+        assert status != "0" and int(size) <= 64 * 2**20, big.output  # SIGXFSZ, or no space left
+        many = box.exec("for i in 1 2 3 4; do head -c 30000000 /dev/zero > /part$i || exit 1; done",
+                        timeout_s=60)
+        if box.disk_quota:  # the engine caps the layer itself: the writes fail, the container stays
+            assert not many.ok and box.disk_used_mb() <= 64
+            return
+        assert many.ok and box.disk_used_mb() > 100  # each file was allowed, not their sum
+        assert check() == [box]
+        assert box.id is None and box.gone_why.startswith("it wrote ")
+        assert "more than the 64 MB it may" in box.gone_why
+        with pytest.raises(RuntimeError, match="the container is closed"):
+            box.exec("echo alive")
+    assert client.containers.list(all=True, filters={"name": box.name}) == []
+
+
+def test_the_watcher_removes_a_container_while_its_command_writes(docker_engine, monkeypatch):
+    monkeypatch.setattr(_DiskWatch, "interval_s", 0.5)
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client, limits=ContainerLimits(disk_mb=64)) as box:
+        if box.disk_quota:
+            pytest.skip("this Docker engine caps a container's disk itself (storage-opt size)")
+        done = box.exec("for i in 1 2 3 4; do head -c 30000000 /dev/zero > /part$i; done; sleep 30",
+                        timeout_s=60)
+        assert box.id is None and "the container was removed" in done.output, done.output
+        assert done.duration_s < 20, "the watcher polls every few seconds; the command did not run to its end"
+
+
+def test_an_engine_that_cannot_cap_the_disk_is_asked_once(docker_engine, caplog):
+    client = docker_client(docker_engine.base_url)
+    boxes = [Container(docker_engine.image, client=client) for _ in range(2)]
+    try:
+        if all(box.disk_quota for box in boxes):
+            pytest.skip("this Docker engine caps a container's disk itself (storage-opt size)")
+        assert [box.disk_quota for box in boxes] == [False, False]
+        assert sum("cannot cap a container's disk" in record.getMessage() for record in caplog.records) <= 1
+        assert boxes[1].exec("echo ok").output.strip() == "ok"
+    finally:
+        for box in boxes:
+            box.close()
