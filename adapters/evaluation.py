@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
+from skygym_adapters.engines.base import EngineError
 from skygym_adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory, pass_at_k, rollout_metrics
+from skygym_adapters.rollout.loop import ENGINE_ERROR_PREFIX
 
 
 @dataclass
@@ -62,7 +64,12 @@ async def evaluate(
     env_class: Optional[str] = None,
     progress: bool = True,
 ) -> EvalResult:
-    """Run ``n_samples_per_prompt`` rollouts per row (``env_class`` overrides the rows' own) and summarise."""
+    """Run ``n_samples_per_prompt`` rollouts per row (``env_class`` overrides the rows' own) and summarise.
+
+    An engine error (a server that failed one request, a reply that is not one) ends only its own
+    trajectory, which records it ("engine: ..."), so one bad answer does not cost the others. When every
+    trajectory ended that way, the engine never worked (a server that is down, the wrong ``--api``): that
+    is raised as the first :class:`EngineError`."""
     if env_class is not None:
         rows = [{**row, "env_class": env_class} for row in rows]
     missing = [i for i, row in enumerate(rows) if not row.get("env_class")]
@@ -76,12 +83,16 @@ async def evaluate(
         bar = tqdm(total=len(rows) * n_samples_per_prompt, desc="eval", unit="traj")
     start = time.perf_counter()
     try:
-        trajectories = await generator.run_rows(rows, n_samples_per_prompt, progress=bar)
+        trajectories = await generator.run_rows(rows, n_samples_per_prompt, progress=bar,
+                                                record_engine_errors=True)
     finally:
         if bar is not None:
             bar.close()
         generator.close()
     seconds = time.perf_counter() - start
+    engine_errors = [t.error for t in trajectories if (t.error or "").startswith(ENGINE_ERROR_PREFIX)]
+    if trajectories and len(engine_errors) == len(trajectories):
+        raise EngineError(engine_errors[0][len(ENGINE_ERROR_PREFIX):])
     return EvalResult(trajectories, summarize(trajectories, seconds), seconds)
 
 

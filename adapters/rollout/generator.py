@@ -9,12 +9,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from skyrl_gym.registration import env_config_for
 
-from skygym_adapters.engines.base import resolve_sampling
+from skygym_adapters.engines.base import EngineError, resolve_sampling
 from skygym_adapters.engines.client import EngineClient
 from skygym_adapters.rollout.chat import ChatTokenizer
 from skygym_adapters.rollout.config import RolloutConfig
 from skygym_adapters.rollout.drift import check_drift
-from skygym_adapters.rollout.loop import run_trajectory
+from skygym_adapters.rollout.loop import engine_error_trajectory, run_trajectory
 from skygym_adapters.rollout.metrics import rollout_metrics
 from skygym_adapters.rollout.trajectory import Trajectory
 from skygym_adapters.types import GeneratorInput, GeneratorOutput, InferenceEngine, SamplingParams, TrajectoryID
@@ -78,10 +78,14 @@ class RolloutGenerator:
         trajectory_ids: Optional[Sequence[TrajectoryID]] = None,
         sampling_params: Optional[SamplingParams] = None,
         progress: Any = None,
+        record_engine_errors: bool = False,
     ) -> List[Trajectory]:
         """Run one trajectory per prompt; returns :class:`Trajectory` records in input order.
 
-        ``progress`` (e.g. a tqdm bar) gets ``update(1)`` per finished trajectory.
+        ``progress`` (e.g. a tqdm bar) gets ``update(1)`` per finished trajectory. An engine error stops the
+        whole run (training cannot go on with a broken engine); with ``record_engine_errors`` it ends only its
+        own trajectory instead, as an env error does (``stop_reason`` "error", :attr:`Trajectory.error`
+        "engine: ..."), so an evaluation keeps what the other trajectories did.
         """
         count = len(prompts)
         if len(env_classes) != count:
@@ -106,7 +110,8 @@ class RolloutGenerator:
 
             progress = own_progress = tqdm(total=count, desc="rollouts", unit="traj")
         try:
-            trajectories = await self._run_concurrently(prompts, env_classes, extras, ids, params, progress)
+            trajectories = await self._run_concurrently(prompts, env_classes, extras, ids, params, progress,
+                                                        record_engine_errors)
         finally:
             if own_progress is not None:
                 own_progress.close()
@@ -121,11 +126,13 @@ class RolloutGenerator:
         n_samples_per_prompt: int = 1,
         sampling_params: Optional[SamplingParams] = None,
         progress: Any = None,
+        record_engine_errors: bool = False,
     ) -> List[Trajectory]:
         """Run ``n_samples_per_prompt`` trajectories for each dataset row (``prompt``, ``env_class``, extras).
 
         Every other column of a row (``reward_spec``, ``extra_info``, ``data_source``, ...) is passed to the env
         as ``extras``. A row's ``uid`` column, if any, names its trajectories; else its index does.
+        ``record_engine_errors``: see :meth:`run`.
         """
         if n_samples_per_prompt < 1:
             raise ValueError(f"n_samples_per_prompt must be >= 1, got {n_samples_per_prompt}")
@@ -139,7 +146,8 @@ class RolloutGenerator:
                 env_classes.append(str(row["env_class"]))
                 extras.append({k: copy.deepcopy(v) for k, v in row.items() if k not in _ROW_KEYS_NOT_EXTRAS})
                 ids.append(TrajectoryID(instance_id=str(row.get("uid", index)), repetition_id=repetition))
-        return await self.run(prompts, env_classes, extras, ids, sampling_params, progress=progress)
+        return await self.run(prompts, env_classes, extras, ids, sampling_params, progress=progress,
+                              record_engine_errors=record_engine_errors)
 
     def to_generator_output(self, trajectories: Sequence[Trajectory]) -> GeneratorOutput:
         """Trajectories -> SkyRL's ``GeneratorOutput`` (applying overlong filtering and reward zeroing options)."""
@@ -239,6 +247,7 @@ class RolloutGenerator:
         ids: Sequence[TrajectoryID],
         params: Dict[str, Any],
         progress: Any,
+        record_engine_errors: bool = False,
     ) -> List[Trajectory]:
         limit = None if self.config.batched else self.config.max_concurrent_trajectories
         semaphore = asyncio.Semaphore(limit) if limit else None
@@ -265,17 +274,25 @@ class RolloutGenerator:
         self.client.expect_sessions(announced_upfront)
         started = 0
 
+        async def recorded(i: int) -> Trajectory:
+            try:
+                return await trajectory(i)
+            except EngineError as exc:
+                if not record_engine_errors:
+                    raise
+                return engine_error_trajectory(self.chat, prompts[i], env_classes[i], ids[i], exc)
+
         async def one(i: int) -> Trajectory:
             nonlocal started
             if semaphore is None:
                 started += 1
-                result = await trajectory(i)
+                result = await recorded(i)
             else:
                 async with semaphore:
                     started += 1
                     if started > announced_upfront:
                         self.client.expect_sessions(1)
-                    result = await trajectory(i)
+                    result = await recorded(i)
             if progress is not None:
                 progress.update(1)
             return result

@@ -207,6 +207,28 @@ async def run_trajectory(
     return trajectory
 
 
+ENGINE_ERROR_PREFIX = "engine: "  # how Trajectory.error starts for a trajectory an engine error ended
+
+
+def engine_error_trajectory(chat: ChatTokenizer, prompt: List[Dict[str, Any]], env_class: str,
+                            trajectory_id: TrajectoryID, error: BaseException) -> Trajectory:
+    """The record of a trajectory that an engine error ended (for callers that record engine errors rather
+    than stop: an evaluation): masked out, reward 0, ``error`` "engine: ...", as an env error's."""
+    trajectory = Trajectory(trajectory_id=trajectory_id, env_class=env_class, prompt_ids=[], conversation=list(prompt),
+                            stop_reason="error", error=ENGINE_ERROR_PREFIX + str(error), episode_end=EpisodeEnd.ERROR,
+                            env_fingerprint=fingerprint_or_none(env_class))
+    _set_prompt_ids(trajectory, chat, prompt)
+    logger.debug("trajectory %s of %s ended by an engine error: %s", _session_key(trajectory_id), env_class, error)
+    return trajectory
+
+
+def _set_prompt_ids(trajectory: Trajectory, chat: ChatTokenizer, prompt: List[Dict[str, Any]]) -> None:
+    try:
+        trajectory.prompt_ids = chat.prompt_ids(prompt)
+    except Exception:  # a prompt that cannot be templated still yields a (masked-out) row
+        trajectory.prompt_ids = [chat.turn_end_token_id]
+
+
 def _finish(trajectory: Trajectory, episode: Episode, chat: ChatTokenizer, config: RolloutConfig,
             prompt: List[Dict[str, Any]]) -> None:
     """Copy how the episode ended into the trajectory (SkyRL's stop reasons: the engine's, ``length``, ``error``)."""
@@ -223,10 +245,7 @@ def _finish(trajectory: Trajectory, episode: Episode, chat: ChatTokenizer, confi
         logger.warning("trajectory %s of %s ended by an env error: %s",
                        _session_key(trajectory.trajectory_id), trajectory.env_class, episode.error)
         if not trajectory.prompt_ids:
-            try:
-                trajectory.prompt_ids = chat.prompt_ids(prompt)
-            except Exception:  # a prompt that cannot be templated still yields a (masked-out) row
-                trajectory.prompt_ids = [chat.turn_end_token_id]
+            _set_prompt_ids(trajectory, chat, prompt)
             trajectory.conversation = list(prompt)
         return
     if episode.end is EpisodeEnd.LENGTH:

@@ -122,7 +122,8 @@ def make_app(engine: Any, model_path: str) -> Any:
 
 def make_canned_openai_app(state: Dict[str, Any]) -> Any:
     """An OpenAI-style server that answers ``/v1/models`` with ``state["models"]`` and every (chat) completion with
-    ``state["answer"]``, whatever was asked: the broken and hostile servers a client must refuse clearly."""
+    ``state["answer"]`` (or the next of ``state["answers"]``), whatever was asked: the broken and hostile servers a
+    client must refuse clearly."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
@@ -132,13 +133,16 @@ def make_canned_openai_app(state: Dict[str, Any]) -> Any:
     async def models() -> Any:
         return JSONResponse(state.get("models", {"object": "list", "data": [{"id": "canned"}]}))
 
+    def answer() -> Any:
+        return JSONResponse(state["answers"].pop(0) if state.get("answers") else state["answer"])
+
     @app.post("/v1/completions")
     async def completions(body: Dict[str, Any]) -> Any:
-        return JSONResponse(state["answer"])
+        return answer()
 
     @app.post("/v1/chat/completions")
     async def chat(body: Dict[str, Any]) -> Any:
-        return JSONResponse(state["answer"])
+        return answer()
 
     return app
 

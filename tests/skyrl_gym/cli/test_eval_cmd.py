@@ -137,6 +137,28 @@ def test_eval_refuses_a_chat_format_answer_to_a_completions_request(tmp_path: Pa
     assert "--api chat" in err
 
 
+def test_one_broken_reply_costs_only_its_own_trajectory(tmp_path: Path, tiny_model: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """A server that failed one request stopped the whole eval, and nothing was written."""
+    from tests.adapters.http_test_servers import make_canned_openai_app, serve
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join(json.dumps(row) for row in gsm8k_rows()))
+    good = {"choices": [{"index": 0, "text": "#### 3", "finish_reason": "stop"}]}
+    broken = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "#### 3"}}]}
+    state = {"answers": [good, broken, good]}
+    with serve(make_canned_openai_app(state)) as url:
+        code = main(["eval", "--data", str(data), "--engine", "remote", "--base-url", url, "--model",
+                     str(tiny_model), "--output", str(tmp_path / "t.jsonl"), "--no-progress"])
+    captured = capsys.readouterr()
+    assert code == 1 and "error: 1 of 3 trajectories errored (first: engine: " in captured.err, captured.err
+    lines = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    errors = [line["error"] for line in lines]
+    assert len(lines) == 3 and errors.count(None) == 2, errors
+    assert [error for error in errors if error][0].startswith("engine: ") and "without a reply text" in str(errors)
+    assert "pass@1" in captured.out
+
+
 def test_eval_writes_its_trajectories_beside_the_rows_not_into_the_current_folder(
         tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """The quickstart's printed eval command, run from the repository root, left eval_trajectories.jsonl there."""
