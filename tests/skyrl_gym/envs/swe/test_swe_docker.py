@@ -209,15 +209,9 @@ def _log(report):
     report.outcome = "passed"
 globals()["py" "test_runtest_logreport"] = _log
 '''
-REPORTS_REWRITTEN = '''
-import _pytest.reports as _reports
-_made = _reports.TestReport.from_item_and_call.__func__
-def _passed(cls, item, call):
-    report = _made(cls, item, call)
-    report.outcome, report.longrepr = "passed", None
-    return report
-_reports.TestReport.from_item_and_call = classmethod(_passed)
-'''
+# The audit's report-factory forgery, naming pytest's module as it is (the text check refuses it in library code).
+REPORTS_REWRITTEN = REPORT_FACTORY_WRAPPED.replace('"_py" "test.reports"', '"_pytest.reports"')
+assert REPORTS_REWRITTEN != REPORT_FACTORY_WRAPPED
 JSON_PATCHED = '''
 import json as _json
 _dumps = _json.dumps
