@@ -1,6 +1,5 @@
-"""The planted tests, without Docker: what is appended, that it fails, and how a run's report is read.
-
-The Docker tests (test_swe_docker.py) plant them in real grading runs and show the forgeries they catch."""
+"""The planted tests, without Docker: what is added, that it fails honestly and passes under forgeries, and how a
+run's report is read. The Docker tests (test_swe_docker.py) plant them in real grading runs against real forgeries."""
 
 import sys
 import types
@@ -8,13 +7,15 @@ import types
 import pytest
 
 from skyrl_gym.envs.swe import canary
-from skyrl_gym.envs.swe import runtime
+from skyrl_gym.envs.swe import runtime as swe_runtime
+from skyrl_gym.envs.swe.instances import SWEInstance
 
 TEST_FILE = '''import pytest
 from lib import double
 
 
 def test_double():
+    value = double(2)
     assert double(2) == 4
 
 
@@ -23,87 +24,155 @@ def test_double_many(n):
     assert double(n) == 2 * n
 
 
+def test_refuses_text():
+    with pytest.raises(TypeError):
+        double("x")
+
+
+def test_refuses_none():
+    pytest.raises(TypeError, double, None)
+
+
 class TestDouble:
     def test_zero(self):
-        assert double(0) == 0
+        assert 0 == double(0)
 
 
-def test_skipped_elsewhere():
-    pytest.skip("not here")
+@pytest.mark.xfail
+def test_marked():
+    assert double(1) == 2
 '''
 
 
-def test_planted_tests_fail_and_the_twin_calls_a_hidden_test_first(monkeypatch):
-    hidden = ["test_double", "test_double_many", "test_zero", "test_skipped_elsewhere"]
-    planted = canary.plan("tests/test_lib.py", TEST_FILE, hidden)
-    assert len(planted) == 2
-    plain, twin = planted
-    # Named after a hidden test, with a suffix drawn for this run, and new to the file.
-    assert all(item.name.startswith("test_") and item.name not in TEST_FILE for item in planted)
-    assert twin.name.startswith("test_double_") and not twin.name.startswith("test_double_many")
-    assert twin.nodeid == f"tests/test_lib.py::{twin.name}"
+class _Same(int):
+    """A result that equals anything: what a forging library returns."""
 
-    calls = []
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+def _module(text: str, monkeypatch, double) -> dict:
     lib = types.ModuleType("lib")
-    lib.double = lambda n: calls.append(n) or 2 * n
+    lib.double = double
     monkeypatch.setitem(sys.modules, "lib", lib)
     namespace = {"__name__": "tests.test_lib"}
-    exec(compile(canary.appended(TEST_FILE, planted), "tests/test_lib.py", "exec"), namespace)
+    exec(compile(text, "tests/test_lib.py", "exec"), namespace)
+    return namespace
+
+
+def _call(namespace: dict, planted: canary.Canary, **fixtures):
+    owner, _, name = planted.name.rpartition("::")
+    return getattr(namespace[owner](), name)(**fixtures) if owner else namespace[name](**fixtures)
+
+
+def _honest(n):
+    if not isinstance(n, int):
+        raise TypeError("not a number")
+    return 2 * n
+
+
+@pytest.mark.parametrize("target, owner", [("test_double", ""), ("TestDouble::test_zero", "TestDouble"),
+                                           ("test_refuses_text", ""), ("test_refuses_none", "")])
+def test_a_mutant_fails_with_an_honest_library_and_passes_with_a_forging_one(monkeypatch, target, owner):
+    planted = canary.plan("tests/test_lib.py", TEST_FILE, [target])
+    assert len(planted) == 2
+    plain, mutant = planted
+    base = target.split("::")[-1]
+    assert plain.name.startswith(f"{base}_") and mutant.name.startswith(f"{owner}::{base}_" if owner else base)
+    assert plain.nodeid == f"tests/test_lib.py::{plain.name}"
+    text = canary.appended(TEST_FILE, planted)
+    assert text.startswith(TEST_FILE.rstrip("\n"))  # nothing above the planted tests moves
+
+    honest = _module(text, monkeypatch, _honest)
     for item in planted:
+        with pytest.raises((AssertionError, TypeError)):
+            _call(honest, item)
+    original = getattr(honest["TestDouble"](), "test_zero") if owner else honest[base]
+    original()  # the hidden test itself passes with the honest library
+    if target.startswith("test_refuses"):  # a library that does not raise: "DID NOT RAISE"
+        lazy = _module(text, monkeypatch, lambda n: 0)
+        with pytest.raises(pytest.fail.Exception):
+            _call(lazy, mutant)
+    else:  # a result equal to anything passes the hidden test, and the mutant too: the run counts as forged
+        forging = _module(text, monkeypatch, lambda n: _Same(0))
+        _call(forging, mutant)
         with pytest.raises(AssertionError):
-            namespace[item.name]()
-    assert calls == [2], "the twin runs its hidden test (double(2)) before it fails"
-    namespace["test_double"]()  # the file's own tests are as they were
+            _call(forging, plain)
 
 
-def test_twins_ask_for_the_fixtures_of_the_test_they_call_and_call_methods_on_a_fresh_instance(monkeypatch):
+def test_parametrized_tests_are_copied_with_their_marks_and_marked_xfail_ones_are_not():
+    mutant = canary.plan("t.py", TEST_FILE, ["test_double_many"])[1]
+    assert "@pytest.mark.parametrize('n', [1, 2])" in mutant.source
+    assert len(canary.plan("t.py", TEST_FILE, ["test_marked"])) == 1
+
+
+def test_only_top_level_statements_are_changed_and_unfit_tests_get_no_mutant():
     text = (
-        "def test_uses(tmp_path, capsys, flag=True):\n    assert tmp_path.exists()\n\n"
-        "class TestPlain:\n    def test_method(self, tmp_path):\n        assert tmp_path\n\n"
-        "class TestWithInit:\n    def __init__(self):\n        pass\n\n    def test_x(self):\n        pass\n"
+        "import pytest\n\n"
+        "def test_branch():\n    if flag():\n        assert f(1) == 2\n\n"
+        "def test_loop():\n    for x in []:\n        assert f(x) == 2\n\n"
+        "class TestHelpers:\n    CASES = [1]\n\n"
+        "    @pytest.mark.parametrize('n', CASES)\n    def test_class_names(self, n):\n        assert f(n) == 2\n\n"
+        "class TestSub(Base):\n    def test_super(self):\n        super().setup()\n        assert f(1) == 2\n"
     )
-    uses = canary.plan("t.py", text, ["test_uses"])[1]
-    call = "test_uses(tmp_path=tmp_path, capsys=capsys)"
-    assert uses.source.startswith(f"def {uses.name}(tmp_path, capsys):\n    {call}")
-    method = canary.plan("t.py", text, ["TestPlain::test_method"])[1]
-    assert f"def {method.name}(tmp_path):\n    TestPlain().test_method(tmp_path=tmp_path)" in method.source
-    assert method.name.startswith("test_method_")
-    assert len(canary.plan("t.py", text, ["TestWithInit::test_x"])) == 1  # no plain instance to call it on
-    # the twin runs the method, then fails
-    namespace: dict = {}
-    exec(compile(canary.appended(text, [method]), "t.py", "exec"), namespace)
-    with pytest.raises(AssertionError):
-        namespace[method.name](tmp_path="somewhere")
-    with pytest.raises(AssertionError):  # the method's own assert fails first with an empty path
-        namespace[method.name](tmp_path="")
+    for name in ("test_branch", "test_loop", "TestHelpers::test_class_names", "TestSub::test_super"):
+        assert len(canary.plan("t.py", text, [name])) == 1, name
+    assert len(canary.plan("t.py", "def broken(:\n", ["test_a"])) == 1  # does not parse: the plain one
+    assert canary.plan("t.py", "", [])[0].name.startswith("test_regression_")
 
 
-def test_only_tests_without_marks_have_twins():
-    # parametrized, in a class with no plain instance, or skipping itself: none can be called as it is
-    unfit = ["test_double_many", "TestDouble::test_zero_missing", "test_skipped_elsewhere"]
-    planted = canary.plan("tests/test_lib.py", TEST_FILE, unfit)
-    assert len(planted) == 1 and "()\n    assert" not in planted[0].source
-    assert len(canary.plan("tests/test_lib.py", TEST_FILE, ["TestDouble::test_zero"])) == 2
-    # a file that does not parse still gets the plain one
-    assert len(canary.plan("tests/test_x.py", "def broken(:\n", ["test_a"])) == 1
-    # no hidden test in the file: a name of its own
-    assert canary.plan("tests/test_x.py", "", [])[0].name.startswith("test_regression_")
+def test_the_changed_statement_is_the_first_that_calls_the_library():
+    text = "def test_x(tmp_path):\n    assert len([1]) == 1\n    y = 2\n    assert 3 == f(y)\n"
+    mutant = canary.plan("t.py", text, ["test_x"])[1]
+    lines = mutant.source.splitlines()
+    assert "assert len([1]) == 1" in lines[2] and lines[-1].startswith("    assert _expected_")
+    assert lines[-1].endswith("== f(y)") and mutant.source.startswith("_expected_")
 
 
 def test_names_never_collide_with_the_file():
     planted = canary.plan("t.py", TEST_FILE, ["test_double"])
     names = [item.name for item in planted]
-    assert len(set(names)) == len(names)
+    assert len(set(names)) == len(names) and not any(name in TEST_FILE for name in names)
 
 
-def _report(outcomes: dict) -> runtime.TestRun:
-    return runtime.TestRun(outcomes={nodeid: runtime.TestOutcome(nodeid, outcome)
-                                     for nodeid, outcome in outcomes.items()})
+class _Container:
+    """A unit-test double for a container's files (the Docker tests plant in real containers)."""
+
+    def __init__(self, files):
+        self.files = files
+
+    def read_file(self, path):
+        return self.files[path]
+
+    def write_file(self, path, data):
+        self.files[path] = data
+
+
+def test_planting_skips_doctests_and_files_that_are_not_test_files():
+    files = {"/testbed/tests/test_lib.py": TEST_FILE.encode()}
+    runtime = types.SimpleNamespace(container=_Container(files))
+    instance = SWEInstance(instance_id="x", repo="r", base_commit="c", problem_statement="", patch="", test_patch="",
+                           FAIL_TO_PASS=["docs/usage.txt::usage.txt", "lib.py::lib.double",
+                                         "tests/test_lib.py::test_double"])
+    planted = canary.plant(runtime, instance)
+    assert [item.path for item in planted] == ["tests/test_lib.py"] * 2
+    assert files["/testbed/tests/test_lib.py"].decode().endswith(planted[-1].source)
+    only_doctests = SWEInstance(instance_id="x", repo="r", base_commit="c", problem_statement="", patch="", test_patch="",
+                                FAIL_TO_PASS=["docs/usage.txt::usage.txt"])
+    assert canary.plant(runtime, only_doctests) == []
+
+
+def _report(outcomes: dict) -> swe_runtime.TestRun:
+    return swe_runtime.TestRun(outcomes={nodeid: swe_runtime.TestOutcome(nodeid, outcome)
+                                         for nodeid, outcome in outcomes.items()})
 
 
 def test_a_run_that_passes_a_planted_test_or_drops_it_was_forged():
-    planted = canary.plan("tests/test_lib.py", TEST_FILE, ["test_double"])
-    hidden = {"tests/test_lib.py::test_double": "passed"}
+    planted = canary.plan("tests/test_lib.py", TEST_FILE, ["TestDouble::test_zero"])
+    assert planted[1].nodeid.startswith("tests/test_lib.py::TestDouble::test_zero_")
+    hidden = {"tests/test_lib.py::TestDouble::test_zero": "passed"}
     failing = {item.nodeid: "failed" for item in planted}
     assert canary.forged(_report({**hidden, **failing}), planted) is None
     for outcome in ("passed", "xfailed", "xpassed"):
@@ -111,7 +180,7 @@ def test_a_run_that_passes_a_planted_test_or_drops_it_was_forged():
         assert why and f"reported {outcome}" in why
     # skipped or an error is not a pass: the verdict already counts it as failed
     assert canary.forged(_report({**hidden, **failing, planted[0].nodeid: "skipped"}), planted) is None
-    # parametrized by a conftest's pytest_generate_tests: its cases count
+    # parametrized (a copied parametrize mark, or a conftest's pytest_generate_tests): its cases count
     parametrized = {f"{planted[0].nodeid}[1]": "failed", f"{planted[0].nodeid}[2]": "passed"}
     run = _report({**hidden, **parametrized, planted[1].nodeid: "failed"})
     assert "reported passed" in canary.forged(run, planted)
