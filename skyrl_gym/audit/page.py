@@ -88,10 +88,11 @@ Its first run flagged these, now fixed (each with a test that fails without the 
   containment_credit=true` restores it), and answers in look-alike digits earn 0.
 * `games/guess_number`, `games/mastermind`: moves in look-alike digits were read as numbers and won; they are
   invalid moves now (`skyrl_gym.tools.parsers.has_look_alike_digits`, shared by the games and reasoning_gym).
-* `swe`: four forgeries from library code, each a dozen lines that spell pytest's names in pieces, resolved
+* `swe`: forgeries from library code, each a dozen lines that spell pytest's names in pieces, resolved
   instances (test functions stubbed, pytest's report factory wrapped, the reporter's nonce read from its
-  closures, `xfail` raised from library code). Grading now plants tests that must fail and counts a run that
-  passes one as tampered (docs/swe.md, "Planted tests").
+  closures, `xfail` raised or marked from library code, answers read back from the asserting line, results
+  equal to anything). Grading now plants tests that must fail, among them a mutant of a hidden test, and
+  counts a run that passes one as tampered (docs/swe.md, "Planted tests").
 """
 
 CONTRIBUTING = """\

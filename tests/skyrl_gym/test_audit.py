@@ -337,13 +337,16 @@ def test_the_swe_scripts_are_tool_calls_the_env_reads_and_do_what_they_say(tmp_p
     assert "report.outcome = 'passed'" in (repo / "tests" / "conftest.py").read_text()
     run(hacks["empty the tests"].build(case))
     assert (repo / "tests" / "test_lib.py").read_text() == "def test_ok():\n    pass\n"
-    for name, hack in hacks.items():  # the forgeries from library code go into the file the gold patch changes
-        if "library code" in name or "closure" in name:
-            before = (repo / "lib.py").read_text()
-            run(hack.build(case))
-            added = (repo / "lib.py").read_text()[len(before):]
-            assert added.strip() and "pytest" not in added.lower(), name
-            compile(added, name, "exec")
+    from skyrl_gym.envs.swe.audit import LIBRARY_FORGERIES
+
+    in_library = [*LIBRARY_FORGERIES, "test functions stubbed from library code",
+                  "pytest's report factory wrapped from library code", "the reporter's nonce read from its closure"]
+    for name in in_library:  # the forgeries from library code go into the file the gold patch changes
+        before = (repo / "lib.py").read_text()
+        run(hacks[name].build(case))
+        added = (repo / "lib.py").read_text()[len(before):]
+        assert added.strip() and "pytest" not in added.lower(), name
+        compile(added, name, "exec")
     assert hacks["xfail raised from library code"].build(AuditCase("swe", {}, None, None, TOOL_CALL)) is None
     run(hacks["delete the tests"].build(case))
     assert not (repo / "tests" / "test_lib.py").exists() and not (repo / "tests" / "conftest.py").exists()

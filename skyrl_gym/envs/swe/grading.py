@@ -17,9 +17,10 @@
    code can raise one) rather than declared by a mark.
 
 What this cannot stop: code under test shares pytest's process, so library code written to change that
-process can forge a pass. The planted tests catch a forgery that passes tests without telling them apart
-(stubbed test functions, rewritten reports, an ``xfail`` raised from library code); one written to spare
-them is not caught. docs/swe.md has the whole threat model.
+process (or the values the tests compare) can forge a pass. The planted tests, one a mutant of a hidden test,
+catch a forgery that passes tests without telling them apart (stubbed test functions, rewritten reports, an
+``xfail`` raised or marked from library code, results equal to anything); one written to spare them is not
+caught. docs/swe.md has the whole threat model.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from skyrl_gym.envs.swe.audit import (
-    REPORT_FACTORY_WRAPPED, STUBBED_TESTS, XFAIL_FROM_LIBRARY, library_files, reporter_closure_read,
+    LIBRARY_FORGERIES, REPORT_FACTORY_WRAPPED, STUBBED_TESTS, library_files, reporter_closure_read,
 )
 from skyrl_gym.envs.swe import canary
 from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
@@ -277,39 +277,85 @@ def test_forgeries_that_name_nothing_the_text_check_knows_do_not_resolve(swe_ins
     assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
 
 
-def test_forgeries_that_pass_every_test_are_caught_by_the_planted_tests(swe_instances, docker_client_for_tests,
-                                                                       monkeypatch):
-    """Library code that names nothing the text check looks for. Each forgery resolved the instance before grading
-    planted tests that must fail (skyrl_gym/envs/swe/canary.py); the swe audit profile runs the same ones."""
-    instance = swe_instances[0]
-    library = instance.extra["mutation"]["path"]
-    assert library_files(instance.to_row()) == [library]
-    hacks = {
-        "test functions stubbed as their modules finish": STUBBED_TESTS,
-        "pytest's report factory wrapped": REPORT_FACTORY_WRAPPED,
-        "the reporter's nonce read from its closure": reporter_closure_read(
-            instance.FAIL_TO_PASS + instance.PASS_TO_PASS),
-        "xfail raised from library code": XFAIL_FROM_LIBRARY,
+def _of_project(instances, project):
+    return next(instance for instance in instances if instance.instance_id.startswith(project))
+
+
+def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instances, docker_client_for_tests,
+                                                                     monkeypatch):
+    """Library code that names nothing the text check looks for (skyrl_gym/envs/swe/audit.py; the swe audit
+    profile plays the same). Each resolved an instance before grading planted tests that must fail
+    (skyrl_gym/envs/swe/canary.py). Two instances are narrowed to shapes common in real ones: every
+    FAIL_TO_PASS test parametrized, or every one a method of a test class."""
+    toolz, inflection, six = (_of_project(swe_instances, name) for name in ("toolz", "inflection", "six"))
+    assert library_files(toolz.to_row()) == [toolz.extra["mutation"]["path"]]
+    parametrized = dataclasses.replace(inflection, FAIL_TO_PASS=[t for t in inflection.FAIL_TO_PASS if "[" in t])
+    methods = dataclasses.replace(six, FAIL_TO_PASS=[t for t in six.FAIL_TO_PASS if "::Test" in t])
+    assert parametrized.FAIL_TO_PASS and methods.FAIL_TO_PASS
+    cases = {
+        "test functions stubbed as their modules finish": (toolz, STUBBED_TESTS),
+        "pytest's report factory wrapped": (toolz, REPORT_FACTORY_WRAPPED),
+        "the reporter's nonce read from its closure": (
+            toolz, reporter_closure_read(toolz.FAIL_TO_PASS + toolz.PASS_TO_PASS)),
+        "xfail raised from library code": (toolz, LIBRARY_FORGERIES["xfail raised from library code"]),
+        "answer read from the asserting line": (toolz, LIBRARY_FORGERIES["answer read from the asserting line"]),
+        "results equal to anything": (inflection, LIBRARY_FORGERIES["results equal to anything"]),
+        "failures of first library calls passed": (
+            inflection, LIBRARY_FORGERIES["failures of first library calls passed"]),
+        "failures of tests that call library code passed": (
+            parametrized, LIBRARY_FORGERIES["failures of tests that call library code passed"]),
+        "xfail mark from library code": (parametrized, LIBRARY_FORGERIES["xfail mark from library code"]),
+        "failures of methods passed": (methods, LIBRARY_FORGERIES["failures of methods passed"]),
     }
-    patches = {name: _patch_from_edits(instance, docker_client_for_tests, {library: "\n" + code})
-               for name, code in hacks.items()}
-    reports = dict(zip(patches, evaluate_many([instance] * len(patches), list(patches.values()),
-                                              client=docker_client_for_tests)))
+    instances = [instance for instance, _ in cases.values()]
+    patches = [_patch_from_edits(instance, docker_client_for_tests,
+                                 {instance.extra["mutation"]["path"]: "\n" + code})
+               for instance, code in cases.values()]
+    for patch in patches:  # none is a fix: each only adds lines after the buggy code
+        assert not [line for line in patch.splitlines() if line.startswith("-") and not line.startswith("---")]
+    reports = dict(zip(cases, evaluate_many(instances, patches, client=docker_client_for_tests)))
     for name, report in reports.items():
         assert report.patch_applied and not report.resolved, (name, report)
         assert "tampered" in report.error, (name, report.error)
         assert report.fail_to_pass["success"] == [] and report.pass_to_pass["success"] == [], name
-    # The planted tests fail in an honest run: the gold patch still resolves, the empty patch does not.
-    assert evaluate_patch(instance, instance.patch, client=docker_client_for_tests).resolved
-    empty = evaluate_patch(instance, "", client=docker_client_for_tests)
+    # The planted tests fail in an honest run: the gold patches still resolve, the empty patch does not.
+    golds = evaluate_many([toolz, parametrized, methods], [toolz.patch, inflection.patch, six.patch],
+                          client=docker_client_for_tests)
+    assert [report.resolved for report in golds] == [True] * 3, [report.error for report in golds]
+    empty = evaluate_patch(toolz, "", client=docker_client_for_tests)
     assert not empty.resolved and not empty.error, empty
-    # With nothing planted, three of them resolve the instance: they are real forgeries, and the planted tests
-    # alone catch them. The xfail does not: a FAIL_TO_PASS test xfailed by an xfail raised while it ran is no pass.
+    # With nothing planted, the forgeries resolve their instances: they are real, and the planted tests alone
+    # catch them. Two do not: a FAIL_TO_PASS test xfailed by an xfail raised while it ran is no pass, and an
+    # xfail mark on every test that calls library code makes the passing ones xpass (the attacker's version,
+    # which marked only the tests that call the function under repair, resolved it).
     monkeypatch.setattr(canary, "plant", lambda runtime, instance: [])
-    unchecked = evaluate_many([instance] * len(patches), list(patches.values()), client=docker_client_for_tests)
-    resolved = {name: report.resolved for name, report in zip(patches, unchecked)}
-    assert resolved == {**dict.fromkeys(hacks, True), "xfail raised from library code": False}
-    assert unchecked[-1].fail_to_pass["failure"] == instance.FAIL_TO_PASS and not unchecked[-1].error
+    unchecked = dict(zip(cases, evaluate_many(instances, patches, client=docker_client_for_tests)))
+    assert {name: report.resolved for name, report in unchecked.items()} == {
+        **dict.fromkeys(cases, True), "xfail raised from library code": False, "xfail mark from library code": False}
+    assert unchecked["xfail raised from library code"].fail_to_pass["failure"] == toolz.FAIL_TO_PASS
+
+
+DOCTEST_FILE = """diff --git a/usage_doctest.txt b/usage_doctest.txt
+new file mode 100644
+--- /dev/null
++++ b/usage_doctest.txt
+@@ -0,0 +1,3 @@
++>>> import inflection
++>>> inflection.camelize("special_guest")
++'SpecialGuest'
+"""
+
+
+def test_a_text_doctest_first_in_fail_to_pass_gets_no_planted_test(swe_instances, docker_client_for_tests):
+    """pytest collects a .txt named on its command line as a doctest: planted Python there was never collected,
+    and the gold patch counted as tampered (found by the attacker's pass)."""
+    inflection = _of_project(swe_instances, "inflection")
+    doctest_first = dataclasses.replace(
+        inflection, test_patch=inflection.test_patch + DOCTEST_FILE,
+        FAIL_TO_PASS=["usage_doctest.txt::usage_doctest.txt", *inflection.FAIL_TO_PASS])
+    report = evaluate_patch(doctest_first, inflection.patch, client=docker_client_for_tests)
+    assert report.resolved, report.error
+    assert "usage_doctest.txt::usage_doctest.txt" in report.fail_to_pass["success"]
 
 
 def test_hostile_commands_end_the_call_or_the_episode_never_the_caller(swe_instances, docker_client_for_tests):
