@@ -374,8 +374,10 @@ class Container:
         """What the container has written to its own layer, in MB (the engine measures it)."""
         if self._container is None:
             raise RuntimeError("the container is closed")
-        info = self.client.api.inspect_container(self._container.id, size=True)
-        return (info.get("SizeRw") or 0) / 2**20
+        listed = self.client.api.containers(all=True, size=True, filters={"id": self._container.id})
+        if not listed:
+            raise RuntimeError("the container is gone")
+        return (listed[0].get("SizeRw") or 0) / 2**20
 
     @staticmethod
     def _parse(raw: bytes, marker: str, output_cap: int, limit: int, duration_s: float) -> ExecResult:
