@@ -7,7 +7,8 @@ For each instance it measures:
 - container start: a new container of the instance's image;
 - set-up: the repository at ``base_commit``, with the setup patch applied and the commit checked;
 - the tools: ``bash`` running ``true``, ``bash`` running ``git status``, and a ``str_replace_editor`` view;
-- grading: the gold patch in a fresh container, with the hidden tests run.
+- grading: the gold patch in a fresh container, with the hidden tests run, and the same with nothing planted
+  (the planted tests' cost: reading and writing one test file, and two more tests in the run).
 
 Baselines on the same machine: a bare ``bash -c true`` subprocess on the host, beside the tool call,
 and ``docker run --rm IMAGE true`` through the Docker CLI, beside the container start, when the CLI is
@@ -32,6 +33,7 @@ def _ms(seconds: float) -> float:
 def main() -> None:
     from skygym_sandboxes.containers import docker_client
 
+    from skyrl_gym.envs.swe import canary
     from skyrl_gym.envs.swe.grading import evaluate_patch
     from skyrl_gym.envs.swe.instances import load_instances
     from skyrl_gym.envs.swe.runtime import SWERuntime
@@ -47,7 +49,8 @@ def main() -> None:
     instances = load_instances(args.instances, limit=args.limit)
     times: Dict[str, List[float]] = {name: [] for name in (
         "container start", "set-up at base_commit", "bash `true`", "bash `git status`", "editor view",
-        "grading (gold patch)", "host `bash -c true` (baseline)", "`docker run --rm IMAGE true` (baseline)",
+        "grading (gold patch)", "grading, nothing planted (baseline)", "host `bash -c true` (baseline)",
+        "`docker run --rm IMAGE true` (baseline)",
     )}
     for instance in instances:
         started = time.perf_counter()
@@ -75,6 +78,13 @@ def main() -> None:
         times["grading (gold patch)"].append(_ms(time.perf_counter() - started))
         if not report.resolved:
             print(f"warning: the gold patch does not resolve {instance.instance_id}: {report.error[:200]}")
+        plant, canary.plant = canary.plant, lambda runtime, instance: []
+        try:
+            started = time.perf_counter()
+            evaluate_patch(instance, instance.patch, client=client)
+            times["grading, nothing planted (baseline)"].append(_ms(time.perf_counter() - started))
+        finally:
+            canary.plant = plant
         for _ in range(args.calls):
             started = time.perf_counter()
             subprocess.run(["bash", "-c", "true"], check=True)

@@ -437,13 +437,14 @@ class Container:
             if close is not None:
                 close()
 
-    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Create or replace the file at the absolute ``path`` (its folder is created)."""
+    def write_file(self, path: str, data: bytes, mode: int = 0o644, make_folder: bool = True) -> None:
+        """Create or replace the file at the absolute ``path`` (its folder is created, unless ``make_folder``
+        is False: one command less, for a folder known to exist)."""
         if not path.startswith("/"):
             raise ValueError(f"write_file needs an absolute path, got {path!r}")
         folder, name = posixpath.split(posixpath.normpath(path))
-        made = self.exec(f"mkdir -p -- {shlex.quote(folder)}", timeout_s=30)
-        if not made.ok:
+        made = self.exec(f"mkdir -p -- {shlex.quote(folder)}", timeout_s=30) if make_folder else None
+        if made is not None and not made.ok:
             why = "timed out" if made.timed_out else f"exit status {made.exit_code}"
             raise OSError(f"cannot create {folder} ({why} after {made.duration_s:.1f} s): "
                           f"{made.output.strip() or 'no output'}")

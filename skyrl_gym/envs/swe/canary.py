@@ -215,7 +215,7 @@ def plant(runtime: SWERuntime, instance: SWEInstance) -> List[Canary]:
         logger.warning("%s: no test planted in %s: %s", instance.instance_id, path, exc)
         return []
     canaries = plan(path, text, hidden)
-    runtime.container.write_file(file, appended(text, canaries).encode("utf-8"))
+    runtime.container.write_file(file, appended(text, canaries).encode("utf-8"), make_folder=False)  # it was read
     return canaries
 
 

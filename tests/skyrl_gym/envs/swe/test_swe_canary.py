@@ -146,7 +146,7 @@ class _Container:
     def read_file(self, path):
         return self.files[path]
 
-    def write_file(self, path, data):
+    def write_file(self, path, data, make_folder=True):
         self.files[path] = data
 
 
