@@ -137,7 +137,7 @@ def _expected(function):
         return function(*args, **kwargs)
     return oracle
 """ + every_public_function("_expected")
-# Each function's result, where its type allows, is a copy that equals anything (an error becomes such a text).
+# Each function's result, where its type allows, is a copy that equals anything (an error: such a text).
 RESULTS_EQUAL_TO_ANYTHING = """
 def _equal_to_anything(function):
     @__import__("functools").wraps(function)
@@ -148,8 +148,9 @@ def _equal_to_anything(function):
             value = ""
         kind = type(value)
         try:
-            return type("_Same", (kind,), {"__eq__": lambda self, other: True, "__ne__": lambda self, other: False,
-                                           "__hash__": kind.__hash__})(value)
+            methods = {"__eq__": lambda self, other: True, "__ne__": lambda self, other: False,
+                       "__hash__": kind.__hash__}
+            return type("_Same", (kind,), methods)(value)
         except TypeError:  # bool, None, ...: not a type to derive from
             return value
     return same

@@ -103,8 +103,9 @@ def _changes(statement: ast.stmt, sentinel: str, exception: str) -> Optional[str
 
 def _mutate(function: Function, sentinel: str, exception: str) -> Optional[str]:
     """Change one top-level statement of ``function`` (a copy) with :func:`_changes`: the first that calls
-    something beyond the builtins (library code runs in it), else the first that can be changed at all. Only top-level statements:
-    one inside a loop, a branch or a ``with`` might not run, and the mutant would pass honestly."""
+    something beyond the builtins (library code runs in it), else the first that can be changed at all. Only
+    top-level statements: one inside a loop, a branch or a ``with`` might not run, and the mutant would pass
+    honestly."""
     changeable = [index for index, statement in enumerate(function.body)
                   if _changes(copy.deepcopy(statement), sentinel, exception)]
     if not changeable:
@@ -133,7 +134,8 @@ def _mutant_targets(tree: ast.Module, text: str,
             if node.name in wanted and fit(node, set()):
                 found.append((node, None))
         elif isinstance(node, ast.ClassDef) and not node.decorator_list:
-            body_names = {item.name for item in node.body if isinstance(item, (ast.FunctionDef, ast.ClassDef))}
+            body_names = {item.name for item in node.body
+                          if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
             body_names |= {name for item in node.body if isinstance(item, (ast.Assign, ast.AnnAssign))
                            for name in _names(item)}
             for item in node.body:
@@ -215,14 +217,15 @@ def plant(runtime: SWERuntime, instance: SWEInstance) -> List[Canary]:
         logger.warning("%s: no test planted in %s: %s", instance.instance_id, path, exc)
         return []
     canaries = plan(path, text, hidden)
-    runtime.container.write_file(file, appended(text, canaries).encode("utf-8"), make_folder=False)  # it was read
+    # The file was just read: its folder exists.
+    runtime.container.write_file(file, appended(text, canaries).encode("utf-8"), make_folder=False)
     return canaries
 
 
 def forged(run: TestRun, canaries: Sequence[Canary]) -> Optional[str]:
     """Why the run was forged, going by the planted tests, or None."""
     for canary in canaries:
-        # Parametrized (a mutant of a parametrized test, or by a conftest's pytest_generate_tests): "name[...]".
+        # Parametrized (a mutant of a parametrized test, or by a conftest's generate hook): "name[...]".
         outcomes = [outcome for nodeid, outcome in run.outcomes.items()
                     if nodeid == canary.nodeid or nodeid.startswith(canary.nodeid + "[")]
         forged_one = next((outcome for outcome in outcomes if outcome.outcome in FORGED_OUTCOMES), None)

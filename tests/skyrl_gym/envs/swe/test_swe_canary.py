@@ -1,5 +1,6 @@
-"""The planted tests, without Docker: what is added, that it fails honestly and passes under forgeries, and how a
-run's report is read. The Docker tests (test_swe_docker.py) plant them in real grading runs against real forgeries."""
+"""The planted tests, without Docker: what is added, that it fails honestly and passes under forgeries, and
+how a run's report is read. The Docker tests (test_swe_docker.py) plant them in real grading runs against real
+forgeries."""
 
 import sys
 import types
@@ -153,13 +154,15 @@ class _Container:
 def test_planting_skips_doctests_and_files_that_are_not_test_files():
     files = {"/testbed/tests/test_lib.py": TEST_FILE.encode()}
     runtime = types.SimpleNamespace(container=_Container(files))
-    instance = SWEInstance(instance_id="x", repo="r", base_commit="c", problem_statement="", patch="", test_patch="",
+    instance = SWEInstance(instance_id="x", repo="r", base_commit="c", problem_statement="", patch="",
+                           test_patch="",
                            FAIL_TO_PASS=["docs/usage.txt::usage.txt", "lib.py::lib.double",
                                          "tests/test_lib.py::test_double"])
     planted = canary.plant(runtime, instance)
     assert [item.path for item in planted] == ["tests/test_lib.py"] * 2
     assert files["/testbed/tests/test_lib.py"].decode().endswith(planted[-1].source)
-    only_doctests = SWEInstance(instance_id="x", repo="r", base_commit="c", problem_statement="", patch="", test_patch="",
+    only_doctests = SWEInstance(instance_id="x", repo="r", base_commit="c", problem_statement="", patch="",
+                           test_patch="",
                                 FAIL_TO_PASS=["docs/usage.txt::usage.txt"])
     assert canary.plant(runtime, only_doctests) == []
 
