@@ -665,6 +665,9 @@ class Supervisor:
                     poller.unregister(fd)
         if pidfd is not None:
             os.close(pidfd)
+        if reason is None and (truncated[out_r] or truncated[err_r]):
+            # The program ended before its pipe was read, and the cap was only met while draining it.
+            reason = "output_limit"
         status, usage = waited
         reply = {
             "stdout_truncated": truncated[out_r],

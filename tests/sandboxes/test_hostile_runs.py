@@ -302,3 +302,38 @@ def test_property_each_result_belongs_to_its_request(sandbox, plan):
         assert not any(other in result.stdout for other in markers if other != mark), (kind, result)
         if kind == "print" and (wall_s is None or wall_s >= 0.5) and (output_bytes or 10**6) >= 200:
             assert result.status == Status.OK and result.stdout == mark + "\n", (kind, wall_s, result)
+
+
+# A program that printed past the output cap and exited before the supervisor first read its pipe was reported ok,
+# its output cut (seen once in CI on docker-warm): the exit was seen first and the cap only met while draining.
+# Here the program has surely ended before the supervisor looks. In a process of its own: the supervisor kills
+# the children of the process it runs in.
+_ENDED_FIRST = r'''
+import os, time
+from skygym_sandboxes import supervisor
+out_r, out_w = os.pipe()
+err_r, err_w = os.pipe()
+ready_r, ready_w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(ready_w, supervisor.READY)
+    os.write(out_w, b"x" * 100)
+    os._exit(0)
+for fd in (out_w, err_w, ready_w):
+    os.close(fd)
+time.sleep(0.3)
+box = supervisor.Supervisor(root="/nonexistent", work="/nonexistent", make_dirs=[], wipe_dirs=[], run_as=None,
+                            pid1=False)
+reply, sizes = box._watch(pid, {"wall_s": 5, "output_bytes": 1}, out_r, err_r, ready_r,
+                          os.memfd_create("out"), os.memfd_create("err"), time.monotonic())
+print(reply["status"], reply["stdout_truncated"], sizes[0])
+'''
+
+
+def test_the_supervisor_applies_the_output_cap_to_a_program_that_ended_before_it_looked():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _ENDED_FIRST], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["output_limit", "True", "1"], done.stdout
