@@ -170,12 +170,14 @@ PASS_WHAT_IS_IN_A_CLASS = _FLIP_WHERE + """
 def _flip(item):
     return getattr(item, "cls", None) is not None
 """
-# The tests that called library code (since the last report).
-PASS_WHAT_CALLS_THE_LIBRARY = _FLIP_WHERE + """
+# ... where the test called library code (since the last report), as _watched says.
+_FLIP_WHERE_CALLED = _FLIP_WHERE + """
 _called = [False]
 def _flip(item):
     called, _called[0] = _called[0], False
     return called
+"""
+PASS_WHAT_CALLS_THE_LIBRARY = _FLIP_WHERE_CALLED + """
 def _watched(function):
     @__import__("functools").wraps(function)
     def watched(*args, **kwargs):
@@ -184,11 +186,8 @@ def _watched(function):
     return watched
 """ + every_public_function("_watched")
 # The tests that made a library call (call site and arguments) not seen before in the run.
-PASS_FIRST_CALLS = _FLIP_WHERE + """
-_called, _seen = [False], set()
-def _flip(item):
-    called, _called[0] = _called[0], False
-    return called
+PASS_FIRST_CALLS = _FLIP_WHERE_CALLED + """
+_seen = set()
 def _watched(function):
     @__import__("functools").wraps(function)
     def watched(*args, **kwargs):
