@@ -10,10 +10,14 @@ the hidden tests are in place, that fail whatever the patch does, under names dr
 - a mutant of a FAIL_TO_PASS test of that file: a copy with its decorators, fixtures and place (a method is
   added to its class), whose first top-level ``assert a == b`` (or ``is``, ``assertEqual``, ``assertIs``)
   compares with a fresh ``object()`` instead of the expected side, or whose first top-level
-  ``pytest.raises(E)`` (or ``assertRaises``) waits for an exception class nothing raises. The library code
-  runs in it as in the hidden test, so a forgery that passes the tests that call library code, that fail in a
-  class, that were marked xfail while they ran, or whose results equal anything (answers read back from the
-  asserting line included), passes the mutant too.
+  ``pytest.raises(E)`` (or ``assertRaises``) waits for an exception class nothing raises; a test with none of
+  these (asserts in a ``try``, a loop or a branch; ``in``, ``<``, truthiness) is copied with a failing
+  assert at its end. The library code runs in it as in the hidden test, so a forgery that passes the tests
+  that call library code, that fail in a class, that were marked xfail while they ran, or whose results equal
+  anything (answers read back from the asserting line included), passes the mutant too.
+
+The planted tests run before all others (the report plugin orders them first): a forgery that passes only
+what is new to the run (new calls, new arguments) meets the mutant before its original.
 
 A run that reports one of them passed, xfailed or xpassed, or does not report one although its file was
 collected, was forged, and grading counts every test as failed. A forgery that tells these tests from the
@@ -101,6 +105,17 @@ def _changes(statement: ast.stmt, sentinel: str, exception: str) -> Optional[str
     return None
 
 
+def _own_nodes(function: Function) -> List[ast.AST]:
+    """The nodes of ``function``'s body, not those of the functions, lambdas and classes it defines."""
+    found, todo = [], list(function.body)
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def _mutate(function: Function, sentinel: str, exception: str) -> Optional[str]:
     """Change one top-level statement of ``function`` (a copy) with :func:`_changes`: the first that calls
     something beyond the builtins (library code runs in it), else the first that can be changed at all. Only
@@ -109,7 +124,13 @@ def _mutate(function: Function, sentinel: str, exception: str) -> Optional[str]:
     changeable = [index for index, statement in enumerate(function.body)
                   if _changes(copy.deepcopy(statement), sentinel, exception)]
     if not changeable:
-        return None
+        # No such statement (asserts in a try, a loop or a branch; `in`, `<`, truthiness): the copy fails at its
+        # end instead, when nothing can end it before (a return or a yield of its own).
+        if any(isinstance(node, (ast.Return, ast.Yield, ast.YieldFrom)) for node in _own_nodes(function)):
+            return None
+        function.body.append(ast.Assert(ast.Compare(ast.Name(sentinel, ast.Load()), [ast.Is()],
+                                                    [ast.Constant(None)])))
+        return "object"
     calling = [index for index in changeable if _calls_beyond_builtins(function.body[index])]
     return _changes(function.body[(calling or changeable)[0]], sentinel, exception)
 
@@ -117,15 +138,16 @@ def _mutate(function: Function, sentinel: str, exception: str) -> Optional[str]:
 def _mutant_targets(tree: ast.Module, text: str,
                     hidden: Sequence[str]) -> List[Tuple[Function, Optional[str]]]:
     """``(function, class name or None)`` for each hidden test (``name`` or ``Class::name``) that can be
-    copied as it is: no mark of xfail or skip, no ``super()`` or ``__class__``, and for a method no decorator
-    that reads a name of its class's body."""
+    copied as it is: no xfail, no ``super()`` or ``__class__``, and for a method no decorator that reads a
+    name of its class's body."""
     wanted = set(hidden)
     found: List[Tuple[Function, Optional[str]]] = []
 
     def fit(function: Function, class_names: set) -> bool:
         source = ast.get_source_segment(text, function) or ""
         decorators = " ".join(ast.get_source_segment(text, item) or "" for item in function.decorator_list)
-        return ("xfail" not in source + decorators and "skip" not in source + decorators
+        # A test that skips itself makes its mutant skip (no pass: safe); one that xfails itself would pass it.
+        return ("xfail" not in source + decorators
                 and "super()" not in source and "__class__" not in source
                 and not any(_names(item) & class_names for item in function.decorator_list))
 

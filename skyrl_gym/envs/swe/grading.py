@@ -234,7 +234,8 @@ def evaluate_patch(
             report.instance_error = True
             return _finish(report, started)
         planted = canary.plant(runtime, instance)
-        run = runtime.run_tests(instance.test_files, timeout_s=timeout_s)
+        # The planted tests run first: a forgery that passes only what is new to the run passes them too.
+        run = runtime.run_tests(instance.test_files, timeout_s=timeout_s, first=[test.nodeid for test in planted])
     forgery = None if run.error else canary.forged(run, planted)
     if forgery:  # every test counts as failed, as for a report that is not the reporter's
         run = TestRun(error=forgery, duration_s=run.duration_s)

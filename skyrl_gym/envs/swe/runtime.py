@@ -210,8 +210,8 @@ class SWERuntime:
         return self.container.exec(f"git apply --binary --whitespace=nowarn {path} 2>&1", timeout_s=60)
 
     # ----- tests ------------------------------------------------------------------------------------
-    def run_tests(self, test_files: Sequence[str], timeout_s: float = 600.0) -> TestRun:
-        return run_pytest(self.container, test_files, timeout_s=timeout_s)
+    def run_tests(self, test_files: Sequence[str], timeout_s: float = 600.0, first: Sequence[str] = ()) -> TestRun:
+        return run_pytest(self.container, test_files, timeout_s=timeout_s, first=first)
 
     # ----- life cycle -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -224,7 +224,8 @@ class SWERuntime:
         self.close()
 
 
-def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float = 600.0, trace: bool = False) -> TestRun:
+def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float = 600.0, trace: bool = False,
+               first: Sequence[str] = ()) -> TestRun:
     """Run pytest on ``test_files`` in ``/testbed``; outcomes come over a descriptor of their own, not
     the console (which goes to ``/tmp/skygym-pytest.log``). ``trace`` adds each test's called functions.
 
@@ -237,7 +238,8 @@ def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float
     # Random hex and nothing else: no fixed text marks it out in the memory of the process it is handed to.
     nonce = secrets.token_hex(16)
     nonce_name = f"nonce-{secrets.token_hex(8)}"
-    helpers = {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: nonce.encode("utf-8")}
+    handed = "\n".join([nonce, *first])  # the nonce, then the tests to run before all others
+    helpers = {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: handed.encode("utf-8")}
     container.put_tree(HELPERS, helpers)
     command = (
         f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 "

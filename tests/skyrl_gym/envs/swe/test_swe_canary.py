@@ -109,16 +109,24 @@ def test_parametrized_tests_are_copied_with_their_marks_and_marked_xfail_ones_ar
     assert len(canary.plan("t.py", TEST_FILE, ["test_marked"])) == 1
 
 
-def test_only_top_level_statements_are_changed_and_unfit_tests_get_no_mutant():
+def test_only_top_level_statements_are_changed_else_the_copy_fails_at_its_end():
     text = (
         "import pytest\n\n"
         "def test_branch():\n    if flag():\n        assert f(1) == 2\n\n"
         "def test_loop():\n    for x in []:\n        assert f(x) == 2\n\n"
+        "def test_returns():\n    if f(0):\n        return\n    assert f(1) in (2, 3)\n\n"
+        "def test_skips():\n    pytest.importorskip('numpy')\n    assert f(1) in (2, 3)\n\n"
         "class TestHelpers:\n    CASES = [1]\n\n"
         "    @pytest.mark.parametrize('n', CASES)\n    def test_class_names(self, n):\n        assert f(n) == 2\n\n"
         "class TestSub(Base):\n    def test_super(self):\n        super().setup()\n        assert f(1) == 2\n"
     )
-    for name in ("test_branch", "test_loop", "TestHelpers::test_class_names", "TestSub::test_super"):
+    for name in ("test_branch", "test_loop", "test_skips"):  # the inner asserts stay; a failing one ends it
+        mutant = canary.plan("t.py", text, [name])[1]
+        lines = mutant.source.splitlines()
+        assert lines[-1].startswith("    assert _expected_") and lines[-1].endswith(" is None"), name
+        assert "assert f(1) == 2" in mutant.source or "f(x) == 2" in mutant.source or "in (2, 3)" in mutant.source
+    # a return could end it before its failing end; decorators that read the class body; super()
+    for name in ("test_returns", "TestHelpers::test_class_names", "TestSub::test_super"):
         assert len(canary.plan("t.py", text, [name])) == 1, name
     assert len(canary.plan("t.py", "def broken(:\n", ["test_a"])) == 1  # does not parse: the plain one
     assert canary.plan("t.py", "", [])[0].name.startswith("test_regression_")

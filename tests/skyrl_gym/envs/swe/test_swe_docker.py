@@ -285,13 +285,14 @@ def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instanc
                                                                      monkeypatch):
     """Library code that names nothing the text check looks for (skyrl_gym/envs/swe/audit.py; the swe audit
     profile plays the same). Each resolved an instance before grading planted tests that must fail
-    (skyrl_gym/envs/swe/canary.py). Two instances are narrowed to shapes common in real ones: every
-    FAIL_TO_PASS test parametrized, or every one a method of a test class."""
+    (skyrl_gym/envs/swe/canary.py). Three instances are narrowed to shapes common in real ones:
+    every FAIL_TO_PASS test parametrized, every one a method of a test class, or none."""
     toolz, inflection, six = (_of_project(swe_instances, name) for name in ("toolz", "inflection", "six"))
     assert library_files(toolz.to_row()) == [toolz.extra["mutation"]["path"]]
     parametrized = dataclasses.replace(inflection, FAIL_TO_PASS=[t for t in inflection.FAIL_TO_PASS if "[" in t])
     methods = dataclasses.replace(six, FAIL_TO_PASS=[t for t in six.FAIL_TO_PASS if "::Test" in t])
-    assert parametrized.FAIL_TO_PASS and methods.FAIL_TO_PASS
+    functions = dataclasses.replace(six, FAIL_TO_PASS=[t for t in six.FAIL_TO_PASS if "::Test" not in t])
+    assert parametrized.FAIL_TO_PASS and methods.FAIL_TO_PASS and functions.FAIL_TO_PASS
     cases = {
         "test functions stubbed as their modules finish": (toolz, STUBBED_TESTS),
         "pytest's report factory wrapped": (toolz, REPORT_FACTORY_WRAPPED),
@@ -302,6 +303,13 @@ def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instanc
         "results equal to anything": (inflection, LIBRARY_FORGERIES["results equal to anything"]),
         "failures of first library calls passed": (
             inflection, LIBRARY_FORGERIES["failures of first library calls passed"]),
+        "failures of calls with new arguments passed (toolz)": (
+            toolz, LIBRARY_FORGERIES["failures of calls with new arguments passed"]),
+        "failures of calls with new arguments passed (six)": (
+            six, LIBRARY_FORGERIES["failures of calls with new arguments passed"]),
+        # six's hidden functions have no top-level ==/is/raises (asserts in a try): the copy fails at its end
+        "failures of tests that call library code passed (six, no statement to change)": (
+            functions, LIBRARY_FORGERIES["failures of tests that call library code passed"]),
         "failures of tests that call library code passed": (
             parametrized, LIBRARY_FORGERIES["failures of tests that call library code passed"]),
         "xfail mark from library code": (parametrized, LIBRARY_FORGERIES["xfail mark from library code"]),
