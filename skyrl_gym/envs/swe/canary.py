@@ -78,8 +78,7 @@ def _changes(statement: ast.stmt, sentinel: str, exception: str) -> Optional[str
     """Change ``statement`` in place so that it fails whatever the library does honestly: the expected side of
     an ``==``/``is`` assert (``assertEqual``, ``assertIs``) becomes ``sentinel`` (a fresh ``object()``), the
     exception of ``pytest.raises``/``assertRaises`` (as a ``with`` or a call) becomes ``exception`` (a class
-    nothing raises). Which one
-    it used ("object", "exception"), or None when the statement is none of these."""
+    nothing raises). Which one it used ("object", "exception"), or None when the statement is none of these."""
     if isinstance(statement, ast.Assert) and isinstance(statement.test, ast.Compare):
         compare = statement.test
         if len(compare.ops) == 1 and isinstance(compare.ops[0], (ast.Eq, ast.Is)):
