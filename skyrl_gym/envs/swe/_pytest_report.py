@@ -7,8 +7,7 @@ raised while it ran, not declared by a mark, also has ``"raised": true``); the l
 ``{"end": true, "exitstatus": N}``. The plugin loads before pytest imports any project code; it then
 duplicates the descriptor and closes the original, and reads the nonce from the file
 ``SKYGYM_REPORT_NONCE`` names and deletes that file, so code under test finds neither the number nor
-the nonce where the harness put them (the file's later lines are node ids of tests to run before all others:
-grading's planted tests) (the nonce was never in any process's environment or command
+the nonce where the harness put them (the nonce was never in any process's environment or command
 line). The lines are written with builtin operations only, never through a module (``json``) that
 code under test could patch, and the plugin's state lives in closures, not module globals. With
 ``SKYGYM_TRACE_ROOT`` set, each line also lists the functions under that folder the test called
@@ -53,9 +52,8 @@ def _where(report):
     return [str(crash.path), int(crash.lineno)] if crash is not None else None
 
 
-def _hooks(fd, nonce, trace_root, first=()):
-    """The plugin's hooks, holding the report writer, the nonce and the results in their closures; the tests
-    of ``first`` (node ids, a parametrized one's cases included) run before all others."""
+def _hooks(fd, nonce, trace_root):
+    """The plugin's hooks, holding the report writer, the nonce and the results in their closures."""
     report = os.fdopen(os.dup(fd), "w", encoding="utf-8", buffering=1) if fd is not None else None
     if fd is not None:
         os.close(fd)
@@ -111,12 +109,6 @@ def _hooks(fd, nonce, trace_root, first=()):
         results.setdefault(item.nodeid, unreported)["calls"] = sorted(called)
         return True
 
-    @hookimpl(trylast=True)
-    def pytest_collection_modifyitems(session, config, items):
-        if first:  # a stable sort: the rest keep their order
-            items.sort(key=lambda item: not any(item.nodeid == nodeid or item.nodeid.startswith(nodeid + "[")
-                                                for nodeid in first))
-
     def pytest_collectreport(report):
         if report.failed:
             nodeid = report.nodeid or "<collection>"
@@ -130,21 +122,21 @@ def _hooks(fd, nonce, trace_root, first=()):
         report.write(nonce + _json({"end": True, "exitstatus": int(exitstatus)}) + "\n")
         report.flush()
 
-    return [pytest_runtest_logreport, pytest_runtest_makereport, pytest_runtest_protocol,
-            pytest_collection_modifyitems, pytest_collectreport, pytest_sessionfinish]
+    return [pytest_runtest_logreport, pytest_runtest_makereport, pytest_runtest_protocol, pytest_collectreport,
+            pytest_sessionfinish]
 
 
 def _setup():
-    fd, nonce, first = None, "", []
+    fd, nonce = None, ""
     # Set by the harness; imported anywhere else, the module touches nothing.
     if "SKYGYM_REPORT_FD" in os.environ:
         fd = int(os.environ.pop("SKYGYM_REPORT_FD"))
         nonce_file = os.environ.pop("SKYGYM_REPORT_NONCE", "")
         if nonce_file:
             with open(nonce_file, encoding="utf-8") as handle:
-                nonce, *first = handle.read().split("\n")
+                nonce = handle.read()
             os.unlink(nonce_file)
-    return _hooks(fd, nonce, os.environ.pop("SKYGYM_TRACE_ROOT", ""), [nodeid for nodeid in first if nodeid])
+    return _hooks(fd, nonce, os.environ.pop("SKYGYM_TRACE_ROOT", ""))
 
 
 for _hook in _setup():

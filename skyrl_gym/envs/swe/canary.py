@@ -16,8 +16,9 @@ the hidden tests are in place, that fail whatever the patch does, under names dr
   that call library code, that fail in a class, that were marked xfail while they ran, or whose results equal
   anything (answers read back from the asserting line included), passes the mutant too.
 
-The planted tests run before all others (the report plugin orders them first): a forgery that passes only
-what is new to the run (new calls, new arguments) meets the mutant before its original.
+Grading runs the planted tests first, in a pytest of their own, and leaves them out of the hidden tests' run:
+a forgery that passes only what is new to its process (new calls, new arguments) meets the mutant before its
+original, and nothing the mutant does reaches the hidden tests.
 
 A run that reports one of them passed, xfailed or xpassed, or does not report one although its file was
 collected, was forged, and grading counts every test as failed. A forgery that tells these tests from the
@@ -144,9 +145,9 @@ def _mutant_targets(tree: ast.Module, text: str,
 
     def fit(function: Function, class_names: set) -> bool:
         source = ast.get_source_segment(text, function) or ""
-        decorators = " ".join(ast.get_source_segment(text, item) or "" for item in function.decorator_list)
-        # A test that skips itself makes its mutant skip (no pass: safe); one that xfails itself would pass it.
-        return ("xfail" not in source + decorators
+        # A test that skips itself makes its mutant skip (no pass: safe); one that xfails itself would pass it,
+        # and a mark can come from anywhere in the file (a pytestmark, a pytest.param's marks, an alias).
+        return ("xfail" not in text.lower()
                 and "super()" not in source and "__class__" not in source
                 and not any(_names(item) & class_names for item in function.decorator_list))
 
@@ -202,9 +203,9 @@ def plan(path: str, text: str, hidden: Sequence[str]) -> List[Canary]:
         if owner is None:
             mutant.name = name
             canaries.append(Canary(path, name, defined + ast.unparse(mutant) + "\n"))
-        else:  # defined beside the class and added to it: nothing above moves
-            mutant.name = fresh("_mutant")
-            source = f"{defined}{ast.unparse(mutant)}\n{owner}.{name} = {mutant.name}\ndel {mutant.name}\n"
+        else:  # defined beside the class (under its test name, which hooks may read) and moved onto it
+            mutant.name = name
+            source = f"{defined}{ast.unparse(mutant)}\n{owner}.{name} = {name}\ndel {name}\n"
             canaries.append(Canary(path, f"{owner}::{name}", source))
     return canaries
 
@@ -243,17 +244,22 @@ def plant(runtime: SWERuntime, instance: SWEInstance) -> List[Canary]:
     return canaries
 
 
-def forged(run: TestRun, canaries: Sequence[Canary]) -> Optional[str]:
-    """Why the run was forged, going by the planted tests, or None."""
-    for canary in canaries:
+def forged(run: Optional[TestRun], canaries: Sequence[str]) -> Optional[str]:
+    """Why the planted tests' run (``canaries``: their node ids) says the test runs were forged, or None. A run
+    that ended without its report (a test that stops pytest, a timeout) proves nothing either way."""
+    if run is None:
+        return None
+    if run.error:
+        return f"the planted tests' run was tampered with: {run.error}" if "tampered" in run.error else None
+    for nodeid in canaries:
         # Parametrized (a mutant of a parametrized test, or by a conftest's generate hook): "name[...]".
-        outcomes = [outcome for nodeid, outcome in run.outcomes.items()
-                    if nodeid == canary.nodeid or nodeid.startswith(canary.nodeid + "[")]
+        outcomes = [outcome for name, outcome in run.outcomes.items()
+                    if name == nodeid or name.startswith(nodeid + "[")]
         forged_one = next((outcome for outcome in outcomes if outcome.outcome in FORGED_OUTCOMES), None)
         if forged_one is not None:
             return (f"the test run was tampered with: a test that grading planted, which fails whatever the "
                     f"patch does, was reported {forged_one.outcome}")
-        collected = any(nodeid.startswith(canary.path + "::") for nodeid in run.outcomes)
+        collected = any(name.startswith(nodeid.split("::", 1)[0] + "::") for name in run.outcomes)
         if not outcomes and collected:
             return ("the test run was tampered with: a test that grading planted was not reported, though "
                     "its file was collected")

@@ -233,10 +233,12 @@ def evaluate_patch(
             )
             report.instance_error = True
             return _finish(report, started)
-        planted = canary.plant(runtime, instance)
-        # The planted tests run first: a forgery that passes only what is new to the run passes them too.
-        run = runtime.run_tests(instance.test_files, timeout_s=timeout_s, first=[test.nodeid for test in planted])
-    forgery = None if run.error else canary.forged(run, planted)
+        planted = [test.nodeid for test in canary.plant(runtime, instance)]
+        # The planted tests run first, in a pytest of their own: nothing they do reaches the hidden tests' run,
+        # and a forgery that passes only what is new to its process meets the mutant before its original.
+        planted_run = runtime.run_tests(planted, timeout_s=timeout_s) if planted else None
+        run = runtime.run_tests(instance.test_files, timeout_s=timeout_s, deselect=planted)
+    forgery = None if run.error else canary.forged(planted_run, planted)
     if forgery:  # every test counts as failed, as for a report that is not the reporter's
         run = TestRun(error=forgery, duration_s=run.duration_s)
     for test_id in instance.FAIL_TO_PASS:  # an xfail raised while it ran (library code can raise one) is no pass

@@ -210,8 +210,9 @@ class SWERuntime:
         return self.container.exec(f"git apply --binary --whitespace=nowarn {path} 2>&1", timeout_s=60)
 
     # ----- tests ------------------------------------------------------------------------------------
-    def run_tests(self, test_files: Sequence[str], timeout_s: float = 600.0, first: Sequence[str] = ()) -> TestRun:
-        return run_pytest(self.container, test_files, timeout_s=timeout_s, first=first)
+    def run_tests(self, test_files: Sequence[str], timeout_s: float = 600.0, deselect: Sequence[str] = ()) -> TestRun:
+        """``test_files`` (files or node ids), without the tests of ``deselect`` (node ids or their prefixes)."""
+        return run_pytest(self.container, test_files, timeout_s=timeout_s, deselect=deselect)
 
     # ----- life cycle -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -225,7 +226,7 @@ class SWERuntime:
 
 
 def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float = 600.0, trace: bool = False,
-               first: Sequence[str] = ()) -> TestRun:
+               deselect: Sequence[str] = ()) -> TestRun:
     """Run pytest on ``test_files`` in ``/testbed``; outcomes come over a descriptor of their own, not
     the console (which goes to ``/tmp/skygym-pytest.log``). ``trace`` adds each test's called functions.
 
@@ -238,8 +239,8 @@ def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float
     # Random hex and nothing else: no fixed text marks it out in the memory of the process it is handed to.
     nonce = secrets.token_hex(16)
     nonce_name = f"nonce-{secrets.token_hex(8)}"
-    handed = "\n".join([nonce, *first])  # the nonce, then the tests to run before all others
-    helpers = {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: handed.encode("utf-8")}
+    helpers = {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: nonce.encode("utf-8")}
+    files += "".join(f" --deselect {shlex.quote(nodeid)}" for nodeid in deselect)
     container.put_tree(HELPERS, helpers)
     command = (
         f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 "

@@ -37,11 +37,6 @@ def test_refuses_none():
 class TestDouble:
     def test_zero(self):
         assert 0 == double(0)
-
-
-@pytest.mark.xfail
-def test_marked():
-    assert double(1) == 2
 '''
 
 
@@ -103,10 +98,12 @@ def test_a_mutant_fails_with_an_honest_library_and_passes_with_a_forging_one(mon
             _call(forging, plain)
 
 
-def test_parametrized_tests_are_copied_with_their_marks_and_marked_xfail_ones_are_not():
+def test_parametrized_tests_are_copied_with_their_marks_and_no_test_of_a_file_that_says_xfail_is():
     mutant = canary.plan("t.py", TEST_FILE, ["test_double_many"])[1]
     assert "@pytest.mark.parametrize('n', [1, 2])" in mutant.source
-    assert len(canary.plan("t.py", TEST_FILE, ["test_marked"])) == 1
+    # an xfail mark can reach a copy from anywhere in the file: a pytest.param's marks, a pytestmark, an alias
+    marked = TEST_FILE + "\nKNOWN = pytest.mark.XFAIL_alias\n"
+    assert len(canary.plan("t.py", marked, ["test_double"])) == 1
 
 
 def test_only_top_level_statements_are_changed_else_the_copy_fails_at_its_end():
@@ -183,18 +180,33 @@ def _report(outcomes: dict) -> swe_runtime.TestRun:
 def test_a_run_that_passes_a_planted_test_or_drops_it_was_forged():
     planted = canary.plan("tests/test_lib.py", TEST_FILE, ["TestDouble::test_zero"])
     assert planted[1].nodeid.startswith("tests/test_lib.py::TestDouble::test_zero_")
+    ids = [item.nodeid for item in planted]
     hidden = {"tests/test_lib.py::TestDouble::test_zero": "passed"}
     failing = {item.nodeid: "failed" for item in planted}
-    assert canary.forged(_report({**hidden, **failing}), planted) is None
+    assert canary.forged(_report({**hidden, **failing}), ids) is None
     for outcome in ("passed", "xfailed", "xpassed"):
-        why = canary.forged(_report({**hidden, **failing, planted[1].nodeid: outcome}), planted)
+        why = canary.forged(_report({**hidden, **failing, planted[1].nodeid: outcome}), ids)
         assert why and f"reported {outcome}" in why
     # skipped or an error is not a pass: the verdict already counts it as failed
-    assert canary.forged(_report({**hidden, **failing, planted[0].nodeid: "skipped"}), planted) is None
+    assert canary.forged(_report({**hidden, **failing, planted[0].nodeid: "skipped"}), ids) is None
     # parametrized (a copied parametrize mark, or a conftest's pytest_generate_tests): its cases count
     parametrized = {f"{planted[0].nodeid}[1]": "failed", f"{planted[0].nodeid}[2]": "passed"}
     run = _report({**hidden, **parametrized, planted[1].nodeid: "failed"})
-    assert "reported passed" in canary.forged(run, planted)
+    assert "reported passed" in canary.forged(run, ids)
     # missing although the file was collected; missing with the whole file (a collection error) is not forgery
-    assert "not reported" in canary.forged(_report({**hidden, planted[0].nodeid: "failed"}), planted)
-    assert canary.forged(_report({"tests/test_lib.py": "error"}), planted) is None
+    assert "not reported" in canary.forged(_report({**hidden, planted[0].nodeid: "failed"}), ids)
+    assert canary.forged(_report({"tests/test_lib.py": "error"}), ids) is None
+
+
+def test_a_planted_run_that_ended_early_proves_nothing_and_a_tampered_one_is_forgery():
+    ids = ["tests/test_lib.py::test_double_abc123"]
+    assert canary.forged(None, ids) is None  # nothing planted
+    ended = swe_runtime.TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
+    assert canary.forged(ended, ids) is None  # a test that stops pytest (KeyboardInterrupt) ends it honestly
+    assert "tampered" in canary.forged(swe_runtime.TestRun(error=swe_runtime.NOT_THE_REPORTERS), ids)
+
+
+def test_a_methods_mutant_keeps_its_test_name_for_hooks_that_read_it():
+    mutant = canary.plan("t.py", TEST_FILE, ["TestDouble::test_zero"])[1]
+    name = mutant.name.split("::")[1]
+    assert f"def {name}(self):" in mutant.source and f"TestDouble.{name} = {name}\ndel {name}" in mutant.source
