@@ -7,7 +7,7 @@ Compatible with SkyRL-gym: an env has ``init(prompt) -> (observation, info)``,
 
 from __future__ import annotations
 
-from typing import Any, Dict, Generic, List, Optional, Tuple, TypedDict, TypeVar
+from typing import Any, Dict, Generic, List, Mapping, Optional, Tuple, TypedDict, TypeVar
 
 ObsType = TypeVar("ObsType")
 ActType = TypeVar("ActType")
@@ -52,6 +52,11 @@ class Env(Generic[ObsType, ActType]):
     # The skyrl_gym.registration.EnvSpec that built this env (set by make). Typed Any so that the env
     # contract does not import the registry, which imports it.
     spec: Any = None
+
+    # Every ``env_config`` key the env reads, with its default (None where it has none): the trainer, the CLI
+    # and serve-env name a key outside it as a mistake ("serch_url"), `skyrl-gym info` lists it, and serve-env
+    # takes a client's ceilings from its defaults. None: not declared, so the keys a user sets are not checked.
+    config_defaults: Optional[Mapping[str, Any]] = None
 
     def init(self, prompt: Any = None) -> Tuple[ObsType, Dict[str, Any]]:
         """Start an episode; return the first observation (the prompt for the model) and info."""

@@ -344,6 +344,37 @@ def unregistered_ids(env_ids: Iterable[str]) -> Dict[str, str]:
     return problems
 
 
+def declared_config(env_id: str) -> Optional[Dict[str, Any]]:
+    """The ``env_config`` keys the env registered as ``env_id`` reads, with their defaults (its class's
+    :attr:`~skyrl_gym.core.Env.config_defaults`), or None when its class declares none or the id cannot be
+    loaded."""
+    try:
+        creator = spec(env_id).load_entry_point()
+    except Exception:
+        return None
+    declared = getattr(getattr(creator, "func", creator), "config_defaults", None)  # a functools.partial's class
+    return dict(declared) if isinstance(declared, dict) else None
+
+
+def unknown_config_keys(env_id: str, env_config: Any) -> Dict[str, str]:
+    """Each key of ``env_config`` that the env registered as ``env_id`` does not read, with why (the closest key
+    it reads, and all of them): a misspelt ``serch_url`` would otherwise leave the env at its default, silently.
+    Empty when the env declares no keys (its :attr:`~skyrl_gym.core.Env.config_defaults` is None)."""
+    declared = declared_config(env_id)
+    if declared is None or not hasattr(env_config, "keys"):
+        return {}
+    known = sorted(declared)
+    problems = {}
+    for key in env_config.keys():
+        if key in declared:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        reads = f"it reads: {', '.join(known)}" if known else "it reads no env_config key"
+        problems[str(key)] = f"env {env_id!r} has no env_config key {str(key)!r} ({hint}{reads})"
+    return problems
+
+
 # make("remote", url=..., env_id=...): an env served by `skyrl-gym serve-env`. A spelling, not a catalogue entry:
 # it has no rows of its own, so it is kept out of the registry (and of `skyrl-gym list`).
 _REMOTE_SPEC = EnvSpec(

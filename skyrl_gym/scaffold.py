@@ -59,6 +59,10 @@ from skyrl_gym.tools.parsers import extract_tag
 class {cls}(BaseTextEnv):
     """Reverse a word in up to two tries: 1.0 for the reversed word in <answer>...</answer>."""
 
+    # Every env_config key it reads, with its default: `skyrl-gym info` lists them, and the trainer and the CLI
+    # refuse a key that is not here (a misspelt one would leave the default in place, silently).
+    config_defaults: Dict[str, Any] = {{"max_turns": 2}}
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         word = ((extras or {{}}).get("reward_spec") or {{}}).get("ground_truth")
@@ -66,7 +70,7 @@ class {cls}(BaseTextEnv):
             raise DataError("env {name!r}: reward_spec.ground_truth must be the word to reverse; build rows with "
                             "skyrl_gym.datasets.build_rows({name!r}, size=N)")
         self.word = word
-        self.max_turns = 2
+        self.max_turns = int(self.env_config.get("max_turns") or self.config_defaults["max_turns"])
 
     def step(self, action: str) -> StepOutput:
         self.turns += 1

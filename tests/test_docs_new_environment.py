@@ -125,7 +125,8 @@ def test_the_env_with_a_tool_runs_as_written(tmp_path: Path) -> None:
     """The page's "An env with a tool" example (ToolGroup, @tool, init_tool_groups, _execute_tool), run as a
     script in an empty folder: it registers the env and plays a tool error, a tool call and the answer."""
     text = PAGE.read_text(encoding="utf-8")
-    section = text[text.index("### An env with a tool"):text.index("## 4. Its rows")]
+    start = text.index("### An env with a tool")
+    section = text[start:start + 1 + re.search(r"\n##+ ", text[start + 1:]).start()]  # up to the next heading
     [example] = python_blocks(section)
     for name in ("ToolGroup", "@tool", "init_tool_groups", "_execute_tool"):
         assert name in example, name

@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--actions", help="JSONL: per row, a JSON list of assistant texts (needed with --rows)")
     parser.add_argument("--adapters", help="comma-separated adapter names to run (default: all installed)")
     parser.add_argument("--model", help="model folder or name whose tokenizer the token adapters use (default: embedded SmolLM2)")
-    parser.add_argument("--env-config", help="JSON env_config for the env")
+    parser.add_argument("--env-config", metavar="JSON", help="env_config for the env as JSON, or @file.json")
     parser.add_argument("--limit", type=int, help="use only the first N rows")
     parser.set_defaults(func=run)
 
@@ -56,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
     from skygym_adapters.conformance import Context, cases_from_rows, format_table, run_conformance
     from skygym_adapters.conformance import builtin_case_set, has_builtin_cases, reference_cases
 
-    env_config = json.loads(args.env_config) if args.env_config else None
+    from skyrl_gym.cli._io import UsageError, env_config_arg
+
+    try:
+        env_config = env_config_arg(args.env_config, [args.env])
+    except UsageError as exc:
+        raise SystemExit(f"error: {exc}")
     if args.rows:
         if not args.actions:
             raise SystemExit("--rows needs --actions (one JSON list of assistant texts per row)")

@@ -50,7 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "the row's or env's own max_turns applies under it; raise it for multi-turn "
                              "envs")
     parser.add_argument("--max-input-length", type=int, default=None, help="end a trajectory past this many tokens")
-    parser.add_argument("--env-config", default=None, help="JSON env_config for the env(s)")
+    parser.add_argument("--env-config", default=None, metavar="JSON",
+                        help="env_config for the env(s) as JSON, or @file.json")
     parser.add_argument("--device", default=None, help="cpu or cuda (hf engine)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                         help="weights' dtype (hf engine; default float32 on CPU, bfloat16 on a GPU); "
@@ -109,7 +110,7 @@ def _print_summary(summary: Dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from skyrl_gym.cli._io import unknown_env_problem
+    from skyrl_gym.cli._io import UsageError, env_config_arg, unknown_env_problem
 
     from skygym_adapters.cli import read_rows, report_errors
 
@@ -119,13 +120,6 @@ def run(args: argparse.Namespace) -> int:
     rows = read_rows(args.data, args.limit)
     if rows is None:
         return 2
-    env_config: Dict[str, Any] = {}
-    if args.env_config:
-        try:
-            env_config = json.loads(args.env_config)
-        except json.JSONDecodeError as exc:
-            print(f"error: --env-config is not JSON: {exc}", file=sys.stderr)
-            return 2
 
     from skygym_adapters.evaluation import evaluate, write_trajectories
     from skygym_adapters.rollout import RolloutConfig
@@ -144,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
     problem = unknown_env_problem(args.env, rows)
     if problem:  # before the model loads: a misspelt id would otherwise be found once per trajectory
         print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        env_config: Dict[str, Any] = env_config_arg(args.env_config, sorted(env_classes), default={})
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     config = RolloutConfig(
         sampling_params=sampling,  # type: ignore[arg-type]

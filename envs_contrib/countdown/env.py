@@ -53,6 +53,8 @@ def evaluate(expression: str) -> tuple[Fraction, List[int]]:
 class CountdownEnv(BaseTextEnv):
     """Countdown numbers game: 1.0 for an expression hitting the target with each number once."""
 
+    config_defaults: Dict[str, Any] = {}  # it reads no env_config key
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         spec = (extras or {}).get("reward_spec") or {}

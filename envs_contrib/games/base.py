@@ -73,6 +73,9 @@ class GameEnv(BaseTextEnv):
         """Apply one parsed move (each game defines it)."""
         raise NotImplementedError(f"{type(self).__name__} must define play(move)")
 
+    # seed/settings: the game when no row is given; max_turns: None is the game's own default_max_turns.
+    config_defaults = {"seed": 0, "settings": None, "max_turns": None}
+
     # --- shared -------------------------------------------------------------------------------------
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)

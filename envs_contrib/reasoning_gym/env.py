@@ -28,6 +28,9 @@ MAX_ANSWER_CHARS = 20_000  # longer answers are not scored (some scorers parse w
 class ReasoningGymEnv(BaseTextEnv):
     """A reasoning-gym task, scored by reasoning-gym's own score_answer on the <answer> block."""
 
+    # settings/seed/split/index: the question when no row is given; containment_credit: see below.
+    config_defaults = {"settings": None, "seed": 0, "split": "train", "index": 0, "containment_credit": False}
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None, dataset: str = ""):
         super().__init__(env_config, extras)
         generate.check_name(dataset)

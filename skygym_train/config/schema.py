@@ -481,7 +481,8 @@ class EnvironmentConfig:
     env_class: str = "gsm8k"
     """Used for rows that do not name their own ``env_class``."""
     env_config: Dict[str, Any] = field(default_factory=dict)
-    """Passed to the ``env_class`` env as ``env_config`` (over ``skyrl_gym.<env_class>``)."""
+    """Passed to the ``env_class`` env as ``env_config`` (over ``skyrl_gym.<env_class>``); a key that env does not
+    read is refused."""
     skyrl_gym: Dict[str, Any] = field(default_factory=lambda: {
         "max_env_workers": 32,
         "text2sql": {"db_path": None},
@@ -489,10 +490,10 @@ class EnvironmentConfig:
         "search": {"log_requests": None, "search_url": None, "topk": None, "timeout": None},
     })
     """SkyRL-train's env settings: ``max_env_workers`` (threads for env calls; 0: none) and one section per env
-    id, passed to that env as its ``env_config`` (e.g. ``environment.skyrl_gym.text2sql.db_path=...``; any
-    registered id, any key: a section that sets a value for an id no env has is refused). The sections SkyRL-train
-    ships are listed with null values, meaning the env's own default, so Hydra-style overrides of them need no
-    ``+``."""
+    id, passed to that env as its ``env_config`` (e.g. ``environment.skyrl_gym.text2sql.db_path=...``). A section
+    that sets a value for an id no env has is refused, and so is a key its env does not read (the keys each env
+    reads: ``skyrl-gym info <id>``). The sections SkyRL-train ships are listed with null values, meaning the env's
+    own default, so Hydra-style overrides of them need no ``+``."""
     ray_env_workers: RayEnvWorkersConfig = field(default_factory=RayEnvWorkersConfig)
 
 

@@ -731,11 +731,23 @@ def flash_attn_installed() -> bool:
 
 def env_section_problems(cfg: Any) -> List[str]:
     """Each ``environment.skyrl_gym.<id>`` section that sets a value for an id no env is registered under (a
-    misspelt ``serch`` would reach no env, silently). The sections SkyRL-train ships stay allowed while they are
-    left at their nulls (an env of this hub or not)."""
-    from skyrl_gym.registration import unregistered_ids
+    misspelt ``serch`` would reach no env, silently), and each key of a section, or of ``environment.env_config``,
+    that its env does not read (``serch_url``). The sections SkyRL-train ships stay allowed while they are left
+    at their nulls (an env of this hub or not)."""
+    from skyrl_gym.registration import unknown_config_keys, unregistered_ids
 
     sections = {name: section for name, section in cfg.environment.skyrl_gym.items()
                 if isinstance(section, dict) and any(value is not None for value in section.values())}
-    return [f"environment.skyrl_gym.{name}: a section for an env that is not registered: {why}"
-            for name, why in unregistered_ids(sections).items()]
+    unregistered = unregistered_ids(sections)
+    problems = [f"environment.skyrl_gym.{name}: a section for an env that is not registered: {why}"
+                for name, why in unregistered.items()]
+    for name, section in sections.items():
+        if name not in unregistered:
+            set_keys = {key: value for key, value in section.items() if value is not None}
+            problems += [f"environment.skyrl_gym.{name}.{key}: {why}"
+                         for key, why in unknown_config_keys(name, set_keys).items()]
+    own = dict(cfg.environment.env_config)
+    if own and not unregistered_ids([cfg.environment.env_class]):
+        problems += [f"environment.env_config.{key}: {why}"
+                     for key, why in unknown_config_keys(cfg.environment.env_class, own).items()]
+    return problems

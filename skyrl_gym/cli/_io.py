@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterable, List, Tuple
 
 
 class UsageError(Exception):
@@ -26,6 +26,25 @@ def parse_json_arg(text: str | None, flag: str, default: Any = None) -> Any:
         return json.loads(source)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{flag} is not valid JSON ({exc.msg} at position {exc.pos}): {text[:80]!r}") from exc
+
+
+def env_config_arg(text: str | None, env_ids: Iterable[Any], flag: str = "--env-config",
+                   default: Any = None) -> Any:
+    """``--env-config`` (JSON, or ``@file.json``) for the envs ``env_ids``: a JSON object, each of whose keys
+    one of them reads (a misspelt key would leave every env at its default, silently). ``default`` when not
+    given; a :class:`UsageError` names the first key no env reads."""
+    from skyrl_gym.registration import unknown_config_keys
+
+    config = parse_json_arg(text, flag, default=default)
+    if text is None:
+        return config
+    if not isinstance(config, dict):
+        raise UsageError(f"{flag} must be a JSON object such as '{{\"timeout\": 5}}', got {type(config).__name__}")
+    unread = [unknown_config_keys(str(env_id), config) for env_id in dict.fromkeys(env_ids) if env_id]
+    for key in config:
+        if unread and all(key in problems for problems in unread):
+            raise UsageError(f"{flag}: {unread[0][key]}")
+    return config
 
 
 def load_row(path: str, index: int) -> Tuple[Any, Dict[str, Any]]:

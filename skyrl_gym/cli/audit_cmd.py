@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from skyrl_gym.cli._io import UsageError, error, parse_json_arg
+from skyrl_gym.cli._io import UsageError, env_config_arg, error
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -72,7 +72,7 @@ def run_audit(args: argparse.Namespace) -> int:
 
     reports = []
     try:
-        env_config = parse_json_arg(args.env_config, "--env-config", default=None)
+        env_config = env_config_arg(args.env_config, args.env_id)
         if args.max_rows < 1:
             raise UsageError("--max-rows must be at least 1")
         for env_id in args.env_id:

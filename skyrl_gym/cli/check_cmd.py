@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from skyrl_gym.cli._io import UsageError, error, parse_json_arg
+from skyrl_gym.cli._io import UsageError, env_config_arg, error, parse_json_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,7 +45,7 @@ def run_check(args: argparse.Namespace) -> int:
     from skyrl_gym.errors import UnregisteredEnv
 
     try:
-        env_config = parse_json_arg(args.env_config, "--env-config", default={})
+        env_config = env_config_arg(args.env_config, [args.env_id], default={})
         builder_args = parse_json_arg(args.builder_args, "--builder-args", default={})
         if not isinstance(builder_args, dict):
             raise UsageError("--builder-args must be a JSON object of keyword arguments, e.g. '{\"num_digits\": 2}'")

@@ -140,6 +140,9 @@ def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dic
     info["docstring"] = inspect.cleandoc(own) if isinstance(own, str) else ""
     readme = _readme_of(creator)
     info["readme"] = str(readme) if readme else None
+    from skyrl_gym.registration import declared_config
+
+    info["env_config"] = declared_config(env_spec.id)  # its keys and defaults; None: not declared
 
     extras: Dict[str, Any] = {}
     if row_file:
@@ -205,6 +208,13 @@ def run_info(args: argparse.Namespace) -> int:
     if info.get("max_turns") is not None:  # a row's own max_turns wins over the env's default
         row_note = " (with that row: a row's max_turns wins)" if info.get("row_source") else ""
         lines.append(f"max_turns:    {info['max_turns']}{row_note}")
+    if info["env_config"] is None:
+        lines.append("env_config:   (its keys are not declared: config_defaults)")
+    elif not info["env_config"]:
+        lines.append("env_config:   none (it reads no key)")
+    else:
+        lines.append("env_config:   " + ", ".join(
+            f"{key}={'(unset)' if value is None else to_json(value)}" for key, value in sorted(info["env_config"].items())))
     if info["tool_schemas"] is None:
         lines.append(f"tools:        unknown - {info['tool_schemas_error']}")
     elif not info["tool_schemas"]:

@@ -102,7 +102,7 @@ def print_table(table: List[Dict[str, Any]]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skyrl_gym.cli._io import unknown_env_problem
+    from skyrl_gym.cli._io import UsageError, env_config_arg, unknown_env_problem
     from skyrl_gym.data import load_rows, read_records
 
     rows = load_rows(args.rows, limit=args.limit)
@@ -110,21 +110,26 @@ def run(args: argparse.Namespace) -> int:
     if problem:  # refused up front, not found once per row as a table of errors
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    try:
+        env_config = env_config_arg(args.env_config, [args.env] if args.env else [r.get("env_class") for r in rows],
+                                    default={})
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.responses:
         records = list(read_records(args.responses))
         responses = [r["response"] if isinstance(r, Mapping) else str(r) for r in records][: len(rows)]
         if len(responses) != len(rows):
-            print(f"error: {args.responses} has {len(responses)} responses for {len(rows)} rows")
+            print(f"error: {args.responses} has {len(responses)} responses for {len(rows)} rows", file=sys.stderr)
             return 2
     else:
         try:
             responses = [str(_dig(row, args.response_field)) for row in rows]
         except KeyError as exc:
-            print(f"error: a row has no field {exc.args[0]!r}; use --response-field or --responses")
+            print(f"error: a row has no field {exc.args[0]!r}; use --response-field or --responses", file=sys.stderr)
             return 2
         if args.perturb:
             responses = [_change_final_number(text) for text in responses]
-    env_config = json.loads(args.env_config) if args.env_config else {}
     start = time.perf_counter()
     results = score_rows(rows, responses, env_id=args.env, env_config=env_config, progress=not args.quiet)
     table = summarize(results, time.perf_counter() - start)
@@ -156,7 +161,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--response-field", default="extra_info.answer", help="dotted field of the row holding the response")
     parser.add_argument("--perturb", action="store_true", help="change the final '#### N' of each response (expect reward 0)")
     parser.add_argument("--env", help="env id for every row (default: each row's env_class)")
-    parser.add_argument("--env-config", help="env_config as JSON")
+    parser.add_argument("--env-config", metavar="JSON", help="env_config as JSON, or @file.json")
     parser.add_argument("--limit", type=int, help="score only the first N rows")
     parser.add_argument("--output", help="write one JSON result per row here")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -14,7 +14,7 @@ import argparse
 import sys
 from typing import Any, Iterator, List, Optional, TextIO, Union
 
-from skyrl_gym.cli._io import UsageError, error, load_row, parse_json_arg, to_json
+from skyrl_gym.cli._io import UsageError, env_config_arg, error, load_row, parse_json_arg, to_json
 from skyrl_gym.episode import BasePolicy, Episode, EpisodeEnd, StepRecord, make_env_factory, run_episode, run_sync
 
 END_OF_BLOCK = "."
@@ -132,8 +132,8 @@ def run_step(args: argparse.Namespace, stdin: Optional[TextIO] = None) -> int:
     out = _Printer(args.json)
     try:
         prompt, extras = _episode_inputs(args)
-        env_config = parse_json_arg(args.env_config, "--env-config", default={})
         skyrl_gym.spec(args.env_id)
+        env_config = env_config_arg(args.env_config, [args.env_id], default={})
     except (UsageError, UnregisteredEnv, DataError, FileNotFoundError) as exc:
         error(str(exc))
         return 2

@@ -31,6 +31,7 @@ OPERATOR_KEYS: Dict[str, str] = {
     "db_path": "the folder of databases on the server",
     "search_url": "the retrieval service the server calls",
     "docker_host": "the Docker engine the server drives",
+    "images": "the Docker images the server runs",
     "log_requests": "what the server writes to its logs",
     "retry_delay_s": "how hard the server retries a service",
 }
@@ -307,8 +308,10 @@ def sandbox_settings(operator_config: Mapping[str, Any]) -> Iterator[Tuple[str, 
 
 def check_operator_config(operator_config: Any, allow_no_isolation: bool = False) -> Dict[str, Any]:
     """The operator's config, checked: a JSON object of sections (``"*"``, env ids, ``"namespace/*"``) that
-    are objects; a sandbox without isolation is refused unless ``allow_no_isolation``. Raises
-    ``ValueError``."""
+    are objects, an env id's holding only keys its env reads; a sandbox without isolation is refused unless
+    ``allow_no_isolation``. Raises ``ValueError``."""
+    from skyrl_gym.registration import unknown_config_keys
+
     if not isinstance(operator_config, Mapping):
         raise ValueError(
             f"--env-config must hold a JSON object of sections, got {type(operator_config).__name__}"
@@ -316,6 +319,9 @@ def check_operator_config(operator_config: Any, allow_no_isolation: bool = False
     for section, values in operator_config.items():
         if not isinstance(values, Mapping):
             raise ValueError(f"--env-config section {section!r} must be an object of env_config keys")
+        if section != ANY_ENV and not str(section).endswith("/*"):  # those hold keys for envs of many kinds
+            for key, why in unknown_config_keys(str(section), values).items():
+                raise ValueError(f"--env-config {section}.{key}: {why}")
     for section, settings in sandbox_settings(operator_config):
         if not isinstance(settings, Mapping):
             raise ValueError(

@@ -15,6 +15,8 @@ ANSWER_WINDOW_CHARS = 300  # the longest MATH-500 answer has 159 characters
 class AIMEEnv(BaseTextEnv):
     """Competition math; reward +1.0 / -1.0 on the normalised 'Answer:' line (boxed or not)."""
 
+    config_defaults: Dict[str, Any] = {}  # it reads no env_config key
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         # SkyRL keeps the AIME ground truth under `reward_model`; `reward_spec` is accepted as well.

@@ -29,7 +29,8 @@ class CodeInterpreterEnv(BaseTextEnv):
     """
 
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
-    config_defaults = {"timeout": 10.0, "verify_timeout": DEFAULT_TIMEOUT_S, "max_output_chars": 2000}
+    config_defaults = {"timeout": 10.0, "verify_timeout": DEFAULT_TIMEOUT_S, "max_output_chars": 2000, "max_turns": 5,
+                       "observation_role": "user", "stateful": True, "sandbox": None}
 
     def __init__(
         self,
@@ -41,16 +42,16 @@ class CodeInterpreterEnv(BaseTextEnv):
         self.ground_truth = str(require_ground_truth(extras, "code_interpreter"))
         config = config_dict(env_config)
         row = self.extras if isinstance(self.extras, dict) else {}
-        self.max_turns = int(row.get("max_turns") or config.get("max_turns", 5))
-        self.observation_role = str(config.get("observation_role", "user"))
         defaults = self.config_defaults
+        self.max_turns = int(row.get("max_turns") or config.get("max_turns", defaults["max_turns"]))
+        self.observation_role = str(config.get("observation_role", defaults["observation_role"]))
         self.verify_timeout = config_number(config, "verify_timeout", defaults["verify_timeout"],
                                             "code_interpreter")
         self._config = env_config
         self.python_tool = PythonCodeExecutorToolGroup(
             timeout=config_number(config, "timeout", defaults["timeout"], "code_interpreter"),
             sandbox=sandbox,
-            stateful=bool(config.get("stateful", True)),
+            stateful=bool(config.get("stateful", defaults["stateful"])),
             max_output_chars=config_number(config, "max_output_chars", defaults["max_output_chars"],
                                            "code_interpreter", int),
         )

@@ -13,6 +13,8 @@ from skyrl_gym.rewards.gsm8k import extract_solution, score_answer
 class GSM8kEnv(BaseTextEnv):
     """Grade-school math, one step, strict '#### N' scoring (1.0 / 0.0)."""
 
+    config_defaults: Dict[str, Any] = {}  # it reads no env_config key
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "gsm8k"))

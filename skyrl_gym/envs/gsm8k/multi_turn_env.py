@@ -21,6 +21,8 @@ LAST_TURN_MESSAGE = "Now provide only the final numeric answer in the exact form
 class GSM8kMultiTurnEnv(BaseTextEnv):
     """Grade-school math with retries: 1.0 and done when correct, 0.2/max_turns when formatted but wrong."""
 
+    config_defaults: Dict[str, Any] = {}  # it reads no env_config key
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "gsm8k_multi_turn"))

@@ -65,7 +65,7 @@ class HumanEvalEnv(BaseTextEnv):
     completion can neither see the tests nor fake their result (``sys.exit(0)`` is a failure)."""
 
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
-    config_defaults = {"timeout": DEFAULT_TIMEOUT_S, "memory_mb": 1024}
+    config_defaults = {"timeout": DEFAULT_TIMEOUT_S, "memory_mb": 1024, "sandbox": None}
 
     def __init__(
         self,

@@ -29,7 +29,8 @@ class LCBEnv(BaseTextEnv):
     """
 
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
-    config_defaults = {"timeout": DEFAULT_TEST_TIMEOUT_S, "memory_mb": DEFAULT_MEMORY_MB}
+    config_defaults = {"timeout": DEFAULT_TEST_TIMEOUT_S, "memory_mb": DEFAULT_MEMORY_MB, "stop_on_first_failure": True,
+                       "sandbox": None}
 
     def __init__(
         self,
@@ -50,7 +51,7 @@ class LCBEnv(BaseTextEnv):
             cpu_s=timeout,
             memory_mb=config_number(config, "memory_mb", self.config_defaults["memory_mb"], "lcb", int),
         )
-        self.stop_on_first_failure = bool(config.get("stop_on_first_failure", True))
+        self.stop_on_first_failure = bool(config.get("stop_on_first_failure", self.config_defaults["stop_on_first_failure"]))
         self._sandbox = sandbox
         self._config = env_config
 

@@ -31,6 +31,8 @@ class MultiplyEnv(BaseTextEnv):
     empty ``\\boxed{}`` copied from the instruction or a box cut off by the length limit earns nothing.
     """
 
+    config_defaults: Dict[str, Any] = {"boxed_wrong_reward": BOXED_WRONG_REWARD}
+
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "multiply")).strip()
@@ -40,7 +42,8 @@ class MultiplyEnv(BaseTextEnv):
         except (TypeError, ValueError) as exc:
             raise DataError(f"env 'multiply': max_turns must be an integer, got {max_turns!r}") from exc
         config = self.env_config if isinstance(self.env_config, dict) else {}
-        self.boxed_wrong_reward = config_number(config, "boxed_wrong_reward", BOXED_WRONG_REWARD, "multiply")
+        self.boxed_wrong_reward = config_number(config, "boxed_wrong_reward", self.config_defaults["boxed_wrong_reward"],
+                                                 "multiply")
         if self.extras.get("boxed_wrong_reward") is not None:
             self.boxed_wrong_reward = _row_partial_credit(self.extras["boxed_wrong_reward"])
 

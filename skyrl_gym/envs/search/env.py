@@ -62,7 +62,7 @@ def search_tool_group_from_config(env_config: Any) -> SearchToolGroup:
 class SearchEnv(BaseTextEnv):
     """Multi-turn question answering with a search tool (Search-R1 style)."""
 
-    config_defaults = SEARCH_DEFAULTS
+    config_defaults = {**SEARCH_DEFAULTS, "max_turns": 2}
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
@@ -71,7 +71,7 @@ class SearchEnv(BaseTextEnv):
             targets_of(self.ground_truth)
         except ValueError as exc:
             raise DataError(f"env 'search': {exc}") from None
-        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", 2))
+        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", self.config_defaults["max_turns"]))
         self.tool_group = search_tool_group_from_config(env_config)
         self.init_tool_groups([self.tool_group])
         self.chat_history: ConversationType = []

@@ -62,12 +62,12 @@ class SearchCodeEnv(BaseTextEnv):
     """Multi-tool env: search plus Python in a sandbox."""
 
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
-    config_defaults = {**SEARCH_DEFAULTS, "python_timeout": 10.0}
+    config_defaults = {**SEARCH_DEFAULTS, "python_timeout": 10.0, "max_turns": 2, "sandbox": None}
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(self.extras, "searchcode"))
-        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", 2))
+        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", self.config_defaults["max_turns"]))
         self.search_tools = search_tool_group_from_config(env_config)
         self.python_tools = PythonCodeExecutorToolGroup(
             timeout=float(config_value(env_config, "python_timeout", self.config_defaults["python_timeout"])),

@@ -41,6 +41,7 @@ class Text2SQLEnvConfig:
     sql_timeout_s: float = QueryLimits.timeout_s
     reward_timeout_s: float = REWARD_LIMITS.timeout_s
     max_rows_shown: int = 50
+    max_turns: int = 5
 
 
 class SQLEnv(BaseTextEnv):
@@ -62,9 +63,8 @@ class SQLEnv(BaseTextEnv):
         self.task: Optional[str] = extras.get("data")
         self.db_path: Optional[str] = config_value(env_config, "db_path")
         self.db_file: str = resolve_database_file(extras, self.db_path)
-        self.max_turns = int(extras.get("max_turns") or config_value(env_config, "max_turns", 5))
-
         defaults = self.config_defaults
+        self.max_turns = int(extras.get("max_turns") or config_value(env_config, "max_turns", defaults["max_turns"]))
         sql_timeout_s = float(config_value(env_config, "sql_timeout_s", defaults["sql_timeout_s"]))
         tool_limits = dataclasses.replace(QueryLimits(), timeout_s=sql_timeout_s)
         self.reward_limits = dataclasses.replace(

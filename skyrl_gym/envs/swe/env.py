@@ -5,15 +5,18 @@ calls tools (``<tool_call>{"name": "bash", "arguments": {"command": "..."}}</too
 ``<bash>...</bash>``): ``bash``, ``str_replace_editor`` and ``submit`` (see :mod:`.tools`). When it
 submits, or at ``max_turns``, its patch is the ``git diff`` against ``base_commit``; the patch is
 graded in a fresh container with the hidden tests (:mod:`.grading`): reward 1.0 iff resolved.
-``metadata`` of the last step carries the patch and the per-test report.
+``metadata`` of the last step carries the patch (``model_patch``; one over 1,000,000 characters is graded
+but left out, named by its length and SHA-256) and the per-test report.
 
 ``env_config``: ``docker_host`` (default ``$SKYGYM_DOCKER_HOST`` or docker's own), ``bash_timeout_s``
 (60), ``output_cap`` (16000 bytes per tool result), ``eval_timeout_s`` (600), ``memory_mb`` (2048),
-``cpus`` (1.0), ``max_turns`` (30; a row's ``max_turns`` wins).
+``cpus`` (1.0), ``max_turns`` (30; a row's ``max_turns`` wins), ``images`` (image-name prefixes a row's image must
+start with; default any; on ``serve-env`` the operator must set it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -26,12 +29,42 @@ from skyrl_gym.envs.swe.grading import EvalReport, evaluate_patch
 from skyrl_gym.envs.swe.instances import normalize_row
 from skyrl_gym.envs.swe.runtime import SWERuntime
 from skyrl_gym.envs.swe.tools import SWEToolGroup
+from skyrl_gym.errors import DataError
 from skyrl_gym.tools.parsers import parse_tool_calls
+
+# The patch rides in the last step's metadata, which a trainer holds for every episode of a batch and writes to
+# its trajectory files: a longer one (the diff may reach 20 MB) is graded, then left out, named by size and hash.
+MAX_KEPT_PATCH_CHARS = 1_000_000
 
 NO_TOOL_CALL = (
     'No tool call was found. Call a tool with <tool_call>{"name": "bash", "arguments": {"command": "ls"}}</tool_call> '
     "(tools: bash, str_replace_editor, submit); call submit when the fix is done."
 )
+
+
+def check_image(image: str, images: Any) -> None:
+    """Refuses a row whose image starts with none of ``images`` (``env_config["images"]``: image-name
+    prefixes, such as ``["skyrl-gym-swe-"]`` for the images ``skyrl-gym swe build`` makes; None: any image)."""
+    if images is None:
+        return
+    prefixes = [images] if isinstance(images, str) else images
+    if not isinstance(prefixes, (list, tuple)) or not all(isinstance(p, str) and p for p in prefixes):
+        raise ValueError(f'env "swe": env_config.images must be a list of image-name prefixes such as '
+                         f'["skyrl-gym-swe-"], got {images!r:.100}')
+    if not any(image.startswith(prefix) for prefix in prefixes):
+        raise DataError(f"env 'swe': the row's image {image!r:.200} is not one this env may run "
+                        f"(env_config.images: {list(prefixes)})")
+
+
+def patch_metadata(patch: str) -> Dict[str, Any]:
+    """``model_patch`` (SWE-bench's name) when it is at most :data:`MAX_KEPT_PATCH_CHARS` long; else an empty
+    one, with its length, its SHA-256 and why."""
+    if len(patch) <= MAX_KEPT_PATCH_CHARS:
+        return {"model_patch": patch}
+    return {"model_patch": "", "model_patch_chars": len(patch),
+            "model_patch_sha256": hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest(),
+            "model_patch_left_out": f"the patch has {len(patch):,} characters, over the {MAX_KEPT_PATCH_CHARS:,} "
+                                    "an episode's metadata keeps; it was graded whole"}
 
 
 class SWEEnv(BaseTextEnv):
@@ -45,11 +78,18 @@ class SWEEnv(BaseTextEnv):
         "eval_timeout_s": 600.0,
         "memory_mb": 2048,
         "cpus": 1.0,
+        "max_turns": 30,
+        "docker_host": None,
+        "images": None,
     }
+    # A row names the image its container runs: on serve-env the operator must say which (a client could
+    # otherwise get a shell in any image of the host's engine, a private one with credentials included).
+    server_requires_env_config = ("images",)
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.instance = normalize_row(self.extras)
+        check_image(self.instance.image_name, config_value(env_config, "images"))
         self.base_url: Optional[str] = config_value(env_config, "docker_host", None)
         defaults = self.config_defaults
         self.bash_timeout_s = float(config_value(env_config, "bash_timeout_s", defaults["bash_timeout_s"]))
@@ -59,7 +99,7 @@ class SWEEnv(BaseTextEnv):
             memory_mb=int(config_value(env_config, "memory_mb", defaults["memory_mb"])),
             cpus=float(config_value(env_config, "cpus", defaults["cpus"])),
         )
-        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", 30))
+        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", defaults["max_turns"]))
         self.runtime: Optional[SWERuntime] = None
         self.tools: Optional[SWEToolGroup] = None
         self.tool_calls = 0
@@ -139,7 +179,7 @@ class SWEEnv(BaseTextEnv):
             "observations": [],
             "reward": 1.0 if self.report.resolved else 0.0,
             "done": True,
-            "metadata": {"finish_reason": reason, "resolved": self.report.resolved, "model_patch": self.patch,
+            "metadata": {"finish_reason": reason, "resolved": self.report.resolved, **patch_metadata(self.patch),
                          "report": self.report.to_dict()},
         }
 

@@ -178,6 +178,26 @@ def test_a_section_for_an_env_that_is_not_registered_fails_the_check(data_file, 
     assert "llm_as_a_judge" not in err
 
 
+def test_a_key_its_env_does_not_read_fails_the_check(data_file, tmp_path, capsys):
+    """``environment.skyrl_gym.search.serch_url=...`` left the search env at its default URL, silently; so did a
+    misspelt ``environment.env_config`` key. SkyRL-train's null keys stay allowed."""
+    assert main(["--check", *_valid(data_file, "environment.skyrl_gym.search.serch_url=http://x",
+                                    "environment.skyrl_gym.search.topk=3", "environment.env_class=multiply",
+                                    "environment.env_config.boxed_wrong_rewrd=0.2")]) == 2
+    err = capsys.readouterr().err
+    assert ("- environment.skyrl_gym.search.serch_url: env 'search' has no env_config key 'serch_url' "
+            "(did you mean 'search_url'? it reads: ") in err
+    assert ("- environment.env_config.boxed_wrong_rewrd: env 'multiply' has no env_config key 'boxed_wrong_rewrd' "
+            "(did you mean 'boxed_wrong_reward'? it reads: boxed_wrong_reward)") in err
+    assert "environment.skyrl_gym.search.topk" not in err and "log_requests:" not in err
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": [{"role": "user", "content": "2 * 3"}], "reward_spec": {"ground_truth": "6"}}\n')
+    assert main(["--check", *_valid(str(rows), "environment.skyrl_gym.search.search_url=http://x",
+                                    "environment.env_class=multiply", "trainer.train_batch_size=1",
+                                    "trainer.policy_mini_batch_size=1",
+                                    "environment.env_config.boxed_wrong_reward=0.2")]) == 0, capsys.readouterr()
+
+
 def test_unknown_env_class_fails_the_check_with_close_matches(data_file, tmp_path, capsys):
     assert main(["--check", *_valid(data_file, "environment.env_class=gsm9k")]) == 2
     err = capsys.readouterr().err

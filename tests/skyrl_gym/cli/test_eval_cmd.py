@@ -213,6 +213,11 @@ def test_eval_refuses_an_unknown_env_or_model_before_loading_anything(
     data.write_text(json.dumps(row))
     assert main(["eval", "--data", str(data), "--engine", "hf", "--model", str(missing)]) == 2
     assert "row 1 has no env_class; pass --env ID" in capsys.readouterr().err
+    # an env_config key the env does not read (it left every env at its default, silently)
+    data.write_text(json.dumps(gsm8k_rows()[0]))
+    assert main(["eval", "--data", str(data), "--env", "math", "--env-config", '{"verify_timout": 5}', *model]) == 2
+    assert capsys.readouterr().err == ("error: --env-config: env 'math' has no env_config key 'verify_timout' "
+                                       "(did you mean 'verify_timeout'? it reads: verify_timeout)\n")
 
 
 def test_eval_exits_non_zero_when_an_episode_errored_unless_errors_are_allowed(

@@ -113,7 +113,7 @@ def test_a_ceiling_is_the_envs_own_default_written_once():
         if env_id.endswith("/*"):
             continue
         defaults = getattr(spec(env_id).load_entry_point(), "config_defaults", {})
-        operator = {env_id: {"db_path": "/srv/data"}}  # the sql envs need their data folder on a server
+        operator = {env_id: {"db_path": "/srv/data", "images": ["skyrl-gym-swe-"]}}  # what servers need for sql, swe
         for key, rule in rules.items():
             if rule.kind == "ceiling" and rule.ceiling is None:
                 assert isinstance(defaults.get(key), (int, float)), f"{env_id}: no default for {key}"
