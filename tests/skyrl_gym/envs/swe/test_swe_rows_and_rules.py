@@ -327,3 +327,32 @@ def test_a_patch_replays_as_one_str_replace_per_hunk_then_submit():
     call = json.loads(actions[0][len("<tool_call>") : -len("</tool_call>")])
     assert call["arguments"]["path"] == "/testbed/calc/ops.py" and call["arguments"]["command"] == "str_replace"
 
+
+
+def test_a_huge_patch_is_graded_but_not_kept_in_the_episodes_metadata():
+    """The metadata of every episode of a batch stays in the trainer's memory and goes to its trajectory files:
+    a patch may be 20 MB. Over 1,000,000 characters it is named by its length and hash instead."""
+    import hashlib
+
+    from skyrl_gym.envs.swe.env import MAX_KEPT_PATCH_CHARS, patch_metadata
+
+    small = "diff --git a/x b/x\n+1\n"
+    assert patch_metadata(small) == {"model_patch": small}
+    huge = "+" + "x" * MAX_KEPT_PATCH_CHARS
+    kept = patch_metadata(huge)
+    assert kept["model_patch"] == "" and kept["model_patch_chars"] == len(huge)
+    assert kept["model_patch_sha256"] == hashlib.sha256(huge.encode()).hexdigest()
+    assert "graded whole" in kept["model_patch_left_out"]
+
+
+def test_env_config_images_limits_the_images_a_row_may_run():
+    from skyrl_gym.envs.swe.env import check_image
+    from skyrl_gym.errors import DataError
+
+    check_image("private/credentials:latest", None)  # no list: any image (a user's own machine)
+    check_image("skyrl-gym-swe-six:0123", ["skyrl-gym-swe-"])
+    check_image("skyrl-gym-swe-six:0123", "skyrl-gym-swe-")
+    with pytest.raises(DataError, match="'private/credentials:latest' is not one this env may run"):
+        check_image("private/credentials:latest", ["skyrl-gym-swe-"])
+    with pytest.raises(ValueError, match="must be a list of image-name prefixes"):
+        check_image("skyrl-gym-swe-six:0123", [""])
