@@ -1,16 +1,18 @@
 """Requests read the way a server facing hostile clients must: the bearer token compared in constant time,
-the size limit holding while the body streams in (a chunked body without ``Content-Length`` included), a
-deadline on sending the request (a slow client's connection is closed, its body a 408), a cap on open
-connections, and JSON nested deeper than a server will ever need refused with a message instead of a
-``RecursionError``. Shared by the sandbox service, ``skyrl-gym serve-env`` and
-``skyrl-gym serve-retriever``."""
+requests from web pages refused (and, on a server without a token, requests addressed to any name but a
+loopback one: DNS rebinding), the size limit holding while the body streams in (a chunked body without
+``Content-Length`` included), a deadline on sending the request (a slow client's connection is closed, its body a
+408), a cap on open connections that idle ones cannot fill, and JSON nested deeper than a server will ever need
+refused with a message instead of a ``RecursionError``. Shared by the sandbox service, ``skyrl-gym serve-env``
+and ``skyrl-gym serve-retriever``."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 # Deeper than any run request or env row needs; far below the depth at which Python's own recursion (the JSON
 # decoder, deepcopy, the encoder) would fail.
@@ -18,7 +20,8 @@ MAX_JSON_DEPTH = 64
 # Seconds a client has to send a request's head (from connecting, or from its previous answer) and, again, its
 # body; uvicorn itself waits forever for both, so slow clients could hold every file descriptor.
 CLIENT_TIMEOUT_S = 60.0
-# Open connections at most; more are closed as they arrive (below the usual file-descriptor limits).
+# Open connections at most (below the usual file-descriptor limits). At the cap a new connection takes the place
+# of the one that has waited longest without a request under way; with none, it is closed.
 MAX_CONNECTIONS = 4096
 # FastAPI's own pages (/docs, /redoc, /openapi.json) answer without the token: every server turns them off.
 NO_PUBLIC_DOCS: Dict[str, Any] = {"docs_url": None, "redoc_url": None, "openapi_url": None}
@@ -31,6 +34,44 @@ class BodyError(ValueError):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (``127.0.0.1``, ``::1``, bracketed or not)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(host_header: str) -> str:
+    """The name in a ``Host`` header, without its port (``[::1]:8000`` -> ``[::1]``)."""
+    if host_header.startswith("["):
+        return host_header.split("]", 1)[0] + "]"
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+def refusal(request: Any, token: Optional[str], token_env: str) -> Optional[Tuple[int, str]]:
+    """Why a server will not answer the Starlette ``request``, as ``(status, message)``, or None. These servers
+    answer programs, never web pages, and a page the operator opens could otherwise post to one on the
+    operator's machine:
+
+    * 403 for a request a browser sent (an ``Origin`` or ``Sec-Fetch-Mode`` header);
+    * 403, on a server without a token (which listens on loopback only), for a request addressed to a name
+      other than a loopback one: a page whose name was re-pointed at 127.0.0.1 (DNS rebinding);
+    * 401 for a missing or wrong bearer token (:func:`bearer_matches`)."""
+    headers = request.headers
+    if "origin" in headers or "sec-fetch-mode" in headers:
+        return 403, "requests from web pages are refused (the request carries an Origin or Sec-Fetch-Mode header)"
+    host = headers.get("host")
+    if not token and host is not None and not is_loopback(_host_name(host)):
+        return 403, (f"this server has no token, so it answers only requests addressed to 127.0.0.1 or localhost, "
+                     f"not to {host[:100]!r}; set {token_env} (or --token) to serve other names")
+    if not bearer_matches(request, token):
+        return 401, unauthorised_message(token_env)
+    return None
 
 
 def bearer_matches(request: Any, token: Optional[str]) -> bool:
@@ -56,16 +97,28 @@ def guarded_http_protocol(
     """uvicorn's h11 protocol (pass it as ``http=``) with what it lacks against slow clients: a connection
     that has not sent a whole request head within ``client_timeout_s`` of opening, or of its previous
     answer, is closed (an idle one, or one dripping its head a byte at a time), and past
-    ``max_connections`` open connections a new one is closed at once. A request under way is never cut: its
-    body has :func:`read_limited_body`'s deadline, its answer takes what it takes."""
+    ``max_connections`` open connections a new one takes the place of the connection that has waited longest
+    without a request under way (closed at once when every one has a request under way): connections that send
+    nothing, however many, cannot lock clients out. A request under way is never cut: its body has
+    :func:`read_limited_body`'s deadline, its answer takes what it takes."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
+        idle_since = 0.0  # when it last began waiting for a request head
+
+        @property
+        def between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > max_connections:
-                transport.close()
-                return
+                waiting = [c for c in self.connections if c is not self and getattr(c, "between_requests", False)
+                           and not c.transport.is_closing()]
+                if not waiting:
+                    transport.close()
+                    return
+                min(waiting, key=lambda c: c.idle_since).transport.close()
             self._await_next_head()
 
         def on_response_complete(self) -> None:
@@ -74,10 +127,10 @@ def guarded_http_protocol(
 
         def _await_next_head(self) -> None:
             waiting_after = self.cycle  # None, or the request just answered
+            self.idle_since = self.loop.time()
 
             def too_slow() -> None:
-                idle = self.cycle is None or self.cycle.response_complete
-                if self.cycle is waiting_after and idle and not self.transport.is_closing():
+                if self.cycle is waiting_after and self.between_requests and not self.transport.is_closing():
                     self.transport.close()
 
             self.loop.call_later(client_timeout_s, too_slow)
@@ -159,6 +212,8 @@ __all__ = [
     "BodyError",
     "bearer_matches",
     "guarded_http_protocol",
+    "is_loopback",
+    "refusal",
     "unauthorised_message",
     "json_depth_exceeds",
     "parse_json_object",

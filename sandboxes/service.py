@@ -18,7 +18,6 @@ import binascii
 import concurrent.futures
 import contextlib
 import functools
-import ipaddress
 import logging
 import os
 import threading
@@ -28,11 +27,11 @@ from skygym_sandboxes.http_bodies import (
     CLIENT_TIMEOUT_S,
     NO_PUBLIC_DOCS,
     BodyError,
-    bearer_matches,
     guarded_http_protocol,
+    is_loopback,
     parse_json_object,
     read_limited_body,
-    unauthorised_message,
+    refusal,
 )
 from skygym_sandboxes.protocol import Sandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status, check_file_count, check_limit
@@ -50,15 +49,6 @@ DISCONNECT_POLL_S = 0.1
 
 class BadRequest(ValueError):
     """The request body is not a valid run request; the message says which field is wrong."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _string(body: Mapping[str, Any], name: str, default: str = "") -> str:
@@ -277,13 +267,14 @@ def create_app(
         state["rejected"] += 1
         return JSONResponse({"status": "SandboxError", "message": message}, status_code=status_code)
 
-    def authorised(request: Request) -> bool:
-        return bearer_matches(request, token)
+    def refused(request: Request) -> Optional[JSONResponse]:
+        why = refusal(request, token, TOKEN_ENV)
+        return refuse(*why) if why else None
 
     @app.get("/health")
     async def health(request: Request) -> Any:
-        if not authorised(request):
-            return refuse(401, unauthorised_message(TOKEN_ENV))
+        if (refused_answer := refused(request)) is not None:
+            return refused_answer
         return {
             "status": "ok",
             "backend": getattr(sandbox, "name", "?"),
@@ -296,8 +287,8 @@ def create_app(
 
     @app.post("/run_code")
     async def run_code(request: Request) -> Any:
-        if not authorised(request):
-            return refuse(401, unauthorised_message(TOKEN_ENV))
+        if (refused_answer := refused(request)) is not None:
+            return refused_answer
         try:
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
             body = parse_json_object(raw)

@@ -242,6 +242,22 @@ def _read_body(response: Any, max_body_bytes: Optional[int], url: str, attempt: 
     response._content = b"".join(chunks)  # what ``requests`` itself fills when it reads a body
 
 
+async def read_capped(response: Any, max_body_bytes: int, url: str, attempt: int = 1) -> bytes:
+    """The body of an aiohttp ``response``, refusing one longer than ``max_body_bytes`` with
+    :class:`ReplyTooLarge` (a declared ``Content-Length`` before reading; the rest as it streams in), so a
+    hostile server's endless answer never sits in memory whole."""
+    declared = response.content_length
+    if declared is not None and declared > max_body_bytes:
+        raise ReplyTooLarge(url, max_body_bytes, attempt)
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        if len(body) + len(chunk) > max_body_bytes:
+            response.close()
+            raise ReplyTooLarge(url, max_body_bytes, attempt)
+        body.extend(chunk)
+    return bytes(body)
+
+
 def _too_late(url: str, seconds: float, attempt_s: float) -> str:
     if seconds >= attempt_s:
         return f"no complete answer from {url} within {attempt_s:g} s"
@@ -321,4 +337,4 @@ def request_with_retries(
     raise RetriesExhausted(reason, made)
 
 
-__all__ = ["ReplyTooLarge", "RetriesExhausted", "request_with_retries", "watch_deadlines"]
+__all__ = ["ReplyTooLarge", "RetriesExhausted", "read_capped", "request_with_retries", "watch_deadlines"]

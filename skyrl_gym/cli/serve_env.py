@@ -30,6 +30,8 @@ def register(subparsers: Any) -> None:
         DEFAULT_IDLE_TIMEOUT_S,
         DEFAULT_MAX_SESSIONS,
         MAX_BODY_BYTES,
+        MAX_HELD_BYTES,
+        MAX_SESSION_BYTES,
     )
 
     parser = subparsers.add_parser(
@@ -75,6 +77,20 @@ def register(subparsers: Any) -> None:
         type=int,
         default=MAX_BODY_BYTES,
         help=f"largest request body; larger ones get 413 (default {MAX_BODY_BYTES})",
+    )
+    parser.add_argument(
+        "--max-session-bytes",
+        type=int,
+        default=MAX_SESSION_BYTES,
+        help="bytes one session may be sent in all (its row and actions, which its env keeps); past it a call "
+        f"gets 413 (default {MAX_SESSION_BYTES})",
+    )
+    parser.add_argument(
+        "--max-held-bytes",
+        type=int,
+        default=MAX_HELD_BYTES,
+        help="the same, all sessions together; past it a call gets 503 until sessions close or expire "
+        f"(default {MAX_HELD_BYTES})",
     )
     parser.add_argument(
         "--env-threads", type=int, default=32, help="threads for blocking env calls (default 32)"
@@ -124,12 +140,15 @@ def run(args: argparse.Namespace) -> int:
         args.max_sessions < 1
         or args.idle_timeout <= 0
         or args.max_body_bytes < 1024
+        or args.max_session_bytes < args.max_body_bytes
+        or args.max_held_bytes < args.max_session_bytes
         or args.env_threads < 1
         or not args.client_timeout > 0
     ):
         print(
             "error: --max-sessions and --env-threads must be >= 1, --idle-timeout and --client-timeout > 0, "
-            "--max-body-bytes >= 1024",
+            "--max-body-bytes >= 1024, --max-session-bytes >= --max-body-bytes, --max-held-bytes >= "
+            "--max-session-bytes",
             file=sys.stderr,
         )
         return 2
@@ -171,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
             max_sessions=args.max_sessions,
             idle_timeout_s=args.idle_timeout,
             max_body_bytes=args.max_body_bytes,
+            max_session_bytes=args.max_session_bytes,
+            max_held_bytes=args.max_held_bytes,
             env_threads=args.env_threads,
             env_ids=env_ids,
             operator_config=operator_config,

@@ -37,6 +37,11 @@ from skyrl_gym.tools.search import RetryPolicy
 logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
+# The longest answer read from a service: a server may echo a 32 MB action in its observation (JSON escapes can
+# make it several times longer); a hostile one that sends gigabytes would otherwise fill the trainer's memory.
+MAX_REPLY_BYTES = 256 * 1024 * 1024
+# The fields an answer to each call must have (a server that answers otherwise is named, not a KeyError).
+_ANSWER_FIELDS = {"init": ("observation", "info"), "step": ("output",)}
 
 
 class RemoteEnvError(Error):
@@ -99,6 +104,10 @@ class RemoteEnv(ProxyEnv):
     the retry, not applied again); ``attempts`` counts tries per call.
     """
 
+    # make("remote", env_config={...}) (a trainer's environment.skyrl_gym.remote section): the service and the
+    # env it serves; env_config is the served env's own.
+    config_defaults = {"url": None, "env_id": None, "token": None, "env_config": None}
+
     def __init__(
         self,
         url: Optional[str] = None,
@@ -110,6 +119,7 @@ class RemoteEnv(ProxyEnv):
         connect_timeout_s: float = 10.0,
         attempts: int = 4,
         retry_delay_s: float = 0.2,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         super().__init__()
         if url is None and env_id is None and env_config is not None:  # the remote described by env_config
@@ -137,6 +147,7 @@ class RemoteEnv(ProxyEnv):
 
             self.token, self._token_hint = bound_token(self.url, TOKEN_ENV, URL_ENV)
         self.timeout_s = float(timeout_s)
+        self.max_reply_bytes = int(max_reply_bytes)
         self.connect_timeout_s = float(connect_timeout_s)
         self.retry = RetryPolicy(attempts=max(1, int(attempts)), initial_delay_s=float(retry_delay_s))
         self.session_id = uuid.uuid4().hex
@@ -198,7 +209,7 @@ class RemoteEnv(ProxyEnv):
         timeout_s: Optional[float] = None,
         attempts: Optional[int] = None,
     ) -> Dict[str, Any]:
-        from skyrl_gym.http_retry import RetriesExhausted, request_with_retries
+        from skyrl_gym.http_retry import ReplyTooLarge, RetriesExhausted, request_with_retries
 
         try:
             response, _ = request_with_retries(
@@ -211,18 +222,29 @@ class RemoteEnv(ProxyEnv):
                 attempts,
                 data=None if body is None else encode(body),
                 headers=self._headers(),
+                max_body_bytes=self.max_reply_bytes,
             )
-        except RetriesExhausted as exc:
+        except (RetriesExhausted, ReplyTooLarge) as exc:
             raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {exc}") from None
         if response.status_code >= 400:
             raise self._failure(what, response.status_code, response.text)
+        return self._parsed(response.text, what)
+
+    def _parsed(self, text: str, what: str) -> Dict[str, Any]:
+        """A successful answer: a JSON object with the fields ``what`` needs, else a :class:`RemoteEnvError`."""
         try:
-            return response.json()
+            answer = json.loads(text)
         except ValueError:
-            raise RemoteEnvError(
-                f"remote env {self.env_id!r} at {self.url}: {what} answered something that is not "
-                f"JSON: {response.text[:300]!r}"
-            ) from None
+            answer = None
+            problem = "something that is not JSON"
+        else:
+            missing = [f for f in _ANSWER_FIELDS.get(what, ()) if f not in answer] if isinstance(answer, dict) else []
+            problem = (f"a JSON {type(answer).__name__}, not an object" if not isinstance(answer, dict)
+                       else f"an object without {', '.join(missing)}" if missing else "")
+        if problem:
+            raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} answered {problem}: "
+                                 f"{text[:300]!r}")
+        return answer
 
     async def _async_session(self) -> Any:
         import aiohttp
@@ -249,6 +271,8 @@ class RemoteEnv(ProxyEnv):
     ) -> Dict[str, Any]:
         import aiohttp
 
+        from skyrl_gym.http_retry import ReplyTooLarge, read_capped
+
         session = await self._async_session()
         url = self.url + path
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, connect=self.connect_timeout_s)
@@ -257,19 +281,17 @@ class RemoteEnv(ProxyEnv):
         for attempt in range(1, self.retry.attempts + 1):
             try:
                 async with session.request(method, url, data=data, timeout=timeout) as response:
-                    text = await response.text()
+                    try:
+                        text = (await read_capped(response, self.max_reply_bytes, url, attempt)).decode(
+                            "utf-8", "replace")
+                    except ReplyTooLarge as exc:
+                        raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {exc}")
                     if response.status in RETRYABLE_STATUS:
                         last = f"HTTP {response.status}: {text[:300]}"
                     elif response.status >= 400:
                         raise self._failure(what, response.status, text)
                     else:
-                        try:
-                            return json.loads(text)
-                        except ValueError:
-                            raise RemoteEnvError(
-                                f"remote env {self.env_id!r} at {self.url}: {what} answered "
-                                f"something that is not JSON: {text[:300]!r}"
-                            )
+                        return self._parsed(text, what)
             except asyncio.TimeoutError:
                 last = f"no answer within {self.timeout_s:g} s"
             except aiohttp.ClientConnectionError as exc:

@@ -33,6 +33,11 @@ RESULTS_KEPT = 8  # answers kept per session for retried calls (a client retries
 # The bytes of those answers, all sessions together: an env may echo a 32 MB action into its answer, and 8 per
 # session times thousands of sessions had no bound. Past it the oldest answers give way to a small 410.
 MAX_KEPT_BYTES = 256 * 1024 * 1024
+# What a session has been sent (its row, then every action) stays in memory for its life: envs keep the row and
+# the chat history. 12 actions of 30 MB held 360 MB in one session; thousands of 32 MB rows had no bound. Past
+# the first a call is a 413, past the second (all sessions together) a 503 until sessions close or expire.
+MAX_SESSION_BYTES = 64 * 1024 * 1024
+MAX_HELD_BYTES = 4 * 1024 * 1024 * 1024
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 Reply = Tuple[int, bytes]
@@ -56,6 +61,7 @@ class Session:
         self.last_used = time.monotonic()
         self.results: "collections.OrderedDict[str, Reply]" = collections.OrderedDict()
         self.pending: Dict[str, "asyncio.Future[Reply]"] = {}
+        self.held_bytes = 0  # the bytes of the bodies it was sent (row, prompt, actions)
 
     def describe(self, created: bool) -> Dict[str, Any]:
         env = self.env
@@ -90,23 +96,26 @@ def create_app(
     allow_no_isolation: bool = False,
     client_timeout_s: float = CLIENT_TIMEOUT_S,
     max_kept_bytes: int = MAX_KEPT_BYTES,
+    max_session_bytes: int = MAX_SESSION_BYTES,
+    max_held_bytes: int = MAX_HELD_BYTES,
 ) -> Any:
     """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id).
 
     ``operator_config`` is the operator's ``env_config`` per env (``{"*": {...}, "<env id>": {...}}``, see
     :mod:`skyrl_gym.remote.policy`): every session is built with it, and a client's ``env_config`` may add
     only the keys the policy lets a client set, within its bounds (422 naming the key otherwise). A sandbox
-    without isolation in it raises ``ValueError`` unless ``allow_no_isolation``."""
+    without isolation in it raises ``ValueError`` unless ``allow_no_isolation``. A session may be sent at most
+    ``max_session_bytes`` (its row, prompt and actions, which its env keeps), all sessions together
+    ``max_held_bytes``."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
     from skygym_sandboxes.http_bodies import (
         NO_PUBLIC_DOCS,
         BodyError,
-        bearer_matches,
         parse_json_object,
         read_limited_body,
-        unauthorised_message,
+        refusal,
     )
 
     from skyrl_gym.errors import DataError, EnvCreationError, MissingRewardSpec, UnregisteredEnv
@@ -125,7 +134,8 @@ def create_app(
     row_errors = (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError, OverflowError)
 
     sessions: Dict[str, Session] = {}
-    creating: Dict[str, "asyncio.Future[Reply]"] = {}
+    creating: Dict[str, Tuple[str, "asyncio.Future[Reply]"]] = {}  # by session id: (env id, its build)
+    held = [0]  # Session.held_bytes of every session, and of the creates under way
     threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
     stats = {
         "sessions_created": 0,
@@ -173,8 +183,25 @@ def create_app(
         for request_id in session.results:
             kept_bytes[0] -= kept.pop((session.session_id, request_id), 0)
 
+    def charge(session: Optional[Session], size: int) -> None:
+        """Count ``size`` more bytes as held by ``session`` (None: one being created), or refuse the call."""
+        already = session.held_bytes if session is not None else 0
+        if already + size > max_session_bytes:
+            what = f"session {session.session_id!r} has been sent {already} bytes and " if session else "a row of "
+            raise Refused(413, f"{what}{size} more would pass --max-session-bytes {max_session_bytes} (its env keeps "
+                               f"its row and actions for the session's life); start a new session")
+        if held[0] + size > max_held_bytes:
+            raise Refused(503, f"the service holds {held[0]} bytes of sessions' rows and actions, its limit "
+                               f"(--max-held-bytes {max_held_bytes}); retry when sessions have closed or expired "
+                               f"({idle_timeout_s:g} s idle)")
+        held[0] += size
+        if session is not None:
+            session.held_bytes += size
+
     async def close_session(session: Session) -> Optional[str]:
         forget(session)
+        held[0] -= session.held_bytes
+        session.held_bytes = 0
         async with session.lock:
             try:
                 await in_thread(session.env.close)
@@ -217,14 +244,16 @@ def create_app(
         return reply(status, {"error": message})
 
     def authorise(request: Request) -> None:
-        if not bearer_matches(request, token):
-            raise Refused(401, unauthorised_message(TOKEN_ENV))
+        why = refusal(request, token, TOKEN_ENV)
+        if why:
+            raise Refused(*why)
 
-    async def read_json(request: Request) -> Dict[str, Any]:
+    async def read_json(request: Request) -> Tuple[Dict[str, Any], int]:
+        """The body, and its size in bytes."""
         authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            return parse_json_object(raw) if raw else {}
+            return (parse_json_object(raw) if raw else {}), len(raw)
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
 
@@ -267,21 +296,21 @@ def create_app(
 
     # ----- sessions ---------------------------------------------------------------------------------------------
     async def create_session(request: Request) -> Reply:
-        body = await read_json(request)
+        body, size = await read_json(request)
         session_id = optional_id(body, "session_id") or uuid.uuid4().hex
         env_id = body.get("env_id")
         if not isinstance(env_id, str) or not env_id:
             raise Refused(422, "env_id is required: the registered id of the env to serve (e.g. 'gsm8k')")
         env_config, extras = optional_dict(body, "env_config"), optional_dict(body, "extras")
         existing = sessions.get(session_id)
+        pending = creating.get(session_id)
+        existing_env = existing.env_id if existing is not None else pending[0] if pending is not None else None
+        if existing_env is not None and existing_env != env_id:
+            raise Refused(409, f"session {session_id!r} exists for env {existing_env!r}, not {env_id!r}")
         if existing is not None:  # a retried create: the session is there already
-            if existing.env_id != env_id:
-                raise Refused(
-                    409, f"session {session_id!r} exists for env {existing.env_id!r}, not {env_id!r}"
-                )
             return 200, encode(existing.describe(created=False))
-        if session_id in creating:
-            return await asyncio.shield(creating[session_id])
+        if pending is not None:
+            return await asyncio.shield(pending[1])
         if env_id == REMOTE_ID:
             raise Refused(422, "the service serves local envs; 'remote' would chain services")
         if allowed is not None and env_id not in allowed:
@@ -305,11 +334,13 @@ def create_app(
                 f"{max_sessions}); close sessions or wait for idle ones to expire "
                 f"({idle_timeout_s:g} s)",
             )
+        charge(None, size)
 
         async def build() -> Reply:
             try:
                 env = await in_thread(lambda: make(env_id, env_config=env_config, extras=extras))
             except row_errors as exc:
+                held[0] -= size
                 return 422, encode(
                     {
                         "error": f"cannot build env {env_id!r} from this row: {type(exc).__name__}: {exc}",
@@ -317,6 +348,7 @@ def create_app(
                     }
                 )
             except Exception as exc:
+                held[0] -= size
                 stats["env_errors"] += 1
                 return 500, encode(
                     {
@@ -326,11 +358,13 @@ def create_app(
                     }
                 )
             session = Session(session_id, env_id, env)
+            session.held_bytes = size
             sessions[session_id] = session
             stats["sessions_created"] += 1
             return 200, encode(session.describe(created=True))
 
-        future = creating[session_id] = asyncio.ensure_future(build())
+        future = asyncio.ensure_future(build())
+        creating[session_id] = (env_id, future)
         try:
             return await asyncio.shield(future)
         finally:
@@ -340,9 +374,10 @@ def create_app(
                 future.add_done_callback(lambda _f: creating.pop(session_id, None))
 
     async def call(
-        session: Session, request_id: Optional[str], method: str, operation: Callable[[], Any]
+        session: Session, request_id: Optional[str], method: str, operation: Callable[[], Any], size: int = 0
     ) -> Reply:
-        """Run ``operation`` on the session once per ``request_id``; a retry gets the first call's answer."""
+        """Run ``operation`` on the session once per ``request_id``; a retry gets the first call's answer. The
+        ``size`` bytes of the request count towards what the session holds (not again for a retry)."""
         if request_id is not None:
             done = session.results.get(request_id)
             if done is not None:
@@ -352,6 +387,7 @@ def create_app(
             if running is not None:
                 stats["retries_answered"] += 1
                 return await asyncio.shield(running)
+        charge(session, size)
 
         async def run() -> Reply:
             async with session.lock:
@@ -390,7 +426,7 @@ def create_app(
         return await asyncio.shield(task)
 
     async def init_session(request: Request) -> Reply:
-        body = await read_json(request)  # the token first: an unauthorised caller learns nothing of sessions
+        body, size = await read_json(request)  # the token first: an unauthorised caller learns nothing of sessions
         session = session_of(request.path_params["session_id"])
         request_id = optional_id(body, "request_id")
         prompt = body.get("prompt")
@@ -403,10 +439,10 @@ def create_app(
             observation, info = await in_thread(session.env.init, prompt)
             return {"observation": observation, "info": info}
 
-        return await call(session, request_id, "init", operation)
+        return await call(session, request_id, "init", operation, size)
 
     async def step_session(request: Request) -> Reply:
-        body = await read_json(request)  # the token first: an unauthorised caller learns nothing of sessions
+        body, size = await read_json(request)  # the token first: an unauthorised caller learns nothing of sessions
         session = session_of(request.path_params["session_id"])
         request_id = optional_id(body, "request_id")
         if "action" not in body:
@@ -434,7 +470,7 @@ def create_app(
                 answer["metrics"] = await in_thread(get_metrics)  # saves the client a round trip at the end
             return answer
 
-        return await call(session, request_id, "step", operation)
+        return await call(session, request_id, "step", operation, size)
 
     async def session_metrics(request: Request) -> Reply:
         authorise(request)
@@ -465,6 +501,9 @@ def create_app(
                 "idle_timeout_s": idle_timeout_s,
                 "max_body_bytes": max_body_bytes,
                 "kept_answer_bytes": kept_bytes[0],
+                "held_bytes": held[0],
+                "max_session_bytes": max_session_bytes,
+                "max_held_bytes": max_held_bytes,
                 **stats,
             }
         )
@@ -489,7 +528,7 @@ def serve(
     """Serve until SIGINT/SIGTERM (every open env is closed on the way out); prints the URL once listening.
     Binding anything but a loopback address needs a bearer ``token``. A client has ``client_timeout_s`` to
     send each request's head and, again, its body."""
-    from skygym_sandboxes.service import is_loopback
+    from skygym_sandboxes.http_bodies import is_loopback
 
     from skyrl_gym.retrieval.server import run_server
 

@@ -21,6 +21,7 @@ accepting requests while it works.
 
 import asyncio
 import concurrent.futures
+import json
 import socket
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -36,6 +37,9 @@ MAX_QUERY_CHARS = 4000  # a query is a few words; the search envs cut theirs to 
 # query text held every other client for 5.7 s; 512 K characters take about 0.4 s.
 MAX_REQUEST_QUERY_CHARS = 512_000
 MAX_BODY_BYTES = 8 * 1024 * 1024  # 1024 queries of 8 KB each: far more than a search env sends
+# Documents one answer may hold (queries x topk): 1024 one-word queries at topk 100 made a 9 KB request answer
+# with 95 MB, encoded on the event loop. A search env's batch is its queries x 3.
+MAX_HITS_PER_REQUEST = 10_000
 TOKEN_ENV = "SKYRL_GYM_RETRIEVER_TOKEN"
 # The service the search envs send $SKYRL_GYM_RETRIEVER_TOKEN to (default: skyrl_gym.tools.search's URL).
 URL_ENV = "SKYRL_GYM_RETRIEVER_URL"
@@ -113,16 +117,15 @@ def create_app(
     while the body streams in, chunked ones too; not JSON or nested too deep is a 400; a wrong field a 422."""
     import contextlib
 
-    from fastapi import FastAPI, HTTPException, Request
+    from fastapi import FastAPI, HTTPException, Request, Response
     from fastapi.exceptions import RequestValidationError
     from pydantic import BaseModel, ValidationError
     from skygym_sandboxes.http_bodies import (
         NO_PUBLIC_DOCS,
         BodyError,
-        bearer_matches,
         parse_json_object,
         read_limited_body,
-        unauthorised_message,
+        refusal,
     )
 
     class RetrieveRequest(BaseModel):
@@ -144,8 +147,9 @@ def create_app(
     app = FastAPI(title="skyrl-gym retriever", lifespan=lifespan, **NO_PUBLIC_DOCS)
 
     def authorise(request: Request) -> None:
-        if not bearer_matches(request, token):
-            raise HTTPException(401, unauthorised_message(TOKEN_ENV))
+        why = refusal(request, token, TOKEN_ENV)
+        if why:
+            raise HTTPException(*why)
 
     @app.get("/health")
     async def health(request: Request) -> Dict[str, Any]:
@@ -161,7 +165,7 @@ def create_app(
         }
 
     @app.post("/retrieve")
-    async def retrieve(raw: Request) -> Dict[str, Any]:
+    async def retrieve(raw: Request) -> Response:
         authorise(raw)
         try:
             body = parse_json_object(
@@ -202,12 +206,19 @@ def create_app(
         topk = default_topk if request.topk is None else request.topk
         if not 1 <= topk <= MAX_TOPK:
             raise HTTPException(400, f"topk must be between 1 and {MAX_TOPK}, got {topk}")
+        if len(queries) * topk > MAX_HITS_PER_REQUEST:
+            raise HTTPException(400, f"one request may ask for at most {MAX_HITS_PER_REQUEST} documents (queries x "
+                                     f"topk), got {len(queries)} x {topk}; split it")
         hits = await state["batcher"].search(list(queries), topk) if queries else []
-        result = [
-            [{"document": documents[p], "score": s} if request.return_scores else documents[p] for p, s in row]
-            for row in hits
-        ]
-        return {"result": result, "batched": batched}
+
+        def encoded() -> bytes:  # in a thread: a large answer does not hold the event loop while it is written
+            result = [
+                [{"document": documents[p], "score": s} if request.return_scores else documents[p] for p, s in row]
+                for row in hits
+            ]
+            return json.dumps({"result": result, "batched": batched}, ensure_ascii=False).encode("utf-8")
+
+        return Response(await asyncio.to_thread(encoded), media_type="application/json")
 
     return app
 
@@ -228,7 +239,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 def check_bind(host: str, token: Optional[str]) -> None:
     """``ValueError`` unless ``host`` is a loopback address or a bearer ``token`` guards the service."""
-    from skygym_sandboxes.service import is_loopback
+    from skygym_sandboxes.http_bodies import is_loopback
 
     if not token and not is_loopback(host):
         raise ValueError(

@@ -224,7 +224,7 @@ def test_a_client_that_disconnects_frees_its_slot(served):
     for _ in range(2):  # both slots of a service that runs 2 at a time
         client = socket.create_connection(("127.0.0.1", port))
         client.sendall(
-            b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"POST /run_code HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             + f"Content-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
@@ -341,17 +341,26 @@ def test_the_sandbox_token_goes_only_to_the_operators_service(monkeypatch):
         box.close()
 
 
-def test_connections_past_the_cap_are_closed_as_they_arrive():
-    """The protocol every server runs under: with room for 3 connections, a 4th is closed at once (its file
-    descriptor freed), and one of the 3 closing makes room again."""
+def test_connections_that_send_nothing_cannot_lock_clients_out():
+    """The protocol every server runs under, with room for 3 connections. 4,100 connections that sent nothing
+    locked every client out of all three servers (no token needed): now a new connection takes the place of the
+    one that has waited longest without a request under way, and the client is answered. When every connection
+    has a request under way, a new one is closed at once (its file descriptor freed)."""
     pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
+    import asyncio
+
     import uvicorn
     from fastapi import FastAPI
 
     from skygym_sandboxes.http_bodies import guarded_http_protocol
 
+    async def slow() -> dict:
+        await asyncio.sleep(2.0)
+        return {"status": "slow"}
+
     app = FastAPI()
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
+    app.add_api_route("/slow", slow, methods=["GET"])
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     config.http = guarded_http_protocol(client_timeout_s=30, max_connections=3)
@@ -360,21 +369,38 @@ def test_connections_past_the_cap_are_closed_as_they_arrive():
     thread.start()
     try:
         assert wait_for(lambda: server.started), "the test server did not start"
-        held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
-        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
-        assert extra.recv(100) == b""  # closed by the server, without an answer
-        extra.close()
-        held.pop().close()
-
-        def healthy() -> bool:
-            try:
-                return requests.get(f"http://127.0.0.1:{port}/health", timeout=5).ok
-            except requests.RequestException:  # the closed connection not yet counted out
-                return False
-
-        assert wait_for(healthy)
+        held = []
+        for _ in range(3):  # idle, oldest first
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+            time.sleep(0.1)
+        with requests.Session() as client:
+            assert client.get(f"http://127.0.0.1:{port}/health", timeout=10).json() == {"status": "ok"}
+        assert held[0].recv(100) == b""  # the longest idle one was closed for it, without an answer
         for sock in held:
             sock.close()
+        time.sleep(0.3)  # the server counts the closed ones out
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            busy = [pool.submit(requests.get, f"http://127.0.0.1:{port}/slow", timeout=30) for _ in range(3)]
+            time.sleep(0.7)  # all three are under way
+            extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+            assert extra.recv(100) == b""  # no connection to give way: closed at once
+            extra.close()
+            assert [f.result().json() for f in busy] == [{"status": "slow"}] * 3  # never cut
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_requests_from_web_pages_are_refused(served):
+    """Any page the operator opened could post code to the sandbox service on their machine (a text/plain POST
+    needs no preflight), and one re-pointed at 127.0.0.1 could read the output: a browser's request (Origin,
+    Sec-Fetch-Mode) is a 403, and this server, which has no token, answers only loopback names."""
+    body = json.dumps({"code": "print('ran')"})
+    port = served.url.rsplit(":", 1)[1]
+    for headers in ({"Origin": "http://attacker.example", "Content-Type": "text/plain;charset=UTF-8"},
+                    {"Sec-Fetch-Mode": "no-cors"}, {"Host": f"attacker.example:{port}"}):
+        refused = requests.post(f"{served.url}/run_code", data=body, headers=headers, timeout=30)
+        assert refused.status_code == 403 and "ran" not in refused.text, (headers, refused.text[:300])
+    assert "127.0.0.1 or localhost" in refused.json()["message"]
+    answer = requests.post(f"{served.url}/run_code", data=body, headers={"Host": f"localhost:{port}"}, timeout=30)
+    assert answer.status_code == 200 and answer.json()["run_result"]["stdout"] == "ran\n", answer.text[:300]

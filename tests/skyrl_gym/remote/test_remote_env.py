@@ -263,3 +263,56 @@ def test_the_environments_token_goes_only_to_the_service_it_names(service, monke
     finally:
         collector.shutdown()
         collector.server_close()
+
+
+def test_a_hostile_service_cannot_fill_the_clients_memory_or_break_it_with_odd_answers():
+    """A service that answered a step with 3 GB took the trainer's process to 9.2 GB before it failed; an answer
+    that is not an object (or has no output) was an AttributeError or a KeyError. Now the client reads at most
+    ``max_reply_bytes`` of an answer, on the sync and the async path, and names what the server got wrong."""
+    import http.server
+    import json
+    import threading
+
+    answers = {}
+
+    class Hostile(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/sessions":
+                body = json.dumps({"session_id": "s", "env_id": "gsm8k", "max_turns": 1}).encode()
+            else:
+                body = answers["step"]
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if not answers.get("chunked"):
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):  # the client stopped reading: what it should do
+                pass
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        env = RemoteEnv(url=url, env_id="gsm8k", attempts=1, max_reply_bytes=1024 * 1024)
+        for chunked in (False, True):  # a declared length over the cap, and a body that streams past it
+            answers.update(step=b'{"output": "' + b"x" * (4 * 1024 * 1024) + b'"}', chunked=chunked)
+            with pytest.raises(RemoteEnvError, match="answered more than 1048576 bytes"):
+                env.step("#### 72")
+            with pytest.raises(RemoteEnvError, match="answered more than 1048576 bytes"):
+                asyncio.run(env.astep("#### 72"))
+        answers["chunked"] = False
+        for odd, what in ((b"[1, 2]", "a JSON list, not an object"), (b'{"turns": 1}', "an object without output")):
+            answers["step"] = odd
+            with pytest.raises(RemoteEnvError, match=what):
+                env.step("#### 72")
+            with pytest.raises(RemoteEnvError, match=what):
+                asyncio.run(env.astep("#### 72"))
+    finally:
+        server.shutdown()
+        server.server_close()

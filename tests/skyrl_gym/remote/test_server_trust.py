@@ -59,6 +59,7 @@ def service(judge, data_folder, tmp_path_factory):
         "*": {"judge": {"base_url": judge.url, "model": "rule-judge", "attempts": 1}},
         "text2sql": {"db_path": str(data_folder[0])},
         "code_interpreter": {"timeout": 20},
+        "swe": {"images": ["skyrl-gym-swe-"]},
     }
     path = tmp_path_factory.mktemp("operator") / "server.json"
     path.write_text(json.dumps(config))
@@ -399,3 +400,128 @@ def test_answers_kept_for_retries_stay_within_a_memory_budget():
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def _in_process_server(**options):
+    """create_app(**options) served by uvicorn on a free port in this process (test envs registered here reach
+    it); returns (url, stop)."""
+    import time
+
+    import uvicorn
+
+    from skygym_sandboxes.http_bodies import guarded_http_protocol
+    from skyrl_gym.remote.server import create_app
+    from tests.sandboxes.remote_support import free_port
+
+    port = free_port()
+    config = uvicorn.Config(create_app(**options), host="127.0.0.1", port=port, log_level="warning")
+    config.http = guarded_http_protocol()
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30  # only stops a broken test from hanging
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    def stop():
+        server.should_exit = True
+        thread.join(timeout=30)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
+def test_what_a_session_is_sent_stays_within_its_budget_and_the_servers():
+    """Envs keep a session's row and its actions (the search and SQL envs keep the chat history) for the
+    session's life: 12 actions of 30 MB grew one session by 360 MB, and 4096 sessions of 32 MB rows had no bound.
+    Past the session's budget a call is a 413; past the server's, a 503 until sessions close. A retried call is
+    not counted twice."""
+    megabyte = 1024 * 1024
+    url, stop = _in_process_server(max_body_bytes=2 * megabyte, max_session_bytes=3 * megabyte,
+                                   max_held_bytes=5 * megabyte)
+    try:
+        row = {**GSM8K_ROW, "junk": "j" * megabyte}  # a 1 MB row
+        first = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": row}, timeout=30).json()
+        session = first["session_id"]
+        step = {"action": "a" * megabyte, "request_id": "r1"}
+        assert requests.post(f"{url}/sessions/{session}/step", json=step, timeout=30).status_code == 200
+        held = requests.get(f"{url}/health", timeout=10).json()["held_bytes"]
+        assert 2 * megabyte < held < 2.1 * megabyte
+        assert requests.post(f"{url}/sessions/{session}/step", json=step, timeout=30).status_code == 200  # retry
+        assert requests.get(f"{url}/health", timeout=10).json()["held_bytes"] == held
+        step = {"action": "a" * megabyte, "request_id": "r2"}
+        over = requests.post(f"{url}/sessions/{session}/step", json=step, timeout=30)
+        assert over.status_code == 413, over.text[:300]
+        assert "--max-session-bytes" in over.json()["error"] and "start a new session" in over.json()["error"]
+        # the server's budget: two more 1 MB sessions fit (4 MB in all), the third does not
+        others = [requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": row}, timeout=30)
+                  for _ in range(3)]
+        assert [r.status_code for r in others] == [200, 200, 503], [r.text[:200] for r in others]
+        assert "--max-held-bytes" in others[2].json()["error"]
+        requests.delete(f"{url}/sessions/{session}", timeout=30)  # closing one makes room
+        again = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": row}, timeout=30)
+        assert again.status_code == 200, again.text[:300]
+    finally:
+        stop()
+
+
+class _SlowToBuild(skyrl_gym.BaseTextEnv):
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        import time
+
+        time.sleep(1.0)
+
+    def step(self, action):
+        return {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
+
+
+def test_a_session_id_being_created_for_one_env_is_a_409_for_another():
+    """A second create with the same session id but another env, while the first is still being built, got the
+    first env's session (the env check came after the wait for the build)."""
+    skyrl_gym.register("test_trust/slow_build", entry_point=_SlowToBuild)
+    url, stop = _in_process_server()
+    try:
+        import concurrent.futures
+
+        body = {"session_id": "shared-id", "env_id": "test_trust/slow_build"}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            building = pool.submit(requests.post, f"{url}/sessions", json=body, timeout=30)
+            import time
+
+            time.sleep(0.3)  # the first create is building (1 s)
+            other = requests.post(f"{url}/sessions", json={**body, "env_id": COUNTER_ID}, timeout=30)
+            assert building.result().status_code == 200
+        assert other.status_code == 409, other.text[:300]
+        assert "exists for env 'test_trust/slow_build'" in other.json()["error"]
+    finally:
+        stop()
+        skyrl_gym.deregister("test_trust/slow_build")
+
+
+def test_requests_from_web_pages_are_refused(service):
+    """Any page the operator opens could post to a server on the operator's machine, and one whose name was
+    re-pointed at 127.0.0.1 (DNS rebinding) could read the answers: a request a browser sends (Origin,
+    Sec-Fetch-Mode) is a 403, and a server without a token answers only requests addressed to a loopback name."""
+    health = service.url + "/health"
+    created = service.health()["sessions_created"]
+    port = service.url.rsplit(":", 1)[1]
+    for headers in ({"Origin": "http://attacker.example"}, {"Sec-Fetch-Mode": "cors"},
+                    {"Host": f"attacker.example:{port}"}):
+        refused = requests.post(service.url + "/sessions", json={"env_id": "gsm8k", "extras": GSM8K_ROW},
+                                headers=headers, timeout=10)
+        assert refused.status_code == 403, (headers, refused.text[:300])
+    assert "addressed to 127.0.0.1 or localhost" in refused.json()["error"]
+    assert requests.get(health, headers={"Host": f"localhost:{port}"}, timeout=10).status_code == 200
+    assert service.health()["sessions_created"] == created  # none of them reached an env
+
+
+def test_swe_is_served_only_with_the_operators_images(service):
+    """A swe row names the image its container runs: without the operator's ``images`` a client could get a
+    shell in any image of the host's engine. This server's operator allows skyrl-gym-swe-* only."""
+    from skyrl_gym.remote.policy import PolicyError, effective_env_config
+
+    row = {"instance_id": "x", "repo": "r", "base_commit": "c", "image_name": "private/credentials:latest",
+           "problem_statement": "p", "patch": "diff", "test_patch": "diff", "FAIL_TO_PASS": ["t"], "PASS_TO_PASS": []}
+    refused_naming(create(service, "swe", extras=row), "private/credentials:latest", "env_config.images")
+    with pytest.raises(PolicyError, match="needs the operator's images"):
+        effective_env_config({}, "swe", {})

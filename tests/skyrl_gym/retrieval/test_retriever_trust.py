@@ -113,6 +113,37 @@ def test_query_text_is_bounded_so_one_request_cannot_hold_the_index(guarded):
     assert requests.post(guarded.url, json=within, headers=bearer(), timeout=30).status_code == 200
 
 
+def test_one_request_asks_for_at_most_10000_documents(guarded):
+    """1024 one-word queries at topk 100 (a 9 KB request) made a 95 MB answer, encoded on the event loop; 40 of
+    them at once held an honest query 57 s."""
+    amplified = {"queries": ["river"] * 1024, "topk": 100, "return_scores": True}
+    response = requests.post(guarded.url, json=amplified, headers=bearer(), timeout=30)
+    assert response.status_code == 400, response.text[:300]
+    assert "at most 10000 documents (queries x topk), got 1024 x 100" in response.json()["detail"]
+    within = {"queries": ["who wrote Hamlet"] * 100, "topk": 100, "return_scores": True}
+    answer = requests.post(guarded.url, json=within, headers=bearer(), timeout=30)
+    assert answer.status_code == 200 and answer.json()["result"][0][0]["document"]["id"] == "2", answer.text[:300]
+
+
+def test_requests_from_web_pages_are_refused(guarded, corpus):
+    """A request a browser sent (Origin, Sec-Fetch-Mode) is a 403 even with the token; a server without a token
+    answers only requests addressed to a loopback name (a page re-pointed at 127.0.0.1 could read the corpus)."""
+    query = {"query": "who wrote Hamlet", "topk": 1}
+    for headers in ({"Origin": "http://attacker.example"}, {"Sec-Fetch-Mode": "no-cors"}):
+        refused = requests.post(guarded.url, json=query, headers={**bearer(), **headers}, timeout=10)
+        assert refused.status_code == 403 and "web pages" in refused.json()["detail"], refused.text[:300]
+    open_server = RetrieverProcess(corpus)
+    try:
+        port = open_server.url.split(":")[2].split("/")[0]
+        rebound = requests.post(open_server.url, json=query, headers={"Host": f"attacker.example:{port}"}, timeout=10)
+        assert rebound.status_code == 403 and "127.0.0.1 or localhost" in rebound.json()["detail"], rebound.text
+        for name in ("127.0.0.1", "localhost"):
+            answer = requests.post(open_server.url, json=query, headers={"Host": f"{name}:{port}"}, timeout=10)
+            assert answer.status_code == 200, answer.text[:300]
+    finally:
+        open_server.stop()
+
+
 class Collector(http.server.BaseHTTPRequestHandler):
     """An attacker's "retriever": it records the Authorization header each request carried."""
 
