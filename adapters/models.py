@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,9 @@ def _dequantise_gguf(gguf_file: Path, out_dir: Path) -> Path:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
     try:
-        logger.info("dequantising %s once into %s (takes ~20 s)", gguf_file, out_dir)
+        # Said on stderr, not logged: a first `conform` or `eval` otherwise sat silent for up to a minute
+        print(f"preparing the embedded model once: dequantising {gguf_file.name} into {out_dir} (20-60 s; later runs "
+              "load it from there)", file=sys.stderr, flush=True)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
         gguf_model = AutoModelForCausalLM.from_pretrained(
             str(gguf_file.parent), gguf_file=gguf_file.name, dtype=torch.float32
@@ -235,6 +238,28 @@ def load_tokenizer(name: Union[str, os.PathLike, None] = None) -> Any:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def fit_cpu_threads_to_load() -> Optional[str]:
+    """On a machine whose cores are busy with other work, fewer torch threads: as many as its idle cores (the
+    cores this process may use less the 1-minute load average), at least 1, never more than torch's default.
+    A thread that waits for a descheduled sibling at every barrier made a CPU eval 3.5x slower at load 5.5 on 2
+    cores (``OMP_NUM_THREADS=1``: 10.9 s against 38.5 s), and up to 10x on a busier machine. ``OMP_NUM_THREADS``,
+    when set, wins; nothing changes on a GPU run. Returns a line saying what it chose, or None when it kept the
+    default."""
+    import torch
+
+    if os.environ.get("OMP_NUM_THREADS") or torch.cuda.is_available():
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    default = torch.get_num_threads()
+    threads = max(1, min(default, cores - int(load)))
+    if threads >= default:
+        return None
+    torch.set_num_threads(threads)
+    return (f"the machine is busy (load {load:.1f} on {cores} cores): torch uses {threads} thread"
+            f"{'s' if threads > 1 else ''}, not {default} (OMP_NUM_THREADS=N chooses)")
 
 
 def computes_bf16_natively(device: Any = None) -> bool:

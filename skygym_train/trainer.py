@@ -364,6 +364,11 @@ class PPOTrainer:
         roles = worker_roles(self.cfg)
         groups: Dict[str, WorkerGroup] = {}
         if not self.t.use_ray:
+            from skygym_adapters.models import fit_cpu_threads_to_load
+
+            busy = fit_cpu_threads_to_load()  # the workers and the engine run in this process
+            if busy:
+                logger.warning("%s", busy)
             for role in roles:
                 groups[role] = LocalWorkerGroup(self._spec(role))
         else:

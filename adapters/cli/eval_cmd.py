@@ -74,6 +74,11 @@ def _build_engine(args: argparse.Namespace) -> Any:
     if args.engine in ("remote", "sglang") and not args.base_url:
         raise SystemExit(f"error: --engine {args.engine} needs --base-url")
     if args.engine == "hf":
+        from skygym_adapters.models import fit_cpu_threads_to_load
+
+        busy = fit_cpu_threads_to_load()
+        if busy:
+            print(busy, file=sys.stderr)
         return make_engine("hf", model=args.model, device=args.device, dtype=args.dtype)
     if args.engine == "vllm":
         return make_engine("vllm", model=args.model)

@@ -102,3 +102,34 @@ def test_a_gguf_file_without_its_readers_names_the_missing_package(
     with pytest.raises(models.EmbeddedModelMissing, match=r"'accelerate' is not installed: pip install gguf accel"):
         resolve_model(str(gguf))
     assert not (tmp_path / "cache" / "models").exists() or not any((tmp_path / "cache" / "models").iterdir())
+
+
+def test_a_busy_cpu_gets_fewer_torch_threads_unless_omp_num_threads_says(monkeypatch):
+    """Two threads that wait for each other at every barrier on cores busy with other work made a CPU eval 3.5x
+    slower than one thread; an idle machine keeps torch's default, and OMP_NUM_THREADS wins."""
+    import os
+
+    import torch
+
+    from skygym_adapters.models import fit_cpu_threads_to_load
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    chosen = []
+    monkeypatch.setattr(torch, "set_num_threads", chosen.append)
+    try:
+        monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.0, 0.0))
+        assert fit_cpu_threads_to_load() is None and chosen == []  # idle: the default stays
+        monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
+        assert fit_cpu_threads_to_load() == ("the machine is busy (load 2.6 on 4 cores): torch uses 2 threads, "
+                                             "not 4 (OMP_NUM_THREADS=N chooses)") and chosen == [2]
+        monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 0.0, 0.0))
+        assert "torch uses 1 thread, not 4" in fit_cpu_threads_to_load() and chosen == [2, 1]  # never below 1
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        assert fit_cpu_threads_to_load() is None and chosen == [2, 1]
+    finally:
+        monkeypatch.undo()
+        assert torch.get_num_threads() == before
