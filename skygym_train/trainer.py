@@ -1131,12 +1131,14 @@ def max_turns_warnings(cfg: Any, turn_limits: Dict[str, int]) -> List[str]:
     """One line per env_class whose episodes ``generator.max_turns`` cuts short: the env plays up to its
     ``max_turns`` (the env's own, or the rows' ``max_turns``) and the cap, 1 by default as in SkyRL-train,
     ends every episode sooner. Not for the agent generator (``generator.task``), whose limit is its own."""
+    from skyrl_gym.episode import turn_cap_warning
+
     cap = cfg.generator.max_turns
     if cfg.generator.task or not isinstance(cap, int):
         return []
-    return [f"env {env_class} plays up to {limit} turns (its max_turns) but generator.max_turns={cap} ends "
-            f"every episode after {cap}; set generator.max_turns={limit} to train on all of them"
-            for env_class, limit in sorted(turn_limits.items()) if limit > cap]
+    lines = [turn_cap_warning(env_class, limit, cap, "generator.max_turns")
+             for env_class, limit in sorted(turn_limits.items())]
+    return [line for line in lines if line]
 
 
 def batch_size_problems(cfg: Any, rows: int, too_long: int = 0) -> List[str]:

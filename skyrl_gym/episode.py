@@ -436,6 +436,15 @@ def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optio
     return None, limit
 
 
+def turn_cap_warning(env_class: str, limit: Optional[int], cap: Optional[int], option: str) -> Optional[str]:
+    """The line that says a caller's turn cap (``option``, e.g. ``generator.max_turns``, set to ``cap``) ends
+    the episodes of ``env_class`` before the ``limit`` its env and rows allow; None when it does not."""
+    if limit is None or cap is None or limit <= cap:
+        return None
+    return (f"env {env_class} plays up to {limit} turns (its max_turns) but {option}={cap} ends every episode "
+            f"after {cap}; set {option}={limit} to play all of them")
+
+
 async def ascore_response(
     env_class: str, prompt: ConversationType, response: str, env_config: Any = None,
     extras: Optional[Mapping[str, Any]] = None,

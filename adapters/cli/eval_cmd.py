@@ -17,7 +17,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 ENGINES = ("hf", "vllm", "remote", "sglang")
 DEFAULT_OUTPUT = "eval_trajectories.jsonl"  # beside the rows, not in whatever folder the command runs from
@@ -68,6 +68,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def _turn_cap_warnings(rows: List[Dict[str, Any]], env: Optional[str], env_config: Dict[str, Any],
+                       cap: int) -> List[str]:
+    """One line per env whose episodes ``--max-turns`` ends before the turns its env and rows allow (a
+    multi-turn env was evaluated on one turn, silently). Each env is built for one row of it: its first."""
+    from skyrl_gym.episode import check_env_row, turn_cap_warning
+
+    first: Dict[str, Dict[str, Any]] = {}
+    for row in rows:
+        first.setdefault(str(env or row.get("env_class")), row)
+    lines = []
+    for env_class, row in sorted(first.items()):
+        _, limit = check_env_row({**row, "env_class": env_class}, env_config or None)
+        line = turn_cap_warning(env_class, limit, cap, "--max-turns")
+        if line:
+            lines.append(line)
+    return lines
+
+
 def _build_engine(args: argparse.Namespace) -> Any:
     from skygym_adapters.engines import make_engine
 
@@ -76,10 +94,11 @@ def _build_engine(args: argparse.Namespace) -> Any:
     if args.engine == "hf":
         from skygym_adapters.models import fit_cpu_threads_to_load
 
-        busy = fit_cpu_threads_to_load()
+        engine = make_engine("hf", model=args.model, device=args.device, dtype=args.dtype)
+        busy = fit_cpu_threads_to_load()  # said once the model has loaded: a bad --model is the one line
         if busy:
             print(busy, file=sys.stderr)
-        return make_engine("hf", model=args.model, device=args.device, dtype=args.dtype)
+        return engine
     if args.engine == "vllm":
         return make_engine("vllm", model=args.model)
     if args.engine == "remote":
@@ -149,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for line in _turn_cap_warnings(rows, args.env, env_config, args.max_turns):
+        print(f"warning: {line}", file=sys.stderr)
     config = RolloutConfig(
         sampling_params=sampling,  # type: ignore[arg-type]
         max_turns=args.max_turns,

@@ -71,9 +71,9 @@ def test_a_multi_turn_env_capped_at_one_turn_is_named_once_with_the_key_to_set(t
     said = _train(tiny_chat_model, tmp_path, caplog)
     assert said == [
         "env test_letter_e plays up to 3 turns (its max_turns) but generator.max_turns=1 ends every episode "
-        "after 1; set generator.max_turns=3 to train on all of them",
+        "after 1; set generator.max_turns=3 to play all of them",
         "env test_two_tries plays up to 2 turns (its max_turns) but generator.max_turns=1 ends every episode "
-        "after 1; set generator.max_turns=2 to train on all of them",
+        "after 1; set generator.max_turns=2 to play all of them",
     ]
     assert _cap_reached(tmp_path) == 1.0  # every episode was cut at 1 turn, below its env's 2 or 3
 

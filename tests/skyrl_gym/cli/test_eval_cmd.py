@@ -257,3 +257,19 @@ def test_eval_decodes_in_the_dtype_given(tmp_path: Path, tiny_model: Path,
     default, as_float32 = logprobs(), logprobs("--dtype", "float32")
     assert default == as_float32
     assert logprobs("--dtype", "bfloat16") != as_float32
+
+
+def test_eval_warns_when_max_turns_cuts_a_multi_turn_env_short(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--max-turns defaults to 1, as the trainer's generator.max_turns: a multi-turn env was evaluated on its
+    first turn with no word. Now eval says so, as training does, before the model loads."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(gsm8k_rows()[0]))
+    missing = ["--engine", "hf", "--model", str(tmp_path / "no-model")]
+    assert main(["eval", "--env", "gsm8k_multi_turn", "--data", str(data), *missing]) == 2
+    err = capsys.readouterr().err
+    assert ("warning: env gsm8k_multi_turn plays up to 5 turns (its max_turns) but --max-turns=1 ends every "
+            "episode after 1; set --max-turns=5 to play all of them") in err, err
+    assert main(["eval", "--env", "gsm8k_multi_turn", "--data", str(data), "--max-turns", "5", *missing]) == 2
+    assert "warning" not in capsys.readouterr().err
+    assert main(["eval", "--data", str(data), *missing]) == 2  # gsm8k plays one turn: nothing to say
+    assert "warning" not in capsys.readouterr().err
