@@ -91,17 +91,21 @@ def _entry_point_name(entry_point: Any) -> str:
 
 
 def _readme_of(creator: Any) -> Optional[Path]:
-    """The README.md next to the module that defines the env (``envs/<id>/README.md``)."""
+    """The README.md next to the module that defines the env (``envs/<id>/README.md``), else the one of the
+    project around its package (the folder above it holding ``pyproject.toml``: where ``skyrl-gym init`` writes
+    it, read from an editable install)."""
     try:
-        source = inspect.getsourcefile(creator)
+        source = inspect.getsourcefile(getattr(creator, "func", creator))  # a functools.partial's class
     except TypeError:
         return None
     if source is None:
         return None
     folder = Path(source).resolve().parent
-    for name in ("README.md", "readme.md", "README.rst"):
-        if (folder / name).exists():
-            return folder / name
+    project = [folder.parent] if (folder.parent / "pyproject.toml").exists() else []
+    for candidate in [folder, *project]:
+        for name in ("README.md", "readme.md", "README.rst"):
+            if (candidate / name).exists():
+                return candidate / name
     return None
 
 

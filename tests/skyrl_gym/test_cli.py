@@ -180,6 +180,31 @@ def test_info_finds_the_env_readme(capsys, tmp_path, monkeypatch):
     assert code == 0 and f"README:       {package / 'README.md'}" in out
 
 
+def test_info_finds_the_readme_of_a_package_skyrl_gym_init_wrote(capsys, tmp_path, monkeypatch):
+    """init writes README.md at the project's root, beside pyproject.toml, not beside the env's module: info
+    said "(none)" for every scaffolded package."""
+    from skyrl_gym.scaffold import scaffold
+
+    project = scaffold("cli_scaffolded", tmp_path)
+    monkeypatch.syspath_prepend(str(project))
+    package = next(p for p in project.iterdir() if (p / "env.py").exists())
+    skyrl_gym.register(id="cli_scaffolded", entry_point=f"{package.name}.env:CliScaffoldedEnv")
+    try:
+        code, out, _ = run_cli(capsys, ["info", "cli_scaffolded"])
+    finally:
+        skyrl_gym.deregister("cli_scaffolded")
+    assert code == 0 and f"README:       {project / 'README.md'}" in out, out
+    # a README two folders up, with no project file beside it, is not the env's
+    (package / "README.md").unlink(missing_ok=True)
+    (project / "pyproject.toml").rename(project / "pyproject.off")
+    skyrl_gym.register(id="cli_scaffolded", entry_point=f"{package.name}.env:CliScaffoldedEnv")
+    try:
+        code, out, _ = run_cli(capsys, ["info", "cli_scaffolded"])
+    finally:
+        skyrl_gym.deregister("cli_scaffolded")
+    assert "README:       (none)" in out, out
+
+
 def test_info_of_an_unknown_id_suggests_close_ones(capsys):
     code, _, err = run_cli(capsys, ["info", "gsm8"])
     assert code == 2 and "no env registered with id 'gsm8'" in err and "'gsm8k'" in err
