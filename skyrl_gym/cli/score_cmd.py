@@ -26,6 +26,9 @@ def _dig(row: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
+MAX_ERRORS_SHOWN = 5  # rows that raised, named on stderr after the table
+
+
 def score_rows(
     rows: List[Mapping[str, Any]],
     responses: List[str],
@@ -63,12 +66,14 @@ def score_rows(
 
 
 def summarize(results: List[Dict[str, Any]], seconds: float) -> List[Dict[str, Any]]:
+    """A line per env. A row that raised counts as reward 0, as an episode error does in training: leaving it out
+    showed 100% solved beside 2 errors."""
     by_env: Dict[str, List[Dict[str, Any]]] = {}
     for result in results:
         by_env.setdefault(str(result["env"]), []).append(result)
     table = []
     for env_id, items in sorted(by_env.items()):
-        rewards = [r["reward"] for r in items if r.get("reward") is not None]
+        rewards = [r["reward"] if r.get("reward") is not None else 0.0 for r in items]
         table.append(
             {
                 "env": env_id,
@@ -134,6 +139,14 @@ def run(args: argparse.Namespace) -> int:
     results = score_rows(rows, responses, env_id=args.env, env_config=env_config, progress=not args.quiet)
     table = summarize(results, time.perf_counter() - start)
     print_table(table)
+    errors = [r for r in results if "error" in r]
+    from skyrl_gym.data import row_place
+
+    for result in errors[:MAX_ERRORS_SHOWN]:  # which rows, and why, without --output
+        print(f"error: {row_place(result['index'], args.rows)}: {result['error'][:300]}", file=sys.stderr)
+    if len(errors) > MAX_ERRORS_SHOWN:
+        print(f"... and {len(errors) - MAX_ERRORS_SHOWN} more rows that raised (--output FILE keeps every error)",
+              file=sys.stderr)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             for result in results:

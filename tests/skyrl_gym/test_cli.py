@@ -439,6 +439,22 @@ def test_a_users_mistake_is_one_error_line_and_exit_2_from_any_command(argv, mes
     assert "Traceback" not in err
 
 
+def test_score_names_the_rows_that_raised_and_counts_them_as_reward_0(tmp_path, capsys):
+    """It printed "mean reward 1.0000, 100.0% solved, errors 2" and named no row: the errors were found only with
+    --output. Now the rows that raised are named on stderr, and they count 0 in the mean."""
+    good = {"prompt": [{"role": "user", "content": "3 * 4?"}], "env_class": "multiply",
+            "reward_spec": {"ground_truth": "12"}, "response": "\\boxed{12}"}
+    broken = {key: value for key, value in good.items() if key != "reward_spec"}
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in [good, broken, good, broken]) + "\n")
+    code, out, err = run_cli(capsys, ["score", "--rows", str(rows), "--response-field", "response", "--quiet"])
+    assert code == 1
+    assert "0.5000" in out and "50.0%" in out, out
+    named = [line for line in err.splitlines() if line.startswith("error: row ")]
+    assert [line.split(":")[1].strip() for line in named] == [f"row 2 of {rows}", f"row 4 of {rows}"], err
+    assert all("reward_spec" in line for line in named), err
+
+
 def test_conform_of_an_unknown_env_is_one_error_line(capsys):
     pytest.importorskip("skygym_adapters.conformance",
                         reason="`skyrl-gym conform` comes with skygym_adapters: pip install -e .")
