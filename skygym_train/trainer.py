@@ -470,7 +470,9 @@ class PPOTrainer:
         gen_input, uids, row_of = self._generator_input(rows, n, sampling, tag)
         own_bar = None
         if bar is None and self.t.progress_bar and reports_progress(self.engine):
-            bar = own_bar = _TokenProgress("generating", len(rows) * n * self._token_budget(sampling), len(rows) * n)
+            turns = max(1, int(self.cfg.generator.max_turns))
+            bar = own_bar = _TokenProgress("generating", len(rows) * n * self._token_budget(sampling), len(rows) * n,
+                                           multi_turn=turns > 1)
         start = time.perf_counter()
         try:
             with progress_to(self.engine, bar if bar is not None else _no_progress):
@@ -1246,19 +1248,23 @@ def _eval_progress_bar(enabled: bool, total: int, tokens: Optional[int] = None) 
 
 class _TokenProgress:
     """A bar of token positions (with rate and time left) and the rows done beside it, fed by the engine's
-    ``on_progress(positions, rows)``."""
+    ``on_progress(positions, rows)``. The engine counts generations: with several turns per episode that is
+    turns, not rows, and the bar says so (``rows=52/32`` read as a bug)."""
 
-    def __init__(self, desc: str, tokens: int, rows: int) -> None:
+    def __init__(self, desc: str, tokens: int, rows: int, multi_turn: bool = False) -> None:
         from tqdm.auto import tqdm
 
-        self.rows, self.done = rows, 0
+        self.rows, self.done, self.multi_turn = rows, 0, multi_turn
         self.bar = tqdm(total=tokens, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, leave=False,
-                        postfix={"rows": f"0/{rows}"})
+                        postfix=self._postfix())
+
+    def _postfix(self) -> Dict[str, str]:
+        return {"turns": f"{self.done} of {self.rows} episodes"} if self.multi_turn else {"rows": f"{self.done}/{self.rows}"}
 
     def __call__(self, positions: int, rows: int) -> None:
         if rows:
             self.done += rows
-            self.bar.set_postfix(rows=f"{self.done}/{self.rows}", refresh=False)
+            self.bar.set_postfix(self._postfix(), refresh=False)
         self.bar.update(positions)
 
     def close(self) -> None:

@@ -64,3 +64,19 @@ def test_training_and_evaluation_show_token_progress(tiny_chat_model, toy_data, 
     assert evaluating.unit == "tok" and evaluating.n == evaluating.total == 64 * 1 * budget
     rows_shown = [int(p["rows"].split("/")[0]) for p in evaluating.postfixes]
     assert rows_shown == sorted(rows_shown) and rows_shown[-1] == 64 and len(set(rows_shown)) > 2  # row by row
+
+
+def test_a_multi_turn_bar_counts_turns_not_rows():
+    """The engine reports each generation; with two turns per episode the bar read rows=52/32."""
+    from skygym_train.trainer import _TokenProgress
+
+    single, multi = _TokenProgress("generating", 100, 2), _TokenProgress("generating", 100, 2, multi_turn=True)
+    try:
+        for rows in (1, 1):
+            single(10, rows)
+        for rows in (1, 2):  # episode 1 ended after its first turn; episode 2 took two
+            multi(10, rows)
+        assert single.bar.postfix == "rows=2/2" and multi.bar.postfix == "turns=3 of 2 episodes"
+    finally:
+        single.close()
+        multi.close()
