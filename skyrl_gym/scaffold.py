@@ -196,6 +196,7 @@ the public SkyRL-gym 0.4 has the same distribution name and cannot run it.
 pip install -e '.[dev]'
 skyrl-gym check {name}      # the checker, on rows from the dataset builder
 skyrl-gym audit {name}      # golden answers and reward hacks against the verifier ({package}/audit.py)
+skyrl-gym conform {name}    # the same episodes through every training adapter (loads the embedded model)
 python -m pytest tests
 ```
 

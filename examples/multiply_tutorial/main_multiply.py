@@ -10,13 +10,14 @@ import ray
 
 from skygym_train.entrypoints.main_base import BasePPOExp, config_dir, hydra_main, validate_cfg
 from skygym_train.utils import initialize_ray
-from skyrl_gym.envs import register
+from skyrl_gym.envs import deregister, register
 
 
 @ray.remote(num_cpus=1)
 def skyrl_entrypoint(cfg):
     # Register the env inside the Ray task that trains (no change to any installed package). `multiply` is also
-    # a shipped id: this registration replaces it for this run, with a warning.
+    # a shipped id: deregistering it first says that this run replaces it on purpose.
+    deregister("multiply")
     register(id="multiply", entry_point="examples.multiply_tutorial.env:MultiplyEnv")
     exp = BasePPOExp(cfg)
     return exp.run()["global_step"]

@@ -46,6 +46,7 @@ if [ "${1:-}" = "--check" ]; then ENTRY=(python -m skygym_train.entrypoints.main
   generator.weight_sync_backend=nccl \
   generator.async_engine=true \
   generator.batched=false \
+  generator.max_turns=5 \
   environment.env_class=multiply \
   generator.n_samples_per_prompt=5 \
   generator.gpu_memory_utilization=0.8 \

@@ -32,7 +32,7 @@ if [ "${1:-}" = "--check" ]; then ENTRY=(python -m skygym_train.entrypoints.main
   trainer.resume_mode=none \
   trainer.gradient_checkpointing=false \
   generator.sampling_params.max_generate_length=48 \
-  generator.max_turns=2 \
+  generator.max_turns=5 \
   trainer.policy.optimizer_config.lr=1.0e-6 \
   generator.backend=hf \
   generator.weight_sync_backend=auto \

@@ -189,30 +189,66 @@ def _check_model_and_data(cfg: Any, has_cuda: bool) -> List[str]:
 def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
     problems: List[str] = []
     t, g = cfg.trainer, cfg.generator
-    sizes_ok = all([
-        _positive(k, v, problems)
-        for k, v in (
-            ("trainer.train_batch_size", t.train_batch_size),
-            ("trainer.policy_mini_batch_size", t.policy_mini_batch_size),
-            ("trainer.micro_train_batch_size_per_gpu", t.micro_train_batch_size_per_gpu),
-            ("trainer.micro_forward_batch_size_per_gpu", t.micro_forward_batch_size_per_gpu),
-            ("generator.n_samples_per_prompt", g.n_samples_per_prompt),
-            ("trainer.epochs", t.epochs),
-            ("trainer.update_epochs_per_batch", t.update_epochs_per_batch),
-            ("trainer.eval_batch_size", t.eval_batch_size),
-            ("generator.max_turns", g.max_turns),
-            ("generator.num_inference_engines", g.num_inference_engines),
-            ("generator.inference_engine_tensor_parallel_size", g.inference_engine_tensor_parallel_size),
-            ("trainer.num_cpu_workers", t.num_cpu_workers),
-        )
-    ])
+    # each check between sizes runs when its own sizes are valid: one bad size hid every other problem of them
+    valid = {key for key, value in (
+        ("trainer.train_batch_size", t.train_batch_size),
+        ("trainer.policy_mini_batch_size", t.policy_mini_batch_size),
+        ("trainer.micro_train_batch_size_per_gpu", t.micro_train_batch_size_per_gpu),
+        ("trainer.micro_forward_batch_size_per_gpu", t.micro_forward_batch_size_per_gpu),
+        ("generator.n_samples_per_prompt", g.n_samples_per_prompt),
+        ("trainer.epochs", t.epochs),
+        ("trainer.update_epochs_per_batch", t.update_epochs_per_batch),
+        ("trainer.eval_batch_size", t.eval_batch_size),
+        ("generator.max_turns", g.max_turns),
+        ("generator.num_inference_engines", g.num_inference_engines),
+        ("generator.inference_engine_tensor_parallel_size", g.inference_engine_tensor_parallel_size),
+        ("trainer.num_cpu_workers", t.num_cpu_workers),
+    ) if _positive(key, value, problems)}
+
+    def usable(*keys: str) -> bool:
+        return all(f"trainer.{key}" in valid or f"generator.{key}" in valid for key in keys)
+
     if t.max_tokens_per_microbatch != -1 and t.max_tokens_per_microbatch <= 0:
         problems.append(
             f"trainer.max_tokens_per_microbatch={t.max_tokens_per_microbatch}: must be -1 (micro-batches by "
             "row count) or a positive token budget"
         )
-    if not sizes_ok:
-        return problems
+    if usable("train_batch_size", "policy_mini_batch_size") and t.train_batch_size % t.policy_mini_batch_size:
+        problems.append(
+            f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
+            f"trainer.policy_mini_batch_size={t.policy_mini_batch_size}"
+        )
+    if usable("policy_mini_batch_size", "n_samples_per_prompt", "micro_train_batch_size_per_gpu", "num_cpu_workers"):
+        # ranks of one sequence-parallel group share their rows: the rows split over the groups
+        world = _data_parallel(policy_world_size(cfg, has_cuda), t.policy.sequence_parallel_size)
+        per_step = t.policy_mini_batch_size * g.n_samples_per_prompt
+        if per_step % world:
+            problems.append(
+                f"trainer.policy_mini_batch_size * generator.n_samples_per_prompt = {per_step} sequences per "
+                f"optimizer step cannot be split evenly over {world} policy workers"
+            )
+        elif (per_step // world) % t.micro_train_batch_size_per_gpu:
+            problems.append(
+                f"trainer.micro_train_batch_size_per_gpu={t.micro_train_batch_size_per_gpu} does not divide the "
+                f"{per_step // world} sequences each policy worker gets per optimizer step "
+                f"(policy_mini_batch_size * n_samples_per_prompt / workers)"
+            )
+    if uses_critic(cfg) and usable("train_batch_size", "n_samples_per_prompt", "micro_train_batch_size_per_gpu",
+                                   "num_cpu_workers") \
+            and _positive("trainer.critic_mini_batch_size", t.critic_mini_batch_size, problems):
+        if t.train_batch_size % t.critic_mini_batch_size:
+            problems.append(
+                f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
+                f"trainer.critic_mini_batch_size={t.critic_mini_batch_size}"
+            )
+        critic_seqs = t.critic_mini_batch_size * g.n_samples_per_prompt
+        cworld = _data_parallel(critic_world_size(cfg, has_cuda), t.critic.sequence_parallel_size)
+        if critic_seqs % (cworld * t.micro_train_batch_size_per_gpu):
+            problems.append(
+                f"trainer.critic_mini_batch_size * generator.n_samples_per_prompt = {critic_seqs} is not "
+                f"divisible by {cworld} critic workers x micro_train_batch_size_per_gpu"
+            )
+    return problems
     if t.train_batch_size % t.policy_mini_batch_size:
         problems.append(
             f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "

@@ -31,6 +31,6 @@ def run_init(args: argparse.Namespace) -> int:
         return 2
     # quoted: an unquoted `[dev]` is a glob that zsh refuses ("no matches found") and bash may expand
     print(f"wrote {root}\nnext:\n  pip install -e {shlex.quote(f'{root}[dev]')}\n"
-          f"  skyrl-gym check {args.name}\n  skyrl-gym audit {args.name}\n"
+          f"  skyrl-gym check {args.name}\n  skyrl-gym audit {args.name}\n  skyrl-gym conform {args.name}\n"
           f"  python -m pytest {shlex.quote(str(root / 'tests'))}")
     return 0

@@ -224,3 +224,12 @@ def test_truncated_importance_sampling_needs_a_cap_and_rollout_logprobs(data_fil
     assert "trainer.algorithm.use_tis=true: needs the engine's log-probs" in problems
     cfg = load_config(_valid(data_file, "trainer.algorithm.use_tis=true", "trainer.algorithm.tis_imp_ratio_cap=2.0"))
     assert cfg.trainer.algorithm.use_tis
+
+
+def test_one_bad_size_does_not_hide_the_other_size_problems(data_file):
+    """trainer.epochs=-1 hid that train_batch_size is not a multiple of policy_mini_batch_size: a second run of
+    --check found it. Each check between sizes now runs when its own sizes are valid."""
+    problems = _problems(_valid(data_file, "trainer.epochs=-1", "trainer.train_batch_size=8",
+                                "trainer.policy_mini_batch_size=3"), has_cuda=False)
+    assert "trainer.epochs=-1: must be a positive integer" in problems
+    assert "trainer.train_batch_size=8 is not a multiple of trainer.policy_mini_batch_size=3" in problems

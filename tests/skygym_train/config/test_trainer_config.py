@@ -55,7 +55,7 @@ def test_skyrl_key_names_are_accepted(data_file):
             "generator.max_turns=3",
             "generator.sampling_params.temperature=0.7",
             "generator.sampling_params.max_generate_length=64",
-            "environment.env_class=gsm8k",
+            "environment.env_class=multiply",
             "environment.env_config.boxed_wrong_reward=0.1",
         ),
         validate=False,
