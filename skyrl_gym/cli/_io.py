@@ -48,15 +48,21 @@ def env_config_arg(text: str | None, env_ids: Iterable[Any], flag: str = "--env-
 
 
 def load_row(path: str, index: int) -> Tuple[Any, Dict[str, Any]]:
-    """``(prompt, extras)`` of row ``index`` of a JSONL/JSON/Parquet rows file."""
-    from skyrl_gym.data import load_rows, row_extras
+    """``(prompt, extras)`` of row ``index`` of a JSONL/JSON/Parquet rows file. Only that row is checked, and a
+    JSONL file is read only up to it: a bad line further on does not stop a user stepping this one."""
+    from skyrl_gym.data import placed_records, row_extras, validate_row
 
-    rows: List[Dict[str, Any]] = [dict(r) for r in load_rows(path)]
-    if not rows:
+    records: List[Tuple[str, Dict[str, Any]]] = []
+    for placed in placed_records(path):
+        records.append(placed)
+        if index >= 0 and len(records) > index:
+            break
+    if not records:
         raise UsageError(f"{path} holds no rows")
-    if not -len(rows) <= index < len(rows):
-        raise UsageError(f"--index {index} is out of range: {path} has {len(rows)} rows")
-    row = rows[index]
+    if not -len(records) <= index < len(records):
+        raise UsageError(f"--index {index} is out of range: {path} has {len(records)} rows")
+    place, record = records[index]
+    row = dict(validate_row(record, place=place))
     return row.get("prompt"), row_extras(row)
 
 

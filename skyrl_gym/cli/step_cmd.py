@@ -150,7 +150,8 @@ def run_step(args: argparse.Namespace, stdin: Optional[TextIO] = None) -> int:
                     "'{\"reward_spec\": {\"ground_truth\": \"...\"}}' (the env's README shows its row)")
         error(f"{what} raised {type(episode.exception).__name__}: {episode.exception}{hint}")
         out.event(event="error", turn=episode.num_turns + 1, error=f"{type(episode.exception).__name__}: {episode.exception}")
-        return 1
+        # a row the env refuses when it is built is the caller's input (exit 2), as a bad argument is
+        return 2 if episode.error_method == "make" and isinstance(episode.exception, DataError) else 1
     done = episode.end is EpisodeEnd.ENV_DONE
     summary = (f"episode {_ENDINGS.get(episode.end, episode.end)} after {episode.num_turns} turn(s), "
                f"total reward {episode.total_reward:g}")

@@ -377,7 +377,7 @@ def test_step_rejects_bad_arguments(capsys, tmp_path, monkeypatch):
     code, _, err = run_cli(capsys, ["step", "gsm8k", "--row", str(rows), "--index", "5"], monkeypatch=monkeypatch)
     assert code == 2 and "--index 5 is out of range" in err and "2 rows" in err
     code, _, err = run_cli(capsys, ["step", "gsm8k", "--prompt", "hi"], monkeypatch=monkeypatch)
-    assert code == 1 and "building env 'gsm8k' raised MissingRewardSpec" in err
+    assert code == 2 and "building env 'gsm8k' raised MissingRewardSpec" in err
     example = json.dumps({"reward_spec": {"ground_truth": "..."}})
     hint = f"give the rest of the row as --extras, e.g. --extras '{example}'"
     assert hint in err
@@ -461,3 +461,16 @@ def test_conform_of_an_unknown_env_is_one_error_line(capsys):
     code, _, err = run_cli(capsys, ["conform", "multiplyy"])
     assert code == 2
     assert err.startswith("error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?")
+
+
+def test_step_plays_a_row_before_a_bad_line_of_its_file(capsys, tmp_path, monkeypatch):
+    """Line 17 of a file that was not JSON stopped `step --index 2`, which never reads it."""
+    rows = write_rows(tmp_path / "rows.jsonl", BUILTIN_ROWS["multiply"])
+    with rows.open("a") as handle:
+        handle.write("{not json\n")
+    code, out, err = run_cli(capsys, ["step", "multiply", "--row", str(rows), "--index", "1"], stdin="",
+                             monkeypatch=monkeypatch)
+    assert code == 0, err
+    code, _, err = run_cli(capsys, ["step", "multiply", "--row", str(rows), "--index", "-1"], stdin="",
+                           monkeypatch=monkeypatch)  # counting from the end reads them all: the bad line is named
+    assert code == 2 and "is not valid JSON" in err, err
