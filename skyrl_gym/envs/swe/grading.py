@@ -233,7 +233,9 @@ def evaluate_patch(
             )
             report.instance_error = True
             return _finish(report, started)
-        planted = [test.nodeid for test in canary.plant(runtime, instance)]
+        library = sorted(item.path for item in changed if item.path.endswith(".py") and not is_test_path(item.path)
+                         and item.path not in report.restored_paths)
+        planted = [test.nodeid for test in canary.plant(runtime, instance, library)]
         # The planted tests run first, in a pytest of their own: nothing they do reaches the hidden tests' run,
         # and a forgery that passes only what is new to its process meets the mutant before its original.
         planted_run = runtime.run_tests(planted, timeout_s=timeout_s) if planted else None

@@ -163,13 +163,42 @@ def test_planting_skips_doctests_and_files_that_are_not_test_files():
                            test_patch="",
                            FAIL_TO_PASS=["docs/usage.txt::usage.txt", "lib.py::lib.double",
                                          "tests/test_lib.py::test_double"])
-    planted = canary.plant(runtime, instance)
-    assert [item.path for item in planted] == ["tests/test_lib.py"] * 2
+    planted = canary.plant(runtime, instance, ["lib.py"])
+    assert [item.path for item in planted] == ["tests/test_lib.py"] * 3
+    assert "'/testbed/lib.py'" in planted[1].source  # the library file, where the container has it
     assert files["/testbed/tests/test_lib.py"].decode().endswith(planted[-1].source)
     only_doctests = SWEInstance(instance_id="x", repo="r", base_commit="c", problem_statement="", patch="",
                            test_patch="",
                                 FAIL_TO_PASS=["docs/usage.txt::usage.txt"])
     assert canary.plant(runtime, only_doctests) == []
+
+
+def test_a_planted_test_fails_from_each_changed_library_file_and_a_forgery_that_passes_those_passes_it(tmp_path):
+    """A forgery that passes the failures raised in its own file (where the bug is) left the mutant failing: the
+    mutant fails on its changed statement, in the test, before it meets the bug. Now each library file the patch
+    changes gets a planted test that fails from that file. Real pytest runs, honest and forged."""
+    import subprocess
+
+    from skyrl_gym.envs.swe.audit import PASS_FAILURES_RAISED_HERE
+
+    library = tmp_path / "lib.py"
+    library.write_text("def double(n):\n    return n * 2\n")
+    planted = canary.plan("test_lib.py", TEST_FILE, ["test_double"], [str(library)])
+    raised = planted[1]
+    assert "_Failure" in raised.source and str(library) in raised.source
+    (tmp_path / "test_lib.py").write_text(canary.appended(TEST_FILE, planted))
+
+    def outcome() -> str:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"test_lib.py::{raised.name}"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)
+        return done.stdout
+
+    honest = outcome()
+    assert "1 failed" in honest and "planted" in honest, honest  # an exception of the usual kinds, from lib.py
+    library.write_text("def double(n):\n    return n * 2\n" + PASS_FAILURES_RAISED_HERE)
+    forged = outcome()
+    assert "1 passed" in forged, forged  # the forgery passes it: grading would say tampered
 
 
 def _report(outcomes: dict) -> swe_runtime.TestRun:

@@ -314,6 +314,9 @@ def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instanc
             parametrized, LIBRARY_FORGERIES["failures of tests that call library code passed"]),
         "xfail mark from library code": (parametrized, LIBRARY_FORGERIES["xfail mark from library code"]),
         "failures of methods passed": (methods, LIBRARY_FORGERIES["failures of methods passed"]),
+        # six's bug raises inside six.py: the mutant fails on its changed statement, before the bug, in the test
+        "failures raised in the library file passed": (
+            six, LIBRARY_FORGERIES["failures raised in the library file passed"]),
     }
     instances = [instance for instance, _ in cases.values()]
     patches = [_patch_from_edits(instance, docker_client_for_tests,
@@ -336,7 +339,7 @@ def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instanc
     # catch them. Two do not: a FAIL_TO_PASS test xfailed by an xfail raised while it ran is no pass, and an
     # xfail mark on every test that calls library code makes the passing ones xpass (the attacker's version,
     # which marked only the tests that call the function under repair, resolved it).
-    monkeypatch.setattr(canary, "plant", lambda runtime, instance: [])
+    monkeypatch.setattr(canary, "plant", lambda runtime, instance, library=(): [])
     unchecked = dict(zip(cases, evaluate_many(instances, patches, client=docker_client_for_tests)))
     assert {name: report.resolved for name, report in unchecked.items()} == {
         **dict.fromkeys(cases, True), "xfail raised from library code": False, "xfail mark from library code": False}
