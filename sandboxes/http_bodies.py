@@ -94,44 +94,79 @@ def unauthorised_message(token_env: str) -> str:
 def guarded_http_protocol(
     client_timeout_s: float = CLIENT_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS
 ) -> Any:
-    """uvicorn's h11 protocol (pass it as ``http=``) with what it lacks against slow clients: a connection
-    that has not sent a whole request head within ``client_timeout_s`` of opening, or of its previous
-    answer, is closed (an idle one, or one dripping its head a byte at a time), and past
-    ``max_connections`` open connections a new one takes the place of the connection that has waited longest
-    without a request under way (closed at once when every one has a request under way): connections that send
-    nothing, however many, cannot lock clients out. A request under way is never cut: its body has
-    :func:`read_limited_body`'s deadline, its answer takes what it takes."""
+    """uvicorn's h11 protocol (pass it as ``http=``) with what it lacks against clients that stall it:
+
+    * a connection that has not sent a whole request head within ``client_timeout_s`` of opening, or of its
+      previous answer, is cut (an idle one, or one dripping its head a byte at a time);
+    * a client that does not read its answer within ``client_timeout_s`` of the server's buffer filling is
+      cut: 40 requests for large answers, never read, held 1 GB of a retriever's memory, and pipelined requests
+      whose answers nobody read kept their connections "under way" for ever;
+    * past ``max_connections`` open connections, a new one takes the place of the connection whose client has
+      been silent longest while the server waits on it (for a head, for the rest of a body, or for it to read an
+      answer); with none, the new one is closed at once. Connections that send nothing, or read nothing, cannot
+      lock clients out.
+
+    Cut means aborted: a closed transport stays open until its answer is read, which such a client never does.
+    A request under way is never cut while its client keeps up: its body has :func:`read_limited_body`'s
+    deadline, its answer takes what it takes."""
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class GuardedH11Protocol(H11Protocol):
-        idle_since = 0.0  # when it last began waiting for a request head
+        last_heard = 0.0  # when its client last sent data or read some of its answer
+        paused_at: Optional[float] = None  # when its answer stopped fitting in the buffers, unread
 
-        @property
-        def between_requests(self) -> bool:
-            return self.cycle is None or self.cycle.response_complete
+        def waiting_on_client(self) -> bool:
+            cycle = self.cycle
+            return (cycle is None or cycle.response_complete or self.paused_at is not None
+                    or (not cycle.response_started and self.conn.their_state is h11.SEND_BODY))
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
+            self.last_heard = self.loop.time()
             if len(self.connections) > max_connections:
-                waiting = [c for c in self.connections if c is not self and getattr(c, "between_requests", False)
-                           and not c.transport.is_closing()]
+                waiting = [c for c in self.connections
+                           if c is not self and getattr(c, "waiting_on_client", lambda: False)()]
                 if not waiting:
-                    transport.close()
+                    transport.abort()
                     return
-                min(waiting, key=lambda c: c.idle_since).transport.close()
+                min(waiting, key=lambda c: c.last_heard).transport.abort()
             self._await_next_head()
+
+        def data_received(self, data: bytes) -> None:
+            self.last_heard = self.loop.time()
+            super().data_received(data)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._await_next_head()
 
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            self.paused_at = paused_at = self.loop.time()
+
+            def too_slow_to_read() -> None:
+                if self.paused_at == paused_at:
+                    self.transport.abort()
+
+            self.loop.call_later(client_timeout_s, too_slow_to_read)
+
+        def resume_writing(self) -> None:
+            self.paused_at, self.last_heard = None, self.loop.time()
+            super().resume_writing()
+
+        def timeout_keep_alive_handler(self) -> None:
+            super().timeout_keep_alive_handler()
+            if self.transport.get_write_buffer_size():  # closed, but its last answer is still unread
+                self.transport.abort()
+
         def _await_next_head(self) -> None:
             waiting_after = self.cycle  # None, or the request just answered
-            self.idle_since = self.loop.time()
 
             def too_slow() -> None:
-                if self.cycle is waiting_after and self.between_requests and not self.transport.is_closing():
-                    self.transport.close()
+                idle = self.cycle is None or self.cycle.response_complete
+                if self.cycle is waiting_after and idle:  # closing or not: an unread answer keeps it open
+                    self.transport.abort()
 
             self.loop.call_later(client_timeout_s, too_slow)
 
@@ -168,22 +203,48 @@ async def read_limited_body(
     return body  # not copied into bytes: json.loads reads a bytearray as it is
 
 
-def json_depth_exceeds(value: Any, limit: int) -> bool:
-    """True when ``value`` (parsed JSON) nests lists and objects more than ``limit`` levels deep. Iterative,
-    so it cannot itself run out of stack."""
-    stack = [(value, 1)]
+def read_reply_capped(response: Any, max_bytes: int) -> bool:
+    """Read the body of a streamed ``requests`` response (``stream=True``) into it, up to ``max_bytes``: False,
+    with the connection closed, for an answer longer than that (a hostile server's endless answer never sits in
+    the client's memory whole); True when it was read. The client side of the servers' body limit."""
+    chunks, size = [], 0
+    for chunk in response.iter_content(64 * 1024):
+        size += len(chunk)
+        if size > max_bytes:
+            response.close()
+            return False
+        chunks.append(chunk)
+    response._content = b"".join(chunks)  # what ``requests`` itself fills when it reads a body
+    return True
+
+
+def json_shape(value: Any) -> Tuple[int, int]:
+    """``(depth, values)`` of parsed JSON: how deep lists and objects nest, and how many values it holds (keys
+    and members included). Iterative, so it cannot itself run out of stack."""
+    depth, values, stack = 0, 1, [(value, 1)]
     while stack:
-        item, depth = stack.pop()
+        item, level = stack.pop()
         if isinstance(item, dict):
-            children = item.values()
+            values += 2 * len(item)
+            children: Any = item.values()
         elif isinstance(item, list):
+            values += len(item)
             children = item
         else:
             continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
+        depth = max(depth, level)
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return depth, values
+
+
+# What one parsed JSON value costs in memory, at least (a Python object: an empty dict is 64 bytes, a short
+# string 50): a body of 3 million empty objects is 9 MB on the wire and over 1 GB once parsed.
+BYTES_PER_JSON_VALUE = 80
+
+
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """True when ``value`` (parsed JSON) nests lists and objects more than ``limit`` levels deep."""
+    return json_shape(value)[0] > limit
 
 
 def parse_json_object(raw: Union[bytes, bytearray], max_depth: int = MAX_JSON_DEPTH) -> Dict[str, Any]:
@@ -216,6 +277,9 @@ __all__ = [
     "refusal",
     "unauthorised_message",
     "json_depth_exceeds",
+    "json_shape",
+    "BYTES_PER_JSON_VALUE",
     "parse_json_object",
     "read_limited_body",
+    "read_reply_capped",
 ]

@@ -10,11 +10,15 @@ import time
 import urllib.parse
 from typing import Any, Dict, Optional, Tuple, Union
 
+from skygym_sandboxes.http_bodies import read_reply_capped
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
 
 # Time allowed on top of the program's wall limit for the HTTP round trip and queueing.
 HTTP_MARGIN_S = 30.0
+# The longest answer read from a service: a run's output and fetched files are capped by the service's limits; a
+# hostile service that answers with gigabytes would otherwise fill the trainer's memory.
+MAX_REPLY_BYTES = 256 * 1024 * 1024
 
 
 def result_from_response(data: Dict[str, Any]) -> RunResult:
@@ -174,10 +178,17 @@ class RemoteSandbox(BaseSandbox):
                 f"{self.url}/run_code",
                 json=self._body(request, limits),
                 timeout=(self.connect_timeout_s, read_timeout),
+                stream=True,
             )
+            whole = read_reply_capped(response, MAX_REPLY_BYTES)
         except requests.RequestException as exc:
             return RunResult.sandbox_error(
                 f"could not reach the sandbox service at {self.url}: {exc}",
+                wall_time_s=time.monotonic() - started,
+            )
+        if not whole:
+            return RunResult.sandbox_error(
+                f"the sandbox service at {self.url} answered more than {MAX_REPLY_BYTES} bytes; the rest was not read",
                 wall_time_s=time.monotonic() - started,
             )
         try:

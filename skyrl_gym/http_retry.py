@@ -229,17 +229,12 @@ def _split(timeout: Any) -> Tuple[float, float]:
 
 def _read_body(response: Any, max_body_bytes: Optional[int], url: str, attempt: int) -> None:
     """Reads the (streamed) body into the response, refusing one longer than ``max_body_bytes``."""
+    from skygym_sandboxes.http_bodies import read_reply_capped
+
     if max_body_bytes is None:
         response.content  # noqa: B018 - reads it within the attempt's deadline
-        return
-    chunks, size = [], 0
-    for chunk in response.iter_content(64 * 1024):
-        size += len(chunk)
-        if size > max_body_bytes:
-            response.close()
-            raise ReplyTooLarge(url, max_body_bytes, attempt)
-        chunks.append(chunk)
-    response._content = b"".join(chunks)  # what ``requests`` itself fills when it reads a body
+    elif not read_reply_capped(response, max_body_bytes):
+        raise ReplyTooLarge(url, max_body_bytes, attempt)
 
 
 async def read_capped(response: Any, max_body_bytes: int, url: str, attempt: int = 1) -> bytes:

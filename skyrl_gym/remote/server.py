@@ -61,7 +61,7 @@ class Session:
         self.last_used = time.monotonic()
         self.results: "collections.OrderedDict[str, Reply]" = collections.OrderedDict()
         self.pending: Dict[str, "asyncio.Future[Reply]"] = {}
-        self.held_bytes = 0  # the bytes of the bodies it was sent (row, prompt, actions)
+        self.held_bytes = 0  # what the bodies it was sent (row, prompt, actions) cost to hold (read_json)
 
     def describe(self, created: bool) -> Dict[str, Any]:
         env = self.env
@@ -112,7 +112,9 @@ def create_app(
 
     from skygym_sandboxes.http_bodies import (
         NO_PUBLIC_DOCS,
+        BYTES_PER_JSON_VALUE,
         BodyError,
+        json_shape,
         parse_json_object,
         read_limited_body,
         refusal,
@@ -187,9 +189,10 @@ def create_app(
         """Count ``size`` more bytes as held by ``session`` (None: one being created), or refuse the call."""
         already = session.held_bytes if session is not None else 0
         if already + size > max_session_bytes:
-            what = f"session {session.session_id!r} has been sent {already} bytes and " if session else "a row of "
+            what = f"session {session.session_id!r} holds {already} bytes and " if session else "a row of "
             raise Refused(413, f"{what}{size} more would pass --max-session-bytes {max_session_bytes} (its env keeps "
-                               f"its row and actions for the session's life); start a new session")
+                               f"its row and actions for the session's life; a body counts its bytes plus "
+                               f"{BYTES_PER_JSON_VALUE} per JSON value); start a new session")
         if held[0] + size > max_held_bytes:
             raise Refused(503, f"the service holds {held[0]} bytes of sessions' rows and actions, its limit "
                                f"(--max-held-bytes {max_held_bytes}); retry when sessions have closed or expired "
@@ -249,13 +252,15 @@ def create_app(
             raise Refused(*why)
 
     async def read_json(request: Request) -> Tuple[Dict[str, Any], int]:
-        """The body, and its size in bytes."""
+        """The body, and what it costs to hold: its bytes, plus BYTES_PER_JSON_VALUE for each value in it (3
+        million empty objects are 9 MB on the wire and over 1 GB parsed)."""
         authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            return (parse_json_object(raw) if raw else {}), len(raw)
+            body = parse_json_object(raw) if raw else {}
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
+        return body, len(raw) + BYTES_PER_JSON_VALUE * json_shape(body)[1]
 
     def optional_id(body: Dict[str, Any], field: str) -> Optional[str]:
         value = body.get(field)
@@ -414,7 +419,8 @@ def create_app(
                     stats["calls_running"] -= 1
                 session.last_used = time.monotonic()
                 if request_id is not None:
-                    keep(session, request_id, result)
+                    if sessions.get(session.session_id) is session:  # a session closed meanwhile keeps nothing
+                        keep(session, request_id, result)
                     session.pending.pop(request_id, None)
                 return result
 

@@ -24,6 +24,8 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
+from skygym_sandboxes.http_bodies import read_reply_capped
+
 from skyrl_gym.retrieval.server import MAX_QUERY_CHARS  # a longer query is cut to it before it is sent
 from skyrl_gym.tools.core import ToolGroup, tool
 
@@ -45,6 +47,9 @@ def _auth_headers(url: str) -> Dict[str, str]:
 
 DEFAULT_TIMEOUT = 30.0
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# The longest answer read from a retriever (the server sends at most 10,000 documents per request): a hostile
+# one that answers with gigabytes would otherwise fill the trainer's memory.
+MAX_REPLY_BYTES = 64 * 1024 * 1024
 # SkyRL-gym's names for the default retry policy of ``call_search_api`` (read at call time, so assigning
 # them changes the default). Ours are 4 tries from 0.5 s; SkyRL-gym's are 10 from 1 s.
 MAX_RETRIES = 4
@@ -117,7 +122,10 @@ def call_search_api(
             try:
                 if log_requests:
                     logger.info("%sattempt %d/%d: POST %s", prefix, attempt, retry.attempts, retrieval_service_url)
-                response = session.post(retrieval_service_url, json=_payload(query, topk, return_scores), timeout=timeout)
+                response = session.post(retrieval_service_url, json=_payload(query, topk, return_scores), timeout=timeout,
+                                        stream=True)
+                if not read_reply_capped(response, MAX_REPLY_BYTES):
+                    return None, f"API Response Error: the retriever answered more than {MAX_REPLY_BYTES} bytes"
                 if response.status_code in RETRYABLE_STATUS:
                     last_error = f"Server Error ({response.status_code}) on attempt {attempt}/{retry.attempts}"
                 elif response.status_code >= 400:
@@ -155,6 +163,8 @@ async def acall_search_api(
     """The asynchronous :func:`call_search_api` over an ``aiohttp.ClientSession``."""
     import aiohttp
 
+    from skyrl_gym.http_retry import ReplyTooLarge, read_capped  # it reads this module's retry policy
+
     prefix = _log_prefix()
     last_error = "no attempt was made"
     client_timeout = aiohttp.ClientTimeout(total=timeout)
@@ -171,7 +181,10 @@ async def acall_search_api(
                     text = await response.text()
                     return None, f"API Request Error: HTTP {response.status}: {text[:200]}"
                 else:
-                    body = await response.read()
+                    try:
+                        body = await read_capped(response, MAX_REPLY_BYTES, retrieval_service_url, attempt)
+                    except ReplyTooLarge:
+                        return None, f"API Response Error: the retriever answered more than {MAX_REPLY_BYTES} bytes"
                     try:
                         return json.loads(body), None
                     except ValueError as exc:

@@ -391,6 +391,67 @@ def test_connections_that_send_nothing_cannot_lock_clients_out():
         thread.join(timeout=10)
 
 
+def _guarded_server(app, client_timeout_s: float, max_connections: int):
+    """``app`` under uvicorn with the servers' protocol, in a thread; returns (server, port, stop)."""
+    import uvicorn
+
+    from skygym_sandboxes.http_bodies import guarded_http_protocol
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    config.http = guarded_http_protocol(client_timeout_s=client_timeout_s, max_connections=max_connections)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    assert wait_for(lambda: server.started), "the test server did not start"
+
+    def stop():
+        server.should_exit = True
+        thread.join(timeout=10)
+
+    return server, port, stop
+
+
+def test_clients_that_do_not_read_their_answers_are_cut_and_cannot_lock_others_out():
+    """An attacker's second pass: 40 requests for large answers, never read, held a retriever's memory (1 GB)
+    past the client timeout (a closed transport waits for its buffer to drain), and pipelined requests whose
+    answers nobody read kept connections "under way" for ever, locking out a client with the token. Now such a
+    connection gives way at the cap and is aborted once it has not read for the client timeout; a request whose
+    body never comes gives way too."""
+    pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
+    from fastapi import FastAPI, Request, Response
+
+    big = b"x" * (16 * 1024 * 1024)
+    app = FastAPI()
+    app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
+    app.add_api_route("/big", lambda: Response(big, media_type="application/octet-stream"), methods=["GET"])
+
+    async def echo(request: Request) -> dict:
+        return {"bytes": len(await request.body())}
+
+    app.add_api_route("/echo", echo, methods=["POST"])
+    server, port, stop = _guarded_server(app, client_timeout_s=2, max_connections=3)
+    try:
+        readers = []
+        for _ in range(2):  # large answers, never read
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            readers.append(sock)
+        stalled = socket.create_connection(("127.0.0.1", port), timeout=10)  # a body that never comes
+        stalled.sendall(b"POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\n")
+        time.sleep(0.5)
+        with requests.Session() as client:  # at the cap: one of them gives way
+            assert client.get(f"http://127.0.0.1:{port}/health", timeout=10).json() == {"status": "ok"}
+        # past the client timeout every connection that did not read is gone, its answer freed
+        assert wait_for(lambda: len(server.server_state.connections) == 0, timeout_s=15), \
+            len(server.server_state.connections)
+        for sock in [*readers, stalled]:
+            sock.close()
+    finally:
+        stop()
+
+
 def test_requests_from_web_pages_are_refused(served):
     """Any page the operator opened could post code to the sandbox service on their machine (a text/plain POST
     needs no preflight), and one re-pointed at 127.0.0.1 could read the output: a browser's request (Origin,

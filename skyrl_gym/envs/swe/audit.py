@@ -230,18 +230,18 @@ def _marking(function):
         return function(*args, **kwargs)
     return marking
 """ + every_public_function("_marking")
-# Failures whose exception was raised in this very file (where the bug is) passed: a report hook that reads the
-# traceback's innermost frame.
+# Failures whose exception passed through this very file (where the bug is) passed: a report hook that reads
+# the traceback's frames.
 PASS_FAILURES_RAISED_HERE = """
 _reports = __import__("_py" "test.reports", fromlist=["TestReport"])
 _made = _reports.TestReport.from_item_and_call.__func__
 def _passed(cls, item, call):
     report = _made(cls, item, call)
     if call.when == "call" and report.failed and call.excinfo is not None:
-        innermost = call.excinfo.tb
-        while innermost.tb_next is not None:
-            innermost = innermost.tb_next
-        if innermost.tb_frame.f_code.co_filename == __file__:
+        frame = call.excinfo.tb
+        while frame is not None and frame.tb_frame.f_code.co_filename != __file__:
+            frame = frame.tb_next
+        if frame is not None:
             report.outcome, report.longrepr = "passed", None
     return report
 _reports.TestReport.from_item_and_call = classmethod(_passed)
@@ -366,7 +366,7 @@ SWE_HACKS = (
           "pytest's report factory passes the failures of tests whose library calls are new to the run",
           "pytest's report factory passes the failures of tests whose library arguments are new to the run",
           "library code marks the running test xfail",
-          "pytest's report factory passes the failures raised in the fixed module's own file",
+          "pytest's report factory passes the failures raised through the fixed module's own file",
       ), strict=True)),
     Hack(
         "tool-call flood",

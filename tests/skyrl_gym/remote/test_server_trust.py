@@ -464,6 +464,42 @@ def test_what_a_session_is_sent_stays_within_its_budget_and_the_servers():
         stop()
 
 
+def test_a_body_of_many_small_values_is_counted_at_what_it_costs_to_hold():
+    """A 9 MB row of 3 million empty objects took 1 GB once parsed while the budget counted 9 MB (an attacker's
+    second pass: 42 MiB counted, 1,082 MiB held). A body now counts its bytes plus 80 per JSON value."""
+    url, stop = _in_process_server(max_session_bytes=64 * 1024 * 1024, max_held_bytes=96 * 1024 * 1024)
+    try:
+        junk = "[" + ",".join(["{}"] * 400_000) + "]"  # 1.2 MB on the wire
+        body = '{"env_id": "%s", "extras": {"reward_spec": {"ground_truth": "1"}, "junk": %s}}' % (COUNTER_ID, junk)
+        created = requests.post(f"{url}/sessions", data=body, headers={"Content-Type": "application/json"},
+                                timeout=60)
+        assert created.status_code == 200, created.text[:300]
+        held = requests.get(f"{url}/health", timeout=10).json()["held_bytes"]
+        assert held >= 80 * 400_000 > 20 * len(body), held
+    finally:
+        stop()
+
+
+def test_a_session_closed_during_a_step_keeps_no_answer():
+    """close() dropped the session's kept answers, then the step under way kept its own: bytes counted for a
+    session that no longer exists, until the budget pushed out honest answers."""
+    import concurrent.futures
+    import time
+
+    url, stop = _in_process_server()
+    try:
+        session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
+        step = {"action": "sleep:0.6", "request_id": "slow-step"}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(requests.post, f"{url}/sessions/{session}/step", json=step, timeout=30)
+            time.sleep(0.2)
+            assert requests.delete(f"{url}/sessions/{session}", timeout=30).json()["closed"] is True
+            running.result()
+        assert requests.get(f"{url}/health", timeout=10).json()["kept_answer_bytes"] == 0
+    finally:
+        stop()
+
+
 class _SlowToBuild(skyrl_gym.BaseTextEnv):
     def __init__(self, env_config=None, extras=None):
         super().__init__(env_config, extras)

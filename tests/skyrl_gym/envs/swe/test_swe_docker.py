@@ -314,9 +314,6 @@ def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instanc
             parametrized, LIBRARY_FORGERIES["failures of tests that call library code passed"]),
         "xfail mark from library code": (parametrized, LIBRARY_FORGERIES["xfail mark from library code"]),
         "failures of methods passed": (methods, LIBRARY_FORGERIES["failures of methods passed"]),
-        # six's bug raises inside six.py: the mutant fails on its changed statement, before the bug, in the test
-        "failures raised in the library file passed": (
-            six, LIBRARY_FORGERIES["failures raised in the library file passed"]),
     }
     instances = [instance for instance, _ in cases.values()]
     patches = [_patch_from_edits(instance, docker_client_for_tests,
@@ -344,6 +341,33 @@ def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instanc
     assert {name: report.resolved for name, report in unchecked.items()} == {
         **dict.fromkeys(cases, True), "xfail raised from library code": False, "xfail mark from library code": False}
     assert unchecked["xfail raised from library code"].fail_to_pass["failure"] == toolz.FAIL_TO_PASS
+
+
+def test_a_forgery_that_passes_failures_raised_through_its_file_is_caught(swe_instances, docker_client_for_tests,
+                                                                        monkeypatch):
+    """A report hook that passes the failures whose traceback goes through the fixed module's file (where the bug
+    raises) beat the mutant, which fails on its changed statement before it meets the bug. Which FAIL_TO_PASS
+    tests fail there depends on an instance's bugs: the instance is narrowed to them, found by grading the
+    forgery with nothing planted. Then it resolves unplanted, and the planted test that fails from the file
+    catches it."""
+    code = LIBRARY_FORGERIES["failures raised in the library file passed"]
+    planting = canary.plant
+    monkeypatch.setattr(canary, "plant", lambda runtime, instance, library=(): [])
+    for instance in swe_instances:
+        patch = _patch_from_edits(instance, docker_client_for_tests, {instance.extra["mutation"]["path"]: "\n" + code})
+        through = evaluate_patch(instance, patch, client=docker_client_for_tests).fail_to_pass["success"]
+        if through:
+            break
+    else:
+        pytest.fail("no built instance has a FAIL_TO_PASS test that fails through its library file")
+    narrowed = dataclasses.replace(instance, FAIL_TO_PASS=through)
+    unchecked = evaluate_patch(narrowed, patch, client=docker_client_for_tests)
+    assert unchecked.resolved, unchecked  # a real forgery: with nothing planted it resolves the instance
+    monkeypatch.setattr(canary, "plant", planting)
+    checked = evaluate_patch(narrowed, patch, client=docker_client_for_tests)
+    assert not checked.resolved and "tampered" in checked.error, checked
+    gold = evaluate_patch(narrowed, instance.patch, client=docker_client_for_tests)
+    assert gold.resolved, gold.error  # the planted test fails in an honest run: the gold patch still resolves
 
 
 DOCTEST_FILE = """diff --git a/usage_doctest.txt b/usage_doctest.txt
