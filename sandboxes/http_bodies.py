@@ -23,6 +23,9 @@ CLIENT_TIMEOUT_S = 60.0
 # Open connections at most (below the usual file-descriptor limits). At the cap a new connection takes the place
 # of the one that has waited longest without a request under way; with none, it is closed.
 MAX_CONNECTIONS = 4096
+# Answers written but not yet read by their clients, all connections together: past it the one unread longest is
+# cut. 40 unread retriever answers held 1 GB; 4096 of them would hold 100 GB within one client timeout.
+MAX_UNSENT_BYTES = 1024 * 1024 * 1024
 # FastAPI's own pages (/docs, /redoc, /openapi.json) answer without the token: every server turns them off.
 NO_PUBLIC_DOCS: Dict[str, Any] = {"docs_url": None, "redoc_url": None, "openapi_url": None}
 
@@ -92,7 +95,8 @@ def unauthorised_message(token_env: str) -> str:
 
 
 def guarded_http_protocol(
-    client_timeout_s: float = CLIENT_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS
+    client_timeout_s: float = CLIENT_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS,
+    max_unsent_bytes: int = MAX_UNSENT_BYTES,
 ) -> Any:
     """uvicorn's h11 protocol (pass it as ``http=``) with what it lacks against clients that stall it:
 
@@ -100,7 +104,8 @@ def guarded_http_protocol(
       previous answer, is cut (an idle one, or one dripping its head a byte at a time);
     * a client that does not read its answer within ``client_timeout_s`` of the server's buffer filling is
       cut: 40 requests for large answers, never read, held 1 GB of a retriever's memory, and pipelined requests
-      whose answers nobody read kept their connections "under way" for ever;
+      whose answers nobody read kept their connections "under way" for ever; and past ``max_unsent_bytes`` of
+      answers waiting to be read, all connections together, the one waiting longest is cut at once;
     * past ``max_connections`` open connections, a new one takes the place of the connection whose client has
       been silent longest while the server waits on it (for a head, for the rest of a body, or for it to read an
       answer); with none, the new one is closed at once. Connections that send nothing, or read nothing, cannot
@@ -150,6 +155,14 @@ def guarded_http_protocol(
                     self.transport.abort()
 
             self.loop.call_later(client_timeout_s, too_slow_to_read)
+            unread = sorted((c for c in self.connections if getattr(c, "paused_at", None) is not None),
+                            key=lambda c: c.paused_at)
+            unsent = sum(c.transport.get_write_buffer_size() for c in unread)
+            for connection in unread:  # the longest unread first, until the rest fit
+                if unsent <= max_unsent_bytes:
+                    break
+                unsent -= connection.transport.get_write_buffer_size()
+                connection.transport.abort()
 
         def resume_writing(self) -> None:
             self.paused_at, self.last_heard = None, self.loop.time()

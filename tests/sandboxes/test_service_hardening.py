@@ -391,7 +391,7 @@ def test_connections_that_send_nothing_cannot_lock_clients_out():
         thread.join(timeout=10)
 
 
-def _guarded_server(app, client_timeout_s: float, max_connections: int):
+def _guarded_server(app, client_timeout_s: float, max_connections: int, **options):
     """``app`` under uvicorn with the servers' protocol, in a thread; returns (server, port, stop)."""
     import uvicorn
 
@@ -399,7 +399,8 @@ def _guarded_server(app, client_timeout_s: float, max_connections: int):
 
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    config.http = guarded_http_protocol(client_timeout_s=client_timeout_s, max_connections=max_connections)
+    config.http = guarded_http_protocol(client_timeout_s=client_timeout_s, max_connections=max_connections,
+                                        **options)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -447,6 +448,34 @@ def test_clients_that_do_not_read_their_answers_are_cut_and_cannot_lock_others_o
         assert wait_for(lambda: len(server.server_state.connections) == 0, timeout_s=15), \
             len(server.server_state.connections)
         for sock in [*readers, stalled]:
+            sock.close()
+    finally:
+        stop()
+
+
+def test_answers_waiting_to_be_read_are_bounded_all_connections_together():
+    """Each unread answer is cut after the client timeout, but 4096 of them within one timeout would hold 100 GB
+    of a retriever's answers: past the budget the answer unread longest is cut at once."""
+    pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
+    from fastapi import FastAPI, Response
+
+    big = b"x" * (16 * 1024 * 1024)
+    app = FastAPI()
+    app.add_api_route("/big", lambda: Response(big, media_type="application/octet-stream"), methods=["GET"])
+    server, port, stop = _guarded_server(app, client_timeout_s=60, max_connections=100,
+                                         max_unsent_bytes=24 * 1024 * 1024)
+    try:
+        readers = []
+        for _ in range(3):  # 3 answers of 16 MB, never read, against a budget of 24 MB
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            readers.append(sock)
+            time.sleep(0.3)
+        # long before the 60 s client timeout, only one unread answer is left
+        assert wait_for(lambda: len(server.server_state.connections) == 1, timeout_s=10), \
+            len(server.server_state.connections)
+        for sock in readers:
             sock.close()
     finally:
         stop()
