@@ -249,39 +249,6 @@ def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
                 f"divisible by {cworld} critic workers x micro_train_batch_size_per_gpu"
             )
     return problems
-    if t.train_batch_size % t.policy_mini_batch_size:
-        problems.append(
-            f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
-            f"trainer.policy_mini_batch_size={t.policy_mini_batch_size}"
-        )
-    # ranks of one sequence-parallel group share their rows: the rows split over the groups
-    world = _data_parallel(policy_world_size(cfg, has_cuda), t.policy.sequence_parallel_size)
-    per_step = t.policy_mini_batch_size * g.n_samples_per_prompt
-    if per_step % world:
-        problems.append(
-            f"trainer.policy_mini_batch_size * generator.n_samples_per_prompt = {per_step} sequences per "
-            f"optimizer step cannot be split evenly over {world} policy workers"
-        )
-    elif (per_step // world) % t.micro_train_batch_size_per_gpu:
-        problems.append(
-            f"trainer.micro_train_batch_size_per_gpu={t.micro_train_batch_size_per_gpu} does not divide the "
-            f"{per_step // world} sequences each policy worker gets per optimizer step "
-            f"(policy_mini_batch_size * n_samples_per_prompt / workers)"
-        )
-    if uses_critic(cfg) and _positive("trainer.critic_mini_batch_size", t.critic_mini_batch_size, problems):
-        if t.train_batch_size % t.critic_mini_batch_size:
-            problems.append(
-                f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
-                f"trainer.critic_mini_batch_size={t.critic_mini_batch_size}"
-            )
-        critic_seqs = t.critic_mini_batch_size * g.n_samples_per_prompt
-        cworld = _data_parallel(critic_world_size(cfg, has_cuda), t.critic.sequence_parallel_size)
-        if critic_seqs % (cworld * t.micro_train_batch_size_per_gpu):
-            problems.append(
-                f"trainer.critic_mini_batch_size * generator.n_samples_per_prompt = {critic_seqs} is not "
-                f"divisible by {cworld} critic workers x micro_train_batch_size_per_gpu"
-            )
-    return problems
 
 
 def _check_algorithm(cfg: Any, has_cuda: bool) -> List[str]:
