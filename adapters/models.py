@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
@@ -240,25 +241,44 @@ def load_tokenizer(name: Union[str, os.PathLike, None] = None) -> Any:
     return tokenizer
 
 
+def _busy_cores(cores: int, sample_s: float = 0.25) -> float:
+    """How many of ``cores`` other work keeps busy now: the machine's share of busy CPU time over ``sample_s``
+    (``/proc/stat``; this process is idle meanwhile), else the 1-minute load average. The load average lags by a
+    minute: a run that had just ended would still count."""
+    def times() -> Tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(field) for field in stat.readline().split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+
+    try:
+        total_before, idle_before = times()
+        time.sleep(sample_s)
+        total_after, idle_after = times()
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    spent = total_after - total_before
+    return cores * (1 - (idle_after - idle_before) / spent) if spent > 0 else 0.0
+
+
 def fit_cpu_threads_to_load() -> Optional[str]:
     """On a machine whose cores are busy with other work, fewer torch threads: as many as its idle cores (the
-    cores this process may use less the 1-minute load average), at least 1, never more than torch's default.
-    A thread that waits for a descheduled sibling at every barrier made a CPU eval 3.5x slower at load 5.5 on 2
-    cores (``OMP_NUM_THREADS=1``: 10.9 s against 38.5 s), and up to 10x on a busier machine. ``OMP_NUM_THREADS``,
-    when set, wins; nothing changes on a GPU run. Returns a line saying what it chose, or None when it kept the
-    default."""
+    cores this process may use less those busy now, :func:`_busy_cores`), at least 1, never more than torch's
+    default. A thread that waits for a descheduled sibling at every barrier made a CPU eval 3.5x slower at load 5.5
+    on 2 cores (``OMP_NUM_THREADS=1``: 10.9 s against 38.5 s), and up to 10x on a busier machine.
+    ``OMP_NUM_THREADS``, when set, wins; nothing changes on a GPU run. Returns a line saying what it chose, or None
+    when it kept the default."""
     import torch
 
     if os.environ.get("OMP_NUM_THREADS") or torch.cuda.is_available():
         return None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     default = torch.get_num_threads()
-    threads = max(1, min(default, cores - int(load)))
+    busy = _busy_cores(cores)
+    threads = max(1, min(default, int(cores - busy + 0.25)))  # a core 80% idle counts as idle
     if threads >= default:
         return None
     torch.set_num_threads(threads)
-    return (f"the machine is busy (load {load:.1f} on {cores} cores): torch uses {threads} thread"
+    return (f"the machine is busy ({busy:.1f} of {cores} cores in use by other work): torch uses {threads} thread"
             f"{'s' if threads > 1 else ''}, not {default} (OMP_NUM_THREADS=N chooses)")
 
 

@@ -306,6 +306,9 @@ def drive(args: argparse.Namespace) -> Dict[str, Any]:
     total = args.warmup + args.steps
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", WANDB_DISABLED="true",
                RAY_AUTH_MODE="disabled")
+    # Both sides with every core, said outright: the trainer's busy-machine choice (fewer torch threads) would
+    # otherwise see the other side's work as the machine's.
+    env.setdefault("OMP_NUM_THREADS", str(len(os.sched_getaffinity(0))))
     common = ["--model-dir", model_dir, "--rows", str(rows), "--total-steps", str(total), "--out", str(tmp)]
     print(f"model {args.model} ({model_dir}); {PROMPTS} prompts x {SAMPLES} samples, <= {NEW_TOKENS} new tokens; "
           f"{args.warmup} warm-up + {args.steps} measured steps per side, alternated; "

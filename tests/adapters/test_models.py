@@ -111,6 +111,7 @@ def test_a_busy_cpu_gets_fewer_torch_threads_unless_omp_num_threads_says(monkeyp
 
     import torch
 
+    from skygym_adapters import models
     from skygym_adapters.models import fit_cpu_threads_to_load
 
     before = torch.get_num_threads()
@@ -121,15 +122,35 @@ def test_a_busy_cpu_gets_fewer_torch_threads_unless_omp_num_threads_says(monkeyp
     chosen = []
     monkeypatch.setattr(torch, "set_num_threads", chosen.append)
     try:
-        monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 0.0, 0.0))
-        assert fit_cpu_threads_to_load() is None and chosen == []  # idle: the default stays
-        monkeypatch.setattr(os, "getloadavg", lambda: (2.6, 0.0, 0.0))
-        assert fit_cpu_threads_to_load() == ("the machine is busy (load 2.6 on 4 cores): torch uses 2 threads, "
-                                             "not 4 (OMP_NUM_THREADS=N chooses)") and chosen == [2]
-        monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 0.0, 0.0))
+        monkeypatch.setattr(models, "_busy_cores", lambda cores: 0.2)
+        assert fit_cpu_threads_to_load() is None and chosen == []  # nearly idle: the default stays
+        monkeypatch.setattr(models, "_busy_cores", lambda cores: 2.1)
+        assert fit_cpu_threads_to_load() == ("the machine is busy (2.1 of 4 cores in use by other work): torch uses "
+                                             "2 threads, not 4 (OMP_NUM_THREADS=N chooses)") and chosen == [2]
+        monkeypatch.setattr(models, "_busy_cores", lambda cores: 9.0)
         assert "torch uses 1 thread, not 4" in fit_cpu_threads_to_load() and chosen == [2, 1]  # never below 1
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         assert fit_cpu_threads_to_load() is None and chosen == [2, 1]
     finally:
         monkeypatch.undo()
         assert torch.get_num_threads() == before
+
+
+def test_busy_cores_are_measured_now_not_a_minute_ago():
+    """The 1-minute load average still counted a run that had just ended; the machine's busy time is sampled
+    instead. A process that keeps one core busy meanwhile is seen."""
+    import subprocess
+    import sys
+
+    from skygym_adapters.models import _busy_cores
+
+    cores = len(__import__("os").sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        import time
+
+        time.sleep(0.3)
+        assert _busy_cores(cores, sample_s=0.5) >= 0.7  # at least the spinner's core
+    finally:
+        spinner.kill()
+        spinner.wait()
