@@ -231,6 +231,22 @@ def read_reply_capped(response: Any, max_bytes: int) -> bool:
     return True
 
 
+async def read_reply_capped_async(response: Any, max_bytes: int) -> Optional[bytes]:
+    """:func:`read_reply_capped` for an aiohttp ``response``: its body, or None, with the connection closed, for
+    one longer than ``max_bytes`` (a declared ``Content-Length`` is refused before reading)."""
+    declared = response.content_length
+    if declared is not None and declared > max_bytes:
+        response.close()
+        return None
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        if len(body) + len(chunk) > max_bytes:
+            response.close()
+            return None
+        body.extend(chunk)
+    return bytes(body)
+
+
 def json_shape(value: Any) -> Tuple[int, int]:
     """``(depth, values)`` of parsed JSON: how deep lists and objects nest, and how many values it holds (keys
     and members included). Iterative, so it cannot itself run out of stack."""
@@ -295,4 +311,5 @@ __all__ = [
     "parse_json_object",
     "read_limited_body",
     "read_reply_capped",
+    "read_reply_capped_async",
 ]

@@ -1264,7 +1264,7 @@ class _TokenProgress:
     def __call__(self, positions: int, rows: int) -> None:
         if rows:
             self.done += rows
-            self.bar.set_postfix(self._postfix(), refresh=False)
+            self.bar.set_postfix(refresh=False, **self._postfix())
         self.bar.update(positions)
 
     def close(self) -> None:

@@ -241,16 +241,12 @@ async def read_capped(response: Any, max_body_bytes: int, url: str, attempt: int
     """The body of an aiohttp ``response``, refusing one longer than ``max_body_bytes`` with
     :class:`ReplyTooLarge` (a declared ``Content-Length`` before reading; the rest as it streams in), so a
     hostile server's endless answer never sits in memory whole."""
-    declared = response.content_length
-    if declared is not None and declared > max_body_bytes:
+    from skygym_sandboxes.http_bodies import read_reply_capped_async
+
+    body = await read_reply_capped_async(response, max_body_bytes)
+    if body is None:
         raise ReplyTooLarge(url, max_body_bytes, attempt)
-    body = bytearray()
-    async for chunk in response.content.iter_chunked(64 * 1024):
-        if len(body) + len(chunk) > max_body_bytes:
-            response.close()
-            raise ReplyTooLarge(url, max_body_bytes, attempt)
-        body.extend(chunk)
-    return bytes(body)
+    return body
 
 
 def _too_late(url: str, seconds: float, attempt_s: float) -> str:

@@ -24,7 +24,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
-from skygym_sandboxes.http_bodies import read_reply_capped
+from skygym_sandboxes.http_bodies import read_reply_capped, read_reply_capped_async
 
 from skyrl_gym.retrieval.server import MAX_QUERY_CHARS  # a longer query is cut to it before it is sent
 from skyrl_gym.tools.core import ToolGroup, tool
@@ -163,8 +163,6 @@ async def acall_search_api(
     """The asynchronous :func:`call_search_api` over an ``aiohttp.ClientSession``."""
     import aiohttp
 
-    from skyrl_gym.http_retry import ReplyTooLarge, read_capped  # it reads this module's retry policy
-
     prefix = _log_prefix()
     last_error = "no attempt was made"
     client_timeout = aiohttp.ClientTimeout(total=timeout)
@@ -181,9 +179,8 @@ async def acall_search_api(
                     text = await response.text()
                     return None, f"API Request Error: HTTP {response.status}: {text[:200]}"
                 else:
-                    try:
-                        body = await read_capped(response, MAX_REPLY_BYTES, retrieval_service_url, attempt)
-                    except ReplyTooLarge:
+                    body = await read_reply_capped_async(response, MAX_REPLY_BYTES)
+                    if body is None:
                         return None, f"API Response Error: the retriever answered more than {MAX_REPLY_BYTES} bytes"
                     try:
                         return json.loads(body), None
