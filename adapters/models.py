@@ -28,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 logger = logging.getLogger(__name__)
 
@@ -260,26 +260,28 @@ def _busy_cores(cores: int, sample_s: float = 0.25) -> float:
     return cores * (1 - (idle_after - idle_before) / spent) if spent > 0 else 0.0
 
 
-def fit_cpu_threads_to_load() -> Optional[str]:
+def fit_cpu_threads_to_load() -> Tuple[Optional[str], Callable[[], None]]:
     """On a machine whose cores are busy with other work, fewer torch threads: as many as its idle cores (the
     cores this process may use less those busy now, :func:`_busy_cores`), at least 1, never more than torch's
     default. A thread that waits for a descheduled sibling at every barrier made a CPU eval 3.5x slower at load 5.5
     on 2 cores (``OMP_NUM_THREADS=1``: 10.9 s against 38.5 s), and up to 10x on a busier machine.
-    ``OMP_NUM_THREADS``, when set, wins; nothing changes on a GPU run. Returns a line saying what it chose, or None
-    when it kept the default."""
+    ``OMP_NUM_THREADS``, when set, wins; nothing changes on a GPU run. Returns a line saying what it chose (None
+    when it kept the default) and the call that puts the count back: the caller owns the choice for its run, not
+    the process for good (a test suite that trained once would run every later test on one thread)."""
     import torch
 
     if os.environ.get("OMP_NUM_THREADS") or torch.cuda.is_available():
-        return None
+        return None, lambda: None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     default = torch.get_num_threads()
     busy = _busy_cores(cores)
     threads = max(1, min(default, int(cores - busy + 0.25)))  # a core 80% idle counts as idle
     if threads >= default:
-        return None
+        return None, lambda: None
     torch.set_num_threads(threads)
-    return (f"the machine is busy ({busy:.1f} of {cores} cores in use by other work): torch uses {threads} thread"
+    note = (f"the machine is busy ({busy:.1f} of {cores} cores in use by other work): torch uses {threads} thread"
             f"{'s' if threads > 1 else ''}, not {default} (OMP_NUM_THREADS=N chooses)")
+    return note, lambda: torch.set_num_threads(default)
 
 
 def computes_bf16_natively(device: Any = None) -> bool:

@@ -17,7 +17,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 ENGINES = ("hf", "vllm", "remote", "sglang")
 DEFAULT_OUTPUT = "eval_trajectories.jsonl"  # beside the rows, not in whatever folder the command runs from
@@ -86,7 +86,12 @@ def _turn_cap_warnings(rows: List[Dict[str, Any]], env: Optional[str], env_confi
     return lines
 
 
-def _build_engine(args: argparse.Namespace) -> Any:
+def _keep() -> None:
+    """Nothing to put back (an engine that chose no thread count)."""
+
+
+def _build_engine(args: argparse.Namespace) -> Tuple[Any, Callable[[], None]]:
+    """The engine ``--engine`` names, and the call that puts back what building it changed in this process."""
     from skygym_adapters.engines import make_engine
 
     if args.engine in ("remote", "sglang") and not args.base_url:
@@ -95,15 +100,15 @@ def _build_engine(args: argparse.Namespace) -> Any:
         from skygym_adapters.models import fit_cpu_threads_to_load
 
         engine = make_engine("hf", model=args.model, device=args.device, dtype=args.dtype)
-        busy = fit_cpu_threads_to_load()  # said once the model has loaded: a bad --model is the one line
+        busy, restore = fit_cpu_threads_to_load()  # said once the model has loaded: a bad --model is the one line
         if busy:
             print(busy, file=sys.stderr)
-        return engine
+        return engine, restore
     if args.engine == "vllm":
-        return make_engine("vllm", model=args.model)
+        return make_engine("vllm", model=args.model), _keep
     if args.engine == "remote":
-        return make_engine("remote", base_url=args.base_url, tokenizer=args.model, api=args.api)
-    return make_engine("sglang", base_url=args.base_url, tokenizer=args.model)
+        return make_engine("remote", base_url=args.base_url, tokenizer=args.model, api=args.api), _keep
+    return make_engine("sglang", base_url=args.base_url, tokenizer=args.model), _keep
 
 
 def _print_summary(summary: Dict[str, Any]) -> None:
@@ -180,12 +185,13 @@ def run(args: argparse.Namespace) -> int:
     from skygym_adapters.models import ModelResolutionError
 
     try:
-        engine = _build_engine(args)
+        engine, restore_threads = _build_engine(args)
     except ModelResolutionError as exc:  # a model path that does not exist, a hub id that cannot be fetched
         print(f"error: --model: {exc}", file=sys.stderr)
         return 2
     tokenizer = getattr(engine, "tokenizer", None)
     if tokenizer is None:
+        restore_threads()
         print("error: the engine has no tokenizer; pass --model", file=sys.stderr)
         return 2
     from skygym_adapters.engines import EngineError
@@ -208,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
         close = getattr(engine, "close", None)
         if callable(close):
             close()
+        restore_threads()
     _print_summary(result.summary)
     try:
         path = write_trajectories(result.trajectories, output)

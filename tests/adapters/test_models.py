@@ -123,14 +123,17 @@ def test_a_busy_cpu_gets_fewer_torch_threads_unless_omp_num_threads_says(monkeyp
     monkeypatch.setattr(torch, "set_num_threads", chosen.append)
     try:
         monkeypatch.setattr(models, "_busy_cores", lambda cores: 0.2)
-        assert fit_cpu_threads_to_load() is None and chosen == []  # nearly idle: the default stays
+        assert fit_cpu_threads_to_load()[0] is None and chosen == []  # nearly idle: the default stays
         monkeypatch.setattr(models, "_busy_cores", lambda cores: 2.1)
-        assert fit_cpu_threads_to_load() == ("the machine is busy (2.1 of 4 cores in use by other work): torch uses "
-                                             "2 threads, not 4 (OMP_NUM_THREADS=N chooses)") and chosen == [2]
+        note, restore = fit_cpu_threads_to_load()
+        assert note == ("the machine is busy (2.1 of 4 cores in use by other work): torch uses 2 threads, not 4 "
+                        "(OMP_NUM_THREADS=N chooses)") and chosen == [2]
+        restore()  # the caller puts the count back when its run ends
+        assert chosen == [2, 4]
         monkeypatch.setattr(models, "_busy_cores", lambda cores: 9.0)
-        assert "torch uses 1 thread, not 4" in fit_cpu_threads_to_load() and chosen == [2, 1]  # never below 1
+        assert "torch uses 1 thread, not 4" in fit_cpu_threads_to_load()[0] and chosen == [2, 4, 1]  # at least 1
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
-        assert fit_cpu_threads_to_load() is None and chosen == [2, 1]
+        assert fit_cpu_threads_to_load()[0] is None and chosen == [2, 4, 1]
     finally:
         monkeypatch.undo()
         assert torch.get_num_threads() == before
