@@ -364,11 +364,6 @@ class PPOTrainer:
         roles = worker_roles(self.cfg)
         groups: Dict[str, WorkerGroup] = {}
         if not self.t.use_ray:
-            from skygym_adapters.models import fit_cpu_threads_to_load
-
-            busy, self._restore_threads = fit_cpu_threads_to_load()  # the workers and the engine run here
-            if busy:
-                logger.warning("%s", busy)
             for role in roles:
                 groups[role] = LocalWorkerGroup(self._spec(role))
         else:
@@ -1035,9 +1030,6 @@ class PPOTrainer:
         return result
 
     def close(self) -> None:
-        restore_threads, self._restore_threads = getattr(self, "_restore_threads", None), None
-        if restore_threads is not None:  # torch's thread count, as it was before this run chose one
-            restore_threads()
         if self.tracker is not None:
             self.tracker.close()
         if self._runner is not None:
