@@ -69,7 +69,7 @@ def _print_summary(summary: Dict[str, Any]) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    import asyncio
+    from skyrl_gym.episode import run_sync
 
     from skygym_adapters.cli import read_rows, report_errors
 
@@ -105,7 +105,7 @@ def run_eval(args: argparse.Namespace) -> int:
             await runner.aclose()
 
     try:
-        out = asyncio.run(main())
+        out = run_sync(main())
     except AgentConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -137,7 +137,7 @@ def _print_summary(summary: Dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
+    from skyrl_gym.episode import run_sync
 
     from skyrl_gym.cli._io import UsageError, env_config_arg, unknown_env_problem
 
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
                 await aclose()
 
     try:
-        result = asyncio.run(main())
+        result = run_sync(main())
     except EngineError as exc:  # a server that does not answer, or answers something that is not a reply
         print(f"error: {exc}", file=sys.stderr)
         return 1

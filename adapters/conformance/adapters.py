@@ -6,7 +6,6 @@ Each has ``name``, ``produces_tokens``, ``available() -> (bool, reason)`` and
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import importlib.util
 import math
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from skyrl_gym.data import row_extras
+from skyrl_gym.episode import run_sync
 
 from skygym_adapters.conformance.kit import Case, Context, Reference, Run
 
@@ -54,7 +54,7 @@ class RolloutAdapter:
             )
             generator = RolloutGenerator(engine, context.require_tokenizer(), config)
             try:
-                trajectories = asyncio.run(generator.run_rows([copy.deepcopy(cases[i].row) for i in indices]))
+                trajectories = run_sync(generator.run_rows([copy.deepcopy(cases[i].row) for i in indices]))
             finally:
                 generator.close()
             for i, trajectory in zip(indices, trajectories):
@@ -129,7 +129,7 @@ class VerlAdapter:
         config = copy.deepcopy(context.cache[key])
         config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(loop_file)
         batch = load_batch(path, config, tokenizer)
-        output = asyncio.run(generate_sequences(config, EngineServerManager(engine), batch))
+        output = run_sync(generate_sequences(config, EngineServerManager(engine), batch))
         extra = output.non_tensor_batch
         runs = []
         for i in range(len(cases)):
