@@ -61,14 +61,37 @@ def pytest_runtest_makereport(item, call):
 # machine-wide resource run on one worker, in order: the Docker engine the sandbox and SWE tests start (one per
 # machine: a second worker would start or stop it under the first) and the Ray trainer and env-worker tests (each
 # starts a Ray cluster, and two trainings at once only slow each other down on two cores). Everything else is
-# spread test by test. The groups go by path: xdist's own `xdist_group` marks do not reach its scheduler under
-# pytest 9 (the test ids they rewrite are read-only there), so this scheduler groups by path itself.
-_XDIST_GROUPS = (
-    # the README's quickstart (minutes of real training, no Ray) first and on its own, beside the Ray group
-    ("quickstart", ("tests/skygym_train/test_quickstart.py",)),
-    ("ray", ("tests/skygym_train/", "tests/adapters/test_ray_envs")),
-    ("docker", ("tests/sandboxes/", "tests/skyrl_gym/envs/swe/", "tests/adapters/agents/test_swe_task.py")),
-)
+# spread test by test. The groups go by test id: xdist's own `xdist_group` marks do not reach its scheduler under
+# pytest 9 (the test ids they rewrite are read-only there), and its scheduler sees ids only, so this one groups by id
+# itself, and each worker checks at collection that every test using the Docker engine is in the docker group.
+_DOCKER_FILES = ("tests/skyrl_gym/envs/swe/", "tests/adapters/agents/test_swe_task.py", "tests/sandboxes/test_docker",
+                 "tests/sandboxes/test_container_disk.py")
+_DOCKER_FIXTURES = frozenset({"docker_engine", "swe_docker", "swe_built", "swe_instances", "docker_client_for_tests"})
+# The longest chains first, so that they start at once; the quickstart (minutes of real training, no Ray) goes to
+# whichever worker is free first.
+_XDIST_GROUPS = ("ray", "docker", "quickstart")
+
+
+def xdist_group(nodeid: str) -> "str | None":
+    """The group a test runs in, or None for one spread on its own. In tests/sandboxes only the Docker backend's
+    cases (ids with `docker` in them, as `[docker-warm]`) are grouped: the local sandboxes' tests spread."""
+    if nodeid.startswith("tests/skygym_train/test_quickstart.py"):
+        return "quickstart"
+    if nodeid.startswith(("tests/skygym_train/", "tests/adapters/test_ray_envs")):
+        return "ray"
+    if nodeid.startswith(_DOCKER_FILES) or (nodeid.startswith("tests/sandboxes/") and "docker" in nodeid):
+        return "docker"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        uses_docker = _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("docker")
+        if uses_docker and xdist_group(item.nodeid) != "docker":
+            raise pytest.UsageError(f"{item.nodeid} uses the Docker engine but is not in the docker xdist group: "
+                                    "add its file to _DOCKER_FILES in tests/conftest.py")
 
 
 @pytest.hookimpl(optionalhook=True)  # the vllm, verl and trl sessions run without pytest-xdist
@@ -78,21 +101,17 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class PathGroupScheduling(LoadScopeScheduling):
-        """One unit per group, handed out first and in the order above (the longest chains start at once); every
-        other test is a unit of its own."""
+        """One unit per group, handed out first and in the order above; every other test is a unit of its own."""
 
         _ordered = False
 
         def _split_scope(self, nodeid: str) -> str:
-            for group, prefixes in _XDIST_GROUPS:
-                if nodeid.startswith(prefixes):
-                    return group
-            return nodeid
+            return xdist_group(nodeid) or nodeid
 
         def _assign_work_unit(self, node) -> None:
             if not self._ordered:
                 self._ordered = True
-                for group, _ in reversed(_XDIST_GROUPS):
+                for group in reversed(_XDIST_GROUPS):
                     if group in self.workqueue:
                         self.workqueue.move_to_end(group, last=False)
             super()._assign_work_unit(node)
