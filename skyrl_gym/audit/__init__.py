@@ -17,9 +17,11 @@ is an error. Where the profiles come from, and how an env adds its own hacks: :m
 
 from __future__ import annotations
 
+import concurrent.futures
 import copy
 import dataclasses
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
@@ -41,6 +43,7 @@ NOT_RUN = "not run"
 TOLERANCE = 1e-9
 OUT_OF_BUDGET = "out of the time budget"  # the reason of a case --budget-s left unplayed
 UNUSABLE_ROW = ("make raised", "init raised")  # an episode that failed before its first step
+DEFAULT_WORKERS = 4  # cases played at once: most of a sandboxed case is waiting on its sandbox
 
 
 @dataclasses.dataclass
@@ -221,24 +224,32 @@ def audit_env(
     budget_s: Optional[float] = None,
     step_timeout_s: Optional[float] = 120.0,
     hacks: Optional[Iterable[str]] = None,
+    workers: int = DEFAULT_WORKERS,
+    progress: bool = False,
 ) -> AuditReport:
     """Audit the verifier of ``env_id`` and return an :class:`AuditReport`.
 
     Args:
         rows: dataset rows (a list or a JSONL/JSON/Parquet path); default: the profile's rows, else the env's
-        dataset
-            builder's, else the golden cases it ships (:func:`skyrl_gym.checker.default_rows`).
+            dataset builder's, else the golden cases it ships (:func:`skyrl_gym.checker.default_rows`).
         env_config: passed to every env built, over the profile's own settings.
         profile: how to audit the env (default: :func:`~skyrl_gym.audit.profiles.profile_for`).
         max_rows: audit at most this many rows.
         budget_s: start no case after this many seconds; the rest are reported as not run.
         step_timeout_s: an env call slower than this is an error.
         hacks: play only the hacks with these names.
+        workers: play this many cases at once, each on a fresh env (as a trainer steps many envs at once); the
+            report lists them in the same order whatever order they finish in.
+        progress: show a progress bar of the cases played (on stderr).
+
+    Every row is checked before any case is played: a malformed row stops the audit before it starts.
     """
     from skyrl_gym.checker import default_rows
     from skyrl_gym.data import validate_row
     from skyrl_gym.registration import spec
 
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
     started = time.monotonic()
     env_id = spec(env_id).id
     profile = profile or profile_for(env_id)
@@ -263,24 +274,60 @@ def audit_env(
     player = _Player(env_id, config, profile.max_turns, step_timeout_s)
     chosen = None if hacks is None else set(hacks)
     deadline = None if budget_s is None else started + budget_s
-    for index, (place, row) in enumerate(raw[:max_rows]):
-        row = validate_row(row, index, place=place)
-        report.rows += 1
-        _audit_row(report, player, profile, index, row, chosen, deadline)
+    checked = [validate_row(row, index, place=place) for index, (place, row) in enumerate(raw[:max_rows])]
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=0, desc=f"audit {env_id}", unit="case", disable=not progress, leave=False, dynamic_ncols=True)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="skyrl-gym-audit")
+    try:
+        for index, row in enumerate(checked):
+            report.rows += 1
+            _audit_row(report, _RowPlayer(player, row, deadline, pool, bar), profile, index, row, chosen)
+    finally:  # on Ctrl-C: start nothing more (the cases under way end with their episodes)
+        pool.shutdown(wait=False, cancel_futures=True)
+        bar.close()
     report.seconds = time.monotonic() - started
     return report
 
 
+@dataclasses.dataclass
+class _RowPlayer:
+    """Plays replies on one row on a pool's workers: ``start`` returns at once with a future of ``(total reward,
+    reason)``, or of None for a case the time budget left unplayed."""
+
+    player: _Player
+    row: Mapping[str, Any]
+    deadline: Optional[float]
+    pool: concurrent.futures.Executor
+    bar: Any  # a tqdm bar, counted under ``lock`` (the workers finish cases at once)
+    lock: Any = dataclasses.field(default_factory=threading.Lock)
+
+    def play(self, script: Script, timed: bool = True) -> Optional[Tuple[Optional[float], str]]:
+        if timed and self.deadline is not None and time.monotonic() > self.deadline:
+            return None
+        result = self.player.play(self.row, script)
+        with self.lock:
+            self.bar.update()
+        return result
+
+    def start(self, script: Script, timed: bool = True) -> "concurrent.futures.Future":
+        with self.lock:
+            self.bar.total += 1
+            self.bar.refresh()
+        return self.pool.submit(self.play, script, timed)
+
+
 def _audit_row(
     report: AuditReport,
-    player: _Player,
+    player: _RowPlayer,
     profile: AuditProfile,
     index: int,
     row: Mapping[str, Any],
     chosen: Optional[set],
-    deadline: Optional[float],
 ) -> None:
-    """Play one row's known-wrong replies (the bar), its golden reply, then every hack that fits it."""
+    """Play one row's known-wrong replies (the bar), its golden reply, then every hack that fits it. The first
+    known-wrong reply plays alone (a row whose env cannot start stops there); the rest play at once, and the
+    verdicts are read in that order."""
     answer = profile.answer_of(row)
     case = AuditCase(
         env_id=report.env_id, row=row, answer=answer, wrong=wrong_answer(answer), format=profile.format
@@ -290,39 +337,47 @@ def _audit_row(
             reason: str = "") -> None:
         report.cases.append(CaseResult(index, kind, name, family, expected, got, verdict, reason))
 
-    def out_of_time() -> bool:
-        return deadline is not None and time.monotonic() > deadline
+    wrongs = list(profile.wrong(case))
+    first = player.start(wrongs[0], timed=False).result() if wrongs else None
+    if first is not None and first[0] is None and first[1].startswith(UNUSABLE_ROW):
+        add("known-wrong", "a wrong answer in the env's format", "bar", "-", None, ERROR, first[1])
+        return  # the env cannot be built or started for this row: every other case would say the same
+    others = [player.start(wrong, timed=False) for wrong in wrongs[1:]]
+    golden = profile.golden(case)
+    golden_play = None if golden is None else player.start(golden)
+    fitting = [(hack, script) for hack in _hacks_for(profile, row, chosen)
+               if (script := hack.build(case)) is not None]  # None: the hack does not apply to this row
+    parts = {hack.name: _parts_of(hack, case) for hack, _ in fitting}
+    part_plays = {part: player.start(case.reply(part))
+                  for part in dict.fromkeys(part for names in parts.values() for part in names)}
+    hack_plays = [player.start(script) for _, script in fitting]
 
     earned: List[float] = []
-    for number, wrong in enumerate(profile.wrong(case)):
-        got, reason = player.play(row, wrong)
+    for number, (got, reason) in enumerate([first] + [play.result() for play in others] if wrongs else []):
         name = "a wrong answer in the env's format" if number == 0 else f"another wrong answer ({number})"
         add("known-wrong", name, "bar", "-", got, ERROR if got is None else OK, reason)
-        if got is None and reason.startswith(UNUSABLE_ROW):
-            return  # the env cannot be built or started for this row: every other case would say the same
         earned += [] if got is None else [got]
     bar = max(earned) if earned else 0.0
 
-    golden, expected_full = profile.golden(case), f"= {profile.full_reward:g}"
-    if golden is None or out_of_time():
+    expected_full = f"= {profile.full_reward:g}"
+    played = None if golden_play is None else golden_play.result()
+    if played is None:
         why = "the row has no reference answer" if golden is None else OUT_OF_BUDGET
         add("golden", "reference answer", "golden", expected_full, None, NOT_RUN, why)
     else:
-        got, reason = player.play(row, golden)
+        got, reason = played
         full = got is not None and got >= profile.full_reward - TOLERANCE
         verdict = ERROR if got is None else (OK if full else FALSE_NEGATIVE)
         add("golden", "reference answer", "golden", expected_full, got, verdict, reason)
 
-    parts_seen: Dict[str, Optional[float]] = {}
-    for hack in _hacks_for(profile, row, chosen):
-        script = hack.build(case)
-        if script is None:
-            continue  # the hack does not apply to this row
-        if out_of_time():
+    for (hack, _), hack_play in zip(fitting, hack_plays):
+        of_parts = [part_plays[part].result() for part in parts[hack.name]]
+        played = hack_play.result()
+        if played is None or None in of_parts:  # a hedge is judged against its parts: all of them or nothing
             add("hack", hack.name, hack.family, f"<= {bar:g}", None, NOT_RUN, OUT_OF_BUDGET)
             continue
-        hack_bar = max([bar] + _rewards_of_parts(player, row, case, hack, parts_seen))
-        got, reason = player.play(row, script)
+        hack_bar = max([bar] + [got for got, _ in of_parts if got is not None])
+        got, reason = played
         verdict = OK
         if got is None:
             verdict = ERROR
@@ -344,21 +399,12 @@ def _hacks_for(profile: AuditProfile, row: Mapping[str, Any], chosen: Optional[s
     return [hack for hack in hacks if chosen is None or hack.name in chosen]
 
 
-def _rewards_of_parts(
-    player: _Player, row: Mapping[str, Any], case: AuditCase, hack: Hack, seen: Dict[str, Optional[float]]
-) -> List[float]:
-    """What each wrong answer a hedge is made of earns alone (played once per row, then remembered)."""
+def _parts_of(hack: Hack, case: AuditCase) -> List[str]:
+    """The wrong answers a hedge is made of (each is played alone once per row: the hedge must earn no more
+    than the best of them)."""
     if hack.parts is None or case.answer is None:
         return []
-    rewards = []
-    for part in hack.parts(case):
-        if part == case.answer:
-            continue
-        if part not in seen:
-            seen[part] = player.play(row, case.reply(part))[0]
-        if seen[part] is not None:
-            rewards.append(seen[part])
-    return rewards
+    return [part for part in hack.parts(case) if part != case.answer]
 
 
 def open_hole(env_id: str, hack: Hack) -> Optional[str]:

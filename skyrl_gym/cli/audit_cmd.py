@@ -8,6 +8,7 @@ cases."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from skyrl_gym.cli._io import UsageError, env_config_arg, error
 
@@ -45,6 +46,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="an env call slower than this is an error (default 120)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="cases played at once, each on a fresh env (default 4: skyrl_gym.audit.DEFAULT_WORKERS)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (there is none unless stderr is a terminal)")
     parser.add_argument("--hack", action="append", metavar="NAME", help="play only this hack (repeatable)")
     parser.add_argument("--json", metavar="FILE", help="also write the reports as JSON here")
     parser.add_argument("--failures-only", action="store_true", help="print only the cases that failed")
@@ -64,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from skyrl_gym.audit import audit_env, write_json
+    from skyrl_gym.audit import DEFAULT_WORKERS, audit_env, write_json
     from skyrl_gym.checker import NoRowsFor
     from skyrl_gym.data import row_place
     from skyrl_gym.errors import DataError, UnregisteredEnv
@@ -75,6 +83,8 @@ def run_audit(args: argparse.Namespace) -> int:
         env_config = env_config_arg(args.env_config, args.env_id)
         if args.max_rows < 1:
             raise UsageError("--max-rows must be at least 1")
+        if args.workers is not None and args.workers < 1:
+            raise UsageError("--workers must be at least 1")
         for env_id in args.env_id:
             report = audit_env(
                 env_id,
@@ -84,6 +94,8 @@ def run_audit(args: argparse.Namespace) -> int:
                 budget_s=args.budget_s,
                 step_timeout_s=args.step_timeout or None,
                 hacks=args.hack,
+                workers=DEFAULT_WORKERS if args.workers is None else args.workers,
+                progress=not args.no_progress and sys.stderr.isatty(),
             )
             report.fingerprint = fingerprint_or_none(report.env_id)
             reports.append(report)

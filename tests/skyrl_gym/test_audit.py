@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import threading
+import time
 
 import pytest
 
@@ -155,6 +157,41 @@ def test_an_env_adds_its_own_hacks_and_the_budget_stops_new_cases(registered):
     assert {c.verdict for c in late.cases if c.kind != "known-wrong"} == {NOT_RUN} and late.ok
 
 
+class CountingEnv(LastBoxedEnv):
+    """Honest, and slow enough to overlap: counts the steps under way at once."""
+
+    lock = threading.Lock()
+    running = 0
+    most = 0
+
+    def step(self, action):
+        cls = type(self)
+        with cls.lock:
+            cls.running += 1
+            cls.most = max(cls.most, cls.running)
+        time.sleep(0.01)
+        with cls.lock:
+            cls.running -= 1
+        return super().step(action)
+
+
+def test_cases_play_on_workers_at_once_and_are_reported_as_played_one_at_a_time(registered):
+    env_id = registered("audit_test/counting", CountingEnv)
+
+    def audit(workers):
+        CountingEnv.most = 0
+        report = audit_env(env_id, ROWS[:1], profile=text_profile(BOXED), workers=workers)
+        return [(c.row_index, c.kind, c.name, c.expected, c.got, c.verdict) for c in report.cases], CountingEnv.most
+
+    alone, most_alone = audit(1)
+    together, most_together = audit(4)
+    assert together == alone and most_alone == 1 and most_together > 1
+    kinds = [kind for _, kind, *_ in alone]
+    assert kinds == sorted(kinds, key=["known-wrong", "golden", "hack"].index) and "golden" in kinds
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        audit_env(env_id, ROWS, workers=0)
+
+
 class ExitStatusCodeEnv(BaseTextEnv):
     """Vulnerable like HumanEval once was: the reply's code and the tests run in one process in the sandbox,
     and exit status 0 is a pass, so ``sys.exit(0)`` before the tests scores 1.0."""
@@ -238,6 +275,8 @@ def test_unknown_ids_and_bad_arguments_are_usage_errors(capsys):
     assert main(["audit", "no_such_env_here"]) == 2
     assert "no env registered" in capsys.readouterr().err
     assert main(["audit", "gsm8k", "--max-rows", "0"]) == 2
+    assert main(["audit", "gsm8k", "--workers", "0"]) == 2
+    assert "--workers must be at least 1" in capsys.readouterr().err
 
 
 def test_the_checker_points_to_audit(capsys):
