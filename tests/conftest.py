@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # cores the other worker needs, as the trainer's entry point has them do (skygym_train.entrypoints.main_base.
 # prefer_passive_openmp). Set before any test module loads torch; 6% off a torch-heavy part of the suite here.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# A shell without job control starts a background command (`nohup bash .ci/run &`) with Ctrl-C ignored, and every
+# program the suite starts would inherit that: Python then never raises KeyboardInterrupt, and each test of a Ctrl-C
+# fails (a run trains on past it). Take SIGINT back as an interactive start has it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 
