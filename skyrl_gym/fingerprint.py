@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 
+from skyrl_gym import threadsafe_ast
+
 PREFIX = "sha256:"
 _cache: Dict[Tuple[str, str, str], Tuple[str, List[str]]] = {}
 _lock = threading.Lock()
@@ -65,7 +67,7 @@ def _module_file(name: str) -> Optional[Path]:
 def _imports_of(path: Path, module: str) -> Set[str]:
     """Absolute names of the modules ``path`` (the module ``module``) imports, relative imports resolved."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = threadsafe_ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]

@@ -11,7 +11,7 @@ import operator
 from fractions import Fraction
 from typing import Any, Dict, List, Optional
 
-from skyrl_gym import BaseTextEnv, StepOutput
+from skyrl_gym import BaseTextEnv, StepOutput, threadsafe_ast
 from skyrl_gym.errors import DataError
 from skyrl_gym.tools.parsers import extract_tag
 
@@ -29,7 +29,7 @@ def evaluate(expression: str) -> tuple[Fraction, List[int]]:
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ExpressionError("expression too long")
     try:
-        tree = ast.parse(expression, mode="eval")
+        tree = threadsafe_ast.parse(expression, mode="eval")
     except SyntaxError as exc:
         raise ExpressionError(f"not an arithmetic expression: {exc.msg}") from exc
     numbers: List[int] = []

@@ -30,6 +30,8 @@ from __future__ import annotations
 import ast
 from typing import Any, Optional
 
+from skyrl_gym import threadsafe_ast
+
 # The datasets whose score_answer calls Python's eval, or sympy's parse_expr, on the answer (reasoning-gym
 # 0.1.25).
 EVALUATED_AS_PYTHON = frozenset({"string_insertion", "spiral_matrix", "binary_matrix", "n_queens"})
@@ -66,7 +68,7 @@ def refusal(dataset: str, answer: str, expected: Any = None) -> Optional[str]:
     trees = []
     for text in {answer, answer.strip(), answer.strip(" \t")}:  # eval() strips spaces and tabs itself
         try:
-            trees.append(ast.parse(text, mode="eval"))
+            trees.append(threadsafe_ast.parse(text, mode="eval"))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             pass
     if not trees:

@@ -29,7 +29,6 @@ back as themselves, other values as :class:`SandboxValue` (their type name and a
 
 from __future__ import annotations
 
-import ast
 import base64
 import hashlib
 import json
@@ -39,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
+from skyrl_gym import threadsafe_ast
 from skyrl_gym.envs.rlm._program import PROGRAM
 
 # Names restored in the REPL before and after every cell, so the model cannot rebind them for good.
@@ -106,7 +106,7 @@ def _decode(text: Any) -> Any:
     if not isinstance(text, str):
         return text
     try:
-        return ast.literal_eval(text)
+        return threadsafe_ast.literal_eval(text)
     except Exception:  # not a literal (an object's repr), too deep, ...
         return text
 
@@ -116,7 +116,7 @@ def parse_child_result(result: Any) -> Any:
     if not isinstance(result, str):
         return result
     try:
-        return ast.literal_eval(result)
+        return threadsafe_ast.literal_eval(result)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return result
 
@@ -405,7 +405,7 @@ class PersistentREPL:
             literal = info.get("literal")
             if isinstance(literal, str):
                 try:
-                    snapshot[name] = ast.literal_eval(literal)  # untrusted text: literals only
+                    snapshot[name] = threadsafe_ast.literal_eval(literal)  # untrusted text: literals only
                 except Exception:
                     pass
         self._var_types = types

@@ -44,6 +44,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from skyrl_gym import threadsafe_ast
 from skyrl_gym.envs.swe.instances import SWEInstance
 from skyrl_gym.envs.swe.runtime import TESTBED, SWERuntime, TestRun
 
@@ -220,7 +221,7 @@ def plan(path: str, text: str, hidden: Sequence[str], library: Sequence[str] = (
                                                                                      library_file)
         canaries.append(Canary(path, name, source))
     try:
-        targets = _mutant_targets(ast.parse(text), text, hidden)
+        targets = _mutant_targets(threadsafe_ast.parse(text), text, hidden)
     except (SyntaxError, ValueError):
         targets = []
     sentinels = {"object": fresh("_expected"), "exception": fresh("_Raised")}

@@ -58,6 +58,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from skygym_sandboxes.containers import Container, docker_client
 from skygym_sandboxes.images.build_image import build_image, cache_dir, image_exists
 
+from skyrl_gym import threadsafe_ast
 from skyrl_gym.envs.swe.grading import evaluate_many
 from skyrl_gym.envs.swe.instances import SWEInstance, normalize_row, write_jsonl
 from skyrl_gym.envs.swe.runtime import COMMIT_ENV, CONTAINER_ENV, HELPERS, TESTBED, TestRun, run_pytest
@@ -487,7 +488,7 @@ class _Work:
         for mutation in sorted(mutations, key=lambda m: m.start, reverse=True):
             mutated = mutation.apply(mutated)
         try:
-            ast.parse(mutated)
+            threadsafe_ast.parse(mutated)
         except (SyntaxError, ValueError):
             return self.drop("the edit does not parse")
         if mutated == original:
@@ -747,7 +748,7 @@ def failing_statement(
         return ""
     source = files[path].decode("utf-8", "replace")
     try:
-        tree = ast.parse(source)
+        tree = threadsafe_ast.parse(source)
     except SyntaxError:
         return ""
     line = int(where[1])

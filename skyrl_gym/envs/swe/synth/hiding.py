@@ -14,6 +14,8 @@ import ast
 import re
 from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
+from skyrl_gym import threadsafe_ast
+
 
 class HideError(ValueError):
     """A test cannot be taken out of its file (not a function definition, or the file would break)."""
@@ -46,7 +48,7 @@ def _find(body: Sequence[ast.stmt], names: Tuple[str, ...]) -> Optional[Tuple[as
 def hide_tests(source: bytes, test_ids: Iterable[str]) -> bytes:
     """``source`` without the functions of ``test_ids`` (ids of one file; the path part is ignored)."""
     try:
-        tree = ast.parse(source)
+        tree = threadsafe_ast.parse(source)
     except (SyntaxError, ValueError) as exc:
         raise HideError(f"the test file does not parse: {exc}") from None
     lines = source.decode("utf-8").splitlines(keepends=True)
@@ -78,7 +80,7 @@ def hide_tests(source: bytes, test_ids: Iterable[str]) -> bytes:
             out.append(line)
     result = "".join(out).encode("utf-8")
     try:
-        ast.parse(result)
+        threadsafe_ast.parse(result)
     except SyntaxError as exc:
         raise HideError(f"the file would not parse without those tests: {exc}") from None
     return result

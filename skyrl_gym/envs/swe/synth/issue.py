@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from skyrl_gym import threadsafe_ast
+
 _ASSERT = re.compile(r"^(?:AssertionError: )?assert (?P<left>.+?) (?P<op>==|!=|is not|is) (?P<right>.+)$")
 _WHERE = re.compile(r"^\s*\+\s+where (?P<value>.+?) = (?P<call>.+)$")
 _EXCEPTION = re.compile(
@@ -63,7 +65,7 @@ def _sides(statement: str) -> Optional[Tuple[str, str, bool]]:
     """(left source, right source, whether the right side is the computed one) of ``assert left ==/!= right``
     where one side calls something (None otherwise: then nothing tells what was called)."""
     try:
-        tree = ast.parse(statement.strip())
+        tree = threadsafe_ast.parse(statement.strip())
     except SyntaxError:
         return None
     node = tree.body[0] if tree.body else None

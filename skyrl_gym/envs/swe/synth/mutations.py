@@ -32,6 +32,8 @@ import random
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from skyrl_gym import threadsafe_ast
+
 COMPARE_FLIPS = {
     ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE: (">=", ">"),
     ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.In: ("in", "not in"), ast.NotIn: ("not in", "in"),
@@ -291,7 +293,7 @@ def find_mutations(path: str, source: bytes, validate: bool = True) -> List[Muta
     ``validate`` parses each mutated file and keeps only those that parse (a full parse per mutation: the
     mechanical solver, which only compares bytes, skips it)."""
     try:
-        tree = ast.parse(source)
+        tree = threadsafe_ast.parse(source)
     except (SyntaxError, ValueError):
         return []
     finder = _Finder(path, source)
@@ -305,7 +307,7 @@ def find_mutations(path: str, source: bytes, validate: bool = True) -> List[Muta
         if mutated == source:
             continue
         try:
-            ast.parse(mutated)
+            threadsafe_ast.parse(mutated)
         except (SyntaxError, ValueError):
             continue
         valid.append(mutation)
