@@ -347,9 +347,8 @@ def _audit_row(
     golden_play = None if golden is None else player.start(golden)
     fitting = [(hack, script) for hack in _hacks_for(profile, row, chosen)
                if (script := hack.build(case)) is not None]  # None: the hack does not apply to this row
-    parts = {hack.name: _parts_of(hack, case) for hack, _ in fitting}
-    part_plays = {part: player.start(case.reply(part))
-                  for part in dict.fromkeys(part for names in parts.values() for part in names)}
+    parts = [_parts_of(hack, case) for hack, _ in fitting]
+    part_plays = {part: player.start(case.reply(part)) for part in dict.fromkeys(sum(parts, []))}
     hack_plays = [player.start(script) for _, script in fitting]
 
     earned: List[float] = []
@@ -370,8 +369,8 @@ def _audit_row(
         verdict = ERROR if got is None else (OK if full else FALSE_NEGATIVE)
         add("golden", "reference answer", "golden", expected_full, got, verdict, reason)
 
-    for (hack, _), hack_play in zip(fitting, hack_plays):
-        of_parts = [part_plays[part].result() for part in parts[hack.name]]
+    for (hack, _), hedged, hack_play in zip(fitting, parts, hack_plays):
+        of_parts = [part_plays[part].result() for part in hedged]
         played = hack_play.result()
         if played is None or None in of_parts:  # a hedge is judged against its parts: all of them or nothing
             add("hack", hack.name, hack.family, f"<= {bar:g}", None, NOT_RUN, OUT_OF_BUDGET)
