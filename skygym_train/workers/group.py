@@ -50,6 +50,11 @@ class LocalWorkerGroup:
     def train_step(self, batch: TrainingBatch) -> Dict[str, float]:
         return self.worker.train_step(batch)
 
+    def shutdown(self) -> None:
+        """Close the worker's process group (on a GPU, NCCL's: left open, the process warns at exit that it leaked
+        it). The policy, reference and critic of one process share that group: the first to shut it down closes it."""
+        self.worker.shutdown()
+
 
 class RayWorkerGroup:
     """``num_workers`` Ray actors of one role, one per placement-group bundle."""

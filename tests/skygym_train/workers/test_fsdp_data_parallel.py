@@ -73,9 +73,29 @@ def test_two_gloo_ranks_match_one_process(tiny_lm_dir, ray_cluster, budget):
     assert sharded_metrics["policy/grad_norm"] == pytest.approx(single_metrics["policy/grad_norm"], rel=1e-4)
     assert set(sharded_weights) == set(single_weights)
     for name, value in single_weights.items():
-        torch.testing.assert_close(sharded_weights[name], value, atol=1e-5, rtol=1e-4, msg=name)
+        torch.testing.assert_close(sharded_weights[name], value, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
     # the step really moved the weights
     from transformers import AutoModelForCausalLM
 
     initial = AutoModelForCausalLM.from_pretrained(str(tiny_lm_dir)).state_dict()
     assert any(not torch.allclose(initial[k], single_weights[k]) for k in initial)
+
+
+def test_a_local_group_closes_the_process_group_its_worker_opened(tiny_lm_dir):
+    """On a GPU a one-process worker opens a process group (NCCL's). The trainer's close shuts its groups down:
+    a ``LocalWorkerGroup`` had no ``shutdown``, the group stayed open, and every GPU run, Ctrl-C'd or not, ended
+    with PyTorch's warning that ``destroy_process_group()`` was not called (after the run's last line)."""
+    import torch.distributed as dist
+
+    from skygym_train.weight_sync import free_port
+
+    group = LocalWorkerGroup(_spec(tiny_lm_dir))
+    assert not dist.is_initialized()
+    # what the worker opens on a GPU (NCCL there; gloo on this CPU)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        group.shutdown()
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
