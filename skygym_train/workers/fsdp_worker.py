@@ -156,6 +156,22 @@ def _keep_optimizer_kernels(optimizer: torch.optim.Optimizer, kernels: List[Dict
                 optimizer.state[param]["step"] = step.to(param.device, torch.float32)
 
 
+def attention_for(spec: WorkerSpec, cuda: bool) -> Optional[str]:
+    """The attention a worker asks transformers for (outside sequence parallelism): "sdpa" with
+    ``flash_attn=False``, "flash_attention_2" with ``flash_attn=True`` (validation checked CUDA and flash-attn); unset,
+    flash attention on a GPU where it is installed and SDPA otherwise. None: transformers' own choice, on the CPU or
+    where ``model_config_kwargs`` names one (e.g. "eager"), which is kept on a GPU as well."""
+    import importlib.util
+
+    if spec.flash_attn is False:
+        return "sdpa"
+    if spec.flash_attn:
+        return "flash_attention_2"
+    if cuda and "attn_implementation" not in (spec.model_config_kwargs or {}):
+        return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+    return None
+
+
 class TrainingWorker:
     """Holds one shard of a model; computes log-probs/values and takes optimizer steps."""
 
@@ -272,24 +288,19 @@ class TrainingWorker:
         if self.spec.sequence_parallel_size > 1:
             from skygym_train.workers.ulysses import register
 
-            extra["attn_implementation"] = register()  # SDPA over all-to-all exchanged heads
-        elif self.spec.flash_attn is False:
-            extra["attn_implementation"] = "sdpa"
-        elif self.spec.flash_attn:
-            extra["attn_implementation"] = "flash_attention_2"  # validation checked CUDA and flash-attn
-        elif cuda:
-            import importlib.util
-
-            # flash attention where it is installed (GPU only); PyTorch SDPA otherwise
-            extra["attn_implementation"] = "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+            attention = register()  # SDPA over all-to-all exchanged heads
+        else:
+            attention = attention_for(self.spec, cuda)
+        if attention:
+            extra["attn_implementation"] = attention
         auto = AutoModel if self.spec.role == "critic" else AutoModelForCausalLM
         if self._loads_from_rank0() and self.rank != 0:
             # only rank 0 reads the weights; this rank builds the model on the meta device (no memory) and
             # gets its shards from rank 0 once sharded (_materialize)
-            attention = {k: extra.pop(k) for k in ("attn_implementation",) if k in extra}
+            attention_kwargs = {k: extra.pop(k) for k in ("attn_implementation",) if k in extra}
             config = AutoConfig.from_pretrained(self.spec.model_path, **extra)
             with torch.device("meta"):
-                model: torch.nn.Module = auto.from_config(config, dtype=load_dtype, **attention)
+                model: torch.nn.Module = auto.from_config(config, dtype=load_dtype, **attention_kwargs)
                 if self.spec.role == "critic":
                     model = ValueModel(model, config.hidden_size)
         else:
@@ -717,8 +728,10 @@ class TrainingWorker:
             state = get_model_state_dict(self.model, options=options)
         elif self._shared_weights is not None or lora:
             # copies: a view of the shared buffer would carry the whole buffer when pickled (Ray), and the LoRA
-            # merge writes into the base weights it is given
-            state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            # merge writes into the base weights it is given (on the host with cpu_offload: GPU tensors came back
+            # here, beside a DeepSpeed or sharded worker's host copies)
+            state = {k: (v.detach().to("cpu", copy=True) if cpu_offload else v.detach().clone())
+                     for k, v in self.model.state_dict().items()}
         else:
             state = {k: (v.detach().cpu() if cpu_offload else v.detach()) for k, v in self.model.state_dict().items()}
         if lora and state:

@@ -64,7 +64,7 @@ def test_two_zero_ranks_take_the_step_one_fsdp_process_takes(tiny_lm_dir, two_bu
     assert weights[1] == {}, "only rank 0 holds the gathered weights"
     assert sorted(weights[0]) == sorted(expected_weights)  # every name, the tied lm_head too
     for name, value in expected_weights.items():
-        torch.testing.assert_close(weights[0][name], value, atol=2e-5, rtol=1e-4, msg=name)
+        torch.testing.assert_close(weights[0][name], value, atol=2e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
     torch.testing.assert_close(log_probs, expected_log_probs, atol=1e-5, rtol=1e-4)
 
 
@@ -89,7 +89,7 @@ def test_a_zero3_checkpoint_resumes_to_the_same_next_step(tiny_lm_dir, two_bundl
     assert optim == ["zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"]
     assert ckpt.worker_state_dir(tmp_path, "policy") == folder
     for name, value in after_two.items():
-        torch.testing.assert_close(again[name], value, atol=0, rtol=0, msg=name)
+        torch.testing.assert_close(again[name], value, atol=0, rtol=0, msg=lambda m: f"{name}: {m}")
 
 
 class _Payload:
@@ -254,4 +254,4 @@ def test_lora_the_critic_the_reference_and_checkpointing_match_fsdp2_in_one_proc
             assert ds_metrics[key] == pytest.approx(value, rel=1e-5) and value > 0
     assert sorted(ds_weights) == sorted(weights)  # LoRA merged back into the plain names
     for name, value in weights.items():
-        torch.testing.assert_close(ds_weights[name], value, atol=2e-5, rtol=1e-4, msg=name)
+        torch.testing.assert_close(ds_weights[name], value, atol=2e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")

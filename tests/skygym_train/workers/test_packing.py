@@ -130,6 +130,25 @@ def test_packed_training_step_equals_padded(tiny_lm_dir, layout):
     _assert_same_update(padded, packed)
 
 
+@pytest.mark.parametrize("cuda", [False, True])
+def test_an_attention_the_model_config_keys_name_is_kept_on_a_gpu_too(cuda, monkeypatch):
+    """On a GPU the worker picked flash attention or SDPA over ``model_config_kwargs={"attn_implementation":
+    "eager"}``: a run (and the test below) that asked for eager attention got SDPA there. The trainer's own keys
+    (``flash_attn``) still decide where they are set."""
+    import importlib.util
+
+    from skygym_train.workers.fsdp_worker import attention_for
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
+    spec = WorkerSpec(role="policy", model_path="unused")
+    eager = WorkerSpec(role="policy", model_path="unused", model_config_kwargs={"attn_implementation": "eager"})
+    assert attention_for(spec, cuda) == ("sdpa" if cuda else None)
+    assert attention_for(eager, cuda) is None  # the config keys' "eager" reaches from_pretrained
+    assert attention_for(WorkerSpec(role="policy", model_path="unused", flash_attn=False), cuda) == "sdpa"
+    assert attention_for(WorkerSpec(role="policy", model_path="unused", flash_attn=True), cuda) == "flash_attention_2"
+
+
 @pytest.mark.parametrize("layout", ["padded", "shared_prefix"])
 def test_the_policy_trains_on_grouped_attention_as_on_repeated_heads(tmp_path, layout, monkeypatch):
     """The trainer gives a policy on "sdpa" with grouped key/value heads (here 8 query heads of 64 over 2, where
@@ -160,7 +179,7 @@ def test_the_policy_trains_on_grouped_attention_as_on_repeated_heads(tmp_path, l
     # the gradients themselves (kept until the next step); the updates would differ where Adam normalises a
     # gradient that is 0 but for rounding, which eager and SDPA kernels round differently
     for (name, p), q in zip(grouped.model.named_parameters(), eager.model.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-7, msg=name)
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-7, msg=lambda m: f"{name}: {m}")
 
 
 def _groups_of(prompt_tokens, samples, response_tokens, groups=2):
