@@ -104,9 +104,9 @@ def _assert_device_step_is_cpu_step(model_dir, role, packing, updates=True):
             assert got_step[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     for name, p in cpu.model.named_parameters():
         if updates:
-            torch.testing.assert_close(after[name], p.detach(), atol=1e-5, rtol=1e-4, msg=name)
+            torch.testing.assert_close(after[name], p.detach(), atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
         else:
-            torch.testing.assert_close(after[name], p.grad, rtol=1e-4, atol=1e-7, msg=name)
+            torch.testing.assert_close(after[name], p.grad, rtol=1e-4, atol=1e-7, msg=lambda m: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("name", ADVANTAGE_ESTIMATORS.names())
@@ -189,7 +189,7 @@ def test_a_training_run_on_a_device_gives_the_cpu_run(tiny_chat_model, toy_data,
             for name, value in trainer.policy.worker.model.state_dict().items():
                 mine = engine.model.state_dict()[name]
                 assert is_on_device(mine) == (device != torch.device("cpu")), name
-                torch.testing.assert_close(mine.cpu(), value.cpu().to(mine.dtype), msg=name)
+                torch.testing.assert_close(mine.cpu(), value.cpu().to(mine.dtype), msg=lambda m: f"{name}: {m}")
         return steps
 
     worker_init, engine_init = TrainingWorker.__init__, HFEngine.__init__

@@ -42,4 +42,4 @@ def test_lora_run_syncs_merged_weights_and_exports_a_loadable_folder(tiny_chat_m
     changed = [k for k in initial if not torch.allclose(initial[k], exported[k])]
     assert changed and all("proj" in k for k in changed)  # only LoRA-targeted projections moved
     for name, value in exported.items():
-        torch.testing.assert_close(engine_state[name], value, msg=name)
+        torch.testing.assert_close(engine_state[name], value, msg=lambda m: f"{name}: {m}")

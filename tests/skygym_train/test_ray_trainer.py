@@ -39,7 +39,7 @@ def _assert_engine_matches(engine_state, policy_state):
     compared = 0
     for name, value in engine_state.items():
         if name in policy_state:
-            torch.testing.assert_close(value, policy_state[name], msg=name)
+            torch.testing.assert_close(value, policy_state[name], msg=lambda m: f"{name}: {m}")
             compared += 1
     assert compared >= len(engine_state) - 1  # all but possibly a tied lm_head
 

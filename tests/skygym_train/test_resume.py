@@ -51,7 +51,7 @@ def test_killed_and_resumed_run_matches_uninterrupted(tiny_chat_model, toy_data,
     resumed_rewards = [h["reward/mean"] for h in resumed["history"] if "reward/mean" in h]
     assert resumed_rewards == pytest.approx(straight_rewards)  # the same samples, step for step
     for name, value in expected.items():
-        torch.testing.assert_close(actual[name], value, msg=name)
+        torch.testing.assert_close(actual[name], value, msg=lambda m: f"{name}: {m}")
     # and training really changed them
     from transformers import AutoModelForCausalLM
 

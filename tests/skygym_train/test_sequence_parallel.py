@@ -78,7 +78,7 @@ def test_two_sequence_parallel_ranks_compute_what_one_process_does(tiny_lm_dir, 
     assert got[f"{prefix}/grad_norm"] > 0
     assert got[f"{prefix}/grad_norm"] == pytest.approx(expected[f"{prefix}/grad_norm"], rel=1e-4)
     for name, value in expected_weights.items():
-        torch.testing.assert_close(weights[name], value, atol=2e-5, rtol=1e-4, msg=name)
+        torch.testing.assert_close(weights[name], value, atol=2e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
 @pytest.mark.slow

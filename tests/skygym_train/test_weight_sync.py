@@ -42,7 +42,7 @@ def _assert_engine_is_policy(trainer, before):
     after = _engine_state(trainer)
     assert [k for k in before if not torch.equal(before[k], after[k])], "the engine's weights did not change"
     for name, value in after.items():
-        torch.testing.assert_close(value, policy[name], msg=name)
+        torch.testing.assert_close(value, policy[name], msg=lambda m: f"{name}: {m}")
 
 
 def test_without_ray_the_engine_reads_the_policys_tensors(tiny_chat_model, toy_data, tmp_path):
@@ -151,7 +151,7 @@ def test_a_policy_on_a_gpu_reaches_a_bf16_engine_in_one_device_copy(tiny_chat_mo
     engine.close()
     for name, value in engine_state.items():
         assert value.dtype == torch.bfloat16
-        torch.testing.assert_close(value, policy_state[name].to(torch.bfloat16), msg=name)
+        torch.testing.assert_close(value, policy_state[name].to(torch.bfloat16), msg=lambda m: f"{name}: {m}")
 
 
 def test_an_auto_engine_decodes_in_bf16_where_the_hardware_computes_it_and_receives_the_policys_weights(
@@ -171,7 +171,7 @@ def test_an_auto_engine_decodes_in_bf16_where_the_hardware_computes_it_and_recei
     assert any(not torch.equal(before[k], after[k]) for k in before), "the engine's weights did not change"
     for name, value in after.items():
         assert value.dtype == expected
-        torch.testing.assert_close(value, policy[name].to(expected), msg=name)
+        torch.testing.assert_close(value, policy[name].to(expected), msg=lambda m: f"{name}: {m}")
 
 
 @pytest.mark.slow
