@@ -14,10 +14,11 @@
 #                                              # same with the model as transformers runs it (its SDPA, every MLP
 #                                              # activation kept), for an A/B of the trainer's memory cuts
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
-# so one slow part cannot eat the others' time: at most ~200 + 120 + 180 + 300 s, plus building each random model
-# (under its own limit) before its bench's clock starts. Where one command may run at most 600 s, split the parts
-# over two calls: `tests 05b-128`, then `15b-512` (each bench's split times the weight sync as well; `sync` times
-# it on its own). What each printed lands in $OUT (default ./gpu-check):
+# so one slow part cannot eat the others' time: at most ~300 + 120 + 180 + 300 s, plus building each random model
+# (under its own limit) before its bench's clock starts. Seen on one H200 (16 cores): tests 211 s on 12 workers,
+# 05b-128 130 s and 15b-512 219 s with their models' builds. Where one command may run at most 600 s, split the
+# parts over two calls: `05b-128 15b-512`, then `tests` (each bench's split times the weight sync as well; `sync`
+# times it on its own). What each printed lands in $OUT (default ./gpu-check):
 # gpu_tests.log (one line per test as it ends, so a part cut off by its limit still says what ran), sync.log,
 # bench_<part>.log and bench_<part>.json. A summary of every part is printed at the end. Needs a CUDA GPU, the
 # project's [train,deepspeed] dependencies and TRL in this Python; SKYRL_GYM_TINY_MODEL (a folder with the SmolLM2
@@ -31,7 +32,7 @@ PY="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/gpu-check}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
 SYNC_MODEL="${GPU_CHECK_SYNC_MODEL:-random-qwen2.5-0.5b}"
-TEST_S="${GPU_CHECK_TEST_S:-200}"
+TEST_S="${GPU_CHECK_TEST_S:-300}"
 BENCH_S="${GPU_CHECK_BENCH_S:-180}"
 BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
@@ -51,7 +52,7 @@ for part in "${parts[@]}"; do
   t0=$SECONDS
   case "$part" in
     tests)
-      timeout -k 10 "$TEST_S" env PYTHON="$PY" SKYRL_GYM_TEST_WORKERS="${SKYRL_GYM_TEST_WORKERS:-8}" \
+      timeout -k 10 "$TEST_S" env PYTHON="$PY" SKYRL_GYM_TEST_WORKERS="${SKYRL_GYM_TEST_WORKERS:-12}" \
         bash scripts/test_gpu.sh -v --timeout 150 > "$OUT/gpu_tests.log" 2>&1
       rc=$?
       summary+=("tests (rc $rc, $((SECONDS - t0))s): $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)|skipped: no CUDA' \
