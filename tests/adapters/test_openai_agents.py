@@ -168,7 +168,7 @@ class _ScriptedChatServer(BaseHTTPRequestHandler):
 
 
 def test_the_openai_client_against_an_http_endpoint(calculator_row):
-    openai = pytest.importorskip("openai")
+    openai = pytest.importorskip("openai", reason="needs the openai client ([dev]): pip install openai")
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedChatServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

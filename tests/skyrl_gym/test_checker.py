@@ -342,7 +342,7 @@ class UnseededRandomPromptEnv(SayTheNumberEnv):
 
 
 def test_gymnasiums_own_checker_runs_through_the_bridge(registered):
-    pytest.importorskip("gymnasium")
+    pytest.importorskip("gymnasium", reason="needs gymnasium: pip install 'skyrl-gym[gymnasium]'")
     report = check_env("gsm8k", BUILTIN_ROWS["gsm8k"], gymnasium=True, huge_action_chars=0)
     assert report.ok and report.findings == [], str(report)
 

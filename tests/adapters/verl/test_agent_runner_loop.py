@@ -14,7 +14,7 @@ from typing import List
 
 import pytest
 
-pytest.importorskip("verl")
+pytest.importorskip("verl", reason="needs the 'verl' extra, in a venv of its own: nox -s verl")
 pytestmark = pytest.mark.verl
 
 import yaml  # noqa: E402

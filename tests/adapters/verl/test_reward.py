@@ -41,7 +41,7 @@ def test_unknown_env_is_a_clear_error():
 @pytest.mark.verl
 def test_verl_reward_worker_scores_gsm8k_rows_with_the_env(tmp_path, gsm8k_test_file, tiny_model_dir, tokenizer):
     """veRL's RewardLoopWorker -> NaiveRewardManager -> our compute_score, on real GSM8K rows."""
-    pytest.importorskip("verl")
+    pytest.importorskip("verl", reason="needs the 'verl' extra, in a venv of its own: nox -s verl")
     import numpy as np
     import torch
     from verl.protocol import DataProto

@@ -8,7 +8,7 @@ from skygym_adapters.verl.rows import AGENT_NAME, read_verl_parquet, row_to_verl
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 from skyrl_gym.errors import DataError
 
-pytest.importorskip("pyarrow")
+pytest.importorskip("pyarrow", reason="needs the 'data' extra (pyarrow): pip install 'skyrl-gym[data]'")
 
 
 def _rows(gsm8k_test_file, limit=4):

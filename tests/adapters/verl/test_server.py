@@ -20,7 +20,7 @@ def test_verl_sampling_params_become_engine_sampling_params():
 
 @pytest.mark.verl
 def test_generate_returns_verl_token_output(tokenizer):
-    pytest.importorskip("verl")
+    pytest.importorskip("verl", reason="needs the 'verl' extra, in a venv of its own: nox -s verl")
     from verl.workers.rollout.replica import TokenOutput
 
     from skygym_adapters.scripted import ScriptedEngine

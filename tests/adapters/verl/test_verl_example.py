@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("verl")
+pytest.importorskip("verl", reason="needs the 'verl' extra, in a venv of its own: nox -s verl")
 pytestmark = pytest.mark.verl
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "verl"

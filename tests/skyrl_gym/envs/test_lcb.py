@@ -123,7 +123,7 @@ def test_bad_rows_name_the_problem():
 
 
 def test_omegaconf_env_config_and_sandbox_choice_as_in_skyrl_gym():
-    omegaconf = pytest.importorskip("omegaconf")
+    omegaconf = pytest.importorskip("omegaconf", reason="needs omegaconf: pip install 'skyrl-gym[train]'")
     config = omegaconf.DictConfig(
         {"env_class": "lcb", "timeout": 2, "sandbox": {"backend": "local", "pool_size": 1, "warm": False}}
     )
