@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks in one call: the GPU test session, then the bundled trainer beside TRL on the same GPU.
-#   bash bench/gpu_check.sh                    # tests, in-process sync, 0.5B at 128 and 1.5B at 512 new tokens
+# The GPU checks in one call: the bundled trainer beside TRL on the same GPU, then the GPU test session.
+#   bash bench/gpu_check.sh                    # 0.5B at 128 and 1.5B at 512 new tokens, then the tests
 #   bash bench/gpu_check.sh tests 05b-128      # only these parts: tests, sync, and benches <size>-<new tokens>
 #                                              # with size tiny (a tiny random Qwen2), 05b or 15b (Qwen2.5-0.5B's
 #                                              # or 1.5B's shape, random weights), e.g. 05b-512, 15b-128
@@ -36,7 +36,7 @@ TEST_S="${GPU_CHECK_TEST_S:-300}"
 BENCH_S="${GPU_CHECK_BENCH_S:-180}"
 BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(tests sync 05b-128 15b-512)
+[ ${#parts[@]} -eq 0 ] && parts=(05b-128 15b-512 tests)  # the benches time the weight sync too
 for part in "${parts[@]}"; do  # every part known before any runs
   if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+(-fsdp)?|layouts-(tiny|05b|15b)-[0-9]+(-transformers)?)$ ]]
   then

@@ -110,11 +110,12 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
     tokens = statistics.mean(h.get("policy/model_tokens", 0.0) for h in history)
     generated = statistics.mean(h.get("generate/response_length", 0.0) for h in history) * PROMPTS * SAMPLES
     peak = max(max(h.get("memory/peak_gib", 0.0), h.get("memory/policy_peak_gib", 0.0)) for h in history)
+    peak_generate = max(h.get("memory/peak_generate_gib", 0.0) for h in history)
     skipped = statistics.mean(h.get("policy/skipped_rows", 0.0) for h in history)
     engine_held = {key: history[-1].get(f"memory/engine_{key}_gib", 0.0) for key in ("weights", "kv_cache")}
     return {"step_s": split["step"], "split": split, "steps": len(history), "model_tokens": tokens,
             "skipped_rows": skipped, "engine_held_gib": engine_held,
-            "generated_tokens": generated, "peak_gib": peak,
+            "generated_tokens": generated, "peak_gib": peak, "peak_generate_gib": peak_generate,
             "all": [h["timing/step"] for h in result["history"] if "timing/step" in h]}
 
 
@@ -257,6 +258,9 @@ def report(name: str, result: Dict[str, Any]) -> None:
     if held and any(held.values()):
         print(f"  held by the engine between steps (part of the peak): its own weights {held['weights']:.2f} GiB, "
               f"KV cache {held['kv_cache']:.2f} GiB")
+    if result.get("peak_generate_gib"):
+        print(f"  peak up to the end of generation: {result['peak_generate_gib']:.2f} GiB (the rest of the peak "
+              "came while training)")
     if split:
         parts = ("generate", "env", "prepare", "train", "sync")
         print("  split: " + ", ".join(f"{k} {split[k]:.2f}s" for k in parts))

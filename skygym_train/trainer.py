@@ -573,6 +573,10 @@ class PPOTrainer:
             output, uids, extra = self._collect_training_batch(timings)
         self._check_failures(output)
         metrics: Dict[str, float] = dict(extra)
+        if self._producer is None and peak.device.type == "cuda":
+            # the most held up to here; a larger memory/peak_gib came after (training, sync). On a GPU only: the
+            # CPU's measure is the process's high-water mark, which no step resets
+            metrics["memory/peak_generate_gib"] = peak.gib()
         output, uids = self.postprocess_generator_output(output, uids)
         loss_masks = output["loss_masks"]
         if self.cfg.generator.apply_overlong_filtering:
