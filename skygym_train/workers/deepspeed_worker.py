@@ -81,6 +81,7 @@ class DeepSpeedWorker(TrainingWorker):
 
     def init_process_group(self) -> None:
         import deepspeed
+        import torch.distributed as dist
 
         # DeepSpeed needs a process group even for one rank
         if self._dist_init is None:
@@ -88,6 +89,7 @@ class DeepSpeedWorker(TrainingWorker):
 
             self._dist_init = f"tcp://127.0.0.1:{free_port()}"
         os.environ.setdefault("LOCAL_RANK", "0")  # one device per worker (Ray sets CUDA_VISIBLE_DEVICES)
+        self._owns_process_group = not dist.is_initialized()  # else DeepSpeed takes the group it finds
         deepspeed.init_distributed(
             dist_backend="nccl" if self.device.type == "cuda" else "gloo",
             auto_mpi_discovery=False,
@@ -171,8 +173,9 @@ class DeepSpeedWorker(TrainingWorker):
         import deepspeed.comm
         import torch.distributed as dist
 
-        if dist.is_initialized():
+        if self._owns_process_group and dist.is_initialized():
             deepspeed.comm.destroy_process_group()
+        self._owns_process_group = False
 
     def _unshareable_reason(self, dtype: Optional[str]) -> Optional[str]:
         return "DeepSpeed holds the parameters (ZeRO partitions and its own optimizer copies)"

@@ -190,6 +190,7 @@ class TrainingWorker:
         self.world_size = world_size
         self.device = torch.device(f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu")
         self._dist_init = dist_init
+        self._owns_process_group = False  # shutdown closes only a group this worker opened (vLLM opens its own)
         self.model: Any = None
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.scheduler: Any = None
@@ -250,6 +251,7 @@ class TrainingWorker:
         if not dist.is_initialized():
             backend = "nccl" if cuda else "gloo"
             dist.init_process_group(backend, init_method=self._dist_init, rank=self.rank, world_size=self.world_size)
+            self._owns_process_group = True
 
     def load_model(self) -> int:
         """Load the weights, shard them, build the optimizer. Returns the parameter count."""
@@ -923,7 +925,11 @@ class TrainingWorker:
         return self.rank
 
     def shutdown(self) -> None:
+        """Close the process group this worker opened. One it found open is left alone: another worker of this
+        process (the policy's, for the reference) closes it, or it is not the trainer's (an in-process vLLM engine
+        opens one, and its later engines still use it)."""
         import torch.distributed as dist
 
-        if dist.is_initialized():
+        if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
+        self._owns_process_group = False

@@ -84,18 +84,21 @@ def test_two_gloo_ranks_match_one_process(tiny_lm_dir, ray_cluster, budget):
 def test_a_local_group_closes_the_process_group_its_worker_opened(tiny_lm_dir):
     """On a GPU a one-process worker opens a process group (NCCL's). The trainer's close shuts its groups down:
     a ``LocalWorkerGroup`` had no ``shutdown``, the group stayed open, and every GPU run, Ctrl-C'd or not, ended
-    with PyTorch's warning that ``destroy_process_group()`` was not called (after the run's last line)."""
+    with PyTorch's warning that ``destroy_process_group()`` was not called (after the run's last line). A group
+    the worker found open is not its own: an in-process vLLM engine opens one that its next engine still uses."""
     import torch.distributed as dist
 
     from skygym_train.weight_sync import free_port
 
-    group = LocalWorkerGroup(_spec(tiny_lm_dir))
     assert not dist.is_initialized()
-    # what the worker opens on a GPU (NCCL there; gloo on this CPU)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
-        group.shutdown()
-        assert not dist.is_initialized()
+        for opened_by_the_worker in (True, False):
+            group = LocalWorkerGroup(_spec(tiny_lm_dir))
+            # what the worker's init_process_group does on a GPU (NCCL there; gloo on this CPU), or another's
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+            group.worker._owns_process_group = opened_by_the_worker
+            group.shutdown()
+            assert dist.is_initialized() is not opened_by_the_worker
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
