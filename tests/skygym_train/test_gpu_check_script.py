@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from skygym_train.config.validation import cuda_available
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,15 +26,9 @@ def run_check(*parts: str, out: Path, tiny_model: Path) -> subprocess.CompletedP
                           capture_output=True, text=True, timeout=600)
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_cuda(), reason="checks the script on the CPU before a device call (minutes of CPU work beside "
-                                    "the GPU tests); on a GPU machine run bash bench/gpu_check.sh itself")
+@pytest.mark.skipif(cuda_available(), reason="checks the script on the CPU before a device call (minutes of CPU "
+                    "work beside the GPU tests); on a GPU machine run bash bench/gpu_check.sh itself")
 def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> None:
     done = run_check("tests", "sync", "tiny-8", "tiny-8-fsdp", "layouts-tiny-8", "layouts-tiny-8-transformers",
                      out=tmp_path, tiny_model=tiny_chat_model)
