@@ -12,7 +12,7 @@
 #                                              # trainer's cut of long shared-prompt rows pays on the GPU too,
 #                                              # with each layout's peak memory; layouts-15b-512-transformers: the
 #                                              # same with the model as transformers runs it (its SDPA, every MLP
-#                                              # activation kept), for an A/B of the trainer's memory cuts
+#                                              # activation kept, the logits made), for an A/B of the trainer's memory cuts
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
 # so one slow part cannot eat the others' time: at most ~300 + 120 + 180 + 300 s, plus building each random model
 # (under its own limit) before its bench's clock starts. Seen on one H200 (16 cores): tests 211 s on 12 workers,

@@ -13,9 +13,17 @@ Token ids are random (the layouts' costs do not depend on them); every answer ha
 shapes take their tokenizer from ``SKYRL_GYM_TINY_MODEL`` where it is set (else the embedded SmolLM2's). Prints
 seconds per micro-batch (median of ``--repeats`` after one warm-up), the tokens each layout runs and its row shape,
 and the peak of live memory in a training step as torch's memory tracker counts it (``MemTracker``: parameters,
-gradients, optimizer state, activations; the same figure on any device), with CUDA's own peak on a GPU. ``--as-transformers`` runs the model as transformers does, for an A/B of what the trainer changes: its
-own SDPA, which copies grouped key/value heads per query head under a mask (the trainer's ``skyrl_gym_sdpa``,
-``hf_attention``, reads them in place), and every MLP activation kept (``workers/activations.py``).
+gradients, optimizer state, activations; the same figure on any device), with CUDA's own peak on a GPU.
+``--as-transformers`` runs the model as transformers does, for an A/B of what the trainer changes: its own SDPA,
+which copies grouped key/value heads per query head under a mask (the trainer's ``skyrl_gym_sdpa``,
+``hf_attention``, reads them in place), every MLP activation kept (``workers/activations.py``) and the logits made
+(``workers/log_probs.py`` takes the log-probs from the LM head); ``--logits`` changes only the last. On the CPU,
+``--recompute --bf16`` runs the step as on a GPU (log-prob chunks recomputed in the backward pass, bf16 autocast),
+so that its memory figures stand for a GPU's:
+
+    python bench/packing_layouts.py --model random-qwen2.5-0.5b --prompts 4 --samples 8 --prompt-tokens 40 \
+        --answer-tokens 128 --layouts trainer --recompute --bf16 [--logits]
+
 Figures are printed, never asserted.
 """
 
@@ -44,7 +52,15 @@ def main(argv: object = None) -> int:
     parser.add_argument("--answer-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--as-transformers", action="store_true",
-                        help="transformers' own SDPA and MLPs, not the trainer's attention and recomputed activations")
+                        help="transformers' own SDPA, MLPs and logits, not the trainer's attention, recomputed "
+                        "activations and log-probs from the LM head")
+    parser.add_argument("--logits", action="store_true", help="the model's logits, then log-probs over them, not "
+                        "log-probs from the LM head (workers/log_probs.py): an A/B of the head alone")
+    parser.add_argument("--recompute", action="store_true", help="recompute the log-prob chunks in the backward "
+                        "pass on the CPU too, as on a GPU: the CPU's memory figures then stand for a GPU's")
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast on the CPU too, as on a GPU")
+    parser.add_argument("--layouts", choices=("all", "trainer"), default="all",
+                        help="trainer: only the layout the trainer runs (shared prefix, cut where it pays)")
     args = parser.parse_args(argv)
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -72,19 +88,29 @@ def main(argv: object = None) -> int:
                                .contiguous())
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU ({os.cpu_count()} cores)"
     worker = TrainingWorker(WorkerSpec(role="policy", model_path=folder, optimizer=OptimizerConfig(lr=1e-6),
-                                       micro_train_batch_size=rows, micro_forward_batch_size=rows))
+                                       micro_train_batch_size=rows, micro_forward_batch_size=rows,
+                                       bf16=True if args.bf16 else None))
     worker.load_model()
     if args.as_transformers:
         worker.model.set_attn_implementation("sdpa")
         recompute_gated_activations(worker.model, enabled=False)
+    if args.as_transformers or args.logits:
+        worker._log_prob_head = None  # the head stays a plain linear layer: logits (B, T, vocabulary) come out
+    if args.recompute:
+        from skygym_train.workers import log_probs
+
+        log_probs.recomputes_on = lambda device: True
     worker.configure_algorithm(AlgorithmConfig(), POLICY_LOSSES.get("regular"), 1.0)
     break_even = worker._attention_break_even
     print(f"{args.model} on {name}: {args.prompts} prompt(s) of {args.prompt_tokens} tokens x {args.samples} "
           f"answers of {args.answer_tokens}, one micro-batch of {rows} rows, attention "
           f"{worker.model.config._attn_implementation} in {worker._attention_dtype()}; break-even "
           f"{break_even:,.0f} keys a query (packing.break_even_keys)", flush=True)
-    for label, mode, cut in (("padded", "padded", None), ("shared prefix, whole segments", "shared_prefix", None),
-                             ("shared prefix, as the trainer cuts it", "shared_prefix", break_even)):
+    layouts = [("padded", "padded", None), ("shared prefix, whole segments", "shared_prefix", None),
+               ("shared prefix, as the trainer cuts it", "shared_prefix", break_even)]
+    head = "the model's logits" if worker._log_prob_head is None else "log-probs from the LM head"
+    print(f"log-probs: {head}{', chunks recomputed in the backward pass' if args.recompute else ''}", flush=True)
+    for label, mode, cut in layouts[-1:] if args.layouts == "trainer" else layouts:
         worker.layout, worker._attention_break_even = mode, cut
         shape = tuple(layout(mode, batch.tensors, batch.prompt_length, cut).model_inputs(torch.device("cpu"))
                       ["input_ids"].shape)

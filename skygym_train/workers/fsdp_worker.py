@@ -20,6 +20,7 @@ import torch
 from skygym_adapters.engines.hf_attention import use_grouped_attention
 from skygym_train.workers.activations import recompute_gated_activations
 from skygym_train.workers.batch import TrainingBatch
+from skygym_train.workers.log_probs import install_log_prob_head, log_probs_from_head, response_log_probs
 from skygym_train.workers.packing import break_even_keys, layout, layout_for, packs_every_layer, plan_micro_batches
 
 ROLES = ("policy", "ref", "critic")
@@ -84,64 +85,6 @@ class ValueModel(torch.nn.Module):
         return self.value_head(hidden).squeeze(-1)
 
 
-LOG_PROB_CHUNK_TOKENS = 4096
-"""Response tokens per chunk of :func:`response_log_probs` (what it holds in fp32 at a time)."""
-
-
-def response_log_probs(
-    logits: torch.Tensor,
-    input_ids: torch.Tensor,
-    prompt_length: int,
-    temperature: float = 1.0,
-    entropy_grad: bool = False,
-    chunk_tokens: int = LOG_PROB_CHUNK_TOKENS,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probabilities and entropies of the response tokens, ``(B, T)`` each.
-
-    ``logits`` covers positions ``P-1 .. P+T-2`` (the ones that predict the response). Logits are divided
-    by the sampling temperature so the ratio to the generator's probabilities is 1 before any update.
-
-    Rows go through in chunks of about ``chunk_tokens`` tokens, each upcast to fp32 on its own, and under
-    autograd on an accelerator each chunk is recomputed in the backward pass instead of keeping its fp32
-    log-softmax: the memory beyond the logits themselves is one chunk's, not the micro-batch's whole
-    vocabulary in fp32. On CPU, where memory is plentiful and compute is not, nothing is recomputed.
-    """
-    targets = input_ids[:, prompt_length:]
-    rows = max(1, chunk_tokens // max(1, targets.shape[1]))
-    recompute = torch.is_grad_enabled() and logits.requires_grad and logits.device.type != "cpu"
-    with_entropy_grad = entropy_grad and torch.is_grad_enabled()
-    log_probs, entropies = [], []
-    for start in range(0, logits.shape[0], rows):
-        part = (logits[start : start + rows], targets[start : start + rows], float(temperature or 1.0),
-                with_entropy_grad)
-        if recompute:
-            from torch.utils.checkpoint import checkpoint
-
-            lp, ent = checkpoint(_token_log_probs, *part, use_reentrant=False)
-        else:
-            lp, ent = _token_log_probs(*part)
-        log_probs.append(lp)
-        entropies.append(ent)
-    if len(log_probs) == 1:
-        return log_probs[0], entropies[0]
-    return torch.cat(log_probs), torch.cat(entropies)
-
-
-def _token_log_probs(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, entropy_grad: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One chunk of :func:`response_log_probs`: ``log p(target)`` and the entropy, in fp32."""
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    log_softmax = torch.log_softmax(logits, dim=-1)
-    log_probs = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        # only an entropy bonus needs its gradient; as a metric it would double the backward's memory
-        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
-    return log_probs, entropy
-
-
 def _keep_optimizer_kernels(optimizer: torch.optim.Optimizer, kernels: List[Dict[str, Any]]) -> None:
     """After a checkpoint's optimizer state was loaded: AdamW's kernel is this run's choice (fused on a GPU, see
     ``_new_optimizer``), not the one of the run that wrote the checkpoint, whose param groups came with the state.
@@ -202,6 +145,8 @@ class TrainingWorker:
         self.layout = "padded"
         """How micro-batches reach the model: ``shared_prefix``, ``varlen`` or ``padded`` (see ``packing``)."""
         self._attention_break_even: Optional[float] = None  # set by load_model (packing.break_even_keys)
+        self._log_prob_head: Optional[torch.nn.Module] = None
+        """The LM head that returns log-probs instead of logits (``log_probs.install_log_prob_head``), where it can."""
         self.tokens_run = 0
         """Tokens (padding included) through the model so far: what packing saves shows here."""
         self._sp_group: Any = None
@@ -327,6 +272,9 @@ class TrainingWorker:
         if self.spec.role != "ref" and not self.spec.gradient_checkpointing:
             # a gated MLP's activation recomputed in the backward pass, not kept (activations; the same results)
             recompute_gated_activations(model)
+        if self.spec.role != "critic" and self._sp_group is None:
+            # log-probs from the last hidden states, never the (B, T, vocabulary) logits (log_probs)
+            self._log_prob_head = install_log_prob_head(model)
         if self.spec.gradient_checkpointing and self.spec.role != "ref":
             target = model.body if isinstance(model, ValueModel) else model
             kwargs = {"use_reentrant": self.spec.gradient_checkpointing_use_reentrant}
@@ -494,8 +442,15 @@ class TrainingWorker:
         if self.spec.role == "critic":
             values = self.model(**inputs)
             return rows.gather(rows.kept(values)).float(), t
-        out = self.model(**inputs, use_cache=False, logits_to_keep=rows.logits_to_keep(self.device))
+        keep = rows.logits_to_keep(self.device)
         entropy_grad = bool(self.algorithm is not None and self.algorithm.use_entropy_loss)
+        if self._log_prob_head is not None:
+            targets = t["input_ids"][:, batch.prompt_length :]
+            with log_probs_from_head(self._log_prob_head, rows.gather, targets, self.temperature, entropy_grad):
+                out = self.model(**inputs, use_cache=False, logits_to_keep=keep)
+            log_probs, entropy = out.logits.unbind(-1)  # (B, T, 2) from the head: no logits were made
+            return (log_probs, entropy if entropy_grad else entropy.detach()), t
+        out = self.model(**inputs, use_cache=False, logits_to_keep=keep)
         logits = rows.gather(out.logits)  # (B, T, V): the logits that predict each response token
         # a packed layout's gather is a copy, and nothing keeps the model's own logits for the backward pass: they
         # go now, not after the log-probs (at 512-token answers and a 150k vocabulary, ~2.5 GiB a micro-batch)

@@ -213,19 +213,25 @@ def test_deepspeed_without_the_package_is_refused_with_the_install_command(
     assert "pip install 'skyrl-gym[deepspeed]'" in text
 
 
-@pytest.mark.parametrize("variant", ["lora", "critic", "ref", "gradient_checkpointing"])
+@pytest.mark.parametrize("variant", ["lora", "critic", "ref", "gradient_checkpointing", "recomputed_head"])
 def test_lora_the_critic_the_reference_and_checkpointing_match_fsdp2_in_one_process(
     tiny_lm_dir, monkeypatch, variant, deterministic_kernels
 ):
     from skygym_train.config.schema import LoraConfig
+    from skygym_train.workers import log_probs
 
     monkeypatch.setenv("LOCAL_RANK", "0")  # what the worker sets for DeepSpeed; restored afterwards
+    if variant == "recomputed_head":
+        # as on a GPU: the LM head's chunks are recomputed in the backward pass, when ZeRO-3 has gathered its
+        # weight again for the head's backward (log_probs.log_probs_from_head)
+        monkeypatch.setattr(log_probs, "recomputes_on", lambda device: True)
     batch = _batch()
     changes = {
         "lora": {"lora": LoraConfig(rank=4, alpha=8)},
         "critic": {"role": "critic"},
         "ref": {"role": "ref"},
         "gradient_checkpointing": {"gradient_checkpointing": True},
+        "recomputed_head": {},
     }[variant]
     if variant == "critic":
         mask = batch.tensors["response_mask"]

@@ -376,12 +376,15 @@ def test_token_budget_micro_batches_give_the_whole_batch_update(tiny_lm_dir):
 
 def test_a_packed_forward_lets_the_models_own_logits_go_before_the_log_probs(tiny_lm_dir, monkeypatch):
     """The packed layout gathers the kept logits into a copy; the model's own logits (nothing keeps them for the
-    backward pass) are freed before the log-probs are computed, not held beside the copy through them."""
+    backward pass) are freed before the log-probs are computed, not held beside the copy through them. (A model
+    whose head gives log-probs, ``log_probs.install_log_prob_head``, makes no logits: here the head is left plain,
+    as for an architecture outside ``PLAIN_HEAD_CAUSAL_LMS``.)"""
     import weakref
 
     from skygym_train.workers import fsdp_worker
 
     worker = _worker(tiny_lm_dir, layout="shared_prefix")
+    worker._log_prob_head = None
     own = []
     worker.model.register_forward_hook(lambda module, args, out: own.append(weakref.ref(out.logits)))
     alive = []
