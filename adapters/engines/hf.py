@@ -44,6 +44,7 @@ class _Request:
     prompt: List[int]
     sampling: ResolvedSampling
     future: Future
+    session: Optional[str] = None
 
 
 _SHUTDOWN = object()
@@ -169,10 +170,12 @@ class HFEngine(BaseInferenceEngine):
         messages: Optional[List[List[Dict[str, Any]]]] = None,
         session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput:
-        """Generate one continuation per prompt (``messages`` and ``session_ids`` are not needed here); returns ids, decoded text, stop reasons and (optionally) logprobs."""
+        """Generate one continuation per prompt; returns ids, decoded text, stop reasons and (optionally) logprobs.
+        ``messages`` are not needed here; ``session_ids`` order a batch's rows (see ``_run_worker``)."""
         prompts = validate_prompts(prompt_token_ids)
         sampling = resolve_sampling(sampling_params)  # type: ignore[arg-type]
-        futures = [self.submit(prompt, sampling) for prompt in prompts]
+        sessions = list(session_ids or []) + [None] * (len(prompts) - len(session_ids or []))
+        futures = [self.submit(prompt, sampling, session) for prompt, session in zip(prompts, sessions)]
         results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
         return assemble_output(list(results), sampling.logprobs)
 
@@ -193,15 +196,17 @@ class HFEngine(BaseInferenceEngine):
             self._open_sessions -= 1
         self._queue.put(_WAKE)
 
-    def submit(self, prompt: List[int], sampling: ResolvedSampling) -> "Future[SequenceResult]":
-        """Queue one prompt; the returned future resolves to a :class:`SequenceResult` (thread-safe)."""
+    def submit(self, prompt: List[int], sampling: ResolvedSampling, session: Optional[str] = None
+               ) -> "Future[SequenceResult]":
+        """Queue one prompt (of ``session``, a trajectory); the returned future resolves to a :class:`SequenceResult`
+        (thread-safe)."""
         if self._closed:
             raise EngineError("HFEngine is closed")
         if self._sleeping:
             raise EngineError("HFEngine is asleep; call wake_up() before generate()")
         self._ensure_worker()
         future: Future = Future()
-        self._queue.put(_Request(prompt, sampling, future))
+        self._queue.put(_Request(prompt, sampling, future, session))
         return future
 
     async def update_weights(self, named_tensors: Union[Mapping[str, Any], Iterable[Tuple[str, Any]], str]) -> None:
@@ -324,6 +329,10 @@ class HFEngine(BaseInferenceEngine):
             if pending is None:
                 self._fail_pending(EngineError("HFEngine was closed"))
                 return
+            # Rows in session order, not arrival order: trajectories reach the engine in whatever order their env
+            # calls end, and an unseeded row's random numbers are the next ones of the global generator
+            # (hf_sampling.draw_uniforms), so a run would otherwise sample differently from a rerun of it
+            pending.sort(key=lambda request: (request.session is None, request.session or ""))
             groups: Dict[ResolvedSampling, List[_Request]] = {}
             for request in pending:
                 groups.setdefault(request.sampling.without_seed(), []).append(request)

@@ -233,6 +233,44 @@ async def test_announced_sessions_decode_as_one_batch(tokenizer: Any, tiny_model
         engine.close()
 
 
+async def test_unseeded_sessions_sample_the_same_whatever_order_they_arrive_in(tokenizer: Any,
+                                                                               tiny_model_dir: Any) -> None:
+    """A trainer's trajectories reach the engine in the order their env calls end, which varies between runs; an
+    unseeded row draws the global generator's next numbers, so rows go in session order: a rerun with the same
+    global seed samples each trajectory as before (the flaky resume comparison). Rows without a session keep their
+    arrival order, and then the order decides who gets which numbers (the control)."""
+    import torch
+
+    engine = HFEngine(str(tiny_model_dir), device="cpu", batch_wait_s=0.0, max_batch_wait_s=0.0, max_expect_wait_s=600)
+    sampled = {"max_generate_length": 8, "temperature": 1.0}
+    prompts = {f"traj_{i}": prompt(tokenizer, f"question {i}") for i in range(4)}
+
+    async def run(order: list, sessions: bool) -> dict:
+        torch.manual_seed(0)
+        engine.expect_sessions(len(order))
+
+        async def one(name: str, delay: float) -> Any:
+            await asyncio.sleep(delay)
+            return await engine.generate([prompts[name]], sampled, session_ids=[name] if sessions else None)
+
+        outputs = await asyncio.gather(*(one(name, 0.05 * i) for i, name in enumerate(order)))
+        for name in order:
+            engine.finish_session(name)
+        return {name: out["response_ids"][0] for name, out in zip(order, outputs)}
+
+    try:
+        names = sorted(prompts)
+        before = engine.stats["batches"]
+        forward, backward = await run(names, True), await run(names[::-1], True)
+        assert engine.stats["batches"] - before == 2  # each run one batch: only the order of arrival differed
+        assert forward == backward
+        assert len({tuple(ids) for ids in forward.values()}) > 1
+        forward, backward = await run(names, False), await run(names[::-1], False)
+        assert forward != backward
+    finally:
+        engine.close()
+
+
 async def test_rows_are_handed_out_as_they_end_and_progress_adds_up(tokenizer: Any, tiny_engine: HFEngine) -> None:
     short_prompt, long_prompt = prompt(tokenizer, "stop early"), prompt(tokenizer, "keep going for a while please")
     free = (await tiny_engine.generate([short_prompt], SEEDED))["response_ids"][0]
