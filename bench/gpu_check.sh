@@ -13,6 +13,9 @@
 #                                              # with each layout's peak memory; layouts-15b-512-transformers: the
 #                                              # same with the model as transformers runs it (its SDPA, every MLP
 #                                              # activation kept, the logits made), for an A/B of the trainer's memory cuts
+#   bash bench/gpu_check.sh logprobs-15b-512   # the log-prob step of one micro-batch of the 15b-512 bench three ways
+#                                              # (bench/log_prob_memory.py): from the LM head, from the logits in the
+#                                              # trainer's chunks, from the logits in 4096-token chunks; peak memory
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
 # so one slow part cannot eat the others' time: at most ~300 + 120 + 180 + 300 s, plus building each random model
 # (under its own limit) before its bench's clock starts. Seen on one H200 (16 cores): tests 211 s on 12 workers,
@@ -38,10 +41,10 @@ BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(05b-128 15b-512 tests)  # the benches time the weight sync too
 for part in "${parts[@]}"; do  # every part known before any runs
-  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+(-fsdp)?|layouts-(tiny|05b|15b)-[0-9]+(-transformers)?)$ ]]
+  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+(-fsdp)?|layouts-(tiny|05b|15b)-[0-9]+(-transformers)?|logprobs-(tiny|05b|15b)-[0-9]+)$ ]]
   then
-    echo "unknown part $part (tests, sync, <tiny|05b|15b>-<new tokens>[-fsdp], e.g. 05b-128, or" \
-         "layouts-<tiny|05b|15b>-<answer tokens>[-transformers])" >&2
+    echo "unknown part $part (tests, sync, <tiny|05b|15b>-<new tokens>[-fsdp], e.g. 05b-128," \
+         "layouts-<tiny|05b|15b>-<answer tokens>[-transformers] or logprobs-<tiny|05b|15b>-<answer tokens>)" >&2
     exit 2
   fi
 done
@@ -64,6 +67,20 @@ for part in "${parts[@]}"; do
         > "$OUT/sync.log" 2>&1
       rc=$?
       summary+=("sync (rc $rc, $((SECONDS - t0))s): $(grep '^device' "$OUT/sync.log")")
+      ;;
+    logprobs-*)
+      # the log-prob step of one training micro-batch three ways (bench/log_prob_memory.py): memory and time
+      rest=${part#logprobs-}; size=${rest%%-*}; tokens=${rest#*-}
+      case "$size" in
+        tiny) shape=(--hidden 64 --rows 8) ;;
+        05b) shape=(--hidden 896 --rows 32) ;;
+        15b) shape=(--hidden 1536 --rows 16) ;;
+      esac
+      timeout -k 10 120 "$PY" bench/log_prob_memory.py --device "$DEVICE" "${shape[@]}" --tokens "$tokens" \
+        > "$OUT/$part.log" 2>&1
+      rc=$?
+      summary+=("$part (rc $rc, $((SECONDS - t0))s): $(grep -E '^from the' "$OUT/$part.log" | sed -E 's/ +/ /g' \
+        | tr '\n' ';')")
       ;;
     layouts-*)
       rest=${part#layouts-}; size=${rest%%-*}; rest=${rest#*-}; tokens=${rest%%-*}

@@ -31,11 +31,12 @@ def run_check(*parts: str, out: Path, tiny_model: Path) -> subprocess.CompletedP
                     "work beside the GPU tests); on a GPU machine run bash bench/gpu_check.sh itself")
 def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> None:
     done = run_check("tests", "sync", "tiny-8", "tiny-8-fsdp", "layouts-tiny-8", "layouts-tiny-8-transformers",
-                     out=tmp_path, tiny_model=tiny_chat_model)
+                     "logprobs-tiny-8", out=tmp_path, tiny_model=tiny_chat_model)
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "summary.txt").read_text().splitlines()
     assert [line.split(" (rc ")[0] for line in summary] == ["tests", "sync", "bench tiny-8", "bench tiny-8-fsdp",
-                                                             "layouts-tiny-8", "layouts-tiny-8-transformers"]
+                                                             "layouts-tiny-8", "layouts-tiny-8-transformers",
+                                                             "logprobs-tiny-8"]
     assert all("(rc 0," in line for line in summary), summary
     assert "no CUDA GPU" in summary[0]  # the GPU test session says why it ran nothing here
     assert "inprocess" in summary[1] and "MiB per sync" in summary[1]
@@ -59,10 +60,14 @@ def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> N
     assert "attention sdpa " in (tmp_path / "layouts-tiny-8-transformers.log").read_text()
     assert "attention sdpa " not in (tmp_path / "layouts-tiny-8.log").read_text()
     assert summary[5].count("rows x columns") == 3
+    # the log-prob step three ways, each with its peak
+    assert summary[6].count("from the") == 3 and summary[6].count("GiB above before") == 3
+    assert "from the LM head" in summary[6]
 
 
 def test_an_unknown_part_stops_before_any_part_runs(tmp_path: Path) -> None:
     done = run_check("sync", "05b-fast", out=tmp_path / "out", tiny_model=tmp_path)
     assert done.returncode == 2 and "unknown part 05b-fast" in done.stderr
     assert run_check("layouts-05b-512-fsdp", out=tmp_path / "out", tiny_model=tmp_path).returncode == 2
+    assert run_check("logprobs-05b", out=tmp_path / "out", tiny_model=tmp_path).returncode == 2
     assert not (tmp_path / "out").exists()
