@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import types
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
@@ -62,17 +62,10 @@ def response_log_probs(
         chunk_tokens = LOG_PROB_CHUNK_ELEMENTS // max(1, logits.shape[-1])
     rows = max(1, chunk_tokens // max(1, targets.shape[1]))
     recompute = torch.is_grad_enabled() and logits.requires_grad and recomputes_on(logits.device)
-    with_entropy_grad = entropy_grad and torch.is_grad_enabled()
-    log_probs, entropies = [], []
-    for start in range(0, logits.shape[0], rows):
-        part = (logits[start : start + rows], targets[start : start + rows], float(temperature or 1.0),
-                with_entropy_grad)
-        lp, ent = _checkpoint(_token_log_probs, *part) if recompute else _token_log_probs(*part)
-        log_probs.append(lp)
-        entropies.append(ent)
-    if len(log_probs) == 1:
-        return log_probs[0], entropies[0]
-    return torch.cat(log_probs), torch.cat(entropies)
+    temperature, with_entropy_grad = float(temperature or 1.0), entropy_grad and torch.is_grad_enabled()
+    chunks = ((logits[start : start + rows], targets[start : start + rows], temperature, with_entropy_grad)
+              for start in range(0, logits.shape[0], rows))
+    return _in_chunks(_token_log_probs, chunks, recompute)
 
 
 def head_log_probs(
@@ -95,17 +88,11 @@ def head_log_probs(
     chunk_tokens = max(1, chunk_tokens)
     grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     recompute = grad and recomputes_on(hidden.device)
-    with_entropy_grad = entropy_grad and torch.is_grad_enabled()
-    log_probs, entropies = [], []
-    for start in range(0, flat.shape[0], chunk_tokens):
-        part = (flat[start : start + chunk_tokens], weight, bias, flat_targets[start : start + chunk_tokens],
-                float(temperature or 1.0), with_entropy_grad)
-        lp, ent = _checkpoint(_head_chunk, *part) if recompute else _head_chunk(*part)
-        log_probs.append(lp)
-        entropies.append(ent)
-    if len(log_probs) == 1:
-        return log_probs[0].reshape(shape), entropies[0].reshape(shape)
-    return torch.cat(log_probs).reshape(shape), torch.cat(entropies).reshape(shape)
+    temperature, with_entropy_grad = float(temperature or 1.0), entropy_grad and torch.is_grad_enabled()
+    chunks = ((flat[start : start + chunk_tokens], weight, bias, flat_targets[start : start + chunk_tokens],
+               temperature, with_entropy_grad) for start in range(0, flat.shape[0], chunk_tokens))
+    log_probs, entropies = _in_chunks(_head_chunk, chunks, recompute)
+    return log_probs.reshape(shape), entropies.reshape(shape)
 
 
 def recomputes_on(device: torch.device) -> bool:
@@ -113,10 +100,17 @@ def recomputes_on(device: torch.device) -> bool:
     return device.type != "cpu"
 
 
-def _checkpoint(fn: Callable[..., Any], *args: Any) -> Any:
+def _in_chunks(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]], chunks: Iterable[tuple],
+               recompute: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fn``'s log-probs and entropies over each chunk's arguments, joined; with ``recompute`` each chunk is
+    run again in the backward pass instead of keeping what its backward needs."""
     from torch.utils.checkpoint import checkpoint
 
-    return checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)  # no randomness to replay
+    results = [checkpoint(fn, *args, use_reentrant=False, preserve_rng_state=False)  # no randomness to replay
+               if recompute else fn(*args) for args in chunks]
+    if len(results) == 1:
+        return results[0]
+    return torch.cat([lp for lp, _ in results]), torch.cat([ent for _, ent in results])
 
 
 def _head_chunk(
