@@ -81,6 +81,9 @@ class HFEngine(BaseInferenceEngine):
             once) and ended rows decode on, unread, until the batch ends; uncompiled they leave the batch and the
             cache. Default: on CUDA, unless ``SKYRL_GYM_HF_COMPILE_DECODE=0`` (for short runs, where the first
             compile, tens of seconds, costs more than it saves); off elsewhere. ``True`` compiles on any device.
+        share_prefill: an uncompiled batch computes each distinct prompt once (a GRPO group's samples share one) and
+            a prefix that every prompt of the batch starts with once (see :func:`plan_prefill`); the rows get the
+            same cache and logits, up to float rounding. ``False`` runs every row's prompt through the model.
 
     ``on_progress``, when set to a callable, is called from the worker thread with ``(positions, rows)``: the token
     positions settled since its last call (generated tokens, and the unused budget of rows that ended early, so that
@@ -102,6 +105,7 @@ class HFEngine(BaseInferenceEngine):
         sync_interval: Optional[int] = None,
         decode_mode: str = "auto",
         compile_decode: Optional[bool] = None,
+        share_prefill: bool = True,
     ) -> None:
         import torch
 
@@ -133,6 +137,7 @@ class HFEngine(BaseInferenceEngine):
             raise ValueError(f"HFEngine: decode_mode must be auto, dynamic or static, got {decode_mode!r}")
         self.decode_mode = decode_mode
         self.compile_decode = compiles_by_default(self.device) if compile_decode is None else bool(compile_decode)
+        self.share_prefill = bool(share_prefill)
         self._static_caches: Dict[int, Tuple[int, Any]] = {}  # batch size -> (length, cache), see _static_cache
         self._compiled_forward: Any = None  # None: not yet compiled; False: the compiled step failed, eager
         self._compiled_shapes: set = set()
@@ -158,8 +163,8 @@ class HFEngine(BaseInferenceEngine):
         self._sleeping = False
         self.weight_version = 0
         self._shared_weights: Optional[Dict[str, Any]] = None  # set by share_weights
-        # Counters for benchmarks: batches run and sequences/tokens generated.
-        self.stats: Dict[str, int] = {"batches": 0, "sequences": 0, "generated_tokens": 0}
+        # Counters for benchmarks: batches run, sequences and tokens generated, prompt positions run through the model.
+        self.stats: Dict[str, int] = {"batches": 0, "sequences": 0, "generated_tokens": 0, "prefill_tokens": 0}
 
     # ------------------------------------------------------------------ protocol
     async def generate(
@@ -424,13 +429,10 @@ class HFEngine(BaseInferenceEngine):
         width = min(1 << (batch - 1).bit_length(), max(batch, self.max_batch_size)) if compiled else batch
         prompts += [[self.pad_token_id]] * (width - batch)  # one token each: a row must attend to something
         max_len = max(len(p) for p in prompts)
-        input_ids = torch.full((width, max_len), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((width, max_len), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, max_len - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention[row, max_len - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        # Uncompiled, the rows can be rebuilt after the prefill: a prompt shared by several rows (a GRPO group's
+        # samples) and a prefix shared by every prompt (a system prompt, worked examples) are computed once. A
+        # compiled step's cache must stay where it was recorded, and on accelerators the prefill is cheap anyway.
+        plan = plan_prefill(prompts) if self.share_prefill and not compiled and self._shares_prefill() else None
         seeds = [r.sampling.seed for r in requests] + [0] * (width - batch)
         uniforms = None if sampling.temperature == 0 else draw_uniforms(seeds, steps, device)
         sync_interval = self.sync_interval or (1 if device.type == "cpu" else 16)
@@ -440,11 +442,12 @@ class HFEngine(BaseInferenceEngine):
         with torch.inference_mode():
             if static:  # a KV cache of fixed size: no copy of the whole cache per token, as a growing one makes
                 length, cache = self._static_cache(width, max_len + steps, reuse=compiled)
-                attention = self._full_length_mask(attention, length)
             else:
-                cache = self._new_cache()
-            out = self._forward(input_ids, attention, positions, cache, last_only=True)
-            next_logits = out.logits[:, -1, :].float()
+                length, cache = max_len, self._new_cache()
+            if plan is None:
+                next_logits, attention, positions = self._prefill(prompts, cache, length)
+            else:
+                next_logits, attention, positions = self._prefill_shared(plan, cache, length, static)
             vocab = next_logits.shape[-1]
             stop_token = self._stop_token_table(sampling.stop_token_ids, vocab, device)
             stops = self._stop_strings(sampling.stop, vocab) if sampling.stop else None
@@ -483,10 +486,7 @@ class HFEngine(BaseInferenceEngine):
                         rows_index = rows_index[keep_index]
                         if not compiled:  # ended rows leave the batch and the KV cache: they would only cost compute
                             batch_rows, tokens = rows_index, tokens[keep_index]
-                            if static:
-                                cache.reorder_cache(keep_index)
-                            else:
-                                cache.batch_select_indices(keep_index)
+                            cache.reorder_cache(keep_index)
                             attention, last_pos = attention[keep_index], last_pos[keep_index]
                 last_pos = last_pos + 1
                 if static:
@@ -552,6 +552,67 @@ class HFEngine(BaseInferenceEngine):
                 self.on_progress(positions, rows)
             except Exception:  # a broken progress display must not fail the generation
                 logger.exception("HFEngine: on_progress failed")
+
+    def _prefill(self, prompts: List[List[int]], cache: Any, length: int) -> Tuple[Any, Any, Any]:
+        """Run the left-padded ``prompts`` through the model into ``cache``; returns the next-token logits (float32),
+        the attention mask over the cache's ``length`` positions, and each row's position ids."""
+        import torch
+
+        max_len = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), max_len), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), max_len), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            input_ids[row, max_len - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            attention[row, max_len - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        attention = self._full_length_mask(attention, length)
+        out = self._forward(input_ids, attention, positions, cache, last_only=True)
+        self.stats["prefill_tokens"] += input_ids.numel()
+        return out.logits[:, -1, :].float(), attention, positions
+
+    def _prefill_shared(self, plan: "PrefillPlan", cache: Any, length: int, static: bool) -> Tuple[Any, Any, Any]:
+        """:meth:`_prefill` computing ``plan.prefix`` once and each distinct prompt once, then giving every row its
+        prompt's cache and logits. A row's cache holds the prefix, then its suffix left-padded to the longest suffix:
+        the padding sits between them, masked, and the position ids run on across it, so the row attends to what it
+        would attend to in the left-padded batch, with the same positions."""
+        import torch
+
+        device, prefix = self.device, len(plan.prefix)
+        if prefix:
+            ones = torch.ones((1, prefix), dtype=torch.long, device=device)
+            self._forward(torch.tensor([plan.prefix], device=device),
+                          self._full_length_mask(ones, length) if static else ones,
+                          torch.arange(prefix, device=device)[None], cache)
+            self.stats["prefill_tokens"] += prefix
+            cache.reorder_cache(torch.zeros(len(plan.suffixes), dtype=torch.long, device=device))  # one copy per prompt
+        longest = max(len(s) for s in plan.suffixes)
+        input_ids = torch.full((len(plan.suffixes), longest), self.pad_token_id, dtype=torch.long)
+        attention = torch.zeros((len(plan.suffixes), prefix + longest), dtype=torch.long)
+        attention[:, :prefix] = 1
+        for row, suffix in enumerate(plan.suffixes):
+            input_ids[row, longest - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            attention[row, prefix + longest - len(suffix) :] = 1
+        input_ids, attention = input_ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = self._forward(input_ids, self._full_length_mask(attention, length), positions[:, prefix:], cache,
+                            last_only=True)
+        self.stats["prefill_tokens"] += input_ids.numel()
+        rows = torch.tensor(plan.rows, dtype=torch.long, device=device)
+        cache.reorder_cache(rows)  # row i: the cache of its prompt
+        attention = self._full_length_mask(attention, length)
+        return out.logits[:, -1, :].float()[rows], attention[rows], positions[rows]
+
+    def _shares_prefill(self) -> bool:
+        """Whether the model's attention can read a row's cache with padding between its prefix and the rest: every
+        layer attends to the whole context (a sliding window counts cache slots, not positions)."""
+        config = getattr(self.model, "config", None)
+        get_text_config = getattr(config, "get_text_config", None)
+        config = get_text_config() if callable(get_text_config) else config
+        layer_types = getattr(config, "layer_types", None)
+        if layer_types is not None:
+            return all(kind == "full_attention" for kind in layer_types)
+        return getattr(config, "sliding_window", None) is None or getattr(config, "use_sliding_window", True) is False
 
     def _forward(self, input_ids: Any, attention: Any, positions: Any, cache: Any, last_only: bool = False) -> Any:
         inputs = {"input_ids": input_ids, "attention_mask": attention, "position_ids": positions,
@@ -624,6 +685,8 @@ class HFEngine(BaseInferenceEngine):
 
     def _full_length_mask(self, attention: Any, length: int) -> Any:
         """The prompt's padding mask widened to the static cache's ``length`` (positions not yet written are 0)."""
+        if attention.shape[1] == length:
+            return attention
         full = attention.new_zeros((attention.shape[0], length))
         full[:, : attention.shape[1]] = attention
         return full
@@ -682,6 +745,44 @@ class HFEngine(BaseInferenceEngine):
                 self._stop_matchers.clear()
             self._stop_matchers[(stop, vocab)] = matcher
         return matcher
+
+
+@dataclass
+class PrefillPlan:
+    """How :meth:`HFEngine._prefill_shared` computes a batch's prompts: ``prefix`` once, each of ``suffixes`` once
+    after it, and row ``i`` of the batch from ``suffixes[rows[i]]``."""
+
+    prefix: List[int]
+    suffixes: List[List[int]]
+    rows: List[int]
+
+
+MIN_SHARED_PREFIX = 16
+"""A common prefix shorter than this is computed with each prompt: a forward pass of its own costs more."""
+
+
+def plan_prefill(prompts: List[List[int]]) -> Optional[PrefillPlan]:
+    """The shared prefill of ``prompts``, or None when it would compute as many positions as the left-padded batch.
+
+    Identical prompts are computed once. The longest prefix common to every distinct prompt (at least
+    ``MIN_SHARED_PREFIX`` positions; each prompt keeps at least one position of its own, whose logits start its
+    row) is computed once, for the batch."""
+    distinct: Dict[Tuple[int, ...], int] = {}
+    rows = [distinct.setdefault(tuple(p), len(distinct)) for p in prompts]
+    unique = list(distinct)
+    shortest = min(len(p) for p in unique)
+    prefix = 0
+    if len(unique) > 1:
+        first, last = min(unique), max(unique)  # the common prefix of all is that of the least and the greatest
+        while prefix < shortest - 1 and first[prefix] == last[prefix]:
+            prefix += 1
+    else:
+        prefix = shortest - 1
+    if prefix < MIN_SHARED_PREFIX:
+        prefix = 0
+    if prefix == 0 and len(unique) == len(prompts):
+        return None
+    return PrefillPlan(list(unique[0][:prefix]), [list(p[prefix:]) for p in unique], rows)
 
 
 MAX_KEPT_CACHES = 8

@@ -336,6 +336,79 @@ async def test_static_and_growing_kv_caches_decode_the_same(tokenizer: Any, tiny
             engine.close()
 
 
+def chat(tokenizer: Any, messages: list) -> list:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+
+
+@pytest.mark.parametrize("decode_mode", ["static", "dynamic"])
+async def test_a_groups_prompt_and_the_batchs_common_prefix_are_computed_once(tokenizer: Any, tiny_model_dir: Any,
+                                                                            decode_mode: str) -> None:
+    """GRPO sends each prompt once per sample, and a batch's prompts often start alike (the system prompt, worked
+    examples): the prefill computes each distinct prompt once, the common prefix once, and every row decodes what
+    it decodes when each row's prompt goes through the model whole (prompts of different lengths, rows that stop
+    early, one prompt that is the start of another)."""
+    from skygym_adapters.engines.hf import plan_prefill
+
+    examples = [{"role": "user", "content": "3 * 4"}, {"role": "assistant", "content": "\\boxed{12}"}]
+    distinct = [chat(tokenizer, examples + [{"role": "user", "content": q}])
+                for q in ("7 * 8", "what is 2 * 9? answer in a box, please", "5 * 5")]
+    distinct.append(distinct[1][:-9])  # ends inside the longer question
+    batch = [p for p in distinct for _ in range(4)]
+    engines = {share: HFEngine(str(tiny_model_dir), device="cpu", decode_mode=decode_mode, share_prefill=share)
+               for share in (True, False)}
+    try:
+        free = (await engines[False].generate(distinct[:1], {**SEEDED, "max_generate_length": 10}))["response_ids"][0]
+        runs = ({**SEEDED, "max_generate_length": 10, "logprobs": True, "stop_token_ids": [free[4]]},
+                {"max_generate_length": 10, "temperature": 0.0, "logprobs": True})
+        before = {share: e.stats["prefill_tokens"] for share, e in engines.items()}
+        outputs = {share: [await e.generate(batch, params) for params in runs] for share, e in engines.items()}
+        for shared, whole in zip(outputs[True], outputs[False]):
+            assert shared["response_ids"] == whole["response_ids"] and shared["stop_reasons"] == whole["stop_reasons"]
+            for a, b in zip(shared["response_logprobs"], whole["response_logprobs"]):
+                assert a == pytest.approx(b, abs=1e-4)
+        assert "stop" in outputs[True][0]["stop_reasons"] and len({tuple(i) for i in outputs[True][0]["response_ids"]}) > 1
+        plan = plan_prefill(batch)
+        assert len(plan.suffixes) == 4 and plan.rows == [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+        assert len(plan.prefix) > 30 and batch[0][: len(plan.prefix)] == plan.prefix  # the template and the example
+        computed = {share: e.stats["prefill_tokens"] - before[share] for share, e in engines.items()}
+        assert computed[True] == 2 * (len(plan.prefix) + 4 * max(len(s) for s in plan.suffixes))
+        assert computed[False] == 2 * len(batch) * max(len(p) for p in batch) > 8 * computed[True]
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+
+def test_the_prefill_plan_shares_what_every_row_starts_with() -> None:
+    from skygym_adapters.engines.hf import MIN_SHARED_PREFIX, PrefillPlan, plan_prefill
+
+    long = list(range(100, 140))
+    assert plan_prefill([long] * 3) == PrefillPlan(long[:-1], [long[-1:]], [0, 0, 0])  # its last position: the logits
+    # the common prefix of every distinct prompt, up to the shortest one's last position
+    assert plan_prefill([long, long[:20], long]) == PrefillPlan(long[:19], [long[19:], long[19:20]], [0, 1, 0])
+    other = long[:MIN_SHARED_PREFIX - 1] + [7] * 30  # too short a prefix to be worth a forward pass of its own
+    assert plan_prefill([long, other, long]) == PrefillPlan([], [long, other], [0, 1, 0])
+    assert plan_prefill([long, other]) is None  # nothing to share: the batch as it is
+    assert plan_prefill([[5], [6]]) is None and plan_prefill([[5], [5]]) == PrefillPlan([], [[5]], [0, 0])
+
+
+async def test_a_sliding_window_model_runs_every_prompt_whole(tokenizer: Any, tmp_path: Any) -> None:
+    """A sliding window counts cache slots, and a shared prefill puts padding between a row's prefix and the rest:
+    such a model's rows are computed as the batch has them."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=16,
+                         max_window_layers=0)
+    assert "sliding_attention" in config.layer_types
+    engine = HFEngine(AutoModelForCausalLM.from_config(config), tokenizer, device="cpu")
+    try:
+        batch = [prompt(tokenizer, "the same question")] * 3
+        await engine.generate(batch, GREEDY)
+        assert engine.stats["prefill_tokens"] == 3 * len(batch[0])
+    finally:
+        engine.close()
+
+
 def test_static_caches_come_in_few_lengths_with_little_slack() -> None:
     """A compiled decode step compiles once per cache length and reads the whole cache every step."""
     from skygym_adapters.engines.hf import cache_length
