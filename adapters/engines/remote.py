@@ -297,7 +297,12 @@ class RemoteEngine(BaseInferenceEngine):
 
     # ------------------------------------------------------------------ weights and memory
     async def update_weights(self, named_tensors: Any) -> None:
-        """Reload weights on a vLLM server in dev mode: from a folder, or from a state dict saved to ``weights_dir``."""
+        """Reload weights on a vLLM server in dev mode: from a folder, or from a state dict saved to ``weights_dir``.
+
+        vLLM reloads in place and keeps any weight the file does not name: a folder written by ``save_pretrained``
+        for a model with tied embeddings has no ``lm_head.weight``, so the server's head would keep its old value.
+        Give such weights as a state dict with both names (``state_dict()`` has both), as the trainer's
+        checkpoint sync writes them."""
         if isinstance(named_tensors, (str, os.PathLike)):
             folder = str(named_tensors)
         else:

@@ -152,7 +152,8 @@ class VLLMEngine(BaseInferenceEngine):
         return assemble_output(list(results), sampling.logprobs)
 
     async def update_weights(self, named_tensors: Union[Mapping[str, Any], Iterable[Tuple[str, Any]], str]) -> None:
-        """Load new weights in place: a state dict (HF parameter names), ``(name, tensor)`` pairs, or a folder."""
+        """Load new weights in place: a state dict (HF parameter names), ``(name, tensor)`` pairs, or a folder. vLLM
+        keeps any weight not given: a tied ``lm_head`` must be named too (``save_pretrained`` leaves it out)."""
         await asyncio.get_running_loop().run_in_executor(None, self._reload, named_tensors)
 
     def _reload(self, named_tensors: Any) -> None:
