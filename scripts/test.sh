@@ -21,7 +21,7 @@ fi
 
 PY="${PYTHON:-python3}"
 # nox drives one virtual environment per session; they live outside the checkout so that a second
-# run reuses them (pip still checks every requirement on each run).
+# run reuses them (pip runs again only when what a session installs changed: scripts/noxfile.py).
 VENVS="${SKYRL_GYM_VENVS:-$HOME/.cache/skyrl-gym/venvs}"
 mkdir -p "$VENVS"
 if [ ! -x "$VENVS/nox/bin/nox" ]; then
