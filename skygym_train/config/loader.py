@@ -7,6 +7,8 @@ of being silently ignored, and a value of the wrong type names its key.
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 import difflib
 import re
@@ -189,16 +191,23 @@ def _leaves(schema_cfg: DictConfig, data: Mapping[str, Any], prefix: Sequence[st
 
 
 def _merge_each_value(base: DictConfig, layers: Sequence[Dict[str, Any]], refused: Dict[str, str]) -> DictConfig:
-    """The layers merged over ``base`` one value at a time: a value the schema cannot take goes into ``refused``
-    and its default stays (only when merging them whole failed: this is slower)."""
-    merged = base
+    """The layers merged over ``base``, a layer that holds a value the schema cannot take one value at a time: such
+    a value goes into ``refused`` and its default stays (only when merging them all at once failed). Merged in place
+    into one copy: a merge that makes a new config copies the whole tree, and one per value of the defaults made a
+    bad value's error take 5 s."""
+    merged = copy.deepcopy(base)
     for layer in layers:
+        try:
+            merged.merge_with(layer)  # what it merged before a bad value is merged again below, to the same values
+            continue
+        except OmegaConfBaseException:
+            pass
         for parts, value in _leaves(base, layer):
             nested: Any = value
             for part in reversed(parts):
                 nested = {part: nested}
             try:
-                merged = OmegaConf.merge(merged, OmegaConf.create(nested))
+                merged.merge_with(OmegaConf.create(nested))
             except OmegaConfBaseException as exc:
                 refused[".".join(parts)] = _value_problem(base, exc)
     return merged
