@@ -198,18 +198,16 @@ def _merge_each_value(base: DictConfig, layers: Sequence[Dict[str, Any]], refuse
     merged = copy.deepcopy(base)
     for layer in layers:
         try:
-            merged.merge_with(layer)  # what it merged before a bad value is merged again below, to the same values
-            continue
-        except OmegaConfBaseException:
-            pass
-        for parts, value in _leaves(base, layer):
-            nested: Any = value
-            for part in reversed(parts):
-                nested = {part: nested}
-            try:
-                merged.merge_with(OmegaConf.create(nested))
-            except OmegaConfBaseException as exc:
-                refused[".".join(parts)] = _value_problem(base, exc)
+            merged.merge_with(layer)
+        except OmegaConfBaseException:  # what it merged before the bad value is merged again, to the same values
+            for parts, value in _leaves(base, layer):
+                nested: Any = value
+                for part in reversed(parts):
+                    nested = {part: nested}
+                try:
+                    merged.merge_with(OmegaConf.create(nested))
+                except OmegaConfBaseException as exc:
+                    refused[".".join(parts)] = _value_problem(base, exc)
     return merged
 
 
