@@ -556,15 +556,7 @@ class HFEngine(BaseInferenceEngine):
     def _prefill(self, prompts: List[List[int]], cache: Any, length: int) -> Tuple[Any, Any, Any]:
         """Run the left-padded ``prompts`` through the model into ``cache``; returns the next-token logits (float32),
         the attention mask over the cache's ``length`` positions, and each row's position ids."""
-        import torch
-
-        max_len = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), max_len), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), max_len), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, max_len - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            attention[row, max_len - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        input_ids, attention = self._left_padded(prompts)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         attention = self._full_length_mask(attention, length)
         out = self._forward(input_ids, attention, positions, cache, last_only=True)
@@ -586,14 +578,8 @@ class HFEngine(BaseInferenceEngine):
                           torch.arange(prefix, device=device)[None], cache)
             self.stats["prefill_tokens"] += prefix
             cache.reorder_cache(torch.zeros(len(plan.suffixes), dtype=torch.long, device=device))  # one copy per prompt
-        longest = max(len(s) for s in plan.suffixes)
-        input_ids = torch.full((len(plan.suffixes), longest), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((len(plan.suffixes), prefix + longest), dtype=torch.long)
-        attention[:, :prefix] = 1
-        for row, suffix in enumerate(plan.suffixes):
-            input_ids[row, longest - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
-            attention[row, prefix + longest - len(suffix) :] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
+        input_ids, suffix_mask = self._left_padded(plan.suffixes)
+        attention = torch.cat([suffix_mask.new_ones((len(plan.suffixes), prefix)), suffix_mask], dim=1)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         out = self._forward(input_ids, self._full_length_mask(attention, length), positions[:, prefix:], cache,
                             last_only=True)
@@ -602,6 +588,18 @@ class HFEngine(BaseInferenceEngine):
         cache.reorder_cache(rows)  # row i: the cache of its prompt
         attention = self._full_length_mask(attention, length)
         return out.logits[:, -1, :].float()[rows], attention[rows], positions[rows]
+
+    def _left_padded(self, sequences: List[List[int]]) -> Tuple[Any, Any]:
+        """``(ids, mask)`` on the model's device: ``sequences`` left-padded to the longest, 1 where a token is."""
+        import torch
+
+        width = max(len(s) for s in sequences)
+        input_ids = torch.full((len(sequences), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, sequence in enumerate(sequences):
+            input_ids[row, width - len(sequence) :] = torch.tensor(sequence, dtype=torch.long)
+            mask[row, width - len(sequence) :] = 1
+        return input_ids.to(self.device), mask.to(self.device)
 
     def _shares_prefill(self) -> bool:
         """Whether the model's attention can read a row's cache with padding between its prefix and the rest: every
