@@ -29,6 +29,7 @@ from skygym_adapters.engines.base import (
     validate_prompts,
 )
 from skygym_adapters.engines.http_sessions import LoopSessions
+from skygym_adapters.engines.weights_folder import tied_head_weights
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -299,13 +300,14 @@ class RemoteEngine(BaseInferenceEngine):
     async def update_weights(self, named_tensors: Any) -> None:
         """Reload weights on a vLLM server in dev mode: from a folder, or from a state dict saved to ``weights_dir``.
 
-        vLLM reloads in place and keeps any weight the file does not name: a folder written by ``save_pretrained``
-        for a model with tied embeddings has no ``lm_head.weight``, so the server's head would keep its old value.
-        Give such weights as a state dict with both names (``state_dict()`` has both), as the trainer's
-        checkpoint sync writes them."""
-        if isinstance(named_tensors, (str, os.PathLike)):
-            folder = str(named_tensors)
-        else:
+        vLLM reloads in place and keeps any weight the files do not name: a folder written by ``save_pretrained``
+        for a model with tied embeddings has no ``lm_head.weight``, and the server's head would keep its old value.
+        Such a folder goes to ``weights_dir`` with the head named (:func:`tied_head_weights`); a state dict should
+        name both (``state_dict()`` does), as the trainer's checkpoint sync writes them."""
+        folder = str(named_tensors) if isinstance(named_tensors, (str, os.PathLike)) else None
+        if folder is not None:
+            named_tensors = await asyncio.get_running_loop().run_in_executor(None, tied_head_weights, folder)
+        if named_tensors is not None:
             folder = await asyncio.get_running_loop().run_in_executor(None, self._save_state_dict, named_tensors)
         await self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": folder}})
         await self._post("/reset_prefix_cache", {})

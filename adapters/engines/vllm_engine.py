@@ -35,6 +35,7 @@ from skygym_adapters.engines.base import (
     resolve_sampling,
     validate_prompts,
 )
+from skygym_adapters.engines.weights_folder import text_config, ties_embeddings, tied_head_weights, with_tied_head
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -50,15 +51,7 @@ class _Request:
 
 def _default_context(model_path: str, cap: int = 4096) -> int:
     """The model's context length (``max_position_embeddings``), capped."""
-    import json
-
-    try:
-        with open(os.path.join(model_path, "config.json")) as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return cap
-    config = config.get("text_config", config)
-    length = config.get("max_position_embeddings")
+    length = text_config(model_path).get("max_position_embeddings")
     return min(cap, int(length)) if isinstance(length, (int, float)) and length > 0 else cap
 
 
@@ -118,6 +111,7 @@ class VLLMEngine(BaseInferenceEngine):
         self.llm = LLM(**kwargs)
         self.weights_in_process = _model_runs_in_this_process(self.llm)
         """vLLM's model runs in this process: :meth:`update_weights` hands tensors over on their own device."""
+        self._tied_head = ties_embeddings(self.model_path)
         self.tokenizer = self.llm.get_tokenizer()
         self._queue: "queue.Queue[Any]" = queue.Queue()
         self._lock = threading.Lock()
@@ -152,16 +146,24 @@ class VLLMEngine(BaseInferenceEngine):
         return assemble_output(list(results), sampling.logprobs)
 
     async def update_weights(self, named_tensors: Union[Mapping[str, Any], Iterable[Tuple[str, Any]], str]) -> None:
-        """Load new weights in place: a state dict (HF parameter names), ``(name, tensor)`` pairs, or a folder. vLLM
-        keeps any weight not given: a tied ``lm_head`` must be named too (``save_pretrained`` leaves it out)."""
+        """Load new weights in place: a state dict (HF parameter names), ``(name, tensor)`` pairs, or a folder.
+
+        vLLM keeps any weight it is not given. Where the model ties its head to its embeddings, weights that name the
+        embedding and not ``lm_head.weight`` (a folder ``save_pretrained`` wrote, such a state dict) are loaded with
+        the head named too, so the head follows them (:mod:`~skygym_adapters.engines.weights_folder`)."""
         await asyncio.get_running_loop().run_in_executor(None, self._reload, named_tensors)
 
     def _reload(self, named_tensors: Any) -> None:
         with self._lock:
-            if isinstance(named_tensors, (str, os.PathLike)):
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(named_tensors)})
+            folder = str(named_tensors) if isinstance(named_tensors, (str, os.PathLike)) else None
+            if folder is not None:
+                named_tensors = tied_head_weights(folder)
+            if named_tensors is None:
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
             else:
                 items = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+                if self._tied_head:  # a tied head left out would keep the value a sync gave it
+                    items = with_tied_head(items)
                 if self.weights_in_process:  # the weight loader copies each tensor into place on its device
                     weights = [(name, tensor.detach()) for name, tensor in items]
                 else:  # pickled to another process: CUDA tensors cannot travel that way

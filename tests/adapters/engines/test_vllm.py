@@ -34,6 +34,19 @@ def scrambled_layers(model_dir: Path, seed: int = 1) -> Dict[str, Any]:
     return {k: torch.randn_like(v) for k, v in state.items() if ".layers." in k and v.dim() == 2}
 
 
+def synced_weights(model_dir: Path, seed: int = 2) -> Dict[str, Any]:
+    """Random weights for every parameter, the tied head named beside the embedding (as a trainer's sync sends
+    ``state_dict()``): the folder's own files leave the head out."""
+    import torch
+    from safetensors.torch import load_file
+
+    torch.manual_seed(seed)
+    state = {k: torch.randn_like(v) * (5 if "embed" in k else 1)
+             for k, v in load_file(str(model_dir / "model.safetensors")).items()}
+    assert "lm_head.weight" not in state
+    return {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
+
+
 def prompt(tokenizer: Any, text: str) -> list:
     return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                          tokenize=True, return_dict=False)
@@ -80,6 +93,21 @@ async def test_in_process_weight_update_changes_the_next_generation(vllm_engine:
     assert after != before and vllm_engine.weight_version == 1
     await vllm_engine.update_weights(load_file(str(tiny_model_dir / "model.safetensors")))
     assert (await vllm_engine.generate([p], GREEDY))["response_ids"][0] == before
+
+
+async def test_in_process_reload_after_a_sync_gives_a_tied_head_back(vllm_engine: Any, tokenizer: Any,
+                                                                       tiny_model_dir: Path) -> None:
+    """vLLM's in-place reload keeps what it is not given: the folder (and its state dict) leave the tied head out,
+    and the head a sync had named stayed, so generation matched neither. The engine names the head for them."""
+    from safetensors.torch import load_file
+
+    p = prompt(tokenizer, "tied")
+    before = (await vllm_engine.generate([p], GREEDY))["response_ids"][0]
+    for original in (str(tiny_model_dir), load_file(str(tiny_model_dir / "model.safetensors"))):
+        await vllm_engine.update_weights(synced_weights(tiny_model_dir))
+        assert (await vllm_engine.generate([p], GREEDY))["response_ids"][0] != before
+        await vllm_engine.update_weights(original)
+        assert (await vllm_engine.generate([p], GREEDY))["response_ids"][0] == before, type(original)
 
 
 def test_in_process_weights_reach_the_loader_on_their_own_device(vllm_engine: Any, tiny_model_dir: Path,
@@ -172,6 +200,10 @@ async def test_remote_rollout_and_weight_update_through_the_server(vllm_server: 
         after = (await engine.generate([p], GREEDY))["response_ids"][0]
         assert after != before
         await engine.update_weights(str(tiny_model_dir))  # and back, from the original folder
+        assert (await engine.generate([p], GREEDY))["response_ids"][0] == before
+        await engine.update_weights(synced_weights(tiny_model_dir))  # the tied head named, as a sync does
+        assert (await engine.generate([p], GREEDY))["response_ids"][0] != before
+        await engine.update_weights(str(tiny_model_dir))  # the folder leaves the head out: the engine names it
         assert (await engine.generate([p], GREEDY))["response_ids"][0] == before
     finally:
         await engine.aclose()

@@ -1,0 +1,77 @@
+"""A model folder's weights with a tied head named, for engines that reload in place (the vLLM engines; their
+reloads of such weights are tested for real in ``test_vllm.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs torch: pip install -e '.[train]'")
+from safetensors.torch import save_file  # noqa: E402
+
+from skygym_adapters.engines.weights_folder import ties_embeddings, tied_head_weights, with_tied_head  # noqa: E402
+
+
+def folder(path: Path, config: Dict[str, Any], *shards: Dict[str, Any]) -> str:
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    for i, shard in enumerate(shards):
+        save_file(shard, str(path / f"model-{i:05d}.safetensors"))
+    return str(path)
+
+
+EMBED = torch.arange(12.0).reshape(4, 3)
+LAYER = torch.ones(3, 3)
+
+
+def test_a_tied_folder_without_its_head_gets_the_embedding_as_head(tmp_path: Path) -> None:
+    given = folder(tmp_path / "m", {"tie_word_embeddings": True},
+                   {"model.embed_tokens.weight": EMBED}, {"model.layers.0.mlp.up_proj.weight": LAYER})
+    weights = dict(tied_head_weights(given))
+    assert sorted(weights) == ["lm_head.weight", "model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight"]
+    assert torch.equal(weights["lm_head.weight"], EMBED) and torch.equal(weights["model.layers.0.mlp.up_proj.weight"], LAYER)
+
+
+@pytest.mark.parametrize("config, shard", [
+    ({"tie_word_embeddings": True}, {"model.embed_tokens.weight": EMBED, "lm_head.weight": EMBED + 1}),  # head named
+    ({"tie_word_embeddings": False}, {"model.embed_tokens.weight": EMBED}),  # untied: the files say it all
+    ({"text_config": {"tie_word_embeddings": False}}, {"model.embed_tokens.weight": EMBED}),  # a nested config
+    ({}, {"model.layers.0.mlp.up_proj.weight": LAYER}),  # no embedding to tie to
+])
+def test_a_folder_that_names_everything_reloads_as_it_is(tmp_path: Path, config: Dict[str, Any], shard: Dict[str, Any]) -> None:
+    assert tied_head_weights(folder(tmp_path / "m", config, shard)) is None
+
+
+def test_a_folder_the_client_cannot_read_goes_to_the_engine_as_it_is(tmp_path: Path) -> None:
+    """A server's own path (a remote engine's folder need not exist here): the engine reports what it finds."""
+    assert tied_head_weights(str(tmp_path / "on-the-server")) is None
+
+
+def test_a_real_tied_model_folder_gets_every_parameter_name(tiny_model_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
+    assert model.config.tie_word_embeddings
+    weights = dict(tied_head_weights(str(tiny_model_dir)))
+    assert sorted(weights) == sorted(model.state_dict())
+    assert torch.equal(weights["lm_head.weight"], model.lm_head.weight.detach())
+
+
+def test_a_state_dict_gets_the_head_only_where_it_names_the_embedding_alone() -> None:
+    layer = [("model.layers.0.mlp.up_proj.weight", LAYER)]
+    assert with_tied_head(layer) == layer  # a partial update that leaves the embedding alone
+    given = [("model.embed_tokens.weight", EMBED), ("lm_head.weight", EMBED + 1)]
+    assert with_tied_head(iter(given)) == given  # a head already named keeps its tensor
+    named = dict(with_tied_head(layer + [("model.embed_tokens.weight", EMBED)]))
+    assert named["lm_head.weight"] is EMBED
+
+
+@pytest.mark.parametrize("config, tied", [({}, True), ({"tie_word_embeddings": False}, False),
+                                          ({"text_config": {"tie_word_embeddings": True}}, True), (None, False)])
+def test_ties_embeddings_reads_the_text_config(tmp_path: Path, config: Any, tied: bool) -> None:
+    if config is not None:
+        (tmp_path / "config.json").write_text(json.dumps({"model_type": "x", **config}))
+    assert ties_embeddings(str(tmp_path)) is tied
