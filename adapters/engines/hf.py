@@ -575,7 +575,7 @@ class HFEngine(BaseInferenceEngine):
             ones = torch.ones((1, prefix), dtype=torch.long, device=device)
             self._forward(torch.tensor([plan.prefix], device=device),
                           self._full_length_mask(ones, length) if static else ones,
-                          torch.arange(prefix, device=device)[None], cache)
+                          torch.arange(prefix, device=device)[None], cache, last_only=True)  # only its cache is read
             self.stats["prefill_tokens"] += prefix
             cache.reorder_cache(torch.zeros(len(plan.suffixes), dtype=torch.long, device=device))  # one copy per prompt
         input_ids, suffix_mask = self._left_padded(plan.suffixes)

@@ -361,7 +361,11 @@ async def test_a_groups_prompt_and_the_batchs_common_prefix_are_computed_once(to
         runs = ({**SEEDED, "max_generate_length": 10, "logprobs": True, "stop_token_ids": [free[4]]},
                 {"max_generate_length": 10, "temperature": 0.0, "logprobs": True})
         before = {share: e.stats["prefill_tokens"] for share, e in engines.items()}
+        head_positions: list = []  # the prefix's run keeps only its cache: no logits for its positions
+        engines[True].model.get_output_embeddings().register_forward_hook(
+            lambda module, args, out: head_positions.append(out.shape[-2]))
         outputs = {share: [await e.generate(batch, params) for params in runs] for share, e in engines.items()}
+        assert max(head_positions) == 1
         for shared, whole in zip(outputs[True], outputs[False]):
             assert shared["response_ids"] == whole["response_ids"] and shared["stop_reasons"] == whole["stop_reasons"]
             for a, b in zip(shared["response_logprobs"], whole["response_logprobs"]):
