@@ -88,11 +88,25 @@ def head_log_probs(
     chunk_tokens = max(1, chunk_tokens)
     grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     recompute = grad and recomputes_on(hidden.device)
+    weight, bias = _frozen_in_autocast_dtype(hidden.device.type, weight, bias)
     temperature, with_entropy_grad = float(temperature or 1.0), entropy_grad and torch.is_grad_enabled()
     chunks = ((flat[start : start + chunk_tokens], weight, bias, flat_targets[start : start + chunk_tokens],
                temperature, with_entropy_grad) for start in range(0, flat.shape[0], chunk_tokens))
     log_probs, entropies = _in_chunks(_head_chunk, chunks, recompute)
     return log_probs.reshape(shape), entropies.reshape(shape)
+
+
+def _frozen_in_autocast_dtype(device_type: str, *tensors: Optional[torch.Tensor]) -> tuple:
+    """Each tensor that is not trained (a reference model's head, a LoRA model's) cast once to autocast's dtype,
+    where autocast is on: autocast itself keeps its cast only of a trained weight, and cast a frozen one again in
+    every chunk and every chunk's recomputation (at Qwen's 152k vocabulary ~40 casts of the whole head per
+    micro-batch). A trained weight is left to autocast: a copy made here would stay alive through the backward
+    pass, where autocast's is dropped after the forward one."""
+    if not (torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) if t is not None and not t.requires_grad and t.is_floating_point() else t
+                 for t in tensors)
 
 
 def recomputes_on(device: torch.device) -> bool:

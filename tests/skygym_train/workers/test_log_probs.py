@@ -140,6 +140,50 @@ def test_the_head_makes_one_chunk_of_the_vocabulary_at_a_time_forward_and_backwa
         assert whole.numel >= N * V
 
 
+class _HeadCasts(TorchDispatchMode):
+    """How many copies an op made of a tensor shaped as the head's weight (autocast's casts, the gradient's)."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape, self.casts = tuple(shape), 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.casts += func is torch.ops.aten._to_copy.default and tuple(args[0].shape) == self.shape
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("trained", [True, False])
+def test_under_autocast_a_frozen_head_is_cast_once_for_all_chunks(trained, monkeypatch):
+    """Left to autocast, a frozen head (a reference model's, a LoRA model's) was cast again for every chunk and
+    every chunk's recomputation in the backward pass (the accelerator's way, forced here on the CPU's autocast).
+    Cast once, the values and gradients are the same; a trained head stays autocast's (its one kept cast)."""
+    monkeypatch.setattr(log_probs_module, "recomputes_on", lambda device: True)
+    torch.manual_seed(0)
+    N, H, V, chunk = 64, 8, 100, 8
+    hidden = torch.randn(N, H, requires_grad=True)
+    weight = torch.randn(V, H, requires_grad=trained)
+    bias = torch.randn(V, requires_grad=trained)
+    targets = torch.randint(0, V, (N,))
+
+    def run():
+        hidden.grad = weight.grad = bias.grad = None
+        with _HeadCasts(weight.shape) as casts:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                lp, ent = head_log_probs(hidden, weight, bias, targets, chunk_tokens=chunk)
+            (lp.sum() + ent.sum()).backward()
+        return casts.casts, [lp.detach(), ent.detach(), hidden.grad, weight.grad, bias.grad]
+
+    casts, got = run()
+    monkeypatch.setattr(log_probs_module, "_frozen_in_autocast_dtype", lambda device_type, *tensors: tensors)
+    control, expected = run()
+    if trained:  # autocast's own casts, and the gradient's back to fp32 (10 here)
+        assert casts == control
+    else:
+        assert (casts, control) == (1, 2 * N // chunk)
+    for a, b in zip(got, expected):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
 def _tiny_causal_lm(class_name, **overrides):
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
