@@ -1148,6 +1148,10 @@ def batch_size_problems(cfg: Any, rows: int, too_long: int = 0) -> List[str]:
     size = cfg.trainer.train_batch_size
     if not isinstance(size, int) or size <= rows:
         return []
+    if rows == 0 and not too_long:  # no batch size fits: the rows are what is missing
+        return ["data.train_data has no rows to train on (an empty file, or only bad rows, named here); give it "
+                "rows: one JSON object a line with prompt, env_class and reward_spec (docs/new-environment.md, "
+                "section 4, writes them with skyrl_gym.datasets.build_rows)"]
     if not too_long:
         return [f"trainer.train_batch_size={size} is larger than the dataset ({rows} rows in data.train_data); "
                 f"set it to {rows} or fewer, or give more rows"]

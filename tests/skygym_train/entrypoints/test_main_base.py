@@ -173,6 +173,18 @@ def test_a_batch_larger_than_the_dataset_is_named_by_check_and_by_the_run(check,
     assert "Traceback" not in err and "configuration is valid" not in err, err
 
 
+@pytest.mark.parametrize("content", ["", "{\"prompt\": 3}\n"], ids=["empty", "only-bad-rows"])
+def test_training_data_without_rows_is_named_as_such(content, tmp_path, capsys):
+    """An empty file (or one of bad rows only) was told to set trainer.train_batch_size 'to 0 or fewer'."""
+    data = tmp_path / "train.jsonl"
+    data.write_text(content)
+    assert main(["--check", f"data.train_data=['{data}']", f"trainer.policy.model.path={CHAT_MODEL}",
+                 "trainer.use_ray=false", "trainer.train_batch_size=1", "trainer.policy_mini_batch_size=1"]) == 2
+    err = capsys.readouterr().err
+    assert "- data.train_data has no rows to train on" in err and "0 or fewer" not in err, err
+    assert ("train.jsonl" in err) is bool(content)  # the bad row is named by its place
+
+
 def test_a_refused_value_does_not_bring_problems_of_the_default_that_stood_in(tmp_path, capsys):
     """The brief's three-mistake command names its three mistakes (and the unset model) in one run, and nothing
     about the defaults that stood in for the refused values (no training files, a batch of 1024 on 64 rows)."""
