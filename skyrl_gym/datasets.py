@@ -143,6 +143,19 @@ def _resolve(env_id: str) -> Builder:
     return obj
 
 
+GENERATED_SPLITS = ("train", "validation", "test")
+"""The splits of a generated dataset (each seeds its own rows): a misspelled split would seed another dataset."""
+
+
+def check_generated_split(dataset: str, split: str) -> None:
+    """``ValueError`` naming ``split`` where it is not one of :data:`GENERATED_SPLITS` (with the closest one)."""
+    if split in GENERATED_SPLITS:
+        return
+    close = difflib.get_close_matches(str(split), GENERATED_SPLITS, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ValueError(f"{dataset} has the splits {', '.join(GENERATED_SPLITS)}, not {split!r}{hint}")
+
+
 def _kwargs_json(kwargs: Dict[str, Any]) -> str:
     return json.dumps(kwargs, sort_keys=True, default=str)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, List, Optional
 
+from skyrl_gym.datasets import check_generated_split
+
 PROMPT = (
     "Using the numbers {numbers}, create an equation that equals {target}. Use + - * / and each number "
     "exactly once. Show your reasoning, then give the expression in <answer></answer> tags, "
@@ -20,6 +22,7 @@ def build_rows(split: str, size: Optional[int], seed: int, num_numbers: int = 3)
     """The ``countdown`` dataset builder (the ``skyrl_gym.datasets`` entry point): rows seeded by seed and split."""
     if size is None:
         raise ValueError("countdown rows are generated: give a size, e.g. build_rows('countdown', size=256)")
+    check_generated_split("countdown", split)
     return _generate(random.Random(f"countdown:{seed}:{split}"), size, num_numbers)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, Iterator, Optional
 
+from skyrl_gym.datasets import check_generated_split
 from skyrl_gym.registration import load_env_creator
 
 from skygym_contrib.games.catalog import GAMES
@@ -20,6 +21,7 @@ from skygym_contrib.games.catalog import GAMES
 def build_rows(game_id: str, split: str, size: Optional[int], seed: int, **settings: Any) -> Iterator[Dict[str, Any]]:
     if size is None:
         raise ValueError(f"{game_id} games are generated: give a size, e.g. build_rows({game_id!r}, size=64)")
+    check_generated_split(game_id, split)
     cls = load_env_creator(GAMES[game_id], env_id=game_id)
     cls.generate(random.Random(0), **settings)  # bad settings fail here, with the game's message
     return (_row(cls, game_id, split, seed, index, settings) for index in range(size))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, Optional
 
+from skyrl_gym.datasets import check_generated_split
+
 from skygym_contrib.reasoning_gym import generate
 from skygym_contrib.reasoning_gym.names import env_id
 
@@ -43,6 +45,7 @@ def build_rows(name: str, split: str, size: Optional[int], seed: int, **settings
     generate.check_name(name)
     if size is None:
         raise ValueError(f"{env_id(name)} rows are generated: give a size, e.g. build_rows({env_id(name)!r}, size=256)")
+    check_generated_split(env_id(name), split)
     settings_json = generate.settings_json(settings)
     generate.dataset(name, settings_json, generate.locate(seed, split, 0)[0])  # bad settings fail here, once
     return (row(name, split, seed, index, settings_json) for index in range(size))

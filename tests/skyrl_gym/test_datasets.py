@@ -39,6 +39,14 @@ def test_rows_record_their_origin_and_play_in_their_env(env_id, kwargs):
         env.close()
 
 
+@pytest.mark.parametrize("env_id", ["multiply", "countdown", "games/nim"])
+def test_a_generated_dataset_refuses_a_misspelled_split(env_id):
+    """A split seeds a generated dataset's rows: 'trian' quietly gave another dataset than 'train'."""
+    with pytest.raises(ValueError, match=r"has the splits train, validation, test, not 'trian' \(did you mean 'train'\?\)"):
+        datasets.build_rows(env_id, split="trian", size=2)
+    assert len(datasets.build_rows(env_id, split="test", size=2)) == 2
+
+
 def test_the_countdown_builder_comes_from_its_package_entry_point():
     assert datasets.has_dataset("countdown")
     assert datasets.builder_name("countdown") == "skygym_contrib.countdown.dataset:build_rows"

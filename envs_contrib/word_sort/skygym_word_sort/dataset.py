@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, Iterator, Optional
 
+from skyrl_gym.datasets import check_generated_split
+
 WORDS = [
     "agent", "batch", "critic", "decode", "entropy", "format", "gradient", "horizon", "invariant", "judge",
     "kernel", "loss", "model", "norm", "optimizer", "policy", "query", "reward", "sample", "token", "update",
@@ -18,6 +20,7 @@ def build_rows(
     """Row ``i`` depends only on (seed, split, i): between ``min_words`` and ``max_words`` distinct words."""
     if size is None:
         raise ValueError("word_sort rows are generated: give a size, e.g. build_rows('word_sort', size=64)")
+    check_generated_split("word_sort", split)
     if not 2 <= min_words <= max_words <= len(WORDS):
         raise ValueError(
             f"word_sort: need 2 <= min_words <= max_words <= {len(WORDS)}, got {min_words}, {max_words}"

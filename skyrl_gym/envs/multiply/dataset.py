@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, List, Optional
 
+from skyrl_gym.datasets import check_generated_split
+
 SYSTEM_PROMPT = (
     "You are a helpful assistant that solves multiplication problems. Please solve the given multiplication "
     "problem step by step. Put your final answer in \\boxed{answer} format."
@@ -45,5 +47,6 @@ def build_rows(split: str, size: Optional[int], seed: int, num_digits: int = 2, 
     """The ``multiply`` dataset builder (``skyrl_gym.datasets.build_rows("multiply", ...)``)."""
     if size is None:
         raise ValueError("multiply rows are generated: give a size, e.g. build_rows('multiply', size=512)")
+    check_generated_split("multiply", split)
     return make_rows(size, num_digits=num_digits, seed=seed, split=split, max_turns=max_turns,
                      system_prompt=system_prompt)
