@@ -465,13 +465,14 @@ class PPOTrainer:
         gen_input, uids, row_of = self._generator_input(rows, n, sampling, tag)
         own_bar = None
         if bar is None and self.t.progress_bar and reports_progress(self.engine):
-            turns = max(1, int(self.cfg.generator.max_turns))
             bar = own_bar = _TokenProgress("generating", len(rows) * n * self._token_budget(sampling), len(rows) * n,
-                                           multi_turn=turns > 1)
+                                           multi_turn=int(self.cfg.generator.max_turns) > 1)
         start = time.perf_counter()
         try:
             with progress_to(self.engine, bar if bar is not None else _no_progress):
                 output = self._runner.run(self.generator.generate(gen_input))
+            if bar is not None:
+                bar.settle(len(rows) * n * self._token_budget(sampling))
         finally:
             if own_bar is not None:
                 own_bar.close()
@@ -819,7 +820,8 @@ class PPOTrainer:
         # With an engine that reports decode progress the bar counts token positions (rows x samples x budget; a row
         # that ends early settles its unused budget), so a long evaluation shows its pace and time left throughout.
         tokens = len(self.val_rows) * n * self._token_budget(sampling) if reports_progress(self.engine) else None
-        bar = _eval_progress_bar(self.t.progress_bar, len(self.val_rows) * n, tokens)
+        bar = _eval_progress_bar(self.t.progress_bar, len(self.val_rows) * n, tokens,
+                                 multi_turn=int(self.cfg.generator.max_turns) > 1)
         for start in range(0, len(self.val_rows), self.t.eval_batch_size):
             rows = self.val_rows[start : start + self.t.eval_batch_size]
             output, uids, row_of, took = self._generate(rows, n, sampling, f"eval-{self.global_step}-{start}",
@@ -1237,13 +1239,13 @@ def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
     return tqdm(total=total, initial=initial, desc="training", unit="step", dynamic_ncols=True)
 
 
-def _eval_progress_bar(enabled: bool, total: int, tokens: Optional[int] = None) -> Any:
+def _eval_progress_bar(enabled: bool, total: int, tokens: Optional[int] = None, multi_turn: bool = False) -> Any:
     """Evaluation has a bar of its own (over held-out rows, or their token positions when the engine reports them),
     below the training bar while it runs."""
     if not enabled:
         return None
     if tokens:
-        return _TokenProgress("evaluating", tokens, total)
+        return _TokenProgress("evaluating", tokens, total, multi_turn)
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="evaluating", unit="row", dynamic_ncols=True, leave=False)
@@ -1252,23 +1254,30 @@ def _eval_progress_bar(enabled: bool, total: int, tokens: Optional[int] = None) 
 class _TokenProgress:
     """A bar of token positions (with rate and time left) and the rows done beside it, fed by the engine's
     ``on_progress(positions, rows)``. The engine counts generations: with several turns per episode that is
-    turns, not rows, and the bar says so (``rows=52/32`` read as a bug)."""
+    turns, not rows, and the bar says so (``rows=52/32`` read as a bug; ``episodes=32, turns=52``)."""
 
     def __init__(self, desc: str, tokens: int, rows: int, multi_turn: bool = False) -> None:
         from tqdm.auto import tqdm
 
-        self.rows, self.done, self.multi_turn = rows, 0, multi_turn
+        self.rows, self.done, self.multi_turn, self.unsettled = rows, 0, multi_turn, 0
         self.bar = tqdm(total=tokens, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, leave=False,
                         postfix=self._postfix())
 
     def _postfix(self) -> Dict[str, str]:
-        return {"turns": f"{self.done} of {self.rows} episodes"} if self.multi_turn else {"rows": f"{self.done}/{self.rows}"}
+        return {"turns": str(self.done), "episodes": str(self.rows)} if self.multi_turn else {"rows": f"{self.done}/{self.rows}"}
 
     def __call__(self, positions: int, rows: int) -> None:
         if rows:
             self.done += rows
             self.bar.set_postfix(refresh=False, **self._postfix())
+        self.unsettled += positions
         self.bar.update(positions)
+
+    def settle(self, budget: int) -> None:
+        """A part of the bar's work is done: count its whole ``budget`` of positions. An episode that ended before
+        its last turn leaves those turns' budget unreported (the bar stopped halfway at two turns of one)."""
+        self.bar.update(max(0, budget - self.unsettled))
+        self.unsettled = 0
 
     def close(self) -> None:
         self.bar.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, List
 
+import pytest
+
 from skygym_train.config import load_config
 from skygym_train.trainer import PPOTrainer
 from tests.skygym_train.toy_envs import toy_overrides
@@ -41,13 +43,16 @@ class RecordingBar:
         pass
 
 
-def test_training_and_evaluation_show_token_progress(tiny_chat_model, toy_data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("max_turns", [1, 2])
+def test_training_and_evaluation_show_token_progress(max_turns, tiny_chat_model, toy_data, tmp_path, monkeypatch):
+    """Both bars count token positions, and generations as rows, or as turns of episodes where an episode may take
+    several (the evaluation bar read rows=27/16 there)."""
     import tqdm.auto
 
     RecordingBar.bars = []
     cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{
         "trainer.max_training_steps": 1, "trainer.progress_bar": "true", "data.val_data": f"[{toy_data}]",
-        "trainer.eval_batch_size": 16, "trainer.eval_interval": 1,
+        "trainer.eval_batch_size": 16, "trainer.eval_interval": 1, "generator.max_turns": max_turns,
     }))
     monkeypatch.setattr(tqdm.auto, "tqdm", RecordingBar)
     with PPOTrainer(cfg) as trainer:
@@ -57,13 +62,19 @@ def test_training_and_evaluation_show_token_progress(tiny_chat_model, toy_data, 
         by_desc.setdefault(bar.desc, []).append(bar)
     budget = 8  # generator.sampling_params.max_generate_length in toy_overrides
     generating = by_desc["generating"]
-    assert len(generating) == 1 and generating[0].unit == "tok"
-    assert generating[0].n == generating[0].total == 4 * 4 * budget  # 4 prompts x 4 samples, every position settled
-    assert generating[0].postfixes[0] == {"rows": "0/16"} and generating[0].postfixes[-1] == {"rows": "16/16"}
     (evaluating,) = by_desc["evaluating"]
-    assert evaluating.unit == "tok" and evaluating.n == evaluating.total == 64 * 1 * budget
-    rows_shown = [int(p["rows"].split("/")[0]) for p in evaluating.postfixes]
-    assert rows_shown == sorted(rows_shown) and rows_shown[-1] == 64 and len(set(rows_shown)) > 2  # row by row
+
+    def shown(done: int, total: int) -> dict:
+        return {"rows": f"{done}/{total}"} if max_turns == 1 else {"turns": str(done), "episodes": str(total)}
+
+    assert len(generating) == 1 and generating[0].unit == "tok"
+    # 4 prompts x 4 samples, every position settled (a toy episode ends after one turn: its second turn's budget too)
+    assert generating[0].n == generating[0].total == 4 * 4 * budget * max_turns
+    assert generating[0].postfixes[0] == shown(0, 16) and generating[0].postfixes[-1] == shown(16, 16)
+    assert evaluating.unit == "tok" and evaluating.n == evaluating.total == 64 * 1 * budget * max_turns
+    assert evaluating.postfixes[-1] == shown(64, 64)
+    done = [int(next(iter(p.values())).split("/")[0]) for p in evaluating.postfixes]
+    assert done == sorted(done) and len(set(done)) > 2  # row by row
 
 
 def test_a_multi_turn_bar_counts_turns_not_rows():
@@ -76,7 +87,7 @@ def test_a_multi_turn_bar_counts_turns_not_rows():
             single(10, rows)
         for rows in (1, 2):  # episode 1 ended after its first turn; episode 2 took two
             multi(10, rows)
-        assert single.bar.postfix == "rows=2/2" and multi.bar.postfix == "turns=3 of 2 episodes"
+        assert single.bar.postfix == "rows=2/2" and multi.bar.postfix == "episodes=2, turns=3"
     finally:
         single.close()
         multi.close()
