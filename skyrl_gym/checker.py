@@ -119,7 +119,16 @@ class CheckReport:
             f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
             + (f", {len(self.skipped)} row(s) skipped" if self.skipped else "")
         )
-        return "\n".join([head] + [f"  {finding}" for finding in self.findings])
+        return "\n".join([head] + [f"  {line}" for line in _collapsed(self.findings)])
+
+
+def _collapsed(findings: Sequence[Finding]) -> List[str]:
+    """A finding per line, each message once: the same breach on every row and action is one line and a count."""
+    alike: Dict[Tuple[str, str, str], List[Finding]] = {}
+    for finding in findings:
+        alike.setdefault((finding.severity, finding.kind, finding.message), []).append(finding)
+    return [str(group[0]) + (f" (and {len(group) - 1} more like it)" if len(group) > 1 else "")
+            for group in alike.values()]
 
 
 class _Timeout(Exception):
@@ -177,7 +186,18 @@ def _describe_exception(exc: BaseException) -> str:
     message = str(exc)
     if len(message) > 300:
         message = message[:300] + "..."
-    return f"{type(exc).__name__}: {message}" + (f" (at {where})" if where else "")
+    return f"{type(exc).__name__}: {message}" + (f" (at {where})" if where else "") + _missing_base_init(exc)
+
+
+def _missing_base_init(exc: BaseException) -> str:
+    """Where an env lacks an attribute ``BaseTextEnv.__init__`` sets: its ``__init__`` did not call the base's."""
+    from skyrl_gym.envs.base_text_env import INIT_ATTRIBUTES, BaseTextEnv
+
+    env = getattr(exc, "obj", None)
+    if not (isinstance(exc, AttributeError) and isinstance(env, BaseTextEnv) and exc.name in INIT_ATTRIBUTES):
+        return ""
+    return (f"; BaseTextEnv.__init__ sets {exc.name}: {type(env).__name__}.__init__ must call "
+            f"super().__init__(env_config, extras)")
 
 
 def _short(value: Any, limit: int = 80) -> str:

@@ -11,7 +11,12 @@ from skyrl_gym.metrics import default_aggregate_metrics
 # SkyRL-gym's name for the step output of text envs.
 BaseTextEnvStepOutput = StepOutput
 
-__all__ = ["BaseTextEnv", "BaseTextEnvStepOutput", "ConversationType", "MessageType"]
+__all__ = ["BaseTextEnv", "BaseTextEnvStepOutput", "ConversationType", "MessageType", "INIT_ATTRIBUTES"]
+
+INIT_ATTRIBUTES = frozenset({"env_config", "extras", "turns", "_max_turns", "_max_turns_is_default", "tool_groups",
+                             "tool_to_toolgroup"})
+"""What ``BaseTextEnv.__init__`` sets: a subclass that does not call ``super().__init__()`` lacks them (the
+checker then says so)."""
 
 
 class BaseTextEnv(Env[ConversationType, str]):

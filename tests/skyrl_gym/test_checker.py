@@ -198,6 +198,34 @@ def test_exceptions_are_reported_with_where_they_came_from(registered):
     assert report.episodes == 10  # the other actions still ran
 
 
+class SkipsTheBaseInitEnv(BaseTextEnv):
+    """Sets its own fields and forgets ``super().__init__()``: ``self.turns`` does not exist."""
+
+    def __init__(self, env_config=None, extras=None):
+        self.answer = (extras or {})["reward_spec"]["ground_truth"]
+
+    def step(self, action):
+        self.turns += 1
+        return {"observations": [], "reward": float(self.answer in action), "done": True, "metadata": {}}
+
+
+def test_an_env_that_skips_the_base_init_is_told_to_call_it_once(registered):
+    """It read as twelve lines of "no attribute 'turns'", one per row and action, none naming the cause."""
+    report = check_env(registered(SkipsTheBaseInitEnv), ROWS, check_determinism=False)
+    crashes = _errors_of_kind(report, "step")
+    assert len(crashes) == 10 and len({f.message for f in crashes}) == 1
+    assert crashes[0].message.endswith("; BaseTextEnv.__init__ sets turns: SkipsTheBaseInitEnv.__init__ must call "
+                                       "super().__init__(env_config, extras)")
+    lines = str(report).splitlines()[1:]
+    assert lines == [f"  {crashes[0]} (and 9 more like it)"]
+
+
+def test_the_attributes_the_base_init_sets_are_listed():
+    from skyrl_gym.envs.base_text_env import INIT_ATTRIBUTES
+
+    assert set(vars(SayTheNumberEnv(extras=ROWS[0]))) - {"answer"} == INIT_ATTRIBUTES
+
+
 def test_non_deterministic_reward(registered):
     report = check_env(registered(FlakyRewardEnv), ROWS[:1], adversarial=False, actions={"seven": "7"})
     [finding] = _errors_of_kind(report, "determinism")
