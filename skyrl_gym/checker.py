@@ -587,12 +587,19 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0,
     from skyrl_gym import datasets
 
     env_id = spec(env_id).id
-    builder_error = None
+    builder_error, advice = None, ""
     if datasets.has_dataset(env_id):
         try:
             rows = datasets.build_rows(env_id, split="test", size=size, seed=seed, **dict(builder_kwargs or {}))
         except Exception as exc:  # a builder that needs the network or an extra: fall back to golden cases
             builder_error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ImportError):
+                advice = "Install what it names"
+            elif builder_kwargs:
+                advice = "Correct the --builder-args it names"
+            else:
+                advice = (f"Give the builder what it needs (skyrl-gym check {env_id} --builder-args "
+                          f"'{{\"key\": \"value\"}}')")
         else:
             if rows:
                 extra = "".join(f", {key}={value!r}" for key, value in sorted((builder_kwargs or {}).items()))
@@ -605,8 +612,7 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0,
         return rows[:size], f"{len(rows[:size])} golden case(s) from {path}{why}"
     if builder_error:
         raise NoRowsFor(f"cannot build rows for {env_id!r}: its dataset builder failed ({builder_error}) and it ships no "
-                        f"golden cases. Give the builder what it needs (skyrl-gym check {env_id} --builder-args "
-                        f"'{{\"key\": \"value\"}}'), or pass rows: skyrl-gym check {env_id} --rows FILE (JSONL, JSON or "
+                        f"golden cases. {advice}, or pass rows: skyrl-gym check {env_id} --rows FILE (JSONL, JSON or "
                         "Parquet rows; see the README's 'The dataset row').")
     raise NoRowsFor(f"{env_id!r} has no dataset builder and ships no golden cases, so there are no rows to check it "
                     f"with: pass rows in the README's row format, skyrl-gym check {env_id} --rows FILE (see "

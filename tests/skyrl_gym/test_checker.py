@@ -220,6 +220,31 @@ def test_an_env_that_skips_the_base_init_is_told_to_call_it_once(registered):
     assert lines == [f"  {crashes[0]} (and 9 more like it)"]
 
 
+def _builder_needing_an_extra(split, size, seed, **kwargs):
+    if kwargs:
+        raise TypeError(f"the builder takes no option {sorted(kwargs)}")
+    raise ImportError("these rows need the foo package: pip install 'skyrl-gym[foo]'")
+
+
+@pytest.mark.parametrize("kwargs, advice", [({}, "Install what it names, or pass rows"),
+                                            ({"colour": 1}, "Correct the --builder-args it names, or pass rows")])
+def test_rows_that_cannot_be_built_are_met_with_what_to_do(registered, kwargs, advice):
+    """A builder short of an extra was answered with "give it --builder-args '{"key": "value"}'", and so was a
+    mistaken --builder-args."""
+    from skyrl_gym import datasets
+    from skyrl_gym.checker import NoRowsFor, default_rows
+
+    env_id = registered(SayTheNumberEnv)
+    datasets.register_dataset(env_id, _builder_needing_an_extra)
+    try:
+        with pytest.raises(NoRowsFor) as refused:
+            default_rows(env_id, builder_kwargs=kwargs)
+    finally:
+        datasets.deregister_dataset(env_id)
+    assert advice in str(refused.value) and "'{\"key\"" not in str(refused.value)
+    assert ("skyrl-gym[foo]" in str(refused.value)) is not bool(kwargs)
+
+
 def test_the_attributes_the_base_init_sets_are_listed():
     from skyrl_gym.envs.base_text_env import INIT_ATTRIBUTES
 
