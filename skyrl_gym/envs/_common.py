@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Dict, Mapping, Optional
 
 from skyrl_gym.errors import DataError, MissingRewardSpec
@@ -25,8 +26,10 @@ def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field
             f"env {env_id!r}: {field} field is required; the row has no {field!r} dict (expected {{'ground_truth': ...}})"
         )
     if spec.get("ground_truth") is None:
+        close = difflib.get_close_matches("ground_truth", [str(key) for key in spec], n=1, cutoff=0.7)
         raise MissingRewardSpec(
             f"env {env_id!r}: ground_truth is required in {field} field; {field}.ground_truth is missing from the row"
+            + (f" (it has {close[0]!r}: did you mean 'ground_truth'?)" if close else "")
         )
     return spec["ground_truth"]
 

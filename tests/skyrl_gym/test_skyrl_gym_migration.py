@@ -197,8 +197,11 @@ def test_missing_reward_spec_is_an_assertion_error_with_skyrl_gym_words(env_id):
     with pytest.raises(AssertionError, match="reward_spec field is required") as caught:
         skyrl_gym.make(env_id, env_config=DictConfig({"search_url": "http://127.0.0.1:1/retrieve"}), extras={"max_turns": 3})
     assert isinstance(caught.value, DataError)  # still ours too
-    with pytest.raises(AssertionError, match="ground_truth is required in reward_spec field"):
+    with pytest.raises(AssertionError, match="ground_truth is required in reward_spec field") as caught:
         skyrl_gym.make(env_id, extras={"reward_spec": {"method": "rule"}, "max_turns": 3})
+    assert "did you mean" not in str(caught.value)
+    with pytest.raises(AssertionError, match=r"missing from the row \(it has 'groundtruth': did you mean 'ground_truth'\?\)"):
+        skyrl_gym.make(env_id, extras={"reward_spec": {"groundtruth": "18"}, "max_turns": 3})  # a misspelled key
 
 
 # ----- the sandboxed python tool's traceback reads as SkyRL-gym's -------------------------------------------
