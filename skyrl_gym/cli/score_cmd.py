@@ -18,10 +18,15 @@ from typing import Any, Dict, List, Mapping, Optional
 
 
 def _dig(row: Mapping[str, Any], dotted: str) -> Any:
+    """``row``'s field at the ``dotted`` path; a ``KeyError`` saying which part is missing and what is there."""
     value: Any = row
-    for part in dotted.split("."):
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
         if not isinstance(value, Mapping) or part not in value:
-            raise KeyError(dotted)
+            where = ".".join(parts[:depth]) or "the row"
+            there = (f"{where} has {', '.join(sorted(map(str, value))) or 'no fields'}" if isinstance(value, Mapping)
+                     else f"{where} is a {type(value).__name__}, not an object")
+            raise KeyError(f"no field {dotted!r} ({there})")
         value = value[part]
     return value
 
@@ -108,7 +113,7 @@ def print_table(table: List[Dict[str, Any]]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from skyrl_gym.cli._io import UsageError, env_config_arg, unknown_env_problem
-    from skyrl_gym.data import load_rows, read_records
+    from skyrl_gym.data import load_rows, read_records, row_place
 
     rows = load_rows(args.rows, limit=args.limit)
     problem = unknown_env_problem(args.env, rows)
@@ -128,11 +133,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {args.responses} has {len(responses)} responses for {len(rows)} rows", file=sys.stderr)
             return 2
     else:
-        try:
-            responses = [str(_dig(row, args.response_field)) for row in rows]
-        except KeyError as exc:
-            print(f"error: a row has no field {exc.args[0]!r}; use --response-field or --responses", file=sys.stderr)
-            return 2
+        responses = []
+        for index, row in enumerate(rows):
+            try:
+                responses.append(str(_dig(row, args.response_field)))
+            except KeyError as exc:
+                print(f"error: {row_place(index, args.rows)}: {exc.args[0]}; use --response-field or --responses",
+                      file=sys.stderr)
+                return 2
         if args.perturb:
             responses = [_change_final_number(text) for text in responses]
     start = time.perf_counter()
@@ -140,8 +148,6 @@ def run(args: argparse.Namespace) -> int:
     table = summarize(results, time.perf_counter() - start)
     print_table(table)
     errors = [r for r in results if "error" in r]
-    from skyrl_gym.data import row_place
-
     for result in errors[:MAX_ERRORS_SHOWN]:  # which rows, and why, without --output
         print(f"error: {row_place(result['index'], args.rows)}: {result['error'][:300]}", file=sys.stderr)
     if len(errors) > MAX_ERRORS_SHOWN:

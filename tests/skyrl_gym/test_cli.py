@@ -425,6 +425,8 @@ def test_version_prints_the_version_and_where_the_package_lives(capsys):
     (["score", "--rows", "{rows}", "--env", "multiplyy"],
      "error: --env 'multiplyy': no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
     (["check", "multiplyy"], "error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
+    (["score", "--rows", "{rows}", "--response-field", "extra_info.answer"],
+     "error: row 1 of {rows}: no field 'extra_info.answer' (extra_info has "),
 ])
 def test_a_users_mistake_is_one_error_line_and_exit_2_from_any_command(argv, message, tmp_path, capsys):
     """A file that is not there, a malformed row or a misspelt env id, wherever a command meets it: the
