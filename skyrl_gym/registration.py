@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import importlib
 import json
+import os
 import re
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
@@ -318,7 +319,18 @@ def _resolve_id(env_id: str) -> str:
     close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=3, cutoff=0.6)
     suggestions = [known for lower in close for known in by_lower[lower]][:3]
     hint = f" Did you mean: {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
-    raise UnregisteredEnv(f"no env registered with id {env_id!r}.{hint} Run `skyrl-gym list` to see them all.")
+    raise UnregisteredEnv(f"no env registered with id {env_id!r}.{hint}{_uninstalled_package(env_id)} Run "
+                          "`skyrl-gym list` to see them all.")
+
+
+def _uninstalled_package(env_id: str) -> str:
+    """Where ``skyrl-gym init`` wrote ``env_id``'s package in this folder and it is not installed: how to install it."""
+    from skyrl_gym.scaffold import distribution
+
+    folder = distribution(env_id)
+    if not os.path.isfile(os.path.join(folder, "pyproject.toml")):
+        return ""
+    return f" ./{folder} holds its package, not installed: pip install -e ./{folder}, then run this again."
 
 
 def spec(env_id: str) -> EnvSpec:

@@ -214,6 +214,11 @@ class ScaffoldError(ValueError):
     """The name or the target folder cannot be used; the message says why and what to do."""
 
 
+def distribution(name: str) -> str:
+    """The package's distribution name for env ``name``, and the folder ``init`` writes it to."""
+    return "skyrl-gym-" + name.replace("_", "-")
+
+
 def names(name: str) -> Dict[str, str]:
     """The names derived from an env id: distribution, package, class, title."""
     if not NAME_RE.match(name) or keyword.iskeyword(name):
@@ -230,7 +235,7 @@ def names(name: str) -> Dict[str, str]:
     return {
         "name": name,
         "hub_version": skyrl_gym.__version__,
-        "dist": "skyrl-gym-" + name.replace("_", "-"),
+        "dist": distribution(name),
         "package": f"skygym_{name}",
         "cls": "".join(w.capitalize() for w in words) + "Env",
         "title": " ".join(words).capitalize(),

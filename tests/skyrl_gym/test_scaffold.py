@@ -29,6 +29,19 @@ def test_init_refuses_a_folder_that_is_not_empty(tmp_path, capsys):
     assert "is not empty" in capsys.readouterr().err
 
 
+def test_an_env_whose_package_init_wrote_but_pip_did_not_install_says_to_install_it(tmp_path, capsys, monkeypatch):
+    """`skyrl-gym check color_guess` right after `init` said only "no env registered"."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "color_guess"]) == 0
+    capsys.readouterr()
+    assert main(["check", "color_guess"]) == 2
+    assert ("./skyrl-gym-color-guess holds its package, not installed: pip install -e ./skyrl-gym-color-guess"
+            in capsys.readouterr().err)
+    monkeypatch.chdir(tmp_path / "skyrl-gym-color-guess")  # elsewhere, nothing to point at
+    assert main(["check", "color_guess"]) == 2
+    assert "holds its package" not in capsys.readouterr().err
+
+
 def test_the_scaffolded_package_installs_and_passes_the_checker_and_its_own_tests(tmp_path):
     root = scaffold(NAME, tmp_path / "pkg")
     summary = check_and_test(NAME, root, tmp_path / "site", cwd=tmp_path)
