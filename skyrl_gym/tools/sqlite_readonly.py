@@ -141,7 +141,12 @@ def _describe_parse_error(exc: Exception) -> str:
     return f"{first.get('description', 'syntax error')} at {where}" + (f" near {near!r}" if near else "")
 
 
-@functools.lru_cache(maxsize=8192)
+CACHED_QUERY_CHARS = 4096
+"""Queries up to this long are cached by :func:`check_read_only` (at most ``4096 x 4096`` characters in all). The
+text is the cache's key: with long ones cached too, distinct 100,000-character queries a model writes (400 KB each
+in 4-byte characters) held up to 3.3 GB per process, past every session's byte budget."""
+
+
 def check_read_only(sql: str) -> Tuple[Optional[ErrorKind], Optional[str]]:
     """Return ``(None, None)`` if ``sql`` is one read-only statement, else ``(kind, message)``.
 
@@ -149,9 +154,13 @@ def check_read_only(sql: str) -> Tuple[Optional[ErrorKind], Optional[str]]:
     try it under the authorizer, since sqlglot does not know every SQLite construct) and
     ``"rejected"`` when the statement would write or change settings.
 
-    Cached: parsing is pure Python and most of a query's cost, and the same texts recur (the gold
-    query of every sample of a prompt, common exploratory queries).
+    Cached up to :data:`CACHED_QUERY_CHARS`: parsing is pure Python and most of a query's cost, and the same texts
+    recur (the gold query of every sample of a prompt, common exploratory queries).
     """
+    return _check_read_only_cached(sql) if len(sql) <= CACHED_QUERY_CHARS else _check_read_only(sql)
+
+
+def _check_read_only(sql: str) -> Tuple[Optional[ErrorKind], Optional[str]]:
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import ParseError
@@ -193,6 +202,9 @@ def check_read_only(sql: str) -> Tuple[Optional[ErrorKind], Optional[str]]:
         if isinstance(node, writes):
             return "rejected", f"{node.key.upper()} inside a query is not allowed; only reading is allowed"
     return None, None
+
+
+_check_read_only_cached = functools.lru_cache(maxsize=4096)(_check_read_only)
 
 
 def _authorizer(action: int, arg1: Optional[str], arg2: Optional[str], _db: Optional[str], _trigger: Optional[str]) -> int:

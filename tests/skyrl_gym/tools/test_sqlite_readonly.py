@@ -139,6 +139,22 @@ def test_check_read_only_accepts_reads():
         assert check_read_only(sql) == (None, None), sql
 
 
+def test_long_queries_are_checked_but_not_cached():
+    """The cache's key is the query: distinct 100,000-character queries (400 KB each in 4-byte characters) held up
+    to 3.3 GB per process. Only short ones are kept; a long one is checked the same, every time."""
+    from skyrl_gym.tools import sqlite_readonly
+
+    cache = sqlite_readonly._check_read_only_cached
+    cache.cache_clear()
+    for i in range(3):
+        long_read = f"SELECT '{chr(0x1F600) * 50_000}{i}'"
+        assert check_read_only(long_read) == (None, None)
+        assert check_read_only(f"DELETE FROM t WHERE x = '{'a' * 50_000}{i}'")[0] == "rejected"
+    assert cache.cache_info().currsize == 0
+    assert check_read_only("SELECT 1") == (None, None) and cache.cache_info().currsize == 1
+    assert len("SELECT 1") <= sqlite_readonly.CACHED_QUERY_CHARS < len(long_read)
+
+
 def test_missing_database_is_an_error_not_an_exception(tmp_path):
     result = run_read_only_query(str(tmp_path / "absent.sqlite"), "SELECT 1")
     assert result.error_kind == "missing_db" and "absent.sqlite" in result.error
