@@ -191,10 +191,9 @@ def _describe_exception(exc: BaseException) -> str:
 
 def _missing_base_init(exc: BaseException) -> str:
     """Where an env lacks an attribute ``BaseTextEnv.__init__`` sets: its ``__init__`` did not call the base's."""
-    from skyrl_gym.envs.base_text_env import INIT_ATTRIBUTES, BaseTextEnv
-
     env = getattr(exc, "obj", None)
-    if not (isinstance(exc, AttributeError) and isinstance(env, BaseTextEnv) and exc.name in INIT_ATTRIBUTES):
+    if not (isinstance(exc, AttributeError) and isinstance(env, Env)
+            and exc.name in getattr(type(env), "INIT_ATTRIBUTES", ())):
         return ""
     return (f"; BaseTextEnv.__init__ sets {exc.name}: {type(env).__name__}.__init__ must call "
             f"super().__init__(env_config, extras)")

@@ -11,12 +11,7 @@ from skyrl_gym.metrics import default_aggregate_metrics
 # SkyRL-gym's name for the step output of text envs.
 BaseTextEnvStepOutput = StepOutput
 
-__all__ = ["BaseTextEnv", "BaseTextEnvStepOutput", "ConversationType", "MessageType", "INIT_ATTRIBUTES"]
-
-INIT_ATTRIBUTES = frozenset({"env_config", "extras", "turns", "_max_turns", "_max_turns_is_default", "tool_groups",
-                             "tool_to_toolgroup"})
-"""What ``BaseTextEnv.__init__`` sets: a subclass that does not call ``super().__init__()`` lacks them (the
-checker then says so)."""
+__all__ = ["BaseTextEnv", "BaseTextEnvStepOutput", "ConversationType", "MessageType"]
 
 
 class BaseTextEnv(Env[ConversationType, str]):
@@ -26,6 +21,11 @@ class BaseTextEnv(Env[ConversationType, str]):
     ``extras`` the dataset row's own fields (``reward_spec``, ``extra_info``, ...). Both are
     optional so that subclasses written for SkyRL-gym (``super().__init__()``) work unchanged.
     """
+
+    INIT_ATTRIBUTES = frozenset({"env_config", "extras", "turns", "_max_turns", "_max_turns_is_default",
+                                 "tool_groups", "tool_to_toolgroup"})
+    """What ``__init__`` sets: a subclass whose ``__init__`` does not call ``super().__init__()`` lacks them (the
+    checker then says so)."""
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__()

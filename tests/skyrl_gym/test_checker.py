@@ -246,9 +246,7 @@ def test_rows_that_cannot_be_built_are_met_with_what_to_do(registered, kwargs, a
 
 
 def test_the_attributes_the_base_init_sets_are_listed():
-    from skyrl_gym.envs.base_text_env import INIT_ATTRIBUTES
-
-    assert set(vars(SayTheNumberEnv(extras=ROWS[0]))) - {"answer"} == INIT_ATTRIBUTES
+    assert set(vars(SayTheNumberEnv(extras=ROWS[0]))) - {"answer"} == BaseTextEnv.INIT_ATTRIBUTES
 
 
 def test_non_deterministic_reward(registered):

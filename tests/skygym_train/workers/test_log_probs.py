@@ -178,8 +178,8 @@ def test_under_autocast_a_frozen_head_is_cast_once_for_all_chunks(trained, monke
     control, expected = run()
     if trained:  # autocast's own casts, and the gradient's back to fp32 (10 here)
         assert casts == control
-    else:
-        assert (casts, control) == (1, 2 * N // chunk)
+    else:  # autocast casts a frozen head in every chunk, and in its recomputation (16 run alone, 8 in the suite)
+        assert casts == 1 and control >= N // chunk
     for a, b in zip(got, expected):
         assert (a is None and b is None) or torch.equal(a, b)
 
