@@ -25,6 +25,25 @@ from skyrl_gym.tools.parsers import extract_tag, has_look_alike_digits
 
 MAX_INVALID_IN_A_ROW = 3
 MAX_MOVE_CHARS = 200
+GENERATE_TRIES = 1000
+"""Draws a game's ``generate`` makes before its settings are judged to allow no game (a client picks the settings
+of a ``serve-env`` session: ``presses=0`` looped for ever)."""
+
+
+def setting(game_id: str, name: str, value: Any, low: int, high: int) -> int:
+    """A game's integer setting, or a ``ValueError`` naming it and its range (a client picks settings: one of
+    ``size=10**5`` would build a board of 10^10 cells)."""
+    if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, str) and value.isdigit()):
+        raise ValueError(f"{game_id}: {name} must be an integer from {low} to {high}, got {value!r:.40}")
+    number = int(value)
+    if not low <= number <= high:
+        raise ValueError(f"{game_id}: {name} must be from {low} to {high}, got {number}")
+    return number
+
+
+def no_game(game_id: str, settings: Dict[str, Any]) -> ValueError:
+    """The error for settings under which ``generate`` found no game in :data:`GENERATE_TRIES` draws."""
+    return ValueError(f"{game_id}: no game in {GENERATE_TRIES} draws with {settings}; these settings allow none")
 
 
 class InvalidMove(ValueError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, List, Tuple
 
-from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
+from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome, setting
 
 DIRECTIONS = ("up", "down", "left", "right")
 
@@ -55,7 +55,7 @@ class Game2048Env(GameEnv):
     def generate(cls, rng: random.Random, target: int = 64, **settings: Any) -> Dict[str, Any]:
         if settings:
             raise TypeError(f"{cls.game_id} has one setting, target, got {sorted(settings)}")
-        return {"seed": rng.randrange(2**31), "target": int(target)}
+        return {"seed": rng.randrange(2**31), "target": setting(cls.game_id, "target", target, 4, 2**17)}
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.rng = random.Random(int(params["seed"]))

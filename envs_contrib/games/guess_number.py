@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, Optional
 
-from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
+from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome, setting
 
 
 class GuessNumberEnv(GameEnv):
@@ -19,7 +19,8 @@ class GuessNumberEnv(GameEnv):
     def generate(cls, rng: random.Random, high: int = 100, **settings: Any) -> Dict[str, Any]:
         if settings:
             raise TypeError(f"{cls.game_id} has one setting, high, got {sorted(settings)}")
-        return {"secret": rng.randint(1, int(high)), "high": int(high)}
+        high = setting(cls.game_id, "high", high, 2, 10**9)
+        return {"secret": rng.randint(1, high), "high": high}
 
     @classmethod
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, List
 
-from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
+from skygym_contrib.games.base import GENERATE_TRIES, GameEnv, InvalidMove, Outcome, no_game, setting
 
 
 class LightsOutEnv(GameEnv):
@@ -19,15 +19,17 @@ class LightsOutEnv(GameEnv):
     def generate(cls, rng: random.Random, size: int = 3, presses: int = 3, **settings: Any) -> Dict[str, Any]:
         if settings:
             raise TypeError(f"{cls.game_id} has settings size and presses, got {sorted(settings)}")
-        size = int(size)
-        while True:
-            cells = rng.sample([(r, c) for r in range(size) for c in range(size)], int(presses))
+        size = setting(cls.game_id, "size", size, 2, 9)
+        presses = setting(cls.game_id, "presses", presses, 1, size * size)
+        for _ in range(GENERATE_TRIES):
+            cells = rng.sample([(r, c) for r in range(size) for c in range(size)], presses)
             grid = [[0] * size for _ in range(size)]
             for r, c in cells:
                 _toggle(grid, r, c)
             if any(any(row) for row in grid):
                 return {"grid": ["".join(map(str, row)) for row in grid],
                         "solution": [[r + 1, c + 1] for r, c in cells]}
+        raise no_game(cls.game_id, {"size": size, "presses": presses})
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.grid: List[List[int]] = [[int(ch) for ch in row] for row in params["grid"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, List, Optional, Tuple
 
-from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
+from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome, setting
 
 BLACK_BONUS = 0.02  # per black peg of a wrong guess
 
@@ -27,7 +27,9 @@ class MastermindEnv(GameEnv):
     def generate(cls, rng: random.Random, length: int = 4, colours: int = 6, **settings: Any) -> Dict[str, Any]:
         if settings:
             raise TypeError(f"{cls.game_id} has settings length and colours, got {sorted(settings)}")
-        return {"code": [rng.randint(1, int(colours)) for _ in range(int(length))], "colours": int(colours)}
+        length = setting(cls.game_id, "length", length, 1, 10)
+        colours = setting(cls.game_id, "colours", colours, 1, 9)
+        return {"code": [rng.randint(1, colours) for _ in range(length)], "colours": colours}
 
     @classmethod
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:

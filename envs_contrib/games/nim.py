@@ -8,7 +8,7 @@ import random
 import re
 from typing import Any, Dict, List
 
-from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
+from skygym_contrib.games.base import GENERATE_TRIES, GameEnv, InvalidMove, Outcome, no_game, setting
 
 MOVE_RE = re.compile(r"^\s*(\d+)\s+(\d+)\s*$")
 
@@ -24,10 +24,13 @@ class NimEnv(GameEnv):
     def generate(cls, rng: random.Random, heaps: int = 3, max_size: int = 7, **settings: Any) -> Dict[str, Any]:
         if settings:
             raise TypeError(f"{cls.game_id} has settings heaps and max_size, got {sorted(settings)}")
-        while True:  # a winning position for the first player: non-zero nim-sum
-            sizes = [rng.randint(1, int(max_size)) for _ in range(int(heaps))]
+        heaps = setting(cls.game_id, "heaps", heaps, 1, 20)
+        max_size = setting(cls.game_id, "max_size", max_size, 1, 1000)
+        for _ in range(GENERATE_TRIES):  # a winning position for the first player: non-zero nim-sum
+            sizes = [rng.randint(1, max_size) for _ in range(heaps)]
             if functools.reduce(operator.xor, sizes):
                 return {"heaps": sizes}
+        raise no_game(cls.game_id, {"heaps": heaps, "max_size": max_size})  # two heaps of at most 1: always 0
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.heaps: List[int] = [int(h) for h in params["heaps"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, List, Tuple
 
-from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
+from skygym_contrib.games.base import GENERATE_TRIES, GameEnv, InvalidMove, Outcome, no_game, setting
 
 STEPS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 ALIASES = {"u": "up", "d": "down", "l": "left", "r": "right"}
@@ -25,16 +25,15 @@ class SokobanEnv(GameEnv):
         (reverse play), so it can always be solved."""
         if settings:
             raise TypeError(f"{cls.game_id} has settings size and pulls, got {sorted(settings)}")
-        size = int(size)
-        if size < 5:
-            raise ValueError("size must be at least 5")
+        size = setting(cls.game_id, "size", size, 5, 12)
+        pulls = setting(cls.game_id, "pulls", pulls, 1, 1000)
         inside = [(r, c) for r in range(1, size - 1) for c in range(1, size - 1)]
-        while True:
+        for _ in range(GENERATE_TRIES):
             goal = rng.choice(inside)
             box, player = goal, None
             neighbours = [(goal[0] + dr, goal[1] + dc) for dr, dc in STEPS.values()]
             player = rng.choice([n for n in neighbours if n in inside])
-            for _ in range(int(pulls)):
+            for _ in range(pulls):
                 dr, dc = rng.choice(list(STEPS.values()))
                 target = (player[0] + dr, player[1] + dc)
                 if target not in inside or target == box:
@@ -46,6 +45,7 @@ class SokobanEnv(GameEnv):
                 rows = ["".join("#" if r in (0, size - 1) or c in (0, size - 1) else "." for c in range(size))
                         for r in range(size)]
                 return {"rows": rows, "goal": list(goal), "box": list(box), "player": list(player)}
+        raise no_game(cls.game_id, {"size": size, "pulls": pulls})
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.rows: List[str] = [str(row) for row in params["rows"]]

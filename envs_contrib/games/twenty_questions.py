@@ -41,10 +41,13 @@ THINGS = {
 }
 ASK_RE = re.compile(r"^\s*ask\s*:\s*(.+)$", re.IGNORECASE | re.DOTALL)
 GUESS_RE = re.compile(r"^\s*guess\s*:\s*(.+)$", re.IGNORECASE | re.DOTALL)
+WRONG_GUESS_COST = 0.1
+"""What a wrong guess takes off the right one's score (five questions' worth: four questions halve the 16 things
+down to one)."""
 
 
 class TwentyQuestionsEnv(GameEnv):
-    """Twenty questions against a scripted answerer: 1.0 minus 0.02 per question for the right guess."""
+    """Twenty questions against a scripted answerer: 1.0 - 0.02 per question - 0.1 per wrong guess."""
 
     game_id = "games/twenty_questions"
     default_max_turns = 20
@@ -64,14 +67,14 @@ class TwentyQuestionsEnv(GameEnv):
         self.secret = str(params["secret"])
         if self.secret not in THINGS:
             raise ValueError(f"the secret must be one of {sorted(THINGS)}")
-        self.questions = 0
+        self.questions = self.wrong_guesses = 0
         self.log: list = []
 
     def rules(self) -> str:
         return ("Let's play twenty questions. I am thinking of one of: " + ", ".join(sorted(THINGS)) + ". Ask yes/no "
                 "questions as <move>ask: is it an animal?</move>; I understand questions about whether it is "
-                + ", ".join(PROPERTIES) + ". Guess with <move>guess: dog</move>; a wrong guess costs a turn. "
-                "You have 20 turns. The right guess scores 1.0 minus 0.02 per question asked.")
+                + ", ".join(PROPERTIES) + ". Guess with <move>guess: dog</move>. "
+                "You have 20 turns. The right guess scores 1.0 minus 0.02 per question asked and 0.1 per wrong guess.")
 
     def render(self) -> str:
         return "\n".join(self.log[-5:]) if self.log else "Ask your first question."
@@ -81,7 +84,10 @@ class TwentyQuestionsEnv(GameEnv):
         if guessed:
             guess = guessed.group(1).strip().lower().rstrip(".!?")
             if guess == self.secret:
-                return Outcome(1.0 - 0.02 * self.questions, True, f"Yes, it is {guess}.")
+                # wrong guesses cost more than questions: naming all 16 things in turn scored 1.0 for every secret
+                score = max(0.0, 1.0 - 0.02 * self.questions - WRONG_GUESS_COST * self.wrong_guesses)
+                return Outcome(round(score, 10), True, f"Yes, it is {guess}.")
+            self.wrong_guesses += 1
             self.log.append(f"guess {guess}: no")
             return Outcome(0.0, False, f"No, it is not {guess}.", reason=f"wrong guess {guess!r}")
         if asked:

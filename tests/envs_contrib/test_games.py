@@ -3,6 +3,8 @@ observation), seeded rows from the dataset builders, and the checker on every ga
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import skyrl_gym
@@ -128,7 +130,20 @@ def test_twenty_questions_golden_trajectory():
     steps = play(game("games/twenty_questions", secret="eagle"), "ask: can it fly?", "ask: is it blue?",
                  "ask: is it an animal?", "guess: dog", "guess: eagle")
     assert "Answer: yes" in steps[0][2] and "ask about exactly one of" in steps[1][2]
-    assert steps[3][3] == "wrong guess 'dog'" and steps[4][:2] == (0.96, True)  # 1.0 - 0.02 x 2 questions
+    assert steps[3][3] == "wrong guess 'dog'" and steps[4][:2] == (0.86, True)  # 1.0 - 0.02 x 2 questions - 0.1
+
+
+def test_twenty_questions_does_not_pay_for_naming_every_thing_in_turn():
+    """Wrong guesses cost nothing: guessing the 16 things in order scored 1.0 for every secret, more than asking."""
+    from skygym_contrib.games.twenty_questions import THINGS
+
+    scores = []
+    for secret in sorted(THINGS):
+        steps = play(game("games/twenty_questions", secret=secret), *(f"guess: {thing}" for thing in sorted(THINGS)))
+        scores.append(next(reward for reward, done, *_ in steps if done))
+    asked = play(game("games/twenty_questions", secret="eagle"), "ask: is it an animal?", "ask: can it fly?",
+                 "ask: is it big?", "ask: is it blue?", "guess: eagle")
+    assert sum(scores) / len(scores) < 0.4 < asked[-1][0]
 
 
 ROOM = ["######", "#....#", "#....#", "#....#", "#....#", "######"]
@@ -188,3 +203,21 @@ def test_check_passes_on_rows_from_the_builder(env_id):
     assert report.ok and not report.warnings, str(report)  # a reference move, where a game has one, wins
     if env_id in ("games/wordle", "games/guess_number", "games/twenty_questions", "games/mastermind"):
         assert all("reference_action" in row["extra_info"] for row in rows)
+
+
+@pytest.mark.parametrize("env_id, settings, message", [
+    ("games/lights_out", {"presses": 0}, "presses must be from 1 to 9, got 0"),  # looped for ever: no light ever on
+    ("games/sokoban", {"pulls": 0}, "pulls must be from 1 to 1000, got 0"),  # the box never left the goal
+    ("games/sokoban", {"size": 10**5}, "size must be from 5 to 12"),  # a room of 10^10 cells
+    ("games/mastermind", {"length": 10**9}, "length must be from 1 to 10"),
+    ("games/nim", {"heaps": 2, "max_size": 1}, "no game in 1000 draws"),  # two heaps of 1: the nim-sum is always 0
+    ("games/guess_number", {"high": "lots"}, "high must be an integer"),
+])
+def test_settings_a_client_picks_that_allow_no_game_are_refused_at_once(env_id, settings, message):
+    """A serve-env client picks the games' settings: lights_out with presses=0 hung its thread for ever."""
+    import random
+
+    from skyrl_gym.registration import load_env_creator
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_env_creator(GAMES[env_id], env_id=env_id).generate(random.Random(0), **settings)
