@@ -390,7 +390,7 @@ class PersistentREPL:
             return None
         try:
             report = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # the cell's code may write the file itself
             return None
         return report if isinstance(report, dict) else None
 

@@ -217,3 +217,16 @@ def test_a_report_the_cell_forged_is_a_failed_cell_not_an_exception(report):
     )
     assert "malformed call" in forged.stderr and forged.final_answer is None
     assert repl.execute("x = 1\nprint(x + 1)").stdout == "2\n"  # the REPL goes on
+
+
+def test_a_report_nested_too_deep_to_read_is_a_failed_cell_not_an_exception():
+    """json.loads of 200,000 nested brackets raised RecursionError, which escaped execute() and the env's step."""
+    repl = PersistentREPL(timeout=10, lm_callback=Recorder())
+    nested = '{"a": ' + "[" * 200_000 + "]" * 200_000 + "}"
+    forged = repl.execute(
+        f"os = {REAL_OS}\n"
+        "fd = os.open('result.json', os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\n"
+        f"os.write(fd, {nested!r}.encode())\nos.close(fd)\nos._exit(0)\n"
+    )
+    assert forged.final_answer is None and forged.stderr
+    assert repl.execute("x = 1\nprint(x + 1)").stdout == "2\n"  # the REPL goes on
