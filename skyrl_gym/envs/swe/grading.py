@@ -52,6 +52,7 @@ PROTECTED_NAMES = {
 # Folders of installed-package metadata (entry points: pytest loads the plugins they name) and of bytecode.
 PROTECTED_FOLDER_SUFFIXES = (".dist-info", ".egg-info", ".egg", "EGG-INFO", "__pycache__")
 PROTECTED_SUFFIXES = (".pth", ".pyc", ".pyo")
+_PROTECTED_FOLDER_SUFFIXES_FOLDED = tuple(suffix.lower() for suffix in PROTECTED_FOLDER_SUFFIXES)
 # Library code has no business with these; a patch that adds them outside test files is refused. A text check:
 # it stops a patch that names them, not one that spells them otherwise ("py" + "test").
 HARNESS_PATTERN = re.compile(
@@ -151,14 +152,27 @@ def is_protected(path: str, hidden: Set[str] = frozenset(), binary: bool = False
     """A file that grading puts back as it was at ``base_commit`` (or removes, if it is new); ``hidden`` holds
     the paths of the hidden ``test_patch``."""
     parts = path.split("/")
+    folded = path.lower()  # importlib.metadata finds a "*.DIST-INFO" folder as well
     return (
         binary
         or is_test_path(path)
         or path in hidden
         or parts[-1] in PROTECTED_NAMES
-        or path.endswith(PROTECTED_SUFFIXES)
-        or any(part.endswith(PROTECTED_FOLDER_SUFFIXES) for part in parts[:-1])
+        or folded.endswith(PROTECTED_SUFFIXES)
+        or any(part.endswith(_PROTECTED_FOLDER_SUFFIXES_FOLDED) for part in folded.split("/")[:-1])
     )
+
+
+def restore_command(listing: str, base_commit: str) -> str:
+    """The shell command that puts each path named in the file ``listing`` (NUL-separated) back as it was at
+    ``base_commit``, or removes it where it is new (and the folders it leaves empty). The paths are literal: a new
+    file named ``tests/test_[a]*.py`` is a pattern that matches a base file, whose checkout succeeded where the new
+    file had to go."""
+    return (f"xargs -0 -a {listing} sh -c 'for p; do "
+            f"GIT_LITERAL_PATHSPECS=1 git checkout -q {shlex.quote(base_commit)} -- \"$p\" "
+            f"2>/dev/null || {{ rm -rf -- \"$p\"; "
+            f"rmdir -p --ignore-fail-on-non-empty -- \"$(dirname -- \"$p\")\" "
+            f"2>/dev/null; }}; done' sh; rm -f {listing}")
 
 
 def harness_tampering(files: Sequence[ChangedFile]) -> Optional[str]:
@@ -215,14 +229,7 @@ def evaluate_patch(
             listing = f"{HELPERS}/restore-{secrets.token_hex(8)}"
             names = b"\0".join(path.encode("utf-8") for path in report.restored_paths)
             runtime.container.write_file(listing, names)
-            restored = runtime.exec(
-                f"xargs -0 -a {listing} sh -c 'for p; do "
-                f"git checkout -q {shlex.quote(instance.base_commit)} -- \"$p\" "
-                f"2>/dev/null || {{ rm -rf -- \"$p\"; "
-                f"rmdir -p --ignore-fail-on-non-empty -- \"$(dirname -- \"$p\")\" "
-                f"2>/dev/null; }}; done' sh; rm -f {listing}",
-                timeout_s=300,
-            )
+            restored = runtime.exec(restore_command(listing, instance.base_commit), timeout_s=300)
             if not restored.ok:
                 raise RuntimeError(f"cannot put back the protected files: {restored.output[-300:]}")
         hidden = runtime.apply_patch(instance.test_patch, "tests")

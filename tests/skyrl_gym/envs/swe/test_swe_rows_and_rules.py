@@ -291,7 +291,8 @@ def test_patches_that_touch_the_harness_or_protected_files_are_caught():
     hidden = patch_paths(instance.test_patch)
     protected = ["tests/test_ops.py", "tests/helpers.py", "conftest.py", "calc/x.pth", "calc/.pytest.ini", ".gitattributes",
                  "evil-1.0.dist-info/entry_points.txt", "src/evil.egg-info/entry_points.txt",
-                 "calc/__pycache__/ops.cpython-311.pyc"]
+                 "calc/__pycache__/ops.cpython-311.pyc",
+                 "EVIL-1.0.DIST-INFO/entry_points.txt", "calc/x.PTH"]  # importlib.metadata ignores the case
     assert [path for path in protected if not is_protected(path, hidden)] == []
     assert is_protected("calc/logo.png", hidden, binary=True)
     assert not is_protected("calc/ops.py", hidden) and not is_protected("skygym_pytest_report.py", hidden)
@@ -356,3 +357,33 @@ def test_env_config_images_limits_the_images_a_row_may_run():
         check_image("private/credentials:latest", ["skyrl-gym-swe-"])
     with pytest.raises(ValueError, match="must be a list of image-name prefixes"):
         check_image("skyrl-gym-swe-six:0123", [""])
+
+
+def test_the_restore_puts_back_protected_files_and_removes_new_ones_named_as_patterns(tmp_path):
+    """A new file named "tests/test_[a]*.py" is a git pathspec that matches tests/test_a.py: its checkout
+    succeeded, so the new file, which had to be removed, stayed (run here with the shell and git of this machine;
+    the Docker tests run it in the grading container)."""
+    import shutil
+    import subprocess
+
+    from skyrl_gym.envs.swe.grading import restore_command
+
+    if not shutil.which("git"):
+        pytest.skip("git is not installed: apt-get install git")
+    run = lambda *args: subprocess.run(args, cwd=tmp_path, check=True, capture_output=True, text=True)  # noqa: E731
+    run("git", "init", "-q")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    assert 1\n")
+    run("git", "add", "-A")
+    run("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base")
+    base = run("git", "rev-parse", "HEAD").stdout.strip()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    assert 0\n")  # the patch's edit
+    paths = ["tests/test_[a]*.py", "tests/new/conftest.py", "tests/test_a.py"]
+    for path in paths[:2]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("import os\n")
+    (tmp_path / "listing").write_bytes(b"\0".join(p.encode() for p in paths))
+    subprocess.run(["sh", "-c", restore_command("listing", base)], cwd=tmp_path, check=True)
+    assert not (tmp_path / "tests" / "test_[a]*.py").exists() and not (tmp_path / "tests" / "new").exists()
+    assert (tmp_path / "tests" / "test_a.py").read_text() == "def test_a():\n    assert 1\n"
+    assert not (tmp_path / "listing").exists()
