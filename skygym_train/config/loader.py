@@ -8,7 +8,6 @@ of being silently ignored, and a value of the wrong type names its key.
 from __future__ import annotations
 
 import copy
-
 import dataclasses
 import difflib
 import re
