@@ -178,7 +178,10 @@ def test_under_autocast_a_frozen_head_is_cast_once_for_all_chunks(trained, monke
     control, expected = run()
     if trained:  # autocast's own casts, and the gradient's back to fp32 (10 here)
         assert casts == control
-    else:  # autocast casts a frozen head in every chunk, and in its recomputation (16 run alone, 8 in the suite)
+    # autocast casts a frozen head in every chunk, and in its recomputation: 16; 8 once DeepSpeed ZeRO-3 ran in the
+    # process (its memory_efficient_linear replaces torch.nn.functional.linear for good, and its linear keeps the
+    # uncast weight, so a recomputation casts nothing)
+    else:
         assert casts == 1 and control >= N // chunk
     for a, b in zip(got, expected):
         assert (a is None and b is None) or torch.equal(a, b)
