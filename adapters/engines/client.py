@@ -82,7 +82,7 @@ class EngineClient(BaseInferenceEngine):
         if session_ids is not None and len(session_ids) != len(prompts):
             raise ValueError(f"got {len(session_ids)} session ids for {len(prompts)} prompts")
         if len(self.engines) == 1:
-            return await self._call(0, prompts, sampling_params, messages)
+            return await self._call(0, prompts, sampling_params, messages, session_ids)
         by_engine: Dict[int, List[int]] = {}
         for i in range(len(prompts)):
             index = self.engine_for(session_ids[i] if session_ids else None)
@@ -93,7 +93,8 @@ class EngineClient(BaseInferenceEngine):
         parts = await asyncio.gather(
             *(
                 self._call(index, [prompts[i] for i in rows], sampling_params,
-                           [messages[i] for i in rows] if messages is not None else None)
+                           [messages[i] for i in rows] if messages is not None else None,
+                           [session_ids[i] for i in rows] if session_ids is not None else None)
                 for index, rows in by_engine.items()
             )
         )
@@ -119,6 +120,7 @@ class EngineClient(BaseInferenceEngine):
         prompts: List[List[int]],
         sampling_params: Optional[SamplingParams],
         messages: Optional[List[List[Dict[str, Any]]]] = None,
+        session_ids: Optional[List[Optional[str]]] = None,
     ) -> Any:
         self._in_flight[index] += len(prompts)
         self.requests_per_engine[index] += len(prompts)
@@ -126,7 +128,8 @@ class EngineClient(BaseInferenceEngine):
         try:
             if engine.needs_messages and messages is None:
                 raise ValueError(f"engine {index} ({type(engine).__name__}) needs the conversations (messages=)")
-            output = await engine.generate(prompts, sampling_params, messages=messages)
+            # the sessions too: an engine orders a batch's rows by them and keeps their KV caches between turns
+            output = await engine.generate(prompts, sampling_params, messages=messages, session_ids=session_ids)
         finally:
             self._in_flight[index] -= len(prompts)
         if len(output["response_ids"]) != len(prompts):
