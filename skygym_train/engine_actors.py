@@ -69,8 +69,20 @@ class EngineActor:
         }
 
     async def generate(self, prompts: List[List[int]], sampling_params: Optional[Dict[str, Any]],
-                       messages: Optional[List[Any]] = None) -> InferenceEngineOutput:
-        return await self.engine.generate(prompts, sampling_params, messages=messages)
+                       messages: Optional[List[Any]] = None,
+                       session_ids: Optional[List[Optional[str]]] = None) -> InferenceEngineOutput:
+        return await self.engine.generate(prompts, sampling_params, messages=messages, session_ids=session_ids)
+
+    def expect_sessions(self, count: int) -> None:
+        self.engine.expect_sessions(count)
+
+    def finish_session(self, session_id: str) -> None:
+        self.engine.finish_session(session_id)
+
+    def engine_stats(self) -> Dict[str, Any]:
+        """The engine's counters (an HF engine's ``stats``) and how many sessions' KV caches it keeps."""
+        kept = getattr(self.engine, "sessions", None)
+        return {**dict(getattr(self.engine, "stats", {})), "kept_sessions": len(kept) if kept is not None else 0}
 
     async def update_weights(self, named_tensors: Any) -> None:
         await self.engine.update_weights(named_tensors)
@@ -136,7 +148,15 @@ class EngineActorClient(BaseInferenceEngine):
         session_ids: Optional[List[Optional[str]]] = None,
     ) -> InferenceEngineOutput:
         prompts = validate_prompts(prompt_token_ids)
-        return await self.actor.generate.remote(prompts, sampling_params, messages)
+        return await self.actor.generate.remote(prompts, sampling_params, messages, session_ids)
+
+    # not awaited (the protocol's hooks are plain calls): an async actor may run them a little after a later call,
+    # which costs at most a batch's time window (a late announcement) or a kept cache held a moment longer
+    def expect_sessions(self, count: int) -> None:
+        self.actor.expect_sessions.remote(count)
+
+    def finish_session(self, session_id: str) -> None:
+        self.actor.finish_session.remote(session_id)
 
     async def update_weights(self, named_tensors: Any) -> None:
         """A state dict (pickled through Ray's object store) or a folder the actor's node can read."""
@@ -155,6 +175,11 @@ class EngineActorClient(BaseInferenceEngine):
         import ray
 
         return ray.get(self.actor.weight_sums.remote())
+
+    def engine_stats(self) -> Dict[str, Any]:
+        import ray
+
+        return ray.get(self.actor.engine_stats.remote())
 
     async def sleep(self) -> None:
         await self.actor.sleep.remote()
