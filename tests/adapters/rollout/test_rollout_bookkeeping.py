@@ -11,6 +11,8 @@ import time
 from typing import Any, Dict, List
 
 
+import pytest
+
 from skygym_adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory
 from tests.adapters.conftest import assert_no_template_drift
 from tests.adapters.support import CountdownTurnsEnv, ScriptedEngine, user
@@ -297,3 +299,28 @@ async def test_each_turn_of_a_step_decodes_as_one_batch(tokenizer: Any, tiny_mod
         assert engine._open_sessions == 0  # every announced session was closed
     finally:
         engine.close()
+
+
+async def test_multi_turn_rollouts_are_the_same_with_kept_kv_caches_and_let_them_go(tokenizer: Any,
+                                                                                   tiny_model_dir: Any) -> None:
+    """The engine keeps each trajectory's KV cache between its turns: the trajectories (ids, masks, logprobs) are
+    those of an engine that computes every turn's whole conversation, and once they end nothing is kept."""
+    from skygym_adapters.engines.hf import HFEngine
+
+    runs = {}
+    for keep in (True, False):
+        engine = HFEngine(str(tiny_model_dir), device="cpu", session_cache_gib=None if keep else 0)
+        try:
+            generator = make_generator(engine, tokenizer, max_turns=3, sampling_params={
+                "max_generate_length": 6, "temperature": 1.0, "seed": 11, "logprobs": True})
+            trajectories = await generator.run([user(f"p{i}") for i in range(4)], ["test_countdown_turns"] * 4,
+                                               [{"turns": 3}] * 4)
+            runs[keep] = (trajectories, dict(engine.stats), len(engine.sessions))
+        finally:
+            engine.close()
+    (kept, kept_stats, left), (whole, whole_stats, _) = runs[True], runs[False]
+    assert [t.num_turns for t in kept] == [3] * 4 and left == 0  # every trajectory finished its session
+    for a, b in zip(kept, whole):
+        assert a.ids == b.ids and a.loss_mask == b.loss_mask
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert kept_stats["resumed_tokens"] > kept_stats["prefill_tokens"] and whole_stats["resumed_tokens"] == 0
