@@ -79,6 +79,9 @@ class EngineActor:
     def finish_session(self, session_id: str) -> None:
         self.engine.finish_session(session_id)
 
+    def last_turn(self, session_id: str) -> None:
+        self.engine.last_turn(session_id)
+
     def engine_stats(self) -> Dict[str, Any]:
         """The engine's counters (an HF engine's ``stats``) and how many sessions' KV caches it keeps."""
         kept = getattr(self.engine, "sessions", None)
@@ -157,6 +160,9 @@ class EngineActorClient(BaseInferenceEngine):
 
     def finish_session(self, session_id: str) -> None:
         self.actor.finish_session.remote(session_id)
+
+    def last_turn(self, session_id: str) -> None:
+        self.actor.last_turn.remote(session_id)
 
     async def update_weights(self, named_tensors: Any) -> None:
         """A state dict (pickled through Ray's object store) or a folder the actor's node can read."""

@@ -160,6 +160,10 @@ class BaseInferenceEngine:
     def finish_session(self, session_id: str) -> None:
         """One engine keeps no per-session state."""
 
+    def last_turn(self, session_id: str) -> None:
+        """The session's next request is its last (its turn limit): an engine that keeps per-session state for later
+        requests need not keep it. Optional: callers call it where an engine has it."""
+
     async def update_weights(self, named_tensors: Any) -> None:
         raise EngineError(f"{type(self).__name__} cannot update its weights")
 

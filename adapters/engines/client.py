@@ -59,13 +59,18 @@ class EngineClient(BaseInferenceEngine):
         """Announce ``count`` sessions to the engine (one engine only: with several, which engine serves a session is
         decided by its first request, so the engines batch by their time window)."""
         if len(self.engines) == 1:
-            _call_if_present(self.engines[0], "expect_sessions", count)
+            call_if_present(self.engines[0], "expect_sessions", count)
+
+    def last_turn(self, session_id: str) -> None:
+        """Tell the engine that serves ``session_id`` (pinned now if it has none yet) that its next request is its
+        last."""
+        call_if_present(self.engines[self.engine_for(session_id)], "last_turn", session_id)
 
     def finish_session(self, session_id: str) -> None:
         index = 0 if len(self.engines) == 1 else self._affinity.get(session_id)
         self._affinity.pop(session_id, None)
         if index is not None:
-            _call_if_present(self.engines[index], "finish_session", session_id)
+            call_if_present(self.engines[index], "finish_session", session_id)
 
     async def generate(
         self,
@@ -197,7 +202,7 @@ def _reporting_engines(engine: Any) -> List[Any]:
     return [e for e in engines_behind(engine) if hasattr(e, "on_progress")]
 
 
-def _call_if_present(engine: Any, method: str, *args: Any) -> None:
+def call_if_present(engine: Any, method: str, *args: Any) -> None:
     """Engines written against the bare protocol may lack the optional session hooks."""
     hook = getattr(engine, method, None)
     if callable(hook):

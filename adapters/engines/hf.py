@@ -156,6 +156,7 @@ class HFEngine(BaseInferenceEngine):
         self._compiled_shapes: set = set()
         self.on_progress: Optional[Callable[[int, int], None]] = None
         self._open_sessions = 0  # announced by expect_sessions and not yet finished
+        self._last_turns: set = set()  # sessions whose next request is their last: nothing to keep for them
         self._sessions_lock = threading.Lock()
         self._stop_tables: Dict[Any, Any] = {}
         self._stop_matchers: Dict[Any, StopStrings] = {}
@@ -213,10 +214,17 @@ class HFEngine(BaseInferenceEngine):
         no longer waits for it."""
         self.sessions.forget(session_id)
         with self._sessions_lock:
+            self._last_turns.discard(session_id)
             if self._open_sessions == 0:
                 return
             self._open_sessions -= 1
         self._queue.put(_WAKE)
+
+    def last_turn(self, session_id: str) -> None:
+        """The session's next request is its last: its cache is not kept when that request ends (a single-turn
+        trajectory's never is)."""
+        with self._sessions_lock:
+            self._last_turns.add(session_id)
 
     def submit(self, prompt: List[int], sampling: ResolvedSampling, session: Optional[str] = None
                ) -> "Future[SequenceResult]":
@@ -598,7 +606,10 @@ class HFEngine(BaseInferenceEngine):
         place = {row: position for position, row in enumerate(rows)}  # the row's place in the model's batch
         for row, result in results:
             request = requests[row]
-            if request.session is not None:
+            with self._sessions_lock:
+                last = request.session in self._last_turns
+                self._last_turns.discard(request.session)
+            if request.session is not None and not last:
                 kept = keep_row(cache, place[row], attention[place[row]], request.prompt + result.token_ids,
                                 self.weight_version)
                 self.sessions.put(request.session, kept)

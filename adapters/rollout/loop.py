@@ -27,6 +27,7 @@ from skyrl_gym.episode import (
 from skyrl_gym.registration import env_config_for, fingerprint_or_none
 
 from skygym_adapters.engines.base import ResolvedSampling, resolve_sampling
+from skygym_adapters.engines.client import call_if_present
 from skygym_adapters.rollout.chat import ChatTokenizer
 from skygym_adapters.rollout.config import RolloutConfig
 from skygym_adapters.rollout.trajectory import Trajectory, Turn
@@ -77,6 +78,8 @@ class TokenPolicy(BasePolicy):
         context = trajectory.prompt_ids + trajectory.ids
         if self.config.max_input_length is not None and len(context) > self.config.max_input_length:
             return EpisodeEnd.LENGTH
+        if episode.max_turns is not None and len(episode.steps) + 1 >= episode.max_turns:
+            call_if_present(self.engine, "last_turn", self.session)  # nothing of this turn need be kept
         started = time.perf_counter()
         output = await self.engine.generate(
             [context], self.sampling_params, messages=[list(trajectory.conversation)], session_ids=[self.session]

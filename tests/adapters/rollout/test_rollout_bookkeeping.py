@@ -310,16 +310,23 @@ async def test_multi_turn_rollouts_are_the_same_with_kept_kv_caches_and_let_them
     runs = {}
     for keep in (True, False):
         engine = HFEngine(str(tiny_model_dir), device="cpu", session_cache_gib=None if keep else 0)
+        kept_turns: list = []
+        put = engine.sessions.put
+        engine.sessions.put = lambda session, cache: (kept_turns.append(session), put(session, cache))
         try:
             generator = make_generator(engine, tokenizer, max_turns=3, sampling_params={
                 "max_generate_length": 6, "temperature": 1.0, "seed": 11, "logprobs": True})
             trajectories = await generator.run([user(f"p{i}") for i in range(4)], ["test_countdown_turns"] * 4,
                                                [{"turns": 3}] * 4)
-            runs[keep] = (trajectories, dict(engine.stats), len(engine.sessions))
+            runs[keep] = (trajectories, dict(engine.stats), len(engine.sessions), len(kept_turns))
+            single = make_generator(engine, tokenizer, max_turns=1, sampling_params={"max_generate_length": 4})
+            await single.run([user("one turn")], ["test_countdown_turns"], [{"turns": 3}])
+            assert len(kept_turns) == runs[keep][3]  # a trajectory's last turn keeps nothing: none comes after it
         finally:
             engine.close()
-    (kept, kept_stats, left), (whole, whole_stats, _) = runs[True], runs[False]
+    (kept, kept_stats, left, kept_count), (whole, whole_stats, _, _) = runs[True], runs[False]
     assert [t.num_turns for t in kept] == [3] * 4 and left == 0  # every trajectory finished its session
+    assert kept_count == 4 * 2  # the first two turns of each
     for a, b in zip(kept, whole):
         assert a.ids == b.ids and a.loss_mask == b.loss_mask
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
