@@ -223,7 +223,11 @@ class HFEngine(BaseInferenceEngine):
     def last_turn(self, session_id: str) -> None:
         """The session's next request is its last: its cache is not kept when that request ends (a single-turn
         trajectory's never is)."""
+        if not self.sessions.enabled or (self._static_decoding() and self._compiles()):
+            return  # nothing is kept anyway
         with self._sessions_lock:
+            if len(self._last_turns) >= MAX_LAST_TURNS:  # hints of sessions never finished: let them go
+                self._last_turns.clear()
             self._last_turns.add(session_id)
 
     def submit(self, prompt: List[int], sampling: ResolvedSampling, session: Optional[str] = None
@@ -248,9 +252,10 @@ class HFEngine(BaseInferenceEngine):
 
     async def sleep(self) -> None:
         """Free accelerator memory by moving the model to CPU and dropping the kept KV caches (no-op on CPU, and while
-        the weights are shared with a trainer: that memory is the trainer's); generate() refuses meanwhile."""
+        the weights are shared with a trainer: that memory is the trainer's); the sessions' kept caches go on any
+        device, and none is kept until :meth:`wake_up`; generate() refuses meanwhile."""
         self._sleeping = True
-        self.sessions.clear()
+        self.sessions.pause()
         if self.device.type != "cpu" and self._shared_weights is None:
             with self._model_lock:
                 self.model.to("cpu")
@@ -264,6 +269,7 @@ class HFEngine(BaseInferenceEngine):
         if self.device.type != "cpu" and self._shared_weights is None:
             with self._model_lock:
                 self.model.to(self.device)
+        self.sessions.resume()
         self._sleeping = False
 
     def close(self) -> None:
@@ -297,12 +303,12 @@ class HFEngine(BaseInferenceEngine):
                                 f"{tuple(param.shape)} {param.dtype} on {param.device}")
         if problems:
             raise ValueError("share_weights: " + "; ".join(p if ":" in p else f"{p}: missing" for p in problems[:3]))
-        with self._model_lock:
+        with self._model_lock:  # the version and the kept caches change before the next batch can start
             for name, param in own.items():
                 param.data = tensors[name]
-        self._shared_weights = {name: tensors[name] for name in own}
-        self.weight_version += 1
-        self.sessions.clear()
+            self._shared_weights = {name: tensors[name] for name in own}
+            self.weight_version += 1
+            self.sessions.clear()
 
     def shares_weights(self) -> bool:
         """True while every parameter still reads the tensors given to :meth:`share_weights`."""
@@ -347,8 +353,9 @@ class HFEngine(BaseInferenceEngine):
                 written.add(id(target))
                 # one copy, cast to the engine's dtype on the way (device to device when both are on one GPU)
                 target.copy_(tensor)
-        self.weight_version += 1
-        self.sessions.clear()  # computed with the old weights (a session's cache is also checked against the version)
+            # before the next batch can start: caches computed with the old weights are not resumed
+            self.weight_version += 1
+            self.sessions.clear()
 
     # ------------------------------------------------------------------ worker
     def _ensure_worker(self) -> None:
@@ -484,6 +491,7 @@ class HFEngine(BaseInferenceEngine):
                 length, cache = max_len, self._new_cache()
             if resumed is not None:
                 next_logits, attention, positions = self._prefill_resumed(prompts, resumed, cache, length)
+                resumed = None  # the kept caches are in the batch's now: let them go before rows keep new ones
             elif plan is None:
                 next_logits, attention, positions = self._prefill(prompts, cache, length)
             else:
@@ -609,7 +617,9 @@ class HFEngine(BaseInferenceEngine):
             with self._sessions_lock:
                 last = request.session in self._last_turns
                 self._last_turns.discard(request.session)
-            if request.session is not None and not last:
+            # a request whose future is done before its result was set was cancelled: its trajectory has ended,
+            # and may already have finished its session
+            if request.session is not None and not last and not request.future.done():
                 kept = keep_row(cache, place[row], attention[place[row]], request.prompt + result.token_ids,
                                 self.weight_version)
                 self.sessions.put(request.session, kept)
@@ -858,6 +868,10 @@ def prefill_cost(prompts: List[List[int]], plan: Optional["PrefillPlan"]) -> int
         return len(prompts) * max(len(p) for p in prompts)
     return len(plan.prefix) + len(plan.suffixes) * max(len(s) for s in plan.suffixes)
 
+
+MAX_LAST_TURNS = 65536
+"""How many :meth:`HFEngine.last_turn` hints an engine holds at most (a hint goes when its request ends or its session
+does; a caller that never finishes its sessions would otherwise grow them without end)."""
 
 MIN_SHARED_PREFIX = 16
 """A common prefix shorter than this is computed with each prompt: a forward pass of its own costs more."""

@@ -58,6 +58,7 @@ class SessionCaches:
         self.budget_bytes = int(budget_bytes)
         self._entries: "collections.OrderedDict[str, KeptCache]" = collections.OrderedDict()
         self._bytes = 0
+        self._paused = False
         self._lock = threading.Lock()
 
     @property
@@ -77,7 +78,7 @@ class SessionCaches:
         size = kept.nbytes
         with self._lock:
             self._forget(session)
-            if size > self.budget_bytes:
+            if size > self.budget_bytes or self._paused:
                 return
             while self._bytes + size > self.budget_bytes:
                 self._forget(next(iter(self._entries)))
@@ -104,6 +105,18 @@ class SessionCaches:
         with self._lock:
             self._entries.clear()
             self._bytes = 0
+
+    def pause(self) -> None:
+        """Let every cache go and keep none until :meth:`resume` (an engine asleep: a batch still running must
+        not put its caches back on the device)."""
+        with self._lock:
+            self._paused = True
+            self._entries.clear()
+            self._bytes = 0
+
+    def resume(self) -> None:
+        with self._lock:
+            self._paused = False
 
     def _forget(self, session: str) -> Optional[KeptCache]:
         kept = self._entries.pop(session, None)

@@ -457,6 +457,44 @@ async def test_kept_caches_go_with_their_session_new_weights_and_the_budget(toke
         engine.close()
 
 
+async def test_no_kept_cache_outlives_new_weights_sleep_or_a_cancelled_request(tokenizer: Any,
+                                                                                tiny_model_dir: Any) -> None:
+    """Found by a review: new weights bumped the version after letting the model lock go (a batch in that gap
+    resumed caches of the old weights), a batch running through sleep() put its caches back, and a request whose
+    caller gave up kept its cache after its session had finished."""
+    engine = HFEngine(str(tiny_model_dir), device="cpu")
+    prompt = chat(tokenizer, [{"role": "user", "content": "go on for a while"}])
+    long = {"max_generate_length": 400, "temperature": 1.0, "seed": 1, "stop_token_ids": []}
+    try:
+        locked_at_clear = []
+        clear = engine.sessions.clear
+        engine.sessions.clear = lambda: (locked_at_clear.append(engine._model_lock.locked()), clear())
+        await engine.update_weights(dict(engine.model.state_dict()))
+        engine.share_weights(dict(engine.model.named_parameters()))
+        assert locked_at_clear == [True, True]  # version and caches change before the next batch can start
+
+        running = asyncio.ensure_future(engine.generate([prompt], long, session_ids=["asleep"]))
+        while engine.stats["batches"] == 0:
+            await asyncio.sleep(0.01)
+        await engine.sleep()
+        await running
+        assert len(engine.sessions) == 0  # the batch ended after sleep(): nothing kept
+        await engine.wake_up()
+        await engine.generate([prompt], GREEDY, session_ids=["awake"])
+        assert len(engine.sessions) == 1
+
+        batches = engine.stats["batches"]
+        cancelled = asyncio.ensure_future(engine.generate([prompt], long, session_ids=["gone"]))
+        while engine.stats["batches"] == batches:
+            await asyncio.sleep(0.01)
+        cancelled.cancel()
+        engine.finish_session("gone")  # the rollout loop's finally, while the row still decodes
+        await engine.generate([prompt], GREEDY)  # runs once the cancelled row's batch has ended
+        assert "gone" not in engine.sessions._entries
+    finally:
+        engine.close()
+
+
 def test_a_kept_cache_serves_the_tokens_a_new_prompt_shares_with_it() -> None:
     import torch
 
