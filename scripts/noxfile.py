@@ -70,8 +70,10 @@ def core(session: nox.Session) -> None:
     # Two pytest-xdist workers: most tests wait on subprocesses, sandboxes, containers or sockets, so two run
     # side by side in about two thirds of the time. Tests sharing the Docker engine or a Ray cluster stay on one
     # worker (xdist groups, tests/conftest.py). SKYRL_GYM_TEST_WORKERS=0 runs them in one process.
+    # The 30 slowest tests are listed at the end: the suite has to stay under 30 minutes on a 2-core machine.
     workers = os.environ.get("SKYRL_GYM_TEST_WORKERS", "2")
-    _pytest(session, "tests", "-m", "not vllm and not verl and not trl", "-n", workers, "--dist", "loadgroup")
+    _pytest(session, "tests", "-m", "not vllm and not verl and not trl", "-n", workers, "--dist", "loadgroup",
+            "--durations=30")
 
 
 @nox.session(python="3.11")
