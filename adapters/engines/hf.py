@@ -33,7 +33,14 @@ from skygym_adapters.engines.base import (
 )
 from skygym_adapters.engines.hf_attention import has_grouped_attention, use_grouped_attention
 from skygym_adapters.engines.hf_sampling import draw_uniforms, sample_tokens
-from skygym_adapters.engines.hf_sessions import KeptCache, SessionCaches, default_budget_bytes, keep_row, resume_into
+from skygym_adapters.engines.hf_sessions import (
+    KeptCache,
+    SessionCaches,
+    cache_layers,
+    default_budget_bytes,
+    keep_row,
+    resume_into,
+)
 from skygym_adapters.engines.hf_stops import StopStrings
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
@@ -775,8 +782,8 @@ class HFEngine(BaseInferenceEngine):
             p.numel() * p.element_size() for p in self.model.parameters())
         caches = sum(tensor.numel() * tensor.element_size()
                      for _, cache in list(self._static_caches.values())  # the worker may change the dict meanwhile
-                     for layer in getattr(cache, "layers", ())
-                     for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                     for layer in cache_layers(cache)
+                     for tensor in layer
                      if hasattr(tensor, "element_size"))
         return {"weights": weights, "kv_cache": caches}
 
