@@ -16,6 +16,8 @@
 #   bash bench/gpu_check.sh logprobs-15b-512   # the log-prob step of one micro-batch of the 15b-512 bench three ways
 #                                              # (bench/log_prob_memory.py): from the LM head, from the logits in the
 #                                              # trainer's chunks, from the logits in 4096-token chunks; peak memory
+#   bash bench/gpu_check.sh borrow-15b-640     # one training micro-batch (16 x 640 tokens) reading autocast's casts
+#                                              # of the weights, then the engine's bf16 copy (bench/borrowed_weights.py)
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
 # so one slow part cannot eat the others' time: at most ~300 + 120 + 180 + 300 s, plus building each random model
 # (under its own limit) before its bench's clock starts. Seen on one H200 (16 cores): tests 211 s on 12 workers,
@@ -41,10 +43,11 @@ BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
 [ ${#parts[@]} -eq 0 ] && parts=(05b-128 15b-512 tests)  # the benches time the weight sync too
 for part in "${parts[@]}"; do  # every part known before any runs
-  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+(-fsdp)?|layouts-(tiny|05b|15b)-[0-9]+(-transformers)?|logprobs-(tiny|05b|15b)-[0-9]+)$ ]]
+  if ! [[ "$part" =~ ^(tests|sync|(tiny|05b|15b)-[0-9]+(-fsdp)?|layouts-(tiny|05b|15b)-[0-9]+(-transformers)?|(logprobs|borrow)-(tiny|05b|15b)-[0-9]+)$ ]]
   then
     echo "unknown part $part (tests, sync, <tiny|05b|15b>-<new tokens>[-fsdp], e.g. 05b-128," \
-         "layouts-<tiny|05b|15b>-<answer tokens>[-transformers] or logprobs-<tiny|05b|15b>-<answer tokens>)" >&2
+         "layouts-<tiny|05b|15b>-<answer tokens>[-transformers], logprobs-<tiny|05b|15b>-<answer tokens> or" \
+         "borrow-<tiny|05b|15b>-<tokens>)" >&2
     exit 2
   fi
 done
@@ -81,6 +84,21 @@ for part in "${parts[@]}"; do
       rc=$?
       summary+=("$part (rc $rc, $((SECONDS - t0))s): $(grep -E '^from the' "$OUT/$part.log" | sed -E 's/ +/ /g' \
         | tr '\n' ';')")
+      ;;
+    borrow-*)
+      # one training micro-batch under bf16 autocast, reading autocast's casts or the engine's bf16 copy
+      # (bench/borrowed_weights.py): the casts made and CUDA's peak, each way
+      rest=${part#borrow-}; size=${rest%%-*}; tokens=${rest#*-}
+      case "$size" in
+        tiny) model=tiny; rows=8 ;;
+        05b) model=random-qwen2.5-0.5b; rows=32 ;;
+        15b) model=random-qwen2.5-1.5b; rows=16 ;;
+      esac
+      timeout -k 10 "$BENCH_S" "$PY" bench/borrowed_weights.py --device "$DEVICE" --model "$model" --rows "$rows" \
+        --tokens "$tokens" > "$OUT/$part.log" 2>&1
+      rc=$?
+      summary+=("$part (rc $rc, $((SECONDS - t0))s): $(grep -E "^(autocast's|the engine's)" "$OUT/$part.log" \
+        | sed -E 's/ +/ /g' | tr '\n' ';')")
       ;;
     layouts-*)
       rest=${part#layouts-}; size=${rest%%-*}; rest=${rest#*-}; tokens=${rest%%-*}

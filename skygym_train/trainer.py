@@ -246,6 +246,7 @@ class PPOTrainer:
                 self.engine = EngineClient(create_engines(self.cfg, self.model_path, self.tokenizer, shared_pg))
         finally:
             workers_loaded()
+        self._prepare_inprocess_weight_sync()
         if self._given_generator is not None:
             self.generator = self._given_generator
         elif self._generator_factory is not None:  # SkyRL's argument order: (cfg, tokenizer, engine client)
@@ -751,11 +752,23 @@ class PPOTrainer:
 
     def sync_weights(self) -> None:
         """Push the policy's new weights into the engines (in process for hf; see weight_sync for others)."""
+        self._engine_weight_sync().sync()
+
+    def _engine_weight_sync(self) -> Any:
         from skygym_train.weight_sync import EngineWeightSync
 
         if self._weight_sync is None:
             self._weight_sync = EngineWeightSync(self.cfg, self.policy, self.engine, self._runner)
-        self._weight_sync.sync()
+        return self._weight_sync
+
+    def _prepare_inprocess_weight_sync(self) -> None:
+        """An engine in the policy's process shares or lends weights from the first step on (the first sync would
+        otherwise arrange it only after the first step has trained with two copies on the device); other
+        transports connect at the first sync."""
+        from skygym_train.weight_sync import resolve_backend
+
+        if resolve_backend(self.cfg) == "inprocess":
+            self._engine_weight_sync().prepare()
 
     def weight_sync_backend(self) -> str:
         """How weights reach the engines, e.g. ``shm (shared memory, no copy)`` or ``gloo (540 MiB per sync)``."""

@@ -4,9 +4,13 @@
 
 - ``inprocess`` (auto for ``hf`` and ``vllm`` without Ray): the engine lives in the policy's process. An ``hf``
   engine on the policy's device and dtype then *shares* the policy's parameter tensors: nothing is copied at all,
-  each step's optimizer update is what the next rollout reads. Otherwise (a vLLM engine, another dtype, LoRA,
-  FSDP shards, one-step-off async training, where generation overlaps the update) the policy's unsharded state dict
-  is handed to the engine's ``update_weights`` (one copy);
+  each step's optimizer update is what the next rollout reads. An ``hf`` engine in the dtype the policy computes
+  in under autocast (bf16 on one GPU) *lends* the policy its own weights instead: the policy writes its new
+  weights into them after each optimizer step and computes with them in place of autocast's casts
+  (``workers.borrowed_weights``), so one bf16 copy of the model serves both and the sync itself moves nothing.
+  Otherwise (a vLLM engine, fp32 compute beside a bf16 engine, LoRA, FSDP shards, one-step-off async training,
+  where generation overlaps the update) the policy's unsharded state dict is handed to the engine's
+  ``update_weights`` (one copy);
 - ``shm`` (auto for ``hf`` with Ray CPU workers, sync training): the policy is one unsharded Ray actor on this node.
   It moves its parameters into one shared-memory file (``/dev/shm``) and the engine maps the same pages: no copy
   per step either. Where that cannot hold (several FSDP ranks, another node, another dtype, LoRA, async
@@ -25,7 +29,7 @@ too (``auto``: nccl for actors on GPUs of their own, gloo otherwise): policy ran
 its own node's IP, every actor joins it with a ``WeightReceiver`` and loads what it receives, wherever it runs; the
 weights never pass through the driver.
 
-``EngineWeightSync.bytes_last`` is what the last sync moved (0 when shared); the trainer logs it per step as
+``EngineWeightSync.bytes_last`` is what the last sync moved (0 when shared or lent); the trainer logs it per step as
 ``weight_sync/bytes`` beside ``timing/sync``.
 """
 
@@ -265,8 +269,9 @@ class EngineWeightSync:
     """Picks the transport on the first sync, keeps its state (shared pages, broadcast group) and runs each sync.
 
     ``backend`` is the transport in use (``inprocess``, ``shm``, ``gloo``, ``nccl``, ``checkpoint``), ``shared`` is
-    true when the engine reads the policy's own memory (nothing is copied per step), ``bytes_last`` what the last
-    sync moved.
+    true when the engine reads the policy's own memory (nothing is copied per step), ``lent`` when the policy
+    writes and computes with the engine's (nothing is copied at the sync: the policy writes after its update),
+    ``bytes_last`` what the last sync moved.
     """
 
     def __init__(self, cfg: Any, policy: Any, engine: Any, runner: Any):
@@ -274,6 +279,7 @@ class EngineWeightSync:
         self.requested = resolve_backend(cfg)
         self.backend: Optional[str] = None
         self.shared = False
+        self.lent = False
         self.fallback_reason: Optional[str] = None
         self.receiver: Optional[WeightReceiver] = None
         self.sync_dir: Optional[Path] = None
@@ -285,7 +291,12 @@ class EngineWeightSync:
     def describe(self) -> str:
         if self.backend is None:
             return f"{self.requested} (not started)"
-        how = "shared memory, no copy" if self.shared else f"{self.bytes_last / 2**20:.0f} MiB per sync"
+        if self.shared:
+            how = "shared memory, no copy"
+        elif self.lent:
+            how = "the engine's weights are the policy's compute copy, written after each optimizer step"
+        else:
+            how = f"{self.bytes_last / 2**20:.0f} MiB per sync"
         if self._actors:
             how += f" to {len(self._actors)} engine actor(s) from {self.rendezvous}"
         note = f"; {self.fallback_reason}" if self.fallback_reason else ""
@@ -300,8 +311,12 @@ class EngineWeightSync:
             try:
                 self._share_in_process()
                 self.shared = True
-            except SharingUnavailable as why:
-                logger.info("weight sync: the engine keeps a copy of its own (%s)", why)
+            except SharingUnavailable as no_share:
+                try:
+                    self._lend_in_process()
+                    self.lent = True
+                except SharingUnavailable as no_loan:
+                    logger.info("weight sync: the engine keeps a copy of its own (%s; %s)", no_share, no_loan)
             self.backend = "inprocess"
         elif wanted == "shm":
             try:
@@ -322,8 +337,8 @@ class EngineWeightSync:
 
     def sync(self) -> None:
         self.prepare()
-        if self.shared:
-            self._check_still_shared()
+        if self.shared or self.lent:
+            self._check_still_held()
             self.bytes_last = 0
         elif self.backend == "inprocess":
             # a policy in this process hands over its tensors where they are (on its GPU the engine copies
@@ -365,6 +380,25 @@ class EngineWeightSync:
         except ValueError as exc:
             raise SharingUnavailable(str(exc)) from None
 
+    def _lend_in_process(self) -> None:
+        """The engine lends the policy its own weights (``HFEngine.lend_weights``), which the policy keeps current
+        and computes with (``FSDPWorker.borrow_weights``)."""
+        engine = self._sharing_checks()
+        worker = getattr(self.policy, "worker", None)
+        if worker is None:
+            raise SharingUnavailable("the policy runs in another process")
+        if not hasattr(engine, "lend_weights") or not hasattr(worker, "borrow_weights"):
+            raise SharingUnavailable(f"{type(engine).__name__} cannot lend its weights")
+        why = worker.borrowing_refusal()
+        if why is not None:
+            raise SharingUnavailable(why)
+        try:
+            worker.borrow_weights(engine.lend_weights())
+        except ValueError as exc:
+            engine.recall_weights()
+            raise SharingUnavailable(f"the policy cannot compute with the engine's weights: {exc}") from None
+        engine.weights_changed()
+
     def _share_through_file(self) -> None:
         engine = self._sharing_checks()
         if getattr(self.policy, "worker", None) is not None:
@@ -389,11 +423,16 @@ class EngineWeightSync:
         except ValueError as exc:
             raise SharingUnavailable(str(exc)) from None
 
-    def _check_still_shared(self) -> None:
+    def _check_still_held(self) -> None:
+        """The engine still reads the policy's tensors (shared) or the ones the policy writes (lent): tell it
+        they changed."""
         engine = engines_behind(self.engine)[0]
-        if not engine.shares_weights():
+        if self.shared and not engine.shares_weights():
             raise RuntimeError("weight sync: the engine no longer shares the policy's tensors (were they replaced?)")
-        engine.weight_version += 1
+        if self.lent and not engine.lends_weights():
+            raise RuntimeError("weight sync: the engine no longer reads the weights it lent the policy (were they "
+                               "replaced, or recalled?)")
+        engine.weights_changed()
 
     # -- broadcast
     def _connect_broadcast(self) -> None:

@@ -184,6 +184,7 @@ class HFEngine(BaseInferenceEngine):
         self._sleeping = False
         self.weight_version = 0
         self._shared_weights: Optional[Dict[str, Any]] = None  # set by share_weights
+        self._lent_weights: Optional[Dict[str, Any]] = None  # set by lend_weights
         # Counters for benchmarks: batches run, sequences and tokens generated, prompt positions run through the model
         # and prompt positions read from a session's kept cache instead.
         self.stats: Dict[str, int] = {"batches": 0, "sequences": 0, "generated_tokens": 0, "prefill_tokens": 0,
@@ -259,11 +260,11 @@ class HFEngine(BaseInferenceEngine):
 
     async def sleep(self) -> None:
         """Free accelerator memory by moving the model to CPU and dropping the kept KV caches (no-op on CPU, and while
-        the weights are shared with a trainer: that memory is the trainer's); the sessions' kept caches go on any
-        device, and none is kept until :meth:`wake_up`; generate() refuses meanwhile."""
+        the weights are shared with a trainer or lent to one: that memory is the trainer's too); the sessions' kept
+        caches go on any device, and none is kept until :meth:`wake_up`; generate() refuses meanwhile."""
         self._sleeping = True
         self.sessions.pause()
-        if self.device.type != "cpu" and self._shared_weights is None:
+        if self.device.type != "cpu" and not self._weights_held_with_trainer():
             with self._model_lock:
                 self.model.to("cpu")
                 self._static_caches.clear()  # (the compiled step records its graphs again on the new addresses)
@@ -273,7 +274,7 @@ class HFEngine(BaseInferenceEngine):
                     torch.cuda.empty_cache()  # back to the device, for another process (this one would reuse it)
 
     async def wake_up(self) -> None:
-        if self.device.type != "cpu" and self._shared_weights is None:
+        if self.device.type != "cpu" and not self._weights_held_with_trainer():
             with self._model_lock:
                 self.model.to(self.device)
         self.sessions.resume()
@@ -310,6 +311,8 @@ class HFEngine(BaseInferenceEngine):
                                 f"{tuple(param.shape)} {param.dtype} on {param.device}")
         if problems:
             raise ValueError("share_weights: " + "; ".join(p if ":" in p else f"{p}: missing" for p in problems[:3]))
+        if self._lent_weights is not None:
+            raise ValueError("share_weights: the engine's weights are lent to a trainer (recall_weights() first)")
         with self._model_lock:  # the version and the kept caches change before the next batch can start
             for name, param in own.items():
                 param.data = tensors[name]
@@ -319,10 +322,47 @@ class HFEngine(BaseInferenceEngine):
 
     def shares_weights(self) -> bool:
         """True while every parameter still reads the tensors given to :meth:`share_weights`."""
-        if self._shared_weights is None:
+        return self._reads(self._shared_weights)
+
+    def lend_weights(self) -> Dict[str, Any]:
+        """The model's own parameter tensors, by name (a tied one under each of its names), for a trainer in this
+        process to write its weights into after each optimizer step and to compute with meanwhile
+        (``skygym_train.workers.borrowed_weights``): the trainer's bf16 compute copy and this engine's weights
+        are then one tensor, and a weight sync moves nothing (:meth:`weights_changed` says the weights moved).
+
+        Nothing moves: the tensors stay where a compiled decode step reads them. While lent, :meth:`sleep` leaves
+        them on the device and :meth:`update_weights` refuses (its write would leave the trainer computing with
+        weights that are not its own); :meth:`recall_weights` ends the loan. The caller must not write the
+        tensors while a generation runs."""
+        if self._shared_weights is not None:
+            raise ValueError("lend_weights: the engine reads a trainer's weights already (share_weights)")
+        with self._model_lock:
+            self._lent_weights = {name: param.data for name, param in self.model.named_parameters(
+                remove_duplicate=False)}
+            return dict(self._lent_weights)
+
+    def lends_weights(self) -> bool:
+        """True while every parameter is still the tensor handed out by :meth:`lend_weights`."""
+        return self._reads(self._lent_weights)
+
+    def recall_weights(self) -> None:
+        """End the loan of :meth:`lend_weights`: the engine alone writes its weights again (nothing moves)."""
+        self._lent_weights = None
+
+    def weights_changed(self) -> None:
+        """The tensors this engine reads (shared with a trainer or lent to one) were written in place: caches
+        computed with the old weights are not resumed."""
+        with self._model_lock:
+            self.weight_version += 1
+            self.sessions.clear()
+
+    def _reads(self, tensors: Optional[Mapping[str, Any]]) -> bool:
+        if tensors is None:
             return False
-        return all(param.data_ptr() == self._shared_weights[name].data_ptr()
-                   for name, param in self.model.named_parameters())
+        return all(param.data_ptr() == tensors[name].data_ptr() for name, param in self.model.named_parameters())
+
+    def _weights_held_with_trainer(self) -> bool:
+        return self._shared_weights is not None or self._lent_weights is not None
 
     def _load_weights(self, named_tensors: Any) -> None:
         import torch
@@ -343,6 +383,9 @@ class HFEngine(BaseInferenceEngine):
                     f"update_weights: {name!r} has shape {tuple(tensor.shape)}, the model expects {tuple(state[name].shape)}"
                 )
             updates[name] = tensor
+        if self._lent_weights is not None:
+            raise RuntimeError("update_weights: the engine's weights are lent to a trainer, which writes them after "
+                               "each of its optimizer steps (lend_weights); recall_weights() first")
         with self._model_lock, torch.no_grad():
             if self._shared_weights is not None:  # the tensors are a trainer's: take a copy of our own before writing
                 for param in self.model.parameters():

@@ -13,13 +13,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import torch
 
 from skygym_adapters.engines.hf_attention import use_grouped_attention
 from skygym_train.workers.activations import recompute_gated_activations
 from skygym_train.workers.batch import TrainingBatch
+from skygym_train.workers.borrowed_weights import BorrowedWeights
 from skygym_train.workers.log_probs import install_log_prob_head, log_probs_from_head, response_log_probs
 from skygym_train.workers.packing import break_even_keys, layout, layout_for, packs_every_layer, plan_micro_batches
 
@@ -51,9 +52,9 @@ class WorkerSpec:
     bf16: Optional[bool] = None
     """None: ``mixed_precision`` on GPU, fp32 on CPU; True: also bf16 autocast on CPU; False: fp32 compute."""
     cpu_offload: bool = False
+    """FSDP2 CPU offload of parameters, gradients and optimizer state (CUDA only)."""
     shard_one_gpu: bool = False
     """FSDP2 on one GPU too (``fsdp_config.shard_one_gpu``), for its mixed precision."""
-    """FSDP2 CPU offload of parameters, gradients and optimizer state (CUDA only)."""
     model_config_kwargs: Optional[Dict[str, Any]] = None
     """Set on the Hugging Face config when the model loads."""
     gradient_checkpointing_use_reentrant: bool = False
@@ -156,6 +157,8 @@ class TrainingWorker:
         """Rank 0's full weights between loading and sharding, when the other ranks build on meta."""
         self._shared_weights: Optional[torch.Tensor] = None
         """The shared-memory buffer the parameters live in once an engine maps them (``weight_sync`` shm)."""
+        self._borrowed: Optional[BorrowedWeights] = None
+        """An engine's bf16 weights this policy writes after each update and computes with (``borrow_weights``)."""
 
     # ------------------------------------------------------------------ set-up
     def torch_threads(self) -> int:
@@ -447,15 +450,22 @@ class TrainingWorker:
         if self._log_prob_head is not None:
             targets = t["input_ids"][:, batch.prompt_length :]
             with log_probs_from_head(self._log_prob_head, rows.gather, targets, self.temperature, entropy_grad):
-                out = self.model(**inputs, use_cache=False, logits_to_keep=keep)
+                out = self._run_policy(**inputs, use_cache=False, logits_to_keep=keep)
             log_probs, entropy = out.logits.unbind(-1)  # (B, T, 2) from the head: no logits were made
             return (log_probs, entropy if entropy_grad else entropy.detach()), t
-        out = self.model(**inputs, use_cache=False, logits_to_keep=keep)
+        out = self._run_policy(**inputs, use_cache=False, logits_to_keep=keep)
         logits = rows.gather(out.logits)  # (B, T, V): the logits that predict each response token
         # a packed layout's gather is a copy, and nothing keeps the model's own logits for the backward pass: they
         # go now, not after the log-probs (at 512-token answers and a 150k vocabulary, ~2.5 GiB a micro-batch)
         del out
         return response_log_probs(logits, t["input_ids"], batch.prompt_length, self.temperature, entropy_grad), t
+
+    def _run_policy(self, **inputs: Any) -> Any:
+        """The policy model on ``inputs``: with its linear layers reading an engine's bf16 copy of their weights
+        where it borrows them (``borrow_weights``), else its own parameters."""
+        if self._borrowed is not None:
+            return self._borrowed.call(self.model, **inputs)
+        return self.model(**inputs)
 
     def _forward_sequence_parallel(self, batch: TrainingBatch) -> Any:
         """``_forward_impl`` under Ulysses: this rank runs its slice of every row; the per-token results of
@@ -577,6 +587,8 @@ class TrainingWorker:
             loss, _ = self._loss(batch.select([0]))
             self._backward(loss * 0.0)  # joins the other ranks' collectives; adds nothing to the gradients
         grad_norm_value = self._optimizer_step()
+        if self._borrowed is not None:
+            self._borrowed.write()  # the engine's weights, and the next pass's compute copy, follow the update
         self.global_step += 1
         totals = self._mean_across_ranks(totals)
         prefix = "policy" if self.spec.role == "policy" else "critic"
@@ -762,6 +774,8 @@ class TrainingWorker:
         if self.scheduler is not None and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
         self.global_step = int(state["global_step"])
+        if self._borrowed is not None:
+            self._borrowed.write()
 
     def save_hf(self, out_dir: str, tokenizer_source: Optional[str] = None, dtype: str = "float32") -> None:
         """Write a Hugging Face folder (merged LoRA, safetensors in ``dtype``) that transformers and vLLM load
@@ -842,6 +856,36 @@ class TrainingWorker:
         if why is not None:
             return None, why
         return {name: p.data for name, p in self.model.named_parameters()}, None
+
+    def borrowing_refusal(self) -> Optional[str]:
+        """Why this worker cannot compute with an engine's weights (``borrow_weights``), or None."""
+        why = self._unshareable_reason(None)
+        if why is None and self.spec.role != "policy":
+            why = f"the {self.spec.role}'s weights do not reach an engine"
+        if why is None and self._autocast_dtype() is None:
+            dtype = next(self.model.parameters()).dtype
+            why = f"the policy computes in its parameters' dtype ({str(dtype).replace('torch.', '')}), not autocast's"
+        return why
+
+    def borrow_weights(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Take an engine's own weights (``HFEngine.lend_weights``: a tensor per parameter name, in autocast's
+        dtype, on this device) as this policy's compute copy: they are written now and after every optimizer
+        step, and the forward passes' linear layers read them instead of autocast's casts of the parameters
+        (``borrowed_weights``). ``ValueError`` says why not; nothing changes then."""
+        why = self.borrowing_refusal()
+        if why is not None:
+            raise ValueError(why)
+        borrowed = BorrowedWeights.check(self.model, tensors, self._autocast_dtype())
+        borrowed.write()
+        self._borrowed = borrowed
+
+    def write_borrowed_weights(self) -> bool:
+        """Write the parameters into the borrowed engine weights (done after each optimizer step anyway);
+        False when nothing is borrowed."""
+        if self._borrowed is None:
+            return False
+        self._borrowed.write()
+        return True
 
     def node_id(self) -> Optional[str]:
         try:

@@ -31,12 +31,12 @@ def run_check(*parts: str, out: Path, tiny_model: Path) -> subprocess.CompletedP
                     "work beside the GPU tests); on a GPU machine run bash bench/gpu_check.sh itself")
 def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> None:
     done = run_check("tests", "sync", "tiny-8", "tiny-8-fsdp", "layouts-tiny-8", "layouts-tiny-8-transformers",
-                     "logprobs-tiny-8", out=tmp_path, tiny_model=tiny_chat_model)
+                     "logprobs-tiny-8", "borrow-tiny-64", out=tmp_path, tiny_model=tiny_chat_model)
     assert done.returncode == 0, done.stderr
     summary = (tmp_path / "summary.txt").read_text().splitlines()
     assert [line.split(" (rc ")[0] for line in summary] == ["tests", "sync", "bench tiny-8", "bench tiny-8-fsdp",
                                                              "layouts-tiny-8", "layouts-tiny-8-transformers",
-                                                             "logprobs-tiny-8"]
+                                                             "logprobs-tiny-8", "borrow-tiny-64"]
     assert all("(rc 0," in line for line in summary), summary
     assert "no CUDA GPU" in summary[0]  # the GPU test session says why it ran nothing here
     assert "inprocess" in summary[1] and "MiB per sync" in summary[1]
@@ -63,6 +63,8 @@ def test_every_part_runs_and_reports(tmp_path: Path, tiny_chat_model: Path) -> N
     # the log-prob step three ways, each with its peak
     assert summary[6].count("from the") == 3 and summary[6].count("GiB above before") == 3
     assert "from the LM head" in summary[6]
+    # a training micro-batch reading autocast's casts, then the engine's copy: autocast casts nothing then
+    assert "autocast's casts" in summary[7] and "the engine's bf16 copy 0 casts of parameters, 0.00 GiB" in summary[7]
 
 
 def test_an_unknown_part_stops_before_any_part_runs(tmp_path: Path) -> None:

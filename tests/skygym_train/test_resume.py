@@ -1,4 +1,6 @@
-"""A run killed after a checkpoint and resumed with resume_mode=latest ends with the same parameters."""
+"""A run killed after a checkpoint and resumed with resume_mode=latest ends with the same parameters: with the engine
+reading the policy's fp32 tensors, and with a bf16 engine lending the bf16-autocast policy its weights
+(``borrowed_weights``), which the resumed policy must write before the first rollout."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ class Killed(Exception):
     pass
 
 
-def _config(model, data, tmp, **extra):
+def _base_config(model, data, tmp, **extra):
     settings = {
         "trainer.max_training_steps": 4,
         "trainer.ckpt_interval": 2,
@@ -25,8 +27,19 @@ def _config(model, data, tmp, **extra):
     return load_config(toy_overrides(model, data, tmp, **settings))
 
 
+COMPUTE = {
+    "float32-shared": {},
+    "bf16-lent": {"trainer.bf16": "true", "generator.model_dtype": "bfloat16"},
+}
+
+
 @pytest.mark.slow
-def test_killed_and_resumed_run_matches_uninterrupted(tiny_chat_model, toy_data, tmp_path, deterministic_kernels):
+@pytest.mark.parametrize("compute", sorted(COMPUTE))
+def test_killed_and_resumed_run_matches_uninterrupted(compute, tiny_chat_model, toy_data, tmp_path,
+                                                     deterministic_kernels):
+    def _config(model, data, tmp):
+        return _base_config(model, data, tmp, **COMPUTE[compute])
+
     with PPOTrainer(_config(tiny_chat_model, toy_data, tmp_path / "straight")) as trainer:
         straight = trainer.fit()
         expected = trainer.policy.call("full_state_dict")[0]
@@ -44,6 +57,8 @@ def test_killed_and_resumed_run_matches_uninterrupted(tiny_chat_model, toy_data,
     with PPOTrainer(_config(tiny_chat_model, toy_data, interrupted)) as trainer:
         resumed = trainer.fit()
         actual = trainer.policy.call("full_state_dict")[0]
+        assert (trainer._weight_sync.shared, trainer._weight_sync.lent) == (compute == "float32-shared",
+                                                                            compute == "bf16-lent")
     assert resumed["resumed_from"].endswith("global_step_2")
     assert resumed["global_step"] == 4
 

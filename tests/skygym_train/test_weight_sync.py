@@ -111,10 +111,12 @@ def test_share_weights_refuses_tensors_of_another_dtype(tiny_chat_model):
         engine.close()
 
 
-def test_a_policy_on_a_gpu_reaches_a_bf16_engine_in_one_device_copy(tiny_chat_model, toy_data, tmp_path):
-    """The policy (fp32) and a bf16 engine on one GPU (emulated, ``tests.device_emulation``): the engine
-    cannot read the fp32 tensors, so each sync copies them, device to device, cast on the way; nothing goes
-    through the host."""
+@pytest.mark.parametrize("compute", ["bf16-autocast", "float32"])
+def test_a_policy_on_a_gpu_reaches_a_bf16_engine_without_the_host(compute, tiny_chat_model, toy_data, tmp_path):
+    """The policy (fp32 parameters) and a bf16 engine on one GPU (emulated, ``tests.device_emulation``). Computing
+    under bf16 autocast (the default there), the policy borrows the engine's tensors and writes its update into
+    them on the device (``borrowed_weights``): the sync moves nothing. Computing in fp32, it cannot: each sync
+    copies the weights, device to device, cast on the way. Nothing goes through the host either way."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from skygym_adapters.engines.hf import HFEngine
@@ -125,24 +127,28 @@ def test_a_policy_on_a_gpu_reaches_a_bf16_engine_in_one_device_copy(tiny_chat_mo
     from skygym_train.workers.group import LocalWorkerGroup
     from tests.device_emulation import TRANSFERS, emulated_device, is_on_device
 
+    lends = compute == "bf16-autocast"
     cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path))
     runner = _AsyncRunner()
     with emulated_device() as device:
         policy = LocalWorkerGroup(WorkerSpec(role="policy", model_path=str(tiny_chat_model),
-                                             optimizer=OptimizerConfig(lr=1e-3)))
+                                             optimizer=OptimizerConfig(lr=1e-3), bf16=lends))
         policy.worker.device = device
         policy.worker.load_model()
         assert not policy.worker.sharded  # one device: plain parameters, no FSDP wrapper
         model = AutoModelForCausalLM.from_pretrained(str(tiny_chat_model), dtype=torch.bfloat16).to(device)
         engine = HFEngine(model, AutoTokenizer.from_pretrained(str(tiny_chat_model)))
+        sync = EngineWeightSync(cfg, policy, engine, runner)
+        sync.prepare()
         with torch.no_grad():
             for p in policy.worker.model.parameters():
-                p.add_(0.5)  # as after a step: the engine's weights must change
-        sync = EngineWeightSync(cfg, policy, engine, runner)
+                p.add_(0.5)  # as an optimizer step: the engine's weights must change
         TRANSFERS.update(to_host=0, to_device=0)
+        assert policy.worker.write_borrowed_weights() is lends  # what the worker does after its optimizer step
         sync.sync()
         assert TRANSFERS == {"to_host": 0, "to_device": 0}, "the weights went through the host"
-        assert (sync.backend, sync.shared) == ("inprocess", False) and sync.bytes_last > 0
+        assert (sync.backend, sync.shared, sync.lent) == ("inprocess", False, lends)
+        assert (sync.bytes_last == 0) is lends
         policy_state = {k: v.detach().cpu() for k, v in policy.worker.model.state_dict().items()}
         engine_state = {k: v.detach() for k, v in engine.model.state_dict().items()}
         assert all(is_on_device(v) for v in engine_state.values())
