@@ -120,7 +120,7 @@ def _train(cfg):
 
 
 def test_a_bf16_policy_trains_with_its_engines_weights_and_the_run_is_the_copying_one(
-        tiny_chat_model, toy_data, tmp_path, monkeypatch):
+        tiny_chat_model, toy_data, tmp_path, monkeypatch, deterministic_kernels):
     cfg = load_config(_bf16_overrides(tiny_chat_model, toy_data, tmp_path / "lent"))
     lent, policy, training = _train(cfg)
     assert lent["lent_from_the_start"] and lent["lent"]
