@@ -7,8 +7,9 @@ autocast's casts of the fp32 parameters (the trainer before), and reading an HF 
     python bench/borrowed_weights.py --device cuda --model random-qwen2.5-1.5b --rows 16 --tokens 640
 
 The engine's copy exists either way (the engine decodes with it). Prints, for each way, the bf16 casts of the
-parameters made in the step (``borrowed_weights.WeightCasts``: autocast keeps them until the backward pass has used
-them, so they are alive at the step's peak) and the time of forward + backward; on a GPU also CUDA's peak above
+parameters made in the step and the most of them alive at once (``borrowed_weights.WeightCasts``: autocast keeps
+them to the end of the forward pass, autograd until the backward pass has used them) and the time of forward +
+backward; on a GPU also CUDA's peak above
 what existed before (the parameters and the engine's copy), whose difference between the two ways is the bf16
 copy autocast no longer makes. The gradients agree bitwise
 (``tests/skygym_train/workers/test_borrowed_weights.py``). Figures are printed, never asserted.
@@ -33,6 +34,9 @@ def main(argv: object = None) -> int:
     parser.add_argument("--tokens", type=int, default=256, help="tokens per sequence")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per way (the best is reported)")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="recompute each decoder layer in the "
+                        "backward pass (trainer.gradient_checkpointing, the trainer's default; the GPU benches "
+                        "beside TRL turn it off in both)")
     parser.add_argument("--tokenizer-from", default=os.environ.get("SKYRL_GYM_TINY_MODEL"),
                         help="the tokenizer of random-shape models (default: SKYRL_GYM_TINY_MODEL, else SmolLM2)")
     args = parser.parse_args(argv)
@@ -47,6 +51,8 @@ def main(argv: object = None) -> int:
     folder = bench_model_folder(args.model, tokenizer_from=args.tokenizer_from)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").to(device)
     model.train()
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     engine = {name: torch.empty_like(p, dtype=torch.bfloat16)
               for name, p in model.named_parameters(remove_duplicate=False)}
     if getattr(model.config, "tie_word_embeddings", False):
@@ -58,8 +64,9 @@ def main(argv: object = None) -> int:
     params = sum(p.numel() for p in model.parameters())
     copy = sum(t.numel() * t.element_size() for t in {t.data_ptr(): t for t in engine.values()}.values())
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "CPU"
-    print(f"{name}: {args.model} ({params / 1e6:.0f}M parameters), {args.rows} x {args.tokens} tokens; the engine's "
-          f"bf16 copy {copy / 2**30:.2f} GiB", flush=True)
+    recompute = ", gradient checkpointing" if args.gradient_checkpointing else ""
+    print(f"{name}: {args.model} ({params / 1e6:.0f}M parameters), {args.rows} x {args.tokens} tokens{recompute}; "
+          f"the engine's bf16 copy {copy / 2**20:.0f} MiB", flush=True)
 
     def step(use_engine_copy: bool) -> None:
         with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -87,7 +94,8 @@ def main(argv: object = None) -> int:
         model.zero_grad(set_to_none=True)
         with WeightCasts(model.parameters()) as casts:
             step(use_engine_copy)
-        print(f"{label:24s} {casts.casts:4d} casts of parameters, {casts.bytes / 2**30:5.2f} GiB{cuda}"
+        print(f"{label:24s} {casts.casts:4d} casts of parameters, {casts.bytes / 2**20:6.0f} MiB, at most "
+              f"{casts.peak_bytes / 2**20:6.0f} MiB alive at once{cuda}"
               f"  ({min(seconds):.3f} s forward + backward, best of {args.repeats})", flush=True)
     return 0
 

@@ -316,7 +316,8 @@ class EngineWeightSync:
                     self._lend_in_process()
                     self.lent = True
                 except SharingUnavailable as no_loan:
-                    logger.info("weight sync: the engine keeps a copy of its own (%s; %s)", no_share, no_loan)
+                    reasons = "; ".join(dict.fromkeys((str(no_share), str(no_loan))))  # each said once
+                    logger.info("weight sync: the engine keeps a copy of its own (%s)", reasons)
             self.backend = "inprocess"
         elif wanted == "shm":
             try:
@@ -356,13 +357,17 @@ class EngineWeightSync:
             self._broadcast()
 
     # -- sharing
-    def _sharing_checks(self) -> Any:
+    def _sharing_checks(self, method: str = "share_weights") -> Any:
+        """The one engine that can take part (it has ``method``), or ``SharingUnavailable`` saying why not."""
         t = self.cfg.trainer
         if t.async_training.enabled:
             raise SharingUnavailable("async training generates while the policy updates, so the engine needs a copy")
         engines = engines_behind(self.engine)
-        if len(engines) != 1 or not hasattr(engines[0], "share_weights"):
-            raise SharingUnavailable(f"{type(engines[0]).__name__} cannot read another model's tensors")
+        if len(engines) != 1:
+            raise SharingUnavailable(f"{len(engines)} engines (one policy's tensors serve one engine)")
+        if not hasattr(engines[0], method):
+            doing = "read another model's tensors" if method == "share_weights" else "lend its weights"
+            raise SharingUnavailable(f"{type(engines[0]).__name__} cannot {doing}")
         if getattr(self.policy, "world_size", 1) != 1:
             raise SharingUnavailable(f"the policy is sharded over {self.policy.world_size} FSDP ranks")
         return engines[0]
@@ -383,12 +388,12 @@ class EngineWeightSync:
     def _lend_in_process(self) -> None:
         """The engine lends the policy its own weights (``HFEngine.lend_weights``), which the policy keeps current
         and computes with (``FSDPWorker.borrow_weights``)."""
-        engine = self._sharing_checks()
+        engine = self._sharing_checks("lend_weights")
         worker = getattr(self.policy, "worker", None)
         if worker is None:
             raise SharingUnavailable("the policy runs in another process")
-        if not hasattr(engine, "lend_weights") or not hasattr(worker, "borrow_weights"):
-            raise SharingUnavailable(f"{type(engine).__name__} cannot lend its weights")
+        if not hasattr(worker, "borrow_weights"):
+            raise SharingUnavailable(f"{type(worker).__name__} cannot compute with an engine's weights")
         why = worker.borrowing_refusal()
         if why is not None:
             raise SharingUnavailable(why)

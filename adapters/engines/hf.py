@@ -184,7 +184,7 @@ class HFEngine(BaseInferenceEngine):
         self._sleeping = False
         self.weight_version = 0
         self._shared_weights: Optional[Dict[str, Any]] = None  # set by share_weights
-        self._lent_weights: Optional[Dict[str, Any]] = None  # set by lend_weights
+        self._lent_weights: Optional[WeightLoan] = None  # set by lend_weights
         # Counters for benchmarks: batches run, sequences and tokens generated, prompt positions run through the model
         # and prompt positions read from a session's kept cache instead.
         self.stats: Dict[str, int] = {"batches": 0, "sequences": 0, "generated_tokens": 0, "prefill_tokens": 0,
@@ -312,7 +312,7 @@ class HFEngine(BaseInferenceEngine):
         if problems:
             raise ValueError("share_weights: " + "; ".join(p if ":" in p else f"{p}: missing" for p in problems[:3]))
         if self._lent_weights is not None:
-            raise ValueError("share_weights: the engine's weights are lent to a trainer (recall_weights() first)")
+            raise ValueError("share_weights: the engine's weights are lent to a trainer (lend_weights)")
         with self._model_lock:  # the version and the kept caches change before the next batch can start
             for name, param in own.items():
                 param.data = tensors[name]
@@ -336,17 +336,25 @@ class HFEngine(BaseInferenceEngine):
         tensors while a generation runs."""
         if self._shared_weights is not None:
             raise ValueError("lend_weights: the engine reads a trainer's weights already (share_weights)")
+        if self._lent_weights is not None:
+            raise ValueError("lend_weights: the engine's weights are lent already (one borrower at a time)")
         with self._model_lock:
-            self._lent_weights = {name: param.data for name, param in self.model.named_parameters(
-                remove_duplicate=False)}
-            return dict(self._lent_weights)
+            # one detached view per parameter (a tied one under each of its names): it shares the parameter's
+            # version counter, so autograd sees a write into it between a forward and a backward pass
+            views = {id(param): param.detach() for param in self.model.parameters()}
+            self._lent_weights = WeightLoan((name, views[id(param)]) for name, param in self.model.named_parameters(
+                remove_duplicate=False))
+            return self._lent_weights
 
     def lends_weights(self) -> bool:
         """True while every parameter is still the tensor handed out by :meth:`lend_weights`."""
         return self._reads(self._lent_weights)
 
     def recall_weights(self) -> None:
-        """End the loan of :meth:`lend_weights`: the engine alone writes its weights again (nothing moves)."""
+        """End the loan of :meth:`lend_weights`: the borrower sees it (``WeightLoan.recalled``) and stops reading
+        and writing the tensors; the engine alone writes them again (nothing moves)."""
+        if self._lent_weights is not None:
+            self._lent_weights.recalled = True
         self._lent_weights = None
 
     def weights_changed(self) -> None:
@@ -385,7 +393,7 @@ class HFEngine(BaseInferenceEngine):
             updates[name] = tensor
         if self._lent_weights is not None:
             raise RuntimeError("update_weights: the engine's weights are lent to a trainer, which writes them after "
-                               "each of its optimizer steps (lend_weights); recall_weights() first")
+                               "each of its optimizer steps (lend_weights); recall_weights() ends the loan")
         with self._model_lock, torch.no_grad():
             if self._shared_weights is not None:  # the tensors are a trainer's: take a copy of our own before writing
                 for param in self.model.parameters():
@@ -917,6 +925,14 @@ def prefill_cost(prompts: List[List[int]], plan: Optional["PrefillPlan"]) -> int
     if plan is None:
         return len(prompts) * max(len(p) for p in prompts)
     return len(plan.prefix) + len(plan.suffixes) * max(len(s) for s in plan.suffixes)
+
+
+class WeightLoan(dict):
+    """What :meth:`HFEngine.lend_weights` hands out: its parameter tensors by name, and ``recalled``, which turns
+    true when the engine takes them back (:meth:`HFEngine.recall_weights`); the borrower checks it before it reads
+    or writes them."""
+
+    recalled = False
 
 
 MAX_LAST_TURNS = 65536

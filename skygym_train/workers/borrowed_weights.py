@@ -21,6 +21,7 @@ computes with its fp32 ones, as under autocast.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Tuple
 
@@ -59,6 +60,13 @@ class BorrowedWeights:
     """(the engine's tensor, the parameter written into it), once per distinct tensor."""
     compute: Dict[str, Tuple[torch.nn.Parameter, torch.Tensor]]
     """A linear layer's parameter name -> (the parameter, the engine's copy the forward pass reads)."""
+    loan: Mapping[str, torch.Tensor]
+    """What the engine handed out; its ``recalled`` turns true when the engine takes the tensors back."""
+
+    @property
+    def recalled(self) -> bool:
+        """Whether the engine has taken its tensors back (``HFEngine.recall_weights``)."""
+        return bool(getattr(self.loan, "recalled", False))
 
     @classmethod
     def check(cls, model: torch.nn.Module, tensors: Mapping[str, torch.Tensor], dtype: torch.dtype
@@ -90,7 +98,7 @@ class BorrowedWeights:
                 seen.add(id(param))
                 writes.append((tensors[name], param))
         compute = {name: (params[name], tensors[name]) for name in linear_parameter_names(model)}
-        return cls(writes, compute)
+        return cls(writes, compute, tensors)
 
     @torch.no_grad()
     def write(self) -> None:
@@ -108,21 +116,31 @@ class BorrowedWeights:
 
 
 class WeightCasts(TorchDispatchMode):
-    """Counts the casts of ``params``' memory to another dtype while active (``casts``, ``bytes``): what autocast
-    makes of each linear weight in a forward pass, and what borrowing leaves it nothing to make. For tests and
-    ``bench/borrowed_weights.py``."""
+    """Counts the casts of ``params``' memory to another dtype while active: ``casts``, their ``bytes`` and
+    ``peak_bytes``, the most of them alive at once (autocast keeps a cast in its cache until the outermost autocast
+    region ends, and autograd until the backward pass has used it). What autocast makes of the linear weights in a
+    training step, and what borrowing leaves it nothing to make. For tests and ``bench/borrowed_weights.py``."""
 
     def __init__(self, params: Iterable[torch.Tensor]):
         super().__init__()
         self.pointers = {p.data_ptr() for p in params}
         self.casts = 0
         self.bytes = 0
+        self.live_bytes = 0
+        self.peak_bytes = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func is torch.ops.aten._to_copy.default and args[0].data_ptr() in self.pointers and (
                 out.dtype != args[0].dtype):
+            size = out.numel() * out.element_size()
             self.casts += 1
-            self.bytes += out.numel() * out.element_size()
+            self.bytes += size
+            self.live_bytes += size
+            self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+            weakref.finalize(out, self._died, size)
         return out
+
+    def _died(self, size: int) -> None:
+        self.live_bytes -= size

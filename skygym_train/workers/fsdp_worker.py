@@ -8,6 +8,7 @@ the model is wrapped with ``torch.distributed.fsdp.fully_shard`` per decoder lay
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -23,6 +24,8 @@ from skygym_train.workers.batch import TrainingBatch
 from skygym_train.workers.borrowed_weights import BorrowedWeights
 from skygym_train.workers.log_probs import install_log_prob_head, log_probs_from_head, response_log_probs
 from skygym_train.workers.packing import break_even_keys, layout, layout_for, packs_every_layer, plan_micro_batches
+
+logger = logging.getLogger(__name__)
 
 ROLES = ("policy", "ref", "critic")
 
@@ -203,6 +206,7 @@ class TrainingWorker:
 
     def load_model(self) -> int:
         """Load the weights, shard them, build the optimizer. Returns the parameter count."""
+        self._borrowed = None  # paired with the parameters of a model this replaces
         self.init_process_group()
         if self.spec.sequence_parallel_size > 1:
             from skygym_train.workers.ulysses import new_groups
@@ -463,9 +467,18 @@ class TrainingWorker:
     def _run_policy(self, **inputs: Any) -> Any:
         """The policy model on ``inputs``: with its linear layers reading an engine's bf16 copy of their weights
         where it borrows them (``borrow_weights``), else its own parameters."""
-        if self._borrowed is not None:
+        if self._still_borrowed():
             return self._borrowed.call(self.model, **inputs)
         return self.model(**inputs)
+
+    def _still_borrowed(self) -> bool:
+        """Whether this worker computes with and writes an engine's weights; an engine that recalled them ends it
+        here (the policy computes with autocast's casts again)."""
+        if self._borrowed is not None and self._borrowed.recalled:
+            logger.warning("the engine recalled the weights it lent the policy: the policy computes with its own "
+                           "parameters again, and the engine needs a weight sync that copies")
+            self._borrowed = None
+        return self._borrowed is not None
 
     def _forward_sequence_parallel(self, batch: TrainingBatch) -> Any:
         """``_forward_impl`` under Ulysses: this rank runs its slice of every row; the per-token results of
@@ -587,7 +600,7 @@ class TrainingWorker:
             loss, _ = self._loss(batch.select([0]))
             self._backward(loss * 0.0)  # joins the other ranks' collectives; adds nothing to the gradients
         grad_norm_value = self._optimizer_step()
-        if self._borrowed is not None:
+        if self._still_borrowed():
             self._borrowed.write()  # the engine's weights, and the next pass's compute copy, follow the update
         self.global_step += 1
         totals = self._mean_across_ranks(totals)
@@ -774,7 +787,7 @@ class TrainingWorker:
         if self.scheduler is not None and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
         self.global_step = int(state["global_step"])
-        if self._borrowed is not None:
+        if self._still_borrowed():
             self._borrowed.write()
 
     def save_hf(self, out_dir: str, tokenizer_source: Optional[str] = None, dtype: str = "float32") -> None:
@@ -882,7 +895,7 @@ class TrainingWorker:
     def write_borrowed_weights(self) -> bool:
         """Write the parameters into the borrowed engine weights (done after each optimizer step anyway);
         False when nothing is borrowed."""
-        if self._borrowed is None:
+        if not self._still_borrowed():
             return False
         self._borrowed.write()
         return True

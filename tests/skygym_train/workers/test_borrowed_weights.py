@@ -157,6 +157,13 @@ def test_an_engine_that_lends_its_weights_keeps_them_in_place_and_refuses_other_
         lent = engine.lend_weights()
         assert set(lent) == {name for name, _ in engine.model.named_parameters(remove_duplicate=False)}
         assert engine.lends_weights()
+        with pytest.raises(ValueError, match="lent already"):
+            engine.lend_weights()
+        # a tied head is one tensor under two names, and autograd sees a write through either (its version moves)
+        head, embedding = lent["lm_head.weight"], lent["model.embed_tokens.weight"]
+        version = head._version
+        embedding.add_(0)
+        assert head.data_ptr() == embedding.data_ptr() and head._version > version
         asyncio.run(engine.sleep())
         asyncio.run(engine.wake_up())
         assert engine.lends_weights()
@@ -169,8 +176,25 @@ def test_an_engine_that_lends_its_weights_keeps_them_in_place_and_refuses_other_
         engine.weights_changed()
         assert engine.weight_version == version + 1
         engine.recall_weights()
-        assert not engine.lends_weights()
+        assert not engine.lends_weights() and lent.recalled  # the borrower sees it
         asyncio.run(engine.update_weights(zeros))
         assert all(not p.any() for p in engine.model.parameters())
     finally:
         engine.close()
+
+
+def test_a_recalled_loan_ends_the_borrowing_and_the_engine_writes_alone(tiny_chat_model, toy_data, tmp_path, caplog):
+    cfg = load_config(_bf16_overrides(tiny_chat_model, toy_data, tmp_path))
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        worker, engine = trainer.policy.worker, _engine(trainer)
+        assert trainer._weight_sync.lent and worker.write_borrowed_weights()
+        engine.recall_weights()
+        with caplog.at_level("WARNING"):
+            assert worker.write_borrowed_weights() is False  # it neither writes nor reads them any more
+        assert "recalled the weights it lent" in caplog.text
+        zeros = {k: torch.zeros_like(v) for k, v in engine.model.named_parameters()}
+        trainer._runner.run(engine.update_weights(zeros))
+        assert all(p.abs().sum() > 0 for p in worker.model.parameters() if p.dim() > 1)
+        with pytest.raises(RuntimeError, match="no longer reads the weights it lent"):
+            trainer.sync_weights()
