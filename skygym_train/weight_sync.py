@@ -338,6 +338,11 @@ class EngineWeightSync:
 
     def sync(self) -> None:
         self.prepare()
+        if self.lent and not engines_behind(self.engine)[0].lends_weights():
+            # recalled (or replaced) by someone else: the policy stops borrowing when it sees the recall, and the
+            # weights reach the engine as they do for any engine in this process
+            logger.warning("weight sync: the engine no longer lends the policy its weights; copying them from now on")
+            self.lent = False
         if self.shared or self.lent:
             self._check_still_held()
             self.bytes_last = 0
@@ -434,9 +439,6 @@ class EngineWeightSync:
         engine = engines_behind(self.engine)[0]
         if self.shared and not engine.shares_weights():
             raise RuntimeError("weight sync: the engine no longer shares the policy's tensors (were they replaced?)")
-        if self.lent and not engine.lends_weights():
-            raise RuntimeError("weight sync: the engine no longer reads the weights it lent the policy (were they "
-                               "replaced, or recalled?)")
         engine.weights_changed()
 
     # -- broadcast

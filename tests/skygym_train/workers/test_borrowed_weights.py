@@ -183,7 +183,8 @@ def test_an_engine_that_lends_its_weights_keeps_them_in_place_and_refuses_other_
         engine.close()
 
 
-def test_a_recalled_loan_ends_the_borrowing_and_the_engine_writes_alone(tiny_chat_model, toy_data, tmp_path, caplog):
+def test_a_recalled_loan_ends_the_borrowing_and_the_sync_copies_from_then_on(tiny_chat_model, toy_data, tmp_path,
+                                                                             caplog):
     cfg = load_config(_bf16_overrides(tiny_chat_model, toy_data, tmp_path))
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
@@ -192,9 +193,12 @@ def test_a_recalled_loan_ends_the_borrowing_and_the_engine_writes_alone(tiny_cha
         engine.recall_weights()
         with caplog.at_level("WARNING"):
             assert worker.write_borrowed_weights() is False  # it neither writes nor reads them any more
-        assert "recalled the weights it lent" in caplog.text
-        zeros = {k: torch.zeros_like(v) for k, v in engine.model.named_parameters()}
-        trainer._runner.run(engine.update_weights(zeros))
-        assert all(p.abs().sum() > 0 for p in worker.model.parameters() if p.dim() > 1)
-        with pytest.raises(RuntimeError, match="no longer reads the weights it lent"):
+            zeros = {k: torch.zeros_like(v) for k, v in engine.model.named_parameters()}
+            trainer._runner.run(engine.update_weights(zeros))  # the engine's own write again
+            assert all(p.abs().sum() > 0 for p in worker.model.parameters() if p.dim() > 1)
             trainer.sync_weights()
+        assert "recalled the weights it lent" in caplog.text and "copying them from now on" in caplog.text
+        sync = trainer._weight_sync
+        assert not sync.lent and sync.bytes_last > 0
+        for name, value in worker.model.named_parameters():  # the copy brought the policy's weights back
+            assert torch.equal(engine.model.get_parameter(name), value.detach().to(torch.bfloat16)), name
