@@ -133,7 +133,14 @@ def test_a_bf16_policy_trains_with_its_engines_weights_and_the_run_is_the_copyin
     cfg = load_config(_bf16_overrides(tiny_chat_model, toy_data, tmp_path / "copied"))
     copied, copied_policy, copied_training = _train(cfg)
     assert not copied["lent"] and all(b > 0 for b in copied["bytes"])
-    assert training == copied_training  # generation, rewards, losses and gradient norms: the same run
+    # generation, rewards, losses and gradient norms: the same run (bitwise on the CPU; on a GPU, kernels that add in
+    # no fixed order, such as an embedding's backward, may differ in the last bits between any two runs)
+    if torch.cuda.is_available():
+        assert training == [pytest.approx(step, rel=1e-3, abs=1e-5) for step in copied_training]
+        for name, value in policy.items():
+            torch.testing.assert_close(value, copied_policy[name], msg=lambda m: f"{name}: {m}")
+        return
+    assert training == copied_training
     for name, value in policy.items():
         assert torch.equal(value, copied_policy[name]), name
 
