@@ -102,6 +102,7 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
     )
     with PPOTrainer(cfg) as trainer:
         result = trainer.fit()
+        weight_sync = trainer.weight_sync_backend()
     history = [h for h in result["history"] if "timing/step" in h][1:]  # drop the warm-up step
     split = {
         key: statistics.mean(h.get(f"timing/{key}", 0.0) for h in history)
@@ -114,7 +115,7 @@ def bench_skyrl(model_dir: str, rows: Path, steps: int, out: Path, bf16: bool, p
     skipped = statistics.mean(h.get("policy/skipped_rows", 0.0) for h in history)
     engine_held = {key: history[-1].get(f"memory/engine_{key}_gib", 0.0) for key in ("weights", "kv_cache")}
     return {"step_s": split["step"], "split": split, "steps": len(history), "model_tokens": tokens,
-            "skipped_rows": skipped, "engine_held_gib": engine_held,
+            "skipped_rows": skipped, "engine_held_gib": engine_held, "weight_sync": weight_sync,
             "generated_tokens": generated, "peak_gib": peak, "peak_generate_gib": peak_generate,
             "all": [h["timing/step"] for h in result["history"] if "timing/step" in h]}
 
@@ -258,6 +259,8 @@ def report(name: str, result: Dict[str, Any]) -> None:
     if held and any(held.values()):
         print(f"  held by the engine between steps (part of the peak): its own weights {held['weights']:.2f} GiB, "
               f"KV cache {held['kv_cache']:.2f} GiB")
+    if result.get("weight_sync"):
+        print(f"  weight sync: {result['weight_sync']}")
     if result.get("peak_generate_gib"):
         print(f"  peak up to the end of generation: {result['peak_generate_gib']:.2f} GiB (the rest of the peak "
               "came while training)")
