@@ -29,7 +29,7 @@ from skygym_adapters.engines.base import (
     validate_prompts,
 )
 from skygym_adapters.engines.http_sessions import LoopSessions
-from skygym_adapters.engines.weights_folder import tied_head_weights
+from skygym_adapters.engines.weights_folder import HEAD, ties_embeddings, tied_head_weights, with_tied_head
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -302,8 +302,10 @@ class RemoteEngine(BaseInferenceEngine):
 
         vLLM reloads in place and keeps any weight the files do not name: a folder written by ``save_pretrained``
         for a model with tied embeddings has no ``lm_head.weight``, and the server's head would keep its old value.
-        Such a folder goes to ``weights_dir`` with the head named (:func:`tied_head_weights`); a state dict should
-        name both (``state_dict()`` does), as the trainer's checkpoint sync writes them."""
+        Such a folder goes to ``weights_dir`` with the head named (:func:`tied_head_weights`). A state dict should
+        name both (``state_dict()`` does, as the trainer's checkpoint sync writes them); one that names the
+        embedding alone gets the head added where ``model`` is a local folder whose config ties them, and a
+        warning where the engine cannot tell."""
         folder = str(named_tensors) if isinstance(named_tensors, (str, os.PathLike)) else None
         if folder is not None:
             named_tensors = await asyncio.get_running_loop().run_in_executor(None, tied_head_weights, folder)
@@ -318,7 +320,15 @@ class RemoteEngine(BaseInferenceEngine):
 
         if self.weights_dir is None:
             self.weights_dir = tempfile.mkdtemp(prefix="skyrl-gym-weights-")
-        items = named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors
+        items = list(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
+        embedding = next((name for name, _ in items if name.endswith("embed_tokens.weight")), None)
+        if embedding is not None and HEAD not in {name for name, _ in items}:
+            if self.model is not None and ties_embeddings(self.model):
+                items = with_tied_head(items)
+            else:
+                self._warn_once("tied-head", f"update_weights: the state dict names {embedding} but not {HEAD}; the "
+                                "server keeps every weight it is not given, so a model that ties them keeps its old "
+                                f"head (name both, as state_dict() does, or give the model's local folder as model=)")
         tensors = {name: tensor.detach().cpu().clone() for name, tensor in items}  # clone: tied weights share storage
         os.makedirs(self.weights_dir, exist_ok=True)
         save_file(tensors, os.path.join(self.weights_dir, "model.safetensors"))

@@ -75,3 +75,24 @@ def test_ties_embeddings_reads_the_text_config(tmp_path: Path, config: Any, tied
     if config is not None:
         (tmp_path / "config.json").write_text(json.dumps({"model_type": "x", **config}))
     assert ties_embeddings(str(tmp_path)) is tied
+
+
+def test_a_remote_engines_state_dict_names_the_tied_head_or_says_why_it_cannot(tmp_path: Path, caplog) -> None:
+    """vLLM's reload keeps the weights it is not given: a state dict naming the embedding alone would leave a tied
+    model's head as it was on the server."""
+    from safetensors.torch import load_file
+
+    from skygym_adapters.engines.remote import RemoteEngine
+
+    tied = folder(tmp_path / "tied", {"tie_word_embeddings": True})
+    engine = RemoteEngine("http://127.0.0.1:9", model=tied, weights_dir=str(tmp_path / "sync"))
+    saved = load_file(str(Path(engine._save_state_dict({"model.embed_tokens.weight": EMBED})) / "model.safetensors"))
+    assert sorted(saved) == ["lm_head.weight", "model.embed_tokens.weight"]
+    assert torch.equal(saved["lm_head.weight"], EMBED)
+
+    elsewhere = RemoteEngine("http://127.0.0.1:9", model="served-name", weights_dir=str(tmp_path / "sync2"))
+    with caplog.at_level("WARNING"):
+        saved = load_file(str(Path(elsewhere._save_state_dict({"model.embed_tokens.weight": EMBED}))
+                              / "model.safetensors"))
+    assert sorted(saved) == ["model.embed_tokens.weight"]  # it cannot tell whether the model ties them: it says so
+    assert "names model.embed_tokens.weight but not lm_head.weight" in caplog.text
