@@ -878,6 +878,11 @@ class TrainingWorker:
         if why is None and self._autocast_dtype() is None:
             dtype = next(self.model.parameters()).dtype
             why = f"the policy computes in its parameters' dtype ({str(dtype).replace('torch.', '')}), not autocast's"
+        if why is None and torch.nn.functional.linear is not torch._C._nn.linear:
+            # a replacement that keeps its weight as given would keep the engine's bf16 copy in the forward pass
+            # and the fp32 parameter in a layer that gradient checkpointing recomputes
+            why = ("torch.nn.functional.linear was replaced in this process (DeepSpeed ZeRO-3 does so for good once "
+                   "it has run)")
         return why
 
     def borrow_weights(self, tensors: Mapping[str, torch.Tensor]) -> None:

@@ -56,6 +56,16 @@ def tiny_chat_model() -> Path:
 
 
 @pytest.fixture
+def native_linear(monkeypatch):
+    """PyTorch's own ``torch.nn.functional.linear`` for the test: DeepSpeed ZeRO-3, once run in a process (the
+    suite's DeepSpeed tests), replaces it for good, and a policy then refuses to compute with an engine's weights
+    (``borrowed_weights``) and keeps the copying sync."""
+    import torch
+
+    monkeypatch.setattr(torch.nn.functional, "linear", torch._C._nn.linear)
+
+
+@pytest.fixture
 def multiply_data(tmp_path: Path) -> str:
     """One training row for the multiply env, for config checks that need a data file (a run of it needs
     ``trainer.train_batch_size=1``)."""

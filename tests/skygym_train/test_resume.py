@@ -36,7 +36,7 @@ COMPUTE = {
 @pytest.mark.slow
 @pytest.mark.parametrize("compute", sorted(COMPUTE))
 def test_killed_and_resumed_run_matches_uninterrupted(compute, tiny_chat_model, toy_data, tmp_path,
-                                                     deterministic_kernels):
+                                                     deterministic_kernels, native_linear):
     def _config(model, data, tmp):
         return _base_config(model, data, tmp, **COMPUTE[compute])
 

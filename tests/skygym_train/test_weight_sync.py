@@ -112,7 +112,8 @@ def test_share_weights_refuses_tensors_of_another_dtype(tiny_chat_model):
 
 
 @pytest.mark.parametrize("compute", ["bf16-autocast", "float32"])
-def test_a_policy_on_a_gpu_reaches_a_bf16_engine_without_the_host(compute, tiny_chat_model, toy_data, tmp_path):
+def test_a_policy_on_a_gpu_reaches_a_bf16_engine_without_the_host(compute, tiny_chat_model, toy_data, tmp_path,
+                                                                  native_linear):
     """The policy (fp32 parameters) and a bf16 engine on one GPU (emulated, ``tests.device_emulation``). Computing
     under bf16 autocast (the default there), the policy borrows the engine's tensors and writes its update into
     them on the device (``borrowed_weights``): the sync moves nothing. Computing in fp32, it cannot: each sync

@@ -18,6 +18,9 @@ from skygym_train.workers.borrowed_weights import BorrowedWeights, WeightCasts, 
 from skygym_train.workers.fsdp_worker import TrainingWorker
 from tests.skygym_train.toy_envs import toy_overrides
 
+# PyTorch's own linear, which the suite's DeepSpeed tests replace for the rest of the process
+pytestmark = pytest.mark.usefixtures("native_linear")
+
 
 def _tiny_qwen2(tied: bool = True) -> torch.nn.Module:
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -151,6 +154,18 @@ def test_a_float32_policy_keeps_the_copying_sync_and_says_why(tiny_chat_model, t
         trainer.setup()
         assert trainer.policy.worker.borrowing_refusal() == (
             "the policy computes in its parameters' dtype (float32), not autocast's")
+        assert trainer._weight_sync.lent is False and not _engine(trainer).lends_weights()
+
+
+def test_a_replaced_linear_keeps_the_copying_sync_and_says_why(tiny_chat_model, toy_data, tmp_path, monkeypatch):
+    """A linear that keeps its weight as given (DeepSpeed ZeRO-3's, which replaces PyTorch's for the rest of the
+    process) would keep the engine's copy in the forward pass and the parameter in a recomputed layer."""
+    native = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *args, **kwargs: native(*args, **kwargs))
+    cfg = load_config(_bf16_overrides(tiny_chat_model, toy_data, tmp_path))
+    with PPOTrainer(cfg) as trainer:
+        trainer.setup()
+        assert "torch.nn.functional.linear was replaced" in trainer.policy.worker.borrowing_refusal()
         assert trainer._weight_sync.lent is False and not _engine(trainer).lends_weights()
 
 
