@@ -392,7 +392,7 @@ class EngineWeightSync:
 
     def _lend_in_process(self) -> None:
         """The engine lends the policy its own weights (``HFEngine.lend_weights``), which the policy keeps current
-        and computes with (``FSDPWorker.borrow_weights``)."""
+        and computes with (``TrainingWorker.borrow_weights``)."""
         engine = self._sharing_checks("lend_weights")
         worker = getattr(self.policy, "worker", None)
         if worker is None:
@@ -403,7 +403,11 @@ class EngineWeightSync:
         if why is not None:
             raise SharingUnavailable(why)
         try:
-            worker.borrow_weights(engine.lend_weights())
+            loan = engine.lend_weights()
+        except ValueError as exc:  # lent or shared already: someone else's loan stays as it is
+            raise SharingUnavailable(str(exc)) from None
+        try:
+            worker.borrow_weights(loan)
         except ValueError as exc:
             engine.recall_weights()
             raise SharingUnavailable(f"the policy cannot compute with the engine's weights: {exc}") from None
