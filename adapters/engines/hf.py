@@ -324,7 +324,7 @@ class HFEngine(BaseInferenceEngine):
         """True while every parameter still reads the tensors given to :meth:`share_weights`."""
         return self._reads(self._shared_weights)
 
-    def lend_weights(self) -> Dict[str, Any]:
+    def lend_weights(self) -> "WeightLoan":
         """The model's own parameter tensors, by name (a tied one under each of its names), for a trainer in this
         process to write its weights into after each optimizer step and to compute with meanwhile
         (``skygym_train.workers.borrowed_weights``): the trainer's bf16 compute copy and this engine's weights
