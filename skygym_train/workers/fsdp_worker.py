@@ -600,8 +600,7 @@ class TrainingWorker:
             loss, _ = self._loss(batch.select([0]))
             self._backward(loss * 0.0)  # joins the other ranks' collectives; adds nothing to the gradients
         grad_norm_value = self._optimizer_step()
-        if self._still_borrowed():
-            self._borrowed.write()  # the engine's weights, and the next pass's compute copy, follow the update
+        self.write_borrowed_weights()  # the engine's weights, and the next pass's compute copy, follow the update
         self.global_step += 1
         totals = self._mean_across_ranks(totals)
         prefix = "policy" if self.spec.role == "policy" else "critic"
@@ -787,8 +786,7 @@ class TrainingWorker:
         if self.scheduler is not None and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
         self.global_step = int(state["global_step"])
-        if self._still_borrowed():
-            self._borrowed.write()
+        self.write_borrowed_weights()
 
     def save_hf(self, out_dir: str, tokenizer_source: Optional[str] = None, dtype: str = "float32") -> None:
         """Write a Hugging Face folder (merged LoRA, safetensors in ``dtype``) that transformers and vLLM load
