@@ -747,9 +747,38 @@ async def test_the_compiled_decode_step_gives_what_eager_decoding_gives(tokenize
         assert memory["kv_cache"] > 0 and memory["weights"] == sum(
             p.numel() * p.element_size() for p in compiled.model.parameters())
         assert eager._static_caches == {} and eager.device_memory_bytes()["kv_cache"] == 0
+        await _lent_writes_reach_the_compiled_step(compiled, eager, four, greedy)
     finally:
         compiled.close()
         eager.close()
+
+
+async def _lent_writes_reach_the_compiled_step(compiled: HFEngine, eager: HFEngine, prompts: list,
+                                                params: dict) -> None:
+    """A trainer borrowing ``compiled``'s weights writes new ones into the loan, in place: the compiled step (its
+    CUDA graphs, on CUDA) decodes with them at once, with no new compile, as ``eager`` does after
+    ``update_weights`` with the same values."""
+    import torch
+
+    before = (await compiled.generate(prompts, params))["response_ids"]
+    shapes = set(compiled._compiled_shapes)
+    noise = torch.Generator().manual_seed(3)
+    moved = {id(p): (p.detach().float().cpu() + 0.5 * p.detach().float().cpu().std()
+                     * torch.randn(p.shape, generator=noise)).to(p.dtype) for p in compiled.model.parameters()}
+    new = {name: moved[id(p)] for name, p in compiled.model.named_parameters(remove_duplicate=False)}  # tied: one
+    loan = compiled.lend_weights()
+    try:
+        with torch.no_grad():
+            for name, tensor in loan.items():
+                tensor.copy_(new[name])
+        compiled.weights_changed()
+        await eager.update_weights(new)
+        after = (await compiled.generate(prompts, params))["response_ids"]
+        assert after == (await eager.generate(prompts, params))["response_ids"]
+        assert after != before  # the control: the new weights decode differently
+        assert compiled._compiled_shapes == shapes and compiled._compiled_forward not in (None, False)
+    finally:
+        compiled.recall_weights()
 
 
 def test_an_engine_thread_gets_the_cuda_graph_state_a_compiled_step_needs() -> None:
@@ -799,6 +828,7 @@ async def test_on_cuda_sampling_stays_reproducible_and_the_compiled_step_matches
         assert (await compiled.generate(prompts, greedy))["response_ids"] == (
             await eager.generate(prompts, greedy))["response_ids"]
         assert compiled._compiled_forward not in (None, False)  # the compiled step ran (it did not fall back)
+        await _lent_writes_reach_the_compiled_step(compiled, eager, prompts, greedy)
     finally:
         compiled.close()
         eager.close()
