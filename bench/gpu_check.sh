@@ -19,7 +19,7 @@
 #   bash bench/gpu_check.sh borrow-15b-640     # one training micro-batch (16 x 640 tokens) reading autocast's casts
 #                                              # of the weights, then the engine's bf16 copy (bench/borrowed_weights.py)
 # Each part runs under its own time limit (GPU_CHECK_TEST_S, GPU_CHECK_BENCH_S, GPU_CHECK_BENCH_15B_S seconds)
-# so one slow part cannot eat the others' time: at most ~300 + 120 + 180 + 300 s, plus building each random model
+# so one slow part cannot eat the others' time: at most ~420 + 120 + 180 + 300 s, plus building each random model
 # (under its own limit) before its bench's clock starts. Seen on one H200 (16 cores): tests 211 s on 12 workers,
 # 05b-128 130 s and 15b-512 219 s with their models' builds. Where one command may run at most 600 s, split the
 # parts over two calls: `05b-128 15b-512`, then `tests` (each bench's split times the weight sync as well; `sync`
@@ -37,7 +37,7 @@ PY="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/gpu-check}"
 DEVICE="${GPU_CHECK_DEVICE:-cuda}"
 SYNC_MODEL="${GPU_CHECK_SYNC_MODEL:-random-qwen2.5-0.5b}"
-TEST_S="${GPU_CHECK_TEST_S:-300}"
+TEST_S="${GPU_CHECK_TEST_S:-420}"
 BENCH_S="${GPU_CHECK_BENCH_S:-180}"
 BENCH_15B_S="${GPU_CHECK_BENCH_15B_S:-300}"
 parts=("$@")
@@ -58,7 +58,11 @@ for part in "${parts[@]}"; do
   t0=$SECONDS
   case "$part" in
     tests)
-      timeout -k 10 "$TEST_S" env PYTHON="$PY" SKYRL_GYM_TEST_WORKERS="${SKYRL_GYM_TEST_WORKERS:-12}" \
+      # some tests run commands as a user's environment has them: `python`, and `skyrl-gym`, which an install with
+      # `pip --target` (the device's) leaves beside the packages, off PATH
+      bin="$(mktemp -d)"; ln -s "$(command -v "$PY")" "$bin/python"; path="$bin"
+      for dir in ${PYTHONPATH:+${PYTHONPATH//:/ }}; do [ -x "$dir/bin/skyrl-gym" ] && path="$path:$dir/bin"; done
+      timeout -k 10 "$TEST_S" env PATH="$path:$PATH" PYTHON="$PY" SKYRL_GYM_TEST_WORKERS="${SKYRL_GYM_TEST_WORKERS:-12}" \
         bash scripts/test_gpu.sh -v --timeout 150 > "$OUT/gpu_tests.log" 2>&1
       rc=$?
       summary+=("tests (rc $rc, $((SECONDS - t0))s): $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)|skipped: no CUDA' \

@@ -561,7 +561,7 @@ class PPOTrainer:
     def train_step(self) -> Dict[str, float]:
         assert self.policy is not None
         step_start = time.perf_counter()
-        peak = PeakMemory("cuda" if torch.cuda.is_available() else "cpu")  # this process: engine, driver
+        peak = PeakMemory(self._memory_device())  # this process: the driver, an engine or policy in it
         timings: Dict[str, float] = {}
         self._step_metrics: Dict[str, float] = {}
         if self._producer is not None:
@@ -634,6 +634,16 @@ class PPOTrainer:
         metrics["memory/peak_gib"] = peak.gib()
         metrics.update(engine_memory_metrics(self.engine))  # the part of that peak the engine keeps between steps
         return metrics
+
+    def _memory_device(self) -> torch.device:
+        """Where this process keeps its work: the GPU of the policy worker or of an engine in this process, if
+        either is on one; else the CPU (whose measure is the process's resident set). A process with CUDA whose
+        models are elsewhere (Ray workers, another device) has no GPU figure worth reporting."""
+        from skygym_adapters.engines.client import engines_behind
+
+        worker = getattr(self.policy, "worker", None)  # a local group's; a Ray group's is in another process
+        devices = [getattr(worker, "device", None)] + [getattr(e, "device", None) for e in engines_behind(self.engine)]
+        return next((d for d in devices if isinstance(d, torch.device) and d.type == "cuda"), torch.device("cpu"))
 
     def _truncated_importance_sampling(self, batch: TrainingBatch, output: GeneratorOutput) -> TrainingBatch:
         """Weight each token's policy loss by min(pi_old / pi_rollout, tis_imp_ratio_cap) (detached).

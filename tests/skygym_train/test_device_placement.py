@@ -208,11 +208,8 @@ def test_a_training_run_on_a_device_gives_the_cpu_run(tiny_chat_model, toy_data,
         place_models_on(device)
         got = run(device, "device")
     assert len(got) == len(expected) == 2
-    for metrics in got:  # on a GPU, the peak up to the end of generation is part of the step's; none on a CPU
-        if torch.cuda.is_available():
-            assert 0 < metrics["memory/peak_generate_gib"] <= metrics["memory/peak_gib"]
-        else:
-            assert "memory/peak_generate_gib" not in metrics
+    for metrics in got:  # the GPU's peak up to the end of generation is logged where the models are on a GPU:
+        assert "memory/peak_generate_gib" not in metrics  # not the emulated device's, CUDA present or not
     if engine_dtype != "float32":
         return
     for step, (mine, theirs) in enumerate(zip(got, expected), start=1):

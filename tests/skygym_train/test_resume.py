@@ -43,6 +43,14 @@ def test_killed_and_resumed_run_matches_uninterrupted(compute, tiny_chat_model, 
     with PPOTrainer(_config(tiny_chat_model, toy_data, tmp_path / "straight")) as trainer:
         straight = trainer.fit()
         expected = trainer.policy.call("full_state_dict")[0]
+        on_gpu = trainer.policy.worker.device.type == "cuda"
+    measured = [h for h in straight["history"] if "memory/peak_gib" in h]
+    assert len(measured) == 4
+    for metrics in measured:  # the peak up to the end of generation, where the models are on a GPU; none on a CPU
+        if on_gpu:
+            assert 0 < metrics["memory/peak_generate_gib"] <= metrics["memory/peak_gib"]
+        else:
+            assert "memory/peak_generate_gib" not in metrics
 
     def kill_after_step_3(step, metrics):
         if step == 3:
