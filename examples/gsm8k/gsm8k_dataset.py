@@ -27,8 +27,12 @@ def main() -> None:
     args = parser.parse_args()
 
     output_dir = Path(args.output_dir).expanduser()
-    train = build_rows("gsm8k", "train", args.max_train_dataset_length, source=args.train_file, env_class=args.env_class)
-    test = build_rows("gsm8k", "test", source=args.test_file, env_class=args.env_class)
+    try:
+        train = build_rows("gsm8k", "train", args.max_train_dataset_length, source=args.train_file,
+                           env_class=args.env_class)
+        test = build_rows("gsm8k", "test", source=args.test_file, env_class=args.env_class)
+    except (ImportError, OSError, ValueError) as exc:  # a missing extra or file, the hub out of reach, a bad row
+        raise SystemExit(f"error: {exc}") from None
     write_parquet(train, output_dir / "train.parquet")
     write_parquet(test, output_dir / "validation.parquet")
     print(f"wrote {len(train)} train and {len(test)} validation rows to {output_dir}")

@@ -68,6 +68,35 @@ def test_gsm8k_rows_from_a_local_file(tmp_path):
     assert len(multi) == 4 and {row["env_class"] for row in multi} == {"gsm8k_multi_turn"}
 
 
+
+def test_the_gsm8k_example_script_writes_parquet_rows_and_says_what_is_missing_in_one_line(tmp_path):
+    """``examples/gsm8k/gsm8k_dataset.py``, which the README's trainer example reads the rows of: local JSONL
+    files become train and validation Parquet; a missing file (or extra) is one ``error:`` line, not a traceback."""
+    pytest.importorskip("pyarrow", reason="writing Parquet needs the 'data' extra: pip install -e '.[data]'")
+    from pathlib import Path
+
+    from skyrl_gym.data import load_rows
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "gsm8k" / "gsm8k_dataset.py"
+    files = {}
+    for split, count in (("train", 5), ("test", 2)):
+        files[split] = tmp_path / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps({"question": f"What is {n} + 1?", "answer": f"#### {n + 1}"}) + "\n"
+                                        for n in range(count)))
+    out = tmp_path / "rows"
+    done = subprocess.run([sys.executable, str(script), "--train_file", str(files["train"]), "--test_file",
+                           str(files["test"]), "--output_dir", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    train, validation = load_rows(out / "train.parquet"), load_rows(out / "validation.parquet")
+    assert [row["reward_spec"]["ground_truth"] for row in train] == ["1", "2", "3", "4", "5"]
+    assert len(validation) == 2 and {row["env_class"] for row in train + validation} == {"gsm8k"}
+
+    missing = subprocess.run([sys.executable, str(script), "--train_file", str(tmp_path / "nope.jsonl"),
+                              "--test_file", str(files["test"]), "--output_dir", str(out)],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr
+    assert missing.stderr.strip() == f"error: dataset file not found: {tmp_path / 'nope.jsonl'}"
+
 def test_lcb_rows_from_a_local_file_leave_out_problems_without_tests(tmp_path):
     problems = [
         {"question_id": "p1", "question_content": "Print a + b.", "starter_code": "",
