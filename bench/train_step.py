@@ -8,7 +8,7 @@ the CPU machine, where its transformers pin clashes; ``--trl-python``): when it 
 
     python bench/train_step.py                         # tiny random Qwen2 (SmolLM2 tokenizer)
     python bench/train_step.py --model smollm2-135m     # the embedded SmolLM2-135M-Instruct
-    python bench/train_step.py --trl-python /work/.venvs/trl/bin/python --steps 6
+    python bench/train_step.py --trl-python ~/.cache/skyrl-gym/venvs/trl/bin/python --steps 6   # TRL in its own venv
     python bench/train_step.py --model smollm2-135m --no-packing   # the padded layout, for comparison
     python bench/train_step.py --model random-qwen2.5-0.5b --steps 3  # Qwen2.5-0.5B's shape, random weights
 
@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -241,9 +241,23 @@ def count_parameters(model_dir: str) -> int:
 
 
 def default_trl_python() -> str:
-    """TRL's own virtual environment where there is one (the CPU machine), else this interpreter."""
-    given = os.environ.get("TRL_PYTHON", "/work/.venvs/trl/bin/python")
-    return given if Path(given).exists() else sys.executable
+    """``TRL_PYTHON``; else the test runner's TRL environment where there is one (``bash scripts/test.sh -s trl``
+    makes it), else this interpreter."""
+    if os.environ.get("TRL_PYTHON"):
+        return os.environ["TRL_PYTHON"]
+    venvs = Path(os.environ.get("SKYRL_GYM_VENVS", Path.home() / ".cache" / "skyrl-gym" / "venvs"))
+    made = venvs / "trl" / "bin" / "python"
+    return str(made) if made.exists() else sys.executable
+
+
+def trl_missing(python: str) -> Optional[str]:
+    """Why ``python`` cannot run TRL's side (``trl`` or ``datasets`` does not import), or None."""
+    probe = subprocess.run([python, "-c", "import trl, datasets"], capture_output=True, text=True)
+    if probe.returncode == 0:
+        return None
+    why = (probe.stderr.strip().splitlines() or [f"exit {probe.returncode}"])[-1]
+    return (f"{python} cannot run TRL ({why}): pip install -e '.[trl]' in its environment, or pass --trl-python "
+            "PY (`bash scripts/test.sh -s trl` makes one), or --skip-trl")
 
 
 def report(name: str, result: Dict[str, Any]) -> None:
@@ -297,8 +311,8 @@ def main() -> int:
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast on CPU in both trainers (TRL's "
                         "default; always on with --device cuda)")
     parser.add_argument("--no-packing", action="store_true", help="padded micro-batches (trainer.use_sample_packing=false)")
-    parser.add_argument("--trl-python", default=None, help="the Python that runs TRL (default: TRL_PYTHON, "
-                        "/work/.venvs/trl/bin/python where it exists, else this one)")
+    parser.add_argument("--trl-python", default=None, help="the Python that runs TRL (default: TRL_PYTHON, else "
+                        "the test runner's trl environment where there is one, else this one)")
     parser.add_argument("--skip-trl", action="store_true", help="time the bundled trainer only")
     parser.add_argument("--skip-zero-advantage", action="store_true", help="let the bundled trainer skip the "
                         "passes of rows whose advantages are all 0, as in training (off: both trainers run every "
@@ -349,10 +363,13 @@ def main() -> int:
             print("TRL: skipped (--skip-trl)")
         else:
             t0 = time.perf_counter()
+            trl_python = args.trl_python or default_trl_python()
             try:
-                theirs = bench_trl(args.trl_python or default_trl_python(), model_dir, rows, args.steps, out, bf16,
-                                   cuda, args.micro_batch)
-            except RuntimeError as exc:  # still time ours: a device run is too dear to lose both
+                missing = trl_missing(trl_python)
+                if missing is not None:
+                    raise RuntimeError(missing)
+                theirs = bench_trl(trl_python, model_dir, rows, args.steps, out, bf16, cuda, args.micro_batch)
+            except RuntimeError as exc:  # still time ours (a device run is too dear to lose both), then exit 1
                 print(f"TRL GRPOTrainer failed: {exc}", flush=True)
                 figures["trl_error"] = str(exc)[-3000:]
             else:
@@ -373,7 +390,7 @@ def main() -> int:
         finally:
             if args.json:
                 Path(args.json).write_text(json.dumps(figures, indent=1))
-    return 0
+    return 1 if "trl_error" in figures else 0
 
 
 if __name__ == "__main__":
