@@ -3,7 +3,7 @@
 # SmolLM2-135M-Instruct with GRPO on the built-in `multiply` env (single-digit products, answer in
 # \boxed{}), on CPU in about 3-4 minutes from a fresh clone on a 2-core machine (on the GPU when there is one).
 # It shows the reward rising on a progress bar, evaluates greedily on held-out rows before and after
-# (about 0.35 -> 0.86-0.92), saves a Hugging Face export (and a checkpoint with --checkpoint), and writes a
+# (about 0.35 -> 0.80-0.92), saves a Hugging Face export (and a checkpoint with --checkpoint), and writes a
 # PNG plot of reward per step. Ctrl-C stops it after the step in progress, with the steps done summed up.
 # The virtual environment is $SKYRL_GYM_VENV (default ~/.cache/skyrl-gym/venvs/quickstart); the last lines
 # say how to use its `skyrl-gym` command next.

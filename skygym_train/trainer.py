@@ -699,7 +699,8 @@ class PPOTrainer:
                       f"or {more_samples}, bring the signal back.")
         else:
             advice = ("The model may never solve this env's task as set up: read a few of its answers (skyrl-gym "
-                      "eval --data ROWS --model MODEL), make the task easier or give partial credit, or raise "
+                      "eval --data ROWS --model MODEL --output answers.jsonl writes each conversation), make the "
+                      "task easier or give partial credit, or raise "
                       f"generator.sampling_params.max_generate_length (now {g.sampling_params.max_generate_length}; "
                       f"{100 * cut:.0f}% of the last step's answers were cut off) or "
                       "generator.n_samples_per_prompt.")

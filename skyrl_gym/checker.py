@@ -592,7 +592,7 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0,
             rows = datasets.build_rows(env_id, split="test", size=size, seed=seed, **dict(builder_kwargs or {}))
         except Exception as exc:  # a builder that needs the network or an extra: fall back to golden cases
             builder_error = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, ImportError):
+            if isinstance(exc, ImportError) or "pip install" in str(exc):  # a package the builder needs
                 advice = "Install what it names"
             elif builder_kwargs:
                 advice = "Correct the --builder-args it names"

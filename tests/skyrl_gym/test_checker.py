@@ -226,16 +226,26 @@ def _builder_needing_an_extra(split, size, seed, **kwargs):
     raise ImportError("these rows need the foo package: pip install 'skyrl-gym[foo]'")
 
 
-@pytest.mark.parametrize("kwargs, advice", [({}, "Install what it names, or pass rows"),
-                                            ({"colour": 1}, "Correct the --builder-args it names, or pass rows")])
-def test_rows_that_cannot_be_built_are_met_with_what_to_do(registered, kwargs, advice):
-    """A builder short of an extra was answered with "give it --builder-args '{"key": "value"}'", and so was a
-    mistaken --builder-args."""
+class SettingsError(ValueError):
+    """What reasoning_gym's builder raises without its package: not an ImportError."""
+
+
+def _builder_saying_what_to_install(split, size, seed, **kwargs):
+    raise SettingsError("the foo tasks need the foo package: pip install 'skyrl-gym[foo]'")
+
+
+@pytest.mark.parametrize("builder, kwargs, advice", [
+    (_builder_needing_an_extra, {}, "Install what it names, or pass rows"),
+    (_builder_saying_what_to_install, {}, "Install what it names, or pass rows"),
+    (_builder_needing_an_extra, {"colour": 1}, "Correct the --builder-args it names, or pass rows")])
+def test_rows_that_cannot_be_built_are_met_with_what_to_do(registered, builder, kwargs, advice):
+    """A builder short of an extra was answered with "give it --builder-args '{"key": "value"}'", whether it said
+    so with an ImportError or another error, and so was a mistaken --builder-args."""
     from skyrl_gym import datasets
     from skyrl_gym.checker import NoRowsFor, default_rows
 
     env_id = registered(SayTheNumberEnv)
-    datasets.register_dataset(env_id, _builder_needing_an_extra)
+    datasets.register_dataset(env_id, builder)
     try:
         with pytest.raises(NoRowsFor) as refused:
             default_rows(env_id, builder_kwargs=kwargs)
