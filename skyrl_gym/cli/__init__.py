@@ -72,7 +72,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     from skyrl_gym.errors import DataError, UnregisteredEnv
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the subcommand's parser, with its usage, not the top-level one's
+        subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        (subcommands.choices.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -96,6 +96,19 @@ def test_list_shows_ids_descriptions_and_providers(capsys, envs):
                                              "provider": "skyrl-gym"}
 
 
+
+def test_an_unknown_option_is_refused_with_its_subcommands_usage(capsys):
+    """`skyrl-gym list --bogus` showed the top-level usage (``skyrl-gym [-h] [--version] COMMAND``), which names
+    none of the options the subcommand does take."""
+    with pytest.raises(SystemExit) as refused:
+        main(["list", "--json", "--bogus"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2
+    assert err.startswith("usage: skyrl-gym list ") and "skyrl-gym list: error: unrecognized arguments: --bogus" in err
+    with pytest.raises(SystemExit):
+        main(["--bogus"])  # no subcommand: the top-level usage
+    assert capsys.readouterr().err.startswith("usage: skyrl-gym [-h] [--version] COMMAND")
+
 def test_list_of_a_provider_that_provides_nothing_names_the_providers(capsys):
     code, out, err = run_cli(capsys, ["list", "--provider", "skyrl_gym"])
     assert code == 2 and out == ""
