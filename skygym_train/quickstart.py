@@ -367,7 +367,7 @@ def _steps(text: str) -> int:
 
 def build_arg_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="python -m skygym_train.quickstart", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="outputs/quickstart", help="folder for data, logs, checkpoint, plot")
+    parser.add_argument("--out", default="outputs/quickstart", help="folder for data, logs, checkpoint, plot (default outputs/quickstart)")
     parser.add_argument("--steps", type=_steps, default=40, help="training steps (default 40)")
     parser.add_argument("--model", default="smollm2-135m", help="model name or folder (default: the embedded SmolLM2)")
     parser.add_argument("--checkpoint", action="store_true",

@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _subcommand_modules():
         module.register(subparsers)
+    for choice in subparsers._choices_actions:  # `skyrl-gym X --help` opens with the line `skyrl-gym --help` gives X
+        command = subparsers.choices[choice.dest]
+        if command.description is None and choice.help:
+            command.description = choice.help[0].upper() + choice.help[1:].rstrip(".") + "."
     return parser
 
 
