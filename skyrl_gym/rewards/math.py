@@ -68,12 +68,13 @@ def _verify_in_worker(connection: Any) -> None:
 
 
 class _VerifyHelper:
-    """One helper process, restarted after a time-out; calls are serialised by a lock."""
+    """One helper process, restarted after a time-out or a death; calls are serialised by a lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._process: Optional[multiprocessing.process.BaseProcess] = None
         self._connection: Any = None
+        self._ended = False  # set by _VerifyPool.close(): the call in progress gets an error, not a second try
 
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")  # fork is unsafe in threaded trainers
@@ -91,23 +92,41 @@ class _VerifyHelper:
             self._connection.close()
         self._process = self._connection = None
 
+    def _ask(self, prediction: str, gold: str, timeout: float) -> MathVerdict:
+        """One request, on a helper started if there is none; raises EOFError or OSError (BrokenPipeError among
+        them) when the helper dies before it answers."""
+        if self._process is None or not self._process.is_alive():
+            self._kill()
+            self._start()
+            timeout += 10.0  # the first call also pays for starting Python and importing sympy
+        try:
+            self._connection.send((prediction, gold))
+            if not self._connection.poll(timeout):
+                self._kill()
+                return MathVerdict(False, "timeout")
+            equal, reason = self._connection.recv()
+        except (EOFError, OSError):
+            self._kill()
+            raise
+        return MathVerdict(equal, reason)
+
     def check(self, prediction: str, gold: str, timeout: float) -> MathVerdict:
+        """A helper that died before answering (it can look alive for a moment after it died, say once it has
+        sent its last answer) gets the request again on a fresh one, once: a reference answer scored 0 with
+        "helper died" in a loaded test run. A request that kills a fresh helper too gets an error verdict, as
+        does one whose helper :meth:`_VerifyPool.close` ended."""
         if importlib.util.find_spec("math_verify") is None:
             raise ImportError("the math reward needs the math-verify package: pip install math-verify")
         with self._lock:
-            if self._process is None or not self._process.is_alive():
-                self._kill()
-                self._start()
-                timeout += 10.0  # the first call also pays for starting Python and importing sympy
+            self._ended = False
             try:
-                self._connection.send((prediction, gold))
-                if not self._connection.poll(timeout):
-                    self._kill()
-                    return MathVerdict(False, "timeout")
-                equal, reason = self._connection.recv()
-                return MathVerdict(equal, reason)
-            except (EOFError, OSError, BrokenPipeError) as exc:
-                self._kill()
+                try:
+                    return self._ask(prediction, gold, timeout)
+                except (EOFError, OSError):
+                    if self._ended:
+                        raise
+                    return self._ask(prediction, gold, timeout)
+            except (EOFError, OSError) as exc:
                 return MathVerdict(False, f"error: math-verify helper died ({exc})")
 
     def close(self) -> None:
@@ -150,6 +169,7 @@ class _VerifyPool:
             helpers = list(self._helpers)
         for helper in helpers:
             process = helper._process
+            helper._ended = True
             if process is not None:
                 process.kill()  # without the helper's lock: a busy helper's call sees its pipe close
 

@@ -119,6 +119,30 @@ def test_math_verify_is_bounded_in_time():
     assert math_equal("x" * 5000, "1").reason == "too long"
 
 
+def test_a_helper_that_died_after_its_last_answer_does_not_cost_the_next_one_its_reward():
+    """A reference answer scored 0 with "math-verify helper died (Broken pipe)" in a loaded test run: its helper
+    had died after answering the call before, while it still looked alive. Here the helper is killed and reaped
+    by the test, so that it looks alive to multiprocessing for good; the next call is asked again on a fresh
+    helper and gets its verdict."""
+    import os
+    import signal
+
+    from skyrl_gym.rewards import math as math_reward
+
+    helper = math_reward._VerifyHelper()
+    try:
+        assert helper.check("0.5", r"\frac{1}{2}", timeout=5).equal
+        dead = helper._process
+        os.kill(dead.pid, signal.SIGKILL)
+        os.waitpid(dead.pid, 0)
+        assert dead.is_alive()  # what the helper sees: a process it cannot tell from a live one
+        verdict = helper.check(r"\frac{2}{4}", "0.5", timeout=5)
+        assert (verdict.equal, verdict.reason) == (True, "math-verify")
+        assert helper._process is not dead and helper._process.is_alive()
+    finally:
+        helper.close()
+
+
 def test_a_hard_expression_does_not_hold_up_other_callers():
     """serve-env runs many clients' envs in one process: a client whose answers time out math-verify must not
     make everyone else's math reward wait behind it (one helper for the process did: an honest check took 20 s
