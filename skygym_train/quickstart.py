@@ -233,6 +233,7 @@ def run_quickstart(
     summary = _summary(result)
     if summary["export"]:
         summary["eval_command"] = _eval_command(cfg, summary["export"])
+        summary["eval_command_note"] = _eval_command_note(cfg)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(_report(summary), flush=True)
     return summary
@@ -248,6 +249,23 @@ def _eval_command(cfg: Any, export: str) -> str:
     dtype = f" --dtype {hf_engine_dtype(cfg)}" if cfg.generator.backend == "hf" else ""
     return (f"skyrl-gym eval --data {cfg.data.val_data[0]} --model {export} "
             f"--temperature {sampling.temperature:g} --max-tokens {sampling.max_generate_length}{dtype}")
+
+
+def _eval_command_note(cfg: Any) -> Optional[str]:
+    """Why the command's figure can differ from the run's, or None where it is the same: the export's weights are
+    the run's rounded to ``trainer.export_dtype``; the command loads them in the dtype the run's engine decoded
+    in, which gives the engine's weights again only where that is the export's dtype or the export is float32
+    (an engine decoding in float32 on a CPU without bfloat16 arithmetic does not get a bfloat16 export's weights
+    back). One greedy answer of 32 that flips moves the mean by 0.03."""
+    from skygym_train.generation import hf_engine_dtype
+
+    if cfg.generator.backend != "hf":
+        return None
+    engine, export = hf_engine_dtype(cfg), str(cfg.trainer.export_dtype)
+    if engine == export or export == "float32":
+        return None
+    return (f"its weights are {export}, the run evaluated {engine} ones: expect a greedy answer or two to differ "
+            f"(trainer.export_dtype={engine} exports what the run evaluated)")
 
 
 def _on_gpu() -> bool:
@@ -310,7 +328,8 @@ def _report(summary: Dict[str, Any]) -> str:
         f"   this run's outputs: {summary['output_mb']:.0f} MB",
     ]
     if summary.get("eval_command"):
-        lines.append(f"   the held-out evaluation again, on the export: {summary['eval_command']}")
+        note = f" ({summary['eval_command_note']})" if summary.get("eval_command_note") else ""
+        lines.append(f"   the held-out evaluation again, on the export{note}: {summary['eval_command']}")
     return "\n".join(lines)
 
 

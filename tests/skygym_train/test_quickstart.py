@@ -265,6 +265,27 @@ def test_quickstart_plumbing_on_a_tiny_model(tiny_chat_model, tmp_path):
             "--output", str(tmp_path / "trajectories.jsonl")]
     assert skyrl_gym_main(argv) == 0
     assert json.loads(again.read_text())["mean_reward"] == summary["eval_after"]["eval/reward"]
+    assert (summary["eval_command_note"] is None) == (dtype == "bfloat16")  # the export is bfloat16
+
+
+@pytest.mark.parametrize("engine, export, differs", [
+    ("float32", "bfloat16", True),  # a CPU without bfloat16 arithmetic: the engine evaluated unrounded weights
+    ("bfloat16", "bfloat16", False),  # the engine's weights are the export's
+    ("bfloat16", "float32", False),  # the command rounds the export as the engine did
+    ("float32", "float32", False),
+    ("bfloat16", "float16", True),
+])
+def test_the_summary_says_when_the_exports_weights_are_not_the_ones_the_run_evaluated(engine, export, differs):
+    from omegaconf import OmegaConf
+
+    from skygym_train.quickstart import _eval_command_note
+
+    cfg = OmegaConf.create({"generator": {"backend": "hf", "model_dtype": engine}, "trainer": {"export_dtype": export}})
+    note = _eval_command_note(cfg)
+    assert (note is not None) == differs
+    if differs:
+        assert note == (f"its weights are {export}, the run evaluated {engine} ones: expect a greedy answer or two "
+                        f"to differ (trainer.export_dtype={engine} exports what the run evaluated)")
 
 
 def test_turning_off_the_evaluation_before_training_keeps_the_one_after(tiny_chat_model, tmp_path, capsys):
@@ -368,14 +389,21 @@ def test_full_quickstart_improves_reward(tmp_path, embedded_model):
     assert summary["eval_after"]["eval/reward"] > summary["eval_before"]["eval/reward"] + 0.2
     assert (tmp_path / "reward_per_step.png").read_bytes()[:4] == b"\x89PNG"
     # the command the summary gives measures the export as the run did: 0.831 against the summary's 0.859
-    # without the engine's dtype, 0.906 when the rows did not carry the partial credit
+    # without the engine's dtype, 0.906 when the rows did not carry the partial credit. Where the engine decodes
+    # in float32 (a CPU without bfloat16 arithmetic) the bfloat16 export's weights are not the ones the run
+    # evaluated, and the summary says so: 0.831 against the run's 0.803 on such a CPU, one answer of 32.
     from skyrl_gym.cli import main as skyrl_gym_main
 
     again = tmp_path / "again.json"
     argv = [*summary["eval_command"].split()[1:], "--summary-json", str(again), "--no-progress",
             "--output", str(tmp_path / "trajectories.jsonl")]
     assert skyrl_gym_main(argv) == 0
-    assert json.loads(again.read_text())["mean_reward"] == pytest.approx(summary["eval_after"]["eval/reward"])
+    measured, run = json.loads(again.read_text())["mean_reward"], summary["eval_after"]["eval/reward"]
+    if summary["eval_command_note"] is None:
+        assert measured == pytest.approx(run)
+    else:
+        assert summary["eval_command_note"].startswith("its weights are bfloat16, the run evaluated float32 ones")
+        assert measured == pytest.approx(run, abs=2 / 32 + 1e-9)  # two greedy answers of 32
 
 
 def test_a_hub_model_that_cannot_be_fetched_is_one_error_line_from_either_entry_point(tmp_path, capsys,
