@@ -15,7 +15,9 @@ import atexit
 import concurrent.futures
 import functools
 import os
+import select
 import threading
+import time
 from typing import Any, Callable, Optional, TypeVar
 
 T = TypeVar("T")
@@ -35,6 +37,32 @@ def tool_thread_pool() -> concurrent.futures.ThreadPoolExecutor:
         return _pool
 
 
+def _end_with(owner: int) -> None:
+    """Pool initializer: a worker ends when the process that made the pool ends. One that outlived it waited on its
+    call queue for good (it holds both ends of the pipe) and kept the fork server alive too (every worker holds the
+    server's lifeline): an owner killed, or ended by ``os._exit`` as Ray actors and pytest-xdist workers end, left
+    a fork server and its workers behind for good, 85 MB each."""
+
+    def watch() -> None:
+        try:
+            handle = os.pidfd_open(owner)  # readable once the owner has ended; no pid to be reused meanwhile
+        except ProcessLookupError:
+            os._exit(0)
+        except (AttributeError, OSError):  # not Linux 5.3 or later: ask every second
+            while True:
+                try:
+                    os.kill(owner, 0)
+                except ProcessLookupError:
+                    os._exit(0)
+                except PermissionError:
+                    pass
+                time.sleep(1.0)
+        select.select([handle], [], [])
+        os._exit(0)
+
+    threading.Thread(target=watch, name="skyrl-tool-owner", daemon=True).start()
+
+
 def tool_process_pool() -> Optional[concurrent.futures.ProcessPoolExecutor]:
     """The process-wide pool for CPU-bound tool calls, or None when ``SKYRL_GYM_TOOL_PROCESSES=0``.
 
@@ -50,7 +78,8 @@ def tool_process_pool() -> Optional[concurrent.futures.ProcessPoolExecutor]:
             import multiprocessing
 
             context = multiprocessing.get_context("forkserver")
-            _process_pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
+            _process_pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=workers, mp_context=context, initializer=_end_with, initargs=(os.getpid(),))
             atexit.register(_process_pool.shutdown, wait=True, cancel_futures=True)  # before teardown
         return _process_pool
 
