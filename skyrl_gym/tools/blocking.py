@@ -54,7 +54,7 @@ def _end_with(owner: int) -> None:
                     os.kill(owner, 0)
                 except ProcessLookupError:
                     os._exit(0)
-                except PermissionError:
+                except PermissionError:  # it runs, under a user this worker may not signal
                     pass
                 time.sleep(1.0)
         select.select([handle], [], [])
