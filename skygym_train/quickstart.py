@@ -264,8 +264,8 @@ def _eval_command_note(cfg: Any) -> Optional[str]:
     engine, export = hf_engine_dtype(cfg), str(cfg.trainer.export_dtype)
     if engine == export or export == "float32":
         return None
-    return (f"its weights are {export}, the run evaluated {engine} ones: expect a greedy answer or two to differ "
-            f"(trainer.export_dtype={engine} exports what the run evaluated)")
+    return (f"its weights are {export}, the run evaluated {engine} ones: expect a greedy answer or two to differ; "
+            f"trainer.export_dtype={engine} exports what the run evaluated")
 
 
 def _on_gpu() -> bool:

@@ -285,7 +285,7 @@ def test_the_summary_says_when_the_exports_weights_are_not_the_ones_the_run_eval
     assert (note is not None) == differs
     if differs:
         assert note == (f"its weights are {export}, the run evaluated {engine} ones: expect a greedy answer or two "
-                        f"to differ (trainer.export_dtype={engine} exports what the run evaluated)")
+                        f"to differ; trainer.export_dtype={engine} exports what the run evaluated")
 
 
 def test_turning_off_the_evaluation_before_training_keeps_the_one_after(tiny_chat_model, tmp_path, capsys):
