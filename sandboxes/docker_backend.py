@@ -28,6 +28,7 @@ from skygym_sandboxes.workers import (
     SupervisorWorker,
     WarmPool,
     WorkerDied,
+    pid_alive,
 )
 
 LABEL = "io.skyrl-gym.sandbox"
@@ -48,16 +49,6 @@ def owner_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_orphaned_containers(client: Any) -> List[str]:
     """Remove sandbox containers that are no longer running, or whose owning process on this host
     is gone. Running containers of another host are left alone: their owner may be alive."""
@@ -67,7 +58,7 @@ def remove_orphaned_containers(client: Any) -> List[str]:
     for container in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
         running = container.status in ("running", "created", "restarting")
-        if running and (owner_host != host or (pid.isdigit() and _pid_alive(int(pid)))):
+        if running and (owner_host != host or (pid.isdigit() and pid_alive(int(pid)))):
             continue
         try:
             container.remove(force=True)

@@ -40,6 +40,17 @@ CANCEL_POLL_S = 0.05
 SPAWN_RETRIES = 2
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (one this process may not signal runs too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class WorkerDied(RuntimeError):
     """The worker's channel closed or broke in the middle of a run."""
 

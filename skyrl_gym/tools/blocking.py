@@ -44,20 +44,15 @@ def _end_with(owner: int) -> None:
     a fork server and its workers behind for good, 85 MB each."""
 
     def watch() -> None:
-        try:
-            handle = os.pidfd_open(owner)  # readable once the owner has ended; no pid to be reused meanwhile
-        except ProcessLookupError:
-            os._exit(0)
-        except (AttributeError, OSError):  # not Linux 5.3 or later: ask every second
-            while True:
-                try:
-                    os.kill(owner, 0)
-                except ProcessLookupError:
-                    os._exit(0)
-                except PermissionError:  # it runs, under a user this worker may not signal
-                    pass
+        try:  # a pidfd is readable once the owner has ended, and no pid can be reused meanwhile
+            select.select([os.pidfd_open(owner)], [], [])
+        except ProcessLookupError:  # ended already
+            pass
+        except (AttributeError, OSError):  # no pidfd (not Linux 5.3 or later): ask every second
+            from skygym_sandboxes.workers import pid_alive
+
+            while pid_alive(owner):
                 time.sleep(1.0)
-        select.select([handle], [], [])
         os._exit(0)
 
     threading.Thread(target=watch, name="skyrl-tool-owner", daemon=True).start()
