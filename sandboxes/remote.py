@@ -16,6 +16,11 @@ from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
 
 # Time allowed on top of the program's wall limit for the HTTP round trip and queueing.
 HTTP_MARGIN_S = 30.0
+# A run whose connection broke before its answer came (no time-out) is sent again this many times. A server
+# closes a kept-alive connection that idles past its time-out (``--client-timeout``; uvicorn's keep-alive); a
+# request sent on it as it closes is lost, and the client's check for closed connections cannot see that
+# coming. A run is safe to send again: each runs in a fresh sandbox.
+DROPPED_CONNECTION_RETRIES = 1
 # The longest answer read from a service: a run's output and fetched files are capped by the service's limits; a
 # hostile service that answers with gigabytes would otherwise fill the trainer's memory.
 MAX_REPLY_BYTES = 256 * 1024 * 1024
@@ -87,8 +92,9 @@ class RemoteSandbox(BaseSandbox):
     service the operator configured (``$SKYGYM_SANDBOX_URL``, else the default URL), never to another URL: a
     URL that comes from a config or a client cannot collect the operator's token. Limits above the service's
     own (its ``/health`` lists them) are lowered to them, as ``Limits`` lowers values above its maxima; the
-    service refuses a request that asks for more. A service that cannot be reached, answers an HTTP error or
-    times out gives a ``sandbox_error`` result, never an exception.
+    service refuses a request that asks for more. A run whose connection drops before its answer (a kept-alive
+    connection the service closed as the run was sent) is sent once more on a new one. A service that cannot be
+    reached, answers an HTTP error or times out gives a ``sandbox_error`` result, never an exception.
     """
 
     name = "remote"
@@ -173,19 +179,22 @@ class RemoteSandbox(BaseSandbox):
         started = time.monotonic()
         limits = self._within_service_limits(limits)
         read_timeout = (limits.wall_s or 600.0) + HTTP_MARGIN_S
-        try:
-            response = self._http.post(
-                f"{self.url}/run_code",
-                json=self._body(request, limits),
-                timeout=(self.connect_timeout_s, read_timeout),
-                stream=True,
-            )
-            whole = read_reply_capped(response, MAX_REPLY_BYTES)
-        except requests.RequestException as exc:
-            return RunResult.sandbox_error(
-                f"could not reach the sandbox service at {self.url}: {exc}",
-                wall_time_s=time.monotonic() - started,
-            )
+        body = self._body(request, limits)
+        for attempt in range(1 + DROPPED_CONNECTION_RETRIES):
+            try:
+                response = self._http.post(
+                    f"{self.url}/run_code", json=body, timeout=(self.connect_timeout_s, read_timeout), stream=True
+                )
+                whole = read_reply_capped(response, MAX_REPLY_BYTES)
+                break
+            except requests.RequestException as exc:
+                dropped = isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.Timeout)
+                if dropped and attempt < DROPPED_CONNECTION_RETRIES:
+                    continue  # the broken connection left the pool: the next attempt opens a new one
+                return RunResult.sandbox_error(
+                    f"could not reach the sandbox service at {self.url}: {exc}",
+                    wall_time_s=time.monotonic() - started,
+                )
         if not whole:
             return RunResult.sandbox_error(
                 f"the sandbox service at {self.url} answered more than {MAX_REPLY_BYTES} bytes; the rest was not read",

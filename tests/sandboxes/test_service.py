@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import http.server
+import json
+import socket
+import struct
 import threading
 import time
+from typing import List
 
 import pytest
 import requests
 
-from skygym_sandboxes import Limits, RunRequest, Status, get_sandbox
+from skygym_sandboxes import Limits, RunRequest, Status, get_sandbox, remote
 from skygym_sandboxes.remote import RemoteSandbox, result_from_response
 from tests.sandboxes.remote_support import free_port, start_server
 
@@ -94,6 +99,60 @@ def test_unreachable_service_gives_a_sandbox_error():
         assert result.status == Status.SANDBOX_ERROR and "could not reach" in result.message
     finally:
         box.close()
+
+
+class _DropsItsSecondRun(http.server.BaseHTTPRequestHandler):
+    """A service whose kept-alive connection closes as the next run arrives on it, as a server's idle time-out
+    closes one just as the client reuses it; a new connection is answered."""
+
+    protocol_version = "HTTP/1.1"
+    runs_seen: List[str] = []
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:  # /health: no ceilings listed, as SandboxFusion
+        self._answer({})
+
+    def do_POST(self) -> None:
+        code = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["code"]
+        type(self).runs_seen.append(code)
+        if getattr(self, "answered_a_run", False):
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True  # a reset, with nothing answered
+            return
+        self.answered_a_run = True
+        stdout = code.split("'")[1] + "\n"
+        self._answer({"status": "Success", "run_result": {"status": "Finished", "return_code": 0, "stdout": stdout}})
+
+    def _answer(self, data) -> None:
+        raw = json.dumps(data).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@pytest.mark.parametrize("retries", [1, 0], ids=["sent-again", "without-the-retry"])
+def test_a_run_whose_kept_alive_connection_drops_is_sent_again_on_a_new_one(retries, monkeypatch):
+    monkeypatch.setattr(remote, "DROPPED_CONNECTION_RETRIES", retries)
+    _DropsItsSecondRun.runs_seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DropsItsSecondRun)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    box = RemoteSandbox(url=f"http://127.0.0.1:{server.server_port}")
+    try:
+        assert box.run("print('one')").stdout == "one\n"
+        second = box.run("print('two')")
+    finally:
+        box.close()
+        server.shutdown()
+        server.server_close()
+    if retries:
+        assert second.status == Status.OK and second.stdout == "two\n", second
+        assert _DropsItsSecondRun.runs_seen == ["print('one')", "print('two')", "print('two')"]
+    else:  # what the CI run met: the reward's run lost to the race, as a sandbox error
+        assert second.status == Status.SANDBOX_ERROR and "could not reach" in second.message, second
 
 
 def test_plain_sandboxfusion_responses_are_understood():

@@ -61,6 +61,11 @@ def wait_for(condition, timeout_s: float = 20.0) -> bool:
     return condition()
 
 
+def assert_still_serving(served) -> None:
+    result = served.run("print('still here')")
+    assert result.stdout == "still here\n", result
+
+
 MALFORMED = [
     ("[]", "JSON object"),
     ('"code"', "JSON object"),
@@ -107,7 +112,7 @@ def test_broken_json_is_400_and_the_service_keeps_serving(served):
     for raw in (b"{not json", b"\xff\xfe", b"", b"{" * 100000):
         response = post(served, raw)
         assert response.status_code == 400, (raw[:10], response.status_code, response.text[:200])
-    assert served.run("print('still here')").stdout == "still here\n"
+    assert_still_serving(served)
 
 
 def test_null_limits_mean_the_service_defaults_never_no_limit(served):
@@ -171,14 +176,14 @@ def test_bodies_are_limited_while_they_stream_chunked_ones_too(served):
     assert post_chunked(port, "/run_code", 300 * 1024 * 1024) == 413
     grown = peak_rss_mib(served.server.pid) - before
     assert grown < 64, f"a 300 MiB chunked body took the service's peak memory up {grown:.0f} MiB (limit: 4)"
-    assert served.run("print('still here')").stdout == "still here\n"
+    assert_still_serving(served)
 
 
 def test_slow_clients_are_cut_off_and_others_still_served(served):
     """Slowloris: uvicorn alone kept an idle connection, a half-sent head and a half-sent body open forever
     (each holding a file descriptor); with --client-timeout 1 each is closed, the body with a 408."""
     assert_slow_clients_cut_off(int(served.url.rsplit(":", 1)[1]), "/run_code")
-    assert served.run("print('still here')").stdout == "still here\n"
+    assert_still_serving(served)
 
 
 def test_a_100000_deep_body_is_a_400_naming_the_nesting(served):
@@ -190,7 +195,7 @@ def test_a_100000_deep_body_is_a_400_naming_the_nesting(served):
     deep_but_parsable = '{"code": "1", "argv": ' + "[" * 500 + "]" * 500 + "}"
     response = post(served, deep_but_parsable)
     assert response.status_code == 400 and "levels deep" in response.json()["message"]
-    assert served.run("print('still here')").stdout == "still here\n"
+    assert_still_serving(served)
 
 
 def test_files_of_a_rejected_or_failed_request_never_reach_a_later_run(served):
