@@ -6,7 +6,9 @@ SWE task tests share one definition, so the engine starts and the instances are 
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,10 @@ import pytest
 
 BUILD_PROJECTS = "toolz,six,inflection"
 BUILD_LIMIT = 5
+REPO = Path(__file__).resolve().parents[1]
+# The repository paths `skyrl-gym swe build` runs: a change to any of them builds again.
+BUILT_FROM = ("skyrl_gym/envs/swe", "sandboxes", "skyrl_gym/cli/swe_cmd.py", "skyrl_gym/cli/_io.py",
+              "skyrl_gym/threadsafe_ast.py", "skyrl_gym/errors.py", "tests/swe_fixtures.py")
 
 
 def swe_cli(*args: str, timeout: float = 1200, **kwargs) -> subprocess.CompletedProcess:
@@ -41,16 +47,57 @@ def swe_docker() -> Iterator[str]:
     engine.stop()
 
 
+def build_key() -> str:
+    """What the build's output depends on: the code that makes it (the SWE env and its builder, the sandboxes
+    package, the command), the Python and what the fixture asks for. The projects are pinned (synth/projects.py)
+    and their images are tagged with a hash of their content."""
+    digest = hashlib.sha256(f"{BUILD_PROJECTS} {BUILD_LIMIT} {sys.version_info[:2]}".encode())
+    for root in BUILT_FROM:
+        for path in sorted((REPO / root).rglob("*") if (REPO / root).is_dir() else [REPO / root]):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
 @pytest.fixture(scope="session")
 def swe_built(swe_docker, tmp_path_factory) -> Path:
-    """The output folder of `skyrl-gym swe build --limit 5` over three projects."""
+    """The output folder of `skyrl-gym swe build --limit 5` over three projects.
+
+    The build takes minutes, so a successful one is kept (under the project's cache folder, by
+    :func:`build_key`) and a later session whose code it depends on is unchanged, and whose engine still has the
+    images the instances name, reads it instead of building again. ``SKYRL_GYM_TESTS_FRESH_SWE_BUILD=1`` builds
+    again regardless."""
+    from skygym_sandboxes.images.build_image import cache_dir
+
     out = tmp_path_factory.mktemp("swe-build")
+    kept = cache_dir() / "swe" / "test-builds" / build_key()
+    if (kept / "instances.jsonl").is_file() and not os.environ.get("SKYRL_GYM_TESTS_FRESH_SWE_BUILD"):
+        shutil.copytree(kept, out, dirs_exist_ok=True)
+        if _images_present(swe_docker, out / "instances.jsonl"):
+            return out
+        shutil.rmtree(out)
+        out.mkdir()
     done = swe_cli("build", "--out", str(out), "--limit", str(BUILD_LIMIT), "--projects", BUILD_PROJECTS)
     (out / "build.log").write_text(done.stdout + done.stderr)  # for a test that finds the build short
     if done.returncode != 0 and "could not download" in done.stdout + done.stderr:
         pytest.skip("the projects' source distributions could not be downloaded with pip (no package index here)")
     assert done.returncode == 0, done.stdout + done.stderr
+    staging = kept.with_name(f"{kept.name}.{os.getpid()}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(out, staging)
+    shutil.rmtree(kept, ignore_errors=True)
+    staging.rename(kept)  # whole or not at all: a session killed while copying leaves no half build to read
     return out
+
+
+def _images_present(docker_host: str, instances: Path) -> bool:
+    from skygym_sandboxes.containers import docker_client
+    from skygym_sandboxes.images.build_image import image_exists
+
+    from skyrl_gym.envs.swe.instances import load_instances
+
+    client = docker_client(docker_host)
+    return all(image_exists(client, image) for image in {i.image_name for i in load_instances(instances)})
 
 
 @pytest.fixture(scope="session")
