@@ -90,7 +90,7 @@ class ValueModel(torch.nn.Module):
 
 
 def _keep_optimizer_kernels(optimizer: torch.optim.Optimizer, kernels: List[Dict[str, Any]]) -> None:
-    """After a checkpoint's optimizer state was loaded: AdamW's kernel is this run's choice (fused on a GPU, see
+    """After a checkpoint's optimizer state was loaded: AdamW's kernel is this run's choice (fused, see
     ``_new_optimizer``), not the one of the run that wrote the checkpoint, whose param groups came with the state.
     The fused kernel keeps each parameter's step count on the parameter's device."""
     for group, kernel in zip(optimizer.param_groups, kernels):
@@ -384,12 +384,13 @@ class TrainingWorker:
 
     def _new_optimizer(self, model: torch.nn.Module) -> tuple:
         """AdamW over ``model``'s trainable parameters and its learning-rate schedule: the fused kernel where the
-        parameters are on a GPU (one launch per step; TRL's default too), else the multi-tensor one."""
+        parameters are all on a GPU (one launch per step; TRL's default too) or all on the CPU (SmolLM2-135M's
+        step: 0.07 s against the multi-tensor kernel's 0.53 s on two AVX2 cores), else the multi-tensor one."""
         from transformers import get_scheduler
 
         opt = self.spec.optimizer
         params = [p for p in model.parameters() if p.requires_grad]
-        fused = bool(params) and all(p.device.type == "cuda" for p in params)
+        fused = len({p.device.type for p in params}) == 1 and params[0].device.type in ("cuda", "cpu")
         optimizer = torch.optim.AdamW(params, lr=opt.lr, betas=tuple(opt.adam_betas), weight_decay=opt.weight_decay,
                                       **({"fused": True} if fused else {"foreach": True}))
         # transformers' schedulers, as SkyRL-train builds them (validation refuses names they cannot run with)

@@ -290,22 +290,19 @@ def test_two_ranks_resume_lora_adapters_and_the_critic_to_the_same_next_step(tin
 
 def test_a_resumed_run_keeps_its_own_adamw_kernel(tiny_lm_dir, tmp_path):
     """A checkpoint carries its optimizer's param groups, kernel flags included. A run that picked the fused kernel
-    (a GPU run; the CPU has one too) keeps it after loading a checkpoint written with the multi-tensor one, with the
-    step counts moved where the fused kernel keeps them, and takes the step an uninterrupted run takes."""
+    (on a GPU or the CPU) keeps it after loading a checkpoint written with the multi-tensor one, with the step
+    counts moved where the fused kernel keeps them, and takes the step an uninterrupted run takes."""
     folder = tmp_path / "policy"
     straight = _started(LocalWorkerGroup(_spec(tiny_lm_dir)))
-    chosen = straight.worker.optimizer.param_groups[0]  # _new_optimizer: fused on a GPU, multi-tensor elsewhere
-    cuda = straight.worker.device.type == "cuda"
-    assert (chosen["fused"], chosen["foreach"]) == ((True, None) if cuda else (None, True))
-    for group in straight.worker.optimizer.param_groups:  # the multi-tensor kernel on any device
+    chosen = straight.worker.optimizer.param_groups[0]  # _new_optimizer: fused, the parameters all on one device
+    assert (chosen["fused"], chosen["foreach"]) == (True, None)
+    for group in straight.worker.optimizer.param_groups:  # the multi-tensor kernel, as an older run chose it
         group["fused"], group["foreach"] = None, True
     straight.train_step(_batch())
     straight.call("save_training_state", str(folder))
     straight.train_step(_batch())
 
     resumed = _started(LocalWorkerGroup(_spec(tiny_lm_dir)))
-    for group in resumed.worker.optimizer.param_groups:  # as _new_optimizer chooses on a GPU
-        group["fused"], group["foreach"] = True, None
     resumed.call("load_training_state", str(folder))
     optimizer = resumed.worker.optimizer
     assert all(group["fused"] is True and group["foreach"] is None for group in optimizer.param_groups)
