@@ -391,7 +391,7 @@ def test_full_quickstart_improves_reward(tmp_path, embedded_model):
     # the command the summary gives measures the export as the run did: 0.831 against the summary's 0.859
     # without the engine's dtype, 0.906 when the rows did not carry the partial credit. Where the engine decodes
     # in float32 (a CPU without bfloat16 arithmetic) the bfloat16 export's weights are not the ones the run
-    # evaluated, and the summary says so: 0.831 against the run's 0.803 on such a CPU, one answer of 32.
+    # evaluated, and the summary says so: 0.859 against the run's 0.831 on such a CPU, one answer of 32.
     from skyrl_gym.cli import main as skyrl_gym_main
 
     again = tmp_path / "again.json"
