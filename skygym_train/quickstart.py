@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import time
@@ -48,7 +49,8 @@ def quickstart_overrides(out_dir: Path, steps: int, model: str, save_checkpoint:
         "trainer.train_batch_size": 8,
         "trainer.policy_mini_batch_size": 8,
         # a step's 32 rows in one pass: on a CPU a pass costs about the same at 100 tokens as at 400 (the weights
-        # are read either way), so four passes of 8 rows took 7 s a step and one takes 4
+        # are read either way), so four passes of 8 rows took 7 s a step and one takes 4 (other batch sizes or
+        # sample counts given on the command line: _one_pass_per_step)
         "trainer.micro_train_batch_size_per_gpu": 32,
         "trainer.micro_forward_batch_size_per_gpu": 32,
         "trainer.eval_batch_size": 32,
@@ -158,11 +160,38 @@ def move_earlier_run_aside(paths: Sequence[Path], out_dir: Path) -> Optional[Pat
             break
         except FileExistsError:
             target, n = out_dir / EARLIER_RUNS / f"{stamp}-{n}", n + 1
+    moved = {}
     for path in present:
         destination = target / path.relative_to(out_dir)
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(path), str(destination))  # a rename on one file system
+        moved[str(path)] = str(destination)
+    _point_summary_at(target / "summary.json", moved)
     return target
+
+
+def _point_summary_at(summary: Path, moved: Dict[str, str]) -> None:
+    """An earlier run's ``summary.json`` names its export, plot and checkpoint (and the command that evaluates the
+    export) where they were: after the move, where they are."""
+    if not summary.is_file():
+        return
+    try:
+        data = json.loads(summary.read_text())
+    except (OSError, ValueError):  # not one the quickstart wrote: left as it is
+        return
+    olds = "|".join(re.escape(old) for old in sorted(moved, key=len, reverse=True))
+    pattern = re.compile(rf"(?:{olds})(?=/|\s|$)")  # whole path components only
+
+    def repoint(value: Any) -> Any:
+        if isinstance(value, str):
+            return pattern.sub(lambda m: moved[m.group(0)], value)
+        if isinstance(value, dict):
+            return {key: repoint(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [repoint(item) for item in value]
+        return value
+
+    summary.write_text(json.dumps(repoint(data), indent=2))
 
 
 def _last_written(path: Path) -> float:
@@ -189,6 +218,20 @@ def _resumes(cfg: Any) -> bool:
         return True
 
 
+def quickstart_recipe(out_dir: Path, steps: int, model: str, extra_overrides: Sequence[str] = (),
+                      save_checkpoint: bool = False) -> Any:
+    """The run's config before it is checked (an OmegaConf ``DictConfig``): the recipe's keys, the user's
+    ``key=value`` overrides over them, and the micro-batch sizes following the user's batch sizes
+    (``_one_pass_per_step``)."""
+    from omegaconf import OmegaConf
+
+    user = OmegaConf.from_dotlist(list(extra_overrides))
+    merged = OmegaConf.merge(OmegaConf.create(_nest(quickstart_overrides(out_dir, steps, model, save_checkpoint))),
+                             user)
+    _one_pass_per_step(merged, user)
+    return merged
+
+
 def run_quickstart(
     out_dir: Path,
     steps: int = 40,
@@ -205,14 +248,18 @@ def run_quickstart(
         raise ValueError(f"steps must be at least 1, got {steps}")
     started = time.perf_counter()
     out_dir = out_dir.expanduser().resolve()
-    base = quickstart_overrides(out_dir, steps, model, save_checkpoint)
-    # user key=value overrides win over the recipe
-    merged = OmegaConf.merge(OmegaConf.create(_nest(base)), OmegaConf.from_dotlist(list(extra_overrides)))
+    merged = quickstart_recipe(out_dir, steps, model, extra_overrides, save_checkpoint)
     # the rows carry the partial credit they are trained with (a row's value wins over env_config)
     credit = OmegaConf.select(merged, "environment.env_config.boxed_wrong_reward")
+    new_folders = [p for p in (out_dir, out_dir / "data") if not p.exists()]
     write_multiply_rows(out_dir / "data", boxed_wrong_reward=credit)
-    cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
-    check_before_starting(cfg)  # a bad env id or model path moves nothing aside
+    try:
+        cfg = load_config(OmegaConf.to_container(merged))  # type: ignore[arg-type]
+        check_before_starting(cfg)  # a bad env id or model path moves nothing aside
+    except BaseException:  # nor leaves rows behind in a folder the run made
+        for folder in reversed(new_folders):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     # a re-run into the same folder leaves only its own outputs there: the earlier run's are moved aside
     earlier = move_earlier_run_aside(output_paths(cfg, out_dir, keep_resumable=_resumes(cfg)), out_dir)
     if earlier is not None:
@@ -239,6 +286,28 @@ def run_quickstart(
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     print(_report(summary), flush=True)
     return summary
+
+
+ONE_PASS_MAX_ROWS = 64
+"""The most rows the recipe puts through the model in one pass when a step's rows follow the user's sizes."""
+
+
+def _one_pass_per_step(merged: Any, user: Any) -> None:
+    """The recipe trains a step's rows in one pass (``micro_*_batch_size_per_gpu`` = mini-batch x samples). When
+    the user changes how many rows that is and leaves the micro-batch sizes alone, they follow: up to
+    ``ONE_PASS_MAX_ROWS`` rows in one pass, more in as few equal passes as split them."""
+    from omegaconf import OmegaConf
+
+    from skygym_train.config.validation import largest_divisor_at_most
+
+    mini = OmegaConf.select(merged, "trainer.policy_mini_batch_size")
+    samples = OmegaConf.select(merged, "generator.n_samples_per_prompt")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (mini, samples)):
+        return  # a value the config check refuses, naming it
+    rows = largest_divisor_at_most(mini * samples, ONE_PASS_MAX_ROWS)
+    for key in ("trainer.micro_train_batch_size_per_gpu", "trainer.micro_forward_batch_size_per_gpu"):
+        if OmegaConf.select(user, key) is None:
+            OmegaConf.update(merged, key, rows)
 
 
 def _eval_command(cfg: Any, export: str) -> str:

@@ -32,17 +32,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--data", required=True, help="dataset rows (JSONL, JSON or Parquet)")
     parser.add_argument("--env", default=None, help="env id for every row (default: each row's env_class)")
-    parser.add_argument("--engine", choices=ENGINES, default="hf")
+    parser.add_argument("--engine", choices=ENGINES, default="hf", help="inference engine (default hf)")
     parser.add_argument("--model", default="smollm2-135m",
-                        help="model name, folder or hub id (for remote/sglang: the tokenizer to use)")
+                        help="model name, folder or hub id (for remote/sglang: the tokenizer to use; default "
+                             "smollm2-135m, the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--base-url", default=None, help="server URL for --engine remote/sglang")
     parser.add_argument("--api", choices=("completions", "chat"), default="completions",
                         help="OpenAI API of --engine remote (completions keeps token ids in and out)")
-    parser.add_argument("-n", "--samples", type=int, default=1, help="samples per prompt (pass@k uses k = n)")
+    parser.add_argument("-n", "--samples", type=int, default=1, help="samples per prompt (pass@k uses k = n; default 1)")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N rows")
-    parser.add_argument("--max-tokens", type=int, default=256, help="new tokens per turn")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-tokens", type=int, default=256, help="new tokens per turn (default 256)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="sampling temperature (default 1.0, sampled; 0 answers greedily)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling's top-p (default 1.0)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     parser.add_argument("--max-turns", type=int, default=1,

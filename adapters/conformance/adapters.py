@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from skyrl_gym.data import row_extras
 from skyrl_gym.episode import run_sync
+from skyrl_gym.extras import install_command
 
 from skygym_adapters.conformance.kit import Case, Context, Reference, Run
 
@@ -84,7 +85,7 @@ class VerlAdapter:
 
     def available(self) -> Tuple[bool, str]:
         if importlib.util.find_spec("verl") is None:
-            return False, "verl is not installed (pip install 'skyrl-gym[verl]')"
+            return False, f"verl is not installed: {install_command('verl')}"
         return True, ""
 
     def run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference]) -> List[Run]:
@@ -163,7 +164,7 @@ class TrlAdapter:
 
     def available(self) -> Tuple[bool, str]:
         if importlib.util.find_spec("trl") is None:
-            return False, "trl is not installed (pip install 'skyrl-gym[trl]')"
+            return False, f"trl is not installed: {install_command('trl')}"
         return True, ""
 
     def run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference]) -> List[Run]:
@@ -206,7 +207,7 @@ class GymnasiumAdapter:
 
     def available(self) -> Tuple[bool, str]:
         if importlib.util.find_spec("gymnasium") is None:
-            return False, "gymnasium is not installed (pip install 'skyrl-gym[gymnasium]')"
+            return False, f"gymnasium is not installed: {install_command('gymnasium')}"
         if importlib.util.find_spec("skyrl_gym.gymnasium_bridge") is None:
             return False, "this skyrl_gym has no gymnasium_bridge"
         return True, ""

@@ -186,6 +186,11 @@ def _check_model_and_data(cfg: Any, has_cuda: bool) -> List[str]:
     return problems
 
 
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` that is at most ``limit`` (a micro-batch size that splits ``n`` rows)."""
+    return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
 def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
     problems: List[str] = []
     t, g = cfg.trainer, cfg.generator
@@ -228,10 +233,12 @@ def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
                 f"optimizer step cannot be split evenly over {world} policy workers"
             )
         elif (per_step // world) % t.micro_train_batch_size_per_gpu:
+            rows, micro = per_step // world, t.micro_train_batch_size_per_gpu
             problems.append(
-                f"trainer.micro_train_batch_size_per_gpu={t.micro_train_batch_size_per_gpu} does not divide the "
-                f"{per_step // world} sequences each policy worker gets per optimizer step "
-                f"(policy_mini_batch_size * n_samples_per_prompt / workers)"
+                f"trainer.micro_train_batch_size_per_gpu={micro} does not divide the {rows} sequences each policy "
+                f"worker gets per optimizer step (trainer.policy_mini_batch_size * generator.n_samples_per_prompt "
+                f"/ {world} worker{'s' if world > 1 else ''}): set it to a divisor of {rows}, e.g. "
+                f"trainer.micro_train_batch_size_per_gpu={largest_divisor_at_most(rows, micro)}"
             )
     if uses_critic(cfg) and usable("train_batch_size", "n_samples_per_prompt", "micro_train_batch_size_per_gpu",
                                    "num_cpu_workers") \
@@ -246,7 +253,7 @@ def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
         if critic_seqs % (cworld * t.micro_train_batch_size_per_gpu):
             problems.append(
                 f"trainer.critic_mini_batch_size * generator.n_samples_per_prompt = {critic_seqs} is not "
-                f"divisible by {cworld} critic workers x micro_train_batch_size_per_gpu"
+                f"divisible by {cworld} critic workers x trainer.micro_train_batch_size_per_gpu"
             )
     return problems
 

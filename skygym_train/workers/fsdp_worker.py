@@ -809,6 +809,7 @@ class TrainingWorker:
         os.makedirs(out_dir, exist_ok=True)
         model.save_pretrained(out_dir)
         AutoTokenizer.from_pretrained(tokenizer_source or self.spec.model_path).save_pretrained(out_dir)
+        _as_umask_allows(out_dir)
 
     def save_weights(self, out_dir: str) -> int:
         """Write every weight to ``out_dir/model.safetensors`` (plus ``config.json``) for engines to reload.
@@ -949,3 +950,18 @@ class TrainingWorker:
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
         self._owns_process_group = False
+
+
+def _as_umask_allows(folder: str) -> None:
+    """transformers writes the weights through a private temporary file (mode 0600) and renames it: an export
+    that another user serves (a vLLM server, a colleague) gets the modes the process's umask allows, as the
+    folder's other files have."""
+    umask = 0o022
+    try:
+        with open("/proc/self/status") as status:  # reading it, unlike os.umask, changes nothing for other threads
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass  # not Linux: the common default
+    for entry in os.scandir(folder):
+        if entry.is_file(follow_symlinks=False):
+            os.chmod(entry.path, 0o666 & ~umask)

@@ -218,3 +218,19 @@ def test_cli_conform_on_a_new_env_plays_its_builder_rows_reference_answers(tiny_
         skyrl_gym.deregister("conform_new_env")
     with pytest.raises(SystemExit, match="no reference answer"):  # rows without one: say what to pass
         main(["conform", "games/nim", "--adapters", "gymnasium"])
+
+
+def test_a_missing_trainer_package_is_skipped_with_the_install_that_doctor_gives(monkeypatch):
+    """conform said `pip install 'skyrl-gym[verl]'` where doctor and the docs say veRL goes into a virtual
+    environment of its own (it pins transformers below what the train extra needs)."""
+    import importlib.util
+
+    from skyrl_gym.extras import install_command
+    from skygym_adapters.conformance.adapters import GymnasiumAdapter, TrlAdapter, VerlAdapter
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("verl", "trl", "gymnasium") else real_find_spec(name, *a))
+    for adapter, extra in ((VerlAdapter(), "verl"), (TrlAdapter(), "trl"), (GymnasiumAdapter(), "gymnasium")):
+        assert adapter.available() == (False, f"{extra} is not installed: {install_command(extra)}")
+    assert "virtual environment of its own" in VerlAdapter().available()[1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -39,6 +41,11 @@ def test_lora_run_syncs_merged_weights_and_exports_a_loadable_folder(tiny_chat_m
         export = trainer.export_hf(str(tmp_path / "export"))
     exported = AutoModelForCausalLM.from_pretrained(str(export)).state_dict()
     assert (export / "tokenizer_config.json").exists()
+    # every file as the umask allows: transformers wrote the weights 0600, unreadable to a server run by another user
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in export.iterdir()} == {
+        f.name: oct(0o666 & ~umask) for f in export.iterdir()}
     changed = [k for k in initial if not torch.allclose(initial[k], exported[k])]
     assert changed and all("proj" in k for k in changed)  # only LoRA-targeted projections moved
     for name, value in exported.items():

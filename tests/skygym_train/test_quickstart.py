@@ -103,15 +103,43 @@ def test_a_run_whose_last_steps_trained_nothing_because_it_learned_reads_as_succ
 def _quickstart_config(out_dir, *overrides):
     from omegaconf import OmegaConf
 
-    from skygym_train.config.loader import _nest, load_config
-    from skygym_train.quickstart import quickstart_overrides
+    from skygym_train.config.loader import load_config
+    from skygym_train.quickstart import quickstart_recipe
 
     (out_dir / "data").mkdir(parents=True, exist_ok=True)
     for name in ("train.jsonl", "validation.jsonl"):  # the config checks that the data files exist
         (out_dir / "data" / name).write_text("")
-    merged = OmegaConf.merge(OmegaConf.create(_nest(quickstart_overrides(out_dir, 2, "smollm2-135m"))),
-                             OmegaConf.from_dotlist(list(overrides)))
-    return load_config(OmegaConf.to_container(merged))
+    return load_config(OmegaConf.to_container(quickstart_recipe(out_dir, 2, "smollm2-135m", overrides)))
+
+
+def test_a_step_keeps_its_rows_in_one_pass_when_the_user_changes_how_many_there_are(tmp_path):
+    """`generator.n_samples_per_prompt=6` (what the trainer suggests when steps train nothing) was refused: the
+    recipe's micro-batch of 32 rows did not divide 48, a size the user never set."""
+    def micro(*overrides):
+        t = _quickstart_config(tmp_path, *overrides).trainer
+        return t.micro_train_batch_size_per_gpu, t.micro_forward_batch_size_per_gpu
+
+    assert micro() == (32, 32)  # the recipe: 8 prompts x 4 samples
+    assert micro("generator.n_samples_per_prompt=6") == (48, 48)
+    assert micro("generator.n_samples_per_prompt=5") == (40, 40)
+    assert micro("trainer.train_batch_size=16", "trainer.policy_mini_batch_size=16") == (64, 64)
+    # more than one pass holds: as few equal passes as split the rows
+    assert micro("generator.n_samples_per_prompt=12") == (48, 48)  # 96 rows in two passes
+    assert micro("generator.n_samples_per_prompt=13") == (52, 52)  # 104 rows in two passes
+    # sizes the user gives are theirs
+    assert micro("generator.n_samples_per_prompt=6", "trainer.micro_train_batch_size_per_gpu=12") == (12, 48)
+
+
+def test_a_size_that_cannot_be_read_is_the_only_problem_named(tmp_path, capsys):
+    """`n_samples_per_prompt=four` was refused, then a micro-batch check that used the schema's default in its
+    place complained about 40 sequences, a number the user never gave."""
+    from skygym_train.quickstart import main
+
+    assert main(["--out", str(tmp_path / "out"), "--steps", "1", "generator.n_samples_per_prompt=four"]) == 2
+    err = capsys.readouterr().err
+    assert "generator.n_samples_per_prompt=four" in err and "expected an integer" in err, err
+    assert "does not divide" not in err and "sequences" not in err, err
+    assert not (tmp_path / "out").exists()  # a refused run leaves no folder behind
 
 
 def test_the_outputs_a_rerun_moves_aside_are_the_runs_own_inside_its_folder(tmp_path):
@@ -156,6 +184,26 @@ def test_moving_an_earlier_run_aside_keeps_every_file_and_names_the_folder_by_it
     second = move_earlier_run_aside(earlier_run(), tmp_path)
     assert second == tmp_path / EARLIER_RUNS / f"{stamp}-2" and (second / "summary.json").is_file()
     assert (first / "summary.json").is_file()
+
+
+def test_an_earlier_runs_summary_names_its_outputs_where_they_were_moved(tmp_path):
+    """The moved summary still named the export at its old path: its `skyrl-gym eval` command found no model."""
+    export, data = tmp_path / "export" / "global_step_40", tmp_path / "data" / "validation.jsonl"
+    export.mkdir(parents=True)
+    (tmp_path / "export2").mkdir()  # a folder whose name starts like a moved one's
+    summary = {"export": str(export), "plot": str(tmp_path / "reward_per_step.png"), "steps": 40,
+               "eval_command": f"skyrl-gym eval --data {data} --model {export} --temperature 0",
+               "notes": [str(tmp_path / "export2"), None]}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "reward_per_step.png").write_bytes(b"png")
+    moved = move_earlier_run_aside([tmp_path / "export", tmp_path / "reward_per_step.png",
+                                    tmp_path / "summary.json"], tmp_path)
+    earlier = json.loads((moved / "summary.json").read_text())
+    assert earlier == {**summary, "export": str(moved / "export" / "global_step_40"),
+                       "plot": str(moved / "reward_per_step.png"),
+                       "eval_command": f"skyrl-gym eval --data {data} --model {moved / 'export' / 'global_step_40'} "
+                                       "--temperature 0"}
+    assert os.path.isdir(earlier["export"]) and os.path.isfile(earlier["plot"])
 
 
 def test_an_earlier_runs_entry_that_is_not_a_folder_is_a_clear_error_and_moves_nothing(tmp_path):
@@ -210,6 +258,7 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
     assert (earlier / "ckpts" / "global_step_2" / "policy" / ".metadata").is_file()
     assert json.loads((earlier / "summary.json").read_text())["reward_per_step"] == first["reward_per_step"]
     assert (earlier / "reward_per_step.png").is_file() and not (earlier / "data").exists()
+    assert json.loads((earlier / "summary.json").read_text())["export"] == str(earlier / "export" / "global_step_2")
 
     # resuming (trainer.resume_mode=latest) goes on from the checkpoint, which stays with the logs it adds to
     with pytest.warns(UserWarning, match="resumed from .*global_step_2 at step 2"):

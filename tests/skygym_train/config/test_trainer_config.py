@@ -168,7 +168,7 @@ def test_batch_sizes_that_do_not_divide_fail_before_loading(data_file):
     with pytest.raises(ConfigError) as info:
         load_config(_valid(data_file, "trainer.train_batch_size=10", "trainer.policy_mini_batch_size=4"))
     assert "trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4" in str(info.value)
-    with pytest.raises(ConfigError, match="micro_train_batch_size_per_gpu=3"):
+    with pytest.raises(ConfigError) as info:
         load_config(
             _valid(
                 data_file,
@@ -178,6 +178,18 @@ def test_batch_sizes_that_do_not_divide_fail_before_loading(data_file):
                 "trainer.micro_train_batch_size_per_gpu=3",
             )
         )
+    # the problem says what to set
+    assert ("trainer.micro_train_batch_size_per_gpu=3 does not divide the 8 sequences each policy worker gets per "
+            "optimizer step (trainer.policy_mini_batch_size * generator.n_samples_per_prompt / 1 worker): set it "
+            "to a divisor of 8, e.g. trainer.micro_train_batch_size_per_gpu=2") in str(info.value)
+
+
+def test_a_size_refused_as_unreadable_is_not_blamed_again_through_its_default(data_file):
+    """`n_samples_per_prompt=four` is refused; its default, standing in, must not make a micro-batch problem
+    about a number of sequences the user never gave."""
+    with pytest.raises(ConfigError) as info:
+        load_config(_valid(data_file, "generator.n_samples_per_prompt=four", "trainer.micro_train_batch_size_per_gpu=32"))
+    assert info.value.problems == ["generator.n_samples_per_prompt=four: expected an integer"]
 
 
 @pytest.mark.parametrize("override, problem", [
