@@ -49,8 +49,8 @@ import secrets
 import threading
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
-from urllib.parse import urlsplit
 
+from skygym_sandboxes.remote import origin, same_origin
 from skyrl_gym.errors import Error
 from skyrl_gym.tools.search import RetryPolicy
 
@@ -129,17 +129,6 @@ class JudgeSettingRefused(JudgeError, ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(message)
         self.key = key
-
-
-def origin(url: str) -> Tuple[str, str, int]:
-    """``(scheme, host, port)`` of an http(s) URL, the port made explicit: what a key is bound to."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port
-    except ValueError:
-        raise JudgeSettingRefused("base_url", f"judge base_url has an invalid port: {url!r}") from None
-    return scheme, (parts.hostname or "").lower(), port or (443 if scheme == "https" else 80)
 
 
 def _section_of(env_config: Any) -> Optional[Any]:
@@ -247,7 +236,7 @@ class JudgeEndpoint:
                 f"judge.base_url (e.g. 'http://127.0.0.1:8000/v1') or the {URL_ENV} environment variable"
             )
         base_url = str(base_url)
-        if not re.match(r"^https?://[^/\s@]+(?:[/?#]\S*)?$", base_url):
+        if not re.match(r"^https?://[^/\s@]+(?:[/?#]\S*)?$", base_url) or origin(base_url) is None:
             raise JudgeSettingRefused(
                 "base_url", f"judge base_url must be an http:// or https:// URL without user info, got {base_url!r}"
             )
@@ -304,7 +293,7 @@ def _bound_key(section: Any, configured_url: Optional[str], operator_url: Option
     operator_key = os.environ.get(API_KEY_ENV) or None
     if operator_key is None or configured_url is None or operator_url is None:
         return operator_key
-    if origin(configured_url) != origin(operator_url):
+    if not same_origin(configured_url, operator_url):
         raise JudgeSettingRefused(
             "base_url",
             f"env_config judge.base_url {configured_url!r} is not the operator's judge endpoint: the key in "
@@ -949,6 +938,5 @@ __all__ = [
     "judge_response",
     "judge_section_for_client",
     "new_fence",
-    "origin",
     "parse_verdict",
 ]

@@ -337,6 +337,13 @@ def test_the_sandbox_token_goes_only_to_the_operators_service(monkeypatch):
         with RemoteSandbox(url=elsewhere, limits=Limits(wall_s=5)) as chosen:  # a URL from a config or client
             chosen.run("print(1)")
         assert _Collector.seen and not any(_Collector.seen), _Collector.seen
+        # a URL that urllib.parse reads as the operator's and requests sends to the attacker: the host ends at the
+        # backslash for requests, at the `@` for urllib.parse (all three tokens went this way)
+        _Collector.seen.clear()
+        forged = f"{elsewhere}\\@{box.url.removeprefix('http://')}"
+        with RemoteSandbox(url=forged, limits=Limits(wall_s=5)) as chosen:
+            chosen.run("print(1)")
+        assert _Collector.seen and not any(_Collector.seen), _Collector.seen
         with RemoteSandbox(url=box.url.replace("127.0.0.1", "localhost"), limits=Limits(wall_s=5)) as other:
             refused = other.run("print(1)")  # another spelling, another origin: no token, and the reason why
         assert refused.status == Status.SANDBOX_ERROR and "SKYGYM_SANDBOX_URL" in refused.message, refused
