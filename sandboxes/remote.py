@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import threading
 import time
-import urllib.parse
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Union
 
 from skygym_sandboxes.http_bodies import read_reply_capped
+from skygym_sandboxes.origins import bound_token
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
 
@@ -53,54 +52,6 @@ def result_from_response(data: Dict[str, Any]) -> RunResult:
         wall_time_s=float(run.get("execution_time") or 0.0),
         message=str(data.get("message") or ""),
         files=dict(data.get("files") or {}),
-    )
-
-
-# Characters that HTTP clients read differently: `requests` (urllib3) ends the host at a backslash, as browsers
-# do, where urllib.parse reads on to an `@` (user info) and takes the host after it; whitespace and control
-# characters are dropped by some parsers and kept by others.
-_AMBIGUOUS_IN_URL = re.compile(r"[\\\s\x00-\x1f\x7f]")
-
-
-def origin(url: str) -> Optional[Tuple[str, str, Optional[int]]]:
-    """``(scheme, host, port)`` of ``url``, the default port filled in: what a credential is bound to. None for a
-    URL that clients may send to another host than the one read here (a backslash, whitespace or a control
-    character; user info before the host) or whose port is not a number: such a URL is no one's origin."""
-    if _AMBIGUOUS_IN_URL.search(url):
-        return None
-    parts = urllib.parse.urlsplit(url)
-    if "@" in parts.netloc:
-        return None
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port
-    except ValueError:
-        return None
-    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
-
-
-def same_origin(url: str, other: str) -> bool:
-    """Whether ``url`` is ``other``'s origin (scheme, host, port), neither one a URL clients may read as
-    another host: the test before a credential bound to ``other`` goes to ``url``."""
-    ours = origin(url)
-    return ours is not None and ours == origin(other)
-
-
-def bound_token(
-    url: str, token_env: str, url_env: str, default_url: Optional[str] = None
-) -> Tuple[Optional[str], str]:
-    """``($token_env, "")`` when ``url`` is the service the operator configured (``$url_env``, else
-    ``default_url``; same scheme, host and port), else ``(None, hint)``: the hint, for a 401's message, says
-    why no token went. A URL from a config, a row or a client never collects the environment's token."""
-    token = os.environ.get(token_env)
-    if not token:
-        return None, ""
-    bound_to = os.environ.get(url_env) or default_url or ""
-    if bound_to and same_origin(url, bound_to):
-        return token, ""
-    return None, (
-        f" (${token_env} is sent only to ${url_env}, {bound_to or 'unset'}, not to {url!r}: "
-        f"pass token= for this service, or set {url_env})"
     )
 
 

@@ -143,7 +143,7 @@ class RemoteEnv(ProxyEnv):
         self.token = token or None
         self._token_hint = ""
         if self.token is None:  # the environment's token, bound to its URL
-            from skygym_sandboxes.remote import bound_token
+            from skygym_sandboxes.origins import bound_token
 
             self.token, self._token_hint = bound_token(self.url, TOKEN_ENV, URL_ENV)
         self.timeout_s = float(timeout_s)

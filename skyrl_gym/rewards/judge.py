@@ -50,7 +50,7 @@ import threading
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from skygym_sandboxes.remote import origin, same_origin
+from skygym_sandboxes.origins import origin, same_origin
 from skyrl_gym.errors import Error
 from skyrl_gym.tools.search import RetryPolicy
 

@@ -37,7 +37,7 @@ DEFAULT_SEARCH_URL = "http://127.0.0.1:8000/retrieve"
 def _auth_headers(url: str) -> Dict[str, str]:
     """``$SKYRL_GYM_RETRIEVER_TOKEN`` as a bearer header, for the retriever the operator configured only
     (``$SKYRL_GYM_RETRIEVER_URL``, else the default URL): a ``search_url`` from elsewhere never gets it."""
-    from skygym_sandboxes.remote import bound_token
+    from skygym_sandboxes.origins import bound_token
 
     from skyrl_gym.retrieval.server import TOKEN_ENV, URL_ENV
 

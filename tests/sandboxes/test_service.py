@@ -16,7 +16,7 @@ from typing import List
 import pytest
 import requests
 
-from skygym_sandboxes import Limits, RunRequest, Status, get_sandbox, remote
+from skygym_sandboxes import Limits, RunRequest, Status, get_sandbox, origins, remote
 from skygym_sandboxes.remote import RemoteSandbox, result_from_response
 from tests.sandboxes.remote_support import free_port, start_server
 
@@ -210,10 +210,10 @@ def test_the_service_never_runs_more_than_max_concurrency_programs(served):
 def test_a_url_that_clients_may_read_as_another_host_is_no_ones_origin(url, monkeypatch):
     """Every token (sandbox service, serve-env, retriever) is bound to the operator's origin; a URL that
     urllib.parse and the HTTP client read as different hosts must not match it."""
-    assert remote.origin(url) is None and not remote.same_origin(url, "http://127.0.0.1:8080")
+    assert origins.origin(url) is None and not origins.same_origin(url, "http://127.0.0.1:8080")
     monkeypatch.setenv("SOME_TOKEN", "secret")
     monkeypatch.setenv("SOME_URL", "http://127.0.0.1:8080")
-    token, hint = remote.bound_token(url, "SOME_TOKEN", "SOME_URL")
+    token, hint = origins.bound_token(url, "SOME_TOKEN", "SOME_URL")
     assert token is None and "$SOME_TOKEN is sent only to $SOME_URL" in hint and repr(url) in hint
 
 
@@ -221,6 +221,6 @@ def test_the_same_origin_spelled_otherwise_still_gets_its_token(monkeypatch):
     monkeypatch.setenv("SOME_TOKEN", "secret")
     monkeypatch.setenv("SOME_URL", "http://127.0.0.1:8080")
     for url in ("http://127.0.0.1:8080/run_code", "HTTP://127.0.0.1:8080", "http://127.0.0.1:8080/?q=a@b"):
-        assert remote.bound_token(url, "SOME_TOKEN", "SOME_URL") == ("secret", ""), url
-    assert remote.same_origin("https://h.example/v1", "https://H.example:443")
-    assert not remote.same_origin("http://127.0.0.1:8081", "http://127.0.0.1:8080")
+        assert origins.bound_token(url, "SOME_TOKEN", "SOME_URL") == ("secret", ""), url
+    assert origins.same_origin("https://h.example/v1", "https://H.example:443")
+    assert not origins.same_origin("http://127.0.0.1:8081", "http://127.0.0.1:8080")
