@@ -10,6 +10,7 @@ import time
 from typing import Any, Dict, Optional, Union
 
 from skygym_sandboxes.http_bodies import read_reply_capped
+from skygym_sandboxes.http_deadlines import AttemptDeadline, watch_deadlines
 from skygym_sandboxes.origins import bound_token
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
@@ -24,6 +25,8 @@ DROPPED_CONNECTION_RETRIES = 1
 # The longest answer read from a service: a run's output and fetched files are capped by the service's limits; a
 # hostile service that answers with gigabytes would otherwise fill the trainer's memory.
 MAX_REPLY_BYTES = 256 * 1024 * 1024
+# The longest /health read (the service's lists a few limits).
+MAX_HEALTH_BYTES = 64 * 1024
 
 
 def result_from_response(data: Dict[str, Any]) -> RunResult:
@@ -97,6 +100,7 @@ class RemoteSandbox(BaseSandbox):
         )
         self._http.mount("http://", adapter)
         self._http.mount("https://", adapter)
+        watch_deadlines(self._http)  # a run's deadline bounds its whole answer, not each read of it
         if token:
             self._http.headers["Authorization"] = f"Bearer {token}"
 
@@ -152,13 +156,24 @@ class RemoteSandbox(BaseSandbox):
         read_timeout = (limits.wall_s or 600.0) + HTTP_MARGIN_S
         body = self._body(request, limits)
         for attempt in range(1 + DROPPED_CONNECTION_RETRIES):
+            # the whole answer within the run's time and the margin: a service that trickles its answer a byte at
+            # a time held the caller for ever (the socket time-out starts again with every byte)
+            deadline = AttemptDeadline(self.connect_timeout_s + read_timeout)
             try:
-                response = self._http.post(
-                    f"{self.url}/run_code", json=body, timeout=(self.connect_timeout_s, read_timeout), stream=True
-                )
-                whole = read_reply_capped(response, MAX_REPLY_BYTES)
+                with deadline:
+                    response = self._http.post(f"{self.url}/run_code", json=body, stream=True,
+                                               timeout=(self.connect_timeout_s, read_timeout))
+                    whole = read_reply_capped(response, MAX_REPLY_BYTES)
+                if deadline.expired:  # cut mid-answer: what came is not the answer
+                    raise requests.Timeout("cut at the deadline")
                 break
             except requests.RequestException as exc:
+                if deadline.expired:
+                    return RunResult.sandbox_error(
+                        f"no complete answer from the sandbox service at {self.url} within {deadline.window:g} s "
+                        f"(the run's wall limit and {HTTP_MARGIN_S:g} s)",
+                        wall_time_s=time.monotonic() - started,
+                    )
                 dropped = isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.Timeout)
                 if dropped and attempt < DROPPED_CONNECTION_RETRIES:
                     continue  # the broken connection left the pool: the next attempt opens a new one
@@ -185,7 +200,19 @@ class RemoteSandbox(BaseSandbox):
         return result_from_response(data)
 
     def health(self) -> Dict[str, Any]:
-        return self._http.get(f"{self.url}/health", timeout=self.connect_timeout_s).json()
+        """The service's ``/health``: at most ``MAX_HEALTH_BYTES``, whole within ``connect_timeout_s`` (a hostile
+        service's endless answer filled the trainer's memory here)."""
+        import requests
+
+        deadline = AttemptDeadline(self.connect_timeout_s)
+        with deadline:
+            response = self._http.get(f"{self.url}/health", timeout=self.connect_timeout_s, stream=True)
+            whole = read_reply_capped(response, MAX_HEALTH_BYTES)
+        if deadline.expired:
+            raise requests.Timeout(f"no complete /health from {self.url} within {self.connect_timeout_s:g} s")
+        if not whole:
+            raise ValueError(f"{self.url}/health answered more than {MAX_HEALTH_BYTES} bytes")
+        return response.json()
 
     def close(self) -> None:
         super().close()

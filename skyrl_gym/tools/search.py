@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
 from skygym_sandboxes.http_bodies import read_reply_capped, read_reply_capped_async
+from skygym_sandboxes.http_deadlines import AttemptDeadline, watch_deadlines
 
 from skyrl_gym.retrieval.server import MAX_QUERY_CHARS  # a longer query is cut to it before it is sent
 from skyrl_gym.tools.core import ToolGroup, tool
@@ -50,6 +51,8 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # The longest answer read from a retriever (the server sends at most 10,000 documents per request): a hostile
 # one that answers with gigabytes would otherwise fill the trainer's memory.
 MAX_REPLY_BYTES = 64 * 1024 * 1024
+# The longest error answer read (its first 200 characters are shown).
+MAX_ERROR_BYTES = 64 * 1024
 # SkyRL-gym's names for the default retry policy of ``call_search_api`` (read at call time, so assigning
 # them changes the default). Ours are 4 tries from 0.5 s; SkyRL-gym's are 10 from 1 s.
 MAX_RETRIES = 4
@@ -115,16 +118,21 @@ def call_search_api(
     retry = _retry_policy(retry)
     prefix = _log_prefix()
     own_session = session is None
-    session = session or requests.Session()
+    session = watch_deadlines(session or requests.Session())
     last_error = "no attempt was made"
     try:
         for attempt in range(1, retry.attempts + 1):
+            deadline = AttemptDeadline(timeout)  # the whole answer within `timeout`, not each read of it
             try:
                 if log_requests:
                     logger.info("%sattempt %d/%d: POST %s", prefix, attempt, retry.attempts, retrieval_service_url)
-                response = session.post(retrieval_service_url, json=_payload(query, topk, return_scores), timeout=timeout,
-                                        stream=True)
-                if not read_reply_capped(response, MAX_REPLY_BYTES):
+                with deadline:
+                    response = session.post(retrieval_service_url, json=_payload(query, topk, return_scores),
+                                            timeout=timeout, stream=True)
+                    whole = read_reply_capped(response, MAX_REPLY_BYTES)
+                if deadline.expired:  # cut mid-answer: what came is not the answer
+                    raise requests.exceptions.Timeout()
+                if not whole:
                     return None, f"API Response Error: the retriever answered more than {MAX_REPLY_BYTES} bytes"
                 if response.status_code in RETRYABLE_STATUS:
                     last_error = f"Server Error ({response.status_code}) on attempt {attempt}/{retry.attempts}"
@@ -135,12 +143,13 @@ def call_search_api(
                         return response.json(), None
                     except ValueError as exc:
                         return None, f"API Response JSON Decode Error: {exc}; response starts {response.text[:200]!r}"
-            except requests.exceptions.Timeout:
-                last_error = f"Timeout Error: no answer within {timeout:g} s on attempt {attempt}/{retry.attempts}"
-            except requests.exceptions.ConnectionError as exc:
-                last_error = f"Connection Error on attempt {attempt}/{retry.attempts}: {type(exc).__name__}"
             except requests.exceptions.RequestException as exc:
-                return None, f"API Request Error: {exc}"
+                if deadline.expired or isinstance(exc, requests.exceptions.Timeout):
+                    last_error = f"Timeout Error: no answer within {timeout:g} s on attempt {attempt}/{retry.attempts}"
+                elif isinstance(exc, requests.exceptions.ConnectionError):
+                    last_error = f"Connection Error on attempt {attempt}/{retry.attempts}: {type(exc).__name__}"
+                else:
+                    return None, f"API Request Error: {exc}"
             logger.warning("%s%s", prefix, last_error)
             if attempt < retry.attempts:
                 time.sleep(retry.delay(attempt))
@@ -175,9 +184,10 @@ async def acall_search_api(
             ) as response:
                 if response.status in RETRYABLE_STATUS:
                     last_error = f"Server Error ({response.status}) on attempt {attempt}/{retry.attempts}"
-                elif response.status >= 400:
-                    text = await response.text()
-                    return None, f"API Request Error: HTTP {response.status}: {text[:200]}"
+                elif response.status >= 400:  # its body capped too: an endless 400 filled the trainer's memory
+                    text = await read_reply_capped_async(response, MAX_ERROR_BYTES)
+                    shown = "(longer than the cap)" if text is None else text[:200].decode("utf-8", "replace")
+                    return None, f"API Request Error: HTTP {response.status}: {shown}"
                 else:
                     body = await read_reply_capped_async(response, MAX_REPLY_BYTES)
                     if body is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import threading
+import time
 from typing import Iterator
 
 import pytest
@@ -65,3 +66,89 @@ def test_the_remote_sandbox_reads_at_most_its_cap_of_an_answer(huge_server, monk
     with RemoteSandbox(huge_server) as sandbox:
         result = sandbox.run("print(1)")
     assert result.status == Status.SANDBOX_ERROR and "answered more than 1048576 bytes" in result.message, result
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """`/trickle/...`: an answer of one byte every 0.2 s for two minutes (each read well within a socket time-out);
+    `/endless/...`: a body that never ends, under the status the path names."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        mode, _, status = self.path.strip("/").partition("/")
+        try:
+            if mode == "trickle":
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "600")
+                self.end_headers()
+                for _ in range(600):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            else:
+                self.send_response(int(status) if status.isdigit() else 200)  # /endless/health: 200
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()  # no Content-Length: until the server closes
+                while True:
+                    self.wfile.write(b"x" * 65536)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up, as it should
+            pass
+
+    do_GET = do_POST = _answer  # http.server calls them by these names
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def hostile_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_that_trickles_its_answer_holds_no_client_past_its_deadline(hostile_server, monkeypatch):
+    """`requests`' time-out starts again with every byte: the sandbox client (31 s) and the search tool (2 s) were
+    still waiting after 100 s and 30 s of an answer that trickled in. Each now ends at its deadline."""
+    from skygym_sandboxes import Limits, Status, remote
+    from skygym_sandboxes.remote import RemoteSandbox
+
+    from skyrl_gym.tools import search
+
+    monkeypatch.setattr(remote, "HTTP_MARGIN_S", 1.0)
+    started = time.monotonic()
+    with RemoteSandbox(hostile_server + "/trickle", limits=Limits(wall_s=1), connect_timeout_s=1) as sandbox:
+        result = sandbox.run("print(1)")
+    assert result.status == Status.SANDBOX_ERROR and "no complete answer" in result.message, result
+    assert "within 3 s" in result.message, result.message  # connecting, the wall limit and the margin
+    answer, error = search.call_search_api(hostile_server + "/trickle", "q", timeout=1,
+                                           retry=search.RetryPolicy(attempts=2, initial_delay_s=0.1))
+    assert answer is None and "Timeout Error: no answer within 1 s on attempt 2/2" in error, error
+    assert time.monotonic() - started < 30  # the answers would have trickled for two minutes each
+
+
+def test_endless_health_and_error_answers_are_read_to_a_cap(hostile_server):
+    """`/health` and the retriever's error answers were read whole: a hostile server's endless one took the
+    trainer's memory past 1.3 GB in seconds."""
+    aiohttp = pytest.importorskip("aiohttp", reason="the async search path needs aiohttp (extra: search)")
+    from skygym_sandboxes.remote import MAX_HEALTH_BYTES, RemoteSandbox
+
+    from skyrl_gym.tools import search
+
+    with RemoteSandbox(hostile_server + "/endless") as sandbox:
+        with pytest.raises(ValueError, match=f"/health answered more than {MAX_HEALTH_BYTES} bytes"):
+            sandbox.health()
+
+    async def asynchronous():
+        async with aiohttp.ClientSession() as session:
+            return await search.acall_search_api(hostile_server + "/endless/400", "q", session)
+
+    answer, error = asyncio.run(asynchronous())
+    assert answer is None and error == "API Request Error: HTTP 400: (longer than the cap)", error
+    answer, error = search.call_search_api(hostile_server + "/endless/400", "q")
+    assert answer is None and "answered more than" in error, error
