@@ -38,6 +38,10 @@ MAX_KEPT_BYTES = 256 * 1024 * 1024
 # the first a call is a 413, past the second (all sessions together) a 503 until sessions close or expire.
 MAX_SESSION_BYTES = 64 * 1024 * 1024
 MAX_HELD_BYTES = 4 * 1024 * 1024 * 1024
+# A session's calls run one at a time, and a client sends the next when the last has answered (a retry of a call
+# under way joins it): past this many running or waiting, a call is a 429. 4,100 connections, each with steps
+# queued on one session, held every connection of the server and hours of sandbox work after their client left.
+MAX_CALLS_PER_SESSION = 2
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 Reply = Tuple[int, bytes]
@@ -62,6 +66,8 @@ class Session:
         self.results: "collections.OrderedDict[str, Reply]" = collections.OrderedDict()
         self.pending: Dict[str, "asyncio.Future[Reply]"] = {}
         self.held_bytes = 0  # what the bodies it was sent (row, prompt, actions) cost to hold (read_json)
+        self.calls = 0  # calls running or waiting for the lock
+        self.closed = False  # closed while calls waited: they answer 410 without running
 
     def describe(self, created: bool) -> Dict[str, Any]:
         env = self.env
@@ -114,7 +120,7 @@ def create_app(
         NO_PUBLIC_DOCS,
         BYTES_PER_JSON_VALUE,
         BodyError,
-        json_shape,
+        held_bytes,
         parse_json_object,
         read_limited_body,
         refusal,
@@ -191,8 +197,9 @@ def create_app(
         if already + size > max_session_bytes:
             what = f"session {session.session_id!r} holds {already} bytes and " if session else "a row of "
             raise Refused(413, f"{what}{size} more would pass --max-session-bytes {max_session_bytes} (its env keeps "
-                               f"its row and actions for the session's life; a body counts its bytes plus "
-                               f"{BYTES_PER_JSON_VALUE} per JSON value); start a new session")
+                               f"its row and actions for the session's life; a body counts what it holds in "
+                               f"memory: its strings at 1, 2 or 4 bytes a character, and {BYTES_PER_JSON_VALUE} "
+                               f"per JSON value); start a new session")
         if held[0] + size > max_held_bytes:
             raise Refused(503, f"the service holds {held[0]} bytes of sessions' rows and actions, its limit "
                                f"(--max-held-bytes {max_held_bytes}); retry when sessions have closed or expired "
@@ -202,6 +209,7 @@ def create_app(
             session.held_bytes += size
 
     async def close_session(session: Session) -> Optional[str]:
+        session.closed = True  # the calls waiting for its lock give way (the one running finishes)
         forget(session)
         held[0] -= session.held_bytes
         session.held_bytes = 0
@@ -252,15 +260,15 @@ def create_app(
             raise Refused(*why)
 
     async def read_json(request: Request) -> Tuple[Dict[str, Any], int]:
-        """The body, and what it costs to hold: its bytes, plus BYTES_PER_JSON_VALUE for each value in it (3
-        million empty objects are 9 MB on the wire and over 1 GB parsed)."""
+        """The body, and what it costs to hold (``held_bytes``: 3 million empty objects are 9 MB on the wire and over
+        1 GB parsed; one emoji makes CPython store a whole string at 4 bytes a character)."""
         authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
             body = parse_json_object(raw) if raw else {}
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
-        return body, len(raw) + BYTES_PER_JSON_VALUE * json_shape(body)[1]
+        return body, held_bytes(body)
 
     def optional_id(body: Dict[str, Any], field: str) -> Optional[str]:
         value = body.get(field)
@@ -392,10 +400,26 @@ def create_app(
             if running is not None:
                 stats["retries_answered"] += 1
                 return await asyncio.shield(running)
+        if session.calls >= MAX_CALLS_PER_SESSION:
+            raise Refused(429, f"session {session.session_id!r} already has {session.calls} calls running or "
+                               f"waiting: its calls run one at a time; send the next when the last has answered "
+                               f"(a retry with the same request_id joins the call under way)")
         charge(session, size)
+        session.calls += 1
 
         async def run() -> Reply:
+            try:
+                return await run_in_turn()
+            finally:
+                session.calls -= 1
+
+        async def run_in_turn() -> Reply:
             async with session.lock:
+                if session.closed:
+                    if request_id is not None:
+                        session.pending.pop(request_id, None)
+                    return 410, encode({"error": f"session {session.session_id!r} was closed before this "
+                                                 f"{method}() ran; it did not run"})
                 session.last_used = time.monotonic()
                 stats["calls_running"] += 1
                 try:
@@ -511,6 +535,8 @@ def create_app(
                 "max_session_bytes": max_session_bytes,
                 "max_held_bytes": max_held_bytes,
                 **stats,
+                # calls waiting behind their session's call under way (a gauge)
+                "calls_waiting": sum(s.calls - s.lock.locked() for s in sessions.values()),
             }
         )
 

@@ -25,8 +25,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def encode(payload: Any) -> bytes:
-    # allow_nan: a NaN reward reaches the client as it is, so the client's checker reports it
-    return json.dumps(payload, default=_jsonable, ensure_ascii=False).encode("utf-8")
+    # allow_nan: a NaN reward reaches the client as it is, so the client's checker reports it. A lone surrogate
+    # (JSON's "\ud800", which a client may send and an env echo) has no UTF-8: it travels as that escape, not as
+    # a 500 (backslashreplace writes it as JSON writes it)
+    return json.dumps(payload, default=_jsonable, ensure_ascii=False).encode("utf-8", "backslashreplace")
 
 
 __all__ = ["encode"]

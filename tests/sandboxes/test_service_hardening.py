@@ -179,6 +179,19 @@ def test_bodies_are_limited_while_they_stream_chunked_ones_too(served):
     assert_still_serving(served)
 
 
+def test_a_lone_surrogate_is_a_400_not_a_broken_worker(served):
+    """`"stdin": "\\ud800"` (JSON can say it; UTF-8 cannot) raised in the worker as it encoded the run: the worker
+    was torn down and respawned, and the client got a 200 SandboxError."""
+    for field, value in (("stdin", '"a\\ud800"'), ("code", '"print(\\udfff)"'), ("argv", '["\\ud83d"]')):
+        raw = '{"code": "print(1)", "' + field + '": ' + value + "}"
+        response = post(served, raw)
+        assert response.status_code == 400, (field, response.status_code, response.text[:200])
+        assert "lone surrogate" in response.json()["message"], response.json()
+    response = post(served, {"code": "print(input())", "stdin": "\U0001F600 fine"})  # a whole pair is text
+    assert response.status_code == 200 and response.json()["run_result"]["stdout"] == "\U0001F600 fine\n"
+    assert_still_serving(served)
+
+
 def test_slow_clients_are_cut_off_and_others_still_served(served):
     """Slowloris: uvicorn alone kept an idle connection, a half-sent head and a half-sent body open forever
     (each holding a file descriptor); with --client-timeout 1 each is closed, the body with a 408."""

@@ -289,6 +289,18 @@ def test_a_100000_deep_body_is_a_400_with_a_message(service):
     assert create(service, "gsm8k", None, GSM8K_ROW).status_code == 200
 
 
+def test_a_lone_surrogate_is_a_400_and_an_env_that_echoes_one_is_no_500(service):
+    """An env_config key of `"\\ud800"` got an unhandled 500 with a traceback: the refusal's message, which names
+    the key, had no UTF-8."""
+    raw = '{"env_id": "gsm8k", "env_config": {"\\ud800": 1}}'
+    response = requests.post(service.url + "/sessions", data=raw, timeout=60)
+    assert response.status_code == 400 and "lone surrogate" in response.json()["error"], response.text[:300]
+    from skyrl_gym.remote.wire import encode
+
+    assert json.loads(encode({"echo": "a\ud800b"})) == {"echo": "a\ud800b"}  # what an env echoes travels
+    assert create(service, "gsm8k", None, GSM8K_ROW).status_code == 200
+
+
 def test_a_300_mib_chunked_body_is_refused_while_it_streams(tmp_path):
     with env_service("--max-body-bytes", str(1024 * 1024)) as small:
         port = int(small.url.rsplit(":", 1)[1])
@@ -480,6 +492,25 @@ def test_a_body_of_many_small_values_is_counted_at_what_it_costs_to_hold():
         stop()
 
 
+def test_a_row_held_at_four_bytes_a_character_is_counted_at_four():
+    """One emoji makes CPython store a whole string at 4 bytes a character: 4 sessions of 8 MiB rows grew the
+    server by 128 MiB while the budgets counted 32 (an attacker's pass); the limits then allowed four times
+    themselves."""
+    megabyte = 1024 * 1024
+    url, stop = _in_process_server(max_body_bytes=4 * megabyte)
+    try:
+        held = []
+        for junk in ("a" * megabyte, "a" * megabyte + "\U0001F600"):
+            row = {**GSM8K_ROW, "junk": junk}
+            created = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": row}, timeout=30)
+            assert created.status_code == 200, created.text[:300]
+            held.append(requests.get(f"{url}/health", timeout=10).json()["held_bytes"] - sum(held))
+        ascii_row, wide_row = held
+        assert megabyte < ascii_row < 1.1 * megabyte and 4 * megabyte < wide_row < 4.1 * megabyte, held
+    finally:
+        stop()
+
+
 def test_a_session_closed_during_a_step_keeps_no_answer():
     """close() dropped the session's kept answers, then the step under way kept its own: bytes counted for a
     session that no longer exists, until the budget pushed out honest answers."""
@@ -497,6 +528,65 @@ def test_a_session_closed_during_a_step_keeps_no_answer():
             running.result()
         assert requests.get(f"{url}/health", timeout=10).json()["kept_answer_bytes"] == 0
     finally:
+        stop()
+
+
+def test_a_session_runs_its_calls_one_at_a_time_and_refuses_a_queue_of_them(tmp_path):
+    """4,100 connections, each with steps queued on one session, held every connection of the server (honest
+    clients were cut), hours of sandbox work ran after their client left, and SIGTERM waited behind them. Past two
+    calls running or waiting a call is a 429; a retry joins its call; closing the session stops the waiting ones."""
+    import concurrent.futures
+    import time
+
+    from skyrl_gym.remote.server import MAX_CALLS_PER_SESSION
+
+    url, stop = _in_process_server()
+    first_gate, second_gate = tmp_path / "first", tmp_path / "second"
+
+    def health_until(predicate):
+        deadline = time.monotonic() + 30  # only stops a broken test from hanging
+        while True:
+            health = requests.get(f"{url}/health", timeout=10).json()
+            if predicate(health) or time.monotonic() > deadline:
+                return health
+            time.sleep(0.02)
+
+    try:
+        session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": {"max_turns": 9}},
+                                timeout=30).json()["session_id"]
+        steps = f"{url}/sessions/{session}/step"
+
+        def step(action, request_id):
+            return pool.submit(requests.post, steps, json={"action": action, "request_id": request_id}, timeout=30)
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            first = step(f"wait:{first_gate}", "r1")
+            health_until(lambda h: h["calls_running"] == 1)
+            second = step(f"wait:{second_gate}", "r2")
+            health_until(lambda h: h["calls_waiting"] == 1)
+            queued = [requests.post(steps, json={"action": "more", "request_id": f"q{n}"}, timeout=30)
+                      for n in range(3)]
+            assert [r.status_code for r in queued] == [429] * 3, [r.text[:200] for r in queued]
+            assert f"already has {MAX_CALLS_PER_SESSION} calls running or waiting" in queued[0].json()["error"]
+            retry = step(f"wait:{first_gate}", "r1")  # joins the call under way (or gets its kept answer)
+            first_gate.write_text("")
+            assert first.result().status_code == 200 and retry.result().content == first.result().content
+            assert first.result().json()["output"]["metadata"]["applied_steps"] == 1
+            health_until(lambda h: h["calls_running"] == 1 and h["calls_waiting"] == 0)  # the second runs
+            third = step("third", "r3")
+            health_until(lambda h: h["calls_waiting"] == 1)
+            closing = pool.submit(requests.delete, f"{url}/sessions/{session}", timeout=30)
+            health_until(lambda h: h["sessions"] == 0)  # closed: the third waits for the second, then gives way
+            second_gate.write_text("")
+            assert second.result().status_code == 200, second.result().text[:300]
+            assert third.result().status_code == 410, third.result().text[:300]
+            assert "was closed before this step() ran; it did not run" in third.result().json()["error"]
+            assert closing.result().json()["closed"] is True
+        health = requests.get(f"{url}/health", timeout=10).json()
+        assert health["calls_running"] == 0 and health["sessions"] == 0, health
+    finally:
+        first_gate.write_text("")
+        second_gate.write_text("")
         stop()
 
 
