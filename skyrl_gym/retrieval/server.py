@@ -45,12 +45,26 @@ TOKEN_ENV = "SKYRL_GYM_RETRIEVER_TOKEN"
 URL_ENV = "SKYRL_GYM_RETRIEVER_URL"
 
 
-class QueryBatcher:
-    """Feeds queries from many concurrent requests to the index in batches, one batch at a time."""
+# Query characters waiting for the index, all requests together (about 3 s of BM25 work): past it a request is a
+# 503 that its client retries later. Without a bound, 4,096 requests of 512 K characters each would have waited in
+# the queue for half an hour, holding every connection of the server, and run after their clients had gone.
+MAX_QUEUED_QUERY_CHARS = 8 * MAX_REQUEST_QUERY_CHARS
 
-    def __init__(self, retriever: Retriever, max_batch: int = 256) -> None:
+
+class Busy(Exception):
+    """The batcher's queue holds as many query characters as it may: the request is not queued."""
+
+
+class QueryBatcher:
+    """Feeds queries from many concurrent requests to the index in batches, one batch at a time; at most
+    ``max_queued_chars`` of query text wait (a request arriving at an empty queue is always taken)."""
+
+    def __init__(self, retriever: Retriever, max_batch: int = 256,
+                 max_queued_chars: int = MAX_QUEUED_QUERY_CHARS) -> None:
         self._retriever = retriever
         self._max_batch = max_batch
+        self.max_queued_chars = max_queued_chars
+        self.queued_chars = 0
         self._queue: "asyncio.Queue[Tuple[List[str], int, asyncio.Future]]" = asyncio.Queue()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="retriever")
         self._task: Optional[asyncio.Task] = None
@@ -70,8 +84,14 @@ class QueryBatcher:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def search(self, queries: List[str], k: int) -> List[Hits]:
+        """The hits of ``queries``, or :class:`Busy` when they would pass the queue's bound."""
+        chars = sum(len(q) for q in queries)
+        if self.queued_chars and self.queued_chars + chars > self.max_queued_chars:
+            raise Busy(f"the retriever has {self.queued_chars} characters of queries waiting, its bound; "
+                       "retry shortly")
         future: asyncio.Future = asyncio.get_running_loop().create_future()
-        await self._queue.put((queries, k, future))
+        self.queued_chars += chars
+        self._queue.put_nowait((queries, k, future))
         return await future
 
     async def _run(self) -> None:
@@ -84,6 +104,7 @@ class QueryBatcher:
                 items.append(item)
                 count += len(item[0])
             all_queries = [q for queries, _, _ in items for q in queries]
+            self.queued_chars -= sum(len(q) for q in all_queries)
             k = max(item[1] for item in items)
             try:
                 hits = await loop.run_in_executor(self._executor, self._retriever.search, all_queries, k)
@@ -161,6 +182,7 @@ def create_app(
             "documents": len(documents),
             "batches": batcher.batches if batcher else 0,
             "queries": batcher.queries if batcher else 0,
+            "queued_query_chars": batcher.queued_chars if batcher else 0,
             "max_body_bytes": max_body_bytes,
         }
 
@@ -209,7 +231,10 @@ def create_app(
         if len(queries) * topk > MAX_HITS_PER_REQUEST:
             raise HTTPException(400, f"one request may ask for at most {MAX_HITS_PER_REQUEST} documents (queries x "
                                      f"topk), got {len(queries)} x {topk}; split it")
-        hits = await state["batcher"].search(list(queries), topk) if queries else []
+        try:
+            hits = await state["batcher"].search(list(queries), topk) if queries else []
+        except Busy as exc:  # the search tool retries a 503 after a back-off
+            raise HTTPException(503, str(exc)) from None
 
         def encoded() -> bytes:  # in a thread: a large answer does not hold the event loop while it is written
             result = [

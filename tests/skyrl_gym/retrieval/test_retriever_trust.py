@@ -177,3 +177,41 @@ def test_the_search_tool_sends_the_token_to_the_operators_retriever_only(guarded
     finally:
         attacker.shutdown()
         attacker.server_close()
+
+
+def test_the_query_text_waiting_for_the_index_is_bounded():
+    """4,096 requests of 512 K characters each would have waited for the index half an hour, holding every
+    connection, and run after their clients left. Past the bound a request is refused at once (the server answers
+    it with a 503 that the search tool retries); a request arriving at an empty queue is always taken. The index
+    here is a double that holds its batch until released, so the queue can be filled on purpose."""
+    import asyncio
+
+    from skyrl_gym.retrieval.server import Busy, QueryBatcher
+
+    release = threading.Event()
+
+    class HeldIndex:
+        def search(self, queries, k):
+            release.wait(10)
+            return [[(0, 1.0)] for _ in queries]
+
+    async def scenario():
+        batcher = QueryBatcher(HeldIndex(), max_queued_chars=100)
+        batcher.start()
+        try:
+            first = asyncio.ensure_future(batcher.search(["x" * 500], 1))  # over the bound, but the queue is empty
+            await asyncio.sleep(0.05)  # taken into a batch: the index holds it
+            waiting = asyncio.ensure_future(batcher.search(["y" * 80], 1))
+            await asyncio.sleep(0.05)
+            assert batcher.queued_chars == 80
+            with pytest.raises(Busy, match="80 characters of queries waiting"):
+                await batcher.search(["z" * 30], 1)
+            release.set()
+            assert len(await first) == 1 and len(await waiting) == 1
+            assert batcher.queued_chars == 0
+            return await batcher.search(["z" * 30], 1)  # room again
+        finally:
+            release.set()
+            await batcher.stop()
+
+    assert asyncio.run(scenario()) == [[(0, 1.0)]]
