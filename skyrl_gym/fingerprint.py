@@ -24,7 +24,7 @@ import json
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from skyrl_gym import threadsafe_ast
 
@@ -142,8 +142,13 @@ def _own_tops(tops: Set[str]) -> Set[str]:
     return set(tops) | {top for top, owners in _tops_to_distributions().items() if dists & set(owners)}
 
 
-def _collect(start_modules: List[str]) -> Tuple[Dict[str, Path], Set[str]]:
-    """The files of the modules to hash (name -> path) and the top-level names imported from outside."""
+def module_files(
+    start_modules: Sequence[str], skip: Sequence[str] = PLUMBING, into_packages: bool = False
+) -> Tuple[Dict[str, Path], Set[str]]:
+    """The files of ``start_modules`` and of every module of their distributions they import, followed
+    transitively (name -> path), and the top-level names they import from outside. Modules under ``skip`` are not
+    followed, nor a package's ``__init__`` (which re-exports) unless ``into_packages``. Read from disk, never
+    imported; imports inside functions count."""
     files: Dict[str, Path] = {}
     outside: Set[str] = set()
     pending = list(start_modules)
@@ -163,10 +168,10 @@ def _collect(start_modules: List[str]) -> Tuple[Dict[str, Path], Set[str]]:
                 if top not in stdlib and top != "__future__":
                     outside.add(top)
                 continue
-            if any(imported == p or imported.startswith(p + ".") for p in PLUMBING):
+            if any(imported == p or imported.startswith(p + ".") for p in skip):
                 continue
             found = _module_file(imported)
-            if found is None or found.name == "__init__.py":  # a package's __init__ re-exports: not followed
+            if found is None or (found.name == "__init__.py" and not into_packages):
                 continue
             pending.append(imported)
     return files, outside
@@ -214,7 +219,7 @@ def _compute(env_spec: Any) -> Tuple[str, List[str]]:
     if builder:
         parts.append(f"dataset builder {builder}")
         start.append(builder.partition(":")[0])
-    files, outside = _collect(start)
+    files, outside = module_files(start)
     for name in sorted(files):
         digest = hashlib.sha256(files[name].read_bytes().replace(b"\r\n", b"\n")).hexdigest()[:16]
         parts.append(f"file {name} {digest}")

@@ -12,16 +12,19 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List
 
 import pytest
 
 BUILD_PROJECTS = "toolz,six,inflection"
 BUILD_LIMIT = 5
 REPO = Path(__file__).resolve().parents[1]
-# The repository paths `skyrl-gym swe build` runs: a change to any of them builds again.
-BUILT_FROM = ("skyrl_gym/envs/swe", "sandboxes", "skyrl_gym/cli/swe_cmd.py", "skyrl_gym/cli/_io.py",
-              "skyrl_gym/threadsafe_ast.py", "skyrl_gym/errors.py", "tests/swe_fixtures.py")
+# What the build depends on: every file of the SWE env (its templates and project sources too), this fixture, and
+# the Python the build command runs, followed from its module through the modules it imports by name (the sandboxes
+# package's container and image code, not its service, local sandboxes or command line: an edit to any file of
+# the package rebuilt for two minutes in the next CI). A change to any of them builds again.
+BUILT_FROM = ("skyrl_gym/envs/swe", "tests/swe_fixtures.py")
+BUILT_BY = ("skyrl_gym.cli.swe_cmd",)
 
 
 def swe_cli(*args: str, timeout: float = 1200, **kwargs) -> subprocess.CompletedProcess:
@@ -47,15 +50,26 @@ def swe_docker() -> Iterator[str]:
     engine.stop()
 
 
+def built_from() -> List[Path]:
+    """The files :func:`build_key` hashes: ``BUILT_FROM``'s, and the modules ``BUILT_BY`` imports, followed (the
+    reward fingerprint's import walk, into the env contract's plumbing too)."""
+    from skyrl_gym.fingerprint import module_files
+
+    files = {path for root in BUILT_FROM
+             for path in ((REPO / root).rglob("*") if (REPO / root).is_dir() else [REPO / root])
+             if path.is_file() and "__pycache__" not in path.parts}
+    files |= set(module_files(BUILT_BY, skip=())[0].values())
+    return sorted(files)
+
+
 def build_key() -> str:
-    """What the build's output depends on: the code that makes it (the SWE env and its builder, the sandboxes
-    package, the command), the Python and what the fixture asks for. The projects are pinned (synth/projects.py)
-    and their images are tagged with a hash of their content."""
+    """What the build's output depends on: the code that makes it (:func:`built_from`), the Python and what the
+    fixture asks for. The projects are pinned (synth/projects.py) and their images are tagged with a hash of
+    their content."""
     digest = hashlib.sha256(f"{BUILD_PROJECTS} {BUILD_LIMIT} {sys.version_info[:2]}".encode())
-    for root in BUILT_FROM:
-        for path in sorted((REPO / root).rglob("*") if (REPO / root).is_dir() else [REPO / root]):
-            if path.is_file() and "__pycache__" not in path.parts:
-                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in built_from():
+        name = path.relative_to(REPO) if REPO in path.parents else path
+        digest.update(str(name).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:20]
 
 
