@@ -161,8 +161,9 @@ class RemoteSandbox(BaseSandbox):
             deadline = AttemptDeadline(self.connect_timeout_s + read_timeout)
             try:
                 with deadline:
+                    # no redirects: requests reads each redirect's body whole, past every cap
                     response = self._http.post(f"{self.url}/run_code", json=body, stream=True,
-                                               timeout=(self.connect_timeout_s, read_timeout))
+                                               timeout=(self.connect_timeout_s, read_timeout), allow_redirects=False)
                     whole = read_reply_capped(response, MAX_REPLY_BYTES)
                 if deadline.expired:  # cut mid-answer: what came is not the answer
                     raise requests.Timeout("cut at the deadline")
@@ -194,7 +195,9 @@ class RemoteSandbox(BaseSandbox):
             message = data.get("message") if isinstance(data, dict) else None
             return RunResult.sandbox_error(
                 f"the sandbox service answered HTTP {response.status_code}: {message or response.text[:300]}"
-                + (self._token_hint if response.status_code == 401 else ""),
+                + (self._token_hint if response.status_code == 401 else "")
+                + (" (redirects are not followed: give the service's own URL)"
+                   if 300 <= response.status_code < 400 else ""),
                 wall_time_s=time.monotonic() - started,
             )
         return result_from_response(data)
@@ -206,12 +209,15 @@ class RemoteSandbox(BaseSandbox):
 
         deadline = AttemptDeadline(self.connect_timeout_s)
         with deadline:
-            response = self._http.get(f"{self.url}/health", timeout=self.connect_timeout_s, stream=True)
+            response = self._http.get(f"{self.url}/health", timeout=self.connect_timeout_s, stream=True,
+                                      allow_redirects=False)
             whole = read_reply_capped(response, MAX_HEALTH_BYTES)
         if deadline.expired:
             raise requests.Timeout(f"no complete /health from {self.url} within {self.connect_timeout_s:g} s")
         if not whole:
             raise ValueError(f"{self.url}/health answered more than {MAX_HEALTH_BYTES} bytes")
+        if response.status_code != 200:
+            raise ValueError(f"{self.url}/health answered HTTP {response.status_code} (redirects are not followed)")
         return response.json()
 
     def close(self) -> None:

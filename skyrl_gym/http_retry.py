@@ -102,6 +102,9 @@ def request_with_retries(
     import requests
 
     watch_deadlines(session)
+    # requests reads every redirect's body whole (decompressed) before the next hop, where no cap reaches: a 3xx
+    # is an answer like any other, read to the cap, and the caller decides what it means
+    request_options.setdefault("allow_redirects", False)
     attempts = attempts or policy.attempts
     connect_s, attempt_s = _split(timeout)
     reason = "no attempt was made"

@@ -226,7 +226,7 @@ class RemoteEnv(ProxyEnv):
             )
         except (RetriesExhausted, ReplyTooLarge) as exc:
             raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {exc}") from None
-        if response.status_code >= 400:
+        if response.status_code >= 300:  # a redirect is not followed: the answer is the service's own or none
             raise self._failure(what, response.status_code, response.text)
         return self._parsed(response.text, what)
 

@@ -38,9 +38,10 @@ MAX_KEPT_BYTES = 256 * 1024 * 1024
 # the first a call is a 413, past the second (all sessions together) a 503 until sessions close or expire.
 MAX_SESSION_BYTES = 64 * 1024 * 1024
 MAX_HELD_BYTES = 4 * 1024 * 1024 * 1024
-# A session's calls run one at a time, and a client sends the next when the last has answered (a retry of a call
-# under way joins it): past this many running or waiting, a call is a 429. 4,100 connections, each with steps
-# queued on one session, held every connection of the server and hours of sandbox work after their client left.
+# A session's calls run one at a time, and a client sends the next when the last has answered: past this many
+# requests on a session running, waiting or joining a call under way (a retry with its request_id), a request is a
+# 429. 4,100 connections, each with steps queued on one session (or each retrying the same one), held every
+# connection of the server and hours of sandbox work after their client left.
 MAX_CALLS_PER_SESSION = 2
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -386,6 +387,11 @@ def create_app(
             else:
                 future.add_done_callback(lambda _f: creating.pop(session_id, None))
 
+    def refuse_past_the_cap(session: Session) -> None:
+        if session.calls >= MAX_CALLS_PER_SESSION:
+            raise Refused(429, f"session {session.session_id!r} already has {session.calls} requests running or "
+                               f"waiting: its calls run one at a time; send the next when the last has answered")
+
     async def call(
         session: Session, request_id: Optional[str], method: str, operation: Callable[[], Any], size: int = 0
     ) -> Reply:
@@ -397,13 +403,15 @@ def create_app(
                 stats["retries_answered"] += 1
                 return done
             running = session.pending.get(request_id)
-            if running is not None:
+            if running is not None:  # joins the call under way, and counts as one while it waits for it
+                refuse_past_the_cap(session)
                 stats["retries_answered"] += 1
-                return await asyncio.shield(running)
-        if session.calls >= MAX_CALLS_PER_SESSION:
-            raise Refused(429, f"session {session.session_id!r} already has {session.calls} calls running or "
-                               f"waiting: its calls run one at a time; send the next when the last has answered "
-                               f"(a retry with the same request_id joins the call under way)")
+                session.calls += 1
+                try:
+                    return await asyncio.shield(running)
+                finally:
+                    session.calls -= 1
+        refuse_past_the_cap(session)
         charge(session, size)
         session.calls += 1
 

@@ -45,10 +45,13 @@ TOKEN_ENV = "SKYRL_GYM_RETRIEVER_TOKEN"
 URL_ENV = "SKYRL_GYM_RETRIEVER_URL"
 
 
-# Query characters waiting for the index, all requests together (about 3 s of BM25 work): past it a request is a
-# 503 that its client retries later. Without a bound, 4,096 requests of 512 K characters each would have waited in
-# the queue for half an hour, holding every connection of the server, and run after their clients had gone.
+# What may wait for the index, all requests together: past either bound a request is a 503 that its client
+# retries later. Without one, 4,096 requests of 512 K characters each would have waited in the queue for half an
+# hour, holding every connection of the server, and run after their clients had gone. Characters bound long
+# queries; the count bounds short ones, which cost a pass over the index each (20 requests of 1,024 two-letter
+# queries held an honest one 84 s on a 100,000-document corpus; empty ones counted no characters at all).
 MAX_QUEUED_QUERY_CHARS = 8 * MAX_REQUEST_QUERY_CHARS
+MAX_QUEUED_QUERIES = 2 * MAX_QUERIES_PER_REQUEST
 
 
 class Busy(Exception):
@@ -60,11 +63,11 @@ class QueryBatcher:
     ``max_queued_chars`` of query text wait (a request arriving at an empty queue is always taken)."""
 
     def __init__(self, retriever: Retriever, max_batch: int = 256,
-                 max_queued_chars: int = MAX_QUEUED_QUERY_CHARS) -> None:
+                 max_queued_chars: int = MAX_QUEUED_QUERY_CHARS, max_queued: int = MAX_QUEUED_QUERIES) -> None:
         self._retriever = retriever
         self._max_batch = max_batch
-        self.max_queued_chars = max_queued_chars
-        self.queued_chars = 0
+        self.max_queued_chars, self.max_queued = max_queued_chars, max_queued
+        self.queued_chars = self.queued = 0
         self._queue: "asyncio.Queue[Tuple[List[str], int, asyncio.Future]]" = asyncio.Queue()
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="retriever")
         self._task: Optional[asyncio.Task] = None
@@ -86,11 +89,13 @@ class QueryBatcher:
     async def search(self, queries: List[str], k: int) -> List[Hits]:
         """The hits of ``queries``, or :class:`Busy` when they would pass the queue's bound."""
         chars = sum(len(q) for q in queries)
-        if self.queued_chars and self.queued_chars + chars > self.max_queued_chars:
-            raise Busy(f"the retriever has {self.queued_chars} characters of queries waiting, its bound; "
-                       "retry shortly")
+        if self.queued and (self.queued_chars + chars > self.max_queued_chars
+                            or self.queued + len(queries) > self.max_queued):
+            raise Busy(f"the retriever has {self.queued} queries ({self.queued_chars} characters) waiting, its "
+                       "bound; retry shortly")
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self.queued_chars += chars
+        self.queued += len(queries)
         self._queue.put_nowait((queries, k, future))
         return await future
 
@@ -105,6 +110,7 @@ class QueryBatcher:
                 count += len(item[0])
             all_queries = [q for queries, _, _ in items for q in queries]
             self.queued_chars -= sum(len(q) for q in all_queries)
+            self.queued -= len(all_queries)
             k = max(item[1] for item in items)
             try:
                 hits = await loop.run_in_executor(self._executor, self._retriever.search, all_queries, k)
@@ -182,6 +188,7 @@ def create_app(
             "documents": len(documents),
             "batches": batcher.batches if batcher else 0,
             "queries": batcher.queries if batcher else 0,
+            "queued_queries": batcher.queued if batcher else 0,
             "queued_query_chars": batcher.queued_chars if batcher else 0,
             "max_body_bytes": max_body_bytes,
         }

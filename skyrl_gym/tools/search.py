@@ -127,8 +127,9 @@ def call_search_api(
                 if log_requests:
                     logger.info("%sattempt %d/%d: POST %s", prefix, attempt, retry.attempts, retrieval_service_url)
                 with deadline:
+                    # no redirects: requests reads each redirect's body whole, past every cap
                     response = session.post(retrieval_service_url, json=_payload(query, topk, return_scores),
-                                            timeout=timeout, stream=True)
+                                            timeout=timeout, stream=True, allow_redirects=False)
                     whole = read_reply_capped(response, MAX_REPLY_BYTES)
                 if deadline.expired:  # cut mid-answer: what came is not the answer
                     raise requests.exceptions.Timeout()
@@ -138,6 +139,9 @@ def call_search_api(
                     last_error = f"Server Error ({response.status_code}) on attempt {attempt}/{retry.attempts}"
                 elif response.status_code >= 400:
                     return None, f"API Request Error: HTTP {response.status_code}: {response.text[:200]}"
+                elif response.status_code >= 300:
+                    return None, (f"API Request Error: HTTP {response.status_code} (redirects are not followed: "
+                                  "point search_url at the retriever itself)")
                 else:
                     try:
                         return response.json(), None

@@ -533,8 +533,9 @@ def test_a_session_closed_during_a_step_keeps_no_answer():
 
 def test_a_session_runs_its_calls_one_at_a_time_and_refuses_a_queue_of_them(tmp_path):
     """4,100 connections, each with steps queued on one session, held every connection of the server (honest
-    clients were cut), hours of sandbox work ran after their client left, and SIGTERM waited behind them. Past two
-    calls running or waiting a call is a 429; a retry joins its call; closing the session stops the waiting ones."""
+    clients were cut), hours of sandbox work ran after their client left, and SIGTERM waited behind them; so did
+    4,100 retries joining one step. Past two requests running, waiting or joining a call, a request is a 429;
+    closing the session stops the waiting ones."""
     import concurrent.futures
     import time
 
@@ -559,22 +560,28 @@ def test_a_session_runs_its_calls_one_at_a_time_and_refuses_a_queue_of_them(tmp_
         def step(action, request_id):
             return pool.submit(requests.post, steps, json={"action": action, "request_id": request_id}, timeout=30)
 
+        def refused(response):
+            assert response.status_code == 429, response.text[:200]
+            return f"already has {MAX_CALLS_PER_SESSION} requests running or waiting" in response.json()["error"]
+
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             first = step(f"wait:{first_gate}", "r1")
             health_until(lambda h: h["calls_running"] == 1)
-            second = step(f"wait:{second_gate}", "r2")
+            retry = step(f"wait:{first_gate}", "r1")  # joins the call under way: it counts, and gets its answer
             health_until(lambda h: h["calls_waiting"] == 1)
-            queued = [requests.post(steps, json={"action": "more", "request_id": f"q{n}"}, timeout=30)
-                      for n in range(3)]
-            assert [r.status_code for r in queued] == [429] * 3, [r.text[:200] for r in queued]
-            assert f"already has {MAX_CALLS_PER_SESSION} calls running or waiting" in queued[0].json()["error"]
-            retry = step(f"wait:{first_gate}", "r1")  # joins the call under way (or gets its kept answer)
+            # the cap counts the joining retry: another retry of it is refused too (4,100 of them locked clients out)
+            assert refused(requests.post(steps, json={"action": "more", "request_id": "q0"}, timeout=30))
+            assert refused(requests.post(steps, json={"action": f"wait:{first_gate}", "request_id": "r1"},
+                                         timeout=30))
             first_gate.write_text("")
             assert first.result().status_code == 200 and retry.result().content == first.result().content
             assert first.result().json()["output"]["metadata"]["applied_steps"] == 1
-            health_until(lambda h: h["calls_running"] == 1 and h["calls_waiting"] == 0)  # the second runs
+            second = step(f"wait:{second_gate}", "r2")
+            health_until(lambda h: h["calls_running"] == 1 and h["calls_waiting"] == 0)
             third = step("third", "r3")
             health_until(lambda h: h["calls_waiting"] == 1)
+            assert all(refused(requests.post(steps, json={"action": "more", "request_id": f"q{n}"}, timeout=30))
+                       for n in range(3))
             closing = pool.submit(requests.delete, f"{url}/sessions/{session}", timeout=30)
             health_until(lambda h: h["sessions"] == 0)  # closed: the third waits for the second, then gives way
             second_gate.write_text("")

@@ -196,7 +196,7 @@ def test_the_query_text_waiting_for_the_index_is_bounded():
             return [[(0, 1.0)] for _ in queries]
 
     async def scenario():
-        batcher = QueryBatcher(HeldIndex(), max_queued_chars=100)
+        batcher = QueryBatcher(HeldIndex(), max_queued_chars=100, max_queued=4)
         batcher.start()
         try:
             first = asyncio.ensure_future(batcher.search(["x" * 500], 1))  # over the bound, but the queue is empty
@@ -204,8 +204,11 @@ def test_the_query_text_waiting_for_the_index_is_bounded():
             waiting = asyncio.ensure_future(batcher.search(["y" * 80], 1))
             await asyncio.sleep(0.05)
             assert batcher.queued_chars == 80
-            with pytest.raises(Busy, match="80 characters of queries waiting"):
+            with pytest.raises(Busy, match=r"1 queries \(80 characters\) waiting"):
                 await batcher.search(["z" * 30], 1)
+            # short queries cost a pass over the index each: their count is bounded too (empty ones counted 0)
+            with pytest.raises(Busy, match="waiting, its bound"):
+                await batcher.search([""] * 4, 1)
             release.set()
             assert len(await first) == 1 and len(await waiting) == 1
             assert batcher.queued_chars == 0

@@ -73,12 +73,20 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
     `/endless/...`: a body that never ends, under the status the path names."""
 
     protocol_version = "HTTP/1.1"
+    redirects = 0
 
     def _answer(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         mode, _, status = self.path.strip("/").partition("/")
         try:
-            if mode == "trickle":
+            if mode == "redirect":  # to itself, with a body: requests read each hop's body whole, past every cap
+                _Hostile.redirects += 1
+                self.send_response(307)
+                self.send_header("Location", self.path)
+                self.send_header("Content-Length", "5")
+                self.end_headers()
+                self.wfile.write(b"moved")
+            elif mode == "trickle":
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", "600")
@@ -152,3 +160,26 @@ def test_endless_health_and_error_answers_are_read_to_a_cap(hostile_server):
     assert answer is None and error == "API Request Error: HTTP 400: (longer than the cap)", error
     answer, error = search.call_search_api(hostile_server + "/endless/400", "q")
     assert answer is None and "answered more than" in error, error
+
+
+def test_no_client_follows_a_redirect(hostile_server):
+    """requests follows up to 30 redirects and reads each one's body whole, decompressed, before the next hop, where
+    no cap reaches: 20 KB gzip bodies took the sandbox client to 7.2 GB (an attacker's second pass). The clients
+    now take a 3xx as the answer, say so, and never send a second request."""
+    from skygym_sandboxes import Status
+    from skygym_sandboxes.remote import RemoteSandbox
+
+    from skyrl_gym.remote.client import RemoteEnv, RemoteEnvError
+    from skyrl_gym.tools import search
+
+    _Hostile.redirects = 0
+    with RemoteSandbox(hostile_server + "/redirect") as sandbox:
+        result = sandbox.run("print(1)")
+        with pytest.raises(ValueError, match="answered HTTP 307"):
+            sandbox.health()
+    assert result.status == Status.SANDBOX_ERROR and "redirects are not followed" in result.message, result
+    answer, error = search.call_search_api(hostile_server + "/redirect", "q")
+    assert answer is None and "HTTP 307 (redirects are not followed" in error, error
+    with pytest.raises(RemoteEnvError, match="307"):
+        RemoteEnv(url=hostile_server + "/redirect", env_id="gsm8k", attempts=1).init([])
+    assert _Hostile.redirects == 5  # run, /health twice (the run reads it first), search, create: one request each
