@@ -190,3 +190,37 @@ def watch_deadlines(session: Any) -> Any:
                 }
             session.mount(prefix, adapter_class(**settings))
     return session
+
+
+class AnswerCut(Exception):
+    """:func:`capped_answer`'s attempt passed its deadline before the whole answer came (``seconds``: what it had)."""
+
+    def __init__(self, url: str, seconds: float) -> None:
+        super().__init__(f"no complete answer from {url} within {seconds:g} s")
+        self.seconds = seconds
+
+
+def capped_answer(session: Any, method: str, url: str, seconds: float, max_bytes: int, **options: Any) -> Tuple[Any, bool]:
+    """One request of a client to a server it does not control: ``(response, whole)``, the answer's body read into
+    the response up to ``max_bytes`` (``whole`` False past it, the rest unread), headers and body within ``seconds``
+    (:class:`AnswerCut` otherwise). Redirects are not followed: ``requests`` reads every hop's body whole,
+    decompressed, before the next, where no cap reaches; a 3xx is the answer. ``options`` go to
+    ``session.request`` (its ``timeout`` bounds connecting and each read within the deadline)."""
+    import requests
+
+    from skygym_sandboxes.http_bodies import read_reply_capped
+
+    watch_deadlines(session)
+    deadline = AttemptDeadline(seconds)
+    try:
+        with deadline:
+            response = session.request(method, url, stream=True, allow_redirects=False, **options)
+            whole = read_reply_capped(response, max_bytes)
+    except requests.RequestException:
+        if deadline.expired:  # the shut socket surfaces as whatever the read was doing
+            raise AnswerCut(url, deadline.window) from None
+        raise
+    if deadline.expired:  # cut mid-answer: what came is not the answer
+        response.close()
+        raise AnswerCut(url, deadline.window)
+    return response, whole

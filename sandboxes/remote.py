@@ -9,8 +9,7 @@ import threading
 import time
 from typing import Any, Dict, Optional, Union
 
-from skygym_sandboxes.http_bodies import read_reply_capped
-from skygym_sandboxes.http_deadlines import AttemptDeadline, watch_deadlines
+from skygym_sandboxes.http_deadlines import AnswerCut, capped_answer
 from skygym_sandboxes.origins import bound_token
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
@@ -100,7 +99,6 @@ class RemoteSandbox(BaseSandbox):
         )
         self._http.mount("http://", adapter)
         self._http.mount("https://", adapter)
-        watch_deadlines(self._http)  # a run's deadline bounds its whole answer, not each read of it
         if token:
             self._http.headers["Authorization"] = f"Bearer {token}"
 
@@ -158,23 +156,18 @@ class RemoteSandbox(BaseSandbox):
         for attempt in range(1 + DROPPED_CONNECTION_RETRIES):
             # the whole answer within the run's time and the margin: a service that trickles its answer a byte at
             # a time held the caller for ever (the socket time-out starts again with every byte)
-            deadline = AttemptDeadline(self.connect_timeout_s + read_timeout)
             try:
-                with deadline:
-                    # no redirects: requests reads each redirect's body whole, past every cap
-                    response = self._http.post(f"{self.url}/run_code", json=body, stream=True,
-                                               timeout=(self.connect_timeout_s, read_timeout), allow_redirects=False)
-                    whole = read_reply_capped(response, MAX_REPLY_BYTES)
-                if deadline.expired:  # cut mid-answer: what came is not the answer
-                    raise requests.Timeout("cut at the deadline")
+                response, whole = capped_answer(self._http, "POST", f"{self.url}/run_code",
+                                                self.connect_timeout_s + read_timeout, MAX_REPLY_BYTES, json=body,
+                                                timeout=(self.connect_timeout_s, read_timeout))
                 break
+            except AnswerCut as cut:
+                return RunResult.sandbox_error(
+                    f"no complete answer from the sandbox service at {self.url} within {cut.seconds:g} s "
+                    f"(the run's wall limit and {HTTP_MARGIN_S:g} s)",
+                    wall_time_s=time.monotonic() - started,
+                )
             except requests.RequestException as exc:
-                if deadline.expired:
-                    return RunResult.sandbox_error(
-                        f"no complete answer from the sandbox service at {self.url} within {deadline.window:g} s "
-                        f"(the run's wall limit and {HTTP_MARGIN_S:g} s)",
-                        wall_time_s=time.monotonic() - started,
-                    )
                 dropped = isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.Timeout)
                 if dropped and attempt < DROPPED_CONNECTION_RETRIES:
                     continue  # the broken connection left the pool: the next attempt opens a new one
@@ -205,15 +198,8 @@ class RemoteSandbox(BaseSandbox):
     def health(self) -> Dict[str, Any]:
         """The service's ``/health``: at most ``MAX_HEALTH_BYTES``, whole within ``connect_timeout_s`` (a hostile
         service's endless answer filled the trainer's memory here)."""
-        import requests
-
-        deadline = AttemptDeadline(self.connect_timeout_s)
-        with deadline:
-            response = self._http.get(f"{self.url}/health", timeout=self.connect_timeout_s, stream=True,
-                                      allow_redirects=False)
-            whole = read_reply_capped(response, MAX_HEALTH_BYTES)
-        if deadline.expired:
-            raise requests.Timeout(f"no complete /health from {self.url} within {self.connect_timeout_s:g} s")
+        response, whole = capped_answer(self._http, "GET", f"{self.url}/health", self.connect_timeout_s,
+                                        MAX_HEALTH_BYTES, timeout=self.connect_timeout_s)
         if not whole:
             raise ValueError(f"{self.url}/health answered more than {MAX_HEALTH_BYTES} bytes")
         if response.status_code != 200:

@@ -67,7 +67,7 @@ class Session:
         self.results: "collections.OrderedDict[str, Reply]" = collections.OrderedDict()
         self.pending: Dict[str, "asyncio.Future[Reply]"] = {}
         self.held_bytes = 0  # what the bodies it was sent (row, prompt, actions) cost to hold (read_json)
-        self.calls = 0  # calls running or waiting for the lock
+        self.calls = 0  # requests running, waiting for the lock, or joining the call under way (a retry)
         self.closed = False  # closed while calls waited: they answer 410 without running
 
     def describe(self, created: bool) -> Dict[str, Any]:

@@ -55,12 +55,13 @@ MAX_QUEUED_QUERIES = 2 * MAX_QUERIES_PER_REQUEST
 
 
 class Busy(Exception):
-    """The batcher's queue holds as many query characters as it may: the request is not queued."""
+    """The batcher's queue holds as many queries, or query characters, as it may: the request is not queued."""
 
 
 class QueryBatcher:
     """Feeds queries from many concurrent requests to the index in batches, one batch at a time; at most
-    ``max_queued_chars`` of query text wait (a request arriving at an empty queue is always taken)."""
+    ``max_queued`` queries and ``max_queued_chars`` of query text wait (a request arriving at an empty queue is
+    always taken)."""
 
     def __init__(self, retriever: Retriever, max_batch: int = 256,
                  max_queued_chars: int = MAX_QUEUED_QUERY_CHARS, max_queued: int = MAX_QUEUED_QUERIES) -> None:

@@ -24,8 +24,8 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import urlparse
 
-from skygym_sandboxes.http_bodies import read_reply_capped, read_reply_capped_async
-from skygym_sandboxes.http_deadlines import AttemptDeadline, watch_deadlines
+from skygym_sandboxes.http_bodies import read_reply_capped_async
+from skygym_sandboxes.http_deadlines import AnswerCut, capped_answer
 
 from skyrl_gym.retrieval.server import MAX_QUERY_CHARS  # a longer query is cut to it before it is sent
 from skyrl_gym.tools.core import ToolGroup, tool
@@ -118,21 +118,16 @@ def call_search_api(
     retry = _retry_policy(retry)
     prefix = _log_prefix()
     own_session = session is None
-    session = watch_deadlines(session or requests.Session())
+    session = session or requests.Session()
     last_error = "no attempt was made"
     try:
         for attempt in range(1, retry.attempts + 1):
-            deadline = AttemptDeadline(timeout)  # the whole answer within `timeout`, not each read of it
             try:
                 if log_requests:
                     logger.info("%sattempt %d/%d: POST %s", prefix, attempt, retry.attempts, retrieval_service_url)
-                with deadline:
-                    # no redirects: requests reads each redirect's body whole, past every cap
-                    response = session.post(retrieval_service_url, json=_payload(query, topk, return_scores),
-                                            timeout=timeout, stream=True, allow_redirects=False)
-                    whole = read_reply_capped(response, MAX_REPLY_BYTES)
-                if deadline.expired:  # cut mid-answer: what came is not the answer
-                    raise requests.exceptions.Timeout()
+                # the whole answer within `timeout`, not each read of it; no redirects
+                response, whole = capped_answer(session, "POST", retrieval_service_url, timeout, MAX_REPLY_BYTES,
+                                                json=_payload(query, topk, return_scores), timeout=timeout)
                 if not whole:
                     return None, f"API Response Error: the retriever answered more than {MAX_REPLY_BYTES} bytes"
                 if response.status_code in RETRYABLE_STATUS:
@@ -147,8 +142,8 @@ def call_search_api(
                         return response.json(), None
                     except ValueError as exc:
                         return None, f"API Response JSON Decode Error: {exc}; response starts {response.text[:200]!r}"
-            except requests.exceptions.RequestException as exc:
-                if deadline.expired or isinstance(exc, requests.exceptions.Timeout):
+            except (AnswerCut, requests.exceptions.RequestException) as exc:
+                if isinstance(exc, (AnswerCut, requests.exceptions.Timeout)):
                     last_error = f"Timeout Error: no answer within {timeout:g} s on attempt {attempt}/{retry.attempts}"
                 elif isinstance(exc, requests.exceptions.ConnectionError):
                     last_error = f"Connection Error on attempt {attempt}/{retry.attempts}: {type(exc).__name__}"
