@@ -121,8 +121,9 @@ def env_reward(
             config = env_config if env_config is not None else env_config_for(dict(env_configs or {}), row_env)
             prompt = prompts[i] if isinstance(prompts[i], list) else [{"role": "user", "content": str(prompts[i])}]
             # One turn: the completion TRL generated, scored by the env (the episode stops after it).
-            episodes.append(ascore_response(row_env, prompt, completion_text(completion), config, extras))
-        results = run_sync(_gather(episodes))
+            episodes.append((row_env, prompt, completion_text(completion), config, extras))
+        # coroutines made only once every row has been read: a bad row raises with none left unawaited
+        results = run_sync(_gather([ascore_response(*episode) for episode in episodes]))
         rewards: List[Optional[float]] = []
         for i, episode in enumerate(results):
             if isinstance(episode.exception, DataError):

@@ -32,8 +32,17 @@ def test_env_reward_passes_extra_columns_to_the_env():
 
 
 def test_missing_ground_truth_names_the_row():
-    with pytest.raises(DataError, match="row 1 has no 'reward_spec'"):
-        env_reward("gsm8k")(PROMPTS, ["#### 4", "#### 6"], extra_info=[{}, {}], reward_spec=[{"ground_truth": "4"}])
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(DataError, match="row 1 has no 'reward_spec'"):
+            env_reward("gsm8k")(PROMPTS, ["#### 4", "#### 6"], extra_info=[{}, {}],
+                                reward_spec=[{"ground_truth": "4"}])
+        gc.collect()
+    # row 0's scoring was made a coroutine before row 1 was read, and was never awaited
+    assert not [w for w in caught if "never awaited" in str(w.message)], [str(w.message) for w in caught]
 
 
 def test_unknown_env_fails_when_the_reward_is_built():
