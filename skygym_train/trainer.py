@@ -1263,6 +1263,11 @@ def _progress_bar(enabled: bool, total: int, initial: int) -> Any:
     return tqdm(total=total, initial=initial, desc="training", unit="step", dynamic_ncols=True)
 
 
+# The bars within a step (generating, evaluating) are shown on a terminal only (tqdm's disable=None): in a log piped
+# to a file they wrote about nine lines a step, burying the training bar's one line a step and the metrics.
+_INNER_BARS_OFF = None
+
+
 def _eval_progress_bar(enabled: bool, total: int, tokens: Optional[int] = None, multi_turn: bool = False) -> Any:
     """Evaluation has a bar of its own (over held-out rows, or their token positions when the engine reports them),
     below the training bar while it runs."""
@@ -1272,7 +1277,7 @@ def _eval_progress_bar(enabled: bool, total: int, tokens: Optional[int] = None, 
         return _TokenProgress("evaluating", tokens, total, multi_turn)
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="evaluating", unit="row", dynamic_ncols=True, leave=False)
+    return tqdm(total=total, desc="evaluating", unit="row", dynamic_ncols=True, leave=False, disable=_INNER_BARS_OFF)
 
 
 class _TokenProgress:
@@ -1285,7 +1290,7 @@ class _TokenProgress:
 
         self.rows, self.done, self.multi_turn, self.unsettled = rows, 0, multi_turn, 0
         self.bar = tqdm(total=tokens, desc=desc, unit="tok", unit_scale=True, dynamic_ncols=True, leave=False,
-                        postfix=self._postfix())
+                        postfix=self._postfix(), disable=_INNER_BARS_OFF)
 
     def _postfix(self) -> Dict[str, str]:
         return {"turns": str(self.done), "episodes": str(self.rows)} if self.multi_turn else {"rows": f"{self.done}/{self.rows}"}
