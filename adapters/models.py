@@ -57,6 +57,25 @@ class ResolvedModel:
     source: str  # "embedded" | "local" | "gguf" | "hub"
 
 
+# Keyword arguments that make transformers (or vLLM) import and run the Python that comes with a model's folder or
+# hub repo. A config file, often someone else's recipe, may not turn them on: the person running the command does,
+# in its environment.
+CODE_LOADING_KWARGS = ("trust_remote_code", "code_revision")
+TRUST_REMOTE_CODE_ENV = "SKYRL_GYM_TRUST_REMOTE_CODE"
+
+
+def code_loading_refusal(kwargs: Any, where: str) -> Optional[str]:
+    """Why ``kwargs``, read from a config at ``where`` (e.g. ``trainer.policy.model_config_kwargs``), may not reach a
+    model loader, or None. ``trust_remote_code`` runs the model folder's Python: a downloaded config naming a hostile
+    folder or hub repo would run it unasked, so it takes ``SKYRL_GYM_TRUST_REMOTE_CODE=1`` as well."""
+    asked = [key for key in CODE_LOADING_KWARGS if (kwargs or {}).get(key)]
+    if not asked or os.environ.get(TRUST_REMOTE_CODE_ENV) == "1":
+        return None
+    return (f"{where}.{asked[0]}: runs the Python that comes with the model's folder or hub repo, which a config "
+            f"cannot turn on by itself; if you trust that code, set {TRUST_REMOTE_CODE_ENV}=1 in the command's "
+            "environment")
+
+
 def cache_dir() -> Path:
     """The folder for dequantised checkpoints: ``$SKYRL_GYM_CACHE/models`` or ``~/.cache/skyrl-gym/models``."""
     root = os.environ.get(_CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "skyrl-gym")

@@ -89,7 +89,9 @@ class PolicyConfig:
     """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
     null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
     model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
-    """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
+    """Passed to ``from_pretrained`` when the training model loads: config fields (e.g. ``vocab_size``) and loading
+    options (e.g. ``attn_implementation``). ``trust_remote_code`` runs the model folder's Python: refused unless
+    ``SKYRL_GYM_TRUST_REMOTE_CODE=1`` is set where the command runs."""
     use_torch_compile: bool = False
     """false only: torch.compile of the logits is not bundled."""
     record_memory: bool = False
@@ -108,7 +110,9 @@ class RefConfig:
     """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
     null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
     model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
-    """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
+    """Passed to ``from_pretrained`` when the training model loads: config fields (e.g. ``vocab_size``) and loading
+    options (e.g. ``attn_implementation``). ``trust_remote_code`` runs the model folder's Python: refused unless
+    ``SKYRL_GYM_TRUST_REMOTE_CODE=1`` is set where the command runs."""
 
 
 @dataclass
@@ -124,7 +128,9 @@ class CriticConfig:
     """With ``trainer.strategy=deepspeed``: DeepSpeed's config for this role (``zero_optimization``, precision, ...);
     null: ZeRO-3. Batch sizes, the optimizer, its schedule and clipping come from the trainer's keys."""
     model_config_kwargs: Dict[str, Any] = field(default_factory=dict)
-    """Set on the Hugging Face model config when the training model loads (e.g. ``vocab_size``)."""
+    """Passed to ``from_pretrained`` when the training model loads: config fields (e.g. ``vocab_size``) and loading
+    options (e.g. ``attn_implementation``). ``trust_remote_code`` runs the model folder's Python: refused unless
+    ``SKYRL_GYM_TRUST_REMOTE_CODE=1`` is set where the command runs."""
 
 
 @dataclass
@@ -417,7 +423,8 @@ class GeneratorConfig:
     model_name: Optional[str] = None
     """The model the engines serve: null or the policy's path only, since they serve the policy being trained."""
     engine_init_kwargs: Dict[str, Any] = field(default_factory=dict)
-    """Passed to the vLLM engine (``generator.backend=vllm`` only)."""
+    """Passed to the vLLM engine (``generator.backend=vllm`` only); ``trust_remote_code`` needs
+    ``SKYRL_GYM_TRUST_REMOTE_CODE=1`` as well."""
     vllm_v1_disable_multiproc: Optional[bool] = None
     """vLLM only; null or true (the bundled vLLM engine runs in this process)."""
     enable_prefix_caching: Optional[bool] = None

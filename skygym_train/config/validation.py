@@ -375,10 +375,15 @@ def _check_placement(cfg: Any, has_cuda: bool) -> List[str]:
 
 def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
     """The training models: optimizers, FSDP options, attention, precision, LoRA."""
+    from skygym_adapters.models import code_loading_refusal
+
     problems: List[str] = []
     t = cfg.trainer
     for role in ("policy", "ref", "critic"):
         section = getattr(t, role)
+        refusal = code_loading_refusal(section.model_config_kwargs, f"trainer.{role}.model_config_kwargs")
+        if refusal:
+            problems.append(refusal)
         if section.fsdp_config.cpu_offload and not has_cuda:
             problems.append(
                 f"trainer.{role}.fsdp_config.cpu_offload=true: needs CUDA GPUs (without them the weights already "
@@ -588,6 +593,11 @@ def _check_engines(cfg: Any, has_cuda: bool) -> List[str]:
                                 f"{g.backend}; remove it or use backend=vllm")
         if g.engine_init_kwargs:
             problems.append(f"generator.engine_init_kwargs: passed to vLLM only, but generator.backend={g.backend}")
+    from skygym_adapters.models import code_loading_refusal
+
+    refusal = code_loading_refusal(g.engine_init_kwargs, "generator.engine_init_kwargs")
+    if refusal:
+        problems.append(refusal)
     if g.vllm_v1_disable_multiproc is False:
         problems.append("generator.vllm_v1_disable_multiproc=false: the bundled vLLM engine runs in this process "
                         "(weights are synced in memory); leave it null or true")

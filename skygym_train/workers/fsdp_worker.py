@@ -236,6 +236,11 @@ class TrainingWorker:
         """The role's model on this worker's device: Hugging Face weights in fp32, LoRA adapters, checkpointing."""
         from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
+        from skygym_adapters.models import code_loading_refusal
+
+        refusal = code_loading_refusal(self.spec.model_config_kwargs, f"trainer.{self.spec.role}.model_config_kwargs")
+        if refusal:  # the config check says so first; this holds for a spec built without it
+            raise ValueError(refusal)
         cuda = self.device.type == "cuda"
         load_dtype = torch.float32  # master weights stay fp32; mixed precision casts for compute on GPU
         extra: Dict[str, Any] = dict(self.spec.model_config_kwargs or {})
