@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 from typing import Any, Dict, Mapping, Optional
 
 from skygym_contrib.reasoning_gym.names import COMPOSITE_DEFAULT, DATASETS
@@ -32,6 +33,28 @@ def base_seed(seed: int, split: str) -> int:
 def locate(seed: int, split: str, index: int) -> tuple[int, int]:
     """``(dataset seed, item index)`` of entry ``index`` of a split."""
     return (base_seed(seed, split) + index // CHUNK) % (2**32), index % CHUNK
+
+
+# Settings that name a file (spell_backward's data_file, figlet_font's static_font, ...): reasoning-gym opens them
+# relative to its own package, where an absolute path or ``..`` reaches any file (its words came back in the
+# reward's reason and error text; /dev/zero filled memory). Rows and serve-env's clients set these.
+_NAMES_A_FILE = re.compile(r"file|path|dir|font", re.IGNORECASE)
+
+
+def check_no_paths(name: str, config: Mapping[str, Any]) -> None:
+    """A setting that names a file may be a plain name only (one the package looks up among its own files); the
+    same for each part of a composite."""
+    for key, value in config.items():
+        names = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else []
+        if _NAMES_A_FILE.search(key) and not all(
+                isinstance(n, str) and re.fullmatch(r"\w[\w.+-]*", n) and ".." not in n for n in names):
+            raise SettingsError(f"reasoning-gym dataset {name!r}: setting {key}={str(value)[:80]!r} must be the "
+                                "plain name of a file reasoning-gym ships (no folder, no '..'): settings come from "
+                                "rows and clients, and may not open files elsewhere")
+    if name == "composite":
+        for spec in config.get("datasets") or []:
+            if isinstance(spec, Mapping) and isinstance(spec.get("config"), Mapping):
+                check_no_paths(str(spec.get("name")), spec["config"])
 
 
 def settings_json(settings: Mapping[str, Any]) -> str:
@@ -66,6 +89,7 @@ def dataset(name: str, settings: str, seed: int) -> Any:
         raise SettingsError(f"reasoning-gym dataset {name!r} has no setting(s) {unknown}; its settings are: {valid}")
     if "seed" in config or "size" in config:
         raise SettingsError(f"give seed and size to build_rows, not as settings of {name!r}")
+    check_no_paths(name, config)
     if name == "composite":
         from reasoning_gym.composite import DatasetSpec
 

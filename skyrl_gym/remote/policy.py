@@ -152,7 +152,8 @@ _SQL = {
 }
 _GENERATED = {
     "seed": SEED,
-    "settings": Rule("settings", "the generator's settings (validated by the env)"),
+    "settings": Rule("settings", "the generator's settings (checked by the env; a file may be named only as one "
+                     "the package ships)"),
 }
 
 # env id (or "<namespace>/*") -> the env_config keys a client may set.

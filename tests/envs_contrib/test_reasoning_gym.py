@@ -196,3 +196,31 @@ def test_rows_from_another_reasoning_gym_version_are_refused():
 def test_a_row_without_a_reasoning_gym_entry_is_refused():
     with pytest.raises(DataError, match="names no reasoning-gym entry"):
         skyrl_gym.make("reasoning_gym/gcd", extras={"reward_spec": {"method": "rule", "ground_truth": "6"}})
+
+
+@pytest.mark.parametrize("where", ["row", "env_config", "composite"])
+def test_a_setting_that_names_a_file_outside_the_package_is_refused_unread(where, tmp_path):
+    """spell_backward opens its data_file from reasoning-gym's package folder, where an absolute path reaches any
+    file: a row's settings read a secret's words back through the reward's reason and error text, and /dev/zero
+    filled memory. A plain name (what the package ships) still works."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2secret\nAPIKEY12\n")
+    shipped = datasets.build_rows("reasoning_gym/spell_backward", size=1, seed=0, data_file="words3to10.txt")[0]
+    for path in (str(secret), "/dev/zero", "../../../../" + str(secret), "./words3to10.txt"):
+        settings = {"data_file": path, "max_word_len": 1000}
+        if where == "row":
+            row = dict(shipped, reward_spec=dict(shipped["reward_spec"], settings=settings))
+            build = lambda: skyrl_gym.make("reasoning_gym/spell_backward", extras=row_extras(row))  # noqa: E731
+        elif where == "env_config":
+            build = lambda: skyrl_gym.make("reasoning_gym/spell_backward",  # noqa: E731
+                                           env_config={"seed": 0, "index": 0, "settings": settings})
+        else:
+            composite = {"datasets": [{"name": "spell_backward", "weight": 1, "config": settings}]}
+            build = lambda: skyrl_gym.make("reasoning_gym/composite",  # noqa: E731
+                                           env_config={"seed": 0, "index": 0, "settings": composite})
+        with pytest.raises(DataError, match="must be the plain name of a file reasoning-gym ships") as refused:
+            build()
+        assert "21YEKIPA" not in str(refused.value) and "terces2retnuh" not in str(refused.value)
+    env = skyrl_gym.make("reasoning_gym/spell_backward", extras=row_extras(shipped))
+    env.init(shipped["prompt"])
+    assert env.step(f"<answer>{shipped['reward_spec']['ground_truth']}</answer>")["reward"] == 1.0
