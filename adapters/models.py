@@ -18,6 +18,7 @@ The module imports torch and transformers lazily: ``import skygym_adapters.model
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -166,11 +167,22 @@ def _transformers_major() -> str:
         return "none"
 
 
+@functools.lru_cache(maxsize=16)
+def _content_digest(path: str, size: int, mtime_ns: int, inode: int) -> str:
+    """SHA-256 of the file at ``path``, hashed again when its size, time or inode say it changed (about 0.1 s
+    for the embedded model's 98 MB)."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
 def _gguf_cache_folder(gguf_file: Path, name: Optional[str] = None) -> Path:
-    # Keyed by file name and size (not path or mtime): the same GGUF installed in several virtual environments
-    # shares one dequantised copy; and by the major version of the transformers that writes it, since that is
-    # what can read it back (a tokenizer saved by transformers 5 does not load in 4.57, AdapterHub's pin).
-    key = hashlib.sha1(f"{gguf_file.name}:{gguf_file.stat().st_size}".encode()).hexdigest()[:10]
+    # Keyed by the file's content (not its path): the same GGUF installed in several virtual environments shares
+    # one dequantised copy, and another file of the same name and size (a fine-tune of the same base, quantised
+    # alike) gets its own (keyed by name and size, the second silently loaded the first one's weights); and by
+    # the major version of the transformers that writes it, since that is what can read it back (a tokenizer
+    # saved by transformers 5 does not load in 4.57, AdapterHub's pin).
+    found = gguf_file.stat()
+    key = _content_digest(str(gguf_file.resolve()), found.st_size, found.st_mtime_ns, found.st_ino)[:16]
     return cache_dir() / f"{name or gguf_file.stem}-{key}-transformers{_transformers_major()}"
 
 

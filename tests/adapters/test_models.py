@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,23 @@ def test_busy_cores_are_measured_now_not_a_minute_ago():
     finally:
         spinner.kill()
         spinner.wait()
+
+
+def test_two_gguf_files_of_one_name_and_size_get_their_own_copies(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """The dequantised copy was keyed by the file's name and size: a second `model.gguf` of the same size (a
+    fine-tune of the same base, quantised alike) resolved to the first one's copy and silently ran its weights.
+    The same content elsewhere (another virtual environment's copy of a package) still shares one."""
+    from skygym_adapters import models
+
+    monkeypatch.setenv("SKYRL_GYM_CACHE", str(tmp_path / "cache"))
+    files = {}
+    for folder, content in (("a", b"GGUF" + b"\0" * 4096), ("b", b"GGUF" + b"\1" * 4096), ("c", b"GGUF" + b"\0" * 4096)):
+        (tmp_path / folder).mkdir()
+        files[folder] = tmp_path / folder / "model.gguf"
+        files[folder].write_bytes(content)
+    copies = {folder: models._gguf_cache_folder(path) for folder, path in files.items()}
+    assert copies["a"] != copies["b"] and copies["a"] == copies["c"]
+    files["a"].write_bytes(b"GGUF" + b"\2" * 4096)  # rewritten in place: the same name, size and folder
+    os.utime(files["a"], ns=(1, 1))
+    assert models._gguf_cache_folder(files["a"]) not in (copies["a"], copies["b"])
