@@ -359,6 +359,28 @@ def load_trainer_state(folder: Path) -> Dict[str, Any]:
     return _load_safely(folder / TRAINER_STATE_FILE)
 
 
+def check_trainer_position(state: Mapping[str, Any], folder: Path) -> None:
+    """The step and data position a trainer resumes from ``folder``'s state: whole numbers >= 0, and the step the
+    folder's name says. A checkpoint from elsewhere is input like any other: a negative step trained past the
+    run's end, into checkpoints named ``global_step_-N`` that were never pruned."""
+    where = folder / TRAINER_STATE_FILE
+
+    def whole(value: Any, what: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where}: {what} is {str(value)[:80]!r}, not a whole number >= 0 (a damaged or "
+                             "edited checkpoint)")
+        return value
+
+    step = whole(state.get("global_step"), "global_step")
+    named = _STEP_NAME.match(folder.name)
+    if named and int(named.group(1)) != step:
+        raise ValueError(f"{where}: global_step is {step}, but the folder is {folder.name} (a damaged or edited "
+                         "checkpoint)")
+    position = state.get("dataset")
+    for key in ("epoch", "index"):
+        whole(position.get(key) if isinstance(position, Mapping) else None, f"dataset.{key}")
+
+
 # ------------------------------------------------------------------------------------------ sharded state (DCP)
 
 
@@ -389,10 +411,21 @@ def load_sharded(state: Dict[str, Any], folder: Path) -> None:
     if not metadata.is_file():
         raise FileNotFoundError(f"{folder} is not a sharded checkpoint (no .metadata)")
     with open(metadata, "rb") as handle:  # checked here too: inside dcp.load a refusal surfaces wrapped and retried
-        _MetadataUnpickler(handle, str(metadata)).load()
+        loaded = _MetadataUnpickler(handle, str(metadata)).load()
+    _check_storage_files(loaded, folder)
     reader, planner = _safe_dcp_classes()
     with _single_process_is_intended():
         dcp.load(state, storage_reader=reader(str(folder)), planner=planner(), no_dist=not _distributed())
+
+
+def _check_storage_files(metadata: Any, folder: Path) -> None:
+    """Every tensor's file is one in ``folder``: DCP joins each ``relative_path`` to the folder as it is, so a
+    checkpoint's metadata naming ``../other_run/__0_0.distcp`` or an absolute path read tensors from elsewhere."""
+    for info in (getattr(metadata, "storage_data", None) or {}).values():
+        name = str(getattr(info, "relative_path", ""))
+        if not name or name in (".", "..") or "/" in name or "\\" in name or not (folder / name).is_file():
+            raise UnsafeCheckpointError(f"refusing to load {folder}: its .metadata reads tensors from {name[:200]!r}, "
+                                        "which is not a file in the checkpoint's folder")
 
 
 @contextlib.contextmanager

@@ -922,6 +922,7 @@ class PPOTrainer:
             return None
         assert self.policy is not None and self.tracker is not None
         state = ckpt.load_trainer_state(folder)  # first: a file that is refused stops the resume before any load
+        ckpt.check_trainer_position(state, folder)
         ckpt.warn_on_fingerprint_change(state.get("env_fingerprints"), self.env_fingerprints())
         policy_dir = ckpt.worker_state_dir(folder, "policy")
         if policy_dir is None:

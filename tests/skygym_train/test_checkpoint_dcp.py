@@ -139,6 +139,26 @@ def test_a_file_that_would_run_code_is_refused_by_name_and_never_runs(tmp_path, 
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("elsewhere", ["../../../other/global_step_1/policy/{file}", "{other}/{file}", ".."])
+def test_metadata_that_reads_tensors_from_outside_the_checkpoint_is_refused(tmp_path, elsewhere):
+    """DCP joins each tensor's ``relative_path`` to the folder as written: a downloaded checkpoint's .metadata
+    pointing at ``../`` or an absolute path loaded another run's tensors (or a device file) into the policy."""
+    folder = _checkpoint_with_shards(tmp_path / "ckpts")
+    other = ckpt.save_checkpoint(tmp_path / "other", 1, {
+        "policy": lambda f: ckpt.save_sharded({"w": torch.full((3,), 7.0)}, f)}, {"global_step": 1}) / "policy"
+    metadata_file = folder / "policy" / ".metadata"
+    metadata = pickle.loads(metadata_file.read_bytes())
+    for info in metadata.storage_data.values():
+        info.relative_path = elsewhere.format(file=info.relative_path, other=other)
+    metadata_file.write_bytes(pickle.dumps(metadata))
+    state = {"w": torch.zeros(3)}
+    with pytest.raises(ckpt.UnsafeCheckpointError, match="not a file in the checkpoint's folder"):
+        ckpt.load_sharded(state, folder / "policy")
+    assert state["w"].tolist() == [0.0, 0.0, 0.0]
+    ckpt.load_sharded(state, other)  # a checkpoint as written loads
+    assert state["w"].tolist() == [7.0, 7.0, 7.0]
+
+
 class _Stop(str, enum.Enum):
     LENGTH = "length"
 

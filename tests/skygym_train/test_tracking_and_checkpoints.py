@@ -54,3 +54,20 @@ def test_checkpoint_pointer_and_pruning(tmp_path):
     with pytest.raises(FileNotFoundError, match="global_step_7"):
         ckpt.latest_checkpoint(tmp_path)
     assert ckpt.latest_checkpoint(tmp_path / "none") is None
+
+
+@pytest.mark.parametrize("state, said", [
+    ({"global_step": -5, "dataset": {"epoch": 0, "index": 8}}, "global_step is '-5'"),
+    ({"global_step": 2, "dataset": {"epoch": 0, "index": 8}}, "global_step is 2, but the folder is global_step_3"),
+    ({"global_step": 3.5, "dataset": {"epoch": 0, "index": 8}}, "global_step is '3.5'"),
+    ({"global_step": 3, "dataset": {"epoch": -1, "index": 8}}, "dataset.epoch is '-1'"),
+    ({"global_step": 3}, "dataset.epoch is 'None'"),
+])
+def test_a_resumed_position_that_is_not_the_folders_is_refused(tmp_path, state, said):
+    """A downloaded checkpoint's trainer state is input: a negative step trained past the run's end, into
+    checkpoints named global_step_-N that max_ckpts_to_keep never pruned."""
+    folder = ckpt.save_checkpoint(tmp_path, 3, {"policy": {"w": torch.zeros(1)}}, state)
+    with pytest.raises(ValueError, match=f"trainer_state.pt: {said}"):
+        ckpt.check_trainer_position(ckpt.load_trainer_state(folder), folder)
+    ckpt.check_trainer_position({"global_step": 3, "dataset": {"epoch": 1, "index": 0}}, folder)
+    ckpt.check_trainer_position({"global_step": 9, "dataset": {"epoch": 1, "index": 0}}, tmp_path / "renamed")
