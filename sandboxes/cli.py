@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S
+from skygym_sandboxes.listening import check_can_listen, port_number
 
 
 def _limits_from(args: argparse.Namespace):
@@ -95,6 +96,11 @@ def _serve(args: argparse.Namespace) -> int:
     if not args.client_timeout > 0:
         print("skygym-sandboxes serve: --client-timeout must be above 0", file=sys.stderr)
         return 2
+    try:
+        check_can_listen(args.host, args.port)
+    except ValueError as exc:
+        print(f"skygym-sandboxes serve: {exc}", file=sys.stderr)
+        return 2
     if args.backend == "local":
         options.setdefault("pool_size", max_concurrency)
     sandbox = get_sandbox(args.backend, limits=_limits_from(args), **options)
@@ -155,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default loopback; any other needs a token)"
     )
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=port_number, default=8080)
     serve.add_argument(
         "--max-concurrency", type=int, default=None, help="programs run at once (default: the CPU count)"
     )

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Any
 
+from skygym_sandboxes.listening import check_can_listen, port_number
+
 
 def register(subparsers: Any) -> None:
     from skyrl_gym.remote import TOKEN_ENV
@@ -43,7 +45,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default loopback; any other needs a token)"
     )
-    parser.add_argument("--port", type=int, default=8010, help="port (0: a free one, printed at start)")
+    parser.add_argument("--port", type=port_number, default=8010, help="port (0: a free one, printed at start)")
     parser.add_argument(
         "--token",
         default=None,
@@ -181,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
     try:
+        check_can_listen(args.host, args.port)
         serve(
             host=args.host,
             port=args.port,

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from skygym_sandboxes.listening import check_can_listen, port_number
 from skyrl_gym.retrieval.kinds import join_missing, missing_modules, plugin_errors, retriever_kinds
 from skyrl_gym.retrieval.server import CLIENT_TIMEOUT_S, MAX_BODY_BYTES, TOKEN_ENV
 
@@ -24,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", required=True, help="JSONL corpus file")
     parser.add_argument("--index", default=None, help="folder to save the index in and reload it from")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--port", type=port_number, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--topk", type=int, default=3, help="results per query when the request gives no topk")
     parser.add_argument("--token", default=None,
                         help=f"bearer token every request must carry (default: ${TOKEN_ENV}); "
@@ -61,15 +62,17 @@ def run(args: argparse.Namespace) -> int:
         if not args.client_timeout > 0:
             raise ValueError(f"--client-timeout must be above 0, got {args.client_timeout}")
         check_bind(args.host, token)  # before the index is built, which may take long
+        check_can_listen(args.host, args.port)
     except ValueError as exc:
         print(f"serve-retriever: {exc}", file=sys.stderr)
         return 2
     try:
         retriever, documents = load_retriever(args.corpus, args.index, args.retriever, vars(args),
                                               log=lambda message: print(message, flush=True))
-    except (OSError, ValueError, DataError) as exc:
-        print(f"serve-retriever: {exc}", file=sys.stderr)
-        return 1
+    except (OSError, ValueError, DataError) as exc:  # the user's corpus or index folder: one line, as bad input
+        what = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.filename else exc
+        print(f"error: serve-retriever: {what}", file=sys.stderr)
+        return 2
     app = create_app(retriever, documents, default_topk=args.topk, name=args.retriever, token=token,
                      max_body_bytes=args.max_body_bytes, client_timeout_s=args.client_timeout)
     serve(app, host=args.host, port=args.port, log_level=args.log_level, token=token,

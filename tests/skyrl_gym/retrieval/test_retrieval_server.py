@@ -91,7 +91,12 @@ def test_cli_reports_a_bad_corpus_line_by_number(tmp_path):
         load_corpus(str(bad))
     done = subprocess.run([sys.executable, "-m", "skyrl_gym.cli", "serve-retriever", "--corpus", str(bad)],
                           capture_output=True, text=True, cwd=str(REPO_ROOT), timeout=60)
-    assert done.returncode == 1 and "line 2" in done.stderr
+    assert done.returncode == 2 and "line 2" in done.stderr and "Traceback" not in done.stderr
+    missing = subprocess.run([sys.executable, "-m", "skyrl_gym.cli", "serve-retriever", "--corpus",
+                              str(tmp_path / "nope.jsonl")], capture_output=True, text=True, cwd=str(REPO_ROOT),
+                             timeout=60)
+    assert missing.returncode == 2, missing.stderr
+    assert missing.stderr.strip() == f"error: serve-retriever: No such file or directory: {tmp_path / 'nope.jsonl'}"
 
 
 def test_index_folder_is_saved_by_the_cli_and_loaded_on_restart(tmp_path):
