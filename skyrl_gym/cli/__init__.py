@@ -88,10 +88,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except ModuleNotFoundError as exc:
+    except ImportError as exc:  # a missing extra, or a package's own "needs the X package" raised from it
         from skyrl_gym.extras import missing_extra_message
 
-        message = missing_extra_message(exc)
+        missing = exc if isinstance(exc, ModuleNotFoundError) else exc.__cause__
+        message = missing_extra_message(missing) if isinstance(missing, ModuleNotFoundError) else None
         if message is None:
             raise
         print(f"error: `skyrl-gym {args.command}` {message}", file=sys.stderr)
