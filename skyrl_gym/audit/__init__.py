@@ -272,7 +272,7 @@ def audit_env(
         env_config = {**defaults, **env_config}  # the profile's settings (short timeouts), then the caller's
     config = defaults if env_config is None else env_config
     player = _Player(env_id, config, profile.max_turns, step_timeout_s)
-    chosen = None if hacks is None else set(hacks)
+    chosen = None if hacks is None else _known_hacks(env_id, profile, set(hacks))
     deadline = None if budget_s is None else started + budget_s
     checked = [validate_row(row, index, place=place) for index, (place, row) in enumerate(raw[:max_rows])]
     from tqdm.auto import tqdm
@@ -389,6 +389,26 @@ def _audit_row(
         add("hack", hack.name, hack.family, f"<= {hack_bar:g}", got, verdict, reason)
 
 
+class UnknownHack(ValueError):
+    """``hacks`` names a hack the env's profile (and the judge's library) does not have."""
+
+
+def _known_hacks(env_id: str, profile: AuditProfile, chosen: set) -> set:
+    """``chosen``, when every name is a hack this audit can play: else :class:`UnknownHack` with the names it
+    has (a misspelt name played no hack and reported OK)."""
+    import difflib
+
+    from skyrl_gym.audit.library import JUDGE_HACKS
+
+    names = sorted({hack.name for hack in list(profile.hacks) + list(JUDGE_HACKS)})
+    for name in sorted(chosen - set(names)):
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UnknownHack(f"audit {env_id}: no hack named {name!r}; {hint}its hacks: "
+                          + ", ".join(repr(known) for known in names))
+    return chosen
+
+
 def _hacks_for(profile: AuditProfile, row: Mapping[str, Any], chosen: Optional[set]) -> List[Hack]:
     """The profile's hacks, and the judge's on a judged row (any env); only the ``chosen`` names if given."""
     from skyrl_gym.audit.library import JUDGE_HACKS
@@ -420,6 +440,7 @@ def write_json(reports: List[AuditReport], path: Union[str, Path]) -> None:
 
 
 __all__ = [
+    "UnknownHack",
     "audit_env",
     "AuditReport",
     "CaseResult",

