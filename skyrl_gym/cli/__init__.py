@@ -88,6 +88,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `skyrl-gym doctor | head -1`: the reader has all it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
+        return 141  # as a program killed by SIGPIPE
     except ImportError as exc:  # a missing extra, or a package's own "needs the X package" raised from it
         from skyrl_gym.extras import missing_extra_message
 

