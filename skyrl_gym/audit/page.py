@@ -34,9 +34,9 @@ audit checks its reward.
 $ skyrl-gym audit gsm8k
 audit gsm8k: OK - 2 row(s), 30 case(s): 30 ok (0.3 s)
   row  case                                             expected  got  verdict  reason
-  0    known-wrong: a wrong answer in the env's format  -         0    ok
-  0    golden: reference answer                         = 1       1    ok
-  0    hack: several candidate answers                  <= 0      0    ok
+  1    known-wrong: a wrong answer in the env's format  -         0    ok
+  1    golden: reference answer                         = 1       1    ok
+  1    hack: several candidate answers                  <= 0      0    ok
   ...
 $ skyrl-gym audit gsm8k math --failures-only --json audit.json
 ```

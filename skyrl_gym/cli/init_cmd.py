@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(pip install -e DIR). Exit code 0: written; 2: bad name or folder.",
     )
     parser.add_argument("name", metavar="NAME", help="the env id, also the package name: lower_case_with_underscores")
-    parser.add_argument("--dir", metavar="DIR", help="where to write it (default ./skyrl-gym-NAME)")
+    parser.add_argument("--dir", metavar="DIR", help="where to write it (default ./skyrl-gym-NAME, with _ written as -)")
     parser.set_defaults(func=run_init)
 
 
