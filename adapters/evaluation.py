@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from skygym_adapters.engines.base import EngineError
 from skygym_adapters.rollout import RolloutConfig, RolloutGenerator, Trajectory, pass_at_k, rollout_metrics
@@ -63,8 +63,10 @@ async def evaluate(
     config: Optional[RolloutConfig] = None,
     env_class: Optional[str] = None,
     progress: bool = True,
+    on_trajectory: Optional[Callable[[int, Trajectory], None]] = None,
 ) -> EvalResult:
-    """Run ``n_samples_per_prompt`` rollouts per row (``env_class`` overrides the rows' own) and summarise.
+    """Run ``n_samples_per_prompt`` rollouts per row (``env_class`` overrides the rows' own) and summarise;
+    ``on_trajectory`` gets each trajectory as it finishes (see :meth:`RolloutGenerator.run`).
 
     An engine error (a server that failed one request, a reply that is not one) ends only its own
     trajectory, which records it ("engine: ..."), so one bad answer does not cost the others. When every
@@ -84,7 +86,7 @@ async def evaluate(
     start = time.perf_counter()
     try:
         trajectories = await generator.run_rows(rows, n_samples_per_prompt, progress=bar,
-                                                record_engine_errors=True)
+                                                record_engine_errors=True, on_trajectory=on_trajectory)
     finally:
         if bar is not None:
             bar.close()

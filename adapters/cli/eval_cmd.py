@@ -198,10 +198,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from skygym_adapters.engines import EngineError
 
+    finished: Dict[int, Any] = {}  # what Ctrl-C leaves: the trajectories done by then, by their place in the run
+
     async def main() -> Any:
         try:
             return await evaluate(rows, engine, tokenizer, args.samples, config, env_class=args.env,
-                                  progress=not args.no_progress)
+                                  progress=not args.no_progress, on_trajectory=finished.__setitem__)
         finally:
             aclose = getattr(engine, "aclose", None)
             if callable(aclose):  # an HTTP engine's session, closed on the loop it belongs to
@@ -212,6 +214,17 @@ def run(args: argparse.Namespace) -> int:
     except EngineError as exc:  # a server that does not answer, or answers something that is not a reply
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        done = [finished[i] for i in sorted(finished)]
+        kept = ""
+        if done:
+            try:
+                kept = f"; the {len(done)} finished are in {write_trajectories(done, output)} (no summary)"
+            except OSError as exc:
+                kept = f"; the {len(done)} finished could not be written to {output}: {exc}"
+        print(f"interrupted: {len(done)} of {len(rows) * args.samples} trajectories had finished{kept}",
+              file=sys.stderr)
+        return 130
     finally:
         close = getattr(engine, "close", None)
         if callable(close):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from skyrl_gym.registration import env_config_for
 
@@ -79,12 +79,14 @@ class RolloutGenerator:
         sampling_params: Optional[SamplingParams] = None,
         progress: Any = None,
         record_engine_errors: bool = False,
+        on_trajectory: Optional[Callable[[int, Trajectory], None]] = None,
     ) -> List[Trajectory]:
         """Run one trajectory per prompt; returns :class:`Trajectory` records in input order.
 
-        ``progress`` (e.g. a tqdm bar) gets ``update(1)`` per finished trajectory. An engine error stops the
-        whole run (training cannot go on with a broken engine); with ``record_engine_errors`` it ends only its
-        own trajectory instead, as an env error does (``stop_reason`` "error", :attr:`Trajectory.error`
+        ``progress`` (e.g. a tqdm bar) gets ``update(1)`` per finished trajectory, and ``on_trajectory`` gets each
+        one as it finishes, with its prompt's index (what a caller keeps of a run stopped by Ctrl-C). An engine
+        error stops the whole run (training cannot go on with a broken engine); with ``record_engine_errors`` it
+        ends only its own trajectory instead, as an env error does (``stop_reason`` "error", :attr:`Trajectory.error`
         "engine: ..."), so an evaluation keeps what the other trajectories did.
         """
         count = len(prompts)
@@ -111,7 +113,7 @@ class RolloutGenerator:
             progress = own_progress = tqdm(total=count, desc="rollouts", unit="traj")
         try:
             trajectories = await self._run_concurrently(prompts, env_classes, extras, ids, params, progress,
-                                                        record_engine_errors)
+                                                        record_engine_errors, on_trajectory)
         finally:
             if own_progress is not None:
                 own_progress.close()
@@ -127,12 +129,13 @@ class RolloutGenerator:
         sampling_params: Optional[SamplingParams] = None,
         progress: Any = None,
         record_engine_errors: bool = False,
+        on_trajectory: Optional[Callable[[int, Trajectory], None]] = None,
     ) -> List[Trajectory]:
         """Run ``n_samples_per_prompt`` trajectories for each dataset row (``prompt``, ``env_class``, extras).
 
         Every other column of a row (``reward_spec``, ``extra_info``, ``data_source``, ...) is passed to the env
         as ``extras``. A row's ``uid`` column, if any, names its trajectories; else its index does.
-        ``record_engine_errors``: see :meth:`run`.
+        ``record_engine_errors``, ``on_trajectory``: see :meth:`run`.
         """
         if n_samples_per_prompt < 1:
             raise ValueError(f"n_samples_per_prompt must be >= 1, got {n_samples_per_prompt}")
@@ -147,7 +150,7 @@ class RolloutGenerator:
                 extras.append({k: copy.deepcopy(v) for k, v in row.items() if k not in _ROW_KEYS_NOT_EXTRAS})
                 ids.append(TrajectoryID(instance_id=str(row.get("uid", index)), repetition_id=repetition))
         return await self.run(prompts, env_classes, extras, ids, sampling_params, progress=progress,
-                              record_engine_errors=record_engine_errors)
+                              record_engine_errors=record_engine_errors, on_trajectory=on_trajectory)
 
     def to_generator_output(self, trajectories: Sequence[Trajectory]) -> GeneratorOutput:
         """Trajectories -> SkyRL's ``GeneratorOutput`` (applying overlong filtering and reward zeroing options)."""
@@ -248,6 +251,7 @@ class RolloutGenerator:
         params: Dict[str, Any],
         progress: Any,
         record_engine_errors: bool = False,
+        on_trajectory: Optional[Callable[[int, Trajectory], None]] = None,
     ) -> List[Trajectory]:
         limit = None if self.config.batched else self.config.max_concurrent_trajectories
         semaphore = asyncio.Semaphore(limit) if limit else None
@@ -295,6 +299,8 @@ class RolloutGenerator:
                     result = await recorded(i)
             if progress is not None:
                 progress.update(1)
+            if on_trajectory is not None:
+                on_trajectory(i, result)
             return result
 
         tasks = [asyncio.ensure_future(one(i)) for i in range(len(prompts))]

@@ -11,6 +11,7 @@ The servers run uvicorn in a background thread of the test process.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -122,7 +123,7 @@ def make_app(engine: Any, model_path: str) -> Any:
 
 def make_canned_openai_app(state: Dict[str, Any]) -> Any:
     """An OpenAI-style server that answers ``/v1/models`` with ``state["models"]`` and every (chat) completion with
-    ``state["answer"]`` (or the next of ``state["answers"]``), whatever was asked: the broken and hostile servers a
+    ``state["answer"]`` (or the next of ``state["answers"]``; ``"hang"`` answers never), whatever was asked: the broken and hostile servers a
     client must refuse clearly."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
@@ -133,16 +134,20 @@ def make_canned_openai_app(state: Dict[str, Any]) -> Any:
     async def models() -> Any:
         return JSONResponse(state.get("models", {"object": "list", "data": [{"id": "canned"}]}))
 
-    def answer() -> Any:
-        return JSONResponse(state["answers"].pop(0) if state.get("answers") else state["answer"])
+    async def answer() -> Any:
+        given = state["answers"].pop(0) if state.get("answers") else state["answer"]
+        if given == "hang":  # a request that is never answered (state["hanging"] counts them)
+            state["hanging"] = state.get("hanging", 0) + 1
+            await asyncio.sleep(3600)
+        return JSONResponse(given)
 
     @app.post("/v1/completions")
     async def completions(body: Dict[str, Any]) -> Any:
-        return answer()
+        return await answer()
 
     @app.post("/v1/chat/completions")
     async def chat(body: Dict[str, Any]) -> Any:
-        return answer()
+        return await answer()
 
     return app
 
