@@ -84,6 +84,8 @@ class CheckReport:
     findings: List[Finding] = dataclasses.field(default_factory=list)
     rows_checked: int = 0
     episodes: int = 0
+    rows_without_reference: int = 0
+    """Rows with no reference answer of their own: no correct answer was played on them."""
 
     @property
     def errors(self) -> List[Finding]:
@@ -119,7 +121,12 @@ class CheckReport:
             f"{len(self.errors)} error(s), {len(self.warnings)} warning(s)"
             + (f", {len(self.skipped)} row(s) skipped" if self.skipped else "")
         )
-        return "\n".join([head] + [f"  {line}" for line in _collapsed(self.findings)])
+        note = []
+        if self.rows_without_reference and not self.all_skipped:
+            note = [f"  note: {self.rows_without_reference} row(s) have no reference answer (reference_action, or "
+                    "extra_info's answer or solution): what a correct answer earns was not checked on them "
+                    "(`skyrl-gym audit` plays golden answers)"]
+        return "\n".join([head] + [f"  {line}" for line in _collapsed(self.findings)] + note)
 
 
 def _collapsed(findings: Sequence[Finding]) -> List[str]:
@@ -501,6 +508,7 @@ class _Checker:
         prompt, extras = row.get("prompt"), row_extras(row)
         self.report.rows_checked += 1
         own = reference_action(row)
+        self.report.rows_without_reference += own is None
         row_actions = ([("reference answer", own)] if own is not None else []) + list(actions)
         for label, action in row_actions:
             self.row_unusable = False

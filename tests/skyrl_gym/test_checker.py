@@ -217,7 +217,23 @@ def test_an_env_that_skips_the_base_init_is_told_to_call_it_once(registered):
     assert crashes[0].message.endswith("; BaseTextEnv.__init__ sets turns: SkipsTheBaseInitEnv.__init__ must call "
                                        "super().__init__(env_config, extras)")
     lines = str(report).splitlines()[1:]
-    assert lines == [f"  {crashes[0]} (and 9 more like it)"]
+    assert lines[0] == f"  {crashes[0]} (and 9 more like it)" and lines[1].startswith("  note: 2 row(s) have no ")
+    assert len(lines) == 2
+
+
+def test_rows_without_a_reference_answer_are_noted_as_unchecked_for_a_correct_answer():
+    """`check multiply` said OK over rows without a reference answer, where no correct answer was played (five
+    episodes a row, not six): an env whose reward never pays would pass it. The report says so."""
+    from skyrl_gym import datasets
+
+    bare = check_env("multiply", datasets.build_rows("multiply", split="test", size=2, seed=0),
+                     check_determinism=False)
+    assert bare.ok and bare.rows_without_reference == 2 and bare.episodes == 10
+    assert "note: 2 row(s) have no reference answer" in str(bare) and "`skyrl-gym audit`" in str(bare)
+    answered = [dict(row, reference_action=rf"\boxed{{{row['reward_spec']['ground_truth']}}}")
+                for row in datasets.build_rows("multiply", split="test", size=2, seed=0)]
+    full = check_env("multiply", answered, check_determinism=False)
+    assert full.ok and full.rows_without_reference == 0 and full.episodes == 12 and "note:" not in str(full)
 
 
 def _builder_needing_an_extra(split, size, seed, **kwargs):
