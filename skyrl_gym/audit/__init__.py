@@ -96,6 +96,11 @@ class AuditReport:
     def ok(self) -> bool:
         return not self.failures
 
+    @property
+    def incomplete(self) -> bool:
+        """Cases were left unplayed (``budget_s`` ran out): no failure among those played is not a clean audit."""
+        return any(case.verdict == NOT_RUN for case in self.cases)
+
     def __bool__(self) -> bool:
         return self.ok
 
@@ -108,7 +113,8 @@ class AuditReport:
         }
         shown = ", ".join(f"{n} {verdict.lower()}" for verdict, n in counts.items() if n)
         return (
-            f"audit {self.env_id}: {'OK' if self.ok else 'FAILED'} - {self.rows} row(s), {len(self.cases)} "
+            f"audit {self.env_id}: {'FAILED' if not self.ok else 'INCOMPLETE' if self.incomplete else 'OK'} - "
+            f"{self.rows} row(s), {len(self.cases)} "
             f"case(s): {shown or 'none'} ({self.seconds:.1f} s)"
         )
 

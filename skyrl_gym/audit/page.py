@@ -53,7 +53,8 @@ script plays its replies in order), the episode's reward being the sum of its st
 
 The table has one line per case: row, case, expected, got, verdict and reason (the env's
 `metadata["reason"]`). Exit code 0: no false positive, false negative or env error; 1: some; 2: bad arguments;
-3: an audit could not run here (`swe` without a Docker engine). Options: `--max-rows N` (default 2),
+3: an audit could not run here (`swe` without a Docker engine), or not wholly (cases that `--budget-s` left
+`not run`: the verdict reads INCOMPLETE). Options: `--max-rows N` (default 2),
 `--budget-s N` (start no case after N seconds per env; the rest are reported as `not run`), `--hack NAME`
 (play only that hack), `--workers N` (cases played at once, each on a fresh env; default 4: most of a
 sandboxed case is waiting on its sandbox, and `swe`'s 22 cases of a row take 54 s with 4 where they took 102 s one

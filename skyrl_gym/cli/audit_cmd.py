@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "must earn the full reward: else a false negative) and every hack that fits the env's action format "
         "(each must earn no more than the wrong answers: else a false positive). Prints a table per case. "
         "Exit code 0: no false positive, false negative or error; 1: some; 2: bad arguments; 3: an audit "
-        "could not run here (e.g. swe without a Docker engine). See docs/audit.md.",
+        "could not run here (e.g. swe without a Docker engine), or not wholly (--budget-s left cases not run). "
+        "See docs/audit.md.",
     )
     parser.add_argument("env_id", metavar="ID", nargs="+", help="one or more env ids")
     parser.add_argument(
@@ -118,7 +119,7 @@ def run_audit(args: argparse.Namespace) -> int:
         print(f"wrote {args.json}")
     if not all(report.ok for report in reports):
         return 1
-    return 3 if any(report.skipped for report in reports) else 0
+    return 3 if any(report.skipped or report.incomplete for report in reports) else 0
 
 
 def run_fingerprint(args: argparse.Namespace) -> int:

@@ -155,6 +155,16 @@ def test_an_env_adds_its_own_hacks_and_the_budget_stops_new_cases(registered):
     assert [(c.row_index, c.name, c.verdict) for c in report.cases if c.kind == "hack"] == [(0, own.name, OK)]
     late = audit_env("audit_test/last_boxed", ROWS, profile=profile, budget_s=0)
     assert {c.verdict for c in late.cases if c.kind != "known-wrong"} == {NOT_RUN} and late.ok
+    # it said OK (and the command exit 0) with most cases not played: a CI gate read that as a clean audit
+    assert late.incomplete and late.summary().startswith("audit audit_test/last_boxed: INCOMPLETE - ")
+    assert not report.incomplete and report.summary().startswith("audit audit_test/last_boxed: OK - ")
+
+
+def test_a_budget_that_leaves_cases_unplayed_is_exit_3(capsys):
+    assert main(["audit", "gsm8k", "--budget-s", "0", "--no-progress"]) == 3
+    out = capsys.readouterr().out
+    assert "audit gsm8k: INCOMPLETE - " in out and " not run " in out
+    assert main(["audit", "gsm8k", "--no-progress"]) == 0
 
 
 class CountingEnv(LastBoxedEnv):
