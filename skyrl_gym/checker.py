@@ -585,12 +585,12 @@ def _beside(value: Any, folder: Path) -> Any:
     return value
 
 
-def default_rows(env_id: str, size: int = 2, seed: int = 0,
-                 builder_kwargs: Optional[Mapping[str, Any]] = None) -> Tuple[List[Dict[str, Any]], str]:
+def default_rows(env_id: str, size: int = 2, seed: int = 0, builder_kwargs: Optional[Mapping[str, Any]] = None,
+                 command: str = "check") -> Tuple[List[Dict[str, Any]], str]:
     """Rows to check ``env_id`` with when none are given, and where they came from: ``size`` rows of the test split
     from its dataset builder (:mod:`skyrl_gym.datasets`, with ``builder_kwargs``), else the golden cases shipped
     with it (also when the builder fails, e.g. without network access). Raises :class:`NoRowsFor` naming what to
-    pass instead."""
+    pass instead to ``skyrl-gym COMMAND`` (check, or audit)."""
     from skyrl_gym import datasets
 
     env_id = spec(env_id).id
@@ -604,9 +604,11 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0,
                 advice = "Install what it names"
             elif builder_kwargs:
                 advice = "Correct the --builder-args it names"
-            else:
+            elif command == "check":
                 advice = (f"Give the builder what it needs (skyrl-gym check {env_id} --builder-args "
                           f"'{{\"key\": \"value\"}}')")
+            else:
+                advice = "Give the builder what it needs"
         else:
             if rows:
                 extra = "".join(f", {key}={value!r}" for key, value in sorted((builder_kwargs or {}).items()))
@@ -618,11 +620,11 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0,
         why = f" (its dataset builder failed: {builder_error})" if builder_error else ""
         return rows[:size], f"{len(rows[:size])} golden case(s) from {path}{why}"
     if builder_error:
-        raise NoRowsFor(f"cannot build rows for {env_id!r}: its dataset builder failed ({builder_error}) and it ships no "
-                        f"golden cases. {advice}, or pass rows: skyrl-gym check {env_id} --rows FILE (JSONL, JSON or "
-                        "Parquet rows; see the README's 'The dataset row').")
+        raise NoRowsFor(f"cannot build rows for {env_id!r}: its dataset builder failed ({builder_error}) and it ships "
+                        f"no golden cases. {advice}, or pass rows: skyrl-gym {command} {env_id} --rows FILE (JSONL, "
+                        "JSON or Parquet rows; see the README's 'The dataset row').")
     raise NoRowsFor(f"{env_id!r} has no dataset builder and ships no golden cases, so there are no rows to check it "
-                    f"with: pass rows in the README's row format, skyrl-gym check {env_id} --rows FILE (see "
+                    f"with: pass rows in the README's row format, skyrl-gym {command} {env_id} --rows FILE (see "
                     f"`skyrl-gym info {env_id}` for the row it expects).")
 
 

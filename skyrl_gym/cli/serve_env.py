@@ -175,12 +175,18 @@ def run(args: argparse.Namespace) -> int:
     if env_ids:
         import skyrl_gym
 
+        from skyrl_gym.errors import UnregisteredEnv
+
         unknown = [e for e in env_ids if e not in skyrl_gym.registry]
         if unknown:
-            print(
-                f"error: --envs names ids that are not registered: {unknown} (see `skyrl-gym list`)",
-                file=sys.stderr,
-            )
+            said = []
+            for env_id in unknown:  # each with the registry's own suggestion, as every other command gives it
+                try:
+                    skyrl_gym.spec(env_id)
+                    said.append(f"{env_id!r} is not a registered id as written (give its full id)")
+                except UnregisteredEnv as exc:
+                    said.append(str(exc).split(" Run `skyrl-gym list`")[0])
+            print(f"error: --envs: {' '.join(said)} Run `skyrl-gym list` to see them all.", file=sys.stderr)
             return 2
     try:
         check_can_listen(args.host, args.port)

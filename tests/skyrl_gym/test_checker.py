@@ -269,6 +269,23 @@ def test_rows_that_cannot_be_built_are_met_with_what_to_do(registered, builder, 
         datasets.deregister_dataset(env_id)
     assert advice in str(refused.value) and "'{\"key\"" not in str(refused.value)
     assert ("skyrl-gym[foo]" in str(refused.value)) is not bool(kwargs)
+    assert f"pass rows: skyrl-gym check {env_id} --rows FILE" in str(refused.value)
+
+
+def test_the_audit_is_told_to_pass_rows_to_the_audit(registered):
+    """`skyrl-gym audit reasoning_gym/ab` without its extra ended "or pass rows: skyrl-gym check ...": the wrong
+    command."""
+    from skyrl_gym import datasets
+    from skyrl_gym.audit import audit_env
+    from skyrl_gym.checker import NoRowsFor
+
+    env_id = registered(SayTheNumberEnv)
+    datasets.register_dataset(env_id, _builder_needing_an_extra)
+    try:
+        with pytest.raises(NoRowsFor, match=rf"Install what it names, or pass rows: skyrl-gym audit {env_id} --rows"):
+            audit_env(env_id)
+    finally:
+        datasets.deregister_dataset(env_id)
 
 
 def test_the_attributes_the_base_init_sets_are_listed():

@@ -213,13 +213,14 @@ def test_the_remote_can_be_described_by_env_config_as_a_trainer_section_would(se
 
 def test_serve_env_refuses_ids_that_are_not_registered():
     result = subprocess.run(
-        [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--envs", "gsm8k,nosuch"],
+        [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--envs", "gsm8k,nosuch,gsm8"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert result.returncode == 2 and "['nosuch']" in result.stderr
+    assert result.returncode == 2 and "no env registered with id 'nosuch'." in result.stderr, result.stderr
+    assert "no env registered with id 'gsm8'. Did you mean: 'gsm8k'?" in result.stderr  # as every command says it
 
 
 def test_values_json_has_no_type_for_arrive_as_their_nearest_json(service):
