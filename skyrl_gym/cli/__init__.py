@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from importlib.metadata import entry_points
 from typing import Any, Iterator, List, Optional
@@ -69,7 +70,26 @@ def build_parser() -> argparse.ArgumentParser:
         command = subparsers.choices[choice.dest]
         if command.description is None and choice.help:
             command.description = choice.help[0].upper() + choice.help[1:].rstrip(".") + "."
+    _plain_markup(parser)
     return parser
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]+?)(?:\s*<[^>]*>)?`")
+
+
+def _plain_markup(parser: argparse.ArgumentParser) -> None:
+    """Descriptions taken from module docstrings showed reST to the user (``` ``skyrl-gym score`` ```,
+    ``:mod:`skyrl_gym.remote` ``): each becomes one pair of backticks, in every command's help."""
+
+    def plain(text: Optional[str]) -> Optional[str]:
+        return _ROLE.sub(r"`\1`", text).replace("``", "`") if text else text
+
+    parser.description, parser.epilog = plain(parser.description), plain(parser.epilog)
+    for action in parser._actions:
+        action.help = plain(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in {id(p): p for p in action.choices.values()}.values():
+                _plain_markup(sub)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -523,3 +524,23 @@ def test_a_reader_that_stops_early_gets_no_traceback(argv):
     proc.stdout.close()  # the reader is gone before the first line
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "Broken pipe" not in err, err
+
+
+def test_no_help_shows_rest_markup():
+    """`skyrl-gym score --help` (and serve-env, swe, conform, eval, agent eval) showed ``...`` and :mod:`...` from
+    the docstrings their descriptions come from."""
+    import argparse
+
+    from skyrl_gym.cli import build_parser
+
+    def helps(parser, name):
+        yield name, parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    yield from helps(sub, f"{name} {sub_name}")
+
+    shown = dict(helps(build_parser(), "skyrl-gym"))
+    assert len(shown) > 15
+    marked = {name: text for name, text in shown.items() if "``" in text or re.search(r":[a-z]+:`", text)}
+    assert not marked, {name: text[:300] for name, text in marked.items()}
