@@ -439,6 +439,11 @@ class EnvWorkerPool:
             }
             if self.resources_per_worker:
                 options["resources"] = dict(self.resources_per_worker)
+            asked, held = self.num_workers * self.num_cpus_per_worker, ray.cluster_resources().get("CPU", 0.0)
+            if asked > held:  # said now: the wait below is for nodes that may join (an autoscaling cluster)
+                logger.warning("EnvWorkerPool: %d workers x %g CPUs is more than the cluster's %g CPUs in all: "
+                               "waiting up to %g s for nodes to join; else lower num_workers or num_cpus_per_worker",
+                               self.num_workers, self.num_cpus_per_worker, held, self.start_timeout_s)
             actor_class = ray.remote(EnvWorker)
             actors = [actor_class.options(**options).remote(i, self.imports) for i in range(self.num_workers)]
             try:

@@ -228,10 +228,12 @@ def test_shutdown_closes_the_sessions_left_open(local_ray):
     assert all(isinstance(e, RayEnv) for e in envs)
 
 
-def test_a_pool_the_cluster_cannot_hold_says_so(local_ray):
+def test_a_pool_the_cluster_cannot_hold_says_so(local_ray, caplog):
     pool = EnvWorkerPool(1, num_cpus_per_worker=64, start_timeout_s=3)
     with pytest.raises(EnvWorkerDied, match="could not place 1 env workers .*64 CPUs.*add nodes"):
         pool.start()
+    # said at the start, not after the whole wait in silence (120 s by default)
+    assert "1 workers x 64 CPUs is more than the cluster's 2 CPUs in all: waiting up to 3 s" in caplog.text
     with pytest.raises(ValueError, match="scheduling_strategy"):
         EnvWorkerPool(1, scheduling_strategy="PACKED")
     with pytest.raises(
