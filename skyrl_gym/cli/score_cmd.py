@@ -41,7 +41,7 @@ def score_rows(
     env_config: Optional[Dict[str, Any]] = None,
     progress: bool = True,
 ) -> List[Dict[str, Any]]:
-    """One result dict per row: env, reward, done, metadata, or the error that row raised."""
+    """One result dict per row: env, reward, done, metadata, or the error that row raised; and its seconds."""
     from skyrl_gym.data import row_extras, row_place
     from skyrl_gym.episode import score_response
 
@@ -56,6 +56,7 @@ def score_rows(
     for index, (row, response) in enumerate(iterator):
         env_class = env_id or row.get("env_class")
         result: Dict[str, Any] = {"index": index, "env": env_class}
+        started = time.perf_counter()
         try:
             if not env_class:
                 raise ValueError(f"{row_place(index)} has no env_class; pass --env")
@@ -66,6 +67,7 @@ def score_rows(
             result.update(reward=step.reward, done=step.done, metadata=step.metadata)
         except Exception as exc:  # one bad row is reported, the rest are still scored
             result.update(reward=None, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=3))
+        result["seconds"] = time.perf_counter() - started
         results.append(result)
     return results
 
@@ -86,10 +88,15 @@ def summarize(results: List[Dict[str, Any]], seconds: float) -> List[Dict[str, A
                 "mean_reward": sum(rewards) / len(rewards) if rewards else float("nan"),
                 "solved": sum(1 for r in rewards if r >= 1.0) / len(rewards) if rewards else float("nan"),
                 "errors": sum(1 for r in items if "error" in r),
-                "episodes_per_s": len(items) / seconds if seconds > 0 else float("nan"),
+                # each env's rows over the time they took (all envs' rows over the whole run gave every env one rate)
+                "episodes_per_s": _rate(len(items), sum(r.get("seconds", 0.0) for r in items) or seconds),
             }
         )
     return table
+
+
+def _rate(count: int, seconds: float) -> float:
+    return count / seconds if seconds > 0 else float("nan")
 
 
 def print_table(table: List[Dict[str, Any]]) -> None:

@@ -544,3 +544,13 @@ def test_no_help_shows_rest_markup():
     assert len(shown) > 15
     marked = {name: text for name, text in shown.items() if "``" in text or re.search(r":[a-z]+:`", text)}
     assert not marked, {name: text[:300] for name, text in marked.items()}
+
+
+def test_score_gives_each_env_its_own_rate():
+    """The episodes/s column was each env's rows over the whole run's time: two envs showed one rate."""
+    from skyrl_gym.cli.score_cmd import summarize
+
+    results = [{"env": "slow", "reward": 1.0, "seconds": 0.5}, {"env": "slow", "reward": 0.0, "seconds": 0.5},
+               {"env": "fast", "reward": 1.0, "seconds": 0.01}, {"env": "fast", "reward": 1.0, "seconds": 0.01}]
+    rates = {line["env"]: line["episodes_per_s"] for line in summarize(results, seconds=1.02)}
+    assert rates == {"slow": pytest.approx(2.0), "fast": pytest.approx(100.0)}
