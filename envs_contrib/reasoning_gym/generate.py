@@ -46,8 +46,8 @@ def check_no_paths(name: str, config: Mapping[str, Any]) -> None:
     same for each part of a composite."""
     for key, value in config.items():
         names = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else []
-        if _NAMES_A_FILE.search(key) and not all(
-                isinstance(n, str) and re.fullmatch(r"\w[\w.+-]*", n) and ".." not in n for n in names):
+        if _NAMES_A_FILE.search(key) and not all(  # numbers name no file (min_path_length)
+                not isinstance(n, str) or (re.fullmatch(r"\w[\w.+-]*", n) and ".." not in n) for n in names):
             raise SettingsError(f"reasoning-gym dataset {name!r}: setting {key}={str(value)[:80]!r} must be the "
                                 "plain name of a file reasoning-gym ships (no folder, no '..'): settings come from "
                                 "rows and clients, and may not open files elsewhere")
