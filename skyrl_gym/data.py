@@ -117,10 +117,18 @@ def _read_jsonl(path: Path, shown: Union[str, Path]) -> Iterator[Tuple[Optional[
             if not line.strip():
                 continue
             try:
-                yield line_number, json.loads(line)
+                record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{row_place(index, shown, line_number)} is not valid JSON ({exc.msg})") from exc
+            except RecursionError:  # a downloaded file is input like any other: name the row, no traceback
+                raise DataError(f"{row_place(index, shown, line_number)} is JSON nested too deeply to read") from None
+            yield line_number, record
             index += 1
+
+
+# Parquet rows are read a batch at a time: a reader that stops early (`--limit`) decodes no more than it reads, and a
+# file whose few bytes decode to gigabytes (one long dictionary-encoded value on every row) is not decoded whole.
+PARQUET_BATCH_ROWS = 64
 
 
 def _read_parquet(path: Path) -> Iterator[Dict[str, Any]]:
@@ -128,9 +136,9 @@ def _read_parquet(path: Path) -> Iterator[Dict[str, Any]]:
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise ImportError("reading Parquet needs pyarrow: pip install 'skyrl-gym[data]'") from exc
-    table = pq.read_table(path)
-    for record in table.to_pylist():
-        yield to_plain(record)
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH_ROWS):
+        for record in batch.to_pylist():
+            yield to_plain(record)
 
 
 def read_records(path: Union[str, Path]) -> Iterator[Dict[str, Any]]:
@@ -150,7 +158,10 @@ def placed_records(path: Union[str, Path]) -> Iterator[Tuple[str, Dict[str, Any]
     if suffix in (".jsonl", ".ndjson"):
         numbered: Iterable[Tuple[Optional[int], Any]] = _read_jsonl(path, shown)
     elif suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except RecursionError:
+            raise DataError(f"{path}: JSON nested too deeply to read") from None
         if not isinstance(data, list):
             raise DataError(f"{path}: a .json dataset must hold a list of rows")
         numbered = ((None, record) for record in data)

@@ -93,3 +93,39 @@ def test_a_row_is_named_by_its_number_from_1_and_its_line(tmp_path):
     rows = make_rows(2, seed=0)
     assert [place for place, _ in placed_records(write_parquet(rows, tmp_path / "r.parquet"))] == [
         f"row 1 of {tmp_path / 'r.parquet'}", f"row 2 of {tmp_path / 'r.parquet'}"]
+
+
+def test_json_nested_too_deeply_names_the_row(tmp_path):
+    """100,000 open brackets in a downloaded file raised a RecursionError traceback from every reader."""
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text(json.dumps(GOOD) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(DataError, match=rf"^row 2 \(line 2 of {deep}\) is JSON nested too deeply to read$"):
+        load_rows(deep)
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match="deep.json: JSON nested too deeply to read"):
+        load_rows(tmp_path / "deep.json")
+
+
+def test_a_parquet_file_is_decoded_no_further_than_the_rows_read(tmp_path):
+    """A few KB of Parquet (one long dictionary-encoded value on every row) decode to gigabytes, and the whole table
+    was decoded before `--limit 1` applied. Here 400 rows of a 1 MiB value: 400 MiB whole, a batch now."""
+    import tracemalloc
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from skyrl_gym.data import PARQUET_BATCH_ROWS
+
+    long_value = "x" * 2**20
+    table = pa.table({"prompt": pa.array([json.dumps(GOOD["prompt"])] * 400).dictionary_encode(),
+                      "note": pa.array([long_value] * 400).dictionary_encode()})
+    pq.write_table(table, tmp_path / "bomb.parquet")
+    assert (tmp_path / "bomb.parquet").stat().st_size < 64 * 1024
+    tracemalloc.start()
+    try:
+        rows = load_rows(tmp_path / "bomb.parquet", validate=False, limit=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(rows) == 1 and rows[0]["note"] == long_value
+    assert peak < (PARQUET_BATCH_ROWS + 16) * 2**20, f"{peak / 2**20:.0f} MiB held to read one row"
