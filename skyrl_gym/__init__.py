@@ -10,6 +10,7 @@ Importing this package imports no torch, transformers, ray or pandas.
 
 from skyrl_gym import errors, error  # noqa: F401  (``error`` is SkyRL-gym's module name)
 from skyrl_gym.core import ConversationType, Env, EnvStepOutput, MessageType, StepOutput
+from skyrl_gym.errors import DataError, UnregisteredEnv  # what the docs' error messages name
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.registration import EnvSpec, deregister, make, pprint_registry, register, registry, spec
 from skyrl_gym import envs  # noqa: F401,E402  registers the built-in envs (string entry points, nothing heavy)
@@ -57,6 +58,8 @@ __all__ = [
     "registry",
     "pprint_registry",
     "check_env",
+    "DataError",
+    "UnregisteredEnv",
     "errors",
     "envs",
 ]
