@@ -4,7 +4,8 @@
 
 For each instance it measures:
 
-- container start: a new container of the instance's image;
+- container start: a new container of the instance's image, with its Python environment found (the probe's
+  cost is also shown alone);
 - set-up: the repository at ``base_commit``, with the setup patch applied and the commit checked;
 - the tools: ``bash`` running ``true``, ``bash`` running ``git status``, and a ``str_replace_editor`` view;
 - grading: the gold patch in a fresh container, with the hidden tests run, and the same with nothing planted
@@ -36,7 +37,7 @@ def main() -> None:
     from skyrl_gym.envs.swe import canary
     from skyrl_gym.envs.swe.grading import evaluate_patch
     from skyrl_gym.envs.swe.instances import load_instances
-    from skyrl_gym.envs.swe.runtime import SWERuntime
+    from skyrl_gym.envs.swe.runtime import SWERuntime, python_environment
     from skyrl_gym.envs.swe.tools import SWEToolGroup
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,7 +49,7 @@ def main() -> None:
     client = docker_client()
     instances = load_instances(args.instances, limit=args.limit)
     times: Dict[str, List[float]] = {name: [] for name in (
-        "container start", "set-up at base_commit", "bash `true`", "bash `git status`", "editor view",
+        "container start", "python environment probe (in container start)", "set-up at base_commit", "bash `true`", "bash `git status`", "editor view",
         "grading (gold patch)", "grading, nothing planted (baseline)", "host `bash -c true` (baseline)",
         "`docker run --rm IMAGE true` (baseline)",
     )}
@@ -57,6 +58,9 @@ def main() -> None:
         runtime = SWERuntime(instance, client=client)
         times["container start"].append(_ms(time.perf_counter() - started))
         try:
+            started = time.perf_counter()
+            python_environment(runtime.container)  # done once as the container started: its cost alone
+            times["python environment probe (in container start)"].append(_ms(time.perf_counter() - started))
             started = time.perf_counter()
             runtime.setup()
             times["set-up at base_commit"].append(_ms(time.perf_counter() - started))

@@ -38,7 +38,7 @@ import uuid
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from skygym_sandboxes.docker_backend import LABEL, OWNER_LABEL, owner_id, remove_orphaned_containers
 from skygym_sandboxes.docker_exec import ExecStream
@@ -253,6 +253,9 @@ class Container:
             raise SandboxUnavailable(f"image {image!r} is not in the Docker engine; build it first") from None
         self.name = f"skygym-{kind}-{uuid.uuid4().hex[:12]}"
         self.gone_why = ""  # why the container was removed before its owner closed it
+        # Variables every later command gets, over the container's own (an environment its image activates
+        # only in a login shell, say); a call's ``env`` goes over these.
+        self.exec_env: Dict[str, str] = {}
         disk_bytes = self.limits.disk_mb * 2**20
         options = dict(
             name=self.name,
@@ -337,7 +340,7 @@ class Container:
             f' | {{ head -c {output_cap}; printf "\\n{marker}"; wc -c | tr -d " \\n"; }}; '
             f'printf " %s\\n" "${{PIPESTATUS[0]}}"'
         )
-        environment = dict(env or {})
+        environment = {**self.exec_env, **(env or {})}
         environment["SKYGYM_COMMAND"] = command
         started = time.monotonic()
         exec_id = self.client.api.exec_create(

@@ -47,6 +47,13 @@ COMMIT_ENV = {
 # What the model's tools must never put in a patch: bytecode and caches the test runs leave behind.
 GIT_EXCLUDES = "__pycache__/\n*.pyc\n.pytest_cache/\n*.egg-info/\n"
 CONTAINER_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "GIT_PAGER": "cat", "PAGER": "cat"}
+# Where an image keeps the repository's own Python when it is not the one on the image's PATH: SWE-bench's images
+# (and SWE-Gym's and SWE-smith's, built the same way) install it as the conda environment ``testbed`` and activate it
+# from /root/.bashrc, which no command run through ``docker exec`` reads: without activating it, ``python3`` is
+# conda's base Python, without the repository's dependencies or pytest.
+PYTHON_ENVIRONMENTS = ("/opt/miniconda3/envs/testbed", "/opt/conda/envs/testbed")
+_ACTIVATED = "skygym-activated"  # separates the environment before activation from the one after it
+_NOT_CARRIED = {"SKYGYM_COMMAND", "_", "SHLVL", "PWD", "OLDPWD"}
 
 
 @dataclass
@@ -142,10 +149,17 @@ class SWERuntime:
         limits: Optional[ContainerLimits] = None,
         base_url: Optional[str] = None,
     ) -> None:
+        if instance.grading_problem:  # no container for a row whose tests cannot be run
+            raise SWEInstanceError(instance.grading_problem)
         self.instance = instance
         self.container = Container(
             instance.image_name, client=client, limits=limits, workdir=TESTBED, env=CONTAINER_ENV, kind="swe", base_url=base_url
         )
+        try:  # before anything else runs there: the model's commands and the tests alike run in the image's Python
+            self.container.exec_env = python_environment(self.container)
+        except BaseException:
+            self.container.close()
+            raise
 
     # ----- set-up -----------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -223,6 +237,33 @@ class SWERuntime:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def python_environment(container: Container) -> Dict[str, str]:
+    """The variables that activate the image's own Python environment (the first of ``PYTHON_ENVIRONMENTS``
+    with a ``bin/python``), as the image's login shell would: conda's ``activate``, which also runs the
+    environment's activation scripts, where the image has conda, else its ``bin`` first on ``PATH``. Empty for an
+    image without one (ours: the system Python is the repository's)."""
+    probe = "".join(
+        f"if [ -x {folder}/bin/python ]; then env -0; printf '{_ACTIVATED}\\0'; "
+        f"conda_sh={shlex.quote(folder.rsplit('/envs/', 1)[0])}/etc/profile.d/conda.sh; "
+        f'{{ [ -f "$conda_sh" ] && . "$conda_sh" && conda activate {folder}; }} >/dev/null 2>&1; '
+        f'case ":$PATH:" in *":{folder}/bin:"*) ;; *) export PATH="{folder}/bin:$PATH" ;; esac; '
+        "env -0; exit 0; fi; "
+        for folder in PYTHON_ENVIRONMENTS
+    )
+    done = container.exec(probe + "exit 0", timeout_s=60, output_cap=1_000_000)
+    before, found, after = done.output.partition(f"\0{_ACTIVATED}\0")
+    if not done.ok or not found:
+        return {}
+
+    def variables(text: str) -> Dict[str, str]:
+        pairs = (entry.partition("=") for entry in text.split("\0") if "=" in entry)
+        return {name: value for name, _, value in pairs if name and not name.startswith("BASH_FUNC_")}
+
+    old = variables(before)
+    return {name: value for name, value in variables(after).items()
+            if old.get(name) != value and name not in _NOT_CARRIED}
 
 
 def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float = 600.0, trace: bool = False,
