@@ -4,7 +4,10 @@ Each episode gets a container of the row's image with the repository at ``base_c
 calls tools (``<tool_call>{"name": "bash", "arguments": {"command": "..."}}</tool_call>``, or
 ``<bash>...</bash>``): ``bash``, ``str_replace_editor`` and ``submit`` (see :mod:`.tools`). When it
 submits, or at ``max_turns``, its patch is the ``git diff`` against ``base_commit``; the patch is
-graded in a fresh container with the hidden tests (:mod:`.grading`): reward 1.0 iff resolved.
+graded in a fresh container with the hidden tests (:mod:`.grading`): reward 1.0 iff resolved. When grading
+gives no verdict on the patch (its set-up failed: the image went missing, the hidden tests do not apply), the step
+raises :class:`SWEInstanceError` rather than reward a 0 the patch did not earn: a trainer masks the episode out.
+A row the grader cannot grade (test ids that are not pytest's) raises it from ``init``, before any container starts.
 ``metadata`` of the last step carries the patch (``model_patch``; one over 1,000,000 characters is graded
 but left out, named by its length and SHA-256) and the per-test report.
 
@@ -26,7 +29,7 @@ from skyrl_gym.core import ConversationType, StepOutput
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.swe.grading import EvalReport, evaluate_patch
-from skyrl_gym.envs.swe.instances import normalize_row
+from skyrl_gym.envs.swe.instances import SWEInstanceError, normalize_row
 from skyrl_gym.envs.swe.runtime import SWERuntime
 from skyrl_gym.envs.swe.tools import SWEToolGroup
 from skyrl_gym.errors import DataError
@@ -175,6 +178,8 @@ class SWEEnv(BaseTextEnv):
         else:
             self.report = evaluate_patch(self.instance, self.patch, limits=self.limits,
                                          timeout_s=self.eval_timeout_s, base_url=self.base_url)
+            if self.report.instance_error:  # no verdict on the patch: no reward, rather than a 0 it did not earn
+                raise SWEInstanceError(self.report.error)
         return {
             "observations": [],
             "reward": 1.0 if self.report.resolved else 0.0,

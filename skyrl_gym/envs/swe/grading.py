@@ -198,7 +198,7 @@ def evaluate_patch(
     report = EvalReport(instance.instance_id)
     try:
         runtime = SWERuntime(instance, client=client, limits=limits, base_url=base_url)
-    except SandboxUnavailable as exc:  # the image is missing: the instance's set-up, not the patch, failed
+    except (SandboxUnavailable, SWEInstanceError) as exc:  # a missing image, tests it cannot run: not the patch's fault
         report.error, report.instance_error = f"set-up failed: {exc}", True
         return _finish(report, started)
     with runtime:

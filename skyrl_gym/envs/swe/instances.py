@@ -14,12 +14,15 @@ get the environment is one of:
 Rows built by ``skyrl-gym swe build`` add ``setup_patch``: the diff from the image's ``/testbed``
 to the repository at ``base_commit`` (the injected bug, the hidden tests taken out); the runtime
 applies it and commits it with fixed metadata, which reproduces ``base_commit`` exactly.
-``test_cmd`` (optional) is the test runner; the default is pytest.
+The grader runs pytest, so every test id must be a pytest node id (``path/to/test_x.py::TestY::test_z``, or a
+file): :attr:`SWEInstance.grading_problem` says why a row's are not (SWE-bench's Django and SymPy rows name their
+tests for those projects' own runners). A ``test_cmd`` field is kept with the row but not used.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Union
@@ -36,6 +39,12 @@ KNOWN_HUB_DATASETS = {
     "SWE-Gym/SWE-Gym": "SWE-Gym (2,438 training instances, SWE-bench images)",
     "R2E-Gym/R2E-Gym-Lite": "R2E-Gym Lite (rows name their docker_image)",
 }
+
+
+# A pytest node id: a file (with an extension: a text doctest's too), then ``::`` and the names within it.
+PYTEST_NODE_ID = re.compile(r"[^\s()]+\.\w+(::.+)?", re.DOTALL)
+# How other projects' runners name a test: Django's "test_x (app.tests.TestY)", SymPy's bare "test_x".
+_OTHER_RUNNERS = ((re.compile(r".* \([\w.]+\)"), "Django's test runner"), (re.compile(r"\w+"), "SymPy's test runner"))
 
 
 class SWEInstanceError(DataError):
@@ -66,6 +75,19 @@ class SWEInstance:
         for test_id in [*self.FAIL_TO_PASS, *self.PASS_TO_PASS]:
             seen.setdefault(test_id.split("::", 1)[0], None)
         return list(seen)
+
+    @property
+    def grading_problem(self) -> str:
+        """Why the grader cannot grade this row ("" when it can): a test id that is not a pytest node id."""
+        foreign = [test_id for test_id in [*self.FAIL_TO_PASS, *self.PASS_TO_PASS]
+                   if not PYTEST_NODE_ID.fullmatch(test_id)]
+        if not foreign:
+            return ""
+        runner = next((name for pattern, name in _OTHER_RUNNERS if pattern.fullmatch(foreign[0])), "")
+        return (f"instance {self.instance_id!r} cannot be graded: the grader runs pytest, and {len(foreign)} of its "
+                f"{len(self.FAIL_TO_PASS) + len(self.PASS_TO_PASS)} test ids are not pytest node ids "
+                f"(path/test_x.py::test_y), e.g. {foreign[0][:120]!r}"
+                + (f" (how {runner} names a test)" if runner else ""))
 
     def to_row(self) -> Dict[str, Any]:
         """The SWE-bench-format row (lists stay lists; SWE-bench's JSON strings are read, never written)."""

@@ -515,6 +515,77 @@ def test_a_test_patch_that_does_not_apply_is_named(swe_instances, tmp_path):
     assert missing.returncode == 2 and broken.instance_id in missing.stderr and "base_commit" in missing.stderr
 
 
+# A conda environment the way SWE-bench's images have one: the repository's Python in /opt/miniconda3/envs/testbed
+# (here a real venv over the image's Python, holding a module the system Python lacks), activated by conda's shell
+# hook, which the image's login shell reads and ``docker exec`` does not. The hook is a stand-in for conda's own
+# (which cannot be installed offline): ``conda activate`` exports what conda's does, plus a variable an activation
+# script would set.
+CONDA_LIKE_IMAGE = r"""set -e
+python3 -m venv --without-pip --system-site-packages /opt/miniconda3/envs/testbed
+site=$(/opt/miniconda3/envs/testbed/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo 'WHERE = "testbed"' > "$site/swe_env_marker.py"
+mkdir -p /opt/miniconda3/etc/profile.d
+cat > /opt/miniconda3/etc/profile.d/conda.sh <<'HOOK'
+conda() {
+    [ "$1" = activate ] || return 1
+    export CONDA_PREFIX="$2" CONDA_DEFAULT_ENV="${2##*/}" CONDA_SHLVL=1 PATH="$2/bin:$PATH" SKYGYM_ACTIVATE_D=ran
+}
+HOOK
+"""
+ENVIRONMENT_TEST = "test_skygym_environment.py::test_the_images_environment"
+ENVIRONMENT_TEST_PATCH = (
+    "diff --git a/test_skygym_environment.py b/test_skygym_environment.py\nnew file mode 100644\n"
+    "--- /dev/null\n+++ b/test_skygym_environment.py\n@@ -0,0 +1,5 @@\n+import os\n+\n"
+    "+def test_the_images_environment():\n+    import swe_env_marker\n"
+    "+    assert swe_env_marker.WHERE == os.environ['CONDA_DEFAULT_ENV'] == 'testbed'\n"
+)
+
+
+def test_grading_and_the_tools_run_in_the_images_conda_environment(swe_instances, docker_client_for_tests):
+    base = swe_instances[0]
+    holder = docker_client_for_tests.containers.run(base.image_name, "sleep 600", detach=True, network_mode="none")
+    try:
+        made = holder.exec_run(["bash", "-c", CONDA_LIKE_IMAGE])
+        assert made.exit_code == 0, made.output.decode()[-1000:]
+        image = holder.commit(repository="skyrl-gym-swe-test-conda", tag="latest")
+    finally:
+        holder.remove(force=True)
+    instance = dataclasses.replace(base, image_name="skyrl-gym-swe-test-conda:latest",
+                                   test_patch=base.test_patch + ENVIRONMENT_TEST_PATCH,
+                                   PASS_TO_PASS=[*base.PASS_TO_PASS, ENVIRONMENT_TEST])
+    try:
+        with SWERuntime(instance, client=docker_client_for_tests) as runtime:
+            runtime.setup()
+            seen = runtime.exec("command -v python3; echo $SKYGYM_ACTIVATE_D; python3 -c 'import swe_env_marker'")
+            assert seen.ok and seen.output.split() == ["/opt/miniconda3/envs/testbed/bin/python3", "ran"], seen.output
+        report = evaluate_patch(instance, instance.patch, client=docker_client_for_tests)
+        assert report.resolved, report.error
+        assert ENVIRONMENT_TEST in report.pass_to_pass["success"]
+        # the same row in the image without the environment: the test runs on the system Python, and fails
+        plain = dataclasses.replace(instance, image_name=base.image_name)
+        unresolved = evaluate_patch(plain, plain.patch, client=docker_client_for_tests)
+        assert ENVIRONMENT_TEST in unresolved.pass_to_pass["failure"] and not unresolved.resolved
+    finally:
+        docker_client_for_tests.images.remove(image.id, force=True)
+
+
+def test_a_grading_without_a_verdict_ends_the_episode_without_a_reward(swe_instances):
+    import skyrl_gym
+    from skyrl_gym.envs.swe.dataset import instance_row
+    from skyrl_gym.envs.swe.replay import replay_actions
+    from skyrl_gym.episode import ScriptedPolicy, run_episode, run_sync
+
+    broken = dataclasses.replace(
+        swe_instances[1], test_patch="diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-missing\n+line\n")
+    row = instance_row(broken)
+    episode = run_sync(
+        run_episode(lambda: skyrl_gym.make("swe", extras=row), row["prompt"], ScriptedPolicy(replay_actions(broken.patch)))
+    )
+    # the gold patch, whose hidden tests do not apply: no verdict, so no reward (a trainer masks the episode out)
+    assert episode.error is not None and "'test_patch' does not apply" in episode.error
+    assert episode.error_method == "step" and episode.total_reward == 0.0
+
+
 def test_a_missing_image_is_a_set_up_failure_not_an_unresolved_gold_patch(swe_instances, tmp_path):
     ghost = dataclasses.replace(swe_instances[0], image_name="skyrl-gym-swe-ghost:no-such-tag")
     path = tmp_path / "ghost.jsonl"

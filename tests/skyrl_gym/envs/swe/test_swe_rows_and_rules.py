@@ -80,6 +80,34 @@ def test_instances_round_trip_through_jsonl(tmp_path):
     assert load_instances(path, limit=1)[0].instance_id == "example-org__calc-17"
 
 
+@pytest.mark.parametrize("ids, runner", [
+    (["test_both_pk_and_id (admin_views.tests.AdminViewBasicTest)"], "Django's test runner"),
+    (["tests/test_ops.py::test_add", "test_issue_24062"], "SymPy's test runner"),
+    (["tests/test_ops.py::test_add", "a test with no file"], ""),
+])
+def test_a_row_whose_tests_pytest_cannot_run_is_named_and_never_graded_a_0(ids, runner):
+    import skyrl_gym
+    from skyrl_gym.envs.swe.grading import evaluate_patch
+
+    row = {**fixture_row(), "FAIL_TO_PASS": ids[:1], "PASS_TO_PASS": ids[1:]}
+    problem = normalize_row(row).grading_problem
+    assert "cannot be graded" in problem and f"1 of its {len(ids)} test ids" in problem
+    assert (f"(how {runner} names a test)" in problem) if runner else problem.endswith(repr(ids[-1]))
+    # No container starts (this machine may have no Docker engine): grading says set-up failed, not "unresolved" ...
+    report = evaluate_patch(normalize_row(row), row["patch"])
+    assert report.instance_error and not report.resolved and report.error == f"set-up failed: {problem}"
+    # ... and the env refuses the row at init, so a trainer masks the episode rather than training on a 0
+    env = skyrl_gym.make("swe", extras=row)
+    with pytest.raises(SWEInstanceError, match="cannot be graded"):
+        env.init([])
+
+
+def test_pytest_node_ids_of_every_shape_are_gradable():
+    ids = ["tests/test_ops.py::test_add", "tests/test_ops.py::TestOps::test_sub[1-2]", "tests/test_ops.py",
+           "docs/usage.rst::usage.rst", "tests/test_ops.py::test_param[a b (c)]"]
+    assert normalize_row({**fixture_row(), "FAIL_TO_PASS": ids}).grading_problem == ""
+
+
 # ----- bug injection -----------------------------------------------------------------------------------
 SOURCE = b'''\
 def window(items, size=2, strict=True):
