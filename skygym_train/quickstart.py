@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from skyrl_gym.cli._io import counted
+
 
 def quickstart_overrides(out_dir: Path, steps: int, model: str, save_checkpoint: bool = False) -> Dict[str, Any]:
     """The recipe (what worked on a 2-core CPU), as trainer config keys. The outputs stay small by default: a
@@ -266,8 +268,9 @@ def run_quickstart(
         moved = ", ".join(sorted(path.name for path in earlier.iterdir()))
         print(f"quickstart: moved the earlier run's outputs ({moved}) to {earlier}", file=sys.stderr,
               flush=True)
-    print(f"quickstart: GRPO on {model}, {steps} steps of {cfg.trainer.train_batch_size} prompts x "
-          f"{cfg.generator.n_samples_per_prompt} samples; outputs in {out_dir}", file=sys.stderr, flush=True)
+    print(f"quickstart: GRPO on {model}, {counted(steps, 'step')} of {counted(cfg.trainer.train_batch_size, 'prompt')}"
+          f" x {counted(cfg.generator.n_samples_per_prompt, 'sample')}; outputs in {out_dir}", file=sys.stderr,
+          flush=True)
     print("quickstart: loading the model and the trainer ...", file=sys.stderr, flush=True)
     with PPOTrainer(cfg) as trainer:
         trainer.setup()
@@ -382,7 +385,7 @@ def _report(summary: Dict[str, Any]) -> str:
         export = "none (interrupted: run the quickstart again to train all the steps and export the model)"
         checkpoint = summary["checkpoint"] or "none"
     else:
-        head = "== quickstart finished in {:.1f} min ({} steps)".format(summary["minutes"], summary["steps"])
+        head = "== quickstart finished in {:.1f} min ({})".format(summary["minutes"], counted(summary["steps"], "step"))
         evaluated, export = f"{before} -> {after}", summary["export"]
         checkpoint = summary["checkpoint"] or "none (pass --checkpoint to keep one for resuming)"
     lines = [

@@ -71,6 +71,11 @@ def to_json(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent, default=repr)
 
 
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless it is one: ``counted(1, "step")`` is ``"1 step"``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def error(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
 

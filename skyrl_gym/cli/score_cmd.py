@@ -119,7 +119,7 @@ def print_table(table: List[Dict[str, Any]]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skyrl_gym.cli._io import UsageError, env_config_arg, unknown_env_problem
+    from skyrl_gym.cli._io import UsageError, counted, env_config_arg, unknown_env_problem
     from skyrl_gym.data import load_rows, read_records, row_place
 
     rows = load_rows(args.rows, limit=args.limit)
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.output, "w", encoding="utf-8") as handle:
             for result in results:
                 handle.write(json.dumps(result, default=str) + "\n")
-        print(f"wrote {len(results)} results to {args.output}")
+        print(f"wrote {counted(len(results), 'result')} to {args.output}")
     return 1 if any("error" in r for r in results) else 0
 
 

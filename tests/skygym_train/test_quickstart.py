@@ -98,6 +98,8 @@ def test_a_run_whose_last_steps_trained_nothing_because_it_learned_reads_as_succ
     for h in history:
         h["policy/trained_group_fraction"], h["reward/solve_all_fraction"] = 0.0, 0.0
     assert "as expected" not in _report(_summary(result))
+    one = _summary({**result, "global_step": 1, "total_steps": 1, "history": history[:1]})
+    assert _report(one).splitlines()[1] == "== quickstart finished in 3.0 min (1 step)"
 
 
 def _quickstart_config(out_dir, *overrides):
