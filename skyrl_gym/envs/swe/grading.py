@@ -2,12 +2,13 @@
 
 1. Set the repository up at ``base_commit``; apply the model's patch (one that does not apply is
    not resolved).
-2. Ask git which files the patch changed (git's own view of the applied tree, not the patch's text),
-   and put back every protected one: every test file (the files of the hidden ``test_patch``, every
-   ``conftest.py``, every file under a test folder), pytest's configuration files, ``*.pth``,
-   ``sitecustomize.py``, package metadata (``*.dist-info``, ``*.egg-info``: pytest loads plugins
-   named there), bytecode, and binary files. A patch whose library code reaches for the test
-   harness (pytest's names, the report descriptor, profiling hooks) is not resolved either.
+2. Ask git which files the patch changed (git's own view of the applied tree against the tree before it,
+   ignored files included, never the patch's text), and put back every protected one as it was: every test
+   file (the files of the hidden ``test_patch``, every ``conftest.py``, every file under a test folder),
+   pytest's configuration files, ``*.pth``, ``sitecustomize.py``, package metadata (``*.dist-info``,
+   ``*.egg-info``: pytest loads plugins named there), bytecode, and binary files. A patch whose library
+   code reaches for the test harness (pytest's names, the report descriptor, profiling hooks) is not
+   resolved either.
 3. Apply the hidden ``test_patch``, append tests that must fail under names drawn for this run (see
    ``canary``), and run the tests of FAIL_TO_PASS and PASS_TO_PASS. Outcomes arrive over a descriptor of
    their own (see ``_pytest_report``); a report that is missing, malformed or says a test twice, or that
@@ -43,6 +44,7 @@ from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
 from skyrl_gym.envs.swe.runtime import HELPERS, SWERuntime, TestRun
 
 logger = logging.getLogger(__name__)
+BEFORE_PATCH_INDEX = f"{HELPERS}/before-patch.index"  # git's index of the repository before the patch (outside it)
 
 PROTECTED_NAMES = {
     "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
@@ -114,16 +116,31 @@ class ChangedFile:
     added: List[str] = field(default_factory=list)
 
 
-def changed_files(runtime: SWERuntime) -> List[ChangedFile]:
-    """What the applied patch changed against ``base_commit``, asked of git in the container (ignored files
-    included): never read off the patch's own text, whose header-like lines and quoted names could hide a
-    file from the checks."""
-    base = shlex.quote(runtime.instance.base_commit)
+def tree_before_patch(runtime: SWERuntime) -> str:
+    """The tree of ``/testbed`` as the image has it at ``base_commit``, every file included (ignored ones too: the
+    build outputs of SWE-bench's images, compiled extensions and ``*.egg-info`` among them), recorded in an index of
+    its own (:data:`BEFORE_PATCH_INDEX`), against which :func:`changed_files` compares. Comparing against
+    ``base_commit`` instead counted those outputs as files the patch added: put back (removed, being binary or
+    package metadata) or read for the harness's names, for every patch."""
+    done = runtime.exec(
+        f"mkdir -p {HELPERS} && cp .git/index {BEFORE_PATCH_INDEX} && export GIT_INDEX_FILE={BEFORE_PATCH_INDEX} "
+        "&& git add -A -f && git write-tree",
+        timeout_s=300,
+    )
+    tree = done.output.strip().splitlines()[-1:] or [""]
+    if not done.ok or not re.fullmatch(r"[0-9a-f]{40,64}", tree[0]):
+        raise RuntimeError(f"cannot record the repository before the patch: {done.output[-300:]}")
+    return tree[0]
+
+
+def changed_files(runtime: SWERuntime, before: str) -> List[ChangedFile]:
+    """What the applied patch changed against the tree ``before`` (:func:`tree_before_patch`), asked of git in the
+    container (ignored files included): never read off the patch's own text, whose header-like lines and quoted
+    names could hide a file from the checks."""
     options = "--cached --no-renames --no-ext-diff --no-textconv --no-color"
     done = runtime.exec(
-        f"git add -A -f && git diff {options} --numstat -z {base} && printf '\\0\\0' && "
-        f"git diff {options} -U0 {base};"
-        " status=$?; git reset -q; exit $status",
+        f"export GIT_INDEX_FILE={BEFORE_PATCH_INDEX} && git add -A -f && "
+        f"git diff {options} --numstat -z {before} && printf '\\0\\0' && git diff {options} -U0 {before}",
         timeout_s=120,
         output_cap=60_000_000,
     )
@@ -149,7 +166,7 @@ def changed_files(runtime: SWERuntime) -> List[ChangedFile]:
 
 
 def is_protected(path: str, hidden: Set[str] = frozenset(), binary: bool = False) -> bool:
-    """A file that grading puts back as it was at ``base_commit`` (or removes, if it is new); ``hidden`` holds
+    """A file that grading puts back as it was before the patch (or removes, if it is new); ``hidden`` holds
     the paths of the hidden ``test_patch``."""
     parts = path.split("/")
     folded = path.lower()  # importlib.metadata finds a "*.DIST-INFO" folder as well
@@ -163,13 +180,13 @@ def is_protected(path: str, hidden: Set[str] = frozenset(), binary: bool = False
     )
 
 
-def restore_command(listing: str, base_commit: str) -> str:
-    """The shell command that puts each path named in the file ``listing`` (NUL-separated) back as it was at
-    ``base_commit``, or removes it where it is new (and the folders it leaves empty). The paths are literal: a new
-    file named ``tests/test_[a]*.py`` is a pattern that matches a base file, whose checkout succeeded where the new
-    file had to go."""
+def restore_command(listing: str, before: str) -> str:
+    """The shell command that puts each path named in the file ``listing`` (NUL-separated) back as it is in the
+    tree or commit ``before``, or removes it where it is new (and the folders it leaves empty). The paths are
+    literal: a new file named ``tests/test_[a]*.py`` is a pattern that matches a base file, whose checkout succeeded
+    where the new file had to go."""
     return (f"xargs -0 -a {listing} sh -c 'for p; do "
-            f"GIT_LITERAL_PATHSPECS=1 git checkout -q {shlex.quote(base_commit)} -- \"$p\" "
+            f"GIT_LITERAL_PATHSPECS=1 git checkout -q {shlex.quote(before)} -- \"$p\" "
             f"2>/dev/null || {{ rm -rf -- \"$p\"; "
             f"rmdir -p --ignore-fail-on-non-empty -- \"$(dirname -- \"$p\")\" "
             f"2>/dev/null; }}; done' sh; rm -f {listing}")
@@ -207,12 +224,13 @@ def evaluate_patch(
         except SWEInstanceError as exc:
             report.error, report.instance_error = f"set-up failed: {exc}", True
             return _finish(report, started)
+        before = tree_before_patch(runtime)
         applied = runtime.apply_patch(model_patch, "model")
         if not applied.ok:
             report.error = f"the model patch does not apply: {one_line(applied.output)}"
             return _finish(report, started)
         report.patch_applied = True
-        changed = changed_files(runtime)
+        changed = changed_files(runtime, before)
         unreadable = next((item.path for item in changed if "\ufffd" in item.path), None)
         if unreadable is not None:  # it could not be named to git to be put back
             report.error = f"the patch is refused: the path {unreadable!r} is not UTF-8"
@@ -229,7 +247,7 @@ def evaluate_patch(
             listing = f"{HELPERS}/restore-{secrets.token_hex(8)}"
             names = b"\0".join(path.encode("utf-8") for path in report.restored_paths)
             runtime.container.write_file(listing, names)
-            restored = runtime.exec(restore_command(listing, instance.base_commit), timeout_s=300)
+            restored = runtime.exec(restore_command(listing, before), timeout_s=300)
             if not restored.ok:
                 raise RuntimeError(f"cannot put back the protected files: {restored.output[-300:]}")
         hidden = runtime.apply_patch(instance.test_patch, "tests")

@@ -6,6 +6,7 @@ pip, images built with debootstrap + docker import, bugs injected and checked.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import signal
@@ -541,19 +542,27 @@ ENVIRONMENT_TEST_PATCH = (
 )
 
 
-def test_grading_and_the_tools_run_in_the_images_conda_environment(swe_instances, docker_client_for_tests):
-    base = swe_instances[0]
-    holder = docker_client_for_tests.containers.run(base.image_name, "sleep 600", detach=True, network_mode="none")
+@contextlib.contextmanager
+def _derived_image(client, base_image: str, script: str, name: str):
+    """An image made from ``base_image`` by running ``script`` in it (no network), removed afterwards."""
+    holder = client.containers.run(base_image, "sleep 600", detach=True, network_mode="none")
     try:
-        made = holder.exec_run(["bash", "-c", CONDA_LIKE_IMAGE])
+        made = holder.exec_run(["bash", "-c", script])
         assert made.exit_code == 0, made.output.decode()[-1000:]
-        image = holder.commit(repository="skyrl-gym-swe-test-conda", tag="latest")
+        image = holder.commit(repository=name, tag="latest")
     finally:
         holder.remove(force=True)
-    instance = dataclasses.replace(base, image_name="skyrl-gym-swe-test-conda:latest",
-                                   test_patch=base.test_patch + ENVIRONMENT_TEST_PATCH,
-                                   PASS_TO_PASS=[*base.PASS_TO_PASS, ENVIRONMENT_TEST])
     try:
+        yield f"{name}:latest"
+    finally:
+        client.images.remove(image.id, force=True)
+
+
+def test_grading_and_the_tools_run_in_the_images_conda_environment(swe_instances, docker_client_for_tests):
+    base = swe_instances[0]
+    with _derived_image(docker_client_for_tests, base.image_name, CONDA_LIKE_IMAGE, "skyrl-gym-swe-test-conda") as image:
+        instance = dataclasses.replace(base, image_name=image, test_patch=base.test_patch + ENVIRONMENT_TEST_PATCH,
+                                       PASS_TO_PASS=[*base.PASS_TO_PASS, ENVIRONMENT_TEST])
         with SWERuntime(instance, client=docker_client_for_tests) as runtime:
             runtime.setup()
             seen = runtime.exec("command -v python3; echo $SKYGYM_ACTIVATE_D; python3 -c 'import swe_env_marker'")
@@ -565,8 +574,41 @@ def test_grading_and_the_tools_run_in_the_images_conda_environment(swe_instances
         plain = dataclasses.replace(instance, image_name=base.image_name)
         unresolved = evaluate_patch(plain, plain.patch, client=docker_client_for_tests)
         assert ENVIRONMENT_TEST in unresolved.pass_to_pass["failure"] and not unresolved.resolved
-    finally:
-        docker_client_for_tests.images.remove(image.id, force=True)
+
+
+# What an image's set-up leaves in /testbed beside the repository, ignored by git (SWE-bench's images build their
+# packages in place: compiled extensions, *.egg-info, build/ copies of library modules, which name pytest).
+BUILD_OUTPUTS_IMAGE = r"""set -e
+printf 'build/\n*.bin\n' > /etc/skygym-build-outputs
+git config --system core.excludesFile /etc/skygym-build-outputs
+mkdir -p /testbed/build/lib
+printf 'import pytest\n' > /testbed/build/lib/copied_module.py
+printf '\0compiled\0' > /testbed/extension.bin
+"""
+BUILD_OUTPUTS_TEST = "test_skygym_build_outputs.py::test_the_images_build_outputs"
+BUILD_OUTPUTS_TEST_PATCH = (
+    "diff --git a/test_skygym_build_outputs.py b/test_skygym_build_outputs.py\nnew file mode 100644\n"
+    "--- /dev/null\n+++ b/test_skygym_build_outputs.py\n@@ -0,0 +1,4 @@\n+import pathlib\n+\n"
+    "+def test_the_images_build_outputs():\n+    assert pathlib.Path('/testbed/extension.bin').read_bytes() == b'\\0compiled\\0'\n"
+)
+
+
+def test_the_images_build_outputs_are_not_taken_for_the_patchs_files(swe_instances, docker_client_for_tests):
+    """Grading compared the applied tree with base_commit, ignored files included: every patch 'added' the image's
+    build outputs, so the binary ones were removed as protected and a copied module naming pytest refused the patch
+    (the gold one too). It compares with the tree before the patch now; what a patch adds at an ignored path is
+    still read."""
+    base = swe_instances[0]
+    with _derived_image(docker_client_for_tests, base.image_name, BUILD_OUTPUTS_IMAGE, "skyrl-gym-swe-test-built") as image:
+        instance = dataclasses.replace(base, image_name=image, test_patch=base.test_patch + BUILD_OUTPUTS_TEST_PATCH,
+                                       PASS_TO_PASS=[*base.PASS_TO_PASS, BUILD_OUTPUTS_TEST])
+        report = evaluate_patch(instance, instance.patch, client=docker_client_for_tests)
+        assert report.resolved, report.error
+        assert BUILD_OUTPUTS_TEST in report.pass_to_pass["success"] and report.restored_paths == []
+        sneaky = instance.patch + ("diff --git a/build/lib/sneaky.py b/build/lib/sneaky.py\nnew file mode 100644\n"
+                                   "--- /dev/null\n+++ b/build/lib/sneaky.py\n@@ -0,0 +1 @@\n+import pytest\n")
+        refused = evaluate_patch(instance, sneaky, client=docker_client_for_tests)
+        assert not refused.resolved and "build/lib/sneaky.py adds 'pytest'" in refused.error
 
 
 def test_a_grading_without_a_verdict_ends_the_episode_without_a_reward(swe_instances):

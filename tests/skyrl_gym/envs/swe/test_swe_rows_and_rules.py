@@ -343,7 +343,7 @@ def test_the_added_lines_of_a_patch_are_read_by_its_hunks_not_by_lines_that_look
         def exec(self, command, timeout_s, output_cap):
             return ExecResult(0, diff)
 
-    files = grading.changed_files(Runtime())
+    files = grading.changed_files(Runtime(), "4b825dc642cb6eb9a060e54bf8d69288fbee4904")
     assert [(item.path, item.added) for item in files] == [("calc/ops.py", ['"""', "++ b/tests/test_x.py", "import pytest"])]
     assert "pytest" in harness_tampering(files)
 
