@@ -82,7 +82,7 @@ def main() -> None:
         times["grading (gold patch)"].append(_ms(time.perf_counter() - started))
         if not report.resolved:
             print(f"warning: the gold patch does not resolve {instance.instance_id}: {report.error[:200]}")
-        plant, canary.plant = canary.plant, lambda runtime, instance: []
+        plant, canary.plant = canary.plant, lambda *args: []
         try:
             started = time.perf_counter()
             evaluate_patch(instance, instance.patch, client=client)
@@ -104,13 +104,13 @@ def main() -> None:
                 times["`docker run --rm IMAGE true` (baseline)"].append(_ms(time.perf_counter() - started))
 
     print(f"{len(instances)} instances, {args.calls} calls of each tool per instance; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'':42} {'median ms':>10} {'p90 ms':>10} {'n':>5}")
+    print(f"{'':48} {'median ms':>10} {'p90 ms':>10} {'n':>5}")
     for name, values in times.items():
         if not values:
             continue
         ordered = sorted(values)
         p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
-        print(f"{name:42} {statistics.median(values):>10.1f} {p90:>10.1f} {len(values):>5}")
+        print(f"{name:48} {statistics.median(values):>10.1f} {p90:>10.1f} {len(values):>5}")
 
 
 if __name__ == "__main__":
