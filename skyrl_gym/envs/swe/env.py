@@ -7,7 +7,8 @@ submits, or at ``max_turns``, its patch is the ``git diff`` against ``base_commi
 graded in a fresh container with the hidden tests (:mod:`.grading`): reward 1.0 iff resolved. When grading
 gives no verdict on the patch (its set-up failed: the image went missing, the hidden tests do not apply), the step
 raises :class:`SWEInstanceError` rather than reward a 0 the patch did not earn: a trainer masks the episode out.
-A row the grader cannot grade (test ids that are not pytest's) raises it from ``init``, before any container starts.
+A row the grader cannot grade (test ids that are not pytest's) raises it as the env is built: the trainer names
+such rows before it starts.
 ``metadata`` of the last step carries the patch (``model_patch``; one over 1,000,000 characters is graded
 but left out, named by its length and SHA-256) and the per-test report.
 
@@ -92,6 +93,8 @@ class SWEEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.instance = normalize_row(self.extras)
+        if self.instance.grading_problem:  # a trainer names such rows before it starts (check_env_row)
+            raise SWEInstanceError(self.instance.grading_problem)
         check_image(self.instance.image_name, config_value(env_config, "images"))
         self.base_url: Optional[str] = config_value(env_config, "docker_host", None)
         defaults = self.config_defaults

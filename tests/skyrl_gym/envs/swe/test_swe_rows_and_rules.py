@@ -88,6 +88,7 @@ def test_instances_round_trip_through_jsonl(tmp_path):
 def test_a_row_whose_tests_pytest_cannot_run_is_named_and_never_graded_a_0(ids, runner):
     import skyrl_gym
     from skyrl_gym.envs.swe.grading import evaluate_patch
+    from skyrl_gym.episode import check_env_row
 
     row = {**fixture_row(), "FAIL_TO_PASS": ids[:1], "PASS_TO_PASS": ids[1:]}
     problem = normalize_row(row).grading_problem
@@ -96,10 +97,11 @@ def test_a_row_whose_tests_pytest_cannot_run_is_named_and_never_graded_a_0(ids, 
     # No container starts (this machine may have no Docker engine): grading says set-up failed, not "unresolved" ...
     report = evaluate_patch(normalize_row(row), row["patch"])
     assert report.instance_error and not report.resolved and report.error == f"set-up failed: {problem}"
-    # ... and the env refuses the row at init, so a trainer masks the episode rather than training on a 0
-    env = skyrl_gym.make("swe", extras=row)
+    # ... and the env refuses the row as it is built, so a trainer names it before it starts
     with pytest.raises(SWEInstanceError, match="cannot be graded"):
-        env.init([])
+        skyrl_gym.make("swe", extras=row)
+    assert "cannot be graded" in check_env_row({**row, "env_class": "swe", "prompt": [{"role": "user",
+                                                                                    "content": "fix it"}]})[0]
 
 
 def test_pytest_node_ids_of_every_shape_are_gradable():
