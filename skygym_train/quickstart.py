@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from skyrl_gym.cli._io import counted
+from skyrl_gym.text import counted
 
 
 def quickstart_overrides(out_dir: Path, steps: int, model: str, save_checkpoint: bool = False) -> Dict[str, Any]:

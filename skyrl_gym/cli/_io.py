@@ -12,6 +12,11 @@ class UsageError(Exception):
     """Bad command-line input; the message says which argument and why (exit code 2)."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised by a command that cleans up after it as after Ctrl-C; the command exits 143, as a program
+    the signal killed."""
+
+
 def parse_json_arg(text: str | None, flag: str, default: Any = None) -> Any:
     """``--flag '{"a": 1}'`` or ``--flag @file.json``."""
     if text is None:
@@ -69,11 +74,6 @@ def load_row(path: str, index: int) -> Tuple[Any, Dict[str, Any]]:
 def to_json(value: Any, indent: int | None = None) -> str:
     """JSON for display; values JSON cannot hold are shown with ``repr``."""
     return json.dumps(value, ensure_ascii=False, indent=indent, default=repr)
-
-
-def counted(count: int, noun: str) -> str:
-    """``count`` and ``noun``, plural unless it is one: ``counted(1, "step")`` is ``"1 step"``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def error(message: str) -> None:

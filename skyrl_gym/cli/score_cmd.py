@@ -119,7 +119,8 @@ def print_table(table: List[Dict[str, Any]]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skyrl_gym.cli._io import UsageError, counted, env_config_arg, unknown_env_problem
+    from skyrl_gym.cli._io import UsageError, env_config_arg, unknown_env_problem
+    from skyrl_gym.text import counted
     from skyrl_gym.data import load_rows, read_records, row_place
 
     rows = load_rows(args.rows, limit=args.limit)
