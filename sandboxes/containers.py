@@ -98,7 +98,9 @@ def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
         client.ping()
     except Exception as exc:
         where = base_url or os.environ.get("DOCKER_HOST") or "the default socket"
-        raise SandboxUnavailable(f"cannot reach a Docker engine at {where} ({exc}); start dockerd") from exc
+        hint = ("start dockerd" if base_url is None and "DOCKER_HOST" not in os.environ or "://" in where
+                else f"an engine's address is a URL: unix://{where} for a socket, tcp://HOST:PORT for a port")
+        raise SandboxUnavailable(f"cannot reach a Docker engine at {where} ({exc}); {hint}") from exc
     return client
 
 

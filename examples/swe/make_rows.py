@@ -8,8 +8,10 @@ instance's SWE-bench fields, so `skyrl-gym eval`, the trainer and the agent laye
 
 import argparse
 import json
+import sys
 
 import skyrl_gym.datasets as datasets
+from skyrl_gym.errors import DataError
 
 
 def main() -> None:
@@ -19,7 +21,10 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=20)
     parser.add_argument("--split", default="all", choices=["all", "train", "test"])
     args = parser.parse_args()
-    rows = datasets.build_rows("swe", split=args.split, instances=args.instances, max_turns=args.max_turns)
+    try:
+        rows = datasets.build_rows("swe", split=args.split, instances=args.instances, max_turns=args.max_turns)
+    except (DataError, FileNotFoundError) as exc:  # a malformed line or row, a missing file: named, one line
+        sys.exit(f"error: {exc}")
     with open(args.output, "w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")

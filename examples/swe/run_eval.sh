@@ -16,9 +16,9 @@ python "$HERE/make_rows.py" "$OUT/instances.jsonl" "$OUT/rows.jsonl" --max-turns
 if [ -n "${BASE_URL:-}" ]; then
   # A chat model behind an OpenAI-compatible endpoint plays the tools.
   skyrl-gym eval --data "$OUT/rows.jsonl" --engine remote --api chat --base-url "$BASE_URL" --model "${MODEL:?set MODEL}" \
-    --max-tokens 512 --env-config '{"output_cap": 4000}' --output "$OUT/eval_endpoint.jsonl"
+    --max-tokens 512 --max-turns 8 --env-config '{"output_cap": 4000}' --output "$OUT/eval_endpoint.jsonl"
 else
   # The embedded 135M model: the pipeline runs; expect reward 0 from a model this small.
-  skyrl-gym eval --data "$OUT/rows.jsonl" --engine hf --model smollm2-135m --max-tokens 128 --max-input-length 4096 \
+  skyrl-gym eval --data "$OUT/rows.jsonl" --engine hf --model smollm2-135m --max-tokens 128 --max-turns 8 --max-input-length 4096 \
     --env-config '{"output_cap": 2000}' --output "$OUT/eval_smollm2.jsonl"
 fi

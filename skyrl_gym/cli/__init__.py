@@ -97,17 +97,25 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown:  # said by the subcommand's parser, with its usage, not the top-level one's
-        subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        (subcommands.choices.get(args.command) or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:  # said by the innermost subcommand's parser (`swe build`), with its usage, not the top-level one's
+        said_by = parser
+        while True:
+            subcommands = next((a for a in said_by._actions if isinstance(a, argparse._SubParsersAction)), None)
+            chosen = subcommands.choices.get(getattr(args, subcommands.dest, None)) if subcommands else None
+            if chosen is None:
+                break
+            said_by = chosen
+        said_by.error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        from skyrl_gym.cli._io import Terminated
+
         print("interrupted", file=sys.stderr)
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
     except BrokenPipeError:  # `skyrl-gym doctor | head -1`: the reader has all it wanted
         import os
 

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
 
-from skyrl_gym.cli._io import UsageError
+from skyrl_gym.cli._io import Terminated, UsageError
+from skyrl_gym.text import counted
 
 
 def register(subparsers: Any) -> None:
@@ -70,7 +71,7 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
         from skyrl_gym.errors import DataError
 
         def interrupt(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt(f"signal {signum}")
+            raise Terminated(f"signal {signum}")
 
         # A terminated run cleans up like an interrupted one: containers are removed on the way out.
         signal.signal(signal.SIGTERM, interrupt)
@@ -132,7 +133,7 @@ def _build(args: argparse.Namespace) -> int:
         if summary.error:
             reasons = f"FAILED: {summary.error.splitlines()[0]}"
         print(f"{summary.project:12} {summary.kept:>5} {summary.tried:>6} {summary.seconds:>8.1f}  {reasons}")
-    print(f"{len(instances)} instances from {sum(1 for s in summaries if s.kept)} projects in "
+    print(f"{counted(len(instances), 'instance')} from {counted(sum(1 for s in summaries if s.kept), 'project')} in "
           f"{time.monotonic() - started:.0f} s -> {Path(args.out) / 'instances.jsonl'} (card: dataset_card.md)")
     return 0 if instances else 1
 
@@ -150,6 +151,8 @@ def _evaluate(args: argparse.Namespace, instances: Sequence[Any], patches: Seque
 def _validate(args: argparse.Namespace) -> int:
     from skyrl_gym.envs.swe.instances import load_instances
 
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}")
     instances = load_instances(args.instances, limit=args.limit)
     if not instances:
         raise UsageError(f"{args.instances} holds no instances")

@@ -153,7 +153,7 @@ def read_jsonl(path: Union[str, Path]) -> Iterator[Dict[str, Any]]:
     """The JSON objects of a JSONL file; a bad line is an error naming the file and the line."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no such instances file: {path}")
+        raise FileNotFoundError(f"no such file: {path}")
     with path.open(encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():

@@ -73,6 +73,7 @@ from skyrl_gym.envs.swe.synth.mutations import (
     find_mutations,
 )
 from skyrl_gym.envs.swe.synth.projects import Project
+from skyrl_gym.text import counted
 
 BUILDER_VERSION = "2"
 BASE_PACKAGES = ("python3", "python3-pytest", "git")
@@ -821,6 +822,9 @@ def build(
         "projects": [p.name for p in projects],
         "issue_writer": bool(writer),
     }
+    note = set_aside_other_build(out, settings)
+    if note:
+        print(note, file=sys.stderr, flush=True)
     quotas = [
         limit // len(projects) + (1 if index < limit % len(projects) else 0) for index in range(len(projects))
     ]
@@ -839,7 +843,7 @@ def build(
             if saved is not None:
                 made, summary = saved
                 bar.write(
-                    f"{project.name}: {len(made)} instances from an earlier run (progress/{project.name}.json)"
+                    f"{project.name}: {counted(len(made), 'instance')} from an earlier run (progress/{project.name}.json)"
                 )
             else:
                 try:
@@ -889,6 +893,39 @@ def build(
         json.dumps({k: v for k, v in card.items() if k != "markdown"}, indent=2) + "\n"
     )
     return kept, summaries
+
+
+# What a build writes into its folder (``swe validate`` adds its report beside the instances).
+BUILD_OUTPUTS = ("instances.jsonl", "build_summary.json", "dataset_card.md", "dataset_card.json", "validation.json",
+                 "progress")
+
+
+def set_aside_other_build(out: Path, settings: Dict[str, Any]) -> str:
+    """Move what an earlier build with other settings left in ``out`` (its progress files say which settings; an
+    ``instances.jsonl`` without them is taken for another build too) to ``out/earlier_builds/<time>/``, and say so
+    in one line: a build replaces ``instances.jsonl``, and the earlier set (which predictions and reports name)
+    was lost without a word. A build with the same settings resumes from it instead; "" then, and when ``out``
+    holds no build."""
+    earlier: List[Any] = []
+    for path in sorted((out / "progress").glob("*.json")):
+        try:
+            earlier.append(json.loads(path.read_text()).get("settings"))
+        except (OSError, ValueError, AttributeError):
+            earlier.append(None)  # unreadable: not this build's
+    if not earlier and not (out / "instances.jsonl").is_file():
+        return ""
+    if earlier and all(saved == settings for saved in earlier):
+        return ""
+    moved = [name for name in BUILD_OUTPUTS if (out / name).exists()]
+    destination = out / "earlier_builds" / time.strftime("%Y%m%d-%H%M%S")
+    destination.mkdir(parents=True, exist_ok=False)
+    for name in moved:
+        (out / name).rename(destination / name)
+    saved = next((s for s in earlier if isinstance(s, dict)), None)
+    made_with = (f" (--limit {saved.get('limit')} --projects {','.join(map(str, saved.get('projects') or []))} "
+                 f"--seed {saved.get('seed')})" if saved else "")
+    return (f"swe build: {out} held a build made with other settings{made_with}; it was moved to {destination} "
+            "(the same command as before resumes a build instead)")
 
 
 def _resume(
@@ -987,7 +1024,8 @@ def dataset_card(
     lines = [
         "# SWE dataset card",
         "",
-        f"{total} instances from {len(projects)} projects, built in {seconds / 60:.1f} min by the last run of "
+        f"{counted(total, 'instance')} from {counted(len(projects), 'project')}, built in {seconds / 60:.1f} min by "
+        "the last run of "
         f"`skyrl-gym swe build`; trying the projects' bugs took {card['project_seconds'] / 60:.1f} min in all "
         "(earlier runs it resumed from included).",
         "",

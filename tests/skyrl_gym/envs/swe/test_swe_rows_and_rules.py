@@ -6,6 +6,7 @@ The container-backed behaviour of the same pieces is tested with a real engine i
 from __future__ import annotations
 
 import ast
+import os
 import json
 from pathlib import Path
 
@@ -417,3 +418,42 @@ def test_the_restore_puts_back_protected_files_and_removes_new_ones_named_as_pat
     assert not (tmp_path / "tests" / "test_[a]*.py").exists() and not (tmp_path / "tests" / "new").exists()
     assert (tmp_path / "tests" / "test_a.py").read_text() == "def test_a():\n    assert 1\n"
     assert not (tmp_path / "listing").exists()
+
+
+# ----- the `swe` commands' mistakes (no engine needed) ----------------------------------------------------
+def test_a_build_with_other_settings_sets_the_earlier_one_aside_and_says_so(tmp_path):
+    """A second build into the same --out with other options replaced its instances.jsonl, progress and card
+    without a word (the earlier predictions then named instances it no longer held)."""
+    from skyrl_gym.envs.swe.synth.builder import set_aside_other_build
+
+    earlier = {"builder": "2", "seed": 0, "limit": 2, "projects": ["toolz"], "issue_writer": False}
+    (tmp_path / "progress").mkdir()
+    (tmp_path / "progress" / "toolz.json").write_text(json.dumps({"settings": earlier, "quota": 2}))
+    (tmp_path / "instances.jsonl").write_text("{}\n")
+    (tmp_path / "rows.jsonl").write_text("{}\n")  # not the build's: it stays
+    assert set_aside_other_build(tmp_path, earlier) == ""  # the same settings: it resumes
+    assert (tmp_path / "instances.jsonl").is_file()
+    note = set_aside_other_build(tmp_path, {**earlier, "limit": 4, "projects": ["toolz", "six"]})
+    moved = next((tmp_path / "earlier_builds").iterdir())
+    assert note == (f"swe build: {tmp_path} held a build made with other settings (--limit 2 --projects toolz --seed 0);"
+                    f" it was moved to {moved} (the same command as before resumes a build instead)")
+    assert sorted(p.name for p in moved.iterdir()) == ["instances.jsonl", "progress"]
+    assert not (tmp_path / "instances.jsonl").exists() and (tmp_path / "rows.jsonl").is_file()
+    assert set_aside_other_build(tmp_path, earlier) == ""  # nothing left to set aside
+
+
+def test_the_swe_commands_name_the_option_that_is_wrong(tmp_path):
+    from tests.swe_fixtures import swe_cli
+
+    rows = tmp_path / "instances.jsonl"
+    write_jsonl([normalize_row(fixture_row())], rows)
+    zero = swe_cli("validate", str(rows), "--limit", "0")
+    assert zero.returncode == 2 and "--limit must be at least 1, got 0" in zero.stderr
+    missing = swe_cli("score", "--instances", str(rows), "--predictions", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and f"--predictions: no such file: {tmp_path / 'nope.jsonl'}" in missing.stderr
+    typo = swe_cli("build", "--out", str(tmp_path / "out"), "--limt", "2")
+    assert typo.returncode == 2 and "usage: skyrl-gym swe build" in typo.stderr and "--limt" in typo.stderr
+    socket = tmp_path / "docker.sock"  # the engine's socket given as a path, not the URL docker takes
+    bare = swe_cli("build", "--out", str(tmp_path / "out"), "--limit", "1", "--projects", "toolz",
+                   env={**os.environ, "SKYGYM_DOCKER_HOST": str(socket)})
+    assert bare.returncode == 2 and f"an engine's address is a URL: unix://{socket} for a socket" in bare.stderr
