@@ -93,9 +93,9 @@ class SWEEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.instance = normalize_row(self.extras)
+        check_image(self.instance.image_name, config_value(env_config, "images"))  # first: what may run here
         if self.instance.grading_problem:  # a trainer names such rows before it starts (check_env_row)
             raise SWEInstanceError(self.instance.grading_problem)
-        check_image(self.instance.image_name, config_value(env_config, "images"))
         self.base_url: Optional[str] = config_value(env_config, "docker_host", None)
         defaults = self.config_defaults
         self.bash_timeout_s = float(config_value(env_config, "bash_timeout_s", defaults["bash_timeout_s"]))
