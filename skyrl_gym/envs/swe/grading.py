@@ -45,6 +45,10 @@ from skyrl_gym.envs.swe.runtime import HELPERS, SWERuntime, TestRun
 
 logger = logging.getLogger(__name__)
 BEFORE_PATCH_INDEX = f"{HELPERS}/before-patch.index"  # git's index of the repository before the patch (outside it)
+# `git add` of every file, its warnings kept out of what is parsed (shown when it fails): a warning the patch can
+# cause (a .gitattributes of its own makes git warn about line endings) once came before the list of changed
+# files, where it turned the first file's "binary" mark into text.
+_ADD_ALL = (f"{{ git add -A -f >{HELPERS}/git-add.log 2>&1 || {{ tail -c 2000 {HELPERS}/git-add.log; exit 1; }}; }}")
 
 PROTECTED_NAMES = {
     "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
@@ -124,7 +128,7 @@ def tree_before_patch(runtime: SWERuntime) -> str:
     package metadata) or read for the harness's names, for every patch."""
     done = runtime.exec(
         f"mkdir -p {HELPERS} && cp .git/index {BEFORE_PATCH_INDEX} && export GIT_INDEX_FILE={BEFORE_PATCH_INDEX} "
-        "&& git add -A -f && git write-tree",
+        f"&& {_ADD_ALL} && git write-tree",
         timeout_s=300,
     )
     tree = done.output.strip().splitlines()[-1:] or [""]
@@ -139,7 +143,7 @@ def changed_files(runtime: SWERuntime, before: str) -> List[ChangedFile]:
     names could hide a file from the checks."""
     options = "--cached --no-renames --no-ext-diff --no-textconv --no-color"
     done = runtime.exec(
-        f"export GIT_INDEX_FILE={BEFORE_PATCH_INDEX} && git add -A -f && "
+        f"export GIT_INDEX_FILE={BEFORE_PATCH_INDEX} && {_ADD_ALL} && "
         f"git diff {options} --numstat -z {before} && printf '\\0\\0' && git diff {options} -U0 {before}",
         timeout_s=120,
         output_cap=60_000_000,

@@ -457,3 +457,39 @@ def test_the_swe_commands_name_the_option_that_is_wrong(tmp_path):
     bare = swe_cli("build", "--out", str(tmp_path / "out"), "--limit", "1", "--projects", "toolz",
                    env={**os.environ, "SKYGYM_DOCKER_HOST": str(socket)})
     assert bare.returncode == 2 and f"an engine's address is a URL: unix://{socket} for a socket" in bare.stderr
+
+
+def test_a_warning_the_patch_causes_does_not_unmark_a_binary_file(tmp_path):
+    """git warns about line endings when a .gitattributes asks for them (the patch can bring its own); the warning
+    came first in the list of changed files and made the first file's binary mark "warning...\\n-", so a binary
+    file named to sort first ("!a.bin") was taken for text and left in place. Run with this machine's git and bash
+    standing in for the container's (the Docker tests grade in one)."""
+    import shutil
+    import subprocess
+
+    from skyrl_gym.envs.swe import grading
+    from skyrl_gym.envs.swe.runtime import HELPERS
+
+    if not shutil.which("git"):
+        pytest.skip("git is not installed: apt-get install git")
+    repo, helpers = tmp_path / "testbed", tmp_path / "helpers"
+    repo.mkdir()
+
+    class Runtime:  # the container's exec, on this machine: the helpers' folder inside tmp_path
+        def exec(self, command, timeout_s=60, output_cap=16_000):
+            done = subprocess.run(["bash", "-c", command.replace(HELPERS, str(helpers))], cwd=repo, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s)
+            return ExecResult(done.returncode, done.stdout[:output_cap])  # one stream, in order, as there
+
+    git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,  # noqa: E731
+                                       check=True, capture_output=True)
+    git("init", "-q")
+    (repo / "x.py").write_text("a = 1\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "base")
+    before = grading.tree_before_patch(Runtime())
+    (repo / ".gitattributes").write_text("* text eol=lf\n")  # what the patch adds
+    (repo / "crlf.txt").write_bytes(b"a\r\nb\r\n")
+    (repo / "!a.bin").write_bytes(b"\0\1\2")
+    files = {item.path: item.binary for item in grading.changed_files(Runtime(), before)}
+    assert files == {"!a.bin": True, ".gitattributes": False, "crlf.txt": False}
