@@ -97,9 +97,10 @@ def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
         client = docker.DockerClient(base_url=base_url, timeout=timeout_s) if base_url else docker.from_env(timeout=timeout_s)
         client.ping()
     except Exception as exc:
-        where = base_url or os.environ.get("DOCKER_HOST") or "the default socket"
-        hint = ("start dockerd" if base_url is None and "DOCKER_HOST" not in os.environ or "://" in where
-                else f"an engine's address is a URL: unix://{where} for a socket, tcp://HOST:PORT for a port")
+        given = base_url or os.environ.get("DOCKER_HOST")
+        hint = (f"an engine's address is a URL: unix://{given} for a socket, tcp://HOST:PORT for a port"
+                if given and "://" not in given else "start dockerd")
+        where = given or "the default socket"
         raise SandboxUnavailable(f"cannot reach a Docker engine at {where} ({exc}); {hint}") from exc
     return client
 
