@@ -91,11 +91,12 @@ def test_the_swe_pytest_plugin_reports_each_test_on_the_descriptor_it_is_given(t
     one line per test and an end line, each the nonce and JSON."""
     import os
 
-    from skyrl_gym.envs.swe.runtime import REPORT_PLUGIN, REPORT_PLUGIN_SOURCE
+    from skyrl_gym.envs.swe.runtime import REPORT_HELPERS, REPORT_PLUGIN
 
     helpers = tmp_path / "helpers"
     helpers.mkdir()
-    (helpers / f"{REPORT_PLUGIN}.py").write_text(REPORT_PLUGIN_SOURCE)
+    for name, source in REPORT_HELPERS.items():  # the plugin and the channel it writes on
+        (helpers / name).write_bytes(source)
     # the plugin writes JSON by hand (not with json, which code under test could patch): a message with quotes,
     # backslashes, control characters, non-ASCII text and a lone surrogate must come back as it was
     odd = 'q"\\\\ \\x01\\t é \\ud800'

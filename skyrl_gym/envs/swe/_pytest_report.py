@@ -1,15 +1,12 @@
 """A pytest plugin copied into SWE containers (it runs under the container's Python and pytest, not ours).
 
-It reports one line per test on a file descriptor that the harness hands it (``SKYGYM_REPORT_FD``):
+It reports one line per test on the harness's report channel (``_report_channel``, copied beside it):
 this run's nonce, then JSON ``{"nodeid", "outcome", "message"}`` (and ``"where"``, ``[file, line]`` of a
 failure), outcome one of passed, failed, error, skipped, xfailed, xpassed (an xfailed test whose ``xfail`` was
 raised while it ran, not declared by a mark, also has ``"raised": true``); the last line is
-``{"end": true, "exitstatus": N}``. The plugin loads before pytest imports any project code; it then
-duplicates the descriptor and closes the original, and reads the nonce from the file
-``SKYGYM_REPORT_NONCE`` names and deletes that file, so code under test finds neither the number nor
-the nonce where the harness put them (the nonce was never in any process's environment or command
-line). The lines are written with builtin operations only, never through a module (``json``) that
-code under test could patch, and the plugin's state lives in closures, not module globals. With
+``{"end": true, "exitstatus": N}``. The plugin loads before pytest imports any project code and takes the
+channel then (the descriptor and the nonce are gone from where the harness put them before code under test
+runs); its state lives in closures, not module globals. With
 ``SKYGYM_TRACE_ROOT`` set, each line also lists the functions under that folder the test called
 (``[file, name, first line]``): the task builder maps code to the tests that cover it.
 """
@@ -20,24 +17,10 @@ import sys
 from _pytest.config import hookimpl
 from _pytest.outcomes import XFailed
 
-# JSON string escapes: '"', '\', control characters and lone surrogates (which UTF-8 cannot carry).
-_ESCAPES = {code: "\\u%04x" % code for code in [*range(0x20), *range(0xD800, 0xE000)]}
-_ESCAPES.update({0x22: '\\"', 0x5C: "\\\\"})
-
-
-def _json(value, _escapes=_ESCAPES, _str=str, _int=int, _isinstance=isinstance, _type=type):
-    """``value`` (None, bool, int, str, list/tuple, dict with str keys) as JSON text."""
-    if value is None or _isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    if _type(value) is _int:
-        return _int.__repr__(value)
-    if _isinstance(value, _str):
-        return '"' + _str.translate(_str(value), _escapes) + '"'
-    if _isinstance(value, (list, tuple)):
-        return "[" + ", ".join([_json(item) for item in value]) + "]"
-    if _isinstance(value, dict):
-        return "{" + ", ".join([_json(_str(key)) + ": " + _json(item) for key, item in value.items()]) + "}"
-    return _json(_str(value))
+try:  # beside it in the container
+    from skygym_report_channel import json_text, open_channel
+except ImportError:  # imported as part of the package, outside a test run
+    from skyrl_gym.envs.swe._report_channel import json_text, open_channel
 
 
 def _message(report):
@@ -52,11 +35,8 @@ def _where(report):
     return [str(crash.path), int(crash.lineno)] if crash is not None else None
 
 
-def _hooks(fd, nonce, trace_root):
+def _hooks(report, nonce, trace_root):
     """The plugin's hooks, holding the report writer, the nonce and the results in their closures."""
-    report = os.fdopen(os.dup(fd), "w", encoding="utf-8", buffering=1) if fd is not None else None
-    if fd is not None:
-        os.close(fd)
     results = {}
     called = set()
     raised = set()  # tests whose xfail was raised while they ran (pytest.xfail()), not declared by a mark
@@ -118,8 +98,8 @@ def _hooks(fd, nonce, trace_root):
         if report is None:
             return
         for entry in results.values():
-            report.write(nonce + _json(entry) + "\n")
-        report.write(nonce + _json({"end": True, "exitstatus": int(exitstatus)}) + "\n")
+            report.write(nonce + json_text(entry) + "\n")
+        report.write(nonce + json_text({"end": True, "exitstatus": int(exitstatus)}) + "\n")
         report.flush()
 
     return [pytest_runtest_logreport, pytest_runtest_makereport, pytest_runtest_protocol, pytest_collectreport,
@@ -127,16 +107,8 @@ def _hooks(fd, nonce, trace_root):
 
 
 def _setup():
-    fd, nonce = None, ""
-    # Set by the harness; imported anywhere else, the module touches nothing.
-    if "SKYGYM_REPORT_FD" in os.environ:
-        fd = int(os.environ.pop("SKYGYM_REPORT_FD"))
-        nonce_file = os.environ.pop("SKYGYM_REPORT_NONCE", "")
-        if nonce_file:
-            with open(nonce_file, encoding="utf-8") as handle:
-                nonce = handle.read()
-            os.unlink(nonce_file)
-    return _hooks(fd, nonce, os.environ.pop("SKYGYM_TRACE_ROOT", ""))
+    report, nonce = open_channel()  # set by the harness; imported anywhere else, the module touches nothing
+    return _hooks(report, nonce, os.environ.pop("SKYGYM_TRACE_ROOT", ""))
 
 
 for _hook in _setup():

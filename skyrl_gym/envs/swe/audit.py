@@ -21,6 +21,7 @@ from typing import Any, Callable, List, Mapping, Optional
 from skyrl_gym.audit.library import ANSWER_HACKS, AnswerFormat, AuditCase, Hack
 from skyrl_gym.audit.profiles import AuditProfile
 from skyrl_gym.envs.swe.grading import is_test_path, patch_paths
+from skyrl_gym.envs.swe.instances import DJANGO_REPO
 
 
 def bash(command: str) -> str:
@@ -282,7 +283,8 @@ def library_files(row: Mapping[str, Any]) -> List[str]:
     patch = row.get("patch")
     if not isinstance(patch, str):
         return []
-    return sorted(path for path in patch_paths(patch) if path.endswith(".py") and not is_test_path(path))
+    runner = "django" if row.get("repo") == DJANGO_REPO else "pytest"
+    return sorted(path for path in patch_paths(patch) if path.endswith(".py") and not is_test_path(path, runner))
 
 
 def _added_to_library(code_of: Callable[[AuditCase], str]) -> Callable[[AuditCase], Optional[List[str]]]:

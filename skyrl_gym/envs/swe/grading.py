@@ -40,7 +40,7 @@ from skygym_sandboxes.containers import Container, ContainerLimits
 from skygym_sandboxes.types import SandboxUnavailable
 
 from skyrl_gym.envs.swe import canary
-from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
+from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError, patch_paths
 from skyrl_gym.envs.swe.runtime import HELPERS, SWERuntime, TestRun
 
 logger = logging.getLogger(__name__)
@@ -66,7 +66,6 @@ HARNESS_PATTERN = re.compile(
     r"|\bio\.FileIO\b"
     r"|\bsys\.(?:setprofile|settrace)\b|\bgc\.get_(?:objects|referrers)\b|__closure__|\bcell_contents\b"
 )
-_DIFF_PATH = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|\+\+\+ b/(\S+)|--- a/(\S+)|rename (?:from|to) (\S+))", re.MULTILINE)
 
 
 @dataclass
@@ -91,17 +90,13 @@ def one_line(text: str, limit: int = 300) -> str:
     return joined if len(joined) <= limit else joined[: limit - 3] + "..."
 
 
-def patch_paths(patch: str) -> Set[str]:
-    """Every path a unified or git diff names in its headers (for the hidden ``test_patch``: ours)."""
-    paths: Set[str] = set()
-    for match in _DIFF_PATH.finditer(patch):
-        paths.update(group for group in match.groups() if group and group != "/dev/null")
-    return paths
-
-
-def is_test_path(path: str) -> bool:
+def is_test_path(path: str, runner: str = "pytest") -> bool:
+    """A file of the test suite. Django keeps its suite in ``tests/``: its package's ``django/test/`` (the
+    testing tools it ships, which fixes change) is library code."""
     parts = path.split("/")
     name = parts[-1]
+    if runner == "django":
+        return parts[0] == "tests" or name == "conftest.py"
     return (
         name.startswith("test_")
         or name.endswith("_test.py")
@@ -169,14 +164,14 @@ def changed_files(runtime: SWERuntime, before: str) -> List[ChangedFile]:
     return files
 
 
-def is_protected(path: str, hidden: Set[str] = frozenset(), binary: bool = False) -> bool:
+def is_protected(path: str, hidden: Set[str] = frozenset(), binary: bool = False, runner: str = "pytest") -> bool:
     """A file that grading puts back as it was before the patch (or removes, if it is new); ``hidden`` holds
-    the paths of the hidden ``test_patch``."""
+    the paths of the hidden ``test_patch``; ``runner``: the row's (:func:`is_test_path`)."""
     parts = path.split("/")
     folded = path.lower()  # importlib.metadata finds a "*.DIST-INFO" folder as well
     return (
         binary
-        or is_test_path(path)
+        or is_test_path(path, runner)
         or path in hidden
         or parts[-1] in PROTECTED_NAMES
         or folded.endswith(PROTECTED_SUFFIXES)
@@ -241,7 +236,7 @@ def evaluate_patch(
             return _finish(report, started)
         hidden = patch_paths(instance.test_patch)
         report.restored_paths = sorted(
-            item.path for item in changed if is_protected(item.path, hidden, item.binary)
+            item.path for item in changed if is_protected(item.path, hidden, item.binary, instance.test_runner)
         )
         tampering = harness_tampering([item for item in changed if item.path not in report.restored_paths])
         if tampering:
@@ -262,7 +257,8 @@ def evaluate_patch(
             )
             report.instance_error = True
             return _finish(report, started)
-        library = sorted(item.path for item in changed if item.path.endswith(".py") and not is_test_path(item.path)
+        library = sorted(item.path for item in changed if item.path.endswith(".py")
+                         and not is_test_path(item.path, instance.test_runner)
                          and item.path not in report.restored_paths)
         planted = [test.nodeid for test in canary.plant(runtime, instance, library)]
         # The planted tests run first, in a pytest of their own: nothing they do reaches the hidden tests' run,

@@ -15,8 +15,11 @@ Rows built by ``skyrl-gym swe build`` add ``setup_patch``: the diff from the ima
 to the repository at ``base_commit`` (the injected bug, the hidden tests taken out); the runtime
 applies it and commits it with fixed metadata, which reproduces ``base_commit`` exactly.
 The grader runs pytest, so every test id must be a pytest node id (``path/to/test_x.py::TestY::test_z``, or a
-file): :attr:`SWEInstance.grading_problem` says why a row's are not (SWE-bench's Django and SymPy rows name their
-tests for those projects' own runners). A ``test_cmd`` field is kept with the row but not used.
+file), except in rows of ``django/django``, whose tests run under Django's own runner as SWE-bench runs them
+(``tests/runtests.py``, the modules of the ``test_patch``) and are named as it names them (``test_x (app.tests.TestY)``,
+or the first line of the test's docstring). :attr:`SWEInstance.grading_problem` says why a row's cannot be graded
+(SWE-bench's SymPy rows name their tests for SymPy's own runner). A ``test_cmd`` field is kept with the row but
+not used.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Union
 
 from skyrl_gym.errors import DataError
 
@@ -45,6 +48,38 @@ KNOWN_HUB_DATASETS = {
 PYTEST_NODE_ID = re.compile(r"[^\s()]+\.\w+(::.+)?", re.DOTALL)
 # How other projects' runners name a test: Django's "test_x (app.tests.TestY)", SymPy's bare "test_x".
 _OTHER_RUNNERS = ((re.compile(r".* \([\w.]+\)"), "Django's test runner"), (re.compile(r"\w+"), "SymPy's test runner"))
+# The rows whose tests run under Django's own runner (tests/runtests.py), as SWE-bench runs them.
+DJANGO_REPO = "django/django"
+# Django's runner names a test "test_x (app.tests.TestY)"; under Python 3.11 and later "test_x (app.tests.TestY.test_x)".
+DJANGO_TEST_ID = re.compile(r"(\w+) \(([\w.]+)\)")
+
+
+_DIFF_PATH = re.compile(r"^(?:diff --git a/(\S+) b/(\S+)|\+\+\+ b/(\S+)|--- a/(\S+)|rename (?:from|to) (\S+))", re.MULTILINE)
+
+
+def patch_paths(patch: str) -> Set[str]:
+    """Every path a unified or git diff names in its headers (for the hidden ``test_patch``: ours)."""
+    paths: Set[str] = set()
+    for match in _DIFF_PATH.finditer(patch):
+        paths.update(group for group in match.groups() if group and group != "/dev/null")
+    return paths
+
+
+def canonical_test_id(test_id: str) -> str:
+    """A Django test id in the form the reporter uses (``test_x (app.tests.TestY)``); any other id as it is."""
+    match = DJANGO_TEST_ID.fullmatch(test_id)
+    if match and match.group(2).endswith("." + match.group(1)):
+        return f"{match.group(1)} ({match.group(2)[: -len(match.group(1)) - 1]})"
+    return test_id
+
+
+def django_test_file(test_id: str) -> str:
+    """The file of a Django test id (``test_x (app.tests.TestY)`` -> ``tests/app/tests.py``); "" for an id that
+    names no module (a docstring's first line)."""
+    match = DJANGO_TEST_ID.fullmatch(canonical_test_id(test_id))
+    if not match or "." not in match.group(2):
+        return ""
+    return "tests/" + match.group(2).rsplit(".", 1)[0].replace(".", "/") + ".py"
 
 
 class SWEInstanceError(DataError):
@@ -69,16 +104,28 @@ class SWEInstance:
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property
+    def test_runner(self) -> str:
+        """``"django"`` for rows of ``django/django`` (Django's own runner), else ``"pytest"``."""
+        return "django" if self.repo == DJANGO_REPO else "pytest"
+
+    @property
     def test_files(self) -> List[str]:
-        """The test files to run: the files of every FAIL_TO_PASS and PASS_TO_PASS test, in order."""
+        """The test files to run: the files of every FAIL_TO_PASS and PASS_TO_PASS test, in order; for Django,
+        the test modules of the ``test_patch``, as SWE-bench runs them (Django's ids do not all name a file)."""
         seen: Dict[str, None] = {}
+        if self.test_runner == "django":
+            return sorted(path for path in patch_paths(self.test_patch)
+                          if path.startswith("tests/") and path.endswith(".py") and path != "tests/runtests.py")
         for test_id in [*self.FAIL_TO_PASS, *self.PASS_TO_PASS]:
             seen.setdefault(test_id.split("::", 1)[0], None)
         return list(seen)
 
     @property
     def grading_problem(self) -> str:
-        """Why the grader cannot grade this row ("" when it can): a test id that is not a pytest node id."""
+        """Why the grader cannot grade this row ("" when it can): a test id that is not a pytest node id (outside
+        Django's rows)."""
+        if self.test_runner == "django":
+            return ""
         foreign = [test_id for test_id in [*self.FAIL_TO_PASS, *self.PASS_TO_PASS]
                    if not PYTEST_NODE_ID.fullmatch(test_id)]
         if not foreign:

@@ -29,12 +29,28 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from skygym_sandboxes.containers import Container, ContainerLimits, ExecResult
 
-from skyrl_gym.envs.swe.instances import SWEInstance, SWEInstanceError
+from skyrl_gym.envs.swe.instances import DJANGO_TEST_ID, SWEInstance, SWEInstanceError, canonical_test_id
 
 TESTBED = "/testbed"
 HELPERS = "/opt/skygym"
 REPORT_PLUGIN = "skygym_pytest_report"
-REPORT_PLUGIN_SOURCE = (Path(__file__).parent / "_pytest_report.py").read_text(encoding="utf-8")
+DJANGO_DRIVER = "skygym_django_report"
+# What a test run copies into the container's helpers folder: the channel's writing end, and a reporter per runner.
+REPORT_HELPERS = {
+    f"{name}.py": (Path(__file__).parent / f"_{source}.py").read_bytes()
+    for name, source in (("skygym_report_channel", "report_channel"), (REPORT_PLUGIN, "pytest_report"),
+                         (DJANGO_DRIVER, "django_report"))
+}
+TEST_LOG = "/tmp/skygym-tests.log"  # the console of the last test run, in the container
+# Before anything else, the working folder (the repository) goes to the end of sys.path: no file of the repository
+# can stand in for the reporter or for a module the runner or the reporter imports.
+_BOOTSTRAP = "import sys; sys.path[0] or sys.path.append(sys.path.pop(0)); "
+# pytest's arguments come from the harness's file, not the command line: code under test reads neither which tests
+# the run holds nor which it leaves out.
+_PYTEST_BOOTSTRAP = (
+    "import os, pytest; path = os.environ.pop('SKYGYM_RUNNER_ARGS'); handle = open(path, encoding='utf-8'); "
+    "arguments = handle.read().split(chr(0)); handle.close(); os.unlink(path); os._exit(int(pytest.main(arguments)))"
+)
 # Fixed commit metadata: the same tree gives the same commit id in every container.
 COMMIT_ENV = {
     "GIT_AUTHOR_NAME": "skyrl-gym",
@@ -64,6 +80,7 @@ class TestOutcome:
     calls: List[Any] = field(default_factory=list)
     where: Optional[List[Any]] = None  # [file, line] where a failure was raised
     raised: bool = False  # xfailed by an xfail raised while it ran (pytest.xfail()), not by a mark
+    description: str = ""  # Django: the first line of the test's docstring (SWE-bench's name for such a test)
 
     @property
     def passed(self) -> bool:
@@ -87,13 +104,21 @@ class TestRun:
     log_tail: str = ""
     duration_s: float = 0.0
 
-    def passed(self, nodeid: str) -> bool:
-        outcome = self.outcomes.get(nodeid)
-        return outcome is not None and outcome.passed
+    def find(self, test_id: str) -> List[TestOutcome]:
+        """The outcomes a row's test id names: the test of that id (a Django id in either form), else every
+        test whose docstring's first line it is (SWE-bench's rows name Django tests that have one so)."""
+        outcome = self.outcomes.get(test_id) or self.outcomes.get(canonical_test_id(test_id))
+        if outcome is not None:
+            return [outcome]
+        return [outcome for outcome in self.outcomes.values() if outcome.description == test_id]
 
-    def ran_to_a_pass(self, nodeid: str) -> bool:
-        outcome = self.outcomes.get(nodeid)
-        return outcome is not None and outcome.ran_to_a_pass
+    def passed(self, test_id: str) -> bool:
+        found = self.find(test_id)
+        return bool(found) and all(outcome.passed for outcome in found)
+
+    def ran_to_a_pass(self, test_id: str) -> bool:
+        found = self.find(test_id)
+        return bool(found) and all(outcome.ran_to_a_pass for outcome in found)
 
 
 NOT_THE_REPORTERS = "the test report holds a line that is not the reporter's (tampered or corrupted)"
@@ -122,6 +147,7 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
             continue
         nodeid, outcome, message = entry.get("nodeid"), entry.get("outcome"), entry.get("message", "")
         calls, where, raised = entry.get("calls", []), entry.get("where"), entry.get("raised", False)
+        description = entry.get("description", "")
         if (
             not isinstance(nodeid, str)
             or not isinstance(outcome, str)
@@ -129,11 +155,12 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
             or not isinstance(calls, list)
             or not (where is None or isinstance(where, list))
             or not isinstance(raised, bool)
+            or not isinstance(description, str)
             or nodeid in run.outcomes
         ):
             return TestRun(error=f"the test report is malformed or reports {str(nodeid)[:200]!r} twice "
                                  "(tampered or corrupted)")
-        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, message, calls, where, raised)
+        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, message, calls, where, raised, description)
     if not ended:
         return TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
     return run
@@ -177,12 +204,14 @@ class SWERuntime:
             )
         else:
             # Only base_commit stays reachable: other branches, tags, the reflog and loose objects go (a later
-            # commit of the repository is the fix).
+            # commit of the repository is the fix). --force: an image whose build was committed while git's
+            # automatic gc ran in the background keeps its lock, which names another machine (nothing else runs
+            # in this fresh container).
             script = (
                 f"set -e; git checkout -q -f {shlex.quote(instance.base_commit)} 2>&1; "
                 "git for-each-ref --format='%(refname)' | while read -r ref; do git update-ref -d \"$ref\"; done; "
                 "git stash clear 2>/dev/null || true; git reflog expire --expire=now --all; "
-                "git gc -q --prune=now 2>&1; git rev-parse HEAD"
+                "git gc -q --force --prune=now 2>&1; git rev-parse HEAD"
             )
         done = self.container.exec(script, timeout_s=600, env=COMMIT_ENV)
         head = done.output.strip().splitlines()[-1:] or [""]
@@ -225,7 +254,10 @@ class SWERuntime:
 
     # ----- tests ------------------------------------------------------------------------------------
     def run_tests(self, test_files: Sequence[str], timeout_s: float = 600.0, deselect: Sequence[str] = ()) -> TestRun:
-        """``test_files`` (files or node ids), without the tests of ``deselect`` (node ids or their prefixes)."""
+        """``test_files`` (files or test ids), without the tests of ``deselect`` (ids, or for pytest their
+        prefixes), under the row's runner (:attr:`SWEInstance.test_runner`)."""
+        if self.instance.test_runner == "django":
+            return run_django(self.container, test_files, timeout_s=timeout_s, deselect=deselect)
         return run_pytest(self.container, test_files, timeout_s=timeout_s, deselect=deselect)
 
     # ----- life cycle -------------------------------------------------------------------------------
@@ -269,27 +301,59 @@ def python_environment(container: Container) -> Dict[str, str]:
 def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float = 600.0, trace: bool = False,
                deselect: Sequence[str] = ()) -> TestRun:
     """Run pytest on ``test_files`` in ``/testbed``; outcomes come over a descriptor of their own, not
-    the console (which goes to ``/tmp/skygym-pytest.log``). ``trace`` adds each test's called functions.
-
-    The report plugin and this run's nonce are written into the container through the Docker API (never
-    through a process's environment or command line, which any process there can read), and the plugin
-    loads before any project code: the repository's folder goes to the end of ``sys.path``, so no file of
-    the repository can stand in for the plugin or for a module pytest or the plugin imports."""
-    files = " ".join(shlex.quote(path) for path in test_files)
+    the console (which goes to :data:`TEST_LOG`). ``trace`` adds each test's called functions."""
+    arguments = ["-p", REPORT_PLUGIN, "-p", "no:cacheprovider", "-o", "addopts=", "-q", f"--rootdir={TESTBED}",
+                 *test_files]
+    for nodeid in deselect:
+        arguments += ["--deselect", nodeid]
     trace_env = f"SKYGYM_TRACE_ROOT={TESTBED}/ " if trace else ""
+    return _run_reporting(container, _BOOTSTRAP + _PYTEST_BOOTSTRAP, arguments, timeout_s, trace_env)
+
+
+def django_label(target: str) -> str:
+    """What Django's ``runtests.py`` takes for a test file (``tests/app/test_x.py`` -> ``app.test_x``) or a test id
+    (``test_y (app.test_x.TestZ)`` -> ``app.test_x.TestZ.test_y``)."""
+    match = DJANGO_TEST_ID.fullmatch(canonical_test_id(target))
+    if match:
+        return f"{match.group(2)}.{match.group(1)}"
+    module = target.removeprefix("tests/").removesuffix(".py").removesuffix("/__init__")
+    return module.replace("/", ".")
+
+
+# SWE-bench runs Django's tests in the en_US.UTF-8 locale its images generate (some tests format dates and numbers
+# by it); where the image has it, so do we.
+_DJANGO_LOCALE = ("if locale -a 2>/dev/null | grep -qix 'en_us.utf-\\?8'; then "
+                  "export LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8 LANGUAGE=en_US:en; fi; export PYTHONIOENCODING=utf8; ")
+
+
+def run_django(container: Container, targets: Sequence[str], timeout_s: float = 600.0,
+               deselect: Sequence[str] = ()) -> TestRun:
+    """Run Django's own runner (``tests/runtests.py``, SQLite settings, one process, as SWE-bench runs it) on
+    ``targets`` (test files under ``tests/`` or test ids), leaving out the tests ``deselect`` names; outcomes
+    come over a descriptor of their own (see ``_django_report``)."""
+    labels = [django_label(target) for target in targets]
+    arguments = ["\n".join(canonical_test_id(test_id) for test_id in deselect),
+                 "--settings=test_sqlite", "--parallel", "1", "--verbosity", "2", *labels]
+    return _run_reporting(container, _BOOTSTRAP + f"import {DJANGO_DRIVER}", arguments, timeout_s,
+                          prelude=_DJANGO_LOCALE)
+
+
+def _run_reporting(container: Container, bootstrap: str, arguments: Sequence[str], timeout_s: float,
+                   env: str = "", prelude: str = "") -> TestRun:
+    """Run ``bootstrap`` (Python) in ``/testbed`` with the reporters on its path, after the shell's ``prelude``;
+    the outcomes its reporter writes on descriptor 3. The reporters, this run's nonce and its arguments are written into the container through
+    the Docker API (never through a process's environment or command line, which any process there can read)
+    and read (the nonce and the arguments deleted) before any project code runs."""
     # Random hex and nothing else: no fixed text marks it out in the memory of the process it is handed to.
     nonce = secrets.token_hex(16)
-    nonce_name = f"nonce-{secrets.token_hex(8)}"
-    helpers = {f"{REPORT_PLUGIN}.py": REPORT_PLUGIN_SOURCE.encode("utf-8"), nonce_name: nonce.encode("utf-8")}
-    files += "".join(f" --deselect {shlex.quote(nodeid)}" for nodeid in deselect)
+    nonce_name, arguments_name = f"nonce-{secrets.token_hex(8)}", f"args-{secrets.token_hex(8)}"
+    helpers = {**REPORT_HELPERS, nonce_name: nonce.encode("utf-8"),
+               arguments_name: "\0".join(arguments).encode("utf-8")}
     container.put_tree(HELPERS, helpers)
     command = (
-        f"PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 "
-        f"SKYGYM_REPORT_NONCE={HELPERS}/{nonce_name} {trace_env}"
-        "python3 -c 'import sys; sys.path[0] or sys.path.append(sys.path.pop(0)); import os, pytest; "
-        "os._exit(int(pytest.main(sys.argv[1:])))' "
-        f"-p {REPORT_PLUGIN} -p no:cacheprovider -o addopts= -q --rootdir={TESTBED} {files} "
-        "3>&1 1>/tmp/skygym-pytest.log 2>&1"
+        f"{prelude}PYTHONPATH={HELPERS}${{PYTHONPATH:+:$PYTHONPATH}} SKYGYM_REPORT_FD=3 "
+        f"SKYGYM_REPORT_NONCE={HELPERS}/{nonce_name} SKYGYM_RUNNER_ARGS={HELPERS}/{arguments_name} {env}"
+        f"python3 -c {shlex.quote(bootstrap)} 3>&1 1>{TEST_LOG} 2>&1"
     )
     done = container.exec(command, timeout_s=timeout_s, output_cap=50_000_000, workdir=TESTBED)
     run = parse_report(done.output, nonce)
@@ -297,5 +361,5 @@ def run_pytest(container: Container, test_files: Sequence[str], timeout_s: float
         run = TestRun(error=f"the tests ran past {timeout_s:.0f} s")
     run.duration_s = done.duration_s
     if run.error:
-        run.log_tail = container.exec("tail -c 3000 /tmp/skygym-pytest.log", timeout_s=30).output
+        run.log_tail = container.exec(f"tail -c 3000 {TEST_LOG}", timeout_s=30).output
     return run

@@ -382,6 +382,36 @@ new file mode 100644
 """
 
 
+COMMAND_LINE_TEST = """import sys
+
+
+def test_the_command_line_names_no_test():
+    with open("/proc/self/cmdline", "rb") as handle:
+        line = handle.read()
+    assert b"skygym_command_line" not in line and b"deselect" not in line
+    assert not any("skygym_command_line" in argument or "deselect" in argument for argument in sys.argv)
+
+
+def test_left_out():
+    pass
+"""
+
+
+def test_a_test_run_names_its_tests_to_nothing_the_tests_can_read(swe_instances, docker_client_for_tests):
+    """Code under test could tell the planted tests' run from the hidden tests' by the command line: the first
+    named only the planted tests, the second left them out with ``--deselect``. A forgery that forged only where
+    tests were left out passed every planted test honestly. The runner's arguments now come from a file the
+    reporter reads and deletes; the command line and ``sys.argv`` name no test."""
+    with SWERuntime(swe_instances[0], client=docker_client_for_tests) as runtime:
+        runtime.setup()
+        runtime.container.write_file("/testbed/test_skygym_command_line.py", COMMAND_LINE_TEST.encode())
+        run = runtime.run_tests(["test_skygym_command_line.py"],
+                                deselect=["test_skygym_command_line.py::test_left_out"])
+    assert not run.error, run.error + run.log_tail
+    outcomes = {name: (outcome.outcome, outcome.message) for name, outcome in run.outcomes.items()}
+    assert outcomes == {"test_skygym_command_line.py::test_the_command_line_names_no_test": ("passed", "")}
+
+
 def test_a_text_doctest_first_in_fail_to_pass_gets_no_planted_test(swe_instances, docker_client_for_tests):
     """pytest collects a .txt named on its command line as a doctest: planted Python there was never collected,
     and the gold patch counted as tampered (found by the attacker's pass)."""

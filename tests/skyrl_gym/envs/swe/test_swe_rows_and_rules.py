@@ -238,13 +238,14 @@ def test_the_reporter_tells_an_xfail_raised_while_a_test_ran_from_one_its_mark_d
     import subprocess
     import sys
 
-    from skyrl_gym.envs.swe.runtime import REPORT_PLUGIN, REPORT_PLUGIN_SOURCE
+    from skyrl_gym.envs.swe.runtime import REPORT_HELPERS, REPORT_PLUGIN
 
     (tmp_path / "test_x.py").write_text(
         "import pytest\n\n@pytest.mark.xfail\ndef test_marked():\n    assert False\n\n"
         "def test_raised():\n    pytest.xfail('raised')\n\ndef test_passes():\n    pass\n"
     )
-    (tmp_path / f"{REPORT_PLUGIN}.py").write_text(REPORT_PLUGIN_SOURCE)
+    for name, source in REPORT_HELPERS.items():  # the plugin and the channel it writes on
+        (tmp_path / name).write_bytes(source)
     nonce = "0123456789abcdef0123456789abcdef"
     (tmp_path / "nonce").write_text(nonce)
     read, write = os.pipe()
@@ -493,3 +494,44 @@ def test_a_warning_the_patch_causes_does_not_unmark_a_binary_file(tmp_path):
     (repo / "!a.bin").write_bytes(b"\0\1\2")
     files = {item.path: item.binary for item in grading.changed_files(Runtime(), before)}
     assert files == {"!a.bin": True, ".gitattributes": False, "crlf.txt": False}
+
+
+def test_django_rows_are_graded_by_djangos_runner_on_the_test_patchs_modules():
+    from skyrl_gym.envs.swe.instances import canonical_test_id, django_test_file
+    from skyrl_gym.envs.swe.runtime import django_label
+
+    test_patch = ("diff --git a/tests/admin_views/tests.py b/tests/admin_views/tests.py\n--- a/tests/admin_views/tests.py\n"
+                  "+++ b/tests/admin_views/tests.py\n@@ -1 +1,2 @@\n x\n+y\n"
+                  "diff --git a/tests/admin_views/models.py b/tests/admin_views/models.py\n--- a/tests/admin_views/models.py\n"
+                  "+++ b/tests/admin_views/models.py\n@@ -1 +1,2 @@\n x\n+y\n"
+                  "diff --git a/docs/ref/x.txt b/docs/ref/x.txt\n--- a/docs/ref/x.txt\n+++ b/docs/ref/x.txt\n@@ -1 +1,2 @@\n x\n+y\n")
+    row = {**fixture_row(), "repo": "django/django", "test_patch": test_patch,
+           "FAIL_TO_PASS": ["test_both_pk_and_id (admin_views.tests.AdminViewBasicTest)"],
+           "PASS_TO_PASS": ["A docstring's first line.", "test_x (admin_views.tests.T.test_x)"]}
+    instance = normalize_row(row)
+    assert instance.test_runner == "django" and instance.grading_problem == ""
+    assert instance.test_files == ["tests/admin_views/models.py", "tests/admin_views/tests.py"]
+    assert [django_label(path) for path in instance.test_files] == ["admin_views.models", "admin_views.tests"]
+    assert django_label("test_x (admin_views.tests.T.test_x)") == "admin_views.tests.T.test_x"
+    assert canonical_test_id("test_x (admin_views.tests.T.test_x)") == "test_x (admin_views.tests.T)"
+    assert canonical_test_id("A docstring's first line.") == "A docstring's first line."
+    assert django_test_file("test_x (admin_views.tests.T)") == "tests/admin_views/tests.py"
+    assert django_test_file("A docstring's first line.") == ""
+    # Django's own testing tools (django/test/) are library code in its rows; its suite (tests/) is protected
+    assert not is_protected("django/test/testcases.py", runner="django") and is_protected("django/test/testcases.py")
+    assert is_protected("tests/runtests.py", runner="django") and is_protected("tests/test_sqlite.py", runner="django")
+
+
+def test_the_reporters_copied_into_containers_run_on_the_pythons_of_swe_benchs_images():
+    """They run under the image's Python: SWE-bench's Django 1.x and 2.x rows have Python 3.5, its 3.x rows 3.6.
+    No f-string, walrus or annotated assignment (the grammar of 3.5)."""
+    import ast
+
+    from skyrl_gym.envs.swe.runtime import REPORT_HELPERS
+
+    assert set(REPORT_HELPERS) == {"skygym_report_channel.py", "skygym_pytest_report.py", "skygym_django_report.py"}
+    for name, source in REPORT_HELPERS.items():
+        tree = ast.parse(source, filename=name, feature_version=(3, 5))
+        newer = [type(node).__name__ for node in ast.walk(tree)
+                 if isinstance(node, (ast.JoinedStr, ast.NamedExpr, ast.AnnAssign))]
+        assert newer == [], f"{name}: {newer}"

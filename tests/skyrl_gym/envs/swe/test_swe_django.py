@@ -1,0 +1,137 @@
+"""SWE-bench's Django rows, graded under Django's own runner, against a real Docker engine and real Django.
+
+The image is made here as SWE-bench's Django images are laid out: the repository (Django 4.2's source
+distribution, which ships its test suite and ``tests/runtests.py``) in ``/testbed``, installed in place, with its
+dependencies (and git's gc lock, as an image committed while git's automatic gc ran keeps it: set-up once
+failed on it). A bug is committed at ``base_commit``; the row's tests are named as SWE-bench's Django rows name
+them: ``test_x (app.module.Class)``, the same with the method repeated (Python 3.11's form), and a docstring's
+first line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import tarfile
+
+import pytest
+
+from skyrl_gym.envs.swe.grading import evaluate_patch
+from skyrl_gym.envs.swe.instances import SWEInstance
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+# The source distributions the image is made of (fetched with pip once, cached with the SWE build's sources).
+DJANGO = ("django", "django==4.2.16")
+DEPENDENCIES = (("asgiref", "asgiref==3.8.1"), ("sqlparse", "sqlparse==0.5.1"))
+TEST_FILE = "tests/utils_tests/test_text.py"
+IMAGE_SCRIPT = r"""set -e
+site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+mkdir -p "$site" && printf '/testbed\n/opt/django-deps\n' > "$site/testbed.pth"
+cd /testbed
+sed -i 's/    return x\[0\].upper() + x\[1:\]/    return x[0] + x[1:]/' django/utils/text.py
+grep -q '    return x\[0\] + x\[1:\]' django/utils/text.py
+git init -q && git add -A && git -c user.name=t -c user.email=t@t.invalid commit -q -m base
+sed -i 's/    return x\[0\] + x\[1:\]/    return x[0].upper() + x[1:]/' django/utils/text.py
+git diff > /opt/gold.patch && git checkout -q -- django/utils/text.py
+cat >> tests/utils_tests/test_text.py <<'EOF'
+
+    def test_capfirst(self):
+        self.assertEqual(text.capfirst("hello world"), "Hello world")
+
+    def test_capfirst_empty(self):
+        \"\"\"capfirst() leaves an empty string as it is.\"\"\"
+        self.assertEqual(text.capfirst(""), "")
+EOF
+git diff > /opt/test.patch && git checkout -q -- tests/utils_tests/test_text.py
+git rev-parse HEAD > /opt/base_commit
+printf '56 skygym-image-builder' > .git/gc.pid  # git's lock, as an image built during an automatic gc keeps it
+""".replace('\\"', '"')
+FAIL_TO_PASS = ["test_capfirst (utils_tests.test_text.TestUtilsText)"]
+PASS_TO_PASS = [
+    "capfirst() leaves an empty string as it is.",  # a test with a docstring, named by its first line
+    "test_wrap (utils_tests.test_text.TestUtilsText.test_wrap)",  # Python 3.11's form
+    "test_slugify (utils_tests.test_text.TestUtilsText)",
+]
+
+
+def _archive(files: dict) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755 if name.endswith("runtests.py") else 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _sources(name: str, requirement: str) -> dict:
+    from skyrl_gym.envs.swe.synth.builder import fetch_sdist, read_sdist
+    from skyrl_gym.envs.swe.synth.projects import Project
+
+    return read_sdist(fetch_sdist(Project(name, requirement, "", (), ())))
+
+
+@pytest.fixture(scope="module")
+def django_row(swe_instances, docker_client_for_tests):
+    """A SWE-bench-shaped row of ``django/django`` and its image (removed afterwards)."""
+    files = {f"testbed/{path}": data for path, data in _sources(*DJANGO).items()}
+    for name, requirement in DEPENDENCIES:
+        files.update({f"opt/django-deps/{path}": data for path, data in _sources(name, requirement).items()
+                      if path.startswith(f"{name}/")})
+    client = docker_client_for_tests
+    holder = client.containers.run(swe_instances[0].image_name, "sleep 600", detach=True, network_mode="none")
+    try:
+        assert holder.exec_run(["rm", "-rf", "/testbed"]).exit_code == 0
+        assert holder.put_archive("/", _archive(files))
+        made = holder.exec_run(["bash", "-c", IMAGE_SCRIPT])
+        assert made.exit_code == 0, made.output.decode()[-2000:]
+        read = {name: holder.exec_run(["cat", f"/opt/{name}"]).output.decode() for name in
+                ("gold.patch", "test.patch", "base_commit")}
+        assert holder.exec_run(["rm", "-f", "/opt/gold.patch", "/opt/test.patch", "/opt/base_commit"]).exit_code == 0
+        image = holder.commit(repository="skyrl-gym-swe-test-django", tag="latest")
+    finally:
+        holder.remove(force=True)
+    row = SWEInstance(
+        instance_id="django__django-90001", repo="django/django", base_commit=read["base_commit"].strip(),
+        problem_statement="capfirst() no longer capitalizes the first letter", patch=read["gold.patch"],
+        test_patch=read["test.patch"], FAIL_TO_PASS=FAIL_TO_PASS, PASS_TO_PASS=PASS_TO_PASS, version="4.2",
+        image_name="skyrl-gym-swe-test-django:latest",
+    )
+    yield row
+    with contextlib.suppress(Exception):
+        client.images.remove(image.id, force=True)
+
+
+def test_a_django_row_is_graded_by_djangos_runner_with_swe_benchs_test_names(django_row, docker_client_for_tests):
+    """The gold patch resolves (every id form read), the empty one does not. With the gold patch, a new module of
+    ``django/test/`` (a package Django ships, which fixes change) is library code, left in place; one under
+    ``tests/`` (the suite) is put back, so the hidden tests run as they were written."""
+    assert django_row.test_runner == "django" and django_row.grading_problem == ""
+    assert django_row.test_files == [TEST_FILE]
+    library = ("diff --git a/django/test/skygym_note.py b/django/test/skygym_note.py\nnew file mode 100644\n"
+               "--- /dev/null\n+++ b/django/test/skygym_note.py\n@@ -0,0 +1 @@\n+NOTE = 'library code'\n")
+    suite = ("diff --git a/tests/utils_tests/skygym_note.py b/tests/utils_tests/skygym_note.py\nnew file mode 100644\n"
+             "--- /dev/null\n+++ b/tests/utils_tests/skygym_note.py\n@@ -0,0 +1 @@\n+NOTE = 'a test file'\n")
+    gold = evaluate_patch(django_row, django_row.patch + library + suite, client=docker_client_for_tests)
+    assert gold.resolved, gold.error
+    assert gold.fail_to_pass["success"] == FAIL_TO_PASS and gold.pass_to_pass["success"] == PASS_TO_PASS
+    assert gold.restored_paths == ["tests/utils_tests/skygym_note.py"]
+    empty = evaluate_patch(django_row, "", client=docker_client_for_tests)
+    assert not empty.resolved and empty.fail_to_pass["failure"] == FAIL_TO_PASS, empty.error
+    assert empty.pass_to_pass["success"] == PASS_TO_PASS and empty.error == ""
+
+
+def test_a_forgery_from_djangos_library_code_is_caught_by_the_planted_tests(django_row, docker_client_for_tests):
+    """Library code that makes every ``assertEqual`` pass (it names nothing the text check knows) passes the
+    hidden test without the fix; the planted tests (methods of the hidden test's class, one a mutant of it) pass
+    too, and say so."""
+    forged_lines = ("+    return x[0] + x[1:]\n+import unittest\n"
+                    "+unittest.TestCase.assertEqual = lambda self, first, second, msg=None: None\n")
+    header = re.search(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@", django_row.patch, re.MULTILINE)
+    forgery = django_row.patch.replace("+    return x[0].upper() + x[1:]\n", forged_lines).replace(
+        header.group(0), f"@@ -{header.group(1)},{header.group(2)} +{header.group(3)},{int(header.group(4)) + 2} @@")
+    report = evaluate_patch(django_row, forgery, client=docker_client_for_tests)
+    assert report.patch_applied and not report.resolved, report.error
+    assert "tampered" in report.error and report.fail_to_pass["failure"] == FAIL_TO_PASS, report.error
