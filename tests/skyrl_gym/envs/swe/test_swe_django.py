@@ -73,35 +73,41 @@ def _sources(name: str, requirement: str) -> dict:
     return read_sdist(fetch_sdist(Project(name, requirement, "", (), ())))
 
 
-@pytest.fixture(scope="module")
-def django_row(swe_instances, docker_client_for_tests):
-    """A SWE-bench-shaped row of ``django/django`` and its image (removed afterwards)."""
+def make_django_image(client, base_image: str, name: str = "skyrl-gym-swe-test-django"):
+    """``(image, row)``: an image made from ``base_image`` (one with git and Python 3) holding Django at a buggy
+    ``base_commit`` in ``/testbed``, and its SWE-bench-shaped row (``bench/swe_tasks.py`` can time it too)."""
     files = {f"testbed/{path}": data for path, data in _sources(*DJANGO).items()}
-    for name, requirement in DEPENDENCIES:
-        files.update({f"opt/django-deps/{path}": data for path, data in _sources(name, requirement).items()
-                      if path.startswith(f"{name}/")})
-    client = docker_client_for_tests
-    holder = client.containers.run(swe_instances[0].image_name, "sleep 600", detach=True, network_mode="none")
+    for package, requirement in DEPENDENCIES:
+        files.update({f"opt/django-deps/{path}": data for path, data in _sources(package, requirement).items()
+                      if path.startswith(f"{package}/")})
+    holder = client.containers.run(base_image, "sleep 600", detach=True, network_mode="none")
     try:
         assert holder.exec_run(["rm", "-rf", "/testbed"]).exit_code == 0
         assert holder.put_archive("/", _archive(files))
         made = holder.exec_run(["bash", "-c", IMAGE_SCRIPT])
         assert made.exit_code == 0, made.output.decode()[-2000:]
-        read = {name: holder.exec_run(["cat", f"/opt/{name}"]).output.decode() for name in
+        read = {file: holder.exec_run(["cat", f"/opt/{file}"]).output.decode() for file in
                 ("gold.patch", "test.patch", "base_commit")}
         assert holder.exec_run(["rm", "-f", "/opt/gold.patch", "/opt/test.patch", "/opt/base_commit"]).exit_code == 0
-        image = holder.commit(repository="skyrl-gym-swe-test-django", tag="latest")
+        image = holder.commit(repository=name, tag="latest")
     finally:
         holder.remove(force=True)
     row = SWEInstance(
         instance_id="django__django-90001", repo="django/django", base_commit=read["base_commit"].strip(),
         problem_statement="capfirst() no longer capitalizes the first letter", patch=read["gold.patch"],
         test_patch=read["test.patch"], FAIL_TO_PASS=FAIL_TO_PASS, PASS_TO_PASS=PASS_TO_PASS, version="4.2",
-        image_name="skyrl-gym-swe-test-django:latest",
+        image_name=f"{name}:latest",
     )
+    return image, row
+
+
+@pytest.fixture(scope="module")
+def django_row(swe_instances, docker_client_for_tests):
+    """A SWE-bench-shaped row of ``django/django`` and its image (removed afterwards)."""
+    image, row = make_django_image(docker_client_for_tests, swe_instances[0].image_name)
     yield row
     with contextlib.suppress(Exception):
-        client.images.remove(image.id, force=True)
+        docker_client_for_tests.images.remove(image.id, force=True)
 
 
 def test_a_django_row_is_graded_by_djangos_runner_with_swe_benchs_test_names(django_row, docker_client_for_tests):
