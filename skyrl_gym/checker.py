@@ -26,7 +26,7 @@ from skyrl_gym.core import Env
 from skyrl_gym.data import placed_records, read_records, row_extras, row_place, validate_row
 from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, run_episode, run_sync
 from skyrl_gym.episode import Episode as EpisodeRecord
-from skyrl_gym.errors import DataError
+from skyrl_gym.errors import DataError, UnregisteredEnv
 from skyrl_gym.registration import EnvSpec, make, registry, spec
 
 ERROR = "error"
@@ -86,6 +86,8 @@ class CheckReport:
     episodes: int = 0
     rows_without_reference: int = 0
     """Rows with no reference answer of their own: no correct answer was played on them."""
+    rows_from: str = ""
+    """Where the rows came from when none were given (as ``skyrl-gym check ID`` finds them)."""
 
     @property
     def errors(self) -> List[Finding]:
@@ -126,7 +128,8 @@ class CheckReport:
             note = [f"  note: {self.rows_without_reference} row(s) have no reference answer (reference_action, or "
                     "extra_info's answer or solution): what a correct answer earns was not checked on them "
                     "(`skyrl-gym audit` plays golden answers)"]
-        return "\n".join([head] + [f"  {line}" for line in _collapsed(self.findings)] + note)
+        source = [f"  rows: {self.rows_from}"] if self.rows_from else []
+        return "\n".join([head] + source + [f"  {line}" for line in _collapsed(self.findings)] + note)
 
 
 def _collapsed(findings: Sequence[Finding]) -> List[str]:
@@ -650,7 +653,9 @@ def check_env(
         env_or_id: a registered id, an :class:`EnvSpec`, an Env class or factory taking
             ``(env_config=, extras=)``, or an env instance (rebuilt from its spec or class per row).
         rows: dataset rows (a list of dicts or a JSONL/JSON/Parquet path); each is validated and
-            reported by number. Without rows a single user message is used with empty extras.
+            reported by number. Without rows, a registered id is checked on the rows ``skyrl-gym check ID`` uses
+            (:func:`default_rows`: its dataset builder's, else its golden cases; ``report.rows_from`` says
+            which); anything else, or an id with neither, on a single user message with empty extras.
         env_config: passed to every env built.
         actions: extra ``{label: text}`` actions to play on every row.
         adversarial: play the built-in adversarial actions (empty, huge, unicode, unclosed tags).
@@ -666,6 +671,11 @@ def check_env(
     factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
     report = CheckReport(env_id=factory.env_id)
     checker = _Checker(factory, report, max_turns_slack, step_timeout_s, check_determinism, max_observation_chars)
+    if rows is None and isinstance(env_or_id, (str, EnvSpec)):  # the rows `skyrl-gym check ID` checks
+        try:
+            rows, report.rows_from = default_rows(factory.env_id, size=max_rows or 2)
+        except (NoRowsFor, UnregisteredEnv) as exc:  # an EnvSpec of no registry has no builder either
+            report.rows_from = f"one user message with no extras (none given, and none to build: {exc})"
     try:
         raw_rows = _rows_from(rows)
     except (OSError, DataError, ValueError) as exc:

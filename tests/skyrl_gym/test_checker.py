@@ -444,3 +444,18 @@ def test_gymnasiums_own_checker_runs_through_the_bridge(registered):
                        actions={"seven": "7"}, check_determinism=False)
     [finding] = report.errors
     assert finding.kind == "gymnasium" and "reset(seed=123)` is non-deterministic" in finding.message
+
+
+def test_without_rows_a_registered_id_is_checked_on_the_rows_the_command_line_checks():
+    """`skyrl_gym.check_env("gsm8k")` once checked one bare user message: every env that needs a reward_spec failed
+    to build ("MissingRewardSpec"), where `skyrl-gym check gsm8k` passed on the env's own rows."""
+    from skyrl_gym.checker import default_rows
+
+    report = check_env("gsm8k", huge_action_chars=1000, check_determinism=False)
+    rows, source = default_rows("gsm8k")
+    assert report.ok, str(report)
+    assert report.rows_from == source and report.rows_checked == len(rows) == 2
+    assert f"  rows: {source}" in str(report).splitlines()
+    # a class has no rows of its own: the single user message, as before
+    bare = check_env(SayTheNumberEnv, huge_action_chars=1000, check_determinism=False)
+    assert bare.rows_from == "" and bare.rows_checked == 1

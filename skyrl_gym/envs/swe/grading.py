@@ -10,9 +10,10 @@
    code reaches for the test harness (pytest's names, the report descriptor, profiling hooks) is not
    resolved either.
 3. Apply the hidden ``test_patch``, append tests that must fail under names drawn for this run (see
-   ``canary``), and run the tests of FAIL_TO_PASS and PASS_TO_PASS. Outcomes arrive over a descriptor of
-   their own (see ``_pytest_report``); a report that is missing, malformed or says a test twice, or that
-   says a planted test passed, counts every test as failed.
+   ``canary``), and run the tests of FAIL_TO_PASS and PASS_TO_PASS, under pytest or, for ``django/django``,
+   Django's own runner (``SWEInstance.test_runner``). Outcomes arrive over a descriptor of their own (see
+   ``_report_channel``, ``_pytest_report``, ``_django_report``); a report that is missing, malformed or says a
+   test twice, or that says a planted test passed, counts every test as failed.
 4. Resolved iff every FAIL_TO_PASS test passes and every PASS_TO_PASS test passes. An xfailed test counts
    as passed, as in SWE-bench, except a FAIL_TO_PASS test whose ``xfail`` was raised while it ran (library
    code can raise one) rather than declared by a mark.
