@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, List
+from typing import Dict, Iterator, List, Sequence
 
 import pytest
 
@@ -126,3 +126,40 @@ def docker_client_for_tests(swe_docker):
     from skygym_sandboxes.containers import docker_client
 
     return docker_client(swe_docker)
+
+
+# ----- images of real projects laid out as SWE-bench's are (its Django and SymPy rows) -------------------------
+def sdist_files(name: str, requirement: str) -> Dict[str, bytes]:
+    """The files of a pinned source distribution (fetched with pip once, cached with the SWE build's sources)."""
+    from skyrl_gym.envs.swe.synth.builder import fetch_sdist, read_sdist
+    from skyrl_gym.envs.swe.synth.projects import Project
+
+    return read_sdist(fetch_sdist(Project(name, requirement, "", (), ())))
+
+
+def project_image(client, base_image: str, files: Dict[str, bytes], script: str, outputs: Sequence[str],
+                  name: str):
+    """``(image, {output: text})``: an image made from ``base_image`` (git and Python 3) with ``files`` (paths from
+    ``/``) put in and ``script`` run (no network); each file of ``outputs`` under /opt is read, then removed from the
+    image."""
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    holder = client.containers.run(base_image, "sleep 600", detach=True, network_mode="none")
+    try:
+        assert holder.exec_run(["rm", "-rf", "/testbed"]).exit_code == 0
+        assert holder.put_archive("/", buffer.getvalue())
+        made = holder.exec_run(["bash", "-c", script])
+        assert made.exit_code == 0, made.output.decode()[-2000:]
+        read = {output: holder.exec_run(["cat", f"/opt/{output}"]).output.decode() for output in outputs}
+        assert holder.exec_run(["rm", "-f", *(f"/opt/{output}" for output in outputs)]).exit_code == 0
+        image = holder.commit(repository=name, tag="latest")
+    finally:
+        holder.remove(force=True)
+    return image, read

@@ -5,18 +5,19 @@ and later) and Django, not ours, and is imported by a bootstrap that moved the w
 
 Its arguments come from a file the harness wrote (``SKYGYM_RUNNER_ARGS``, NUL-separated, deleted once read),
 never from the command line, where code under test could read which tests a run holds (the planted tests' run
-from the hidden tests'). The first field lists the tests to leave out (one id a line), the rest go to
-``runtests.py``.
+from the hidden tests'). The first field lists the tests to run (one id a line; empty: all), the second those to
+leave out, the rest go to ``runtests.py``: the same modules in both runs.
 
-One line per test: the nonce, then JSON ``{"nodeid", "outcome", "message", "description"}``. ``nodeid`` is
+One line per test: the nonce, then JSON ``{"nodeid", "outcome", "message", "alias"}``. ``nodeid`` is
 ``test_x (module.Class)``, as Django's runner printed tests before Python 3.11 and as SWE-bench's rows name
-them; ``description`` is the first line of the test's docstring, which SWE-bench's rows use as the name of a
+them; ``alias`` is the first line of the test's docstring, which SWE-bench's rows use as the name of a
 test that has one. Outcomes: passed, failed, error (a failure outside an assertion, or a subtest's error),
 skipped, xfailed (an expected failure), xpassed (an unexpected success); the first failure of a test stands,
 whatever is reported after it. The last line is ``{"end": true, "exitstatus": N}``, written only when the
 runner returned. The hooks wrap ``unittest.TestResult``'s methods (every result class Django's runner uses
-calls them) and ``unittest.TestSuite.addTest`` (the tests left out never enter a suite); their state lives in
-closures, not module globals.
+calls them; what they hear of that is neither a test nor unittest's stand-in for a class or module that failed
+to set up is not reported) and ``unittest.TestSuite.addTest`` (the tests not run never enter a suite); their
+state lives in closures, not module globals.
 """
 
 import os
@@ -56,7 +57,7 @@ def _message(err):
     return ("%s: %s" % (getattr(kind, "__name__", kind), value)).strip()[:600]
 
 
-def _install(report, nonce, deselect):
+def _install(report, nonce, selected, deselect):
     """Wrap the result and suite methods; returns ``finish(exitstatus)``, which writes the report."""
     results = {}
     base = unittest.TestResult
@@ -64,11 +65,13 @@ def _install(report, nonce, deselect):
     failure_kinds = ("failed", "error")
 
     def record(test, outcome, err=None):
+        if not isinstance(test, unittest.TestCase) and type(test).__name__ != "_ErrorHolder":
+            return  # not a test, nor a class or module that failed to set up: nothing a row can name
         name = _test_id(test)
         entry = results.get(name)
         if entry is None:
             results[name] = {"nodeid": name, "outcome": outcome, "message": _message(err),
-                             "description": _description(test)}
+                             "alias": _description(test)}
         elif entry["outcome"] not in failure_kinds and outcome in failure_kinds:
             entry["outcome"], entry["message"] = outcome, _message(err)
 
@@ -113,8 +116,10 @@ def _install(report, nonce, deselect):
     add_test = unittest.TestSuite.addTest
 
     def addTest(self, test):
-        if deselect and isinstance(test, unittest.TestCase) and _test_id(test) in deselect:
-            return None
+        if isinstance(test, unittest.TestCase) and type(test).__name__ != "_FailedTest":
+            name = _test_id(test)
+            if (selected and name not in selected) or name in deselect:
+                return None
         return add_test(self, test)
 
     unittest.TestSuite.addTest = addTest
@@ -131,19 +136,20 @@ def _install(report, nonce, deselect):
 
 
 def _read_arguments():
-    """``(tests to leave out, runtests.py's arguments)`` from the harness's file (read before any project code
-    runs, and deleted)."""
+    """``(tests to run, tests to leave out, runtests.py's arguments)`` from the harness's file (read before any
+    project code runs, and deleted)."""
     path = os.environ.pop("SKYGYM_RUNNER_ARGS")
     with open(path, encoding="utf-8") as handle:
         fields = handle.read().split("\0")
     os.unlink(path)
-    return {line for line in fields[0].split("\n") if line}, fields[1:]
+    names = [{line for line in field.split("\n") if line} for field in fields[:2]]
+    return names[0], names[1], fields[2:]
 
 
 def main():
     report, nonce = open_channel()
-    deselect, arguments = _read_arguments()
-    finish = _install(report, nonce, deselect)
+    selected, deselect, arguments = _read_arguments()
+    finish = _install(report, nonce, selected, deselect)
     runner = os.path.join(TESTBED, "tests", "runtests.py")
     sys.argv = [runner] + arguments
     # As `python tests/runtests.py` has it (the test apps import from there), and the repository next: the code

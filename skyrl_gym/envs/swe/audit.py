@@ -21,7 +21,7 @@ from typing import Any, Callable, List, Mapping, Optional
 from skyrl_gym.audit.library import ANSWER_HACKS, AnswerFormat, AuditCase, Hack
 from skyrl_gym.audit.profiles import AuditProfile
 from skyrl_gym.envs.swe.grading import is_test_path, patch_paths
-from skyrl_gym.envs.swe.instances import DJANGO_REPO
+from skyrl_gym.envs.swe.instances import runner_of
 
 
 def bash(command: str) -> str:
@@ -283,7 +283,7 @@ def library_files(row: Mapping[str, Any]) -> List[str]:
     patch = row.get("patch")
     if not isinstance(patch, str):
         return []
-    runner = "django" if row.get("repo") == DJANGO_REPO else "pytest"
+    runner = runner_of(row.get("repo"))
     return sorted(path for path in patch_paths(patch) if path.endswith(".py") and not is_test_path(path, runner))
 
 

@@ -29,7 +29,9 @@ original, and nothing the mutant does reaches the hidden tests.
 A run that reports one of them passed, xfailed or xpassed, or does not report one although its file was
 collected, was forged, and grading counts every test as failed. A forgery that tells these tests from the
 hidden ones (by reading their source or knowing this scheme) is not caught; one that makes tests pass without
-looking at which test it is, is. Only test files (``test_*.py``, ``*_test.py``) get planted tests.
+looking at which test it is, is. Only test files (``test_*.py``, ``*_test.py``; for Django's rows any module under
+``tests/``) get planted tests; under Django's runner, which runs methods of test classes only, every planted test
+is a method of the first FAIL_TO_PASS test's class, and SymPy's bare ids are found in the row's test files.
 """
 
 from __future__ import annotations
@@ -297,19 +299,43 @@ def _hidden_by_file(instance: SWEInstance) -> Dict[str, List[str]]:
     return by_file
 
 
+def _read_text(runtime: SWERuntime, file: str) -> str:
+    return runtime.container.read_file(file).decode("utf-8")
+
+
+def _sympy_hidden_by_file(runtime: SWERuntime, instance: SWEInstance) -> Dict[str, List[str]]:
+    """SymPy's ids are bare function names: the test files of the row that define the first FAIL_TO_PASS test at
+    their top level -> the FAIL_TO_PASS tests each defines."""
+    wanted = [test_id for test_id in instance.FAIL_TO_PASS if test_id.startswith("test")]
+    by_file: Dict[str, List[str]] = {}
+    for path in instance.test_files:
+        try:
+            tree = threadsafe_ast.parse(_read_text(runtime, f"{TESTBED}/{path}"))
+        except (OSError, ValueError, SyntaxError):
+            continue
+        defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        found = [name for name in wanted if name in defined]
+        if found:
+            by_file[path] = found
+            if wanted[0] in defined:
+                return {path: found}
+    return dict(list(by_file.items())[:1])
+
+
 def plant(runtime: SWERuntime, instance: SWEInstance, library: Sequence[str] = ()) -> List[Canary]:
     """Add the planted tests to the test file of the first FAIL_TO_PASS test that is a test function or
     method in a test file (not a doctest, not a ``.txt``), in ``runtime``'s repository (the hidden tests are in
     place); the tests it planted. ``library``: the library files the patch changes, relative to the
     repository. Run before the tests, after every file is put back. Under Django's runner (which runs methods of
     test classes only) every planted test is a method of that test's class."""
-    by_file = _hidden_by_file(instance)
+    by_file = _sympy_hidden_by_file(runtime, instance) if instance.test_runner == "sympy" else \
+        _hidden_by_file(instance)
     if not by_file:
         return []
     path, hidden = next(iter(by_file.items()))
     file = f"{TESTBED}/{path}"
     try:
-        text = runtime.container.read_file(file).decode("utf-8")
+        text = _read_text(runtime, file)
     except (OSError, ValueError) as exc:  # FileNotFoundError, not UTF-8: its tests cannot run either
         logger.warning("%s: no test planted in %s: %s", instance.instance_id, path, exc)
         return []
@@ -337,12 +363,19 @@ def _is_test_of(name: str, canary_id: str) -> bool:
 
 
 def forged(run: Optional[TestRun], canaries: Sequence[str]) -> Optional[str]:
-    """Why the planted tests' run (``canaries``: their node ids) says the test runs were forged, or None. A run
-    that ended without its report (a test that stops pytest, a timeout) proves nothing either way."""
+    """Why the planted tests' run (``canaries``: their ids) leaves the hidden tests' verdict unproven, or None: a
+    planted test reported passed, xfailed or xpassed, one not reported at all, or a run that ended without its
+    report. Every honest way to lose a planted test (its file cannot be imported, its class cannot be set up, the
+    run stops or times out) loses the hidden tests of that file too, so counting every test failed then costs an
+    honest patch nothing; a forgery that swallowed the planted tests' failures, or stopped the run before its
+    report once nothing had passed, resolved instances while those were read as proving nothing (an attacker's
+    pass found both)."""
     if run is None:
         return None
     if run.error:
-        return f"the planted tests' run was tampered with: {run.error}" if "tampered" in run.error else None
+        if "tampered" in run.error:
+            return f"the planted tests' run was tampered with: {run.error}"
+        return f"the planted tests' run gave no verdict, so neither does this one: {run.error}"
     for nodeid in canaries:
         # Parametrized (a mutant of a parametrized test, or by a conftest's generate hook): "name[...]".
         outcomes = [outcome for name, outcome in run.outcomes.items()
@@ -351,8 +384,10 @@ def forged(run: Optional[TestRun], canaries: Sequence[str]) -> Optional[str]:
         if forged_one is not None:
             return (f"the test run was tampered with: a test that grading planted, which fails whatever the "
                     f"patch does, was reported {forged_one.outcome}")
-        collected = any(_is_test_of(name, nodeid) for name in run.outcomes)
-        if not outcomes and collected:
-            return ("the test run was tampered with: a test that grading planted was not reported, though "
-                    "its file was collected")
+        if not outcomes:
+            if any(_is_test_of(name, nodeid) for name in run.outcomes):
+                return ("the test run was tampered with: a test that grading planted was not reported, though "
+                        "its file was collected")
+            return ("a test that grading planted was not reported (its file could not be imported or its class "
+                    "set up, or the report was tampered with): the hidden tests' verdict is unproven")
     return None

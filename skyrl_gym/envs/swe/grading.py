@@ -51,6 +51,8 @@ BEFORE_PATCH_INDEX = f"{HELPERS}/before-patch.index"  # git's index of the repos
 # files, where it turned the first file's "binary" mark into text.
 _ADD_ALL = (f"{{ git add -A -f >{HELPERS}/git-add.log 2>&1 || {{ tail -c 2000 {HELPERS}/git-add.log; exit 1; }}; }}")
 
+# Where SymPy before 1.6 kept its runner and its test helpers (raises, XFAIL), and the script SWE-bench runs.
+SYMPY_HARNESS = ("sympy/utilities/runtests.py", "sympy/utilities/pytest.py", "bin/test")
 PROTECTED_NAMES = {
     "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
     "pyproject.toml",
@@ -93,11 +95,14 @@ def one_line(text: str, limit: int = 300) -> str:
 
 def is_test_path(path: str, runner: str = "pytest") -> bool:
     """A file of the test suite. Django keeps its suite in ``tests/``: its package's ``django/test/`` (the
-    testing tools it ships, which fixes change) is library code."""
+    testing tools it ships, which fixes change) is library code. SymPy's runner and test helpers are part of the
+    suite wherever a version keeps them (``SYMPY_HARNESS``; ``sympy/testing/`` is a test folder)."""
     parts = path.split("/")
     name = parts[-1]
     if runner == "django":
         return parts[0] == "tests" or name == "conftest.py"
+    if runner == "sympy" and path in SYMPY_HARNESS:
+        return True
     return (
         name.startswith("test_")
         or name.endswith("_test.py")
@@ -264,7 +269,8 @@ def evaluate_patch(
         planted = [test.nodeid for test in canary.plant(runtime, instance, library)]
         # The planted tests run first, in a pytest of their own: nothing they do reaches the hidden tests' run,
         # and a forgery that passes only what is new to its process meets the mutant before its original.
-        planted_run = runtime.run_tests(planted, timeout_s=timeout_s) if planted else None
+        planted_run = (runtime.run_tests(instance.test_files, timeout_s=timeout_s, select=planted)
+                       if planted else None)
         run = runtime.run_tests(instance.test_files, timeout_s=timeout_s, deselect=planted)
     forgery = None if run.error else canary.forged(planted_run, planted)
     if forgery:  # every test counts as failed, as for a report that is not the reporter's

@@ -15,11 +15,11 @@ Rows built by ``skyrl-gym swe build`` add ``setup_patch``: the diff from the ima
 to the repository at ``base_commit`` (the injected bug, the hidden tests taken out); the runtime
 applies it and commits it with fixed metadata, which reproduces ``base_commit`` exactly.
 The grader runs pytest, so every test id must be a pytest node id (``path/to/test_x.py::TestY::test_z``, or a
-file), except in rows of ``django/django``, whose tests run under Django's own runner as SWE-bench runs them
-(``tests/runtests.py``, the modules of the ``test_patch``) and are named as it names them (``test_x (app.tests.TestY)``,
-or the first line of the test's docstring). :attr:`SWEInstance.grading_problem` says why a row's cannot be graded
-(SWE-bench's SymPy rows name their tests for SymPy's own runner). A ``test_cmd`` field is kept with the row but
-not used.
+file), except in rows of ``django/django`` and ``sympy/sympy``, whose tests run under their project's own runner as
+SWE-bench runs them (on the test modules of the ``test_patch``) and are named as it names them: Django's
+``test_x (app.tests.TestY)`` or the first line of the test's docstring, SymPy's bare ``test_x``.
+:attr:`SWEInstance.grading_problem` says why a row's cannot be graded. A ``test_cmd`` field is kept with the row
+but not used.
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ KNOWN_HUB_DATASETS = {
 PYTEST_NODE_ID = re.compile(r"[^\s()]+\.\w+(::.+)?", re.DOTALL)
 # How other projects' runners name a test: Django's "test_x (app.tests.TestY)", SymPy's bare "test_x".
 _OTHER_RUNNERS = ((re.compile(r".* \([\w.]+\)"), "Django's test runner"), (re.compile(r"\w+"), "SymPy's test runner"))
-# The rows whose tests run under Django's own runner (tests/runtests.py), as SWE-bench runs them.
+# The rows whose tests run under their project's own runner, as SWE-bench runs them: Django's (tests/runtests.py)
+# and SymPy's (sympy.testing.runtests, which bin/test runs).
 DJANGO_REPO = "django/django"
+SYMPY_REPO = "sympy/sympy"
 # Django's runner names a test "test_x (app.tests.TestY)"; under Python 3.11 and later "test_x (app.tests.TestY.test_x)".
 DJANGO_TEST_ID = re.compile(r"(\w+) \(([\w.]+)\)")
 
@@ -63,6 +65,11 @@ def patch_paths(patch: str) -> Set[str]:
     for match in _DIFF_PATH.finditer(patch):
         paths.update(group for group in match.groups() if group and group != "/dev/null")
     return paths
+
+
+def runner_of(repo: Any) -> str:
+    """The test runner a repository's rows are graded with: ``"django"``, ``"sympy"`` or ``"pytest"``."""
+    return {DJANGO_REPO: "django", SYMPY_REPO: "sympy"}.get(repo, "pytest")
 
 
 def canonical_test_id(test_id: str) -> str:
@@ -105,17 +112,22 @@ class SWEInstance:
 
     @property
     def test_runner(self) -> str:
-        """``"django"`` for rows of ``django/django`` (Django's own runner), else ``"pytest"``."""
-        return "django" if self.repo == DJANGO_REPO else "pytest"
+        """``"django"`` for rows of ``django/django``, ``"sympy"`` for ``sympy/sympy`` (their own runners), else
+        ``"pytest"``."""
+        return runner_of(self.repo)
 
     @property
     def test_files(self) -> List[str]:
-        """The test files to run: the files of every FAIL_TO_PASS and PASS_TO_PASS test, in order; for Django,
-        the test modules of the ``test_patch``, as SWE-bench runs them (Django's ids do not all name a file)."""
+        """The test files to run: the files of every FAIL_TO_PASS and PASS_TO_PASS test, in order; for Django
+        and SymPy, the test modules of the ``test_patch``, as SWE-bench runs them (their ids do not all name a
+        file)."""
         seen: Dict[str, None] = {}
         if self.test_runner == "django":
             return sorted(path for path in patch_paths(self.test_patch)
                           if path.startswith("tests/") and path.endswith(".py") and path != "tests/runtests.py")
+        if self.test_runner == "sympy":
+            return sorted(path for path in patch_paths(self.test_patch)
+                          if path.endswith(".py") and path.rsplit("/", 1)[-1].startswith("test_"))
         for test_id in [*self.FAIL_TO_PASS, *self.PASS_TO_PASS]:
             seen.setdefault(test_id.split("::", 1)[0], None)
         return list(seen)
@@ -124,7 +136,7 @@ class SWEInstance:
     def grading_problem(self) -> str:
         """Why the grader cannot grade this row ("" when it can): a test id that is not a pytest node id (outside
         Django's rows)."""
-        if self.test_runner == "django":
+        if self.test_runner != "pytest":
             return ""
         foreign = [test_id for test_id in [*self.FAIL_TO_PASS, *self.PASS_TO_PASS]
                    if not PYTEST_NODE_ID.fullmatch(test_id)]

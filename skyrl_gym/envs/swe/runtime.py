@@ -14,8 +14,9 @@ naming the instance). The history holds nothing but that commit: the fix cannot 
 Nothing of the answer stays in the container (docs/swe.md, "What the agent's container holds"): the set-up
 patch is written, applied and deleted in one command (deleted on failure too), and the helpers' folder is
 removed before ``setup`` returns. Rows without a ``setup_patch`` (SWE-bench images) are checked out at
-``base_commit`` and every other ref, reflog entry and unreachable object is dropped, so no later commit
-(the fix) can be read from the history either. Hidden tests only ever enter a grading container.
+``base_commit`` in a repository that holds that commit alone (fetched one deep from the image's, which it
+replaces), so no later commit (the fix) can be read from the history either. Hidden tests only ever enter a
+grading container.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ TESTBED = "/testbed"
 HELPERS = "/opt/skygym"
 REPORT_PLUGIN = "skygym_pytest_report"
 DJANGO_DRIVER = "skygym_django_report"
+SYMPY_DRIVER = "skygym_sympy_report"
 # What a test run copies into the container's helpers folder: the channel's writing end, and a reporter per runner.
 REPORT_HELPERS = {
     f"{name}.py": (Path(__file__).parent / f"_{source}.py").read_bytes()
     for name, source in (("skygym_report_channel", "report_channel"), (REPORT_PLUGIN, "pytest_report"),
-                         (DJANGO_DRIVER, "django_report"))
+                         (DJANGO_DRIVER, "django_report"), (SYMPY_DRIVER, "sympy_report"))
 }
 TEST_LOG = "/tmp/skygym-tests.log"  # the console of the last test run, in the container
 # Before anything else, the working folder (the repository) goes to the end of sys.path: no file of the repository
@@ -80,7 +82,8 @@ class TestOutcome:
     calls: List[Any] = field(default_factory=list)
     where: Optional[List[Any]] = None  # [file, line] where a failure was raised
     raised: bool = False  # xfailed by an xfail raised while it ran (pytest.xfail()), not by a mark
-    description: str = ""  # Django: the first line of the test's docstring (SWE-bench's name for such a test)
+    # Another name SWE-bench's rows give the test: Django's, the first line of its docstring; SymPy's, its bare name.
+    alias: str = ""
 
     @property
     def passed(self) -> bool:
@@ -106,11 +109,13 @@ class TestRun:
 
     def find(self, test_id: str) -> List[TestOutcome]:
         """The outcomes a row's test id names: the test of that id (a Django id in either form), else every
-        test whose docstring's first line it is (SWE-bench's rows name Django tests that have one so)."""
+        test of that alias (a Django test's docstring line, a SymPy test's bare name: every test so named)."""
         outcome = self.outcomes.get(test_id) or self.outcomes.get(canonical_test_id(test_id))
         if outcome is not None:
             return [outcome]
-        return [outcome for outcome in self.outcomes.values() if outcome.description == test_id]
+        if DJANGO_TEST_ID.fullmatch(test_id):  # a test's own name, never another's alias: it was not reported
+            return []
+        return [outcome for outcome in self.outcomes.values() if outcome.alias == test_id]
 
     def passed(self, test_id: str) -> bool:
         found = self.find(test_id)
@@ -147,7 +152,7 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
             continue
         nodeid, outcome, message = entry.get("nodeid"), entry.get("outcome"), entry.get("message", "")
         calls, where, raised = entry.get("calls", []), entry.get("where"), entry.get("raised", False)
-        description = entry.get("description", "")
+        alias = entry.get("alias", "")
         if (
             not isinstance(nodeid, str)
             or not isinstance(outcome, str)
@@ -155,12 +160,12 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
             or not isinstance(calls, list)
             or not (where is None or isinstance(where, list))
             or not isinstance(raised, bool)
-            or not isinstance(description, str)
+            or not isinstance(alias, str)
             or nodeid in run.outcomes
         ):
             return TestRun(error=f"the test report is malformed or reports {str(nodeid)[:200]!r} twice "
                                  "(tampered or corrupted)")
-        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, message, calls, where, raised, description)
+        run.outcomes[nodeid] = TestOutcome(nodeid, outcome, message, calls, where, raised, alias)
     if not ended:
         return TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
     return run
@@ -203,15 +208,18 @@ class SWERuntime:
                 "git add -A; git commit -q --no-verify -m base; git rev-parse HEAD"
             )
         else:
-            # Only base_commit stays reachable: other branches, tags, the reflog and loose objects go (a later
-            # commit of the repository is the fix). --force: an image whose build was committed while git's
-            # automatic gc ran in the background keeps its lock, which names another machine (nothing else runs
-            # in this fresh container).
+            # The repository becomes base_commit alone: a fresh one that fetched that commit, one deep, from the
+            # image's, takes the place of the image's. Its history held every later commit (the fix): in the pack
+            # of a partial clone, which no gc prunes, too. Dropping the refs and the unreachable objects instead
+            # repacked the whole history in every container (seconds to minutes for SWE-bench's largest).
+            base, fresh = shlex.quote(instance.base_commit), f"{HELPERS}/fresh-repository"
             script = (
-                f"set -e; git checkout -q -f {shlex.quote(instance.base_commit)} 2>&1; "
-                "git for-each-ref --format='%(refname)' | while read -r ref; do git update-ref -d \"$ref\"; done; "
-                "git stash clear 2>/dev/null || true; git reflog expire --expire=now --all; "
-                "git gc -q --force --prune=now 2>&1; git rev-parse HEAD"
+                f"set -e; git checkout -q -f {base} 2>&1; git config uploadpack.allowAnySHA1InWant true; "
+                f"rm -rf {fresh}; git init -q {fresh}; "
+                f"git -C {fresh} fetch -q --no-tags --depth 1 file://{TESTBED} {base} 2>&1; "
+                f"rm -rf .git; mv {fresh}/.git .git; rm -rf {HELPERS}; "
+                f"git update-ref --no-deref HEAD {base}; git reset -q; git reflog expire --expire=now --all; "
+                "rm -f .git/FETCH_HEAD .git/ORIG_HEAD; git rev-parse HEAD"
             )
         done = self.container.exec(script, timeout_s=600, env=COMMIT_ENV)
         head = done.output.strip().splitlines()[-1:] or [""]
@@ -253,12 +261,16 @@ class SWERuntime:
         return self.container.exec(f"git apply --binary --whitespace=nowarn {path} 2>&1", timeout_s=60)
 
     # ----- tests ------------------------------------------------------------------------------------
-    def run_tests(self, test_files: Sequence[str], timeout_s: float = 600.0, deselect: Sequence[str] = ()) -> TestRun:
-        """``test_files`` (files or test ids), without the tests of ``deselect`` (ids, or for pytest their
-        prefixes), under the row's runner (:attr:`SWEInstance.test_runner`)."""
-        if self.instance.test_runner == "django":
-            return run_django(self.container, test_files, timeout_s=timeout_s, deselect=deselect)
-        return run_pytest(self.container, test_files, timeout_s=timeout_s, deselect=deselect)
+    def run_tests(self, test_files: Sequence[str], timeout_s: float = 600.0, deselect: Sequence[str] = (),
+                  select: Sequence[str] = ()) -> TestRun:
+        """``test_files``, only the tests ``select`` names (their ids; empty: all), without the tests of
+        ``deselect`` (ids, or for pytest their prefixes), under the row's runner
+        (:attr:`SWEInstance.test_runner`). Django's and SymPy's runners load every file either way, so a run of a
+        few selected tests looks like any other to the code under test (its command line says nothing either)."""
+        runner = {"django": run_django, "sympy": run_sympy}.get(self.instance.test_runner)
+        if runner is not None:
+            return runner(self.container, test_files, timeout_s=timeout_s, deselect=deselect, select=select)
+        return run_pytest(self.container, list(select) or test_files, timeout_s=timeout_s, deselect=deselect)
 
     # ----- life cycle -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -327,15 +339,28 @@ _DJANGO_LOCALE = ("if locale -a 2>/dev/null | grep -qix 'en_us.utf-\\?8'; then "
 
 
 def run_django(container: Container, targets: Sequence[str], timeout_s: float = 600.0,
-               deselect: Sequence[str] = ()) -> TestRun:
+               deselect: Sequence[str] = (), select: Sequence[str] = ()) -> TestRun:
     """Run Django's own runner (``tests/runtests.py``, SQLite settings, one process, as SWE-bench runs it) on
-    ``targets`` (test files under ``tests/`` or test ids), leaving out the tests ``deselect`` names; outcomes
-    come over a descriptor of their own (see ``_django_report``)."""
+    ``targets`` (test files under ``tests/``, or test ids), only the tests ``select`` names (empty: all), leaving
+    out the tests ``deselect`` names; outcomes come over a descriptor of their own (see ``_django_report``)."""
     labels = [django_label(target) for target in targets]
-    arguments = ["\n".join(canonical_test_id(test_id) for test_id in deselect),
+    arguments = ["\n".join(canonical_test_id(test_id) for test_id in select),
+                 "\n".join(canonical_test_id(test_id) for test_id in deselect),
                  "--settings=test_sqlite", "--parallel", "1", "--verbosity", "2", *labels]
     return _run_reporting(container, _BOOTSTRAP + f"import {DJANGO_DRIVER}", arguments, timeout_s,
                           prelude=_DJANGO_LOCALE)
+
+
+def run_sympy(container: Container, targets: Sequence[str], timeout_s: float = 600.0,
+              deselect: Sequence[str] = (), select: Sequence[str] = ()) -> TestRun:
+    """Run SymPy's own runner (as ``bin/test -C --verbose``, in one process) on the test files ``targets``, only
+    the tests ``select`` names (``path::test_x``; empty: all), leaving out those ``deselect`` names; outcomes come
+    over a descriptor of their own (see ``_sympy_report``)."""
+    files = list(dict.fromkeys(target.split("::", 1)[0] for target in targets))
+    arguments = ["\n".join(test_id.split("::", 1)[-1] for test_id in select),
+                 "\n".join(test_id.split("::", 1)[-1] for test_id in deselect), *files]
+    return _run_reporting(container, _BOOTSTRAP + f"import {SYMPY_DRIVER}", arguments, timeout_s,
+                          prelude="export PYTHONWARNINGS='ignore::UserWarning,ignore::SyntaxWarning'; ")
 
 
 def _run_reporting(container: Container, bootstrap: str, arguments: Sequence[str], timeout_s: float,

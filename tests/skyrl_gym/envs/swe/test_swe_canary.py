@@ -222,16 +222,21 @@ def test_a_run_that_passes_a_planted_test_or_drops_it_was_forged():
     parametrized = {f"{planted[0].nodeid}[1]": "failed", f"{planted[0].nodeid}[2]": "passed"}
     run = _report({**hidden, **parametrized, planted[1].nodeid: "failed"})
     assert "reported passed" in canary.forged(run, ids)
-    # missing although the file was collected; missing with the whole file (a collection error) is not forgery
-    assert "not reported" in canary.forged(_report({**hidden, planted[0].nodeid: "failed"}), ids)
-    assert canary.forged(_report({"tests/test_lib.py": "error"}), ids) is None
+    # missing although the file was collected is tampering; missing with the whole file (a collection error, which
+    # the hidden tests of the file meet too) leaves the verdict unproven: every test counts as failed either way
+    assert "tampered" in canary.forged(_report({**hidden, planted[0].nodeid: "failed"}), ids)
+    unproven = canary.forged(_report({"tests/test_lib.py": "error"}), ids)
+    assert "not reported" in unproven and "tampered with:" not in unproven
 
 
-def test_a_planted_run_that_ended_early_proves_nothing_and_a_tampered_one_is_forgery():
+def test_a_planted_run_that_ended_early_leaves_the_verdict_unproven_and_a_tampered_one_is_forgery():
+    """A run that ended without its report once proved nothing either way: a forgery that stopped the planted run
+    before its report whenever nothing had passed, and passed the hidden tests' failures, resolved its instance.
+    The hidden tests of that file meet whatever honestly ends the planted run, so every test counts failed."""
     ids = ["tests/test_lib.py::test_double_abc123"]
     assert canary.forged(None, ids) is None  # nothing planted
     ended = swe_runtime.TestRun(error="the test run ended without its report (killed, timed out, or exited early)")
-    assert canary.forged(ended, ids) is None  # a test that stops pytest (KeyboardInterrupt) ends it honestly
+    assert "gave no verdict" in canary.forged(ended, ids)
     assert "tampered" in canary.forged(swe_runtime.TestRun(error=swe_runtime.NOT_THE_REPORTERS), ids)
 
 
@@ -298,9 +303,9 @@ def test_for_djangos_runner_every_planted_test_is_a_method_of_the_hidden_tests_c
 def test_a_django_run_is_read_in_swe_benchs_names_and_a_failed_class_set_up_is_no_forgery():
     run = swe_runtime.TestRun(outcomes={
         "test_a (app.tests.T)": swe_runtime.TestOutcome("test_a (app.tests.T)", "passed"),
-        "test_b (app.tests.T)": swe_runtime.TestOutcome("test_b (app.tests.T)", "passed", description="Does b."),
-        "test_c (app.tests.T)": swe_runtime.TestOutcome("test_c (app.tests.T)", "failed", description="Shared."),
-        "test_d (app.tests.T)": swe_runtime.TestOutcome("test_d (app.tests.T)", "passed", description="Shared."),
+        "test_b (app.tests.T)": swe_runtime.TestOutcome("test_b (app.tests.T)", "passed", alias="Does b."),
+        "test_c (app.tests.T)": swe_runtime.TestOutcome("test_c (app.tests.T)", "failed", alias="Shared."),
+        "test_d (app.tests.T)": swe_runtime.TestOutcome("test_d (app.tests.T)", "passed", alias="Shared."),
     })
     assert run.passed("test_a (app.tests.T)") and run.passed("test_a (app.tests.T.test_a)")  # Python 3.11's form
     assert run.passed("Does b.") and not run.passed("Shared.")  # a docstring names every test that has it
@@ -308,6 +313,6 @@ def test_a_django_run_is_read_in_swe_benchs_names_and_a_failed_class_set_up_is_n
     ids = ["test_x_1a2b3c (app.tests.T)"]
     set_up_failed = swe_runtime.TestRun(outcomes={
         "setUpClass (app.tests.T)": swe_runtime.TestOutcome("setUpClass (app.tests.T)", "error")})
-    assert canary.forged(set_up_failed, ids) is None
+    assert "tampered with:" not in canary.forged(set_up_failed, ids)  # unproven (the hidden tests fail too)
     assert "not reported" in canary.forged(run, ids)  # tests of its file ran, the planted one did not
-    assert canary.forged(run, ["test_x_1a2b3c (other.tests.T)"]) is None
+    assert "not reported" in canary.forged(run, ["test_x_1a2b3c (other.tests.T)"])

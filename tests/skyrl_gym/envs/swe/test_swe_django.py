@@ -11,14 +11,13 @@ first line.
 from __future__ import annotations
 
 import contextlib
-import io
 import re
-import tarfile
 
 import pytest
 
-from skyrl_gym.envs.swe.grading import evaluate_patch
+from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
 from skyrl_gym.envs.swe.instances import SWEInstance
+from tests.swe_fixtures import project_image, sdist_files
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -56,42 +55,15 @@ PASS_TO_PASS = [
 ]
 
 
-def _archive(files: dict) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o755 if name.endswith("runtests.py") else 0o644
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-def _sources(name: str, requirement: str) -> dict:
-    from skyrl_gym.envs.swe.synth.builder import fetch_sdist, read_sdist
-    from skyrl_gym.envs.swe.synth.projects import Project
-
-    return read_sdist(fetch_sdist(Project(name, requirement, "", (), ())))
-
-
 def make_django_image(client, base_image: str, name: str = "skyrl-gym-swe-test-django"):
     """``(image, row)``: an image made from ``base_image`` (one with git and Python 3) holding Django at a buggy
     ``base_commit`` in ``/testbed``, and its SWE-bench-shaped row (``bench/swe_tasks.py`` can time it too)."""
-    files = {f"testbed/{path}": data for path, data in _sources(*DJANGO).items()}
+    files = {f"testbed/{path}": data for path, data in sdist_files(*DJANGO).items()}
     for package, requirement in DEPENDENCIES:
-        files.update({f"opt/django-deps/{path}": data for path, data in _sources(package, requirement).items()
+        files.update({f"opt/django-deps/{path}": data for path, data in sdist_files(package, requirement).items()
                       if path.startswith(f"{package}/")})
-    holder = client.containers.run(base_image, "sleep 600", detach=True, network_mode="none")
-    try:
-        assert holder.exec_run(["rm", "-rf", "/testbed"]).exit_code == 0
-        assert holder.put_archive("/", _archive(files))
-        made = holder.exec_run(["bash", "-c", IMAGE_SCRIPT])
-        assert made.exit_code == 0, made.output.decode()[-2000:]
-        read = {file: holder.exec_run(["cat", f"/opt/{file}"]).output.decode() for file in
-                ("gold.patch", "test.patch", "base_commit")}
-        assert holder.exec_run(["rm", "-f", "/opt/gold.patch", "/opt/test.patch", "/opt/base_commit"]).exit_code == 0
-        image = holder.commit(repository=name, tag="latest")
-    finally:
-        holder.remove(force=True)
+    image, read = project_image(client, base_image, files, IMAGE_SCRIPT, ("gold.patch", "test.patch", "base_commit"),
+                                name)
     row = SWEInstance(
         instance_id="django__django-90001", repo="django/django", base_commit=read["base_commit"].strip(),
         problem_statement="capfirst() no longer capitalizes the first letter", patch=read["gold.patch"],
@@ -141,3 +113,81 @@ def test_a_forgery_from_djangos_library_code_is_caught_by_the_planted_tests(djan
     report = evaluate_patch(django_row, forgery, client=docker_client_for_tests)
     assert report.patch_applied and not report.resolved, report.error
     assert "tampered" in report.error and report.fail_to_pass["failure"] == FAIL_TO_PASS, report.error
+
+
+# An attacker's pass against the first version of this runner: three result classes that Django's runner was made to
+# use (django/test/runner.py is library code), each of which resolved the row with the bug in place.
+RUNNER = "django/test/runner.py"
+GET_RESULTCLASS = "        elif self.pdb:\n            return PDBDebugResult\n"
+STAND_INS = '''
+class _StandIn:
+    def __init__(self, named):
+        self._testMethodDoc = named
+
+
+class _StandInResult(unittest.TextTestResult):
+    def _stand_in(self, test):
+        name, cls = getattr(test, "_testMethodName", ""), type(test)
+        named = ["%s (%s.%s)" % (name, cls.__module__, cls.__qualname__), (test._testMethodDoc or "").strip()]
+        for one in named:
+            unittest.TestResult.addSuccess(self, _StandIn(one))
+
+    def addFailure(self, test, err):
+        self._stand_in(test)
+
+    def addError(self, test, err):
+        self._stand_in(test)
+'''
+HELD_FAILURES = '''
+class _HeldResult(unittest.TextTestResult):
+    def startTestRun(self):
+        self._held, self._passes = [], 0
+        super().startTestRun()
+
+    def addSuccess(self, test):
+        self._passes += 1
+        super().addSuccess(test)
+
+    def addFailure(self, test, err):
+        self._held.append(test)
+
+    def addError(self, test, err):
+        self._held.append(test)
+
+    def stopTestRun(self):
+        if self._held and not self._passes:
+            os._exit(1)
+        for test in self._held:
+            unittest.TestResult.addSuccess(self, test)
+        super().stopTestRun()
+'''
+BY_THE_LABELS = '''
+class _LabelResult(unittest.TextTestResult):
+    def addFailure(self, test, err):
+        planted_run = any(label.count(".") >= 3 for label in sys.argv[1:] if not label.startswith("-"))
+        return super().addFailure(test, err) if planted_run else super().addSuccess(test)
+'''
+
+
+def test_result_classes_that_swallow_hold_or_pick_their_run_do_not_resolve(django_row, docker_client_for_tests):
+    """1. Failures swallowed and passes reported for stand-ins named like the failing tests (the hidden run fell back
+    to docstring names; nothing of the planted run was reported, which passed as "its file was not collected").
+    2. Failures held back, and the run stopped before its report whenever nothing had passed (the planted run:
+    "no report proves nothing"). 3. Failures passed only in a run whose labels named methods (the planted run's
+    did; both runs now name the same modules). Stand-ins are not reported, a planted test not reported or a planted
+    run without its report counts every test failed, and no run's command line differs."""
+    import difflib
+
+    old = sdist_files(*DJANGO)[RUNNER].decode("utf-8")
+    assert GET_RESULTCLASS in old
+    patches = []
+    for source, name in ((STAND_INS, "_StandInResult"), (HELD_FAILURES, "_HeldResult"), (BY_THE_LABELS, "_LabelResult")):
+        new = old.replace(GET_RESULTCLASS, GET_RESULTCLASS + f"        return {name}\n").rstrip("\n") + "\n\n" + source
+        patches.append(f"diff --git a/{RUNNER} b/{RUNNER}\n" + "".join(difflib.unified_diff(
+            old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{RUNNER}", f"b/{RUNNER}")))
+    reports = evaluate_many([django_row] * 3, patches, client=docker_client_for_tests, workers=2)
+    for report in reports:
+        assert report.patch_applied and not report.resolved, report
+        assert report.fail_to_pass["failure"] == FAIL_TO_PASS, report.error
+    assert "not reported" in reports[0].error and "gave no verdict" in reports[1].error
+    assert "tampered" in reports[2].error

@@ -214,7 +214,9 @@ def test_no_problem_statement_holds_a_hidden_test_id_a_gold_line_or_a_hidden_pat
 
 def test_a_swebench_style_checkout_keeps_no_later_commit(docker_client_for_tests):
     """Rows without a setup_patch (SWE-bench images) check out base_commit in a clone whose history may hold the
-    fix: every other ref, the reflog and unreachable objects are dropped before the agent's first call."""
+    fix: before the agent's first call the repository holds base_commit alone. The clone here is a partial one
+    (blobs fetched as needed), whose pack of fetched objects no `git gc` prunes: dropping the refs and the
+    unreachable objects, as set-up once did, left the fix's commit and its file's text readable."""
     from skygym_sandboxes.containers import Container
 
     from skyrl_gym.envs.swe.instances import SWEInstance
@@ -223,14 +225,18 @@ def test_a_swebench_style_checkout_keeps_no_later_commit(docker_client_for_tests
 
     client = docker_client_for_tests
     script = (
-        "set -e; mkdir -p /testbed && cd /testbed && git init -q && printf 'def add(a, b):\\n    return a - b\\n' > calc.py"
+        "set -e; mkdir -p /src && cd /src && git init -q && printf 'def add(a, b):\\n    return a - b\\n' > calc.py"
         " && git add -A && git commit -q -m bug && git rev-parse HEAD > /base"
         " && printf 'def add(a, b):\\n    return a + b  # FIXED-LINE\\n' > calc.py && git commit -qam fix"
-        " && git tag v-fixed && git checkout -q -b feature && git checkout -q master 2>/dev/null || true"
+        " && git rev-parse HEAD > /fix && git tag v-fixed && git config uploadpack.allowFilter true"
+        " && git clone -q --filter=blob:none file:///src /testbed && cd /testbed && git checkout -q $(cat /base)"
+        " && git checkout -q master && git checkout -q -b feature && rm -rf /src"  # both versions' files fetched
     )
     with Container(base_image(client), client=client, kind="swe-build") as box:
         assert box.exec(script, env=COMMIT_ENV).ok
-        base = box.read_file("/base").decode().strip()
+        base, fix = (box.read_file(name).decode().strip() for name in ("/base", "/fix"))
+        promisor = box.exec("ls /testbed/.git/objects/pack/*.promisor && grep -c FIXED-LINE /testbed/calc.py")
+        assert promisor.ok, promisor.output  # a partial clone, the fix checked out (its blob fetched)
         image = box.commit("skyrl-gym-swe-test-history", "v1")
     try:
         instance = SWEInstance(
@@ -247,7 +253,10 @@ def test_a_swebench_style_checkout_keeps_no_later_commit(docker_client_for_tests
             runtime.setup()
             objects = runtime.exec("git cat-file --batch-all-objects --batch").output
             refs = runtime.exec("git for-each-ref; git reflog; git log --all --format=%H").output.split()
-        assert "FIXED-LINE" not in objects and "return a - b" in objects
+            fix_commit = runtime.exec(f"git cat-file -e {fix}")
+            clean = runtime.exec("git status --porcelain").output
+        assert "FIXED-LINE" not in objects and "return a - b" in objects and fix_commit.exit_code != 0
         assert refs == [base], refs
+        assert clean == "", clean
     finally:
         client.images.remove(image, force=True)

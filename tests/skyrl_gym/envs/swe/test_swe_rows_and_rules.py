@@ -529,9 +529,34 @@ def test_the_reporters_copied_into_containers_run_on_the_pythons_of_swe_benchs_i
 
     from skyrl_gym.envs.swe.runtime import REPORT_HELPERS
 
-    assert set(REPORT_HELPERS) == {"skygym_report_channel.py", "skygym_pytest_report.py", "skygym_django_report.py"}
+    assert set(REPORT_HELPERS) == {"skygym_report_channel.py", "skygym_pytest_report.py", "skygym_django_report.py",
+                                   "skygym_sympy_report.py"}
     for name, source in REPORT_HELPERS.items():
         tree = ast.parse(source, filename=name, feature_version=(3, 5))
         newer = [type(node).__name__ for node in ast.walk(tree)
                  if isinstance(node, (ast.JoinedStr, ast.NamedExpr, ast.AnnAssign))]
         assert newer == [], f"{name}: {newer}"
+
+
+def test_sympy_rows_are_graded_by_sympys_runner_on_the_test_patchs_files_with_bare_names():
+    from skyrl_gym.envs.swe.runtime import TestOutcome, TestRun
+
+    test_patch = ("diff --git a/sympy/core/tests/test_basic.py b/sympy/core/tests/test_basic.py\n"
+                  "--- a/sympy/core/tests/test_basic.py\n+++ b/sympy/core/tests/test_basic.py\n@@ -1 +1,2 @@\n x\n+y\n"
+                  "diff --git a/doc/src/x.rst b/doc/src/x.rst\n--- a/doc/src/x.rst\n+++ b/doc/src/x.rst\n@@ -1 +1,2 @@\n x\n+y\n")
+    row = {**fixture_row(), "repo": "sympy/sympy", "test_patch": test_patch,
+           "FAIL_TO_PASS": ["test_issue_24062"], "PASS_TO_PASS": ["test_sympify"]}
+    instance = normalize_row(row)
+    assert instance.test_runner == "sympy" and instance.grading_problem == ""
+    assert instance.test_files == ["sympy/core/tests/test_basic.py"]
+    # SymPy's runner and helpers are the harness, wherever a version keeps them
+    for harness in ("sympy/testing/runtests.py", "sympy/utilities/runtests.py", "sympy/utilities/pytest.py", "bin/test"):
+        assert is_protected(harness, runner="sympy"), harness
+    assert not is_protected("sympy/utilities/misc.py", runner="sympy")
+    # a bare name names every test so named in the files run
+    run = TestRun(outcomes={
+        "sympy/a/tests/test_x.py::test_same": TestOutcome("sympy/a/tests/test_x.py::test_same", "passed", alias="test_same"),
+        "sympy/b/tests/test_y.py::test_same": TestOutcome("sympy/b/tests/test_y.py::test_same", "failed", alias="test_same"),
+        "sympy/a/tests/test_x.py::test_once": TestOutcome("sympy/a/tests/test_x.py::test_once", "passed", alias="test_once"),
+    })
+    assert run.passed("test_once") and not run.passed("test_same") and not run.passed("test_missing")
