@@ -214,11 +214,18 @@ class SWERuntime:
             # repacked the whole history in every container (seconds to minutes for SWE-bench's largest).
             base, fresh = shlex.quote(instance.base_commit), f"{HELPERS}/fresh-repository"
             script = (
-                f"set -e; git checkout -q -f {base} 2>&1; git config uploadpack.allowAnySHA1InWant true; "
+                # A file's size and time decide whether it is read again (the image's files keep both; their inodes
+                # and change times are new in every container, which had every file read: 2.5 s for Django's).
+                f"set -e; git -c core.checkStat=minimal -c core.trustctime=false checkout -q -f {base} 2>&1; "
+                "git config uploadpack.allowAnySHA1InWant true; "
+                "git config pack.window 0; "  # no delta search: 0.5 s against 4.7 s for Django's tree
                 f"rm -rf {fresh}; git init -q {fresh}; "
                 f"git -C {fresh} fetch -q --no-tags --depth 1 file://{TESTBED} {base} 2>&1; "
-                f"rm -rf .git; mv {fresh}/.git .git; rm -rf {HELPERS}; "
-                f"git update-ref --no-deref HEAD {base}; git reset -q; git reflog expire --expire=now --all; "
+                # The index of the checkout comes along (base_commit's, its files' stat data fresh): the new
+                # repository's is made from it without reading every file again.
+                f"mv .git/index {fresh}/.git/index; rm -rf .git; mv {fresh}/.git .git; rm -rf {HELPERS}; "
+                f"git update-ref --no-deref HEAD {base}; git reset -q 2>/dev/null || {{ rm -f .git/index; git reset -q; }}; "
+                "git reflog expire --expire=now --all; "
                 "rm -f .git/FETCH_HEAD .git/ORIG_HEAD; git rev-parse HEAD"
             )
         done = self.container.exec(script, timeout_s=600, env=COMMIT_ENV)
