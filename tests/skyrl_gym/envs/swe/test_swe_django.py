@@ -92,11 +92,11 @@ def test_a_django_row_is_graded_by_djangos_runner_with_swe_benchs_test_names(dja
                "--- /dev/null\n+++ b/django/test/skygym_note.py\n@@ -0,0 +1 @@\n+NOTE = 'library code'\n")
     suite = ("diff --git a/tests/utils_tests/skygym_note.py b/tests/utils_tests/skygym_note.py\nnew file mode 100644\n"
              "--- /dev/null\n+++ b/tests/utils_tests/skygym_note.py\n@@ -0,0 +1 @@\n+NOTE = 'a test file'\n")
-    gold = evaluate_patch(django_row, django_row.patch + library + suite, client=docker_client_for_tests)
+    gold, empty = evaluate_many([django_row] * 2, [django_row.patch + library + suite, ""],
+                                client=docker_client_for_tests, workers=2)
     assert gold.resolved, gold.error
     assert gold.fail_to_pass["success"] == FAIL_TO_PASS and gold.pass_to_pass["success"] == PASS_TO_PASS
     assert gold.restored_paths == ["tests/utils_tests/skygym_note.py"]
-    empty = evaluate_patch(django_row, "", client=docker_client_for_tests)
     assert not empty.resolved and empty.fail_to_pass["failure"] == FAIL_TO_PASS, empty.error
     assert empty.pass_to_pass["success"] == PASS_TO_PASS and empty.error == ""
 

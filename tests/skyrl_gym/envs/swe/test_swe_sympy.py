@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from skyrl_gym.envs.swe.grading import evaluate_patch
+from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
 from skyrl_gym.envs.swe.instances import SWEInstance
 from tests.swe_fixtures import project_image, sdist_files
 
@@ -76,11 +76,11 @@ def test_a_sympy_row_is_graded_by_sympys_runner_with_bare_test_names(sympy_row, 
     assert sympy_row.test_files == [TEST_FILE]
     runner = ("diff --git a/sympy/testing/skygym_note.py b/sympy/testing/skygym_note.py\nnew file mode 100644\n"
               "--- /dev/null\n+++ b/sympy/testing/skygym_note.py\n@@ -0,0 +1 @@\n+NOTE = 'the harness'\n")
-    gold = evaluate_patch(sympy_row, sympy_row.patch + runner, client=docker_client_for_tests)
+    gold, empty = evaluate_many([sympy_row] * 2, [sympy_row.patch + runner, ""], client=docker_client_for_tests,
+                                workers=2)
     assert gold.resolved, gold.error
     assert gold.fail_to_pass["success"] == FAIL_TO_PASS and gold.pass_to_pass["success"] == PASS_TO_PASS
     assert gold.restored_paths == ["sympy/testing/skygym_note.py"]
-    empty = evaluate_patch(sympy_row, "", client=docker_client_for_tests)
     assert not empty.resolved and empty.fail_to_pass["failure"] == FAIL_TO_PASS, empty.error
     assert empty.pass_to_pass["success"] == PASS_TO_PASS and empty.error == ""
 
