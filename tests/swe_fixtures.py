@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import pytest
 
@@ -163,3 +163,21 @@ def project_image(client, base_image: str, files: Dict[str, bytes], script: str,
     finally:
         holder.remove(force=True)
     return image, read
+
+
+def swe_bench_like_row(client, base_image: str, project: Tuple[str, str], dependencies: Sequence[Tuple[str, str]],
+                       script: str, name: str, **row: Any):
+    """``(image, row)``: an image laid out as SWE-bench's (the project's source distribution in ``/testbed``, its
+    dependencies' packages in ``/opt/project-deps``) made by ``script``, which leaves the gold patch, the test patch
+    and the base commit in ``/opt/gold.patch``, ``/opt/test.patch`` and ``/opt/base_commit``; and its row (the other
+    fields from ``row``)."""
+    from skyrl_gym.envs.swe.instances import SWEInstance
+
+    files = {f"testbed/{path}": data for path, data in sdist_files(*project).items()}
+    for package, requirement in dependencies:
+        files.update({f"opt/project-deps/{path}": data for path, data in sdist_files(package, requirement).items()
+                      if path.startswith(f"{package}/")})
+    image, read = project_image(client, base_image, files, script, ("gold.patch", "test.patch", "base_commit"), name)
+    instance = SWEInstance(base_commit=read["base_commit"].strip(), patch=read["gold.patch"],
+                           test_patch=read["test.patch"], image_name=f"{name}:latest", **row)
+    return image, instance

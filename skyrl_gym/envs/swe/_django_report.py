@@ -26,9 +26,11 @@ import sys
 import unittest
 
 try:  # beside it in the container
-    from skygym_report_channel import json_text, open_channel
+    from skygym_report_channel import error_message, open_channel, read_arguments, run_to_the_end, writer_of
 except ImportError:  # imported as part of the package, outside a test run
-    from skyrl_gym.envs.swe._report_channel import json_text, open_channel
+    from skyrl_gym.envs.swe._report_channel import (
+        error_message, open_channel, read_arguments, run_to_the_end, writer_of,
+    )
 
 TESTBED = "/testbed"
 _RESULT_METHODS = ("addSuccess", "addFailure", "addError", "addSkip", "addExpectedFailure",
@@ -50,13 +52,6 @@ def _description(test):
     return doc.strip().split("\n")[0].strip() if isinstance(doc, str) and doc.strip() else ""
 
 
-def _message(err):
-    if not err:
-        return ""
-    kind, value = err[0], err[1]
-    return ("%s: %s" % (getattr(kind, "__name__", kind), value)).strip()[:600]
-
-
 def _install(report, nonce, selected, deselect):
     """Wrap the result and suite methods; returns ``finish(exitstatus)``, which writes the report."""
     results = {}
@@ -70,10 +65,10 @@ def _install(report, nonce, selected, deselect):
         name = _test_id(test)
         entry = results.get(name)
         if entry is None:
-            results[name] = {"nodeid": name, "outcome": outcome, "message": _message(err),
+            results[name] = {"nodeid": name, "outcome": outcome, "message": error_message(err),
                              "alias": _description(test)}
         elif entry["outcome"] not in failure_kinds and outcome in failure_kinds:
-            entry["outcome"], entry["message"] = outcome, _message(err)
+            entry["outcome"], entry["message"] = outcome, error_message(err)
 
     def failure_of(test, err):
         kind = err[0] if err else None
@@ -124,31 +119,12 @@ def _install(report, nonce, selected, deselect):
 
     unittest.TestSuite.addTest = addTest
 
-    def finish(exitstatus):
-        if report is None:
-            return
-        for entry in results.values():
-            report.write(nonce + json_text(entry) + "\n")
-        report.write(nonce + json_text({"end": True, "exitstatus": exitstatus}) + "\n")
-        report.flush()
-
-    return finish
-
-
-def _read_arguments():
-    """``(tests to run, tests to leave out, runtests.py's arguments)`` from the harness's file (read before any
-    project code runs, and deleted)."""
-    path = os.environ.pop("SKYGYM_RUNNER_ARGS")
-    with open(path, encoding="utf-8") as handle:
-        fields = handle.read().split("\0")
-    os.unlink(path)
-    names = [{line for line in field.split("\n") if line} for field in fields[:2]]
-    return names[0], names[1], fields[2:]
+    return writer_of(report, nonce, results)
 
 
 def main():
     report, nonce = open_channel()
-    selected, deselect, arguments = _read_arguments()
+    selected, deselect, arguments = read_arguments()
     finish = _install(report, nonce, selected, deselect)
     runner = os.path.join(TESTBED, "tests", "runtests.py")
     sys.argv = [runner] + arguments
@@ -156,16 +132,7 @@ def main():
     # under test is the patched /testbed's, as SWE-bench's grading has it by installing the repository again
     # after the patch (its Django 1.x and 2.x images install a copy, `setup.py install`, not a link to /testbed).
     sys.path[0:0] = [os.path.dirname(runner), TESTBED]
-    try:
-        runpy.run_path(runner, run_name="__main__")
-        status = 0
-    except SystemExit as stop:  # runtests.py ends with sys.exit(bool(failures))
-        code = stop.code
-        status = code if isinstance(code, int) and not isinstance(code, bool) else int(bool(code))
-    finish(status)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    run_to_the_end(lambda: runpy.run_path(runner, run_name="__main__") or True, finish)
 
 
 if os.environ.get("SKYGYM_RUNNER_ARGS"):  # set by the harness; imported anywhere else, the module does nothing

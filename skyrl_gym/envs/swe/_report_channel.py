@@ -1,5 +1,6 @@
 """The writing end of the test report channel, copied into SWE containers beside the runners' reporters (pytest's
-plugin, the driver of Django's runner); it runs under the container's Python (3.6 and later), not ours.
+plugin, the drivers of Django's and SymPy's runners, which share the rest of this module); it runs under the
+container's Python (3.5 and later), not ours.
 
 The harness hands a reporter a file descriptor (``SKYGYM_REPORT_FD``) and the path of a file holding this run's
 nonce (``SKYGYM_REPORT_NONCE``). :func:`open_channel` takes both before any project code is imported: it duplicates
@@ -10,6 +11,7 @@ that code under test could patch; ``runtime.parse_report`` reads them.
 """
 
 import os
+import sys
 
 # JSON string escapes: '"', '\', control characters and lone surrogates (which UTF-8 cannot carry).
 _ESCAPES = {code: "\\u%04x" % code for code in [*range(0x20), *range(0xD800, 0xE000)]}
@@ -46,3 +48,51 @@ def open_channel():
     writer = os.fdopen(os.dup(fd), "w", encoding="utf-8", buffering=1)
     os.close(fd)
     return writer, nonce
+
+
+# ----- what the drivers of the projects' own runners (Django's, SymPy's) share ----------------------------------
+def read_arguments():
+    """``(tests to run, tests to leave out, the runner's arguments)`` from the harness's file
+    (``SKYGYM_RUNNER_ARGS``, NUL-separated: the first two fields one name a line), read before any project code
+    runs and deleted: never the command line, where code under test could read which tests a run holds."""
+    path = os.environ.pop("SKYGYM_RUNNER_ARGS")
+    with open(path, encoding="utf-8") as handle:
+        fields = handle.read().split("\0")
+    os.unlink(path)
+    names = [{line for line in field.split("\n") if line} for field in fields[:2]]
+    return names[0], names[1], fields[2:]
+
+
+def error_message(err):
+    """One line for an ``exc_info`` triple (600 characters at most)."""
+    if not err:
+        return ""
+    return ("%s: %s" % (getattr(err[0], "__name__", err[0]), err[1])).strip()[:600]
+
+
+def writer_of(report, nonce, results):
+    """``finish(exitstatus)``: writes each entry of ``results`` (test id -> entry), then the end line."""
+
+    def finish(exitstatus):
+        if report is None:
+            return
+        for entry in results.values():
+            report.write(nonce + json_text(entry) + "\n")
+        report.write(nonce + json_text({"end": True, "exitstatus": exitstatus}) + "\n")
+        report.flush()
+
+    return finish
+
+
+def run_to_the_end(run, finish):
+    """Call ``run()`` (the runner; its result: whether every test passed), write the report with its exit status,
+    and end the process there (nothing after the runner writes on the channel)."""
+    try:
+        status = 0 if run() else 1
+    except SystemExit as stop:  # Django's runtests.py ends with sys.exit(bool(failures))
+        code = stop.code
+        status = code if isinstance(code, int) and not isinstance(code, bool) else int(bool(code))
+    finish(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

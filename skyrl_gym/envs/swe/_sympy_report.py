@@ -20,18 +20,13 @@ import os
 import sys
 
 try:  # beside it in the container
-    from skygym_report_channel import json_text, open_channel
+    from skygym_report_channel import error_message, open_channel, read_arguments, run_to_the_end, writer_of
 except ImportError:  # imported as part of the package, outside a test run
-    from skyrl_gym.envs.swe._report_channel import json_text, open_channel
+    from skyrl_gym.envs.swe._report_channel import (
+        error_message, open_channel, read_arguments, run_to_the_end, writer_of,
+    )
 
 TESTBED = "/testbed"
-
-
-def _message(err):
-    if not err:
-        return ""
-    kind, value = err[0], err[1]
-    return ("%s: %s" % (getattr(kind, "__name__", kind), value)).strip()[:600]
 
 
 def _install(runtests, report, nonce, selected, left_out):
@@ -50,10 +45,10 @@ def _install(runtests, report, nonce, selected, left_out):
         nodeid = "%s::%s" % (where["file"], name) if name else where["file"]
         entry = results.get(nodeid)
         if entry is None:
-            results[nodeid] = {"nodeid": nodeid, "outcome": outcome, "message": message or _message(err),
+            results[nodeid] = {"nodeid": nodeid, "outcome": outcome, "message": message or error_message(err),
                                "alias": name}
         elif entry["outcome"] not in failure_kinds and outcome in failure_kinds:
-            entry["outcome"], entry["message"] = outcome, message or _message(err)
+            entry["outcome"], entry["message"] = outcome, message or error_message(err)
 
     def entering_filename(self, filename, n):
         path = os.path.abspath(filename)
@@ -101,31 +96,12 @@ def _install(runtests, report, nonce, selected, left_out):
 
     runtests.SymPyTests.matches = chosen
 
-    def finish(exitstatus):
-        if report is None:
-            return
-        for entry in results.values():
-            report.write(nonce + json_text(entry) + "\n")
-        report.write(nonce + json_text({"end": True, "exitstatus": exitstatus}) + "\n")
-        report.flush()
-
-    return finish
-
-
-def _read_arguments():
-    """``(tests to run, tests to leave out, test files)`` from the harness's file (read before any project code
-    runs, and deleted)."""
-    path = os.environ.pop("SKYGYM_RUNNER_ARGS")
-    with open(path, encoding="utf-8") as handle:
-        fields = handle.read().split("\0")
-    os.unlink(path)
-    names = [{line for line in field.split("\n") if line} for field in fields[:2]]
-    return names[0], names[1], fields[2:]
+    return writer_of(report, nonce, results)
 
 
 def main():
     report, nonce = open_channel()
-    selected, left_out, paths = _read_arguments()
+    selected, left_out, paths = read_arguments()
     os.environ["SYMPY_USE_CACHE"] = "no"  # bin/test -C
     sys.path.insert(0, TESTBED)  # the patched repository's SymPy, as SWE-bench's (installed in place) has it
     try:
@@ -133,16 +109,7 @@ def main():
     except ImportError:  # SymPy before 1.6
         from sympy.utilities import runtests
     finish = _install(runtests, report, nonce, selected, left_out)
-    try:
-        passed = runtests.test(*paths, verbose=True, colors=False, subprocess=False)
-        status = 0 if passed else 1
-    except SystemExit as stop:
-        code = stop.code
-        status = code if isinstance(code, int) and not isinstance(code, bool) else int(bool(code))
-    finish(status)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    run_to_the_end(lambda: runtests.test(*paths, verbose=True, colors=False, subprocess=False), finish)
 
 
 if os.environ.get("SKYGYM_RUNNER_ARGS"):  # set by the harness; imported anywhere else, the module does nothing

@@ -16,8 +16,7 @@ import re
 import pytest
 
 from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
-from skyrl_gym.envs.swe.instances import SWEInstance
-from tests.swe_fixtures import project_image, sdist_files
+from tests.swe_fixtures import sdist_files, swe_bench_like_row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -27,7 +26,7 @@ DEPENDENCIES = (("asgiref", "asgiref==3.8.1"), ("sqlparse", "sqlparse==0.5.1"))
 TEST_FILE = "tests/utils_tests/test_text.py"
 IMAGE_SCRIPT = r"""set -e
 site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-mkdir -p "$site" && printf '/testbed\n/opt/django-deps\n' > "$site/testbed.pth"
+mkdir -p "$site" && printf '/testbed\n/opt/project-deps\n' > "$site/testbed.pth"
 cd /testbed
 sed -i 's/    return x\[0\].upper() + x\[1:\]/    return x[0] + x[1:]/' django/utils/text.py
 grep -q '    return x\[0\] + x\[1:\]' django/utils/text.py
@@ -58,19 +57,11 @@ PASS_TO_PASS = [
 def make_django_image(client, base_image: str, name: str = "skyrl-gym-swe-test-django"):
     """``(image, row)``: an image made from ``base_image`` (one with git and Python 3) holding Django at a buggy
     ``base_commit`` in ``/testbed``, and its SWE-bench-shaped row (``bench/swe_tasks.py`` can time it too)."""
-    files = {f"testbed/{path}": data for path, data in sdist_files(*DJANGO).items()}
-    for package, requirement in DEPENDENCIES:
-        files.update({f"opt/django-deps/{path}": data for path, data in sdist_files(package, requirement).items()
-                      if path.startswith(f"{package}/")})
-    image, read = project_image(client, base_image, files, IMAGE_SCRIPT, ("gold.patch", "test.patch", "base_commit"),
-                                name)
-    row = SWEInstance(
-        instance_id="django__django-90001", repo="django/django", base_commit=read["base_commit"].strip(),
-        problem_statement="capfirst() no longer capitalizes the first letter", patch=read["gold.patch"],
-        test_patch=read["test.patch"], FAIL_TO_PASS=FAIL_TO_PASS, PASS_TO_PASS=PASS_TO_PASS, version="4.2",
-        image_name=f"{name}:latest",
+    return swe_bench_like_row(
+        client, base_image, DJANGO, DEPENDENCIES, IMAGE_SCRIPT, name, instance_id="django__django-90001",
+        repo="django/django", problem_statement="capfirst() no longer capitalizes the first letter",
+        FAIL_TO_PASS=FAIL_TO_PASS, PASS_TO_PASS=PASS_TO_PASS, version="4.2",
     )
-    return image, row
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,7 @@ import re
 import pytest
 
 from skyrl_gym.envs.swe.grading import evaluate_many, evaluate_patch
-from skyrl_gym.envs.swe.instances import SWEInstance
-from tests.swe_fixtures import project_image, sdist_files
+from tests.swe_fixtures import swe_bench_like_row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -24,7 +23,7 @@ DEPENDENCIES = (("mpmath", "mpmath==1.3.0"),)
 TEST_FILE = "sympy/utilities/tests/test_misc.py"
 IMAGE_SCRIPT = r"""set -e
 site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-mkdir -p "$site" && printf '/testbed\n/opt/sympy-deps\n' > "$site/testbed.pth"
+mkdir -p "$site" && printf '/testbed\n/opt/project-deps\n' > "$site/testbed.pth"
 cd /testbed
 sed -i 's/    if 11 <= k <= 13:/    if 11 <= k <= 12:/' sympy/utilities/misc.py
 grep -q '    if 11 <= k <= 12:' sympy/utilities/misc.py
@@ -47,18 +46,11 @@ PASS_TO_PASS = ["test_translate", "test_replace", "test_as_int"]
 def make_sympy_image(client, base_image: str, name: str = "skyrl-gym-swe-test-sympy"):
     """``(image, row)``: an image made from ``base_image`` holding SymPy at a buggy ``base_commit`` in
     ``/testbed``, and its SWE-bench-shaped row."""
-    files = {f"testbed/{path}": data for path, data in sdist_files(*SYMPY).items()}
-    for package, requirement in DEPENDENCIES:
-        files.update({f"opt/sympy-deps/{path}": data for path, data in sdist_files(package, requirement).items()
-                      if path.startswith(f"{package}/")})
-    image, read = project_image(client, base_image, files, IMAGE_SCRIPT, ("gold.patch", "test.patch", "base_commit"),
-                                name)
-    row = SWEInstance(
-        instance_id="sympy__sympy-90001", repo="sympy/sympy", base_commit=read["base_commit"].strip(),
-        problem_statement="ordinal(13) returns '13rd'", patch=read["gold.patch"], test_patch=read["test.patch"],
-        FAIL_TO_PASS=FAIL_TO_PASS, PASS_TO_PASS=PASS_TO_PASS, version="1.12", image_name=f"{name}:latest",
+    return swe_bench_like_row(
+        client, base_image, SYMPY, DEPENDENCIES, IMAGE_SCRIPT, name, instance_id="sympy__sympy-90001",
+        repo="sympy/sympy", problem_statement="ordinal(13) returns '13rd'", FAIL_TO_PASS=FAIL_TO_PASS,
+        PASS_TO_PASS=PASS_TO_PASS, version="1.12",
     )
-    return image, row
 
 
 @pytest.fixture(scope="module")
