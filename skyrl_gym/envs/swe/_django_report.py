@@ -15,8 +15,8 @@ test that has one. Outcomes: passed, failed, error (a failure outside an asserti
 skipped, xfailed (an expected failure), xpassed (an unexpected success); the first failure of a test stands,
 whatever is reported after it. The last line is ``{"end": true, "exitstatus": N}``, written only when the
 runner returned. The hooks wrap ``unittest.TestResult``'s methods (every result class Django's runner uses
-calls them; what they hear of that is neither a test nor unittest's stand-in for a class or module that failed
-to set up is not reported) and ``unittest.TestSuite.addTest`` (the tests not run never enter a suite); their
+calls them; of what they hear that is not a test, only the error of unittest's stand-in for a class or module
+that failed to set up is reported) and ``unittest.TestSuite.addTest`` (the tests not run never enter a suite); their
 state lives in closures, not module globals.
 """
 
@@ -56,12 +56,15 @@ def _install(report, nonce, selected, deselect):
     """Wrap the result and suite methods; returns ``finish(exitstatus)``, which writes the report."""
     results = {}
     base = unittest.TestResult
+    error_holder = getattr(unittest.suite, "_ErrorHolder", ())
     originals = {name: getattr(base, name) for name in _RESULT_METHODS}
     failure_kinds = ("failed", "error")
 
     def record(test, outcome, err=None):
-        if not isinstance(test, unittest.TestCase) and type(test).__name__ != "_ErrorHolder":
-            return  # not a test, nor a class or module that failed to set up: nothing a row can name
+        if not isinstance(test, unittest.TestCase) and (outcome != "error" or not isinstance(test, error_holder)):
+            # Not a test: only unittest's stand-in for a class or module that failed to set up is reported, and only
+            # its error (a stand-in that passed, named like a failing test, once took that test's place).
+            return
         name = _test_id(test)
         entry = results.get(name)
         if entry is None:
