@@ -18,6 +18,7 @@ import importlib
 import json
 import os
 import re
+import threading
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -26,6 +27,11 @@ from skyrl_gym.core import Env
 from skyrl_gym.errors import EnvCreationError, RegistrationError, UnregisteredEnv
 
 ENTRY_POINT_GROUP = "skyrl_gym.envs"
+# Env modules are imported by one thread at a time. Python 3.11's import locks can take two threads importing
+# modules of one package at once (two envs' first make, each reaching skyrl_gym.rewards) for a deadlock and raise
+# _DeadlockError in one of them: seen in a Ray env worker building sessions on its threads. Reentrant: a module
+# may make an env while it is imported.
+_IMPORTING = threading.RLock()
 # At most 9 ASCII digits: int() refuses more than 4300, and an id from a client (serve-env) may hold any.
 _VERSION_RE = re.compile(r"^(?P<name>.+?)-v(?P<version>[0-9]{1,9})$")
 
@@ -80,8 +86,12 @@ class EnvSpec:
         cached = self.__dict__.get("_loaded_entry_point")
         if cached is not None and cached[0] == entry_point:
             return cached[1]
-        creator = load_env_creator(entry_point, env_id=self.id)
-        self.__dict__["_loaded_entry_point"] = (entry_point, creator)
+        with _IMPORTING:
+            cached = self.__dict__.get("_loaded_entry_point")
+            if cached is not None and cached[0] == entry_point:
+                return cached[1]
+            creator = load_env_creator(entry_point, env_id=self.id)
+            self.__dict__["_loaded_entry_point"] = (entry_point, creator)
         return creator
 
     def get_description(self) -> str:

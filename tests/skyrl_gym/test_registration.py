@@ -254,3 +254,37 @@ def test_a_plugin_module_that_looks_up_the_registry_while_loading_does_not_deadl
     write_distribution(tmp_path, "lookup-plugin", "[skyrl_gym.envs]\nlookup = lookup_plugin\n")
     script = "import skyrl_gym, sys; skyrl_gym.spec('lookup_plugin_env'); print(sys.modules['lookup_plugin'].SEEN)"
     assert run_beside(tmp_path, script).strip() == "True"
+
+
+FIRST_LOADS_AT_ONCE = """
+import threading
+from skyrl_gym.registration import registry, spec
+
+ids = sorted(registry)[:40]
+barrier = threading.Barrier(len(ids))
+errors = []
+
+def load(env_id):
+    barrier.wait()
+    try:
+        spec(env_id).load_entry_point()
+    except Exception as exc:
+        errors.append(f"{env_id}: {type(exc).__name__}: {exc}")
+
+threads = [threading.Thread(target=load, args=(env_id,)) for env_id in ids]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(errors)
+"""
+
+
+def test_many_threads_loading_envs_for_the_first_time_at_once_all_load():
+    """Two envs' first load in two threads, each reaching skyrl_gym.rewards, made Python 3.11's import locks report a
+    deadlock (`_DeadlockError`) in one of them: seen in a Ray env worker building its first sessions on its threads,
+    and in 4 of 5 fresh processes loading 40 envs at once. Env modules are now imported one thread at a time."""
+    for _ in range(3):  # a fresh process each time: the race is in the first import
+        done = subprocess.run([sys.executable, "-c", FIRST_LOADS_AT_ONCE], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == "[]", done.stdout[-2000:]
