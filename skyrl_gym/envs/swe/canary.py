@@ -27,7 +27,8 @@ a forgery that passes only what is new to its process (new calls, new arguments)
 original, and nothing the mutant does reaches the hidden tests.
 
 A run that reports one of them passed, xfailed or xpassed, or does not report one although its file was
-collected, was forged, and grading counts every test as failed. A forgery that tells these tests from the
+collected, was forged, and grading counts every test as failed; so it does when one is not reported at all or the
+run ends without its report (whatever honestly loses a planted test loses the hidden tests of its file too). A forgery that tells these tests from the
 hidden ones (by reading their source or knowing this scheme) is not caught; one that makes tests pass without
 looking at which test it is, is. Only test files (``test_*.py``, ``*_test.py``; for Django's rows any module under
 ``tests/``) get planted tests; under Django's runner, which runs methods of test classes only, every planted test
