@@ -43,8 +43,10 @@ vllm_log="$(mktemp "${TMPDIR:-/tmp}/skyrl-gym-vllm-session.XXXXXX")"
 # Ray's sockets and session files in a folder of the session's own: the verl session starts a Ray of its own too
 ray_tmp="$(mktemp -d "${TMPDIR:-/tmp}/ray-vllm.XXXX")"
 trap 'rm -rf "$vllm_log" "$ray_tmp"' EXIT
-RAY_TMPDIR="$ray_tmp" "${nox[@]}" -s vllm > "$vllm_log" 2>&1 &
+# In a process group of its own (setsid): a script's background job ignores Ctrl-C, so Ctrl-C stops it from here.
+RAY_TMPDIR="$ray_tmp" setsid -w "${nox[@]}" -s vllm > "$vllm_log" 2>&1 &
 vllm_pid=$!
+trap 'kill -TERM -- "-$vllm_pid" 2>/dev/null; echo "== stopped; the vllm session too"; exit 130' INT TERM
 "${nox[@]}" -s verl trl gpu || status=1
 vllm_status=0
 wait "$vllm_pid" || vllm_status=1
