@@ -238,19 +238,20 @@ def _refuse_environment_reads(data: Dict[str, Any], path: Path, refused: Dict[st
         names = _LITERAL_ENV_READ.findall(text)
         unknown = [name for name in dict.fromkeys(names) if name not in allowed]
         other = next((call for call in calls if call != "oc.env"), None)
+        remedy = ""
         if other is not None:
             why = f"calls the resolver {other}"
         elif len(names) < len(calls):
             why = "reads an environment variable whose name is not written out"
         elif unknown:
             why = f"reads the environment variable {unknown[0]}"
+            remedy = f": {CONFIG_ENV_VARIABLE}={unknown[0]} allows this one"
         else:
             continue
         refused[dotted] = (f"{dotted}: config file {path} {why} ({value!r}); a config file may read only "
                            f"{', '.join(CONFIG_FILE_ENV)} and the variables listed in {CONFIG_ENV_VARIABLE} where it "
                            "runs, with ${oc.env:NAME} and no other resolver (a recipe could put a secret in a URL or "
-                           "a run name)" + (f": {CONFIG_ENV_VARIABLE}={unknown[0]} allows this one"
-                                            if unknown and why.startswith("reads the") else ""))
+                           f"a run name){remedy}")
         del data[key]
 
 
