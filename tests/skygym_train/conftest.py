@@ -87,28 +87,15 @@ def toy_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def ray_cluster():
-    """One local Ray instance (2 CPUs, no dashboard) shared by the Ray tests of this folder: started by the first
-    that asks for it, stopped when the run leaves the folder (``pytest_runtest_teardown`` below)."""
+    """One local Ray instance (2 CPUs, no dashboard) shared by the Ray tests of the session."""
     ray = pytest.importorskip("ray", reason="needs the 'train' extra (ray): pip install 'skyrl-gym[train]'")
-    if not ray.is_initialized():
-        from skygym_train.ray_utils import init_ray
+    from skygym_train.ray_utils import init_ray
 
-        init_ray(num_cpus=2)
-    return ray
-
-
-def pytest_runtest_teardown(item, nextitem):
-    """Stop Ray once the next test is not one of this folder's (or there is none): an idle Ray took 3.5 s of CPU a
-    minute, which a session-long one spent for the rest of a 25-minute run on two cores. (The folder is not a
-    package, so a fixture of scope "package" would live as long as the session.)"""
-    import sys
-
-    ray = sys.modules.get("ray")
-    here = Path(__file__).parent
-    if ray is not None and (nextitem is None or here not in Path(nextitem.path).parents) and ray.is_initialized():
-        ray.shutdown()
+    init_ray(num_cpus=2)
+    yield ray
+    ray.shutdown()
 
 
 @pytest.fixture()
