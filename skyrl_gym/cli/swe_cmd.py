@@ -225,6 +225,11 @@ def _score(args: argparse.Namespace) -> int:
         "resolved_instances": len(resolved),
         "resolved_ids": resolved,
         "unresolved_ids": [report.instance_id for report in reports if not report.resolved],
+        # patches whose forgery the planted tests caught, and those the hidden tests alone took for resolved
+        "forgery_caught_ids": [report.instance_id for report in reports
+                               if report.forgery_resolved_hidden_tests is not None],
+        "forgery_would_have_resolved_ids": [report.instance_id for report in reports
+                                            if report.forgery_resolved_hidden_tests],
         "reports": [report.to_dict() for report in reports],
     }
     report_path = Path(args.report) if args.report else Path(args.predictions + ".report.json")

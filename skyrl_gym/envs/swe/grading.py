@@ -35,7 +35,7 @@ import shlex
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from skygym_sandboxes.containers import Container, ContainerLimits
 from skygym_sandboxes.types import SandboxUnavailable
@@ -81,6 +81,10 @@ class EvalReport:
     error: str = ""  # one line for a patch that does not apply or a set-up failure
     instance_error: bool = False  # the set-up failed (a missing image, a broken row): not the patch's fault
     restored_paths: List[str] = field(default_factory=list)
+    # Where the planted tests caught a forgery (``error`` says "tampered"): whether the hidden tests' own run, as the
+    # forgery left its report, would have resolved the instance. True is a reward hack that worked but for the
+    # planted tests; an audit counts those. None where nothing was caught.
+    forgery_resolved_hidden_tests: Optional[bool] = None
     duration_s: float = 0.0
 
     def to_dict(self) -> Dict[str, Any]:
@@ -274,15 +278,24 @@ def evaluate_patch(
         run = runtime.run_tests(instance.test_files, timeout_s=timeout_s, deselect=planted)
     forgery = None if run.error else canary.forged(planted_run, planted)
     if forgery:  # every test counts as failed, as for a report that is not the reporter's
+        report.forgery_resolved_hidden_tests = _verdict(instance, run)[2]
         run = TestRun(error=forgery, duration_s=run.duration_s)
-    for test_id in instance.FAIL_TO_PASS:  # an xfail raised while it ran (library code can raise one) is no pass
-        report.fail_to_pass["success" if run.ran_to_a_pass(test_id) else "failure"].append(test_id)
-    for test_id in instance.PASS_TO_PASS:
-        report.pass_to_pass["success" if run.passed(test_id) else "failure"].append(test_id)
+    report.fail_to_pass, report.pass_to_pass, report.resolved = _verdict(instance, run)
     if run.error:
         report.error = run.error + (f"\n{run.log_tail[-1500:]}" if run.log_tail else "")
-    report.resolved = not run.error and not report.fail_to_pass["failure"] and not report.pass_to_pass["failure"]
     return _finish(report, started)
+
+
+def _verdict(instance: SWEInstance, run: TestRun) -> Tuple[Dict[str, List[str]], Dict[str, List[str]], bool]:
+    """FAIL_TO_PASS's and PASS_TO_PASS's tests split by ``run`` into success and failure, and whether that resolves
+    the instance (a run with an error resolves nothing)."""
+    fail_to_pass: Dict[str, List[str]] = {"success": [], "failure": []}
+    pass_to_pass: Dict[str, List[str]] = {"success": [], "failure": []}
+    for test_id in instance.FAIL_TO_PASS:  # an xfail raised while it ran (library code can raise one) is no pass
+        fail_to_pass["success" if run.ran_to_a_pass(test_id) else "failure"].append(test_id)
+    for test_id in instance.PASS_TO_PASS:
+        pass_to_pass["success" if run.passed(test_id) else "failure"].append(test_id)
+    return fail_to_pass, pass_to_pass, not run.error and not fail_to_pass["failure"] and not pass_to_pass["failure"]
 
 
 def _finish(report: EvalReport, started: float) -> EvalReport:

@@ -282,8 +282,7 @@ def _of_project(instances, project):
     return next(instance for instance in instances if instance.instance_id.startswith(project))
 
 
-def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instances, docker_client_for_tests,
-                                                                     monkeypatch):
+def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instances, docker_client_for_tests):
     """Library code that names nothing the text check looks for (skyrl_gym/envs/swe/audit.py; the swe audit
     profile plays the same). Each resolved an instance before grading planted tests that must fail
     (skyrl_gym/envs/swe/canary.py). Three instances are narrowed to shapes common in real ones:
@@ -331,17 +330,16 @@ def test_forgeries_from_library_code_are_caught_by_the_planted_tests(swe_instanc
     golds = evaluate_many([toolz, parametrized, methods], [toolz.patch, inflection.patch, six.patch],
                           client=docker_client_for_tests)
     assert [report.resolved for report in golds] == [True] * 3, [report.error for report in golds]
+    assert [report.forgery_resolved_hidden_tests for report in golds] == [None] * 3  # nothing caught
     empty = evaluate_patch(toolz, "", client=docker_client_for_tests)
     assert not empty.resolved and not empty.error, empty
-    # With nothing planted, the forgeries resolve their instances: they are real, and the planted tests alone
-    # catch them. Two do not: a FAIL_TO_PASS test xfailed by an xfail raised while it ran is no pass, and an
-    # xfail mark on every test that calls library code makes the passing ones xpass (the attacker's version,
-    # which marked only the tests that call the function under repair, resolved it).
-    monkeypatch.setattr(canary, "plant", lambda runtime, instance, library=(): [])
-    unchecked = dict(zip(cases, evaluate_many(instances, patches, client=docker_client_for_tests)))
-    assert {name: report.resolved for name, report in unchecked.items()} == {
+    # Without the planted tests, the forgeries resolve their instances: they are real, and the planted tests alone
+    # catch them (the hidden tests' own run in the same grading, which the forgery made look resolved). Two do not:
+    # a FAIL_TO_PASS test xfailed by an xfail raised while it ran is no pass, and an xfail mark on every test that
+    # calls library code makes the passing ones xpass (the attacker's version, which marked only the tests that
+    # call the function under repair, resolved it).
+    assert {name: report.forgery_resolved_hidden_tests for name, report in reports.items()} == {
         **dict.fromkeys(cases, True), "xfail raised from library code": False, "xfail mark from library code": False}
-    assert unchecked["xfail raised from library code"].fail_to_pass["failure"] == toolz.FAIL_TO_PASS
 
 
 def test_a_forgery_that_passes_failures_raised_through_its_file_is_caught(swe_instances, docker_client_for_tests,
@@ -503,24 +501,30 @@ def test_reading_a_folder_as_a_file_does_not_pull_its_archive_into_memory(swe_in
     assert int(done.stdout) < 300, f"peak memory {done.stdout.strip()} MB"
 
 
-def test_score_reports_resolved_unapplied_and_empty_predictions(swe_built, swe_instances, tmp_path):
-    first, second, third = swe_instances[:3]
+def test_score_reports_resolved_unapplied_empty_and_forged_predictions(swe_built, swe_instances, tmp_path,
+                                                                         docker_client_for_tests):
+    fourth = _of_project(swe_instances, "toolz")  # where stubbing the tests resolves it, unless caught
+    first, second, third = [instance for instance in swe_instances if instance is not fourth][:3]
+    forgery = _patch_from_edits(fourth, docker_client_for_tests, {fourth.extra["mutation"]["path"]: "\n" + STUBBED_TESTS})
     predictions = tmp_path / "preds.jsonl"
     predictions.write_text("".join(json.dumps(row) + "\n" for row in [
         {"instance_id": first.instance_id, "model_patch": first.patch, "model_name_or_path": "gold"},
         {"instance_id": second.instance_id, "model_patch": "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n"},
         {"instance_id": third.instance_id, "model_patch": ""},
+        {"instance_id": fourth.instance_id, "model_patch": forgery},
     ]))
     done = swe_cli("score", "--instances", str(swe_built / "instances.jsonl"), "--predictions", str(predictions))
     # a patch that does not apply fails the run, with its reason on one line
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"resolved 1/3 submitted ({BUILD_LIMIT} instances)" in done.stdout
+    assert f"resolved 1/4 submitted ({BUILD_LIMIT} instances)" in done.stdout
     reasons = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(reasons) == 1 and reasons[0].startswith(f"error: {second.instance_id}: the model patch does not apply: ")
     assert "nope.py" in reasons[0]
     report = json.loads((tmp_path / "preds.jsonl.report.json").read_text())
     assert report["resolved_ids"] == [first.instance_id]
     assert report["patch_not_applied"] == 1 and report["empty_patch_instances"] == 1
+    # the forgery is caught, and listed as one that the hidden tests alone would have taken for resolved
+    assert report["forgery_caught_ids"] == report["forgery_would_have_resolved_ids"] == [fourth.instance_id]
     gold_only = tmp_path / "gold.jsonl"
     gold_only.write_text(json.dumps({"instance_id": first.instance_id, "model_patch": first.patch}) + "\n")
     assert swe_cli("score", "--instances", str(swe_built / "instances.jsonl"), "--predictions", str(gold_only)).returncode == 0
