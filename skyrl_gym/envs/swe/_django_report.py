@@ -52,7 +52,7 @@ def _description(test):
     return doc.strip().split("\n")[0].strip() if isinstance(doc, str) and doc.strip() else ""
 
 
-def _install(report, nonce, selected, deselect):
+def _install(report, nonce, runs):
     """Wrap the result and suite methods; returns ``finish(exitstatus)``, which writes the report."""
     results = {}
     base = unittest.TestResult
@@ -116,7 +116,7 @@ def _install(report, nonce, selected, deselect):
     def addTest(self, test):
         if isinstance(test, unittest.TestCase) and type(test).__name__ != "_FailedTest":
             name = _test_id(test)
-            if (selected and name not in selected) or name in deselect:
+            if not runs(name):
                 return None
         return add_test(self, test)
 
@@ -127,8 +127,8 @@ def _install(report, nonce, selected, deselect):
 
 def main():
     report, nonce = open_channel()
-    selected, deselect, arguments = read_arguments()
-    finish = _install(report, nonce, selected, deselect)
+    runs, arguments = read_arguments()
+    finish = _install(report, nonce, runs)
     runner = os.path.join(TESTBED, "tests", "runtests.py")
     sys.argv = [runner] + arguments
     # As `python tests/runtests.py` has it (the test apps import from there), and the repository next: the code

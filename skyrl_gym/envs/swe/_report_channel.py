@@ -52,15 +52,20 @@ def open_channel():
 
 # ----- what the drivers of the projects' own runners (Django's, SymPy's) share ----------------------------------
 def read_arguments():
-    """``(tests to run, tests to leave out, the runner's arguments)`` from the harness's file
-    (``SKYGYM_RUNNER_ARGS``, NUL-separated: the first two fields one name a line), read before any project code
-    runs and deleted: never the command line, where code under test could read which tests a run holds."""
+    """``(runs, the runner's arguments)`` from the harness's file (``SKYGYM_RUNNER_ARGS``, NUL-separated: the
+    tests to run, then the tests to leave out, one name a line; no test to run means all), read before any project
+    code runs and deleted: never the command line, where code under test could read which tests a run holds.
+    ``runs(name)`` says whether the test of that name is one this run holds."""
     path = os.environ.pop("SKYGYM_RUNNER_ARGS")
     with open(path, encoding="utf-8") as handle:
         fields = handle.read().split("\0")
     os.unlink(path)
-    names = [{line for line in field.split("\n") if line} for field in fields[:2]]
-    return names[0], names[1], fields[2:]
+    selected, left_out = [{line for line in field.split("\n") if line} for field in fields[:2]]
+
+    def runs(name):
+        return (not selected or name in selected) and name not in left_out
+
+    return runs, fields[2:]
 
 
 def error_message(err):

@@ -29,7 +29,7 @@ except ImportError:  # imported as part of the package, outside a test run
 TESTBED = "/testbed"
 
 
-def _install(runtests, report, nonce, selected, left_out):
+def _install(runtests, report, nonce, runs):
     """Wrap the reporter and the selection; returns ``finish(exitstatus)``, which writes the report."""
     results = {}
     where = {"file": "", "test": ""}
@@ -90,7 +90,7 @@ def _install(runtests, report, nonce, selected, left_out):
 
     def chosen(self, x):
         name = x if isinstance(x, str) else getattr(x, "__name__", "")
-        if (selected and name not in selected) or name in left_out:
+        if not runs(name):
             return False
         return matches(self, x)
 
@@ -101,14 +101,14 @@ def _install(runtests, report, nonce, selected, left_out):
 
 def main():
     report, nonce = open_channel()
-    selected, left_out, paths = read_arguments()
+    runs, paths = read_arguments()
     os.environ["SYMPY_USE_CACHE"] = "no"  # bin/test -C
     sys.path.insert(0, TESTBED)  # the patched repository's SymPy, as SWE-bench's (installed in place) has it
     try:
         from sympy.testing import runtests
     except ImportError:  # SymPy before 1.6
         from sympy.utilities import runtests
-    finish = _install(runtests, report, nonce, selected, left_out)
+    finish = _install(runtests, report, nonce, runs)
     run_to_the_end(lambda: runtests.test(*paths, verbose=True, colors=False, subprocess=False), finish)
 
 
