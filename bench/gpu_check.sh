@@ -132,12 +132,13 @@ for part in "${parts[@]}"; do
       esac
       # the first step warms up and is dropped; micro-batches in both trainers (TRL: gradient accumulation), no
       # gradient checkpointing in either
-      steps=4; [ "$tokens" -ge 512 ] && steps=3; [ "$size" = tiny ] && steps=2
+      steps=4; [ "$tokens" -ge 512 ] && steps=3
+      prompts=16; [ "$size" = tiny ] && steps=2 && prompts=4  # tiny: a check of the script, not a figure
       # the random model is built (and saved: ~5.6 GB for 1.5B) before the bench's clock starts
       timeout -k 10 150 "$PY" -c "import sys; from skygym_adapters.models import build_tiny_model as b; \
 b(architecture=sys.argv[1], tokenizer_from=sys.argv[2] or None)" "$arch" "${SKYRL_GYM_TINY_MODEL:-}" \
         > "$OUT/model_$part.log" 2>&1 || echo "building $model failed: $OUT/model_$part.log"
-      timeout -k 10 "$limit" "$PY" bench/train_step.py --device "$DEVICE" --model "$model" --prompts 16 \
+      timeout -k 10 "$limit" "$PY" bench/train_step.py --device "$DEVICE" --model "$model" --prompts "$prompts" \
         --samples 8 --new-tokens "$tokens" --steps "$steps" --micro-batch "$micro" --json "$OUT/bench_$part.json" \
         ${extra[@]+"${extra[@]}"} > "$OUT/bench_$part.log" 2>&1
       rc=$?
