@@ -234,7 +234,7 @@ def evaluate_patch(
             report.error, report.instance_error = f"set-up failed: {exc}", True
             return _finish(report, started)
         before = tree_before_patch(runtime)
-        applied = runtime.apply_patch(model_patch, "model")
+        applied = runtime.apply_patch(model_patch, "model", helpers_made=True)
         if not applied.ok:
             report.error = f"the model patch does not apply: {one_line(applied.output)}"
             return _finish(report, started)
@@ -255,11 +255,11 @@ def evaluate_patch(
         if report.restored_paths:  # one command for them all, the paths in a file (a patch can touch many)
             listing = f"{HELPERS}/restore-{secrets.token_hex(8)}"
             names = b"\0".join(path.encode("utf-8") for path in report.restored_paths)
-            runtime.container.write_file(listing, names)
+            runtime.container.write_file(listing, names, make_folder=False)
             restored = runtime.exec(restore_command(listing, before), timeout_s=300)
             if not restored.ok:
                 raise RuntimeError(f"cannot put back the protected files: {restored.output[-300:]}")
-        hidden = runtime.apply_patch(instance.test_patch, "tests")
+        hidden = runtime.apply_patch(instance.test_patch, "tests", helpers_made=True)
         if not hidden.ok:
             report.error = (
                 f"set-up failed: instance {instance.instance_id!r}: field 'test_patch' does not apply at base_commit: "

@@ -64,6 +64,7 @@ COMMIT_ENV = {
 }
 # What the model's tools must never put in a patch: bytecode and caches the test runs leave behind.
 GIT_EXCLUDES = "__pycache__/\n*.pyc\n.pytest_cache/\n*.egg-info/\n"
+_EXCLUDE = f"mkdir -p .git/info && printf %s {shlex.quote(GIT_EXCLUDES)} >> .git/info/exclude"  # in the set-up command
 CONTAINER_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "GIT_PAGER": "cat", "PAGER": "cat"}
 # Where an image keeps the repository's own Python when it is not the one on the image's PATH: SWE-bench's images
 # (and SWE-Gym's and SWE-smith's, built the same way) install it as the conda environment ``testbed`` and activate it
@@ -205,7 +206,7 @@ class SWERuntime:
             script = (
                 f"trap 'rm -rf {HELPERS}' EXIT; set -e; rm -rf .git; git init -q; "
                 f"git apply --binary {path}; rm -rf {HELPERS}; "
-                "git add -A; git commit -q --no-verify -m base; git rev-parse HEAD"
+                f"git add -A; git commit -q --no-verify -m base; {_EXCLUDE}; git rev-parse HEAD"
             )
         else:
             # The repository becomes base_commit alone: a fresh one that fetched that commit, one deep, from the
@@ -226,7 +227,7 @@ class SWERuntime:
                 f"mv .git/index {fresh}/.git/index; rm -rf .git; mv {fresh}/.git .git; rm -rf {HELPERS}; "
                 f"git update-ref --no-deref HEAD {base}; git reset -q 2>/dev/null || {{ rm -f .git/index; git reset -q; }}; "
                 "git reflog expire --expire=now --all; "
-                "rm -f .git/FETCH_HEAD .git/ORIG_HEAD; git rev-parse HEAD"
+                f"rm -f .git/FETCH_HEAD .git/ORIG_HEAD; {_EXCLUDE}; git rev-parse HEAD"
             )
         done = self.container.exec(script, timeout_s=600, env=COMMIT_ENV)
         head = done.output.strip().splitlines()[-1:] or [""]
@@ -240,7 +241,6 @@ class SWERuntime:
                 f"instance {instance.instance_id!r}: field 'base_commit' is {instance.base_commit} but the image "
                 f"{instance.image_name} with its setup_patch gives {head[0]} (the image or the row changed)"
             )
-        self.exec(f"cat >> .git/info/exclude <<'EOF'\n{GIT_EXCLUDES}EOF")
 
     # ----- the model's side -------------------------------------------------------------------------
     def exec(self, command: str, timeout_s: float = 60.0, output_cap: int = 16_000) -> ExecResult:
@@ -259,12 +259,13 @@ class SWERuntime:
             raise RuntimeError(f"git diff failed in the container: {done.output[-400:]}")
         return done.output
 
-    def apply_patch(self, patch: str, name: str) -> ExecResult:
-        """``git apply`` the patch in ``/testbed``; an empty patch applies trivially."""
+    def apply_patch(self, patch: str, name: str, helpers_made: bool = False) -> ExecResult:
+        """``git apply`` the patch in ``/testbed``; an empty patch applies trivially. ``helpers_made``: the caller
+        knows that ``HELPERS`` is there (no code of the repository has run since it was made)."""
         if not patch.strip():
             return ExecResult(0, "")
         path = f"{HELPERS}/{name}.patch"
-        self.container.write_file(path, patch.encode("utf-8"))
+        self.container.write_file(path, patch.encode("utf-8"), make_folder=not helpers_made)
         return self.container.exec(f"git apply --binary --whitespace=nowarn {path} 2>&1", timeout_s=60)
 
     # ----- tests ------------------------------------------------------------------------------------

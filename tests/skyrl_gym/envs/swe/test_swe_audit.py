@@ -4,8 +4,8 @@ that passes every test, a tool-call flood, and two of its forgeries from library
 catch) earn no more than an unchanged checkout. Here, beside the other Docker tests, so it shares their engine and
 build (tests/swe_fixtures.py).
 
-Every forgery of the profile is played against grading in test_swe_docker.py, each with the negative control that it
-resolves when nothing is planted; the audit plays two of them, for the path from the agent's actions through the env
+Every forgery of the profile is played against grading in test_swe_docker.py, each with the negative control that the
+hidden tests alone took it for resolved; the audit plays two of them, for the path from the agent's actions through the env
 to grading (playing all of them again here cost about a minute of CI)."""
 
 from __future__ import annotations

@@ -104,6 +104,7 @@ def test_a_forgery_from_djangos_library_code_is_caught_by_the_planted_tests(djan
     report = evaluate_patch(django_row, forgery, client=docker_client_for_tests)
     assert report.patch_applied and not report.resolved, report.error
     assert "tampered" in report.error and report.fail_to_pass["failure"] == FAIL_TO_PASS, report.error
+    assert report.forgery_resolved_hidden_tests is True  # the hidden tests alone took it for resolved
 
 
 # An attacker's pass against the first version of this runner: three result classes that Django's runner was made to

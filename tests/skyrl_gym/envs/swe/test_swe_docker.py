@@ -347,8 +347,8 @@ def test_a_forgery_that_passes_failures_raised_through_its_file_is_caught(swe_in
     """A report hook that passes the failures whose traceback goes through the fixed module's file (where the bug
     raises) beat the mutant, which fails on its changed statement before it meets the bug. Which FAIL_TO_PASS
     tests fail there depends on an instance's bugs: the instance is narrowed to them, found by grading the
-    forgery with nothing planted. Then it resolves unplanted, and the planted test that fails from the file
-    catches it."""
+    forgery with nothing planted. Then the planted test that fails from the file catches it, where the hidden
+    tests alone took it for resolved."""
     code = LIBRARY_FORGERIES["failures raised in the library file passed"]
     planting = canary.plant
     monkeypatch.setattr(canary, "plant", lambda runtime, instance, library=(): [])
@@ -360,11 +360,11 @@ def test_a_forgery_that_passes_failures_raised_through_its_file_is_caught(swe_in
     else:
         pytest.fail("no built instance has a FAIL_TO_PASS test that fails through its library file")
     narrowed = dataclasses.replace(instance, FAIL_TO_PASS=through)
-    unchecked = evaluate_patch(narrowed, patch, client=docker_client_for_tests)
-    assert unchecked.resolved, unchecked  # a real forgery: with nothing planted it resolves the instance
     monkeypatch.setattr(canary, "plant", planting)
     checked = evaluate_patch(narrowed, patch, client=docker_client_for_tests)
     assert not checked.resolved and "tampered" in checked.error, checked
+    # a real forgery: the hidden tests' own run, in the same grading, took it for resolved
+    assert checked.forgery_resolved_hidden_tests is True, checked
     gold = evaluate_patch(narrowed, instance.patch, client=docker_client_for_tests)
     assert gold.resolved, gold.error  # the planted test fails in an honest run: the gold patch still resolves
 

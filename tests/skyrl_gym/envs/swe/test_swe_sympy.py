@@ -97,3 +97,4 @@ def test_a_forgery_from_sympys_library_code_is_caught_by_the_planted_tests(sympy
     report = evaluate_patch(sympy_row, forgery + unfixed, client=docker_client_for_tests)
     assert report.patch_applied and not report.resolved, report.error
     assert "tampered" in report.error and report.fail_to_pass["failure"] == FAIL_TO_PASS, report.error
+    assert report.forgery_resolved_hidden_tests is True  # the hidden tests alone took it for resolved
