@@ -35,6 +35,13 @@ SAVER = textwrap.dedent(
     from skygym_train import checkpoint as ckpt
 
 
+    def say(*words):
+        # One write per line: print() writes its pieces one by one where stdout is unbuffered (PYTHONUNBUFFERED),
+        # and a kill between them once left "saved 18369" without its newline, the zygote's "died" line joined to
+        # it, and the test waiting for a "died" line that had already come.
+        os.write(1, (" ".join(map(str, words)) + "\\n").encode())
+
+
     def saver(root):
         model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 256))
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -47,7 +54,7 @@ SAVER = textwrap.dedent(
             optimizer.load_state_dict(policy["optimizer"])
             counter = ckpt.load_trainer_state(latest)["counter"]
         torch.save(model.state_dict(), io.BytesIO())  # warm up, so the kill lands among saves
-        print("ready", os.getpid(), counter, flush=True)
+        say("ready", os.getpid(), counter)
         while True:
             counter += 1
             with torch.no_grad():
@@ -61,7 +68,7 @@ SAVER = textwrap.dedent(
             step = 1 + (counter // 2) % 3  # 1, 2, 2, 3, 3, 1, 1, ...: every other save replaces the pointed-to step
             policy = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "counter": counter}
             ckpt.save_checkpoint(root, step, {"policy": policy}, {"global_step": step, "counter": counter}, max_to_keep=2)
-            print("saved", os.getpid(), counter, flush=True)
+            say("saved", os.getpid(), counter)
 
 
     torch.set_num_threads(1)
@@ -76,7 +83,7 @@ SAVER = textwrap.dedent(
             finally:
                 os._exit(1)
         _, status = os.waitpid(pid, 0)
-        print("died", pid, os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1, flush=True)
+        say("died", pid, os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1)
     """
 )
 
@@ -96,6 +103,7 @@ def _check_complete(folder: Path) -> int:
     return counter
 
 
+@pytest.mark.timeout(600)  # a line the test misreads waits for ever on the zygote: fail, with the stacks, instead
 def test_kill_9_at_random_points_of_saving_always_leaves_a_complete_latest_checkpoint(tmp_path):
     root = tmp_path / "ckpts"
     script = tmp_path / "saver.py"
@@ -120,6 +128,7 @@ def test_kill_9_at_random_points_of_saving_always_leaves_a_complete_latest_check
             saved = []
             for line in zygote.stdout:
                 words = line.split()
+                assert len(words) == 3 and words[0] in ("saved", "died"), f"round {round_}: unreadable line {line!r}"
                 if words[0] == "died":
                     assert words[1:] == [str(pid), str(int(signal.SIGKILL))], f"saver ended otherwise: {line}"
                     break
