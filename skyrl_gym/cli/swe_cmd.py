@@ -235,6 +235,9 @@ def _score(args: argparse.Namespace) -> int:
     report_path = Path(args.report) if args.report else Path(args.predictions + ".report.json")
     report_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"resolved {len(resolved)}/{len(predictions)} submitted ({len(instances)} instances); report: {report_path}")
+    if summary["forgery_caught_ids"]:
+        print(f"forged test results caught by the planted tests: {len(summary['forgery_caught_ids'])} "
+              f"({len(summary['forgery_would_have_resolved_ids'])} of them resolved on the hidden tests alone)")
     # A patch that does not apply, or an instance that could not be set up, is a failure of the run: one line each.
     failed = [report for report in reports if report.instance_error or (not report.patch_applied and report.error
                                                                          and predictions[report.instance_id].strip())]

@@ -517,6 +517,7 @@ def test_score_reports_resolved_unapplied_empty_and_forged_predictions(swe_built
     # a patch that does not apply fails the run, with its reason on one line
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"resolved 1/4 submitted ({BUILD_LIMIT} instances)" in done.stdout
+    assert "forged test results caught by the planted tests: 1 (1 of them resolved on the hidden tests alone)" in done.stdout
     reasons = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(reasons) == 1 and reasons[0].startswith(f"error: {second.instance_id}: the model patch does not apply: ")
     assert "nope.py" in reasons[0]
