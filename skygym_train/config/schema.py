@@ -58,7 +58,10 @@ class OptimizerConfig:
 @dataclass
 class MixedPrecisionConfig:
     param_dtype: str = "bf16"
+    """The dtype a GPU computes in: bf16, fp16 (under DeepSpeed only: the FSDP2 worker does no loss scaling) or
+    fp32 (SDPA attention then: flash attention has no fp32 kernel)."""
     reduce_dtype: str = "fp32"
+    """The dtype FSDP2 reduces gradients in across ranks: fp32, bf16 or fp16."""
 
 
 @dataclass

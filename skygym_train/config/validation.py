@@ -397,6 +397,7 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
             problems += _check_scheduler(role, opt.scheduler)
             if role == "policy" or (role == "critic" and uses_critic(cfg)):  # the roles that train
                 problems += _check_optimizer(role, opt)
+    problems += _check_precision(cfg, has_cuda)
     problems += _check_deepspeed(cfg, has_cuda)
     problems += _check_sequence_parallel(cfg, has_cuda)
     if t.flash_attn and not (has_cuda and flash_attn_installed()):
@@ -406,6 +407,35 @@ def _check_models(cfg: Any, has_cuda: bool) -> List[str]:
         problems.append(f"trainer.export_dtype={t.export_dtype!r}: expected one of {', '.join(EXPORT_DTYPES)}")
     if t.policy.model.lora.rank < 0:
         problems.append("trainer.policy.model.lora.rank: must be >= 0")
+    return problems
+
+
+PRECISIONS = ("bf16", "bfloat16", "fp16", "fp32")
+
+
+def _check_precision(cfg: Any, has_cuda: bool) -> List[str]:
+    """Each role's ``fsdp_config.mixed_precision`` (read on GPUs): dtypes by name; no fp16 under FSDP2, whose worker
+    scales no loss (fp16 gradients underflow to 0, or overflow and every such step is skipped as non-finite:
+    training stalls with no error); no flash attention over fp32 compute (it has no fp32 kernel)."""
+    problems: List[str] = []
+    t = cfg.trainer
+    for role in ("policy", "ref", "critic"):
+        key = f"trainer.{role}.fsdp_config.mixed_precision"
+        precision = getattr(t, role).fsdp_config.mixed_precision
+        for name in ("param_dtype", "reduce_dtype"):
+            value = getattr(precision, name)
+            if value not in PRECISIONS:
+                problems.append(f"{key}.{name}={value!r}: expected one of {', '.join(PRECISIONS)}")
+        trains = role == "policy" or (role == "critic" and uses_critic(cfg))
+        if (has_cuda and trains and t.strategy != "deepspeed" and t.bf16 is not False
+                and precision.param_dtype == "fp16"):
+            problems.append(f"{key}.param_dtype=fp16: the FSDP2 worker does no loss scaling, so fp16 gradients "
+                            "underflow to 0 or overflow (those steps are skipped); use bf16 (GPUs from Ampere on), "
+                            "fp32, or trainer.strategy=deepspeed, whose fp16 section scales the loss")
+        if has_cuda and t.flash_attn and role == "policy" and (t.bf16 is False or precision.param_dtype == "fp32"):
+            why = "trainer.bf16=false" if t.bf16 is False else f"{key}.param_dtype=fp32"
+            problems.append(f"trainer.flash_attn=true: flash attention computes in bf16 or fp16 only, and {why} "
+                            "computes in fp32; set trainer.flash_attn=false (SDPA) or null (SDPA for fp32)")
     return problems
 
 

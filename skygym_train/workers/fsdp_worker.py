@@ -103,11 +103,22 @@ def _keep_optimizer_kernels(optimizer: torch.optim.Optimizer, kernels: List[Dict
                 optimizer.state[param]["step"] = step.to(param.device, torch.float32)
 
 
+def gpu_compute_dtype(spec: WorkerSpec) -> torch.dtype:
+    """The dtype a worker on a GPU computes in: ``fsdp_config.mixed_precision.param_dtype`` (by autocast over fp32
+    parameters, or by FSDP2's policy where sharded) unless ``trainer.bf16=false``, which computes in fp32."""
+    if spec.bf16 is False:
+        return torch.float32
+    if spec.mixed_precision is not None:
+        return _dtype(spec.mixed_precision.param_dtype)
+    return torch.bfloat16 if spec.bf16 else torch.float32
+
+
 def attention_for(spec: WorkerSpec, cuda: bool) -> Optional[str]:
     """The attention a worker asks transformers for (outside sequence parallelism): "sdpa" with
-    ``flash_attn=False``, "flash_attention_2" with ``flash_attn=True`` (validation checked CUDA and flash-attn); unset,
-    flash attention on a GPU where it is installed and SDPA otherwise. None: transformers' own choice, on the CPU or
-    where ``model_config_kwargs`` names one (e.g. "eager"), which is kept on a GPU as well."""
+    ``flash_attn=False``, "flash_attention_2" with ``flash_attn=True`` (validation checked CUDA, flash-attn and a
+    16-bit compute dtype); unset, flash attention on a GPU where it is installed and the worker computes in 16 bits
+    (flash attention has no fp32 kernel), SDPA otherwise. None: transformers' own choice, on the CPU or where
+    ``model_config_kwargs`` names one (e.g. "eager"), which is kept on a GPU as well."""
     import importlib.util
 
     if spec.flash_attn is False:
@@ -115,7 +126,8 @@ def attention_for(spec: WorkerSpec, cuda: bool) -> Optional[str]:
     if spec.flash_attn:
         return "flash_attention_2"
     if cuda and "attn_implementation" not in (spec.model_config_kwargs or {}):
-        return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "sdpa"
+        flash = importlib.util.find_spec("flash_attn") and gpu_compute_dtype(spec) != torch.float32
+        return "flash_attention_2" if flash else "sdpa"
     return None
 
 
@@ -418,17 +430,15 @@ class TrainingWorker:
         """The dtype the forward pass computes in under autocast, or None (fp32, or FSDP's policy casts)."""
         if self.device.type == "cpu":
             return torch.bfloat16 if (self.spec.cpu_bf16_autocast or self.spec.bf16) else None
-        if self.sharded or self.spec.bf16 is False:
-            return None  # sharded: FSDP's MixedPrecisionPolicy casts the gathered parameters
-        if self.spec.mixed_precision is not None:
-            dtype = _dtype(self.spec.mixed_precision.param_dtype)
-            return None if dtype == torch.float32 else dtype
-        return torch.bfloat16 if self.spec.bf16 else None
+        if self.sharded:
+            return None  # FSDP's MixedPrecisionPolicy casts the gathered parameters
+        dtype = gpu_compute_dtype(self.spec)
+        return None if dtype == torch.float32 else dtype
 
     def _sharded_param_dtype(self) -> Optional[torch.dtype]:
         """The dtype FSDP2's mixed-precision policy gathers parameters in (sharded on a GPU), or None."""
         if self.device.type == "cuda" and self.spec.mixed_precision is not None and self.spec.bf16 is not False:
-            return _dtype(self.spec.mixed_precision.param_dtype)
+            return gpu_compute_dtype(self.spec)
         return None
 
     def _attention_dtype(self) -> torch.dtype:

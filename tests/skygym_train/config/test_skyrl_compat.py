@@ -98,6 +98,39 @@ def test_gpu_only_settings_are_refused_on_a_cpu_machine(data_file):
     assert "trainer.critic.fsdp_config.shard_one_gpu=true: a GPU setting" in problems
 
 
+def test_precisions_that_would_train_wrong_or_crash_on_a_gpu_are_refused(data_file, monkeypatch):
+    """fp16 under FSDP2 (no loss scaling: gradients underflow, or overflow and the step is skipped) and flash
+    attention over fp32 compute (no fp32 kernel) were accepted and then failed on the GPU; a dtype's misspelt name
+    raised a KeyError in the worker."""
+    import skygym_train.config.validation as validation
+
+    monkeypatch.setattr(validation, "flash_attn_installed", lambda: True)
+    problems = _problems(_valid(data_file, "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp16",
+                                "trainer.critic.fsdp_config.mixed_precision.reduce_dtype=float32",
+                                "trainer.flash_attn=true"), has_cuda=True)
+    assert "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp16: the FSDP2 worker does no loss" in problems
+    assert "trainer.critic.fsdp_config.mixed_precision.reduce_dtype='float32': expected one of bf16" in problems
+    assert "flash_attn" not in problems  # fp16 compute has flash attention's kernels
+    problems = _problems(_valid(data_file, "trainer.flash_attn=true", "trainer.bf16=false",
+                                "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp16"), has_cuda=True)
+    assert problems == ("trainer.flash_attn=true: flash attention computes in bf16 or fp16 only, and trainer.bf16=false "
+                        "computes in fp32; set trainer.flash_attn=false (SDPA) or null (SDPA for fp32)")
+    problems = _problems(_valid(data_file, "trainer.flash_attn=true", "trainer.ref.fsdp_config.mixed_precision."
+                                "param_dtype=fp32", "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp32",
+                                "trainer.policy.fsdp_config.mixed_precision.reduce_dtype=fp8"), has_cuda=True)
+    assert "and trainer.policy.fsdp_config.mixed_precision.param_dtype=fp32 computes in fp32" in problems
+    assert "reduce_dtype='fp8'" in problems and "does no loss scaling" not in problems
+    # where they apply: fp16 under DeepSpeed (its fp16 section scales the loss), fp16 on the CPU (read on GPUs only),
+    # the defaults on a GPU
+    deepspeed = load_config(_valid(data_file, "trainer.strategy=deepspeed",
+                                   "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp16"), validate=False)
+    assert validation._check_precision(deepspeed, has_cuda=True) == []
+    fp16 = load_config(_valid(data_file, "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp16"),
+                       validate=False)
+    assert validation._check_precision(fp16, has_cuda=False) == []
+    assert validation._check_precision(load_config(_valid(data_file), validate=False), has_cuda=True) == []
+
+
 @pytest.mark.skipif(cuda_available(), reason="checks what load_config refuses on a machine without CUDA GPUs")
 def test_load_config_checks_this_machine(data_file):
     with pytest.raises(ConfigError, match="generator.weight_sync_backend=nccl: needs CUDA GPUs"):

@@ -149,6 +149,31 @@ def test_an_attention_the_model_config_keys_name_is_kept_on_a_gpu_too(cuda, monk
     assert attention_for(WorkerSpec(role="policy", model_path="unused", flash_attn=True), cuda) == "flash_attention_2"
 
 
+def test_flash_attention_is_the_gpu_default_only_where_the_worker_computes_in_16_bits(monkeypatch):
+    """flash-attn has no fp32 kernel: a GPU run with ``trainer.bf16=false`` or an fp32 ``param_dtype`` computes in
+    fp32, and with flash attention picked by default its first forward pass raised. It gets SDPA."""
+    import importlib.util
+
+    from skygym_train.config.schema import MixedPrecisionConfig
+    from skygym_train.workers.fsdp_worker import attention_for, gpu_compute_dtype
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: real("torch") if name == "flash_attn" else real(name, *a))
+
+    def spec(**kw):
+        return WorkerSpec(role="policy", model_path="unused", **kw)
+
+    bf16 = spec(mixed_precision=MixedPrecisionConfig())  # the trainer's default: bf16
+    assert (gpu_compute_dtype(bf16), attention_for(bf16, True)) == (torch.bfloat16, "flash_attention_2")
+    half = spec(mixed_precision=MixedPrecisionConfig(param_dtype="fp16"))
+    assert (gpu_compute_dtype(half), attention_for(half, True)) == (torch.float16, "flash_attention_2")
+    for fp32 in (spec(mixed_precision=MixedPrecisionConfig(), bf16=False),
+                 spec(mixed_precision=MixedPrecisionConfig(param_dtype="fp32")), spec()):
+        assert (gpu_compute_dtype(fp32), attention_for(fp32, True)) == (torch.float32, "sdpa")
+    assert attention_for(bf16, False) is None  # the CPU: transformers' own choice
+
+
 @pytest.mark.parametrize("layout", ["padded", "shared_prefix"])
 def test_the_policy_trains_on_grouped_attention_as_on_repeated_heads(tmp_path, layout, monkeypatch):
     """The trainer gives a policy on "sdpa" with grouped key/value heads (here 8 query heads of 64 over 2, where
