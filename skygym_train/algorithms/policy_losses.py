@@ -2,18 +2,21 @@
 
 A policy loss takes ``(log_probs, old_log_probs, advantages, loss_mask, config)`` (tensors ``(B, T)``)
 and returns ``(loss, metrics)`` where ``loss`` is already reduced with ``reduce_loss`` according to
-``config.loss_reduction``. Register your own with ``@register_policy_loss("name")``.
+``config.loss_reduction``, and each metric is a number or a detached 0-dim tensor. The worker reads tensors once
+per optimizer step: ``float()`` in the loss would wait for the GPU between each micro-batch's forward and backward
+passes. Register your own with ``@register_policy_loss("name")``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 
 from skygym_train.algorithms.registry import FunctionRegistry
 
-PolicyLossFn = Callable[..., Tuple[torch.Tensor, Dict[str, float]]]
+Metrics = Dict[str, Union[float, torch.Tensor]]
+PolicyLossFn = Callable[..., Tuple[torch.Tensor, Metrics]]
 POLICY_LOSSES: FunctionRegistry[PolicyLossFn] = FunctionRegistry("policy loss")
 
 LOSS_REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm")
@@ -64,15 +67,12 @@ def _reduction_of(config: Any) -> Tuple[str, Optional[int]]:
     return getattr(config, "loss_reduction", "token_mean"), getattr(config, "max_seq_len", None)
 
 
-def _clip_metrics(clipped: torch.Tensor, mask: torch.Tensor, ratio: torch.Tensor) -> Dict[str, float]:
-    m = mask.to(ratio.dtype)
-    denom = m.sum().clamp_min(1)
+def _clip_metrics(clipped: torch.Tensor, mask: torch.Tensor, ratio: torch.Tensor) -> Metrics:
     with torch.no_grad():
+        m = mask.to(ratio.dtype)
+        denom = m.sum().clamp_min(1)
         approx_kl = ((ratio - 1) - ratio.clamp_min(1e-12).log()) * m
-        return {
-            "clip_fraction": float((clipped.to(ratio.dtype) * m).sum() / denom),
-            "ppo_kl": float(approx_kl.sum() / denom),
-        }
+        return {"clip_fraction": (clipped.to(ratio.dtype) * m).sum() / denom, "ppo_kl": approx_kl.sum() / denom}
 
 
 def _ppo_clip_per_token(
@@ -91,7 +91,7 @@ def ppo_clip_loss(
     loss_mask: torch.Tensor,
     config: Any,
     **_: Any,
-) -> Tuple[torch.Tensor, Dict[str, float]]:
+) -> Tuple[torch.Tensor, Metrics]:
     """PPO's clipped surrogate. ``eps_clip_high > eps_clip_low`` gives DAPO's asymmetric clip-higher."""
     ratio = torch.exp(log_probs - old_log_probs)
     per_token, was_clipped = _ppo_clip_per_token(ratio, advantages, config.eps_clip_low, config.eps_clip_high)
@@ -107,7 +107,7 @@ def dual_clip_loss(
     loss_mask: torch.Tensor,
     config: Any,
     **_: Any,
-) -> Tuple[torch.Tensor, Dict[str, float]]:
+) -> Tuple[torch.Tensor, Metrics]:
     """PPO clip plus a bound of ``clip_ratio_c * |A|`` on the loss of negative-advantage tokens."""
     ratio = torch.exp(log_probs - old_log_probs)
     per_token, was_clipped = _ppo_clip_per_token(ratio, advantages, config.eps_clip_low, config.eps_clip_high)
@@ -116,7 +116,7 @@ def dual_clip_loss(
     reduction, max_len = _reduction_of(config)
     metrics = _clip_metrics(was_clipped, loss_mask, ratio)
     m = loss_mask.to(ratio.dtype)
-    metrics["dual_clip_fraction"] = float(((dual < per_token).to(ratio.dtype) * m).sum() / m.sum().clamp_min(1))
+    metrics["dual_clip_fraction"] = ((dual < per_token).to(ratio.dtype) * m).sum().detach() / m.sum().clamp_min(1)
     return reduce_loss(dual, loss_mask, reduction, max_len), metrics
 
 
@@ -128,7 +128,7 @@ def gspo_loss(
     loss_mask: torch.Tensor,
     config: Any,
     **_: Any,
-) -> Tuple[torch.Tensor, Dict[str, float]]:
+) -> Tuple[torch.Tensor, Metrics]:
     """GSPO: one importance ratio per sequence (geometric mean of token ratios), clipped as in PPO.
 
     Each token carries ``exp(logp - sg(logp) + sg(seq_log_ratio))``: its value is the sequence ratio and
@@ -151,7 +151,7 @@ def cispo_loss(
     loss_mask: torch.Tensor,
     config: Any,
     **_: Any,
-) -> Tuple[torch.Tensor, Dict[str, float]]:
+) -> Tuple[torch.Tensor, Metrics]:
     """CISPO: a REINFORCE loss weighted by the clamped, detached importance ratio (no token dropped)."""
     ratio = torch.exp(log_probs - old_log_probs)
     low = 1 - config.cispo.cispo_eps_clip_low
@@ -169,7 +169,7 @@ def value_loss(
     returns: torch.Tensor,
     loss_mask: torch.Tensor,
     value_clip: Optional[float],
-) -> Tuple[torch.Tensor, Dict[str, float]]:
+) -> Tuple[torch.Tensor, Metrics]:
     """Clipped value loss: 0.5 * max((v - R)^2, (v_clipped - R)^2), token mean."""
     unclipped = (values - returns) ** 2
     if value_clip is not None and value_clip > 0:
@@ -182,5 +182,5 @@ def value_loss(
         frac = torch.zeros_like(values)
     m = loss_mask.to(values.dtype)
     return reduce_loss(per_token, loss_mask, "token_mean"), {
-        "vf_clip_fraction": float((frac * m).sum() / m.sum().clamp_min(1))
+        "vf_clip_fraction": (frac * m).sum().detach() / m.sum().clamp_min(1)
     }

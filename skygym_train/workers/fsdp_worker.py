@@ -69,6 +69,21 @@ class WorkerSpec:
     """The role's DeepSpeed config (``trainer.<role>.deepspeed_config``, plain values); None: ZeRO-3 defaults."""
 
 
+Metrics = Dict[str, Any]
+"""A micro-batch's metrics: numbers, or detached 0-dim tensors on the worker's device (see ``read_metrics``)."""
+
+
+def read_metrics(metrics: Metrics) -> Dict[str, float]:
+    """The metrics as numbers, the tensors among them read from the device in one copy: a ``float()`` per metric
+    and micro-batch would wait for the GPU between each forward pass and its backward pass."""
+    tensors = {k: v for k, v in metrics.items() if isinstance(v, torch.Tensor)}
+    out = {k: float(v) for k, v in metrics.items() if k not in tensors}
+    if tensors:
+        stacked = torch.stack([v.detach().reshape(()).to(torch.float64) for v in tensors.values()])
+        out.update(zip(tensors, stacked.tolist()))
+    return {k: out[k] for k in metrics}
+
+
 def _dtype(name: str) -> torch.dtype:
     return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
@@ -584,7 +599,7 @@ class TrainingWorker:
         peak = PeakMemory(self.device, reset=False)
         tokens_before = self.tokens_run
         self.optimizer.zero_grad(set_to_none=True)
-        totals: Dict[str, float] = {}
+        totals: Metrics = {}  # tensors stay on the device until the step's end (read_metrics)
         parts = self._micro_batches(batch, self.spec.micro_train_batch_size)
         extra = self._extra_micro_batches(len(parts))  # agreed before any pass: collectives go in order
         skipped, trained_weight = 0, 0.0
@@ -611,6 +626,7 @@ class TrainingWorker:
             # the metrics describe the rows trained (as with zero_variance_filter)
             total_weight = trained_weight + skipped / batch.size * self.spec.sequence_parallel_size
             totals = {k: v * total_weight / trained_weight for k, v in totals.items()} if trained_weight else {}
+        totals = read_metrics(totals)
         for index in range(extra):
             self._before_backward(last=index == extra - 1)
             loss, _ = self._loss(batch.select([0]))
@@ -678,7 +694,7 @@ class TrainingWorker:
         dist.all_reduce(t)
         return {k: float(v) / self.world_size for k, v in zip(keys, t.tolist())}
 
-    def _loss(self, batch: TrainingBatch) -> tuple[torch.Tensor, Dict[str, float]]:
+    def _loss(self, batch: TrainingBatch) -> tuple[torch.Tensor, Metrics]:
         from skygym_train.algorithms.kl import kl_estimate
         from skygym_train.algorithms.policy_losses import reduce_loss, value_loss
 
@@ -687,7 +703,7 @@ class TrainingWorker:
         algo = self.algorithm
         if self.spec.role == "critic":
             loss, metrics = value_loss(result, t["values"], t["returns"], mask, algo.value_clip if algo else None)
-            metrics["value_loss"] = float(loss.detach())
+            metrics["value_loss"] = loss.detach()
             return loss, metrics
         log_probs, entropy = result
         # On-policy with a single update, the old policy is the current one: reuse this forward pass.
@@ -695,19 +711,19 @@ class TrainingWorker:
         assert self.policy_loss_fn is not None, "configure_algorithm() was not called"
         loss, metrics = self.policy_loss_fn(log_probs, old, t["advantages"], mask, algo)
         metrics = dict(metrics)
-        metrics["pg_loss"] = float(loss.detach())
+        metrics["pg_loss"] = loss.detach()
         reduction, max_len = algo.loss_reduction, algo.max_seq_len
-        entropy_mean = reduce_loss(entropy, mask, "token_mean")
-        metrics["entropy"] = float(entropy_mean.detach())
+        metrics["entropy"] = reduce_loss(entropy.detach(), mask, "token_mean")
         if algo.use_entropy_loss:
             loss = loss - algo.entropy_loss_coef * reduce_loss(entropy, mask, reduction, max_len)
         if algo.use_kl_loss and "ref_log_probs" in t:
             kl = kl_estimate(log_probs, t["ref_log_probs"], algo.kl_estimator_type)
             kl_loss = reduce_loss(kl, mask, reduction, max_len)
-            coef = float(t["kl_coef"][0]) if "kl_coef" in t else algo.kl_loss_coef
+            # read from the batch's host copy: the device's would wait for the forward pass
+            coef = float(batch.tensors["kl_coef"][0]) if "kl_coef" in t else algo.kl_loss_coef
             loss = loss + coef * kl_loss
-            metrics["kl_loss"] = float(kl_loss.detach())
-        metrics["loss"] = float(loss.detach())
+            metrics["kl_loss"] = kl_loss.detach()
+        metrics["loss"] = loss.detach()
         return loss, metrics
 
     # ------------------------------------------------------------------ weights and state

@@ -109,6 +109,45 @@ def _assert_device_step_is_cpu_step(model_dir, role, packing, updates=True):
             torch.testing.assert_close(after[name], p.grad, rtol=1e-4, atol=1e-7, msg=lambda m: f"{name}: {m}")
 
 
+@pytest.mark.parametrize("role", ["policy", "critic"])
+def test_a_training_step_reads_its_metrics_from_the_device_once_whatever_its_micro_batches(tiny_lm_dir, role):
+    """Each micro-batch's loss metrics (loss, entropy, KL, clip fractions) were read with ``float()`` between its
+    forward and backward passes: on a GPU each read waits for the forward pass to finish before the backward one
+    is queued, 5-7 times a micro-batch. They stay on the device until the step's end (``read_metrics``): the values
+    read are the same, and the number of reads does not grow with the micro-batches. (In the trainer's layout:
+    transformers' own mask code reads the padding mask once or twice a forward pass in the padded and varlen ones.)"""
+    from tests.device_emulation import TRANSFERS
+
+    batch = _training_batch()
+    reads, steps = {}, {}
+    for micro in (batch.size, 2):
+        with emulated_device() as device:
+            worker = _worker(tiny_lm_dir, role, "shared_prefix", device)
+            worker.spec.micro_train_batch_size = micro
+            before = TRANSFERS["scalar_reads"]
+            steps[micro] = worker.train_step(batch)
+            reads[micro] = TRANSFERS["scalar_reads"] - before
+    assert batch.size // 2 >= 3  # several micro-batches against one
+    assert reads[2] == reads[batch.size], reads
+    # (the values are the CPU's: test_a_worker_step_on_a_device_gives_the_cpu_step)
+    assert steps[2].keys() == steps[batch.size].keys() and all(isinstance(v, float) for v in steps[2].values())
+    assert f"{role}/{'pg_loss' if role == 'policy' else 'value_loss'}" in steps[2]
+
+
+def test_metrics_are_read_in_one_copy_and_keep_their_order():
+    from skygym_train.workers.fsdp_worker import read_metrics
+    from tests.device_emulation import TRANSFERS
+
+    with emulated_device() as device:
+        metrics = {"b": torch.tensor(0.25, device=device), "a": 3, "c": torch.tensor(2.0, device=device) * 2}
+        before = dict(TRANSFERS)
+        read = read_metrics(metrics)
+        assert TRANSFERS["scalar_reads"] == before["scalar_reads"]
+        assert TRANSFERS["to_host"] - before["to_host"] == 2 * 8  # one copy of two float64 values
+    assert list(read.items()) == [("b", 0.25), ("a", 3.0), ("c", 4.0)]
+    assert read_metrics({}) == {}
+
+
 @pytest.mark.parametrize("name", ADVANTAGE_ESTIMATORS.names())
 def test_advantage_estimators_keep_the_device_of_their_inputs(name):
     torch.manual_seed(0)
