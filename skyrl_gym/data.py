@@ -84,13 +84,19 @@ def validate_row(row: Any, index: Optional[int] = None, require_env_class: bool 
         raise DataError(f"{where}: field 'env_class' is missing (the id of the env that scores this row)")
     if env_class is not None and not isinstance(env_class, str):
         raise DataError(f"{where}: field 'env_class' must be a string, got {type(env_class).__name__}")
-    reward_spec = row.get("reward_spec")
+    check_row_fields(row, where)
+    return row  # type: ignore[return-value]
+
+
+def check_row_fields(extras: Mapping[str, Any], where: str = "row") -> None:
+    """The row fields envs read as dicts (``reward_spec``, ``extra_info``) are dicts where present; else a
+    :class:`DataError` naming the field (serve-env's clients send rows without ``prompt``, as extras)."""
+    reward_spec = extras.get("reward_spec")
     if reward_spec is not None and not isinstance(reward_spec, Mapping):
         raise DataError(f"{where}: field 'reward_spec' must be a dict like {{'method': 'rule', 'ground_truth': ...}}")
-    extra_info = row.get("extra_info")
+    extra_info = extras.get("extra_info")
     if extra_info is not None and not isinstance(extra_info, Mapping):
         raise DataError(f"{where}: field 'extra_info' must be a dict, got {type(extra_info).__name__}")
-    return row  # type: ignore[return-value]
 
 
 def row_extras(row: Mapping[str, Any]) -> Dict[str, Any]:

@@ -12,6 +12,16 @@ from skyrl_gym.errors import DataError, MissingRewardSpec
 MAX_SCORED_CHARS = 100_000
 
 
+def row_extra_info(extras: Mapping[str, Any], env_id: str) -> Mapping[str, Any]:
+    """The row's ``extra_info`` dict (empty where it has none), or a :class:`DataError` naming what it is."""
+    extra_info = extras.get("extra_info")
+    if extra_info is None:
+        return {}
+    if not isinstance(extra_info, Mapping):
+        raise DataError(f"env {env_id!r}: the row's extra_info must be a dict, got {type(extra_info).__name__}")
+    return extra_info
+
+
 def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field: str = "reward_spec") -> Any:
     """``extras[field]["ground_truth"]``, or a :class:`DataError` that names what is missing."""
     # type(...) is dict first: rows are plain dicts, and isinstance against typing.Mapping is slow

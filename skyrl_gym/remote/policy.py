@@ -22,6 +22,9 @@ import numbers
 from pathlib import Path
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
+from skyrl_gym.data import check_row_fields
+from skyrl_gym.errors import DataError
+
 ANY_ENV = "*"
 
 # Keys only the operator may set, with what they give access to (named in the refusal).
@@ -288,9 +291,14 @@ def effective_env_config(
 
 def check_row(extras: Optional[Mapping[str, Any]]) -> None:
     """A client's row may set what a client's ``env_config`` may, no more: its ``max_turns`` (at the top or
-    in ``extra_info``, where envs read it) within :data:`MAX_TURNS`. Raises :class:`PolicyError`."""
+    in ``extra_info``, where envs read it) within :data:`MAX_TURNS`; ``reward_spec`` and ``extra_info`` are dicts
+    where present (an env reading a string's keys raised a 500). Raises :class:`PolicyError`."""
     if not extras:
         return
+    try:
+        check_row_fields(extras, "extras")
+    except DataError as exc:
+        raise PolicyError(str(exc)) from None
     where_value = [("extras.max_turns", extras.get("max_turns"))]
     extra_info = extras.get("extra_info")
     if isinstance(extra_info, Mapping):

@@ -129,6 +129,7 @@ def create_app(
 
     from skyrl_gym.errors import DataError, EnvCreationError, MissingRewardSpec, UnregisteredEnv
     from skyrl_gym.registration import make, spec
+    from skyrl_gym.rewards.judge import JudgeError
     from skyrl_gym.remote.policy import (
         MAX_TURNS,
         PolicyError,
@@ -139,8 +140,9 @@ def create_app(
 
     operator = check_operator_config(operator_config or {}, allow_no_isolation)
     # What building an env from a client's row raises when the row is wrong: a 422 naming it, not a 500.
-    # OverflowError: a number no int holds (a seed of 1e400).
-    row_errors = (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError, OverflowError)
+    # OverflowError: a number no int holds (a seed of 1e400). JudgeError: the row asks for a judge that this
+    # server's config does not give (building an env reaches no judge yet).
+    row_errors = (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError, OverflowError, JudgeError)
 
     sessions: Dict[str, Session] = {}
     creating: Dict[str, Tuple[str, "asyncio.Future[Reply]"]] = {}  # by session id: (env id, its build)
@@ -166,15 +168,25 @@ def create_app(
 
     def keep(session: Session, request_id: str, result: Reply) -> None:
         """Keep ``result`` for a retry of ``request_id``, within RESULTS_KEPT per session and max_kept_bytes
-        in all; an answer dropped for the budget leaves a 410 saying so (a retry never runs a call twice)."""
+        in all; an answer dropped for the budget leaves a 410 saying so (a retry never runs a call twice).
+        Past the budget, answers go from the session that keeps the most bytes, its oldest first, never the one
+        just kept: oldest first across sessions let one client's big answers push out another's (a retry of a
+        step already applied then got a 410, and that rollout's reward was lost)."""
         session.results[request_id] = result
-        kept[(session.session_id, request_id)] = len(result[1])
+        newest = (session.session_id, request_id)
+        kept[newest] = len(result[1])
         kept_bytes[0] += len(result[1])
         while len(session.results) > RESULTS_KEPT:
             old_id, _ = session.results.popitem(last=False)
             kept_bytes[0] -= kept.pop((session.session_id, old_id), 0)
         while kept_bytes[0] > max_kept_bytes and len(kept) > 1:
-            (owner_id, old_id), size = kept.popitem(last=False)
+            holdings: Dict[str, int] = {}
+            for (owner_id, old_id), size in kept.items():
+                if (owner_id, old_id) != newest:
+                    holdings[owner_id] = holdings.get(owner_id, 0) + size
+            biggest = max(holdings, key=holdings.__getitem__)  # the first such session on a tie: the oldest
+            owner_id, old_id = next(key for key in kept if key[0] == biggest and key != newest)
+            size = kept.pop((owner_id, old_id))
             kept_bytes[0] -= size
             owner = sessions.get(owner_id)
             if owner is not None and old_id in owner.results:
@@ -260,16 +272,21 @@ def create_app(
         if why:
             raise Refused(*why)
 
+    def parse(raw: bytes) -> Tuple[Dict[str, Any], int]:
+        body = parse_json_object(raw) if raw else {}
+        return body, held_bytes(body)
+
     async def read_json(request: Request) -> Tuple[Dict[str, Any], int]:
         """The body, and what it costs to hold (``held_bytes``: 3 million empty objects are 9 MB on the wire and over
-        1 GB parsed; one emoji makes CPython store a whole string at 4 bytes a character)."""
+        1 GB parsed; one emoji makes CPython store a whole string at 4 bytes a character). Parsed and checked in a
+        thread: on the event loop a 32 MB body of 11 million empty objects held every other client (a health
+        check waited 21 s)."""
         authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            body = parse_json_object(raw) if raw else {}
+            return await asyncio.to_thread(parse, raw)
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
-        return body, held_bytes(body)
 
     def optional_id(body: Dict[str, Any], field: str) -> Optional[str]:
         value = body.get(field)

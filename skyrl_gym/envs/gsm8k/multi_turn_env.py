@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from skyrl_gym.core import StepOutput
-from skyrl_gym.envs._common import clip_action, require_ground_truth
+from skyrl_gym.envs._common import clip_action, require_ground_truth, row_extra_info
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.errors import DataError
 from skyrl_gym.rewards.gsm8k import compute_score, extract_solution
@@ -26,7 +26,7 @@ class GSM8kMultiTurnEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "gsm8k_multi_turn"))
-        extra_info = self.extras.get("extra_info") or {}
+        extra_info = row_extra_info(self.extras, "gsm8k_multi_turn")
         max_turns = self.extras.get("max_turns", extra_info.get("max_turns", 5))
         try:
             self.max_turns = int(max_turns)

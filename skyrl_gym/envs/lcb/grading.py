@@ -82,7 +82,10 @@ def extract_last_code_block(response: str) -> Optional[str]:
 
 def parse_tests(ground_truth: Any) -> List[Dict[str, Any]]:
     """The test list from a row's ground truth (a JSON string or an already parsed list)."""
-    tests = json.loads(ground_truth) if isinstance(ground_truth, (str, bytes)) else ground_truth
+    try:
+        tests = json.loads(ground_truth) if isinstance(ground_truth, (str, bytes)) else ground_truth
+    except RecursionError:
+        raise ValueError("lcb ground_truth nests lists or objects too deep to read") from None
     if not isinstance(tests, list) or not tests:
         raise ValueError("lcb ground_truth must be a non-empty JSON list of tests")
     for index, test in enumerate(tests):
@@ -107,6 +110,8 @@ def _harness_test(test: Dict[str, Any]) -> Dict[str, Any]:
         expected = json.loads(test["output"])
     except (json.JSONDecodeError, TypeError) as exc:
         return broken_test(f"test data is not JSON: {exc}")
+    except RecursionError:
+        return broken_test("test data nests lists or objects too deep to read")
     return call_test(test["metadata"]["func_name"], args, expected)
 
 

@@ -658,3 +658,91 @@ def test_swe_is_served_only_with_the_operators_images(service):
     refused_naming(create(service, "swe", extras=row), "private/credentials:latest", "env_config.images")
     with pytest.raises(PolicyError, match="needs the operator's images"):
         effective_env_config({}, "swe", {})
+
+
+def test_one_clients_big_answers_push_out_its_own_kept_answers_not_another_clients():
+    """Answers kept for retries went oldest first across sessions: a client filling the budget with big answers
+    (an init echoes its prompt) pushed out another client's answer, whose retry of a step already applied then
+    got a 410 and lost that rollout's reward. The session keeping the most bytes now gives way first."""
+    megabyte = 1024 * 1024
+    url, stop = _in_process_server(max_kept_bytes=3 * megabyte, max_body_bytes=2 * megabyte)
+    try:
+        def session():
+            created = requests.post(f"{url}/sessions", json={"env_id": "gsm8k", "extras": GSM8K_ROW}, timeout=30)
+            return created.json()["session_id"]
+
+        victim = session()
+        step = {"action": "#### 72", "request_id": "v1"}
+        first = requests.post(f"{url}/sessions/{victim}/step", json=step, timeout=30)
+        assert first.status_code == 200 and first.json()["output"]["reward"] == 1.0, first.text[:300]
+        attacker = [session() for _ in range(2)]
+        for n in range(8):  # 8 answers of 0.75 MB: twice the budget
+            prompt = [{"role": "user", "content": "p" * (3 * megabyte // 4)}]
+            body = {"prompt": prompt, "request_id": f"a{n}"}
+            answer = requests.post(f"{url}/sessions/{attacker[n % 2]}/init", json=body, timeout=30)
+            assert answer.status_code == 200, answer.text[:300]
+        health = requests.get(f"{url}/health", timeout=10).json()
+        assert health["kept_answer_bytes"] <= 3 * megabyte, health
+        retried = requests.post(f"{url}/sessions/{victim}/step", json=step, timeout=30)
+        assert retried.status_code == 200 and retried.content == first.content, retried.text[:300]
+        dropped = requests.post(f"{url}/sessions/{attacker[0]}/init", json={"prompt": [], "request_id": "a0"},
+                                timeout=30)
+        assert dropped.status_code == 410 and "applied once" in dropped.json()["error"], dropped.text[:300]
+    finally:
+        stop()
+
+
+def test_a_body_is_parsed_and_counted_off_the_event_loop(monkeypatch):
+    """The checks of a body (its depth, its lone surrogates, what it holds) ran on the event loop: a 32 MB body of
+    11 million empty objects held every other client for 21 s. Here the count of one body waits until a health
+    check has been answered, which only a count off the event loop lets happen."""
+    from skygym_sandboxes import http_bodies
+
+    counting, answered = threading.Event(), threading.Event()
+    real = http_bodies.held_bytes
+
+    def held_bytes_after_health(value):
+        counting.set()
+        assert answered.wait(30), "the health check was not answered while a body was being counted"
+        return real(value)
+
+    monkeypatch.setattr(http_bodies, "held_bytes", held_bytes_after_health)
+    url, stop = _in_process_server()
+    try:
+        results = []
+        sent = threading.Thread(target=lambda: results.append(requests.post(
+            f"{url}/sessions", json={"env_id": "gsm8k", "extras": GSM8K_ROW}, timeout=60)))
+        sent.start()
+        assert counting.wait(30)
+        health = requests.get(f"{url}/health", timeout=20)
+        answered.set()
+        sent.join(60)
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert results and results[0].status_code == 200, results and results[0].text[:300]
+    finally:
+        answered.set()
+        stop()
+
+
+@pytest.mark.parametrize("extras, named", [
+    ({**GSM8K_ROW, "extra_info": "not a dict"}, "extra_info"),
+    ({"reward_spec": "72"}, "reward_spec"),
+])
+def test_row_fields_envs_read_as_dicts_are_a_422_when_they_are_not(service, extras, named):
+    for env_id in ("gsm8k", "gsm8k_multi_turn", "multiply"):
+        refused_naming(create(service, env_id, None, extras), named)
+    assert service.health()["status"] == "ok"
+
+
+def test_a_test_list_nested_past_what_json_reads_and_a_judge_the_server_lacks_are_422s():
+    url, stop = _in_process_server()  # no judge configured
+    try:
+        deep = requests.post(f"{url}/sessions", json={"env_id": "lcb", "extras": {
+            "reward_spec": {"ground_truth": "[" * 100_000}}}, timeout=30)
+        assert deep.status_code == 422 and "too deep" in deep.json()["error"], deep.text[:300]
+        judged = requests.post(f"{url}/sessions", json={"env_id": "gsm8k", "extras": {
+            "reward_spec": {"method": "judge", "ground_truth": "72"}}}, timeout=30)
+        assert judged.status_code == 422 and "no judge endpoint is configured" in judged.json()["error"], \
+            judged.text[:300]
+    finally:
+        stop()
