@@ -4,21 +4,42 @@ Entries are generated in chunks of :data:`CHUNK` (reasoning-gym's own reseeding 
 split is item ``i % CHUNK`` of the dataset seeded ``base + i // CHUNK``, where ``base`` derives from the
 row seed and the split. So an entry depends only on ``(seed, split, i)`` and the settings, never on how
 many rows were asked for (some reasoning-gym datasets, e.g. ``acre``, generate all items of a size up front).
+
+Settings come from rows and from serve-env's clients, and reasoning-gym checks little of them: a 200-byte
+request for ``rotate_matrix`` with ``min_n = max_n = 20000`` would build a 400-million-cell question (16 GB)
+on the caller's thread. Settings that raise a number above its default's size, or change anything else, are
+first tried in a child process (:func:`vet`: the dataset built and :data:`VET_ITEMS` entries generated, within
+:data:`VET_S` seconds, :data:`VET_MEMORY_BYTES` of memory and questions of at most :data:`MAX_QUESTION_CHARS`
+characters), once per process and settings; reasoning-gym's defaults, and settings that only lower numbers,
+are not.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import dataclasses
 import functools
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
+import threading
 from typing import Any, Dict, Mapping, Optional
 
 from skygym_contrib.reasoning_gym.names import COMPOSITE_DEFAULT, DATASETS
 
 CHUNK = 500
+VET_ITEMS = 8
+"""Entries the child process of :func:`vet` generates (datasets draw each entry's size within the settings' range:
+eight draws meet its upper part)."""
+VET_S = 60.0
+VET_MEMORY_BYTES = 2 << 30
+MAX_QUESTION_CHARS = 200_000
+"""A longer question (or answer) is no training row: it would not fit any model's context."""
+VETS_AT_ONCE = 2
 
 
 class SettingsError(ValueError):
@@ -73,7 +94,16 @@ def check_name(name: str) -> None:
 
 @functools.lru_cache(maxsize=64)
 def dataset(name: str, settings: str, seed: int) -> Any:
-    """The reasoning-gym dataset ``name`` with ``settings`` (JSON of config fields) and ``seed``; cached."""
+    """The reasoning-gym dataset ``name`` with ``settings`` (JSON of config fields) and ``seed``; cached. Settings
+    that could cost more than reasoning-gym's defaults are vetted first (:func:`vet`)."""
+    built = _build(name, settings, seed, construct=False)  # the settings' own errors first, named
+    if not _within_defaults(name, json.loads(settings)):
+        vet(name, settings)
+    return built()
+
+
+def _build(name: str, settings: str, seed: int, construct: bool = True) -> Any:
+    """The dataset, or (``construct=False``) the settings checked and a function that builds it."""
     check_name(name)
     try:
         from reasoning_gym.factory import DATASETS as RG_DATASETS
@@ -94,12 +124,139 @@ def dataset(name: str, settings: str, seed: int) -> Any:
         from reasoning_gym.composite import DatasetSpec
 
         config["datasets"] = [DatasetSpec(**spec) for spec in config.get("datasets") or COMPOSITE_DEFAULT]
+
+    def rejected(exc: Exception) -> SettingsError:
+        why = str(exc) or type(exc).__name__
+        return SettingsError(f"reasoning-gym rejected the settings {settings} of {name!r}: {why}")
+
     try:
         built = config_cls(**config, seed=seed, size=CHUNK)
-        return dataset_cls(config=built)
     except (AssertionError, ValueError, TypeError) as exc:
-        why = str(exc) or type(exc).__name__
-        raise SettingsError(f"reasoning-gym rejected the settings {settings} of {name!r}: {why}") from exc
+        raise rejected(exc) from exc
+
+    def construct_dataset() -> Any:
+        try:
+            return dataset_cls(config=built)
+        except (AssertionError, ValueError, TypeError) as exc:
+            raise rejected(exc) from exc
+
+    return construct_dataset() if construct else construct_dataset
+
+
+def _within_defaults(name: str, config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` changes nothing of reasoning-gym's defaults for ``name`` but to lower the size of
+    numbers (a smaller grid, fewer terms): such settings cost no more than the defaults."""
+    from reasoning_gym.factory import DATASETS as RG_DATASETS
+
+    defaults = {}
+    for field in dataclasses.fields(RG_DATASETS[name][1]):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            defaults[field.name] = field.default_factory()  # type: ignore[misc]
+    for key, value in config.items():
+        default = defaults.get(key, dataclasses.MISSING)
+        if value == default and type(value) is type(default):
+            continue
+        numbers = (int, float)
+        if (isinstance(value, numbers) and isinstance(default, numbers) and not isinstance(value, bool)
+                and not isinstance(default, bool) and abs(value) <= abs(default)):
+            continue
+        return False
+    return True
+
+
+_vetted: "collections.OrderedDict[tuple, Optional[str]]" = collections.OrderedDict()  # settings -> None or refusal
+_vetting: Dict[tuple, threading.Event] = {}  # settings being vetted now -> set when done
+_vet_lock = threading.Lock()
+_vet_slots = threading.BoundedSemaphore(VETS_AT_ONCE)
+
+
+def vet(name: str, settings: str) -> None:
+    """Build ``name`` with ``settings`` and generate :data:`VET_ITEMS` entries in a child process under
+    :data:`VET_S` seconds and :data:`VET_MEMORY_BYTES`, or raise :class:`SettingsError` saying which bound they
+    passed. The verdict is remembered; callers with the same settings wait for the one child; at most
+    :data:`VETS_AT_ONCE` children run at a time, and a caller that waits longer than two vets for one is refused
+    (a server's clients cannot hold its threads for longer by sending ever new settings)."""
+    key = (name, settings)
+    while True:
+        with _vet_lock:
+            if key in _vetted:
+                refusal = _vetted[key]
+                if refusal:
+                    raise SettingsError(refusal)
+                return
+            running = _vetting.get(key)
+            if running is None:
+                _vetting[key] = threading.Event()
+                break
+        running.wait(VET_S + 10)
+    refusal = None
+    try:
+        if not _vet_slots.acquire(timeout=2 * VET_S):
+            raise SettingsError(f"reasoning-gym dataset {name!r}: other settings are being tried (at most "
+                                f"{VETS_AT_ONCE} at a time, each up to {VET_S:g} s); try again later")
+        try:
+            refusal = _vet_in_child_process(name, settings)
+        finally:
+            _vet_slots.release()
+        with _vet_lock:
+            _vetted[key] = refusal
+            while len(_vetted) > 1024:
+                _vetted.popitem(last=False)
+    finally:
+        with _vet_lock:
+            _vetting.pop(key).set()
+    if refusal:
+        raise SettingsError(refusal)
+
+
+def _vet_in_child_process(name: str, settings: str) -> Optional[str]:
+    """None where ``settings`` stayed within the bounds in the child, else the refusal."""
+    command = [sys.executable, "-m", __name__, name, settings, str(VET_ITEMS), str(VET_MEMORY_BYTES),
+               str(MAX_QUESTION_CHARS)]
+    # -m puts the working folder first on the child's path: the interpreter's own folder, not the caller's
+    folder = os.path.dirname(os.path.abspath(sys.executable))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=VET_S, cwd=folder)
+    except subprocess.TimeoutExpired:
+        return (f"reasoning-gym dataset {name!r}: the settings {settings[:300]} took more than {VET_S:g} s to "
+                f"generate {VET_ITEMS} entries; lower them")
+    if done.returncode == 0:
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    why = lines[-1] if lines else f"the child process exited with status {done.returncode}"
+    return f"reasoning-gym dataset {name!r}: the settings {settings[:300]} were refused: {why[:500]}"
+
+
+def _vet_in_child(name: str, settings: str, items: int, memory_bytes: int, max_chars: int) -> int:
+    """The child of :func:`vet`: its memory capped, build the dataset and generate the entries; exit status 0
+    when they stay within the bounds, else 1 with the reason on stderr's last line."""
+    import resource
+
+    from reasoning_gym.factory import DATASETS as RG_DATASETS  # noqa: F401  (its memory is not the settings')
+
+    with open("/proc/self/statm") as handle:  # what Python and reasoning-gym's imports already mapped, plus the cap
+        mapped = int(handle.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_bytes, mapped + memory_bytes))
+    try:
+        built = _build(name, settings, seed=0)
+        for index in range(items):
+            item = built[index]
+            for field in ("question", "answer"):
+                size = len(str(item.get(field) or ""))
+                if size > max_chars:
+                    print(f"entry {index}'s {field} is {size:,} characters long; at most {max_chars:,} are allowed "
+                          "(no model's context holds more); lower the settings", file=sys.stderr)
+                    return 1
+    except MemoryError:
+        print(f"generating {items} entries needs more than {memory_bytes >> 20:,} MiB of memory; lower the "
+              "settings", file=sys.stderr)
+        return 1
+    except SettingsError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    return 0
 
 
 def entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
@@ -127,3 +284,7 @@ def version() -> Optional[str]:
         return dist_version("reasoning-gym")
     except Exception:
         return None
+
+
+if __name__ == "__main__":  # the child process of vet()
+    sys.exit(_vet_in_child(sys.argv[1], sys.argv[2], *(int(arg) for arg in sys.argv[3:6])))

@@ -224,3 +224,48 @@ def test_a_setting_that_names_a_file_outside_the_package_is_refused_unread(where
     env = skyrl_gym.make("reasoning_gym/spell_backward", extras=row_extras(shipped))
     env.init(shipped["prompt"])
     assert env.step(f"<answer>{shipped['reward_spec']['ground_truth']}</answer>")["reward"] == 1.0
+
+
+def test_settings_that_would_build_a_huge_question_are_refused_after_a_bounded_try():
+    """reasoning-gym checks little of its settings, which rows and serve-env's clients choose: rotate_matrix with
+    min_n = max_n = 20000 built a 400-million-cell question on the caller's thread (8 minutes here, and memory
+    to match). Settings above the defaults are first tried in a child process with bounds."""
+    settings = {"min_n": 1500, "max_n": 1500}  # a 4.5-million-character question
+    with pytest.raises(DataError, match=r"question is 4,500,\d+ characters long; at most 200,000"):
+        skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": settings})
+    row = datasets.build_rows("reasoning_gym/rotate_matrix", size=1, seed=0)[0]
+    hostile = dict(row, reward_spec=dict(row["reward_spec"], settings=settings))
+    with pytest.raises(DataError, match="at most 200,000"):  # a row's settings: the refusal was remembered
+        skyrl_gym.make("reasoning_gym/rotate_matrix", extras=row_extras(hostile))
+    with pytest.raises(ValueError, match="at most 200,000"):
+        datasets.build_rows("reasoning_gym/rotate_matrix", size=1, seed=0, **settings)
+
+
+def test_the_try_is_bounded_in_time_and_memory(monkeypatch):
+    from skygym_contrib.reasoning_gym import generate
+
+    monkeypatch.setattr(generate, "VET_S", 2.0)
+    with pytest.raises(generate.SettingsError, match="took more than 2 s to generate 8 entries"):
+        generate.vet("rotate_matrix", '{"max_n": 20000, "min_n": 20000}')
+    monkeypatch.setattr(generate, "VET_MEMORY_BYTES", 64 << 20)
+    monkeypatch.setattr(generate, "MAX_QUESTION_CHARS", 10**9)
+    monkeypatch.setattr(generate, "VET_S", 60.0)
+    with pytest.raises(generate.SettingsError, match="needs more than 64 MiB of memory"):
+        generate.vet("rotate_matrix", '{"max_n": 1900, "min_n": 1900}')
+
+
+def test_only_settings_that_could_cost_more_than_the_defaults_are_tried_and_each_once(monkeypatch):
+    from skygym_contrib.reasoning_gym import generate
+
+    tried = []
+    real = generate._vet_in_child_process
+    monkeypatch.setattr(generate, "_vet_in_child_process", lambda *a: tried.append(a) or real(*a))
+    generate.dataset.cache_clear()
+    skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"min_n": 2, "max_n": 4}})  # lower
+    skyrl_gym.make("reasoning_gym/gcd", env_config={"settings": {"max_value": 50}})
+    assert tried == []
+    for index in range(3):  # above the default max_n of 10: tried once
+        skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"max_n": 12}, "index": index})
+    assert tried == [("rotate_matrix", '{"max_n": 12}')]
+    assert not generate._within_defaults("rotate_matrix", {"max_n": -100})  # a larger size, negative or not
+    assert not generate._within_defaults("rotate_matrix", {"max_n": 5.5e10})

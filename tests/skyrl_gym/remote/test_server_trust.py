@@ -746,3 +746,13 @@ def test_a_test_list_nested_past_what_json_reads_and_a_judge_the_server_lacks_ar
             judged.text[:300]
     finally:
         stop()
+
+
+def test_generator_settings_that_would_build_a_huge_question_are_a_422(service):
+    """Two 200-byte creates of rotate_matrix (n = 1500 and 1200) grew the server from 57 to 290 MB, and n = 20000
+    would have taken 16 GB on one of its threads (an attacker's pass): settings above the defaults are tried
+    first in a bounded child process."""
+    pytest.importorskip("reasoning_gym", reason="the env is a reasoning_gym one: pip install 'skyrl-gym[reasoning-gym]'")
+    settings = {"settings": {"min_n": 1500, "max_n": 1500}}
+    refused_naming(create(service, "reasoning_gym/rotate_matrix", settings), "at most 200,000")
+    assert create(service, "reasoning_gym/rotate_matrix", {"settings": {"max_n": 6}}).status_code == 200
