@@ -291,11 +291,10 @@ def create_app(
             return refused_answer
         try:
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            body = parse_json_object(raw)
+            # parsed and read in a thread: on the event loop a body of millions of tiny files held every client
+            run_request = await asyncio.to_thread(lambda: request_from_body(parse_json_object(raw), sandbox.limits))
         except BodyError as exc:
             return refuse(exc.status, exc.message)
-        try:
-            run_request = request_from_body(body, sandbox.limits)
         except BadRequest as exc:
             return refuse(422, f"bad request: {exc}")
         if state["waiting"] >= max_queue:
