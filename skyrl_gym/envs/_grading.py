@@ -195,7 +195,8 @@ def run_harness(sandbox: Sandbox, job: Dict[str, Any], tests: int, limits: Limit
 
     ``limits.wall_s`` and ``limits.cpu_s`` are per test: the harness enforces the wall time of each
     test itself and gives each candidate process the CPU time; the run as a whole gets the sum plus
-    the harness's own start-up.
+    the harness's own start-up, or, where ``job["total_timeout"]`` is set, that budget plus one test's time
+    (the harness starts no test once the budget is spent).
     """
     per_test = float(limits.wall_s or 10.0)
     nonce = "\x1eskyrl-verdict-" + secrets.token_hex(16) + ":"
@@ -206,7 +207,10 @@ def run_harness(sandbox: Sandbox, job: Dict[str, Any], tests: int, limits: Limit
         output_bytes=limits.output_bytes or 1_000_000,
         startup_s=RUNNER_STARTUP_S,
     )
-    total = per_test * max(tests, 1) + HARNESS_OVERHEAD_S
+    total = per_test * max(tests, 1)
+    if job.get("total_timeout"):
+        total = min(total, float(job["total_timeout"]) + per_test)
+    total += HARNESS_OVERHEAD_S
     run_limits = limits.replace(wall_s=total, cpu_s=total)
     request = RunRequest(code=BOOTSTRAP, stdin=json.dumps(payload), files=dict(CODE_FILES), limits=run_limits)
     result = sandbox.run(request)
@@ -238,15 +242,18 @@ def grade_tests(
     limits: Limits,
     preamble: str = "",
     stop_on_first_failure: bool = True,
+    total_timeout: Optional[float] = None,
 ) -> GradeResult:
     """Grade ``code`` (after ``preamble``) on ``tests`` built by :func:`stdin_test` / :func:`call_test`;
-    each test runs in a fresh candidate process with ``limits.wall_s`` seconds."""
+    each test runs in a fresh candidate process with ``limits.wall_s`` seconds; with ``total_timeout``, no test
+    starts once the tests have taken that many seconds in all (those left are a ``timeout``)."""
     job = {
         "mode": "tests",
         "code": code,
         "preamble": preamble,
         "stop_on_first_failure": stop_on_first_failure,
         "tests": list(tests),
+        "total_timeout": total_timeout,
     }
     return run_harness(sandbox, job, len(tests), limits)
 

@@ -925,7 +925,16 @@ class Harness:
     def run_tests(self, run_one):
         results = []
         tests = self.payload["tests"]
+        budget = self.payload.get("total_timeout")
+        deadline = time.monotonic() + float(budget) if budget else None
         for index, test in enumerate(tests):
+            if deadline is not None and time.monotonic() >= deadline:
+                results.extend(
+                    {"index": i, "verdict": "timeout", "wall_time_s": 0.0,
+                     "detail": "not run: the tests' time in all (%ss) was spent" % budget}
+                    for i in range(index, len(tests))
+                )
+                break
             verdict, detail, elapsed = run_one(test)
             results.append(
                 {"index": index, "verdict": verdict, "detail": detail, "wall_time_s": round(elapsed, 6)}

@@ -72,6 +72,8 @@ class Rule:
             unit = "a whole number" if self.whole else "a number"
             if self.ceiling is not None:
                 return f"{unit} > 0, at most the operator's value (default ceiling {self.ceiling:g})"
+            if env_default is None:  # the env bounds nothing by default: only an operator's value lets a client set it
+                return f"{unit} > 0, at most the operator's value (none set: a client may not set it)"
             default = f"the env's default, {env_default:g}"
             return f"{unit} > 0, at most the operator's value (default ceiling: {default})"
         if self.kind == "range":
@@ -183,6 +185,7 @@ CLIENT_KEYS: Dict[str, Dict[str, Rule]] = {
         "timeout": _ceiling("seconds per test"),
         "memory_mb": _ceiling("memory of a test run (MB)", whole=True),
         "stop_on_first_failure": Rule("flag", "stop at the first failing test"),
+        "total_timeout": _ceiling("seconds for all tests of a response"),
     },
     "search": dict(_SEARCH),
     "searchcode": {**_SEARCH, "python_timeout": _ceiling("seconds per Python call")},

@@ -23,14 +23,15 @@ class LCBEnv(BaseTextEnv):
     """Single turn: reward 1.0 when the last fenced code block passes every test, else 0.0.
 
     ``env_config``: ``sandbox`` (backend and options, see ``docs/sandboxes.md``), ``timeout``
-    (seconds per test), ``memory_mb``, ``stop_on_first_failure`` (default true).
+    (seconds per test), ``memory_mb``, ``stop_on_first_failure`` (default true), ``total_timeout`` (seconds for
+    all tests of a response; default none: a row of N tests may take N times ``timeout``).
     ``metadata``: ``parsed_code``, ``tests`` (one verdict per test), ``num_passed``, and ``reason``
     whenever the reward is 0.0.
     """
 
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
     config_defaults = {"timeout": DEFAULT_TEST_TIMEOUT_S, "memory_mb": DEFAULT_MEMORY_MB, "stop_on_first_failure": True,
-                       "sandbox": None}
+                       "sandbox": None, "total_timeout": None}
 
     def __init__(
         self,
@@ -52,6 +53,12 @@ class LCBEnv(BaseTextEnv):
             memory_mb=config_number(config, "memory_mb", self.config_defaults["memory_mb"], "lcb", int),
         )
         self.stop_on_first_failure = bool(config.get("stop_on_first_failure", self.config_defaults["stop_on_first_failure"]))
+        self.total_timeout = None
+        if config.get("total_timeout") is not None:
+            self.total_timeout = config_number(config, "total_timeout", None, "lcb")
+            if not 0 < self.total_timeout < float("inf"):
+                raise ValueError(f"env 'lcb': env_config.total_timeout must be a number of seconds above 0, got "
+                                 f"{config['total_timeout']!r}")
         self._sandbox = sandbox
         self._config = env_config
 
@@ -70,7 +77,7 @@ class LCBEnv(BaseTextEnv):
         if code is None:
             metadata["reason"] = "no fenced code block in the response"
             return StepOutput(observations=[], reward=0.0, done=True, metadata=metadata)
-        result = grade(self.sandbox, code, self.tests, self.limits, self.stop_on_first_failure)
+        result = grade(self.sandbox, code, self.tests, self.limits, self.stop_on_first_failure, self.total_timeout)
         metadata["tests"] = [verdict.to_dict() for verdict in result.verdicts]
         metadata["num_passed"] = result.num_passed
         if not result.passed:

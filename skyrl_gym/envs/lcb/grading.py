@@ -121,8 +121,10 @@ def grade(
     tests: Sequence[Dict[str, Any]],
     limits: Limits,
     stop_on_first_failure: bool = True,
+    total_timeout: Optional[float] = None,
 ) -> GradeResult:
     """Grade ``code`` against ``tests`` in one sandboxed run of the trusted harness (see
-    :mod:`skyrl_gym.envs._grading`); ``limits.wall_s`` is per test."""
+    :mod:`skyrl_gym.envs._grading`); ``limits.wall_s`` is per test, ``total_timeout`` (None: no bound but the
+    tests' own) for them all."""
     harness_tests = [_harness_test(test) for test in tests]
-    return grade_tests(sandbox, code, harness_tests, limits, PREAMBLE, stop_on_first_failure)
+    return grade_tests(sandbox, code, harness_tests, limits, PREAMBLE, stop_on_first_failure, total_timeout)

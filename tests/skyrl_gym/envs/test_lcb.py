@@ -186,3 +186,18 @@ def test_livecodebench_problems_become_rows_that_grade(tmp_path):
     assert "class Solution" in rows[1]["prompt"][0]["content"]
     answer = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        return a + b"
     assert functional_env.step(fenced(answer))["reward"] == 1.0
+
+
+def test_an_operators_total_timeout_bounds_the_grading_of_a_response():
+    """Each test gets the per-test ``timeout``, so a row of N tests graded for N times it (a served row of 20,000
+    slow-but-passing tests: 33 hours); ``total_timeout`` starts no test once the tests have taken that long."""
+    tests = json.dumps([{"input": "", "output": "1\n", "testtype": "stdin"}] * 4)
+    code = "import time\ntime.sleep(0.6)\nprint(1)"
+    assert make(tests).step(fenced(code))["reward"] == 1.0  # no bound by default (SkyRL-gym's rewards)
+    output = make(tests, total_timeout=1.0).step(fenced(code))
+    verdicts = [test["verdict"] for test in output["metadata"]["tests"]]
+    assert output["reward"] == 0.0 and verdicts[:2] == ["passed", "passed"] and verdicts[2:] == ["timeout"] * 2
+    assert "the tests' time in all (1.0s) was spent" in output["metadata"]["reason"]
+    for bad in (0, -1, "soon"):
+        with pytest.raises(ValueError, match="total_timeout"):
+            make(tests, total_timeout=bad)

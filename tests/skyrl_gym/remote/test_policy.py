@@ -115,7 +115,16 @@ def test_a_ceiling_is_the_envs_own_default_written_once():
         defaults = getattr(spec(env_id).load_entry_point(), "config_defaults", {})
         operator = {env_id: {"db_path": "/srv/data", "images": ["skyrl-gym-swe-"]}}  # what servers need for sql, swe
         for key, rule in rules.items():
-            if rule.kind == "ceiling" and rule.ceiling is None:
+            if rule.kind == "ceiling" and rule.ceiling is None and key in defaults and defaults[key] is None:
+                # unbounded unless the operator bounds it (lcb's total_timeout): a client may only lower that bound
+                with pytest.raises(PolicyError, match=f"env_config.{key} has no ceiling on this server"):
+                    effective_env_config(operator, env_id, {key: 10})
+                bounded = {env_id: {**operator[env_id], key: 30}}
+                assert effective_env_config(bounded, env_id, {key: 10})[key] == 10
+                assert effective_env_config(bounded, env_id, {})[key] == 30
+                with pytest.raises(PolicyError, match="above this server's ceiling of 30"):
+                    effective_env_config(bounded, env_id, {key: 60})
+            elif rule.kind == "ceiling" and rule.ceiling is None:
                 assert isinstance(defaults.get(key), (int, float)), f"{env_id}: no default for {key}"
                 default = defaults[key]
                 assert effective_env_config(operator, env_id, {key: default})[key] == default
