@@ -212,13 +212,13 @@ def vet(name: str, settings: str) -> None:
 
 
 def _vet_in_child_process(name: str, settings: str) -> Optional[str]:
-    """None where ``settings`` stayed within the bounds in the child, else the refusal."""
-    command = [sys.executable, "-m", __name__, name, settings, str(VET_ITEMS), str(VET_MEMORY_BYTES),
-               str(MAX_QUESTION_CHARS)]
+    """None where ``settings`` stayed within the bounds in the child, else the refusal. The settings go on the
+    child's stdin: an argument holds at most 128 KiB."""
+    command = [sys.executable, "-m", __name__, name, str(VET_ITEMS), str(VET_MEMORY_BYTES), str(MAX_QUESTION_CHARS)]
     # -m puts the working folder first on the child's path: the interpreter's own folder, not the caller's
     folder = os.path.dirname(os.path.abspath(sys.executable))
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=VET_S, cwd=folder)
+        done = subprocess.run(command, input=settings, capture_output=True, text=True, timeout=VET_S, cwd=folder)
     except subprocess.TimeoutExpired:
         return (f"reasoning-gym dataset {name!r}: the settings {settings[:300]} took more than {VET_S:g} s to "
                 f"generate {VET_ITEMS} entries; lower them")
@@ -287,4 +287,4 @@ def version() -> Optional[str]:
 
 
 if __name__ == "__main__":  # the child process of vet()
-    sys.exit(_vet_in_child(sys.argv[1], sys.argv[2], *(int(arg) for arg in sys.argv[3:6])))
+    sys.exit(_vet_in_child(sys.argv[1], sys.stdin.read(), *(int(arg) for arg in sys.argv[2:5])))

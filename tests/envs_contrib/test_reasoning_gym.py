@@ -269,3 +269,15 @@ def test_only_settings_that_could_cost_more_than_the_defaults_are_tried_and_each
     assert tried == [("rotate_matrix", '{"max_n": 12}')]
     assert not generate._within_defaults("rotate_matrix", {"max_n": -100})  # a larger size, negative or not
     assert not generate._within_defaults("rotate_matrix", {"max_n": 5.5e10})
+
+
+def test_settings_longer_than_an_argument_can_hold_are_tried_too():
+    """The child got the settings as an argument, which holds at most 128 KiB: a longer settings object (a
+    composite of many datasets) raised OSError ("Argument list too long") out of the env's constructor."""
+    from skygym_contrib.reasoning_gym import generate
+
+    spec = {"name": "chain_sum", "weight": 1.0, "config": {"max_terms": 4}}
+    settings = generate.settings_json({"datasets": [dict(spec, name=name) for name in ["chain_sum"] * 3000]})
+    assert len(settings) > 128 * 1024
+    with pytest.raises(generate.SettingsError, match="reasoning-gym"):  # composite refuses repeated names
+        generate.vet("composite", settings)
