@@ -27,6 +27,7 @@ from skygym_sandboxes.http_bodies import (
     CLIENT_TIMEOUT_S,
     NO_PUBLIC_DOCS,
     BodyError,
+    BodyParsers,
     guarded_http_protocol,
     is_loopback,
     parse_json_object,
@@ -285,14 +286,17 @@ def create_app(
             **state,
         }
 
+    parsers = BodyParsers()
+
     @app.post("/run_code")
     async def run_code(request: Request) -> Any:
         if (refused_answer := refused(request)) is not None:
             return refused_answer
         try:
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            # parsed and read in a thread: on the event loop a body of millions of tiny files held every client
-            run_request = await asyncio.to_thread(lambda: request_from_body(parse_json_object(raw), sandbox.limits))
+            # parsed and read in a thread (BodyParsers): on the event loop a body of millions of tiny files held
+            # every client
+            run_request = await parsers.run(lambda: request_from_body(parse_json_object(raw), sandbox.limits))
         except BodyError as exc:
             return refuse(exc.status, exc.message)
         except BadRequest as exc:

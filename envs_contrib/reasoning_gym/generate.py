@@ -7,11 +7,10 @@ many rows were asked for (some reasoning-gym datasets, e.g. ``acre``, generate a
 
 Settings come from rows and from serve-env's clients, and reasoning-gym checks little of them: a 200-byte
 request for ``rotate_matrix`` with ``min_n = max_n = 20000`` would build a 400-million-cell question (16 GB)
-on the caller's thread. Settings that raise a number above its default's size, or change anything else, are
-first tried in a child process (:func:`vet`: the dataset built and :data:`VET_ITEMS` entries generated, within
-:data:`VET_S` seconds, :data:`VET_MEMORY_BYTES` of memory and questions of at most :data:`MAX_QUESTION_CHARS`
-characters), once per process and settings; reasoning-gym's defaults, and settings that only lower numbers,
-are not.
+on the caller's thread, and ``puzzle24`` with ``max_value=1`` draws for ever. Settings other than reasoning-gym's
+defaults are first tried in a child process (:func:`vet`: the dataset built and :data:`VET_ITEMS` entries
+generated, within :data:`VET_S` seconds, :data:`VET_MEMORY_BYTES` of memory and questions of at most
+:data:`MAX_QUESTION_CHARS` characters), once per process and settings, a composite's each component on its own.
 """
 
 from __future__ import annotations
@@ -27,7 +26,8 @@ import re
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, Mapping, Optional
+import time
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from skygym_contrib.reasoning_gym.names import COMPOSITE_DEFAULT, DATASETS
 
@@ -95,11 +95,21 @@ def check_name(name: str) -> None:
 @functools.lru_cache(maxsize=64)
 def dataset(name: str, settings: str, seed: int) -> Any:
     """The reasoning-gym dataset ``name`` with ``settings`` (JSON of config fields) and ``seed``; cached. Settings
-    that could cost more than reasoning-gym's defaults are vetted first (:func:`vet`)."""
+    other than reasoning-gym's defaults are vetted first (:func:`vet`), a composite's each component on its own."""
     built = _build(name, settings, seed, construct=False)  # the settings' own errors first, named
-    if not _within_defaults(name, json.loads(settings)):
-        vet(name, settings)
+    for part, part_settings in _parts(name, json.loads(settings)):
+        if not _is_default(part, part_settings):
+            vet(part, settings_json(part_settings))
     return built()
+
+
+def _parts(name: str, config: Mapping[str, Any]) -> list:
+    """``(dataset, settings)`` of what ``name`` generates from: a composite's components, each vetted on its own (a
+    component of small weight would hide among the entries a try of the whole composite draws)."""
+    if name != "composite":
+        return [(name, config)]
+    specs = config.get("datasets") or COMPOSITE_DEFAULT
+    return [(str(spec.get("name")), dict(spec.get("config") or {})) for spec in specs if isinstance(spec, Mapping)]
 
 
 def _build(name: str, settings: str, seed: int, construct: bool = True) -> Any:
@@ -143,27 +153,22 @@ def _build(name: str, settings: str, seed: int, construct: bool = True) -> Any:
     return construct_dataset() if construct else construct_dataset
 
 
-def _within_defaults(name: str, config: Mapping[str, Any]) -> bool:
-    """Whether ``config`` changes nothing of reasoning-gym's defaults for ``name`` but to lower the size of
-    numbers (a smaller grid, fewer terms): such settings cost no more than the defaults."""
+def _is_default(name: str, config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` sets each field to reasoning-gym's own default for ``name``. Any other value is vetted, a
+    smaller number too: some generators draw until a condition holds, which a small value can make impossible
+    (puzzle24 with ``max_value=1`` looks for ever for four numbers that make 24)."""
     from reasoning_gym.factory import DATASETS as RG_DATASETS
 
+    if name not in RG_DATASETS:
+        return False
     defaults = {}
     for field in dataclasses.fields(RG_DATASETS[name][1]):
         if field.default is not dataclasses.MISSING:
             defaults[field.name] = field.default
         elif field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
             defaults[field.name] = field.default_factory()  # type: ignore[misc]
-    for key, value in config.items():
-        default = defaults.get(key, dataclasses.MISSING)
-        if value == default and type(value) is type(default):
-            continue
-        numbers = (int, float)
-        if (isinstance(value, numbers) and isinstance(default, numbers) and not isinstance(value, bool)
-                and not isinstance(default, bool) and abs(value) <= abs(default)):
-            continue
-        return False
-    return True
+    return all(key in defaults and value == defaults[key] and type(value) is type(defaults[key])
+               for key, value in config.items())
 
 
 _vetted: "collections.OrderedDict[tuple, Optional[str]]" = collections.OrderedDict()  # settings -> None or refusal
@@ -175,10 +180,12 @@ _vet_slots = threading.BoundedSemaphore(VETS_AT_ONCE)
 def vet(name: str, settings: str) -> None:
     """Build ``name`` with ``settings`` and generate :data:`VET_ITEMS` entries in a child process under
     :data:`VET_S` seconds and :data:`VET_MEMORY_BYTES`, or raise :class:`SettingsError` saying which bound they
-    passed. The verdict is remembered; callers with the same settings wait for the one child; at most
-    :data:`VETS_AT_ONCE` children run at a time, and a caller that waits longer than two vets for one is refused
-    (a server's clients cannot hold its threads for longer by sending ever new settings)."""
+    passed. A verdict is remembered (a time-out only while it is the latest: a busy machine can cause one);
+    callers with the same settings wait for the one child; at most :data:`VETS_AT_ONCE` children run at a time,
+    and a caller waits at most three tries' time in all, then is refused (a server's clients cannot hold its
+    threads for longer by sending ever new settings)."""
     key = (name, settings)
+    deadline = time.monotonic() + 3 * VET_S
     while True:
         with _vet_lock:
             if key in _vetted:
@@ -190,18 +197,18 @@ def vet(name: str, settings: str) -> None:
             if running is None:
                 _vetting[key] = threading.Event()
                 break
-        running.wait(VET_S + 10)
-    refusal = None
+        if not running.wait(max(0.0, deadline - time.monotonic())):
+            raise _busy(name)
     try:
-        if not _vet_slots.acquire(timeout=2 * VET_S):
-            raise SettingsError(f"reasoning-gym dataset {name!r}: other settings are being tried (at most "
-                                f"{VETS_AT_ONCE} at a time, each up to {VET_S:g} s); try again later")
+        if not _vet_slots.acquire(timeout=max(0.0, deadline - time.monotonic() - VET_S)):
+            raise _busy(name)
         try:
-            refusal = _vet_in_child_process(name, settings)
+            refusal, lasting = _vet_in_child_process(name, settings)
         finally:
             _vet_slots.release()
         with _vet_lock:
-            _vetted[key] = refusal
+            if lasting:
+                _vetted[key] = refusal
             while len(_vetted) > 1024:
                 _vetted.popitem(last=False)
     finally:
@@ -211,9 +218,14 @@ def vet(name: str, settings: str) -> None:
         raise SettingsError(refusal)
 
 
-def _vet_in_child_process(name: str, settings: str) -> Optional[str]:
-    """None where ``settings`` stayed within the bounds in the child, else the refusal. The settings go on the
-    child's stdin: an argument holds at most 128 KiB."""
+def _busy(name: str) -> SettingsError:
+    return SettingsError(f"reasoning-gym dataset {name!r}: other settings are being tried (at most {VETS_AT_ONCE} "
+                         f"at a time, each up to {VET_S:g} s); try again later")
+
+
+def _vet_in_child_process(name: str, settings: str) -> Tuple[Optional[str], bool]:
+    """``(None, True)`` where ``settings`` stayed within the bounds in the child, else the refusal and whether it
+    lasts (a time-out may not). The settings go on the child's stdin: an argument holds at most 128 KiB."""
     command = [sys.executable, "-m", __name__, name, str(VET_ITEMS), str(VET_MEMORY_BYTES), str(MAX_QUESTION_CHARS)]
     # -m puts the working folder first on the child's path: the interpreter's own folder, not the caller's
     folder = os.path.dirname(os.path.abspath(sys.executable))
@@ -221,12 +233,12 @@ def _vet_in_child_process(name: str, settings: str) -> Optional[str]:
         done = subprocess.run(command, input=settings, capture_output=True, text=True, timeout=VET_S, cwd=folder)
     except subprocess.TimeoutExpired:
         return (f"reasoning-gym dataset {name!r}: the settings {settings[:300]} took more than {VET_S:g} s to "
-                f"generate {VET_ITEMS} entries; lower them")
+                f"generate {VET_ITEMS} entries; lower them"), False
     if done.returncode == 0:
-        return None
+        return None, True
     lines = (done.stderr or done.stdout).strip().splitlines()
     why = lines[-1] if lines else f"the child process exited with status {done.returncode}"
-    return f"reasoning-gym dataset {name!r}: the settings {settings[:300]} were refused: {why[:500]}"
+    return f"reasoning-gym dataset {name!r}: the settings {settings[:300]} were refused: {why[:500]}", True
 
 
 def _vet_in_child(name: str, settings: str, items: int, memory_bytes: int, max_chars: int) -> int:

@@ -427,12 +427,13 @@ def _check_precision(cfg: Any, has_cuda: bool) -> List[str]:
             if value not in PRECISIONS:
                 problems.append(f"{key}.{name}={value!r}: expected one of {', '.join(PRECISIONS)}")
         trains = role == "policy" or (role == "critic" and uses_critic(cfg))
+        runs = trains or (role == "ref" and uses_ref(cfg))
         if (has_cuda and trains and t.strategy != "deepspeed" and t.bf16 is not False
                 and precision.param_dtype == "fp16"):
             problems.append(f"{key}.param_dtype=fp16: the FSDP2 worker does no loss scaling, so fp16 gradients "
                             "underflow to 0 or overflow (those steps are skipped); use bf16 (GPUs from Ampere on), "
                             "fp32, or trainer.strategy=deepspeed, whose fp16 section scales the loss")
-        if has_cuda and t.flash_attn and role == "policy" and (t.bf16 is False or precision.param_dtype == "fp32"):
+        if has_cuda and t.flash_attn and runs and (t.bf16 is False or precision.param_dtype == "fp32"):
             why = "trainer.bf16=false" if t.bf16 is False else f"{key}.param_dtype=fp32"
             problems.append(f"trainer.flash_attn=true: flash attention computes in bf16 or fp16 only, and {why} "
                             "computes in fp32; set trainer.flash_attn=false (SDPA) or null (SDPA for fp32)")

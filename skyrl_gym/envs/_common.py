@@ -13,9 +13,10 @@ MAX_SCORED_CHARS = 100_000
 
 
 def row_extra_info(extras: Mapping[str, Any], env_id: str) -> Mapping[str, Any]:
-    """The row's ``extra_info`` dict (empty where it has none), or a :class:`DataError` naming what it is."""
+    """The row's ``extra_info`` dict (empty where it has none, or an empty value: ``""`` and ``[]`` were read as
+    ``{}``), or a :class:`DataError` naming what it is."""
     extra_info = extras.get("extra_info")
-    if extra_info is None:
+    if not extra_info:
         return {}
     if not isinstance(extra_info, Mapping):
         raise DataError(f"env {env_id!r}: the row's extra_info must be a dict, got {type(extra_info).__name__}")

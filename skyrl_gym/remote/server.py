@@ -13,10 +13,12 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import heapq
+import itertools
 import re
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S
 
@@ -121,6 +123,7 @@ def create_app(
         NO_PUBLIC_DOCS,
         BYTES_PER_JSON_VALUE,
         BodyError,
+        BodyParsers,
         held_bytes,
         parse_json_object,
         read_limited_body,
@@ -163,46 +166,79 @@ def create_app(
     async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(threads, fn, *args)
 
-    kept: "collections.OrderedDict[Tuple[str, str], int]" = collections.OrderedDict()  # oldest first
+    kept: Dict[Tuple[str, str], int] = {}  # (session id, request id) -> bytes of the answer kept for a retry
     kept_bytes = [0]
+    kept_by_session: Dict[str, int] = {}
+    # the sessions by bytes kept, largest first: (-bytes, order, session id); an entry whose bytes are no longer
+    # the session's is stale and skipped when it comes up (each change pushes a fresh one)
+    holders: List[Tuple[int, int, str]] = []
+    pushes = itertools.count()
+
+    def note_holder(session_id: str) -> None:
+        total = kept_by_session.get(session_id, 0)
+        if total:
+            heapq.heappush(holders, (-total, next(pushes), session_id))
+        if len(holders) > 4 * len(kept_by_session) + 64:  # stale entries: built again from the totals
+            holders[:] = [(-total, next(pushes), sid) for sid, total in kept_by_session.items()]
+            heapq.heapify(holders)
+
+    def unkeep(key: Tuple[str, str]) -> None:
+        size = kept.pop(key, None)
+        if size is None:
+            return
+        kept_bytes[0] -= size
+        left = kept_by_session[key[0]] - size
+        if left:
+            kept_by_session[key[0]] = left
+        else:
+            del kept_by_session[key[0]]
 
     def keep(session: Session, request_id: str, result: Reply) -> None:
         """Keep ``result`` for a retry of ``request_id``, within RESULTS_KEPT per session and max_kept_bytes
         in all; an answer dropped for the budget leaves a 410 saying so (a retry never runs a call twice).
         Past the budget, answers go from the session that keeps the most bytes, its oldest first, never the one
         just kept: oldest first across sessions let one client's big answers push out another's (a retry of a
-        step already applied then got a 410, and that rollout's reward was lost)."""
+        step already applied then got a 410, and that rollout's reward was lost). Each answer dropped costs a
+        heap operation (a scan of every session per answer took 33 s for one big answer among 4096 sessions)."""
+        session_id = session.session_id
         session.results[request_id] = result
-        newest = (session.session_id, request_id)
+        newest = (session_id, request_id)
         kept[newest] = len(result[1])
         kept_bytes[0] += len(result[1])
+        kept_by_session[session_id] = kept_by_session.get(session_id, 0) + len(result[1])
         while len(session.results) > RESULTS_KEPT:
             old_id, _ = session.results.popitem(last=False)
-            kept_bytes[0] -= kept.pop((session.session_id, old_id), 0)
-        while kept_bytes[0] > max_kept_bytes and len(kept) > 1:
-            holdings: Dict[str, int] = {}
-            for (owner_id, old_id), size in kept.items():
-                if (owner_id, old_id) != newest:
-                    holdings[owner_id] = holdings.get(owner_id, 0) + size
-            biggest = max(holdings, key=holdings.__getitem__)  # the first such session on a tie: the oldest
-            owner_id, old_id = next(key for key in kept if key[0] == biggest and key != newest)
-            size = kept.pop((owner_id, old_id))
-            kept_bytes[0] -= size
+            unkeep((session_id, old_id))
+        note_holder(session_id)
+        set_aside = []
+        while kept_bytes[0] > max_kept_bytes and holders:
+            entry = heapq.heappop(holders)
+            owner_id = entry[2]
+            if -entry[0] != kept_by_session.get(owner_id):
+                continue  # stale
             owner = sessions.get(owner_id)
-            if owner is not None and old_id in owner.results:
-                owner.results[old_id] = (
-                    410,
-                    encode(
-                        {
-                            "error": f"the answer to request {old_id!r} was applied once and then dropped: "
-                            f"the server keeps at most {max_kept_bytes} bytes of answers for retries"
-                        }
-                    ),
-                )
+            results = owner.results if owner is not None else {}
+            old_id = next((rid for rid in results if (owner_id, rid) in kept and (owner_id, rid) != newest), None)
+            if old_id is None:  # it keeps only the answer just kept: the next session gives way
+                set_aside.append(entry)
+                continue
+            unkeep((owner_id, old_id))
+            note_holder(owner_id)
+            results[old_id] = (
+                410,
+                encode(
+                    {
+                        "error": f"the answer to request {old_id!r} was applied once and then dropped: "
+                        f"the server keeps at most {max_kept_bytes} bytes of answers for retries"
+                    }
+                ),
+            )
+        for entry in set_aside:
+            heapq.heappush(holders, entry)
 
     def forget(session: Session) -> None:
         for request_id in session.results:
-            kept_bytes[0] -= kept.pop((session.session_id, request_id), 0)
+            unkeep((session.session_id, request_id))
 
     def charge(session: Optional[Session], size: int) -> None:
         """Count ``size`` more bytes as held by ``session`` (None: one being created), or refuse the call."""
@@ -272,6 +308,8 @@ def create_app(
         if why:
             raise Refused(*why)
 
+    parsers = BodyParsers()
+
     def parse(raw: bytes) -> Tuple[Dict[str, Any], int]:
         body = parse_json_object(raw) if raw else {}
         return body, held_bytes(body)
@@ -279,12 +317,11 @@ def create_app(
     async def read_json(request: Request) -> Tuple[Dict[str, Any], int]:
         """The body, and what it costs to hold (``held_bytes``: 3 million empty objects are 9 MB on the wire and over
         1 GB parsed; one emoji makes CPython store a whole string at 4 bytes a character). Parsed and checked in a
-        thread: on the event loop a 32 MB body of 11 million empty objects held every other client (a health
-        check waited 21 s)."""
+        thread (``BodyParsers``)."""
         authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            return await asyncio.to_thread(parse, raw)
+            return await parsers.run(parse, raw)
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
 

@@ -151,6 +151,7 @@ def create_app(
     from skygym_sandboxes.http_bodies import (
         NO_PUBLIC_DOCS,
         BodyError,
+        BodyParsers,
         parse_json_object,
         read_limited_body,
         refusal,
@@ -194,11 +195,13 @@ def create_app(
             "max_body_bytes": max_body_bytes,
         }
 
+    parsers = BodyParsers()
+
     @app.post("/retrieve")
     async def retrieve(raw: Request) -> Response:
         authorise(raw)
-        try:  # parsed in a thread: a body of millions of small values held the event loop for seconds
-            body = await asyncio.to_thread(
+        try:  # parsed in a thread (BodyParsers): a body of millions of small values held the event loop for seconds
+            body = await parsers.run(
                 parse_json_object, await read_limited_body(raw, max_body_bytes, "--max-body-bytes", client_timeout_s)
             )
         except BodyError as exc:

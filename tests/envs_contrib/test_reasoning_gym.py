@@ -226,10 +226,25 @@ def test_a_setting_that_names_a_file_outside_the_package_is_refused_unread(where
     assert env.step(f"<answer>{shipped['reward_spec']['ground_truth']}</answer>")["reward"] == 1.0
 
 
-def test_settings_that_would_build_a_huge_question_are_refused_after_a_bounded_try():
+@pytest.fixture
+def fresh_vets(monkeypatch):
+    """No verdict of an earlier test: each test tries its settings itself."""
+    import collections
+
+    from skygym_contrib.reasoning_gym import generate
+
+    monkeypatch.setattr(generate, "_vetted", collections.OrderedDict())
+    generate.dataset.cache_clear()
+    generate._cached_entry.cache_clear()
+    yield generate
+    generate.dataset.cache_clear()
+    generate._cached_entry.cache_clear()
+
+
+def test_settings_that_would_build_a_huge_question_are_refused_after_a_bounded_try(fresh_vets):
     """reasoning-gym checks little of its settings, which rows and serve-env's clients choose: rotate_matrix with
     min_n = max_n = 20000 built a 400-million-cell question on the caller's thread (8 minutes here, and memory
-    to match). Settings above the defaults are first tried in a child process with bounds."""
+    to match). Settings other than the defaults are first tried in a child process with bounds."""
     settings = {"min_n": 1500, "max_n": 1500}  # a 4.5-million-character question
     with pytest.raises(DataError, match=r"question is 4,500,\d+ characters long; at most 200,000"):
         skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": settings})
@@ -241,12 +256,25 @@ def test_settings_that_would_build_a_huge_question_are_refused_after_a_bounded_t
         datasets.build_rows("reasoning_gym/rotate_matrix", size=1, seed=0, **settings)
 
 
-def test_the_try_is_bounded_in_time_and_memory(monkeypatch):
-    from skygym_contrib.reasoning_gym import generate
+def test_a_composites_components_are_each_tried_so_a_rare_one_cannot_hide(fresh_vets):
+    """A try of a whole composite draws eight entries: rotate_matrix at n = 20000 with a weight of 0.02 beside
+    chain_sum passed it, and a seed that drew it built the question the try was there to stop."""
+    hiding = {"datasets": [{"name": "chain_sum", "weight": 1.0, "config": {"max_terms": 4}},
+                           {"name": "rotate_matrix", "weight": 0.02, "config": {"min_n": 1500, "max_n": 1500}}]}
+    with pytest.raises(DataError, match="'rotate_matrix'.*at most 200,000"):
+        skyrl_gym.make("reasoning_gym/composite", env_config={"settings": hiding, "seed": 153})
 
-    monkeypatch.setattr(generate, "VET_S", 2.0)
-    with pytest.raises(generate.SettingsError, match="took more than 2 s to generate 8 entries"):
+
+def test_the_try_is_bounded_in_time_and_memory_and_smaller_numbers_are_tried_too(fresh_vets, monkeypatch):
+    generate = fresh_vets
+    monkeypatch.setattr(generate, "VET_S", 3.0)
+    with pytest.raises(generate.SettingsError, match="took more than 3 s to generate 8 entries"):
         generate.vet("rotate_matrix", '{"max_n": 20000, "min_n": 20000}')
+    # a smaller number is no cheaper: puzzle24 draws until four numbers make 24, which four 1s never do
+    assert not generate._is_default("puzzle24", {"max_value": 1})
+    with pytest.raises(DataError, match="took more than 3 s"):
+        skyrl_gym.make("reasoning_gym/puzzle24", env_config={"settings": {"max_value": 1}})
+    assert generate._vetted == {}  # time-outs are not remembered: a busy machine can cause one
     monkeypatch.setattr(generate, "VET_MEMORY_BYTES", 64 << 20)
     monkeypatch.setattr(generate, "MAX_QUESTION_CHARS", 10**9)
     monkeypatch.setattr(generate, "VET_S", 60.0)
@@ -254,30 +282,23 @@ def test_the_try_is_bounded_in_time_and_memory(monkeypatch):
         generate.vet("rotate_matrix", '{"max_n": 1900, "min_n": 1900}')
 
 
-def test_only_settings_that_could_cost_more_than_the_defaults_are_tried_and_each_once(monkeypatch):
-    from skygym_contrib.reasoning_gym import generate
-
+def test_only_settings_other_than_the_defaults_are_tried_and_each_once(fresh_vets, monkeypatch):
+    generate = fresh_vets
     tried = []
     real = generate._vet_in_child_process
     monkeypatch.setattr(generate, "_vet_in_child_process", lambda *a: tried.append(a) or real(*a))
-    generate.dataset.cache_clear()
-    skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"min_n": 2, "max_n": 4}})  # lower
-    skyrl_gym.make("reasoning_gym/gcd", env_config={"settings": {"max_value": 50}})
+    skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"min_n": 2, "max_n": 10}})  # defaults
+    skyrl_gym.make("reasoning_gym/composite", env_config={"settings": {}})
     assert tried == []
-    for index in range(3):  # above the default max_n of 10: tried once
+    for index in range(3):
         skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"max_n": 12}, "index": index})
     assert tried == [("rotate_matrix", '{"max_n": 12}')]
-    assert not generate._within_defaults("rotate_matrix", {"max_n": -100})  # a larger size, negative or not
-    assert not generate._within_defaults("rotate_matrix", {"max_n": 5.5e10})
 
 
-def test_settings_longer_than_an_argument_can_hold_are_tried_too():
-    """The child got the settings as an argument, which holds at most 128 KiB: a longer settings object (a
-    composite of many datasets) raised OSError ("Argument list too long") out of the env's constructor."""
-    from skygym_contrib.reasoning_gym import generate
-
-    spec = {"name": "chain_sum", "weight": 1.0, "config": {"max_terms": 4}}
-    settings = generate.settings_json({"datasets": [dict(spec, name=name) for name in ["chain_sum"] * 3000]})
-    assert len(settings) > 128 * 1024
-    with pytest.raises(generate.SettingsError, match="reasoning-gym"):  # composite refuses repeated names
-        generate.vet("composite", settings)
+def test_settings_longer_than_an_argument_can_hold_are_tried_too(fresh_vets):
+    """The child got the settings as an argument, which holds at most 128 KiB: a longer settings object raised
+    OSError ("Argument list too long") out of the env's constructor."""
+    generate = fresh_vets
+    settings = generate.settings_json({"max_terms": 4, "x" * 200_000: 1})
+    refusal, lasting = generate._vet_in_child_process("chain_sum", settings)
+    assert "has no setting(s) ['xxx" in refusal and lasting  # the child read them, and said what is wrong

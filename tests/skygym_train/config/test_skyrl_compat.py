@@ -115,10 +115,11 @@ def test_precisions_that_would_train_wrong_or_crash_on_a_gpu_are_refused(data_fi
                                 "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp16"), has_cuda=True)
     assert problems == ("trainer.flash_attn=true: flash attention computes in bf16 or fp16 only, and trainer.bf16=false "
                         "computes in fp32; set trainer.flash_attn=false (SDPA) or null (SDPA for fp32)")
-    problems = _problems(_valid(data_file, "trainer.flash_attn=true", "trainer.ref.fsdp_config.mixed_precision."
-                                "param_dtype=fp32", "trainer.policy.fsdp_config.mixed_precision.param_dtype=fp32",
+    problems = _problems(_valid(data_file, "trainer.flash_attn=true", "trainer.algorithm.use_kl_loss=true",
+                                "trainer.ref.fsdp_config.mixed_precision.param_dtype=fp32",
                                 "trainer.policy.fsdp_config.mixed_precision.reduce_dtype=fp8"), has_cuda=True)
-    assert "and trainer.policy.fsdp_config.mixed_precision.param_dtype=fp32 computes in fp32" in problems
+    # the reference model runs (the KL loss needs it) with the trainer's flash_attn and its own precision
+    assert "and trainer.ref.fsdp_config.mixed_precision.param_dtype=fp32 computes in fp32" in problems
     assert "reduce_dtype='fp8'" in problems and "does no loss scaling" not in problems
     # where they apply: fp16 under DeepSpeed (its fp16 section scales the loss), fp16 on the CPU (read on GPUs only),
     # the defaults on a GPU

@@ -196,7 +196,8 @@ def test_an_operators_total_timeout_bounds_the_grading_of_a_response():
     assert make(tests).step(fenced(code))["reward"] == 1.0  # no bound by default (SkyRL-gym's rewards)
     output = make(tests, total_timeout=1.0).step(fenced(code))
     verdicts = [test["verdict"] for test in output["metadata"]["tests"]]
-    assert output["reward"] == 0.0 and verdicts[:2] == ["passed", "passed"] and verdicts[2:] == ["timeout"] * 2
+    ran = verdicts.count("passed")  # 1 or 2 tests of 0.6 s start within 1 s, by the machine's load; never all 4
+    assert output["reward"] == 0.0 and 1 <= ran <= 2 and verdicts == ["passed"] * ran + ["timeout"] * (4 - ran)
     assert "the tests' time in all (1.0s) was spent" in output["metadata"]["reason"]
     for bad in (0, -1, "soon"):
         with pytest.raises(ValueError, match="total_timeout"):
