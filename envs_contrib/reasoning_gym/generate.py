@@ -109,7 +109,8 @@ def _parts(name: str, config: Mapping[str, Any]) -> list:
     if name != "composite":
         return [(name, config)]
     specs = config.get("datasets") or COMPOSITE_DEFAULT
-    return [(str(spec.get("name")), dict(spec.get("config") or {})) for spec in specs if isinstance(spec, Mapping)]
+    return [part for spec in specs if isinstance(spec, Mapping)  # a composite in a composite too
+            for part in _parts(str(spec.get("name")), dict(spec.get("config") or {}))]
 
 
 def _build(name: str, settings: str, seed: int, construct: bool = True) -> Any:
@@ -180,7 +181,7 @@ _vet_slots = threading.BoundedSemaphore(VETS_AT_ONCE)
 def vet(name: str, settings: str) -> None:
     """Build ``name`` with ``settings`` and generate :data:`VET_ITEMS` entries in a child process under
     :data:`VET_S` seconds and :data:`VET_MEMORY_BYTES`, or raise :class:`SettingsError` saying which bound they
-    passed. A verdict is remembered (a time-out only while it is the latest: a busy machine can cause one);
+    passed. A verdict is remembered, but for a time-out (a busy machine can cause one);
     callers with the same settings wait for the one child; at most :data:`VETS_AT_ONCE` children run at a time,
     and a caller waits at most three tries' time in all, then is refused (a server's clients cannot hold its
     threads for longer by sending ever new settings)."""
