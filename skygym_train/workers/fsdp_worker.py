@@ -75,11 +75,13 @@ Metrics = Dict[str, Any]
 
 def read_metrics(metrics: Metrics) -> Dict[str, float]:
     """The metrics as numbers, the tensors among them read from the device in one copy: a ``float()`` per metric
-    and micro-batch would wait for the GPU between each forward pass and its backward pass."""
+    and micro-batch would wait for the GPU between each forward pass and its backward pass. A tensor on another
+    device (a loss of a user's that made one on the host) joins the first one's device."""
     tensors = {k: v for k, v in metrics.items() if isinstance(v, torch.Tensor)}
     out = {k: float(v) for k, v in metrics.items() if k not in tensors}
     if tensors:
-        stacked = torch.stack([v.detach().reshape(()).to(torch.float64) for v in tensors.values()])
+        device = next(iter(tensors.values())).device
+        stacked = torch.stack([v.detach().reshape(()).to(device, torch.float64) for v in tensors.values()])
         out.update(zip(tensors, stacked.tolist()))
     return {k: out[k] for k in metrics}
 

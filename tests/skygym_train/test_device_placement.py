@@ -146,6 +146,9 @@ def test_metrics_are_read_in_one_copy_and_keep_their_order():
         assert TRANSFERS["to_host"] - before["to_host"] == 2 * 8  # one copy of two float64 values
     assert list(read.items()) == [("b", 0.25), ("a", 3.0), ("c", 4.0)]
     assert read_metrics({}) == {}
+    with emulated_device() as device:  # a user's loss may make a metric on the host beside the device's
+        mixed = {"on_device": torch.tensor(0.5, device=device), "on_host": torch.tensor(2.0)}
+        assert read_metrics(mixed) == {"on_device": 0.5, "on_host": 2.0}
 
 
 @pytest.mark.parametrize("name", ADVANTAGE_ESTIMATORS.names())
