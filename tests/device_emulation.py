@@ -40,10 +40,12 @@ _MIXED_OK = {
 _INDEXING = {_aten.index.Tensor, _aten.index_put_.default, _aten.index_put.default, _aten._index_put_impl_.default}
 
 
-TRANSFERS = {"to_host": 0, "to_device": 0, "scalar_reads": 0}
-"""Bytes copied between the host and the emulated device since :func:`emulated_device` began, and the number of
-single values read from the device (``float()``, ``.item()``, ``bool()``, ``int()``): on CUDA each such read waits
-for every queued kernel."""
+TRANSFERS = {"to_host": 0, "to_device": 0}
+"""Bytes copied between the host and the emulated device since :func:`emulated_device` began."""
+
+READS = {"scalars": 0}
+"""Single values read from the emulated device since :func:`emulated_device` began (``float()``, ``.item()``,
+``bool()``, ``int()``): on CUDA each such read waits for every queued kernel."""
 
 
 class DeviceMismatch(RuntimeError):
@@ -129,7 +131,7 @@ def _run(func: Any, args: Any, kwargs: Any) -> Any:
     if func in (_aten._to_copy.default, _aten.to.device) and target is not None:
         _count(args[0], DEVICE if _on_device(target) else torch.device("cpu"), out)
     if func is _aten._local_scalar_dense.default:
-        TRANSFERS["scalar_reads"] += "device" in seen
+        READS["scalars"] += "device" in seen
         return out
     if _on_device(target) or (target is None and "device" in seen):
         return pytree.tree_map_only(torch.Tensor, OnDevice, out)
@@ -184,7 +186,8 @@ def emulated_device(threads: bool = False) -> Iterator[torch.device]:
     # Module.to() swaps each parameter's contents in place (as it keeps a CUDA parameter object): tied
     # weights stay one parameter
     torch.__future__.set_swap_module_params_on_conversion(True)
-    TRANSFERS.update(to_host=0, to_device=0, scalar_reads=0)
+    TRANSFERS.update(to_host=0, to_device=0)
+    READS.update(scalars=0)
     run, inference_mode = threading.Thread.run, torch.inference_mode
 
     def run_emulated(thread: threading.Thread) -> None:

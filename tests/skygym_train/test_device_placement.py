@@ -116,7 +116,7 @@ def test_a_training_step_reads_its_metrics_from_the_device_once_whatever_its_mic
     is queued, 5-7 times a micro-batch. They stay on the device until the step's end (``read_metrics``): the values
     read are the same, and the number of reads does not grow with the micro-batches. (In the trainer's layout:
     transformers' own mask code reads the padding mask once or twice a forward pass in the padded and varlen ones.)"""
-    from tests.device_emulation import TRANSFERS
+    from tests.device_emulation import READS
 
     batch = _training_batch()
     reads, steps = {}, {}
@@ -124,9 +124,9 @@ def test_a_training_step_reads_its_metrics_from_the_device_once_whatever_its_mic
         with emulated_device() as device:
             worker = _worker(tiny_lm_dir, role, "shared_prefix", device)
             worker.spec.micro_train_batch_size = micro
-            before = TRANSFERS["scalar_reads"]
+            before = READS["scalars"]
             steps[micro] = worker.train_step(batch)
-            reads[micro] = TRANSFERS["scalar_reads"] - before
+            reads[micro] = READS["scalars"] - before
     assert batch.size // 2 >= 3  # several micro-batches against one
     assert reads[2] == reads[batch.size], reads
     # (the values are the CPU's: test_a_worker_step_on_a_device_gives_the_cpu_step)
@@ -136,13 +136,13 @@ def test_a_training_step_reads_its_metrics_from_the_device_once_whatever_its_mic
 
 def test_metrics_are_read_in_one_copy_and_keep_their_order():
     from skygym_train.workers.fsdp_worker import read_metrics
-    from tests.device_emulation import TRANSFERS
+    from tests.device_emulation import READS, TRANSFERS
 
     with emulated_device() as device:
         metrics = {"b": torch.tensor(0.25, device=device), "a": 3, "c": torch.tensor(2.0, device=device) * 2}
-        before = dict(TRANSFERS)
+        before, reads_before = dict(TRANSFERS), READS["scalars"]
         read = read_metrics(metrics)
-        assert TRANSFERS["scalar_reads"] == before["scalar_reads"]
+        assert READS["scalars"] == reads_before
         assert TRANSFERS["to_host"] - before["to_host"] == 2 * 8  # one copy of two float64 values
     assert list(read.items()) == [("b", 0.25), ("a", 3.0), ("c", 4.0)]
     assert read_metrics({}) == {}
