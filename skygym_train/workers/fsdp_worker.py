@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import torch
 
 from skygym_adapters.engines.hf_attention import use_grouped_attention
+from skygym_train.algorithms.policy_losses import Metrics
 from skygym_train.workers.activations import recompute_gated_activations
 from skygym_train.workers.batch import TrainingBatch
 from skygym_train.workers.borrowed_weights import BorrowedWeights
@@ -67,10 +68,6 @@ class WorkerSpec:
     """``fsdp2`` (this module's ``TrainingWorker``) or ``deepspeed`` (``deepspeed_worker.DeepSpeedWorker``)."""
     deepspeed_config: Optional[Dict[str, Any]] = None
     """The role's DeepSpeed config (``trainer.<role>.deepspeed_config``, plain values); None: ZeRO-3 defaults."""
-
-
-Metrics = Dict[str, Any]
-"""A micro-batch's metrics: numbers, or detached 0-dim tensors on the worker's device (see ``read_metrics``)."""
 
 
 def read_metrics(metrics: Metrics) -> Dict[str, float]:

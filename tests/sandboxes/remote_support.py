@@ -8,9 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import pytest
 import requests
@@ -25,6 +26,28 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def serve_in_thread(app: Any, http: Any = None) -> Tuple[str, Callable[[], None]]:
+    """``app`` served by uvicorn on a free port in a thread of this process (so that what a test patches or
+    registers here reaches it), with the ``http`` protocol class where given; returns ``(url, stop)``."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
+    if http is not None:
+        config.http = http
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30  # only stops a broken test from hanging
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+    return f"http://127.0.0.1:{config.port}", stop
 
 
 class ServedSandbox(RemoteSandbox):

@@ -370,25 +370,12 @@ def test_answers_kept_for_retries_stay_within_a_memory_budget():
     server keeps the last 8 answers of every session for retries: with thousands of sessions of 32 MB actions
     that had no bound. Past the budget the oldest answers give way to a 410 (a retry still never runs a call
     twice); the latest are answered as before."""
-    import time
-
-    import uvicorn
-
     from skyrl_gym.remote.server import create_app
-    from tests.sandboxes.remote_support import free_port
+    from tests.sandboxes.remote_support import serve_in_thread
 
     budget = 3 * 1024 * 1024
-    port = free_port()
-    app = create_app(max_kept_bytes=budget)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
+    url, stop = serve_in_thread(create_app(max_kept_bytes=budget))
     try:
-        deadline = time.monotonic() + 30  # only stops a broken test from hanging
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
         row = {"reward_spec": {"method": "rule", "ground_truth": {"target": 24, "numbers": [1, 2, 3, 4]}}}
         action = "<answer>" + "1+" * 250_000 + "1</answer>"  # a 0.5 MB equation, echoed in the answer
         steps = []
@@ -410,36 +397,17 @@ def test_answers_kept_for_retries_stay_within_a_memory_budget():
         again = requests.post(f"{url}/sessions/{last_id}/step", json=last_body, timeout=60)
         assert again.status_code == 200 and again.content == last_answer
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+        stop()
 
 
 def _in_process_server(**options):
     """create_app(**options) served by uvicorn on a free port in this process (test envs registered here reach
     it); returns (url, stop)."""
-    import time
-
-    import uvicorn
-
     from skygym_sandboxes.http_bodies import guarded_http_protocol
     from skyrl_gym.remote.server import create_app
-    from tests.sandboxes.remote_support import free_port
+    from tests.sandboxes.remote_support import serve_in_thread
 
-    port = free_port()
-    config = uvicorn.Config(create_app(**options), host="127.0.0.1", port=port, log_level="warning")
-    config.http = guarded_http_protocol()
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30  # only stops a broken test from hanging
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-    def stop():
-        server.should_exit = True
-        thread.join(timeout=30)
-
-    return f"http://127.0.0.1:{port}", stop
+    return serve_in_thread(create_app(**options), http=guarded_http_protocol())
 
 
 def test_what_a_session_is_sent_stays_within_its_budget_and_the_servers():

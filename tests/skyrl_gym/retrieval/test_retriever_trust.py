@@ -225,14 +225,10 @@ def test_a_body_is_parsed_off_the_event_loop(monkeypatch):
     seconds. Here the parse of one body waits until a health check has been answered, which only a parse off the
     event loop lets happen."""
     pytest.importorskip("bm25s", reason="the retriever needs the 'search' extra: pip install 'skyrl-gym[search]'")
-    import time
-
-    import uvicorn
-
     from skygym_sandboxes import http_bodies
     from skyrl_gym.retrieval.index import BM25Retriever
     from skyrl_gym.retrieval.server import create_app
-    from tests.sandboxes.remote_support import free_port
+    from tests.sandboxes.remote_support import serve_in_thread
 
     parsing, answered = threading.Event(), threading.Event()
     real = http_bodies.parse_json_object
@@ -244,16 +240,8 @@ def test_a_body_is_parsed_off_the_event_loop(monkeypatch):
 
     monkeypatch.setattr(http_bodies, "parse_json_object", parse_after_health)
     documents = [{"id": "0", "contents": "the capital of France is Paris"}, {"id": "1", "contents": "bees make honey"}]
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(BM25Retriever.build(documents), documents), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
+    url, stop = serve_in_thread(create_app(BM25Retriever.build(documents), documents))
     try:
-        deadline = time.monotonic() + 30  # only stops a broken test from hanging
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
         results = []
         sent = threading.Thread(target=lambda: results.append(requests.post(
             f"{url}/retrieve", json={"queries": ["capital of France"], "topk": 1}, timeout=60)))
@@ -267,5 +255,4 @@ def test_a_body_is_parsed_off_the_event_loop(monkeypatch):
         assert "Paris" in results[0].text
     finally:
         answered.set()
-        server.should_exit = True
-        thread.join(timeout=30)
+        stop()
