@@ -29,6 +29,8 @@ def register(subparsers: Any) -> None:
     from skyrl_gym.remote import TOKEN_ENV
     from skyrl_gym.remote.server import (
         CLIENT_TIMEOUT_S,
+        DEFAULT_BUILD_THREADS,
+        DEFAULT_ENV_THREADS,
         DEFAULT_IDLE_TIMEOUT_S,
         DEFAULT_MAX_SESSIONS,
         MAX_BODY_BYTES,
@@ -95,7 +97,17 @@ def register(subparsers: Any) -> None:
         f"(default {MAX_HELD_BYTES})",
     )
     parser.add_argument(
-        "--env-threads", type=int, default=32, help="threads for blocking env calls (default 32)"
+        "--env-threads",
+        type=int,
+        default=DEFAULT_ENV_THREADS,
+        help=f"threads for blocking env calls (default {DEFAULT_ENV_THREADS})",
+    )
+    parser.add_argument(
+        "--build-threads",
+        type=int,
+        default=DEFAULT_BUILD_THREADS,
+        help="threads that build envs for new sessions, apart from the env threads, so slow creates never hold "
+        f"running sessions' steps (default {DEFAULT_BUILD_THREADS})",
     )
     parser.add_argument(
         "--env-config",
@@ -145,10 +157,11 @@ def run(args: argparse.Namespace) -> int:
         or args.max_session_bytes < args.max_body_bytes
         or args.max_held_bytes < args.max_session_bytes
         or args.env_threads < 1
+        or args.build_threads < 1
         or not args.client_timeout > 0
     ):
         print(
-            "error: --max-sessions and --env-threads must be >= 1, --idle-timeout and --client-timeout > 0, "
+            "error: --max-sessions, --env-threads and --build-threads must be >= 1, --idle-timeout and --client-timeout > 0, "
             "--max-body-bytes >= 1024, --max-session-bytes >= --max-body-bytes, --max-held-bytes >= "
             "--max-session-bytes",
             file=sys.stderr,
@@ -202,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
             max_session_bytes=args.max_session_bytes,
             max_held_bytes=args.max_held_bytes,
             env_threads=args.env_threads,
+            build_threads=args.build_threads,
             env_ids=env_ids,
             operator_config=operator_config,
             allow_no_isolation=args.allow_no_isolation,

@@ -31,6 +31,10 @@ MAX_BODY_BYTES = (
 DEFAULT_MAX_SESSIONS = 4096
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_ENV_THREADS = 32
+# Envs are built on threads of their own: a build may wait minutes (a reasoning-gym setting tried in a child
+# process, a container started), and creates with ever new settings held every env thread, so the steps of
+# running sessions waited behind them.
+DEFAULT_BUILD_THREADS = 8
 RESULTS_KEPT = 8  # answers kept per session for retried calls (a client retries its latest call only)
 # The bytes of those answers, all sessions together: an env may echo a 32 MB action into its answer, and 8 per
 # session times thousands of sessions had no bound. Past it the oldest answers give way to a small 410.
@@ -100,6 +104,7 @@ def create_app(
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     max_body_bytes: int = MAX_BODY_BYTES,
     env_threads: int = DEFAULT_ENV_THREADS,
+    build_threads: int = DEFAULT_BUILD_THREADS,
     env_ids: Optional[Sequence[str]] = None,
     operator_config: Optional[Mapping[str, Any]] = None,
     allow_no_isolation: bool = False,
@@ -115,7 +120,8 @@ def create_app(
     only the keys the policy lets a client set, within its bounds (422 naming the key otherwise). A sandbox
     without isolation in it raises ``ValueError`` unless ``allow_no_isolation``. A session may be sent at most
     ``max_session_bytes`` (its row, prompt and actions, which its env keeps), all sessions together
-    ``max_held_bytes``."""
+    ``max_held_bytes``. Envs are built on ``build_threads`` threads, their calls run on ``env_threads`` others:
+    slow creates never hold the threads that step running sessions."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
@@ -151,6 +157,7 @@ def create_app(
     creating: Dict[str, Tuple[str, "asyncio.Future[Reply]"]] = {}  # by session id: (env id, its build)
     held = [0]  # Session.held_bytes of every session, and of the creates under way
     threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
+    builders = concurrent.futures.ThreadPoolExecutor(max(1, build_threads), thread_name_prefix="env-build")
     stats = {
         "sessions_created": 0,
         "sessions_expired": 0,
@@ -163,8 +170,8 @@ def create_app(
     }
     allowed = set(env_ids) if env_ids else None
 
-    async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(threads, fn, *args)
+    async def in_thread(fn: Callable[..., Any], *args: Any, pool: Any = threads) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
     kept: Dict[Tuple[str, str], int] = {}  # (session id, request id) -> bytes of the answer kept for a retry
     kept_bytes = [0]
@@ -293,6 +300,7 @@ def create_app(
                 sessions.pop(session.session_id, None)
                 await close_session(session)
             threads.shutdown(wait=False, cancel_futures=True)
+            builders.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="skyrl-gym env service", lifespan=lifespan, **NO_PUBLIC_DOCS)
 
@@ -406,7 +414,7 @@ def create_app(
 
         async def build() -> Reply:
             try:
-                env = await in_thread(lambda: make(env_id, env_config=env_config, extras=extras))
+                env = await in_thread(lambda: make(env_id, env_config=env_config, extras=extras), pool=builders)
             except row_errors as exc:
                 held[0] -= size
                 return 422, encode(

@@ -724,3 +724,48 @@ def test_generator_settings_that_would_build_a_huge_question_are_a_422(service):
     settings = {"settings": {"min_n": 1500, "max_n": 1500}}
     refused_naming(create(service, "reasoning_gym/rotate_matrix", settings), "at most 200,000")
     assert create(service, "reasoning_gym/rotate_matrix", {"settings": {"max_n": 6}}).status_code == 200
+
+
+_BUILD_STARTED, _BUILD_RELEASED = threading.Event(), threading.Event()
+
+
+class _WaitsToBuild(skyrl_gym.BaseTextEnv):
+    """An env whose build waits until the test lets it go, as a create whose settings are being tried waits."""
+
+    def __init__(self, env_config=None, extras=None):
+        super().__init__(env_config, extras)
+        _BUILD_STARTED.set()
+        _BUILD_RELEASED.wait(timeout=60)
+
+    def step(self, action):
+        return {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
+
+
+def test_creates_that_wait_never_hold_the_threads_that_step_running_sessions():
+    """A create waits up to three minutes for a reasoning-gym setting to be tried; creates with ever new settings
+    held every env thread, so the steps of other clients' running sessions waited behind them (an attacker's
+    pass). Builds have threads of their own: with one env thread and one build thread, a step is answered while
+    two creates wait."""
+    import concurrent.futures
+
+    skyrl_gym.register("test_trust/waits_to_build", entry_point=_WaitsToBuild)
+    _BUILD_STARTED.clear(), _BUILD_RELEASED.clear()
+    url, stop = _in_process_server(env_threads=1, build_threads=1)
+    try:
+        session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
+        assert requests.post(f"{url}/sessions/{session}/init", json={}, timeout=30).status_code == 200
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            waiting = [pool.submit(requests.post, f"{url}/sessions", json={"env_id": "test_trust/waits_to_build"},
+                                   timeout=90) for _ in range(2)]
+            try:
+                assert _BUILD_STARTED.wait(timeout=30)  # a build holds its thread
+                step = requests.post(f"{url}/sessions/{session}/step", json={"action": "a"}, timeout=10)
+                assert step.status_code == 200, step.text[:300]
+                assert not any(create.done() for create in waiting)  # the step did not wait for them
+            finally:
+                _BUILD_RELEASED.set()
+            assert [create.result().status_code for create in waiting] == [200, 200]
+    finally:
+        _BUILD_RELEASED.set()
+        stop()
+        skyrl_gym.deregister("test_trust/waits_to_build")
