@@ -28,9 +28,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def serve_in_thread(app: Any, http: Any = None) -> Tuple[str, Callable[[], None]]:
+def start_in_thread(app: Any, http: Any = None) -> Tuple[Any, int, Callable[[], None]]:
     """``app`` served by uvicorn on a free port in a thread of this process (so that what a test patches or
-    registers here reaches it), with the ``http`` protocol class where given; returns ``(url, stop)``."""
+    registers here reaches it), with the ``http`` protocol class where given; returns ``(server, port, stop)``."""
     import uvicorn
 
     config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning")
@@ -42,12 +42,19 @@ def serve_in_thread(app: Any, http: Any = None) -> Tuple[str, Callable[[], None]
     deadline = time.monotonic() + 30  # only stops a broken test from hanging
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert server.started, "the test server did not start within 30 s"
 
     def stop() -> None:
         server.should_exit = True
         thread.join(timeout=30)
 
-    return f"http://127.0.0.1:{config.port}", stop
+    return server, config.port, stop
+
+
+def serve_in_thread(app: Any, http: Any = None) -> Tuple[str, Callable[[], None]]:
+    """:func:`start_in_thread`, as ``(url, stop)``."""
+    _server, port, stop = start_in_thread(app, http)
+    return f"http://127.0.0.1:{port}", stop
 
 
 class ServedSandbox(RemoteSandbox):

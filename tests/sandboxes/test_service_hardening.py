@@ -27,6 +27,7 @@ from tests.sandboxes.remote_support import (
     free_port,
     peak_rss_mib,
     post_chunked,
+    start_in_thread,
     start_server,
 )
 
@@ -374,10 +375,7 @@ def test_connections_that_send_nothing_cannot_lock_clients_out():
     pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
     import asyncio
 
-    import uvicorn
     from fastapi import FastAPI
-
-    from skygym_sandboxes.http_bodies import guarded_http_protocol
 
     async def slow() -> dict:
         await asyncio.sleep(2.0)
@@ -386,14 +384,8 @@ def test_connections_that_send_nothing_cannot_lock_clients_out():
     app = FastAPI()
     app.add_api_route("/health", lambda: {"status": "ok"}, methods=["GET"])
     app.add_api_route("/slow", slow, methods=["GET"])
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    config.http = guarded_http_protocol(client_timeout_s=30, max_connections=3)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    server, port, stop = _guarded_server(app, client_timeout_s=30, max_connections=3)
     try:
-        assert wait_for(lambda: server.started), "the test server did not start"
         held = []
         for _ in range(3):  # idle, oldest first
             held.append(socket.create_connection(("127.0.0.1", port), timeout=10))
@@ -412,30 +404,15 @@ def test_connections_that_send_nothing_cannot_lock_clients_out():
             extra.close()
             assert [f.result().json() for f in busy] == [{"status": "slow"}] * 3  # never cut
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        stop()
 
 
 def _guarded_server(app, client_timeout_s: float, max_connections: int, **options):
     """``app`` under uvicorn with the servers' protocol, in a thread; returns (server, port, stop)."""
-    import uvicorn
-
     from skygym_sandboxes.http_bodies import guarded_http_protocol
 
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    config.http = guarded_http_protocol(client_timeout_s=client_timeout_s, max_connections=max_connections,
-                                        **options)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    assert wait_for(lambda: server.started), "the test server did not start"
-
-    def stop():
-        server.should_exit = True
-        thread.join(timeout=10)
-
-    return server, port, stop
+    return start_in_thread(app, http=guarded_http_protocol(client_timeout_s=client_timeout_s,
+                                                           max_connections=max_connections, **options))
 
 
 def test_clients_that_do_not_read_their_answers_are_cut_and_cannot_lock_others_out():
@@ -519,3 +496,41 @@ def test_requests_from_web_pages_are_refused(served):
     assert "127.0.0.1 or localhost" in refused.json()["message"]
     answer = requests.post(f"{served.url}/run_code", data=body, headers={"Host": f"localhost:{port}"}, timeout=30)
     assert answer.status_code == 200 and answer.json()["run_result"]["stdout"] == "ran\n", answer.text[:300]
+
+
+def test_a_body_is_parsed_off_the_event_loop(monkeypatch):
+    """The service parsed a body (and read its files) on its event loop: a body of millions of tiny files held
+    every client for seconds. Here the parse of one body waits until a health check has been answered, which only
+    a parse off the event loop lets happen."""
+    pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
+    from tests.sandboxes.conftest import _make_local
+
+    from skygym_sandboxes import service
+
+    parsing, answered = threading.Event(), threading.Event()
+    real = service.parse_json_object
+
+    def parse_after_health(raw, *args):
+        parsing.set()
+        assert answered.wait(30), "the health check was not answered while a body was being parsed"
+        return real(raw, *args)
+
+    monkeypatch.setattr(service, "parse_json_object", parse_after_health)
+    box = _make_local("local-bwrap-cold")
+    _server, port, stop = start_in_thread(service.create_app(box))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        results = []
+        sent = threading.Thread(target=lambda: results.append(requests.post(
+            f"{url}/run_code", json={"code": "print(6 * 7)", "language": "python"}, timeout=60)))
+        sent.start()
+        assert parsing.wait(30)
+        health = requests.get(f"{url}/health", timeout=20)
+        answered.set()
+        sent.join(60)
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+        assert results and results[0].status_code == 200, results and results[0].text[:300]
+        assert results[0].json()["run_result"]["stdout"] == "42\n"
+    finally:
+        answered.set()
+        stop()  # the service closes the sandbox as it stops
