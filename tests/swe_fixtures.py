@@ -129,12 +129,13 @@ def docker_client_for_tests(swe_docker):
 
 
 # ----- images of real projects laid out as SWE-bench's are (its Django and SymPy rows) -------------------------
-def sdist_files(name: str, requirement: str) -> Dict[str, bytes]:
-    """The files of a pinned source distribution (fetched with pip once, cached with the SWE build's sources)."""
+def sdist_files(name: str, requirement: str, sha256: str) -> Dict[str, bytes]:
+    """The files of a pinned source distribution with that SHA-256 (fetched with pip once, cached with the SWE
+    build's sources)."""
     from skyrl_gym.envs.swe.synth.builder import fetch_sdist, read_sdist
     from skyrl_gym.envs.swe.synth.projects import Project
 
-    return read_sdist(fetch_sdist(Project(name, requirement, "", (), ())))
+    return read_sdist(fetch_sdist(Project(name, requirement, "", (), (), sha256=sha256)))
 
 
 def project_image(client, base_image: str, files: Dict[str, bytes], script: str, outputs: Sequence[str],
@@ -165,17 +166,17 @@ def project_image(client, base_image: str, files: Dict[str, bytes], script: str,
     return image, read
 
 
-def swe_bench_like_row(client, base_image: str, project: Tuple[str, str], dependencies: Sequence[Tuple[str, str]],
-                       script: str, name: str, **row: Any):
+def swe_bench_like_row(client, base_image: str, project: Tuple[str, str, str],
+                       dependencies: Sequence[Tuple[str, str, str]], script: str, name: str, **row: Any):
     """``(image, row)``: an image laid out as SWE-bench's (the project's source distribution in ``/testbed``, its
     dependencies' packages in ``/opt/project-deps``) made by ``script``, which leaves the gold patch, the test patch
     and the base commit in ``/opt/gold.patch``, ``/opt/test.patch`` and ``/opt/base_commit``; and its row (the other
-    fields from ``row``)."""
+    fields from ``row``). ``project`` and each dependency are ``(name, pinned requirement, sha256)``."""
     from skyrl_gym.envs.swe.instances import SWEInstance
 
     files = {f"testbed/{path}": data for path, data in sdist_files(*project).items()}
-    for package, requirement in dependencies:
-        files.update({f"opt/project-deps/{path}": data for path, data in sdist_files(package, requirement).items()
+    for package, requirement, sha256 in dependencies:
+        files.update({f"opt/project-deps/{path}": data for path, data in sdist_files(package, requirement, sha256).items()
                       if path.startswith(f"{package}/")})
     image, read = project_image(client, base_image, files, script, ("gold.patch", "test.patch", "base_commit"), name)
     instance = SWEInstance(base_commit=read["base_commit"].strip(), patch=read["gold.patch"],

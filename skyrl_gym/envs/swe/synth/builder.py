@@ -4,7 +4,8 @@
 
 For each project (see :mod:`.projects`):
 
-1. fetch its source distribution with pip (cached under ``~/.cache/skyrl-gym/swe/sdists``);
+1. fetch its source distribution with pip, checked against its pinned SHA-256 (cached under
+   ``~/.cache/skyrl-gym/swe/sdists``);
 2. build its image: the SWE base image (a debootstrap root filesystem with python3, pytest and git,
    loaded with ``docker import``) plus the source in ``/testbed``, committed as
    ``skyrl-gym-swe-<project>:<content hash>`` and reused while the hash holds; a project that the base
@@ -49,6 +50,7 @@ import shlex
 import subprocess
 import sys
 import tarfile
+import tempfile
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -116,33 +118,36 @@ def sdist_cache() -> Path:
 
 
 def fetch_sdist(project: Project) -> Path:
-    """The project's source distribution, downloaded with pip once and cached."""
+    """The project's source distribution, downloaded with pip once and cached. Its bytes must have the project's
+    pinned SHA-256: pip checks the download before it runs any of the archive's build code (its metadata hooks),
+    and the cached copy is checked at each use (another file there is fetched again)."""
+    if not re.fullmatch(r"[0-9a-f]{64}", project.sha256):
+        raise BuildError(f"project {project.name!r}: no sha256 of its source distribution is pinned "
+                         f"(got {project.sha256!r}); the builder runs only archives it can check")
     folder = sdist_cache() / project.name
-    found = sorted(folder.glob("*.tar.gz")) if folder.is_dir() else []
-    if found:
-        return found[0]
+    for cached in sorted(folder.glob("*.tar.gz")) if folder.is_dir() else []:
+        if sdist_sha256(cached) == project.sha256:
+            return cached
+        cached.unlink()  # another version's, or not the pinned bytes
     folder.mkdir(parents=True, exist_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--no-binary",
-        ":all:",
-        "--quiet",
-        "--dest",
-        str(folder),
-        project.requirement,
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    found = sorted(folder.glob("*.tar.gz"))
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="requirements-") as requirements:
+        requirements.write(f"{project.requirement} --hash=sha256:{project.sha256}\n")
+        requirements.flush()
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
+                   "--require-hashes", "--dest", str(folder), "-r", requirements.name]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    found = [path for path in sorted(folder.glob("*.tar.gz")) if sdist_sha256(path) == project.sha256]
     if done.returncode != 0 or not found:
         raise BuildError(
             f"project {project.name!r}: could not download {project.requirement} with pip: "
             f"{(done.stderr or done.stdout).strip()[-600:]}"
         )
     return found[0]
+
+
+def sdist_sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def read_sdist(path: Path) -> Dict[str, bytes]:

@@ -20,9 +20,11 @@ from tests.swe_fixtures import sdist_files, swe_bench_like_row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-# The source distributions the image is made of (fetched with pip once, cached with the SWE build's sources).
-DJANGO = ("django", "django==4.2.16")
-DEPENDENCIES = (("asgiref", "asgiref==3.8.1"), ("sqlparse", "sqlparse==0.5.1"))
+# The source distributions the image is made of, with their SHA-256 (fetched with pip once, cached with the SWE
+# build's sources).
+DJANGO = ("django", "django==4.2.16", "6f1616c2786c408ce86ab7e10f792b8f15742f7b7b7460243929cb371e7f1dad")
+DEPENDENCIES = (("asgiref", "asgiref==3.8.1", "c343bd80a0bec947a9860adb4c432ffa7db769836c64238fc34bdc3fec84d590"),
+                ("sqlparse", "sqlparse==0.5.1", "bb6b4df465655ef332548e24f08e205afc81b9ab86cb1c45657a7ff173a3a00e"))
 TEST_FILE = "tests/utils_tests/test_text.py"
 IMAGE_SCRIPT = r"""set -e
 site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')

@@ -734,7 +734,8 @@ def test_a_project_that_cannot_be_fetched_is_a_clear_error(docker_client_for_tes
     from skyrl_gym.envs.swe.synth.builder import BuildError, synthesize
     from skyrl_gym.envs.swe.synth.projects import Project
 
-    ghost = Project("ghost", "skygym-no-such-project-for-tests==0.0.1", "nobody/ghost", ("ghost",), ("tests",))
+    ghost = Project("ghost", "skygym-no-such-project-for-tests==0.0.1", "nobody/ghost", ("ghost",), ("tests",),
+                    sha256="0" * 64)
     with pytest.raises(BuildError, match="project 'ghost': could not download skygym-no-such-project-for-tests==0.0.1"):
         synthesize(docker_client_for_tests, ghost, quota=1)
 

@@ -156,10 +156,39 @@ def test_mutations_are_sampled_deterministically_one_function_at_a_time():
 def test_a_file_that_does_not_parse_has_no_mutations_and_projects_are_pinned():
     assert find_mutations("x.py", b"def broken(:\n") == []
     assert all("==" in project.requirement for project in PROJECTS.values())
+    assert all(len(project.sha256) == 64 and int(project.sha256, 16) >= 0 for project in PROJECTS.values())
     assert len(PROJECTS) >= 5
     assert [p.name for p in select_projects("six, toolz")] == ["six", "toolz"]
     with pytest.raises(ValueError, match="unknown project 'nope'.*toolz"):
         select_projects("nope")
+
+
+def test_only_a_source_distribution_with_the_pinned_sha256_is_used(tmp_path, monkeypatch):
+    """pip runs a source distribution's build code (its metadata hooks) as it downloads it, and the cache was used
+    whatever its bytes: the builder now takes only the archive whose SHA-256 the project pins. A cached copy with
+    other bytes is dropped and fetched again (here from a project the index does not have, so the fetch fails
+    and says so); a project that pins nothing is refused before pip runs."""
+    import hashlib
+
+    from skyrl_gym.envs.swe.synth.builder import BuildError, fetch_sdist
+    from skyrl_gym.envs.swe.synth.projects import Project
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "skyrl-gym" / "swe" / "sdists" / "ghost"
+    folder.mkdir(parents=True)
+    pinned = b"the pinned archive"
+    ghost = Project("ghost", "skygym-no-such-project-for-tests==0.0.1", "nobody/ghost", ("ghost",), ("tests",),
+                    sha256=hashlib.sha256(pinned).hexdigest())
+    (folder / "ghost-0.0.1.tar.gz").write_bytes(pinned)
+    assert fetch_sdist(ghost) == folder / "ghost-0.0.1.tar.gz"
+
+    (folder / "ghost-0.0.1.tar.gz").write_bytes(b"other bytes under the same name")
+    with pytest.raises(BuildError, match="could not download skygym-no-such-project-for-tests==0.0.1"):
+        fetch_sdist(ghost)
+    assert list(folder.iterdir()) == []  # the copy that was not the pinned one is gone
+
+    with pytest.raises(BuildError, match="project 'ghost': no sha256 of its source distribution is pinned"):
+        fetch_sdist(Project("ghost", ghost.requirement, "nobody/ghost", ("ghost",), ("tests",)))
 
 
 # ----- editor (a folder stands in for the container here) -------------------------------------------------

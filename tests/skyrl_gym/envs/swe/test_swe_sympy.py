@@ -18,8 +18,8 @@ from tests.swe_fixtures import swe_bench_like_row
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
-SYMPY = ("sympy", "sympy==1.12")
-DEPENDENCIES = (("mpmath", "mpmath==1.3.0"),)
+SYMPY = ("sympy", "sympy==1.12", "ebf595c8dac3e0fdc4152c51878b498396ec7f30e7a914d6071e674d49420fb8")
+DEPENDENCIES = (("mpmath", "mpmath==1.3.0", "7a28eb2a9774d00c7bc92411c19a89209d5da7c4c9a9e227be8330a23a25b91f"),)
 TEST_FILE = "sympy/utilities/tests/test_misc.py"
 IMAGE_SCRIPT = r"""set -e
 site=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
