@@ -171,8 +171,11 @@ def _transformers_major() -> str:
 def _content_digest(path: str, size: int, mtime_ns: int, inode: int) -> str:
     """SHA-256 of the file at ``path``, hashed again when its size, time or inode say it changed (about 0.1 s
     for the embedded model's 98 MB)."""
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:  # (hashlib.file_digest is Python 3.11's; the project runs on 3.10)
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _gguf_cache_folder(gguf_file: Path, name: Optional[str] = None) -> Path:

@@ -40,6 +40,8 @@ VET_MEMORY_BYTES = 2 << 30
 MAX_QUESTION_CHARS = 200_000
 """A longer question (or answer) is no training row: it would not fit any model's context."""
 VETS_AT_ONCE = 2
+VET_WAIT_S = 3 * VET_S
+"""How long one dataset's settings (a composite's parts together) may wait for free children and their tries."""
 
 
 class SettingsError(ValueError):
@@ -97,9 +99,10 @@ def dataset(name: str, settings: str, seed: int) -> Any:
     """The reasoning-gym dataset ``name`` with ``settings`` (JSON of config fields) and ``seed``; cached. Settings
     other than reasoning-gym's defaults are vetted first (:func:`vet`), a composite's each component on its own."""
     built = _build(name, settings, seed, construct=False)  # the settings' own errors first, named
+    deadline = time.monotonic() + VET_WAIT_S  # the parts of a composite share it
     for part, part_settings in _parts(name, json.loads(settings)):
         if not _is_default(part, part_settings):
-            vet(part, settings_json(part_settings))
+            vet(part, settings_json(part_settings), deadline)
     return built()
 
 
@@ -178,15 +181,16 @@ _vet_lock = threading.Lock()
 _vet_slots = threading.BoundedSemaphore(VETS_AT_ONCE)
 
 
-def vet(name: str, settings: str) -> None:
+def vet(name: str, settings: str, deadline: Optional[float] = None) -> None:
     """Build ``name`` with ``settings`` and generate :data:`VET_ITEMS` entries in a child process under
     :data:`VET_S` seconds and :data:`VET_MEMORY_BYTES`, or raise :class:`SettingsError` saying which bound they
     passed. A verdict is remembered, but for a time-out (a busy machine can cause one);
     callers with the same settings wait for the one child; at most :data:`VETS_AT_ONCE` children run at a time,
-    and a caller waits at most three tries' time in all, then is refused (a server's clients cannot hold its
-    threads for longer by sending ever new settings)."""
+    and a caller is refused rather than wait past ``deadline`` (``time.monotonic()``; default :data:`VET_WAIT_S`
+    from now) or start a child that could run past it: a server's clients cannot hold its threads for longer by
+    sending ever new settings, or a composite of many parts."""
     key = (name, settings)
-    deadline = time.monotonic() + 3 * VET_S
+    deadline = time.monotonic() + VET_WAIT_S if deadline is None else deadline
     while True:
         with _vet_lock:
             if key in _vetted:
@@ -201,7 +205,8 @@ def vet(name: str, settings: str) -> None:
         if not running.wait(max(0.0, deadline - time.monotonic())):
             raise _busy(name)
     try:
-        if not _vet_slots.acquire(timeout=max(0.0, deadline - time.monotonic() - VET_S)):
+        room = deadline - time.monotonic() - VET_S  # a child started later could run past the deadline
+        if room < 0 or not _vet_slots.acquire(timeout=room):
             raise _busy(name)
         try:
             refusal, lasting = _vet_in_child_process(name, settings)
@@ -220,8 +225,9 @@ def vet(name: str, settings: str) -> None:
 
 
 def _busy(name: str) -> SettingsError:
-    return SettingsError(f"reasoning-gym dataset {name!r}: other settings are being tried (at most {VETS_AT_ONCE} "
-                         f"at a time, each up to {VET_S:g} s); try again later")
+    return SettingsError(f"reasoning-gym dataset {name!r}: its settings could not be tried within {VET_WAIT_S:g} s "
+                         f"(at most {VETS_AT_ONCE} tries run at a time, each up to {VET_S:g} s, and a composite's "
+                         "parts share the time); try again later: the settings already tried are remembered")
 
 
 def _vet_in_child_process(name: str, settings: str) -> Tuple[Optional[str], bool]:

@@ -32,9 +32,9 @@ DEFAULT_MAX_SESSIONS = 4096
 DEFAULT_IDLE_TIMEOUT_S = 600.0
 DEFAULT_ENV_THREADS = 32
 # Envs are built on threads of their own: a build may wait minutes (a reasoning-gym setting tried in a child
-# process, a container started), and creates with ever new settings held every env thread, so the steps of
-# running sessions waited behind them.
-DEFAULT_BUILD_THREADS = 8
+# process), and creates with ever new settings held every env thread, so the steps of running sessions waited
+# behind them.
+DEFAULT_BUILD_THREADS = 16
 RESULTS_KEPT = 8  # answers kept per session for retried calls (a client retries its latest call only)
 # The bytes of those answers, all sessions together: an env may echo a 32 MB action into its answer, and 8 per
 # session times thousands of sessions had no bound. Past it the oldest answers give way to a small 410.
@@ -156,6 +156,7 @@ def create_app(
     sessions: Dict[str, Session] = {}
     creating: Dict[str, Tuple[str, "asyncio.Future[Reply]"]] = {}  # by session id: (env id, its build)
     held = [0]  # Session.held_bytes of every session, and of the creates under way
+    stopping = [False]  # set once the server has closed its sessions on its way out
     threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
     builders = concurrent.futures.ThreadPoolExecutor(max(1, build_threads), thread_name_prefix="env-build")
     stats = {
@@ -296,6 +297,7 @@ def create_app(
             yield
         finally:
             sweeper.cancel()
+            stopping[0] = True
             for session in list(sessions.values()):
                 sessions.pop(session.session_id, None)
                 await close_session(session)
@@ -433,6 +435,11 @@ def create_app(
                         "method": "make",
                     }
                 )
+            if stopping[0]:  # built after the server closed its sessions: nobody would close this one
+                held[0] -= size
+                with contextlib.suppress(Exception):  # on the loop: the threads may be shut down already
+                    env.close()
+                return 503, encode({"error": "the service is stopping", "error_type": "Stopping"})
             session = Session(session_id, env_id, env)
             session.held_bytes = size
             sessions[session_id] = session

@@ -282,6 +282,29 @@ def test_the_try_is_bounded_in_time_and_memory_and_smaller_numbers_are_tried_too
         generate.vet("rotate_matrix", '{"max_n": 1900, "min_n": 1900}')
 
 
+def test_a_composites_parts_share_one_wait_and_a_retry_goes_on_from_the_parts_tried(fresh_vets, monkeypatch):
+    """Each part of a composite waited up to three minutes for its own try, so one create of many parts held a
+    server thread for that many times three minutes (a review). The parts now share one deadline, and no try
+    starts that could run past it."""
+    import time
+
+    generate = fresh_vets
+    monkeypatch.setattr(generate, "VET_S", 1.0)
+    monkeypatch.setattr(generate, "VET_WAIT_S", 2.5)
+    tried = []
+    monkeypatch.setattr(generate, "_vet_in_child_process",
+                        lambda name, settings: tried.append(name) or time.sleep(1.0) or (None, True))
+    parts = {"datasets": [{"name": name, "weight": 1.0, "config": {"max_terms": 4}}
+                          for name in ("chain_sum", "basic_arithmetic", "products")]}
+    started = time.monotonic()
+    with pytest.raises(DataError, match="could not be tried within 2.5 s.*parts share the time"):
+        skyrl_gym.make("reasoning_gym/composite", env_config={"settings": parts})
+    assert time.monotonic() - started < 2.5  # the third try would have ended past the deadline: not started
+    assert tried == ["chain_sum", "basic_arithmetic"]
+    skyrl_gym.make("reasoning_gym/composite", env_config={"settings": parts})  # the first two are remembered
+    assert tried == ["chain_sum", "basic_arithmetic", "products"]
+
+
 def test_only_settings_other_than_the_defaults_are_tried_and_each_once(fresh_vets, monkeypatch):
     generate = fresh_vets
     tried = []

@@ -517,7 +517,11 @@ def test_a_body_is_parsed_off_the_event_loop(monkeypatch):
 
     monkeypatch.setattr(service, "parse_json_object", parse_after_health)
     box = _make_local("local-bwrap-cold")
-    _server, port, stop = start_in_thread(service.create_app(box))
+    try:
+        _server, port, stop = start_in_thread(service.create_app(box))
+    except BaseException:
+        box.close()
+        raise
     url = f"http://127.0.0.1:{port}"
     try:
         results = []

@@ -750,7 +750,11 @@ def test_creates_that_wait_never_hold_the_threads_that_step_running_sessions():
 
     skyrl_gym.register("test_trust/waits_to_build", entry_point=_WaitsToBuild)
     _BUILD_STARTED.clear(), _BUILD_RELEASED.clear()
-    url, stop = _in_process_server(env_threads=1, build_threads=1)
+    try:
+        url, stop = _in_process_server(env_threads=1, build_threads=1)
+    except BaseException:
+        skyrl_gym.deregister("test_trust/waits_to_build")
+        raise
     try:
         session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
         assert requests.post(f"{url}/sessions/{session}/init", json={}, timeout=30).status_code == 200

@@ -45,6 +45,7 @@ import functools
 import hashlib
 import itertools
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -119,35 +120,44 @@ def sdist_cache() -> Path:
 
 def fetch_sdist(project: Project) -> Path:
     """The project's source distribution, downloaded with pip once and cached. Its bytes must have the project's
-    pinned SHA-256: pip checks the download before it runs any of the archive's build code (its metadata hooks),
-    and the cached copy is checked at each use (another file there is fetched again)."""
+    pinned SHA-256: pip checks the download (``--require-hashes``) before it runs the archive's own build code
+    (pip reads a source distribution's metadata through its build backend), and a cached copy with other bytes
+    is not used. The download goes to a folder of its own and is moved into the cache whole, so two builds
+    fetching at once never see half a file."""
     if not re.fullmatch(r"[0-9a-f]{64}", project.sha256):
         raise BuildError(f"project {project.name!r}: no sha256 of its source distribution is pinned "
                          f"(got {project.sha256!r}); the builder runs only archives it can check")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*", project.requirement):
+        raise BuildError(f"project {project.name!r}: the requirement {project.requirement!r} is not name==version")
     folder = sdist_cache() / project.name
     for cached in sorted(folder.glob("*.tar.gz")) if folder.is_dir() else []:
         if sdist_sha256(cached) == project.sha256:
             return cached
-        cached.unlink()  # another version's, or not the pinned bytes
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="requirements-") as requirements:
-        requirements.write(f"{project.requirement} --hash=sha256:{project.sha256}\n")
-        requirements.flush()
-        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--quiet",
-                   "--require-hashes", "--dest", str(folder), "-r", requirements.name]
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as scratch:
+        requirements, dest = Path(scratch) / "requirements.txt", Path(scratch) / "dest"
+        requirements.write_text(f"{project.requirement} --hash=sha256:{project.sha256}\n")
+        # the project from its source, its build backend (setuptools, hatchling...) from wheels: no more code
+        # built than the one archive
+        name = project.requirement.partition("==")[0]
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", name, "--quiet",
+                   "--require-hashes", "--dest", str(dest), "-r", str(requirements)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    found = [path for path in sorted(folder.glob("*.tar.gz")) if sdist_sha256(path) == project.sha256]
-    if done.returncode != 0 or not found:
-        raise BuildError(
-            f"project {project.name!r}: could not download {project.requirement} with pip: "
-            f"{(done.stderr or done.stdout).strip()[-600:]}"
-        )
-    return found[0]
+        if done.returncode != 0:
+            raise BuildError(f"project {project.name!r}: could not download {project.requirement} with pip: "
+                             f"{(done.stderr or done.stdout).strip()[-600:]}")
+        got = sorted(dest.glob("*")) if dest.is_dir() else []
+        pinned = [path for path in got if path.name.endswith(".tar.gz") and sdist_sha256(path) == project.sha256]
+        if not pinned:
+            raise BuildError(f"project {project.name!r}: pip downloaded {[path.name for path in got]} for "
+                             f"{project.requirement}, not a .tar.gz source distribution with the pinned sha256")
+        target = folder / pinned[0].name
+        os.replace(pinned[0], target)
+    return target
 
 
 def sdist_sha256(path: Path) -> str:
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def read_sdist(path: Path) -> Dict[str, bytes]:

@@ -740,6 +740,20 @@ def test_a_project_that_cannot_be_fetched_is_a_clear_error(docker_client_for_tes
         synthesize(docker_client_for_tests, ghost, quota=1)
 
 
+def test_pip_refuses_a_source_distribution_whose_bytes_are_not_the_pin(tmp_path, monkeypatch):
+    """The real pip, asked for toolz 1.2.0 with another SHA-256 than its archive's: refused before anything is built
+    or cached."""
+    import dataclasses
+
+    from skyrl_gym.envs.swe.synth.builder import BuildError, fetch_sdist
+    from skyrl_gym.envs.swe.synth.projects import PROJECTS
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(BuildError, match="could not download toolz==1.2.0 with pip: .*(?i:hash)"):
+        fetch_sdist(dataclasses.replace(PROJECTS["toolz"], sha256="1" * 64))
+    assert list((tmp_path / "skyrl-gym" / "swe" / "sdists" / "toolz").iterdir()) == []
+
+
 def test_the_swe_env_passes_the_checker_with_adversarial_actions(swe_instances):
     """The checker's contract checks (empty, 10 MB, unicode and unclosed-tag actions, turn limits,
     determinism) on a real instance; the conformance kit of the adapters is not run on swe (each

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import os
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -156,7 +157,7 @@ def test_mutations_are_sampled_deterministically_one_function_at_a_time():
 def test_a_file_that_does_not_parse_has_no_mutations_and_projects_are_pinned():
     assert find_mutations("x.py", b"def broken(:\n") == []
     assert all("==" in project.requirement for project in PROJECTS.values())
-    assert all(len(project.sha256) == 64 and int(project.sha256, 16) >= 0 for project in PROJECTS.values())
+    assert all(re.fullmatch(r"[0-9a-f]{64}", project.sha256) for project in PROJECTS.values())
     assert len(PROJECTS) >= 5
     assert [p.name for p in select_projects("six, toolz")] == ["six", "toolz"]
     with pytest.raises(ValueError, match="unknown project 'nope'.*toolz"):
@@ -165,30 +166,54 @@ def test_a_file_that_does_not_parse_has_no_mutations_and_projects_are_pinned():
 
 def test_only_a_source_distribution_with_the_pinned_sha256_is_used(tmp_path, monkeypatch):
     """pip runs a source distribution's build code (its metadata hooks) as it downloads it, and the cache was used
-    whatever its bytes: the builder now takes only the archive whose SHA-256 the project pins. A cached copy with
-    other bytes is dropped and fetched again (here from a project the index does not have, so the fetch fails
-    and says so); a project that pins nothing is refused before pip runs."""
+    whatever its bytes: the builder now takes only the archive whose SHA-256 the project pins, asks pip to check
+    it before it builds anything, and moves the download into the cache whole. pip is a stand-in here (what it
+    is asked is checked); the real pip's refusal of other bytes is tested in test_swe_docker.py."""
     import hashlib
+    import subprocess
 
+    from skyrl_gym.envs.swe.synth import builder
     from skyrl_gym.envs.swe.synth.builder import BuildError, fetch_sdist
     from skyrl_gym.envs.swe.synth.projects import Project
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     folder = tmp_path / "skyrl-gym" / "swe" / "sdists" / "ghost"
-    folder.mkdir(parents=True)
     pinned = b"the pinned archive"
-    ghost = Project("ghost", "skygym-no-such-project-for-tests==0.0.1", "nobody/ghost", ("ghost",), ("tests",),
+    ghost = Project("ghost", "ghost==0.0.1", "nobody/ghost", ("ghost",), ("tests",),
                     sha256=hashlib.sha256(pinned).hexdigest())
-    (folder / "ghost-0.0.1.tar.gz").write_bytes(pinned)
-    assert fetch_sdist(ghost) == folder / "ghost-0.0.1.tar.gz"
+    asked, serves = [], [pinned]
 
-    (folder / "ghost-0.0.1.tar.gz").write_bytes(b"other bytes under the same name")
-    with pytest.raises(BuildError, match="could not download skygym-no-such-project-for-tests==0.0.1"):
+    def pip(command, **_kwargs):
+        asked.append((command, Path(command[command.index("-r") + 1]).read_text()))
+        dest = Path(command[command.index("--dest") + 1])
+        dest.mkdir()
+        (dest / "ghost-0.0.1.tar.gz").write_bytes(serves[0])
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(builder.subprocess, "run", pip)
+    folder.mkdir(parents=True)
+    (folder / "ghost-0.0.1.tar.gz").write_bytes(b"other bytes under the same name")  # not used: fetched again
+    assert fetch_sdist(ghost) == folder / "ghost-0.0.1.tar.gz"
+    assert (folder / "ghost-0.0.1.tar.gz").read_bytes() == pinned
+    assert [path.name for path in folder.iterdir()] == ["ghost-0.0.1.tar.gz"]  # the download's folder is gone
+    command, requirements = asked[0]
+    assert requirements == f"ghost==0.0.1 --hash=sha256:{ghost.sha256}\n"
+    assert "--require-hashes" in command and command[command.index("--no-binary") + 1] == "ghost"
+    assert fetch_sdist(ghost) == folder / "ghost-0.0.1.tar.gz" and len(asked) == 1  # cached, checked, kept
+
+    (folder / "ghost-0.0.1.tar.gz").write_bytes(b"changed in the cache")
+    serves[0] = b"what a tampered index serves"  # (the real pip refuses it; this stand-in does not)
+    with pytest.raises(BuildError, match=r"pip downloaded \['ghost-0.0.1.tar.gz'\] .* not a .tar.gz source "
+                                         "distribution with the pinned sha256"):
         fetch_sdist(ghost)
-    assert list(folder.iterdir()) == []  # the copy that was not the pinned one is gone
+    assert (folder / "ghost-0.0.1.tar.gz").read_bytes() == b"changed in the cache"  # never replaced by it
 
     with pytest.raises(BuildError, match="project 'ghost': no sha256 of its source distribution is pinned"):
         fetch_sdist(Project("ghost", ghost.requirement, "nobody/ghost", ("ghost",), ("tests",)))
+    with pytest.raises(BuildError, match="is not name==version"):
+        fetch_sdist(Project("ghost", "ghost==1\n--index-url x", "nobody/ghost", ("ghost",), ("tests",),
+                            sha256=ghost.sha256))
+    assert len(asked) == 2
 
 
 # ----- editor (a folder stands in for the container here) -------------------------------------------------
