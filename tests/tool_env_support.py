@@ -194,3 +194,14 @@ def search_config(url: str, **overrides: Any) -> Dict[str, Any]:
 
 def first_observation(output: Dict[str, Any]) -> Optional[str]:
     return output["observations"][0]["content"] if output["observations"] else None
+
+
+def names_a_limit_that_stops(text: str, limit: str) -> bool:
+    """Whether ``text`` names ``limit`` as the one that stopped a query. Python 3.10's sqlite3 has no
+    ``Connection.setlimit``, so no ``SQLITE_LIMIT_LENGTH``: there a value past ``max_value_bytes`` is stopped by the
+    query's heap limit, the result's size limit or its timeout instead
+    (``skyrl_gym.tools.sqlite_readonly.open_read_only``)."""
+    names = [limit]
+    if limit == "max_value_bytes" and sys.version_info < (3, 11):
+        names += ["memory_bytes", "max_bytes", "timeout_s"]
+    return any(f"(limit {name})" in text for name in names)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import threading
 from typing import Any, Dict, Optional
 
@@ -285,7 +286,8 @@ def test_run_sync_never_formats_its_result():
     result = run_sync(produce())
     assert isinstance(result, Big) and Big.formatted == 0
     asyncio.run(produce())
-    assert Big.formatted >= 1  # the stdlib path run_sync avoids (if this changes, the detour can go)
+    # the stdlib path run_sync avoids (if this changes, the detour can go); Python 3.10's asyncio.run did not
+    assert Big.formatted >= 1 or sys.version_info < (3, 11)
 
 
 def test_the_row_check_builds_local_envs_but_never_calls_an_env_service_per_row():

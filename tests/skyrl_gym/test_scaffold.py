@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from skyrl_gym.cli import main
@@ -51,8 +53,8 @@ def test_the_scaffolded_package_installs_and_passes_the_checker_and_its_own_test
 def test_the_scaffolded_package_needs_this_hub_not_the_public_skyrl_gym_of_the_same_name(tmp_path):
     """Unpinned, pip resolved the package's ``skyrl-gym`` dependency in a fresh environment to the public
     SkyRL-gym 0.4.0, which has no entry points for it to register through."""
-    import tomllib
-
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli",
+                                  reason="reads TOML: Python 3.11's tomllib, or pip install tomli before 3.11")
     from packaging.requirements import Requirement
 
     import skyrl_gym

@@ -104,7 +104,7 @@ def test_unclosed_and_malformed_calls_are_reported_not_raised():
     "body, why",
     [
         ("[" * 3000, "nested too deeply"),  # the decoder's RecursionError
-        ('{"name": "python", "arguments": {"n": ' + "1" * 5000 + "}}", "4300 digits"),  # int() refuses
+        ('{"name": "python", "arguments": {"n": ' + "1" * 5000 + "}}", "for integer string conversion"),  # int()
         ('{"name": "f", "arguments": "' + "[" * 3000 + '"}', 'is a string that is not valid JSON'),
     ],
 )
