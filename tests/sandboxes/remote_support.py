@@ -57,6 +57,39 @@ def serve_in_thread(app: Any, http: Any = None) -> Tuple[str, Callable[[], None]
     return f"http://127.0.0.1:{port}", stop
 
 
+class HeldParse:
+    """Makes ``module.name`` (what a server calls to parse or check a request's body) wait until a health check
+    has been answered: only a server that parses bodies off its event loop can answer one meanwhile. Set it up
+    before the app is made (a server may bind the name then)."""
+
+    def __init__(self, monkeypatch: Any, module: Any, name: str) -> None:
+        self.parsing, self.answered = threading.Event(), threading.Event()
+        real = getattr(module, name)
+
+        def held(*args: Any) -> Any:
+            self.parsing.set()
+            assert self.answered.wait(30), "the health check was not answered while a body was being parsed"
+            return real(*args)
+
+        monkeypatch.setattr(module, name, held)
+
+    def post_beside_a_health_check(self, url: str, path: str, body: Any) -> requests.Response:
+        """POST ``body`` to ``url + path``; while its body is held, GET ``/health``, which must answer; returns the
+        POST's answer."""
+        results: list = []
+        sent = threading.Thread(target=lambda: results.append(requests.post(url + path, json=body, timeout=60)))
+        sent.start()
+        try:
+            assert self.parsing.wait(30), "the server never parsed the body"
+            health = requests.get(f"{url}/health", timeout=20)
+        finally:
+            self.answered.set()
+            sent.join(60)
+        assert health.status_code == 200, health.text[:300]
+        assert results, "the request got no answer"
+        return results[0]
+
+
 class ServedSandbox(RemoteSandbox):
     """A remote sandbox that owns the server it talks to, and stops it on close."""
 

@@ -26,6 +26,7 @@ from tests.sandboxes.remote_support import (
     assert_slow_clients_cut_off,
     free_port,
     peak_rss_mib,
+    HeldParse,
     post_chunked,
     start_in_thread,
     start_server,
@@ -507,34 +508,16 @@ def test_a_body_is_parsed_off_the_event_loop(monkeypatch):
 
     from skygym_sandboxes import service
 
-    parsing, answered = threading.Event(), threading.Event()
-    real = service.parse_json_object
-
-    def parse_after_health(raw, *args):
-        parsing.set()
-        assert answered.wait(30), "the health check was not answered while a body was being parsed"
-        return real(raw, *args)
-
-    monkeypatch.setattr(service, "parse_json_object", parse_after_health)
+    held = HeldParse(monkeypatch, service, "parse_json_object")
     box = _make_local("local-bwrap-cold")
     try:
         _server, port, stop = start_in_thread(service.create_app(box))
     except BaseException:
         box.close()
         raise
-    url = f"http://127.0.0.1:{port}"
     try:
-        results = []
-        sent = threading.Thread(target=lambda: results.append(requests.post(
-            f"{url}/run_code", json={"code": "print(6 * 7)", "language": "python"}, timeout=60)))
-        sent.start()
-        assert parsing.wait(30)
-        health = requests.get(f"{url}/health", timeout=20)
-        answered.set()
-        sent.join(60)
-        assert health.status_code == 200 and health.json()["status"] == "ok"
-        assert results and results[0].status_code == 200, results and results[0].text[:300]
-        assert results[0].json()["run_result"]["stdout"] == "42\n"
+        answer = held.post_beside_a_health_check(f"http://127.0.0.1:{port}", "/run_code",
+                                                 {"code": "print(6 * 7)", "language": "python"})
+        assert answer.status_code == 200 and answer.json()["run_result"]["stdout"] == "42\n", answer.text[:300]
     finally:
-        answered.set()
         stop()  # the service closes the sandbox as it stops

@@ -665,30 +665,14 @@ def test_a_body_is_parsed_and_counted_off_the_event_loop(monkeypatch):
     11 million empty objects held every other client for 21 s. Here the count of one body waits until a health
     check has been answered, which only a count off the event loop lets happen."""
     from skygym_sandboxes import http_bodies
+    from tests.sandboxes.remote_support import HeldParse
 
-    counting, answered = threading.Event(), threading.Event()
-    real = http_bodies.held_bytes
-
-    def held_bytes_after_health(value):
-        counting.set()
-        assert answered.wait(30), "the health check was not answered while a body was being counted"
-        return real(value)
-
-    monkeypatch.setattr(http_bodies, "held_bytes", held_bytes_after_health)
+    held = HeldParse(monkeypatch, http_bodies, "held_bytes")
     url, stop = _in_process_server()
     try:
-        results = []
-        sent = threading.Thread(target=lambda: results.append(requests.post(
-            f"{url}/sessions", json={"env_id": "gsm8k", "extras": GSM8K_ROW}, timeout=60)))
-        sent.start()
-        assert counting.wait(30)
-        health = requests.get(f"{url}/health", timeout=20)
-        answered.set()
-        sent.join(60)
-        assert health.status_code == 200 and health.json()["status"] == "ok"
-        assert results and results[0].status_code == 200, results and results[0].text[:300]
+        answer = held.post_beside_a_health_check(url, "/sessions", {"env_id": "gsm8k", "extras": GSM8K_ROW})
+        assert answer.status_code == 200, answer.text[:300]
     finally:
-        answered.set()
         stop()
 
 

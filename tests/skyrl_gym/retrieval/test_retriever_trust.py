@@ -228,31 +228,13 @@ def test_a_body_is_parsed_off_the_event_loop(monkeypatch):
     from skygym_sandboxes import http_bodies
     from skyrl_gym.retrieval.index import BM25Retriever
     from skyrl_gym.retrieval.server import create_app
-    from tests.sandboxes.remote_support import serve_in_thread
+    from tests.sandboxes.remote_support import HeldParse, serve_in_thread
 
-    parsing, answered = threading.Event(), threading.Event()
-    real = http_bodies.parse_json_object
-
-    def parse_after_health(raw, *args):
-        parsing.set()
-        assert answered.wait(30), "the health check was not answered while a body was being parsed"
-        return real(raw, *args)
-
-    monkeypatch.setattr(http_bodies, "parse_json_object", parse_after_health)
+    held = HeldParse(monkeypatch, http_bodies, "parse_json_object")
     documents = [{"id": "0", "contents": "the capital of France is Paris"}, {"id": "1", "contents": "bees make honey"}]
     url, stop = serve_in_thread(create_app(BM25Retriever.build(documents), documents))
     try:
-        results = []
-        sent = threading.Thread(target=lambda: results.append(requests.post(
-            f"{url}/retrieve", json={"queries": ["capital of France"], "topk": 1}, timeout=60)))
-        sent.start()
-        assert parsing.wait(30)
-        health = requests.get(f"{url}/health", timeout=20)
-        answered.set()
-        sent.join(60)
-        assert health.status_code == 200
-        assert results and results[0].status_code == 200, results and results[0].text[:300]
-        assert "Paris" in results[0].text
+        answer = held.post_beside_a_health_check(url, "/retrieve", {"queries": ["capital of France"], "topk": 1})
+        assert answer.status_code == 200 and "Paris" in answer.text, answer.text[:300]
     finally:
-        answered.set()
         stop()
