@@ -18,7 +18,7 @@ CONSTRAINTS = ROOT / "scripts" / "constraints.txt"
 TORCH = "torch==2.13.0"  # installed first, pinned, so that no dependency pulls another torch
 TEST_TOOLS = ("pytest>=8", "pytest-asyncio>=0.23", "pytest-timeout>=2.3")
 
-nox.options.sessions = ["core", "vllm", "py310", "verl", "trl", "gpu"]
+nox.options.sessions = ["core", "vllm", "verl", "trl", "gpu", "py310"]
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the suite needs and runs every test session.
-#   bash scripts/test.sh                 # everything: core, then vllm and py310 beside verl, trl (and gpu)
+#   bash scripts/test.sh                 # everything: core, then vllm beside verl, trl, py310 (and gpu)
 #   bash scripts/test.sh -s core         # one session; nox arguments pass through
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,27 +33,26 @@ if [ $# -gt 0 ]; then
   exec "${nox[@]}" "$@"
 fi
 
-# The whole suite: core (two pytest workers keep both cores busy), then the vllm and py310 sessions beside the verl,
-# trl and gpu ones. vllm, verl and trl run one test at a time and kept one core of two busy (vllm 3 minutes, verl
-# and trl 2.5); py310 (the hub on Python 3.10) takes about as long as vllm: side by side the two lanes take about
-# the time of the longest. Their output follows the others'. Every session runs whatever another's result; the
-# exit status is 1 if any failed.
+# The whole suite: core (two pytest workers keep both cores busy), then the vllm session beside the verl, trl, gpu
+# and py310 ones. vllm, verl and trl run one test at a time and keep about one core busy each (seen: vllm 2
+# minutes, verl and trl under one each with their environments kept; py310, the hub on Python 3.10, 2): side by side
+# the two lanes take about the time of the longer. vllm's output follows the others'. Every session runs whatever
+# another's result; the exit status is 1 if any failed. py310 skips, saying why, where there is no Python 3.10.
 status=0
 "${nox[@]}" -s core || status=1
-beside=(vllm py310)  # py310 skips, saying why, where the machine has no Python 3.10
 vllm_log="$(mktemp "${TMPDIR:-/tmp}/skyrl-gym-vllm-session.XXXXXX")"
 # Ray's sockets and session files in a folder of the session's own: the verl session starts a Ray of its own too
 ray_tmp="$(mktemp -d "${TMPDIR:-/tmp}/ray-vllm.XXXX")"
 trap 'rm -rf "$vllm_log" "$ray_tmp"' EXIT
 # In a process group of its own (setsid): a script's background job ignores Ctrl-C, so Ctrl-C stops it from here.
-RAY_TMPDIR="$ray_tmp" setsid -w "${nox[@]}" -s "${beside[@]}" > "$vllm_log" 2>&1 &
+RAY_TMPDIR="$ray_tmp" setsid -w "${nox[@]}" -s vllm > "$vllm_log" 2>&1 &
 vllm_pid=$!
-trap 'kill -TERM -- "-$vllm_pid" 2>/dev/null; echo "== stopped; the ${beside[*]} sessions too"; exit 130' INT TERM
-"${nox[@]}" -s verl trl gpu || status=1
+trap 'kill -TERM -- "-$vllm_pid" 2>/dev/null; echo "== stopped; the vllm session too"; exit 130' INT TERM
+"${nox[@]}" -s verl trl gpu py310 || status=1
 vllm_status=0
 wait "$vllm_pid" || vllm_status=1
-echo "== the ${beside[*]} session(s) (they ran beside verl, trl and gpu):"
+echo "== the vllm session (it ran beside verl, trl, gpu and py310):"
 cat "$vllm_log"
 [ "$vllm_status" -eq 0 ] || status=1
-echo "== sessions: core, ${beside[*]}, verl, trl, gpu: $([ "$status" -eq 0 ] && echo "all passed (or skipped)" || echo "at least one FAILED (above)")"
+echo "== sessions: core, vllm, verl, trl, gpu, py310: $([ "$status" -eq 0 ] && echo "all passed (or skipped)" || echo "at least one FAILED (above)")"
 exit "$status"
