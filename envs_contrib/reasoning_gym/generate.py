@@ -11,11 +11,15 @@ on the caller's thread, and ``puzzle24`` with ``max_value=1`` draws for ever. Se
 defaults are first tried in a child process (:func:`vet`: the dataset built and :data:`VET_ITEMS` entries
 generated, within :data:`VET_S` seconds, :data:`VET_MEMORY_BYTES` of memory and questions of at most
 :data:`MAX_QUESTION_CHARS` characters), once per process and settings, a composite's each component on its own.
+A try draws a few entries, and the draws of a fixed seed can be searched for settings whose tried entries are
+small and whose others are not: so each entry of such settings is also generated in a child process
+(:func:`_entry_apart`), under the same bounds, and only the dataset the scorer needs is built in this one.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -100,10 +104,14 @@ def dataset(name: str, settings: str, seed: int) -> Any:
     other than reasoning-gym's defaults are vetted first (:func:`vet`), a composite's each component on its own."""
     built = _build(name, settings, seed, construct=False)  # the settings' own errors first, named
     deadline = time.monotonic() + VET_WAIT_S  # the parts of a composite share it
-    for part, part_settings in _parts(name, json.loads(settings)):
-        if not _is_default(part, part_settings):
-            vet(part, settings_json(part_settings), deadline)
+    for part, part_settings in _untried_parts(name, settings):
+        vet(part, settings_json(part_settings), deadline)
     return built()
+
+
+def _untried_parts(name: str, settings: str) -> list:
+    """The parts of ``name`` (see :func:`_parts`) whose settings are not reasoning-gym's defaults."""
+    return [(part, config) for part, config in _parts(name, json.loads(settings)) if not _is_default(part, config)]
 
 
 def _parts(name: str, config: Mapping[str, Any]) -> list:
@@ -248,26 +256,37 @@ def _vet_in_child_process(name: str, settings: str) -> Tuple[Optional[str], bool
     return f"reasoning-gym dataset {name!r}: the settings {settings[:300]} were refused: {why[:500]}", True
 
 
-def _vet_in_child(name: str, settings: str, items: int, memory_bytes: int, max_chars: int) -> int:
-    """The child of :func:`vet`: its memory capped, build the dataset and generate the entries; exit status 0
-    when they stay within the bounds, else 1 with the reason on stderr's last line."""
+def _cap_memory(memory_bytes: int) -> None:
+    """In a child: what Python and reasoning-gym's imports already mapped, plus ``memory_bytes``, is all it may map."""
     import resource
 
     from reasoning_gym.factory import DATASETS as RG_DATASETS  # noqa: F401  (its memory is not the settings')
 
-    with open("/proc/self/statm") as handle:  # what Python and reasoning-gym's imports already mapped, plus the cap
+    with open("/proc/self/statm") as handle:
         mapped = int(handle.read().split()[0]) * resource.getpagesize()
     resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_bytes, mapped + memory_bytes))
+
+
+def _too_long(index: int, item: Mapping[str, Any], max_chars: int) -> Optional[str]:
+    for field in ("question", "answer"):
+        size = len(str(item.get(field) or ""))
+        if size > max_chars:
+            return (f"entry {index}'s {field} is {size:,} characters long; at most {max_chars:,} are allowed (no "
+                    "model's context holds more); lower the settings")
+    return None
+
+
+def _vet_in_child(name: str, settings: str, items: int, memory_bytes: int, max_chars: int) -> int:
+    """The child of :func:`vet`: its memory capped, build the dataset and generate the entries; exit status 0
+    when they stay within the bounds, else 1 with the reason on stderr's last line."""
+    _cap_memory(memory_bytes)
     try:
         built = _build(name, settings, seed=0)
         for index in range(items):
-            item = built[index]
-            for field in ("question", "answer"):
-                size = len(str(item.get(field) or ""))
-                if size > max_chars:
-                    print(f"entry {index}'s {field} is {size:,} characters long; at most {max_chars:,} are allowed "
-                          "(no model's context holds more); lower the settings", file=sys.stderr)
-                    return 1
+            refusal = _too_long(index, built[index], max_chars)
+            if refusal:
+                print(refusal, file=sys.stderr)
+                return 1
     except MemoryError:
         print(f"generating {items} entries needs more than {memory_bytes >> 20:,} MiB of memory; lower the "
               "settings", file=sys.stderr)
@@ -275,6 +294,33 @@ def _vet_in_child(name: str, settings: str, items: int, memory_bytes: int, max_c
     except SettingsError as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    return 0
+
+
+def _entries_in_child(memory_bytes: int, max_chars: int) -> int:
+    """The child of :class:`_EntryChild`: its memory capped, answer each request line with a frame; reasoning-gym's
+    own prints go to stderr, not into the frames."""
+    import pickle
+
+    frames = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    _cap_memory(memory_bytes)
+    frames.write(bytes(8))  # started
+    frames.flush()
+    built = functools.lru_cache(maxsize=4)(lambda name, settings, seed: _build(name, settings, seed))
+    for line in sys.stdin:
+        name, settings, seed, index = json.loads(line)
+        found: Optional[Dict[str, Any]] = None
+        try:
+            found = built(name, settings, seed)[index]
+            refusal = _too_long(index, found, max_chars)
+        except MemoryError:
+            refusal = f"generating it needs more than {memory_bytes >> 20:,} MiB of memory; lower the settings"
+        except Exception as exc:
+            refusal = f"{type(exc).__name__}: {str(exc)[:500]}"
+        payload = pickle.dumps((None, refusal) if refusal else (found, None))
+        frames.write(len(payload).to_bytes(8, "big") + payload)
+        frames.flush()
     return 0
 
 
@@ -286,7 +332,112 @@ def entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
 
 @functools.lru_cache(maxsize=1024)
 def _cached_entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
-    return dataset(name, settings, seed)[index]
+    built = dataset(name, settings, seed)  # the settings vetted; the scorer's dataset
+    return _entry_apart(name, settings, seed, index) if _untried_parts(name, settings) else built[index]
+
+
+CHILD_START_S = 60.0
+"""How long a child of :func:`_entry_apart` may take to start (import reasoning-gym), on a busy machine too."""
+ENTRY_FRAME_BYTES = 256 << 20
+"""The most a child of :func:`_entry_apart` may send back for one entry (its question and answer are bounded by
+:data:`MAX_QUESTION_CHARS`, its metadata by the child's memory)."""
+_idle_children: "list[_EntryChild]" = []  # at most VETS_AT_ONCE, guarded by _vet_lock
+
+
+def _entry_apart(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
+    """Entry ``index`` of the dataset, generated in a long-lived child process within :data:`VET_S` seconds,
+    :data:`VET_MEMORY_BYTES` and :data:`MAX_QUESTION_CHARS` (a child that passes a bound is ended; the next entry
+    gets a new one). Children and vets share :data:`VETS_AT_ONCE` slots, waited for up to :data:`VET_WAIT_S`."""
+    if not _vet_slots.acquire(timeout=VET_WAIT_S):
+        raise _busy(name)
+    try:
+        with _vet_lock:
+            child = _idle_children.pop() if _idle_children else None
+        child = child or _EntryChild()
+        found = child.entry(name, settings, seed, index)  # a child that raises has ended
+        with _vet_lock:
+            _idle_children.append(child)
+        return found
+    finally:
+        _vet_slots.release()
+
+
+def close_children() -> None:
+    """End the idle children of :func:`_entry_apart` (a new one starts when an entry is next asked for)."""
+    with _vet_lock:
+        children = list(_idle_children)
+        _idle_children.clear()
+    for child in children:
+        child.close()
+
+
+class _EntryChild:
+    """A child process (this module with ``--entries``) that reads ``[name, settings, seed, index]`` lines and
+    answers each with a frame: 8 bytes of length, then the pickled ``(entry, refusal)``. The pickle comes from our
+    own code in the child, which the settings (data) cannot change; it is read only up to
+    :data:`ENTRY_FRAME_BYTES`."""
+
+    def __init__(self) -> None:
+        command = [sys.executable, "-m", __name__, "--entries", str(VET_MEMORY_BYTES), str(MAX_QUESTION_CHARS)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, cwd=os.path.dirname(os.path.abspath(sys.executable)))
+        self.started = False  # the child says so (an empty frame) once it has imported reasoning-gym
+
+    def entry(self, name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
+        import pickle
+
+        where = f"reasoning-gym dataset {name!r}: entry {index} of seed {seed} with the settings {settings[:300]}"
+        try:
+            if not self.started:  # its imports are not the entry's time
+                self._read(8, time.monotonic() + CHILD_START_S)
+                self.started = True
+            deadline = time.monotonic() + VET_S
+            assert self.process.stdin is not None
+            self.process.stdin.write((json.dumps([name, settings, seed, index]) + "\n").encode())
+            self.process.stdin.flush()
+            size = int.from_bytes(self._read(8, deadline), "big")
+            if size > ENTRY_FRAME_BYTES:
+                raise SettingsError(f"{where} is {size:,} bytes pickled; at most {ENTRY_FRAME_BYTES:,} are read")
+            found, refusal = pickle.loads(self._read(size, deadline))
+        except TimeoutError:
+            self.close()
+            if not self.started:
+                raise SettingsError(f"{where}: the child process to generate it did not start within "
+                                    f"{CHILD_START_S:g} s (a busy machine?); try again") from None
+            raise SettingsError(f"{where} took more than {VET_S:g} s to generate; lower the settings") from None
+        except (OSError, EOFError) as exc:
+            self.close()
+            raise SettingsError(f"{where}: the child process generating it ended ({exc or type(exc).__name__})"
+                                ) from None
+        except BaseException:
+            self.close()
+            raise
+        if refusal:
+            self.close()  # a MemoryError may have left the child's state half made
+            raise SettingsError(f"{where} was refused: {refusal}")
+        return found
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        import select
+
+        assert self.process.stdout is not None
+        stream, chunks, left = self.process.stdout.fileno(), [], size
+        while left:
+            if not select.select([stream], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise TimeoutError
+            chunk = os.read(stream, min(left, 1 << 20))
+            if not chunk:
+                raise EOFError(f"exit status {self.process.wait()}")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()  # type: ignore[union-attr]
 
 
 def system_prompt() -> str:
@@ -305,5 +456,7 @@ def version() -> Optional[str]:
         return None
 
 
-if __name__ == "__main__":  # the child process of vet()
+if __name__ == "__main__":  # the child process of vet(), or of _entry_apart()
+    if sys.argv[1] == "--entries":
+        sys.exit(_entries_in_child(int(sys.argv[2]), int(sys.argv[3])))
     sys.exit(_vet_in_child(sys.argv[1], sys.stdin.read(), *(int(arg) for arg in sys.argv[2:5])))

@@ -236,9 +236,11 @@ def fresh_vets(monkeypatch):
     monkeypatch.setattr(generate, "_vetted", collections.OrderedDict())
     generate.dataset.cache_clear()
     generate._cached_entry.cache_clear()
+    generate.close_children()  # a child started with other bounds
     yield generate
     generate.dataset.cache_clear()
     generate._cached_entry.cache_clear()
+    generate.close_children()
 
 
 def test_settings_that_would_build_a_huge_question_are_refused_after_a_bounded_try(fresh_vets):
@@ -316,6 +318,30 @@ def test_only_settings_other_than_the_defaults_are_tried_and_each_once(fresh_vet
     for index in range(3):
         skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"max_n": 12}, "index": index})
     assert tried == [("rotate_matrix", '{"max_n": 12}')]
+
+
+def test_each_entry_of_tried_settings_is_generated_apart_within_the_same_bounds(fresh_vets, monkeypatch):
+    """The try draws eight entries of seed 0, and those draws can be searched for settings whose tried entries are
+    small while others are not: each entry of such settings is generated in a child process under the try's bounds
+    too. Here the try is taken as passed, as it would be for settings found by such a search."""
+    generate = fresh_vets
+    monkeypatch.setattr(generate, "_vet_in_child_process", lambda name, settings: (None, True))
+    huge = {"min_n": 1500, "max_n": 1500}  # a 4.5-million-character question
+    with pytest.raises(DataError, match=r"entry 0 of seed \d+ .* refused: entry 0's question is 4,500,\d+ characters"):
+        skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": huge})
+    monkeypatch.setattr(generate, "VET_S", 2.0)
+    with pytest.raises(DataError, match=r"entry 1 of seed \d+ .* took more than 2 s to generate"):
+        skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"min_n": 20000, "max_n": 20000},
+                                                                  "index": 1})
+    assert generate._idle_children == []  # each child that passed a bound was ended
+    # the next entry gets a new child, and an entry made apart is the one this process would make
+    settings = generate.settings_json({"min_n": 3, "max_n": 6})
+    apart = [generate.entry("rotate_matrix", settings, 11, index) for index in range(4)]
+    assert apart == [generate._build("rotate_matrix", settings, 11)[index] for index in range(4)]
+    assert len(generate._idle_children) == 1
+    env = skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"min_n": 3, "max_n": 6}})
+    env.init()
+    assert env.step(f"<answer>{env.entry['answer']}</answer>")["reward"] == 1.0
 
 
 def test_settings_longer_than_an_argument_can_hold_are_tried_too(fresh_vets):
