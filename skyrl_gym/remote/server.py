@@ -120,8 +120,8 @@ def create_app(
     only the keys the policy lets a client set, within its bounds (422 naming the key otherwise). A sandbox
     without isolation in it raises ``ValueError`` unless ``allow_no_isolation``. A session may be sent at most
     ``max_session_bytes`` (its row, prompt and actions, which its env keeps), all sessions together
-    ``max_held_bytes``. Envs are built on ``build_threads`` threads, their calls run on ``env_threads`` others:
-    slow creates never hold the threads that step running sessions."""
+    ``max_held_bytes``. Envs are built and their ``init`` runs on ``build_threads`` threads, their other calls on
+    ``env_threads`` others: slow creates and set-ups never hold the threads that step running sessions."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
@@ -542,8 +542,8 @@ def create_app(
                 422, f"prompt must be a list of chat messages (or null), got {type(prompt).__name__}"
             )
 
-        async def operation() -> Any:
-            observation, info = await in_thread(session.env.init, prompt)
+        async def operation() -> Any:  # setting up, as a build is (the swe env starts its container here)
+            observation, info = await in_thread(session.env.init, prompt, pool=builders)
             return {"observation": observation, "info": info}
 
         return await call(session, request_id, "init", operation, size)

@@ -725,6 +725,18 @@ class _WaitsToBuild(skyrl_gym.BaseTextEnv):
         return {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
 
 
+class _WaitsToInit(_WaitsToBuild):
+    """An env whose ``init`` waits, as the swe env's does while it starts its container."""
+
+    def __init__(self, env_config=None, extras=None):
+        skyrl_gym.BaseTextEnv.__init__(self, env_config, extras)
+
+    def init(self, prompt=None):
+        _BUILD_STARTED.set()
+        _BUILD_RELEASED.wait(timeout=60)
+        return super().init(prompt)
+
+
 def test_creates_that_wait_never_hold_the_threads_that_step_running_sessions():
     """A create waits up to three minutes for a reasoning-gym setting to be tried; creates with ever new settings
     held every env thread, so the steps of other clients' running sessions waited behind them (an attacker's
@@ -757,3 +769,36 @@ def test_creates_that_wait_never_hold_the_threads_that_step_running_sessions():
         _BUILD_RELEASED.set()
         stop()
         skyrl_gym.deregister("test_trust/waits_to_build")
+
+
+def test_inits_that_wait_never_hold_the_threads_that_step_running_sessions():
+    """The swe env starts its container in ``init``, which ran on the env threads: sessions being set up held the
+    threads that step running ones. ``init`` runs on the build threads."""
+    import concurrent.futures
+
+    skyrl_gym.register("test_trust/waits_to_init", entry_point=_WaitsToInit)
+    _BUILD_STARTED.clear(), _BUILD_RELEASED.clear()
+    try:
+        url, stop = _in_process_server(env_threads=1, build_threads=1)
+    except BaseException:
+        skyrl_gym.deregister("test_trust/waits_to_init")
+        raise
+    try:
+        session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
+        assert requests.post(f"{url}/sessions/{session}/init", json={}, timeout=30).status_code == 200
+        slow = [requests.post(f"{url}/sessions", json={"env_id": "test_trust/waits_to_init"}, timeout=30
+                              ).json()["session_id"] for _ in range(2)]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            waiting = [pool.submit(requests.post, f"{url}/sessions/{name}/init", json={}, timeout=90) for name in slow]
+            try:
+                assert _BUILD_STARTED.wait(timeout=30)  # an init holds its thread
+                step = requests.post(f"{url}/sessions/{session}/step", json={"action": "a"}, timeout=10)
+                assert step.status_code == 200, step.text[:300]
+                assert not any(init.done() for init in waiting)  # the step did not wait for them
+            finally:
+                _BUILD_RELEASED.set()
+            assert [init.result().status_code for init in waiting] == [200, 200]
+    finally:
+        _BUILD_RELEASED.set()
+        stop()
+        skyrl_gym.deregister("test_trust/waits_to_init")
