@@ -737,68 +737,43 @@ class _WaitsToInit(_WaitsToBuild):
         return super().init(prompt)
 
 
-def test_creates_that_wait_never_hold_the_threads_that_step_running_sessions():
+@pytest.mark.parametrize("waits_in", ["create", "init"])
+def test_creates_and_inits_that_wait_never_hold_the_threads_that_step_running_sessions(waits_in):
     """A create waits up to three minutes for a reasoning-gym setting to be tried; creates with ever new settings
     held every env thread, so the steps of other clients' running sessions waited behind them (an attacker's
     pass). Builds have threads of their own: with one env thread and one build thread, a step is answered while
-    two creates wait."""
+    two creates wait. The swe env starts its container in ``init``, which ran on the env threads too: it runs on
+    the build threads."""
     import concurrent.futures
 
-    skyrl_gym.register("test_trust/waits_to_build", entry_point=_WaitsToBuild)
+    env_id = f"test_trust/waits_in_{waits_in}"
+    skyrl_gym.register(env_id, entry_point=_WaitsToBuild if waits_in == "create" else _WaitsToInit)
     _BUILD_STARTED.clear(), _BUILD_RELEASED.clear()
     try:
         url, stop = _in_process_server(env_threads=1, build_threads=1)
     except BaseException:
-        skyrl_gym.deregister("test_trust/waits_to_build")
+        skyrl_gym.deregister(env_id)
         raise
     try:
         session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
         assert requests.post(f"{url}/sessions/{session}/init", json={}, timeout=30).status_code == 200
+        if waits_in == "create":
+            slow = [(f"{url}/sessions", {"env_id": env_id})] * 2
+        else:
+            slow = [(f"{url}/sessions/{name}/init", {}) for name in (
+                requests.post(f"{url}/sessions", json={"env_id": env_id}, timeout=30).json()["session_id"]
+                for _ in range(2))]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            waiting = [pool.submit(requests.post, f"{url}/sessions", json={"env_id": "test_trust/waits_to_build"},
-                                   timeout=90) for _ in range(2)]
+            waiting = [pool.submit(requests.post, where, json=body, timeout=90) for where, body in slow]
             try:
-                assert _BUILD_STARTED.wait(timeout=30)  # a build holds its thread
+                assert _BUILD_STARTED.wait(timeout=30)  # a build or an init holds its thread
                 step = requests.post(f"{url}/sessions/{session}/step", json={"action": "a"}, timeout=10)
                 assert step.status_code == 200, step.text[:300]
-                assert not any(create.done() for create in waiting)  # the step did not wait for them
+                assert not any(call.done() for call in waiting)  # the step did not wait for them
             finally:
                 _BUILD_RELEASED.set()
-            assert [create.result().status_code for create in waiting] == [200, 200]
+            assert [call.result().status_code for call in waiting] == [200, 200]
     finally:
         _BUILD_RELEASED.set()
         stop()
-        skyrl_gym.deregister("test_trust/waits_to_build")
-
-
-def test_inits_that_wait_never_hold_the_threads_that_step_running_sessions():
-    """The swe env starts its container in ``init``, which ran on the env threads: sessions being set up held the
-    threads that step running ones. ``init`` runs on the build threads."""
-    import concurrent.futures
-
-    skyrl_gym.register("test_trust/waits_to_init", entry_point=_WaitsToInit)
-    _BUILD_STARTED.clear(), _BUILD_RELEASED.clear()
-    try:
-        url, stop = _in_process_server(env_threads=1, build_threads=1)
-    except BaseException:
-        skyrl_gym.deregister("test_trust/waits_to_init")
-        raise
-    try:
-        session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
-        assert requests.post(f"{url}/sessions/{session}/init", json={}, timeout=30).status_code == 200
-        slow = [requests.post(f"{url}/sessions", json={"env_id": "test_trust/waits_to_init"}, timeout=30
-                              ).json()["session_id"] for _ in range(2)]
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            waiting = [pool.submit(requests.post, f"{url}/sessions/{name}/init", json={}, timeout=90) for name in slow]
-            try:
-                assert _BUILD_STARTED.wait(timeout=30)  # an init holds its thread
-                step = requests.post(f"{url}/sessions/{session}/step", json={"action": "a"}, timeout=10)
-                assert step.status_code == 200, step.text[:300]
-                assert not any(init.done() for init in waiting)  # the step did not wait for them
-            finally:
-                _BUILD_RELEASED.set()
-            assert [init.result().status_code for init in waiting] == [200, 200]
-    finally:
-        _BUILD_RELEASED.set()
-        stop()
-        skyrl_gym.deregister("test_trust/waits_to_init")
+        skyrl_gym.deregister(env_id)
