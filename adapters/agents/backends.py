@@ -30,7 +30,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from skygym_adapters.engines.base import BaseInferenceEngine, EngineError, resolve_sampling
+from skygym_adapters.engines.base import (
+    BaseInferenceEngine,
+    EngineError,
+    resolve_sampling,
+    served_model_name,
+)
 from skygym_adapters.engines.http_sessions import LoopSessions
 
 from skygym_adapters.agents.config import AgentConfigError
@@ -99,15 +104,8 @@ class OpenAIChatBackend:
 
     async def _model_name(self) -> str:
         if self.model is None:
-            try:
-                async with self._http.get().get(self.root_url + "/v1/models") as response:
-                    data = await response.json(content_type=None)
-                self.model = data["data"][0]["id"]
-            except Exception as exc:
-                raise EngineError(
-                    f"could not ask {self.root_url}/v1/models for the model name ({type(exc).__name__}: "
-                    f"{exc}); set generator.backend_config.model"
-                ) from exc
+            self.model = await served_model_name(self._http.get(), self.root_url,
+                                                 "generator.backend_config.model (--model for `skyrl-gym agent eval`)")
         return self.model
 
     @staticmethod

@@ -22,6 +22,24 @@ def unreachable_hint(exc: BaseException, server: str, url: str) -> str:
     return ""
 
 
+async def served_model_name(session: Any, root_url: str, how_to_name: str) -> str:
+    """The first model an OpenAI-compatible server at ``root_url`` lists (``GET /v1/models``), through the aiohttp
+    ``session``; an :class:`EngineError` says why not: nothing answers there (and that ``how_to_name`` names the
+    model instead), or what the answer lacked."""
+    try:
+        async with session.get(root_url + "/v1/models") as response:
+            data = await response.json(content_type=None)
+        model = data["data"][0]["id"]
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"data[0].id is {model!r}, not a model name")
+        return model
+    except Exception as exc:
+        unreachable = unreachable_hint(exc, "an OpenAI-compatible server", root_url)
+        raise EngineError(f"could not ask {root_url}/v1/models for the model name ({type(exc).__name__}: {exc})"
+                          + (f"{unreachable}, or name" if unreachable else "; name") + f" the model: {how_to_name}"
+                          ) from exc
+
+
 @dataclass(frozen=True)
 class ResolvedSampling:
     """Sampling parameters with defaults filled in and validated; hashable so requests can be grouped."""

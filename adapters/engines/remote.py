@@ -25,6 +25,7 @@ from skygym_adapters.engines.base import (
     SequenceResult,
     assemble_output,
     resolve_sampling,
+    served_model_name,
     unreachable_hint,
     validate_prompts,
 )
@@ -108,19 +109,7 @@ class RemoteEngine(BaseInferenceEngine):
 
     async def _model_name(self) -> str:
         if self.model is None:
-            session = self._session()
-            try:
-                async with session.get(self.root_url + "/v1/models") as response:
-                    data = await response.json(content_type=None)
-                model = data["data"][0]["id"]
-                if not isinstance(model, str) or not model:
-                    raise ValueError(f"data[0].id is {model!r}, not a model name")
-                self.model = model
-            except Exception as exc:
-                raise EngineError(
-                    f"could not ask {self.root_url}/v1/models for the model name ({type(exc).__name__}: {exc}); "
-                    f"check that an OpenAI-compatible server is running at {self.root_url}"
-                ) from exc
+            self.model = await served_model_name(self._session(), self.root_url, "RemoteEngine(..., model=NAME)")
         return self.model
 
     def _warn_once(self, key: str, message: str) -> None:

@@ -229,7 +229,7 @@ def run_info(args: argparse.Namespace) -> int:
             function = schema.get("function", schema)
             lines.append(f"  - {function.get('name')}: {function.get('description', '')}")
             lines.append(f"    parameters: {to_json(function.get('parameters', {}))}")
-    if info["docstring"]:
+    if info["docstring"] and info["docstring"].strip() != str(info["description"]).strip():  # not said twice
         lines.append("")
         lines.append(info["docstring"])
     print("\n".join(lines))

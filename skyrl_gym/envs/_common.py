@@ -37,6 +37,9 @@ def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field
             f"env {env_id!r}: {field} field is required; the row has no {field!r} dict (expected {{'ground_truth': ...}})"
         )
     if spec.get("ground_truth") is None:
+        if "ground_truth" in spec:  # a null in a Parquet or JSON row
+            raise MissingRewardSpec(f"env {env_id!r}: {field}.ground_truth is null in the row; it needs the answer "
+                                    "to score against (a row whose answer was lost when the dataset was written?)")
         close = difflib.get_close_matches("ground_truth", [str(key) for key in spec], n=1, cutoff=0.7)
         raise MissingRewardSpec(
             f"env {env_id!r}: ground_truth is required in {field} field; {field}.ground_truth is missing from the row"
@@ -56,6 +59,26 @@ def config_number(config: Mapping[str, Any], key: str, default: Any, env_id: str
     except (TypeError, ValueError):
         what = "an integer" if kind is int else "a number"
         raise ValueError(f"env {env_id!r}: env_config.{key} must be {what}, got {value!r:.80}") from None
+
+
+def turn_limit(extras: Any, env_config: Any, default: int, env_id: str) -> int:
+    """The episode's turn limit: the row's ``max_turns``, else ``env_config``'s, else ``default`` (a row's 0 or null
+    falls through, as SkyRL-gym reads it), or a ``ValueError`` naming where a value that is no whole number >= 1 came
+    from (``int('abc')`` alone said ``invalid literal for int() with base 10``)."""
+    from skyrl_gym.envs.config_values import config_value
+
+    row = extras.get("max_turns") if isinstance(extras, Mapping) else None
+    where, value = (("the row's max_turns", row) if row else
+                    ("env_config.max_turns", config_value(env_config, "max_turns", default)))
+    try:
+        if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+            raise TypeError
+        turns = int(value)
+    except (TypeError, ValueError, OverflowError):
+        turns = 0
+    if turns < 1:
+        raise ValueError(f"env {env_id!r}: {where} must be a whole number >= 1, got {value!r:.80}")
+    return turns
 
 
 def uses_default_tool_path(env: Any, tool_group: Any) -> bool:

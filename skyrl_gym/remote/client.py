@@ -93,6 +93,16 @@ def _close_all_at_exit() -> None:
 atexit.register(_close_all_at_exit)
 
 
+def _spec_not_read(env_config: Any, missing: str, given: str) -> str:
+    """Why ``env_config[missing]`` was not read: ``env_config`` is the remote's spec only when neither ``url=`` nor
+    ``env_id=`` is passed; otherwise it is the served env's own settings."""
+    if not hasattr(env_config, "get") or env_config.get(missing) is None:
+        return ""
+    return (f"; env_config[{missing!r}] was not read: env_config is the spec {{url, env_id, token, env_config}} "
+            f"only when neither url= nor env_id= is passed, and {given}= was, so it is the served env's own "
+            f"settings: pass {missing}= as well, or move {given} into env_config")
+
+
 class RemoteEnv(ProxyEnv):
     """A session of ``env_id`` on the env service at ``url``; behaves like ``skyrl_gym.make(env_id, ...)``.
 
@@ -130,12 +140,16 @@ class RemoteEnv(ProxyEnv):
         if not url:
             raise RemoteEnvError(
                 f"RemoteEnv needs the service's url (url=..., env_config['url'] or {URL_ENV}); "
-                f"start one with `skyrl-gym serve-env`"
+                f"start one with `skyrl-gym serve-env`" + _spec_not_read(env_config, "url", "env_id")
             )
         if not isinstance(env_id, str) or not env_id:
             raise RemoteEnvError(
                 "RemoteEnv needs env_id: the id of the env the service should build (e.g. 'gsm8k')"
+                + _spec_not_read(env_config, "env_id", "url")
             )
+        if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
+            raise RemoteEnvError(f"RemoteEnv's url must start with http:// or https://, got {url!r:.200} "
+                                 "(e.g. http://127.0.0.1:8010)")
         if hasattr(env_config, "items") and not isinstance(env_config, dict):  # an OmegaConf section
             env_config = {k: v for k, v in env_config.items()}
         self.url = str(url).rstrip("/")

@@ -272,6 +272,9 @@ def effective_env_config(
     rules = client_rules(env_id, creator)
     env_defaults = getattr(creator, "config_defaults", None) or {}
     config = dict(operator)
+    if len(client_config or {}) > len(rules) + 64:  # keys not the client's: said before sorting millions of them
+        raise PolicyError(f"env_config has {len(client_config or {}):,} keys; a client may set at most these "
+                          f"{len(rules)} of env {env_id!r}: {sorted(rules) or 'none'}")
     for key in sorted(client_config or {}, key=str):
         value = client_config[key]  # type: ignore[index]
         if key in OPERATOR_KEYS:

@@ -72,7 +72,7 @@ def test_verl_agent_loop_conforms_on_builtin_env(env_id, context):
 @pytest.mark.trl
 @pytest.mark.parametrize("env_id", builtin_env_ids())
 def test_trl_adapter_conforms_on_builtin_env(env_id, context):
-    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'skyrl-gym[trl]' (nox -s trl)")
+    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]' in a virtual environment of its own (nox -s trl)")
     report = _conform(env_id, context, only=["trl"])
     assert report.ran() == ["trl"] and report.ok, format_table(report)
 

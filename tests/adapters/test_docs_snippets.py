@@ -21,7 +21,7 @@ def test_use_with_verl_snippet(tmp_path, monkeypatch, gsm8k_test_file, capsys):
 
 @pytest.mark.trl
 def test_use_with_trl_snippet(tmp_path, monkeypatch, gsm8k_test_file, tiny_model_dir):
-    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'skyrl-gym[trl]' (nox -s trl)")
+    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]' in a virtual environment of its own (nox -s trl)")
     monkeypatch.setenv("GSM8K_JSONL", str(gsm8k_test_file))
     monkeypatch.setenv("MODEL", str(tiny_model_dir))
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -33,7 +33,7 @@ def test_use_with_trl_snippet(tmp_path, monkeypatch, gsm8k_test_file, tiny_model
 
 @pytest.mark.trl
 def test_trl_example_script(tmp_path, gsm8k_test_file, tiny_model_dir, capsys, monkeypatch):
-    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'skyrl-gym[trl]' (nox -s trl)")
+    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]' in a virtual environment of its own (nox -s trl)")
     monkeypatch.chdir(tmp_path)
     example = runpy.run_path(str(SNIPPETS.parents[1] / "examples" / "trl" / "grpo_gsm8k.py"), run_name="example")
     assert example["main"](["--gsm8k_file", str(gsm8k_test_file), "--model", str(tiny_model_dir), "--limit", "8",

@@ -242,7 +242,7 @@ def test_check_passes_a_good_env_and_exits_1_on_breaches(capsys, tmp_path, envs)
 def test_check_reports_bad_rows_and_bad_arguments(capsys, tmp_path):
     rows = write_rows(tmp_path / "bad.jsonl", [{"prompt": "just a string", "reward_spec": {"ground_truth": "1"}}])
     code, out, _ = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows)])
-    assert code == 1 and f"row [row 1]: row 1 (line 1 of {rows}): field 'prompt' is a string" in out
+    assert code == 1 and f"row: row 1 (line 1 of {rows}): field 'prompt' is a string" in out  # the place once
 
     code, _, err = run_cli(capsys, ["check", "gsm8k", "--rows", str(rows), "--env-config", "{not json"])
     assert code == 2 and "--env-config is not valid JSON" in err

@@ -288,3 +288,18 @@ def test_many_threads_loading_envs_for_the_first_time_at_once_all_load():
         done = subprocess.run([sys.executable, "-c", FIRST_LOADS_AT_ONCE], capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip() == "[]", done.stdout[-2000:]
+
+
+def test_a_huge_id_is_refused_at_once_with_a_short_message(monkeypatch):
+    """serve-env looks up a client's env id on its event loop: a 30 MB id spent three seconds searching for close
+    spellings (every client waited) and came back whole in the 404 (an attacker's pass)."""
+    import difflib
+
+    from skyrl_gym.errors import UnregisteredEnv
+    from skyrl_gym.registration import MAX_ID_CHARS, spec
+
+    monkeypatch.setattr(difflib, "get_close_matches", lambda *a, **k: pytest.fail("searched for spellings"))
+    with pytest.raises(UnregisteredEnv, match=rf"'aaaa.*\.\.\. \(1,000,000 characters; ids are at most {MAX_ID_CHARS}\)"
+                       ) as raised:
+        spec("a" * 1_000_000)
+    assert len(str(raised.value)) < 300

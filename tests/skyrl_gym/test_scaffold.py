@@ -84,6 +84,37 @@ def test_the_scaffolded_builder_follows_the_dataset_builder_contract(tmp_path):
         list(dataset.build_rows(split="test", size=1, seed=0, num_words=3))
 
 
+def test_the_scaffolded_env_names_a_wrong_max_turns(tmp_path):
+    """New users copy the template: it said ``invalid literal for int() with base 10: 'abc'``, and a 0 became 2."""
+    import importlib.util
+
+    root = scaffold(NAME, tmp_path / "pkg")
+    module_spec = importlib.util.spec_from_file_location("scaffold_env", root / f"skygym_{NAME}" / "env.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    env_class = next(value for value in vars(module).values()
+                     if isinstance(value, type) and "max_turns" in (getattr(value, "config_defaults", None) or {}))
+    row = {"reward_spec": {"ground_truth": "gym"}}
+    assert env_class({}, row).max_turns == 2 and env_class({"max_turns": 5}, row).max_turns == 5
+    for wrong in ("abc", 0, True, 2.5):
+        with pytest.raises(ValueError, match=f"env_config.max_turns must be a whole number >= 1, got {wrong!r}"):
+            env_class({"max_turns": wrong}, row)
+
+
+@pytest.mark.parametrize("env_id, row", [
+    ("code_interpreter", {"reward_spec": {"ground_truth": "1"}}),
+    ("search", {"reward_spec": {"ground_truth": {"target": ["x"]}}}),
+])
+def test_a_wrong_max_turns_is_named_with_where_it_came_from(env_id, row):
+    """The built-in multi-turn envs read ``int(row or config)``: a bare int() error, and a float 2.5 became 2."""
+    import skyrl_gym
+
+    with pytest.raises(ValueError, match=f"env {env_id!r}: env_config.max_turns must be a whole number >= 1, got 'abc'"):
+        skyrl_gym.make(env_id, env_config={"max_turns": "abc"}, extras=row)
+    with pytest.raises(ValueError, match=f"env {env_id!r}: the row's max_turns must be a whole number >= 1, got 2.5"):
+        skyrl_gym.make(env_id, extras={**row, "max_turns": 2.5})
+
+
 def test_init_prints_next_commands_that_a_shell_reads_as_written(tmp_path, capsys):
     """The `pip install -e DIR[dev]` it suggests is quoted, so zsh (which refuses an unmatched glob) and bash
     (which may expand it) both pass `[dev]` to pip; the folder may hold spaces."""

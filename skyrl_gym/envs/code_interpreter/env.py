@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 from skygym_sandboxes import Sandbox
 from skyrl_gym.core import StepOutput
 from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
-from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth
+from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth, turn_limit
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.rewards.math import DEFAULT_TIMEOUT_S, compute_math_score
 from skyrl_gym.tools.parsers import parse_tool_calls
@@ -43,7 +43,7 @@ class CodeInterpreterEnv(BaseTextEnv):
         config = config_dict(env_config)
         row = self.extras if isinstance(self.extras, dict) else {}
         defaults = self.config_defaults
-        self.max_turns = int(row.get("max_turns") or config.get("max_turns", defaults["max_turns"]))
+        self.max_turns = turn_limit(row, config, defaults["max_turns"], "code_interpreter")
         self.observation_role = str(config.get("observation_role", defaults["observation_role"]))
         self.verify_timeout = config_number(config, "verify_timeout", defaults["verify_timeout"],
                                             "code_interpreter")

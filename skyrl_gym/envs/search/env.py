@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
-from skyrl_gym.envs._common import require_ground_truth, uses_default_tool_path
+from skyrl_gym.envs._common import require_ground_truth, turn_limit, uses_default_tool_path
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.search.utils import compute_score, extract_solution, targets_of
@@ -71,7 +71,7 @@ class SearchEnv(BaseTextEnv):
             targets_of(self.ground_truth)
         except ValueError as exc:
             raise DataError(f"env 'search': {exc}") from None
-        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", self.config_defaults["max_turns"]))
+        self.max_turns = turn_limit(self.extras, env_config, self.config_defaults["max_turns"], "search")
         self.tool_group = search_tool_group_from_config(env_config)
         self.init_tool_groups([self.tool_group])
         self.chat_history: ConversationType = []

@@ -21,7 +21,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
-from skyrl_gym.envs._common import require_ground_truth, uses_default_tool_path
+from skyrl_gym.envs._common import require_ground_truth, turn_limit, uses_default_tool_path
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.search.env import SEARCH_DEFAULTS, search_tool_group_from_config
@@ -67,7 +67,7 @@ class SearchCodeEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(self.extras, "searchcode"))
-        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", self.config_defaults["max_turns"]))
+        self.max_turns = turn_limit(self.extras, env_config, self.config_defaults["max_turns"], "searchcode")
         self.search_tools = search_tool_group_from_config(env_config)
         self.python_tools = PythonCodeExecutorToolGroup(
             timeout=float(config_value(env_config, "python_timeout", self.config_defaults["python_timeout"])),

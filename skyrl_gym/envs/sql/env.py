@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
-from skyrl_gym.envs._common import require_ground_truth, uses_default_tool_path
+from skyrl_gym.envs._common import require_ground_truth, turn_limit, uses_default_tool_path
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.sql.databases import resolve_database_file
@@ -64,7 +64,7 @@ class SQLEnv(BaseTextEnv):
         self.db_path: Optional[str] = config_value(env_config, "db_path")
         self.db_file: str = resolve_database_file(extras, self.db_path)
         defaults = self.config_defaults
-        self.max_turns = int(extras.get("max_turns") or config_value(env_config, "max_turns", defaults["max_turns"]))
+        self.max_turns = turn_limit(extras, env_config, defaults["max_turns"], "text2sql")
         sql_timeout_s = float(config_value(env_config, "sql_timeout_s", defaults["sql_timeout_s"]))
         tool_limits = dataclasses.replace(QueryLimits(), timeout_s=sql_timeout_s)
         self.reward_limits = dataclasses.replace(

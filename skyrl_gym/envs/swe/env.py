@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from skygym_sandboxes.containers import ContainerLimits
 
 from skyrl_gym.core import ConversationType, StepOutput
+from skyrl_gym.envs._common import turn_limit
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.swe.grading import EvalReport, evaluate_patch
@@ -105,7 +106,7 @@ class SWEEnv(BaseTextEnv):
             memory_mb=int(config_value(env_config, "memory_mb", defaults["memory_mb"])),
             cpus=float(config_value(env_config, "cpus", defaults["cpus"])),
         )
-        self.max_turns = int(self.extras.get("max_turns") or config_value(env_config, "max_turns", defaults["max_turns"]))
+        self.max_turns = turn_limit(self.extras, env_config, defaults["max_turns"], "swe")
         self.runtime: Optional[SWERuntime] = None
         self.tools: Optional[SWEToolGroup] = None
         self.tool_calls = 0

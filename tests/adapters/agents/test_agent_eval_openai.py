@@ -210,6 +210,12 @@ def test_agent_eval_command_exits_1_naming_the_first_error_unless_errors_are_all
     assert "error: 2 of 2 trajectories errored (first: " in err and url in err and "--allow-errors" in err
     assert main(args + ["--allow-errors"]) == 0
     assert "warning: 2 of 2 trajectories errored" in capsys.readouterr().err
+    # no model named: asking the server for it fails first, and says what to check and how to name it
+    config = write_config(tmp_path, url, backend_config={"base_url": url})
+    assert main(["agent", "eval", str(config), *args[3:]]) == 1
+    err = capsys.readouterr().err
+    assert f"check that an OpenAI-compatible server is running at {url}, or name the model: " in err, err
+    assert "--model for `skyrl-gym agent eval`" in err  # said only "set generator.backend_config.model"
 
 
 def test_a_multi_turn_env_is_played_until_it_is_done(tmp_path, gsm8k_test_file):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'skyrl-gym[trl]' (nox -s trl)")
+pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]' in a virtual environment of its own (nox -s trl)")
 pytestmark = pytest.mark.trl
 
 from skygym_adapters.trl import agent_rollout_func, episode_reward, rows_to_dataset  # noqa: E402

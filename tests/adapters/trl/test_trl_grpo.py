@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-pytest.importorskip("trl", reason="needs the 'trl' extra: pip install 'skyrl-gym[trl]' (nox -s trl)")
+pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]' in a virtual environment of its own (nox -s trl)")
 pytestmark = pytest.mark.trl
 
 import skyrl_gym  # noqa: E402

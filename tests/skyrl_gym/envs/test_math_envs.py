@@ -40,6 +40,8 @@ def test_gsm8k_is_one_step():
 @pytest.mark.parametrize("extras, message", [
     ({}, "reward_spec"),
     ({"reward_spec": {}}, "reward_spec.ground_truth is missing"),
+    ({"reward_spec": {"ground_truth": None}}, "reward_spec.ground_truth is null in the row"),  # said "missing" (it
+    # has 'ground_truth': did you mean 'ground_truth'?)
     (None, re.escape("needs its dataset row as extras, e.g. skyrl_gym.make('gsm8k', "
                      "extras={'reward_spec': {'ground_truth': ...}}); got None")),
 ])

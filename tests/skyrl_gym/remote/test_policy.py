@@ -101,6 +101,10 @@ def test_a_contributed_env_may_declare_its_client_keys():
         effective_env_config({}, "acme/puzzle", {"difficulty": 9}, Contributed)
     with pytest.raises(PolicyError, match="env_config.difficulty is not a key a client may set"):
         effective_env_config({}, "acme/puzzle", {"difficulty": 3}, object)  # undeclared: no client keys
+    # two million keys were sorted on the server's event loop before the first was refused: the count says it
+    with pytest.raises(PolicyError, match=r"env_config has 100,000 keys; a client may set at most these 1 of env "
+                                          r"'acme/puzzle': \['difficulty'\]"):
+        effective_env_config({}, "acme/puzzle", {f"k{i}": 0 for i in range(100_000)}, Contributed)
 
 
 def test_a_ceiling_is_the_envs_own_default_written_once():

@@ -127,6 +127,13 @@ def test_bad_input_gets_a_clear_error(service):
         remote(service, "gsm8k", extras={})
     with pytest.raises(RemoteEnvError, match="needs the service's url"):
         RemoteEnv(env_id="gsm8k")
+    # env_config is the remote's spec only without url= and env_id=: a half of each said only "needs the url"
+    with pytest.raises(RemoteEnvError, match=r"env_config\['url'\] was not read: .* env_id= was, .* pass url="):
+        RemoteEnv(env_id="gsm8k", env_config={"url": service.url})
+    with pytest.raises(RemoteEnvError, match=r"env_config\['env_id'\] was not read: .* url= was"):
+        RemoteEnv(url=service.url, env_config={"env_id": "gsm8k"})
+    with pytest.raises(RemoteEnvError, match="url must start with http:// or https://, got '127.0.0.1:8010'"):
+        RemoteEnv(url="127.0.0.1:8010", env_id="gsm8k")  # was requests' InvalidSchema at the first call
     headers = {"Authorization": f"Bearer {TOKEN}"}
     not_json = requests.post(service.url + "/sessions", data=b"{nope", headers=headers, timeout=10)
     assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]
