@@ -257,10 +257,14 @@ def create_app(
                                f"its row and actions for the session's life; a body counts what it holds in "
                                f"memory: its strings at 1, 2 or 4 bytes a character, and {BYTES_PER_JSON_VALUE} "
                                f"per JSON value); start a new session")
-        if held[0] + size > max_held_bytes:
+        # new sessions may fill three quarters of the budget: the rest is for the steps of running ones, which
+        # a client creating sessions up to the limit would otherwise have refused with 503s (an attacker's pass)
+        limit = max_held_bytes if session is not None else max_held_bytes * 3 // 4
+        if held[0] + size > limit:
+            share = "" if session is not None else ", of which new sessions' rows may take three quarters"
             raise Refused(503, f"the service holds {held[0]} bytes of sessions' rows and actions, its limit "
-                               f"(--max-held-bytes {max_held_bytes}); retry when sessions have closed or expired "
-                               f"({idle_timeout_s:g} s idle)")
+                               f"(--max-held-bytes {max_held_bytes}{share}); retry when sessions have closed or "
+                               f"expired ({idle_timeout_s:g} s idle)")
         held[0] += size
         if session is not None:
             session.held_bytes += size
@@ -462,10 +466,12 @@ def create_app(
                                f"waiting: its calls run one at a time; send the next when the last has answered")
 
     async def call(
-        session: Session, request_id: Optional[str], method: str, operation: Callable[[], Any], size: int = 0
+        session: Session, request_id: Optional[str], method: str, operation: Callable[[], Any], size: int = 0,
+        touches: bool = True,
     ) -> Reply:
         """Run ``operation`` on the session once per ``request_id``; a retry gets the first call's answer. The
-        ``size`` bytes of the request count towards what the session holds (not again for a retry)."""
+        ``size`` bytes of the request count towards what the session holds (not again for a retry). A call that
+        does not ``touch`` the session (a read of its metrics) leaves its idle time running."""
         if request_id is not None:
             done = session.results.get(request_id)
             if done is not None:
@@ -497,7 +503,8 @@ def create_app(
                         session.pending.pop(request_id, None)
                     return 410, encode({"error": f"session {session.session_id!r} was closed before this "
                                                  f"{method}() ran; it did not run"})
-                session.last_used = time.monotonic()
+                if touches:
+                    session.last_used = time.monotonic()
                 stats["calls_running"] += 1
                 try:
                     result: Reply = (200, encode(await operation()))
@@ -518,7 +525,8 @@ def create_app(
                     )
                 finally:
                     stats["calls_running"] -= 1
-                session.last_used = time.monotonic()
+                if touches:
+                    session.last_used = time.monotonic()
                 if request_id is not None:
                     if sessions.get(session.session_id) is session:  # a session closed meanwhile keeps nothing
                         keep(session, request_id, result)
@@ -587,7 +595,7 @@ def create_app(
             get_metrics = getattr(session.env, "get_metrics", None)
             return await in_thread(get_metrics) if callable(get_metrics) else {}
 
-        return await call(session, None, "get_metrics", operation)
+        return await call(session, None, "get_metrics", operation, touches=False)  # reads keep no session alive
 
     async def delete_session(request: Request) -> Reply:
         authorise(request)
