@@ -13,8 +13,10 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import hashlib
 import heapq
 import itertools
+import json
 import re
 import time
 import uuid
@@ -63,6 +65,12 @@ class Refused(Exception):
         self.message = message
 
 
+def row_digest(env_id: str, env_config: Any, extras: Any) -> str:
+    """What a create asks for, as a digest: a retry of it sends the same."""
+    text = json.dumps([env_id, env_config, extras], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 class Session:
     def __init__(self, session_id: str, env_id: str, env: Any) -> None:
         self.session_id = session_id
@@ -75,6 +83,7 @@ class Session:
         self.held_bytes = 0  # what the bodies it was sent (row, prompt, actions) cost to hold (read_json)
         self.calls = 0  # requests running, waiting for the lock, or joining the call under way (a retry)
         self.closed = False  # closed while calls waited: they answer 410 without running
+        self.row_digest = ""  # of the create that made it (see create_session): a retry must send the same
 
     def describe(self, created: bool) -> Dict[str, Any]:
         env = self.env
@@ -154,7 +163,7 @@ def create_app(
     row_errors = (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError, OverflowError, JudgeError)
 
     sessions: Dict[str, Session] = {}
-    creating: Dict[str, Tuple[str, "asyncio.Future[Reply]"]] = {}  # by session id: (env id, its build)
+    creating: Dict[str, Tuple[str, "asyncio.Future[Reply]"]] = {}  # by session id: (row digest, its build)
     held = [0]  # Session.held_bytes of every session, and of the creates under way
     stopping = [False]  # set once the server has closed its sessions on its way out
     threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
@@ -384,14 +393,18 @@ def create_app(
         if not isinstance(env_id, str) or not env_id:
             raise Refused(422, "env_id is required: the registered id of the env to serve (e.g. 'gsm8k')")
         env_config, extras = optional_dict(body, "env_config"), optional_dict(body, "extras")
+        digest = await parsers.run(row_digest, env_id, env_config, extras)  # no wait from here to its build's start
         existing = sessions.get(session_id)
         pending = creating.get(session_id)
-        existing_env = existing.env_id if existing is not None else pending[0] if pending is not None else None
-        if existing_env is not None and existing_env != env_id:
-            raise Refused(409, f"session {session_id!r} exists for env {existing_env!r}, not {env_id!r}")
-        if existing is not None:  # a retried create: the session is there already
-            return 200, encode(existing.describe(created=False))
-        if pending is not None:
+        if existing is not None or pending is not None:  # a retried create, or another client's id
+            if digest != (existing.row_digest if existing is not None else pending[0]):
+                # the same answer whatever the session holds: a client learns nothing of another's session, and
+                # cannot take one over by sending its id first (its env, row and rewards would be the other's)
+                raise Refused(409, f"session id {session_id!r} is taken by a create with another env or row; a "
+                                   "client's session ids must be its own: choose a random one (the Python client "
+                                   "sends a uuid4), or leave session_id out and the service picks one")
+            if existing is not None:
+                return 200, encode(existing.describe(created=False))
             return await asyncio.shield(pending[1])
         if env_id == REMOTE_ID:
             raise Refused(422, "the service serves local envs; 'remote' would chain services")
@@ -445,13 +458,13 @@ def create_app(
                     env.close()
                 return 503, encode({"error": "the service is stopping", "error_type": "Stopping"})
             session = Session(session_id, env_id, env)
-            session.held_bytes = size
+            session.held_bytes, session.row_digest = size, digest
             sessions[session_id] = session
             stats["sessions_created"] += 1
             return 200, encode(session.describe(created=True))
 
         future = asyncio.ensure_future(build())
-        creating[session_id] = (env_id, future)
+        creating[session_id] = (digest, future)
         try:
             return await asyncio.shield(future)
         finally:

@@ -598,10 +598,28 @@ def test_a_session_id_being_created_for_one_env_is_a_409_for_another():
             other = requests.post(f"{url}/sessions", json={**body, "env_id": COUNTER_ID}, timeout=30)
             assert building.result().status_code == 200
         assert other.status_code == 409, other.text[:300]
-        assert "exists for env 'test_trust/slow_build'" in other.json()["error"]
+        assert "is taken by a create with another env or row" in other.json()["error"]
+        assert "slow_build" not in other.json()["error"]  # it named the other session's env
     finally:
         stop()
         skyrl_gym.deregister("test_trust/slow_build")
+
+
+def test_a_session_id_taken_with_another_row_is_not_handed_to_a_second_client():
+    """Client B created 'rollout-7' with a ground truth of its choosing; A's later create of 'rollout-7' with its
+    own row was answered as a retry, and A's right answer scored on B's row (an attacker's pass). A create of an
+    id in use must ask for the same env and row as the one that made it; a real retry still gets the session."""
+    url, stop = _in_process_server()
+    try:
+        squatter = {"session_id": "rollout-7", "env_id": "gsm8k", "extras": {"reward_spec": {"ground_truth": "999"}}}
+        assert requests.post(f"{url}/sessions", json=squatter, timeout=30).json()["created"] is True
+        honest = {**squatter, "extras": {"reward_spec": {"ground_truth": "72"}}}
+        taken = requests.post(f"{url}/sessions", json=honest, timeout=30)
+        assert taken.status_code == 409 and "is taken by a create with another env or row" in taken.json()["error"]
+        retry = requests.post(f"{url}/sessions", json=squatter, timeout=30)
+        assert retry.status_code == 200 and retry.json()["created"] is False
+    finally:
+        stop()
 
 
 def test_requests_from_web_pages_are_refused(service):
