@@ -106,7 +106,26 @@ def dataset(name: str, settings: str, seed: int) -> Any:
     deadline = time.monotonic() + VET_WAIT_S  # the parts of a composite share it
     for part, part_settings in _untried_parts(name, settings):
         vet(part, settings_json(part_settings), deadline)
-    return built()
+    with _generating_here(name, deadline):
+        return built()
+
+
+_here = threading.BoundedSemaphore(1)
+
+
+@contextlib.contextmanager
+def _generating_here(name: str, deadline: float) -> Any:
+    """Hold the one slot for reasoning-gym's work in this process (a dataset built, an entry of default settings
+    generated). That work is Python holding the GIL: on a server, sixteen creates of new seeds at once (futoshiki,
+    zebra_puzzles) took the steps of other clients' sessions from 2 ms to over a second; one at a time leaves them
+    their share. Waiting past ``deadline`` is refused, as a busy try is."""
+    if not _here.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        raise SettingsError(f"reasoning-gym dataset {name!r}: this process was generating other entries (one at a "
+                            f"time) for all of {VET_WAIT_S:g} s; try again later")
+    try:
+        yield
+    finally:
+        _here.release()
 
 
 def _untried_parts(name: str, settings: str) -> list:
@@ -333,7 +352,10 @@ def entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
 @functools.lru_cache(maxsize=1024)
 def _cached_entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
     built = dataset(name, settings, seed)  # the settings vetted; the scorer's dataset
-    return _entry_apart(name, settings, seed, index) if _untried_parts(name, settings) else built[index]
+    if _untried_parts(name, settings):
+        return _entry_apart(name, settings, seed, index)
+    with _generating_here(name, time.monotonic() + VET_WAIT_S):
+        return built[index]
 
 
 CHILD_START_S = 60.0

@@ -344,6 +344,42 @@ def test_each_entry_of_tried_settings_is_generated_apart_within_the_same_bounds(
     assert env.step(f"<answer>{env.entry['answer']}</answer>")["reward"] == 1.0
 
 
+def test_reasoning_gyms_work_in_this_process_runs_one_at_a_time(fresh_vets, monkeypatch):
+    """Building datasets and generating entries is Python holding the GIL: sixteen creates of new seeds at once took
+    the steps of a server's other sessions from 2 ms to over a second (an attacker's pass)."""
+    import threading
+    import time
+
+    generate = fresh_vets
+    running, most = [0], [0]
+    lock = threading.Lock()
+    real_build = generate._build
+
+    def counting_build(name, settings, seed, construct=True):
+        make = real_build(name, settings, seed, construct=False)
+
+        def construct_counted():
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.2)
+            try:
+                return make()
+            finally:
+                with lock:
+                    running[0] -= 1
+        return construct_counted() if construct else construct_counted
+
+    monkeypatch.setattr(generate, "_build", counting_build)
+    threads = [threading.Thread(target=skyrl_gym.make, args=("reasoning_gym/chain_sum",),
+                                kwargs={"env_config": {"seed": seed}}) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert most[0] == 1 and running[0] == 0
+
+
 def test_settings_longer_than_an_argument_can_hold_are_tried_too(fresh_vets):
     """The child got the settings as an argument, which holds at most 128 KiB: a longer settings object raised
     OSError ("Argument list too long") out of the env's constructor."""
