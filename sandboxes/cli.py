@@ -73,7 +73,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     from skygym_sandboxes.service import TOKEN_ENV, is_loopback
 
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    from skygym_sandboxes.origins import server_token
+
+    token = server_token(args.token, TOKEN_ENV)
     if not token and not is_loopback(args.host):
         print(
             f"skygym-sandboxes serve: refusing to serve on {args.host} without a bearer token (anyone who "

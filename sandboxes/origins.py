@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import urllib.parse
 from typing import Optional, Tuple
 
@@ -55,3 +56,13 @@ def bound_token(
         f" (${token_env} is sent only to ${url_env}, {bound_to or 'unset'}, not to {url!r}: "
         f"pass token= for this service, or set {url_env})"
     )
+
+
+def server_token(given: Optional[str], env_name: str) -> Optional[str]:
+    """The token a server requires: ``--token``, else ``$env_name``, else None. One given on the command line can be
+    read by every user of the machine (``ps``, ``/proc/<pid>/cmdline``): a warning on stderr says so."""
+    if given:
+        print(f"warning: --token is visible to every user of this machine in the process list (ps, "
+              f"/proc/<pid>/cmdline); set {env_name} instead", file=sys.stderr)
+        return given
+    return os.environ.get(env_name) or None

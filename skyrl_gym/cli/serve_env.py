@@ -18,7 +18,6 @@ described in :mod:`skyrl_gym.remote`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -149,7 +148,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from skyrl_gym.remote.server import serve
 
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    from skygym_sandboxes.origins import server_token
+
+    token = server_token(args.token, TOKEN_ENV)
     if (
         args.max_sessions < 1
         or args.idle_timeout <= 0

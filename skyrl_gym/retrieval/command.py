@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -55,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     from skyrl_gym.retrieval.build import load_retriever
     from skyrl_gym.retrieval.server import check_bind, create_app, serve
 
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    from skygym_sandboxes.origins import server_token
+
+    token = server_token(args.token, TOKEN_ENV)
     try:
         if args.max_body_bytes < 1024:
             raise ValueError(f"--max-body-bytes must be at least 1024, got {args.max_body_bytes}")

@@ -224,3 +224,17 @@ def test_the_same_origin_spelled_otherwise_still_gets_its_token(monkeypatch):
         assert origins.bound_token(url, "SOME_TOKEN", "SOME_URL") == ("secret", ""), url
     assert origins.same_origin("https://h.example/v1", "https://H.example:443")
     assert not origins.same_origin("http://127.0.0.1:8081", "http://127.0.0.1:8080")
+
+
+def test_a_servers_token_on_the_command_line_is_warned_of(capsys, monkeypatch):
+    """`serve-env --token sekret` showed the token to every local user in `ps` (an attacker's pass): the three
+    servers take it from their environment variable, and warn when it comes on the command line."""
+    from skygym_sandboxes.origins import server_token
+
+    monkeypatch.setenv("SKYRL_GYM_TEST_TOKEN", "from-env")
+    assert server_token(None, "SKYRL_GYM_TEST_TOKEN") == "from-env"
+    assert capsys.readouterr().err == ""
+    assert server_token("on-the-line", "SKYRL_GYM_TEST_TOKEN") == "on-the-line"
+    assert "--token is visible to every user of this machine" in capsys.readouterr().err
+    monkeypatch.delenv("SKYRL_GYM_TEST_TOKEN")
+    assert server_token("", "SKYRL_GYM_TEST_TOKEN") is None
