@@ -124,7 +124,8 @@ the time that run last wrote."""
 
 def output_paths(cfg: Any, out_dir: Path, keep_resumable: bool = False) -> List[Path]:
     """What a run writes under ``out_dir`` besides its data rows (which every run writes the same): the logs,
-    the export, the checkpoints, the plot and ``summary.json``, where the config puts them inside ``out_dir``.
+    the export, the checkpoints, the plot and ``summary.json``, where the config puts them inside ``out_dir``, and
+    the trajectories of the evaluation the summary names (``data/eval_trajectories.jsonl``).
     With ``keep_resumable`` the checkpoints and logs are left out: a resumed run goes on from them and adds to
     them."""
     t = cfg.trainer
@@ -136,7 +137,11 @@ def output_paths(cfg: Any, out_dir: Path, keep_resumable: bool = False) -> List[
     # never the folder itself, nor one that holds the data rows or the earlier runs
     inside = [p for p in resolved if out_dir in p.parents and not any(o == p or p in o.parents for o in own)]
     # a path inside another goes with it
-    return [p for p in inside if not any(q in p.parents for q in inside)]
+    outermost = [p for p in inside if not any(q in p.parents for q in inside)]
+    # what `skyrl-gym eval` (the command the summary prints) wrote beside the rows measured this run's export
+    from skygym_adapters.cli.eval_cmd import DEFAULT_OUTPUT  # where `skyrl-gym eval --data data/...` writes
+
+    return outermost + [out_dir.resolve() / "data" / DEFAULT_OUTPUT]
 
 
 def move_earlier_run_aside(paths: Sequence[Path], out_dir: Path) -> Optional[Path]:

@@ -148,17 +148,19 @@ def test_the_outputs_a_rerun_moves_aside_are_the_runs_own_inside_its_folder(tmp_
     out = tmp_path / "out"
     names = lambda paths: sorted(str(p.relative_to(out)) for p in paths)  # noqa: E731
     cfg = _quickstart_config(out)
-    assert names(output_paths(cfg, out)) == ["ckpts", "export", "logs/quickstart", "reward_per_step.png",
-                                             "summary.json"]
+    # and what the printed `skyrl-gym eval` command wrote beside the rows: it measured this run's export (it was
+    # left beside the next run's data)
+    assert names(output_paths(cfg, out)) == ["ckpts", "data/eval_trajectories.jsonl", "export", "logs/quickstart",
+                                             "reward_per_step.png", "summary.json"]
     # a resumed run keeps the checkpoints it goes on from and the logs it adds to
-    assert names(output_paths(cfg, out, keep_resumable=True)) == ["export", "reward_per_step.png",
-                                                                  "summary.json"]
+    assert names(output_paths(cfg, out, keep_resumable=True)) == ["data/eval_trajectories.jsonl", "export",
+                                                                  "reward_per_step.png", "summary.json"]
     # a path the user moved out of the folder is not the quickstart's to move; one inside another goes with
     # it; never the data rows or the earlier runs
     cfg = _quickstart_config(out, f"trainer.export_path={tmp_path / 'elsewhere'}",
                              f"trainer.plot_path={out / 'logs' / 'quickstart' / 'plot.png'}",
                              f"trainer.ckpt_path={out / 'data'}")
-    assert names(output_paths(cfg, out)) == ["logs/quickstart", "summary.json"]
+    assert names(output_paths(cfg, out)) == ["data/eval_trajectories.jsonl", "logs/quickstart", "summary.json"]
 
 
 def test_moving_an_earlier_run_aside_keeps_every_file_and_names_the_folder_by_its_time(tmp_path):

@@ -364,7 +364,9 @@ async def test_a_groups_prompt_and_the_batchs_common_prefix_are_computed_once(to
         head_positions: list = []  # the prefix's run keeps only its cache: no logits for its positions
         engines[True].model.get_output_embeddings().register_forward_hook(
             lambda module, args, out: head_positions.append(out.shape[-2]))
-        outputs = {share: [await e.generate(batch, params) for params in runs] for share, e in engines.items()}
+        outputs = {share: [] for share in engines}  # (a comprehension in a comprehension may not await on 3.10)
+        for share, engine in engines.items():
+            outputs[share] = [await engine.generate(batch, params) for params in runs]
         assert max(head_positions) == 1
         for shared, whole in zip(outputs[True], outputs[False]):
             assert shared["response_ids"] == whole["response_ids"] and shared["stop_reasons"] == whole["stop_reasons"]
