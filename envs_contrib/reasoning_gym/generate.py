@@ -106,26 +106,16 @@ def dataset(name: str, settings: str, seed: int) -> Any:
     deadline = time.monotonic() + VET_WAIT_S  # the parts of a composite share it
     for part, part_settings in _untried_parts(name, settings):
         vet(part, settings_json(part_settings), deadline)
-    with _generating_here(name, deadline):
+    with _here:
         return built()
 
 
-_here = threading.BoundedSemaphore(1)
-
-
-@contextlib.contextmanager
-def _generating_here(name: str, deadline: float) -> Any:
-    """Hold the one slot for reasoning-gym's work in this process (a dataset built, an entry of default settings
-    generated). That work is Python holding the GIL: on a server, sixteen creates of new seeds at once (futoshiki,
-    zebra_puzzles) took the steps of other clients' sessions from 2 ms to over a second; one at a time leaves them
-    their share. Waiting past ``deadline`` is refused, as a busy try is."""
-    if not _here.acquire(timeout=max(0.0, deadline - time.monotonic())):
-        raise SettingsError(f"reasoning-gym dataset {name!r}: this process was generating other entries (one at a "
-                            f"time) for all of {VET_WAIT_S:g} s; try again later")
-    try:
-        yield
-    finally:
-        _here.release()
+_here = threading.Lock()
+"""Held while reasoning-gym works in this process (a dataset built, an entry of default settings generated): that
+work is Python holding the GIL, so it gains nothing from running side by side, and on a server sixteen creates of
+new seeds at once (futoshiki, zebra_puzzles) took the steps of other clients' sessions from 2 ms to over a second.
+One at a time leaves them their share; the callers wait their turn (none is refused: a trainer's env threads are
+callers too)."""
 
 
 def _untried_parts(name: str, settings: str) -> list:
@@ -351,30 +341,38 @@ def entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
 
 @functools.lru_cache(maxsize=1024)
 def _cached_entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
+    deadline = time.monotonic() + VET_WAIT_S  # the tries and the wait for a child to generate the entry share it
     built = dataset(name, settings, seed)  # the settings vetted; the scorer's dataset
     if _untried_parts(name, settings):
-        return _entry_apart(name, settings, seed, index)
-    with _generating_here(name, time.monotonic() + VET_WAIT_S):
+        return _entry_apart(name, settings, seed, index, deadline)
+    with _here:
         return built[index]
 
 
 CHILD_START_S = 60.0
 """How long a child of :func:`_entry_apart` may take to start (import reasoning-gym), on a busy machine too."""
-ENTRY_FRAME_BYTES = 256 << 20
+ENTRY_FRAME_BYTES = 32 << 20
 """The most a child of :func:`_entry_apart` may send back for one entry (its question and answer are bounded by
 :data:`MAX_QUESTION_CHARS`, its metadata by the child's memory)."""
 _idle_children: "list[_EntryChild]" = []  # at most VETS_AT_ONCE, guarded by _vet_lock
 
 
-def _entry_apart(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
+def _entry_apart(name: str, settings: str, seed: int, index: int, deadline: float) -> Dict[str, Any]:
     """Entry ``index`` of the dataset, generated in a long-lived child process within :data:`VET_S` seconds,
     :data:`VET_MEMORY_BYTES` and :data:`MAX_QUESTION_CHARS` (a child that passes a bound is ended; the next entry
-    gets a new one). Children and vets share :data:`VETS_AT_ONCE` slots, waited for up to :data:`VET_WAIT_S`."""
-    if not _vet_slots.acquire(timeout=VET_WAIT_S):
-        raise _busy(name)
+    gets a new one). Children and tries share :data:`VETS_AT_ONCE` slots; none is waited for past ``deadline``, nor
+    taken when the entry could run past it (a child's start, a second or two, aside)."""
+    room = deadline - time.monotonic() - VET_S
+    if room < 0 or not _vet_slots.acquire(timeout=room):
+        raise SettingsError(f"reasoning-gym dataset {name!r}: no child process was free to generate entry {index} "
+                            f"within {VET_WAIT_S:g} s of the create (at most {VETS_AT_ONCE} tries and entries run "
+                            "at a time); try again later")
     try:
         with _vet_lock:
-            child = _idle_children.pop() if _idle_children else None
+            mine = [child for child in _idle_children if child.parent == os.getpid()]
+            child = mine[-1] if mine else None
+            if child is not None:
+                _idle_children.remove(child)
         child = child or _EntryChild()
         found = child.entry(name, settings, seed, index)  # a child that raises has ended
         with _vet_lock:
@@ -382,6 +380,19 @@ def _entry_apart(name: str, settings: str, seed: int, index: int) -> Dict[str, A
         return found
     finally:
         _vet_slots.release()
+
+
+def _after_fork_in_child() -> None:
+    """A forked process (a DataLoader worker, ``datasets.map(num_proc=...)``) starts with none of its parent's
+    children, tries or locks: the parent's children answer the parent, and its locks may be held by threads the
+    fork did not copy."""
+    global _vet_lock, _vet_slots, _here, _vetting
+    _idle_children.clear()
+    _vetting = {}
+    _vet_lock, _vet_slots, _here = threading.Lock(), threading.BoundedSemaphore(VETS_AT_ONCE), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def close_children() -> None:
@@ -401,9 +412,14 @@ class _EntryChild:
 
     def __init__(self) -> None:
         command = [sys.executable, "-m", __name__, "--entries", str(VET_MEMORY_BYTES), str(MAX_QUESTION_CHARS)]
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, cwd=os.path.dirname(os.path.abspath(sys.executable)))
-        self.started = False  # the child says so (an empty frame) once it has imported reasoning-gym
+        try:
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.DEVNULL,
+                                            cwd=os.path.dirname(os.path.abspath(sys.executable)))
+        except OSError as exc:  # no processes or files left
+            raise SettingsError(f"reasoning-gym: cannot start a child process to generate entries: {exc}") from None
+        self.parent = os.getpid()  # a forked process may not talk to it: the answers would cross
+        self.started = False  # the child says so (8 zero bytes) once it has imported reasoning-gym
 
     def entry(self, name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
         import pickle
@@ -411,7 +427,8 @@ class _EntryChild:
         where = f"reasoning-gym dataset {name!r}: entry {index} of seed {seed} with the settings {settings[:300]}"
         try:
             if not self.started:  # its imports are not the entry's time
-                self._read(8, time.monotonic() + CHILD_START_S)
+                if self._read(8, time.monotonic() + CHILD_START_S) != bytes(8):
+                    raise EOFError("it wrote something else than its start")
                 self.started = True
             deadline = time.monotonic() + VET_S
             assert self.process.stdin is not None
@@ -420,7 +437,10 @@ class _EntryChild:
             size = int.from_bytes(self._read(8, deadline), "big")
             if size > ENTRY_FRAME_BYTES:
                 raise SettingsError(f"{where} is {size:,} bytes pickled; at most {ENTRY_FRAME_BYTES:,} are read")
-            found, refusal = pickle.loads(self._read(size, deadline))
+            try:
+                found, refusal = pickle.loads(self._read(size, deadline))
+            except (pickle.UnpicklingError, ValueError, TypeError) as exc:
+                raise EOFError(f"its answer could not be read: {exc}") from None
         except TimeoutError:
             self.close()
             if not self.started:

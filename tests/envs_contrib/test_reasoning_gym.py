@@ -371,13 +371,39 @@ def test_reasoning_gyms_work_in_this_process_runs_one_at_a_time(fresh_vets, monk
         return construct_counted() if construct else construct_counted
 
     monkeypatch.setattr(generate, "_build", counting_build)
-    threads = [threading.Thread(target=skyrl_gym.make, args=("reasoning_gym/chain_sum",),
-                                kwargs={"env_config": {"seed": seed}}) for seed in range(4)]
+    made = []
+    threads = [threading.Thread(target=lambda seed=seed: made.append(
+        skyrl_gym.make("reasoning_gym/chain_sum", env_config={"seed": seed}))) for seed in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert most[0] == 1 and running[0] == 0
+    assert len(made) == 4 and most[0] == 1 and running[0] == 0
+
+
+def test_a_forked_process_never_reads_its_parents_child(fresh_vets):
+    """A forked process (a DataLoader worker) inherited the parent's idle child and its pipes: both wrote to it and
+    read each other's answers, and a caller got another seed's entry without an error (a review)."""
+    import os
+
+    generate = fresh_vets
+    settings = generate.settings_json({"min_n": 3, "max_n": 6})
+    generate.entry("rotate_matrix", settings, 5, 0)
+    assert len(generate._idle_children) == 1  # the parent's child, idle
+
+    def right(seed):
+        return all(generate.entry("rotate_matrix", settings, seed, index) ==
+                   generate._build("rotate_matrix", settings, seed)[index] for index in range(30))
+
+    pid = os.fork()
+    if pid == 0:  # the forked process: its own child, its own answers
+        try:
+            os._exit(0 if right(7) and [c.parent for c in generate._idle_children] == [os.getpid()] else 1)
+        except BaseException:
+            os._exit(2)
+    parent_right = right(9)
+    _, status = os.waitpid(pid, 0)
+    assert parent_right and os.waitstatus_to_exitcode(status) == 0
 
 
 def test_settings_longer_than_an_argument_can_hold_are_tried_too(fresh_vets):
