@@ -105,8 +105,8 @@ def register(subparsers: Any) -> None:
         "--build-threads",
         type=int,
         default=DEFAULT_BUILD_THREADS,
-        help="threads that build envs for new sessions and run their init, apart from the env threads, so slow "
-        f"creates and set-ups never hold running sessions' steps (default {DEFAULT_BUILD_THREADS})",
+        help="threads that build envs for new sessions, and as many that run their init, apart from the env "
+        f"threads, so slow creates and set-ups never hold running sessions' steps (default {DEFAULT_BUILD_THREADS})",
     )
     parser.add_argument(
         "--env-config",

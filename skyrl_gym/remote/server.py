@@ -129,8 +129,9 @@ def create_app(
     only the keys the policy lets a client set, within its bounds (422 naming the key otherwise). A sandbox
     without isolation in it raises ``ValueError`` unless ``allow_no_isolation``. A session may be sent at most
     ``max_session_bytes`` (its row, prompt and actions, which its env keeps), all sessions together
-    ``max_held_bytes``. Envs are built and their ``init`` runs on ``build_threads`` threads, their other calls on
-    ``env_threads`` others: slow creates and set-ups never hold the threads that step running sessions."""
+    ``max_held_bytes``. Envs are built on ``build_threads`` threads, their ``init`` runs on as many others, their
+    other calls on ``env_threads`` more: slow creates and set-ups never hold the threads that step running sessions,
+    and slow creates never hold the inits of sessions already made."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
@@ -168,6 +169,8 @@ def create_app(
     stopping = [False]  # set once the server has closed its sessions on its way out
     threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
     builders = concurrent.futures.ThreadPoolExecutor(max(1, build_threads), thread_name_prefix="env-build")
+    # inits are set-up too (the swe env starts its container), but of sessions already made: not behind slow builds
+    initializers = concurrent.futures.ThreadPoolExecutor(max(1, build_threads), thread_name_prefix="env-init")
     stats = {
         "sessions_created": 0,
         "sessions_expired": 0,
@@ -266,13 +269,19 @@ def create_app(
                                f"its row and actions for the session's life; a body counts what it holds in "
                                f"memory: its strings at 1, 2 or 4 bytes a character, and {BYTES_PER_JSON_VALUE} "
                                f"per JSON value); start a new session")
-        # new sessions may fill three quarters of the budget: the rest is for the steps of running ones, which
-        # a client creating sessions up to the limit would otherwise have refused with 503s (an attacker's pass)
-        limit = max_held_bytes if session is not None else max_held_bytes * 3 // 4
+        # New sessions may fill three quarters of the budget, and the sessions holding more than their share of it
+        # as well: the rest is for the steps of the others, which a client filling the budget with its own creates
+        # and steps would otherwise have refused with 503s (an attacker's pass, then a review).
+        reserve = max_held_bytes * 3 // 4
+        fair_share = max_held_bytes // max(1, len(sessions))
+        within_share = session is not None and session.held_bytes + size <= fair_share
+        limit = max_held_bytes if within_share else reserve
         if held[0] + size > limit:
-            share = "" if session is not None else ", of which new sessions' rows may take three quarters"
+            why = "" if limit == max_held_bytes else (
+                ", of which new sessions' rows may take three quarters" if session is None else
+                f", of which sessions holding more than their share ({fair_share} bytes) may take three quarters")
             raise Refused(503, f"the service holds {held[0]} bytes of sessions' rows and actions, its limit "
-                               f"(--max-held-bytes {max_held_bytes}{share}); retry when sessions have closed or "
+                               f"(--max-held-bytes {max_held_bytes}{why}); retry when sessions have closed or "
                                f"expired ({idle_timeout_s:g} s idle)")
         held[0] += size
         if session is not None:
@@ -316,6 +325,7 @@ def create_app(
                 await close_session(session)
             threads.shutdown(wait=False, cancel_futures=True)
             builders.shutdown(wait=False, cancel_futures=True)
+            initializers.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="skyrl-gym env service", lifespan=lifespan, **NO_PUBLIC_DOCS)
 
@@ -388,15 +398,20 @@ def create_app(
     # ----- sessions ---------------------------------------------------------------------------------------------
     async def create_session(request: Request) -> Reply:
         body, size = await read_json(request)
-        session_id = optional_id(body, "session_id") or uuid.uuid4().hex
+        chosen = optional_id(body, "session_id")  # a client's own id: a retry of its create sends it again
+        session_id = chosen or uuid.uuid4().hex
         env_id = body.get("env_id")
         if not isinstance(env_id, str) or not env_id:
             raise Refused(422, "env_id is required: the registered id of the env to serve (e.g. 'gsm8k')")
         env_config, extras = optional_dict(body, "env_config"), optional_dict(body, "extras")
-        digest = await parsers.run(row_digest, env_id, env_config, extras)  # no wait from here to its build's start
-        existing = sessions.get(session_id)
-        pending = creating.get(session_id)
-        if existing is not None or pending is not None:  # a retried create, or another client's id
+        asked = (env_id, env_config, extras)  # what the digest is of (env_config is the effective one below)
+
+        def made_before(digest: str) -> Optional["asyncio.Future[Reply]"]:
+            """The answer of the create that made (or is making) ``session_id``, if this is a retry of it; a 409 if
+            another create made it."""
+            existing, pending = sessions.get(session_id), creating.get(session_id)
+            if existing is None and pending is None:
+                return None
             if digest != (existing.row_digest if existing is not None else pending[0]):
                 # the same answer whatever the session holds: a client learns nothing of another's session, and
                 # cannot take one over by sending its id first (its env, row and rewards would be the other's)
@@ -404,12 +419,19 @@ def create_app(
                                    "client's session ids must be its own: choose a random one (the Python client "
                                    "sends a uuid4), or leave session_id out and the service picks one")
             if existing is not None:
-                return 200, encode(existing.describe(created=False))
-            return await asyncio.shield(pending[1])
+                done: "asyncio.Future[Reply]" = asyncio.get_running_loop().create_future()
+                done.set_result((200, encode(existing.describe(created=False))))
+                return done
+            return pending[1]
+
+        if chosen is not None and (chosen in sessions or chosen in creating):  # a retry answers before any limit
+            earlier = made_before(await parsers.run(row_digest, *asked))
+            if earlier is not None:
+                return await asyncio.shield(earlier)
         if env_id == REMOTE_ID:
             raise Refused(422, "the service serves local envs; 'remote' would chain services")
         if allowed is not None and env_id not in allowed:
-            raise Refused(404, f"this service serves only {sorted(allowed)}, not {env_id!r}")
+            raise Refused(404, f"this service serves only {sorted(allowed)}, not {env_id[:80]!r}")
         try:
             creator = spec(env_id).load_entry_point()
         except UnregisteredEnv as exc:
@@ -422,6 +444,13 @@ def create_app(
             check_row(extras)
         except PolicyError as exc:
             raise Refused(422, str(exc))
+        digest = ""  # an id the service picks is no other create's
+        if chosen is not None:  # after the cheap refusals: a digest reads the whole row
+            digest = await parsers.run(row_digest, *asked)
+            earlier = made_before(digest)  # another create of this id may have come in meanwhile
+            if earlier is not None:
+                return await asyncio.shield(earlier)
+        # no wait from here to the build's start: a second create of the id finds this one
         if len(sessions) + len(creating) >= max_sessions:
             raise Refused(
                 429,
@@ -564,7 +593,7 @@ def create_app(
             )
 
         async def operation() -> Any:  # setting up, as a build is (the swe env starts its container here)
-            observation, info = await in_thread(session.env.init, prompt, pool=builders)
+            observation, info = await in_thread(session.env.init, prompt, pool=initializers)
             return {"observation": observation, "info": info}
 
         return await call(session, request_id, "init", operation, size)

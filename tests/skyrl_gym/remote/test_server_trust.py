@@ -780,6 +780,7 @@ def test_creates_and_inits_that_wait_never_hold_the_threads_that_step_running_se
     try:
         session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
         assert requests.post(f"{url}/sessions/{session}/init", json={}, timeout=30).status_code == 200
+        made = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
         if waits_in == "create":
             slow = [(f"{url}/sessions", {"env_id": env_id})] * 2
         else:
@@ -792,6 +793,9 @@ def test_creates_and_inits_that_wait_never_hold_the_threads_that_step_running_se
                 assert _BUILD_STARTED.wait(timeout=30)  # a build or an init holds its thread
                 step = requests.post(f"{url}/sessions/{session}/step", json={"action": "a"}, timeout=10)
                 assert step.status_code == 200, step.text[:300]
+                if waits_in == "create":  # nor does the init of a session already made (a review)
+                    init = requests.post(f"{url}/sessions/{made}/init", json={}, timeout=10)
+                    assert init.status_code == 200, init.text[:300]
                 assert not any(call.done() for call in waiting)  # the step did not wait for them
             finally:
                 _BUILD_RELEASED.set()
@@ -817,5 +821,29 @@ def test_reading_a_sessions_metrics_does_not_keep_it_alive():
                 break
             time.sleep(0.1)
         assert read.status_code == 404 and "expired after 0.5 s idle" in read.json()["error"], read.text[:300]
+    finally:
+        stop()
+
+
+def test_the_last_quarter_of_the_budget_is_for_sessions_within_their_share():
+    """New sessions stopped at three quarters of --max-held-bytes, but a client's own steps could fill the rest, and
+    then every other client's step was a 503 (a review). Past three quarters, only sessions holding less than their
+    share of the budget may grow."""
+    megabyte = 1024 * 1024
+    url, stop = _in_process_server(max_body_bytes=2 * megabyte, max_session_bytes=3 * megabyte,
+                                   max_held_bytes=4 * megabyte)
+    try:
+        row = {**GSM8K_ROW, "junk": "j" * megabyte}
+        hers = [requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": row}, timeout=30
+                              ).json()["session_id"] for _ in range(2)]
+        victim = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
+        grow = {"action": "a" * (9 * megabyte // 10)}
+        first = requests.post(f"{url}/sessions/{hers[0]}/step", json=grow, timeout=30)
+        assert first.status_code == 200, first.text[:300]  # 2.9 MB held: within three quarters
+        second = requests.post(f"{url}/sessions/{hers[1]}/step", json=grow, timeout=30)
+        assert second.status_code == 503 and "more than their share" in second.json()["error"], second.text[:300]
+        step = requests.post(f"{url}/sessions/{victim}/step", json={"action": "a" * (megabyte // 2)}, timeout=30)
+        assert step.status_code == 200, step.text[:300]  # past three quarters, within its share
+        assert requests.get(f"{url}/health", timeout=10).json()["held_bytes"] > 3 * megabyte
     finally:
         stop()
