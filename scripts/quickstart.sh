@@ -12,7 +12,7 @@
 #   bash scripts/quickstart.sh --steps 80            # longer
 #   bash scripts/quickstart.sh trainer.policy.optimizer_config.lr=2e-5   # any trainer key=value
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"  # resolved, as pip records an editable install
 VENV="${SKYRL_GYM_VENV:-$HOME/.cache/skyrl-gym/venvs/quickstart}"
 PY="${PYTHON:-python3}"
 OUT="${SKYRL_GYM_OUT:-$ROOT/outputs/quickstart}"

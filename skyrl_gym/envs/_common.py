@@ -62,23 +62,19 @@ def config_number(config: Mapping[str, Any], key: str, default: Any, env_id: str
 
 
 def turn_limit(extras: Any, env_config: Any, default: int, env_id: str) -> int:
-    """The episode's turn limit: the row's ``max_turns``, else ``env_config``'s, else ``default`` (a row's 0 or null
-    falls through, as SkyRL-gym reads it), or a ``ValueError`` naming where a value that is no whole number >= 1 came
-    from (``int('abc')`` alone said ``invalid literal for int() with base 10``)."""
+    """The episode's turn limit, read as these envs always read it: the row's ``max_turns`` when it is set and not
+    0, else ``env_config``'s, else ``default``, through ``int()``. A value ``int()`` cannot read is a ``ValueError``
+    naming where it came from (``int('abc')`` alone said ``invalid literal for int() with base 10``); what ``int()``
+    reads is kept as before (2.5 is 2), so rows that worked still do."""
     from skyrl_gym.envs.config_values import config_value
 
     row = extras.get("max_turns") if isinstance(extras, Mapping) else None
     where, value = (("the row's max_turns", row) if row else
                     ("env_config.max_turns", config_value(env_config, "max_turns", default)))
     try:
-        if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
-            raise TypeError
-        turns = int(value)
+        return int(value)
     except (TypeError, ValueError, OverflowError):
-        turns = 0
-    if turns < 1:
-        raise ValueError(f"env {env_id!r}: {where} must be a whole number >= 1, got {value!r:.80}")
-    return turns
+        raise ValueError(f"env {env_id!r}: {where} must be a whole number, got {value!r:.80}") from None
 
 
 def uses_default_tool_path(env: Any, tool_group: Any) -> bool:

@@ -808,7 +808,7 @@ def test_creates_and_inits_that_wait_never_hold_the_threads_that_step_running_se
 
 def test_reading_a_sessions_metrics_does_not_keep_it_alive():
     """A metrics read reset the idle timer: 11 s of reads every 10 minutes kept 4,096 sessions, and with them every
-    slot of the server, from expiring (an attacker's pass). Only init, step and a retry of them touch a session."""
+    slot of the server, from expiring (an attacker's pass). Only an init or a step that runs touches a session."""
     import time
 
     url, stop = _in_process_server(idle_timeout_s=0.5)
