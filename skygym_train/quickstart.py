@@ -268,9 +268,11 @@ def run_quickstart(
             shutil.rmtree(folder, ignore_errors=True)
         raise
     # a re-run into the same folder leaves only its own outputs there: the earlier run's are moved aside
-    earlier = move_earlier_run_aside(output_paths(cfg, out_dir, keep_resumable=_resumes(cfg)), out_dir)
-    if earlier is not None:
-        moved = ", ".join(sorted(path.name for path in earlier.iterdir()))
+    outputs = output_paths(cfg, out_dir, keep_resumable=_resumes(cfg))
+    earlier = move_earlier_run_aside(outputs, out_dir)
+    if earlier is not None:  # what moved, by its path in the folder ("data/eval_trajectories.jsonl", not "data")
+        moved = ", ".join(sorted(str(path.relative_to(out_dir.resolve())) for path in outputs
+                                 if (earlier / path.relative_to(out_dir.resolve())).exists()))
         print(f"quickstart: moved the earlier run's outputs ({moved}) to {earlier}", file=sys.stderr,
               flush=True)
     print(f"quickstart: GRPO on {model}, {counted(steps, 'step')} of {counted(cfg.trainer.train_batch_size, 'prompt')}"

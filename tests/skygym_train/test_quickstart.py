@@ -240,6 +240,7 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
 
     first = quickstart(2)
     first_export = (tmp_path / "export" / "global_step_2" / "model.safetensors").read_bytes()
+    (tmp_path / "data" / "eval_trajectories.jsonl").write_text("{}\n")  # the summary's eval command, run on it
     capsys.readouterr()
     second = quickstart(2)
     err = capsys.readouterr().err
@@ -255,13 +256,15 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
     # the first run, whole, beside it, in the folder a line on stderr names
     [earlier] = list((tmp_path / EARLIER_RUNS).iterdir())
     moved = [line for line in err.splitlines() if "moved" in line]
-    assert moved == ["quickstart: moved the earlier run's outputs (ckpts, export, logs, reward_per_step.png, "
-                     f"summary.json) to {earlier}"]
+    assert moved == ["quickstart: moved the earlier run's outputs (ckpts, data/eval_trajectories.jsonl, export, "
+                     f"logs/quickstart, reward_per_step.png, summary.json) to {earlier}"]
     assert metric_steps(earlier) == [1, 2]
     assert (earlier / "export" / "global_step_2" / "model.safetensors").read_bytes() == first_export
     assert (earlier / "ckpts" / "global_step_2" / "policy" / ".metadata").is_file()
     assert json.loads((earlier / "summary.json").read_text())["reward_per_step"] == first["reward_per_step"]
-    assert (earlier / "reward_per_step.png").is_file() and not (earlier / "data").exists()
+    assert (earlier / "reward_per_step.png").is_file()
+    assert [f.name for f in (earlier / "data").iterdir()] == ["eval_trajectories.jsonl"]  # the rows stay
+    assert not (tmp_path / "data" / "eval_trajectories.jsonl").exists()
     assert json.loads((earlier / "summary.json").read_text())["export"] == str(earlier / "export" / "global_step_2")
 
     # resuming (trainer.resume_mode=latest) goes on from the checkpoint, which stays with the logs it adds to
