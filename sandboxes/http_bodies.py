@@ -13,7 +13,7 @@ import hmac
 import ipaddress
 import json
 import sys
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 # Deeper than any run request or env row needs; far below the depth at which Python's own recursion (the JSON
 # decoder, deepcopy, the encoder) would fail.
@@ -57,7 +57,8 @@ def _host_name(host_header: str) -> str:
     return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
 
 
-def refusal(request: Any, token: Optional[str], token_env: str) -> Optional[Tuple[int, str]]:
+def refusal(request: Any, token: Optional[str], token_env: str,
+            tokens: Optional[Mapping[str, str]] = None) -> Optional[Tuple[int, str]]:
     """Why a server will not answer the Starlette ``request``, as ``(status, message)``, or None. These servers
     answer programs, never web pages, and a page the operator opens could otherwise post to one on the
     operator's machine:
@@ -65,11 +66,14 @@ def refusal(request: Any, token: Optional[str], token_env: str) -> Optional[Tupl
     * 403 for a request a browser sent (an ``Origin`` or ``Sec-Fetch-Mode`` header);
     * 403, on a server without a token (which listens on loopback only), for a request addressed to a name
       other than a loopback one: a page whose name was re-pointed at 127.0.0.1 (DNS rebinding);
-    * 401 for a missing or wrong bearer token (:func:`bearer_matches`)."""
+    * 401 for a missing or wrong bearer token (:func:`bearer_matches`; with ``tokens``, a client's by name, one
+      of those: :func:`bearer_owner`)."""
     headers = request.headers
     if "origin" in headers or "sec-fetch-mode" in headers:
         return 403, "requests from web pages are refused (the request carries an Origin or Sec-Fetch-Mode header)"
     host = headers.get("host")
+    if tokens:
+        return None if bearer_owner(request, tokens) is not None else (401, unauthorised_message(token_env))
     if not token and host is not None and not is_loopback(_host_name(host)):
         return 403, (f"this server has no token, so it answers only requests addressed to 127.0.0.1 or localhost, "
                      f"not to {host[:100]!r}; set {token_env} (or --token) to serve other names")
@@ -85,6 +89,17 @@ def bearer_matches(request: Any, token: Optional[str]) -> bool:
         return True
     given = request.headers.get("authorization", "").encode("utf-8", "replace")
     return hmac.compare_digest(given, f"Bearer {token}".encode("utf-8"))
+
+
+def bearer_owner(request: Any, tokens: Mapping[str, str]) -> Optional[str]:
+    """The name in ``tokens`` (name -> token) whose token the Starlette ``request`` carries, or None. Every token is
+    compared, each in constant time: the answer's timing tells nothing of which one matched."""
+    given = request.headers.get("authorization", "").encode("utf-8", "replace")
+    owner = None
+    for name, token in tokens.items():
+        if hmac.compare_digest(given, f"Bearer {token}".encode("utf-8")) and owner is None:
+            owner = name
+    return owner
 
 
 def unauthorised_message(token_env: str) -> str:

@@ -53,6 +53,19 @@ def register(subparsers: Any) -> None:
         help=f"bearer token every request must carry (default: ${TOKEN_ENV}); required off loopback",
     )
     parser.add_argument(
+        "--tokens-file",
+        default=None,
+        metavar="FILE",
+        help="a JSON object of client name -> token: each client has its own token, its own sessions (another "
+        "client's calls on them are 404s) and at most --max-sessions-per-client of them",
+    )
+    parser.add_argument(
+        "--max-sessions-per-client",
+        type=int,
+        default=None,
+        help="with --tokens-file: sessions one client may hold (default: an equal share of --max-sessions)",
+    )
+    parser.add_argument(
         "--import",
         dest="imports",
         action="append",
@@ -160,9 +173,11 @@ def run(args: argparse.Namespace) -> int:
         or args.env_threads < 1
         or args.build_threads < 1
         or not args.client_timeout > 0
+        or (args.max_sessions_per_client is not None and args.max_sessions_per_client < 1)
     ):
         print(
-            "error: --max-sessions, --env-threads and --build-threads must be >= 1, --idle-timeout and --client-timeout > 0, "
+            "error: --max-sessions, --max-sessions-per-client, --env-threads and --build-threads must be >= 1, "
+            "--idle-timeout and --client-timeout > 0, "
             "--max-body-bytes >= 1024, --max-session-bytes >= --max-body-bytes, --max-held-bytes >= "
             "--max-session-bytes",
             file=sys.stderr,
@@ -184,6 +199,11 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         print(f"skyrl-gym serve-env: {exc}", file=sys.stderr)
+        return 2
+    try:
+        client_tokens = read_tokens_file(args.tokens_file) if args.tokens_file else None
+    except ValueError as exc:
+        print(f"error: --tokens-file {args.tokens_file}: {exc}", file=sys.stderr)
         return 2
     env_ids = [e.strip() for e in args.envs.split(",") if e.strip()] if args.envs else None
     if env_ids:
@@ -220,8 +240,30 @@ def run(args: argparse.Namespace) -> int:
             env_ids=env_ids,
             operator_config=operator_config,
             allow_no_isolation=args.allow_no_isolation,
+            client_tokens=client_tokens,
+            max_sessions_per_client=args.max_sessions_per_client,
         )
     except ValueError as exc:
         print(f"skyrl-gym serve-env: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def read_tokens_file(path: str) -> dict:
+    """The client name -> token object of ``path`` (JSON), or a ``ValueError`` saying what is wrong with it (the
+    names and tokens themselves are checked by the server: ``check_client_tokens``)."""
+    import json
+
+    from skyrl_gym.remote.server import check_client_tokens
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            tokens = json.load(handle)
+    except OSError as exc:
+        raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(tokens, dict) or not tokens:
+        raise ValueError('it must hold a JSON object of client name -> token, e.g. {"worker-a": "<token>"}')
+    check_client_tokens(tokens, None)
+    return tokens

@@ -65,9 +65,35 @@ class Refused(Exception):
         self.message = message
 
 
-def row_digest(env_id: str, env_config: Any, extras: Any) -> str:
-    """What a create asks for, as a digest: a retry of it sends the same."""
-    text = json.dumps([env_id, env_config, extras], sort_keys=True, default=repr)
+DEFAULT_CLIENT = "default"
+"""The client of a server with one token, or none."""
+MIN_TOKEN_CHARS = 16
+
+
+def check_client_tokens(tokens: Mapping[str, str], token: Optional[str]) -> Dict[str, str]:
+    """``tokens`` (client name -> token), with ``token`` as the client ``default``'s when both are given; empty
+    when only ``token`` (or nothing) is. Raises ``ValueError`` naming a name or token that cannot serve."""
+    if not tokens:
+        return {}
+    clients = dict(tokens)
+    if token:
+        if DEFAULT_CLIENT in clients:
+            raise ValueError(f"the client name {DEFAULT_CLIENT!r} is the single token's (--token); name it otherwise")
+        clients[DEFAULT_CLIENT] = token
+    for name, value in clients.items():
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"a client's name must be a non-empty string, got {name!r}")
+        if not isinstance(value, str) or len(value) < MIN_TOKEN_CHARS or value != value.strip():
+            raise ValueError(f"client {name!r}: its token must be a string of at least {MIN_TOKEN_CHARS} characters "
+                             "without surrounding spaces")
+    if len(set(clients.values())) < len(clients):
+        raise ValueError("two clients have the same token: each client needs its own")
+    return clients
+
+
+def row_digest(client: str, env_id: str, env_config: Any, extras: Any) -> str:
+    """What a create asks for, and for whom, as a digest: a retry of it sends the same."""
+    text = json.dumps([client, env_id, env_config, extras], sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -84,6 +110,7 @@ class Session:
         self.calls = 0  # requests running, waiting for the lock, or joining the call under way (a retry)
         self.closed = False  # closed while calls waited: they answer 410 without running
         self.row_digest = ""  # of the create that made it (see create_session): a retry must send the same
+        self.client = DEFAULT_CLIENT  # who created it: only its calls reach it
 
     def describe(self, created: bool) -> Dict[str, Any]:
         env = self.env
@@ -121,6 +148,8 @@ def create_app(
     max_kept_bytes: int = MAX_KEPT_BYTES,
     max_session_bytes: int = MAX_SESSION_BYTES,
     max_held_bytes: int = MAX_HELD_BYTES,
+    client_tokens: Optional[Mapping[str, str]] = None,
+    max_sessions_per_client: Optional[int] = None,
 ) -> Any:
     """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id).
 
@@ -131,7 +160,12 @@ def create_app(
     ``max_session_bytes`` (its row, prompt and actions, which its env keeps), all sessions together
     ``max_held_bytes``. Envs are built on ``build_threads`` threads, their ``init`` runs on as many others, their
     other calls on ``env_threads`` more: slow creates and set-ups never hold the threads that step running sessions,
-    and slow creates never hold the inits of sessions already made."""
+    and slow creates never hold the inits of sessions already made.
+
+    ``client_tokens`` (name -> token) gives each client a token of its own (``token``, if also given, is the client
+    ``default``'s): a session belongs to the client that created it (another client's calls on it are a 404, its
+    creates of the id a 409), and a client holds at most ``max_sessions_per_client`` sessions (default: an equal
+    share of ``max_sessions``)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
 
@@ -140,6 +174,7 @@ def create_app(
         BYTES_PER_JSON_VALUE,
         BodyError,
         BodyParsers,
+        bearer_owner,
         held_bytes,
         parse_json_object,
         read_limited_body,
@@ -158,13 +193,16 @@ def create_app(
     )
 
     operator = check_operator_config(operator_config or {}, allow_no_isolation)
+    clients = check_client_tokens(client_tokens or {}, token)
+    per_client = (int(max_sessions_per_client) if max_sessions_per_client is not None
+                  else max(1, max_sessions // max(1, len(clients))))
     # What building an env from a client's row raises when the row is wrong: a 422 naming it, not a 500.
     # OverflowError: a number no int holds (a seed of 1e400). JudgeError: the row asks for a judge that this
     # server's config does not give (building an env reaches no judge yet).
     row_errors = (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError, OverflowError, JudgeError)
 
     sessions: Dict[str, Session] = {}
-    creating: Dict[str, Tuple[str, "asyncio.Future[Reply]"]] = {}  # by session id: (row digest, its build)
+    creating: Dict[str, Tuple[str, "asyncio.Future[Reply]", str]] = {}  # session id -> (digest, its build, client)
     held = [0]  # Session.held_bytes of every session, and of the creates under way
     stopping = [False]  # set once the server has closed its sessions on its way out
     threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
@@ -336,10 +374,12 @@ def create_app(
         stats["refused"] += 1
         return reply(status, {"error": message})
 
-    def authorise(request: Request) -> None:
-        why = refusal(request, token, TOKEN_ENV)
+    def authorise(request: Request) -> str:
+        """The client making ``request`` (``default`` on a server of one token, or none), or a refusal."""
+        why = refusal(request, token, TOKEN_ENV, tokens=clients or None)
         if why:
             raise Refused(*why)
+        return (bearer_owner(request, clients) or DEFAULT_CLIENT) if clients else DEFAULT_CLIENT
 
     parsers = BodyParsers()
 
@@ -347,14 +387,14 @@ def create_app(
         body = parse_json_object(raw) if raw else {}
         return body, held_bytes(body)
 
-    async def read_json(request: Request) -> Tuple[Dict[str, Any], int]:
-        """The body, and what it costs to hold (``held_bytes``: 3 million empty objects are 9 MB on the wire and over
+    async def read_json(request: Request) -> Tuple[str, Dict[str, Any], int]:
+        """The client (:func:`authorise`), the body, and what it costs to hold (``held_bytes``: 3 million empty objects are 9 MB on the wire and over
         1 GB parsed; one emoji makes CPython store a whole string at 4 bytes a character). Parsed and checked in a
         thread (``BodyParsers``)."""
-        authorise(request)
+        client = authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
             raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            return await parsers.run(parse, raw)
+            return (client, *await parsers.run(parse, raw))
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
 
@@ -374,9 +414,9 @@ def create_app(
             raise Refused(422, f"{field} must be a JSON object (or null), got {type(value).__name__}")
         return value
 
-    def session_of(session_id: str) -> Session:
+    def session_of(session_id: str, client: str) -> Session:
         session = sessions.get(session_id)
-        if session is None:
+        if session is None or session.client != client:  # another client's is as good as none
             raise Refused(
                 404,
                 f"no session {session_id!r}: it was closed, expired after {idle_timeout_s:g} s "
@@ -397,14 +437,14 @@ def create_app(
 
     # ----- sessions ---------------------------------------------------------------------------------------------
     async def create_session(request: Request) -> Reply:
-        body, size = await read_json(request)
+        client, body, size = await read_json(request)
         chosen = optional_id(body, "session_id")  # a client's own id: a retry of its create sends it again
         session_id = chosen or uuid.uuid4().hex
         env_id = body.get("env_id")
         if not isinstance(env_id, str) or not env_id:
             raise Refused(422, "env_id is required: the registered id of the env to serve (e.g. 'gsm8k')")
         env_config, extras = optional_dict(body, "env_config"), optional_dict(body, "extras")
-        asked = (env_id, env_config, extras)  # what the digest is of (env_config is the effective one below)
+        asked = (client, env_id, env_config, extras)  # the digest's (env_config becomes the effective one below)
 
         def made_before(digest: str) -> Optional["asyncio.Future[Reply]"]:
             """The answer of the create that made (or is making) ``session_id``, if this is a retry of it; a 409 if
@@ -458,6 +498,12 @@ def create_app(
                 f"{max_sessions}); close sessions or wait for idle ones to expire "
                 f"({idle_timeout_s:g} s)",
             )
+        if clients:
+            mine = sum(s.client == client for s in sessions.values()) + sum(c[2] == client for c in creating.values())
+            if mine >= per_client:
+                raise Refused(429, f"client {client!r} holds {mine} sessions, its limit (--max-sessions-per-client "
+                                   f"{per_client}); close sessions or wait for idle ones to expire "
+                                   f"({idle_timeout_s:g} s)")
         charge(None, size)
 
         async def build() -> Reply:
@@ -487,13 +533,13 @@ def create_app(
                     env.close()
                 return 503, encode({"error": "the service is stopping", "error_type": "Stopping"})
             session = Session(session_id, env_id, env)
-            session.held_bytes, session.row_digest = size, digest
+            session.held_bytes, session.row_digest, session.client = size, digest, client
             sessions[session_id] = session
             stats["sessions_created"] += 1
             return 200, encode(session.describe(created=True))
 
         future = asyncio.ensure_future(build())
-        creating[session_id] = (digest, future)
+        creating[session_id] = (digest, future, client)
         try:
             return await asyncio.shield(future)
         finally:
@@ -583,8 +629,8 @@ def create_app(
         return await asyncio.shield(task)
 
     async def init_session(request: Request) -> Reply:
-        body, size = await read_json(request)  # the token first: an unauthorised caller learns nothing of sessions
-        session = session_of(request.path_params["session_id"])
+        client, body, size = await read_json(request)  # the token first: a caller learns nothing of sessions
+        session = session_of(request.path_params["session_id"], client)
         request_id = optional_id(body, "request_id")
         prompt = body.get("prompt")
         if prompt is not None and not isinstance(prompt, list):
@@ -599,8 +645,8 @@ def create_app(
         return await call(session, request_id, "init", operation, size)
 
     async def step_session(request: Request) -> Reply:
-        body, size = await read_json(request)  # the token first: an unauthorised caller learns nothing of sessions
-        session = session_of(request.path_params["session_id"])
+        client, body, size = await read_json(request)  # the token first: a caller learns nothing of sessions
+        session = session_of(request.path_params["session_id"], client)
         request_id = optional_id(body, "request_id")
         if "action" not in body:
             raise Refused(422, "action is required (the model's text)")
@@ -630,8 +676,7 @@ def create_app(
         return await call(session, request_id, "step", operation, size)
 
     async def session_metrics(request: Request) -> Reply:
-        authorise(request)
-        session = session_of(request.path_params["session_id"])
+        session = session_of(request.path_params["session_id"], authorise(request))
 
         async def operation() -> Any:
             get_metrics = getattr(session.env, "get_metrics", None)
@@ -640,10 +685,11 @@ def create_app(
         return await call(session, None, "get_metrics", operation, touches=False)  # reads keep no session alive
 
     async def delete_session(request: Request) -> Reply:
-        authorise(request)
-        session = sessions.pop(request.path_params["session_id"], None)
-        if session is None:
+        client = authorise(request)
+        session = sessions.get(request.path_params["session_id"])
+        if session is None or session.client != client:
             return 200, encode({"closed": False})
+        sessions.pop(session.session_id, None)
         stats["sessions_closed"] += 1
         error = await close_session(session)
         return 200, encode({"closed": True, **({"close_error": error} if error else {})})
@@ -691,7 +737,7 @@ def serve(
 
     from skyrl_gym.retrieval.server import run_server
 
-    if not token and not is_loopback(host):
+    if not token and not app_options.get("client_tokens") and not is_loopback(host):
         raise ValueError(
             f"refusing to serve envs on {host} without a bearer token: anyone who can reach it could "
             f"run the envs (and their tools). Set {TOKEN_ENV} (or pass --token), or bind 127.0.0.1"

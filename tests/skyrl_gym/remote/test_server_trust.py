@@ -847,3 +847,58 @@ def test_the_last_quarter_of_the_budget_is_for_sessions_within_their_share():
         assert requests.get(f"{url}/health", timeout=10).json()["held_bytes"] > 3 * megabyte
     finally:
         stop()
+
+
+def test_clients_with_tokens_of_their_own_reach_only_their_own_sessions():
+    """With one shared token, a client that learnt another's session id could step it, read its metrics and close
+    it, and one client could take every session slot (an attacker's pass). --tokens-file gives each client its
+    own token: its sessions are its own, and it holds at most its share of --max-sessions."""
+    tokens = {"worker-a": "a" * 24, "worker-b": "b" * 24}
+    url, stop = _in_process_server(client_tokens=tokens, max_sessions=4)
+    a, b = ({"Authorization": f"Bearer {tokens[name]}"} for name in ("worker-a", "worker-b"))
+    try:
+        mine = {"session_id": "rollout-7", "env_id": "gsm8k", "extras": {"reward_spec": {"ground_truth": "72"}}}
+        assert requests.post(f"{url}/sessions", json=mine, headers=a, timeout=30).json()["created"] is True
+        for method, path, body in (("post", "/init", {}), ("post", "/step", {"action": "#### 72"}),
+                                   ("get", "/metrics", None)):
+            other = requests.request(method, f"{url}/sessions/rollout-7{path}", json=body, headers=b, timeout=30)
+            assert other.status_code == 404 and "no session 'rollout-7'" in other.json()["error"], path
+        assert requests.delete(f"{url}/sessions/rollout-7", headers=b, timeout=30).json() == {"closed": False}
+        taken = requests.post(f"{url}/sessions", json=mine, headers=b, timeout=30)  # the same row, another client
+        assert taken.status_code == 409, taken.text[:300]
+        assert requests.post(f"{url}/sessions/rollout-7/init", json={}, headers=a, timeout=30).status_code == 200
+        step = requests.post(f"{url}/sessions/rollout-7/step", json={"action": "#### 72"}, headers=a, timeout=30)
+        assert step.json()["output"]["reward"] == 1.0
+        # each client holds at most half of the four sessions; the other's share stays free
+        more = [requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, headers=a, timeout=30)
+                for _ in range(2)]
+        assert [r.status_code for r in more] == [200, 429]
+        assert "client 'worker-a' holds 2 sessions, its limit (--max-sessions-per-client 2)" in more[1].json()["error"]
+        assert requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, headers=b, timeout=30).status_code == 200
+        wrong = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID},
+                              headers={"Authorization": "Bearer " + "c" * 24}, timeout=30)
+        assert wrong.status_code == 401
+    finally:
+        stop()
+
+
+def test_a_tokens_file_is_checked_before_the_server_starts(tmp_path):
+    from skyrl_gym.cli.serve_env import read_tokens_file
+    from skyrl_gym.remote.server import check_client_tokens
+
+    path = tmp_path / "tokens.json"
+    for content, message in (("[1]", "JSON object of client name -> token"), ("{", "not JSON"),
+                             ('{"a": "short"}', "at least 16 characters"),
+                             ('{"a": "%s", "b": "%s"}' % ("x" * 16, "x" * 16), "the same token")):
+        path.write_text(content)
+        with pytest.raises(ValueError, match=message):
+            read_tokens_file(str(path))
+    with pytest.raises(ValueError, match="cannot read it"):
+        read_tokens_file(str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="'default' is the single token's"):
+        check_client_tokens({"default": "y" * 16}, "z" * 16)
+    assert check_client_tokens({"a": "y" * 16}, "z" * 16) == {"a": "y" * 16, "default": "z" * 16}
+    from skyrl_gym.cli import main
+
+    path.write_text('{"a": "short"}')
+    assert main(["serve-env", "--port", "0", "--tokens-file", str(path)]) == 2  # said, and nothing served
