@@ -18,6 +18,7 @@ described in :mod:`skyrl_gym.remote`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -163,7 +164,13 @@ def run(args: argparse.Namespace) -> int:
 
     from skygym_sandboxes.origins import server_token
 
-    token = server_token(args.token, TOKEN_ENV)
+    if args.tokens_file and not args.token and os.environ.get(TOKEN_ENV):  # an old shared token is no client's
+        print(f"note: with --tokens-file, ${TOKEN_ENV} is not read (every worker that held it would share one "
+              "client); pass --token to add it as the client 'default'", file=sys.stderr)
+    token = server_token(args.token, TOKEN_ENV) if args.token or not args.tokens_file else None
+    if args.max_sessions_per_client is not None and not args.tokens_file:
+        print("error: --max-sessions-per-client needs --tokens-file (without it, all clients are one)", file=sys.stderr)
+        return 2
     if (
         args.max_sessions < 1
         or args.idle_timeout <= 0

@@ -91,6 +91,14 @@ def check_client_tokens(tokens: Mapping[str, str], token: Optional[str]) -> Dict
     return clients
 
 
+def listening_auth(token: Optional[str], client_tokens: Optional[Mapping[str, str]]) -> str:
+    """How the listening line describes the server's auth."""
+    if client_tokens:
+        names = sorted(client_tokens) + (["default (--token)"] if token else [])
+        return f"a bearer token per client: {', '.join(names)}"
+    return "bearer token required" if token else "no token"
+
+
 def row_digest(client: str, env_id: str, env_config: Any, extras: Any) -> str:
     """What a create asks for, and for whom, as a digest: a retry of it sends the same."""
     text = json.dumps([client, env_id, env_config, extras], sort_keys=True, default=repr)
@@ -298,8 +306,15 @@ def create_app(
         for request_id in session.results:
             unkeep((session.session_id, request_id))
 
-    def charge(session: Optional[Session], size: int) -> None:
-        """Count ``size`` more bytes as held by ``session`` (None: one being created), or refuse the call."""
+    held_by: Dict[str, int] = collections.defaultdict(int)  # client -> bytes its sessions and creates hold
+
+    def release(client: str, size: int) -> None:
+        held[0] -= size
+        held_by[client] -= size
+
+    def charge(session: Optional[Session], size: int, client: str) -> None:
+        """Count ``size`` more bytes as held by ``session`` (None: one being created) of ``client``, or refuse the
+        call."""
         already = session.held_bytes if session is not None else 0
         if already + size > max_session_bytes:
             what = f"session {session.session_id!r} holds {already} bytes and " if session else "a row of "
@@ -321,14 +336,21 @@ def create_app(
             raise Refused(503, f"the service holds {held[0]} bytes of sessions' rows and actions, its limit "
                                f"(--max-held-bytes {max_held_bytes}{why}); retry when sessions have closed or "
                                f"expired ({idle_timeout_s:g} s idle)")
+        client_share = max_held_bytes // max(1, len(clients))  # with --tokens-file: one client, one share
+        if clients and held_by[client] + size > client_share:
+            raise Refused(503, f"client {client!r} holds {held_by[client]} bytes of sessions' rows and actions, its "
+                               f"share of --max-held-bytes {max_held_bytes} ({client_share} bytes: the budget over "
+                               f"the {len(clients)} clients); close sessions or wait for idle ones to expire "
+                               f"({idle_timeout_s:g} s idle)")
         held[0] += size
+        held_by[client] += size
         if session is not None:
             session.held_bytes += size
 
     async def close_session(session: Session) -> Optional[str]:
         session.closed = True  # the calls waiting for its lock give way (the one running finishes)
         forget(session)
-        held[0] -= session.held_bytes
+        release(session.client, session.held_bytes)
         session.held_bytes = 0
         async with session.lock:
             try:
@@ -504,13 +526,13 @@ def create_app(
                 raise Refused(429, f"client {client!r} holds {mine} sessions, its limit (--max-sessions-per-client "
                                    f"{per_client}); close sessions or wait for idle ones to expire "
                                    f"({idle_timeout_s:g} s)")
-        charge(None, size)
+        charge(None, size, client)
 
         async def build() -> Reply:
             try:
                 env = await in_thread(lambda: make(env_id, env_config=env_config, extras=extras), pool=builders)
             except row_errors as exc:
-                held[0] -= size
+                release(client, size)
                 return 422, encode(
                     {
                         "error": f"cannot build env {env_id!r} from this row: {type(exc).__name__}: {exc}",
@@ -518,7 +540,7 @@ def create_app(
                     }
                 )
             except Exception as exc:
-                held[0] -= size
+                release(client, size)
                 stats["env_errors"] += 1
                 return 500, encode(
                     {
@@ -528,7 +550,7 @@ def create_app(
                     }
                 )
             if stopping[0]:  # built after the server closed its sessions: nobody would close this one
-                held[0] -= size
+                release(client, size)
                 with contextlib.suppress(Exception):  # on the loop: the threads may be shut down already
                     env.close()
                 return 503, encode({"error": "the service is stopping", "error_type": "Stopping"})
@@ -575,7 +597,7 @@ def create_app(
                 finally:
                     session.calls -= 1
         refuse_past_the_cap(session)
-        charge(session, size)
+        charge(session, size, session.client)
         session.calls += 1
 
         async def run() -> Reply:
@@ -751,7 +773,7 @@ def serve(
         log_level,
         60,
         client_timeout_s,
-        lambda url: f"env service listening on {url} ({'bearer token required' if token else 'no token'})",
+        lambda url: f"env service listening on {url} ({listening_auth(token, app_options.get('client_tokens'))})",
     )
 
 

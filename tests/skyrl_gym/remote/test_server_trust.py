@@ -902,3 +902,45 @@ def test_a_tokens_file_is_checked_before_the_server_starts(tmp_path):
 
     path.write_text('{"a": "short"}')
     assert main(["serve-env", "--port", "0", "--tokens-file", str(path)]) == 2  # said, and nothing served
+
+
+def test_each_client_holds_at_most_its_share_of_the_byte_budget():
+    """With tokens of their own, one client spread its rows and steps over many small sessions, each within the
+    per-session share, filled --max-held-bytes and the other client's steps and creates were 503s (a review). Each
+    client now holds at most the budget over the clients."""
+    megabyte = 1024 * 1024
+    tokens = {"worker-a": "a" * 24, "worker-b": "b" * 24}
+    url, stop = _in_process_server(client_tokens=tokens, max_sessions=40, max_body_bytes=megabyte,
+                                   max_session_bytes=megabyte, max_held_bytes=4 * megabyte)
+    a, b = ({"Authorization": f"Bearer {tokens[name]}"} for name in ("worker-a", "worker-b"))
+    try:
+        victim = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, headers=a, timeout=30
+                               ).json()["session_id"]
+        row = {**GSM8K_ROW, "junk": "j" * (megabyte // 2)}
+        answers = [requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": row}, headers=b,
+                                 timeout=30) for _ in range(5)]
+        assert [r.status_code for r in answers] == [200, 200, 200, 503, 503]  # 2 MB: its half of 4
+        assert "client 'worker-b' holds" in answers[3].json()["error"] and "its share" in answers[3].json()["error"]
+        step = requests.post(f"{url}/sessions/{victim}/step", json={"action": "a" * (megabyte // 2)}, headers=a,
+                             timeout=30)
+        assert step.status_code == 200, step.text[:300]
+        more = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": row}, headers=a, timeout=30)
+        assert more.status_code == 200, more.text[:300]
+    finally:
+        stop()
+
+
+def test_the_listening_line_and_the_tokens_file_options(tmp_path, monkeypatch, capsys):
+    from skyrl_gym.cli import main
+    from skyrl_gym.remote.server import listening_auth
+
+    assert listening_auth(None, {"b": "x", "a": "y"}) == "a bearer token per client: a, b"
+    assert listening_auth("t", {"a": "y"}) == "a bearer token per client: a, default (--token)"
+    assert listening_auth("t", None) == "bearer token required" and listening_auth(None, None) == "no token"
+    assert main(["serve-env", "--port", "0", "--max-sessions-per-client", "2"]) == 2
+    assert "--max-sessions-per-client needs --tokens-file" in capsys.readouterr().err
+    path = tmp_path / "tokens.json"
+    path.write_text('{"worker-a": "%s"}' % ("a" * 24))
+    monkeypatch.setenv("SKYRL_GYM_ENV_SERVICE_TOKEN", "the-old-shared-token")
+    assert main(["serve-env", "--port", "0", "--tokens-file", str(path), "--max-sessions", "0"]) == 2
+    assert "with --tokens-file, $SKYRL_GYM_ENV_SERVICE_TOKEN is not read" in capsys.readouterr().err
