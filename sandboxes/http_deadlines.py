@@ -60,9 +60,12 @@ class AttemptDeadline:
             if self.done:
                 return
             self.expired = True
-            connections = list(self._connections)
-        for connection in connections:
-            _shut(connection)
+            # the sockets, not the connections: a connection cut here goes back to its pool and connects again for
+            # the next request, and a shut that came late (this thread descheduled, under load) cut that request's
+            # new socket after its first byte ('IncompleteRead(1 bytes read)' in CI)
+            sockets = [getattr(connection, "sock", None) for connection in self._connections]
+        for sock in sockets:
+            _shut_socket(sock)
 
 
 class _Alarms:
@@ -104,7 +107,11 @@ _alarms = _Alarms()
 
 
 def _shut(connection: Any) -> None:
-    sock = getattr(connection, "sock", None)
+    _shut_socket(getattr(connection, "sock", None))
+
+
+def _shut_socket(sock: Any) -> None:
+    """Shut ``sock`` (a socket closed meanwhile refuses, which is fine: Python never reaches a reused descriptor)."""
     if sock is None:
         return
     try:

@@ -183,3 +183,41 @@ def test_no_client_follows_a_redirect(hostile_server):
     with pytest.raises(RemoteEnvError, match="307"):
         RemoteEnv(url=hostile_server + "/redirect", env_id="gsm8k", attempts=1).init([])
     assert _Hostile.redirects == 5  # run, /health twice (the run reads it first), search, create: one request each
+
+
+def test_a_late_cut_never_reaches_the_next_request_on_the_same_connection():
+    """The watchdog took an attempt's connections under its lock and shut them after: under load its thread was
+    descheduled in between, the cut connection went back to the pool and connected again for the next request,
+    and the late shut cut that request after its first byte (CI: 'IncompleteRead(1 bytes read)'). It shuts the
+    sockets the attempt had."""
+    import socket
+    import threading
+
+    from skygym_sandboxes.http_deadlines import AttemptDeadline
+
+    cut_one, its_peer = socket.socketpair()
+    next_one, next_peer = socket.socketpair()
+    connection = type("Connection", (), {})()
+    connection.sock = cut_one
+    watchdog = AttemptDeadline(60)
+
+    class ReconnectsOnRelease:  # the lock's release is where the watchdog's thread was descheduled
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def __enter__(self):
+            self.lock.acquire()
+
+        def __exit__(self, *exc):
+            self.lock.release()
+            connection.sock = next_one  # meanwhile: back in the pool, connected again for the next request
+
+    with watchdog:
+        watchdog.watch(connection)
+        watchdog._lock = ReconnectsOnRelease()
+        watchdog.expire()
+    next_peer.sendall(b"answer")
+    assert next_one.recv(16) == b"answer"  # the next request's socket still reads
+    assert cut_one.recv(16) == b""  # the cut attempt's was shut
+    for sock in (cut_one, its_peer, next_one, next_peer):
+        sock.close()
