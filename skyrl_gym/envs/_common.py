@@ -63,18 +63,29 @@ def config_number(config: Mapping[str, Any], key: str, default: Any, env_id: str
 
 def turn_limit(extras: Any, env_config: Any, default: int, env_id: str) -> int:
     """The episode's turn limit, read as these envs always read it: the row's ``max_turns`` when it is set and not
-    0, else ``env_config``'s, else ``default``, through ``int()``. A value ``int()`` cannot read is a ``ValueError``
-    naming where it came from (``int('abc')`` alone said ``invalid literal for int() with base 10``); what ``int()``
-    reads is kept as before (2.5 is 2), so rows that worked still do."""
+    0, else ``env_config``'s, else ``default``, through :func:`whole_turns`."""
     from skyrl_gym.envs.config_values import config_value
 
     row = extras.get("max_turns") if isinstance(extras, Mapping) else None
-    where, value = (("the row's max_turns", row) if row else
-                    ("env_config.max_turns", config_value(env_config, "max_turns", default)))
+    if row:
+        return whole_turns(row, "the row's max_turns", env_id)
+    return whole_turns(config_value(env_config, "max_turns", default), "env_config.max_turns", env_id)
+
+
+def row_turn_limit(extras: Mapping[str, Any], default: Any, env_id: str) -> int:
+    """The turn limit of envs that read only the row, as SkyRL-gym's do: ``extras["max_turns"]`` when the key is
+    there (0 included), else ``default`` (which the caller may take from the row's ``extra_info``)."""
+    return whole_turns(extras.get("max_turns", default), "max_turns", env_id)
+
+
+def whole_turns(value: Any, where: str, env_id: str) -> int:
+    """``int(value)``, or a :class:`DataError` naming ``where`` the value came from (``int('abc')`` alone said
+    ``invalid literal for int() with base 10``). What ``int()`` reads is kept (2.5 is 2), so rows that worked
+    still do."""
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"env {env_id!r}: {where} must be a whole number, got {value!r:.80}") from None
+        raise DataError(f"env {env_id!r}: {where} must be a whole number, got {value!r:.80}") from None
 
 
 def uses_default_tool_path(env: Any, tool_group: Any) -> bool:

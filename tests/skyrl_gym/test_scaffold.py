@@ -116,6 +116,32 @@ def test_a_wrong_max_turns_is_named_with_where_it_came_from(env_id, row):
     assert skyrl_gym.make(env_id, extras={**row, "max_turns": 2.5}).max_turns == 2  # as the rows always read
 
 
+@pytest.mark.parametrize("env_id, row, default", [
+    ("multiply", {"reward_spec": {"ground_truth": "6"}}, 5),
+    ("gsm8k_multi_turn", {"reward_spec": {"ground_truth": "6"}}, 5),
+    ("rlm", {}, 10),
+])
+def test_envs_that_read_max_turns_from_the_row_alone_name_a_wrong_one_the_same_way(env_id, row, default):
+    """multiply, gsm8k_multi_turn and the RLM base read the row (then ``extra_info``), never env_config, as
+    SkyRL-gym's do; they share one reader with the others, so a wrong value is named the same way and what int()
+    reads is kept."""
+    import skyrl_gym
+    from skyrl_gym.envs.rlm import BaseRLMEnv
+    from skyrl_gym.errors import DataError
+
+    def make(env_config=None, **extras):
+        if env_id == "rlm":  # a base class: subclasses register the envs
+            return BaseRLMEnv(env_config, {**row, **extras})
+        return skyrl_gym.make(env_id, env_config=env_config, extras={**row, **extras})
+
+    with pytest.raises(DataError, match=f"env {env_id!r}: max_turns must be a whole number, got 'x'"):
+        make(max_turns="x")
+    assert make().max_turns == default and make(max_turns=2.5).max_turns == 2
+    assert make({"max_turns": 7}).max_turns == default
+    if env_id != "rlm":
+        assert make(extra_info={"max_turns": 3}).max_turns == 3
+
+
 def test_init_prints_next_commands_that_a_shell_reads_as_written(tmp_path, capsys):
     """The `pip install -e DIR[dev]` it suggests is quoted, so zsh (which refuses an unmatched glob) and bash
     (which may expand it) both pass `[dev]` to pip; the folder may hold spaces."""

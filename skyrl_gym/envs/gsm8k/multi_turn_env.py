@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from skyrl_gym.core import StepOutput
-from skyrl_gym.envs._common import clip_action, require_ground_truth, row_extra_info
+from skyrl_gym.envs._common import clip_action, require_ground_truth, row_extra_info, row_turn_limit
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.errors import DataError
 from skyrl_gym.rewards.gsm8k import compute_score, extract_solution
@@ -27,11 +27,7 @@ class GSM8kMultiTurnEnv(BaseTextEnv):
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "gsm8k_multi_turn"))
         extra_info = row_extra_info(self.extras, "gsm8k_multi_turn")
-        max_turns = self.extras.get("max_turns", extra_info.get("max_turns", 5))
-        try:
-            self.max_turns = int(max_turns)
-        except (TypeError, ValueError) as exc:
-            raise DataError(f"env 'gsm8k_multi_turn': max_turns must be an integer, got {max_turns!r}") from exc
+        self.max_turns = row_turn_limit(self.extras, extra_info.get("max_turns", 5), "gsm8k_multi_turn")
         if self.max_turns < 1:
             raise DataError(f"env 'gsm8k_multi_turn': max_turns must be at least 1, got {self.max_turns}")
         self.format_score_per_turn = FORMAT_SCORE / self.max_turns

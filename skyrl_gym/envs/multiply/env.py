@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from skyrl_gym.core import StepOutput
-from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth, row_extra_info
+from skyrl_gym.envs._common import (clip_action, config_number, require_ground_truth, row_extra_info,
+                                    row_turn_limit)
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.errors import DataError
 from skyrl_gym.rewards.boxed import last_boxed_content
@@ -36,11 +37,8 @@ class MultiplyEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
         self.ground_truth = str(require_ground_truth(extras, "multiply")).strip()
-        max_turns = self.extras.get("max_turns", row_extra_info(self.extras, "multiply").get("max_turns", 5))
-        try:
-            self.max_turns = int(max_turns)
-        except (TypeError, ValueError) as exc:
-            raise DataError(f"env 'multiply': max_turns must be an integer, got {max_turns!r}") from exc
+        self.max_turns = row_turn_limit(self.extras, row_extra_info(self.extras, "multiply").get("max_turns", 5),
+                                        "multiply")
         config = self.env_config if isinstance(self.env_config, dict) else {}
         self.boxed_wrong_reward = config_number(config, "boxed_wrong_reward", self.config_defaults["boxed_wrong_reward"],
                                                  "multiply")

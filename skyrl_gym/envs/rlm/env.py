@@ -23,6 +23,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
+from skyrl_gym.envs._common import row_turn_limit
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.rlm.repl import PersistentREPL, REPLResult, iter_tool_entries
 
@@ -195,7 +196,7 @@ class BaseRLMEnv(BaseTextEnv):
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None) -> None:
         super().__init__(env_config, extras)
         extras = self.extras
-        self.max_turns = int(extras.get("max_turns", 10))
+        self.max_turns = row_turn_limit(extras, 10, "rlm")
         self.lm_callback = extras.get("lm_callback")
         self.subcall_fn = extras.get("subcall_fn")
         self.depth = int(extras.get("depth", 0) or 0)

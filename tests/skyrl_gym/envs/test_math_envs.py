@@ -88,7 +88,7 @@ def test_gsm8k_multi_turn_max_turns_sources():
     assert env.max_turns == 2
     env.step("#### 0")
     assert env.step("#### 0")["done"]
-    with pytest.raises(DataError, match="max_turns must be an integer"):
+    with pytest.raises(DataError, match="max_turns must be a whole number"):
         skyrl_gym.make("gsm8k_multi_turn", extras={"reward_spec": {"ground_truth": "1"}, "max_turns": "many"})
 
 
