@@ -9,6 +9,7 @@ and ``skyrl-gym serve-retriever``."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -58,7 +59,7 @@ def _host_name(host_header: str) -> str:
 
 
 def refusal(request: Any, token: Optional[str], token_env: str,
-            tokens: Optional[Mapping[str, str]] = None) -> Optional[Tuple[int, str]]:
+            tokens: Optional["BearerTokens"] = None) -> Optional[Tuple[int, str]]:
     """Why a server will not answer the Starlette ``request``, as ``(status, message)``, or None. These servers
     answer programs, never web pages, and a page the operator opens could otherwise post to one on the
     operator's machine:
@@ -67,13 +68,13 @@ def refusal(request: Any, token: Optional[str], token_env: str,
     * 403, on a server without a token (which listens on loopback only), for a request addressed to a name
       other than a loopback one: a page whose name was re-pointed at 127.0.0.1 (DNS rebinding);
     * 401 for a missing or wrong bearer token (:func:`bearer_matches`; with ``tokens``, a client's by name, one
-      of those: :func:`bearer_owner`)."""
+      of those: :meth:`BearerTokens.owner`)."""
     headers = request.headers
     if "origin" in headers or "sec-fetch-mode" in headers:
         return 403, "requests from web pages are refused (the request carries an Origin or Sec-Fetch-Mode header)"
     host = headers.get("host")
     if tokens:
-        return None if bearer_owner(request, tokens) is not None else (401, unauthorised_message(token_env))
+        return None if tokens.owner(request) is not None else (401, unauthorised_message(token_env))
     if not token and host is not None and not is_loopback(_host_name(host)):
         return 403, (f"this server has no token, so it answers only requests addressed to 127.0.0.1 or localhost, "
                      f"not to {host[:100]!r}; set {token_env} (or --token) to serve other names")
@@ -91,15 +92,25 @@ def bearer_matches(request: Any, token: Optional[str]) -> bool:
     return hmac.compare_digest(given, f"Bearer {token}".encode("utf-8"))
 
 
-def bearer_owner(request: Any, tokens: Mapping[str, str]) -> Optional[str]:
-    """The name in ``tokens`` (name -> token) whose token the Starlette ``request`` carries, or None. Every token is
-    compared, each in constant time: the answer's timing tells nothing of which one matched."""
-    given = request.headers.get("authorization", "").encode("utf-8", "replace")
-    owner = None
-    for name, token in tokens.items():
-        if hmac.compare_digest(given, f"Bearer {token}".encode("utf-8")) and owner is None:
-            owner = name
-    return owner
+class BearerTokens:
+    """Clients' bearer tokens (name -> token), for a server that tells its clients apart. A request's token is
+    found by its SHA-256 digest, so the cost of a request does not grow with the clients (comparing each token took
+    0.4 ms a request at 1,000 of them), and the lookup's timing depends only on a digest of what the request sent,
+    which tells nothing of the tokens."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        self._names = {self._digest(f"Bearer {token}".encode("utf-8")): name for name, token in tokens.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self._names)
+
+    @staticmethod
+    def _digest(header: bytes) -> bytes:
+        return hashlib.sha256(header).digest()
+
+    def owner(self, request: Any) -> Optional[str]:
+        """The name whose token the Starlette ``request`` carries (``Authorization: Bearer <token>``), or None."""
+        return self._names.get(self._digest(request.headers.get("authorization", "").encode("utf-8", "replace")))
 
 
 def unauthorised_message(token_env: str) -> str:

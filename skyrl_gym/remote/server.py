@@ -182,7 +182,7 @@ def create_app(
         BYTES_PER_JSON_VALUE,
         BodyError,
         BodyParsers,
-        bearer_owner,
+        BearerTokens,
         held_bytes,
         parse_json_object,
         read_limited_body,
@@ -202,6 +202,7 @@ def create_app(
 
     operator = check_operator_config(operator_config or {}, allow_no_isolation)
     clients = check_client_tokens(client_tokens or {}, token)
+    owners = BearerTokens(clients)
     per_client = (int(max_sessions_per_client) if max_sessions_per_client is not None
                   else max(1, max_sessions // max(1, len(clients))))
     # What building an env from a client's row raises when the row is wrong: a 422 naming it, not a 500.
@@ -398,10 +399,10 @@ def create_app(
 
     def authorise(request: Request) -> str:
         """The client making ``request`` (``default`` on a server of one token, or none), or a refusal."""
-        why = refusal(request, token, TOKEN_ENV, tokens=clients or None)
+        why = refusal(request, token, TOKEN_ENV, tokens=owners or None)
         if why:
             raise Refused(*why)
-        return (bearer_owner(request, clients) or DEFAULT_CLIENT) if clients else DEFAULT_CLIENT
+        return (owners.owner(request) or DEFAULT_CLIENT) if owners else DEFAULT_CLIENT  # one digest lookup more
 
     parsers = BodyParsers()
 
