@@ -27,7 +27,10 @@ Every run starts clean:
   copied into an object); the work folder is then made anew. A tree that cannot be emptied within its budget retires the worker (the reply says
   ``retire``; the supervisor exits after it).
 * The supervisor ignores every signal a program could send it (it is PID 1 of the namespace, or
-  another uid), and it is not dumpable, so a program cannot ptrace it or read its memory.
+  another uid), and it is not dumpable, so a program cannot ptrace it or read its memory. A program
+  of its uid (bubblewrap's) could still set its resource limits and scheduling, which every later
+  run, a fork of it, would inherit: the seccomp filter lets a program set these on itself only, and
+  after each run the supervisor compares its own with what it started with and retires on a change.
 
 ``serve`` mode loops over requests (a warm worker); ``once`` mode answers one and exits. With
 ``--setup-root`` (the unshare fallback, started as root in fresh mount/PID/network namespaces) the
@@ -103,7 +106,20 @@ DENIED_SYSCALLS_X86_64 = {
     "kcmp": 312, "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+    # memory in a memfd is neither address space (RLIMIT_AS) nor on the sandbox's sized tmpfs: one program
+    # limited to 128 MB held 2 GiB of the host's memory in memfds (an attacker's pass)
+    "memfd_create": 319, "memfd_secret": 447,
 }
+# Calls that act on the process their first argument names (0: the caller). A program of the supervisor's uid
+# (bubblewrap's) lowered the supervisor's hard limits and set it SCHED_IDLE, nice 19 and one CPU with them, and
+# every later run of that worker, a fork of it, inherited that (an attacker's pass): these may name the caller only.
+SELF_ONLY_SYSCALLS_X86_64 = {
+    "sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203, "migrate_pages": 256,
+    "move_pages": 279, "prlimit64": 302, "sched_setattr": 314,
+}
+SETPRIORITY_X86_64 = 141  # (which, who, prio): PRIO_PROCESS (0) of the caller (0) only, never a group or a user
+IOPRIO_SET_X86_64 = 251  # (which, who, ioprio): IOPRIO_WHO_PROCESS (1) of the caller (0) only
+IOPRIO_GET_X86_64 = 252
 CLONE_X86_64, CLONE3_X86_64 = 56, 435
 SOCKET_X86_64, SOCKETPAIR_X86_64 = 41, 53
 # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK: what programs use (and Python's socket module probes)
@@ -127,6 +143,10 @@ def seccomp_program():
     code.append((jge, "deny", None, 0x40000000))  # the x32 ABI's numbers
     for nr in sorted(DENIED_SYSCALLS_X86_64.values()):
         code.append((jeq, "deny", None, nr))
+    for nr in sorted(SELF_ONLY_SYSCALLS_X86_64.values()):
+        code.append((jeq, "self", None, nr))
+    code.append((jeq, "priority", None, SETPRIORITY_X86_64))
+    code.append((jeq, "io_priority", None, IOPRIO_SET_X86_64))
     code.append((jeq, "no_sys", None, CLONE3_X86_64))
     code.append((jeq, "family", None, SOCKET_X86_64))
     code.append((jeq, "family", None, SOCKETPAIR_X86_64))
@@ -138,6 +158,11 @@ def seccomp_program():
     for family in ALLOWED_SOCKET_FAMILIES:
         code.append((jeq, "allow", None, family))
     code.append((ret, None, None, no_family))
+    # args[n] starts at offset 16 + 8n; these arguments are ints, so their low 32 bits are what the kernel reads
+    code += ["self", (ld, None, None, 16), (jeq, "allow", "deny", 0)]
+    code += ["priority", (ld, None, None, 16), (jeq, None, "deny", 0), (ld, None, None, 24), (jeq, "allow", "deny", 0)]
+    code += ["io_priority", (ld, None, None, 16), (jeq, None, "deny", 1), (ld, None, None, 24),
+             (jeq, "allow", "deny", 0)]
     code += ["allow", (ret, None, None, allow), "deny", (ret, None, None, deny)]
     code += ["no_sys", (ret, None, None, no_sys)]
     labels, instructions = {}, []
@@ -302,6 +327,36 @@ def set_rlimits(limits):
     setlimit(resource.RLIMIT_CORE, 0)
     # POSIX message queues cannot be listed (and so not cleaned) from inside: allow none.
     setlimit(resource.RLIMIT_MSGQUEUE, 0)
+
+
+def own_settings():
+    """What of the calling process a run must not change: each resource limit, the scheduling policy and
+    priority, nice, the CPUs it may run on and (on x86_64) its I/O priority, as ``{name: value}``."""
+    import ctypes
+
+    readers = [(name, lambda which=getattr(resource, name): resource.getrlimit(which))
+               for name in sorted(dir(resource)) if name.startswith("RLIMIT_")]
+    readers += [
+        ("scheduling policy", lambda: os.sched_getscheduler(0)),
+        ("scheduling priority", lambda: os.sched_getparam(0).sched_priority),
+        ("nice", lambda: os.getpriority(os.PRIO_PROCESS, 0)),
+        ("CPUs", lambda: sorted(os.sched_getaffinity(0))),
+    ]
+    if os.uname().machine == "x86_64":
+        readers.append(("I/O priority", lambda: ctypes.CDLL(None, use_errno=True).syscall(IOPRIO_GET_X86_64, 1, 0)))
+    found = {}
+    for name, read in readers:
+        try:
+            found[name] = read()
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def changed_settings(before):
+    """The names of :func:`own_settings` that differ from ``before``."""
+    now = own_settings()
+    return sorted(name for name in set(before) | set(now) if before.get(name) != now.get(name))
 
 
 # ----- paths that follow no link --------------------------------------------------------------------
@@ -494,6 +549,7 @@ class Supervisor:
         self.wipe_dirs = [d for d in wipe_dirs if d != root]  # more folders emptied (/dev/shm)
         self.run_as = run_as  # (uid, gid) the program runs as, or None for our own
         self.pid1 = pid1  # True when we are PID 1 of a private PID namespace
+        self.settings = own_settings()  # every run starts with these: a run that changes them retires us
 
     # ----- one run ---------------------------------------------------------------------------
     def run(self, control):
@@ -536,6 +592,9 @@ class Supervisor:
         reply["id"] = control["id"]
         reply["stdout_bytes"], reply["stderr_bytes"] = sizes
         reply["files"] = found
+        changed = changed_settings(self.settings)
+        if changed:  # every later run, a fork of us, would inherit them (seccomp keeps programs from it)
+            clean, why = False, "the run changed the supervisor's own " + ", ".join(changed)
         retire = not clean
         if retire:
             reply["retire"] = True

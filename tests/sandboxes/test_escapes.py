@@ -350,6 +350,9 @@ def test_the_leak_detector_sees_a_leftover_process():
 SECCOMP_PROBE = r"""
 import ctypes, errno, json, os, subprocess, threading
 libc = ctypes.CDLL(None, use_errno=True)
+NAME, PARAM = ctypes.create_string_buffer(b"probe"), ctypes.c_int(0)
+CPUS = (ctypes.c_ulong * 16)()
+libc.syscall(ctypes.c_long(204), 0, ctypes.sizeof(CPUS), ctypes.addressof(CPUS))  # sched_getaffinity: ours
 
 def call(nr, *args):
     # in a child of its own, so a call that gets through (a new namespace, being traced) changes nothing here
@@ -368,6 +371,14 @@ probes = {
     "io_uring_setup": call(425, 1, 0),
     "userfaultfd": call(323, 0),
     "perf_event_open": call(298, 0, 0, -1, -1, 0),
+    "memfd_create": call(319, ctypes.addressof(NAME), 0),
+    # on another process (the probe's own, from the child call() forks): reads or sets only what it already has
+    "prlimit64(another)": call(302, os.getpid(), 7, 0, 0),
+    "sched_setaffinity(another)": call(203, os.getpid(), ctypes.sizeof(CPUS), ctypes.addressof(CPUS)),
+    "sched_setscheduler(another)": call(144, os.getpid(), 0, ctypes.addressof(PARAM)),
+    "setpriority(PRIO_PROCESS, another)": call(141, 0, os.getpid(), os.getpriority(os.PRIO_PROCESS, 0)),
+    "setpriority(PRIO_USER)": call(141, 2, 0, os.getpriority(os.PRIO_PROCESS, 0)),
+    "ioprio_set(another)": call(251, 1, os.getpid(), libc.syscall(252, 1, 0)),
 }
 thread = threading.Thread(target=lambda: None)
 thread.start()
@@ -412,3 +423,5 @@ def test_without_seccomp_the_probes_get_through(tmp_snapshot):
     probes = json.loads(result.stdout)["probes"]
     assert probes["ptrace(PTRACE_TRACEME)"] == "ok"
     assert probes["unshare(CLONE_NEWUSER)"] == "ok"
+    # the program has the supervisor's uid under bubblewrap: without the filter it may set another's limits
+    assert probes["memfd_create"] == probes["prlimit64(another)"] == probes["setpriority(PRIO_USER)"] == "ok"

@@ -202,6 +202,79 @@ def test_signals_and_fd_games_cannot_stop_the_supervisor(sandbox):
         assert follow_up.status == Status.OK and follow_up.stdout == mark + "\n", follow_up
 
 
+# What a run inherits from the worker it is forked from: its limits, scheduling, CPUs and I/O priority.
+WORKER_SETTINGS = r"""
+import ctypes, json, os, resource
+print(json.dumps({
+    "limits": {name: resource.getrlimit(getattr(resource, name)) for name in ("RLIMIT_NPROC", "RLIMIT_AS",
+               "RLIMIT_NOFILE", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_STACK", "RLIMIT_MEMLOCK")},
+    "policy": os.sched_getscheduler(0), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+    "cpus": sorted(os.sched_getaffinity(0)), "ioprio": ctypes.CDLL(None).syscall(252, 1, 0),
+}))
+"""
+
+# Sets the supervisor's (its parent's) limits and scheduling, each where the kernel lets it: under bubblewrap the
+# program has the supervisor's uid, and every later run, a fork of the supervisor, would inherit the change.
+POISON_THE_WORKER = r"""
+import ctypes, os, resource
+libc, worker, done = ctypes.CDLL(None, use_errno=True), os.getppid(), []
+for name, action in (
+    ("prlimit", lambda: resource.prlimit(worker, resource.RLIMIT_NPROC, (3, 3))),
+    ("prlimit AS", lambda: resource.prlimit(worker, resource.RLIMIT_AS, (300 << 20, 300 << 20))),
+    ("nice", lambda: os.setpriority(os.PRIO_PROCESS, worker, 19)),
+    ("nice of the user", lambda: os.setpriority(os.PRIO_USER, 0, 18)),
+    ("SCHED_IDLE", lambda: os.sched_setscheduler(worker, os.SCHED_IDLE, os.sched_param(0))),
+    ("one CPU", lambda: os.sched_setaffinity(worker, {min(os.sched_getaffinity(0))})),
+    ("idle I/O", lambda: libc.syscall(251, 1, worker, 3 << 13) == 0 or 1 / 0),
+):
+    try:
+        action()
+        done.append(name)
+    except (OSError, ZeroDivisionError):
+        pass
+print("changed:", done)
+"""
+
+
+def test_a_run_cannot_change_the_worker_that_later_runs_are_forked_from(sandbox):
+    """An attacker's pass: a program of the supervisor's uid (bubblewrap's) lowered its hard limits and set it
+    SCHED_IDLE, nice 19 and one CPU, and every later run of the worker inherited it (an honest lcb answer scored
+    0.0). The seccomp filter refuses these calls on another process; the runs after them start as before."""
+    import json
+
+    before = sandbox.run(WORKER_SETTINGS)
+    assert before.status == Status.OK, (before.status, before.stderr)
+    for _ in range(2):
+        hostile = sandbox.run(POISON_THE_WORKER)
+        assert hostile.status == Status.OK, (hostile.status, hostile.stderr)
+        if os.uname().machine == "x86_64":  # the filter is x86_64's; elsewhere the worker retires (below)
+            assert hostile.stdout.strip() == "changed: []", hostile.stdout
+        after = sandbox.run(WORKER_SETTINGS)
+        assert after.status == Status.OK, (after.status, after.stderr)
+        assert json.loads(after.stdout) == json.loads(before.stdout)
+
+
+def test_a_worker_whose_settings_a_run_changed_retires_without_the_filter_too():
+    """Behind the filter: the supervisor compares its own limits and scheduling after each run with those it started
+    with, and retires on a change. Shown with the filter off, where the program can make the change."""
+    import json
+    import shutil
+
+    from skygym_sandboxes.local import LocalSandbox
+    from tests.sandboxes.support import TEST_LIMITS
+
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+    with LocalSandbox(limits=TEST_LIMITS, isolation="bwrap", pool_size=1, seccomp=False) as box:
+        before = box.run(WORKER_SETTINGS)
+        assert before.status == Status.OK, (before.status, before.stderr)
+        hostile = box.run(POISON_THE_WORKER)
+        assert hostile.status == Status.OK and "'prlimit'" in hostile.stdout and "'nice'" in hostile.stdout, hostile
+        after = box.run(WORKER_SETTINGS)
+        assert after.status == Status.OK, (after.status, after.stderr)
+        assert json.loads(after.stdout) == json.loads(before.stdout)
+
+
 def test_planted_links_are_never_followed_into_the_next_run(sandbox):
     with open("/etc/passwd", "rb") as handle:
         passwd = hashlib.sha256(handle.read()).hexdigest()
