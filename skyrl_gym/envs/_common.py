@@ -62,12 +62,13 @@ def config_number(config: Mapping[str, Any], key: str, default: Any, env_id: str
 
 
 def turn_limit(extras: Any, env_config: Any, default: int, env_id: str) -> int:
-    """The episode's turn limit, read as these envs always read it: the row's ``max_turns`` when it is set and not
-    0, else ``env_config``'s, else ``default``, through :func:`whole_turns`."""
+    """The episode's turn limit: the row's ``max_turns`` when it is set (not None; a 0 too, which ends the episode
+    after its first step, as in SkyRL-gym), else ``env_config``'s, else ``default``, through :func:`whole_turns`.
+    SkyRL-gym reads the row or the default only; ``env_config`` is this project's addition."""
     from skyrl_gym.envs.config_values import config_value
 
     row = extras.get("max_turns") if isinstance(extras, Mapping) else None
-    if row:
+    if row is not None:
         return whole_turns(row, "the row's max_turns", env_id)
     return whole_turns(config_value(env_config, "max_turns", default), "env_config.max_turns", env_id)
 

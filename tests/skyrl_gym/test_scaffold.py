@@ -114,6 +114,11 @@ def test_a_wrong_max_turns_is_named_with_where_it_came_from(env_id, row):
     with pytest.raises(ValueError, match=f"env {env_id!r}: the row's max_turns must be a whole number, got 'x'"):
         skyrl_gym.make(env_id, extras={**row, "max_turns": "x"})
     assert skyrl_gym.make(env_id, extras={**row, "max_turns": 2.5}).max_turns == 2  # as the rows always read
+    # a row's 0 is SkyRL-gym's: the episode ends after its first step (it was read as unset, a parity fuzz found)
+    zero = skyrl_gym.make(env_id, env_config={"max_turns": 4}, extras={**row, "max_turns": 0})
+    assert zero.max_turns == 0
+    zero.init([{"role": "user", "content": "q"}])
+    assert zero.step("no tool call, no answer")["done"] is True
 
 
 @pytest.mark.parametrize("env_id, row, default", [
