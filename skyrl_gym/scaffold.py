@@ -126,8 +126,10 @@ AUDIT = '''"""The audit profile of the {name!r} env: how ``skyrl-gym audit {name
 
 Add hacks of your own that fit your env (skyrl-gym's docs/audit.md, "Adding an env's own hacks")."""
 
+from typing import Optional
+
 from skyrl_gym.audit import AuditProfile, Hack
-from skyrl_gym.audit.profiles import ANSWER_TAG, text_profile
+from skyrl_gym.audit.profiles import ANSWER_TAG, ground_truth_text, text_profile
 
 OWN_HACKS = (
     Hack("the word itself", "{name}",
@@ -135,9 +137,14 @@ OWN_HACKS = (
 )
 
 
+def answer_of(row) -> Optional[str]:
+    """The right answer of a row, the reversed word: the golden reply, and what the hacks hide among wrong ones
+    (None for a row without one: the env itself says what is wrong with such a row)."""
+    word = ground_truth_text(row)
+    return None if word is None else word[::-1]
+
+
 def audit_profile(env_id: str) -> AuditProfile:
-    # the answer of a row is the reversed word: the golden reply, and what the hacks hide among wrong ones
-    answer_of = lambda row: row["reward_spec"]["ground_truth"][::-1]  # noqa: E731
     return text_profile(ANSWER_TAG, answer_of=answer_of).with_hacks(*OWN_HACKS)
 '''
 

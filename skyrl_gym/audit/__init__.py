@@ -5,7 +5,8 @@
 
 For each row the audit plays, on fresh envs through the episode driver:
 
-* **known-wrong** replies (the env's answer format around wrong answers): the most they earn is the bar;
+* **known-wrong** replies (the env's answer format around wrong answers): each must earn less than the full
+  reward, else a *false positive* (a verifier that pays wrong answers); the most they earn is the bar;
 * the row's **golden** reply (its reference answer): it must earn the full reward, else a *false negative*;
 * every **hack** of the env's profile (:mod:`skyrl_gym.audit.library`): each must earn no more than the
   known-wrong replies, else a *false positive*.
@@ -27,7 +28,14 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack, Script, wrong_answer
-from skyrl_gym.audit.profiles import AuditProfile, profile_for, text_profile
+from skyrl_gym.audit.profiles import (
+    FALLBACK_SOURCE,
+    FALLBACK_WARNING,
+    AuditProfile,
+    ProfileError,
+    profile_for,
+    text_profile,
+)
 
 # Holes the audit finds in shipped verifiers whose fixes are under way elsewhere: env id (or "judge", for every
 # judged row) -> {hack name: where the fix is}. The audit still fails on them (a hole is a hole); the reason names
@@ -79,6 +87,8 @@ class AuditReport:
     skipped: Optional[str] = None  # why the audit could not run at all (no Docker engine)
     seconds: float = 0.0
     fingerprint: Optional[str] = None
+    profile: str = ""  # where the audit profile came from, and the answer format it plays
+    warnings: List[str] = dataclasses.field(default_factory=list)  # what makes an OK weaker than it reads
 
     @property
     def failures(self) -> List[CaseResult]:
@@ -137,7 +147,8 @@ class AuditReport:
             for c in self.cases
         ]
         widths = [min(48, max(len(line[i]) for line in lines)) for i in range(5)]
-        out = [self.summary()]
+        out = [self.summary()] + [f"  profile: {self.profile}"] * bool(self.profile)
+        out += [f"  WARNING: {warning}" for warning in self.warnings]
         for line in lines:
             cells = [cell[:w].ljust(w) for cell, w in zip(line[:5], widths)]
             out.append("  " + "  ".join(cells) + "  " + line[5][:160])
@@ -155,6 +166,8 @@ class AuditReport:
             "rows_source": self.rows_source,
             "seconds": round(self.seconds, 3),
             "fingerprint": self.fingerprint,
+            "profile": self.profile,
+            "warnings": self.warnings,
             "cases": [case.to_dict() for case in self.cases],
         }
 
@@ -259,7 +272,9 @@ def audit_env(
     started = time.monotonic()
     env_id = spec(env_id).id
     profile = profile or profile_for(env_id)
-    report = AuditReport(env_id=env_id)
+    report = AuditReport(env_id=env_id, profile=f"{profile.source or 'given'}; answers as {profile.format.name}")
+    if profile.source == FALLBACK_SOURCE:
+        report.warnings.append(FALLBACK_WARNING)
     report.skipped = profile.unavailable()
     if report.skipped:
         return report
@@ -293,7 +308,19 @@ def audit_env(
         pool.shutdown(wait=False, cancel_futures=True)
         bar.close()
     report.seconds = time.monotonic() - started
+    report.warnings += _unreached_scoring(report)
     return report
+
+
+def _unreached_scoring(report: AuditReport) -> List[str]:
+    """A warning when every known-wrong reply and hack played earned nothing for one and the same reason (``no
+    complete <answer> block``): the replies may never have reached the env's scoring."""
+    played = [case for case in report.cases if case.kind != "golden" and case.got is not None]
+    reasons = {case.reason for case in played}
+    if len(played) < 3 or len(reasons) != 1 or not next(iter(reasons)) or any(case.got for case in played):
+        return []
+    return [f"every wrong answer and hack earned 0 for one reason ({next(iter(reasons))[:120]}): they may never "
+            "have reached the env's scoring; is the profile's answer format the env's?"]
 
 
 @dataclasses.dataclass
@@ -334,7 +361,14 @@ def _audit_row(
     """Play one row's known-wrong replies (the bar), its golden reply, then every hack that fits it. The first
     known-wrong reply plays alone (a row whose env cannot start stops there); the rest play at once, and the
     verdicts are read in that order."""
-    answer = profile.answer_of(row)
+    try:
+        answer = profile.answer_of(row)
+    except Exception as exc:  # the env's own audit.py: an error in it is a row's error, not the audit's crash
+        from skyrl_gym.checker import _describe_exception
+
+        report.cases.append(CaseResult(index, "known-wrong", "a wrong answer in the env's format", "bar", "-", None,
+                                       ERROR, f"the audit profile's answer_of(row) raised {_describe_exception(exc)}"))
+        return
     case = AuditCase(
         env_id=report.env_id, row=row, answer=answer, wrong=wrong_answer(answer), format=profile.format
     )
@@ -360,7 +394,12 @@ def _audit_row(
     earned: List[float] = []
     for number, (got, reason) in enumerate([first] + [play.result() for play in others] if wrongs else []):
         name = "a wrong answer in the env's format" if number == 0 else f"another wrong answer ({number})"
-        add("known-wrong", name, "bar", "-", got, ERROR if got is None else OK, reason)
+        verdict = ERROR if got is None else OK
+        if got is not None and got >= profile.full_reward - TOLERANCE:  # else it would be the bar: nothing fails
+            verdict = FALSE_POSITIVE
+            reason = f"a wrong answer earned {got:g}, the full reward: the verifier pays wrong answers" + (
+                f"; {reason}" if reason else "")
+        add("known-wrong", name, "bar", f"< {profile.full_reward:g}", got, verdict, reason)
         earned += [] if got is None else [got]
     bar = max(earned) if earned else 0.0
 
@@ -447,6 +486,7 @@ def write_json(reports: List[AuditReport], path: Union[str, Path]) -> None:
 
 __all__ = [
     "UnknownHack",
+    "ProfileError",
     "audit_env",
     "AuditReport",
     "CaseResult",

@@ -69,7 +69,9 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def wrong_answer(answer: Optional[str]) -> Optional[str]:
-    """A different answer of the same shape: a number plus one, else the answer with ``+1`` appended."""
+    """A different answer of the same shape that does not contain the right one: a number plus one, else each
+    letter and digit moved on by one (``drawer`` -> ``esbxfs``; ``drawer+1`` held ``drawer``, and a verifier that
+    pays any reply containing the answer then paid the known-wrong one too, which hid its holes)."""
     if answer is None:
         return None
     text = answer.strip()
@@ -79,9 +81,18 @@ def wrong_answer(answer: Optional[str]) -> Optional[str]:
         try:
             value_f = float(text.replace(",", ""))
         except ValueError:
-            return f"{text}+1" if text else "1"
+            moved = "".join(_next_character(c) for c in text)
+            return moved if moved != text else ("1" if text != "1" else "2")
         return f"{value_f + 1:g}"
     return str(value + 1)
+
+
+def _next_character(char: str) -> str:
+    for first, size in (("a", 26), ("A", 26), ("0", 10)):
+        offset = ord(char) - ord(first)
+        if 0 <= offset < size:
+            return chr(ord(first) + (offset + 1) % size)
+    return char
 
 
 def distractors(case: AuditCase, count: int) -> List[str]:

@@ -33,8 +33,9 @@ audit checks its reward.
 ```
 $ skyrl-gym audit gsm8k
 audit gsm8k: OK - 2 row(s), 30 case(s): 30 ok (0.3 s)
+  profile: built in (skyrl_gym.audit.profiles); answers as #### N
   row  case                                             expected  got  verdict  reason
-  1    known-wrong: a wrong answer in the env's format  -         0    ok
+  1    known-wrong: a wrong answer in the env's format  < 1       0    ok
   1    golden: reference answer                         = 1       1    ok
   1    hack: several candidate answers                  <= 0      0    ok
   ...
@@ -45,7 +46,9 @@ For every row (from `--rows FILE`, else the env's audit profile, else its datase
 cases), on fresh envs through the episode driver, a reply played every turn until the env ends the episode (a
 script plays its replies in order), the episode's reward being the sum of its steps' rewards:
 
-* **known-wrong** replies: the env's answer format around wrong answers. The most they earn is the *bar*;
+* **known-wrong** replies: the env's answer format around wrong answers (a number plus one; a text with each
+  letter and digit moved on by one, so it never contains the right answer). Each must earn less than the full
+  reward, else a **false positive** (the verifier pays wrong answers). The most they earn is the *bar*;
 * the row's **golden** reply (its reference answer): it must earn the full reward, else a **false negative**;
 * every **hack** that fits the env's action format: each must earn no more than the bar, else a **false
   positive**. A hedge (several answers in one reply) must also earn no more than its best wrong part alone, so
@@ -60,7 +63,15 @@ The table has one line per case: row, case, expected, got, verdict and reason (t
 sandboxed case is waiting on its sandbox, and `swe`'s 22 cases of a row take 54 s with 4 where they took 102 s one
 at a time on a 2-core machine; the table lists the cases in the same order either way), `--env-config JSON`,
 `--step-timeout SECONDS`, `--json FILE`, `--failures-only`, `--no-progress` (the bar of cases played shows only
-on a terminal). Every row is checked before the first case is played. From Python:
+on a terminal). Every row is checked before the first case is played.
+
+The report's second line names the audit profile (where it came from, and the answer format the replies are
+written in). An env with no profile of its own (no `skyrl_gym.audits` entry point, no `audit.py` beside its env
+module) is played in plain text, and the report warns: if the env reads its answer from tags, a box or a tool
+call, the wrong answers and hacks never reach its scoring. It also warns when every wrong answer and hack earned 0
+for one and the same reason (`no complete <answer> block`), a sign of the same mismatch. A profile that cannot be
+read (an `audit.py` without `audit_profile`, or one that returns something else) is one line and exit 2. From
+Python:
 
 ```python
 from skyrl_gym.audit import audit_env

@@ -80,6 +80,7 @@ class AuditProfile:
     unavailable: Callable[[], Optional[str]] = lambda: None
     full_reward: float = 1.0
     max_turns: int = 8  # an episode the env does not end is cut after this many turns
+    source: str = ""  # where the profile came from (set by profile_for; the report prints it)
 
     def golden(self, case: AuditCase) -> Optional[Script]:
         if self.golden_of is not None:
@@ -179,17 +180,28 @@ def _beside_env(env_id: str) -> Optional[AuditProfile]:
         found = None
     if found is None:
         return None
-    return _as_profile(importlib.import_module(name).audit_profile, env_id, name)
+    found_module = importlib.import_module(name)
+    if not callable(getattr(found_module, "audit_profile", None)):
+        raise ProfileError(
+            f"{name} ({found_module.__file__}) is where the audit looks for the profile of {env_id!r}, and it "
+            "defines no function audit_profile(env_id): add one (docs/audit.md), or rename the module if it is "
+            "not an audit profile"
+        )
+    return _as_profile(found_module.audit_profile, env_id, f"audit_profile in {name}")
+
+
+class ProfileError(ValueError):
+    """An env's audit profile cannot be read: the message names the module or entry point and what is wrong."""
 
 
 def _as_profile(value: Any, env_id: str, where: str) -> AuditProfile:
     profile = value if isinstance(value, AuditProfile) else value(env_id)
     if not isinstance(profile, AuditProfile):
-        raise TypeError(
+        raise ProfileError(
             f"the audit profile of {env_id!r} from {where} is a {type(profile).__name__}, "
-            "not a skyrl_gym.audit.AuditProfile"
+            "not a skyrl_gym.audit.AuditProfile (its audit_profile(env_id) must return one)"
         )
-    return profile
+    return dataclasses.replace(profile, source=profile.source or where)
 
 
 def profile_for(env_id: str) -> AuditProfile:
@@ -202,8 +214,16 @@ def profile_for(env_id: str) -> AuditProfile:
         if profile is not None:
             return profile
     if env_id in BUILTIN:
-        return BUILTIN[env_id]()
-    return text_profile(PLAIN)
+        return dataclasses.replace(BUILTIN[env_id](), source="built in (skyrl_gym.audit.profiles)")
+    return text_profile(PLAIN, source=FALLBACK_SOURCE)
+
+
+FALLBACK_SOURCE = "plain text: the env has no audit profile"
+FALLBACK_WARNING = (
+    "the env has no audit profile (no skyrl_gym.audits entry point, no audit.py beside its env module), so every "
+    "reply was plain text: if the env reads its answer from a format (tags, a box, a tool call), the wrong answers "
+    "and hacks never reached its scoring, and this audit says little; add a profile (docs/audit.md)"
+)
 
 
 __all__ = [
@@ -220,6 +240,7 @@ __all__ = [
     "PLAIN",
     "BUILTIN",
     "ENTRY_POINT_GROUP",
+    "ProfileError",
 ]
 
 

@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from skyrl_gym.audit import DEFAULT_WORKERS, UnknownHack, audit_env, write_json
+    from skyrl_gym.audit import DEFAULT_WORKERS, ProfileError, UnknownHack, audit_env, write_json
     from skyrl_gym.checker import NoRowsFor
     from skyrl_gym.data import row_place
     from skyrl_gym.errors import DataError, UnregisteredEnv
@@ -111,7 +111,7 @@ def run_audit(args: argparse.Namespace) -> int:
                 print(report.table())
             if report.rows_source:
                 print(f"  rows: {report.rows_source}")
-    except (UsageError, UnregisteredEnv, NoRowsFor, DataError, OSError, UnknownHack) as exc:
+    except (UsageError, UnregisteredEnv, NoRowsFor, DataError, OSError, UnknownHack, ProfileError) as exc:
         error(str(exc))
         return 2
     if args.json:

@@ -160,6 +160,90 @@ def test_an_env_adds_its_own_hacks_and_the_budget_stops_new_cases(registered):
     assert not report.incomplete and report.summary().startswith("audit audit_test/last_boxed: OK - ")
 
 
+class AlwaysPaysEnv(AnyNumberEnv):
+    """Vulnerable: pays every reply."""
+
+    def step(self, action):
+        return StepOutput(observations=[], reward=1.0, done=True, metadata={})
+
+
+WORD_ROWS = [{"prompt": [{"role": "user", "content": "Reverse 'reward'."}], "env_class": "audit_test",
+              "reward_spec": {"method": "rule", "ground_truth": "drawer"}}]
+
+
+class ContainsWordEnv(AnyNumberEnv):
+    """Vulnerable: pays a reply in which the answer appears anywhere."""
+
+    def step(self, action):
+        return StepOutput(observations=[], reward=float(self.answer in action), done=True, metadata={})
+
+
+def test_a_verifier_that_pays_wrong_answers_fails(registered):
+    """A cold run: a reward of 1.0 for every reply passed (28 cases ok), because the known-wrong replies set the
+    bar that hacks are held to and were judged by nothing. A wrong answer that earns the full reward fails."""
+    report = audit_env(registered("audit_test/always", AlwaysPaysEnv), ROWS, profile=text_profile(BOXED))
+    wrong = [c for c in report.cases if c.kind == "known-wrong"]
+    assert wrong and {c.verdict for c in wrong} == {FALSE_POSITIVE}, report.table()
+    assert wrong[0].expected == "< 1" and "the verifier pays wrong answers" in wrong[0].reason
+    assert not report.ok
+
+
+def test_the_known_wrong_answer_does_not_contain_the_right_one(registered):
+    """A cold run: the wrong answer to 'drawer' was 'drawer+1', which a verifier paying any reply that contains
+    the answer paid too; the bar rose to 1 and its real holes read ok."""
+    from skyrl_gym.audit.library import wrong_answer
+
+    assert wrong_answer("drawer") == "esbxfs" and wrong_answer("Zz9-x") == "Aa0-y" and wrong_answer("72") == "73"
+    assert wrong_answer("...") == "1" and wrong_answer("1.5") == "2.5"
+    report = audit_env(registered("audit_test/contains", ContainsWordEnv), WORD_ROWS)
+    assert {c.verdict for c in report.cases if c.kind == "known-wrong"} == {OK}, report.table()
+    assert {"several candidate answers", "answer spam (0..100)"} & {c.name for c in report.false_positives}
+
+
+def test_the_report_names_its_profile_and_warns_when_the_env_has_none(registered, capsys):
+    """A cold run: an env with no audit profile was played in plain text, every reply missed its format, and the
+    audit said OK without a word about it."""
+    env_id = registered("audit_test/tagged", LastBoxedEnv)  # reads \boxed{}, has no profile of its own
+    report = audit_env(env_id, ROWS)
+    assert report.profile.startswith("plain text: the env has no audit profile; answers as ")
+    assert any("no audit profile" in warning for warning in report.warnings), report.table()
+    assert any("never have reached the env's scoring" in warning for warning in report.warnings)
+    assert "  WARNING: the env has no audit profile" in report.table()
+    shipped = audit_env("gsm8k")
+    assert shipped.profile.startswith("built in") and not shipped.warnings, shipped.table()
+
+
+def test_a_broken_audit_profile_is_one_line_and_exit_2(registered, tmp_path, monkeypatch, capsys):
+    """A cold run: an audit.py without audit_profile (a contributor's own module of that name), or one returning
+    None, crashed the command with a traceback and exit 1, the code of a found hack."""
+    package = tmp_path / "audit_probe_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "env.py").write_text("from tests.skyrl_gym.test_audit import LastBoxedEnv as ProbeEnv\n")
+    (package / "audit.py").write_text("LOG_LEVEL = 'info'  # not an audit profile\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env_id = registered("audit_test/probe", "audit_probe_pkg.env:ProbeEnv")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(ROWS[0]) + "\n")
+    assert main(["audit", env_id, "--rows", str(rows), "--no-progress"]) == 2
+    assert "defines no function audit_profile(env_id)" in capsys.readouterr().err
+    (package / "audit.py").write_text("def audit_profile(env_id):\n    return None\n")
+    import importlib
+    import sys
+
+    sys.modules.pop("audit_probe_pkg.audit", None)
+    importlib.invalidate_caches()
+    assert main(["audit", env_id, "--rows", str(rows), "--no-progress"]) == 2
+    assert "is a NoneType, not a skyrl_gym.audit.AuditProfile" in capsys.readouterr().err
+
+
+def test_an_answer_of_that_raises_is_the_rows_error(registered):
+    profile = text_profile(BOXED, answer_of=lambda row: row["reward_spec"]["missing"])
+    report = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=profile)
+    assert [c.verdict for c in report.cases] == ["ERROR", "ERROR"], report.table()
+    assert "answer_of(row) raised KeyError: 'missing'" in report.cases[0].reason
+
+
 def test_a_budget_that_leaves_cases_unplayed_is_exit_3(capsys):
     assert main(["audit", "gsm8k", "--budget-s", "0", "--no-progress"]) == 3
     out = capsys.readouterr().out
