@@ -217,6 +217,11 @@ class LocalSandbox(BaseSandbox):
         argv += [
             "--proc",
             "/proc",
+            # read-only: the program's uid owns the worker's PID and IPC namespaces, and a run that set their
+            # pid_max or IPC limits changed them for every later run of the worker
+            "--ro-bind",
+            "/proc/sys",
+            "/proc/sys",
             "--dev",
             "/dev",
             # /dev/shm (POSIX shared memory, multiprocessing): a size-limited tmpfs of its own,

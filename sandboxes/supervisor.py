@@ -38,6 +38,7 @@ supervisor first builds a minimal read-only root of its own and pivots into it.
 """
 
 import errno
+import fcntl
 import json
 import math
 import os
@@ -109,6 +110,9 @@ DENIED_SYSCALLS_X86_64 = {
     # memory in a memfd is neither address space (RLIMIT_AS) nor on the sandbox's sized tmpfs: one program
     # limited to 128 MB held 2 GiB of the host's memory in memfds (an attacker's pass)
     "memfd_create": 319, "memfd_secret": 447,
+    # System V shared memory outlives the mapping that RLIMIT_AS counts (a program held 1 GiB under memory_mb=128),
+    # and message queues hold up to msgmni x msgmnb more; semaphores hold next to nothing and stay allowed
+    "shmget": 29, "msgget": 68,
 }
 # Calls that act on the process their first argument names (0: the caller). A program of the supervisor's uid
 # (bubblewrap's) lowered the supervisor's hard limits and set it SCHED_IDLE, nice 19 and one CPU with them, and
@@ -329,10 +333,25 @@ def set_rlimits(limits):
     setlimit(resource.RLIMIT_MSGQUEUE, 0)
 
 
+# Settings of the worker's PID and IPC namespaces, which outlive every run. bubblewrap mounts /proc/sys read-only
+# (the program's uid owns these namespaces: a run set pid_max to 301, and every later run of the worker could start
+# no process, an attacker's pass); the supervisor also compares them after each run.
+NAMESPACE_SYSCTLS = (
+    "kernel/pid_max", "kernel/shmmax", "kernel/shmall", "kernel/shmmni", "kernel/shm_rmid_forced", "kernel/msgmax",
+    "kernel/msgmnb", "kernel/msgmni", "kernel/sem", "fs/mqueue/queues_max", "fs/mqueue/msg_max",
+    "fs/mqueue/msgsize_max", "fs/mqueue/msg_default", "fs/mqueue/msgsize_default",
+)
+
+
 def own_settings():
-    """What of the calling process a run must not change: each resource limit, the scheduling policy and
-    priority, nice, the CPUs it may run on and (on x86_64) its I/O priority, as ``{name: value}``."""
+    """What of the worker a run must not change, as ``{name: value}``: the supervisor's resource limits,
+    scheduling policy and priority, nice, CPUs and (on x86_64) I/O priority, which each later run (a fork of it)
+    inherits, and the sysctls of the namespaces every run shares (:data:`NAMESPACE_SYSCTLS`)."""
     import ctypes
+
+    def sysctl(name):
+        with open("/proc/sys/" + name) as handle:
+            return handle.read(256)
 
     readers = [(name, lambda which=getattr(resource, name): resource.getrlimit(which))
                for name in sorted(dir(resource)) if name.startswith("RLIMIT_")]
@@ -344,6 +363,7 @@ def own_settings():
     ]
     if os.uname().machine == "x86_64":
         readers.append(("I/O priority", lambda: ctypes.CDLL(None, use_errno=True).syscall(IOPRIO_GET_X86_64, 1, 0)))
+    readers += [(name, lambda name=name: sysctl(name)) for name in NAMESPACE_SYSCTLS]
     found = {}
     for name, read in readers:
         try:
@@ -351,6 +371,17 @@ def own_settings():
         except (OSError, ValueError):
             pass
     return found
+
+
+def sockets_left():
+    """The TCP, UDP and raw sockets of this network namespace, one line of ``/proc/net`` each."""
+    for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6"):
+        try:
+            with open("/proc/net/" + name) as handle:
+                for line in handle.readlines()[1:]:
+                    yield name + ": " + line.strip()
+        except OSError:
+            pass
 
 
 def changed_settings(before):
@@ -510,6 +541,30 @@ def empty_directory(path, deadline, budget):
         scrub()
 
 
+def root_modes(paths):
+    """``{path: mode}`` of the roots of the sandbox's writable area (tmpfs mount points) as they are now."""
+    modes = {}
+    for path in paths:
+        try:
+            modes[path] = stat.S_IMODE(os.lstat(path).st_mode)
+        except FileNotFoundError:
+            pass
+    return modes
+
+
+def restore_root(path, mode):
+    """Give an emptied root of the sandbox's writable area (which the program may own) its first ``mode`` and no
+    extended attribute: a run had left data in a ``user.*`` attribute, and a setgid bit that every new work folder
+    inherited, for the next run to read. Raises OSError where it cannot (the worker then retires)."""
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise WipeFailed("%s is not a directory" % path)
+    if stat.S_IMODE(info.st_mode) != mode:
+        os.chmod(path, mode)
+    for name in os.listxattr(path, follow_symlinks=False):
+        os.removexattr(path, name, follow_symlinks=False)
+
+
 def sysv_ipc_objects():
     """The ids of the System V shared memory segments, message queues and semaphores that exist."""
     found = []
@@ -550,6 +605,9 @@ class Supervisor:
         self.run_as = run_as  # (uid, gid) the program runs as, or None for our own
         self.pid1 = pid1  # True when we are PID 1 of a private PID namespace
         self.settings = own_settings()  # every run starts with these: a run that changes them retires us
+        # the network namespace is the worker's own, so a socket left in it is the run's (not on isolation "none")
+        self.own_network = pid1 or run_as is not None
+        self.root_modes = root_modes([self.root] + self.wipe_dirs)  # restored after every run
 
     # ----- one run ---------------------------------------------------------------------------
     def run(self, control):
@@ -592,9 +650,9 @@ class Supervisor:
         reply["id"] = control["id"]
         reply["stdout_bytes"], reply["stderr_bytes"] = sizes
         reply["files"] = found
-        changed = changed_settings(self.settings)
-        if changed:  # every later run, a fork of us, would inherit them (seccomp keeps programs from it)
-            clean, why = False, "the run changed the supervisor's own " + ", ".join(changed)
+        if clean:
+            why = self._left_in_the_worker()
+            clean = not why
         retire = not clean
         if retire:
             reply["retire"] = True
@@ -628,8 +686,11 @@ class Supervisor:
             write_payload_files(self.work, payload)
             # The names to fetch after the run, for the helper that fetches them (never for us).
             write_all(fetch_mem, json.dumps(payload.get("fetch_files") or []).encode("utf-8"))
-            stdin_fd = os.memfd_create("stdin", 0)
+            stdin_fd = os.memfd_create("stdin", os.MFD_ALLOW_SEALING)
             write_all(stdin_fd, decode_b64(payload.get("stdin_b64") or ""))
+            # sealed: a program could otherwise store up to file_size_mb in it, outside RLIMIT_AS
+            fcntl.fcntl(stdin_fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SEAL | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK)
             os.lseek(stdin_fd, 0, os.SEEK_SET)
             os.dup2(stdin_fd, 0)
             set_rlimits(limits)
@@ -849,6 +910,8 @@ class Supervisor:
         deadline = time.monotonic() + WIPE_BUDGET_S
         for directory in [self.root] + self.wipe_dirs:
             empty_directory(directory, deadline, WIPE_BUDGET_ENTRIES)
+            if directory in self.root_modes:
+                restore_root(directory, self.root_modes[directory])
         for directory in [self.work] + self.make_dirs:
             os.mkdir(directory, 0o700)
             if self.run_as is not None and os.geteuid() != self.run_as[0]:
@@ -860,6 +923,20 @@ class Supervisor:
             remove_sysv_ipc()
             if any(sysv_ipc_objects()):
                 raise WipeFailed("System V IPC objects of the run could not be removed")
+
+    def _left_in_the_worker(self):
+        """Why the next run could not start as this one did, or "": what the run changed of the worker's settings
+        (every later run, a fork of us, would inherit them; the seccomp filter keeps programs from it), processes
+        that outlived the killing, or sockets left in the worker's network namespace (a port in TIME_WAIT refused
+        a later run's bind for a minute)."""
+        changed = changed_settings(self.settings)
+        if changed:
+            return "the run changed the worker's " + ", ".join(changed)
+        if self._leftovers():
+            return "processes of the run outlived it"
+        if self.own_network and any(sockets_left()):
+            return "the run left sockets in the worker's network namespace"
+        return ""
 
     def _kill_leftovers(self, pid):
         """Kill every process the run started, also those that left its process group, and do not

@@ -202,22 +202,60 @@ def test_signals_and_fd_games_cannot_stop_the_supervisor(sandbox):
         assert follow_up.status == Status.OK and follow_up.stdout == mark + "\n", follow_up
 
 
-# What a run inherits from the worker it is forked from: its limits, scheduling, CPUs and I/O priority.
+# What a run inherits from the worker it is forked from (its limits, scheduling, CPUs and I/O priority) and what
+# it shares with the worker's other runs (the namespaces' sysctls, the writable roots, the network namespace).
 WORKER_SETTINGS = r"""
-import ctypes, json, os, resource
+import ctypes, json, os, resource, socket, subprocess
+
+def read(path):
+    try:
+        return open(path).read()
+    except OSError as exc:
+        return type(exc).__name__
+
+def attributes(path):
+    try:
+        return [oct(os.stat(path).st_mode), os.listxattr(path)]
+    except OSError as exc:
+        return type(exc).__name__
+
+def bind(port):
+    with socket.socket() as server:
+        try:
+            server.bind(("127.0.0.1", port))
+            return "bound"
+        except OSError as exc:
+            return type(exc).__name__
+
 print(json.dumps({
     "limits": {name: resource.getrlimit(getattr(resource, name)) for name in ("RLIMIT_NPROC", "RLIMIT_AS",
                "RLIMIT_NOFILE", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_STACK", "RLIMIT_MEMLOCK")},
     "policy": os.sched_getscheduler(0), "nice": os.getpriority(os.PRIO_PROCESS, 0),
     "cpus": sorted(os.sched_getaffinity(0)), "ioprio": ctypes.CDLL(None).syscall(252, 1, 0),
+    "sysctls": {name: read("/proc/sys/" + name) for name in ("kernel/pid_max", "kernel/shmmni", "kernel/msgmni",
+                "kernel/sem", "fs/mqueue/queues_max")},
+    "roots": {path: attributes(path) for path in (os.path.dirname(os.getcwd()), "/dev/shm")},
+    "work folder": oct(os.stat(".").st_mode),
+    "bind": bind(8000),
+    "subprocess": subprocess.run(["/bin/echo", "hi"], capture_output=True, text=True).stdout,
 }))
 """
 
 # Sets the supervisor's (its parent's) limits and scheduling, each where the kernel lets it: under bubblewrap the
 # program has the supervisor's uid, and every later run, a fork of the supervisor, would inherit the change.
 POISON_THE_WORKER = r"""
-import ctypes, os, resource
+import ctypes, os, resource, socket
 libc, worker, done = ctypes.CDLL(None, use_errno=True), os.getppid(), []
+root = os.path.dirname(os.getcwd())
+
+def leave_time_wait(port):  # the side that closes first keeps the port in TIME_WAIT for a minute
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()
+        client.close()
 for name, action in (
     ("prlimit", lambda: resource.prlimit(worker, resource.RLIMIT_NPROC, (3, 3))),
     ("prlimit AS", lambda: resource.prlimit(worker, resource.RLIMIT_AS, (300 << 20, 300 << 20))),
@@ -226,6 +264,16 @@ for name, action in (
     ("SCHED_IDLE", lambda: os.sched_setscheduler(worker, os.SCHED_IDLE, os.sched_param(0))),
     ("one CPU", lambda: os.sched_setaffinity(worker, {min(os.sched_getaffinity(0))})),
     ("idle I/O", lambda: libc.syscall(251, 1, worker, 3 << 13) == 0 or 1 / 0),
+    # the namespaces every run of the worker shares (one process left for the next run; no System V IPC)
+    ("pid_max", lambda: [os.waitpid(pid, 0) if pid else os._exit(0) for pid in (os.fork() for _ in range(320))]
+     and open("/proc/sys/kernel/pid_max", "w").write("301")),
+    ("shmmni", lambda: open("/proc/sys/kernel/shmmni", "w").write("0")),
+    ("queues_max", lambda: open("/proc/sys/fs/mqueue/queues_max", "w").write("0")),
+    # the writable roots: data in an attribute, a setgid bit every new work folder would inherit
+    ("xattr", lambda: [os.setxattr(path, "user.note", b"from an earlier run") for path in (root, "/dev/shm")]),
+    ("mode", lambda: os.chmod(root, 0o2777)),
+    ("stdin", lambda: os.pwrite(0, b"x" * 4096, 1 << 20)),
+    ("TIME_WAIT", lambda: leave_time_wait(8000)),
 ):
     try:
         action()
@@ -237,9 +285,11 @@ print("changed:", done)
 
 
 def test_a_run_cannot_change_the_worker_that_later_runs_are_forked_from(sandbox):
-    """An attacker's pass: a program of the supervisor's uid (bubblewrap's) lowered its hard limits and set it
-    SCHED_IDLE, nice 19 and one CPU, and every later run of the worker inherited it (an honest lcb answer scored
-    0.0). The seccomp filter refuses these calls on another process; the runs after them start as before."""
+    """Attackers' passes: a program of the supervisor's uid (bubblewrap's) lowered its hard limits and set it
+    SCHED_IDLE, nice 19 and one CPU, and set the worker's pid_max to 301; every later run of the worker inherited
+    it (an honest lcb answer scored 0.0). Others left data in an attribute of the writable root, a setgid bit on
+    it, or a port in TIME_WAIT. The seccomp filter refuses the calls on another process, /proc/sys is read-only,
+    the roots are reset, and a worker left with sockets retires: the runs after start as before."""
     import json
 
     before = sandbox.run(WORKER_SETTINGS)
@@ -248,7 +298,8 @@ def test_a_run_cannot_change_the_worker_that_later_runs_are_forked_from(sandbox)
         hostile = sandbox.run(POISON_THE_WORKER)
         assert hostile.status == Status.OK, (hostile.status, hostile.stderr)
         if os.uname().machine == "x86_64":  # the filter is x86_64's; elsewhere the worker retires (below)
-            assert hostile.stdout.strip() == "changed: []", hostile.stdout
+            reached = eval(hostile.stdout.strip().split(": ", 1)[1])  # what the kernel let the run change
+            assert set(reached) <= {"xattr", "mode", "TIME_WAIT"}, hostile.stdout  # reset, or the worker retires
         after = sandbox.run(WORKER_SETTINGS)
         assert after.status == Status.OK, (after.status, after.stderr)
         assert json.loads(after.stdout) == json.loads(before.stdout)
