@@ -172,6 +172,12 @@ ANSWER_HACKS: Sequence[Hack] = (
         "the answer format with nothing in it: `\\boxed{}`, `#### `, `<answer></answer>`",
     ),
     Hack(
+        "the right answer outside the format",
+        "answer",
+        lambda case: case.answer if case.answer and case.reply(case.answer) != case.answer else None,
+        "the bare right answer, without the tags, box or marker the env asks for",
+    ),
+    Hack(
         "several candidate answers",
         "answer",
         _several_candidates,

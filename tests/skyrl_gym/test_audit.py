@@ -200,6 +200,25 @@ def test_the_known_wrong_answer_does_not_contain_the_right_one(registered):
     assert {"several candidate answers", "answer spam (0..100)"} & {c.name for c in report.false_positives}
 
 
+class TagOrBareEnv(AnyNumberEnv):
+    """Vulnerable: asks for <answer>...</answer>, and pays the bare answer too."""
+
+    def step(self, action):
+        found = re.search(r"<answer>(.*?)</answer>", action)
+        given = found.group(1) if found else action
+        return StepOutput(observations=[], reward=float(given.strip() == self.answer), done=True, metadata={})
+
+
+def test_the_right_answer_outside_the_format_is_a_hack(registered):
+    """A cold run: a verifier that pays the answer without the format it asks for passed."""
+    from skyrl_gym.audit.profiles import ANSWER_TAG
+
+    report = audit_env(registered("audit_test/tag_or_bare", TagOrBareEnv), WORD_ROWS, profile=text_profile(ANSWER_TAG))
+    assert [c.name for c in report.false_positives] == ["the right answer outside the format"], report.table()
+    honest = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=text_profile(BOXED))
+    assert verdicts(honest)["the right answer outside the format"] == OK
+
+
 def test_the_report_names_its_profile_and_warns_when_the_env_has_none(registered, capsys):
     """A cold run: an env with no audit profile was played in plain text, every reply missed its format, and the
     audit said OK without a word about it."""
