@@ -190,6 +190,13 @@ class _EpisodeThread:
             self.thread.join()
 
 
+def _same_rewards(first: Sequence[float], second: Sequence[float]) -> bool:
+    """Equal rewards, a NaN equal to a NaN (its own finding says it is not finite)."""
+    return len(first) == len(second) and all(
+        a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+        for a, b in zip(first, second))
+
+
 def _describe_exception(exc: BaseException) -> str:
     """``Type: message`` plus where it was raised (the last frames), short enough for a report."""
     frames = traceback.extract_tb(exc.__traceback__)[-3:]
@@ -315,6 +322,7 @@ class _Checker:
         max_observation_chars: int = 100_000,
     ):
         self.max_observation_chars = max_observation_chars
+        self.own_rows = False  # the rows came from the env's own builder or golden cases: their faults are errors
         self.factory = factory
         self.report = report
         self.max_turns_slack = max_turns_slack
@@ -522,14 +530,16 @@ class _Checker:
             if first is None:
                 continue
             if label == "reference answer" and first.rewards and max(first.rewards) <= 0:
-                self.add(WARNING, "reward", f"the row's reference answer earned {first.rewards} (expected a "
-                         "positive reward; is the ground truth or the reward function wrong?)", row_index, label)
+                # a row the env itself makes: its reference answer earning nothing is the env's bug, not a note
+                self.add(ERROR if self.own_rows else WARNING, "reward", f"the row's reference answer earned "
+                         f"{first.rewards} (expected a positive reward; is the ground truth or the reward function "
+                         "wrong?)", row_index, label)
             if self.check_determinism:
                 second = self.episode(row_index, prompt, extras, label, action, report=False)
                 if second is None:
                     self.add(ERROR, "determinism", "the same action failed on a second fresh env but not on the "
                              "first; episodes must not depend on earlier ones", row_index, label)
-                elif second.rewards != first.rewards:
+                elif not _same_rewards(second.rewards, first.rewards):  # a NaN is reported as not finite
                     self.add(ERROR, "determinism", f"the same action on two fresh envs gave rewards {first.rewards} "
                              f"and {second.rewards}; rewards must be deterministic", row_index, label)
 
@@ -675,6 +685,7 @@ def check_env(
     if rows is None and isinstance(env_or_id, (str, EnvSpec)):  # the rows `skyrl-gym check ID` checks
         try:
             rows, report.rows_from = default_rows(factory.env_id, size=max_rows or 2)
+            checker.own_rows = True
         except (NoRowsFor, UnregisteredEnv) as exc:  # an EnvSpec of no registry has no builder either
             report.rows_from = f"one user message with no extras (none given, and none to build: {exc})"
     try:
@@ -707,8 +718,13 @@ def check_env(
             continue
         env_class = row.get("env_class")
         if isinstance(env_or_id, str) and env_class and env_class != env_or_id and env_class != factory.env_id:
-            report.findings.append(Finding(WARNING, "row", f"the row's env_class is {env_class!r}, checking it with "
-                                           f"{factory.env_id!r}", factory.env_id, index))
+            if checker.own_rows:  # the env's own builder names another env: training on its rows would fail
+                report.findings.append(Finding(ERROR, "row", f"the env's own rows name env_class {env_class!r}, "
+                                               f"not {factory.env_id!r}: a trainer would build that env for them "
+                                               "(is the builder's env_class misspelt?)", factory.env_id, index))
+            else:
+                report.findings.append(Finding(WARNING, "row", f"the row's env_class is {env_class!r}, checking "
+                                               f"it with {factory.env_id!r}", factory.env_id, index))
         checker.row(index, row, play)
         valid_rows.append(row)
     if gymnasium and valid_rows:

@@ -180,6 +180,7 @@ def test_non_finite_reward(registered):
     [finding] = _errors_of_kind(report, "reward")
     assert "reward is nan on turn 1; rewards must be finite" in finding.message
     assert (finding.row_index, finding.action) == (0, "seven")
+    assert not _errors_of_kind(report, "determinism")  # nan != nan, but the same reward twice is deterministic
 
 
 def test_not_done_within_max_turns(registered):
@@ -395,6 +396,24 @@ def test_reference_answer_that_earns_nothing_is_a_warning(registered):
     assert report.ok
     [warning] = report.warnings
     assert warning.action == "reference answer" and "earned [0.0]" in warning.message
+
+
+def test_the_envs_own_rows_with_a_wrong_reference_or_env_class_are_errors(registered):
+    """A cold run: a builder whose reference answers earn 0, or whose rows name a misspelt env_class, passed
+    `check` with a warning and exit 0; a CI running only `check` let them through. Rows given stay warnings."""
+    from skyrl_gym import datasets
+
+    env_id = registered(WrongAnswerKeyEnv)
+    row = {**ROWS[0], "env_class": env_id, "extra_info": {"reference_action": "7"}}
+    for builder_row, kind, words in ((row, "reward", "reference answer earned [0.0]"),
+                                     ({**row, "env_class": env_id + "x"}, "row", "own rows name env_class")):
+        datasets.register_dataset(env_id, lambda split="train", size=None, seed=0, r=builder_row: [r] * (size or 1))
+        try:
+            report = check_env(env_id, adversarial=False)
+        finally:
+            datasets.deregister_dataset(env_id)
+        assert not report.ok and any(words in f.message for f in _errors_of_kind(report, kind)), report
+        assert check_env(env_id, [builder_row], adversarial=False).ok  # rows given: a warning
 
 
 def test_accepts_a_class_an_instance_and_a_rows_file(tmp_path):
