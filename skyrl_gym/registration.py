@@ -337,7 +337,8 @@ def _resolve_id(env_id: str) -> str:
     close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=3, cutoff=0.6)
     suggestions = [known for lower in close for known in by_lower[lower]][:3]
     hint = f" Did you mean: {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
-    raise UnregisteredEnv(f"no env registered with id {env_id!r}.{hint}{_uninstalled_package(env_id)} Run "
+    raise UnregisteredEnv(f"no env registered with id {env_id!r}.{hint}{_uninstalled_package(env_id)}"
+                          f"{_misgrouped_entry_point(env_id)} Run "
                           "`skyrl-gym list` to see them all.")
 
 
@@ -349,6 +350,23 @@ def _uninstalled_package(env_id: str) -> str:
     if not os.path.isfile(os.path.join(folder, "pyproject.toml")):
         return ""
     return f" ./{folder} holds its package, not installed: pip install -e ./{folder}, then run this again."
+
+
+def _misgrouped_entry_point(env_id: str) -> str:
+    """An installed entry point named ``env_id`` in a group spelt like ``skyrl_gym.envs`` but not it (a cold run:
+    ``"skyrl_gym.env"`` in pyproject.toml gave only "no env registered"): where it is, and what to change."""
+    from importlib.metadata import entry_points
+
+    for group in sorted(entry_points().groups):
+        if group == ENTRY_POINT_GROUP or difflib.SequenceMatcher(None, group, ENTRY_POINT_GROUP).ratio() < 0.75:
+            continue
+        for ep in entry_points(group=group):
+            if ep.name == env_id:
+                where = f" of {ep.dist.name}" if getattr(ep, "dist", None) is not None else ""
+                return (f" An entry point {env_id!r}{where} is in the group {group!r}; envs are read from "
+                        f"{ENTRY_POINT_GROUP!r}: correct the group in its pyproject.toml, then pip install -e it "
+                        "again (entry points change only when the package is installed).")
+    return ""
 
 
 def spec(env_id: str) -> EnvSpec:

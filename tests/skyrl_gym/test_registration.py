@@ -82,6 +82,18 @@ def test_an_id_in_the_wrong_case_is_not_made_but_suggests_the_right_one():
         skyrl_gym.make("Multiply")
 
 
+def test_an_entry_point_in_a_misspelt_group_is_named(tmp_path, monkeypatch):
+    """A cold run: `[project.entry-points."skyrl_gym.env"]` (no s) said only "no env registered"."""
+    info = tmp_path / "probe_misgrouped-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: probe-misgrouped\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[skyrl_gym.env]\nprobe_misgrouped = probe_pkg.env:ProbeEnv\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UnregisteredEnv, match="An entry point 'probe_misgrouped' of probe-misgrouped is in the "
+                                              "group 'skyrl_gym.env'; envs are read from 'skyrl_gym.envs'"):
+        skyrl_gym.make("probe_misgrouped")
+
+
 def test_unregistered_ids_names_only_the_unknown_ones_with_their_close_matches():
     from skyrl_gym.registration import unregistered_ids
 
