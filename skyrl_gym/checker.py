@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import queue
 import threading
 import traceback
@@ -614,6 +615,8 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0, builder_kwargs: Opti
             rows = datasets.build_rows(env_id, split="test", size=size, seed=seed, **dict(builder_kwargs or {}))
         except Exception as exc:  # a builder that needs the network or an extra: fall back to golden cases
             builder_error = f"{type(exc).__name__}: {exc}"
+            if "Hub" in str(exc) and os.environ.get("HF_HUB_OFFLINE") != "1":  # after 24 s of the hub's retries
+                builder_error += "; without network access, HF_HUB_OFFLINE=1 skips the Hub at once"
             if isinstance(exc, ImportError) or "pip install" in str(exc):  # a package the builder needs
                 advice = "Install what it names"
             elif builder_kwargs:
