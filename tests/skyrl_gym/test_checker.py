@@ -273,6 +273,25 @@ def test_rows_that_cannot_be_built_are_met_with_what_to_do(registered, builder, 
     assert f"pass rows: skyrl-gym check {env_id} --rows FILE" in str(refused.value)
 
 
+def test_a_builder_that_cannot_reach_the_hub_names_the_offline_switch(registered, monkeypatch):
+    """A cold run: with the `hf` extra and no network, `check gsm8k` spent 24 s in the Hub's retries, and what it
+    said after did not name HF_HUB_OFFLINE."""
+    from skyrl_gym import datasets
+    from skyrl_gym.checker import NoRowsFor, default_rows
+
+    def offline(split="train", size=None, seed=0):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)")
+
+    env_id = registered(SayTheNumberEnv)
+    datasets.register_dataset(env_id, offline)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    try:
+        with pytest.raises(NoRowsFor, match="HF_HUB_OFFLINE=1 skips the Hub at once"):
+            default_rows(env_id)
+    finally:
+        datasets.deregister_dataset(env_id)
+
+
 def test_the_audit_is_told_to_pass_rows_to_the_audit(registered):
     """`skyrl-gym audit reasoning_gym/ab` without its extra ended "or pass rows: skyrl-gym check ...": the wrong
     command."""
