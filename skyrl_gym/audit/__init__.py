@@ -52,6 +52,18 @@ TOLERANCE = 1e-9
 OUT_OF_BUDGET = "out of the time budget"  # the reason of a case --budget-s left unplayed
 UNUSABLE_ROW = ("make raised", "init raised")  # an episode that failed before its first step
 DEFAULT_WORKERS = 4  # cases played at once: most of a sandboxed case is waiting on its sandbox
+REPLY_SHOWN = 300  # characters of a case's reply kept in its result (2 MB hacks are cut, with their length)
+
+
+def _shown(script: Optional[Script]) -> str:
+    """The first reply of ``script`` as a case's result keeps it: whole when short, else its start and length."""
+    if script is None:
+        return ""
+    first = script if isinstance(script, str) else (script[0] if script else "")
+    turns = "" if isinstance(script, str) or len(script) < 2 else f" (then {len(script) - 1} more turn(s))"
+    if len(first) <= REPLY_SHOWN:
+        return first + turns
+    return f"{first[:REPLY_SHOWN]}... ({len(first):,} characters){turns}"
 
 
 @dataclasses.dataclass
@@ -66,6 +78,7 @@ class CaseResult:
     got: Optional[float]
     verdict: str
     reason: str = ""
+    reply: str = ""  # what was played: the first reply, cut to REPLY_SHOWN characters (``--json`` has it)
 
     @property
     def failed(self) -> bool:
@@ -149,9 +162,12 @@ class AuditReport:
         widths = [min(48, max(len(line[i]) for line in lines)) for i in range(5)]
         out = [self.summary()] + [f"  profile: {self.profile}"] * bool(self.profile)
         out += [f"  WARNING: {warning}" for warning in self.warnings]
-        for line in lines:
+        for number, line in enumerate(lines):
             cells = [cell[:w].ljust(w) for cell, w in zip(line[:5], widths)]
             out.append("  " + "  ".join(cells) + "  " + line[5][:160])
+            case = self.cases[number - 1] if number else None
+            if case is not None and case.failed and case.reply:  # what was played, to see why it failed
+                out.append(f"       reply: {case.reply[:160]!r}")
         return "\n".join(out)
 
     def __str__(self) -> str:
@@ -374,13 +390,13 @@ def _audit_row(
     )
 
     def add(kind: str, name: str, family: str, expected: str, got: Optional[float], verdict: str,
-            reason: str = "") -> None:
-        report.cases.append(CaseResult(index, kind, name, family, expected, got, verdict, reason))
+            reason: str = "", script: Optional[Script] = None) -> None:
+        report.cases.append(CaseResult(index, kind, name, family, expected, got, verdict, reason, _shown(script)))
 
     wrongs = list(profile.wrong(case))
     first = player.start(wrongs[0], timed=False).result() if wrongs else None
     if first is not None and first[0] is None and first[1].startswith(UNUSABLE_ROW):
-        add("known-wrong", "a wrong answer in the env's format", "bar", "-", None, ERROR, first[1])
+        add("known-wrong", "a wrong answer in the env's format", "bar", "-", None, ERROR, first[1], wrongs[0])
         return  # the env cannot be built or started for this row: every other case would say the same
     others = [player.start(wrong, timed=False) for wrong in wrongs[1:]]
     golden = profile.golden(case)
@@ -399,7 +415,7 @@ def _audit_row(
             verdict = FALSE_POSITIVE
             reason = f"a wrong answer earned {got:g}, the full reward: the verifier pays wrong answers" + (
                 f"; {reason}" if reason else "")
-        add("known-wrong", name, "bar", f"< {profile.full_reward:g}", got, verdict, reason)
+        add("known-wrong", name, "bar", f"< {profile.full_reward:g}", got, verdict, reason, wrongs[number])
         earned += [] if got is None else [got]
     bar = max(earned) if earned else 0.0
 
@@ -407,18 +423,18 @@ def _audit_row(
     played = None if golden_play is None else golden_play.result()
     if played is None:
         why = "the row has no reference answer" if golden is None else OUT_OF_BUDGET
-        add("golden", "reference answer", "golden", expected_full, None, NOT_RUN, why)
+        add("golden", "reference answer", "golden", expected_full, None, NOT_RUN, why, golden)
     else:
         got, reason = played
         full = got is not None and got >= profile.full_reward - TOLERANCE
         verdict = ERROR if got is None else (OK if full else FALSE_NEGATIVE)
-        add("golden", "reference answer", "golden", expected_full, got, verdict, reason)
+        add("golden", "reference answer", "golden", expected_full, got, verdict, reason, golden)
 
-    for (hack, _), hedged, hack_play in zip(fitting, parts, hack_plays):
+    for (hack, script), hedged, hack_play in zip(fitting, parts, hack_plays):
         of_parts = [part_plays[part].result() for part in hedged]
         played = hack_play.result()
         if played is None or None in of_parts:  # a hedge is judged against its parts: all of them or nothing
-            add("hack", hack.name, hack.family, f"<= {bar:g}", None, NOT_RUN, OUT_OF_BUDGET)
+            add("hack", hack.name, hack.family, f"<= {bar:g}", None, NOT_RUN, OUT_OF_BUDGET, script)
             continue
         hack_bar = max([bar] + [got for got, _ in of_parts if got is not None])
         got, reason = played
@@ -431,7 +447,7 @@ def _audit_row(
                 f"; {reason}" if reason else "")
             known = open_hole(report.env_id, hack)
             reason = f"known open hole ({known}); {reason}" if known else reason
-        add("hack", hack.name, hack.family, f"<= {hack_bar:g}", got, verdict, reason)
+        add("hack", hack.name, hack.family, f"<= {hack_bar:g}", got, verdict, reason, script)
 
 
 class UnknownHack(ValueError):

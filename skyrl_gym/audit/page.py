@@ -55,7 +55,8 @@ script plays its replies in order), the episode's reward being the sum of its st
   a grader's partial credit for a near answer is not mistaken for a hack, and no hedge adds to it.
 
 The table has one line per case: row, case, expected, got, verdict and reason (the env's
-`metadata["reason"]`). Exit code 0: no false positive, false negative or env error; 1: some; 2: bad arguments;
+`metadata["reason"]`); under a failed case, the reply it played (`--json` has every case's reply, its first 300
+characters and the length of a longer one). Exit code 0: no false positive, false negative or env error; 1: some; 2: bad arguments;
 3: an audit could not run here (`swe` without a Docker engine), or not wholly (cases that `--budget-s` left
 `not run`: the verdict reads INCOMPLETE). Options: `--max-rows N` (default 2),
 `--budget-s N` (start no case after N seconds per env; the rest are reported as `not run`), `--hack NAME`

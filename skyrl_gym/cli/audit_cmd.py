@@ -107,6 +107,8 @@ def run_audit(args: argparse.Namespace) -> int:
                         f"  {row_place(case.row_index)} {case.kind}: {case.name}: {case.verdict} "
                         f"(expected {case.expected}, got {case.got}) {case.reason}"
                     )
+                    if case.reply:
+                        print(f"       reply: {case.reply[:160]!r}")
             else:
                 print(report.table())
             if report.rows_source:

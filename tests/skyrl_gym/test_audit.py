@@ -102,6 +102,11 @@ def test_the_planted_any_number_env_is_flagged(registered):
     assert verdicts(report)["empty reply"] == OK  # an empty reply earns nothing, even here
     case = next(c for c in report.false_positives if c.name == "answer spam (0..100)")
     assert case.got == 1.0 and case.expected == "<= 0" and "more than a wrong answer" in case.reason
+    # what was played is in the result (and under a failed case in the table): a cold run could not see it
+    assert case.reply.startswith("0\n1\n2\n3\n"), case.reply
+    assert f"       reply: {case.reply[:160]!r}" in report.table()
+    huge = next(c for c in report.cases if c.name == "huge answer spam")
+    assert huge.reply.endswith(" characters)") and len(huge.reply) < 400
 
 
 def test_the_planted_env_fails_the_command_and_the_json_says_why(registered, tmp_path, capsys):
