@@ -324,6 +324,7 @@ class _Checker:
     ):
         self.max_observation_chars = max_observation_chars
         self.own_rows = False  # the rows came from the env's own builder or golden cases: their faults are errors
+        self.stand_in = False  # no rows at all: one user message with no extras, which an env may rightly refuse
         self.factory = factory
         self.report = report
         self.max_turns_slack = max_turns_slack
@@ -400,7 +401,11 @@ class _Checker:
             add(SKIPPED, method, f"this machine cannot run the env: {exc}", row_index, label)
         elif method == "make":
             self.row_unusable = report
-            if isinstance(exc, _NotAnEnv):
+            if self.stand_in and isinstance(exc, DataError):  # as it should: the stand-in row has no ground truth
+                add(SKIPPED, "make", f"the env refused the checker's stand-in row (one user message, no extras), as "
+                    f"an env should a row without what it needs ({_describe_exception(exc)}); pass rows to check "
+                    f"it: skyrl-gym check {self.factory.env_id} --rows FILE", row_index, label)
+            elif isinstance(exc, _NotAnEnv):
                 add(ERROR, "make", str(exc), row_index, label)
             elif isinstance(exc, _Timeout):
                 add(ERROR, "make", f"building the env {exc}", row_index, label)
@@ -691,6 +696,7 @@ def check_env(
             checker.own_rows = True
         except (NoRowsFor, UnregisteredEnv) as exc:  # an EnvSpec of no registry has no builder either
             report.rows_from = f"one user message with no extras (none given, and none to build: {exc})"
+    checker.stand_in = rows is None
     try:
         raw_rows = _rows_from(rows)
     except (OSError, DataError, ValueError) as exc:

@@ -24,6 +24,15 @@ def test_custom_env_snippet_runs_and_is_short(capsys):
     try:
         runpy.run_path(str(REPO / "docs" / "snippets" / "custom_env.py"))
         assert "'reward': 1.0, 'done': True" in capsys.readouterr().out
+        # the checker: a cold run's check of the snippet FAILED on a KeyError for its stand-in row
+        from skyrl_gym.checker import check_env
+
+        alone = check_env("reverse")
+        assert alone.ok and alone.all_skipped and "refused the checker's stand-in row" in str(alone), alone
+        row = {"prompt": [{"role": "user", "content": "Reverse 'gym'."}], "reward_spec": {"ground_truth": "gym"},
+               "extra_info": {"reference_action": "\\boxed{myg}"}}
+        checked = check_env("reverse", [row])
+        assert checked.ok and not checked.warnings and not checked.skipped, checked
     finally:
         skyrl_gym.deregister("reverse")
 

@@ -8,7 +8,9 @@ class ReverseEnv(BaseTextEnv):
 
     def __init__(self, env_config=None, extras=None):
         super().__init__(env_config, extras)
-        self.word = extras["reward_spec"]["ground_truth"]
+        self.word = ((extras or {}).get("reward_spec") or {}).get("ground_truth")
+        if not isinstance(self.word, str):  # a clear error for a bad row, not a KeyError
+            raise skyrl_gym.DataError("env 'reverse': reward_spec.ground_truth must be the word")
         self.max_turns = 2
 
     def step(self, action: str) -> StepOutput:
