@@ -39,7 +39,7 @@ class RolloutAdapter:
 
     def available(self) -> Tuple[bool, str]:
         if importlib.util.find_spec("transformers") is None:
-            return False, "transformers is not installed"
+            return False, "transformers is not installed: pip install 'skyrl-gym[train]'"
         return True, ""
 
     def run(self, cases: Sequence[Case], context: Context, references: Sequence[Reference]) -> List[Run]:

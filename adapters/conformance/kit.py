@@ -243,7 +243,16 @@ def format_table(report: ConformanceReport) -> str:
     for a in report.adapters:
         for problem in a.problems:
             lines.append(f"{a.adapter}: {problem}")
-    lines.append("result: " + ("all adapters conform" if report.ok else "MISMATCH"))
+    ran = [a.adapter for a in report.adapters if not a.skipped_reason]
+    skipped = len(report.adapters) - len(ran)
+    if not report.ok:
+        result = "MISMATCH"
+    elif not ran:
+        result = "nothing checked: every adapter was skipped (install what they name)"
+    else:
+        result = (f"the adapters that ran conform ({', '.join(ran)}); {skipped} skipped, not checked" if skipped
+                  else "all adapters conform")
+    lines.append("result: " + result)
     return "\n".join(lines)
 
 
