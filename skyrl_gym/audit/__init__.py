@@ -50,7 +50,7 @@ ERROR = "ERROR"
 NOT_RUN = "not run"
 TOLERANCE = 1e-9
 OUT_OF_BUDGET = "out of the time budget"  # the reason of a case --budget-s left unplayed
-UNUSABLE_ROW = ("make raised", "init raised")  # an episode that failed before its first step
+UNUSABLE_ROW = ("make raised", "init raised", "make hung", "init hung")  # failed before its first step
 DEFAULT_WORKERS = 4  # cases played at once: most of a sandboxed case is waiting on its sandbox
 REPLY_SHOWN = 300  # characters of a case's reply kept in its result (2 MB hacks are cut, with their length)
 
@@ -228,7 +228,11 @@ class _Player:
         finally:
             worker.stop()
         if episode.error is not None:
-            return None, f"{episode.error_method} raised: {episode.error}"[:300]
+            method, error = episode.error_method, str(episode.error)
+            error = error[len(method) + 2:] if error.startswith(f"{method}: ") else error  # said once
+            if error.startswith("_Timeout: "):  # the checker's worker gave up waiting: a hang, not a raise
+                return None, f"{method} hung: {error[len('_Timeout: '):]}"[:300]
+            return None, f"{method} raised {error}"[:300]
         reason = ""
         for step in reversed(episode.steps):
             metadata = step.metadata if isinstance(step.metadata, Mapping) else {}
@@ -303,7 +307,13 @@ def audit_env(
             raw = [(None, row) for row in built]
     else:
         raw = _read_rows(rows)
-        report.rows_source = f"{len(raw)} row(s) given"
+        report.rows_source = f"{len(raw)} row(s) given" + (
+            f", the first {max_rows} audited (max_rows)" if len(raw) > max_rows else "")
+        others = sorted({str(row.get("env_class")) for _, row in raw[:max_rows] if isinstance(row, Mapping)
+                         and row.get("env_class") and spec_id_or_none(row.get("env_class")) != env_id})
+        if others:  # `check` warns the same: these rows are another env's
+            report.warnings.append(f"the rows name env_class {', '.join(repr(o) for o in others)}, not "
+                                   f"{env_id!r}: they were audited with {env_id!r}")
     defaults = profile.env_config()
     if isinstance(env_config, Mapping) and isinstance(defaults, Mapping):
         env_config = {**defaults, **env_config}  # the profile's settings (short timeouts), then the caller's
@@ -326,6 +336,17 @@ def audit_env(
     report.seconds = time.monotonic() - started
     report.warnings += _unreached_scoring(report)
     return report
+
+
+def spec_id_or_none(env_id: Any) -> Optional[str]:
+    """The registered id ``env_id`` resolves to (an alias, an unversioned id), or None."""
+    from skyrl_gym.errors import UnregisteredEnv
+    from skyrl_gym.registration import spec
+
+    try:
+        return spec(str(env_id)).id
+    except UnregisteredEnv:
+        return None
 
 
 def _unreached_scoring(report: AuditReport) -> List[str]:

@@ -86,6 +86,10 @@ def run_audit(args: argparse.Namespace) -> int:
             raise UsageError("--max-rows must be at least 1")
         if args.workers is not None and args.workers < 1:
             raise UsageError("--workers must be at least 1")
+        if args.budget_s is not None and not args.budget_s >= 0:  # NaN too
+            raise UsageError(f"--budget-s must be a number of seconds, 0 or more, got {args.budget_s:g}")
+        if args.step_timeout is not None and not args.step_timeout >= 0:
+            raise UsageError(f"--step-timeout must be a number of seconds (0: none), got {args.step_timeout:g}")
         for env_id in args.env_id:
             report = audit_env(
                 env_id,
@@ -102,6 +106,8 @@ def run_audit(args: argparse.Namespace) -> int:
             reports.append(report)
             if args.failures_only:
                 print(report.summary())
+                for warning in report.warnings:
+                    print(f"  WARNING: {warning}")
                 for case in report.failures:
                     print(
                         f"  {row_place(case.row_index)} {case.kind}: {case.name}: {case.verdict} "

@@ -261,6 +261,19 @@ def test_a_broken_audit_profile_is_one_line_and_exit_2(registered, tmp_path, mon
     assert "is a NoneType, not a skyrl_gym.audit.AuditProfile" in capsys.readouterr().err
 
 
+def test_rows_of_another_env_and_a_cut_are_said_and_bad_budgets_refused(registered, tmp_path, capsys):
+    """A cold run: `audit gsm8k --rows` of multiply rows said nothing of it, audited 2 of 3 rows without saying
+    so, and took --budget-s -1."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({**ROWS[0], "env_class": "multiply"}) + "\n" for _ in range(3)))
+    report = audit_env("gsm8k", rows)
+    assert report.rows_source == "3 row(s) given, the first 2 audited (max_rows)"
+    assert report.warnings == ["the rows name env_class 'multiply', not 'gsm8k': they were audited with 'gsm8k'"]
+    for bad in ("-1", "nan"):
+        assert main(["audit", "gsm8k", "--budget-s", bad]) == 2
+        assert "--budget-s must be a number of seconds, 0 or more" in capsys.readouterr().err
+
+
 def test_an_answer_of_that_raises_is_the_rows_error(registered):
     profile = text_profile(BOXED, answer_of=lambda row: row["reward_spec"]["missing"])
     report = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=profile)
