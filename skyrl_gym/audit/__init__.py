@@ -85,7 +85,10 @@ class CaseResult:
         return self.verdict in (FALSE_POSITIVE, FALSE_NEGATIVE, ERROR)
 
     def to_dict(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
+        from skyrl_gym.data import row_number
+
+        # "row" counts from 1, as the table and every message do; "row_index" is the list index
+        return {"row": row_number(self.row_index), **dataclasses.asdict(self)}
 
 
 @dataclasses.dataclass

@@ -122,6 +122,8 @@ def test_the_planted_env_fails_the_command_and_the_json_says_why(registered, tmp
     assert any(
         c["verdict"] == FALSE_POSITIVE and c["name"] == "answer spam (0..100)" for c in data[0]["cases"]
     )
+    first = data[0]["cases"][0]
+    assert (first["row"], first["row_index"]) == (1, 0)  # counted from 1 as in the table; the index beside it
 
 
 def test_an_honest_env_passes_with_its_profile(registered):
