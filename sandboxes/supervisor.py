@@ -119,8 +119,9 @@ DENIED_SYSCALLS_X86_64 = {
 # every later run of that worker, a fork of it, inherited that (an attacker's pass): these may name the caller only.
 SELF_ONLY_SYSCALLS_X86_64 = {
     "sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203, "migrate_pages": 256,
-    "move_pages": 279, "prlimit64": 302, "sched_setattr": 314,
+    "move_pages": 279, "sched_setattr": 314,
 }
+PRLIMIT64_X86_64 = 302  # the caller's own limits, or any process's read (new_limit NULL)
 SETPRIORITY_X86_64 = 141  # (which, who, prio): PRIO_PROCESS (0) of the caller (0) only, never a group or a user
 IOPRIO_SET_X86_64 = 251  # (which, who, ioprio): IOPRIO_WHO_PROCESS (1) of the caller (0) only
 IOPRIO_GET_X86_64 = 252
@@ -147,6 +148,7 @@ def seccomp_program():
     code.append((jge, "deny", None, 0x40000000))  # the x32 ABI's numbers
     for nr in sorted(DENIED_SYSCALLS_X86_64.values()):
         code.append((jeq, "deny", None, nr))
+    code.append((jeq, "prlimit", None, PRLIMIT64_X86_64))
     for nr in sorted(SELF_ONLY_SYSCALLS_X86_64.values()):
         code.append((jeq, "self", None, nr))
     code.append((jeq, "priority", None, SETPRIORITY_X86_64))
@@ -164,6 +166,10 @@ def seccomp_program():
     code.append((ret, None, None, no_family))
     # args[n] starts at offset 16 + 8n; these arguments are ints, so their low 32 bits are what the kernel reads
     code += ["self", (ld, None, None, 16), (jeq, "allow", "deny", 0)]
+    # prlimit64(pid, resource, new_limit, old_limit): any pid to read (new_limit NULL, both halves), the caller's own
+    # to set (psutil and resource.prlimit(os.getpid()) read limits by pid)
+    code += ["prlimit", (ld, None, None, 16), (jeq, "allow", None, 0), (ld, None, None, 32), (jeq, None, "deny", 0),
+             (ld, None, None, 36), (jeq, "allow", "deny", 0)]
     code += ["priority", (ld, None, None, 16), (jeq, None, "deny", 0), (ld, None, None, 24), (jeq, "allow", "deny", 0)]
     code += ["io_priority", (ld, None, None, 16), (jeq, None, "deny", 1), (ld, None, None, 24),
              (jeq, "allow", "deny", 0)]
@@ -179,6 +185,8 @@ def seccomp_program():
     for index, (opcode, if_true, if_false, k) in enumerate(instructions):
         jt = labels[if_true] - index - 1 if if_true else 0
         jf = labels[if_false] - index - 1 if if_false else 0
+        if not (0 <= jt <= 255 and 0 <= jf <= 255):  # a jump is one byte: a longer list needs a trampoline
+            raise ValueError("seccomp filter: jump %d/%d at instruction %d is past 255" % (jt, jf, index))
         records.append(struct.pack("=HBBI", opcode, jt, jf, k))
     return b"".join(records)
 
@@ -373,15 +381,43 @@ def own_settings():
     return found
 
 
+TCP_TIME_WAIT = "06"
+
+
 def sockets_left():
-    """The TCP, UDP and raw sockets of this network namespace, one line of ``/proc/net`` each."""
+    """What the run left in the worker's network namespace that a later run would meet, one line each: any TCP
+    socket but a TIME_WAIT on an ephemeral port (a client's, which blocks no later ``bind``), and any UDP or raw
+    socket. ``/proc/net/sockstat`` counts this namespace's sockets at once; the tables, which walk the host's whole
+    TCP hash (7 ms a run), are read only when it counts some."""
+    counts = []
+    for name in ("sockstat", "sockstat6"):
+        try:
+            with open("/proc/net/" + name) as handle:
+                for line in handle:
+                    words = line.split()
+                    counts += [int(words[i + 1]) for i, word in enumerate(words[:-1]) if word in ("inuse", "tw")]
+        except (OSError, ValueError):
+            counts.append(1)  # cannot tell: look at the tables
+    if not any(counts):
+        return
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            low, high = (int(word) for word in handle.read().split())
+    except (OSError, ValueError):
+        low, high = 1, 0  # every port counts as fixed
     for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6"):
         try:
             with open("/proc/net/" + name) as handle:
-                for line in handle.readlines()[1:]:
-                    yield name + ": " + line.strip()
+                lines = handle.readlines()[1:]
         except OSError:
-            pass
+            continue
+        for line in lines:
+            fields = line.split()
+            if name.startswith("tcp") and len(fields) > 3 and fields[3] == TCP_TIME_WAIT:
+                port = int(fields[1].rsplit(":", 1)[1], 16)
+                if low <= port <= high:
+                    continue
+            yield name + ": " + line.strip()
 
 
 def changed_settings(before):
@@ -541,28 +577,36 @@ def empty_directory(path, deadline, budget):
         scrub()
 
 
-def root_modes(paths):
-    """``{path: mode}`` of the roots of the sandbox's writable area (tmpfs mount points) as they are now."""
-    modes = {}
+def root_states(paths):
+    """``{path: (mode, atime_ns, mtime_ns)}`` of the roots of the sandbox's writable area (tmpfs mount points)."""
+    states = {}
     for path in paths:
         try:
-            modes[path] = stat.S_IMODE(os.lstat(path).st_mode)
+            info = os.lstat(path)
         except FileNotFoundError:
-            pass
-    return modes
+            continue
+        states[path] = (stat.S_IMODE(info.st_mode), info.st_atime_ns, info.st_mtime_ns)
+    return states
+
+
+# What the owner of a folder may set on it, and so a program on the roots it owns: its own attributes and ACLs (a
+# default ACL would be inherited by the next work folder). security.* (SELinux labels) is the system's, and only a
+# process with CAP_SYS_ADMIN could remove it: it is left alone.
+PROGRAM_XATTRS = ("user.", "system.posix_acl_access", "system.posix_acl_default")
 
 
 def restore_root(path, mode):
-    """Give an emptied root of the sandbox's writable area (which the program may own) its first ``mode`` and no
-    extended attribute: a run had left data in a ``user.*`` attribute, and a setgid bit that every new work folder
-    inherited, for the next run to read. Raises OSError where it cannot (the worker then retires)."""
+    """Give an emptied root of the sandbox's writable area (which the program may own) its first ``mode`` and none
+    of the attributes a program can set: a run had left data in a ``user.*`` attribute, and a setgid bit that every
+    new work folder inherited, for the next run to read. Raises OSError where it cannot (the worker retires)."""
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise WipeFailed("%s is not a directory" % path)
     if stat.S_IMODE(info.st_mode) != mode:
         os.chmod(path, mode)
     for name in os.listxattr(path, follow_symlinks=False):
-        os.removexattr(path, name, follow_symlinks=False)
+        if name.startswith(PROGRAM_XATTRS):
+            os.removexattr(path, name, follow_symlinks=False)
 
 
 def sysv_ipc_objects():
@@ -607,7 +651,7 @@ class Supervisor:
         self.settings = own_settings()  # every run starts with these: a run that changes them retires us
         # the network namespace is the worker's own, so a socket left in it is the run's (not on isolation "none")
         self.own_network = pid1 or run_as is not None
-        self.root_modes = root_modes([self.root] + self.wipe_dirs)  # restored after every run
+        self.root_states = root_states([self.root] + self.wipe_dirs)  # restored after every run
 
     # ----- one run ---------------------------------------------------------------------------
     def run(self, control):
@@ -910,12 +954,15 @@ class Supervisor:
         deadline = time.monotonic() + WIPE_BUDGET_S
         for directory in [self.root] + self.wipe_dirs:
             empty_directory(directory, deadline, WIPE_BUDGET_ENTRIES)
-            if directory in self.root_modes:
-                restore_root(directory, self.root_modes[directory])
+            if directory in self.root_states:
+                restore_root(directory, self.root_states[directory][0])
         for directory in [self.work] + self.make_dirs:
             os.mkdir(directory, 0o700)
             if self.run_as is not None and os.geteuid() != self.run_as[0]:
                 os.chown(directory, self.run_as[0], self.run_as[1], follow_symlinks=False)
+        for directory, (_, atime_ns, mtime_ns) in self.root_states.items():
+            # last, after the folders made in them: a run set a root's atime to carry 64 bits to the next run
+            os.utime(directory, ns=(atime_ns, mtime_ns), follow_symlinks=False)
         if any(sysv_ipc_objects()):
             # Only their owner may remove them where we lack CAP_SYS_ADMIN (docker).
             if self.run_as is not None and os.geteuid() != self.run_as[0]:

@@ -352,6 +352,7 @@ SECCOMP_PROBE = r"""
 import ctypes, errno, json, os, subprocess, threading
 libc = ctypes.CDLL(None, use_errno=True)
 NAME, PARAM = ctypes.create_string_buffer(b"probe"), ctypes.c_int(0)
+LIMIT = (ctypes.c_uint64 * 2)(*__import__("resource").getrlimit(7))  # RLIMIT_NOFILE as it is: set to itself
 CPUS = (ctypes.c_ulong * 16)()
 libc.syscall(ctypes.c_long(204), 0, ctypes.sizeof(CPUS), ctypes.addressof(CPUS))  # sched_getaffinity: ours
 
@@ -376,7 +377,7 @@ probes = {
     "shmget(IPC_PRIVATE)": call(29, 0, 4096, 0o600),
     "msgget(IPC_PRIVATE)": call(68, 0, 0o600),
     # on another process (the probe's own, from the child call() forks): reads or sets only what it already has
-    "prlimit64(another)": call(302, os.getpid(), 7, 0, 0),
+    "prlimit64(another)": call(302, os.getpid(), 7, ctypes.addressof(LIMIT), 0),
     "sched_setaffinity(another)": call(203, os.getpid(), ctypes.sizeof(CPUS), ctypes.addressof(CPUS)),
     "sched_setscheduler(another)": call(144, os.getpid(), 0, ctypes.addressof(PARAM)),
     "setpriority(PRIO_PROCESS, another)": call(141, 0, os.getpid(), os.getpriority(os.PRIO_PROCESS, 0)),
@@ -390,6 +391,7 @@ pid = os.fork()
 if pid == 0:
     os._exit(7)
 ordinary = {
+    "read another's limits": call(302, os.getpid(), 7, 0, ctypes.addressof(LIMIT)) == "ok",  # call() forks
     "thread": True,
     "fork": os.waitpid(pid, 0)[1] >> 8,
     "subprocess": subprocess.run(["/bin/echo", "hi"], capture_output=True, text=True).stdout.strip(),
@@ -406,7 +408,7 @@ def test_kernel_interfaces_are_denied_by_seccomp(sandbox):
     assert result.status == Status.OK, (result.status, result.stderr)
     report = json.loads(result.stdout)
     assert report["probes"] == {name: "EPERM" for name in report["probes"]}, report["probes"]
-    assert report["ordinary"] == {"thread": True, "fork": 7, "subprocess": "hi"}
+    assert report["ordinary"] == {"thread": True, "fork": 7, "subprocess": "hi", "read another's limits": True}
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
