@@ -28,7 +28,7 @@ from skyrl_gym.data import placed_records, read_records, row_extras, row_place, 
 from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, run_episode, run_sync
 from skyrl_gym.episode import Episode as EpisodeRecord
 from skyrl_gym.errors import DataError, UnregisteredEnv
-from skyrl_gym.registration import EnvSpec, make, registry, spec
+from skyrl_gym.registration import EnvSpec, make, registry, resolved_id, spec
 
 ERROR = "error"
 WARNING = "warning"
@@ -401,10 +401,12 @@ class _Checker:
             add(SKIPPED, method, f"this machine cannot run the env: {exc}", row_index, label)
         elif method == "make":
             self.row_unusable = report
-            if self.stand_in and isinstance(exc, DataError):  # as it should: the stand-in row has no ground truth
-                add(SKIPPED, "make", f"the env refused the checker's stand-in row (one user message, no extras), as "
-                    f"an env should a row without what it needs ({_describe_exception(exc)}); pass rows to check "
-                    f"it: skyrl-gym check {self.factory.env_id} --rows FILE", row_index, label)
+            if self.stand_in and isinstance(exc, DataError):  # likely right: the stand-in row has no ground truth
+                # still an error: nothing was checked, and `assert report.ok` must not pass an env refusing every row
+                add(ERROR, "make", f"the env refused the checker's stand-in row (one user message, no extras) with "
+                    f"{_describe_exception(exc)}; if a row needs more, that is right, and nothing was checked: pass "
+                    f"rows (skyrl-gym check {self.factory.env_id} --rows FILE, or check_env(env, rows))", row_index,
+                    label)
             elif isinstance(exc, _NotAnEnv):
                 add(ERROR, "make", str(exc), row_index, label)
             elif isinstance(exc, _Timeout):
@@ -726,7 +728,8 @@ def check_env(
             report.findings.append(Finding(ERROR, "row", str(exc), factory.env_id, index))
             continue
         env_class = row.get("env_class")
-        if isinstance(env_or_id, str) and env_class and env_class != env_or_id and env_class != factory.env_id:
+        if (isinstance(env_or_id, str) and env_class and env_class != env_or_id and env_class != factory.env_id
+                and resolved_id(env_class) != factory.env_id):  # an alias or an unversioned id names this env
             if checker.own_rows:  # the env's own builder names another env: training on its rows would fail
                 report.findings.append(Finding(ERROR, "row", f"the env's own rows name env_class {env_class!r}, "
                                                f"not {factory.env_id!r}: a trainer would build that env for them "

@@ -64,11 +64,14 @@ def resolve_max_turns(row_max_turns: Any, env_max_turns: Any, cap: Optional[int]
     """The turn limit of an episode, in one documented order.
 
     1. the dataset row's ``max_turns`` (``extras["max_turns"]``), when it is a positive integer;
-    2. else the env's own ``max_turns`` after construction (its default, or what it read from the row);
+    2. else the env's own ``max_turns`` after construction (its default, or what it read from the row); an env
+       that read 0 (a row's ``max_turns: 0``, as SkyRL-gym's envs read it) ends after its first step: 1;
     3. then the caller's cap (``RolloutConfig.max_turns``, veRL's ``max_assistant_turns``, ...) bounds it.
 
     None means no limit: the env alone ends the episode.
     """
+    if _whole(env_max_turns) and env_max_turns == 0:  # else a cap would raise it: 1 turn or 5, by the caller
+        env_max_turns = 1
     limit = next((int(v) for v in (row_max_turns, env_max_turns) if _positive_int(v)), None)
     if cap is not None:
         if not _positive_int(cap):
@@ -78,7 +81,11 @@ def resolve_max_turns(row_max_turns: Any, env_max_turns: Any, cap: Optional[int]
 
 
 def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return _whole(value) and value > 0
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass

@@ -352,13 +352,23 @@ def _uninstalled_package(env_id: str) -> str:
     return f" ./{folder} holds its package, not installed: pip install -e ./{folder}, then run this again."
 
 
+def resolved_id(env_id: Any) -> Optional[str]:
+    """The registered id ``env_id`` names (an alias, an unversioned id resolved), or None."""
+    try:
+        return spec(str(env_id)).id
+    except UnregisteredEnv:
+        return None
+
+
 def _misgrouped_entry_point(env_id: str) -> str:
     """An installed entry point named ``env_id`` in a group spelt like ``skyrl_gym.envs`` but not it (a cold run:
     ``"skyrl_gym.env"`` in pyproject.toml gave only "no env registered"): where it is, and what to change."""
     from importlib.metadata import entry_points
 
     for group in sorted(entry_points().groups):
-        if group == ENTRY_POINT_GROUP or difflib.SequenceMatcher(None, group, ENTRY_POINT_GROUP).ratio() < 0.75:
+        # 0.9: 'skyrl_gym.env' and 'skyrl-gym.envs' are misspellings; 'skyrl_gym.judges', '.tools', '.retrievers'
+        # (0.75-0.8) are other groups of this package, whose names may be env ids too ('dense')
+        if group == ENTRY_POINT_GROUP or difflib.SequenceMatcher(None, group, ENTRY_POINT_GROUP).ratio() < 0.9:
             continue
         for ep in entry_points(group=group):
             if ep.name == env_id:

@@ -243,7 +243,7 @@ def format_table(report: ConformanceReport) -> str:
     for a in report.adapters:
         for problem in a.problems:
             lines.append(f"{a.adapter}: {problem}")
-    ran = [a.adapter for a in report.adapters if not a.skipped_reason]
+    ran = report.ran()
     skipped = len(report.adapters) - len(ran)
     if not report.ok:
         result = "MISMATCH"

@@ -288,7 +288,7 @@ def audit_env(
     """
     from skyrl_gym.checker import default_rows
     from skyrl_gym.data import validate_row
-    from skyrl_gym.registration import spec
+    from skyrl_gym.registration import resolved_id, spec
 
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
@@ -313,7 +313,7 @@ def audit_env(
         report.rows_source = f"{len(raw)} row(s) given" + (
             f", the first {max_rows} audited (max_rows)" if len(raw) > max_rows else "")
         others = sorted({str(row.get("env_class")) for _, row in raw[:max_rows] if isinstance(row, Mapping)
-                         and row.get("env_class") and spec_id_or_none(row.get("env_class")) != env_id})
+                         and row.get("env_class") and resolved_id(row.get("env_class")) != env_id})
         if others:  # `check` warns the same: these rows are another env's
             report.warnings.append(f"the rows name env_class {', '.join(repr(o) for o in others)}, not "
                                    f"{env_id!r}: they were audited with {env_id!r}")
@@ -339,17 +339,6 @@ def audit_env(
     report.seconds = time.monotonic() - started
     report.warnings += _unreached_scoring(report)
     return report
-
-
-def spec_id_or_none(env_id: Any) -> Optional[str]:
-    """The registered id ``env_id`` resolves to (an alias, an unversioned id), or None."""
-    from skyrl_gym.errors import UnregisteredEnv
-    from skyrl_gym.registration import spec
-
-    try:
-        return spec(str(env_id)).id
-    except UnregisteredEnv:
-        return None
 
 
 def _unreached_scoring(report: AuditReport) -> List[str]:

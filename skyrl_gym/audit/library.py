@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -69,9 +70,10 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def wrong_answer(answer: Optional[str]) -> Optional[str]:
-    """A different answer of the same shape that does not contain the right one: a number plus one, else each
-    letter and digit moved on by one (``drawer`` -> ``esbxfs``; ``drawer+1`` held ``drawer``, and a verifier that
-    pays any reply containing the answer then paid the known-wrong one too, which hid its holes)."""
+    """A different answer of the same shape that does not contain the right one: a number plus one; else, in a text
+    with digits, each digit moved on by one (``\\frac{1}{2}`` -> ``\\frac{2}{3}``: it still parses, as a wrong
+    value); else each letter moved on by one, LaTeX command names kept (``drawer`` -> ``esbxfs``). ``drawer+1``
+    held ``drawer``, and a verifier that paid any reply containing the answer paid it too, which hid its holes."""
     if answer is None:
         return None
     text = answer.strip()
@@ -81,18 +83,20 @@ def wrong_answer(answer: Optional[str]) -> Optional[str]:
         try:
             value_f = float(text.replace(",", ""))
         except ValueError:
-            moved = "".join(_next_character(c) for c in text)
-            return moved if moved != text else ("1" if text != "1" else "2")
-        return f"{value_f + 1:g}"
+            value_f = math.nan
+        if math.isfinite(value_f) and value_f + 1 != value_f:  # inf, nan and 1e20 are not moved by adding 1
+            return f"{value_f + 1:g}"
+        if re.search(r"[0-9]", text):
+            moved = re.sub(r"[0-9]", lambda digit: str((int(digit.group()) + 1) % 10), text)
+        else:
+            moved = re.sub(r"(\\[A-Za-z]+)|([A-Za-z])", lambda m: m.group(1) or _next_letter(m.group(2)), text)
+        return moved if moved != text else ("1" if text != "1" else "2")
     return str(value + 1)
 
 
-def _next_character(char: str) -> str:
-    for first, size in (("a", 26), ("A", 26), ("0", 10)):
-        offset = ord(char) - ord(first)
-        if 0 <= offset < size:
-            return chr(ord(first) + (offset + 1) % size)
-    return char
+def _next_letter(char: str) -> str:
+    first = "a" if char.islower() else "A"
+    return chr(ord(first) + (ord(char) - ord(first) + 1) % 26)
 
 
 def distractors(case: AuditCase, count: int) -> List[str]:

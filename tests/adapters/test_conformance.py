@@ -181,6 +181,10 @@ def test_cli_conform_without_the_embedded_model_skips_the_token_adapters_naming_
     assert "result: the adapters that ran conform (" in done.stdout and " skipped, not checked" in done.stdout
     assert "FAIL" not in done.stdout
     assert next(line for line in done.stdout.splitlines() if line.startswith("openai ")).split()[1] == "ok"
+    # every adapter asked for skipped: nothing checked, exit 3 as check and audit (it exited 0: a review)
+    code = code.replace("['conform', 'gsm8k']", "['conform', 'gsm8k', '--adapters', 'rollout']")
+    alone = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert alone.returncode == 3 and "result: nothing checked" in alone.stdout, alone.stdout + alone.stderr
 
 
 class _ReverseEnv(skyrl_gym.BaseTextEnv):

@@ -200,8 +200,11 @@ def test_the_known_wrong_answer_does_not_contain_the_right_one(registered):
     the answer paid too; the bar rose to 1 and its real holes read ok."""
     from skyrl_gym.audit.library import wrong_answer
 
-    assert wrong_answer("drawer") == "esbxfs" and wrong_answer("Zz9-x") == "Aa0-y" and wrong_answer("72") == "73"
+    assert wrong_answer("drawer") == "esbxfs" and wrong_answer("Zz-x") == "Aa-y" and wrong_answer("72") == "73"
     assert wrong_answer("...") == "1" and wrong_answer("1.5") == "2.5"
+    # a value that adding 1 does not move, and LaTeX that must still parse, as a wrong value (a review)
+    assert [wrong_answer(t) for t in ("inf", "nan", "1e20")] == ["jog", "obo", "2e31"]
+    assert wrong_answer("\\frac{1}{2}") == "\\frac{2}{3}" and wrong_answer("\\sqrt{x}") == "\\sqrt{y}"
     report = audit_env(registered("audit_test/contains", ContainsWordEnv), WORD_ROWS)
     assert {c.verdict for c in report.cases if c.kind == "known-wrong"} == {OK}, report.table()
     assert {"several candidate answers", "answer spam (0..100)"} & {c.name for c in report.false_positives}

@@ -92,6 +92,10 @@ def test_an_entry_point_in_a_misspelt_group_is_named(tmp_path, monkeypatch):
     with pytest.raises(UnregisteredEnv, match="An entry point 'probe_misgrouped' of probe-misgrouped is in the "
                                               "group 'skyrl_gym.env'; envs are read from 'skyrl_gym.envs'"):
         skyrl_gym.make("probe_misgrouped")
+    # this package's other groups are not misspellings: 'dense' is a retriever, and no advice names it (a review)
+    with pytest.raises(UnregisteredEnv) as refused:
+        skyrl_gym.make("dense")
+    assert "An entry point" not in str(refused.value)
 
 
 def test_unregistered_ids_names_only_the_unknown_ones_with_their_close_matches():

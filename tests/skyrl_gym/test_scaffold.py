@@ -119,6 +119,12 @@ def test_a_wrong_max_turns_is_named_with_where_it_came_from(env_id, row):
     assert zero.max_turns == 0
     zero.init([{"role": "user", "content": "q"}])
     assert zero.step("no tool call, no answer")["done"] is True
+    # through the driver too, whatever cap the caller gives (a cap raised the env's 0 to itself: a review)
+    from skyrl_gym.episode import apply_turn_limit
+
+    for cap in (None, 5):
+        env = skyrl_gym.make(env_id, extras={**row, "max_turns": 0})
+        assert apply_turn_limit(env, 0, cap) == 1 and env.max_turns == 1
 
 
 @pytest.mark.parametrize("env_id, row, default", [
