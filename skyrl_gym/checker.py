@@ -541,7 +541,7 @@ class _Checker:
                 # a row the env itself makes: its reference answer earning nothing is the env's bug, not a note
                 self.add(ERROR if self.own_rows else WARNING, "reward", f"the row's reference answer earned "
                          f"{first.rewards} (expected a positive reward; is the ground truth or the reward function "
-                         "wrong?)", row_index, label)
+                         "wrong, or did a sandbox the env runs fail? see the step's metadata)", row_index, label)
             if self.check_determinism:
                 second = self.episode(row_index, prompt, extras, label, action, report=False)
                 if second is None:
