@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from skyrl_gym.audit import DEFAULT_WORKERS, ProfileError, UnknownHack, audit_env, write_json
+    from skyrl_gym.audit import DEFAULT_WORKERS, AuditReport, ProfileError, UnknownHack, audit_env, write_json
     from skyrl_gym.checker import NoRowsFor
     from skyrl_gym.data import row_place
     from skyrl_gym.errors import DataError, UnregisteredEnv
@@ -91,17 +91,23 @@ def run_audit(args: argparse.Namespace) -> int:
         if args.step_timeout is not None and not args.step_timeout >= 0:
             raise UsageError(f"--step-timeout must be a number of seconds (0: none), got {args.step_timeout:g}")
         for env_id in args.env_id:
-            report = audit_env(
-                env_id,
-                args.rows,
-                env_config=env_config,
-                max_rows=args.max_rows,
-                budget_s=args.budget_s,
-                step_timeout_s=args.step_timeout or None,
-                hacks=args.hack,
-                workers=DEFAULT_WORKERS if args.workers is None else args.workers,
-                progress=not args.no_progress and sys.stderr.isatty(),
-            )
+            try:
+                report = audit_env(
+                    env_id,
+                    args.rows,
+                    env_config=env_config,
+                    max_rows=args.max_rows,
+                    budget_s=args.budget_s,
+                    step_timeout_s=args.step_timeout or None,
+                    hacks=args.hack,
+                    workers=DEFAULT_WORKERS if args.workers is None else args.workers,
+                    progress=not args.no_progress and sys.stderr.isatty(),
+                )
+            except UnknownHack as exc:
+                if len(args.env_id) == 1:
+                    raise
+                # `audit gsm8k math --hack "unclosed box"`: math has it, gsm8k not; the others are still audited
+                report = AuditReport(env_id=env_id, skipped=str(exc))
             report.fingerprint = fingerprint_or_none(report.env_id)
             reports.append(report)
             if args.failures_only:

@@ -279,6 +279,15 @@ def test_rows_of_another_env_and_a_cut_are_said_and_bad_budgets_refused(register
         assert "--budget-s must be a number of seconds, 0 or more" in capsys.readouterr().err
 
 
+def test_a_hack_one_of_several_envs_lacks_skips_that_env_only(capsys):
+    """A cold run: `audit gsm8k math --hack "unclosed box"` stopped at gsm8k, which has no such hack, and never
+    audited math, which has."""
+    assert main(["audit", "gsm8k", "math", "--hack", "unclosed box", "--no-progress", "--max-rows", "1"]) == 3
+    out = capsys.readouterr().out
+    assert "audit gsm8k: SKIPPED - " in out and "unclosed box" in out and "audit math: OK - " in out, out
+    assert main(["audit", "gsm8k", "--hack", "unclosed box"]) == 2  # one env: a usage error, as before
+
+
 def test_an_answer_of_that_raises_is_the_rows_error(registered):
     profile = text_profile(BOXED, answer_of=lambda row: row["reward_spec"]["missing"])
     report = audit_env(registered("audit_test/last_boxed", LastBoxedEnv), ROWS, profile=profile)
