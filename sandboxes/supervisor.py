@@ -351,6 +351,9 @@ NAMESPACE_SYSCTLS = (
 )
 
 
+_SYSCTL_FDS = {}  # the namespace sysctls own_settings reads: name -> an open fd
+
+
 def own_settings():
     """What of the worker a run must not change, as ``{name: value}``: the supervisor's resource limits,
     scheduling policy and priority, nice, CPUs and (on x86_64) I/O priority, which each later run (a fork of it)
@@ -358,8 +361,10 @@ def own_settings():
     import ctypes
 
     def sysctl(name):
-        with open("/proc/sys/" + name) as handle:
-            return handle.read(256)
+        fd = _SYSCTL_FDS.get(name)
+        if fd is None:  # kept open (close-on-exec, and closed in every run's child): a read is one pread
+            fd = _SYSCTL_FDS[name] = os.open("/proc/sys/" + name, os.O_RDONLY | os.O_CLOEXEC)
+        return os.pread(fd, 256, 0)
 
     readers = [(name, lambda which=getattr(resource, name): resource.getrlimit(which))
                for name in sorted(dir(resource)) if name.startswith("RLIMIT_")]
