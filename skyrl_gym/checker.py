@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import math
 import os
 import queue
@@ -496,7 +497,11 @@ class _Checker:
             return None, False
         missing = [key for key in ("observations", "reward", "done", "metadata") if key not in output]
         if missing:
-            add(ERROR, "types", f"step() output lacks {missing} on turn {turn}", row_index, label)
+            extra = [key for key in output if key not in ("observations", "reward", "done", "metadata")]
+            near = {key: close[0] for key in extra if isinstance(key, str)
+                    and (close := difflib.get_close_matches(key, missing, n=1, cutoff=0.6))}
+            hint = "".join(f"; {key!r} is not a key of it (did you mean {name!r}?)" for key, name in near.items())
+            add(ERROR, "types", f"step() output lacks {missing} on turn {turn}{hint}", row_index, label)
             return None, False
         self._check_messages(output["observations"], f"step() observations (turn {turn})", row_index, label, add)
         reward = output["reward"]

@@ -145,7 +145,9 @@ def load_env_creator(name: str, env_id: Optional[str] = None) -> EnvCreator:
         try:
             obj = getattr(obj, part)
         except AttributeError as exc:
-            raise EnvCreationError(f"module {module_name!r} has no attribute {attr!r}{where}") from exc
+            close = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise EnvCreationError(f"module {module_name!r} has no attribute {attr!r}{where}{hint}") from exc
     return obj
 
 

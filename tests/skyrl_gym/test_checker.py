@@ -49,6 +49,11 @@ class NanRewardEnv(SayTheNumberEnv):
         return {"observations": [], "reward": float("nan"), "done": True, "metadata": {}}
 
 
+class MisspeltKeyEnv(SayTheNumberEnv):
+    def step(self, action):
+        return {"observations": [], "rewards": 1.0, "done": True, "metadata": {}}
+
+
 class NeverDoneEnv(SayTheNumberEnv):
     def __init__(self, env_config=None, extras=None):
         super().__init__(env_config, extras)
@@ -181,6 +186,21 @@ def test_non_finite_reward(registered):
     assert "reward is nan on turn 1; rewards must be finite" in finding.message
     assert (finding.row_index, finding.action) == (0, "seven")
     assert not _errors_of_kind(report, "determinism")  # nan != nan, but the same reward twice is deterministic
+
+
+def test_a_misspelt_key_of_the_step_output_is_named(registered):
+    """A cold run: `{"rewards": ...}` read only as "step() output lacks ['reward']"."""
+    report = check_env(registered(MisspeltKeyEnv), ROWS[:1], adversarial=False, actions={"seven": "7"})
+    [finding] = _errors_of_kind(report, "types")
+    assert "lacks ['reward'] on turn 1; 'rewards' is not a key of it (did you mean 'reward'?)" in finding.message
+
+
+def test_a_misspelt_class_in_an_entry_point_is_named_with_the_right_one():
+    from skyrl_gym.errors import EnvCreationError
+    from skyrl_gym.registration import load_env_creator
+
+    with pytest.raises(EnvCreationError, match="has no attribute 'GSM8kEnvv'.*did you mean 'GSM8kEnv'"):
+        load_env_creator("skyrl_gym.envs.gsm8k.env:GSM8kEnvv")
 
 
 def test_not_done_within_max_turns(registered):
