@@ -386,14 +386,12 @@ def own_settings():
     return found
 
 
-TCP_TIME_WAIT = "06"
-
-
 def sockets_left():
-    """What the run left in the worker's network namespace that a later run would meet, one line each: any TCP
-    socket but a TIME_WAIT on an ephemeral port (a client's, which blocks no later ``bind``), and any UDP or raw
-    socket. ``/proc/net/sockstat`` counts this namespace's sockets at once; the tables, which walk the host's whole
-    TCP hash (7 ms a run), are read only when it counts some."""
+    """The TCP, UDP and raw sockets left in the worker's network namespace, one line each. ``/proc/net/sockstat``
+    counts this namespace's sockets at once; the tables, which walk the host's whole TCP hash (7 ms a run), are read
+    only when it counts some. Every one counts, a TIME_WAIT on a port the kernel might have chosen too: a run that
+    closed first on each of the 28,232 ports of the ephemeral range left the next runs no TCP connection for a
+    minute (an attacker's pass)."""
     counts = []
     for name in ("sockstat", "sockstat6"):
         try:
@@ -405,11 +403,6 @@ def sockets_left():
             counts.append(1)  # cannot tell: look at the tables
     if not any(counts):
         return
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
-            low, high = (int(word) for word in handle.read().split())
-    except (OSError, ValueError):
-        low, high = 1, 0  # every port counts as fixed
     for name in ("tcp", "tcp6", "udp", "udp6", "raw", "raw6"):
         try:
             with open("/proc/net/" + name) as handle:
@@ -417,11 +410,6 @@ def sockets_left():
         except OSError:
             continue
         for line in lines:
-            fields = line.split()
-            if name.startswith("tcp") and len(fields) > 3 and fields[3] == TCP_TIME_WAIT:
-                port = int(fields[1].rsplit(":", 1)[1], 16)
-                if low <= port <= high:
-                    continue
             yield name + ": " + line.strip()
 
 
@@ -582,15 +570,35 @@ def empty_directory(path, deadline, budget):
         scrub()
 
 
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602  # chattr's flags (an int; the ioctl names a long)
+
+
+def inode_flags(path, value=None):
+    """The ``chattr`` flags of the folder ``path`` (set to ``value`` first when given), or None where the file
+    system has none."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if value is not None:
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("i", value))
+        return struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, bytes(4)))[0]
+    except OSError as exc:
+        if exc.errno in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL) and value is None:
+            return None
+        raise
+    finally:
+        os.close(fd)
+
+
 def root_states(paths):
-    """``{path: (mode, atime_ns, mtime_ns)}`` of the roots of the sandbox's writable area (tmpfs mount points)."""
+    """``{path: (mode, atime_ns, mtime_ns, flags)}`` of the roots of the sandbox's writable area (tmpfs mount
+    points)."""
     states = {}
     for path in paths:
         try:
             info = os.lstat(path)
         except FileNotFoundError:
             continue
-        states[path] = (stat.S_IMODE(info.st_mode), info.st_atime_ns, info.st_mtime_ns)
+        states[path] = (stat.S_IMODE(info.st_mode), info.st_atime_ns, info.st_mtime_ns, inode_flags(path))
     return states
 
 
@@ -600,15 +608,18 @@ def root_states(paths):
 PROGRAM_XATTRS = ("user.", "system.posix_acl_access", "system.posix_acl_default")
 
 
-def restore_root(path, mode):
-    """Give an emptied root of the sandbox's writable area (which the program may own) its first ``mode`` and none
-    of the attributes a program can set: a run had left data in a ``user.*`` attribute, and a setgid bit that every
-    new work folder inherited, for the next run to read. Raises OSError where it cannot (the worker retires)."""
+def restore_root(path, mode, flags=None):
+    """Give an emptied root of the sandbox's writable area (which the program may own) its first ``mode`` and
+    ``chattr`` flags, and none of the attributes a program can set: a run had left data in a ``user.*`` attribute,
+    and a setgid bit and a no-atime flag that every new work folder inherited, for the next run to meet. Raises
+    OSError where it cannot (the worker retires)."""
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise WipeFailed("%s is not a directory" % path)
     if stat.S_IMODE(info.st_mode) != mode:
         os.chmod(path, mode)
+    if flags is not None and inode_flags(path) != flags:
+        inode_flags(path, flags)
     for name in os.listxattr(path, follow_symlinks=False):
         if name.startswith(PROGRAM_XATTRS):
             os.removexattr(path, name, follow_symlinks=False)
@@ -960,12 +971,13 @@ class Supervisor:
         for directory in [self.root] + self.wipe_dirs:
             empty_directory(directory, deadline, WIPE_BUDGET_ENTRIES)
             if directory in self.root_states:
-                restore_root(directory, self.root_states[directory][0])
+                mode, _, _, flags = self.root_states[directory]
+                restore_root(directory, mode, flags)
         for directory in [self.work] + self.make_dirs:
             os.mkdir(directory, 0o700)
             if self.run_as is not None and os.geteuid() != self.run_as[0]:
                 os.chown(directory, self.run_as[0], self.run_as[1], follow_symlinks=False)
-        for directory, (_, atime_ns, mtime_ns) in self.root_states.items():
+        for directory, (_, atime_ns, mtime_ns, _) in self.root_states.items():
             # last, after the folders made in them: a run set a root's atime to carry 64 bits to the next run
             os.utime(directory, ns=(atime_ns, mtime_ns), follow_symlinks=False)
         if any(sysv_ipc_objects()):

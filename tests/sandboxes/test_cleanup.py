@@ -81,7 +81,13 @@ def test_a_root_loses_what_a_program_set_and_keeps_the_systems_labels():
             labelled = False  # setting security.* needs CAP_SYS_ADMIN: the rest is still checked
         else:
             labelled = True
-        restore_root(root, 0o700)
+        from skygym_sandboxes.supervisor import inode_flags
+
+        first = inode_flags(root)
+        if first is not None:
+            inode_flags(root, first | 0x80)  # chattr +A: no atime for every file made in it (an attacker's pass)
+        restore_root(root, 0o700, first)
+        assert inode_flags(root) == first
         assert oct(os.stat(root).st_mode & 0o7777) == oct(0o700)
         assert "user.note" not in os.listxattr(root)
         assert ("security.probe" in os.listxattr(root)) is labelled
