@@ -204,7 +204,7 @@ class _Player:
     def play(self, row: Mapping[str, Any], script: Script) -> Tuple[Optional[float], str]:
         """``(total reward, reason)``; the reward is None when the env raised or hung (the reason says
         where)."""
-        from skyrl_gym.checker import _EpisodeThread, _EpisodeThreadCaller
+        from skyrl_gym.checker import _EpisodeThread, _EpisodeThreadCaller, _Timeout
         from skyrl_gym.data import row_extras
         from skyrl_gym.episode import ScriptedPolicy, run_episode, run_sync
         from skyrl_gym.registration import make
@@ -231,11 +231,11 @@ class _Player:
         finally:
             worker.stop()
         if episode.error is not None:
-            method, error = episode.error_method, str(episode.error)
-            error = error[len(method) + 2:] if error.startswith(f"{method}: ") else error  # said once
-            if error.startswith("_Timeout: "):  # the checker's worker gave up waiting: a hang, not a raise
-                return None, f"{method} hung: {error[len('_Timeout: '):]}"[:300]
-            return None, f"{method} raised {error}"[:300]
+            method, exc = episode.error_method, episode.exception
+            if isinstance(exc, _Timeout):  # the checker's worker gave up waiting: a hang, not a raise
+                return None, f"{method} hung: {exc}"[:300]
+            raised = f"{type(exc).__name__}: {exc}" if exc is not None else episode.error
+            return None, f"{method} raised {raised}"[:300]
         reason = ""
         for step in reversed(episode.steps):
             metadata = step.metadata if isinstance(step.metadata, Mapping) else {}

@@ -46,8 +46,9 @@ For every row (from `--rows FILE`, else the env's audit profile, else its datase
 cases), on fresh envs through the episode driver, a reply played every turn until the env ends the episode (a
 script plays its replies in order), the episode's reward being the sum of its steps' rewards:
 
-* **known-wrong** replies: the env's answer format around wrong answers (a number plus one; a text with each
-  letter and digit moved on by one, so it never contains the right answer). Each must earn less than the full
+* **known-wrong** replies: the env's answer format around wrong answers (a number plus one; a text's digits
+  moved on by one, `\\frac{1}{2}` -> `\\frac{2}{3}`, else its letters, `drawer` -> `esbxfs`: never the right
+  answer, nor a text that contains it). Each must earn less than the full
   reward, else a **false positive** (the verifier pays wrong answers). The most they earn is the *bar*;
 * the row's **golden** reply (its reference answer): it must earn the full reward, else a **false negative**;
 * every **hack** that fits the env's action format: each must earn no more than the bar, else a **false
