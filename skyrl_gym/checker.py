@@ -144,6 +144,11 @@ def _collapsed(findings: Sequence[Finding]) -> List[str]:
             for group in alike.values()]
 
 
+# How long one make/init/step/close may take before `check` and `audit` call it hanging: a code env's
+# step grades a whole test suite, and an env's init may start a container.
+STEP_TIMEOUT_S = 120.0
+
+
 class _Timeout(Exception):
     pass
 
@@ -666,7 +671,7 @@ def check_env(
     adversarial: bool = True,
     huge_action_chars: int = HUGE_ACTION_CHARS,
     max_turns_slack: int = 2,
-    step_timeout_s: Optional[float] = 60.0,
+    step_timeout_s: Optional[float] = STEP_TIMEOUT_S,
     check_determinism: bool = True,
     max_rows: Optional[int] = None,
     make_kwargs: Optional[Mapping[str, Any]] = None,

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from skyrl_gym.checker import STEP_TIMEOUT_S
 from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack, Script, wrong_answer
 from skyrl_gym.audit.profiles import (
     FALLBACK_SOURCE,
@@ -264,7 +265,7 @@ def audit_env(
     max_rows: int = 2,
     seed: int = 0,
     budget_s: Optional[float] = None,
-    step_timeout_s: Optional[float] = 120.0,
+    step_timeout_s: Optional[float] = STEP_TIMEOUT_S,
     hacks: Optional[Iterable[str]] = None,
     workers: int = DEFAULT_WORKERS,
     progress: bool = False,
@@ -327,12 +328,17 @@ def audit_env(
     checked = [validate_row(row, index, place=place) for index, (place, row) in enumerate(raw[:max_rows])]
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=0, desc=f"audit {env_id}", unit="case", disable=not progress, leave=False, dynamic_ncols=True)
+    # a bar of rows, whose count is known, with the cases played beside it (a row's cases are known only as it
+    # is played: a bar of cases would jump back at each row)
+    bar = tqdm(total=len(checked), desc=f"audit {env_id}", unit="row", disable=not progress, leave=False,
+               dynamic_ncols=True)
+    played = _Played(bar)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="skyrl-gym-audit")
     try:
         for index, row in enumerate(checked):
             report.rows += 1
-            _audit_row(report, _RowPlayer(player, row, deadline, pool, bar), profile, index, row, chosen)
+            _audit_row(report, _RowPlayer(player, row, deadline, pool, played), profile, index, row, chosen)
+            bar.update()
     finally:  # on Ctrl-C: start nothing more (the cases under way end with their episodes)
         pool.shutdown(wait=False, cancel_futures=True)
         bar.close()
@@ -352,6 +358,21 @@ def _unreached_scoring(report: AuditReport) -> List[str]:
             "have reached the env's scoring; is the profile's answer format the env's?"]
 
 
+class _Played:
+    """The count of episodes played (a case may play several), shown beside the bar of rows; the pool's workers
+    finish episodes at once."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def one_more(self) -> None:
+        with self.lock:
+            self.count += 1
+            self.bar.set_postfix_str(f"{self.count} episodes played")
+
+
 @dataclasses.dataclass
 class _RowPlayer:
     """Plays replies on one row on a pool's workers: ``start`` returns at once with a future of ``(total reward,
@@ -361,21 +382,16 @@ class _RowPlayer:
     row: Mapping[str, Any]
     deadline: Optional[float]
     pool: concurrent.futures.Executor
-    bar: Any  # a tqdm bar, counted under ``lock`` (the workers finish cases at once)
-    lock: Any = dataclasses.field(default_factory=threading.Lock)
+    played: _Played
 
     def play(self, script: Script, timed: bool = True) -> Optional[Tuple[Optional[float], str]]:
         if timed and self.deadline is not None and time.monotonic() > self.deadline:
             return None
         result = self.player.play(self.row, script)
-        with self.lock:
-            self.bar.update()
+        self.played.one_more()
         return result
 
     def start(self, script: Script, timed: bool = True) -> "concurrent.futures.Future":
-        with self.lock:
-            self.bar.total += 1
-            self.bar.refresh()
         return self.pool.submit(self.play, script, timed)
 
 

@@ -64,8 +64,8 @@ characters and the length of a longer one). Exit code 0: no false positive, fals
 (play only that hack), `--workers N` (cases played at once, each on a fresh env; default 4: most of a
 sandboxed case is waiting on its sandbox, and `swe`'s 22 cases of a row take 54 s with 4 where they took 102 s one
 at a time on a 2-core machine; the table lists the cases in the same order either way), `--env-config JSON`,
-`--step-timeout SECONDS` (an env call slower than this is an error; default 120, `check`'s is 60), `--json FILE`, `--failures-only`, `--no-progress` (the bar of cases played shows only
-on a terminal). Every row is checked before the first case is played.
+`--step-timeout SECONDS` (an env call slower than this is an error; default 120, as `check`'s), `--json FILE`, `--failures-only`, `--no-progress` (the bar of rows, with the episodes played
+beside it, shows only on a terminal). Every row is checked before the first case is played.
 
 The report's second line names the audit profile (where it came from, and the answer format the replies are
 written in). An env with no profile of its own (no `skyrl_gym.audits` entry point, no `audit.py` beside its env

@@ -17,6 +17,16 @@ class Terminated(KeyboardInterrupt):
     the signal killed."""
 
 
+def seconds_arg(value: float | None, flag: str, zero: str = "") -> float | None:
+    """``value`` of a seconds flag, checked (NaN and negatives refused); 0 reads as None when ``zero`` says what
+    it means."""
+    if value is None:
+        return None
+    if not value >= 0:  # NaN too
+        raise UsageError(f"{flag} must be a number of seconds, 0 or more{zero and f' (0: {zero})'}, got {value:g}")
+    return None if zero and value == 0 else value
+
+
 def parse_json_arg(text: str | None, flag: str, default: Any = None) -> Any:
     """``--flag '{"a": 1}'`` or ``--flag @file.json``."""
     if text is None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from skyrl_gym.cli._io import UsageError, env_config_arg, error
+from skyrl_gym.checker import STEP_TIMEOUT_S
+from skyrl_gym.cli._io import UsageError, env_config_arg, error, seconds_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,9 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--step-timeout",
         type=float,
-        default=120.0,
+        default=STEP_TIMEOUT_S,
         metavar="SECONDS",
-        help="an env call slower than this is an error (default 120)",
+        help=f"an env call slower than this is an error (default {STEP_TIMEOUT_S:g}; 0: none)",
     )
     parser.add_argument(
         "--workers",
@@ -86,10 +87,8 @@ def run_audit(args: argparse.Namespace) -> int:
             raise UsageError("--max-rows must be at least 1")
         if args.workers is not None and args.workers < 1:
             raise UsageError("--workers must be at least 1")
-        if args.budget_s is not None and not args.budget_s >= 0:  # NaN too
-            raise UsageError(f"--budget-s must be a number of seconds, 0 or more, got {args.budget_s:g}")
-        if args.step_timeout is not None and not args.step_timeout >= 0:
-            raise UsageError(f"--step-timeout must be a number of seconds (0: none), got {args.step_timeout:g}")
+        seconds_arg(args.budget_s, "--budget-s")
+        step_timeout_s = seconds_arg(args.step_timeout, "--step-timeout", zero="no limit")
         for env_id in args.env_id:
             try:
                 report = audit_env(
@@ -98,7 +97,7 @@ def run_audit(args: argparse.Namespace) -> int:
                     env_config=env_config,
                     max_rows=args.max_rows,
                     budget_s=args.budget_s,
-                    step_timeout_s=args.step_timeout or None,
+                    step_timeout_s=step_timeout_s,
                     hacks=args.hack,
                     workers=DEFAULT_WORKERS if args.workers is None else args.workers,
                     progress=not args.no_progress and sys.stderr.isatty(),

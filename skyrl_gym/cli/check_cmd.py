@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from skyrl_gym.cli._io import UsageError, env_config_arg, error, parse_json_arg
+from skyrl_gym.checker import STEP_TIMEOUT_S
+from skyrl_gym.cli._io import UsageError, env_config_arg, error, parse_json_arg, seconds_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "builder as a JSON object, or @file.json (e.g. '{\"num_digits\": 2}' for multiply)")
     parser.add_argument("--max-rows", type=int, help="check at most this many rows (without --rows: how many to build, "
                         "default 2)")
-    parser.add_argument("--step-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="report a make/init/step/close slower than this as hanging (default 60)")
+    parser.add_argument("--step-timeout", type=float, default=STEP_TIMEOUT_S, metavar="SECONDS",
+                        help=f"report a make/init/step/close slower than this as hanging (default {STEP_TIMEOUT_S:g})")
     parser.add_argument("--huge-chars", type=int, default=10_000_000, help="size of the huge action (default 10 MB)")
     parser.add_argument("--no-adversarial", action="store_true", help="play only the rows' reference answers")
     parser.add_argument("--no-determinism", action="store_true", help="play each action once, not twice")
@@ -45,6 +46,9 @@ def run_check(args: argparse.Namespace) -> int:
     from skyrl_gym.errors import UnregisteredEnv
 
     try:
+        step_timeout_s = seconds_arg(args.step_timeout, "--step-timeout", zero="no limit")
+        if args.max_rows is not None and args.max_rows < 1:
+            raise UsageError(f"--max-rows must be at least 1, got {args.max_rows}")
         env_config = env_config_arg(args.env_config, [args.env_id], default={})
         builder_args = parse_json_arg(args.builder_args, "--builder-args", default={})
         if not isinstance(builder_args, dict):
@@ -62,7 +66,7 @@ def run_check(args: argparse.Namespace) -> int:
             rows,
             env_config=env_config,
             max_rows=args.max_rows,
-            step_timeout_s=args.step_timeout or None,
+            step_timeout_s=step_timeout_s,
             huge_action_chars=args.huge_chars,
             adversarial=not args.no_adversarial,
             check_determinism=not args.no_determinism,

@@ -279,6 +279,21 @@ def test_rows_of_another_env_and_a_cut_are_said_and_bad_budgets_refused(register
         assert "--budget-s must be a number of seconds, 0 or more" in capsys.readouterr().err
 
 
+def test_check_and_audit_share_the_step_timeout_and_refuse_a_bad_one(capsys):
+    """A cold run: the two commands' --step-timeout defaults differed (60 and 120 s), and check took -1."""
+    from skyrl_gym.checker import STEP_TIMEOUT_S
+
+    for command in ("check", "audit"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert f"(default {STEP_TIMEOUT_S:g}" in capsys.readouterr().out
+        for bad in ("-1", "nan"):
+            assert main([command, "multiply", "--step-timeout", bad]) == 2
+            assert "--step-timeout must be a number of seconds, 0 or more (0: no limit)" in capsys.readouterr().err
+    assert main(["check", "multiply", "--max-rows", "0"]) == 2
+    assert "--max-rows must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_a_hack_one_of_several_envs_lacks_skips_that_env_only(capsys):
     """A cold run: `audit gsm8k math --hack "unclosed box"` stopped at gsm8k, which has no such hack, and never
     audited math, which has."""
