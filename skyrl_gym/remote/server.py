@@ -66,6 +66,7 @@ class Refused(Exception):
 
 
 DEFAULT_CLIENT = "default"
+SessionKey = Tuple[str, str]  # (client, session id)
 """The client of a server with one token, or none."""
 MIN_TOKEN_CHARS = 16
 
@@ -106,8 +107,12 @@ def row_digest(client: str, env_id: str, env_config: Any, extras: Any) -> str:
 
 
 class Session:
-    def __init__(self, session_id: str, env_id: str, env: Any) -> None:
+    def __init__(self, session_id: str, env_id: str, env: Any, client: str = DEFAULT_CLIENT) -> None:
         self.session_id = session_id
+        self.client = client  # who created it: only its calls reach it
+        # its key among the server's sessions: ids are each client's own, so another client's create of the same id
+        # makes a session of its own (it can neither take this one over nor learn that the id is in use)
+        self.key: SessionKey = (client, session_id)
         self.env_id = env_id
         self.env = env
         self.lock = asyncio.Lock()
@@ -118,7 +123,6 @@ class Session:
         self.calls = 0  # requests running, waiting for the lock, or joining the call under way (a retry)
         self.closed = False  # closed while calls waited: they answer 410 without running
         self.row_digest = ""  # of the create that made it (see create_session): a retry must send the same
-        self.client = DEFAULT_CLIENT  # who created it: only its calls reach it
 
     def describe(self, created: bool) -> Dict[str, Any]:
         env = self.env
@@ -210,8 +214,8 @@ def create_app(
     # server's config does not give (building an env reaches no judge yet).
     row_errors = (DataError, MissingRewardSpec, EnvCreationError, TypeError, ValueError, OverflowError, JudgeError)
 
-    sessions: Dict[str, Session] = {}
-    creating: Dict[str, Tuple[str, "asyncio.Future[Reply]", str]] = {}  # session id -> (digest, its build, client)
+    sessions: Dict[SessionKey, Session] = {}
+    creating: Dict[SessionKey, Tuple[str, "asyncio.Future[Reply]"]] = {}  # (client, session id) -> (digest, its build)
     held = [0]  # Session.held_bytes of every session, and of the creates under way
     stopping = [False]  # set once the server has closed its sessions on its way out
     threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
@@ -233,23 +237,23 @@ def create_app(
     async def in_thread(fn: Callable[..., Any], *args: Any, pool: Any = threads) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
-    kept: Dict[Tuple[str, str], int] = {}  # (session id, request id) -> bytes of the answer kept for a retry
+    kept: Dict[Tuple[SessionKey, str], int] = {}  # (session key, request id) -> bytes of the answer kept for a retry
     kept_bytes = [0]
-    kept_by_session: Dict[str, int] = {}
-    # the sessions by bytes kept, largest first: (-bytes, order, session id); an entry whose bytes are no longer
+    kept_by_session: Dict[SessionKey, int] = {}
+    # the sessions by bytes kept, largest first: (-bytes, order, session key); an entry whose bytes are no longer
     # the session's is stale and skipped when it comes up (each change pushes a fresh one)
-    holders: List[Tuple[int, int, str]] = []
+    holders: List[Tuple[int, int, SessionKey]] = []
     pushes = itertools.count()
 
-    def note_holder(session_id: str) -> None:
-        total = kept_by_session.get(session_id, 0)
+    def note_holder(session_key: SessionKey) -> None:
+        total = kept_by_session.get(session_key, 0)
         if total:
-            heapq.heappush(holders, (-total, next(pushes), session_id))
+            heapq.heappush(holders, (-total, next(pushes), session_key))
         if len(holders) > 4 * len(kept_by_session) + 64:  # stale entries: built again from the totals
             holders[:] = [(-total, next(pushes), sid) for sid, total in kept_by_session.items()]
             heapq.heapify(holders)
 
-    def unkeep(key: Tuple[str, str]) -> None:
+    def unkeep(key: Tuple[SessionKey, str]) -> None:
         size = kept.pop(key, None)
         if size is None:
             return
@@ -267,30 +271,30 @@ def create_app(
         just kept: oldest first across sessions let one client's big answers push out another's (a retry of a
         step already applied then got a 410, and that rollout's reward was lost). Each answer dropped costs a
         heap operation (a scan of every session per answer took 33 s for one big answer among 4096 sessions)."""
-        session_id = session.session_id
+        session_key = session.key
         session.results[request_id] = result
-        newest = (session_id, request_id)
+        newest = (session_key, request_id)
         kept[newest] = len(result[1])
         kept_bytes[0] += len(result[1])
-        kept_by_session[session_id] = kept_by_session.get(session_id, 0) + len(result[1])
+        kept_by_session[session_key] = kept_by_session.get(session_key, 0) + len(result[1])
         while len(session.results) > RESULTS_KEPT:
             old_id, _ = session.results.popitem(last=False)
-            unkeep((session_id, old_id))
-        note_holder(session_id)
+            unkeep((session_key, old_id))
+        note_holder(session_key)
         set_aside = []
         while kept_bytes[0] > max_kept_bytes and holders:
             entry = heapq.heappop(holders)
-            owner_id = entry[2]
-            if -entry[0] != kept_by_session.get(owner_id):
+            owner_key = entry[2]
+            if -entry[0] != kept_by_session.get(owner_key):
                 continue  # stale
-            owner = sessions.get(owner_id)
+            owner = sessions.get(owner_key)
             results = owner.results if owner is not None else {}
-            old_id = next((rid for rid in results if (owner_id, rid) in kept and (owner_id, rid) != newest), None)
+            old_id = next((rid for rid in results if (owner_key, rid) in kept and (owner_key, rid) != newest), None)
             if old_id is None:  # it keeps only the answer just kept: the next session gives way
                 set_aside.append(entry)
                 continue
-            unkeep((owner_id, old_id))
-            note_holder(owner_id)
+            unkeep((owner_key, old_id))
+            note_holder(owner_key)
             results[old_id] = (
                 410,
                 encode(
@@ -368,8 +372,8 @@ def create_app(
             for session in [
                 s for s in sessions.values() if not s.busy and now - s.last_used > idle_timeout_s
             ]:
-                if sessions.get(session.session_id) is session:
-                    del sessions[session.session_id]
+                if sessions.get(session.key) is session:
+                    del sessions[session.key]
                     stats["sessions_expired"] += 1
                     await close_session(session)
 
@@ -382,7 +386,7 @@ def create_app(
             sweeper.cancel()
             stopping[0] = True
             for session in list(sessions.values()):
-                sessions.pop(session.session_id, None)
+                sessions.pop(session.key, None)
                 await close_session(session)
             threads.shutdown(wait=False, cancel_futures=True)
             builders.shutdown(wait=False, cancel_futures=True)
@@ -438,8 +442,8 @@ def create_app(
         return value
 
     def session_of(session_id: str, client: str) -> Session:
-        session = sessions.get(session_id)
-        if session is None or session.client != client:  # another client's is as good as none
+        session = sessions.get((client, session_id))  # another client's is as good as none
+        if session is None:
             raise Refused(
                 404,
                 f"no session {session_id!r}: it was closed, expired after {idle_timeout_s:g} s "
@@ -463,6 +467,7 @@ def create_app(
         client, body, size = await read_json(request)
         chosen = optional_id(body, "session_id")  # a client's own id: a retry of its create sends it again
         session_id = chosen or uuid.uuid4().hex
+        key = (client, session_id)
         env_id = body.get("env_id")
         if not isinstance(env_id, str) or not env_id:
             raise Refused(422, "env_id is required: the registered id of the env to serve (e.g. 'gsm8k')")
@@ -472,7 +477,7 @@ def create_app(
         def made_before(digest: str) -> Optional["asyncio.Future[Reply]"]:
             """The answer of the create that made (or is making) ``session_id``, if this is a retry of it; a 409 if
             another create made it."""
-            existing, pending = sessions.get(session_id), creating.get(session_id)
+            existing, pending = sessions.get(key), creating.get(key)
             if existing is None and pending is None:
                 return None
             if digest != (existing.row_digest if existing is not None else pending[0]):
@@ -487,7 +492,7 @@ def create_app(
                 return done
             return pending[1]
 
-        if chosen is not None and (chosen in sessions or chosen in creating):  # a retry answers before any limit
+        if chosen is not None and (key in sessions or key in creating):  # a retry answers before any limit
             earlier = made_before(await parsers.run(row_digest, *asked))
             if earlier is not None:
                 return await asyncio.shield(earlier)
@@ -522,7 +527,7 @@ def create_app(
                 f"({idle_timeout_s:g} s)",
             )
         if clients:
-            mine = sum(s.client == client for s in sessions.values()) + sum(c[2] == client for c in creating.values())
+            mine = sum(k[0] == client for k in sessions) + sum(k[0] == client for k in creating)
             if mine >= per_client:
                 raise Refused(429, f"client {client!r} holds {mine} sessions, its limit (--max-sessions-per-client "
                                    f"{per_client}); close sessions or wait for idle ones to expire "
@@ -555,21 +560,21 @@ def create_app(
                 with contextlib.suppress(Exception):  # on the loop: the threads may be shut down already
                     env.close()
                 return 503, encode({"error": "the service is stopping", "error_type": "Stopping"})
-            session = Session(session_id, env_id, env)
-            session.held_bytes, session.row_digest, session.client = size, digest, client
-            sessions[session_id] = session
+            session = Session(session_id, env_id, env, client)
+            session.held_bytes, session.row_digest = size, digest
+            sessions[key] = session
             stats["sessions_created"] += 1
             return 200, encode(session.describe(created=True))
 
         future = asyncio.ensure_future(build())
-        creating[session_id] = (digest, future, client)
+        creating[key] = (digest, future)
         try:
             return await asyncio.shield(future)
         finally:
             if future.done():
-                creating.pop(session_id, None)
+                creating.pop(key, None)
             else:
-                future.add_done_callback(lambda _f: creating.pop(session_id, None))
+                future.add_done_callback(lambda _f: creating.pop(key, None))
 
     def refuse_past_the_cap(session: Session) -> None:
         if session.calls >= MAX_CALLS_PER_SESSION:
@@ -639,7 +644,7 @@ def create_app(
                 if touches:
                     session.last_used = time.monotonic()
                 if request_id is not None:
-                    if sessions.get(session.session_id) is session:  # a session closed meanwhile keeps nothing
+                    if sessions.get(session.key) is session:  # a session closed meanwhile keeps nothing
                         keep(session, request_id, result)
                     session.pending.pop(request_id, None)
                 return result
@@ -709,10 +714,10 @@ def create_app(
 
     async def delete_session(request: Request) -> Reply:
         client = authorise(request)
-        session = sessions.get(request.path_params["session_id"])
-        if session is None or session.client != client:
+        session = sessions.get((client, request.path_params["session_id"]))
+        if session is None:
             return 200, encode({"closed": False})
-        sessions.pop(session.session_id, None)
+        sessions.pop(session.key, None)
         stats["sessions_closed"] += 1
         error = await close_session(session)
         return 200, encode({"closed": True, **({"close_error": error} if error else {})})

@@ -864,11 +864,17 @@ def test_clients_with_tokens_of_their_own_reach_only_their_own_sessions():
             other = requests.request(method, f"{url}/sessions/rollout-7{path}", json=body, headers=b, timeout=30)
             assert other.status_code == 404 and "no session 'rollout-7'" in other.json()["error"], path
         assert requests.delete(f"{url}/sessions/rollout-7", headers=b, timeout=30).json() == {"closed": False}
-        taken = requests.post(f"{url}/sessions", json=mine, headers=b, timeout=30)  # the same row, another client
-        assert taken.status_code == 409, taken.text[:300]
-        assert requests.post(f"{url}/sessions/rollout-7/init", json={}, headers=a, timeout=30).status_code == 200
-        step = requests.post(f"{url}/sessions/rollout-7/step", json={"action": "#### 72"}, headers=a, timeout=30)
-        assert step.json()["output"]["reward"] == 1.0
+        # another client's create of the same id makes a session of its own: no 409 tells it the id is in use, and
+        # its own row (here another ground truth) never reaches the first client's session
+        squat = {**mine, "extras": {"reward_spec": {"ground_truth": "0"}}}
+        theirs = requests.post(f"{url}/sessions", json=squat, headers=b, timeout=30)
+        assert theirs.status_code == 200 and theirs.json()["created"] is True, theirs.text[:300]
+        for headers, reward in ((a, 1.0), (b, 0.0)):
+            assert requests.post(f"{url}/sessions/rollout-7/init", json={}, headers=headers, timeout=30).status_code == 200
+            step = requests.post(f"{url}/sessions/rollout-7/step", json={"action": "#### 72"}, headers=headers,
+                                 timeout=30)
+            assert step.json()["output"]["reward"] == reward
+        assert requests.delete(f"{url}/sessions/rollout-7", headers=b, timeout=30).json()["closed"] is True
         # each client holds at most half of the four sessions; the other's share stays free
         more = [requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, headers=a, timeout=30)
                 for _ in range(2)]
