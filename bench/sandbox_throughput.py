@@ -3,6 +3,7 @@
     python bench/sandbox_throughput.py                       # every backend this machine can run
     python bench/sandbox_throughput.py --runs 300 --backends local-bwrap-warm
     python bench/sandbox_throughput.py --backends local-bwrap-warm local-bwrap-warm-noseccomp  # the filter's cost
+    python bench/sandbox_throughput.py --backends local-bwrap-warm local-bwrap-warm-nocgroup  # the memory cgroup's
 
 Workloads: ``short`` (a one-line program) and ``lcb`` (one ``lcb`` env step grading a correct
 solution against 2 stdin tests, i.e. 2 sandboxed runs). Each at concurrency 1 and 2. The baseline,
@@ -110,6 +111,7 @@ def make_sandboxes(names: List[str], concurrency: int, engines: Dict[str, object
                     pool_size=max(2, concurrency),
                     limits=limits,
                     seccomp="noseccomp" not in flags,
+                    memory_cgroup=False if "nocgroup" in flags else None,
                 )
             elif name == "docker-warm":
                 from tests.sandboxes.docker_support import make_docker_sandbox, start_engine

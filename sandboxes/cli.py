@@ -113,6 +113,9 @@ def _serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    accounting = getattr(sandbox, "memory_accounting", None)
+    if accounting:
+        print(f"sandboxes: memory limited {accounting}", file=sys.stderr, flush=True)
     serve(
         sandbox,
         host=args.host,

@@ -17,6 +17,10 @@ Isolation modes:
 * ``none``: no isolation at all (rlimits and timeouts only). Refused unless asked for by name,
   and it warns.
 
+Where the caller may make memory cgroups (see ``cgroups.py``), each worker lives in one of its own, so
+that what the kernel holds for a program (tmpfs files, pipe buffers, the sum over its processes) counts
+against ``memory_mb`` too; ``memory_accounting`` says which applies.
+
 In every mode each program also runs under a seccomp filter (x86_64; ``seccomp=False`` turns it off):
 namespaces, mounts, ptrace, keyrings, eBPF, io_uring, perf events and the like fail with EPERM (see
 ``supervisor.py`` for the list).
@@ -47,6 +51,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from skygym_sandboxes.cgroups import CgroupTree, WorkerCgroup, find_tree
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
 from skygym_sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorker, WarmPool
@@ -113,6 +118,26 @@ def resolve_isolation(isolation: str) -> str:
     )
 
 
+def _joining(cgroup: WorkerCgroup, then: Optional[Callable[[], None]]) -> Callable[[], None]:
+    """A ``preexec_fn`` that moves the launcher into ``cgroup`` (while it is still root), then ``then``."""
+
+    def preexec() -> None:
+        cgroup.join()
+        if then is not None:
+            then()
+
+    return preexec
+
+
+def _both(first: Optional[Callable[[], None]], second: Callable[[], None]) -> Callable[[], None]:
+    def cleanup() -> None:
+        if first is not None:
+            first()
+        second()
+
+    return cleanup
+
+
 def _drop_to_nobody() -> None:
     os.setgroups([])
     os.setgid(NOBODY[1])
@@ -125,7 +150,8 @@ class LocalSandbox(BaseSandbox):
     ``pool_size`` warm workers run that many programs at once; ``python`` is the interpreter used
     for ``code`` requests (its installation must be under ``/usr`` or listed in ``ro_binds``);
     ``ro_binds`` are extra host paths made visible read-only at the same place; ``preload`` the
-    modules warm workers import up front.
+    modules warm workers import up front; ``memory_cgroup`` whether each worker gets a memory cgroup
+    (None: where the machine allows; True: refuse to start without; False: never).
     """
 
     name = "local"
@@ -141,10 +167,12 @@ class LocalSandbox(BaseSandbox):
         preload: Union[str, Sequence[str]] = DEFAULT_PRELOAD,
         max_runs_per_worker: Optional[int] = 1000,
         seccomp: bool = True,
+        memory_cgroup: Optional[bool] = None,
     ) -> None:
         super().__init__(limits)
         self.isolation = resolve_isolation(isolation)
         self.seccomp = seccomp
+        self._cgroups, self.memory_accounting = self._memory_cgroups(memory_cgroup)
         if self.isolation == "none":
             warnings.warn(
                 "LocalSandbox(isolation='none') runs untrusted code WITHOUT any isolation: only rlimits "
@@ -166,6 +194,19 @@ class LocalSandbox(BaseSandbox):
                 max_runs_per_worker=max_runs_per_worker,
                 name=self.name,
             )
+
+    @staticmethod
+    def _memory_cgroups(wanted: Optional[bool]) -> Tuple[Optional[CgroupTree], str]:
+        """Where workers' memory cgroups go (None: per-process limits only), and a line saying which."""
+        if wanted is False:
+            return None, "per process (RLIMIT_AS): memory_cgroup=False"
+        tree, why_not = find_tree()
+        if tree is not None:
+            return tree, tree.describe()
+        if wanted:
+            raise SandboxUnavailable(f"memory_cgroup=True, but {why_not}")
+        logger.info("sandbox memory is limited per process only: %s", why_not)
+        return None, f"per process (RLIMIT_AS): {why_not}"
 
     # -- launching --------------------------------------------------------------------------------
     def _supervisor_args(
@@ -189,8 +230,11 @@ class LocalSandbox(BaseSandbox):
             args.append("--no-seccomp")
         return args
 
+    def _scratch_mb(self) -> int:
+        return int(self.limits.scratch_mb or 128)
+
     def _bwrap_argv(self, mode: str) -> Tuple[List[str], Optional[Callable[[], None]]]:
-        scratch_bytes = (self.limits.scratch_mb or 256) * 1024 * 1024
+        scratch_bytes = self._scratch_mb() * 1024 * 1024
         argv = [
             "bwrap",
             "--unshare-all",
@@ -272,7 +316,7 @@ class LocalSandbox(BaseSandbox):
         # /dev, a size-limited /sandbox owned by the program's user; see RootBuilder in
         # supervisor.py), pivots into it, and runs programs as the worker's own unprivileged uid.
         setup = {
-            "size_mb": int(self.limits.scratch_mb or 128),
+            "size_mb": self._scratch_mb(),
             "etc_files": list(ETC_FILES),
             "ro_binds": [*self.ro_binds, *self._python_binds()],
         }
@@ -310,9 +354,18 @@ class LocalSandbox(BaseSandbox):
             argv, base = self._none_argv(mode)
             preexec = None
             cleanup = lambda: shutil.rmtree(base, ignore_errors=True)  # noqa: E731
-        channel = ProcessChannel(argv, env=env, preexec_fn=preexec, cwd="/", on_kill=cleanup)
+        cgroup = self._cgroups.new_worker(self._scratch_mb()) if self._cgroups is not None else None
+        if cgroup is not None:
+            preexec = _joining(cgroup, preexec)
+            cleanup = _both(cleanup, cgroup.remove)
         try:
-            return SupervisorWorker(channel, expect_ready=(mode == "serve"))
+            channel = ProcessChannel(argv, env=env, preexec_fn=preexec, cwd="/", on_kill=cleanup)
+        except BaseException:
+            if cleanup is not None:
+                cleanup()
+            raise
+        try:
+            return SupervisorWorker(channel, expect_ready=(mode == "serve"), cgroup=cgroup)
         except Exception:
             channel.kill()
             raise

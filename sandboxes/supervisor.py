@@ -730,6 +730,7 @@ class Supervisor:
                         pass
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
+            prefer_as_oom_victim()
             if self.run_as is not None:
                 os.setgroups([])
                 os.setgid(self.run_as[1])
@@ -1189,6 +1190,19 @@ def classify(result, reason, limits):
             name = str(sig)
         return "killed", "killed by signal %s" % name
     return "error", "exited with code %s" % result["exit_code"]
+
+
+def prefer_as_oom_victim():
+    """The kernel's first pick when the worker's memory cgroup is full: the program, not its supervisor
+    (raising one's own score needs no privilege; before a drop of uid, while /proc/self is still writable)."""
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def kill_group(pid):

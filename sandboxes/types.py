@@ -68,7 +68,8 @@ class Limits:
     """Resource limits of one run, always in force.
 
     ``wall_s`` bounds real time, ``cpu_s`` CPU time (RLIMIT_CPU), ``memory_mb`` the address space
-    (RLIMIT_AS; the container's memory in the docker backend), ``processes`` the number of processes
+    (RLIMIT_AS; the container's memory in the docker backend; in the local backends, where a memory
+    cgroup can be made, also the worker's whole memory, plus its tmpfs and the supervisor's share), ``processes`` the number of processes
     and threads (RLIMIT_NPROC inside the sandbox's own user namespace; the pids limit in docker),
     ``output_bytes`` stdout and stderr each, ``file_size_mb`` any single written file
     (RLIMIT_FSIZE), ``scratch_mb`` the private writable folder and /tmp together.

@@ -21,9 +21,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
+
+if TYPE_CHECKING:
+    from skygym_sandboxes.cgroups import WorkerCgroup
 
 HEADER = struct.Struct(">I")
 SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text(encoding="utf-8")
@@ -242,8 +245,15 @@ class SupervisorWorker:
     supervisor that says it could not clean up) is killed at once and never used again.
     """
 
-    def __init__(self, channel: Channel, startup_timeout_s: float = 30.0, expect_ready: bool = True) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        startup_timeout_s: float = 30.0,
+        expect_ready: bool = True,
+        cgroup: Optional["WorkerCgroup"] = None,
+    ) -> None:
         self.channel = channel
+        self.cgroup = cgroup
         self.runs = 0
         self.broken = False
         if expect_ready:
@@ -315,6 +325,12 @@ class SupervisorWorker:
         request_id = secrets.token_hex(12)
         self.runs += 1
         failure: Optional[RunResult] = None
+        if self.cgroup is not None:
+            try:
+                self.cgroup.before_run(limits)
+            except OSError as exc:
+                self.kill()
+                return RunResult.sandbox_error(f"could not set the sandbox's memory limit: {exc}; it was torn down")
         try:
             self.channel.send(encode_request(request, limits, request_id))
             result = self._read_reply(request_id, limits, list(request.fetch_files), deadline, cancel)
@@ -346,10 +362,10 @@ class SupervisorWorker:
         if failure is not None:
             self.broken = True
             self.channel.kill()
-            return failure
-        if self.broken:
+            result = failure
+        elif self.broken:
             self.channel.kill(grace_s=1.0)
-        return result
+        return result if self.cgroup is None else self.cgroup.judge(result, limits)
 
     def alive(self) -> bool:
         return not self.broken and self.channel.alive()
@@ -513,10 +529,16 @@ class WarmPool:
                 self._cond.wait(deadline - time.monotonic())
             return len(self._all) >= self.size
 
-    def close(self) -> None:
+    def close(self, patience_s: float = 10.0) -> None:
+        """Stop every worker, and wait (up to ``patience_s``) for those still starting to be stopped
+        too, so that a closed pool leaves no process or cgroup behind."""
         with self._cond:
             self._closed = True
             workers, self._all, self._idle = list(self._all), [], []
             self._cond.notify_all()
         for worker in workers:
             worker.kill(grace_s=1.0)
+        deadline = time.monotonic() + patience_s
+        with self._cond:
+            while self._starting and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
