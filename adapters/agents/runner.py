@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -132,10 +133,6 @@ class AgentRunner:
         self, cfg: Union[AgentConfig, Mapping[str, Any]], infer_engine: Any = None, tokenizer: Any = None
     ) -> None:
         self.cfg = parse_agent_config(cfg)
-        g = self.cfg.generator
-        template_kwargs = (
-            {} if g.qwen3_enable_thinking is None else {"enable_thinking": g.qwen3_enable_thinking}
-        )
         self.traj_cls, self.agent_cls = resolve_agent(self.cfg.agent_cls)
         self.task = resolve_task(self.cfg.task)
         if self.cfg.dispatcher.type not in DISPATCHER_REGISTRY:
@@ -145,11 +142,9 @@ class AgentRunner:
             )
         self.tools = list(self.cfg.tools) or list(getattr(self.agent_cls, "default_tools", []))
         build_tools(self.tools)  # names checked now, not on the first trajectory
-        self.backend = build_backend(
-            g.infer_backend, g.backend_config, infer_engine, tokenizer, chat_template_kwargs=template_kwargs
-        )
+        self.infer_engine = infer_engine
         self.tokenizer = tokenizer
-        self.chat_template_kwargs = template_kwargs
+        self._build_backend()  # now, so that a bad backend config fails here
         self.trajectories: Dict[Any, Dict[int, BaseTrajectory]] = {}
         self._executor: Optional[ThreadPoolExecutor] = None
         self._warned_env_classes: set = set()
@@ -158,6 +153,30 @@ class AgentRunner:
     def from_task(cls, task: str, infer_engine: Any = None, tokenizer: Any = None) -> "AgentRunner":
         """A runner from a YAML path, or the name of a shipped config."""
         return cls(load_agent_config(task), infer_engine, tokenizer)
+
+    def _backend_settings(self) -> Tuple[Any, ...]:
+        g = self.cfg.generator
+        return (g.infer_backend, copy.deepcopy(dict(g.backend_config or {})), g.qwen3_enable_thinking)
+
+    def _build_backend(self) -> None:
+        g = self.cfg.generator
+        self.chat_template_kwargs = (
+            {} if g.qwen3_enable_thinking is None else {"enable_thinking": g.qwen3_enable_thinking}
+        )
+        self.backend = build_backend(
+            g.infer_backend, g.backend_config, self.infer_engine, self.tokenizer,
+            chat_template_kwargs=self.chat_template_kwargs,
+        )
+        self._backend_built_from = self._backend_settings()
+
+    async def _backend_as_configured(self) -> None:
+        """Build the backend again when ``cfg.generator``'s backend settings changed since it was built (e.g.
+        ``runner.cfg.generator.backend_config.update(base_url=...)`` after ``from_task``): they were silently
+        ignored, and every request went to the YAML's URL."""
+        if self._backend_settings() != self._backend_built_from:
+            old = self.backend
+            self._build_backend()
+            await old.aclose()
 
     # ------------------------------------------------------------------ batches
     def _rows(self, batch: Any) -> List[Dict[str, Any]]:
@@ -322,6 +341,7 @@ class AgentRunner:
         on_trajectory_done: Optional[Callable[[BaseTrajectory], None]],
         sampling_override: Optional[Mapping[str, Any]] = None,
     ) -> Dict[str, Any]:
+        await self._backend_as_configured()
         if not val_mode and not getattr(self.backend, "token_level", False):
             raise AgentConfigError(
                 f"training output needs token ids, which infer_backend "

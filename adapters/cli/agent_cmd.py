@@ -127,8 +127,12 @@ def run_eval(args: argparse.Namespace) -> int:
                     "error",
                     "eval_error",
                     "num_turns",
+                    "results",
                 )
             }
+            task_result = result.get("results")
+            if isinstance(task_result, dict) and isinstance(task_result.get("git_patch"), str):
+                line["model_patch"] = task_result["git_patch"]  # SWE-bench's name: the file is a predictions file
             handle.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
     print(f"wrote {len(out['results'])} trajectories to {output}")
     if args.summary_json:

@@ -14,9 +14,10 @@ python "$HERE/replay_gold.py" "$OUT/instances.jsonl"     # a scripted agent thro
 python "$HERE/make_rows.py" "$OUT/instances.jsonl" "$OUT/rows.jsonl" --max-turns 8
 
 if [ -n "${BASE_URL:-}" ]; then
-  # A chat model behind an OpenAI-compatible endpoint plays the tools.
-  skyrl-gym eval --data "$OUT/rows.jsonl" --engine remote --api chat --base-url "$BASE_URL" --model "${MODEL:?set MODEL}" \
-    --max-tokens 512 --max-turns 8 --env-config '{"output_cap": 4000}' --output "$OUT/eval_endpoint.jsonl"
+  # A chat model behind an OpenAI-compatible endpoint plays the tools, as native tool calls (the agent layer sends
+  # their schemas); MODEL is the name the server serves. The output is also a predictions file for `swe score`.
+  skyrl-gym agent eval swe_bench --data "$OUT/rows.jsonl" --base-url "$BASE_URL" --model "${MODEL:?set MODEL}" \
+    --output "$OUT/eval_endpoint.jsonl"
 else
   # The embedded 135M model: the pipeline runs; expect reward 0 from a model this small.
   skyrl-gym eval --data "$OUT/rows.jsonl" --engine hf --model smollm2-135m --max-tokens 128 --max-turns 8 --max-input-length 4096 \

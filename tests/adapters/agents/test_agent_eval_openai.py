@@ -167,7 +167,8 @@ def test_agent_eval_command_writes_one_line_per_trajectory(tmp_path, rows):
     assert list(elsewhere.iterdir()) == [] and f"trajectories to {output}" in proc.stdout
     lines = [json.loads(line) for line in output.read_text().splitlines()]
     assert [line["reward"] for line in lines] == [1.0, 0.0, 1.0, 0.0]
-    assert set(lines[0]) >= {"instance_id", "trajectory_id", "reward", "finish_reason", "messages", "error"}
+    assert set(lines[0]) >= {"instance_id", "trajectory_id", "reward", "finish_reason", "messages", "error", "results"}
+    assert "model_patch" not in lines[0]  # only SWE tasks' results carry a patch
     assert lines[1]["messages"][-1]["content"].endswith(
         str(int(rows[1]["reward_spec"]["ground_truth"].replace(",", "")) + 1)
     )

@@ -131,6 +131,19 @@ def test_react_agent_uses_a_native_tool_call_then_finishes_with_the_right_answer
     assert "call finish with it" in first["messages"][0]["content"]
 
 
+def test_backend_settings_edited_after_the_runner_was_made_take_effect_at_the_next_run():
+    """A cold run: `runner.cfg.generator.backend_config.update(base_url=...)` after `from_task` (as docs/agents.md
+    shows) was silently ignored, and every request went to the URL the runner was made with."""
+    runner = AgentRunner(react_config("http://127.0.0.1:9"))  # nothing listens there
+    with chat_server(lambda body: r"<finish>\boxed{42}</finish>") as server:
+        runner.cfg.generator.backend_config.update(base_url=server.url)
+        out = asyncio.run(runner.run([MATH_ROW], val_mode=True))
+        assert out["results"][0]["reward"] == 1.0 and len(server.requests) == 1
+        runner.cfg.generator.backend_config.update(base_url="http://127.0.0.1:9")
+        out = asyncio.run(runner.run([MATH_ROW], val_mode=True))
+    assert out["results"][0]["reward"] == 0.0 and "127.0.0.1:9" in str(out["results"][0])
+
+
 def test_a_wrong_answer_scores_zero_and_an_agent_that_never_finishes_stops_at_max_iterations():
     with chat_server(lambda body: r"<finish>\boxed{41}</finish>") as server:
         wrong = asyncio.run(AgentRunner(react_config(server.url)).run([MATH_ROW], val_mode=True))["results"][
