@@ -99,7 +99,9 @@ def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
     except Exception as exc:
         given = base_url or os.environ.get("DOCKER_HOST")
         hint = (f"an engine's address is a URL: unix://{given} for a socket, tcp://HOST:PORT for a port"
-                if given and "://" not in given else "start dockerd")
+                if given and "://" not in given else
+                "start dockerd (as root: `dockerd > /var/log/dockerd.log 2>&1 &`; `skyrl-gym doctor` checks it), or point "
+                "SKYGYM_DOCKER_HOST at an engine that runs (unix:///PATH/docker.sock)")
         where = given or "the default socket"
         raise SandboxUnavailable(f"cannot reach a Docker engine at {where} ({exc}); {hint}") from exc
     return client
@@ -107,6 +109,7 @@ def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
 
 # Engines that refused --storage-opt size (overlay2 needs xfs with pquota): their containers are watched.
 _DISK_QUOTA: "dict[Any, bool]" = {}
+_DISK_QUOTA_LOCK = threading.Lock()  # containers start at once: the first to learn it says it, once
 
 
 def _refuses_disk_quota(exc: Exception) -> bool:
@@ -253,7 +256,9 @@ class Container:
             self.client.images.get(image)
         except docker.errors.ImageNotFound:
             self._pool.shutdown(wait=False)
-            raise SandboxUnavailable(f"image {image!r} is not in the Docker engine; build it first") from None
+            raise SandboxUnavailable(
+                f"image {image!r} is not in the Docker engine; build it first (SWE instances' images: `skyrl-gym swe "
+                "build`; the code sandbox's: `skygym-sandboxes build-image`)") from None
         self.name = f"skygym-{kind}-{uuid.uuid4().hex[:12]}"
         self.gone_why = ""  # why the container was removed before its owner closed it
         # Variables every later command gets, over the container's own (an environment its image activates
@@ -288,11 +293,15 @@ class Container:
                     if not self.disk_quota or not _refuses_disk_quota(exc):
                         raise
                     self._remove_by_name()
-                    self.disk_quota = _DISK_QUOTA[engine] = False
-                    logger.warning(
-                        "the Docker engine cannot cap a container's disk (%s); each container may write "
-                        "files of at most %d MB, and one that writes more than that in all is removed",
-                        str(exc.explanation or exc)[:200], self.limits.disk_mb)
+                    self.disk_quota = False
+                    with _DISK_QUOTA_LOCK:
+                        first = _DISK_QUOTA.get(engine, True)
+                        _DISK_QUOTA[engine] = False
+                    if first:
+                        logger.warning(
+                            "the Docker engine cannot cap a container's disk (%s); each container may write "
+                            "files of at most %d MB, and one that writes more than that in all is removed",
+                            str(exc.explanation or exc)[:200], self.limits.disk_mb)
                     self._container = self.client.containers.run(image, KEEPALIVE, **options)
         except BaseException:
             self._remove_by_name()  # created but not started: it still has a name

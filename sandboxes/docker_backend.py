@@ -160,7 +160,9 @@ class DockerSandbox(BaseSandbox):
             )
             self.client.ping()
         except Exception as exc:
-            raise SandboxUnavailable(f"cannot reach a Docker engine ({exc}); start dockerd") from exc
+            raise SandboxUnavailable(
+                f"cannot reach a Docker engine ({exc}); start dockerd (as root: `dockerd > /var/log/dockerd.log 2>&1 &`;"
+                " `skyrl-gym doctor` checks it)") from exc
         self.image = image or DEFAULT_TAG
         if not image_exists(self.client, self.image):
             raise SandboxUnavailable(f"image {self.image!r} not found; build it with `skygym-sandboxes build-image`")

@@ -94,7 +94,11 @@ class RemoteEngine(BaseInferenceEngine):
             async with session.post(self.root_url + path, json=payload) as response:
                 body = await response.text()
                 if response.status >= 400:
-                    raise EngineError(f"POST {path} -> HTTP {response.status}: {body[:500]}")
+                    hint = ""
+                    if path == "/v1/completions" and response.status in (404, 405):
+                        hint = ("; the server has no completions API: for a chat-only server use api='chat' "
+                                "(skyrl-gym eval --api chat)")
+                    raise EngineError(f"POST {path} -> HTTP {response.status}: {body[:500]}{hint}")
                 if not body:
                     return None
                 try:

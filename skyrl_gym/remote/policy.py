@@ -267,7 +267,8 @@ def effective_env_config(
         raise PolicyError(
             f"env {env_id!r} needs the operator's {', '.join(missing)} on a server "
             f"({OPERATOR_KEYS.get(missing[0], 'set by the operator')}); "
-            f"this server was started without it (serve-env --env-config FILE)"
+            f"this server was started without it: serve-env --env-config FILE, where FILE holds "
+            + f"{{{json.dumps(env_id)}: {{{json.dumps(missing[0])}: ...}}}} (docs/remote-envs.md)"
         )
     rules = client_rules(env_id, creator)
     env_defaults = getattr(creator, "config_defaults", None) or {}

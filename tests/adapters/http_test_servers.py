@@ -143,6 +143,8 @@ def make_canned_openai_app(state: Dict[str, Any]) -> Any:
 
     @app.post("/v1/completions")
     async def completions(body: Dict[str, Any]) -> Any:
+        if state.get("chat_only"):  # a server without the completions API, as many hosted ones are
+            return JSONResponse({"detail": "Not Found"}, status_code=404)
         return await answer()
 
     @app.post("/v1/chat/completions")

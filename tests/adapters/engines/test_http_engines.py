@@ -165,6 +165,19 @@ async def test_remote_engine_refuses_an_answer_that_is_not_a_reply(canned: Any, 
         await engine.aclose()
 
 
+async def test_a_chat_only_server_is_named_as_such(canned: Any, tokenizer: Any) -> None:
+    """A cold run: a 404 from /v1/completions said only the status, not that --api chat was the way."""
+    url, state = canned
+    state.update(chat_only=True, answer=CHAT_FORMAT)
+    engine = RemoteEngine(url, tokenizer)
+    try:
+        with pytest.raises(EngineError, match=r"HTTP 404.*no completions API: .*skyrl-gym eval --api chat"):
+            await engine.generate([prompt(tokenizer, "2*3?")], GREEDY)
+    finally:
+        state.pop("chat_only")
+        await engine.aclose()
+
+
 async def test_remote_engine_reads_an_empty_text_as_an_empty_reply_and_bad_logprobs_as_none(
         canned: Any, tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
     url, state = canned
