@@ -60,3 +60,17 @@ def test_eval_openai_script_scores_the_tool_agent_through_a_chat_server(tmp_path
     assert [r["reward"] for r in results] == [0.0 if a % 2 else 1.0 for a in firsts]
     assert [r["num_turns"] for r in results] == [1 if a % 2 else 2 for a in firsts]
     assert 0 < sum(a % 2 for a in firsts) < 6  # both kinds of answer are in the six rows
+
+
+def test_token_backend_example_runs_the_embedded_model_offline(embedded_model, tmp_path):
+    """examples/agents/token_backend.py: the token backend's recipe, runnable as it stands (a cold run found no
+    runnable Python example for it)."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples/agents/token_backend.py"), "--rows", "2"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rewards = re.search(r"trajectory rewards: \[(.*)\]", proc.stdout)
+    assert rewards and len(rewards.group(1).split(",")) == 2, proc.stdout
+    tokens = re.search(r"loss-masked tokens \(the model's own\): \[(\d+), (\d+)\]", proc.stdout)
+    assert tokens and all(int(count) > 0 for count in tokens.groups()), proc.stdout
