@@ -33,6 +33,14 @@ from skygym_sandboxes.types import Limits, RunResult, Status
 # What the worker itself holds beside the program: the launcher, the supervisor with its preloaded
 # modules (about 25 MB resident) and page cache of the files runs read.
 SUPERVISOR_ALLOWANCE_MB = 128
+# Memory a run may leave charged to its worker, beyond what the idle worker held, before the worker is retired: the
+# kernel frees some objects only later (sockets that carry each other's descriptors wait for its garbage collector,
+# 238 MB of them for seconds), and the next run would find its room taken ("memory" for an honest program).
+LEFTOVER_MB = 32
+LEFTOVER_PATIENCE_S = 0.5
+# Socket buffers of TCP and UDP, which cgroup v1 counts apart from memory (memory.kmem.tcp): without a limit of
+# their own, 40 loopback connections held 419 MB beside a worker limited to 288 MB.
+TCP_BUFFERS_MB = 64
 TREE_NAME = "skyrl-sandbox"
 UNLIMITED = "max"
 
@@ -104,7 +112,11 @@ class CgroupTree:
         """A cgroup for a worker whose two tmpfs hold ``scratch_mb`` each."""
         path = self.path / f"{os.getpid()}-{secrets.token_hex(4)}"
         path.mkdir(mode=0o755)
-        return WorkerCgroup(self.version, path, scratch_mb)
+        cgroup = WorkerCgroup(self.version, path, scratch_mb)
+        tcp = path / "memory.kmem.tcp.limit_in_bytes"
+        if self.version == 1 and tcp.exists():
+            _write(tcp, str(TCP_BUFFERS_MB << 20))
+        return cgroup
 
     def remove_own(self) -> None:
         """At exit: remove this process's worker cgroups (killing what is left in them), then the tree
@@ -132,10 +144,8 @@ class CgroupTree:
             owner = entry.name.split("-", 1)[0]
             if not entry.is_dir() or not owner.isdigit() or _alive(int(owner)):
                 continue
-            try:
-                entry.rmdir()
-            except OSError:
-                pass  # still holds processes: a later sweep takes it
+            # a worker whose owner was killed (an unshare worker may run on until its run's wall limit) goes too
+            WorkerCgroup(self.version, entry).remove(patience_s=0.5)
 
 
 def _alive(pid: int) -> bool:
@@ -225,6 +235,7 @@ class WorkerCgroup:
         self._limit_bytes: Optional[int] = None
         self._oom_kills = 0
         self._final_oom_kills: Optional[int] = None  # read just before the cgroup was removed
+        self._idle_bytes: Optional[int] = None  # what the ready worker held, page cache aside
 
     def join(self) -> None:
         """Move the calling process in (for ``preexec_fn``: before the launcher execs or drops root)."""
@@ -258,6 +269,40 @@ class WorkerCgroup:
         if limits.memory_mb is None:
             return None
         return int(limits.memory_mb) + 2 * int(self.scratch_mb) + SUPERVISOR_ALLOWANCE_MB
+
+    def _usage_bytes(self) -> int:
+        text = _read(str(self.path / ("memory.current" if self.version == 2 else "memory.usage_in_bytes")))
+        return int(text) if text.strip().isdigit() else 0
+
+    def held_bytes(self) -> int:
+        """What the cgroup holds, less the page cache of files, which the kernel takes back when it needs to."""
+        usage = self._usage_bytes()
+        names = ("active_file", "inactive_file") if self.version == 2 else ("total_active_file", "total_inactive_file")
+        cache = 0
+        for line in _read(str(self.path / "memory.stat")).splitlines():
+            key, _, value = line.partition(" ")
+            if key in names and value.strip().isdigit():
+                cache += int(value)
+        return max(0, usage - cache)
+
+    def mark_idle(self) -> None:
+        """Note what the ready worker holds: the bar a run's leftovers are measured against."""
+        self._idle_bytes = self.held_bytes()
+
+    def left_room(self, patience_s: float = LEFTOVER_PATIENCE_S) -> bool:
+        """Whether the worker, after a run, holds at most :data:`LEFTOVER_MB` more than when it was idle (waiting up
+        to ``patience_s`` for the kernel to free what it frees late); False: retire it."""
+        if self._idle_bytes is None:
+            return True
+        bar = self._idle_bytes + (LEFTOVER_MB << 20)
+        if self._usage_bytes() <= bar:  # the common case: one read, no memory.stat
+            return True
+        deadline = time.monotonic() + patience_s
+        while self.held_bytes() > bar:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     def oom_kills(self) -> int:
         """Processes the kernel killed here for want of memory, so far."""

@@ -44,6 +44,7 @@ import logging
 import os
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -59,6 +60,7 @@ from skygym_sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, Supervis
 logger = logging.getLogger(__name__)
 
 NOBODY = (65534, 65534)
+PR_SET_PDEATHSIG = 1
 # Programs of the unshare fallback (and of docker containers) run in the host's user namespace,
 # where RLIMIT_NPROC counts every process of a uid machine-wide. Each worker therefore gets a uid of
 # its own from this range: its process limit is its own, and its cleanup kill(-1) reaches only it.
@@ -136,6 +138,21 @@ def _both(first: Optional[Callable[[], None]], second: Callable[[], None]) -> Ca
         second()
 
     return cleanup
+
+
+def _dying_with_parent() -> Callable[[], None]:
+    """A ``preexec_fn`` for the unshare launcher: killed with the thread that started it (bubblewrap has
+    ``--die-with-parent``; without it a killed caller left an unshare worker running until its run's wall limit).
+    The libc function is found here, in the parent: a forked child of a threaded process loads nothing."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def preexec() -> None:
+        if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+    return preexec
 
 
 def _drop_to_nobody() -> None:
@@ -337,7 +354,7 @@ class LocalSandbox(BaseSandbox):
             "--cgroup",
             *args,
         ]
-        return argv, None
+        return argv, _dying_with_parent()
 
     def _none_argv(self, mode: str) -> Tuple[List[str], str]:
         base = tempfile.mkdtemp(prefix="sandbox-none-")

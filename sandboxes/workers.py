@@ -260,6 +260,8 @@ class SupervisorWorker:
             hello = self._recv_json(time.monotonic() + startup_timeout_s, None)
             if not hello.get("ready"):
                 raise WorkerDied(f"the sandbox worker sent {hello!r} instead of its ready message")
+            if cgroup is not None:
+                cgroup.mark_idle()
 
     def _recv_json(self, deadline: Optional[float], cancel: Optional[threading.Event]) -> Dict[str, Any]:
         (size,) = HEADER.unpack(self.channel.recv_exact(HEADER.size, deadline, cancel))
@@ -363,7 +365,9 @@ class SupervisorWorker:
             self.broken = True
             self.channel.kill()
             result = failure
-        elif self.broken:
+        elif self.cgroup is not None and not self.cgroup.left_room():
+            self.broken = True  # the run left memory charged to the worker: the next run would not find its room
+        if self.broken and failure is None:
             self.channel.kill(grace_s=1.0)
         return result if self.cgroup is None else self.cgroup.judge(result, limits)
 

@@ -15,6 +15,7 @@ import pytest
 from skygym_sandboxes import Limits, RunRequest
 from skygym_sandboxes.cgroups import (
     SUPERVISOR_ALLOWANCE_MB,
+    TCP_BUFFERS_MB,
     WorkerCgroup,
     _cgroup_mounts,
     _inside,
@@ -155,3 +156,53 @@ def test_memory_cgroup_false_keeps_per_process_limits():
         assert sandbox.run(RunRequest(code="print(1)")).ok
     finally:
         sandbox.close()
+
+
+# Unix sockets that carry each other's descriptors: closed, they wait for the kernel's garbage collector, which frees
+# them seconds later (an attacker's pass: 238 MB left charged, and the next honest run reported "memory")
+SOCKET_CYCLES = r"""
+import array, socket
+for _ in range(28):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    a.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno(), a.fileno()]))])
+    a.setblocking(False)
+    try:
+        while True:
+            a.send(b"y" * 65536)
+    except BlockingIOError:
+        pass
+    a.close()
+    b.close()
+print("left")
+"""
+HONEST = "block = bytearray(48 << 20)\nprint(6 * 7)"
+
+
+def test_memory_a_run_leaves_charged_to_its_worker_never_reaches_the_next_run(box):
+    for _ in range(3):
+        box.run(RunRequest(code=SOCKET_CYCLES))
+        honest = box.run(RunRequest(code=HONEST))
+        assert honest.ok and honest.stdout == "42\n", (honest.status, honest.message)
+    # a hostile run under a larger limit of its own: the honest run's lower limit must still be set
+    box.run(RunRequest(code=SOCKET_CYCLES, limits=Limits(memory_mb=512, wall_s=20, cpu_s=20, processes=32)))
+    honest = box.run(RunRequest(code=HONEST))
+    assert honest.ok and honest.stdout == "42\n", (honest.status, honest.message)
+
+
+def test_the_program_not_its_supervisor_is_the_kernels_first_pick(box):
+    result = box.run(RunRequest(code="print(open('/proc/self/oom_score_adj').read().strip())"))
+    assert result.ok and result.stdout == "1000\n", (result.status, result.stdout, result.stderr[-300:])
+
+
+def test_tcp_buffers_count_against_a_limit_of_their_own():
+    tree = _tree_or_skip()
+    if tree.version != 1:
+        pytest.skip("cgroup v2 counts socket buffers in memory.current: there is no separate TCP limit to check")
+    cgroup = tree.new_worker(scratch_mb=16)
+    try:
+        limit = int((cgroup.path / "memory.kmem.tcp.limit_in_bytes").read_text())
+        assert limit == TCP_BUFFERS_MB << 20
+    finally:
+        cgroup.remove()
