@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from skygym_sandboxes.types import Limits, RunResult, Status
+from skygym_sandboxes.workers import pid_alive
 
 # What the worker itself holds beside the program: the launcher, the supervisor with its preloaded
 # modules (about 25 MB resident) and page cache of the files runs read.
@@ -142,20 +143,10 @@ class CgroupTree:
             return
         for entry in entries:
             owner = entry.name.split("-", 1)[0]
-            if not entry.is_dir() or not owner.isdigit() or _alive(int(owner)):
+            if not entry.is_dir() or not owner.isdigit() or pid_alive(int(owner)):
                 continue
             # a worker whose owner was killed (an unshare worker may run on until its run's wall limit) goes too
             WorkerCgroup(self.version, entry).remove(patience_s=0.5)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _tree_lock = threading.Lock()
