@@ -36,8 +36,10 @@ from skygym_sandboxes.workers import pid_alive
 SUPERVISOR_ALLOWANCE_MB = 128
 # Memory a run may leave charged to its worker, beyond what the idle worker held, before the worker is retired: the
 # kernel frees some objects only later (sockets that carry each other's descriptors wait for its garbage collector,
-# 238 MB of them for seconds), and the next run would find its room taken ("memory" for an honest program).
-LEFTOVER_MB = 32
+# 238 MB of them for seconds), and the next run would find its room taken ("memory" for an honest program). Half the
+# supervisor's allowance: an honest run's caches stay under it (200,000 lookups of missing files left 38 MB of
+# negative dentries), and the next run still finds its memory_mb and more.
+LEFTOVER_MB = 64
 LEFTOVER_PATIENCE_S = 0.5
 # Socket buffers of TCP and UDP, which cgroup v1 counts apart from memory (memory.kmem.tcp): without a limit of
 # their own, 40 loopback connections held 419 MB beside a worker limited to 288 MB.

@@ -113,6 +113,10 @@ DENIED_SYSCALLS_X86_64 = {
     # System V shared memory outlives the mapping that RLIMIT_AS counts (a program held 1 GiB under memory_mb=128),
     # and message queues hold up to msgmni x msgmnb more; semaphores hold next to nothing and stay allowed
     "shmget": 29, "msgget": 68,
+    # classic BPF filters are JIT-compiled into one host-wide budget (net.core.bpf_jit_limit) that no memory cgroup
+    # counts: a program that filled it with socket filters made every other run's seccomp install fail (an
+    # attacker's pass); a program's own seccomp filters draw on it too (prctl(PR_SET_SECCOMP) is refused below)
+    "seccomp": 317,
 }
 # Calls that act on the process their first argument names (0: the caller). A program of the supervisor's uid
 # (bubblewrap's) lowered the supervisor's hard limits and set it SCHED_IDLE, nice 19 and one CPU with them, and
@@ -122,6 +126,10 @@ SELF_ONLY_SYSCALLS_X86_64 = {
     "move_pages": 279, "sched_setattr": 314,
 }
 PRLIMIT64_X86_64 = 302  # the caller's own limits, or any process's read (new_limit NULL)
+PRCTL_X86_64, PR_SET_SECCOMP = 157, 22
+SETSOCKOPT_X86_64, SOL_SOCKET = 54, 1
+# SO_ATTACH_FILTER, SO_ATTACH_BPF, SO_ATTACH_REUSEPORT_CBPF, SO_ATTACH_REUSEPORT_EBPF: a BPF program on a socket
+BPF_SOCKET_OPTIONS = (26, 50, 51, 52)
 SETPRIORITY_X86_64 = 141  # (which, who, prio): PRIO_PROCESS (0) of the caller (0) only, never a group or a user
 IOPRIO_SET_X86_64 = 251  # (which, who, ioprio): IOPRIO_WHO_PROCESS (1) of the caller (0) only
 IOPRIO_GET_X86_64 = 252
@@ -159,6 +167,8 @@ def seccomp_program():
     code.append((jeq, "no_sys", None, CLONE3_X86_64))
     code.append((jeq, "family", None, SOCKET_X86_64))
     code.append((jeq, "family", None, SOCKETPAIR_X86_64))
+    code.append((jeq, "sockopt", None, SETSOCKOPT_X86_64))
+    code.append((jeq, "prctl", None, PRCTL_X86_64))
     code.append((jeq, None, "allow", CLONE_X86_64))
     code.append((ld, None, None, 16))  # low 32 bits of clone's flags (args[0])
     code.append((jset, "deny", "allow", CLONE_NAMESPACE_FLAGS))
@@ -176,6 +186,10 @@ def seccomp_program():
     code += ["priority", (ld, None, None, 16), (jeq, None, "deny", 0), (ld, None, None, 24), (jeq, "allow", "deny", 0)]
     code += ["io_priority", (ld, None, None, 16), (jeq, None, "deny", 1), (ld, None, None, 24),
              (jeq, "allow", "deny", 0)]
+    # setsockopt(fd, level, optname, ...): no BPF program on a socket (level SOL_SOCKET, one of those options)
+    code += ["sockopt", (ld, None, None, 24), (jeq, None, "allow", SOL_SOCKET), (ld, None, None, 32)]
+    code += [(jeq, "deny", None, option) for option in BPF_SOCKET_OPTIONS] + [(ret, None, None, allow)]
+    code += ["prctl", (ld, None, None, 16), (jeq, "deny", "allow", PR_SET_SECCOMP)]
     code += ["allow", (ret, None, None, allow), "deny", (ret, None, None, deny)]
     code += ["no_sys", (ret, None, None, no_sys)]
     labels, instructions = {}, []
@@ -758,10 +772,12 @@ class Supervisor:
             os.lseek(stdin_fd, 0, os.SEEK_SET)
             os.dup2(stdin_fd, 0)
             set_rlimits(limits)
+            if self.seccomp is not None:
+                # before READY: a filter the kernel refused (its BPF budget spent) fails the run as the sandbox's
+                # error, never as the program's
+                self.seccomp()
             os.write(ready_w, READY)
             os.closerange(3, 1 << 16)
-            if self.seccomp is not None:
-                self.seccomp()
             env = {
                 "PATH": DEFAULT_PATH,
                 "HOME": self.work,

@@ -357,6 +357,13 @@ LIMIT = (ctypes.c_uint64 * 2)(*__import__("resource").getrlimit(7))  # RLIMIT_NO
 CPUS = (ctypes.c_ulong * 16)()
 libc.syscall(ctypes.c_long(204), 0, ctypes.sizeof(CPUS), ctypes.addressof(CPUS))  # sched_getaffinity: ours
 
+class Fprog(ctypes.Structure):  # struct sock_fprog: one instruction, "accept everything"
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+ACCEPT = ctypes.create_string_buffer(__import__("struct").pack("=HBBI", 0x06, 0, 0, 0x7FFF0000), 8)
+FPROG = Fprog(1, ctypes.cast(ACCEPT, ctypes.c_void_p))
+SOCK = __import__("socket").socket(__import__("socket").AF_UNIX, __import__("socket").SOCK_DGRAM)
+ACTION = ctypes.c_uint32(0x7FFF0000)
+
 def call(nr, *args):
     # in a child of its own, so a call that gets through (a new namespace, being traced) changes nothing here
     pid = os.fork()
@@ -377,6 +384,13 @@ probes = {
     "memfd_create": call(319, ctypes.addressof(NAME), 0),
     "shmget(IPC_PRIVATE)": call(29, 0, 4096, 0o600),
     "msgget(IPC_PRIVATE)": call(68, 0, 0o600),
+    # classic BPF is JIT-compiled into one host-wide budget no cgroup counts: a program that spent it on socket
+    # filters made every other run's seccomp install fail
+    "setsockopt(SO_ATTACH_FILTER)": call(54, SOCK.fileno(), 1, 26, ctypes.addressof(FPROG), ctypes.sizeof(FPROG)),
+    "setsockopt(SO_ATTACH_REUSEPORT_CBPF)": call(54, SOCK.fileno(), 1, 51, ctypes.addressof(FPROG),
+                                                 ctypes.sizeof(FPROG)),
+    "prctl(PR_SET_SECCOMP)": call(157, 22, 2, ctypes.addressof(FPROG), 0, 0),
+    "seccomp(GET_ACTION_AVAIL)": call(317, 2, 0, ctypes.addressof(ACTION)),
     # on another process (the probe's own, from the child call() forks): reads or sets only what it already has
     "prlimit64(another)": call(302, os.getpid(), 7, ctypes.addressof(LIMIT), 0),
     "sched_setaffinity(another)": call(203, os.getpid(), ctypes.sizeof(CPUS), ctypes.addressof(CPUS)),
@@ -396,6 +410,8 @@ ordinary = {
     "thread": True,
     "fork": os.waitpid(pid, 0)[1] >> 8,
     "subprocess": subprocess.run(["/bin/echo", "hi"], capture_output=True, text=True).stdout.strip(),
+    "other socket options": call(54, SOCK.fileno(), 1, 7, ctypes.addressof(ctypes.c_int(1 << 16)), 4) == "ok",  # SO_SNDBUF
+    "other prctl": call(157, 15, ctypes.addressof(NAME), 0, 0, 0) == "ok",  # PR_SET_NAME
 }
 print(json.dumps({"probes": probes, "ordinary": ordinary}))
 """
@@ -409,7 +425,8 @@ def test_kernel_interfaces_are_denied_by_seccomp(sandbox):
     assert result.status == Status.OK, (result.status, result.stderr)
     report = json.loads(result.stdout)
     assert report["probes"] == {name: "EPERM" for name in report["probes"]}, report["probes"]
-    assert report["ordinary"] == {"thread": True, "fork": 7, "subprocess": "hi", "read another's limits": True}
+    assert report["ordinary"] == {"thread": True, "fork": 7, "subprocess": "hi", "read another's limits": True,
+                                  "other socket options": True, "other prctl": True}
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
@@ -431,3 +448,4 @@ def test_without_seccomp_the_probes_get_through(tmp_snapshot):
     assert probes["unshare(CLONE_NEWUSER)"] == "ok"
     # the program has the supervisor's uid under bubblewrap: without the filter it may set another's limits
     assert probes["memfd_create"] == probes["prlimit64(another)"] == probes["setpriority(PRIO_USER)"] == "ok"
+    assert probes["setsockopt(SO_ATTACH_FILTER)"] == probes["seccomp(GET_ACTION_AVAIL)"] == "ok"
