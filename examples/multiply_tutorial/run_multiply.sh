@@ -43,7 +43,7 @@ if [ "${1:-}" = "--check" ]; then ENTRY=(python -m skygym_train.entrypoints.main
   trainer.algorithm.use_kl_loss=true \
   generator.backend=vllm \
   generator.run_engines_locally=true \
-  generator.weight_sync_backend=nccl \
+  generator.weight_sync_backend=auto \
   generator.async_engine=true \
   generator.batched=false \
   generator.max_turns=5 \

@@ -29,6 +29,19 @@ def test_example_config_extends_verl_and_loads_our_reward_function(tiny_model_di
     assert reward_fn(data_source="openai/gsm8k", solution_str="... #### 18", ground_truth="18", extra_info={}) == 1.0
 
 
+def test_example_config_passes_verls_own_check(tiny_model_dir):
+    """A cold run: run_gsm8k.sh stopped in veRL's check of its config (no micro-batch size), on any hardware; the
+    test composed the config but never let veRL check it as main_ppo does first."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    from skygym_adapters.verl.local import compose_config
+
+    config = compose_config(tiny_model_dir, ["trainer.n_gpus_per_node=1"], config_dir=EXAMPLES,
+                            config_name="gsm8k_multi_turn")
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+
+
 def test_prepare_and_dry_run_on_local_gsm8k(tmp_path, gsm8k_test_file, tiny_model_dir, capsys):
     data = tmp_path / "gsm8k"
     assert _load("prepare_gsm8k.py")["main"](

@@ -508,3 +508,21 @@ def test_the_multiply_tutorials_cpu_script_runs_from_any_folder(tmp_path):
                           text=True, timeout=300, env=env)
     assert "No module named" not in done.stderr, done.stderr
     assert done.returncode == 2 and "trainer.no_such_key" in done.stderr, done.stderr
+
+
+def test_the_multiply_tutorials_gpu_script_passes_its_own_check(tmp_path):
+    """A cold run: `run_multiply.sh --check` refused the script's own `weight_sync_backend=nccl` (its engine shares
+    policy rank 0's GPU), on any machine: the GPU recipe could not start."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[3] / "examples" / "multiply_tutorial"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "DATA_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, str(folder / "multiply_dataset.py"), "--output_dir", str(tmp_path)], check=True,
+                   capture_output=True, timeout=120)
+    done = subprocess.run(["bash", str(folder / "run_multiply.sh"), "--check"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "configuration is valid" in done.stdout + done.stderr, done.stderr[-3000:]
