@@ -205,6 +205,12 @@ def check_model_name(name: Union[str, os.PathLike, None] = None) -> str:
             return "local"
         if any(path.glob("*.gguf")):
             return "gguf"
+        if (path / "trainer_state.pt").is_file() or (path.name == "policy" and (path / ".metadata").is_file()):
+            raise ModelResolutionError(
+                f"model folder {raw!r} is a training checkpoint (sharded state to resume from), not a model: evaluate "
+                "a Hugging Face export, which a run writes with trainer.hf_save_interval>0 (under trainer.export_path); "
+                "for a run that wrote none, the same command again with trainer.hf_save_interval=1 resumes at its "
+                "last step, trains nothing and writes one")
         raise ModelResolutionError(f"model folder {raw!r} has no config.json with weights and no .gguf file")
     looks_like_path = raw.startswith((".", "/", "~")) or raw.count("/") > 1 or raw.endswith(".gguf")
     if looks_like_path:

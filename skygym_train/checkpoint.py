@@ -304,6 +304,22 @@ def resume_folder(resume_mode: Optional[str], resume_path: Optional[str], ckpt_p
     return latest_checkpoint(Path(ckpt_path).expanduser())
 
 
+def resume_path_problem(resume_path: str) -> Optional[str]:
+    """What is wrong with ``trainer.resume_path`` as a checkpoint to go on from, or None. The root of a run's
+    checkpoints, given for one of its folders, gets the latest complete one named."""
+    folder = Path(resume_path).expanduser()
+    if _is_complete(folder):
+        return None
+    if not folder.is_dir():
+        return f"trainer.resume_path={resume_path}: no such folder"
+    complete = sorted(step for step in _saved_steps(folder) if _is_complete(step_dir(folder, step)))
+    if complete:
+        return (f"trainer.resume_path={resume_path}: the folder of a run's checkpoints, not one checkpoint; did you "
+                f"mean {step_dir(folder, complete[-1])} (its latest), or trainer.resume_mode=latest with "
+                f"trainer.ckpt_path={resume_path}?")
+    return f"trainer.resume_path={resume_path}: not a complete checkpoint (it holds no {TRAINER_STATE_FILE})"
+
+
 def latest_checkpoint(root: Path) -> Optional[Path]:
     """The complete folder the pointer names, or None when there is no pointer. Changes nothing on disk,
     so another process may call it while the trainer saves."""

@@ -10,7 +10,7 @@ from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 MODEL = os.environ.get("MODEL") or str(resolve_model("smollm2-135m").path)  # the embedded SmolLM2, no download
 GSM8K = os.environ.get("GSM8K_JSONL")  # a local GSM8K JSONL file; None reads the hub
 args = GRPOConfig(output_dir="outputs/trl", max_steps=2, per_device_train_batch_size=4, num_generations=2,
-                  max_completion_length=16, use_cpu=True, report_to="none")
+                  max_completion_length=16, use_cpu=True, report_to="none", save_strategy="no")  # no 1.6 GB checkpoints
 
 # Single turn: TRL generates, the gsm8k env scores (ground truth from the reward_spec column).
 rows = list(gsm8k_rows(GSM8K, limit=8))

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.nodes import BooleanNode, FloatNode, IntegerNode, StringNode
 from omegaconf.errors import OmegaConfBaseException
@@ -302,7 +303,13 @@ def read_config(
         if not path.exists():
             raise ConfigError(f"config file {path} does not exist")
         file_layer = len(layers)
-        layers.append(OmegaConf.load(path))
+        try:
+            loaded = OmegaConf.load(path)
+        except (yaml.YAMLError, OmegaConfBaseException, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {' '.join(str(exc).split())[:400]}") from None
+        if not isinstance(loaded, DictConfig):
+            raise ConfigError(f"config file {path} must hold a mapping of keys (section: values), not a list")
+        layers.append(loaded)
     refused: Dict[str, str] = {}
     if overrides:
         if isinstance(overrides, Mapping):

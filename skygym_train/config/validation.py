@@ -129,6 +129,13 @@ def config_warnings(cfg: Any, has_cuda: Optional[bool] = None) -> List[str]:
     out: List[str] = []
     if t.strategy == "fsdp":
         out.append("trainer.strategy=fsdp: the bundled trainer runs FSDP2 (fully_shard) for both fsdp and fsdp2")
+    if g.backend == "vllm" and engines_are_ray_actors(cfg):
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:  # an engine in this process is refused instead (trainer.py)
+            out.append("generator.backend=vllm: vLLM is not installed on this node; the engine actors need it on "
+                       "the nodes they run on (a single machine: pip install 'skyrl-gym[vllm]', or "
+                       "generator.backend=hf)")
     # (an engine in the trainer's process, the default, is not placed at all: colocate_all, on by default as in
     # SkyRL, changes nothing for it on a CPU, and saying so at every start was noise)
     if t.use_ray and t.placement.colocate_all and not has_cuda and g.backend in ("hf", "vllm") \
@@ -768,6 +775,12 @@ def _check_run(cfg: Any, has_cuda: bool) -> List[str]:
         problems.append(f"trainer.resume_mode={t.resume_mode!r}: expected latest, from_path or none")
     if t.resume_mode == "from_path" and not t.resume_path:
         problems.append("trainer.resume_path: resume_mode=from_path needs a checkpoint folder")
+    elif t.resume_mode == "from_path":
+        from skygym_train.checkpoint import resume_path_problem
+
+        problem = resume_path_problem(str(t.resume_path))
+        if problem:
+            problems.append(problem)
     for name in loggers_of(cfg):
         if name not in LOGGERS:
             problems.append(f"trainer.logger: unknown logger {name!r}; choose from {', '.join(LOGGERS)}")

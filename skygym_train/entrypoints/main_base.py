@@ -307,7 +307,8 @@ def hydra_main(config_path: Optional[str] = None, config_name: Optional[str] = "
 
 def main(argv: Optional[Sequence[str]] = None, trainer_cls: Optional[Type[Any]] = None, config_cls: Optional[Type[Any]] = None) -> int:
     parser = add_arguments(argparse.ArgumentParser(prog="python -m skygym_train.entrypoints.main_base", description=__doc__.split("\n")[0]))
-    return run(parser.parse_args(list(sys.argv[1:] if argv is None else argv)), trainer_cls, config_cls)
+    # intermixed: `main_base a=b --check c=d` takes c=d as an override too
+    return run(parser.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv)), trainer_cls, config_cls)
 
 
 if __name__ == "__main__":

@@ -97,6 +97,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    if unknown and isinstance(getattr(args, "overrides", None), list) and all(
+        "=" in item and not item.startswith("-") for item in unknown
+    ):  # `train a=b --check c=d`: overrides given after an option are overrides too
+        args.overrides += unknown
+        unknown = []
     if unknown:  # said by the innermost subcommand's parser (`swe build`), with its usage, not the top-level one's
         said_by = parser
         while True:

@@ -178,3 +178,13 @@ def test_two_gguf_files_of_one_name_and_size_get_their_own_copies(monkeypatch: p
     files["a"].write_bytes(b"GGUF" + b"\2" * 4096)  # rewritten in place: the same name, size and folder
     os.utime(files["a"], ns=(1, 1))
     assert models._gguf_cache_folder(files["a"]) not in (copies["a"], copies["b"])
+
+
+def test_a_training_checkpoint_is_named_as_such_with_the_way_to_an_export(tmp_path):
+    """A cold run: `eval --model ckpts/global_step_N` said only "no config.json"."""
+    (tmp_path / "global_step_3" / "policy").mkdir(parents=True)
+    (tmp_path / "global_step_3" / "trainer_state.pt").write_bytes(b"")
+    (tmp_path / "global_step_3" / "policy" / ".metadata").write_bytes(b"")
+    for folder in (tmp_path / "global_step_3", tmp_path / "global_step_3" / "policy"):
+        with pytest.raises(ModelResolutionError, match="is a training checkpoint .* trainer.hf_save_interval=1"):
+            resolve_model(str(folder))

@@ -38,6 +38,41 @@ def test_bad_config_exits_2_before_loading_anything(capsys):
     assert "trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4" in err
 
 
+def test_overrides_after_an_option_and_a_broken_yaml_file_are_read_as_a_user_means(tmp_path, capsys):
+    """A cold run: `train a=b --check c=d` stopped at "unrecognized arguments: c=d", and a config file that is not
+    YAML printed PyYAML's 25-line traceback (exit 1)."""
+    for entry in (main, lambda argv: skyrl_gym_main(["train", *argv])):
+        assert entry(["trainer.epochs=1", "--check", "trainer.no_such_key=1"]) == 2
+        err = capsys.readouterr().err
+        assert "trainer.no_such_key: unknown key" in err and "unrecognized" not in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("trainer:\n  epochs: [1\n")
+    assert main(["--config-file", str(broken), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert f"config file {broken} is not valid YAML: while parsing" in err and "Traceback" not in err
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- trainer.epochs=1\n")
+    assert main(["--config-file", str(listed), "--check"]) == 2
+    assert "must hold a mapping of keys" in capsys.readouterr().err
+
+
+def test_a_resume_path_that_is_no_checkpoint_is_named_by_check(tmp_path, capsys):
+    """A cold run: a missing resume_path, or the root of a run's checkpoints, passed --check and the run then
+    failed on a bare `[Errno 2] ... trainer_state.pt`."""
+    for step in (2, 4):
+        (tmp_path / f"global_step_{step}").mkdir()
+        (tmp_path / f"global_step_{step}" / "trainer_state.pt").write_bytes(b"")
+    for path, said in ((tmp_path, f"did you mean {tmp_path / 'global_step_4'} (its latest)"),
+                       (tmp_path / "nope", "no such folder"),
+                       (tmp_path / "global_step_4", None)):
+        main(["--check", "trainer.resume_mode=from_path", f"trainer.resume_path={path}"])
+        err = capsys.readouterr().err
+        if said is None:
+            assert "trainer.resume_path" not in err, err
+        else:
+            assert f"trainer.resume_path={path}: " in err and said in err, err
+
+
 def test_print_config_alone_prints_the_defaults(capsys):
     """`train --help` says `--print-config` shows every key; with no arguments it refused for want of the keys a
     run needs. It prints the defaults; keys it cannot read still stop it."""
