@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import logging
 import os
 import secrets
 import signal
@@ -45,6 +46,7 @@ LEFTOVER_PATIENCE_S = 0.5
 # their own, 40 loopback connections held 419 MB beside a worker limited to 288 MB.
 TCP_BUFFERS_MB = 64
 TREE_NAME = "skyrl-sandbox"
+logger = logging.getLogger(__name__)
 UNLIMITED = "max"
 
 
@@ -107,6 +109,7 @@ class CgroupTree:
     def __init__(self, version: int, path: Path) -> None:
         self.version = version
         self.path = path
+        self.tcp_limit_refused = False  # said once
 
     def describe(self) -> str:
         return f"per worker, by a memory cgroup (cgroup v{self.version}, under {self.path})"
@@ -118,7 +121,12 @@ class CgroupTree:
         cgroup = WorkerCgroup(self.version, path, scratch_mb)
         tcp = path / "memory.kmem.tcp.limit_in_bytes"
         if self.version == 1 and tcp.exists():
-            _write(tcp, str(TCP_BUFFERS_MB << 20))
+            try:
+                _write(tcp, str(TCP_BUFFERS_MB << 20))
+            except OSError as exc:  # a kernel that keeps the file but refuses the limit: the worker still starts
+                if not self.tcp_limit_refused:
+                    self.tcp_limit_refused = True
+                    logger.warning("cannot limit the sandbox workers' TCP buffers (%s): they are not counted", exc)
         return cgroup
 
     def remove_own(self) -> None:
