@@ -117,7 +117,16 @@ class CgroupTree:
     def new_worker(self, scratch_mb: int) -> "WorkerCgroup":
         """A cgroup for a worker whose two tmpfs hold ``scratch_mb`` each."""
         path = self.path / f"{os.getpid()}-{secrets.token_hex(4)}"
-        path.mkdir(mode=0o755)
+        for attempt in range(3):
+            try:
+                path.mkdir(mode=0o755)
+                break
+            except FileNotFoundError:  # another process sharing the tree removed it, empty, as it exited
+                if attempt == 2:
+                    raise
+                self.path.mkdir(mode=0o755, exist_ok=True)
+                if self.version == 2:
+                    _write(self.path / "cgroup.subtree_control", "+memory")
         cgroup = WorkerCgroup(self.version, path, scratch_mb)
         tcp = path / "memory.kmem.tcp.limit_in_bytes"
         if self.version == 1 and tcp.exists():

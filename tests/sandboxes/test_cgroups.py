@@ -206,3 +206,18 @@ def test_tcp_buffers_count_against_a_limit_of_their_own():
         assert limit == TCP_BUFFERS_MB << 20
     finally:
         cgroup.remove()
+
+
+def test_a_tree_another_process_removed_is_made_again():
+    """Processes of one cgroup share the tree; one that exits removes it when empty, and the others' next workers
+    must still start (two test workers of one CI job do exactly this)."""
+    tree = _tree_or_skip()
+    if any(entry.is_dir() for entry in tree.path.iterdir()):
+        pytest.skip("other sandboxes hold workers in the tree (another test's, or another process's): it cannot be "
+                    "removed here; run this test alone to check it")
+    tree.path.rmdir()
+    cgroup = tree.new_worker(scratch_mb=16)
+    try:
+        assert cgroup.path.is_dir() and cgroup.path.parent == tree.path
+    finally:
+        cgroup.remove()
