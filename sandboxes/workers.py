@@ -21,12 +21,9 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
-
-if TYPE_CHECKING:
-    from skygym_sandboxes.cgroups import WorkerCgroup
 
 HEADER = struct.Struct(">I")
 SUPERVISOR_SOURCE = (Path(__file__).with_name("supervisor.py")).read_text(encoding="utf-8")
@@ -237,6 +234,18 @@ class ProcessChannel:
             self._on_kill()
 
 
+class WorkerMemory(Protocol):
+    """A worker's whole memory, where a backend counts it (``cgroups.WorkerCgroup``): set per run, read after."""
+
+    def mark_idle(self) -> None: ...
+
+    def before_run(self, limits: Limits) -> None: ...
+
+    def left_room(self) -> bool: ...
+
+    def judge(self, result: RunResult, limits: Limits) -> RunResult: ...
+
+
 class SupervisorWorker:
     """One supervisor behind a channel: send a request, read *its* result, under a host-side deadline.
 
@@ -250,7 +259,7 @@ class SupervisorWorker:
         channel: Channel,
         startup_timeout_s: float = 30.0,
         expect_ready: bool = True,
-        cgroup: Optional["WorkerCgroup"] = None,
+        cgroup: Optional[WorkerMemory] = None,
     ) -> None:
         self.channel = channel
         self.cgroup = cgroup
