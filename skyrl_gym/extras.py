@@ -73,4 +73,11 @@ def missing_extra_message(exc: BaseException) -> Optional[str]:
     return f"needs the '{extra}' extra ({name} is not installed): {install_command(extra)}"
 
 
-__all__ = ["EXTRAS", "extra_for_module", "install_command", "missing_extra_message"]
+def explain_import_error(exc: ImportError) -> Optional[str]:
+    """:func:`missing_extra_message` for an ``ImportError`` a command caught: a missing module, or a package's own
+    "needs the X package" raised from one. None when it is neither (the caller re-raises it)."""
+    missing = exc if isinstance(exc, ModuleNotFoundError) else exc.__cause__
+    return missing_extra_message(missing) if isinstance(missing, ModuleNotFoundError) else None
+
+
+__all__ = ["EXTRAS", "explain_import_error", "extra_for_module", "install_command", "missing_extra_message"]

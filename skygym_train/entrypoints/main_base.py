@@ -308,7 +308,17 @@ def hydra_main(config_path: Optional[str] = None, config_name: Optional[str] = "
 def main(argv: Optional[Sequence[str]] = None, trainer_cls: Optional[Type[Any]] = None, config_cls: Optional[Type[Any]] = None) -> int:
     parser = add_arguments(argparse.ArgumentParser(prog="python -m skygym_train.entrypoints.main_base", description=__doc__.split("\n")[0]))
     # intermixed: `main_base a=b --check c=d` takes c=d as an override too
-    return run(parser.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv)), trainer_cls, config_cls)
+    args = parser.parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return run(args, trainer_cls, config_cls)
+    except ImportError as exc:  # without the train extra: one line naming it, as `skyrl-gym train` says it
+        from skyrl_gym.extras import explain_import_error
+
+        message = explain_import_error(exc)
+        if message is None:
+            raise
+        print(f"error: {parser.prog} {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

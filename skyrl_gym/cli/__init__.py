@@ -127,10 +127,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # what is still buffered goes nowhere
         return 141  # as a program killed by SIGPIPE
     except ImportError as exc:  # a missing extra, or a package's own "needs the X package" raised from it
-        from skyrl_gym.extras import missing_extra_message
+        from skyrl_gym.extras import explain_import_error
 
-        missing = exc if isinstance(exc, ModuleNotFoundError) else exc.__cause__
-        message = missing_extra_message(missing) if isinstance(missing, ModuleNotFoundError) else None
+        message = explain_import_error(exc)
         if message is None:
             raise
         print(f"error: `skyrl-gym {args.command}` {message}", file=sys.stderr)

@@ -48,3 +48,16 @@ def test_quickstart_without_the_train_extra_is_one_line_not_a_traceback(tmp_path
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert lines[0].startswith("error: `skyrl-gym quickstart` needs the 'train' extra")
     assert "pip install torch==2.13.0" in lines[0]
+
+
+def test_main_base_without_the_train_extra_is_one_line_as_skyrl_gym_train_says_it():
+    # SkyRL's form of the command (`python -m skygym_train.entrypoints.main_base`), on a bare install
+    code = ("import sys; sys.modules['omegaconf'] = None; sys.modules['torch'] = None\n"
+            "from skygym_train.entrypoints.main_base import main\n"
+            "sys.exit(main(['trainer.policy.model.path=smollm2-135m', '--check']))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("error: python -m skygym_train.entrypoints.main_base needs the 'train' extra "
+                               "(omegaconf is not installed): pip install torch==2.13.0"), lines[0]
