@@ -4,10 +4,10 @@ import os
 
 from skygym_adapters.verl.reward import compute_score
 from skygym_adapters.verl.rows import read_verl_parquet, write_verl_parquet
-from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
+from skyrl_gym.datasets import build_rows
 
 GSM8K = os.environ.get("GSM8K_JSONL")  # a local GSM8K JSONL file; None reads the hub
-rows = list(gsm8k_rows(GSM8K, limit=8, env_class="gsm8k_multi_turn"))
+rows = build_rows("gsm8k_multi_turn", size=8, source=GSM8K)
 path = write_verl_parquet(rows, "data/gsm8k_multi_turn/train.parquet")
 assert read_verl_parquet(path) == rows  # the conversion loses nothing
 

@@ -39,7 +39,10 @@ def main(argv=None) -> int:
     from skyrl_gym.datasets import build_rows
 
     env_class = "gsm8k_multi_turn" if args.multi_turn else "gsm8k"
-    rows = build_rows(env_class, split="train", size=args.limit, source=args.gsm8k_file)
+    try:
+        rows = build_rows(env_class, split="train", size=args.limit, source=args.gsm8k_file)
+    except (ImportError, OSError, ValueError) as exc:  # a missing extra or file, the hub out of reach, a bad row
+        raise SystemExit(f"error: {exc}" + ("" if args.gsm8k_file else " (offline: --gsm8k_file train.jsonl)")) from None
     config = GRPOConfig(
         output_dir=args.output_dir,
         max_steps=args.max_steps,

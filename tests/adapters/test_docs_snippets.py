@@ -40,3 +40,22 @@ def test_trl_example_script(tmp_path, gsm8k_test_file, tiny_model_dir, capsys, m
                             "--max_steps", "1", "--batch_size", "4", "--num_generations", "2",
                             "--max_completion_length", "8", "--multi_turn", "--max_turns", "2"]) == 0
     assert "steps=1" in capsys.readouterr().out
+
+
+@pytest.mark.trl
+@pytest.mark.parametrize("where", ["absent file", "hub offline"])
+def test_trl_example_script_without_its_rows_is_one_error_line(where, tmp_path, monkeypatch):
+    pytest.importorskip("trl", reason="needs the 'trl' extra: pip install -e '.[trl]' in a virtual environment of its own (nox -s trl)")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as on a machine that cannot reach the hub
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # nothing cached
+    example = runpy.run_path(str(SNIPPETS.parents[1] / "examples" / "trl" / "grpo_gsm8k.py"), run_name="example")
+    argv = ["--gsm8k_file", str(tmp_path / "absent.jsonl")] if where == "absent file" else []
+    with pytest.raises(SystemExit) as stopped:
+        example["main"](argv)
+    message = str(stopped.value.code)
+    assert message.startswith("error: ") and "\n" not in message, message
+    if where == "absent file":
+        assert "absent.jsonl" in message
+    else:
+        assert message.endswith("(offline: --gsm8k_file train.jsonl)"), message
