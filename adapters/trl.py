@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import skyrl_gym
 from skyrl_gym.episode import EpisodeEnd, ascore_response, run_sync
-from skyrl_gym.errors import DataError
+from skyrl_gym.errors import DataError, UnregisteredEnv
 from skyrl_gym.registration import env_config_for
 
 logger = logging.getLogger(__name__)
@@ -176,13 +176,22 @@ def _prompt_table(
     rows: Iterable[Mapping[str, Any]], env_id: Optional[str], what: str, require_env_class: bool = True
 ) -> Dict[str, Dict[str, Any]]:
     """Rows by :func:`prompt_key`: TRL hands a ``rollout_func`` only the prompts."""
+    if env_id is not None:
+        skyrl_gym.spec(env_id)  # unknown ids fail here, with the registry's suggestion, not mid-training
     table: Dict[str, Dict[str, Any]] = {}
+    registered = set()
     for index, row in enumerate(rows):
         row = dict(row)
         if env_id is not None:
             row["env_class"] = env_id
         if require_env_class and not row.get("env_class"):
             raise DataError(f"{what}: row {index} has no 'env_class' (or pass env_id=...)")
+        if require_env_class and row["env_class"] not in registered:  # agent rows may name a task instead
+            try:
+                skyrl_gym.spec(row["env_class"])
+            except UnregisteredEnv as exc:
+                raise DataError(f"{what}: row {index}'s env_class: {exc}") from None
+            registered.add(row["env_class"])
         key = prompt_key(row["prompt"])
         known = table.get(key)
         if known is not None and (known.get("env_class"), known.get("reward_spec")) != (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from skygym_adapters.trl import completion_text, env_reward, episode_reward, prompt_key
-from skyrl_gym.errors import DataError
+from skygym_adapters.trl import completion_text, env_reward, env_rollout_func, episode_reward, prompt_key
+from skyrl_gym.errors import DataError, UnregisteredEnv
 
 PROMPTS = [[{"role": "user", "content": "2+2?"}], [{"role": "user", "content": "3+3?"}]]
 
@@ -59,3 +59,15 @@ def test_episode_reward_reads_the_rollout_column_and_explains_when_missing():
 def test_completion_text_and_prompt_key():
     assert completion_text([{"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]) == "ab"
     assert prompt_key([{"role": "user", "content": "x", "name": None}]) == prompt_key([{"content": "x", "role": "user"}])
+
+
+def test_a_rollout_func_over_rows_of_an_unknown_env_fails_when_it_is_built():
+    rows = [{"prompt": [{"role": "user", "content": "1+1?"}], "env_class": "gsm8k",
+             "reward_spec": {"method": "rule", "ground_truth": "2"}},
+            {"prompt": [{"role": "user", "content": "2+2?"}], "env_class": "gsm8kk",
+             "reward_spec": {"method": "rule", "ground_truth": "4"}}]
+    with pytest.raises(DataError, match=r"env_rollout_func: row 1's env_class: .*gsm8kk.*'gsm8k'"):
+        env_rollout_func(rows)
+    with pytest.raises(UnregisteredEnv, match="gsm8kk"):
+        env_rollout_func(rows[:1], env_id="gsm8kk")
+    assert callable(env_rollout_func(rows[:1]))
