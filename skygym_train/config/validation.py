@@ -198,6 +198,12 @@ def largest_divisor_at_most(n: int, limit: int) -> int:
     return max(d for d in range(1, min(n, limit) + 1) if n % d == 0)
 
 
+def _not_a_multiple(batch: int, mini_key: str, mini: int) -> str:
+    """The problem of a mini-batch that does not split the batch, with a value that does."""
+    return (f"trainer.train_batch_size={batch} is not a multiple of trainer.{mini_key}={mini}: set it to a divisor "
+            f"of {batch}, e.g. trainer.{mini_key}={largest_divisor_at_most(batch, mini)}")
+
+
 def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
     problems: List[str] = []
     t, g = cfg.trainer, cfg.generator
@@ -226,10 +232,7 @@ def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
             "row count) or a positive token budget"
         )
     if usable("train_batch_size", "policy_mini_batch_size") and t.train_batch_size % t.policy_mini_batch_size:
-        problems.append(
-            f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
-            f"trainer.policy_mini_batch_size={t.policy_mini_batch_size}"
-        )
+        problems.append(_not_a_multiple(t.train_batch_size, "policy_mini_batch_size", t.policy_mini_batch_size))
     if usable("policy_mini_batch_size", "n_samples_per_prompt", "micro_train_batch_size_per_gpu", "num_cpu_workers"):
         # ranks of one sequence-parallel group share their rows: the rows split over the groups
         world = _data_parallel(policy_world_size(cfg, has_cuda), t.policy.sequence_parallel_size)
@@ -251,10 +254,7 @@ def _check_batch_sizes(cfg: Any, has_cuda: bool) -> List[str]:
                                    "num_cpu_workers") \
             and _positive("trainer.critic_mini_batch_size", t.critic_mini_batch_size, problems):
         if t.train_batch_size % t.critic_mini_batch_size:
-            problems.append(
-                f"trainer.train_batch_size={t.train_batch_size} is not a multiple of "
-                f"trainer.critic_mini_batch_size={t.critic_mini_batch_size}"
-            )
+            problems.append(_not_a_multiple(t.train_batch_size, "critic_mini_batch_size", t.critic_mini_batch_size))
         critic_seqs = t.critic_mini_batch_size * g.n_samples_per_prompt
         cworld = _data_parallel(critic_world_size(cfg, has_cuda), t.critic.sequence_parallel_size)
         if critic_seqs % (cworld * t.micro_train_batch_size_per_gpu):
@@ -373,7 +373,8 @@ def _check_placement(cfg: Any, has_cuda: bool) -> List[str]:
         if p.colocate_all:
             problems.append(
                 "trainer.async_training.enabled=true with trainer.placement.colocate_all=true: one-step-off "
-                "training overlaps generation with training, so engines need their own resources"
+                "training overlaps generation with training, so engines need their own resources: set "
+                "trainer.placement.colocate_all=false"
             )
         if t.async_training.max_staleness_steps < 1:
             problems.append("trainer.async_training.max_staleness_steps: must be >= 1 when async training is on")

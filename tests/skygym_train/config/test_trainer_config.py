@@ -142,7 +142,8 @@ def test_every_key_and_value_problem_is_named_with_the_other_checks_in_one_run(d
         "the brackets)",
         "trainer.epochs=two: expected an integer",
         "trainer.max_prompt_length=long: expected an integer",
-        "trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4",
+        "trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4: set it to a divisor of 10, "
+        "e.g. trainer.policy_mini_batch_size=2",
     ]  # not "data.train_data: no training files given" (its default, [], stood in for the refused value)
 
 
@@ -254,7 +255,7 @@ def test_worker_count_checked_against_batch(data_file):
 
 
 def test_async_needs_separate_resources(data_file):
-    with pytest.raises(ConfigError, match="colocate_all"):
+    with pytest.raises(ConfigError, match="own resources: set trainer.placement.colocate_all=false"):
         load_config(_valid(data_file, "trainer.async_training.enabled=true", "trainer.placement.colocate_all=true"))
     cfg = load_config(_valid(data_file, "trainer.async_training.enabled=true", "trainer.placement.colocate_all=false",
                              "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4"))
@@ -357,3 +358,11 @@ def test_loggers_given_as_a_list_or_joined_by_commas(data_file):
     assert loggers_of(as_list) == loggers_of(joined) == ["console", "jsonl"]
     with pytest.raises(ConfigError, match="unknown logger 'mlflow'"):
         load_config(_valid(data_file, "trainer.logger=[console,mlflow]"))
+
+
+def test_a_critic_mini_batch_larger_than_a_small_batch_says_what_to_set(data_file):
+    with pytest.raises(ConfigError) as info:
+        load_config(_valid(data_file, "trainer.algorithm.advantage_estimator=gae", "trainer.train_batch_size=4",
+                           "trainer.policy_mini_batch_size=4"))
+    assert ("trainer.train_batch_size=4 is not a multiple of trainer.critic_mini_batch_size=256: set it to a "
+            "divisor of 4, e.g. trainer.critic_mini_batch_size=4") in info.value.problems

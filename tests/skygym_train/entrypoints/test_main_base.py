@@ -231,7 +231,8 @@ def test_a_refused_value_does_not_bring_problems_of_the_default_that_stood_in(tm
         "keeps the brackets)",
         "  - trainer.epochs=two: expected an integer",
         "  - trainer.policy.model.path: not set (a local folder, hub id or 'smollm2-135m')",
-        "  - trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4",
+        "  - trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4: set it to a divisor "
+        "of 10, e.g. trainer.policy_mini_batch_size=2",
     ]
     data = tmp_path / "train.jsonl"
     _multiply_rows(data)
