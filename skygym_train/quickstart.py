@@ -21,6 +21,7 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -62,6 +63,7 @@ def quickstart_overrides(out_dir: Path, steps: int, model: str, save_checkpoint:
         "trainer.epochs": 100,
         "trainer.max_training_steps": steps,
         "trainer.ckpt_interval": steps if save_checkpoint else -1,
+        "trainer.max_ckpts_to_keep": 1,  # a resumed run's checkpoint replaces the one it went on from (1.7 GB each)
         "trainer.ckpt_path": str(out_dir / "ckpts"),
         "trainer.export_path": str(out_dir / "export"),
         "trainer.export_dtype": "bfloat16",
@@ -482,11 +484,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     from skygym_adapters.models import ModelResolutionError
 
     from skygym_train.config.loader import ConfigError
-    from skygym_train.entrypoints.main_base import STOPPED_AT_ONCE
+    from skygym_train.entrypoints.main_base import STOPPED_AT_ONCE, cli_warnings
 
     try:
-        summary = run_quickstart(Path(args.out), args.steps, args.model, args.overrides,
-                                 save_checkpoint=args.checkpoint)
+        with warnings.catch_warnings():  # a resumed run: one `warning:` line, as `skyrl-gym train` says it
+            warnings.showwarning = cli_warnings(warnings.showwarning)
+            summary = run_quickstart(Path(args.out), args.steps, args.model, args.overrides,
+                                     save_checkpoint=args.checkpoint)
     except (ConfigError, ModelResolutionError) as exc:  # a hub id that cannot be fetched: known when loading
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
 
     try:
         with warnings.catch_warnings(), trainer_cls(cfg) as trainer:
-            warnings.showwarning = _cli_warnings(warnings.showwarning)
+            warnings.showwarning = cli_warnings(warnings.showwarning)
             result = trainer.fit()
     except TrainingInterrupted as exc:  # the first Ctrl-C: the trainer stopped between two steps
         print(str(exc), file=sys.stderr)
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     return 0
 
 
-def _cli_warnings(show: Callable[..., None]) -> Callable[..., None]:
+def cli_warnings(show: Callable[..., None]) -> Callable[..., None]:
     """The CLI's ``warnings.showwarning``: a resumed run is one ``warning:`` line (none when nothing was left
     to train: the run's last line says so), without the source line of Python's format; other warnings go to
     ``show``."""

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from skygym_train.quickstart import EARLIER_RUNS, move_earlier_run_aside, output_paths, run_quickstart
+from skygym_train.quickstart import EARLIER_RUNS, main, move_earlier_run_aside, output_paths, run_quickstart
 
 
 def test_a_bad_override_is_one_error_line_from_either_entry_point(tmp_path, capsys):
@@ -267,12 +267,19 @@ def test_a_rerun_into_the_same_folder_leaves_only_its_own_outputs_and_starts_at_
     assert not (tmp_path / "data" / "eval_trajectories.jsonl").exists()
     assert json.loads((earlier / "summary.json").read_text())["export"] == str(earlier / "export" / "global_step_2")
 
-    # resuming (trainer.resume_mode=latest) goes on from the checkpoint, which stays with the logs it adds to
-    with pytest.warns(UserWarning, match="resumed from .*global_step_2 at step 2"):
-        third = quickstart(3, "trainer.resume_mode=latest")
+    # resuming (trainer.resume_mode=latest) goes on from the checkpoint, which stays with the logs it adds to;
+    # on the command line the resume is one `warning:` line, and its checkpoint replaces the one it went on from
+    assert main(["--out", str(tmp_path), "--steps", "3", "--model", str(tiny_chat_model), "--checkpoint", *TINY,
+                 "trainer.resume_mode=latest"]) == 0
+    third = json.loads((tmp_path / "summary.json").read_text())
     assert third["steps"] == 3 and third["eval_before"] is None
     assert metric_steps(tmp_path) == [1, 2, 3] and listing(tmp_path, "export") == ["global_step_3"]
-    assert "outputs (export, reward_per_step.png, summary.json) to" in capsys.readouterr().err
+    assert listing(tmp_path, "ckpts") == ["global_step_3"]  # trainer.max_ckpts_to_keep=1: not 1.7 GB per run
+    err = capsys.readouterr().err
+    assert "outputs (export, reward_per_step.png, summary.json) to" in err
+    [resumed] = [line for line in err.splitlines() if "resumed from" in line]
+    assert resumed.startswith("warning: resumed from ") and "global_step_2 at step 2" in resumed, resumed
+    assert "ResumedWarning" not in err
     assert len(list((tmp_path / EARLIER_RUNS).iterdir())) == 2
 
 
