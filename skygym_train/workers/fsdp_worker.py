@@ -837,6 +837,11 @@ class TrainingWorker:
             model.tie_weights()
         model.to(getattr(torch, dtype))
         os.makedirs(out_dir, exist_ok=True)
+        if not torch.cuda.is_available():
+            # save_pretrained imports DeepSpeed where it is installed (accelerate looks for its engine), and that
+            # import warns, in every run that exports, that it found no GPU; this trainer's DeepSpeed runs on the
+            # CPU here anyway
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         model.save_pretrained(out_dir)
         AutoTokenizer.from_pretrained(tokenizer_source or self.spec.model_path).save_pretrained(out_dir)
         _as_umask_allows(out_dir)
