@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GRPO on GSM8K with veRL, the episodes played by skyrl_gym envs. Needs GPUs and vLLM (veRL's rollout);
+# GRPO on GSM8K with veRL, the episodes played by skyrl_gym envs. Needs GPUs and vLLM (veRL's rollout:
+# pip install 'verl[vllm]==0.9.1' after pip install -e '.[verl]', in the same virtual environment);
 # on a CPU-only machine use examples/verl/dry_run.py to check the data, agent loop and rewards instead.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
