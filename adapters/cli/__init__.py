@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 
 def read_rows(path: str, limit: Optional[int]) -> Optional[List[Dict[str, Any]]]:
@@ -34,3 +34,16 @@ def report_errors(errors: Sequence[Optional[str]], allow_errors: bool) -> int:
           f"(first: {failed[0]}); see 'error' in the trajectories file"
           + ("" if allow_errors else "; pass --allow-errors to exit 0 anyway"), file=sys.stderr)
     return 0 if allow_errors else 1
+
+
+def local_hf_engine(model: str, device: Optional[str], dtype: Optional[str]) -> Tuple[Any, Callable[[], None]]:
+    """The HF engine on ``model`` in this process (``eval --engine hf``, ``agent eval --local-model``), and the call
+    that puts back the CPU thread count it chose. A model that cannot be found raises ``ModelResolutionError``."""
+    from skygym_adapters.engines import make_engine
+    from skygym_adapters.models import fit_cpu_threads_to_load
+
+    engine = make_engine("hf", model=model, device=device, dtype=dtype)
+    busy, restore = fit_cpu_threads_to_load()  # said once the model has loaded: a bad model is the one line
+    if busy:
+        print(busy, file=sys.stderr)
+    return engine, restore

@@ -4,7 +4,9 @@ Runs the agent YAML's task on the rows (``generator.num_trajectories`` per row; 
 progress bar; prints a summary table (mean reward, pass@k when there are several trajectories per row, finish
 reasons, errors) and writes one JSON line per trajectory (``instance_id``, ``trajectory_id``, ``reward``,
 ``finish_reason``, ``messages``, ``error``, ``eval_error``). ``--base-url``, ``--model`` and ``--api-key`` override
-``generator.backend_config`` of an ``openai_server`` backend. Exits 1, naming the first error, when a
+``generator.backend_config`` of an ``openai_server`` backend. ``--local-model MODEL`` needs no server: the agent
+runs on MODEL (a folder, a hub id or smollm2-135m, the embedded model) on the HF engine in this process, as the
+token backend (``infer_backend: skyrl-train``), e.g. on a CPU. Exits 1, naming the first error, when a
 trajectory errored (a server that does not answer, an env that cannot be built); ``--allow-errors`` exits 0
 anyway.
 """
@@ -41,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--base-url", default=None, help="override generator.backend_config.base_url")
     ev.add_argument("--model", default=None, help="override generator.backend_config.model")
     ev.add_argument("--api-key", default=None, help="override generator.backend_config.api_key")
+    ev.add_argument("--local-model", default=None, metavar="MODEL",
+                    help="no server: run MODEL (folder, hub id or smollm2-135m) on the HF engine in this process, "
+                         "as the token backend (infer_backend: skyrl-train)")
+    ev.add_argument("--device", default=None, help="cpu or cuda (--local-model; default: a GPU where there is one)")
+    ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                    help="--local-model's weights (default float32 on CPU, bfloat16 on a GPU)")
     ev.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
     ev.add_argument("--no-progress", action="store_true")
     ev.add_argument("--allow-errors", action="store_true",
@@ -75,21 +83,47 @@ def run_eval(args: argparse.Namespace) -> int:
 
     from skygym_adapters.agents import AgentConfigError, AgentRunner, load_agent_config
 
+    overrides = {
+        k: v for k, v in (("base_url", args.base_url), ("model", args.model), ("api_key", args.api_key)) if v is not None
+    }
+    if args.local_model is not None and overrides:
+        given = ", ".join(f"--{key.replace('_', '-')}" for key in overrides)
+        print(f"error: {given}: a server's settings; --local-model runs the model in this process, without one",
+              file=sys.stderr)
+        return 2
+    if args.local_model is None and (args.device or args.dtype):
+        print("error: --device and --dtype are --local-model's; a server chooses its own", file=sys.stderr)
+        return 2
     try:
         config = load_agent_config(args.config)
-        overrides = {
-            k: v
-            for k, v in (("base_url", args.base_url), ("model", args.model), ("api_key", args.api_key))
-            if v is not None
-        }
+        if args.local_model is not None:  # tokens in and out through the engine below, not a server
+            config.generator.infer_backend = "skyrl-train"
+            config.generator.backend_config.clear()
         config.generator.backend_config.update(overrides)
-        runner = AgentRunner(config, infer_engine=None, tokenizer=None)
+        runner = None if args.local_model is not None else AgentRunner(config, infer_engine=None, tokenizer=None)
     except AgentConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows = read_rows(args.data, args.limit)
     if rows is None:
         return 2
+    engine, restore_threads = None, (lambda: None)
+    if args.local_model is not None:
+        from skygym_adapters.cli import local_hf_engine
+        from skygym_adapters.models import ModelResolutionError
+
+        try:
+            engine, restore_threads = local_hf_engine(args.local_model, args.device, args.dtype)
+        except ModelResolutionError as exc:
+            print(f"error: --local-model: {exc}", file=sys.stderr)
+            return 2
+        try:
+            runner = AgentRunner(config, infer_engine=engine, tokenizer=engine.tokenizer)
+        except AgentConfigError as exc:
+            engine.close()
+            restore_threads()
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     bar = None
     if not args.no_progress:
         from tqdm.auto import tqdm
@@ -112,6 +146,9 @@ def run_eval(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
+        if engine is not None:
+            engine.close()
+        restore_threads()
     _print_summary(out["summary"])
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
     with open(output, "w", encoding="utf-8") as handle:

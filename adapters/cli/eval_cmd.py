@@ -99,13 +99,9 @@ def _build_engine(args: argparse.Namespace) -> Tuple[Any, Callable[[], None]]:
     if args.engine in ("remote", "sglang") and not args.base_url:
         raise SystemExit(f"error: --engine {args.engine} needs --base-url")
     if args.engine == "hf":
-        from skygym_adapters.models import fit_cpu_threads_to_load
+        from skygym_adapters.cli import local_hf_engine
 
-        engine = make_engine("hf", model=args.model, device=args.device, dtype=args.dtype)
-        busy, restore = fit_cpu_threads_to_load()  # said once the model has loaded: a bad --model is the one line
-        if busy:
-            print(busy, file=sys.stderr)
-        return engine, restore
+        return local_hf_engine(args.model, args.device, args.dtype)
     if args.engine == "vllm":
         return make_engine("vllm", model=args.model), _keep
     if args.engine == "remote":

@@ -1,0 +1,63 @@
+"""``skyrl-gym agent eval --local-model``: an agent evaluated with no server, its model on the HF engine in the
+command's own process (the token backend), as a user without a GPU or a vLLM server tries one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from skyrl_gym.cli import main
+from skyrl_gym.data import write_jsonl
+from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
+
+
+def _agent_yaml(tmp_path):
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump({
+        "agent_cls": "react", "task": "env", "env_class": "gsm8k",
+        "generator": {"infer_backend": "openai_server", "backend_config": {"base_url": "http://127.0.0.1:9"},
+                      "sampling_params": {"temperature": 0.0, "max_tokens": 8}, "max_iterations": 2,
+                      "num_trajectories": 1},
+    }))
+    return path
+
+
+def test_an_agent_runs_on_a_local_model_without_a_server(tmp_path, tiny_model_dir, gsm8k_test_file, capsys):
+    rows = tmp_path / "rows.jsonl"
+    write_jsonl(list(gsm8k_rows(gsm8k_test_file, limit=3)), rows)
+    out = tmp_path / "trajectories.jsonl"
+    # the YAML names a server that is not there (port 9): --local-model never reaches for it
+    assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--output", str(out),
+                 "--local-model", str(tiny_model_dir), "--no-progress"]) == 0, capsys.readouterr().err
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["instance_id"] for line in lines] == [0, 1, 2]
+    for line in lines:
+        assert line["error"] is None and line["reward"] == 0.0  # random weights: a reply, scored by the env
+        replies = [m for m in line["messages"] if m["role"] == "assistant"]
+        assert replies and all(isinstance(m["content"], str) for m in replies)
+    assert "wrote 3 trajectories" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("given, named", [(["--base-url", "http://127.0.0.1:8000"], "--base-url"),
+                                          (["--model", "m", "--api-key", "k"], "--model, --api-key")])
+def test_a_servers_settings_beside_a_local_model_are_refused_before_it_loads(given, named, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "env_class": "gsm8k", '
+                    '"reward_spec": {"method": "rule", "ground_truth": "2"}}\n')
+    code = main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows),
+                 "--local-model", str(tmp_path / "no-such-model"), *given])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (f"error: {named}: a server's settings; --local-model runs the model "
+                                               "in this process, without one")
+
+
+def test_a_local_model_that_is_not_there_is_one_error_line(tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "env_class": "gsm8k", '
+                    '"reward_spec": {"method": "rule", "ground_truth": "2"}}\n')
+    assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows),
+                 "--local-model", str(tmp_path / "no-such-model")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --local-model: ") and "no-such-model" in err and "\n" not in err, err
