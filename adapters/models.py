@@ -223,6 +223,31 @@ def check_model_name(name: Union[str, os.PathLike, None] = None) -> str:
     )
 
 
+def hub_model_problem(repo_id: str, timeout: float = 10.0) -> Optional[str]:
+    """Why hub model ``repo_id`` cannot be had now, or None: a run names it before anything starts, not when it
+    loads. A copy in the hub cache is enough; otherwise one metadata request asks the hub, unless
+    ``HF_HUB_OFFLINE`` forbids it (nothing is downloaded here)."""
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return None
+    if constants.HF_HUB_OFFLINE:
+        return (f"hub model {repo_id!r} is not in the hub cache, and HF_HUB_OFFLINE=1 forbids fetching it: fetch it "
+                "once with the network, or pass a local folder")
+    try:
+        HfApi(endpoint=constants.ENDPOINT).model_info(repo_id, timeout=timeout)
+    except GatedRepoError:
+        return f"hub model {repo_id!r} is gated: accept its terms on the hub, then log in (HF_TOKEN)"
+    except RepositoryNotFoundError:
+        return f"no hub model {repo_id!r} (or a private one: log in with HF_TOKEN); check the id"
+    except Exception as exc:  # no network, a proxy, a hub that does not answer
+        reason = str(exc).splitlines()[0][:200] if str(exc) else ""
+        return (f"could not reach the hub for {repo_id!r} ({type(exc).__name__}: {reason}); check the network, "
+                "or pass a local folder")
+    return None
+
+
 def resolve_model(name: Union[str, os.PathLike, None] = None) -> ResolvedModel:
     """Turn a model name into a folder of Hugging Face weights (see the module docstring for the forms).
 

@@ -1226,17 +1226,22 @@ def worker_roles(cfg: Any) -> List[str]:
 
 
 def model_path_problems(cfg: Any) -> List[str]:
-    """Each worker's ``model.path`` that is a path that does not exist, a folder without weights, or a name of
-    no known form (what the name and the file system tell: nothing loads). An unset policy path is the
-    validation's."""
-    from skygym_adapters.models import ModelResolutionError, check_model_name
+    """Each worker's ``model.path`` that is a path that does not exist, a folder without weights, a name of no
+    known form, or a hub id that cannot be had (not cached and offline, unknown to the hub, the hub out of reach):
+    nothing loads or downloads. An unset policy path is the validation's."""
+    from skygym_adapters.models import ModelResolutionError, check_model_name, hub_model_problem
 
     problems = []
+    hub: Dict[str, Optional[str]] = {}  # each hub id asked once (the policy's and the reference's are often one)
     for role in worker_roles(cfg):
         path = getattr(cfg.trainer, role).model.path
         if path:  # the others default to the policy's model
             try:
-                check_model_name(path)
+                if check_model_name(path) == "hub":
+                    if path not in hub:
+                        hub[path] = hub_model_problem(path)
+                    if hub[path]:
+                        problems.append(f"trainer.{role}.model.path={path}: {hub[path]}")
             except ModelResolutionError as exc:
                 problems.append(f"trainer.{role}.model.path={path}: {exc}")
     return problems

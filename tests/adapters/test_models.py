@@ -41,6 +41,32 @@ def test_hub_id_without_network_fails_clearly(monkeypatch: pytest.MonkeyPatch, t
         resolve_model("someone/some-model")
 
 
+def test_a_hub_id_that_cannot_be_had_is_named_before_anything_loads(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path) -> None:
+    """`--check` and a run's start ask the hub cache, then the hub (one metadata request), unless offline."""
+    import huggingface_hub.constants as constants
+
+    from skygym_adapters.models import hub_model_problem
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))  # nothing cached
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert hub_model_problem("someone/some-model") == (
+        "hub model 'someone/some-model' is not in the hub cache, and HF_HUB_OFFLINE=1 forbids fetching it: fetch it "
+        "once with the network, or pass a local folder")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # a hub that does not answer
+    problem = hub_model_problem("someone/some-model", timeout=5)
+    assert problem.startswith("could not reach the hub for 'someone/some-model' (") and problem.endswith(
+        "check the network, or pass a local folder"), problem
+    # a copy in the hub cache is enough, with or without the network
+    snapshot = tmp_path / "hub" / "models--someone--some-model" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--someone--some-model" / "refs").mkdir()
+    (tmp_path / "hub" / "models--someone--some-model" / "refs" / "main").write_text("0" * 40)
+    assert hub_model_problem("someone/some-model") is None
+
+
 def test_tiny_llama_loads_and_runs(tmp_path: Path, tiny_model_dir: Path) -> None:
     import torch
 

@@ -546,9 +546,10 @@ def test_the_multiply_tutorials_cpu_script_runs_from_any_folder(tmp_path):
     assert done.returncode == 2 and "trainer.no_such_key" in done.stderr, done.stderr
 
 
-def test_the_multiply_tutorials_gpu_script_passes_its_own_check(tmp_path):
+def test_the_multiply_tutorials_gpu_script_passes_its_own_check(tiny_chat_model, tmp_path):
     """A cold run: `run_multiply.sh --check` refused the script's own `weight_sync_backend=nccl` (its engine shares
-    policy rank 0's GPU), on any machine: the GPU recipe could not start."""
+    policy rank 0's GPU), on any machine: the GPU recipe could not start. The script's hub model is asked of the
+    hub, out of reach here: the tiny local model stands in for it (an argument after the script's own keys)."""
     import os
     import subprocess
     import sys
@@ -559,6 +560,19 @@ def test_the_multiply_tutorials_gpu_script_passes_its_own_check(tmp_path):
            "DATA_DIR": str(tmp_path)}
     subprocess.run([sys.executable, str(folder / "multiply_dataset.py"), "--output_dir", str(tmp_path)], check=True,
                    capture_output=True, timeout=120)
-    done = subprocess.run(["bash", str(folder / "run_multiply.sh"), "--check"], cwd=tmp_path, capture_output=True,
+    done = subprocess.run(["bash", str(folder / "run_multiply.sh"), "--check",
+                           f"trainer.policy.model.path={tiny_chat_model}"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env=env)
     assert done.returncode == 0 and "configuration is valid" in done.stdout + done.stderr, done.stderr[-3000:]
+
+
+def test_check_names_a_hub_model_that_cannot_be_had_here(multiply_data, tmp_path, monkeypatch, capsys):
+    """A cold run: `--check` said "valid" for a hub id that the run, offline, then failed to fetch."""
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert main(["--check", f"data.train_data=['{multiply_data}']", "trainer.use_ray=false",
+                 "trainer.policy.model.path=someone/some-model", "environment.env_class=multiply"]) == 2
+    assert ("  - trainer.policy.model.path=someone/some-model: hub model 'someone/some-model' is not in the hub "
+            "cache, and HF_HUB_OFFLINE=1 forbids fetching it") in capsys.readouterr().err
