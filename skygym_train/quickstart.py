@@ -484,8 +484,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     from skygym_adapters.models import ModelResolutionError
 
     from skygym_train.config.loader import ConfigError
-    from skygym_train.entrypoints.main_base import STOPPED_AT_ONCE, cli_warnings
+    from skygym_train.entrypoints.main_base import STOPPED_AT_ONCE, cli_warnings, quiet_library_bars
 
+    quiet_library_bars()
     try:
         with warnings.catch_warnings():  # a resumed run: one `warning:` line, as `skyrl-gym train` says it
             warnings.showwarning = cli_warnings(warnings.showwarning)

@@ -71,8 +71,22 @@ def prefer_passive_openmp() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def quiet_library_bars() -> None:
+    """Hugging Face's own bars (loading and writing weights) on a terminal only, unless
+    ``HF_HUB_DISABLE_PROGRESS_BARS`` says otherwise: in a log piped to a file they were lines at every model load
+    and export, here and in the Ray workers started from this process, between the trainer's own."""
+    if sys.stderr.isatty() or "HF_HUB_DISABLE_PROGRESS_BARS" in os.environ:
+        return
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read by huggingface_hub and transformers when they load
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+
+
 def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, config_cls: Optional[Type[Any]] = None) -> int:
     prefer_passive_openmp()
+    quiet_library_bars()
     from skygym_train.config.loader import ConfigError, read_config, to_yaml
     from skygym_train.config.schema import SkyRLTrainConfig
 
