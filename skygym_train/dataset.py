@@ -20,6 +20,7 @@ class DatasetRows:
     problems: List[str] = field(default_factory=list)
     problem_order: List[int] = field(default_factory=list)
     whole: bool = True
+    defaulted: List[str] = field(default_factory=list)  # places of the rows that took the default env_class
 
     def add(self, place: str, record: Any, default_env_class: Optional[str]) -> None:
         from skyrl_gym.data import to_plain, validate_row
@@ -33,6 +34,7 @@ class DatasetRows:
             if not default_env_class:
                 return self.problem(f"{place}: no env_class, and environment.env_class is not set")
             row["env_class"] = default_env_class
+            self.defaulted.append(place)
         self.order.append(len(self.order) + len(self.problems))
         self.rows.append(row)
         self.places.append(place)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from skygym_adapters.types import GeneratorInput, GeneratorOutput, InferenceEngine
+from skyrl_gym.text import counted
 from skygym_train import checkpoint as ckpt
 from skygym_train.algorithms.advantages import ADVANTAGE_ESTIMATORS, masked_mean
 from skygym_train.algorithms.kl import apply_kl_penalty, make_kl_controller
@@ -280,7 +281,7 @@ class PPOTrainer:
             from skygym_train.config.errors import ConfigError
 
             raise ConfigError(problems)
-        for warning in max_turns_warnings(self.cfg, turn_limits):
+        for warning in default_env_class_warnings(self.cfg, train, val) + max_turns_warnings(self.cfg, turn_limits):
             logger.warning("%s", warning)
         self.train_rows, self.val_rows = train.rows, val.rows
 
@@ -1153,6 +1154,22 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
         more = len(bad_rows) - MAX_ROW_PROBLEMS
         bad_rows = bad_rows[:MAX_ROW_PROBLEMS] + [f"... and {more} more bad row(s), not listed"]
     return bad_rows + (batch_size_problems(cfg, len(train.rows)) if count_train and train.whole else [])
+
+
+def default_env_class_warnings(cfg: Any, train: DatasetRows, val: DatasetRows) -> List[str]:
+    """A line when rows without an ``env_class`` of their own run as ``environment.env_class`` while that is still
+    its default (gsm8k): rows of another env would be scored by gsm8k's rule, silently."""
+    from skygym_train.config.schema import EnvironmentConfig
+
+    if cfg.environment.env_class != EnvironmentConfig.env_class:
+        return []  # set on purpose: the env of the rows that name none
+    lines = []
+    for key, read in (("data.train_data", train), ("data.val_data", val)):
+        if read.defaulted:
+            lines.append(f"{counted(len(read.defaulted), 'row')} of {len(read.rows)} in {key} name no env_class and "
+                         f"run as environment.env_class={cfg.environment.env_class}, its default (first: "
+                         f"{read.defaulted[0]}); give the rows their env_class, or set environment.env_class")
+    return lines
 
 
 def max_turns_warnings(cfg: Any, turn_limits: Dict[str, int]) -> List[str]:

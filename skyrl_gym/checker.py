@@ -64,7 +64,7 @@ class Finding:
     cannot play (``skipped``: what it lacks and how to get it)."""
 
     severity: str
-    kind: str  # row, make, init, step, types, reward, done, determinism, close, metrics
+    kind: str  # row, builder, make, init, step, types, reward, done, determinism, close, metrics
     message: str
     env_id: str
     row_index: Optional[int] = None
@@ -583,6 +583,31 @@ class NoRowsFor(LookupError):
     """No rows to check an env with: it has no working dataset builder and ships no golden cases."""
 
 
+class BrokenBuilder(Exception):
+    """The env's dataset builder breaks its contract (an invalid row, other rows for the same seed, split and
+    index): the env's bug, a failed check, not a bad argument."""
+
+
+def _same_rows_again(env_id: str, rows: List[Dict[str, Any]], size: int, seed: int,
+                     builder_kwargs: Mapping[str, Any]) -> None:
+    """Raise :class:`BrokenBuilder` unless a second build, one row longer, begins with ``rows``: row ``i`` must
+    depend only on ``(seed, split, i)`` and the keyword arguments (``rebuild_row`` and a resumed run rely on it)."""
+    from skyrl_gym import datasets
+
+    again = datasets.build_rows(env_id, split="test", size=size + 1, seed=seed, **dict(builder_kwargs))
+    for index, (first, second) in enumerate(zip(rows, again)):
+        if first != second:
+            fields = sorted(key for key in set(first) | set(second) if first.get(key) != second.get(key))
+            raise BrokenBuilder(
+                f"the dataset builder of {env_id!r} made another row {index + 1} when built again with the same "
+                f"seed={seed} and split='test' (fields that differ: {', '.join(fields)}): row i must depend only on "
+                "(seed, split, i) and the builder's arguments; seed its random generator with them (e.g. "
+                "random.Random(f'{seed}-{split}-{i}')), and never read the clock")
+    if len(again) < len(rows):
+        raise BrokenBuilder(f"the dataset builder of {env_id!r} made {len(rows)} rows for size={size}, and "
+                            f"{len(again)} for size={size + 1}")
+
+
 def golden_rows(env_id: str) -> Tuple[List[Dict[str, Any]], Optional[Path]]:
     """The golden cases shipped with an env: the rows of ``golden.json`` beside its entry point's module whose
     ``env_class`` is ``env_id`` (a JSON list of rows, each with a ``reference_action``); ``([], None)`` if
@@ -631,6 +656,8 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0, builder_kwargs: Opti
         try:
             rows = datasets.build_rows(env_id, split="test", size=size, seed=seed, **dict(builder_kwargs or {}))
         except Exception as exc:  # a builder that needs the network or an extra: fall back to golden cases
+            if isinstance(exc, datasets.InvalidBuiltRow):  # not an argument's fault: the builder's own bug
+                raise BrokenBuilder(f"{exc}; fix the env's dataset builder (its rows are what training reads)") from None
             builder_error = f"{type(exc).__name__}: {exc}"
             if "Hub" in str(exc) and os.environ.get("HF_HUB_OFFLINE") != "1":  # after 24 s of the hub's retries
                 builder_error += "; without network access, HF_HUB_OFFLINE=1 skips the Hub at once"
@@ -645,6 +672,7 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0, builder_kwargs: Opti
                 advice = "Give the builder what it needs"
         else:
             if rows:
+                _same_rows_again(env_id, rows, size, seed, builder_kwargs or {})
                 extra = "".join(f", {key}={value!r}" for key, value in sorted((builder_kwargs or {}).items()))
                 return rows, (f"{len(rows)} row(s) from the dataset builder: skyrl_gym.datasets.build_rows({env_id!r}, "
                               f"split='test', size={size}, seed={seed}{extra})")
@@ -706,6 +734,9 @@ def check_env(
         try:
             rows, report.rows_from = default_rows(factory.env_id, size=max_rows or 2)
             checker.own_rows = True
+        except BrokenBuilder as exc:
+            report.findings.append(Finding(ERROR, "builder", str(exc), factory.env_id))
+            return report
         except (NoRowsFor, UnregisteredEnv) as exc:  # an EnvSpec of no registry has no builder either
             report.rows_from = f"one user message with no extras (none given, and none to build: {exc})"
     checker.stand_in = rows is None
@@ -787,6 +818,6 @@ def _check_with_gymnasium(factory: _EnvFactory, report: CheckReport, rows: List[
                                        factory.env_id))
 
 
-__all__ = ["check_env", "default_rows", "golden_rows", "reference_action", "NoRowsFor",
+__all__ = ["check_env", "default_rows", "golden_rows", "reference_action", "BrokenBuilder", "NoRowsFor",
            "CheckReport", "Finding", "ADVERSARIAL_ACTIONS", "HUGE_ACTION_CHARS", "ERROR", "WARNING",
            "SKIPPED"]

@@ -48,6 +48,10 @@ _lock = threading.RLock()
 plugin_errors: Dict[str, str] = {}
 
 
+class InvalidBuiltRow(DataError):
+    """A dataset builder made a row that is not a valid dataset row: the builder's bug, not its caller's."""
+
+
 class UnknownDataset(RegistrationError, LookupError):
     """No dataset builder is registered for the env id; the message lists the ones that are."""
 
@@ -184,7 +188,7 @@ def build_rows(
         try:
             row = dict(validate_row(dict(row), index, require_env_class=True))
         except DataError as exc:
-            raise DataError(f"the dataset builder {name} of env {env_id!r} made an invalid row: {exc}") from None
+            raise InvalidBuiltRow(f"the dataset builder {name} of env {env_id!r} made an invalid row: {exc}") from None
         extra_info = dict(row.get("extra_info") or {})
         extra_info["origin"] = {"env_id": env_id, "split": split, "seed": seed, "index": index, "builder": name,
                                 "kwargs": kwargs_json}
@@ -204,6 +208,7 @@ def rebuild_row(origin: Dict[str, Any]) -> Dict[str, Any]:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "InvalidBuiltRow",
     "UnknownDataset",
     "build_rows",
     "builder_name",

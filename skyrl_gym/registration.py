@@ -339,19 +339,38 @@ def _resolve_id(env_id: str) -> str:
     close = difflib.get_close_matches(env_id.lower(), list(by_lower), n=3, cutoff=0.6)
     suggestions = [known for lower in close for known in by_lower[lower]][:3]
     hint = f" Did you mean: {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
-    raise UnregisteredEnv(f"no env registered with id {env_id!r}.{hint}{_uninstalled_package(env_id)}"
-                          f"{_misgrouped_entry_point(env_id)} Run "
+    raise UnregisteredEnv(f"no env registered with id {env_id!r}.{hint}{_installation_hint(env_id)} Run "
                           "`skyrl-gym list` to see them all.")
 
 
-def _uninstalled_package(env_id: str) -> str:
-    """Where ``skyrl-gym init`` wrote ``env_id``'s package in this folder and it is not installed: how to install it."""
+_DATASETS_GROUP = "skyrl_gym.datasets"  # skyrl_gym.datasets.ENTRY_POINT_GROUP (that module imports this one)
+
+
+def _installation_hint(env_id: str) -> str:
+    """Why a package meant to register ``env_id`` does not, from what is installed (a cold run: a misspelt or
+    missing entry point was answered "not installed", which reinstalling did not change): an entry point in a
+    misspelt group; an installed package with a dataset builder of that name but no env; the package ``skyrl-gym
+    init`` wrote in this folder, installed without the env, or not installed."""
+    from importlib.metadata import PackageNotFoundError, distribution as installed, entry_points
+
     from skyrl_gym.scaffold import distribution
 
+    misgrouped = _misgrouped_entry_point(env_id)
+    if misgrouped:
+        return misgrouped
+    declare = (f'declare it in its pyproject.toml ([project.entry-points."{ENTRY_POINT_GROUP}"] {env_id} = '
+               '"module:EnvClass"), then pip install -e it again (entry points change only when it is installed).')
+    for ep in entry_points(group=_DATASETS_GROUP):
+        if ep.name == env_id and getattr(ep, "dist", None) is not None:
+            return f" {ep.dist.name} is installed with a dataset builder {env_id!r} but no env of that id: {declare}"
     folder = distribution(env_id)
     if not os.path.isfile(os.path.join(folder, "pyproject.toml")):
         return ""
-    return f" ./{folder} holds its package, not installed: pip install -e ./{folder}, then run this again."
+    try:
+        installed(folder)
+    except PackageNotFoundError:
+        return f" ./{folder} holds its package, not installed: pip install -e ./{folder}, then run this again."
+    return f" ./{folder} holds its package, installed without an env {env_id!r}: {declare}"
 
 
 def resolved_id(env_id: Any) -> Optional[str]:

@@ -95,9 +95,11 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     only_print = args.print_config and not args.check
     try:
         # One run names every mistake: keys, values, settings, model paths, env ids (with --check, the rows too).
+        row_warnings: List[str] = []  # what --check says of the rows besides their problems
         cfg, problems = read_config(args.overrides, config_file=args.config_file,
                                     schema=config_cls or SkyRLTrainConfig, validate=not only_print,
-                                    more_checks=functools.partial(dataset_problems, read_rows=args.check))
+                                    more_checks=functools.partial(dataset_problems, read_rows=args.check,
+                                                                  warnings=row_warnings))
         if problems:
             raise ConfigError(problems)
     except ConfigError as exc:
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
     if args.check:  # a run's trainer says them when it starts (once: they were printed here too, and twice)
         from skygym_train.config.validation import config_warnings
 
-        for warning in config_warnings(cfg):
+        for warning in config_warnings(cfg) + row_warnings:
             print(f"warning: {warning}", file=sys.stderr)
         print("configuration is valid", file=sys.stderr)
         return 0
@@ -182,13 +184,14 @@ def finished_line(result: Mapping[str, Any], ckpt_interval: Any = None) -> str:
     return line
 
 
-def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:
+def dataset_problems(cfg: Any, read_rows: bool = True, warnings: Optional[List[str]] = None) -> List[str]:
     """What is checked before anything starts (``trainer.before_starting_problems``: env ids, model paths, the
     engine's package); with ``read_rows``, the dataset files that exist are read and every row is checked as the
     trainer checks them when it starts (``trainer.rows_problems``: malformed rows, env ids, rows their env refuses,
-    a batch larger than the rows; a missing file is the validation's problem)."""
+    a batch larger than the rows; a missing file is the validation's problem). ``warnings``, when given, gets what
+    the trainer would warn of the rows (``trainer.default_env_class_warnings``)."""
     from skygym_train.dataset import read_dataset
-    from skygym_train.trainer import before_starting_problems, rows_problems
+    from skygym_train.trainer import before_starting_problems, default_env_class_warnings, rows_problems
 
     problems = before_starting_problems(cfg)
     if not read_rows:
@@ -196,7 +199,10 @@ def dataset_problems(cfg: Any, read_rows: bool = True) -> List[str]:
     train, val = ([f for f in files if "://" in f or Path(f).expanduser().exists()]
                   for files in (cfg.data.train_data, cfg.data.val_data or []))
     env_class = cfg.environment.env_class
-    return problems + rows_problems(cfg, read_dataset(train, env_class), read_dataset(val, env_class),
+    train_rows, val_rows = read_dataset(train, env_class), read_dataset(val, env_class)
+    if warnings is not None:
+        warnings += default_env_class_warnings(cfg, train_rows, val_rows)
+    return problems + rows_problems(cfg, train_rows, val_rows,
                                     count_train=bool(train) and len(train) == len(cfg.data.train_data))
 
 

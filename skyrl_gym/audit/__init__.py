@@ -430,6 +430,13 @@ def _audit_row(
     others = [player.start(wrong, timed=False) for wrong in wrongs[1:]]
     golden = profile.golden(case)
     golden_play = None if golden is None else player.start(golden)
+    # The hacks are built on answer_of(row): played in the profile's format, it must earn what the row's own
+    # reference earns, or the hacks hide a wrong answer and test little (a scaffold's audit.py left unchanged)
+    own = None
+    if profile.golden_of is None and case.answer is not None and golden is not None:
+        own = case.reply(case.answer)
+        own = None if own == golden else own
+    own_play = None if own is None else player.start(own)
     fitting = [(hack, script) for hack in _hacks_for(profile, row, chosen)
                if (script := hack.build(case)) is not None]  # None: the hack does not apply to this row
     parts = [_parts_of(hack, case) for hack, _ in fitting]
@@ -458,6 +465,18 @@ def _audit_row(
         full = got is not None and got >= profile.full_reward - TOLERANCE
         verdict = ERROR if got is None else (OK if full else FALSE_NEGATIVE)
         add("golden", "reference answer", "golden", expected_full, got, verdict, reason, golden)
+        own_played = None if own_play is None else own_play.result()
+        if full and own_played is not None:
+            got, reason = own_played
+            verdict = OK if got is not None and got >= profile.full_reward - TOLERANCE else ERROR
+            if verdict == ERROR:
+                reason = (f"the audit profile's answer_of(row) gives {case.answer!r}, which earns "
+                          f"{'nothing' if got is None else f'{got:g}'} in the profile's answer format, while the "
+                          "row's reference answer earns the full reward: answer_of (or the format) in the env's "
+                          "audit profile does not match the env, and the hacks built on it test little"
+                          + (f"; {reason}" if reason else ""))
+            add("golden", "the audit profile's answer, in its format", "golden", expected_full, got, verdict,
+                reason, own)
 
     for (hack, script), hedged, hack_play in zip(fitting, parts, hack_plays):
         of_parts = [part_plays[part].result() for part in hedged]

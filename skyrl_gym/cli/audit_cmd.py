@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_audit(args: argparse.Namespace) -> int:
     from skyrl_gym.audit import DEFAULT_WORKERS, AuditReport, ProfileError, UnknownHack, audit_env, write_json
-    from skyrl_gym.checker import NoRowsFor
+    from skyrl_gym.checker import BrokenBuilder, NoRowsFor
     from skyrl_gym.data import row_place
     from skyrl_gym.errors import DataError, UnregisteredEnv
     from skyrl_gym.registration import fingerprint_or_none
@@ -124,6 +124,9 @@ def run_audit(args: argparse.Namespace) -> int:
                 print(report.table())
             if report.rows_source:
                 print(f"  rows: {report.rows_source}")
+    except BrokenBuilder as exc:  # the env's bug: a failed audit, not a bad argument
+        error(str(exc))
+        return 1
     except (UsageError, UnregisteredEnv, NoRowsFor, DataError, OSError, UnknownHack, ProfileError) as exc:
         error(str(exc))
         return 2

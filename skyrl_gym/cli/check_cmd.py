@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from skyrl_gym.checker import NoRowsFor, check_env, default_rows
+    from skyrl_gym.checker import BrokenBuilder, NoRowsFor, check_env, default_rows
     from skyrl_gym.errors import UnregisteredEnv
 
     try:
@@ -75,6 +75,9 @@ def run_check(args: argparse.Namespace) -> int:
     except (UsageError, UnregisteredEnv, NoRowsFor) as exc:
         error(str(exc))
         return 2
+    except BrokenBuilder as exc:  # a breach of the contract (exit 1), not a bad argument
+        error(str(exc))
+        return 1
     print(report)
     if report.all_skipped:
         print("nothing was checked: this machine cannot run the env (above); run the check again where it can")

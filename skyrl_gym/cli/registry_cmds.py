@@ -168,7 +168,7 @@ def env_info(env_id: str, row_file: Optional[str] = None, index: int = 0) -> Dic
 def _a_row_of(env_id: str) -> Tuple[Dict[str, Any], Optional[str]]:
     """The extras of one row of ``env_id`` (a golden case first: no network, no extra) and where it came from;
     ``({}, None)`` if it has none."""
-    from skyrl_gym.checker import NoRowsFor, default_rows, golden_rows
+    from skyrl_gym.checker import BrokenBuilder, NoRowsFor, default_rows, golden_rows
     from skyrl_gym.data import row_extras
 
     rows, path = golden_rows(env_id)
@@ -176,7 +176,7 @@ def _a_row_of(env_id: str) -> Tuple[Dict[str, Any], Optional[str]]:
     if not rows:
         try:
             rows, source = default_rows(env_id, size=1)
-        except NoRowsFor:
+        except (NoRowsFor, BrokenBuilder):  # `check` names a broken builder; `info` shows what it can
             return {}, None
     return row_extras(dict(rows[0])), source
 

@@ -312,6 +312,51 @@ def test_a_builder_that_cannot_reach_the_hub_names_the_offline_switch(registered
         datasets.deregister_dataset(env_id)
 
 
+def _unseeded_builder(split="train", size=None, seed=0):
+    import random
+
+    rng = random.Random()  # the contributor's mistake: not seeded with (seed, split, i)
+    for _ in range(size or 2):
+        number = str(rng.randrange(10**9))
+        yield {"prompt": [{"role": "user", "content": f"say {number}"}], "env_class": "",
+               "reward_spec": {"ground_truth": number}, "extra_info": {"reference_action": number}}
+
+
+def _builder_of_invalid_rows(split="train", size=None, seed=0):
+    for i in range(size or 2):
+        yield {"question": f"say {i}", "reward_spec": {"ground_truth": str(i)}}  # "question" is not "prompt"
+
+
+@pytest.mark.parametrize("builder, said", [
+    (_unseeded_builder, "made another row 1 when built again with the same seed=0 and split='test' (fields that "
+                        "differ: extra_info, prompt, reward_spec): row i must depend only on (seed, split, i)"),
+    (_builder_of_invalid_rows, "made an invalid row")])
+def test_a_builder_that_breaks_its_contract_fails_check_and_audit(registered, builder, said, capsys):
+    """A contributor's cold run: an unseeded builder passed check and audit (rebuild_row then gave another row);
+    a builder of invalid rows was told to take --builder-args, with the exit status of a bad argument."""
+    from skyrl_gym import datasets
+    from skyrl_gym.cli import main
+
+    env_id = registered(SayTheNumberEnv)
+
+    def with_env_class(split="train", size=None, seed=0):
+        for row in builder(split, size, seed):
+            yield {**row, "env_class": env_id} if "env_class" in row else row
+
+    datasets.register_dataset(env_id, with_env_class)
+    try:
+        for command in ("check", "audit"):
+            assert main([command, env_id]) == 1, command
+            err = capsys.readouterr().err
+            assert said in err and "--builder-args" not in err, err
+        report = check_env(env_id)  # the library's check says the same, as a finding
+        assert [f.kind for f in report.errors] == ["builder"] and said in report.errors[0].message
+    finally:
+        datasets.deregister_dataset(env_id)
+    if builder is _builder_of_invalid_rows:
+        assert "fix the env's dataset builder" in report.errors[0].message
+
+
 def test_the_audit_is_told_to_pass_rows_to_the_audit(registered):
     """`skyrl-gym audit reasoning_gym/ab` without its extra ended "or pass rows: skyrl-gym check ...": the wrong
     command."""

@@ -576,3 +576,22 @@ def test_check_names_a_hub_model_that_cannot_be_had_here(multiply_data, tmp_path
                  "trainer.policy.model.path=someone/some-model", "environment.env_class=multiply"]) == 2
     assert ("  - trainer.policy.model.path=someone/some-model: hub model 'someone/some-model' is not in the hub "
             "cache, and HF_HUB_OFFLINE=1 forbids fetching it") in capsys.readouterr().err
+
+
+def test_rows_without_env_class_that_fall_to_the_default_env_are_named_by_check(tmp_path, capsys):
+    """A contributor's cold run: rows that lost their env_class were trained as gsm8k (environment.env_class's
+    default), and --check said only "valid"."""
+    data = tmp_path / "train.jsonl"
+    row = '{"prompt": [{"role": "user", "content": "digits of 47?"}], "reward_spec": {"ground_truth": "11"}}\n'
+    data.write_text(row.replace("}}\n", '}, "env_class": "multiply"}\n') + row + row)
+    keys = [f"data.train_data=[{data}]", f"trainer.policy.model.path={CHAT_MODEL}", "trainer.use_ray=false",
+            "trainer.train_batch_size=1", "trainer.policy_mini_batch_size=1"]
+    assert main(["--check", *keys]) == 0
+    err = capsys.readouterr().err
+    assert (f"warning: 2 rows of 3 in data.train_data name no env_class and run as environment.env_class=gsm8k, "
+            f"its default (first: row 2 (line 2 of {data})); give the rows their env_class, or set "
+            "environment.env_class") in err
+    assert err.rstrip().endswith("configuration is valid")
+    # the env of the rows that name none, set on purpose: nothing to say
+    assert main(["--check", *keys, "environment.env_class=multiply"]) == 0
+    assert "name no env_class" not in capsys.readouterr().err
