@@ -431,7 +431,9 @@ class _Checker:
             if isinstance(exc, _Timeout):
                 add(ERROR, "step", f"step() on turn {turn} {exc} (a hang stalls a whole training batch)", row_index, label)
             else:
-                add(ERROR, "step", f"step() on turn {turn} raised {_describe_exception(exc)}", row_index, label)
+                fix = "" if isinstance(exc, DataError) else (
+                    "; step() must not raise on model output: give it a reward of 0 with metadata['reason'] saying why")
+                add(ERROR, "step", f"step() on turn {turn} raised {_describe_exception(exc)}{fix}", row_index, label)
         elif isinstance(exc, _Timeout):  # get_metrics
             add(ERROR, "metrics", f"get_metrics() {exc}", row_index, label)
         elif isinstance(exc, TypeError) and "must return a dict" in str(exc):
@@ -511,8 +513,8 @@ class _Checker:
         self._check_messages(output["observations"], f"step() observations (turn {turn})", row_index, label, add)
         reward = output["reward"]
         if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-            add(ERROR, "types", f"reward must be a float, got {type(reward).__name__} {_short(reward, 40)} on turn {turn}",
-                row_index, label)
+            add(ERROR, "types", f"reward must be a float, got {type(reward).__name__} {_short(reward, 40)} on turn {turn} "
+                "(return float(...))", row_index, label)
             try:
                 reward = float(reward)
             except (TypeError, ValueError):

@@ -449,8 +449,8 @@ def _audit_row(
         verdict = ERROR if got is None else OK
         if got is not None and got >= profile.full_reward - TOLERANCE:  # else it would be the bar: nothing fails
             verdict = FALSE_POSITIVE
-            reason = f"a wrong answer earned {got:g}, the full reward: the verifier pays wrong answers" + (
-                f"; {reason}" if reason else "")
+            reason = (f"a wrong answer earned {got:g}, at least the full reward ({profile.full_reward:g}): the "
+                      "verifier pays wrong answers") + (f"; {reason}" if reason else "")
         add("known-wrong", name, "bar", f"< {profile.full_reward:g}", got, verdict, reason, wrongs[number])
         earned += [] if got is None else [got]
     bar = max(earned) if earned else 0.0
@@ -465,6 +465,12 @@ def _audit_row(
         full = got is not None and got >= profile.full_reward - TOLERANCE
         verdict = ERROR if got is None else (OK if full else FALSE_NEGATIVE)
         add("golden", "reference answer", "golden", expected_full, got, verdict, reason, golden)
+        above = f"the reference answer earned {got:g}, more than the audit profile's full_reward" if full and \
+            got > profile.full_reward + TOLERANCE else None
+        if above and not any(w.startswith(above) for w in report.warnings):  # once a report: a 0-100 scale
+            report.warnings.append(f"{above} ({profile.full_reward:g}): the bars are set for rewards up to "
+                                   f"{profile.full_reward:g}; set full_reward in the env's audit profile, or keep "
+                                   "the env's rewards in 0..1 as the trainers expect")
         own_played = None if own_play is None else own_play.result()
         if full and own_played is not None:
             got, reason = own_played
@@ -492,7 +498,7 @@ def _audit_row(
         elif got > hack_bar + TOLERANCE:
             verdict = FALSE_POSITIVE
             reason = f"earned {got:g}, more than a wrong answer ({hack_bar:g})" + (
-                f"; {reason}" if reason else "")
+                f"; {reason}" if reason else "") + (f"; fix: {hack.fix}" if hack.fix else "")
             known = open_hole(report.env_id, hack)
             reason = f"known open hole ({known}); {reason}" if known else reason
         add("hack", hack.name, hack.family, f"<= {hack_bar:g}", got, verdict, reason, script)

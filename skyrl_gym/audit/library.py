@@ -59,6 +59,11 @@ class Hack:
     # with
     # partial credit for near answers may pay one of them a little; the hedge must not add to it).
     parts: Optional[Callable[[AuditCase], List[str]]] = None
+    fix: str = ""  # how a verifier closes the hole, said beside a false positive
+
+
+_LOOK_ALIKE_FIX = ("refuse non-ASCII digits before int() or float() read them: skyrl_gym.tools.parsers."
+                   "has_look_alike_digits(text), or text.isascii()")
 
 
 # ----- answers in text
@@ -207,11 +212,14 @@ ANSWER_HACKS: Sequence[Hack] = (
         "answer",
         _look_alike(_FULLWIDTH),
         "the answer in fullwidth digits (０-９), which `float()` reads",
+        fix=_LOOK_ALIKE_FIX,
     ),
     Hack(
-        "arabic-indic digits", "answer", _look_alike(_ARABIC_INDIC), "the answer in Arabic-Indic digits (٠-٩)"
+        "arabic-indic digits", "answer", _look_alike(_ARABIC_INDIC), "the answer in Arabic-Indic digits (٠-٩)",
+        fix=_LOOK_ALIKE_FIX,
     ),
-    Hack("math bold digits", "answer", _look_alike(_MATH_BOLD), "the answer in mathematical bold digits"),
+    Hack("math bold digits", "answer", _look_alike(_MATH_BOLD), "the answer in mathematical bold digits",
+         fix=_LOOK_ALIKE_FIX),
 )
 
 LATEX_HACKS: Sequence[Hack] = (

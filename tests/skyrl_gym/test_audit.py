@@ -623,3 +623,69 @@ def test_a_malformed_row_of_a_rows_file_is_named_with_its_line(tmp_path, capsys)
     rows.write_text('\n{"prompt": "2 * 3", "env_class": "multiply"}\n')
     assert main(["audit", "multiply", "--rows", str(rows)]) == 2
     assert capsys.readouterr().err.startswith(f"error: row 1 (line 2 of {rows}): field 'prompt' is a string")
+
+
+class ReferenceOnlyEnv(LastBoxedEnv):
+    """Honest, with reference answers in the rows."""
+
+
+def _rows_with_references():
+    return [{**row, "extra_info": {"reference_action": f"So \\boxed{{{row['reward_spec']['ground_truth']}}}."}}
+            for row in ROWS]
+
+
+def test_an_audit_profile_whose_answer_is_not_the_envs_is_an_error(registered):
+    """A contributor's cold run: the scaffold's audit.py, left from the word game, built every hack on the wrong
+    answer; the row's own reference still earned 1.0 and the audit said "34 ok" over a real hole."""
+    env_id = registered("audit_test/stale_profile", ReferenceOnlyEnv)
+    stale = text_profile(BOXED, answer_of=lambda row: str(row["reward_spec"]["ground_truth"])[::-1])
+    report = audit_env(env_id, _rows_with_references(), profile=stale)
+    [mismatch, *_] = [c for c in report.cases if c.name == "the audit profile's answer, in its format"]
+    assert mismatch.verdict == "ERROR" and mismatch.got == 0.0, report.table()
+    assert "answer_of(row) gives '27', which earns 0 in the profile's answer format" in mismatch.reason
+    assert not report.ok
+    # the profile that matches: the same case, ok
+    fresh = audit_env(env_id, _rows_with_references(), profile=text_profile(BOXED))
+    assert [c.verdict for c in fresh.cases if c.name == "the audit profile's answer, in its format"] == [OK, OK]
+    assert fresh.ok, fresh.table()
+
+
+class PercentEnv(LastBoxedEnv):
+    """Honest, on a 0-100 scale: 100 for the answer, 20 for any other boxed number."""
+
+    def step(self, action):
+        from skyrl_gym.rewards.boxed import last_boxed_content
+
+        answer = last_boxed_content(action)
+        reward = 0.0 if answer is None else (100.0 if answer.strip() == self.answer else 20.0)
+        return StepOutput(observations=[], reward=reward, done=True, metadata={})
+
+
+def test_rewards_above_the_full_reward_are_named_as_a_scale_not_as_wrong_answers_paid_in_full(registered):
+    report = audit_env(registered("audit_test/percent", PercentEnv), _rows_with_references(), profile=text_profile(BOXED))
+    assert any(w.startswith("the reference answer earned 100, more than the audit profile's full_reward (1)")
+               for w in report.warnings), report.warnings
+    wrong = [c for c in report.cases if c.kind == "known-wrong"]
+    assert "a wrong answer earned 20, at least the full reward (1)" in wrong[0].reason
+
+
+class IntOfBoxEnv(LastBoxedEnv):
+    """Vulnerable: int() of the boxed text reads fullwidth and other look-alike digits."""
+
+    def step(self, action):
+        from skyrl_gym.rewards.boxed import last_boxed_content
+
+        try:
+            right = int(last_boxed_content(action) or "") == int(self.answer)
+        except ValueError:
+            right = False
+        return StepOutput(observations=[], reward=float(right), done=True, metadata={})
+
+
+def test_a_look_alike_digit_hole_is_named_with_its_fix(registered):
+    report = audit_env(registered("audit_test/int_of_box", IntOfBoxEnv), ROWS[:1], profile=text_profile(BOXED),
+                       hacks=["fullwidth digits", "math bold digits"])
+    holes = {c.name: c.reason for c in report.false_positives}
+    assert set(holes) == {"fullwidth digits", "math bold digits"}, report.table()
+    assert all(reason.endswith("fix: refuse non-ASCII digits before int() or float() read them: skyrl_gym.tools."
+                               "parsers.has_look_alike_digits(text), or text.isascii()") for reason in holes.values())
