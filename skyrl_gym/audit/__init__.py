@@ -139,8 +139,11 @@ class AuditReport:
             for verdict in (OK, FALSE_POSITIVE, FALSE_NEGATIVE, ERROR, NOT_RUN)
         }
         shown = ", ".join(f"{n} {verdict.lower()}" for verdict, n in counts.items() if n)
+        verdict = 'FAILED' if not self.ok else 'INCOMPLETE' if self.incomplete else 'OK'
+        if verdict == "OK" and FALLBACK_WARNING in self.warnings:  # an OK that says little reads as one
+            verdict = "OK, with no audit profile (plain-text replies only: WARNING below)"
         return (
-            f"audit {self.env_id}: {'FAILED' if not self.ok else 'INCOMPLETE' if self.incomplete else 'OK'} - "
+            f"audit {self.env_id}: {verdict} - "
             f"{self.rows} row(s), {len(self.cases)} "
             f"case(s): {shown or 'none'} ({self.seconds:.1f} s)"
         )

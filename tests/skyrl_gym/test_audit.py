@@ -238,6 +238,9 @@ def test_the_report_names_its_profile_and_warns_when_the_env_has_none(registered
     assert any("no audit profile" in warning for warning in report.warnings), report.table()
     assert any("never have reached the env's scoring" in warning for warning in report.warnings)
     assert "  WARNING: the env has no audit profile" in report.table()
+    # a contributor's cold run: "OK" alone read as a pass in CI
+    assert report.summary().startswith(f"audit {env_id}: OK, with no audit profile (plain-text replies only: "
+                                       "WARNING below) - ") or not report.ok, report.summary()
     shipped = audit_env("gsm8k")
     assert shipped.profile.startswith("built in") and not shipped.warnings, shipped.table()
 
