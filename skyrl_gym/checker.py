@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from skygym_sandboxes.types import SandboxUnavailable
 from skyrl_gym.core import Env
-from skyrl_gym.data import placed_records, read_records, row_extras, row_place, validate_row
+from skyrl_gym.data import placed_records, read_records, row_extras, row_number, row_place, validate_row
 from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, run_episode, run_sync
 from skyrl_gym.episode import Episode as EpisodeRecord
 from skyrl_gym.errors import DataError, UnregisteredEnv
@@ -140,8 +140,13 @@ def _collapsed(findings: Sequence[Finding]) -> List[str]:
     alike: Dict[Tuple[str, str, str], List[Finding]] = {}
     for finding in findings:
         alike.setdefault((finding.severity, finding.kind, finding.message), []).append(finding)
-    return [str(group[0]) + (f" (and {len(group) - 1} more like it)" if len(group) > 1 else "")
-            for group in alike.values()]
+    lines = []
+    for group in alike.values():
+        others = sorted({f.row_index for f in group[1:] if f.row_index is not None} - {group[0].row_index})
+        rows = "" if not others else ", also on row " + ", ".join(str(row_number(i)) for i in others[:5]) + (
+            f" and {len(others) - 5} more" if len(others) > 5 else "")  # a bad row 7 hid behind row 5's line
+        lines.append(str(group[0]) + (f" (and {len(group) - 1} more like it{rows})" if len(group) > 1 else ""))
+    return lines
 
 
 # How long one make/init/step/close may take before `check` and `audit` call it hanging: a code env's
@@ -431,7 +436,9 @@ class _Checker:
             if isinstance(exc, _Timeout):
                 add(ERROR, "step", f"step() on turn {turn} {exc} (a hang stalls a whole training batch)", row_index, label)
             else:
-                fix = "" if isinstance(exc, DataError) else (
+                # on an action a model may write (not the row's reference, not a row the env refuses): the rule broken
+                adversarial = label in {name for name, _ in ADVERSARIAL_ACTIONS} or label.startswith("huge string")
+                fix = "" if isinstance(exc, DataError) or not adversarial or _missing_base_init(exc) else (
                     "; step() must not raise on model output: give it a reward of 0 with metadata['reason'] saying why")
                 add(ERROR, "step", f"step() on turn {turn} raised {_describe_exception(exc)}{fix}", row_index, label)
         elif isinstance(exc, _Timeout):  # get_metrics

@@ -238,7 +238,8 @@ def test_an_env_that_skips_the_base_init_is_told_to_call_it_once(registered):
     assert crashes[0].message.endswith("; BaseTextEnv.__init__ sets turns: SkipsTheBaseInitEnv.__init__ must call "
                                        "super().__init__(env_config, extras)")
     lines = str(report).splitlines()[1:]
-    assert lines[0] == f"  {crashes[0]} (and 9 more like it)" and lines[1].startswith("  note: 2 row(s) have no ")
+    assert lines[0] == f"  {crashes[0]} (and 9 more like it, also on row 2)"
+    assert lines[1].startswith("  note: 2 row(s) have no ")
     assert len(lines) == 2
 
 
@@ -562,3 +563,20 @@ def test_without_rows_a_registered_id_is_checked_on_the_rows_the_command_line_ch
     # a class has no rows of its own: the single user message, as before
     bare = check_env(SayTheNumberEnv, huge_action_chars=1000, check_determinism=False)
     assert bare.rows_from == "" and bare.rows_checked == 1
+
+
+class CrashesOnEmptyEnv(SayTheNumberEnv):
+    """Breaks the rule: indexes the reply without looking."""
+
+    def step(self, action):
+        first = action.split()[0]  # IndexError on an empty reply
+        return {"observations": [], "reward": float(first == self.answer), "done": True, "metadata": {}}
+
+
+def test_a_crash_on_model_output_is_told_the_rule_it_breaks(registered):
+    """A contributor's cold run: the crash was named to the line, but not the rule or the fix."""
+    report = check_env(registered(CrashesOnEmptyEnv), ROWS, check_determinism=False)
+    [crash, *_] = _errors_of_kind(report, "step")
+    assert crash.action == "empty string" and "IndexError" in crash.message
+    assert crash.message.endswith("; step() must not raise on model output: give it a reward of 0 with "
+                                  "metadata['reason'] saying why"), crash.message
