@@ -82,8 +82,8 @@ def run_check(args: argparse.Namespace) -> int:
     if report.all_skipped:
         print("nothing was checked: this machine cannot run the env (above); run the check again where it can")
     elif report.ok:
-        print("the contract is checked; to check the reward against known hacks: "
-              f"skyrl-gym audit {args.env_id}")
+        print("the contract is checked, not the reward's values (a reference answer that earns some reward passes "
+              f"here): whether right answers earn the full reward and known hacks nothing, skyrl-gym audit {args.env_id}")
     if not report.ok:
         return 1
     return 3 if report.all_skipped else 0  # as `audit` does: a script must not read a skipped check as a pass
