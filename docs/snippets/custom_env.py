@@ -15,8 +15,7 @@ class ReverseEnv(BaseTextEnv):
 
     def step(self, action: str) -> StepOutput:
         self.turns += 1
-        answer = last_boxed_content(action)
-        correct = answer == self.word[::-1]
+        correct = (answer := last_boxed_content(action)) == self.word[::-1]
         done = correct or self.turns >= self.max_turns
         retry = [] if done else [{"role": "user", "content": "Not quite. Try again."}]
         reason = None if correct else "no \\boxed{} answer" if answer is None else "wrong word"  # say why

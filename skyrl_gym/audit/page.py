@@ -147,8 +147,12 @@ def audit_profile(env_id: str) -> AuditProfile:
 `AuditProfile` fields: `format` (an `AnswerFormat`: `reply(answer)`, the `empty` format, a `tool_call`),
 `hacks`, `answer_of(row)`, `golden_of(case)`, `wrong_of(case)`, `rows(size, seed)` (rows of its own, e.g. a
 database made for the audit), `env_config()`, `unavailable()` (a reason the audit cannot run here),
-`full_reward`, `max_turns`. `code_profile(...)` is the profile of envs that run the reply's code. Add the env
-to `tests/skyrl_gym/test_audit_envs.py` (a test fails until every shipped env is audited there).
+`full_reward`, `max_turns`. `code_profile(...)` is the profile of envs that run the reply's code. The audit plays
+`answer_of(row)` in the profile's `format` beside the row's reference answer: where the reference earns the full
+reward and the profile's answer does not, `answer_of` no longer matches the env (a scaffold's left unchanged), and
+that is an `ERROR`. An env shipped in this repository goes into `tests/skyrl_gym/test_audit_envs.py` (a test fails
+until every shipped env is audited there); a package of your own runs its audit in its own tests, as the scaffold's
+does.
 
 ## Known open holes
 
