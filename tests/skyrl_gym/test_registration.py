@@ -75,13 +75,6 @@ def test_unknown_id_suggests_close_matches():
         skyrl_gym.make("gsm8kk")
 
 
-def _dist_info(folder, name, entry_points):
-    info = folder / f"{name.replace('-', '_')}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(entry_points)
-
-
 def test_a_package_installed_without_its_env_entry_point_is_told_to_declare_it(tmp_path, monkeypatch):
     """A contributor's cold run: an env entry point left out of pyproject.toml was answered "not installed", and
     `pip install -e` again changed nothing."""
@@ -89,7 +82,7 @@ def test_a_package_installed_without_its_env_entry_point_is_told_to_declare_it(t
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
     # its dataset builder registered, its env not: the builder's package is named
-    _dist_info(site, "skyrl-gym-probe-builder-only", "[skyrl_gym.datasets]\nprobe_builder_only = p.dataset:build_rows\n")
+    write_distribution(site, "skyrl-gym-probe-builder-only", "[skyrl_gym.datasets]\nprobe_builder_only = p.dataset:build_rows\n")
     with pytest.raises(UnregisteredEnv) as refused:
         skyrl_gym.make("probe_builder_only")
     message = str(refused.value)
@@ -101,7 +94,7 @@ def test_a_package_installed_without_its_env_entry_point_is_told_to_declare_it(t
     monkeypatch.chdir(tmp_path)
     (tmp_path / "skyrl-gym-probe-no-entry").mkdir()
     (tmp_path / "skyrl-gym-probe-no-entry" / "pyproject.toml").write_text("[project]\nname = 'skyrl-gym-probe-no-entry'\n")
-    _dist_info(site, "skyrl-gym-probe-no-entry", "")
+    write_distribution(site, "skyrl-gym-probe-no-entry", "")
     with pytest.raises(UnregisteredEnv, match=r"\./skyrl-gym-probe-no-entry holds its package, installed without an env "
                                               "'probe_no_entry': declare it in its pyproject.toml"):
         skyrl_gym.make("probe_no_entry")
