@@ -224,27 +224,34 @@ def check_model_name(name: Union[str, os.PathLike, None] = None) -> str:
 
 
 def hub_model_problem(repo_id: str, timeout: float = 10.0) -> Optional[str]:
-    """Why hub model ``repo_id`` cannot be had now, or None: a run names it before anything starts, not when it
-    loads. A copy in the hub cache is enough; otherwise one metadata request asks the hub, unless
-    ``HF_HUB_OFFLINE`` forbids it (nothing is downloaded here)."""
-    from huggingface_hub import HfApi, constants, try_to_load_from_cache
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+    """Why hub model ``repo_id`` certainly cannot be had, or None: a run names it before anything starts, not when
+    it loads. A copy in the hub cache is enough; otherwise one metadata request asks the hub, unless
+    ``HF_HUB_OFFLINE`` forbids it (nothing is downloaded here). Only an id that is no hub id, one the hub does not
+    know, or an offline miss is a problem: a hub that is slow, limits requests or cannot be reached now is left
+    to the download, which retries and says what went wrong."""
+    from huggingface_hub import constants
 
-    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
-        return None
-    if constants.HF_HUB_OFFLINE:
-        return (f"hub model {repo_id!r} is not in the hub cache, and HF_HUB_OFFLINE=1 forbids fetching it: fetch it "
-                "once with the network, or pass a local folder")
+    return _hub_model_problem(repo_id, timeout, constants.ENDPOINT, constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE)
+
+
+@functools.lru_cache(maxsize=64)  # one request a process for the same hub: --check and the run's start both ask
+def _hub_model_problem(repo_id: str, timeout: float, endpoint: str, cache: str, offline: bool) -> Optional[str]:
+    from huggingface_hub import HfApi, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+
     try:
-        HfApi(endpoint=constants.ENDPOINT).model_info(repo_id, timeout=timeout)
-    except GatedRepoError:
-        return f"hub model {repo_id!r} is gated: accept its terms on the hub, then log in (HF_TOKEN)"
-    except RepositoryNotFoundError:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=cache), str):
+            return None
+        if offline:
+            return (f"hub model {repo_id!r} is not in the hub cache, and HF_HUB_OFFLINE=1 forbids fetching it: "
+                    "fetch it once with the network, or pass a local folder")
+        HfApi(endpoint=endpoint).model_info(repo_id, timeout=timeout)
+    except HFValidationError as exc:
+        return f"{repo_id!r} is not a hub id ({str(exc).splitlines()[0][:200]})"
+    except RepositoryNotFoundError:  # (a gated model's metadata is public: its access is the download's to check)
         return f"no hub model {repo_id!r} (or a private one: log in with HF_TOKEN); check the id"
-    except Exception as exc:  # no network, a proxy, a hub that does not answer
-        reason = str(exc).splitlines()[0][:200] if str(exc) else ""
-        return (f"could not reach the hub for {repo_id!r} ({type(exc).__name__}: {reason}); check the network, "
-                "or pass a local folder")
+    except Exception:  # no network, a proxy, rate limits, a hub that does not answer: the download's to report
+        return None
     return None
 
 

@@ -186,6 +186,8 @@ def _prompt_table(
             row["env_class"] = env_id
         if require_env_class and not row.get("env_class"):
             raise DataError(f"{what}: row {index} has no 'env_class' (or pass env_id=...)")
+        if require_env_class and not isinstance(row["env_class"], str):
+            raise DataError(f"{what}: row {index}'s env_class must be an env id, got {row['env_class']!r:.80}")
         if require_env_class and row["env_class"] not in registered:  # agent rows may name a task instead
             try:
                 skyrl_gym.spec(row["env_class"])

@@ -1166,8 +1166,10 @@ def default_env_class_warnings(cfg: Any, train: DatasetRows, val: DatasetRows) -
     lines = []
     for key, read in (("data.train_data", train), ("data.val_data", val)):
         if read.defaulted:
-            lines.append(f"{counted(len(read.defaulted), 'row')} of {len(read.rows)} in {key} name no env_class and "
-                         f"run as environment.env_class={cfg.environment.env_class}, its default (first: "
+            one = len(read.defaulted) == 1
+            lines.append(f"{counted(len(read.defaulted), 'row')} of {len(read.rows)} in {key} name{'s' * one} no "
+                         f"env_class and run{'s' * one} as environment.env_class={cfg.environment.env_class}, its "
+                         "default (first: "
                          f"{read.defaulted[0]}); give the rows their env_class, or set environment.env_class")
     return lines
 

@@ -355,6 +355,12 @@ def _installation_hint(env_id: str) -> str:
 
     from skyrl_gym.scaffold import distribution
 
+    for ep in entry_points(group=ENTRY_POINT_GROUP):  # declared, and still not registered: it failed to load
+        if ep.name == env_id:
+            failed = [error for key, error in registry.plugin_errors.items() if key.endswith(f":{env_id}")]
+            owner = ep.dist.name if getattr(ep, "dist", None) is not None else "an installed package"
+            return (f" {owner} declares it ({ep.value}), but it did not load" + (f": {failed[0]}" if failed else "")
+                    + ".")
     misgrouped = _misgrouped_entry_point(env_id)
     if misgrouped:
         return misgrouped

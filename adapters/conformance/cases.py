@@ -228,11 +228,11 @@ def reference_cases(env_id: str, size: int = 2) -> Tuple[List[Case], str]:
     """Cases for an env with no built-in ones, as ``skyrl-gym check`` finds rows: ``size`` test rows from its
     dataset builder, else its golden cases, each played with the row's reference answer; and where they came
     from. Raises LookupError naming what to pass when there are none."""
-    from skyrl_gym.checker import NoRowsFor, default_rows, reference_action
+    from skyrl_gym.checker import BrokenBuilder, NoRowsFor, default_rows, reference_action
 
     try:
-        rows, source = default_rows(env_id, size=size)
-    except NoRowsFor as exc:
+        rows, source = default_rows(env_id, size=size, verify=False)  # `check` verifies the builder
+    except (NoRowsFor, BrokenBuilder) as exc:
         raise LookupError(f"no conformance cases for env {env_id!r}: {exc} Or pass rows and actions: "
                           f"skyrl-gym conform {env_id} --rows ROWS --actions ACTIONS") from None
     cases = [Case(dict(row), [action]) for row in rows if (action := reference_action(row)) is not None]

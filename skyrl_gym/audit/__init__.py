@@ -435,8 +435,9 @@ def _audit_row(
     golden_play = None if golden is None else player.start(golden)
     # The hacks are built on answer_of(row): played in the profile's format, it must earn what the row's own
     # reference earns, or the hacks hide a wrong answer and test little (a scaffold's audit.py left unchanged)
-    own = None
-    if profile.golden_of is None and case.answer is not None and golden is not None:
+    own = None  # (not for an env with no profile: its plain-text answer is known to say little, and a warning says so)
+    if profile.golden_of is None and case.answer is not None and golden is not None \
+            and profile.source != FALLBACK_SOURCE:
         own = case.reply(case.answer)
         own = None if own == golden else own
     own_play = None if own is None else player.start(own)
@@ -475,7 +476,10 @@ def _audit_row(
                                    f"{profile.full_reward:g}; set full_reward in the env's audit profile, or keep "
                                    "the env's rewards in 0..1 as the trainers expect")
         own_played = None if own_play is None else own_play.result()
-        if full and own_played is not None:
+        if full and own_play is not None and own_played is None:  # the budget ran out: an unplayed case, said
+            add("golden", "the audit profile's answer, in its format", "golden", expected_full, None, NOT_RUN,
+                OUT_OF_BUDGET, own)
+        elif full and own_played is not None:
             got, reason = own_played
             verdict = OK if got is not None and got >= profile.full_reward - TOLERANCE else ERROR
             if verdict == ERROR:

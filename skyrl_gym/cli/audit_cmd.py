@@ -74,7 +74,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from skyrl_gym.audit import DEFAULT_WORKERS, AuditReport, ProfileError, UnknownHack, audit_env, write_json
+    from skyrl_gym.audit import ERROR as AUDIT_ERROR
+    from skyrl_gym.audit import DEFAULT_WORKERS, AuditReport, CaseResult, ProfileError, UnknownHack, audit_env, write_json
     from skyrl_gym.checker import BrokenBuilder, NoRowsFor
     from skyrl_gym.data import row_place
     from skyrl_gym.errors import DataError, UnregisteredEnv
@@ -107,6 +108,12 @@ def run_audit(args: argparse.Namespace) -> int:
                     raise
                 # `audit gsm8k math --hack "unclosed box"`: math has it, gsm8k not; the others are still audited
                 report = AuditReport(env_id=env_id, skipped=str(exc))
+            except BrokenBuilder as exc:
+                if len(args.env_id) == 1:
+                    raise
+                report = AuditReport(env_id=env_id)  # a failed audit of this env; the others are still audited
+                report.cases.append(CaseResult(0, "builder", "the env's dataset builder", "builder", "valid, "
+                                               "repeatable rows", None, AUDIT_ERROR, str(exc)))
             report.fingerprint = fingerprint_or_none(report.env_id)
             reports.append(report)
             if args.failures_only:

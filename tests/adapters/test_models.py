@@ -53,11 +53,11 @@ def test_a_hub_id_that_cannot_be_had_is_named_before_anything_loads(monkeypatch:
     assert hub_model_problem("someone/some-model") == (
         "hub model 'someone/some-model' is not in the hub cache, and HF_HUB_OFFLINE=1 forbids fetching it: fetch it "
         "once with the network, or pass a local folder")
+    # an id that is no hub id (a cold review: a traceback at --check and at every run's start)
+    assert hub_model_problem("foo/bar baz").startswith("'foo/bar baz' is not a hub id (")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # a hub that does not answer
-    problem = hub_model_problem("someone/some-model", timeout=5)
-    assert problem.startswith("could not reach the hub for 'someone/some-model' (") and problem.endswith(
-        "check the network, or pass a local folder"), problem
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # a hub that does not answer now
+    assert hub_model_problem("someone/some-model", timeout=5) is None  # the download's to retry and report
     # a copy in the hub cache is enough, with or without the network
     snapshot = tmp_path / "hub" / "models--someone--some-model" / "snapshots" / ("0" * 40)
     snapshot.mkdir(parents=True)

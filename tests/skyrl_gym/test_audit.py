@@ -705,3 +705,25 @@ def test_an_ok_without_an_audit_profile_says_so_in_its_summary(registered):
     assert report.ok, report.table()
     assert report.summary().startswith(f"audit {env_id}: OK, with no audit profile (plain-text replies only: "
                                        "WARNING below) - "), report.summary()
+
+
+def test_an_env_without_a_profile_is_not_blamed_for_its_plain_text_answer(registered):
+    """A review: with rows carrying references, the plain-text answer of an env with no profile (which reads a box)
+    was an ERROR naming "the env's audit profile", which it does not have; the warning says what it lacks."""
+    report = audit_env(registered("audit_test/boxed_no_profile", LastBoxedEnv), _rows_with_references())
+    assert not [c for c in report.cases if c.name == "the audit profile's answer, in its format"], report.table()
+    assert any("no audit profile" in warning for warning in report.warnings)
+
+
+def test_one_envs_broken_builder_does_not_stop_the_audit_of_the_others(registered, capsys):
+    from skyrl_gym import datasets
+
+    env_id = registered("audit_test/broken_builder", ExactTextEnv)
+    datasets.register_dataset(env_id, lambda split="train", size=None, seed=0: [{"question": "no prompt"}])
+    try:
+        assert main(["audit", env_id, "gsm8k", "--max-rows", "1", "--no-progress"]) == 1
+    finally:
+        datasets.deregister_dataset(env_id)
+    out = capsys.readouterr().out
+    assert f"audit {env_id}: FAILED" in out and "builder: the env's dataset builder" in out, out
+    assert "audit gsm8k: OK" in out, out

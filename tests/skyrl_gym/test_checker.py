@@ -572,3 +572,28 @@ def test_a_crash_on_model_output_is_told_the_rule_it_breaks(registered):
     assert crash.action == "empty string" and "raised ValueError: cannot score an empty answer" in crash.message
     assert crash.message.endswith("; step() must not raise on model output: give it a reward of 0 with "
                                   "metadata['reason'] saying why"), crash.message
+
+
+def _seeded_builder_with_nan(split="train", size=None, seed=0):
+    for i in range(size or 2):
+        yield {"prompt": [{"role": "user", "content": f"say {i}"}], "env_class": "",
+               "reward_spec": {"ground_truth": str(i)}, "extra_info": {"reference_action": str(i), "score": float("nan")}}
+
+
+def test_a_repeatable_builder_with_nan_in_its_rows_is_not_called_unrepeatable(registered, capsys):
+    """A review: rows compared with == called a seeded builder unrepeatable for a NaN (NaN != NaN)."""
+    from skyrl_gym import datasets
+    from skyrl_gym.checker import default_rows
+
+    env_id = registered(SayTheNumberEnv)
+
+    def with_env_class(split="train", size=None, seed=0):
+        for row in _seeded_builder_with_nan(split, size, seed):
+            yield {**row, "env_class": env_id}
+
+    datasets.register_dataset(env_id, with_env_class)
+    try:
+        rows, source = default_rows(env_id)
+    finally:
+        datasets.deregister_dataset(env_id)
+    assert len(rows) == 2 and "from the dataset builder" in source

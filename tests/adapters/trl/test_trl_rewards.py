@@ -71,3 +71,5 @@ def test_a_rollout_func_over_rows_of_an_unknown_env_fails_when_it_is_built():
     with pytest.raises(UnregisteredEnv, match="gsm8kk"):
         env_rollout_func(rows[:1], env_id="gsm8kk")
     assert callable(env_rollout_func(rows[:1]))
+    with pytest.raises(DataError, match=r"row 0's env_class must be an env id, got \['gsm8k'\]"):
+        env_rollout_func([{**rows[0], "env_class": ["gsm8k"]}])
