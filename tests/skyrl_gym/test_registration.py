@@ -344,3 +344,15 @@ def test_a_huge_id_is_refused_at_once_with_a_short_message(monkeypatch):
                        ) as raised:
         spec("a" * 1_000_000)
     assert len(str(raised.value)) < 300
+
+
+def test_a_declared_entry_point_that_did_not_load_is_not_told_to_declare_it(tmp_path):
+    """A review: an env declared as a module to import, whose import failed, was told to declare it."""
+    write_distribution(tmp_path, "probe-fails-to-load", "[skyrl_gym.envs]\nprobe_fails = probe_absent_module_xyz\n")
+    script = ("import skyrl_gym\n"
+              "try:\n    skyrl_gym.make('probe_fails')\n"
+              "except skyrl_gym.UnregisteredEnv as exc:\n    print(exc)\n")
+    said = run_beside(tmp_path, script)
+    assert ("probe-fails-to-load declares it (probe_absent_module_xyz), but it did not load: ModuleNotFoundError: "
+            "No module named 'probe_absent_module_xyz'") in said, said
+    assert "declare it in" not in said
