@@ -245,7 +245,7 @@ def _hub_model_problem(repo_id: str, timeout: float, endpoint: str, cache: str, 
         if offline:
             return (f"hub model {repo_id!r} is not in the hub cache, and HF_HUB_OFFLINE=1 forbids fetching it: "
                     "fetch it once with the network, or pass a local folder")
-        HfApi(endpoint=endpoint).model_info(repo_id, timeout=timeout)
+        HfApi(endpoint=endpoint).model_info(repo_id, revision="main", timeout=timeout)  # what the download asks
     except HFValidationError as exc:
         return f"{repo_id!r} is not a hub id ({str(exc).splitlines()[0][:200]})"
     except RepositoryNotFoundError:  # (a gated model's metadata is public: its access is the download's to check)
