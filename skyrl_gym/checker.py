@@ -242,6 +242,7 @@ class _EnvFactory:
         self.env_config = env_config if env_config is not None else {}
         self.make_kwargs = dict(make_kwargs)
         self.creator: Callable[..., Any]
+        self.registered = not callable(env_or_id) or isinstance(env_or_id, EnvSpec)  # an id the CLI can name
         if isinstance(env_or_id, str):
             env_spec = spec(env_or_id)
             self.env_id = env_spec.id
@@ -255,9 +256,11 @@ class _EnvFactory:
                 env_spec = env_or_id.spec
                 self.env_id = env_spec.id
                 self.creator = lambda **kw: make(env_spec, **kw)
+                self.registered = True
             else:
                 self.env_id = type(env_or_id).__name__
                 self.creator = type(env_or_id)
+                self.registered = False
         elif callable(env_or_id):
             self.env_id = getattr(env_or_id, "__name__", repr(env_or_id))
             self.creator = env_or_id
@@ -417,8 +420,8 @@ class _Checker:
                 # still an error: nothing was checked, and `assert report.ok` must not pass an env refusing every row
                 add(ERROR, "make", f"the env refused the checker's stand-in row (one user message, no extras) with "
                     f"{_describe_exception(exc)}; if a row needs more, that is right, and nothing was checked: pass "
-                    f"rows (skyrl-gym check {self.factory.env_id} --rows FILE, or check_env(env, rows))", row_index,
-                    label)
+                    + (f"rows (skyrl-gym check {self.factory.env_id} --rows FILE, or check_env(env, rows))"
+                       if self.factory.registered else "rows: check_env(env, rows)"), row_index, label)
             elif isinstance(exc, _NotAnEnv):
                 add(ERROR, "make", str(exc), row_index, label)
             elif isinstance(exc, _Timeout):

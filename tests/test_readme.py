@@ -29,6 +29,10 @@ def test_custom_env_snippet_runs_and_is_short(capsys):
 
         alone = check_env("reverse")  # no rows: nothing can be checked, and the report says to pass some
         assert not alone.ok and "refused the checker's stand-in row" in str(alone) and "pass rows" in str(alone)
+        assert "skyrl-gym check reverse --rows FILE" in str(alone)
+        # a class is no id the command line knows: the advice stays in Python (a contributor's cold run)
+        by_class = check_env(skyrl_gym.registry["reverse"].load_entry_point())
+        assert "pass rows: check_env(env, rows)" in str(by_class) and "skyrl-gym check" not in str(by_class)
         row = {"prompt": [{"role": "user", "content": "Reverse 'gym'."}], "reward_spec": {"ground_truth": "gym"},
                "extra_info": {"reference_action": "\\boxed{myg}"}}
         checked = check_env("reverse", [row])
