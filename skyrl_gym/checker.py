@@ -534,6 +534,10 @@ class _Checker:
             add(WARNING, "types", f"reward is an int ({reward}); return a float", row_index, label)
         if not math.isfinite(reward):
             add(ERROR, "reward", f"reward is {reward} on turn {turn}; rewards must be finite", row_index, label)
+        elif abs(reward) > 1:  # runs, but a 0-100 scale read as 0-1 by the trainer's settings and the audit's bars
+            add(WARNING, "reward", f"reward {reward:g} on turn {turn} is outside -1..1: the trainers' defaults (KL "
+                "coefficients, clipping) and the audit's bars assume rewards of about 0..1; rescale it unless it "
+                "is meant", row_index, label)
         done = output["done"]
         if not isinstance(done, bool):
             add(ERROR, "types", f"done must be a bool, got {type(done).__name__} {_short(done, 40)} on turn {turn}",

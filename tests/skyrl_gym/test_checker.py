@@ -597,3 +597,18 @@ def test_a_repeatable_builder_with_nan_in_its_rows_is_not_called_unrepeatable(re
     finally:
         datasets.deregister_dataset(env_id)
     assert len(rows) == 2 and "from the dataset builder" in source
+
+
+class PercentScaleEnv(SayTheNumberEnv):
+    """Rewards on a 0-100 scale."""
+
+    def step(self, action):
+        return {"observations": [], "reward": 100.0 * (self.answer in action), "done": True, "metadata": {}}
+
+
+def test_a_reward_outside_minus_one_to_one_is_a_warning(registered):
+    """A contributor's cold run: a 0-100 reward passed `check` without a word."""
+    report = check_env(registered(PercentScaleEnv), ROWS, check_determinism=False)
+    assert report.ok  # it runs: a warning, not an error
+    scale = [f for f in report.warnings if f.kind == "reward"]
+    assert scale and scale[0].message.startswith("reward 100 on turn 1 is outside -1..1"), report
