@@ -248,6 +248,7 @@ class Container:
         self.limits = limits or ContainerLimits()
         self.workdir = workdir
         self._container: Any = None
+        self._closing = threading.RLock()  # a second close waits for the first to remove the container
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="container-exec")
         _sweep_orphans_once(self.client)
         import docker
@@ -505,14 +506,17 @@ class Container:
         return None if self._container is None else self._container.id
 
     def close(self) -> None:
-        container, self._container = self._container, None
-        Container._open.discard(self)
-        if container is not None:
-            with signals_deferred():
-                try:
-                    container.remove(force=True)
-                except Exception:
-                    pass
+        """Remove the container. Returns once it is gone, also where another thread's close is removing it (a
+        run cut short closes what a cancelled trajectory's thread is still closing)."""
+        with self._closing:
+            container, self._container = self._container, None
+            Container._open.discard(self)
+            if container is not None:
+                with signals_deferred():
+                    try:
+                        container.remove(force=True)
+                    except Exception:
+                        pass
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "Container":

@@ -254,9 +254,10 @@ class SWEBenchTask(BaseTask):
         return runtime
 
     def _release(self, runtime: SWERuntime) -> None:
+        # live until removed: close_all_runtimes, called meanwhile, closes it too and so waits for the removal
+        runtime.close()
         with self._lock:
             self._live.discard(runtime)
-        runtime.close()
 
     # ----- SkyAgent's four hooks -----------------------------------------------------------------------
     async def initialize_runtime(self, instance: Mapping[str, Any], cfg: Any) -> SWEAgentEnv:
