@@ -95,14 +95,32 @@ def xdist_group(nodeid: str) -> "str | None":
     return None
 
 
+_MISGROUPED = pytest.StashKey[str]()
+
+
+def _distributed_by_group(config) -> bool:
+    """Whether this run spreads tests with ``--dist loadgroup``; a worker is told only its controller's argv."""
+    if config.getoption("dist", "no") == "loadgroup":
+        return True
+    argv = getattr(config, "workerinput", {}).get("mainargv", ())
+    return any(arg in ("loadgroup", "--dist=loadgroup") for arg in argv)
+
+
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("dist", "no") != "loadgroup":
+    if not _distributed_by_group(config):
         return
     for item in items:
         uses_docker = _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or item.get_closest_marker("docker")
         if uses_docker and xdist_group(item.nodeid) != "docker":
-            raise pytest.UsageError(f"{item.nodeid} uses the Docker engine but is not in the docker xdist group: "
-                                    "add its file to _DOCKER_FILES in tests/conftest.py")
+            # it fails before it starts (an error raised here would reach the user as xdist's INTERNALERROR only)
+            item.stash[_MISGROUPED] = (f"{item.nodeid} uses the Docker engine but is not in the docker xdist group: "
+                                       "add its file to _DOCKER_FILES in tests/conftest.py")
+
+
+def pytest_runtest_setup(item):
+    misgrouped = item.stash.get(_MISGROUPED, None)
+    if misgrouped:
+        pytest.fail(misgrouped, pytrace=False)
 
 
 @pytest.hookimpl(optionalhook=True)  # the vllm, verl and trl sessions run without pytest-xdist
