@@ -65,7 +65,7 @@ class Finding:
     cannot play (``skipped``: what it lacks and how to get it)."""
 
     severity: str
-    kind: str  # row, builder, make, init, step, types, reward, done, determinism, close, metrics
+    kind: str  # row, builder, split, make, init, step, types, reward, done, determinism, close, metrics
     message: str
     env_id: str
     row_index: Optional[int] = None
@@ -632,6 +632,31 @@ def _same_rows_again(env_id: str, rows: List[Dict[str, Any]], size: int, seed: i
                             f"{len(again)} for size={size + 1}")
 
 
+SPLIT_TEST_ROWS, SPLIT_TRAIN_ROWS = 20, 200
+BUILT_ROWS = "row(s) from the dataset builder:"  # in default_rows's source of rows it built
+
+
+def split_findings(env_id: str, builder_kwargs: Optional[Mapping[str, Any]] = None, seed: int = 0) -> List[Finding]:
+    """A warning where test rows of the env's dataset builder repeat tasks of its train rows (two or more of the
+    first ``SPLIT_TEST_ROWS``, against the first ``SPLIT_TRAIN_ROWS``): a score on them is not held out. None
+    where the builder has no train split or cannot build here."""
+    from skyrl_gym import datasets
+
+    try:
+        overlap = datasets.split_overlap(env_id, test_size=SPLIT_TEST_ROWS, train_size=SPLIT_TRAIN_ROWS, seed=seed,
+                                         **dict(builder_kwargs or {}))
+    except Exception:  # only a test split (humaneval), or the network: nothing to compare
+        return []
+    if len(overlap.shared) < 2:
+        return []
+    shown = ", ".join(str(i + 1) for i in overlap.shared[:8]) + (", ..." if len(overlap.shared) > 8 else "")
+    return [Finding(WARNING, "split", (
+        f"{len(overlap.shared)} of the first {overlap.test_rows} test rows repeat a task (prompt and ground truth) of "
+        f"the first {SPLIT_TRAIN_ROWS} train rows (test rows {shown}): a test score on them is not held out. Draw "
+        "each split's tasks from its own part of the task space: skyrl_gym.datasets.split_items(pool, split) for a "
+        "list, draw_for_split(split, draw) for a generator (docs/new-environment.md, 'Splits')"), env_id)]
+
+
 def golden_rows(env_id: str) -> Tuple[List[Dict[str, Any]], Optional[Path]]:
     """The golden cases shipped with an env: the rows of ``golden.json`` beside its entry point's module whose
     ``env_class`` is ``env_id`` (a JSON list of rows, each with a ``reference_action``); ``([], None)`` if
@@ -700,7 +725,7 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0, builder_kwargs: Opti
                 if verify:
                     _same_rows_again(env_id, rows, size, seed, builder_kwargs or {})
                 extra = "".join(f", {key}={value!r}" for key, value in sorted((builder_kwargs or {}).items()))
-                return rows, (f"{len(rows)} row(s) from the dataset builder: skyrl_gym.datasets.build_rows({env_id!r}, "
+                return rows, (f"{len(rows)} {BUILT_ROWS} skyrl_gym.datasets.build_rows({env_id!r}, "
                               f"split='test', size={size}, seed={seed}{extra})")
             builder_error = "it built no rows"
     rows, path = golden_rows(env_id)
@@ -760,6 +785,8 @@ def check_env(
         try:
             rows, report.rows_from = default_rows(factory.env_id, size=max_rows or 2)
             checker.own_rows = True
+            if BUILT_ROWS in report.rows_from:
+                report.findings.extend(split_findings(factory.env_id))
         except BrokenBuilder as exc:
             report.findings.append(Finding(ERROR, "builder", str(exc), factory.env_id))
             return report

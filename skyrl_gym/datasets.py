@@ -19,7 +19,10 @@ A builder is ``builder(split, size, seed, **kwargs) -> iterable of rows``. Its c
   smaller ``size`` gives a prefix of a larger one, and the same call gives the same rows in any
   process (generated datasets seed their generator from ``seed`` and ``split``; published
   datasets such as GSM8K return their records in the published order and ignore the seed);
-* ``size=None`` means every row, for datasets that have an end (generated ones ask for a size).
+* ``size=None`` means every row, for datasets that have an end (generated ones ask for a size);
+* a generated dataset's splits share no task: a test score measures what training did not show. Draw a
+  split's tasks from its own part of the task space: :func:`split_items` for a finite pool (a word list),
+  :func:`draw_for_split` for a generator. ``skyrl-gym check`` warns when test rows repeat train rows.
 
 :func:`build_rows` validates every row (:func:`skyrl_gym.data.validate_row`) and records where it
 came from in ``extra_info["origin"]``: the env id, split, seed, index, the builder, and its keyword
@@ -29,11 +32,12 @@ arguments as JSON, which is enough to build the same row again.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
 import itertools
 import json
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, TypeVar, Union
 
 from skyrl_gym._load_once import LoadOnce
 from skyrl_gym.data import validate_row
@@ -158,6 +162,77 @@ def check_generated_split(dataset: str, split: str) -> None:
     close = difflib.get_close_matches(str(split), GENERATED_SPLITS, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ValueError(f"{dataset} has the splits {', '.join(GENERATED_SPLITS)}, not {split!r}{hint}")
+
+
+# ----- splits that share no task ------------------------------------------------------------------------
+T = TypeVar("T")
+DRAW_TRIES = 10_000
+"""How many draws :func:`draw_for_split` makes before it says the task space is too small for the split."""
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def split_of(task: Any) -> str:
+    """The split a task belongs to, from a hash of its JSON: ``"test"`` for a tenth of all tasks, ``"validation"``
+    for another tenth, ``"train"`` for the rest. The same in every process and on every machine."""
+    digest = hashlib.sha256(_canonical(task).encode("utf-8")).digest()
+    tenth = int.from_bytes(digest[:8], "big") * 10 >> 64
+    return "test" if tenth == 0 else "validation" if tenth == 1 else "train"
+
+
+def split_items(items: Iterable[T], split: str) -> List[T]:
+    """The items of a finite pool (a word list) that ``split`` may use: in the pool's sorted order, every tenth
+    item from the first is the test split's, every tenth from the second the validation split's, the rest
+    train's. No item is in two splits, and each split has one from three items on."""
+    check_generated_split("the pool", split)
+    pool = sorted(items, key=_canonical)
+    at = {"test": (0,), "validation": (1,)}.get(split)
+    mine = [item for k, item in enumerate(pool) if (k % 10 in at if at else k % 10 > 1)]
+    if not mine:
+        raise ValueError(f"a pool of {len(pool)} task(s) has none for the {split!r} split: it takes three or more "
+                         "to keep train, validation and test apart")
+    return mine
+
+
+def draw_for_split(split: str, draw: Callable[[], T], key: Optional[Callable[[T], Any]] = None,
+                   tries: int = DRAW_TRIES) -> T:
+    """Call ``draw()`` (a generator's next task, from a random generator seeded with ``(seed, split, i)``) until
+    what it returns belongs to ``split`` (:func:`split_of` of ``key(task)``, the task itself by default). Raises
+    ``ValueError`` after ``tries`` draws: the settings leave too few distinct tasks to keep ``split`` apart."""
+    check_generated_split("the generator", split)
+    for _ in range(tries):
+        task = draw()
+        if split_of(task if key is None else key(task)) == split:
+            return task
+    raise ValueError(f"{tries} draws gave no task of the {split!r} split: these settings leave too few distinct "
+                     "tasks to keep the splits apart (a tenth of them are test's, a tenth validation's); make the "
+                     "task space larger")
+
+
+def task_key(row: Dict[str, Any]) -> str:
+    """What makes two rows the same task: the prompt and ``reward_spec.ground_truth``, as JSON."""
+    reward_spec = row.get("reward_spec")
+    truth = reward_spec.get("ground_truth") if isinstance(reward_spec, dict) else None
+    return _canonical([row.get("prompt"), truth])
+
+
+class SplitOverlap(NamedTuple):
+    shared: List[int]
+    """Indexes of the test rows whose task (:func:`task_key`) is also a train row's."""
+    test_rows: int
+    train_tasks: int
+    """How many distinct tasks the train rows held."""
+
+
+def split_overlap(env_id: str, test_size: int = 20, train_size: int = 200, seed: int = 0,
+                  **kwargs: Any) -> SplitOverlap:
+    """Which of the first ``test_size`` test rows of ``env_id`` repeat a task of its first ``train_size`` train
+    rows (both with ``seed`` and the builder's ``kwargs``)."""
+    test = build_rows(env_id, split="test", size=test_size, seed=seed, **kwargs)
+    train = {task_key(row) for row in build_rows(env_id, split="train", size=train_size, seed=seed, **kwargs)}
+    return SplitOverlap([i for i, row in enumerate(test) if task_key(row) in train], len(test), len(train))
 
 
 def _kwargs_json(kwargs: Dict[str, Any]) -> str:

@@ -96,8 +96,10 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, Iterator, Optional
 
-WORDS = ["gym", "reward", "policy", "agent", "token", "rollout", "critic", "python"]
-SPLITS = ("train", "validation", "test")
+from skyrl_gym.datasets import check_generated_split, split_items
+
+WORDS = ["gym", "reward", "policy", "agent", "token", "rollout", "critic", "python", "batch", "sample", "value",
+         "prompt", "answer", "model", "tensor", "kernel", "buffer", "return", "action", "state"]
 
 
 def build_rows(
@@ -107,12 +109,12 @@ def build_rows(
     (seed, split, i) and the keyword arguments. Add your options as keyword parameters before ``**kwargs``."""
     if kwargs:
         raise TypeError(f"the {name} builder takes no option {{sorted(kwargs)}} (only split, size, seed)")
-    if split not in SPLITS:
-        raise ValueError(f"{name} has the splits {{', '.join(SPLITS)}}, not {{split!r}}")
+    check_generated_split("{name}", split)
     if size is None:
         raise ValueError("{name} rows are generated: give a size, e.g. build_rows({name!r}, size=64)")
+    words = split_items(WORDS, split)  # no word in two splits: a test score is on words training never showed
     for index in range(size):
-        word = random.Random(f"{name}:{{seed}}:{{split}}:{{index}}").choice(WORDS)
+        word = random.Random(f"{name}:{{seed}}:{{split}}:{{index}}").choice(words)
         yield {{
             "data_source": "{name}",
             "prompt": [{{"role": "user", "content": f"Reverse the word {{word!r}}. Answer in <answer>...</answer>."}}],

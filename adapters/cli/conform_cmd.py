@@ -71,7 +71,10 @@ def run(args: argparse.Namespace) -> int:
         actions = _read_actions(args.actions)[: len(rows)]
         for row in rows:
             row.setdefault("env_class", args.env)
-        cases = cases_from_rows(rows, actions, env_config)
+        try:
+            cases = cases_from_rows(rows, actions, env_config)
+        except ValueError as exc:  # fewer action lines than rows, say
+            raise SystemExit(f"error: {exc} (--actions {args.actions}: one JSON line per row of --rows {args.rows})")
     context = Context()
     if args.model:
         model_path = Path(args.model)
@@ -89,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(str(exc))
         print(f"conforming with {source}")
     if args.rows or not has_builtin_cases(args.env):
-        report = run_conformance(args.env, cases, context=context, only=only)
+        try:
+            report = run_conformance(args.env, cases, context=context, only=only)
+        except ValueError as exc:  # cases it cannot run (two rows of one prompt, a row of another env)
+            raise SystemExit(f"error: {exc}")
     else:  # the env's built-in cases, with the database / retrieval server / sandbox they need
         try:
             case_set = builtin_case_set(args.env)

@@ -230,17 +230,22 @@ def reference_cases(env_id: str, size: int = 2) -> Tuple[List[Case], str]:
     from. Raises LookupError naming what to pass when there are none."""
     from skyrl_gym.checker import BrokenBuilder, NoRowsFor, default_rows, reference_action
 
-    try:
-        rows, source = default_rows(env_id, size=size, verify=False)  # `check` verifies the builder
+    try:  # more rows than cases: a split of few tasks repeats prompts, and each case needs one of its own
+        rows, source = default_rows(env_id, size=size * 4, verify=False)  # `check` verifies the builder
     except (NoRowsFor, BrokenBuilder) as exc:
         raise LookupError(f"no conformance cases for env {env_id!r}: {exc} Or pass rows and actions: "
                           f"skyrl-gym conform {env_id} --rows ROWS --actions ACTIONS") from None
-    cases = [Case(dict(row), [action]) for row in rows if (action := reference_action(row)) is not None]
+    cases: List[Case] = []
+    for row in rows:
+        action = reference_action(row)
+        case = Case(dict(row), [action])
+        if action is not None and len(cases) < size and all(case.key != other.key for other in cases):
+            cases.append(case)
     if not cases:
         raise LookupError(f"no conformance cases for env {env_id!r}: its {source} have no reference answer "
                           "(reference_action, or extra_info.answer / solution); pass rows and actions: "
                           f"skyrl-gym conform {env_id} --rows ROWS --actions ACTIONS")
-    return cases, f"{len(cases)} case(s) from {source}, each playing the row's reference answer"
+    return cases, f"{len(cases)} case(s) of distinct prompts from {source}, each playing the row's reference answer"
 
 
 @contextlib.contextmanager

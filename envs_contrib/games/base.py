@@ -71,6 +71,13 @@ class GameEnv(BaseTextEnv):
         """The game's parameters for one row, drawn from ``rng`` (each game defines it)."""
         raise NotImplementedError(f"{cls.__name__} must define generate(rng, **settings)")
 
+    @classmethod
+    def pool(cls, **settings: Any) -> Optional[List[Dict[str, Any]]]:
+        """Every game's parameters, for a game with few (a secret word from a list): the dataset splits the pool
+        so that no game is in two splits. ``None`` (the default): the splits keep apart by a hash of what
+        ``generate`` draws."""
+        return None
+
     def setup(self, params: Dict[str, Any]) -> None:
         """Set the starting state from a row's parameters (each game defines it)."""
         raise NotImplementedError(f"{type(self).__name__} must define setup(params)")

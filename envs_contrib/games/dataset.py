@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any, Dict, Iterator, Optional
 
-from skyrl_gym.datasets import check_generated_split
+from skyrl_gym.datasets import check_generated_split, draw_for_split, split_items
 from skyrl_gym.registration import load_env_creator
 
 from skygym_contrib.games.catalog import GAMES
@@ -28,7 +28,13 @@ def build_rows(game_id: str, split: str, size: Optional[int], seed: int, **setti
 
 
 def _row(cls: Any, game_id: str, split: str, seed: int, index: int, settings: Dict[str, Any]) -> Dict[str, Any]:
-    params = cls.generate(random.Random(f"{game_id}:{seed}:{split}:{index}"), **settings)
+    rng = random.Random(f"{game_id}:{seed}:{split}:{index}")
+    pool = cls.pool(**settings)
+    try:  # no game in two splits: a test score measures play on games training never showed
+        params = (rng.choice(split_items(pool, split)) if pool is not None
+                  else draw_for_split(split, lambda: cls.generate(rng, **settings)))
+    except ValueError as exc:
+        raise ValueError(f"{game_id} with settings {settings or 'the defaults'}: {exc}") from None
     env = cls(extras={"reward_spec": {"ground_truth": params}})
     extra_info: Dict[str, Any] = {"split": split, "index": index}
     winning = cls.winning_move(params)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome, setting
+
+
+POOL_MAX = 10_000  # up to here the secrets are split as a list; above, by a hash of each drawn one
 
 
 class GuessNumberEnv(GameEnv):
@@ -21,6 +24,11 @@ class GuessNumberEnv(GameEnv):
             raise TypeError(f"{cls.game_id} has one setting, high, got {sorted(settings)}")
         high = setting(cls.game_id, "high", high, 2, 10**9)
         return {"secret": rng.randint(1, high), "high": high}
+
+    @classmethod
+    def pool(cls, high: int = 100, **settings: Any) -> Optional[List[Dict[str, Any]]]:
+        high = setting(cls.game_id, "high", high, 2, 10**9)
+        return [{"secret": secret, "high": high} for secret in range(1, high + 1)] if high <= POOL_MAX else None
 
     @classmethod
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
 from skygym_contrib.games.wordle import WORDS
@@ -24,6 +24,10 @@ class HangmanEnv(GameEnv):
         if settings:
             raise TypeError(f"{cls.game_id} has no settings, got {sorted(settings)}")
         return {"secret": rng.choice(WORDS)}
+
+    @classmethod
+    def pool(cls, **settings: Any) -> Optional[List[Dict[str, Any]]]:
+        return [{"secret": secret} for secret in WORDS]
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.secret = str(params["secret"]).lower()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
 
@@ -58,6 +58,10 @@ class TwentyQuestionsEnv(GameEnv):
         if settings:
             raise TypeError(f"{cls.game_id} has no settings, got {sorted(settings)}")
         return {"secret": rng.choice(sorted(THINGS))}
+
+    @classmethod
+    def pool(cls, **settings: Any) -> Optional[List[Dict[str, Any]]]:
+        return [{"secret": secret} for secret in sorted(THINGS)]
 
     @classmethod
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:

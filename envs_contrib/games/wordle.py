@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome
 
@@ -44,6 +44,10 @@ class WordleEnv(GameEnv):
         if settings:
             raise TypeError(f"{cls.game_id} has no settings, got {sorted(settings)}")
         return {"secret": rng.choice(WORDS)}
+
+    @classmethod
+    def pool(cls, **settings: Any) -> Optional[List[Dict[str, Any]]]:
+        return [{"secret": secret} for secret in WORDS]
 
     @classmethod
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:

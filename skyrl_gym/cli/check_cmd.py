@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from skyrl_gym.checker import BrokenBuilder, NoRowsFor, check_env, default_rows
+    from skyrl_gym.checker import BUILT_ROWS, BrokenBuilder, NoRowsFor, check_env, default_rows, split_findings
     from skyrl_gym.errors import UnregisteredEnv
 
     try:
@@ -72,6 +72,8 @@ def run_check(args: argparse.Namespace) -> int:
             check_determinism=not args.no_determinism,
             gymnasium=args.gymnasium,
         )
+        if args.rows is None and BUILT_ROWS in source:
+            report.findings.extend(split_findings(args.env_id, builder_args))
     except (UsageError, UnregisteredEnv, NoRowsFor) as exc:
         error(str(exc))
         return 2

@@ -197,7 +197,7 @@ class _ReverseEnv(skyrl_gym.BaseTextEnv):
 
 
 def _reverse_rows(split="train", size=None, seed=0, **kwargs):
-    for index, word in enumerate(["gym", "token", "agent"][:size]):
+    for index, word in enumerate(["gym", "gym", "token", "agent"][:size]):  # a split of few words repeats one
         yield {"prompt": [{"role": "user", "content": f"Reverse {word!r} ({split}, {seed})."}],
                "env_class": "conform_new_env", "reward_spec": {"method": "rule", "ground_truth": word},
                "extra_info": {"reference_action": f"<answer>{word[::-1]}</answer>"}}
@@ -216,7 +216,7 @@ def test_cli_conform_on_a_new_env_plays_its_builder_rows_reference_answers(tiny_
                      str(tiny_model_dir)])
         out = capsys.readouterr().out
         assert code == 0, out
-        assert "conforming with 2 case(s) from 2 row(s) from the dataset builder" in out
+        assert "conforming with 2 case(s) of distinct prompts from 4 row(s) from the dataset builder" in out
         assert "reference answer" in out and "all adapters conform" in out
         assert [line.split()[1] for line in out.splitlines() if line.startswith(("rollout ", "openai "))] == ["ok"] * 2
     finally:
@@ -224,6 +224,24 @@ def test_cli_conform_on_a_new_env_plays_its_builder_rows_reference_answers(tiny_
         skyrl_gym.deregister("conform_new_env")
     with pytest.raises(SystemExit, match="no reference answer"):  # rows without one: say what to pass
         main(["conform", "games/nim", "--adapters", "gymnasium"])
+
+
+def test_cli_conform_says_what_is_wrong_with_given_rows_and_actions(tmp_path):
+    """Two given rows of one prompt, and fewer action lines than rows, ended `skyrl-gym conform` in a traceback."""
+    from skyrl_gym.cli import main
+    from skyrl_gym.data import write_jsonl
+
+    row = {"prompt": [{"role": "user", "content": "Reverse 'gym'."}], "env_class": "games/wordle",
+           "reward_spec": {"method": "rule", "ground_truth": {"secret": "crane"}}}
+    write_jsonl([row, row], tmp_path / "rows.jsonl")
+    actions = tmp_path / "actions.jsonl"
+    actions.write_text('["<move>crane</move>"]\n')
+    with pytest.raises(SystemExit, match="^error: got 2 rows but 1 action lists .*: one JSON line per row of"):
+        main(["conform", "games/wordle", "--rows", str(tmp_path / "rows.jsonl"), "--actions", str(actions)])
+    actions.write_text('["<move>crane</move>"]\n' * 2)
+    with pytest.raises(SystemExit, match="^error: conformance cases need distinct prompts"):
+        main(["conform", "games/wordle", "--rows", str(tmp_path / "rows.jsonl"), "--actions", str(actions),
+              "--adapters", "gymnasium"])
 
 
 def test_a_missing_trainer_package_is_skipped_with_the_install_that_doctor_gives(monkeypatch):

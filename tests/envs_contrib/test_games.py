@@ -205,6 +205,25 @@ def test_check_passes_on_rows_from_the_builder(env_id):
         assert all("reference_action" in row["extra_info"] for row in rows)
 
 
+@pytest.mark.parametrize("env_id", sorted(GAMES))
+def test_no_game_is_in_two_splits(env_id):
+    """Every split drew from the same games: wordle's and guess_number's test rows were all train rows."""
+    rows = {split: datasets.build_rows(env_id, split=split, size=100 if split == "train" else 30, seed=0)
+            for split in datasets.GENERATED_SPLITS}
+    games = {split: {datasets.task_key(row) for row in built} for split, built in rows.items()}
+    assert not games["test"] & games["train"] and not games["validation"] & games["train"]
+    assert not games["test"] & games["validation"]
+    assert datasets.split_overlap(env_id, test_size=30, train_size=300).shared == []
+
+
+def test_settings_with_too_few_games_for_a_split_are_refused_naming_them():
+    assert [r["reward_spec"]["ground_truth"]["secret"]
+            for r in datasets.build_rows("games/guess_number", split="test", size=3, high=3)] == [1, 1, 1]
+    with pytest.raises(ValueError, match=re.escape("games/guess_number with settings {'high': 2}: a pool of 2 "
+                                                   "task(s) has none for the 'train' split")):
+        datasets.build_rows("games/guess_number", split="train", size=1, high=2)
+
+
 @pytest.mark.parametrize("env_id, settings, message", [
     ("games/lights_out", {"presses": 0}, "presses must be from 1 to 9, got 0"),  # looped for ever: no light ever on
     ("games/sokoban", {"pulls": 0}, "pulls must be from 1 to 1000, got 0"),  # the box never left the goal

@@ -612,3 +612,48 @@ def test_a_reward_outside_minus_one_to_one_is_a_warning(registered):
     assert report.ok  # it runs: a warning, not an error
     scale = [f for f in report.warnings if f.kind == "reward"]
     assert scale and scale[0].message.startswith("reward 100 on turn 1 is outside -1..1"), report
+
+
+def _word_builder(split_apart: bool):
+    """The scaffold's first builder: every split drew from the same few numbers, so test rows were train rows."""
+    import random
+
+    from skyrl_gym.datasets import split_items
+
+    def build(split="train", size=None, seed=0):
+        pool = [str(n) for n in range(20)]
+        numbers = split_items(pool, split) if split_apart else pool
+        for index in range(size or 2):
+            number = random.Random(f"{seed}:{split}:{index}").choice(numbers)
+            yield {"prompt": [{"role": "user", "content": f"say {number}"}], "env_class": "",
+                   "reward_spec": {"ground_truth": number}, "extra_info": {"reference_action": number}}
+    return build
+
+
+@pytest.mark.parametrize("split_apart", [False, True])
+def test_test_rows_that_repeat_train_rows_are_a_warning(registered, split_apart, capsys):
+    from skyrl_gym import datasets
+    from skyrl_gym.cli import main
+
+    env_id = registered(SayTheNumberEnv)
+    builder = _word_builder(split_apart)
+
+    def with_env_class(split="train", size=None, seed=0):
+        for row in builder(split, size, seed):
+            yield {**row, "env_class": env_id}
+
+    datasets.register_dataset(env_id, with_env_class)
+    try:
+        report = check_env(env_id)
+        assert main(["check", env_id]) == 0  # a warning: the contract holds
+        out = capsys.readouterr().out
+    finally:
+        datasets.deregister_dataset(env_id)
+    split_warnings = [f for f in report.warnings if f.kind == "split"]
+    if split_apart:
+        assert split_warnings == [] and "WARNING split" not in out
+        return
+    [warning] = split_warnings
+    assert report.ok and warning.message.startswith("20 of the first 20 test rows repeat a task")
+    assert "split_items(pool, split)" in warning.message and "test rows 1, 2, 3, 4, 5, 6, 7, 8, ..." in warning.message
+    assert "WARNING split: 20 of the first 20 test rows" in out

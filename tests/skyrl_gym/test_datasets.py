@@ -192,3 +192,50 @@ print(len(missing))
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0"
+
+
+def test_split_of_gives_a_tenth_of_tasks_to_test_and_to_validation_the_same_everywhere():
+    shares = {"train": 0, "validation": 0, "test": 0}
+    for n in range(20_000):
+        shares[datasets.split_of({"secret": n})] += 1
+    assert 1_800 < shares["test"] < 2_200 and 1_800 < shares["validation"] < 2_200
+    # a hash of the task's JSON, not Python's hash(): the same in another process (PYTHONHASHSEED differs)
+    code = "from skyrl_gym import datasets; print([datasets.split_of(['w', n]) for n in range(30)])"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert other.strip() == str([datasets.split_of(["w", n]) for n in range(30)])
+
+
+def test_a_pool_is_split_with_no_item_in_two_splits_and_every_split_gets_one():
+    pool = [f"word{n}" for n in range(23)]
+    shares = {split: datasets.split_items(reversed(pool), split) for split in datasets.GENERATED_SPLITS}
+    assert sorted(sum(shares.values(), [])) == sorted(pool)
+    assert [len(shares[s]) for s in ("train", "validation", "test")] == [17, 3, 3]
+    assert datasets.split_items(pool, "test") == shares["test"]  # the pool's order does not matter
+    assert datasets.split_items(["a", "b", "c"], "test") == ["a"]
+    with pytest.raises(ValueError, match="a pool of 2 task\\(s\\) has none for the 'train' split"):
+        datasets.split_items(["a", "b"], "train")
+    with pytest.raises(ValueError, match="not 'tset'"):
+        datasets.split_items(pool, "tset")
+
+
+def test_draw_for_split_keeps_drawing_until_the_task_is_the_splits():
+    import random
+
+    rng = random.Random(0)
+    drawn = [datasets.draw_for_split("test", lambda: rng.randrange(10**6)) for _ in range(50)]
+    assert all(datasets.split_of(n) == "test" for n in drawn)
+    by_key = datasets.draw_for_split("validation", lambda: {"n": rng.randrange(10**6), "noise": rng.random()},
+                                     key=lambda task: task["n"])
+    assert datasets.split_of(by_key["n"]) == "validation"
+    with pytest.raises(ValueError, match="100 draws gave no task of the 'test' split: these settings leave too few"):
+        datasets.draw_for_split("test", lambda: next(n for n in range(10**6) if datasets.split_of(n) != "test"),
+                                tries=100)
+
+
+def test_split_overlap_names_the_test_rows_that_repeat_train_rows():
+    overlap = datasets.split_overlap("countdown", test_size=10, train_size=50)
+    assert overlap.shared == [] and overlap.test_rows == 10 and overlap.train_tasks == 50
+    row = datasets.build_rows("multiply", split="test", size=1)[0]
+    same = {**row, "extra_info": {"index": 9}}  # another index, the same task
+    assert datasets.task_key(same) == datasets.task_key(row)
+    assert datasets.task_key({**row, "reward_spec": {"ground_truth": "0"}}) != datasets.task_key(row)
