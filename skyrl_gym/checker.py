@@ -632,7 +632,7 @@ def _same_rows_again(env_id: str, rows: List[Dict[str, Any]], size: int, seed: i
                             f"{len(again)} for size={size + 1}")
 
 
-SPLIT_TEST_ROWS, SPLIT_TRAIN_ROWS = 20, 200
+SPLIT_TEST_ROWS, SPLIT_TRAIN_ROWS = 20, 100
 BUILT_ROWS = "row(s) from the dataset builder:"  # in default_rows's source of rows it built
 
 
@@ -756,6 +756,7 @@ def check_env(
     make_kwargs: Optional[Mapping[str, Any]] = None,
     max_observation_chars: int = 100_000,
     gymnasium: bool = False,
+    check_splits: bool = True,
 ) -> CheckReport:
     """Check an env against the contract and return a :class:`CheckReport`.
 
@@ -777,6 +778,8 @@ def check_env(
         make_kwargs: other keyword arguments for the env's constructor.
         max_observation_chars: warn when one step's new messages hold more characters than this.
         gymnasium: also run Gymnasium's ``check_env`` on the env through the bridge (needs gymnasium).
+        check_splits: with rows from the env's dataset builder, warn where its test rows repeat its train rows
+            (:func:`split_findings`: builds ``SPLIT_TRAIN_ROWS`` train rows).
     """
     factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
     report = CheckReport(env_id=factory.env_id)
@@ -785,7 +788,7 @@ def check_env(
         try:
             rows, report.rows_from = default_rows(factory.env_id, size=max_rows or 2)
             checker.own_rows = True
-            if BUILT_ROWS in report.rows_from:
+            if check_splits and BUILT_ROWS in report.rows_from:
                 report.findings.extend(split_findings(factory.env_id))
         except BrokenBuilder as exc:
             report.findings.append(Finding(ERROR, "builder", str(exc), factory.env_id))

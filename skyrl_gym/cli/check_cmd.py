@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--huge-chars", type=int, default=10_000_000, help="size of the huge action (default 10 MB)")
     parser.add_argument("--no-adversarial", action="store_true", help="play only the rows' reference answers")
     parser.add_argument("--no-determinism", action="store_true", help="play each action once, not twice")
+    parser.add_argument("--no-split-check", action="store_true",
+                        help="without --rows: do not build train rows to see whether test rows repeat them (a "
+                        "generator of slow rows takes seconds more)")
     parser.add_argument("--gymnasium", action="store_true",
                         help="also run Gymnasium's check_env on the env through the bridge (needs gymnasium)")
     parser.set_defaults(func=run_check)
@@ -72,7 +75,7 @@ def run_check(args: argparse.Namespace) -> int:
             check_determinism=not args.no_determinism,
             gymnasium=args.gymnasium,
         )
-        if args.rows is None and BUILT_ROWS in source:
+        if args.rows is None and BUILT_ROWS in source and not args.no_split_check:
             report.findings.extend(split_findings(args.env_id, builder_args))
     except (UsageError, UnregisteredEnv, NoRowsFor) as exc:
         error(str(exc))
