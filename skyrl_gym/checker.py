@@ -632,19 +632,20 @@ def _same_rows_again(env_id: str, rows: List[Dict[str, Any]], size: int, seed: i
                             f"{len(again)} for size={size + 1}")
 
 
-SPLIT_TEST_ROWS, SPLIT_TRAIN_ROWS = 20, 100
+SPLIT_TEST_ROWS, SPLIT_TRAIN_ROWS, SPLIT_BUDGET_S = 20, 100, 10.0
 BUILT_ROWS = "row(s) from the dataset builder:"  # in default_rows's source of rows it built
 
 
 def split_findings(env_id: str, builder_kwargs: Optional[Mapping[str, Any]] = None, seed: int = 0) -> List[Finding]:
     """A warning where test rows of the env's dataset builder repeat tasks of its train rows (two or more of the
-    first ``SPLIT_TEST_ROWS``, against the first ``SPLIT_TRAIN_ROWS``): a score on them is not held out. None
-    where the builder has no train split or cannot build here."""
+    first ``SPLIT_TEST_ROWS``, against the first ``SPLIT_TRAIN_ROWS``, fewer where building them takes longer than
+    ``SPLIT_BUDGET_S``): a score on them is not held out. None where the builder has no train split or cannot
+    build here."""
     from skyrl_gym import datasets
 
     try:
         overlap = datasets.split_overlap(env_id, test_size=SPLIT_TEST_ROWS, train_size=SPLIT_TRAIN_ROWS, seed=seed,
-                                         **dict(builder_kwargs or {}))
+                                         budget_s=SPLIT_BUDGET_S, **dict(builder_kwargs or {}))
     except Exception:  # only a test split (humaneval), or the network: nothing to compare
         return []
     if len(overlap.shared) < 2:
@@ -652,7 +653,7 @@ def split_findings(env_id: str, builder_kwargs: Optional[Mapping[str, Any]] = No
     shown = ", ".join(str(i + 1) for i in overlap.shared[:8]) + (", ..." if len(overlap.shared) > 8 else "")
     return [Finding(WARNING, "split", (
         f"{len(overlap.shared)} of the first {overlap.test_rows} test rows repeat a task (prompt and ground truth) of "
-        f"the first {SPLIT_TRAIN_ROWS} train rows (test rows {shown}): a test score on them is not held out. Draw "
+        f"the first {overlap.train_rows} train rows (test rows {shown}): a test score on them is not held out. Draw "
         "each split's tasks from its own part of the task space: skyrl_gym.datasets.split_items(pool, split) for a "
         "list, draw_for_split(split, draw) for a generator (docs/new-environment.md, 'Splits')"), env_id)]
 
@@ -779,7 +780,7 @@ def check_env(
         max_observation_chars: warn when one step's new messages hold more characters than this.
         gymnasium: also run Gymnasium's ``check_env`` on the env through the bridge (needs gymnasium).
         check_splits: with rows from the env's dataset builder, warn where its test rows repeat its train rows
-            (:func:`split_findings`: builds ``SPLIT_TRAIN_ROWS`` train rows).
+            (:func:`split_findings`: builds up to ``SPLIT_TRAIN_ROWS`` train rows within ``SPLIT_BUDGET_S``).
     """
     factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
     report = CheckReport(env_id=factory.env_id)

@@ -37,7 +37,8 @@ import importlib
 import itertools
 import json
 import threading
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, TypeVar, Union
+import time
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, TypeVar, Union
 
 from skyrl_gym._load_once import LoadOnce
 from skyrl_gym.data import validate_row
@@ -222,17 +223,26 @@ class SplitOverlap(NamedTuple):
     shared: List[int]
     """Indexes of the test rows whose task (:func:`task_key`) is also a train row's."""
     test_rows: int
-    train_tasks: int
-    """How many distinct tasks the train rows held."""
+    train_rows: int
 
 
 def split_overlap(env_id: str, test_size: int = 20, train_size: int = 200, seed: int = 0,
-                  **kwargs: Any) -> SplitOverlap:
+                  budget_s: Optional[float] = None, **kwargs: Any) -> SplitOverlap:
     """Which of the first ``test_size`` test rows of ``env_id`` repeat a task of its first ``train_size`` train
-    rows (both with ``seed`` and the builder's ``kwargs``)."""
-    test = build_rows(env_id, split="test", size=test_size, seed=seed, **kwargs)
-    train = {task_key(row) for row in build_rows(env_id, split="train", size=train_size, seed=seed, **kwargs)}
-    return SplitOverlap([i for i, row in enumerate(test) if task_key(row) in train], len(test), len(train))
+    rows (both with ``seed`` and the builder's ``kwargs``). With ``budget_s``, fewer rows where building them
+    takes longer (the train rows' count says how many)."""
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+
+    def within_budget(rows: Iterator[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+        return rows if deadline is None else itertools.takewhile(lambda _: time.monotonic() < deadline, rows)
+
+    test = list(within_budget(iter_rows(env_id, split="test", size=test_size, seed=seed, **kwargs)))
+    train_rows = 0
+    train = set()
+    for row in within_budget(iter_rows(env_id, split="train", size=train_size, seed=seed, **kwargs)):
+        train.add(task_key(row))
+        train_rows += 1
+    return SplitOverlap([i for i, row in enumerate(test) if task_key(row) in train], len(test), train_rows)
 
 
 def _kwargs_json(kwargs: Dict[str, Any]) -> str:
@@ -248,6 +258,13 @@ def build_rows(
     Keyword arguments go to the builder (e.g. ``num_digits`` for ``multiply``, ``source`` for a local
     GSM8K file). Every row is validated; ``extra_info["origin"]`` records how to build it again.
     """
+    return list(iter_rows(env_id, split, size, seed, **kwargs))
+
+
+def iter_rows(
+    env_id: str, split: str = "train", size: Optional[int] = None, seed: int = 0, **kwargs: Any
+) -> Iterator[Dict[str, Any]]:
+    """:func:`build_rows`'s rows one at a time, each built when it is asked for; bad arguments raise at once."""
     if size is not None and (not isinstance(size, int) or size < 0):
         raise ValueError(f"size must be a non-negative integer or None, got {size!r}")
     if not isinstance(split, str) or not split:
@@ -258,18 +275,21 @@ def build_rows(
     if size is not None:
         produced = itertools.islice(produced, size)
     kwargs_json = _kwargs_json(kwargs)
-    rows = []
-    for index, row in enumerate(produced):
-        try:
-            row = dict(validate_row(dict(row), index, require_env_class=True))
-        except DataError as exc:
-            raise InvalidBuiltRow(f"the dataset builder {name} of env {env_id!r} made an invalid row: {exc}") from None
-        extra_info = dict(row.get("extra_info") or {})
-        extra_info["origin"] = {"env_id": env_id, "split": split, "seed": seed, "index": index, "builder": name,
-                                "kwargs": kwargs_json}
-        row["extra_info"] = extra_info
-        rows.append(row)
-    return rows
+
+    def rows() -> Iterator[Dict[str, Any]]:
+        for index, row in enumerate(produced):
+            try:
+                row = dict(validate_row(dict(row), index, require_env_class=True))
+            except DataError as exc:
+                raise InvalidBuiltRow(
+                    f"the dataset builder {name} of env {env_id!r} made an invalid row: {exc}") from None
+            extra_info = dict(row.get("extra_info") or {})
+            extra_info["origin"] = {"env_id": env_id, "split": split, "seed": seed, "index": index, "builder": name,
+                                    "kwargs": kwargs_json}
+            row["extra_info"] = extra_info
+            yield row
+
+    return rows()
 
 
 def rebuild_row(origin: Dict[str, Any]) -> Dict[str, Any]:

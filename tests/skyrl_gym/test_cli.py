@@ -329,7 +329,7 @@ def test_every_registered_id_has_rows_to_check_it_with():
 @pytest.mark.slow  # about 40 s on a 2-core machine: 132 ids, 10 MB actions, each action twice
 def test_check_with_no_arguments_passes_for_every_registered_id(capsys):
     failed = {}
-    for env_id in installed_env_ids():  # the splits' check builds 100 train rows (3 more minutes): tested on its own
+    for env_id in installed_env_ids():  # the splits' check: up to 10 s an id more; tested on its own
         code, out, err = run_cli(capsys, ["check", env_id, "--no-split-check"])
         skipped_for_docker = code == 3 and env_id == "swe" and "Docker" in out  # no engine here: exit 3
         if code != 0 and not skipped_for_docker:

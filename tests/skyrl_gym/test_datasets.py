@@ -234,8 +234,29 @@ def test_draw_for_split_keeps_drawing_until_the_task_is_the_splits():
 
 def test_split_overlap_names_the_test_rows_that_repeat_train_rows():
     overlap = datasets.split_overlap("countdown", test_size=10, train_size=50)
-    assert overlap.shared == [] and overlap.test_rows == 10 and overlap.train_tasks == 50
+    assert overlap.shared == [] and overlap.test_rows == 10 and overlap.train_rows == 50
     row = datasets.build_rows("multiply", split="test", size=1)[0]
     same = {**row, "extra_info": {"index": 9}}  # another index, the same task
     assert datasets.task_key(same) == datasets.task_key(row)
     assert datasets.task_key({**row, "reward_spec": {"ground_truth": "0"}}) != datasets.task_key(row)
+
+
+def test_split_overlap_within_a_budget_builds_what_the_budget_allows():
+    import time
+
+    def slow(split="train", size=None, seed=0):
+        for index in range(size or 0):
+            time.sleep(0.05)
+            yield {"prompt": [{"role": "user", "content": f"say {index % 3}"}], "env_class": "multiply",
+                   "reward_spec": {"ground_truth": str(index % 3)}}
+
+    datasets.register_dataset("slow_rows_test", slow)
+    try:
+        overlap = datasets.split_overlap("slow_rows_test", test_size=4, train_size=1000, budget_s=1.0)
+        rows = datasets.iter_rows("slow_rows_test", split="test", size=2)
+        assert next(rows)["prompt"][0]["content"] == "say 0" and len(list(rows)) == 1
+    finally:
+        datasets.deregister_dataset("slow_rows_test")
+    assert overlap.test_rows == 4 and 2 <= overlap.train_rows < 40 and overlap.shared == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="size must be a non-negative integer"):
+        datasets.iter_rows("multiply", size=-1)  # at once, not when the first row is asked for
