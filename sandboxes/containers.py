@@ -508,15 +508,14 @@ class Container:
     def close(self) -> None:
         """Remove the container. Returns once it is gone, also where another thread's close is removing it (a
         run cut short closes what a cancelled trajectory's thread is still closing)."""
-        with self._closing:
+        with self._closing, signals_deferred():  # taken and removed, or neither: never half-way by Ctrl-C
             container, self._container = self._container, None
             Container._open.discard(self)
             if container is not None:
-                with signals_deferred():
-                    try:
-                        container.remove(force=True)
-                    except Exception:
-                        pass
+                try:
+                    container.remove(force=True)
+                except Exception:
+                    pass
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> "Container":

@@ -646,6 +646,9 @@ def split_findings(env_id: str, builder_kwargs: Optional[Mapping[str, Any]] = No
     try:
         overlap = datasets.split_overlap(env_id, test_size=SPLIT_TEST_ROWS, train_size=SPLIT_TRAIN_ROWS, seed=seed,
                                          budget_s=SPLIT_BUDGET_S, **dict(builder_kwargs or {}))
+    except datasets.InvalidBuiltRow as exc:  # a train row that is no row: the builder's bug, as a test row's is
+        return [Finding(ERROR, "builder", f"{exc}; fix the env's dataset builder (its rows are what training reads)",
+                        env_id)]
     except Exception:  # only a test split (humaneval), or the network: nothing to compare
         return []
     if len(overlap.shared) < 2:

@@ -171,8 +171,13 @@ DRAW_TRIES = 10_000
 """How many draws :func:`draw_for_split` makes before it says the task space is too small for the split."""
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+def _canonical(value: Any, what: str = "a task") -> str:
+    """``value`` as JSON with sorted keys: the same text in every process (``str`` of a set or an object is not)."""
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must be JSON (lists, dicts, strings, numbers) to be split the same in every "
+                         f"process, got {str(value)[:80]!r} ({exc}); pass key= to choose its JSON part") from None
 
 
 def split_of(task: Any) -> str:
@@ -184,11 +189,12 @@ def split_of(task: Any) -> str:
 
 
 def split_items(items: Iterable[T], split: str) -> List[T]:
-    """The items of a finite pool (a word list) that ``split`` may use: in the pool's sorted order, every tenth
-    item from the first is the test split's, every tenth from the second the validation split's, the rest
-    train's. No item is in two splits, and each split has one from three items on."""
+    """The items of a finite pool (a word list) that ``split`` may use: in the pool's sorted order (repeats left
+    out), every tenth item from the first is the test split's, every tenth from the second the validation split's,
+    the rest train's. No item is in two splits, and each split has one from three items on. An item added to the
+    pool moves the later ones to other splits: a new pool is a new dataset."""
     check_generated_split("the pool", split)
-    pool = sorted(items, key=_canonical)
+    pool = [item for _, item in sorted({_canonical(item, "an item of the pool"): item for item in items}.items())]
     at = {"test": (0,), "validation": (1,)}.get(split)
     mine = [item for k, item in enumerate(pool) if (k % 10 in at if at else k % 10 > 1)]
     if not mine:
@@ -216,7 +222,7 @@ def task_key(row: Dict[str, Any]) -> str:
     """What makes two rows the same task: the prompt and ``reward_spec.ground_truth``, as JSON."""
     reward_spec = row.get("reward_spec")
     truth = reward_spec.get("ground_truth") if isinstance(reward_spec, dict) else None
-    return _canonical([row.get("prompt"), truth])
+    return _record_json([row.get("prompt"), truth])
 
 
 class SplitOverlap(NamedTuple):
@@ -230,23 +236,27 @@ def split_overlap(env_id: str, test_size: int = 20, train_size: int = 200, seed:
                   budget_s: Optional[float] = None, **kwargs: Any) -> SplitOverlap:
     """Which of the first ``test_size`` test rows of ``env_id`` repeat a task of its first ``train_size`` train
     rows (both with ``seed`` and the builder's ``kwargs``). With ``budget_s``, fewer rows where building them
-    takes longer (the train rows' count says how many)."""
-    deadline = None if budget_s is None else time.monotonic() + budget_s
+    takes longer (test rows for 30% of it, train rows for the rest; the counts say how many were built: a row is
+    not cut short, so a slow one can overrun it)."""
+    start = time.monotonic()
 
-    def within_budget(rows: Iterator[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
-        return rows if deadline is None else itertools.takewhile(lambda _: time.monotonic() < deadline, rows)
+    def until(share: float, rows: Iterator[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+        if budget_s is None:
+            return rows
+        return itertools.takewhile(lambda _: time.monotonic() < start + share * budget_s, rows)
 
-    test = list(within_budget(iter_rows(env_id, split="test", size=test_size, seed=seed, **kwargs)))
-    train_rows = 0
-    train = set()
-    for row in within_budget(iter_rows(env_id, split="train", size=train_size, seed=seed, **kwargs)):
-        train.add(task_key(row))
-        train_rows += 1
-    return SplitOverlap([i for i, row in enumerate(test) if task_key(row) in train], len(test), train_rows)
+    # a train row first: a builder with no train split (humaneval) fails before any test row is built
+    train_rows = iter_rows(env_id, split="train", size=train_size, seed=seed, **kwargs)
+    train = [task_key(row) for row in itertools.islice(train_rows, 1)]
+    test = list(until(0.3, iter_rows(env_id, split="test", size=test_size, seed=seed, **kwargs)))
+    train += [task_key(row) for row in until(1.0, train_rows)]  # the rest of the budget
+    seen = set(train)
+    return SplitOverlap([i for i, row in enumerate(test) if task_key(row) in seen], len(test), len(train))
 
 
-def _kwargs_json(kwargs: Dict[str, Any]) -> str:
-    return json.dumps(kwargs, sort_keys=True, default=str)
+def _record_json(value: Any) -> str:
+    """JSON with sorted keys, anything else as its text (a Path, a NumPy number): for records and row keys."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def build_rows(
@@ -264,7 +274,8 @@ def build_rows(
 def iter_rows(
     env_id: str, split: str = "train", size: Optional[int] = None, seed: int = 0, **kwargs: Any
 ) -> Iterator[Dict[str, Any]]:
-    """:func:`build_rows`'s rows one at a time, each built when it is asked for; bad arguments raise at once."""
+    """:func:`build_rows`'s rows one at a time, each built when it is asked for. ``size`` and ``split`` are checked
+    at once, and the builder's own arguments where the builder checks them before its first row."""
     if size is not None and (not isinstance(size, int) or size < 0):
         raise ValueError(f"size must be a non-negative integer or None, got {size!r}")
     if not isinstance(split, str) or not split:
@@ -274,7 +285,7 @@ def iter_rows(
     produced = builder(split=split, size=size, seed=seed, **kwargs)
     if size is not None:
         produced = itertools.islice(produced, size)
-    kwargs_json = _kwargs_json(kwargs)
+    kwargs_json = _record_json(kwargs)
 
     def rows() -> Iterator[Dict[str, Any]]:
         for index, row in enumerate(produced):

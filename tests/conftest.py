@@ -99,11 +99,9 @@ _MISGROUPED = pytest.StashKey[str]()
 
 
 def _distributed_by_group(config) -> bool:
-    """Whether this run spreads tests with ``--dist loadgroup``; a worker is told only its controller's argv."""
-    if config.getoption("dist", "no") == "loadgroup":
-        return True
-    argv = getattr(config, "workerinput", {}).get("mainargv", ())
-    return any(arg in ("loadgroup", "--dist=loadgroup") for arg in argv)
+    """Whether this run spreads tests with ``--dist loadgroup``: on xdist's workers, whose ``dist`` is "no", the
+    ``loadgroup`` option xdist sets there says it."""
+    return config.getoption("dist", "no") == "loadgroup" or bool(getattr(config.option, "loadgroup", False))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,33 +1,33 @@
 """The core session's pytest-xdist groups (tests/conftest.py): tests sharing the Docker engine or a Ray cluster run on
-one worker, and a test that uses the engine outside the docker group fails, saying where to add it, on the workers
-too (they are told only their controller's argv, not its --dist)."""
+one worker, and a test that uses the engine outside the docker group fails, saying where to add it, on xdist's
+workers too (their own ``dist`` option is "no": the check never ran there)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import _distributed_by_group, xdist_group
+from tests.conftest import xdist_group
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def config(dist: str, mainargv=None):
-    options = {"dist": dist}
-    namespace = SimpleNamespace(getoption=lambda name, default=None: options.get(name, default))
-    if mainargv is not None:
-        namespace.workerinput = {"mainargv": mainargv, "workerid": "gw0"}
-    return namespace
-
-
-@pytest.mark.parametrize("made, grouped", [
-    (config("loadgroup"), True),
-    (config("no", ["pytest", "tests", "-n", "3", "--dist", "loadgroup"]), True),  # a worker of the core session
-    (config("no", ["pytest", "tests", "-n", "3", "--dist=loadgroup"]), True),
-    (config("no", ["pytest", "tests", "-n", "2"]), False),  # py310's workers: spread test by test
-    (config("no"), False),
-])
-def test_workers_know_their_run_is_grouped(made, grouped):
-    assert _distributed_by_group(made) is grouped
+def test_a_docker_test_outside_the_docker_group_fails_on_a_worker_saying_where_to_add_it(tmp_path):
+    pytest.importorskip("xdist", reason="pytest-xdist is not installed: pip install -e '.[dev]'")
+    (tmp_path / "test_misgrouped.py").write_text(
+        "import pytest\n\n@pytest.mark.docker\ndef test_uses_the_engine():\n    pass\n\ndef test_plain():\n    pass\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-n", "1", "--dist", "loadgroup", "-q",
+         "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(tmp_path),
+         str(tmp_path / "test_misgrouped.py")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "test_uses_the_engine uses the Docker engine but is not in the docker xdist group: add its file to " \
+           "_DOCKER_FILES in tests/conftest.py" in done.stdout, done.stdout
+    assert "1 passed, 1 error" in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("nodeid, group", [

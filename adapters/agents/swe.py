@@ -227,6 +227,8 @@ class SWEBenchTask(BaseTask):
         self.settings = SWESettings()
         self._live: Set[SWERuntime] = set()
         self._lock = threading.Lock()
+        self._starting = 0  # containers being made, not yet live
+        self._started = threading.Condition(self._lock)
         self._max_workers = max_workers
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
@@ -241,14 +243,22 @@ class SWEBenchTask(BaseTask):
         )
 
     def _start(self, instance: SWEInstance, settings: SWESettings, abandoned: threading.Event) -> SWERuntime:
-        runtime = SWERuntime(instance, limits=settings.limits, base_url=settings.docker_host)
         with self._lock:
-            self._live.add(runtime)
-        try:
-            runtime.setup()
-        except BaseException:
-            self._release(runtime)
-            raise
+            self._starting += 1
+        try:  # the container exists from here: close_all_runtimes waits for it to be counted live
+            runtime = SWERuntime(instance, limits=settings.limits, base_url=settings.docker_host)
+            with self._lock:
+                self._live.add(runtime)
+        finally:
+            with self._lock:
+                self._starting -= 1
+                self._started.notify_all()
+        if not abandoned.is_set():  # else cancelled while the container was made: no set-up for nobody
+            try:
+                runtime.setup()
+            except BaseException:
+                self._release(runtime)
+                raise
         if abandoned.is_set():  # the trajectory was cancelled while the container started
             self._release(runtime)
         return runtime
@@ -326,9 +336,15 @@ class SWEBenchTask(BaseTask):
         if isinstance(swe_runtime, SWERuntime):
             await self._off_loop(self._release, swe_runtime)
 
+    start_wait_s = 120.0
+    """How long :meth:`close_all_runtimes` waits for containers being made to be counted live."""
+
     def close_all_runtimes(self) -> None:
-        """Remove every container this task started and has not removed yet (blocking)."""
+        """Remove every container this task started and has not removed yet (blocking), those being made too."""
         with self._lock:
+            if not self._started.wait_for(lambda: self._starting == 0, timeout=self.start_wait_s):
+                logger.warning("%d container(s) still being made after %.0f s: they are removed when made",
+                               self._starting, self.start_wait_s)
             live, self._live = list(self._live), set()
         for runtime in live:
             try:

@@ -53,7 +53,7 @@ def _read_actions(path: str) -> List[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skygym_adapters.conformance import Context, cases_from_rows, format_table, run_conformance
+    from skygym_adapters.conformance import BadCases, Context, cases_from_rows, format_table, run_conformance
     from skygym_adapters.conformance import builtin_case_set, has_builtin_cases, reference_cases
 
     from skyrl_gym.cli._io import UsageError, env_config_arg
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rows or not has_builtin_cases(args.env):
         try:
             report = run_conformance(args.env, cases, context=context, only=only)
-        except ValueError as exc:  # cases it cannot run (two rows of one prompt, a row of another env)
+        except BadCases as exc:  # two rows of one prompt, a row of another env
             raise SystemExit(f"error: {exc}")
     else:  # the env's built-in cases, with the database / retrieval server / sandbox they need
         try:

@@ -45,11 +45,12 @@ from skygym_adapters.conformance.adapters import (
     default_adapters,
 )
 from skygym_adapters.conformance.cases import builtin_case_set, has_builtin_cases, reference_cases
-from skygym_adapters.conformance.runner import builtin_cases, run_conformance
+from skygym_adapters.conformance.runner import BadCases, builtin_cases, check_cases, run_conformance
 
 __all__ = [
     "CHECKS",
     "AdapterReport",
+    "BadCases",
     "Case",
     "ConformanceAdapter",
     "ConformanceReport",
@@ -63,6 +64,7 @@ __all__ = [
     "VerlAdapter",
     "builtin_case_set",
     "builtin_cases",
+    "check_cases",
     "reference_cases",
     "cases_from_rows",
     "default_adapters",

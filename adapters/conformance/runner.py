@@ -21,6 +21,22 @@ from skygym_adapters.conformance.kit import (
 )
 
 
+class BadCases(ValueError):
+    """Cases :func:`run_conformance` cannot play: none, one of another env, two of one prompt."""
+
+
+def check_cases(env_id: str, cases: Sequence[Case]) -> None:
+    """Raise :class:`BadCases` naming what is wrong with ``cases`` before any is played."""
+    if not cases:
+        raise BadCases(f"no conformance cases for env {env_id!r}")
+    for case in cases:
+        if case.row.get("env_class") not in (None, env_id):
+            raise BadCases(f"a case for {env_id!r} has env_class {case.row['env_class']!r}")
+    keys = [case.key for case in cases]
+    if len(set(keys)) != len(keys):
+        raise BadCases("conformance cases need distinct prompts (the scripted engine finds its script by prompt)")
+
+
 def run_conformance(
     env_id: str,
     cases: Optional[Sequence[Case]] = None,
@@ -37,15 +53,9 @@ def run_conformance(
         with builtin_case_set(env_id) as builtin:
             return run_conformance(env_id, builtin, adapters, context, only)
     cases = list(cases)
-    if not cases:
-        raise ValueError(f"no conformance cases for env {env_id!r}")
+    check_cases(env_id, cases)
     for case in cases:
-        if case.row.get("env_class") not in (None, env_id):
-            raise ValueError(f"a case for {env_id!r} has env_class {case.row['env_class']!r}")
         case.row.setdefault("env_class", env_id)
-    keys = [case.key for case in cases]
-    if len(set(keys)) != len(keys):
-        raise ValueError("conformance cases need distinct prompts (the scripted engine finds its script by prompt)")
     context = context or Context()
     references = [play_reference(case) for case in cases]
     reports = []
@@ -98,4 +108,4 @@ def builtin_cases(env_id: str) -> List[Case]:
         return copy.deepcopy(cases)
 
 
-__all__ = ["builtin_cases", "run_conformance"]
+__all__ = ["BadCases", "builtin_cases", "check_cases", "run_conformance"]

@@ -72,6 +72,12 @@ class GameEnv(BaseTextEnv):
         raise NotImplementedError(f"{cls.__name__} must define generate(rng, **settings)")
 
     @classmethod
+    def split_key(cls, params: Dict[str, Any]) -> Any:
+        """What makes two games the same game, for keeping the splits apart: the parameters (default), or the part
+        of them the player meets where the rest is a detail of how it was drawn (lights_out's presses)."""
+        return params
+
+    @classmethod
     def pool(cls, **settings: Any) -> Optional[List[Dict[str, Any]]]:
         """Every game's parameters, for a game with few (a secret word from a list): the dataset splits the pool
         so that no game is in two splits. ``None`` (the default): the splits keep apart by a hash of what

@@ -24,17 +24,26 @@ def build_rows(game_id: str, split: str, size: Optional[int], seed: int, **setti
     check_generated_split(game_id, split)
     cls = load_env_creator(GAMES[game_id], env_id=game_id)
     cls.generate(random.Random(0), **settings)  # bad settings fail here, with the game's message
-    return (_row(cls, game_id, split, seed, index, settings) for index in range(size))
-
-
-def _row(cls: Any, game_id: str, split: str, seed: int, index: int, settings: Dict[str, Any]) -> Dict[str, Any]:
-    rng = random.Random(f"{game_id}:{seed}:{split}:{index}")
     pool = cls.pool(**settings)
-    try:  # no game in two splits: a test score measures play on games training never showed
-        params = (rng.choice(split_items(pool, split)) if pool is not None
-                  else draw_for_split(split, lambda: cls.generate(rng, **settings)))
+    if pool is not None:
+        pool = _in_split(game_id, settings, lambda: split_items(pool, split))
+    return (_row(cls, game_id, split, seed, index, settings, pool) for index in range(size))
+
+
+def _in_split(game_id: str, settings: Dict[str, Any], draw: Any) -> Any:
+    try:
+        return draw()
     except ValueError as exc:
         raise ValueError(f"{game_id} with settings {settings or 'the defaults'}: {exc}") from None
+
+
+def _row(cls: Any, game_id: str, split: str, seed: int, index: int, settings: Dict[str, Any],
+         pool: Optional[list]) -> Dict[str, Any]:
+    """Row ``index``: a game of the split's share of the pool, else one drawn until it is the split's (no game in
+    two splits: a test score measures play on games training never showed)."""
+    rng = random.Random(f"{game_id}:{seed}:{split}:{index}")
+    params = rng.choice(pool) if pool is not None else _in_split(
+        game_id, settings, lambda: draw_for_split(split, lambda: cls.generate(rng, **settings), key=cls.split_key))
     env = cls(extras={"reward_spec": {"ground_truth": params}})
     extra_info: Dict[str, Any] = {"split": split, "index": index}
     winning = cls.winning_move(params)

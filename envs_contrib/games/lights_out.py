@@ -16,6 +16,10 @@ class LightsOutEnv(GameEnv):
     move_hint = "<move>R C</move>, row and column from 1"
 
     @classmethod
+    def split_key(cls, params: Dict[str, Any]) -> Any:
+        return params["grid"]  # the puzzle; its solution is one order of the presses that made it
+
+    @classmethod
     def generate(cls, rng: random.Random, size: int = 3, presses: int = 3, **settings: Any) -> Dict[str, Any]:
         if settings:
             raise TypeError(f"{cls.game_id} has settings size and presses, got {sorted(settings)}")

@@ -3,6 +3,7 @@ observation), seeded rows from the dataset builders, and the checker on every ga
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -208,12 +209,26 @@ def test_check_passes_on_rows_from_the_builder(env_id):
 @pytest.mark.parametrize("env_id", sorted(GAMES))
 def test_no_game_is_in_two_splits(env_id):
     """Every split drew from the same games: wordle's and guess_number's test rows were all train rows."""
+    from skyrl_gym.registration import load_env_creator
+
+    split_key = load_env_creator(GAMES[env_id], env_id=env_id).split_key
     rows = {split: datasets.build_rows(env_id, split=split, size=100 if split == "train" else 30, seed=0)
             for split in datasets.GENERATED_SPLITS}
-    games = {split: {datasets.task_key(row) for row in built} for split, built in rows.items()}
-    assert not games["test"] & games["train"] and not games["validation"] & games["train"]
-    assert not games["test"] & games["validation"]
+    for same in (lambda row: json.dumps(split_key(row["reward_spec"]["ground_truth"]), sort_keys=True),
+                 datasets.task_key):
+        games = {split: {same(row) for row in built} for split, built in rows.items()}
+        assert not games["test"] & games["train"] and not games["validation"] & games["train"]
+        assert not games["test"] & games["validation"]
+    if env_id in ("games/lights_out", "games/nim", "games/sokoban"):  # the prompt shows the whole game
+        prompts = {split: {json.dumps(row["prompt"]) for row in built} for split, built in rows.items()}
+        assert not prompts["test"] & prompts["train"]  # lights_out's did: one grid, its presses in two orders
     assert datasets.split_overlap(env_id, test_size=30, train_size=300).shared == []
+
+
+def test_a_game_space_too_small_for_three_splits_is_refused():
+    with pytest.raises(ValueError, match=re.escape("games/lights_out with settings {'presses': 9}: 10000 draws gave "
+                                                   "no task of the 'test' split")):
+        datasets.build_rows("games/lights_out", split="test", size=1, presses=9)  # one grid: all nine pressed
 
 
 def test_settings_with_too_few_games_for_a_split_are_refused_naming_them():

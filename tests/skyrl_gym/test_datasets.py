@@ -260,3 +260,10 @@ def test_split_overlap_within_a_budget_builds_what_the_budget_allows():
     assert overlap.test_rows == 4 and 2 <= overlap.train_rows < 40 and overlap.shared == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="size must be a non-negative integer"):
         datasets.iter_rows("multiply", size=-1)  # at once, not when the first row is asked for
+
+
+def test_a_task_that_is_not_json_is_refused_rather_than_split_by_its_text():
+    """``str`` of a set depends on PYTHONHASHSEED: such a task would fall in another split in another process."""
+    with pytest.raises(ValueError, match="a task must be JSON .* pass key= to choose its JSON part"):
+        datasets.split_of({"letters": {"a", "b"}})
+    assert datasets.split_items(["b", "a", "a", "c"], "test") == ["a"]  # a repeated item is one item

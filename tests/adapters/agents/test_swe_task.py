@@ -335,3 +335,40 @@ def test_training_output_through_the_token_backend_carries_the_resolved_reward(
     )  # observations are masked, the model's tokens not
     assert out["rollout_metrics"]["agent/finish_reason/FINISH_TOOL"] == 1.0
     assert runner.task.live_runtimes == 0 and my_swe_containers(docker_client_for_tests) == []
+
+
+def test_a_container_being_made_when_the_run_is_cut_short_is_removed_too(monkeypatch):
+    """A unit-test double beside the real test above: close_all_runtimes found no live runtime while a cancelled
+    trajectory's thread was still making its container, which then outlived the run."""
+    import skygym_adapters.agents.swe as swe_module
+
+    entered, finish, made = threading.Event(), threading.Event(), []
+
+    class SlowToMake:
+        def __init__(self, instance, limits, base_url):
+            self.closed, self.set_up = 0, False
+            made.append(self)
+            entered.set()
+            assert finish.wait(30)
+
+        def setup(self):
+            self.set_up = True
+
+        def close(self):
+            self.closed += 1
+
+    monkeypatch.setattr(swe_module, "SWERuntime", SlowToMake)
+    task, abandoned = swe_module.SWEBenchTask(), threading.Event()
+    abandoned.set()  # the trajectory was cancelled: its thread goes on making the container
+    starting = threading.Thread(target=task._start, args=(None, SWESettings(), abandoned))
+    starting.start()
+    assert entered.wait(30)
+    closing = threading.Thread(target=task.close_all_runtimes)
+    closing.start()
+    closing.join(0.5)
+    assert closing.is_alive()  # it waits for the container being made
+    finish.set()
+    closing.join(30)
+    starting.join(30)
+    [runtime] = made
+    assert not closing.is_alive() and runtime.closed >= 1 and not runtime.set_up and task.live_runtimes == 0
