@@ -3,6 +3,7 @@ and a clean report on the built-in envs."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sqlite3
@@ -149,6 +150,24 @@ def registered() -> Iterator[Any]:
     yield register
     for env_id in ids:
         skyrl_gym.deregister(env_id)
+
+
+@contextlib.contextmanager
+def _with_builder(registered, builder) -> Iterator[str]:
+    """A registered SayTheNumberEnv whose dataset builder is ``builder``, its rows naming the env."""
+    from skyrl_gym import datasets
+
+    env_id = registered(SayTheNumberEnv)
+
+    def with_env_class(split="train", size=None, seed=0):
+        for row in builder(split, size, seed):
+            yield {**row, "env_class": env_id} if "env_class" in row else row
+
+    datasets.register_dataset(env_id, with_env_class)
+    try:
+        yield env_id
+    finally:
+        datasets.deregister_dataset(env_id)
 
 
 def _errors_of_kind(report: CheckReport, kind: str) -> list:
@@ -335,25 +354,15 @@ def _builder_of_invalid_rows(split="train", size=None, seed=0):
 def test_a_builder_that_breaks_its_contract_fails_check_and_audit(registered, builder, said, capsys):
     """A contributor's cold run: an unseeded builder passed check and audit (rebuild_row then gave another row);
     a builder of invalid rows was told to take --builder-args, with the exit status of a bad argument."""
-    from skyrl_gym import datasets
     from skyrl_gym.cli import main
 
-    env_id = registered(SayTheNumberEnv)
-
-    def with_env_class(split="train", size=None, seed=0):
-        for row in builder(split, size, seed):
-            yield {**row, "env_class": env_id} if "env_class" in row else row
-
-    datasets.register_dataset(env_id, with_env_class)
-    try:
+    with _with_builder(registered, builder) as env_id:
         for command in ("check", "audit"):
             assert main([command, env_id]) == 1, command
             err = capsys.readouterr().err
             assert said in err and "--builder-args" not in err, err
         report = check_env(env_id)  # the library's check says the same, as a finding
         assert [f.kind for f in report.errors] == ["builder"] and said in report.errors[0].message
-    finally:
-        datasets.deregister_dataset(env_id)
     if builder is _builder_of_invalid_rows:
         assert "fix the env's dataset builder" in report.errors[0].message
 
@@ -582,20 +591,10 @@ def _seeded_builder_with_nan(split="train", size=None, seed=0):
 
 def test_a_repeatable_builder_with_nan_in_its_rows_is_not_called_unrepeatable(registered, capsys):
     """A review: rows compared with == called a seeded builder unrepeatable for a NaN (NaN != NaN)."""
-    from skyrl_gym import datasets
     from skyrl_gym.checker import default_rows
 
-    env_id = registered(SayTheNumberEnv)
-
-    def with_env_class(split="train", size=None, seed=0):
-        for row in _seeded_builder_with_nan(split, size, seed):
-            yield {**row, "env_class": env_id}
-
-    datasets.register_dataset(env_id, with_env_class)
-    try:
+    with _with_builder(registered, _seeded_builder_with_nan) as env_id:
         rows, source = default_rows(env_id)
-    finally:
-        datasets.deregister_dataset(env_id)
     assert len(rows) == 2 and "from the dataset builder" in source
 
 
@@ -632,23 +631,12 @@ def _word_builder(split_apart: bool):
 
 @pytest.mark.parametrize("split_apart", [False, True])
 def test_test_rows_that_repeat_train_rows_are_a_warning(registered, split_apart, capsys):
-    from skyrl_gym import datasets
     from skyrl_gym.cli import main
 
-    env_id = registered(SayTheNumberEnv)
-    builder = _word_builder(split_apart)
-
-    def with_env_class(split="train", size=None, seed=0):
-        for row in builder(split, size, seed):
-            yield {**row, "env_class": env_id}
-
-    datasets.register_dataset(env_id, with_env_class)
-    try:
+    with _with_builder(registered, _word_builder(split_apart)) as env_id:
         report = check_env(env_id)
         assert main(["check", env_id]) == 0  # a warning: the contract holds
         out = capsys.readouterr().out
-    finally:
-        datasets.deregister_dataset(env_id)
     split_warnings = [f for f in report.warnings if f.kind == "split"]
     if split_apart:
         assert split_warnings == [] and "WARNING split" not in out
