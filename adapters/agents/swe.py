@@ -253,7 +253,7 @@ class SWEBenchTask(BaseTask):
             with self._lock:
                 self._starting -= 1
                 self._started.notify_all()
-        if not abandoned.is_set():  # else cancelled while the container was made: no set-up for nobody
+        if not abandoned.is_set():  # else cancelled while the container was made: its trajectory is gone
             try:
                 runtime.setup()
             except BaseException:
