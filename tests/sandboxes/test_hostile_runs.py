@@ -316,6 +316,11 @@ def test_a_run_cannot_change_the_worker_that_later_runs_are_forked_from(sandbox)
     the roots are reset, and a worker left with sockets retires: the runs after start as before."""
     import json
 
+    from tests.sandboxes.remote_support import ServedSandbox
+
+    if isinstance(sandbox, ServedSandbox):  # the same supervisor as the local backends, which run it below
+        pytest.skip("the served sandbox holds every run to its server's 3 s, which this program's 320 forks passed on "
+                    "a loaded 2-core machine (a CI run timed out there); the local backends run it with 30 s")
     before = sandbox.run(WORKER_SETTINGS)
     assert before.status == Status.OK, (before.status, before.stderr)
     # its 320 forks took more than the suite's 3 s on a loaded 2-core machine (CI timed out once)
