@@ -20,8 +20,7 @@ from skygym_contrib.reasoning_gym.names import env_id
 
 
 def row(name: str, split: str, seed: int, index: int, settings: str) -> Dict[str, Any]:
-    dataset_seed, item = generate.locate(seed, split, index)
-    found = generate.entry(name, settings, dataset_seed, item)
+    dataset_seed, item, found = generate.find(name, settings, seed, split, index)
     answer = found.get("answer")
     answer = None if answer is None else str(answer)
     extra_info: Dict[str, Any] = {"split": split, "index": index, "reasoning_gym_version": generate.version()}
@@ -41,11 +40,12 @@ def row(name: str, split: str, seed: int, index: int, settings: str) -> Dict[str
 
 
 def build_rows(name: str, split: str, size: Optional[int], seed: int, **settings: Any) -> Iterator[Dict[str, Any]]:
-    """Rows of ``reasoning_gym/<name>``; row ``i`` depends only on ``(seed, split, i)`` and the settings."""
+    """Rows of ``reasoning_gym/<name>``; row ``i`` depends only on ``(seed, split, i)`` and the settings, and no
+    question is in two splits (:func:`generate.find`)."""
     generate.check_name(name)
     if size is None:
         raise ValueError(f"{env_id(name)} rows are generated: give a size, e.g. build_rows({env_id(name)!r}, size=256)")
     check_generated_split(env_id(name), split)
     settings_json = generate.settings_json(settings)
-    generate.dataset(name, settings_json, generate.locate(seed, split, 0)[0])  # bad settings fail here, once
+    generate.dataset(name, settings_json, generate.base_seed(seed, split))  # bad settings fail here, once
     return (row(name, split, seed, index, settings_json) for index in range(size))

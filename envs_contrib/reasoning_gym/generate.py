@@ -1,9 +1,13 @@
 """The one place that calls reasoning-gym: build a dataset from a name and settings, and fetch entry ``i``.
 
-Entries are generated in chunks of :data:`CHUNK` (reasoning-gym's own reseeding scheme): entry ``i`` of a
-split is item ``i % CHUNK`` of the dataset seeded ``base + i // CHUNK``, where ``base`` derives from the
-row seed and the split. So an entry depends only on ``(seed, split, i)`` and the settings, never on how
-many rows were asked for (some reasoning-gym datasets, e.g. ``acre``, generate all items of a size up front).
+Entries are generated in chunks of :data:`CHUNK` (reasoning-gym's own reseeding scheme): row ``i`` of a split
+is item ``i % CHUNK`` of the dataset seeded ``base + i // CHUNK``, where ``base`` derives from the row seed and
+the split, if its question is one of the split's (:func:`skyrl_gym.datasets.split_of`: a hash of the question
+puts a tenth of all questions in test, a tenth in validation); else the first of the row's next tries that is
+(:func:`find`, :func:`attempt`). So a row depends only on ``(seed, split, i)`` and the
+settings, never on how many rows were asked for (some reasoning-gym datasets, e.g. ``acre``, generate all items
+of a size up front), and no question is in two splits: ``tower_of_hanoi``'s default settings make 90 questions,
+and each split drew from all of them (14 of 20 test rows were train rows).
 
 Settings come from rows and from serve-env's clients, and reasoning-gym checks little of them: a 200-byte
 request for ``rotate_matrix`` with ``min_n = max_n = 20000`` would build a 400-million-cell question (16 GB)
@@ -24,6 +28,7 @@ import copy
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -57,9 +62,57 @@ def base_seed(seed: int, split: str) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def locate(seed: int, split: str, index: int) -> tuple[int, int]:
-    """``(dataset seed, item index)`` of entry ``index`` of a split."""
-    return (base_seed(seed, split) + index // CHUNK) % (2**32), index % CHUNK
+ATTEMPTS = 500
+"""How many entries :func:`find` tries for one row before it says the settings make too few distinct questions
+(a split whose part of the questions is 1% of the draws still finds one 99 times in 100)."""
+FIND_S = 180.0
+"""How long :func:`find` may take for one row, its entries' generation included (one entry may run past it)."""
+
+
+SPARE = {"train": 10, "validation": 50, "test": 50}
+"""Entries set aside for each row of a split, for when its first is another split's question: a train row needs
+its spare ones once in five, a test row nine times in ten (ten tries on average). They divide :data:`CHUNK`, so
+a row's spare entries are items of one dataset, which the spare entries of ``CHUNK // SPARE`` rows share
+(building a dataset costs up to 0.3 s: one per try would cost more than the entries)."""
+
+
+def attempt(seed: int, split: str, index: int, number: int) -> Tuple[int, int]:
+    """``(dataset seed, item index)`` of try ``number`` for row ``index`` of ``split``: the split's own stream first
+    (item ``index % CHUNK`` of the dataset seeded ``base_seed(seed, split) + index // CHUNK``), then the row's
+    :data:`SPARE` entries of the split's spare stream, then a stream of the row's own."""
+    if number == 0:
+        return (base_seed(seed, split) + index // CHUNK) % (2**32), index % CHUNK
+    spare = SPARE.get(split, SPARE["test"])
+    if number <= spare:
+        at, label = index * spare + number - 1, f"{split}/spare"
+    else:
+        at, label = number - 1 - spare, f"{split}/row/{index}"
+    return (base_seed(seed, label) + at // CHUNK) % (2**32), at % CHUNK
+
+
+def find(name: str, settings: str, seed: int, split: str, index: int) -> Tuple[int, int, Dict[str, Any]]:
+    """``(dataset seed, item index, entry)`` of row ``index`` of ``split``: of the row's tries (:func:`attempt`),
+    the first whose question belongs to ``split``."""
+    from skyrl_gym.datasets import check_generated_split, draw_for_split
+
+    check_generated_split(f"reasoning_gym/{name}", split)
+    numbers, deadline = itertools.count(), time.monotonic() + FIND_S
+
+    def draw() -> Tuple[int, int, Dict[str, Any]]:
+        number = next(numbers)
+        if number and time.monotonic() > deadline:
+            raise SettingsError(f"reasoning-gym dataset {name!r}: {number} entries for row {index} of the "
+                                f"{split!r} split took more than {FIND_S:g} s, and none of them was a question of "
+                                f"that split; lower the settings {settings[:300]}")
+        dataset_seed, item = attempt(seed, split, index, number)
+        return dataset_seed, item, entry(name, settings, dataset_seed, item)
+
+    try:
+        return draw_for_split(split, draw, key=lambda found: found[2]["question"], tries=ATTEMPTS)
+    except SettingsError:
+        raise
+    except ValueError as exc:  # draw_for_split's: every attempt was another split's question
+        raise SettingsError(f"reasoning-gym dataset {name!r} with the settings {settings[:300]}: {exc}") from None
 
 
 # Settings that name a file (spell_backward's data_file, figlet_font's static_font, ...): reasoning-gym opens them

@@ -178,12 +178,42 @@ def test_settings_seed_and_split_make_the_rows():
         datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=0, max_term=3)
 
 
+@pytest.mark.parametrize("name", ["tower_of_hanoi", "coin_flip", "string_splitting"])
+def test_no_question_is_in_two_splits(name):
+    """Seeded apart, these repeated train questions in their test split (14, 7 and 2 of the first 20 test rows were
+    among the first 100 train rows): a question now belongs to one split, by its hash."""
+    env_id = f"reasoning_gym/{name}"
+    overlap = datasets.split_overlap(env_id, test_size=20, train_size=100, seed=0)
+    assert (overlap.shared, overlap.test_rows, overlap.train_rows) == ([], 20, 100)
+    for split in datasets.GENERATED_SPLITS:
+        questions = [row["prompt"][1]["content"] for row in datasets.build_rows(env_id, split=split, size=30, seed=1)]
+        assert {datasets.split_of(question) for question in questions} == {split}
+
+
+def test_settings_that_leave_a_split_no_question_are_refused_naming_it():
+    settings = {"min_value": 2, "max_value": 3, "min_numbers": 2, "max_numbers": 2}  # four questions in all
+    built = {}
+    for split in datasets.GENERATED_SPLITS:
+        try:
+            built[split] = datasets.build_rows("reasoning_gym/gcd", split=split, size=2, seed=0, **settings)
+        except ValueError as exc:
+            assert f"no task of the {split!r} split" in str(exc) and "make the task space larger" in str(exc)
+            built[split] = None
+    assert built["train"] and None in built.values()  # four questions: at least one split has none
+    with pytest.raises(DataError, match="no task of the 'validation' split"):
+        skyrl_gym.make("reasoning_gym/gcd", env_config={"settings": settings, "split": "validation"})
+
+
 def test_the_env_makes_its_own_question_from_env_config():
     env = skyrl_gym.make("reasoning_gym/gcd", env_config={"seed": 5, "index": 2, "settings": {"max_value": 50}})
     prompt, _ = env.init([{"role": "user", "content": "Hello."}])
     assert "<answer>" in prompt[0]["content"] and "GCD" in prompt[1]["content"].upper()
     row = datasets.build_rows("reasoning_gym/gcd", split="train", size=3, seed=5, max_value=50)[2]
     assert prompt == row["prompt"]
+    test = skyrl_gym.make("reasoning_gym/gcd", env_config={"seed": 5, "index": 4, "split": "test"})
+    assert test.init([])[0] == datasets.build_rows("reasoning_gym/gcd", split="test", size=5, seed=5)[4]["prompt"]
+    with pytest.raises(DataError, match="not 'tset'"):
+        skyrl_gym.make("reasoning_gym/gcd", env_config={"split": "tset"})
 
 
 def test_rows_from_another_reasoning_gym_version_are_refused():
