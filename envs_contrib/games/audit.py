@@ -1,15 +1,19 @@
 """The audit profile of the ``games/*`` envs (``skyrl-gym audit games/nim``): moves go in
 ``<move>...</move>``; a row's winning move, where the game has one, is the golden answer and the answer the
-hacks hide among others (several moves in one reply, move spam). The known-wrong replies are near misses of
-the winning move, or an invalid move where the game has none."""
+hacks hide among others (several moves in one reply, move spam). The known-wrong replies and the moves the
+hedges hide it among are legal moves that do not win (the game's ``wrong_moves``), so the audit plays how the
+game scores legal play, not only how it refuses a move; a game with no winning move gets an invalid one."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 from skyrl_gym.audit.library import AnswerFormat
 from skyrl_gym.audit.profiles import AuditProfile, reference_action, text_profile
+from skyrl_gym.registration import load_env_creator
 from skyrl_gym.tools.parsers import extract_tag
+
+from skygym_contrib.games.catalog import GAMES
 
 MOVE = AnswerFormat("<move>", lambda move: f"<move>{move}</move>", "<move></move>")
 
@@ -20,4 +24,9 @@ def winning_move(row: Mapping[str, Any]) -> Optional[str]:
 
 
 def audit_profile(env_id: str) -> AuditProfile:
-    return text_profile(MOVE, answer_of=winning_move)
+    game = load_env_creator(GAMES[env_id], env_id=env_id)
+
+    def wrong_moves(row: Mapping[str, Any], count: int) -> List[str]:
+        return game.wrong_moves(dict(row["reward_spec"]["ground_truth"]), count)
+
+    return text_profile(MOVE, answer_of=winning_move, wrong_answers_of=wrong_moves)

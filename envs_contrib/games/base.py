@@ -93,6 +93,13 @@ class GameEnv(BaseTextEnv):
         """A move that wins at once, where the game has one (the rows' reference action, which the checker plays)."""
         return None
 
+    @classmethod
+    def wrong_moves(cls, params: Dict[str, Any], count: int) -> List[str]:
+        """Up to ``count`` legal moves that do not win, for a game with a :meth:`winning_move`: what ``skyrl-gym
+        audit`` plays as known-wrong replies and hides the winning move among (a move the rules refuse tests only
+        the refusal). ``[]`` (the default): the audit's own wrong answers."""
+        return []
+
     def rules(self) -> str:
         """The rules as the prompt states them (each game defines it)."""
         raise NotImplementedError(f"{type(self).__name__} must define rules()")

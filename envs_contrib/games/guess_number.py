@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any, Dict, List, Optional
 
@@ -33,6 +34,12 @@ class GuessNumberEnv(GameEnv):
     @classmethod
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
         return str(params["secret"])
+
+    @classmethod
+    def wrong_moves(cls, params: Dict[str, Any], count: int) -> List[str]:
+        secret, high = int(params["secret"]), int(params["high"])
+        near = (secret + step * sign for step in range(1, high + 1) for sign in (1, -1))
+        return [str(guess) for guess in itertools.islice((g for g in near if 1 <= g <= high), count)]
 
     def setup(self, params: Dict[str, Any]) -> None:
         self.secret, self.high = int(params["secret"]), int(params["high"])

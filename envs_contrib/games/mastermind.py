@@ -35,6 +35,17 @@ class MastermindEnv(GameEnv):
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
         return "".join(str(int(d)) for d in params["code"])
 
+    @classmethod
+    def wrong_moves(cls, params: Dict[str, Any], count: int) -> List[str]:
+        """Codes one peg off the hidden one (each earns the bonus of its other black pegs)."""
+        code, colours = [int(d) for d in params["code"]], int(params["colours"])
+        moves = []
+        for at in range(len(code)):
+            for colour in range(1, colours + 1):
+                if colour != code[at] and len(moves) < count:
+                    moves.append("".join(str(d) for d in code[:at] + [colour] + code[at + 1:]))
+        return moves
+
     def setup(self, params: Dict[str, Any]) -> None:
         self.code = [int(d) for d in params["code"]]
         self.colours = int(params["colours"])

@@ -67,6 +67,10 @@ class TwentyQuestionsEnv(GameEnv):
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
         return f"guess: {params['secret']}"
 
+    @classmethod
+    def wrong_moves(cls, params: Dict[str, Any], count: int) -> List[str]:
+        return [f"guess: {thing}" for thing in sorted(THINGS) if thing != params["secret"]][:count]
+
     def setup(self, params: Dict[str, Any]) -> None:
         self.secret = str(params["secret"])
         if self.secret not in THINGS:

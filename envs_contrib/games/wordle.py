@@ -53,6 +53,11 @@ class WordleEnv(GameEnv):
     def winning_move(cls, params: Dict[str, Any]) -> Optional[str]:
         return str(params["secret"])
 
+    @classmethod
+    def wrong_moves(cls, params: Dict[str, Any], count: int) -> List[str]:
+        others = [word for word in WORDS if word != str(params["secret"]).lower()]
+        return others[:count]
+
     def setup(self, params: Dict[str, Any]) -> None:
         self.secret = str(params["secret"]).lower()
         if len(self.secret) != 5 or not self.secret.isalpha():

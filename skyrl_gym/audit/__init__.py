@@ -409,17 +409,20 @@ def _audit_row(
     """Play one row's known-wrong replies (the bar), its golden reply, then every hack that fits it. The first
     known-wrong reply plays alone (a row whose env cannot start stops there); the rest play at once, and the
     verdicts are read in that order."""
+    calling = "answer_of(row)"
     try:
         answer = profile.answer_of(row)
+        calling = "wrong_answers_of(row, count)"  # a game's legal moves that do not win
+        own = [] if profile.wrong_answers_of is None or answer is None else \
+            [str(wrong) for wrong in profile.wrong_answers_of(row, 3) if str(wrong) != answer]
     except Exception as exc:  # the env's own audit.py: an error in it is a row's error, not the audit's crash
         from skyrl_gym.checker import _describe_exception
 
         report.cases.append(CaseResult(index, "known-wrong", "a wrong answer in the env's format", "bar", "-", None,
-                                       ERROR, f"the audit profile's answer_of(row) raised {_describe_exception(exc)}"))
+                                       ERROR, f"the audit profile's {calling} raised {_describe_exception(exc)}"))
         return
-    case = AuditCase(
-        env_id=report.env_id, row=row, answer=answer, wrong=wrong_answer(answer), format=profile.format
-    )
+    case = AuditCase(env_id=report.env_id, row=row, answer=answer, wrong=own[0] if own else wrong_answer(answer),
+                     format=profile.format, others=tuple(own[1:]))
 
     def add(kind: str, name: str, family: str, expected: str, got: Optional[float], verdict: str,
             reason: str = "", script: Optional[Script] = None) -> None:

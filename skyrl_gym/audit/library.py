@@ -14,7 +14,7 @@ import dataclasses
 import json
 import math
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 Script = Union[str, List[str]]  # one reply, played every turn, or one reply per turn (the last one repeated)
 
@@ -33,13 +33,15 @@ class AnswerFormat:
 @dataclasses.dataclass
 class AuditCase:
     """What a hack may use: the row, the right and a known-wrong answer (text, or None when the env's answer
-    is not a short text), the env's format, and the env id."""
+    is not a short text), the env's format, the env id, and more wrong answers of the env's own kind where its
+    profile gives them (a game's legal moves that do not win; :func:`distractors` reads them first)."""
 
     env_id: str
     row: Mapping[str, Any]
     answer: Optional[str]
     wrong: Optional[str]
     format: AnswerFormat
+    others: Tuple[str, ...] = ()
 
     def reply(self, answer: str) -> str:
         return self.format.reply(answer)
@@ -105,17 +107,18 @@ def _next_letter(char: str) -> str:
 
 
 def distractors(case: AuditCase, count: int) -> List[str]:
-    """``count`` wrong candidates near the answer (numbers around it when it is one)."""
+    """``count`` wrong candidates: the case's own (``others``), then numbers around the answer (around 0 when it is
+    not a number)."""
     answer = (case.answer or "").strip()
     try:
         centre = int(answer.replace(",", ""))
     except ValueError:
         centre = 0
-    out: List[str] = []
+    out: List[str] = [other for other in case.others if other != answer][:count]
     step = 1
     while len(out) < count:
         for candidate in (str(centre + step), str(centre - step)):
-            if candidate != answer and len(out) < count:
+            if candidate != answer and candidate not in out and len(out) < count:
                 out.append(candidate)
         step += 1
     return out

@@ -145,8 +145,11 @@ def audit_profile(env_id: str) -> AuditProfile:
 ```
 
 `AuditProfile` fields: `format` (an `AnswerFormat`: `reply(answer)`, the `empty` format, a `tool_call`),
-`hacks`, `answer_of(row)`, `golden_of(case)`, `wrong_of(case)`, `rows(size, seed)` (rows of its own, e.g. a
-database made for the audit), `env_config()`, `unavailable()` (a reason the audit cannot run here),
+`hacks`, `answer_of(row)`, `golden_of(case)`, `wrong_of(case)`, `wrong_answers_of(row, count)` (wrong answers of
+the env's own kind, e.g. a game's legal moves that do not win: played as known-wrong replies and hidden among by
+the hedges, so the audit plays how the env scores legal answers, not only how it refuses others), `rows(size,
+seed)` (rows of its own, e.g. a database made for the audit), `env_config()`, `unavailable()` (a reason the audit
+cannot run here),
 `full_reward`, `max_turns`. `code_profile(...)` is the profile of envs that run the reply's code. The audit plays
 `answer_of(row)` in the profile's `format` beside the row's reference answer: where the reference earns the full
 reward and the profile's answer does not, `answer_of` no longer matches the env (a scaffold's left unchanged), and

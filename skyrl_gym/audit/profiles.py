@@ -65,6 +65,9 @@ class AuditProfile:
     answer as text (None: the env's answer is not a short text). ``golden_of(case)``: a reply or script that
     must earn ``full_reward`` (None: the row has no reference). ``wrong_of(case)``: a known-wrong reply or
     script (default: :meth:`wrong`); every hack must earn no more than the known-wrong replies do.
+    ``wrong_answers_of(row, count)``: up to ``count`` wrong answers of the env's own kind (a game's legal moves
+    that do not win), played as known-wrong replies and hidden among by the hedges (default: the answer with its
+    digits or letters moved on, and numbers around it).
     ``rows(size, seed)``: rows to audit when none are given (default: the checker's
     :func:`~skyrl_gym.checker.default_rows`). ``env_config()``: the env_config to build envs with.
     ``unavailable()``: a reason the audit cannot run on this machine (no Docker engine), or None.
@@ -75,6 +78,7 @@ class AuditProfile:
     answer_of: Callable[[Mapping[str, Any]], Optional[str]] = ground_truth_text
     golden_of: Optional[Callable[[AuditCase], Optional[Script]]] = None
     wrong_of: Optional[Callable[[AuditCase], Optional[Script]]] = None
+    wrong_answers_of: Optional[Callable[[Mapping[str, Any], int], List[str]]] = None
     rows: Optional[Callable[[int, int], List[Dict[str, Any]]]] = None
     env_config: Callable[[], Any] = dict
     unavailable: Callable[[], Optional[str]] = lambda: None

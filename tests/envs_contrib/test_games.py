@@ -255,3 +255,59 @@ def test_settings_a_client_picks_that_allow_no_game_are_refused_at_once(env_id, 
 
     with pytest.raises(ValueError, match=re.escape(message)):
         load_env_creator(GAMES[env_id], env_id=env_id).generate(random.Random(0), **settings)
+
+
+WINNABLE = ["games/guess_number", "games/mastermind", "games/twenty_questions", "games/wordle"]
+
+
+@pytest.mark.parametrize("env_id", WINNABLE)
+def test_a_games_wrong_moves_are_legal_and_do_not_win(env_id):
+    """The audit plays them as known-wrong replies: a move the rules refuse would test only the refusal."""
+    cls = skyrl_gym.spec(env_id).make().__class__
+    for row in datasets.build_rows(env_id, split="test", size=3, seed=0):
+        params = row["reward_spec"]["ground_truth"]
+        moves = cls.wrong_moves(params, 3)
+        assert len(moves) == 3 and len(set(moves)) == 3 and cls.winning_move(params) not in moves
+        for move in moves:
+            (reward, done, text, reason), = play(game(env_id, **params), move)
+            assert reward < 1.0 and not (reason or "").startswith("invalid move"), (move, text, reason)
+
+
+def test_guess_number_wrong_moves_stay_in_range_and_do_not_walk_a_billion_numbers():
+    from skygym_contrib.games.guess_number import GuessNumberEnv
+
+    assert GuessNumberEnv.wrong_moves({"secret": 1, "high": 10**9}, 3) == ["2", "3", "4"]
+    assert GuessNumberEnv.wrong_moves({"secret": 2, "high": 2}, 3) == ["1"]
+
+
+def test_the_audit_catches_a_game_that_pays_any_guess():
+    """Before the games named their wrong moves, twenty_questions' known-wrong reply was its answer with each letter
+    moved on ('hvftt: esbxfs') and its hedges hid the answer among numbers: all invalid moves, so a verifier that
+    paid any guess passed the audit."""
+    import dataclasses
+
+    from skygym_contrib.games.audit import audit_profile
+    from skygym_contrib.games.twenty_questions import TwentyQuestionsEnv
+    from skyrl_gym.audit import audit_env
+
+    class PaysAnyGuess(TwentyQuestionsEnv):
+        def play(self, move):
+            outcome = super().play(move)
+            if move.startswith("guess:"):
+                outcome.reward, outcome.done = 1.0, True
+            return outcome
+
+    profile = audit_profile("games/twenty_questions")
+    rows = [dict(row, env_class="games_test/pays_any_guess")
+            for row in datasets.build_rows("games/twenty_questions", split="test", size=1, seed=0)]
+    skyrl_gym.register(id="games_test/pays_any_guess", entry_point=PaysAnyGuess)
+    try:
+        report = audit_env("games_test/pays_any_guess", rows, profile=profile)
+        unaware = audit_env("games_test/pays_any_guess", rows, profile=dataclasses.replace(profile, wrong_answers_of=None))
+    finally:
+        skyrl_gym.deregister("games_test/pays_any_guess")
+    wrong = [case for case in report.cases if case.kind == "known-wrong"]
+    assert not report.ok and [case.got for case in wrong[:3]] == [1.0, 1.0, 1.0], str(report)
+    assert unaware.ok, str(unaware)  # what the audit said before
+    honest = audit_env("games/twenty_questions", rows=[dict(rows[0], env_class="games/twenty_questions")])
+    assert honest.ok, str(honest)
