@@ -22,7 +22,7 @@ import queue
 import threading
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from skygym_sandboxes.types import SandboxUnavailable
 from skyrl_gym.core import Env
@@ -633,7 +633,6 @@ def _same_rows_again(env_id: str, rows: List[Dict[str, Any]], size: int, seed: i
 
 
 SPLIT_TEST_ROWS, SPLIT_TRAIN_ROWS, SPLIT_BUDGET_S = 20, 100, 10.0
-BUILT_ROWS = "row(s) from the dataset builder:"  # in default_rows's source of rows it built
 
 
 def split_findings(env_id: str, builder_kwargs: Optional[Mapping[str, Any]] = None, seed: int = 0) -> List[Finding]:
@@ -695,8 +694,16 @@ def _beside(value: Any, folder: Path) -> Any:
     return value
 
 
+class DefaultRows(NamedTuple):
+    rows: List[Dict[str, Any]]
+    source: str
+    """Where the rows came from, in words (``check`` and ``audit`` print it)."""
+    built: bool
+    """Whether the env's dataset builder made them (then ``check`` also compares its splits)."""
+
+
 def default_rows(env_id: str, size: int = 2, seed: int = 0, builder_kwargs: Optional[Mapping[str, Any]] = None,
-                 command: str = "check", verify: bool = True) -> Tuple[List[Dict[str, Any]], str]:
+                 command: str = "check", verify: bool = True) -> DefaultRows:
     """Rows to check ``env_id`` with when none are given, and where they came from: ``size`` rows of the test split
     from its dataset builder (:mod:`skyrl_gym.datasets`, with ``builder_kwargs``), else the golden cases shipped
     with it (also when the builder fails, e.g. without network access). Raises :class:`NoRowsFor` naming what to
@@ -729,13 +736,13 @@ def default_rows(env_id: str, size: int = 2, seed: int = 0, builder_kwargs: Opti
                 if verify:
                     _same_rows_again(env_id, rows, size, seed, builder_kwargs or {})
                 extra = "".join(f", {key}={value!r}" for key, value in sorted((builder_kwargs or {}).items()))
-                return rows, (f"{len(rows)} {BUILT_ROWS} skyrl_gym.datasets.build_rows({env_id!r}, "
-                              f"split='test', size={size}, seed={seed}{extra})")
+                return DefaultRows(rows, f"{len(rows)} row(s) from the dataset builder: skyrl_gym.datasets.build_rows("
+                                         f"{env_id!r}, split='test', size={size}, seed={seed}{extra})", True)
             builder_error = "it built no rows"
     rows, path = golden_rows(env_id)
     if rows:
         why = f" (its dataset builder failed: {builder_error})" if builder_error else ""
-        return rows[:size], f"{len(rows[:size])} golden case(s) from {path}{why}"
+        return DefaultRows(rows[:size], f"{len(rows[:size])} golden case(s) from {path}{why}", False)
     if builder_error:
         raise NoRowsFor(f"cannot build rows for {env_id!r}: its dataset builder failed ({builder_error}) and it ships "
                         f"no golden cases. {advice}, or pass rows: skyrl-gym {command} {env_id} --rows FILE (JSONL, "
@@ -790,9 +797,9 @@ def check_env(
     checker = _Checker(factory, report, max_turns_slack, step_timeout_s, check_determinism, max_observation_chars)
     if rows is None and isinstance(env_or_id, (str, EnvSpec)):  # the rows `skyrl-gym check ID` checks
         try:
-            rows, report.rows_from = default_rows(factory.env_id, size=max_rows or 2)
+            rows, report.rows_from, built = default_rows(factory.env_id, size=max_rows or 2)
             checker.own_rows = True
-            if check_splits and BUILT_ROWS in report.rows_from:
+            if check_splits and built:
                 report.findings.extend(split_findings(factory.env_id))
         except BrokenBuilder as exc:
             report.findings.append(Finding(ERROR, "builder", str(exc), factory.env_id))

@@ -231,7 +231,7 @@ def reference_cases(env_id: str, size: int = 2) -> Tuple[List[Case], str]:
     from skyrl_gym.checker import BrokenBuilder, NoRowsFor, default_rows, reference_action
 
     try:  # more rows than cases: a split of few tasks repeats prompts, and each case needs one of its own
-        rows, source = default_rows(env_id, size=size * 4, verify=False)  # `check` verifies the builder
+        rows, source, _ = default_rows(env_id, size=size * 4, verify=False)  # `check` verifies the builder
     except (NoRowsFor, BrokenBuilder) as exc:
         raise LookupError(f"no conformance cases for env {env_id!r}: {exc} Or pass rows and actions: "
                           f"skyrl-gym conform {env_id} --rows ROWS --actions ACTIONS") from None

@@ -310,7 +310,7 @@ def audit_env(
             raw: List[Tuple[Optional[str], Any]] = [(None, row) for row in profile.rows(max_rows, seed)]
             report.rows_source = f"{len(raw)} row(s) from the env's audit profile"
         else:
-            built, report.rows_source = default_rows(env_id, size=max_rows, seed=seed, command="audit")
+            built, report.rows_source, _ = default_rows(env_id, size=max_rows, seed=seed, command="audit")
             raw = [(None, row) for row in built]
     else:
         raw = _read_rows(rows)

@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from skyrl_gym.checker import BUILT_ROWS, BrokenBuilder, NoRowsFor, check_env, default_rows, split_findings
+    from skyrl_gym.checker import BrokenBuilder, NoRowsFor, check_env, default_rows, split_findings
     from skyrl_gym.errors import UnregisteredEnv
 
     try:
@@ -56,9 +56,9 @@ def run_check(args: argparse.Namespace) -> int:
         builder_args = parse_json_arg(args.builder_args, "--builder-args", default={})
         if not isinstance(builder_args, dict):
             raise UsageError("--builder-args must be a JSON object of keyword arguments, e.g. '{\"num_digits\": 2}'")
-        rows = args.rows
+        rows, built = args.rows, False
         if rows is None:
-            rows, source = default_rows(args.env_id, size=args.max_rows or 2, builder_kwargs=builder_args)
+            rows, source, built = default_rows(args.env_id, size=args.max_rows or 2, builder_kwargs=builder_args)
             print(f"checking {source}")
         elif builder_args:
             raise UsageError("--builder-args goes with building rows; with --rows FILE the rows are read as they are")
@@ -75,7 +75,7 @@ def run_check(args: argparse.Namespace) -> int:
             check_determinism=not args.no_determinism,
             gymnasium=args.gymnasium,
         )
-        if args.rows is None and BUILT_ROWS in source and not args.no_split_check:
+        if args.rows is None and built and not args.no_split_check:
             report.findings.extend(split_findings(args.env_id, builder_args))
     except (UsageError, UnregisteredEnv, NoRowsFor) as exc:
         error(str(exc))

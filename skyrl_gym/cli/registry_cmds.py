@@ -175,7 +175,7 @@ def _a_row_of(env_id: str) -> Tuple[Dict[str, Any], Optional[str]]:
     source = f"a golden case from {path}"
     if not rows:
         try:
-            rows, source = default_rows(env_id, size=1, verify=False)
+            rows, source, _ = default_rows(env_id, size=1, verify=False)
         except (NoRowsFor, BrokenBuilder):  # `check` names a broken builder; `info` shows what it can
             return {}, None
     return row_extras(dict(rows[0])), source

@@ -565,7 +565,7 @@ def test_without_rows_a_registered_id_is_checked_on_the_rows_the_command_line_ch
     from skyrl_gym.checker import default_rows
 
     report = check_env("gsm8k", huge_action_chars=1000, check_determinism=False)
-    rows, source = default_rows("gsm8k")
+    rows, source, _ = default_rows("gsm8k")
     assert report.ok, str(report)
     assert report.rows_from == source and report.rows_checked == len(rows) == 2
     assert f"  rows: {source}" in str(report).splitlines()
@@ -594,7 +594,7 @@ def test_a_repeatable_builder_with_nan_in_its_rows_is_not_called_unrepeatable(re
     from skyrl_gym.checker import default_rows
 
     with _with_builder(registered, _seeded_builder_with_nan) as env_id:
-        rows, source = default_rows(env_id)
+        rows, source, _ = default_rows(env_id)
     assert len(rows) == 2 and "from the dataset builder" in source
 
 
