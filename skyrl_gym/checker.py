@@ -795,12 +795,12 @@ def check_env(
     factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
     report = CheckReport(env_id=factory.env_id)
     checker = _Checker(factory, report, max_turns_slack, step_timeout_s, check_determinism, max_observation_chars)
+    compare_splits = False
     if rows is None and isinstance(env_or_id, (str, EnvSpec)):  # the rows `skyrl-gym check ID` checks
         try:
             rows, report.rows_from, built = default_rows(factory.env_id, size=max_rows or 2)
             checker.own_rows = True
-            if check_splits and built:
-                report.findings.extend(split_findings(factory.env_id))
+            compare_splits = check_splits and built
         except BrokenBuilder as exc:
             report.findings.append(Finding(ERROR, "builder", str(exc), factory.env_id))
             return report
@@ -849,6 +849,8 @@ def check_env(
         valid_rows.append(row)
     if gymnasium and valid_rows:
         _check_with_gymnasium(factory, report, valid_rows)
+    if compare_splits and not report.all_skipped:  # a machine that cannot run the env: nothing checked
+        report.findings.extend(split_findings(factory.env_id))
     return report
 
 

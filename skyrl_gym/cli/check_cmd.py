@@ -75,7 +75,7 @@ def run_check(args: argparse.Namespace) -> int:
             check_determinism=not args.no_determinism,
             gymnasium=args.gymnasium,
         )
-        if args.rows is None and built and not args.no_split_check:
+        if built and not args.no_split_check and not report.all_skipped:
             report.findings.extend(split_findings(args.env_id, builder_args))
     except (UsageError, UnregisteredEnv, NoRowsFor) as exc:
         error(str(exc))

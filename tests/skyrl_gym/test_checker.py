@@ -153,11 +153,11 @@ def registered() -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def _with_builder(registered, builder) -> Iterator[str]:
-    """A registered SayTheNumberEnv whose dataset builder is ``builder``, its rows naming the env."""
+def _with_builder(registered, builder, env_class=None) -> Iterator[str]:
+    """A registered ``env_class`` (SayTheNumberEnv) whose dataset builder is ``builder``, its rows naming the env."""
     from skyrl_gym import datasets
 
-    env_id = registered(SayTheNumberEnv)
+    env_id = registered(env_class or SayTheNumberEnv)
 
     def with_env_class(split="train", size=None, seed=0):
         for row in builder(split, size, seed):
@@ -645,3 +645,15 @@ def test_test_rows_that_repeat_train_rows_are_a_warning(registered, split_apart,
     assert report.ok and warning.message.startswith("20 of the first 20 test rows repeat a task")
     assert "split_items(pool, split)" in warning.message and "test rows 1, 2, 3, 4, 5, 6, 7, 8, ..." in warning.message
     assert "WARNING split: 20 of the first 20 test rows" in out
+
+
+def test_no_split_check_where_the_machine_cannot_run_the_env(registered, capsys):
+    """`check swe` without a Docker engine checked nothing, then built 100 train rows to compare the splits."""
+    from skyrl_gym.cli import main
+
+    with _with_builder(registered, _word_builder(split_apart=False), NeedsAnEngineEnv) as env_id:
+        report = check_env(env_id)
+        assert main(["check", env_id]) == 3  # nothing was checked
+        out = capsys.readouterr().out
+    assert report.all_skipped and [f for f in report.warnings if f.kind == "split"] == []
+    assert "SKIPPED" in out and "WARNING split" not in out
