@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import json
 import math
 import os
 import queue
@@ -615,10 +614,7 @@ def _same_rows_again(env_id: str, rows: List[Dict[str, Any]], size: int, seed: i
         again = datasets.build_rows(env_id, split="test", size=size + 1, seed=seed, **dict(builder_kwargs))
     except Exception:  # failing the second time (a file, the network): the rows it gave are checked as they are
         return
-
-    def plain(value: Any) -> str:  # NaN equals NaN here, an array compares as its text, not element-wise
-        return json.dumps(value, sort_keys=True, default=str)
-
+    plain = datasets.record_json
     for index, (first, second) in enumerate(zip(rows, again)):
         if plain(first) != plain(second):
             fields = sorted(key for key in set(first) | set(second) if plain(first.get(key)) != plain(second.get(key)))

@@ -222,7 +222,7 @@ def task_key(row: Dict[str, Any]) -> str:
     """What makes two rows the same task: the prompt and ``reward_spec.ground_truth``, as JSON."""
     reward_spec = row.get("reward_spec")
     truth = reward_spec.get("ground_truth") if isinstance(reward_spec, dict) else None
-    return _record_json([row.get("prompt"), truth])
+    return record_json([row.get("prompt"), truth])
 
 
 class SplitOverlap(NamedTuple):
@@ -254,8 +254,9 @@ def split_overlap(env_id: str, test_size: int = 20, train_size: int = 200, seed:
     return SplitOverlap([i for i, row in enumerate(test) if task_key(row) in seen], len(test), len(train))
 
 
-def _record_json(value: Any) -> str:
-    """JSON with sorted keys, anything else as its text (a Path, a NumPy number): for records and row keys."""
+def record_json(value: Any) -> str:
+    """JSON with sorted keys, anything else as its text (a Path, a NumPy number): for records, row keys and
+    comparing rows (NaN equals NaN, an array compares as its text, not element-wise)."""
     return json.dumps(value, sort_keys=True, default=str)
 
 
@@ -285,7 +286,7 @@ def iter_rows(
     produced = builder(split=split, size=size, seed=seed, **kwargs)
     if size is not None:
         produced = itertools.islice(produced, size)
-    kwargs_json = _record_json(kwargs)
+    kwargs_json = record_json(kwargs)
 
     def rows() -> Iterator[Dict[str, Any]]:
         for index, row in enumerate(produced):
