@@ -21,7 +21,7 @@ Where the caller may make memory cgroups (see ``cgroups.py``), each worker lives
 that what the kernel holds for a program (tmpfs files, pipe buffers, the sum over its processes) counts
 against ``memory_mb`` too; ``memory_accounting`` says which applies.
 
-In every mode each program also runs under a seccomp filter (x86_64; ``seccomp=False`` turns it off):
+In every mode each program also runs under a seccomp filter (x86_64 and aarch64; ``seccomp=False`` turns it off):
 namespaces, mounts, ptrace, keyrings, eBPF, io_uring, perf events and the like fail with EPERM (see
 ``supervisor.py`` for the list).
 

@@ -94,47 +94,69 @@ class ProtocolError(Exception):
 # that the empty network namespace contains (unix, IPv4, IPv6; not netlink): the others fail with
 # EAFNOSUPPORT. AF_VSOCK is not per network namespace: on a virtual machine a sandboxed program could
 # otherwise talk to the hypervisor and listen on the machine's vsock ports (found on a Firecracker VM).
-# System call numbers are per architecture; these are x86_64's, and on other machines programs run without
-# the filter.
-AUDIT_ARCH_X86_64 = 0xC000003E
-DENIED_SYSCALLS_X86_64 = {
-    "ptrace": 101, "syslog": 103, "personality": 135, "pivot_root": 155, "chroot": 161, "acct": 163,
-    "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169, "sethostname": 170,
-    "setdomainname": 171, "iopl": 172, "ioperm": 173, "init_module": 175, "delete_module": 176,
-    "quotactl": 179, "lookup_dcookie": 212, "kexec_load": 246, "add_key": 248, "request_key": 249,
-    "keyctl": 250, "unshare": 272, "perf_event_open": 298, "name_to_handle_at": 303,
-    "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
-    "kcmp": 312, "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
-    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
-    "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+DENIED_SYSCALLS = (
+    "ptrace", "syslog", "personality", "pivot_root", "chroot", "acct", "mount", "umount2", "swapon", "swapoff",
+    "reboot", "sethostname", "setdomainname", "iopl", "ioperm", "init_module", "delete_module", "quotactl",
+    "lookup_dcookie", "kexec_load", "add_key", "request_key", "keyctl", "unshare", "perf_event_open",
+    "name_to_handle_at", "open_by_handle_at", "setns", "process_vm_readv", "process_vm_writev", "kcmp",
+    "finit_module", "kexec_file_load", "bpf", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
     # memory in a memfd is neither address space (RLIMIT_AS) nor on the sandbox's sized tmpfs: one program
     # limited to 128 MB held 2 GiB of the host's memory in memfds (an attacker's pass)
-    "memfd_create": 319, "memfd_secret": 447,
+    "memfd_create", "memfd_secret",
     # System V shared memory outlives the mapping that RLIMIT_AS counts (a program held 1 GiB under memory_mb=128),
     # and message queues hold up to msgmni x msgmnb more; semaphores hold next to nothing and stay allowed
-    "shmget": 29, "msgget": 68,
+    "shmget", "msgget",
     # classic BPF filters are JIT-compiled into one host-wide budget (net.core.bpf_jit_limit) that no memory cgroup
     # counts: a program that filled it with socket filters made every other run's seccomp install fail (an
     # attacker's pass); a program's own seccomp filters draw on it too (prctl(PR_SET_SECCOMP) is refused below)
-    "seccomp": 317,
-}
+    "seccomp",
+)
 # Calls that act on the process their first argument names (0: the caller). A program of the supervisor's uid
 # (bubblewrap's) lowered the supervisor's hard limits and set it SCHED_IDLE, nice 19 and one CPU with them, and
 # every later run of that worker, a fork of it, inherited that (an attacker's pass): these may name the caller only.
-SELF_ONLY_SYSCALLS_X86_64 = {
-    "sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203, "migrate_pages": 256,
-    "move_pages": 279, "sched_setattr": 314,
+SELF_ONLY_SYSCALLS = ("sched_setparam", "sched_setscheduler", "sched_setaffinity", "migrate_pages", "move_pages",
+                      "sched_setattr")
+# System call numbers are per architecture: x86_64's (asm/unistd_64.h) and aarch64's (the kernel's generic table,
+# asm-generic/unistd.h; it has no iopl or ioperm). On other machines programs run without the filter. The filter
+# also refuses every call made under another architecture's numbers (a 32-bit program, x86_64's x32 ABI).
+SYSCALL_NUMBERS = {
+    "x86_64": {
+        "ptrace": 101, "syslog": 103, "personality": 135, "pivot_root": 155, "chroot": 161, "acct": 163,
+        "mount": 165, "umount2": 166, "swapon": 167, "swapoff": 168, "reboot": 169, "sethostname": 170,
+        "setdomainname": 171, "iopl": 172, "ioperm": 173, "init_module": 175, "delete_module": 176,
+        "quotactl": 179, "lookup_dcookie": 212, "kexec_load": 246, "add_key": 248, "request_key": 249,
+        "keyctl": 250, "unshare": 272, "perf_event_open": 298, "name_to_handle_at": 303, "open_by_handle_at": 304,
+        "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "finit_module": 313,
+        "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+        "fsmount": 432, "fspick": 433, "mount_setattr": 442, "memfd_create": 319, "memfd_secret": 447,
+        "shmget": 29, "msgget": 68, "seccomp": 317, "sched_setparam": 142, "sched_setscheduler": 144,
+        "sched_setaffinity": 203, "migrate_pages": 256, "move_pages": 279, "sched_setattr": 314,
+        "prlimit64": 302, "prctl": 157, "setsockopt": 54, "setpriority": 141, "ioprio_set": 251, "ioprio_get": 252,
+        "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53, "getdents64": 217,
+    },
+    "aarch64": {
+        "ptrace": 117, "syslog": 116, "personality": 92, "pivot_root": 41, "chroot": 51, "acct": 89, "mount": 40,
+        "umount2": 39, "swapon": 224, "swapoff": 225, "reboot": 142, "sethostname": 161, "setdomainname": 162,
+        "init_module": 105, "delete_module": 106, "quotactl": 60, "lookup_dcookie": 18, "kexec_load": 104,
+        "add_key": 217, "request_key": 218, "keyctl": 219, "unshare": 97, "perf_event_open": 241,
+        "name_to_handle_at": 264, "open_by_handle_at": 265, "setns": 268, "process_vm_readv": 270,
+        "process_vm_writev": 271, "kcmp": 272, "finit_module": 273, "kexec_file_load": 294, "bpf": 280,
+        "userfaultfd": 282, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "mount_setattr": 442, "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "msgget": 186,
+        "seccomp": 277, "sched_setparam": 118, "sched_setscheduler": 119, "sched_setaffinity": 122,
+        "migrate_pages": 238, "move_pages": 239, "sched_setattr": 274, "prlimit64": 261, "prctl": 167,
+        "setsockopt": 208, "setpriority": 140, "ioprio_set": 30, "ioprio_get": 31, "clone": 220, "clone3": 435,
+        "socket": 198, "socketpair": 199, "getdents64": 61,
+    },
 }
-PRLIMIT64_X86_64 = 302  # the caller's own limits, or any process's read (new_limit NULL)
-PRCTL_X86_64, PR_SET_SECCOMP = 157, 22
-SETSOCKOPT_X86_64, SOL_SOCKET = 54, 1
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}  # EM_X86_64 / EM_AARCH64, 64-bit, little-endian
+X32_SYSCALL_BIT = 0x40000000  # x86_64's x32 ABI: its calls carry this bit
+PR_SET_SECCOMP, SOL_SOCKET = 22, 1
 # SO_ATTACH_FILTER, SO_ATTACH_BPF, SO_ATTACH_REUSEPORT_CBPF, SO_ATTACH_REUSEPORT_EBPF: a BPF program on a socket
 BPF_SOCKET_OPTIONS = (26, 50, 51, 52)
-SETPRIORITY_X86_64 = 141  # (which, who, prio): PRIO_PROCESS (0) of the caller (0) only, never a group or a user
-IOPRIO_SET_X86_64 = 251  # (which, who, ioprio): IOPRIO_WHO_PROCESS (1) of the caller (0) only
-IOPRIO_GET_X86_64 = 252
-CLONE_X86_64, CLONE3_X86_64 = 56, 435
-SOCKET_X86_64, SOCKETPAIR_X86_64 = 41, 53
 # AF_UNIX, AF_INET, AF_INET6: what programs use. Not AF_NETLINK: its buffers are counted by no memory cgroup (40
 # sockets held 319 MB beside a worker limited to 288 MB), and a sandbox has no interfaces to ask it about (glibc's
 # getaddrinfo goes on without it)
@@ -144,9 +166,12 @@ PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 CLONE_NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
-def seccomp_program():
-    """The filter as classic BPF (``struct sock_filter`` records), or None where it does not apply."""
-    if os.uname().machine != "x86_64":
+def seccomp_program(machine=None):
+    """The filter as classic BPF (``struct sock_filter`` records) for ``machine`` (this one's by default), or None
+    where it does not apply (an architecture whose system call numbers are not in :data:`SYSCALL_NUMBERS`)."""
+    machine = machine or os.uname().machine
+    nr = SYSCALL_NUMBERS.get(machine)
+    if nr is None:
         return None
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|{JEQ,JGE,JSET}|K, BPF_RET|K
     allow, deny, no_sys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
@@ -154,22 +179,23 @@ def seccomp_program():
     # (opcode, jump-if-true label or None, jump-if-false label or None, k), or a label's name where it stands
     code = []
     code.append((ld, None, None, 4))  # seccomp_data.arch
-    code.append((jeq, None, "deny", AUDIT_ARCH_X86_64))
+    code.append((jeq, None, "deny", AUDIT_ARCH[machine]))
     code.append((ld, None, None, 0))  # seccomp_data.nr
-    code.append((jge, "deny", None, 0x40000000))  # the x32 ABI's numbers
-    for nr in sorted(DENIED_SYSCALLS_X86_64.values()):
-        code.append((jeq, "deny", None, nr))
-    code.append((jeq, "prlimit", None, PRLIMIT64_X86_64))
-    for nr in sorted(SELF_ONLY_SYSCALLS_X86_64.values()):
-        code.append((jeq, "self", None, nr))
-    code.append((jeq, "priority", None, SETPRIORITY_X86_64))
-    code.append((jeq, "io_priority", None, IOPRIO_SET_X86_64))
-    code.append((jeq, "no_sys", None, CLONE3_X86_64))
-    code.append((jeq, "family", None, SOCKET_X86_64))
-    code.append((jeq, "family", None, SOCKETPAIR_X86_64))
-    code.append((jeq, "sockopt", None, SETSOCKOPT_X86_64))
-    code.append((jeq, "prctl", None, PRCTL_X86_64))
-    code.append((jeq, None, "allow", CLONE_X86_64))
+    if machine == "x86_64":
+        code.append((jge, "deny", None, X32_SYSCALL_BIT))
+    for number in sorted(nr[name] for name in DENIED_SYSCALLS if name in nr):  # aarch64 has no iopl, ioperm
+        code.append((jeq, "deny", None, number))
+    code.append((jeq, "prlimit", None, nr["prlimit64"]))
+    for number in sorted(nr[name] for name in SELF_ONLY_SYSCALLS):
+        code.append((jeq, "self", None, number))
+    code.append((jeq, "priority", None, nr["setpriority"]))
+    code.append((jeq, "io_priority", None, nr["ioprio_set"]))
+    code.append((jeq, "no_sys", None, nr["clone3"]))
+    code.append((jeq, "family", None, nr["socket"]))
+    code.append((jeq, "family", None, nr["socketpair"]))
+    code.append((jeq, "sockopt", None, nr["setsockopt"]))
+    code.append((jeq, "prctl", None, nr["prctl"]))
+    code.append((jeq, None, "allow", nr["clone"]))
     code.append((ld, None, None, 16))  # low 32 bits of clone's flags (args[0])
     code.append((jset, "deny", "allow", CLONE_NAMESPACE_FLAGS))
     code.append("family")
@@ -183,7 +209,9 @@ def seccomp_program():
     # to set (psutil and resource.prlimit(os.getpid()) read limits by pid)
     code += ["prlimit", (ld, None, None, 16), (jeq, "allow", None, 0), (ld, None, None, 32), (jeq, None, "deny", 0),
              (ld, None, None, 36), (jeq, "allow", "deny", 0)]
+    # setpriority(which, who, prio): PRIO_PROCESS (0) of the caller (0) only, never a group or a user
     code += ["priority", (ld, None, None, 16), (jeq, None, "deny", 0), (ld, None, None, 24), (jeq, "allow", "deny", 0)]
+    # ioprio_set(which, who, ioprio): IOPRIO_WHO_PROCESS (1) of the caller (0) only
     code += ["io_priority", (ld, None, None, 16), (jeq, None, "deny", 1), (ld, None, None, 24),
              (jeq, "allow", "deny", 0)]
     # setsockopt(fd, level, optname, ...): no BPF program on a socket (level SOL_SOCKET, one of those options)
@@ -373,7 +401,7 @@ _SYSCTL_FDS = {}  # the namespace sysctls own_settings reads: name -> an open fd
 
 def own_settings():
     """What of the worker a run must not change, as ``{name: value}``: the supervisor's resource limits,
-    scheduling policy and priority, nice, CPUs and (on x86_64) I/O priority, which each later run (a fork of it)
+    scheduling policy and priority, nice, CPUs and (on x86_64 and aarch64) I/O priority, which each later run (a fork of it)
     inherits, and the sysctls of the namespaces every run shares (:data:`NAMESPACE_SYSCTLS`)."""
     import ctypes
 
@@ -391,8 +419,9 @@ def own_settings():
         ("nice", lambda: os.getpriority(os.PRIO_PROCESS, 0)),
         ("CPUs", lambda: sorted(os.sched_getaffinity(0))),
     ]
-    if os.uname().machine == "x86_64":
-        readers.append(("I/O priority", lambda: ctypes.CDLL(None, use_errno=True).syscall(IOPRIO_GET_X86_64, 1, 0)))
+    ioprio_get = SYSCALL_NUMBERS.get(os.uname().machine, {}).get("ioprio_get")
+    if ioprio_get is not None:
+        readers.append(("I/O priority", lambda: ctypes.CDLL(None, use_errno=True).syscall(ioprio_get, 1, 0)))
     readers += [(name, lambda name=name: sysctl(name)) for name in NAMESPACE_SYSCTLS]
     found = {}
     for name, read in readers:
@@ -472,7 +501,6 @@ class WipeFailed(Exception):
 AT_REMOVEDIR = 0x200
 DT_DIR, DT_UNKNOWN = 4, 0
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-GETDENTS64_NR = {"x86_64": 217, "aarch64": 61}
 DIRENT = struct.Struct("=QqHB")  # d_ino, d_off, d_reclen, d_type; d_name follows, NUL-terminated
 
 
@@ -494,7 +522,7 @@ class _Raw:
         if getdents is not None:
             self.getdents = lambda fd: getdents(fd, ctypes.c_void_p(self.base), BUFFER_SIZE)
         else:
-            nr = GETDENTS64_NR[os.uname().machine]
+            nr = SYSCALL_NUMBERS[os.uname().machine]["getdents64"]
             self.getdents = lambda fd: self.libc.syscall(nr, fd, ctypes.c_void_p(self.base), BUFFER_SIZE)
 
     @classmethod
@@ -1304,7 +1332,6 @@ def ignore_signals():
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 MNT_DETACH = 2
-PIVOT_ROOT_NR = {"x86_64": 155, "aarch64": 41}
 
 
 def unescape_mount_path(field):
@@ -1409,7 +1436,7 @@ class RootBuilder:
         )
         os.symlink("/sandbox/tmp", new + "/tmp")
         os.mkdir(new + "/.old-root", 0o700)
-        nr = PIVOT_ROOT_NR.get(os.uname().machine)
+        nr = SYSCALL_NUMBERS.get(os.uname().machine, {}).get("pivot_root")
         if nr is None:
             raise OSError(errno.ENOSYS, "pivot_root: unknown system call number on %s" % os.uname().machine)
         if self.libc.syscall(nr, os.fsencode(new), os.fsencode(new + "/.old-root")) != 0:

@@ -13,11 +13,18 @@ import uuid
 import pytest
 
 from skygym_sandboxes import RunRequest, Status
+from skygym_sandboxes.supervisor import SYSCALL_NUMBERS
 from tests.sandboxes.support import SANDBOX_UID, host_tmp_entries, stray_processes
 
 pytestmark = pytest.mark.slow
 
 AS_ROOT = os.geteuid() == 0
+SCHED_GETAFFINITY = {"x86_64": 204, "aarch64": 123}  # a call the filter allows, which the seccomp probe makes
+
+SECCOMP_MACHINE = pytest.mark.skipif(
+    os.uname().machine not in SYSCALL_NUMBERS,
+    reason=f"the seccomp filter knows the system call numbers of {' and '.join(SYSCALL_NUMBERS)}, not of this "
+           f"{os.uname().machine} machine: its programs run without it")
 
 
 def assert_nothing_left(before_tmp: set, sandbox=None) -> None:
@@ -235,7 +242,7 @@ print(json.dumps({
 """
 
 
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
+@SECCOMP_MACHINE
 def test_no_socket_family_outside_the_network_namespace(sandbox, tmp_snapshot):
     """AF_VSOCK is not per network namespace: on a virtual machine a sandboxed program could talk to the
     hypervisor and listen on the machine's vsock ports. The host holds a vsock port where the kernel has
@@ -351,11 +358,12 @@ def test_the_leak_detector_sees_a_leftover_process():
 
 SECCOMP_PROBE = r"""
 import ctypes, errno, json, os, subprocess, threading
+NR = json.loads('__NUMBERS__')  # this machine's system call numbers
 libc = ctypes.CDLL(None, use_errno=True)
 NAME, PARAM = ctypes.create_string_buffer(b"probe"), ctypes.c_int(0)
 LIMIT = (ctypes.c_uint64 * 2)(*__import__("resource").getrlimit(7))  # RLIMIT_NOFILE as it is: set to itself
 CPUS = (ctypes.c_ulong * 16)()
-libc.syscall(ctypes.c_long(204), 0, ctypes.sizeof(CPUS), ctypes.addressof(CPUS))  # sched_getaffinity: ours
+libc.syscall(ctypes.c_long(NR["sched_getaffinity"]), 0, ctypes.sizeof(CPUS), ctypes.addressof(CPUS))  # ours
 
 class Fprog(ctypes.Structure):  # struct sock_fprog: one instruction, "accept everything"
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
@@ -374,30 +382,32 @@ def call(nr, *args):
     return "ok" if code == 255 else errno.errorcode.get(code, str(code))
 
 probes = {
-    "unshare(CLONE_NEWUSER)": call(272, 0x10000000),
-    "clone(CLONE_NEWUSER)": call(56, 0x10000000 | 17, 0, 0, 0, 0),
-    "ptrace(PTRACE_TRACEME)": call(101, 0, 0, 0, 0),
-    "keyctl(GET_KEYRING_ID)": call(250, 0, -3, 0),
-    "io_uring_setup": call(425, 1, 0),
-    "userfaultfd": call(323, 0),
-    "perf_event_open": call(298, 0, 0, -1, -1, 0),
-    "memfd_create": call(319, ctypes.addressof(NAME), 0),
-    "shmget(IPC_PRIVATE)": call(29, 0, 4096, 0o600),
-    "msgget(IPC_PRIVATE)": call(68, 0, 0o600),
+    "unshare(CLONE_NEWUSER)": call(NR["unshare"], 0x10000000),
+    "clone(CLONE_NEWUSER)": call(NR["clone"], 0x10000000 | 17, 0, 0, 0, 0),
+    "ptrace(PTRACE_TRACEME)": call(NR["ptrace"], 0, 0, 0, 0),
+    "keyctl(GET_KEYRING_ID)": call(NR["keyctl"], 0, -3, 0),
+    "io_uring_setup": call(NR["io_uring_setup"], 1, 0),
+    "userfaultfd": call(NR["userfaultfd"], 0),
+    "perf_event_open": call(NR["perf_event_open"], 0, 0, -1, -1, 0),
+    "memfd_create": call(NR["memfd_create"], ctypes.addressof(NAME), 0),
+    "shmget(IPC_PRIVATE)": call(NR["shmget"], 0, 4096, 0o600),
+    "msgget(IPC_PRIVATE)": call(NR["msgget"], 0, 0o600),
     # classic BPF is JIT-compiled into one host-wide budget no cgroup counts: a program that spent it on socket
     # filters made every other run's seccomp install fail
-    "setsockopt(SO_ATTACH_FILTER)": call(54, SOCK.fileno(), 1, 26, ctypes.addressof(FPROG), ctypes.sizeof(FPROG)),
-    "setsockopt(SO_ATTACH_REUSEPORT_CBPF)": call(54, SOCK.fileno(), 1, 51, ctypes.addressof(FPROG),
+    "setsockopt(SO_ATTACH_FILTER)": call(NR["setsockopt"], SOCK.fileno(), 1, 26, ctypes.addressof(FPROG),
+                                         ctypes.sizeof(FPROG)),
+    "setsockopt(SO_ATTACH_REUSEPORT_CBPF)": call(NR["setsockopt"], SOCK.fileno(), 1, 51, ctypes.addressof(FPROG),
                                                  ctypes.sizeof(FPROG)),
-    "prctl(PR_SET_SECCOMP)": call(157, 22, 2, ctypes.addressof(FPROG), 0, 0),
-    "seccomp(GET_ACTION_AVAIL)": call(317, 2, 0, ctypes.addressof(ACTION)),
+    "prctl(PR_SET_SECCOMP)": call(NR["prctl"], 22, 2, ctypes.addressof(FPROG), 0, 0),
+    "seccomp(GET_ACTION_AVAIL)": call(NR["seccomp"], 2, 0, ctypes.addressof(ACTION)),
     # on another process (the probe's own, from the child call() forks): reads or sets only what it already has
-    "prlimit64(another)": call(302, os.getpid(), 7, ctypes.addressof(LIMIT), 0),
-    "sched_setaffinity(another)": call(203, os.getpid(), ctypes.sizeof(CPUS), ctypes.addressof(CPUS)),
-    "sched_setscheduler(another)": call(144, os.getpid(), 0, ctypes.addressof(PARAM)),
-    "setpriority(PRIO_PROCESS, another)": call(141, 0, os.getpid(), os.getpriority(os.PRIO_PROCESS, 0)),
-    "setpriority(PRIO_USER)": call(141, 2, 0, os.getpriority(os.PRIO_PROCESS, 0)),
-    "ioprio_set(another)": call(251, 1, os.getpid(), libc.syscall(252, 1, 0)),
+    "prlimit64(another)": call(NR["prlimit64"], os.getpid(), 7, ctypes.addressof(LIMIT), 0),
+    "sched_setaffinity(another)": call(NR["sched_setaffinity"], os.getpid(), ctypes.sizeof(CPUS),
+                                       ctypes.addressof(CPUS)),
+    "sched_setscheduler(another)": call(NR["sched_setscheduler"], os.getpid(), 0, ctypes.addressof(PARAM)),
+    "setpriority(PRIO_PROCESS, another)": call(NR["setpriority"], 0, os.getpid(), os.getpriority(os.PRIO_PROCESS, 0)),
+    "setpriority(PRIO_USER)": call(NR["setpriority"], 2, 0, os.getpriority(os.PRIO_PROCESS, 0)),
+    "ioprio_set(another)": call(NR["ioprio_set"], 1, os.getpid(), libc.syscall(NR["ioprio_get"], 1, 0)),
 }
 thread = threading.Thread(target=lambda: None)
 thread.start()
@@ -406,22 +416,31 @@ pid = os.fork()
 if pid == 0:
     os._exit(7)
 ordinary = {
-    "read another's limits": call(302, os.getpid(), 7, 0, ctypes.addressof(LIMIT)) == "ok",  # call() forks
+    "read another's limits": call(NR["prlimit64"], os.getpid(), 7, 0, ctypes.addressof(LIMIT)) == "ok",  # forks
     "thread": True,
     "fork": os.waitpid(pid, 0)[1] >> 8,
     "subprocess": subprocess.run(["/bin/echo", "hi"], capture_output=True, text=True).stdout.strip(),
-    "other socket options": call(54, SOCK.fileno(), 1, 7, ctypes.addressof(ctypes.c_int(1 << 16)), 4) == "ok",  # SO_SNDBUF
-    "other prctl": call(157, 15, ctypes.addressof(NAME), 0, 0, 0) == "ok",  # PR_SET_NAME
+    "other socket options": call(NR["setsockopt"], SOCK.fileno(), 1, 7, ctypes.addressof(ctypes.c_int(1 << 16)),
+                                 4) == "ok",  # SO_SNDBUF
+    "other prctl": call(NR["prctl"], 15, ctypes.addressof(NAME), 0, 0, 0) == "ok",  # PR_SET_NAME
 }
 print(json.dumps({"probes": probes, "ordinary": ordinary}))
 """
 
 
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
+def seccomp_probe() -> str:
+    """:data:`SECCOMP_PROBE` with this machine's numbers (the filter's, and sched_getaffinity's, which it allows)."""
+    import json
+
+    numbers = dict(SYSCALL_NUMBERS[os.uname().machine], sched_getaffinity=SCHED_GETAFFINITY[os.uname().machine])
+    return SECCOMP_PROBE.replace("__NUMBERS__", json.dumps(numbers))
+
+
+@SECCOMP_MACHINE
 def test_kernel_interfaces_are_denied_by_seccomp(sandbox):
     import json
 
-    result = sandbox.run(RunRequest(code=SECCOMP_PROBE))
+    result = sandbox.run(RunRequest(code=seccomp_probe()))
     assert result.status == Status.OK, (result.status, result.stderr)
     report = json.loads(result.stdout)
     assert report["probes"] == {name: "EPERM" for name in report["probes"]}, report["probes"]
@@ -429,7 +448,7 @@ def test_kernel_interfaces_are_denied_by_seccomp(sandbox):
                                   "other socket options": True, "other prctl": True}
 
 
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the seccomp filter is x86_64's")
+@SECCOMP_MACHINE
 def test_without_seccomp_the_probes_get_through(tmp_snapshot):
     """The probe can tell: with the filter off, bubblewrap alone lets a program trace itself and make a user namespace."""
     import json
@@ -441,7 +460,7 @@ def test_without_seccomp_the_probes_get_through(tmp_snapshot):
     if not shutil.which("bwrap"):
         pytest.skip("bubblewrap (bwrap) is not installed")
     with LocalSandbox(limits=TEST_LIMITS, isolation="bwrap", warm=False, seccomp=False) as box:
-        result = box.run(RunRequest(code=SECCOMP_PROBE))
+        result = box.run(RunRequest(code=seccomp_probe()))
     assert result.status == Status.OK, (result.status, result.stderr)
     probes = json.loads(result.stdout)["probes"]
     assert probes["ptrace(PTRACE_TRACEME)"] == "ok"
