@@ -203,17 +203,22 @@ def split_items(items: Iterable[T], split: str) -> List[T]:
     return mine
 
 
+class NoTaskForSplit(ValueError):
+    """:func:`draw_for_split` drew no task of the split: the settings leave too few distinct tasks."""
+
+
 def draw_for_split(split: str, draw: Callable[[], T], key: Optional[Callable[[T], Any]] = None,
                    tries: int = DRAW_TRIES) -> T:
     """Call ``draw()`` (a generator's next task, from a random generator seeded with ``(seed, split, i)``) until
     what it returns belongs to ``split`` (:func:`split_of` of ``key(task)``, the task itself by default). Raises
-    ``ValueError`` after ``tries`` draws: the settings leave too few distinct tasks to keep ``split`` apart."""
+    :class:`NoTaskForSplit` after ``tries`` draws: the settings leave too few distinct tasks to keep ``split``
+    apart (what ``draw`` raises goes through as it is)."""
     check_generated_split("the generator", split)
     for _ in range(tries):
         task = draw()
         if split_of(task if key is None else key(task)) == split:
             return task
-    raise ValueError(f"{tries} draws gave no task of the {split!r} split: these settings leave too few distinct "
+    raise NoTaskForSplit(f"{tries} draws gave no task of the {split!r} split: these settings leave too few distinct "
                      "tasks to keep the splits apart (a tenth of them are test's, a tenth validation's); make the "
                      "task space larger")
 

@@ -53,8 +53,9 @@ class ReasoningGymEnv(BaseTextEnv):
                                 f"skyrl_gym.datasets.build_rows({env_id(dataset)!r}, size=N)")
             else:  # no row at all: the question comes from env_config
                 settings = generate.settings_json(config.get("settings") or {})
-                seed, index, _ = generate.find(dataset, settings, int(config.get("seed", 0)),
-                                               str(config.get("split", "train")), int(config.get("index", 0)))
+                seed, index, _ = generate.find(dataset, settings, int(config.get("seed", 0)),  # a client's choice
+                                               str(config.get("split", "train")), int(config.get("index", 0)),
+                                               budget_s=generate.VET_WAIT_S)
                 self.generated_prompt = True
             self.scorer = generate.dataset(dataset, settings, seed)
             self.entry = generate.entry(dataset, settings, seed, index)

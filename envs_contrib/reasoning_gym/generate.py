@@ -1,8 +1,10 @@
 """The one place that calls reasoning-gym: build a dataset from a name and settings, and fetch entry ``i``.
 
-Entries are generated in chunks of :data:`CHUNK` (reasoning-gym's own reseeding scheme): row ``i`` of a split
-is item ``i % CHUNK`` of the dataset seeded ``base + i // CHUNK``, where ``base`` derives from the row seed and
-the split, if its question is one of the split's (:func:`skyrl_gym.datasets.split_of`: a hash of the question
+Entries are generated in chunks of :data:`CHUNK`: row ``i`` of a split is item ``i % CHUNK`` of the dataset seeded
+``base + i - i % CHUNK``, where ``base`` derives from the row seed and the split (most reasoning-gym datasets draw
+item ``j`` of the dataset seeded ``s`` from ``Random(s + j)``, so every position of a stream gets its own
+generator: seeding the chunks ``base``, ``base + 1``, ... made row 500 repeat row 1), if its question is one of the
+split's (:func:`skyrl_gym.datasets.split_of`: a hash of the question
 puts a tenth of all questions in test, a tenth in validation); else the first of the row's next tries that is
 (:func:`find`, :func:`attempt`). So a row depends only on ``(seed, split, i)`` and the
 settings, never on how many rows were asked for (some reasoning-gym datasets, e.g. ``acre``, generate all items
@@ -65,8 +67,6 @@ def base_seed(seed: int, split: str) -> int:
 ATTEMPTS = 500
 """How many entries :func:`find` tries for one row before it says the settings make too few distinct questions
 (a split whose part of the questions is 1% of the draws still finds one 99 times in 100)."""
-FIND_S = 180.0
-"""How long :func:`find` may take for one row, its entries' generation included (one entry may run past it)."""
 
 
 SPARE = {"train": 10, "validation": 50, "test": 50}
@@ -77,42 +77,61 @@ a row's spare entries are items of one dataset, which the spare entries of ``CHU
 
 
 def attempt(seed: int, split: str, index: int, number: int) -> Tuple[int, int]:
-    """``(dataset seed, item index)`` of try ``number`` for row ``index`` of ``split``: the split's own stream first
-    (item ``index % CHUNK`` of the dataset seeded ``base_seed(seed, split) + index // CHUNK``), then the row's
-    :data:`SPARE` entries of the split's spare stream, then a stream of the row's own."""
-    if number == 0:
-        return (base_seed(seed, split) + index // CHUNK) % (2**32), index % CHUNK
+    """``(dataset seed, item index)`` of try ``number`` for row ``index`` of ``split``: position ``index`` of the
+    split's own stream first, then the row's :data:`SPARE` positions of the split's spare stream, then the
+    positions of a stream of the row's own. Position ``at`` of the stream seeded ``base`` is item ``at % CHUNK`` of
+    the dataset seeded ``base + at - at % CHUNK``."""
     spare = SPARE.get(split, SPARE["test"])
-    if number <= spare:
+    if number == 0:
+        at, label = index, split
+    elif number <= spare:
         at, label = index * spare + number - 1, f"{split}/spare"
     else:
         at, label = number - 1 - spare, f"{split}/row/{index}"
-    return (base_seed(seed, label) + at // CHUNK) % (2**32), at % CHUNK
+    return (base_seed(seed, label) + at - at % CHUNK) % (2**32), at % CHUNK
 
 
-def find(name: str, settings: str, seed: int, split: str, index: int) -> Tuple[int, int, Dict[str, Any]]:
+_create = threading.local()
+"""``deadline``: the ``time.monotonic()`` by which this thread's :func:`find` must be done, where it has a budget
+(an env a client creates); the waits for children and their tries end by it too."""
+
+
+def _deadline() -> float:
+    """:data:`VET_WAIT_S` from now, or the create's deadline (:data:`_create`) where that is sooner."""
+    own = time.monotonic() + VET_WAIT_S
+    create = getattr(_create, "deadline", None)
+    return own if create is None else min(own, create)
+
+
+def find(name: str, settings: str, seed: int, split: str, index: int,
+         budget_s: Optional[float] = None) -> Tuple[int, int, Dict[str, Any]]:
     """``(dataset seed, item index, entry)`` of row ``index`` of ``split``: of the row's tries (:func:`attempt`),
-    the first whose question belongs to ``split``."""
-    from skyrl_gym.datasets import check_generated_split, draw_for_split
+    the first whose question belongs to ``split``. With ``budget_s`` (an env made from ``env_config``: a client may
+    choose the seed and index that need the most tries), the tries and their waits end within it; the rows of
+    ``build_rows`` have none, as a row may not depend on how fast the machine is."""
+    from skyrl_gym.datasets import NoTaskForSplit, check_generated_split, draw_for_split
 
     check_generated_split(f"reasoning_gym/{name}", split)
-    numbers, deadline = itertools.count(), time.monotonic() + FIND_S
+    numbers = itertools.count()
+    deadline = None if budget_s is None else time.monotonic() + budget_s
 
     def draw() -> Tuple[int, int, Dict[str, Any]]:
         number = next(numbers)
-        if number and time.monotonic() > deadline:
+        if number and deadline is not None and time.monotonic() > deadline:
             raise SettingsError(f"reasoning-gym dataset {name!r}: {number} entries for row {index} of the "
-                                f"{split!r} split took more than {FIND_S:g} s, and none of them was a question of "
-                                f"that split; lower the settings {settings[:300]}")
+                                f"{split!r} split took more than {budget_s:g} s, and none was a question of that "
+                                f"split: the settings {settings[:300]} are slow to generate, or make few questions "
+                                "of that split (a tenth of them are test's, a tenth validation's)")
         dataset_seed, item = attempt(seed, split, index, number)
         return dataset_seed, item, entry(name, settings, dataset_seed, item)
 
+    outer, _create.deadline = getattr(_create, "deadline", None), deadline
     try:
         return draw_for_split(split, draw, key=lambda found: found[2]["question"], tries=ATTEMPTS)
-    except SettingsError:
-        raise
-    except ValueError as exc:  # draw_for_split's: every attempt was another split's question
+    except NoTaskForSplit as exc:
         raise SettingsError(f"reasoning-gym dataset {name!r} with the settings {settings[:300]}: {exc}") from None
+    finally:
+        _create.deadline = outer
 
 
 # Settings that name a file (spell_backward's data_file, figlet_font's static_font, ...): reasoning-gym opens them
@@ -156,7 +175,7 @@ def dataset(name: str, settings: str, seed: int) -> Any:
     """The reasoning-gym dataset ``name`` with ``settings`` (JSON of config fields) and ``seed``; cached. Settings
     other than reasoning-gym's defaults are vetted first (:func:`vet`), a composite's each component on its own."""
     built = _build(name, settings, seed, construct=False)  # the settings' own errors first, named
-    deadline = time.monotonic() + VET_WAIT_S  # the parts of a composite share it
+    deadline = _deadline()  # the parts of a composite share it
     for part, part_settings in _untried_parts(name, settings):
         vet(part, settings_json(part_settings), deadline)
     with _here:
@@ -295,8 +314,8 @@ def vet(name: str, settings: str, deadline: Optional[float] = None) -> None:
 
 
 def _busy(name: str) -> SettingsError:
-    return SettingsError(f"reasoning-gym dataset {name!r}: its settings could not be tried within {VET_WAIT_S:g} s "
-                         f"(at most {VETS_AT_ONCE} tries run at a time, each up to {VET_S:g} s, and a composite's "
+    return SettingsError(f"reasoning-gym dataset {name!r}: its settings could not be tried within the create's "
+                         f"{VET_WAIT_S:g} s (at most {VETS_AT_ONCE} tries run at a time, each up to {VET_S:g} s, and a composite's "
                          "parts share the time); try again later: the settings already tried are remembered")
 
 
@@ -394,7 +413,7 @@ def entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
 
 @functools.lru_cache(maxsize=1024)
 def _cached_entry(name: str, settings: str, seed: int, index: int) -> Dict[str, Any]:
-    deadline = time.monotonic() + VET_WAIT_S  # the tries and the wait for a child to generate the entry share it
+    deadline = _deadline()  # the tries and the wait for a child to generate the entry share it
     built = dataset(name, settings, seed)  # the settings vetted; the scorer's dataset
     if _untried_parts(name, settings):
         return _entry_apart(name, settings, seed, index, deadline)

@@ -190,6 +190,29 @@ def test_no_question_is_in_two_splits(name):
         assert {datasets.split_of(question) for question in questions} == {split}
 
 
+def test_each_row_has_an_entry_of_its_own():
+    """Most reasoning-gym datasets draw item j of the dataset seeded s from Random(s + j): seeding the chunks of 500
+    entries s, s + 1, ... made train row 500 repeat row 1 (494 distinct questions in 1000 chain_sum rows), and the
+    spare entries of test rows 10 apart overlapped (27 distinct in 100)."""
+    train = datasets.build_rows("reasoning_gym/chain_sum", split="train", size=600, seed=0)
+    test = datasets.build_rows("reasoning_gym/chain_sum", split="test", size=200, seed=0)
+    for rows in (train, test):
+        entries = {(row["reward_spec"]["seed"], row["reward_spec"]["index"]) for row in rows}
+        questions = {row["prompt"][1]["content"] for row in rows}
+        assert len(entries) == len(rows) and len(questions) >= 0.98 * len(rows)  # short sums repeat by chance
+
+
+def test_a_create_finds_its_question_within_its_budget():
+    """A client chooses the seed and index of an env made from env_config: its tries end within a budget."""
+    from skygym_contrib.reasoning_gym import generate
+
+    settings = generate.settings_json({"min_value": 2, "max_value": 3, "min_numbers": 2, "max_numbers": 2})
+    with pytest.raises(generate.SettingsError, match="500 draws gave no task of the 'validation' split"):
+        generate.find("gcd", settings, 0, "validation", 0)  # no budget: build_rows's rows never depend on the clock
+    with pytest.raises(generate.SettingsError, match="took more than 0 s.*slow to generate, or make few questions"):
+        generate.find("gcd", settings, 0, "validation", 0, budget_s=0.0)  # the settings tried: its first try only
+
+
 def test_settings_that_leave_a_split_no_question_are_refused_naming_it():
     settings = {"min_value": 2, "max_value": 3, "min_numbers": 2, "max_numbers": 2}  # four questions in all
     built = {}
@@ -329,10 +352,12 @@ def test_a_composites_parts_share_one_wait_and_a_retry_goes_on_from_the_parts_tr
     parts = {"datasets": [{"name": name, "weight": 1.0, "config": {"max_terms": 4}}
                           for name in ("chain_sum", "basic_arithmetic", "products")]}
     started = time.monotonic()
-    with pytest.raises(DataError, match="could not be tried within 2.5 s.*parts share the time"):
+    with pytest.raises(DataError, match="could not be tried within the create's 2.5 s.*parts share"):
         skyrl_gym.make("reasoning_gym/composite", env_config={"settings": parts})
     assert time.monotonic() - started < 2.5  # the third try would have ended past the deadline: not started
     assert tried == ["chain_sum", "basic_arithmetic"]
+    # the third try, a child to generate the entry and the composite's build share the create's time: room for all
+    monkeypatch.setattr(generate, "VET_WAIT_S", 10.0)
     skyrl_gym.make("reasoning_gym/composite", env_config={"settings": parts})  # the first two are remembered
     assert tried == ["chain_sum", "basic_arithmetic", "products"]
 
