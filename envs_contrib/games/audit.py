@@ -10,10 +10,8 @@ from typing import Any, List, Mapping, Optional
 
 from skyrl_gym.audit.library import AnswerFormat
 from skyrl_gym.audit.profiles import AuditProfile, reference_action, text_profile
-from skyrl_gym.registration import load_env_creator
+from skyrl_gym.registration import load_env_creator, spec
 from skyrl_gym.tools.parsers import extract_tag
-
-from skygym_contrib.games.catalog import GAMES
 
 MOVE = AnswerFormat("<move>", lambda move: f"<move>{move}</move>", "<move></move>")
 
@@ -24,9 +22,11 @@ def winning_move(row: Mapping[str, Any]) -> Optional[str]:
 
 
 def audit_profile(env_id: str) -> AuditProfile:
-    game = load_env_creator(GAMES[env_id], env_id=env_id)
+    game = load_env_creator(spec(env_id).entry_point, env_id=env_id)  # a game registered under another id too
 
     def wrong_moves(row: Mapping[str, Any], count: int) -> List[str]:
+        if not hasattr(game, "wrong_moves"):  # a class that is no GameEnv: the audit's own wrong answers
+            return []
         return game.wrong_moves(dict(row["reward_spec"]["ground_truth"]), count)
 
     return text_profile(MOVE, answer_of=winning_move, wrong_answers_of=wrong_moves)
