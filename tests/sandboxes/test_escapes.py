@@ -14,12 +14,11 @@ import pytest
 
 from skygym_sandboxes import RunRequest, Status
 from skygym_sandboxes.supervisor import SYSCALL_NUMBERS
-from tests.sandboxes.support import SANDBOX_UID, host_tmp_entries, stray_processes
+from tests.sandboxes.support import KERNEL_SYSCALLS, SANDBOX_UID, host_tmp_entries, stray_processes
 
 pytestmark = pytest.mark.slow
 
 AS_ROOT = os.geteuid() == 0
-SCHED_GETAFFINITY = {"x86_64": 204, "aarch64": 123}  # a call the filter allows, which the seccomp probe makes
 
 SECCOMP_MACHINE = pytest.mark.skipif(
     os.uname().machine not in SYSCALL_NUMBERS,
@@ -358,7 +357,7 @@ def test_the_leak_detector_sees_a_leftover_process():
 
 SECCOMP_PROBE = r"""
 import ctypes, errno, json, os, subprocess, threading
-NR = json.loads('__NUMBERS__')  # this machine's system call numbers
+NR = json.loads('__NUMBERS__')  # this machine's system call numbers, from the kernel's headers
 libc = ctypes.CDLL(None, use_errno=True)
 NAME, PARAM = ctypes.create_string_buffer(b"probe"), ctypes.c_int(0)
 LIMIT = (ctypes.c_uint64 * 2)(*__import__("resource").getrlimit(7))  # RLIMIT_NOFILE as it is: set to itself
@@ -429,11 +428,10 @@ print(json.dumps({"probes": probes, "ordinary": ordinary}))
 
 
 def seccomp_probe() -> str:
-    """:data:`SECCOMP_PROBE` with this machine's numbers (the filter's, and sched_getaffinity's, which it allows)."""
+    """:data:`SECCOMP_PROBE` with this machine's system call numbers, from the kernel's headers (not the filter's)."""
     import json
 
-    numbers = dict(SYSCALL_NUMBERS[os.uname().machine], sched_getaffinity=SCHED_GETAFFINITY[os.uname().machine])
-    return SECCOMP_PROBE.replace("__NUMBERS__", json.dumps(numbers))
+    return SECCOMP_PROBE.replace("__NUMBERS__", json.dumps(KERNEL_SYSCALLS[os.uname().machine]))
 
 
 @SECCOMP_MACHINE

@@ -16,6 +16,7 @@ from skygym_sandboxes import Limits, RunRequest, Status
 from skygym_sandboxes.supervisor import SYSCALL_NUMBERS
 from skygym_sandboxes.workers import encode_request
 from tests.sandboxes.soak_support import MEMORY_SCAN
+from tests.sandboxes.support import KERNEL_SYSCALLS
 
 pytestmark = pytest.mark.slow
 
@@ -308,8 +309,8 @@ for name, action in (
         pass
 print("changed:", done)
 """
-POISON_THE_WORKER = POISON_THE_WORKER.replace(  # -1 where the filter knows no numbers: that change fails
-    "__IOPRIO_SET__", str(SYSCALL_NUMBERS.get(os.uname().machine, {}).get("ioprio_set", -1)))
+POISON_THE_WORKER = POISON_THE_WORKER.replace(  # -1 on a machine the tests know no numbers of: that change fails
+    "__IOPRIO_SET__", str(KERNEL_SYSCALLS.get(os.uname().machine, {}).get("ioprio_set", -1)))
 
 
 def test_a_run_cannot_change_the_worker_that_later_runs_are_forked_from(sandbox):
