@@ -38,6 +38,9 @@ MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "ou
 CANCEL_POLL_S = 0.05
 # A worker that fails to start is retried this many times before a caller is told.
 SPAWN_RETRIES = 2
+# A pool tries a run on this many workers while the request reaches none (a warm worker that died while idle, one
+# whose memory limit could not be set): the program never ran, so running it elsewhere changes nothing it did.
+RUN_TRIES = 2
 
 
 def pid_alive(pid: int) -> bool:
@@ -265,6 +268,7 @@ class SupervisorWorker:
         self.cgroup = cgroup
         self.runs = 0
         self.broken = False
+        self.reached = False  # whether the last run's request reached the supervisor (the program may have run)
         if expect_ready:
             hello = self._recv_json(time.monotonic() + startup_timeout_s, None)
             if not hello.get("ready"):
@@ -335,6 +339,7 @@ class SupervisorWorker:
         deadline = started + (limits.wall_s or 10.0) + BACKSTOP_S
         request_id = secrets.token_hex(12)
         self.runs += 1
+        self.reached = False
         failure: Optional[RunResult] = None
         if self.cgroup is not None:
             try:
@@ -344,6 +349,7 @@ class SupervisorWorker:
                 return RunResult.sandbox_error(f"could not set the sandbox's memory limit: {exc}; it was torn down")
         try:
             self.channel.send(encode_request(request, limits, request_id))
+            self.reached = True
             result = self._read_reply(request_id, limits, list(request.fetch_files), deadline, cancel)
         except TimeoutError:
             failure = RunResult(
@@ -356,7 +362,7 @@ class SupervisorWorker:
                 status=Status.KILLED,
                 wall_time_s=time.monotonic() - started,
                 message=f"the sandbox was torn down during the run: {exc}",
-            )
+            ) if self.reached else RunResult.sandbox_error(f"the sandbox worker had stopped before the run: {exc}")
         except Cancelled:
             failure = RunResult.sandbox_error(
                 "the run was cancelled; its sandbox was torn down", wall_time_s=time.monotonic() - started
@@ -525,14 +531,18 @@ class WarmPool:
         acquire_timeout_s: float = 120.0,
         cancel: Optional[threading.Event] = None,
     ) -> RunResult:
-        try:
-            worker = self._acquire(acquire_timeout_s)
-        except (RuntimeError, TimeoutError) as exc:
-            return RunResult.sandbox_error(str(exc))
-        try:
-            return worker.run(request, limits, cancel)
-        finally:
-            self._release(worker)
+        for attempt in range(RUN_TRIES):
+            try:
+                worker = self._acquire(acquire_timeout_s)
+            except (RuntimeError, TimeoutError) as exc:
+                return RunResult.sandbox_error(str(exc))
+            try:
+                result = worker.run(request, limits, cancel)
+            finally:
+                self._release(worker)
+            if worker.reached or (cancel is not None and cancel.is_set()):
+                return result
+        return result  # the request reached no worker: each had stopped, or its memory limit could not be set
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
         """Block until every worker has started (or failed to); True when all are ready."""
