@@ -230,6 +230,7 @@ class PPOTrainer:
                 init_ray()
             finally:
                 loaded.result()
+            self._check_ray_nodes()
         else:
             self._load_tokenizer_and_prompts()
         # Ray workers load their model while this process loads the engine's: the two overlap.
@@ -327,11 +328,34 @@ class PPOTrainer:
             steps = min(steps, self.t.max_training_steps)
         return steps
 
-    def _spec(self, role: str) -> WorkerSpec:
-        section = {"policy": self.t.policy, "ref": self.t.ref, "critic": self.t.critic}[role]
+    def _model_folder(self, role: str) -> str:
+        """The folder of Hugging Face weights the role's workers load (the policy's where the role sets none)."""
         from skygym_adapters.models import resolve_model
 
-        path = self.model_path if not section.model.path else str(resolve_model(section.model.path).path)
+        path = getattr(self.t, role).model.path
+        return self.model_path if not path else str(resolve_model(path).path)
+
+    def _check_ray_nodes(self) -> None:
+        """On a Ray of several nodes, each node must import what the workers and engine actors placed there import
+        and read the model folders they load (refused with every such node named, before any of them starts);
+        another version of a package there is a warning."""
+        from skygym_train.config.errors import ConfigError
+        from skygym_train.config.validation import node_modules
+        from skygym_train.ray_utils import alive_nodes, check_nodes
+
+        if len(alive_nodes()) < 2:
+            return  # one node: the one this driver runs on, whose packages and files it has
+        folders = {f"trainer.{role}.model.path": self._model_folder(role) for role in worker_roles(self.cfg)}
+        found = check_nodes(node_modules(self.cfg), folders)
+        for warning in found.warnings:
+            logger.warning("%s", warning)
+        if found.errors:
+            raise ConfigError(found.errors)
+        logger.info("Ray nodes checked: %s", ", ".join(found.nodes))
+
+    def _spec(self, role: str) -> WorkerSpec:
+        section = {"policy": self.t.policy, "ref": self.t.ref, "critic": self.t.critic}[role]
+        path = self._model_folder(role)
         mini = self.t.critic_mini_batch_size if role == "critic" else self.t.policy_mini_batch_size
         updates = (self.t.train_batch_size // mini) * self.t.update_epochs_per_batch * max(1, self.total_steps)
         return WorkerSpec(
@@ -1237,6 +1261,28 @@ def check_before_starting(cfg: Any) -> None:
     problems = before_starting_problems(cfg)
     if problems:
         raise ConfigError(problems)
+
+
+def ray_cluster_check(cfg: Any) -> Any:
+    """``--check`` with ``RAY_ADDRESS`` set: join that Ray and check its nodes (``ray_utils.check_nodes``) for the
+    modules the run's workers import and the model folders given as local paths (a hub id or the embedded model
+    is resolved only when the run starts, which checks its folder on every node then). Returns the
+    ``ray_utils.NodeCheck``."""
+    from skygym_adapters.models import ModelResolutionError, check_model_name
+
+    from skygym_train.config.validation import node_modules
+    from skygym_train.ray_utils import check_nodes, init_ray
+
+    folders = {}
+    for role in worker_roles(cfg):
+        path = getattr(cfg.trainer, role).model.path
+        try:
+            if path and check_model_name(path) == "local":
+                folders[f"trainer.{role}.model.path"] = os.path.abspath(os.path.expanduser(path))
+        except ModelResolutionError:
+            pass  # the config's own checks named it
+    init_ray()
+    return check_nodes(node_modules(cfg), folders)
 
 
 def worker_roles(cfg: Any) -> List[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, Iterator, List, Sequence
 
 import pytest
 
@@ -78,14 +79,20 @@ def _ray_env() -> Dict[str, str]:
     return env
 
 
-def _ray_start(log_path: Path, node_ip: str, *args: str) -> subprocess.Popen:
+def _ray_start(log_path: Path, node_ip: str, *args: str, hide: Sequence[str] = ()) -> subprocess.Popen:
     """``ray start <args> --block`` for one CPU-only node announcing ``node_ip``, in a process group of its own
-    (so :func:`_stop` can end all of it), its output in ``log_path``."""
+    (so :func:`_stop` can end all of it), its output in ``log_path``. ``hide``: folders the node sees empty (an
+    empty tmpfs over each, in a mount namespace of the node's own: ``unshare``, as root), as a node of another
+    machine would not see this one's files."""
     common = ["--num-gpus=0", "--object-store-memory=100000000", "--block", "--disable-usage-stats",
               f"--node-ip-address={node_ip}"]
+    command = [str(RAY), "start", *args, *common]
+    if hide:
+        mounts = " && ".join(f"mount -t tmpfs tmpfs {shlex.quote(folder)}" for folder in hide)
+        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh",
+                   *command]
     with open(log_path, "wb") as log:
-        return subprocess.Popen([str(RAY), "start", *args, *common], stdout=log, stderr=subprocess.STDOUT,
-                                env=_ray_env(), start_new_session=True)
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_ray_env(), start_new_session=True)
 
 
 @contextlib.contextmanager
@@ -140,9 +147,10 @@ def two_node_ray_cluster(head_cpus: int = 1, node2_cpus: int = 1, node_ip: str =
 
 
 @contextlib.contextmanager
-def second_ray_node(num_cpus: int = 1) -> Iterator[Dict[str, str]]:
+def second_ray_node(num_cpus: int = 1, hide: Sequence[str] = ()) -> Iterator[Dict[str, str]]:
     """Join one more node (``ray start --address``, custom resource ``node2``) to the Ray this process is connected
     to, announcing the head's own address; yield ``{"head": node id, "node2": node id}`` and end the node after.
+    ``hide``: folders the second node sees empty (:func:`_ray_start`; skips where they cannot be hidden).
 
     Cheaper than :func:`two_node_ray_cluster` where a local Ray is already up (the session's): nothing is shut down
     or started again but the second node. Skips when the node does not join within ``START_TIMEOUT_S``.
@@ -158,9 +166,13 @@ def second_ray_node(num_cpus: int = 1) -> Iterator[Dict[str, str]]:
     temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     log_path = Path(temp_dir) / "node2.log"
     procs: List[subprocess.Popen] = []
+    if hide and (os.geteuid() != 0 or shutil.which("unshare") is None):
+        pytest.skip("hiding folders from the second Ray node takes root and util-linux's unshare (a mount namespace "
+                    "of the node's own); run the tests as root")
     try:
         procs.append(_ray_start(log_path, head[0]["NodeManagerAddress"], f"--address={address}",
-                                '--resources={"node2": 1}', f"--temp-dir={temp_dir}/node2", f"--num-cpus={num_cpus}"))
+                                '--resources={"node2": 1}', f"--temp-dir={temp_dir}/node2", f"--num-cpus={num_cpus}",
+                                hide=hide))
         deadline = time.monotonic() + START_TIMEOUT_S
         while len([n for n in ray.nodes() if n["Alive"]]) < 2:
             if procs[0].poll() is not None or time.monotonic() > deadline:

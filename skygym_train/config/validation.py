@@ -689,6 +689,22 @@ def engines_are_ray_actors(cfg: Any) -> bool:
     return g.run_engines_locally is True and bool(cfg.trainer.use_ray) and g.backend in ("hf", "vllm")
 
 
+def node_modules(cfg: Any) -> List[str]:
+    """The modules the trainer's Ray workers and engine actors import, which every node they may be placed on needs
+    (``ray_utils.check_nodes``)."""
+    t = cfg.trainer
+    modules = ["skyrl_gym", "torch", "transformers"]
+    if t.strategy == "deepspeed":
+        modules.append("deepspeed")
+    if any(getattr(t, role).model.lora.rank > 0 for role in ("policy", "ref", "critic")):
+        modules.append("peft")
+    if t.flash_attn:
+        modules.append("flash_attn")
+    if engines_are_ray_actors(cfg) and cfg.generator.backend == "vllm":
+        modules.append("vllm")
+    return modules
+
+
 def _check_engine_actors(cfg: Any, has_cuda: bool) -> List[str]:
     """Engines as Ray actors (``generator.run_engines_locally=true`` with Ray): what they cannot do."""
     problems: List[str] = []

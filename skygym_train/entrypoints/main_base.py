@@ -113,6 +113,16 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
 
         for warning in config_warnings(cfg) + row_warnings:
             print(f"warning: {warning}", file=sys.stderr)
+        if cfg.trainer.use_ray and os.environ.get("RAY_ADDRESS"):  # a cluster to run on: its nodes too
+            from skygym_train.trainer import ray_cluster_check
+
+            found = ray_cluster_check(cfg)
+            for warning in found.warnings:
+                print(f"warning: {warning}", file=sys.stderr)
+            if found.errors:
+                print(f"error: {ConfigError(found.errors)}", file=sys.stderr)
+                return 2
+            print(f"Ray nodes checked: {', '.join(found.nodes)}", file=sys.stderr)
         print("configuration is valid", file=sys.stderr)
         return 0
     if trainer_cls is None:
