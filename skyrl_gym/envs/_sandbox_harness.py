@@ -402,10 +402,13 @@ def runner_source(source):
 
 # ----- comparing printed output ------------------------------------------------------------------
 def _decimal_line(line):
+    """The line's tokens as decimals, or None where one is no number. A NaN is none: it equals nothing, and
+    comparing a signalling one (``sNaN``, which a program may print) raises instead of answering."""
     try:
-        return [Decimal(token) for token in line.split()]
+        numbers = [Decimal(token) for token in line.split()]
     except (InvalidOperation, ValueError):
         return None
+    return None if any(number.is_nan() for number in numbers) else numbers
 
 
 def stdout_matches(actual, expected):

@@ -93,6 +93,13 @@ def test_a_plain_function_and_decimal_tolerant_output():
     )
     assert make(tests).step(fenced("def add(a, b):\n    return a + b"))["reward"] == 1.0
     assert stdout_matches("0.50 2\n", "0.5 2.0") and not stdout_matches("1 2", "1 2 3")
+    # a NaN equals no number; a signalling one (sNaN) raised out of the comparison, and the harness lost every
+    # test's verdict
+    for nan in ("sNaN", "NaN", "-sNaN"):
+        assert not stdout_matches(f"{nan} 2", "1 2") and not stdout_matches("1 2", f"{nan} 2")
+    output = make(SECOND_LARGEST, stop_on_first_failure=False).step(fenced("print('sNaN')"))
+    assert output["reward"] == 0.0
+    assert [t["verdict"] for t in output["metadata"]["tests"]] == ["wrong_answer", "wrong_answer"], output["metadata"]
 
 
 def test_hanging_and_crashing_programs_score_zero_with_verdicts():
