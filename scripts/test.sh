@@ -39,11 +39,22 @@ fi
 # the two lanes take about the time of the longer. vllm's output follows the others'. Every session runs whatever
 # another's result; the exit status is 1 if any failed. py310 skips, saying why, where there is no Python 3.10.
 status=0
-"${nox[@]}" -s core || status=1
 vllm_log="$(mktemp "${TMPDIR:-/tmp}/skyrl-gym-vllm-session.XXXXXX")"
+install_log="$(mktemp "${TMPDIR:-/tmp}/skyrl-gym-installs.XXXXXX")"
 # Ray's sockets and session files in a folder of the session's own: the verl session starts a Ray of its own too
 ray_tmp="$(mktemp -d "${TMPDIR:-/tmp}/ray-vllm.XXXX")"
-trap 'rm -rf "$vllm_log" "$ray_tmp"' EXIT
+trap 'rm -rf "$vllm_log" "$install_log" "$ray_tmp"' EXIT
+# The other sessions' environments install while the core session runs (on a new machine their pip runs took 4-5 of
+# the 8.5 minutes after it), at the lowest CPU priority so that the core tests go first; where they are kept, nox
+# finds them set up in seconds. The sessions themselves wait for it: two pips must not write one environment.
+setsid -w nice -n 19 "${nox[@]}" -s vllm verl trl py310 --install-only > "$install_log" 2>&1 &
+install_pid=$!
+trap 'kill -TERM -- "-$install_pid" 2>/dev/null; echo "== stopped; the installs beside it too"; exit 130' INT TERM
+"${nox[@]}" -s core || status=1
+if ! wait "$install_pid"; then  # each session installs again itself, and fails there if pip still does
+  echo "== installing the vllm, verl, trl and py310 environments beside the core session failed:"
+  cat "$install_log"
+fi
 # In a process group of its own (setsid): a script's background job ignores Ctrl-C, so Ctrl-C stops it from here.
 RAY_TMPDIR="$ray_tmp" setsid -w "${nox[@]}" -s vllm > "$vllm_log" 2>&1 &
 vllm_pid=$!
