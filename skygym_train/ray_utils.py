@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import os
 import sys
@@ -115,7 +116,7 @@ def look_here(modules: Sequence[str], folders: Sequence[str], distributions: Dic
 @dataclasses.dataclass
 class NodeCheck:
     """What :func:`check_nodes` found: ``errors`` stop a run before it starts, ``warnings`` are printed;
-    ``nodes``: the addresses of the nodes that answered."""
+    ``nodes``: the nodes asked (address and the start of the node id)."""
 
     errors: List[str]
     warnings: List[str]
@@ -185,7 +186,8 @@ def check_nodes(modules: Sequence[str], folders: Dict[str, str], timeout_s: floa
     nodes: Dict[str, Any] = {}
     for label, ref in refs.items():
         if ref not in ready:
-            ray.cancel(ref, force=True)
+            with contextlib.suppress(Exception):  # a task of a node that went away cannot be cancelled either
+                ray.cancel(ref, force=True)
             nodes[label] = f"no answer within {timeout_s:.0f} s"
             continue
         try:
