@@ -309,7 +309,7 @@ def create_app(
 
     def forget(session: Session) -> None:
         for request_id in session.results:
-            unkeep((session.session_id, request_id))
+            unkeep((session.key, request_id))
 
     held_by: Dict[str, int] = collections.defaultdict(int)  # client -> bytes its sessions and creates hold
 

@@ -484,6 +484,32 @@ def test_a_row_held_at_four_bytes_a_character_is_counted_at_four():
         stop()
 
 
+def test_a_closed_sessions_kept_answers_leave_the_budget():
+    """close() released a session's kept answers under its id instead of its key (client, id): nothing was
+    released, so closed sessions' answers stayed counted until the budget dropped every other session's latest
+    answer (a retry after a timeout got a 410, and that rollout's reward was lost), and each kept answer walked
+    past every closed session (an attacker's pass: 20,000 closed sessions took an honest step from 2 ms to 170)."""
+    url, stop = _in_process_server(max_kept_bytes=64 * 1024)
+    try:
+        prompt = [{"role": "user", "content": "x" * 40_000}]  # init answers with the prompt: a 40 KB answer
+        for n in range(4):
+            session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
+            answer = requests.post(f"{url}/sessions/{session}/init", json={"prompt": prompt, "request_id": f"i{n}"},
+                                   timeout=30)
+            assert answer.status_code == 200, answer.text[:300]
+            assert requests.get(f"{url}/health", timeout=10).json()["kept_answer_bytes"] > 40_000
+            assert requests.delete(f"{url}/sessions/{session}", timeout=30).json()["closed"] is True
+            assert requests.get(f"{url}/health", timeout=10).json()["kept_answer_bytes"] == 0
+        # an open session's answer is still there for its retry: no closed session's bytes pushed it out
+        session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
+        body = {"prompt": prompt, "request_id": "mine"}
+        first = requests.post(f"{url}/sessions/{session}/init", json=body, timeout=30)
+        retried = requests.post(f"{url}/sessions/{session}/init", json=body, timeout=30)
+        assert retried.status_code == 200 and retried.content == first.content, retried.text[:300]
+    finally:
+        stop()
+
+
 def test_a_session_closed_during_a_step_keeps_no_answer():
     """close() dropped the session's kept answers, then the step under way kept its own: bytes counted for a
     session that no longer exists, until the budget pushed out honest answers."""
