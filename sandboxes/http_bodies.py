@@ -9,12 +9,13 @@ and ``skyrl-gym serve-retriever``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import ipaddress
 import json
 import sys
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Dict, Mapping, Optional, Tuple, Union
 
 # Deeper than any run request or env row needs; far below the depth at which Python's own recursion (the JSON
 # decoder, deepcopy, the encoder) would fail.
@@ -214,12 +215,14 @@ def guarded_http_protocol(
 
 
 async def read_limited_body(
-    request: Any, max_bytes: int, option: str = "", timeout_s: float = CLIENT_TIMEOUT_S
+    request: Any, max_bytes: int, option: str = "", timeout_s: float = CLIENT_TIMEOUT_S,
+    on_size: Optional[Callable[[int], None]] = None,
 ) -> bytearray:
     """The body of a Starlette ``request``, refused (413) as soon as it passes ``max_bytes``: a declared
     ``Content-Length`` over the limit is refused before reading, and a chunked body stops being read at the
     limit, so memory never holds more than ``max_bytes`` of it. ``option`` names the setting that raises
-    it. A body not all there within ``timeout_s`` is a 408."""
+    it. A body not all there within ``timeout_s`` is a 408. ``on_size(n)`` is told the body's size before each
+    chunk is kept, and may refuse it by raising (:meth:`BodyBudget.body`)."""
     hint = f" ({option})" if option else ""
     too_large = BodyError(413, f"the body is over {max_bytes} bytes{hint}")
     declared = request.headers.get("content-length")
@@ -234,6 +237,8 @@ async def read_limited_body(
         async for chunk in request.stream():
             if len(body) + len(chunk) > max_bytes:
                 raise too_large
+            if on_size is not None:
+                on_size(len(body) + len(chunk))
             body.extend(chunk)
 
     try:
@@ -322,6 +327,46 @@ def json_depth_exceeds(value: Any, limit: int) -> bool:
     return json_shape(value)[0] > limit
 
 
+class BodyBudget:
+    """The bytes of request bodies a server holds while they arrive and while the server works on them, all
+    connections together. Without it, bodies waiting for a parser slot or a run piled up: 12 bodies of 40 MB took a
+    sandbox service from 62 MB to 1.1 GB (an attacker's pass), and 4096 connections may each send ``max_body_bytes``.
+    Each body's first :data:`FREE_BYTES` are not counted, so small requests always get in (4096 connections hold
+    256 MB of those at most); a body that would pass ``max_bytes`` is refused with a 503 as it arrives.
+
+    >>> async with budget.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s) as raw:
+    ...     ...  # the bytes stay counted until the block ends
+    """
+
+    FREE_BYTES = 64 * 1024
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0  # changed on the event loop only: no lock
+
+    @contextlib.asynccontextmanager
+    async def body(self, request: Any, max_bytes: int, option: str = "",
+                   timeout_s: float = CLIENT_TIMEOUT_S) -> AsyncIterator[bytearray]:
+        """:func:`read_limited_body`, its bytes counted from when they arrive until the block ends."""
+        counted = 0
+
+        def charge(size: int) -> None:
+            nonlocal counted
+            extra = max(0, size - self.FREE_BYTES) - counted
+            if extra <= 0:
+                return
+            if self.held + extra > self.max_bytes:
+                raise BodyError(503, f"the server already holds {self.held} bytes of requests' bodies, near its "
+                                     f"limit of {self.max_bytes}; retry when others have been answered")
+            self.held += extra
+            counted += extra
+
+        try:
+            yield await read_limited_body(request, max_bytes, option, timeout_s, on_size=charge)
+        finally:
+            self.held -= counted
+
+
 class BodyParsers:
     """Runs a body's parse and checks in a thread, at most ``at_once`` at a time. On the event loop a 32 MB body of
     11 million empty objects held every other client for 21 s; in unbounded threads three such bodies at once
@@ -383,6 +428,7 @@ __all__ = [
     "MAX_CONNECTIONS",
     "MAX_JSON_DEPTH",
     "NO_PUBLIC_DOCS",
+    "BodyBudget",
     "BodyError",
     "bearer_matches",
     "guarded_http_protocol",

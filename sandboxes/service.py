@@ -26,12 +26,12 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Union
 from skygym_sandboxes.http_bodies import (
     CLIENT_TIMEOUT_S,
     NO_PUBLIC_DOCS,
+    BodyBudget,
     BodyError,
     BodyParsers,
     guarded_http_protocol,
     is_loopback,
     parse_json_object,
-    read_limited_body,
     refusal,
 )
 from skygym_sandboxes.protocol import Sandbox
@@ -287,20 +287,27 @@ def create_app(
         }
 
     parsers = BodyParsers()
+    # the bodies of the requests being read, parsed, waiting and run: four of the largest at once, the rest 503s
+    bodies = BodyBudget(4 * max_body_bytes)
 
     @app.post("/run_code")
     async def run_code(request: Request) -> Any:
         if (refused_answer := refused(request)) is not None:
             return refused_answer
         try:
-            raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            # parsed and read in a thread (BodyParsers): on the event loop a body of millions of tiny files held
-            # every client
-            run_request = await parsers.run(lambda: request_from_body(parse_json_object(raw), sandbox.limits))
+            async with bodies.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s) as raw:
+                # parsed and read in a thread (BodyParsers): on the event loop a body of millions of tiny files held
+                # every client
+                run_request = await parsers.run(lambda body: request_from_body(parse_json_object(body), sandbox.limits),
+                                                raw)
+                del raw  # the request holds what the run needs
+                return await queue_and_run(request, run_request)
         except BodyError as exc:
             return refuse(exc.status, exc.message)
         except BadRequest as exc:
             return refuse(422, f"bad request: {exc}")
+
+    async def queue_and_run(request: Request, run_request: RunRequest) -> Any:
         if state["waiting"] >= max_queue:
             return refuse(429, f"{max_queue} requests are already waiting; retry later")
         state["waiting"] += 1

@@ -184,12 +184,12 @@ def create_app(
     from skygym_sandboxes.http_bodies import (
         NO_PUBLIC_DOCS,
         BYTES_PER_JSON_VALUE,
+        BodyBudget,
         BodyError,
         BodyParsers,
         BearerTokens,
         held_bytes,
         parse_json_object,
-        read_limited_body,
         refusal,
     )
 
@@ -409,6 +409,7 @@ def create_app(
         return (owners.owner(request) or DEFAULT_CLIENT) if owners else DEFAULT_CLIENT  # one digest lookup more
 
     parsers = BodyParsers()
+    bodies = BodyBudget(4 * max_body_bytes)  # the bodies being read and parsed, all connections together
 
     def parse(raw: bytes) -> Tuple[Dict[str, Any], int]:
         body = parse_json_object(raw) if raw else {}
@@ -420,8 +421,8 @@ def create_app(
         thread (``BodyParsers``)."""
         client = authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
-            raw = await read_limited_body(request, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            return (client, *await parsers.run(parse, raw))
+            async with bodies.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s) as raw:
+                return (client, *await parsers.run(parse, raw))  # then the held-bytes budgets count what it holds
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
 

@@ -150,10 +150,10 @@ def create_app(
     from pydantic import BaseModel, ValidationError
     from skygym_sandboxes.http_bodies import (
         NO_PUBLIC_DOCS,
+        BodyBudget,
         BodyError,
         BodyParsers,
         parse_json_object,
-        read_limited_body,
         refusal,
     )
 
@@ -196,14 +196,14 @@ def create_app(
         }
 
     parsers = BodyParsers()
+    bodies = BodyBudget(4 * max_body_bytes)  # the bodies being read and parsed, all connections together
 
     @app.post("/retrieve")
     async def retrieve(raw: Request) -> Response:
         authorise(raw)
         try:  # parsed in a thread (BodyParsers): a body of millions of small values held the event loop for seconds
-            body = await parsers.run(
-                parse_json_object, await read_limited_body(raw, max_body_bytes, "--max-body-bytes", client_timeout_s)
-            )
+            async with bodies.body(raw, max_body_bytes, "--max-body-bytes", client_timeout_s) as body_bytes:
+                body = await parsers.run(parse_json_object, body_bytes)
         except BodyError as exc:
             raise HTTPException(exc.status, exc.message) from None
         try:

@@ -524,3 +524,41 @@ def test_a_body_is_parsed_off_the_event_loop(monkeypatch):
         assert answer.status_code == 200 and answer.json()["run_result"]["stdout"] == "42\n", answer.text[:300]
     finally:
         stop()  # the service closes the sandbox as it stops
+
+
+def test_bodies_held_all_connections_together_are_bounded():
+    """Bodies waited whole for a parser slot or a run, without a bound over the connections together: 12 bodies of
+    40 MB took a service from 62 MB to 1.1 GB (an attacker's pass). Here the largest bodies four times over are
+    held while they wait and run; one more is a 503 as it arrives, a small request still gets in, and once the
+    others are answered a large one does again."""
+    pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
+    from tests.sandboxes.conftest import _make_local
+
+    from skygym_sandboxes import service
+
+    box = _make_local("local-bwrap-cold")
+    megabyte = 1024 * 1024
+    try:
+        _server, port, stop = start_in_thread(service.create_app(box, max_concurrency=1, max_body_bytes=megabyte))
+    except BaseException:
+        box.close()
+        raise
+    url = f"http://127.0.0.1:{port}/run_code"
+
+    def send(code):
+        return requests.post(url, json={"code": code}, timeout=60)
+
+    large = "import time\ntime.sleep(1.5)\nprint('large')\n#" + "x" * (megabyte - 100)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            held = [pool.submit(send, large) for _ in range(4)]
+            time.sleep(0.7)  # the four have arrived: one runs, three wait
+            refused = send(large)
+            assert refused.status_code == 503 and "bytes of requests' bodies" in refused.text, refused.text[:300]
+            small = pool.submit(send, "print(6 * 7)")
+            assert [answer.result().status_code for answer in held] == [200] * 4
+            assert small.result().json()["run_result"]["stdout"] == "42\n"
+        again = send(large.replace("time.sleep(1.5)", "pass"))
+        assert again.status_code == 200 and again.json()["run_result"]["stdout"] == "large\n", again.text[:300]
+    finally:
+        stop()
