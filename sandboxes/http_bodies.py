@@ -331,17 +331,19 @@ class BodyBudget:
     """The bytes of request bodies a server holds while they arrive and while the server works on them, all
     connections together. Without it, bodies waiting for a parser slot or a run piled up: 12 bodies of 40 MB took a
     sandbox service from 62 MB to 1.1 GB (an attacker's pass), and 4096 connections may each send ``max_body_bytes``.
-    Each body's first :data:`FREE_BYTES` are not counted, so small requests always get in (4096 connections hold
-    256 MB of those at most); a body that would pass ``max_bytes`` is refused with a 503 as it arrives.
+    The bound is :data:`LARGEST_AT_ONCE` bodies of the server's ``max_body_bytes``. Each body's first
+    :data:`FREE_BYTES` are not counted, so small requests always get in (4096 connections hold 256 MB of those at
+    most); a body that would pass the bound is refused with a 503 as it arrives.
 
     >>> async with budget.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s) as raw:
     ...     ...  # the bytes stay counted until the block ends
     """
 
     FREE_BYTES = 64 * 1024
+    LARGEST_AT_ONCE = 4
 
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
+    def __init__(self, max_body_bytes: int) -> None:
+        self.max_bytes = self.LARGEST_AT_ONCE * max_body_bytes
         self.held = 0  # changed on the event loop only: no lock
 
     @contextlib.asynccontextmanager

@@ -287,8 +287,7 @@ def create_app(
         }
 
     parsers = BodyParsers()
-    # the bodies of the requests being read, parsed, waiting and run: four of the largest at once, the rest 503s
-    bodies = BodyBudget(4 * max_body_bytes)
+    bodies = BodyBudget(max_body_bytes)  # the bodies being read, parsed, waiting and run, all connections together
 
     @app.post("/run_code")
     async def run_code(request: Request) -> Any:

@@ -409,7 +409,7 @@ def create_app(
         return (owners.owner(request) or DEFAULT_CLIENT) if owners else DEFAULT_CLIENT  # one digest lookup more
 
     parsers = BodyParsers()
-    bodies = BodyBudget(4 * max_body_bytes)  # the bodies being read and parsed, all connections together
+    bodies = BodyBudget(max_body_bytes)  # the bodies being read and parsed, all connections together
 
     def parse(raw: bytes) -> Tuple[Dict[str, Any], int]:
         body = parse_json_object(raw) if raw else {}

@@ -196,7 +196,7 @@ def create_app(
         }
 
     parsers = BodyParsers()
-    bodies = BodyBudget(4 * max_body_bytes)  # the bodies being read and parsed, all connections together
+    bodies = BodyBudget(max_body_bytes)  # the bodies being read and parsed, all connections together
 
     @app.post("/retrieve")
     async def retrieve(raw: Request) -> Response:
