@@ -38,7 +38,7 @@ import uuid
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from skygym_sandboxes.docker_backend import LABEL, OWNER_LABEL, owner_id, remove_orphaned_containers
 from skygym_sandboxes.docker_exec import ExecStream
@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 KIND_LABEL = f"{LABEL}.kind"
 DEFAULT_OUTPUT_CAP = 32_000
+# What an exec's stream may carry beyond its output cap (the wrapper's last line is under 100 bytes).
+EXEC_STREAM_SLACK = 64 * 1024
 # The container's main process only keeps it alive; commands arrive through `docker exec`.
 KEEPALIVE = ["sleep", "infinity"]
 
@@ -176,11 +178,12 @@ class ContainerLimits:
                 raise ValueError(f"ContainerLimits.{name} must be a positive number, got {value!r}")
 
 
-def _exec_output(client: Any, exec_id: str) -> bytes:
-    """Start the exec and return all it writes (see ExecStream for why not docker-py's exec_start)."""
+def _exec_output(client: Any, exec_id: str, max_bytes: int) -> Tuple[bytes, bool]:
+    """Start the exec and return all it writes, and whether it wrote past ``max_bytes`` (then the rest is not
+    read, and the command still runs). See ExecStream for why not docker-py's exec_start."""
     stream = ExecStream(client, exec_id)
     try:
-        return stream.read_to_end()
+        return stream.read_to_end(max_bytes), stream.overflowed
     finally:
         stream.close()
 
@@ -365,15 +368,17 @@ class Container:
             workdir=workdir or self.workdir,
             user="0",
         )["Id"]
-        future = self._pool.submit(_exec_output, self.client, exec_id)
+        # Read at most the capped output and the wrapper's last line: more came past the pipe's cap, written to the
+        # exec's stream from inside the container, and is not held in this process.
+        future = self._pool.submit(_exec_output, self.client, exec_id, output_cap + EXEC_STREAM_SLACK)
         try:
-            raw = future.result(timeout=limit + 10)
+            raw, overflowed = future.result(timeout=limit + 10)
         except concurrent.futures.TimeoutError:
             # Something the command started in the background keeps the pipe open: kill everything
             # in the container but its keep-alive process, which ends the exec.
             self._kill_all_but_init()
             try:
-                raw = future.result(timeout=self.kill_grace_s)
+                raw, overflowed = future.result(timeout=self.kill_grace_s)
             except concurrent.futures.TimeoutError:
                 # Still open (no process slot left to run the kill, say): the container goes, and with
                 # it every process in it. Later calls raise that the container is closed.
@@ -381,6 +386,12 @@ class Container:
                 self.close()
                 note = "[the command left processes that could not be stopped; the container was removed]"
                 return ExecResult(-1, note, timed_out=True, duration_s=time.monotonic() - started)
+        if overflowed:  # the command is still writing: stop it, as at its time limit
+            self._kill_all_but_init()
+            note = (f"\n[the command wrote more than {output_cap} bytes around its output's cap, to the exec's stream "
+                    "itself; the rest was not read and the container's processes were killed]")
+            return ExecResult(-1, raw[:output_cap].decode("utf-8", "replace") + note, truncated=True,
+                              duration_s=time.monotonic() - started)
         result = self._parse(raw, marker, output_cap, limit, time.monotonic() - started)
         if self.gone_why and self._container is None:  # the disk watcher removed it while the command ran
             result.output += f"\n[{self.gone_why}; the container was removed]"

@@ -45,6 +45,7 @@ class ExecStream:
         self.stdout = bytearray()
         self.stderr = bytearray()
         self.ended = False
+        self.overflowed = False  # read_to_end stopped at its max_bytes
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -73,10 +74,15 @@ class ExecStream:
             del self._raw[: FRAME.size + size]
         return True
 
-    def read_to_end(self) -> bytes:
-        """Everything the command writes until it exits: stdout, then stderr."""
+    def read_to_end(self, max_bytes: Optional[int] = None) -> bytes:
+        """Everything the command writes until it exits: stdout, then stderr. Past ``max_bytes`` taken in it
+        stops reading and sets ``overflowed``: the command is still running, and its caller stops it. A cap
+        inside the container (``head -c``) does not bound this: a process there may write to the exec's stream
+        itself (``/proc/<pid>/fd/1`` of the exec's shell), 300 MB in under 3 s."""
         while self.pump():
-            pass
+            if max_bytes is not None and len(self.stdout) + len(self.stderr) + len(self._raw) > max_bytes:
+                self.overflowed = True
+                break
         return bytes(self.stdout + self.stderr)
 
     def close(self) -> None:

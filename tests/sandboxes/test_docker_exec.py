@@ -63,3 +63,19 @@ def test_a_warm_workers_first_message_survives_a_late_reader(docker_engine, late
         assert (result.status, result.stdout) == (Status.OK, "42\n"), result
     finally:
         box.close()
+
+
+def test_output_written_around_the_cap_to_the_exec_stream_is_not_held(docker_engine):
+    """``head -c`` caps the command's pipe, but a process in the container may write to the exec's stream itself:
+    the stdout of the wrapper shell, through /proc. The caller reads at most the cap and a little more, then stops
+    the command."""
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client) as container:
+        command = ("for f in /proc/[0-9]*/cmdline; do grep -qa 'setsi[d] timeout' $f && w=${f%/cmdline}; done; "
+                   "head -c 50000000 /dev/zero > $w/fd/1; sleep 30")
+        done = container.exec(command, timeout_s=60, output_cap=1000)
+        assert done.output.startswith("\0" * 1000), done.output[:200]  # it reached the stream, past the pipe
+        assert (done.exit_code, done.truncated) == (-1, True)
+        assert done.output.endswith("the rest was not read and the container's processes were killed]")
+        assert len(done.output) < 1000 + 200 and done.duration_s < 25  # not the 50 MB, nor the sleep
+        assert container.exec("echo alive").output.strip() == "alive"
