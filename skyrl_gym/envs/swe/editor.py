@@ -10,15 +10,19 @@ history per file, and answers every mistake with a message the model can act on,
 * ``insert``: put ``new_str`` after line ``insert_line`` (0 inserts at the top).
 * ``undo_edit``: go back to the file as it was before its last edit.
 
-Long views are cut at ``max_view_chars`` with a note saying how to see the rest.
+Long views, and the lines an edit shows, are cut at ``max_view_chars`` with a note saying how to see the rest.
+The undo history keeps at most ``max_history_chars`` of earlier versions, all files together, the oldest dropped
+first: each edit of a 10 MB file kept another 10 MB, and 100 calls of one line each took a runner to 1 GB.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Protocol, Sequence
+import collections
+from typing import Deque, Optional, Protocol, Sequence, Set, Tuple
 
 COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 SNIPPET_LINES = 4
+LISTED_MATCHES = 10  # the lines named when old_str occurs more than once
 
 
 class Files(Protocol):
@@ -33,11 +37,15 @@ def numbered(text: str, first_line: int = 1) -> str:
 
 
 class Editor:
-    def __init__(self, files: Files, root: str = "/testbed", max_view_chars: int = 16_000) -> None:
+    def __init__(self, files: Files, root: str = "/testbed", max_view_chars: int = 16_000,
+                 max_history_chars: int = 8_000_000) -> None:
         self.files = files
         self.root = root
         self.max_view_chars = max_view_chars
-        self.history: Dict[str, List[str]] = {}
+        self.max_history_chars = max_history_chars
+        self.history: Deque[Tuple[str, str]] = collections.deque()  # (path, its text before an edit), oldest first
+        self.history_chars = 0
+        self.forgotten: Set[str] = set()  # paths whose earlier versions the bound dropped
 
     def run(
         self,
@@ -66,6 +74,9 @@ class Editor:
     ) -> str:
         if command not in COMMANDS:
             return f"Error: unknown command {command!r}; the commands are {', '.join(COMMANDS)}."
+        for name, value in (("file_text", file_text), ("old_str", old_str), ("new_str", new_str)):
+            if value is not None and not isinstance(value, str):
+                return f"Error: {name} must be a string, got {type(value).__name__}."
         if not isinstance(path, str) or not path.startswith("/"):
             hint = f" Maybe you meant {self.root}/{str(path).lstrip('./')}?" if isinstance(path, str) and path else ""
             return f"Error: the path {path!r} is not absolute; it must start with /.{hint}"
@@ -131,12 +142,15 @@ class Editor:
         count = text.count(old_str)
         if count == 0:
             return f"Error: old_str does not occur in {path} (it must match exactly, whitespace included)."
-        if count > 1:
-            starts, position = [], text.find(old_str)
-            while position >= 0:
-                starts.append(text.count("\n", 0, position) + 1)
-                position = text.find(old_str, position + 1)
-            return f"Error: old_str occurs {count} times in {path} (lines {starts}); make it unique."
+        if count > 1:  # the lines of the first few, counted in one pass (a line count per match took hours)
+            lines, line, counted, position = [], 1, 0, text.find(old_str)
+            while position >= 0 and len(lines) < LISTED_MATCHES:
+                line += text.count("\n", counted, position)
+                counted = position
+                lines.append(line)
+                position = text.find(old_str, position + len(old_str))
+            listed = ", ".join(map(str, lines)) + (", ..." if count > len(lines) else "")
+            return f"Error: old_str occurs {count} times in {path} (lines {listed}); make it unique."
         updated = text.replace(old_str, new_str, 1)
         self._write(path, updated, previous=text)
         changed_line = text[: text.find(old_str)].count("\n") + 1
@@ -153,12 +167,17 @@ class Editor:
         return f"The file {path} was edited. {self._snippet(updated, insert_line + 1, new_str.count(chr(10)) + 1)}"
 
     def _undo(self, path: str) -> str:
-        stack = self.history.get(path)
-        if not stack:
-            return f"Error: there is no edit of {path} to undo."
-        previous = stack.pop()
-        self.files.write(path, previous.encode("utf-8"))
-        return f"The last edit of {path} was undone."
+        for index in range(len(self.history) - 1, -1, -1):
+            if self.history[index][0] == path:
+                previous = self.history[index][1]
+                del self.history[index]
+                self.history_chars -= len(previous)
+                self.files.write(path, previous.encode("utf-8"))
+                return f"The last edit of {path} was undone."
+        if path in self.forgotten:
+            return (f"Error: the earlier versions of {path} are no longer kept (the editor keeps "
+                    f"{self.max_history_chars} characters of them, all files together); use git to restore it.")
+        return f"Error: there is no edit of {path} to undo."
 
     # ----- helpers ------------------------------------------------------------------------------------
     def _read(self, path: str) -> Optional[str]:
@@ -169,11 +188,21 @@ class Editor:
 
     def _write(self, path: str, text: str, previous: Optional[str]) -> None:
         self.files.write(path, text.encode("utf-8"))
-        if previous is not None:
-            self.history.setdefault(path, []).append(previous)
+        if previous is None:
+            return
+        self.history.append((path, previous))
+        self.history_chars += len(previous)
+        while self.history_chars > self.max_history_chars:
+            dropped_path, dropped = self.history.popleft()
+            self.history_chars -= len(dropped)
+            self.forgotten.add(dropped_path)
 
     def _snippet(self, text: str, line: int, height: int) -> str:
         lines = text.split("\n")
         start = max(1, line - SNIPPET_LINES)
         end = min(len(lines), line + height - 1 + SNIPPET_LINES)
-        return f"Lines {start}-{end} now read:\n{numbered(chr(10).join(lines[start - 1 : end]), start)}"
+        shown = numbered(chr(10).join(lines[start - 1 : end]), start)
+        if len(shown) > self.max_view_chars:
+            shown = (f"{shown[: self.max_view_chars]}\n[cut at {self.max_view_chars} characters: view_range="
+                     f"[{start}, {end}] shows these lines]")
+        return f"Lines {start}-{end} now read:\n{shown}"

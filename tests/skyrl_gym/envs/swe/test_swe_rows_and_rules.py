@@ -252,7 +252,7 @@ def test_the_editor_views_edits_inserts_and_undoes(tmp_path):
     assert "does not occur" in editor.run("str_replace", "/testbed/a.py", old_str="nope", new_str="")
     editor.run("insert", "/testbed/a.py", insert_line=0, new_str="# top")
     assert (tmp_path / "testbed/a.py").read_text() == "# top\nx = 1\ny = 20\nz = 3"
-    assert "occurs 3 times in /testbed/a.py (lines [2, 3, 4])" in editor.run("str_replace", "/testbed/a.py", old_str=" = ", new_str="=")
+    assert "occurs 3 times in /testbed/a.py (lines 2, 3, 4)" in editor.run("str_replace", "/testbed/a.py", old_str=" = ", new_str="=")
     editor.run("undo_edit", "/testbed/a.py")
     editor.run("undo_edit", "/testbed/a.py")
     assert (tmp_path / "testbed/a.py").read_text() == "x = 1\ny = 2\nz = 3"
@@ -267,6 +267,35 @@ def test_a_long_view_is_cut_with_a_note_saying_how_to_see_the_rest(tmp_path):
     (tmp_path / "big.py").write_text("\n".join(f"line_{i} = {i}" for i in range(5000)))
     view = Editor(FolderFiles(tmp_path), max_view_chars=2000).run("view", "/big.py")
     assert len(view) < 2300 and "view_range=[" in view and "shows the rest" in view
+
+
+def test_the_editor_bounds_what_a_hostile_call_costs(tmp_path):
+    """Found by an attacker's pass: each was unbounded before (hours of CPU, gigabytes of history, megabytes of
+    snippet, a crashed step)."""
+    editor = Editor(FolderFiles(tmp_path), max_view_chars=2000, max_history_chars=3_000_000)
+    (tmp_path / "a.txt").write_text("a" * 2_000_000)  # two million matches of old_str "a"
+    refused = editor.run("str_replace", "/a.txt", old_str="a", new_str="b")
+    assert refused == "Error: old_str occurs 2000000 times in /a.txt (lines 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ...); make it unique."
+    (tmp_path / "b.txt").write_text("x\n" * 3 + "y")
+    assert "(lines 1, 2, 3)" in editor.run("str_replace", "/b.txt", old_str="x", new_str="z")
+
+    one_line = tmp_path / "long.txt"
+    one_line.write_text("q" * 1_000_000)  # an edit's snippet shows whole lines: this one is a million characters
+    edited = editor.run("insert", "/long.txt", insert_line=1, new_str="tail")
+    assert len(edited) < 2300 and "view_range=[1, 2] shows these lines" in edited
+    for _ in range(4):  # each edit keeps the file as it was: a million characters each
+        editor.run("insert", "/long.txt", insert_line=0, new_str="head")
+    assert editor.history_chars <= 3_000_000 and len(editor.history) == 2
+    editor.run("undo_edit", "/long.txt")
+    editor.run("undo_edit", "/long.txt")
+    assert one_line.read_text().startswith("head\n" * 2 + "q")
+    assert "no longer kept" in editor.run("undo_edit", "/long.txt")
+
+    for name, value in (("file_text", 123), ("file_text", ["a"]), ("new_str", 5), ("old_str", {"a": 1})):
+        arguments = {"file_text": None, "old_str": None, "new_str": None, name: value}
+        command = "create" if name == "file_text" else "insert" if name == "new_str" else "str_replace"
+        answer = editor.run(command, "/new.txt" if command == "create" else "/b.txt", insert_line=0, **arguments)
+        assert answer == f"Error: {name} must be a string, got {type(value).__name__}."
 
 
 # ----- grading rules -----------------------------------------------------------------------------------
