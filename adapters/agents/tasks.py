@@ -111,10 +111,11 @@ class GeneralReactTask(BaseTask):
         truth = ground_truth_of(instance)
         answer = str(result)
         if str(data_source or "").lower() in self.QA_SOURCES:
+            from skyrl_gym.envs.search.utils import targets_of
             from skyrl_gym.rewards import exact_match
 
-            targets = [str(t) for t in truth] if isinstance(truth, (list, tuple)) else [str(truth)]
-            return float(exact_match(answer, targets))
+            # the hub's QA rows hold {"target": [...]}: its str() was the answer to match ("target: Paris" paid)
+            return float(exact_match(answer, targets_of(truth)))
         from skyrl_gym.rewards import last_boxed_content
         from skyrl_gym.rewards.math import math_equal
 

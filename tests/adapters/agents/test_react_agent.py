@@ -194,6 +194,20 @@ def test_qa_rows_are_graded_by_exact_match(divide_tool):
     assert out["rewards"] == [1.0]
 
 
+def test_qa_rows_of_the_hub_are_graded_against_their_targets():
+    """The hub's search rows hold ``{"target": [...]}``: the answer is matched with the targets, not with the
+    dict's text (before, "target: Paris" was paid and "Paris" was not)."""
+    from skygym_adapters.agents.tasks import GeneralReactTask
+
+    row = {"prompt": [{"role": "user", "content": "Capital of France?"}],
+           "reward_spec": {"ground_truth": {"target": ["Paris", "Paris, France"]}}}
+    task = GeneralReactTask()
+    scores = {answer: asyncio.run(task.evaluate_result(answer, row, "nq", 0, 0))
+              for answer in ("Paris", "paris, france", "target: Paris", "{'target': ['Paris', 'Paris, France']}")}
+    assert scores == {"Paris": 1.0, "paris, france": 1.0, "target: Paris": 0.0,
+                      "{'target': ['Paris', 'Paris, France']}": 0.0}
+
+
 def test_code_interpreter_runs_in_the_sandbox():
     assert CodeInterpreterTool().code_interpreter("print(sum(range(10)))") == "45"
 
