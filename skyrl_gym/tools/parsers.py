@@ -138,8 +138,18 @@ def parse_json_tool_calls(text: str, tag: str = "tool_call") -> ParsedToolCalls:
     return result
 
 
-def parse_tool_calls(text: str, xml_tags: Sequence[str] = (), wrapper: Optional[str] = None) -> ParsedToolCalls:
-    """JSON calls if the text has any ``<tool_call>`` block, else XML calls for ``xml_tags``."""
-    if "<tool_call>" in text:
-        return parse_json_tool_calls(text)
-    return parse_xml_tool_calls(text, xml_tags, wrapper=wrapper)
+MAX_CALLS_PER_MESSAGE = 8
+"""The calls of one message that run: a 740-character message of ten ``sleep 100`` calls held its episode (and its
+batch) for ten tool time limits, and a 16 KB reply holds 220 of them."""
+
+
+def parse_tool_calls(text: str, xml_tags: Sequence[str] = (), wrapper: Optional[str] = None,
+                     max_calls: int = MAX_CALLS_PER_MESSAGE) -> ParsedToolCalls:
+    """JSON calls if the text has any ``<tool_call>`` block, else XML calls for ``xml_tags``; the first
+    ``max_calls`` of them, with an error saying how many more were left out."""
+    parsed = parse_json_tool_calls(text) if "<tool_call>" in text else parse_xml_tool_calls(text, xml_tags, wrapper=wrapper)
+    if len(parsed.calls) > max_calls:
+        parsed.errors.append(f"only the first {max_calls} tool calls of a message run; the other "
+                             f"{len(parsed.calls) - max_calls} did not (call a tool, read its answer, then the next)")
+        del parsed.calls[max_calls:]
+    return parsed

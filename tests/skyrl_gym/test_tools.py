@@ -132,6 +132,21 @@ def test_parse_tool_calls_prefers_json_blocks():
     assert parse_tool_calls("<sql>SELECT 1</sql>", ["sql"]).calls[0].syntax == "xml"
 
 
+def test_a_message_runs_at_most_eight_calls_and_hears_of_the_rest():
+    """Ten ``sleep 100`` calls in one 740-character message held an episode for ten tool time limits."""
+    from skyrl_gym.tools.parsers import MAX_CALLS_PER_MESSAGE
+
+    for text in ("".join(f"<bash>sleep {i}</bash>" for i in range(11)),
+                 "".join(f'<tool_call>{{"name": "bash", "arguments": {{"command": "sleep {i}"}}}}</tool_call>'
+                         for i in range(11))):
+        parsed = parse_tool_calls(text, ["bash"])
+        assert MAX_CALLS_PER_MESSAGE == 8 and len(parsed.calls) == 8
+        assert parsed.calls[-1].content.endswith("sleep 7") or parsed.calls[-1].arguments == {"command": "sleep 7"}
+        assert parsed.errors == ["only the first 8 tool calls of a message run; the other 3 did not (call a tool, "
+                                 "read its answer, then the next)"]
+    assert parse_tool_calls("<bash>a</bash><bash>b</bash>", ["bash"], max_calls=1).calls[0].content == "a"
+
+
 def test_extract_tag_and_huge_input_is_linear():
     assert extract_tag("<answer>a</answer> <answer> b </answer>", "answer") == "b"
     assert extract_tag("<answer>a</answer>", "answer", which="first") == "a"
