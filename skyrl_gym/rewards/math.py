@@ -2,8 +2,8 @@
 
 ``math-verify`` (through sympy) can take seconds or hang on adversarial input, and its own time
 limits use ``SIGALRM``, which only works in a process's main thread. So the check runs in a small
-helper process: on time-out the helper is killed and replaced, and the caller gets ``False`` with the
-reason. Cheap cases (equal strings after normalisation, two plain numbers) never leave the process.
+helper process (:mod:`skyrl_gym.rewards._math_worker`): on time-out the helper is killed and replaced, and the
+caller gets ``False`` with the reason. Cheap cases (equal strings after normalisation, two plain numbers) never leave the process.
 """
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import importlib.util
+import json
 import math
-import multiprocessing
 import os
+import select
+import subprocess
+import sys
 import threading
+import time
 from typing import Any, Dict, List, Optional
 
 from skyrl_gym.rewards.boxed import last_boxed_content
@@ -42,73 +46,67 @@ def _as_number(text: str) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def _verify_in_worker(connection: Any) -> None:
-    import logging
-
-    from math_verify import parse, verify  # imported once per helper process
-
-    logging.getLogger("math_verify").setLevel(logging.ERROR)  # we bound time ourselves; silence its warning
-
-    while True:
-        try:
-            request = connection.recv()
-        except EOFError:
-            return
-        prediction, gold = request
-        try:
-            # Wrap in $...$ so that plain LaTeX and plain numbers both parse.
-            gold_parsed = parse(f"${gold}$", parsing_timeout=None)
-            prediction_parsed = parse(f"${prediction}$", parsing_timeout=None)
-            if not gold_parsed or not prediction_parsed:
-                connection.send((False, "math-verify could not parse the answer"))
-            else:
-                connection.send((bool(verify(gold_parsed, prediction_parsed, timeout_seconds=None)), "math-verify"))
-        except Exception as exc:  # sympy raises all sorts of things on odd input
-            connection.send((False, f"error: {type(exc).__name__}: {exc}"[:200]))
-
-
 class _VerifyHelper:
     """One helper process, restarted after a time-out or a death; calls are serialised by a lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: Optional[multiprocessing.process.BaseProcess] = None
-        self._connection: Any = None
+        self._process: Optional[subprocess.Popen] = None
+        self._replies = b""  # what the helper wrote past its last whole answer
         self._ended = False  # set by _VerifyPool.close(): the call in progress gets an error, not a second try
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")  # fork is unsafe in threaded trainers
-        parent_end, child_end = context.Pipe()
-        process = context.Process(target=_verify_in_worker, args=(child_end,), daemon=True, name="skyrl-math-verify")
-        process.start()
-        child_end.close()
-        self._process, self._connection = process, parent_end
+        # A fresh interpreter with this one's sys.path (not multiprocessing: see skyrl_gym.rewards._math_worker);
+        # it ends when its input closes, with this process.
+        code = f"import sys; sys.path[:0] = {sys.path!r}; from skyrl_gym.rewards._math_worker import serve; serve()"
+        self._process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._replies = b""
 
     def _kill(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.join(timeout=5)
-        if self._connection is not None:
-            self._connection.close()
-        self._process = self._connection = None
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait(timeout=5)
+            for pipe in (process.stdin, process.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+
+    def _reply(self, timeout: float) -> Optional[bytes]:
+        """The helper's next answer line, or None at ``timeout``; EOFError once it has ended."""
+        deadline = time.monotonic() + timeout
+        fd = self._process.stdout.fileno()
+        while b"\n" not in self._replies:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise EOFError("the helper ended")
+            self._replies += chunk
+        line, _, self._replies = self._replies.partition(b"\n")
+        return line
 
     def _ask(self, prediction: str, gold: str, timeout: float) -> MathVerdict:
         """One request, on a helper started if there is none; raises EOFError or OSError (BrokenPipeError among
         them) when the helper dies before it answers."""
-        if self._process is None or not self._process.is_alive():
+        if self._process is None or self._process.poll() is not None:
             self._kill()
             self._start()
             timeout += 10.0  # the first call also pays for starting Python and importing sympy
         try:
-            self._connection.send((prediction, gold))
-            if not self._connection.poll(timeout):
+            self._process.stdin.write((json.dumps([prediction, gold]) + "\n").encode("utf-8"))
+            self._process.stdin.flush()
+            line = self._reply(timeout)
+            if line is None:
                 self._kill()
                 return MathVerdict(False, "timeout")
-            equal, reason = self._connection.recv()
-        except (EOFError, OSError):
+            equal, reason = json.loads(line)
+        except (EOFError, OSError, ValueError):
             self._kill()
-            raise
-        return MathVerdict(equal, reason)
+            raise EOFError("the helper ended before it answered") from None
+        return MathVerdict(bool(equal), str(reason))
 
     def check(self, prediction: str, gold: str, timeout: float) -> MathVerdict:
         """A helper that died before answering (it can look alive for a moment after it died, say once it has

@@ -103,4 +103,11 @@ async def run_cpu_bound(func: Callable[..., T], *args: Any) -> T:
             if _process_pool is pool:
                 _process_pool = None
         pool.shutdown(wait=False, cancel_futures=True)
-        return await loop.run_in_executor(tool_process_pool(), func, *args)
+        try:
+            return await loop.run_in_executor(tool_process_pool(), func, *args)
+        except concurrent.futures.process.BrokenProcessPool as exc:
+            raise concurrent.futures.process.BrokenProcessPool(
+                f"{exc} Twice in a row: a worker that dies as it starts is most often a script without an "
+                "`if __name__ == \"__main__\":` guard (worker processes import the main script again, as "
+                "multiprocessing's do); put the script's work under one, or set SKYRL_GYM_TOOL_PROCESSES=0 to run "
+                "tool calls in threads") from exc

@@ -121,26 +121,42 @@ def test_math_verify_is_bounded_in_time():
 
 def test_a_helper_that_died_after_its_last_answer_does_not_cost_the_next_one_its_reward():
     """A reference answer scored 0 with "math-verify helper died (Broken pipe)" in a loaded test run: its helper
-    had died after answering the call before, while it still looked alive. Here the helper is killed and reaped
-    by the test, so that it looks alive to multiprocessing for good; the next call is asked again on a fresh
-    helper and gets its verdict."""
-    import os
-    import signal
-
+    had died after answering the call before, while it still looked alive. Here the helper is killed and made to
+    look alive to the caller for good; the next call is asked again on a fresh helper and gets its verdict."""
     from skyrl_gym.rewards import math as math_reward
 
     helper = math_reward._VerifyHelper()
     try:
         assert helper.check("0.5", r"\frac{1}{2}", timeout=5).equal
         dead = helper._process
-        os.kill(dead.pid, signal.SIGKILL)
-        os.waitpid(dead.pid, 0)
-        assert dead.is_alive()  # what the helper sees: a process it cannot tell from a live one
+        dead.kill()
+        dead.wait()
+        dead.poll = lambda: None  # what the caller sees in the race: a process that died after it looked
         verdict = helper.check(r"\frac{2}{4}", "0.5", timeout=5)
         assert (verdict.equal, verdict.reason) == (True, "math-verify")
-        assert helper._process is not dead and helper._process.is_alive()
+        assert helper._process is not dead and helper._process.poll() is None
     finally:
         helper.close()
+
+
+def test_a_script_without_a_main_guard_gets_its_math_reward(tmp_path):
+    """The helper was a multiprocessing spawn, which imports the caller's main script again: a script without
+    ``if __name__ == "__main__":`` ran again in it, the helper died, and a right answer scored 0.0."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "score.py"
+    script.write_text(
+        "import skyrl_gym\n"
+        "print('top level ran')\n"
+        "env = skyrl_gym.make('math', extras={'reward_spec': {'ground_truth': '\\\\frac{1}{2}'}})\n"
+        "env.init([{'role': 'user', 'content': 'half?'}])\n"
+        "out = env.step('so \\\\boxed{0.5}')\n"
+        "print(out['reward'], out['metadata']['reason'])\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["top level ran", "1.0 math-verify"], done.stdout + done.stderr[-2000:]
 
 
 def test_a_hard_expression_does_not_hold_up_other_callers():
