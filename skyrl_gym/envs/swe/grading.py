@@ -183,6 +183,9 @@ def is_protected(path: str, hidden: Set[str] = frozenset(), binary: bool = False
         binary
         or is_test_path(path, runner)
         or path in hidden
+        # where a hidden file's folder must be, or inside where a hidden file must be: the hidden tests would not
+        # apply, and a set-up failure gives no verdict where a 0 was earned (attacker review)
+        or any(name.startswith(path + "/") or path.startswith(name + "/") for name in hidden)
         or parts[-1] in PROTECTED_NAMES
         or folded.endswith(PROTECTED_SUFFIXES)
         or any(part.endswith(_PROTECTED_FOLDER_SUFFIXES_FOLDED) for part in folded.split("/")[:-1])

@@ -410,6 +410,10 @@ def test_patches_that_touch_the_harness_or_protected_files_are_caught():
                  "EVIL-1.0.DIST-INFO/entry_points.txt", "calc/x.PTH"]  # importlib.metadata ignores the case
     assert [path for path in protected if not is_protected(path, hidden)] == []
     assert is_protected("calc/logo.png", hidden, binary=True)
+    # a file where a hidden file's folder goes, or a folder where a hidden file goes, would keep the hidden tests
+    # from applying: a set-up failure, no verdict, where the patch earned a 0
+    assert is_protected("pkg", {"pkg/checks.py"}) and is_protected("pkg/checks.py/x.py", {"pkg/checks.py"})
+    assert not is_protected("pkg2", {"pkg/checks.py"}) and not is_protected("pk", {"pkg/checks.py"})
     assert not is_protected("calc/ops.py", hidden) and not is_protected("skygym_pytest_report.py", hidden)
 
 
