@@ -37,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="model name, folder or hub id (for remote/sglang: the tokenizer to use; default "
                              "smollm2-135m, the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--base-url", default=None, help="server URL for --engine remote/sglang")
+    parser.add_argument("--served-model", default=None, metavar="NAME",
+                        help="the model name the --engine remote server expects (default: the first it lists at "
+                             "/v1/models)")
     parser.add_argument("--api", choices=("completions", "chat"), default="completions",
                         help="OpenAI API of --engine remote (completions keeps token ids in and out)")
     parser.add_argument("-n", "--samples", type=int, default=1, help="samples per prompt (pass@k uses k = n; default 1)")
@@ -105,7 +108,8 @@ def _build_engine(args: argparse.Namespace) -> Tuple[Any, Callable[[], None]]:
     if args.engine == "vllm":
         return make_engine("vllm", model=args.model), _keep
     if args.engine == "remote":
-        return make_engine("remote", base_url=args.base_url, tokenizer=args.model, api=args.api), _keep
+        return make_engine("remote", base_url=args.base_url, tokenizer=args.model, api=args.api,
+                           model=args.served_model, name_hint="--served-model NAME"), _keep
     return make_engine("sglang", base_url=args.base_url, tokenizer=args.model), _keep
 
 
@@ -180,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         check_drift=args.check_drift,
         env_configs={env: env_config for env in env_classes} if env_config else {},
     )
+    from skygym_adapters.engines import EngineError
     from skygym_adapters.models import ModelResolutionError
 
     try:
@@ -187,12 +192,14 @@ def run(args: argparse.Namespace) -> int:
     except ModelResolutionError as exc:  # a model path that does not exist, a hub id that cannot be fetched
         print(f"error: --model: {exc}", file=sys.stderr)
         return 2
+    except EngineError as exc:  # the engine's package is missing (vLLM, SGLang's client)
+        print(f"error: --engine {args.engine}: {exc}", file=sys.stderr)
+        return 2
     tokenizer = getattr(engine, "tokenizer", None)
     if tokenizer is None:
         restore_threads()
         print("error: the engine has no tokenizer; pass --model", file=sys.stderr)
         return 2
-    from skygym_adapters.engines import EngineError
 
     finished: Dict[int, Any] = {}  # what Ctrl-C leaves: the trajectories done by then, by their place in the run
 

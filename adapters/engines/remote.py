@@ -49,6 +49,8 @@ class RemoteEngine(BaseInferenceEngine):
         api_key: sent as a bearer token if given (or from ``OPENAI_API_KEY``).
         max_concurrency: requests in flight at once.
         weights_dir: where :meth:`update_weights` writes a state dict for the server to load.
+        name_hint: how the caller names ``model``, in the error when ``/v1/models`` cannot be asked (a command
+            line says its flag).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class RemoteEngine(BaseInferenceEngine):
         timeout_s: float = 600.0,
         max_concurrency: int = 256,
         weights_dir: Optional[str] = None,
+        name_hint: str = "RemoteEngine(..., model=NAME)",
     ) -> None:
         if api not in ("completions", "chat"):
             raise ValueError(f"api must be 'completions' or 'chat', got {api!r}")
@@ -78,6 +81,7 @@ class RemoteEngine(BaseInferenceEngine):
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
         self.weights_dir = weights_dir
+        self._name_hint = name_hint  # how the caller names the model, for an error that cannot ask the server
         self.needs_messages = api == "chat"
         self._prompt_as_text = False
         self._warned: set = set()
@@ -113,7 +117,7 @@ class RemoteEngine(BaseInferenceEngine):
 
     async def _model_name(self) -> str:
         if self.model is None:
-            self.model = await served_model_name(self._session(), self.root_url, "RemoteEngine(..., model=NAME)")
+            self.model = await served_model_name(self._session(), self.root_url, self._name_hint)
         return self.model
 
     def _warn_once(self, key: str, message: str) -> None:

