@@ -460,6 +460,24 @@ def unknown_config_keys(env_id: str, env_config: Any) -> Dict[str, str]:
     return problems
 
 
+_CHECKED_CONFIGS: "set[Tuple[str, Tuple[str, ...]]]" = set()  # (env id, the keys set): each said once a process
+
+
+def _warn_unread_config(env_id: str, env_config: Any) -> None:
+    """A warning, once a process for each env id and set of keys, for each ``env_config`` key set (not None) that
+    the env does not read: ``make("multiply", env_config={"max_turn": 3})`` left the env at its defaults,
+    silently. ``judge`` is read by :func:`make` for judged rows. The commands, the trainer and serve-env refuse
+    such a key; a library call is only warned, as SkyRL-gym took any."""
+    if not env_config or not hasattr(env_config, "items"):
+        return
+    keys = tuple(sorted(str(key) for key, value in env_config.items() if value is not None and key != "judge"))
+    if not keys or (env_id, keys) in _CHECKED_CONFIGS:
+        return
+    _CHECKED_CONFIGS.add((env_id, keys))
+    for why in unknown_config_keys(env_id, dict.fromkeys(keys)).values():
+        warnings.warn(f"{why}; it is ignored", UserWarning, stacklevel=3)
+
+
 # make("remote", url=..., env_id=...): an env served by `skyrl-gym serve-env`. A spelling, not a catalogue entry:
 # it has no rows of its own, so it is kept out of the registry (and of `skyrl-gym list`).
 _REMOTE_SPEC = EnvSpec(
@@ -507,6 +525,7 @@ def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
         env.spec = env_spec
     except AttributeError:  # a class with __slots__ or a read-only property: leave it be
         pass
+    _warn_unread_config(env_spec.id, merged.get("env_config"))
     extras = merged.get("extras")
     if extras and _reward_method(extras) == "judge":  # any env, scored by an LLM judge (skyrl_gym.rewards.judged_env)
         from skyrl_gym.rewards.judged_env import with_judge_reward

@@ -153,3 +153,21 @@ def test_serve_env_refuses_an_operator_key_its_env_does_not_read() -> None:
                                   "reasoning_gym/*": {"whatever": 1}, "text2sql": {"db_path": "/data"}})
 
 
+
+
+def test_make_warns_once_of_a_key_the_env_does_not_read() -> None:
+    """``make`` took ``env_config={"max_turn": 3}`` and left the env at its defaults without a word."""
+    import warnings
+
+    from skyrl_gym import registration
+
+    row = {"reward_spec": {"ground_truth": "6"}}
+    registration._CHECKED_CONFIGS.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            skyrl_gym.make("multiply", extras=row, env_config={"max_turn": 3, "boxed_wrong_reward": 0.0})
+        skyrl_gym.make("multiply", extras=row, env_config={"boxed_wrong_reward": 0.0, "judge": None})
+    said = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+    assert said == ["env 'multiply' has no env_config key 'max_turn' (it reads: boxed_wrong_reward); it is ignored"]
+    assert caught[0].filename == __file__  # pointed at the caller's line, not at make's
