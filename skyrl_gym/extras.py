@@ -49,7 +49,7 @@ _INSTALL = {
 }
 # Modules that belong to an extra without being listed above (dependencies of the listed ones).
 _ALSO = {"huggingface_hub": "train", "safetensors": "train", "tokenizers": "train", "accelerate": "train", "yaml": "train", "requests": "train",
-         "openai": "trl", "hypothesis": "dev", "nox": "dev", "importlinter": "dev"}
+         "openai": "trl", "hydra": "verl", "hypothesis": "dev", "nox": "dev", "importlinter": "dev"}
 
 
 def install_command(extra: str) -> str:

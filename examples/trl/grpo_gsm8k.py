@@ -32,10 +32,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trl import GRPOConfig, GRPOTrainer
+    try:
+        from trl import GRPOConfig, GRPOTrainer
 
-    from skygym_adapters.models import resolve_model
-    from skygym_adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset
+        from skygym_adapters.models import resolve_model
+        from skygym_adapters.trl import env_reward, env_rollout_func, episode_reward, rows_to_dataset
+    except ImportError as exc:
+        from skyrl_gym.extras import explain_import_error
+
+        raise SystemExit(f"error: this example {explain_import_error(exc) or f'cannot import: {exc}'}") from None
     from skyrl_gym.datasets import build_rows
 
     env_class = "gsm8k_multi_turn" if args.multi_turn else "gsm8k"

@@ -26,6 +26,14 @@ def main(argv=None) -> int:
     parser.add_argument("--response_length", type=int, default=512)
     args = parser.parse_args(argv)
 
+    import importlib.util
+
+    from skyrl_gym.extras import install_command
+
+    if importlib.util.find_spec("verl") is None:  # veRL composes its config with hydra, imported when it is used
+        raise SystemExit(f"error: this example needs the 'verl' extra (verl is not installed): {install_command('verl')}")
+    if not Path(args.rows).is_file():
+        raise SystemExit(f"error: --rows {args.rows}: no such file (make it with examples/verl/prepare_gsm8k.py)")
     import pyarrow.parquet as pq
     from transformers import AutoTokenizer
 
