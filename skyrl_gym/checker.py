@@ -410,9 +410,10 @@ class _Checker:
         exc, method, turn = record.exception, record.error_method, record.num_turns + 1
         if isinstance(exc, _AlreadyReported):
             return
+        # no action was played before the env was built and started: the finding names none
         if method in ("make", "init") and isinstance(exc, SandboxUnavailable):
             self.row_unusable = report
-            add(SKIPPED, method, f"this machine cannot run the env: {exc}", row_index, label)
+            add(SKIPPED, method, f"this machine cannot run the env: {exc}", row_index, None)
         elif method == "make":
             self.row_unusable = report
             if self.stand_in and isinstance(exc, DataError):  # likely right: the stand-in row has no ground truth
@@ -420,21 +421,21 @@ class _Checker:
                 add(ERROR, "make", f"the env refused the checker's stand-in row (one user message, no extras) with "
                     f"{_describe_exception(exc)}; if a row needs more, that is right, and nothing was checked: pass "
                     + (f"rows (skyrl-gym check {self.factory.env_id} --rows FILE, or check_env(env, rows))"
-                       if self.factory.registered else "rows: check_env(env, rows)"), row_index, label)
+                       if self.factory.registered else "rows: check_env(env, rows)"), row_index, None)
             elif isinstance(exc, _NotAnEnv):
-                add(ERROR, "make", str(exc), row_index, label)
+                add(ERROR, "make", str(exc), row_index, None)
             elif isinstance(exc, _Timeout):
-                add(ERROR, "make", f"building the env {exc}", row_index, label)
+                add(ERROR, "make", f"building the env {exc}", row_index, None)
             else:
-                add(ERROR, "make", f"building the env raised {_describe_exception(exc)}", row_index, label)
+                add(ERROR, "make", f"building the env raised {_describe_exception(exc)}", row_index, None)
         elif method == "init":
             self.row_unusable = report
             if isinstance(exc, _Timeout):
-                add(ERROR, "init", f"init(prompt) {exc}", row_index, label)
+                add(ERROR, "init", f"init(prompt) {exc}", row_index, None)
             elif record.error and "init() must return" in record.error:
-                add(ERROR, "init", str(exc), row_index, label)
+                add(ERROR, "init", str(exc), row_index, None)
             else:
-                add(ERROR, "init", f"init(prompt) raised {_describe_exception(exc)}", row_index, label)
+                add(ERROR, "init", f"init(prompt) raised {_describe_exception(exc)}", row_index, None)
         elif method == "step":
             if isinstance(exc, _Timeout):
                 add(ERROR, "step", f"step() on turn {turn} {exc} (a hang stalls a whole training batch)", row_index, label)

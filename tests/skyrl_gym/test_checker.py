@@ -421,6 +421,7 @@ def test_a_row_the_env_cannot_be_built_from(registered):
     report = check_env(registered(SayTheNumberEnv), [{"prompt": [{"role": "user", "content": "no answer"}]}])
     [finding] = report.errors
     assert finding.kind == "make" and "KeyError: 'reward_spec'" in finding.message
+    assert finding.action is None and "action" not in str(finding)  # none was played: it was "action 'empty string'"
 
 
 class IntAnswerEnv(SayTheNumberEnv):
