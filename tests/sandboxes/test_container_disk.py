@@ -58,3 +58,22 @@ def test_an_engine_that_cannot_cap_the_disk_is_asked_once(docker_engine, caplog)
     finally:
         for box in boxes:
             box.close()
+
+
+def test_when_inodes_run_short_the_container_that_made_the_most_files_is_removed(docker_engine):
+    """No engine caps a container's inodes: 200,000 empty files took 10 s and 0 MB of its disk. Where the engine's
+    disk is this machine's and few of its inodes are left (here: a reserve of all of them, so any count is short),
+    the watcher removes the container whose layer holds the most files, and only that one."""
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client) as quiet, Container(docker_engine.image, client=client) as busy:
+        if busy.upper_dir is None:
+            pytest.skip("the engine's disk is not readable from this process (another machine's engine, or not "
+                        "root): the inode watch cannot count a container's files here")
+        made = busy.exec("mkdir /many && cd /many && seq 1 5000 | xargs touch && ls | wc -l", timeout_s=60)
+        assert made.output.strip() == "5000", made.output
+        pair = [quiet, busy]  # not the containers other tests may hold open in this process
+        assert _DiskWatch.check(inode_reserve=0.0, among=pair) == []  # inodes are not short: nothing is removed
+        assert _DiskWatch.check(inode_reserve=1.0, among=pair) == [busy]
+        assert busy.id is None and busy.gone_why.startswith("it made ")
+        assert int(busy.gone_why.split()[2]) >= 5000 and "inodes left" in busy.gone_why
+        assert quiet.id is not None and quiet.exec("echo alive").output.strip() == "alive"
