@@ -206,6 +206,7 @@ class DockerSandbox(BaseSandbox):
             labels={LABEL: "1", OWNER_LABEL: owner_id(), f"{LABEL}.session": self._session},
             name=f"skyrl-sandbox-{self._session}-{uuid.uuid4().hex[:8]}",
             environment={"LANG": "C.UTF-8"},
+            log_config={"Type": "none", "Config": {}},  # nothing reaches the engine's log file, outside every limit
         )
 
     def _start_worker(self, mode: str) -> SupervisorWorker:

@@ -77,3 +77,15 @@ def test_when_inodes_run_short_the_container_that_made_the_most_files_is_removed
         assert busy.id is None and busy.gone_why.startswith("it made ")
         assert int(busy.gone_why.split()[2]) >= 5000 and "inodes left" in busy.gone_why
         assert quiet.id is not None and quiet.exec("echo alive").output.strip() == "alive"
+
+
+def test_what_the_keep_alive_process_prints_is_not_logged_by_the_engine(docker_engine):
+    """PID 1's output went to the engine's JSON log, outside the container's layer and every limit: 100 MB written
+    to /proc/1/fd/1 made a 573 MB log file in 1.5 s (an attacker's pass). The containers keep no log."""
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client) as box:
+        written = box.exec("head -c 10000000 /dev/zero > /proc/1/fd/1; echo rc=$?", timeout_s=60)
+        assert "rc=" in written.output
+        inspected = client.api.inspect_container(box.id)
+        assert inspected["HostConfig"]["LogConfig"]["Type"] == "none"
+        assert not inspected.get("LogPath")  # no log file on the engine's disk

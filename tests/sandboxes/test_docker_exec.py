@@ -61,6 +61,11 @@ def test_a_warm_workers_first_message_survives_a_late_reader(docker_engine, late
     try:
         result = box.run("print(6 * 7)")
         assert (result.status, result.stdout) == (Status.OK, "42\n"), result
+        from skygym_sandboxes.docker_backend import OWNER_LABEL, owner_id
+
+        client = docker_client(docker_engine.base_url)
+        mine = client.containers.list(filters={"label": f"{OWNER_LABEL}={owner_id()}"})
+        assert mine and all(c.attrs["HostConfig"]["LogConfig"]["Type"] == "none" for c in mine)  # no log file
     finally:
         box.close()
 
