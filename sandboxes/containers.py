@@ -50,8 +50,12 @@ KIND_LABEL = f"{LABEL}.kind"
 DEFAULT_OUTPUT_CAP = 32_000
 # What an exec's stream may carry beyond its output cap (the wrapper's last line is under 100 bytes).
 EXEC_STREAM_SLACK = 64 * 1024
-# The container's main process only keeps it alive; commands arrive through `docker exec`.
-KEEPALIVE = ["sleep", "infinity"]
+# The container's main process keeps it alive and reaps what commands leave: commands arrive through `docker exec`,
+# and a process whose parent ended becomes PID 1's child. `sleep infinity` reaped none: every process a time limit
+# killed stayed a zombie, counted against the container's process limit, until 20 commands that each left 25
+# behind had used all 512 and nothing could start. `kill -9 -1` spares PID 1 and ends its sleep, which it restarts.
+KEEPALIVE = ["bash", "-c", "while :; do sleep 3600 & wait $!; done"]
+KEEPALIVE_PROCESSES = 2  # the loop and its sleep
 
 
 @contextlib.contextmanager
@@ -435,9 +439,13 @@ class Container:
                 note = "[the command left processes that could not be stopped; the container was removed]"
                 return ExecResult(-1, note, timed_out=True, duration_s=time.monotonic() - started)
         if overflowed:  # the command is still writing: stop it, as at its time limit
-            self._kill_all_but_init()
+            stopped = self._stop_all_but_init()
+            if not stopped:  # no process slot left to run the kill, say: the container goes, and all in it
+                self.gone_why = "a command left processes that could not be stopped"
+                self.close()
+            what = "the container's processes were killed" if stopped else "the container was removed"
             note = (f"\n[the command wrote more than {output_cap} bytes around its output's cap, to the exec's stream "
-                    "itself; the rest was not read and the container's processes were killed]")
+                    f"itself; the rest was not read and {what}]")
             return ExecResult(-1, raw[:output_cap].decode("utf-8", "replace") + note, truncated=True,
                               duration_s=time.monotonic() - started)
         result = self._parse(raw, marker, output_cap, limit, time.monotonic() - started)
@@ -479,6 +487,21 @@ class Container:
             )
         except Exception:
             pass
+
+    def _stop_all_but_init(self, wait_s: float = 5.0) -> bool:
+        """Kill every process but the keep-alive's; whether, within ``wait_s``, no other is left (the engine lists
+        them: a kill that could not start, at the process limit, leaves them all)."""
+        self._kill_all_but_init()
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                if len(self.client.api.top(self._container.id)["Processes"] or []) <= KEEPALIVE_PROCESSES:
+                    return True
+            except Exception:  # the container is gone, or the engine cannot list it
+                return False
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
 
     # ----- files ------------------------------------------------------------------------------------
     def read_file(self, path: str, max_bytes: int = 10_000_000) -> bytes:

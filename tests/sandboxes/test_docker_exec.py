@@ -84,3 +84,32 @@ def test_output_written_around_the_cap_to_the_exec_stream_is_not_held(docker_eng
         assert done.output.endswith("the rest was not read and the container's processes were killed]")
         assert len(done.output) < 1000 + 200 and done.duration_s < 25  # not the 50 MB, nor the sleep
         assert container.exec("echo alive").output.strip() == "alive"
+
+
+def test_the_keep_alive_process_reaps_what_killed_commands_leave(docker_engine):
+    """``sleep infinity`` as PID 1 reaped nothing: each process a kill left became a zombie, counted against the
+    container's process limit until nothing could start."""
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client) as container:
+        container.exec("for i in $(seq 1 40); do (sleep 1000 &); done", timeout_s=10)  # orphans: PID 1's children
+        container._kill_all_but_init()
+        count = "cat /sys/fs/cgroup/pids/pids.current 2>/dev/null || cat /sys/fs/cgroup/pids.current"
+        deadline = time.monotonic() + 10
+        while int(container.exec(count).output.strip()) > 8 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert int(container.exec(count).output.strip()) <= 8  # the keep-alive, its sleep, this exec: no zombies
+
+
+def test_a_container_whose_processes_cannot_be_stopped_after_an_overflow_is_removed(docker_engine, monkeypatch):
+    """When the kill after an overflow cannot start (at the process limit, as an attacker's pass made it), the
+    writer goes on: the container is removed, and the result says so (it said the processes were killed). The
+    kill that cannot start is a stand-in here; the writer, the engine and its process listing are real."""
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client) as container:
+        monkeypatch.setattr(container, "_kill_all_but_init", lambda: None)
+        command = ("for f in /proc/[0-9]*/cmdline; do grep -qa 'setsi[d] timeout' $f && w=${f%/cmdline}; done; "
+                   "(setsid bash -c \"while :; do head -c 1000000 /dev/zero; done > $w/fd/1\" &); sleep 30")
+        done = container.exec(command, timeout_s=60, output_cap=1000)
+        assert done.exit_code == -1 and done.output.endswith("the rest was not read and the container was removed]")
+        assert container.id is None and container.gone_why == "a command left processes that could not be stopped"
+        assert done.duration_s < 25
