@@ -89,3 +89,21 @@ def test_what_the_keep_alive_process_prints_is_not_logged_by_the_engine(docker_e
         inspected = client.api.inspect_container(box.id)
         assert inspected["HostConfig"]["LogConfig"]["Type"] == "none"
         assert not inspected.get("LogPath")  # no log file on the engine's disk
+
+
+def test_files_held_open_after_they_were_deleted_count_against_their_container(docker_engine):
+    """A deleted file a process holds open keeps its inode, and no walk of the layer finds it."""
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client) as quiet, Container(docker_engine.image, client=client) as holder:
+        if holder.upper_dir is None:
+            pytest.skip("the engine's disk is not readable from this process (another machine's engine, or not "
+                        "root): the inode watch cannot count a container's files here")
+        quiet.exec("mkdir /some && cd /some && seq 1 300 | xargs touch")
+        hold = ("import os, time\nfds = []\nfor i in range(3000):\n    name = f'/h{i}'\n"
+                "    fds.append(os.open(name, os.O_CREAT | os.O_WRONLY))\n    os.unlink(name)\n"
+                "open('/ready', 'w').close()\ntime.sleep(1000)\n")
+        holder.write_file("/hold.py", hold.encode())
+        holder.exec("ulimit -n 4096; (setsid python3 /hold.py > /dev/null 2>&1 &); "
+                    "for i in $(seq 100); do [ -e /ready ] && break; sleep 0.1; done; ls / | grep -c '^h[0-9]'")
+        assert _DiskWatch.check(inode_reserve=1.0, among=[quiet, holder]) == [holder]
+        assert int(holder.gone_why.split()[2]) >= 3000 and quiet.id is not None
