@@ -146,8 +146,13 @@ batch) for ten tool time limits, and a 16 KB reply holds 220 of them."""
 def parse_tool_calls(text: str, xml_tags: Sequence[str] = (), wrapper: Optional[str] = None,
                      max_calls: int = MAX_CALLS_PER_MESSAGE) -> ParsedToolCalls:
     """JSON calls if the text has any ``<tool_call>`` block, else XML calls for ``xml_tags``; the first
-    ``max_calls`` of them, with an error saying how many more were left out."""
+    ``max_calls`` of them, with an error saying how many more were left out (and at most ``max_calls`` errors, with
+    how many more there were)."""
     parsed = parse_json_tool_calls(text) if "<tool_call>" in text else parse_xml_tool_calls(text, xml_tags, wrapper=wrapper)
+    if len(parsed.errors) > max_calls:  # each is an observation: 700 empty calls in 16 KB made 700 of them
+        more = len(parsed.errors) - max_calls
+        del parsed.errors[max_calls:]
+        parsed.errors.append(f"and {more} more calls that could not be parsed")
     if len(parsed.calls) > max_calls:
         parsed.errors.append(f"only the first {max_calls} tool calls of a message run; the other "
                              f"{len(parsed.calls) - max_calls} did not (call a tool, read its answer, then the next)")

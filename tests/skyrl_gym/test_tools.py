@@ -145,6 +145,8 @@ def test_a_message_runs_at_most_eight_calls_and_hears_of_the_rest():
         assert parsed.errors == ["only the first 8 tool calls of a message run; the other 3 did not (call a tool, "
                                  "read its answer, then the next)"]
     assert parse_tool_calls("<bash>a</bash><bash>b</bash>", ["bash"], max_calls=1).calls[0].content == "a"
+    flood = parse_tool_calls("<tool_call></tool_call>" * 700, ["bash"])  # each error is an observation
+    assert len(flood.errors) == 9 and flood.errors[-1] == "and 692 more calls that could not be parsed"
 
 
 def test_extract_tag_and_huge_input_is_linear():
