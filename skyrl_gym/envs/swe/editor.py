@@ -11,13 +11,15 @@ history per file, and answers every mistake with a message the model can act on,
 * ``undo_edit``: go back to the file as it was before its last edit.
 
 Long views, and the lines an edit shows, are cut at ``max_view_chars`` with a note saying how to see the rest.
-The undo history keeps at most ``max_history_chars`` of earlier versions, all files together, the oldest dropped
+The undo history keeps at most ``max_history_bytes`` of earlier versions in memory (``sys.getsizeof``: up to 4 bytes
+a character), all files together, the oldest dropped
 first: each edit of a 10 MB file kept another 10 MB, and 100 calls of one line each took a runner to 1 GB.
 """
 
 from __future__ import annotations
 
 import collections
+import sys
 from typing import Deque, Optional, Protocol, Sequence, Set, Tuple
 
 COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
@@ -38,13 +40,13 @@ def numbered(text: str, first_line: int = 1) -> str:
 
 class Editor:
     def __init__(self, files: Files, root: str = "/testbed", max_view_chars: int = 16_000,
-                 max_history_chars: int = 8_000_000) -> None:
+                 max_history_bytes: int = 8_000_000) -> None:
         self.files = files
         self.root = root
         self.max_view_chars = max_view_chars
-        self.max_history_chars = max_history_chars
+        self.max_history_bytes = max_history_bytes
         self.history: Deque[Tuple[str, str]] = collections.deque()  # (path, its text before an edit), oldest first
-        self.history_chars = 0
+        self.history_bytes = 0
         self.forgotten: Set[str] = set()  # paths whose earlier versions the bound dropped
 
     def run(
@@ -171,12 +173,12 @@ class Editor:
             if self.history[index][0] == path:
                 previous = self.history[index][1]
                 del self.history[index]
-                self.history_chars -= len(previous)
+                self.history_bytes -= sys.getsizeof(previous)
                 self.files.write(path, previous.encode("utf-8"))
                 return f"The last edit of {path} was undone."
         if path in self.forgotten:
             return (f"Error: the earlier versions of {path} are no longer kept (the editor keeps "
-                    f"{self.max_history_chars} characters of them, all files together); use git to restore it.")
+                    f"{self.max_history_bytes} bytes of them, all files together); use git to restore it.")
         return f"Error: there is no edit of {path} to undo."
 
     # ----- helpers ------------------------------------------------------------------------------------
@@ -191,10 +193,10 @@ class Editor:
         if previous is None:
             return
         self.history.append((path, previous))
-        self.history_chars += len(previous)
-        while self.history_chars > self.max_history_chars:
+        self.history_bytes += sys.getsizeof(previous)
+        while self.history_bytes > self.max_history_bytes:
             dropped_path, dropped = self.history.popleft()
-            self.history_chars -= len(dropped)
+            self.history_bytes -= sys.getsizeof(dropped)
             self.forgotten.add(dropped_path)
 
     def _snippet(self, text: str, line: int, height: int) -> str:

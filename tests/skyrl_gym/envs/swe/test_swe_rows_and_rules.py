@@ -272,7 +272,7 @@ def test_a_long_view_is_cut_with_a_note_saying_how_to_see_the_rest(tmp_path):
 def test_the_editor_bounds_what_a_hostile_call_costs(tmp_path):
     """Found by an attacker's pass: each was unbounded before (hours of CPU, gigabytes of history, megabytes of
     snippet, a crashed step)."""
-    editor = Editor(FolderFiles(tmp_path), max_view_chars=2000, max_history_chars=3_000_000)
+    editor = Editor(FolderFiles(tmp_path), max_view_chars=2000, max_history_bytes=2_500_000)
     (tmp_path / "a.txt").write_text("a" * 2_000_000)  # two million matches of old_str "a"
     refused = editor.run("str_replace", "/a.txt", old_str="a", new_str="b")
     assert refused == "Error: old_str occurs 2000000 times in /a.txt (lines 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ...); make it unique."
@@ -285,11 +285,16 @@ def test_the_editor_bounds_what_a_hostile_call_costs(tmp_path):
     assert len(edited) < 2300 and "view_range=[1, 2] shows these lines" in edited
     for _ in range(4):  # each edit keeps the file as it was: a million characters each
         editor.run("insert", "/long.txt", insert_line=0, new_str="head")
-    assert editor.history_chars <= 3_000_000 and len(editor.history) == 2
+    assert editor.history_bytes <= 2_500_000 and len(editor.history) == 2
     editor.run("undo_edit", "/long.txt")
     editor.run("undo_edit", "/long.txt")
     assert one_line.read_text().startswith("head\n" * 2 + "q")
     assert "no longer kept" in editor.run("undo_edit", "/long.txt")
+    wide = Editor(FolderFiles(tmp_path), max_history_bytes=2_500_000)  # the bound is memory: 4 bytes a character here
+    (tmp_path / "wide.txt").write_text("\U0001F600" * 500_000)
+    for _ in range(2):
+        wide.run("insert", "/wide.txt", insert_line=0, new_str="x")
+    assert len(wide.history) == 1 and wide.history_bytes <= 2_500_000
 
     for name, value in (("file_text", 123), ("file_text", ["a"]), ("new_str", 5), ("old_str", {"a": 1})):
         arguments = {"file_text": None, "old_str": None, "new_str": None, name: value}
