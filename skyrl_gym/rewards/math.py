@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from skyrl_gym.rewards import _math_worker  # what the helper runs (and so part of the reward's fingerprint)
 from skyrl_gym.rewards.boxed import last_boxed_content
 from skyrl_gym.rewards.normalize import normalize_final_answer
 
@@ -58,7 +59,7 @@ class _VerifyHelper:
     def _start(self) -> None:
         # A fresh interpreter with this one's sys.path (not multiprocessing: see skyrl_gym.rewards._math_worker);
         # it ends when its input closes, with this process.
-        code = f"import sys; sys.path[:0] = {sys.path!r}; from skyrl_gym.rewards._math_worker import serve; serve()"
+        code = f"import sys; sys.path[:0] = {sys.path!r}; from {_math_worker.__name__} import serve; serve()"
         self._process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self._replies = b""
 
@@ -165,11 +166,17 @@ class _VerifyPool:
         one again."""
         with self._changed:
             helpers = list(self._helpers)
+            idle = [helper for helper in helpers if helper in self._free]
         for helper in helpers:
             process = helper._process
             helper._ended = True
-            if process is not None:
-                process.kill()  # without the helper's lock: a busy helper's call sees its pipe close
+            if helper in idle and helper._lock.acquire(blocking=False):
+                try:
+                    helper._kill()  # its pipes closed too
+                finally:
+                    helper._lock.release()
+            elif process is not None:
+                process.kill()  # without the helper's lock: a busy helper's call sees its pipe close, and closes it
 
 
 # Helpers start on demand: a single-threaded caller only ever starts one.
