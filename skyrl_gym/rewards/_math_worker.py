@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 
 
 def serve() -> None:
+    # Ctrl-C in a terminal reaches the whole process group: the trainer finishes its step (whose math rewards this
+    # helper computes) and then stops, closing this helper's input
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     channel = os.fdopen(os.dup(1), "w", encoding="utf-8")
     sys.stdout = sys.stderr  # whatever sympy or math-verify print cannot reach the answers
     from math_verify import parse, verify
