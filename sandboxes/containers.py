@@ -491,17 +491,14 @@ class Container:
             try:
                 raw, overflowed = future.result(timeout=self.kill_grace_s)
             except concurrent.futures.TimeoutError:
-                # Still open (no process slot left to run the kill, say): the container goes, and with
-                # it every process in it. Later calls raise that the container is closed.
-                self.gone_why = "a command left processes that could not be stopped"
-                self.close()
+                # Still open (no process slot left to run the kill, say)
+                self._remove_unstoppable()
                 note = "[the command left processes that could not be stopped; the container was removed]"
                 return ExecResult(-1, note, timed_out=True, duration_s=time.monotonic() - started)
         if overflowed:  # the command is still writing: stop it, as at its time limit
             stopped = self._stop_all_but_init()
-            if not stopped:  # no process slot left to run the kill, say: the container goes, and all in it
-                self.gone_why = "a command left processes that could not be stopped"
-                self.close()
+            if not stopped:  # no process slot left to run the kill, say
+                self._remove_unstoppable()
             what = "the container's processes were killed" if stopped else "the container was removed"
             note = (f"\n[the command wrote more than {output_cap} bytes around its output's cap, to the exec's stream "
                     f"itself; the rest was not read and {what}]")
@@ -546,6 +543,12 @@ class Container:
             )
         except Exception:
             pass
+
+    def _remove_unstoppable(self) -> None:
+        """A command left processes that could not be stopped: the container goes, and with it every process in
+        it. Later calls raise that the container is closed."""
+        self.gone_why = "a command left processes that could not be stopped"
+        self.close()
 
     def _stop_all_but_init(self, wait_s: float = 5.0) -> bool:
         """Kill every process but the keep-alive's; whether, within ``wait_s``, no other is left (the engine lists

@@ -12,8 +12,8 @@ history per file, and answers every mistake with a message the model can act on,
 
 Long views, and the lines an edit shows, are cut at ``max_view_chars`` with a note saying how to see the rest.
 The undo history keeps at most ``max_history_bytes`` of earlier versions in memory (``sys.getsizeof``: up to 4 bytes
-a character), all files together, the oldest dropped
-first: each edit of a 10 MB file kept another 10 MB, and 100 calls of one line each took a runner to 1 GB.
+a character), all files together, the oldest dropped first: each edit of a 10 MB file kept another 10 MB, and 100
+calls of one line each took a runner to 1 GB.
 """
 
 from __future__ import annotations
