@@ -229,7 +229,7 @@ def _sql_workers() -> str:
     pool = tool_process_pool()
     if pool is None:
         return f"the tool thread pool ({os.environ.get('SKYRL_GYM_TOOL_THREADS', '32')} threads; SKYRL_GYM_TOOL_PROCESSES=0)"
-    return f"{pool._max_workers} tool worker processes"
+    return f"{pool.size} tool helper processes"
 
 
 def bench_sql(concurrency_levels: List[int], episodes: int) -> None:

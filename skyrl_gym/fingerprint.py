@@ -49,6 +49,7 @@ PLUMBING = (
     "skyrl_gym.audit",
     "skyrl_gym.tools.core",
     "skyrl_gym.tools.blocking",
+    "skyrl_gym.helper_processes",
     "skyrl_gym.envs.base_text_env",
     "skyrl_gym.cli",
 )

@@ -4,6 +4,7 @@ worker processes."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import skyrl_gym
@@ -35,69 +36,40 @@ def test_sync_env_steps_in_the_pool_and_async_env_on_the_loop():
     assert sql_out["reward"] == 1.0 and sql_out["done"]
 
 
-def _die_once(flag: str) -> int:
-    """Kills its worker process the first time (as an out-of-memory kill would), answers the second."""
-    import os
-
-    if not os.path.exists(flag):
-        open(flag, "w").close()
-        os._exit(1)
-    return os.getpid()
-
-
-def test_cpu_bound_work_runs_in_worker_processes_and_survives_a_dead_worker(tmp_path, monkeypatch):
+def test_cpu_bound_work_runs_in_helper_processes_or_in_threads_when_they_are_off(monkeypatch):
     import os
 
     from skyrl_gym.tools.blocking import run_cpu_bound
 
     monkeypatch.setenv("SKYRL_GYM_TOOL_PROCESSES", "2")
-    worker_pid = asyncio.run(run_cpu_bound(os.getpid))
-    assert worker_pid != os.getpid()
-    # a worker that dies breaks the pool; the call is retried once on a fresh pool
-    assert asyncio.run(run_cpu_bound(_die_once, str(tmp_path / "flag"))) not in (os.getpid(), worker_pid)
-    # and with processes off it runs in the thread pool of this process
+    assert asyncio.run(run_cpu_bound(os.getpid)) != os.getpid()
     monkeypatch.setenv("SKYRL_GYM_TOOL_PROCESSES", "0")
     assert asyncio.run(run_cpu_bound(os.getpid)) == os.getpid()
 
 
-_OWNER = """
-import asyncio, json, multiprocessing.forkserver, os, sys
-from skyrl_gym.tools.blocking import run_cpu_bound, tool_process_pool
-
-if __name__ == "__main__":
-    asyncio.run(run_cpu_bound(os.getpid))
-    pids = [*tool_process_pool()._processes, multiprocessing.forkserver._forkserver._forkserver_pid]
-    with open(sys.argv[1], "w") as out:
-        json.dump(pids, out)
-    os._exit(0)  # as a Ray actor or a pytest-xdist worker ends: no atexit, so the pool is never shut down
-"""
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not: a process reparented to an init that does not reap stays one)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def test_the_tool_workers_and_their_fork_server_end_with_the_process_that_made_them(tmp_path):
-    """An owner that ended without shutting its pool down (killed, or ``os._exit``) left the fork server and its
-    workers waiting for good: each worker holds both ends of its call queue and the server's lifeline."""
-    import json
+def test_a_script_without_a_main_guard_gets_its_sql_tool_calls(tmp_path):
+    """The tool workers were a multiprocessing pool, whose workers import the caller's main script again: a script
+    without ``if __name__ == "__main__":`` ran again in each and broke the pool (BrokenProcessPool twice)."""
     import subprocess
     import sys
-    import time
 
-    script, found, log = tmp_path / "owner.py", tmp_path / "pids.json", tmp_path / "owner.log"
-    script.write_text(_OWNER)
-    with log.open("w") as output:  # a file, not a pipe: workers left behind would hold a pipe open
-        done = subprocess.run([sys.executable, str(script), str(found)], stdout=output, stderr=output, timeout=120)
-    assert done.returncode == 0, log.read_text()
-    pids = json.loads(found.read_text())
-    assert len(pids) >= 2  # a worker, and the fork server
-    deadline = time.monotonic() + 30  # only stops a broken test from hanging: they end at once
-    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in pids if _running(pid)]
+    folder = shared_sample_databases()
+    row = {"reward_spec": {"ground_truth": "SELECT COUNT(*) FROM airports"},
+           "db_file": str(folder / "databases" / "flights.sqlite")}
+    script = tmp_path / "explore.py"
+    script.write_text(
+        "import asyncio, skyrl_gym\n"
+        "print('top level ran')\n"
+        f"env = skyrl_gym.make('text2sql', env_config={{}}, extras={row!r})\n"
+        "asyncio.run(env.ainit([]))\n"
+        "out = asyncio.run(env.astep('<think>t</think><sql>SELECT COUNT(*) FROM airports</sql>'))\n"
+        "print(out['observations'][0]['content'].split('[')[0].split()[-1])\n"
+        "out = asyncio.run(env.astep('<think>t</think><solution>SELECT COUNT(code) FROM airports</solution>'))\n"
+        "print(out['reward'])\n"
+    )
+    env = {**os.environ, "SKYRL_GYM_TOOL_PROCESSES": "2"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "top level ran" and lines.count("top level ran") == 1, done.stdout
+    assert lines[-1] == "1.0" and lines[-2].isdigit() and int(lines[-2]) > 0, done.stdout + done.stderr[-2000:]

@@ -1,0 +1,271 @@
+"""Helper processes: fresh Python interpreters that run this package's functions outside the caller's process.
+
+Two kinds of work leave the process: CPU-bound tool work (SQL parsing and queries, see :mod:`skyrl_gym.tools.blocking`),
+whose Python would hold the GIL and starve an event loop, and math-verify (:mod:`skyrl_gym.rewards.math`), which can
+hang and whose own time limits need a main thread. Both go to a :class:`HelperPool`: up to ``size`` helpers, each
+serving one call at a time. A call that outlives its ``timeout`` has its helper killed (the next call starts a fresh
+one) and raises :class:`HelperTimeout`; a helper that died before it answered gets the call once more, on a fresh
+helper, and a second death raises :class:`HelperDied`.
+
+A helper is ``python -c`` with the caller's ``sys.path``, not a :mod:`multiprocessing` process: those import the
+caller's main script again, and a script without an ``if __name__ == "__main__":`` guard ran again in each of them
+(the math reward scored a right answer 0.0, the SQL tools' pool broke). So the function must be importable by name
+(one defined in the main script is not), and it and its arguments must pickle. A helper ignores Ctrl-C (the caller
+decides when to stop, and may need the helper to finish its step) and ends with the process that started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import functools
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from multiprocessing.connection import Connection
+from typing import Any, Callable, List, Optional, Sequence, TypeVar
+
+T = TypeVar("T")
+
+START_TIMEOUT_S = 120.0  # starting Python and importing the pool's modules (sympy takes seconds on a loaded machine)
+_READY = b"ready"
+
+
+class HelperTimeout(TimeoutError):
+    """A call ran past its time limit; its helper was killed."""
+
+
+class HelperDied(RuntimeError):
+    """A helper ended before it answered, twice in a row (or the pool was closed under the call)."""
+
+
+class _Died(Exception):
+    """A helper ended before it answered (internal: the call is tried once more)."""
+
+
+class _Helper:
+    """One helper process and its two pipes: requests in, answers out."""
+
+    def __init__(self, preload: Sequence[str]) -> None:
+        self._preload = tuple(preload)
+        self.process: Optional[subprocess.Popen] = None
+        self._requests: Optional[Connection] = None
+        self._answers: Optional[Connection] = None
+        self.ended = False  # set by HelperPool.close(): the call in progress gets HelperDied, not a second try
+
+    def _start(self) -> None:
+        request_read, request_write = os.pipe()
+        answer_read, answer_write = os.pipe()
+        code = (f"import sys; sys.path[:0] = {sys.path!r}; from {__name__} import serve; "
+                f"serve({request_read}, {answer_write}, {os.getpid()}, {self._preload!r})")
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                                            pass_fds=(request_read, answer_write))
+        except BaseException:
+            os.close(request_write)
+            os.close(answer_read)
+            raise
+        finally:  # the helper's ends: the helper alone holds them, so either side sees the other end
+            os.close(request_read)
+            os.close(answer_write)
+        self._requests = Connection(request_write, readable=False)
+        self._answers = Connection(answer_read, writable=False)
+        if not self._answers.poll(START_TIMEOUT_S):
+            self.kill()
+            raise HelperTimeout(f"a helper process did not start within {START_TIMEOUT_S:.0f} s")
+        try:
+            ready = self._answers.recv_bytes()
+        except (EOFError, OSError):
+            raise _Died("ended as it started") from None
+        if ready != _READY:
+            raise _Died(f"started with {ready[:40]!r}, not its ready signal")
+
+    def kill(self) -> Optional[int]:
+        """Stops the helper; returns the exit status it had ended with by itself, if it had."""
+        process, self.process = self.process, None
+        for connection in (self._requests, self._answers):
+            if connection is not None:
+                connection.close()
+        self._requests = self._answers = None
+        if process is None:
+            return None
+        status = process.poll()
+        process.kill()
+        process.wait(timeout=30)
+        return status
+
+    def _call_once(self, payload: bytes, timeout: Optional[float]) -> Any:
+        if self.process is None or self.process.poll() is not None:
+            self.kill()
+            self._start()
+        try:
+            self._requests.send_bytes(payload)
+            answered_in_time = self._answers.poll(timeout)
+            answer = self._answers.recv_bytes() if answered_in_time else b""
+        except (EOFError, OSError):
+            raise _Died("ended before it answered") from None
+        if not answered_in_time:
+            self.kill()
+            raise HelperTimeout(f"the call ran longer than {timeout:g} s; its helper was stopped")
+        try:
+            answered, value = pickle.loads(answer)
+        except Exception as exc:  # say, an exception class whose arguments do not rebuild it
+            raise RuntimeError(f"a helper's answer could not be read: {type(exc).__name__}: {exc}") from None
+        if not answered:
+            raise value
+        return value
+
+    def call(self, payload: bytes, timeout: Optional[float]) -> Any:
+        """A helper that died before answering (it can look alive for a moment after it died, say once it has sent
+        its last answer) gets the call again on a fresh one, once: a reference answer scored 0 with "helper died" in a
+        loaded test run."""
+        for attempt in (1, 2):
+            try:
+                return self._call_once(payload, timeout)
+            except _Died as died:
+                if self.process is not None:
+                    try:  # a helper that ended by itself has its exit status at once
+                        self.process.wait(timeout=0.2)
+                    except subprocess.TimeoutExpired:
+                        pass
+                status = self.kill()
+                if self.ended or attempt == 2:
+                    said = f" (exit status {status})" if status is not None else ""
+                    closed = "; its pool was closed" if self.ended else "; its error output, if any, is above"
+                    raise HelperDied(f"a helper process {died}{said}{closed}") from None
+        raise AssertionError("unreachable")
+
+
+class HelperPool:
+    """Up to ``size`` helper processes, each serving one call at a time: a call takes a free helper (starting one
+    while fewer than ``size`` exist) and waits only when all are busy, so one caller's slow calls hold one helper,
+    not everyone's. ``preload`` names modules a helper imports as it starts, before any call's time limit runs."""
+
+    def __init__(self, size: int, preload: Sequence[str] = ()) -> None:
+        self.size = max(1, size)
+        self._preload = tuple(preload)
+        self._forget()
+        _pools.add(self)
+        os.register_at_fork(after_in_child=functools.partial(_forget_after_fork, weakref.ref(self)))
+
+    def _forget(self) -> None:
+        """No helpers (and, in a forked child, none of the parent's: their pipes are the parent's)."""
+        self._helpers: List[_Helper] = []
+        self._free: List[_Helper] = []
+        self._changed = threading.Condition()
+        self._waiters: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+    def call(self, func: Callable[..., T], *args: Any, timeout: Optional[float] = None) -> T:
+        """``func(*args)`` run in a helper; what it raises is raised here. Raises :class:`HelperTimeout` past
+        ``timeout`` seconds (``None``: no limit) and :class:`HelperDied` when helpers die under it twice."""
+        if getattr(func, "__module__", None) == "__main__":
+            raise ValueError(f"{getattr(func, '__qualname__', func)!r} is defined in the main script, which a helper "
+                             "process does not import: move it into a module")
+        payload = pickle.dumps((func, args))  # a function or argument that cannot go fails here, in the caller
+        with self._changed:
+            while not self._free and len(self._helpers) >= self.size:
+                self._changed.wait()
+            if self._free:
+                helper = self._free.pop()
+            else:
+                helper = _Helper(self._preload)
+                self._helpers.append(helper)
+        try:
+            helper.ended = False
+            return helper.call(payload, timeout)
+        finally:
+            with self._changed:
+                self._free.append(helper)
+                self._changed.notify()
+
+    async def acall(self, func: Callable[..., T], *args: Any, timeout: Optional[float] = None) -> T:
+        """:meth:`call`, awaited: one waiting thread per busy helper, so waiting callers take no thread."""
+        with self._changed:
+            if self._waiters is None:
+                self._waiters = concurrent.futures.ThreadPoolExecutor(self.size, thread_name_prefix="skyrl-helper")
+            waiters = self._waiters
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(waiters, functools.partial(self.call, func, *args, timeout=timeout))
+
+    def pids(self) -> List[int]:
+        """The running helpers' process ids."""
+        with self._changed:
+            return [helper.process.pid for helper in self._helpers if helper.process is not None]
+
+    def close(self) -> None:
+        """Ends every helper now, busy ones included (their calls raise :class:`HelperDied`); the next call starts
+        one again."""
+        with self._changed:
+            helpers, idle = list(self._helpers), list(self._free)
+        for helper in helpers:
+            helper.ended = True
+            process = helper.process
+            if helper in idle:
+                helper.kill()
+            elif process is not None:
+                process.kill()  # a busy helper's caller sees its pipe close, and cleans up
+
+
+def _forget_after_fork(pool_ref: "weakref.ref[HelperPool]") -> None:
+    pool = pool_ref()
+    if pool is not None:
+        pool._forget()
+
+
+_pools: "weakref.WeakSet[HelperPool]" = weakref.WeakSet()
+
+
+def _watch_owner(owner: int) -> None:
+    """Ends this helper once ``owner`` has ended, even if a fork of the owner still holds the request pipe open."""
+
+    def watch() -> None:
+        try:  # a pidfd is readable once the owner has ended, and no pid can be reused meanwhile
+            select.select([os.pidfd_open(owner)], [], [])
+        except ProcessLookupError:  # ended already
+            pass
+        except (AttributeError, OSError):  # no pidfd (not Linux 5.3 or later): ask every second
+            while os.getppid() == owner:
+                time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="skyrl-helper-owner", daemon=True).start()
+
+
+def serve(request_fd: int, answer_fd: int, owner: int, preload: Sequence[str] = ()) -> None:
+    """A helper's main loop (run by ``python -c``): a pickled ``(func, args)`` in, a pickled ``(answered, value)``
+    out, until the request pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _watch_owner(owner)
+    sys.stdout = sys.stderr  # what a called function prints cannot reach the answers (they have their own pipe)
+    requests, answers = Connection(request_fd, writable=False), Connection(answer_fd, readable=False)
+    import importlib
+
+    for module in preload:
+        importlib.import_module(module)
+    answers.send_bytes(_READY)
+    while True:
+        try:
+            payload = requests.recv_bytes()
+        except EOFError:
+            return
+        try:
+            func, args = pickle.loads(payload)
+            outcome = (True, func(*args))
+        except Exception as exc:
+            outcome = (False, exc)
+        try:
+            answer = pickle.dumps(outcome)
+        except Exception as exc:  # an answer or an exception that cannot go back says so
+            answer = pickle.dumps((False, RuntimeError(f"a helper's answer could not be sent back: "
+                                                       f"{type(exc).__name__}: {exc}")))
+        answers.send_bytes(answer)
+
+
+atexit.register(lambda: [pool.close() for pool in list(_pools)])

@@ -1,0 +1,170 @@
+"""Helper processes (``skyrl_gym.helper_processes``): the fresh interpreters that run SQL tool work and math-verify
+outside the caller's process."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from skyrl_gym.helper_processes import HelperDied, HelperPool, HelperTimeout
+
+
+def _die_once(flag: str) -> int:
+    """Kills its helper the first time (as an out-of-memory kill would), answers the second."""
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        os._exit(1)
+    return os.getpid()
+
+
+@pytest.fixture
+def pool():
+    made = HelperPool(2)
+    yield made
+    made.close()
+
+
+def test_a_call_runs_in_a_helper_and_what_it_raises_is_raised_here(pool):
+    helper_pid = pool.call(os.getpid)
+    assert helper_pid != os.getpid() and pool.pids() == [helper_pid]
+    assert pool.call(os.getpid) == helper_pid  # the same helper serves the next call
+    with pytest.raises(ValueError, match="invalid literal"):
+        pool.call(int, "not a number")
+    assert pool.call(os.getpid) == helper_pid  # an exception in the function costs no helper
+    with pytest.raises((pickle.PicklingError, AttributeError), match="lambda"):  # the caller is told, not a helper
+        pool.call(lambda: 1)
+    assert pool.call(os.getpid) == helper_pid
+
+
+def test_a_function_of_the_main_script_is_refused_with_the_reason(pool, monkeypatch):
+    def scored(answer):
+        return answer
+
+    monkeypatch.setattr(scored, "__module__", "__main__")
+    with pytest.raises(ValueError, match="defined in the main script.*move it into a module"):
+        pool.call(scored, 1)
+
+
+def test_a_call_past_its_time_limit_stops_its_helper_and_the_next_call_gets_a_fresh_one(pool):
+    first = pool.call(os.getpid)
+    start = time.monotonic()
+    with pytest.raises(HelperTimeout, match="longer than 0.5 s"):
+        pool.call(time.sleep, 60, timeout=0.5)
+    assert time.monotonic() - start < 30  # only a bound for a broken test: it returns at once
+    assert not _running(first)
+    assert pool.call(os.getpid) not in (first, os.getpid())
+
+
+def test_a_helper_that_died_after_its_last_answer_does_not_cost_the_next_call(pool, tmp_path):
+    """A reference answer scored 0 with "math-verify helper died (Broken pipe)" in a loaded test run: its helper
+    had died after answering the call before, while it still looked alive. Here the helper is killed and made to
+    look alive to the caller; the next call is asked again on a fresh helper and gets its answer."""
+    pool.call(os.getpid)
+    (helper,) = pool._helpers
+    dead = helper.process
+    dead.kill()
+    dead.wait()
+    dead.poll = lambda: None  # what the caller sees in the race: a process that died after it looked
+    assert pool.call(os.getpid) not in (dead.pid, os.getpid())
+    # a helper that dies under the call gets it once more, too
+    assert pool.call(_die_once, str(tmp_path / "flag")) not in (dead.pid, os.getpid())
+
+
+def test_a_call_that_kills_two_helpers_in_a_row_gets_an_error_that_says_so(pool):
+    said = r"ended before it answered \(exit status 3\); its error output, if any, is above"
+    with pytest.raises(HelperDied, match=said):
+        pool.call(os._exit, 3)
+    assert pool.call(os.getpid) != os.getpid()
+
+
+def test_closing_the_pool_ends_a_busy_call_and_the_next_call_starts_a_helper_again(pool):
+    pool.call(os.getpid)
+    outcome = []
+
+    def caller():
+        try:
+            pool.call(time.sleep, 60)
+        except HelperDied as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    deadline = time.monotonic() + 30  # only stops a broken test from hanging
+    while pool._free and time.monotonic() < deadline:
+        time.sleep(0.01)
+    pool.close()
+    thread.join(timeout=30)
+    assert len(outcome) == 1 and "its pool was closed" in str(outcome[0])  # no second try on a fresh helper
+    assert pool.call(os.getpid) != os.getpid()
+
+
+def test_ctrl_c_does_not_end_a_helper(pool):
+    """Ctrl-C reaches the terminal's whole process group; the trainer finishes its step, whose math rewards a
+    helper computes: a helper ended by it gave that step's right answers an error verdict."""
+    helper_pid = pool.call(os.getpid)
+    os.kill(helper_pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert pool.call(os.getpid) == helper_pid  # the same helper, alive
+
+
+def test_a_forked_child_starts_its_own_helpers(pool):
+    parent_helper = pool.call(os.getpid)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (runs in the child)
+        try:
+            os.write(write, json.dumps([pool.call(os.getpid), os.getpid()]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        child_helper, child_pid = json.loads(answer.read())
+    os.waitpid(child, 0)
+    assert child_helper not in (parent_helper, child_pid)  # not the parent's helper, whose pipes are the parent's
+    assert pool.call(os.getpid) == parent_helper
+
+
+_OWNER = """
+import json, os, sys
+from skyrl_gym.tools.blocking import tool_process_pool
+from skyrl_gym.rewards.math import math_equal, _helper
+
+pool = tool_process_pool()
+pool.call(os.getpid)
+math_equal("0.5", "\\\\frac{1}{2}")
+with open(sys.argv[1], "w") as out:
+    json.dump(pool.pids() + _helper.pids(), out)
+os._exit(0)  # as a Ray actor or a pytest-xdist worker ends: no atexit, so no pool is closed
+"""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: a process reparented to an init that does not reap stays one)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_helpers_end_with_the_process_that_started_them(tmp_path):
+    """An owner that ended without closing its pools (killed, or ``os._exit``) must not leave helpers behind."""
+    script, found, log = tmp_path / "owner.py", tmp_path / "pids.json", tmp_path / "owner.log"
+    script.write_text(_OWNER)
+    with log.open("w") as output:  # a file, not a pipe: helpers left behind would hold a pipe open
+        done = subprocess.run([sys.executable, str(script), str(found)], stdout=output, stderr=output, timeout=180)
+    assert done.returncode == 0, log.read_text()
+    pids = json.loads(found.read_text())
+    assert len(pids) == 2  # a tool helper and a math helper
+    deadline = time.monotonic() + 30  # only stops a broken test from hanging: they end at once
+    while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in pids if _running(pid)]
