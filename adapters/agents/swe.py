@@ -20,8 +20,8 @@ trajectory's container start with another's generation and a third one's grading
 Rows: the hub's SWE rows (:func:`skyrl_gym.envs.swe.dataset.instance_row`), bare SWE-bench rows
 (``skyrl-gym swe build``'s ``instances.jsonl``, :meth:`SWEInstance.to_row`), or SkyAgent's rows with the
 instance under a key (``data.instance_key: instance``). ``env_config`` in the YAML takes the ``swe`` env's
-keys: ``docker_host``, ``bash_timeout_s``, ``output_cap``, ``eval_timeout_s``, ``memory_mb``, ``cpus``,
-``max_turns``.
+keys: ``docker_host``, ``bash_timeout_s``, ``message_timeout_s``, ``output_cap``, ``eval_timeout_s``, ``memory_mb``,
+``cpus``, ``max_turns``.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ BASH_BLOCK = re.compile(r"```(?:bash|sh|shell|console)[ \t]*\n(.*?)```", re.DOTA
 SETTINGS_KEYS = (
     "docker_host",
     "bash_timeout_s",
+    "message_timeout_s",
     "output_cap",
     "eval_timeout_s",
     "memory_mb",
@@ -88,12 +89,17 @@ SETTINGS_KEYS = (
 )
 
 
+def _optional_float(value: Any) -> Optional[float]:
+    return None if value is None else float(value)
+
+
 @dataclass(frozen=True)
 class SWESettings:
     """The container and tool settings of a SWE task (``env_config`` in the agent YAML)."""
 
     docker_host: Optional[str] = None  # None: $SKYGYM_DOCKER_HOST, else docker's own default
     bash_timeout_s: float = 60.0
+    message_timeout_s: Optional[float] = None  # what one message's commands may take together; twice bash_timeout_s
     output_cap: int = 16_000
     eval_timeout_s: float = 600.0
     memory_mb: int = 2048
@@ -111,6 +117,7 @@ class SWESettings:
         return cls(
             docker_host=config_value(env_config, "docker_host", None),
             bash_timeout_s=float(config_value(env_config, "bash_timeout_s", defaults.bash_timeout_s)),
+            message_timeout_s=_optional_float(config_value(env_config, "message_timeout_s", None)),
             output_cap=int(config_value(env_config, "output_cap", defaults.output_cap)),
             eval_timeout_s=float(config_value(env_config, "eval_timeout_s", defaults.eval_timeout_s)),
             memory_mb=int(config_value(env_config, "memory_mb", defaults.memory_mb)),
@@ -148,7 +155,8 @@ class SWEAgentEnv(BaseTextEnv):
         self.runtime = runtime
         self.instance = runtime.instance
         self.tools = SWEToolGroup(
-            runtime.container, timeout_s=settings.bash_timeout_s, output_cap=settings.output_cap
+            runtime.container, timeout_s=settings.bash_timeout_s, output_cap=settings.output_cap,
+            message_timeout_s=settings.message_timeout_s,
         )
         self.init_tool_groups([self.tools])
         self.max_turns = settings.max_turns
@@ -176,6 +184,7 @@ class SWEAgentEnv(BaseTextEnv):
 
     def step(self, action: str) -> Dict[str, Any]:  # type: ignore[override]
         self.turns += 1
+        self.tools.start_message()
         parsed = parse_tool_calls(action, xml_tags=("bash", "submit", "finish"))
         observations: List[Dict[str, str]] = [
             {"role": "user", "content": f"Your tool call could not be parsed: {error}"}

@@ -194,6 +194,7 @@ CLIENT_KEYS: Dict[str, Dict[str, Rule]] = {
     "swe": {
         "max_turns": MAX_TURNS,
         "bash_timeout_s": _ceiling("seconds per bash command"),
+        "message_timeout_s": _ceiling("seconds for the bash commands of one message", ceiling=120),
         "output_cap": _ceiling("characters of command output shown", whole=True),
         "eval_timeout_s": _ceiling("seconds for the hidden tests"),
         "memory_mb": _ceiling("memory of the container (MB)", whole=True),

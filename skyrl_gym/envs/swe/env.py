@@ -13,7 +13,8 @@ such rows before it starts.
 but left out, named by its length and SHA-256) and the per-test report.
 
 ``env_config``: ``docker_host`` (default ``$SKYGYM_DOCKER_HOST`` or docker's own), ``bash_timeout_s``
-(60), ``output_cap`` (16000 bytes per tool result), ``eval_timeout_s`` (600), ``memory_mb`` (2048),
+(60), ``message_timeout_s`` (what the commands of one message may take together; twice ``bash_timeout_s``),
+``output_cap`` (16000 bytes per tool result), ``eval_timeout_s`` (600), ``memory_mb`` (2048),
 ``cpus`` (1.0), ``max_turns`` (30; a row's ``max_turns`` wins), ``images`` (image-name prefixes a row's image must
 start with; default any; on ``serve-env`` the operator must set it).
 """
@@ -79,6 +80,7 @@ class SWEEnv(BaseTextEnv):
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
     config_defaults = {
         "bash_timeout_s": 60.0,
+        "message_timeout_s": None,  # twice bash_timeout_s
         "output_cap": 16_000,
         "eval_timeout_s": 600.0,
         "memory_mb": 2048,
@@ -100,6 +102,8 @@ class SWEEnv(BaseTextEnv):
         self.base_url: Optional[str] = config_value(env_config, "docker_host", None)
         defaults = self.config_defaults
         self.bash_timeout_s = float(config_value(env_config, "bash_timeout_s", defaults["bash_timeout_s"]))
+        message_timeout_s = config_value(env_config, "message_timeout_s", defaults["message_timeout_s"])
+        self.message_timeout_s = None if message_timeout_s is None else float(message_timeout_s)
         self.output_cap = int(config_value(env_config, "output_cap", defaults["output_cap"]))
         self.eval_timeout_s = float(config_value(env_config, "eval_timeout_s", defaults["eval_timeout_s"]))
         self.limits = ContainerLimits(
@@ -120,7 +124,8 @@ class SWEEnv(BaseTextEnv):
         except BaseException:
             self.close()
             raise
-        self.tools = SWEToolGroup(self.runtime.container, timeout_s=self.bash_timeout_s, output_cap=self.output_cap)
+        self.tools = SWEToolGroup(self.runtime.container, timeout_s=self.bash_timeout_s, output_cap=self.output_cap,
+                                  message_timeout_s=self.message_timeout_s)
         self.init_tool_groups([self.tools])
         return (prompt if prompt is not None else []), {"instance_id": self.instance.instance_id}
 
@@ -140,6 +145,7 @@ class SWEEnv(BaseTextEnv):
         if self.report is not None:
             raise RuntimeError("the episode has ended; make a new env for the next one")
         self.turns += 1
+        self.tools.start_message()
         parsed = parse_tool_calls(action, xml_tags=("bash", "submit"))
         observations: List[Dict[str, str]] = [
             {"role": "user", "content": f"Your tool call could not be parsed: {error}"} for error in parsed.errors

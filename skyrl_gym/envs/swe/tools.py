@@ -3,12 +3,16 @@
 ``bash`` runs one command with bash in ``/testbed`` (each call starts there: ``cd`` does not carry
 over; chain commands with ``&&``). Its output (stdout and stderr together) is cut after
 ``output_cap`` bytes with a note ``[output truncated: N more bytes]``; a command that runs past
-``timeout_s`` is killed with everything it started, and the observation says so.
+``timeout_s`` is killed with everything it started, and the observation says so. The ``bash`` calls of one
+message share ``message_timeout_s`` (default twice ``timeout_s``, never under it): once it is spent, the message's
+later commands are not run, and say so. Without it, a message of eight ``sleep 100`` calls held its episode, and
+its batch, for eight time limits.
 """
 
 from __future__ import annotations
 
 import shlex
+import time
 from typing import List, Optional
 
 from skygym_sandboxes.containers import Container
@@ -44,14 +48,30 @@ class ContainerFiles:
         return done.output.rstrip()
 
 
+MIN_COMMAND_S = 1.0  # a message with less time left than this runs no more commands
+
+
 class SWEToolGroup(ToolGroup):
-    def __init__(self, container: Container, timeout_s: float = 60.0, output_cap: int = 16_000) -> None:
+    def __init__(self, container: Container, timeout_s: float = 60.0, output_cap: int = 16_000,
+                 message_timeout_s: Optional[float] = None) -> None:
         super().__init__("swe")
         self.container = container
         self.timeout_s = timeout_s
+        self.message_timeout_s = max(timeout_s, 2 * timeout_s if message_timeout_s is None else message_timeout_s)
+        self._message_deadline: Optional[float] = None
         self.output_cap = output_cap
         self.editor = Editor(ContainerFiles(container), max_view_chars=output_cap)
         self.submitted = False
+
+    def start_message(self) -> None:
+        """The calls to come are one message's: their ``bash`` commands share ``message_timeout_s`` from now."""
+        self._message_deadline = time.monotonic() + self.message_timeout_s
+
+    def _time_limit(self) -> float:
+        """This command's limit: ``timeout_s``, or what is left of its message's time if that is less."""
+        if self._message_deadline is None:
+            return self.timeout_s
+        return min(self.timeout_s, self._message_deadline - time.monotonic())
 
     @tool
     def bash(self, command: str) -> str:
@@ -62,10 +82,17 @@ class SWEToolGroup(ToolGroup):
         """
         if not isinstance(command, str) or not command.strip():
             return "Error: bash needs a non-empty command."
-        result = self.container.exec(command, timeout_s=self.timeout_s, output_cap=self.output_cap)
+        limit = self._time_limit()
+        if limit < min(MIN_COMMAND_S, self.timeout_s / 2):
+            return (f"Not run: this message's commands used up their {self.message_timeout_s:g} s. Send one "
+                    "command, read its output, then the next.")
+        result = self.container.exec(command, timeout_s=limit, output_cap=self.output_cap)
         notes: List[str] = []
-        if result.timed_out:
-            notes.append(f"[the command ran past {self.timeout_s:.0f} s and was killed]")
+        if result.timed_out and limit < self.timeout_s:
+            notes.append(f"[the command ran past the {limit:.3g} s left of this message's "
+                         f"{self.message_timeout_s:g} s for its commands and was killed]")
+        elif result.timed_out:
+            notes.append(f"[the command ran past {self.timeout_s:g} s and was killed]")
         elif result.exit_code != 0:
             notes.append(f"[exit code {result.exit_code}]")
         text = result.output if result.output.strip() else "(no output)"

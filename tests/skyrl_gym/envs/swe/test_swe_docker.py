@@ -101,12 +101,17 @@ def test_tools_time_out_cap_output_edit_files_and_end_at_max_turns(swe_instances
     from skyrl_gym.envs.swe.dataset import instance_row
 
     instance = swe_instances[0]
-    row = {**instance_row(instance), "max_turns": 6}
-    env = skyrl_gym.make("swe", env_config={"bash_timeout_s": 2, "output_cap": 1000}, extras=row)
+    row = {**instance_row(instance), "max_turns": 7}
+    env = skyrl_gym.make("swe", env_config={"bash_timeout_s": 2, "message_timeout_s": 3, "output_cap": 1000},
+                         extras=row)
     env.init(row["prompt"])
     try:
         slow = env.step("<bash>sleep 30 & sleep 30; echo never</bash>")["observations"][0]["content"]
         assert "ran past 2 s and was killed" in slow and "never" not in slow
+        # the commands of one message share its 3 s: the first takes 2, the next what is left, the rest none
+        sleepy = env.step("<bash>sleep 30</bash>" * 4)["observations"]
+        assert len(sleepy) == 4 and "ran past 2 s and was killed" in sleepy[0]["content"]
+        assert sleepy[-1]["content"].startswith("Not run: this message's commands used up their 3 s.")
         loud = env.step('<tool_call>{"name": "bash", "arguments": {"command": "yes | head -c 5000"}}</tool_call>')
         text = loud["observations"][0]["content"]
         assert text.endswith("[output truncated: 4000 more bytes]") and len(text) < 1100

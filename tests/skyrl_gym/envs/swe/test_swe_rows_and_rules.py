@@ -652,3 +652,38 @@ def test_sympy_rows_are_graded_by_sympys_runner_on_the_test_patchs_files_with_ba
         "sympy/a/tests/test_x.py::test_once": TestOutcome("sympy/a/tests/test_x.py::test_once", "passed", alias="test_once"),
     })
     assert run.passed("test_once") and not run.passed("test_same") and not run.passed("test_missing")
+
+
+class _SleepingContainer:
+    """A unit-test double of a container whose every command runs until its time limit (the real engine's case is
+    test_swe_docker's): it records the limits it was given."""
+
+    def __init__(self) -> None:
+        self.limits = []
+
+    def exec(self, command, timeout_s, output_cap=None):
+        import time
+
+        self.limits.append(timeout_s)
+        time.sleep(timeout_s)
+        return ExecResult(-1, "", timed_out=True, duration_s=timeout_s)
+
+
+def test_the_commands_of_one_message_share_its_time_and_the_next_message_has_its_own():
+    from skyrl_gym.envs.swe.tools import SWEToolGroup
+
+    container = _SleepingContainer()
+    tools = SWEToolGroup(container, timeout_s=1.0, message_timeout_s=1.8)
+    tools.start_message()
+    first, second, third = (tools.bash("sleep 100") for _ in range(3))
+    assert first == "(no output)\n[the command ran past 1 s and was killed]"
+    assert container.limits[0] == 1.0 and 0.5 <= container.limits[1] < 0.8  # the second got what was left
+    assert "s left of this message's 1.8 s for its commands and was killed]" in second
+    assert third.startswith("Not run: this message's commands used up their 1.8 s.")
+    assert len(container.limits) == 2  # the third never reached the container
+    tools.start_message()
+    tools.bash("sleep 100")
+    assert container.limits[2] == 1.0
+    # a message's time is never under one command's limit
+    assert SWEToolGroup(container, timeout_s=5, message_timeout_s=1).message_timeout_s == 5
+    assert SWEToolGroup(container, timeout_s=5).message_timeout_s == 10
