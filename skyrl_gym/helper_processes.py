@@ -59,6 +59,7 @@ class _Helper:
         self._requests: Optional[Connection] = None
         self._answers: Optional[Connection] = None
         self.ended = False  # set by HelperPool.close(): the call in progress gets HelperDied, not a second try
+        self._calls = 0
 
     def _start(self) -> None:
         request_read, request_write = os.pipe()
@@ -105,17 +106,26 @@ class _Helper:
         if self.process is None or self.process.poll() is not None:
             self.kill()
             self._start()
+        self._calls += 1
+        tag = self._calls.to_bytes(8, "little")  # the answer names its call: none can be taken for another's
         try:
-            self._requests.send_bytes(payload)
+            self._requests.send_bytes(tag + payload)
             answered_in_time = self._answers.poll(timeout)
             answer = self._answers.recv_bytes() if answered_in_time else b""
         except (EOFError, OSError):
             raise _Died("ended before it answered") from None
+        except BaseException:  # interrupted (Ctrl-C) while its answer was due: no later call may read that answer
+            self.kill()
+            raise
         if not answered_in_time:
             self.kill()
             raise HelperTimeout(f"the call ran longer than {timeout:g} s; its helper was stopped")
+        if answer[:8] != tag:
+            self.kill()
+            raise RuntimeError(f"a helper answered call {int.from_bytes(answer[:8], 'little')}, not call "
+                               f"{self._calls}; it was stopped")
         try:
-            answered, value = pickle.loads(answer)
+            answered, value = pickle.loads(answer[8:])
         except Exception as exc:  # say, an exception class whose arguments do not rebuild it
             raise RuntimeError(f"a helper's answer could not be read: {type(exc).__name__}: {exc}") from None
         if not answered:
@@ -239,8 +249,8 @@ def _watch_owner(owner: int) -> None:
 
 
 def serve(request_fd: int, answer_fd: int, owner: int, preload: Sequence[str] = ()) -> None:
-    """A helper's main loop (run by ``python -c``): a pickled ``(func, args)`` in, a pickled ``(answered, value)``
-    out, until the request pipe closes."""
+    """A helper's main loop (run by ``python -c``): a call's 8-byte tag and a pickled ``(func, args)`` in, the tag
+    and a pickled ``(answered, value)`` out, until the request pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _watch_owner(owner)
     sys.stdout = sys.stderr  # what a called function prints cannot reach the answers (they have their own pipe)
@@ -252,11 +262,12 @@ def serve(request_fd: int, answer_fd: int, owner: int, preload: Sequence[str] = 
     answers.send_bytes(_READY)
     while True:
         try:
-            payload = requests.recv_bytes()
+            request = requests.recv_bytes()
         except EOFError:
             return
+        tag = request[:8]
         try:
-            func, args = pickle.loads(payload)
+            func, args = pickle.loads(request[8:])
             outcome = (True, func(*args))
         except Exception as exc:
             outcome = (False, exc)
@@ -265,7 +276,7 @@ def serve(request_fd: int, answer_fd: int, owner: int, preload: Sequence[str] = 
         except Exception as exc:  # an answer or an exception that cannot go back says so
             answer = pickle.dumps((False, RuntimeError(f"a helper's answer could not be sent back: "
                                                        f"{type(exc).__name__}: {exc}")))
-        answers.send_bytes(answer)
+        answers.send_bytes(tag + answer)
 
 
 atexit.register(lambda: [pool.close() for pool in list(_pools)])

@@ -25,6 +25,11 @@ def _die_once(flag: str) -> int:
     return os.getpid()
 
 
+def _echo_after(seconds: float, value: str) -> str:
+    time.sleep(seconds)
+    return value
+
+
 @pytest.fixture
 def pool():
     made = HelperPool(2)
@@ -104,6 +109,29 @@ def test_closing_the_pool_ends_a_busy_call_and_the_next_call_starts_a_helper_aga
     thread.join(timeout=30)
     assert len(outcome) == 1 and "its pool was closed" in str(outcome[0])  # no second try on a fresh helper
     assert pool.call(os.getpid) != os.getpid()
+
+
+def test_an_answer_due_to_an_interrupted_call_never_reaches_the_next_call(pool):
+    """Ctrl-C in the caller while its helper works: the helper's answer still comes, later. The next call on that
+    helper must get its own answer (a math verdict for another rollout's answer is a reward reaching the wrong
+    rollout), so the interrupted call's helper is stopped."""
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Interrupted):
+            pool.call(_echo_after, 1.0, "the first call's answer")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    time.sleep(1.0)  # the first answer would have arrived by now
+    assert pool.call(_echo_after, 0, "the second call's answer") == "the second call's answer"
 
 
 def test_ctrl_c_does_not_end_a_helper(pool):
