@@ -465,7 +465,7 @@ class Container:
         wrapper = (
             f'setsid timeout -s KILL {limit} bash -c "$SKYGYM_COMMAND" </dev/null 2>&1'
             f' | {{ head -c {output_cap}; printf "\\n{marker}"; wc -c | tr -d " \\n"; }}; '
-            f'printf " %s\\n" "${{PIPESTATUS[0]}}"'
+            f'rc=${{PIPESTATUS[0]}}; printf " %s\\n" "$rc"; exit "$rc"'
         )
         environment = {**self.exec_env, **(env or {})}
         environment["SKYGYM_COMMAND"] = command
@@ -504,7 +504,7 @@ class Container:
                     f"itself; the rest was not read and {what}]")
             return ExecResult(-1, raw[:output_cap].decode("utf-8", "replace") + note, truncated=True,
                               duration_s=time.monotonic() - started)
-        result = self._parse(raw, marker, output_cap, limit, time.monotonic() - started)
+        result = self._parse(raw, marker, output_cap, limit, time.monotonic() - started, self._exit_status(exec_id))
         if self.gone_why and self._container is None:  # the disk watcher removed it while the command ran
             result.output += f"\n[{self.gone_why}; the container was removed]"
         return result
@@ -518,9 +518,27 @@ class Container:
             raise RuntimeError("the container is gone")
         return (listed[0].get("SizeRw") or 0) / 2**20
 
+    def _exit_status(self, exec_id: str) -> Optional[int]:
+        """The exec's exit status as the engine saw it (None if it will not say within 2 s). The command can read
+        the end marker (it is in the wrapper's command line, in /proc), print a forged last line, then kill the
+        wrapper's shells so no true one follows; the engine's status is the wrapper's own, or its killing."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                state = self.client.api.exec_inspect(exec_id)
+            except Exception:
+                return None
+            if not state.get("Running") and state.get("ExitCode") is not None:
+                return int(state["ExitCode"])
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.01)
+
     @staticmethod
-    def _parse(raw: bytes, marker: str, output_cap: int, limit: int, duration_s: float) -> ExecResult:
-        # The wrapper's last line is "<marker><bytes left after the cap> <exit status>".
+    def _parse(raw: bytes, marker: str, output_cap: int, limit: int, duration_s: float,
+               engine_status: Optional[int] = None) -> ExecResult:
+        # The wrapper's last line is "<marker><bytes left after the cap> <exit status>"; the exit status the engine
+        # saw (the wrapper exits with the command's) wins over it, which the command could have forged.
         text = raw.decode("utf-8", "replace")
         output, found, status = text.rpartition("\n" + marker)
         if not found:  # the wrapper itself was killed: by the limit, or by the command (`kill -9 -1`)
@@ -530,6 +548,8 @@ class Container:
         leftover_text, _, rc_text = status.strip().partition(" ")
         leftover = int(leftover_text) if leftover_text.isdigit() else 0
         exit_code = int(rc_text) if rc_text.lstrip("-").isdigit() else -1
+        if engine_status is not None:
+            exit_code = engine_status
         if leftover:
             output += f"\n[output truncated: {leftover} more bytes]"
         timed_out = exit_code == 137 and duration_s >= limit - 0.5

@@ -113,3 +113,22 @@ def test_a_container_whose_processes_cannot_be_stopped_after_an_overflow_is_remo
         assert done.exit_code == -1 and done.output.endswith("the rest was not read and the container was removed]")
         assert container.id is None and container.gone_why == "a command left processes that could not be stopped"
         assert done.duration_s < 25
+
+
+# Reads the end marker from the wrapper shell's command line, prints a forged last line with it, then kills the
+# wrapper's shells so that no true last line follows.
+FORGED_STATUS = r"""W=$(awk '{print $4}' /proc/$PPID/stat)
+m=$(grep -ao '__skygym_rc_[0-9a-f]*__' /proc/$W/cmdline | head -1)
+printf '\n%s0 0\n' "$m"; sleep 0.5
+for s in /proc/[0-9]*/stat; do read -r pid _ _ pp _ < $s; [ "$pp" = "$W" ] && [ "$pid" != "$PPID" ] && kill -9 $pid; done
+kill -9 "$W"; exit 3"""
+
+
+def test_a_command_cannot_forge_its_exit_status(docker_engine):
+    """The status came from the wrapper's last line only, and this command made that line say 0 (it exits 3)."""
+    client = docker_client(docker_engine.base_url)
+    with Container(docker_engine.image, client=client) as container:
+        forged = container.exec(FORGED_STATUS, timeout_s=30)
+        assert forged.exit_code == 137 and not forged.timed_out, forged  # its wrapper was killed: the engine says so
+        honest = container.exec("echo fine; exit 5", timeout_s=30)
+        assert (honest.exit_code, honest.output) == (5, "fine\n"), honest
