@@ -229,6 +229,13 @@ def run(args: argparse.Namespace) -> int:
                     said.append(str(exc).split(" Run `skyrl-gym list`")[0])
             print(f"error: --envs: {' '.join(said)} Run `skyrl-gym list` to see them all.", file=sys.stderr)
             return 2
+        from skyrl_gym.remote.policy import operator_keys_missing
+
+        for env_id in env_ids:  # served but unusable: said now, not at each client's first session
+            missing = operator_keys_missing(env_id, operator_config)
+            if missing:
+                print(f"warning: every session of {env_id!r} will be refused: {missing}; set it with "
+                      f"{missing.fix}", file=sys.stderr)
     try:
         check_can_listen(args.host, args.port)
         serve(

@@ -207,12 +207,20 @@ class RemoteEnv(ProxyEnv):
         except (ValueError, AttributeError):
             message = text
         kind = RemoteDataError if error_type in ("DataError", "MissingRewardSpec") else RemoteEnvError
-        hint = self._token_hint if status == 401 else ""
+        hint = ""
+        if status == 401:  # the server's own message speaks to its operator; this one to the client's author
+            hint = self._token_hint or (f" (this client sends the token given as token=, else ${TOKEN_ENV} when "
+                                        f"${URL_ENV} names this server)")
         return kind(
             f"remote env {self.env_id!r} at {self.url}: {what} failed (HTTP {status}): {str(message)[:2000]}"
             + hint,
             status,
         )
+
+    def _unreachable_hint(self, failure: str) -> str:
+        if "onnect" not in failure:  # ConnectionError, "cannot connect": nothing answered at all
+            return ""
+        return f" (is `skyrl-gym serve-env` running at {self.url}, and reachable from here?)"
 
     def _call(
         self,
@@ -239,7 +247,8 @@ class RemoteEnv(ProxyEnv):
                 max_body_bytes=self.max_reply_bytes,
             )
         except (RetriesExhausted, ReplyTooLarge) as exc:
-            raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {exc}") from None
+            raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {exc}"
+                                 + self._unreachable_hint(str(exc))) from None
         if response.status_code >= 300:  # a redirect is not followed: the answer is the service's own or none
             raise self._failure(what, response.status_code, response.text)
         return self._parsed(response.text, what)
@@ -314,7 +323,7 @@ class RemoteEnv(ProxyEnv):
                 await asyncio.sleep(self.retry.delay(attempt))
         raise RemoteEnvError(
             f"remote env {self.env_id!r} at {self.url}: {what} failed: {last}; gave up after "
-            f"{self.retry.attempts} attempts"
+            f"{self.retry.attempts} attempts" + self._unreachable_hint(last)
         )
 
     @staticmethod

@@ -20,7 +20,7 @@ import json
 import math
 import numbers
 from pathlib import Path
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from skyrl_gym.data import check_row_fields
 from skyrl_gym.errors import DataError
@@ -250,6 +250,32 @@ def operator_env_config(operator_config: Mapping[str, Any], env_id: str) -> Dict
     return merged
 
 
+class MissingOperatorKeys(list):
+    """The keys an env needs from a server's operator that its ``--env-config`` leaves unset; reads as a sentence."""
+
+    def __init__(self, env_id: str, keys: List[str]) -> None:
+        super().__init__(keys)
+        self.env_id = env_id
+
+    def __str__(self) -> str:
+        return (f"env {self.env_id!r} needs the operator's {', '.join(self)} on a server "
+                f"({OPERATOR_KEYS.get(self[0], 'set by the operator')})")
+
+    @property
+    def fix(self) -> str:
+        return (f"serve-env --env-config FILE, where FILE holds "
+                f"{{{json.dumps(self.env_id)}: {{{json.dumps(self[0])}: ...}}}} (docs/remote-envs.md)")
+
+
+def operator_keys_missing(env_id: str, operator_config: Optional[Mapping[str, Any]],
+                          creator: Any = None) -> MissingOperatorKeys:
+    """What ``env_id`` needs from the operator (its class's ``server_requires_env_config``) and ``operator_config``
+    leaves unset: a session of it is refused until the operator sets them."""
+    operator = operator_env_config(operator_config or {}, env_id)
+    required = getattr(_creator(env_id) if creator is None else creator, REQUIRES_OPERATOR_KEYS, ())
+    return MissingOperatorKeys(env_id, [key for key in required if operator.get(key) is None])
+
+
 def effective_env_config(
     operator_config: Mapping[str, Any],
     env_id: str,
@@ -262,15 +288,9 @@ def effective_env_config(
     operator = operator_env_config(operator_config, env_id)
     if creator is None:
         creator = _creator(env_id)
-    required = getattr(creator, REQUIRES_OPERATOR_KEYS, ())
-    missing = [key for key in required if operator.get(key) is None]
+    missing = operator_keys_missing(env_id, operator_config, creator)
     if missing:
-        raise PolicyError(
-            f"env {env_id!r} needs the operator's {', '.join(missing)} on a server "
-            f"({OPERATOR_KEYS.get(missing[0], 'set by the operator')}); "
-            f"this server was started without it: serve-env --env-config FILE, where FILE holds "
-            + f"{{{json.dumps(env_id)}: {{{json.dumps(missing[0])}: ...}}}} (docs/remote-envs.md)"
-        )
+        raise PolicyError(f"{missing}; this server was started without it: {missing.fix}")
     rules = client_rules(env_id, creator)
     env_defaults = getattr(creator, "config_defaults", None) or {}
     config = dict(operator)

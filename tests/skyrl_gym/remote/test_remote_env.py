@@ -154,7 +154,7 @@ def test_bad_input_gets_a_clear_error(service):
 
 
 def test_a_missing_or_wrong_token_is_refused(service):
-    with pytest.raises(RemoteEnvError, match="HTTP 401.*bearer token"):
+    with pytest.raises(RemoteEnvError, match="HTTP 401.*bearer token.*this client sends the token given as token="):
         skyrl_gym.make("remote", url=service.url, env_id="gsm8k", extras=GSM8K_ROW, token="wrong")
     assert requests.get(service.url + "/health", timeout=10).status_code == 401
 
@@ -197,6 +197,8 @@ def test_limits_on_sessions_body_size_and_idle_time():
         orphan = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
     orphan.close()  # the server is gone: close does not raise, and says why
     assert "cannot connect" in orphan.close_error
+    with pytest.raises(RemoteEnvError, match=r"cannot connect.*\(is `skyrl-gym serve-env` running at http"):
+        skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
 
 
 def test_serving_beyond_loopback_needs_a_token():

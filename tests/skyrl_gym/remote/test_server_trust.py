@@ -280,6 +280,24 @@ def test_text2sql_needs_the_operators_data_folder():
             assert "root:" not in message
 
 
+def test_serving_text2sql_without_its_data_folder_is_said_as_the_server_starts():
+    """The server started silently, and every session of it was then refused."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as busy:  # the server stops at its port, after what it says of its envs
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        done = subprocess.run([sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--port", port, "--envs",
+                               "gsm8k,text2sql"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "address is in use" in done.stderr, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "every session of 'text2sql' will be refused" in warnings[0], done.stderr
+    assert 'serve-env --env-config FILE, where FILE holds {"text2sql": {"db_path": ...}}' in warnings[0]
+
+
 # ----- 4. bounded servers -----------------------------------------------------------------------------------
 def test_a_100000_deep_body_is_a_400_with_a_message(service):
     for field in ("env_config", "extras"):
