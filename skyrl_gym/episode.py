@@ -477,6 +477,10 @@ def run_sync(coroutine: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+        loop_running = False
+    else:
+        loop_running = True
+    if not loop_running:  # run outside the except block: an error of the episode is not "during" this one
         return _run_with_result_aside(coroutine)
     import threading
 

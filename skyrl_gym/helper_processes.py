@@ -20,6 +20,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import functools
+import math
 import os
 import pickle
 import select
@@ -64,8 +65,12 @@ class _Helper:
     def _start(self) -> None:
         request_read, request_write = os.pipe()
         answer_read, answer_write = os.pipe()
-        code = (f"import sys; sys.path[:0] = {sys.path!r}; from {__name__} import serve; "
-                f"serve({request_read}, {answer_write}, {os.getpid()}, {self._preload!r})")
+        # Only the pipes' numbers go in the command line: the caller's sys.path comes down the pipe (as text in the
+        # command line, a pathlib entry did not parse and a long one passed the kernel's limit of one argument).
+        code = (f"import pickle, sys; from multiprocessing.connection import Connection; "
+                f"requests = Connection({request_read}, writable=False); "
+                f"sys.path[:0] = pickle.loads(requests.recv_bytes()); "
+                f"from {__name__} import serve; serve(requests, {answer_write})")
         try:
             self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
                                             pass_fds=(request_read, answer_write))
@@ -78,13 +83,20 @@ class _Helper:
             os.close(answer_write)
         self._requests = Connection(request_write, readable=False)
         self._answers = Connection(answer_read, writable=False)
-        if not self._answers.poll(START_TIMEOUT_S):
-            self.kill()
-            raise HelperTimeout(f"a helper process did not start within {START_TIMEOUT_S:.0f} s")
         try:
-            ready = self._answers.recv_bytes()
+            path = [os.fspath(entry) for entry in sys.path if isinstance(entry, (str, os.PathLike))]
+            self._requests.send_bytes(pickle.dumps(path))
+            self._requests.send_bytes(pickle.dumps((os.getpid(), self._preload)))
+            started = self._answers.poll(START_TIMEOUT_S)
+            ready = self._answers.recv_bytes() if started else b""
         except (EOFError, OSError):
             raise _Died("ended as it started") from None
+        except BaseException:  # interrupted (Ctrl-C) as it started: its ready signal must not pose as an answer
+            self.kill()
+            raise
+        if not started:
+            self.kill()
+            raise HelperTimeout(f"a helper process did not start within {START_TIMEOUT_S:.0f} s")
         if ready != _READY:
             raise _Died(f"started with {ready[:40]!r}, not its ready signal")
 
@@ -178,6 +190,10 @@ class HelperPool:
         if getattr(func, "__module__", None) == "__main__":
             raise ValueError(f"{getattr(func, '__qualname__', func)!r} is defined in the main script, which a helper "
                              "process does not import: move it into a module")
+        if timeout is not None:
+            if math.isnan(timeout):
+                raise ValueError("timeout must be a number of seconds, or None for no limit; got NaN")
+            timeout = None if timeout == math.inf else float(timeout)
         payload = pickle.dumps((func, args))  # a function or argument that cannot go fails here, in the caller
         with self._changed:
             while not self._free and len(self._helpers) >= self.size:
@@ -212,15 +228,19 @@ class HelperPool:
     def close(self) -> None:
         """Ends every helper now, busy ones included (their calls raise :class:`HelperDied`); the next call starts
         one again."""
-        with self._changed:
-            helpers, idle = list(self._helpers), list(self._free)
-        for helper in helpers:
+        with self._changed:  # the idle ones are taken out while they are stopped, so no call can take one meanwhile
+            idle, self._free = self._free, []
+            busy = [helper for helper in self._helpers if helper not in idle]
+        for helper in busy:
             helper.ended = True
             process = helper.process
-            if helper in idle:
-                helper.kill()
-            elif process is not None:
-                process.kill()  # a busy helper's caller sees its pipe close, and cleans up
+            if process is not None:
+                process.kill()  # its caller sees its pipe close, and cleans up
+        for helper in idle:
+            helper.kill()
+        with self._changed:
+            self._free.extend(idle)
+            self._changed.notify_all()
 
 
 def _forget_after_fork(pool_ref: "weakref.ref[HelperPool]") -> None:
@@ -248,13 +268,15 @@ def _watch_owner(owner: int) -> None:
     threading.Thread(target=watch, name="skyrl-helper-owner", daemon=True).start()
 
 
-def serve(request_fd: int, answer_fd: int, owner: int, preload: Sequence[str] = ()) -> None:
-    """A helper's main loop (run by ``python -c``): a call's 8-byte tag and a pickled ``(func, args)`` in, the tag
+def serve(requests: Connection, answer_fd: int) -> None:
+    """A helper's main loop (run by ``python -c``, which has read the caller's ``sys.path`` from ``requests``): the
+    owner's pid and the modules to preload, then per call an 8-byte tag and a pickled ``(func, args)`` in, the tag
     and a pickled ``(answered, value)`` out, until the request pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    owner, preload = pickle.loads(requests.recv_bytes())
     _watch_owner(owner)
     sys.stdout = sys.stderr  # what a called function prints cannot reach the answers (they have their own pipe)
-    requests, answers = Connection(request_fd, writable=False), Connection(answer_fd, readable=False)
+    answers = Connection(answer_fd, readable=False)
     import importlib
 
     for module in preload:

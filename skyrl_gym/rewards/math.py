@@ -43,7 +43,8 @@ def _as_number(text: str) -> Optional[float]:
 
 
 # Helpers start on demand (a single-threaded caller only ever starts one); one per CPU, 4 at most, plus one, so a
-# client on serve-env whose answers time out holds one helper, not every client's math reward.
+# check that times out holds one helper, not every caller's math reward (a serve-env client running that many hard
+# checks at once still makes the others wait; docs/security.md).
 _helper = HelperPool(min(4, os.cpu_count() or 1) + 1, preload=("math_verify",))
 
 

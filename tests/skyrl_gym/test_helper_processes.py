@@ -196,3 +196,80 @@ def test_helpers_end_with_the_process_that_started_them(tmp_path):
     while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [pid for pid in pids if _running(pid)]
+
+
+def test_closing_the_pool_while_other_threads_take_idle_helpers(pool, monkeypatch):
+    """close() listed the idle helpers, let go of its lock, then stopped them one by one: a call that took one not
+    yet stopped had its pipes closed under it and raised AttributeError (3 times in 10 with a slow stop), which the
+    math reward did not catch. Here every stop is slow; each call waits or gets a fresh helper, and its own answer."""
+
+    def in_threads(values, seconds):
+        answers = {}
+
+        def caller(value):
+            try:
+                answers[value] = pool.call(_echo_after, seconds, value)
+            except Exception as exc:  # what the test is about: reported below, with its type
+                answers[value] = exc
+
+        threads = [threading.Thread(target=caller, args=(value,)) for value in values]
+        for thread in threads:
+            thread.start()
+        return threads, answers
+
+    threads, _ = in_threads(["warm-a", "warm-b"], 0.3)  # two helpers, both idle after
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(pool.pids()) == 2
+    wait = subprocess.Popen.wait
+
+    def slow_wait(self, *args, **kwargs):
+        time.sleep(0.3)
+        return wait(self, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", slow_wait)
+    closer = threading.Thread(target=pool.close)
+    closer.start()
+    time.sleep(0.05)  # close() is stopping the first idle helper now
+    threads, answers = in_threads(["mine", "theirs"], 0.6)
+    for thread in [closer, *threads]:
+        thread.join(timeout=60)
+    assert answers == {"mine": "mine", "theirs": "theirs"}
+
+
+def test_an_odd_sys_path_reaches_the_helpers(pool, monkeypatch, tmp_path):
+    """sys.path was pasted into the helper's command line as text: a pathlib entry did not parse there (every math
+    verdict became "helper died") and 150 KB of entries passed the kernel's limit of one argument."""
+    import pathlib
+
+    monkeypatch.setattr(sys, "path", [*sys.path, pathlib.Path(tmp_path), *(f"/nowhere/{i:06d}" for i in range(15_000))])
+    assert sum(map(len, map(str, sys.path))) > 150_000
+    assert pool.call(os.getpid) != os.getpid()
+
+
+def test_an_interrupted_start_leaves_no_helper_whose_ready_signal_poses_as_an_answer(pool):
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        for delay in (0.001, 0.01, 0.03):  # in Popen, or while the helper starts
+            signal.setitimer(signal.ITIMER_REAL, delay)
+            try:
+                pool.call(_echo_after, 0.5, "interrupted")
+            except Interrupted:
+                pass
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            assert pool.call(_echo_after, 0, f"after {delay}") == f"after {delay}"
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_an_endless_timeout_is_no_limit_and_nan_is_refused(pool):
+    assert pool.call(_echo_after, 0, "kept", timeout=float("inf")) == "kept"
+    with pytest.raises(ValueError, match="NaN"):
+        pool.call(os.getpid, timeout=float("nan"))
