@@ -14,7 +14,7 @@ import json
 import sys
 import time
 import traceback
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 
 def _dig(row: Mapping[str, Any], dotted: str) -> Any:
@@ -149,8 +149,14 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: {row_place(index, args.rows)}: {exc.args[0]}; use --response-field or --responses",
                       file=sys.stderr)
                 return 2
-        if args.perturb:
-            responses = [_change_final_number(text) for text in responses]
+    if args.perturb:
+        changed = [_wrong_answer(text) for text in responses]
+        responses = [text for text, _ in changed]
+        unread = sum(1 for _, found in changed if not found)
+        if unread:
+            print(f"warning: --perturb: {unread} of {counted(len(changed), 'response')} had no final '#### N' or "
+                  "\\boxed{} answer to change; ' #### -1' was added to them, which their env may not read",
+                  file=sys.stderr)
     start = time.perf_counter()
     results = score_rows(rows, responses, env_id=args.env, env_config=env_config, progress=not args.quiet)
     table = summarize(results, time.perf_counter() - start)
@@ -169,14 +175,23 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any("error" in r for r in results) else 0
 
 
-def _change_final_number(text: str) -> str:
-    """The same text with the number after its last '#### ' increased by one (a wrong answer)."""
+def _wrong_answer(text: str) -> Tuple[str, bool]:
+    """The same text with its final answer made wrong, and whether it had one: the number after its last ``#### ``
+    plus one, else its last ``\\boxed{X}`` as ``\\boxed{(X)+1}``; else ``#### -1`` added (False)."""
+    from skyrl_gym.rewards.boxed import last_boxed_only_string, remove_boxed
+
     head, marker, tail = text.rpartition("#### ")
-    number = tail.strip().replace(",", "")
-    try:
-        return f"{head}{marker}{int(float(number)) + 1}"
-    except ValueError:
-        return text + " #### -1"
+    if marker:
+        number = tail.strip().replace(",", "")
+        try:
+            return f"{head}{marker}{int(float(number)) + 1}", True
+        except ValueError:
+            pass
+    box = last_boxed_only_string(text)
+    if box is not None:
+        at = text.rfind(box)
+        return f"{text[:at]}\\boxed{{({remove_boxed(box).strip()})+1}}{text[at + len(box):]}", True
+    return text + " #### -1", False
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -186,7 +201,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--responses", help='file with one {"response": ...} per row')
     source.add_argument("--response-field", default="extra_info.answer", help="dotted field of the row holding the response")
-    parser.add_argument("--perturb", action="store_true", help="change the final '#### N' of each response (expect reward 0)")
+    parser.add_argument("--perturb", action="store_true", help="make each response's final answer wrong ('#### N' plus one, or \\boxed{(X)+1}): expect reward 0")
     parser.add_argument("--env", help="env id for every row (default: each row's env_class)")
     parser.add_argument("--env-config", metavar="JSON", help="env_config as JSON, or @file.json")
     parser.add_argument("--limit", type=int, help="score only the first N rows")

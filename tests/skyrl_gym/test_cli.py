@@ -471,6 +471,26 @@ def test_score_names_the_rows_that_raised_and_counts_them_as_reward_0(tmp_path, 
     assert all("reward_spec" in line for line in named), err
 
 
+def test_score_perturb_makes_boxed_and_gsm8k_answers_wrong_and_says_what_it_could_not(tmp_path, capsys):
+    """--perturb changed only a final '#### N': on boxed-answer rows it changed nothing and the mean stayed 1.0,
+    and with --responses it was ignored. Now a box is made wrong too, and responses with neither are counted."""
+    boxed = {"prompt": [{"role": "user", "content": "3 * 4?"}], "env_class": "multiply",
+             "reward_spec": {"ground_truth": "12"}, "response": "so \\boxed{12}"}
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in [boxed, boxed]) + "\n")
+    code, out, _ = run_cli(capsys, ["score", "--rows", str(rows), "--response-field", "response", "--quiet"])
+    assert code == 0 and "1.0000" in out, out
+    code, out, err = run_cli(capsys, ["score", "--rows", str(rows), "--response-field", "response", "--quiet",
+                                      "--perturb"])
+    assert code == 0 and "0.0000" in out and "warning" not in err, out + err
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text(json.dumps({"response": "\\boxed{12}"}) + "\n" + json.dumps({"response": "twelve"}) + "\n")
+    code, out, err = run_cli(capsys, ["score", "--rows", str(rows), "--responses", str(responses), "--quiet",
+                                      "--perturb"])
+    assert code == 0 and "0.0000" in out, out
+    assert "warning: --perturb: 1 of 2 responses had no final '#### N' or \\boxed{} answer to change" in err, err
+
+
 def test_conform_of_an_unknown_env_is_one_error_line(capsys):
     pytest.importorskip("skygym_adapters.conformance",
                         reason="`skyrl-gym conform` comes with skygym_adapters: pip install -e .")
