@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         records = list(read_records(args.responses))
         responses = [r["response"] if isinstance(r, Mapping) else str(r) for r in records][: len(rows)]
         if len(responses) != len(rows):
-            print(f"error: {args.responses} has {len(responses)} responses for {len(rows)} rows", file=sys.stderr)
+            print(f"error: {args.responses} has {len(responses)} responses for {len(rows)} rows (--limit "
+                  f"{len(responses)} scores the first {len(responses)} rows)", file=sys.stderr)
             return 2
     else:
         responses = []

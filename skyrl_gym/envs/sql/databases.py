@@ -67,7 +67,7 @@ def resolve_database_file(extras: Mapping[str, Any], db_path: Optional[str]) -> 
     # A row's mistake, said in the row's words: the data folder's own path stays on the server.
     named = f"text2sql row's {field} {str(db_file or extras.get('db_id'))!r:.200}"
     if not os.path.isfile(path):
-        where = "" if db_path else f" at {path}"
+        where = " in the data folder (env_config.db_path)" if db_path else f" at {path}"
         if not db_path and not os.path.isabs(path):
             where += (" (a relative db_file is read from env_config.db_path, which is not set: set it to the "
                       "folder that holds the databases, e.g. env_config {\"db_path\": \"/data/sql\"})")
