@@ -132,10 +132,8 @@ class _Helper:
         if not answered_in_time:
             self.kill()
             raise HelperTimeout(f"the call ran longer than {timeout:g} s; its helper was stopped")
-        if answer[:8] != tag:
-            self.kill()
-            raise RuntimeError(f"a helper answered call {int.from_bytes(answer[:8], 'little')}, not call "
-                               f"{self._calls}; it was stopped")
+        if answer[:8] != tag:  # never seen since interrupted calls stop their helper; a fresh one gets the call
+            raise _Died(f"answered call {int.from_bytes(answer[:8], 'little')}, not call {self._calls}")
         try:
             answered, value = pickle.loads(answer[8:])
         except Exception as exc:  # say, an exception class whose arguments do not rebuild it

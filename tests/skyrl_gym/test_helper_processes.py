@@ -273,3 +273,13 @@ def test_an_endless_timeout_is_no_limit_and_nan_is_refused(pool):
     assert pool.call(_echo_after, 0, "kept", timeout=float("inf")) == "kept"
     with pytest.raises(ValueError, match="NaN"):
         pool.call(os.getpid, timeout=float("nan"))
+
+
+def test_an_answer_to_another_call_is_never_taken_for_this_ones(pool):
+    """Whatever put it there, an answer in the pipe that names another call is not this call's answer: the helper
+    is stopped and the call runs on a fresh one."""
+    first = pool.call(os.getpid)
+    (helper,) = pool._helpers
+    helper._requests.send_bytes((999).to_bytes(8, "little") + pickle.dumps((_echo_after, (0, "a stray answer"))))
+    assert pool.call(_echo_after, 0.1, "mine") == "mine"
+    assert pool.call(os.getpid) not in (first, os.getpid())
