@@ -3,6 +3,7 @@ outside the caller's process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -111,25 +112,36 @@ def test_closing_the_pool_ends_a_busy_call_and_the_next_call_starts_a_helper_aga
     assert pool.call(os.getpid) != os.getpid()
 
 
+class _Interrupted(Exception):
+    """Raised in the main thread by an alarm: Ctrl-C's KeyboardInterrupt, without touching pytest's own."""
+
+
+@contextlib.contextmanager
+def _interrupted_after(seconds: float):
+    """Runs the block until an alarm interrupts it after ``seconds``; yields a list that holds True if it did."""
+
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    interrupted = []
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield interrupted
+    except _Interrupted:
+        interrupted.append(True)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_an_answer_due_to_an_interrupted_call_never_reaches_the_next_call(pool):
     """Ctrl-C in the caller while its helper works: the helper's answer still comes, later. The next call on that
     helper must get its own answer (a math verdict for another rollout's answer is a reward reaching the wrong
     rollout), so the interrupted call's helper is stopped."""
-
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(signum, frame):
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
-        with pytest.raises(Interrupted):
-            pool.call(_echo_after, 1.0, "the first call's answer")
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    with _interrupted_after(0.3) as interrupted:
+        pool.call(_echo_after, 1.0, "the first call's answer")
+    assert interrupted
     time.sleep(1.0)  # the first answer would have arrived by now
     assert pool.call(_echo_after, 0, "the second call's answer") == "the second call's answer"
 
@@ -248,25 +260,10 @@ def test_an_odd_sys_path_reaches_the_helpers(pool, monkeypatch, tmp_path):
 
 
 def test_an_interrupted_start_leaves_no_helper_whose_ready_signal_poses_as_an_answer(pool):
-    class Interrupted(Exception):
-        pass
-
-    def interrupt(signum, frame):
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        for delay in (0.001, 0.01, 0.03):  # in Popen, or while the helper starts
-            signal.setitimer(signal.ITIMER_REAL, delay)
-            try:
-                pool.call(_echo_after, 0.5, "interrupted")
-            except Interrupted:
-                pass
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            assert pool.call(_echo_after, 0, f"after {delay}") == f"after {delay}"
-    finally:
-        signal.signal(signal.SIGALRM, previous)
+    for delay in (0.001, 0.01, 0.03):  # in Popen, or while the helper starts
+        with _interrupted_after(delay):
+            pool.call(_echo_after, 0.5, "interrupted")
+        assert pool.call(_echo_after, 0, f"after {delay}") == f"after {delay}"
 
 
 def test_an_endless_timeout_is_no_limit_and_nan_is_refused(pool):
