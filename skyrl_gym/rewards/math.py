@@ -12,10 +12,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-import os
 from typing import Any, Dict, Optional
 
-from skyrl_gym.helper_processes import HelperDied, HelperPool, HelperTimeout
+from skyrl_gym.helper_processes import DEFAULT_SIZE, HelperDied, HelperPool, HelperTimeout
 from skyrl_gym.rewards import _math_worker  # what the helper runs (and so part of the reward's fingerprint)
 from skyrl_gym.rewards.boxed import last_boxed_content
 from skyrl_gym.rewards.normalize import normalize_final_answer
@@ -42,10 +41,10 @@ def _as_number(text: str) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-# Helpers start on demand (a single-threaded caller only ever starts one); one per CPU, 4 at most, plus one, so a
-# check that times out holds one helper, not every caller's math reward (a serve-env client running that many hard
-# checks at once still makes the others wait; docs/security.md).
-_helper = HelperPool(min(4, os.cpu_count() or 1) + 1, preload=("math_verify",))
+# Helpers start on demand (a single-threaded caller only ever starts one); several, so a check that times out holds
+# one helper, not every caller's math reward (a serve-env client running that many hard checks at once still makes
+# the others wait; docs/security.md).
+_helper = HelperPool(DEFAULT_SIZE, preload=("math_verify",))
 
 
 def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -> MathVerdict:

@@ -4,7 +4,7 @@ Hundreds of episodes can await tool calls at once; the pools bound how many run 
 event loop stays free and the machine is not flooded. Work that waits (HTTP, sandbox calls) goes to
 threads (``run_blocking``; ``SKYRL_GYM_TOOL_THREADS``, default 32). Work that computes in Python, such
 as parsing SQL with sqlglot, would hold the GIL in a thread and starve the event loop, so it goes to
-helper processes (``run_cpu_bound``; ``SKYRL_GYM_TOOL_PROCESSES``, default ``min(4, cpus)``; ``0``
+helper processes (``run_cpu_bound``; ``SKYRL_GYM_TOOL_PROCESSES``, default ``min(4, cpus) + 1``; ``0``
 runs it in the thread pool instead). The function must be importable by name, and it and its arguments must pickle.
 """
 
@@ -17,7 +17,7 @@ import os
 import threading
 from typing import Any, Callable, Optional, TypeVar
 
-from skyrl_gym.helper_processes import HelperPool
+from skyrl_gym.helper_processes import DEFAULT_SIZE, HelperPool
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ def tool_process_pool() -> Optional[HelperPool]:
     script without an ``if __name__ == "__main__":`` guard is not run again in them) and import what the first call
     needs once."""
     global _process_pool
-    workers = int(os.environ.get("SKYRL_GYM_TOOL_PROCESSES", str(min(4, os.cpu_count() or 1))))
+    workers = int(os.environ.get("SKYRL_GYM_TOOL_PROCESSES", str(DEFAULT_SIZE)))
     if workers <= 0:
         return None
     with _pool_lock:
