@@ -4,16 +4,17 @@
 over; chain commands with ``&&``). Its output (stdout and stderr together) is cut after
 ``output_cap`` bytes with a note ``[output truncated: N more bytes]``; a command that runs past
 ``timeout_s`` is killed with everything it started, and the observation says so. The ``bash`` calls of one
-message share ``message_timeout_s`` (default twice ``timeout_s``, never under it): once it is spent, the message's
-later commands are not run, and say so. Without it, a message of eight ``sleep 100`` calls held its episode, and
-its batch, for eight time limits.
+message (and its editor actions) share ``message_timeout_s`` (default twice ``timeout_s``, never under it): once
+it is spent, the message's later calls are not run, and say so. Without it, a message of eight ``sleep 100``
+calls held its episode, and its batch, for eight time limits.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from skygym_sandboxes.containers import Container
 
@@ -21,29 +22,36 @@ from skyrl_gym.envs.swe.editor import Editor
 from skyrl_gym.tools.core import ToolGroup, tool
 
 
-class ContainerFiles:
-    """The editor's view of a container's files (modes of existing files are kept)."""
+EDITOR_EXEC_S = 30.0  # each container command of an editor action (its file's mode, a path's kind, a listing)
 
-    def __init__(self, container: Container) -> None:
+
+class ContainerFiles:
+    """The editor's view of a container's files (modes of existing files are kept). ``time_limit()`` gives each
+    container command's limit (the SWE tools give what is left of the message's time, at most EDITOR_EXEC_S)."""
+
+    def __init__(self, container: Container, time_limit: Callable[[], float] = lambda: EDITOR_EXEC_S) -> None:
         self.container = container
+        self.time_limit = time_limit
 
     def read(self, path: str) -> bytes:
         return self.container.read_file(path)
 
     def write(self, path: str, data: bytes) -> None:
-        mode = self.container.exec(f"stat -c %a -- {shlex.quote(path)} 2>/dev/null", timeout_s=30).output.strip()
+        mode = self.container.exec(f"stat -c %a -- {shlex.quote(path)} 2>/dev/null",
+                                   timeout_s=self.time_limit()).output.strip()
         self.container.write_file(path, data, mode=int(mode, 8) if mode.isdigit() else 0o644)
 
     def kind(self, path: str) -> str:
         quoted = shlex.quote(path)
         done = self.container.exec(
-            f"if [ -d {quoted} ]; then echo dir; elif [ -e {quoted} ]; then echo file; else echo missing; fi", timeout_s=30
+            f"if [ -d {quoted} ]; then echo dir; elif [ -e {quoted} ]; then echo file; else echo missing; fi",
+            timeout_s=self.time_limit(),
         )
         return done.output.strip() or "missing"
 
     def listing(self, path: str) -> str:
         done = self.container.exec(
-            f"find {shlex.quote(path)} -maxdepth 2 -not -path '*/.*' | sort | head -n 400", timeout_s=30
+            f"find {shlex.quote(path)} -maxdepth 2 -not -path '*/.*' | sort | head -n 400", timeout_s=self.time_limit()
         )
         return done.output.rstrip()
 
@@ -60,18 +68,24 @@ class SWEToolGroup(ToolGroup):
         self.message_timeout_s = max(timeout_s, 2 * timeout_s if message_timeout_s is None else message_timeout_s)
         self._message_deadline: Optional[float] = None
         self.output_cap = output_cap
-        self.editor = Editor(ContainerFiles(container), max_view_chars=output_cap)
+        files = ContainerFiles(container, time_limit=lambda: min(EDITOR_EXEC_S, self._time_left()))
+        self.editor = Editor(files, max_view_chars=output_cap)
         self.submitted = False
 
     def start_message(self) -> None:
-        """The calls to come are one message's: their ``bash`` commands share ``message_timeout_s`` from now."""
+        """The calls to come are one message's: they share ``message_timeout_s`` from now."""
         self._message_deadline = time.monotonic() + self.message_timeout_s
 
-    def _time_limit(self) -> float:
-        """This command's limit: ``timeout_s``, or what is left of its message's time if that is less."""
-        if self._message_deadline is None:
-            return self.timeout_s
-        return min(self.timeout_s, self._message_deadline - time.monotonic())
+    def _time_left(self) -> float:
+        """What is left of the message's time (no end before the first :meth:`start_message`)."""
+        return math.inf if self._message_deadline is None else self._message_deadline - time.monotonic()
+
+    def _time_spent(self) -> Optional[str]:
+        """The observation of a call its message has no time left for, else None."""
+        if self._time_left() >= min(MIN_COMMAND_S, self.timeout_s / 2):
+            return None
+        return (f"Not run: this message's calls used up their {self.message_timeout_s:g} s. Send one call, read "
+                "its output, then the next.")
 
     @tool
     def bash(self, command: str) -> str:
@@ -82,10 +96,10 @@ class SWEToolGroup(ToolGroup):
         """
         if not isinstance(command, str) or not command.strip():
             return "Error: bash needs a non-empty command."
-        limit = self._time_limit()
-        if limit < min(MIN_COMMAND_S, self.timeout_s / 2):
-            return (f"Not run: this message's commands used up their {self.message_timeout_s:g} s. Send one "
-                    "command, read its output, then the next.")
+        spent = self._time_spent()
+        if spent:
+            return spent
+        limit = min(self.timeout_s, self._time_left())
         result = self.container.exec(command, timeout_s=limit, output_cap=self.output_cap)
         notes: List[str] = []
         if result.timed_out and limit < self.timeout_s:
@@ -120,7 +134,8 @@ class SWEToolGroup(ToolGroup):
             insert_line: insert after this line; 0 inserts at the top (insert).
             view_range: [start, end] lines to view, 1-based; end -1 means the last line (view).
         """
-        return self.editor.run(command, path, file_text, old_str, new_str, insert_line, view_range)
+        return self._time_spent() or self.editor.run(command, path, file_text, old_str, new_str, insert_line,
+                                                     view_range)
 
     @tool
     def submit(self) -> str:

@@ -111,7 +111,7 @@ def test_tools_time_out_cap_output_edit_files_and_end_at_max_turns(swe_instances
         # the commands of one message share its 3 s: the first takes 2, the next what is left, the rest none
         sleepy = env.step("<bash>sleep 30</bash>" * 4)["observations"]
         assert len(sleepy) == 4 and "ran past 2 s and was killed" in sleepy[0]["content"]
-        assert sleepy[-1]["content"].startswith("Not run: this message's commands used up their 3 s.")
+        assert sleepy[-1]["content"].startswith("Not run: this message's calls used up their 3 s.")
         loud = env.step('<tool_call>{"name": "bash", "arguments": {"command": "yes | head -c 5000"}}</tool_call>')
         text = loud["observations"][0]["content"]
         assert text.endswith("[output truncated: 4000 more bytes]") and len(text) < 1100

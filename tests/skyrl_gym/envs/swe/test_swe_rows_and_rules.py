@@ -679,8 +679,10 @@ def test_the_commands_of_one_message_share_its_time_and_the_next_message_has_its
     assert first == "(no output)\n[the command ran past 1 s and was killed]"
     assert container.limits[0] == 1.0 and 0.5 <= container.limits[1] < 0.8  # the second got what was left
     assert "s left of this message's 1.8 s for its commands and was killed]" in second
-    assert third.startswith("Not run: this message's commands used up their 1.8 s.")
+    assert third.startswith("Not run: this message's calls used up their 1.8 s.")
     assert len(container.limits) == 2  # the third never reached the container
+    assert tools.str_replace_editor("view", "/testbed").startswith("Not run: this message's calls used up")
+    assert len(container.limits) == 2  # nor did the editor's
     tools.start_message()
     tools.bash("sleep 100")
     assert container.limits[2] == 1.0
