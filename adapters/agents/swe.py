@@ -184,7 +184,7 @@ class SWEAgentEnv(BaseTextEnv):
 
     def step(self, action: str) -> Dict[str, Any]:  # type: ignore[override]
         self.turns += 1
-        self.tools.start_message()
+        self._start_tool_calls()
         parsed = parse_tool_calls(action, xml_tags=("bash", "submit", "finish"))
         observations: List[Dict[str, str]] = [
             {"role": "user", "content": f"Your tool call could not be parsed: {error}"}

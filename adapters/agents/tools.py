@@ -48,6 +48,9 @@ class CodeInterpreterTool(ToolGroup):
         self._python = PythonCodeExecutorToolGroup(timeout=timeout, sandbox_config=sandbox_config)
         super().__init__("code_interpreter")
 
+    def start_message(self) -> None:
+        self._python.start_message()
+
     @tool
     def code_interpreter(self, code: str) -> str:
         """Run a Python program in a sandbox and return what it printed (or the error).
@@ -120,6 +123,7 @@ class AgentToolEnv(BaseTextEnv):
             self.answer, self.finished = action, False
             return {"observations": [], "reward": 0.0, "done": True, "metadata": {"answer": action}}
         parsed = parse_tool_calls(action, xml_tags=self.tool_names)
+        self._start_tool_calls()
         observations: List[Dict[str, Any]] = []
         for error in parsed.errors:
             observations.append({"role": "user", "content": f"Your tool call could not be parsed: {error}"})

@@ -69,6 +69,14 @@ class BaseTextEnv(Env[ConversationType, str]):
                     )
                 self.tool_to_toolgroup[tool_name] = group_name
 
+    def _start_tool_calls(self) -> None:
+        """A step's tool calls are one message's: each group that bounds a message's calls (``message_timeout_s``,
+        see :class:`~skyrl_gym.tools.core.ToolGroup`) starts that message's clock now."""
+        for group in self.tool_groups:
+            start = getattr(group, "start_message", None)
+            if start is not None:
+                start()
+
     def _execute_tool(self, tool_group_name: str, tool_name: str, tool_input: Any) -> Any:
         """Run ``tool_name`` of ``tool_group_name``; ``tool_input`` is a list/tuple of positional
         arguments (SkyRL-gym's convention) or a dict of keyword arguments."""

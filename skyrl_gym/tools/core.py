@@ -8,7 +8,9 @@ describes the parameters). The same tool thus serves XML-tag prompts and native 
 from __future__ import annotations
 
 import inspect
+import math
 import re
+import time
 import typing
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -125,8 +127,35 @@ class tool:
         }
 
 
+MIN_CALL_S = 1.0  # a message with less time left than this (or half a call's own limit) runs no more calls
+
+
 class ToolGroup:
-    """A named set of tools sharing state (a database connection, an HTTP session, a sandbox)."""
+    """A named set of tools sharing state (a database connection, an HTTP session, a sandbox).
+
+    A group whose calls take time can bound what one model message's calls take together: it sets
+    ``message_timeout_s``, each of its calls takes at most :meth:`message_time_left`, and its env calls
+    :meth:`start_message` as each step begins. A message of ten ``sleep 100`` calls held its episode, and its
+    batch, for ten time limits."""
+
+    message_timeout_s: Optional[float] = None  # what one message's calls may take together; None: no bound
+    _message_deadline: Optional[float] = None
+
+    def start_message(self) -> None:
+        """The calls to come are one message's: they share ``message_timeout_s`` from now."""
+        if self.message_timeout_s is not None:
+            self._message_deadline = time.monotonic() + self.message_timeout_s
+
+    def message_time_left(self) -> float:
+        """What is left of the message's time (no end without a bound, or before the first :meth:`start_message`)."""
+        return math.inf if self._message_deadline is None else self._message_deadline - time.monotonic()
+
+    def message_time_spent(self, call_limit: float) -> Optional[str]:
+        """The observation of a call (whose own limit is ``call_limit``) its message has no time left for, else None."""
+        if self.message_time_left() >= min(MIN_CALL_S, call_limit / 2):
+            return None
+        return (f"Not run: this message's calls used up their {self.message_timeout_s:g} s. Send one call, read "
+                "its output, then the next.")
 
     def __init__(self, name: str):
         self.name = name

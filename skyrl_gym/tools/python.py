@@ -71,7 +71,8 @@ class PythonCodeExecutorToolGroup(ToolGroup):
 
     With ``stateful=True`` each call first replays the earlier calls that succeeded (their output
     hidden), so variables and imports carry over between turns like in a notebook.
-    ``max_output_chars`` cuts what the model sees.
+    ``max_output_chars`` cuts what the model sees. The calls of one message share ``message_timeout_s`` (default
+    twice ``timeout``, never under it) once the env calls :meth:`start_message`.
     """
 
     def __init__(
@@ -81,8 +82,10 @@ class PythonCodeExecutorToolGroup(ToolGroup):
         sandbox_config: Optional[Mapping[str, Any]] = None,
         stateful: bool = False,
         max_output_chars: Optional[int] = None,
+        message_timeout_s: Optional[float] = None,
     ) -> None:
         self.timeout = timeout  # kept as given: SkyRL-gym prints it as is ("10.0 seconds")
+        self.message_timeout_s = max(timeout, 2 * timeout if message_timeout_s is None else message_timeout_s)
         self.stateful = stateful
         self.max_output_chars = max_output_chars
         self._sandbox = sandbox
@@ -102,16 +105,21 @@ class PythonCodeExecutorToolGroup(ToolGroup):
         earlier = self.history if self.stateful else []
         return _PROGRAM.format(earlier=earlier, code=code)
 
-    def _request(self, code: str) -> Any:
+    def _limit(self) -> float:
+        """This call's time: ``timeout`` as given, or what is left of its message's time if that is less."""
+        left = self.message_time_left()
+        return self.timeout if left >= self.timeout else round(left, 1)
+
+    def _request(self, code: str, limit: float) -> Any:
         from skygym_sandboxes import RunRequest
 
-        limits = self.sandbox.limits.replace(wall_s=self.timeout, cpu_s=self.timeout)
+        limits = self.sandbox.limits.replace(wall_s=limit, cpu_s=limit)
         return RunRequest(code=self._program(code), limits=limits)
 
-    def _finish(self, code: str, result: Any) -> str:
+    def _finish(self, code: str, result: Any, limit: float) -> str:
         if str(result.status) == "ok" and not (result.stderr and result.stderr.strip()):
             self.history.append(code)
-        text = render_run_result(result, self.timeout)
+        text = render_run_result(result, limit)
         if self.max_output_chars is not None and len(text) > self.max_output_chars:
             cut = len(text) - self.max_output_chars
             text = text[: self.max_output_chars] + f"\n... ({cut} more characters cut)"
@@ -124,16 +132,22 @@ class PythonCodeExecutorToolGroup(ToolGroup):
         Args:
             code: a complete Python program; print() what you want to see.
         """
+        spent, limit = self.message_time_spent(self.timeout), self._limit()
+        if spent:
+            return f"Error executing Python code: {spent}"
         try:
-            result = self.sandbox.run(self._request(code))
+            result = self.sandbox.run(self._request(code, limit))
         except Exception as exc:  # a sandbox that cannot start is reported, not raised
             return f"Error executing Python code: the sandbox is unavailable ({type(exc).__name__}: {exc})"
-        return self._finish(code, result)
+        return self._finish(code, result, limit)
 
     async def apython(self, code: str) -> str:
         """:meth:`python` awaited without blocking the event loop."""
+        spent, limit = self.message_time_spent(self.timeout), self._limit()
+        if spent:
+            return f"Error executing Python code: {spent}"
         try:
-            result = await self.sandbox.arun(self._request(code))
+            result = await self.sandbox.arun(self._request(code, limit))
         except Exception as exc:
             return f"Error executing Python code: the sandbox is unavailable ({type(exc).__name__}: {exc})"
-        return self._finish(code, result)
+        return self._finish(code, result, limit)

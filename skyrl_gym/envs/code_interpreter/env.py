@@ -81,6 +81,7 @@ class CodeInterpreterEnv(BaseTextEnv):
                 metadata["reason_done"] = "max_turns reached"
             return self._final(text, metadata)
         self._ensure_sandbox()
+        self._start_tool_calls()
         outputs: List[str] = []
         for call in calls:
             code = call.content if call.syntax == "xml" else call.arguments.get("code")

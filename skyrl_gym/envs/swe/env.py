@@ -145,7 +145,7 @@ class SWEEnv(BaseTextEnv):
         if self.report is not None:
             raise RuntimeError("the episode has ended; make a new env for the next one")
         self.turns += 1
-        self.tools.start_message()
+        self._start_tool_calls()
         parsed = parse_tool_calls(action, xml_tags=("bash", "submit"))
         observations: List[Dict[str, str]] = [
             {"role": "user", "content": f"Your tool call could not be parsed: {error}"} for error in parsed.errors

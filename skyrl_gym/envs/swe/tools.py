@@ -11,9 +11,7 @@ calls held its episode, and its batch, for eight time limits.
 
 from __future__ import annotations
 
-import math
 import shlex
-import time
 from typing import Callable, List, Optional
 
 from skygym_sandboxes.containers import Container
@@ -56,9 +54,6 @@ class ContainerFiles:
         return done.output.rstrip()
 
 
-MIN_COMMAND_S = 1.0  # a message with less time left than this runs no more commands
-
-
 class SWEToolGroup(ToolGroup):
     def __init__(self, container: Container, timeout_s: float = 60.0, output_cap: int = 16_000,
                  message_timeout_s: Optional[float] = None) -> None:
@@ -66,26 +61,10 @@ class SWEToolGroup(ToolGroup):
         self.container = container
         self.timeout_s = timeout_s
         self.message_timeout_s = max(timeout_s, 2 * timeout_s if message_timeout_s is None else message_timeout_s)
-        self._message_deadline: Optional[float] = None
         self.output_cap = output_cap
-        files = ContainerFiles(container, time_limit=lambda: min(EDITOR_EXEC_S, self._time_left()))
+        files = ContainerFiles(container, time_limit=lambda: min(EDITOR_EXEC_S, self.message_time_left()))
         self.editor = Editor(files, max_view_chars=output_cap)
         self.submitted = False
-
-    def start_message(self) -> None:
-        """The calls to come are one message's: they share ``message_timeout_s`` from now."""
-        self._message_deadline = time.monotonic() + self.message_timeout_s
-
-    def _time_left(self) -> float:
-        """What is left of the message's time (no end before the first :meth:`start_message`)."""
-        return math.inf if self._message_deadline is None else self._message_deadline - time.monotonic()
-
-    def _time_spent(self) -> Optional[str]:
-        """The observation of a call its message has no time left for, else None."""
-        if self._time_left() >= min(MIN_COMMAND_S, self.timeout_s / 2):
-            return None
-        return (f"Not run: this message's calls used up their {self.message_timeout_s:g} s. Send one call, read "
-                "its output, then the next.")
 
     @tool
     def bash(self, command: str) -> str:
@@ -96,10 +75,10 @@ class SWEToolGroup(ToolGroup):
         """
         if not isinstance(command, str) or not command.strip():
             return "Error: bash needs a non-empty command."
-        spent = self._time_spent()
+        spent = self.message_time_spent(self.timeout_s)
         if spent:
             return spent
-        limit = min(self.timeout_s, self._time_left())
+        limit = min(self.timeout_s, self.message_time_left())
         result = self.container.exec(command, timeout_s=limit, output_cap=self.output_cap)
         notes: List[str] = []
         if result.timed_out and limit < self.timeout_s:
@@ -134,7 +113,7 @@ class SWEToolGroup(ToolGroup):
             insert_line: insert after this line; 0 inserts at the top (insert).
             view_range: [start, end] lines to view, 1-based; end -1 means the last line (view).
         """
-        return self._time_spent() or self.editor.run(command, path, file_text, old_str, new_str, insert_line,
+        return self.message_time_spent(self.timeout_s) or self.editor.run(command, path, file_text, old_str, new_str, insert_line,
                                                      view_range)
 
     @tool

@@ -212,6 +212,14 @@ def test_code_interpreter_runs_in_the_sandbox():
     assert CodeInterpreterTool().code_interpreter("print(sum(range(10)))") == "45"
 
 
+def test_the_code_interpreters_calls_of_one_message_share_twice_one_calls_time():
+    env = AgentToolEnv([FinishTool(), CodeInterpreterTool(timeout=1.0)])
+    hang = '<tool_call>{"name": "code_interpreter", "arguments": {"code": "import time; time.sleep(100)"}}</tool_call>'
+    out = env.step(hang * 4)["observations"]
+    assert len(out) == 4 and "timed out after 1.0 seconds" in out[0]["content"], out
+    assert "Not run: this message's calls used up their 2 s" in out[-1]["content"], out
+
+
 def test_codeact_agent_acts_with_code_blocks_whose_state_persists():
     replies = iter(
         [

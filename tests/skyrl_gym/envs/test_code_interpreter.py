@@ -49,6 +49,17 @@ def test_errors_and_timeouts_become_observations():
     assert env.get_metrics()["tool_errors"] == 2
 
 
+def test_the_calls_of_one_message_share_twice_one_calls_time():
+    """Eight hanging calls in one message held the episode for eight time limits; they share two now."""
+    env = make(timeout=1)
+    out = env.step("<tool><python>import time; time.sleep(100)</python></tool>" * 4)["observations"][0]["content"]
+    outputs = out.split("</output>")[:-1]
+    assert len(outputs) == 4 and "timed out after 1.0 seconds" in outputs[0], out
+    assert "Not run: this message's calls used up their 2 s" in outputs[-1], out
+    again = env.step("<tool><python>print('fresh')</python></tool>")  # the next message has its own time
+    assert again["observations"][0]["content"] == "<output>\nfresh\n</output>"
+
+
 def test_wrong_answer_and_max_turns():
     env = make(max_turns=2)
     assert env.step("<tool><python>print(1)</python></tool>")["done"] is False
