@@ -108,7 +108,7 @@ class PythonCodeExecutorToolGroup(ToolGroup):
     def _limit(self) -> float:
         """This call's time: ``timeout`` as given, or what is left of its message's time if that is less."""
         left = self.message_time_left()
-        return self.timeout if left >= self.timeout else round(left, 1)
+        return self.timeout if left >= self.timeout else max(round(left, 1), min(left, 0.1))
 
     def _request(self, code: str, limit: float) -> Any:
         from skygym_sandboxes import RunRequest

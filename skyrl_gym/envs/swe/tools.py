@@ -113,8 +113,8 @@ class SWEToolGroup(ToolGroup):
             insert_line: insert after this line; 0 inserts at the top (insert).
             view_range: [start, end] lines to view, 1-based; end -1 means the last line (view).
         """
-        return self.message_time_spent(self.timeout_s) or self.editor.run(command, path, file_text, old_str, new_str, insert_line,
-                                                     view_range)
+        spent = self.message_time_spent(self.timeout_s)
+        return spent or self.editor.run(command, path, file_text, old_str, new_str, insert_line, view_range)
 
     @tool
     def submit(self) -> str:
