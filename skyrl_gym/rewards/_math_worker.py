@@ -22,6 +22,8 @@ def verify(prediction: str, gold: str) -> Tuple[bool, str]:
         prediction_parsed = parse(f"${prediction}$", parsing_timeout=None)
         if not gold_parsed or not prediction_parsed:
             return False, "math-verify could not parse the answer"
-        return bool(math_verify(gold_parsed, prediction_parsed, timeout_seconds=None)), "math-verify"
+        if math_verify(gold_parsed, prediction_parsed, timeout_seconds=None):
+            return True, "math-verify"
+        return False, "math-verify: not the same value as the ground truth"
     except Exception as exc:  # sympy raises all sorts of things on odd input
         return False, f"error: {type(exc).__name__}: {exc}"[:200]

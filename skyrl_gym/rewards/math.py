@@ -26,7 +26,7 @@ MAX_ANSWER_CHARS = 2_000  # longer "answers" are not answers; do not feed them t
 @dataclasses.dataclass
 class MathVerdict:
     equal: bool
-    reason: str  # "string", "numeric", "math-verify", "timeout", "too long", "error: ..."
+    reason: str  # "string", "numeric", "math-verify" (each with why when not equal), "timeout", "too long", "error: ..."
 
 
 def _as_number(text: str) -> Optional[float]:
@@ -59,7 +59,7 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
     prediction_number, gold_number = _as_number(prediction), _as_number(gold)
     if prediction_number is not None and gold_number is not None:
         equal = math.isclose(prediction_number, gold_number, rel_tol=1e-9, abs_tol=1e-9)
-        return MathVerdict(equal, "numeric")
+        return MathVerdict(equal, "numeric" if equal else "numeric: not the same number as the ground truth")
     if importlib.util.find_spec("math_verify") is None:
         raise ImportError("the math reward needs the math-verify package: pip install math-verify")
     try:

@@ -102,6 +102,9 @@ def test_math_equivalence_with_math_verify():
     assert math_equal(r"\frac{\sqrt{2}}{2}", r"\frac{1}{\sqrt{2}}").equal
     assert not math_equal(r"\frac{1}{3}", r"\frac{1}{2}").equal
     assert math_equal("3", "3.0").reason == "numeric"
+    # a wrong answer's reason says why, not only which check ran (a new user read "math-verify" as a pass)
+    assert math_equal("3", "4").reason == "numeric: not the same number as the ground truth"
+    assert math_equal("0.6667", "2/3").reason == "math-verify: not the same value as the ground truth"
     assert compute_math_score(r"so \boxed{0.5}", r"\frac{1}{2}")["score"] == 1.0
     assert compute_math_score("no box", "1") == {"score": 0.0, "pred": None, "reason": "no \\boxed{} answer"}
 
