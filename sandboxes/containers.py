@@ -456,16 +456,17 @@ class Container:
         ``output_cap`` bytes. Never raises for the command's own failure: see ``exit_code``."""
         if self._container is None:
             raise RuntimeError("the container is closed")
-        # A random end marker, so text the command prints can never pose as its exit status.
-        marker = "__skygym_rc_" + secrets.token_hex(8) + "__"
+        # A random end marker before the count of bytes past the cap, so the command's own text is not read as it.
+        # The exit status is the engine's (`_exit_status`), never printed text: the command can read this marker.
+        marker = "__skygym_end_" + secrets.token_hex(8) + "__"
         limit = max(1, int(timeout_s))
         # The command comes in through the environment, so no quoting can break out of the wrapper.
         # Output goes through a pipe that keeps the first bytes and drains the rest (no disk use);
         # `setsid` puts the command in a process group of its own that the limit kills whole.
         wrapper = (
             f'setsid timeout -s KILL {limit} bash -c "$SKYGYM_COMMAND" </dev/null 2>&1'
-            f' | {{ head -c {output_cap}; printf "\\n{marker}"; wc -c | tr -d " \\n"; }}; '
-            f'rc=${{PIPESTATUS[0]}}; printf " %s\\n" "$rc"; exit "$rc"'
+            f' | {{ head -c {output_cap}; printf "\\n{marker}"; wc -c | tr -d " \\n"; printf "\\n"; }}; '
+            f'exit "${{PIPESTATUS[0]}}"'
         )
         environment = {**self.exec_env, **(env or {})}
         environment["SKYGYM_COMMAND"] = command
@@ -518,11 +519,12 @@ class Container:
             raise RuntimeError("the container is gone")
         return (listed[0].get("SizeRw") or 0) / 2**20
 
-    def _exit_status(self, exec_id: str) -> Optional[int]:
-        """The exec's exit status as the engine saw it (None if it will not say within 2 s). The command can read
-        the end marker (it is in the wrapper's command line, in /proc), print a forged last line, then kill the
-        wrapper's shells so no true one follows; the engine's status is the wrapper's own, or its killing."""
-        deadline = time.monotonic() + 2.0
+    def _exit_status(self, exec_id: str, wait_s: float = 10.0) -> Optional[int]:
+        """The exec's exit status as the engine saw it (None if it will not say within ``wait_s``). The only
+        status trusted: the command can read the end marker (it is in the wrapper's command line, in /proc),
+        print a forged last line, then kill the wrapper's shells so no true one follows; the engine's status is
+        the wrapper's own (it exits with the command's), or its killing."""
+        deadline = time.monotonic() + wait_s
         while True:
             try:
                 state = self.client.api.exec_inspect(exec_id)
@@ -536,22 +538,23 @@ class Container:
 
     @staticmethod
     def _parse(raw: bytes, marker: str, output_cap: int, limit: int, duration_s: float,
-               engine_status: Optional[int] = None) -> ExecResult:
-        # The wrapper's last line is "<marker><bytes left after the cap> <exit status>"; the exit status the engine
-        # saw (the wrapper exits with the command's) wins over it, which the command could have forged.
+               engine_status: Optional[int]) -> ExecResult:
+        # The wrapper's last line is "<marker><bytes left after the cap> <exit status>". Its status is never read:
+        # the command could have forged it. The engine's (None: it did not say) is the only one.
         text = raw.decode("utf-8", "replace")
         output, found, status = text.rpartition("\n" + marker)
         if not found:  # the wrapper itself was killed: by the limit, or by the command (`kill -9 -1`)
             timed_out = duration_s >= limit - 0.5
             note = "" if timed_out else "\n[the command's shell was killed before it reported an exit status]"
             return ExecResult(-1, text[:output_cap] + note, timed_out=timed_out, duration_s=duration_s)
-        leftover_text, _, rc_text = status.strip().partition(" ")
+        leftover_text = status.strip().partition(" ")[0]
         leftover = int(leftover_text) if leftover_text.isdigit() else 0
-        exit_code = int(rc_text) if rc_text.lstrip("-").isdigit() else -1
-        if engine_status is not None:
-            exit_code = engine_status
         if leftover:
             output += f"\n[output truncated: {leftover} more bytes]"
+        if engine_status is None:  # fail closed: a status nobody can vouch for is a failure
+            output += "\n[the container engine did not report the command's exit status; counted as failed]"
+            return ExecResult(-1, output, leftover > 0, False, duration_s)
+        exit_code = engine_status
         timed_out = exit_code == 137 and duration_s >= limit - 0.5
         return ExecResult(exit_code, output, leftover > 0, timed_out, duration_s)
 

@@ -118,7 +118,7 @@ def test_a_container_whose_processes_cannot_be_stopped_after_an_overflow_is_remo
 # Reads the end marker from the wrapper shell's command line, prints a forged last line with it, then kills the
 # wrapper's shells so that no true last line follows.
 FORGED_STATUS = r"""W=$(awk '{print $4}' /proc/$PPID/stat)
-m=$(grep -ao '__skygym_rc_[0-9a-f]*__' /proc/$W/cmdline | head -1)
+m=$(grep -ao '__skygym_end_[0-9a-f]*__' /proc/$W/cmdline | head -1)
 printf '\n%s0 0\n' "$m"; sleep 0.5
 for s in /proc/[0-9]*/stat; do read -r pid _ _ pp _ < $s; [ "$pp" = "$W" ] && [ "$pid" != "$PPID" ] && kill -9 $pid; done
 kill -9 "$W"; exit 3"""
