@@ -173,6 +173,7 @@ CLIENT_KEYS: Dict[str, Dict[str, Rule]] = {
         "max_turns": MAX_TURNS,
         "observation_role": Rule("choice", "role of tool output messages", choices=("user", "tool")),
         "timeout": _ceiling("seconds per Python call"),
+        "message_timeout_s": _ceiling("seconds for the Python calls of one message", ceiling=20),
         "verify_timeout": _ceiling("seconds to verify the answer"),
         "stateful": Rule("flag", "keep Python state between calls"),
         "max_output_chars": _ceiling("characters of tool output shown", whole=True),

@@ -23,13 +23,14 @@ TOOL_NAMES = ("python",)
 
 class CodeInterpreterEnv(BaseTextEnv):
     """``env_config``: ``sandbox`` (backend and options), ``timeout`` (seconds per tool call),
+    ``message_timeout_s`` (seconds for the tool calls of one message together; default twice ``timeout``),
     ``max_turns`` (default 5; a row's ``max_turns`` wins), ``max_output_chars`` (default 2000),
     ``stateful`` (default true: later calls see earlier variables), ``observation_role`` (``"user"``
     or ``"tool"``). Reward: 1.0 for a correct boxed answer at the end, else 0.0; tool turns give 0.0.
     """
 
     # The defaults of the env_config keys it reads: also serve-env's ceilings of what a client may set.
-    config_defaults = {"timeout": 10.0, "verify_timeout": DEFAULT_TIMEOUT_S, "max_output_chars": 2000, "max_turns": 5,
+    config_defaults = {"timeout": 10.0, "message_timeout_s": None, "verify_timeout": DEFAULT_TIMEOUT_S, "max_output_chars": 2000, "max_turns": 5,
                        "observation_role": "user", "stateful": True, "sandbox": None}
 
     def __init__(
@@ -48,8 +49,11 @@ class CodeInterpreterEnv(BaseTextEnv):
         self.verify_timeout = config_number(config, "verify_timeout", defaults["verify_timeout"],
                                             "code_interpreter")
         self._config = env_config
+        message_timeout_s = config.get("message_timeout_s", defaults["message_timeout_s"])
         self.python_tool = PythonCodeExecutorToolGroup(
             timeout=config_number(config, "timeout", defaults["timeout"], "code_interpreter"),
+            message_timeout_s=None if message_timeout_s is None else config_number(
+                config, "message_timeout_s", None, "code_interpreter"),
             sandbox=sandbox,
             stateful=bool(config.get("stateful", defaults["stateful"])),
             max_output_chars=config_number(config, "max_output_chars", defaults["max_output_chars"],

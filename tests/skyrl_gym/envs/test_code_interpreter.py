@@ -90,3 +90,13 @@ def test_every_reward_below_one_says_why_and_tool_output_cannot_answer():
     assert tool["reward"] == 0.0 and tool["metadata"]["reason"]
     final = env.step("I am done.")
     assert final["done"] is True and final["reward"] == 0.0 and final["metadata"]["reason"]
+
+
+def test_env_config_sets_what_one_messages_calls_may_take_together():
+    env = make(timeout=1, message_timeout_s=1.5)
+    out = env.step("<tool><python>import time; time.sleep(100)</python></tool>" * 3)["observations"][0]["content"]
+    outputs = out.split("</output>")[:-1]
+    assert "timed out after 1.0 seconds" in outputs[0], out
+    assert "Not run: this message's calls used up their 1.5 s" in outputs[-1], out
+    with pytest.raises(ValueError, match="env_config.message_timeout_s must be a number, got 'soon'"):
+        make(message_timeout_s="soon")
