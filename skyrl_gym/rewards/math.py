@@ -10,6 +10,7 @@ plain numbers) never leave the process.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import math
 from typing import Any, Dict, Optional
@@ -47,6 +48,13 @@ def _as_number(text: str) -> Optional[float]:
 _helper = HelperPool(DEFAULT_SIZE, preload=("math_verify",))
 
 
+@functools.lru_cache(maxsize=None)
+def _require_math_verify() -> None:
+    """Once a process: a lookup of the package took 42 us, half a helper's round trip (a missing one raises each
+    call: lru_cache keeps no exception)."""
+    if importlib.util.find_spec("math_verify") is None:
+        raise ImportError("the math reward needs the math-verify package: pip install math-verify")
+
 def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -> MathVerdict:
     """Whether ``prediction`` and ``gold`` are the same mathematical answer (``0.5`` and ``\\frac{1}{2}``)."""
     prediction, gold = str(prediction).strip(), str(gold).strip()
@@ -60,8 +68,7 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
     if prediction_number is not None and gold_number is not None:
         equal = math.isclose(prediction_number, gold_number, rel_tol=1e-9, abs_tol=1e-9)
         return MathVerdict(equal, "numeric" if equal else "numeric: not the same number as the ground truth")
-    if importlib.util.find_spec("math_verify") is None:
-        raise ImportError("the math reward needs the math-verify package: pip install math-verify")
+    _require_math_verify()
     try:
         equal, reason = _helper.call(_math_worker.verify, prediction, gold, timeout=timeout)
     except HelperTimeout:
