@@ -10,6 +10,7 @@ background.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import queue
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
+from skygym_sandboxes.turns import Turns
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
 
 HEADER = struct.Struct(">I")
@@ -429,7 +431,8 @@ class WarmPool:
 
     ``start_worker`` builds a ready :class:`SupervisorWorker` (it may take a while: it is called in
     background threads). ``max_runs_per_worker`` recycles workers now and then as a second line of
-    defence against state that a run might leave in its sandbox.
+    defence against state that a run might leave in its sandbox. Runs waiting for a worker take turns by
+    whose work they are (:mod:`skygym_sandboxes.turns`: serve-env's clients), not in arrival order.
     """
 
     def __init__(
@@ -452,6 +455,7 @@ class WarmPool:
         self._failures_in_row = 0
         self._cond = threading.Condition()
         self._closed = False
+        self._turns = Turns(size)  # at most ``size`` runs past it: ``_acquire`` waits only for workers starting
         for _ in range(size):
             self._spawn_async()
 
@@ -531,6 +535,15 @@ class WarmPool:
         acquire_timeout_s: float = 120.0,
         cancel: Optional[threading.Event] = None,
     ) -> RunResult:
+        with contextlib.ExitStack() as turn:
+            try:
+                turn.enter_context(self._turns.turn(timeout=acquire_timeout_s))
+            except TimeoutError:
+                return RunResult.sandbox_error(f"no sandbox worker became free within {acquire_timeout_s:.0f}s")
+            return self._run_in_turn(request, limits, acquire_timeout_s, cancel)
+
+    def _run_in_turn(self, request: RunRequest, limits: Limits, acquire_timeout_s: float,
+                     cancel: Optional[threading.Event]) -> RunResult:
         for attempt in range(RUN_TRIES):
             try:
                 worker = self._acquire(acquire_timeout_s)

@@ -33,6 +33,8 @@ import weakref
 from multiprocessing.connection import Connection
 from typing import Any, Callable, List, Optional, Sequence, TypeVar
 
+from skygym_sandboxes.turns import Turns
+
 T = TypeVar("T")
 
 # One helper per CPU, 4 at most, plus one: a helper whose answer waits for its caller's thread to take it (and send
@@ -170,7 +172,9 @@ class _Helper:
 class HelperPool:
     """Up to ``size`` helper processes, each serving one call at a time: a call takes a free helper (starting one
     while fewer than ``size`` exist) and waits only when all are busy, so one caller's slow calls hold one helper,
-    not everyone's. ``preload`` names modules a helper imports as it starts, before any call's time limit runs."""
+    not everyone's. Waiting calls take turns by whose work they are (:mod:`skygym_sandboxes.turns`: serve-env's
+    clients), so one client's queue of calls does not hold up another's. ``preload`` names modules a helper imports
+    as it starts, before any call's time limit runs."""
 
     def __init__(self, size: int, preload: Sequence[str] = ()) -> None:
         self.size = max(1, size)
@@ -184,11 +188,19 @@ class HelperPool:
         self._helpers: List[_Helper] = []
         self._free: List[_Helper] = []
         self._changed = threading.Condition()
+        self._turns = Turns(self.size)  # a forked child's threads hold none of its parent's turns
         self._waiters: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     def call(self, func: Callable[..., T], *args: Any, timeout: Optional[float] = None) -> T:
         """``func(*args)`` run in a helper; what it raises is raised here. Raises :class:`HelperTimeout` past
         ``timeout`` seconds (``None``: no limit) and :class:`HelperDied` when helpers die under it twice."""
+        payload, timeout = self._request(func, args, timeout)
+        with self._turns.turn():
+            return self._call_in_turn(payload, timeout)
+
+    @staticmethod
+    def _request(func: Callable[..., Any], args: Sequence[Any], timeout: Optional[float]) -> "tuple[bytes, Optional[float]]":
+        """The pickled call and its time limit, or the error a caller gets for them."""
         if getattr(func, "__module__", None) == "__main__":
             raise ValueError(f"{getattr(func, '__qualname__', func)!r} is defined in the main script, which a helper "
                              "process does not import: move it into a module")
@@ -196,7 +208,11 @@ class HelperPool:
             if math.isnan(timeout):
                 raise ValueError("timeout must be a number of seconds, or None for no limit; got NaN")
             timeout = None if timeout == math.inf else float(timeout)
-        payload = pickle.dumps((func, args))  # a function or argument that cannot go fails here, in the caller
+        return pickle.dumps((func, tuple(args))), timeout  # a function or argument that cannot go fails here
+
+    def _call_in_turn(self, payload: bytes, timeout: Optional[float]) -> Any:
+        # At most ``size`` calls hold a turn: this waits only while close() stops idle helpers, or for the helper of
+        # an ``acall`` cancelled while its call ran (its turn was given back; its thread finishes the call).
         with self._changed:
             while not self._free and len(self._helpers) >= self.size:
                 self._changed.wait()
@@ -215,12 +231,14 @@ class HelperPool:
 
     async def acall(self, func: Callable[..., T], *args: Any, timeout: Optional[float] = None) -> T:
         """:meth:`call`, awaited: one waiting thread per busy helper, so waiting callers take no thread."""
+        payload, timeout = self._request(func, args, timeout)
         with self._changed:
             if self._waiters is None:
                 self._waiters = concurrent.futures.ThreadPoolExecutor(self.size, thread_name_prefix="skyrl-helper")
             waiters = self._waiters
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(waiters, functools.partial(self.call, func, *args, timeout=timeout))
+        async with self._turns.aturn():  # the wait for a turn takes no thread; a turn is one of ``size`` threads
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(waiters, self._call_in_turn, payload, timeout)
 
     def pids(self) -> List[int]:
         """The running helpers' process ids."""

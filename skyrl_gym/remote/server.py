@@ -13,6 +13,8 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
+import functools
 import hashlib
 import heapq
 import itertools
@@ -23,6 +25,7 @@ import uuid
 from typing import Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S
+from skygym_sandboxes.turns import Turns, turn_key
 
 from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
 from skyrl_gym.remote.wire import encode
@@ -218,10 +221,15 @@ def create_app(
     creating: Dict[SessionKey, Tuple[str, "asyncio.Future[Reply]"]] = {}  # (client, session id) -> (digest, its build)
     held = [0]  # Session.held_bytes of every session, and of the creates under way
     stopping = [False]  # set once the server has closed its sessions on its way out
-    threads = concurrent.futures.ThreadPoolExecutor(max(1, env_threads), thread_name_prefix="env")
-    builders = concurrent.futures.ThreadPoolExecutor(max(1, build_threads), thread_name_prefix="env-build")
+    env_threads, build_threads = max(1, env_threads), max(1, build_threads)
+    threads = concurrent.futures.ThreadPoolExecutor(env_threads, thread_name_prefix="env")
+    builders = concurrent.futures.ThreadPoolExecutor(build_threads, thread_name_prefix="env-build")
     # inits are set-up too (the swe env starts its container), but of sessions already made: not behind slow builds
-    initializers = concurrent.futures.ThreadPoolExecutor(max(1, build_threads), thread_name_prefix="env-init")
+    initializers = concurrent.futures.ThreadPoolExecutor(build_threads, thread_name_prefix="env-init")
+    # A pool's threads go to clients in turns (the client holding the fewest first), not in arrival order: one
+    # client's queue of slow steps made another's step wait behind all of it. The env work a step does on its
+    # thread (math-verify helpers, the code envs' sandbox pool) takes turns by the same client, through the context.
+    turns = {threads: Turns(env_threads), builders: Turns(build_threads), initializers: Turns(build_threads)}
     stats = {
         "sessions_created": 0,
         "sessions_expired": 0,
@@ -235,7 +243,9 @@ def create_app(
     allowed = set(env_ids) if env_ids else None
 
     async def in_thread(fn: Callable[..., Any], *args: Any, pool: Any = threads) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        async with turns[pool].aturn():  # waits on the loop: the pool's queue never holds a call
+            call = functools.partial(contextvars.copy_context().run, fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(pool, call)
 
     kept: Dict[Tuple[SessionKey, str], int] = {}  # (session key, request id) -> bytes of the answer kept for a retry
     kept_bytes = [0]
@@ -406,7 +416,9 @@ def create_app(
         why = refusal(request, token, TOKEN_ENV, tokens=owners or None)
         if why:
             raise Refused(*why)
-        return (owners.owner(request) or DEFAULT_CLIENT) if owners else DEFAULT_CLIENT  # one digest lookup more
+        client = (owners.owner(request) or DEFAULT_CLIENT) if owners else DEFAULT_CLIENT  # one digest lookup more
+        turn_key.set(client)  # whose work this request's env calls are, for the pools' turns
+        return client
 
     parsers = BodyParsers()
     bodies = BodyBudget(max_body_bytes)  # the bodies being read and parsed, all connections together
@@ -739,6 +751,8 @@ def create_app(
                 **stats,
                 # calls waiting behind their session's call under way (a gauge)
                 "calls_waiting": sum(s.calls - s.lock.locked() for s in sessions.values()),
+                # env calls (builds, inits, steps) waiting for their turn at a thread (a gauge)
+                "calls_waiting_for_threads": sum(pool_turns.waiting() for pool_turns in turns.values()),
             }
         )
 

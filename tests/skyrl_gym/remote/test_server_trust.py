@@ -850,6 +850,63 @@ def test_creates_and_inits_that_wait_never_hold_the_threads_that_step_running_se
         skyrl_gym.deregister(env_id)
 
 
+class _SaysWhoseTurn(skyrl_gym.BaseTextEnv):
+    """An env whose step says whose work the pools' turns count it as (what a math check or sandbox run sees)."""
+
+    def step(self, action):
+        from skygym_sandboxes.turns import turn_key
+
+        return {"observations": [], "reward": 0.0, "done": True, "metadata": {"turn_key": turn_key.get()}}
+
+
+def test_a_clients_one_step_waits_for_one_free_thread_not_for_another_clients_queue():
+    """The env threads went to steps in arrival order: a client that queued many slow steps made another client's
+    one step wait behind all of them. They go to clients in turns: with one env thread, one client's four steps of
+    0.6 s and then another's quick step, the quick step is answered second, not fifth. The client's name reaches
+    the env's thread, where the math helpers and the sandbox pool take turns by it too."""
+    import concurrent.futures
+    import time
+
+    tokens = {"busy": "b" * 24, "light": "l" * 24}
+    headers = {name: {"Authorization": f"Bearer {token}"} for name, token in tokens.items()}
+    skyrl_gym.register("test_trust/whose_turn", entry_point=_SaysWhoseTurn)
+    url, stop = _in_process_server(client_tokens=tokens, env_threads=1)
+    finished = []
+
+    def session(client, env_id=COUNTER_ID):
+        made = requests.post(f"{url}/sessions", json={"env_id": env_id}, headers=headers[client], timeout=30)
+        name = made.json()["session_id"]
+        assert requests.post(f"{url}/sessions/{name}/init", json={}, headers=headers[client], timeout=30).ok
+        return name
+
+    def step(client, name, action):
+        answer = requests.post(f"{url}/sessions/{name}/step", json={"action": action}, headers=headers[client],
+                               timeout=60)
+        assert answer.status_code == 200, answer.text[:300]
+        finished.append(client)
+        return answer.json()
+
+    try:
+        whose = session("light", "test_trust/whose_turn")
+        assert step("light", whose, "a")["output"]["metadata"] == {"turn_key": "light"}
+        busy, light = [session("busy") for _ in range(4)], session("light")
+        finished.clear()
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            queued = [pool.submit(step, "busy", name, "sleep:0.6") for name in busy]
+            deadline = time.monotonic() + 30
+            while requests.get(f"{url}/health", headers=headers["busy"], timeout=10).json()[
+                    "calls_waiting_for_threads"] < 3:  # one step runs, three wait for the thread
+                assert time.monotonic() < deadline, "the four steps never reached the server"
+                time.sleep(0.02)
+            quick = pool.submit(step, "light", light, "a")
+            for call in queued + [quick]:
+                call.result(timeout=60)
+        assert finished == ["busy", "light", "busy", "busy", "busy"], finished
+    finally:
+        stop()
+        skyrl_gym.deregister("test_trust/whose_turn")
+
+
 def test_reading_a_sessions_metrics_does_not_keep_it_alive():
     """A metrics read reset the idle timer: 11 s of reads every 10 minutes kept 4,096 sessions, and with them every
     slot of the server, from expiring (an attacker's pass). Only an init or a step that runs touches a session."""

@@ -1,0 +1,123 @@
+"""Turns: a freed slot goes to the waiting key that holds the fewest, and a wait given up holds nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from skygym_sandboxes.turns import Turns, turn_key
+
+
+def _queue(turns: Turns, key, served: list, hold_s: float = 0.0) -> threading.Thread:
+    """A thread that waits for a turn as ``key``, notes its key once it has the slot, holds it ``hold_s``."""
+    before = turns.waiting()
+
+    def wait() -> None:
+        with turns.turn(key):
+            served.append(key)
+            time.sleep(hold_s)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while turns.waiting() == before and time.monotonic() < deadline:  # in line before the next one comes
+        time.sleep(0.001)
+    assert turns.waiting() == before + 1
+    return thread
+
+
+def test_a_key_with_one_call_waiting_is_served_before_the_queue_of_another():
+    turns, served = Turns(1), []
+    with turns.turn("attacker"):
+        threads = [_queue(turns, "attacker", served) for _ in range(3)] + [_queue(turns, "honest", served)]
+    for thread in threads:
+        thread.join(10)
+    assert served == ["honest", "attacker", "attacker", "attacker"]
+
+
+def test_keys_take_turns_and_one_keys_calls_keep_their_order():
+    turns, served = Turns(1), []
+    with turns.turn("c"):
+        threads = [_queue(turns, key, served) for key in ("a1", "a1", "b1", "b1", "a1")]
+    for thread in threads:
+        thread.join(10)
+    assert served == ["a1", "b1", "a1", "b1", "a1"]
+
+
+def test_with_two_slots_the_key_holding_fewer_goes_first():
+    turns, served = Turns(2), []
+    with turns.turn("a"):
+        with turns.turn("a"):  # "a" holds both slots, and also waits first
+            threads = [_queue(turns, "a", served, hold_s=0.2), _queue(turns, "b", served, hold_s=0.2)]
+        for thread in threads:  # one slot freed: "a" holds the other, so "b" goes first
+            thread.join(10)
+    assert served == ["b", "a"]
+
+
+def test_one_key_is_first_come_first_served_and_the_context_names_the_key():
+    turns, served = Turns(1), []
+    token = turn_key.set("trainer")
+    try:
+        with turns.turn():
+            threads = [_queue(turns, "trainer", served) for _ in range(3)]
+            assert turns._held == {"trainer": 1}
+    finally:
+        turn_key.reset(token)
+    for thread in threads:
+        thread.join(10)
+    assert served == ["trainer"] * 3 and turns._free == 1 and not turns._held
+
+
+def test_a_wait_that_times_out_holds_nothing():
+    turns = Turns(1)
+    with turns.turn("a"):
+        with pytest.raises(TimeoutError, match="no slot of 1 became free within 0.05 s"):
+            with turns.turn("b", timeout=0.05):
+                pass
+        assert turns.waiting() == 0
+    with turns.turn("b", timeout=0.05):  # the slot came back
+        assert turns._held == {"b": 1}
+    assert turns._free == 1 and not turns._held
+
+
+def test_a_slot_that_reached_a_waiter_as_it_gave_up_is_passed_on():
+    turns, served = Turns(1), []
+    with turns.turn("a"):
+        late = turns._join("b", lambda: None)  # in line, and then the slot reaches it ...
+        after = _queue(turns, "c", served)
+    assert late.granted
+    turns._give_up(late)  # ... as it stops waiting: the next in line gets the slot
+    after.join(10)
+    assert served == ["c"] and turns._free == 1 and not turns._held
+
+
+def test_a_cancelled_async_wait_holds_nothing_and_async_turns_are_served_by_key():
+    async def main() -> list:
+        turns, served = Turns(1), []
+
+        async def take(key) -> None:
+            async with turns.aturn(key):
+                served.append(key)
+                await asyncio.sleep(0)
+
+        async with turns.aturn("a"):
+            queued = [asyncio.ensure_future(take(key)) for key in ("a", "a", "b")]
+            gone = asyncio.ensure_future(take("d"))
+            await asyncio.sleep(0.01)
+            assert turns.waiting() == 4
+            gone.cancel()
+            await asyncio.sleep(0.01)
+            assert turns.waiting() == 3
+        await asyncio.gather(*queued)
+        assert turns._free == 1 and not turns._held
+        return served
+
+    assert asyncio.run(main()) == ["b", "a", "a"]
+
+
+def test_at_least_one_slot():
+    with pytest.raises(ValueError, match="at least one slot"):
+        Turns(0)
