@@ -104,7 +104,9 @@ def test_closing_the_pool_ends_a_busy_call_and_the_next_call_starts_a_helper_aga
     thread = threading.Thread(target=caller)
     thread.start()
     deadline = time.monotonic() + 30  # only stops a broken test from hanging
-    while pool._free and time.monotonic() < deadline:
+    # until the call is under way: its helper taken is not enough (under load, a close() before the call was sent
+    # made the call start a fresh helper, as any later call does, and the test waited for it in vain)
+    while not (pool._helpers and pool._helpers[0]._calls == 2) and time.monotonic() < deadline:
         time.sleep(0.01)
     pool.close()
     thread.join(timeout=30)
