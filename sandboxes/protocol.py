@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import functools
 import threading
 import time
 from typing import List, Optional, Protocol, Sequence, Union, runtime_checkable
 
+from skygym_sandboxes.turns import Turns
 from skygym_sandboxes.types import Limits, RunRequest, RunResult
+from skygym_sandboxes.workers import WarmPool
 
 RequestLike = Union[RunRequest, str]
 
@@ -56,6 +60,7 @@ class BaseSandbox:
 
     name = "base"
     default_concurrency = 2
+    _pool: Optional[WarmPool] = None  # the warm workers of a backend that keeps them
 
     def __init__(self, limits: Optional[Union[Limits, dict]] = None) -> None:
         self.limits = Limits.from_dict(limits) if not isinstance(limits, Limits) else limits
@@ -98,7 +103,20 @@ class BaseSandbox:
                     self._executor = concurrent.futures.ThreadPoolExecutor(
                         max_workers=max(32, self.default_concurrency), thread_name_prefix=f"{self.name}-arun"
                     )
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.run, request)
+        loop, pool = asyncio.get_running_loop(), self._pool
+        if pool is None:  # the caller's context goes along: whose work it is (turns) and the rest
+            return await loop.run_in_executor(self._executor, functools.partial(
+                contextvars.copy_context().run, self.run, request))
+        # A warm pool's turn is taken here, on the loop: this executor serves its threads first come, first
+        # served, and with every thread waiting for a worker, clients were served in arrival order. No time limit
+        # on the wait, as in the executor's queue before: a trainer's batch may queue thousands of runs.
+        async with pool.turns.aturn():
+            return await loop.run_in_executor(self._executor, functools.partial(
+                contextvars.copy_context().run, self._run_in_turn, pool.turns, request))
+
+    def _run_in_turn(self, turns: Turns, request: RequestLike) -> RunResult:
+        with turns.held_by_caller():
+            return self.run(request)
 
     def run_batch(
         self, requests: Sequence[RequestLike], concurrency: Optional[int] = None
@@ -107,10 +125,11 @@ class BaseSandbox:
         if not requests:
             return []
         workers = max(1, min(len(requests), concurrency or self.default_concurrency))
+        contexts = [contextvars.copy_context() for _ in requests]  # one each: a context runs in one thread at a time
         with concurrent.futures.ThreadPoolExecutor(
             max_workers=workers, thread_name_prefix=f"{self.name}-batch"
         ) as pool:
-            return list(pool.map(self.run, requests))
+            return list(pool.map(lambda context, request: context.run(self.run, request), contexts, requests))
 
     async def arun_batch(
         self, requests: Sequence[RequestLike], concurrency: Optional[int] = None

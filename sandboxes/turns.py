@@ -10,7 +10,9 @@ waiting gets the next slot that frees while another key holds them all, however 
 with one key (a trainer, a script) it is a first-come, first-served queue.
 
 ``turn()`` waits in a thread, ``aturn()`` on an event loop; both give the slot back when their block ends, and a
-wait given up (a time limit, Ctrl-C, a cancelled task) leaves nothing held.
+wait given up (a time limit, Ctrl-C, a cancelled task) leaves nothing held. A coroutine that took its turn on the
+loop and hands the work to a thread marks that thread with ``held_by_caller()``: the pool's own ``turn()`` there
+then takes no second slot.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ class Turns:
         self._free = slots
         self._held: Dict[Hashable, int] = collections.Counter()
         self._waiting: Dict[Hashable, Deque[_Waiter]] = {}  # each waiting key's waiters, in arrival order
-        self._served: Dict[Hashable, int] = {}  # when each key holding or waiting last got a slot (a count)
+        self._served: Dict[Hashable, int] = {}  # when each key last got a slot (a count); pruned in _release
         self._grants = 0
+        self._handed = threading.local()  # how many turns a caller holds for the current thread
 
     def waiting(self) -> int:
         """How many calls wait for a slot now."""
@@ -71,15 +74,28 @@ class Turns:
         self._grants += 1
         self._served[key] = self._grants
 
-    def _forget_if_idle(self, key: Hashable) -> None:
-        if not self._held.get(key) and key not in self._waiting:
-            self._held.pop(key, None)
-            self._served.pop(key, None)  # back later, it is as one never served: it holds nothing
+    def _prune(self) -> None:
+        """Forget when idle keys were served once that no longer orders anyone: older than every holding or waiting
+        key's. A key that sends one call at a time is idle between them; forgotten sooner, it came back as one
+        never served, ahead of keys that keep calls waiting (it took 45 % of one slot beside two such keys)."""
+        busy = [self._served.get(key, 0) for key in (*self._held, *self._waiting)]
+        oldest = min(busy, default=self._grants + 1)
+        idle = sorted(((when, key) for key, when in self._served.items()
+                       if key not in self._held and key not in self._waiting), key=lambda pair: pair[0])
+        # and when a key holds a slot for long while many others come and go, the idle ones served longest ago
+        spare = max(0, len(self._served) - (2 * len(busy) + 32))
+        for count, (when, key) in enumerate(idle):
+            if when >= oldest and count >= spare:
+                break
+            del self._served[key]
 
     def _release(self, key: Hashable) -> None:
         with self._lock:
             self._held[key] -= 1
-            self._forget_if_idle(key)
+            if not self._held[key]:
+                del self._held[key]
+            if len(self._served) > 2 * (len(self._held) + len(self._waiting)) + 64:
+                self._prune()  # bounded by the keys in use, whatever number of keys ever came
             if not self._waiting:
                 self._free += 1
                 return
@@ -101,7 +117,6 @@ class Turns:
                 line.remove(waiter)
                 if not line:
                     del self._waiting[waiter.key]
-                    self._forget_if_idle(waiter.key)
                 return
         self._release(waiter.key)
 
@@ -109,6 +124,9 @@ class Turns:
     def turn(self, key: Hashable = _CURRENT, timeout: Optional[float] = None) -> Iterator[None]:
         """Hold a slot for the block, waiting in this thread for it (at most ``timeout`` seconds, then
         :class:`TimeoutError`); ``key`` defaults to :data:`turn_key`'s."""
+        if getattr(self._handed, "count", 0):  # the caller took this thread's turn on its loop (held_by_caller)
+            yield
+            return
         key = turn_key.get() if key is _CURRENT else key
         granted = threading.Event()
         waiter = self._join(key, granted.set)
@@ -126,8 +144,18 @@ class Turns:
         finally:
             self._release(key)
 
+    @contextlib.contextmanager
+    def held_by_caller(self) -> Iterator[None]:
+        """For a thread doing the work of a coroutine that holds a turn (:meth:`aturn`): ``turn()`` in this thread
+        takes no slot of its own meanwhile."""
+        self._handed.count = getattr(self._handed, "count", 0) + 1
+        try:
+            yield
+        finally:
+            self._handed.count -= 1
+
     @contextlib.asynccontextmanager
-    async def aturn(self, key: Hashable = _CURRENT) -> AsyncIterator[None]:
+    async def aturn(self, key: Hashable = _CURRENT, timeout: Optional[float] = None) -> AsyncIterator[None]:
         """:meth:`turn` for a coroutine: it waits on the event loop, taking no thread."""
         key = turn_key.get() if key is _CURRENT else key
         loop = asyncio.get_running_loop()
@@ -142,9 +170,11 @@ class Turns:
         waiter = self._join(key, wake)
         if waiter is not None:
             try:
-                await granted
-            except BaseException:
+                await asyncio.wait_for(granted, timeout)
+            except BaseException as exc:
                 self._give_up(waiter)
+                if isinstance(exc, asyncio.TimeoutError):  # asyncio's own class before Python 3.11
+                    raise TimeoutError(f"no slot of {self.slots} became free within {timeout:g} s") from None
                 raise
         try:
             yield

@@ -40,6 +40,8 @@ MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "ou
 CANCEL_POLL_S = 0.05
 # A worker that fails to start is retried this many times before a caller is told.
 SPAWN_RETRIES = 2
+# How long a run waits for its turn at the pool, and again for a worker once it has it.
+ACQUIRE_TIMEOUT_S = 120.0
 # A pool tries a run on this many workers while the request reaches none (a warm worker that died while idle, one
 # whose memory limit could not be set): the program never ran, so running it elsewhere changes nothing it did.
 RUN_TRIES = 2
@@ -455,7 +457,7 @@ class WarmPool:
         self._failures_in_row = 0
         self._cond = threading.Condition()
         self._closed = False
-        self._turns = Turns(size)  # at most ``size`` runs past it: ``_acquire`` waits only for workers starting
+        self.turns = Turns(size)  # at most ``size`` runs past it: ``_acquire`` waits only for workers starting
         for _ in range(size):
             self._spawn_async()
 
@@ -532,12 +534,12 @@ class WarmPool:
         self,
         request: RunRequest,
         limits: Limits,
-        acquire_timeout_s: float = 120.0,
+        acquire_timeout_s: float = ACQUIRE_TIMEOUT_S,
         cancel: Optional[threading.Event] = None,
     ) -> RunResult:
         with contextlib.ExitStack() as turn:
-            try:
-                turn.enter_context(self._turns.turn(timeout=acquire_timeout_s))
+            try:  # (none taken here in a thread marked held_by_caller: BaseSandbox.arun took it on its loop)
+                turn.enter_context(self.turns.turn(timeout=acquire_timeout_s))
             except TimeoutError:
                 return RunResult.sandbox_error(f"no sandbox worker became free within {acquire_timeout_s:.0f}s")
             return self._run_in_turn(request, limits, acquire_timeout_s, cancel)

@@ -702,7 +702,9 @@ def create_app(
             env = session.env
             if max_turns is not None and getattr(env, "max_turns", None) != max_turns:
                 env.max_turns = max_turns  # the client's driver told its env the episode's turn limit
-            if env.has_native_astep:
+            # A wrapper's own astep does not count: the judge's wraps a blocking env's step in a thread of asyncio's,
+            # outside the env threads and their turns (a client's judged steps then held up everyone's).
+            if env.unwrapped.has_native_astep:
                 output = await env.astep(action)
             else:
                 output = await in_thread(env.step, action)

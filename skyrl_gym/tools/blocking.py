@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 import os
 import threading
@@ -52,9 +53,11 @@ def tool_process_pool() -> Optional[HelperPool]:
 
 
 async def run_blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Await ``func(*args, **kwargs)`` run in the tool thread pool."""
+    """Await ``func(*args, **kwargs)`` run in the tool thread pool, in a copy of the caller's context (whose work
+    it is, for the turns of the pools it reaches: see :mod:`skygym_sandboxes.turns`)."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(tool_thread_pool(), functools.partial(func, *args, **kwargs))
+    context = contextvars.copy_context()
+    return await loop.run_in_executor(tool_thread_pool(), functools.partial(context.run, func, *args, **kwargs))
 
 
 async def run_cpu_bound(func: Callable[..., T], *args: Any) -> T:

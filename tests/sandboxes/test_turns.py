@@ -121,3 +121,65 @@ def test_a_cancelled_async_wait_holds_nothing_and_async_turns_are_served_by_key(
 def test_at_least_one_slot():
     with pytest.raises(ValueError, match="at least one slot"):
         Turns(0)
+
+
+def test_a_key_served_recently_waits_behind_one_served_longer_ago_even_after_going_idle():
+    """A key sending one call at a time is idle between its calls: forgotten then, it came back as one never served,
+    ahead of keys that keep calls waiting (a client with one call in flight took 45 % of one slot beside two
+    clients with four each, in an attacker's pass)."""
+    turns, order = Turns(1), []
+
+    def join(key):
+        return turns._join(key, lambda: order.append(key))
+
+    assert join("A") is None  # A holds the slot
+    join("B"), join("B")
+    turns._release("A")  # -> B
+    join("C")
+    turns._release("B")  # -> C: never served
+    turns._release("C")  # -> B; C is idle now, A has been since its release
+    join("C"), join("A")  # both come back: A was served longer ago
+    turns._release("B")
+    assert order == ["B", "C", "B", "A"]
+
+
+def test_what_turns_remember_of_idle_keys_stays_bounded():
+    turns = Turns(2)
+    with turns.turn("holds-for-long"):
+        for number in range(2000):
+            with turns.turn(f"client-{number}"):
+                pass
+        assert len(turns._served) < 100
+    assert not turns._held and turns._free == 2
+
+
+def test_a_thread_doing_a_turn_holders_work_takes_no_second_slot():
+    turns, answers = Turns(1), []
+
+    def work():  # what a coroutine holding the turn hands to a thread: the pool's own turn() in there
+        with turns.held_by_caller():
+            with turns.turn("a", timeout=0.1):
+                answers.append(dict(turns._held))
+
+    with turns.turn("a"):
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join(10)
+        assert answers == [{"a": 1}]
+        with pytest.raises(TimeoutError):  # another thread, not marked, waits as anyone does
+            with turns.turn("a", timeout=0.05):
+                pass
+    assert turns._free == 1 and not turns._held
+
+
+def test_an_async_wait_with_a_time_limit_raises_timeout_error_and_holds_nothing():
+    async def main() -> None:
+        turns = Turns(1)
+        async with turns.aturn("a"):
+            with pytest.raises(TimeoutError, match="no slot of 1 became free within 0.05 s"):
+                async with turns.aturn("b", timeout=0.05):
+                    pass
+            assert turns.waiting() == 0
+        assert turns._free == 1 and not turns._held
+
+    asyncio.run(main())

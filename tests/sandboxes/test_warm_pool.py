@@ -91,3 +91,40 @@ def test_a_hung_worker_is_torn_down_at_the_backstop():
         assert box.run("print('fresh worker')").stdout == "fresh worker\n"
     finally:
         box.close()
+
+
+def test_async_runs_take_turns_by_whose_work_they_are():
+    """``arun`` handed every run to a thread of its own pool, first come, first served, where it waited for a worker:
+    the code envs' runs of one serve-env client (searchcode's, stepped on the loop) made another client's run wait
+    behind all of them, and the threads did not carry the client's name (an attacker's pass). With one worker, one
+    client's four runs and then another's one: the other's is done second, not fifth."""
+    import asyncio
+
+    from skygym_sandboxes.turns import turn_key
+
+    box = LocalSandbox(pool_size=1)
+    try:
+        assert box.wait_ready(60)
+
+        async def main() -> list:
+            finished = []
+
+            async def run(key: str, code: str) -> None:
+                turn_key.set(key)  # in this task's own context
+                result = await box.arun(code)
+                assert result.status == Status.OK, result
+                finished.append(key)
+
+            busy = [asyncio.ensure_future(run("busy", "import time; time.sleep(0.4)")) for _ in range(4)]
+            deadline = time.monotonic() + 30
+            while box._pool.turns.waiting() < 3:  # one runs, three wait for their turn
+                assert time.monotonic() < deadline, "the runs never queued"
+                await asyncio.sleep(0.01)
+            light = asyncio.ensure_future(run("light", "print(1)"))
+            await asyncio.gather(*busy, light)
+            return finished
+
+        assert asyncio.run(main()) == ["busy", "light", "busy", "busy", "busy"]
+        assert box._pool.turns._free == 1 and not box._pool.turns._held
+    finally:
+        box.close()
