@@ -35,6 +35,7 @@ MAX_UNSENT_BYTES = 1024 * 1024 * 1024
 NO_PUBLIC_DOCS: Dict[str, Any] = {"docs_url": None, "redoc_url": None, "openapi_url": None}
 
 
+
 class BodyError(ValueError):
     """A body the server will not read: ``status`` is the HTTP status to answer, the message says why."""
 
@@ -77,7 +78,7 @@ def refusal(request: Any, token: Optional[str], token_env: str,
         return 403, "requests from web pages are refused (the request carries an Origin or Sec-Fetch-Mode header)"
     host = headers.get("host")
     if tokens:
-        return None if tokens.owner(request) is not None else (401, unauthorised_message(token_env))
+        return None if tokens.owner(request) is not None else (401, unauthorised_message(token_env, per_client=True))
     if not token and host is not None and not is_loopback(_host_name(host)):
         return 403, (f"this server has no token, so it answers only requests addressed to 127.0.0.1 or localhost, "
                      f"not to {host[:100]!r}; set {token_env} (or --token) to serve other names")
@@ -116,12 +117,12 @@ class BearerTokens:
         return self._names.get(self._digest(request.headers.get("authorization", "").encode("utf-8", "replace")))
 
 
-def unauthorised_message(token_env: str) -> str:
-    """What a 401 says: the header expected, and where the server reads its token from."""
-    return (
-        f"missing or wrong bearer token (Authorization: Bearer <token>; the server reads it from {token_env} "
-        f"or --token)"
-    )
+def unauthorised_message(token_env: str, per_client: bool = False) -> str:
+    """What a 401 says: the header expected, and where the server reads its token from (``per_client``: a token
+    per client, from the operator's tokens file)."""
+    where = ("this server gives each client a token of its own, from its operator's --tokens-file" if per_client
+             else f"the server reads it from {token_env} or --token")
+    return f"missing or wrong bearer token (Authorization: Bearer <token>; {where})"
 
 
 def guarded_http_protocol(

@@ -525,7 +525,8 @@ def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
         env.spec = env_spec
     except AttributeError:  # a class with __slots__ or a read-only property: leave it be
         pass
-    _warn_unread_config(env_spec.id, merged.get("env_config"))
+    if not (env_spec.id == _REMOTE_SPEC.id and (merged.get("url") or merged.get("env_id"))):
+        _warn_unread_config(env_spec.id, merged.get("env_config"))  # (remote: the served env's, its server checks)
     extras = merged.get("extras")
     if extras and _reward_method(extras) == "judge":  # any env, scored by an LLM judge (skyrl_gym.rewards.judged_env)
         from skyrl_gym.rewards.judged_env import with_judge_reward

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, List, Optional, Tuple
 
 from skygym_sandboxes.listening import check_can_listen, port_number
 
@@ -167,7 +167,12 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens_file and not args.token and os.environ.get(TOKEN_ENV):  # an old shared token is no client's
         print(f"note: with --tokens-file, ${TOKEN_ENV} is not read (every worker that held it would share one "
               "client); pass --token to add it as the client 'default'", file=sys.stderr)
-    token = server_token(args.token, TOKEN_ENV) if args.token or not args.tokens_file else None
+    if args.tokens_file and args.token:  # server_token's advice (the variable) is not read with --tokens-file
+        print('warning: --token is visible to every user of this machine in the process list; with --tokens-file, '
+              'give the client "default" its token in the file instead', file=sys.stderr)
+        token = args.token
+    else:
+        token = server_token(args.token, TOKEN_ENV) if args.token or not args.tokens_file else None
     if args.max_sessions_per_client is not None and not args.tokens_file:
         print("error: --max-sessions-per-client needs --tokens-file (without it, all clients are one)", file=sys.stderr)
         return 2
@@ -236,6 +241,10 @@ def run(args: argparse.Namespace) -> int:
             if missing:
                 print(f"warning: every session of {env_id!r} will be refused: {missing}; set it with "
                       f"{missing.fix}", file=sys.stderr)
+    for env_id, key, path in missing_paths(operator_config, env_ids):
+        # a client would read the refusal as its row's fault ("database file not found in the data folder")
+        print(f"warning: --env-config {env_id}.{key} is {path!r}, which is not on this host: sessions of {env_id!r} "
+              "that need it will be refused", file=sys.stderr)
     try:
         check_can_listen(args.host, args.port)
         serve(
@@ -263,6 +272,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def missing_paths(operator_config: dict, env_ids: Optional[List[str]]) -> List[Tuple[str, str, str]]:
+    """(env id, key, path) for each ``*path`` key of the operator's config, for the served ids (or the sections the
+    config names), whose path this host does not have."""
+    from skyrl_gym.remote.policy import ANY_ENV, operator_env_config
+
+    named = env_ids or [section for section in operator_config if section != ANY_ENV and not section.endswith("/*")]
+    return [(env_id, key, value) for env_id in named
+            for key, value in sorted(operator_env_config(operator_config, env_id).items())
+            if key.endswith("path") and isinstance(value, str) and not os.path.exists(value)]
+
+
 def read_tokens_file(path: str) -> dict:
     """The client name -> token object of ``path`` (JSON), or a ``ValueError`` saying what is wrong with it (the
     names and tokens themselves are checked by the server: ``check_client_tokens``)."""
@@ -277,7 +297,14 @@ def read_tokens_file(path: str) -> dict:
         raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(tokens, dict) or not tokens:
-        raise ValueError('it must hold a JSON object of client name -> token, e.g. {"worker-a": "<token>"}')
+    example = '{"worker-a": "<token>", "worker-b": "<token>"}'
+    if not isinstance(tokens, dict):
+        raise ValueError(f"it must hold a JSON object of client name -> token, e.g. {example}")
+    if not tokens:
+        raise ValueError(f"it names no client: give each client a name and a token of its own, e.g. {example}")
     check_client_tokens(tokens, None)
+    mode = os.stat(path).st_mode
+    if mode & 0o077:  # the tokens are the clients' passwords
+        print(f"warning: --tokens-file {path} can be read by other users of this machine (mode {mode & 0o777:o}): "
+              f"chmod 600 {path}", file=sys.stderr)
     return tokens

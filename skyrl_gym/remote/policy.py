@@ -348,7 +348,7 @@ def check_operator_config(operator_config: Any, allow_no_isolation: bool = False
     """The operator's config, checked: a JSON object of sections (``"*"``, env ids, ``"namespace/*"``) that
     are objects, an env id's holding only keys its env reads; a sandbox without isolation is refused unless
     ``allow_no_isolation``. Raises ``ValueError``."""
-    from skyrl_gym.registration import unknown_config_keys
+    from skyrl_gym.registration import registry, unknown_config_keys, unregistered_ids
 
     if not isinstance(operator_config, Mapping):
         raise ValueError(
@@ -357,6 +357,15 @@ def check_operator_config(operator_config: Any, allow_no_isolation: bool = False
     for section, values in operator_config.items():
         if not isinstance(values, Mapping):
             raise ValueError(f"--env-config section {section!r} must be an object of env_config keys")
+        # a misspelt section applied to no env: its ceilings and settings were silently the envs' defaults
+        if str(section).endswith("/*"):
+            namespace = str(section)[:-1]
+            if not any(env_id.startswith(namespace) for env_id in registry):
+                raise ValueError(f"--env-config section {section!r}: no registered env id starts with "
+                                 f"{namespace!r}. Run `skyrl-gym list` to see them all.")
+        elif section != ANY_ENV:
+            for why in unregistered_ids([str(section)]).values():
+                raise ValueError(f"--env-config section {section!r}: {why}")
         if section != ANY_ENV and not str(section).endswith("/*"):  # those hold keys for envs of many kinds
             for key, why in unknown_config_keys(str(section), values).items():
                 raise ValueError(f"--env-config {section}.{key}: {why}")

@@ -183,6 +183,7 @@ def create_app(
     share of ``max_sessions``)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from skygym_sandboxes.http_bodies import (
         NO_PUBLIC_DOCS,
@@ -212,6 +213,9 @@ def create_app(
     owners = BearerTokens(clients)
     per_client = (int(max_sessions_per_client) if max_sessions_per_client is not None
                   else max(1, max_sessions // max(1, len(clients))))
+    per_client_said = (f"--max-sessions-per-client {per_client}" if max_sessions_per_client is not None else
+                       f"{per_client}, its share of --max-sessions {max_sessions} over {len(clients)} clients; "
+                       "--max-sessions-per-client sets it")
     # What building an env from a client's row raises when the row is wrong: a 422 naming it, not a 500.
     # OverflowError: a number no int holds (a seed of 1e400). JudgeError: the row asks for a judge that this
     # server's config does not give (building an env reaches no judge yet).
@@ -404,6 +408,12 @@ def create_app(
 
     app = FastAPI(title="skyrl-gym env service", lifespan=lifespan, **NO_PUBLIC_DOCS)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def framework_error(request: Request, exc: StarletteHTTPException) -> Response:
+        """An unknown path or method, answered as every other error here: ``{"error": ...}``, not ``{"detail": ...}``."""
+        return Response(encode({"error": str(exc.detail)}), status_code=exc.status_code, headers=exc.headers,
+                        media_type="application/json")
+
     def reply(status: int, payload: Any) -> Response:
         return Response(encode(payload), status_code=status, media_type="application/json")
 
@@ -542,9 +552,8 @@ def create_app(
         if clients:
             mine = sum(k[0] == client for k in sessions) + sum(k[0] == client for k in creating)
             if mine >= per_client:
-                raise Refused(429, f"client {client!r} holds {mine} sessions, its limit (--max-sessions-per-client "
-                                   f"{per_client}); close sessions or wait for idle ones to expire "
-                                   f"({idle_timeout_s:g} s)")
+                raise Refused(429, f"client {client!r} holds {mine} sessions, its limit ({per_client_said}); close "
+                                   f"sessions or wait for idle ones to expire ({idle_timeout_s:g} s)")
         charge(None, size, client)
 
         async def build() -> Reply:

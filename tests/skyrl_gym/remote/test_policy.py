@@ -82,6 +82,16 @@ def test_operator_configs_are_checked_at_start():
         check_operator_config([1])
 
 
+def test_a_section_naming_no_registered_env_is_refused_at_start():
+    """A misspelt section applied to no env: the operator's 1 s ceiling was silently the env's default 5 (a new
+    operator's cold run)."""
+    with pytest.raises(ValueError, match=r"section 'mth': no env registered with id 'mth'\. Did you mean: 'math'"):
+        check_operator_config({"mth": {"verify_timeout": 1}})
+    with pytest.raises(ValueError, match=r"section 'gmes/\*': no registered env id starts with 'gmes/'"):
+        check_operator_config({"gmes/*": {"max_turns": 3}})
+    assert check_operator_config({"*": {}, "games/*": {"max_turns": 3}, "math": {"verify_timeout": 1}})
+
+
 def test_the_docs_example_of_an_operator_config_is_accepted():
     page = (REPO / "docs" / "security.md").read_text(encoding="utf-8")
     example = json.loads(re.search(r"```json\n(.*?)```", page, re.DOTALL).group(1))

@@ -220,6 +220,23 @@ def test_the_remote_can_be_described_by_env_config_as_a_trainer_section_would(se
         assert env.step("#### 72")["reward"] == 1.0 and env.env_id == "gsm8k"
 
 
+def test_the_served_envs_env_config_is_not_warned_of_as_unread(service):
+    """With url= and env_id= given, env_config is the served env's own (its server checks it): make() warned that
+    its keys were "ignored" while the server applied them (a new operator's cold run)."""
+    import warnings
+
+    from skyrl_gym import registration
+
+    registration._CHECKED_CONFIGS.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with remote(service, "multiply", extras={"reward_spec": {"ground_truth": "6"}, "max_turns": 1},
+                    env_config={"boxed_wrong_reward": 0.5}) as env:
+            env.init([{"role": "user", "content": "2 * 3?"}])
+            assert env.step("\\boxed{7}")["reward"] == 0.5  # applied by the server's env
+    assert not [w for w in caught if "env_config key" in str(w.message)], [str(w.message) for w in caught]
+
+
 def test_serve_env_refuses_ids_that_are_not_registered():
     result = subprocess.run(
         [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--envs", "gsm8k,nosuch,gsm8"],

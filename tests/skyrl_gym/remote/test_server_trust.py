@@ -915,6 +915,18 @@ def test_a_clients_one_step_waits_for_one_free_thread_not_for_another_clients_qu
         skyrl_gym.deregister("test_trust/whose_turn")
 
 
+def test_an_unknown_path_or_method_is_an_error_like_every_other():
+    """FastAPI answered them {"detail": ...}; the protocol's errors are {"error": ...} (a new operator's cold run)."""
+    url, stop = _in_process_server()
+    try:
+        for method, path, status, message in (("get", "/sessions", 405, "Method Not Allowed"),
+                                              ("get", "/docs", 404, "Not Found")):
+            answer = requests.request(method, url + path, timeout=10)
+            assert (answer.status_code, answer.json()) == (status, {"error": message}), answer.text[:200]
+    finally:
+        stop()
+
+
 def test_reading_a_sessions_metrics_does_not_keep_it_alive():
     """A metrics read reset the idle timer: 11 s of reads every 10 minutes kept 4,096 sessions, and with them every
     slot of the server, from expiring (an attacker's pass). Only an init or a step that runs touches a session."""
@@ -988,7 +1000,8 @@ def test_clients_with_tokens_of_their_own_reach_only_their_own_sessions():
         more = [requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, headers=a, timeout=30)
                 for _ in range(2)]
         assert [r.status_code for r in more] == [200, 429]
-        assert "client 'worker-a' holds 2 sessions, its limit (--max-sessions-per-client 2)" in more[1].json()["error"]
+        assert ("client 'worker-a' holds 2 sessions, its limit (2, its share of --max-sessions 4 over 2 clients; "
+                "--max-sessions-per-client sets it)") in more[1].json()["error"]
         assert requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, headers=b, timeout=30).status_code == 200
         wrong = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID},
                               headers={"Authorization": "Bearer " + "c" * 24}, timeout=30)
@@ -1038,6 +1051,35 @@ def test_a_tokens_file_is_checked_before_the_server_starts(tmp_path):
 
     path.write_text('{"a": "short"}')
     assert main(["serve-env", "--port", "0", "--tokens-file", str(path)]) == 2  # said, and nothing served
+
+
+def test_what_an_operator_gets_wrong_in_its_files_is_said_at_start(tmp_path, monkeypatch, capsys):
+    """From a new operator's cold run: an empty tokens file was "not a JSON object"; one others could read, a
+    --token beside --tokens-file (told to use the variable, which is then not read) and a data folder that does
+    not exist (every client then read "database file not found" as its row's fault) said nothing useful."""
+    from skyrl_gym.cli import main
+    from skyrl_gym.cli.serve_env import missing_paths, read_tokens_file
+
+    path = tmp_path / "tokens.json"
+    path.write_text("{}")
+    with pytest.raises(ValueError, match="it names no client: give each client a name and a token of its own"):
+        read_tokens_file(str(path))
+    path.write_text('{"worker-a": "%s"}' % ("a" * 24))
+    path.chmod(0o644)
+    assert read_tokens_file(str(path)) == {"worker-a": "a" * 24}
+    assert f"can be read by other users of this machine (mode 644): chmod 600 {path}" in capsys.readouterr().err
+    path.chmod(0o600)
+    read_tokens_file(str(path))
+    assert "other users" not in capsys.readouterr().err
+    assert main(["serve-env", "--port", "0", "--tokens-file", str(path), "--token", "d" * 24,
+                 "--max-sessions", "0"]) == 2
+    said = capsys.readouterr().err
+    assert 'give the client "default" its token in the file instead' in said and "set SKYRL_GYM" not in said
+    operator = {"text2sql": {"db_path": str(tmp_path / "no-such-folder")}, "gsm8k": {}}
+    assert missing_paths(operator, None) == [("text2sql", "db_path", str(tmp_path / "no-such-folder"))]
+    assert missing_paths(operator, ["gsm8k"]) == []
+    operator["text2sql"]["db_path"] = str(tmp_path)
+    assert missing_paths(operator, ["text2sql"]) == []
 
 
 def test_each_client_holds_at_most_its_share_of_the_byte_budget():
