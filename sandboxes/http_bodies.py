@@ -376,19 +376,23 @@ class BodyParsers:
     """Runs a body's parse and checks in a thread, at most ``at_once`` at a time. On the event loop a 32 MB body of
     11 million empty objects held every other client for 21 s; in unbounded threads three such bodies at once
     grew a server by 3.8 GB (each expands to about 20 times its bytes before any budget can count it). The threads
-    are its own: on the loop's default executor, work that envs sent there (a judged step's) held up every other
-    client's request body behind it."""
+    are the parsers' own (:data:`PARSE_THREADS`): on the loop's default executor, work that envs sent there (a
+    judged step's) held up every other client's request body behind it."""
 
     def __init__(self, at_once: int = 2) -> None:
         self.at_once = at_once
         self._slots: Optional[asyncio.Semaphore] = None  # made on first use, in the server's event loop
-        self._threads = concurrent.futures.ThreadPoolExecutor(at_once, thread_name_prefix="body-parse")
 
     async def run(self, fn: Any, *args: Any) -> Any:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.at_once)
         async with self._slots:
-            return await asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(fn, *args))
+            return await asyncio.get_running_loop().run_in_executor(PARSE_THREADS, functools.partial(fn, *args))
+
+
+# One pool for the process, however many servers it builds (one per server, never shut down, kept each server's
+# threads after it ended); each server's BodyParsers bounds what it runs there at once.
+PARSE_THREADS = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="body-parse")
 
 
 def parse_json_object(raw: Union[bytes, bytearray], max_depth: int = MAX_JSON_DEPTH) -> Dict[str, Any]:

@@ -11,7 +11,6 @@ import threading
 import time
 from typing import List, Optional, Protocol, Sequence, Union, runtime_checkable
 
-from skygym_sandboxes.turns import Turns
 from skygym_sandboxes.types import Limits, RunRequest, RunResult
 from skygym_sandboxes.workers import WarmPool
 
@@ -103,20 +102,18 @@ class BaseSandbox:
                     self._executor = concurrent.futures.ThreadPoolExecutor(
                         max_workers=max(32, self.default_concurrency), thread_name_prefix=f"{self.name}-arun"
                     )
-        loop, pool = asyncio.get_running_loop(), self._pool
-        if pool is None:  # the caller's context goes along: whose work it is (turns) and the rest
-            return await loop.run_in_executor(self._executor, functools.partial(
-                contextvars.copy_context().run, self.run, request))
-        # A warm pool's turn is taken here, on the loop: this executor serves its threads first come, first
-        # served, and with every thread waiting for a worker, clients were served in arrival order. No time limit
-        # on the wait, as in the executor's queue before: a trainer's batch may queue thousands of runs.
-        async with pool.turns.aturn():
-            return await loop.run_in_executor(self._executor, functools.partial(
-                contextvars.copy_context().run, self._run_in_turn, pool.turns, request))
-
-    def _run_in_turn(self, turns: Turns, request: RequestLike) -> RunResult:
-        with turns.held_by_caller():
-            return self.run(request)
+        call = functools.partial(contextvars.copy_context().run, self.run, request)  # whose work it is goes along
+        try:
+            if self._pool is None:
+                return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+            # A warm pool's turn is taken before a thread: this executor hands its threads out first come, first
+            # served, and with every thread waiting for a worker, clients were served in arrival order. No time
+            # limit on the wait, as in the executor's queue before: a trainer's batch may queue thousands of runs.
+            return await asyncio.wrap_future(self._pool.turns.submit(self._executor, call))
+        except RuntimeError:  # the executor was shut down: close() ran meanwhile
+            if not self._closed:
+                raise
+            return RunResult.sandbox_error("the sandbox was closed before this run started", backend=self.name)
 
     def run_batch(
         self, requests: Sequence[RequestLike], concurrency: Optional[int] = None

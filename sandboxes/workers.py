@@ -538,7 +538,7 @@ class WarmPool:
         cancel: Optional[threading.Event] = None,
     ) -> RunResult:
         with contextlib.ExitStack() as turn:
-            try:  # (none taken here in a thread marked held_by_caller: BaseSandbox.arun took it on its loop)
+            try:  # (none taken in the thread of a Turns.submit: BaseSandbox.arun took it before the thread)
                 turn.enter_context(self.turns.turn(timeout=acquire_timeout_s))
             except TimeoutError:
                 return RunResult.sandbox_error(f"no sandbox worker became free within {acquire_timeout_s:.0f}s")

@@ -211,8 +211,7 @@ class HelperPool:
         return pickle.dumps((func, tuple(args))), timeout  # a function or argument that cannot go fails here
 
     def _call_in_turn(self, payload: bytes, timeout: Optional[float]) -> Any:
-        # At most ``size`` calls hold a turn: this waits only while close() stops idle helpers, or for the helper of
-        # an ``acall`` cancelled while its call ran (its turn was given back; its thread finishes the call).
+        # At most ``size`` calls hold a turn: this waits only while close() stops idle helpers.
         with self._changed:
             while not self._free and len(self._helpers) >= self.size:
                 self._changed.wait()
@@ -236,9 +235,8 @@ class HelperPool:
             if self._waiters is None:
                 self._waiters = concurrent.futures.ThreadPoolExecutor(self.size, thread_name_prefix="skyrl-helper")
             waiters = self._waiters
-        async with self._turns.aturn():  # the wait for a turn takes no thread; a turn is one of ``size`` threads
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(waiters, self._call_in_turn, payload, timeout)
+        # the wait for a turn takes no thread; a turn is one of ``size`` threads, which gives it back itself
+        return await asyncio.wrap_future(self._turns.submit(waiters, self._call_in_turn, payload, timeout))
 
     def pids(self) -> List[int]:
         """The running helpers' process ids."""

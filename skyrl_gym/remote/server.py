@@ -247,9 +247,9 @@ def create_app(
     allowed = set(env_ids) if env_ids else None
 
     async def in_thread(fn: Callable[..., Any], *args: Any, pool: Any = threads) -> Any:
-        async with turns[pool].aturn():  # waits on the loop: the pool's queue never holds a call
-            call = functools.partial(contextvars.copy_context().run, fn, *args)
-            return await asyncio.get_running_loop().run_in_executor(pool, call)
+        # the pool's own queue never holds a call: a call reaches it with its turn, and its thread gives it back
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.wrap_future(turns[pool].submit(pool, call))
 
     kept: Dict[Tuple[SessionKey, str], int] = {}  # (session key, request id) -> bytes of the answer kept for a retry
     kept_bytes = [0]

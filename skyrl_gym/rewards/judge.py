@@ -51,6 +51,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from skygym_sandboxes.origins import origin, same_origin
+from skygym_sandboxes.turns import Turns
 from skyrl_gym.errors import Error
 from skyrl_gym.tools.search import RetryPolicy
 
@@ -673,7 +674,10 @@ class JudgeClient:
     def __init__(self, endpoint: JudgeEndpoint) -> None:
         self.endpoint = endpoint
         self.retry = RetryPolicy(attempts=endpoint.attempts, initial_delay_s=endpoint.retry_delay_s)
-        self._gate = threading.BoundedSemaphore(endpoint.max_concurrency)
+        # the places on the wire go to callers in turns by whose work it is (serve-env's clients): one client's queue
+        # of verdicts does not hold up another's
+        self._gate = Turns(endpoint.max_concurrency)
+        self._waiters: Optional[concurrent.futures.ThreadPoolExecutor] = None  # ajudge's threads (made on first use)
         self._lock = threading.Lock()
         self._cache: "collections.OrderedDict[str, Verdict]" = collections.OrderedDict()
         self._in_flight: Dict[str, concurrent.futures.Future] = {}
@@ -698,18 +702,18 @@ class JudgeClient:
     @contextlib.contextmanager
     def _slot(self, deadline: float) -> Iterator[None]:
         """One of ``max_concurrency`` places on the wire, waited for no later than the verdict's deadline."""
-        if not self._gate.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise JudgeError(
-                f"no request slot for the judge at {self.endpoint.chat_url} before the deadline "
-                f"({self.endpoint.max_concurrency} requests were in flight; raise judge.max_concurrency or "
-                f"judge.deadline_s)"
-            )
-        try:
+        with contextlib.ExitStack() as slot:
+            try:
+                slot.enter_context(self._gate.turn(timeout=max(0.0, deadline - time.monotonic())))
+            except TimeoutError:
+                raise JudgeError(
+                    f"no request slot for the judge at {self.endpoint.chat_url} before the deadline "
+                    f"({self.endpoint.max_concurrency} requests were in flight; raise judge.max_concurrency or "
+                    f"judge.deadline_s)"
+                ) from None
             with self._lock:
                 self.stats["http_attempts"] += 1
             yield
-        finally:
-            self._gate.release()
 
     def _post(self, messages: List[Dict[str, str]], deadline: float) -> Tuple[str, Any, int]:
         """The judge's answer text, its ``finish_reason`` and the attempts it took; :class:`JudgeError` when it
@@ -883,10 +887,20 @@ class JudgeClient:
             return list(pool.map(lambda request: self.judge(request, scale), requests))
 
     async def ajudge(self, request: AnyRequest, scale: float = 1.0) -> Verdict:
-        """:meth:`judge` from async code, on a worker thread so the event loop keeps running."""
+        """:meth:`judge` from async code, on a thread of this client's own (in the caller's context: whose work it
+        is), so the event loop keeps running. asyncio's shared threads served every caller in arrival order before
+        any slot was asked for: one serve-env client's judged steps held up another's."""
         import asyncio
+        import contextvars
+        import functools
 
-        return await asyncio.to_thread(self.judge, request, scale)
+        with self._lock:
+            if self._waiters is None:
+                self._waiters = concurrent.futures.ThreadPoolExecutor(
+                    max(32, 4 * self.endpoint.max_concurrency), thread_name_prefix="judge")
+            waiters = self._waiters
+        call = functools.partial(contextvars.copy_context().run, self.judge, request, scale)
+        return await asyncio.get_running_loop().run_in_executor(waiters, call)
 
     def close(self) -> None:
         with self._lock:

@@ -16,25 +16,33 @@ import contextvars
 import functools
 import os
 import threading
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Tuple, TypeVar
+
+from skygym_sandboxes.turns import Turns
 
 from skyrl_gym.helper_processes import DEFAULT_SIZE, HelperPool
 
 T = TypeVar("T")
 
 _pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_turns: Optional[Turns] = None
 _process_pool: Optional[HelperPool] = None
 _pool_lock = threading.Lock()
 
 
 def tool_thread_pool() -> concurrent.futures.ThreadPoolExecutor:
     """The process-wide pool for blocking tool calls (created on first use)."""
-    global _pool
+    return _thread_pool_and_turns()[0]
+
+
+def _thread_pool_and_turns() -> Tuple[concurrent.futures.ThreadPoolExecutor, Turns]:
+    global _pool, _turns
     with _pool_lock:
-        if _pool is None:
-            workers = int(os.environ.get("SKYRL_GYM_TOOL_THREADS", "32"))
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="skyrl-tool")
-        return _pool
+        if _pool is None or _turns is None:
+            workers = max(1, int(os.environ.get("SKYRL_GYM_TOOL_THREADS", "32")))
+            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="skyrl-tool")
+            _turns = Turns(workers)
+        return _pool, _turns
 
 
 def tool_process_pool() -> Optional[HelperPool]:
@@ -53,11 +61,12 @@ def tool_process_pool() -> Optional[HelperPool]:
 
 
 async def run_blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Await ``func(*args, **kwargs)`` run in the tool thread pool, in a copy of the caller's context (whose work
-    it is, for the turns of the pools it reaches: see :mod:`skygym_sandboxes.turns`)."""
-    loop = asyncio.get_running_loop()
-    context = contextvars.copy_context()
-    return await loop.run_in_executor(tool_thread_pool(), functools.partial(context.run, func, *args, **kwargs))
+    """Await ``func(*args, **kwargs)`` run in the tool thread pool, in a copy of the caller's context. Its threads go
+    to callers in turns by whose work it is (:mod:`skygym_sandboxes.turns`: serve-env's clients), as do the pools
+    the call reaches in them."""
+    pool, turns = _thread_pool_and_turns()
+    call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
+    return await asyncio.wrap_future(turns.submit(pool, call))
 
 
 async def run_cpu_bound(func: Callable[..., T], *args: Any) -> T:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 
@@ -94,28 +95,70 @@ def test_a_slot_that_reached_a_waiter_as_it_gave_up_is_passed_on():
     assert served == ["c"] and turns._free == 1 and not turns._held
 
 
-def test_a_cancelled_async_wait_holds_nothing_and_async_turns_are_served_by_key():
+def test_submitted_calls_are_served_by_key_and_one_cancelled_while_waiting_holds_nothing():
     async def main() -> list:
         turns, served = Turns(1), []
-
-        async def take(key) -> None:
-            async with turns.aturn(key):
-                served.append(key)
-                await asyncio.sleep(0)
-
-        async with turns.aturn("a"):
-            queued = [asyncio.ensure_future(take(key)) for key in ("a", "a", "b")]
-            gone = asyncio.ensure_future(take("d"))
-            await asyncio.sleep(0.01)
+        executor = concurrent.futures.ThreadPoolExecutor(1)
+        with turns.turn("a"):
+            queued = [asyncio.wrap_future(turns.submit(executor, served.append, key, key=key)) for key in "aab"]
+            gone = asyncio.wrap_future(turns.submit(executor, served.append, "d", key="d"))
             assert turns.waiting() == 4
             gone.cancel()
             await asyncio.sleep(0.01)
             assert turns.waiting() == 3
         await asyncio.gather(*queued)
+        executor.shutdown()
         assert turns._free == 1 and not turns._held
         return served
 
     assert asyncio.run(main()) == ["b", "a", "a"]
+
+
+def test_a_submitted_call_gives_its_slot_back_from_its_thread_with_no_event_loop_running():
+    """With the slot handed and returned by an event loop, a busy loop left workers idle (512 sandbox runs: 21 s
+    instead of 2.6, an attacker's pass); and a task left on a stopped loop kept its slot for ever."""
+    turns = Turns(1)
+    executor = concurrent.futures.ThreadPoolExecutor(2)
+    with turns.turn("a"):
+        later = turns.submit(executor, lambda: "ran", key="b")  # no loop anywhere
+    assert later.result(timeout=10) == "ran"
+    assert turns._free == 1 and not turns._held  # given back by the thread, before the result
+    executor.shutdown()
+
+
+def test_a_submitted_call_takes_no_second_slot_in_its_thread_and_its_errors_reach_the_caller():
+    turns = Turns(1)
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+
+    def pool_call():  # what a pool's run does in there: its own turn() passes
+        with turns.turn("a", timeout=0.1):
+            return dict(turns._held)
+
+    assert turns.submit(executor, pool_call, key="a").result(timeout=10) == {"a": 1}
+    with turns.turn("a"):
+        with pytest.raises(TimeoutError):  # another thread waits as anyone does
+            with turns.turn("a", timeout=0.05):
+                pass
+    failing = turns.submit(executor, int, "x", key="a")
+    with pytest.raises(ValueError, match="invalid literal"):
+        failing.result(timeout=10)
+    executor.shutdown()
+    closed = turns.submit(executor, int, "1", key="a")  # a shut-down executor: its error, and the slot back
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        closed.result(timeout=10)
+    assert turns._free == 1 and not turns._held
+
+
+def test_calls_an_executor_drops_at_its_shutdown_give_their_slots_back():
+    turns = Turns(2)
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    release = threading.Event()
+    running = turns.submit(executor, release.wait, 10, key="a")
+    dropped = turns.submit(executor, int, "1", key="b")  # queued in the executor behind the running one
+    executor.shutdown(wait=False, cancel_futures=True)
+    release.set()
+    assert running.result(timeout=10) is True and dropped.cancelled()
+    assert turns._free == 2 and not turns._held
 
 
 def test_at_least_one_slot():
@@ -151,35 +194,3 @@ def test_what_turns_remember_of_idle_keys_stays_bounded():
                 pass
         assert len(turns._served) < 100
     assert not turns._held and turns._free == 2
-
-
-def test_a_thread_doing_a_turn_holders_work_takes_no_second_slot():
-    turns, answers = Turns(1), []
-
-    def work():  # what a coroutine holding the turn hands to a thread: the pool's own turn() in there
-        with turns.held_by_caller():
-            with turns.turn("a", timeout=0.1):
-                answers.append(dict(turns._held))
-
-    with turns.turn("a"):
-        thread = threading.Thread(target=work)
-        thread.start()
-        thread.join(10)
-        assert answers == [{"a": 1}]
-        with pytest.raises(TimeoutError):  # another thread, not marked, waits as anyone does
-            with turns.turn("a", timeout=0.05):
-                pass
-    assert turns._free == 1 and not turns._held
-
-
-def test_an_async_wait_with_a_time_limit_raises_timeout_error_and_holds_nothing():
-    async def main() -> None:
-        turns = Turns(1)
-        async with turns.aturn("a"):
-            with pytest.raises(TimeoutError, match="no slot of 1 became free within 0.05 s"):
-                async with turns.aturn("b", timeout=0.05):
-                    pass
-            assert turns.waiting() == 0
-        assert turns._free == 1 and not turns._held
-
-    asyncio.run(main())

@@ -316,14 +316,43 @@ def test_a_verdict_waits_for_a_request_slot_no_longer_than_its_deadline(judge):
     client = JudgeClient(
         JudgeEndpoint(base_url=judge.url, model="rule-judge", max_concurrency=1, deadline_s=0.3)
     )
-    client._gate.acquire()  # every slot is taken (by a request that will not end in time)
-    try:
+    with client._gate.turn("another caller"):  # every slot is taken (by a request that will not end in time)
         verdict = client.judge(JudgeRequest("#### 72", "72"))
-    finally:
-        client._gate.release()
     assert verdict.score is None and "no request slot" in verdict.error
     assert client.judge(JudgeRequest("#### 72", "72")).score == 1.0  # a free slot: answered
     client.close()
+
+
+@pytest.mark.timeout(90)
+def test_verdicts_of_one_caller_do_not_hold_up_anothers(judge):
+    """ajudge ran on asyncio's shared threads and the request slots were a semaphore: arrival order, so a serve-env
+    client whose judged steps queued made another client's verdict wait behind all of them (an attacker's pass).
+    With one slot and a judge that takes 3 s, one caller's three verdicts and then another's: the other's is the
+    second answered, not the fourth."""
+    from skygym_sandboxes.turns import turn_key
+
+    client = JudgeClient(JudgeEndpoint(base_url=judge.url, model="slow-judge", max_concurrency=1, deadline_s=60))
+    answered = []
+
+    async def verdict(key: str, reference: str) -> None:
+        turn_key.set(key)  # in this task's own context, as serve-env sets it for a client's request
+        result = await client.ajudge(JudgeRequest(f"#### {reference}", reference))
+        assert result.score == 1.0, result
+        answered.append(key)
+
+    async def main() -> None:
+        busy = [asyncio.ensure_future(verdict("busy", str(n))) for n in range(3)]
+        deadline = time.monotonic() + 30
+        while client._gate.waiting() < 2:  # one asks the judge, two wait for the slot
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*busy, verdict("light", "99"))
+
+    try:
+        asyncio.run(main())
+    finally:
+        client.close()
+    assert answered == ["busy", "light", "busy", "busy"], answered
 
 
 @pytest.mark.timeout(60)
