@@ -19,6 +19,7 @@ import hashlib
 import heapq
 import itertools
 import json
+import logging
 import re
 import time
 import uuid
@@ -29,6 +30,8 @@ from skygym_sandboxes.turns import Turns, turn_key
 
 from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
 from skyrl_gym.remote.wire import encode
+
+LOG = logging.getLogger("uvicorn.error")  # uvicorn's own server log: shown at serve-env's --log-level
 
 MAX_BODY_BYTES = (
     32 * 1024 * 1024
@@ -419,7 +422,13 @@ def create_app(
 
     def refuse(status: int, message: str) -> Response:
         stats["refused"] += 1
+        said(f"refused ({status}): {message}")
         return reply(status, {"error": message})
+
+    def said(what: str) -> None:
+        """A line for the operator, naming the client (shown from --log-level info): which worker did what."""
+        client = turn_key.get()
+        LOG.info("client %s: %.500s", repr(client) if client is not None else "(no valid token)", what)
 
     def authorise(request: Request) -> str:
         """The client making ``request`` (``default`` on a server of one token, or none), or a refusal."""
@@ -650,6 +659,7 @@ def create_app(
                     result = (exc.status, encode({"error": exc.message}))
                 except Exception as exc:  # the env raised: the client's caller reports it as an env error
                     stats["env_errors"] += 1
+                    said(f"{method}() of env {session.env_id!r} raised {type(exc).__name__}: {exc}")
                     result = (
                         500,
                         encode(

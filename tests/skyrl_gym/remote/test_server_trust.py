@@ -915,6 +915,28 @@ def test_a_clients_one_step_waits_for_one_free_thread_not_for_another_clients_qu
         skyrl_gym.deregister("test_trust/whose_turn")
 
 
+def test_the_server_log_says_which_client_was_refused_and_why(caplog):
+    """The log held only the listening line; at --log-level info, uvicorn's access lines name an address, not the
+    client, nor the reason (a new operator's cold run)."""
+    import logging
+
+    tokens = {"worker-a": "a" * 24}
+    url, stop = _in_process_server(client_tokens=tokens, max_body_bytes=4096)
+    server_log = logging.getLogger("uvicorn.error")
+    server_log.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="uvicorn.error")
+    try:
+        a = {"Authorization": "Bearer " + tokens["worker-a"]}
+        assert requests.post(f"{url}/sessions", json={"env_id": "nope"}, headers=a, timeout=30).status_code == 404
+        assert requests.get(f"{url}/health", headers={"Authorization": "Bearer " + "x" * 24}, timeout=30).status_code == 401
+    finally:
+        server_log.removeHandler(caplog.handler)
+        stop()
+    lines = [record.getMessage() for record in caplog.records if record.name == "uvicorn.error"]
+    assert any(line.startswith("client 'worker-a': refused (404): ") and "'nope'" in line for line in lines), lines
+    assert any(line.startswith("client (no valid token): refused (401)") for line in lines), lines
+
+
 def test_an_unknown_path_or_method_is_an_error_like_every_other():
     """FastAPI answered them {"detail": ...}; the protocol's errors are {"error": ...} (a new operator's cold run)."""
     url, stop = _in_process_server()
