@@ -815,7 +815,8 @@ def serve(
         log_level,
         60,
         client_timeout_s,
-        lambda url: f"env service listening on {url} ({listening_auth(token, app_options.get('client_tokens'))})",
+        lambda url: (f"env service listening on {url} ({listening_auth(token, app_options.get('client_tokens'))}; "
+                     f"serving {', '.join(app_options['env_ids']) if app_options.get('env_ids') else 'every registered env'})"),
     )
 
 
