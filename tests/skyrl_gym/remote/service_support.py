@@ -68,7 +68,9 @@ def env_service(
         if not line.startswith("env service listening on "):
             process.kill()
             raise RuntimeError(f"serve-env did not start: {line!r} {process.stderr.read()[-2000:]}")
-        yield ServiceProcess(process, line.split()[4], token)
+        running = ServiceProcess(process, line.split()[4], token)
+        running.listening_line = line.strip()
+        yield running
     finally:
         process.terminate()
         try:

@@ -237,6 +237,12 @@ def test_the_served_envs_env_config_is_not_warned_of_as_unread(service):
     assert not [w for w in caught if "env_config key" in str(w.message)], [str(w.message) for w in caught]
 
 
+def test_the_listening_line_says_how_clients_authenticate_and_what_is_served(service):
+    assert service.listening_line.endswith("(bearer token required; serving every registered env)")
+    with env_service("--envs", "gsm8k,math") as named:
+        assert named.listening_line.endswith("(no token; serving gsm8k, math)"), named.listening_line
+
+
 def test_serve_env_refuses_ids_that_are_not_registered():
     result = subprocess.run(
         [sys.executable, "-m", "skyrl_gym.cli", "serve-env", "--envs", "gsm8k,nosuch,gsm8"],
