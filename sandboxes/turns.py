@@ -37,7 +37,7 @@ _CURRENT = object()
 class _Waiter:
     __slots__ = ("key", "wake", "granted")
 
-    def __init__(self, key: Hashable, wake: Callable[[], None]) -> None:
+    def __init__(self, key: Hashable, wake: Callable[[], Optional[bool]]) -> None:
         self.key, self.wake, self.granted = key, wake, False
 
 
@@ -61,8 +61,9 @@ class Turns:
         with self._lock:
             return sum(len(line) for line in self._waiting.values())
 
-    def _join(self, key: Hashable, wake: Callable[[], None]) -> Optional[_Waiter]:
-        """Take a free slot (None) or get in line (the waiter, woken once it holds a slot)."""
+    def _join(self, key: Hashable, wake: Callable[[], Optional[bool]]) -> Optional[_Waiter]:
+        """Take a free slot (None) or get in line (the waiter: ``wake`` is called once it holds a slot, and returns
+        False when it cannot use it, which passes it on)."""
         with self._lock:
             if self._free and not self._waiting:
                 self._free -= 1
@@ -93,24 +94,31 @@ class Turns:
             del self._served[key]
 
     def _release(self, key: Hashable) -> None:
-        with self._lock:
-            self._held[key] -= 1
-            if not self._held[key]:
-                del self._held[key]
-            if len(self._served) > 2 * (len(self._held) + len(self._waiting)) + 64:
-                self._prune()  # bounded by the keys in use, whatever number of keys ever came
-            if not self._waiting:
-                self._free += 1
+        """``key`` gives a slot back: to the next waiter, or free. A waiter that cannot take it (its ``wake`` says
+        False: its executor was shut down) passes it on, in this loop: handed on by recursion, 2,000 waiters of a
+        closed sandbox passed the interpreter's depth, and every one of them hung."""
+        while True:
+            with self._lock:
+                self._held[key] -= 1
+                if not self._held[key]:
+                    del self._held[key]
+                if len(self._served) > 2 * (len(self._held) + len(self._waiting)) + 64:
+                    self._prune()  # bounded by the keys in use, whatever number of keys ever came
+                if not self._waiting:
+                    self._free += 1
+                    return
+                # the waiting key holding the fewest slots; among equals, the one served longest ago (or never)
+                chosen = min(self._waiting,
+                             key=lambda waiting: (self._held.get(waiting, 0), self._served.get(waiting, 0)))
+                line = self._waiting[chosen]
+                waiter = line.popleft()
+                if not line:
+                    del self._waiting[chosen]
+                waiter.granted = True
+                self._grant(chosen)
+            if waiter.wake() is not False:
                 return
-            # the waiting key holding the fewest slots; among equals, the one served longest ago (or never)
-            chosen = min(self._waiting, key=lambda waiting: (self._held.get(waiting, 0), self._served.get(waiting, 0)))
-            line = self._waiting[chosen]
-            waiter = line.popleft()
-            if not line:
-                del self._waiting[chosen]
-            waiter.granted = True
-            self._grant(chosen)
-        waiter.wake()
+            key = chosen
 
     def _withdraw(self, waiter: _Waiter) -> bool:
         """Out of its line, unless the slot reached it already (False: its holder gives the slot back)."""
@@ -160,8 +168,14 @@ class Turns:
         ``slots`` run at once. An executor that was shut down fails the future with its ``RuntimeError``."""
         key = turn_key.get() if key is _CURRENT else key
         done: "concurrent.futures.Future[T]" = concurrent.futures.Future()
+        started = []  # run() began: from then on it gives the slot back
+
+        def fail(error: BaseException) -> None:
+            if done.set_running_or_notify_cancel():
+                done.set_exception(error)
 
         def run() -> None:  # on the executor's thread, holding the slot
+            started.append(True)
             if not done.set_running_or_notify_cancel():
                 self._release(key)  # cancelled while it waited for a thread
                 return
@@ -177,20 +191,36 @@ class Turns:
                 self._release(key)
                 done.set_result(result)
 
-        def start() -> None:  # once the slot is held: by the caller here, or by whoever freed it
+        def start() -> bool:  # once the slot is held: by the caller here, or by whoever freed it
+            # Not into a ThreadPoolExecutor shut down or broken: it fails its queued calls from inside its own lock
+            # (shutdown(cancel_futures=True), an initializer that raised), which gives their slots back here, and a
+            # submit there waited on that lock for ever.
+            closed = getattr(executor, "_shutdown", False) or getattr(executor, "_broken", False)
+            if closed:
+                fail(RuntimeError(closed if isinstance(closed, str) else "cannot schedule new futures after shutdown"))
+                return False  # the slot goes on, from the _release loop
             try:
                 queued = executor.submit(run)
             except BaseException as exc:
-                self._release(key)
-                if done.set_running_or_notify_cancel():
-                    done.set_exception(exc)
+                fail(exc)
+                return False
+            queued.add_done_callback(dropped)
+            return True
+
+        def dropped(queued: "concurrent.futures.Future[None]") -> None:
+            """Finished without run() (shutdown(cancel_futures=True), a broken executor): the slot comes back."""
+            if started:
                 return
-            # dropped unrun by the executor's shutdown(cancel_futures=True): the slot comes back all the same
-            queued.add_done_callback(lambda ran: ran.cancelled() and (self._release(key), done.cancel()))
+            self._release(key)
+            if queued.cancelled():
+                done.cancel()
+            else:
+                fail(queued.exception() or RuntimeError("the executor finished the call without running it"))
 
         waiter = self._join(key, start)
         if waiter is None:
-            start()
+            if not start():
+                self._release(key)
         else:
             done.add_done_callback(lambda future: future.cancelled() and self._withdraw(waiter))
         return done

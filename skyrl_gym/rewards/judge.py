@@ -677,7 +677,7 @@ class JudgeClient:
         # the places on the wire go to callers in turns by whose work it is (serve-env's clients): one client's queue
         # of verdicts does not hold up another's
         self._gate = Turns(endpoint.max_concurrency)
-        self._waiters: Optional[concurrent.futures.ThreadPoolExecutor] = None  # ajudge's threads (made on first use)
+        self._waiters: Optional[Tuple[concurrent.futures.ThreadPoolExecutor, Turns]] = None  # ajudge's threads
         self._lock = threading.Lock()
         self._cache: "collections.OrderedDict[str, Verdict]" = collections.OrderedDict()
         self._in_flight: Dict[str, concurrent.futures.Future] = {}
@@ -895,12 +895,13 @@ class JudgeClient:
         import functools
 
         with self._lock:
-            if self._waiters is None:
-                self._waiters = concurrent.futures.ThreadPoolExecutor(
-                    max(32, 4 * self.endpoint.max_concurrency), thread_name_prefix="judge")
-            waiters = self._waiters
+            if self._waiters is None:  # made on first use; taken in turns too, or its queue is arrival order again
+                threads = max(32, 4 * self.endpoint.max_concurrency)
+                self._waiters = (concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="judge"),
+                                 Turns(threads))
+            waiters, turns = self._waiters
         call = functools.partial(contextvars.copy_context().run, self.judge, request, scale)
-        return await asyncio.get_running_loop().run_in_executor(waiters, call)
+        return await asyncio.wrap_future(turns.submit(waiters, call))
 
     def close(self) -> None:
         with self._lock:

@@ -194,3 +194,46 @@ def test_what_turns_remember_of_idle_keys_stays_bounded():
                 pass
         assert len(turns._served) < 100
     assert not turns._held and turns._free == 2
+
+
+def test_thousands_of_waiters_of_a_shut_down_executor_all_get_an_error_and_every_slot_comes_back():
+    """Each failed hand-off passed the slot on by recursion: past about 490 waiters the interpreter's depth was
+    passed part-way, and no waiter ever answered (a closed sandbox with 1,000 runs waiting: an attacker's pass)."""
+    turns = Turns(2)
+    executor = concurrent.futures.ThreadPoolExecutor(2)
+    release = threading.Event()
+    running = [turns.submit(executor, release.wait, 10, key="k") for _ in range(2)]
+    waiting = [turns.submit(executor, int, "1", key=("k", n % 3)) for n in range(2000)]
+    executor.shutdown(wait=False)
+    release.set()
+    assert [future.result(timeout=10) for future in running] == [True, True]
+    errors = {type(future.exception(timeout=10)).__name__ for future in waiting}
+    assert errors == {"RuntimeError"} and turns._free == 2 and not turns._held and not turns.waiting()
+
+
+def test_shutting_an_executor_down_with_cancel_futures_does_not_deadlock_on_the_slots_it_gives_back():
+    """A call that had its slot but sat in the executor's queue: shutdown(cancel_futures=True) gave the slot back
+    from inside the executor's lock, to a waiter whose submit then waited on that lock for ever."""
+    turns = Turns(2)
+    executor = concurrent.futures.ThreadPoolExecutor(1)  # fewer threads than slots: a holder queues
+    release = threading.Event()
+    first = turns.submit(executor, release.wait, 10, key="a")
+    queued = turns.submit(executor, int, "1", key="b")  # has its slot, waits for the executor's thread
+    behind = turns.submit(executor, int, "2", key="c")  # waits for a slot
+    stopper = threading.Thread(target=executor.shutdown, kwargs={"wait": False, "cancel_futures": True})
+    stopper.start()
+    stopper.join(10)
+    assert not stopper.is_alive(), "shutdown(cancel_futures=True) hung"
+    release.set()
+    assert first.result(timeout=10) is True and queued.cancelled()
+    assert isinstance(behind.exception(timeout=10), RuntimeError)
+    assert turns._free == 2 and not turns._held
+
+
+def test_an_executor_that_fails_a_call_without_running_it_gives_the_slot_back():
+    turns = Turns(1)
+    broken = concurrent.futures.ThreadPoolExecutor(1, initializer=lambda: 1 / 0)  # every call fails unrun
+    calls = [turns.submit(broken, str, n, key=key) for n, key in enumerate("ab")]
+    for call in calls:
+        assert isinstance(call.exception(timeout=10), (concurrent.futures.BrokenExecutor, RuntimeError))
+    assert turns._free == 1 and not turns._held and not turns.waiting()
