@@ -23,12 +23,14 @@ from skyrl_gym.tools.search import RETRYABLE_STATUS, RetryPolicy
 
 
 class RetriesExhausted(Exception):
-    """Every attempt failed with a connection error, a time-out or a retryable status; ``reason`` says the last."""
+    """Every attempt failed with a connection error, a time-out or a retryable status; ``reason`` says the last,
+    ``status`` its HTTP status (None when it got no answer)."""
 
-    def __init__(self, reason: str, attempts: int) -> None:
+    def __init__(self, reason: str, attempts: int, status: Optional[int] = None) -> None:
         super().__init__(f"{reason}; gave up after {attempts} attempts")
         self.reason = reason
         self.attempts = attempts
+        self.status = status
 
 
 class ReplyTooLarge(Exception):
@@ -107,13 +109,13 @@ def request_with_retries(
     request_options.setdefault("allow_redirects", False)
     attempts = attempts or policy.attempts
     connect_s, attempt_s = _split(timeout)
-    reason = "no attempt was made"
+    reason, status = "no attempt was made", None
     made = 0
     for attempt in range(1, attempts + 1):
         if deadline is not None and deadline <= time.monotonic():
             reason = f"{reason}; the deadline passed" if made else f"no time was left to ask {url}"
             break
-        made = attempt
+        made, status = attempt, None
         watchdog = AttemptDeadline(attempt_s, deadline)
         try:
             with slot() if slot is not None else contextlib.nullcontext(), watchdog:
@@ -145,12 +147,13 @@ def request_with_retries(
                 return response, attempt
             else:
                 reason = f"{url} answered HTTP {response.status_code}: {response.text[:200]!r}"
+                status = response.status_code
         if attempt < attempts:
             pause = policy.delay(attempt)
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - time.monotonic()))
             time.sleep(pause)
-    raise RetriesExhausted(reason, made)
+    raise RetriesExhausted(reason, made, status)
 
 
 __all__ = ["ReplyTooLarge", "RetriesExhausted", "read_capped", "request_with_retries", "watch_deadlines"]

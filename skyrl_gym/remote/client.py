@@ -248,7 +248,7 @@ class RemoteEnv(ProxyEnv):
             )
         except (RetriesExhausted, ReplyTooLarge) as exc:
             raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {exc}"
-                                 + self._unreachable_hint(str(exc))) from None
+                                 + self._unreachable_hint(str(exc)), getattr(exc, "status", None)) from None
         if response.status_code >= 300:  # a redirect is not followed: the answer is the service's own or none
             raise self._failure(what, response.status_code, response.text)
         return self._parsed(response.text, what)
@@ -300,8 +300,9 @@ class RemoteEnv(ProxyEnv):
         url = self.url + path
         timeout = aiohttp.ClientTimeout(total=self.timeout_s, connect=self.connect_timeout_s)
         data = None if body is None else encode(body)
-        last = "no attempt was made"
+        last, last_status = "no attempt was made", None
         for attempt in range(1, self.retry.attempts + 1):
+            last_status = None
             try:
                 async with session.request(method, url, data=data, timeout=timeout) as response:
                     try:
@@ -310,7 +311,7 @@ class RemoteEnv(ProxyEnv):
                     except ReplyTooLarge as exc:
                         raise RemoteEnvError(f"remote env {self.env_id!r} at {self.url}: {what} failed: {exc}")
                     if response.status in RETRYABLE_STATUS:
-                        last = f"HTTP {response.status}: {text[:300]}"
+                        last, last_status = f"HTTP {response.status}: {text[:300]}", response.status
                     elif response.status >= 400:
                         raise self._failure(what, response.status, text)
                     else:
@@ -323,7 +324,7 @@ class RemoteEnv(ProxyEnv):
                 await asyncio.sleep(self.retry.delay(attempt))
         raise RemoteEnvError(
             f"remote env {self.env_id!r} at {self.url}: {what} failed: {last}; gave up after "
-            f"{self.retry.attempts} attempts" + self._unreachable_hint(last)
+            f"{self.retry.attempts} attempts" + self._unreachable_hint(last), last_status
         )
 
     @staticmethod

@@ -181,8 +181,9 @@ def test_limits_on_sessions_body_size_and_idle_time():
     with env_service("--max-sessions", "2", "--max-body-bytes", "4096", "--idle-timeout", "0.5") as small:
         first = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
         second = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
-        with pytest.raises(RemoteEnvError, match="HTTP 429.*limit \\(--max-sessions 2\\)"):
+        with pytest.raises(RemoteEnvError, match="HTTP 429.*limit \\(--max-sessions 2\\)") as full:
             skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
+        assert full.value.status == 429  # the last try's status, once the tries are spent (was None)
         with pytest.raises(RemoteEnvError, match="HTTP 413.*over 4096 bytes"):
             first.step("x" * 10_000)
         # both sessions stay unused: the sweeper closes them once they are idle for 0.5 s
@@ -197,8 +198,9 @@ def test_limits_on_sessions_body_size_and_idle_time():
         orphan = skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
     orphan.close()  # the server is gone: close does not raise, and says why
     assert "cannot connect" in orphan.close_error
-    with pytest.raises(RemoteEnvError, match=r"cannot connect.*\(is `skyrl-gym serve-env` running at http"):
+    with pytest.raises(RemoteEnvError, match=r"cannot connect.*\(is `skyrl-gym serve-env` running at http") as gone:
         skyrl_gym.make("remote", url=small.url, env_id=COUNTER_ID, extras={}, attempts=1)
+    assert gone.value.status is None
 
 
 def test_serving_beyond_loopback_needs_a_token():
