@@ -24,13 +24,11 @@ fills the disk costs its own episode, never the machine.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import io
 import os
 import posixpath
 import secrets
 import shlex
-import signal
 import tarfile
 import threading
 import time
@@ -38,10 +36,11 @@ import uuid
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from skygym_sandboxes.docker_backend import LABEL, OWNER_LABEL, owner_id, remove_orphaned_containers
 from skygym_sandboxes.docker_exec import ExecStream
+from skygym_sandboxes.interrupts import signals_deferred
 from skygym_sandboxes.types import SandboxUnavailable
 
 logger = logging.getLogger(__name__)
@@ -56,20 +55,6 @@ EXEC_STREAM_SLACK = 64 * 1024
 # behind had used all 512 and nothing could start. `kill -9 -1` spares PID 1 and ends its sleep, which it restarts.
 KEEPALIVE = ["bash", "-c", "while :; do sleep 3600 & wait $!; done"]
 KEEPALIVE_PROCESSES = 2  # the loop and its sleep
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM until the block ends (main thread only): a container is either
-    created and recorded, or removed, never left half-way by an interrupt."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 _swept_engines: set = set()

@@ -22,8 +22,12 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import os
 import threading
-from typing import Any, Callable, Deque, Dict, Hashable, Iterator, Optional, TypeVar
+import weakref
+from typing import Any, Callable, Deque, Dict, Hashable, Iterator, List, Optional, TypeVar
+
+from skygym_sandboxes.interrupts import signals_deferred
 
 T = TypeVar("T")
 
@@ -35,10 +39,13 @@ _CURRENT = object()
 
 
 class _Waiter:
-    __slots__ = ("key", "wake", "granted")
+    __slots__ = ("key", "wake", "granted", "refused")
 
-    def __init__(self, key: Hashable, wake: Callable[[], Optional[bool]]) -> None:
-        self.key, self.wake, self.granted = key, wake, False
+    def __init__(self, key: Hashable, wake: Callable[[], Optional[bool]],
+                 refused: Optional[Callable[[], None]] = None) -> None:
+        # wake: called once the waiter holds a slot; False when it cannot use it (the slot is passed on, then
+        # refused() is called: what it tells its caller comes after the slot is back)
+        self.key, self.wake, self.granted, self.refused = key, wake, False, refused
 
 
 class Turns:
@@ -48,8 +55,13 @@ class Turns:
         if slots < 1:
             raise ValueError(f"Turns needs at least one slot, got {slots}")
         self.slots = slots
+        self._forget()
+        _every_turns.add(self)
+
+    def _forget(self) -> None:
+        """Every slot free (and, in a forked child, none held by its parent's threads, which it does not have)."""
         self._lock = threading.Lock()
-        self._free = slots
+        self._free = self.slots
         self._held: Dict[Hashable, int] = collections.Counter()
         self._waiting: Dict[Hashable, Deque[_Waiter]] = {}  # each waiting key's waiters, in arrival order
         self._served: Dict[Hashable, int] = {}  # when each key last got a slot (a count); pruned in _release
@@ -61,15 +73,15 @@ class Turns:
         with self._lock:
             return sum(len(line) for line in self._waiting.values())
 
-    def _join(self, key: Hashable, wake: Callable[[], Optional[bool]]) -> Optional[_Waiter]:
-        """Take a free slot (None) or get in line (the waiter: ``wake`` is called once it holds a slot, and returns
-        False when it cannot use it, which passes it on)."""
+    def _join(self, key: Hashable, wake: Callable[[], Optional[bool]],
+              refused: Optional[Callable[[], None]] = None) -> Optional[_Waiter]:
+        """Take a free slot (None) or get in line (the waiter: see :class:`_Waiter`)."""
         with self._lock:
             if self._free and not self._waiting:
+                self._grant(key)  # first: a key that cannot be counted (unhashable) leaves the slot free
                 self._free -= 1
-                self._grant(key)
                 return None
-            waiter = _Waiter(key, wake)
+            waiter = _Waiter(key, wake, refused)
             self._waiting.setdefault(key, collections.deque()).append(waiter)
             return waiter
 
@@ -96,33 +108,40 @@ class Turns:
     def _release(self, key: Hashable) -> None:
         """``key`` gives a slot back: to the next waiter, or free. A waiter that cannot take it (its ``wake`` says
         False: its executor was shut down) passes it on, in this loop: handed on by recursion, 2,000 waiters of a
-        closed sandbox passed the interpreter's depth, and every one of them hung."""
-        while True:
-            with self._lock:
-                self._held[key] -= 1
-                if not self._held[key]:
-                    del self._held[key]
-                if len(self._served) > 2 * (len(self._held) + len(self._waiting)) + 64:
-                    self._prune()  # bounded by the keys in use, whatever number of keys ever came
-                if not self._waiting:
-                    self._free += 1
-                    return
-                # the waiting key holding the fewest slots; among equals, the one served longest ago (or never)
-                chosen = min(self._waiting,
-                             key=lambda waiting: (self._held.get(waiting, 0), self._served.get(waiting, 0)))
-                line = self._waiting[chosen]
-                waiter = line.popleft()
-                if not line:
-                    del self._waiting[chosen]
-                waiter.granted = True
-                self._grant(chosen)
-            if waiter.wake() is not False:
-                return
-            key = chosen
+        closed sandbox passed the interpreter's depth, and every one of them hung. Ctrl-C waits until the slot is
+        counted and handed (in the main thread: an interrupt half-way lost slots and left waiters unwoken)."""
+        refused: List[_Waiter] = []
+        with signals_deferred():
+            while True:
+                with self._lock:
+                    self._held[key] -= 1
+                    if not self._held[key]:
+                        del self._held[key]
+                    if len(self._served) > 2 * (len(self._held) + len(self._waiting)) + 64:
+                        self._prune()  # bounded by the keys in use, whatever number of keys ever came
+                    if not self._waiting:
+                        self._free += 1
+                        break
+                    # the waiting key holding the fewest slots; among equals, the one served longest ago (or never)
+                    chosen = min(self._waiting,
+                                 key=lambda waiting: (self._held.get(waiting, 0), self._served.get(waiting, 0)))
+                    line = self._waiting[chosen]
+                    waiter = line.popleft()
+                    if not line:
+                        del self._waiting[chosen]
+                    waiter.granted = True
+                    self._grant(chosen)
+                if waiter.wake() is not False:
+                    break
+                refused.append(waiter)
+                key = chosen
+        for waiter in refused:  # told once their slots are back
+            if waiter.refused is not None:
+                waiter.refused()
 
     def _withdraw(self, waiter: _Waiter) -> bool:
         """Out of its line, unless the slot reached it already (False: its holder gives the slot back)."""
-        with self._lock:
+        with signals_deferred(), self._lock:
             if waiter.granted:
                 return False
             line = self._waiting[waiter.key]
@@ -133,8 +152,9 @@ class Turns:
 
     def _give_up(self, waiter: _Waiter) -> None:
         """A waiter stops waiting: out of its line, or, when the slot reached it meanwhile, the slot is passed on."""
-        if not self._withdraw(waiter):
-            self._release(waiter.key)
+        with signals_deferred():
+            if not self._withdraw(waiter):
+                self._release(waiter.key)
 
     @contextlib.contextmanager
     def turn(self, key: Hashable = _CURRENT, timeout: Optional[float] = None) -> Iterator[None]:
@@ -144,31 +164,41 @@ class Turns:
             yield
             return
         key = turn_key.get() if key is _CURRENT else key
+        hash(key)  # a key that cannot be a key fails here, before anything is taken
         granted = threading.Event()
-        waiter = self._join(key, granted.set)
-        if waiter is not None:
-            try:
-                reached = granted.wait(timeout)
-            except BaseException:
-                self._give_up(waiter)
-                raise
-            if not reached:
-                self._give_up(waiter)
-                raise TimeoutError(f"no slot of {self.slots} became free within {timeout:g} s")
-        try:
+        waiter: Optional[_Waiter] = None
+        holds = False
+        try:  # Ctrl-C at any point: the slot is given back, or the place in line given up
+            with signals_deferred():
+                waiter = self._join(key, granted.set)
+                holds = waiter is None
+            if not holds:
+                if not granted.wait(timeout):
+                    with signals_deferred():
+                        given_up, waiter = waiter, None
+                        self._give_up(given_up)
+                    raise TimeoutError(f"no slot of {self.slots} became free within {timeout:g} s")
+                holds = True
             yield
         finally:
-            self._release(key)
+            if holds:
+                self._release(key)
+            elif waiter is not None:
+                self._give_up(waiter)  # a slot that reached it meanwhile is passed on
 
     def submit(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any,
                key: Hashable = _CURRENT) -> "concurrent.futures.Future[T]":
         """``fn(*args)`` on ``executor`` once ``key`` (default: :data:`turn_key`'s, read here) has a slot; the
         thread gives the slot back when ``fn`` returns. Await it with ``asyncio.wrap_future``: a cancel before
         ``fn`` starts leaves nothing held or run, one after lets ``fn`` finish holding its slot, so no more than
-        ``slots`` run at once. An executor that was shut down fails the future with its ``RuntimeError``."""
+        ``slots`` run at once. An executor that was shut down fails the future with its ``RuntimeError``, once the
+        slot is back. ``fn`` must not wait for another ``submit`` to this Turns (with every slot held by such
+        calls, none could start); ``turn()`` in it takes no second slot."""
         key = turn_key.get() if key is _CURRENT else key
+        hash(key)  # a key that cannot be a key fails here, before anything is taken
         done: "concurrent.futures.Future[T]" = concurrent.futures.Future()
         started = []  # run() began: from then on it gives the slot back
+        errors: List[BaseException] = []  # why start() could not hand the call to the executor
 
         def fail(error: BaseException) -> None:
             if done.set_running_or_notify_cancel():
@@ -197,12 +227,13 @@ class Turns:
             # submit there waited on that lock for ever.
             closed = getattr(executor, "_shutdown", False) or getattr(executor, "_broken", False)
             if closed:
-                fail(RuntimeError(closed if isinstance(closed, str) else "cannot schedule new futures after shutdown"))
-                return False  # the slot goes on, from the _release loop
+                errors.append(RuntimeError(closed if isinstance(closed, str) else
+                                           "cannot schedule new futures after shutdown"))
+                return False  # the slot goes on, from the _release loop, and then the caller hears
             try:
                 queued = executor.submit(run)
-            except BaseException as exc:
-                fail(exc)
+            except Exception as exc:
+                errors.append(exc)
                 return False
             queued.add_done_callback(dropped)
             return True
@@ -217,10 +248,22 @@ class Turns:
             else:
                 fail(queued.exception() or RuntimeError("the executor finished the call without running it"))
 
-        waiter = self._join(key, start)
-        if waiter is None:
-            if not start():
+        with signals_deferred():  # taken and started, or in line: never half-way
+            waiter = self._join(key, start, lambda: fail(errors[-1]))
+            if waiter is None and not start():
                 self._release(key)
-        else:
+                fail(errors[-1])
+        if waiter is not None:
             done.add_done_callback(lambda future: future.cancelled() and self._withdraw(waiter))
         return done
+
+
+_every_turns: "weakref.WeakSet[Turns]" = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    for turns in list(_every_turns):
+        turns._forget()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

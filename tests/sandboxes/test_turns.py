@@ -237,3 +237,43 @@ def test_an_executor_that_fails_a_call_without_running_it_gives_the_slot_back():
     for call in calls:
         assert isinstance(call.exception(timeout=10), (concurrent.futures.BrokenExecutor, RuntimeError))
     assert turns._free == 1 and not turns._held and not turns.waiting()
+
+
+def test_a_key_that_cannot_be_a_key_fails_before_anything_is_taken():
+    """An unhashable key (turn_key is anyone's to set) took a free slot for good (an attacker's pass)."""
+    turns = Turns(1)
+    with pytest.raises(TypeError, match="unhashable"):
+        with turns.turn([]):
+            pass
+    with pytest.raises(TypeError, match="unhashable"):
+        turns.submit(concurrent.futures.ThreadPoolExecutor(1), int, "1", key={})
+    assert turns._free == 1 and not turns._held
+
+
+def test_a_failed_hand_off_is_told_once_its_slot_is_back():
+    """The future of a call whose executor was shut down failed while it still held its slot: a done-callback
+    that took a turn waited on that slot (an attacker's pass)."""
+    turns = Turns(1)
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    executor.shutdown()
+    seen = []
+    failed = turns.submit(executor, int, "1", key="a")
+    failed.add_done_callback(lambda _: seen.append(turns._free))  # (already failed: called at once)
+    assert isinstance(failed.exception(timeout=10), RuntimeError) and seen == [1]
+
+
+def test_a_forked_child_holds_none_of_its_parents_slots():
+    import os
+
+    turns = Turns(1)
+    with turns.turn("parent"):
+        child = os.fork()
+        if child == 0:  # the child: the parent's holder is not here, so its slot is free
+            try:
+                with turns.turn("child", timeout=5):
+                    os._exit(0)
+            except BaseException:
+                os._exit(1)
+        _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and turns._free == 1
+
