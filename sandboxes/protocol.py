@@ -102,14 +102,14 @@ class BaseSandbox:
                     self._executor = concurrent.futures.ThreadPoolExecutor(
                         max_workers=max(32, self.default_concurrency), thread_name_prefix=f"{self.name}-arun"
                     )
-        call = functools.partial(contextvars.copy_context().run, self.run, request)  # whose work it is goes along
         try:
-            if self._pool is None:
+            if self._pool is None:  # whose work it is goes along, for any pool the run reaches
+                call = functools.partial(contextvars.copy_context().run, self.run, request)
                 return await asyncio.get_running_loop().run_in_executor(self._executor, call)
             # A warm pool's turn is taken before a thread: this executor hands its threads out first come, first
             # served, and with every thread waiting for a worker, clients were served in arrival order. No time
             # limit on the wait, as in the executor's queue before: a trainer's batch may queue thousands of runs.
-            return await asyncio.wrap_future(self._pool.turns.submit(self._executor, call))
+            return await self._pool.turns.run_in_thread(self._executor, self.run, request)
         except RuntimeError:  # the executor was shut down: close() ran meanwhile
             if not self._closed:
                 raise

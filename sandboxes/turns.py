@@ -22,6 +22,7 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import os
 import threading
 import weakref
@@ -189,7 +190,7 @@ class Turns:
     def submit(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any,
                key: Hashable = _CURRENT) -> "concurrent.futures.Future[T]":
         """``fn(*args)`` on ``executor`` once ``key`` (default: :data:`turn_key`'s, read here) has a slot; the
-        thread gives the slot back when ``fn`` returns. Await it with ``asyncio.wrap_future``: a cancel before
+        thread gives the slot back when ``fn`` returns (:meth:`run_in_thread` awaits it from a coroutine). A cancel before
         ``fn`` starts leaves nothing held or run, one after lets ``fn`` finish holding its slot, so no more than
         ``slots`` run at once. An executor that was shut down fails the future with its ``RuntimeError``, once the
         slot is back. ``fn`` must not wait for another ``submit`` to this Turns (with every slot held by such
@@ -256,6 +257,14 @@ class Turns:
         if waiter is not None:
             done.add_done_callback(lambda future: future.cancelled() and self._withdraw(waiter))
         return done
+
+    async def run_in_thread(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any) -> T:
+        """``await`` ``fn(*args)`` run by :meth:`submit` on ``executor``, in the caller's turn and a copy of its
+        context (whose work it is, for the turns of the pools ``fn`` reaches)."""
+        import asyncio
+
+        call = functools.partial(contextvars.copy_context().run, fn, *args)
+        return await asyncio.wrap_future(self.submit(executor, call))
 
 
 _every_turns: "weakref.WeakSet[Turns]" = weakref.WeakSet()

@@ -16,7 +16,6 @@ decides when to stop, and may need the helper to finish its step) and ends with 
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import concurrent.futures
 import functools
@@ -236,7 +235,7 @@ class HelperPool:
                 self._waiters = concurrent.futures.ThreadPoolExecutor(self.size, thread_name_prefix="skyrl-helper")
             waiters = self._waiters
         # the wait for a turn takes no thread; a turn is one of ``size`` threads, which gives it back itself
-        return await asyncio.wrap_future(self._turns.submit(waiters, self._call_in_turn, payload, timeout))
+        return await self._turns.run_in_thread(waiters, self._call_in_turn, payload, timeout)
 
     def pids(self) -> List[int]:
         """The running helpers' process ids."""

@@ -13,8 +13,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import contextvars
-import functools
 import hashlib
 import heapq
 import itertools
@@ -251,8 +249,7 @@ def create_app(
 
     async def in_thread(fn: Callable[..., Any], *args: Any, pool: Any = threads) -> Any:
         # the pool's own queue never holds a call: a call reaches it with its turn, and its thread gives it back
-        call = functools.partial(contextvars.copy_context().run, fn, *args)
-        return await asyncio.wrap_future(turns[pool].submit(pool, call))
+        return await turns[pool].run_in_thread(pool, fn, *args)
 
     kept: Dict[Tuple[SessionKey, str], int] = {}  # (session key, request id) -> bytes of the answer kept for a retry
     kept_bytes = [0]

@@ -890,18 +890,13 @@ class JudgeClient:
         """:meth:`judge` from async code, on a thread of this client's own (in the caller's context: whose work it
         is), so the event loop keeps running. asyncio's shared threads served every caller in arrival order before
         any slot was asked for: one serve-env client's judged steps held up another's."""
-        import asyncio
-        import contextvars
-        import functools
-
         with self._lock:
             if self._waiters is None:  # made on first use; taken in turns too, or its queue is arrival order again
                 threads = max(32, 4 * self.endpoint.max_concurrency)
                 self._waiters = (concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="judge"),
                                  Turns(threads))
             waiters, turns = self._waiters
-        call = functools.partial(contextvars.copy_context().run, self.judge, request, scale)
-        return await asyncio.wrap_future(turns.submit(waiters, call))
+        return await turns.run_in_thread(waiters, self.judge, request, scale)
 
     def close(self) -> None:
         with self._lock:

@@ -10,9 +10,7 @@ runs it in the thread pool instead). The function must be importable by name, an
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextvars
 import functools
 import os
 import threading
@@ -65,8 +63,7 @@ async def run_blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     to callers in turns by whose work it is (:mod:`skygym_sandboxes.turns`: serve-env's clients), as do the pools
     the call reaches in them."""
     pool, turns = _thread_pool_and_turns()
-    call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
-    return await asyncio.wrap_future(turns.submit(pool, call))
+    return await turns.run_in_thread(pool, functools.partial(func, *args, **kwargs))
 
 
 async def run_cpu_bound(func: Callable[..., T], *args: Any) -> T:
