@@ -40,13 +40,14 @@ _CURRENT = object()
 
 
 class _Waiter:
-    __slots__ = ("key", "wake", "granted", "refused")
+    __slots__ = ("key", "wake", "granted", "refused", "entered", "left")
 
     def __init__(self, key: Hashable, wake: Callable[[], Optional[bool]],
                  refused: Optional[Callable[[], None]] = None) -> None:
         # wake: called once the waiter holds a slot; False when it cannot use it (the slot is passed on, then
         # refused() is called: what it tells its caller comes after the slot is back)
         self.key, self.wake, self.granted, self.refused = key, wake, False, refused
+        self.entered = self.left = False  # for turn(): in line or holding; gone (its slot or place given back)
 
 
 class Turns:
@@ -77,14 +78,34 @@ class Turns:
     def _join(self, key: Hashable, wake: Callable[[], Optional[bool]],
               refused: Optional[Callable[[], None]] = None) -> Optional[_Waiter]:
         """Take a free slot (None) or get in line (the waiter: see :class:`_Waiter`)."""
+        waiter = _Waiter(key, wake, refused)
+        self._enter(waiter)
+        return None if waiter.granted else waiter
+
+    def _enter(self, waiter: _Waiter) -> None:
+        """``waiter`` takes a free slot (``granted``) or gets in line."""
         with self._lock:
             if self._free and not self._waiting:
-                self._grant(key)  # first: a key that cannot be counted (unhashable) leaves the slot free
+                self._grant(waiter.key)  # first: a key that cannot be counted (unhashable) leaves the slot free
                 self._free -= 1
-                return None
-            waiter = _Waiter(key, wake, refused)
-            self._waiting.setdefault(key, collections.deque()).append(waiter)
-            return waiter
+                waiter.granted = True
+            else:
+                self._waiting.setdefault(waiter.key, collections.deque()).append(waiter)
+            waiter.entered = True
+
+    def _leave(self, waiter: _Waiter) -> None:
+        """``waiter`` gives back its slot, or its place in line; once only, however often called."""
+        with signals_deferred():
+            with self._lock:
+                if waiter.left:
+                    return
+                waiter.left = True
+                if not waiter.entered:
+                    return
+                if not waiter.granted:
+                    self._out_of_line(waiter)
+                    return
+            self._release(waiter.key)
 
     def _grant(self, key: Hashable) -> None:
         self._held[key] += 1
@@ -145,17 +166,14 @@ class Turns:
         with signals_deferred(), self._lock:
             if waiter.granted:
                 return False
-            line = self._waiting[waiter.key]
-            line.remove(waiter)
-            if not line:
-                del self._waiting[waiter.key]
+            self._out_of_line(waiter)
             return True
 
-    def _give_up(self, waiter: _Waiter) -> None:
-        """A waiter stops waiting: out of its line, or, when the slot reached it meanwhile, the slot is passed on."""
-        with signals_deferred():
-            if not self._withdraw(waiter):
-                self._release(waiter.key)
+    def _out_of_line(self, waiter: _Waiter) -> None:  # with the lock held
+        line = self._waiting[waiter.key]
+        line.remove(waiter)
+        if not line:
+            del self._waiting[waiter.key]
 
     @contextlib.contextmanager
     def turn(self, key: Hashable = _CURRENT, timeout: Optional[float] = None) -> Iterator[None]:
@@ -166,26 +184,34 @@ class Turns:
             return
         key = turn_key.get() if key is _CURRENT else key
         hash(key)  # a key that cannot be a key fails here, before anything is taken
-        granted = threading.Event()
-        waiter: Optional[_Waiter] = None
-        holds = False
-        try:  # Ctrl-C at any point: the slot is given back, or the place in line given up
+        # released once the slot is this waiter's: a lock's wait either takes it or not, where an interrupt in
+        # threading.Event's wait broke its condition ("release unlocked lock") under a Ctrl-C storm
+        granted = threading.Lock()
+        granted.acquire()
+        waiter = _Waiter(key, granted.release)
+        try:  # Ctrl-C at any point: the slot or the place in line is given back (an interrupt as __enter__
+            # returns leaves this generator to be closed when it is dropped, which gives it back then)
             with signals_deferred():
-                waiter = self._join(key, granted.set)
-                holds = waiter is None
-            if not holds:
-                if not granted.wait(timeout):
-                    with signals_deferred():
-                        given_up, waiter = waiter, None
-                        self._give_up(given_up)
-                    raise TimeoutError(f"no slot of {self.slots} became free within {timeout:g} s")
-                holds = True
+                self._enter(waiter)
+            no_limit = timeout is None or timeout == float("inf")
+            if not waiter.granted and not granted.acquire(timeout=-1 if no_limit else max(0.0, timeout)):
+                raise TimeoutError(f"no slot of {self.slots} became free within {timeout:g} s")  # (a slot that
+                # reached it meanwhile is passed on below)
             yield
         finally:
-            if holds:
-                self._release(key)
-            elif waiter is not None:
-                self._give_up(waiter)  # a slot that reached it meanwhile is passed on
+            # Tried again when Ctrl-C comes before _leave holds signals: the main thread can be interrupted at any
+            # call it makes. The loop is here, not in a function: the call to it was such a place.
+            interrupted: Optional[BaseException] = None
+            while True:
+                try:
+                    self._leave(waiter)
+                    break
+                except BaseException as exc:
+                    interrupted = interrupted or exc
+                    if waiter.left:
+                        break
+            if interrupted is not None:
+                raise interrupted
 
     def submit(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any,
                key: Hashable = _CURRENT) -> "concurrent.futures.Future[T]":

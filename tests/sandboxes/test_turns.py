@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from skygym_sandboxes.turns import Turns, turn_key
+from skygym_sandboxes.turns import Turns, _Waiter, turn_key
 
 
 def _queue(turns: Turns, key, served: list, hold_s: float = 0.0) -> threading.Thread:
@@ -84,15 +84,49 @@ def test_a_wait_that_times_out_holds_nothing():
     assert turns._free == 1 and not turns._held
 
 
+def test_an_infinite_time_limit_is_no_limit():
+    turns, served = Turns(1), []
+    with turns.turn("a"):
+        thread = threading.Thread(target=lambda: _hold(turns, "b", float("inf"), served))
+        thread.start()
+        time.sleep(0.05)
+        assert turns.waiting() == 1
+    thread.join(10)
+    assert served == ["b"] and turns._free == 1
+
+
+def _hold(turns: Turns, key, timeout, served: list) -> None:
+    with turns.turn(key, timeout=timeout):
+        served.append(key)
+
+
 def test_a_slot_that_reached_a_waiter_as_it_gave_up_is_passed_on():
     turns, served = Turns(1), []
     with turns.turn("a"):
         late = turns._join("b", lambda: None)  # in line, and then the slot reaches it ...
         after = _queue(turns, "c", served)
     assert late.granted
-    turns._give_up(late)  # ... as it stops waiting: the next in line gets the slot
+    turns._leave(late)  # ... as it stops waiting: the next in line gets the slot
     after.join(10)
     assert served == ["c"] and turns._free == 1 and not turns._held
+
+
+def test_a_slot_or_place_is_given_back_once_however_often_its_leaving_is_tried():
+    # turn() tries again when Ctrl-C interrupts its giving back; a second try must not give back a second slot
+    turns = Turns(2)
+    with turns.turn("other"):
+        holding = _Waiter("a", lambda: None)
+        turns._enter(holding)
+        waiting = _Waiter("b", lambda: None)
+        turns._enter(waiting)
+        assert holding.granted and not waiting.granted and turns.waiting() == 1
+        for _ in range(2):
+            turns._leave(waiting)
+        assert turns.waiting() == 0 and turns._held == {"other": 1, "a": 1}
+        for _ in range(2):
+            turns._leave(holding)
+        assert turns._free == 1 and turns._held == {"other": 1}
+    assert turns._free == 2 and not turns._held
 
 
 def test_submitted_calls_are_served_by_key_and_one_cancelled_while_waiting_holds_nothing():
