@@ -810,7 +810,11 @@ class JudgeClient:
         Identical requests (same endpoint, model, request and scale) are asked once: later ones get the cached
         verdict, concurrent ones wait for the first. The cache keeps every answer the judge gave at temperature 0
         (an unreadable or cut one too: asked again, it says the same), never a transport failure."""
-        deadline = time.monotonic() + self.endpoint.verdict_deadline_s
+        return self._judge_by(request, scale, time.monotonic() + self.endpoint.verdict_deadline_s)
+
+    def _judge_by(self, request: AnyRequest, scale: float, deadline: float) -> Verdict:
+        """:meth:`judge`, its deadline counted from when it was asked (by :meth:`ajudge`, before its wait for a
+        thread)."""
         key = self._request_key(request, scale)
         with self._lock:
             self.stats["requests"] += 1
@@ -827,6 +831,18 @@ class JudgeClient:
                 self._in_flight[key] = future
         if waiting is not None:
             return self._wait_for(waiting, deadline)
+        if time.monotonic() >= deadline:  # its wait for a thread took the whole deadline: nothing left to ask in
+            verdict = Verdict(
+                score=None,
+                error=f"the verdict's deadline ({self.endpoint.verdict_deadline_s:g} s) passed before a thread of "
+                f"the judge's client was free to ask it ({self._waiters[1].slots if self._waiters else 0} threads "
+                f"were busy with other verdicts): raise judge.deadline_s or judge.max_concurrency",
+            )
+            with self._lock:
+                self._in_flight.pop(key, None)
+                self.stats["errors"] += 1
+            future.set_result(verdict)
+            return verdict
         started = time.perf_counter()
         attempts = 0
         text = ""
@@ -889,14 +905,16 @@ class JudgeClient:
     async def ajudge(self, request: AnyRequest, scale: float = 1.0) -> Verdict:
         """:meth:`judge` from async code, on a thread of this client's own (in the caller's context: whose work it
         is), so the event loop keeps running. asyncio's shared threads served every caller in arrival order before
-        any slot was asked for: one serve-env client's judged steps held up another's."""
+        any slot was asked for: one serve-env client's judged steps held up another's. The verdict's deadline counts
+        from this call: the wait for a thread is part of it."""
+        deadline = time.monotonic() + self.endpoint.verdict_deadline_s
         with self._lock:
             if self._waiters is None:  # made on first use; taken in turns too, or its queue is arrival order again
                 threads = max(32, 4 * self.endpoint.max_concurrency)
                 self._waiters = (concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="judge"),
                                  Turns(threads))
             waiters, turns = self._waiters
-        return await turns.run_in_thread(waiters, self.judge, request, scale)
+        return await turns.run_in_thread(waiters, self._judge_by, request, scale, deadline)
 
     def close(self) -> None:
         with self._lock:

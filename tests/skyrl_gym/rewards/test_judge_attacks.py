@@ -9,6 +9,7 @@ behaviour each ``model`` chooses).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import re
 import threading
 import time
@@ -320,6 +321,35 @@ def test_a_verdict_waits_for_a_request_slot_no_longer_than_its_deadline(judge):
         verdict = client.judge(JudgeRequest("#### 72", "72"))
     assert verdict.score is None and "no request slot" in verdict.error
     assert client.judge(JudgeRequest("#### 72", "72")).score == 1.0  # a free slot: answered
+    client.close()
+
+
+def test_an_async_verdicts_wait_for_a_thread_counts_in_its_deadline(judge):
+    """ajudge's deadline began once a thread of its own took the call: behind busy threads, a verdict could take
+    the wait and then its whole deadline again."""
+    from skygym_sandboxes.turns import Turns
+
+    client = JudgeClient(JudgeEndpoint(base_url=judge.url, model="rule-judge", deadline_s=0.3))
+    threads, turns = concurrent.futures.ThreadPoolExecutor(1), Turns(1)
+    client._waiters = (threads, turns)  # one thread, which another verdict holds for 0.6 s
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with turns.turn("another caller"):
+            holding.set()
+            release.wait(0.6)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(10)
+    try:
+        late = asyncio.run(client.ajudge(JudgeRequest("#### 72", "72")))
+    finally:
+        holder.join(10)
+    assert late.score is None and "deadline (0.3 s) passed before a thread" in late.error, late
+    assert asyncio.run(client.ajudge(JudgeRequest("#### 72", "72"))).score == 1.0  # a free thread: answered
+    assert client.stats["errors"] == 1
+    threads.shutdown()
     client.close()
 
 
