@@ -3,9 +3,11 @@
 Two kinds of work leave the process: CPU-bound tool work (SQL parsing and queries, see :mod:`skyrl_gym.tools.blocking`),
 whose Python would hold the GIL and starve an event loop, and math-verify (:mod:`skyrl_gym.rewards.math`), which can
 hang and whose own time limits need a main thread. Both go to a :class:`HelperPool`: up to ``size`` helpers, each
-serving one call at a time. A call that outlives its ``timeout`` has its helper killed (the next call starts a fresh
-one) and raises :class:`HelperTimeout`; a helper that died before it answered gets the call once more, on a fresh
-helper, and a second death raises :class:`HelperDied`.
+serving one call at a time. A call that outlives its ``timeout`` raises :class:`HelperTimeout`: the helper stops it
+with an alarm in its main thread and goes on serving, and a call that does not come back to Python to be stopped
+(C code that does not check for signals) has its helper killed :data:`KILL_GRACE_S` later (the next call starts a
+fresh one). A helper that died before it answered gets the call once more, on a fresh helper, and a second death
+raises :class:`HelperDied`.
 
 A helper is ``python -c`` with the caller's ``sys.path``, not a :mod:`multiprocessing` process: those import the
 caller's main script again, and a script without an ``if __name__ == "__main__":`` guard ran again in each of them
@@ -41,6 +43,9 @@ T = TypeVar("T")
 # than with 3 (docs/tool_envs.md).
 DEFAULT_SIZE = min(4, os.cpu_count() or 1) + 1
 START_TIMEOUT_S = 120.0  # starting Python and importing the pool's modules (sympy takes seconds on a loaded machine)
+# How long past its time limit a call may take to be stopped inside its helper before the helper is killed. A kill
+# costs the next call a fresh helper (0.3-0.6 s for math-verify's); the alarm, a call's Python interrupted.
+KILL_GRACE_S = 1.0
 _READY = b"ready"
 
 
@@ -127,7 +132,7 @@ class _Helper:
         tag = self._calls.to_bytes(8, "little")  # the answer names its call: none can be taken for another's
         try:
             self._requests.send_bytes(tag + payload)
-            answered_in_time = self._answers.poll(timeout)
+            answered_in_time = self._answers.poll(None if timeout is None else timeout + KILL_GRACE_S)
             answer = self._answers.recv_bytes() if answered_in_time else b""
         except (EOFError, OSError):
             raise _Died("ended before it answered") from None
@@ -136,7 +141,7 @@ class _Helper:
             raise
         if not answered_in_time:
             self.kill()
-            raise HelperTimeout(f"the call ran longer than {timeout:g} s; its helper was stopped")
+            raise HelperTimeout(f"the call ran longer than {timeout:g} s and did not stop; its helper was killed")
         if answer[:8] != tag:  # never seen since interrupted calls stop their helper; a fresh one gets the call
             raise _Died(f"answered call {int.from_bytes(answer[:8], 'little')}, not call {self._calls}")
         try:
@@ -207,7 +212,7 @@ class HelperPool:
             if math.isnan(timeout):
                 raise ValueError("timeout must be a number of seconds, or None for no limit; got NaN")
             timeout = None if timeout == math.inf else float(timeout)
-        return pickle.dumps((func, tuple(args))), timeout  # a function or argument that cannot go fails here
+        return pickle.dumps((func, tuple(args), timeout)), timeout  # a function or argument that cannot go fails here
 
     def _call_in_turn(self, payload: bytes, timeout: Optional[float]) -> Any:
         # At most ``size`` calls hold a turn: this waits only while close() stops idle helpers.
@@ -285,11 +290,39 @@ def _watch_owner(owner: int) -> None:
     threading.Thread(target=watch, name="skyrl-helper-owner", daemon=True).start()
 
 
+class _OutOfTime(BaseException):
+    """Raised in a call's Python by its alarm. Not an Exception: a function's ``except Exception`` (math-verify has
+    many) would take it for its own error and go on, or answer as if it had finished."""
+
+
+def _out_of_time(signum: int, frame: Any) -> None:
+    if _alarm_set:
+        raise _OutOfTime
+
+
+_alarm_set = False
+
+
+def _run(func: Callable[..., Any], args: Sequence[Any], timeout: Optional[float]) -> Any:
+    """``func(*args)``, stopped by an alarm after ``timeout`` seconds (:class:`_OutOfTime`)."""
+    global _alarm_set
+    if timeout is None:
+        return func(*args)
+    try:
+        _alarm_set = True
+        signal.setitimer(signal.ITIMER_REAL, max(timeout, 1e-6))  # 0 would be no alarm at all
+        return func(*args)
+    finally:  # the alarm is off before the answer is written: it cannot cut the answer in the pipe
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        _alarm_set = False
+
+
 def serve(requests: Connection, answer_fd: int) -> None:
     """A helper's main loop (run by ``python -c``, which has read the caller's ``sys.path`` from ``requests``): the
-    owner's pid and the modules to preload, then per call an 8-byte tag and a pickled ``(func, args)`` in, the tag
-    and a pickled ``(answered, value)`` out, until the request pipe closes."""
+    owner's pid and the modules to preload, then per call an 8-byte tag and a pickled ``(func, args, timeout)`` in,
+    the tag and a pickled ``(answered, value)`` out, until the request pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGALRM, _out_of_time)
     owner, preload = pickle.loads(requests.recv_bytes())
     _watch_owner(owner)
     sys.stdout = sys.stderr  # what a called function prints cannot reach the answers (they have their own pipe)
@@ -305,9 +338,12 @@ def serve(requests: Connection, answer_fd: int) -> None:
         except EOFError:
             return
         tag = request[:8]
+        timeout = None
         try:
-            func, args = pickle.loads(request[8:])
-            outcome = (True, func(*args))
+            func, args, timeout = pickle.loads(request[8:])
+            outcome = (True, _run(func, args, timeout))
+        except _OutOfTime:
+            outcome = (False, HelperTimeout(f"the call ran longer than {timeout:g} s; it was stopped"))
         except Exception as exc:
             outcome = (False, exc)
         try:

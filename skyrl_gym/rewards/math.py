@@ -2,8 +2,9 @@
 
 ``math-verify`` (through sympy) can take seconds or hang on adversarial input, and its own time
 limits use ``SIGALRM``, which only works in a process's main thread. So the check runs in a helper process
-(:mod:`skyrl_gym.helper_processes` running :mod:`skyrl_gym.rewards._math_worker`): on time-out the helper is killed
-and replaced, and the caller gets ``False`` with the reason. Cheap cases (equal strings after normalisation, two
+(:mod:`skyrl_gym.helper_processes` running :mod:`skyrl_gym.rewards._math_worker`): on time-out the check is stopped
+by an alarm in the helper's main thread (the helper is killed and replaced if it does not stop), and the caller
+gets ``False`` with the reason. Cheap cases (equal strings after normalisation, two
 plain numbers) never leave the process.
 """
 
