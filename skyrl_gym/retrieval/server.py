@@ -302,6 +302,21 @@ def serve(
     )
 
 
+def wildcard_hint(host: str, port: int) -> str:
+    """For a server bound to every address (``0.0.0.0``, ``::``), the line that says which URL a client uses: the
+    banner's URL names no address another machine can reach."""
+    import ipaddress
+
+    try:
+        unspecified = host == "" or ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:  # a host name
+        return ""
+    if not unspecified:
+        return ""
+    return (f"  (listening on every address of this machine: clients use one of its addresses, "
+            f"e.g. http://{socket.gethostname()}:{port})")
+
+
 def run_server(
     app: Any,
     host: str,
@@ -328,6 +343,9 @@ def run_server(
     )
     server = uvicorn.Server(config)
     print(banner(f"http://{shown}:{sock.getsockname()[1]}"), flush=True)
+    hint = wildcard_hint(host, sock.getsockname()[1])
+    if hint:
+        print(hint, flush=True)
     try:
         server.run(sockets=[sock])
     finally:

@@ -113,3 +113,15 @@ def test_index_folder_is_saved_by_the_cli_and_loaded_on_restart(tmp_path):
         assert [hits[0]["id"] for hits in batch] == ["3", "1", "9"]
     finally:
         second.stop()
+
+
+def test_a_server_on_every_address_says_which_url_a_client_uses():
+    import socket
+
+    from skyrl_gym.retrieval.server import wildcard_hint
+
+    for host in ("0.0.0.0", "::", "[::]", ""):
+        hint = wildcard_hint(host, 8000)
+        assert f"http://{socket.gethostname()}:8000" in hint and "every address" in hint, host
+    for host in ("127.0.0.1", "::1", "10.0.0.5", "localhost"):
+        assert wildcard_hint(host, 8000) == "", host
