@@ -13,6 +13,7 @@ import os
 import queue
 import random
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -201,6 +202,7 @@ class PPOTrainer:
         """Seconds ``setup()`` took (Ray, workers, models, engines); the first step logs ``timing/to_first_step``."""
         self._steps_without_signal = 0  # steps in a row with every advantage 0 (_warn_without_signal)
         self._said_no_signal = False
+        self._notes: List[str] = []  # warnings of a step, said after its [step N] line (_say_notes)
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -585,6 +587,7 @@ class PPOTrainer:
 
     def train_step(self) -> Dict[str, float]:
         assert self.policy is not None
+        self._say_notes()  # a step run outside fit(): the notes of the one before
         step_start = time.perf_counter()
         peak = PeakMemory(self._memory_device())  # this process: the driver, an engine or policy in it
         timings: Dict[str, float] = {}
@@ -729,12 +732,23 @@ class PPOTrainer:
                       f"generator.sampling_params.max_generate_length (now {g.sampling_params.max_generate_length}; "
                       f"{100 * cut:.0f}% of the last step's answers were cut off) or "
                       "generator.n_samples_per_prompt.")
-        logger.warning(
-            "steps %d-%d trained nothing: every advantage was 0, as each prompt's %d samples got the same "
-            "reward (rewards seen in the last step: %s). %s",
-            self.global_step + 2 - NO_SIGNAL_STEPS, self.global_step + 1, g.n_samples_per_prompt,
-            ", ".join(f"{r:g}" for r in rewards[:5]) + (", ..." if len(rewards) > 5 else ""), advice,
+        self._notes.append(
+            f"steps {self.global_step + 2 - NO_SIGNAL_STEPS}-{self.global_step + 1} trained nothing: every advantage "
+            f"was 0, as each prompt's {g.n_samples_per_prompt} samples got the same reward (rewards seen in the last "
+            f"step: {', '.join(f'{r:g}' for r in rewards[:5]) + (', ...' if len(rewards) > 5 else '')}). {advice}"
         )
+
+    def _say_notes(self) -> None:
+        """The warnings the last step noted: logged where logging is set up, else on a line of their own above the
+        progress bar (through logging's last resort they were written into the bar's line, before the step's)."""
+        notes, self._notes = self._notes, []
+        for note in notes:
+            if logger.hasHandlers():
+                logger.warning(note)
+            else:
+                from tqdm.auto import tqdm
+
+                tqdm.write(f"warning: {note}", file=sys.stderr)
 
     def _check_failures(self, output: GeneratorOutput) -> None:
         """Stop after ``trainer.max_failed_steps`` consecutive steps whose trajectories all ended in errors."""
@@ -1037,6 +1051,7 @@ class PPOTrainer:
                 if self.t.eval_interval > 0 and step % self.t.eval_interval == 0 and step < self.total_steps:
                     metrics.update(self.evaluate())
                 self.tracker.log(metrics, step)
+                self._say_notes()
                 if self.t.ckpt_interval > 0 and step % self.t.ckpt_interval == 0:
                     self.save_checkpoint()
                     last_ckpt = step
@@ -1048,6 +1063,7 @@ class PPOTrainer:
                 if on_step is not None:
                     on_step(step, metrics)
         finally:
+            self._say_notes()
             if progress is not None:
                 progress.close()
             if self._producer is not None:

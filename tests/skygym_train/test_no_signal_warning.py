@@ -60,6 +60,24 @@ def test_the_advice_follows_the_rewards_the_samples_agreed_on(tiny_chat_model, t
     with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
         for _ in range(NO_SIGNAL_STEPS + 1):
             trainer._warn_without_signal(batch, output)
+            trainer._say_notes()
     said = [r.getMessage() for r in caplog.records if "trained nothing" in r.getMessage()]
     assert len(said) == 1 and advice in said[0], said
     assert "generator.n_samples_per_prompt" in said[0]
+
+
+def test_without_logging_set_up_the_note_comes_after_its_step_line_not_in_the_progress_bar(capsys):
+    """Through logging's last resort the note was written into the progress bar's line, before the [step N] line
+    it is about (a new user's run); now it is a line of its own, said after the step's."""
+    trainer = PPOTrainer.__new__(PPOTrainer)
+    trainer._notes = ["steps 1-3 trained nothing: ..."]
+    handlers = logging.getLogger().handlers[:]  # pytest's own: a user's script has none
+    for handler in handlers:
+        logging.getLogger().removeHandler(handler)
+    try:
+        trainer._say_notes()
+    finally:
+        for handler in handlers:
+            logging.getLogger().addHandler(handler)
+    assert capsys.readouterr().err == "warning: steps 1-3 trained nothing: ...\n"
+    assert trainer._notes == []
