@@ -356,3 +356,11 @@ def test_a_declared_entry_point_that_did_not_load_is_not_told_to_declare_it(tmp_
     assert ("probe-fails-to-load declares it (probe_absent_module_xyz), but it did not load: ModuleNotFoundError: "
             "No module named 'probe_absent_module_xyz'") in said, said
     assert "declare it in" not in said
+
+
+def test_a_misspelt_keyword_to_make_gets_the_close_name():
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'extra'.*; did you mean 'extras'\?"):
+        skyrl_gym.make("gsm8k", extra={"reward_spec": {"ground_truth": "1"}})
+    with pytest.raises(TypeError) as refused:
+        skyrl_gym.make("gsm8k", unrelated=1)
+    assert "did you mean" not in str(refused.value)
