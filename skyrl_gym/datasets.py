@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 
 from skyrl_gym._load_once import LoadOnce
 from skyrl_gym.data import validate_row
-from skyrl_gym.errors import DataError, RegistrationError
+from skyrl_gym.errors import DataError, RegistrationError, keyword_hint, refused_keyword
 
 ENTRY_POINT_GROUP = "skyrl_gym.datasets"
 
@@ -288,7 +288,15 @@ def iter_rows(
         raise ValueError(f"split must be a non-empty string such as 'train' or 'test', got {split!r}")
     builder = _resolve(env_id)
     name = builder_name(env_id)
-    produced = builder(split=split, size=size, seed=seed, **kwargs)
+    try:
+        produced = builder(split=split, size=size, seed=seed, **kwargs)
+    except TypeError as exc:
+        found = refused_keyword(exc, builder)
+        if found is None:
+            raise  # not the builder's own refusal
+        options = [option for option in found[1] if option not in ("split", "size", "seed", "kwargs")]
+        raise TypeError(f"the dataset builder {name} of env {env_id!r} takes no option {found[0]!r} (its options: "
+                        f"{', '.join(options) or 'none'}){keyword_hint(exc, builder)}") from None
     if size is not None:
         produced = itertools.islice(produced, size)
     kwargs_json = record_json(kwargs)

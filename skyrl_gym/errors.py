@@ -28,3 +28,30 @@ class MissingRewardSpec(DataError, AssertionError):
 
 class ToolError(Error):
     """A tool group or tool is misdefined (duplicate tool names, unknown tool)."""
+
+
+def refused_keyword(error: TypeError, func: object) -> "tuple[str, list[str]] | None":
+    """The keyword ``func`` refused in ``error`` ("unexpected keyword argument 'x'") and the names it takes, for a
+    message that says what was meant; None for another TypeError or a function whose signature cannot be read."""
+    import inspect
+    import re
+
+    refused = re.search(r"unexpected keyword argument '([^']+)'", str(error))
+    if refused is None:
+        return None
+    try:
+        parameters = inspect.signature(func).parameters  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if refused.group(1) in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return None  # it takes that keyword, or any: the refusal came from a call inside it
+    return refused.group(1), list(parameters)
+
+
+def keyword_hint(error: TypeError, func: object) -> str:
+    """``; did you mean 'extras'?`` for a misspelt keyword ``func`` refused ('' when none is close)."""
+    import difflib
+
+    found = refused_keyword(error, func)
+    close = difflib.get_close_matches(found[0], found[1], n=1, cutoff=0.6) if found else []
+    return f"; did you mean {close[0]!r}?" if close else ""

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 from skyrl_gym._load_once import LoadOnce
 from skyrl_gym.core import Env
-from skyrl_gym.errors import EnvCreationError, RegistrationError, UnregisteredEnv
+from skyrl_gym.errors import EnvCreationError, RegistrationError, UnregisteredEnv, keyword_hint
 
 ENTRY_POINT_GROUP = "skyrl_gym.envs"
 # Env modules are imported by one thread at a time. Python 3.11's import locks can take two threads importing
@@ -502,21 +502,6 @@ def fingerprints_of(env_ids: List[str]) -> Dict[str, Optional[str]]:
     return {env_id: fingerprint_or_none(env_id) for env_id in sorted(set(env_ids))}
 
 
-def _keyword_hint(error: TypeError, creator: Any) -> str:
-    """``; did you mean 'extras'?`` for a misspelt keyword the entry point refused ('' when none is close)."""
-    import inspect
-
-    refused = re.search(r"unexpected keyword argument '([^']+)'", str(error))
-    if refused is None:
-        return ""
-    try:
-        names = list(inspect.signature(creator).parameters)
-    except (TypeError, ValueError):  # a creator without a signature Python can read
-        return ""
-    close = difflib.get_close_matches(refused.group(1), names, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
     """Build a registered env. ``kwargs`` override deep copies of the spec's default kwargs. A row whose
     ``reward_spec.method`` is ``"judge"`` gets the env wrapped so that an LLM judge gives the episode's reward
@@ -531,7 +516,7 @@ def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
         env = creator(**merged)
     except TypeError as exc:
         raise TypeError(f"{exc} (raised by the entry point of env {env_spec.id!r} with kwargs {sorted(merged)})"
-                        f"{_keyword_hint(exc, creator)}") from exc
+                        f"{keyword_hint(exc, creator)}") from exc
     if not isinstance(env, Env):
         raise EnvCreationError(
             f"the entry point of env {env_spec.id!r} returned {type(env).__name__}, which is not a skyrl_gym.Env"

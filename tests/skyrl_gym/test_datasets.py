@@ -267,3 +267,9 @@ def test_a_task_that_is_not_json_is_refused_rather_than_split_by_its_text():
     with pytest.raises(ValueError, match="a task must be JSON .* pass key= to choose its JSON part"):
         datasets.split_of({"letters": {"a", "b"}})
     assert datasets.split_items(["b", "a", "a", "c"], "test") == ["a"]  # a repeated item is one item
+
+
+def test_a_misspelt_builder_option_names_the_env_its_options_and_the_close_one():
+    with pytest.raises(TypeError, match=r"the dataset builder .* of env 'multiply' takes no option 'num_digit' "
+                                        r"\(its options: num_digits, .*\); did you mean 'num_digits'\?"):
+        datasets.build_rows("multiply", size=2, num_digit=2)
