@@ -375,6 +375,7 @@ def _summary(result: Dict[str, Any]) -> Dict[str, Any]:
         "output_mb": round(result.get("output_mb", 0.0), 1),
         "train_reward_first_steps": round(sum(rewards[:window]) / window, 4) if rewards else None,
         "train_reward_last_steps": round(sum(rewards[-window:]) / window, 4) if rewards else None,
+        "train_reward_window": window,  # how many steps each of those two means takes
         "eval_before": result.get("eval_before"),
         "eval_after": result.get("eval_after"),
         "checkpoint": result.get("checkpoint"),
@@ -400,8 +401,9 @@ def _report(summary: Dict[str, Any]) -> str:
     lines = [
         "",
         head,
-        "   train reward (mean of first / last steps): " + (
-            f"{summary['train_reward_first_steps']} -> {summary['train_reward_last_steps']}"
+        "   train reward (mean of the first / last " + counted(summary.get("train_reward_window", 1), "step")
+        + "): " + (
+            f"{summary['train_reward_first_steps']:.3f} -> {summary['train_reward_last_steps']:.3f}"
             if summary["train_reward_first_steps"] is not None else "(no step trained)"),
         *_learned_line(summary.get("untrained_last_steps")),
         f"   held-out eval reward (greedy): {evaluated}",
@@ -448,11 +450,7 @@ def _learned_line(untrained: Optional[Dict[str, Any]]) -> List[str]:
 def _eval_reward(metrics: Optional[Dict[str, Any]]) -> Any:
     """An evaluation's reward for the report, or ``(not run)`` where there was none."""
     reward = (metrics or {}).get("eval/reward")
-    return "(not run)" if reward is None else _rounded(reward)
-
-
-def _rounded(value: Any) -> Any:
-    return round(value, 3) if isinstance(value, float) else value
+    return "(not run)" if reward is None else f"{reward:.3f}" if isinstance(reward, float) else reward
 
 
 def _steps(text: str) -> int:
