@@ -108,4 +108,12 @@ def write_trajectories(trajectories: Sequence[Trajectory], path: Union[str, Path
     return path
 
 
-__all__ = ["EvalResult", "evaluate", "summarize", "write_trajectories"]
+def replacing_note(path: Union[str, Path]) -> str:
+    """What to add to "wrote ... to PATH" when PATH was there before the command wrote it (a default output beside
+    the rows replaced whatever file of that name was there, and said nothing)."""
+    if not Path(path).exists():
+        return ""
+    return " (replacing the file that was there; --output FILE writes elsewhere)"
+
+
+__all__ = ["EvalResult", "evaluate", "replacing_note", "summarize", "write_trajectories"]

@@ -151,6 +151,9 @@ def run_eval(args: argparse.Namespace) -> int:
         restore_threads()
     _print_summary(out["summary"])
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
+    from skygym_adapters.evaluation import replacing_note
+
+    replacing = replacing_note(output)
     with open(output, "w", encoding="utf-8") as handle:
         for result in out["results"]:
             line = {
@@ -171,7 +174,7 @@ def run_eval(args: argparse.Namespace) -> int:
             if isinstance(task_result, dict) and isinstance(task_result.get("git_patch"), str):
                 line["model_patch"] = task_result["git_patch"]  # SWE-bench's name: the file is a predictions file
             handle.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-    print(f"wrote {len(out['results'])} trajectories to {output}")
+    print(f"wrote {len(out['results'])} trajectories to {output}{replacing}")
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as handle:
             json.dump(out["summary"], handle, indent=2)

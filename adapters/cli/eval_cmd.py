@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if rows is None:
         return 2
 
-    from skygym_adapters.evaluation import evaluate, write_trajectories
+    from skygym_adapters.evaluation import evaluate, replacing_note, write_trajectories
     from skygym_adapters.rollout import RolloutConfig
 
     sampling: Dict[str, Any] = {"max_generate_length": args.max_tokens, "temperature": args.temperature,
@@ -234,12 +234,13 @@ def run(args: argparse.Namespace) -> int:
             close()
         restore_threads()
     _print_summary(result.summary)
+    replacing = replacing_note(output)
     try:
         path = write_trajectories(result.trajectories, output)
     except OSError as exc:  # a read-only folder of rows, a path that is a folder
         print(f"error: cannot write the trajectories to {output}: {exc}; pass --output FILE", file=sys.stderr)
         return 1
-    print(f"wrote {len(result.trajectories)} trajectories to {path}")
+    print(f"wrote {len(result.trajectories)} trajectories to {path}{replacing}")
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as handle:
             json.dump(result.summary, handle, indent=2)

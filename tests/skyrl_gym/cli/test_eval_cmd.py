@@ -189,7 +189,13 @@ def test_eval_writes_its_trajectories_beside_the_rows_not_into_the_current_folde
     assert list(here.iterdir()) == []
     written = rows_dir / "eval_trajectories.jsonl"
     assert len(written.read_text().splitlines()) == 1
-    assert f"wrote 1 trajectories to {written}" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"wrote 1 trajectories to {written}\n" in said and "replacing" not in said
+    code = main(["eval", "--data", str(rows_dir / "validation.jsonl"), "--engine", "hf", "--model", str(tiny_model),
+                 "--max-tokens", "2", "--no-progress"])
+    assert code == 0  # again: the file of the run before is replaced, and the user told
+    assert f"wrote 1 trajectories to {written} (replacing the file that was there; --output FILE writes " \
+           "elsewhere)" in capsys.readouterr().out
     # an --output that cannot be a file: refused before the model loads
     code = main(["eval", "--data", str(rows_dir / "validation.jsonl"), "--engine", "hf", "--model",
                  str(tmp_path / "no-model"), "--no-progress", "--output", str(rows_dir)])
