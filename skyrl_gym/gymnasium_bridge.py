@@ -41,6 +41,7 @@ from skyrl_gym import data
 from skyrl_gym.data import row_extras
 from skyrl_gym.episode import apply_turn_limit
 from skyrl_gym.registration import add_change_listener, parse_env_id
+from skyrl_gym.errors import MissingRewardSpec
 
 NAMESPACE = "skyrl_gym"
 LAZY_ID = f"{NAMESPACE}/lazy-v0"
@@ -245,7 +246,16 @@ class SkyRLGymnasiumEnv(gymnasium.Env):
         self._close_inner()
         kwargs = {**self.make_kwargs, "env_config": self.env_config, "extras": extras}
         self.episode_over = True  # until init succeeds, step() must ask for a reset
-        self.inner_env = skyrl_gym.make(self.env_id, **kwargs)
+        try:
+            self.inner_env = skyrl_gym.make(self.env_id, **kwargs)
+        except MissingRewardSpec as exc:
+            if self.rows or options or extras:
+                raise
+            raise MissingRewardSpec(
+                f"{exc}. This Gymnasium env was made without rows, so reset() has no episode to play: pass "
+                f"rows=... to gymnasium.make (dataset rows or a JSONL file; skyrl_gym.datasets.build_rows("
+                f"{self.env_id!r}) makes them where the env has a builder), extras=... for one fixed episode, or "
+                f"reset(options={{'row': row}})") from None
         try:
             observation, info = self.inner_env.init(prompt_messages(prompt))
         except BaseException:

@@ -325,3 +325,13 @@ print(sum(type(f).__name__ == "_GymnasiumImportFinder" for f in sys.meta_path))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["1.0", "0"]  # registered, and the finder gone once Gymnasium loaded
+
+
+def test_made_without_rows_reset_says_how_to_give_it_episodes():
+    from skyrl_gym.errors import MissingRewardSpec
+
+    env = gymnasium.make("skyrl_gym/multiply-v0")
+    with pytest.raises(MissingRewardSpec, match=r"made without rows.*pass rows=\.\.\. to gymnasium\.make.*"
+                                                r"build_rows\('multiply'\)"):
+        env.reset()
+    env.close()
