@@ -35,6 +35,8 @@ class ConsoleLogger:
         shown = [f"{k}={metrics[k]:.3f}" for k in self.KEYS if k in metrics]
         timing = [f"{k.split('/', 1)[1]}={metrics[k]:.1f}s" for k in sorted(metrics) if k.startswith("timing/")]
         line = f"[step {step}] " + " ".join(shown + timing)
+        if metrics.get("policy/trained_group_fraction", 1) == 0:  # no policy/* figures: say why
+            line += " (no update: each prompt's samples all got one reward)"
         # tqdm.write puts the line above any progress bar on the same stream instead of through it.
         from tqdm.auto import tqdm
 

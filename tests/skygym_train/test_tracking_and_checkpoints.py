@@ -17,15 +17,18 @@ def test_console_jsonl_tensorboard_loggers(tmp_path):
     tracker = Tracker(["console", "jsonl", "tensorboard"], project="p", run_name="r", log_dir=tmp_path, console_stream=stream)
     tracker.log({"reward/mean": 0.25, "timing/generate": 1.5, "note": "text", "bad": float("nan")}, step=1)
     tracker.log({"reward/mean": 0.5, "eval/reward": 0.4}, step=2)
+    tracker.log({"reward/mean": 1.0, "policy/trained_group_fraction": 0.0}, step=3)
     tracker.close()
-    assert "[step 1] reward/mean=0.250 generate=1.5s" in stream.getvalue()  # rounded, one line per step
+    assert "[step 1] reward/mean=0.250 generate=1.5s\n" in stream.getvalue()  # rounded, one line per step
+    # a step that updated nothing (no policy/* figures) says why
+    assert "[step 3] reward/mean=1.000 (no update: each prompt's samples all got one reward)\n" in stream.getvalue()
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2] and "note" not in lines[0] and "bad" not in lines[0]
+    assert [line["step"] for line in lines] == [1, 2, 3] and "note" not in lines[0] and "bad" not in lines[0]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
-    assert [e.value for e in events.Scalars("reward/mean")] == [0.25, 0.5]
+    assert [e.value for e in events.Scalars("reward/mean")] == [0.25, 0.5, 1.0]
     png = plot_reward_curve(tracker.history, tmp_path / "plot.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
