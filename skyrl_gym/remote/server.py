@@ -410,7 +410,9 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def framework_error(request: Request, exc: StarletteHTTPException) -> Response:
-        """An unknown path or method, answered as every other error here: ``{"error": ...}``, not ``{"detail": ...}``."""
+        """An unknown path or method, answered as every other error here: ``{"error": ...}``, not ``{"detail": ...}``,
+        and counted with them in ``/health``'s ``refused``."""
+        stats["refused"] += 1
         return Response(encode({"error": str(exc.detail)}), status_code=exc.status_code, headers=exc.headers,
                         media_type="application/json")
 

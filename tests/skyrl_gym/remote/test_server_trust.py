@@ -338,8 +338,10 @@ def test_slow_clients_are_cut_off_and_others_still_served():
         port = int(guarded.url.rsplit(":", 1)[1])
         assert_slow_clients_cut_off(port, "/sessions", ["Authorization: Bearer t"])
         assert guarded.health()["status"] == "ok"
+        refused = guarded.health()["refused"]
         for page in ("/docs", "/redoc", "/openapi.json"):  # FastAPI's own pages answered without the token
             assert requests.get(guarded.url + page, timeout=10).status_code == 404, page
+        assert guarded.health()["refused"] == refused + 3  # counted with every other refusal
 
 
 def test_a_slow_judged_step_does_not_stall_another_clients_health(service, tmp_path):
