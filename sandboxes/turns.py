@@ -28,7 +28,7 @@ import threading
 import weakref
 from typing import Any, Callable, Deque, Dict, Hashable, Iterator, List, Optional, TypeVar
 
-from skygym_sandboxes.interrupts import signals_deferred
+from skygym_sandboxes.interrupts import HELD, handlers_ready, signals_deferred
 
 T = TypeVar("T")
 
@@ -189,29 +189,25 @@ class Turns:
         granted = threading.Lock()
         granted.acquire()
         waiter = _Waiter(key, granted.release)
-        try:  # Ctrl-C at any point: the slot or the place in line is given back (an interrupt as __enter__
-            # returns leaves this generator to be closed when it is dropped, which gives it back then)
-            with signals_deferred():
-                self._enter(waiter)
-            no_limit = timeout is None or timeout == float("inf")
-            if not waiter.granted and not granted.acquire(timeout=-1 if no_limit else max(0.0, timeout)):
-                raise TimeoutError(f"no slot of {self.slots} became free within {timeout:g} s")  # (a slot that
-                # reached it meanwhile is passed on below)
-            yield
-        finally:
-            # Tried again when Ctrl-C comes before _leave holds signals: the main thread can be interrupted at any
-            # call it makes. The loop is here, not in a function: the call to it was such a place.
-            interrupted: Optional[BaseException] = None
-            while True:
-                try:
-                    self._leave(waiter)
-                    break
-                except BaseException as exc:
-                    interrupted = interrupted or exc
-                    if waiter.left:
-                        break
-            if interrupted is not None:
-                raise interrupted
+        in_main = threading.current_thread() is threading.main_thread()
+        # In the main thread, Ctrl-C's handler runs at any call: the dispatcher stands in for the turn, so the slot
+        # is given back, below, under signals held from the finally's first instruction (a plain store), not from a
+        # call, which was itself such a place (a Ctrl-C storm lost slots there).
+        with handlers_ready() as region:
+            try:  # Ctrl-C at any point: the slot or the place in line is given back (an interrupt as __enter__
+                # returns leaves this generator to be closed when it is dropped, which gives it back then)
+                with signals_deferred():
+                    self._enter(waiter)
+                no_limit = timeout is None or timeout == float("inf")
+                if not waiter.granted and not granted.acquire(timeout=-1 if no_limit else max(0.0, timeout)):
+                    raise TimeoutError(f"no slot of {self.slots} became free within {timeout:g} s")  # (a slot
+                    # that reached it meanwhile is passed on below)
+                yield
+            finally:
+                if in_main:  # held until the region's end: its exit's entry is a place a handler runs, too
+                    HELD.depth += 1
+                    region.holds += 1
+                self._leave(waiter)
 
     def submit(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any,
                key: Hashable = _CURRENT) -> "concurrent.futures.Future[T]":
