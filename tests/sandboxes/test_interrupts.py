@@ -184,7 +184,7 @@ def _storm(seconds: float) -> str:
 def test_the_turns_and_the_handlers_stay_whole_under_a_storm_of_ctrl_c():
     # Masking the main thread's signals, as before, broke the turns in 7 runs of 8 (a slot held by no one, the other
     # threads waiting for ever); swapping in a handler that wrote signals down lost a slot in 2 of 5 15-second
-    # storms and once left SIGTERM written down for good. None in 16 15-second storms since.
+    # storms and once left SIGTERM written down for good. None in 5 15-second and 20 4-second storms since.
     assert [_storm(4.0) for _ in range(2)] == ["", ""]
 
 
