@@ -11,10 +11,10 @@ Ctrl-C storm that cut the swap back half-way left SIGTERM written down for good.
 ``HELD.depth`` is raised with a plain attribute store, which gives Python no place to run a handler: code that must
 not be interrupted from its first instruction (a ``finally`` giving back a slot) raises it inline, inside
 :func:`handlers_ready`, before any call, and the region's end lowers it. Measured with a SIGINT every ~20 us from
-another process (``tests/sandboxes/test_interrupts.py``'s storm, 15 s): the write-down swap lost a pool's slot in
-2 storms of 5; this, none in 5 of 15 s and 20 of 4 s. Left: an interrupt as ``__enter__`` of a ``with turns.turn()`` returns leaves its
-generator to give the slot back when it is collected, and a new handler installed inside a held region is the
-user's to keep.
+another process (``tests/sandboxes/test_interrupts.py``'s storm): the write-down swap lost a pool's slot in 2
+15-second storms of 5; this, in none of 5 such storms and 20 of 4 s. Left: an interrupt as ``__enter__`` of a
+``with turns.turn()`` returns leaves its generator to give the slot back when it is collected, and a handler
+installed inside a held region is the user's to keep.
 """
 
 from __future__ import annotations
