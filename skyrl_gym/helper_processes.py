@@ -46,6 +46,7 @@ START_TIMEOUT_S = 120.0  # starting Python and importing the pool's modules (sym
 # How long past its time limit a call may take to be stopped inside its helper before the helper is killed. A kill
 # costs the next call a fresh helper (0.3-0.6 s for math-verify's); the alarm, a call's Python interrupted.
 KILL_GRACE_S = 1.0
+_LONGEST_WAIT_S = 2_000_000.0  # 23 days: a pipe's wait takes no more (its limit is 2**31 ms)
 _READY = b"ready"
 
 
@@ -132,7 +133,8 @@ class _Helper:
         tag = self._calls.to_bytes(8, "little")  # the answer names its call: none can be taken for another's
         try:
             self._requests.send_bytes(tag + payload)
-            answered_in_time = self._answers.poll(None if timeout is None else timeout + KILL_GRACE_S)
+            answered_in_time = self._answers.poll(
+                None if timeout is None else min(timeout + KILL_GRACE_S, _LONGEST_WAIT_S))
             answer = self._answers.recv_bytes() if answered_in_time else b""
         except (EOFError, OSError):
             raise _Died("ended before it answered") from None
@@ -304,17 +306,25 @@ _alarm_set = False
 
 
 def _run(func: Callable[..., Any], args: Sequence[Any], timeout: Optional[float]) -> Any:
-    """``func(*args)``, stopped by an alarm after ``timeout`` seconds (:class:`_OutOfTime`)."""
+    """``func(*args)``, stopped by an alarm after ``timeout`` seconds (:class:`_OutOfTime`). The alarm's handler
+    and mask are set for each call (a call before may have set its own, ignored or blocked it), and a call that
+    comes back past its limit (one that took its alarm with a bare ``except``, say) is past it all the same."""
     global _alarm_set
     if timeout is None:
         return func(*args)
+    signal.signal(signal.SIGALRM, _out_of_time)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+    started = time.monotonic()
     try:
         _alarm_set = True
         signal.setitimer(signal.ITIMER_REAL, max(timeout, 1e-6))  # 0 would be no alarm at all
-        return func(*args)
+        value = func(*args)
     finally:  # the alarm is off before the answer is written: it cannot cut the answer in the pipe
         signal.setitimer(signal.ITIMER_REAL, 0)
         _alarm_set = False
+    if time.monotonic() - started > timeout:
+        raise _OutOfTime
+    return value
 
 
 def serve(requests: Connection, answer_fd: int) -> None:
@@ -322,7 +332,6 @@ def serve(requests: Connection, answer_fd: int) -> None:
     owner's pid and the modules to preload, then per call an 8-byte tag and a pickled ``(func, args, timeout)`` in,
     the tag and a pickled ``(answered, value)`` out, until the request pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGALRM, _out_of_time)
     owner, preload = pickle.loads(requests.recv_bytes())
     _watch_owner(owner)
     sys.stdout = sys.stderr  # what a called function prints cannot reach the answers (they have their own pipe)

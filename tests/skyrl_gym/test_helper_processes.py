@@ -311,3 +311,41 @@ def test_an_answer_to_another_call_is_never_taken_for_this_ones(pool):
     helper._requests.send_bytes((999).to_bytes(8, "little") + pickle.dumps((_echo_after, (0, "a stray answer"))))
     assert pool.call(_echo_after, 0.1, "mine") == "mine"
     assert pool.call(os.getpid) not in (first, os.getpid())
+
+
+def _own_alarm_handler(then: str) -> str:
+    """A call that leaves the helper's alarm set up its own way: its own handler, the alarm ignored, or blocked."""
+    if then == "handler":
+        signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(ValueError("someone else's alarm")))
+    elif then == "ignored":
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    else:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    return then
+
+
+def _swallow_the_alarm(seconds: float) -> str:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            time.sleep(end - time.monotonic())
+        except BaseException:  # noqa: BLE001 (what a careless function does)
+            pass
+    return "finished late"
+
+
+def test_each_call_gets_its_own_alarm_whatever_the_call_before_did_to_it():
+    """An attacker's pass: the alarm's handler was set once per helper, so a call that set its own handler, ignored
+    or blocked the alarm left the next call with another's error or with no limit at all."""
+    pool = HelperPool(1)
+    try:
+        for then in ("handler", "ignored", "blocked"):
+            assert pool.call(_own_alarm_handler, then) == then
+            with pytest.raises(HelperTimeout, match="longer than 0.2 s; it was stopped"):
+                pool.call(_spin, 5, timeout=0.2)
+        # a call that takes its alarm for its own error and comes back past its limit is past it all the same
+        with pytest.raises(HelperTimeout, match="longer than 0.2 s; it was stopped"):
+            pool.call(_swallow_the_alarm, 0.6, timeout=0.2)
+        assert pool.call(_echo_after, 0, "kept", timeout=1e7) == "kept"  # a limit past a pipe's longest wait
+    finally:
+        pool.close()
