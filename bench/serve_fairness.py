@@ -49,6 +49,7 @@ def start_server(folder: Path, verify_timeout: float, tokens_file: bool) -> Any:
     if tokens_file:
         names = folder / "tokens.json"
         names.write_text(json.dumps(TOKENS))
+        names.chmod(0o600)  # the server warns about a tokens file others can read
         command += ["--tokens-file", str(names)]
     else:
         environment["SKYRL_GYM_ENV_SERVICE_TOKEN"] = TOKENS["flood"]
