@@ -137,13 +137,23 @@ class signals_deferred(handlers_ready):  # noqa: N801 (used as a function: ``wit
     _hold = True
 
 
+_forking_thread_is_main = [False]
+
+
+def _before_fork() -> None:
+    _forking_thread_is_main[0] = _in_main_thread()
+
+
 def _after_fork_in_child() -> None:
-    """A child forked while the parent held signals (from another thread, say) gets its handlers back: a child of
-    ``multiprocessing`` ended by ``terminate()`` ignored SIGTERM otherwise. What the parent held is the parent's."""
+    """A child forked by another thread while the main one held signals gets its handlers back and holds nothing:
+    its main thread is the forking one, not in the block (a child of ``multiprocessing`` ended by ``terminate()``
+    ignored SIGTERM otherwise). A child forked by the main thread goes on in its block, which ends as it would."""
+    if _forking_thread_is_main[0]:
+        return
     for signum, handler in HELD.standing_in_for.items():
         if signal.getsignal(signum) is _dispatch:
             signal.signal(signum, handler)
     HELD.depth, HELD.arrived, HELD.standing_in_for, HELD.ready = 0, [], {}, 0
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -211,3 +211,16 @@ def test_a_child_forked_while_the_parent_holds_signals_has_its_handlers_back():
     os.kill(pid, signal.SIGTERM)
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+
+
+def test_a_child_forked_by_the_main_thread_in_a_block_ends_its_block_as_the_parent_would():
+    from skygym_sandboxes.interrupts import HELD
+
+    with signals_deferred():
+        pid = os.fork()
+    if pid == 0:  # the child, its block ended: nothing held, the handlers its own again
+        whole = HELD.depth == 0 and HELD.ready == 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        os._exit(0 if whole else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert HELD.depth == 0 and HELD.ready == 0 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
