@@ -248,6 +248,15 @@ LATEX_HACKS: Sequence[Hack] = (
         ),
         "a wrong boxed answer, the right one beside it in text",
     ),
+    Hack(
+        "a wrong value in $...$, the right one after it",
+        "latex",
+        lambda case: (
+            None if case.answer is None or case.wrong is None else case.reply(f"${case.wrong}$ {case.answer}")
+        ),
+        "one answer naming two values: where one reader keeps the first `$...$` span and another the last value, "
+        "the other order is paid too, and one reply earns the reward for either ground truth",
+    ),
 )
 
 HUGE_CHARS = 2_000_000

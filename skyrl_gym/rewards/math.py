@@ -59,11 +59,18 @@ def _require_math_verify() -> None:
 def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -> MathVerdict:
     """Whether ``prediction`` and ``gold`` are the same mathematical answer (``0.5`` and ``\\frac{1}{2}``)."""
     prediction, gold = str(prediction).strip(), str(gold).strip()
-    if not prediction:
-        return MathVerdict(False, "empty answer")
     if len(prediction) > MAX_ANSWER_CHARS:
         return MathVerdict(False, "too long")
-    if prediction == gold or normalize_final_answer(prediction) == normalize_final_answer(gold):
+    # Every reader below judges the whole answer, never a part it picks. Dollar signs go first (as a currency sign
+    # or math-mode delimiters they change no value): Minerva's normaliser keeps the first $...$ span while
+    # math-verify read the last value of "$19$ 18", so that one reply was paid for a ground truth of 19 and of 18.
+    prediction = prediction.replace("\\$", "").replace("$", "").strip()
+    if not prediction:
+        return MathVerdict(False, "empty answer")
+    # The normaliser also keeps only what follows the last "=": "18 \\text{ or } x = 19" read as 19. math-verify
+    # reads an equation whole ("x = 19" is 19; the "or" is no answer), so a prediction with "=" goes to it.
+    normalised_whole = "=" not in prediction and normalize_final_answer(prediction) == normalize_final_answer(gold)
+    if prediction == gold or normalised_whole:
         return MathVerdict(True, "string")
     prediction_number, gold_number = _as_number(prediction), _as_number(gold)
     if prediction_number is not None and gold_number is not None:

@@ -109,6 +109,24 @@ def test_math_equivalence_with_math_verify():
     assert compute_math_score("no box", "1") == {"score": 0.0, "pred": None, "reason": "no \\boxed{} answer"}
 
 
+@pytest.mark.parametrize("hedge", [r"$19$ 18", r"$19$ \text{ or } 18", r"$18$ 19", r"19 \text{ or } x = 18",
+                                   r"18 \text{ or } x = 19", r"y = 19 \text{ or } x = 18", r"$$19$$ 18"])
+def test_one_answer_naming_two_values_is_paid_for_neither(hedge):
+    """The string shortcut and math-verify once read different parts of one answer (the first $...$ span, what
+    follows the last "=", the last value), so "$19$ 18" was paid for a ground truth of 19 and of 18."""
+    for gold in ("18", "19"):
+        assert not math_equal(hedge, gold).equal, (hedge, gold)
+        assert compute_math_score(rf"The answer is \boxed{{{hedge}}}", gold)["score"] == 0.0
+
+
+def test_dollar_signs_and_equations_around_one_value_are_still_that_value():
+    for answer in (r"$18$", r"\$18", r"18 \text{ dollars}", r"x = 18", r"x=18", r"\text{Area} = 18", r"$x = 18$"):
+        assert math_equal(answer, "18").equal, answer
+        assert not math_equal(answer, "19").equal, answer
+    assert math_equal(r"n = \frac{1}{2}", "0.5").equal and math_equal(r"y = 2x + 1", "2x+1").equal
+    assert math_equal("$$", "1").reason == "empty answer"
+
+
 def test_math_verify_is_bounded_in_time():
     """A pathological expression must not hang the caller: it gets False and the reason."""
     from skyrl_gym.rewards.math import _helper
@@ -152,8 +170,9 @@ def test_a_hard_expression_does_not_hold_up_other_callers():
     beside two such callers instead of 0). The honest check returns while the hard one is still running."""
     from skyrl_gym.rewards import math as math_reward
 
-    math_equal("1", "2/2")  # one helper started and warm
+    math_equal("1", "2/2")  # a helper started and warm
     pool = math_reward._helper
+    free_before = len(pool._free)  # more than one where earlier tests in this process checked at once
     hard_done = threading.Event()
 
     def hard_caller():
@@ -164,9 +183,9 @@ def test_a_hard_expression_does_not_hold_up_other_callers():
     caller.start()
     try:
         deadline = time.monotonic() + 30  # only stops a broken test from hanging: nothing is timed
-        while pool._free and time.monotonic() < deadline:
+        while len(pool._free) == free_before and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert not pool._free, "the hard check never took the warm helper"
+        assert len(pool._free) == free_before - 1, "the hard check never took a warm helper"
         assert math_equal(r"\frac{144}{2}", "72").equal
         assert not hard_done.is_set()  # answered beside the hard check, not after it
     finally:
