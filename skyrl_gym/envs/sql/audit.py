@@ -1,6 +1,7 @@
 """The audit profile of ``text2sql``/``sql`` (``skyrl-gym audit text2sql``): the answer, size and tool hacks
 on a small SQLite database made for the audit, plus SQL's own: queries that write (if the grader ran the gold
-query after them on the same database, an emptied table would make both agree) and a query that never ends."""
+query after them on the same database, an emptied table would make both agree), a query that returns nothing (paid
+by a row whose gold result is empty) and a query that never ends."""
 
 from __future__ import annotations
 
@@ -86,6 +87,13 @@ SQL_HACKS = (
         "sql",
         lambda case: SOLUTION.reply("DROP TABLE payments"),
         "drop the table",
+    ),
+    Hack(
+        "query that returns no rows",
+        "sql",
+        lambda case: SOLUTION.reply("SELECT 1 WHERE 0"),
+        "no rows at all: the result sets are compared, so a row whose gold query returns nothing pays it; with "
+        "--rows, a false positive here names such rows (drop them: they teach a policy to answer with nothing)",
     ),
     Hack(
         "query that never ends",

@@ -332,3 +332,21 @@ def test_a_megabyte_before_the_solution_is_checked_at_once(unit):
     to the end of the text, and every </observation> checked on a copy of the rest."""
     output = "<think>t</think>" + unit * (1_000_000 // len(unit)) + "<solution>SELECT 1</solution>"
     assert verify_format_and_extract(output)[0] is True
+
+
+def test_the_audit_names_rows_whose_gold_result_is_empty(tmp_path):
+    """Result sets are compared (as SkyRL-gym does), so a query that returns nothing is paid on a row whose gold
+    query returns nothing: the audit's hack finds such rows in a user's dataset, and the shipped audit rows pass."""
+    import shutil
+
+    from skyrl_gym.audit import FALSE_POSITIVE, audit_env
+    from skyrl_gym.envs.sql.audit import _database, audit_rows
+
+    database = shutil.copy(_database(), tmp_path / "payments.sqlite")
+    rows = audit_rows(2, 0)
+    for row in rows:
+        row["db_file"] = str(database)
+    rows[1]["reward_spec"]["ground_truth"] = "SELECT customer FROM payments WHERE amount > 100000"
+    report = audit_env("text2sql", rows, hacks=["query that returns no rows"], env_config={"reward_timeout_s": 3.0})
+    verdicts = {(case.row_index, case.verdict) for case in report.cases if case.kind == "hack"}
+    assert verdicts == {(0, "ok"), (1, FALSE_POSITIVE)}, report.table()
