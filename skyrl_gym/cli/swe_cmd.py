@@ -188,8 +188,13 @@ def _read_predictions(path: str) -> Dict[str, str]:
 
     predictions: Dict[str, str] = {}
     for number, row in enumerate(read_jsonl(path), 1):
-        if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str):
+        if not isinstance(row, dict) or "instance_id" not in row:
             raise UsageError(f"{path}: line {number} has no \"instance_id\"")
+        if not isinstance(row["instance_id"], str):
+            raise UsageError(
+                f"{path}: line {number}'s \"instance_id\" is {row['instance_id']!r}, not an instance's id (a string): "
+                "`skyrl-gym agent eval` writes the row's position there unless its config has "
+                "data.instance_id_key: instance_id")
         patch = row.get("model_patch")
         if patch is None:
             patch = ""

@@ -544,6 +544,11 @@ def test_the_swe_commands_name_the_option_that_is_wrong(tmp_path):
     assert zero.returncode == 2 and "--limit must be at least 1, got 0" in zero.stderr
     missing = swe_cli("score", "--instances", str(rows), "--predictions", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 2 and f"--predictions: no such file: {tmp_path / 'nope.jsonl'}" in missing.stderr
+    positions = tmp_path / "trajectories.jsonl"  # agent eval's output without data.instance_id_key
+    positions.write_text(json.dumps({"instance_id": 0, "model_patch": ""}) + "\n")
+    numbered = swe_cli("score", "--instances", str(rows), "--predictions", str(positions))
+    assert numbered.returncode == 2 and "line 1's \"instance_id\" is 0, not an instance's id" in numbered.stderr
+    assert "data.instance_id_key: instance_id" in numbered.stderr
     typo = swe_cli("build", "--out", str(tmp_path / "out"), "--limt", "2")
     assert typo.returncode == 2 and "usage: skyrl-gym swe build" in typo.stderr and "--limt" in typo.stderr
     socket = tmp_path / "docker.sock"  # the engine's socket given as a path, not the URL docker takes
