@@ -427,7 +427,9 @@ class _Checker:
             elif isinstance(exc, _Timeout):
                 add(ERROR, "make", f"building the env {exc}", row_index, None)
             else:
-                add(ERROR, "make", f"building the env raised {_describe_exception(exc)}", row_index, None)
+                own = ("; the row is one the env's own dataset builder (or golden cases) made: fix the builder or "
+                       "the env, whichever is wrong" if self.own_rows and isinstance(exc, DataError) else "")
+                add(ERROR, "make", f"building the env raised {_describe_exception(exc)}{own}", row_index, None)
         elif method == "init":
             self.row_unusable = report
             if isinstance(exc, _Timeout):
@@ -765,6 +767,7 @@ def check_env(
     max_observation_chars: int = 100_000,
     gymnasium: bool = False,
     check_splits: bool = True,
+    own_rows: bool = False,
 ) -> CheckReport:
     """Check an env against the contract and return a :class:`CheckReport`.
 
@@ -788,6 +791,8 @@ def check_env(
         gymnasium: also run Gymnasium's ``check_env`` on the env through the bridge (needs gymnasium).
         check_splits: with rows from the env's dataset builder, warn where its test rows repeat its train rows
             (:func:`split_findings`: builds up to ``SPLIT_TRAIN_ROWS`` train rows within ``SPLIT_BUDGET_S``).
+        own_rows: the given ``rows`` are the env's own (:func:`default_rows` made them, as ``skyrl-gym check ID``
+            does): their faults are the env's, reported as errors (as without ``rows``).
     """
     factory = _EnvFactory(env_or_id, env_config, make_kwargs or {})
     report = CheckReport(env_id=factory.env_id)
@@ -803,6 +808,7 @@ def check_env(
             return report
         except (NoRowsFor, UnregisteredEnv) as exc:  # an EnvSpec of no registry has no builder either
             report.rows_from = f"one user message with no extras (none given, and none to build: {exc})"
+    checker.own_rows = checker.own_rows or own_rows
     checker.stand_in = rows is None
     try:
         raw_rows = _rows_from(rows)

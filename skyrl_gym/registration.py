@@ -90,7 +90,16 @@ class EnvSpec:
             cached = self.__dict__.get("_loaded_entry_point")
             if cached is not None and cached[0] == entry_point:
                 return cached[1]
-            creator = load_env_creator(entry_point, env_id=self.id)
+            try:
+                creator = load_env_creator(entry_point, env_id=self.id)
+            except EnvCreationError as exc:
+                if not self.__dict__.get("_from_package_metadata") or self.provider == _OWN_DISTRIBUTION:
+                    raise
+                # An installed package's entry point: the fix is in its metadata, which only a reinstall reads.
+                raise EnvCreationError(
+                    f"{exc}. The entry point {entry_point!r} is the one package {self.provider!r} declares: fix it "
+                    f'under [project.entry-points."{ENTRY_POINT_GROUP}"] in its pyproject.toml, then pip install -e '
+                    "it again (entry points change only when it is installed)") from exc
             self.__dict__["_loaded_entry_point"] = (entry_point, creator)
         return creator
 
@@ -230,7 +239,9 @@ def _load_entry_point_plugins(target: EnvRegistry) -> None:
             if ":" in ep.value:
                 if dict.__contains__(target, ep.name):
                     continue  # an explicit register() call wins over the entry point
-                dict.__setitem__(target, ep.name, EnvSpec(id=ep.name, entry_point=ep.value, provider=provider))
+                declared = EnvSpec(id=ep.name, entry_point=ep.value, provider=provider)
+                declared.__dict__["_from_package_metadata"] = True  # a wrong one is fixed there (and reinstalled)
+                dict.__setitem__(target, ep.name, declared)
             else:
                 importlib.import_module(ep.value)
             if provider == _OWN_DISTRIBUTION:  # envs this package ships through its own entry points

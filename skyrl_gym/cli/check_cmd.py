@@ -74,6 +74,7 @@ def run_check(args: argparse.Namespace) -> int:
             adversarial=not args.no_adversarial,
             check_determinism=not args.no_determinism,
             gymnasium=args.gymnasium,
+            own_rows=args.rows is None,
         )
         if built and not args.no_split_check and not report.all_skipped:
             report.findings.extend(split_findings(args.env_id, builder_args))

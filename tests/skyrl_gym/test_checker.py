@@ -658,3 +658,16 @@ def test_no_split_check_where_the_machine_cannot_run_the_env(registered, capsys)
         out = capsys.readouterr().out
     assert report.all_skipped and [f for f in report.warnings if f.kind == "split"] == []
     assert "SKIPPED" in out and "WARNING split" not in out
+
+
+def test_a_row_the_envs_own_builder_made_and_the_env_refuses_is_the_envs_fault():
+    """A builder that drops a field the env needs: the env's DataError advises building rows with that same builder
+    (circular, a cold run found), so the checker says the row is the env's own and one of the two is wrong."""
+    row = {key: value for key, value in BUILTIN_ROWS["gsm8k"][0].items() if key != "reward_spec"}
+    own = check_env("gsm8k", [row], own_rows=True, adversarial=False, check_determinism=False)
+    given = check_env("gsm8k", [row], adversarial=False, check_determinism=False)
+    for report in (own, given):
+        assert [(f.severity, f.kind) for f in report.findings if f.severity == "error"] == [("error", "make")]
+    said = [f.message for f in own.findings if f.kind == "make"][0]
+    assert "MissingRewardSpec" in said and "the env's own dataset builder (or golden cases) made" in said
+    assert "own dataset builder" not in [f.message for f in given.findings if f.kind == "make"][0]

@@ -223,6 +223,29 @@ def test_entry_point_plugin_is_discovered_lazily_in_a_fresh_process(tmp_path):
     assert run_beside(tmp_path, script).split() == ["hello-plugin", "1.0"]
 
 
+def test_a_wrong_entry_point_a_package_declares_says_where_to_fix_it(tmp_path):
+    """The class or module an installed package's entry point names is missing: the error says the fix is in that
+    package's pyproject.toml and takes a reinstall (a cold run fixed the code and ran check again)."""
+    package = tmp_path / "typo_plugin"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "env.py").write_text("from skyrl_gym import BaseTextEnv\nclass TypoEnv(BaseTextEnv):\n    pass\n")
+    write_distribution(tmp_path, "typo-plugin", "[skyrl_gym.envs]\ntypo = typo_plugin.env:Typo\n")
+    script = textwrap.dedent(
+        """
+        import skyrl_gym, skyrl_gym.errors
+        try:
+            skyrl_gym.make("typo")
+        except skyrl_gym.errors.EnvCreationError as exc:
+            print(exc)
+        """
+    )
+    said = run_beside(tmp_path, script)
+    assert "module 'typo_plugin.env' has no attribute 'Typo' for env 'typo' (did you mean 'TypoEnv'?)" in said
+    assert "package 'typo-plugin' declares: fix it under [project.entry-points.\"skyrl_gym.envs\"]" in said
+    assert "pip install -e it again" in said
+
+
 def test_import_is_light():
     """`import skyrl_gym` must not import torch, transformers, ray or pandas."""
     script = "import sys, skyrl_gym; print(sorted(m for m in ('torch','transformers','ray','pandas','numpy') if m in sys.modules))"
