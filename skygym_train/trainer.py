@@ -6,6 +6,7 @@ their ``env_class`` and the rollout generator (``skygym_adapters.rollout``) make
 
 from __future__ import annotations
 
+import collections
 import asyncio
 import logging
 import math
@@ -202,6 +203,7 @@ class PPOTrainer:
         """Seconds ``setup()`` took (Ray, workers, models, engines); the first step logs ``timing/to_first_step``."""
         self._steps_without_signal = 0  # steps in a row with every advantage 0 (_warn_without_signal)
         self._said_no_signal = False
+        self._said_all_masked = False  # a step whose every loss mask was 0 (_warn_without_signal)
         self._notes: List[str] = []  # warnings of a step, said after its [step N] line (_say_notes)
 
     # ------------------------------------------------------------------ set-up
@@ -705,6 +707,16 @@ class PPOTrainer:
         ``reward/mean`` stand still would not know why. What to try depends on the rewards: one value under 1 (a
         task the model does not solve), every sample at 1 or more (a task it has learned), or each prompt all or
         nothing."""
+        if not self._said_all_masked and not bool(batch.tensors["response_mask"].any()):
+            self._said_all_masked = True  # once a run; said at once: the rewards cannot be the cause
+            stops = collections.Counter(str(reason) for reason in output.get("stop_reasons") or [])
+            ended = ", ".join(f"{reason} x{count}" for reason, count in stops.most_common(4)) or "not given"
+            self._notes.append(
+                f"step {self.global_step + 1} trained nothing: the generator masked out every token of every "
+                f"trajectory (loss masks all 0; how they ended: {ended}), whatever their rewards. The agent layer "
+                "trains no trajectory that ran out of iterations or context or ended in an error: raise "
+                "generator.max_iterations in the task's config (or the context it may use), or read a few "
+                "trajectories to see why they end so")
         advantages = batch.tensors["advantages"] * batch.tensors["response_mask"]
         if bool((advantages.abs() > 1e-8).any()):
             self._steps_without_signal = 0

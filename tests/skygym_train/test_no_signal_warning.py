@@ -81,3 +81,22 @@ def test_without_logging_set_up_the_note_comes_after_its_step_line_not_in_the_pr
             logging.getLogger().addHandler(handler)
     assert capsys.readouterr().err == "warning: steps 1-3 trained nothing: ...\n"
     assert trainer._notes == []
+
+
+def test_a_step_whose_every_loss_mask_is_empty_is_named_at_once_with_how_trajectories_ended(tiny_chat_model, toy_data,
+                                                                                          tmp_path, caplog):
+    """The agent layer masks out trajectories that ran out of iterations (a cold run of the tiny SWE agent example:
+    every one `max_iterations_reached`, reward/mean=0.000 grad_norm=0.000 and nothing said)."""
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path))
+    trainer = PPOTrainer(cfg)
+    batch = SimpleNamespace(tensors={"advantages": torch.zeros(4, 3), "response_mask": torch.zeros(4, 3)})
+    output = {"rewards": [0.0, 1.0, 0.0, 0.0], "stop_reasons": ["max_iterations_reached"] * 3 + ["error_runtime"]}
+    with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
+        for _ in range(2):
+            trainer._warn_without_signal(batch, output)
+            trainer._say_notes()
+    said = [r.getMessage() for r in caplog.records if "masked out every token" in r.getMessage()]
+    assert len(said) == 1, said  # at once, and once a run
+    assert said[0].startswith("step 1 trained nothing: the generator masked out every token of every trajectory "
+                              "(loss masks all 0; how they ended: max_iterations_reached x3, error_runtime x1)")
+    assert "generator.max_iterations" in said[0]
