@@ -335,7 +335,9 @@ class Container:
         env: Optional[Mapping[str, str]] = None,
         kind: str = "container",
         base_url: Optional[str] = None,
+        image_hint: str = "",
     ) -> None:
+        """``image_hint``: how to get ``image`` where the engine lacks it (said in the :class:`SandboxUnavailable`)."""
         self.client = client or docker_client(base_url)
         self.image = image
         self.limits = limits or ContainerLimits()
@@ -350,9 +352,9 @@ class Container:
             self.client.images.get(image)
         except docker.errors.ImageNotFound:
             self._pool.shutdown(wait=False)
-            raise SandboxUnavailable(
-                f"image {image!r} is not in the Docker engine; build it first (SWE instances' images: `skyrl-gym swe "
-                "build`; the code sandbox's: `skygym-sandboxes build-image`)") from None
+            raise SandboxUnavailable(f"image {image!r} is not in the Docker engine; " + (image_hint or (
+                "build it first (SWE instances' images: `skyrl-gym swe build`; the code sandbox's: `skygym-sandboxes "
+                "build-image`)"))) from None
         self.name = f"skygym-{kind}-{uuid.uuid4().hex[:12]}"
         self.gone_why = ""  # why the container was removed before its owner closed it
         # Variables every later command gets, over the container's own (an environment its image activates

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from skygym_sandboxes.types import SandboxUnavailable
+
 from skyrl_gym.checker import STEP_TIMEOUT_S
 from skyrl_gym.audit.library import AnswerFormat, AuditCase, Hack, Script, wrong_answer
 from skyrl_gym.audit.profiles import (
@@ -51,7 +53,8 @@ ERROR = "ERROR"
 NOT_RUN = "not run"
 TOLERANCE = 1e-9
 OUT_OF_BUDGET = "out of the time budget"  # the reason of a case --budget-s left unplayed
-UNUSABLE_ROW = ("make raised", "init raised", "make hung", "init hung")  # failed before its first step
+CANNOT_RUN = "this machine cannot run the env: "  # a sandbox or image it lacks: the row is skipped, not an error
+UNUSABLE_ROW = ("make raised", "init raised", "make hung", "init hung", CANNOT_RUN)  # failed before its first step
 DEFAULT_WORKERS = 4  # cases played at once: most of a sandboxed case is waiting on its sandbox
 REPLY_SHOWN = 300  # characters of a case's reply kept in its result (2 MB hacks are cut, with their length)
 
@@ -102,6 +105,7 @@ class AuditReport:
     rows: int = 0
     rows_source: str = ""
     skipped: Optional[str] = None  # why the audit could not run at all (no Docker engine)
+    rows_skipped: List[str] = dataclasses.field(default_factory=list)  # rows this machine cannot run, and why
     seconds: float = 0.0
     fingerprint: Optional[str] = None
     profile: str = ""  # where the audit profile came from, and the answer format it plays
@@ -236,6 +240,8 @@ class _Player:
             worker.stop()
         if episode.error is not None:
             method, exc = episode.error_method, episode.exception
+            if method in ("make", "init") and isinstance(exc, SandboxUnavailable):
+                return None, f"{CANNOT_RUN}{exc}"  # whole: it says what to build or start
             if isinstance(exc, _Timeout):  # the checker's worker gave up waiting: a hang, not a raise
                 return None, f"{method} hung: {exc}"[:300]
             raised = f"{type(exc).__name__}: {exc}" if exc is not None else episode.error
@@ -346,6 +352,10 @@ def audit_env(
         pool.shutdown(wait=False, cancel_futures=True)
         bar.close()
     report.seconds = time.monotonic() - started
+    if report.rows_skipped and not report.cases:  # as `check` says it: nothing was audited (exit 3)
+        report.skipped = report.rows_skipped[0].split(": ", 1)[1]
+    elif report.rows_skipped:
+        report.warnings += [f"skipped {skipped}" for skipped in report.rows_skipped]
     report.warnings += _unreached_scoring(report)
     return report
 
@@ -430,6 +440,9 @@ def _audit_row(
 
     wrongs = list(profile.wrong(case))
     first = player.start(wrongs[0], timed=False).result() if wrongs else None
+    if first is not None and first[0] is None and first[1].startswith(CANNOT_RUN):
+        report.rows_skipped.append(f"row {index + 1}: {first[1]}")
+        return
     if first is not None and first[0] is None and first[1].startswith(UNUSABLE_ROW):
         add("known-wrong", "a wrong answer in the env's format", "bar", "-", None, ERROR, first[1], wrongs[0])
         return  # the env cannot be built or started for this row: every other case would say the same

@@ -727,3 +727,31 @@ def test_one_envs_broken_builder_does_not_stop_the_audit_of_the_others(registere
     out = capsys.readouterr().out
     assert f"audit {env_id}: FAILED" in out and "builder: the env's dataset builder" in out, out
     assert "audit gsm8k: OK" in out, out
+
+
+class NeedsAnImageEnv(LastBoxedEnv):
+    """Stands in for an env whose sandbox this machine lacks (the swe env without its image)."""
+
+    def init(self, prompt):
+        from skygym_sandboxes.types import SandboxUnavailable
+
+        if self.answer == "72":
+            raise SandboxUnavailable("image 'nope:1' is not in the Docker engine; build it first (how to, in full)")
+        return super().init(prompt)
+
+
+def test_rows_this_machine_cannot_run_are_skipped_not_errors(registered, tmp_path, capsys):
+    """As `check` says it: every row skipped is exit 3 with the whole reason (the swe env's missing image was an
+    ERROR, exit 1, its reason cut mid-sentence); one row skipped among others is a warning."""
+    env_id = registered("audit_test/needs_an_image", NeedsAnImageEnv)
+    alone = audit_env(env_id, ROWS[:1], profile=text_profile(BOXED))
+    assert alone.skipped == ("this machine cannot run the env: image 'nope:1' is not in the Docker engine; build it "
+                             "first (how to, in full)") and alone.cases == []
+    mixed = audit_env(env_id, ROWS, profile=text_profile(BOXED))
+    assert mixed.ok and {case.row_index for case in mixed.cases} == {1}, mixed.table()
+    assert mixed.warnings[-1:] == ["skipped row 1: this machine cannot run the env: image 'nope:1' is not in the Docker "
+                              "engine; build it first (how to, in full)"]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(ROWS[0]) + "\n")
+    assert main(["audit", env_id, "--rows", str(rows)]) == 3
+    assert "SKIPPED - this machine cannot run the env: image 'nope:1'" in capsys.readouterr().out

@@ -172,6 +172,23 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
     return run
 
 
+def image_hint(instance: SWEInstance) -> str:
+    """How to get the image ``instance`` runs in, for an engine that lacks it."""
+    from skyrl_gym.envs.swe.synth.builder import BASE_TAG
+
+    image = instance.image_name
+    if image == BASE_TAG:  # the golden case's, and the one every built instance's image starts from
+        return "`skyrl-gym swe build --limit 1` builds it (its first step)"
+    if image.startswith("skyrl-gym-swe-"):
+        return ("`skyrl-gym swe build` made it from a pinned project: build again with the settings that made these "
+                "instances, on this engine")
+    if "/sweb.eval." in image:
+        return ("it is SWE-bench's image for the instance (the name taken for a row that names no image_name): pull "
+                "or build it with SWE-bench's tools, or give the row the image_name of an image whose /testbed holds "
+                "the repository (docs/swe.md, 'Your own tasks')")
+    return "pull or build it on this engine (docs/swe.md)"
+
+
 class SWERuntime:
     """A container of ``instance.image_name`` with the repository in ``/testbed`` (see the module docstring)."""
 
@@ -186,7 +203,8 @@ class SWERuntime:
             raise SWEInstanceError(instance.grading_problem)
         self.instance = instance
         self.container = Container(
-            instance.image_name, client=client, limits=limits, workdir=TESTBED, env=CONTAINER_ENV, kind="swe", base_url=base_url
+            instance.image_name, client=client, limits=limits, workdir=TESTBED, env=CONTAINER_ENV, kind="swe",
+            base_url=base_url, image_hint=image_hint(instance),
         )
         try:  # before anything else runs there: the model's commands and the tests alike run in the image's Python
             self.container.exec_env = python_environment(self.container)

@@ -769,3 +769,26 @@ def test_the_swe_env_passes_the_checker_with_adversarial_actions(swe_instances):
     row = instance_row(swe_instances[2], max_turns=2)
     report = check_env("swe", [row], actions={"ls": "<bash>ls</bash>"})
     assert report.ok, str(report)
+
+
+def test_check_and_audit_with_no_arguments_play_the_golden_case_on_the_base_image(swe_instances, tmp_path):
+    """`skyrl-gym check swe` and `audit swe` with no arguments: the golden case runs on the base image `swe build`
+    makes first (its image was one no command built: every such check was skipped, and the audit an error). An
+    image the engine lacks is said with how to get it: the audit skips (exit 3), as the check does."""
+    from skyrl_gym.envs.swe.dataset import instance_row
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "skyrl_gym.cli", *args], capture_output=True, text=True,
+                              timeout=900)
+
+    checked = cli("check", "swe", "--no-split-check")
+    assert checked.returncode == 0 and "check swe: OK - 1 row(s)" in checked.stdout, checked.stdout + checked.stderr
+    audited = cli("audit", "swe", "--hack", "conftest.py that passes every test")
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert "golden: reference answer" in audited.stdout and "audit swe: OK - 1 row(s), 3 case(s)" in audited.stdout
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({**instance_row(swe_instances[0]), "image_name": "skyrl-gym-swe-gone:1"}) + "\n")
+    skipped = cli("audit", "swe", "--rows", str(rows), "--hack", "empty reply")
+    assert skipped.returncode == 3, skipped.stdout + skipped.stderr
+    assert ("SKIPPED - this machine cannot run the env: image 'skyrl-gym-swe-gone:1' is not in the Docker engine; "
+            "`skyrl-gym swe build` made it") in skipped.stdout
