@@ -83,6 +83,8 @@ def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
         import docker
     except ImportError as exc:
         raise SandboxUnavailable("containers need the docker package: pip install 'skyrl-gym[docker]'") from exc
+    # where the address came from, for the advice: the caller's (--docker-host, env_config's docker_host) or ours
+    named_by = "the address given (--docker-host, docker_host)" if base_url else "SKYGYM_DOCKER_HOST"
     base_url = base_url or os.environ.get("SKYGYM_DOCKER_HOST")
     try:
         client = docker.DockerClient(base_url=base_url, timeout=timeout_s) if base_url else docker.from_env(timeout=timeout_s)
@@ -92,7 +94,7 @@ def docker_client(base_url: Optional[str] = None, timeout_s: int = 120) -> Any:
         hint = (f"an engine's address is a URL: unix://{given} for a socket, tcp://HOST:PORT for a port"
                 if given and "://" not in given else
                 "start dockerd (as root: `dockerd > /var/log/dockerd.log 2>&1 &`; `skyrl-gym doctor` checks it), or point "
-                "SKYGYM_DOCKER_HOST at an engine that runs (unix:///PATH/docker.sock)")
+                f"{named_by} at an engine that runs (unix:///PATH/docker.sock)")
         where = given or "the default socket"
         raise SandboxUnavailable(f"cannot reach a Docker engine at {where} ({exc}); {hint}") from exc
     return client

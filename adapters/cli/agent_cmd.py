@@ -49,6 +49,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ev.add_argument("--device", default=None, help="cpu or cuda (--local-model; default: a GPU where there is one)")
     ev.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                     help="--local-model's weights (default float32 on CPU, bfloat16 on a GPU)")
+    ev.add_argument("--max-iterations", type=int, default=None, metavar="N",
+                    help="override generator.max_iterations (an agent's turns; the shipped swe_bench config's 30 take "
+                         "minutes a trajectory on a CPU)")
+    ev.add_argument("--max-tokens", type=int, default=None, metavar="N",
+                    help="override the sampling parameters' max_tokens (per model call)")
     ev.add_argument("--summary-json", default=None, help="also write the summary as JSON here")
     ev.add_argument("--no-progress", action="store_true")
     ev.add_argument("--allow-errors", action="store_true",
@@ -94,8 +99,18 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.local_model is None and (args.device or args.dtype):
         print("error: --device and --dtype are --local-model's; a server chooses its own", file=sys.stderr)
         return 2
+    for flag, value in (("--max-iterations", args.max_iterations), ("--max-tokens", args.max_tokens)):
+        if value is not None and value < 1:
+            print(f"error: {flag} must be at least 1, got {value}", file=sys.stderr)
+            return 2
     try:
         config = load_agent_config(args.config)
+        if args.max_iterations is not None:
+            config.generator.max_iterations = args.max_iterations
+        if args.max_tokens is not None:
+            config.generator.sampling_params["max_tokens"] = args.max_tokens
+            if config.generator.val_config.sampling_params is not None:  # what an eval (val_mode) samples with
+                config.generator.val_config.sampling_params["max_tokens"] = args.max_tokens
         if args.local_model is not None:  # tokens in and out through the engine below, not a server
             config.generator.infer_backend = "skyrl-train"
             config.generator.backend_config.clear()

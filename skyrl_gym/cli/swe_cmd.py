@@ -127,14 +127,15 @@ def _build(args: argparse.Namespace) -> int:
     finally:
         if writer is not None:
             writer.close()
-    print(f"{'project':12} {'kept':>5} {'tried':>6} {'seconds':>8}  discarded")
+    # "tested": bugs whose tests were run; the discarded count those too, and those passed over before any test
+    print(f"{'project':12} {'kept':>5} {'tested':>6} {'seconds':>8}  discarded (tested or passed over)")
     for summary in summaries:
         reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(summary.discarded.items())) or "-"
         if summary.error:
             reasons = f"FAILED: {summary.error.splitlines()[0]}"
         print(f"{summary.project:12} {summary.kept:>5} {summary.tried:>6} {summary.seconds:>8.1f}  {reasons}")
     print(f"{counted(len(instances), 'instance')} from {counted(sum(1 for s in summaries if s.kept), 'project')} in "
-          f"{time.monotonic() - started:.0f} s -> {Path(args.out) / 'instances.jsonl'} (card: dataset_card.md)")
+          f"{time.monotonic() - started:.0f} s -> {Path(args.out) / 'instances.jsonl'} (card: {Path(args.out) / 'dataset_card.md'})")
     return 0 if instances else 1
 
 

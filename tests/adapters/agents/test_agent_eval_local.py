@@ -61,3 +61,23 @@ def test_a_local_model_that_is_not_there_is_one_error_line(tmp_path, capsys):
                  "--local-model", str(tmp_path / "no-such-model")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --local-model: ") and "no-such-model" in err and "\n" not in err, err
+
+
+def test_max_iterations_and_max_tokens_override_the_config(tmp_path, tiny_model_dir, gsm8k_test_file, capsys):
+    """A shipped config's 30 iterations of 2048 tokens took minutes a trajectory on a CPU (a cold run): the flags
+    bound both without a copy of the YAML."""
+    from transformers import AutoTokenizer
+
+    rows = tmp_path / "rows.jsonl"
+    write_jsonl(list(gsm8k_rows(gsm8k_test_file, limit=2)), rows)
+    out = tmp_path / "trajectories.jsonl"
+    assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--output", str(out),
+                 "--local-model", str(tiny_model_dir), "--no-progress", "--max-iterations", "1",
+                 "--max-tokens", "3"]) == 0, capsys.readouterr().err
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for line in map(json.loads, out.read_text().splitlines()):
+        replies = [m["content"] for m in line["messages"] if m["role"] == "assistant"]
+        assert len(replies) == 1 and len(tokenizer(replies[0], add_special_tokens=False)["input_ids"]) <= 3, line
+        assert line["finish_reason"] == "max_iterations_reached", line
+    assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--max-iterations", "0"]) == 2
+    assert "error: --max-iterations must be at least 1, got 0" in capsys.readouterr().err

@@ -7,6 +7,7 @@ same image tag and the same instances, and the builder runs (pip's metadata step
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
@@ -102,6 +103,8 @@ def select_projects(names: str = "") -> Tuple[Project, ...]:
     chosen = []
     for name in (part.strip() for part in names.split(",") if part.strip()):
         if name not in PROJECTS:
-            raise ValueError(f"unknown project {name!r}; the projects are {', '.join(PROJECTS)}")
+            close = difflib.get_close_matches(name, PROJECTS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown project {name!r}{hint}; the projects are {', '.join(PROJECTS)}")
         chosen.append(PROJECTS[name])
     return tuple(chosen)

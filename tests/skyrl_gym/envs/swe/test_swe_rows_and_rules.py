@@ -162,6 +162,8 @@ def test_a_file_that_does_not_parse_has_no_mutations_and_projects_are_pinned():
     assert [p.name for p in select_projects("six, toolz")] == ["six", "toolz"]
     with pytest.raises(ValueError, match="unknown project 'nope'.*toolz"):
         select_projects("nope")
+    with pytest.raises(ValueError, match=r"unknown project 'toolzz' \(did you mean 'toolz'\?\)"):
+        select_projects("toolzz")
 
 
 def test_only_a_source_distribution_with_the_pinned_sha256_is_used(tmp_path, monkeypatch):
@@ -694,3 +696,19 @@ def test_the_commands_of_one_message_share_its_time_and_the_next_message_has_its
     # a message's time is never under one command's limit
     assert SWEToolGroup(container, timeout_s=5, message_timeout_s=1).message_timeout_s == 5
     assert SWEToolGroup(container, timeout_s=5).message_timeout_s == 10
+
+
+def test_an_engine_out_of_reach_is_said_with_where_its_address_came_from(tmp_path, monkeypatch):
+    """A command's --docker-host (or env_config's docker_host) that reaches no engine: the advice named
+    SKYGYM_DOCKER_HOST, which the command had not read."""
+    pytest.importorskip("docker", reason="needs the docker package: pip install -e '.[docker]'")
+    from skygym_sandboxes.containers import docker_client
+    from skygym_sandboxes.types import SandboxUnavailable
+
+    gone = f"unix://{tmp_path / 'no-engine.sock'}"
+    monkeypatch.delenv("SKYGYM_DOCKER_HOST", raising=False)
+    with pytest.raises(SandboxUnavailable, match=r"or point the address given \(--docker-host, docker_host\) at an "):
+        docker_client(gone, timeout_s=5)
+    monkeypatch.setenv("SKYGYM_DOCKER_HOST", gone)
+    with pytest.raises(SandboxUnavailable, match="or point SKYGYM_DOCKER_HOST at an engine that runs"):
+        docker_client(None, timeout_s=5)
