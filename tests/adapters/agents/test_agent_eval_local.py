@@ -68,16 +68,18 @@ def test_max_iterations_and_max_tokens_override_the_config(tmp_path, tiny_model_
     bound both without a copy of the YAML."""
     from transformers import AutoTokenizer
 
-    rows = tmp_path / "rows.jsonl"
-    write_jsonl(list(gsm8k_rows(gsm8k_test_file, limit=2)), rows)
+    rows = tmp_path / "rows.jsonl"  # gsm8k_multi_turn: a wrong answer gets another turn (the YAML allows 2)
+    write_jsonl([dict(row, env_class="gsm8k_multi_turn") for row in gsm8k_rows(gsm8k_test_file, limit=2)], rows)
     out = tmp_path / "trajectories.jsonl"
-    assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--output", str(out),
+    config = _agent_yaml(tmp_path)
+    config.write_text(config.read_text().replace("env_class: gsm8k", "env_class: gsm8k_multi_turn"))
+    assert main(["agent", "eval", str(config), "--data", str(rows), "--output", str(out),
                  "--local-model", str(tiny_model_dir), "--no-progress", "--max-iterations", "1",
                  "--max-tokens", "3"]) == 0, capsys.readouterr().err
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     for line in map(json.loads, out.read_text().splitlines()):
         replies = [m["content"] for m in line["messages"] if m["role"] == "assistant"]
         assert len(replies) == 1 and len(tokenizer(replies[0], add_special_tokens=False)["input_ids"]) <= 3, line
-        assert line["finish_reason"] == "max_iterations_reached", line
+        assert line["reward"] == 0.0, line  # a wrong answer: only the limit of 1 (the env is told it) ended it
     assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--max-iterations", "0"]) == 2
     assert "error: --max-iterations must be at least 1, got 0" in capsys.readouterr().err
