@@ -322,7 +322,7 @@ def test_every_registered_id_has_rows_to_check_it_with():
     ids = installed_env_ids()
     assert len(ids) > 100 and {"lcb", "sql", "text2sql", "swe", "countdown"} <= set(ids)
     for env_id in ids:
-        rows, source, _ = default_rows(env_id, size=1)
+        rows, source, _ = default_rows(env_id, size=1, verify=False)  # the builders' repeatability: tested apart
         assert rows, f"{env_id}: {source}"
 
 
