@@ -3,7 +3,8 @@
 # turns per episode (with ROWS of two rows, one step per epoch). The reward stays 0 with a model this small; the point
 # is the pipeline: containers per trajectory, tools, grading in fresh containers, rewards into the trainer.
 # Measured on a 2-core machine under heavy load (load average 9-14): one step in 18.6 min (generation 936 s,
-# env 68 s, training 179 s), exit 0.
+# env 68 s, training 179 s), exit 0; on a quiet one, well under a minute a step. generator.max_turns=3 cuts the
+# rows' 8 turns to three on purpose: the trainer's line saying so at the start is expected here.
 #   bash examples/swe/run_eval.sh                  # builds outputs/swe/rows.jsonl first
 #   bash examples/swe/train_tiny_cpu.sh
 set -euo pipefail
