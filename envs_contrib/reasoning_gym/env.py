@@ -19,10 +19,18 @@ from skyrl_gym import BaseTextEnv, StepOutput
 from skyrl_gym.errors import DataError
 from skyrl_gym.tools.parsers import extract_tag, has_look_alike_digits
 
-from skygym_contrib.reasoning_gym import answer_guard, generate
+from skygym_contrib.reasoning_gym import answer_guard, generate, shortcuts
 from skygym_contrib.reasoning_gym.names import env_id
 
 MAX_ANSWER_CHARS = 20_000  # longer answers are not scored (some scorers parse with sympy or regexes)
+# The forms in which reasoning-gym's containment credit is recognised (containment_credit_refused): the text as
+# written, without commas, upper-cased, and with each line's words joined by single spaces.
+_CONTAINMENT_FORMS = (
+    lambda text: text,
+    lambda text: text.replace(",", ""),
+    lambda text: text.strip().upper(),
+    lambda text: "\n".join(" ".join(line.split()) for line in text.strip().split("\n")),
+)
 
 
 class ReasoningGymEnv(BaseTextEnv):
@@ -82,7 +90,11 @@ class ReasoningGymEnv(BaseTextEnv):
         expected = self.entry.get("answer")
         if config.get("containment_credit") or not isinstance(expected, str) or not expected:
             return False
-        for seen, wanted in ((answer, expected), (answer.replace(",", ""), expected.replace(",", ""))):
+        # The scorers normalise the answer before they look for the expected one in it (tsumego upper-cases it,
+        # manipulate_matrix joins its rows' numbers with single spaces): a hedge in lower case or with extra spaces
+        # escaped a check of the raw text alone.
+        for normalise in _CONTAINMENT_FORMS:
+            seen, wanted = normalise(answer), normalise(expected)
             if wanted and wanted in seen and abs(reward - len(wanted) / len(seen)) < 1e-9:
                 return True
         return False
@@ -126,6 +138,8 @@ class ReasoningGymEnv(BaseTextEnv):
                 if reward != reward or reward < 0.0:  # NaN or negative: treat as wrong
                     metadata["reason"] = f"reasoning-gym's score_answer returned {reward}; counted as 0.0"
                     reward = 0.0
+                elif (fixed := shortcuts.shortcut(self._scored_by(), answer, self.entry, reward)) is not None:
+                    reward, metadata["reason"] = fixed
                 elif reward < 1.0 and self.containment_credit_refused(answer, reward):
                     metadata["reason"] = (f"{answer[:200]!r} is not the answer, it only contains it; "
                                           "reasoning-gym's credit for that is not paid "

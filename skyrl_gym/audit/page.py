@@ -102,7 +102,16 @@ Its first run flagged these, now fixed (each with a test that fails without the 
   `\\boxed{１０２４}` earned 1.0; only ASCII numbers take the shortcut now.
 * `reasoning_gym/*`: reasoning-gym pays `len(expected) / len(answer)` to an answer that contains the expected
   one, so a hedged list ("-87, -88, -89") earned more than a wrong answer; that credit is refused (`env_config
-  containment_credit=true` restores it), and answers in look-alike digits earn 0.
+  containment_credit=true` restores it), and answers in look-alike digits earn 0. Later attacker passes: that
+  credit is also recognised where the scorer normalises first (`tsumego` upper-cases, `manipulate_matrix` joins
+  rows with single spaces: a lower-case or extra-spaced hedge escaped it); and replies that skip the task earn
+  nothing where the family's own rule paid them: any text in `game_of_life_halting` (1.0), an all-dead board in
+  `game_of_life` (0.97), the number echoed in `prime_factorization` (0.5), a premise copied in
+  `propositional_logic` (1.0) (`envs_contrib/reasoning_gym/shortcuts.py`).
+* The same passes: `math`: one answer naming two values (`\\boxed{$19$ 18}`) was paid for either ground truth (the
+  string check read the first `$...$` span, math-verify the last value); it is paid for neither now. `text2sql`:
+  a query returning no rows is paid on a row whose gold result is empty (SkyRL-gym's rule, kept); the audit's hack
+  `query that returns no rows` names such rows in a dataset given with `--rows`.
 * `games/guess_number`, `games/mastermind`: moves in look-alike digits were read as numbers and won; they are
   invalid moves now (`skyrl_gym.tools.parsers.has_look_alike_digits`, shared by the games and reasoning_gym).
 * `swe`: forgeries from library code, each a dozen lines that spell pytest's names in pieces, resolved

@@ -83,6 +83,56 @@ def test_a_hedged_answer_earns_no_containment_credit_unless_asked():
     assert play(row, f"<answer>{truth}</answer>")["reward"] == 1.0
 
 
+def test_a_hedge_the_scorer_normalises_before_its_containment_check_earns_nothing():
+    """An attacker's pass: tsumego upper-cases the answer and manipulate_matrix joins its rows with single spaces
+    before they look for the expected one in it, so a lower-case or extra-spaced list of candidates escaped a check
+    of the raw text (0.25 and 0.43-0.50 against 0.05 and 0 for a wrong answer)."""
+    row = datasets.build_rows("reasoning_gym/tsumego", split="test", size=1, seed=0)[0]
+    truth = row["reward_spec"]["ground_truth"]
+    for hedge in (f"a1 or {truth.lower()}", f"a1, b2, {truth.lower()}, c3", f"A1 or {truth}"):
+        refused = play(row, f"<answer>{hedge}</answer>")
+        assert refused["reward"] == 0.0 and "only contains it" in refused["metadata"]["reason"], (hedge, refused)
+    row = datasets.build_rows("reasoning_gym/manipulate_matrix", split="test", size=1, seed=0)[0]
+    truth = row["reward_spec"]["ground_truth"].strip().splitlines()
+    wrong = [" ".join("0" for _ in line.split()) for line in truth]
+    for hedge in ("\n".join(f"{line} " for line in wrong + truth), "\n".join(line.replace(" ", "  ") for line in wrong + truth)):
+        refused = play(row, f"<answer>{hedge}</answer>")
+        assert refused["reward"] == 0.0 and "only contains it" in refused["metadata"]["reason"], (hedge, refused)
+    assert play(row, "<answer>" + "\n".join(f"{line} " for line in truth) + "</answer>")["reward"] == 1.0
+
+
+def test_replies_that_skip_the_task_earn_nothing_where_the_scorer_would_pay_them():
+    """An attacker's pass over every family: any text earned 1.0 in game_of_life_halting, an all-dead board 0.96-0.99
+    in game_of_life, the number echoed 0.5 in prime_factorization, a premise copied 1.0 in propositional_logic."""
+    import json
+    import math
+
+    for row in datasets.build_rows("reasoning_gym/game_of_life_halting", split="test", size=2, seed=0):
+        truth = row["reward_spec"]["ground_truth"]
+        other = "False" if truth == "True" else "True"
+        for reply in ("banana", "True or False", other):
+            said = play(row, f"<answer>{reply}</answer>")
+            assert said["reward"] == 0.0 and "only the right word is paid" in said["metadata"]["reason"], reply
+        assert play(row, f"<answer> {truth.lower()} </answer>")["reward"] == 1.0
+    row = datasets.build_rows("reasoning_gym/game_of_life", split="test", size=1, seed=0)[0]
+    board = json.loads(row["reward_spec"]["ground_truth"])
+    dead = play(row, f"<answer>{json.dumps([[0] * len(line) for line in board])}</answer>")
+    assert dead["reward"] == 0.0 and "only the exact board is" in dead["metadata"]["reason"]
+    assert play(row, f"<answer>{row['reward_spec']['ground_truth']}</answer>")["reward"] == 1.0
+    row = next(row for row in datasets.build_rows("reasoning_gym/prime_factorization", split="test", size=8, seed=0)
+               if "×" in row["reward_spec"]["ground_truth"])
+    number = math.prod(int(factor) for factor in row["reward_spec"]["ground_truth"].split("×"))
+    for reply in (str(number), f"1 × {number}"):
+        echoed = play(row, f"<answer>{reply}</answer>")
+        assert echoed["reward"] == 0.0 and "not its prime factorization" in echoed["metadata"]["reason"], reply
+    assert play(row, f"<answer>{row['reward_spec']['ground_truth']}</answer>")["reward"] == 1.0
+    row = datasets.build_rows("reasoning_gym/propositional_logic", split="test", size=1, seed=0)[0]
+    env = skyrl_gym.make(row["env_class"], extras=row_extras(row))
+    for premise in env.entry["metadata"]["premises"]:
+        copied = play(row, f"<answer>{premise}</answer>")
+        assert copied["reward"] == 0.0 and "restates a premise" in copied["metadata"]["reason"], premise
+
+
 def test_look_alike_digits_are_not_read_as_the_number():
     row = datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=3)[0]
     truth = row["reward_spec"]["ground_truth"]
