@@ -56,7 +56,7 @@ def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optiona
     stamp = Path(session.virtualenv.location) / ".skyrl-gym-installed"
     installed = stamp.read_text().split("\n") if stamp.is_file() else []
     if os.environ.get("SKYRL_GYM_REINSTALL") != "1" and installed[:1] == [key]:
-        if installed[1:] != [str(ROOT)]:
+        if installed[1:] != [str(ROOT)] or not _editable_points_at(session, ROOT):
             session.log(f"requirements unchanged since this environment was set up: the editable installs only "
                         f"are pointed at {ROOT}")
             stamp.unlink()
@@ -79,6 +79,16 @@ def _install_once(session: nox.Session, *groups: Tuple[str, ...], after: Optiona
     if after is not None:
         after()
     stamp.write_text(f"{key}\n{ROOT}")
+
+
+def _editable_points_at(session: nox.Session, root: Path) -> bool:
+    """Whether the environment's editable install of this package reads ``root`` (a ``pip install -e`` of another
+    checkout by hand, after the stamp was written, points it elsewhere: the tests then ran another tree's code)."""
+    import glob
+
+    finders = glob.glob(os.path.join(session.virtualenv.location, "lib", "python*", "site-packages",
+                                     "__editable___skyrl_gym_*finder.py"))
+    return not finders or all(repr(str(root / "skyrl_gym")) in Path(finder).read_text() for finder in finders)
 
 
 def _pytest(session: nox.Session, *args: str) -> None:
