@@ -65,6 +65,8 @@ COMMIT_ENV = {
 # What the model's tools must never put in a patch: bytecode and caches the test runs leave behind.
 GIT_EXCLUDES = "__pycache__/\n*.pyc\n.pytest_cache/\n*.egg-info/\n"
 _EXCLUDE = f"mkdir -p .git/info && printf %s {shlex.quote(GIT_EXCLUDES)} >> .git/info/exclude"  # in the set-up command
+# The image `skyrl-gym swe build` makes first, every project's image starts from, and the golden case runs in.
+BASE_TAG = "skyrl-gym-swe-base:bookworm-python3-pytest-git"
 CONTAINER_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "GIT_PAGER": "cat", "PAGER": "cat"}
 # Where an image keeps the repository's own Python when it is not the one on the image's PATH: SWE-bench's images
 # (and SWE-Gym's and SWE-smith's, built the same way) install it as the conda environment ``testbed`` and activate it
@@ -174,8 +176,6 @@ def parse_report(text: str, nonce: str = "") -> TestRun:
 
 def image_hint(instance: SWEInstance) -> str:
     """How to get the image ``instance`` runs in, for an engine that lacks it."""
-    from skyrl_gym.envs.swe.synth.builder import BASE_TAG
-
     image = instance.image_name
     if image == BASE_TAG:  # the golden case's, and the one every built instance's image starts from
         return "`skyrl-gym swe build --limit 1` builds it (its first step)"

@@ -64,7 +64,7 @@ from skygym_sandboxes.images.build_image import build_image, cache_dir, image_ex
 from skyrl_gym import threadsafe_ast
 from skyrl_gym.envs.swe.grading import evaluate_many
 from skyrl_gym.envs.swe.instances import SWEInstance, normalize_row, write_jsonl
-from skyrl_gym.envs.swe.runtime import COMMIT_ENV, CONTAINER_ENV, HELPERS, TESTBED, TestRun, run_pytest
+from skyrl_gym.envs.swe.runtime import BASE_TAG, COMMIT_ENV, CONTAINER_ENV, HELPERS, TESTBED, TestRun, run_pytest
 from skyrl_gym.envs.swe.synth.hiding import HideError, file_of_test, hide_tests
 from skyrl_gym.envs.swe.synth.issue import Failure, Forbidden, IssueLeak, IssueWriter, failure_kind, write_issue
 from skyrl_gym.envs.swe.synth.mutations import (
@@ -80,7 +80,6 @@ from skyrl_gym.text import counted
 
 BUILDER_VERSION = "2"
 BASE_PACKAGES = ("python3", "python3-pytest", "git")
-BASE_TAG = "skyrl-gym-swe-base:bookworm-python3-pytest-git"
 MAX_FAIL_TO_PASS = 20  # a bug that breaks more tests than this is not a task, it is an outage
 RELIABILITY_RUNS = 3  # runs of the whole suite with the hidden tests back; a test that flips is flaky
 SOLVER_TRIES = 20  # the mechanical solver's budget: a bug it undoes within this many tries is too easy
