@@ -12,7 +12,8 @@ does not do the task far more than a wrong answer (reasoning-gym 0.1.25):
 * ``propositional_logic`` pays 1.0 for any valid conclusion that is not a tautology, and every premise is one: a
   premise copied from the question earned 1.0. A restated premise is not paid.
 
-The other families' partial credit is their own and is kept (docs/catalogue.md says which pay it).
+The other families' partial credit is their own and is kept (each family's ``score_answer`` in reasoning-gym
+says how it pays; the README beside this module lists what the attacker's pass found paid and left).
 """
 
 from __future__ import annotations
