@@ -6,8 +6,8 @@ their ``env_class`` and the rollout generator (``skygym_adapters.rollout``) make
 
 from __future__ import annotations
 
-import collections
 import asyncio
+import collections
 import logging
 import math
 import os
