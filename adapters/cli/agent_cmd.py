@@ -8,7 +8,7 @@ reasons, errors) and writes one JSON line per trajectory (``instance_id``, ``tra
 runs on MODEL (a folder, a hub id or smollm2-135m, the embedded model) on the HF engine in this process, as the
 token backend (``infer_backend: skyrl-train``), e.g. on a CPU. Exits 1, naming the first error, when a
 trajectory errored (a server that does not answer, an env that cannot be built); ``--allow-errors`` exits 0
-anyway.
+anyway. Ctrl-C stops it within a decode step or an env call and writes the trajectories that had finished.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import sys
 from typing import Any, Dict, List
 
 DEFAULT_OUTPUT = "agent_trajectories.jsonl"  # beside the rows, as `skyrl-gym eval` writes its own
+# what each line of the output keeps of a trajectory's result
+RESULT_KEYS = ("instance_id", "trajectory_id", "reward", "finish_reason", "messages", "error", "eval_error",
+               "num_turns", "results")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -79,6 +82,18 @@ def _print_summary(summary: Dict[str, Any]) -> None:
     for name, value in rows:
         table.add_row(name, value)
     Console(width=100).print(table)
+
+
+def _write_results(results: List[Dict[str, Any]], output: str) -> None:
+    """One JSON line per trajectory result; a SWE trajectory's patch also as ``model_patch`` (SWE-bench's name: the
+    file is a predictions file)."""
+    with open(output, "w", encoding="utf-8") as handle:
+        for result in results:
+            line = {key: result.get(key) for key in RESULT_KEYS}
+            task_result = result.get("results")
+            if isinstance(task_result, dict) and isinstance(task_result.get("git_patch"), str):
+                line["model_patch"] = task_result["git_patch"]
+            handle.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -144,12 +159,18 @@ def run_eval(args: argparse.Namespace) -> int:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(rows) * config.num_trajectories(True), desc="agent eval", unit="traj")
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
+    finished: Dict[Any, Dict[str, Any]] = {}  # what Ctrl-C leaves: the results done by then
+
+    def done(trajectory: Any) -> None:
+        if trajectory.result is not None:
+            finished[(trajectory.cfg.instance_id, trajectory.cfg.trajectory_id)] = trajectory.result
+        if bar is not None:
+            bar.update(1)
 
     async def main() -> Dict[str, Any]:
         try:
-            return await runner.run(
-                rows, val_mode=True, on_trajectory_done=(lambda t: bar.update(1)) if bar else None
-            )
+            return await runner.run(rows, val_mode=True, on_trajectory_done=done)
         finally:
             await runner.aclose()
 
@@ -158,6 +179,20 @@ def run_eval(args: argparse.Namespace) -> int:
     except AgentConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()  # before the message: it would land inside the bar's line
+        kept = list(finished.values())  # in the order they finished
+        note = ""
+        if kept:
+            try:
+                _write_results(kept, output)
+                note = f"; the {len(kept)} finished are in {output} (no summary)"
+            except OSError as exc:
+                note = f"; the {len(kept)} finished could not be written to {output}: {exc}"
+        print(f"interrupted: {len(kept)} of {len(rows) * config.num_trajectories(True)} trajectories had "
+              f"finished{note}", file=sys.stderr)
+        return 130
     finally:
         if bar is not None:
             bar.close()
@@ -165,30 +200,10 @@ def run_eval(args: argparse.Namespace) -> int:
             engine.close()
         restore_threads()
     _print_summary(out["summary"])
-    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
     from skygym_adapters.evaluation import replacing_note
 
     replacing = replacing_note(output)
-    with open(output, "w", encoding="utf-8") as handle:
-        for result in out["results"]:
-            line = {
-                key: result.get(key)
-                for key in (
-                    "instance_id",
-                    "trajectory_id",
-                    "reward",
-                    "finish_reason",
-                    "messages",
-                    "error",
-                    "eval_error",
-                    "num_turns",
-                    "results",
-                )
-            }
-            task_result = result.get("results")
-            if isinstance(task_result, dict) and isinstance(task_result.get("git_patch"), str):
-                line["model_patch"] = task_result["git_patch"]  # SWE-bench's name: the file is a predictions file
-            handle.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    _write_results(out["results"], output)
     print(f"wrote {len(out['results'])} trajectories to {output}{replacing}")
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as handle:

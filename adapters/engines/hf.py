@@ -281,7 +281,8 @@ class HFEngine(BaseInferenceEngine):
         self._sleeping = False
 
     def close(self) -> None:
-        """Stop the worker thread; pending requests fail with :class:`EngineError`."""
+        """Stop the worker thread; pending requests, and a batch under way (at its next decode step), fail with
+        :class:`EngineError`."""
         self._closed = True
         if self._worker is not None and self._worker.is_alive():
             self._queue.put(_SHUTDOWN)
@@ -441,7 +442,8 @@ class HFEngine(BaseInferenceEngine):
                         with self._model_lock:
                             self._generate_batch(chunk)
                     except BaseException as exc:  # the requests fail; the worker lives on
-                        logger.exception("HFEngine batch failed")
+                        if not self._closed:
+                            logger.exception("HFEngine batch failed")
                         for request in chunk:
                             if not request.future.done():
                                 request.future.set_exception(EngineError(f"generation failed: {exc!r}"))
@@ -568,6 +570,8 @@ class HFEngine(BaseInferenceEngine):
             last_pos = positions[:, -1:]
             checked = 0  # steps before this one have been looked at on the host
             for step in range(steps):
+                if self._closed:  # close() (Ctrl-C in a command) waits for this thread: it stops within a step
+                    raise EngineError("HFEngine was closed during generation")
                 tokens, token_logprobs = sample_tokens(
                     next_logits, sampling, None if uniforms is None else uniforms[batch_rows, step]
                 )

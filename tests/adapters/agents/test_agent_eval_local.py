@@ -4,11 +4,16 @@ command's own process (the token backend), as a user without a GPU or a vLLM ser
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 
 import pytest
 import yaml
 
+import skyrl_gym
 from skyrl_gym.cli import main
+from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.data import write_jsonl
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 
@@ -83,3 +88,39 @@ def test_max_iterations_and_max_tokens_override_the_config(tmp_path, tiny_model_
         assert line["reward"] == 0.0, line  # a wrong answer: only the limit of 1 (the env is told it) ended it
     assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--max-iterations", "0"]) == 2
     assert "error: --max-iterations must be at least 1, got 0" in capsys.readouterr().err
+
+
+class CtrlCEnv(BaseTextEnv):
+    """Presses Ctrl-C (SIGINT to this process) in the step of a row that asks for it, as a user would mid-run."""
+
+    def step(self, action):
+        if self.extras.get("press_ctrl_c"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the interrupt reaches the main thread meanwhile
+        return {"observations": [], "reward": 1.0, "done": True, "metadata": {}}
+
+
+@pytest.fixture
+def ctrl_c_env():
+    skyrl_gym.register(id="agent_ctrl_c", entry_point=CtrlCEnv)
+    yield "agent_ctrl_c"
+    skyrl_gym.deregister("agent_ctrl_c")
+
+
+def test_ctrl_c_writes_the_trajectories_that_had_finished(tmp_path, tiny_model_dir, ctrl_c_env, capsys):
+    rows = tmp_path / "rows.jsonl"
+    write_jsonl([{"prompt": [{"role": "user", "content": f"row {i}"}], "env_class": ctrl_c_env,
+                  "press_ctrl_c": i == 1} for i in range(3)], rows)
+    config = _agent_yaml(tmp_path)
+    spec = yaml.safe_load(config.read_text())
+    spec["env_class"] = ctrl_c_env
+    spec["dispatcher"] = {"type": "async_pipeline", "max_parallel_agents": 1}  # one row at a time, in order
+    config.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "trajectories.jsonl"
+    code = main(["agent", "eval", str(config), "--data", str(rows), "--output", str(out),
+                 "--local-model", str(tiny_model_dir), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 130, err
+    assert f"interrupted: 1 of 3 trajectories had finished; the 1 finished are in {out} (no summary)" in err, err
+    (line,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert line["instance_id"] == 0 and line["reward"] == 1.0 and line["error"] is None

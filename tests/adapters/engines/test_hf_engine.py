@@ -834,3 +834,17 @@ async def test_on_cuda_sampling_stays_reproducible_and_the_compiled_step_matches
     finally:
         compiled.close()
         eager.close()
+
+
+async def test_close_stops_a_batch_under_way(tokenizer: Any, tiny_model_dir: Any) -> None:
+    # Ctrl-C in `agent eval --local-model` closes the engine while it decodes: close() used to wait (30 s at most)
+    # for the whole batch, and the process then exited with the thread still in torch ("terminate called ...")
+    engine = HFEngine(str(tiny_model_dir), device="cpu")
+    request = asyncio.ensure_future(engine.generate([prompt(tokenizer, "a long one")] * 2,
+                                                    {"max_generate_length": 100_000, "temperature": 0.0}))
+    while engine.stats["batches"] == 0:  # the batch has started decoding
+        await asyncio.sleep(0.01)
+    await asyncio.to_thread(engine.close)
+    assert not engine._worker.is_alive()  # stopped within a decode step, not after 100,000 of them
+    with pytest.raises(EngineError, match="closed during generation"):
+        await request
