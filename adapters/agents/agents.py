@@ -24,7 +24,7 @@ import copy
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from skyrl_gym.episode import EnvCaller, Episode, EpisodeEnd, run_episode
 
@@ -119,6 +119,20 @@ class ReActChatPolicy(ChatAgentPolicy):
         return action
 
 
+class _TurnReportingCaller(EnvCaller):
+    """An :class:`EnvCaller` that calls ``on_turn()`` after each step, however it ended."""
+
+    def __init__(self, executor: Any, on_turn: Callable[[], None]) -> None:
+        super().__init__(executor)
+        self.on_turn = on_turn
+
+    async def step(self, env: Any, action: str) -> Any:
+        try:
+            return await super().step(env, action)
+        finally:
+            self.on_turn()
+
+
 class ReActAgent:
     """An LLM with tools (see the module docstring). Built per trajectory from its :class:`TrajectoryConfig`."""
 
@@ -145,6 +159,11 @@ class ReActAgent:
 
     def system_prompt(self, env: AgentToolEnv) -> str:
         return tools_prompt(env)
+
+    def _caller(self, executor: Any) -> EnvCaller:
+        """Runs the env's calls in ``executor``; reports each step to the config's ``on_turn`` when it has one."""
+        on_turn = getattr(self.cfg, "on_turn", None)
+        return EnvCaller(executor) if on_turn is None else _TurnReportingCaller(executor, on_turn)
 
     async def run(
         self,
@@ -179,7 +198,7 @@ class ReActAgent:
             env_class=env_class,
             max_turns_cap=self.cfg.max_iterations,
             row_max_turns=extras.get("max_turns"),
-            caller=EnvCaller(executor),
+            caller=self._caller(executor),
         )
         reason = finish_reason_of(episode.end, getattr(env, "finished", False), episode.error_method)
         messages = policy.messages or [dict(m) for m in prompt]
@@ -219,8 +238,8 @@ class ReActAgent:
                 extras,
                 trajectory_id,
                 self.cfg.sampling_params,
-                executor,
                 make_env=lambda: env,
+                caller=self._caller(executor),
             )
         except Exception as exc:  # the engine failed: this trajectory fails, the batch goes on
             error = f"{type(exc).__name__}: {exc}"

@@ -269,6 +269,7 @@ class AgentRunner:
         repetitions: Optional[List[Tuple[Any, int]]],
         rollout: Any,
         sampling_params: Dict[str, Any],
+        on_turn: Optional[Callable[[], None]] = None,
     ) -> None:
         g = self.cfg.generator
         self.trajectories = {}
@@ -292,6 +293,7 @@ class AgentRunner:
                     env_class=self.cfg.env_class,
                     env_config=dict(self.cfg.env_config),
                     tool_env_cls=getattr(self.agent_cls, "tool_env_cls", None),
+                    on_turn=on_turn,
                 )
                 per[trajectory_id] = self.traj_cls(
                     cfg,
@@ -312,13 +314,16 @@ class AgentRunner:
         batch: Any,
         val_mode: bool = False,
         on_trajectory_done: Optional[Callable[[BaseTrajectory], None]] = None,
+        on_turn: Optional[Callable[[], None]] = None,
     ) -> Dict[str, Any]:
         """Run ``generator.num_trajectories`` trajectories per instance (``val_config``'s in ``val_mode``).
+        ``on_trajectory_done(trajectory)`` is called as each one ends, ``on_turn()`` after each env step of any
+        (what a progress bar shows while long trajectories run).
 
         Training (``val_mode=False``, token backends): the bundled trainer's ``GeneratorOutput``. Evaluation
         (``val_mode=True``): ``{"rewards", "messages", "results", "summary"}`` in instance order.
         """
-        return await self._run(self._rows(batch), val_mode, None, on_trajectory_done)
+        return await self._run(self._rows(batch), val_mode, None, on_trajectory_done, on_turn=on_turn)
 
     async def generate(self, input_batch: Mapping[str, Any]) -> GeneratorOutput:
         """The bundled trainer's generator interface: one trajectory per prompt (the trainer already repeated each
@@ -340,6 +345,7 @@ class AgentRunner:
         repetitions: Optional[List[Tuple[Any, int]]],
         on_trajectory_done: Optional[Callable[[BaseTrajectory], None]],
         sampling_override: Optional[Mapping[str, Any]] = None,
+        on_turn: Optional[Callable[[], None]] = None,
     ) -> Dict[str, Any]:
         await self._backend_as_configured()
         if not val_mode and not getattr(self.backend, "token_level", False):
@@ -351,7 +357,7 @@ class AgentRunner:
         sampling = dict(sampling_override) if sampling_override else self.cfg.sampling_params(val_mode)
         rollout = self._rollout(sampling)
         self._warn_replaced_env_classes(rows)
-        self._build(rows, val_mode, repetitions, rollout, sampling)
+        self._build(rows, val_mode, repetitions, rollout, sampling, on_turn)
         limits = self.cfg.dispatcher.limits(val_mode)
         dispatcher = DISPATCHER_REGISTRY[self.cfg.dispatcher.type]
         num_trajectories = 1 if repetitions is not None else self.cfg.num_trajectories(val_mode)

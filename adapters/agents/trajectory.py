@@ -14,7 +14,7 @@ import inspect
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, TypedDict
+from typing import Any, Callable, Dict, List, Optional, TypedDict
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class TrajectoryConfig:
     env_class: Optional[str] = None
     env_config: Dict[str, Any] = field(default_factory=dict)
     tool_env_cls: Any = None  # the agent's env for tasks without one (AgentToolEnv, CodeActToolEnv)
+    on_turn: Optional[Callable[[], None]] = None  # called after each env step (the turn count of a progress bar)
 
 
 async def maybe_await(value: Any) -> Any:

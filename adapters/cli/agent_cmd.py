@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any, Dict, List
 
 DEFAULT_OUTPUT = "agent_trajectories.jsonl"  # beside the rows, as `skyrl-gym eval` writes its own
@@ -162,15 +163,25 @@ def run_eval(args: argparse.Namespace) -> int:
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
     finished: Dict[Any, Dict[str, Any]] = {}  # what Ctrl-C leaves: the results done by then
 
+    turns = {"done": 0, "shown_at": 0.0}
+
     def done(trajectory: Any) -> None:
         if trajectory.result is not None:
             finished[(trajectory.cfg.instance_id, trajectory.cfg.trajectory_id)] = trajectory.result
         if bar is not None:
+            bar.set_postfix(turns=turns["done"], refresh=False)  # shown by the update
             bar.update(1)
+
+    def turn() -> None:  # a trajectory of many turns (SWE) takes minutes: the bar shows the turns as they end
+        turns["done"] += 1
+        now = time.monotonic()
+        if bar is not None and now - turns["shown_at"] >= 0.5:
+            turns["shown_at"] = now
+            bar.set_postfix(turns=turns["done"])
 
     async def main() -> Dict[str, Any]:
         try:
-            return await runner.run(rows, val_mode=True, on_trajectory_done=done)
+            return await runner.run(rows, val_mode=True, on_trajectory_done=done, on_turn=turn)
         finally:
             await runner.aclose()
 

@@ -124,3 +124,18 @@ def test_ctrl_c_writes_the_trajectories_that_had_finished(tmp_path, tiny_model_d
     assert f"interrupted: 1 of 3 trajectories had finished; the 1 finished are in {out} (no summary)" in err, err
     (line,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert line["instance_id"] == 0 and line["reward"] == 1.0 and line["error"] is None
+
+
+def test_the_progress_bar_counts_turns_as_they_end(tmp_path, tiny_model_dir, gsm8k_test_file, capsys):
+    """A SWE trajectory takes minutes: a bar that moved only when one ended looked stuck."""
+    rows = tmp_path / "rows.jsonl"  # gsm8k_multi_turn: a wrong answer gets another turn (the YAML allows 2)
+    write_jsonl([dict(row, env_class="gsm8k_multi_turn") for row in gsm8k_rows(gsm8k_test_file, limit=2)], rows)
+    config = _agent_yaml(tmp_path)
+    config.write_text(config.read_text().replace("env_class: gsm8k", "env_class: gsm8k_multi_turn"))
+    out = tmp_path / "trajectories.jsonl"
+    assert main(["agent", "eval", str(config), "--data", str(rows), "--output", str(out),
+                 "--local-model", str(tiny_model_dir)]) == 0
+    err = capsys.readouterr().err
+    turns = sum(json.loads(line)["num_turns"] for line in out.read_text().splitlines())
+    assert turns == 4  # two rows, two wrong answers each (random weights)
+    assert "2/2 [" in err and f"turns={turns}]" in err, err
