@@ -47,9 +47,14 @@ def test_registering_does_not_import_reasoning_gym():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+# reasoning-gym takes seconds a puzzle to make these (knight_swap 10-20 s on a loaded 2-core machine): one row each
+SLOW_TO_BUILD = {"reasoning_gym/knight_swap", "reasoning_gym/futoshiki", "reasoning_gym/sokoban",
+                 "reasoning_gym/zebra_puzzles"}
+
+
 @pytest.mark.parametrize("env_id", IDS)
 def test_check_passes_on_rows_from_the_builder(env_id):
-    rows = datasets.build_rows(env_id, split="test", size=2, seed=0)
+    rows = datasets.build_rows(env_id, split="test", size=1 if env_id in SLOW_TO_BUILD else 2, seed=0)
     report = check_env(env_id, rows, huge_action_chars=200_000)
     assert report.ok and not report.warnings, str(report)
     for row in rows:
