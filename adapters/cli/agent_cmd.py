@@ -138,6 +138,13 @@ def run_eval(args: argparse.Namespace) -> int:
     rows = read_rows(args.data, args.limit)
     if rows is None:
         return 2
+    from skygym_adapters.evaluation import output_problem, replacing_note
+
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
+    problem = output_problem(output)
+    if problem:  # before the model loads and the trajectories run, not after
+        print(f"error: --output: {problem}", file=sys.stderr)
+        return 2
     engine, restore_threads = None, (lambda: None)
     if args.local_model is not None:
         from skygym_adapters.cli import local_hf_engine
@@ -160,7 +167,6 @@ def run_eval(args: argparse.Namespace) -> int:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(rows) * config.num_trajectories(True), desc="agent eval", unit="traj")
-    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
     finished: Dict[Any, Dict[str, Any]] = {}  # what Ctrl-C leaves: the results done by then
 
     turns = {"done": 0, "shown_at": 0.0}
@@ -211,10 +217,12 @@ def run_eval(args: argparse.Namespace) -> int:
             engine.close()
         restore_threads()
     _print_summary(out["summary"])
-    from skygym_adapters.evaluation import replacing_note
-
     replacing = replacing_note(output)
-    _write_results(out["results"], output)
+    try:
+        _write_results(out["results"], output)
+    except OSError as exc:  # the folder went away or the disk filled during the run
+        print(f"error: cannot write the trajectories to {output}: {exc}; pass --output FILE", file=sys.stderr)
+        return 1
     print(f"wrote {len(out['results'])} trajectories to {output}{replacing}")
     if args.summary_json:
         with open(args.summary_json, "w", encoding="utf-8") as handle:

@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     if rows is None:
         return 2
 
-    from skygym_adapters.evaluation import evaluate, replacing_note, write_trajectories
+    from skygym_adapters.evaluation import evaluate, output_problem, replacing_note, write_trajectories
     from skygym_adapters.rollout import RolloutConfig
 
     sampling: Dict[str, Any] = {"max_generate_length": args.max_tokens, "temperature": args.temperature,
@@ -163,8 +163,9 @@ def run(args: argparse.Namespace) -> int:
         sampling["stop"] = args.stop
     env_classes = {args.env} if args.env else {str(row.get("env_class")) for row in rows}
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
-    if os.path.isdir(output):  # refused before the model loads, not after every episode ran
-        print(f"error: --output {output} is a folder; give a file name", file=sys.stderr)
+    problem = output_problem(output)
+    if problem:  # refused before the model loads, not after every episode ran
+        print(f"error: --output: {problem}", file=sys.stderr)
         return 2
     problem = unknown_env_problem(args.env, rows)
     if problem:  # before the model loads: a misspelt id would otherwise be found once per trajectory

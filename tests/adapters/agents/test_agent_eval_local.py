@@ -139,3 +139,14 @@ def test_the_progress_bar_counts_turns_as_they_end(tmp_path, tiny_model_dir, gsm
     turns = sum(json.loads(line)["num_turns"] for line in out.read_text().splitlines())
     assert turns == 4  # two rows, two wrong answers each (random weights)
     assert "2/2 [" in err and f"turns={turns}]" in err, err
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):
+    """The trajectories were written after the run: an evaluation of hours was lost to a misspelt folder."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "env_class": "gsm8k", '
+                    '"reward_spec": {"method": "rule", "ground_truth": "2"}}\n')
+    output = rows / "out.jsonl"  # under a file
+    assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--output", str(output),
+                 "--local-model", str(tmp_path / "no-such-model")]) == 2
+    assert capsys.readouterr().err == f"error: --output: cannot write {output}: {rows} is a file, not a folder\n"

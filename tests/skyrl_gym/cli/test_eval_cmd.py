@@ -200,7 +200,14 @@ def test_eval_writes_its_trajectories_beside_the_rows_not_into_the_current_folde
     code = main(["eval", "--data", str(rows_dir / "validation.jsonl"), "--engine", "hf", "--model",
                  str(tmp_path / "no-model"), "--no-progress", "--output", str(rows_dir)])
     assert code == 2
-    assert capsys.readouterr().err == f"error: --output {rows_dir} is a folder; give a file name\n"
+    assert capsys.readouterr().err == f"error: --output: {rows_dir} is a folder; give a file name\n"
+    rows_file = rows_dir / "validation.jsonl"
+    for output, said in ((rows_file / "out.jsonl", f"{rows_file} is a file, not a folder"),
+                         (Path("/proc/no-such-folder/out.jsonl"), "No such file or directory")):
+        code = main(["eval", "--data", str(rows_file), "--engine", "hf", "--model", str(tmp_path / "no-model"),
+                     "--no-progress", "--output", str(output)])
+        assert code == 2 and capsys.readouterr().err == f"error: --output: cannot write {output}: {said}\n"
+    assert rows_file.is_file() and not (tmp_path / "no-model").exists()
 
 
 def test_eval_reports_bad_input_clearly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
