@@ -108,27 +108,6 @@ def write_trajectories(trajectories: Sequence[Trajectory], path: Union[str, Path
     return path
 
 
-def output_problem(path: Union[str, Path]) -> Optional[str]:
-    """Why ``path`` cannot take a command's output, or None: checked before the episodes run, not after (an
-    evaluation of hours was lost to a misspelt folder). Makes the missing parent folders, as writing would; leaves
-    the file as it was."""
-    path = Path(path)
-    if path.is_dir():
-        return f"{path} is a folder; give a file name"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        existed = path.exists()
-        with path.open("a", encoding="utf-8"):
-            pass
-        if not existed:
-            path.unlink()
-    except FileExistsError:  # mkdir of a parent that is there as a file
-        return f"cannot write {path}: {path.parent} is a file, not a folder"
-    except OSError as exc:
-        return f"cannot write {path}: {exc.strerror or exc}"
-    return None
-
-
 def replacing_note(path: Union[str, Path]) -> str:
     """What to add to "wrote ... to PATH" when PATH was there before the command wrote it (a default output beside
     the rows replaced whatever file of that name was there, and said nothing)."""
@@ -137,4 +116,4 @@ def replacing_note(path: Union[str, Path]) -> str:
     return " (replacing the file that was there; --output FILE writes elsewhere)"
 
 
-__all__ = ["EvalResult", "evaluate", "output_problem", "replacing_note", "summarize", "write_trajectories"]
+__all__ = ["EvalResult", "evaluate", "replacing_note", "summarize", "write_trajectories"]

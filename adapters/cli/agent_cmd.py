@@ -138,7 +138,8 @@ def run_eval(args: argparse.Namespace) -> int:
     rows = read_rows(args.data, args.limit)
     if rows is None:
         return 2
-    from skygym_adapters.evaluation import output_problem, replacing_note
+    from skygym_adapters.evaluation import replacing_note
+    from skyrl_gym.cli._io import output_problem
 
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
     problem = output_problem(output)

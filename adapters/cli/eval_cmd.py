@@ -152,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
     if rows is None:
         return 2
 
-    from skygym_adapters.evaluation import evaluate, output_problem, replacing_note, write_trajectories
+    from skygym_adapters.evaluation import evaluate, replacing_note, write_trajectories
+    from skyrl_gym.cli._io import output_problem
     from skygym_adapters.rollout import RolloutConfig
 
     sampling: Dict[str, Any] = {"max_generate_length": args.max_tokens, "temperature": args.temperature,

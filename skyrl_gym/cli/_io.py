@@ -1,11 +1,11 @@
-"""Helpers shared by the ``list``/``info``/``check``/``step`` commands: JSON arguments, rows, output."""
+"""Helpers shared by the commands: JSON arguments, rows, output paths."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 
 class UsageError(Exception):
@@ -108,3 +108,24 @@ def unknown_env_problem(env_id: Any, rows: List[Dict[str, Any]]) -> str:
             sources.setdefault(str(row["env_class"]), f"{row_place(index)}'s env_class")
     name, why = next(iter(unregistered_ids(sources).items()), ("", ""))
     return f"{sources[name]} {name!r}: {why}" if name else ""
+
+
+def output_problem(path: Union[str, Path]) -> Optional[str]:
+    """Why ``path`` cannot take a command's output, or None: checked before the episodes run, not after (an
+    evaluation of hours was lost to a misspelt folder). Makes the missing parent folders, as writing would; leaves
+    the file as it was."""
+    path = Path(path)
+    if path.is_dir():
+        return f"{path} is a folder; give a file name"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with path.open("a", encoding="utf-8"):
+            pass
+        if not existed:
+            path.unlink()
+    except FileExistsError:  # mkdir of a parent that is there as a file
+        return f"cannot write {path}: {path.parent} is a file, not a folder"
+    except OSError as exc:
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return None

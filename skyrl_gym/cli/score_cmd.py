@@ -119,7 +119,7 @@ def print_table(table: List[Dict[str, Any]]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from skyrl_gym.cli._io import UsageError, env_config_arg, unknown_env_problem
+    from skyrl_gym.cli._io import UsageError, env_config_arg, output_problem, unknown_env_problem
     from skyrl_gym.text import counted
     from skyrl_gym.data import load_rows, read_records, row_place
 
@@ -127,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
     problem = unknown_env_problem(args.env, rows)
     if problem:  # refused up front, not found once per row as a table of errors
         print(f"error: {problem}", file=sys.stderr)
+        return 2
+    problem = output_problem(args.output) if args.output else None
+    if problem:  # before the rows are scored, not after
+        print(f"error: --output: {problem}", file=sys.stderr)
         return 2
     try:
         env_config = env_config_arg(args.env_config, [args.env] if args.env else [r.get("env_class") for r in rows],

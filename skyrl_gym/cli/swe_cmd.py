@@ -149,6 +149,15 @@ def _evaluate(args: argparse.Namespace, instances: Sequence[Any], patches: Seque
         return evaluate_many(instances, patches, client=client, workers=args.workers, on_done=lambda report: bar.update(1))
 
 
+def _check_report_path(path: Path) -> None:
+    """Refuses a report path that cannot be written before the containers run, not after."""
+    from skyrl_gym.cli._io import output_problem
+
+    problem = output_problem(path)
+    if problem:
+        raise UsageError(f"--report: {problem}")
+
+
 def _validate(args: argparse.Namespace) -> int:
     from skyrl_gym.envs.swe.instances import load_instances
 
@@ -157,6 +166,8 @@ def _validate(args: argparse.Namespace) -> int:
     instances = load_instances(args.instances, limit=args.limit)
     if not instances:
         raise UsageError(f"{args.instances} holds no instances")
+    report_path = Path(args.report) if args.report else Path(args.instances).with_name("validation.json")
+    _check_report_path(report_path)
     gold = _evaluate(args, instances, [instance.patch for instance in instances], "gold patches")
     empty = _evaluate(args, instances, ["" for _ in instances], "empty patches")
     total = len(instances)
@@ -175,7 +186,6 @@ def _validate(args: argparse.Namespace) -> int:
     for report in empty:
         if report.resolved:
             print(f"  the empty patch resolves {report.instance_id}: its FAIL_TO_PASS tests pass without a fix")
-    report_path = Path(args.report) if args.report else Path(args.instances).with_name("validation.json")
     report_path.write_text(json.dumps({
         "instances": total, "gold_resolved": gold_resolved, "empty_resolved": empty_resolved, "setup_failed": setup_failed,
         "gold": [report.to_dict() for report in gold], "empty": [report.to_dict() for report in empty],
@@ -219,6 +229,8 @@ def _score(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"--predictions names instances that {args.instances} does not hold: {', '.join(unknown[:5])}")
     chosen = [instances[instance_id] for instance_id in predictions]
+    report_path = Path(args.report) if args.report else Path(args.predictions + ".report.json")
+    _check_report_path(report_path)
     reports = _evaluate(args, chosen, [predictions[instance.instance_id] for instance in chosen], "scoring")
     resolved = [report.instance_id for report in reports if report.resolved]
     summary = {
@@ -238,7 +250,6 @@ def _score(args: argparse.Namespace) -> int:
                                             if report.forgery_resolved_hidden_tests],
         "reports": [report.to_dict() for report in reports],
     }
-    report_path = Path(args.report) if args.report else Path(args.predictions + ".report.json")
     report_path.write_text(json.dumps(summary, indent=2) + "\n")
     print(f"resolved {len(resolved)}/{len(predictions)} submitted ({len(instances)} instances); report: {report_path}")
     if summary["forgery_caught_ids"]:

@@ -544,6 +544,9 @@ def test_the_swe_commands_name_the_option_that_is_wrong(tmp_path):
     write_jsonl([normalize_row(fixture_row())], rows)
     zero = swe_cli("validate", str(rows), "--limit", "0")
     assert zero.returncode == 2 and "--limit must be at least 1, got 0" in zero.stderr
+    unwritable = swe_cli("validate", str(rows), "--report", str(rows / "validation.json"))  # before any container
+    assert unwritable.returncode == 2, unwritable.stderr
+    assert f"--report: cannot write {rows / 'validation.json'}: {rows} is a file, not a folder" in unwritable.stderr
     missing = swe_cli("score", "--instances", str(rows), "--predictions", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 2 and f"--predictions: no such file: {tmp_path / 'nope.jsonl'}" in missing.stderr
     positions = tmp_path / "trajectories.jsonl"  # agent eval's output without data.instance_id_key
