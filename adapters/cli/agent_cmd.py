@@ -142,10 +142,11 @@ def run_eval(args: argparse.Namespace) -> int:
     from skyrl_gym.cli._io import output_problem
 
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
-    problem = output_problem(output)
-    if problem:  # before the model loads and the trajectories run, not after
-        print(f"error: --output: {problem}", file=sys.stderr)
-        return 2
+    for flag, path in (("--output", output), ("--summary-json", args.summary_json)):
+        problem = output_problem(path) if path else None
+        if problem:  # before the model loads and the trajectories run, not after
+            print(f"error: {flag}: {problem}", file=sys.stderr)
+            return 2
     engine, restore_threads = None, (lambda: None)
     if args.local_model is not None:
         from skygym_adapters.cli import local_hf_engine

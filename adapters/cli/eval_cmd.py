@@ -164,10 +164,11 @@ def run(args: argparse.Namespace) -> int:
         sampling["stop"] = args.stop
     env_classes = {args.env} if args.env else {str(row.get("env_class")) for row in rows}
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.data)), DEFAULT_OUTPUT)
-    problem = output_problem(output)
-    if problem:  # refused before the model loads, not after every episode ran
-        print(f"error: --output: {problem}", file=sys.stderr)
-        return 2
+    for flag, path in (("--output", output), ("--summary-json", args.summary_json)):
+        problem = output_problem(path) if path else None
+        if problem:  # refused before the model loads, not after every episode ran
+            print(f"error: {flag}: {problem}", file=sys.stderr)
+            return 2
     problem = unknown_env_problem(args.env, rows)
     if problem:  # before the model loads: a misspelt id would otherwise be found once per trajectory
         print(f"error: {problem}", file=sys.stderr)

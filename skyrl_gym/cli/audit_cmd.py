@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from skyrl_gym.checker import STEP_TIMEOUT_S
-from skyrl_gym.cli._io import UsageError, env_config_arg, error, seconds_arg
+from skyrl_gym.cli._io import UsageError, env_config_arg, error, output_problem, seconds_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -90,6 +90,9 @@ def run_audit(args: argparse.Namespace) -> int:
             raise UsageError("--workers must be at least 1")
         seconds_arg(args.budget_s, "--budget-s")
         step_timeout_s = seconds_arg(args.step_timeout, "--step-timeout", zero="no limit")
+        problem = output_problem(args.json) if args.json else None
+        if problem:  # before the cases are played, not after
+            raise UsageError(f"--json: {problem}")
         for env_id in args.env_id:
             try:
                 report = audit_env(

@@ -442,6 +442,8 @@ def test_version_prints_the_version_and_where_the_package_lives(capsys):
     (["check", "multiplyy"], "error: no env registered with id 'multiplyy'. Did you mean: 'multiply'?"),
     (["score", "--rows", "{rows}", "--output", "{rows}/scores.jsonl"],  # before the rows are scored
      "error: --output: cannot write {rows}/scores.jsonl: {rows} is a file, not a folder"),
+    (["audit", "multiply", "--json", "{rows}/audit.json"],  # before the cases are played
+     "error: --json: cannot write {rows}/audit.json: {rows} is a file, not a folder"),
     (["score", "--rows", "{rows}", "--response-field", "extra_info.answer"],
      "error: row 1 of {rows}: no field 'extra_info.answer' (extra_info has "),
 ])

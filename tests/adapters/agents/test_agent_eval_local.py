@@ -147,6 +147,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path, ca
     rows.write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "env_class": "gsm8k", '
                     '"reward_spec": {"method": "rule", "ground_truth": "2"}}\n')
     output = rows / "out.jsonl"  # under a file
-    assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--output", str(output),
-                 "--local-model", str(tmp_path / "no-such-model")]) == 2
-    assert capsys.readouterr().err == f"error: --output: cannot write {output}: {rows} is a file, not a folder\n"
+    for flag in ("--output", "--summary-json"):
+        assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), flag, str(output),
+                     "--local-model", str(tmp_path / "no-such-model")]) == 2
+        assert capsys.readouterr().err == f"error: {flag}: cannot write {output}: {rows} is a file, not a folder\n"
