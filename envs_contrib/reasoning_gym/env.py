@@ -36,8 +36,11 @@ _CONTAINMENT_FORMS = (
 class ReasoningGymEnv(BaseTextEnv):
     """A reasoning-gym task, scored by reasoning-gym's own score_answer on the <answer> block."""
 
-    # settings/seed/split/index: the question when no row is given; containment_credit: see below.
-    config_defaults = {"settings": None, "seed": 0, "split": "train", "index": 0, "containment_credit": False}
+    # settings/seed/split/index: the question when no row is given; containment_credit: see below; partial_credit:
+    # false pays only a full score (a family's own partial credit, e.g. word_sorting's 0.2 for the words echoed, is a
+    # shortcut a policy can learn)
+    config_defaults = {"settings": None, "seed": 0, "split": "train", "index": 0, "containment_credit": False,
+                       "partial_credit": True}
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None, dataset: str = ""):
         super().__init__(env_config, extras)
@@ -85,7 +88,7 @@ class ReasoningGymEnv(BaseTextEnv):
         only contains the expected one (the default ``score_answer`` and ``compute_decimal_reward`` give it):
         a hedged list of candidates ("-87, -88, -89") would earn it, so it is not paid unless
         ``env_config["containment_credit"]`` is true. Other partial credit is the dataset's own and is
-        kept."""
+        kept unless ``env_config["partial_credit"]`` is false."""
         config = self.env_config if isinstance(self.env_config, dict) else {}
         expected = self.entry.get("answer")
         if config.get("containment_credit") or not isinstance(expected, str) or not expected:
@@ -150,4 +153,8 @@ class ReasoningGymEnv(BaseTextEnv):
                     shown = f"; expected {str(expected)[:200]!r}" if expected is not None else ""
                     kind = "wrong answer" if reward == 0.0 else "partial credit"
                     metadata["reason"] = f"{kind}: reasoning-gym scored {answer[:200]!r} {reward:g}{shown}"
+                    config = self.env_config if isinstance(self.env_config, dict) else {}
+                    if reward > 0.0 and not config.get("partial_credit", True):
+                        metadata["reason"] += " (not paid: env_config partial_credit=false pays only a full score)"
+                        reward = 0.0
         return StepOutput(observations=[], reward=min(reward, 1.0), done=True, metadata=metadata)

@@ -206,6 +206,7 @@ CLIENT_KEYS: Dict[str, Dict[str, Rule]] = {
         "split": Rule("choice", "the split rows come from", choices=("train", "test")),
         "index": Rule("range", "the entry of the split", low=0, high=10**12, whole=True),
         "containment_credit": Rule("flag", "pay reasoning-gym's credit to answers that only contain the answer"),
+        "partial_credit": Rule("flag", "pay a family's own partial credit (false: only a full score)"),
     },
     "games/*": {**_GENERATED, "max_turns": MAX_TURNS},
 }

@@ -523,3 +523,23 @@ def test_settings_longer_than_an_argument_can_hold_are_tried_too(fresh_vets):
     settings = generate.settings_json({"max_terms": 4, "x" * 200_000: 1})
     refusal, lasting = generate._vet_in_child_process("chain_sum", settings)
     assert "has no setting(s) ['xxx" in refusal and lasting  # the child read them, and said what is wrong
+
+
+def test_partial_credit_false_pays_only_a_full_score():
+    """word_sorting pays a third for the words echoed in the order given (its stated rule, kept by default): a
+    shortcut a policy can learn, which env_config partial_credit=false does not pay."""
+    row = datasets.build_rows("reasoning_gym/word_sorting", size=1, seed=0)[0]
+    truth = row["reward_spec"]["ground_truth"]
+    words = truth.split(", ")
+    echoed = f"<answer>{', '.join(sorted(words, key=lambda w: row['prompt'][-1]['content'].rindex(w)))}</answer>"
+
+    def played(action, **config):
+        env = skyrl_gym.make(row["env_class"], extras=row_extras(row), env_config=config or None)
+        env.init(row["prompt"])
+        return env.step(action)
+
+    paid = played(echoed)
+    assert 0.0 < paid["reward"] < 1.0 and paid["metadata"]["reason"].startswith("partial credit")
+    refused = played(echoed, partial_credit=False)
+    assert refused["reward"] == 0.0 and "partial_credit=false pays only a full score" in refused["metadata"]["reason"]
+    assert played(f"<answer>{truth}</answer>", partial_credit=False)["reward"] == 1.0
