@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Opt
 
 from skygym_sandboxes.types import SandboxUnavailable
 from skyrl_gym.core import Env
-from skyrl_gym.data import placed_records, read_records, row_extras, row_number, row_place, validate_row
+from skyrl_gym.data import placed_rows, row_extras, row_number, row_place, validate_row
 from skyrl_gym.episode import EnvCaller, EpisodeEnd, ScriptedPolicy, run_episode, run_sync
 from skyrl_gym.episode import Episode as EpisodeRecord
 from skyrl_gym.errors import DataError, UnregisteredEnv
@@ -587,7 +587,7 @@ def _rows_from(rows: Any) -> List[Tuple[Optional[str], Any]]:
     if rows is None:
         return [(None, {"prompt": [{"role": "user", "content": "Hello."}]})]
     if isinstance(rows, (str, Path)):
-        return list(placed_records(rows))
+        return list(placed_rows(rows))
     if isinstance(rows, Mapping):
         return [(None, rows)]
     return [(None, row) for row in rows]
@@ -595,7 +595,6 @@ def _rows_from(rows: Any) -> List[Tuple[Optional[str], Any]]:
 
 GOLDEN_FILE = "golden.json"
 # A golden row's string that starts with this names a file shipped beside golden.json (a database, a corpus).
-GOLDEN_DIR = "$GOLDEN_DIR/"
 
 
 class NoRowsFor(LookupError):
@@ -677,20 +676,9 @@ def golden_rows(env_id: str) -> Tuple[List[Dict[str, Any]], Optional[Path]]:
     path = Path(found.origin).parent / GOLDEN_FILE
     if not path.exists():
         return [], None
-    rows = [_beside(row, path.parent) for row in read_records(path)
+    rows = [row for _, row in placed_rows(path)
             if isinstance(row, Mapping) and row.get("env_class") == spec(env_id).id]
     return rows, (path if rows else None)
-
-
-def _beside(value: Any, folder: Path) -> Any:
-    """``value`` with every ``"$GOLDEN_DIR/name"`` string made the path of ``name`` in ``folder``."""
-    if isinstance(value, str) and value.startswith(GOLDEN_DIR):
-        return str(folder / value[len(GOLDEN_DIR):])
-    if isinstance(value, Mapping):
-        return {key: _beside(item, folder) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_beside(item, folder) for item in value]
-    return value
 
 
 class DefaultRows(NamedTuple):

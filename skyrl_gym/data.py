@@ -179,6 +179,29 @@ def placed_records(path: Union[str, Path]) -> Iterator[Tuple[str, Dict[str, Any]
         yield row_place(index, shown, line), record
 
 
+# A row's string "$GOLDEN_DIR/NAME" is the file NAME in the folder of the rows file (a shipped golden.json names the
+# SQLite databases beside it so): expanded wherever rows are read from a file.
+GOLDEN_DIR = "$GOLDEN_DIR/"
+
+
+def files_beside(value: Any, folder: Path) -> Any:
+    """``value`` with every ``"$GOLDEN_DIR/NAME"`` string made the path of ``NAME`` in ``folder``."""
+    if isinstance(value, str) and value.startswith(GOLDEN_DIR):
+        return str(folder / value[len(GOLDEN_DIR):])
+    if isinstance(value, Mapping):
+        return {key: files_beside(item, folder) for key, item in value.items()}
+    if isinstance(value, list):
+        return [files_beside(item, folder) for item in value]
+    return value
+
+
+def placed_rows(path: Union[str, Path]) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """:func:`placed_records` of a rows file, each row's ``"$GOLDEN_DIR/NAME"`` strings made paths beside the file."""
+    folder = Path(path).expanduser().parent
+    for place, record in placed_records(path):
+        yield place, files_beside(record, folder)
+
+
 def load_rows(
     source: Union[str, Path, Iterable[Mapping[str, Any]]],
     validate: bool = True,
@@ -186,7 +209,7 @@ def load_rows(
 ) -> List[DatasetRow]:
     """Rows from a file (JSONL/JSON/Parquet) or an iterable of dicts, validated one by one."""
     if isinstance(source, (str, Path)):
-        records: Iterable[Tuple[Optional[str], Mapping[str, Any]]] = placed_records(source)
+        records: Iterable[Tuple[Optional[str], Mapping[str, Any]]] = placed_rows(source)
     else:
         records = ((None, record) for record in source)
     rows: List[DatasetRow] = []

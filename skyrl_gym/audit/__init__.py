@@ -258,10 +258,10 @@ class _Player:
 
 def _read_rows(rows: Union[str, Path, Iterable[Mapping[str, Any]]]) -> List[Tuple[Optional[str], Dict[str, Any]]]:
     """``(place, row)``: a file's rows named with the file and line (:func:`skyrl_gym.data.row_place`)."""
-    from skyrl_gym.data import placed_records
+    from skyrl_gym.data import placed_rows
 
     if isinstance(rows, (str, Path)):
-        return list(placed_records(rows))
+        return list(placed_rows(rows))
     return [(None, dict(row)) for row in rows]
 
 

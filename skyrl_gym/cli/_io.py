@@ -65,10 +65,10 @@ def env_config_arg(text: str | None, env_ids: Iterable[Any], flag: str = "--env-
 def load_row(path: str, index: int) -> Tuple[Any, Dict[str, Any]]:
     """``(prompt, extras)`` of row ``index`` of a JSONL/JSON/Parquet rows file. Only that row is checked, and a
     JSONL file is read only up to it: a bad line further on does not stop a user stepping this one."""
-    from skyrl_gym.data import placed_records, row_extras, validate_row
+    from skyrl_gym.data import placed_rows, row_extras, validate_row
 
     records: List[Tuple[str, Dict[str, Any]]] = []
-    for placed in placed_records(path):
+    for placed in placed_rows(path):
         records.append(placed)
         if index >= 0 and len(records) > index:
             break

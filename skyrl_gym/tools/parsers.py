@@ -138,6 +138,21 @@ def parse_json_tool_calls(text: str, tag: str = "tool_call") -> ParsedToolCalls:
     return result
 
 
+def tag_or_json_call(action: str, tool: str, argument: str) -> Optional[str]:
+    """The body of the first complete ``<tool>`` block of ``action``, else the string ``argument`` of its first
+    JSON call of ``tool`` (``<tool_call>{"name": tool, "arguments": {argument: ...}}</tool_call>``: what a
+    function-calling agent's call becomes), else None. For envs whose tool is a tag (``<search>``, ``<sql>``)."""
+    bodies, _ = find_tag_blocks(action, tool)
+    if bodies:
+        return bodies[0]
+    if "<tool_call>" not in action:
+        return None
+    for call in parse_json_tool_calls(action).calls:
+        if call.name == tool and isinstance(call.arguments.get(argument), str):
+            return call.arguments[argument]
+    return None
+
+
 MAX_CALLS_PER_MESSAGE = 8
 """The calls of one message that run: a 740-character message of ten ``sleep 100`` calls held its episode (and its
 batch) for ten tool time limits, and a 16 KB reply holds 220 of them."""

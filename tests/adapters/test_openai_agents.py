@@ -199,3 +199,53 @@ def test_an_env_without_a_turn_limit_of_its_own_is_truncated_at_the_cap():
         assert episode.turns == 3 and episode.stop == "max_turns" and episode.total_reward == 1.5
     finally:
         skyrl_gym.deregister("test_openai_chatty")
+
+
+def _golden(module) -> dict:
+    from pathlib import Path
+
+    from skyrl_gym.data import load_rows
+
+    return load_rows(Path(module.__file__).parent / "golden.json")[0]
+
+
+def _calls_then_answers(tool: str, arguments: dict, answer: str):
+    """A function-calling agent: one call of ``tool``, then ``answer`` once the tool's reply is in."""
+    seen = {}
+
+    def agent(messages, tools):
+        if messages[-1]["role"] == "tool":
+            seen["reply"] = messages[-1]["content"]
+            return {"role": "assistant", "content": answer}
+        seen["tools"] = tools
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": tool, "arguments": json.dumps(arguments)}}]}
+
+    return agent, seen
+
+
+def test_a_function_calling_agent_queries_text2sql_with_the_query_alone():
+    """text2sql reads <sql> blocks: a function-calling agent's call became a <tool_call> it refused as an invalid
+    action, and its schema asked the model for db_id and turns_left, which the env fills in itself."""
+    import skyrl_gym.envs.sql as sql_env
+
+    row = _golden(sql_env)
+    agent, seen = _calls_then_answers("sql", {"sql": "SELECT count(*) FROM singer"},
+                                      row["extra_info"]["reference_action"])  # <think>, then the <solution>
+    episode = run_episode(agent, row)
+    assert [tool["function"]["name"] for tool in seen["tools"]] == ["sql"]
+    assert seen["tools"][0]["function"]["parameters"]["required"] == ["sql"]
+    assert "count(*)" in seen["reply"] and "invalid" not in seen["reply"], seen["reply"]
+    assert episode.rewards == [0.0, 1.0] and episode.error is None
+
+
+def test_a_function_calling_agent_searches():
+    import skyrl_gym.envs.search as search_env
+    from skygym_adapters.conformance.cases import retrieval_server
+
+    row = _golden(search_env)
+    agent, seen = _calls_then_answers("search", {"query": "capital of France"}, "<answer>Paris</answer>")
+    with retrieval_server() as url:
+        episode = run_episode(agent, row, env_config={"search_url": url, "retry_attempts": 1})
+    assert "Paris is the capital" in seen["reply"], seen["reply"]
+    assert episode.rewards == [0.0, 1.0] and episode.error is None

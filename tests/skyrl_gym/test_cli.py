@@ -579,3 +579,18 @@ def test_score_gives_each_env_its_own_rate():
                {"env": "fast", "reward": 1.0, "seconds": 0.01}, {"env": "fast", "reward": 1.0, "seconds": 0.01}]
     rates = {line["env"]: line["episodes_per_s"] for line in summarize(results, seconds=1.02)}
     assert rates == {"slow": pytest.approx(2.0), "fast": pytest.approx(100.0)}
+
+
+def test_the_rows_an_env_ships_score_and_step_as_they_check(capsys, monkeypatch):
+    """The SQL golden rows name their databases "$GOLDEN_DIR/..." (beside golden.json): only `check` read that,
+    and `score`/`step`/`info --row` on the same file failed on every row ("database file not found")."""
+    import skyrl_gym.envs.sql as sql_env
+
+    golden = Path(sql_env.__file__).parent / "golden.json"
+    code, out, err = run_cli(capsys, ["score", "--rows", str(golden), "--response-field",
+                                      "extra_info.reference_action", "--quiet"])
+    assert code == 0 and "error" not in err, err
+    assert re.search(r"text2sql\s*│\s*2\s*│\s*1\.0000", out), out
+    code, out, _ = run_cli(capsys, ["step", "text2sql", "--row", str(golden)], stdin="<sql>SELECT 1</sql>\n",
+                           monkeypatch=monkeypatch)
+    assert code == 0 and "[1 row]" in out, out

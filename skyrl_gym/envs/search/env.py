@@ -24,7 +24,7 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.config_values import config_value
 from skyrl_gym.envs.search.utils import compute_score, extract_solution, targets_of
 from skyrl_gym.errors import DataError
-from skyrl_gym.tools.parsers import find_tag_blocks
+from skyrl_gym.tools.parsers import tag_or_json_call
 from skyrl_gym.tools.search import DEFAULT_SEARCH_URL, RetryPolicy, SearchToolGroup
 
 
@@ -80,9 +80,9 @@ class SearchEnv(BaseTextEnv):
         self._final_reward: Optional[float] = None
 
     def _parse_action(self, action: str) -> List[Optional[str]]:
-        """``[query]`` of the first complete ``<search>`` block, or ``[None]``."""
-        bodies, _ = find_tag_blocks(action, "search")
-        return [bodies[0] if bodies else None]
+        """``[query]`` of the first complete ``<search>`` block (or of a JSON call of ``search``, a function-calling
+        agent's), or ``[None]``."""
+        return [tag_or_json_call(action, "search", "query")]
 
     def _get_reward(self, action: str, done: bool) -> float:
         if not done:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from skyrl_gym.core import ConversationType, StepOutput
 from skyrl_gym.envs._common import require_ground_truth, turn_limit, uses_default_tool_path
@@ -29,7 +29,7 @@ from skyrl_gym.envs.sql.databases import resolve_database_file
 from skyrl_gym.envs.sql.utils import REWARD_LIMITS, score_with_reason
 from skyrl_gym.errors import DataError
 from skyrl_gym.tools.blocking import run_cpu_bound
-from skyrl_gym.tools.parsers import find_tag_blocks
+from skyrl_gym.tools.parsers import tag_or_json_call
 from skyrl_gym.tools.sql import INVALID_ACTION_MESSAGE, SQLCodeExecutorToolGroup, SQLDisplay
 from skyrl_gym.tools.sqlite_readonly import QueryLimits, QueryResult
 
@@ -86,15 +86,25 @@ class SQLEnv(BaseTextEnv):
 
     # ----- parsing -----------------------------------------------------------------------------
     def _parse_action(self, action: str) -> Tuple[str, str, Tuple[Optional[str], Optional[str], int]]:
-        """``(group, tool, (db_id, sql_or_None, turns_left))`` as SkyRL-gym reports it."""
-        bodies, _ = find_tag_blocks(action, "sql")
-        sql = bodies[0] if bodies else None
+        """``(group, tool, (db_id, sql_or_None, turns_left))`` as SkyRL-gym reports it; the query is the first
+        complete ``<sql>`` block, or a function-calling agent's JSON call of ``sql``."""
+        sql = tag_or_json_call(action, "sql", "sql")
         return self.tool_group.get_name(), "sql", (self.db_id, sql, self.max_turns - self.turns)
 
     def _is_done(self, action: str) -> bool:
         if self.turns >= self.max_turns:
             return True
         return "<solution>" in action and "</solution>" in action
+
+    def tool_schemas(self) -> List[Dict[str, Any]]:
+        """The ``sql`` tool as a model calls it: the query alone (the env knows the database and the turns left,
+        which the tool group's own schema asks for)."""
+        return [{"type": "function", "function": {
+            "name": "sql",
+            "description": "Run one read-only SQLite query on this episode's database and see the rows it returns.",
+            "parameters": {"type": "object", "properties": {
+                "sql": {"type": "string", "description": "a single SELECT statement"}}, "required": ["sql"]},
+        }}]
 
     # ----- one step, shared by step() and astep() -------------------------------------------------
     def _begin(self, action: str) -> Tuple[bool, Tuple[str, str, Any]]:
