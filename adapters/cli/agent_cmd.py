@@ -85,6 +85,27 @@ def _print_summary(summary: Dict[str, Any]) -> None:
     Console(width=100).print(table)
 
 
+def _unknown_env_class(config: Any, rows: List[Dict[str, Any]]) -> str:
+    """What is wrong with the env ids a ``task: env`` config would play (its ``env_class``, else each row's), in one
+    line naming where the id came from; ``""`` when they are registered (or the task builds its own env)."""
+    from skyrl_gym.data import row_place
+    from skyrl_gym.registration import unregistered_ids
+
+    if config.task != "env":
+        return ""
+    if config.env_class:
+        sources = {str(config.env_class): "the agent config's env_class"}
+    elif not config.data.instance_key:  # rows nested under a key are read by the task
+        sources = {}
+        for index, row in enumerate(rows):
+            if row.get("env_class"):
+                sources.setdefault(str(row["env_class"]), f"{row_place(index)}'s env_class")
+    else:
+        return ""
+    name, why = next(iter(unregistered_ids(sources).items()), ("", ""))
+    return f"{sources[name]} {name!r}: {why}" if name else ""
+
+
 def _write_results(results: List[Dict[str, Any]], output: str) -> None:
     """One JSON line per trajectory result; a SWE trajectory's patch also as ``model_patch`` (SWE-bench's name: the
     file is a predictions file)."""
@@ -147,6 +168,10 @@ def run_eval(args: argparse.Namespace) -> int:
         if problem:  # before the model loads and the trajectories run, not after
             print(f"error: {flag}: {problem}", file=sys.stderr)
             return 2
+    problem = _unknown_env_class(config, rows)
+    if problem:  # before the model loads: each trajectory would fail on it, one by one
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     engine, restore_threads = None, (lambda: None)
     if args.local_model is not None:
         from skygym_adapters.cli import local_hf_engine

@@ -151,3 +151,22 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_run(tmp_path, ca
         assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), flag, str(output),
                      "--local-model", str(tmp_path / "no-such-model")]) == 2
         assert capsys.readouterr().err == f"error: {flag}: cannot write {output}: {rows} is a file, not a folder\n"
+
+
+def test_a_misspelt_env_class_is_refused_before_any_trajectory_runs(tmp_path, capsys):
+    """It started every trajectory, and each failed on it: "12 of 12 trajectories errored"."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": [{"role": "user", "content": "1+1?"}], "env_class": "gsm8k", '
+                    '"reward_spec": {"method": "rule", "ground_truth": "2"}}\n')
+    config = _agent_yaml(tmp_path)
+    config.write_text(config.read_text().replace("env_class: gsm8k", "env_class: gsm8kk"))
+    assert main(["agent", "eval", str(config), "--data", str(rows), "--local-model",
+                 str(tmp_path / "no-such-model")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the agent config's env_class 'gsm8kk': no env registered with id 'gsm8kk'. "
+                          "Did you mean: 'gsm8k'?"), err
+    config.write_text(config.read_text().replace("env_class: gsm8kk\n", ""))  # each row's own, then
+    rows.write_text(rows.read_text().replace('"gsm8k"', '"gsm8kk"'))
+    assert main(["agent", "eval", str(config), "--data", str(rows), "--local-model",
+                 str(tmp_path / "no-such-model")]) == 2
+    assert capsys.readouterr().err.startswith("error: row 1's env_class 'gsm8kk': no env registered")
