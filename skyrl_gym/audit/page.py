@@ -32,7 +32,7 @@ audit checks its reward.
 
 ```
 $ skyrl-gym audit gsm8k
-audit gsm8k: OK - 2 row(s), 30 case(s): 30 ok (0.3 s)
+audit gsm8k: OK - 2 row(s), 34 case(s): 34 ok (0.3 s)
   profile: built in (skyrl_gym.audit.profiles); answers as #### N
   row  case                                             expected  got  verdict  reason
   1    known-wrong: a wrong answer in the env's format  < 1       0    ok
