@@ -158,6 +158,11 @@ def run(args: argparse.Namespace) -> int:
         changed = [_wrong_answer(text) for text in responses]
         responses = [text for text, _ in changed]
         unread = sum(1 for _, found in changed if not found)
+        if changed and unread == len(changed):  # scores of the answers as they were: not what --perturb means
+            print(f"error: --perturb changes a final '#### N' or \\boxed{{}} answer, and none of the "
+                  f"{counted(len(changed), 'response')} has one (it checks the math envs' answers: gsm8k, math, "
+                  "multiply; for another env give wrong answers with --responses)", file=sys.stderr)
+            return 2
         if unread:
             print(f"warning: --perturb: {unread} of {counted(len(changed), 'response')} had no final '#### N' or "
                   "\\boxed{} answer to change; ' #### -1' was added to them, which their env may not read",

@@ -494,6 +494,11 @@ def test_score_perturb_makes_boxed_and_gsm8k_answers_wrong_and_says_what_it_coul
                                       "--perturb"])
     assert code == 0 and "0.0000" in out, out
     assert "warning: --perturb: 1 of 2 responses had no final '#### N' or \\boxed{} answer to change" in err, err
+    # none to change (an SQL env's <solution>, say): the scores of the answers as given would read as a pass
+    responses.write_text(json.dumps({"response": "twelve"}) + "\n" + json.dumps({"response": "12"}) + "\n")
+    code, out, err = run_cli(capsys, ["score", "--rows", str(rows), "--responses", str(responses), "--quiet",
+                                      "--perturb"])
+    assert code == 2 and out == "" and "none of the 2 responses has one" in err, out + err
 
 
 def test_conform_of_an_unknown_env_is_one_error_line(capsys):
