@@ -71,6 +71,7 @@ class AgentRun:
     episode: Optional[Episode] = None
     trajectory: Any = None  # the rollout loop's Trajectory (token backends): ids, masks, logprobs
     env_metrics: Dict[str, Any] = field(default_factory=dict)
+    replies_cut: int = 0  # replies that reached max_tokens and were played as they were (token backends)
 
 
 def tools_prompt(env: AgentToolEnv) -> str:
@@ -273,6 +274,7 @@ class ReActAgent:
             num_turns=trajectory.num_turns,
             trajectory=trajectory,
             env_metrics=trajectory.env_metrics,
+            replies_cut=sum(turn.stop_reason == "length" for turn in trajectory.turns),
         )
 
     @staticmethod

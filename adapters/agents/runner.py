@@ -114,6 +114,8 @@ def summarize_results(results: Sequence[TrajectoryResult], success_threshold: fl
         )
     summary["mean_turns"] = sum(int(r.get("num_turns") or 0) for r in results) / len(results)
     summary["finish_reasons"] = dict(Counter(str(r.get("finish_reason")) for r in results))
+    # a reply cut at max_tokens is played as it was on a token backend (a chat backend ends the trajectory): say so
+    summary["trajectories_with_replies_cut"] = sum(int(r.get("replies_cut") or 0) > 0 for r in results)
     summary["errors"] = sum(r.get("error") is not None for r in results)
     summary["eval_errors"] = sum(r.get("eval_error") is not None for r in results)
     return summary

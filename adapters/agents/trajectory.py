@@ -29,6 +29,7 @@ class TrajectoryResult(TypedDict, total=False):
     error: Optional[str]
     eval_error: Optional[str]
     num_turns: int
+    replies_cut: int  # replies that reached max_tokens and were played cut (token backends; a chat backend ends)
     state: Dict[str, Any]
 
 
@@ -163,6 +164,7 @@ class ReActTrajectory(BaseTrajectory):
             eval_error=None,
             reward=0.0,
             num_turns=run.num_turns,
+            replies_cut=run.replies_cut,
             state={"env_metrics": run.env_metrics},
         )
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 DEFAULT_OUTPUT = "agent_trajectories.jsonl"  # beside the rows, as `skyrl-gym eval` writes its own
 # what each line of the output keeps of a trajectory's result
 RESULT_KEYS = ("instance_id", "trajectory_id", "reward", "finish_reason", "messages", "error", "eval_error",
-               "num_turns", "results")
+               "num_turns", "replies_cut", "results")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,7 +71,7 @@ def _print_summary(summary: Dict[str, Any]) -> None:
     for key, value in summary.items():
         if key == "finish_reasons":
             continue
-        rows.append((key, f"{value:.4g}" if isinstance(value, float) else str(value)))
+        rows.append((key, f"{value:.4f}" if isinstance(value, float) else str(value)))
     for reason, count in sorted(summary.get("finish_reasons", {}).items()):
         rows.append((f"finish reason: {reason}", str(count)))
     from rich.console import Console

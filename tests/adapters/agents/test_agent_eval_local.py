@@ -170,3 +170,17 @@ def test_a_misspelt_env_class_is_refused_before_any_trajectory_runs(tmp_path, ca
     assert main(["agent", "eval", str(config), "--data", str(rows), "--local-model",
                  str(tmp_path / "no-such-model")]) == 2
     assert capsys.readouterr().err.startswith("error: row 1's env_class 'gsm8kk': no env registered")
+
+
+def test_replies_cut_at_max_tokens_are_counted(tmp_path, tiny_model_dir, gsm8k_test_file, capsys):
+    """On the token backend a cut reply is played as it was and a one-turn env ends FINISH: nothing said it."""
+    rows = tmp_path / "rows.jsonl"
+    write_jsonl(list(gsm8k_rows(gsm8k_test_file, limit=2)), rows)
+    out = tmp_path / "trajectories.jsonl"
+    summary = tmp_path / "summary.json"
+    assert main(["agent", "eval", str(_agent_yaml(tmp_path)), "--data", str(rows), "--output", str(out),
+                 "--local-model", str(tiny_model_dir), "--no-progress", "--summary-json", str(summary)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["replies_cut"] for line in lines] == [1, 1]  # random weights never stop before 8 tokens
+    assert json.loads(summary.read_text())["trajectories_with_replies_cut"] == 2
+    assert "trajectories_with_replies_cut" in capsys.readouterr().out
