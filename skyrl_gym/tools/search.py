@@ -149,13 +149,21 @@ def call_search_api(
                     last_error = f"Connection Error on attempt {attempt}/{retry.attempts}: {type(exc).__name__}"
                 else:
                     return None, f"API Request Error: {exc}"
-            logger.warning("%s%s", prefix, last_error)
+            _log_failed_attempt(prefix, last_error, retrieval_service_url)
             if attempt < retry.attempts:
                 time.sleep(retry.delay(attempt))
     finally:
         if own_session:
             session.close()
     return None, f"{last_error}; gave up after {retry.attempts} attempts"
+
+
+def _log_failed_attempt(prefix: str, error: str, url: str) -> None:
+    """The log line of a failed attempt: the error the model sees, and for the operator where it went (the
+    observation leaves the URL out)."""
+    hint = " (no retrieval server there? `skyrl-gym serve-retriever` starts one)" if error.startswith(
+        "Connection Error") else ""
+    logger.warning("%s%s: POST %s%s", prefix, error, url, hint)
 
 
 async def acall_search_api(
@@ -201,7 +209,7 @@ async def acall_search_api(
             last_error = f"Connection Error on attempt {attempt}/{retry.attempts}: {type(exc).__name__}"
         except aiohttp.ClientError as exc:
             return None, f"API Request Error: {exc}"
-        logger.warning("%s%s", prefix, last_error)
+        _log_failed_attempt(prefix, last_error, retrieval_service_url)
         if attempt < retry.attempts:
             await asyncio.sleep(retry.delay(attempt))
     return None, f"{last_error}; gave up after {retry.attempts} attempts"
