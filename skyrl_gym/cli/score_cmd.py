@@ -146,14 +146,26 @@ def run(args: argparse.Namespace) -> int:
                   f"{len(responses)} scores the first {len(responses)} rows)", file=sys.stderr)
             return 2
     else:
+        from skyrl_gym.checker import reference_action
+
         responses = []
         for index, row in enumerate(rows):
-            try:
-                responses.append(str(_dig(row, args.response_field)))
-            except KeyError as exc:
-                print(f"error: {row_place(index, args.rows)}: {exc.args[0]}; use --response-field or --responses",
-                      file=sys.stderr)
-                return 2
+            if args.response_field:
+                try:
+                    responses.append(str(_dig(row, args.response_field)))
+                    continue
+                except KeyError as exc:
+                    missing = exc.args[0]
+            else:  # the row's reference answer, as `check` plays it
+                reference = reference_action(row)
+                if reference is not None:
+                    responses.append(reference)
+                    continue
+                missing = ("no reference answer (reference_action, or extra_info's reference_action, answer or "
+                           "solution)")
+            print(f"error: {row_place(index, args.rows)}: {missing}; use --response-field or --responses",
+                  file=sys.stderr)
+            return 2
     if args.perturb:
         changed = [_wrong_answer(text) for text in responses]
         responses = [text for text, _ in changed]
@@ -210,7 +222,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rows", required=True, help="dataset rows (.jsonl, .json or .parquet)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--responses", help='file with one {"response": ...} per row')
-    source.add_argument("--response-field", default="extra_info.answer", help="dotted field of the row holding the response")
+    source.add_argument("--response-field", default=None,
+                        help="dotted field of the row holding the response (default: the row's reference answer, "
+                             "as check plays it: reference_action, else extra_info's reference_action, answer or "
+                             "solution)")
     parser.add_argument("--perturb", action="store_true", help="make each response's final answer wrong ('#### N' plus one, or \\boxed{(X)+1}): expect reward 0")
     parser.add_argument("--env", help="env id for every row (default: each row's env_class)")
     parser.add_argument("--env-config", metavar="JSON", help="env_config as JSON, or @file.json")

@@ -599,3 +599,19 @@ def test_the_rows_an_env_ships_score_and_step_as_they_check(capsys, monkeypatch)
     code, out, _ = run_cli(capsys, ["step", "text2sql", "--row", str(golden)], stdin="<sql>SELECT 1</sql>\n",
                            monkeypatch=monkeypatch)
     assert code == 0 and "[1 row]" in out, out
+
+
+def test_score_plays_a_rows_reference_answer_as_check_does(tmp_path, capsys):
+    """Rows of many builders carry their reference as `reference_action` or `extra_info.solution` (what `check`
+    plays), not `extra_info.answer`: `score` with no --response-field stopped at the first row on them."""
+    from skyrl_gym import datasets
+
+    rows = write_rows(tmp_path / "rows.jsonl", datasets.build_rows("countdown", size=3, seed=0))
+    assert all("answer" not in row["extra_info"] for row in map(json.loads, rows.read_text().splitlines()))
+    code, out, err = run_cli(capsys, ["score", "--rows", str(rows), "--quiet"])
+    assert code == 0 and re.search(r"countdown\s*│\s*3\s*│\s*1\.0000", out), out + err
+    bare = write_rows(tmp_path / "bare.jsonl", [{"prompt": [{"role": "user", "content": "3 * 4?"}],
+                                                  "env_class": "multiply", "extra_info": {"split": "test"}}])
+    code, _, err = run_cli(capsys, ["score", "--rows", str(bare)])
+    assert code == 2 and ("row 1 of " + str(bare) + ": no reference answer (reference_action, or extra_info's "
+                          "reference_action, answer or solution); use --response-field or --responses") in err, err
