@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import unicodedata
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 
 @dataclasses.dataclass
@@ -116,26 +116,31 @@ def parse_json_tool_calls(text: str, tag: str = "tool_call") -> ParsedToolCalls:
     bodies, errors = find_tag_blocks(text, tag)
     result.errors.extend(errors)
     for index, body in enumerate(bodies, start=1):
-        try:
-            payload = _load_json(body)
-        except ValueError as exc:
-            result.errors.append(f"tool call {index} is not valid JSON ({exc})")
-            continue
-        if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-            result.errors.append(f'tool call {index} must be an object with a "name" string and an "arguments" object')
-            continue
-        arguments = payload.get("arguments", payload.get("parameters", {}))
-        if isinstance(arguments, str):  # some models emit arguments as a JSON string
-            try:
-                arguments = _load_json(arguments)
-            except ValueError:
-                result.errors.append(f'tool call {index}: "arguments" is a string that is not valid JSON')
-                continue
-        if not isinstance(arguments, dict):
-            result.errors.append(f'tool call {index}: "arguments" must be an object, got {type(arguments).__name__}')
-            continue
-        result.calls.append(ToolCall(name=payload["name"], arguments=arguments, content=body.strip(), syntax="json"))
+        call = _json_call(body, index)
+        if isinstance(call, str):
+            result.errors.append(call)
+        else:
+            result.calls.append(call)
     return result
+
+
+def _json_call(body: str, index: int) -> Union[ToolCall, str]:
+    """The call a ``<tool_call>`` block's JSON body writes, or why it is not one."""
+    try:
+        payload = _load_json(body)
+    except ValueError as exc:
+        return f"tool call {index} is not valid JSON ({exc})"
+    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
+        return f'tool call {index} must be an object with a "name" string and an "arguments" object'
+    arguments = payload.get("arguments", payload.get("parameters", {}))
+    if isinstance(arguments, str):  # some models emit arguments as a JSON string
+        try:
+            arguments = _load_json(arguments)
+        except ValueError:
+            return f'tool call {index}: "arguments" is a string that is not valid JSON'
+    if not isinstance(arguments, dict):
+        return f'tool call {index}: "arguments" must be an object, got {type(arguments).__name__}'
+    return ToolCall(name=payload["name"], arguments=arguments, content=body.strip(), syntax="json")
 
 
 def tag_or_json_call(action: str, tool: str, argument: str) -> Optional[str]:
@@ -147,8 +152,10 @@ def tag_or_json_call(action: str, tool: str, argument: str) -> Optional[str]:
         return bodies[0]
     if "<tool_call>" not in action:
         return None
-    for call in parse_json_tool_calls(action).calls:
-        if call.name == tool and isinstance(call.arguments.get(argument), str):
+    calls, _ = find_tag_blocks(action, "tool_call")
+    for index, body in enumerate(calls[:MAX_CALLS_PER_MESSAGE], start=1):  # as many as a tool env would run
+        call = _json_call(body, index)
+        if not isinstance(call, str) and call.name == tool and isinstance(call.arguments.get(argument), str):
             return call.arguments[argument]
     return None
 

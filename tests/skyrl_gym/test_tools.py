@@ -156,3 +156,22 @@ def test_extract_tag_and_huge_input_is_linear():
     huge = "<sql>" * 200_000 + "x" * 5_000_000
     parsed = parse_xml_tool_calls(huge, ["sql"])
     assert parsed.calls == [] and parsed.errors
+
+
+def test_a_tag_tool_reads_its_tag_else_a_json_call_of_its_name():
+    from skyrl_gym.tools.parsers import MAX_CALLS_PER_MESSAGE, tag_or_json_call
+
+    assert tag_or_json_call("<search>a</search><search>b</search>", "search", "query") == "a"  # the first block
+    call = '<tool_call>{"name": "search", "arguments": {"query": "capital of France"}}</tool_call>'
+    assert tag_or_json_call("thinking... " + call, "search", "query") == "capital of France"
+    assert tag_or_json_call("<search>tag wins</search>" + call, "search", "query") == "tag wins"
+    other = '<tool_call>{"name": "python", "arguments": {"code": "1"}}</tool_call>'
+    assert tag_or_json_call(other + call, "search", "query") == "capital of France"
+    for wrong in ('<tool_call>{"name": "search", "arguments": {"query": 3}}</tool_call>',  # not text
+                  '<tool_call>{"name": "search", "arguments": {"q": "x"}}</tool_call>',  # not its argument
+                  "<tool_call>not json</tool_call>", "no call at all"):
+        assert tag_or_json_call(wrong, "search", "query") is None, wrong
+    # the first MAX_CALLS_PER_MESSAGE calls are read, as many as a tool env runs: a 10 MB action of calls costs
+    # no JSON parse per block
+    assert tag_or_json_call(other * (MAX_CALLS_PER_MESSAGE - 1) + call, "search", "query") == "capital of France"
+    assert tag_or_json_call(other * MAX_CALLS_PER_MESSAGE + call, "search", "query") is None
