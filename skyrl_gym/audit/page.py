@@ -107,7 +107,9 @@ Its first run flagged these, now fixed (each with a test that fails without the 
   rows with single spaces: a lower-case or extra-spaced hedge escaped it); and replies that skip the task earn
   nothing where the family's own rule paid them: any text in `game_of_life_halting` (1.0), an all-dead board in
   `game_of_life` (0.97), the number echoed in `prime_factorization` (0.5), a premise copied in
-  `propositional_logic` (1.0) (`envs_contrib/reasoning_gym/shortcuts.py`).
+  `propositional_logic` (1.0) (`envs_contrib/reasoning_gym/shortcuts.py`). The partial credit some families state
+  as their rule (`word_sorting` pays a third for the words echoed) is kept by default; `env_config
+  partial_credit=false` pays only a full score.
 * The same passes: `math`: one answer naming two values (`\\boxed{$19$ 18}`) was paid for either ground truth (the
   string check read the first `$...$` span, math-verify the last value); it is paid for neither now. `text2sql`:
   a query returning no rows is paid on a row whose gold result is empty (SkyRL-gym's rule, kept); the audit's hack
