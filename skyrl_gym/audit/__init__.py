@@ -170,11 +170,11 @@ class AuditReport:
             )
             for c in self.cases
         ]
-        widths = [min(48, max(len(line[i]) for line in lines)) for i in range(5)]
+        widths = [min(60 if i == 1 else 48, max(len(line[i]) for line in lines)) for i in range(5)]
         out = [self.summary()] + [f"  profile: {self.profile}"] * bool(self.profile)
         out += [f"  WARNING: {warning}" for warning in self.warnings]
         for number, line in enumerate(lines):
-            cells = [cell[:w].ljust(w) for cell, w in zip(line[:5], widths)]
+            cells = [(cell if len(cell) <= w else cell[: w - 1] + "…").ljust(w) for cell, w in zip(line[:5], widths)]
             out.append("  " + "  ".join(cells) + "  " + line[5][:160])
             case = self.cases[number - 1] if number else None
             if case is not None and case.failed and case.reply:  # what was played, to see why it failed
