@@ -195,7 +195,6 @@ def run_eval(args: argparse.Namespace) -> int:
 
         bar = tqdm(total=len(rows) * config.num_trajectories(True), desc="agent eval", unit="traj")
     finished: Dict[Any, Dict[str, Any]] = {}  # what Ctrl-C leaves: the results done by then
-
     turns = {"done": 0, "shown_at": 0.0}
 
     def done(trajectory: Any) -> None:
