@@ -184,7 +184,10 @@ def _free_port() -> int:
     [
         ({"model": "no-such-model"}, "HTTP 404"),
         ({"model": "rambling-judge"}, "could not read a score"),
-        ({"model": "slow-judge", "timeout_s": 0.5, "attempts": 1}, "no complete answer from .* within 0.5 s"),
+        # the verdict's own deadline set apart (by default the attempt + 1 s): a loaded machine's late start cannot
+        # cut the attempt short ("before the deadline"), which is the other message
+        ({"model": "slow-judge", "timeout_s": 0.5, "attempts": 1, "deadline_s": 30},
+         "no complete answer from .* within 0.5 s"),
         (
             {"base_url": "dead", "attempts": 2},
             "did not answer: cannot connect to http.*gave up after 2 attempts",
