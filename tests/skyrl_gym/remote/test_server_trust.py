@@ -29,7 +29,7 @@ from tests.sandboxes.remote_support import (  # noqa: E402
     peak_rss_mib,
     post_chunked,
 )
-from tests.skyrl_gym.remote.service_support import COUNTER_ID, REPO_ROOT, env_service  # noqa: E402
+from tests.skyrl_gym.remote.service_support import COUNTER_ID, REPO_ROOT, CounterEnv, env_service  # noqa: E402
 from tests.skyrl_gym.rewards.test_judge import JudgeServer  # noqa: E402
 from tests.tool_env_support import build_sample_databases  # noqa: E402
 
@@ -861,11 +861,27 @@ class _SaysWhoseTurn(skyrl_gym.BaseTextEnv):
         return {"observations": [], "reward": 0.0, "done": True, "metadata": {"turn_key": turn_key.get()}}
 
 
+_HELD_STEPS_RELEASED = threading.Event()
+_STEP_ORDER = []
+
+
+class _TakesTurns(CounterEnv):
+    """The counter env, noting whose step ran when (in the env's thread); 'hold' blocks until the test releases it."""
+
+    def step(self, action):
+        from skygym_sandboxes.turns import turn_key
+
+        if action == "hold":
+            _HELD_STEPS_RELEASED.wait(timeout=30)
+        _STEP_ORDER.append(turn_key.get())
+        return super().step(action)
+
+
 @pytest.mark.parametrize("judged", [False, True])
 def test_a_clients_one_step_waits_for_one_free_thread_not_for_another_clients_queue(judged, judge, monkeypatch):
     """The env threads went to steps in arrival order: a client that queued many slow steps made another client's
-    one step wait behind all of them. They go to clients in turns: with one env thread, one client's four steps of
-    0.6 s and then another's quick step, the quick step is answered second, not fifth. The client's name reaches
+    one step wait behind all of them. They go to clients in turns: with one env thread, one client's four steps
+    (held until all five are in) and then another's quick step, the quick step runs second, not fifth. The client's name reaches
     the env's thread, where the math helpers and the sandbox pool take turns by it too. Judged steps too: the
     judge's wrapper stepped on the loop, its blocking step in threads of asyncio's, outside the env threads, and
     they held up the parsing of every other request's body (an attacker's pass)."""
@@ -875,13 +891,13 @@ def test_a_clients_one_step_waits_for_one_free_thread_not_for_another_clients_qu
     tokens = {"busy": "b" * 24, "light": "l" * 24}
     headers = {name: {"Authorization": f"Bearer {token}"} for name, token in tokens.items()}
     skyrl_gym.register("test_trust/whose_turn", entry_point=_SaysWhoseTurn)
+    skyrl_gym.register("test_trust/takes_turns", entry_point=_TakesTurns)
     monkeypatch.setenv("SKYRL_GYM_JUDGE_API_KEY", JUDGE_KEY)
     operator = {"*": {"judge": {"base_url": judge.url, "model": "rule-judge", "attempts": 1}}}
     url, stop = _in_process_server(client_tokens=tokens, env_threads=1, operator_config=operator)
-    finished = []
     busy_row = {"max_turns": 1, "reward_spec": {"method": "judge", "ground_truth": "good"}} if judged else None
 
-    def session(client, env_id=COUNTER_ID, extras=None):
+    def session(client, env_id="test_trust/takes_turns", extras=None):
         made = requests.post(f"{url}/sessions", json={"env_id": env_id, "extras": extras}, headers=headers[client],
                              timeout=30)
         name = made.json()["session_id"]
@@ -892,29 +908,39 @@ def test_a_clients_one_step_waits_for_one_free_thread_not_for_another_clients_qu
         answer = requests.post(f"{url}/sessions/{name}/step", json={"action": action}, headers=headers[client],
                                timeout=60)
         assert answer.status_code == 200, answer.text[:300]
-        finished.append(client)
         return answer.json()
 
     try:
         whose = session("light", "test_trust/whose_turn")
         assert step("light", whose, "a")["output"]["metadata"] == {"turn_key": "light"}
         busy, light = [session("busy", extras=busy_row) for _ in range(4)], session("light")
-        finished.clear()
-        with concurrent.futures.ThreadPoolExecutor(5) as pool:
-            queued = [pool.submit(step, "busy", name, "sleep:0.6") for name in busy]
+        # The busy steps hold until all five are in (sleeps raced a loaded machine: a step could end before the
+        # last one arrived); the order is the env thread's, not that of the answers reaching their clients.
+        _HELD_STEPS_RELEASED.clear()
+        _STEP_ORDER.clear()
+
+        def wait_for_waiting(count, what):
             deadline = time.monotonic() + 30
             while requests.get(f"{url}/health", headers=headers["busy"], timeout=10).json()[
-                    "calls_waiting_for_threads"] < 3:  # one step runs, three wait for the thread
-                assert time.monotonic() < deadline, "the four steps never reached the server"
+                    "calls_waiting_for_threads"] < count:
+                assert time.monotonic() < deadline, what
                 time.sleep(0.02)
+
+        with concurrent.futures.ThreadPoolExecutor(5) as pool:
+            queued = [pool.submit(step, "busy", name, "hold") for name in busy]
+            wait_for_waiting(3, "the four steps never reached the server")  # one step runs, three wait
             quick = pool.submit(step, "light", light, "a")
+            wait_for_waiting(4, "the quick step never reached the server")
+            _HELD_STEPS_RELEASED.set()
             for call in queued + [quick]:
                 call.result(timeout=60)
-        # (a judged episode ends with its step, and its metrics take the thread again: the quick step may pass it)
-        assert finished.index("light") <= 1 and len(finished) == 5, finished
+        assert sorted(_STEP_ORDER) == ["busy"] * 4 + ["light"], _STEP_ORDER
+        assert _STEP_ORDER.index("light") == 1, _STEP_ORDER
     finally:
+        _HELD_STEPS_RELEASED.set()
         stop()
         skyrl_gym.deregister("test_trust/whose_turn")
+        skyrl_gym.deregister("test_trust/takes_turns")
 
 
 def test_the_server_log_says_which_client_was_refused_and_why(caplog):
