@@ -35,6 +35,7 @@ from skygym_adapters.engines.base import (
     EngineError,
     resolve_sampling,
     served_model_name,
+    unreachable_hint,
 )
 from skygym_adapters.engines.http_sessions import LoopSessions
 
@@ -107,6 +108,25 @@ class OpenAIChatBackend:
             self.model = await served_model_name(self._http.get(), self.root_url,
                                                  "generator.backend_config.model (--model for `skyrl-gym agent eval`)")
         return self.model
+
+    async def check_reachable(self) -> None:
+        """Raise an :class:`EngineError` when nothing answers at ``base_url`` (refused, no route, no such host), so
+        that a command can say so once, before its trajectories, instead of each of them failing on it. Any HTTP
+        answer counts (a server without ``/v1/models``, or one that wants a key, answered); without a model name
+        the name is asked here, as the first chat would."""
+        if self.model is None:
+            await self._model_name()
+            return
+        import aiohttp
+
+        try:
+            async with self._http.get().get(self.root_url + "/v1/models",
+                                            timeout=aiohttp.ClientTimeout(total=min(self.timeout, 30.0))):
+                pass
+        except OSError as exc:
+            hint = unreachable_hint(exc, "an OpenAI-compatible server", self.root_url)
+            if hint:
+                raise EngineError(f"nothing answers at {self.root_url} ({type(exc).__name__}: {exc}){hint}") from exc
 
     @staticmethod
     def payload_sampling(params: Mapping[str, Any]) -> Dict[str, Any]:

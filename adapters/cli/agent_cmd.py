@@ -7,8 +7,9 @@ reasons, errors) and writes one JSON line per trajectory (``instance_id``, ``tra
 ``generator.backend_config`` of an ``openai_server`` backend. ``--local-model MODEL`` needs no server: the agent
 runs on MODEL (a folder, a hub id or smollm2-135m, the embedded model) on the HF engine in this process, as the
 token backend (``infer_backend: skyrl-train``), e.g. on a CPU. Exits 1, naming the first error, when a
-trajectory errored (a server that does not answer, an env that cannot be built); ``--allow-errors`` exits 0
-anyway. Ctrl-C stops it within a decode step or an env call and writes the trajectories that had finished.
+trajectory errored (a server that stops answering, an env that cannot be built); ``--allow-errors`` exits 0
+anyway. Nothing answering at ``base_url`` is an error before the first trajectory. Ctrl-C stops it within a
+decode step or an env call and writes the trajectories that had finished.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from skygym_adapters.cli import read_rows, report_errors
 
     from skygym_adapters.agents import AgentConfigError, AgentRunner, load_agent_config
+    from skygym_adapters.engines.base import EngineError
 
     overrides = {
         k: v for k, v in (("base_url", args.base_url), ("model", args.model), ("api_key", args.api_key)) if v is not None
@@ -213,6 +215,9 @@ def run_eval(args: argparse.Namespace) -> int:
 
     async def main() -> Dict[str, Any]:
         try:
+            check_reachable = getattr(runner.backend, "check_reachable", None)
+            if check_reachable is not None:  # a server that is not there: once, not once per trajectory
+                await check_reachable()
             return await runner.run(rows, val_mode=True, on_trajectory_done=done, on_turn=turn)
         finally:
             await runner.aclose()
@@ -222,6 +227,11 @@ def run_eval(args: argparse.Namespace) -> int:
     except AgentConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except EngineError as exc:  # nothing answers at the server's address
+        if bar is not None:
+            bar.close()
+        print(f"error: {exc} (or run the model in this process: --local-model MODEL)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()  # before the message: it would land inside the bar's line

@@ -17,7 +17,8 @@ Reply = Tuple[Dict[str, Any], str]  # (assistant message, finish_reason)
 @contextmanager
 def chat_server(respond: Callable[[Dict[str, Any]], Any], model: str = "scripted-model") -> Iterator[Any]:
     """Serve ``respond(request_body)`` -> an assistant message dict, or ``(message, finish_reason)``, or
-    ``("sleep", seconds, message)`` to answer late. Yields an object with ``url`` and ``requests``."""
+    ``("sleep", seconds, message)`` to answer late, or ``("status", code, text)`` to answer an HTTP error. Yields an
+    object with ``url`` and ``requests``."""
     requests: List[Dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -40,6 +41,9 @@ def chat_server(respond: Callable[[Dict[str, Any]], Any], model: str = "scripted
             requests.append(body)
             answer = respond(body)
             finish = "stop"
+            if isinstance(answer, tuple) and answer and answer[0] == "status":
+                self._send({"error": answer[2]}, status=answer[1])
+                return
             if isinstance(answer, tuple) and answer and answer[0] == "sleep":
                 time.sleep(answer[1])
                 answer = answer[2]

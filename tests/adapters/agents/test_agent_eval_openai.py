@@ -191,8 +191,28 @@ def test_agent_eval_command_reports_bad_config_with_the_choices(tmp_path, rows, 
 
 
 def test_agent_eval_command_exits_1_naming_the_first_error_unless_errors_are_allowed(tmp_path, rows, capsys):
-    """A server that does not answer: the table counts the errors, and the command says why and exits 1, as
-    `skyrl-gym eval` does (it exited 0 with the reason only inside the trajectories file)."""
+    """A server that answers errors: the table counts them, and the command says why and exits 1, as `skyrl-gym
+    eval` does (it exited 0 with the reason only inside the trajectories file)."""
+    require_extra("remote")  # the command reports a missing extra as exit 2, which a test cannot tell apart
+    from skyrl_gym.cli import main
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    with chat_server(lambda body: ("status", 503, "the model is loading")) as server:
+        config = write_config(tmp_path, server.url)
+        args = ["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl"),
+                "--no-progress"]
+        assert main(args) == 1
+        err = capsys.readouterr().err
+        assert "error: 2 of 2 trajectories errored (first: " in err and "HTTP 503" in err and "--allow-errors" in err
+        assert main(args + ["--allow-errors"]) == 0
+        assert "warning: 2 of 2 trajectories errored" in capsys.readouterr().err
+
+
+def test_agent_eval_command_says_once_that_no_server_answers(tmp_path, rows, capsys):
+    """Nothing listening at base_url: each trajectory failed on it in turn, and the command said so only after all
+    of them (a new user's cold run). It is an error before the first, naming the address and the way without a
+    server, and no trajectories file is written; without a model name, asking the server for it says the same."""
     require_extra("remote")  # the command reports a missing extra as exit 2, which a test cannot tell apart
     import socket
 
@@ -203,20 +223,20 @@ def test_agent_eval_command_exits_1_naming_the_first_error_unless_errors_are_all
         url = f"http://127.0.0.1:{probe.getsockname()[1]}"
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
-    config = write_config(tmp_path, url)
-    args = ["agent", "eval", str(config), "--data", str(data), "--output", str(tmp_path / "o.jsonl"),
-            "--no-progress"]
-    assert main(args) == 1
+    output = tmp_path / "o.jsonl"
+    args = ["--data", str(data), "--output", str(output), "--no-progress", "--allow-errors"]
+    assert main(["agent", "eval", str(write_config(tmp_path, url)), *args]) == 1
     err = capsys.readouterr().err
-    assert "error: 2 of 2 trajectories errored (first: " in err and url in err and "--allow-errors" in err
-    assert main(args + ["--allow-errors"]) == 0
-    assert "warning: 2 of 2 trajectories errored" in capsys.readouterr().err
+    assert f"error: nothing answers at {url} (" in err, err
+    assert f"check that an OpenAI-compatible server is running at {url}" in err and "--local-model MODEL" in err
+    assert "trajectories errored" not in err and not output.exists()
     # no model named: asking the server for it fails first, and says what to check and how to name it
     config = write_config(tmp_path, url, backend_config={"base_url": url})
-    assert main(["agent", "eval", str(config), *args[3:]]) == 1
+    assert main(["agent", "eval", str(config), *args]) == 1
     err = capsys.readouterr().err
     assert f"check that an OpenAI-compatible server is running at {url}, or name the model: " in err, err
     assert "--model for `skyrl-gym agent eval`" in err  # said only "set generator.backend_config.model"
+    assert not output.exists()
 
 
 def test_a_multi_turn_env_is_played_until_it_is_done(tmp_path, gsm8k_test_file):
