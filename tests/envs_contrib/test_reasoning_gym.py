@@ -395,24 +395,26 @@ def test_the_try_is_bounded_in_time_and_memory_and_smaller_numbers_are_tried_too
 def test_a_composites_parts_share_one_wait_and_a_retry_goes_on_from_the_parts_tried(fresh_vets, monkeypatch):
     """Each part of a composite waited up to three minutes for its own try, so one create of many parts held a
     server thread for that many times three minutes (a review). The parts now share one deadline, and no try
-    starts that could run past it."""
+    starts that could run past it. Each try may take 10 s and the create has 13: the first try is over at once,
+    which leaves 3 s for the second to start in; it takes 3.5 s, so the third could end past the deadline (tries of
+    1 s each in a 2.5 s create left 0.5 s to a loaded machine)."""
     import time
 
     generate = fresh_vets
-    monkeypatch.setattr(generate, "VET_S", 1.0)
-    monkeypatch.setattr(generate, "VET_WAIT_S", 2.5)
+    monkeypatch.setattr(generate, "VET_S", 10.0)
+    monkeypatch.setattr(generate, "VET_WAIT_S", 13.0)
     tried = []
-    monkeypatch.setattr(generate, "_vet_in_child_process",
-                        lambda name, settings: tried.append(name) or time.sleep(1.0) or (None, True))
+    monkeypatch.setattr(generate, "_vet_in_child_process", lambda name, settings: tried.append(name) or time.sleep(
+        3.5 if name == "basic_arithmetic" else 0) or (None, True))
     parts = {"datasets": [{"name": name, "weight": 1.0, "config": {"max_terms": 4}}
                           for name in ("chain_sum", "basic_arithmetic", "products")]}
     started = time.monotonic()
-    with pytest.raises(DataError, match="could not be tried within the create's 2.5 s.*parts share"):
+    with pytest.raises(DataError, match="could not be tried within the create's 13 s.*parts share"):
         skyrl_gym.make("reasoning_gym/composite", env_config={"settings": parts})
-    assert time.monotonic() - started < 2.5  # the third try would have ended past the deadline: not started
+    assert time.monotonic() - started < 13  # the third try would have ended past the deadline: not started
     assert tried == ["chain_sum", "basic_arithmetic"]
     # the third try, a child to generate the entry and the composite's build share the create's time: room for all
-    monkeypatch.setattr(generate, "VET_WAIT_S", 10.0)
+    monkeypatch.setattr(generate, "VET_WAIT_S", 60.0)
     skyrl_gym.make("reasoning_gym/composite", env_config={"settings": parts})  # the first two are remembered
     assert tried == ["chain_sum", "basic_arithmetic", "products"]
 
@@ -444,6 +446,7 @@ def test_each_entry_of_tried_settings_is_generated_apart_within_the_same_bounds(
         skyrl_gym.make("reasoning_gym/rotate_matrix", env_config={"settings": {"min_n": 20000, "max_n": 20000},
                                                                   "index": 1})
     assert generate._idle_children == []  # each child that passed a bound was ended
+    monkeypatch.setattr(generate, "VET_S", 60.0)  # 2 s for each entry below was little on a loaded machine
     # the next entry gets a new child, and an entry made apart is the one this process would make
     settings = generate.settings_json({"min_n": 3, "max_n": 6})
     apart = [generate.entry("rotate_matrix", settings, 11, index) for index in range(4)]

@@ -375,14 +375,18 @@ def test_connections_that_send_nothing_cannot_lock_clients_out():
     """The protocol every server runs under, with room for 3 connections. 4,100 connections that sent nothing
     locked every client out of all three servers (no token needed): now a new connection takes the place of the
     one that has waited longest without a request under way, and the client is answered. When every connection
-    has a request under way, a new one is closed at once (its file descriptor freed)."""
+    has a request under way, a new one is closed at once (its file descriptor freed). The slow requests hold until
+    the extra connection has been refused (2 s ones with a 0.7 s sleep raced a loaded machine)."""
     pytest.importorskip("uvicorn", reason="the service needs fastapi and uvicorn (extra: sandbox-service)")
     import asyncio
 
     from fastapi import FastAPI
 
+    under_way, released = [], threading.Event()
+
     async def slow() -> dict:
-        await asyncio.sleep(2.0)
+        under_way.append(True)
+        await asyncio.to_thread(released.wait, 60)
         return {"status": "slow"}
 
     app = FastAPI()
@@ -401,13 +405,17 @@ def test_connections_that_send_nothing_cannot_lock_clients_out():
             sock.close()
         time.sleep(0.3)  # the server counts the closed ones out
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            busy = [pool.submit(requests.get, f"http://127.0.0.1:{port}/slow", timeout=30) for _ in range(3)]
-            time.sleep(0.7)  # all three are under way
-            extra = socket.create_connection(("127.0.0.1", port), timeout=10)
-            assert extra.recv(100) == b""  # no connection to give way: closed at once
-            extra.close()
+            busy = [pool.submit(requests.get, f"http://127.0.0.1:{port}/slow", timeout=90) for _ in range(3)]
+            try:
+                assert wait_for(lambda: len(under_way) == 3, 60), "the three requests never got under way"
+                extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+                assert extra.recv(100) == b""  # no connection to give way: closed at once
+                extra.close()
+            finally:
+                released.set()
             assert [f.result().json() for f in busy] == [{"status": "slow"}] * 3  # never cut
     finally:
+        released.set()
         stop()
 
 
@@ -538,6 +546,15 @@ def test_bodies_held_all_connections_together_are_bounded():
 
     box = _make_local("local-bwrap-cold")
     megabyte = 1024 * 1024
+    # The first run holds until the fifth body was refused (a 1.5 s run and a 0.7 s sleep raced a loaded machine:
+    # the bodies could arrive late, or the runs end early)
+    released, run = threading.Event(), box.run
+
+    def held_run(request, *args, **kwargs):
+        released.wait(timeout=60)
+        return run(request, *args, **kwargs)
+
+    box.run = held_run
     try:
         _server, port, stop = start_in_thread(service.create_app(box, max_concurrency=1, max_body_bytes=megabyte))
     except BaseException:
@@ -546,19 +563,25 @@ def test_bodies_held_all_connections_together_are_bounded():
     url = f"http://127.0.0.1:{port}/run_code"
 
     def send(code):
-        return requests.post(url, json={"code": code}, timeout=60)
+        return requests.post(url, json={"code": code}, timeout=120)
 
-    large = "import time\ntime.sleep(1.5)\nprint('large')\n#" + "x" * (megabyte - 100)
+    def health():
+        return requests.get(f"http://127.0.0.1:{port}/health", timeout=30).json()
+
+    large = "print('large')\n#" + "x" * (megabyte - 100)
     try:
         with concurrent.futures.ThreadPoolExecutor(5) as pool:
             held = [pool.submit(send, large) for _ in range(4)]
-            time.sleep(0.7)  # the four have arrived: one runs, three wait
-            refused = send(large)
+            assert wait_for(lambda: (lambda h: (h["running"], h["waiting"]) == (1, 3))(health()), 60), health()
+            refused = send(large)  # the four have arrived: one runs, three wait
             assert refused.status_code == 503 and "bytes of requests' bodies" in refused.text, refused.text[:300]
             small = pool.submit(send, "print(6 * 7)")
+            assert wait_for(lambda: health()["waiting"] == 4, 60), health()  # it got in beside them
+            released.set()
             assert [answer.result().status_code for answer in held] == [200] * 4
             assert small.result().json()["run_result"]["stdout"] == "42\n"
-        again = send(large.replace("time.sleep(1.5)", "pass"))
+        again = send(large)
         assert again.status_code == 200 and again.json()["run_result"]["stdout"] == "large\n", again.text[:300]
     finally:
+        released.set()
         stop()

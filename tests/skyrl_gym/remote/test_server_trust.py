@@ -530,23 +530,38 @@ def test_a_closed_sessions_kept_answers_leave_the_budget():
         stop()
 
 
-def test_a_session_closed_during_a_step_keeps_no_answer():
+def test_a_session_closed_during_a_step_keeps_no_answer(tmp_path):
     """close() dropped the session's kept answers, then the step under way kept its own: bytes counted for a
-    session that no longer exists, until the budget pushed out honest answers."""
+    session that no longer exists, until the budget pushed out honest answers. The step holds until the close is
+    under way (a sleep raced a loaded machine: the step could end before the close, or the close come first)."""
     import concurrent.futures
     import time
 
     url, stop = _in_process_server()
+    gate = tmp_path / "gate"
+
+    def health_until(predicate):
+        deadline = time.monotonic() + 30  # only stops a broken test from hanging
+        while True:
+            health = requests.get(f"{url}/health", timeout=10).json()
+            if predicate(health) or time.monotonic() > deadline:
+                return health
+            time.sleep(0.02)
+
     try:
         session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
-        step = {"action": "sleep:0.6", "request_id": "slow-step"}
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        step = {"action": f"wait:{gate}", "request_id": "slow-step"}
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
             running = pool.submit(requests.post, f"{url}/sessions/{session}/step", json=step, timeout=30)
-            time.sleep(0.2)
-            assert requests.delete(f"{url}/sessions/{session}", timeout=30).json()["closed"] is True
+            health_until(lambda h: h["calls_running"] == 1)
+            closing = pool.submit(requests.delete, f"{url}/sessions/{session}", timeout=30)
+            health_until(lambda h: h["sessions"] == 0)  # closed; the close waits for the step under way
+            gate.write_text("")
+            assert closing.result().json()["closed"] is True
             running.result()
         assert requests.get(f"{url}/health", timeout=10).json()["kept_answer_bytes"] == 0
     finally:
+        gate.write_text("")
         stop()
 
 
@@ -616,12 +631,16 @@ def test_a_session_runs_its_calls_one_at_a_time_and_refuses_a_queue_of_them(tmp_
         stop()
 
 
+_SLOW_BUILD_STARTED, _SLOW_BUILD_RELEASED = threading.Event(), threading.Event()
+
+
 class _SlowToBuild(skyrl_gym.BaseTextEnv):
+    """Its build holds until the test lets it go (20 s at most: a server that waited for it answers then)."""
+
     def __init__(self, env_config=None, extras=None):
         super().__init__(env_config, extras)
-        import time
-
-        time.sleep(1.0)
+        _SLOW_BUILD_STARTED.set()
+        _SLOW_BUILD_RELEASED.wait(timeout=20)
 
     def step(self, action):
         return {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
@@ -631,22 +650,27 @@ def test_a_session_id_being_created_for_one_env_is_a_409_for_another():
     """A second create with the same session id but another env, while the first is still being built, got the
     first env's session (the env check came after the wait for the build)."""
     skyrl_gym.register("test_trust/slow_build", entry_point=_SlowToBuild)
+    _SLOW_BUILD_STARTED.clear(), _SLOW_BUILD_RELEASED.clear()
     url, stop = _in_process_server()
     try:
         import concurrent.futures
 
         body = {"session_id": "shared-id", "env_id": "test_trust/slow_build"}
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            building = pool.submit(requests.post, f"{url}/sessions", json=body, timeout=30)
-            import time
-
-            time.sleep(0.3)  # the first create is building (1 s)
-            other = requests.post(f"{url}/sessions", json={**body, "env_id": COUNTER_ID}, timeout=30)
+            building = pool.submit(requests.post, f"{url}/sessions", json=body, timeout=60)
+            # the first create is building until released (a 0.3 s sleep raced a loaded machine: the second
+            # create could arrive first)
+            assert _SLOW_BUILD_STARTED.wait(timeout=30)
+            try:
+                other = requests.post(f"{url}/sessions", json={**body, "env_id": COUNTER_ID}, timeout=60)
+            finally:
+                _SLOW_BUILD_RELEASED.set()
             assert building.result().status_code == 200
         assert other.status_code == 409, other.text[:300]
         assert "is taken by a create with another env or row" in other.json()["error"]
         assert "slow_build" not in other.json()["error"]  # it named the other session's env
     finally:
+        _SLOW_BUILD_RELEASED.set()
         stop()
         skyrl_gym.deregister("test_trust/slow_build")
 
@@ -985,7 +1009,7 @@ def test_reading_a_sessions_metrics_does_not_keep_it_alive():
     url, stop = _in_process_server(idle_timeout_s=0.5)
     try:
         session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60  # only stops a broken test from reading for ever: it expires in 0.5 s
         while time.monotonic() < deadline:
             read = requests.get(f"{url}/sessions/{session}/metrics", timeout=10)
             if read.status_code != 200:
