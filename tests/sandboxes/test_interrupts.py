@@ -169,18 +169,19 @@ def _storm(seconds: float) -> str:
     try:
         while time.monotonic() < end and not problem:
             try:
-                with turns.turn("main", timeout=2.0):
+                # a lost slot is never given: 30 s (not 2) so that a loaded machine's slow turns are not taken for it
+                with turns.turn("main", timeout=30.0):
                     pass
             except KeyboardInterrupt:
                 interrupts += 1
             except TimeoutError:
-                problem = f"the main thread got no slot in 2 s after {interrupts} interrupts"
+                problem = f"the main thread got no slot in 30 s after {interrupts} interrupts"
     finally:
         storm.wait()
         time.sleep(0.05)
         stop.set()
         for thread in threads:
-            thread.join(5)
+            thread.join(30)
         now = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
         if now != handlers:  # left in place by the storm: standing in for them, put back by a region's end
             stands_in = [interrupts_module.HELD.standing_in_for.get(signum) for signum in (signal.SIGINT,
@@ -212,22 +213,28 @@ def test_a_child_forked_while_the_parent_holds_signals_has_its_handlers_back():
     """A child forked by another thread while the main thread held signals ignored SIGTERM (it kept the handler
     that writes signals down, and no block of its own to end): multiprocessing's terminate() could not end it."""
     forked: list = []
+    ready_r, ready_w = os.pipe()  # the child says it runs its own code (a 0.2 s sleep raced a loaded machine)
 
     def fork() -> None:
         pid = os.fork()
         if pid == 0:  # the child: the default SIGTERM ends it
             try:
+                os.write(ready_w, b"r")
                 time.sleep(30)
             finally:
                 os._exit(7)
         forked.append(pid)
 
-    with signals_deferred():
-        thread = threading.Thread(target=fork)
-        thread.start()
-        thread.join()
-    (pid,) = forked
-    time.sleep(0.2)
+    try:
+        with signals_deferred():
+            thread = threading.Thread(target=fork)
+            thread.start()
+            thread.join()
+        (pid,) = forked
+        assert os.read(ready_r, 1) == b"r"
+    finally:
+        os.close(ready_r)
+        os.close(ready_w)
     os.kill(pid, signal.SIGTERM)
     _, status = os.waitpid(pid, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status

@@ -261,14 +261,35 @@ def test_a_client_that_disconnects_frees_its_slot(served):
 
 
 def test_a_full_queue_answers_429():
-    box = start_server(Limits(wall_s=10, cpu_s=10), max_concurrency=1, extra_args=["--max-queue", "1"])
+    """With one run at a time and ``--max-queue 1``, a request past the one running and the one waiting is a 429,
+    and the waiting one is still served. The run is held until its client goes away (four 1.5 s runs posted at once
+    raced a loaded machine: the posts could arrive one after another, each once the last had finished)."""
+    box = start_server(Limits(wall_s=600, cpu_s=10), max_concurrency=1, extra_args=["--max-queue", "1"])
+
+    def health():
+        return requests.get(f"{box.url}/health", timeout=30).json()
+
+    port = int(box.url.rsplit(":", 1)[1])
+    body = json.dumps({"code": "import time\ntime.sleep(600)"}).encode()
+    running = socket.create_connection(("127.0.0.1", port), timeout=30)
     try:
-        sleeper = {"code": "import time\ntime.sleep(1.5)\nprint('done')"}
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            codes = list(pool.map(lambda _: post(box, sleeper).status_code, range(4)))
-        assert 429 in codes and 200 in codes, codes
+        running.sendall(
+            b"POST /run_code HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        assert wait_for(lambda: health()["running"] == 1, 60), health()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(requests.post, f"{box.url}/run_code", json={"code": "print('done')"}, timeout=300)
+            assert wait_for(lambda: health()["waiting"] == 1, 60), health()
+            codes = [post(box, {"code": "print('refused')"}).status_code for _ in range(2)]
+            assert codes == [429, 429], codes
+            running.close()  # the held run is cancelled and the waiting one runs
+            answer = waiting.result()
+        assert answer.status_code == 200 and answer.json()["run_result"]["stdout"] == "done\n", answer.text[:300]
         assert post(box, {"code": "print(1)"}).status_code == 200
     finally:
+        running.close()
         box.close()
 
 

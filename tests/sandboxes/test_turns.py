@@ -85,11 +85,15 @@ def test_a_wait_that_times_out_holds_nothing():
 
 
 def test_an_infinite_time_limit_is_no_limit():
+    """``timeout=inf`` waits in line like no limit (polled for: a 0.05 s sleep could end before the thread was in
+    line on a loaded machine)."""
     turns, served = Turns(1), []
     with turns.turn("a"):
         thread = threading.Thread(target=lambda: _hold(turns, "b", float("inf"), served))
         thread.start()
-        time.sleep(0.05)
+        deadline = time.monotonic() + 30
+        while turns.waiting() == 0 and thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.001)
         assert turns.waiting() == 1
     thread.join(10)
     assert served == ["b"] and turns._free == 1
@@ -236,7 +240,8 @@ def test_thousands_of_waiters_of_a_shut_down_executor_all_get_an_error_and_every
     turns = Turns(2)
     executor = concurrent.futures.ThreadPoolExecutor(2)
     release = threading.Event()
-    running = [turns.submit(executor, release.wait, 10, key="k") for _ in range(2)]
+    # held until released, past the 2000 submits however slowly a loaded machine makes them (a cut wait is False)
+    running = [turns.submit(executor, release.wait, 60, key="k") for _ in range(2)]
     waiting = [turns.submit(executor, int, "1", key=("k", n % 3)) for n in range(2000)]
     executor.shutdown(wait=False)
     release.set()

@@ -225,7 +225,16 @@ async def test_announced_sessions_decode_as_one_batch(tokenizer: Any, tiny_model
         assert len({tuple(o["response_ids"][0]) for o in outputs[:3]}) == 1
         for _ in range(3):
             engine.finish_session("done")
-        await asyncio.gather(late(0.0), late(0.3))  # nothing announced: the (zero) time window splits them
+        # nothing announced: the (zero) time window splits them. The second comes once the first's batch has begun
+        # (0.3 s apart could pass before the engine's thread ran, on a loaded machine)
+        first = asyncio.ensure_future(late(0.0))
+
+        async def first_batch_begun() -> None:
+            while engine.stats["batches"] == 1:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(first_batch_begun(), timeout=120)
+        await asyncio.gather(first, late(0.0))
         assert engine.stats["batches"] == 3
         with pytest.raises(ValueError, match="count"):
             engine.expect_sessions(-1)

@@ -666,28 +666,45 @@ def test_sympy_rows_are_graded_by_sympys_runner_on_the_test_patchs_files_with_ba
 
 class _SleepingContainer:
     """A unit-test double of a container whose every command runs until its time limit (the real engine's case is
-    test_swe_docker's): it records the limits it was given."""
+    test_swe_docker's): it records the limits it was given, and moves the tool group's clock on by each, so what
+    is left of a message is exact (real sleeps ran over on a loaded machine and took the second command's share)."""
 
-    def __init__(self) -> None:
+    def __init__(self, monkeypatch) -> None:
+        from skyrl_gym.tools import core
+
         self.limits = []
+        self.clock = _Clock()
+        monkeypatch.setattr(core, "time", self.clock)
 
     def exec(self, command, timeout_s, output_cap=None):
-        import time
-
         self.limits.append(timeout_s)
-        time.sleep(timeout_s)
+        self.clock.now += timeout_s
         return ExecResult(-1, "", timed_out=True, duration_s=timeout_s)
 
 
-def test_the_commands_of_one_message_share_its_time_and_the_next_message_has_its_own():
+class _Clock:
+    """The time module, but ``monotonic()`` reads ``now``."""
+
+    now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name):
+        import time
+
+        return getattr(time, name)
+
+
+def test_the_commands_of_one_message_share_its_time_and_the_next_message_has_its_own(monkeypatch):
     from skyrl_gym.envs.swe.tools import SWEToolGroup
 
-    container = _SleepingContainer()
+    container = _SleepingContainer(monkeypatch)
     tools = SWEToolGroup(container, timeout_s=1.0, message_timeout_s=1.8)
     tools.start_message()
     first, second, third = (tools.bash("sleep 100") for _ in range(3))
     assert first == "(no output)\n[the command ran past 1 s and was killed]"
-    assert container.limits[0] == 1.0 and 0.5 <= container.limits[1] < 0.8  # the second got what was left
+    assert container.limits[0] == 1.0 and container.limits[1] == pytest.approx(0.8)  # the second got what was left
     assert "s left of this message's 1.8 s for its commands and was killed]" in second
     assert third.startswith("Not run: this message's calls used up their 1.8 s.")
     assert len(container.limits) == 2  # the third never reached the container
