@@ -38,8 +38,10 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import difflib
+import functools
 import hashlib
 import json
 import math
@@ -812,6 +814,18 @@ class JudgeClient:
         (an unreadable or cut one too: asked again, it says the same), never a transport failure."""
         return self._judge_by(request, scale, time.monotonic() + self.endpoint.verdict_deadline_s)
 
+    def _no_thread_in_time(self) -> Verdict:
+        """The verdict (an error, counted) of a request whose wait for one of :meth:`ajudge`'s threads took its whole
+        deadline."""
+        with self._lock:
+            self.stats["errors"] += 1
+        return Verdict(
+            score=None,
+            error=f"the verdict's deadline ({self.endpoint.verdict_deadline_s:g} s) passed before a thread of "
+            f"the judge's client was free to ask it ({self._waiters[1].slots if self._waiters else 0} threads "
+            f"were busy with other verdicts): raise judge.deadline_s or judge.max_concurrency",
+        )
+
     def _judge_by(self, request: AnyRequest, scale: float, deadline: float) -> Verdict:
         """:meth:`judge`, its deadline counted from when it was asked (by :meth:`ajudge`, before its wait for a
         thread)."""
@@ -832,15 +846,9 @@ class JudgeClient:
         if waiting is not None:
             return self._wait_for(waiting, deadline)
         if time.monotonic() >= deadline:  # its wait for a thread took the whole deadline: nothing left to ask in
-            verdict = Verdict(
-                score=None,
-                error=f"the verdict's deadline ({self.endpoint.verdict_deadline_s:g} s) passed before a thread of "
-                f"the judge's client was free to ask it ({self._waiters[1].slots if self._waiters else 0} threads "
-                f"were busy with other verdicts): raise judge.deadline_s or judge.max_concurrency",
-            )
+            verdict = self._no_thread_in_time()
             with self._lock:
                 self._in_flight.pop(key, None)
-                self.stats["errors"] += 1
             future.set_result(verdict)
             return verdict
         started = time.perf_counter()
@@ -906,7 +914,10 @@ class JudgeClient:
         """:meth:`judge` from async code, on a thread of this client's own (in the caller's context: whose work it
         is), so the event loop keeps running. asyncio's shared threads served every caller in arrival order before
         any slot was asked for: one serve-env client's judged steps held up another's. The verdict's deadline counts
-        from this call: the wait for a thread is part of it."""
+        from this call: the wait for a thread is part of it, and a verdict still waiting at its deadline is an error
+        then, not when a thread frees."""
+        import asyncio
+
         deadline = time.monotonic() + self.endpoint.verdict_deadline_s
         with self._lock:
             if self._waiters is None:  # made on first use; taken in turns too, or its queue is arrival order again
@@ -914,7 +925,20 @@ class JudgeClient:
                 self._waiters = (concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="judge"),
                                  Turns(threads))
             waiters, turns = self._waiters
-        return await turns.run_in_thread(waiters, self._judge_by, request, scale, deadline)
+        call = turns.submit(waiters, functools.partial(contextvars.copy_context().run, self._judge_by, request,
+                                                       scale, deadline))
+        answer = asyncio.wrap_future(call)
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            if call.cancel():  # still in line for a thread: it will not run, and its place is given back
+                with self._lock:
+                    self.stats["requests"] += 1
+                return self._no_thread_in_time()
+            return await answer  # a thread took it at the last moment: its own deadline bounds it
+        except asyncio.CancelledError:
+            call.cancel()  # the caller gave up: a call still in line never runs
+            raise
 
     def close(self) -> None:
         with self._lock:
