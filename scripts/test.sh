@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: installs what the suite needs and runs every test session.
-#   bash scripts/test.sh                 # everything: core, then vllm beside verl, trl, py310 (and gpu)
+#   bash scripts/test.sh                 # everything: core, then vllm and trl beside verl, py310 (and gpu)
 #   bash scripts/test.sh -s core         # one session; nox arguments pass through
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,10 +33,11 @@ if [ $# -gt 0 ]; then
   exec "${nox[@]}" "$@"
 fi
 
-# The whole suite: core (three pytest workers keep both cores busy while tests wait), then the vllm session beside the verl, trl, gpu
-# and py310 ones. vllm, verl and trl run one test at a time and keep about one core busy each (seen: vllm 2
-# minutes, verl and trl under one each with their environments kept; py310, the hub on Python 3.10, 2): side by side
-# the two lanes take about the time of the longer. vllm's output follows the others'. Every session runs whatever
+# The whole suite: core (three pytest workers keep both cores busy while tests wait), then the vllm and trl sessions
+# beside the verl, gpu and py310 ones. vllm, verl and trl run one test at a time and keep about one core busy each
+# (seen on the 2-core machine: vllm 2-3.5 minutes, trl under one, verl 2-3; py310, the hub on Python 3.10, 3.5):
+# side by side the two lanes take about the time of the longer (trl went beside vllm: the other lane was the
+# longer by more than trl's time). The vllm lane's output follows the others'. Every session runs whatever
 # another's result; the exit status is 1 if any failed. py310 skips, saying why, where there is no Python 3.10.
 status=0
 vllm_log="$(mktemp "${TMPDIR:-/tmp}/skyrl-gym-vllm-session.XXXXXX")"
@@ -56,13 +57,13 @@ if ! wait "$install_pid"; then  # each session installs again itself, and fails 
   cat "$install_log"
 fi
 # In a process group of its own (setsid): a script's background job ignores Ctrl-C, so Ctrl-C stops it from here.
-RAY_TMPDIR="$ray_tmp" setsid -w "${nox[@]}" -s vllm > "$vllm_log" 2>&1 &
+RAY_TMPDIR="$ray_tmp" setsid -w "${nox[@]}" -s vllm trl > "$vllm_log" 2>&1 &
 vllm_pid=$!
-trap 'kill -TERM -- "-$vllm_pid" 2>/dev/null; echo "== stopped; the vllm session too"; exit 130' INT TERM
-"${nox[@]}" -s verl trl gpu py310 || status=1
+trap 'kill -TERM -- "-$vllm_pid" 2>/dev/null; echo "== stopped; the vllm and trl sessions too"; exit 130' INT TERM
+"${nox[@]}" -s verl gpu py310 || status=1
 vllm_status=0
 wait "$vllm_pid" || vllm_status=1
-echo "== the vllm session (it ran beside verl, trl, gpu and py310):"
+echo "== the vllm and trl sessions (they ran beside verl, gpu and py310):"
 cat "$vllm_log"
 [ "$vllm_status" -eq 0 ] || status=1
 echo "== sessions: core, vllm, verl, trl, gpu, py310: $([ "$status" -eq 0 ] && echo "all passed (or skipped)" || echo "at least one FAILED (above)")"
