@@ -119,7 +119,9 @@ def test_the_keep_alive_process_reaps_what_killed_commands_leave(docker_engine):
     deadline)."""
     client = docker_client(docker_engine.base_url)
     with Container(docker_engine.image, client=client) as container:
-        container.exec("for i in $(seq 1 40); do (sleep 1000 &); done", timeout_s=60)  # orphans: PID 1's children
+        # orphans, PID 1's children (their output elsewhere: the exec would wait for its stream until its limit)
+        started = container.exec("for i in $(seq 1 40); do (sleep 1000 > /dev/null 2>&1 &); done", timeout_s=60)
+        assert started.exit_code == 0 and not started.timed_out, started
         container._kill_all_but_init()
         zombies = ('z=0; for f in /proc/[0-9]*/stat; do read -r _ _ state _ < "$f" 2>/dev/null && [ "$state" = Z ] '
                    '&& z=$((z + 1)); done; echo $z')
