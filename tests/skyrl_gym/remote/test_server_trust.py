@@ -530,32 +530,35 @@ def test_a_closed_sessions_kept_answers_leave_the_budget():
         stop()
 
 
+def _health_until(url, predicate, headers=None):
+    """The server's /health once ``predicate`` holds for it (30 s at most: only stops a broken test from hanging)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while True:
+        health = requests.get(f"{url}/health", headers=headers, timeout=10).json()
+        if predicate(health) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.02)
+
+
 def test_a_session_closed_during_a_step_keeps_no_answer(tmp_path):
     """close() dropped the session's kept answers, then the step under way kept its own: bytes counted for a
     session that no longer exists, until the budget pushed out honest answers. The step holds until the close is
     under way (a sleep raced a loaded machine: the step could end before the close, or the close come first)."""
     import concurrent.futures
-    import time
 
     url, stop = _in_process_server()
     gate = tmp_path / "gate"
-
-    def health_until(predicate):
-        deadline = time.monotonic() + 30  # only stops a broken test from hanging
-        while True:
-            health = requests.get(f"{url}/health", timeout=10).json()
-            if predicate(health) or time.monotonic() > deadline:
-                return health
-            time.sleep(0.02)
 
     try:
         session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, timeout=30).json()["session_id"]
         step = {"action": f"wait:{gate}", "request_id": "slow-step"}
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             running = pool.submit(requests.post, f"{url}/sessions/{session}/step", json=step, timeout=30)
-            health_until(lambda h: h["calls_running"] == 1)
+            _health_until(url, lambda h: h["calls_running"] == 1)
             closing = pool.submit(requests.delete, f"{url}/sessions/{session}", timeout=30)
-            health_until(lambda h: h["sessions"] == 0)  # closed; the close waits for the step under way
+            _health_until(url, lambda h: h["sessions"] == 0)  # closed; the close waits for the step under way
             gate.write_text("")
             assert closing.result().json()["closed"] is True
             running.result()
@@ -571,20 +574,11 @@ def test_a_session_runs_its_calls_one_at_a_time_and_refuses_a_queue_of_them(tmp_
     4,100 retries joining one step. Past two requests running, waiting or joining a call, a request is a 429;
     closing the session stops the waiting ones."""
     import concurrent.futures
-    import time
 
     from skyrl_gym.remote.server import MAX_CALLS_PER_SESSION
 
     url, stop = _in_process_server()
     first_gate, second_gate = tmp_path / "first", tmp_path / "second"
-
-    def health_until(predicate):
-        deadline = time.monotonic() + 30  # only stops a broken test from hanging
-        while True:
-            health = requests.get(f"{url}/health", timeout=10).json()
-            if predicate(health) or time.monotonic() > deadline:
-                return health
-            time.sleep(0.02)
 
     try:
         session = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID, "extras": {"max_turns": 9}},
@@ -600,9 +594,9 @@ def test_a_session_runs_its_calls_one_at_a_time_and_refuses_a_queue_of_them(tmp_
 
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             first = step(f"wait:{first_gate}", "r1")
-            health_until(lambda h: h["calls_running"] == 1)
+            _health_until(url, lambda h: h["calls_running"] == 1)
             retry = step(f"wait:{first_gate}", "r1")  # joins the call under way: it counts, and gets its answer
-            health_until(lambda h: h["calls_waiting"] == 1)
+            _health_until(url, lambda h: h["calls_waiting"] == 1)
             # the cap counts the joining retry: another retry of it is refused too (4,100 of them locked clients out)
             assert refused(requests.post(steps, json={"action": "more", "request_id": "q0"}, timeout=30))
             assert refused(requests.post(steps, json={"action": f"wait:{first_gate}", "request_id": "r1"},
@@ -611,13 +605,13 @@ def test_a_session_runs_its_calls_one_at_a_time_and_refuses_a_queue_of_them(tmp_
             assert first.result().status_code == 200 and retry.result().content == first.result().content
             assert first.result().json()["output"]["metadata"]["applied_steps"] == 1
             second = step(f"wait:{second_gate}", "r2")
-            health_until(lambda h: h["calls_running"] == 1 and h["calls_waiting"] == 0)
+            _health_until(url, lambda h: h["calls_running"] == 1 and h["calls_waiting"] == 0)
             third = step("third", "r3")
-            health_until(lambda h: h["calls_waiting"] == 1)
+            _health_until(url, lambda h: h["calls_waiting"] == 1)
             assert all(refused(requests.post(steps, json={"action": "more", "request_id": f"q{n}"}, timeout=30))
                        for n in range(3))
             closing = pool.submit(requests.delete, f"{url}/sessions/{session}", timeout=30)
-            health_until(lambda h: h["sessions"] == 0)  # closed: the third waits for the second, then gives way
+            _health_until(url, lambda h: h["sessions"] == 0)  # closed: the third waits for the second, then gives way
             second_gate.write_text("")
             assert second.result().status_code == 200, second.result().text[:300]
             assert third.result().status_code == 410, third.result().text[:300]
@@ -910,7 +904,6 @@ def test_a_clients_one_step_waits_for_one_free_thread_not_for_another_clients_qu
     judge's wrapper stepped on the loop, its blocking step in threads of asyncio's, outside the env threads, and
     they held up the parsing of every other request's body (an attacker's pass)."""
     import concurrent.futures
-    import time
 
     tokens = {"busy": "b" * 24, "light": "l" * 24}
     headers = {name: {"Authorization": f"Bearer {token}"} for name, token in tokens.items()}
@@ -944,11 +937,8 @@ def test_a_clients_one_step_waits_for_one_free_thread_not_for_another_clients_qu
         _STEP_ORDER.clear()
 
         def wait_for_waiting(count, what):
-            deadline = time.monotonic() + 30
-            while requests.get(f"{url}/health", headers=headers["busy"], timeout=10).json()[
-                    "calls_waiting_for_threads"] < count:
-                assert time.monotonic() < deadline, what
-                time.sleep(0.02)
+            health = _health_until(url, lambda h: h["calls_waiting_for_threads"] >= count, headers["busy"])
+            assert health["calls_waiting_for_threads"] >= count, what
 
         with concurrent.futures.ThreadPoolExecutor(5) as pool:
             queued = [pool.submit(step, "busy", name, "hold") for name in busy]
