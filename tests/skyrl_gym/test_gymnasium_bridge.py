@@ -99,6 +99,17 @@ def test_every_registered_env_has_a_gymnasium_id():
     assert bridge.gymnasium_id("foo-v2") == "skyrl_gym/foo-v2"
 
 
+def test_an_id_gymnasium_cannot_hold_is_skipped_naming_the_lazy_id_with_it():
+    """The reason ended "use skyrl_gym/lazy-v0 with env_id=", the id cut off (a new user's cold run)."""
+    skyrl_gym.register("test_bridge/with space", entry_point=GuessTheWordEnv)
+    try:
+        bridge.sync_registry()
+        assert bridge.skipped["test_bridge/with space"].endswith(
+            f"use {bridge.LAZY_ID} with env_id='test_bridge/with space'")
+    finally:
+        skyrl_gym.deregister("test_bridge/with space")
+
+
 def test_reset_with_prompt_and_extras_then_step_returns_the_five_tuple():
     env = gymnasium.make("skyrl_gym/gsm8k-v0")
     prompt = [{"role": "user", "content": "How many clips?"}]
