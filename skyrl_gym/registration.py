@@ -471,6 +471,12 @@ def unknown_config_keys(env_id: str, env_config: Any) -> Dict[str, str]:
     return problems
 
 
+def envs_reading(key: str) -> List[str]:
+    """The registered ids whose env reads ``key`` from its ``env_config`` (declares it), sorted: where a key set on
+    the wrong env belongs."""
+    return sorted(env_id for env_id in registry if key in (declared_config(env_id) or {}))
+
+
 _CHECKED_CONFIGS: "set[Tuple[str, Tuple[str, ...]]]" = set()  # (env id, the keys set): each said once a process
 
 

@@ -829,6 +829,20 @@ def env_section_problems(cfg: Any) -> List[str]:
                          for key, why in unknown_config_keys(name, set_keys).items()]
     own = dict(cfg.environment.env_config)
     if own and not unregistered_ids([cfg.environment.env_class]):
-        problems += [f"environment.env_config.{key}: {why}"
-                     for key, why in unknown_config_keys(cfg.environment.env_class, own).items()]
+        for key, why in unknown_config_keys(cfg.environment.env_class, own).items():
+            problems.append(f"environment.env_config.{key}: {why}{_where_the_key_belongs(key, cfg)}")
     return problems
+
+
+def _where_the_key_belongs(key: str, cfg: Any) -> str:
+    """For a key of ``environment.env_config`` that ``environment.env_class`` does not read: the envs that do, and
+    how to reach them (the section goes to ``env_class`` alone, whatever the rows' own env classes are)."""
+    from skyrl_gym.registration import envs_reading
+
+    readers = envs_reading(key)
+    if not readers:
+        return ""
+    first = readers[0]
+    shown = ", ".join(readers[:3]) + (f" and {len(readers) - 3} more" if len(readers) > 3 else "")
+    return (f"; environment.env_config goes to environment.env_class ({cfg.environment.env_class!r}), and "
+            f"{key!r} is read by {shown}: set environment.skyrl_gym.{first}.{key}, or environment.env_class={first}")

@@ -232,6 +232,21 @@ def test_a_key_its_env_does_not_read_fails_the_check(data_file, tmp_path, capsys
                                     "environment.env_config.boxed_wrong_reward=0.2")]) == 0, capsys.readouterr()
 
 
+def test_a_key_set_for_the_default_env_class_says_which_env_reads_it(data_file, capsys):
+    """With multiply rows and the default env_class (gsm8k), `environment.env_config.boxed_wrong_reward` was refused
+    as a key gsm8k does not read, with no word of where it goes (a new user's cold run)."""
+    assert main(["--check", *_valid(data_file, "environment.env_config.boxed_wrong_reward=0.1")]) == 2
+    err = capsys.readouterr().err
+    assert ("- environment.env_config.boxed_wrong_reward: env 'gsm8k' has no env_config key 'boxed_wrong_reward' "
+            "(it reads no env_config key); environment.env_config goes to environment.env_class ('gsm8k'), and "
+            "'boxed_wrong_reward' is read by multiply: set environment.skyrl_gym.multiply.boxed_wrong_reward, or "
+            "environment.env_class=multiply") in err, err
+    # a key no env reads gets no such hint
+    assert main(["--check", *_valid(data_file, "environment.env_config.no_env_reads_this=1")]) == 2
+    err = capsys.readouterr().err
+    assert "env 'gsm8k' has no env_config key 'no_env_reads_this'" in err and "is read by" not in err
+
+
 def test_unknown_env_class_fails_the_check_with_close_matches(data_file, tmp_path, capsys):
     assert main(["--check", *_valid(data_file, "environment.env_class=gsm9k")]) == 2
     err = capsys.readouterr().err
