@@ -176,7 +176,8 @@ STOPPED_AT_ONCE = ("interrupted: stopped at once (Ctrl-C again, or outside the t
 
 def finished_line(result: Mapping[str, Any], ckpt_interval: Any = None) -> str:
     """The run's last line: where it ended, what it wrote (the checkpoint, or that none was saved with the
-    ``trainer.ckpt_interval`` that said so, and the Hugging Face export when there is one), and, for a run
+    ``trainer.ckpt_interval`` that said so, and the Hugging Face export when there is one; when there is neither,
+    that the weights were not kept and how to keep them), and, for a run
     that resumed (the default ``trainer.ckpt_path`` is shared by every run that does not set its own), from
     where and how many steps it trained."""
     checkpoint = result.get("checkpoint")
@@ -185,6 +186,9 @@ def finished_line(result: Mapping[str, Any], ckpt_interval: Any = None) -> str:
     line = f"finished at step {result['global_step']}; {saved}"
     if result.get("export"):
         line += f"; Hugging Face export: {result['export']}"
+    elif not checkpoint:  # a first run with the defaults trained a model and wrote none of it
+        line += (" and no Hugging Face export: the trained weights were not kept (trainer.hf_save_interval=N exports "
+                 "them every N steps and at the end, trainer.ckpt_interval=N checkpoints them)")
     resumed, trained = result.get("resumed_from"), result.get("steps_trained")
     if resumed and trained == 0:
         return (f"{line}\nnothing was trained: this run resumed from {resumed}, already at its last step "

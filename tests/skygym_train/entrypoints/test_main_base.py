@@ -408,12 +408,15 @@ def test_a_resumed_run_on_the_cli_says_so_in_one_warning_line(tiny_chat_model, t
 
 def test_a_run_without_checkpoints_ends_saying_none_was_saved_and_why(tiny_chat_model, toy_data, tmp_path,
                                                                       capsys):
-    """The last line said `checkpoint: None` (a Python repr)."""
+    """The last line said `checkpoint: None` (a Python repr); and with neither a checkpoint nor an export, nothing
+    said that the trained weights were gone (a new user's cold run)."""
     from tests.skygym_train.toy_envs import toy_overrides
 
     assert main(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1})) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last == "finished at step 1; no checkpoint saved (trainer.ckpt_interval=-1)"
+    assert last == ("finished at step 1; no checkpoint saved (trainer.ckpt_interval=-1) and no Hugging Face export: "
+                    "the trained weights were not kept (trainer.hf_save_interval=N exports them every N steps and at "
+                    "the end, trainer.ckpt_interval=N checkpoints them)")
 
 
 def test_a_run_that_exports_names_the_export_in_its_last_line(tiny_chat_model, toy_data, tmp_path, capsys):
