@@ -1180,6 +1180,7 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
     :func:`before_starting_problems`'s. ``turn_limits``, when given, is filled with each env_class's largest
     turn limit before ``generator.max_turns`` caps it (from the same envs: :func:`max_turns_warnings`)."""
     from skyrl_gym.episode import check_env_row
+    from skyrl_gym.errors import EnvConfigError
     from skyrl_gym.registration import unregistered_ids
 
     # (train 0 / val 1, position in the reading) of each row and problem: the problems are listed in file order
@@ -1194,9 +1195,14 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
     found += [(first[env_id][0], f"{first[env_id][1]}: env_class={env_id}: {why}") for env_id, why in unknown.items()
               if env_id != cfg.environment.env_class]  # named as environment.env_class (before_starting_problems)
     configs = env_configs(cfg)
+    refused_configs: Dict[str, str] = {}  # env_class -> what its env said of its env_config (once, not per row)
     for part, at, place, row in rows:
-        if row["env_class"] not in unknown:
-            problem, limit = check_env_row(row, configs.get(row["env_class"]))
+        if row["env_class"] not in unknown and row["env_class"] not in refused_configs:
+            try:
+                problem, limit = check_env_row(row, configs.get(row["env_class"]))
+            except EnvConfigError as exc:
+                refused_configs[row["env_class"]] = f"{_config_keys_of(cfg, row['env_class'])}: {exc}"
+                continue
             if turn_limits is not None and limit is not None:
                 turn_limits[row["env_class"]] = max(limit, turn_limits.get(row["env_class"], 0))
             if problem:
@@ -1205,7 +1211,17 @@ def rows_problems(cfg: Any, train: DatasetRows, val: DatasetRows, count_train: b
     if len(bad_rows) > MAX_ROW_PROBLEMS:
         more = len(bad_rows) - MAX_ROW_PROBLEMS
         bad_rows = bad_rows[:MAX_ROW_PROBLEMS] + [f"... and {more} more bad row(s), not listed"]
-    return bad_rows + (batch_size_problems(cfg, len(train.rows)) if count_train and train.whole else [])
+    return (list(refused_configs.values()) + bad_rows
+            + (batch_size_problems(cfg, len(train.rows)) if count_train and train.whole else []))
+
+
+def _config_keys_of(cfg: Any, env_class: str) -> str:
+    """Where ``env_class``'s ``env_config`` is set: ``environment.skyrl_gym.<id>``, and ``environment.env_config``
+    when it is ``environment.env_class`` (:func:`~skygym_train.generation.env_configs`)."""
+    where = f"environment.skyrl_gym.{env_class}"
+    if env_class == cfg.environment.env_class and dict(cfg.environment.env_config):
+        where += " / environment.env_config"
+    return where
 
 
 def default_env_class_warnings(cfg: Any, train: DatasetRows, val: DatasetRows) -> List[str]:

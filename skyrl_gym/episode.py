@@ -420,10 +420,11 @@ def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optio
 
     The env is built for the row as an episode builds it (:func:`make_env_factory` with the row's
     extras), which is where each env checks the columns it reads: ``reward_spec.ground_truth`` above all. Nothing
-    is played. Anything else the build raises is the env's or the machine's, not the row's: it surfaces when the
-    env runs. The row must hold a registered ``env_class``."""
+    is played. An ``env_config`` value the env refuses raises its :class:`~skyrl_gym.errors.EnvConfigError` (the
+    config's, not the row's: every row of the env would say it). Anything else the build raises is the env's or
+    the machine's, not the row's: it surfaces when the env runs. The row must hold a registered ``env_class``."""
     from skyrl_gym.data import row_extras
-    from skyrl_gym.errors import DataError
+    from skyrl_gym.errors import EnvConfigError, DataError
 
     if _lives_elsewhere(row["env_class"]):
         return None, None  # building it is a call to an env service or a Ray actor, per row: the run checks it
@@ -432,6 +433,8 @@ def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optio
         env = make_env_factory(row["env_class"], env_config, extras)()
     except DataError as exc:
         return str(exc), None
+    except EnvConfigError:
+        raise
     except Exception:  # the env's own failure, not the row's (the run reports it)
         return None, None
     env_max_turns = own_max_turns(env)

@@ -21,6 +21,11 @@ class DataError(Error, ValueError):
     """A dataset row is malformed; the message names the row number and the field."""
 
 
+class EnvConfigError(Error, ValueError):
+    """An ``env_config`` value the env refuses; the message names the env, the key and the value. Also a
+    ``ValueError``, as these were before."""
+
+
 class MissingRewardSpec(DataError, AssertionError):
     """A row lacks ``reward_spec`` or its ``ground_truth``. Also an ``AssertionError``, as SkyRL-gym's envs
     raise one (``assert "reward_spec" in extras, "reward_spec field is required"``)."""

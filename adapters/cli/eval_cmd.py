@@ -178,7 +178,14 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for line in _turn_cap_warnings(rows, args.env, env_config, args.max_turns):
+    from skyrl_gym.errors import EnvConfigError
+
+    try:
+        cap_warnings = _turn_cap_warnings(rows, args.env, env_config, args.max_turns)
+    except EnvConfigError as exc:  # before the model loads: every trajectory would fail on it
+        print(f"error: --env-config: {exc}", file=sys.stderr)
+        return 2
+    for line in cap_warnings:
         print(f"warning: {line}", file=sys.stderr)
     config = RolloutConfig(
         sampling_params=sampling,  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
 from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.lcb.grading import extract_last_code_block, grade, parse_tests
-from skyrl_gym.errors import DataError
+from skyrl_gym.errors import EnvConfigError, DataError
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class LCBEnv(BaseTextEnv):
         if config.get("total_timeout") is not None:
             self.total_timeout = config_number(config, "total_timeout", None, "lcb")
             if not 0 < self.total_timeout < float("inf"):
-                raise ValueError(f"env 'lcb': env_config.total_timeout must be a number of seconds above 0, got "
+                raise EnvConfigError(f"env 'lcb': env_config.total_timeout must be a number of seconds above 0, got "
                                  f"{config['total_timeout']!r}")
         self._sandbox = sandbox
         self._config = env_config

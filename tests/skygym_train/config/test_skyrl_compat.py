@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,24 @@ def test_a_key_set_for_the_default_env_class_says_which_env_reads_it(data_file, 
     assert main(["--check", *_valid(data_file, "environment.env_config.no_env_reads_this=1")]) == 2
     err = capsys.readouterr().err
     assert "env 'gsm8k' has no env_config key 'no_env_reads_this'" in err and "is read by" not in err
+
+
+def test_a_value_the_env_refuses_fails_the_check_once_naming_where_it_is_set(tmp_path, capsys):
+    """`environment.skyrl_gym.multiply.boxed_wrong_reward=abc` passed `--check` (the env's refusal was taken for
+    the env's own failure, left to the run), then failed the run (a new user's cold run). It is said once, not
+    once per row."""
+    rows = tmp_path / "rows.jsonl"
+    row = {"prompt": [{"role": "user", "content": "2 * 3"}], "env_class": "multiply", "reward_spec": {"ground_truth": "6"}}
+    rows.write_text((json.dumps(row) + "\n") * 3)
+    sizes = ("trainer.train_batch_size=1", "trainer.policy_mini_batch_size=1")
+    assert main(["--check", *_valid(str(rows), *sizes, "environment.skyrl_gym.multiply.boxed_wrong_reward=abc")]) == 2
+    err = capsys.readouterr().err
+    said = "- environment.skyrl_gym.multiply: env 'multiply': env_config.boxed_wrong_reward must be a number, got 'abc'"
+    assert err.count(said) == 1, err
+    assert main(["--check", *_valid(str(rows), *sizes, "environment.env_class=multiply",
+                                    "environment.env_config.boxed_wrong_reward=abc")]) == 2
+    assert ("- environment.skyrl_gym.multiply / environment.env_config: env 'multiply': env_config.boxed_wrong_reward "
+            "must be a number") in capsys.readouterr().err
 
 
 def test_unknown_env_class_fails_the_check_with_close_matches(data_file, tmp_path, capsys):

@@ -250,6 +250,11 @@ def test_eval_refuses_an_unknown_env_or_model_before_loading_anything(
     assert main(["eval", "--data", str(data), "--env", "math", "--env-config", '{"verify_timout": 5}', *model]) == 2
     assert capsys.readouterr().err == ("error: --env-config: env 'math' has no env_config key 'verify_timout' "
                                        "(did you mean 'verify_timeout'? it reads: verify_timeout)\n")
+    # a value the env refuses: every trajectory failed on it, after the model had loaded
+    data.write_text(json.dumps({**gsm8k_rows()[0], "env_class": "multiply"}))
+    assert main(["eval", "--data", str(data), "--env-config", '{"boxed_wrong_reward": "abc"}', *model]) == 2
+    assert capsys.readouterr().err == ("error: --env-config: env 'multiply': env_config.boxed_wrong_reward must be "
+                                       "a number, got 'abc'\n")
 
 
 def test_eval_exits_non_zero_when_an_episode_errored_unless_errors_are_allowed(
