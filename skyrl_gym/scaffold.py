@@ -52,7 +52,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from skyrl_gym import BaseTextEnv, StepOutput
-from skyrl_gym.errors import DataError
+from skyrl_gym.errors import DataError, EnvConfigError
 from skyrl_gym.tools.parsers import extract_tag
 
 
@@ -71,8 +71,8 @@ class {cls}(BaseTextEnv):
                             "skyrl_gym.datasets.build_rows({name!r}, size=N)")
         self.word = word
         max_turns = self.env_config.get("max_turns", self.config_defaults["max_turns"])
-        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:  # say which key is wrong
-            raise ValueError(f"env {name!r}: env_config.max_turns must be a whole number >= 1, got {{max_turns!r}}")
+        if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:  # `--check` names it
+            raise EnvConfigError(f"env {name!r}: env_config.max_turns must be a whole number >= 1, got {{max_turns!r}}")
         self.max_turns = max_turns
 
     def step(self, action: str) -> StepOutput:
