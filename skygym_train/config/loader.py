@@ -151,8 +151,9 @@ def _value_problem(schema_cfg: DictConfig, exc: OmegaConfBaseException) -> str:
     value = getattr(exc, "value", None)
     if isinstance(node, ListConfig):
         shown = str(value) if not str(value).startswith(("[", "{")) else "..."
+        leaf = str(key).rsplit(".", 1)[-1]
         return (f"{key}={value}: expected a list, e.g. {key}=\"['{shown}']\" "
-                "(quoted, so the shell keeps the brackets)")
+                f"(quoted, so the shell keeps the brackets; in a config file, {leaf}: [{shown}])")
     expected = next((text for kind, text in _EXPECTED.items() if isinstance(node, kind)), None)
     if expected is None and _is_open_dict_field(node):
         expected = f"a mapping: set its entries as {key}.NAME=VALUE"

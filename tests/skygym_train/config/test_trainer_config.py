@@ -139,7 +139,7 @@ def test_every_key_and_value_problem_is_named_with_the_other_checks_in_one_run(d
         "'nonsense': overrides are written key=value (e.g. trainer.epochs=2)",
         "trainer.algoritm.advantage_estimator: unknown key 'algoritm' in trainer; did you mean 'algorithm'?",
         "data.train_data=x.jsonl: expected a list, e.g. data.train_data=\"['x.jsonl']\" (quoted, so the shell keeps "
-        "the brackets)",
+        "the brackets; in a config file, train_data: [x.jsonl])",
         "trainer.epochs=two: expected an integer",
         "trainer.max_prompt_length=long: expected an integer",
         "trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4: set it to a divisor of 10, "

@@ -228,7 +228,7 @@ def test_a_refused_value_does_not_bring_problems_of_the_default_that_stood_in(tm
     listed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  - ")]
     assert listed == [
         "  - data.train_data=x.jsonl: expected a list, e.g. data.train_data=\"['x.jsonl']\" (quoted, so the shell "
-        "keeps the brackets)",
+        "keeps the brackets; in a config file, train_data: [x.jsonl])",
         "  - trainer.epochs=two: expected an integer",
         "  - trainer.policy.model.path: not set (a local folder, hub id or 'smollm2-135m')",
         "  - trainer.train_batch_size=10 is not a multiple of trainer.policy_mini_batch_size=4: set it to a divisor "
