@@ -280,13 +280,32 @@ class Turns:
             done.add_done_callback(lambda future: future.cancelled() and self._withdraw(waiter))
         return done
 
-    async def run_in_thread(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any) -> T:
+    async def run_in_thread(self, executor: concurrent.futures.Executor, fn: Callable[..., T], *args: Any,
+                            start_by: Optional[float] = None) -> T:
         """``await`` ``fn(*args)`` run by :meth:`submit` on ``executor``, in the caller's turn and a copy of its
-        context (whose work it is, for the turns of the pools ``fn`` reaches)."""
+        context (whose work it is, for the turns of the pools ``fn`` reaches). With ``start_by`` (a
+        ``time.monotonic()`` time), a call still waiting for its turn or a thread then raises :class:`NotStarted`
+        and never runs (its place is given back); one a thread took by then is awaited to its end."""
         import asyncio
+        import time
 
-        call = functools.partial(contextvars.copy_context().run, fn, *args)
-        return await asyncio.wrap_future(self.submit(executor, call))
+        call = self.submit(executor, functools.partial(contextvars.copy_context().run, fn, *args))
+        answer = asyncio.wrap_future(call)
+        if start_by is None:
+            return await answer
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), max(0.0, start_by - time.monotonic()))
+        except asyncio.TimeoutError:
+            if call.cancel():  # still in line: it will not run
+                raise NotStarted("the call was still waiting for its turn or a thread at its start-by time") from None
+            return await answer  # a thread took it at the last moment
+        except asyncio.CancelledError:
+            call.cancel()  # the caller gave up: a call still in line never runs
+            raise
+
+
+class NotStarted(TimeoutError):
+    """A :meth:`Turns.run_in_thread` call that had not started by its ``start_by`` time: it never runs."""
 
 
 _every_turns: "weakref.WeakSet[Turns]" = weakref.WeakSet()

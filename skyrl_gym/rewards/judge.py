@@ -38,10 +38,8 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import contextvars
 import dataclasses
 import difflib
-import functools
 import hashlib
 import json
 import math
@@ -53,7 +51,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from skygym_sandboxes.origins import origin, same_origin
-from skygym_sandboxes.turns import Turns
+from skygym_sandboxes.turns import NotStarted, Turns
 from skyrl_gym.errors import Error
 from skyrl_gym.tools.search import RetryPolicy
 
@@ -916,8 +914,6 @@ class JudgeClient:
         any slot was asked for: one serve-env client's judged steps held up another's. The verdict's deadline counts
         from this call: the wait for a thread is part of it, and a verdict still waiting at its deadline is an error
         then, not when a thread frees."""
-        import asyncio
-
         deadline = time.monotonic() + self.endpoint.verdict_deadline_s
         with self._lock:
             if self._waiters is None:  # made on first use; taken in turns too, or its queue is arrival order again
@@ -925,20 +921,12 @@ class JudgeClient:
                 self._waiters = (concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="judge"),
                                  Turns(threads))
             waiters, turns = self._waiters
-        call = turns.submit(waiters, functools.partial(contextvars.copy_context().run, self._judge_by, request,
-                                                       scale, deadline))
-        answer = asyncio.wrap_future(call)
-        try:
-            return await asyncio.wait_for(asyncio.shield(answer), max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
-            if call.cancel():  # still in line for a thread: it will not run, and its place is given back
-                with self._lock:
-                    self.stats["requests"] += 1
-                return self._no_thread_in_time()
-            return await answer  # a thread took it at the last moment: its own deadline bounds it
-        except asyncio.CancelledError:
-            call.cancel()  # the caller gave up: a call still in line never runs
-            raise
+        try:  # a call a thread takes at the last moment is bounded by the same deadline inside
+            return await turns.run_in_thread(waiters, self._judge_by, request, scale, deadline, start_by=deadline)
+        except NotStarted:
+            with self._lock:
+                self.stats["requests"] += 1
+            return self._no_thread_in_time()
 
     def close(self) -> None:
         with self._lock:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from skygym_sandboxes.turns import Turns, _Waiter, turn_key
+from skygym_sandboxes.turns import NotStarted, Turns, _Waiter, turn_key
 
 
 def _queue(turns: Turns, key, served: list, hold_s: float = 0.0) -> threading.Thread:
@@ -150,6 +150,33 @@ def test_submitted_calls_are_served_by_key_and_one_cancelled_while_waiting_holds
         return served
 
     assert asyncio.run(main()) == ["b", "a", "a"]
+
+
+def test_a_call_not_started_by_its_start_by_time_never_runs_and_holds_nothing():
+    """The judge's async verdicts waited for a thread past their deadline, however long (a helper's pass):
+    ``run_in_thread(start_by=)`` gives up on a call still in line then, and the call never runs; one already
+    running is awaited to its end."""
+    async def main() -> list:
+        turns, ran = Turns(1), []
+        executor = concurrent.futures.ThreadPoolExecutor(1)
+        with turns.turn("holder"):  # the one slot, held past the start-by time
+            with pytest.raises(NotStarted):
+                await turns.run_in_thread(executor, ran.append, "late", start_by=time.monotonic() + 0.2)
+            assert turns.waiting() == 0
+        start_by = time.monotonic() + 2  # room for a loaded machine to start it; it runs on past that time
+
+        def past_start_by() -> str:
+            while time.monotonic() < start_by + 0.3:
+                time.sleep(0.05)
+            return "ran to its end"
+
+        assert await turns.run_in_thread(executor, past_start_by, start_by=start_by) == "ran to its end"
+        assert await turns.run_in_thread(executor, ran.append, "free", start_by=time.monotonic() + 30) is None
+        executor.shutdown()
+        assert turns._free == 1 and not turns._held
+        return ran
+
+    assert asyncio.run(main()) == ["free"]
 
 
 def test_a_submitted_call_gives_its_slot_back_from_its_thread_with_no_event_loop_running():
