@@ -424,7 +424,7 @@ def check_env_row(row: Mapping[str, Any], env_config: Any = None) -> Tuple[Optio
     config's, not the row's: every row of the env would say it). Anything else the build raises is the env's or
     the machine's, not the row's: it surfaces when the env runs. The row must hold a registered ``env_class``."""
     from skyrl_gym.data import row_extras
-    from skyrl_gym.errors import EnvConfigError, DataError
+    from skyrl_gym.errors import DataError, EnvConfigError
 
     if _lives_elsewhere(row["env_class"]):
         return None, None  # building it is a call to an env service or a Ray actor, per row: the run checks it

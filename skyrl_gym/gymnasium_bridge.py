@@ -375,7 +375,8 @@ def sync_registry() -> Dict[str, str]:
     for env_id in sorted(skyrl_gym.registry, key=lambda i: parse_env_id(i)[1] is None):
         name, _ = parse_env_id(env_id)
         if not _GYM_NAME_RE.match(name):
-            skipped[env_id] = f"Gymnasium ids allow only letters, digits, '_', '-', '.'; use {LAZY_ID} with env_id={env_id!r}"
+            skipped[env_id] = (f"Gymnasium ids allow only letters, digits, '_', '-', '.'; use {LAZY_ID} with "
+                               f"env_id={env_id!r}")
             continue
         gym_id = gymnasium_id(env_id)
         if gym_id in wanted:

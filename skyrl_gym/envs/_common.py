@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Dict, Mapping, Optional
 
-from skyrl_gym.errors import EnvConfigError, DataError, MissingRewardSpec
+from skyrl_gym.errors import DataError, EnvConfigError, MissingRewardSpec
 
 # Rule-based rewards only need the end of a long answer; scanning 10 MB of text per step would turn
 # one adversarial sample into a stalled batch. Envs score at most this many trailing characters.
@@ -49,7 +49,7 @@ def require_ground_truth(extras: Optional[Mapping[str, Any]], env_id: str, field
 
 
 def config_number(config: Mapping[str, Any], key: str, default: Any, env_id: str, kind: type = float) -> Any:
-    """``env_config[key]`` as a ``kind`` (``float`` or ``int``), or a ``EnvConfigError`` that names the env, the
+    """``env_config[key]`` as a ``kind`` (``float`` or ``int``), or an ``EnvConfigError`` that names the env, the
     key and the value (``float('x')`` alone said ``could not convert string to float: 'x'``)."""
     value = config.get(key, default)
     try:

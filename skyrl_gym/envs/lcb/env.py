@@ -11,7 +11,7 @@ from skyrl_gym.envs._code_sandbox import config_dict, sandbox_for
 from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.envs.lcb.grading import extract_last_code_block, grade, parse_tests
-from skyrl_gym.errors import EnvConfigError, DataError
+from skyrl_gym.errors import DataError, EnvConfigError
 
 logger = logging.getLogger(__name__)
 
