@@ -33,9 +33,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from skygym_adapters.engines.base import (
     BaseInferenceEngine,
     EngineError,
+    check_reachable,
     resolve_sampling,
     served_model_name,
-    unreachable_hint,
 )
 from skygym_adapters.engines.http_sessions import LoopSessions
 
@@ -110,23 +110,13 @@ class OpenAIChatBackend:
         return self.model
 
     async def check_reachable(self) -> None:
-        """Raise an :class:`EngineError` when nothing answers at ``base_url`` (refused, no route, no such host), so
-        that a command can say so once, before its trajectories, instead of each of them failing on it. Any HTTP
-        answer counts (a server without ``/v1/models``, or one that wants a key, answered); without a model name
-        the name is asked here, as the first chat would."""
+        """Raise an :class:`EngineError` when nothing answers at ``base_url`` (see
+        :func:`~skygym_adapters.engines.base.check_reachable`); without a model name the name is asked here, as the
+        first chat would."""
         if self.model is None:
             await self._model_name()
             return
-        import aiohttp
-
-        try:
-            async with self._http.get().get(self.root_url + "/v1/models",
-                                            timeout=aiohttp.ClientTimeout(total=min(self.timeout, 30.0))):
-                pass
-        except OSError as exc:
-            hint = unreachable_hint(exc, "an OpenAI-compatible server", self.root_url)
-            if hint:
-                raise EngineError(f"nothing answers at {self.root_url} ({type(exc).__name__}: {exc}){hint}") from exc
+        await check_reachable(self._http.get(), self.root_url, min(self.timeout, 30.0))
 
     @staticmethod
     def payload_sampling(params: Mapping[str, Any]) -> Dict[str, Any]:

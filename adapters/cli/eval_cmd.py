@@ -215,6 +215,9 @@ def run(args: argparse.Namespace) -> int:
 
     async def main() -> Any:
         try:
+            check_reachable = getattr(engine, "check_reachable", None)
+            if check_reachable is not None:  # a server that is not there: said once, before the progress bar
+                await check_reachable()
             return await evaluate(rows, engine, tokenizer, args.samples, config, env_class=args.env,
                                   progress=not args.no_progress, on_trajectory=finished.__setitem__)
         finally:

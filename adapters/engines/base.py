@@ -40,6 +40,23 @@ async def served_model_name(session: Any, root_url: str, how_to_name: str) -> st
                           ) from exc
 
 
+async def check_reachable(session: Any, root_url: str, timeout_s: float, path: str = "/v1/models",
+                          server: str = "an OpenAI-compatible server") -> None:
+    """Raise an :class:`EngineError` when nothing answers at ``root_url`` (refused, no route, no such host), so that
+    a command can say so once, before its rollouts, instead of each of them failing on it: a ``GET path`` through
+    the aiohttp ``session``, where any HTTP answer counts (a server without that route, or one that wants a key,
+    answered). ``server`` names what should be running there, in the hint."""
+    import aiohttp
+
+    try:
+        async with session.get(root_url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)):
+            pass
+    except OSError as exc:
+        hint = unreachable_hint(exc, server, root_url)
+        if hint:
+            raise EngineError(f"nothing answers at {root_url} ({type(exc).__name__}: {exc}){hint}") from exc
+
+
 @dataclass(frozen=True)
 class ResolvedSampling:
     """Sampling parameters with defaults filled in and validated; hashable so requests can be grouped."""

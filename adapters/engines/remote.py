@@ -24,6 +24,7 @@ from skygym_adapters.engines.base import (
     ResolvedSampling,
     SequenceResult,
     assemble_output,
+    check_reachable,
     resolve_sampling,
     served_model_name,
     unreachable_hint,
@@ -119,6 +120,15 @@ class RemoteEngine(BaseInferenceEngine):
         if self.model is None:
             self.model = await served_model_name(self._session(), self.root_url, self._name_hint)
         return self.model
+
+    async def check_reachable(self) -> None:
+        """Raise an :class:`EngineError` when nothing answers at ``base_url`` (see
+        :func:`~skygym_adapters.engines.base.check_reachable`), so that a command says so before its rollouts;
+        without a model name the name is asked here, as the first request would."""
+        if self.model is None:
+            await self._model_name()
+            return
+        await check_reachable(self._session(), self.root_url, min(self.timeout_s, 30.0))
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:

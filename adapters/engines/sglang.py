@@ -27,6 +27,7 @@ from skygym_adapters.engines.base import (
     ResolvedSampling,
     SequenceResult,
     assemble_output,
+    check_reachable,
     resolve_sampling,
     unreachable_hint,
     validate_prompts,
@@ -35,6 +36,7 @@ from skygym_adapters.engines.http_sessions import LoopSessions
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
+_SERVER = "an SGLang server (python -m sglang.launch_server ...)"
 
 
 class SGLangEngine(BaseInferenceEngine):
@@ -73,6 +75,11 @@ class SGLangEngine(BaseInferenceEngine):
         self._http = LoopSessions(self.api_key, self.timeout_s, self.max_concurrency)
         self.weight_version = 0
 
+    async def check_reachable(self) -> None:
+        """Raise an :class:`EngineError` when nothing answers at ``base_url`` (see
+        :func:`~skygym_adapters.engines.base.check_reachable`), so that a command says so before its rollouts."""
+        await check_reachable(self._session(), self.base_url, min(self.timeout_s, 30.0), "/health", _SERVER)
+
     def _session(self) -> Any:
         return self._http.get()
 
@@ -86,7 +93,7 @@ class SGLangEngine(BaseInferenceEngine):
         except EngineError:
             raise
         except Exception as exc:
-            hint = unreachable_hint(exc, "an SGLang server (python -m sglang.launch_server ...)", self.base_url)
+            hint = unreachable_hint(exc, _SERVER, self.base_url)
             raise EngineError(f"{method} {self.base_url}{path} failed: {type(exc).__name__}: {exc}{hint}") from exc
 
     # ------------------------------------------------------------------ protocol

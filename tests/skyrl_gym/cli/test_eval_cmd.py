@@ -84,20 +84,30 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def test_eval_against_a_server_that_is_down_is_one_error_line(tmp_path: Path, tiny_model: Path) -> None:
-    """It was a 40-line EngineError traceback and then "Unclosed client session"."""
+@pytest.mark.parametrize("engine, served", [("remote", None), ("remote", "m"), ("sglang", None)])
+def test_eval_against_a_server_that_is_down_is_one_error_line_before_any_progress(
+        tmp_path: Path, tiny_model: Path, engine: str, served: "str | None") -> None:
+    """It was a 40-line EngineError traceback and then "Unclosed client session"; then one line, but after a
+    progress bar that ran to 100% as each rollout failed on the server in turn (and with --served-model, or
+    SGLang's engine, a line per rollout's failure). The server is now asked once, before the bar."""
     from tests.adapters.http_test_servers import _free_port
 
     data = tmp_path / "rows.jsonl"
-    data.write_text(json.dumps(gsm8k_rows()[0]))
+    data.write_text("".join(json.dumps(row) + "\n" for row in gsm8k_rows()[:3]))
     url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
-    done = run_cli("eval", "--data", str(data), "--engine", "remote", "--base-url", url, "--model", str(tiny_model),
-                   "-n", "1", "--no-progress", cwd=tmp_path)
+    done = run_cli("eval", "--data", str(data), "--engine", engine, "--base-url", url, "--model", str(tiny_model),
+                   "-n", "2", *(("--served-model", served) if served else ()), cwd=tmp_path)
     assert done.returncode == 1, done.stderr
-    assert done.stderr.startswith(f"error: could not ask {url}/v1/models for the model name"), done.stderr
-    assert f"check that an OpenAI-compatible server is running at {url}" in done.stderr
-    assert done.stderr.strip().endswith("name the model: --served-model NAME"), done.stderr  # the flag, not Python
-    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # no traceback, no unclosed-session warning
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # no bar, no traceback, no unclosed session
+    if served is None and engine == "remote":
+        assert done.stderr.startswith(f"error: could not ask {url}/v1/models for the model name"), done.stderr
+        assert f"check that an OpenAI-compatible server is running at {url}" in done.stderr
+        assert done.stderr.strip().endswith("name the model: --served-model NAME"), done.stderr  # the flag
+    else:
+        server = "an OpenAI-compatible server" if engine == "remote" else "an SGLang server"
+        assert done.stderr.startswith(f"error: nothing answers at {url} ("), done.stderr
+        assert f"check that {server}" in done.stderr and done.stderr.strip().endswith(f"is running at {url}")
+    assert not (tmp_path / "eval_trajectories.jsonl").exists()
 
 
 def test_eval_with_an_engine_whose_package_is_missing_is_one_error_line(tmp_path: Path) -> None:
