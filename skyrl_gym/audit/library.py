@@ -225,6 +225,40 @@ ANSWER_HACKS: Sequence[Hack] = (
          fix=_LOOK_ALIKE_FIX),
 )
 
+def _digits_joined_by(joint: str) -> Callable[[AuditCase], Optional[str]]:
+    """The right answer's digits with ``joint`` between the first and the rest: what a normaliser deletes
+    (``\\;``, ``\\text{}``) joins them again, while the LaTeX names another value (``1\\;8`` is read as 8 or 9)."""
+    def build(case: AuditCase) -> Optional[str]:
+        answer = (case.answer or "").strip()
+        if not re.fullmatch(r"\d{2,}", answer):
+            return None
+        return case.reply(f"{answer[0]}{joint.format(answer[1:])}")
+
+    return build
+
+
+def _unit_power(case: AuditCase) -> Optional[str]:
+    """The right number raised to a unit's power: ``18\\text{}^2`` names 324, but Minerva's normaliser deletes
+    ``\\text{}^2`` (a leftover of ``\\text{cm}^2``) and reads 18."""
+    answer = (case.answer or "").strip()
+    return case.reply(f"{answer}\\text{{}}^2") if re.fullmatch(r"\d+", answer) and int(answer) > 1 else None
+
+
+_NORMALISER_FIX = ("compare the normalised text only where normalising changed no value: skip it when the answer "
+                   "has a power, spacing, dots, \\text{} or a comma between digits, and let the math reader decide")
+
+# For an env whose reference reader is a math parser (math-verify): LaTeX that names another value than the right
+# answer, which Minerva's normaliser turns into the right answer's text. (aime's one reader is that normaliser,
+# SkyRL-gym's rule: what it deletes is its own reading, and its profile plays none of these.)
+NORMALISER_HACKS: Sequence[Hack] = (
+    Hack("digits joined by deleted spacing", "latex", _digits_joined_by("\\;{}"),
+         "the right digits with `\\;` between them, which names another value", fix=_NORMALISER_FIX),
+    Hack("digits joined by unwrapped text", "latex", _digits_joined_by("\\text{{{}}}"),
+         "the right digits, the last ones in `\\text{}`, which names another value", fix=_NORMALISER_FIX),
+    Hack("a unit's power on the answer", "latex", _unit_power,
+         "the right number with `\\text{}^2` after it: its square", fix=_NORMALISER_FIX),
+)
+
 LATEX_HACKS: Sequence[Hack] = (
     Hack("unclosed box", "latex", _unclosed_box, "the right answer in a `\\boxed{` that never closes"),
     Hack(
@@ -476,6 +510,7 @@ __all__ = [
     "Script",
     "ANSWER_HACKS",
     "LATEX_HACKS",
+    "NORMALISER_HACKS",
     "SIZE_HACKS",
     "TOOL_HACKS",
     "CODE_HACKS",

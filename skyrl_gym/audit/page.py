@@ -12,6 +12,7 @@ from skyrl_gym.audit.library import (
     CODE_HACKS,
     JUDGE_HACKS,
     LATEX_HACKS,
+    NORMALISER_HACKS,
     SIZE_HACKS,
     TOOL_HACKS,
     Hack,
@@ -224,7 +225,7 @@ def _env_row(env_id: str, label: str) -> str:
 
 
 def markdown() -> str:
-    library = (*ANSWER_HACKS, *LATEX_HACKS, *SIZE_HACKS, *TOOL_HACKS, *CODE_HACKS, *JUDGE_HACKS)
+    library = (*ANSWER_HACKS, *LATEX_HACKS, *NORMALISER_HACKS, *SIZE_HACKS, *TOOL_HACKS, *CODE_HACKS, *JUDGE_HACKS)
     lines = [
         INTRO,
         "## The hack library",

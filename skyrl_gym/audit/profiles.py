@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 from skyrl_gym.audit.library import (
     ANSWER_HACKS,
     LATEX_HACKS,
+    NORMALISER_HACKS,
     SIZE_HACKS,
     TOOL_HACKS,
     AnswerFormat,
@@ -115,9 +116,13 @@ class AuditProfile:
         return dataclasses.replace(self, hacks=tuple(self.hacks) + tuple(hacks))
 
 
-def text_profile(fmt: AnswerFormat, *, latex: bool = False, **fields: Any) -> AuditProfile:
-    """A profile for an env that reads a short text answer: the answer, size (and LaTeX, tool) hacks."""
-    hacks: List[Hack] = list(ANSWER_HACKS) + (list(LATEX_HACKS) if latex else []) + list(SIZE_HACKS)
+def text_profile(fmt: AnswerFormat, *, latex: bool = False, normaliser_hacks: bool = False,
+                 **fields: Any) -> AuditProfile:
+    """A profile for an env that reads a short text answer: the answer, size (and LaTeX, tool) hacks;
+    ``normaliser_hacks``: also LaTeX that Minerva's normaliser turns into the right answer's text but that names
+    another value (not for an env whose reader is that normaliser)."""
+    hacks: List[Hack] = (list(ANSWER_HACKS) + (list(LATEX_HACKS) if latex else [])
+                         + (list(NORMALISER_HACKS) if normaliser_hacks else []) + list(SIZE_HACKS))
     if fmt.tool_call is not None:
         hacks += list(TOOL_HACKS)
     return AuditProfile(format=fmt, hacks=tuple(hacks), **fields)
@@ -133,12 +138,12 @@ PLAIN = AnswerFormat("plain text", lambda a: a, "")
 BUILTIN: Dict[str, Callable[[], AuditProfile]] = {
     "gsm8k": lambda: text_profile(HASHES),
     "gsm8k_multi_turn": lambda: text_profile(HASHES),
-    "math": lambda: text_profile(BOXED, latex=True),
-    "multiply": lambda: text_profile(BOXED, latex=True),
+    "math": lambda: text_profile(BOXED, latex=True, normaliser_hacks=True),
+    "multiply": lambda: text_profile(BOXED, latex=True, normaliser_hacks=True),
     "aime": lambda: text_profile(ANSWER_LINE, latex=True),
     "code_interpreter": lambda: text_profile(
-        dataclasses.replace(BOXED, tool_call="<tool><python>print(1)</python></tool>\n"), latex=True
-    ),
+        dataclasses.replace(BOXED, tool_call="<tool><python>print(1)</python></tool>\n"), latex=True,
+        normaliser_hacks=True),
     # the tool hacks reach no retrieval server: one short attempt each (the reward never needs one)
     "search": lambda: text_profile(
         dataclasses.replace(ANSWER_TAG, tool_call="<search>the answer</search>\n"),

@@ -14,12 +14,13 @@ import dataclasses
 import functools
 import importlib.util
 import math
+import re
 from typing import Any, Dict, Optional
 
 from skyrl_gym.helper_processes import DEFAULT_SIZE, HelperDied, HelperPool, HelperTimeout
 from skyrl_gym.rewards import _math_worker  # what the helper runs (and so part of the reward's fingerprint)
 from skyrl_gym.rewards.boxed import last_boxed_content
-from skyrl_gym.rewards.normalize import normalize_final_answer
+from skyrl_gym.rewards.normalize import normalize_final_answer, without_thousands_commas
 
 DEFAULT_TIMEOUT_S = 5.0
 MAX_ANSWER_CHARS = 2_000  # longer "answers" are not answers; do not feed them to sympy
@@ -31,13 +32,35 @@ class MathVerdict:
     reason: str  # "string", "numeric", "math-verify" (each with why when not equal), "timeout", "too long", "error: ..."
 
 
-def _as_number(text: str) -> Optional[float]:
+# Where Minerva's normalisation can change the value a text names, the string comparison is not made and the
+# readers below decide: it deletes powers of units, spacing, dots and commas between digits and unwraps \text{},
+# which math-verify reads, so one reply was paid for two ground truths ("5\text{}^2" normalised to 5 and was read
+# as 25 by math-verify; "1\;7" to 17 and was read as 7; "1\text{7}" to 17 and read as 1), "17" was paid for a
+# ground truth of "1, 7", and the normaliser's "keep what follows the last =" paid "2" for "a=1, b=2".
+_VALUE_CHANGING = re.compile(
+    r"="  # an equation: math-verify reads it whole
+    r"|\^(?!\s*\{?\s*\\circ)"  # a power (not a degree sign)
+    r"|\\[;:! ]|\\l?dots"  # spacing or dots, deleted between digits
+    r"|\d\s*\\(?:text|mbox|textbf|overline)\s*\{\s*\d|\d\s*\}\s*\d"  # digits joined by unwrapping
+    r"|\d\s*\{?\s*,\s*\}?\s*\d"  # a comma between digits: a list or thousands (the number check reads those)
+)
+
+
+def _as_number(text: str) -> Optional["int | float"]:
+    """The number a plain integer or decimal names (commas only as thousands separators), else None; an integer
+    as an ``int``, so that two integers are compared exactly (``math.isclose`` let 1000000000999 pass for
+    1000000000000)."""
     # ASCII only: float() also reads look-alike digits (fullwidth, Arabic-Indic, math bold), which would let a
     # reply in spoofed digits be paid here while math-verify, the reference, rejects it (skyrl-gym audit).
-    if not text.isascii():
+    text = without_thousands_commas(text)
+    if not text.isascii() or "," in text or "_" in text:
         return None
     try:
-        value = float(text.replace(",", ""))
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
     except ValueError:
         return None
     return value if math.isfinite(value) else None
@@ -68,13 +91,18 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
     if not prediction:
         return MathVerdict(False, "empty answer")
     # The normaliser also keeps only what follows the last "=": "18 \\text{ or } x = 19" read as 19. math-verify
-    # reads an equation whole ("x = 19" is 19; the "or" is no answer), so a prediction with "=" goes to it.
-    normalised_whole = "=" not in prediction and normalize_final_answer(prediction) == normalize_final_answer(gold)
+    # reads an equation whole ("x = 19" is 19; the "or" is no answer), so an answer with "=" goes to it, as does one
+    # whose normalising could change its value (_VALUE_CHANGING).
+    normalised_whole = (not _VALUE_CHANGING.search(prediction) and not _VALUE_CHANGING.search(gold)
+                        and normalize_final_answer(prediction) == normalize_final_answer(gold))
     if prediction == gold or normalised_whole:
         return MathVerdict(True, "string")
     prediction_number, gold_number = _as_number(prediction), _as_number(gold)
     if prediction_number is not None and gold_number is not None:
-        equal = math.isclose(prediction_number, gold_number, rel_tol=1e-9, abs_tol=1e-9)
+        if isinstance(prediction_number, int) and isinstance(gold_number, int):
+            equal = prediction_number == gold_number
+        else:
+            equal = math.isclose(prediction_number, gold_number, rel_tol=1e-9, abs_tol=1e-9)
         return MathVerdict(equal, "numeric" if equal else "numeric: not the same number as the ground truth")
     _require_math_verify()
     try:

@@ -43,6 +43,13 @@ _REWRITES = (
 )
 
 _ANSWER_LINE = re.compile(r"(?i)Answer\s*:\s*([^\n<]+)")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
+
+
+def without_thousands_commas(number: str) -> str:
+    """``number`` without its commas where they group its digits in thousands (``1,000,000``), else unchanged:
+    ``1,7`` is a list of two values or a decimal comma, not 17."""
+    return number.replace(",", "") if _THOUSANDS.fullmatch(number.strip()) else number
 
 
 def normalize_final_answer(answer: str) -> str:

@@ -10,6 +10,7 @@ from skyrl_gym.envs._common import (clip_action, config_number, require_ground_t
 from skyrl_gym.envs.base_text_env import BaseTextEnv
 from skyrl_gym.errors import DataError
 from skyrl_gym.rewards.boxed import last_boxed_content
+from skyrl_gym.rewards.normalize import without_thousands_commas
 
 BOXED_WRONG_REWARD = 0.5  # the seed's value for a boxed but wrong final answer
 
@@ -50,7 +51,7 @@ class MultiplyEnv(BaseTextEnv):
         metadata: Dict[str, Any] = {}
         answer = last_boxed_content(clip_action(action, metadata))
         metadata["parsed_answer"] = answer
-        correct = answer is not None and answer.replace(",", "") == self.ground_truth
+        correct = answer is not None and without_thousands_commas(answer) == self.ground_truth
         done = correct or self.turns >= self.max_turns
         if correct:
             reward = 1.0

@@ -127,6 +127,42 @@ def test_dollar_signs_and_equations_around_one_value_are_still_that_value():
     assert math_equal("$$", "1").reason == "empty answer"
 
 
+@pytest.mark.parametrize("answer, golds", [
+    (r"5\text{}^2", ("5", "25")), (r"4\text{}^3", ("4", "64")), (r"1\;7", ("17", "8")), (r"1\ 7", ("17", "8")),
+    (r"1\ldots7", ("17", "8")), (r"1\dots 7", ("17", "7")), (r"1\text{7}", ("17", "1")), (r"1,7", ("17", "1, 7")),
+    (r"1{,}7", ("17", "1, 7")), (r"1\overline{7}", ("17", "1")), (r"\text{1}7", ("17", "1")),
+])
+def test_one_answer_is_paid_for_one_of_two_ground_truths_at_most(answer, golds):
+    """Minerva's normalisation deleted or unwrapped what math-verify reads (a unit's power, spacing, dots, commas,
+    \text{} between digits), so the string check paid one ground truth and math-verify another: "5\text{}^2" for a
+    side of 5 and an area of 25 (an attacker's pass found eleven such pairs)."""
+    paid = [gold for gold in golds if compute_math_score(rf"so \boxed{{{answer}}}", gold)["score"] == 1.0]
+    assert len(paid) <= 1, (answer, paid)
+    assert golds[0] not in paid  # the value the normaliser made of it is not the one read
+
+
+def test_integers_are_compared_exactly_and_commas_only_group_thousands():
+    assert not math_equal("1000000000999", "1000000000000").equal  # math.isclose's 1e-9 let 999 through
+    assert not math_equal("123456789100", "123456789012").equal
+    assert math_equal("1,000,000", "1000000").equal and math_equal("1,234.5", "1234.5").equal
+    assert math_equal(r"1{,}000", "1000").equal and math_equal("18.0", "18").reason == "numeric"
+    for answer, gold in (("17", "1, 7"), ("23", "2, 3"), ("1,7", "17"), ("12,34", "1234")):
+        assert not math_equal(answer, gold).equal, (answer, gold)
+
+
+def test_a_ground_truth_with_several_equations_is_not_cut_to_its_last_value():
+    """The normaliser keeps what follows the last "=" of the ground truth too: "2" was paid for "a=1, b=2"."""
+    assert not math_equal("2", "a=1, b=2").equal
+    assert math_equal("5", "x = 5").equal and math_equal("x = 5", "x=5").equal
+
+
+def test_units_degrees_and_words_around_one_value_still_count():
+    for answer in (r"18\text{ dollars}", r"18 \text{ cm}", r"18\mbox{ feet}", r"\text{18 ways}", r"18^{\circ}",
+                   r"18^\circ", "18 students", r"18 \text{ square units}", r"\$18.00", r"18 \text{ cm}^2"):
+        assert math_equal(answer, "18").equal, answer
+        assert not math_equal(answer, "19").equal, answer
+
+
 def test_math_verify_is_bounded_in_time():
     """A pathological expression must not hang the caller: it gets False and the reason."""
     from skyrl_gym.rewards.math import _helper
