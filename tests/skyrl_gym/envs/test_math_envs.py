@@ -127,6 +127,17 @@ def test_multiply_env_and_its_dataset():
     assert empty["reward"] == 0.0
 
 
+def test_multiply_reads_commas_as_thousands_separators_only():
+    """Every comma was dropped, so "\\boxed{1,8}" (two values, or 1.8 with a decimal comma) was paid for 18."""
+    def reward(answer: str, truth: str) -> float:
+        row = {"prompt": [{"role": "user", "content": "x"}], "reward_spec": {"ground_truth": truth}, "max_turns": 1}
+        return skyrl_gym.make("multiply", extras=row).step(rf"\boxed{{{answer}}}")["reward"]
+
+    wrong = reward("17", "18")  # a boxed wrong answer's partial credit
+    assert wrong < 1.0 and reward("1,8", "18") == reward("18,", "18") == wrong
+    assert reward("9,801", "9801") == reward("9801", "9801") == 1.0
+
+
 def test_a_multiply_rows_partial_credit_wins_over_env_config_and_is_checked():
     """Rows that carry ``boxed_wrong_reward`` (the quickstart's) score the same wherever they are stepped."""
     row = {**make_rows(1, num_digits=1, seed=3)[0], "max_turns": 1, "boxed_wrong_reward": 0.1}
