@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from skyrl_gym.core import StepOutput
-from skyrl_gym.envs._common import clip_action, require_ground_truth, row_extra_info, row_turn_limit
+from skyrl_gym.envs._common import clip_action, config_number, require_ground_truth, row_extra_info, row_turn_limit
 from skyrl_gym.envs.base_text_env import BaseTextEnv
-from skyrl_gym.errors import DataError
+from skyrl_gym.errors import DataError, EnvConfigError
 from skyrl_gym.rewards.gsm8k import compute_score, extract_solution
 
 FORMAT_SCORE = 0.2  # shared over the turns: a formatted but wrong answer earns 0.2 / max_turns
@@ -19,9 +19,14 @@ LAST_TURN_MESSAGE = "Now provide only the final numeric answer in the exact form
 
 
 class GSM8kMultiTurnEnv(BaseTextEnv):
-    """Grade-school math with retries: 1.0 and done when correct, 0.2/max_turns when formatted but wrong."""
+    """Grade-school math with retries: 1.0 and done when correct, 0.2/max_turns when formatted but wrong.
 
-    config_defaults: Dict[str, Any] = {}  # it reads no env_config key
+    ``env_config``: ``format_score`` (default 0.2, SkyRL-gym's), shared over the turns. An episode's summed reward
+    pays stalling: four formatted wrong turns then the right answer sum to 1.16, the right answer at once to 1.0.
+    ``format_score: 0`` pays the right answer alone.
+    """
+
+    config_defaults: Dict[str, Any] = {"format_score": FORMAT_SCORE}
 
     def __init__(self, env_config: Any = None, extras: Optional[Dict[str, Any]] = None):
         super().__init__(env_config, extras)
@@ -30,7 +35,12 @@ class GSM8kMultiTurnEnv(BaseTextEnv):
         self.max_turns = row_turn_limit(self.extras, extra_info.get("max_turns", 5), "gsm8k_multi_turn")
         if self.max_turns < 1:
             raise DataError(f"env 'gsm8k_multi_turn': max_turns must be at least 1, got {self.max_turns}")
-        self.format_score_per_turn = FORMAT_SCORE / self.max_turns
+        config = self.env_config if isinstance(self.env_config, dict) else {}
+        format_score = config_number(config, "format_score", self.config_defaults["format_score"], "gsm8k_multi_turn")
+        if not 0.0 <= format_score <= 1.0:
+            raise EnvConfigError(f"env 'gsm8k_multi_turn': env_config.format_score must be in [0, 1], "
+                                 f"got {format_score}")
+        self.format_score_per_turn = format_score / self.max_turns
 
     def _next_observation(self) -> List[Dict[str, str]]:
         remaining = self.max_turns - self.turns

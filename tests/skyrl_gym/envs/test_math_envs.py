@@ -11,7 +11,7 @@ import skyrl_gym
 from skyrl_gym.envs.gsm8k.dataset import gsm8k_rows
 from skyrl_gym.envs.gsm8k.multi_turn_env import LAST_TURN_MESSAGE, RETRY_MESSAGE
 from skyrl_gym.envs.multiply.dataset import make_rows
-from skyrl_gym.errors import DataError
+from skyrl_gym.errors import DataError, EnvConfigError
 
 
 def _gsm8k(ground_truth="18"):
@@ -80,6 +80,23 @@ def test_gsm8k_multi_turn_rewards_and_messages():
     third = env.step("#### 18")
     assert third == {"observations": [], "reward": 1.0, "done": True, "metadata": {"parsed_answer": "18"}}
     assert env.get_metrics() == {"steps": 3}
+
+
+def test_gsm8k_multi_turns_format_credit_is_skyrl_gyms_by_default_and_can_be_turned_off():
+    """Summed over an episode, the format credit pays stalling (an attacker's pass): 1.16 for four formatted wrong
+    turns before the right answer, 1.0 for the right answer at once. SkyRL-gym's 0.2 stays the default."""
+    row = {"reward_spec": {"ground_truth": "18"}}
+
+    def summed(actions, env_config=None):
+        env = skyrl_gym.make("gsm8k_multi_turn", env_config=env_config, extras=row)
+        return sum(env.step(action)["reward"] for action in actions)
+
+    stalled = ["#### 1", "#### 2", "#### 3", "#### 4", "#### 18"]
+    assert summed(stalled) == pytest.approx(1.16) and summed(["#### 18"]) == 1.0
+    assert summed(stalled, {"format_score": 0}) == 1.0 == summed(["#### 18"], {"format_score": 0})
+    for bad in (2, -0.1, "x"):
+        with pytest.raises(EnvConfigError, match="env_config.format_score"):
+            skyrl_gym.make("gsm8k_multi_turn", env_config={"format_score": bad}, extras=row)
 
 
 def test_gsm8k_multi_turn_max_turns_sources():
