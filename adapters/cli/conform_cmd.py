@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {exc}")
     if args.rows:
         if not args.actions:
-            raise SystemExit("--rows needs --actions (one JSON list of assistant texts per row)")
+            raise SystemExit("error: --rows needs --actions (one JSON list of assistant texts per row)")
         from skyrl_gym.data import load_rows
 
         rows = load_rows(args.rows, limit=args.limit)

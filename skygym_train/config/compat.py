@@ -436,9 +436,18 @@ def _main(argv: List[str]) -> int:
     parser.add_argument("--upstream", help="SkyRL-train 0.3.1's ppo_base_config.yaml, to check the table against")
     parser.add_argument("--write-docs", action="store_true", help="write the table into docs/compat.md")
     args = parser.parse_args(argv)
+    if args.upstream is not None and not Path(args.upstream).is_file():
+        print(f"error: --upstream {args.upstream}: no such file; it is skyrl_train/config/ppo_base_config.yaml in "
+              "the skyrl-train 0.3.1 wheel (pip download --no-deps --python-version 3.12 skyrl-train==0.3.1, then "
+              "unzip it)", file=sys.stderr)
+        return 2
     table = render(args.upstream)
     if args.write_docs:
-        write_docs(str(Path(__file__).resolve().parents[2] / "docs" / "compat.md"), table)
+        docs = Path(__file__).resolve().parents[2] / "docs" / "compat.md"
+        before = docs.read_text(encoding="utf-8") if docs.exists() else None
+        write_docs(str(docs), table)
+        checked = f", checked against {args.upstream}" if args.upstream else ""
+        print(f"{docs}: {'up to date' if docs.read_text(encoding='utf-8') == before else 'table written'}{checked}")
     else:
         print(table, end="")
     return 0

@@ -236,6 +236,8 @@ def test_cli_conform_says_what_is_wrong_with_given_rows_and_actions(tmp_path):
     write_jsonl([row, row], tmp_path / "rows.jsonl")
     actions = tmp_path / "actions.jsonl"
     actions.write_text('["<move>crane</move>"]\n')
+    with pytest.raises(SystemExit, match=r"^error: --rows needs --actions \("):  # the only one without "error: "
+        main(["conform", "games/wordle", "--rows", str(tmp_path / "rows.jsonl")])
     with pytest.raises(SystemExit, match="^error: got 2 rows but 1 action lists .*: one JSON line per row of"):
         main(["conform", "games/wordle", "--rows", str(tmp_path / "rows.jsonl"), "--actions", str(actions)])
     actions.write_text('["<move>crane</move>"]\n' * 2)

@@ -285,6 +285,15 @@ def test_committed_compat_page_is_current():
     assert "silently ignored" not in render()
 
 
+def test_the_compat_tool_says_where_upstreams_file_is_when_it_is_missing(tmp_path, capsys):
+    """A path copied from docs/compat.md ended in a FileNotFoundError traceback."""
+    from skygym_train.config.compat import _main
+
+    assert _main(["--upstream", str(tmp_path / "ppo_base_config.yaml"), "--write-docs"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --upstream {tmp_path / 'ppo_base_config.yaml'}: no such file") and "0.3.1" in err
+
+
 def test_truncated_importance_sampling_needs_a_cap_and_rollout_logprobs(data_file):
     problems = _problems(_valid(data_file, "trainer.algorithm.use_tis=true",
                                 "generator.sampling_params.logprobs=null"), has_cuda=False)
