@@ -315,21 +315,30 @@ def load_tokenizer(name: Union[str, os.PathLike, None] = None) -> Any:
 
 def _busy_cores(cores: int, sample_s: float = 0.25) -> float:
     """How many of ``cores`` other work keeps busy now: the machine's share of busy CPU time over ``sample_s``
-    (``/proc/stat``; this process is idle meanwhile), else the 1-minute load average. The load average lags by a
-    minute: a run that had just ended would still count."""
-    def times() -> Tuple[int, int]:
+    (``/proc/stat``) less this process's own (its other threads may be working: a run's first call once read "1.0
+    of 2 cores in use by other work" on an idle machine), else the 1-minute load average. The load average lags by
+    a minute: a run that had just ended would still count."""
+    ticks_per_s = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def times() -> Tuple[int, int, float]:
         with open("/proc/stat", encoding="ascii") as stat:
             fields = [int(field) for field in stat.readline().split()[1:]]
-        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)  # total, idle + iowait
+        own = os.times()
+        # total, idle + iowait, this process's CPU time (every thread), all in the kernel's ticks
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0), (own.user + own.system) * ticks_per_s
 
     try:
-        total_before, idle_before = times()
+        total_before, idle_before, own_before = times()
         time.sleep(sample_s)
-        total_after, idle_after = times()
+        total_after, idle_after, own_after = times()
     except (OSError, ValueError, IndexError):
         return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    spent = total_after - total_before
-    return cores * (1 - (idle_after - idle_before) / spent) if spent > 0 else 0.0
+    return _others_share(cores, total_after - total_before, idle_after - idle_before, own_after - own_before)
+
+
+def _others_share(cores: int, spent: float, idle: float, own: float) -> float:
+    """Of ``spent`` CPU ticks on ``cores``, the cores' worth that neither idled nor went to this process."""
+    return max(0.0, cores * (spent - idle - own) / spent) if spent > 0 else 0.0
 
 
 def fit_cpu_threads_to_load() -> Tuple[Optional[str], Callable[[], None]]:

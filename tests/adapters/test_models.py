@@ -186,6 +186,16 @@ def test_busy_cores_are_measured_now_not_a_minute_ago():
         spinner.wait()
 
 
+def test_this_processs_own_threads_are_not_other_work():
+    """A run's first call once read "1.0 of 2 cores in use by other work" on an idle machine: its own threads'
+    CPU time counted as other work's. Of 200 ticks on 2 cores, 50 idle and 100 this process's: half a core."""
+    from skygym_adapters.models import _others_share
+
+    assert _others_share(2, 200, 50, 100) == 0.5
+    assert _others_share(2, 200, 50, 0) == 1.5 and _others_share(2, 200, 100, 150) == 0.0  # never below 0
+    assert _others_share(2, 0, 0, 0) == 0.0
+
+
 def test_two_gguf_files_of_one_name_and_size_get_their_own_copies(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
     """The dequantised copy was keyed by the file's name and size: a second `model.gguf` of the same size (a
