@@ -108,11 +108,17 @@ Its first run flagged these, now fixed (each with a test that fails without the 
   rows with single spaces: a lower-case or extra-spaced hedge escaped it); and replies that skip the task earn
   nothing where the family's own rule paid them: any text in `game_of_life_halting` (1.0), an all-dead board in
   `game_of_life` (0.97), the number echoed in `prime_factorization` (0.5), a premise copied in
-  `propositional_logic` (1.0) (`envs_contrib/reasoning_gym/shortcuts.py`). The partial credit some families state
+  `propositional_logic` (1.0), and since: `nan` in `complex_arithmetic` and a list of NaNs in `number_sorting`
+  (1.0), any prefix of the probability in `coin_flip` (`0` earned 1.0; it is paid the share of the longer number's
+  digits now), the number's negation or `642/7` in `gsm_symbolic` (1.0), one person given both roles in
+  `knights_knaves` (0.65) (`envs_contrib/reasoning_gym/shortcuts.py`). The partial credit some families state
   as their rule (`word_sorting` pays a third for the words echoed) is kept by default; `env_config
   partial_credit=false` pays only a full score.
 * The same passes: `math`: one answer naming two values (`\\boxed{$19$ 18}`) was paid for either ground truth (the
-  string check read the first `$...$` span, math-verify the last value); it is paid for neither now. `text2sql`:
+  string check read the first `$...$` span, math-verify the last value); it is paid for neither now. Then
+  normalising that deleted what math-verify reads paid one reply for two ground truths (`5\\text{}^2` for 5 and
+  25, `1\\;7` for 17 and 8): the string check now skips answers whose normalising can change their value, and the
+  audit plays three such hedges. `text2sql`:
   a query returning no rows is paid on a row whose gold result is empty (SkyRL-gym's rule, kept); the audit's hack
   `query that returns no rows` names such rows in a dataset given with `--rows`.
 * `games/guess_number`, `games/mastermind`: moves in look-alike digits were read as numbers and won; they are

@@ -138,6 +138,55 @@ def test_replies_that_skip_the_task_earn_nothing_where_the_scorer_would_pay_them
         assert copied["reward"] == 0.0 and "restates a premise" in copied["metadata"]["reason"], premise
 
 
+def test_a_nan_a_prefix_a_dropped_sign_and_a_two_role_hedge_earn_what_wrong_answers_do():
+    """A second attacker's pass: complex_arithmetic paid 1.0 for "nan", number_sorting for a list of NaNs, coin_flip
+    for any prefix of the probability ("0"), gsm_symbolic for the number's negation or "642/7", knights_knaves 0.65
+    for naming one person both roles."""
+    import json
+
+    def rows(family, size=3):
+        return datasets.build_rows(f"reasoning_gym/{family}", split="test", size=size, seed=0)
+
+    for row in rows("complex_arithmetic"):
+        for reply in ("nan", "NaN + nan i"):
+            said = play(row, f"<answer>{reply}</answer>")
+            assert said["reward"] == 0.0 and "names NaN" in said["metadata"]["reason"], (reply, said)
+        assert play(row, f"<answer>{row['reward_spec']['ground_truth']}</answer>")["reward"] == 1.0
+    for row in rows("number_sorting"):
+        truth = row["reward_spec"]["ground_truth"]
+        said = play(row, f"<answer>{json.dumps(['NaN'] * len(json.loads(truth.replace(chr(39), chr(34)))))}"
+                         "</answer>".replace('"', ""))
+        assert said["reward"] == 0.0 and "names NaN" in said["metadata"]["reason"], said
+        assert play(row, f"<answer>{truth}</answer>")["reward"] == 1.0
+    for row in rows("coin_flip"):
+        truth = row["reward_spec"]["ground_truth"]
+        if float(truth) >= 0.1:  # "0" is a prefix of it
+            prefix = play(row, "<answer>0</answer>")
+            assert 0.0 < prefix["reward"] < 0.5 and "the longer one's" in prefix["metadata"]["reason"], prefix
+        assert play(row, f"<answer>{truth}</answer>")["reward"] == 1.0
+    for row in rows("gsm_symbolic"):
+        truth = row["reward_spec"]["ground_truth"]
+        for reply in (f"-{truth}", f"{truth}/7", f"{truth} or {int(float(truth)) + 1}"):
+            said = play(row, f"<answer>{reply}</answer>")
+            assert said["reward"] == 0.0 and "only the number is paid" in said["metadata"]["reason"], (reply, said)
+        assert play(row, f"<answer> {truth} </answer>")["reward"] == 1.0
+    from reasoning_gym.logic.knights_knaves import VALID_ROLES, KnightsKnavesDataset
+
+    hedged = 0
+    for row in rows("knights_knaves", size=4):
+        truth = row["reward_spec"]["ground_truth"]
+        assignments = sorted(KnightsKnavesDataset._normalize_answer(truth))
+        if len(assignments) != 2:
+            continue
+        (name, role), other = assignments[0], next(r for r in sorted(VALID_ROLES) if r != assignments[0][1])
+        hedge = f"{name} is a {role}, {name} is a {other}"  # one person, both roles: one of two pairs is right
+        said = play(row, f"<answer>{hedge}</answer>")
+        assert said["reward"] == 0.0 and "two roles" in said["metadata"]["reason"], (hedge, said)
+        assert play(row, f"<answer>{truth}</answer>")["reward"] == 1.0
+        hedged += 1
+    assert hedged, "no two-person knights_knaves row among the first four"
+
+
 def test_look_alike_digits_are_not_read_as_the_number():
     row = datasets.build_rows("reasoning_gym/chain_sum", size=1, seed=3)[0]
     truth = row["reward_spec"]["ground_truth"]
