@@ -35,7 +35,7 @@ class MathVerdict:
 # Where Minerva's normalisation can change the value a text names, the string comparison is not made and the
 # readers below decide: it deletes powers of units, spacing, dots and commas between digits and unwraps \text{},
 # which math-verify reads, so one reply was paid for two ground truths ("5\text{}^2" normalised to 5 and was read
-# as 25 by math-verify; "1\;7" to 17 and was read as 7; "1\text{7}" to 17 and read as 1), "17" was paid for a
+# as 25 by math-verify; "1\;7" to 17 and was read as 8; "1\text{7}" to 17 and read as 1), "17" was paid for a
 # ground truth of "1, 7", and the normaliser's "keep what follows the last =" paid "2" for "a=1, b=2".
 _VALUE_CHANGING = re.compile(
     r"="  # an equation: math-verify reads it whole
