@@ -21,6 +21,10 @@ when it is safe to hand over:
   operands that hold no other ``**``, with exponents of at most 1000, and at most 20 of them: what sympy
   computes from the answer stays small.
 
+``coin_flip``'s scorer reads the answer with ``fractions.Fraction``, which computes ``10**exponent`` for a decimal
+exponent: ``1e10000000`` (ten characters) held the process for 20 seconds, and one more digit for half an hour. An
+exponent beyond what a float holds is refused there.
+
 Other datasets' scorers do not evaluate the answer (``tests/envs_contrib/test_reasoning_gym.py`` reads every
 ``score_answer`` of the installed reasoning-gym to keep these lists complete).
 """
@@ -28,6 +32,7 @@ Other datasets' scorers do not evaluate the answer (``tests/envs_contrib/test_re
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any, Optional
 
 from skyrl_gym import threadsafe_ast
@@ -38,6 +43,11 @@ EVALUATED_AS_PYTHON = frozenset({"string_insertion", "spiral_matrix", "binary_ma
 PARSED_BY_SYMPY = frozenset(
     {"countdown", "puzzle24", "simple_integration", "intermediate_integration", "polynomial_multiplication"}
 )
+# The datasets whose score_answer reads the answer with fractions.Fraction (reasoning-gym 0.1.25), and the largest
+# decimal exponent handed to it (a float's range ends near 1e308; Fraction computes 10**exponent exactly).
+PARSED_BY_FRACTION = frozenset({"coin_flip"})
+MAX_DECIMAL_EXPONENT = 400
+_EXPONENT = re.compile(r"[eE]\s*[-+]?\s*_?(\d[\d_]*)")
 # Functions an answer of those datasets may call: the elementary functions sympy prints.
 SAFE_FUNCTIONS = frozenset(
     {
@@ -62,6 +72,12 @@ def dataset_name(dataset: Any, default: str) -> str:
 def refusal(dataset: str, answer: str, expected: Any = None) -> Optional[str]:
     """Why ``answer`` must not reach ``dataset``'s scorer, or ``None`` when it may (``expected``: the entry's
     answer)."""
+    if dataset in PARSED_BY_FRACTION:
+        exponents = [int(digits.replace("_", "")) for digits in _EXPONENT.findall(answer)]
+        if any(exponent > MAX_DECIMAL_EXPONENT for exponent in exponents):
+            return (f"it has a decimal exponent over {MAX_DECIMAL_EXPONENT} (reasoning-gym reads it with "
+                    "fractions.Fraction, which would compute 10 to that power)")
+        return None
     if dataset not in EVALUATED_AS_PYTHON and dataset not in PARSED_BY_SYMPY:
         return None
     symbolic = dataset in PARSED_BY_SYMPY

@@ -268,6 +268,28 @@ def test_every_scorer_that_evaluates_the_answer_is_guarded():
     assert evaluating <= set(EVALUATING), sorted(evaluating - set(EVALUATING))
 
 
+def test_every_scorer_that_reads_the_answer_with_fraction_is_guarded():
+    """Fraction computes 10**exponent for a decimal exponent: a release whose scorer reads answers with it in
+    another dataset must extend the guard."""
+    import inspect
+
+    reading = {name for name, (dataset_class, _) in reasoning_gym.factory.DATASETS.items()
+               if "Fraction(" in inspect.getsource(dataset_class.score_answer)}
+    assert reading and reading <= answer_guard.PARSED_BY_FRACTION, sorted(reading - answer_guard.PARSED_BY_FRACTION)
+
+
+@pytest.mark.timeout(60)
+def test_an_answer_fraction_would_compute_for_ever_is_not_scored():
+    """"1e10000000" (ten characters) held coin_flip's scorer for 20 s; one more digit, for half an hour."""
+    row = datasets.build_rows("reasoning_gym/coin_flip", size=1, seed=0)[0]
+    for answer in ("1e10000000", "1E+99999999", "1e4_000_000"):
+        said = play(row, f"<answer>{answer}</answer>")
+        assert said["reward"] == 0.0 and "decimal exponent over 400" in said["metadata"]["reason"], said
+    assert play(row, f"<answer>{row['reward_spec']['ground_truth']}</answer>")["reward"] == 1.0
+    assert play(row, "<answer>1e-5</answer>")["metadata"]["reason"].startswith(("wrong answer", "partial credit",
+                                                                               "'1e-5' is not"))
+
+
 def test_settings_seed_and_split_make_the_rows():
     easy = datasets.build_rows("reasoning_gym/chain_sum", size=3, seed=1, min_terms=2, max_terms=2, min_digits=1,
                                max_digits=1)
