@@ -165,7 +165,8 @@ _GENERATED = {
 CLIENT_KEYS: Dict[str, Dict[str, Rule]] = {
     "aime": {},
     "gsm8k": {},
-    "gsm8k_multi_turn": {},
+    "gsm8k_multi_turn": {"format_score": Rule("range", "credit of formatted wrong answers, shared over the turns",
+                                              low=0, high=1)},
     "countdown": {},
     "math": {"verify_timeout": _ceiling("seconds to verify an answer")},
     "multiply": {"boxed_wrong_reward": Rule("range", "reward of a boxed wrong answer", low=0, high=1)},

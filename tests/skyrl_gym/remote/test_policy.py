@@ -24,6 +24,7 @@ READS = re.compile(
     r"""config_value\(\s*(?:self\.)?env_config,\s*["'](\w+)["']"""  # config_value(env_config, "key", ...)
     r"""|config\.get\(\s*["'](\w+)["']"""  # config = config_dict(env_config); config.get("key")
     r"""|config_dict\([^)]*\)\.get\(\s*["'](\w+)["']"""
+    r"""|config_number\(\s*\w+,\s*["'](\w+)["']"""  # config_number(config, "key", default, env_id)
 )
 
 
@@ -64,6 +65,9 @@ def test_ceilings_come_from_the_operator_else_the_table():
         effective_env_config(operator, "code_interpreter", {"max_output_chars": 10.5})
     with pytest.raises(PolicyError, match="true or false"):
         effective_env_config(operator, "code_interpreter", {"stateful": 1})
+    assert effective_env_config({}, "gsm8k_multi_turn", {"format_score": 0}) == {"format_score": 0}  # no stalling
+    with pytest.raises(PolicyError, match="env_config.format_score"):
+        effective_env_config({}, "gsm8k_multi_turn", {"format_score": 2})
     with pytest.raises(PolicyError, match="env_config.seed must be from 0"):
         effective_env_config({}, "games/nim", {"seed": -1})
     assert effective_env_config({"games/*": {"seed": 3}}, "games/nim", {"max_turns": 4}) == {
