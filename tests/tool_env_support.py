@@ -92,14 +92,20 @@ class MisbehavingServer:
     """A real HTTP server that answers ``/retrieve`` badly on purpose (a double for fault tests).
 
     ``fail_first``: answer HTTP 500 to that many requests, then answer well.
+    ``fail_each_query_once``: answer HTTP 500 to the first request for each query, then answer it well (which
+    request fails does not hang on the order a batch's requests arrive in).
     ``always_fail``: always HTTP 500.  ``hang_s``: sleep that long before answering.
     """
 
-    def __init__(self, fail_first: int = 0, always_fail: bool = False, hang_s: float = 0.0) -> None:
+    def __init__(
+        self, fail_first: int = 0, always_fail: bool = False, hang_s: float = 0.0, fail_each_query_once: bool = False
+    ) -> None:
         self.fail_first = fail_first
+        self.fail_each_query_once = fail_each_query_once
         self.always_fail = always_fail
         self.hang_s = hang_s
         self.requests = 0
+        self.queries_seen: set = set()
         self._lock = threading.Lock()
         server = self
 
@@ -115,9 +121,15 @@ class MisbehavingServer:
                 with server._lock:
                     server.requests += 1
                     number = server.requests
+                    first_for_query = payload.get("query") not in server.queries_seen
+                    server.queries_seen.add(payload.get("query"))
                 if server.hang_s:
                     time.sleep(server.hang_s)
-                if server.always_fail or number <= server.fail_first:
+                if (
+                    server.always_fail
+                    or number <= server.fail_first
+                    or (server.fail_each_query_once and first_for_query)
+                ):
                     body, status = b'{"detail": "index exploded"}', 500
                 else:
                     hit = {"document": {"id": "0", "contents": f"Result for {payload.get('query')}"}, "score": 1.0}
@@ -131,7 +143,10 @@ class MisbehavingServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 128  # a batch of clients connects at once; the default of 5 can drop SYNs
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/retrieve"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

@@ -79,26 +79,33 @@ def test_server_killed_mid_episode(tmp_path):
 
 
 def test_a_batch_of_async_episodes_finishes_while_the_service_is_down_or_flaky(flaky):
-    flaky_server = flaky(fail_first=10)
+    """Twenty episodes against a service that is down, twenty against one that fails each query's first request.
+    Which request fails is the query's, not the arrival order's: with "the first 10 requests fail", a loaded machine
+    once let one episode's three quick attempts all land among the first 10 and the test failed, not the code.
+    The timeout of 30 s leaves a loaded machine room; nothing here should take more than a second."""
+    flaky_server = flaky(fail_each_query_once=True)
     down_url = unused_port_url()
 
-    async def episode(url):
-        env = skyrl_gym.make("search", env_config=search_config(url, retry_attempts=3), extras=EXTRAS)
-        observation = first_observation(await env.astep("<search>capital of France</search>"))
+    async def episode(i):
+        url = down_url if i % 2 else flaky_server.url
+        env = skyrl_gym.make("search", env_config=search_config(url, timeout=30.0, retry_attempts=3), extras=EXTRAS)
+        observation = first_observation(await env.astep(f"<search>capital of France {i}</search>"))
         final = await env.astep("<answer>Paris</answer>")
         return observation, final["reward"]
 
     async def main():
-        results = await asyncio.gather(*(episode(down_url if i % 2 else flaky_server.url) for i in range(40)))
+        results = await asyncio.gather(*(episode(i) for i in range(40)))
         await SearchToolGroup.close_async_sessions()
         return results
 
     results = asyncio.run(main())
     assert [reward for _, reward in results] == [1.0] * 40
     down = [obs for i, (obs, _) in enumerate(results) if i % 2]
-    served = [obs for i, (obs, _) in enumerate(results) if not i % 2]
+    served = {i: obs for i, (obs, _) in enumerate(results) if not i % 2}
     assert all("Connection Error" in obs for obs in down)
-    assert all("Result for capital of France" in obs for obs in served)  # the first 10 failures were retried
+    for i, obs in served.items():  # each query's one failure was retried, and each episode got its own answer
+        assert f"Result for capital of France {i}" in obs, (i, obs)
+    assert flaky_server.requests == 40  # 20 queries, each failed once and answered once
 
 
 def test_hanging_service_times_out_on_the_async_path_too(flaky):
