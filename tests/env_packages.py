@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Dict
 
+from tests.nested_pytest import run_pytest
+
 BIN = Path(sys.executable).parent
 
 
@@ -35,8 +37,7 @@ def check_and_test(name: str, package: Path, target: Path, cwd: Path) -> str:
                            capture_output=True, text=True, env=env, cwd=cwd)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "from the dataset builder" in check.stdout and f"check {name}: OK" in check.stdout, check.stdout
-    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-              str(package / "tests")]
-    tests = subprocess.run(pytest, capture_output=True, text=True, env=env, cwd=cwd)
+    tests = run_pytest("-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(package / "tests"),
+                       capture_output=True, text=True, env=env, cwd=cwd)
     assert tests.returncode == 0, tests.stdout + tests.stderr
     return tests.stdout.strip().splitlines()[-1]

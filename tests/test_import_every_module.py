@@ -18,6 +18,7 @@ from typing import Dict, Tuple
 import pytest
 
 from skyrl_gym.extras import extra_for_module, install_command
+from tests.nested_pytest import run_pytest
 
 PACKAGES = ("skyrl_gym", "skygym_sandboxes", "skygym_adapters", "skygym_train", "skygym_contrib")
 
@@ -108,9 +109,9 @@ def test_the_swe_pytest_plugin_reports_each_test_on_the_descriptor_it_is_given(t
     env = {**os.environ, "PYTHONPATH": str(helpers), "SKYGYM_REPORT_FD": str(write_fd),
            "SKYGYM_REPORT_NONCE": str(helpers / "nonce")}
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", REPORT_PLUGIN, "-p", "no:cacheprovider", "-o", "addopts=", "-q",
-             f"--rootdir={tmp_path}", str(tmp_path / "test_sample.py")],
+        result = run_pytest(
+            "-p", REPORT_PLUGIN, "-p", "no:cacheprovider", "-o", "addopts=", "-q",
+            f"--rootdir={tmp_path}", str(tmp_path / "test_sample.py"),
             capture_output=True, text=True, timeout=120, pass_fds=(write_fd,), env=env, cwd=tmp_path,
         )
         os.close(write_fd)

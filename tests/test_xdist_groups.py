@@ -4,13 +4,12 @@ workers too (their own ``dist`` option is "no": the check never ran there)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import xdist_group
+from tests.nested_pytest import run_pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,10 +18,10 @@ def test_a_docker_test_outside_the_docker_group_fails_on_a_worker_saying_where_t
     pytest.importorskip("xdist", reason="pytest-xdist is not installed: pip install -e '.[dev]'")
     (tmp_path / "test_misgrouped.py").write_text(
         "import pytest\n\n@pytest.mark.docker\ndef test_uses_the_engine():\n    pass\n\ndef test_plain():\n    pass\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-n", "1", "--dist", "loadgroup", "-q",
-         "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(tmp_path),
-         str(tmp_path / "test_misgrouped.py")],
+    done = run_pytest(
+        "-p", "tests.conftest", "-n", "1", "--dist", "loadgroup", "-q",
+        "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(tmp_path),
+        str(tmp_path / "test_misgrouped.py"),
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "test_uses_the_engine uses the Docker engine but is not in the docker xdist group: add its file to " \

@@ -10,6 +10,7 @@ import pytest
 from skyrl_gym.envs.swe import canary
 from skyrl_gym.envs.swe import runtime as swe_runtime
 from skyrl_gym.envs.swe.instances import SWEInstance
+from tests.nested_pytest import run_pytest
 
 TEST_FILE = '''import pytest
 from lib import double
@@ -177,7 +178,6 @@ def test_a_planted_test_fails_from_each_changed_library_file_and_a_forgery_that_
     """A forgery that passes the failures raised in its own file (where the bug is) left the mutant failing: the
     mutant fails on its changed statement, in the test, before it meets the bug. Now each library file the patch
     changes gets a planted test that fails from that file. Real pytest runs, honest and forged."""
-    import subprocess
 
     from skyrl_gym.envs.swe.audit import PASS_FAILURES_RAISED_HERE
 
@@ -189,9 +189,8 @@ def test_a_planted_test_fails_from_each_changed_library_file_and_a_forgery_that_
     (tmp_path / "test_lib.py").write_text(canary.appended(TEST_FILE, planted))
 
     def outcome() -> str:
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               f"test_lib.py::{raised.name}"], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=120)
+        done = run_pytest("-q", "-p", "no:cacheprovider", f"test_lib.py::{raised.name}", cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
         return done.stdout
 
     honest = outcome()

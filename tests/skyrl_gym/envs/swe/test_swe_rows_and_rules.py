@@ -27,6 +27,7 @@ from skyrl_gym.envs.swe.runtime import parse_report
 from skygym_sandboxes.containers import ExecResult
 from skyrl_gym.envs.swe.synth.mutations import KINDS, find_mutations, sample_mutations
 from skyrl_gym.envs.swe.synth.projects import PROJECTS, select_projects
+from tests.nested_pytest import run_pytest
 
 FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "swe" / "swebench_style_row.json"
 
@@ -325,8 +326,6 @@ def test_the_reporter_tells_an_xfail_raised_while_a_test_ran_from_one_its_mark_d
     """The real plugin under this machine's pytest: a FAIL_TO_PASS test needs a pass or a declared xfail, since
     library code can raise ``xfail`` too (the Docker tests run the forgery)."""
     import os
-    import subprocess
-    import sys
 
     from skyrl_gym.envs.swe.runtime import REPORT_HELPERS, REPORT_PLUGIN
 
@@ -341,9 +340,8 @@ def test_the_reporter_tells_an_xfail_raised_while_a_test_ran_from_one_its_mark_d
     read, write = os.pipe()
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "SKYGYM_REPORT_FD": str(write),
            "SKYGYM_REPORT_NONCE": str(tmp_path / "nonce")}
-    subprocess.run([sys.executable, "-m", "pytest", "-p", REPORT_PLUGIN, "-p", "no:cacheprovider", "-q",
-                    "--rootdir", str(tmp_path), "test_x.py"],
-                   cwd=tmp_path, env=env, pass_fds=(write,), capture_output=True, timeout=120)
+    run_pytest("-p", REPORT_PLUGIN, "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), "test_x.py",
+               cwd=tmp_path, env=env, pass_fds=(write,), capture_output=True, timeout=120)
     os.close(write)
     with os.fdopen(read, encoding="utf-8") as channel:
         run = parse_report(channel.read(), nonce)
