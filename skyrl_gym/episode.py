@@ -253,14 +253,19 @@ def validate_step_output(output: Any, turn: int) -> Tuple[float, bool]:
         not isinstance(m, Mapping) or "role" not in m or "content" not in m for m in observations
     ):
         raise TypeError(f"step() on turn {turn}: observations must be a list of chat messages, got {observations!r:.120}")
-    raw = output["reward"]
-    try:  # numbers of any kind (numpy scalars included), but not text or booleans
+    return finite_reward(output["reward"], f"step() on turn {turn}"), bool(output["done"])
+
+
+def finite_reward(raw: Any, source: str) -> float:
+    """``raw`` as a float: a number of any kind (numpy scalars too), not text, a boolean, NaN or an infinity.
+    Else :class:`ValueError` naming ``source``: one NaN reward turns a whole GRPO group's advantages into NaN."""
+    try:
         reward = float(raw) if not isinstance(raw, (str, bytes, bool)) else math.nan
     except (TypeError, ValueError):
         reward = math.nan
     if not math.isfinite(reward):
-        raise ValueError(f"step() on turn {turn}: reward must be a finite number, got {raw!r:.60}")
-    return reward, bool(output["done"])
+        raise ValueError(f"{source}: reward must be a finite number, got {raw!r:.60}")
+    return reward
 
 
 StepValidator = Callable[[Any, int], Tuple[float, bool]]
@@ -524,6 +529,7 @@ __all__ = [
     "EnvCallError",
     "EnvCaller",
     "Episode",
+    "finite_reward",
     "EpisodeEnd",
     "MessageType",
     "Policy",

@@ -147,7 +147,13 @@ class AgentRunner:
         self.infer_engine = infer_engine
         self.tokenizer = tokenizer
         self._build_backend()  # now, so that a bad backend config fails here
+        # the trajectories of the run in progress (of the latest one started, when several run at once: each run
+        # reads only its own)
         self.trajectories: Dict[Any, Dict[int, BaseTrajectory]] = {}
+        # runs in progress: what they share (the backend's HTTP session, the task's runtimes) is closed when the
+        # last one ends, and a backend replaced while one runs is closed then too
+        self._runs_in_progress = 0
+        self._retired_backends: List[Any] = []
         self._executor: Optional[ThreadPoolExecutor] = None
         self._warned_env_classes: set = set()
 
@@ -176,9 +182,8 @@ class AgentRunner:
         ``runner.cfg.generator.backend_config.update(base_url=...)`` after ``from_task``): they were silently
         ignored, and every request went to the YAML's URL."""
         if self._backend_settings() != self._backend_built_from:
-            old = self.backend
+            self._retired_backends.append(self.backend)  # another run may still be using it
             self._build_backend()
-            await old.aclose()
 
     # ------------------------------------------------------------------ batches
     def _rows(self, batch: Any) -> List[Dict[str, Any]]:
@@ -272,9 +277,9 @@ class AgentRunner:
         rollout: Any,
         sampling_params: Dict[str, Any],
         on_turn: Optional[Callable[[], None]] = None,
-    ) -> None:
+    ) -> Dict[Any, Dict[int, BaseTrajectory]]:
         g = self.cfg.generator
-        self.trajectories = {}
+        trajectories: Dict[Any, Dict[int, BaseTrajectory]] = {}
         for index, row in enumerate(rows):
             data = self._get_data(row, index)
             if repetitions is not None:  # the trainer's generate(): one trajectory per prompt, ids given
@@ -308,7 +313,8 @@ class AgentRunner:
                     rollout=rollout,
                     executor=self.executor,
                 )
-            self.trajectories[index] = per
+            trajectories[index] = per
+        return trajectories
 
     # ------------------------------------------------------------------ running
     async def run(
@@ -349,37 +355,41 @@ class AgentRunner:
         sampling_override: Optional[Mapping[str, Any]] = None,
         on_turn: Optional[Callable[[], None]] = None,
     ) -> Dict[str, Any]:
-        await self._backend_as_configured()
-        if not val_mode and not getattr(self.backend, "token_level", False):
-            raise AgentConfigError(
-                f"training output needs token ids, which infer_backend "
-                f"{self.cfg.generator.infer_backend!r} does not give; run with val_mode=True to "
-                "evaluate, or use infer_backend: skyrl-train with an engine and a tokenizer"
-            )
-        sampling = dict(sampling_override) if sampling_override else self.cfg.sampling_params(val_mode)
-        rollout = self._rollout(sampling)
-        self._warn_replaced_env_classes(rows)
-        self._build(rows, val_mode, repetitions, rollout, sampling, on_turn)
-        limits = self.cfg.dispatcher.limits(val_mode)
-        dispatcher = DISPATCHER_REGISTRY[self.cfg.dispatcher.type]
-        num_trajectories = 1 if repetitions is not None else self.cfg.num_trajectories(val_mode)
-        dispatcher_cfg = {
-            "max_parallel_agents": limits.max_parallel_agents,
-            "max_eval_parallel_agents": limits.max_eval_parallel_agents,
-            "num_instances": len(rows),
-            "num_trajectories": num_trajectories,
-            "sampling_params": sampling,
-            "on_trajectory_done": on_trajectory_done,
-        }
+        self._runs_in_progress += 1
+        rollout = None
+        trajectories: Dict[Any, Dict[int, BaseTrajectory]] = {}
         try:
+            await self._backend_as_configured()
+            if not val_mode and not getattr(self.backend, "token_level", False):
+                raise AgentConfigError(
+                    f"training output needs token ids, which infer_backend "
+                    f"{self.cfg.generator.infer_backend!r} does not give; run with val_mode=True to "
+                    "evaluate, or use infer_backend: skyrl-train with an engine and a tokenizer"
+                )
+            sampling = dict(sampling_override) if sampling_override else self.cfg.sampling_params(val_mode)
+            rollout = self._rollout(sampling)
+            self._warn_replaced_env_classes(rows)
+            # this run's own: the trainer's training batch and its evaluation may run at once on one runner
+            trajectories = self.trajectories = self._build(rows, val_mode, repetitions, rollout, sampling, on_turn)
+            limits = self.cfg.dispatcher.limits(val_mode)
+            dispatcher = DISPATCHER_REGISTRY[self.cfg.dispatcher.type]
+            num_trajectories = 1 if repetitions is not None else self.cfg.num_trajectories(val_mode)
+            dispatcher_cfg = {
+                "max_parallel_agents": limits.max_parallel_agents,
+                "max_eval_parallel_agents": limits.max_eval_parallel_agents,
+                "num_instances": len(rows),
+                "num_trajectories": num_trajectories,
+                "sampling_params": sampling,
+                "on_trajectory_done": on_trajectory_done,
+            }
             await dispatcher(
                 dispatcher_cfg,
-                self.trajectories,
+                trajectories,
                 "initialize_trajectory",
                 "generate_trajectory",
                 "evaluate_trajectory",
             )
-            ordered = [t for per in self.trajectories.values() for _, t in sorted(per.items())]
+            ordered = [t for per in trajectories.values() for _, t in sorted(per.items())]
             for t in ordered:
                 if t.result is None:  # a dispatcher that skipped it
                     t.fail("error_runtime", "the dispatcher never ran this trajectory")
@@ -389,14 +399,23 @@ class AgentRunner:
         finally:
             if rollout is not None:
                 rollout.close()
-            # the backend's HTTP session belongs to this loop, which may end with the run (asyncio.run): close
-            # it now, not at garbage collection ("Unclosed client session"); the next run opens its own
-            await self.backend.aclose()
-            self.trajectories = {}
-            # what a task started and still holds (containers of trajectories cut short: Ctrl-C, a crash)
-            close_all = getattr(self.task, "close_all_runtimes", None)
-            if callable(close_all):
-                close_all()
+            if self.trajectories is trajectories:
+                self.trajectories = {}
+            self._runs_in_progress -= 1
+            if self._runs_in_progress == 0:
+                await self._close_shared()
+
+    async def _close_shared(self) -> None:
+        """After the last run in progress: what runs share."""
+        # the backend's HTTP session belongs to this loop, which may end with the run (asyncio.run): close it now,
+        # not at garbage collection ("Unclosed client session"); the next run opens its own
+        retired, self._retired_backends = self._retired_backends, []
+        for backend in [*retired, self.backend]:
+            await backend.aclose()
+        # what a task started and still holds (containers of trajectories cut short: Ctrl-C, a crash)
+        close_all = getattr(self.task, "close_all_runtimes", None)
+        if callable(close_all):
+            close_all()
 
     def _eval_output(self, ordered: List[BaseTrajectory]) -> Dict[str, Any]:
         results = [t.result for t in ordered]

@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, TypedDict
 
+from skyrl_gym.episode import finite_reward
+
 logger = logging.getLogger(__name__)
 
 
@@ -198,7 +200,7 @@ class ReActTrajectory(BaseTrajectory):
                     self.cfg.trajectory_id,
                 )
             )
-            self.result["reward"] = float(reward)
+            self.result["reward"] = finite_reward(reward, "the task's evaluate_result")  # NaN: a masked row
         except Exception as exc:
             self.result["reward"] = 0.0
             self.result["eval_error"] = f"{type(exc).__name__}: {exc}"

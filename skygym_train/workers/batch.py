@@ -89,6 +89,10 @@ def build_batch(
                 token_rewards[i, : len(reward)] = torch.as_tensor(list(reward), dtype=torch.float32)
             elif response:
                 token_rewards[i, len(response) - 1] = float(reward)
+    if not torch.isfinite(token_rewards).all():  # a generator that let one through: it would NaN its whole group
+        row = int((~torch.isfinite(token_rewards)).any(-1).nonzero()[0])
+        raise ValueError(f"row {row}: its reward is not a finite number ({rewards[row]!r:.80}); the generator "
+                         "should have failed that trajectory (a masked row with reward 0)")
     position_ids = (attention.cumsum(-1) - 1).clamp_min(0)
     tensors = {
         "input_ids": input_ids,

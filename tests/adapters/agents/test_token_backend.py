@@ -181,3 +181,72 @@ def test_max_prompt_length_stops_a_token_trajectory_before_the_context_overflows
     out = asyncio.run(runner.run(rows[:1]))
     assert out["rollout_metrics"]["agent/finish_reason/CONTEXT_WINDOW_EXCEEDED"] == 1.0
     assert out["num_turns"] == [0] and set(out["loss_masks"][0]) == {0}
+
+
+class _SlowFor(ScriptedEngine):
+    """A scripted engine whose answers to prompts holding ``slow_key`` come ``delay_s`` late."""
+
+    def __init__(self, tokenizer, scripts, slow_key: str, delay_s: float):
+        super().__init__(tokenizer, scripts)
+        self.slow_key, self.delay_s = slow_key, delay_s
+
+    async def generate(self, prompt_token_ids, sampling_params=None, **kwargs):
+        if any(self.slow_key in self.tokenizer.decode(list(p)) for p in prompt_token_ids):
+            await asyncio.sleep(self.delay_s)
+        return await super().generate(prompt_token_ids, sampling_params, **kwargs)
+
+
+def test_two_batches_on_one_runner_at_once_each_get_their_own_trajectories(rows, tokenizer):
+    """The trainer's training batch and its evaluation run at once on one runner (async training with
+    ``eval_interval``): each batch gets back its own trajectories and rewards, whichever ends first. (The runner once
+    kept the batch in one attribute: the first to end returned the other's finished rows under its own ids.)"""
+    scripts = scripts_for(rows)
+    engine = _SlowFor(tokenizer, scripts, slow_key=rows[1]["prompt"][0]["content"], delay_s=0.5)
+    runner = AgentRunner(env_config(), infer_engine=engine, tokenizer=tokenizer)
+
+    def batch(picked, tag):
+        return {
+            "prompts": [rows[i]["prompt"] for i in picked],
+            "env_classes": ["gsm8k"] * len(picked),
+            "env_extras": [{"reward_spec": rows[i]["reward_spec"]} for i in picked],
+            "trajectory_ids": [{"instance_id": f"{tag}{i}", "repetition_id": 0} for i in picked],
+        }
+
+    slow_batch, fast_batch = batch([1, 3], "eval"), batch([0, 2], "train")  # rows 0, 2 are right; 1, 3 wrong
+
+    async def both():
+        slow = asyncio.ensure_future(runner.generate(slow_batch))
+        await asyncio.sleep(0)  # the slow batch starts first and ends last
+        return await asyncio.gather(slow, runner.generate(fast_batch))
+
+    slow_out, fast_out = asyncio.run(both())
+    for out, asked, rewards in ((slow_out, slow_batch, [0.0, 0.0]), (fast_out, fast_batch, [1.0, 1.0])):
+        assert out["trajectory_ids"] == asked["trajectory_ids"]
+        assert out["trajectory_rewards"] == rewards and out["errors"] == [None, None]
+        assert all(sum(mask) > 0 for mask in out["loss_masks"])  # none failed as "never ran"
+        questions = [tokenizer.decode(ids) for ids in out["prompt_token_ids"]]
+        assert all(p[0]["content"] in q for p, q in zip(asked["prompts"], questions))
+    assert runner.trajectories == {}  # nothing of either run is left behind
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "1.0", None])
+def test_a_task_reward_that_is_not_a_finite_number_masks_its_row(rows, tokenizer, monkeypatch, bad):
+    """A task's ``evaluate_result`` answering NaN would turn its GRPO group's advantages into NaN: the row is
+    masked out with an ``eval_error`` naming the value, as an env's step reward of NaN is."""
+    from skygym_adapters.agents import tasks
+
+    class OddTask(tasks.EnvTask):
+        async def evaluate_result(self, result, instance, data_source, instance_id, trajectory_id):
+            return bad if instance_id == 0 else 1.0
+
+    monkeypatch.setitem(tasks.TASK_REGISTRY, "odd_reward", OddTask)
+    engine = ScriptedEngine(tokenizer, scripts_for(rows[:2]))
+    runner = AgentRunner({**env_config(), "task": "odd_reward"}, infer_engine=engine, tokenizer=tokenizer)
+    out = asyncio.run(runner.run(rows[:2]))
+    assert out["trajectory_rewards"] == [0.0, 1.0]
+    assert sum(out["loss_masks"][0]) == 0 and sum(out["loss_masks"][1]) > 0
+    assert out["rollout_metrics"]["agent/num_eval_errors"] == 1
+    engine.reset()
+    evaluated = asyncio.run(runner.run(rows[:2], val_mode=True))
+    assert "reward must be a finite number" in evaluated["results"][0]["eval_error"]
+    assert evaluated["rewards"] == [0.0, 1.0]

@@ -420,3 +420,11 @@ def test_a_packed_forward_lets_the_models_own_logits_go_before_the_log_probs(tin
     T = batch.response_length
     worker.train_step(batch.with_tensors(advantages=torch.ones(batch.size, T)))
     assert alive == [False]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("-inf"), [0.0, float("nan")]])
+def test_a_reward_that_is_not_finite_is_refused_naming_its_row(bad):
+    """One NaN reward would make its whole GRPO group's advantages NaN; generators fail such a trajectory (a masked
+    row with reward 0), and a batch that still holds one is refused."""
+    with pytest.raises(ValueError, match=r"row 1: its reward is not a finite number"):
+        build_batch([[1, 2], [1, 2]], [[3, 4], [5, 6]], [[1, 1], [1, 1]], pad_token_id=0, rewards=[1.0, bad])
