@@ -41,10 +41,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import skyrl_gym
 from skyrl_gym.episode import EpisodeEnd, ascore_response, run_sync
+from skyrl_gym.data import row_extras
 from skyrl_gym.errors import DataError, UnregisteredEnv
 from skyrl_gym.registration import env_config_for
 
@@ -178,7 +179,7 @@ def _prompt_table(
     """Rows by :func:`prompt_key`: TRL hands a ``rollout_func`` only the prompts."""
     if env_id is not None:
         skyrl_gym.spec(env_id)  # unknown ids fail here, with the registry's suggestion, not mid-training
-    table: Dict[str, Dict[str, Any]] = {}
+    table: Dict[str, Tuple[int, Dict[str, Any]]] = {}
     registered = set()
     for index, row in enumerate(rows):
         row = dict(row)
@@ -195,18 +196,33 @@ def _prompt_table(
                 raise DataError(f"{what}: row {index}'s env_class: {exc}") from None
             registered.add(row["env_class"])
         key = prompt_key(row["prompt"])
-        known = table.get(key)
-        if known is not None and (known.get("env_class"), known.get("reward_spec")) != (
-            row.get("env_class"), row.get("reward_spec")
-        ):
-            raise DataError(
-                f"{what}: row {index} has the same prompt as an earlier row but another env or ground "
-                "truth; TRL gives rollout functions only the prompt, so prompts must identify their rows"
-            )
-        table[key] = row
+        if key in table:
+            first, known = table[key]
+            before, now = _what_plays(known), _what_plays(row)
+            differ = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
+            if differ:
+                raise DataError(
+                    f"{what}: row {index} has the same prompt as row {first} but another {', '.join(differ)}; TRL "
+                    "gives rollout functions only the prompt, so one prompt must stand for one row (drop the "
+                    "duplicates, or make their prompts differ)"
+                )
+            continue
+        table[key] = (index, row)
     if not table:
         raise DataError(f"{what}: no rows given")
-    return table
+    return {key: row for key, (_, row) in table.items()}
+
+
+_ROW_IDS = ("index", "split")  # the dataset scripts' bookkeeping; no env reads them
+
+
+def _what_plays(row: Mapping[str, Any]) -> Dict[str, Any]:
+    """The columns that make a row's episode and its pay: its env and extras, less the rows' ids."""
+    columns = {k: v for k, v in row_extras(row).items() if k not in _ROW_IDS}
+    columns["env_class"] = row.get("env_class")
+    if isinstance(columns.get("extra_info"), Mapping):
+        columns["extra_info"] = {k: v for k, v in columns["extra_info"].items() if k not in _ROW_IDS}
+    return columns
 
 
 def _rows_of(table: Mapping[str, Dict[str, Any]], prompts: List[Any], what: str) -> List[Dict[str, Any]]:

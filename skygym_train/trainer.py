@@ -539,7 +539,7 @@ class PPOTrainer:
             )
             extra["dynamic_sampling/dropped_groups"] = extra.get("dynamic_sampling/dropped_groups", 0) + decision.dropped_groups
             part = _select_output(output, decision.keep_rows)
-            part_uids = [uids[i] for i in decision.keep_rows]
+            part_uids = decision.uids
             collected = part if collected is None else _concat_outputs(collected, part)
             collected_uids += part_uids
             if ds.type == "replace":

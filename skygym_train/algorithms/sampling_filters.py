@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence
 
 
@@ -30,6 +30,10 @@ class DynamicSamplingDecision:
     """``filter``: not enough informative groups yet; sample another batch and call again."""
     kept_groups: int
     dropped_groups: int
+    uids: List[Any] = field(default_factory=list)
+    """The group of each kept row. Under ``replace`` a copy of a group is a group of its own (``<uid>#copy<k>``):
+    sharing the original's id would make one group of twice the rows, whose standard deviation (unbiased) differs,
+    and so change the advantages of the copy and of the original both."""
 
 
 def dynamic_sampling(
@@ -58,17 +62,25 @@ def dynamic_sampling(
     if kind == "filter":
         kept = good[:target_groups]
         rows = [r for uid in kept for r in rows_of[uid]]
-        return DynamicSamplingDecision(rows, len(good) < target_groups, len(kept), dropped)
+        return DynamicSamplingDecision(rows, len(good) < target_groups, len(kept), dropped, [uids[r] for r in rows])
     if kind == "replace":
         if not good or len(good) < min_replace_ratio * len(all_groups):
-            return DynamicSamplingDecision(list(range(len(uids))), False, len(all_groups), 0)
+            return DynamicSamplingDecision(list(range(len(uids))), False, len(all_groups), 0, list(uids))
         rng = rng or random.Random(0)
         good_set = set(good)
-        rows = []
+        rows: List[int] = []
+        kept_uids: List[Any] = []
+        copies: Dict[Any, int] = defaultdict(int)
         for uid in all_groups:
-            source = uid if uid in good_set else rng.choice(good)
+            if uid in good_set:
+                source, group = uid, uid
+            else:
+                source = rng.choice(good)
+                copies[source] += 1
+                group = f"{source}#copy{copies[source]}"
             rows.extend(rows_of[source])
-        return DynamicSamplingDecision(rows, False, len(all_groups), dropped)
+            kept_uids.extend([group] * len(rows_of[source]))
+        return DynamicSamplingDecision(rows, False, len(all_groups), dropped, kept_uids)
     raise ValueError(f"trainer.algorithm.dynamic_sampling.type must be null, 'filter' or 'replace', got {kind!r}")
 
 

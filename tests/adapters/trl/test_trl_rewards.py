@@ -73,3 +73,18 @@ def test_a_rollout_func_over_rows_of_an_unknown_env_fails_when_it_is_built():
     assert callable(env_rollout_func(rows[:1]))
     with pytest.raises(DataError, match=r"row 0's env_class must be an env id, got \['gsm8k'\]"):
         env_rollout_func([{**rows[0], "env_class": ["gsm8k"]}])
+
+
+def test_rows_that_share_a_prompt_must_play_alike():
+    """TRL hands a rollout function only the prompts: two rows with one prompt but another turn limit or partial
+    credit would both be played by one of them. Rows that differ only in their ids (``index``, ``split``) are one."""
+    prompt = [{"role": "user", "content": "What is 3 times 4?"}]
+    row = {"prompt": prompt, "env_class": "multiply", "reward_spec": {"ground_truth": "12"},
+           "extra_info": {"index": 0, "split": "train", "max_turns": 1}}
+    assert callable(env_rollout_func([row, {**row, "extra_info": {**row["extra_info"], "index": 7}}]))
+    with pytest.raises(DataError, match=r"row 1 has the same prompt as row 0 but another boxed_wrong_reward"):
+        env_rollout_func([row, {**row, "boxed_wrong_reward": 0.9}])
+    with pytest.raises(DataError, match=r"row 2 has the same prompt as row 0 but another extra_info"):
+        env_rollout_func([row, row, {**row, "extra_info": {"index": 2, "max_turns": 3}}])
+    with pytest.raises(DataError, match=r"but another reward_spec"):
+        env_rollout_func([row, {**row, "reward_spec": {"ground_truth": "13"}}])

@@ -62,3 +62,19 @@ def test_dynamic_sampling_replace_keeps_batch_size():
 
 def test_overlong_filter_masks_truncated():
     assert overlong_filter([[1, 1], [1, 0, 1]], ["stop", "length"]) == [[1, 1], [0, 0, 0]]
+
+
+def test_a_replaced_group_is_a_group_of_its_own_and_leaves_the_originals_advantages_alone():
+    """``replace`` copies an informative group in place of one that teaches nothing. Under the original's id the
+    two would be one group of twice the rows, and the unbiased standard deviation of [1, 0, 1, 0] is not that of
+    [1, 0]: the original's advantages would change too (+-0.866 for +-0.707)."""
+    from skygym_train.algorithms.advantages import compute_advantages
+
+    rewards, uids = [1.0, 0.0, 1.0, 1.0], ["a", "a", "b", "b"]
+    decision = dynamic_sampling(rewards, uids, kind="replace", target_groups=2)
+    assert decision.keep_rows == [0, 1, 0, 1] and decision.uids == ["a", "a", "a#copy1", "a#copy1"]
+    kept = torch.tensor([[rewards[r]] for r in decision.keep_rows])
+    advantages, _ = compute_advantages("grpo", token_level_rewards=kept, response_mask=torch.ones_like(kept),
+                                       index=decision.uids)
+    alone, _ = compute_advantages("grpo", token_level_rewards=kept[:2], response_mask=torch.ones(2, 1), index=["a", "a"])
+    torch.testing.assert_close(advantages, torch.cat([alone, alone]))
