@@ -181,22 +181,27 @@ class RemoteEngine(BaseInferenceEngine):
         payload = self._common_payload(model, sampling)
         if sampling.logprobs:
             payload["logprobs"] = 1
-        if not self._prompt_as_text:
+        if self._prompt_as_text:
+            data = await self._post("/v1/completions", {**payload, "prompt": self._as_text(prompt)})
+        else:
             try:
                 data = await self._post("/v1/completions", {**payload, "prompt": prompt})
             except EngineError as exc:
                 if " 400" not in str(exc) and " 422" not in str(exc):
                     raise
                 self._require_tokenizer("send the prompt as text")
+                try:
+                    data = await self._post("/v1/completions", {**payload, "prompt": self._as_text(prompt)})
+                except EngineError:
+                    # refused as text too: this prompt (too long, say), not its form. The engine keeps sending
+                    # ids; one bad prompt does not turn every later one into text the server re-tokenizes
+                    raise exc from None
                 self._prompt_as_text = True
                 self._warn_once(
                     "prompt_text",
-                    f"{self.root_url} refused a token-id prompt ({exc}); sending decoded text instead: the server "
-                    "re-tokenizes the prompt, which may differ from the recorded ids",
+                    f"{self.root_url} refused a token-id prompt ({exc}) and took it as text; sending decoded text "
+                    "from now on: the server re-tokenizes the prompt, which may differ from the recorded ids",
                 )
-        if self._prompt_as_text:
-            text_prompt = self.tokenizer.decode(prompt, skip_special_tokens=False)
-            data = await self._post("/v1/completions", {**payload, "prompt": text_prompt})
         where = f"{self.root_url}/v1/completions"
         choice = self._first_choice(data, where)
         text = choice.get("text")
@@ -214,6 +219,9 @@ class RemoteEngine(BaseInferenceEngine):
         if sampling.logprobs and isinstance(logprobs, dict):
             token_logprobs = logprobs.get("token_logprobs")
         return self._result(text, choice.get("token_ids"), choice.get("finish_reason"), token_logprobs, sampling, where)
+
+    def _as_text(self, prompt: List[int]) -> str:
+        return self.tokenizer.decode(prompt, skip_special_tokens=False)
 
     def _first_choice(self, data: Any, where: str) -> Dict[str, Any]:
         """``choices[0]`` of a server's answer, or :class:`EngineError` saying what the answer was instead."""

@@ -123,8 +123,9 @@ def make_app(engine: Any, model_path: str) -> Any:
 
 def make_canned_openai_app(state: Dict[str, Any]) -> Any:
     """An OpenAI-style server that answers ``/v1/models`` with ``state["models"]`` and every (chat) completion with
-    ``state["answer"]`` (or the next of ``state["answers"]``; ``"hang"`` answers never), whatever was asked: the broken and hostile servers a
-    client must refuse clearly."""
+    ``state["answer"]`` (or the next of ``state["answers"]``; ``"hang"`` answers never; ``{"status": 400, "body": ...}``
+    answers with that status), whatever was asked: the broken and hostile servers a client must refuse clearly.
+    The completions requests' prompts are kept in ``state["prompts"]``."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse
 
@@ -139,12 +140,15 @@ def make_canned_openai_app(state: Dict[str, Any]) -> Any:
         if given == "hang":  # a request that is never answered (state["hanging"] counts them)
             state["hanging"] = state.get("hanging", 0) + 1
             await asyncio.sleep(3600)
+        if isinstance(given, dict) and set(given) == {"status", "body"}:
+            return JSONResponse(given["body"], status_code=given["status"])
         return JSONResponse(given)
 
     @app.post("/v1/completions")
     async def completions(body: Dict[str, Any]) -> Any:
         if state.get("chat_only"):  # a server without the completions API, as many hosted ones are
             return JSONResponse({"detail": "Not Found"}, status_code=404)
+        state.setdefault("prompts", []).append(body.get("prompt"))
         return await answer()
 
     @app.post("/v1/chat/completions")

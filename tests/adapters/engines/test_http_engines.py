@@ -222,3 +222,25 @@ async def test_remote_engine_reports_unreachable_servers_clearly(tokenizer: Any)
     await sglang.aclose()
     with pytest.raises(ValueError, match="needs the conversation"):
         await RemoteEngine("http://127.0.0.1:9", tokenizer, model="m", api="chat").generate([[1]], GREEDY)
+
+
+async def test_one_prompt_the_server_refuses_does_not_turn_every_later_prompt_into_text(canned: Any,
+                                                                                      tokenizer: Any) -> None:
+    """A 400 for a token-id prompt once switched the engine to text prompts for good, though the server refused
+    that one prompt (too long) whatever its form: every later prompt was re-tokenized by the server while the
+    recorded ids stayed the client's. Now the engine switches only when the same prompt as text is taken."""
+    url, state = canned
+    too_long = {"status": 400, "body": {"detail": "This model's maximum context length is 32 tokens"}}
+    reply = {"choices": [{"text": "6", "token_ids": [21], "finish_reason": "stop"}]}
+    state.update(answers=[too_long, too_long, reply], prompts=[])
+    engine = RemoteEngine(url, tokenizer)
+    try:
+        with pytest.raises(EngineError, match="HTTP 400.*maximum context length"):
+            await engine.generate([prompt(tokenizer, "a long one " * 20)], GREEDY)
+        assert [type(p).__name__ for p in state["prompts"]] == ["list", "str"]  # tried as text, refused again
+        out = await engine.generate([prompt(tokenizer, "2*3?")], GREEDY)
+        assert out["response_ids"] == [[21]] and not engine._prompt_as_text
+        assert isinstance(state["prompts"][-1], list)  # the next prompt went as ids
+    finally:
+        state.pop("answers", None)
+        await engine.aclose()
