@@ -21,6 +21,7 @@ How an episode ended has one vocabulary, :class:`EpisodeEnd`: ``env_done`` is te
 from __future__ import annotations
 
 import asyncio
+import copy
 import enum
 import math
 import time
@@ -395,10 +396,12 @@ def _metrics_of(env: Env) -> Dict[str, Any]:
 
 
 def make_env_factory(env_class: str, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None) -> Callable[[], Env]:
-    """``make_env`` for :func:`run_episode` from a registered id (``skyrl_gym.make``)."""
+    """``make_env`` for :func:`run_episode` from a registered id (``skyrl_gym.make``). Each env gets a copy of
+    ``extras`` of its own, nested values too: a group's samples share one row, and an env that changed its
+    ``reward_spec`` or ``extra_info`` would change its siblings'."""
     from skyrl_gym.registration import make
 
-    return lambda: make(env_class, env_config=env_config, extras=dict(extras or {}))
+    return lambda: make(env_class, env_config=env_config, extras=copy.deepcopy(dict(extras or {})))
 
 
 def _lives_elsewhere(env_class: str) -> bool:

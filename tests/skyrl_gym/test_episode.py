@@ -123,6 +123,17 @@ def test_the_rows_max_turns_reaches_the_env_through_make(registered_counter):
     assert episode.num_turns == 2 and episode.end is EpisodeEnd.ENV_DONE
 
 
+def test_each_env_of_a_group_gets_its_own_copy_of_the_rows_nested_columns(registered_counter):
+    """A group's samples share one row: an env that changed its ``reward_spec`` changed its siblings' (and the
+    row's) when the extras were copied one level deep."""
+    row = {"reward_spec": {"ground_truth": "4"}, "extra_info": {"notes": []}}
+    make_env = make_env_factory(registered_counter, extras=row)
+    first, second = make_env(), make_env()
+    first.extras["reward_spec"]["ground_truth"] = "forged"
+    first.extras["extra_info"]["notes"].append("seen")
+    assert second.extras == row == {"reward_spec": {"ground_truth": "4"}, "extra_info": {"notes": []}}
+
+
 def test_a_policy_can_stop_the_episode_with_a_reason():
     class Budget(BasePolicy):
         async def act(self, episode):
