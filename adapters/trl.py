@@ -45,7 +45,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import skyrl_gym
 from skyrl_gym.episode import EpisodeEnd, ascore_response, run_sync
-from skyrl_gym.data import row_extras
+from skyrl_gym.data import row_extras, to_plain
 from skyrl_gym.errors import DataError, UnregisteredEnv
 from skyrl_gym.registration import env_config_for
 
@@ -198,7 +198,9 @@ def _prompt_table(
         key = prompt_key(row["prompt"])
         if key in table:
             first, known = table[key]
-            before, now = _what_plays(known), _what_plays(row)
+            # an env reads no data_source; an agent's task may grade by it
+            ignored = _ROW_IDS + (("data_source",) if require_env_class else ())
+            before, now = _what_plays(known, ignored), _what_plays(row, ignored)
             differ = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
             if differ:
                 raise DataError(
@@ -213,16 +215,17 @@ def _prompt_table(
     return {key: row for key, (_, row) in table.items()}
 
 
-_ROW_IDS = ("index", "split")  # the dataset scripts' bookkeeping; no env reads them
+_ROW_IDS = ("index", "split", "id", "uid")  # the datasets' bookkeeping; no env reads them
 
 
-def _what_plays(row: Mapping[str, Any]) -> Dict[str, Any]:
-    """The columns that make a row's episode and its pay: its env and extras, less the rows' ids."""
-    columns = {k: v for k, v in row_extras(row).items() if k not in _ROW_IDS}
+def _what_plays(row: Mapping[str, Any], ignored: Sequence[str]) -> Dict[str, str]:
+    """The columns that make a row's episode and its pay (its env and extras, less ``ignored`` ones), each as
+    canonical JSON: rows read with pandas hold NaN for a missing value (NaN != NaN) and numpy arrays for lists."""
+    columns = {k: v for k, v in to_plain(row_extras(row)).items() if k not in ignored}
     columns["env_class"] = row.get("env_class")
     if isinstance(columns.get("extra_info"), Mapping):
-        columns["extra_info"] = {k: v for k, v in columns["extra_info"].items() if k not in _ROW_IDS}
-    return columns
+        columns["extra_info"] = {k: v for k, v in columns["extra_info"].items() if k not in ignored}
+    return {k: json.dumps(v, sort_keys=True, default=repr) for k, v in columns.items()}
 
 
 def _rows_of(table: Mapping[str, Dict[str, Any]], prompts: List[Any], what: str) -> List[Dict[str, Any]]:

@@ -21,7 +21,7 @@ import warnings
 from collections import defaultdict
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -506,6 +506,7 @@ class PPOTrainer:
         finally:
             if own_bar is not None:
                 own_bar.close()
+        _check_answers_its_input(gen_input, output)
         return output, uids, row_of, time.perf_counter() - start
 
     def _token_budget(self, sampling: Dict[str, Any]) -> int:
@@ -1429,6 +1430,30 @@ class _TokenProgress:
 
 def _no_progress(positions: int, rows: int) -> None:
     """Progress goes nowhere (no bar)."""
+
+
+def _check_answers_its_input(gen_input: GeneratorInput, output: GeneratorOutput) -> None:
+    """A generator's output has one row for each prompt it was given, and where it names its trajectories, they
+    are the ones asked for, in order: rows of another batch (a generator that mixed two batches run at once) would
+    otherwise train under this batch's groups and rewards."""
+    asked = gen_input["trajectory_ids"] or []
+    rows = len(output["response_ids"])
+    if rows != len(gen_input["prompts"]):
+        raise RuntimeError(f"the generator returned {rows} rows for {len(gen_input['prompts'])} prompts")
+    named = output.get("trajectory_ids")  # type: ignore[misc]
+    if not named:
+        return
+    for row, (got, want) in enumerate(zip(named, asked)):
+        if _trajectory_key(got) != _trajectory_key(want):
+            raise RuntimeError(f"the generator's row {row} is trajectory {_trajectory_key(got)}, not the "
+                               f"{_trajectory_key(want)} asked for: it returned rows of another batch")
+
+
+def _trajectory_key(trajectory_id: Any) -> Tuple[str, int]:
+    """(instance id, repetition) of a ``TrajectoryID``: this project's dict, or an object with those attributes."""
+    if isinstance(trajectory_id, Mapping):
+        return str(trajectory_id["instance_id"]), int(trajectory_id["repetition_id"])
+    return str(trajectory_id.instance_id), int(trajectory_id.repetition_id)
 
 
 def _select_output(output: GeneratorOutput, rows: Sequence[int]) -> GeneratorOutput:

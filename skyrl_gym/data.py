@@ -104,6 +104,21 @@ def row_extras(row: Mapping[str, Any]) -> Dict[str, Any]:
     return {key: value for key, value in row.items() if key not in ("prompt", "env_class")}
 
 
+def copy_containers(value: Any) -> Any:
+    """``value`` with its dicts, lists, tuples and sets copied, nested ones too, and every other object shared: an
+    env gets a row's data of its own, while a live object a generator adds to the extras (a callback, a client)
+    stays the caller's (a deep copy would copy it, or fail on its lock)."""
+    if isinstance(value, dict):
+        return {key: copy_containers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_containers(item) for item in value]
+    if type(value) is tuple:
+        return tuple(copy_containers(item) for item in value)
+    if isinstance(value, set):
+        return set(value)
+    return value
+
+
 def to_plain(value: Any) -> Any:
     """Plain Python values: Parquet readers (pyarrow, veRL's loader) give numpy arrays for list columns;
     envs and JSON want lists and dicts."""

@@ -21,7 +21,6 @@ How an episode ended has one vocabulary, :class:`EpisodeEnd`: ``env_done`` is te
 from __future__ import annotations
 
 import asyncio
-import copy
 import enum
 import math
 import time
@@ -397,11 +396,12 @@ def _metrics_of(env: Env) -> Dict[str, Any]:
 
 def make_env_factory(env_class: str, env_config: Any = None, extras: Optional[Mapping[str, Any]] = None) -> Callable[[], Env]:
     """``make_env`` for :func:`run_episode` from a registered id (``skyrl_gym.make``). Each env gets a copy of
-    ``extras`` of its own, nested values too: a group's samples share one row, and an env that changed its
-    ``reward_spec`` or ``extra_info`` would change its siblings'."""
+    ``extras``' data of its own, nested values too (:func:`skyrl_gym.data.copy_containers`): a group's samples share
+    one row, and an env that changed its ``reward_spec`` or ``extra_info`` would change its siblings'."""
+    from skyrl_gym.data import copy_containers
     from skyrl_gym.registration import make
 
-    return lambda: make(env_class, env_config=env_config, extras=copy.deepcopy(dict(extras or {})))
+    return lambda: make(env_class, env_config=env_config, extras=copy_containers(dict(extras or {})))
 
 
 def _lives_elsewhere(env_class: str) -> bool:

@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -150,9 +152,10 @@ class AgentRunner:
         # the trajectories of the run in progress (of the latest one started, when several run at once: each run
         # reads only its own)
         self.trajectories: Dict[Any, Dict[int, BaseTrajectory]] = {}
-        # runs in progress: what they share (the backend's HTTP session, the task's runtimes) is closed when the
-        # last one ends, and a backend replaced while one runs is closed then too
-        self._runs_in_progress = 0
+        # runs in progress, by event loop: a loop's HTTP session of the backend is closed when its last run ends;
+        # the task's runtimes, and backends replaced while runs were in progress, when the last run of all ends
+        self._runs_lock = threading.Lock()
+        self._runs_by_loop: "Counter[asyncio.AbstractEventLoop]" = Counter()
         self._retired_backends: List[Any] = []
         self._executor: Optional[ThreadPoolExecutor] = None
         self._warned_env_classes: set = set()
@@ -355,7 +358,9 @@ class AgentRunner:
         sampling_override: Optional[Mapping[str, Any]] = None,
         on_turn: Optional[Callable[[], None]] = None,
     ) -> Dict[str, Any]:
-        self._runs_in_progress += 1
+        loop = asyncio.get_running_loop()
+        with self._runs_lock:
+            self._runs_by_loop[loop] += 1
         rollout = None
         trajectories: Dict[Any, Dict[int, BaseTrajectory]] = {}
         try:
@@ -401,21 +406,38 @@ class AgentRunner:
                 rollout.close()
             if self.trajectories is trajectories:
                 self.trajectories = {}
-            self._runs_in_progress -= 1
-            if self._runs_in_progress == 0:
-                await self._close_shared()
+            retired: List[Any] = []
+            with self._runs_lock:
+                self._runs_by_loop[loop] -= 1
+                last_on_loop = self._runs_by_loop[loop] == 0
+                if last_on_loop:
+                    del self._runs_by_loop[loop]
+                if not self._runs_by_loop:
+                    # the last run of all. Before any await, and under the lock: a run that starts meanwhile (on
+                    # this loop at the await, or on another thread) must not lose the runtimes it makes
+                    retired, self._retired_backends = self._retired_backends, []
+                    self._close_task_runtimes()
+            if last_on_loop:
+                # the backend's HTTP session belongs to this loop, which may end with the run (asyncio.run): close
+                # it now, not at garbage collection ("Unclosed client session"); the next run opens its own
+                await self._close_backends([self.backend, *retired])
 
-    async def _close_shared(self) -> None:
-        """After the last run in progress: what runs share."""
-        # the backend's HTTP session belongs to this loop, which may end with the run (asyncio.run): close it now,
-        # not at garbage collection ("Unclosed client session"); the next run opens its own
-        retired, self._retired_backends = self._retired_backends, []
-        for backend in [*retired, self.backend]:
-            await backend.aclose()
-        # what a task started and still holds (containers of trajectories cut short: Ctrl-C, a crash)
+    def _close_task_runtimes(self) -> None:
+        """What a task started and still holds (containers of trajectories cut short: Ctrl-C, a crash)."""
         close_all = getattr(self.task, "close_all_runtimes", None)
         if callable(close_all):
-            close_all()
+            try:
+                close_all()
+            except Exception:
+                logger.warning("the task's close_all_runtimes failed", exc_info=True)
+
+    @staticmethod
+    async def _close_backends(backends: List[Any]) -> None:
+        for backend in backends:
+            try:
+                await backend.aclose()
+            except Exception:  # a run's result is not lost to its clean-up
+                logger.warning("closing the inference backend failed", exc_info=True)
 
     def _eval_output(self, ordered: List[BaseTrajectory]) -> Dict[str, Any]:
         results = [t.result for t in ordered]
@@ -476,7 +498,8 @@ class AgentRunner:
     async def aclose(self) -> None:
         """Close the backend's HTTP session on this loop and stop the env worker threads (as ``async with``
         does on exit)."""
-        await self.backend.aclose()
+        retired, self._retired_backends = self._retired_backends, []
+        await self._close_backends([self.backend, *retired])
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None

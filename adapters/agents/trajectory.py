@@ -200,6 +200,8 @@ class ReActTrajectory(BaseTrajectory):
                     self.cfg.trajectory_id,
                 )
             )
+            if isinstance(reward, bool):  # a verdict (SkyAgent's tasks may return one): 1.0 or 0.0
+                reward = float(reward)
             self.result["reward"] = finite_reward(reward, "the task's evaluate_result")  # NaN: a masked row
         except Exception as exc:
             self.result["reward"] = 0.0

@@ -37,6 +37,11 @@ from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 logger = logging.getLogger(__name__)
 
 
+def _refused(error: EngineError) -> bool:
+    """Whether the server refused the request as malformed (HTTP 400 or 422)."""
+    return " 400" in str(error) or " 422" in str(error)
+
+
 class RemoteEngine(BaseInferenceEngine):
     """Client of an OpenAI-compatible server behind the :class:`~skygym_adapters.types.InferenceEngine` protocol.
 
@@ -187,21 +192,16 @@ class RemoteEngine(BaseInferenceEngine):
             try:
                 data = await self._post("/v1/completions", {**payload, "prompt": prompt})
             except EngineError as exc:
-                if " 400" not in str(exc) and " 422" not in str(exc):
-                    raise
+                if not _refused(exc) or await self._takes_token_ids(payload, prompt):
+                    raise  # this prompt (too long, say), not its form: later prompts still go as ids
                 self._require_tokenizer("send the prompt as text")
-                try:
-                    data = await self._post("/v1/completions", {**payload, "prompt": self._as_text(prompt)})
-                except EngineError:
-                    # refused as text too: this prompt (too long, say), not its form. The engine keeps sending
-                    # ids; one bad prompt does not turn every later one into text the server re-tokenizes
-                    raise exc from None
                 self._prompt_as_text = True
                 self._warn_once(
                     "prompt_text",
-                    f"{self.root_url} refused a token-id prompt ({exc}) and took it as text; sending decoded text "
-                    "from now on: the server re-tokenizes the prompt, which may differ from the recorded ids",
+                    f"{self.root_url} refuses token-id prompts ({exc}); sending decoded text instead: the server "
+                    "re-tokenizes the prompt, which may differ from the recorded ids",
                 )
+                data = await self._post("/v1/completions", {**payload, "prompt": self._as_text(prompt)})
         where = f"{self.root_url}/v1/completions"
         choice = self._first_choice(data, where)
         text = choice.get("text")
@@ -219,6 +219,18 @@ class RemoteEngine(BaseInferenceEngine):
         if sampling.logprobs and isinstance(logprobs, dict):
             token_logprobs = logprobs.get("token_logprobs")
         return self._result(text, choice.get("token_ids"), choice.get("finish_reason"), token_logprobs, sampling, where)
+
+    async def _takes_token_ids(self, payload: Dict[str, Any], prompt: List[int]) -> bool:
+        """Whether the server takes a token-id prompt at all: one token, one token back. A server that refused a
+        prompt as ids may have refused that prompt (too long), not the form; sending it as text instead could
+        even fit (a sampled reply's ids can be longer than the server's own tokenization of its text)."""
+        try:
+            await self._post("/v1/completions", {**payload, "prompt": prompt[:1], "max_tokens": 1})
+        except EngineError as exc:
+            if _refused(exc):
+                return False
+            raise
+        return True
 
     def _as_text(self, prompt: List[int]) -> str:
         return self.tokenizer.decode(prompt, skip_special_tokens=False)

@@ -150,3 +150,21 @@ def test_the_agent_training_example_passes_check(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "configuration is valid" in proc.stdout + proc.stderr
     assert "multiply_tool_agent.yaml: its generator.infer_backend=openai_server is replaced" in proc.stderr
+
+
+def test_the_trainer_refuses_a_generator_output_that_answers_another_batch():
+    """A generator that mixed two batches run at once (the agent runner once did, with async training and
+    evaluation) would have the trainer train another batch's rows under this batch's groups: the step stops."""
+    import pytest
+
+    from skygym_train.trainer import _check_answers_its_input
+
+    asked = {"prompts": [[{"role": "user", "content": "q"}]] * 2,
+             "trajectory_ids": [{"instance_id": "train-3-0", "repetition_id": r} for r in range(2)]}
+    answered = {"response_ids": [[1], [2]], "trajectory_ids": [dict(t) for t in asked["trajectory_ids"]]}
+    _check_answers_its_input(asked, answered)  # the same ids, in order
+    swapped = {**answered, "trajectory_ids": [{"instance_id": "eval-3-0", "repetition_id": 0}, answered["trajectory_ids"][1]]}
+    with pytest.raises(RuntimeError, match=r"row 0 is trajectory \('eval-3-0', 0\), not the \('train-3-0', 0\) asked"):
+        _check_answers_its_input(asked, swapped)
+    with pytest.raises(RuntimeError, match="returned 1 rows for 2 prompts"):
+        _check_answers_its_input(asked, {"response_ids": [[1]]})

@@ -134,6 +134,22 @@ def test_each_env_of_a_group_gets_its_own_copy_of_the_rows_nested_columns(regist
     assert second.extras == row == {"reward_spec": {"ground_truth": "4"}, "extra_info": {"notes": []}}
 
 
+def test_a_live_object_in_the_extras_stays_the_callers(registered_counter):
+    """A generator may put a live object in the extras (the rlm env's ``lm_callback``): each env gets that object,
+    not a copy of it (a deep copy failed on its lock, and calls went to a copy the caller never saw)."""
+    import threading
+
+    class Callback:
+        def __init__(self):
+            self.lock, self.calls = threading.Lock(), 0
+
+    callback = Callback()
+    make_env = make_env_factory(registered_counter, extras={"lm_callback": callback, "extra_info": {"k": [1]}})
+    first, second = make_env(), make_env()
+    assert first.extras["lm_callback"] is second.extras["lm_callback"] is callback
+    assert first.extras["extra_info"]["k"] is not second.extras["extra_info"]["k"]
+
+
 def test_a_policy_can_stop_the_episode_with_a_reason():
     class Budget(BasePolicy):
         async def act(self, episode):

@@ -250,3 +250,68 @@ def test_a_task_reward_that_is_not_a_finite_number_masks_its_row(rows, tokenizer
     evaluated = asyncio.run(runner.run(rows[:2], val_mode=True))
     assert "reward must be a finite number" in evaluated["results"][0]["eval_error"]
     assert evaluated["rewards"] == [0.0, 1.0]
+
+
+def test_a_task_that_returns_a_verdict_pays_one_or_zero(rows, tokenizer, monkeypatch):
+    from skygym_adapters.agents import tasks
+
+    class Verdict(tasks.EnvTask):
+        async def evaluate_result(self, result, instance, data_source, instance_id, trajectory_id):
+            return instance_id == 0
+
+    monkeypatch.setitem(tasks.TASK_REGISTRY, "verdict", Verdict)
+    runner = AgentRunner({**env_config(), "task": "verdict"}, infer_engine=ScriptedEngine(tokenizer, scripts_for(rows[:2])),
+                         tokenizer=tokenizer)
+    out = asyncio.run(runner.run(rows[:2]))
+    assert out["trajectory_rewards"] == [1.0, 0.0] and all(sum(mask) > 0 for mask in out["loss_masks"])
+
+
+def test_a_run_that_starts_while_the_last_one_closes_keeps_its_runtimes(rows, tokenizer, monkeypatch):
+    """The last run to end closes what runs share: the task's leftover runtimes (a SWE task's containers) and the
+    backend's HTTP session. The close awaited the backend first; a run that started in that await lost the
+    runtimes it had just made to the task's close_all_runtimes. The runtimes are closed before any await now."""
+    from skygym_adapters.agents import backends, tasks
+
+    class Tracked(tasks.EnvTask):
+        live: set = set()
+
+        async def initialize_runtime(self, instance, cfg):
+            runtime = await super().initialize_runtime(instance, cfg)
+            Tracked.live.add(runtime)
+            return runtime
+
+        async def complete_runtime(self, runtime, run):
+            if runtime not in Tracked.live:
+                raise RuntimeError("this trajectory's runtime was closed by another run's clean-up")
+            Tracked.live.discard(runtime)
+            return await super().complete_runtime(runtime, run)
+
+        def close_all_runtimes(self):
+            Tracked.live.clear()
+
+    closing = []
+
+    class SlowToClose(backends.TokenBackend):
+        async def aclose(self):  # as an HTTP session's close awaits its connections
+            closing.append(True)
+            await asyncio.sleep(0.3)
+
+    monkeypatch.setitem(tasks.TASK_REGISTRY, "tracked", Tracked)
+    monkeypatch.setitem(backends.BACKEND_REGISTRY, "slow_to_close",
+                        lambda cfg, engine, tok, **kw: SlowToClose(engine, tok, kw.get("chat_template_kwargs")))
+    config = env_config(infer_backend="slow_to_close")
+    # the second run's first reply comes after the first run's close has awaited the backend (0.3 s)
+    engine = _SlowFor(tokenizer, scripts_for(rows), slow_key=rows[2]["prompt"][0]["content"], delay_s=0.6)
+    runner = AgentRunner({**config, "task": "tracked"}, infer_engine=engine, tokenizer=tokenizer)
+
+    async def second_run_during_the_close():
+        while not closing:
+            await asyncio.sleep(0.001)
+        return await runner.run(rows[2:])
+
+    async def both():
+        return await asyncio.gather(runner.run(rows[:2]), second_run_during_the_close())
+
+    first, second = asyncio.run(both())
+    assert first["trajectory_rewards"] == [1.0, 0.0] and second["trajectory_rewards"] == [1.0, 0.0]
+    assert second["rollout_metrics"]["agent/num_eval_errors"] == 0

@@ -110,7 +110,7 @@ async def test_remote_engine_falls_back_to_text_with_a_warning(server: Any, toke
         assert engine.model == "text-only"
         assert engine._prompt_as_text  # the server refused the token-id prompt
         messages = " ".join(r.getMessage() for r in caplog.records)
-        assert "refused a token-id prompt" in messages and "returned no token ids" in messages
+        assert "refuses token-id prompts" in messages and "returned no token ids" in messages
         text = out["responses"][0]
         ids = out["response_ids"][0]
         expected = tokenizer.encode(text, add_special_tokens=False)
@@ -228,16 +228,18 @@ async def test_one_prompt_the_server_refuses_does_not_turn_every_later_prompt_in
                                                                                       tokenizer: Any) -> None:
     """A 400 for a token-id prompt once switched the engine to text prompts for good, though the server refused
     that one prompt (too long) whatever its form: every later prompt was re-tokenized by the server while the
-    recorded ids stayed the client's. Now the engine switches only when the same prompt as text is taken."""
+    recorded ids stayed the client's. Now the engine first asks whether the server takes a one-token id prompt;
+    it does, so the error is this prompt's, and the engine keeps sending ids."""
     url, state = canned
     too_long = {"status": 400, "body": {"detail": "This model's maximum context length is 32 tokens"}}
     reply = {"choices": [{"text": "6", "token_ids": [21], "finish_reason": "stop"}]}
-    state.update(answers=[too_long, too_long, reply], prompts=[])
+    state.update(answers=[too_long, reply, reply], prompts=[])
     engine = RemoteEngine(url, tokenizer)
     try:
+        long_prompt = prompt(tokenizer, "a long one " * 20)
         with pytest.raises(EngineError, match="HTTP 400.*maximum context length"):
-            await engine.generate([prompt(tokenizer, "a long one " * 20)], GREEDY)
-        assert [type(p).__name__ for p in state["prompts"]] == ["list", "str"]  # tried as text, refused again
+            await engine.generate([long_prompt], GREEDY)
+        assert state["prompts"] == [long_prompt, long_prompt[:1]]  # the prompt, then the one-token question
         out = await engine.generate([prompt(tokenizer, "2*3?")], GREEDY)
         assert out["response_ids"] == [[21]] and not engine._prompt_as_text
         assert isinstance(state["prompts"][-1], list)  # the next prompt went as ids

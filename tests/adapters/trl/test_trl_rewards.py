@@ -82,9 +82,22 @@ def test_rows_that_share_a_prompt_must_play_alike():
     row = {"prompt": prompt, "env_class": "multiply", "reward_spec": {"ground_truth": "12"},
            "extra_info": {"index": 0, "split": "train", "max_turns": 1}}
     assert callable(env_rollout_func([row, {**row, "extra_info": {**row["extra_info"], "index": 7}}]))
+    assert callable(env_rollout_func([{**row, "data_source": "nq"}, {**row, "data_source": "hotpotqa"}]))  # no env reads it
     with pytest.raises(DataError, match=r"row 1 has the same prompt as row 0 but another boxed_wrong_reward"):
         env_rollout_func([row, {**row, "boxed_wrong_reward": 0.9}])
     with pytest.raises(DataError, match=r"row 2 has the same prompt as row 0 but another extra_info"):
         env_rollout_func([row, row, {**row, "extra_info": {"index": 2, "max_turns": 3}}])
     with pytest.raises(DataError, match=r"but another reward_spec"):
         env_rollout_func([row, {**row, "reward_spec": {"ground_truth": "13"}}])
+
+
+def test_rows_read_with_pandas_that_share_a_prompt_compare_by_value():
+    """pandas gives NaN for a missing value (NaN != NaN) and numpy arrays for list columns (whose == is not a
+    truth value): two such copies of one row are one row, and an array that differs is named, not a traceback."""
+    np = pytest.importorskip("numpy", reason="numpy reads like pandas' rows; pip install numpy")
+    prompt = np.array([{"role": "user", "content": "What is 3 times 4?"}], dtype=object)
+    row = {"prompt": list(prompt), "env_class": "multiply", "reward_spec": {"ground_truth": "12"},
+           "difficulty": float("nan"), "tags": np.array(["a", "b"]), "id": "q1"}
+    assert callable(env_rollout_func([row, {**row, "id": "q2"}]))
+    with pytest.raises(DataError, match=r"row 1 has the same prompt as row 0 but another tags"):
+        env_rollout_func([row, {**row, "tags": np.array(["a", "c"])}])
