@@ -200,13 +200,13 @@ def _prompt_table(
             first, known = table[key]
             # an env reads no data_source; an agent's task may grade by it
             ignored = _ROW_IDS + (("data_source",) if require_env_class else ())
-            before, now = _what_plays(known, ignored), _what_plays(row, ignored)
-            differ = sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
+            differ = _differences(_what_plays(known, ignored), _what_plays(row, ignored))
             if differ:
+                shown = "; ".join(f"{path}: {a:.60} / {b:.60}" for path, a, b in differ[:3])
                 raise DataError(
-                    f"{what}: row {index} has the same prompt as row {first} but another {', '.join(differ)}; TRL "
-                    "gives rollout functions only the prompt, so one prompt must stand for one row (drop the "
-                    "duplicates, or make their prompts differ)"
+                    f"{what}: row {index} has the same prompt as row {first} but another "
+                    f"{', '.join(path for path, _, _ in differ)} ({shown}); TRL gives rollout functions only the "
+                    "prompt, so one prompt must stand for one row (drop the duplicates, or make their prompts differ)"
                 )
             continue
         table[key] = (index, row)
@@ -218,14 +218,29 @@ def _prompt_table(
 _ROW_IDS = ("index", "split", "id", "uid")  # the datasets' bookkeeping; no env reads them
 
 
-def _what_plays(row: Mapping[str, Any], ignored: Sequence[str]) -> Dict[str, str]:
-    """The columns that make a row's episode and its pay (its env and extras, less ``ignored`` ones), each as
-    canonical JSON: rows read with pandas hold NaN for a missing value (NaN != NaN) and numpy arrays for lists."""
+def _what_plays(row: Mapping[str, Any], ignored: Sequence[str]) -> Dict[str, Any]:
+    """The columns that make a row's episode and its pay: its env and extras, less ``ignored`` ones (at the top and
+    in ``extra_info``), as plain values (pandas gives numpy arrays for lists)."""
     columns = {k: v for k, v in to_plain(row_extras(row)).items() if k not in ignored}
     columns["env_class"] = row.get("env_class")
     if isinstance(columns.get("extra_info"), Mapping):
         columns["extra_info"] = {k: v for k, v in columns["extra_info"].items() if k not in ignored}
-    return {k: json.dumps(v, sort_keys=True, default=repr) for k, v in columns.items()}
+    return columns
+
+
+def _differences(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> List[Tuple[str, str, str]]:
+    """(dotted key, a's value, b's value) wherever two rows' columns differ, values as canonical JSON (pandas gives
+    NaN for a missing value, and NaN is not equal to itself)."""
+    found = []
+    for key in sorted({*a, *b}):
+        left, right = a.get(key), b.get(key)
+        if isinstance(left, Mapping) and isinstance(right, Mapping):
+            found += _differences(left, right, f"{prefix}{key}.")
+            continue
+        left_json, right_json = (json.dumps(v, sort_keys=True, default=repr) for v in (left, right))
+        if left_json != right_json:
+            found.append((f"{prefix}{key}", left_json, right_json))
+    return found
 
 
 def _rows_of(table: Mapping[str, Dict[str, Any]], prompts: List[Any], what: str) -> List[Dict[str, Any]]:

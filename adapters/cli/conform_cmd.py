@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, List
 
+from skyrl_gym.errors import DataError
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -45,7 +47,7 @@ def _read_actions(path: str) -> List[Any]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise SystemExit(f"{path}: line {number} is not JSON ({exc.msg})")
+            raise DataError(f"{path}: line {number} is not JSON ({exc.msg})")
         if isinstance(value, dict):
             value = value.get("actions")
         actions.append(value)
@@ -61,10 +63,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         env_config = env_config_arg(args.env_config, [args.env])
     except UsageError as exc:
-        raise SystemExit(f"error: {exc}")
+        raise DataError(str(exc)) from None
     if args.rows:
         if not args.actions:
-            raise SystemExit("error: --rows needs --actions (one JSON list of assistant texts per row)")
+            raise DataError("--rows needs --actions (one JSON list of assistant texts per row)")
         from skyrl_gym.data import load_rows
 
         rows = load_rows(args.rows, limit=args.limit)
@@ -74,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             cases = cases_from_rows(rows, actions, env_config)
         except ValueError as exc:  # fewer action lines than rows, say
-            raise SystemExit(f"error: {exc} (--actions {args.actions}: one JSON line per row of --rows {args.rows})")
+            raise DataError(f"{exc} (--actions {args.actions}: one JSON line per row of --rows {args.rows})") from None
     context = Context()
     if args.model:
         model_path = Path(args.model)
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             report = run_conformance(args.env, cases, context=context, only=only)
         except BadCases as exc:  # two rows of one prompt, a row of another env
-            raise SystemExit(f"error: {exc}")
+            raise DataError(str(exc)) from None
     else:  # the env's built-in cases, with the database / retrieval server / sandbox they need
         try:
             case_set = builtin_case_set(args.env)

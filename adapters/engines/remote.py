@@ -105,7 +105,10 @@ class RemoteEngine(BaseInferenceEngine):
                 body = await response.text()
                 if response.status >= 400:
                     hint = ""
-                    if path == "/v1/completions" and response.status in (404, 405):
+                    if response.status == 404 and "model" in body.lower():  # vLLM: "The model `x` does not exist."
+                        hint = (f"; the server serves no model named {payload.get('model')!r}: its names are at "
+                                f"{self.root_url}/v1/models (skyrl-gym eval --served-model NAME)")
+                    elif path == "/v1/completions" and response.status in (404, 405):
                         hint = ("; the server has no completions API: for a chat-only server use api='chat' "
                                 "(skyrl-gym eval --api chat)")
                     raise EngineError(f"POST {path} -> HTTP {response.status}: {body[:500]}{hint}")

@@ -1,17 +1,20 @@
-"""Check a veRL setup on a CPU: veRL's own agent-loop worker and reward worker, in this process.
+"""Check a veRL setup on a CPU: veRL's own agent-loop worker, in this process.
 
     python examples/verl/dry_run.py --rows ~/data/skyrl_gym/gsm8k_multi_turn/test.parquet --limit 4 --model smollm2-135m
 
 Loads examples/verl/gsm8k_multi_turn.yaml (veRL's ppo_trainer plus our settings), reads the rows with
 veRL's RLHFDataset, rolls them out with veRL's AgentLoopWorker (the skyrl_gym agent loop for rows whose
-agent_name says so) served by a transformers model, and prints each episode: turns, per-turn rewards,
-how many response tokens are the model's (mask 1) and the env's (mask 0).
+agent_name says so) served by a transformers model, and prints each episode: turns, per-turn rewards (the
+env's, as the agent loop records them; veRL's reward worker is not run), how many response tokens are the
+model's (mask 1) and the env's (mask 0). The first --limit rows and the agent-loop config it writes go to a
+temporary folder, removed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,48 +41,53 @@ def main(argv=None) -> int:
     from transformers import AutoTokenizer
 
     from skygym_adapters.engines.hf import HFEngine
-    from skygym_adapters.models import resolve_model
+    from skygym_adapters.models import fit_cpu_threads_to_load, resolve_model
     from skygym_adapters.verl.local import compose_config, generate_sequences, load_batch
     from skygym_adapters.verl.server import EngineServerManager
 
     model_dir = resolve_model(args.model).path
-    rows_file = Path(args.rows)
-    if args.limit:
-        limited = rows_file.with_name(rows_file.stem + f".first{args.limit}.parquet")
-        pq.write_table(pq.read_table(rows_file).slice(0, args.limit), limited)
-        rows_file = limited
-    loop_file = rows_file.with_name("agent_loop.dry_run.yaml")
-    loop_file.write_text(
-        (HERE / "agent_loop.yaml").read_text().replace("max_tokens_per_turn: null", f"max_tokens_per_turn: {args.max_tokens_per_turn}")
-    )
-    config = compose_config(
-        model_dir,
-        [
-            f"data.train_files={rows_file}",
-            f"data.max_response_length={args.response_length}",
-            f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_file}",
-        ],
-        config_dir=HERE,
-        config_name="gsm8k_multi_turn",
-    )
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    batch = load_batch(rows_file, config, tokenizer)
-    engine = HFEngine(str(model_dir))
-    try:
-        output = asyncio.run(generate_sequences(config, EngineServerManager(engine), batch))
-    finally:
-        engine.close()
-    extra = output.non_tensor_batch
-    prompt_length = output.batch["prompts"].shape[1]
-    for i in range(len(output)):
-        length = int(output.batch["attention_mask"][i, prompt_length:].sum())
-        mask = output.batch["response_mask"][i, :length].tolist()
-        rewards = ", ".join(f"{r:.3f}" for r in extra["turn_scores"][i])
-        print(
-            f"row {i}: env={extra['skyrl_gym_env_class'][i]} turns={extra['assistant_turns'][i]} "
-            f"turn_rewards=[{rewards}] reward={extra['skyrl_gym_reward'][i]:.3f} "
-            f"model_tokens={sum(mask)} env_tokens={len(mask) - sum(mask)} stop={extra['stop'][i]}"
+    with tempfile.TemporaryDirectory(prefix="skyrl-gym-verl-dry-run-") as scratch_name:
+        scratch = Path(scratch_name)
+        rows_file = Path(args.rows)
+        if args.limit:
+            limited = scratch / f"{rows_file.stem}.first{args.limit}.parquet"
+            pq.write_table(pq.read_table(rows_file).slice(0, args.limit), limited)
+            rows_file = limited
+        loop_file = scratch / "agent_loop.dry_run.yaml"
+        loop_file.write_text(
+            (HERE / "agent_loop.yaml").read_text().replace("max_tokens_per_turn: null", f"max_tokens_per_turn: {args.max_tokens_per_turn}")
         )
+        config = compose_config(
+            model_dir,
+            [
+                f"data.train_files={rows_file}",
+                f"data.max_response_length={args.response_length}",
+                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_file}",
+            ],
+            config_dir=HERE,
+            config_name="gsm8k_multi_turn",
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        batch = load_batch(rows_file, config, tokenizer)
+        engine = HFEngine(str(model_dir))
+        busy, _ = fit_cpu_threads_to_load()  # a busy CPU: fewer torch threads (this script owns its process)
+        if busy:
+            print(busy)
+        try:
+            output = asyncio.run(generate_sequences(config, EngineServerManager(engine), batch))
+        finally:
+            engine.close()
+        extra = output.non_tensor_batch
+        prompt_length = output.batch["prompts"].shape[1]
+        for i in range(len(output)):
+            length = int(output.batch["attention_mask"][i, prompt_length:].sum())
+            mask = output.batch["response_mask"][i, :length].tolist()
+            rewards = ", ".join(f"{r:.3f}" for r in extra["turn_scores"][i])
+            print(
+                f"row {i}: env={extra['skyrl_gym_env_class'][i]} turns={extra['assistant_turns'][i]} "
+                f"turn_rewards=[{rewards}] reward={extra['skyrl_gym_reward'][i]:.3f} "
+                f"model_tokens={sum(mask)} env_tokens={len(mask) - sum(mask)} stop={extra['stop'][i]}"
+            )
     return 0
 
 

@@ -30,7 +30,10 @@ def main(argv=None) -> int:
 
     out = Path(args.output_dir)
     for split, source in (("train", args.train_file), ("test", args.test_file)):
-        rows = build_rows(args.env, split=split, size=args.limit, source=source)
+        try:
+            rows = build_rows(args.env, split=split, size=args.limit, source=source)
+        except (ImportError, OSError, ValueError) as exc:  # a missing extra or file, the hub out of reach, a bad row
+            raise SystemExit(f"error: {split} rows: {exc}" + ("" if source else f" (offline: --{split}_file {split}.jsonl)")) from None
         if args.max_turns is not None:
             for row in rows:
                 row["max_turns"] = args.max_turns

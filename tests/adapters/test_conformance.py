@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -160,8 +161,8 @@ def test_cli_conform_prints_the_table_and_fails_on_mismatch(tmp_path, tiny_model
     actions.write_text(json.dumps(["\\boxed{41}", "\\boxed{42}"]) + "\n")
     assert main(["conform", "multiply", "--rows", str(rows), "--actions", str(actions), "--adapters", "openai"]) == 0
     assert "openai" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="--actions"):
-        main(["conform", "multiply", "--rows", str(rows)])
+    assert main(["conform", "multiply", "--rows", str(rows)]) == 2
+    assert "--rows needs --actions" in capsys.readouterr().err
 
 
 def test_cli_conform_without_the_embedded_model_skips_the_token_adapters_naming_the_fix(tmp_path):
@@ -226,8 +227,9 @@ def test_cli_conform_on_a_new_env_plays_its_builder_rows_reference_answers(tiny_
         main(["conform", "games/nim", "--adapters", "gymnasium"])
 
 
-def test_cli_conform_says_what_is_wrong_with_given_rows_and_actions(tmp_path):
-    """Two given rows of one prompt, and fewer action lines than rows, ended `skyrl-gym conform` in a traceback."""
+def test_cli_conform_says_what_is_wrong_with_given_rows_and_actions(tmp_path, capsys):
+    """Two given rows of one prompt, and fewer action lines than rows, ended `skyrl-gym conform` in a traceback;
+    each is the user's mistake: one `error:` line and exit status 2 (a failed conformance is 1)."""
     from skyrl_gym.cli import main
     from skyrl_gym.data import write_jsonl
 
@@ -236,14 +238,17 @@ def test_cli_conform_says_what_is_wrong_with_given_rows_and_actions(tmp_path):
     write_jsonl([row, row], tmp_path / "rows.jsonl")
     actions = tmp_path / "actions.jsonl"
     actions.write_text('["<move>crane</move>"]\n')
-    with pytest.raises(SystemExit, match=r"^error: --rows needs --actions \("):  # the only one without "error: "
-        main(["conform", "games/wordle", "--rows", str(tmp_path / "rows.jsonl")])
-    with pytest.raises(SystemExit, match="^error: got 2 rows but 1 action lists .*: one JSON line per row of"):
-        main(["conform", "games/wordle", "--rows", str(tmp_path / "rows.jsonl"), "--actions", str(actions)])
+    def said(*args):
+        assert main(["conform", "games/wordle", "--rows", str(tmp_path / "rows.jsonl"), *args]) == 2
+        return capsys.readouterr().err
+
+    assert said().startswith("error: --rows needs --actions (")
+    assert re.match(r"error: got 2 rows but 1 action lists .*: one JSON line per row of", said("--actions", str(actions)))
     actions.write_text('["<move>crane</move>"]\n' * 2)
-    with pytest.raises(SystemExit, match="^error: conformance cases need distinct prompts"):
-        main(["conform", "games/wordle", "--rows", str(tmp_path / "rows.jsonl"), "--actions", str(actions),
-              "--adapters", "gymnasium"])
+    assert said("--actions", str(actions), "--adapters", "gymnasium").startswith(
+        "error: conformance cases need distinct prompts")
+    actions.write_text("not json\n")
+    assert "line 1 is not JSON" in said("--actions", str(actions))
 
 
 def test_a_missing_trainer_package_is_skipped_with_the_install_that_doctor_gives(monkeypatch):

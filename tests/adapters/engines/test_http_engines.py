@@ -178,6 +178,20 @@ async def test_a_chat_only_server_is_named_as_such(canned: Any, tokenizer: Any) 
         await engine.aclose()
 
 
+async def test_a_model_the_server_does_not_serve_is_named_as_such(canned: Any, tokenizer: Any) -> None:
+    """A cold run: vLLM's 404 for an unknown model name got the hint for a server without a completions API."""
+    url, state = canned
+    state["answer"] = {"status": 404, "body": {"object": "error", "message": "The model `gpt-4o` does not exist."}}
+    engine = RemoteEngine(url, tokenizer, model="gpt-4o")
+    try:
+        with pytest.raises(EngineError, match=r"HTTP 404.*serves no model named 'gpt-4o': its names are at "
+                                              r".*/v1/models \(skyrl-gym eval --served-model NAME\)$"):
+            await engine.generate([prompt(tokenizer, "2*3?")], GREEDY)
+    finally:
+        state.pop("answer")
+        await engine.aclose()
+
+
 async def test_remote_engine_reads_an_empty_text_as_an_empty_reply_and_bad_logprobs_as_none(
         canned: Any, tokenizer: Any, caplog: pytest.LogCaptureFixture) -> None:
     url, state = canned

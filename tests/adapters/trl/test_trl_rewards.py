@@ -85,7 +85,8 @@ def test_rows_that_share_a_prompt_must_play_alike():
     assert callable(env_rollout_func([{**row, "data_source": "nq"}, {**row, "data_source": "hotpotqa"}]))  # no env reads it
     with pytest.raises(DataError, match=r"row 1 has the same prompt as row 0 but another boxed_wrong_reward"):
         env_rollout_func([row, {**row, "boxed_wrong_reward": 0.9}])
-    with pytest.raises(DataError, match=r"row 2 has the same prompt as row 0 but another extra_info"):
+    with pytest.raises(DataError, match=r"row 2 has the same prompt as row 0 but another extra_info.max_turns "
+                                        r"\(extra_info.max_turns: 1 / 3\)"):
         env_rollout_func([row, row, {**row, "extra_info": {"index": 2, "max_turns": 3}}])
     with pytest.raises(DataError, match=r"but another reward_spec"):
         env_rollout_func([row, {**row, "reward_spec": {"ground_truth": "13"}}])
@@ -99,5 +100,5 @@ def test_rows_read_with_pandas_that_share_a_prompt_compare_by_value():
     row = {"prompt": list(prompt), "env_class": "multiply", "reward_spec": {"ground_truth": "12"},
            "difficulty": float("nan"), "tags": np.array(["a", "b"]), "id": "q1"}
     assert callable(env_rollout_func([row, {**row, "id": "q2"}]))
-    with pytest.raises(DataError, match=r"row 1 has the same prompt as row 0 but another tags"):
+    with pytest.raises(DataError, match=r'row 1 has the same prompt as row 0 but another tags \(tags: \["a", "b"\] / \["a", "c"\]\)'):
         env_rollout_func([row, {**row, "tags": np.array(["a", "c"])}])

@@ -55,5 +55,6 @@ def test_prepare_and_dry_run_on_local_gsm8k(tmp_path, gsm8k_test_file, tiny_mode
     ) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("row ")]
     assert len(lines) == 2
+    assert sorted(p.name for p in data.iterdir()) == ["test.parquet", "train.parquet"]  # nothing left beside them
     for line in lines:
         assert "env=gsm8k_multi_turn" in line and "turns=2" in line and "stop=env_done" in line
