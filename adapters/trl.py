@@ -44,8 +44,8 @@ import logging
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import skyrl_gym
-from skyrl_gym.episode import EpisodeEnd, ascore_response, run_sync
 from skyrl_gym.data import row_extras, to_plain
+from skyrl_gym.episode import EpisodeEnd, ascore_response, run_sync
 from skyrl_gym.errors import DataError, UnregisteredEnv
 from skyrl_gym.registration import env_config_for
 
