@@ -9,6 +9,7 @@ each turn's reward on its last token.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import time
 from concurrent.futures import Executor
@@ -42,6 +43,12 @@ def _session_key(trajectory_id: TrajectoryID) -> str:
     return f"{trajectory_id['instance_id']}_{trajectory_id['repetition_id']}"
 
 
+# Two batches on one engine at once (a trainer's evaluation beside its training batch) may number their trajectories
+# alike, and an engine keys its kept KV caches, last-turn hints and engine pins by session: each trajectory run is a
+# session of its own (its id, then a number no other run in this process has).
+_session_serial = itertools.count()
+
+
 class TokenPolicy(BasePolicy):
     """Plays the model's side of an episode through ``engine`` and records it, token for token, in ``trajectory``."""
 
@@ -59,7 +66,7 @@ class TokenPolicy(BasePolicy):
         self.trajectory = trajectory
         self.sampling_params = sampling_params
         self.sampling: ResolvedSampling = resolve_sampling(sampling_params)
-        self.session = _session_key(trajectory.trajectory_id)
+        self.session = f"{_session_key(trajectory.trajectory_id)}#{next(_session_serial)}"
         self.multi_turn = config.use_conversation_multi_turn
         self._pending: Optional[Dict[str, Any]] = None  # the generated turn, until the env has answered it
 

@@ -6,6 +6,7 @@ real (tiny, random) model whose logprobs are checked against a full forward pass
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any, Dict, List
@@ -331,3 +332,38 @@ async def test_multi_turn_rollouts_are_the_same_with_kept_kv_caches_and_let_them
         assert a.ids == b.ids and a.loss_mask == b.loss_mask
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     assert kept_stats["resumed_tokens"] > kept_stats["prefill_tokens"] and whole_stats["resumed_tokens"] == 0
+
+
+async def test_two_batches_on_one_engine_at_once_each_get_their_own_rollouts(tokenizer: Any,
+                                                                            tiny_model_dir: Any) -> None:
+    """A trainer with asynchronous training evaluates while its producer generates: two multi-turn batches share one
+    engine, its batches and its kept KV caches, and their trajectory ids collide (both number their rows from 0).
+    Each trajectory is still the one its batch would get alone: same tokens, masks and logprobs, in input order."""
+    from skygym_adapters.engines.hf import HFEngine
+
+    sampling = {"max_generate_length": 6, "temperature": 1.0, "seed": 5, "logprobs": True}
+    batches = {name: [user(f"{name} question {i}") for i in range(3)] for name in ("train", "eval")}
+    engine = HFEngine(str(tiny_model_dir), device="cpu")
+    try:
+        async def run(name: str) -> List[Trajectory]:
+            generator = make_generator(engine, tokenizer, max_turns=3, sampling_params=sampling)
+            try:
+                return await generator.run(batches[name], ["test_countdown_turns"] * 3, [{"turns": 3}] * 3)
+            finally:
+                generator.close()
+
+        alone = {name: await run(name) for name in batches}
+        before = dict(engine.stats)
+        together = dict(zip(batches, await asyncio.gather(*(run(name) for name in batches))))
+        shared = {k: engine.stats[k] - before[k] for k in before}
+    finally:
+        engine.close()
+    # they did share: both batches' first turns decoded as one batch, and turns resumed kept caches
+    assert shared["sequences"] == 2 * 3 * 3 and shared["batches"] < 2 * 3
+    assert shared["resumed_tokens"] > 0
+    for name in batches:
+        for a, b, row in zip(together[name], alone[name], batches[name]):
+            assert tokenizer.decode(a.prompt_ids).count(row[0]["content"]) == 1
+            assert a.ids == b.ids and a.loss_mask == b.loss_mask and a.num_turns == b.num_turns == 3
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert [t.ids for t in together["train"]] != [t.ids for t in together["eval"]]
