@@ -7,7 +7,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from skygym_contrib.games.base import GameEnv, InvalidMove, Outcome, setting
 
-BLACK_BONUS = 0.02  # per black peg of a wrong guess
+# Per black peg of a wrong guess beyond the most of any earlier guess: a guess repeated, or one no better, earns
+# nothing (an attacker's pass: nine near misses, then the code, earned 1.54 where the code at once earned 1.0). The
+# code earns what takes the episode's return to 1.0.
+BLACK_BONUS = 0.02
 
 
 def score(guess: List[int], code: List[int]) -> Tuple[int, int]:
@@ -17,7 +20,7 @@ def score(guess: List[int], code: List[int]) -> Tuple[int, int]:
 
 
 class MastermindEnv(GameEnv):
-    """Mastermind, a 4-digit code of colours 1-6 in 10 guesses: 1.0 for the code, 0.02 per black peg."""
+    """Mastermind, a 4-digit code of colours 1-6 in 10 guesses: 1.0 in all for the code, 0.02 per new best black peg."""
 
     game_id = "games/mastermind"
     default_max_turns = 10
@@ -52,13 +55,14 @@ class MastermindEnv(GameEnv):
         if not 1 <= self.colours <= 9 or not all(1 <= d <= self.colours for d in self.code):
             raise ValueError("code digits must lie in 1..colours, colours at most 9")
         self.history: list = []
+        self.best_black = 0  # the most black pegs of any guess so far
 
     def rules(self) -> str:
         n = len(self.code)
         return (f"Let's play Mastermind. I hide a code of {n} digits, each 1-{self.colours} (repeats allowed). Guess it "
                 f"as <move>{'1234'[:n] if n <= 4 else '1' * n}</move>. For each guess you get black pegs (right digit, "
                 f"right place) and white pegs (right digit, wrong place). You have {self.max_turns} guesses. "
-                "The code scores 1.0; each black peg of a wrong guess 0.02.")
+                "The code scores 1.0 in all; a wrong guess 0.02 for each black peg more than any earlier guess had.")
 
     def render(self) -> str:
         if not self.history:
@@ -72,7 +76,11 @@ class MastermindEnv(GameEnv):
         guess = [int(d) for d in text]
         black, white = score(guess, self.code)
         self.history.append((text, black, white))
+        paid = BLACK_BONUS * self.best_black  # what the earlier guesses earned
         if black == len(self.code):
-            return Outcome(1.0, True, f"{text} is the code.")
-        return Outcome(BLACK_BONUS * black, False, f"{text}: {black} black, {white} white.",
-                       reason=f"{text} has no digit in the right place")
+            return Outcome(1.0 - paid, True, f"{text} is the code.")
+        bonus = BLACK_BONUS * max(0, black - self.best_black)
+        self.best_black = max(self.best_black, black)
+        return Outcome(bonus, False, f"{text}: {black} black, {white} white.",
+                       reason=f"{text} has no digit in the right place" if not black
+                       else f"{text} has no more digits in the right place than an earlier guess")

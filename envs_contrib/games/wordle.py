@@ -13,7 +13,10 @@ WORDS = (
     "river robot salad sheep shirt smile snake sound space spoon stone storm sugar table tiger toast tower train "
     "truck water whale world zebra"
 ).split()
-GREEN_BONUS = 0.02  # per green letter of a valid guess that is not the word
+# Per green letter of a wrong guess beyond the most greens of any earlier guess: a guess repeated, or one no better,
+# earns nothing (an attacker's pass: five near misses, then the word, earned 1.4 where the word at once earned 1.0).
+# The word earns what takes the episode's return to 1.0, so however it was reached, finding it is worth 1.0.
+GREEN_BONUS = 0.02
 
 
 def feedback(guess: str, secret: str) -> str:
@@ -33,7 +36,7 @@ def feedback(guess: str, secret: str) -> str:
 
 
 class WordleEnv(GameEnv):
-    """Wordle in six guesses: 1.0 for the word, 0.02 per green letter of a wrong guess."""
+    """Wordle in six guesses: 1.0 in all for the word, 0.02 per new best green letter of a wrong guess."""
 
     game_id = "games/wordle"
     default_max_turns = 6
@@ -63,12 +66,13 @@ class WordleEnv(GameEnv):
         if len(self.secret) != 5 or not self.secret.isalpha():
             raise ValueError("the secret must be a five-letter word")
         self.history: list = []
+        self.best_greens = 0  # the most green letters of any guess so far
 
     def rules(self) -> str:
         return ("Let's play Wordle. Guess the secret five-letter English word in 6 tries. After each guess you get "
                 "one mark per letter: G (right letter, right place), Y (in the word, elsewhere), _ (not in the word). "
-                "Give each guess as <move>WORD</move>. Finding the word scores 1.0; each green letter of a wrong "
-                "guess scores 0.02.")
+                "Give each guess as <move>WORD</move>. Finding the word scores 1.0 in all; a wrong guess scores "
+                "0.02 for each green letter more than any earlier guess had.")
 
     def render(self) -> str:
         if not self.history:
@@ -82,11 +86,15 @@ class WordleEnv(GameEnv):
             raise InvalidMove(f"{move!r} is not a five-letter word; send e.g. <move>CRANE</move>.")
         marks = feedback(guess, self.secret)
         self.history.append((guess, marks))
+        paid = GREEN_BONUS * self.best_greens  # what the earlier guesses earned
         if guess == self.secret:
-            return Outcome(1.0, True, f"{guess.upper()} is the word.")
+            return Outcome(1.0 - paid, True, f"{guess.upper()} is the word.")
         greens = marks.count("G")
+        bonus = GREEN_BONUS * max(0, greens - self.best_greens)
+        self.best_greens = max(self.best_greens, greens)
         if len(self.history) >= 6:
-            return Outcome(GREEN_BONUS * greens, True, f"Out of guesses; the word was {self.secret.upper()}.",
+            return Outcome(bonus, True, f"Out of guesses; the word was {self.secret.upper()}.",
                            reason=f"out of guesses; the word was {self.secret!r}")
-        return Outcome(GREEN_BONUS * greens, False, f"{guess.upper()}: {marks}",
-                       reason=f"{guess!r} is not the word and has no green letter")
+        return Outcome(bonus, False, f"{guess.upper()}: {marks}",
+                       reason=f"{guess!r} is not the word and has no green letter" if not greens
+                       else f"{guess!r} is not the word and has no more green letters than an earlier guess")

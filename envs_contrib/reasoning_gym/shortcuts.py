@@ -26,6 +26,10 @@ A second pass (session 42) found five more:
   roles as there are people, so naming one person both roles (``Mason is a sage, Mason is a fool``) earned 0.65 on
   any two-person puzzle. An answer that gives someone two roles is not paid.
 
+A third pass (session 44) found that ``knights_knaves``' partial credit alone is a shortcut: it pays 0.3 + 0.7 x
+the share of roles right to any answer with one role right, so naming everyone the truthful role (read from the
+question) earned 0.65 on average over 40 rows. Only an answer with every role right is paid.
+
 The other families' partial credit is their own and is kept (each family's ``score_answer`` in reasoning-gym
 says how it pays; the README beside this module lists what the attacker's pass found paid and left).
 """
@@ -53,6 +57,9 @@ def shortcut(dataset: str, answer: str, entry: Mapping[str, Any], reward: float)
                      "it, without its sign): only the number is paid")
     if dataset == "knights_knaves" and reward > 0 and _someone_has_two_roles(answer):
         return 0.0, "the answer gives someone two roles (that pays a share of the credit whatever the truth): not paid"
+    if dataset == "knights_knaves" and 0 < reward < 1:
+        return 0.0, (f"reasoning-gym scored {reward:g}: 0.3 + 0.7 x the share of roles right; not paid (everyone named "
+                     "the truthful role, read from the question alone, earned 0.65 on average): only every role right is")
     if dataset == "game_of_life_halting":
         truth = truth.strip().lower()
         if reward > 0 and answer.strip().lower() != truth:

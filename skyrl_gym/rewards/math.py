@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib.util
-import math
 import re
+from decimal import Decimal, InvalidOperation
 from typing import Any, Dict, Optional
 
 from skyrl_gym.helper_processes import DEFAULT_SIZE, HelperDied, HelperPool, HelperTimeout
@@ -40,30 +40,29 @@ class MathVerdict:
 _VALUE_CHANGING = re.compile(
     r"="  # an equation: math-verify reads it whole
     r"|\^(?!\s*\{?\s*\\circ)"  # a power (not a degree sign)
+    r"|\\circ\s*\}?\s*\d"  # a degree sign between digits, deleted: "12^\circ 30" read 1230 (and 42 by math-verify)
     r"|\\[;:! ]|\\l?dots"  # spacing or dots, deleted between digits
     r"|\d\s*\\(?:text|mbox|textbf|overline)\s*\{\s*\d|\d\s*\}\s*\d"  # digits joined by unwrapping
+    # a word between digits, unwrapped or made a comma: "1 \text{ and } 8" read 18 (and 1, 8 by math-verify)
+    r"|\d\s*,?\s*\\(?:text|mbox|textbf)\s*\{[^{}]*\}\s*\d"
     r"|\d\s*\{?\s*,\s*\}?\s*\d"  # a comma between digits: a list or thousands (the number check reads those)
 )
 
 
-def _as_number(text: str) -> Optional["int | float"]:
-    """The number a plain integer or decimal names (commas only as thousands separators), else None; an integer
-    as an ``int``, so that two integers are compared exactly (``math.isclose`` let 1000000000999 pass for
-    1000000000000)."""
-    # ASCII only: float() also reads look-alike digits (fullwidth, Arabic-Indic, math bold), which would let a
+def _as_number(text: str) -> Optional[Decimal]:
+    """The number a plain integer or decimal names (commas only as thousands separators), else None. Numbers are
+    compared exactly, as decimals: ``math.isclose`` let 1000000000999 pass for 1000000000000 (and, once the reply
+    said 1000000000999.0, still did), and its absolute tolerance paid 0 for 1e-10."""
+    # ASCII only: Decimal() also reads look-alike digits (fullwidth, Arabic-Indic, math bold), which would let a
     # reply in spoofed digits be paid here while math-verify, the reference, rejects it (skyrl-gym audit).
     text = without_thousands_commas(text)
     if not text.isascii() or "," in text or "_" in text:
         return None
     try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
+        value = Decimal(text)  # "1e999999999" is cheap as a Decimal; as a Fraction or int it is not
+    except InvalidOperation:
         return None
-    return value if math.isfinite(value) else None
+    return value if value.is_finite() else None
 
 
 # Helpers start on demand (a single-threaded caller only ever starts one); several, so a check that times out holds
@@ -99,10 +98,7 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
         return MathVerdict(True, "string")
     prediction_number, gold_number = _as_number(prediction), _as_number(gold)
     if prediction_number is not None and gold_number is not None:
-        if isinstance(prediction_number, int) and isinstance(gold_number, int):
-            equal = prediction_number == gold_number
-        else:
-            equal = math.isclose(prediction_number, gold_number, rel_tol=1e-9, abs_tol=1e-9)
+        equal = prediction_number == gold_number
         return MathVerdict(equal, "numeric" if equal else "numeric: not the same number as the ground truth")
     _require_math_verify()
     try:

@@ -37,7 +37,27 @@ def test_wordle_golden_trajectory():
     (r1, d1, t1, _), (r2, d2, t2, why2), (r3, d3, _, _) = play(env, "apple", "cat", "crane")
     assert (r1, d1) == (0.02, False) and "APPLE: Y___G" in t1  # a elsewhere, e in place
     assert (r2, d2) == (0.0, False) and "not a five-letter word" in t2 and "invalid move" in why2
-    assert (r3, d3) == (1.0, True)
+    assert (r3, d3) == (pytest.approx(0.98), True)  # the word takes the episode's return to 1.0
+
+
+@pytest.mark.parametrize("game_id, secret, near, win", [
+    ("games/wordle", {"secret": "light"}, "lighb", "light"),
+    ("games/mastermind", {"code": [4, 3, 1, 5], "colours": 6}, "4311", "4315"),
+])
+def test_a_near_miss_repeated_earns_nothing_more_and_no_path_to_the_win_beats_finding_it_at_once(
+        game_id, secret, near, win):
+    """Each green letter or black peg was paid again on every guess: five near misses, then the word, earned 1.4
+    where the word at once earned 1.0 (an attacker's pass), so stalling paid. Only a new best earns; a win brings the
+    episode's return to 1.0 whatever came before it."""
+    at_once = play(game(game_id, **secret), win)
+    stalled = play(game(game_id, **secret), *[near] * 5, win)
+    better = play(game(game_id, **secret), near[:2] + near[:2] + near[4:] if game_id == "games/mastermind"
+                  else "lipid", near, win)
+    assert [s[0] for s in at_once] == [1.0]
+    assert stalled[0][0] == pytest.approx(0.02 * (4 if game_id == "games/wordle" else 3))
+    assert [s[0] for s in stalled[1:5]] == [0.0] * 4 and "no more" in stalled[1][3]
+    for episode in (stalled, better):
+        assert sum(s[0] for s in episode) == pytest.approx(1.0) and episode[-1][1] is True
 
 
 def test_a_rows_max_turns_ends_the_game_early():
@@ -116,7 +136,7 @@ def test_hangman_golden_trajectory():
 
 def test_mastermind_golden_trajectory():
     steps = play(game("games/mastermind", code=[1, 2, 3, 4], colours=6), "1243", "1237", "5566", "1234")
-    assert [s[0] for s in steps] == [0.04, 0.0, 0.0, 1.0]
+    assert [s[0] for s in steps] == pytest.approx([0.04, 0.0, 0.0, 0.96])  # the code: 1.0 in all
     assert "2 black, 2 white" in steps[0][2] and "not 4 digits 1-6" in steps[1][2]
     assert steps[2][3] == "5566 has no digit in the right place"
 

@@ -178,11 +178,16 @@ def test_a_nan_a_prefix_a_dropped_sign_and_a_two_role_hedge_earn_what_wrong_answ
         assignments = sorted(KnightsKnavesDataset._normalize_answer(truth))
         if len(assignments) != 2:
             continue
-        (name, role), other = assignments[0], next(r for r in sorted(VALID_ROLES) if r != assignments[0][1])
-        hedge = f"{name} is a {role}, {name} is a {other}"  # one person, both roles: one of two pairs is right
+        (name, role), other = assignments
+        # one person, both roles: one of two pairs is right
+        hedge = f"{name} is a {role}, {name} is a {next(r for r in sorted(VALID_ROLES) if r != role)}"
         said = play(row, f"<answer>{hedge}</answer>")
         assert said["reward"] == 0.0 and "two roles" in said["metadata"]["reason"], (hedge, said)
         assert play(row, f"<answer>{truth}</answer>")["reward"] == 1.0
+        # one role right of two: reasoning-gym's 0.65, a share a blind guess earns (everyone the truthful role)
+        half = f"{name} is a {role}, {other[0]} is a {next(r for r in sorted(VALID_ROLES) if r != other[1])}"
+        said = play(row, f"<answer>{half}</answer>")
+        assert said["reward"] == 0.0 and "reasoning-gym scored 0.65" in said["metadata"]["reason"], (half, said)
         hedged += 1
     assert hedged, "no two-person knights_knaves row among the first four"
 

@@ -131,6 +131,10 @@ def test_dollar_signs_and_equations_around_one_value_are_still_that_value():
     (r"5\text{}^2", ("5", "25")), (r"4\text{}^3", ("4", "64")), (r"1\;7", ("17", "8")), (r"1\ 7", ("17", "8")),
     (r"1\ldots7", ("17", "8")), (r"1\dots 7", ("17", "7")), (r"1\text{7}", ("17", "1")), (r"1,7", ("17", "1, 7")),
     (r"1{,}7", ("17", "1, 7")), (r"1\overline{7}", ("17", "1")), (r"\text{1}7", ("17", "1")),
+    # a third pass: a degree sign or a word between digits, deleted or made a comma by the normaliser
+    (r"12^\circ 30", ("1230", "42")), (r"1^{\circ}2^{\circ}3", ("123", "6")), (r"1^\circ8", ("18", "9")),
+    (r"1 \text{ and } 8", ("18", "1, 8")), (r"1 \text{ and } 2 \text{ and } 3", ("123", "1, 2, 3")),
+    (r"1,\text{and} 8", ("18", "1, 8")), (r"1\mbox{ and }8", ("18", "1, 8")),
 ])
 def test_one_answer_is_paid_for_one_of_two_ground_truths_at_most(answer, golds):
     """Minerva's normalisation deleted or unwrapped what math-verify reads (a unit's power, spacing, dots, commas,
@@ -148,6 +152,30 @@ def test_integers_are_compared_exactly_and_commas_only_group_thousands():
     assert math_equal(r"1{,}000", "1000").equal and math_equal("18.0", "18").reason == "numeric"
     for answer, gold in (("17", "1, 7"), ("23", "2, 3"), ("1,7", "17"), ("12,34", "1234")):
         assert not math_equal(answer, gold).equal, (answer, gold)
+
+
+
+def test_decimals_are_compared_exactly_whatever_way_they_are_written():
+    """The number check compared any decimal with math.isclose (1e-9 relative and absolute): 1000000000999.0 was paid
+    for 1000000000000 and 1e-10 for 0 (an attacker's pass)."""
+    for answer, gold in (("1000000000999.0", "1000000000000"), ("1000000001.0", "1000000000"), ("1e-10", "0"),
+                         ("1099511627700.0", "1099511627776"), ("1e12", "1000000000001"), ("0.1000000001", "0.1")):
+        assert not math_equal(answer, gold).equal, (answer, gold)
+        assert compute_math_score(rf"\boxed{{{answer}}}", gold)["score"] == 0.0
+    for answer, gold in (("1e12", "1000000000000"), ("18.000", "18"), ("-0", "0"), ("2.50", "2.5"), ("+7", "7")):
+        assert math_equal(answer, gold).reason == "numeric", (answer, gold)
+    assert math_equal("1e999999999", "1").reason.startswith("numeric: not")  # no 10**999999999 is built
+
+
+def test_a_decimal_is_paid_for_an_exact_value_it_names_not_one_it_rounds_to():
+    """math-verify compares a decimal with an exact value at 6 places by default: 0.5000001 was paid for 1/2,
+    1.414214 for sqrt(2), 0.3333333 for 1/3 (an attacker's pass)."""
+    for answer, gold in (("0.5000001", r"\frac{1}{2}"), ("0.3333333", r"\frac{1}{3}"), ("1.414214", r"\sqrt{2}"),
+                         ("3.1415927", r"\pi"), ("0.666667", "2/3")):
+        assert not math_equal(answer, gold).equal, (answer, gold)
+    for answer, gold in (("0.5", r"\frac{1}{2}"), ("0.25", r"\frac{1}{4}"), (r"\frac{1}{4}", "0.25"),
+                         ("123456.5", r"\frac{246913}{2}")):
+        assert math_equal(answer, gold).equal, (answer, gold)
 
 
 def test_a_ground_truth_with_several_equations_is_not_cut_to_its_last_value():
