@@ -513,6 +513,8 @@ class HFEngine(BaseInferenceEngine):
         """
         import torch
 
+        if self._closed:  # the next chunk of a batch close() interrupted: not even its prefill runs
+            raise EngineError("HFEngine was closed during generation")
         prompts = [r.prompt for r in requests]
         sampling = requests[0].sampling
         batch, steps, device = len(prompts), sampling.max_tokens, self.device

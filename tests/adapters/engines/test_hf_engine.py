@@ -857,3 +857,17 @@ async def test_close_stops_a_batch_under_way(tokenizer: Any, tiny_model_dir: Any
     assert not engine._worker.is_alive()  # stopped within a decode step, not after 100,000 of them
     with pytest.raises(EngineError, match="closed during generation"):
         await request
+
+
+async def test_close_stops_the_chunks_of_a_batch_that_have_not_begun(tokenizer: Any, tiny_model_dir: Any) -> None:
+    """A batch larger than max_batch_size runs as chunks: after close(), the chunks not yet begun fail at once; each
+    used to run its prefill first (on a GPU, a compiled step's first call for a shape takes far longer)."""
+    engine = HFEngine(str(tiny_model_dir), device="cpu", max_batch_size=1)
+    request = asyncio.ensure_future(engine.generate([prompt(tokenizer, f"long one {i}") for i in range(3)],
+                                                    {"max_generate_length": 100_000, "temperature": 0.0}))
+    while engine.stats["batches"] == 0:  # the first chunk has started decoding
+        await asyncio.sleep(0.01)
+    await asyncio.to_thread(engine.close)
+    with pytest.raises(EngineError, match="closed during generation"):
+        await request
+    assert engine.stats["batches"] == 1 and not engine._worker.is_alive()
