@@ -93,7 +93,13 @@ class PackedBatch:
     def model_inputs(self, device: torch.device, mask_dtype: Optional[torch.dtype] = None) -> Dict[str, Any]:
         """The model's inputs on ``device``; with ``mask_dtype`` (the dtype attention computes in) the mask is
         additive, made once for every layer: given a boolean mask, SDPA would make the additive one in every layer
-        and keep each copy for the backward pass (~0.1 GiB per layer at ``(R, 1, L, L)`` with L in the thousands)."""
+        and keep each copy for the backward pass (~0.1 GiB per layer at ``(R, 1, L, L)`` with L in the thousands).
+
+        The indices :meth:`kept` and :meth:`gather` use go to ``device`` now too: copied from the host's memory during
+        the forward pass, each would make the host wait for every layer queued before it."""
+        self.gather_index = self.gather_index.to(device)
+        if not isinstance(self.keep, int):
+            self.keep = self.keep.to(device)
         inputs = {"input_ids": self.input_ids.to(device), "position_ids": self.position_ids.to(device)}
         mask = self.mask_on(device)
         if mask is not None and mask_dtype is not None:
@@ -114,7 +120,7 @@ class PackedBatch:
         """Outputs of the kept columns, ``(R, keep, ...)``, rearranged to the padded ``(B, T, ...)``."""
         flat = kept.reshape(kept.shape[0] * kept.shape[1], *kept.shape[2:])
         B, T = self.gather_index.shape
-        index = self.gather_index.reshape(-1).to(flat.device)  # built on the host; outputs may be on a GPU
+        index = self.gather_index.reshape(-1).to(flat.device)  # on the outputs' device already after model_inputs
         return flat.index_select(0, index).reshape(B, T, *kept.shape[2:])
 
 

@@ -188,6 +188,8 @@ def test_policy_losses_keep_the_device_of_their_inputs(name):
 
 @pytest.mark.parametrize("packing", ["shared_prefix", "varlen"])
 def test_packed_outputs_are_gathered_on_their_own_device(packing):
+    from tests.device_emulation import TRANSFERS
+
     batch = _grouped_batch()
     rows = layout(packing, batch.tensors, batch.prompt_length)
     columns = rows.num_tokens
@@ -195,6 +197,12 @@ def test_packed_outputs_are_gathered_on_their_own_device(packing):
         outputs = torch.randn(rows.input_ids.shape[0], columns // rows.input_ids.shape[0], 3, device=device)
         gathered = rows.gather(rows.kept(outputs))
         assert is_on_device(gathered) and gathered.shape == (batch.size, batch.response_length, 3)
+        # the worker's order: the inputs go to the device, then the forward pass, which copies nothing from the host
+        # (a copy there makes the host wait for every layer queued before it)
+        rows.model_inputs(device)
+        before = TRANSFERS["to_device"]
+        again = rows.gather(rows.kept(outputs))
+        assert TRANSFERS["to_device"] == before and torch.equal(again.cpu(), gathered.cpu())
 
 
 @pytest.mark.parametrize("engine_dtype", ["float32", "bfloat16"])
