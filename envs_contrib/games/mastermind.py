@@ -78,7 +78,7 @@ class MastermindEnv(GameEnv):
         self.history.append((text, black, white))
         paid = BLACK_BONUS * self.best_black  # what the earlier guesses earned
         if black == len(self.code):
-            return Outcome(1.0 - paid, True, f"{text} is the code.")
+            return Outcome(round(1.0 - paid, 10), True, f"{text} is the code.")
         bonus = BLACK_BONUS * max(0, black - self.best_black)
         self.best_black = max(self.best_black, black)
         return Outcome(bonus, False, f"{text}: {black} black, {white} white.",

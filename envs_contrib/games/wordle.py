@@ -88,7 +88,7 @@ class WordleEnv(GameEnv):
         self.history.append((guess, marks))
         paid = GREEN_BONUS * self.best_greens  # what the earlier guesses earned
         if guess == self.secret:
-            return Outcome(1.0 - paid, True, f"{guess.upper()} is the word.")
+            return Outcome(round(1.0 - paid, 10), True, f"{guess.upper()} is the word.")
         greens = marks.count("G")
         bonus = GREEN_BONUS * max(0, greens - self.best_greens)
         self.best_greens = max(self.best_greens, greens)

@@ -245,8 +245,8 @@ def _unit_power(case: AuditCase) -> Optional[str]:
 
 
 _NORMALISER_FIX = ("compare the normalised text only where normalising changed no value: skip it when the answer "
-                   "has a power, spacing, dots, a degree sign, \\text{} or a comma between digits, and let the math "
-                   "reader decide")
+                   "has a power or an equation, or where normalising joined two numbers (a space, a degree sign, a "
+                   "word, \\text{} or a comma between digits), and let the math reader decide")
 
 # For an env whose reference reader is a math parser (math-verify): LaTeX that names another value than the right
 # answer, which Minerva's normaliser turns into the right answer's text. (aime's one reader is that normaliser,
@@ -260,6 +260,9 @@ NORMALISER_HACKS: Sequence[Hack] = (
          "the right number with `\\text{}^2` after it: its square", fix=_NORMALISER_FIX),
     Hack("digits joined by a degree sign", "latex", _digits_joined_by("^\\circ {}"),
          "the right digits with `^\\circ` between them (degrees and more), which names another value",
+         fix=_NORMALISER_FIX),
+    Hack("digits split by a space", "latex", _digits_joined_by(" {}"),
+         "the right digits with a space between them: two numbers, where the normaliser drops the space",
          fix=_NORMALISER_FIX),
     Hack("digits joined by a word", "latex", _digits_joined_by(" \\text{{ and }} {}"),
          "the right digits with `\\text{ and }` between them: two values, where the normaliser drops the word",

@@ -8,13 +8,15 @@ limit runs, and the caller's process never imports it.
 from __future__ import annotations
 
 import logging
-from typing import Tuple
+from typing import Any, Tuple
 
-# Decimal places at which math-verify compares a decimal with an exact value. Its default, 6, paid 0.5000001 for
-# 1/2, 1.414214 for sqrt(2) and 0.3333333 for 1/3 (an attacker's pass): a decimal is paid for an exact ground truth
-# when it names it, 0.5 for 1/2, not when it rounds to it. The price: a ground truth written as a rounded decimal
-# (0.333333) no longer pays the exact form (1/3).
+# Decimal places at which math-verify compares a decimal with another value (its default, 6, paid 0.5000001 for 1/2).
 FLOAT_ROUNDING = 10
+# Those places are absolute: at 10, any two values under 5e-11 were one (0.0 was paid for 1.6 x 10^-19). So a verdict
+# of equal where a decimal takes part must also hold relatively: a decimal is paid for an exact value it names to
+# 12 significant digits (0.5 for 1/2), not for one it rounds to (0.3333333333 for 1/3, 1.414214 for sqrt(2)). Two
+# attackers' passes found these.
+RELATIVE_TOLERANCE = 1e-12
 
 
 def verify(prediction: str, gold: str) -> Tuple[bool, str]:
@@ -28,8 +30,31 @@ def verify(prediction: str, gold: str) -> Tuple[bool, str]:
         prediction_parsed = parse(f"${prediction}$", parsing_timeout=None)
         if not gold_parsed or not prediction_parsed:
             return False, "math-verify could not parse the answer"
-        if math_verify(gold_parsed, prediction_parsed, float_rounding=FLOAT_ROUNDING, timeout_seconds=None):
-            return True, "math-verify"
-        return False, "math-verify: not the same value as the ground truth"
+        if not math_verify(gold_parsed, prediction_parsed, float_rounding=FLOAT_ROUNDING, timeout_seconds=None):
+            return False, "math-verify: not the same value as the ground truth"
+        if _decimal_only_rounds_to(prediction_parsed[0], gold_parsed[0]):
+            return False, (f"math-verify: a decimal that only rounds to the ground truth (not within "
+                           f"{RELATIVE_TOLERANCE:g} of it, relatively)")
+        return True, "math-verify"
     except Exception as exc:  # sympy raises all sorts of things on odd input
         return False, f"error: {type(exc).__name__}: {exc}"[:200]
+
+
+def _decimal_only_rounds_to(prediction: Any, gold: Any) -> bool:
+    """Whether two numbers math-verify called equal, one of them holding a decimal, differ by more than
+    :data:`RELATIVE_TOLERANCE` of the larger (a percentage read either as itself or as its number, as math-verify
+    reads it). Anything that is not a plain number (a set, an interval, an equation) is left to math-verify."""
+    import sympy
+    from math_verify.grader import get_pct_val
+
+    if not all(isinstance(e, sympy.Expr) and e.is_number for e in (prediction, gold)):
+        return False
+    if not (prediction.has(sympy.Float) or gold.has(sympy.Float)):
+        return False
+
+    def values(expr: Any) -> set:
+        readings = {expr, get_pct_val(expr, expr)}
+        return {complex(sympy.N(sympy.UnevaluatedExpr(r).doit(deep=True), 30)) for r in readings}
+
+    return not any(abs(a - b) <= RELATIVE_TOLERANCE * max(abs(a), abs(b))
+                   for a in values(prediction) for b in values(gold))

@@ -40,13 +40,21 @@ class MathVerdict:
 _VALUE_CHANGING = re.compile(
     r"="  # an equation: math-verify reads it whole
     r"|\^(?!\s*\{?\s*\\circ)"  # a power (not a degree sign)
-    r"|\\circ\s*\}?\s*\d"  # a degree sign between digits, deleted: "12^\circ 30" read 1230 (and 42 by math-verify)
     r"|\\[;:! ]|\\l?dots"  # spacing or dots, deleted between digits
     r"|\d\s*\\(?:text|mbox|textbf|overline)\s*\{\s*\d|\d\s*\}\s*\d"  # digits joined by unwrapping
-    # a word between digits, unwrapped or made a comma: "1 \text{ and } 8" read 18 (and 1, 8 by math-verify)
-    r"|\d\s*,?\s*\\(?:text|mbox|textbf)\s*\{[^{}]*\}\s*\d"
     r"|\d\s*\{?\s*,\s*\}?\s*\d"  # a comma between digits: a list or thousands (the number check reads those)
 )
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _normalises_to_its_own_digits(text: str) -> bool:
+    """Whether Minerva's normalisation of ``text`` keeps its runs of digits as they were. What it deletes between
+    two numbers (a space, a unit word, a degree sign, an ``\\text{}``, a quote) joins them into one: "12^\\circ 30"
+    and "1 \\text{ and } 8" read as 1230 and 18, "2 feet 6 inches" as 26, while math-verify reads other values (an
+    attacker's pass found each way round a list of such patterns, _VALUE_CHANGING)."""
+    return _DIGITS.findall(normalize_final_answer(text)) == _DIGITS.findall(text)
 
 
 def _as_number(text: str) -> Optional[Decimal]:
@@ -91,8 +99,9 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
         return MathVerdict(False, "empty answer")
     # The normaliser also keeps only what follows the last "=": "18 \\text{ or } x = 19" read as 19. math-verify
     # reads an equation whole ("x = 19" is 19; the "or" is no answer), so an answer with "=" goes to it, as does one
-    # whose normalising could change its value (_VALUE_CHANGING).
+    # whose normalising could change its value (_VALUE_CHANGING, or digits it joins).
     normalised_whole = (not _VALUE_CHANGING.search(prediction) and not _VALUE_CHANGING.search(gold)
+                        and _normalises_to_its_own_digits(prediction) and _normalises_to_its_own_digits(gold)
                         and normalize_final_answer(prediction) == normalize_final_answer(gold))
     if prediction == gold or normalised_whole:
         return MathVerdict(True, "string")

@@ -135,6 +135,12 @@ def test_dollar_signs_and_equations_around_one_value_are_still_that_value():
     (r"12^\circ 30", ("1230", "42")), (r"1^{\circ}2^{\circ}3", ("123", "6")), (r"1^\circ8", ("18", "9")),
     (r"1 \text{ and } 8", ("18", "1, 8")), (r"1 \text{ and } 2 \text{ and } 3", ("123", "1, 2, 3")),
     (r"1,\text{and} 8", ("18", "1, 8")), (r"1\mbox{ and }8", ("18", "1, 8")),
+    # a fourth: what the normaliser deletes, put between the digits and the patterns above (a quote, \text{}, a unit
+    # word, a space)
+    (r'12^\circ"30', ("1230", "42")), (r"12^\circ\text{}30", ("1230", "42")), (r"12^{\circ}\mathrm{th}30", ("1230", "42")),
+    (r"1 \text{ and }\text{} 8", ("18", "1, 8")), (r'1"\text{ and } 8', ("18", "1, 8")), ("1 8", ("18", "9")),
+    ("12 34", ("1234", "46")), ("1a 8", ("18", "1")), ("2 feet 6 inches", ("26", "30")),
+    ("3 dollars 50 cents", ("350", "3.5")), ("2 hours 30 minutes", ("230", "150")),
 ])
 def test_one_answer_is_paid_for_one_of_two_ground_truths_at_most(answer, golds):
     """Minerva's normalisation deleted or unwrapped what math-verify reads (a unit's power, spacing, dots, commas,
@@ -169,12 +175,19 @@ def test_decimals_are_compared_exactly_whatever_way_they_are_written():
 
 def test_a_decimal_is_paid_for_an_exact_value_it_names_not_one_it_rounds_to():
     """math-verify compares a decimal with an exact value at 6 places by default: 0.5000001 was paid for 1/2,
-    1.414214 for sqrt(2), 0.3333333 for 1/3 (an attacker's pass)."""
+    1.414214 for sqrt(2), 0.3333333 for 1/3 (an attacker's pass). Now a decimal must name the value to 12 significant
+    digits."""
     for answer, gold in (("0.5000001", r"\frac{1}{2}"), ("0.3333333", r"\frac{1}{3}"), ("1.414214", r"\sqrt{2}"),
-                         ("3.1415927", r"\pi"), ("0.666667", "2/3")):
+                         ("3.1415927", r"\pi"), ("0.666667", "2/3"), ("0.50000000001", r"\frac{1}{2}"),
+                         ("3.1415926536", r"\pi"), ("0.3333333333", r"\frac13"),
+                         # math-verify's places are absolute: at 10, every value under 5e-11 was every other
+                         ("0.0", r"1.6 \times 10^{-19}"), (r"2 \times 10^{-19}", r"1.6 \times 10^{-19}"),
+                         (r"9.1 \times 10^{-31}", r"1.67 \times 10^{-27}")):
         assert not math_equal(answer, gold).equal, (answer, gold)
     for answer, gold in (("0.5", r"\frac{1}{2}"), ("0.25", r"\frac{1}{4}"), (r"\frac{1}{4}", "0.25"),
-                         ("123456.5", r"\frac{246913}{2}")):
+                         ("123456.5", r"\frac{246913}{2}"), ("0.1", r"\frac{1}{10}"), ("0.333333333333333", r"\frac13"),
+                         (r"1.60 \times 10^{-19}", r"1.6 \times 10^{-19}"), (r"50\%", "0.5"), (r"50\%", "50"),
+                         (r"[0.5, 1]", r"[\frac12, 1]"), (r"\sqrt{2}", "1.41421356237310")):
         assert math_equal(answer, gold).equal, (answer, gold)
 
 
