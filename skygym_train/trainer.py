@@ -703,9 +703,9 @@ class PPOTrainer:
         return batch.with_tensors(advantages=t["advantages"] * weight)
 
     def _warn_without_signal(self, batch: TrainingBatch, output: GeneratorOutput) -> None:
-        """Say so, once a run, when ``NO_SIGNAL_STEPS`` steps in a row had every advantage 0: every sample of
-        each prompt got the same reward, so the updates leave the policy as it was, and a user watching
-        ``reward/mean`` stand still would not know why. What to try depends on the rewards: one value under 1 (a
+        """Say so, once a run, when ``NO_SIGNAL_STEPS`` steps in a row (or every step of a shorter run) had every
+        advantage 0: every sample of each prompt got the same reward, so the updates leave the policy as it was, and a
+        user watching ``reward/mean`` stand still would not know why. What to try depends on the rewards: one value under 1 (a
         task the model does not solve), every sample at 1 or more (a task it has learned), or each prompt all or
         nothing."""
         if not self._said_all_masked and not bool(batch.tensors["response_mask"].any()):
@@ -723,7 +723,9 @@ class PPOTrainer:
             self._steps_without_signal = 0
             return
         self._steps_without_signal += 1
-        if self._steps_without_signal != NO_SIGNAL_STEPS or self._said_no_signal:
+        # a run shorter than that is said to have trained nothing once every one of its steps did
+        needed = min(NO_SIGNAL_STEPS, max(1, getattr(self, "total_steps", NO_SIGNAL_STEPS)))
+        if self._steps_without_signal != needed or self._said_no_signal:
             return
         self._said_no_signal = True
         rewards = sorted({round(_scalar_reward(r), 4) for r in output["rewards"]})
@@ -746,7 +748,7 @@ class PPOTrainer:
                       f"{100 * cut:.0f}% of the last step's answers were cut off) or "
                       "generator.n_samples_per_prompt.")
         self._notes.append(
-            f"steps {self.global_step + 2 - NO_SIGNAL_STEPS}-{self.global_step + 1} trained nothing: every advantage "
+            f"{_steps(self.global_step + 2 - needed, self.global_step + 1)} trained nothing: every advantage "
             f"was 0, as each prompt's {g.n_samples_per_prompt} samples got the same reward (rewards seen in the last "
             f"step: {', '.join(f'{r:g}' for r in rewards[:5]) + (', ...' if len(rewards) > 5 else '')}). {advice}"
         )
@@ -1355,6 +1357,10 @@ def model_path_problems(cfg: Any) -> List[str]:
             except ModelResolutionError as exc:
                 problems.append(f"trainer.{role}.model.path={path}: {exc}")
     return problems
+
+
+def _steps(first: int, last: int) -> str:
+    return f"step {last}" if first == last else f"steps {first}-{last}"
 
 
 def _scalar_reward(reward: Any) -> float:

@@ -110,7 +110,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             if chosen is None:
                 break
             said_by = chosen
-        said_by.error(f"unrecognized arguments: {' '.join(unknown)}")
+        dashed = [item for item in unknown if item.startswith("--") and "=" in item and "." in item.split("=")[0]]
+        hint = ""
+        if dashed and isinstance(getattr(args, "overrides", None), list):  # `train --trainer.epochs=2`
+            hint = f" (config overrides take no dashes: {' '.join(item.lstrip('-') for item in dashed)})"
+        said_by.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -38,6 +38,22 @@ def test_steps_with_every_advantage_zero_are_named_once_with_what_to_try(tiny_ch
     assert "generator.sampling_params.max_generate_length (now 8;" in said[0]
 
 
+@pytest.mark.parametrize("steps", [1, 2])
+def test_a_run_shorter_than_that_says_so_once_all_its_steps_trained_nothing(tiny_chat_model, tmp_path, caplog, steps):
+    """`skyrl-gym train --help`'s two-step example ended at reward 0 and grad norm 0 with no word why (a new user's
+    cold run): the note waited for three steps in a row."""
+    register_toy_env()
+    rows = toy_rows(16)
+    for row in rows:
+        row["reward_spec"]["ground_truth"] = "#"
+    data = tmp_path / "never.jsonl"
+    write_jsonl(rows, data)
+    with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
+        _train(tiny_chat_model, data, tmp_path, steps)
+    said = [r.getMessage() for r in caplog.records if "trained nothing" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"{'step 1' if steps == 1 else 'steps 1-2'} trained nothing: "), said
+
+
 def test_a_run_with_a_reward_that_varies_says_nothing(tiny_chat_model, toy_data, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="skygym_train.trainer"):
         _train(tiny_chat_model, toy_data, tmp_path, NO_SIGNAL_STEPS)

@@ -45,6 +45,11 @@ def test_overrides_after_an_option_and_a_broken_yaml_file_are_read_as_a_user_mea
         assert entry(["trainer.epochs=1", "--check", "trainer.no_such_key=1"]) == 2
         err = capsys.readouterr().err
         assert "trainer.no_such_key: unknown key" in err and "unrecognized" not in err
+    # a cold run: `train --trainer.train_batch_size=8` said only "unrecognized arguments"
+    with pytest.raises(SystemExit):
+        skyrl_gym_main(["train", "--check", "--trainer.train_batch_size=8"])
+    assert ("unrecognized arguments: --trainer.train_batch_size=8 (config overrides take no dashes: "
+            "trainer.train_batch_size=8)") in capsys.readouterr().err
     broken = tmp_path / "broken.yaml"
     broken.write_text("trainer:\n  epochs: [1\n")
     assert main(["--config-file", str(broken), "--check"]) == 2
