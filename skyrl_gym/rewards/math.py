@@ -47,6 +47,7 @@ _VALUE_CHANGING = re.compile(
 
 
 _DIGITS = re.compile(r"\d+")
+_THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 
 
 def _normalises_to_its_own_digits(text: str) -> bool:
@@ -95,6 +96,9 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
     # or math-mode delimiters they change no value): Minerva's normaliser keeps the first $...$ span while
     # math-verify read the last value of "$19$ 18", so that one reply was paid for a ground truth of 19 and of 18.
     prediction = prediction.replace("\\$", "").replace("$", "").strip()
+    # LaTeX's thin space between groups of three digits is a thousands separator (1\,000), which math-verify reads
+    # as nothing it knows: 1\,000 was not paid for 1000
+    prediction, gold = (_THIN_SPACE_THOUSANDS.sub("", text) for text in (prediction, gold))
     if not prediction:
         return MathVerdict(False, "empty answer")
     # The normaliser also keeps only what follows the last "=": "18 \\text{ or } x = 19" read as 19. math-verify

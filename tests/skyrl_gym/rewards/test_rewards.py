@@ -171,6 +171,9 @@ def test_decimals_are_compared_exactly_whatever_way_they_are_written():
     for answer, gold in (("1e12", "1000000000000"), ("18.000", "18"), ("-0", "0"), ("2.50", "2.5"), ("+7", "7")):
         assert math_equal(answer, gold).reason == "numeric", (answer, gold)
     assert math_equal("1e999999999", "1").reason.startswith("numeric: not")  # no 10**999999999 is built
+    # LaTeX's thin space groups thousands (it was refused: math-verify reads no value in it); between other digits not
+    assert math_equal(r"1\,000", "1000").equal and math_equal("1234567", r"1\,234\,567").equal
+    assert not math_equal(r"1\,5", "15").equal and not math_equal(r"1\,5000", "15000").equal
 
 
 def test_a_decimal_is_paid_for_an_exact_value_it_names_not_one_it_rounds_to():
