@@ -52,9 +52,9 @@ def _decimal_only_rounds_to(prediction: Any, gold: Any) -> bool:
     if not (prediction.has(sympy.Float) or gold.has(sympy.Float)):
         return False
 
-    def values(expr: Any) -> set:
+    def values(expr: Any) -> set:  # at 30 digits, in sympy: a float would overflow past 1e308
         readings = {expr, get_pct_val(expr, expr)}
-        return {complex(sympy.N(sympy.UnevaluatedExpr(r).doit(deep=True), 30)) for r in readings}
+        return {sympy.N(sympy.UnevaluatedExpr(r).doit(deep=True), 30) for r in readings}
 
-    return not any(abs(a - b) <= RELATIVE_TOLERANCE * max(abs(a), abs(b))
+    return not any(bool(sympy.Abs(a - b) <= RELATIVE_TOLERANCE * sympy.Max(sympy.Abs(a), sympy.Abs(b)))
                    for a in values(prediction) for b in values(gold))

@@ -190,7 +190,8 @@ def test_a_decimal_is_paid_for_an_exact_value_it_names_not_one_it_rounds_to():
     for answer, gold in (("0.5", r"\frac{1}{2}"), ("0.25", r"\frac{1}{4}"), (r"\frac{1}{4}", "0.25"),
                          ("123456.5", r"\frac{246913}{2}"), ("0.1", r"\frac{1}{10}"), ("0.333333333333333", r"\frac13"),
                          (r"1.60 \times 10^{-19}", r"1.6 \times 10^{-19}"), (r"50\%", "0.5"), (r"50\%", "50"),
-                         (r"[0.5, 1]", r"[\frac12, 1]"), (r"\sqrt{2}", "1.41421356237310")):
+                         (r"[0.5, 1]", r"[\frac12, 1]"), (r"\sqrt{2}", "1.41421356237310"),
+                         (r"1.0 \times 10^{400}", r"10^{400}")):  # (past a float's range)
         assert math_equal(answer, gold).equal, (answer, gold)
 
 
