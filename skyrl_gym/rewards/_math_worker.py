@@ -8,7 +8,7 @@ limit runs, and the caller's process never imports it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 # Decimal places at which math-verify compares a decimal with another value (its default, 6, paid 0.5000001 for 1/2).
 FLOAT_ROUNDING = 10
@@ -41,20 +41,38 @@ def verify(prediction: str, gold: str) -> Tuple[bool, str]:
 
 
 def _decimal_only_rounds_to(prediction: Any, gold: Any) -> bool:
-    """Whether two numbers math-verify called equal, one of them holding a decimal, differ by more than
-    :data:`RELATIVE_TOLERANCE` of the larger (a percentage read either as itself or as its number, as math-verify
-    reads it). Anything that is not a plain number (a set, an interval, an equation) is left to math-verify."""
+    """Whether a decimal on either side has no value on the other side within :data:`RELATIVE_TOLERANCE` of it,
+    comparing the numbers each side is made of (:func:`_numbers`: an equation's sides, a tuple's, set's, interval's
+    or matrix's elements, an expression's numeric parts; a percentage read either as itself or as its number, as
+    math-verify reads it). Only a number with a decimal in it needs a partner: ``x = 0.3333333333`` and
+    ``(0.3333333333, 1)`` are refused for ``x = 1/3`` and ``(1/3, 1)`` as ``0.3333333333`` is for ``1/3``."""
+    import sympy
+
+    sides = [[(number, _values(number)) for number in _numbers(expr)] for expr in (prediction, gold)]
+    for mine, theirs in (sides, sides[::-1]):
+        for number, values in mine:
+            if number.has(sympy.Float) and not any(
+                bool(sympy.Abs(a - b) <= RELATIVE_TOLERANCE * sympy.Max(sympy.Abs(a), sympy.Abs(b)))
+                for a in values for _, others in theirs for b in others
+            ):
+                return True
+    return False
+
+
+def _numbers(expr: Any) -> List[Any]:
+    """The largest parts of ``expr`` that are numbers (a number itself is one)."""
+    import sympy
+    from sympy.matrices import MatrixBase
+
+    if isinstance(expr, sympy.Expr) and expr.is_number:
+        return [expr]
+    parts = list(expr) if isinstance(expr, MatrixBase) else list(getattr(expr, "args", ()))
+    return [number for part in parts for number in _numbers(part)]
+
+
+def _values(number: Any) -> List[Any]:
+    """``number`` at 30 digits, in sympy (a float overflows past 1e308), and a percentage's number too."""
     import sympy
     from math_verify.grader import get_pct_val
 
-    if not all(isinstance(e, sympy.Expr) and e.is_number for e in (prediction, gold)):
-        return False
-    if not (prediction.has(sympy.Float) or gold.has(sympy.Float)):
-        return False
-
-    def values(expr: Any) -> set:  # at 30 digits, in sympy: a float would overflow past 1e308
-        readings = {expr, get_pct_val(expr, expr)}
-        return {sympy.N(sympy.UnevaluatedExpr(r).doit(deep=True), 30) for r in readings}
-
-    return not any(bool(sympy.Abs(a - b) <= RELATIVE_TOLERANCE * sympy.Max(sympy.Abs(a), sympy.Abs(b)))
-                   for a in values(prediction) for b in values(gold))
+    return [sympy.N(sympy.UnevaluatedExpr(r).doit(deep=True), 30) for r in {number, get_pct_val(number, number)}]

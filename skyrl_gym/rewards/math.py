@@ -39,14 +39,19 @@ class MathVerdict:
 # ground truth of "1, 7", and the normaliser's "keep what follows the last =" paid "2" for "a=1, b=2".
 _VALUE_CHANGING = re.compile(
     r"="  # an equation: math-verify reads it whole
-    r"|\^(?!\s*\{?\s*\\circ)"  # a power (not a degree sign)
+    r"|\^(?!\s*(?:\{\s*)?\\circ)"  # a power (not a degree sign)
     r"|\\[;:! ]|\\l?dots"  # spacing or dots, deleted between digits
     r"|\d\s*\\(?:text|mbox|textbf|overline)\s*\{\s*\d|\d\s*\}\s*\d"  # digits joined by unwrapping
-    r"|\d\s*\{?\s*,\s*\}?\s*\d"  # a comma between digits: a list or thousands (the number check reads those)
+    # a comma between digits: a list or thousands (the number check reads those). Each space run once: written
+    # \s*\{?\s* it backtracked cubically, 10 s in the caller's own process for 2,000 characters of spaces
+    r"|\d\s*(?:\{\s*)?,\s*(?:\}\s*)?\d"
+    # the article the normaliser deletes as a word ("a prime"), where it stands for a variable: "a - b" read as -b
+    r"|(?<![A-Za-z\\])an? (?![A-Za-z]{2})"
 )
 
 
 _DIGITS = re.compile(r"\d+")
+_BOX = re.compile(r"\\(?:boxed|fbox)\b")
 _THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 
 
@@ -101,6 +106,8 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
     prediction, gold = (_THIN_SPACE_THOUSANDS.sub("", text) for text in (prediction, gold))
     if not prediction:
         return MathVerdict(False, "empty answer")
+    if _BOX.search(prediction):  # the normaliser unwraps it, math-verify reads it alone: "-\boxed{5}" was paid for 5 and -5
+        return MathVerdict(False, "a box inside the answer")
     # The normaliser also keeps only what follows the last "=": "18 \\text{ or } x = 19" read as 19. math-verify
     # reads an equation whole ("x = 19" is 19; the "or" is no answer), so an answer with "=" goes to it, as does one
     # whose normalising could change its value (_VALUE_CHANGING, or digits it joins).

@@ -161,6 +161,37 @@ def test_integers_are_compared_exactly_and_commas_only_group_thousands():
 
 
 
+@pytest.mark.parametrize("reply, golds", [
+    (r"So the answer is \boxed{-\boxed${5}$}.", ("5", "-5")), (r"\boxed{\frac{1}{\boxed${5}$}}", ("5", r"\frac{1}{5}")),
+    (r"\boxed{\boxed${3}$+\sqrt2}", ("3", r"3+\sqrt{2}")),
+])
+def test_a_box_inside_the_answer_is_paid_for_nothing(reply, golds):
+    """A third pass: an inner box the extraction passes over (followed by $) was unwrapped by the normaliser and read
+    alone by math-verify, so "-\boxed{5}" was paid for 5 and for -5: which sign, hedged."""
+    for gold in golds:
+        scored = compute_math_score(reply, gold)
+        assert scored["score"] == 0.0 and scored["reason"] == "a box inside the answer", (reply, gold, scored)
+
+
+def test_an_article_the_normaliser_deletes_is_not_deleted_from_a_variable():
+    """Minerva's normaliser deletes "a " and "an " as words: "-b" was paid for a ground truth of "a - b"."""
+    for answer, gold in (("-b", "a - b"), ("2 + 1", "2a + 1"), ("b", "a b"), ("5", "a 5")):
+        assert not math_equal(answer, gold).equal, (answer, gold)
+    assert math_equal("a 5", "5a").equal  # as math-verify reads it
+    assert math_equal(r"\text{an equilateral triangle}", r"\text{equilateral triangle}").reason == "string"
+
+
+@pytest.mark.timeout(30)  # a hang guard: the old pattern took 10 s here, the new one milliseconds
+def test_the_patterns_run_in_the_callers_process_take_no_time_on_hostile_spacing():
+    """A third pass: "1", 665 spaces, a comma, 1,332 spaces made the comma pattern backtrack cubically in the
+    trainer's own process (10.8 s for one reply, outside math-verify's time limit)."""
+    from skyrl_gym.rewards.math import _VALUE_CHANGING
+
+    for text in ("1" + " " * 665 + "," + " " * 1332 + "x", "^" + " " * 1998 + "x", "1" + " " * 1998 + "}"):
+        for _ in range(20):
+            _VALUE_CHANGING.search(text)
+
+
 def test_decimals_are_compared_exactly_whatever_way_they_are_written():
     """The number check compared any decimal with math.isclose (1e-9 relative and absolute): 1000000000999.0 was paid
     for 1000000000000 and 1e-10 for 0 (an attacker's pass)."""
@@ -185,13 +216,20 @@ def test_a_decimal_is_paid_for_an_exact_value_it_names_not_one_it_rounds_to():
                          ("3.1415926536", r"\pi"), ("0.3333333333", r"\frac13"),
                          # math-verify's places are absolute: at 10, every value under 5e-11 was every other
                          ("0.0", r"1.6 \times 10^{-19}"), (r"2 \times 10^{-19}", r"1.6 \times 10^{-19}"),
-                         (r"9.1 \times 10^{-31}", r"1.67 \times 10^{-27}")):
+                         (r"9.1 \times 10^{-31}", r"1.67 \times 10^{-27}"),
+                         # a third: a decimal inside an equation, a tuple, a set, an interval, a matrix, a product
+                         ("x = 0.3333333333", r"\frac{1}{3}"), ("(0.3333333333, 1)", r"(\frac{1}{3}, 1)"),
+                         (r"\{0.3333333333, 0.6666666667\}", r"\{\frac13, \frac23\}"), ("[0, 0.3333333333]", r"[0, \frac{1}{3}]"),
+                         (r"\begin{pmatrix}0.3333333333\end{pmatrix}", r"\begin{pmatrix}\frac{1}{3}\end{pmatrix}"),
+                         (r"0.3333333333x", r"\frac{x}{3}")):
         assert not math_equal(answer, gold).equal, (answer, gold)
     for answer, gold in (("0.5", r"\frac{1}{2}"), ("0.25", r"\frac{1}{4}"), (r"\frac{1}{4}", "0.25"),
                          ("123456.5", r"\frac{246913}{2}"), ("0.1", r"\frac{1}{10}"), ("0.333333333333333", r"\frac13"),
                          (r"1.60 \times 10^{-19}", r"1.6 \times 10^{-19}"), (r"50\%", "0.5"), (r"50\%", "50"),
                          (r"[0.5, 1]", r"[\frac12, 1]"), (r"\sqrt{2}", "1.41421356237310"),
-                         (r"1.0 \times 10^{400}", r"10^{400}")):  # (past a float's range)
+                         (r"1.0 \times 10^{400}", r"10^{400}"),  # (past a float's range)
+                         ("x = 0.5", r"\frac12"), ("(0.5, 1)", r"(\frac12, 1)"), (r"\{0.5, 0.25\}", r"\{\frac14, \frac12\}"),
+                         (r"16 \times 10^{-20}", r"1.6 \times 10^{-19}"), (r"12.5\%", r"\frac18"), (r"0.5x", r"\frac{x}{2}")):
         assert math_equal(answer, gold).equal, (answer, gold)
 
 
