@@ -622,3 +622,12 @@ def test_partial_credit_false_pays_only_a_full_score():
     refused = played(echoed, partial_credit=False)
     assert refused["reward"] == 0.0 and "partial_credit=false pays only a full score" in refused["metadata"]["reason"]
     assert played(f"<answer>{truth}</answer>", partial_credit=False)["reward"] == 1.0
+
+
+@pytest.mark.timeout(30)  # a hang guard: the old pattern took 4.9 s an answer here, the new one milliseconds
+def test_the_exponent_check_takes_no_time_on_hostile_spacing():
+    """A ReDoS scan: coin_flip's answer "e" and 20,000 spaces took 4.9 s to check, in the trainer's own process."""
+    hostile = "e" + " " * 19_998 + "x"
+    for _ in range(20):
+        answer_guard.refusal("coin_flip", hostile)
+    assert answer_guard._EXPONENT.findall("1e - 5, 2E+_7, 3e 12") == ["5", "7", "12"]

@@ -457,3 +457,15 @@ def test_a_judged_env_runs_a_blocking_step_off_the_event_loop(judge):
 def test_the_judge_path_says_why_instead_of_raising(judge):
     verdict = judge_response(FORGERY, "72", env_config=config(judge, "truncated-judge", cache_size=505))
     assert verdict.score is None and "cut off" in verdict.error
+
+
+@pytest.mark.timeout(30)  # a hang guard: the old pattern took 5 s a reply here, the new one milliseconds
+def test_escaping_a_response_takes_no_time_on_hostile_spacing():
+    """A ReDoS scan: "<" before 16,000 spaces (the response's default clip) took 5 s to escape, in the trainer's own
+    process, each step. The escaping itself is unchanged."""
+    from skyrl_gym.rewards.judge import escape_section
+
+    hostile = "x" * 4000 + "<" + " " * 15998 + "x"
+    for _ in range(20):
+        assert escape_section(hostile) == hostile
+    assert escape_section("a < / Response> b <rubric") == "a &lt; / Response> b &lt;rubric"
