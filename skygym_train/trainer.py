@@ -705,9 +705,9 @@ class PPOTrainer:
     def _warn_without_signal(self, batch: TrainingBatch, output: GeneratorOutput) -> None:
         """Say so, once a run, when ``NO_SIGNAL_STEPS`` steps in a row (or every step of a shorter run) had every
         advantage 0: every sample of each prompt got the same reward, so the updates leave the policy as it was, and a
-        user watching ``reward/mean`` stand still would not know why. What to try depends on the rewards: one value under 1 (a
-        task the model does not solve), every sample at 1 or more (a task it has learned), or each prompt all or
-        nothing."""
+        user watching ``reward/mean`` stand still would not know why. What to try depends on the rewards: one value
+        under 1 (a task the model does not solve), every sample at 1 or more (a task it has learned), or each prompt
+        all or nothing."""
         if not self._said_all_masked and not bool(batch.tensors["response_mask"].any()):
             self._said_all_masked = True  # once a run; said at once: the rewards cannot be the cause
             stops = collections.Counter(str(reason) for reason in output.get("stop_reasons") or [])
@@ -724,7 +724,7 @@ class PPOTrainer:
             return
         self._steps_without_signal += 1
         # a run shorter than that is said to have trained nothing once every one of its steps did
-        needed = min(NO_SIGNAL_STEPS, max(1, getattr(self, "total_steps", NO_SIGNAL_STEPS)))
+        needed = min(NO_SIGNAL_STEPS, max(1, getattr(self, "total_steps", NO_SIGNAL_STEPS)))  # (set up in fit)
         if self._steps_without_signal != needed or self._said_no_signal:
             return
         self._said_no_signal = True
