@@ -1119,6 +1119,8 @@ class PPOTrainer:
     def close(self) -> None:
         if self.tracker is not None:
             self.tracker.close()
+        if self._weight_sync is not None:
+            self._weight_sync.close()
         if self._runner is not None:
             if self.engine is not None:
                 self.engine.close()

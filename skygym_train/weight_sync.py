@@ -44,12 +44,12 @@ import socket
 import tempfile
 import threading
 import uuid
-from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 from skygym_adapters.engines.client import engines_behind
+from skygym_adapters.engines.weights_folder import SaveFolder
 
 logger = logging.getLogger(__name__)
 
@@ -282,11 +282,15 @@ class EngineWeightSync:
         self.lent = False
         self.fallback_reason: Optional[str] = None
         self.receiver: Optional[WeightReceiver] = None
-        self.sync_dir: Optional[Path] = None
+        self.sync_dir = SaveFolder(None, "skyrl-weight-sync-")  # the checkpoint backend's, removed at close
         self.bytes_last = 0
         self._actors: List[Any] = []  # engine actors that receive the broadcast themselves
         self.rendezvous: Optional[str] = None
         """``host:port`` of policy rank 0's broadcast group, when the engines are Ray actors."""
+
+    def close(self) -> None:
+        """Remove what the sync left on disk (the checkpoint backend's folder: a whole model)."""
+        self.sync_dir.remove()
 
     def describe(self) -> str:
         if self.backend is None:
@@ -354,10 +358,8 @@ class EngineWeightSync:
             self.runner.run(self.engine.update_weights(state))
             self.bytes_last = sum(t.numel() * t.element_size() for t in state.values())
         elif self.backend == "checkpoint":
-            if self.sync_dir is None:
-                self.sync_dir = Path(tempfile.mkdtemp(prefix="skyrl-weight-sync-"))
-            self.bytes_last = int(self.policy.call("save_weights", str(self.sync_dir))[0])
-            self.runner.run(self.engine.update_weights(str(self.sync_dir)))
+            self.bytes_last = int(self.policy.call("save_weights", self.sync_dir.path)[0])
+            self.runner.run(self.engine.update_weights(self.sync_dir.path))
         else:
             self._broadcast()
 

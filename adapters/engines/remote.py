@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 from skygym_adapters.engines.base import (
@@ -31,7 +30,13 @@ from skygym_adapters.engines.base import (
     validate_prompts,
 )
 from skygym_adapters.engines.http_sessions import LoopSessions
-from skygym_adapters.engines.weights_folder import HEAD, ties_embeddings, tied_head_weights, with_tied_head
+from skygym_adapters.engines.weights_folder import (
+    HEAD,
+    SaveFolder,
+    ties_embeddings,
+    tied_head_weights,
+    with_tied_head,
+)
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -86,7 +91,7 @@ class RemoteEngine(BaseInferenceEngine):
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
-        self.weights_dir = weights_dir
+        self._weights = SaveFolder(weights_dir, "skyrl-gym-weights-")
         self._name_hint = name_hint  # how the caller names the model, for an error that cannot ask the server
         self.needs_messages = api == "chat"
         self._prompt_as_text = False
@@ -348,8 +353,6 @@ class RemoteEngine(BaseInferenceEngine):
     def _save_state_dict(self, named_tensors: Any) -> str:
         from safetensors.torch import save_file
 
-        if self.weights_dir is None:
-            self.weights_dir = tempfile.mkdtemp(prefix="skyrl-gym-weights-")
         items = list(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
         embedding = next((name for name, _ in items if name.endswith("embed_tokens.weight")), None)
         if embedding is not None and HEAD not in {name for name, _ in items}:
@@ -360,9 +363,10 @@ class RemoteEngine(BaseInferenceEngine):
                                 "server keeps every weight it is not given, so a model that ties them keeps its old "
                                 f"head (name both, as state_dict() does, or give the model's local folder as model=)")
         tensors = {name: tensor.detach().cpu().clone() for name, tensor in items}  # clone: tied weights share storage
-        os.makedirs(self.weights_dir, exist_ok=True)
-        save_file(tensors, os.path.join(self.weights_dir, "model.safetensors"))
-        return self.weights_dir
+        folder = self._weights.path
+        os.makedirs(folder, exist_ok=True)
+        save_file(tensors, os.path.join(folder, "model.safetensors"))
+        return folder
 
     async def sleep(self) -> None:
         await self._post("/sleep", {})
@@ -370,12 +374,21 @@ class RemoteEngine(BaseInferenceEngine):
     async def wake_up(self) -> None:
         await self._post("/wake_up", {})
 
+    @property
+    def weights_dir(self) -> str:
+        """Where :meth:`update_weights` saves a state dict: ``weights_dir=``, or a temporary folder removed at
+        close."""
+        return self._weights.path
+
     async def aclose(self) -> None:
         await self._http.aclose()
+        self._weights.remove()
 
     def close(self) -> None:
-        """Drop HTTP sessions (call :meth:`aclose` from a running loop to close them cleanly)."""
+        """Drop HTTP sessions (call :meth:`aclose` from a running loop to close them cleanly) and the weights folder
+        this engine made."""
         self._http.forget()
+        self._weights.remove()
 
 
 __all__ = ["RemoteEngine"]

@@ -18,7 +18,6 @@ import glob
 import logging
 import os
 import shutil
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional
 
 from skygym_adapters.engines.base import (
@@ -33,6 +32,7 @@ from skygym_adapters.engines.base import (
     validate_prompts,
 )
 from skygym_adapters.engines.http_sessions import LoopSessions
+from skygym_adapters.engines.weights_folder import SaveFolder
 from skygym_adapters.types import InferenceEngineOutput, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class SGLangEngine(BaseInferenceEngine):
             tokenizer = load_tokenizer(tokenizer)
         self.tokenizer = tokenizer
         self.model_path = model_path
-        self.weights_dir = weights_dir
+        self._weights = SaveFolder(weights_dir, "skyrl-gym-sglang-weights-")
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
@@ -180,8 +180,7 @@ class SGLangEngine(BaseInferenceEngine):
         import torch
         from safetensors.torch import load_file, save_file
 
-        folder = self.weights_dir or tempfile.mkdtemp(prefix="skyrl-gym-sglang-weights-")
-        self.weights_dir = folder
+        folder = self._weights.path
         os.makedirs(folder, exist_ok=True)
         assert self.model_path is not None
         for path in glob.glob(os.path.join(self.model_path, "*.json")) + glob.glob(os.path.join(self.model_path, "*.jinja")):
@@ -206,11 +205,20 @@ class SGLangEngine(BaseInferenceEngine):
     async def wake_up(self) -> None:
         await self._request("POST", "/resume_memory_occupation", {})
 
+    @property
+    def weights_dir(self) -> str:
+        """Where weights given as tensors are saved: ``weights_dir=``, or a temporary folder removed at close."""
+        return self._weights.path
+
     async def aclose(self) -> None:
         await self._http.aclose()
+        self._weights.remove()
 
     def close(self) -> None:
+        """Drop HTTP sessions (call :meth:`aclose` from a running loop to close them cleanly) and the weights folder
+        this engine made."""
         self._http.forget()
+        self._weights.remove()
 
 
 __all__ = ["SGLangEngine"]

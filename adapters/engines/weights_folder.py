@@ -6,6 +6,8 @@ vLLM's in-place reload keeps every weight it is not given. A model with tied emb
 out too. After a trainer's sync had named the head (every sync does: ``state_dict()`` has both names), reloading
 such weights left the synced head in place: the engine then sampled from a head that matched neither the weights
 given nor the policy. The engines add the head (:func:`with_tied_head`) where the model ties its embeddings.
+
+:class:`SaveFolder` is where weights are written for a server (or an engine) to load.
 """
 
 from __future__ import annotations
@@ -13,9 +15,35 @@ from __future__ import annotations
 import glob
 import json
 import os
+import tempfile
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 HEAD = "lm_head.weight"
+
+
+class SaveFolder:
+    """Where weights are saved for a server to load: the caller's folder (``given``, kept), or else a temporary one
+    made at first use and removed by :meth:`remove` (or at exit). Each sync rewrites the same files; a folder left
+    behind would hold a whole model per training run."""
+
+    def __init__(self, given: Optional[str], prefix: str):
+        self.given, self.prefix = given, prefix
+        self._own: Optional[tempfile.TemporaryDirectory] = None
+
+    @property
+    def path(self) -> str:
+        if self.given is not None:
+            return self.given
+        if self._own is None:
+            self._own = tempfile.TemporaryDirectory(prefix=self.prefix)
+        return self._own.name
+
+    def remove(self) -> None:
+        """Remove the folder this made (a caller's folder stays); a later save makes a new one."""
+        if self._own is not None:
+            self._own.cleanup()
+            self._own = None
+
 
 
 def text_config(folder: str) -> Dict[str, Any]:

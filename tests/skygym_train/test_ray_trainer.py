@@ -7,6 +7,8 @@ checkpoint-and-load sync (for remote engines) is then checked on the same worker
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -75,6 +77,10 @@ def test_ray_fsdp_workers_and_weight_sync(tiny_chat_model, toy_data, tmp_path, r
         sync = EngineWeightSync(cfg, trainer.policy, trainer.engine, trainer._runner)
         sync.sync()
         _assert_engine_matches(_engine_state(trainer), policy)
+        folder = Path(sync.sync_dir.path)
+        assert (folder / "model.safetensors").is_file()
+        sync.close()  # the folder holds a whole model: closing the sync removes it
+        assert not folder.exists()
 
 
 @pytest.mark.slow

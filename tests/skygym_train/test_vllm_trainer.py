@@ -10,6 +10,8 @@ path Ray-placed policy workers use), the same broadcast into a vLLM engine livin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -103,6 +105,7 @@ def test_grpo_with_a_vllm_server_synced_by_checkpoint(vllm_server, tiny_chat_mod
         result = trainer.fit()
         assert result["global_step"] == 2
         assert trainer._weight_sync.backend == "checkpoint"
+        sync_folder = Path(trainer._weight_sync.sync_dir.path)
         engine = trainer.engine.engines[0]
         assert type(engine).__name__ == "RemoteEngine"
         try:
@@ -110,6 +113,7 @@ def test_grpo_with_a_vllm_server_synced_by_checkpoint(vllm_server, tiny_chat_mod
         finally:  # the server is shared by the session: give it its starting weights back (the folder leaves the
             # tied head out: the engine names it, or the server would keep the trained head)
             trainer._runner.run(engine.update_weights(str(tiny_chat_model)))
+    assert not sync_folder.exists()  # a whole model per sync folder: closing the trainer removes it
     _differs_from_start(tiny_chat_model, *checked, trainer.tokenizer.pad_token_id)
 
 

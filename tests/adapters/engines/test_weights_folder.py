@@ -96,3 +96,46 @@ def test_a_remote_engines_state_dict_names_the_tied_head_or_says_why_it_cannot(t
                               / "model.safetensors"))
     assert sorted(saved) == ["model.embed_tokens.weight"]  # it cannot tell whether the model ties them: it says so
     assert "names model.embed_tokens.weight but not lm_head.weight" in caplog.text
+
+
+@pytest.mark.parametrize("engine_class", ["remote.RemoteEngine", "sglang.SGLangEngine"])
+def test_an_engine_removes_the_weights_folder_it_made_at_close_and_keeps_the_callers(tmp_path: Path,
+                                                                                     engine_class: str) -> None:
+    """Each sync rewrites a whole model into the folder: one the engine made for itself stayed in the temporary
+    folder after every run (a model's weights per run); a folder the caller named is the caller's."""
+    import importlib
+
+    module, name = engine_class.split(".")
+    engine_type = getattr(importlib.import_module(f"skygym_adapters.engines.{module}"), name)
+    own = engine_type("http://127.0.0.1:9", None)
+    made = Path(own.weights_dir)
+    (made / "model.safetensors").write_bytes(b"weights")
+    own.close()
+    assert not made.exists()
+
+    given = tmp_path / "mine"
+    kept = engine_type("http://127.0.0.1:9", None, weights_dir=str(given))
+    given.mkdir()
+    (given / "model.safetensors").write_bytes(b"weights")
+    kept.close()
+    assert (given / "model.safetensors").read_bytes() == b"weights"
+
+
+def test_a_save_folder_made_anew_after_remove_and_removed_at_exit(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from skygym_adapters.engines.weights_folder import SaveFolder
+
+    folder = SaveFolder(None, "skyrl-test-")
+    first = Path(folder.path)
+    assert first.is_dir() and folder.path == str(first)  # one folder while it lives
+    folder.remove()
+    second = Path(folder.path)
+    assert not first.exists() and second.is_dir()
+    folder.remove()
+    # a process that never calls remove() (a crash in training, say) still leaves nothing behind at exit
+    script = ("from skygym_adapters.engines.weights_folder import SaveFolder; f = SaveFolder(None, 'skyrl-test-'); "
+              "open(f.path + '/w', 'w').write('x'); print(f.path)")
+    left = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    assert left and not Path(left).exists()
