@@ -51,6 +51,12 @@ _VALUE_CHANGING = re.compile(
 
 
 _DIGITS = re.compile(r"\d+")
+# A repeating decimal, 0.\overline{3} (math-verify reads the bar as a conjugate: 0.\overline{3} was refused for 1/3)
+_REPEATING = re.compile(r"(-?)(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
+# Scientific notation math-verify reads as Euler's e: "1.6e-19" was 1.6 e - 19. Rewritten as a power of ten where
+# the power is small enough to build (the plain number check, which reads it exactly, decides where both sides
+# are plain numbers)
+_LARGEST_POWER = 1_000
 _BOX = re.compile(r"\\(?:boxed|fbox)\b")
 _THIN_SPACE_THOUSANDS = re.compile(r"(?<=\d)\\,(?=\d{3}(?!\d))")
 
@@ -92,6 +98,26 @@ def _require_math_verify() -> None:
     if importlib.util.find_spec("math_verify") is None:
         raise ImportError("the math reward needs the math-verify package: pip install math-verify")
 
+def _as_latex_value(text: str) -> str:
+    """``text`` as math-verify reads what it means: a whole answer in scientific notation (``1.6e-19``) as a power
+    of ten, a repeating decimal (``0.1\\overline{6}``) as the fraction it is; other text as it is. The value is
+    the same, so no reply is paid for more than it says."""
+    number = _as_number(text)
+    if number is not None and "e" in text.lower():
+        mantissa, _, power = without_thousands_commas(text).strip().lower().partition("e")
+        if abs(int(power)) <= _LARGEST_POWER:
+            return f"{mantissa} \\times 10^{{{int(power)}}}"
+        return text
+    whole = _REPEATING.fullmatch(text.replace(" ", ""))
+    if whole is not None:
+        sign, integer, fixed, repeated = whole.groups()
+        # 0.1(6) = (16 - 1) / 90: the digits through one period, less those before it, over 9s then 0s
+        numerator = int(integer + fixed + repeated) - int(integer + fixed or "0")
+        denominator = int("9" * len(repeated) + "0" * len(fixed))
+        return f"{sign}\\frac{{{numerator}}}{{{denominator}}}"
+    return text
+
+
 def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -> MathVerdict:
     """Whether ``prediction`` and ``gold`` are the same mathematical answer (``0.5`` and ``\\frac{1}{2}``)."""
     prediction, gold = str(prediction).strip(), str(gold).strip()
@@ -121,6 +147,7 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
         equal = prediction_number == gold_number
         return MathVerdict(equal, "numeric" if equal else "numeric: not the same number as the ground truth")
     _require_math_verify()
+    prediction, gold = _as_latex_value(prediction), _as_latex_value(gold)
     try:
         equal, reason = _helper.call(_math_worker.verify, prediction, gold, timeout=timeout)
     except HelperTimeout:

@@ -173,6 +173,25 @@ def test_a_box_inside_the_answer_is_paid_for_nothing(reply, golds):
         assert scored["score"] == 0.0 and scored["reason"] == "a box inside the answer", (reply, gold, scored)
 
 
+@pytest.mark.parametrize("answer, gold", [
+    ("1.6e-19", r"1.6\times10^{-19}"), ("6.02 \\times 10^{23}", "6.02e23"), ("-1.6E+3", r"-1.6\times 10^{3}"),
+    (r"0.\overline{3}", r"\frac13"), (r"0.1\overline{6}", r"\frac{1}{6}"), (r"-1.\overline{142857}", r"-\frac87"),
+    (r"\frac13", r"0.\overline{3}"),
+])
+def test_scientific_notation_and_repeating_decimals_are_read_as_the_values_they_name(answer, gold):
+    """math-verify reads the e of "1.6e-19" as Euler's number and the bar of "0.\\overline{3}" as a conjugate: both
+    were refused for the value they name."""
+    assert math_equal(answer, gold).equal, (answer, gold)
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("1.0e-19", "0"), ("1e-19", r"0.0"), ("1.6e-19", r"1.7\times10^{-19}"), (r"0.\overline{3}", "0.333"),
+    (r"0.\overline{3}", r"\frac{1}{3} + 10^{-13}"), (r"0.\overline{6}", r"\frac13"),
+])
+def test_scientific_notation_and_repeating_decimals_pay_only_their_exact_value(answer, gold):
+    assert not math_equal(answer, gold).equal, (answer, gold)
+
+
 def test_an_article_the_normaliser_deletes_is_not_deleted_from_a_variable():
     """Minerva's normaliser deletes "a " and "an " as words: "-b" was paid for a ground truth of "a - b"."""
     for answer, gold in (("-b", "a - b"), ("2 + 1", "2a + 1"), ("b", "a b"), ("5", "a 5")):
