@@ -98,6 +98,15 @@ def _require_math_verify() -> None:
     if importlib.util.find_spec("math_verify") is None:
         raise ImportError("the math reward needs the math-verify package: pip install math-verify")
 
+def _percentage(text: str) -> Optional[Decimal]:
+    """The number of a plain percentage (``12.5\\%``, ``12.5%``, ``12.5 percent``), else None."""
+    body = text.rstrip()
+    for mark in ("\\%", "%", "percent"):
+        if body.endswith(mark):
+            return _as_number(body[: -len(mark)])
+    return None
+
+
 def _as_latex_value(text: str) -> str:
     """``text`` as math-verify reads what it means: a whole answer in scientific notation (``1.6e-19``) as a power
     of ten, a repeating decimal (``0.1\\overline{6}``) as the fraction it is; other text as it is. The value is
@@ -146,6 +155,12 @@ def math_equal(prediction: str, gold: str, timeout: float = DEFAULT_TIMEOUT_S) -
     if prediction_number is not None and gold_number is not None:
         equal = prediction_number == gold_number
         return MathVerdict(equal, "numeric" if equal else "numeric: not the same number as the ground truth")
+    # A percentage for a plain number, either way round, is paid where the numbers are one: math-verify pays 50\%
+    # for 50 (and for 0.5, which it decides below) but not 12.5\% for 12.5 (its rule is for integers alone)
+    predicted_percent, gold_percent = _percentage(prediction), _percentage(gold)
+    if ((predicted_percent is not None and predicted_percent == gold_number)
+            or (gold_percent is not None and gold_percent == prediction_number)):
+        return MathVerdict(True, "numeric: a percentage of the same number")
     _require_math_verify()
     prediction, gold = _as_latex_value(prediction), _as_latex_value(gold)
     try:

@@ -192,6 +192,16 @@ def test_scientific_notation_and_repeating_decimals_pay_only_their_exact_value(a
     assert not math_equal(answer, gold).equal, (answer, gold)
 
 
+def test_a_percentage_is_paid_for_its_number_as_an_integer_one_is():
+    """math-verify paid 50\\% for 50 but not 33.3\\% for 33.3 (its rule is for integers): a decimal percentage
+    was refused for a ground truth of its number, and the number for a ground truth written as a percentage."""
+    for answer, gold in (("33.3\\%", "33.3"), ("33.3", "33.3\\%"), ("12.5 percent", "12.5"), ("12.5%", "12.5"),
+                         ("50\\%", "50"), ("33.3\\%", "0.333")):
+        assert math_equal(answer, gold).equal, (answer, gold)
+    for answer, gold in (("33.3\\%", "33.4"), ("33.3\\%", "3.33"), ("12.5\\%", "12.5\\%%")):
+        assert not math_equal(answer, gold).equal, (answer, gold)
+
+
 def test_an_article_the_normaliser_deletes_is_not_deleted_from_a_variable():
     """Minerva's normaliser deletes "a " and "an " as words: "-b" was paid for a ground truth of "a - b"."""
     for answer, gold in (("-b", "a - b"), ("2 + 1", "2a + 1"), ("b", "a b"), ("5", "a 5")):
