@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import functools
 import hashlib
 import hmac
 import ipaddress
 import json
 import sys
 from typing import Any, AsyncIterator, Callable, Dict, Mapping, Optional, Tuple, Union
+
+from skygym_sandboxes.turns import Turns
 
 # Deeper than any run request or env row needs; far below the depth at which Python's own recursion (the JSON
 # decoder, deepcopy, the encoder) would fail.
@@ -377,17 +378,22 @@ class BodyParsers:
     11 million empty objects held every other client for 21 s; in unbounded threads three such bodies at once
     grew a server by 3.8 GB (each expands to about 20 times its bytes before any budget can count it). The threads
     are the parsers' own (:data:`PARSE_THREADS`): on the loop's default executor, work that envs sent there (a
-    judged step's) held up every other client's request body behind it."""
+    judged step's) held up every other client's request body behind it. Clients take turns (:class:`Turns`, by the
+    request's :data:`turn_key`): in arrival order, one client's queue of 30 MB bodies held another's small create
+    for 22 s (an attacker's pass). A small body (``size`` up to :data:`INLINE_BYTES`: a millisecond of work at
+    most) is parsed on the event loop at once: in turns, it still waited for one of those bodies (6 s)."""
+
+    INLINE_BYTES = 16 * 1024
 
     def __init__(self, at_once: int = 2) -> None:
         self.at_once = at_once
-        self._slots: Optional[asyncio.Semaphore] = None  # made on first use, in the server's event loop
+        self._turns = Turns(at_once)
 
-    async def run(self, fn: Any, *args: Any) -> Any:
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.at_once)
-        async with self._slots:
-            return await asyncio.get_running_loop().run_in_executor(PARSE_THREADS, functools.partial(fn, *args))
+    async def run(self, fn: Any, *args: Any, size: Optional[int] = None) -> Any:
+        """``fn(*args)``; ``size``: the bytes of the body it reads, where known."""
+        if size is not None and size <= self.INLINE_BYTES:
+            return fn(*args)
+        return await self._turns.run_in_thread(PARSE_THREADS, fn, *args)
 
 
 # One pool for the process, however many servers it builds (one per server, never shut down, kept each server's

@@ -298,7 +298,7 @@ def create_app(
                 # parsed and read in a thread (BodyParsers): on the event loop a body of millions of tiny files held
                 # every client
                 run_request = await parsers.run(lambda body: request_from_body(parse_json_object(body), sandbox.limits),
-                                                raw)
+                                                raw, size=len(raw))
                 del raw  # the request holds what the run needs
                 return await queue_and_run(request, run_request)
         except BodyError as exc:

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import hashlib
 import heapq
 import itertools
@@ -23,7 +24,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S
+from skygym_sandboxes.http_bodies import CLIENT_TIMEOUT_S, MAX_CONNECTIONS
 from skygym_sandboxes.turns import Turns, turn_key
 
 from skyrl_gym.remote import REMOTE_ID, TOKEN_ENV
@@ -166,6 +167,7 @@ def create_app(
     max_held_bytes: int = MAX_HELD_BYTES,
     client_tokens: Optional[Mapping[str, str]] = None,
     max_sessions_per_client: Optional[int] = None,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> Any:
     """A FastAPI app serving sessions of registered envs (``env_ids``: only these; default: every id).
 
@@ -181,7 +183,8 @@ def create_app(
     ``client_tokens`` (name -> token) gives each client a token of its own (``token``, if also given, is the client
     ``default``'s): a session belongs to the client that created it (another client's calls on it are a 404, its
     creates of the id a 409), and a client holds at most ``max_sessions_per_client`` sessions (default: an equal
-    share of ``max_sessions``)."""
+    share of ``max_sessions``) and at most its share of ``max_connections`` requests under way (the server's
+    connection limit, :func:`~skygym_sandboxes.http_bodies.guarded_http_protocol`'s)."""
     from fastapi import FastAPI, Request
     from fastapi.responses import Response
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -254,62 +257,80 @@ def create_app(
     kept: Dict[Tuple[SessionKey, str], int] = {}  # (session key, request id) -> bytes of the answer kept for a retry
     kept_bytes = [0]
     kept_by_session: Dict[SessionKey, int] = {}
-    # the sessions by bytes kept, largest first: (-bytes, order, session key); an entry whose bytes are no longer
-    # the session's is stale and skipped when it comes up (each change pushes a fresh one)
-    holders: List[Tuple[int, int, SessionKey]] = []
+    kept_by_client: Dict[str, int] = collections.defaultdict(int)
+    # each client's sessions by bytes kept, largest first: (-bytes, order, session key); an entry whose bytes are no
+    # longer the session's is stale and skipped when it comes up (each change pushes a fresh one)
+    holders: Dict[str, List[Tuple[int, int, SessionKey]]] = collections.defaultdict(list)
     pushes = itertools.count()
 
     def note_holder(session_key: SessionKey) -> None:
-        total = kept_by_session.get(session_key, 0)
+        heap, total = holders[session_key[0]], kept_by_session.get(session_key, 0)
         if total:
-            heapq.heappush(holders, (-total, next(pushes), session_key))
-        if len(holders) > 4 * len(kept_by_session) + 64:  # stale entries: built again from the totals
-            holders[:] = [(-total, next(pushes), sid) for sid, total in kept_by_session.items()]
-            heapq.heapify(holders)
+            heapq.heappush(heap, (-total, next(pushes), session_key))
+        if len(heap) > 4 * len(kept_by_session) + 64:  # stale entries: built again from the totals
+            heap[:] = [(-size, next(pushes), key) for key, size in kept_by_session.items() if key[0] == session_key[0]]
+            heapq.heapify(heap)
 
     def unkeep(key: Tuple[SessionKey, str]) -> None:
         size = kept.pop(key, None)
         if size is None:
             return
         kept_bytes[0] -= size
+        kept_by_client[key[0][0]] -= size
         left = kept_by_session[key[0]] - size
         if left:
             kept_by_session[key[0]] = left
         else:
             del kept_by_session[key[0]]
 
+    def oldest_to_drop(newest: Tuple[SessionKey, str]) -> Optional[Tuple[SessionKey, str]]:
+        """The answer that gives way: from the client keeping the most bytes, its session keeping the most, that
+        session's oldest, never ``newest``. By session alone, a client spreading its answers over many sessions,
+        each smaller than another client's one answer, pushed that answer out (an attacker's pass)."""
+        for client in sorted(kept_by_client, key=kept_by_client.__getitem__, reverse=True):
+            heap, set_aside, found = holders[client], [], None
+            while heap and found is None:
+                entry = heapq.heappop(heap)
+                owner_key = entry[2]
+                if -entry[0] != kept_by_session.get(owner_key):
+                    continue  # stale
+                owner = sessions.get(owner_key)
+                found = next((key for key in ((owner_key, rid) for rid in (owner.results if owner else ()))
+                              if key in kept and key != newest), None)
+                set_aside.append(entry)  # it still keeps answers (the one found goes below, and it is pushed anew)
+            for entry in set_aside:
+                heapq.heappush(heap, entry)
+            if found is not None:
+                return found
+        return None
+
     def keep(session: Session, request_id: str, result: Reply) -> None:
         """Keep ``result`` for a retry of ``request_id``, within RESULTS_KEPT per session and max_kept_bytes
         in all; an answer dropped for the budget leaves a 410 saying so (a retry never runs a call twice).
-        Past the budget, answers go from the session that keeps the most bytes, its oldest first, never the one
-        just kept: oldest first across sessions let one client's big answers push out another's (a retry of a
-        step already applied then got a 410, and that rollout's reward was lost). Each answer dropped costs a
-        heap operation (a scan of every session per answer took 33 s for one big answer among 4096 sessions)."""
+        Past the budget, answers go from the client, then the session, that keeps the most bytes, its oldest first,
+        never the one just kept (:func:`oldest_to_drop`): oldest first across sessions let one client's big answers
+        push out another's (a retry of a step already applied then got a 410, and that rollout's reward was lost).
+        Each answer dropped costs a heap operation per client (a scan of every session per answer took 33 s for
+        one big answer among 4096 sessions)."""
         session_key = session.key
         session.results[request_id] = result
         newest = (session_key, request_id)
         kept[newest] = len(result[1])
         kept_bytes[0] += len(result[1])
+        kept_by_client[session.client] += len(result[1])
         kept_by_session[session_key] = kept_by_session.get(session_key, 0) + len(result[1])
         while len(session.results) > RESULTS_KEPT:
             old_id, _ = session.results.popitem(last=False)
             unkeep((session_key, old_id))
         note_holder(session_key)
-        set_aside = []
-        while kept_bytes[0] > max_kept_bytes and holders:
-            entry = heapq.heappop(holders)
-            owner_key = entry[2]
-            if -entry[0] != kept_by_session.get(owner_key):
-                continue  # stale
-            owner = sessions.get(owner_key)
-            results = owner.results if owner is not None else {}
-            old_id = next((rid for rid in results if (owner_key, rid) in kept and (owner_key, rid) != newest), None)
-            if old_id is None:  # it keeps only the answer just kept: the next session gives way
-                set_aside.append(entry)
-                continue
-            unkeep((owner_key, old_id))
+        while kept_bytes[0] > max_kept_bytes:
+            dropped = oldest_to_drop(newest)
+            if dropped is None:
+                break
+            owner_key, old_id = dropped
+            unkeep(dropped)
             note_holder(owner_key)
-            results[old_id] = (
+            sessions[owner_key].results[old_id] = (
                 410,
                 encode(
                     {
@@ -318,8 +339,6 @@ def create_app(
                     }
                 ),
             )
-        for entry in set_aside:
-            heapq.heappush(holders, entry)
 
     def forget(session: Session) -> None:
         for request_id in session.results:
@@ -429,6 +448,15 @@ def create_app(
         client = turn_key.get()
         LOG.info("client %s: %.500s", repr(client) if client is not None else "(no valid token)", what)
 
+    # With a token per client, a client's requests under way (from its token's check to its answer) are bounded by
+    # a share of the server's connections that leaves others room: a request under way holds its connection, and
+    # past the connection limit a new connection is closed at once unless an idle one can give way. Two clients'
+    # sessions (2,048 each) with two slow steps each under way held all 4,096 connections, and the other client's
+    # connections were closed (an attacker's pass).
+    per_client_requests = max(1, max_connections // (len(clients) + 1))
+    under_way: Dict[str, int] = collections.defaultdict(int)
+    counted = contextvars.ContextVar("counted", default=None)  # the client whose count this request holds
+
     def authorise(request: Request) -> str:
         """The client making ``request`` (``default`` on a server of one token, or none), or a refusal."""
         why = refusal(request, token, TOKEN_ENV, tokens=owners or None)
@@ -436,6 +464,13 @@ def create_app(
             raise Refused(*why)
         client = (owners.owner(request) or DEFAULT_CLIENT) if owners else DEFAULT_CLIENT  # one digest lookup more
         turn_key.set(client)  # whose work this request's env calls are, for the pools' turns
+        if clients and counted.get() is None:
+            if under_way[client] >= per_client_requests:
+                raise Refused(429, f"client {client!r} has {under_way[client]} requests under way, its share of "
+                                   f"the server's {max_connections} connections over {len(clients)} clients and "
+                                   "room for one more; send more when some have answered")
+            under_way[client] += 1
+            counted.set(client)
         return client
 
     parsers = BodyParsers()
@@ -452,7 +487,7 @@ def create_app(
         client = authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
             async with bodies.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s) as raw:
-                return (client, *await parsers.run(parse, raw))  # then the held-bytes budgets count what it holds
+                return (client, *await parsers.run(parse, raw, size=len(raw)))  # then the budgets count what it holds
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None
 
@@ -484,10 +519,15 @@ def create_app(
 
     def guarded(handler: Callable[..., Any]) -> Callable[..., Any]:
         async def route(request: Request) -> Response:
+            counted.set(None)  # each request counts once, from its authorise() to its answer
             try:
                 status, payload = await handler(request)
             except Refused as exc:
                 return refuse(exc.status, exc.message)
+            finally:
+                client = counted.get()
+                if client is not None:
+                    under_way[client] -= 1
             return Response(payload, status_code=status, media_type="application/json")
 
         route.__name__ = handler.__name__
@@ -524,7 +564,7 @@ def create_app(
             return pending[1]
 
         if chosen is not None and (key in sessions or key in creating):  # a retry answers before any limit
-            earlier = made_before(await parsers.run(row_digest, *asked))
+            earlier = made_before(await parsers.run(row_digest, *asked, size=size))
             if earlier is not None:
                 return await asyncio.shield(earlier)
         if env_id == REMOTE_ID:
@@ -545,7 +585,7 @@ def create_app(
             raise Refused(422, str(exc))
         digest = ""  # an id the service picks is no other create's
         if chosen is not None:  # after the cheap refusals: a digest reads the whole row
-            digest = await parsers.run(row_digest, *asked)
+            digest = await parsers.run(row_digest, *asked, size=size)
             earlier = made_before(digest)  # another create of this id may have come in meanwhile
             if earlier is not None:
                 return await asyncio.shield(earlier)

@@ -203,7 +203,7 @@ def create_app(
         authorise(raw)
         try:  # parsed in a thread (BodyParsers): a body of millions of small values held the event loop for seconds
             async with bodies.body(raw, max_body_bytes, "--max-body-bytes", client_timeout_s) as body_bytes:
-                body = await parsers.run(parse_json_object, body_bytes)
+                body = await parsers.run(parse_json_object, body_bytes, size=len(body_bytes))
         except BodyError as exc:
             raise HTTPException(exc.status, exc.message) from None
         try:

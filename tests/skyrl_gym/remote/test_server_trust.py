@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -747,6 +748,102 @@ def test_one_clients_big_answers_push_out_its_own_kept_answers_not_another_clien
         stop()
 
 
+def test_a_client_spreading_answers_over_sessions_does_not_push_out_another_clients():
+    """With a token per client, answers went from the session keeping the most bytes: a client spreading its
+    answers over many sessions, each smaller than another client's one answer, made that answer the one to go (its
+    retry got a 410, its reward was lost). The client keeping the most gives way first (an attacker's pass)."""
+    tokens = {"alice": "a" * 24, "bob": "b" * 24}
+    alice, bob = ({"Authorization": f"Bearer {tokens[name]}"} for name in ("alice", "bob"))
+    megabyte = 1024 * 1024
+    url, stop = _in_process_server(client_tokens=tokens, max_kept_bytes=3 * megabyte, max_body_bytes=2 * megabyte)
+    try:
+        def init(headers, size, request_id):
+            created = requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, headers=headers, timeout=30)
+            session = created.json()["session_id"]
+            body = {"prompt": [{"role": "user", "content": "p" * size}], "request_id": request_id}  # echoed back
+            answer = requests.post(f"{url}/sessions/{session}/init", json=body, headers=headers, timeout=30)
+            assert answer.status_code == 200, answer.text[:300]
+            return session, body, answer.content
+
+        kept, body, first = init(bob, megabyte // 2, "b1")
+        for n in range(8):  # 8 answers of 0.4 MB, each in a session of its own: past the budget
+            init(alice, 2 * megabyte // 5, f"a{n}")
+        retried = requests.post(f"{url}/sessions/{kept}/init", json=body, headers=bob, timeout=30)
+        assert retried.status_code == 200 and retried.content == first, retried.text[:300]
+        assert requests.get(f"{url}/health", headers=bob, timeout=10).json()["kept_answer_bytes"] <= 3 * megabyte
+    finally:
+        stop()
+
+
+def test_a_clients_requests_under_way_leave_the_others_room_to_connect():
+    """A request under way holds its connection: two clients' sessions (2,048 each at the defaults) with two slow
+    steps each under way held all 4,096 connections, and the other client's new connections were closed (an
+    attacker's pass). A client's requests under way are bounded by its share of the connections, leaving room
+    for one client more."""
+    tokens = {"alice": "a" * 24, "bob": "b" * 24}
+    alice, bob = ({"Authorization": f"Bearer {tokens[name]}"} for name in ("alice", "bob"))
+    url, stop = _in_process_server(client_tokens=tokens, max_connections=6)  # 2 requests under way a client
+    try:
+        sessions = [requests.post(f"{url}/sessions", json={"env_id": COUNTER_ID}, headers=alice, timeout=30)
+                    .json()["session_id"] for _ in range(3)]
+        for session in sessions:
+            requests.post(f"{url}/sessions/{session}/init", json={}, headers=alice, timeout=30)
+        slow = [threading.Thread(target=requests.post, args=(f"{url}/sessions/{session}/step",),
+                                 kwargs={"json": {"action": "sleep:3"}, "headers": alice, "timeout": 30})
+                for session in sessions[:2]]
+        for thread in slow:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while requests.get(f"{url}/health", headers=bob, timeout=10).json()["calls_running"] < 2:
+            assert time.monotonic() < deadline, "the two slow steps never ran"
+            time.sleep(0.05)
+        third = requests.post(f"{url}/sessions/{sessions[2]}/step", json={"action": "x"}, headers=alice, timeout=30)
+        assert third.status_code == 429, third.text[:300]
+        assert "client 'alice' has 2 requests under way, its share of the server's 6 connections" in third.text
+        assert requests.get(f"{url}/health", headers=bob, timeout=10).status_code == 200  # bob's count is his own
+        for thread in slow:
+            thread.join(30)
+        again = requests.post(f"{url}/sessions/{sessions[2]}/step", json={"action": "x"}, headers=alice, timeout=30)
+        assert again.status_code == 200, again.text[:300]  # answered requests give their place back
+    finally:
+        stop()
+
+
+def test_a_small_body_is_not_parsed_behind_another_clients_big_ones(monkeypatch):
+    """The two body parsers served bodies in arrival order: one client's 30 MB bodies (4 at a time) held another
+    client's small create for 22 s (an attacker's pass). Small bodies are parsed at once, big ones in turns by
+    client. Here every big body's parse is held until the other client's create has been answered."""
+    from skygym_sandboxes import http_bodies
+
+    release = threading.Event()
+    real = http_bodies.held_bytes
+
+    def held(value):
+        if len(json.dumps(value)) > http_bodies.BodyParsers.INLINE_BYTES:
+            assert release.wait(30), "a big body's parse was held for 30 s"
+        return real(value)
+
+    monkeypatch.setattr(http_bodies, "held_bytes", held)
+    tokens = {"alice": "a" * 24, "bob": "b" * 24}
+    alice, bob = ({"Authorization": f"Bearer {tokens[name]}"} for name in ("alice", "bob"))
+    url, stop = _in_process_server(client_tokens=tokens)
+    big = {"env_id": "gsm8k", "extras": {**GSM8K_ROW, "extra_info": {"note": "x" * 100_000}}}
+    floods = [threading.Thread(target=requests.post, args=(f"{url}/sessions",),
+                               kwargs={"json": big, "headers": alice, "timeout": 60}) for _ in range(4)]
+    try:
+        for thread in floods:
+            thread.start()
+        time.sleep(0.5)  # alice's bodies hold both parsers, two more wait
+        created = requests.post(f"{url}/sessions", json={"env_id": "gsm8k", "extras": GSM8K_ROW}, headers=bob,
+                                timeout=10)
+        assert created.status_code == 200, created.text[:300]
+    finally:
+        release.set()
+        for thread in floods:
+            thread.join(60)
+        stop()
+
+
 def test_a_body_is_parsed_and_counted_off_the_event_loop(monkeypatch):
     """The checks of a body (its depth, its lone surrogates, what it holds) ran on the event loop: a 32 MB body of
     11 million empty objects held every other client for 21 s. Here the count of one body waits until a health
@@ -757,7 +854,9 @@ def test_a_body_is_parsed_and_counted_off_the_event_loop(monkeypatch):
     held = HeldParse(monkeypatch, http_bodies, "held_bytes")
     url, stop = _in_process_server()
     try:
-        answer = held.post_beside_a_health_check(url, "/sessions", {"env_id": "gsm8k", "extras": GSM8K_ROW})
+        # over BodyParsers.INLINE_BYTES: a small body is parsed on the loop at once (a millisecond at most)
+        row = {**GSM8K_ROW, "extra_info": {"note": "x" * (http_bodies.BodyParsers.INLINE_BYTES + 1)}}
+        answer = held.post_beside_a_health_check(url, "/sessions", {"env_id": "gsm8k", "extras": row})
         assert answer.status_code == 200, answer.text[:300]
     finally:
         stop()
