@@ -334,7 +334,13 @@ def _vet_in_child_process(name: str, settings: str) -> Tuple[Optional[str], bool
         return None, True
     lines = (done.stderr or done.stdout).strip().splitlines()
     why = lines[-1] if lines else f"the child process exited with status {done.returncode}"
+    # a file's folders stay on this machine: the refusal reaches serve-env's clients ("No such file or directory:
+    # '/root/.cache/.../site-packages/reasoning_gym/data/x.txt'" told one where the server is installed)
+    why = _FOLDERS.sub("", why)
     return f"reasoning-gym dataset {name!r}: the settings {settings[:300]} were refused: {why[:500]}", True
+
+
+_FOLDERS = re.compile(r"(?<![\w.])/(?:[^\s'\":/]+/)+")
 
 
 def _cap_memory(memory_bytes: int) -> None:

@@ -56,7 +56,7 @@ MAX_HELD_BYTES = 4 * 1024 * 1024 * 1024
 # 429. 4,100 connections, each with steps queued on one session (or each retrying the same one), held every
 # connection of the server and hours of sandbox work after their client left.
 MAX_CALLS_PER_SESSION = 2
-_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  # whole ids only (fullmatch: "$" let a trailing newline in)
 
 Reply = Tuple[int, bytes]
 
@@ -495,7 +495,7 @@ def create_app(
         value = body.get(field)
         if value is None:
             return None
-        if not isinstance(value, str) or not _ID.match(value):
+        if not isinstance(value, str) or not _ID.fullmatch(value):
             raise Refused(
                 422, f"{field} must be 1-128 characters of letters, digits and _.:-, got {value!r:.80}"
             )

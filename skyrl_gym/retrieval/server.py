@@ -147,7 +147,7 @@ def create_app(
 
     from fastapi import FastAPI, HTTPException, Request, Response
     from fastapi.exceptions import RequestValidationError
-    from pydantic import BaseModel, ValidationError
+    from pydantic import BaseModel, ConfigDict, ValidationError
     from skygym_sandboxes.http_bodies import (
         NO_PUBLIC_DOCS,
         BodyBudget,
@@ -158,6 +158,9 @@ def create_app(
     )
 
     class RetrieveRequest(BaseModel):
+        # strict: a wrong type is a 422, not read as something else ("topk": true was 1, "return_scores": "yes" True)
+        model_config = ConfigDict(strict=True)
+
         query: Optional[Any] = None
         queries: Optional[List[str]] = None
         topk: Optional[int] = None

@@ -410,6 +410,15 @@ def test_a_setting_that_names_a_file_outside_the_package_is_refused_unread(where
     assert env.step(f"<answer>{shipped['reward_spec']['ground_truth']}</answer>")["reward"] == 1.0
 
 
+def test_a_missing_shipped_file_is_refused_without_the_folder_it_was_looked_for_in(fresh_vets):
+    """The refusal reaches serve-env's clients: "No such file or directory: '/root/.cache/.../site-packages/
+    reasoning_gym/data/nonexistent.txt'" told a client where the server is installed (an attacker's pass)."""
+    with pytest.raises(DataError, match="No such file or directory: 'nonexistent.txt'") as refused:
+        skyrl_gym.make("reasoning_gym/spell_backward",
+                       env_config={"seed": 0, "index": 0, "settings": {"data_file": "nonexistent.txt"}})
+    assert "site-packages" not in str(refused.value) and "/nonexistent.txt" not in str(refused.value)
+
+
 @pytest.fixture
 def fresh_vets(monkeypatch):
     """No verdict of an earlier test: each test tries its settings itself."""

@@ -1285,3 +1285,15 @@ def test_the_listening_line_and_the_tokens_file_options(tmp_path, monkeypatch, c
     monkeypatch.setenv("SKYRL_GYM_ENV_SERVICE_TOKEN", "the-old-shared-token")
     assert main(["serve-env", "--port", "0", "--tokens-file", str(path), "--max-sessions", "0"]) == 2
     assert "with --tokens-file, $SKYRL_GYM_ENV_SERVICE_TOKEN is not read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("field", ["session_id", "request_id"])
+def test_an_id_is_matched_whole_a_trailing_newline_included(service, field):
+    """``^...$`` matched "nl\\n" (``$`` matches before a final newline): such an id reached the logs and the keys."""
+    body = {"env_id": "gsm8k", "extras": GSM8K_ROW, field: "nl\n"}
+    refused = requests.post(service.url + "/sessions", json=body, timeout=60)
+    if field == "request_id":  # a create takes no request_id: the id goes to an init instead
+        session = requests.post(service.url + "/sessions", json={"env_id": "gsm8k", "extras": GSM8K_ROW},
+                                timeout=60).json()["session_id"]
+        refused = requests.post(f"{service.url}/sessions/{session}/init", json={field: "nl\n"}, timeout=60)
+    assert refused.status_code == 422 and f"{field} must be 1-128 characters" in refused.text, refused.text[:300]

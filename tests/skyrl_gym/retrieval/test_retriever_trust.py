@@ -70,6 +70,8 @@ def test_a_100000_deep_body_is_a_400_naming_the_nesting(guarded):
         ('"query"', 400),
         ('{"queries": "x"}', 422),
         ('{"topk": 1e400}', 422),
+        ('{"queries": ["x"], "topk": true}', 422),  # not read as 1 (pydantic's lax mode did)
+        ('{"queries": ["x"], "return_scores": "yes"}', 422),
     ):
         response = requests.post(guarded.url, data=raw, headers=bearer(), timeout=30)
         assert response.status_code == status, (raw, response.status_code, response.text[:300])
