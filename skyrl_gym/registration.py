@@ -452,6 +452,10 @@ def declared_config(env_id: str) -> Optional[Dict[str, Any]]:
     return dict(declared) if isinstance(declared, dict) else None
 
 
+# env_config keys that make() reads for every env, whatever it declares: the judge of rows scored by an LLM judge
+READ_BY_MAKE = ("judge",)
+
+
 def unknown_config_keys(env_id: str, env_config: Any) -> Dict[str, str]:
     """Each key of ``env_config`` that the env registered as ``env_id`` does not read, with why (the closest key
     it reads, and all of them): a misspelt ``serch_url`` would otherwise leave the env at its default, silently.
@@ -462,7 +466,7 @@ def unknown_config_keys(env_id: str, env_config: Any) -> Dict[str, str]:
     known = sorted(declared)
     problems = {}
     for key in env_config.keys():
-        if key in declared:
+        if key in declared or key in READ_BY_MAKE:
             continue
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
@@ -487,7 +491,7 @@ def _warn_unread_config(env_id: str, env_config: Any) -> None:
     such a key; a library call is only warned, as SkyRL-gym took any."""
     if not env_config or not hasattr(env_config, "items"):
         return
-    keys = tuple(sorted(str(key) for key, value in env_config.items() if value is not None and key != "judge"))
+    keys = tuple(sorted(str(key) for key, value in env_config.items() if value is not None and key not in READ_BY_MAKE))
     if not keys or (env_id, keys) in _CHECKED_CONFIGS:
         return
     _CHECKED_CONFIGS.add((env_id, keys))
@@ -546,7 +550,9 @@ def make(id: Union[str, EnvSpec], **kwargs: Any) -> Env:
     if not (env_spec.id == _REMOTE_SPEC.id and (merged.get("url") or merged.get("env_id"))):
         _warn_unread_config(env_spec.id, merged.get("env_config"))  # (remote: the served env's, its server checks)
     extras = merged.get("extras")
-    if extras and _reward_method(extras) == "judge":  # any env, scored by an LLM judge (skyrl_gym.rewards.judged_env)
+    # any env, scored by an LLM judge (skyrl_gym.rewards.judged_env); a remote env's server judges its own sessions (a
+    # client wrapper judged the episode a second time, or failed with no judge of its own)
+    if extras and _reward_method(extras) == "judge" and env_spec.id != _REMOTE_SPEC.id:
         from skyrl_gym.rewards.judged_env import with_judge_reward
 
         env = with_judge_reward(env, merged.get("env_config"), extras)

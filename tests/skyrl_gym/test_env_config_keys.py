@@ -74,6 +74,13 @@ def test_a_key_no_env_reads_is_named_with_the_closest_one() -> None:
     assert declared_config("reasoning_gym/basic_arithmetic")["seed"] == 0
 
 
+@pytest.mark.parametrize("env_id", ["gsm8k", "math", "search", "reasoning_gym/chain_sum"])
+def test_the_judge_is_a_key_of_every_env(env_id) -> None:
+    """make() reads ``judge`` for any env whose rows are judged: the trainer's check, serve-env's --env-config and
+    the commands refused environment.skyrl_gym.gsm8k.judge, the way the docs set a judge."""
+    assert unknown_config_keys(env_id, {"judge": {"base_url": "http://127.0.0.1:9/v1"}}) == {}
+
+
 class _Undeclared(BaseTextEnv):
     def step(self, action: str) -> Any:
         raise NotImplementedError

@@ -1297,3 +1297,22 @@ def test_an_id_is_matched_whole_a_trailing_newline_included(service, field):
                                 timeout=60).json()["session_id"]
         refused = requests.post(f"{service.url}/sessions/{session}/init", json={field: "nl\n"}, timeout=60)
     assert refused.status_code == 422 and f"{field} must be 1-128 characters" in refused.text, refused.text[:300]
+
+
+def test_a_judged_row_played_through_make_remote_is_judged_by_the_server_alone(service, monkeypatch):
+    """make("remote", extras=<a judged row>) also wrapped the client's env in a judge: a client with no judge of its
+    own failed (no judge endpoint configured) while the server's session had one, and a client with one judged
+    each episode twice."""
+    from skyrl_gym.remote.client import RemoteEnv
+
+    for name in ("SKYRL_GYM_JUDGE_URL", "SKYRL_GYM_JUDGE_API_KEY", "SKYRL_GYM_JUDGE_MODEL"):
+        monkeypatch.delenv(name, raising=False)  # this client has no judge
+    extras = {"max_turns": 1, "reward_spec": {"method": "judge", "ground_truth": "good"}}
+    env = skyrl_gym.make("remote", url=service.url, env_id=COUNTER_ID, extras=extras)
+    try:
+        assert type(env) is RemoteEnv
+        env.init([])
+        output = env.step("an answer")
+        assert "judge" in output["metadata"], output  # the server's judge scored it
+    finally:
+        env.close()
