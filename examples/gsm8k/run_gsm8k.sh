@@ -7,8 +7,8 @@ set -x
 #   NUM_GPUS=1 INFERENCE_BACKEND=hf LOGGER=console bash examples/gsm8k/run_gsm8k.sh   # one GPU, no vLLM
 #
 # Any key can be appended as an extra argument, e.g. `trainer.epochs=1`.
-# The engine runs in the trainer's process, so there is one (upstream's script starts one per GPU; more here
-# would be copies of the model on one device, which `--check` refuses).
+# One engine, a Ray actor on the policy's GPU bundles (generator.run_engines_locally=true with colocate_all);
+# upstream's script starts one per GPU.
 
 : "${DATA_DIR:="$HOME/data/gsm8k"}"
 : "${NUM_GPUS:=4}"

@@ -263,8 +263,8 @@ class FullyAsyncConfig:
 class TrainerConfig:
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     strategy: str = "fsdp2"
-    """``fsdp2`` (``fsdp`` is accepted as a synonym) or ``deepspeed`` (ZeRO 1-3, ``pip install deepspeed``; on CUDA,
-    or on CPU through DeepSpeed's CPU accelerator over gloo)."""
+    """``fsdp2`` (``fsdp`` is accepted as a synonym) or ``deepspeed`` (ZeRO 1-3, ``pip install -e '.[deepspeed]'``;
+    on CUDA, or on CPU through DeepSpeed's CPU accelerator over gloo)."""
     use_ray: bool = True
     """False runs everything in this process (one worker): the fast path for small CPU runs."""
     num_cpu_workers: int = 1

@@ -117,7 +117,9 @@ def check_unshare() -> Check:
 
 
 def check_docker() -> Check:
-    socket_path = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://")
+    # the engine the docker backend and swe use: SKYGYM_DOCKER_HOST first, as they read it (sandboxes.containers)
+    address = os.environ.get("SKYGYM_DOCKER_HOST") or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    socket_path = address.removeprefix("unix://")
     if shutil.which("dockerd") is None and shutil.which("docker") is None:
         return Check("docker", False, "no Docker engine found (the docker sandbox backend)",
                      "optional: apt-get install docker.io && dockerd &")
