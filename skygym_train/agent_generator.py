@@ -202,6 +202,10 @@ class AgentGenerator:
         sampling = merged_sampling(input_batch.get("sampling_params") or {}, ours)
         return await self.runner.generate({**input_batch, "sampling_params": sampling})
 
+    async def aclose(self) -> None:
+        """The runner's backend sessions and env threads (the engines are the trainer's)."""
+        await self.runner.aclose()
+
 
 def build_agent_generator(cfg: Any, engine: Any, tokenizer: Any) -> AgentGenerator:
     """``AutoAgentRunner.from_task(generator.task, infer_engine=engine, tokenizer=tokenizer)`` on the trainer's

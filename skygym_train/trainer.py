@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import math
 import os
@@ -89,6 +90,8 @@ class _AsyncRunner:
             raise
 
     def close(self) -> None:
+        if self.loop.is_closed():
+            return
         if self.thread.is_alive():  # what a Ctrl-C left running ends cancelled, not "destroyed but pending"
             try:
                 asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self.loop).result(timeout=5)
@@ -96,6 +99,8 @@ class _AsyncRunner:
                 pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()  # its selector and self-pipe (three descriptors) stayed open
 
 
 async def _cancel_other_tasks() -> None:
@@ -191,6 +196,7 @@ class PPOTrainer:
         self.critic: Optional[WorkerGroup] = None
         self.engine: Optional[InferenceEngine] = None
         self.generator: Optional[Generator] = None
+        self._closed = False
         self._runner: Optional[_AsyncRunner] = None
         self._placement_groups: List[Any] = []
         self.tracker: Optional[Tracker] = None
@@ -1117,22 +1123,39 @@ class PPOTrainer:
         return result
 
     def close(self) -> None:
-        if self.tracker is not None:
-            self.tracker.close()
-        if self._weight_sync is not None:
-            self._weight_sync.close()
-        if self._runner is not None:
-            if self.engine is not None:
-                self.engine.close()
-            self._runner.close()
-        for group in (self.policy, self.ref, self.critic):
-            if group is not None and hasattr(group, "shutdown"):
-                group.shutdown()
-        if self._placement_groups:
-            from ray.util.placement_group import remove_placement_group
+        """Ends what the run started, each part whatever closing another raised: the logger, the weight sync's
+        folder and groups, the generator the trainer built (its env threads, Ray env workers, an agent runner's
+        HTTP sessions: these stayed alive after close), the engines, the event loop, the workers, the placement
+        groups. A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.ExitStack() as parts:  # callbacks run last-in first-out: pushed in reverse order
+            if self._placement_groups:
+                from ray.util.placement_group import remove_placement_group
 
-            for pg in self._placement_groups:
-                remove_placement_group(pg)
+                for pg in self._placement_groups:
+                    parts.callback(remove_placement_group, pg)
+            for group in (self.critic, self.ref, self.policy):
+                if group is not None and hasattr(group, "shutdown"):
+                    parts.callback(group.shutdown)
+            if self._runner is not None:
+                parts.callback(self._runner.close)
+                if self.engine is not None:
+                    parts.callback(self.engine.close)
+                if self.generator is not None and self.generator is not self._given_generator:  # a caller's is its own
+                    parts.callback(self._close_generator, self.generator)
+            if self._weight_sync is not None:
+                parts.callback(self._weight_sync.close)
+            if self.tracker is not None:
+                parts.callback(self.tracker.close)
+
+    def _close_generator(self, generator: Any) -> None:
+        assert self._runner is not None
+        if hasattr(generator, "aclose"):
+            self._runner.run(generator.aclose())
+        elif hasattr(generator, "close"):
+            generator.close()
 
     def __enter__(self) -> "PPOTrainer":
         return self

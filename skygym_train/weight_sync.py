@@ -156,6 +156,14 @@ class BroadcastGroup:
         else:
             raise ValueError(f"broadcast weight sync supports gloo or nccl, not {backend!r}")
 
+    def close(self) -> None:
+        """The group's connections and its store's socket (rank 0's listens for the others), closed now: a trainer
+        kept after its run held them until it was collected."""
+        group, self.pg = self.pg, None
+        if group is not None and hasattr(group, "shutdown"):
+            group.shutdown()
+        self.store = None
+
     def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
         opts = torch.distributed.BroadcastOptions()
         opts.rootRank = 0
@@ -247,6 +255,12 @@ class WeightReceiver:
         assert self.group is not None, "connect() first"
         return list(receive_state_dict(self.group, self._buffers))
 
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
+            self.group = None
+        self._buffers.clear()
+
 
 # ---------------------------------------------------------------------- the trainer's side
 def actor_engines(engine: Any) -> List[Any]:
@@ -289,8 +303,16 @@ class EngineWeightSync:
         """``host:port`` of policy rank 0's broadcast group, when the engines are Ray actors."""
 
     def close(self) -> None:
-        """Remove what the sync left on disk (the checkpoint backend's folder: a whole model)."""
+        """Remove what the sync left on disk (the checkpoint backend's folder: a whole model) and close its broadcast
+        group on both sides (the policy's store listened until the trainer was collected)."""
         self.sync_dir.remove()
+        if self.receiver is not None:
+            self.receiver.close()
+            self.receiver = None
+            try:
+                self.policy.call("close_weight_broadcast")
+            except Exception as exc:  # noqa: BLE001 - a policy that is gone took its group with it
+                logger.warning("weight sync: closing the policy's broadcast group failed: %s", exc)
 
     def describe(self) -> str:
         if self.backend is None:

@@ -873,6 +873,13 @@ class TrainingWorker:
 
             self._broadcast_group = BroadcastGroup(backend, host, port, 0, world_size)
 
+    def close_weight_broadcast(self) -> None:
+        """Rank 0 leaves that group, and its store stops listening, now rather than when the worker is collected."""
+        group = getattr(self, "_broadcast_group", None)
+        if group is not None:
+            group.close()
+            self._broadcast_group = None
+
     def broadcast_weights(self, dtype: Optional[str] = None) -> int:
         """Every rank joins the unsharding; rank 0 broadcasts the full weights in buckets, floating tensors cast to
         ``dtype`` (the engine's). Returns bytes sent."""
