@@ -482,17 +482,21 @@ def run_from_args(args: argparse.Namespace) -> int:
     from skygym_adapters.models import ModelResolutionError
 
     from skygym_train.config.loader import ConfigError
-    from skygym_train.entrypoints.main_base import STOPPED_AT_ONCE, cli_warnings, quiet_library_bars
+    from skygym_train.entrypoints.main_base import STOPPED_AT_ONCE, cli_warnings, quiet_library_bars, terminated_line
+    from skyrl_gym.cli._io import Terminated, terminated_as_interrupt
 
     quiet_library_bars()
-    try:
-        with warnings.catch_warnings():  # a resumed run: one `warning:` line, as `skyrl-gym train` says it
+    try:  # a resumed run: one `warning:` line, as `skyrl-gym train` says it; SIGTERM ends it as `train` does
+        with terminated_as_interrupt(), warnings.catch_warnings():
             warnings.showwarning = cli_warnings(warnings.showwarning)
             summary = run_quickstart(Path(args.out), args.steps, args.model, args.overrides,
                                      save_checkpoint=args.checkpoint)
     except (ConfigError, ModelResolutionError) as exc:  # a hub id that cannot be fetched: known when loading
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Terminated as exc:
+        print(terminated_line(exc), file=sys.stderr)
+        return exc.exit_status
     except KeyboardInterrupt:  # while loading, or a second Ctrl-C (the first stops between steps)
         print(STOPPED_AT_ONCE, file=sys.stderr)
         return 130

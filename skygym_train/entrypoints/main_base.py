@@ -136,13 +136,18 @@ def run(args: argparse.Namespace, trainer_cls: Optional[Type[Any]] = None, confi
 
     from skygym_train.trainer import TrainingInterrupted, TrajectoriesFailed
 
-    try:
-        with warnings.catch_warnings(), trainer_cls(cfg) as trainer:
+    from skyrl_gym.cli._io import Terminated, terminated_as_interrupt
+
+    try:  # SIGTERM and SIGHUP end the run as a second Ctrl-C does: the trainer closes, its temporary folders go
+        with terminated_as_interrupt(), warnings.catch_warnings(), trainer_cls(cfg) as trainer:
             warnings.showwarning = cli_warnings(warnings.showwarning)
             result = trainer.fit()
     except TrainingInterrupted as exc:  # the first Ctrl-C: the trainer stopped between two steps
         print(str(exc), file=sys.stderr)
         return 130
+    except Terminated as exc:
+        print(terminated_line(exc), file=sys.stderr)
+        return exc.exit_status
     except KeyboardInterrupt:  # before training started, or a second Ctrl-C
         print(STOPPED_AT_ONCE, file=sys.stderr)
         return 130
@@ -175,6 +180,11 @@ def cli_warnings(show: Callable[..., None]) -> Callable[..., None]:
 # Ctrl-C outside the training steps (loading, the last evaluation, the export) or a second one: no step to finish
 STOPPED_AT_ONCE = ("interrupted: stopped at once (Ctrl-C again, or outside the training steps); "
                    "nothing more written")
+
+
+def terminated_line(exc: Any) -> str:
+    """What a run ended by SIGTERM or SIGHUP says (:class:`~skyrl_gym.cli._io.Terminated`)."""
+    return f"terminated (signal {exc.signum}): stopped at once; nothing more written"
 
 
 def finished_line(result: Mapping[str, Any], ckpt_interval: Any = None) -> str:

@@ -124,7 +124,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from skyrl_gym.cli._io import Terminated
 
         print("interrupted", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
+        return exc.exit_status if isinstance(exc, Terminated) else 130
     except BrokenPipeError:  # `skyrl-gym doctor | head -1`: the reader has all it wanted
         import os
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 
 class UsageError(Exception):
@@ -13,8 +16,40 @@ class UsageError(Exception):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised by a command that cleans up after it as after Ctrl-C; the command exits 143, as a program
-    the signal killed."""
+    """SIGTERM or SIGHUP, raised by a command that cleans up after it as after Ctrl-C (:func:`terminated_as_interrupt`);
+    the command exits ``128 + signum`` (143, 129), as a program the signal killed."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = int(signum)
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def terminated_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGHUP (a scheduler's stop, ``timeout``, a closed terminal) raise
+    :class:`Terminated` in the main thread, so the command ends as after Ctrl-C: its ``with`` blocks close, its
+    temporary folders go (by default these signals end the process at once: a training run's weight-sync folder,
+    a whole model, stayed behind). Handlers set by someone else are kept; the old ones come back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):  # no SIGHUP on Windows
+        if signum is not None and signal.getsignal(signum) == signal.SIG_DFL:
+            previous[signum] = signal.signal(signum, interrupt)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def seconds_arg(value: float | None, flag: str, zero: str = "") -> float | None:

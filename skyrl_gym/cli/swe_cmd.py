@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
 
-from skyrl_gym.cli._io import Terminated, UsageError
+from skyrl_gym.cli._io import UsageError, terminated_as_interrupt
 from skyrl_gym.text import counted
 
 
@@ -64,19 +64,13 @@ def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse
     """Bad input and a missing Docker engine are one line on stderr and exit code 2, not a traceback."""
 
     def run(args: argparse.Namespace) -> int:
-        import signal
-
         from skygym_sandboxes.types import SandboxUnavailable
 
         from skyrl_gym.errors import DataError
 
-        def interrupt(signum: int, frame: Any) -> None:
-            raise Terminated(f"signal {signum}")
-
-        # A terminated run cleans up like an interrupted one: containers are removed on the way out.
-        signal.signal(signal.SIGTERM, interrupt)
-        try:
-            return command(args)
+        try:  # a terminated run cleans up like an interrupted one: containers are removed on the way out
+            with terminated_as_interrupt():
+                return command(args)
         except (UsageError, DataError, FileNotFoundError, SandboxUnavailable) as exc:
             print(f"error: skyrl-gym swe {args.swe_command}: {exc}", file=sys.stderr)
             return 2
