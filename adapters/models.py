@@ -19,6 +19,7 @@ The module imports torch and transformers lazily: ``import skygym_adapters.model
 from __future__ import annotations
 
 import functools
+import glob
 import hashlib
 import json
 import logging
@@ -108,8 +109,7 @@ def _is_hf_checkpoint(folder: Path) -> bool:
 def _dequantise_gguf(gguf_file: Path, out_dir: Path) -> Path:
     """Load a GGUF file through transformers, save it as a float32 HF checkpoint (with tokenizer) in ``out_dir``.
 
-    Written to a temporary sibling folder and renamed, so a crash or a concurrent process never leaves a
-    half-written checkpoint that later loads would trust.
+    Written once (:func:`_write_folder_once`).
     """
     import importlib.util
 
@@ -123,9 +123,7 @@ def _dequantise_gguf(gguf_file: Path, out_dir: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
-    try:
+    def write(tmp: Path) -> None:
         # Said on stderr, not logged: a first `conform` or `eval` otherwise sat silent for up to a minute
         print(f"preparing the embedded model once: dequantising {gguf_file.name} into {out_dir} (20-60 s; later runs "
               "load it from there)", file=sys.stderr, flush=True)
@@ -144,17 +142,35 @@ def _dequantise_gguf(gguf_file: Path, out_dir: Path) -> Path:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         (tmp / "skyrl_gym_source.json").write_text(json.dumps({"gguf": str(gguf_file)}))
+
+    return _write_folder_once(out_dir, write)
+
+
+def _write_folder_once(out: Path, write: Callable[[Path], None]) -> Path:
+    """``out``, written by ``write`` into a temporary sibling folder then renamed, so a crash or a concurrent
+    process never leaves a half-written checkpoint that later loads would trust; where another process finished
+    first, its copy is kept. The sibling's name carries this process's id: one left by a process that is gone (a
+    SIGTERM or SIGKILL mid-write left 300 MB of half a model, never removed) is removed by the next write."""
+    from skygym_sandboxes.workers import pid_alive
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f"{glob.escape(out.name)}.tmp-*"):
+        owner = stale.name[len(out.name) + len(".tmp-"):].split("-", 1)[0]
+        if owner.isdigit() and not pid_alive(int(owner)):
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+    try:
+        write(tmp)
         try:
-            os.replace(tmp, out_dir)
+            os.replace(tmp, out)
         except OSError:
-            # Another process finished first: keep its copy.
-            if not _is_hf_checkpoint(out_dir):
+            if not _is_hf_checkpoint(out):  # another process finished first: keep its copy
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out_dir
+    return out
 
 
 def _transformers_major() -> str:
@@ -486,21 +502,12 @@ def build_tiny_model(
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-    try:
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
-        try:
-            os.replace(tmp, out)
-        except OSError:
-            if not _is_hf_checkpoint(out):
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+
+    return _write_folder_once(out, write)
 
 
 def bench_model_folder(name: str, *, tokenizer_from: Union[str, os.PathLike, None] = None) -> str:

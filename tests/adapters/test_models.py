@@ -224,3 +224,21 @@ def test_a_training_checkpoint_is_named_as_such_with_the_way_to_an_export(tmp_pa
     for folder in (tmp_path / "global_step_3", tmp_path / "global_step_3" / "policy"):
         with pytest.raises(ModelResolutionError, match="is a training checkpoint .* trainer.hf_save_interval=1"):
             resolve_model(str(folder))
+
+
+def test_a_half_written_model_left_by_a_process_that_is_gone_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    """A SIGTERM or SIGKILL while the embedded model was dequantised left its temporary sibling (300 MB of half a
+    model) for good: a later write kept its own and never removed it. One whose writer still runs is its own."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    out = tmp_path / "tiny"
+    stale, running = tmp_path / f"tiny.tmp-{gone}-abc", tmp_path / f"tiny.tmp-{os.getpid()}-def"
+    for folder in (stale, running):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"half")
+    assert build_tiny_model(out) == out and (out / "config.json").is_file()
+    assert not stale.exists() and running.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny", running.name]  # its own temporary folder went
