@@ -123,10 +123,15 @@ class BaseSandbox:
             return []
         workers = max(1, min(len(requests), concurrency or self.default_concurrency))
         contexts = [contextvars.copy_context() for _ in requests]  # one each: a context runs in one thread at a time
-        with concurrent.futures.ThreadPoolExecutor(
-            max_workers=workers, thread_name_prefix=f"{self.name}-batch"
-        ) as pool:
-            return list(pool.map(lambda context, request: context.run(self.run, request), contexts, requests))
+        cancel = threading.Event()
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{self.name}-batch")
+        try:
+            return list(pool.map(lambda context, request: context.run(self.run, request, cancel), contexts, requests))
+        except BaseException:  # Ctrl-C: the runs under way are abandoned (their sandboxes torn down), those not begun
+            cancel.set()  # never start; before, the batch ended only once every run reached its wall limit (56 s)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     async def arun_batch(
         self, requests: Sequence[RequestLike], concurrency: Optional[int] = None

@@ -182,3 +182,28 @@ def test_a_closed_sandbox_returns_a_sandbox_error():
     sandbox.close()
     result = sandbox.run("print(1)")
     assert result.status == Status.SANDBOX_ERROR and "closed" in result.message
+
+
+@pytest.mark.timeout(60)  # a hang guard: before, the batch ended only when every run reached its wall limit
+def test_ctrl_c_during_a_batch_abandons_its_runs_at_once():
+    """Ctrl-C in run_batch waited for each running program to reach its wall limit (56 s for three 60 s sleeps,
+    a resource audit): the runs under way are now abandoned, their workers torn down, and no new one starts."""
+    import signal
+    import threading
+    import time
+
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    sandbox = get_sandbox("local", pool_size=2, limits={"wall_s": 120, "cpu_s": 120})
+    try:
+        assert sandbox.wait_ready(60)
+        main = threading.main_thread().ident  # Ctrl-C: SIGINT to the main thread, as a terminal sends it
+        threading.Timer(2.0, signal.pthread_kill, (main, signal.SIGINT)).start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            sandbox.run_batch(["import time; time.sleep(100)"] * 4, concurrency=2)
+        assert time.monotonic() - started < 50, "the batch waited for its runs' wall limits"
+        again = run_python("print(6 * 7)", sandbox=sandbox)  # the pool serves on, with workers in place of the torn ones
+        assert again.ok and again.stdout == "42\n", again
+    finally:
+        sandbox.close()
