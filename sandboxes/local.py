@@ -55,7 +55,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from skygym_sandboxes.cgroups import CgroupTree, WorkerCgroup, find_tree
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
-from skygym_sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorker, WarmPool
+from skygym_sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorker, WarmPool, pid_alive
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +141,9 @@ def _both(first: Optional[Callable[[], None]], second: Callable[[], None]) -> Ca
 
 
 def _dying_with_parent() -> Callable[[], None]:
-    """A ``preexec_fn`` for the unshare launcher: killed with the thread that started it (bubblewrap has
-    ``--die-with-parent``; without it a killed caller left an unshare worker running until its run's wall limit).
+    """A ``preexec_fn`` for the unshare launcher and the unisolated supervisor: killed with the thread that started
+    it (bubblewrap has ``--die-with-parent``; without it a killed caller left a worker running until its run's wall
+    limit).
     The libc function is found here, in the parent: a forked child of a threaded process loads nothing."""
     import ctypes
 
@@ -357,7 +358,13 @@ class LocalSandbox(BaseSandbox):
         return argv, _dying_with_parent()
 
     def _none_argv(self, mode: str) -> Tuple[List[str], str]:
-        base = tempfile.mkdtemp(prefix="sandbox-none-")
+        # named by this process: a folder whose process is gone (killed, so its workers' cleanup never ran) is
+        # removed by the next process to start a worker
+        for stale in Path(tempfile.gettempdir()).glob("sandbox-none-*-*"):
+            owner = stale.name[len("sandbox-none-"):].split("-", 1)[0]
+            if owner.isdigit() and not pid_alive(int(owner)):
+                shutil.rmtree(stale, ignore_errors=True)
+        base = tempfile.mkdtemp(prefix=f"sandbox-none-{os.getpid()}-")
         return self._supervisor_args(mode, base, [], [], run_as=None), base
 
     def _start_worker(self, mode: str) -> SupervisorWorker:
@@ -369,7 +376,7 @@ class LocalSandbox(BaseSandbox):
             argv, preexec = self._unshare_argv(mode)
         else:
             argv, base = self._none_argv(mode)
-            preexec = None
+            preexec = _dying_with_parent()  # as bwrap's --die-with-parent (its programs, unconfined, run on)
             cleanup = lambda: shutil.rmtree(base, ignore_errors=True)  # noqa: E731
         cgroup = self._cgroups.new_worker(self._scratch_mb()) if self._cgroups is not None else None
         if cgroup is not None:

@@ -259,6 +259,23 @@ def seccomp_installer(program):
     return install
 
 
+def parent_death_tie():
+    """A function for a forked program: it gets SIGKILL when the supervisor that forked it dies. A supervisor without
+    a namespace of its own (isolation "none") took nothing with it when its caller was killed, and its programs ran
+    on with no wall limit. libc is found here, once: a forked child only calls it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def tie(parent):
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the supervisor died before the tie: nobody would stop this program
+            os._exit(1)
+
+    return tie
+
+
 # ----- framing ------------------------------------------------------------------------------------
 def read_exact(fd, size):
     """Small reads (headers, control objects): returns None on EOF."""
@@ -703,6 +720,7 @@ def remove_sysv_ipc():
 class Supervisor:
     def __init__(self, root, work, make_dirs, wipe_dirs, run_as, pid1, seccomp=None):
         self.seccomp = seccomp_installer(seccomp) if seccomp is not None else None  # for every program
+        self.tie_to_us = parent_death_tie()
         self.root = root  # the writable sandbox area, emptied after every run
         self.work = work  # the program's working folder, inside root, made anew for every run
         self.make_dirs = make_dirs  # more folders inside root made anew for every run (/tmp's target)
@@ -738,9 +756,10 @@ class Supervisor:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        supervisor = os.getpid()
         pid = os.fork()
         if pid == 0:  # the child never returns
-            self._child(limits, payload_fd, out_w, err_w, ready_w, fetch_mem)
+            self._child(limits, payload_fd, out_w, err_w, ready_w, fetch_mem, supervisor)
         for fd in (out_w, err_w, ready_w):
             os.close(fd)
         try:
@@ -764,7 +783,7 @@ class Supervisor:
             reply["retire_reason"] = why
         return reply, [(out_mem, sizes[0]), (err_mem, sizes[1]), (files_mem, sum(n for _, n in found))], retire
 
-    def _child(self, limits, payload_fd, out_w, err_w, ready_w, fetch_mem):
+    def _child(self, limits, payload_fd, out_w, err_w, ready_w, fetch_mem, supervisor):
         try:
             os.setsid()
             for sig in signal.valid_signals():
@@ -780,6 +799,7 @@ class Supervisor:
                 os.setgroups([])
                 os.setgid(self.run_as[1])
                 os.setuid(self.run_as[0])
+            self.tie_to_us(supervisor)  # after the uid change, which clears the tie
             os.chdir(self.work)
             chunks = []
             while True:

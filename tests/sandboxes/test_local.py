@@ -207,3 +207,46 @@ def test_ctrl_c_during_a_batch_abandons_its_runs_at_once():
         assert again.ok and again.stdout == "42\n", again
     finally:
         sandbox.close()
+
+
+def test_an_unisolated_workers_programs_die_with_the_process_that_ran_them(tmp_path):
+    """isolation="none" has no namespace that dies with its caller: a killed caller left the supervisors, their
+    programs (with no wall limit any more) and their folders behind (a resource audit). Its supervisors and their
+    programs now die with it, and the next process to start a worker removes the folders of one that is gone."""
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from skygym_sandboxes.workers import pid_alive
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    program = f"import os, time; open({str(pids)!r} + '/' + str(os.getpid()), 'w').close(); time.sleep(60)"
+    caller = (f"import warnings; warnings.simplefilter('ignore'); from skygym_sandboxes import get_sandbox; "
+              f"box = get_sandbox('local', isolation='none', pool_size=2, limits={{'wall_s': 60}}); "
+              f"box.run_batch([{program!r}] * 2, concurrency=2)")
+    process = subprocess.Popen([sys.executable, "-c", caller], env={**os.environ, "TMPDIR": str(tmp_path)})
+    deadline = time.monotonic() + 60
+    while len(list(pids.iterdir())) < 2:
+        assert time.monotonic() < deadline and process.poll() is None, "the programs never started"
+        time.sleep(0.1)
+    process.kill()
+    process.wait()
+    running = [int(p.name) for p in pids.iterdir()]
+    deadline = time.monotonic() + 20
+    while any(pid_alive(pid) for pid in running) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in running if pid_alive(pid)]
+    left = list(tmp_path.glob(f"sandbox-none-{process.pid}-*"))
+    assert left  # its workers' cleanup never ran: the next process to start a worker removes them
+    original = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            box = get_sandbox("local", isolation="none", pool_size=1, limits={"wall_s": 5})
+        box.close()
+    finally:
+        tempfile.tempdir = original
+    assert not [p for p in left if p.exists()]
