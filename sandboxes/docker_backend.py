@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from typing import Any, Dict, List, Optional, Union
 
 from skygym_sandboxes.docker_exec import ExecStream
@@ -66,6 +67,20 @@ def remove_orphaned_containers(client: Any) -> List[str]:
         except Exception:
             pass
     return removed
+
+
+def remove_session_containers(client: Any, session: str) -> None:
+    """Remove the containers of one sandbox (its session label), whatever their state."""
+    try:
+        containers = client.containers.list(all=True, filters={"label": f"{LABEL}.session={session}"},
+                                            ignore_removed=True)
+    except Exception:  # the engine is gone: nothing to remove there
+        return
+    for container in containers:
+        try:
+            container.remove(force=True)
+        except Exception:
+            pass
 
 
 class DockerExecChannel:
@@ -173,7 +188,12 @@ class DockerSandbox(BaseSandbox):
         self.name = "docker-warm" if warm else "docker"
         self.default_concurrency = pool_size if warm else 2
         self._session = uuid.uuid4().hex[:10]
+        self._own_client = client is None  # closed with the sandbox; a caller's stays the caller's
         remove_orphaned_containers(self.client)
+        # a sandbox dropped without close(), or a process ending without it, left its containers running (`sleep
+        # infinity`) until another sandbox started on that engine: removed when it is collected or at exit (a kill
+        # leaves them to that sweep)
+        self._leftovers = weakref.finalize(self, remove_session_containers, self.client, self._session)
         self._pool: Optional[WarmPool] = None
         if warm:
             self._pool = WarmPool(lambda: self._start_worker("serve"), size=pool_size, name=self.name)
@@ -266,8 +286,6 @@ class DockerSandbox(BaseSandbox):
         super().close()
         if self._pool is not None:
             self._pool.close()
-        for container in self.containers():  # anything a failed start left behind
-            try:
-                container.remove(force=True)
-            except Exception:
-                pass
+        self._leftovers()  # anything a failed start left behind
+        if self._own_client:
+            self.client.close()

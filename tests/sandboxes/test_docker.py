@@ -97,3 +97,20 @@ def test_numpy_and_sympy_are_importable_in_the_image(docker_engine):
     finally:
         box.close()
     assert result.status == Status.OK and result.stdout == "10 (x - 1)*(x + 1)\n", result
+
+
+def test_a_process_that_ends_without_closing_its_sandbox_leaves_no_container(docker_engine, client):
+    """Only close() removed a sandbox's containers: a script that ended without it left `sleep infinity`
+    containers running until another sandbox started on that engine (a resource audit)."""
+    import subprocess
+    import sys
+
+    script = (f"from skygym_sandboxes.docker_backend import DockerSandbox; from skygym_sandboxes import Limits; "
+              f"box = DockerSandbox(limits=Limits(wall_s=5), base_url={docker_engine.base_url!r}, "
+              f"image={docker_engine.image or None!r}, pool_size=1); "
+              f"print(box._session, box.run('print(1)').stdout.strip(), flush=True)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    session, printed = done.stdout.split()
+    assert printed == "1"
+    assert client.containers.list(all=True, filters={"label": f"{LABEL}.session={session}"}) == []
