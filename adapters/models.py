@@ -19,7 +19,6 @@ The module imports torch and transformers lazily: ``import skygym_adapters.model
 from __future__ import annotations
 
 import functools
-import glob
 import hashlib
 import json
 import logging
@@ -151,13 +150,11 @@ def _write_folder_once(out: Path, write: Callable[[Path], None]) -> Path:
     process never leaves a half-written checkpoint that later loads would trust; where another process finished
     first, its copy is kept. The sibling's name carries this process's id: one left by a process that is gone (a
     SIGTERM or SIGKILL mid-write left 300 MB of half a model, never removed) is removed by the next write."""
-    from skygym_sandboxes.workers import pid_alive
+    from skygym_sandboxes.workers import folders_of_gone_processes
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob(f"{glob.escape(out.name)}.tmp-*"):
-        owner = stale.name[len(out.name) + len(".tmp-"):].split("-", 1)[0]
-        if owner.isdigit() and not pid_alive(int(owner)):
-            shutil.rmtree(stale, ignore_errors=True)
+    for stale in folders_of_gone_processes(out.parent, f"{out.name}.tmp-"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
         write(tmp)

@@ -69,8 +69,11 @@ def remove_orphaned_containers(client: Any) -> List[str]:
     return removed
 
 
-def remove_session_containers(client: Any, session: str) -> None:
-    """Remove the containers of one sandbox (its session label), whatever their state."""
+def remove_session_containers(client: Any, session: str, owner: Optional[int] = None) -> None:
+    """Remove the containers of one sandbox (its session label), whatever their state; only in the process
+    ``owner`` when given (a forked child collecting its copy of the sandbox leaves the parent's containers)."""
+    if owner is not None and os.getpid() != owner:
+        return
     try:
         containers = client.containers.list(all=True, filters={"label": f"{LABEL}.session={session}"},
                                             ignore_removed=True)
@@ -193,7 +196,8 @@ class DockerSandbox(BaseSandbox):
         # a sandbox dropped without close(), or a process ending without it, left its containers running (`sleep
         # infinity`) until another sandbox started on that engine: removed when it is collected or at exit (a kill
         # leaves them to that sweep)
-        self._leftovers = weakref.finalize(self, remove_session_containers, self.client, self._session)
+        self._leftovers = weakref.finalize(self, remove_session_containers, self.client, self._session,
+                                           os.getpid())
         self._pool: Optional[WarmPool] = None
         if warm:
             self._pool = WarmPool(lambda: self._start_worker("serve"), size=pool_size, name=self.name)

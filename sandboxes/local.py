@@ -55,7 +55,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from skygym_sandboxes.cgroups import CgroupTree, WorkerCgroup, find_tree
 from skygym_sandboxes.protocol import BaseSandbox
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, SandboxUnavailable
-from skygym_sandboxes.workers import SUPERVISOR_SOURCE, ProcessChannel, SupervisorWorker, WarmPool, pid_alive
+from skygym_sandboxes.workers import (
+    SUPERVISOR_SOURCE,
+    ProcessChannel,
+    SupervisorWorker,
+    WarmPool,
+    folders_of_gone_processes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -148,10 +154,13 @@ def _dying_with_parent() -> Callable[[], None]:
     import ctypes
 
     prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
 
     def preexec() -> None:
         if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the caller died before the tie: nobody would stop this worker
+            os._exit(1)
 
     return preexec
 
@@ -360,10 +369,8 @@ class LocalSandbox(BaseSandbox):
     def _none_argv(self, mode: str) -> Tuple[List[str], str]:
         # named by this process: a folder whose process is gone (killed, so its workers' cleanup never ran) is
         # removed by the next process to start a worker
-        for stale in Path(tempfile.gettempdir()).glob("sandbox-none-*-*"):
-            owner = stale.name[len("sandbox-none-"):].split("-", 1)[0]
-            if owner.isdigit() and not pid_alive(int(owner)):
-                shutil.rmtree(stale, ignore_errors=True)
+        for stale in folders_of_gone_processes(tempfile.gettempdir(), "sandbox-none-"):
+            shutil.rmtree(stale, ignore_errors=True)
         base = tempfile.mkdtemp(prefix=f"sandbox-none-{os.getpid()}-")
         return self._supervisor_args(mode, base, [], [], run_as=None), base
 

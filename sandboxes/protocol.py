@@ -49,6 +49,14 @@ def as_request(request: RequestLike) -> RunRequest:
     raise TypeError(f"expected a RunRequest or Python source as str, got {type(request).__name__}")
 
 
+@functools.lru_cache(maxsize=None)
+def _takes_cancel(backend: type) -> bool:
+    """Whether ``backend._run`` takes ``cancel`` (every backend here does; ``run_batch`` always passes one)."""
+    import inspect
+
+    return "cancel" in inspect.signature(backend._run).parameters
+
+
 class BaseSandbox:
     """Implements ``run``/``arun``/``run_batch``/``arun_batch`` on top of ``_run(request, limits)``.
 
@@ -86,7 +94,8 @@ class BaseSandbox:
             return RunResult.sandbox_error(f"the {self.name} sandbox is closed", backend=self.name)
         limits = request.limits or self.limits
         try:
-            result = self._run(request, limits, cancel) if cancel is not None else self._run(request, limits)
+            takes_cancel = cancel is not None and _takes_cancel(type(self))  # a backend of someone else's may not
+            result = self._run(request, limits, cancel) if takes_cancel else self._run(request, limits)
         except Exception as exc:  # a backend failure is a result, never the caller's exception
             result = RunResult.sandbox_error(
                 f"{type(exc).__name__}: {exc}", backend=self.name, wall_time_s=time.monotonic() - started

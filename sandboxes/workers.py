@@ -22,7 +22,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Union
 
 from skygym_sandboxes.turns import Turns
 from skygym_sandboxes.types import Limits, RunRequest, RunResult, Status
@@ -51,11 +51,31 @@ def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (one this process may not signal runs too)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no pid is past a C int: a name that says one names nobody
         return False
     except PermissionError:
         return True
     return True
+
+
+def folders_of_gone_processes(parent: Union[str, "os.PathLike[str]"], prefix: str) -> List[str]:
+    """The folders in ``parent`` named ``<prefix><pid>-...`` by a process of this user that is gone: what a
+    process killed before its cleanup left, for the next one to remove. Another user's folder (in a shared /tmp)
+    is never one, whatever its name says."""
+    found = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return found
+    for entry in entries:
+        owner = entry.name[len(prefix):].split("-", 1)[0] if entry.name.startswith(prefix) else ""
+        try:
+            mine = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and owner.isascii() and owner.isdigit() and not pid_alive(int(owner)):
+            found.append(entry.path)
+    return found
 
 
 class WorkerDied(RuntimeError):

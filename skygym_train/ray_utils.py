@@ -6,7 +6,9 @@ import builtins
 import contextlib
 import dataclasses
 import os
+import signal
 import sys
+import threading
 import types
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -32,6 +34,10 @@ def init_ray(num_cpus: Optional[int] = None, num_gpus: Optional[int] = None, **k
         "TOKENIZERS_PARALLELISM": "false",
         "RAY_AUTH_MODE": "disabled",
     }
+    # ray.init replaces SIGTERM's handler with sys.exit: a handler the caller installed (the training commands end a
+    # run as a second Ctrl-C does, exit 143 and say so) comes back; where there was none, Ray's exit stays
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if in_main else None
     ray.init(
         num_cpus=num_cpus,
         num_gpus=num_gpus,
@@ -40,6 +46,8 @@ def init_ray(num_cpus: Optional[int] = None, num_gpus: Optional[int] = None, **k
         runtime_env={"env_vars": env_vars},
         **kwargs,
     )
+    if callable(previous) and previous is not signal.default_int_handler:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def bundles(num: int, use_gpu: bool, cpus_per_bundle: float = 1.0, gpus_per_bundle: float = 1.0

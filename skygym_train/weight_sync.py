@@ -309,6 +309,7 @@ class EngineWeightSync:
         if self.receiver is not None:
             self.receiver.close()
             self.receiver = None
+        if self.backend in ("gloo", "nccl"):  # engine actors receiving it themselves close theirs as they stop
             try:
                 self.policy.call("close_weight_broadcast")
             except Exception as exc:  # noqa: BLE001 - a policy that is gone took its group with it

@@ -114,11 +114,14 @@ def _as_latex_value(text: str) -> str:
     number = _as_number(text)
     if number is not None and "e" in text.lower():
         mantissa, _, power = without_thousands_commas(text).strip().lower().partition("e")
-        if abs(int(power)) <= _LARGEST_POWER:
-            return f"{mantissa} \\times 10^{{{int(power)}}}"
+        sign = "-" if power.startswith("-") else ""
+        digits = power.lstrip("+-").lstrip("0") or "0"  # Decimal reads "1e0005"; int() refuses past 4,300 digits
+        if len(digits) <= 4 and int(digits) <= _LARGEST_POWER:
+            return f"{mantissa} \\times 10^{{{sign}{digits}}}"
         return text
-    whole = _REPEATING.fullmatch(text.replace(" ", ""))
-    if whole is not None:
+    # spaces kept: "1 2.\\overline{3}" is two numbers (read as 12.333... it was paid for 37/3), not a repeating decimal
+    whole = _REPEATING.fullmatch(text)
+    if whole is not None and len(text) <= MAX_ANSWER_CHARS:  # within int()'s 4,300 digits
         sign, integer, fixed, repeated = whole.groups()
         # 0.1(6) = (16 - 1) / 90: the digits through one period, less those before it, over 9s then 0s
         numerator = int(integer + fixed + repeated) - int(integer + fixed or "0")

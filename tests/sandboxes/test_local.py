@@ -250,3 +250,37 @@ def test_an_unisolated_workers_programs_die_with_the_process_that_ran_them(tmp_p
     finally:
         tempfile.tempdir = original
     assert not [p for p in left if p.exists()]
+
+
+def test_a_folder_named_for_a_pid_past_any_int_or_owned_by_another_user_does_not_stop_the_sweep(tmp_path):
+    """The sweep read the pid from a folder's name: `mkdir /tmp/sandbox-none-99999999999-x` by any user made
+    os.kill raise OverflowError, and every unisolated worker start failed (a review). Only this user's folders of
+    processes that are gone are removed."""
+    from skygym_sandboxes.workers import folders_of_gone_processes
+
+    huge, digits, mine = (tmp_path / f"sandbox-none-{name}-x" for name in ("99999999999999999999", "\u00b2", "12"))
+    running = tmp_path / f"sandbox-none-{os.getpid()}-x"
+    for folder in (huge, digits, mine, running):
+        folder.mkdir()
+    theirs = tmp_path / "sandbox-none-99999999999999999998-x"
+    if os.geteuid() == 0:  # another user's folder: only root can make one here
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+    gone = sorted(folders_of_gone_processes(tmp_path, "sandbox-none-"))
+    assert str(huge) in gone and str(running) not in gone and str(digits) not in gone and str(theirs) not in gone
+
+
+def test_a_backend_whose_run_takes_no_cancel_still_runs_batches():
+    """run_batch passes a cancel event to every run; a backend written before (``_run(request, limits)``) got a
+    TypeError on each (a review)."""
+    from skygym_sandboxes.protocol import BaseSandbox
+    from skygym_sandboxes.types import Limits, RunResult, Status
+
+    class Echo(BaseSandbox):
+        name = "echo"
+
+        def _run(self, request, limits):
+            return RunResult(status=Status.OK, stdout=request.code, stderr="", exit_code=0)
+
+    with Echo(Limits(wall_s=5)) as echo:
+        assert [r.stdout for r in echo.run_batch(["a", "b", "c"], concurrency=2)] == ["a", "b", "c"]

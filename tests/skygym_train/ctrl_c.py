@@ -13,10 +13,11 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300,
                     program: Optional[Sequence[str]] = None, signum: int = signal.SIGINT,
-                    **popen: Any) -> Tuple[int, str]:
+                    group: bool = True, **popen: Any) -> Tuple[int, str]:
     """Run ``python -u ARGS`` (or ``PROGRAM ARGS``; ``popen`` adds ``cwd`` or ``env``), in a session of its
-    own, and send its process group one SIGINT (or ``signum``) at each of ``markers``, in turn, once a line of its
-    output (stdout and stderr together) contains it. Returns its exit status and its whole output; one still running
+    own, and send its process group (or, not ``group``, the process alone, as ``kill PID`` and ``timeout`` do) one
+    SIGINT (or ``signum``) at each of ``markers``, in turn, once a line of its output (stdout and stderr together)
+    contains it. Returns its exit status and its whole output; one still running
     after ``timeout`` seconds (a hang at exit) is killed, and its status is -9."""
     command = [*(program or (sys.executable, "-u")), *args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -30,7 +31,7 @@ def interrupt_after(args: Sequence[str], *markers: str, timeout: float = 300,
         for line in process.stdout:
             lines.append(line)
             if waiting and waiting[0] in line:
-                os.killpg(process.pid, signum)
+                (os.killpg if group else os.kill)(process.pid, signum)
                 waiting.pop(0)
         return process.wait(), "".join(lines)
     finally:

@@ -537,27 +537,38 @@ def test_ctrl_c_stops_a_run_between_steps_and_says_how_to_go_on(use_ray, tiny_ch
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_sigterm_ends_a_run_as_a_second_ctrl_c_does_leaving_no_temporary_folder(signum, tiny_chat_model, tmp_path):
+@pytest.mark.parametrize("signum, use_ray", [(signal.SIGTERM, "false"), (signal.SIGHUP, "false"),
+                                             (signal.SIGTERM, "true")])  # ray.init replaced SIGTERM's handler
+def test_sigterm_ends_a_run_as_a_second_ctrl_c_does_leaving_no_temporary_folder(signum, use_ray, tiny_chat_model,
+                                                                                tmp_path):
     """`timeout`, a scheduler's stop or a closed terminal killed the run at once: the checkpoint weight sync's
     folder (a whole model) stayed in the temporary folder (a resource audit). The run now closes and exits
     128 + the signal's number, saying so."""
     import os
+    import shutil
+    import tempfile
 
     from skyrl_gym.data import write_jsonl
     from skyrl_gym.datasets import build_rows
     from tests.skygym_train.ctrl_c import interrupt_after
 
+    if use_ray == "true":
+        pytest.importorskip("ray", reason="the Ray case needs ray: pip install 'skyrl-gym[train]'")
     write_jsonl(build_rows("multiply", split="train", size=64, seed=0, num_digits=1), tmp_path / "train.jsonl")
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     keys = [f"data.train_data=[{tmp_path / 'train.jsonl'}]", f"trainer.policy.model.path={tiny_chat_model}",
-            "trainer.use_ray=false", "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
+            f"trainer.use_ray={use_ray}", "trainer.train_batch_size=4", "trainer.policy_mini_batch_size=4",
             "generator.n_samples_per_prompt=2", "generator.sampling_params.max_generate_length=4",
             "generator.weight_sync_backend=checkpoint", "trainer.max_training_steps=200", "trainer.epochs=100",
             f"trainer.ckpt_path={tmp_path / 'ckpts'}", "trainer.logger=console", "trainer.progress_bar=false"]
-    code, output = interrupt_after(["-m", "skygym_train.entrypoints.main_base", *keys], "[step 2]", signum=signum,
-                                   env={**os.environ, "TMPDIR": str(scratch)})
+    ray_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
+    try:
+        code, output = interrupt_after(["-m", "skygym_train.entrypoints.main_base", *keys], "[step 2]",
+                                       signum=signum, group=False,  # as `timeout` and `kill PID` send it
+                                       env={**os.environ, "TMPDIR": str(scratch), "RAY_TMPDIR": ray_dir})
+    finally:
+        shutil.rmtree(ray_dir, ignore_errors=True)
     assert code == 128 + signum and "Traceback" not in output, output
     assert output.strip().splitlines()[-1] == f"terminated (signal {signum}): stopped at once; nothing more written"
     assert not list(scratch.glob("skyrl-weight-sync-*")), sorted(p.name for p in scratch.iterdir())

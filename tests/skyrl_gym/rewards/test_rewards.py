@@ -187,9 +187,18 @@ def test_scientific_notation_and_repeating_decimals_are_read_as_the_values_they_
 @pytest.mark.parametrize("answer, gold", [
     ("1.0e-19", "0"), ("1e-19", r"0.0"), ("1.6e-19", r"1.7\times10^{-19}"), (r"0.\overline{3}", "0.333"),
     (r"0.\overline{3}", r"\frac{1}{3} + 10^{-13}"), (r"0.\overline{6}", r"\frac13"),
+    (r"1 2.\overline{3}", r"\frac{37}{3}"),  # two numbers, not 12.333... (a review: spaces were dropped first)
 ])
 def test_scientific_notation_and_repeating_decimals_pay_only_their_exact_value(answer, gold):
     assert not math_equal(answer, gold).equal, (answer, gold)
+
+
+def test_odd_ground_truths_in_scientific_notation_or_repeating_are_a_verdict_not_an_exception():
+    """Decimal reads "1e" + 4,400 zeros + "5"; int() refuses a string past 4,300 digits and raised out of
+    math_equal (a review). Only a row can be that long: a reply is cut at 2,000 characters."""
+    for gold in ("1e" + "0" * 4400 + "5", "1e-" + "0" * 5000 + "7", "0." + "1" * 5000 + r"\overline{3}"):
+        assert not math_equal("7", gold).equal
+    assert math_equal("1e000", "1").equal and math_equal("5e-0", r"5 \times 10^{0}").equal
 
 
 def test_a_percentage_is_paid_for_its_number_as_an_integer_one_is():
