@@ -537,6 +537,11 @@ def test_ctrl_c_stops_a_run_between_steps_and_says_how_to_go_on(use_ray, tiny_ch
     assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def _default_hangup_and_term() -> None:
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum, use_ray", [(signal.SIGTERM, "false"), (signal.SIGHUP, "false"),
                                              (signal.SIGTERM, "true")])  # ray.init replaced SIGTERM's handler
 def test_sigterm_ends_a_run_as_a_second_ctrl_c_does_leaving_no_temporary_folder(signum, use_ray, tiny_chat_model,
@@ -564,9 +569,12 @@ def test_sigterm_ends_a_run_as_a_second_ctrl_c_does_leaving_no_temporary_folder(
             f"trainer.ckpt_path={tmp_path / 'ckpts'}", "trainer.logger=console", "trainer.progress_bar=false"]
     ray_dir = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths must fit in 107 bytes
     try:
+        # under nohup (a CI runner may be) SIGHUP is ignored, and a command keeps it ignored: the run starts as
+        # from a terminal, with both signals' default actions
         code, output = interrupt_after(["-m", "skygym_train.entrypoints.main_base", *keys], "[step 2]",
                                        signum=signum, group=False,  # as `timeout` and `kill PID` send it
-                                       env={**os.environ, "TMPDIR": str(scratch), "RAY_TMPDIR": ray_dir})
+                                       env={**os.environ, "TMPDIR": str(scratch), "RAY_TMPDIR": ray_dir},
+                                       preexec_fn=_default_hangup_and_term)
     finally:
         shutil.rmtree(ray_dir, ignore_errors=True)
     assert code == 128 + signum and "Traceback" not in output, output

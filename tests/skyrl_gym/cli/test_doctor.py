@@ -24,9 +24,19 @@ def test_a_missing_extra_names_the_module_and_the_install_command():
 
 
 def test_an_engine_that_does_not_answer_is_reported_with_how_to_start_it(monkeypatch, tmp_path):
+    monkeypatch.delenv("SKYGYM_DOCKER_HOST", raising=False)  # the SWE tests' fixture sets it for their engine
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nobody-listens.sock")
     check = check_docker()
     assert not check.ok and ("dockerd" in check.fix or "docker.io" in check.fix)
+
+
+def test_the_engine_the_backends_use_is_the_one_checked(monkeypatch, tmp_path):
+    """The docker backend and swe read SKYGYM_DOCKER_HOST ahead of DOCKER_HOST; doctor read DOCKER_HOST alone (a
+    docs review)."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///var/run/docker.sock")
+    monkeypatch.setenv("SKYGYM_DOCKER_HOST", f"unix://{tmp_path}/ours.sock")
+    check = check_docker()
+    assert not check.ok and f"{tmp_path}/ours.sock" in check.detail
 
 
 def test_the_text_report_shows_fixes_under_failed_lines(tmp_path):
