@@ -82,7 +82,7 @@ def remove_session_containers(client: Any, session: str, owner: Optional[int] = 
     for container in containers:
         try:
             container.remove(force=True)
-        except Exception:
+        except Exception:  # removed meanwhile (by its owner, or the engine's own cleanup): nothing left to do
             pass
 
 

@@ -46,7 +46,7 @@ def init_ray(num_cpus: Optional[int] = None, num_gpus: Optional[int] = None, **k
         runtime_env={"env_vars": env_vars},
         **kwargs,
     )
-    if callable(previous) and previous is not signal.default_int_handler:
+    if callable(previous):
         signal.signal(signal.SIGTERM, previous)
 
 
