@@ -21,6 +21,7 @@ import time
 import warnings
 from collections import defaultdict
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -58,6 +59,8 @@ NO_SIGNAL_STEPS = 3
 
 SUCCESS_THRESHOLD = 1.0  # a sample counts towards pass@k when its reward reaches this
 
+GENERATOR_CLOSE_S = 30  # how long close() waits for the generator it built to close (env workers, HTTP sessions)
+
 
 def _plain_config(value: Any) -> Any:
     """An OmegaConf section as plain dicts and lists (what a Ray worker and DeepSpeed expect); None stays None."""
@@ -81,11 +84,12 @@ class _AsyncRunner:
     def submit(self, coro: Any) -> "Future[Any]":
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def run(self, coro: Any) -> Any:
+    def run(self, coro: Any, timeout: Optional[float] = None) -> Any:
+        """``coro``'s result; past ``timeout`` seconds it is cancelled and ``concurrent.futures.TimeoutError`` raised."""
         future = self.submit(coro)
         try:
-            return future.result()
-        except BaseException:  # a Ctrl-C while waiting: the coroutine stops on the loop too
+            return future.result(timeout=timeout)
+        except BaseException:  # a Ctrl-C or the time limit while waiting: the coroutine stops on the loop too
             future.cancel()
             raise
 
@@ -1153,7 +1157,11 @@ class PPOTrainer:
     def _close_generator(self, generator: Any) -> None:
         assert self._runner is not None
         if hasattr(generator, "aclose"):
-            self._runner.run(generator.aclose())
+            try:
+                self._runner.run(generator.aclose(), timeout=GENERATOR_CLOSE_S)
+            except FutureTimeout:  # an env worker or HTTP session that does not answer does not hold the run's end
+                logger.warning("the generator did not close within %d s; the rest of the run closes without it",
+                               GENERATOR_CLOSE_S)
         elif hasattr(generator, "close"):
             generator.close()
 

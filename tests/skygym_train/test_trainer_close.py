@@ -83,3 +83,33 @@ def test_closing_a_trainer_closes_its_weight_broadcast_group(tiny_chat_model, to
     assert sync.receiver is None and getattr(trainer.policy.worker, "_broadcast_group", None) is None
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_a_generator_that_never_closes_does_not_hold_the_close(tiny_chat_model, toy_data, tmp_path, monkeypatch,
+                                                              caplog):
+    """An env worker or HTTP session that never answers kept ``close()`` (and the CLI's exit) waiting forever."""
+    import asyncio
+
+    from skygym_train import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "GENERATOR_CLOSE_S", 1)
+    cfg = load_config(toy_overrides(tiny_chat_model, toy_data, tmp_path, **{"trainer.max_training_steps": 1}))
+    trainer = PPOTrainer(cfg)
+    trainer.setup()
+    built = trainer.generator
+
+    class NeverCloses:
+        async def generate(self, batch):
+            return await built.generate(batch)
+
+        async def aclose(self) -> None:
+            built.close()
+            await asyncio.Event().wait()
+
+    trainer.generator = NeverCloses()
+    loop = trainer._runner.loop
+    started = time.monotonic()
+    trainer.close()
+    assert time.monotonic() - started < 20
+    assert loop.is_closed()  # what came after the generator closed as ever
+    assert "did not close within 1 s" in caplog.text
