@@ -34,6 +34,7 @@ def register(subparsers: Any) -> None:
         DEFAULT_IDLE_TIMEOUT_S,
         DEFAULT_MAX_SESSIONS,
         MAX_BODY_BYTES,
+        MAX_CONNECTIONS,
         MAX_HELD_BYTES,
         MAX_SESSION_BYTES,
     )
@@ -142,6 +143,14 @@ def register(subparsers: Any) -> None:
         help="seconds a client has to send a request's head, and again its body; slower ones are cut off "
         f"(default {CLIENT_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=MAX_CONNECTIONS,
+        help="connections open at once; past it a new one is closed unless an idle one gives way. With "
+        "--tokens-file a client's requests under way are at most its share, with room for one client more "
+        f"(default {MAX_CONNECTIONS})",
+    )
     parser.add_argument("--log-level", default="warning", help="uvicorn's log level (default warning)")
     parser.set_defaults(func=run)
 
@@ -182,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
         or args.max_body_bytes < 1024
         or args.max_session_bytes < args.max_body_bytes
         or args.max_held_bytes < args.max_session_bytes
+        or args.max_connections < 2
         or args.env_threads < 1
         or args.build_threads < 1
         or not args.client_timeout > 0
@@ -189,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         print(
             "error: --max-sessions, --max-sessions-per-client, --env-threads and --build-threads must be >= 1, "
-            "--idle-timeout and --client-timeout > 0, "
+            "--max-connections >= 2, --idle-timeout and --client-timeout > 0, "
             "--max-body-bytes >= 1024, --max-session-bytes >= --max-body-bytes, --max-held-bytes >= "
             "--max-session-bytes",
             file=sys.stderr,
@@ -265,6 +275,7 @@ def run(args: argparse.Namespace) -> int:
             allow_no_isolation=args.allow_no_isolation,
             client_tokens=client_tokens,
             max_sessions_per_client=args.max_sessions_per_client,
+            max_connections=args.max_connections,
         )
     except ValueError as exc:
         print(f"skyrl-gym serve-env: {exc}", file=sys.stderr)

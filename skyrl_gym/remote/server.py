@@ -835,7 +835,8 @@ def serve(
 ) -> None:
     """Serve until SIGINT/SIGTERM (every open env is closed on the way out); prints the URL once listening.
     Binding anything but a loopback address needs a bearer ``token``. A client has ``client_timeout_s`` to
-    send each request's head and, again, its body."""
+    send each request's head and, again, its body. ``app_options`` are :func:`create_app`'s (its
+    ``max_connections`` bounds the listener's connections too)."""
     from skygym_sandboxes.http_bodies import is_loopback
 
     from skyrl_gym.retrieval.server import run_server
@@ -856,6 +857,7 @@ def serve(
         client_timeout_s,
         lambda url: (f"env service listening on {url} ({listening_auth(token, app_options.get('client_tokens'))}; "
                      f"serving {', '.join(app_options['env_ids']) if app_options.get('env_ids') else 'every registered env'})"),
+        app_options.get("max_connections"),  # the app's per-client share of requests is reckoned from the same
     )
 
 

@@ -328,12 +328,14 @@ def run_server(
     timeout_keep_alive: int,
     client_timeout_s: float,
     banner: Callable[[str], str],
+    max_connections: Optional[int] = None,
 ) -> None:
     """Serve ``app`` on ``host:port`` (``port=0``: a free one) with uvicorn, slow clients cut off after
-    ``client_timeout_s`` (:func:`skygym_sandboxes.http_bodies.guarded_http_protocol`), until interrupted;
-    prints ``banner(url)`` once listening. Shared by serve-retriever and serve-env."""
+    ``client_timeout_s`` and at most ``max_connections`` open (default
+    :data:`~skygym_sandboxes.http_bodies.MAX_CONNECTIONS`; :func:`skygym_sandboxes.http_bodies.guarded_http_protocol`),
+    until interrupted; prints ``banner(url)`` once listening. Shared by serve-retriever and serve-env."""
     import uvicorn
-    from skygym_sandboxes.http_bodies import guarded_http_protocol
+    from skygym_sandboxes.http_bodies import MAX_CONNECTIONS, guarded_http_protocol
 
     sock = bind_socket(host, port)
     shown = f"[{host}]" if ":" in host else host
@@ -342,7 +344,7 @@ def run_server(
         log_level=log_level,
         backlog=2048,
         timeout_keep_alive=timeout_keep_alive,
-        http=guarded_http_protocol(client_timeout_s),
+        http=guarded_http_protocol(client_timeout_s, max_connections=max_connections or MAX_CONNECTIONS),
     )
     server = uvicorn.Server(config)
     print(banner(f"http://{shown}:{sock.getsockname()[1]}"), flush=True)

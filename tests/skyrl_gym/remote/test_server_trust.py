@@ -1316,3 +1316,24 @@ def test_a_judged_row_played_through_make_remote_is_judged_by_the_server_alone(s
         assert "judge" in output["metadata"], output  # the server's judge scored it
     finally:
         env.close()
+
+
+def test_serve_env_holds_the_connections_max_connections_gives(capsys):
+    """``--max-connections``: the listener closes the idle connection open longest for a new one past it (and the
+    per-client share of requests under way is reckoned from it); below 2 it is refused before anything is served."""
+    import socket
+
+    from skyrl_gym.cli import main
+
+    with env_service("--max-connections", "3") as service:
+        host, port = service.url.rsplit("//", 1)[1].rsplit(":", 1)
+        held = []
+        for _ in range(3):  # idle, oldest first
+            held.append(socket.create_connection((host, int(port)), timeout=10))
+            time.sleep(0.1)
+        assert service.health()["status"] == "ok"  # a fourth connection
+        assert held[0].recv(100) == b""  # the longest idle one was closed for it (at the default 4,096, it stays)
+        for sock in held:
+            sock.close()
+    assert main(["serve-env", "--port", "0", "--max-connections", "1"]) == 2
+    assert "--max-connections >= 2" in capsys.readouterr().err
