@@ -9,6 +9,7 @@ and ``skyrl-gym serve-retriever``."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import hashlib
@@ -339,38 +340,58 @@ class BodyBudget:
     :data:`FREE_BYTES` are not counted, so small requests always get in (4096 connections hold 256 MB of those at
     most); a body that would pass the bound is refused with a 503 as it arrives.
 
-    >>> async with budget.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s) as raw:
+    On a server of ``clients`` clients (a token each), one client's bodies hold at most its share of the bound, with
+    room for one client more (and never less than one whole body): one client's slow large bodies filled the bound,
+    and every other client's large body was a 503 until they were answered.
+
+    >>> async with budget.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s, client) as raw:
     ...     ...  # the bytes stay counted until the block ends
     """
 
     FREE_BYTES = 64 * 1024
     LARGEST_AT_ONCE = 4
 
-    def __init__(self, max_body_bytes: int) -> None:
+    def __init__(self, max_body_bytes: int, clients: int = 0) -> None:
         self.max_bytes = self.LARGEST_AT_ONCE * max_body_bytes
         self.held = 0  # changed on the event loop only: no lock
+        self.clients = clients
+        self.client_share = max(max_body_bytes, self.max_bytes // (clients + 1))
+        self.held_by: Dict[Any, int] = collections.defaultdict(int)  # a client's counted bytes, with clients only
 
     @contextlib.asynccontextmanager
     async def body(self, request: Any, max_bytes: int, option: str = "",
-                   timeout_s: float = CLIENT_TIMEOUT_S) -> AsyncIterator[bytearray]:
-        """:func:`read_limited_body`, its bytes counted from when they arrive until the block ends."""
+                   timeout_s: float = CLIENT_TIMEOUT_S, client: Any = None) -> AsyncIterator[bytearray]:
+        """:func:`read_limited_body`, its bytes counted from when they arrive until the block ends, against
+        ``client``'s share too where the server has clients."""
         counted = 0
+        shared = self.clients > 0 and client is not None
 
         def charge(size: int) -> None:
             nonlocal counted
             extra = max(0, size - self.FREE_BYTES) - counted
             if extra <= 0:
                 return
+            if shared and self.held_by[client] + extra > self.client_share:
+                raise BodyError(503, f"client {client!r}'s requests' bodies already hold {self.held_by[client]} "
+                                     f"bytes, near its share of {self.client_share} (the server's {self.max_bytes} "
+                                     f"over {self.clients} clients and room for one more); retry when some have "
+                                     "been answered")
             if self.held + extra > self.max_bytes:
                 raise BodyError(503, f"the server already holds {self.held} bytes of requests' bodies, near its "
                                      f"limit of {self.max_bytes}; retry when others have been answered")
             self.held += extra
             counted += extra
+            if shared:
+                self.held_by[client] += extra
 
         try:
             yield await read_limited_body(request, max_bytes, option, timeout_s, on_size=charge)
         finally:
             self.held -= counted
+            if shared:
+                self.held_by[client] -= counted
+                if not self.held_by[client]:
+                    del self.held_by[client]
 
 
 class BodyParsers:

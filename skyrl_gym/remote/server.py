@@ -474,7 +474,7 @@ def create_app(
         return client
 
     parsers = BodyParsers()
-    bodies = BodyBudget(max_body_bytes)  # the bodies being read and parsed, all connections together
+    bodies = BodyBudget(max_body_bytes, len(clients))  # the bodies being read and parsed, a share to each client
 
     def parse(raw: bytes) -> Tuple[Dict[str, Any], int]:
         body = parse_json_object(raw) if raw else {}
@@ -486,7 +486,7 @@ def create_app(
         thread (``BodyParsers``)."""
         client = authorise(request)
         try:  # the size limit holds while the body streams in (chunked ones too); deep nesting is refused
-            async with bodies.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s) as raw:
+            async with bodies.body(request, max_body_bytes, "--max-body-bytes", client_timeout_s, client) as raw:
                 return (client, *await parsers.run(parse, raw, size=len(raw)))  # then the budgets count what it holds
         except BodyError as exc:
             raise Refused(exc.status, exc.message) from None

@@ -809,6 +809,46 @@ def test_a_clients_requests_under_way_leave_the_others_room_to_connect():
         stop()
 
 
+def test_one_clients_slow_bodies_leave_the_others_their_share_of_the_body_budget():
+    """Bodies are counted from their first bytes until answered, against a budget of four largest bodies for the
+    server: one client's slow large bodies filled it, and every other client's large body was a 503 until they were
+    answered (an attacker's pass). Each client's bodies now hold at most its share, with room for one client more."""
+    import socket
+
+    kib = 1024
+    tokens = {"alice": "a" * 24, "bob": "b" * 24}
+    url, stop = _in_process_server(client_tokens=tokens, max_body_bytes=256 * kib)  # 1 MiB in all, 341 KiB a client
+    host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
+    held = []
+    try:
+        for _ in range(5):  # each 250 KiB of a 256 KiB body (186 KiB counted), never finished
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.sendall(f"POST /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tokens['alice']}\r\n"
+                         f"Content-Type: application/json\r\nContent-Length: {256 * kib}\r\n\r\n".encode()
+                         + b" " * (250 * kib))
+            held.append(sock)
+        time.sleep(0.5)  # the server reads what was sent
+        refused = []
+        for sock in held:
+            sock.settimeout(0.5)
+            try:
+                refused.append(sock.recv(1000).decode(errors="replace"))
+            except socket.timeout:
+                refused.append("")
+        # one of alice's bodies is within her share (two are not); each of the others passed it and was refused
+        assert refused.count("") == 1, refused  # as it arrived (which one depends on the order the server read them)
+        said = [r for r in refused if r]
+        assert all(" 503 " in r.split("\r\n")[0] and "client 'alice''s requests' bodies" in r for r in said), said
+        body = {"env_id": "gsm8k", "extras": {**GSM8K_ROW, "extra_info": {"note": "x" * (200 * kib)}}}
+        answer = requests.post(f"{url}/sessions", json=body, timeout=30,
+                               headers={"Authorization": f"Bearer {tokens['bob']}"})
+        assert answer.status_code == 200, answer.text[:300]  # bob's large body still had room
+    finally:
+        for sock in held:
+            sock.close()
+        stop()
+
+
 def test_a_small_body_is_not_parsed_behind_another_clients_big_ones(monkeypatch):
     """The two body parsers served bodies in arrival order: one client's 30 MB bodies (4 at a time) held another
     client's small create for 22 s (an attacker's pass). Small bodies are parsed at once, big ones in turns by
